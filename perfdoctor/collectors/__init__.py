@@ -1,0 +1,53 @@
+"""Collectors: each module knows how to run one tool and how to read its output.
+
+:func:`load_trace` is the single entry point for reading something that already exists: a
+Kineto trace, an Nsight Systems export or a perfdoctor run bundle.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from perfdoctor.errors import UsageError
+from perfdoctor.profile import Profile
+
+KINETO_SUFFIXES = (".json", ".json.gz")
+NSYS_SUFFIXES = (".sqlite", ".sqlite.gz", ".nsys-rep")
+
+
+def load_trace(path: str | Path) -> Profile:
+    """Read a trace or a run bundle into a :class:`Profile`, choosing the loader by name."""
+    path = Path(path)
+    if not path.exists():
+        raise UsageError(f"{path}: no such file or directory")
+    if path.is_dir():
+        from perfdoctor.bundle import load_bundle
+
+        return load_bundle(path)
+    name = path.name.lower()
+    if name.endswith(KINETO_SUFFIXES):
+        from perfdoctor.collectors import torch_profiler
+
+        return torch_profiler.load(path)
+    if name.endswith(NSYS_SUFFIXES):
+        from perfdoctor.collectors import nsys
+
+        return nsys.load(path)
+    raise UsageError(
+        f"{path}: unknown trace type; expected a Kineto trace ({', '.join(KINETO_SUFFIXES)}), "
+        f"an Nsight Systems export ({', '.join(NSYS_SUFFIXES)}) or a run bundle directory"
+    )
+
+
+def read_maybe_gzip(path: Path) -> bytes:
+    """The file's bytes, decompressed when it is gzip; a truncated archive is a UsageError."""
+    import gzip
+    import zlib
+
+    data = path.read_bytes()
+    if data[:2] != b"\x1f\x8b":
+        return data
+    try:
+        return gzip.decompress(data)
+    except (EOFError, OSError, zlib.error) as exc:
+        raise UsageError(f"{path}: damaged gzip file ({exc})") from None

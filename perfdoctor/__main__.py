@@ -1,0 +1,3 @@
+from perfdoctor.cli import main
+
+main()

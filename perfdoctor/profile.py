@@ -1,0 +1,147 @@
+"""The normalized Profile: what every loader produces and every analysis reads.
+
+A Profile is a handful of plain pandas DataFrames with fixed columns. Times are integer
+nanoseconds on one clock per trace (the tool's own), so intervals from different tables of
+the same trace compare directly. Loaders fill what their source has and leave the rest
+empty; nothing downstream knows which tool produced a table.
+
+Tables and columns
+------------------
+``activities`` — work executed on the GPU, one row per kernel / memcpy / memset:
+    kind ("kernel" | "memcpy" | "memset"), start_ns, end_ns, device, stream, name,
+    correlation (links to the launching call), grid, block (strings "x,y,z"), registers,
+    shared_mem (bytes), bytes (memcpy/memset size), copy_kind ("HtoD", "DtoH", "DtoD",
+    "HtoH", ...), host_mem ("pageable" | "pinned" | "" — the host side of a copy),
+    graph_id (CUDA graph node/graph id when replayed from a graph, else -1),
+    occupancy_pct (the tracer's estimated achieved occupancy, NaN when unknown).
+``calls`` — host API calls (CUDA runtime and driver): name, start_ns, end_ns, tid,
+    correlation.
+``ranges`` — user annotations on the host: name, start_ns, end_ns, tid, source
+    ("record_function" | "nvtx" | "profiler_step").
+``samples`` — time series from samplers (NVML, nsys GPU metrics): time_ns, metric, value,
+    source.
+``counters`` — per-kernel hardware counters (Nsight Compute): correlation, name,
+    metric, value, duration_ns.
+``device`` — a dict: name, sm_count, peak_dram_bw_gbps (with peak_source), l2_bytes, ...
+``meta`` — a dict: source ("kineto" | "nsys"), path, and ``declared``: per step name the
+    work a step declares ({"decode_step": {"tokens": 1, "bytes": 2.47e9}}), parsed from
+    ``perfdoctor.declare {json}`` ranges.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+ACTIVITY_COLUMNS: dict[str, str] = {
+    "kind": "object",
+    "start_ns": "int64",
+    "end_ns": "int64",
+    "device": "int64",
+    "stream": "int64",
+    "name": "object",
+    "correlation": "int64",
+    "grid": "object",
+    "block": "object",
+    "registers": "float64",
+    "shared_mem": "float64",
+    "bytes": "float64",
+    "copy_kind": "object",
+    "host_mem": "object",
+    "graph_id": "int64",
+    "occupancy_pct": "float64",
+}
+CALL_COLUMNS: dict[str, str] = {
+    "name": "object",
+    "start_ns": "int64",
+    "end_ns": "int64",
+    "tid": "int64",
+    "correlation": "int64",
+}
+RANGE_COLUMNS: dict[str, str] = {
+    "name": "object",
+    "start_ns": "int64",
+    "end_ns": "int64",
+    "tid": "int64",
+    "source": "object",
+}
+SAMPLE_COLUMNS: dict[str, str] = {
+    "time_ns": "int64",
+    "metric": "object",
+    "value": "float64",
+    "source": "object",
+}
+COUNTER_COLUMNS: dict[str, str] = {
+    "correlation": "int64",
+    "name": "object",
+    "metric": "object",
+    "value": "float64",
+    "duration_ns": "int64",
+}
+
+DECLARE_PREFIX = "perfdoctor.declare "
+
+
+def frame(columns: dict[str, str], data: dict[str, Any] | None = None) -> pd.DataFrame:
+    """A DataFrame with exactly ``columns`` (in order, with their dtypes).
+
+    Columns missing from ``data`` are filled with the dtype's neutral value (NaN for
+    floats, "" for strings, -1 for integers), so every table always has every column.
+    """
+    data = data or {}
+    n = len(next(iter(data.values()))) if data else 0
+    out: dict[str, Any] = {}
+    for col, dtype in columns.items():
+        if col in data:
+            values = data[col]
+        elif dtype == "float64":
+            values = np.full(n, np.nan)
+        elif dtype == "int64":
+            values = np.full(n, -1, dtype=np.int64)
+        else:
+            values = np.full(n, "", dtype=object)
+        out[col] = pd.Series(values, dtype=dtype) if dtype != "object" else pd.Series(values, dtype=object)
+    return pd.DataFrame(out)
+
+
+@dataclass
+class Profile:
+    """Normalized tables of one trace (see the module docstring for the columns)."""
+
+    activities: pd.DataFrame = field(default_factory=lambda: frame(ACTIVITY_COLUMNS))
+    calls: pd.DataFrame = field(default_factory=lambda: frame(CALL_COLUMNS))
+    ranges: pd.DataFrame = field(default_factory=lambda: frame(RANGE_COLUMNS))
+    samples: pd.DataFrame = field(default_factory=lambda: frame(SAMPLE_COLUMNS))
+    counters: pd.DataFrame = field(default_factory=lambda: frame(COUNTER_COLUMNS))
+    device: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def kernels(self) -> pd.DataFrame:
+        return self.activities[self.activities["kind"] == "kernel"]
+
+
+def parse_declarations(ranges: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """Read ``perfdoctor.declare {"step": ..., "tokens": ..., "bytes": ...}`` ranges.
+
+    A workload declares what one step does (tokens produced, bytes it must read) by
+    emitting a zero-work range with this name; it works in any tracer that records range
+    names. The last declaration of a step name wins.
+    """
+    import json
+
+    declared: dict[str, dict[str, float]] = {}
+    names = ranges.loc[ranges["name"].str.startswith(DECLARE_PREFIX, na=False), "name"]
+    for text in names:
+        try:
+            payload = json.loads(text[len(DECLARE_PREFIX):])
+        except ValueError:
+            continue
+        if isinstance(payload, dict) and isinstance(payload.get("step"), str):
+            declared[payload["step"]] = {
+                k: float(v) for k, v in payload.items() if k in ("tokens", "bytes") and isinstance(v, (int, float))
+            }
+    return declared
