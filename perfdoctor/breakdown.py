@@ -37,6 +37,12 @@ def normalize_kernel_name(name: str) -> str:
     return _SUFFIX.sub("", n) or name
 
 
+def normalized_names(names: pd.Series) -> pd.Series:
+    """:func:`normalize_kernel_name` of a column, computed once per distinct name."""
+    unique = pd.unique(names)
+    return names.map(dict(zip(unique, map(normalize_kernel_name, unique))))
+
+
 def top_kernels(analysis: Analysis, n: int = 10) -> pd.DataFrame:
     """Kernels in the profiled span grouped by family: count and time per step, share of kernel time."""
     acts = analysis.profile.activities
@@ -48,7 +54,7 @@ def top_kernels(analysis: Analysis, n: int = 10) -> pd.DataFrame:
         return pd.DataFrame(columns=["kernel", "count_per_step", "ms_per_step", "mean_us", "share"])
     steps = max(analysis.steps.count, 1)
     dur = (k["end_ns"] - k["start_ns"]).astype("int64")
-    g = pd.DataFrame({"kernel": k["name"].map(normalize_kernel_name), "dur": dur}).groupby("kernel")["dur"]
+    g = pd.DataFrame({"kernel": normalized_names(k["name"]), "dur": dur}).groupby("kernel")["dur"]
     out = pd.DataFrame({"count": g.size(), "total_ns": g.sum()}).sort_values("total_ns", ascending=False)
     out["count_per_step"] = out["count"] / steps
     out["ms_per_step"] = out["total_ns"] / 1e6 / steps

@@ -30,6 +30,7 @@ Tables and columns
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,24 +125,43 @@ class Profile:
         return self.activities[self.activities["kind"] == "kernel"]
 
 
-def parse_declarations(ranges: pd.DataFrame) -> dict[str, dict[str, float]]:
-    """Read ``perfdoctor.declare {"step": ..., "tokens": ..., "bytes": ...}`` ranges.
+def declaration_name(step: str, tokens: float | None = None, bytes_per_step: float | None = None) -> str:
+    """The range name that declares what one step of ``step`` does.
 
-    A workload declares what one step does (tokens produced, bytes it must read) by
-    emitting a zero-work range with this name; it works in any tracer that records range
-    names. The last declaration of a step name wins.
+    ``perfdoctor.declare step=decode_step tokens=1 bytes=2538737664`` — no quotes, since
+    Kineto writes range names into its JSON unescaped (a ``"`` breaks the whole trace).
     """
-    import json
+    parts = [f"step={step}"]
+    if tokens is not None:
+        parts.append(f"tokens={tokens:g}")
+    if bytes_per_step is not None:
+        parts.append(f"bytes={int(bytes_per_step)}")
+    return DECLARE_PREFIX + " ".join(parts)
 
+
+_DECLARED_FIELD = re.compile(r"""['"]?(step|tokens|bytes)['"]?\s*[:=]\s*['"]?([^'",}\s]+)""")
+
+
+def parse_declarations(ranges: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """Read the ``perfdoctor.declare`` ranges: per step name, its declared tokens and bytes.
+
+    A workload declares what one step does by emitting a zero-work range with this name
+    (see :func:`declaration_name`); it works in any tracer that records range names. The
+    JSON-like form ``{'step':'decode_step','tokens':1}`` is read too. The last declaration
+    of a step name wins.
+    """
     declared: dict[str, dict[str, float]] = {}
     names = ranges.loc[ranges["name"].str.startswith(DECLARE_PREFIX, na=False), "name"]
     for text in names:
-        try:
-            payload = json.loads(text[len(DECLARE_PREFIX):])
-        except ValueError:
+        fields = dict(_DECLARED_FIELD.findall(text[len(DECLARE_PREFIX):]))
+        step = fields.pop("step", None)
+        if not step:
             continue
-        if isinstance(payload, dict) and isinstance(payload.get("step"), str):
-            declared[payload["step"]] = {
-                k: float(v) for k, v in payload.items() if k in ("tokens", "bytes") and isinstance(v, (int, float))
-            }
+        values = {}
+        for key, raw in fields.items():
+            try:
+                values[key] = float(raw)
+            except ValueError:
+                continue
+        declared[step] = values
     return declared
