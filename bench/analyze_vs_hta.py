@@ -60,17 +60,15 @@ def measure(python: str, code: str, arg: str) -> dict[str, float]:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise SystemExit(f"benchmark process failed:\n{done.stderr[-2000:]}")
-    return {
-        "wall_s": wall,
-        "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
-        # ru_maxrss of children is the largest child so far: each tool runs after its own
-        # warm-up child, so measure peak memory in a separate first run below.
-        "maxrss_mb": after.ru_maxrss / 1024,
-    }
+    return {"wall_s": wall, "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)}
 
 
 def peak_rss_mb(python: str, code: str, arg: str) -> float:
-    """Peak RSS of one process, read by /usr/bin/time-free means: a wrapper reporting its own child."""
+    """Peak RSS of one process running ``code``.
+
+    RUSAGE_CHILDREN's ru_maxrss is the largest child so far, so each measurement runs in a
+    fresh wrapper process whose only child is the tool.
+    """
     wrapper = (
         "import resource, subprocess, sys\n"
         "subprocess.run(sys.argv[1:], check=True, capture_output=True)\n"
