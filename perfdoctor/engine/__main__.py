@@ -1,0 +1,105 @@
+"""`python -m perfdoctor.engine`: decode with the bundled engine and report its speed.
+
+    python -m perfdoctor.engine --variant graph --tokens 256 --ctx 2048
+
+Loads (or draws) the weights, prefills a prompt, runs one short warm-up generation (which
+also captures the CUDA graph), then a timed one, and prints ms/token, tokens/s and the
+bandwidth achieved against the device's peak.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from perfdoctor.engine.config import CONFIGS, BadInput
+from perfdoctor.engine.generate import VARIANTS, generate, random_prompt
+from perfdoctor.engine.measure import Speed, peak_dram_bandwidth
+from perfdoctor.engine.model import Transformer
+from perfdoctor.engine.weights import load_tokenizer, model_weights
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad argument in one line, exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="python -m perfdoctor.engine",
+        description="Greedy batch-1 decode with the bundled Llama engine; prints its speed.",
+    )
+    p.add_argument("--variant", choices=sorted(VARIANTS), default="eager", help="decode step implementation (default eager)")
+    p.add_argument("--tokens", type=int, default=256, help="new tokens to generate (default 256)")
+    p.add_argument("--ctx", type=int, default=2048, help="static KV cache positions (default 2048)")
+    p.add_argument("--config", choices=sorted(CONFIGS), default=None, help="built-in model shapes with random weights (default llama-3.2-1b)")
+    p.add_argument("--weights", metavar="DIR", default=None, help="Hugging Face folder: config.json + *.safetensors (+ tokenizer.json)")
+    p.add_argument("--device", choices=["cuda", "cpu"], default=None, help="default cuda when available")
+    p.add_argument("--dtype", choices=sorted(DTYPES), default=None, help="default bf16 on cuda, fp32 on cpu")
+    p.add_argument("--prompt-len", type=int, default=16, help="random prompt length in tokens (default 16)")
+    p.add_argument("--prompt", default=None, help="prompt text (needs tokenizer.json in --weights)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random weights and prompt (default 0)")
+    return p
+
+
+def run(args: argparse.Namespace) -> None:
+    if args.config is not None and args.weights is not None:
+        raise BadInput("--config and --weights exclude each other (the folder has its own config)")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise BadInput("--device cuda, but CUDA is not available")
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    dtype = DTYPES[args.dtype or ("bf16" if device.type == "cuda" else "fp32")]
+    if args.tokens < 2:
+        raise BadInput("--tokens must be at least 2 (the first token comes from the prefill)")
+
+    config, weights = model_weights(args.config or "llama-3.2-1b", args.weights, args.seed, device, dtype)
+    tokenizer = load_tokenizer(args.weights)
+    if args.prompt is not None:
+        if tokenizer is None:
+            raise BadInput("--prompt needs a tokenizer.json in the --weights folder")
+        prompt = torch.tensor(tokenizer.encode(args.prompt).ids)
+    else:
+        prompt = random_prompt(config, args.prompt_len, args.seed)
+    if prompt.shape[0] + args.tokens - 1 > args.ctx:
+        raise BadInput(f"--ctx {args.ctx} is too small for a {prompt.shape[0]}-token prompt and {args.tokens} tokens")
+
+    model = Transformer.from_hf_state_dict(config, weights, args.ctx)
+    del weights
+    step = VARIANTS[args.variant](model)
+    generate(model, step, prompt, min(args.tokens, 8))  # warm-up (and graph capture)
+    result = generate(model, step, prompt, args.tokens)
+
+    peak = peak_dram_bandwidth(device.index or 0) if device.type == "cuda" else None
+    speed = Speed.of(result.decode_s, result.decode_steps, result.bytes_per_step, peak)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    print(
+        f"{config.name} {args.variant} on {name}, {str(dtype).removeprefix('torch.')}, ctx {args.ctx}, "
+        f"prompt {prompt.shape[0]}, {args.tokens} tokens, {result.bytes_per_step / 1e6:.1f} MB/step"
+    )
+    print(f"decode: {speed.line()}")
+    shown = result.tokens[:16]
+    if tokenizer is not None:
+        print(f"text: {tokenizer.decode(result.tokens)!r}")
+    else:
+        print(f"tokens: {' '.join(map(str, shown))}{' ...' if len(result.tokens) > len(shown) else ''}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        run(args)
+    except BadInput as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
