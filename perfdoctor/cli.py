@@ -55,6 +55,13 @@ def analyze(
         Console(stderr=True).print(f"wrote {json_out}")
 
 
+from perfdoctor.diff import diff_command  # noqa: E402
+from perfdoctor.gate import gate_command  # noqa: E402
+
+app.command("diff")(diff_command)
+app.command("gate")(gate_command)
+
+
 def write_json(path: Path, payload: object) -> None:
     """Write JSON, turning an unwritable destination into a usage error."""
     try:

@@ -1,0 +1,481 @@
+"""Gate: turn a run (and optionally a baseline) into pass / fail for CI.
+
+A gate is a list of checks; it fails when any check fails. Two kinds of check:
+
+- **budgets** (``--fail-on EXPR``, need ``--baseline``): how far a metric may move from
+  the baseline before the build fails. Grammar (whitespace is ignored)::
+
+      EXPR   := METRIC ":" SIGN NUMBER ["%"]
+      SIGN   := "+"   fails if the metric rises by more than NUMBER
+              | "-"   fails if the metric falls by more than NUMBER
+      "%"    := NUMBER is relative to the baseline value; without it, absolute (metric units)
+
+  ``step_latency_ms_p99:+5%`` fails when p99 latency rises more than 5 %;
+  ``dram_bw_util:-0.05`` fails when bandwidth utilization falls more than 0.05 (absolute);
+  ``launches_per_step:+2`` fails when a step gains more than two launches.
+  METRIC is a key of the metric contract; anything else is a usage error (exit 2).
+
+  A metric summarising per-step samples (step latency percentiles, step GPU time,
+  steps/s, tokens/s, kernels and launches per step) fails only when the change is also
+  significant in the budget's direction, whenever both runs have at least 5 steps:
+  Mann-Whitney p < 0.05 *and* a median shift beyond the run-to-run noise floor of that
+  sample (:data:`perfdoctor.diff.SAMPLE_NOISE_FLOORS`; the test alone sees only the spread
+  within each run) — so run-to-run noise does not fail builds. With fewer steps the budget
+  alone decides, and the check says it was not tested. Step latency percentiles are judged
+  on the light timing pass (no tracer) when both runs are bundles that have one.
+
+  Edge cases, decided and documented: a metric measured on one side only is reported as
+  *added* or *removed* and skipped, not failed (a new collector is not a regression). A
+  relative budget against a baseline of exactly 0 cannot be evaluated as a percentage: any
+  move past 0 in the budget's direction fails (going from 0 to 3 host syncs per step is
+  an unbounded relative rise), and the check reports the absolute change and suggests an
+  absolute budget (``sync_calls_per_step:+1``) to allow some.
+
+- **rules** (``--rules PACK``): one check per rule; a failing rule at or above
+  ``--min-severity`` (default ``error``) fails the gate, a failing rule below it is skipped
+  as "not gating", and a rule that could not be evaluated is skipped with its reason
+  (never passed). See :mod:`perfdoctor.rules.engine`.
+
+Exit codes: 0 pass, 1 gate failed, 2 usage or input error — including a gate in which
+every check was skipped: a gate that checked nothing must not pass a build.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import sys
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from perfdoctor.diff import LIGHT_PREFIX, SAMPLED_METRICS, Diff, MetricChange, Run, diff_runs, load_run
+from perfdoctor.errors import UsageError
+from perfdoctor.metrics import HIGHER_IS_BETTER, METRIC_UNITS
+
+SCHEMA = "perfdoctor.gate/1"
+MAX_ANNOTATIONS = 10  # GitHub shows only the first few per step anyway; more is noise
+EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+_BUDGET = re.compile(r"^(?P<metric>[A-Za-z_][A-Za-z0-9_]*):(?P<sign>[+-])(?P<amount>\d+(?:\.\d*)?|\.\d+)(?:[eE](?P<exp>[+-]?\d+))?(?P<pct>%?)$")
+
+
+# --------------------------------------------------------------------------- budgets
+
+
+@dataclass(frozen=True)
+class Budget:
+    metric: str
+    sign: int  # +1: a rise is the regression; -1: a fall is
+    amount: float  # >= 0, percent when relative, metric units otherwise
+    relative: bool
+    text: str  # as the user wrote it (normalized whitespace), names the check
+
+    def describe(self) -> str:
+        way = "rises" if self.sign > 0 else "falls"
+        size = f"{self.amount:g} %" if self.relative else f"{self.amount:g} {METRIC_UNITS[self.metric]}"
+        return f"fails if {self.metric} {way} by more than {size}"
+
+
+def parse_budget(text: str) -> Budget:
+    """Parse ``METRIC:+N%`` / ``METRIC:-N`` (see the module docstring); UsageError if malformed."""
+    compact = re.sub(r"\s+", "", text)
+    m = _BUDGET.match(compact)
+    if not m:
+        if ":" in compact and compact.split(":", 1)[1][:1] not in "+-":
+            raise UsageError(
+                f"budget {text!r}: say which way is a regression with a sign: "
+                f"'{compact.split(':', 1)[0]}:+N' (fails if it rises) or ':-N' (fails if it falls)"
+            )
+        raise UsageError(
+            f"budget {text!r}: expected METRIC:+N%, METRIC:-N% (relative) or METRIC:+N, METRIC:-N (absolute), "
+            "e.g. step_latency_ms_p99:+5%"
+        )
+    metric = m["metric"]
+    if metric not in METRIC_UNITS:
+        close = difflib.get_close_matches(metric, list(METRIC_UNITS), n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else f"; known: {', '.join(METRIC_UNITS)}"
+        raise UsageError(f"budget {text!r}: unknown metric {metric!r}{hint}")
+    amount = float(m["amount"] + (f"e{m['exp']}" if m["exp"] else ""))
+    return Budget(metric, +1 if m["sign"] == "+" else -1, amount, bool(m["pct"]), compact)
+
+
+# --------------------------------------------------------------------------- checks
+
+
+@dataclass
+class Check:
+    name: str  # what JUnit and the summary call it, e.g. "budget step_latency_ms_p99:+5%"
+    kind: str  # "budget" | "rule"
+    status: str  # "pass" | "fail" | "skip"
+    message: str  # one sentence: the numbers and why this status
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _fmt(value: float, unit: str) -> str:
+    from perfdoctor.reports.diff_report import fmt_value
+
+    return fmt_value(value, unit)
+
+
+def evaluate_budget(budget: Budget, diff: Diff) -> Check:
+    """Check one budget against a diff of baseline (before) → run (after).
+
+    A step latency percentile is judged on the light timing pass (no tracer) when both runs
+    have one: tracing perturbs launch-bound steps 2-3x, so the untraced numbers are the ones
+    a latency budget means.
+    """
+    light = LIGHT_PREFIX + budget.metric
+    m: MetricChange = diff.metric(light) if diff.has_metric(light) else diff.metric(budget.metric)
+    name = f"budget {budget.text}"
+    details: dict[str, Any] = {
+        "metric": budget.metric,
+        "measured_as": m.key,
+        "budget": budget.describe(),
+        "baseline": m.before,
+        "value": m.after,
+        "change": m.change,
+        "change_rel": m.change_rel,
+        "unit": m.unit,
+    }
+    if m.status in ("absent", "added", "removed"):
+        what = {
+            "absent": "not measured in either run",
+            "added": "added: measured in this run only, not in the baseline",
+            "removed": "removed: measured in the baseline only, not in this run",
+        }[m.status]
+        return Check(name, "budget", "skip", f"{budget.metric} {what}" + (f" ({m.reason})" if m.reason else ""), details)
+
+    assert m.before is not None and m.after is not None and m.change is not None
+    moved = budget.sign * m.change  # > 0: moved the way the budget guards against
+    unit = m.unit
+    change_text = f"{_fmt(m.before, unit)} → {_fmt(m.after, unit)}"
+    if budget.relative and m.before == 0:
+        over = moved > 0
+        change_text += " (baseline 0: relative change undefined; absolute change " f"{m.change:+.4g})"
+        if over:
+            change_text += f" — any move from 0 exceeds a relative budget; use an absolute budget ({budget.metric}:{'+' if budget.sign > 0 else '-'}N) to allow some"
+    elif budget.relative:
+        rel = moved / abs(m.before) * 100.0
+        over = rel > budget.amount
+        change_text += f" ({m.change_rel:+.2%}, budget {'+' if budget.sign > 0 else '-'}{budget.amount:g} %)"
+    else:
+        over = moved > budget.amount
+        change_text += f" ({m.change:+.4g}, budget {'+' if budget.sign > 0 else '-'}{budget.amount:g})"
+
+    note = ""
+    better = HIGHER_IS_BETTER.get(budget.metric)
+    if better is not None and (budget.sign > 0) == better:
+        note = f" Note: {'higher' if better else 'lower'} is better for {budget.metric}, so this budget fails on an improvement."
+
+    if m.key != budget.metric:
+        change_text += " [light timing pass, no tracer]"
+    if not over:
+        return Check(name, "budget", "pass", f"{budget.metric} within budget: {change_text}.{note}", details)
+
+    if m.sample is not None:
+        sample, sample_sign = m.sample, SAMPLED_METRICS.get(m.key, (m.sample, +1))[1]
+        comp = diff.samples.get(sample)
+        if comp is not None:
+            details["significance"] = dict(comp.to_json(), sample=sample)
+            if comp.verdict == "inconclusive":
+                return Check(
+                    name, "budget", "fail",
+                    f"{budget.metric} over budget: {change_text}; not tested for significance ({sample}: {comp.reason}).{note}",
+                    details,
+                )
+            metric_rose = (comp.verdict == "higher") == (sample_sign > 0)
+            significant = comp.verdict != "no significant change" and metric_rose == (budget.sign > 0)
+            if not significant:
+                return Check(
+                    name, "budget", "pass",
+                    f"{budget.metric} over budget but not a significant change ({sample}: {comp.reason}): {change_text}; "
+                    f"treated as run-to-run noise.{note}",
+                    details,
+                )
+            return Check(
+                name, "budget", "fail",
+                f"{budget.metric} regressed past its budget: {change_text}; significant ({sample}: {comp.reason}).{note}",
+                details,
+            )
+    return Check(name, "budget", "fail", f"{budget.metric} regressed past its budget: {change_text}.{note}", details)
+
+
+def rule_checks(run: Run, packs: list[str], min_severity: str) -> list[Check]:
+    """One check per rule: a failing rule at or above ``min_severity`` fails the gate.
+
+    ``packs``: "seed" for the built-in pack, or TOML files layered on it (as in ``analyze``:
+    a file may override a seed rule by id). Below ``min_severity`` a failing rule is
+    skipped ("not gating"), and so are rules that could not be evaluated (metric missing:
+    never a pass) and advisory rules.
+    """
+    from perfdoctor.rules.engine import SEVERITIES, SEVERITY_RANK, evaluate, load_rules
+
+    if min_severity not in SEVERITY_RANK:
+        raise UsageError(f"--min-severity {min_severity!r}: use one of {', '.join(SEVERITIES)}")
+    files = [p for p in packs if p != "seed"]
+    checks = []
+    for f in evaluate(load_rules(files), run.analysis):
+        name = f"rule {f.rule_id}"
+        value = f.value
+        condition = (
+            f"{f.metric} = {value:.4g}, passes when {f.comparator} {f.threshold:g}"
+            if value is not None and f.comparator is not None
+            else ""
+        )
+        details = {"rule": f.rule_id, "severity": f.severity, "metric": f.metric, "value": value,
+                   "comparator": f.comparator, "threshold": f.threshold, "citation": f.citation}
+        if f.status == "fail":
+            gating = SEVERITY_RANK[f.severity] >= SEVERITY_RANK[min_severity]
+            recovered = f" (fixing it should win back ~{f.recovered_ms:.3g} ms per step)" if f.recovered_ms else ""
+            text = f"{f.title} [{f.severity}]: {condition}{recovered}"
+            if gating:
+                checks.append(Check(name, "rule", "fail", text, details))
+            else:
+                checks.append(Check(name, "rule", "skip", f"not gating (severity {f.severity} < --min-severity {min_severity}): {text}", details))
+        elif f.status == "pass":
+            checks.append(Check(name, "rule", "pass", f"{f.title}: {condition}", details))
+        elif f.status == "not_evaluated":
+            checks.append(Check(name, "rule", "skip", f"not evaluated: {f.reason}", details))
+        else:
+            checks.append(Check(name, "rule", "skip", f"advisory (no threshold): {f.title}", details))
+    return checks
+
+
+# --------------------------------------------------------------------------- the gate
+
+
+@dataclass
+class GateResult:
+    run: str
+    baseline: str | None
+    checks: list[Check]
+    warnings: list[str]
+    diff: Diff | None
+
+    @property
+    def failed(self) -> list[Check]:
+        return [c for c in self.checks if c.status == "fail"]
+
+    @property
+    def passed(self) -> bool:
+        return not self.failed
+
+    @property
+    def evaluated(self) -> list[Check]:
+        return [c for c in self.checks if c.status != "skip"]
+
+    @property
+    def exit_code(self) -> int:
+        """0 pass, 1 fail; 2 when nothing could be evaluated (a gate that checked nothing
+        must not pass a build: the runs lack what the checks need)."""
+        if not self.passed:
+            return EXIT_FAIL
+        return EXIT_PASS if self.evaluated else EXIT_USAGE
+
+    def headline(self) -> str:
+        n = len(self.checks)
+        if not self.evaluated:
+            return f"perfdoctor gate: NOTHING CHECKED (all {n} checks skipped: the runs lack what they need)"
+        if self.passed:
+            skipped = sum(c.status == "skip" for c in self.checks)
+            extra = f", {skipped} skipped" if skipped else ""
+            return f"perfdoctor gate: PASSED ({n - skipped} of {n} checks passed{extra})"
+        return f"perfdoctor gate: FAILED ({len(self.failed)} of {n} checks failed: {', '.join(c.name for c in self.failed)})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "passed": self.passed,
+            "exit_code": self.exit_code,
+            "run": self.run,
+            "baseline": self.baseline,
+            "checks": [c.to_json() for c in self.checks],
+            "warnings": self.warnings,
+            "diff": self.diff.to_json() if self.diff is not None else None,
+        }
+
+
+def evaluate_gate(
+    run: Run,
+    baseline: Run | None,
+    budgets: list[Budget],
+    rules: list[Check] | None = None,
+    noise_floor: float | None = None,
+) -> GateResult:
+    """Pure: the checks of a gate from loaded runs, parsed budgets and evaluated rule checks.
+
+    ``noise_floor`` overrides the diff's run-to-run noise floors (relative, e.g. 0.1).
+    """
+    if budgets and baseline is None:
+        raise UsageError("--fail-on budgets compare against a baseline: give --baseline RUN")
+    diff = diff_runs(baseline, run, noise_floor) if baseline is not None else None
+    checks = [evaluate_budget(b, diff) for b in budgets] if diff is not None else []
+    checks += rules or []
+    warnings = []
+    if diff is not None:
+        warnings = [f"not like for like — {m.field}: baseline {m.before}, run {m.after} ({m.message})" for m in diff.mismatches]
+    return GateResult(run.label, baseline.label if baseline else None, checks, warnings, diff)
+
+
+# --------------------------------------------------------------------------- outputs
+
+
+def _xml_text(text: str) -> str:
+    """XML 1.0 forbids most control characters; a trace name could carry them."""
+    return re.sub(r"[\x00-\x08\x0b\x0c\x0e-\x1f]", "?", str(text))
+
+
+def junit_xml(result: GateResult) -> str:
+    """JUnit XML: one test suite, one test case per check (failure / skipped / pass)."""
+    suite = ET.Element(
+        "testsuite",
+        name="perfdoctor gate",
+        tests=str(len(result.checks)),
+        failures=str(len(result.failed)),
+        errors="0",
+        skipped=str(sum(c.status == "skip" for c in result.checks)),
+    )
+    for c in result.checks:
+        case = ET.SubElement(suite, "testcase", classname=f"perfdoctor.gate.{c.kind}", name=_xml_text(c.name), time="0")
+        if c.status == "fail":
+            failure = ET.SubElement(case, "failure", message=_xml_text(c.message), type=c.kind)
+            failure.text = _xml_text(json.dumps(c.details, indent=2, default=str))
+        elif c.status == "skip":
+            ET.SubElement(case, "skipped", message=_xml_text(c.message))
+        else:
+            ET.SubElement(case, "system-out").text = _xml_text(c.message)
+    root = ET.Element("testsuites", name="perfdoctor", tests=suite.get("tests"), failures=suite.get("failures"))
+    root.append(suite)
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def summary_markdown(result: GateResult) -> str:
+    """The gate as Markdown for ``$GITHUB_STEP_SUMMARY`` or a PR comment."""
+    from perfdoctor.reports.diff_report import md_escape
+
+    icon = {"pass": "✅ pass", "fail": "❌ fail", "skip": "⚪ skip"}
+    out = [f"## {'✅' if result.passed else '❌'} {md_escape(result.headline())}", ""]
+    out.append(f"Run `{md_escape(result.run)}`" + (f" against baseline `{md_escape(result.baseline)}`" if result.baseline else ""))
+    out.append("")
+    if result.warnings:
+        out += ["> [!WARNING]"] + [f"> {md_escape(w)}" for w in result.warnings] + [""]
+    out += ["| check | result | details |", "|---|---|---|"]
+    # Failures first: the reader came for them.
+    for c in sorted(result.checks, key=lambda c: {"fail": 0, "pass": 1, "skip": 2}[c.status]):
+        out.append(f"| `{md_escape(c.name)}` | {icon[c.status]} | {md_escape(c.message)} |")
+    if result.diff is not None:
+        out += ["", f"**{md_escape(result.diff.verdict())}**", "", md_escape(result.diff.kernels.summary())]
+    return "\n".join(out) + "\n"
+
+
+def _escape_data(text: str) -> str:
+    return str(text).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def github_annotations(result: GateResult) -> list[str]:
+    """Workflow commands: one ``::error`` per failed check (at most MAX_ANNOTATIONS), and a
+    ``::warning`` per comparability problem."""
+    lines = [f"::warning title={_escape_property('perfdoctor: runs not like for like')}::{_escape_data(w)}" for w in result.warnings]
+    for c in result.failed[:MAX_ANNOTATIONS]:
+        lines.append(f"::error title={_escape_property(c.name)}::{_escape_data(c.message)}")
+    rest = len(result.failed) - MAX_ANNOTATIONS
+    if rest > 0:
+        lines.append(f"::notice title=perfdoctor gate::{rest} more failed checks: see the job summary")
+    return lines
+
+
+def write_text(path: Path, text: str, append: bool = False) -> None:
+    try:
+        with open(path, "a" if append else "w", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write ({exc.strerror})") from None
+
+
+def print_result(result: GateResult, console=None) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = console or Console()
+    for w in result.warnings:
+        console.print(f"[bold red]WARNING[/] {escape(w)}")
+    t = Table(title_justify="left")
+    t.add_column("check")
+    t.add_column("result")
+    t.add_column("details")
+    style = {"pass": "[green]pass[/]", "fail": "[bold red]FAIL[/]", "skip": "[dim]skip[/]"}
+    for c in result.checks:
+        t.add_row(escape(c.name), style[c.status], escape(c.message))
+    console.print(t)
+    console.print(f"[bold {'green' if result.passed else 'red'}]{escape(result.headline())}[/]")
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def gate_command(
+    run: Path = typer.Argument(..., help="The run to judge: a run bundle, Kineto trace (.json, .json.gz) or nsys export (.sqlite, .nsys-rep)."),
+    baseline: Optional[Path] = typer.Option(None, "--baseline", help="The run to compare against (same kinds); needed by --fail-on."),
+    fail_on: list[str] = typer.Option([], "--fail-on", metavar="EXPR", help="Budget METRIC:+N% / METRIC:-N% (relative) or METRIC:+N / METRIC:-N (absolute); '+' fails on a rise, '-' on a fall. Repeatable. E.g. 'step_latency_ms_p99:+5%', 'dram_bw_util:-0.05'."),
+    rules: list[str] = typer.Option([], "--rules", metavar="PACK", help="Also check rules: 'seed' (the built-in pack) or a TOML pack file (layered on the seed pack, as in analyze). Repeatable."),
+    min_severity: str = typer.Option("error", "--min-severity", help="With --rules: the lowest severity of a failing rule that fails the gate (info, warning, error, critical)."),
+    step: Optional[str] = typer.Option(None, "--step", help="Step range name or glob, for both runs (e.g. 'decode_step')."),
+    tokens_per_step: Optional[float] = typer.Option(None, "--tokens-per-step", min=0, help="Tokens one step produces, for both runs (enables tokens_per_s budgets)."),
+    noise_floor: Optional[float] = typer.Option(None, "--noise-floor", min=0, metavar="PCT", help="Run-to-run noise floor in percent for step-level timings: a significant shift within this factor either way does not fail a budget. Default: 30 for traced timings (two identical H200 processes differed by up to 1.28x), 5 for the light timing pass."),
+    junit: Optional[Path] = typer.Option(None, "--junit", help="Write JUnit XML here: one test case per check."),
+    github: bool = typer.Option(False, "--github", help="GitHub Actions: append a Markdown summary to $GITHUB_STEP_SUMMARY and print up to 10 ::error annotations."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the checks (and the diff against the baseline) as JSON (schema perfdoctor.gate/1)."),
+) -> None:
+    """Fail CI when performance regresses: metric budgets against a baseline, and rule findings.
+
+    Budgets (--fail-on, with --baseline): METRIC:+N% fails if the metric rises by more than N percent of the baseline, METRIC:-N% if it falls by more; without % the amount is absolute, in the metric's unit (dram_bw_util:-0.05, launches_per_step:+0).
+
+    Budgets on step-level metrics (step latency percentiles, step GPU time, steps/s, tokens/s, kernels and launches per step) fail only when the change is also significant (Mann-Whitney U, p < 0.05, and a median shift beyond the run-to-run noise floor, see --noise-floor) whenever both runs have at least 5 steps, so run-to-run noise does not fail builds. Step latency budgets use the light timing pass (no tracer) when both runs are bundles that have one. A metric measured in one run only is reported as added or removed, not failed. A relative budget against a baseline of 0 fails on any move past 0 in its direction (use an absolute budget to allow some).
+
+    Rules (--rules seed, or a pack file): a failing rule at or above --min-severity fails the gate; rules that could not be evaluated are skipped with the reason, never passed.
+
+    Exit codes: 0 every check passed (skipped checks do not fail, but at least one check must be evaluated); 1 the gate failed; 2 usage or input error (unknown metric in a budget, malformed budget, a file that is not a trace, --fail-on without --baseline, or no check could be evaluated).
+
+    Example: perfdoctor gate pr.json.gz --baseline main.json.gz --step decode_step --fail-on 'step_latency_ms_p50:+5%' --fail-on 'launches_per_step:+0' --junit gate.xml --github
+    """
+    budgets = [parse_budget(text) for text in fail_on]  # grammar errors before any slow loading
+    if budgets and baseline is None:
+        raise UsageError("--fail-on budgets compare against a baseline: give --baseline RUN")
+    if not budgets and not rules:
+        raise UsageError("nothing to check: give --fail-on METRIC:+N% with --baseline RUN, and/or --rules PACK")
+    this = load_run(run, step=step, tokens_per_step=tokens_per_step)
+    base = load_run(baseline, step=step, tokens_per_step=tokens_per_step) if baseline is not None else None
+    rule_results = rule_checks(this, rules, min_severity) if rules else None
+    result = evaluate_gate(this, base, budgets, rule_results, None if noise_floor is None else noise_floor / 100.0)
+
+    print_result(result)
+    if junit is not None:
+        write_text(junit, junit_xml(result))
+    if json_out is not None:
+        write_text(json_out, json.dumps(result.to_json(), indent=2, default=str) + "\n")
+    if github:
+        summary = os.environ.get("GITHUB_STEP_SUMMARY")
+        if summary:
+            write_text(Path(summary), summary_markdown(result), append=True)
+        else:
+            print("perfdoctor gate: GITHUB_STEP_SUMMARY is not set (not in GitHub Actions?); summary not written", file=sys.stderr)
+        for line in github_annotations(result):
+            print(line)
+    if result.exit_code == EXIT_USAGE:
+        raise UsageError(f"no check could be evaluated ({len(result.checks)} skipped; see the reasons above)")
+    raise typer.Exit(result.exit_code)

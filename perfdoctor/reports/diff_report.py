@@ -1,0 +1,240 @@
+"""Render a :class:`perfdoctor.diff.Diff` for a terminal (rich) or as Markdown (a PR comment).
+
+Both renderings say the same things in the same order: the comparability warning first
+(a diff across unlike runs should not be read without it), the latency verdict, the
+metric table, the step statistics, the kernel diff, and the findings fixed or new.
+Every name from a trace is untrusted text: escaped for rich markup and for Markdown.
+"""
+
+from __future__ import annotations
+
+from perfdoctor.diff import SAMPLE_UNITS, Diff, MetricChange
+
+KERNEL_ROWS = 15  # the kernel table shows the largest movers; JSON has every row
+NAME_WIDTH = 70
+
+
+def fmt_value(value: float | None, unit: str) -> str:
+    """A number with its unit, compact: ``38.59 ms``, ``945``, ``0.941``, ``1.2 GB``."""
+    if value is None:
+        return "—"
+    if unit == "count":
+        return f"{value:,.0f}" if abs(value - round(value)) < 1e-9 else f"{value:,.1f}"
+    if unit == "bytes":
+        for scale, suffix in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
+            if abs(value) >= scale:
+                return f"{value / scale:.3g} {suffix}"
+        return f"{value:.0f} B"
+    suffix = {"ms": " ms", "1/s": "/s", "GB/s": " GB/s"}.get(unit)
+    if suffix is not None:
+        return (f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}") + suffix
+    return f"{value:.3g}"
+
+
+def fmt_change(m: MetricChange) -> str:
+    """Relative change when defined; the absolute change when the baseline is 0."""
+    if m.change is None:
+        return {"added": "added", "removed": "removed"}.get(m.status, "—")
+    if m.change == 0:
+        return "0"
+    if m.change_rel is not None:
+        return f"{m.change_rel:+.1%}"
+    return f"{m.change:+.3g} (from 0)"
+
+
+def direction(m: MetricChange) -> str:
+    return {True: "higher is better", False: "lower is better"}.get(m.higher_is_better, "—")
+
+
+def assessment(m: MetricChange) -> str:
+    """The verdict a reader acts on: a tested verdict when the metric has step samples."""
+    if m.verdict:
+        return m.verdict
+    if m.status in ("better", "worse"):
+        return f"{m.status} (single value, not tested)"
+    return m.status
+
+
+def short(name: str, width: int = NAME_WIDTH) -> str:
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def md_escape(text: str) -> str:
+    """Text safe inside a Markdown table cell (GitHub renders inline HTML, so escape it)."""
+    return (
+        str(text)
+        .replace("&", "&amp;")
+        .replace("<", "&lt;")
+        .replace(">", "&gt;")
+        .replace("|", "\\|")
+        .replace("`", "'")
+        .replace("\n", " ")
+    )
+
+
+def comparability_lines(diff: Diff) -> list[str]:
+    lines = [
+        f"{m.field}: before {m.before!s}, after {m.after!s} — {m.message}" for m in diff.mismatches
+    ]
+    lines += [f"unknown {u}" for u in diff.unknown_facts]
+    return lines
+
+
+def _sample_rows(diff: Diff) -> list[tuple[str, str, str, str, str, str]]:
+    rows = []
+    for name, c in diff.samples.items():
+        unit = SAMPLE_UNITS.get(name, "")
+        iv = c.interval
+        ratio = f"{iv.ratio:.3g}x [{iv.low:.3g}, {iv.high:.3g}]" if iv else "—"
+        p = f"{c.p_value:.3g}" if c.p_value is not None else "—"
+        rows.append(
+            (
+                name,
+                f"{c.n_before} / {c.n_after}",
+                f"{fmt_value(c.median_before, unit)} → {fmt_value(c.median_after, unit)}",
+                ratio,
+                p,
+                _short_verdict(c),
+            )
+        )
+    return rows
+
+
+def _short_verdict(c) -> str:
+    if c.verdict != "inconclusive":
+        return c.verdict
+    if min(c.n_before, c.n_after) == 0:
+        return "inconclusive — no samples"
+    if min(c.n_before, c.n_after) == 1:
+        return "inconclusive — a single step has no spread"
+    return f"inconclusive — need more steps (< 5 per side)"
+
+
+def render_markdown(diff: Diff) -> str:
+    """The diff as GitHub-flavoured Markdown (fits a PR comment or a step summary)."""
+    out = [f"## perfdoctor diff", "", f"**before** `{md_escape(diff.before)}` → **after** `{md_escape(diff.after)}`", ""]
+    warnings = comparability_lines(diff)
+    if diff.mismatches:
+        out += ["> [!WARNING]", "> **These runs are not like for like.** Read every number below with that in mind:"]
+        out += [f"> - {md_escape(w)}" for w in warnings]
+        out.append("")
+    elif warnings:
+        out += ["Comparability could not be fully checked:"] + [f"- {md_escape(w)}" for w in warnings] + [""]
+    out += [f"**{md_escape(diff.verdict())}**", ""]
+
+    out += ["### Metrics", "", "| metric | before | after | change | direction | verdict |", "|---|---|---|---|---|---|"]
+    for m in diff.metrics:
+        if m.status == "absent":
+            continue
+        out.append(
+            f"| `{m.key}` | {fmt_value(m.before, m.unit)} | {fmt_value(m.after, m.unit)} | {fmt_change(m)} "
+            f"| {direction(m)} | {md_escape(assessment(m))} |"
+        )
+    absent = [m.key for m in diff.metrics if m.status == "absent"]
+    if absent:
+        out += ["", f"Not measured on either side: {', '.join(f'`{k}`' for k in absent)}."]
+
+    out += ["", "### Step statistics", "", "Mann-Whitney U (two-sided) and a bootstrap 95 % interval of median(after)/median(before).", ""]
+    out += ["| sample | n before / after | median | ratio [95 % CI] | p | verdict |", "|---|---|---|---|---|---|"]
+    for row in _sample_rows(diff):
+        out.append("| " + " | ".join(md_escape(c) for c in row) + " |")
+
+    k = diff.kernels
+    out += ["", "### Kernels", "", md_escape(k.summary()), ""]
+    out += [f"| kernel (normalized) | status | count/{k.per} | time/{k.per} (µs) | Δ time (µs) |", "|---|---|---|---|---|"]
+    for r in k.rows[:KERNEL_ROWS]:
+        out.append(
+            f"| `{md_escape(short(r.name))}` | {r.status} | {_n(r.count_before)} → {_n(r.count_after)} "
+            f"| {r.time_us_before:,.1f} → {r.time_us_after:,.1f} | {r.time_change_us:+,.1f} |"
+        )
+    if len(k.rows) > KERNEL_ROWS:
+        out.append(f"\n{len(k.rows) - KERNEL_ROWS} more kernel names in the JSON output.")
+
+    out += ["", "### Findings", ""]
+    if diff.findings is None:
+        out.append("Rules did not run on both sides; no findings to compare.")
+    else:
+        out += [f"- {line}" for line in md_escape_lines(findings_lines(diff))]
+    return "\n".join(out) + "\n"
+
+
+def findings_lines(diff: Diff) -> list[str]:
+    f = diff.findings
+    assert f is not None
+    lines = [
+        f"fixed: {', '.join(f.fixed) or 'none'}",
+        f"new: {', '.join(f.new) or 'none'}",
+        f"still failing: {', '.join(f.persisting) or 'none'}",
+    ]
+    if f.unknown:
+        lines.append(f"failing on one side, not evaluated on the other: {', '.join(f.unknown)}")
+    return lines
+
+
+def md_escape_lines(lines: list[str]) -> list[str]:
+    return [md_escape(line) for line in lines]
+
+
+def _n(x: float) -> str:
+    return f"{x:,.0f}" if abs(x - round(x)) < 0.05 else f"{x:,.1f}"
+
+
+def print_terminal(diff: Diff, console=None) -> None:
+    """The diff as rich tables on the terminal."""
+    from rich import box
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.panel import Panel
+    from rich.table import Table
+
+    console = console or Console()
+    console.print(f"[bold]perfdoctor diff[/]  {escape(diff.before)} → {escape(diff.after)}")
+    warnings = comparability_lines(diff)
+    if diff.mismatches:
+        console.print(
+            Panel("\n".join(escape(w) for w in warnings), title="NOT LIKE FOR LIKE", border_style="bold red")
+        )
+    elif warnings:
+        console.print("[yellow]comparability not fully checked:[/] " + escape("; ".join(warnings)))
+    console.print(f"[bold]{escape(diff.verdict())}[/]")
+
+    colors = {"improved": "green", "better": "green", "regressed": "red", "worse": "red"}
+    t = Table(title="metrics", title_justify="left", box=box.SIMPLE_HEAD)
+    t.add_column("metric (↑/↓ better)", no_wrap=True)
+    for col in ("before", "after", "change"):
+        t.add_column(col, justify="right", no_wrap=True)
+    t.add_column("verdict", min_width=22)
+    for m in diff.metrics:
+        if m.status == "absent":
+            continue
+        verdict = assessment(m)
+        color = colors.get(verdict.split(" ")[0], "")
+        arrow = {True: " ↑", False: " ↓"}.get(m.higher_is_better, "")
+        t.add_row(m.key + arrow, fmt_value(m.before, m.unit), fmt_value(m.after, m.unit), fmt_change(m),
+                  f"[{color}]{escape(verdict)}[/]" if color else escape(verdict))
+    console.print(t)
+
+    s = Table(title="step statistics (Mann-Whitney U; bootstrap 95% CI of median after/before)",
+              title_justify="left", box=box.SIMPLE_HEAD)
+    s.add_column("sample", no_wrap=True)
+    for col in ("n", "median", "ratio [CI]", "p"):
+        s.add_column(col, no_wrap=True)
+    s.add_column("verdict", min_width=22)
+    for row in _sample_rows(diff):
+        s.add_row(*(escape(c) for c in row))
+    console.print(s)
+
+    k = diff.kernels
+    kt = Table(title=f"kernels: {escape(k.summary())}", title_justify="left", box=box.SIMPLE_HEAD)
+    kt.add_column("kernel (normalized)", overflow="fold")
+    kt.add_column("status")
+    for col in (f"count/{k.per}", f"time/{k.per} µs", "Δ µs"):
+        kt.add_column(col, justify="right", no_wrap=True)
+    for r in k.rows[:KERNEL_ROWS]:
+        kt.add_row(escape(short(r.name, 60)), r.status, f"{_n(r.count_before)} → {_n(r.count_after)}",
+                   f"{r.time_us_before:,.1f} → {r.time_us_after:,.1f}", f"{r.time_change_us:+,.1f}")
+    console.print(kt)
+    if diff.findings is not None:
+        console.print("[bold]findings[/] (rules on both runs)")
+        for line in findings_lines(diff):
+            console.print(f"  {escape(line)}")

@@ -1,0 +1,243 @@
+"""Two-sample statistics for comparing step-time distributions, in numpy only.
+
+Two runs of the same program never give identical step latencies: the GPU clock boosts,
+the host thread gets preempted, the allocator warms up. Before `diff` says "faster" or
+`gate` fails a build, it asks whether the difference is larger than that noise:
+
+- ``mann_whitney_u``: the Mann-Whitney U (Wilcoxon rank-sum) test. It compares ranks, not
+  means, so one 100 ms hiccup among 2 ms steps cannot flip the verdict, and it assumes no
+  distribution shape. Exact p-value for small samples without ties, otherwise the normal
+  approximation with tie and continuity corrections (the same choices as
+  ``scipy.stats.mannwhitneyu(..., alternative="two-sided")``, which the tests check against).
+- ``bootstrap_median_ratio``: a percentile bootstrap interval for median(after) /
+  median(before), so the report can say "0.42x (0.40-0.45)" rather than only a p-value.
+  A fixed seed makes the interval reproducible run to run.
+
+scipy is deliberately not a dependency: `perfdoctor analyze/diff/gate` must stay a small
+install.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+# Like scipy's "auto" method: the exact distribution when there are no ties and the smaller
+# sample has at most 8 values. The exact counts cost ~ min(m,n)^2 * max(m,n) big-integer
+# operations, so beyond EXACT_MAX_PAIRS pairs the normal approximation (already accurate
+# there) is used even then.
+EXACT_MAX_MIN_N = 8
+EXACT_MAX_PAIRS = 10_000
+
+MIN_SAMPLES = 5  # fewer steps than this per side: a test has too little power to mean anything
+ALPHA = 0.05
+
+
+@dataclass(frozen=True)
+class MannWhitney:
+    u: float  # U statistic of the first sample (number of (x, y) pairs with x > y, ties 1/2)
+    p_value: float  # two-sided
+    method: str  # "exact" | "asymptotic"
+
+
+def _ranks(values: np.ndarray) -> np.ndarray:
+    """1-based ranks with ties given the mean of the ranks they span (midranks)."""
+    order = np.argsort(values, kind="mergesort")
+    sorted_vals = values[order]
+    # Start of each run of equal values in sorted order.
+    new_run = np.r_[True, sorted_vals[1:] != sorted_vals[:-1]]
+    run_id = np.cumsum(new_run) - 1
+    run_start = np.flatnonzero(new_run)
+    run_end = np.r_[run_start[1:], len(values)]  # exclusive
+    mid = (run_start + run_end + 1) / 2.0  # mean of ranks start+1 .. end
+    ranks = np.empty(len(values))
+    ranks[order] = mid[run_id]
+    return ranks
+
+
+def _exact_counts(m: int, n: int) -> np.ndarray:
+    """Number of orderings of m x's and n y's giving each U = 0..m*n (U counts x > y pairs).
+
+    These counts are the coefficients of the Gaussian binomial [m+n choose m](q)
+    = prod_{k=1..m} (1 - q^(n+k)) / (1 - q^k): each factor pair keeps the partial
+    product a polynomial, so the series arithmetic below (truncated at degree m*n) is
+    exact. Python integers (object arrays) because the counts pass 2**53 quickly.
+    """
+    m, n = min(m, n), max(m, n)  # symmetric in m, n; the loop runs over the smaller
+    size = m * n + 1
+    poly = np.zeros(size, dtype=object)
+    poly[0] = 1
+    for k in range(1, m + 1):
+        shift = n + k
+        if shift < size:  # multiply by (1 - q^shift)
+            poly[shift:] = poly[shift:] - poly[: size - shift]
+        # divide by (1 - q^k): coefficient i gains coefficient i-k, in increasing order,
+        # i.e. a cumulative sum along each residue class modulo k.
+        padded = np.concatenate([poly, np.zeros(-size % k, dtype=object)])
+        poly = np.cumsum(padded.reshape(-1, k), axis=0).reshape(-1)[:size]
+    return poly
+
+
+def _norm_sf(z: float) -> float:
+    return 0.5 * math.erfc(z / math.sqrt(2.0))
+
+
+def mann_whitney_u(x, y) -> MannWhitney:
+    """Two-sided Mann-Whitney U test of "x and y come from the same distribution".
+
+    Returns U for ``x`` and the p-value. Raises ValueError on an empty sample.
+    """
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(y, dtype=float)
+    m, n = len(x), len(y)
+    if m == 0 or n == 0:
+        raise ValueError("both samples need at least one value")
+    both = np.concatenate([x, y])
+    ranks = _ranks(both)
+    u1 = float(ranks[:m].sum() - m * (m + 1) / 2.0)
+    u2 = m * n - u1
+    big = max(u1, u2)  # two-sided: the more extreme of the two tails, doubled
+    _, tie_counts = np.unique(both, return_counts=True)
+    has_ties = bool((tie_counts > 1).any())
+
+    if not has_ties and min(m, n) <= EXACT_MAX_MIN_N and m * n <= EXACT_MAX_PAIRS:
+        counts = _exact_counts(m, n)
+        # P(U >= big) as an exact fraction of integers, then one float division.
+        p_upper = sum(counts[int(round(big)):]) / sum(counts)
+        return MannWhitney(u1, float(min(1.0, 2.0 * p_upper)), "exact")
+
+    total = m + n
+    tie_term = float((tie_counts.astype(float) ** 3 - tie_counts).sum())
+    var = m * n / 12.0 * ((total + 1) - tie_term / (total * (total - 1)))
+    if var <= 0:  # every value identical: no evidence of any difference
+        return MannWhitney(u1, 1.0, "asymptotic")
+    z = (big - m * n / 2.0 - 0.5) / math.sqrt(var)  # 0.5: continuity correction
+    return MannWhitney(u1, float(min(1.0, 2.0 * _norm_sf(z))), "asymptotic")
+
+
+@dataclass(frozen=True)
+class RatioInterval:
+    ratio: float  # median(after) / median(before) of the observed samples
+    low: float
+    high: float
+    level: float  # e.g. 0.95
+    resamples: int
+
+
+def bootstrap_median_ratio(
+    before, after, *, resamples: int = 2000, level: float = 0.95, seed: int = 0
+) -> RatioInterval:
+    """Percentile bootstrap interval of median(after) / median(before).
+
+    Each side is resampled with replacement independently (the runs are independent).
+    A ratio below 1 means "after" is smaller (for latency: faster). Raises ValueError if a
+    sample is empty or the before median is not positive.
+    """
+    before = np.asarray(before, dtype=float)
+    after = np.asarray(after, dtype=float)
+    if len(before) == 0 or len(after) == 0:
+        raise ValueError("both samples need at least one value")
+    base = float(np.median(before))
+    if base <= 0:
+        raise ValueError("the before median must be positive for a ratio")
+    rng = np.random.default_rng(seed)
+    b = np.median(before[rng.integers(0, len(before), (resamples, len(before)))], axis=1)
+    a = np.median(after[rng.integers(0, len(after), (resamples, len(after)))], axis=1)
+    with np.errstate(divide="ignore"):
+        ratios = a / b
+    tail = (1.0 - level) / 2.0 * 100.0
+    low, high = np.percentile(ratios, [tail, 100.0 - tail])
+    return RatioInterval(float(np.median(after)) / base, float(low), float(high), level, resamples)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Verdict on two samples of a quantity (e.g. step latency in ms)."""
+
+    n_before: int
+    n_after: int
+    median_before: float | None
+    median_after: float | None
+    p_value: float | None
+    method: str | None
+    interval: RatioInterval | None
+    verdict: str  # "lower" | "higher" | "no significant change" | "inconclusive"
+    reason: str  # one sentence a user reads: why this verdict
+    noise_floor: float = 0.0  # relative median shift treated as run-to-run noise
+
+    def to_json(self) -> dict:
+        out = {
+            "n_before": self.n_before,
+            "n_after": self.n_after,
+            "median_before": self.median_before,
+            "median_after": self.median_after,
+            "p_value": self.p_value,
+            "test": f"mann-whitney-u ({self.method})" if self.method else None,
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "noise_floor": self.noise_floor,
+        }
+        if self.interval is not None:
+            out["median_ratio"] = {
+                "value": self.interval.ratio,
+                "low": self.interval.low,
+                "high": self.interval.high,
+                "level": self.interval.level,
+                "resamples": self.interval.resamples,
+            }
+        return out
+
+
+def compare_samples(
+    before, after, *, alpha: float = ALPHA, min_samples: int = MIN_SAMPLES, noise_floor: float = 0.0
+) -> Comparison:
+    """Compare two samples: is "after" significantly lower, higher, or neither?
+
+    Too few samples on a side (< ``min_samples``) gives "inconclusive" with the reason, and
+    a single sample is called out as such: one step has no spread, so nothing can be said
+    about noise. Significance is the Mann-Whitney p-value below ``alpha``; the bootstrap
+    interval of the median ratio is reported alongside for the size of the effect.
+
+    The test sees only the spread *within* each run. Two processes of the same program can
+    differ by more than that (clocks, tracer overhead), so a significant shift of the
+    median within a factor ``1 + noise_floor`` either way (e.g. 0.3: from 1/1.3x to 1.3x)
+    is reported as "no significant change", with the reason.
+    """
+    before = np.asarray([v for v in before if v is not None and np.isfinite(v)], dtype=float)
+    after = np.asarray([v for v in after if v is not None and np.isfinite(v)], dtype=float)
+    nb, na = len(before), len(after)
+    med_b = float(np.median(before)) if nb else None
+    med_a = float(np.median(after)) if na else None
+
+    if nb == 0 or na == 0:
+        side = "before" if nb == 0 else "after"
+        return Comparison(nb, na, med_b, med_a, None, None, None, "inconclusive",
+                          f"inconclusive — no samples on the {side} side")
+    interval = bootstrap_median_ratio(before, after) if med_b and med_b > 0 else None
+    if min(nb, na) < min_samples:
+        if min(nb, na) == 1:
+            side = "before" if nb == 1 else "after"
+            reason = (f"inconclusive — need more steps: the {side} side has a single step, "
+                      "which has no spread, so noise cannot be told from change")
+        else:
+            reason = (f"inconclusive — need more steps: {nb} before and {na} after, "
+                      f"at least {min_samples} per side are needed for a test")
+        return Comparison(nb, na, med_b, med_a, None, None, interval, "inconclusive", reason)
+
+    test = mann_whitney_u(after, before)
+    if test.p_value >= alpha:
+        verdict = "no significant change"
+        reason = f"p = {test.p_value:.3g} ≥ {alpha} (Mann-Whitney U, {nb} vs {na} samples)"
+    else:
+        # Direction from the medians; with a significant rank test they agree with U.
+        verdict = "lower" if test.u < nb * na / 2.0 else "higher"
+        reason = f"p = {test.p_value:.3g} < {alpha} (Mann-Whitney U, {nb} vs {na} samples)"
+        ratio = med_a / med_b if med_b and med_a else None
+        # Symmetric in direction: 1.25x slower and 1/1.25x faster are the same distance.
+        if noise_floor > 0 and ratio is not None and max(ratio, 1.0 / ratio) <= 1.0 + noise_floor:
+            verdict = "no significant change"
+            reason = (f"p = {test.p_value:.3g} < {alpha} within the runs, but the median moved {ratio - 1.0:+.1%}, "
+                      f"inside the run-to-run noise floor (a factor {1.0 + noise_floor:.2f} either way)")
+    return Comparison(nb, na, med_b, med_a, test.p_value, test.method, interval, verdict, reason, noise_floor)

@@ -1,0 +1,120 @@
+"""Helpers for test_diff.py and test_gate.py: the CLI runner and CRAFTED trace variants.
+
+``cli()`` runs ``python -m perfdoctor`` when the lead's CLI has the diff and gate commands;
+until then it runs the same ``perfdoctor.cli.main`` with the two commands registered exactly
+as cli.py will register them — so the exit-code mapping under test is the real one.
+
+CRAFTED variants of a real H200 Kineto trace, for tests that need a known change:
+
+Each function reads a real fixture, edits its events in one stated way and writes a new
+``.json.gz`` — so the loader, step finder and metrics run unchanged on it. These are
+labelled crafted: they test the arithmetic of diff and gate, not what a GPU does. The
+claims about real eager-vs-graph runs are tested on recorded traces in test_diff.py.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+from conftest import run_cli
+
+WIRING = (
+    "from perfdoctor.cli import app, main\n"
+    "from perfdoctor.diff import diff_command\n"
+    "from perfdoctor.gate import gate_command\n"
+    "names = {c.name for c in app.registered_commands}\n"
+    "'diff' in names or app.command('diff')(diff_command)\n"
+    "'gate' in names or app.command('gate')(gate_command)\n"
+    "main()\n"
+)
+
+
+def _cli_has_commands() -> bool:
+    from perfdoctor.cli import app
+
+    return {"diff", "gate"} <= {c.name for c in app.registered_commands}
+
+
+def cli(*args, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run ``perfdoctor ARGS`` in a subprocess (see the module docstring)."""
+    if _cli_has_commands():
+        return run_cli(*map(str, args), env=env)
+    import os
+
+    return subprocess.run(
+        [sys.executable, "-c", WIRING, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+    )
+
+GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def _rewrite(src: Path, dst: Path, edit: Callable[[dict], None]) -> Path:
+    doc = json.loads(gzip.decompress(src.read_bytes()))
+    edit(doc)
+    dst.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return dst
+
+
+def stretched(src: Path, dst: Path, factor: float) -> Path:
+    """GPU timeline stretched by ``factor`` from the first GPU event on (host side untouched):
+    every step's GPU window ends later, so step latency rises and kernels take longer."""
+
+    def edit(doc: dict) -> None:
+        gpu = [e for e in doc["traceEvents"] if e.get("cat") in GPU_CATEGORIES and e.get("ph") == "X"]
+        t0 = min(e["ts"] for e in gpu)
+        for e in gpu:
+            e["ts"] = t0 + (e["ts"] - t0) * factor
+            e["dur"] = e.get("dur", 0) * factor
+
+    return _rewrite(src, dst, edit)
+
+
+def renamed_kernels(src: Path, dst: Path, old_substring: str, new_name: str) -> Path:
+    """Kernels whose name contains ``old_substring`` renamed to ``new_name`` (as if a
+    compiler had replaced them): the old family vanishes, the new one appears."""
+
+    def edit(doc: dict) -> None:
+        for e in doc["traceEvents"]:
+            if e.get("cat") == "kernel" and old_substring in e.get("name", ""):
+                e["name"] = new_name
+
+    return _rewrite(src, dst, edit)
+
+
+def other_gpu(src: Path, dst: Path, gpu_name: str, driver: int) -> Path:
+    """Same events, a different GPU name and driver in the trace header."""
+
+    def edit(doc: dict) -> None:
+        for props in doc.get("deviceProperties", []):
+            props["name"] = gpu_name
+        doc["cuda_driver_version"] = driver
+
+    return _rewrite(src, dst, edit)
+
+
+def crafted_bundle(trace: Path, dst: Path, *, light_ms: list[float], torch: str, driver: str = "580.95.05") -> Path:
+    """A CRAFTED run bundle around a real trace: manifest with NVML GPU facts, the light
+    pass's step latencies and the torch version the bootstrap would have recorded."""
+    raw = dst / "raw"
+    raw.mkdir(parents=True)
+    (raw / "torch-trace.json.gz").write_bytes(trace.read_bytes())
+    (raw / "torch.json").write_text(json.dumps({"pass": "torch", "environment": {"torch": torch, "cuda": "13.0"}}))
+    manifest = {
+        "schema": "perfdoctor.run/1",
+        "status": "finished",
+        "exit_code": 0,
+        "gpu": {"name": "NVIDIA H200", "driver_version": driver, "cuda_driver_version": 13000},
+        "light_pass": {"step_name": "decode_step", "step_latency_ms": light_ms},
+        "collectors": {"torch": {"status": "ok"}},
+    }
+    (dst / "manifest.json").write_text(json.dumps(manifest))
+    return dst
