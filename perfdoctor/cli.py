@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import orjson
 import typer
 from rich.console import Console
 
 from perfdoctor.errors import UsageError
+from perfdoctor.rules.cli import RULES_OPTION, THRESHOLD_OPTION
 
 app = typer.Typer(
     help=(
@@ -39,17 +40,25 @@ def analyze(
     step: Optional[str] = typer.Option(None, "--step", help="Step range name or glob (e.g. 'decode_step', 'step*'). Default: ProfilerStep#N, else the most frequent repeated range with GPU work."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write metrics.json (schema perfdoctor.metrics/1) here."),
     tokens_per_step: Optional[float] = typer.Option(None, "--tokens-per-step", min=0, help="Tokens one step produces (enables tokens_per_s); overrides what the workload declared."),
+    rules: Optional[List[Path]] = RULES_OPTION,
+    threshold: Optional[List[str]] = THRESHOLD_OPTION,
 ) -> None:
-    """What the GPU spent its time on: metrics, step latency, top kernels and the largest gaps.
+    """What the GPU spent its time on: metrics, step latency, top kernels, the largest gaps,
+    and the ranked findings of the rule packs.
 
     Example: perfdoctor analyze trace.json.gz --step decode_step --json metrics.json
     """
     from perfdoctor.collectors import load_trace
     from perfdoctor.metrics import analyze as analyze_profile
     from perfdoctor.reports.summary import render_summary
+    from perfdoctor.reports.terminal import findings_renderable
+    from perfdoctor.rules.engine import evaluate, load_rules
 
+    ruleset = load_rules(rules or (), threshold or ())  # a bad pack fails before the trace loads
     analysis = analyze_profile(load_trace(path), step=step, tokens_per_step=tokens_per_step)
-    render_summary(analysis, Console())
+    console = Console()
+    render_summary(analysis, console)
+    console.print(findings_renderable(evaluate(ruleset, analysis), analysis))
     if json_out is not None:
         write_json(json_out, analysis.to_json())
         Console(stderr=True).print(f"wrote {json_out}")
@@ -57,9 +66,12 @@ def analyze(
 
 from perfdoctor.diff import diff_command  # noqa: E402
 from perfdoctor.gate import gate_command  # noqa: E402
+from perfdoctor.rules.cli import report_command, rules_app  # noqa: E402
 
+app.command("report")(report_command)
 app.command("diff")(diff_command)
 app.command("gate")(gate_command)
+app.add_typer(rules_app, name="rules")
 
 
 def write_json(path: Path, payload: object) -> None:

@@ -1,0 +1,11 @@
+"""Rules: thresholds with citations, evaluated against an Analysis and ranked.
+
+    from perfdoctor.rules.engine import diagnose
+    findings = diagnose(analysis, packs=["mine.toml"], thresholds=["dram-bandwidth=0.8"])
+
+``engine`` loads and checks TOML packs (``packs/seed.toml`` is the default) and evaluates
+them; ``signals`` computes rule inputs beyond the metric contract; ``evidence`` collects
+the rows of the trace that explain a failure; ``estimates`` says how much time per step
+a fix should win back; ``kernels`` makes kernel names readable; ``cli`` holds the
+``rules`` and ``report`` commands. The pack format and findings.json: docs/rules.md.
+"""

@@ -1,0 +1,136 @@
+"""What every findings report says, worded once: values with units, the verdict, estimates.
+
+The terminal, Markdown, HTML and JSON reports differ in layout only; the sentences and the
+number formats come from here so the four never disagree.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from perfdoctor.metrics import Analysis, Metric
+from perfdoctor.rules.engine import Finding, verdict
+
+
+def fmt(value: float | None, unit: str) -> str:
+    """A value in its unit, for people: ratios as %, rates and bytes scaled."""
+    if value is None:
+        return "—"
+    v = float(value)
+    if unit == "ratio":
+        return f"{v * 100:.3g} %" if abs(v) < 0.01 and v != 0 else f"{v * 100:.1f} %"
+    if unit == "bytes":
+        for suffix, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+            if abs(v) >= scale:
+                return f"{v / scale:.3g} {suffix}"
+        return f"{v:.0f} B"
+    if unit == "flag":
+        return "yes" if v else "no"
+    if unit == "count":
+        return f"{v:,.0f}" if v.is_integer() else f"{v:,.2f}"
+    if unit == "1/s":
+        return f"{v:,.0f} /s" if abs(v) >= 100 else f"{v:.3g} /s"
+    text = f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}"
+    return f"{text} {unit}"
+
+
+def num(v: float) -> str:
+    """3 significant digits without scientific notation for everyday magnitudes."""
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
+def fmt_metric(m: Metric) -> str:
+    return fmt(m.value, m.unit)
+
+
+def unit_of(finding: Finding) -> str:
+    m = finding.values.get(finding.metric or "")
+    return m.unit if m is not None else ""
+
+
+def condition(finding: Finding) -> str:
+    """``< 15 %`` — the pass condition in the metric's unit."""
+    if finding.comparator is None or finding.threshold is None:
+        return "advisory"
+    unit = unit_of(finding) or "ratio"
+    return f"{finding.comparator} {fmt(finding.threshold, unit)}"
+
+
+def measured(finding: Finding) -> str:
+    """``memory_bubble_ratio = 94.1 %`` (+ the metric's note, e.g. "lower bound: ...")."""
+    if finding.metric is None:
+        return ""
+    m = finding.values[finding.metric]
+    note = f" ({m.note})" if m.note else ""
+    return f"{finding.metric} = {fmt_metric(m)}{note}"
+
+
+def context_values(finding: Finding) -> str:
+    """The other values the rule shows: ``launches_per_step = 945, kernels_per_step = 945``."""
+    return ", ".join(f"{k} = {fmt_metric(m)}" for k, m in finding.values.items() if k != finding.metric)
+
+
+def estimate_line(finding: Finding, analysis: Analysis) -> str | None:
+    """``~33.9 ms per step → 26.2 → 235 steps/s`` or None when the rule has no estimate."""
+    ms = finding.recovered_ms
+    if ms is None:
+        return None
+    text = f"~{num(ms)} ms per step recoverable"
+    p = finding.projected
+    sps = analysis.value("steps_per_s")
+    if p.get("steps_per_s") and sps:
+        text += f" → {num(sps)} → {num(p['steps_per_s'])} steps/s if fixed"
+        tps = analysis.value("tokens_per_s")
+        if p.get("tokens_per_s") and tps:
+            text += f" ({num(tps)} → {num(p['tokens_per_s'])} tokens/s)"
+    return text
+
+
+def overlap_line(finding: Finding) -> str | None:
+    if not finding.overlaps:
+        return None
+    return "same time as " + ", ".join(finding.overlaps) + " (not additive)"
+
+
+def verdict_line(findings: Sequence[Finding], analysis: Analysis) -> str:
+    """One line: PASS/FAIL, counts, and the top finding with what fixing it would give."""
+    v = verdict(findings)
+    c = v["counts"]
+    total = sum(c.values())
+    head = {"fail": "FAIL", "pass": "PASS", "not_evaluated": "NOT EVALUATED"}[v["status"]]
+    parts = [f"{head}: {c['fail']} of {total} checks fail, {c['pass']} pass, {c['not_evaluated']} not evaluated"]
+    top = next((f for f in findings if f.status == "fail"), None)
+    if top is not None:
+        est = estimate_line(top, analysis)
+        parts.append(f"top: {top.rule_id}" + (f" ({est})" if est else ""))
+    return " — ".join(parts)
+
+
+def evidence_owner(findings: Sequence[Finding]) -> dict[tuple[str, str], str]:
+    """For each (finding id, evidence kind) shown earlier by another finding, that finding's id.
+
+    Several failures share one evidence table (the largest gaps explain both the bubbles
+    and the low kernel share); reports print it once and point back to it.
+    """
+    first: dict[str, str] = {}
+    seen: dict[tuple[str, str], str] = {}
+    for f in findings:
+        for e in f.evidence:
+            if e.kind in first:
+                seen[(f.rule_id, e.kind)] = first[e.kind]
+            else:
+                first[e.kind] = f.rule_id
+    return seen
+
+
+def by_status(findings: Sequence[Finding], status: str) -> list[Finding]:
+    return [f for f in findings if f.status == status]
+
+
+def source_line(analysis: Analysis) -> str:
+    """``trace.json.gz (kineto) · NVIDIA H200 · 5 steps 'decode_step'``."""
+    meta = analysis.profile.meta
+    dev = analysis.profile.device.get("name") or "unknown device"
+    steps = analysis.steps
+    step = f"{steps.count} steps {steps.name!r}" if steps.name else (steps.reason or "no steps")
+    return f"{meta.get('path', 'trace')} ({meta.get('source', '?')}) · {dev} · {step}"

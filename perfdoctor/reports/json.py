@@ -1,0 +1,44 @@
+"""``findings.json``: the ranked findings as data (schema ``perfdoctor.findings/1``).
+
+The schema is documented in ``docs/rules.md``; CI tools and ``perfdoctor gate`` read it.
+Non-finite numbers (a rate over zero time) are written as ``null``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import orjson
+
+from perfdoctor.metrics import Analysis
+from perfdoctor.reports.common import verdict_line
+from perfdoctor.rules.engine import Finding, verdict
+
+SCHEMA = "perfdoctor.findings/1"
+
+
+def document(findings: Sequence[Finding], analysis: Analysis, packs: Sequence[str] = ()) -> dict[str, Any]:
+    """The findings.json document as a dict."""
+    meta = analysis.profile.meta
+    v = verdict(findings)
+    return {
+        "schema": SCHEMA,
+        "verdict": {**v, "line": verdict_line(findings, analysis)},
+        "source": {
+            "path": meta.get("path"),
+            "loader": meta.get("source"),
+            "device": analysis.profile.device.get("name"),
+            "step_name": analysis.steps.name,
+            "steps": analysis.steps.count,
+        },
+        "baseline": {
+            k: analysis.value(k) for k in ("steps_per_s", "tokens_per_s", "step_latency_ms_p50", "step_latency_ms_p99")
+        },
+        "rule_packs": list(packs),
+        "findings": [f.to_json() for f in findings],
+    }
+
+
+def render(findings: Sequence[Finding], analysis: Analysis, packs: Sequence[str] = ()) -> str:
+    """findings.json text (indented, UTF-8 characters kept)."""
+    return orjson.dumps(document(findings, analysis, packs), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n"

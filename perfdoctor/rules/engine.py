@@ -1,0 +1,627 @@
+"""The rule engine: load TOML rule packs, check them, evaluate them, rank what fails.
+
+A rule is data (see ``docs/rules.md`` and ``packs/seed.toml``)::
+
+    [[rule]]
+    id = "memory-bubbles"
+    title = "The GPU sits idle between kernels"
+    metric = ["memory_bubble_ratio", "gpu_idle_ratio"]   # first one present is compared
+    comparator = "<"                                     # the rule passes when value < threshold
+    threshold = 0.15
+    severity = "error"
+    citation = "000 §5.2 (内存气泡占比 < 15%)"
+    evidence = ["largest_gaps", "top_short_kernels"]
+    estimate = { kind = "idle_between_kernels", residual_gap_us = 2.0 }
+    collect = "any trace with GPU activity"
+    [rule.remediation]
+    steps = ["Capture the decode step in a CUDA graph", "..."]
+    snippet = '''g = torch.cuda.CUDAGraph() ...'''
+    [[rule.variant]]                                     # replaces parts of the rule when
+    when = "graphed"                                     # the steps are graph-replayed
+    [rule.variant.remediation]
+    steps = ["Already one launch per step: fuse kernels / megakernel"]
+
+Packs load in order (the seed pack first, then each ``--rules FILE``); a later pack's rule
+with an existing id overrides only the fields it sets, so a user pack can be just
+``[[rule]] id = "dram-bandwidth"  threshold = 0.8``. ``--threshold id=value`` wins over
+every pack. Every threshold remembers where it came from.
+
+Evaluation never passes a rule whose metric is missing: it is "not evaluated" with the
+reason and how to collect it. Failures are ranked by the time per step their fix should
+win back (:mod:`perfdoctor.rules.estimates`), then by severity.
+"""
+
+from __future__ import annotations
+
+import difflib
+import operator
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, packaged as tomli
+    import tomli as tomllib  # type: ignore[no-redef]
+
+from perfdoctor.errors import UsageError
+from perfdoctor.metrics import Analysis, Metric
+from perfdoctor.rules.estimates import ESTIMATES, Estimate
+from perfdoctor.rules.evidence import EVIDENCE, Evidence
+from perfdoctor.rules.signals import KNOWN_INPUTS, inputs
+
+SEED_PACK = Path(__file__).parent / "packs" / "seed.toml"
+SCHEMA = "perfdoctor.rules/1"
+
+COMPARATORS: dict[str, Callable[[float, float], bool]] = {
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+    "==": operator.eq,
+}
+SEVERITIES = ("info", "warning", "error", "critical")
+SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
+STATUS_ORDER = ("fail", "advisory", "pass", "not_evaluated")
+
+PACK_FIELDS = {"schema", "name", "description", "rule"}
+RULE_FIELDS = {
+    "id", "title", "description", "metric", "show", "comparator", "threshold", "severity",
+    "citation", "evidence", "estimate", "collect", "remediation", "variant",
+}
+VARIANT_FIELDS = {"when", "title", "remediation", "estimate"}
+REMEDIATION_FIELDS = {"steps", "snippet"}
+REQUIRED = ("title", "metric", "severity", "citation", "remediation")
+ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+
+
+# --- what the workload looks like: conditions a variant can select on ------------------
+
+def _graphed(values: dict[str, Metric]) -> bool:
+    """Steps are replayed from CUDA graphs: few launches replay many kernels.
+
+    Judged on launches, not kernels: a graph-captured decode still runs hundreds of kernels
+    per step, and telling it to "use CUDA graphs" would be wrong.
+    """
+    share = values.get("graph_replay_share")
+    if share is not None and share.value is not None and share.value >= 0.5:
+        return True
+    launches = values.get("launches_per_step")
+    kernels = values.get("kernels_per_step")
+    if launches is None or kernels is None or launches.value is None or kernels.value is None:
+        return False
+    return kernels.value >= 4 * max(launches.value, 1.0)
+
+
+PREDICATES: dict[str, tuple[Callable[[dict[str, Metric]], bool], str]] = {
+    "graphed": (_graphed, "steps are CUDA-graph replays (graph kernels ≥ 50 %, or kernels ≥ 4 × launches per step)"),
+}
+
+
+# --- the rule model ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Remediation:
+    steps: tuple[str, ...]
+    snippet: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"steps": list(self.steps), "snippet": self.snippet}
+
+
+@dataclass(frozen=True)
+class EstimateSpec:
+    kind: str
+    params: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class Variant:
+    when: str
+    title: str | None = None
+    remediation: Remediation | None = None
+    estimate: EstimateSpec | None = None
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    title: str
+    metrics: tuple[str, ...]
+    severity: str
+    citation: str
+    remediation: Remediation
+    comparator: str | None = None
+    threshold: float | None = None
+    threshold_origin: str = ""
+    description: str = ""
+    show: tuple[str, ...] = ()
+    evidence: tuple[str, ...] = ()
+    estimate: EstimateSpec | None = None
+    collect: str = ""
+    variants: tuple[Variant, ...] = ()
+    origin: str = ""  # the pack file(s) that define it
+
+    @property
+    def advisory(self) -> bool:
+        return self.comparator is None
+
+    def condition(self) -> str:
+        """``memory_bubble_ratio < 0.15`` — the condition under which the rule passes."""
+        if self.advisory:
+            return "advisory (no threshold)"
+        return f"{self.metrics[0]} {self.comparator} {self.threshold:g}"
+
+
+@dataclass
+class RuleSet:
+    rules: dict[str, Rule]
+    packs: list[str]
+
+    def __iter__(self):
+        return iter(self.rules.values())
+
+    def __len__(self) -> int:
+        return len(self.rules)
+
+    def get(self, rule_id: str) -> Rule:
+        if rule_id not in self.rules:
+            raise UsageError(f"no rule {rule_id!r}{_suggest(rule_id, self.rules)} (see `perfdoctor rules list`)")
+        return self.rules[rule_id]
+
+
+# --- loading and validation -------------------------------------------------------------
+
+def _suggest(word: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+class _Locator:
+    """Finds the line of a rule or of one of its fields in a pack's text, for error messages.
+
+    tomllib returns plain dicts without positions, so a semantic error ("unknown metric")
+    is located by scanning the text: the n-th ``[[rule]]`` header starts rule n, and the
+    field is the first ``name =`` (or ``[rule.name]`` table) inside that block.
+    """
+
+    HEADER = re.compile(r"^\s*\[\[\s*rule\s*\]\]")
+
+    def __init__(self, text: str) -> None:
+        self.lines = text.splitlines()
+        self.starts = [i for i, line in enumerate(self.lines) if self.HEADER.match(line)]
+
+    def line(self, index: int, field: str | None = None) -> int:
+        if index >= len(self.starts):
+            return 1
+        lo = self.starts[index]
+        hi = self.starts[index + 1] if index + 1 < len(self.starts) else len(self.lines)
+        if field:
+            key = re.escape(field.split(".")[-1])
+            pattern = re.compile(rf"^\s*(?:{key}\s*=|\[\[?\s*rule\.(?:[\w.]+\.)?{key}\s*\]\]?)")
+            for i in range(lo, hi):
+                if pattern.match(self.lines[i]):
+                    return i + 1
+        return lo + 1
+
+
+class _PackError(Exception):
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def _need(cond: bool, field: str, message: str) -> None:
+    if not cond:
+        raise _PackError(field, message)
+
+
+def _known_fields(table: dict[str, Any], allowed: set[str], prefix: str = "") -> None:
+    """Reject a misspelt field (``colour``, ``treshold``): silently ignoring it would hide the mistake."""
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        name = unknown[0]
+        raise _PackError(f"{prefix}{name}", f"unknown field{_suggest(name, allowed)} (allowed: {', '.join(sorted(allowed))})")
+
+
+def _strings(value: Any, field: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    _need(isinstance(value, list) and all(isinstance(v, str) for v in value), field, "expected a string or a list of strings")
+    return tuple(value)
+
+
+def _remediation(raw: Any, field: str) -> Remediation:
+    _need(isinstance(raw, dict), field, "expected a table with 'steps' (list of strings) and 'snippet'")
+    _known_fields(raw, REMEDIATION_FIELDS, f"{field}.")
+    steps = _strings(raw.get("steps", []), f"{field}.steps")
+    _need(bool(steps), f"{field}.steps", "at least one step is required")
+    snippet = raw.get("snippet", "")
+    _need(isinstance(snippet, str), f"{field}.snippet", "expected a string")
+    return Remediation(steps, snippet.strip("\n"))
+
+
+def _estimate(raw: Any, field: str) -> EstimateSpec:
+    if isinstance(raw, str):
+        raw = {"kind": raw}
+    _need(isinstance(raw, dict) and isinstance(raw.get("kind"), str), field, "expected a kind name or a table with 'kind'")
+    kind = raw["kind"]
+    _need(kind in ESTIMATES, f"{field}.kind", f"unknown estimate kind {kind!r}{_suggest(kind, ESTIMATES)}; known: {', '.join(ESTIMATES)}")
+    params = {k: v for k, v in raw.items() if k != "kind"}
+    allowed = ESTIMATES[kind][1]
+    for k, v in params.items():
+        _need(k in allowed, f"{field}.{k}", f"estimate {kind!r} takes no parameter {k!r} (takes: {', '.join(allowed) or 'none'})")
+        _need(isinstance(v, (int, float)) and not isinstance(v, bool), f"{field}.{k}", "expected a number")
+    return EstimateSpec(kind, tuple(sorted((k, float(v)) for k, v in params.items())))
+
+
+def _rule(raw: dict[str, Any], origin: str, threshold_origin: str) -> Rule:
+    """Build a Rule from its merged TOML table, raising _PackError naming the bad field."""
+    _known_fields(raw, RULE_FIELDS)
+    for key in REQUIRED:
+        _need(key in raw, key, "required field is missing")
+    _need(isinstance(raw["title"], str) and raw["title"].strip() != "", "title", "expected a non-empty string")
+    metrics = _strings(raw["metric"], "metric")
+    _need(bool(metrics), "metric", "at least one metric is required")
+    show = _strings(raw.get("show", []), "show")
+    for key in metrics + show:
+        field = "metric" if key in metrics else "show"
+        _need(key in KNOWN_INPUTS, field, f"unknown metric {key!r}{_suggest(key, KNOWN_INPUTS)} (see docs/rules.md for the list)")
+    comparator, threshold = raw.get("comparator"), raw.get("threshold")
+    _need((comparator is None) == (threshold is None), "threshold" if threshold is None else "comparator",
+          "comparator and threshold go together (leave both out for an advisory rule)")
+    if comparator is not None:
+        _need(isinstance(comparator, str) and comparator in COMPARATORS, "comparator",
+              f"bad comparator {comparator!r}; use one of {' '.join(COMPARATORS)}")
+        _need(isinstance(threshold, (int, float)) and not isinstance(threshold, bool), "threshold", "expected a number")
+    _need(raw["severity"] in SEVERITIES, "severity", f"bad severity {raw['severity']!r}; use one of {', '.join(SEVERITIES)}")
+    _need(isinstance(raw["citation"], str) and raw["citation"].strip() != "", "citation", "expected a non-empty string")
+    kinds = _strings(raw.get("evidence", []), "evidence")
+    for kind in kinds:
+        _need(kind in EVIDENCE, "evidence", f"unknown evidence kind {kind!r}{_suggest(kind, EVIDENCE)}; known: {', '.join(EVIDENCE)}")
+    for key in ("description", "collect"):
+        _need(isinstance(raw.get(key, ""), str), key, "expected a string")
+    variants = []
+    raw_variants = raw.get("variant", [])
+    _need(isinstance(raw_variants, list), "variant", "expected [[rule.variant]] tables")
+    for v in raw_variants:
+        _need(isinstance(v, dict), "variant", "expected [[rule.variant]] tables")
+        _known_fields(v, VARIANT_FIELDS, "variant.")
+        when = v.get("when")
+        _need(when in PREDICATES, "when", f"unknown condition {when!r}; known: {', '.join(PREDICATES)}")
+        _need(isinstance(v.get("title", ""), str), "variant.title", "expected a string")
+        variants.append(
+            Variant(
+                when=when,
+                title=v.get("title"),
+                remediation=_remediation(v["remediation"], "remediation") if "remediation" in v else None,
+                estimate=_estimate(v["estimate"], "estimate") if "estimate" in v else None,
+            )
+        )
+    return Rule(
+        id=raw["id"],
+        title=raw["title"].strip(),
+        metrics=metrics,
+        severity=raw["severity"],
+        citation=raw["citation"].strip(),
+        remediation=_remediation(raw["remediation"], "remediation"),
+        comparator=comparator,
+        threshold=None if threshold is None else float(threshold),
+        threshold_origin=threshold_origin if comparator is not None else "",
+        description=raw.get("description", "").strip(),
+        show=show,
+        evidence=kinds,
+        estimate=_estimate(raw["estimate"], "estimate") if "estimate" in raw else None,
+        collect=raw.get("collect", "").strip(),
+        variants=tuple(variants),
+        origin=origin,
+    )
+
+
+def _read_pack(path: Path) -> tuple[list[dict[str, Any]], _Locator]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"{path}: rule pack not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read rule pack ({exc})") from None
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        at = re.search(r"\(at line (\d+), column (\d+)\)", message)
+        line = int(at.group(1)) if at else 1
+        source = text.splitlines()[line - 1] if 0 < line <= len(text.splitlines()) else ""
+        key = re.match(r"^\s*([\w.\-\"]+)\s*=", source)
+        where = f" in field {key.group(1)!r}" if key else ""
+        reason = re.sub(r"\s*\(at line \d+, column \d+\)", "", message)
+        raise UsageError(f"{path}:{line}: malformed TOML{where}: {reason}") from None
+    locator = _Locator(text)
+    unknown = set(doc) - PACK_FIELDS
+    if unknown:
+        raise UsageError(f"{path}:1: unknown top-level field {sorted(unknown)[0]!r} (a pack has: {', '.join(sorted(PACK_FIELDS))})")
+    if "schema" in doc and doc["schema"] != SCHEMA:
+        raise UsageError(f"{path}:1: field 'schema': {doc['schema']!r} is not {SCHEMA!r}")
+    rules = doc.get("rule", [])
+    if not isinstance(rules, list) or not all(isinstance(r, dict) for r in rules):
+        raise UsageError(f"{path}:1: field 'rule': rules are [[rule]] tables")
+    return rules, locator
+
+
+def load_rules(
+    packs: Sequence[str | Path] = (),
+    thresholds: Sequence[str] = (),
+    *,
+    seed: bool = True,
+) -> RuleSet:
+    """Load the seed pack (unless ``seed=False``), then ``packs`` in order, then ``--threshold`` overrides.
+
+    Raises :class:`UsageError` with ``file:line: rule 'id': field 'name': problem``.
+    """
+    paths = ([SEED_PACK] if seed else []) + [Path(p) for p in packs]
+    merged: dict[str, dict[str, Any]] = {}
+    rules: dict[str, Rule] = {}
+    for path in paths:
+        is_seed = path == SEED_PACK
+        label = "seed default (perfdoctor/rules/packs/seed.toml)" if is_seed else f"pack {path}"
+        raw_rules, locator = _read_pack(path)
+        seen: set[str] = set()
+        for index, raw in enumerate(raw_rules):
+            rid = raw.get("id")
+            if not isinstance(rid, str) or not ID_PATTERN.match(rid):
+                raise UsageError(f"{path}:{locator.line(index, 'id')}: rule #{index + 1}: field 'id': "
+                                 "expected a lowercase id such as 'dram-bandwidth'")
+            if rid in seen:
+                raise UsageError(f"{path}:{locator.line(index, 'id')}: rule {rid!r}: field 'id': defined twice in this pack")
+            seen.add(rid)
+            base = merged.get(rid, {})
+            combined = {**base, **raw}
+            previous = rules.get(rid)
+            threshold_origin = label if ("threshold" in raw or previous is None) else previous.threshold_origin
+            origin = label if previous is None else f"{previous.origin}; overridden by {label}"
+            try:
+                rule = _rule(combined, origin, threshold_origin)
+            except _PackError as err:
+                raise UsageError(f"{path}:{locator.line(index, err.field)}: rule {rid!r}: field {err.field!r}: {err}") from None
+            merged[rid] = combined
+            rules[rid] = rule
+    ruleset = RuleSet(rules, ["seed (built in)" if p == SEED_PACK else str(p) for p in paths])
+    for spec in thresholds:
+        _override(ruleset, spec)
+    return ruleset
+
+
+def _override(ruleset: RuleSet, spec: str) -> None:
+    """Apply one ``--threshold id=value`` (``value`` a number, or a percentage like ``80%``)."""
+    rid, sep, text = spec.partition("=")
+    rid, text = rid.strip(), text.strip()
+    if not sep or not rid or not text:
+        raise UsageError(f"--threshold {spec!r}: expected RULE_ID=VALUE, e.g. dram-bandwidth=0.8")
+    if rid not in ruleset.rules:
+        raise UsageError(f"--threshold {spec!r}: no rule {rid!r}{_suggest(rid, ruleset.rules)} (see `perfdoctor rules list`)")
+    rule = ruleset.rules[rid]
+    if rule.advisory:
+        raise UsageError(f"--threshold {spec!r}: rule {rid!r} is advisory and has no threshold")
+    try:
+        value = float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
+    except ValueError:
+        raise UsageError(f"--threshold {spec!r}: {text!r} is not a number") from None
+    ruleset.rules[rid] = replace(rule, threshold=value, threshold_origin=f"command line (--threshold {rid}={text})")
+
+
+# --- evaluation -------------------------------------------------------------------------
+
+@dataclass
+class Finding:
+    """The outcome of one rule on one analysis."""
+
+    rule_id: str
+    title: str
+    status: str  # "fail" | "pass" | "not_evaluated" | "advisory"
+    severity: str
+    citation: str
+    metric: str | None = None  # the key compared against the threshold
+    values: dict[str, Metric] = field(default_factory=dict)
+    comparator: str | None = None
+    threshold: float | None = None
+    threshold_origin: str = ""
+    evidence: list[Evidence] = field(default_factory=list)
+    remediation: Remediation | None = None
+    estimate: Estimate | None = None
+    estimate_kind: str | None = None
+    projected: dict[str, float] = field(default_factory=dict)
+    reason: str | None = None
+    context: list[str] = field(default_factory=list)  # conditions that selected a variant
+    overlaps: list[str] = field(default_factory=list)  # findings whose estimate counts the same time
+    rank: int | None = None
+
+    @property
+    def recovered_ms(self) -> float | None:
+        return None if self.estimate is None else self.estimate.ms_per_step
+
+    @property
+    def value(self) -> float | None:
+        m = self.values.get(self.metric or "")
+        return None if m is None else m.value
+
+    def to_json(self) -> dict[str, Any]:
+        """One entry of ``findings.json`` (schema in docs/rules.md)."""
+        return {
+            "id": self.rule_id,
+            "title": self.title,
+            "status": self.status,
+            "severity": self.severity,
+            "rank": self.rank,
+            "metric": self.metric,
+            "value": self.value,
+            "comparator": self.comparator,
+            "threshold": self.threshold,
+            "threshold_origin": self.threshold_origin or None,
+            "values": {k: m.to_json() for k, m in self.values.items()},
+            "citation": self.citation,
+            "reason": self.reason,
+            "context": self.context,
+            "estimate": None
+            if self.estimate is None
+            else {
+                "kind": self.estimate_kind,
+                "recovered_ms_per_step": self.estimate.ms_per_step,
+                "formula": self.estimate.formula,
+                "overlaps": self.overlaps,
+            },
+            "projected": self.projected or None,
+            "evidence": [e.to_json() for e in self.evidence],
+            "remediation": None if self.remediation is None else self.remediation.to_json(),
+        }
+
+
+def _not_evaluated(rule: Rule, values: dict[str, Metric]) -> str:
+    key = rule.metrics[0]
+    m = values.get(key)
+    why = (m.reason if m is not None and m.reason else "not collected").rstrip(".")
+    why = why[len("needs "):] if why.startswith("needs ") else why  # the metric's reason often starts so
+    if len(rule.metrics) > 1:
+        key = " or ".join(rule.metrics)
+    collect = f"; collect it with {rule.collect}" if rule.collect else ""
+    return f"needs {key} ({why}){collect}"
+
+
+def _projection(analysis: Analysis, recovered_ms: float | None) -> dict[str, float]:
+    """Steps/s (and tokens/s) if ``recovered_ms`` came off every step.
+
+    The step period is 1 / steps_per_s (the completion rate), or the median latency.
+    """
+    if not recovered_ms or recovered_ms <= 0:
+        return {}
+    sps = analysis.value("steps_per_s")
+    period = 1000.0 / sps if sps else analysis.value("step_latency_ms_p50")
+    if not period or recovered_ms >= period:
+        return {}
+    out = {"step_ms": period - recovered_ms, "steps_per_s": 1000.0 / (period - recovered_ms)}
+    tps = analysis.value("tokens_per_s")
+    if tps and sps:
+        out["tokens_per_s"] = out["steps_per_s"] * tps / sps
+    return out
+
+
+def evaluate_rule(rule: Rule, analysis: Analysis, values: dict[str, Metric]) -> Finding:
+    """Evaluate one rule: pick its metric, compare, and for a failure collect evidence and estimate."""
+    context = [name for name, (pred, _) in PREDICATES.items() if pred(values)]
+    title, remediation, spec = rule.title, rule.remediation, rule.estimate
+    for v in rule.variants:
+        if v.when in context:
+            title = v.title or title
+            remediation = v.remediation or remediation
+            spec = v.estimate or spec
+    shown = {k: values[k] for k in rule.metrics + rule.show if k in values and values[k].value is not None}
+    metric = next((k for k in rule.metrics if values.get(k) is not None and values[k].value is not None), None)
+    finding = Finding(
+        rule_id=rule.id,
+        title=title,
+        status="not_evaluated",
+        severity=rule.severity,
+        citation=rule.citation,
+        metric=metric,
+        values=shown,
+        comparator=rule.comparator,
+        threshold=rule.threshold,
+        threshold_origin=rule.threshold_origin,
+        remediation=remediation,
+        context=context,
+    )
+    if metric is None:
+        finding.reason = _not_evaluated(rule, values)
+        return finding
+    if rule.advisory:
+        finding.status = "advisory"
+    else:
+        passed = COMPARATORS[rule.comparator](values[metric].value, rule.threshold)
+        finding.status = "pass" if passed else "fail"
+    if metric != rule.metrics[0]:
+        # A fallback metric is used: say which, and what the preferred one needed.
+        finding.reason = f"uses {metric} because {rule.metrics[0]} is absent: {values[rule.metrics[0]].reason if rule.metrics[0] in values else 'not collected'}"
+    if finding.status in ("fail", "advisory"):
+        finding.evidence = [EVIDENCE[kind](analysis) for kind in rule.evidence]
+    if finding.status == "fail" and spec is not None:
+        fn = ESTIMATES[spec.kind][0]
+        finding.estimate = fn(analysis, rule.threshold, dict(spec.params))
+        finding.estimate_kind = spec.kind
+        finding.projected = _projection(analysis, finding.estimate.ms_per_step)
+    return finding
+
+
+def rank(findings: list[Finding]) -> list[Finding]:
+    """Failures by estimated time recovered per step (desc), then severity; then advisories, passes, not evaluated."""
+    order = {f.rule_id: i for i, f in enumerate(findings)}
+
+    def key(f: Finding) -> tuple:
+        ms = f.recovered_ms
+        return (
+            STATUS_ORDER.index(f.status),
+            -(ms if ms is not None else -1.0),
+            -SEVERITY_RANK[f.severity],
+            order[f.rule_id],
+        )
+
+    ranked = sorted(findings, key=key)
+    fails = [f for f in ranked if f.status == "fail"]
+    for i, f in enumerate(fails, start=1):
+        f.rank = i
+    # Findings whose estimates are the same formula with the same result count the same
+    # time: point each to the others so no one adds them up.
+    for f in fails:
+        if f.estimate is None or f.estimate.ms_per_step is None:
+            continue
+        f.overlaps = [
+            g.rule_id
+            for g in fails
+            if g is not f and g.estimate_kind == f.estimate_kind and g.estimate is not None
+            and g.estimate.ms_per_step == f.estimate.ms_per_step
+        ]
+    _fill_top_finding(fails)
+    return ranked
+
+
+TOP_FINDING = "{top_finding}"
+
+
+def _fill_top_finding(fails: list[Finding]) -> None:
+    """Replace ``{top_finding}`` in remediation steps by the best-ranked *other* failure.
+
+    Some fixes are "whatever ranks first" (a p99 above target is fixed by fixing what sets
+    the step time), which only the ranking knows.
+    """
+    for f in fails:
+        if f.remediation is None or not any(TOP_FINDING in step for step in f.remediation.steps):
+            continue
+        other = next((g for g in fails if g is not f), None)
+        text = f"{other.rule_id} ({other.title})" if other is not None else "the other findings (none fails)"
+        steps = tuple(step.replace(TOP_FINDING, text) for step in f.remediation.steps)
+        f.remediation = replace(f.remediation, steps=steps)
+
+
+def evaluate(rules: RuleSet, analysis: Analysis) -> list[Finding]:
+    """Evaluate every rule against ``analysis`` and return the findings, ranked."""
+    values = inputs(analysis)
+    return rank([evaluate_rule(rule, analysis, values) for rule in rules])
+
+
+def diagnose(
+    analysis: Analysis, packs: Sequence[str | Path] = (), thresholds: Sequence[str] = ()
+) -> list[Finding]:
+    """Load the rules (seed + ``packs`` + ``thresholds``) and evaluate them: what `analyze` and `report` call."""
+    return evaluate(load_rules(packs, thresholds), analysis)
+
+
+def verdict(findings: Sequence[Finding]) -> dict[str, Any]:
+    """The outcome: "fail" when any rule fails, "pass" when some pass and none fail, and
+    "not_evaluated" when no rule could be checked (a CPU-only trace is not a healthy one)."""
+    counts = {s: sum(1 for f in findings if f.status == s) for s in STATUS_ORDER}
+    top = next((f for f in findings if f.status == "fail"), None)
+    status = "fail" if counts["fail"] else "pass" if counts["pass"] else "not_evaluated"
+    return {
+        "status": status,
+        "counts": counts,
+        "top": None if top is None else top.rule_id,
+    }

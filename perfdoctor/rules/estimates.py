@@ -1,0 +1,141 @@
+"""How much time per step fixing a finding should win back: small, stated formulas.
+
+The report ranks failures by these numbers, so each one is a formula a reader can check
+against the trace, not a model. Every estimator returns the milliseconds per step and the
+formula in words with the numbers it used. Parameters (``residual_gap_us``, ``speedup``)
+come from the rule's ``[rule.estimate]`` table, so a pack can restate an assumption.
+
+Estimates that measure the same bubbles (launch overhead, short kernels, idle GPU) are not
+additive; the engine marks findings that share an estimate as overlapping.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from perfdoctor.metrics import Analysis
+from perfdoctor.rules import evidence
+from perfdoctor.rules.kernels import family, gemm_precision
+from perfdoctor.rules.signals import step_activities
+
+
+@dataclass(frozen=True)
+class Estimate:
+    ms_per_step: float | None
+    formula: str
+
+
+def _median_ms(values_ns: np.ndarray) -> float:
+    return float(np.median(values_ns)) / 1e6 if len(values_ns) else 0.0
+
+
+def _per_step_ms(analysis: Analysis, per_gap_ns: np.ndarray, steps: np.ndarray) -> float:
+    """Median over all steps (a step without such gaps counts 0) of the per-step sum, in ms."""
+    totals = np.zeros(max(analysis.steps.count, 1))
+    np.add.at(totals, steps.astype(np.int64), per_gap_ns)
+    return _median_ms(totals)
+
+
+def idle_between_kernels(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
+    """Bubbles between a step's GPU activities, less the gap that back-to-back replay still leaves.
+
+    Per gap: max(0, gap − residual). A CUDA graph replays kernels with ~1-2 µs between them
+    instead of the host's launch cadence; a megakernel leaves none (``residual_gap_us = 0``).
+    Gaps in which a synchronizing call returned are left out: they are the host-syncs
+    rule's time (:func:`sync_wait_time`), and a graph does not remove a sync.
+    """
+    residual_us = float(params.get("residual_gap_us", 2.0))
+    if analysis.steps.count == 0:
+        return Estimate(None, "needs steps with GPU work")
+    gaps = evidence.gap_table(analysis)
+    gaps = gaps[~gaps["after_sync"]]
+    won = np.clip(gaps["length_ns"].to_numpy(dtype=np.float64) - residual_us * 1e3, 0, None)
+    ms = _per_step_ms(analysis, won, gaps["step"].to_numpy())
+    return Estimate(
+        ms,
+        f"median over steps of Σ max(0, gap − {residual_us:g} µs) over the gaps between the step's GPU activities "
+        f"(gaps after a host sync excluded) = {ms:.3g} ms",
+    )
+
+
+def sync_wait_time(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
+    """GPU idle time in the gaps during which a synchronizing call returned.
+
+    After a sync returns, the GPU has nothing queued until the host issues the next work:
+    that bubble is what removing the sync wins (the wait itself is the GPU finishing work
+    that has to run anyway).
+    """
+    if analysis.steps.count == 0:
+        return Estimate(None, "needs steps with GPU work")
+    gaps = evidence.gap_table(analysis)
+    gaps = gaps[gaps["after_sync"]]
+    ms = _per_step_ms(analysis, gaps["length_ns"].to_numpy(dtype=np.float64), gaps["step"].to_numpy())
+    return Estimate(ms, f"median over steps of the GPU idle gaps in which a synchronizing call returned = {ms:.3g} ms")
+
+
+def pageable_copy_time(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
+    """Time in pageable copies × the part pinned memory saves (pinned copies run ``speedup``× faster)."""
+    speedup = float(params.get("speedup", 2.0))
+    st = evidence.step_gpu_stats(analysis)
+    if st.empty:
+        return Estimate(None, "needs steps with GPU work")
+    ms = _median_ms(st["pageable_ns"].to_numpy()) * (1 - 1 / speedup)
+    return Estimate(ms, f"median pageable copy time per step × (1 − 1/{speedup:g}, pinned copies being {speedup:g}× faster) = {ms:.3g} ms")
+
+
+def memcpy_time(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
+    """Copy and memset time inside a step: what keeping the data on the device removes."""
+    st = evidence.step_gpu_stats(analysis)
+    if st.empty:
+        return Estimate(None, "needs steps with GPU work")
+    ms = _median_ms(st["copy_ns"].to_numpy())
+    return Estimate(ms, f"median copy + memset time per step = {ms:.3g} ms")
+
+
+def bandwidth_gap(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
+    """GPU busy time beyond what the step's bytes need at the target bandwidth.
+
+    A step moves B bytes; at the target utilisation that takes ``floor = B / (peak × target)``,
+    with B per step recovered from the measured utilisation over the span S:
+    ``floor = dram_bw_util × |S| / steps / target``. Idle gaps are left out — they are the
+    bubble rules' time — so this is what better kernels (weights streamed continuously,
+    fewer bytes) win on top of removing bubbles.
+    """
+    util = analysis.value("dram_bw_util")
+    span = analysis.steps.span
+    if util is None or not threshold or span is None or analysis.steps.count == 0:
+        return Estimate(None, "needs dram_bw_util and steps with GPU work")
+    floor_ns = util * (span[1] - span[0]) / analysis.steps.count / threshold
+    st = evidence.step_gpu_stats(analysis)
+    ms = _median_ms(np.clip(st["busy_ns"].to_numpy(dtype=np.float64) - floor_ns, 0, None))
+    return Estimate(
+        ms,
+        f"median over steps of (GPU busy time − dram_bw_util × |S| / steps / target) = busy − {floor_ns / 1e6:.3g} ms "
+        f"(the step's bytes at {threshold:g} of peak) = {ms:.3g} ms; idle gaps are counted by the bubble rules",
+    )
+
+
+def fp32_gemm_time(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
+    """fp32 GEMM time × the part bf16 tensor cores save (``speedup``× faster)."""
+    speedup = float(params.get("speedup", 2.0))
+    acts = step_activities(analysis)
+    k = acts[acts["kind"] == "kernel"]
+    k = k[k["name"].map(family) == "gemm"]
+    k = k[k["name"].map(gemm_precision) == "fp32"]
+    per_step = (k["end_ns"] - k["start_ns"]).groupby(k["step"]).sum().reindex(range(analysis.steps.count), fill_value=0)
+    ms = _median_ms(per_step.to_numpy()) * (1 - 1 / speedup)
+    return Estimate(ms, f"median fp32 GEMM time per step × (1 − 1/{speedup:g}) = {ms:.3g} ms")
+
+
+ESTIMATES: dict[str, tuple[Callable[[Analysis, float | None, dict[str, Any]], Estimate], tuple[str, ...]]] = {
+    # kind: (function, parameters it reads)
+    "idle_between_kernels": (idle_between_kernels, ("residual_gap_us",)),
+    "sync_wait_time": (sync_wait_time, ()),
+    "pageable_copy_time": (pageable_copy_time, ("speedup",)),
+    "memcpy_time": (memcpy_time, ()),
+    "bandwidth_gap": (bandwidth_gap, ()),
+    "fp32_gemm_time": (fp32_gemm_time, ("speedup",)),
+}

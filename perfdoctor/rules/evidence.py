@@ -1,0 +1,437 @@
+"""Evidence: the few rows of the trace that show *why* a rule failed.
+
+A finding that says "GPU idle 94 %" is a number; a finding that lists the kernel that ran
+480 times per step for 3 µs each, and the 120 µs gap in which the host was still issuing
+the next launch, is a diagnosis. Each collector here is a pure function of an
+:class:`~perfdoctor.metrics.Analysis` returning one small table (:class:`Evidence`); rules
+name the collectors they want in their ``evidence`` list.
+
+Per-step figures are averages over the steps found (``/ step``), so they compare directly
+with the step latency.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from perfdoctor.metrics import SHORT_KERNEL_NS, Analysis
+from perfdoctor.rules.kernels import family, gemm_precision, short_name
+from perfdoctor.rules.signals import model_bytes_per_step, step_activities
+from perfdoctor.steps import base_name, is_launch, is_sync
+
+TOP = 8  # rows per evidence table: enough to act on, short enough for a PR comment
+
+
+@dataclass
+class Evidence:
+    """One small table: ``rows`` are lists aligned with ``columns``; ``note`` says what is missing."""
+
+    kind: str
+    title: str
+    columns: list[str]
+    rows: list[list[Any]] = field(default_factory=list)
+    note: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "title": self.title, "columns": self.columns, "rows": self.rows}
+        if self.note:
+            out["note"] = self.note
+        return out
+
+
+def _steps(analysis: Analysis) -> int:
+    return max(1, analysis.steps.count)
+
+
+def _r(x: float, digits: int = 3) -> float:
+    """Round for display without turning small values into 0 (3 significant digits)."""
+    if x == 0 or not np.isfinite(x):
+        return float(x)
+    return float(f"{x:.{digits}g}")
+
+
+def _clip(text: str, n: int = 48) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def step_gpu_stats(analysis: Analysis) -> pd.DataFrame:
+    """Per step: GPU window, busy (union) and idle time inside it, kernel and copy counts, in ns.
+
+    The idle time inside a step's GPU window is the bubbles the timeline shows between its
+    activities; the host time before the first activity is reported separately (``lead_ns``).
+    """
+    t = analysis.steps.table
+    acts = step_activities(analysis)
+    rows = []
+    for idx, group in acts.groupby("step", sort=True):
+        g = group.sort_values("start_ns", kind="stable")
+        starts = g["start_ns"].to_numpy()
+        ends = g["end_ns"].to_numpy()
+        lo, hi = int(starts.min()), int(ends.max())
+        reach = np.maximum.accumulate(ends)
+        gaps = np.clip(starts[1:] - reach[:-1], 0, None)
+        copies = g[g["kind"].isin(("memcpy", "memset"))]
+        pageable = g[(g["kind"] == "memcpy") & (g["host_mem"] == "pageable")]
+        rows.append(
+            {
+                "step": int(idx),
+                "window_ns": hi - lo,
+                "idle_ns": int(gaps.sum()),
+                "busy_ns": hi - lo - int(gaps.sum()),
+                "lead_ns": lo - int(t.loc[idx, "host_start_ns"]),
+                "latency_ns": hi - int(t.loc[idx, "host_start_ns"]),
+                "kernels": int((g["kind"] == "kernel").sum()),
+                "copy_ns": int((copies["end_ns"] - copies["start_ns"]).sum()),
+                "pageable_ns": int((pageable["end_ns"] - pageable["start_ns"]).sum()),
+            }
+        )
+    return pd.DataFrame(rows, columns=["step", "window_ns", "idle_ns", "busy_ns", "lead_ns", "latency_ns", "kernels", "copy_ns", "pageable_ns"])
+
+
+def _kernel_table(kernels: pd.DataFrame, analysis: Analysis) -> pd.DataFrame:
+    k = kernels.assign(label=kernels["name"].map(short_name), dur=kernels["end_ns"] - kernels["start_ns"])
+    g = k.groupby("label").agg(count=("dur", "size"), total=("dur", "sum"), mean=("dur", "mean"), name=("name", "first"))
+    g["per_step"] = g["count"] / _steps(analysis)
+    g["ms_per_step"] = g["total"] / _steps(analysis) / 1e6
+    return g
+
+
+def top_short_kernels(analysis: Analysis) -> Evidence:
+    acts = step_activities(analysis)
+    k = acts[(acts["kind"] == "kernel") & ((acts["end_ns"] - acts["start_ns"]) < SHORT_KERNEL_NS)]
+    ev = Evidence("top_short_kernels", "Most repeated short kernels (< 10 µs) per step", ["kernel", "per step", "mean µs", "ms / step"])
+    if k.empty:
+        ev.note = "no kernels shorter than 10 µs inside the steps"
+        return ev
+    g = _kernel_table(k, analysis).sort_values(["count", "total"], ascending=False).head(TOP)
+    ev.rows = [[label, _r(r["per_step"]), _r(r["mean"] / 1e3), _r(r["ms_per_step"])] for label, r in g.iterrows()]
+    return ev
+
+
+def top_kernels(analysis: Analysis) -> Evidence:
+    acts = step_activities(analysis)
+    k = acts[acts["kind"] == "kernel"]
+    ev = Evidence("top_kernels", "Kernels by time per step", ["kernel", "family", "per step", "mean µs", "ms / step", "share"])
+    if k.empty:
+        ev.note = "no kernels inside the steps"
+        return ev
+    g = _kernel_table(k, analysis).sort_values("total", ascending=False)
+    total = g["total"].sum()
+    ev.rows = [
+        [label, family(r["name"]), _r(r["per_step"]), _r(r["mean"] / 1e3), _r(r["ms_per_step"]), f"{r['total'] / total:.1%}"]
+        for label, r in g.head(TOP).iterrows()
+    ]
+    return ev
+
+
+def kernel_families(analysis: Analysis) -> Evidence:
+    acts = step_activities(analysis)
+    ev = Evidence("kernel_families", "GPU time by kernel family per step", ["family", "ms / step", "share", "activities / step"])
+    if acts.empty:
+        ev.note = "no GPU activity inside the steps"
+        return ev
+    fam = [family(n, kind) for n, kind in zip(acts["name"], acts["kind"])]
+    a = acts.assign(family=fam, dur=acts["end_ns"] - acts["start_ns"])
+    g = a.groupby("family").agg(total=("dur", "sum"), count=("dur", "size")).sort_values("total", ascending=False)
+    total = max(1, int(g["total"].sum()))
+    n = _steps(analysis)
+    ev.rows = [[f, _r(r["total"] / n / 1e6), f"{r['total'] / total:.1%}", _r(r["count"] / n)] for f, r in g.iterrows()]
+    return ev
+
+
+def gap_table(analysis: Analysis) -> pd.DataFrame:
+    """Every gap between consecutive GPU activities inside a step's GPU window.
+
+    Columns: step, start_ns, end_ns, length_ns, before / after (activity names),
+    after_correlation (of the activity after the gap), window_start_ns, after_sync.
+    """
+    acts = step_activities(analysis).sort_values(["step", "start_ns"], kind="stable")
+    out = []
+    for idx, g in acts.groupby("step", sort=True):
+        starts = g["start_ns"].to_numpy()
+        ends = g["end_ns"].to_numpy()
+        if len(starts) < 2:
+            continue
+        reach = np.maximum.accumulate(ends)[:-1]
+        length = starts[1:] - reach
+        keep = np.flatnonzero(length > 0)
+        names = g["name"].to_numpy()
+        corr = g["correlation"].to_numpy()
+        out.append(
+            pd.DataFrame(
+                {
+                    "step": int(idx),
+                    "start_ns": reach[keep],
+                    "end_ns": starts[1:][keep],
+                    "before": names[:-1][keep],
+                    "after": names[1:][keep],
+                    "after_correlation": corr[1:][keep],
+                    "window_start_ns": int(starts[0]),
+                }
+            )
+        )
+    columns = ["step", "start_ns", "end_ns", "before", "after", "after_correlation", "window_start_ns"]
+    gaps = pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=columns)
+    gaps["length_ns"] = gaps["end_ns"] - gaps["start_ns"]
+    # A gap "follows a sync" when a synchronizing call returned inside it: the GPU ran dry
+    # because the host waited for it, then had to issue new work from scratch.
+    calls = analysis.profile.calls
+    in_step = analysis.steps.call_step.to_numpy() >= 0
+    ends = np.sort(calls.loc[in_step & is_sync(calls["name"]).to_numpy(), "end_ns"].to_numpy())
+    first = np.searchsorted(ends, gaps["start_ns"].to_numpy(dtype=np.int64), side="left")
+    last = np.searchsorted(ends, gaps["end_ns"].to_numpy(dtype=np.int64), side="right")
+    gaps["after_sync"] = last > first
+    return gaps
+
+
+def largest_gaps(analysis: Analysis) -> Evidence:
+    """The longest bubbles, what ran around them, and what the host was doing meanwhile.
+
+    "next launch issued" is when the call that launched the kernel after the gap started,
+    relative to the start of the gap: a positive value means the GPU sat idle waiting for
+    the host to issue work (launch-bound); a negative one means the work was queued in
+    time and something on the device side (a dependency, a sync) held it back.
+    """
+    ev = Evidence(
+        "largest_gaps",
+        "Largest gaps between GPU activities inside steps",
+        ["step", "at ms", "gap µs", "before", "after", "next launch issued", "host calls during gap"],
+    )
+    gaps = gap_table(analysis)
+    if gaps.empty:
+        ev.note = "no gaps between GPU activities inside the steps"
+        return ev
+    total = gaps["length_ns"].sum() / _steps(analysis) / 1e6
+    ev.note = f"{len(gaps) / _steps(analysis):.0f} gaps per step, {total:.3g} ms per step in total"
+    calls = analysis.profile.calls
+    by_corr = calls[calls["correlation"] >= 0].drop_duplicates("correlation").set_index("correlation")["start_ns"]
+    c_start = calls["start_ns"].to_numpy()
+    c_end = calls["end_ns"].to_numpy()
+    c_name = calls["name"].to_numpy()
+    for r in gaps.nlargest(TOP, "length_ns").itertuples():
+        launched = by_corr.get(r.after_correlation)
+        issued = "unknown" if launched is None else f"{(int(launched) - int(r.start_ns)) / 1e3:+.1f} µs"
+        overlap = (c_start < r.end_ns) & (c_end > r.start_ns)
+        counted = Counter(base_name(pd.Series(c_name[overlap], dtype=object)))
+        host = ", ".join(f"{n} ×{c}" if c > 1 else n for n, c in counted.most_common(3)) or "none (host between CUDA calls)"
+        ev.rows.append(
+            [
+                int(r.step),
+                _r((r.start_ns - r.window_start_ns) / 1e6),
+                _r(r.length_ns / 1e3),
+                _clip(short_name(r.before)),
+                _clip(short_name(r.after)),
+                issued,
+                host,
+            ]
+        )
+    return ev
+
+
+PYTHON_SOURCE = "python"  # ranges.source of Python frames (Kineto python_function events, with_stack=True)
+_USER_FRAME = re.compile(r"\.py\(\d+\)")
+_LIBRARY_FRAME = re.compile(r"site-packages|dist-packages|/torch/|/lib/python3")
+MAX_SITE_LOOKUPS = 500  # sync calls looked up for their call site: plenty to name the loop's lines
+
+
+def python_call_site(frames: pd.DataFrame, tid: int, t_ns: int) -> str | None:
+    """The innermost user Python frame (``file.py(line): fn``) running on ``tid`` at ``t_ns``.
+
+    Library frames (torch, site-packages) are skipped: the user wants their own line.
+    """
+    f = frames[(frames["tid"] == tid) & (frames["start_ns"] <= t_ns) & (frames["end_ns"] >= t_ns)]
+    f = f[f["name"].str.contains(_USER_FRAME, na=False) & ~f["name"].str.contains(_LIBRARY_FRAME, na=False)]
+    if f.empty:
+        return None
+    return str(f.loc[f["start_ns"].idxmax(), "name"])
+
+
+def sync_calls(analysis: Analysis) -> Evidence:
+    """Synchronizing calls per step, with the Python line that issued them when the trace has stacks."""
+    ev = Evidence("sync_calls", "Host calls that wait for the GPU, inside steps", ["call", "per step", "mean µs", "ms / step", "Python call sites"])
+    calls = analysis.profile.calls
+    in_step = calls[(analysis.steps.call_step.to_numpy() >= 0)]
+    s = in_step[is_sync(in_step["name"])]
+    if s.empty:
+        ev.note = "no synchronizing calls inside the steps"
+        return ev
+    s = s.assign(dur=s["end_ns"] - s["start_ns"], name=base_name(s["name"]))
+    frames = analysis.profile.ranges
+    frames = frames[frames["source"] == PYTHON_SOURCE]
+    sites: dict[str, Counter] = {}
+    for r in s.head(MAX_SITE_LOOKUPS).itertuples():
+        site = python_call_site(frames, r.tid, r.start_ns) if not frames.empty else None
+        if site:
+            sites.setdefault(r.name, Counter())[site] += 1
+    g = s.groupby("name").agg(count=("dur", "size"), total=("dur", "sum"), mean=("dur", "mean")).sort_values("total", ascending=False)
+    n = _steps(analysis)
+    for name, r in g.head(TOP).iterrows():
+        where = "; ".join(f"{site} ×{c}" for site, c in sites.get(name, Counter()).most_common(3)) or "—"
+        ev.rows.append([name, _r(r["count"] / n), _r(r["mean"] / 1e3), _r(r["total"] / n / 1e6), where])
+    if not sites:
+        # Without Python frames the call site of an .item() is not in the trace: say how
+        # to find it rather than leaving the user to guess.
+        ev.note = (
+            "this trace has no Python stacks; find the call sites with "
+            "torch.profiler.profile(with_stack=True) or torch.cuda.set_sync_debug_mode('warn')"
+        )
+    return ev
+
+
+def _copies(analysis: Analysis) -> pd.DataFrame:
+    acts = step_activities(analysis)
+    return acts[acts["kind"] == "memcpy"]
+
+
+def pageable_copies(analysis: Analysis) -> Evidence:
+    ev = Evidence("pageable_copies", "Copies from or to pageable host memory, per step", ["direction", "per step", "MB / step", "ms / step", "GB/s"])
+    c = _copies(analysis)
+    c = c[c["host_mem"] == "pageable"]
+    if c.empty:
+        ev.note = "no pageable copies inside the steps"
+        return ev
+    ev.rows = _copy_rows(c, analysis, ["copy_kind"])
+    return ev
+
+
+def memcpys(analysis: Analysis) -> Evidence:
+    ev = Evidence("memcpys", "All copies inside steps", ["direction", "host memory", "per step", "MB / step", "ms / step", "GB/s"])
+    c = _copies(analysis)
+    if c.empty:
+        ev.note = "no copies inside the steps"
+        return ev
+    ev.rows = _copy_rows(c.assign(host_mem=c["host_mem"].replace("", "-")), analysis, ["copy_kind", "host_mem"])
+    return ev
+
+
+def _copy_rows(c: pd.DataFrame, analysis: Analysis, keys: list[str]) -> list[list[Any]]:
+    c = c.assign(dur=c["end_ns"] - c["start_ns"], nbytes=c["bytes"].fillna(0))
+    g = c.groupby(keys).agg(count=("dur", "size"), total=("dur", "sum"), nbytes=("nbytes", "sum")).sort_values("total", ascending=False)
+    n = _steps(analysis)
+    rows = []
+    for key, r in g.head(TOP).iterrows():
+        key = list(key) if isinstance(key, tuple) else [key]
+        gbps = r["nbytes"] / r["total"] if r["total"] > 0 else float("nan")  # bytes/ns == GB/s
+        rows.append([*key, _r(r["count"] / n), _r(r["nbytes"] / n / 1e6), _r(r["total"] / n / 1e6), _r(gbps)])
+    return rows
+
+
+def gemm_kernels(analysis: Analysis) -> Evidence:
+    acts = step_activities(analysis)
+    k = acts[(acts["kind"] == "kernel") & (acts["name"].map(family) == "gemm")]
+    ev = Evidence("gemm_kernels", "GEMM kernels and the precision their names state", ["kernel", "precision", "per step", "ms / step"])
+    if k.empty:
+        ev.note = "no GEMM kernels inside the steps"
+        return ev
+    g = _kernel_table(k, analysis).sort_values("total", ascending=False).head(TOP)
+    ev.rows = [[label, gemm_precision(r["name"]), _r(r["per_step"]), _r(r["ms_per_step"])] for label, r in g.iterrows()]
+    return ev
+
+
+def attention_kernels(analysis: Analysis) -> Evidence:
+    acts = step_activities(analysis)
+    k = acts[acts["kind"] == "kernel"]
+    fam = k["name"].map(family)
+    k = k[fam.isin(("attention", "softmax"))]
+    ev = Evidence("attention_kernels", "Attention and softmax kernels per step", ["kernel", "family", "per step", "ms / step"])
+    if k.empty:
+        ev.note = "no attention or softmax kernels inside the steps"
+        return ev
+    g = _kernel_table(k, analysis).sort_values("total", ascending=False).head(TOP)
+    ev.rows = [[label, family(r["name"]), _r(r["per_step"]), _r(r["ms_per_step"])] for label, r in g.iterrows()]
+    return ev
+
+
+def step_latencies(analysis: Analysis) -> Evidence:
+    ev = Evidence(
+        "step_latencies",
+        "Slowest steps",
+        ["step", "latency ms", "host before first GPU work ms", "GPU busy ms", "GPU idle in window ms"],
+    )
+    st = step_gpu_stats(analysis)
+    if st.empty:
+        ev.note = "no steps with GPU work"
+        return ev
+    for r in st.nlargest(TOP, "latency_ns").itertuples():
+        ev.rows.append([r.step, _r(r.latency_ns / 1e6), _r(r.lead_ns / 1e6), _r(r.busy_ns / 1e6), _r(r.idle_ns / 1e6)])
+    return ev
+
+
+def nvml_series(analysis: Analysis) -> Evidence:
+    ev = Evidence("nvml_series", "Sampled GPU metrics during the run", ["metric", "source", "samples", "min", "median", "max"])
+    s = analysis.profile.samples
+    if s.empty:
+        ev.note = "no NVML samples (perfdoctor run collects them)"
+        return ev
+    for (metric, source), g in s.groupby(["metric", "source"]):
+        v = g["value"].to_numpy(dtype=float)
+        ev.rows.append([metric, source, len(v), _r(v.min()), _r(float(np.median(v))), _r(v.max())])
+    return ev
+
+
+def launch_summary(analysis: Analysis) -> Evidence:
+    """Launch calls per step by API name: shows at a glance whether steps are graph-replayed."""
+    ev = Evidence("launch_summary", "Launch calls inside steps", ["call", "per step", "mean µs"])
+    calls = analysis.profile.calls
+    in_step = calls[analysis.steps.call_step.to_numpy() >= 0]
+    launches = in_step[is_launch(in_step["name"])]
+    if launches.empty:
+        ev.note = "no launch calls inside the steps"
+        return ev
+    launches = launches.assign(dur=launches["end_ns"] - launches["start_ns"], name=base_name(launches["name"]))
+    g = launches.groupby("name").agg(count=("dur", "size"), mean=("dur", "mean")).sort_values("count", ascending=False)
+    ev.rows = [[n, _r(r["count"] / _steps(analysis)), _r(r["mean"] / 1e3)] for n, r in g.iterrows()]
+    return ev
+
+
+def bandwidth_budget(analysis: Analysis) -> Evidence:
+    """The seed's model-size tier for this device and the bandwidth floor of a step (000 §7.1)."""
+    ev = Evidence("bandwidth_budget", "Bandwidth budget of one step", ["quantity", "value"])
+    peak = analysis.value("peak_dram_bw_gbps")
+    if not peak:
+        ev.note = "the device peak bandwidth is unknown"
+        return ev
+    if peak >= 600:
+        tier = "≥ 600 GB/s: supports 13B-parameter models (000 §7.1)"
+    elif peak >= 300:
+        tier = "300-600 GB/s: 7B-parameter models recommended (000 §7.1)"
+    else:
+        tier = "< 300 GB/s: below the seed's tiers; prefer models well under 7B (000 §7.1)"
+    ev.rows = [["device peak GB/s", _r(peak)], ["seed tier", tier]]
+    nbytes = model_bytes_per_step(analysis).value
+    if nbytes:
+        floor_ms = nbytes / (peak * 1e9) * 1e3
+        ev.rows += [
+            ["declared bytes / step (GB)", _r(nbytes / 1e9)],
+            ["floor at 100 % of peak, ms / step", _r(floor_ms)],
+            ["floor at 85 % of peak, ms / step", _r(floor_ms / 0.85)],
+        ]
+        p50 = analysis.value("step_latency_ms_p50")
+        if p50:
+            ev.rows.append(["measured step p50, ms (× floor)", f"{_r(p50)} ({p50 / floor_ms:.1f}×)"])
+    else:
+        ev.note = "the step declares no bytes (perfdoctor.declare): the floor cannot be computed"
+    return ev
+
+
+EVIDENCE: dict[str, Callable[[Analysis], Evidence]] = {
+    "top_short_kernels": top_short_kernels,
+    "top_kernels": top_kernels,
+    "kernel_families": kernel_families,
+    "largest_gaps": largest_gaps,
+    "sync_calls": sync_calls,
+    "pageable_copies": pageable_copies,
+    "memcpys": memcpys,
+    "gemm_kernels": gemm_kernels,
+    "attention_kernels": attention_kernels,
+    "step_latencies": step_latencies,
+    "nvml_series": nvml_series,
+    "launch_summary": launch_summary,
+    "bandwidth_budget": bandwidth_budget,
+}

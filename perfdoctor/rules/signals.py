@@ -1,0 +1,125 @@
+"""Rule inputs that are not in the metric contract: read from kernel names, samples, declarations.
+
+``metrics.md`` defines the numbers every loader agrees on. A few seed rules need more:
+whether GEMMs run in fp32, whether attention is fused, PCIe traffic during the steps, the
+bytes a step must read. They are computed here, as :class:`perfdoctor.metrics.Metric`
+values with a source and, when absent, the reason — so the engine treats them exactly like
+contract metrics, and a missing one is "not evaluated", never a pass.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from perfdoctor.metrics import METRIC_UNITS, Analysis, Metric
+from perfdoctor.rules.kernels import family, gemm_precision
+
+
+def step_activities(analysis: Analysis) -> pd.DataFrame:
+    """GPU activities that belong to a step, with a ``step`` column (position in the step table)."""
+    acts = analysis.profile.activities
+    step = analysis.steps.activity_step
+    out = acts[step.to_numpy() >= 0].copy()
+    out["step"] = step[step >= 0].to_numpy()
+    return out
+
+
+def _kernels_in_steps(analysis: Analysis) -> pd.DataFrame:
+    acts = step_activities(analysis)
+    return acts[acts["kind"] == "kernel"]
+
+
+def fp32_gemm_time_ratio(analysis: Analysis) -> Metric:
+    """Share of GEMM time spent in kernels whose name says fp32/tf32, among GEMMs whose name says a precision."""
+    k = _kernels_in_steps(analysis)
+    if k.empty:
+        return Metric(None, "ratio", "kernel-names", reason="no kernels inside steps")
+    names = k["name"]
+    gemm = k[names.map(family) == "gemm"]
+    if gemm.empty:
+        return Metric(None, "ratio", "kernel-names", reason="no GEMM kernels inside steps")
+    precision = gemm["name"].map(gemm_precision)
+    dur = (gemm["end_ns"] - gemm["start_ns"]).astype(float)
+    known = dur[precision != "unknown"].sum()
+    if known <= 0:
+        return Metric(
+            None,
+            "ratio",
+            "kernel-names",
+            reason="the GEMM kernel names do not state their precision (cuBLAS nvjet kernels do not)",
+        )
+    return Metric(float(dur[precision == "fp32"].sum() / known), "ratio", "kernel-names")
+
+
+def unfused_attention(analysis: Analysis) -> Metric:
+    """1 when steps run softmax kernels and no fused attention kernel, 0 when attention is fused."""
+    k = _kernels_in_steps(analysis)
+    if k.empty:
+        return Metric(None, "flag", "kernel-names", reason="no kernels inside steps")
+    fams = k["name"].map(family)
+    if (fams == "attention").any():
+        return Metric(0.0, "flag", "kernel-names", note="a fused attention kernel runs in the steps")
+    if (fams == "softmax").any() and (fams == "gemm").any():
+        return Metric(1.0, "flag", "kernel-names", note="softmax and GEMM kernels, no fused attention kernel")
+    return Metric(None, "flag", "kernel-names", reason="no attention pattern recognised in the kernel names")
+
+
+def pcie_h2d_gbps(analysis: Analysis) -> Metric:
+    """Median host-to-device PCIe throughput (NVML RX, as seen by the GPU) during the profiled span."""
+    s = analysis.profile.samples
+    s = s[s["metric"] == "pcie_rx_bytes_per_s"]
+    span = analysis.steps.span
+    if span is not None and not s.empty:
+        s = s[(s["time_ns"] >= span[0]) & (s["time_ns"] <= span[1])]
+    if s.empty:
+        return Metric(None, "GB/s", "nvml", reason="needs NVML PCIe throughput samples inside the steps")
+    return Metric(float(np.median(s["value"].to_numpy())) / 1e9, "GB/s", "nvml")
+
+
+def model_bytes_per_step(analysis: Analysis) -> Metric:
+    """Bytes one step must read from DRAM, as the workload declared (``perfdoctor.declare``)."""
+    declared = (analysis.profile.meta.get("declared") or {}).get(analysis.steps.name or "", {})
+    if not declared.get("bytes"):
+        return Metric(None, "bytes", "declared", reason="the step declares no bytes (perfdoctor.declare range)")
+    return Metric(float(declared["bytes"]), "bytes", "declared")
+
+
+def bandwidth_floor_ms(analysis: Analysis) -> Metric:
+    """The fastest a step can be if it only streams its declared bytes at the device's peak bandwidth."""
+    peak = analysis.value("peak_dram_bw_gbps")
+    nbytes = model_bytes_per_step(analysis).value
+    if not peak or not nbytes:
+        return Metric(None, "ms", "model", reason="needs the declared bytes per step and the device peak bandwidth")
+    return Metric(nbytes / (peak * 1e9) * 1e3, "ms", "model", note="declared bytes / peak bandwidth")
+
+
+def graph_replay_share(analysis: Analysis) -> Metric:
+    """Share of the steps' kernels replayed from a CUDA graph (the tracer's graph id)."""
+    k = _kernels_in_steps(analysis)
+    if k.empty:
+        return Metric(None, "ratio", "kernel-names", reason="no kernels inside steps")
+    return Metric(float((k["graph_id"] >= 0).mean()), "ratio", str(analysis.profile.meta.get("source", "trace")))
+
+
+SIGNALS: dict[str, tuple[str, Callable[[Analysis], Metric], str]] = {
+    # key: (unit, function, one-line meaning for `perfdoctor rules explain`)
+    "fp32_gemm_time_ratio": ("ratio", fp32_gemm_time_ratio, "share of GEMM time in kernels named fp32/tf32"),
+    "unfused_attention": ("flag", unfused_attention, "1 = softmax + GEMM kernels and no fused attention kernel"),
+    "pcie_h2d_gbps": ("GB/s", pcie_h2d_gbps, "median NVML host-to-device PCIe throughput during the steps"),
+    "model_bytes_per_step": ("bytes", model_bytes_per_step, "bytes a step declares it must read"),
+    "bandwidth_floor_ms": ("ms", bandwidth_floor_ms, "declared bytes per step / device peak bandwidth"),
+    "graph_replay_share": ("ratio", graph_replay_share, "share of step kernels replayed from a CUDA graph"),
+}
+
+KNOWN_INPUTS: dict[str, str] = {**METRIC_UNITS, **{k: unit for k, (unit, _, _) in SIGNALS.items()}}
+
+
+def inputs(analysis: Analysis) -> dict[str, Metric]:
+    """Every value a rule may read: the contract metrics plus the signals above."""
+    values = dict(analysis.metrics)
+    for key, (_, fn, _) in SIGNALS.items():
+        values[key] = fn(analysis)
+    return values
