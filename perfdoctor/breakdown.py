@@ -13,28 +13,62 @@ import pandas as pd
 
 from perfdoctor.metrics import Analysis
 
-_TEMPLATE = re.compile(r"<[^<>]*>")
-_ARGS = re.compile(r"\(.*\)\s*$")
-_SUFFIX = re.compile(r"(_\d+|_0x[0-9a-f]+)+$")
+_TRITON_SPECIALIZATION = re.compile(r"(?:_\d+[cde]*)+$")  # _0d1d2de, _7, _0_1
+_HEX_SUFFIX = re.compile(r"_(?:0x)?[0-9a-f]{8,}$", re.IGNORECASE)  # _0x7f3a91c0, _a1b2c3d4e5f6
+
+
+def _strip_brackets(name: str) -> str:
+    """Remove every ``<...>`` and ``(...)`` group, nested, keeping the text outside them.
+
+    ``operator<`` / ``operator()`` / ``operator->`` are names, not brackets: they are
+    protected before the scan. An unbalanced closer is kept as text (a trace is untrusted
+    input and may be truncated).
+    """
+    protected = (
+        name.replace("(anonymous namespace)", "{anonymous}")
+        .replace("operator()", "operator{call}")
+        .replace("operator<<", "operator{shl}")
+        .replace("operator>>", "operator{shr}")
+        .replace("operator<=", "operator{le}")
+        .replace("operator>=", "operator{ge}")
+        .replace("operator<", "operator{lt}")
+        .replace("operator>", "operator{gt}")
+        .replace("->", "{arrow}")
+    )
+    out: list[str] = []
+    stack: list[str] = []
+    pairs = {"<": ">", "(": ")"}
+    for ch in protected:
+        if ch in pairs:
+            stack.append(pairs[ch])
+        elif stack and ch == stack[-1]:
+            stack.pop()
+        elif not stack:
+            out.append(ch)
+    return "".join(out)
 
 
 def normalize_kernel_name(name: str) -> str:
-    """A kernel's family name: template arguments, argument lists and numeric suffixes removed.
+    """The part of a kernel name that survives recompilation and re-launch.
 
-    ``void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, ...>(int, ...)``
-    → ``at::native::vectorized_elementwise_kernel``; Triton's ``triton_poi_fused_add_0`` →
-    ``triton_poi_fused_add``.
+    ``void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>,
+    std::array<char*, 1ul> >(int, ...)`` → ``at::native::vectorized_elementwise_kernel``;
+    ``triton_poi_fused_add_mul_0`` → ``triton_poi_fused_add_mul``;
+    ``triton__0d1d2d3de`` → ``triton_``; ``kernel_0x7f3a91c0`` → ``kernel``.
+
+    Dropping template arguments merges instantiations of one template (e.g. every
+    elementwise functor) into one row: that is the price of matching across builds, and the
+    row counts how many distinct raw names it holds.
     """
-    n = name.strip()
-    while True:
-        stripped = _TEMPLATE.sub("", n)
-        if stripped == n:
-            break
-        n = stripped
-    n = _ARGS.sub("", n).strip()
-    if n.startswith("void "):
-        n = n[5:]
-    return _SUFFIX.sub("", n) or name
+    text = _strip_brackets(name.strip())
+    text = re.sub(r"^(?:void|__global__)\s+", "", text.strip())
+    text = re.sub(r"\s+", " ", text).strip()
+    previous = None
+    while previous != text:  # suffixes can stack: kernel_0x1a2b3c4d_3
+        previous = text
+        text = _HEX_SUFFIX.sub("", text)
+        text = _TRITON_SPECIALIZATION.sub("", text)
+    return text or name.strip()
 
 
 def normalized_names(names: pd.Series) -> pd.Series:

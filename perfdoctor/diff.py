@@ -22,7 +22,6 @@ rules ran, their findings) in, a :class:`Diff` out. It answers four questions:
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -31,6 +30,7 @@ import numpy as np
 import pandas as pd
 import typer
 
+from perfdoctor.breakdown import normalized_names
 from perfdoctor.errors import UsageError
 from perfdoctor.metrics import HIGHER_IS_BETTER, METRIC_UNITS, Analysis, analyze
 from perfdoctor.profile import Profile
@@ -266,64 +266,6 @@ def compare_metrics(before: Analysis, after: Analysis, comparisons: dict[str, Co
 
 # --------------------------------------------------------------------------- kernels
 
-_TRITON_SPECIALIZATION = re.compile(r"(?:_\d+[cde]*)+$")  # _0d1d2de, _7, _0_1
-_HEX_SUFFIX = re.compile(r"_(?:0x)?[0-9a-f]{8,}$", re.IGNORECASE)  # _0x7f3a91c0, _a1b2c3d4e5f6
-
-
-def _strip_brackets(name: str) -> str:
-    """Remove every ``<...>`` and ``(...)`` group, nested, keeping the text outside them.
-
-    ``operator<`` / ``operator()`` / ``operator->`` are names, not brackets: they are
-    protected before the scan. An unbalanced closer is kept as text (a trace is untrusted
-    input and may be truncated).
-    """
-    protected = (
-        name.replace("(anonymous namespace)", "{anonymous}")
-        .replace("operator()", "operator{call}")
-        .replace("operator<<", "operator{shl}")
-        .replace("operator>>", "operator{shr}")
-        .replace("operator<=", "operator{le}")
-        .replace("operator>=", "operator{ge}")
-        .replace("operator<", "operator{lt}")
-        .replace("operator>", "operator{gt}")
-        .replace("->", "{arrow}")
-    )
-    out: list[str] = []
-    stack: list[str] = []
-    pairs = {"<": ">", "(": ")"}
-    for ch in protected:
-        if ch in pairs:
-            stack.append(pairs[ch])
-        elif stack and ch == stack[-1]:
-            stack.pop()
-        elif not stack:
-            out.append(ch)
-    return "".join(out)
-
-
-def normalize_kernel_name(name: str) -> str:
-    """The part of a kernel name that survives recompilation and re-launch.
-
-    ``void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>,
-    std::array<char*, 1ul> >(int, ...)`` → ``at::native::vectorized_elementwise_kernel``;
-    ``triton_poi_fused_add_mul_0`` → ``triton_poi_fused_add_mul``;
-    ``triton__0d1d2d3de`` → ``triton_``; ``kernel_0x7f3a91c0`` → ``kernel``.
-
-    Dropping template arguments merges instantiations of one template (e.g. every
-    elementwise functor) into one row: that is the price of matching across builds, and the
-    row counts how many distinct raw names it holds.
-    """
-    text = _strip_brackets(name.strip())
-    text = re.sub(r"^(?:void|__global__)\s+", "", text.strip())
-    text = re.sub(r"\s+", " ", text).strip()
-    previous = None
-    while previous != text:  # suffixes can stack: kernel_0x1a2b3c4d_3
-        previous = text
-        text = _HEX_SUFFIX.sub("", text)
-        text = _TRITON_SPECIALIZATION.sub("", text)
-    return text or name.strip()
-
-
 def kernel_table(analysis: Analysis) -> tuple[pd.DataFrame, int, str]:
     """Kernels of one run grouped by normalized name, per step.
 
@@ -343,7 +285,7 @@ def kernel_table(analysis: Analysis) -> tuple[pd.DataFrame, int, str]:
     if k.empty:
         empty = pd.DataFrame({"count": [], "time_us": [], "variants": []}, dtype=float)
         return empty, divisor, per
-    names = k["name"].map(normalize_kernel_name)
+    names = normalized_names(k["name"])
     dur_us = (k["end_ns"] - k["start_ns"]).to_numpy(dtype=float) / 1e3
     frame = pd.DataFrame({"key": names.to_numpy(), "raw": k["name"].to_numpy(), "dur": dur_us})
     g = frame.groupby("key")
