@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from perfdoctor.engine.config import BadInput, ModelConfig
+from perfdoctor.engine.fused import fused_step
 from perfdoctor.engine.model import Transformer
 from perfdoctor.engine.ranges import declare_step, step_range
 
@@ -82,7 +83,7 @@ def graph_step(model: Transformer) -> Step:
     return GraphedStep(eager_step(model))
 
 
-VARIANTS: dict[str, StepFactory] = {"eager": eager_step, "graph": graph_step}
+VARIANTS: dict[str, StepFactory] = {"eager": eager_step, "graph": graph_step, "fused": fused_step}
 
 
 def random_prompt(config: ModelConfig, length: int, seed: int) -> Tensor:

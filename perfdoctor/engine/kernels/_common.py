@@ -1,0 +1,59 @@
+"""Small `@triton.jit` helpers shared by the fused kernels (inlined into each caller)."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def load_1d(ptr, offs, mask, EVEN: tl.constexpr):
+    """Load a vector, skipping the bounds mask when the caller knows the tile is in range.
+
+    An unmasked load lets the compiler emit one 16-byte load per 8 bf16 values.
+    """
+    if EVEN:
+        return tl.load(ptr + offs)
+    else:
+        return tl.load(ptr + offs, mask=mask, other=0.0)
+
+
+@triton.jit
+def load_rows(w_ptr, rows, row_mask, cols, col_mask, K, EVEN: tl.constexpr):
+    """Load the weight tile W[rows, cols] of a row-major [N, K] matrix (zeros out of range)."""
+    ptrs = w_ptr + rows[:, None] * K + cols[None, :]
+    if EVEN:
+        return tl.load(ptrs)
+    else:
+        return tl.load(ptrs, mask=row_mask[:, None] & col_mask[None, :], other=0.0)
+
+
+@triton.jit
+def rms_inv_std(x_ptr, eps, K: tl.constexpr, BLOCK_K: tl.constexpr):
+    """1 / sqrt(mean(x^2) + eps) of a length-K vector, in fp32.
+
+    Every block of a fused norm+GEMV recomputes this from the whole vector: the vector is
+    K * 2 bytes (4 KB for Llama-3.2-1B) and sits in L2, which is far cheaper than a separate
+    norm kernel and a round trip through DRAM.
+    """
+    acc = tl.zeros([BLOCK_K], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        offs = k0 + tl.arange(0, BLOCK_K)
+        x = tl.load(x_ptr + offs, mask=offs < K, other=0.0).to(tl.float32)
+        acc += x * x
+    return tl.math.rsqrt(tl.sum(acc, axis=0) / K + eps)
+
+
+@triton.jit
+def rms_normed(x_ptr, g_ptr, offs, mask, inv_std, EVEN: tl.constexpr, ROUND_TWICE: tl.constexpr):
+    """A chunk of RMSNorm(x) * g in fp32, rounded to the activation dtype like the eager
+    model. PyTorch's fused `F.rms_norm` rounds once, after the gain; the composite
+    formulation (and Hugging Face's LlamaRMSNorm) rounds the normalised x first, then the
+    product. `ROUND_TWICE` picks the latter."""
+    act = x_ptr.dtype.element_ty
+    x = load_1d(x_ptr, offs, mask, EVEN).to(tl.float32)
+    g = load_1d(g_ptr, offs, mask, EVEN).to(tl.float32)
+    n = x * inv_std
+    if ROUND_TWICE:
+        n = n.to(act).to(tl.float32)
+    return (n * g).to(act).to(tl.float32)
