@@ -32,7 +32,7 @@ import typer
 
 from perfdoctor.breakdown import normalized_names
 from perfdoctor.errors import UsageError
-from perfdoctor.metrics import HIGHER_IS_BETTER, METRIC_UNITS, Analysis, analyze
+from perfdoctor.metrics import HIGHER_IS_BETTER, METRIC_UNITS, Analysis, analyze, jsonable
 from perfdoctor.profile import Profile
 from perfdoctor.stats import Comparison, compare_samples
 
@@ -557,7 +557,7 @@ class Diff:
         return f"{what} {word}: median {c.median_before:.4g} → {c.median_after:.4g} ms{size}, {c.reason}"
 
     def to_json(self) -> dict[str, Any]:
-        return _jsonable(
+        return jsonable(
             {
                 "schema": SCHEMA,
                 "before": self.before,
@@ -573,18 +573,6 @@ class Diff:
                 "findings": self.findings.to_json() if self.findings else None,
             }
         )
-
-
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, float) and not np.isfinite(obj):
-        return None  # JSON has no inf/nan
-    return obj
 
 
 def compare_step_samples(before: Analysis, after: Analysis, noise_floor: float | None = None) -> dict[str, Comparison]:

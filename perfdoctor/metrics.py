@@ -107,19 +107,22 @@ class Analysis:
             "schema": SCHEMA,
             "step_name": self.steps.name,
             "metrics": {k: m.to_json() for k, m in self.metrics.items()},
-            "device": _jsonable(self.profile.device),
+            "device": jsonable(self.profile.device),
             "steps": steps,
-            "meta": _jsonable(meta),
+            "meta": jsonable(meta),
         }
 
 
-def _jsonable(obj: Any) -> Any:
+def jsonable(obj: Any) -> Any:
+    """``obj`` with numpy scalars made Python, keys made strings and inf/nan made null."""
     if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
+        return {str(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
+        return [jsonable(v) for v in obj]
     if isinstance(obj, np.generic):
-        return obj.item()
+        obj = obj.item()
+    if isinstance(obj, float) and not np.isfinite(obj):
+        return None  # JSON has no inf/nan
     return obj
 
 
