@@ -17,7 +17,8 @@ Tables and columns
 ``calls`` — host API calls (CUDA runtime and driver): name, start_ns, end_ns, tid,
     correlation.
 ``ranges`` — user annotations on the host: name, start_ns, end_ns, tid, source
-    ("record_function" | "nvtx" | "profiler_step").
+    ("record_function" | "nvtx" | "profiler_step" | "python": a Python stack frame, never
+    a step).
 ``samples`` — time series from samplers (NVML, nsys GPU metrics): time_ns, metric, value,
     source.
 ``counters`` — per-kernel hardware counters (Nsight Compute): correlation, name,

@@ -85,8 +85,9 @@ class Steps:
 
 
 def _candidate_ranges(profile: Profile) -> pd.DataFrame:
+    """Ranges that can be steps: not declarations, not Python stack frames."""
     r = profile.ranges
-    return r[~r["name"].str.startswith(DECLARE_PREFIX, na=False)]
+    return r[~r["name"].str.startswith(DECLARE_PREFIX, na=False) & (r["source"] != "python")]
 
 
 def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | None, pd.DataFrame, str | None]:

@@ -15,6 +15,7 @@ import pytest
 
 from conftest import FIXTURES, run_cli
 from perfdoctor.collectors import load_trace
+from perfdoctor.errors import UsageError
 from perfdoctor.metrics import METRICS, analyze
 from perfdoctor.steps import union_ns
 
@@ -216,3 +217,35 @@ def test_analysis_path_does_not_import_torch() -> None:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "torch-free" in r.stdout
+
+
+STACK_PROGRAM = textwrap.dedent(
+    """
+    import sys, torch
+    from torch.profiler import profile, record_function, ProfilerActivity
+
+    def work(x):
+        return (x @ x).relu().sum()
+
+    x = torch.randn(32, 32)
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+        for _ in range(3):
+            with record_function("stack_step"):
+                work(x)
+    prof.export_chrome_trace(sys.argv[1])
+    """
+)
+
+
+def test_python_frames_are_kept_for_call_sites_but_never_steps(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    path, program = tmp_path / "stack.json", tmp_path / "stacked.py"
+    program.write_text(STACK_PROGRAM)
+    subprocess.run([sys.executable, str(program), str(path)], check=True, timeout=120)
+    profile = load_trace(path)
+    frames = profile.ranges[profile.ranges["source"] == "python"]
+    assert frames["name"].str.contains(r"stacked\.py\(\d+\): work").any()
+    assert analyze(profile, step="stack_step").steps.count == 3
+    # `work` repeats as often as the step, but a Python frame is never a step
+    with pytest.raises(UsageError, match="matches no range"):
+        analyze(profile, step="*: work")

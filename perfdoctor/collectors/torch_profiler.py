@@ -34,7 +34,7 @@ from perfdoctor.profile import (
 
 ACTIVITY_CATEGORIES = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 CALL_CATEGORIES = ("cuda_runtime", "cuda_driver")
-RANGE_CATEGORIES = ("user_annotation", "cpu_op")
+RANGE_CATEGORIES = ("user_annotation", "cpu_op", "python_function")
 PROFILER_STEP = r"^ProfilerStep#\d+$"
 
 # "Memcpy HtoD (Pageable -> Device)": the copy direction and the host memory kind.
@@ -215,24 +215,25 @@ def _calls(events: list[Event], threads: _ThreadIds) -> pd.DataFrame:
 
 
 def _ranges(events: list[Event], threads: _ThreadIds) -> pd.DataFrame:
-    """record_function ranges (``user_annotation``) and ``ProfilerStep#N`` (whatever its category)."""
+    """record_function ranges (``user_annotation``), ``ProfilerStep#N`` (whatever its
+    category) and Python frames (``python_function``, from ``with_stack=True``: they name
+    the line that issued a sync)."""
     names = pd.Series([e.name for e in events], dtype=object)
+    cats = pd.Series([e.cat for e in events], dtype=object)
     is_step = names.str.match(PROFILER_STEP, na=False).to_numpy()
-    is_user = np.array([e.cat == "user_annotation" for e in events], dtype=bool)
-    keep = is_step | is_user
+    source = np.select(
+        [is_step, (cats == "user_annotation").to_numpy(), (cats == "python_function").to_numpy()],
+        ["profiler_step", "record_function", "python"],
+        default="",
+    ).astype(object)
+    keep = source != ""
     if not keep.any():
         return frame(RANGE_COLUMNS)
     kept = [e for e, k in zip(events, keep) if k]
     start, end = _times(kept)
     return frame(
         RANGE_COLUMNS,
-        {
-            "name": names[keep].to_numpy(),
-            "start_ns": start,
-            "end_ns": end,
-            "tid": threads(kept),
-            "source": np.where(is_step[keep], "profiler_step", "record_function").astype(object),
-        },
+        {"name": names[keep].to_numpy(), "start_ns": start, "end_ns": end, "tid": threads(kept), "source": source[keep]},
     )
 
 
