@@ -91,11 +91,15 @@ def _candidate_ranges(profile: Profile) -> pd.DataFrame:
 
 
 def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | None, pd.DataFrame, str | None]:
-    """The ranges that are steps, by the contract's order: ``pattern``, ProfilerStep#N, most frequent.
+    """The ranges that are steps, by the contract's order: ``pattern`` (or the step a run
+    bundle recorded), ProfilerStep#N, most frequent.
 
     Returns (step name, ranges, reason when none).
     """
     ranges = _candidate_ranges(profile)
+    recorded = (profile.meta.get("bundle") or {}).get("step")
+    if not pattern and recorded and ranges["name"].map(lambda n: fnmatch.fnmatchcase(n, recorded)).any():
+        pattern = recorded  # a run bundle remembers the step its run traced
     if pattern:
         matched = ranges[ranges["name"].map(lambda n: fnmatch.fnmatchcase(n, pattern))]
         if matched.empty:

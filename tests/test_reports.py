@@ -148,13 +148,13 @@ def test_report_on_a_run_bundle_rewrites_its_reports(tmp_path: Path) -> None:
     bundle = tmp_path / "20261129-000000-decode"
     (bundle / "raw").mkdir(parents=True)
     shutil.copy(EAGER, bundle / "raw" / "torch-trace.json.gz")
+    # The step comes from the bundle's manifest, as `perfdoctor run` chose it.
     (bundle / "manifest.json").write_text(json.dumps(
-        {"schema": "perfdoctor.run/1", "gpu": {"name": "NVIDIA H200", "peak_dram_bw_gbps": 4800.0, "peak_source": "nvml"}}))
+        {"schema": "perfdoctor.run/1", "step": "decode_*",
+         "gpu": {"name": "NVIDIA H200", "peak_dram_bw_gbps": 4800.0, "peak_source": "nvml"}}))
     app = typer.Typer()
     app.command("report")(report_command)
     app.command("noop")(lambda: None)
-    # The step comes from the bundle's metrics.json, as `perfdoctor run` chose it.
-    (bundle / "metrics.json").write_text(json.dumps({"schema": "perfdoctor.metrics/1", "step_name": "decode_*"}))
     r = CliRunner().invoke(app, ["report", str(bundle), "--format", "md"])
     assert r.exit_code == 0, r.output
     assert r.stdout.startswith("## perfdoctor findings")

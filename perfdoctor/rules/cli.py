@@ -99,18 +99,6 @@ def explain_rule(
             c.print(Text(f"  estimate: {v.estimate.kind}({', '.join(f'{k}={x:g}' for k, x in v.estimate.params)})"))
 
 
-def _bundle_step(bundle: Path) -> str | None:
-    """The step name ``perfdoctor run`` analysed the bundle with (its metrics.json), if any:
-    regenerating a report must not silently pick other steps."""
-    import json
-
-    try:
-        name = json.loads((bundle / "metrics.json").read_text()).get("step_name")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return name if isinstance(name, str) and name else None
-
-
 def report_command(
     path: Path = typer.Argument(..., help="A trace (Kineto .json/.json.gz, nsys .sqlite/.nsys-rep) or a run bundle directory."),
     fmt: str = typer.Option("terminal", "--format", "-f", help="terminal | md | html | json"),
@@ -135,8 +123,6 @@ def report_command(
     if fmt not in FORMATS:
         raise UsageError(f"--format {fmt!r}: use one of {', '.join(FORMATS)}")
     ruleset = _load(rules, threshold)  # before the (slower) trace load: a bad pack fails fast
-    if step is None and path.is_dir():
-        step = _bundle_step(path)
     analysis = analyze(load_trace(path), step=step, tokens_per_step=tokens_per_step)
     findings = evaluate(ruleset, analysis)
     if path.is_dir():
