@@ -8,6 +8,7 @@ never 0. No I/O and no torch import: analysing a trace on a laptop stays fast.
 
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
@@ -399,9 +400,13 @@ def _ncu_ratio(c: _Context, key: str, metric: str, scale: float) -> Metric:
 
 
 def _profiler_overhead_ratio(c: _Context, p50: Metric) -> Metric:
-    light = (c.profile.meta.get("light_pass") or {}).get("step_latency_ms") or []
+    light_pass = c.profile.meta.get("light_pass") or {}
+    light = light_pass.get("step_latency_ms") or []
     if not light:
         return c.absent("profiler_overhead_ratio", "needs the light timing pass of perfdoctor run")
+    timed = light_pass.get("step_name")
+    if timed and c.steps.name and not fnmatch.fnmatchcase(timed, c.steps.name):
+        return c.absent("profiler_overhead_ratio", f"the light pass timed {timed!r}, not the traced steps {c.steps.name!r}")
     if p50.value is None:
         return c.absent("profiler_overhead_ratio", p50.reason or "no traced step latency")
     return c.have("profiler_overhead_ratio", p50.value / float(np.median(light)))

@@ -31,12 +31,13 @@ Tables and columns
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from perfdoctor.declare import DECLARE_PREFIX, parse_declaration
 
 ACTIVITY_COLUMNS: dict[str, str] = {
     "kind": "object",
@@ -84,7 +85,6 @@ COUNTER_COLUMNS: dict[str, str] = {
     "duration_ns": "int64",
 }
 
-DECLARE_PREFIX = "perfdoctor.declare "
 
 
 def frame(columns: dict[str, str], data: dict[str, Any] | None = None) -> pd.DataFrame:
@@ -126,43 +126,12 @@ class Profile:
         return self.activities[self.activities["kind"] == "kernel"]
 
 
-def declaration_name(step: str, tokens: float | None = None, bytes_per_step: float | None = None) -> str:
-    """The range name that declares what one step of ``step`` does.
-
-    ``perfdoctor.declare step=decode_step tokens=1 bytes=2538737664`` — no quotes, since
-    Kineto writes range names into its JSON unescaped (a ``"`` breaks the whole trace).
-    """
-    parts = [f"step={step}"]
-    if tokens is not None:
-        parts.append(f"tokens={tokens:g}")
-    if bytes_per_step is not None:
-        parts.append(f"bytes={int(bytes_per_step)}")
-    return DECLARE_PREFIX + " ".join(parts)
-
-
-_DECLARED_FIELD = re.compile(r"""['"]?(step|tokens|bytes)['"]?\s*[:=]\s*['"]?([^'",}\s]+)""")
-
-
 def parse_declarations(ranges: pd.DataFrame) -> dict[str, dict[str, float]]:
-    """Read the ``perfdoctor.declare`` ranges: per step name, its declared tokens and bytes.
-
-    A workload declares what one step does by emitting a zero-work range with this name
-    (see :func:`declaration_name`); it works in any tracer that records range names. The
-    JSON-like form ``{'step':'decode_step','tokens':1}`` is read too. The last declaration
-    of a step name wins.
-    """
+    """Per step name, the tokens and bytes its ``perfdoctor.declare`` ranges declare
+    (see :mod:`perfdoctor.declare`). The last declaration of a step name wins."""
     declared: dict[str, dict[str, float]] = {}
-    names = ranges.loc[ranges["name"].str.startswith(DECLARE_PREFIX, na=False), "name"]
-    for text in names:
-        fields = dict(_DECLARED_FIELD.findall(text[len(DECLARE_PREFIX):]))
-        step = fields.pop("step", None)
-        if not step:
-            continue
-        values = {}
-        for key, raw in fields.items():
-            try:
-                values[key] = float(raw)
-            except ValueError:
-                continue
-        declared[step] = values
+    for text in ranges.loc[ranges["name"].str.startswith(DECLARE_PREFIX, na=False), "name"]:
+        parsed = parse_declaration(text)
+        if parsed is not None:
+            declared[parsed[0]] = parsed[1]
     return declared

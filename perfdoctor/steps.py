@@ -16,7 +16,8 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.errors import UsageError
-from perfdoctor.profile import DECLARE_PREFIX, Profile
+from perfdoctor.declare import DECLARE_PREFIX
+from perfdoctor.profile import Profile
 
 LAUNCH_PREFIXES = (
     "cudaLaunchKernel",

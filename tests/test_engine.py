@@ -19,7 +19,8 @@ from perfdoctor.engine import __main__ as cli
 from perfdoctor.engine.config import LLAMA_3_2_1B, TINY, BadInput, from_hf_dict, to_hf_dict
 from perfdoctor.engine.generate import VARIANTS, decode_bytes_per_step, eager_step, generate, random_prompt
 from perfdoctor.engine.model import Transformer, rope_inv_freq, rope_tables
-from perfdoctor.profile import DECLARE_PREFIX, parse_declarations
+from perfdoctor.declare import DECLARE_PREFIX
+from perfdoctor.profile import parse_declarations
 from perfdoctor.engine.weights import load_hf_folder, random_hf_state_dict, save_hf_folder
 
 CTX = 64  # past TINY's original_max_position (16): every llama3 RoPE band is exercised

@@ -2,7 +2,7 @@
 
 A workload marks each step with a range (`step_range`), visible to the torch profiler
 (`record_function`) and to Nsight tools (NVTX). Once per run, before the steps, it emits
-a zero-work declaration range (`perfdoctor.profile.declaration_name`):
+a zero-work declaration range (`perfdoctor.declare`):
 
     perfdoctor.declare step=decode_step tokens=1 bytes=2471272448
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from perfdoctor.profile import declaration_name
+from perfdoctor.declare import declaration_name
 
 
 @contextmanager
