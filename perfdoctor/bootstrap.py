@@ -1,0 +1,620 @@
+"""Runs inside the target's interpreter: sets up collection, then runs the program.
+
+``perfdoctor run`` starts ``python -m perfdoctor.bootstrap CONFIG.json SCRIPT ARGS...`` (or
+``... CONFIG.json -m MODULE ARGS...``). The program then runs as ``python SCRIPT ARGS`` would
+run it: same interpreter, ``sys.argv``, ``sys.path[0]``, working directory, environment,
+stdin and stdout, ``__name__ == "__main__"``, exit code (a ``sys.exit(3)`` exits 3, an
+uncaught exception prints its traceback and exits 1, Ctrl-C dies of SIGINT).
+
+Around it the bootstrap does what the pass in CONFIG asks:
+
+* follows the program's steps — ``perfdoctor.region`` / ``perfdoctor.step()`` (always), every
+  call of ``--step-fn module:function``, and ``record_function`` / NVTX ranges whose name
+  matches ``--step``;
+* ``light``: times every step (host start to the end of its GPU work) with no tracer;
+* ``torch``: runs ``torch.profiler`` over the ``--warmup``/``--steps`` window (the whole
+  program when no step shows up) and mirrors NVTX ranges into it;
+* ``nsys``: mirrors ``record_function`` into NVTX and, with a window, brackets it with
+  ``cudaProfilerStart/Stop`` for ``nsys --capture-range=cudaProfilerApi``;
+* ``ncu``: pushes an NVTX range ``perfdoctor_ncu`` around the first ``ncu_steps`` steps after
+  the warm-up, which ``ncu --nvtx-include perfdoctor_ncu/`` selects.
+
+Whatever happens to the program (exit, exception, SIGINT, SIGTERM), the trace is exported
+and a results JSON written before the process ends, so the bundle stays readable.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import importlib.util
+import json
+import os
+import runpy
+import signal
+import stat
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from perfdoctor import api
+
+NCU_RANGE = "perfdoctor_ncu"
+CLOCK_SYNC_RANGE = "perfdoctor.clock_sync"
+
+
+class Terminated(BaseException):
+    """Raised in the main thread on SIGTERM so ``finally`` blocks run and the trace is saved."""
+
+
+# --- timing ---------------------------------------------------------------------------
+
+
+class GpuClock:
+    """Host-clock time at which the GPU finished the work enqueued so far, without a sync.
+
+    A CUDA event recorded at the end of a step completes when the stream reaches it. Its
+    time relative to a reference event, recorded right after a ``synchronize()`` at a known
+    host time, puts it on the host clock: ``t0 + ref.elapsed_time(event)``. So the light pass
+    measures "host start to end of GPU work" (the metrics.md step latency) without adding a
+    synchronization that would stop the program from overlapping steps. Work on streams
+    other than the current one is not seen.
+    """
+
+    def __init__(self, torch: Any) -> None:
+        self.torch = torch
+        torch.cuda.synchronize()
+        self.ref = torch.cuda.Event(enable_timing=True)
+        self.t0_ns = time.perf_counter_ns()
+        self.ref.record()
+
+    def mark(self) -> Any:
+        event = self.torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def resolve(self, event: Any) -> int:
+        event.synchronize()
+        return self.t0_ns + int(self.ref.elapsed_time(event) * 1e6)
+
+
+class StepTimes:
+    """Per step name: host start times and ends (host ns, or a CUDA event to resolve)."""
+
+    def __init__(self) -> None:
+        self.starts: dict[str, list[int]] = {}
+        self.ends: dict[str, list[Any]] = {}
+        self.clock: GpuClock | None = None
+
+    def _gpu_clock(self) -> GpuClock | None:
+        torch = sys.modules.get("torch")
+        if self.clock is None and torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+            self.clock = GpuClock(torch)
+        return self.clock
+
+    def start(self, name: str) -> None:
+        self.starts.setdefault(name, []).append(time.perf_counter_ns())
+
+    def end(self, name: str) -> None:
+        clock = self._gpu_clock()
+        self.ends.setdefault(name, []).append(clock.mark() if clock is not None else time.perf_counter_ns())
+
+    def spans_ns(self) -> tuple[dict[str, list[list[int]]], str | None]:
+        """[start, end] per step, by name, on the host clock (CLOCK_MONOTONIC); plus why
+        some are missing (e.g. the program died of a CUDA error, so its events never
+        complete)."""
+        out: dict[str, list[list[int]]] = {}
+        try:
+            for name, starts in self.starts.items():
+                ends = self.ends.get(name, [])
+                out[name] = [[s, e if isinstance(e, int) else self.clock.resolve(e)] for s, e in zip(starts, ends, strict=False)]  # type: ignore[union-attr]
+        except Exception as exc:  # noqa: BLE001 - said in the manifest
+            return out, f"{type(exc).__name__}: {exc}"
+        return out, None
+
+
+def progress_pipe(fd: int | None) -> int | None:
+    """The fd ``perfdoctor run`` reads step ticks from, if it is still that pipe here."""
+    try:
+        return fd if fd is not None and stat.S_ISFIFO(os.fstat(fd).st_mode) else None
+    except OSError:
+        return None
+
+
+# --- the session ------------------------------------------------------------------------
+
+
+class Session:
+    """State of one pass: which step we are in, the tracer, what to write at the end."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+        self.mode: str = config["pass"]
+        self.warmup: int = int(config.get("warmup", 0))
+        self.steps: int = int(config.get("steps", 0))  # 0: all steps after the warm-up
+        self.pattern: str | None = config.get("step")
+        self.times = StepTimes()
+        self.counts: dict[str, int] = {}
+        self.window_name: str | None = None  # the step name that opened the window
+        self.window_state = "before"  # before -> open -> closed
+        self.whole_program = False
+        self.profiler: Any = None
+        self.trace_error: str | None = None
+        self.clock_sync: dict[str, int] | None = None
+        self.finished = False
+        self.lock = threading.RLock()
+        self.progress_fd = progress_pipe(config.get("progress_fd"))
+
+    def matches(self, name: str) -> bool:
+        return self.pattern is not None and (name == self.pattern or fnmatch.fnmatchcase(name, self.pattern))
+
+    # -- api.StepListener: perfdoctor.region / perfdoctor.step / --step-fn --
+
+    def step_start(self, name: str) -> None:
+        if self.pattern is None or self.matches(name):
+            self.begin_step(name)
+
+    def step_end(self, name: str) -> None:
+        if self.pattern is None or self.matches(name):
+            self.end_step(name)
+
+    def declared(self, name: str) -> None:
+        """A new declaration goes straight into a running trace; nothing else to do."""
+
+    # -- record_function / NVTX ranges (see hook_ranges) --
+
+    def range_start(self, name: str) -> None:
+        if self.matches(name):
+            self.begin_step(name)
+        elif self.mode == "light" and not name.startswith("perfdoctor."):
+            self.times.start(name)  # the light pass times every range: the step may be any
+
+    def range_end(self, name: str) -> None:
+        if self.matches(name):
+            self.end_step(name)
+        elif self.mode == "light" and not name.startswith("perfdoctor."):
+            self.times.end(name)
+
+    # -- steps --
+
+    def begin_step(self, name: str) -> None:
+        with self.lock:
+            index = self.counts.get(name, 0)
+            self.counts[name] = index + 1
+            if self.window_state == "before" and index == self.warmup:
+                self.window_name = name
+                self.open_window()
+            if self.mode == "ncu" and name == self.window_name and self.in_ncu_window(index):
+                # torch.cuda.nvtx: the default NVTX domain, which ncu's filter names.
+                sys.modules["torch"].cuda.nvtx.range_push(NCU_RANGE)
+        if self.mode == "light":
+            self.times.start(name)
+
+    def end_step(self, name: str) -> None:
+        if self.mode == "light":
+            self.times.end(name)
+        with self.lock:
+            index = self.counts.get(name, 1) - 1
+            if self.mode == "ncu" and name == self.window_name and self.in_ncu_window(index):
+                sys.modules["torch"].cuda.nvtx.range_pop()
+            last = self.warmup + self.steps
+            if self.window_state == "open" and name == self.window_name and self.steps and index + 1 >= last:
+                self.close_window()
+        if self.progress_fd is not None:
+            try:
+                os.write(self.progress_fd, b".")
+            except OSError:
+                self.progress_fd = None
+
+    def in_ncu_window(self, index: int) -> bool:
+        return self.warmup <= index < self.warmup + int(self.config.get("ncu_steps", 1))
+
+    # -- the window --
+
+    def open_window(self) -> None:
+        self.window_state = "open"
+        if self.mode == "torch":
+            self.stop_profiler(export=False)  # a whole-program trace started "just in case"
+            self.start_profiler()
+        elif self.mode == "nsys" and self.config.get("capture_range"):
+            sys.modules["torch"].cuda.profiler.start()
+            self.mark_clock()
+
+    def close_window(self) -> None:
+        self.window_state = "closed"
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()  # the last step's kernels finish inside the trace
+        if self.mode == "torch":
+            self.stop_profiler(export=True)
+        elif self.mode == "nsys" and self.config.get("capture_range"):
+            sys.modules["torch"].cuda.profiler.stop()
+
+    def mark_clock(self) -> None:
+        """A tiny range whose start we also read on CLOCK_MONOTONIC: it lets the bundle put
+        NVML samples (taken by another process) on the trace's clock."""
+        mono = time.monotonic_ns()
+        m = api.marks()
+        m.pop(m.push(CLOCK_SYNC_RANGE))
+        self.clock_sync = {"monotonic_ns": mono}
+
+    def start_profiler(self) -> None:
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(ProfilerActivity.CUDA)
+        self.profiler = profile(activities=activities, record_shapes=True)
+        self.profiler.start()
+        self.mark_clock()
+        api.redeclare()
+
+    def stop_profiler(self, export: bool) -> None:
+        if self.profiler is None:
+            return
+        prof, self.profiler = self.profiler, None
+        try:
+            prof.stop()
+            if export:
+                prof.export_chrome_trace(self.config["trace"])
+        except Exception as exc:  # noqa: BLE001 - the reason goes into the manifest
+            self.trace_error = f"{type(exc).__name__}: {exc}"
+
+    # -- lifecycle --
+
+    def begin(self) -> None:
+        """Before the program: with no step known in advance, trace the whole program until
+        (and unless) steps show up."""
+        if self.mode == "torch" and not self.config.get("windowed"):
+            self.whole_program = True
+            self.start_profiler()
+        elif self.mode == "nsys" and not self.config.get("capture_range"):
+            self.mark_clock()
+
+    def finish(self) -> None:
+        """Close open steps, stop tracing, export, write results. Runs exactly once."""
+        with self.lock:
+            if self.finished:
+                return
+            self.finished = True
+        api.end_step()
+        if self.mode == "torch":
+            self.stop_profiler(export=self.window_state != "before" or self.whole_program)
+        elif self.mode == "nsys" and self.window_state == "open" and self.config.get("capture_range"):
+            sys.modules["torch"].cuda.profiler.stop()
+        self.write_results()
+
+    def write_results(self) -> None:
+        torch = sys.modules.get("torch")
+        env: dict[str, Any] = {}
+        if torch is not None:
+            env = {"torch": torch.__version__, "cuda": torch.version.cuda, "cuda_available": torch.cuda.is_available()}
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                env["device_name"] = torch.cuda.get_device_name()
+        results: dict[str, Any] = {
+            "pass": self.mode,
+            "step_counts": self.counts,
+            "window_step": self.window_name,
+            "window_state": self.window_state,
+            "whole_program": self.whole_program and self.window_state == "before",
+            "trace_error": self.trace_error,
+            "clock_sync": self.clock_sync,
+            "environment": env,
+        }
+        if self.mode == "light":
+            results["spans_ns"], results["timing_error"] = self.times.spans_ns()
+            results["step_end_clock"] = "cuda-event" if self.times.clock is not None else "host"
+        with open(self.config["results"], "w") as f:
+            json.dump(results, f)
+
+
+# --- mirroring ranges between the tools -----------------------------------------------
+
+
+@dataclass
+class _Open:
+    """A range open on this thread, as hook_ranges sees it.
+
+    ``echo``: the same name as the range just outside it (one range annotated twice, e.g.
+    record_function and NVTX with one name): not a range of its own, not counted again.
+    ``skipped``: an NVTX push not passed on, because our record_function mirror already
+    pushed the identical NVTX range. ``mirrored``: a record_function we also pushed to NVTX.
+    """
+
+    kind: str
+    name: str
+    echo: bool
+    skipped: bool
+    handle: Any = None
+    mirrored: bool = False
+
+
+def hook_ranges(session: Session, nvtx_to_torch: bool, torch_to_nvtx: bool) -> None:
+    """Follow ``record_function`` and NVTX ranges (``nvtx`` package, ``torch.cuda.nvtx``):
+    report them to the session (steps matching ``--step``, light-pass timing) and, as the
+    pass needs, mirror NVTX into the torch profiler or record_function into NVTX, so each
+    tool sees the ranges of both kinds.
+
+    On a CPU-only torch, ``torch.cuda.nvtx`` raises (as it does without perfdoctor), so there
+    the ``nvtx`` package is the only NVTX source; with no NVTX tool attached its calls are
+    no-ops, and this mirror is how its ranges reach the torch trace.
+    """
+    marks = api.marks()
+    local = threading.local()
+
+    def opened() -> list[_Open]:
+        if not hasattr(local, "items"):
+            local.items = []
+        return local.items
+
+    def nvtx_enter(name: str) -> bool:
+        """Before an NVTX push; False when the push itself must be skipped."""
+        items = opened()
+        outer = items[-1] if items else None
+        echo = outer is not None and outer.name == name
+        # Our record_function -> NVTX mirror already pushed this very range for nsys/ncu.
+        skip = echo and outer.kind == "rf" and outer.mirrored  # type: ignore[union-attr]
+        entry = _Open("nvtx", name, echo, skip)
+        if not echo:
+            session.range_start(name)
+            if nvtx_to_torch and marks.rf_class is not None:
+                entry.handle = marks.rf_class(name)
+                marks.rf_enter(entry.handle)
+        items.append(entry)
+        return not skip
+
+    def nvtx_leave() -> _Open | None:
+        items = opened()
+        index = next((i for i in range(len(items) - 1, -1, -1) if items[i].kind == "nvtx"), None)
+        return None if index is None else items.pop(index)
+
+    def nvtx_left(entry: _Open | None) -> None:
+        if entry is None or entry.echo:
+            return
+        if entry.handle is not None:
+            marks.rf_exit(entry.handle, None, None, None)
+        session.range_end(entry.name)
+
+    def nvtx_pop(original: Any, *args: Any, **kwargs: Any) -> Any:
+        entry = nvtx_leave()
+        result = None if entry is not None and entry.skipped else original(*args, **kwargs)
+        nvtx_left(entry)
+        return result
+
+    if marks.rf_class is not None:
+        rf = marks.rf_class
+        rf_enter, rf_exit = marks.rf_enter, marks.rf_exit
+        push = marks.nvtx_push if torch_to_nvtx else None
+        pop = marks.nvtx_pop if torch_to_nvtx else None
+
+        def enter(self: Any) -> Any:
+            items = opened()
+            echo = bool(items) and items[-1].name == self.name
+            if not echo:
+                session.range_start(self.name)
+            result = rf_enter(self)
+            entry = _Open("rf", self.name, echo, False, handle=id(self))
+            if push is not None and not echo:
+                push(self.name)
+                entry.mirrored = True
+            items.append(entry)
+            return result
+
+        def exit_(self: Any, *exc: Any) -> Any:
+            items = opened()
+            index = next((i for i in range(len(items) - 1, -1, -1) if items[i].handle == id(self)), None)
+            entry = items.pop(index) if index is not None else _Open("rf", self.name, False, False)
+            if entry.mirrored:
+                pop()  # type: ignore[misc]
+            result = rf_exit(self, *exc)
+            if not entry.echo:
+                session.range_end(self.name)
+            return result
+
+        rf.__enter__, rf.__exit__ = enter, exit_
+
+    try:
+        import nvtx
+        import nvtx.nvtx as nvtx_impl
+    except ImportError:
+        nvtx = None
+    if nvtx is not None:
+        orig_push, orig_pop = nvtx.push_range, nvtx.pop_range
+
+        def push_range(message: str | None = None, *args: Any, **kwargs: Any) -> Any:
+            if nvtx_enter(message or ""):
+                return orig_push(message, *args, **kwargs)
+            return None
+
+        def pop_range(*args: Any, **kwargs: Any) -> Any:
+            return nvtx_pop(orig_pop, *args, **kwargs)
+
+        nvtx.push_range = nvtx_impl.push_range = push_range
+        nvtx.pop_range = nvtx_impl.pop_range = pop_range
+        annotate = nvtx.annotate
+        a_enter, a_exit, a_call = annotate.__enter__, annotate.__exit__, annotate.__call__
+
+        def annotate_enter(self: Any) -> Any:
+            if nvtx_enter(self.init_args[0] or ""):
+                a_enter(self)
+            return self
+
+        def annotate_exit(self: Any, *exc: Any) -> Any:
+            return nvtx_pop(a_exit, self, *exc)
+
+        def annotate_call(self: Any, func: Any) -> Any:
+            inner = a_call(self, func)
+            label = self.init_args[0] or func.__name__
+
+            @functools.wraps(func)
+            def mirrored(*args: Any, **kwargs: Any) -> Any:
+                # inner pushes its own NVTX range: ours only follows it, never skips it.
+                nvtx_enter(label)
+                try:
+                    return inner(*args, **kwargs)
+                finally:
+                    nvtx_left(nvtx_leave())
+
+            return mirrored
+
+        annotate.__enter__, annotate.__exit__, annotate.__call__ = annotate_enter, annotate_exit, annotate_call
+
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        tnvtx = torch.cuda.nvtx
+        t_push, t_pop = tnvtx.range_push, tnvtx.range_pop
+
+        def range_push(msg: str) -> Any:
+            return t_push(msg) if nvtx_enter(msg) else 0
+
+        def range_pop() -> Any:
+            return nvtx_pop(t_pop)
+
+        tnvtx.range_push, tnvtx.range_pop = range_push, range_pop
+
+
+# --- --step-fn ---------------------------------------------------------------------------
+
+
+def resolve_attr(obj: Any, dotted: str) -> tuple[Any, str] | None:
+    """(owner, last name) for ``a.b.c`` under ``obj`` when it exists, else None."""
+    *path, last = dotted.split(".")
+    for part in path:
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return (obj, last) if hasattr(obj, last) else None
+
+
+def wrap_attr(owner: Any, attr: str) -> None:
+    fn = getattr(owner, attr)
+    if getattr(fn, "__perfdoctor_step__", False):
+        return
+    wrapped = api.step_function(fn, attr)
+    wrapped.__perfdoctor_step__ = True  # type: ignore[attr-defined]
+    setattr(owner, attr, wrapped)
+
+
+def install_step_fn(spec: str, main_module: str) -> None:
+    """Wrap ``module:function`` (``function`` may be ``Class.method``) so each call is a step.
+
+    A module other than the program is imported now and patched, so ``from module import
+    function`` in the program gets the wrapped function. The program itself (``__main__``,
+    the script's own name or the ``-m`` module) does not exist yet: a trace function watches its
+    top-level code and wraps the function right after its ``def`` runs, then removes itself.
+    """
+    module, _, attr = spec.partition(":")
+    if module not in ("__main__", main_module):
+        import importlib
+
+        target = resolve_attr(importlib.import_module(module), attr)
+        if target is None:
+            raise SystemExit(f"perfdoctor: --step-fn {spec}: {module} has no attribute {attr}")
+        wrap_attr(*target)
+        return
+
+    def on_line(frame: Any, event: str, arg: Any) -> Any:
+        target = resolve_attr(sys.modules["__main__"], attr)
+        if target is not None:
+            wrap_attr(*target)
+            sys.settrace(None)
+            frame.f_trace = None
+            return None
+        return on_line
+
+    def on_call(frame: Any, event: str, arg: Any) -> Any:
+        if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__main__":
+            return on_line
+        return None
+
+    sys.settrace(on_call)
+
+
+# --- running the program -----------------------------------------------------------------
+
+
+def prepare_target(target: list[str]) -> None:
+    """``sys.argv`` and ``sys.path[0]`` as ``python SCRIPT ARGS`` / ``python -m MODULE ARGS`` set them."""
+    if target[0] == "-m":
+        sys.argv = [target[1], *target[2:]]
+        sys.path[0] = os.getcwd()
+    else:
+        sys.argv = list(target)
+        sys.path[0] = os.path.dirname(os.path.abspath(target[0]))
+
+
+def run_target(target: list[str]) -> None:
+    """Run the program as ``__main__``."""
+    if target[0] == "-m":
+        runpy.run_module(target[1], run_name="__main__", alter_sys=True)
+    else:
+        runpy.run_path(target[0], run_name="__main__")
+
+
+def install_signals(session: Session) -> None:
+    """SIGTERM becomes an exception in the main thread (SIGINT already is), so the program's
+    own ``finally`` blocks and ours run. ``perfdoctor run`` forwards the signals it gets, so
+    one Ctrl-C can arrive twice (from the terminal and forwarded): a repeat within half a
+    second of the first is dropped instead of interrupting the unwinding."""
+    last: dict[int, float] = {}
+
+    def repeated(signum: int) -> bool:
+        now = time.monotonic()
+        again = now - last.get(signum, -1.0) < 0.5
+        last[signum] = now
+        return again or session.finished
+
+    def on_term(signum: int, frame: Any) -> None:
+        if not repeated(signum):
+            raise Terminated()
+
+    def on_int(signum: int, frame: Any) -> None:
+        if not repeated(signum):
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, on_int)
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) < 3:
+        raise SystemExit("usage: python -m perfdoctor.bootstrap CONFIG.json (SCRIPT | -m MODULE) [ARGS...]")
+    with open(argv[1]) as f:
+        config = json.load(f)
+    target = argv[2:]
+    session = Session(config)
+    if importlib.util.find_spec("torch") is not None:
+        # Import torch first so its range functions can be hooked before the program
+        # binds them (`from torch.cuda.nvtx import range_push`); it would import it anyway.
+        import torch  # noqa: F401
+
+    api.marks()  # bind the original range functions before hook_ranges patches them
+    api.subscribe(session)
+    hook_ranges(session, nvtx_to_torch=session.mode == "torch", torch_to_nvtx=session.mode in ("nsys", "ncu"))
+    install_signals(session)
+    prepare_target(target)
+    if config.get("step_fn"):
+        main_module = target[1] if target[0] == "-m" else os.path.splitext(os.path.basename(target[0]))[0]
+        install_step_fn(config["step_fn"], main_module)
+    terminated = False
+    try:
+        session.begin()
+        run_target(target)
+    except Terminated:
+        terminated = True
+    finally:
+        on_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # let the export finish
+        session.finish()
+        signal.signal(signal.SIGINT, on_int)
+    if terminated:
+        # Die of SIGTERM like the program would have, so the exit status says so.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,166 @@
+"""``perfdoctor calibrate``: what this GPU actually achieves, measured once and cached.
+
+The theoretical DRAM bandwidth (NVML: 2 × max memory clock × bus width) is a ceiling no
+kernel reaches; reports that grade a kernel against it alone overstate the headroom.
+Calibration measures two practical ceilings:
+
+* DRAM read bandwidth: a read-only reduction (``x.sum()``) over buffers several times
+  larger than L2, so every byte comes from DRAM; bytes / time, best of several sizes;
+* dense bf16 matmul rate: ``2 n³`` FLOP / time for square matmuls.
+
+Times are CUDA-event times of the median of several repetitions after a warm-up. The
+results are cached per GPU (by UUID) in ``$XDG_CACHE_HOME/perfdoctor/calibration.json``
+(default ``~/.cache/...``); ``perfdoctor run`` copies the entry into the bundle so reports
+can show utilization against both the theoretical peak and the measured ceiling.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import typer
+from rich.console import Console
+
+from perfdoctor.errors import UsageError
+
+READ_SIZES_MB = (256, 1024, 4096)
+MATMUL_N = 8192
+
+
+def cache_path() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "perfdoctor" / "calibration.json"
+
+
+def load_all() -> dict[str, Any]:
+    try:
+        data = json.loads(cache_path().read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def load_calibration(gpu_uuid: str) -> dict[str, Any] | None:
+    """The cached calibration of the GPU with this UUID, if it was calibrated."""
+    return load_all().get(gpu_uuid)
+
+
+def save_calibration(gpu_uuid: str, entry: dict[str, Any]) -> Path:
+    data = load_all()
+    data[gpu_uuid] = entry
+    path = cache_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    os.replace(tmp, path)
+    return path
+
+
+def timed_ms(fn: Callable[[], Any], device: Any, repeats: int = 10, warmup: int = 2) -> float:
+    """Median milliseconds of ``fn()`` on ``device`` (CUDA events on a GPU, perf_counter on CPU)."""
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            t = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times)
+
+
+def read_bandwidth_gbps(device: Any, sizes_mb: tuple[int, ...] = READ_SIZES_MB) -> dict[int, float]:
+    """GB/s of a read-only ``sum`` over a float32 buffer of each size (MB = 1e6 bytes)."""
+    import torch
+
+    def one(mb: int) -> float:
+        x = torch.ones(mb * 1_000_000 // 4, dtype=torch.float32, device=device)
+        return x.numel() * 4 / (timed_ms(x.sum, device) / 1e3) / 1e9
+
+    return {mb: one(mb) for mb in sizes_mb}
+
+
+def matmul_tflops(device: Any, n: int = MATMUL_N, dtype: Any = None) -> float:
+    """TFLOP/s of an n×n by n×n matmul (bf16 by default)."""
+    import torch
+
+    a = torch.randn(n, n, device=device, dtype=dtype or torch.bfloat16)
+    b = torch.randn(n, n, device=device, dtype=dtype or torch.bfloat16)
+    ms = timed_ms(lambda: a @ b, device)
+    return 2 * n**3 / (ms / 1e3) / 1e12
+
+
+def calibrate(device: Any, sizes_mb: tuple[int, ...] = READ_SIZES_MB, n: int = MATMUL_N) -> dict[str, Any]:
+    """Measure both ceilings on ``device``; the entry that is cached."""
+    import torch
+
+    reads = read_bandwidth_gbps(device, sizes_mb)
+    entry: dict[str, Any] = {
+        "dram_read_gbps": max(reads.values()),
+        "dram_read_gbps_by_size_mb": {str(k): v for k, v in reads.items()},
+        "bf16_matmul_tflops": matmul_tflops(device, n),
+        "matmul_n": n,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "torch": torch.__version__,
+    }
+    if device.type == "cuda":
+        entry["name"] = torch.cuda.get_device_name(device)
+    return entry
+
+
+def calibrate_command(
+    sizes_mb: str = typer.Option(",".join(map(str, READ_SIZES_MB)), "--sizes-mb", help="Buffer sizes of the read test, comma-separated MB; keep them well above L2."),
+    matmul_n: int = typer.Option(MATMUL_N, "--matmul-n", min=256, help="Square matmul size for the bf16 rate."),
+) -> None:
+    """Measure this GPU's achievable DRAM read bandwidth and bf16 matmul rate, and cache them.
+
+    Reports then show bandwidth utilization against both the theoretical peak (NVML) and this measured ceiling. The cache is $XDG_CACHE_HOME/perfdoctor/calibration.json (default ~/.cache).
+    """
+    try:
+        sizes = tuple(int(s) for s in sizes_mb.split(",") if s.strip())
+    except ValueError:
+        raise UsageError(f"--sizes-mb {sizes_mb!r}: expected comma-separated integers") from None
+    if not sizes or min(sizes) <= 0:
+        raise UsageError("--sizes-mb: give at least one positive size")
+    try:
+        import torch
+    except ImportError:
+        raise UsageError("calibrate needs torch (pip install torch)") from None
+    if not torch.cuda.is_available():
+        raise UsageError("calibrate measures a GPU, and torch sees no CUDA device here")
+    from perfdoctor.collectors import nvml
+
+    device = torch.device("cuda")
+    console = Console(stderr=True)
+    console.print(f"calibrating {torch.cuda.get_device_name(device)}: read sizes {sizes} MB, matmul n={matmul_n}")
+    entry = calibrate(device, sizes, matmul_n)
+    try:
+        info = nvml.device_info()
+        uuid = info["uuid"]
+        entry["theoretical_dram_gbps"] = info.get("peak_dram_bw_gbps")
+    except Exception:  # noqa: BLE001 - no NVML here: torch knows the UUID too
+        uuid = f"GPU-{torch.cuda.get_device_properties(device).uuid}"  # NVML's spelling
+    path = save_calibration(uuid, entry)
+    peak = entry.get("theoretical_dram_gbps")
+    of_peak = f" ({entry['dram_read_gbps'] / peak:.0%} of the theoretical {peak:.0f} GB/s, NVML)" if peak else ""
+    Console().print(
+        f"DRAM read (measured): {entry['dram_read_gbps']:.0f} GB/s{of_peak}\n"
+        f"bf16 matmul (measured): {entry['bf16_matmul_tflops']:.0f} TFLOP/s\n"
+        f"cached in {path}",
+        highlight=False,
+    )
+

@@ -1,0 +1,636 @@
+"""``perfdoctor run``: profile an unmodified program, pass by pass, into a run bundle.
+
+The program runs once per pass, each time exactly as ``python SCRIPT ARGS`` would run it
+(through :mod:`perfdoctor.bootstrap`):
+
+1. ``light`` — no tracer. Step latencies (host start to end of the step's GPU work) and
+   NVML samples: the numbers that are not perturbed by tracing. It also finds the step
+   name the later passes window on (``--step``, the perfdoctor API, ``--step-fn``, else
+   the most frequent range).
+2. ``torch`` — torch.profiler over the ``--warmup``/``--steps`` window (+ NVML samples).
+3. ``nsys`` — the whole command under ``nsys profile``, exported to SQLite.
+4. ``ncu`` — the command under ``ncu``, replaying the kernels of ``--ncu-steps`` steps.
+
+Each collector gets a status in ``manifest.json``: ``ok``, ``unavailable: why`` or
+``failed: the tool's stderr tail``. The manifest is written before the first pass and after
+each one, so a crash or Ctrl-C leaves a bundle ``perfdoctor analyze`` can read. The exit
+code is the program's (from the first pass); a program killed by signal N gives 128 + N.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import importlib.util
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+
+from perfdoctor import bundle as bundles
+from perfdoctor.collectors import ncu, nsys_run, nvml
+from perfdoctor.errors import UsageError
+
+COLLECTORS = ("torch", "nvml", "nsys", "ncu")
+PASSES = ("light", "torch", "nsys", "ncu")
+TAIL_CHARS = 2000
+
+
+@dataclass
+class RunOptions:
+    """What ``perfdoctor run`` was asked to do (validated by :func:`options_from_cli`)."""
+
+    target: list[str]  # ["script.py", *args] or ["-m", "module", *args]
+    collect: list[str] | None = None  # None: every available collector
+    light: bool = True
+    warmup: int = 1
+    steps: int = 10  # 0: every step after the warm-up
+    step: str | None = None
+    step_fn: str | None = None
+    out: Path = Path("perfdoctor-runs")
+    name: str | None = None
+    ncu_steps: int = 1
+    ncu_kernels: int = 2000
+    nvml_interval_ms: int = 50
+    quiet: bool = False
+
+
+@dataclass
+class PassResult:
+    name: str
+    command: list[str]
+    exit_code: int | None = None
+    seconds: float = 0.0
+    steps: int = 0
+    stderr_tail: str = ""
+    results: dict[str, Any] = field(default_factory=dict)
+
+
+# --- availability -----------------------------------------------------------------------
+
+
+def gpu_present() -> bool:
+    """An NVIDIA GPU is visible (driver /proc entries or device nodes), without importing torch."""
+    try:
+        if os.listdir("/proc/driver/nvidia/gpus"):
+            return True
+    except OSError:
+        pass
+    return any(name[6:].isdigit() for name in os.listdir("/dev") if name.startswith("nvidia"))
+
+
+def availability() -> dict[str, str | None]:
+    """Per collector: None when it can run here, else why not."""
+    gpu = gpu_present()
+    no_gpu = "no NVIDIA GPU on this machine (no /proc/driver/nvidia/gpus, no /dev/nvidiaN)"
+    torch_missing = None if importlib.util.find_spec("torch") else f"torch is not installed for {sys.executable}"
+    nsys_missing = None if nsys_run.find_nsys() else f"nsys not found (looked in {nsys_run.where_looked()})"
+    ncu_missing = None if ncu.find_ncu() else "ncu not found ($NCU, PATH, /opt/nvidia/nsight-compute, /usr/local/cuda*/bin)"
+    return {
+        "torch": torch_missing,
+        "nvml": nvml.probe(),
+        "nsys": nsys_missing or (None if gpu else no_gpu),
+        "ncu": ncu_missing or (None if gpu else no_gpu),
+    }
+
+
+# --- the step of the light pass -----------------------------------------------------------
+
+
+def latencies_ms(spans: dict[str, list[list[int]]]) -> dict[str, list[float]]:
+    return {name: [round((e - s) / 1e6, 6) for s, e in pairs] for name, pairs in spans.items()}
+
+
+def choose_step(latency_ms: dict[str, list[float]], api_counts: dict[str, int], pattern: str | None) -> str | None:
+    """The step name: the most frequent name matching ``--step``; else the most frequent
+    perfdoctor API / ``--step-fn`` step; else the most frequent range seen at least twice
+    (the rule metrics.md uses on a trace). Ties go to the name seen first."""
+    if pattern is not None:
+        names = [n for n in latency_ms if n == pattern or fnmatch.fnmatchcase(n, pattern)]
+    elif api_counts:
+        names = list(api_counts)
+    else:
+        names = [n for n, v in latency_ms.items() if len(v) >= 2]
+    names = [n for n in names if latency_ms.get(n)]
+    return max(names, key=lambda n: len(latency_ms[n]), default=None)
+
+
+def window(values: list[Any], options: RunOptions) -> list[Any]:
+    """The ``--warmup``/``--steps`` window of a per-step list: the steps the trace covers."""
+    return values[options.warmup : options.warmup + options.steps if options.steps else None]
+
+
+def light_summary(results: dict[str, Any], options: RunOptions) -> dict[str, Any]:
+    """``meta.light_pass`` from the light pass's results."""
+    latency = latencies_ms(results.get("spans_ns") or {})
+    name = choose_step(latency, results.get("step_counts") or {}, options.step)
+    summary: dict[str, Any] = {
+        "step_name": name,
+        "timing": (
+            "host start to the end of the step's GPU work (a CUDA event, no sync added), no tracer"
+            if results.get("step_end_clock") == "cuda-event"
+            else "host start to host end (the program used no GPU), no tracer"
+        ),
+        "step_latency_ms": window(latency[name], options) if name else [],
+        "steps_seen": len(latency[name]) if name else 0,
+        "warmup": options.warmup,
+    }
+    if name is None:
+        summary["reason"] = "no step seen (annotate with perfdoctor.region, or pass --step / --step-fn)"
+    if results.get("timing_error"):
+        summary["timing_error"] = results["timing_error"]
+    return summary
+
+
+# --- running one pass -----------------------------------------------------------------------
+
+
+class Runner:
+    """Runs the passes, keeps the manifest current, and turns signals into a clean stop."""
+
+    def __init__(self, options: RunOptions, console: Console) -> None:
+        self.options = options
+        self.console = console
+        self.child: subprocess.Popen[bytes] | None = None
+        self.interrupted: int | None = None  # the signal that stopped the run
+        self.bundle = bundles.new_bundle_dir(options.out, options.name or target_name(options.target))
+        self.raw = self.bundle / bundles.RAW
+        self.manifest: dict[str, Any] = {}
+
+    # -- signals: the program gets them (same process group, or forwarded); we stop after it --
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.interrupted = signum
+        child = self.child
+        if child is not None and child.poll() is None:
+            try:
+                child.send_signal(signum)
+            except OSError:
+                pass
+
+    def save(self) -> None:
+        bundles.write_json_atomic(self.bundle / bundles.MANIFEST, self.manifest)
+
+    def say(self, text: str) -> None:
+        if not self.options.quiet:
+            self.console.print(text, highlight=False)
+
+    @contextlib.contextmanager
+    def live(self, name: str, first: bool, steps: list[int], start: float) -> Iterator[None]:
+        """A spinner with the pass, its steps and time, on a terminal, for passes whose
+        program output goes to a log (the first pass leaves the terminal to the program)."""
+        if first or self.options.quiet or not self.console.is_terminal:
+            yield
+            return
+        stop = threading.Event()
+        with self.console.status(f"{name} pass") as status:
+
+            def tick() -> None:
+                while not stop.wait(0.5):
+                    done = f"{steps[0]} steps, " if steps[0] else ""
+                    status.update(f"{name} pass: {done}{time.monotonic() - start:.0f} s")
+
+            ticker = threading.Thread(target=tick, daemon=True)
+            ticker.start()
+            try:
+                yield
+            finally:
+                stop.set()
+                ticker.join()
+
+    def run_pass(self, name: str, wrapper: list[str], config: dict[str, Any], sampler: nvml.Sampler | None) -> PassResult:
+        """Run the program once, under ``wrapper`` (a tool's command line) if given.
+
+        The first pass owns the terminal (the program's stdin, stdout and stderr); later
+        passes read no stdin and write the program's and the tool's output to
+        ``raw/<pass>.log``, so the program's output appears once.
+        """
+        config_path = self.raw / f"{name}.config.json"
+        read_fd, write_fd = os.pipe()
+        results = self.raw / f"{name}.json"
+        # Under a tool the pipe may not reach the program, and its fd number may then name
+        # another file there: step ticks only when the program is our own child.
+        ticks = None if wrapper else write_fd
+        config = {**config, "pass": name, "results": str(results.resolve()), "progress_fd": ticks}
+        config_path.write_text(json.dumps(config))
+        program = [sys.executable, "-m", "perfdoctor.bootstrap", str(config_path.resolve()), *self.options.target]
+        result = PassResult(name, [*wrapper, *program])
+        first = not self.manifest["passes"]
+        log = None if first else self.raw / f"{name}.log"
+        steps = [0]
+
+        def count_steps() -> None:
+            while chunk := os.read(read_fd, 4096):
+                steps[0] += len(chunk)
+
+        reader = threading.Thread(target=count_steps, daemon=True)
+        reader.start()
+        self.say(f"[bold]{name}[/] pass: {' '.join(result.command[: len(wrapper) + 1] if wrapper else self.options.target)}")
+        start = time.monotonic()
+        if sampler is not None:
+            sampler.start()
+        try:
+            with open(log if log else os.devnull, "wb") as out, self.live(name, first, steps, start):
+                redirect: dict[str, Any] = {} if first else {"stdin": subprocess.DEVNULL, "stdout": out, "stderr": subprocess.STDOUT}
+                try:
+                    self.child = subprocess.Popen(result.command, pass_fds=(write_fd,) if ticks is not None else (), **redirect)
+                except OSError as exc:
+                    result.stderr_tail = f"could not start {result.command[0]}: {exc}"
+                else:
+                    result.exit_code = self.child.wait()
+                finally:
+                    os.close(write_fd)
+        finally:
+            self.child = None
+            if sampler is not None:
+                sampler.stop()
+            reader.join(timeout=2)
+            os.close(read_fd)
+        result.seconds = round(time.monotonic() - start, 3)
+        result.steps = steps[0]
+        if log is not None and log.exists():
+            result.stderr_tail = log.read_text(errors="replace")[-TAIL_CHARS:]
+        try:
+            result.results = json.loads(results.read_text())
+        except (OSError, ValueError):
+            pass  # the program died before the bootstrap could write it
+        # torch / CUDA versions as the program saw them (perfdoctor itself never imports torch).
+        for key, value in (result.results.get("environment") or {}).items():
+            self.manifest["environment"].setdefault(key, value)
+        code = result.exit_code
+        how = f"exit {code}" if code is None or code >= 0 else f"killed by signal {-code}"
+        counted = f"{result.steps} steps, " if result.steps else ""
+        self.say(f"[bold]{name}[/] pass: {counted}{result.seconds:.1f} s, {how}")
+        return result
+
+
+def target_name(target: list[str]) -> str:
+    return target[1] if target[0] == "-m" else Path(target[0]).stem
+
+
+def shell_code(returncode: int | None) -> int:
+    """A process's status as a shell reports it: 128 + N when signal N killed it."""
+    if returncode is None:
+        return 1
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def environment() -> dict[str, Any]:
+    env: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "executable": sys.executable,
+        "platform": platform.platform(),
+        "host": platform.node(),
+    }
+    try:
+        from importlib.metadata import version
+
+        env["perfdoctor"] = version("perfdoctor")
+    except Exception:  # noqa: BLE001 - running from a source tree
+        pass
+    return env
+
+
+def collector_status(reason: str | None, selected: bool) -> dict[str, Any]:
+    if reason is not None:
+        return {"status": f"unavailable: {reason}"}
+    return {"status": "pending" if selected else "unavailable: not selected (--collect)"}
+
+
+def execute(options: RunOptions, console: Console) -> tuple[int, Path]:
+    """Run every pass; returns (exit code, bundle directory)."""
+    runner = Runner(options, console)
+    reasons = availability()
+    selected = list(options.collect) if options.collect is not None else [c for c in COLLECTORS if reasons[c] is None]
+    for c in selected:
+        if reasons[c] is not None:
+            runner.say(f"[yellow]{c}[/]: unavailable: {reasons[c]}")
+    runner.manifest = {
+        "schema": bundles.SCHEMA,
+        "status": "running",
+        "command": ["perfdoctor", "run", *options.target],
+        "target": options.target,
+        "cwd": os.getcwd(),
+        "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(options).items()},
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "exit_code": None,
+        "environment": environment(),
+        "collectors": {c: collector_status(reasons[c], c in selected) for c in COLLECTORS},
+        "passes": [],
+    }
+    if reasons["nvml"] is None:
+        try:
+            runner.manifest["gpu"] = nvml.device_info()
+        except Exception as exc:  # noqa: BLE001 - the manifest just lacks the GPU facts
+            runner.manifest["gpu_error"] = str(exc)
+    runner.manifest["calibration"] = cached_calibration(runner.manifest.get("gpu"))
+    runner.save()
+    runner.say(f"bundle: {runner.bundle}")
+
+    old = {s: signal.signal(s, runner._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        run_passes(runner, selected, reasons)
+    except Exception as exc:
+        # A perfdoctor bug: keep the bundle readable and say so, then show the traceback.
+        runner.manifest["status"] = f"error: {type(exc).__name__}: {exc}"
+        runner.save()
+        raise
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    passes = runner.manifest["passes"]
+    first = passes[0]["exit_code"] if passes else None
+    code = 128 + runner.interrupted if runner.interrupted and first in (None, 0) else shell_code(first)
+    runner.manifest["exit_code"] = code
+    runner.manifest["target_exit_code"] = first
+    runner.manifest["status"] = "interrupted" if runner.interrupted else "done"
+    runner.manifest["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    runner.manifest["step"] = options.step or (runner.manifest.get("light_pass") or {}).get("step_name") or next(
+        (p["window_step"] for p in passes if p["window_step"]), None
+    )
+    runner.save()
+    write_metrics(runner)
+    return code, runner.bundle
+
+
+def run_passes(runner: Runner, selected: list[str], reasons: dict[str, str | None]) -> None:
+    options, raw, manifest = runner.options, runner.raw, runner.manifest
+    use_nvml = "nvml" in selected and reasons["nvml"] is None
+    interval = options.nvml_interval_ms / 1000
+    nvml_ok = False
+    base = {"warmup": options.warmup, "steps": options.steps, "step": options.step, "step_fn": options.step_fn}
+    windowed = options.step is not None or options.step_fn is not None
+
+    def sampler(pass_name: str, gpm: bool = True) -> nvml.Sampler | None:
+        if not use_nvml:
+            return None
+        try:
+            return nvml.Sampler(raw / f"nvml-{pass_name}.jsonl", interval, gpm=gpm)
+        except Exception as exc:  # noqa: BLE001 - NVML worked at the probe; say what broke
+            manifest.setdefault("nvml_errors", []).append(f"{pass_name}: {exc}")
+            return None
+
+    def record(result: PassResult, collector: str | None, status: str | None = None, **extra: Any) -> None:
+        manifest["passes"].append(
+            {
+                "name": result.name,
+                "command": result.command,
+                "exit_code": result.exit_code,
+                "seconds": result.seconds,
+                "steps": result.steps,
+                "window_step": result.results.get("window_step"),
+            }
+        )
+        if collector is not None:
+            manifest["collectors"][collector] = {"status": status, "command": result.command, **extra}
+        runner.save()
+
+    planned = [p for p in PASSES if (p == "light" and options.light) or (p in selected and reasons[p] is None)]
+    for pass_name in planned:
+        if runner.interrupted:
+            break
+        if pass_name == "light":
+            # Measured on the H200: a program ran 10-40 % slower with the NVML sampler beside
+            # it than alone, so the light pass (the unperturbed timing) samples NVML only when
+            # no tracing pass will (--collect without torch and nsys).
+            traced = any(p in planned for p in ("torch", "nsys"))
+            s = None if traced else sampler("light")
+            result = runner.run_pass("light", [], {**base, "windowed": windowed}, s)
+            light = light_summary(result.results, options)
+            manifest["light_pass"] = light
+            if light["step_name"] is not None:
+                ms = sorted(light["step_latency_ms"])
+                p50 = f", p50 {ms[len(ms) // 2]:.3f} ms" if ms else ""
+                runner.say(f"light pass: step {light['step_name']!r} seen {light['steps_seen']} times{p50}")
+            light["nvml_sampled"] = s is not None
+            if s is not None:
+                light["nvml_means"] = window_means(raw / "nvml-light.jsonl", result.results, light.get("step_name"), options)
+                nvml_ok = nvml_ok or s.error is None
+                if s.error:
+                    manifest.setdefault("nvml_errors", []).append(f"light: {s.error}")
+            if options.step is None and light["step_name"] is not None:
+                # The later passes window on the step the light pass found.
+                base["step"] = light["step_name"]
+                windowed = True
+            record(result, None)
+        elif pass_name == "torch":
+            trace = raw / bundles.TORCH_TRACE
+            s = sampler("torch")
+            result = runner.run_pass("torch", [], {**base, "windowed": windowed, "trace": str(trace.resolve())}, s)
+            nvml_ok = nvml_ok or (s is not None and s.error is None)
+            if s is not None and s.error:
+                manifest.setdefault("nvml_errors", []).append(f"torch: {s.error}")
+            record(result, "torch", torch_status(result, trace), files=[str(trace.relative_to(runner.bundle))])
+        elif pass_name == "nsys":
+            run_nsys(runner, base, windowed, sampler("nsys", gpm=False), record)
+        elif pass_name == "ncu":
+            run_ncu(runner, base, record)
+    for name, entry in manifest["collectors"].items():
+        if entry.get("status") == "pending" and name != "nvml":
+            entry["status"] = f"failed: not run, the run was interrupted (signal {runner.interrupted})"
+    if use_nvml:
+        files = sorted(str(p.relative_to(runner.bundle)) for p in raw.glob("nvml-*.jsonl"))
+        errors = manifest.get("nvml_errors") or []
+        manifest["collectors"]["nvml"] = {
+            "status": "ok" if nvml_ok and files else f"failed: {'; '.join(errors) or 'no pass ran with the NVML sampler'}",
+            "files": files,
+            "interval_ms": options.nvml_interval_ms,
+        }
+        runner.save()
+
+
+def torch_status(result: PassResult, trace: Path) -> str:
+    r = result.results
+    if r.get("trace_error"):
+        return f"failed: {r['trace_error']}"
+    if trace.exists():
+        return "ok"
+    if r and r.get("window_state") == "before" and not r.get("whole_program"):
+        return f"failed: no step reached the window (warmup {r.get('window_step')!r}: {r.get('step_counts')})"
+    return f"failed: no trace written (exit {result.exit_code}); stderr: {result.stderr_tail[-500:]}"
+
+
+def run_nsys(runner: Runner, base: dict[str, Any], windowed: bool, sampler: nvml.Sampler | None, record: Any) -> None:
+    nsys = nsys_run.find_nsys()
+    assert nsys is not None
+    report = runner.raw / "nsys"
+    sqlite = runner.raw / bundles.NSYS_SQLITE
+    metrics_device = str(nvml.device_index()) if isinstance(nvml.device_index(), int) else None
+    wrapper = nsys_run.profile_command(nsys, report.resolve(), capture_range=windowed, gpu_metrics_device=metrics_device)
+    result = runner.run_pass("nsys", wrapper, {**base, "windowed": windowed, "capture_range": windowed}, sampler)
+    rep = report.with_suffix(".nsys-rep")
+    if not rep.exists():
+        record(result, "nsys", f"failed: no report written; stderr: {result.stderr_tail[-800:]}")
+        return
+    export = nsys_run.export_command(nsys, rep, sqlite)
+    done = subprocess.run(export, capture_output=True, text=True)
+    status = "ok" if done.returncode == 0 and sqlite.exists() else f"failed: nsys export: {(done.stderr or done.stdout)[-800:]}"
+    record(result, "nsys", status, export_command=export, files=[str(p.relative_to(runner.bundle)) for p in (rep, sqlite) if p.exists()])
+
+
+def run_ncu(runner: Runner, base: dict[str, Any], record: Any) -> None:
+    tool = ncu.find_ncu()
+    assert tool is not None
+    opts = runner.options
+    csv = runner.raw / bundles.NCU_CSV
+    config = {**base, "windowed": True, "ncu_steps": opts.ncu_steps}
+    if base.get("step") is None and opts.step_fn is None:
+        manifest_light = runner.manifest.get("light_pass") or {}
+        if opts.light and manifest_light.get("step_name") is None:
+            runner.manifest["collectors"]["ncu"] = {"status": "unavailable: no step found to select kernels (pass --step or --step-fn)"}
+            runner.save()
+            return
+    result = runner.run_pass("ncu", ncu.command(tool, opts.ncu_kernels, csv.resolve()), config, None)
+    counters = ncu.parse_csv(csv.read_text(errors="replace")) if csv.exists() else None
+    if counters is None or counters.empty:
+        tail = (csv.read_text(errors="replace")[-800:] if csv.exists() else "") or result.stderr_tail[-800:]
+        record(result, "ncu", f"failed: no kernel profiled; {tail}")
+        return
+    record(result, "ncu", "ok", files=[str(csv.relative_to(runner.bundle))], kernels=int(counters["correlation"].nunique()))
+
+
+def window_means(samples_file: Path, results: dict[str, Any], step: str | None, options: RunOptions) -> dict[str, Any]:
+    """Mean of each NVML metric over the light pass's steps after the warm-up (all of them,
+    not just --steps: GPM samples come every ~0.1 s, longer than a few steps), so counters
+    like GPM DRAM bandwidth are also known for the run no tracer slowed down. perf_counter
+    and the sampler's CLOCK_MONOTONIC are the same clock on Linux."""
+    spans = ((results.get("spans_ns") or {}).get(step or "", []))[options.warmup :]
+    if not samples_file.exists() or not spans:
+        return {}
+    table = nvml.read_samples(samples_file)
+    inside = table[(table["time_ns"] >= spans[0][0]) & (table["time_ns"] <= spans[-1][1])]
+    return {
+        metric: {"mean": float(group["value"].mean()), "samples": int(len(group)), "source": str(group["source"].iloc[0])}
+        for metric, group in inside.groupby("metric")
+    }
+
+
+def cached_calibration(gpu: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not gpu or "uuid" not in gpu:
+        return None
+    from perfdoctor.calibrate import load_calibration
+
+    return load_calibration(gpu["uuid"])
+
+
+def write_metrics(runner: Runner) -> None:
+    """metrics.json from the bundle, when the analysis can run on what was collected."""
+    try:
+        from perfdoctor.metrics import analyze
+    except ImportError:
+        return
+    try:
+        profile = bundles.load_bundle(runner.bundle)
+        if profile.meta["bundle"]["activities_from"] is None:
+            runner.manifest["metrics_error"] = profile.meta["bundle"]["reason"]
+            runner.save()
+            return
+        analysis = analyze(profile, step=runner.manifest.get("step"))
+        bundles.write_json_atomic(runner.bundle / "metrics.json", analysis.to_json())
+    except Exception as exc:  # noqa: BLE001 - the bundle stays; analyze can be rerun on it
+        runner.manifest["metrics_error"] = f"{type(exc).__name__}: {exc}"
+        runner.save()
+        runner.say(f"[yellow]metrics not written[/]: {exc}")
+
+
+# --- the command line ---------------------------------------------------------------------
+
+
+def parse_target(args: list[str], module: bool) -> list[str]:
+    """``python``'s own argv shape: [SCRIPT, *ARGS] or ["-m", MODULE, *ARGS].
+
+    ``-m`` is a flag, not an option with a value, so that option parsing stops at the
+    module name and everything after it reaches the module, as with ``python -m``.
+    """
+    if not args:
+        raise UsageError("nothing to run: give a SCRIPT (or -m MODULE) and its arguments")
+    if module:
+        return ["-m", *args]
+    script = Path(args[0])
+    if not script.is_file():
+        raise UsageError(f"{script}: no such script")
+    return list(args)
+
+
+def parse_collect(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    names = [c.strip() for c in text.split(",") if c.strip()]
+    unknown = [c for c in names if c not in COLLECTORS]
+    if unknown or not names:
+        raise UsageError(f"--collect: unknown collector {', '.join(unknown) or repr(text)}; choose from {','.join(COLLECTORS)}")
+    return names
+
+
+def run_command(
+    args: Optional[list[str]] = typer.Argument(None, metavar="SCRIPT [ARGS]...", help="The program and its arguments, as you would give them to python."),
+    module: bool = typer.Option(False, "-m", help="Run a module, as python -m MODULE ARGS... (the first argument is the module)."),
+    collect: Optional[str] = typer.Option(None, "--collect", help="Collectors, comma-separated from torch,nvml,nsys,ncu. Default: every one available here."),
+    light: bool = typer.Option(True, "--light/--no-light", help="Run the light timing pass (no tracer) first."),
+    warmup: int = typer.Option(1, "--warmup", min=0, help="Steps to let run before tracing starts."),
+    steps: int = typer.Option(10, "--steps", min=0, help="Steps to trace (0: all after the warm-up)."),
+    step: Optional[str] = typer.Option(None, "--step", help="Step range name or glob (record_function, NVTX or perfdoctor.region). Default: perfdoctor.region/step, --step-fn, else the most frequent range."),
+    step_fn: Optional[str] = typer.Option(None, "--step-fn", help="module:function (or module:Class.method); every call is one step. Use __main__ for the script itself."),
+    out: Path = typer.Option(Path("perfdoctor-runs"), "--out", help="Folder that receives the run bundle."),
+    name: Optional[str] = typer.Option(None, "--name", help="Bundle name suffix (default: the script or module name)."),
+    ncu_steps: int = typer.Option(1, "--ncu-steps", min=1, help="Steps whose kernels Nsight Compute replays."),
+    ncu_kernels: int = typer.Option(2000, "--ncu-kernels", min=1, help="At most this many kernels for Nsight Compute."),
+    nvml_interval_ms: int = typer.Option(50, "--nvml-interval-ms", min=5, help="NVML sampling period."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
+) -> None:
+    """Profile a program as it is: perfdoctor run [OPTIONS] SCRIPT [ARGS]... or -m MODULE [ARGS]...
+
+    Runs the program once per pass (a light timing pass with no tracer, then the torch profiler, Nsight Systems and Nsight Compute, as available here), samples NVML alongside, and writes a run bundle (manifest.json, raw/, metrics.json) under --out. Everything after SCRIPT goes to the program. The exit code is the program's.
+
+    Example: perfdoctor run --step decode_step --steps 20 infer.py --tokens 128
+    """
+    if step_fn is not None and (":" not in step_fn or not all(step_fn.partition(":")[::2])):
+        raise UsageError(f"--step-fn {step_fn!r}: expected module:function")
+    options = RunOptions(
+        target=parse_target(list(args or []), module),
+        collect=parse_collect(collect),
+        light=light,
+        warmup=warmup,
+        steps=steps,
+        step=step,
+        step_fn=step_fn,
+        out=out,
+        name=name,
+        ncu_steps=ncu_steps,
+        ncu_kernels=ncu_kernels,
+        nvml_interval_ms=nvml_interval_ms,
+        quiet=quiet,
+    )
+    if not options.light and options.collect is not None and set(options.collect) <= {"nvml"}:
+        raise UsageError("--no-light with only nvml collects nothing: keep the light pass or add a tracer")
+    console = Console(stderr=True)
+    code, bundle = execute(options, console)
+    if not quiet:
+        console.print(f"bundle written: {bundle}\nnext: perfdoctor analyze {bundle}", highlight=False)
+    raise typer.Exit(code)
+
+
+def main() -> None:
+    """``python -m perfdoctor.run``: the run command on its own (the CLI wires the same)."""
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    app.command(context_settings={"allow_interspersed_args": False})(run_command)
+    try:
+        app()
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

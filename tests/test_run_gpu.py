@@ -1,0 +1,177 @@
+"""``perfdoctor run`` on a real GPU decode-like loop (tests/programs/gpu_decode.py).
+
+Run on the H200 by ``scripts/gpu-check``. Checks that all four collectors work there, that
+the two hardware counter sources (NVML GPM in the light pass, Nsight Compute replay) rank a
+memory-bound and a launch-bound program the same way, and that the light pass's step
+latency matches the program's own timing. The numbers are appended to
+``$PERFDOCTOR_NUMBERS`` (JSON lines) when set, for the script's table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+PROGRAM = Path(__file__).parent / "programs" / "gpu_decode.py"
+ROOT = Path(__file__).parent.parent
+
+
+def record(**numbers: object) -> None:
+    path = os.environ.get("PERFDOCTOR_NUMBERS")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps(numbers) + "\n")
+
+
+def run(cwd: Path, *args: str, timeout: int = 150) -> tuple[subprocess.CompletedProcess, Path]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-m", "perfdoctor.run", "--out", str(cwd / "runs"), *args],
+        capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout,
+    )
+    assert (cwd / "runs").is_dir(), done.stderr[-3000:]
+    return done, sorted((cwd / "runs").iterdir())[-1]
+
+
+def manifest(bundle: Path) -> dict:
+    return json.loads((bundle / "manifest.json").read_text())
+
+
+def ncu_time_weighted(bundle: Path, metric: str) -> float:
+    from perfdoctor.bundle import load_bundle
+
+    c = load_bundle(bundle).counters
+    rows = c[c["metric"] == metric]
+    return float((rows["value"] * rows["duration_ns"]).sum() / rows["duration_ns"].sum())
+
+
+@pytest.fixture(scope="module")
+def big_run(tmp_path_factory):
+    """The memory-bound program under all four collectors."""
+    cwd = tmp_path_factory.mktemp("big")
+    # 1500 steps (~1.5 s): the light pass must span several ~0.1 s GPM samples; the trace keeps 5.
+    done, bundle = run(cwd, "--warmup", "3", "--steps", "5", str(PROGRAM), "--size", "big", "--steps", "1500")
+    return done, bundle, cwd
+
+
+def test_all_four_collectors_ok(big_run):
+    done, bundle, _ = big_run
+    m = manifest(bundle)
+    statuses = {k: v["status"] for k, v in m["collectors"].items()}
+    record(test="collectors", bundle=str(bundle), **statuses)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert statuses == {"torch": "ok", "nvml": "ok", "nsys": "ok", "ncu": "ok"}, json.dumps(m["collectors"], indent=1)[-3000:]
+    metrics = json.loads((bundle / "metrics.json").read_text())["metrics"]
+    keys = ("steps", "dram_bw_util", "sm_occupancy", "profiler_overhead_ratio", "step_latency_ms_p50", "peak_dram_bw_gbps")
+    record(test="metrics-big", **{k: metrics.get(k, {}).get("value") for k in keys},
+           dram_source=metrics.get("dram_bw_util", {}).get("source"), occ_source=metrics.get("sm_occupancy", {}).get("source"),
+           light_p50=statistics.median(m["light_pass"]["step_latency_ms"]))
+    assert metrics["steps"]["value"] == 5
+    assert m["gpu"]["peak_dram_bw_gbps"] > 1000
+    assert metrics["profiler_overhead_ratio"]["value"] is not None
+
+
+def test_nvml_samples_are_aligned_with_the_trace(big_run):
+    from perfdoctor.bundle import load_bundle
+
+    _, bundle, _ = big_run
+    p = load_bundle(bundle)
+    nvml = p.samples[p.samples["source"].isin(["nvml", "nvml-gpm"])]
+    first, last = p.kernels["start_ns"].min(), p.kernels["end_ns"].max()
+    # The sampler ran for the whole pass, so on the trace's clock its samples bracket the
+    # traced kernels, within the pass's few seconds (a wrong offset lands hours away).
+    record(test="alignment", nvml_samples=len(nvml), before_s=(first - nvml["time_ns"].min()) / 1e9, after_s=(nvml["time_ns"].max() - last) / 1e9)
+    assert nvml["time_ns"].min() < first and nvml["time_ns"].max() > last
+    assert (first - nvml["time_ns"].min()) < 120e9 and (nvml["time_ns"].max() - last) < 120e9
+
+
+@pytest.fixture(scope="module")
+def big_gpm(tmp_path_factory):
+    """The memory-bound program, light pass only: with no tracing pass, NVML (GPM) samples it."""
+    cwd = tmp_path_factory.mktemp("big_gpm")
+    return run(cwd, "--collect", "nvml", "--warmup", "3", str(PROGRAM), "--size", "big", "--steps", "1500")
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    """The launch-bound program, light pass (GPM) + ncu only."""
+    cwd = tmp_path_factory.mktemp("small")
+    done, bundle = run(cwd, "--collect", "nvml,ncu", "--warmup", "3", "--steps", "20", str(PROGRAM), "--size", "small", "--steps", "500")
+    return done, bundle
+
+
+def test_gpm_and_ncu_agree_in_direction(big_run, big_gpm, small_run):
+    _, big, _ = big_run
+    done, small = small_run
+    assert done.returncode == 0, done.stderr[-3000:]
+    gpm = {n: manifest(b)["light_pass"].get("nvml_means", {}) for n, b in (("big", big_gpm[1]), ("small", small))}
+    record(test="collectors-small", **{k: v["status"] for k, v in manifest(small)["collectors"].items()})
+    record(test="gpm-means", big=json.dumps(gpm["big"])[:400], small=json.dumps(gpm["small"])[:400])
+    numbers = {
+        "gpm_dram_big": gpm["big"]["dram_bw_util"]["mean"],
+        "gpm_dram_small": gpm["small"]["dram_bw_util"]["mean"],
+        "ncu_dram_pct_big": ncu_time_weighted(big, "dram__throughput.avg.pct_of_peak_sustained_elapsed"),
+        "ncu_dram_pct_small": ncu_time_weighted(small, "dram__throughput.avg.pct_of_peak_sustained_elapsed"),
+        "gpm_occ_big": gpm["big"]["sm_occupancy"]["mean"],
+        "gpm_occ_small": gpm["small"]["sm_occupancy"]["mean"],
+        "ncu_occ_pct_big": ncu_time_weighted(big, "sm__warps_active.avg.pct_of_peak_sustained_active"),
+        "ncu_occ_pct_small": ncu_time_weighted(small, "sm__warps_active.avg.pct_of_peak_sustained_active"),
+    }
+    record(test="direction", **numbers)
+    assert numbers["gpm_dram_big"] > numbers["gpm_dram_small"]
+    assert numbers["ncu_dram_pct_big"] > numbers["ncu_dram_pct_small"]
+    assert (numbers["gpm_occ_big"] > numbers["gpm_occ_small"]) == (numbers["ncu_occ_pct_big"] > numbers["ncu_occ_pct_small"])
+
+
+@pytest.mark.parametrize("size", ["big", "small"])
+def test_light_pass_latency_matches_the_programs_own_timing(tmp_path, size):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    plain = tmp_path / "plain.json"
+    subprocess.run([sys.executable, str(PROGRAM), "--size", size, "--steps", "60", "--timings", str(plain)], check=True, env=env, timeout=120)
+    own = tmp_path / "own.json"
+    # With a tracing pass selected the light pass runs with no NVML sampler beside it (the
+    # sampler slowed this program by 10-40 %). The program appends one line per run: the
+    # first line of own.json is its light-pass run.
+    done, bundle = run(tmp_path, "--collect", "torch", "--warmup", "5", "--steps", "0", str(PROGRAM), "--size", size, "--steps", "60", "--timings", str(own))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert manifest(bundle)["light_pass"]["nvml_sampled"] is False
+    light = statistics.median(manifest(bundle)["light_pass"]["step_latency_ms"])
+    plain_ms = statistics.median(json.loads(plain.read_text().splitlines()[0])["step_ms"][5:])
+    own_ms = statistics.median(json.loads(own.read_text().splitlines()[0])["step_ms"][5:])
+    record(test=f"latency-{size}", light_ms=light, program_plain_ms=plain_ms, program_in_light_pass_ms=own_ms,
+           vs_plain=light / plain_ms - 1, vs_own=light / own_ms - 1)
+    assert abs(light / plain_ms - 1) < 0.05
+    assert abs(light / own_ms - 1) < 0.05
+
+
+def test_calibrate_measures_a_ceiling_below_the_theoretical_peak(tmp_path, monkeypatch):
+    import typer
+    from typer.testing import CliRunner
+
+    from perfdoctor.calibrate import calibrate_command, load_calibration
+    from perfdoctor.collectors import nvml
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    app = typer.Typer()
+    app.command()(calibrate_command)
+    result = CliRunner().invoke(app, ["--sizes-mb", "512,2048", "--matmul-n", "8192"])
+    assert result.exit_code == 0, result.output
+    info = nvml.device_info()
+    entry = load_calibration(info["uuid"])
+    record(test="calibrate", dram_read_gbps=entry["dram_read_gbps"], theoretical_gbps=info["peak_dram_bw_gbps"],
+           bf16_matmul_tflops=entry["bf16_matmul_tflops"])
+    assert 0.5 * info["peak_dram_bw_gbps"] < entry["dram_read_gbps"] < info["peak_dram_bw_gbps"]
+    assert entry["bf16_matmul_tflops"] > 100
