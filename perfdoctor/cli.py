@@ -64,10 +64,17 @@ def analyze(
         Console(stderr=True).print(f"wrote {json_out}")
 
 
+from perfdoctor.demo import demo_command  # noqa: E402
 from perfdoctor.diff import diff_command  # noqa: E402
 from perfdoctor.gate import gate_command  # noqa: E402
 from perfdoctor.rules.cli import report_command, rules_app  # noqa: E402
+from perfdoctor.calibrate import calibrate_command  # noqa: E402
+from perfdoctor.run import run_command  # noqa: E402
 
+# Everything after the script (or -m module) belongs to the target program.
+app.command("run", context_settings={"allow_interspersed_args": False})(run_command)
+app.command("demo")(demo_command)
+app.command("calibrate")(calibrate_command)
 app.command("report")(report_command)
 app.command("diff")(diff_command)
 app.command("gate")(gate_command)
