@@ -70,5 +70,10 @@ def demo_command(
         bundles.append(bundle)
     before, after = bundles
     console.print(Rule(f"perfdoctor diff {before} {after}"))
+    if not gpu:
+        console.print(
+            "[yellow]No GPU here: both runs are the same CPU program, so whatever the diff calls "
+            "improved or regressed is this machine's run-to-run noise.[/]"
+        )
     print_terminal(diff_runs(load_run(before, step="decode_step"), load_run(after, step="decode_step")), console)
     console.print(f"\nbundles: {before}  {after}\nnext: perfdoctor report {after} --format html -o report.html")
