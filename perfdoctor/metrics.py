@@ -172,6 +172,15 @@ class _Context:
             return self.steps.reason or "no GPU activity inside the steps"
         return None
 
+    @property
+    def no_calls(self) -> str | None:
+        """Why host-call metrics can't be computed, or None."""
+        if self.steps.count == 0:
+            return self.steps.reason or "no steps found"
+        if self.profile.calls.empty:
+            return "the trace has no CUDA API calls"
+        return None
+
 
 def _steps(c: _Context) -> Metric:
     return c.have("steps", c.steps.count)
@@ -211,19 +220,19 @@ def _kernels_per_step(c: _Context) -> Metric:
     return c.have("kernels_per_step", (c.in_span["kind"] == "kernel").sum() / c.steps.count)
 
 
+def _calls_per_step(c: _Context, key: str, which: Callable[[pd.Series], pd.Series]) -> Metric:
+    if c.no_calls:
+        return c.absent(key, c.no_calls)
+    return c.have(key, which(c.step_calls["name"]).sum() / c.steps.count)
+
+
 def _launches_per_step(c: _Context) -> Metric:
-    if c.steps.count == 0:
-        return c.absent("launches_per_step", c.steps.reason or "no steps found")
-    if c.profile.calls.empty:
-        return c.absent("launches_per_step", "the trace has no CUDA API calls")
-    return c.have("launches_per_step", is_launch(c.step_calls["name"]).sum() / c.steps.count)
+    return _calls_per_step(c, "launches_per_step", is_launch)
 
 
 def _launch_rate_per_s(c: _Context) -> Metric:
-    if c.steps.count == 0:
-        return c.absent("launch_rate_per_s", c.steps.reason or "no steps found")
-    if c.profile.calls.empty:
-        return c.absent("launch_rate_per_s", "the trace has no CUDA API calls")
+    if c.no_calls:
+        return c.absent("launch_rate_per_s", c.no_calls)
     t = c.steps.table
     host_s = (t["host_end_ns"] - t["host_start_ns"]).sum() / 1e9
     if host_s <= 0:
@@ -282,11 +291,7 @@ def _tokens_per_s(c: _Context, steps_per_s: Metric) -> Metric:
 
 
 def _sync_calls_per_step(c: _Context) -> Metric:
-    if c.steps.count == 0:
-        return c.absent("sync_calls_per_step", c.steps.reason or "no steps found")
-    if c.profile.calls.empty:
-        return c.absent("sync_calls_per_step", "the trace has no CUDA API calls")
-    return c.have("sync_calls_per_step", is_sync(c.step_calls["name"]).sum() / c.steps.count)
+    return _calls_per_step(c, "sync_calls_per_step", is_sync)
 
 
 def _pageable_memcpy_bytes(c: _Context) -> Metric:

@@ -138,6 +138,19 @@ def _read(con: sqlite3.Connection, path: Path) -> Profile:
     )
 
 
+def _activity_columns(t: pd.DataFrame, kind: str) -> dict[str, np.ndarray]:
+    """The columns every CUPTI activity table shares, in Profile terms."""
+    return {
+        "kind": np.full(len(t), kind, dtype=object),
+        "start_ns": t["start"].to_numpy(np.int64),
+        "end_ns": t["end"].to_numpy(np.int64),
+        "device": t["deviceId"].to_numpy(np.int64),
+        "stream": t["streamId"].to_numpy(np.int64),
+        "correlation": t["correlationId"].to_numpy(np.int64),
+        "graph_id": t["graphNodeId"].fillna(-1).to_numpy(np.int64),
+    }
+
+
 def _kernels(con: sqlite3.Connection, tables: set[str], strings: pd.Series) -> pd.DataFrame:
     if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables:
         return frame(ACTIVITY_COLUMNS)
@@ -151,18 +164,12 @@ def _kernels(con: sqlite3.Connection, tables: set[str], strings: pd.Series) -> p
     return frame(
         ACTIVITY_COLUMNS,
         {
-            "kind": np.full(len(k), "kernel", dtype=object),
-            "start_ns": k["start"].to_numpy(np.int64),
-            "end_ns": k["end"].to_numpy(np.int64),
-            "device": k["deviceId"].to_numpy(np.int64),
-            "stream": k["streamId"].to_numpy(np.int64),
+            **_activity_columns(k, "kernel"),
             "name": k["demangledName"].map(strings).fillna("").to_numpy(),
-            "correlation": k["correlationId"].to_numpy(np.int64),
             "grid": dims("gridX", "gridY", "gridZ"),
             "block": dims("blockX", "blockY", "blockZ"),
             "registers": k["registersPerThread"].to_numpy(np.float64),
             "shared_mem": (k["staticSharedMemory"] + k["dynamicSharedMemory"]).to_numpy(np.float64),
-            "graph_id": k["graphNodeId"].fillna(-1).to_numpy(np.int64),
         },
     )
 
@@ -184,17 +191,11 @@ def _memcpy(con: sqlite3.Connection, tables: set[str]) -> pd.DataFrame:
     return frame(
         ACTIVITY_COLUMNS,
         {
-            "kind": np.full(len(m), "memcpy", dtype=object),
-            "start_ns": m["start"].to_numpy(np.int64),
-            "end_ns": m["end"].to_numpy(np.int64),
-            "device": m["deviceId"].to_numpy(np.int64),
-            "stream": m["streamId"].to_numpy(np.int64),
+            **_activity_columns(m, "memcpy"),
             "name": ("Memcpy " + copy_kind).to_numpy(),
-            "correlation": m["correlationId"].to_numpy(np.int64),
             "bytes": m["bytes"].to_numpy(np.float64),
             "copy_kind": copy_kind.to_numpy(),
             "host_mem": host_mem.to_numpy(),
-            "graph_id": m["graphNodeId"].fillna(-1).to_numpy(np.int64),
         },
     )
 
@@ -216,15 +217,9 @@ def _memset(con: sqlite3.Connection, tables: set[str]) -> pd.DataFrame:
     return frame(
         ACTIVITY_COLUMNS,
         {
-            "kind": np.full(len(m), "memset", dtype=object),
-            "start_ns": m["start"].to_numpy(np.int64),
-            "end_ns": m["end"].to_numpy(np.int64),
-            "device": m["deviceId"].to_numpy(np.int64),
-            "stream": m["streamId"].to_numpy(np.int64),
+            **_activity_columns(m, "memset"),
             "name": np.full(len(m), "Memset", dtype=object),
-            "correlation": m["correlationId"].to_numpy(np.int64),
             "bytes": m["bytes"].to_numpy(np.float64),
-            "graph_id": m["graphNodeId"].fillna(-1).to_numpy(np.int64),
         },
     )
 
