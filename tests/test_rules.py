@@ -87,6 +87,7 @@ def test_eager_decode_ranks_launch_overhead_first_with_graphs_and_fusion_as_the_
     top = findings[0]
     assert top.status == "fail" and top.rank == 1
     assert top.rule_id in LAUNCH_RULES, [f.rule_id for f in findings[:3]]
+    assert "launch" in top.title.lower()  # the report names launch overhead as the first problem
     assert "graphed" not in top.context
     fix = remediation_text(top)
     assert "CUDA graph" in fix and ("Fuse" in fix or "fuse" in fix) and "torch.compile" in fix
