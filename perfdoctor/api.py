@@ -84,7 +84,7 @@ class _Marks:
             self.nvtx_push = nvtx.push_range
             self.nvtx_pop = nvtx.pop_range
         except ImportError:
-            if torch is not None and torch.cuda.is_available():
+            if torch is not None and hasattr(torch._C, "_nvtx"):  # a CUDA build; no CUDA init
                 self.nvtx_push = torch.cuda.nvtx.range_push
                 self.nvtx_pop = torch.cuda.nvtx.range_pop
 

@@ -65,8 +65,11 @@ class GpuClock:
 
     def __init__(self, torch: Any) -> None:
         self.torch = torch
-        torch.cuda.synchronize()
         self.ref = torch.cuda.Event(enable_timing=True)
+        # The first record creates the CUDA event. Done before t0 is read: on the H200 that
+        # creation put the reference ~58 us late, and every light-pass step 58 us short.
+        self.ref.record()
+        torch.cuda.synchronize()
         self.t0_ns = time.perf_counter_ns()
         self.ref.record()
 
@@ -79,18 +82,33 @@ class GpuClock:
         event.synchronize()
         return self.t0_ns + int(self.ref.elapsed_time(event) * 1e6)
 
+    def settle(self, ends: list[Any], first: int) -> int:
+        """Turn the completed events of ``ends[first:]`` into host ns, so a long run does
+        not hold one CUDA event per step; returns the index of the first one still pending
+        (events on one stream complete in order)."""
+        for i in range(first, len(ends)):
+            if not isinstance(ends[i], int):
+                if not ends[i].query():
+                    return i
+                ends[i] = self.resolve(ends[i])
+        return len(ends)
+
 
 class StepTimes:
     """Per step name: host start times and ends (host ns, or a CUDA event to resolve)."""
+
+    SETTLE_EVERY = 4096  # steps between settling the CUDA events of finished steps
 
     def __init__(self) -> None:
         self.starts: dict[str, list[int]] = {}
         self.ends: dict[str, list[Any]] = {}
         self.clock: GpuClock | None = None
+        self.unsettled = 0
+        self.settled: dict[str, int] = {}  # per name: ends before this index are host ns
 
     def _gpu_clock(self) -> GpuClock | None:
         torch = sys.modules.get("torch")
-        if self.clock is None and torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        if self.clock is None and torch is not None and torch.cuda.is_initialized():
             self.clock = GpuClock(torch)
         return self.clock
 
@@ -99,7 +117,15 @@ class StepTimes:
 
     def end(self, name: str) -> None:
         clock = self._gpu_clock()
-        self.ends.setdefault(name, []).append(clock.mark() if clock is not None else time.perf_counter_ns())
+        if clock is None:
+            self.ends.setdefault(name, []).append(time.perf_counter_ns())
+            return
+        self.ends.setdefault(name, []).append(clock.mark())
+        self.unsettled += 1
+        if self.unsettled >= self.SETTLE_EVERY:
+            self.unsettled = 0
+            for key, ends in self.ends.items():
+                self.settled[key] = clock.settle(ends, self.settled.get(key, 0))
 
     def spans_ns(self) -> tuple[dict[str, list[list[int]]], str | None]:
         """[start, end] per step, by name, on the host clock (CLOCK_MONOTONIC); plus why
@@ -146,6 +172,8 @@ class Session:
         self.finished = False
         self.lock = threading.RLock()
         self.progress_fd = progress_pipe(config.get("progress_fd"))
+        self.unsent_ticks = 0
+        self.last_tick_ns = 0
 
     def matches(self, name: str) -> bool:
         return self.pattern is not None and (name == self.pattern or fnmatch.fnmatchcase(name, self.pattern))
@@ -202,11 +230,21 @@ class Session:
             last = self.warmup + self.steps
             if self.window_state == "open" and name == self.window_name and self.steps and index + 1 >= last:
                 self.close_window()
-        if self.progress_fd is not None:
+        self.tick()
+
+    def tick(self, flush: bool = False) -> None:
+        """Tell ``perfdoctor run`` a step ended: one byte per step, written at most every
+        0.1 s (a write per step would be a syscall inside every step of the program)."""
+        if self.progress_fd is None:
+            return
+        self.unsent_ticks += not flush
+        now = time.perf_counter_ns()
+        if self.unsent_ticks and (flush or now - self.last_tick_ns >= 100_000_000):
             try:
-                os.write(self.progress_fd, b".")
+                os.write(self.progress_fd, b"." * self.unsent_ticks)
             except OSError:
                 self.progress_fd = None
+            self.unsent_ticks, self.last_tick_ns = 0, now
 
     def in_ncu_window(self, index: int) -> bool:
         return self.warmup <= index < self.warmup + int(self.config.get("ncu_steps", 1))
@@ -281,6 +319,7 @@ class Session:
                 return
             self.finished = True
         api.end_step()
+        self.tick(flush=True)
         if self.mode == "torch":
             self.stop_profiler(export=self.window_state != "before" or self.whole_program)
         elif self.mode == "nsys" and self.window_state == "open" and self.config.get("capture_range"):
@@ -463,7 +502,9 @@ def hook_ranges(session: Session, nvtx_to_torch: bool, torch_to_nvtx: bool) -> N
         annotate.__enter__, annotate.__exit__, annotate.__call__ = annotate_enter, annotate_exit, annotate_call
 
     torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available():
+    # A CUDA build, asked without torch.cuda.is_available(), which would initialize the CUDA
+    # driver before the program does: the bootstrap should change nothing the program does.
+    if torch is not None and hasattr(torch._C, "_nvtx"):
         tnvtx = torch.cuda.nvtx
         t_push, t_pop = tnvtx.range_push, tnvtx.range_pop
 

@@ -83,6 +83,7 @@ def test_manifest_statuses_on_cpu(rf_run):
         assert collectors[name]["status"].startswith("unavailable: "), collectors[name]
         assert len(collectors[name]["status"]) > len("unavailable: ")
     assert [p["name"] for p in m["passes"]] == ["light", "torch"]
+    assert m["passes"][1]["steps"] == 8  # step ticks are batched; the last batch is flushed at exit
     assert m["environment"]["python"] == sys.version.split()[0]
     assert m["environment"]["torch"] == __import__("torch").__version__
 
