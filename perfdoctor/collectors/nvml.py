@@ -117,6 +117,16 @@ def device_info(index: int | str | None = None) -> dict[str, Any]:
     return info
 
 
+def local_cpus(index: int | str | None = None) -> set[int]:
+    """The CPUs NVML calls ideal for the GPU (its NUMA node's). A program launching many
+    small kernels runs measurably slower from the other socket, so timing comparisons pin
+    every process to these."""
+    pynvml = _nvml()
+    handle = _handle(pynvml, device_index() if index is None else index)
+    words = pynvml.nvmlDeviceGetCpuAffinity(handle, (os.cpu_count() or 1) // 64 + 1)
+    return {64 * w + bit for w, mask in enumerate(words) for bit in range(64) if mask >> bit & 1}
+
+
 class Sampler:
     """Samples NVML every ``interval_s`` on a daemon thread until :meth:`stop`."""
 

@@ -3,9 +3,12 @@
 Each step is one range named decode_step (``--annotate``: perfdoctor.region, record_function
 or torch.cuda.nvtx) that runs ``layers`` bf16 GEMVs (1×h by h×h: every weight byte read from
 DRAM once per step, like batch-1 decode) with a few elementwise kernels each, then
-synchronizes, like a decode step that reads its token back. ``--size big`` is memory-bound
-(h = 8192, 16 layers: 2.1 GB of weights per step); ``--size small`` is launch-bound (h = 256,
-64 layers: tiny kernels, the GPU mostly idle). The program writes its own per-step
+synchronizes, like a decode step that reads its token back. ``--size big`` moves a lot of
+DRAM (h = 8192, 16 layers: 2.1 GB of weights per step, ~0.5 ms of GPU time on an H200), though
+its ~100 launches still take the host about as long; ``--size small`` is launch-bound (h = 256,
+64 layers: tiny kernels, the GPU mostly idle); ``--size gpu`` is bound by the GPU alone
+(h = 16384, 8 layers: 4.3 GB per step, ~1 ms of DRAM time behind ~50 launches), so its step
+time does not depend on how fast the host happens to be. The program writes its own per-step
 milliseconds (perf_counter around the step, after the synchronize) to ``--timings``, one
 JSON line per run.
 """
@@ -19,7 +22,7 @@ from torch.autograd.profiler import record_function
 
 import perfdoctor.api as perfdoctor
 
-SIZES = {"big": (8192, 16), "small": (256, 64)}
+SIZES = {"big": (8192, 16), "small": (256, 64), "gpu": (16384, 8)}
 
 
 def step_range(how: str, weight_bytes: int):
