@@ -157,8 +157,11 @@ def step_samples(analysis: Analysis) -> dict[str, np.ndarray]:
 # took 1.5 vs 0.85 ms under CUPTI) and 1.28 (eager: h200-decode-eager-5steps vs -rerun) in
 # median step latency, while each run's steps spread by a few percent: a within-run test
 # alone calls tracer noise a change. Two pairs are little data: revisit with more. The
-# light pass has no tracer; its 5 % is an assumption, not yet measured: measure two
-# bundles of one program and pass --noise-floor.
+# light pass has no tracer, but it is one process too: on the H200 test machine a
+# host-paced loop's median step differed by up to 1.65x between plain processes of one
+# program (docs/performance.md, 2026-11-30), so its 5 % is meant for steps the GPU paces
+# (a GPU-bound check is written, not yet run); measure two bundles of your program on
+# your runner and pass --noise-floor.
 TRACED_NOISE_FLOOR = 0.30
 LIGHT_NOISE_FLOOR = 0.05
 SAMPLE_NOISE_FLOORS = {
@@ -655,7 +658,7 @@ def diff_command(
     tokens_per_step: Optional[float] = typer.Option(None, "--tokens-per-step", min=0, help="Tokens one step produces, for both runs (enables tokens_per_s)."),
     rules: list[Path] = typer.Option([], "--rules", metavar="PACK", help="Rule pack (TOML) layered on the built-in seed pack, as in `analyze`; repeatable. Findings fixed and new are listed."),
     no_rules: bool = typer.Option(False, "--no-rules", help="Do not evaluate rules (no findings section)."),
-    noise_floor: Optional[float] = typer.Option(None, "--noise-floor", min=0, metavar="PCT", help="Run-to-run noise floor in percent: a significant median shift within this factor either way is 'no significant change'. Default: 30 for traced timings (two identical H200 processes differed by up to 1.28x), 5 for the light timing pass."),
+    noise_floor: Optional[float] = typer.Option(None, "--noise-floor", min=0, metavar="PCT", help="Run-to-run noise floor in percent: a significant median shift within this factor either way is 'no significant change'. Default: 30 for traced timings (two identical H200 processes differed by up to 1.28x), 5 for the light timing pass (steps paced by the GPU; host-paced steps can differ more between processes: measure yours)."),
     md: Optional[Path] = typer.Option(None, "--md", help="Also write the diff as Markdown (fits a PR comment)."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the diff as JSON (schema perfdoctor.diff/1)."),
 ) -> None:
