@@ -118,9 +118,8 @@ def device_info(index: int | str | None = None) -> dict[str, Any]:
 
 
 def local_cpus(index: int | str | None = None) -> set[int]:
-    """The CPUs NVML calls ideal for the GPU (its NUMA node's). A program launching many
-    small kernels runs measurably slower from the other socket, so timing comparisons pin
-    every process to these."""
+    """The CPUs NVML calls ideal for the GPU (its NUMA node's). Timing comparisons pin every
+    process to these, so that on a two-socket host none launches kernels from the far socket."""
     pynvml = _nvml()
     handle = _handle(pynvml, device_index() if index is None else index)
     words = pynvml.nvmlDeviceGetCpuAffinity(handle, (os.cpu_count() or 1) // 64 + 1)
