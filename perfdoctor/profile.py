@@ -24,6 +24,9 @@ Tables and columns
 ``counters`` — per-kernel hardware counters (Nsight Compute): correlation, name,
     metric, value, duration_ns.
 ``device`` — a dict: name, sm_count, peak_dram_bw_gbps (with peak_source), l2_bytes, ...
+``light`` — :class:`LightSteps` or None: the untraced light pass of ``perfdoctor run``
+    timed every step (host start, GPU start, GPU end on the host clock); the source of
+    truth for step time (see ``docs/metrics.md``).
 ``meta`` — a dict: source ("kineto" | "nsys"), path, and ``declared``: per step name the
     work a step declares ({"decode_step": {"tokens": 1, "bytes": 2.47e9}}), parsed from
     ``perfdoctor.declare {json}`` ranges.
@@ -110,6 +113,33 @@ def frame(columns: dict[str, str], data: dict[str, Any] | None = None) -> pd.Dat
 
 
 @dataclass
+class LightSteps:
+    """The light (untraced) pass's timing of the chosen step, one entry per step seen.
+
+    Arrays are int64 ns on CLOCK_MONOTONIC. ``gpu_start_ns`` is None when the pass did not
+    record it (bundles of perfdoctor 0.1). ``clock`` is ``"cuda-event"`` (GPU times from CUDA
+    events, no sync added) or ``"host"`` (a program without GPU work: host end). The steady
+    state starts at ``steady_start`` (:func:`perfdoctor.steady.steady_start`, or the user's
+    ``--warmup``), for the reason in ``steady_reason``. ``counters``: per metric, hardware
+    counters averaged over exactly the steady steps: ``{"value", "source", "samples",
+    "dropped_nan", "start_ns", "end_ns"}``.
+    """
+
+    name: str
+    host_start_ns: np.ndarray
+    gpu_end_ns: np.ndarray
+    gpu_start_ns: np.ndarray | None = None
+    clock: str = "cuda-event"
+    steady_start: int = 0
+    steady_reason: str = ""
+    counters: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def count(self) -> int:
+        return int(self.host_start_ns.size)
+
+
+@dataclass
 class Profile:
     """Normalized tables of one trace (see the module docstring for the columns)."""
 
@@ -119,6 +149,7 @@ class Profile:
     samples: pd.DataFrame = field(default_factory=lambda: frame(SAMPLE_COLUMNS))
     counters: pd.DataFrame = field(default_factory=lambda: frame(COUNTER_COLUMNS))
     device: dict[str, Any] = field(default_factory=dict)
+    light: LightSteps | None = None
     meta: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -1,0 +1,117 @@
+"""Step time from a series of steps: the critical path, the steady state, the cadence.
+
+Pure functions on per-step arrays (integer ns on one clock), shared by the light pass of
+``perfdoctor run`` (which uses :func:`steady_start` to place the traced windows) and by the
+analysis of any step table (trace or light pass). No pandas, no torch.
+
+For step ``k`` with host start ``h[k]`` and the end of its GPU work ``g[k]``:
+
+* **critical-path time** ``cp[k] = g[k] − max(h[k], g[k−1])`` (``cp[0] = g[0] − h[0]``).
+  When the host waits for every step, that is host start → GPU end; when the host runs
+  ahead (an asynchronous loop, graph replays), it is the interval between completions —
+  time spent queued behind earlier steps is not latency;
+* **host lead** ``max(0, g[k−1] − h[k])``: how far ahead of the GPU the host issued step
+  ``k`` (0 = the GPU waited for the host);
+* **pause** before step ``k``: ``h[k] − g[k−1]`` when it is longer than the median step —
+  time in which the program did something other than steps (a prefill, I/O, a new request),
+  left out of the step rate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# A step more than this factor slower than the steady median counts as warm-up when it
+# comes before the steady run (first calls, compilation, graph capture, cache allocation).
+WARMUP_FACTOR = 1.25
+# Consecutive steps within the factor that mark the start of the steady state.
+SETTLED_RUN = 3
+
+
+def _ns(values: np.ndarray | list[int]) -> np.ndarray:
+    return np.asarray(values, dtype=np.int64)
+
+
+def critical_path_ns(host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int]) -> np.ndarray:
+    """Per step, its critical-path time in ns (see the module docstring)."""
+    h, g = _ns(host_start), _ns(gpu_end)
+    if h.size == 0:
+        return h
+    previous_end = np.concatenate(([np.iinfo(np.int64).min], g[:-1]))
+    return g - np.maximum(h, previous_end)
+
+
+def host_lead_ns(host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int]) -> np.ndarray:
+    """Per step after the first, how long before the previous step's GPU end the host
+    started it (0 when the GPU was already idle, waiting for the host)."""
+    h, g = _ns(host_start), _ns(gpu_end)
+    return np.maximum(0, g[:-1] - h[1:])
+
+
+@dataclass(frozen=True)
+class Steady:
+    """Where the steady state of a step series starts, and why."""
+
+    start: int  # index of the first steady step
+    reason: str
+
+
+def steady_start(critical_path: np.ndarray | list[int]) -> Steady:
+    """The first step of the steady state of a series of critical-path times.
+
+    The rule (docs/metrics.md, "Steady state"): the reference is the median of the second
+    half of the series, which a warm-up shorter than half the run cannot move. The steady
+    state starts at the first step that begins a run of ``SETTLED_RUN`` consecutive steps
+    none of which is slower than ``WARMUP_FACTOR`` x the reference; everything before it is
+    warm-up. Slow steps after that point are part of the workload (a prefill, a tail
+    spike), never dropped. Series shorter than four steps are used whole.
+    """
+    cp = np.asarray(critical_path, dtype=np.float64)
+    n = cp.size
+    if n < 4:
+        return Steady(0, f"{n} steps: too few to tell warm-up from steady state, all used")
+    reference = float(np.median(cp[n // 2 :]))
+    fast = cp <= WARMUP_FACTOR * reference
+    run = min(SETTLED_RUN, n - n // 2)
+    for i in range(n - run + 1):
+        if fast[i : i + run].all():
+            if i == 0:
+                return Steady(0, "no warm-up: the first steps are as fast as the rest")
+            return Steady(
+                i,
+                f"left out the first {i} steps as warm-up: slower than {WARMUP_FACTOR:g}x the steady "
+                f"median ({reference / 1e6:.4g} ms) before {run} steady steps in a row",
+            )
+    return Steady(0, "no steady run found (the steps never settle): all used")
+
+
+@dataclass(frozen=True)
+class Cadence:
+    """The completion rate of a step series, pauses left out."""
+
+    steps_per_s: float | None
+    intervals: int  # completion-to-completion intervals counted
+    pauses: int  # intervals left out as pauses
+    reason: str | None = None  # why steps_per_s is None
+
+
+def cadence(host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int]) -> Cadence:
+    """Steps per second: completion-to-completion intervals ``g[k] − g[k−1]`` summed over
+    the steps the program issued back to back. An interval whose step started more than a
+    median critical-path time after the previous step ended is a pause (the program did
+    something else in between: a prefill, I/O) and is left out, so the rate is that of the
+    loop, as the program's own timer around its loop sees it."""
+    h, g = _ns(host_start), _ns(gpu_end)
+    if h.size < 2:
+        return Cadence(None, 0, 0, "needs at least two steps")
+    cp = critical_path_ns(h, g)
+    intervals = np.diff(g)
+    idle_before = h[1:] - g[:-1]
+    paused = idle_before > float(np.median(cp))
+    kept = intervals[~paused]
+    total = int(kept.sum())
+    if kept.size == 0 or total <= 0:
+        return Cadence(None, 0, int(paused.sum()), "no back-to-back steps with a positive interval")
+    return Cadence(kept.size / (total / 1e9), int(kept.size), int(paused.sum()))
