@@ -29,17 +29,9 @@ from pathlib import Path
 import torch
 
 from perfdoctor.engine.config import CONFIGS, BadInput, ModelConfig
-from perfdoctor.engine.generate import (
-    VARIANTS,
-    Generation,
-    GraphedStep,
-    Step,
-    StepFactory,
-    decode_bytes_per_step,
-    eager_step,
-    generate,
-    random_prompt,
-)
+from perfdoctor.engine.generate import Generation, Step, decode_bytes_per_step, generate, random_prompt
+from perfdoctor.engine.graphs import GraphedStep
+from perfdoctor.engine.variants import VARIANTS, StepFactory, eager_step
 from perfdoctor.engine.measure import Speed, peak_dram_bandwidth
 from perfdoctor.engine.model import Transformer
 from perfdoctor.engine.weights import model_weights

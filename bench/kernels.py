@@ -24,7 +24,8 @@ import torch
 
 from perfdoctor.engine.config import LLAMA_3_2_1B
 from perfdoctor.engine.fused import TUNED, FusedKernels, fused_step
-from perfdoctor.engine.generate import eager_step, generate, graph_step, random_prompt
+from perfdoctor.engine.generate import generate, random_prompt
+from perfdoctor.engine.variants import eager_step, graph_step
 from perfdoctor.engine.measure import Speed, peak_dram_bandwidth
 from perfdoctor.engine.model import Transformer
 from perfdoctor.engine.weights import random_hf_state_dict
@@ -139,7 +140,7 @@ def variant_speeds(model: Transformer, tokens: int, peak: float, runs: int = 3) 
 
 def full_context_step(model: Transformer, peak: float) -> tuple[float, float]:
     """ms of one fused graph replay with the whole cache in use (position ctx - 1)."""
-    from perfdoctor.engine.generate import GraphedStep
+    from perfdoctor.engine.graphs import GraphedStep
 
     step = GraphedStep(FusedKernels(model))
     token = torch.tensor([1], device="cuda")

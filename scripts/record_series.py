@@ -77,14 +77,14 @@ def engine(variant: str, tokens: int) -> dict:
     import perfdoctor.engine.generate as gen
 
     rec = Recorder()
-    original = gen.step_range
+    original = gen.region
 
     @contextlib.contextmanager
-    def timed(name):
-        with original(name), rec.step():
+    def timed(name, **declared):
+        with original(name, **declared), rec.step():
             yield
 
-    gen.step_range = timed
+    gen.region = timed
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         code = cli.main(["--variant", variant, "--tokens", str(tokens)])

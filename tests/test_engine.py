@@ -17,7 +17,8 @@ import torch
 
 from perfdoctor.engine import __main__ as cli
 from perfdoctor.engine.config import LLAMA_3_2_1B, TINY, BadInput, from_hf_dict, to_hf_dict
-from perfdoctor.engine.generate import VARIANTS, decode_bytes_per_step, eager_step, generate, random_prompt
+from perfdoctor.engine.generate import decode_bytes_per_step, generate, random_prompt
+from perfdoctor.engine.variants import VARIANTS, eager_step
 from perfdoctor.engine.model import Transformer, rope_inv_freq, rope_tables
 from perfdoctor.declare import DECLARE_PREFIX
 from perfdoctor.profile import parse_declarations

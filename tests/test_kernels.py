@@ -302,7 +302,8 @@ def _compare(config_name: str, dtype: torch.dtype, ctx: int, steps: int) -> dict
     free-running sequences apart for good. Teacher forcing scores every step on its own.
     """
     from perfdoctor.engine.fused import fused_step
-    from perfdoctor.engine.generate import eager_step, generate, random_prompt
+    from perfdoctor.engine.generate import generate, random_prompt
+    from perfdoctor.engine.variants import eager_step
     from perfdoctor.engine.model import Transformer
     from perfdoctor.engine.weights import model_weights
 

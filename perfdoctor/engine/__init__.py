@@ -5,15 +5,13 @@ The workload perfdoctor is proven on, small enough to read in one sitting:
 - `config`   the model shapes (Llama-3.2-1B exactly, and a tiny twin for tests);
 - `model`    the decoder with a static KV cache, fused QKV and gate/up matrices;
 - `weights`  seeded random weights, or a local Hugging Face folder (safetensors);
-- `generate` prefill + greedy decode; decode-step variants (`eager`, `graph`) by name;
-- `ranges`   the `decode_step` range and the `perfdoctor.declare` declaration;
+- `generate` prefill + greedy decode, each step a `perfdoctor.region("decode_step")`
+             declaring its token and bytes; the step itself is passed in;
+- `variants` the decode steps by name: `eager`, `graph` (`graphs.GraphedStep`), `fused`
+             (Triton kernels in `kernels/`, see `fused`);
 - `measure`  ms/token, tokens/s, GB/s against the NVML peak;
 - `hf`       transformers' LlamaForCausalLM on the same weights, the reference.
 
-Run it with `python -m perfdoctor.engine --help`. Only `ranges` is re-exported here, so
-importing this package does not import torch.
+Run it with `python -m perfdoctor.engine --help`. Importing this package imports nothing
+else (no torch).
 """
-
-from perfdoctor.engine.ranges import declare_step, step_range
-
-__all__ = ["declare_step", "step_range"]

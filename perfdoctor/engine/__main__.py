@@ -15,9 +15,10 @@ import sys
 import torch
 
 from perfdoctor.engine.config import CONFIGS, BadInput
-from perfdoctor.engine.generate import VARIANTS, generate, random_prompt
+from perfdoctor.engine.generate import generate, random_prompt
 from perfdoctor.engine.measure import Speed, peak_dram_bandwidth
 from perfdoctor.engine.model import Transformer
+from perfdoctor.engine.variants import VARIANTS
 from perfdoctor.engine.weights import load_tokenizer, model_weights
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}

@@ -146,7 +146,6 @@ def fused_step(model: Transformer):  # -> generate.Step
         if not _interpreted():
             raise BadInput("the fused variant needs a CUDA device (or TRITON_INTERPRET=1 on a CPU)")
         return FusedKernels(model)
-    # Imported here: generate.py lists this factory among its variants.
-    from perfdoctor.engine.generate import GraphedStep
+    from perfdoctor.engine.graphs import GraphedStep
 
     return GraphedStep(FusedKernels(model))

@@ -3,9 +3,12 @@
 A *step* is a function `(token [1], pos [1]) -> next token [1]`, all int64 tensors on the
 model's device: it runs the model on one token at one position (appending to the KV cache)
 and returns the argmax. Keeping the argmax on the device means the loop never waits for
-the GPU, so the host can queue steps ahead of it. A *variant* is a factory
-`model -> step`; `VARIANTS` maps the names the command line accepts to them, and a new
-implementation (a fused Triton step, say) is one more entry.
+the GPU, so the host can queue steps ahead of it. The loop never names a variant: the
+step is passed in (`perfdoctor.engine.variants` builds them by name), as gpt-fast applies
+its speed-ups from outside the decode loop.
+
+Each step is marked with the public `perfdoctor.region`, declaring its token and the bytes
+it must read, the same way a user marks their own program.
 """
 
 from __future__ import annotations
@@ -17,73 +20,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from perfdoctor.api import region
 from perfdoctor.engine.config import BadInput, ModelConfig
-from perfdoctor.engine.fused import fused_step
 from perfdoctor.engine.model import Transformer
-from perfdoctor.engine.ranges import declare_step, step_range
 
 Step = Callable[[Tensor, Tensor], Tensor]
-StepFactory = Callable[[Transformer], Step]
 
 STEP_NAME = "decode_step"
-
-
-def eager_step(model: Transformer) -> Step:
-    """The model's forward on one token, then argmax: one kernel launch per operation."""
-
-    def step(token: Tensor, pos: Tensor) -> Tensor:
-        return model(token, pos).argmax(dim=-1)
-
-    return step
-
-
-class GraphedStep:
-    """`step` captured once in a CUDA graph, replayed on copies of its inputs.
-
-    Replaying replaces hundreds of kernel launches by one. The graph reads its inputs from
-    static buffers and writes a static output, so each call copies the token and position
-    in, replays, and returns the output buffer (valid until the next call). The capture
-    happens at the first call, with that call's real inputs: the warm-up runs before it
-    write the same K/V rows the real step writes, so they change nothing.
-    """
-
-    def __init__(self, step: Step) -> None:
-        self.step = step
-        self.graph: torch.cuda.CUDAGraph | None = None
-
-    def _capture(self, token: Tensor, pos: Tensor) -> None:
-        self.token, self.pos = token.clone(), pos.clone()
-        # Warm up outside the graph: lazy initialisation (cuBLAS handles, torch.compile's
-        # compilation and autotuning) must not happen during capture. First on the current
-        # stream, then on a side stream as the CUDA graph docs advise.
-        self.step(self.token, self.pos)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                self.step(self.token, self.pos)
-        torch.cuda.current_stream().wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.out = self.step(self.token, self.pos)
-
-    def __call__(self, token: Tensor, pos: Tensor) -> Tensor:
-        if self.graph is None:
-            self._capture(token, pos)
-        self.token.copy_(token)
-        self.pos.copy_(pos)
-        self.graph.replay()
-        return self.out
-
-
-def graph_step(model: Transformer) -> Step:
-    """The eager step, captured in a CUDA graph."""
-    if model.embed.device.type != "cuda":
-        raise BadInput("the graph variant needs a CUDA device")
-    return GraphedStep(eager_step(model))
-
-
-VARIANTS: dict[str, StepFactory] = {"eager": eager_step, "graph": graph_step, "fused": fused_step}
 
 
 def random_prompt(config: ModelConfig, length: int, seed: int) -> Tensor:
@@ -113,7 +56,7 @@ class Generation:
 def generate(model: Transformer, step: Step, prompt: Tensor, n_tokens: int) -> Generation:
     """Prefill `prompt` [P] then greedily decode until `n_tokens` new tokens exist.
 
-    Emits the `decode_step` declaration first, then one `decode_step` range per step.
+    Each decode step is one `decode_step` region declaring 1 token and `bytes_per_step`.
     The decode loop alone is timed: with CUDA events on a GPU (no synchronisation inside
     the loop), with the wall clock on a CPU.
     """
@@ -124,7 +67,6 @@ def generate(model: Transformer, step: Step, prompt: Tensor, n_tokens: int) -> G
         raise BadInput(f"prompt {P} + {n_tokens} tokens needs ctx >= {P + n_tokens - 1}, have {model.ctx}")
     device = model.embed.device
     bytes_per_step = decode_bytes_per_step(model, P + n_tokens // 2)
-    declare_step(STEP_NAME, 1, bytes_per_step)
 
     # no_grad, not inference_mode: tensors made here stay ordinary tensors, which every
     # step implementation (torch.compile's included) accepts as inputs.
@@ -136,7 +78,7 @@ def generate(model: Transformer, step: Step, prompt: Tensor, n_tokens: int) -> G
         pos = torch.tensor([P], device=device)
         timer = _Timer(device)
         for i in range(1, n_tokens):
-            with step_range(STEP_NAME):
+            with region(STEP_NAME, tokens=1, bytes=bytes_per_step):
                 token = step(token, pos)
                 out[i : i + 1].copy_(token)
                 pos += 1

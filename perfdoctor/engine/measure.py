@@ -6,31 +6,26 @@ from dataclasses import dataclass
 
 
 def peak_dram_bandwidth(device_index: int = 0) -> float | None:
-    """Peak DRAM bandwidth in bytes/s from NVML, or None when NVML cannot say.
+    """Peak DRAM bandwidth in bytes/s of CUDA device ``device_index``, or None when NVML
+    cannot say (no driver, no pynvml, MIG, an old driver).
 
-    Peak = 2 (double data rate) x max memory clock x bus width / 8. The device is matched
-    by UUID so CUDA_VISIBLE_DEVICES renumbering cannot pick the wrong card.
+    The one definition is :func:`perfdoctor.collectors.nvml.device_info`'s (2 x max memory
+    clock x bus width / 8). The device is matched by UUID so CUDA_VISIBLE_DEVICES
+    renumbering cannot pick the wrong card.
     """
+    from perfdoctor.collectors import nvml
+
     try:
-        import pynvml
         import torch
 
-        pynvml.nvmlInit()
-    except Exception:  # no pynvml, no driver: the peak is unknown, not an error
-        return None
+        target: int | str = f"GPU-{torch.cuda.get_device_properties(device_index).uuid}"
+    except Exception:  # older torch without .uuid: NVML's numbering
+        target = device_index
     try:
-        try:
-            uuid = torch.cuda.get_device_properties(device_index).uuid
-            handle = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
-        except Exception:  # older torch without .uuid, or a UUID format NVML rejects
-            handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
-        clock_mhz = pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM)
-        bus_bits = pynvml.nvmlDeviceGetMemoryBusWidth(handle)
-        return 2 * clock_mhz * 1e6 * bus_bits / 8
-    except Exception:  # NVML present but the query unsupported (MIG, old driver)
+        gbps = nvml.device_info(target).get("peak_dram_bw_gbps")
+    except Exception:  # noqa: BLE001 - no pynvml / driver: the peak is unknown, not an error
         return None
-    finally:
-        pynvml.nvmlShutdown()
+    return None if gbps is None else gbps * 1e9
 
 
 @dataclass(frozen=True)
