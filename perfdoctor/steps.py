@@ -79,6 +79,7 @@ class Steps:
     activity_step: pd.Series
     call_step: pd.Series
     span: tuple[int, int] | None
+    how: str = ""  # how the step was found, for the report ("ranges named 'decode_step'", ...)
 
     @property
     def count(self) -> int:

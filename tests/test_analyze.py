@@ -56,7 +56,7 @@ def test_step_is_found_without_step_option_and_metrics_json_has_contract_schema(
     assert r.returncode == 0, r.stderr
     assert "decode_step" in r.stdout and "Top kernels" in r.stdout
     doc = json.loads(out.read_text())
-    assert doc["schema"] == "perfdoctor.metrics/1"
+    assert doc["schema"] == "perfdoctor.metrics/2"
     assert set(doc["metrics"]) == set(METRICS)
     assert doc["metrics"]["kernels_per_step"] == {"value": 945.0, "unit": "count", "source": "kineto"}
     absent = doc["metrics"]["peak_dram_bw_gbps"]

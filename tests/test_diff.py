@@ -15,7 +15,7 @@ import pytest
 
 from conftest import FIXTURES
 from diffgate_helpers import cli, other_gpu, renamed_kernels, stretched
-from perfdoctor.breakdown import normalize_kernel_name
+from perfdoctor.names import match_key as normalize_kernel_name
 from perfdoctor.diff import diff_runs, load_run
 from perfdoctor.errors import UsageError
 from perfdoctor.reports.diff_report import render_markdown

@@ -18,7 +18,7 @@ import numpy as np
 
 from perfdoctor.metrics import Analysis
 from perfdoctor.rules import evidence
-from perfdoctor.rules.kernels import family, gemm_precision
+from perfdoctor.names import family, gemm_precision
 from perfdoctor.rules.signals import step_activities
 
 
@@ -50,7 +50,7 @@ def idle_between_kernels(analysis: Analysis, threshold: float | None, params: di
     residual_us = float(params.get("residual_gap_us", 2.0))
     if analysis.steps.count == 0:
         return Estimate(None, "needs steps with GPU work")
-    gaps = evidence.gap_table(analysis)
+    gaps = analysis.timeline.gaps
     gaps = gaps[~gaps["after_sync"]]
     won = np.clip(gaps["length_ns"].to_numpy(dtype=np.float64) - residual_us * 1e3, 0, None)
     ms = _per_step_ms(analysis, won, gaps["step"].to_numpy())
@@ -70,7 +70,7 @@ def sync_wait_time(analysis: Analysis, threshold: float | None, params: dict[str
     """
     if analysis.steps.count == 0:
         return Estimate(None, "needs steps with GPU work")
-    gaps = evidence.gap_table(analysis)
+    gaps = analysis.timeline.gaps
     gaps = gaps[gaps["after_sync"]]
     ms = _per_step_ms(analysis, gaps["length_ns"].to_numpy(dtype=np.float64), gaps["step"].to_numpy())
     return Estimate(ms, f"median over steps of the GPU idle gaps in which a synchronizing call returned = {ms:.3g} ms")
@@ -79,7 +79,7 @@ def sync_wait_time(analysis: Analysis, threshold: float | None, params: dict[str
 def pageable_copy_time(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
     """Time in pageable copies × the part pinned memory saves (pinned copies run ``speedup``× faster)."""
     speedup = float(params.get("speedup", 2.0))
-    st = evidence.step_gpu_stats(analysis)
+    st = analysis.timeline.with_gpu
     if st.empty:
         return Estimate(None, "needs steps with GPU work")
     ms = _median_ms(st["pageable_ns"].to_numpy()) * (1 - 1 / speedup)
@@ -88,7 +88,7 @@ def pageable_copy_time(analysis: Analysis, threshold: float | None, params: dict
 
 def memcpy_time(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
     """Copy and memset time inside a step: what keeping the data on the device removes."""
-    st = evidence.step_gpu_stats(analysis)
+    st = analysis.timeline.with_gpu
     if st.empty:
         return Estimate(None, "needs steps with GPU work")
     ms = _median_ms(st["copy_ns"].to_numpy())
@@ -109,7 +109,7 @@ def bandwidth_gap(analysis: Analysis, threshold: float | None, params: dict[str,
     if util is None or not threshold or span is None or analysis.steps.count == 0:
         return Estimate(None, "needs dram_bw_util and steps with GPU work")
     floor_ns = util * (span[1] - span[0]) / analysis.steps.count / threshold
-    st = evidence.step_gpu_stats(analysis)
+    st = analysis.timeline.with_gpu
     ms = _median_ms(np.clip(st["busy_ns"].to_numpy(dtype=np.float64) - floor_ns, 0, None))
     return Estimate(
         ms,
