@@ -116,7 +116,9 @@ class Analysis:
     light: LightSteps | None = field(repr=False, default=None)  # the light pass, when it timed these steps
 
     def __post_init__(self) -> None:
-        if self.timeline is None:
+        # Built once by analyze(); rebuilt only for an Analysis made with other steps
+        # (dataclasses.replace(analysis, steps=...)), so the tables always match the steps.
+        if self.timeline is None or self.timeline.built_from is not self.steps:
             self.timeline = build(self.profile, self.steps)
 
     @property

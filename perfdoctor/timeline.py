@@ -164,6 +164,7 @@ class Timeline:
     gaps: pd.DataFrame  # gaps between a step's activities (scope "step"), with after_sync
     kernels: pd.DataFrame  # kernel table, every kernel label (take .head(n) for a top n)
     span: tuple[int, int] | None
+    built_from: Steps | None = None  # the Steps object these tables derive from
 
     @cached_property
     def with_gpu(self) -> pd.DataFrame:
@@ -182,6 +183,7 @@ def build(profile: Profile, steps: Steps) -> Timeline:
     """The Timeline of ``profile`` for ``steps``."""
     acts = profile.activities
     owner = steps.activity_step.to_numpy()
+    owner = np.where(owner < len(steps.table), owner, -1)  # a step table cut short keeps its first steps
     mine = acts[owner >= 0].copy()
     mine["step"] = owner[owner >= 0]
     gaps = merged_gaps(mine, mine["step"].to_numpy(np.int64))
@@ -194,6 +196,7 @@ def build(profile: Profile, steps: Steps) -> Timeline:
         gaps=gaps,
         kernels=kernel_table(mine, steps.count),
         span=steps.span,
+        built_from=steps,
     )
 
 
