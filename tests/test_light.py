@@ -14,7 +14,6 @@ import re
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from conftest import FIXTURES, run_cli

@@ -17,7 +17,6 @@ from typing import Any, Callable
 import numpy as np
 
 from perfdoctor.metrics import Analysis
-from perfdoctor.rules import evidence
 from perfdoctor.names import family, gemm_precision
 from perfdoctor.rules.signals import step_activities
 
