@@ -233,3 +233,17 @@ def test_analyze_prints_one_gap_table() -> None:
     assert len(tables) == 1  # other mentions only point to it ("...: see memory-bubbles above")
     assert "Largest GPU idle gaps" not in out
     assert "step time: trace" in out
+
+
+def test_bandwidth_estimate_uses_the_declared_bytes_when_the_model_is_the_headline() -> None:
+    from perfdoctor.rules.estimates import bandwidth_gap
+
+    a = analyze(load_trace(FIXTURES / "h200-decode-graph-10steps.nsys.sqlite.gz"))
+    assert a.metrics["dram_bw_util"].source == "model"
+    peak = a.value("peak_dram_bw_gbps")
+    floor_ns = DECLARED_BYTES / (peak * 1e9 * 0.85) * 1e9  # the step's bytes at 85 % of peak
+    busy = a.timeline.with_gpu["busy_ns"].to_numpy(dtype=float)
+    want = float(np.median(np.clip(busy - floor_ns, 0, None))) / 1e6
+    est = bandwidth_gap(a, 0.85, {})
+    assert est.ms_per_step == pytest.approx(want, rel=1e-12) and want > 0
+    assert "declared bytes" in est.formula
