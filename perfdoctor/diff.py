@@ -149,10 +149,9 @@ def step_samples(analysis: Analysis) -> dict[str, np.ndarray]:
     }
     light = analysis.light
     if light is not None and light.count:
-        from perfdoctor.steady import critical_path_ns
+        from perfdoctor.steady import steady_series
 
-        k = min(light.steady_start, light.count - 1)
-        out["light_step_latency_ms"] = critical_path_ns(light.host_start_ns, light.gpu_end_ns)[k:] / 1e6
+        out["light_step_latency_ms"] = steady_series(light.host_start_ns, light.gpu_end_ns, light.steady_start).critical_path_ms
         # The step latency metrics come from the light pass (contract v2): test their
         # change on the samples they are computed from, not on the traced steps.
         out["step_latency_ms"] = out["light_step_latency_ms"]

@@ -276,22 +276,8 @@ def _usable_light(light: LightSteps | None, steps: Steps) -> tuple[LightSteps | 
     return light, None
 
 
-@dataclass(frozen=True)
-class _LightSeries:
-    """The light pass's steady-state series: critical path, host lead, cadence."""
-
-    critical_path_ms: np.ndarray
-    host_lead_ms: np.ndarray
-    cadence: steady.Cadence
-
-
-def _light_series(light: LightSteps) -> _LightSeries:
-    h, g = light.host_start_ns, light.gpu_end_ns
-    k = min(max(light.steady_start, 0), max(light.count - 1, 0))
-    cp = steady.critical_path_ns(h, g)[k:] / 1e6
-    # host_lead_ns[i] belongs to step i + 1: the steady steps from k are entries k - 1 on.
-    lead = steady.host_lead_ns(h, g)[max(k - 1, 0) :] / 1e6
-    return _LightSeries(cp.astype(np.float64), lead.astype(np.float64), steady.cadence(h[k:], g[k:]))
+def _light_series(light: LightSteps) -> steady.SteadySeries:
+    return steady.steady_series(light.host_start_ns, light.gpu_end_ns, light.steady_start)
 
 
 def _steps(c: _Context) -> Metric:
@@ -383,7 +369,7 @@ def _short_kernel_ratio(c: _Context) -> Metric:
     return c.have("short_kernel_ratio", ((k["end_ns"] - k["start_ns"]) < SHORT_KERNEL_NS).mean())
 
 
-def _latency(c: _Context, q: int, light: _LightSeries | None) -> Metric:
+def _latency(c: _Context, q: int, light: steady.SteadySeries | None) -> Metric:
     """Critical-path step time percentile: the light pass's steady state, else the trace."""
     key = f"step_latency_ms_p{q}"
     if light is not None and light.critical_path_ms.size:
@@ -399,7 +385,7 @@ def _traced_step_latency_ms_p50(c: _Context) -> Metric:
     return c.have("traced_step_latency_ms_p50", np.median(c.timeline.critical_path_ms()))
 
 
-def _host_lead_ms_p50(c: _Context, light: _LightSeries | None) -> Metric:
+def _host_lead_ms_p50(c: _Context, light: steady.SteadySeries | None) -> Metric:
     if light is not None and light.host_lead_ms.size:
         return c.have("host_lead_ms_p50", np.median(light.host_lead_ms), source="light")
     if c.no_steps:
@@ -417,7 +403,7 @@ def _step_gpu_ms_p50(c: _Context) -> Metric:
     return c.have("step_gpu_ms_p50", np.median((w["gpu_end_ns"] - w["gpu_start_ns"]).astype("int64")) / 1e6)
 
 
-def _steps_per_s(c: _Context, light: _LightSeries | None) -> Metric:
+def _steps_per_s(c: _Context, light: steady.SteadySeries | None) -> Metric:
     """Completion rate. Light pass: :func:`perfdoctor.steady.cadence` over the steady state,
     pauses (the program doing something else between steps: a prefill between two
     ``generate()`` calls) left out. Trace: the contract's (n − 1) / (last end − first end)

@@ -115,3 +115,25 @@ def cadence(host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int])
     if kept.size == 0 or total <= 0:
         return Cadence(None, 0, int(paused.sum()), "no back-to-back steps with a positive interval")
     return Cadence(kept.size / (total / 1e9), int(kept.size), int(paused.sum()))
+
+
+@dataclass(frozen=True)
+class SteadySeries:
+    """A step series over its steady state: what the metrics of a light pass are made of."""
+
+    critical_path_ms: np.ndarray  # per steady step
+    host_lead_ms: np.ndarray  # per steady step that has a predecessor
+    cadence: Cadence
+
+
+def steady_series(host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int], start: int) -> SteadySeries:
+    """The series from step ``start`` on. The critical path of the first steady step still
+    uses the step before it (it may have been queued behind the last warm-up step), so it
+    is computed over the whole series and then cut; the cadence counts intervals between
+    steady steps only."""
+    h, g = _ns(host_start), _ns(gpu_end)
+    k = min(max(int(start), 0), max(h.size - 1, 0))
+    cp = critical_path_ns(h, g)[k:] / 1e6
+    # host_lead_ns[i] belongs to step i + 1: the steady steps from k are entries k - 1 on.
+    lead = host_lead_ns(h, g)[max(k - 1, 0) :] / 1e6
+    return SteadySeries(cp.astype(np.float64), lead.astype(np.float64), cadence(h[k:], g[k:]))

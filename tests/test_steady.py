@@ -225,3 +225,13 @@ def test_series_fixture_critical_path_matches_the_programs_own_time(path: Path) 
 
 def test_there_are_series_fixtures() -> None:
     assert len(SERIES) >= 4  # the parametrized test above must not pass vacuously
+
+
+def test_steady_series_keeps_the_predecessor_of_the_first_steady_step() -> None:
+    # Host ran ahead: h = 0, 1, 2, 3; the GPU finishes every 10 ns. From step 2 on:
+    # cp[2] = 30 - max(2, 20) = 10 (it was queued behind step 1, a warm-up step), cp[3] = 10;
+    # lead[2] = 20 - 2 = 18, lead[3] = 30 - 3 = 27; one steady interval of 10 ns.
+    s = steady.steady_series([0, 1, 2, 3], [10, 20, 30, 40], start=2)
+    assert s.critical_path_ms.tolist() == [10e-6, 10e-6]
+    assert s.host_lead_ms.tolist() == [18e-6, 27e-6]
+    assert s.cadence.intervals == 1 and s.cadence.steps_per_s == pytest.approx(1e8)
