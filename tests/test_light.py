@@ -247,3 +247,13 @@ def test_bandwidth_estimate_uses_the_declared_bytes_when_the_model_is_the_headli
     est = bandwidth_gap(a, 0.85, {})
     assert est.ms_per_step == pytest.approx(want, rel=1e-12) and want > 0
     assert "declared bytes" in est.formula
+
+
+def test_a_bundle_with_only_the_light_pass_still_gives_step_time(tmp_path: Path) -> None:
+    light, lp = new_format(steady_start=1)
+    b = make_bundle(tmp_path / "b", light=light, light_pass=lp)
+    (b / "raw" / "torch-trace.json.gz").unlink()  # the traced pass failed
+    a = analyze(load_trace(b))
+    assert a.value("step_latency_ms_p50") == pytest.approx(3.0) and a.metrics["step_latency_ms_p50"].source == "light"
+    assert a.value("traced_step_latency_ms_p50") is None and a.value("gpu_idle_ratio") is None
+    assert a.metrics["profiler_overhead_ratio"].value is None and a.metrics["profiler_overhead_ratio"].reason

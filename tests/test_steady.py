@@ -235,3 +235,20 @@ def test_steady_series_keeps_the_predecessor_of_the_first_steady_step() -> None:
     assert s.critical_path_ms.tolist() == [10e-6, 10e-6]
     assert s.host_lead_ms.tolist() == [18e-6, 27e-6]
     assert s.cadence.intervals == 1 and s.cadence.steps_per_s == pytest.approx(1e8)
+
+
+def test_cadence_keeps_the_usual_host_time_between_steps() -> None:
+    # A generate loop: each step is 4 ns of critical path, then 6 ns of host work (sampling)
+    # before the next one — every gap is longer than a median step, but it is the usual gap,
+    # not a pause; one prefill of 100 ns between two generate() calls is.
+    h, g, t = [], [], 0
+    for k in range(9):
+        if k == 5:
+            t += 100
+        h.append(t)
+        g.append(t + 4)
+        t += 4 + 6
+    # gaps before steps 1..8: 6, 6, 6, 6, 106, 6, 6, 6 -> median 6; 106 > 3 x 6 and > 4
+    c = steady.cadence(h, g)
+    assert (c.intervals, c.pauses) == (7, 1)
+    assert c.steps_per_s == pytest.approx(7 / (7 * 10e-9))  # 10 ns per step, host time included
