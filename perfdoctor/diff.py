@@ -288,8 +288,8 @@ def kernel_table(analysis: Analysis) -> tuple[pd.DataFrame, int, str]:
     profile, steps = analysis.profile, analysis.steps
     k = profile.activities[profile.activities["kind"] == "kernel"]
     if steps.count > 0 and steps.span is not None:
-        lo, hi = steps.span
-        k = k[(k["start_ns"] >= lo) & (k["start_ns"] <= hi)]
+        k = analysis.timeline.in_span
+        k = k[k["kind"] == "kernel"]
         per, divisor = "step", steps.count
     else:
         per, divisor = "trace", 1

@@ -204,13 +204,8 @@ class _Context:
         self.steps = steps
         self.timeline = build(profile, steps)
         self.source = str(profile.meta.get("source", "trace"))
-        acts = profile.activities
         self.span = steps.span
-        if self.span is not None:
-            lo, hi = self.span
-            self.in_span = acts[(acts["start_ns"] >= lo) & (acts["start_ns"] <= hi)]
-        else:
-            self.in_span = acts.iloc[0:0]
+        self.in_span = self.timeline.in_span
         self.windows = self.timeline.with_gpu
         calls = profile.calls
         in_step = steps.call_step.to_numpy() >= 0

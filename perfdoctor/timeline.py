@@ -164,6 +164,8 @@ class Timeline:
     gaps: pd.DataFrame  # gaps between a step's activities (scope "step"), with after_sync
     kernels: pd.DataFrame  # kernel table, every kernel label (take .head(n) for a top n)
     span: tuple[int, int] | None
+    in_span: pd.DataFrame  # every GPU activity starting inside S (the contract's population for
+    # kernels_per_step, short kernels, copies; a step-owned activity is always in it)
     built_from: Steps | None = None  # the Steps object these tables derive from
 
     @cached_property
@@ -190,12 +192,18 @@ def build(profile: Profile, steps: Steps) -> Timeline:
     calls = profile.calls
     in_step = steps.call_step.to_numpy() >= 0
     gaps = _mark_after_sync(gaps, calls.loc[in_step & is_sync(calls["name"]).to_numpy(), "end_ns"].to_numpy())
+    if steps.span is not None:
+        lo, hi = steps.span
+        in_span = acts[(acts["start_ns"] >= lo) & (acts["start_ns"] <= hi)]
+    else:
+        in_span = acts.iloc[0:0]
     return Timeline(
         steps=step_table(steps, mine),
         activities=mine,
         gaps=gaps,
         kernels=kernel_table(mine, steps.count),
         span=steps.span,
+        in_span=in_span,
         built_from=steps,
     )
 

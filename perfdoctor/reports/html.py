@@ -31,7 +31,6 @@ from perfdoctor.rules.engine import Finding
 from perfdoctor.rules.engine import verdict as verdict_status
 from perfdoctor.names import label as short_name
 from perfdoctor.rules.evidence import Evidence, kernel_families
-from perfdoctor.rules.signals import step_activities
 from perfdoctor.steps import is_launch, is_sync
 
 WIDTH = 1100  # drawing width of the wide plots, px
@@ -213,7 +212,7 @@ def timeline_overview(analysis: Analysis) -> str | None:
     scale = WIDTH / (t1 - t0)  # px per ns
     x = lambda ns: LABEL_W + (ns - t0) * scale  # noqa: E731 - a one-line coordinate map
 
-    acts = step_activities(analysis)
+    acts = analysis.timeline.activities
     acts = acts[acts["step"].isin(chosen.index)]
     calls = analysis.profile.calls
     calls = calls[(calls["start_ns"] >= t0) & (calls["start_ns"] <= t1)]
@@ -294,7 +293,7 @@ def timeline_detail(analysis: Analysis) -> str | None:
     if chosen.empty:
         return None
     step = chosen.index[len(chosen) // 2]
-    acts = step_activities(analysis)
+    acts = analysis.timeline.activities
     acts = acts[acts["step"] == step].sort_values("start_ns", kind="stable")
     if acts.empty:
         return None
