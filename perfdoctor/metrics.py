@@ -175,6 +175,15 @@ class Analysis:
             "step_name": self.steps.name,
             "steps_how": self.steps.how,
             "time_source": self.time_source,
+            "light": None
+            if self.light is None
+            else {
+                "step_name": self.light.name,
+                "steps": self.light.count,
+                "steady_start": self.light.steady_start,
+                "steady_reason": self.light.steady_reason,
+                "clock": self.light.clock,
+            },
             "metrics": {k: m.to_json() for k, m in self.metrics.items()},
             "device": jsonable(self.profile.device),
             "steps": steps,

@@ -257,3 +257,18 @@ def test_a_bundle_with_only_the_light_pass_still_gives_step_time(tmp_path: Path)
     assert a.value("step_latency_ms_p50") == pytest.approx(3.0) and a.metrics["step_latency_ms_p50"].source == "light"
     assert a.value("traced_step_latency_ms_p50") is None and a.value("gpu_idle_ratio") is None
     assert a.metrics["profiler_overhead_ratio"].value is None and a.metrics["profiler_overhead_ratio"].reason
+
+
+def test_analysis_json_is_strict_even_when_the_inputs_carry_nan(tmp_path: Path) -> None:
+    # The runner writes metrics.json with json.dumps (which would write NaN): the analysis's
+    # own JSON must already be free of it, whatever NaN the manifest and counters carried.
+    counters = {"dram_bw_util": {"value": float("nan"), "source": "nvml-gpm", "samples": 79, "dropped_nan": 79}}
+    light, lp = new_format(steady_start=1, counters=counters)
+    gpu = {"name": "NVIDIA H200", "peak_dram_bw_gbps": PEAK_GBPS, "power_limit_w": float("nan")}
+    a = analyze(load_trace(make_bundle(tmp_path / "b", light=light, light_pass=lp, gpu=gpu)))
+    text = json.dumps(a.to_json(), allow_nan=False)  # raises on NaN / Infinity
+    doc = strict_json(text)
+    assert doc["device"]["power_limit_w"] is None
+    assert doc["light"] == {"step_name": "decode_step", "steps": len(LIGHT_CP_MS), "steady_start": 1,
+                            "steady_reason": "the run left out the first 1 steps as warm-up", "clock": "cuda-event"}
+    assert doc["metrics"]["memory_bubble_ratio"]["note"].startswith("lower bound")  # the NaN counter was not used
