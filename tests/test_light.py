@@ -272,3 +272,16 @@ def test_analysis_json_is_strict_even_when_the_inputs_carry_nan(tmp_path: Path) 
     assert doc["light"] == {"step_name": "decode_step", "steps": len(LIGHT_CP_MS), "steady_start": 1,
                             "steady_reason": "the run left out the first 1 steps as warm-up", "clock": "cuda-event"}
     assert doc["metrics"]["memory_bubble_ratio"]["note"].startswith("lower bound")  # the NaN counter was not used
+
+
+def test_reports_say_how_steps_were_found_and_where_step_time_comes_from(tmp_path: Path) -> None:
+    from perfdoctor.reports import html, markdown
+
+    counters = {"dram_bw_util": {"value": 0.30, "source": "nvml-gpm", "samples": 12, "dropped_nan": 0}}
+    light, lp = new_format(steady_start=1, counters=counters)
+    a = analyze(load_trace(make_bundle(tmp_path / "b", light=light, light_pass=lp)))
+    findings = evaluate(load_rules(()), a)
+    for text in (markdown.render(findings, a), html.render(findings, a)):
+        assert "light pass, no tracer, steady state: 10 steps after 1 warm-up" in text
+        assert "recorded by the run" in text
+        assert "nvml-gpm says 30.0" in text  # the disagreeing bandwidth source is shown

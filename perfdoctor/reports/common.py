@@ -137,4 +137,6 @@ def source_line(analysis: Analysis) -> str:
     dev = analysis.profile.device.get("name") or "unknown device"
     steps = analysis.steps
     step = f"{steps.count} steps {steps.name!r}" if steps.name else (steps.reason or "no steps")
+    if steps.name and steps.how:
+        step += f" ({steps.how})"
     return f"{meta.get('path', 'trace')} ({meta.get('source', '?')}) · {dev} · {step}"
