@@ -125,9 +125,9 @@ def read_light(results: dict[str, Any], light_pass: dict[str, Any], warnings: li
     * perfdoctor 0.1: ``"spans_ns": {step: [[host_start, gpu_end], ...]}``.
 
     The step is the manifest's ``light_pass.step_name``. Where the steady state starts:
-    the manifest's ``light_pass.steady_start`` (with ``steady_reason``) when the runner
-    wrote it; else the user's explicit ``--warmup`` (``warmup_explicit: true`` and
-    ``warmup``); else :func:`perfdoctor.steady.steady_start` on the critical path.
+    the user's explicit ``--warmup`` (``warmup_explicit: true`` and ``warmup``); else the
+    manifest's ``light_pass.steady_start`` (with ``steady_reason``) when the runner wrote
+    it; else :func:`perfdoctor.steady.steady_start` on the critical path (0.1 bundles).
     ``light_pass.counters`` (``{metric: {"value", "source", "samples", "dropped_nan",
     "start_ns", "end_ns"}}``) are hardware counters averaged over the steady steps.
     """
@@ -151,13 +151,14 @@ def read_light(results: dict[str, Any], light_pass: dict[str, Any], warnings: li
         return None
     if host.size == 0:
         return None
-    clock = str(results.get("step_end_clock") or "cuda-event")
-    if isinstance(light_pass.get("steady_start"), int):
-        start = int(light_pass["steady_start"])
-        reason = str(light_pass.get("steady_reason") or f"the run left out the first {start} steps as warm-up")
-    elif light_pass.get("warmup_explicit") and isinstance(light_pass.get("warmup"), int):
+    clock = str(results.get("step_end_clock") or light_pass.get("step_end_clock") or "cuda-event")
+    if light_pass.get("warmup_explicit") and isinstance(light_pass.get("warmup"), int):
+        # the user's --warmup wins over the rule; the runner averaged the counters from it too
         start = int(light_pass["warmup"])
         reason = f"--warmup {start} (given by the user)"
+    elif isinstance(light_pass.get("steady_start"), int):
+        start = int(light_pass["steady_start"])
+        reason = str(light_pass.get("steady_reason") or f"the run left out the first {start} steps as warm-up")
     else:
         found = steady.steady_start(steady.critical_path_ns(host, end))
         start, reason = found.start, found.reason
@@ -173,6 +174,22 @@ def read_light(results: dict[str, Any], light_pass: dict[str, Any], warnings: li
         steady_reason=reason,
         counters={k: v for k, v in counters.items() if isinstance(v, dict)},
     )
+
+
+def _merge_run_declaration(meta: dict[str, Any], light_pass: dict[str, Any]) -> None:
+    """Tokens and bytes per step the run knew (``light_pass.declared``): the user's
+    ``perfdoctor run --tokens-per-step`` overrides what the trace declares; the program's
+    own declaration fills in what the trace lacks (a trace window that missed it)."""
+    name, declared = light_pass.get("step_name"), light_pass.get("declared")
+    if not name or not isinstance(declared, dict):
+        return
+    values = {k: float(v) for k, v in declared.items() if k in ("tokens", "bytes") and isinstance(v, (int, float))}
+    step = meta.setdefault("declared", {}).setdefault(name, {})
+    if declared.get("source") == "--tokens-per-step":
+        step.update(values)
+    else:
+        for k, v in values.items():
+            step.setdefault(k, v)
 
 
 def load_bundle(bundle: str | Path) -> Profile:
@@ -226,6 +243,7 @@ def load_bundle(bundle: str | Path) -> Profile:
     if isinstance(light_pass, dict):
         meta["light_pass"] = light_pass  # the manifest's summary, for the report; time comes from profile.light
         profile.light = read_light(_read_json(raw / "light.json"), light_pass, warnings)
+        _merge_run_declaration(meta, light_pass)
     if warnings:
         meta["warnings"] = warnings
     return profile

@@ -126,7 +126,8 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
     how = f"ranges named {pattern!r} (--step)" if pattern else ""
     if not pattern and recorded and ranges["name"].map(lambda n: fnmatch.fnmatchcase(n, recorded)).any():
         pattern = recorded  # a run bundle remembers the step its run traced
-        how = f"recorded by the run: ranges named {recorded!r}"
+        run_how = (profile.meta.get("light_pass") or {}).get("how")
+        how = f"recorded by the run: ranges named {recorded!r}" + (f" ({run_how})" if run_how else "")
     if pattern:
         every = profile.ranges[~profile.ranges["name"].str.startswith(DECLARE_PREFIX, na=False) & (profile.ranges["source"] != "python")]
         matched = every[every["name"].map(lambda n: fnmatch.fnmatchcase(n, pattern))]  # asked for by name: even a library range

@@ -285,3 +285,17 @@ def test_reports_say_how_steps_were_found_and_where_step_time_comes_from(tmp_pat
         assert "light pass, no tracer, steady state: 10 steps after 1 warm-up" in text
         assert "recorded by the run" in text
         assert "nvml-gpm says 30.0" in text  # the disagreeing bandwidth source is shown
+
+
+def test_explicit_warmup_wins_over_the_runners_steady_start(tmp_path: Path) -> None:
+    light, lp = new_format(steady_start=1, warmup=4, warmup_explicit=True)
+    a = analyze(load_trace(make_bundle(tmp_path / "w", light=light, light_pass=lp)))
+    assert a.light.steady_start == 4
+    assert a.value("step_latency_ms_p50") == pytest.approx(float(np.median(LIGHT_CP_MS[4:])))
+
+
+def test_tokens_per_step_given_to_the_run_reach_tokens_per_s(tmp_path: Path) -> None:
+    light, lp = new_format(steady_start=1, declared={"tokens": 4, "source": "--tokens-per-step"}, how="ranges named 'decode_step'")
+    a = analyze(load_trace(make_bundle(tmp_path / "t", light=light, light_pass=lp)))
+    assert a.value("tokens_per_s") == pytest.approx(4 * a.value("steps_per_s"))  # the trace declares 1
+    assert "ranges named 'decode_step'" in a.steps.how and a.steps.how.startswith("recorded by the run")
