@@ -513,6 +513,8 @@ def _light_counter(c: _Context, metric: str) -> tuple[float | None, str, str | N
     except (TypeError, ValueError):
         value = None
     if value is None or not np.isfinite(value):
+        if entry.get("reason"):  # the runner says why (all NaN, no sample inside the steps)
+            return None, source, f"{source}: {entry['reason']}"
         n = entry.get("samples")
         dropped = entry.get("dropped_nan")
         if dropped and (not n or dropped >= n):

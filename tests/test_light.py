@@ -299,3 +299,11 @@ def test_tokens_per_step_given_to_the_run_reach_tokens_per_s(tmp_path: Path) -> 
     a = analyze(load_trace(make_bundle(tmp_path / "t", light=light, light_pass=lp)))
     assert a.value("tokens_per_s") == pytest.approx(4 * a.value("steps_per_s"))  # the trace declares 1
     assert "ranges named 'decode_step'" in a.steps.how and a.steps.how.startswith("recorded by the run")
+
+
+def test_the_runners_reason_for_an_absent_counter_is_kept(tmp_path: Path) -> None:
+    why = "the steady steps span 3.0 ms, shorter than one GPM interval: no sample lies inside them"
+    counters = {"sm_occupancy": {"value": None, "reason": why, "samples": 0, "dropped_nan": 0}}
+    light, lp = new_format(steady_start=1, counters=counters)
+    a = analyze(load_trace(make_bundle(tmp_path / "r", light=light, light_pass=lp)))
+    assert why in a.metrics["sm_occupancy"].reason
