@@ -252,8 +252,9 @@ def automatic_ranges(profile: Profile) -> tuple[pd.DataFrame, str]:
     launched) repeats, the step is one period of units — a loop that syncs once per step
     gives one unit per step, one that syncs three times (a blocking copy and two
     ``.item()``) gives three. (2) Without syncs, the launch sequence itself (kernel names)
-    is searched for its smallest whole period (:func:`smallest_period`). A step's host
-    range runs from its first CUDA call to the end of its last (its closing sync included).
+    is searched for its outermost repetition (:func:`repeating_region`). A step's host
+    range runs from the first call that queued its GPU work to the end of its last call
+    (its closing sync included).
     """
     calls, acts = profile.calls, profile.activities
     empty = pd.DataFrame({c: pd.Series(dtype=t) for c, t in (("name", object), ("start_ns", "int64"), ("end_ns", "int64"), ("tid", "int64"), ("source", object))})
@@ -281,19 +282,23 @@ def automatic_ranges(profile: Profile) -> tuple[pd.DataFrame, str]:
         # unit j: the launches after sync j-1 ended, up to the end of sync j
         s_end = syncs["end_ns"].to_numpy(np.int64)
         unit_of = np.searchsorted(s_end, l_start, side="left")
-        units = np.unique(unit_of)
-        # where the previous unit with launches ended (its closing sync): a step's own
-        # launch-less parts before its first launch (a blocking copy) come after it
-        boundary_of = dict(zip(units[1:].tolist(), s_end[units[:-1]].tolist()))
+        # launches are in start order, so each unit's launches are one slice
+        cut = np.flatnonzero(np.diff(unit_of)) + 1
+        first_launch = np.r_[0, cut]
+        units = unit_of[first_launch]
         if units.size >= 2:
-            signature = pd.factorize(pd.Series([tuple(codes[unit_of == u]) for u in units]))[0]
-            region = repeating_region(signature)
+            signature = pd.factorize(pd.Series([tuple(c) for c in np.split(codes, cut)]))[0]
+            offset = max(0, signature.size - MAX_SEQUENCE)
+            region = repeating_region(signature[offset:])
             if region is not None:
                 period, lo, hi = region
-                units = units[lo:hi]
-                u_start = np.array([l_start[unit_of == u].min() for u in units])
-                u_prev = np.array([boundary_of.get(int(u), NO_BOUNDARY) for u in units], dtype=np.int64)
-                u_end = np.array([s_end[u] if u < s_end.size else l_end[unit_of == u].max() for u in units])
+                keep = slice(lo + offset, hi + offset)
+                last_launch = np.r_[cut - 1, unit_of.size - 1]
+                u_start = l_start[first_launch][keep]
+                u_end = np.where(units < s_end.size, s_end[np.clip(units, 0, s_end.size - 1)], l_end[last_launch])[keep]
+                # where the previous unit with launches ended (its closing sync): a step's
+                # own launch-less parts before its first launch (a blocking copy) come after it
+                u_prev = np.r_[NO_BOUNDARY, s_end[np.clip(units[:-1], 0, s_end.size - 1)]][keep]
                 phase = _loop_phase(u_start, u_prev, period)
                 out = _units_to_ranges(u_start, u_end, u_prev, work_starts, tid, period, phase)
                 if len(out) >= 2:
