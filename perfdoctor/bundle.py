@@ -108,10 +108,17 @@ def _clock_offset(profile: Profile, results: dict[str, Any]) -> int | None:
 
 
 def _int_array(values: Any) -> np.ndarray | None:
-    """A list of integers as int64, or None when it is not one (a damaged file)."""
-    if not isinstance(values, list) or not all(isinstance(v, (int, float)) and np.isfinite(v) for v in values):
+    """The leading run of integers of a list as int64 (a step whose CUDA event never
+    completed — the program died — is null, and so is everything after it), or None when
+    it is not a list."""
+    if not isinstance(values, list):
         return None
-    return np.asarray(values, dtype=np.int64)
+    n = 0
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
+            break
+        n += 1
+    return np.asarray(values[:n], dtype=np.int64)
 
 
 def read_light(results: dict[str, Any], light_pass: dict[str, Any], warnings: list[str]) -> LightSteps | None:
@@ -146,9 +153,14 @@ def read_light(results: dict[str, Any], light_pass: dict[str, Any], warnings: li
         pairs = spans if isinstance(spans, list) and all(isinstance(p, list) and len(p) == 2 for p in spans) else None
         host = _int_array([p[0] for p in pairs]) if pairs is not None else None
         end = _int_array([p[1] for p in pairs]) if pairs is not None else None
-    if host is None or end is None or host.size != end.size or (gpu_start is not None and gpu_start.size != host.size):
+    if host is None or end is None:
         warnings.append(f"light.json: no readable step series for {name!r}; step time comes from the trace")
         return None
+    n = min(host.size, end.size, gpu_start.size if gpu_start is not None else host.size)
+    if n < max(host.size, end.size):
+        warnings.append(f"light.json: {name!r} has {n} complete steps of {max(host.size, end.size)} (the rest were not timed)")
+    host, end = host[:n], end[:n]
+    gpu_start = gpu_start[:n] if gpu_start is not None else None
     if host.size == 0:
         return None
     clock = str(results.get("step_end_clock") or light_pass.get("step_end_clock") or "cuda-event")

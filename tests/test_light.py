@@ -307,3 +307,14 @@ def test_the_runners_reason_for_an_absent_counter_is_kept(tmp_path: Path) -> Non
     light, lp = new_format(steady_start=1, counters=counters)
     a = analyze(load_trace(make_bundle(tmp_path / "r", light=light, light_pass=lp)))
     assert why in a.metrics["sm_occupancy"].reason
+
+
+def test_a_series_cut_short_by_a_crash_keeps_its_complete_steps(tmp_path: Path) -> None:
+    h, gs, ge = sync_series(LIGHT_CP_MS)
+    ge[-2:] = [None, None]  # the program died: its last two events never completed
+    light = {"series": {"decode_step": {"host_start_ns": h, "gpu_start_ns": gs, "gpu_end_ns": ge}}, "step_end_clock": "cuda-event"}
+    p = load_trace(make_bundle(tmp_path / "c", light=light, light_pass={"step_name": "decode_step", "steady_start": 1}))
+    assert p.light.count == len(LIGHT_CP_MS) - 2
+    assert any("complete steps" in w for w in p.meta["warnings"])
+    a = analyze(p)
+    assert a.value("step_latency_ms_p50") == pytest.approx(float(np.median(LIGHT_CP_MS[1:-2])))
