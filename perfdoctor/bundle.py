@@ -12,12 +12,13 @@
         nsys.nsys-rep, nsys.sqlite    Nsight Systems report and its SQLite export
         ncu.csv           Nsight Compute's --csv output
         nvml-<pass>.jsonl NVML samples taken during that pass (CLOCK_MONOTONIC)
-      metrics.json      perfdoctor.metrics/1, when the analysis could run
+      metrics.json      perfdoctor.metrics/2, when the analysis could run
 
 :func:`load_bundle` merges what is there into one :class:`~perfdoctor.profile.Profile`:
 activities, calls and ranges from the Kineto trace (else the nsys export), NVML samples
 of the same pass moved onto that trace's clock, ncu counters, the device from NVML, and
-``meta.light_pass`` from the timing pass.
+``profile.light`` (:class:`~perfdoctor.profile.LightSteps`) from the light timing pass —
+the source of truth for step time (see :func:`read_light` for the formats it accepts).
 """
 
 from __future__ import annotations
@@ -29,10 +30,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
+from perfdoctor import steady
 from perfdoctor.errors import UsageError
-from perfdoctor.profile import Profile
+from perfdoctor.profile import LightSteps, Profile
 
 MANIFEST = "manifest.json"
 RAW = "raw"
@@ -104,6 +107,103 @@ def _clock_offset(profile: Profile, results: dict[str, Any]) -> int | None:
     return int(marks["start_ns"].iloc[0]) - int(mono)
 
 
+def _int_array(values: Any) -> np.ndarray | None:
+    """The leading run of integers of a list as int64 (a step whose CUDA event never
+    completed — the program died — is null, and so is everything after it), or None when
+    it is not a list."""
+    if not isinstance(values, list):
+        return None
+    n = 0
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
+            break
+        n += 1
+    return np.asarray(values[:n], dtype=np.int64)
+
+
+def read_light(results: dict[str, Any], light_pass: dict[str, Any], warnings: list[str]) -> LightSteps | None:
+    """The light pass's step series as :class:`LightSteps`, or None when there is none.
+
+    ``results`` is ``raw/light.json``; ``light_pass`` the manifest's ``light_pass``. Two
+    formats of light.json:
+
+    * perfdoctor ≥ 0.2: ``"series": {step: {"host_start_ns": [...], "gpu_start_ns": [...]
+      or null, "gpu_end_ns": [...]}}`` and ``"step_end_clock": "cuda-event" | "host"``;
+    * perfdoctor 0.1: ``"spans_ns": {step: [[host_start, gpu_end], ...]}``.
+
+    The step is the manifest's ``light_pass.step_name``. Where the steady state starts:
+    the user's explicit ``--warmup`` (``warmup_explicit: true`` and ``warmup``); else the
+    manifest's ``light_pass.steady_start`` (with ``steady_reason``) when the runner wrote
+    it; else :func:`perfdoctor.steady.steady_start` on the critical path (0.1 bundles).
+    ``light_pass.counters`` (``{metric: {"value", "source", "samples", "dropped_nan",
+    "start_ns", "end_ns"}}``) are hardware counters averaged over the steady steps.
+    """
+    name = light_pass.get("step_name")
+    if not name:
+        return None
+    gpu_start: np.ndarray | None = None
+    series = (results.get("series") or {}).get(name)
+    if isinstance(series, dict):
+        host = _int_array(series.get("host_start_ns"))
+        end = _int_array(series.get("gpu_end_ns"))
+        if series.get("gpu_start_ns") is not None:
+            gpu_start = _int_array(series.get("gpu_start_ns"))
+    else:
+        spans = (results.get("spans_ns") or {}).get(name)
+        pairs = spans if isinstance(spans, list) and all(isinstance(p, list) and len(p) == 2 for p in spans) else None
+        host = _int_array([p[0] for p in pairs]) if pairs is not None else None
+        end = _int_array([p[1] for p in pairs]) if pairs is not None else None
+    if host is None or end is None:
+        warnings.append(f"light.json: no readable step series for {name!r}; step time comes from the trace")
+        return None
+    n = min(host.size, end.size, gpu_start.size if gpu_start is not None else host.size)
+    if n < max(host.size, end.size):
+        warnings.append(f"light.json: {name!r} has {n} complete steps of {max(host.size, end.size)} (the rest were not timed)")
+    host, end = host[:n], end[:n]
+    gpu_start = gpu_start[:n] if gpu_start is not None else None
+    if host.size == 0:
+        return None
+    clock = str(results.get("step_end_clock") or light_pass.get("step_end_clock") or "cuda-event")
+    if light_pass.get("warmup_explicit") and isinstance(light_pass.get("warmup"), int):
+        # the user's --warmup wins over the rule; the runner averaged the counters from it too
+        start = int(light_pass["warmup"])
+        reason = f"--warmup {start} (given by the user)"
+    elif isinstance(light_pass.get("steady_start"), int):
+        start = int(light_pass["steady_start"])
+        reason = str(light_pass.get("steady_reason") or f"the run left out the first {start} steps as warm-up")
+    else:
+        found = steady.steady_start(steady.critical_path_ns(host, end))
+        start, reason = found.start, found.reason
+    start = min(max(start, 0), host.size - 1)
+    counters = light_pass.get("counters") if isinstance(light_pass.get("counters"), dict) else {}
+    return LightSteps(
+        name=str(name),
+        host_start_ns=host,
+        gpu_end_ns=end,
+        gpu_start_ns=gpu_start,
+        clock=clock,
+        steady_start=start,
+        steady_reason=reason,
+        counters={k: v for k, v in counters.items() if isinstance(v, dict)},
+    )
+
+
+def _merge_run_declaration(meta: dict[str, Any], light_pass: dict[str, Any]) -> None:
+    """Tokens and bytes per step the run knew (``light_pass.declared``): the user's
+    ``perfdoctor run --tokens-per-step`` overrides what the trace declares; the program's
+    own declaration fills in what the trace lacks (a trace window that missed it)."""
+    name, declared = light_pass.get("step_name"), light_pass.get("declared")
+    if not name or not isinstance(declared, dict):
+        return
+    values = {k: float(v) for k, v in declared.items() if k in ("tokens", "bytes") and isinstance(v, (int, float))}
+    step = meta.setdefault("declared", {}).setdefault(name, {})
+    if declared.get("source") == "--tokens-per-step":
+        step.update(values)
+    else:
+        for k, v in values.items():
+            step.setdefault(k, v)
+
+
 def load_bundle(bundle: str | Path) -> Profile:
     """Everything a run collected, as one Profile (see the module docstring)."""
     from perfdoctor.collectors import ncu, nvml
@@ -151,8 +251,11 @@ def load_bundle(bundle: str | Path) -> Profile:
     }
     if pass_name is None:
         meta["bundle"]["reason"] = "no trace in the bundle (see the collectors' statuses)"
-    if manifest.get("light_pass"):
-        meta["light_pass"] = manifest["light_pass"]
+    light_pass = manifest.get("light_pass")
+    if isinstance(light_pass, dict):
+        meta["light_pass"] = light_pass  # the manifest's summary, for the report; time comes from profile.light
+        profile.light = read_light(_read_json(raw / "light.json"), light_pass, warnings)
+        _merge_run_declaration(meta, light_pass)
     if warnings:
         meta["warnings"] = warnings
     return profile

@@ -38,7 +38,7 @@ def _root() -> None:
 def analyze(
     path: Path = typer.Argument(..., help="A Kineto trace (.json, .json.gz), an Nsight Systems export (.sqlite, .nsys-rep) or a run bundle."),
     step: Optional[str] = typer.Option(None, "--step", help="Step range name or glob (e.g. 'decode_step', 'step*'). Default: ProfilerStep#N, else the most frequent repeated range with GPU work."),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write metrics.json (schema perfdoctor.metrics/1) here."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write metrics.json (schema perfdoctor.metrics/2) here."),
     tokens_per_step: Optional[float] = typer.Option(None, "--tokens-per-step", min=0, help="Tokens one step produces (enables tokens_per_s); overrides what the workload declared."),
     rules: Optional[List[Path]] = RULES_OPTION,
     threshold: Optional[List[str]] = THRESHOLD_OPTION,
@@ -50,15 +50,17 @@ def analyze(
     """
     from perfdoctor.collectors import load_trace
     from perfdoctor.metrics import analyze as analyze_profile
-    from perfdoctor.reports.summary import render_summary
+    from perfdoctor.reports.summary import gaps_owner, render_summary
     from perfdoctor.reports.terminal import findings_renderable
     from perfdoctor.rules.engine import evaluate, load_rules
 
     ruleset = load_rules(rules or (), threshold or ())  # a bad pack fails before the trace loads
     analysis = analyze_profile(load_trace(path), step=step, tokens_per_step=tokens_per_step)
     console = Console()
-    render_summary(analysis, console)
-    console.print(findings_renderable(evaluate(ruleset, analysis), analysis))
+    findings = evaluate(ruleset, analysis)
+    # One gap table: the summary's, unless a finding prints the same table as its evidence.
+    render_summary(analysis, console, gaps_shown_by=gaps_owner(findings))
+    console.print(findings_renderable(findings, analysis))
     if json_out is not None:
         write_json(json_out, analysis.to_json())
         Console(stderr=True).print(f"wrote {json_out}")

@@ -30,8 +30,8 @@ import numpy as np
 import pandas as pd
 import typer
 
-from perfdoctor.breakdown import normalized_names
 from perfdoctor.errors import UsageError
+from perfdoctor.names import match_keys
 from perfdoctor.metrics import HIGHER_IS_BETTER, METRIC_UNITS, Analysis, analyze, jsonable
 from perfdoctor.profile import Profile
 from perfdoctor.stats import Comparison, compare_samples
@@ -126,27 +126,35 @@ def _read_json(path: Path) -> Any:
 
 
 def step_samples(analysis: Analysis) -> dict[str, np.ndarray]:
-    """Per-step samples of one run, keyed by the names in SAMPLED_METRICS.
+    """Per-step samples of one run, keyed by the names in SAMPLED_METRICS, read from the
+    analysis's timeline (:mod:`perfdoctor.timeline`).
 
-    ``step_latency_ms``: GPU window end − host range start (the metric contract's latency);
+    ``step_latency_ms``: the critical-path time (the contract's latency) — of the light
+    pass's steady steps when the run has one, as the step latency metrics are, else traced;
     ``step_gpu_ms``: length of the step's GPU window; ``step_interval_ms``: time between
     consecutive step completions (what ``steps_per_s`` averages); kernel and launch counts.
-    The light timing pass of ``perfdoctor run``, when present, adds ``light_step_latency_ms``.
+    The light timing pass of ``perfdoctor run``, when present, adds
+    ``light_step_latency_ms``: its critical-path times over its steady state.
     """
-    t = analysis.steps.table
-    w = t[t["gpu_start_ns"].notna()]
+    tl = analysis.timeline
+    t, w = tl.steps, tl.with_gpu
     gpu_end = w["gpu_end_ns"].astype("int64").to_numpy()
     gpu_start = w["gpu_start_ns"].astype("int64").to_numpy()
     out = {
-        "step_latency_ms": (gpu_end - w["host_start_ns"].to_numpy()) / 1e6,
+        "step_latency_ms": tl.critical_path_ms(),
         "step_gpu_ms": (gpu_end - gpu_start) / 1e6,
         "step_interval_ms": np.diff(np.sort(gpu_end)) / 1e6,
         "kernels_per_step": t["kernels"].to_numpy(dtype=float),
         "launches_per_step": t["launches"].to_numpy(dtype=float),
     }
-    light = (analysis.profile.meta.get("light_pass") or {}).get("step_latency_ms")
-    if light:
-        out["light_step_latency_ms"] = np.asarray(light, dtype=float)
+    light = analysis.light
+    if light is not None and light.count:
+        from perfdoctor.steady import steady_series
+
+        out["light_step_latency_ms"] = steady_series(light.host_start_ns, light.gpu_end_ns, light.steady_start).critical_path_ms
+        # The step latency metrics come from the light pass (contract v2): test their
+        # change on the samples they are computed from, not on the traced steps.
+        out["step_latency_ms"] = out["light_step_latency_ms"]
     return out
 
 
@@ -280,15 +288,15 @@ def kernel_table(analysis: Analysis) -> tuple[pd.DataFrame, int, str]:
     profile, steps = analysis.profile, analysis.steps
     k = profile.activities[profile.activities["kind"] == "kernel"]
     if steps.count > 0 and steps.span is not None:
-        lo, hi = steps.span
-        k = k[(k["start_ns"] >= lo) & (k["start_ns"] <= hi)]
+        k = analysis.timeline.in_span
+        k = k[k["kind"] == "kernel"]
         per, divisor = "step", steps.count
     else:
         per, divisor = "trace", 1
     if k.empty:
         empty = pd.DataFrame({"count": [], "time_us": [], "variants": []}, dtype=float)
         return empty, divisor, per
-    names = normalized_names(k["name"])
+    names = match_keys(k["name"])
     dur_us = (k["end_ns"] - k["start_ns"]).to_numpy(dtype=float) / 1e3
     frame = pd.DataFrame({"key": names.to_numpy(), "raw": k["name"].to_numpy(), "dur": dur_us})
     g = frame.groupby("key")

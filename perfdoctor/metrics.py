@@ -4,6 +4,14 @@ Every key of ``shared/design/metrics.md`` is computed here, one small function p
 question, each returning a :class:`Metric` with its value, unit and source — or ``None``
 with the reason it could not be computed. A missing number is said, never guessed and
 never 0. No I/O and no torch import: analysing a trace on a laptop stays fast.
+
+Contract v2 (``perfdoctor.metrics/2``): step latency is the critical-path time; when the
+Profile carries the light (untraced) pass of ``perfdoctor run`` (``profile.light``), that
+pass is the source of truth for time — step latency, host lead, steps/s, tokens/s — over
+its steady state, and the trace supplies what tracing does not distort (GPU busy time per
+step, counts, kernels). No metric is ever NaN or infinite: such a value is absent with a
+reason. Every per-step number comes from the one derived-table layer,
+:mod:`perfdoctor.timeline`, built once here and kept on the Analysis.
 """
 
 from __future__ import annotations
@@ -15,10 +23,20 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from perfdoctor.profile import Profile
+from perfdoctor import steady
+from perfdoctor.profile import LightSteps, Profile
 from perfdoctor.steps import Steps, find_steps, is_launch, is_sync, union_ns
+from perfdoctor.timeline import Timeline, build
 
-SCHEMA = "perfdoctor.metrics/1"
+SCHEMA = "perfdoctor.metrics/2"
+# Above this traced/untraced step-time ratio the tracer visibly stretched host gaps: the
+# metrics made of them are corrected with the light pass or carry a note.
+OVERHEAD_NOTE_RATIO = 1.2
+# A counter source and the model differing by more than this (absolute, in utilisation)
+# are both shown: neither is dropped silently.
+BW_DISAGREE = 0.05
+# A first traced step this much slower than the median is pointed out (never dropped).
+SLOW_FIRST_STEP = steady.WARMUP_FACTOR
 SHORT_KERNEL_NS = 10_000
 
 # unit and direction of each key: True = higher is better, False = lower is better,
@@ -36,6 +54,8 @@ METRICS: dict[str, tuple[str, bool | None]] = {
     "step_latency_ms_p90": ("ms", False),
     "step_latency_ms_p99": ("ms", False),
     "step_gpu_ms_p50": ("ms", False),
+    "host_lead_ms_p50": ("ms", None),
+    "traced_step_latency_ms_p50": ("ms", False),
     "steps_per_s": ("1/s", True),
     "tokens_per_s": ("1/s", True),
     "sync_calls_per_step": ("count", False),
@@ -69,9 +89,20 @@ class Metric:
     source: str
     reason: str | None = None
     note: str | None = None
+    # other sources of the same quantity that disagree with ``value`` (dram_bw_util):
+    # [{"value": 0.61, "source": "nvml-gpm"}]
+    alternatives: list[dict[str, Any]] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None or k == "value"}
+
+
+def finite_or_absent(m: Metric, what: str = "the value") -> Metric:
+    """``m`` unchanged when its value is finite; else absent with a reason (NaN and
+    infinity are never written, shown or compared with a threshold)."""
+    if m.value is None or np.isfinite(m.value):
+        return m
+    return Metric(None, m.unit, m.source, reason=m.reason or f"{what} is not a finite number ({m.value!r})", note=m.note)
 
 
 @dataclass
@@ -81,7 +112,40 @@ class Analysis:
     metrics: dict[str, Metric]
     steps: Steps
     profile: Profile = field(repr=False)
+    timeline: Timeline = field(repr=False, default=None)  # type: ignore[assignment]
+    light: LightSteps | None = field(repr=False, default=None)  # the light pass, when it timed these steps
 
+    def __post_init__(self) -> None:
+        # Built once by analyze(); rebuilt only for an Analysis made with other steps
+        # (dataclasses.replace(analysis, steps=...)), so the tables always match the steps.
+        if self.timeline is None or self.timeline.built_from is not self.steps:
+            self.timeline = build(self.profile, self.steps)
+
+    @property
+    def time_source(self) -> str:
+        """Where step time comes from, in words, for the report header."""
+        if self.light is not None:
+            lp = self.light
+            steady_n = lp.count - lp.steady_start
+            return (
+                f"light pass, no tracer, steady state: {steady_n} steps after {lp.steady_start} warm-up"
+                + (f" ({lp.steady_reason})" if lp.steady_reason else "")
+            )
+        return f"trace ({self.steps.count} steps, every step used: a trace alone cannot tell warm-up)"
+
+    def first_step_note(self) -> str | None:
+        """Point out a first traced step far slower than the rest (it is kept, not dropped)."""
+        cp = self.timeline.critical_path_ms()
+        if self.light is not None or cp.size < 2:
+            return None
+        med = float(np.median(cp))
+        if med > 0 and cp[0] > SLOW_FIRST_STEP * med:
+            return (
+                f"the first step took {cp[0]:.4g} ms, {cp[0] / med:.1f}x the median {med:.4g} ms: likely warm-up "
+                "(first calls, compilation, allocation); it is included in these metrics — profile after warm-up "
+                "or use perfdoctor run, whose light pass finds the steady state"
+            )
+        return None
     @property
     def device(self) -> dict[str, Any]:
         return self.profile.device
@@ -91,7 +155,7 @@ class Analysis:
         return None if m is None else m.value
 
     def to_json(self) -> dict[str, Any]:
-        t = self.steps.table
+        t = self.timeline.steps
         steps = [
             {
                 "host_start_ns": int(r.host_start_ns),
@@ -100,6 +164,8 @@ class Analysis:
                 "gpu_end_ns": None if pd.isna(r.gpu_end_ns) else int(r.gpu_end_ns),
                 "kernels": int(r.kernels),
                 "launches": int(r.launches),
+                "critical_path_ns": None if pd.isna(r.critical_path_ns) else int(r.critical_path_ns),
+                "busy_ns": int(r.busy_ns),
             }
             for r in t.itertuples()
         ]
@@ -107,6 +173,17 @@ class Analysis:
         return {
             "schema": SCHEMA,
             "step_name": self.steps.name,
+            "steps_how": self.steps.how,
+            "time_source": self.time_source,
+            "light": None
+            if self.light is None
+            else {
+                "step_name": self.light.name,
+                "steps": self.light.count,
+                "steady_start": self.light.steady_start,
+                "steady_reason": self.light.steady_reason,
+                "clock": self.light.clock,
+            },
             "metrics": {k: m.to_json() for k, m in self.metrics.items()},
             "device": jsonable(self.profile.device),
             "steps": steps,
@@ -128,33 +205,34 @@ def jsonable(obj: Any) -> Any:
 
 
 class _Context:
-    """What every metric function needs: the profile, its steps and a few derived tables."""
+    """What every metric function needs: the profile, its steps, the derived tables and,
+    when it timed these steps, the light pass over its steady state."""
 
     def __init__(self, profile: Profile, steps: Steps, tokens_per_step: float | None) -> None:
         self.profile = profile
         self.steps = steps
+        self.timeline = build(profile, steps)
         self.source = str(profile.meta.get("source", "trace"))
-        acts = profile.activities
         self.span = steps.span
-        if self.span is not None:
-            lo, hi = self.span
-            self.in_span = acts[(acts["start_ns"] >= lo) & (acts["start_ns"] <= hi)]
-        else:
-            self.in_span = acts.iloc[0:0]
-        t = steps.table
-        self.windows = t[t["gpu_start_ns"].notna()]
+        self.in_span = self.timeline.in_span
+        self.windows = self.timeline.with_gpu
         calls = profile.calls
         in_step = steps.call_step.to_numpy() >= 0
         self.step_calls = calls[in_step]
         declared = profile.meta.get("declared", {}).get(steps.name or "", {})
+        if not declared and profile.light is not None:
+            declared = profile.meta.get("declared", {}).get(profile.light.name, {})
         self.tokens_per_step = tokens_per_step if tokens_per_step is not None else declared.get("tokens")
         self.bytes_per_step = declared.get("bytes")
+        self.light, self.light_reason = _usable_light(profile.light, steps)
+        self.overhead: float | None = None  # traced / light p50, once computed
+        self.dram_counter: Metric | None = None  # the sampled/averaged DRAM counter, once read
 
     def absent(self, key: str, reason: str) -> Metric:
         return Metric(None, METRIC_UNITS[key], self.source, reason=reason)
 
     def have(self, key: str, value: float, source: str | None = None, note: str | None = None) -> Metric:
-        return Metric(float(value), METRIC_UNITS[key], source or self.source, note=note)
+        return finite_or_absent(Metric(float(value), METRIC_UNITS[key], source or self.source, note=note), key)
 
     @property
     def no_steps(self) -> str | None:
@@ -181,6 +259,30 @@ class _Context:
             return "the trace has no CUDA API calls"
         return None
 
+    def tracer_note(self) -> str | None:
+        """For metrics made of host gaps in the trace that the light pass cannot correct."""
+        if self.overhead is not None and self.overhead > OVERHEAD_NOTE_RATIO:
+            return (
+                f"measured under the tracer, which stretched step time {self.overhead:.2f}x "
+                "(profiler_overhead_ratio): host gaps are inflated, so this is not the untraced value"
+            )
+        return None
+
+
+def _usable_light(light: LightSteps | None, steps: Steps) -> tuple[LightSteps | None, str | None]:
+    """The light pass when it timed the traced steps (or the trace found none); else why not."""
+    if light is None:
+        return None, "needs the light timing pass of perfdoctor run"
+    if light.count == 0:
+        return None, "the light pass saw no step"
+    if steps.name and not (fnmatch.fnmatchcase(light.name, steps.name) or light.name == steps.name):
+        return None, f"the light pass timed {light.name!r}, not the traced steps {steps.name!r}"
+    return light, None
+
+
+def _light_series(light: LightSteps) -> steady.SteadySeries:
+    return steady.steady_series(light.host_start_ns, light.gpu_end_ns, light.steady_start)
+
 
 def _steps(c: _Context) -> Metric:
     return c.have("steps", c.steps.count)
@@ -199,19 +301,41 @@ def _union_ratio(c: _Context, key: str, kinds: tuple[str, ...] | None) -> Metric
     return c.have(key, busy / (hi - lo))
 
 
-def _gpu_idle_ratio(c: _Context) -> Metric:
+def _gpu_idle_ratio(c: _Context, light_p50: Metric) -> Metric:
+    """Timeline bubbles. With a light pass, corrected for the tracer: GPU-side durations are
+    not inflated by tracing but host gaps are, so the busy time per step comes from the
+    trace and the step time from the untraced pass: 1 − median(busy) / light p50."""
+    if c.light is not None and light_p50.value and not c.no_steps:
+        busy_ms = float(np.median(c.windows["busy_ns"].to_numpy(np.float64))) / 1e6
+        value = float(np.clip(1.0 - busy_ms / light_p50.value, 0.0, 1.0))
+        note = None
+        if c.overhead is not None and c.overhead > OVERHEAD_NOTE_RATIO:
+            traced = _union_ratio(c, "gpu_idle_ratio", None).value
+            note = (
+                f"corrected for the tracer (it stretched step time {c.overhead:.2f}x): GPU busy {busy_ms:.4g} ms per step "
+                f"from the trace / untraced step {light_p50.value:.4g} ms"
+                + (f"; the traced timeline alone says {1 - traced:.1%}" if traced is not None else "")
+            )
+        return c.have("gpu_idle_ratio", value, source=f"{c.source}+light", note=note)
     busy = _union_ratio(c, "gpu_idle_ratio", None)
     if busy.value is None:
         return busy
     return c.have("gpu_idle_ratio", 1.0 - busy.value)
 
 
+def _with_tracer_note(c: _Context, m: Metric) -> Metric:
+    note = c.tracer_note() if m.value is not None else None
+    if note:
+        m.note = f"{m.note}; {note}" if m.note else note
+    return m
+
+
 def _kernel_time_ratio(c: _Context) -> Metric:
-    return _union_ratio(c, "kernel_time_ratio", ("kernel",))
+    return _with_tracer_note(c, _union_ratio(c, "kernel_time_ratio", ("kernel",)))
 
 
 def _memcpy_time_ratio(c: _Context) -> Metric:
-    return _union_ratio(c, "memcpy_time_ratio", ("memcpy", "memset"))
+    return _with_tracer_note(c, _union_ratio(c, "memcpy_time_ratio", ("memcpy", "memset")))
 
 
 def _kernels_per_step(c: _Context) -> Metric:
@@ -237,7 +361,7 @@ def _launch_rate_per_s(c: _Context) -> Metric:
     host_s = (t["host_end_ns"] - t["host_start_ns"]).sum() / 1e9
     if host_s <= 0:
         return c.absent("launch_rate_per_s", "the step ranges have zero length")
-    return c.have("launch_rate_per_s", is_launch(c.step_calls["name"]).sum() / host_s)
+    return _with_tracer_note(c, c.have("launch_rate_per_s", is_launch(c.step_calls["name"]).sum() / host_s))
 
 
 def _short_kernel_ratio(c: _Context) -> Metric:
@@ -249,21 +373,31 @@ def _short_kernel_ratio(c: _Context) -> Metric:
     return c.have("short_kernel_ratio", ((k["end_ns"] - k["start_ns"]) < SHORT_KERNEL_NS).mean())
 
 
-def _latencies_ms(c: _Context) -> np.ndarray:
-    w = c.windows
-    return (w["gpu_end_ns"].astype("int64") - w["host_start_ns"]).to_numpy(dtype=np.float64) / 1e6
+def _latency(c: _Context, q: int, light: steady.SteadySeries | None) -> Metric:
+    """Critical-path step time percentile: the light pass's steady state, else the trace."""
+    key = f"step_latency_ms_p{q}"
+    if light is not None and light.critical_path_ms.size:
+        return c.have(key, np.percentile(light.critical_path_ms, q), source="light")
+    if c.no_steps:
+        return c.absent(key, c.no_steps)
+    return c.have(key, np.percentile(c.timeline.critical_path_ms(), q))
 
 
-def _latency(q: float) -> Callable[[_Context], Metric]:
-    key = f"step_latency_ms_p{int(q)}"
+def _traced_step_latency_ms_p50(c: _Context) -> Metric:
+    if c.no_steps:
+        return c.absent("traced_step_latency_ms_p50", c.no_steps)
+    return c.have("traced_step_latency_ms_p50", np.median(c.timeline.critical_path_ms()))
 
-    def metric(c: _Context) -> Metric:
-        if c.no_steps:
-            return c.absent(key, c.no_steps)
-        return c.have(key, np.percentile(_latencies_ms(c), q))
 
-    metric.__name__ = f"_{key}"
-    return metric
+def _host_lead_ms_p50(c: _Context, light: steady.SteadySeries | None) -> Metric:
+    if light is not None and light.host_lead_ms.size:
+        return c.have("host_lead_ms_p50", np.median(light.host_lead_ms), source="light")
+    if c.no_steps:
+        return c.absent("host_lead_ms_p50", c.no_steps)
+    lead = c.timeline.host_lead_ms()
+    if lead.size == 0:
+        return c.absent("host_lead_ms_p50", "needs at least two steps with GPU work")
+    return c.have("host_lead_ms_p50", np.median(lead))
 
 
 def _step_gpu_ms_p50(c: _Context) -> Metric:
@@ -273,7 +407,17 @@ def _step_gpu_ms_p50(c: _Context) -> Metric:
     return c.have("step_gpu_ms_p50", np.median((w["gpu_end_ns"] - w["gpu_start_ns"]).astype("int64")) / 1e6)
 
 
-def _steps_per_s(c: _Context) -> Metric:
+def _steps_per_s(c: _Context, light: steady.SteadySeries | None) -> Metric:
+    """Completion rate. Light pass: :func:`perfdoctor.steady.cadence` over the steady state,
+    pauses (the program doing something else between steps: a prefill between two
+    ``generate()`` calls) left out. Trace: the contract's (n − 1) / (last end − first end)
+    over every step — a trace alone cannot tell a pause from a slow warm-up step."""
+    if light is not None:
+        cad = light.cadence
+        if cad.steps_per_s is None:
+            return c.absent("steps_per_s", f"light pass: {cad.reason}")
+        note = f"{cad.pauses} pause(s) between steps left out" if cad.pauses else None
+        return c.have("steps_per_s", cad.steps_per_s, source="light", note=note)
     if c.no_steps:
         return c.absent("steps_per_s", c.no_steps)
     ends = c.windows["gpu_end_ns"].astype("int64").to_numpy()
@@ -324,15 +468,16 @@ def _peak_dram_bw_gbps(c: _Context) -> Metric:
 def _ncu_weighted(c: _Context, metric: str) -> tuple[float, float] | None:
     """Duration-weighted mean of one ncu metric, and the total kernel time it covers."""
     rows = c.profile.counters[c.profile.counters["metric"] == metric]
-    rows = rows[rows["duration_ns"] > 0]
+    rows = rows[(rows["duration_ns"] > 0) & np.isfinite(rows["value"].to_numpy(dtype=np.float64))]
     if rows.empty:
         return None
     w = rows["duration_ns"].to_numpy(dtype=np.float64)
     return float(np.average(rows["value"].to_numpy(dtype=np.float64), weights=w)), float(w.sum())
 
 
-def _samples_mean(c: _Context, metric: str) -> tuple[float, str] | None:
-    """Mean of a sampled series over S (or over all samples when the trace has no span)."""
+def _samples_mean(c: _Context, metric: str) -> tuple[float | None, str, str | None]:
+    """Mean of a sampled series over S (or over all samples when the trace has no span),
+    NaN samples dropped: (value or None, source, reason when None)."""
     s = c.profile.samples
     s = s[s["metric"] == metric]
     if c.span is not None and not s.empty:
@@ -340,53 +485,122 @@ def _samples_mean(c: _Context, metric: str) -> tuple[float, str] | None:
         inside = s[(s["time_ns"] >= lo) & (s["time_ns"] <= hi)]
         s = inside if not inside.empty else s
     if s.empty:
-        return None
+        return None, "", None
     # Trust order among samplers: GPM counters over nsys's sampled throughput.
-    for source in ("nvml-gpm", "nsys-gpu-metrics", "nvml"):
-        part = s[s["source"] == source]
-        if not part.empty:
-            return float(part["value"].mean()), source
-    return float(s["value"].mean()), str(s["source"].iloc[0])
+    part, source = s, str(s["source"].iloc[0])
+    for candidate in ("nvml-gpm", "nsys-gpu-metrics", "nvml"):
+        if (s["source"] == candidate).any():
+            part, source = s[s["source"] == candidate], candidate
+            break
+    values = part["value"].to_numpy(dtype=np.float64)
+    ok = np.isfinite(values)
+    if not ok.any():
+        return None, source, f"all {values.size} {source} {metric} samples returned NaN"
+    return float(values[ok].mean()), source, None
 
 
-def _dram_bw_util(c: _Context, peak: Metric, steps_per_s: Metric) -> Metric:
+def _light_counter(c: _Context, metric: str) -> tuple[float | None, str, str | None]:
+    """A counter the light pass averaged over exactly its steady steps (value, source, reason)."""
+    if c.light is None:
+        return None, "", None
+    entry = c.light.counters.get(metric)
+    if not isinstance(entry, dict):
+        return None, "", None
+    source = str(entry.get("source") or "nvml-gpm")
+    value = entry.get("value")
+    try:
+        value = None if value is None else float(value)
+    except (TypeError, ValueError):
+        value = None
+    if value is None or not np.isfinite(value):
+        if entry.get("reason"):  # the runner says why (all NaN, no sample inside the steps)
+            return None, source, f"{source}: {entry['reason']}"
+        n = entry.get("samples")
+        dropped = entry.get("dropped_nan")
+        if dropped and (not n or dropped >= n):
+            return None, source, f"all {dropped} {source} samples returned NaN"
+        return None, source, f"the light pass's {metric} counter has no finite value"
+    return value, source, None
+
+
+def _counter(c: _Context, metric: str) -> tuple[float | None, str, str | None]:
+    """The light pass's steady-state counter, else the samples inside the traced span."""
+    value, source, reason = _light_counter(c, metric)
+    if value is not None:
+        return value, source, None
+    sampled = _samples_mean(c, metric)
+    if sampled[0] is not None:
+        return sampled
+    return None, source or sampled[1], reason or sampled[2]
+
+
+def _dram_bw_util(c: _Context, peak: Metric, p50: Metric) -> Metric:
+    """DRAM bandwidth / peak. Headline: ``model`` when the step declares its bytes (the
+    number a user checks by hand: bytes / step time / peak, step time from the light pass
+    when there is one), else a counter (ncu, the light pass's GPM average, sampled GPM or
+    nsys GPU metrics). Sources that disagree with the headline by more than 5 points are
+    kept as ``alternatives``."""
+    found: list[Metric] = []
+    reasons: list[str] = []
+    if c.bytes_per_step and peak.value and p50.value:
+        found.append(
+            Metric(
+                c.bytes_per_step / (p50.value / 1e3) / (peak.value * 1e9),
+                "ratio",
+                "model",
+                note=f"declared bytes per step / {'untraced' if p50.source == 'light' else 'traced'} step time "
+                f"({p50.value:.4g} ms) / peak",
+            )
+        )
     counters = c.profile.counters
     reads = counters[counters["metric"].isin((NCU_DRAM_READ, NCU_DRAM_WRITE))]
     if not reads.empty and peak.value:
         dur = counters.loc[counters["metric"] == NCU_DRAM_READ, "duration_ns"].sum()
         if dur > 0:
-            return c.have("dram_bw_util", reads["value"].sum() / (dur / 1e9) / (peak.value * 1e9), source="ncu")
-    sampled = _samples_mean(c, "dram_bw_util")
-    if sampled is not None:
-        return c.have("dram_bw_util", sampled[0], source=sampled[1])
-    if c.bytes_per_step and peak.value and steps_per_s.value:
-        return c.have(
-            "dram_bw_util",
-            c.bytes_per_step * steps_per_s.value / (peak.value * 1e9),
-            source="model",
-            note="declared bytes per step x steps/s / peak",
-        )
-    needs = []
-    if not c.bytes_per_step:
-        needs.append("a DRAM counter (perfdoctor run with NVML GPM, ncu or nsys --gpu-metrics-devices) or a step that declares its bytes")
-    if not peak.value:
-        needs.append("the device peak bandwidth")
-    return c.absent("dram_bw_util", "needs " + " and ".join(needs or ["steps/s"]))
+            found.append(
+                Metric(
+                    reads["value"].sum() / (dur / 1e9) / (peak.value * 1e9),
+                    "ratio",
+                    "ncu",
+                    note="per-kernel efficiency: DRAM bytes / kernel time, gaps between kernels excluded",
+                )
+            )
+    value, source, reason = _counter(c, "dram_bw_util")
+    if value is not None and np.isfinite(value):
+        found.append(Metric(value, "ratio", source))
+        c.dram_counter = Metric(value, "ratio", source)  # the bubbles read the counter, never the model
+    elif reason:
+        reasons.append(reason)
+    found = [m for m in found if m.value is not None and np.isfinite(m.value)]
+    if not found:
+        needs = []
+        if not c.bytes_per_step:
+            needs.append("a DRAM counter (perfdoctor run with NVML GPM, ncu or nsys --gpu-metrics-devices) or a step that declares its bytes")
+        if not peak.value:
+            needs.append("the device peak bandwidth")
+        if c.bytes_per_step and peak.value and not p50.value:
+            needs.append("the step time")
+        why = "needs " + " and ".join(needs or ["a DRAM counter"])
+        return c.absent("dram_bw_util", "; ".join([*reasons, why]))
+    head = found[0]
+    others = [{"value": float(m.value), "source": m.source} for m in found[1:] if abs(m.value - head.value) > BW_DISAGREE]
+    return Metric(float(head.value), "ratio", head.source, note=head.note, alternatives=others or None)
 
 
 def _sm_occupancy(c: _Context) -> Metric:
     ncu = _ncu_weighted(c, NCU_OCCUPANCY)
     if ncu is not None:
         return c.have("sm_occupancy", ncu[0] / 100.0, source="ncu")
-    sampled = _samples_mean(c, "sm_occupancy")
-    if sampled is not None:
-        return c.have("sm_occupancy", sampled[0], source=sampled[1])
-    return c.absent("sm_occupancy", "needs hardware counters: perfdoctor run with NVML GPM or ncu")
+    value, source, reason = _counter(c, "sm_occupancy")
+    if value is not None:
+        return c.have("sm_occupancy", value, source=source)
+    return c.absent("sm_occupancy", (reason + "; " if reason else "") + "needs hardware counters: perfdoctor run with NVML GPM or ncu")
 
 
 def _memory_bubble_ratio(c: _Context, dram: Metric, idle: Metric) -> Metric:
-    if dram.value is not None and dram.source != "model":
-        return c.have("memory_bubble_ratio", 1.0 - dram.value, source=dram.source)
+    counter = c.dram_counter or (dram if dram.value is not None and dram.source == "ncu" else None)
+    if counter is not None:
+        return c.have("memory_bubble_ratio", 1.0 - counter.value, source=counter.source)
     if idle.value is not None:
         return c.have(
             "memory_bubble_ratio",
@@ -404,17 +618,14 @@ def _ncu_ratio(c: _Context, key: str, metric: str, scale: float) -> Metric:
     return c.have(key, ncu[0] / scale, source="ncu")
 
 
-def _profiler_overhead_ratio(c: _Context, p50: Metric) -> Metric:
-    light_pass = c.profile.meta.get("light_pass") or {}
-    light = light_pass.get("step_latency_ms") or []
-    if not light:
-        return c.absent("profiler_overhead_ratio", "needs the light timing pass of perfdoctor run")
-    timed = light_pass.get("step_name")
-    if timed and c.steps.name and not fnmatch.fnmatchcase(timed, c.steps.name):
-        return c.absent("profiler_overhead_ratio", f"the light pass timed {timed!r}, not the traced steps {c.steps.name!r}")
-    if p50.value is None:
-        return c.absent("profiler_overhead_ratio", p50.reason or "no traced step latency")
-    return c.have("profiler_overhead_ratio", p50.value / float(np.median(light)))
+def _profiler_overhead_ratio(c: _Context, traced: Metric, light_p50: Metric) -> Metric:
+    if c.light is None:
+        return c.absent("profiler_overhead_ratio", c.light_reason or "needs the light timing pass of perfdoctor run")
+    if traced.value is None:
+        return c.absent("profiler_overhead_ratio", traced.reason or "no traced step latency")
+    if not light_p50.value:
+        return c.absent("profiler_overhead_ratio", light_p50.reason or "the light pass has no step time")
+    return c.have("profiler_overhead_ratio", traced.value / light_p50.value, source=f"{c.source}+light")
 
 
 def _throttle_time_ratio(c: _Context) -> Metric:
@@ -433,34 +644,41 @@ def analyze(profile: Profile, step: str | None = None, tokens_per_step: float | 
     """Compute every metric of the contract that ``profile`` allows.
 
     ``step`` is an exact range name or glob (``"step*"``); by default steps are the
-    ``ProfilerStep#N`` ranges, else the most frequent repeated range with GPU work.
+    ``ProfilerStep#N`` ranges, else the most frequent repeated range with GPU work, else
+    found automatically (:func:`perfdoctor.steps.find_steps`).
     ``tokens_per_step`` overrides what the workload declared.
     """
     steps = find_steps(profile, step)
     c = _Context(profile, steps, tokens_per_step)
+    light = _light_series(c.light) if c.light is not None else None
     m: dict[str, Metric] = {}
     m["steps"] = _steps(c)
-    m["gpu_idle_ratio"] = _gpu_idle_ratio(c)
+    for q in (50, 90, 99):
+        m[f"step_latency_ms_p{q}"] = _latency(c, q, light)
+    m["traced_step_latency_ms_p50"] = _traced_step_latency_ms_p50(c)
+    m["profiler_overhead_ratio"] = _profiler_overhead_ratio(c, m["traced_step_latency_ms_p50"], m["step_latency_ms_p50"])
+    c.overhead = m["profiler_overhead_ratio"].value
+    m["host_lead_ms_p50"] = _host_lead_ms_p50(c, light)
+    m["gpu_idle_ratio"] = _gpu_idle_ratio(c, m["step_latency_ms_p50"])
     m["kernel_time_ratio"] = _kernel_time_ratio(c)
     m["memcpy_time_ratio"] = _memcpy_time_ratio(c)
     m["kernels_per_step"] = _kernels_per_step(c)
     m["launches_per_step"] = _launches_per_step(c)
     m["launch_rate_per_s"] = _launch_rate_per_s(c)
     m["short_kernel_ratio"] = _short_kernel_ratio(c)
-    for q in (50, 90, 99):
-        m[f"step_latency_ms_p{q}"] = _latency(q)(c)
     m["step_gpu_ms_p50"] = _step_gpu_ms_p50(c)
-    m["steps_per_s"] = _steps_per_s(c)
+    m["steps_per_s"] = _steps_per_s(c, light)
     m["tokens_per_s"] = _tokens_per_s(c, m["steps_per_s"])
     m["sync_calls_per_step"] = _sync_calls_per_step(c)
     m["pageable_memcpy_bytes"] = _pageable_memcpy_bytes(c)
     m["achieved_occupancy_est"] = _achieved_occupancy_est(c)
     m["peak_dram_bw_gbps"] = _peak_dram_bw_gbps(c)
-    m["dram_bw_util"] = _dram_bw_util(c, m["peak_dram_bw_gbps"], m["steps_per_s"])
+    m["dram_bw_util"] = _dram_bw_util(c, m["peak_dram_bw_gbps"], m["step_latency_ms_p50"])
     m["sm_occupancy"] = _sm_occupancy(c)
     m["memory_bubble_ratio"] = _memory_bubble_ratio(c, m["dram_bw_util"], m["gpu_idle_ratio"])
     m["l2_hit_rate"] = _ncu_ratio(c, "l2_hit_rate", NCU_L2_HIT, 100.0)
     m["warp_exec_efficiency"] = _ncu_ratio(c, "warp_exec_efficiency", NCU_WARP_EFF, 32.0)
-    m["profiler_overhead_ratio"] = _profiler_overhead_ratio(c, m["step_latency_ms_p50"])
     m["throttle_time_ratio"] = _throttle_time_ratio(c)
-    return Analysis(metrics=m, steps=steps, profile=profile)
+    # Contract order (METRICS), and the last guard: nothing non-finite leaves this function.
+    ordered = {k: finite_or_absent(m[k], k) for k in METRICS if k in m}
+    return Analysis(metrics=ordered, steps=steps, profile=profile, timeline=c.timeline, light=c.light)

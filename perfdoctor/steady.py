@@ -12,9 +12,9 @@ For step ``k`` with host start ``h[k]`` and the end of its GPU work ``g[k]``:
   time spent queued behind earlier steps is not latency;
 * **host lead** ``max(0, g[k−1] − h[k])``: how far ahead of the GPU the host issued step
   ``k`` (0 = the GPU waited for the host);
-* **pause** before step ``k``: ``h[k] − g[k−1]`` when it is longer than the median step —
-  time in which the program did something other than steps (a prefill, I/O, a new request),
-  left out of the step rate.
+* **pause** before step ``k``: ``h[k] − g[k−1]`` when it is longer than the median step
+  and ``PAUSE_FACTOR`` times the usual gap between steps — time in which the program did
+  something other than steps (a prefill, I/O, a new request), left out of the step rate.
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ import numpy as np
 WARMUP_FACTOR = 1.25
 # Consecutive steps within the factor that mark the start of the steady state.
 SETTLED_RUN = 3
+# A gap between steps this many times the usual one (and longer than a median step) is a
+# pause: the program did something other than steps.
+PAUSE_FACTOR = 3.0
 
 
 def _ns(values: np.ndarray | list[int]) -> np.ndarray:
@@ -100,18 +103,46 @@ class Cadence:
 def cadence(host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int]) -> Cadence:
     """Steps per second: completion-to-completion intervals ``g[k] − g[k−1]`` summed over
     the steps the program issued back to back. An interval whose step started more than a
-    median critical-path time after the previous step ended is a pause (the program did
-    something else in between: a prefill, I/O) and is left out, so the rate is that of the
-    loop, as the program's own timer around its loop sees it."""
+    median critical-path time after the previous step ended, and more than ``PAUSE_FACTOR``
+    times the usual host time between steps, is a pause (the program did something else in
+    between: a prefill, I/O) and is left out, so the rate is that of the loop, as the
+    program's own timer around its loop sees it."""
     h, g = _ns(host_start), _ns(gpu_end)
     if h.size < 2:
         return Cadence(None, 0, 0, "needs at least two steps")
     cp = critical_path_ns(h, g)
     intervals = np.diff(g)
     idle_before = h[1:] - g[:-1]
-    paused = idle_before > float(np.median(cp))
+    # A pause is longer than a median step AND much longer than the program's usual time
+    # between steps: a loop that always spends 2 ms on the host between steps (sampling,
+    # stopping criteria) has no pauses — that time is part of its rate — while the prefill
+    # between two generate() calls stands out from it.
+    usual = max(float(np.median(np.clip(idle_before, 0, None))), 0.0)
+    paused = (idle_before > float(np.median(cp))) & (idle_before > PAUSE_FACTOR * usual)
     kept = intervals[~paused]
     total = int(kept.sum())
     if kept.size == 0 or total <= 0:
         return Cadence(None, 0, int(paused.sum()), "no back-to-back steps with a positive interval")
     return Cadence(kept.size / (total / 1e9), int(kept.size), int(paused.sum()))
+
+
+@dataclass(frozen=True)
+class SteadySeries:
+    """A step series over its steady state: what the metrics of a light pass are made of."""
+
+    critical_path_ms: np.ndarray  # per steady step
+    host_lead_ms: np.ndarray  # per steady step that has a predecessor
+    cadence: Cadence
+
+
+def steady_series(host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int], start: int) -> SteadySeries:
+    """The series from step ``start`` on. The critical path of the first steady step still
+    uses the step before it (it may have been queued behind the last warm-up step), so it
+    is computed over the whole series and then cut; the cadence counts intervals between
+    steady steps only."""
+    h, g = _ns(host_start), _ns(gpu_end)
+    k = min(max(int(start), 0), max(h.size - 1, 0))
+    cp = critical_path_ns(h, g)[k:] / 1e6
+    # host_lead_ns[i] belongs to step i + 1: the steady steps from k are entries k - 1 on.
+    lead = host_lead_ns(h, g)[max(k - 1, 0) :] / 1e6
+    return SteadySeries(cp.astype(np.float64), lead.astype(np.float64), cadence(h[k:], g[k:]))

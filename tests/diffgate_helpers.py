@@ -108,6 +108,14 @@ def crafted_bundle(trace: Path, dst: Path, *, light_ms: list[float], torch: str,
     raw.mkdir(parents=True)
     (raw / "torch-trace.json.gz").write_bytes(trace.read_bytes())
     (raw / "torch.json").write_text(json.dumps({"pass": "torch", "environment": {"torch": torch, "cuda": "13.0"}}))
+    # The light pass's raw series in perfdoctor 0.1's format ([host start, GPU end] per step):
+    # a synchronous loop, each step starting 50 µs after the previous one ended, so every
+    # step's critical path is exactly its light_ms.
+    spans, t = [], 1_000_000_000
+    for ms in light_ms:
+        spans.append([t, t + round(ms * 1e6)])
+        t = spans[-1][1] + 50_000
+    (raw / "light.json").write_text(json.dumps({"pass": "light", "spans_ns": {"decode_step": spans}, "step_end_clock": "cuda-event"}))
     manifest = {
         "schema": "perfdoctor.run/1",
         "status": "finished",

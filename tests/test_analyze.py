@@ -56,7 +56,7 @@ def test_step_is_found_without_step_option_and_metrics_json_has_contract_schema(
     assert r.returncode == 0, r.stderr
     assert "decode_step" in r.stdout and "Top kernels" in r.stdout
     doc = json.loads(out.read_text())
-    assert doc["schema"] == "perfdoctor.metrics/1"
+    assert doc["schema"] == "perfdoctor.metrics/2"
     assert set(doc["metrics"]) == set(METRICS)
     assert doc["metrics"]["kernels_per_step"] == {"value": 945.0, "unit": "count", "source": "kineto"}
     absent = doc["metrics"]["peak_dram_bw_gbps"]
@@ -65,14 +65,31 @@ def test_step_is_found_without_step_option_and_metrics_json_has_contract_schema(
     assert {"host_start_ns", "host_end_ns", "gpu_start_ns", "gpu_end_ns", "kernels", "launches"} <= set(doc["steps"][0])
 
 
-def test_nsys_without_step_pattern_has_no_steps_and_says_why() -> None:
+def test_nsys_without_step_pattern_finds_the_steps_automatically() -> None:
+    # Contract v2: no repeated range name -> the step is found automatically (the repeating
+    # launch sequence), and the report says so. Reference: the same file with --step 'step*'.
     got = analyze(load_trace(FIXTURES / "h200-matmul-20steps.nsys.sqlite.gz"))
+    ref = analyze(load_trace(FIXTURES / "h200-matmul-20steps.nsys.sqlite.gz"), step="step*")
+    assert got.metrics["steps"].value == 20
+    assert got.steps.how.startswith("automatic")
+    assert got.value("kernels_per_step") == ref.value("kernels_per_step") == 3
+    assert got.metrics["peak_dram_bw_gbps"].value == pytest.approx(4814.304)
+
+
+def test_a_trace_without_any_repetition_has_no_steps_and_says_why() -> None:
+    p = load_trace(FIXTURES / "h200-matmul-20steps.nsys.sqlite.gz")
+    p.ranges = p.ranges.iloc[0:0]
+    first = p.calls["correlation"].isin(p.activities["correlation"])
+    # keep one launch with its GPU work: nothing can repeat
+    keep = p.calls[first & p.calls["name"].str.startswith("cudaLaunchKernel")].iloc[:1]
+    p.calls = keep.reset_index(drop=True)
+    p.activities = p.activities[p.activities["correlation"].isin(keep["correlation"])].reset_index(drop=True)
+    got = analyze(p)
     assert got.metrics["steps"].value == 0
     assert got.metrics["step_latency_ms_p50"].value is None
     assert "no step ranges" in got.metrics["step_latency_ms_p50"].reason
     # the span falls back to the whole trace, so the timeline metrics still exist
     assert got.metrics["gpu_idle_ratio"].value is not None
-    assert got.metrics["peak_dram_bw_gbps"].value == pytest.approx(4814.304)
 
 
 def test_tokens_per_step_gives_tokens_per_s() -> None:

@@ -15,8 +15,10 @@ import pytest
 
 from conftest import FIXTURES
 from diffgate_helpers import cli, other_gpu, renamed_kernels, stretched
-from perfdoctor.breakdown import normalize_kernel_name
-from perfdoctor.diff import diff_runs, load_run
+from perfdoctor.names import match_key as normalize_kernel_name
+from perfdoctor.collectors import load_trace
+from perfdoctor.diff import Run, diff_runs, load_run
+from perfdoctor.metrics import analyze
 from perfdoctor.errors import UsageError
 from perfdoctor.reports.diff_report import render_markdown
 from perfdoctor.stats import bootstrap_median_ratio, compare_samples, mann_whitney_u
@@ -195,8 +197,21 @@ def test_step_name_mismatch_is_flagged(eager5) -> None:
     assert [m.field for m in d.mismatches] == ["step_name"]
 
 
+def _no_steps_run() -> Run:
+    """CRAFTED: the matmul H200 trace cut to one launch and its GPU work, without ranges:
+    nothing repeats, so no step is found (contract v2 finds the full file's steps
+    automatically, so it no longer serves as a trace without steps)."""
+    p = load_trace(FIXTURES / "h200-matmul-20steps.nsys.sqlite.gz")
+    p.ranges = p.ranges.iloc[0:0]
+    keep = p.calls[p.calls["name"].str.startswith("cudaLaunchKernel") & p.calls["correlation"].isin(p.activities["correlation"])].iloc[:1]
+    p.calls = keep.reset_index(drop=True)
+    p.activities = p.activities[p.activities["correlation"].isin(keep["correlation"])].reset_index(drop=True)
+    return Run("no-steps", analyze(p))
+
+
 def test_missing_steps_make_latency_inconclusive(eager5) -> None:
-    no_steps = load_run(FIXTURES / "h200-matmul-20steps.nsys.sqlite.gz")  # 0 steps without --step
+    no_steps = _no_steps_run()
+    assert no_steps.analysis.steps.count == 0
     d = diff_runs(no_steps, eager5)
     assert d.metric("step_latency_ms_p50").status == "added"
     assert d.metric("step_latency_ms_p50").verdict is None

@@ -25,7 +25,7 @@ from perfdoctor.rules.cli import rules_app
 from perfdoctor.rules.engine import diagnose, evaluate, load_rules
 from perfdoctor.rules.estimates import idle_between_kernels, sync_wait_time
 from perfdoctor.rules.evidence import sync_calls
-from perfdoctor.rules.kernels import family, gemm_precision, short_name
+from perfdoctor.names import family, gemm_precision, label as short_name
 
 EAGER = "h200-llama1b-eager-5steps.kineto.json.gz"
 # Every row of shared/design/rules-seed.md.

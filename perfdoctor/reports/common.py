@@ -40,7 +40,11 @@ def num(v: float) -> str:
 
 
 def fmt_metric(m: Metric) -> str:
-    return fmt(m.value, m.unit)
+    """The value, and any disagreeing source beside it: ``81.0 % (nvml-gpm says 52.3 %)``."""
+    text = fmt(m.value, m.unit)
+    if m.alternatives:
+        text += " (" + ", ".join(f"{a['source']} says {fmt(a['value'], m.unit)}" for a in m.alternatives) + ")"
+    return text
 
 
 def unit_of(finding: Finding) -> str:
@@ -133,4 +137,6 @@ def source_line(analysis: Analysis) -> str:
     dev = analysis.profile.device.get("name") or "unknown device"
     steps = analysis.steps
     step = f"{steps.count} steps {steps.name!r}" if steps.name else (steps.reason or "no steps")
+    if steps.name and steps.how:
+        step += f" ({steps.how})"
     return f"{meta.get('path', 'trace')} ({meta.get('source', '?')}) · {dev} · {step}"

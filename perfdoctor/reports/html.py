@@ -29,9 +29,8 @@ from perfdoctor.reports import common
 from perfdoctor.reports.json import document
 from perfdoctor.rules.engine import Finding
 from perfdoctor.rules.engine import verdict as verdict_status
-from perfdoctor.rules.evidence import Evidence, gap_table, kernel_families
-from perfdoctor.rules.kernels import short_name
-from perfdoctor.rules.signals import step_activities
+from perfdoctor.names import label as short_name
+from perfdoctor.rules.evidence import Evidence, kernel_families
 from perfdoctor.steps import is_launch, is_sync
 
 WIDTH = 1100  # drawing width of the wide plots, px
@@ -191,8 +190,7 @@ def _merge_px(starts: np.ndarray, ends: np.ndarray, scale: float, tol_px: float 
 # --- timeline -------------------------------------------------------------------------------
 
 def _chosen_steps(analysis: Analysis) -> pd.DataFrame:
-    t = analysis.steps.table
-    t = t[t["gpu_start_ns"].notna()]
+    t = analysis.timeline.with_gpu
     # The first step often carries warm-up (allocations, autotuning): show the next ones.
     if len(t) > MAX_TIMELINE_STEPS:
         t = t.iloc[1 : 1 + MAX_TIMELINE_STEPS]
@@ -214,7 +212,7 @@ def timeline_overview(analysis: Analysis) -> str | None:
     scale = WIDTH / (t1 - t0)  # px per ns
     x = lambda ns: LABEL_W + (ns - t0) * scale  # noqa: E731 - a one-line coordinate map
 
-    acts = step_activities(analysis)
+    acts = analysis.timeline.activities
     acts = acts[acts["step"].isin(chosen.index)]
     calls = analysis.profile.calls
     calls = calls[(calls["start_ns"] >= t0) & (calls["start_ns"] <= t1)]
@@ -224,7 +222,7 @@ def timeline_overview(analysis: Analysis) -> str | None:
 
     body.append(_text(LABEL_W - 6, y + 15, "steps (host)", "end"))
     for idx, r in chosen.iterrows():
-        lat = (int(r["gpu_end_ns"]) - int(r["host_start_ns"])) / 1e6
+        lat = r["critical_path_ns"] / 1e6  # the timeline's step latency (critical path)
         body.append(_rect(x(r["host_start_ns"]), y + 2, (r["host_end_ns"] - r["host_start_ns"]) * scale, LANE_H - 4, "stepr",
                           f"step {idx} ({analysis.steps.name}): host {(r['host_end_ns'] - r['host_start_ns']) / 1e6:.3g} ms, latency {lat:.3g} ms"))
         body.append(_text(x(r["host_start_ns"]) + 3, y + 15, f"step {idx}"))
@@ -295,7 +293,7 @@ def timeline_detail(analysis: Analysis) -> str | None:
     if chosen.empty:
         return None
     step = chosen.index[len(chosen) // 2]
-    acts = step_activities(analysis)
+    acts = analysis.timeline.activities
     acts = acts[acts["step"] == step].sort_values("start_ns", kind="stable")
     if acts.empty:
         return None
@@ -332,7 +330,7 @@ def timeline_detail(analysis: Analysis) -> str | None:
         if r.correlation in by_corr.index:
             body.append(_line(x(by_corr[r.correlation]), y_host + LANE_H - 4, x(r.start_ns), y_gpu + 3, "link"))
     body.append(_text(LABEL_W - 6, y_gap + 15, "gaps (bubbles)", "end"))
-    gaps = gap_table(analysis)
+    gaps = analysis.timeline.gaps
     gaps = gaps[(gaps["step"] == step) & (gaps["start_ns"] >= first_ns) & (gaps["end_ns"] <= last_ns)]
     for r in gaps.itertuples():
         w = r.length_ns * scale
@@ -538,6 +536,7 @@ def render(findings: Sequence[Finding], analysis: Analysis, packs: Sequence[str]
         '<div id="pd-errors" hidden></div>',
         "<h1>perfdoctor report</h1>",
         f'<p class="src">{e(common.source_line(analysis))}</p>',
+        f'<p class="muted">Step time: {e(analysis.time_source)}</p>',
         f'<div class="verdict {verdict_status(findings)["status"]}">{e(verdict)}</div>',
         _cards(analysis),
         '<p class="muted"><span id="pd-status"></span> · <a id="pd-download" download="findings.json" hidden>download findings.json</a></p>',

@@ -84,6 +84,7 @@ def render(findings: Sequence[Finding], analysis: Analysis) -> str:
         f"{icon} **{text(common.verdict_line(findings, analysis))}**",
         "",
         f"<sub>{cell(common.source_line(analysis))}</sub>",
+        f"<sub>step time: {cell(analysis.time_source)}</sub>",
         "",
     ]
     shown_before = common.evidence_owner(failing)

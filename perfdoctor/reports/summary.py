@@ -1,18 +1,24 @@
 """The terminal summary of one analysis: what the GPU spent its time on.
 
-A metric table (value, unit, source, or why it is absent), the step latency
-distribution, the top kernels per step and the largest gaps.
+A header (the steps, how they were found, where step time comes from), the metric table
+(value, unit, source, or why it is absent), the step latency distribution, the top
+kernels per step and the largest gaps — every table read from the analysis's timeline
+(:mod:`perfdoctor.timeline`), so it agrees with the findings below it. The largest-gaps
+table is the rules' evidence table (:func:`perfdoctor.rules.evidence.largest_gaps`); when
+a finding prints it, the summary points there instead of printing it twice.
 """
 
 from __future__ import annotations
+
+from typing import Sequence
 
 import numpy as np
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from perfdoctor.breakdown import largest_gaps, normalize_kernel_name, top_kernels
 from perfdoctor.metrics import Analysis, Metric
+from perfdoctor.reports.common import fmt_metric
 
 
 def format_value(m: Metric) -> str:
@@ -21,14 +27,18 @@ def format_value(m: Metric) -> str:
     if v is None:
         return "—"
     if m.unit == "ratio":
-        return f"{v * 100:.2f} %"
-    if m.unit == "bytes":
-        return _bytes(v)
-    if m.unit == "count":
-        return f"{v:,.0f}" if float(v).is_integer() else f"{v:,.2f}"
-    if abs(v) >= 100:
-        return f"{v:,.1f}"
-    return f"{v:.4g}"
+        text = f"{v * 100:.2f} %"
+    elif m.unit == "bytes":
+        text = _bytes(v)
+    elif m.unit == "count":
+        text = f"{v:,.0f}" if float(v).is_integer() else f"{v:,.2f}"
+    elif abs(v) >= 100:
+        text = f"{v:,.1f}"
+    else:
+        text = f"{v:.4g}"
+    if m.alternatives:
+        text = fmt_metric(m) if m.unit == "ratio" else text
+    return text
 
 
 def _bytes(v: float) -> str:
@@ -54,64 +64,95 @@ def metric_table(analysis: Analysis) -> Table:
 
 
 def latency_table(analysis: Analysis) -> Table | None:
-    w = analysis.steps.table
-    w = w[w["gpu_end_ns"].notna()]
+    """Per-step critical-path time and GPU window of the traced steps (the timeline's step table)."""
+    w = analysis.timeline.with_gpu
     if w.empty:
         return None
-    lat = (w["gpu_end_ns"].astype("int64") - w["host_start_ns"]).to_numpy(np.float64) / 1e6
+    lat = w["critical_path_ns"].to_numpy(np.float64) / 1e6
     gpu = (w["gpu_end_ns"] - w["gpu_start_ns"]).astype("int64").to_numpy(np.float64) / 1e6
-    t = Table(title=f"Step latency ({len(lat)} steps of {analysis.steps.name!r})", title_justify="left")
+    busy = w["busy_ns"].to_numpy(np.float64) / 1e6
+    t = Table(title=f"Traced step latency ({len(lat)} steps of {analysis.steps.name!r})", title_justify="left")
     for col in ("", "min", "p50", "p90", "p99", "max"):
         t.add_column(col, justify="right")
-    for label, v in (("latency ms", lat), ("GPU window ms", gpu)):
+    for label, v in (("critical path ms", lat), ("GPU window ms", gpu), ("GPU busy ms", busy)):
         t.add_row(label, *(f"{x:.3f}" for x in (v.min(), *np.percentile(v, [50, 90, 99]), v.max())))
     return t
 
 
 def kernels_table(analysis: Analysis, n: int = 10) -> Table | None:
-    k = top_kernels(analysis, n)
+    k = analysis.timeline.kernels.head(n)
     if k.empty:
         return None
     t = Table(title="Top kernels by time per step", title_justify="left")
     t.add_column("kernel", overflow="fold", max_width=70)
+    t.add_column("family")
     t.add_column("count/step", justify="right")
     t.add_column("ms/step", justify="right")
     t.add_column("mean µs", justify="right")
     t.add_column("share", justify="right")
     for r in k.itertuples():
-        t.add_row(Text(r.kernel), f"{r.count_per_step:.1f}", f"{r.ms_per_step:.3f}", f"{r.mean_us:.1f}", f"{r.share * 100:.1f} %")
+        t.add_row(Text(r.kernel), r.family, f"{r.per_step:.1f}", f"{r.ms_per_step:.3f}", f"{r.mean_ns / 1e3:.1f}", f"{r.share * 100:.1f} %")
     return t
 
 
-def gaps_table(analysis: Analysis, n: int = 5) -> Table | None:
-    g = largest_gaps(analysis, n)
-    if g.empty:
+def gaps_table(analysis: Analysis) -> Table | None:
+    """The largest gaps: the rules' evidence table, so there is one gap table and one algorithm."""
+    from perfdoctor.reports.terminal import _evidence_table
+    from perfdoctor.rules.evidence import largest_gaps
+
+    ev = largest_gaps(analysis)
+    if not ev.rows:
         return None
-    t = Table(title="Largest GPU idle gaps", title_justify="left")
-    t.add_column("gap µs", justify="right")
-    t.add_column("step", justify="right")
-    t.add_column("after kernel", overflow="fold", max_width=40)
-    t.add_column("host calls during the gap", overflow="fold", max_width=40)
-    for r in g.itertuples():
-        t.add_row(
-            f"{r.gap_ns / 1e3:.1f}",
-            "—" if r.step < 0 else str(r.step),
-            Text(normalize_kernel_name(r.before)),
-            Text(r.host_calls),
-        )
-    return t
+    return _evidence_table(ev)
 
 
-def render_summary(analysis: Analysis, console: Console) -> None:
-    """Print the analysis summary: header, metrics, latency, kernels, gaps."""
+def header_lines(analysis: Analysis) -> list[str]:
+    """How the steps were found, where step time comes from, and what to watch out for."""
+    steps = analysis.steps
+    lines = []
+    if steps.name:
+        lines.append(f"steps: {steps.count} — {steps.how or 'found'}")
+    lines.append(f"step time: {analysis.time_source}")
+    first = analysis.first_step_note()
+    if first:
+        lines.append(f"note: {first}")
+    idle = analysis.metrics.get("gpu_idle_ratio")
+    if idle is not None and idle.note and "corrected" in idle.note:
+        lines.append(f"idle: {idle.note}")
+    return lines
+
+
+def render_summary(analysis: Analysis, console: Console, gaps_shown_by: str | None = None) -> None:
+    """Print the analysis summary: header, metrics, latency, kernels, gaps.
+
+    ``gaps_shown_by``: the finding that will print the largest-gaps table below; the summary
+    then points to it rather than printing the same table twice.
+    """
     dev = analysis.device.get("name") or "unknown device"
     src = analysis.profile.meta.get("source", "?")
     steps = analysis.steps
-    head = f"[bold]{analysis.profile.meta.get('path', '')}[/] — {src} trace, {dev}"
+    head = Text()
+    head.append(str(analysis.profile.meta.get("path", "")), style="bold")
+    head.append(f" — {src} trace, {dev}")
     if steps.name:
-        head += f", {steps.count} steps of [bold]{steps.name}[/]"
+        head.append(f", {steps.count} steps of ")
+        head.append(str(steps.name), style="bold")
     else:
-        head += f" — [yellow]{steps.reason}[/]"
+        head.append(f" — {steps.reason}", style="yellow")
     console.print(head)
-    parts = [metric_table(analysis), latency_table(analysis), kernels_table(analysis), gaps_table(analysis)]
+    for line in header_lines(analysis):
+        console.print(Text(line, style="dim"))
+    parts = [metric_table(analysis), latency_table(analysis), kernels_table(analysis)]
+    if gaps_shown_by is None:
+        parts.append(gaps_table(analysis))
     console.print(Group(*(p for p in parts if p is not None)))
+    if gaps_shown_by is not None:
+        console.print(Text(f"Largest gaps: see finding {gaps_shown_by} below", style="dim"))
+
+
+def gaps_owner(findings: Sequence) -> str | None:
+    """The first printed finding (failing or advisory) whose evidence has the largest gaps."""
+    for f in findings:
+        if f.status in ("fail", "advisory") and any(e.kind == "largest_gaps" for e in f.evidence):
+            return f.rule_id
+    return None

@@ -40,6 +40,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+import numpy as np
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10: the same parser, packaged as tomli
@@ -505,6 +507,14 @@ def _projection(analysis: Analysis, recovered_ms: float | None) -> dict[str, flo
     return out
 
 
+def _usable(m: Metric | None) -> bool:
+    """A value a threshold can be compared with: present and finite. NaN compares false
+    with everything, so a NaN that slipped through would turn "<=" into a failure and ">="
+    into a pass; it is "not evaluated" instead (metrics.py never emits one: this is the
+    engine's own guard, for signals and hand-built analyses)."""
+    return m is not None and m.value is not None and bool(np.isfinite(m.value))
+
+
 def evaluate_rule(rule: Rule, analysis: Analysis, values: dict[str, Metric]) -> Finding:
     """Evaluate one rule: pick its metric, compare, and for a failure collect evidence and estimate."""
     context = [name for name, (pred, _) in PREDICATES.items() if pred(values)]
@@ -514,8 +524,8 @@ def evaluate_rule(rule: Rule, analysis: Analysis, values: dict[str, Metric]) -> 
             title = v.title or title
             remediation = v.remediation or remediation
             spec = v.estimate or spec
-    shown = {k: values[k] for k in rule.metrics + rule.show if k in values and values[k].value is not None}
-    metric = next((k for k in rule.metrics if values.get(k) is not None and values[k].value is not None), None)
+    shown = {k: values[k] for k in rule.metrics + rule.show if _usable(values.get(k))}
+    metric = next((k for k in rule.metrics if _usable(values.get(k))), None)
     finding = Finding(
         rule_id=rule.id,
         title=title,

@@ -17,9 +17,8 @@ from typing import Any, Callable
 import numpy as np
 
 from perfdoctor.metrics import Analysis
-from perfdoctor.rules import evidence
-from perfdoctor.rules.kernels import family, gemm_precision
-from perfdoctor.rules.signals import step_activities
+from perfdoctor.names import family, gemm_precision
+from perfdoctor.rules.signals import model_bytes_per_step, step_activities
 
 
 @dataclass(frozen=True)
@@ -50,7 +49,7 @@ def idle_between_kernels(analysis: Analysis, threshold: float | None, params: di
     residual_us = float(params.get("residual_gap_us", 2.0))
     if analysis.steps.count == 0:
         return Estimate(None, "needs steps with GPU work")
-    gaps = evidence.gap_table(analysis)
+    gaps = analysis.timeline.gaps
     gaps = gaps[~gaps["after_sync"]]
     won = np.clip(gaps["length_ns"].to_numpy(dtype=np.float64) - residual_us * 1e3, 0, None)
     ms = _per_step_ms(analysis, won, gaps["step"].to_numpy())
@@ -70,7 +69,7 @@ def sync_wait_time(analysis: Analysis, threshold: float | None, params: dict[str
     """
     if analysis.steps.count == 0:
         return Estimate(None, "needs steps with GPU work")
-    gaps = evidence.gap_table(analysis)
+    gaps = analysis.timeline.gaps
     gaps = gaps[gaps["after_sync"]]
     ms = _per_step_ms(analysis, gaps["length_ns"].to_numpy(dtype=np.float64), gaps["step"].to_numpy())
     return Estimate(ms, f"median over steps of the GPU idle gaps in which a synchronizing call returned = {ms:.3g} ms")
@@ -79,7 +78,7 @@ def sync_wait_time(analysis: Analysis, threshold: float | None, params: dict[str
 def pageable_copy_time(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
     """Time in pageable copies × the part pinned memory saves (pinned copies run ``speedup``× faster)."""
     speedup = float(params.get("speedup", 2.0))
-    st = evidence.step_gpu_stats(analysis)
+    st = analysis.timeline.with_gpu
     if st.empty:
         return Estimate(None, "needs steps with GPU work")
     ms = _median_ms(st["pageable_ns"].to_numpy()) * (1 - 1 / speedup)
@@ -88,7 +87,7 @@ def pageable_copy_time(analysis: Analysis, threshold: float | None, params: dict
 
 def memcpy_time(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
     """Copy and memset time inside a step: what keeping the data on the device removes."""
-    st = evidence.step_gpu_stats(analysis)
+    st = analysis.timeline.with_gpu
     if st.empty:
         return Estimate(None, "needs steps with GPU work")
     ms = _median_ms(st["copy_ns"].to_numpy())
@@ -98,22 +97,35 @@ def memcpy_time(analysis: Analysis, threshold: float | None, params: dict[str, A
 def bandwidth_gap(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
     """GPU busy time beyond what the step's bytes need at the target bandwidth.
 
-    A step moves B bytes; at the target utilisation that takes ``floor = B / (peak × target)``,
-    with B per step recovered from the measured utilisation over the span S:
-    ``floor = dram_bw_util × |S| / steps / target``. Idle gaps are left out — they are the
-    bubble rules' time — so this is what better kernels (weights streamed continuously,
-    fewer bytes) win on top of removing bubbles.
+    A step moves B bytes; at the target utilisation that takes ``floor = B / (peak × target)``.
+    B comes from where ``dram_bw_util`` came from: the declared bytes (source ``model``);
+    a counter averaged over the light pass's steady steps: ``util × peak × step period``
+    (1 / steps_per_s); a counter averaged over the traced span S: ``util × peak × |S| / steps``.
+    Idle gaps are left out — they are the bubble rules' time — so this is what better
+    kernels (weights streamed continuously, fewer bytes) win on top of removing bubbles.
     """
-    util = analysis.value("dram_bw_util")
+    m = analysis.metrics.get("dram_bw_util")
+    util = None if m is None else m.value
     span = analysis.steps.span
     if util is None or not threshold or span is None or analysis.steps.count == 0:
         return Estimate(None, "needs dram_bw_util and steps with GPU work")
-    floor_ns = util * (span[1] - span[0]) / analysis.steps.count / threshold
-    st = evidence.step_gpu_stats(analysis)
+    peak = analysis.value("peak_dram_bw_gbps")
+    nbytes = model_bytes_per_step(analysis).value
+    sps = analysis.value("steps_per_s")
+    if m.source == "model" and nbytes and peak:
+        floor_ns = nbytes / (peak * threshold)  # bytes / (GB/s) = ns
+        how = f"declared bytes / (peak × {threshold:g})"
+    elif analysis.light is not None and sps:
+        floor_ns = util * 1e9 / sps / threshold
+        how = "dram_bw_util × untraced step period / target"
+    else:
+        floor_ns = util * (span[1] - span[0]) / analysis.steps.count / threshold
+        how = "dram_bw_util × |S| / steps / target"
+    st = analysis.timeline.with_gpu
     ms = _median_ms(np.clip(st["busy_ns"].to_numpy(dtype=np.float64) - floor_ns, 0, None))
     return Estimate(
         ms,
-        f"median over steps of (GPU busy time − dram_bw_util × |S| / steps / target) = busy − {floor_ns / 1e6:.3g} ms "
+        f"median over steps of (GPU busy time − {how}) = busy − {floor_ns / 1e6:.3g} ms "
         f"(the step's bytes at {threshold:g} of peak) = {ms:.3g} ms; idle gaps are counted by the bubble rules",
     )
 

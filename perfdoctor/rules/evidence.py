@@ -21,9 +21,10 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.metrics import SHORT_KERNEL_NS, Analysis
-from perfdoctor.rules.kernels import family, gemm_precision, short_name
+from perfdoctor.names import family, gemm_precision, label
 from perfdoctor.rules.signals import model_bytes_per_step, step_activities
 from perfdoctor.steps import base_name, is_launch, is_sync
+from perfdoctor.timeline import kernel_table
 
 TOP = 8  # rows per evidence table: enough to act on, short enough for a PR comment
 
@@ -60,46 +61,11 @@ def _clip(text: str, n: int = 48) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-def step_gpu_stats(analysis: Analysis) -> pd.DataFrame:
-    """Per step: GPU window, busy (union) and idle time inside it, kernel and copy counts, in ns.
-
-    The idle time inside a step's GPU window is the bubbles the timeline shows between its
-    activities; the host time before the first activity is reported separately (``lead_ns``).
-    """
-    t = analysis.steps.table
-    acts = step_activities(analysis)
-    rows = []
-    for idx, group in acts.groupby("step", sort=True):
-        g = group.sort_values("start_ns", kind="stable")
-        starts = g["start_ns"].to_numpy()
-        ends = g["end_ns"].to_numpy()
-        lo, hi = int(starts.min()), int(ends.max())
-        reach = np.maximum.accumulate(ends)
-        gaps = np.clip(starts[1:] - reach[:-1], 0, None)
-        copies = g[g["kind"].isin(("memcpy", "memset"))]
-        pageable = g[(g["kind"] == "memcpy") & (g["host_mem"] == "pageable")]
-        rows.append(
-            {
-                "step": int(idx),
-                "window_ns": hi - lo,
-                "idle_ns": int(gaps.sum()),
-                "busy_ns": hi - lo - int(gaps.sum()),
-                "lead_ns": lo - int(t.loc[idx, "host_start_ns"]),
-                "latency_ns": hi - int(t.loc[idx, "host_start_ns"]),
-                "kernels": int((g["kind"] == "kernel").sum()),
-                "copy_ns": int((copies["end_ns"] - copies["start_ns"]).sum()),
-                "pageable_ns": int((pageable["end_ns"] - pageable["start_ns"]).sum()),
-            }
-        )
-    return pd.DataFrame(rows, columns=["step", "window_ns", "idle_ns", "busy_ns", "lead_ns", "latency_ns", "kernels", "copy_ns", "pageable_ns"])
-
-
 def _kernel_table(kernels: pd.DataFrame, analysis: Analysis) -> pd.DataFrame:
-    k = kernels.assign(label=kernels["name"].map(short_name), dur=kernels["end_ns"] - kernels["start_ns"])
-    g = k.groupby("label").agg(count=("dur", "size"), total=("dur", "sum"), mean=("dur", "mean"), name=("name", "first"))
-    g["per_step"] = g["count"] / _steps(analysis)
-    g["ms_per_step"] = g["total"] / _steps(analysis) / 1e6
-    return g
+    """The timeline's kernel table (:func:`perfdoctor.timeline.kernel_table`) of a subset of
+    the step kernels, indexed by label, with ``total`` and ``mean`` in ns."""
+    g = kernel_table(kernels, analysis.steps.count).set_index("kernel")
+    return g.rename(columns={"total_ns": "total", "mean_ns": "mean"})
 
 
 def top_short_kernels(analysis: Analysis) -> Evidence:
@@ -109,23 +75,21 @@ def top_short_kernels(analysis: Analysis) -> Evidence:
     if k.empty:
         ev.note = "no kernels shorter than 10 µs inside the steps"
         return ev
-    g = _kernel_table(k, analysis).sort_values(["count", "total"], ascending=False).head(TOP)
+    g = _kernel_table(k, analysis).sort_values(["count", "total"], ascending=False, kind="stable").head(TOP)
     ev.rows = [[label, _r(r["per_step"]), _r(r["mean"] / 1e3), _r(r["ms_per_step"])] for label, r in g.iterrows()]
     return ev
 
 
 def top_kernels(analysis: Analysis) -> Evidence:
-    acts = step_activities(analysis)
-    k = acts[acts["kind"] == "kernel"]
+    """The timeline's kernel table: the same rows the terminal summary shows."""
     ev = Evidence("top_kernels", "Kernels by time per step", ["kernel", "family", "per step", "mean µs", "ms / step", "share"])
-    if k.empty:
+    g = analysis.timeline.kernels
+    if g.empty:
         ev.note = "no kernels inside the steps"
         return ev
-    g = _kernel_table(k, analysis).sort_values("total", ascending=False)
-    total = g["total"].sum()
     ev.rows = [
-        [label, family(r["name"]), _r(r["per_step"]), _r(r["mean"] / 1e3), _r(r["ms_per_step"]), f"{r['total'] / total:.1%}"]
-        for label, r in g.head(TOP).iterrows()
+        [r.kernel, r.family, _r(r.per_step), _r(r.mean_ns / 1e3), _r(r.ms_per_step), f"{r.share:.1%}"]
+        for r in g.head(TOP).itertuples()
     ]
     return ev
 
@@ -145,51 +109,6 @@ def kernel_families(analysis: Analysis) -> Evidence:
     return ev
 
 
-def gap_table(analysis: Analysis) -> pd.DataFrame:
-    """Every gap between consecutive GPU activities inside a step's GPU window.
-
-    Columns: step, start_ns, end_ns, length_ns, before / after (activity names),
-    after_correlation (of the activity after the gap), window_start_ns, after_sync.
-    """
-    acts = step_activities(analysis).sort_values(["step", "start_ns"], kind="stable")
-    out = []
-    for idx, g in acts.groupby("step", sort=True):
-        starts = g["start_ns"].to_numpy()
-        ends = g["end_ns"].to_numpy()
-        if len(starts) < 2:
-            continue
-        reach = np.maximum.accumulate(ends)[:-1]
-        length = starts[1:] - reach
-        keep = np.flatnonzero(length > 0)
-        names = g["name"].to_numpy()
-        corr = g["correlation"].to_numpy()
-        out.append(
-            pd.DataFrame(
-                {
-                    "step": int(idx),
-                    "start_ns": reach[keep],
-                    "end_ns": starts[1:][keep],
-                    "before": names[:-1][keep],
-                    "after": names[1:][keep],
-                    "after_correlation": corr[1:][keep],
-                    "window_start_ns": int(starts[0]),
-                }
-            )
-        )
-    columns = ["step", "start_ns", "end_ns", "before", "after", "after_correlation", "window_start_ns"]
-    gaps = pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=columns)
-    gaps["length_ns"] = gaps["end_ns"] - gaps["start_ns"]
-    # A gap "follows a sync" when a synchronizing call returned inside it: the GPU ran dry
-    # because the host waited for it, then had to issue new work from scratch.
-    calls = analysis.profile.calls
-    in_step = analysis.steps.call_step.to_numpy() >= 0
-    ends = np.sort(calls.loc[in_step & is_sync(calls["name"]).to_numpy(), "end_ns"].to_numpy())
-    first = np.searchsorted(ends, gaps["start_ns"].to_numpy(dtype=np.int64), side="left")
-    last = np.searchsorted(ends, gaps["end_ns"].to_numpy(dtype=np.int64), side="right")
-    gaps["after_sync"] = last > first
-    return gaps
-
-
 def largest_gaps(analysis: Analysis) -> Evidence:
     """The longest bubbles, what ran around them, and what the host was doing meanwhile.
 
@@ -203,7 +122,7 @@ def largest_gaps(analysis: Analysis) -> Evidence:
         "Largest gaps between GPU activities inside steps",
         ["step", "at ms", "gap µs", "before", "after", "next launch issued", "host calls during gap"],
     )
-    gaps = gap_table(analysis)
+    gaps = analysis.timeline.gaps
     if gaps.empty:
         ev.note = "no gaps between GPU activities inside the steps"
         return ev
@@ -225,8 +144,8 @@ def largest_gaps(analysis: Analysis) -> Evidence:
                 int(r.step),
                 _r((r.start_ns - r.window_start_ns) / 1e6),
                 _r(r.length_ns / 1e3),
-                _clip(short_name(r.before)),
-                _clip(short_name(r.after)),
+                _clip(label(r.before)),
+                _clip(label(r.after)),
                 issued,
                 host,
             ]
@@ -349,17 +268,25 @@ def attention_kernels(analysis: Analysis) -> Evidence:
 
 
 def step_latencies(analysis: Analysis) -> Evidence:
+    """The slowest steps by critical-path time, from the timeline's step table."""
     ev = Evidence(
         "step_latencies",
-        "Slowest steps",
-        ["step", "latency ms", "host before first GPU work ms", "GPU busy ms", "GPU idle in window ms"],
+        "Slowest steps (critical path)",
+        ["step", "latency ms", "host lead ms", "host before first GPU work ms", "GPU busy ms", "GPU idle in window ms"],
     )
-    st = step_gpu_stats(analysis)
+    st = analysis.timeline.with_gpu
     if st.empty:
         ev.note = "no steps with GPU work"
         return ev
-    for r in st.nlargest(TOP, "latency_ns").itertuples():
-        ev.rows.append([r.step, _r(r.latency_ns / 1e6), _r(r.lead_ns / 1e6), _r(r.busy_ns / 1e6), _r(r.idle_ns / 1e6)])
+    for idx, r in st.nlargest(TOP, "critical_path_ns").iterrows():
+        lead = r["host_lead_ns"]
+        before = int(r["gpu_start_ns"]) - int(r["host_start_ns"])
+        ev.rows.append(
+            [int(idx), _r(r["critical_path_ns"] / 1e6), "—" if pd.isna(lead) else _r(lead / 1e6), _r(before / 1e6),
+             _r(r["busy_ns"] / 1e6), _r(r["idle_ns"] / 1e6)]
+        )
+    if analysis.light is not None:
+        ev.note = "traced steps; the headline step latency comes from the light (untraced) pass"
     return ev
 
 

@@ -15,16 +15,13 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.metrics import METRIC_UNITS, Analysis, Metric
-from perfdoctor.rules.kernels import family, gemm_precision
+from perfdoctor.names import family, gemm_precision
 
 
 def step_activities(analysis: Analysis) -> pd.DataFrame:
-    """GPU activities that belong to a step, with a ``step`` column (position in the step table)."""
-    acts = analysis.profile.activities
-    step = analysis.steps.activity_step
-    out = acts[step.to_numpy() >= 0].copy()
-    out["step"] = step[step >= 0].to_numpy()
-    return out
+    """GPU activities that belong to a step, with a ``step`` column (position in the step
+    table): the timeline's table, built once per analysis."""
+    return analysis.timeline.activities
 
 
 def _kernels_in_steps(analysis: Analysis) -> pd.DataFrame:

@@ -1,11 +1,18 @@
-"""Kernel names a person can read, and the family each kernel belongs to.
+"""Kernel names: one key to match kernels across runs, one label and family to show them.
+
+Two questions, two functions, one module:
+
+* :func:`match_key` — which kernels of two runs are "the same kernel" (``perfdoctor diff``):
+  template arguments, argument lists, Triton specialisation and hex suffixes removed, so
+  a recompiled ``triton_poi_fused_add_7`` matches ``triton_poi_fused_add_11``;
+* :func:`label` and :func:`family` — what a person reads in a report.
 
 A CUDA kernel name from a tracer is a demangled C++ signature:
 ``void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<
 at::native::BinaryFunctor<..., at::native::binary_internal::MulFunctor<float> > > >(...)``.
 What a performance engineer wants to see is "elementwise_kernel · MulFunctor": the
 template skeleton without its parameters, plus the operation hidden in the template
-arguments. :func:`short_name` produces that; :func:`family` buckets kernels into the
+arguments. :func:`label` produces that; :func:`family` buckets kernels into the
 groups the report's "time by kernel family" chart shows.
 """
 
@@ -13,6 +20,8 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+
+import pandas as pd
 
 # Identifiers inside template arguments that name the actual operation: functors
 # (MulFunctor, CUDAFunctor_add), reduction ops (MeanOps) and ATen's per-op kernels
@@ -52,7 +61,7 @@ def _strip_params(name: str) -> str:
 
 
 @lru_cache(maxsize=4096)
-def short_name(name: str) -> str:
+def label(name: str) -> str:
     """A readable, stable label for a kernel name (used to group repeats)."""
     if not isinstance(name, str) or not name:
         return "<unnamed>"
@@ -90,3 +99,75 @@ def gemm_precision(name: str) -> str:
     if _FP32_GEMM.search(name or ""):
         return "fp32"
     return "unknown"
+
+
+def labels(names: pd.Series) -> pd.Series:
+    """:func:`label` of a column, computed once per distinct name."""
+    unique = pd.unique(names)
+    return names.map(dict(zip(unique, map(label, unique))))
+
+
+# --- matching kernels across runs -------------------------------------------------------
+
+_TRITON_SPECIALIZATION = re.compile(r"(?:_\d+[cde]*)+$")  # _0d1d2de, _7, _0_1
+_HEX_SUFFIX = re.compile(r"_(?:0x)?[0-9a-f]{8,}$", re.IGNORECASE)  # _0x7f3a91c0, _a1b2c3d4e5f6
+
+
+def _strip_brackets(name: str) -> str:
+    """Remove every ``<...>`` and ``(...)`` group, nested, keeping the text outside them.
+
+    ``operator<`` / ``operator()`` / ``operator->`` are names, not brackets: they are
+    protected before the scan. An unbalanced closer is kept as text (a trace is untrusted
+    input and may be truncated).
+    """
+    protected = (
+        name.replace("(anonymous namespace)", "{anonymous}")
+        .replace("operator()", "operator{call}")
+        .replace("operator<<", "operator{shl}")
+        .replace("operator>>", "operator{shr}")
+        .replace("operator<=", "operator{le}")
+        .replace("operator>=", "operator{ge}")
+        .replace("operator<", "operator{lt}")
+        .replace("operator>", "operator{gt}")
+        .replace("->", "{arrow}")
+    )
+    out: list[str] = []
+    stack: list[str] = []
+    pairs = {"<": ">", "(": ")"}
+    for ch in protected:
+        if ch in pairs:
+            stack.append(pairs[ch])
+        elif stack and ch == stack[-1]:
+            stack.pop()
+        elif not stack:
+            out.append(ch)
+    return "".join(out)
+
+
+def match_key(name: str) -> str:
+    """The part of a kernel name that survives recompilation and re-launch.
+
+    ``void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>,
+    std::array<char*, 1ul> >(int, ...)`` → ``at::native::vectorized_elementwise_kernel``;
+    ``triton_poi_fused_add_mul_0`` → ``triton_poi_fused_add_mul``;
+    ``triton__0d1d2d3de`` → ``triton_``; ``kernel_0x7f3a91c0`` → ``kernel``.
+
+    Dropping template arguments merges instantiations of one template (e.g. every
+    elementwise functor) into one row: that is the price of matching across builds, and the
+    row counts how many distinct raw names it holds.
+    """
+    text = _strip_brackets(name.strip())
+    text = re.sub(r"^(?:void|__global__)\s+", "", text.strip())
+    text = re.sub(r"\s+", " ", text).strip()
+    previous = None
+    while previous != text:  # suffixes can stack: kernel_0x1a2b3c4d_3
+        previous = text
+        text = _HEX_SUFFIX.sub("", text)
+        text = _TRITON_SPECIALIZATION.sub("", text)
+    return text or name.strip()
+
+
+def match_keys(names: pd.Series) -> pd.Series:
+    """:func:`match_key` of a column, computed once per distinct name."""
+    unique = pd.unique(names)
+    return names.map(dict(zip(unique, map(match_key, unique))))
