@@ -13,6 +13,7 @@ from rich.text import Text
 
 from perfdoctor.breakdown import largest_gaps, normalize_kernel_name, top_kernels
 from perfdoctor.metrics import Analysis, Metric
+from perfdoctor.text import rich as esc  # untrusted text (paths, names) in rich markup
 
 
 def format_value(m: Metric) -> str:
@@ -49,7 +50,7 @@ def metric_table(analysis: Analysis) -> Table:
             t.add_row(key, "—", m.unit, Text(m.reason or "absent", style="dim"))
         else:
             where = m.source + (f" ({m.note})" if m.note else "")
-            t.add_row(key, format_value(m), "" if m.unit in ("ratio", "bytes") else m.unit, where)
+            t.add_row(key, format_value(m), "" if m.unit in ("ratio", "bytes") else m.unit, Text(where))
     return t
 
 
@@ -107,11 +108,11 @@ def render_summary(analysis: Analysis, console: Console) -> None:
     dev = analysis.device.get("name") or "unknown device"
     src = analysis.profile.meta.get("source", "?")
     steps = analysis.steps
-    head = f"[bold]{analysis.profile.meta.get('path', '')}[/] — {src} trace, {dev}"
+    head = f"[bold]{esc(analysis.profile.meta.get('path', ''))}[/] — {esc(src)} trace, {esc(dev)}"
     if steps.name:
-        head += f", {steps.count} steps of [bold]{steps.name}[/]"
+        head += f", {steps.count} steps of [bold]{esc(steps.name)}[/]"
     else:
-        head += f" — [yellow]{steps.reason}[/]"
+        head += f" — [yellow]{esc(steps.reason)}[/]"
     console.print(head)
     parts = [metric_table(analysis), latency_table(analysis), kernels_table(analysis), gaps_table(analysis)]
     console.print(Group(*(p for p in parts if p is not None)))
