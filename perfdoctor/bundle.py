@@ -108,8 +108,10 @@ def load_bundle(bundle: str | Path) -> Profile:
     """Everything a run collected, as one Profile (see the module docstring)."""
     from perfdoctor.collectors import ncu, nvml
 
+    from perfdoctor.manifest import read_valid_manifest
+
     bundle = Path(bundle)
-    manifest = read_manifest(bundle)
+    manifest = read_valid_manifest(bundle)  # read safely and shape-checked: one UsageError if not
     raw = bundle / RAW
     warnings: list[str] = []
     profile, pass_name = _activity_source(raw, warnings)

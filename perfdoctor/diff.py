@@ -118,11 +118,13 @@ def diagnose_run(run: Run, packs: list[str | Path] = ()) -> Run:
 
 
 def _read_json(path: Path) -> Any:
+    from perfdoctor.io import read_json
+
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text())
-    except ValueError:
+        return read_json(path)  # capped, BOM accepted
+    except UsageError:
         return None  # a damaged side file must not hide the trace diff
 
 

@@ -84,15 +84,24 @@ def validate_pass_results(doc: Any, where: str | Path) -> dict[str, Any]:
     return doc
 
 
+def read_valid_manifest(bundle: str | Path) -> dict[str, Any]:
+    """A bundle's manifest: read safely (regular file, capped, BOM accepted), parsed and
+    shape-checked; a missing or malformed one is a UsageError."""
+    from perfdoctor.io import read_json
+
+    bundle = Path(bundle)
+    path = bundle / "manifest.json"
+    if not os.path.lexists(path):
+        raise UsageError(f"{bundle}: not a perfdoctor run bundle (no manifest.json)")
+    return validate_manifest(read_json(path), path)
+
+
 def check_bundle(bundle: Path) -> dict[str, Any]:
     """Check a bundle directory before it is read: its manifest (present, regular, valid,
     well shaped), every raw file a regular file, the pass results well shaped."""
     from perfdoctor.io import read_json, regular_file
 
-    manifest_path = bundle / "manifest.json"
-    if not os.path.lexists(manifest_path):
-        raise UsageError(f"{bundle}: not a perfdoctor run bundle (no manifest.json)")
-    manifest = validate_manifest(read_json(manifest_path), manifest_path)
+    manifest = read_valid_manifest(bundle)
     raw = bundle / "raw"
     if raw.is_dir():
         for entry in sorted(raw.iterdir()):

@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import difflib
 import operator
+import math
+import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -252,7 +254,7 @@ def _estimate(raw: Any, field: str) -> EstimateSpec:
     allowed = ESTIMATES[kind][1]
     for k, v in params.items():
         _need(k in allowed, f"{field}.{k}", f"estimate {kind!r} takes no parameter {k!r} (takes: {', '.join(allowed) or 'none'})")
-        _need(isinstance(v, (int, float)) and not isinstance(v, bool), f"{field}.{k}", "expected a number")
+        _need(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v), f"{field}.{k}", "expected a finite number")
     return EstimateSpec(kind, tuple(sorted((k, float(v)) for k, v in params.items())))
 
 
@@ -275,7 +277,8 @@ def _rule(raw: dict[str, Any], origin: str, threshold_origin: str) -> Rule:
         _need(isinstance(comparator, str) and comparator in COMPARATORS, "comparator",
               f"bad comparator {comparator!r}; use one of {' '.join(COMPARATORS)}")
         _need(isinstance(threshold, (int, float)) and not isinstance(threshold, bool), "threshold", "expected a number")
-    _need(raw["severity"] in SEVERITIES, "severity", f"bad severity {raw['severity']!r}; use one of {', '.join(SEVERITIES)}")
+        _need(math.isfinite(threshold), "threshold", f"expected a finite number, not {threshold!r}")
+    _need(isinstance(raw["severity"], str) and raw["severity"] in SEVERITIES, "severity", f"bad severity {raw['severity']!r}; use one of {', '.join(SEVERITIES)}")
     _need(isinstance(raw["citation"], str) and raw["citation"].strip() != "", "citation", "expected a non-empty string")
     kinds = _strings(raw.get("evidence", []), "evidence")
     for kind in kinds:
@@ -289,7 +292,7 @@ def _rule(raw: dict[str, Any], origin: str, threshold_origin: str) -> Rule:
         _need(isinstance(v, dict), "variant", "expected [[rule.variant]] tables")
         _known_fields(v, VARIANT_FIELDS, "variant.")
         when = v.get("when")
-        _need(when in PREDICATES, "when", f"unknown condition {when!r}; known: {', '.join(PREDICATES)}")
+        _need(isinstance(when, str) and when in PREDICATES, "when", f"unknown condition {when!r}; known: {', '.join(PREDICATES)}")
         _need(isinstance(v.get("title", ""), str), "variant.title", "expected a string")
         variants.append(
             Variant(
@@ -319,15 +322,29 @@ def _rule(raw: dict[str, Any], origin: str, threshold_origin: str) -> Rule:
     )
 
 
+MAX_PACK_BYTES = 16 * 1024**2  # a rule pack is a few kB of TOML
+
+
 def _read_pack(path: Path) -> tuple[list[dict[str, Any]], _Locator]:
+    from perfdoctor.io import regular_file
+
+    if not os.path.lexists(path):
+        raise UsageError(f"{path}: rule pack not found")
+    regular_file(path)  # a FIFO or a device would block or never end
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_PACK_BYTES + 1)
+        if len(data) > MAX_PACK_BYTES:
+            raise UsageError(f"{path}: rule pack larger than {MAX_PACK_BYTES // 1024**2} MiB; not a rule pack?")
+        text = data.decode("utf-8").removeprefix("\ufeff")  # a UTF-8 BOM is fine
     except FileNotFoundError:
         raise UsageError(f"{path}: rule pack not found") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: cannot read rule pack ({exc})") from None
     try:
         doc = tomllib.loads(text)
+    except RecursionError:
+        raise UsageError(f"{path}: malformed TOML: nested too deeply") from None
     except tomllib.TOMLDecodeError as exc:
         message = str(exc)
         at = re.search(r"\(at line (\d+), column (\d+)\)", message)
@@ -407,6 +424,8 @@ def _override(ruleset: RuleSet, spec: str) -> None:
         value = float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
     except ValueError:
         raise UsageError(f"--threshold {spec!r}: {text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise UsageError(f"--threshold {spec!r}: {text!r} is not a finite number")
     ruleset.rules[rid] = replace(rule, threshold=value, threshold_origin=f"command line (--threshold {rid}={text})")
 
 
