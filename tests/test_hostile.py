@@ -285,6 +285,12 @@ def test_a_fifo_is_refused_not_read(tmp_path: Path, trace: Path) -> None:
     assert_usage(run_cli("analyze", trace, "--rules", pack, timeout=TIMEOUT), "FIFO")
 
 
+def test_a_fifo_inside_a_bundle_is_refused(tmp_path: Path) -> None:
+    b = bundle(tmp_path)
+    os.mkfifo(b / "raw" / "ncu.csv")
+    assert_usage(run_cli("report", b, "-f", "md", timeout=TIMEOUT), "ncu.csv", "FIFO")
+
+
 def test_dev_zero_linked_as_a_trace_is_refused(tmp_path: Path) -> None:
     link = tmp_path / "x.json"
     link.symlink_to("/dev/zero")
