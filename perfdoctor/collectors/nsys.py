@@ -226,9 +226,11 @@ def _memcpy(con: sqlite3.Connection, tables: set[str], warnings: list[str]) -> p
     # CUDA_MEMCPY_KIND_HTOD -> HtoD; CUDA_MEMOPR_MEMORY_KIND_PAGEABLE -> pageable
     oper = {i: _copy_kind(n) for i, n in _enum(con, tables, "ENUM_CUDA_MEMCPY_OPER").items()}
     mem = {i: n.rsplit("_", 1)[-1].lower() for i, n in _enum(con, tables, "ENUM_CUDA_MEM_KIND").items()}
-    copy_kind = m["copyKind"].map(oper).fillna("")
-    host_side = np.where(copy_kind.str.startswith("H"), m["srcKind"], m["dstKind"])
-    host_mem = pd.Series(host_side).map(mem).fillna("").replace({"device": ""})
+    if m.empty:
+        return frame(ACTIVITY_COLUMNS)
+    copy_kind = pd.Series([oper.get(v, "") for v in m["copyKind"]], dtype=object)
+    host_side = np.where(copy_kind.str.startswith("H").to_numpy(bool), m["srcKind"], m["dstKind"])
+    host_mem = pd.Series([mem.get(v, "") for v in host_side], dtype=object).replace({"device": ""})
     return frame(
         ACTIVITY_COLUMNS,
         {
