@@ -48,6 +48,7 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, packaged as tomli
     import tomli as tomllib  # type: ignore[no-redef]
 
 from perfdoctor.errors import UsageError
+from perfdoctor.text import clean, clean_block
 from perfdoctor.metrics import Analysis, Metric
 from perfdoctor.rules.estimates import ESTIMATES, Estimate
 from perfdoctor.rules.evidence import EVIDENCE, Evidence
@@ -241,7 +242,8 @@ def _remediation(raw: Any, field: str) -> Remediation:
     _need(bool(steps), f"{field}.steps", "at least one step is required")
     snippet = raw.get("snippet", "")
     _need(isinstance(snippet, str), f"{field}.snippet", "expected a string")
-    return Remediation(steps, snippet.strip("\n"))
+    # Pack text reaches terminals and reports: made inert here, once (perfdoctor.text).
+    return Remediation(tuple(clean_block(x) for x in steps), clean_block(snippet.strip("\n")))
 
 
 def _estimate(raw: Any, field: str) -> EstimateSpec:
@@ -297,26 +299,26 @@ def _rule(raw: dict[str, Any], origin: str, threshold_origin: str) -> Rule:
         variants.append(
             Variant(
                 when=when,
-                title=v.get("title"),
+                title=None if v.get("title") is None else clean(v["title"]),
                 remediation=_remediation(v["remediation"], "remediation") if "remediation" in v else None,
                 estimate=_estimate(v["estimate"], "estimate") if "estimate" in v else None,
             )
         )
     return Rule(
         id=raw["id"],
-        title=raw["title"].strip(),
+        title=clean(raw["title"].strip()),
         metrics=metrics,
         severity=raw["severity"],
-        citation=raw["citation"].strip(),
+        citation=clean(raw["citation"].strip()),
         remediation=_remediation(raw["remediation"], "remediation"),
         comparator=comparator,
         threshold=None if threshold is None else float(threshold),
         threshold_origin=threshold_origin if comparator is not None else "",
-        description=raw.get("description", "").strip(),
+        description=clean_block(raw.get("description", "").strip()),
         show=show,
         evidence=kinds,
         estimate=_estimate(raw["estimate"], "estimate") if "estimate" in raw else None,
-        collect=raw.get("collect", "").strip(),
+        collect=clean(raw.get("collect", "").strip()),
         variants=tuple(variants),
         origin=origin,
     )
