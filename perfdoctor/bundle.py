@@ -152,7 +152,7 @@ def load_bundle(bundle: str | Path) -> Profile:
         "collectors": {k: v.get("status") for k, v in (manifest.get("collectors") or {}).items()},
     }
     if pass_name is None:
-        meta["bundle"]["reason"] = "no trace in the bundle (see the collectors' statuses)"
+        meta["bundle"]["reason"] = "; ".join(warnings) or "no trace in the bundle (see the collectors' statuses)"
     if manifest.get("light_pass"):
         meta["light_pass"] = manifest["light_pass"]
     if warnings:

@@ -33,12 +33,15 @@ def report_load_warnings(profile: Any) -> None:
     """Print a profile's loader warnings (and a bundle without a trace) on stderr."""
     meta = getattr(profile, "meta", {}) or {}
     where = meta.get("path", "")
-    for w in meta.get("warnings") or []:
-        warn(f"{where}: {w}")
     bundle = meta.get("bundle")
+    why = None
     if isinstance(bundle, dict) and bundle.get("activities_from") is None:
-        why = "; ".join(meta.get("warnings") or []) or bundle.get("reason") or "no trace in the bundle"
-        warn(f"{where}: no trace: {why} — the GPU metrics below are absent, not zero (this is not a CPU-only run)")
+        why = bundle.get("reason") or "; ".join(meta.get("warnings") or []) or "no trace in the bundle"
+    for w in meta.get("warnings") or []:
+        if why is None or w not in why:
+            warn(f"{where}: {w}")
+    if why is not None:
+        warn(f"{where}: no trace: {why} — the GPU metrics are absent, not zero (this is not a CPU-only run)")
 
 
 def finite_option(value: Any) -> Any:

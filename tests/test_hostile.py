@@ -418,6 +418,7 @@ def test_a_bundle_with_a_damaged_trace_says_so(tmp_path: Path) -> None:
     code, out, err = incli("analyze", b)
     assert "warning:" in err and "no trace:" in err and "torch-trace.json.gz" in err, err
     assert "Traceback" not in err
+    assert "no trace:" in out and "CPU-only" not in out  # the summary says why, not "CPU-only run"
     (b / "raw" / "torch-trace.json.gz").unlink()
     code, out, err = incli("report", b, "-f", "md")
     assert "no trace:" in err, err
