@@ -57,17 +57,32 @@ ARG_KEYS = ["correlation", "device", "stream", "grid", "block", "registers per t
             "est. achieved occupancy %", "bytes", "graph id", "External id"]
 
 
+RENDER = True
+
+
+def _no_constant(name: str) -> None:
+    raise AssertionError(f"{name} in JSON output")
+
+
 def analyse(path: Path) -> None:
-    """The contract: an analysis (rules evaluated) or a one-line UsageError."""
+    """The contract: an analysis (rules evaluated, every report rendered) or a one-line UsageError."""
     from perfdoctor.collectors import load_trace
     from perfdoctor.metrics import analyze
     from perfdoctor.rules.engine import evaluate, load_rules
 
     try:
         analysis = analyze(load_trace(path))
-        evaluate(load_rules(), analysis)
+        findings = evaluate(load_rules(), analysis)
     except UsageError as exc:
         assert "\n" not in str(exc).strip(), str(exc)
+        return
+    if RENDER:  # every report renders what was analysed, with strict JSON
+        from perfdoctor.reports import html, json as json_report, markdown, terminal
+
+        terminal.render(findings, analysis)
+        markdown.render(findings, analysis)
+        html.render(findings, analysis)
+        json.loads(json_report.render(findings, analysis), parse_constant=_no_constant)
 
 
 def _mutate_doc(data: st.DataObject, doc: dict) -> None:
