@@ -208,8 +208,10 @@ def load_bundle(bundle: str | Path) -> Profile:
     """Everything a run collected, as one Profile (see the module docstring)."""
     from perfdoctor.collectors import ncu, nvml
 
+    from perfdoctor.manifest import read_valid_manifest
+
     bundle = Path(bundle)
-    manifest = read_manifest(bundle)
+    manifest = read_valid_manifest(bundle)  # read safely and shape-checked: one UsageError if not
     raw = bundle / RAW
     warnings: list[str] = []
     profile, pass_name = _activity_source(raw, warnings)
@@ -250,7 +252,7 @@ def load_bundle(bundle: str | Path) -> Profile:
         "collectors": {k: v.get("status") for k, v in (manifest.get("collectors") or {}).items()},
     }
     if pass_name is None:
-        meta["bundle"]["reason"] = "no trace in the bundle (see the collectors' statuses)"
+        meta["bundle"]["reason"] = "; ".join(warnings) or "no trace in the bundle (see the collectors' statuses)"
     light_pass = manifest.get("light_pass")
     if isinstance(light_pass, dict):
         meta["light_pass"] = light_pass  # the manifest's summary, for the report; time comes from profile.light

@@ -11,11 +11,18 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-import orjson
 import typer
+
+try:  # typer >= 0.20 vendors click; older typers use click itself
+    from typer._click import exceptions as click_exceptions
+except ImportError:  # pragma: no cover
+    from click import exceptions as click_exceptions
 from rich.console import Console
 
+from perfdoctor.console import finite_option, install_pipe_guard, note, report_load_warnings
 from perfdoctor.errors import UsageError
+from perfdoctor.io import check_outputs, write_json
+from perfdoctor.text import clean
 from perfdoctor.rules.cli import RULES_OPTION, THRESHOLD_OPTION
 
 app = typer.Typer(
@@ -39,7 +46,7 @@ def analyze(
     path: Path = typer.Argument(..., help="A Kineto trace (.json, .json.gz), an Nsight Systems export (.sqlite, .nsys-rep) or a run bundle."),
     step: Optional[str] = typer.Option(None, "--step", help="Step range name or glob (e.g. 'decode_step', 'step*'). Default: ProfilerStep#N, else the most frequent repeated range with GPU work."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write metrics.json (schema perfdoctor.metrics/2) here."),
-    tokens_per_step: Optional[float] = typer.Option(None, "--tokens-per-step", min=0, help="Tokens one step produces (enables tokens_per_s); overrides what the workload declared."),
+    tokens_per_step: Optional[float] = typer.Option(None, "--tokens-per-step", min=0, callback=finite_option, help="Tokens one step produces (enables tokens_per_s); overrides what the workload declared."),
     rules: Optional[List[Path]] = RULES_OPTION,
     threshold: Optional[List[str]] = THRESHOLD_OPTION,
 ) -> None:
@@ -54,8 +61,11 @@ def analyze(
     from perfdoctor.reports.terminal import findings_renderable
     from perfdoctor.rules.engine import evaluate, load_rules
 
+    check_outputs([json_out], [path, *(rules or ())])  # never write over an input
     ruleset = load_rules(rules or (), threshold or ())  # a bad pack fails before the trace loads
-    analysis = analyze_profile(load_trace(path), step=step, tokens_per_step=tokens_per_step)
+    profile = load_trace(path)
+    report_load_warnings(profile)
+    analysis = analyze_profile(profile, step=step, tokens_per_step=tokens_per_step)
     console = Console()
     findings = evaluate(ruleset, analysis)
     # One gap table: the summary's, unless a finding prints the same table as its evidence.
@@ -63,7 +73,7 @@ def analyze(
     console.print(findings_renderable(findings, analysis))
     if json_out is not None:
         write_json(json_out, analysis.to_json())
-        Console(stderr=True).print(f"wrote {json_out}")
+        note(f"wrote {json_out}")
 
 
 from perfdoctor.demo import demo_command  # noqa: E402
@@ -83,18 +93,37 @@ app.command("gate")(gate_command)
 app.add_typer(rules_app, name="rules")
 
 
-def write_json(path: Path, payload: object) -> None:
-    """Write JSON, turning an unwritable destination into a usage error."""
-    try:
-        path.write_bytes(orjson.dumps(payload, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot write ({exc.strerror})") from None
+def _click_error(exc: click_exceptions.ClickException) -> str:
+    """A click usage error as one line: ``no such option --foo (see perfdoctor analyze --help)``."""
+    message = " ".join(exc.format_message().split()).rstrip(".")
+    if message[:1].isupper() and message[1:2].islower():
+        message = message[0].lower() + message[1:]
+    ctx = getattr(exc, "ctx", None)
+    if ctx is not None:
+        message += f" (see {ctx.command_path} --help)"
+    return message
 
 
-def main() -> None:
-    """Entry point: run the app, mapping usage errors to one line and exit code 2."""
+def main(argv: Optional[List[str]] = None) -> None:
+    """Entry point: run the app; bad input (ours or click's) is one line on stderr and exit
+    code 2. A closed stdout does not change the exit code (see ``docs/safety.md``)."""
+    install_pipe_guard()
     try:
-        app()
+        code = app(args=argv, prog_name="perfdoctor", standalone_mode=False)
     except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _fail(str(exc))
+    except click_exceptions.NoArgsIsHelpError as exc:  # `perfdoctor` / `perfdoctor rules`: the help
+        print(exc.ctx.get_help() if exc.ctx else str(exc), file=sys.stderr)
         sys.exit(2)
+    except click_exceptions.ClickException as exc:
+        _fail(_click_error(exc), exc.exit_code if exc.exit_code else 2)
+    except click_exceptions.Abort:
+        _fail("aborted", 130)
+    sys.stdout.flush()
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _fail(message: str, code: int = 2) -> None:
+    sys.stdout.flush()
+    print(f"error: {clean(message)}", file=sys.stderr)
+    sys.exit(code)

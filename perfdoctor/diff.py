@@ -30,7 +30,9 @@ import numpy as np
 import pandas as pd
 import typer
 
+from perfdoctor.console import finite_option, report_load_warnings
 from perfdoctor.errors import UsageError
+from perfdoctor.io import check_outputs, write_json, write_text
 from perfdoctor.names import match_keys
 from perfdoctor.metrics import HIGHER_IS_BETTER, METRIC_UNITS, Analysis, analyze, jsonable
 from perfdoctor.profile import Profile
@@ -85,7 +87,9 @@ def load_run(path: str | Path, step: str | None = None, tokens_per_step: float |
     from perfdoctor.collectors import load_trace
 
     path = Path(path)
-    analysis = analyze(load_trace(path), step=step, tokens_per_step=tokens_per_step)
+    profile = load_trace(path)
+    report_load_warnings(profile)
+    analysis = analyze(profile, step=step, tokens_per_step=tokens_per_step)
     manifest: dict[str, Any] = {}
     pass_env: dict[str, Any] = {}
     if path.is_dir():
@@ -114,11 +118,13 @@ def diagnose_run(run: Run, packs: list[str | Path] = ()) -> Run:
 
 
 def _read_json(path: Path) -> Any:
+    from perfdoctor.io import read_json
+
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text())
-    except ValueError:
+        return read_json(path)  # capped, BOM accepted
+    except UsageError:
         return None  # a damaged side file must not hide the trace diff
 
 
@@ -663,10 +669,10 @@ def diff_command(
     step: Optional[str] = typer.Option(None, "--step", help="Step range name or glob for both runs (e.g. 'decode_step'). Default: ProfilerStep#N, else the most frequent repeated range with GPU work."),
     step_before: Optional[str] = typer.Option(None, "--step-before", help="Step range for BEFORE only (overrides --step)."),
     step_after: Optional[str] = typer.Option(None, "--step-after", help="Step range for AFTER only (overrides --step)."),
-    tokens_per_step: Optional[float] = typer.Option(None, "--tokens-per-step", min=0, help="Tokens one step produces, for both runs (enables tokens_per_s)."),
+    tokens_per_step: Optional[float] = typer.Option(None, "--tokens-per-step", min=0, callback=finite_option, help="Tokens one step produces, for both runs (enables tokens_per_s)."),
     rules: list[Path] = typer.Option([], "--rules", metavar="PACK", help="Rule pack (TOML) layered on the built-in seed pack, as in `analyze`; repeatable. Findings fixed and new are listed."),
     no_rules: bool = typer.Option(False, "--no-rules", help="Do not evaluate rules (no findings section)."),
-    noise_floor: Optional[float] = typer.Option(None, "--noise-floor", min=0, metavar="PCT", help="Run-to-run noise floor in percent: a significant median shift within this factor either way is 'no significant change'. Default: 30 for traced timings (two identical H200 processes differed by up to 1.28x), 5 for the light timing pass (steps paced by the GPU; host-paced steps can differ more between processes: measure yours)."),
+    noise_floor: Optional[float] = typer.Option(None, "--noise-floor", min=0, callback=finite_option, metavar="PCT", help="Run-to-run noise floor in percent: a significant median shift within this factor either way is 'no significant change'. Default: 30 for traced timings (two identical H200 processes differed by up to 1.28x), 5 for the light timing pass (steps paced by the GPU; host-paced steps can differ more between processes: measure yours)."),
     md: Optional[Path] = typer.Option(None, "--md", help="Also write the diff as Markdown (fits a PR comment)."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the diff as JSON (schema perfdoctor.diff/1)."),
 ) -> None:
@@ -684,6 +690,7 @@ def diff_command(
 
     from perfdoctor.reports.diff_report import print_terminal, render_markdown
 
+    check_outputs([md, json_out], [before, after, *rules])  # never write over an input
     before_run = load_run(before, step=step_before or step, tokens_per_step=tokens_per_step)
     after_run = load_run(after, step=step_after or step, tokens_per_step=tokens_per_step)
     if not no_rules:
@@ -692,13 +699,6 @@ def diff_command(
     result = diff_runs(before_run, after_run, None if noise_floor is None else noise_floor / 100.0)
     print_terminal(result, Console())
     if md is not None:
-        _write(md, render_markdown(result))
+        write_text(md, render_markdown(result))
     if json_out is not None:
-        _write(json_out, json.dumps(result.to_json(), indent=2, default=str) + "\n")
-
-
-def _write(path: Path, text: str) -> None:
-    try:
-        path.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot write ({exc.strerror})") from None
+        write_json(json_out, result.to_json())

@@ -43,7 +43,7 @@ every check was skipped: a gate that checked nothing must not pass a build.
 from __future__ import annotations
 
 import difflib
-import json
+import math
 import os
 import re
 import sys
@@ -55,7 +55,11 @@ from typing import Any, Optional
 import typer
 
 from perfdoctor.diff import LIGHT_PREFIX, SAMPLED_METRICS, Diff, MetricChange, Run, diff_runs, load_run
+from perfdoctor.console import finite_option
 from perfdoctor.errors import UsageError
+from perfdoctor.io import check_outputs, dumps_json, write_json, write_text
+from perfdoctor.text import NEWLINE_MARK, github_data, github_property
+from perfdoctor.text import xml as xml_text
 from perfdoctor.metrics import HIGHER_IS_BETTER, METRIC_UNITS
 
 SCHEMA = "perfdoctor.gate/1"
@@ -102,6 +106,8 @@ def parse_budget(text: str) -> Budget:
         hint = f" (did you mean {', '.join(close)}?)" if close else f"; known: {', '.join(METRIC_UNITS)}"
         raise UsageError(f"budget {text!r}: unknown metric {metric!r}{hint}")
     amount = float(m["amount"] + (f"e{m['exp']}" if m["exp"] else ""))
+    if not math.isfinite(amount):
+        raise UsageError(f"budget {text!r}: {m['amount']}{'e' + m['exp'] if m['exp'] else ''} is not a finite number")
     return Budget(metric, +1 if m["sign"] == "+" else -1, amount, bool(m["pct"]), compact)
 
 
@@ -155,6 +161,11 @@ def evaluate_budget(budget: Budget, diff: Diff) -> Check:
         return Check(name, "budget", "skip", f"{budget.metric} {what}" + (f" ({m.reason})" if m.reason else ""), details)
 
     assert m.before is not None and m.after is not None and m.change is not None
+    if not all(math.isfinite(v) for v in (m.before, m.after, m.change)):
+        # Fail closed: a NaN compares false with everything, so it would pass any budget.
+        return Check(name, "budget", "fail",
+                     f"cannot evaluate: {budget.metric} is not a finite number (baseline {m.before}, run {m.after}); "
+                     "failing closed", details)
     moved = budget.sign * m.change  # > 0: moved the way the budget guards against
     unit = m.unit
     change_text = f"{_fmt(m.before, unit)} → {_fmt(m.after, unit)}"
@@ -330,8 +341,8 @@ def evaluate_gate(
 
 
 def _xml_text(text: str) -> str:
-    """XML 1.0 forbids most control characters; a trace name could carry them."""
-    return re.sub(r"[\x00-\x08\x0b\x0c\x0e-\x1f]", "?", str(text))
+    """Untrusted text made inert and XML 1.0-safe (see :mod:`perfdoctor.text`)."""
+    return xml_text(text)
 
 
 def junit_xml(result: GateResult) -> str:
@@ -348,7 +359,7 @@ def junit_xml(result: GateResult) -> str:
         case = ET.SubElement(suite, "testcase", classname=f"perfdoctor.gate.{c.kind}", name=_xml_text(c.name), time="0")
         if c.status == "fail":
             failure = ET.SubElement(case, "failure", message=_xml_text(c.message), type=c.kind)
-            failure.text = _xml_text(json.dumps(c.details, indent=2, default=str))
+            failure.text = xml_text(dumps_json(c.details)).replace(NEWLINE_MARK, "\n")
         elif c.status == "skip":
             ET.SubElement(case, "skipped", message=_xml_text(c.message))
         else:
@@ -378,12 +389,8 @@ def summary_markdown(result: GateResult) -> str:
     return "\n".join(out) + "\n"
 
 
-def _escape_data(text: str) -> str:
-    return str(text).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def _escape_property(text: str) -> str:
-    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+_escape_data = github_data  # workflow-command escaping of untrusted text: perfdoctor.text
+_escape_property = github_property
 
 
 def github_annotations(result: GateResult) -> list[str]:
@@ -398,18 +405,11 @@ def github_annotations(result: GateResult) -> list[str]:
     return lines
 
 
-def write_text(path: Path, text: str, append: bool = False) -> None:
-    try:
-        with open(path, "a" if append else "w", encoding="utf-8") as fh:
-            fh.write(text)
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot write ({exc.strerror})") from None
-
-
 def print_result(result: GateResult, console=None) -> None:
     from rich.console import Console
-    from rich.markup import escape
     from rich.table import Table
+
+    from perfdoctor.text import rich as escape
 
     console = console or Console()
     for w in result.warnings:
@@ -435,8 +435,8 @@ def gate_command(
     rules: list[str] = typer.Option([], "--rules", metavar="PACK", help="Also check rules: 'seed' (the built-in pack) or a TOML pack file (layered on the seed pack, as in analyze). Repeatable."),
     min_severity: str = typer.Option("error", "--min-severity", help="With --rules: the lowest severity of a failing rule that fails the gate (info, warning, error, critical)."),
     step: Optional[str] = typer.Option(None, "--step", help="Step range name or glob, for both runs (e.g. 'decode_step')."),
-    tokens_per_step: Optional[float] = typer.Option(None, "--tokens-per-step", min=0, help="Tokens one step produces, for both runs (enables tokens_per_s budgets)."),
-    noise_floor: Optional[float] = typer.Option(None, "--noise-floor", min=0, metavar="PCT", help="Run-to-run noise floor in percent for step-level timings: a significant shift within this factor either way does not fail a budget. Default: 30 for traced timings (two identical H200 processes differed by up to 1.28x), 5 for the light timing pass."),
+    tokens_per_step: Optional[float] = typer.Option(None, "--tokens-per-step", min=0, callback=finite_option, help="Tokens one step produces, for both runs (enables tokens_per_s budgets)."),
+    noise_floor: Optional[float] = typer.Option(None, "--noise-floor", min=0, callback=finite_option, metavar="PCT", help="Run-to-run noise floor in percent for step-level timings: a significant shift within this factor either way does not fail a budget. Default: 30 for traced timings (two identical H200 processes differed by up to 1.28x), 5 for the light timing pass."),
     junit: Optional[Path] = typer.Option(None, "--junit", help="Write JUnit XML here: one test case per check."),
     github: bool = typer.Option(False, "--github", help="GitHub Actions: append a Markdown summary to $GITHUB_STEP_SUMMARY and print up to 10 ::error annotations."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the checks (and the diff against the baseline) as JSON (schema perfdoctor.gate/1)."),
@@ -458,6 +458,7 @@ def gate_command(
         raise UsageError("--fail-on budgets compare against a baseline: give --baseline RUN")
     if not budgets and not rules:
         raise UsageError("nothing to check: give --fail-on METRIC:+N% with --baseline RUN, and/or --rules PACK")
+    check_outputs([junit, json_out], [run, baseline, *rules])  # never write over an input
     this = load_run(run, step=step, tokens_per_step=tokens_per_step)
     base = load_run(baseline, step=step, tokens_per_step=tokens_per_step) if baseline is not None else None
     rule_results = rule_checks(this, rules, min_severity) if rules else None
@@ -467,7 +468,7 @@ def gate_command(
     if junit is not None:
         write_text(junit, junit_xml(result))
     if json_out is not None:
-        write_text(json_out, json.dumps(result.to_json(), indent=2, default=str) + "\n")
+        write_json(json_out, result.to_json())  # strict: NaN and infinities are null
     if github:
         summary = os.environ.get("GITHUB_STEP_SUMMARY")
         if summary:

@@ -245,7 +245,8 @@ class _Context:
     @property
     def no_gpu(self) -> str | None:
         if self.profile.activities.empty:
-            return "the trace has no GPU activity (CPU-only run)"
+            missing = (self.profile.meta.get("bundle") or {}).get("reason")  # a bundle without a trace
+            return f"no trace: {missing}" if missing else "the trace has no GPU activity (CPU-only run)"
         if self.span is None:
             return self.steps.reason or "no GPU activity inside the steps"
         return None

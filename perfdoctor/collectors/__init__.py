@@ -6,9 +6,12 @@ Kineto trace, an Nsight Systems export or a perfdoctor run bundle.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from perfdoctor.errors import UsageError
+from perfdoctor.io import read_maybe_gzip as _read_maybe_gzip
+from perfdoctor.io import regular_file
 from perfdoctor.profile import Profile
 
 KINETO_SUFFIXES = (".json", ".json.gz")
@@ -16,14 +19,21 @@ NSYS_SUFFIXES = (".sqlite", ".sqlite.gz", ".nsys-rep")
 
 
 def load_trace(path: str | Path) -> Profile:
-    """Read a trace or a run bundle into a :class:`Profile`, choosing the loader by name."""
+    """Read a trace or a run bundle into a :class:`Profile`, choosing the loader by name.
+
+    Only regular files (after resolving symlinks) and bundle directories are read: a FIFO
+    or a device is refused before it is opened (see ``docs/safety.md``).
+    """
     path = Path(path)
-    if not path.exists():
+    if not os.path.lexists(path):
         raise UsageError(f"{path}: no such file or directory")
     if path.is_dir():
         from perfdoctor.bundle import load_bundle
+        from perfdoctor.manifest import check_bundle
 
+        check_bundle(path)
         return load_bundle(path)
+    regular_file(path)
     name = path.name.lower()
     if name.endswith(KINETO_SUFFIXES):
         from perfdoctor.collectors import torch_profiler
@@ -40,14 +50,6 @@ def load_trace(path: str | Path) -> Profile:
 
 
 def read_maybe_gzip(path: Path) -> bytes:
-    """The file's bytes, decompressed when it is gzip; a truncated archive is a UsageError."""
-    import gzip
-    import zlib
-
-    data = path.read_bytes()
-    if data[:2] != b"\x1f\x8b":
-        return data
-    try:
-        return gzip.decompress(data)
-    except (EOFError, OSError, zlib.error) as exc:
-        raise UsageError(f"{path}: damaged gzip file ({exc})") from None
+    """The file's bytes, decompressed when it is gzip (streamed, capped: see
+    :func:`perfdoctor.io.read_maybe_gzip`); a truncated archive is a UsageError."""
+    return _read_maybe_gzip(path)

@@ -9,19 +9,19 @@ first with the ``nsys`` binary when one is found.
 
 from __future__ import annotations
 
-import gzip
 import shutil
 import sqlite3
 import subprocess
 import tempfile
-import zlib
 from contextlib import closing
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from perfdoctor.collectors.checks import finish
 from perfdoctor.errors import UsageError
+from perfdoctor.io import gunzip_to, regular_file
 from perfdoctor.profile import (
     ACTIVITY_COLUMNS,
     CALL_COLUMNS,
@@ -80,13 +80,30 @@ def export_sqlite(rep: Path, out: Path) -> Path:
 def load(path: str | Path) -> Profile:
     """Read an Nsight Systems export (``.sqlite``, ``.sqlite.gz`` or ``.nsys-rep``)."""
     path = Path(path)
+    regular_file(path)
     with tempfile.TemporaryDirectory(prefix="perfdoctor-nsys-") as tmp:
         db = _materialize(path, Path(tmp))
         try:
-            with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as con:
-                return _read(con, path)
-        except sqlite3.DatabaseError as exc:
-            raise UsageError(f"{path}: not an SQLite database ({exc})") from None
+            # Read-only and immutable: no lock is taken (a database another process holds
+            # locked still reads) and no -wal/-shm file is ever created beside the user's file.
+            with closing(sqlite3.connect(Path(db).resolve().as_uri() + "?mode=ro&immutable=1", uri=True)) as con:
+                try:
+                    con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+                except sqlite3.DatabaseError as exc:
+                    raise UsageError(f"{path}: not an SQLite database ({exc})") from None
+                try:
+                    return finish(_read(con, path))
+                # The export is untrusted input: a missing or renamed column, a damaged page or a
+                # cell of the wrong type in it is the file's problem, said in one line.
+                except (sqlite3.Error, pd.errors.DatabaseError, KeyError, ValueError, TypeError, OverflowError) as exc:
+                    raise UsageError(f"{path}: unexpected content in the Nsight Systems export ({_why(exc)})") from None
+        except sqlite3.Error as exc:
+            raise UsageError(f"{path}: cannot read the SQLite database ({exc})") from None
+
+
+def _why(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:300]}"
 
 
 def _materialize(path: Path, tmp: Path) -> Path:
@@ -95,11 +112,7 @@ def _materialize(path: Path, tmp: Path) -> Path:
         return export_sqlite(path, tmp / "export.sqlite")
     if name.endswith(".gz"):
         out = tmp / "export.sqlite"
-        try:
-            with gzip.open(path) as src, out.open("wb") as dst:
-                shutil.copyfileobj(src, dst)
-        except (EOFError, OSError, zlib.error) as exc:
-            raise UsageError(f"{path}: damaged gzip file ({exc})") from None
+        gunzip_to(path, out)  # streamed and capped (PERFDOCTOR_MAX_TRACE_BYTES)
         return out
     return path
 
@@ -111,7 +124,27 @@ def _tables(con: sqlite3.Connection) -> set[str]:
 def _enum(con: sqlite3.Connection, tables: set[str], table: str) -> dict[int, str]:
     if table not in tables:
         return {}
-    return {int(i): str(n) for i, n in con.execute(f"SELECT id, name FROM {table}")}
+    return {i: str(n) for i, n in con.execute(f"SELECT id, name FROM {table}") if isinstance(i, int)}
+
+
+def _numeric(t: pd.DataFrame, table: str, warnings: list[str], required: tuple[str, ...] = ("start", "end")) -> pd.DataFrame:
+    """Numeric columns as numbers (a text or blob cell becomes missing); rows missing a
+    required time are dropped and counted; other missing ids become -1 later."""
+    t = t.copy()
+    for col in t.columns:
+        if col == "text" or pd.api.types.is_integer_dtype(t[col]):
+            continue  # NVTX text is text; an all-integer column is already what we need
+        v = pd.to_numeric(t[col], errors="coerce").astype(np.float64)
+        t[col] = v.where(np.isfinite(v) & (v.abs() < 2.0**62))
+    bad = t[list(required)].isna().any(axis=1)
+    if bad.any():
+        warnings.append(f"{int(bad.sum())} rows of {table} without a valid {' / '.join(required)} dropped")
+        t = t[~bad].reset_index(drop=True)
+    return t
+
+
+def _i64(col: pd.Series) -> np.ndarray:
+    return col.fillna(-1).to_numpy(np.int64)
 
 
 def _read(con: sqlite3.Connection, path: Path) -> Profile:
@@ -123,18 +156,24 @@ def _read(con: sqlite3.Connection, path: Path) -> Profile:
             f"{path}: Nsight Systems export without the CUPTI_ACTIVITY_KIND_RUNTIME table (record with `nsys profile -t cuda`)"
         )
     strings = pd.read_sql_query("SELECT id, value FROM StringIds", con).set_index("id")["value"]
+    strings = strings[~strings.index.duplicated()].map(lambda v: v if isinstance(v, str) else "" if v is None else str(v))
+    warnings: list[str] = []
     activities = pd.concat(
-        [_kernels(con, tables, strings), _memcpy(con, tables), _memset(con, tables)], ignore_index=True
+        [_kernels(con, tables, strings, warnings), _memcpy(con, tables, warnings), _memset(con, tables, warnings)],
+        ignore_index=True,
     ).sort_values("start_ns", kind="stable", ignore_index=True)
-    calls = _calls(con, tables, strings)
-    ranges = _ranges(con, tables, strings)
+    calls = _calls(con, tables, strings, warnings)
+    ranges = _ranges(con, tables, strings, warnings)
+    meta = {"source": "nsys", "path": str(path), "declared": parse_declarations(ranges)}
+    if warnings:
+        meta["warnings"] = warnings
     return Profile(
         activities=activities,
         calls=calls,
         ranges=ranges,
         samples=_gpu_metrics(con, tables),
         device=_device(con, tables),
-        meta={"source": "nsys", "path": str(path), "declared": parse_declarations(ranges)},
+        meta=meta,
     )
 
 
@@ -144,14 +183,14 @@ def _activity_columns(t: pd.DataFrame, kind: str) -> dict[str, np.ndarray]:
         "kind": np.full(len(t), kind, dtype=object),
         "start_ns": t["start"].to_numpy(np.int64),
         "end_ns": t["end"].to_numpy(np.int64),
-        "device": t["deviceId"].to_numpy(np.int64),
-        "stream": t["streamId"].to_numpy(np.int64),
-        "correlation": t["correlationId"].to_numpy(np.int64),
-        "graph_id": t["graphNodeId"].fillna(-1).to_numpy(np.int64),
+        "device": _i64(t["deviceId"]),
+        "stream": _i64(t["streamId"]),
+        "correlation": _i64(t["correlationId"]),
+        "graph_id": _i64(t["graphNodeId"]),
     }
 
 
-def _kernels(con: sqlite3.Connection, tables: set[str], strings: pd.Series) -> pd.DataFrame:
+def _kernels(con: sqlite3.Connection, tables: set[str], strings: pd.Series, warnings: list[str]) -> pd.DataFrame:
     if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables:
         return frame(ACTIVITY_COLUMNS)
     k = pd.read_sql_query(
@@ -160,6 +199,7 @@ def _kernels(con: sqlite3.Connection, tables: set[str], strings: pd.Series) -> p
         "FROM CUPTI_ACTIVITY_KIND_KERNEL",
         con,
     )
+    k = _numeric(k, "CUPTI_ACTIVITY_KIND_KERNEL", warnings)
     dims = lambda x, y, z: (k[x].astype(str) + "," + k[y].astype(str) + "," + k[z].astype(str)).to_numpy()  # noqa: E731
     return frame(
         ACTIVITY_COLUMNS,
@@ -174,7 +214,7 @@ def _kernels(con: sqlite3.Connection, tables: set[str], strings: pd.Series) -> p
     )
 
 
-def _memcpy(con: sqlite3.Connection, tables: set[str]) -> pd.DataFrame:
+def _memcpy(con: sqlite3.Connection, tables: set[str], warnings: list[str]) -> pd.DataFrame:
     if "CUPTI_ACTIVITY_KIND_MEMCPY" not in tables:
         return frame(ACTIVITY_COLUMNS)
     m = pd.read_sql_query(
@@ -182,12 +222,15 @@ def _memcpy(con: sqlite3.Connection, tables: set[str]) -> pd.DataFrame:
         "FROM CUPTI_ACTIVITY_KIND_MEMCPY",
         con,
     )
+    m = _numeric(m, "CUPTI_ACTIVITY_KIND_MEMCPY", warnings)
     # CUDA_MEMCPY_KIND_HTOD -> HtoD; CUDA_MEMOPR_MEMORY_KIND_PAGEABLE -> pageable
     oper = {i: _copy_kind(n) for i, n in _enum(con, tables, "ENUM_CUDA_MEMCPY_OPER").items()}
     mem = {i: n.rsplit("_", 1)[-1].lower() for i, n in _enum(con, tables, "ENUM_CUDA_MEM_KIND").items()}
-    copy_kind = m["copyKind"].map(oper).fillna("")
-    host_side = np.where(copy_kind.str.startswith("H"), m["srcKind"], m["dstKind"])
-    host_mem = pd.Series(host_side).map(mem).fillna("").replace({"device": ""})
+    if m.empty:
+        return frame(ACTIVITY_COLUMNS)
+    copy_kind = pd.Series([oper.get(v, "") for v in m["copyKind"]], dtype=object)
+    host_side = np.where(copy_kind.str.startswith("H").to_numpy(bool), m["srcKind"], m["dstKind"])
+    host_mem = pd.Series([mem.get(v, "") for v in host_side], dtype=object).replace({"device": ""})
     return frame(
         ACTIVITY_COLUMNS,
         {
@@ -208,12 +251,13 @@ def _copy_kind(enum_name: str) -> str:
     return kind.title()
 
 
-def _memset(con: sqlite3.Connection, tables: set[str]) -> pd.DataFrame:
+def _memset(con: sqlite3.Connection, tables: set[str], warnings: list[str]) -> pd.DataFrame:
     if "CUPTI_ACTIVITY_KIND_MEMSET" not in tables:
         return frame(ACTIVITY_COLUMNS)
     m = pd.read_sql_query(
         "SELECT start, end, deviceId, streamId, correlationId, bytes, graphNodeId FROM CUPTI_ACTIVITY_KIND_MEMSET", con
     )
+    m = _numeric(m, "CUPTI_ACTIVITY_KIND_MEMSET", warnings)
     return frame(
         ACTIVITY_COLUMNS,
         {
@@ -224,9 +268,9 @@ def _memset(con: sqlite3.Connection, tables: set[str]) -> pd.DataFrame:
     )
 
 
-def _calls(con: sqlite3.Connection, tables: set[str], strings: pd.Series) -> pd.DataFrame:
+def _calls(con: sqlite3.Connection, tables: set[str], strings: pd.Series, warnings: list[str]) -> pd.DataFrame:
     parts = [
-        pd.read_sql_query(f"SELECT start, end, globalTid, correlationId, nameId FROM {t}", con)
+        _numeric(pd.read_sql_query(f"SELECT start, end, globalTid, correlationId, nameId FROM {t}", con), t, warnings)
         for t in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER")
         if t in tables
     ]
@@ -237,13 +281,13 @@ def _calls(con: sqlite3.Connection, tables: set[str], strings: pd.Series) -> pd.
             "name": c["nameId"].map(strings).fillna("").to_numpy(),
             "start_ns": c["start"].to_numpy(np.int64),
             "end_ns": c["end"].to_numpy(np.int64),
-            "tid": c["globalTid"].to_numpy(np.int64),
-            "correlation": c["correlationId"].fillna(-1).to_numpy(np.int64),
+            "tid": _i64(c["globalTid"]),
+            "correlation": _i64(c["correlationId"]),
         },
     )
 
 
-def _ranges(con: sqlite3.Connection, tables: set[str], strings: pd.Series) -> pd.DataFrame:
+def _ranges(con: sqlite3.Connection, tables: set[str], strings: pd.Series, warnings: list[str]) -> pd.DataFrame:
     if "NVTX_EVENTS" not in tables:
         return frame(RANGE_COLUMNS)
     types = {n: i for i, n in _enum(con, tables, "ENUM_NSYS_EVENT_TYPE").items()}
@@ -255,6 +299,7 @@ def _ranges(con: sqlite3.Connection, tables: set[str], strings: pd.Series) -> pd
         f"WHERE eventType IN ({','.join(map(str, wanted))}) AND end IS NOT NULL",
         con,
     )
+    r = _numeric(r, "NVTX_EVENTS", warnings)
     text = r["text"].where(r["text"].notna(), r["textId"].map(strings)).fillna("")
     return frame(
         RANGE_COLUMNS,
@@ -262,7 +307,7 @@ def _ranges(con: sqlite3.Connection, tables: set[str], strings: pd.Series) -> pd
             "name": text.to_numpy(),
             "start_ns": r["start"].to_numpy(np.int64),
             "end_ns": r["end"].to_numpy(np.int64),
-            "tid": r["globalTid"].fillna(-1).to_numpy(np.int64),
+            "tid": _i64(r["globalTid"]),
             "source": np.full(len(r), "nvtx", dtype=object),
         },
     )
@@ -273,7 +318,7 @@ def _gpu_metrics(con: sqlite3.Connection, tables: set[str]) -> pd.DataFrame:
     if "GPU_METRICS" not in tables or "TARGET_INFO_GPU_METRICS" not in tables:
         return frame(SAMPLE_COLUMNS)
     names = pd.read_sql_query("SELECT DISTINCT metricId, metricName FROM TARGET_INFO_GPU_METRICS", con)
-    ids = names.loc[names["metricName"].str.startswith(DRAM_THROUGHPUT), "metricId"].tolist()
+    ids = [i for i in names.loc[names["metricName"].astype(str).str.startswith(DRAM_THROUGHPUT), "metricId"] if isinstance(i, int)]
     if not ids:
         return frame(SAMPLE_COLUMNS)
     g = pd.read_sql_query(
@@ -281,6 +326,7 @@ def _gpu_metrics(con: sqlite3.Connection, tables: set[str]) -> pd.DataFrame:
         "GROUP BY timestamp ORDER BY timestamp",
         con,
     )
+    g = _numeric(g, "GPU_METRICS", warnings=[], required=("timestamp", "value"))
     return frame(
         SAMPLE_COLUMNS,
         {
@@ -300,8 +346,11 @@ def _device(con: sqlite3.Connection, tables: set[str]) -> dict:
     ).fetchone()
     if row is None:
         return {}
+    row = [v if isinstance(v, (str, int, float)) and not (isinstance(v, float) and not np.isfinite(v)) else None for v in row]
     name, sms, bw, l2, mem, major, minor = row
-    dev = {"name": name, "sm_count": sms, "l2_bytes": l2, "total_memory_bytes": mem, "compute_capability": f"{major}.{minor}"}
+    if not isinstance(bw, (int, float)) or bw <= 0:
+        bw = None
+    dev = {"name": name if name is None else str(name), "sm_count": sms, "l2_bytes": l2, "total_memory_bytes": mem, "compute_capability": f"{major}.{minor}"}
     if bw:
         dev["peak_dram_bw_gbps"] = bw / 1e9
         dev["peak_source"] = "nsys"

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.collectors import read_maybe_gzip
+from perfdoctor.collectors.checks import finish
 from perfdoctor.errors import UsageError
 from perfdoctor.profile import (
     ACTIVITY_COLUMNS,
@@ -31,6 +32,7 @@ from perfdoctor.profile import (
     frame,
     parse_declarations,
 )
+from perfdoctor.text import clean
 
 ACTIVITY_CATEGORIES = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 CALL_CATEGORIES = ("cuda_runtime", "cuda_driver")
@@ -65,8 +67,8 @@ class Event(msgspec.Struct, gc=False):
     ph: str = ""
     cat: str = ""
     name: str = ""
-    ts: float = 0.0
-    dur: float = 0.0
+    ts: Union[float, None] = None  # missing: the event is dropped (refused for GPU work)
+    dur: Union[float, None] = None
     pid: Union[int, str, None] = None
     tid: Union[int, str, None] = None
     args: Union[Args, None] = None
@@ -94,14 +96,27 @@ def load(path: str | Path) -> Profile:
         raise UsageError(f"{path}: not a Kineto trace ({exc})") from None
     except msgspec.DecodeError as exc:
         raise UsageError(f"{path}: not a JSON trace ({exc})") from None
+    except RecursionError:
+        raise UsageError(f"{path}: not a Kineto trace (JSON nested too deeply)") from None
     del raw
     if doc.traceEvents is None:
         raise UsageError(f"{path}: not a Kineto trace (no 'traceEvents' list)")
 
     buckets: dict[str, list[Event]] = {}
+    dropped = 0
+    untimed_gpu = 0
     for e in doc.traceEvents:
         if e.ph == "X":
+            if not _timed(e):
+                dropped += 1
+                untimed_gpu += e.cat in ACTIVITY_CATEGORIES
+                continue
             buckets.setdefault(e.cat, []).append(e)
+    if untimed_gpu:
+        raise UsageError(
+            f"{path}: {untimed_gpu} GPU activities lack a valid 'ts' or 'dur' (missing, negative or out of range); "
+            "the trace is damaged"
+        )
     if not buckets:
         raise UsageError(f"{path}: empty trace (no complete events)")
     doc.traceEvents = None
@@ -116,13 +131,21 @@ def load(path: str | Path) -> Profile:
     versions = {
         k: getattr(doc, k) for k in ("cuda_driver_version", "cuda_runtime_version", "cupti_version") if getattr(doc, k) is not None
     }
-    return Profile(
-        activities=activities,
-        calls=calls,
-        ranges=ranges,
-        device=_device(doc.deviceProperties or []),
-        meta={"source": "kineto", "path": str(path), "declared": parse_declarations(ranges), "versions": versions},
+    meta: dict[str, Any] = {"source": "kineto", "path": str(path), "declared": parse_declarations(ranges), "versions": versions}
+    if dropped:
+        meta["warnings"] = [f"{dropped} host events without a valid 'ts' or 'dur' (missing, negative or out of range) dropped"]
+    return finish(
+        Profile(activities=activities, calls=calls, ranges=ranges, device=_device(doc.deviceProperties or []), meta=meta)
     )
+
+
+MAX_US = 1e15  # ~31 years in µs: beyond it, ns no longer fit an int64 (and no trace is that long)
+
+
+def _timed(e: Event) -> bool:
+    """The event has a usable start and duration: finite, in range, duration >= 0."""
+    ts, dur = e.ts, e.dur
+    return ts is not None and dur is not None and -MAX_US < ts < MAX_US and 0 <= dur < MAX_US
 
 
 def _ns(values: list[float]) -> np.ndarray:
@@ -135,12 +158,16 @@ def _times(events: list[Event]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _ints(values: list[Scalar]) -> np.ndarray:
-    """Integer ids with -1 where missing or not a number."""
-    return pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").fillna(-1).to_numpy(np.int64)
+    """Integer ids with -1 where missing, not a number or out of the int64 range."""
+    v = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").astype(np.float64).to_numpy()
+    ok = np.isfinite(v) & (np.abs(v) < 2.0**62)
+    return np.where(ok, v, -1).astype(np.int64)
 
 
 def _floats(values: list[Scalar]) -> np.ndarray:
-    return pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(np.float64)
+    """Numbers with NaN where missing, not a number or not finite."""
+    v = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").astype(np.float64).to_numpy()
+    return np.where(np.isfinite(v), v, np.nan)
 
 
 def _dims(values: list[list[int] | None]) -> list[str]:
@@ -242,9 +269,17 @@ def _device(props: list[dict[str, Any]]) -> dict[str, Any]:
     if not props:
         return {}
     p = props[0]
+
+    def count(v: Any) -> int | None:  # a positive integer, else unknown
+        return v if isinstance(v, int) and not isinstance(v, bool) and 0 < v < 2**62 else None
+
+    def small(v: Any) -> int | None:
+        return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1000 else None
+
+    name = p.get("name")
     return {
-        "name": p.get("name"),
-        "sm_count": p.get("numSms"),
-        "total_memory_bytes": p.get("totalGlobalMem"),
-        "compute_capability": f"{p.get('computeMajor')}.{p.get('computeMinor')}",
+        "name": clean(name) if isinstance(name, str) else None,
+        "sm_count": count(p.get("numSms")),
+        "total_memory_bytes": count(p.get("totalGlobalMem")),
+        "compute_capability": f"{small(p.get('computeMajor'))}.{small(p.get('computeMinor'))}",
     }

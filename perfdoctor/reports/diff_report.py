@@ -9,6 +9,7 @@ Every name from a trace is untrusted text: escaped for rich markup and for Markd
 from __future__ import annotations
 
 from perfdoctor.diff import SAMPLE_UNITS, Diff, MetricChange
+from perfdoctor.text import clean
 
 KERNEL_ROWS = 15  # the kernel table shows the largest movers; JSON has every row
 NAME_WIDTH = 70
@@ -62,7 +63,7 @@ def short(name: str, width: int = NAME_WIDTH) -> str:
 def md_escape(text: str) -> str:
     """Text safe inside a Markdown table cell (GitHub renders inline HTML, so escape it)."""
     return (
-        str(text)
+        clean(text)
         .replace("&", "&amp;")
         .replace("<", "&lt;")
         .replace(">", "&gt;")
@@ -183,9 +184,10 @@ def print_terminal(diff: Diff, console=None) -> None:
     """The diff as rich tables on the terminal."""
     from rich import box
     from rich.console import Console
-    from rich.markup import escape
     from rich.panel import Panel
     from rich.table import Table
+
+    from perfdoctor.text import rich as escape
 
     console = console or Console()
     console.print(f"[bold]perfdoctor diff[/]  {escape(diff.before)} → {escape(diff.after)}")

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import json
 from html import escape
+
+from perfdoctor.text import clean, clean_block
 from typing import Any, Sequence
 
 import numpy as np
@@ -105,7 +107,7 @@ READY_JS = """
 
 def e(value: Any) -> str:
     """Escape for element text and quoted attribute values."""
-    return escape(str(value), quote=True)
+    return escape(clean(value), quote=True)
 
 
 def script_json(obj: Any) -> str:
@@ -502,7 +504,7 @@ def _finding_html(f: Finding, analysis: Analysis, shown_before: dict[tuple[str, 
     if f.remediation:
         out.append("<h4>Fix</h4><ol>" + "".join(f"<li>{e(s)}</li>" for s in f.remediation.steps) + "</ol>")
         if f.remediation.snippet:
-            out.append(f"<pre><code>{e(f.remediation.snippet)}</code></pre>")
+            out.append(f"<pre><code>{escape(clean_block(f.remediation.snippet), quote=True)}</code></pre>")
     out.append("</section>")
     return "".join(out)
 

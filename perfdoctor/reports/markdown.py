@@ -15,13 +15,14 @@ from perfdoctor.metrics import Analysis
 from perfdoctor.reports import common
 from perfdoctor.rules.engine import Finding, verdict
 from perfdoctor.rules.evidence import Evidence
+from perfdoctor.text import clean, clean_block
 
 MAX_CHARS = 60_000  # GitHub rejects comments over 65,536 characters
 
 
 def cell(value: object) -> str:
     """One table cell: escaped, no pipes or newlines that would break the table."""
-    return escape(str(value), quote=False).replace("|", "&#124;").replace("\n", " ").replace("`", "&#96;")
+    return escape(clean(value), quote=False).replace("|", "&#124;").replace("`", "&#96;")
 
 
 def text(value: object) -> str:
@@ -42,6 +43,7 @@ def _table(e: Evidence) -> list[str]:
 
 
 def _snippet(code: str) -> list[str]:
+    code = clean_block(code)
     fence = "````" if "```" in code else "```"
     return [f"{fence}python", code, fence]
 

@@ -19,6 +19,7 @@ from rich.text import Text
 
 from perfdoctor.metrics import Analysis, Metric
 from perfdoctor.reports.common import fmt_metric
+from perfdoctor.text import clean
 
 
 def format_value(m: Metric) -> str:
@@ -59,7 +60,7 @@ def metric_table(analysis: Analysis) -> Table:
             t.add_row(key, "—", m.unit, Text(m.reason or "absent", style="dim"))
         else:
             where = m.source + (f" ({m.note})" if m.note else "")
-            t.add_row(key, format_value(m), "" if m.unit in ("ratio", "bytes") else m.unit, where)
+            t.add_row(key, format_value(m), "" if m.unit in ("ratio", "bytes") else m.unit, Text(where))
     return t
 
 
@@ -131,17 +132,18 @@ def render_summary(analysis: Analysis, console: Console, gaps_shown_by: str | No
     dev = analysis.device.get("name") or "unknown device"
     src = analysis.profile.meta.get("source", "?")
     steps = analysis.steps
+    # Text, not markup, and every untrusted string cleaned: names and paths come from traces.
     head = Text()
-    head.append(str(analysis.profile.meta.get("path", "")), style="bold")
-    head.append(f" — {src} trace, {dev}")
+    head.append(clean(analysis.profile.meta.get("path", "")), style="bold")
+    head.append(f" — {clean(src)} trace, {clean(dev)}")
     if steps.name:
         head.append(f", {steps.count} steps of ")
-        head.append(str(steps.name), style="bold")
+        head.append(clean(steps.name), style="bold")
     else:
-        head.append(f" — {steps.reason}", style="yellow")
+        head.append(f" — {clean(steps.reason)}", style="yellow")
     console.print(head)
     for line in header_lines(analysis):
-        console.print(Text(line, style="dim"))
+        console.print(Text(clean(line), style="dim"))
     parts = [metric_table(analysis), latency_table(analysis), kernels_table(analysis)]
     if gaps_shown_by is None:
         parts.append(gaps_table(analysis))

@@ -21,6 +21,7 @@ from perfdoctor.metrics import Analysis
 from perfdoctor.reports import common
 from perfdoctor.rules.engine import Finding, verdict
 from perfdoctor.rules.evidence import Evidence
+from perfdoctor.text import clean
 
 SEVERITY_STYLE = {"critical": "bold white on red", "error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -31,7 +32,7 @@ def _evidence_table(e: Evidence) -> RenderableType:
         # Names from the trace are untrusted text: Text(...) never interprets rich markup.
         t.add_column(col, overflow="fold")
     for row in e.rows:
-        t.add_row(*(Text(str(v)) for v in row))
+        t.add_row(*(Text(clean(v)) for v in row))
     parts: list[RenderableType] = [t] if e.rows else [Text(e.title, style="bold")]
     if e.note:
         parts.append(Text(e.note, style="dim"))
@@ -99,7 +100,7 @@ def findings_renderable(findings: Sequence[Finding], analysis: Analysis) -> Rend
         for col in ("rule", "value", "target", "threshold from"):
             t.add_column(col, overflow="fold")
         for f in passed:
-            t.add_row(f.rule_id, common.measured(f), common.condition(f), Text(f.threshold_origin, style="dim"))
+            t.add_row(Text(f.rule_id), Text(common.measured(f)), Text(common.condition(f)), Text(f.threshold_origin, style="dim"))
         parts.extend([t, Text("")])
     missing = common.by_status(findings, "not_evaluated")
     if missing:
@@ -107,7 +108,7 @@ def findings_renderable(findings: Sequence[Finding], analysis: Analysis) -> Rend
         t.add_column("rule")
         t.add_column("why / how to collect", overflow="fold")
         for f in missing:
-            t.add_row(f.rule_id, Text(f"not evaluated — {f.reason}", style="dim"))
+            t.add_row(Text(f.rule_id), Text(clean(f"not evaluated — {f.reason}"), style="dim"))
         parts.append(t)
     return Group(*parts)
 

@@ -20,7 +20,9 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
+from perfdoctor.console import finite_option, note, report_load_warnings, warn
 from perfdoctor.errors import UsageError
+from perfdoctor.io import check_outputs, write_text
 from perfdoctor.rules.engine import PREDICATES, TOP_FINDING, RuleSet, load_rules
 from perfdoctor.rules.estimates import ESTIMATES
 from perfdoctor.rules.signals import KNOWN_INPUTS, SIGNALS
@@ -106,28 +108,36 @@ def report_command(
     rules: Optional[List[Path]] = RULES_OPTION,
     threshold: Optional[List[str]] = THRESHOLD_OPTION,
     step: Optional[str] = typer.Option(None, "--step", help="Step range name or glob (default: ProfilerStep#N, else the most frequent repeated range with GPU work)."),
-    tokens_per_step: Optional[float] = typer.Option(None, "--tokens-per-step", min=0, help="Tokens one step produces (enables tokens/s projections)."),
+    tokens_per_step: Optional[float] = typer.Option(None, "--tokens-per-step", min=0, callback=finite_option, help="Tokens one step produces (enables tokens/s projections)."),
 ) -> None:
     """Diagnose a trace or a run bundle: ranked findings with evidence and fixes.
 
-    For a bundle directory, report.md, report.html and findings.json are (re)written into it.
+    For a bundle directory, report.md, report.html and findings.json are (re)written into it
+    (skipped with a warning when the bundle is read-only). -o never writes over an input, a
+    trace or a rule pack (see docs/safety.md).
 
     Example: perfdoctor report trace.json.gz --format html -o report.html --threshold dram-bandwidth=0.8
     """
     from perfdoctor.collectors import load_trace
     from perfdoctor.metrics import analyze
     from perfdoctor.reports import html, json, markdown, terminal
-    from perfdoctor.reports.bundle import write_reports, write_text
+    from perfdoctor.reports.bundle import write_reports
     from perfdoctor.rules.engine import evaluate
 
     if fmt not in FORMATS:
         raise UsageError(f"--format {fmt!r}: use one of {', '.join(FORMATS)}")
+    check_outputs([output], [path, *(rules or ())])  # never write over an input
     ruleset = _load(rules, threshold)  # before the (slower) trace load: a bad pack fails fast
-    analysis = analyze(load_trace(path), step=step, tokens_per_step=tokens_per_step)
+    profile = load_trace(path)
+    report_load_warnings(profile)
+    analysis = analyze(profile, step=step, tokens_per_step=tokens_per_step)
     findings = evaluate(ruleset, analysis)
     if path.is_dir():
-        written = write_reports(path, findings, analysis, ruleset.packs)
-        Console(stderr=True).print(f"wrote {', '.join(str(p) for p in written)}")
+        try:
+            written = write_reports(path, findings, analysis, ruleset.packs)
+            note(f"wrote {', '.join(str(p) for p in written)}")
+        except UsageError as exc:  # a read-only bundle: the report still goes to stdout / -o
+            warn(f"reports not written into the bundle: {exc}")
     if fmt == "terminal" and output is None:
         Console().print(terminal.findings_renderable(findings, analysis))
         return
@@ -141,4 +151,4 @@ def report_command(
         sys.stdout.write(text)
     else:
         write_text(output, text)
-        Console(stderr=True).print(f"wrote {output}")
+        note(f"wrote {output}")

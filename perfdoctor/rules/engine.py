@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import difflib
 import operator
+import math
+import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -48,6 +50,7 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, packaged as tomli
     import tomli as tomllib  # type: ignore[no-redef]
 
 from perfdoctor.errors import UsageError
+from perfdoctor.text import clean, clean_block
 from perfdoctor.metrics import Analysis, Metric
 from perfdoctor.rules.estimates import ESTIMATES, Estimate
 from perfdoctor.rules.evidence import EVIDENCE, Evidence
@@ -241,7 +244,8 @@ def _remediation(raw: Any, field: str) -> Remediation:
     _need(bool(steps), f"{field}.steps", "at least one step is required")
     snippet = raw.get("snippet", "")
     _need(isinstance(snippet, str), f"{field}.snippet", "expected a string")
-    return Remediation(steps, snippet.strip("\n"))
+    # Pack text reaches terminals and reports: made inert here, once (perfdoctor.text).
+    return Remediation(tuple(clean_block(x) for x in steps), clean_block(snippet.strip("\n")))
 
 
 def _estimate(raw: Any, field: str) -> EstimateSpec:
@@ -254,7 +258,7 @@ def _estimate(raw: Any, field: str) -> EstimateSpec:
     allowed = ESTIMATES[kind][1]
     for k, v in params.items():
         _need(k in allowed, f"{field}.{k}", f"estimate {kind!r} takes no parameter {k!r} (takes: {', '.join(allowed) or 'none'})")
-        _need(isinstance(v, (int, float)) and not isinstance(v, bool), f"{field}.{k}", "expected a number")
+        _need(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v), f"{field}.{k}", "expected a finite number")
     return EstimateSpec(kind, tuple(sorted((k, float(v)) for k, v in params.items())))
 
 
@@ -277,7 +281,8 @@ def _rule(raw: dict[str, Any], origin: str, threshold_origin: str) -> Rule:
         _need(isinstance(comparator, str) and comparator in COMPARATORS, "comparator",
               f"bad comparator {comparator!r}; use one of {' '.join(COMPARATORS)}")
         _need(isinstance(threshold, (int, float)) and not isinstance(threshold, bool), "threshold", "expected a number")
-    _need(raw["severity"] in SEVERITIES, "severity", f"bad severity {raw['severity']!r}; use one of {', '.join(SEVERITIES)}")
+        _need(math.isfinite(threshold), "threshold", f"expected a finite number, not {threshold!r}")
+    _need(isinstance(raw["severity"], str) and raw["severity"] in SEVERITIES, "severity", f"bad severity {raw['severity']!r}; use one of {', '.join(SEVERITIES)}")
     _need(isinstance(raw["citation"], str) and raw["citation"].strip() != "", "citation", "expected a non-empty string")
     kinds = _strings(raw.get("evidence", []), "evidence")
     for kind in kinds:
@@ -291,45 +296,59 @@ def _rule(raw: dict[str, Any], origin: str, threshold_origin: str) -> Rule:
         _need(isinstance(v, dict), "variant", "expected [[rule.variant]] tables")
         _known_fields(v, VARIANT_FIELDS, "variant.")
         when = v.get("when")
-        _need(when in PREDICATES, "when", f"unknown condition {when!r}; known: {', '.join(PREDICATES)}")
+        _need(isinstance(when, str) and when in PREDICATES, "when", f"unknown condition {when!r}; known: {', '.join(PREDICATES)}")
         _need(isinstance(v.get("title", ""), str), "variant.title", "expected a string")
         variants.append(
             Variant(
                 when=when,
-                title=v.get("title"),
+                title=None if v.get("title") is None else clean(v["title"]),
                 remediation=_remediation(v["remediation"], "remediation") if "remediation" in v else None,
                 estimate=_estimate(v["estimate"], "estimate") if "estimate" in v else None,
             )
         )
     return Rule(
         id=raw["id"],
-        title=raw["title"].strip(),
+        title=clean(raw["title"].strip()),
         metrics=metrics,
         severity=raw["severity"],
-        citation=raw["citation"].strip(),
+        citation=clean(raw["citation"].strip()),
         remediation=_remediation(raw["remediation"], "remediation"),
         comparator=comparator,
         threshold=None if threshold is None else float(threshold),
         threshold_origin=threshold_origin if comparator is not None else "",
-        description=raw.get("description", "").strip(),
+        description=clean_block(raw.get("description", "").strip()),
         show=show,
         evidence=kinds,
         estimate=_estimate(raw["estimate"], "estimate") if "estimate" in raw else None,
-        collect=raw.get("collect", "").strip(),
+        collect=clean(raw.get("collect", "").strip()),
         variants=tuple(variants),
         origin=origin,
     )
 
 
+MAX_PACK_BYTES = 16 * 1024**2  # a rule pack is a few kB of TOML
+
+
 def _read_pack(path: Path) -> tuple[list[dict[str, Any]], _Locator]:
+    from perfdoctor.io import regular_file
+
+    if not os.path.lexists(path):
+        raise UsageError(f"{path}: rule pack not found")
+    regular_file(path)  # a FIFO or a device would block or never end
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_PACK_BYTES + 1)
+        if len(data) > MAX_PACK_BYTES:
+            raise UsageError(f"{path}: rule pack larger than {MAX_PACK_BYTES // 1024**2} MiB; not a rule pack?")
+        text = data.decode("utf-8").removeprefix("\ufeff")  # a UTF-8 BOM is fine
     except FileNotFoundError:
         raise UsageError(f"{path}: rule pack not found") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: cannot read rule pack ({exc})") from None
     try:
         doc = tomllib.loads(text)
+    except RecursionError:
+        raise UsageError(f"{path}: malformed TOML: nested too deeply") from None
     except tomllib.TOMLDecodeError as exc:
         message = str(exc)
         at = re.search(r"\(at line (\d+), column (\d+)\)", message)
@@ -409,6 +428,8 @@ def _override(ruleset: RuleSet, spec: str) -> None:
         value = float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
     except ValueError:
         raise UsageError(f"--threshold {spec!r}: {text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise UsageError(f"--threshold {spec!r}: {text!r} is not a finite number")
     ruleset.rules[rid] = replace(rule, threshold=value, threshold_origin=f"command line (--threshold {rid}={text})")
 
 

@@ -1,0 +1,99 @@
+"""Small pieces every command shares for talking to the user.
+
+- :func:`note` / :func:`warn`: one clean line on stderr (never rich markup: a path or a
+  name with ``[/]`` in it is just text).
+- :func:`report_load_warnings`: what a loader dropped or could not read, said out loud —
+  a bundle whose trace is missing or damaged says "no trace: <why>" instead of passing for
+  a CPU-only run.
+- :func:`finite_option`: a typer callback that refuses NaN and infinities (exit 2).
+- :func:`install_pipe_guard`: a closed stdout (``perfdoctor gate ... | head -1``) must not
+  change a command's exit code; output to it is dropped and the command finishes (see
+  ``docs/safety.md``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from typing import Any
+
+from perfdoctor.text import clean
+
+
+def note(text: str) -> None:
+    print(clean(text), file=sys.stderr)
+
+
+def warn(text: str) -> None:
+    print(f"warning: {clean(text)}", file=sys.stderr)
+
+
+def report_load_warnings(profile: Any) -> None:
+    """Print a profile's loader warnings (and a bundle without a trace) on stderr."""
+    meta = getattr(profile, "meta", {}) or {}
+    where = meta.get("path", "")
+    bundle = meta.get("bundle")
+    why = None
+    if isinstance(bundle, dict) and bundle.get("activities_from") is None:
+        why = bundle.get("reason") or "; ".join(meta.get("warnings") or []) or "no trace in the bundle"
+    for w in meta.get("warnings") or []:
+        if why is None or w not in why:
+            warn(f"{where}: {w}")
+    if why is not None:
+        warn(f"{where}: no trace: {why} — the GPU metrics are absent, not zero (this is not a CPU-only run)")
+
+
+def finite_option(value: Any) -> Any:
+    """typer callback: a number option must be finite (NaN and infinities are refused)."""
+    import typer
+
+    if value is None:
+        return value
+    values = value if isinstance(value, (list, tuple)) else [value]
+    for v in values:
+        if isinstance(v, float) and not math.isfinite(v):
+            raise typer.BadParameter(f"{v!r} is not a finite number")
+    return value
+
+
+class _PipeSafeStream:
+    """Delegates to a text stream; once the reader has gone (EPIPE), drops what is written."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.closed_by_reader = False
+
+    def _gone(self) -> None:
+        self.closed_by_reader = True
+        try:  # later flushes (and the one at exit) write to /dev/null instead of failing
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):
+            pass
+
+    def write(self, text: str) -> int:
+        if self.closed_by_reader:
+            return len(text)
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._gone()
+            return len(text)
+
+    def flush(self) -> None:
+        if self.closed_by_reader:
+            return
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._gone()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def install_pipe_guard() -> None:
+    if not isinstance(sys.stdout, _PipeSafeStream) and sys.stdout is not None:
+        sys.stdout = _PipeSafeStream(sys.stdout)  # type: ignore[assignment]

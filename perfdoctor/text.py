@@ -1,0 +1,99 @@
+"""One sanitiser for untrusted text: names and paths that come from traces, bundles,
+rule packs or the command line, on their way to a terminal, Markdown, HTML, JUnit or
+GitHub Actions.
+
+:func:`clean` is the base every output uses: it removes terminal escape sequences (CSI,
+OSC, DCS, ...), C0 and C1 control characters and Unicode bidi overrides, and makes line
+breaks visible (``⏎``) so a name never starts a new line of output. The per-format
+functions add what that format needs on top:
+
+- :func:`rich` — also escapes rich markup (``[bold]``, ``[link=...]``, ``[/]``);
+- :func:`github_data` / :func:`github_property` — workflow-command escaping
+  (``%``, ``\\r``, ``\\n``; and ``:``, ``,`` in properties), as the Actions docs require;
+- :func:`xml` — text XML 1.0 can carry (JUnit).
+
+Markdown and HTML escaping stay in their reports (``html.escape`` and friends) and are
+applied to :func:`clean`-ed text.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+NEWLINE_MARK = "⏎"
+
+# ESC-introduced sequences: CSI (ESC [ ... final), OSC/DCS/SOS/PM/APC (ESC ] ... BEL or
+# ST), and two-character escapes (ESC + one char). The 8-bit C1 forms (\x9b CSI, \x9d OSC)
+# are covered the same way.
+_ESCAPES = re.compile(
+    r"""
+    (?:\x1b\[|\x9b)[\x30-\x3f]*[\x20-\x2f]*[\x40-\x7e]?      # CSI
+  | (?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])                 # OSC, DCS, SOS, PM, APC ...
+      .*?(?:\x07|\x1b\\|\x9c|$)                             # ... up to BEL or ST
+  | \x1b[\x20-\x7e]?                                        # other two-char escapes, lone ESC
+    """,
+    re.VERBOSE | re.DOTALL,
+)
+_LINE_BREAKS = re.compile(r"\r\n|[\r\n\x0b\x0c\x85\u2028\u2029]")
+# C0 (but tab), DEL, C1; bidi embeddings/overrides/isolates and marks.
+_BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_CONTROLS = re.compile("[\x00-\x08\x0e-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def clean(value: Any) -> str:
+    """``value`` as inert text for any output: no escape sequences, control characters or
+    bidi overrides; line breaks shown as ``⏎``; tabs as spaces."""
+    text = value if isinstance(value, str) else str(value)
+    if text.isprintable():  # the common case, fast: nothing to do
+        return text
+    text = _ESCAPES.sub("", text)
+    text = _LINE_BREAKS.sub(NEWLINE_MARK, text)
+    text = text.replace("\t", " ")
+    return _CONTROLS.sub("", text)
+
+
+def clean_block(value: Any) -> str:
+    """Multi-line text (a code snippet): each line :func:`clean`-ed, the line breaks kept."""
+    text = value if isinstance(value, str) else str(value)
+    return "\n".join(clean(line) for line in text.replace("\r\n", "\n").split("\n"))
+
+
+def rich(value: Any) -> str:
+    """Clean text safe to interpolate into a rich markup string."""
+    from rich.markup import escape
+
+    return escape(clean(value))
+
+
+def github_data(value: Any) -> str:
+    """The message part of a workflow command (``::error title=...::MESSAGE``)."""
+    text = value if isinstance(value, str) else str(value)
+    text = re.sub("[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f-\x9f]", "", _BIDI.sub("", _ESCAPES.sub("", text)))
+    # Line breaks stay in the message, encoded: the runner decodes %0A back to a newline
+    # inside the annotation, and no raw newline can start a new workflow command.
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def github_property(value: Any) -> str:
+    """A property value of a workflow command (``title=VALUE``)."""
+    return github_data(value).replace(":", "%3A").replace(",", "%2C")
+
+
+def xml(value: Any) -> str:
+    """Text XML 1.0 can carry (it forbids most control characters): like :func:`clean`, but
+    a stray control character shows as ``?`` rather than vanishing."""
+    text = value if isinstance(value, str) else str(value)
+    text = _LINE_BREAKS.sub(NEWLINE_MARK, _ESCAPES.sub("", text)).replace("\t", " ")
+    return re.sub("[\x00-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]", "?", _BIDI.sub("", text))
+
+
+def clean_deep(obj: Any) -> Any:
+    """``obj`` with every string (keys too) of nested dicts and lists :func:`clean`-ed."""
+    if isinstance(obj, str):
+        return clean(obj)
+    if isinstance(obj, dict):
+        return {clean_deep(k) if isinstance(k, str) else k: clean_deep(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [clean_deep(v) for v in obj]
+    return obj
