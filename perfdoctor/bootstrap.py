@@ -25,6 +25,7 @@ and a results JSON written before the process ends, so the bundle stays readable
 
 from __future__ import annotations
 
+import atexit
 import fnmatch
 import functools
 import importlib.util
@@ -36,6 +37,7 @@ import stat
 import sys
 import threading
 import time
+import traceback
 from dataclasses import dataclass
 from typing import Any
 
@@ -239,12 +241,20 @@ class Session:
         # A forked child of the program runs the program's code, not ours: it must leave
         # the parent's collection alone (its inherited profiler, the results file, the tick pipe).
         self.pid = os.getpid()
+        self.main_ident = threading.main_thread().ident
         self.disabled = False
+        self.inherited_profiler = False
+        self.profiler_used = False
         os.register_at_fork(after_in_child=self.forked)
 
     def forked(self) -> None:
         self.disabled = True
         self.progress_fd = None
+        # The torch profiler's library (Kineto) does not survive a fork: a child that exits
+        # normally hangs in its C++ exit-time destructors (seen: ~ConfigLoader waiting on a
+        # condition variable of the parent's Kineto thread). See leave_child().
+        # Its threads outlive a stopped profiler, so any profiler start before the fork counts.
+        self.inherited_profiler = self.profiler_used
         if self.modules is not None:
             self.modules.active = False
 
@@ -275,6 +285,8 @@ class Session:
             self.declarations[name] = None
         elif self.mode == "light" and not name.startswith("perfdoctor."):
             self.times.start(name)  # the light pass times every range: the step may be any
+            if threading.get_ident() != self.main_ident:
+                self.worker_steps[name] = self.worker_steps.get(name, 0) + 1
 
     def range_end(self, name: str) -> None:
         if self.disabled:
@@ -297,7 +309,7 @@ class Session:
         with self.lock:
             index = self.counts.get(name, 0)
             self.counts[name] = index + 1
-            if not on_main_thread():
+            if threading.get_ident() != self.main_ident:
                 self.worker_steps[name] = self.worker_steps.get(name, 0) + 1
             if self.window_state == "before" and index == self.warmup:
                 self.window_name = name
@@ -405,6 +417,7 @@ class Session:
             except (ImportError, TypeError):  # an older torch: the main thread only
                 pass
         self.profiler = profile(activities=activities, record_shapes=True, **extra)
+        self.profiler_used = True
         self.profiler.start()
         self.mark_clock()
         self.redeclare()
@@ -510,6 +523,10 @@ def module_class_path(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+class _Depth(threading.local):
+    depth = 0  # module calls open on this thread (counted up to the depth that matters)
+
+
 class ModuleSteps:
     """``torch.nn.Module.__call__``, wrapped thinly: a program with no step markers at all
     has as its step the outermost repeating module call (metrics.md, "Automatic step").
@@ -518,7 +535,9 @@ class ModuleSteps:
     0 and 1 are timed like steps (host start, CUDA events at start and end), keyed by the
     class (``LlamaForCausalLM.forward``); deeper calls (a transformer layer) only count the
     depth. A forward hook would be simpler but sends every module call down torch's slow
-    path; this wrapper costs a function call and a thread-local read per call. It removes
+    path (measured on a small CPU box, a 211-module tree of no-op modules: 1.4 us per call
+    plain, +1.6 us with a no-op global forward hook, +0.45 us with this wrapper, timing of
+    depth 0 and 1 included; a deeper call costs one thread-local read and a call). It removes
     itself as soon as a range or perfdoctor step repeats (that is the step, then).
 
     Traced passes (``mark``): the calls of one class at one depth become a perfdoctor region
@@ -534,24 +553,22 @@ class ModuleSteps:
         self.session = session
         self.module_class = torch.nn.Module
         self.original = torch.nn.Module.__call__
-        self.local = threading.local()
+        self.local = _Depth()
         self.active = True
         self.classes: dict[str, str] = {}  # step name -> module.Class
         self.times = [StepTimes(session.timer) for _ in range(self.DEPTHS)]
         self.names: dict[type, str] = {}
         original, local, times, names, classes = self.original, self.local, self.times, self.names, self.classes
+        deepest = self.DEPTHS
         this = self
 
         if mark is None:
 
             def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
-                depth = getattr(local, "depth", 0)
-                if depth >= this.DEPTHS or not this.active:
-                    local.depth = depth + 1
-                    try:
-                        return original(module, *args, **kwargs)
-                    finally:
-                        local.depth = depth
+                depth = local.depth
+                if depth >= deepest:
+                    # Inside a depth-1 call every call is deeper still: nothing to count.
+                    return original(module, *args, **kwargs)
                 cls = type(module)
                 name = names.get(cls)
                 if name is None:
@@ -571,7 +588,9 @@ class ModuleSteps:
             region = api.region
 
             def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
-                depth = getattr(local, "depth", 0)
+                depth = local.depth
+                if depth > step_depth:
+                    return original(module, *args, **kwargs)
                 local.depth = depth + 1
                 try:
                     if depth == step_depth and this.active and module_class_path(type(module)) == path:
@@ -869,6 +888,28 @@ def install_signals(session: Session) -> None:
         signal.signal(signal.SIGINT, on_int)
 
 
+def leave_child(code: Any) -> None:
+    """End a forked child of a traced program the way ``sys.exit(code)`` would, minus the C
+    exit handlers: the program's ``atexit`` functions run and its output is flushed, then
+    ``os._exit`` skips the inherited profiler's destructors, which hang in a child."""
+    if code is None:
+        status = 0
+    elif isinstance(code, int):
+        status = code
+    else:
+        print(code, file=sys.stderr)
+        status = 1
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001, S110 - a closed stream: nothing to flush
+                pass
+        os._exit(status & 0xFF)
+
+
 def main(argv: list[str]) -> None:
     if len(argv) < 3:
         raise SystemExit("usage: python -m perfdoctor.bootstrap CONFIG.json (SCRIPT | -m MODULE) [ARGS...]")
@@ -900,15 +941,23 @@ def main(argv: list[str]) -> None:
         run_target(target)
     except Terminated:
         terminated = True
-    except SystemExit:
+    except SystemExit as exc:
+        if session.inherited_profiler and os.getpid() != session.pid:
+            leave_child(exc.code)
         raise  # the program's own exit status, whatever it is
     except BaseException as exc:
+        if session.inherited_profiler and os.getpid() != session.pid:
+            traceback.print_exc()
+            leave_child(1)
         session.program_error = f"{type(exc).__name__}: {exc}"[:500]
         raise
     finally:
-        on_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # let the export finish
-        session.finish()
-        signal.signal(signal.SIGINT, on_int)
+        if os.getpid() == session.pid:
+            on_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # let the export finish
+            session.finish()
+            signal.signal(signal.SIGINT, on_int)
+    if session.inherited_profiler and os.getpid() != session.pid:
+        leave_child(0)
     if terminated:
         # Die of SIGTERM like the program would have, so the exit status says so.
         signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -834,7 +834,7 @@ def run_command(
     except OSError as exc:
         # The bundle folder cannot be made or written (read-only, --out is a file, disk full).
         where = f": {exc.filename}" if exc.filename else ""
-        raise UsageError(f"cannot write the run bundle ({exc.strerror or exc}){where}") from None
+        raise UsageError(f"cannot write the run bundle in {options.out} ({exc.strerror or exc}){where}") from None
     if not quiet:
         console.print(f"bundle written: {bundle}\nnext: perfdoctor analyze {bundle}", highlight=False)
     raise typer.Exit(code)
