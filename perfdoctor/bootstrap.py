@@ -72,6 +72,9 @@ class GpuClock:
     def __init__(self, torch: Any) -> None:
         self.torch = torch
         self.pool: list[Any] = []
+        # The C function behind torch.cuda.is_current_stream_capturing(), without its
+        # Python wrapper: it runs twice per step.
+        self.capturing_now = getattr(torch._C, "_cuda_isCurrentStreamCapturing", torch.cuda.is_current_stream_capturing)
         self.ref = torch.cuda.Event(enable_timing=True)
         # The first record creates the CUDA event. Done before t0 is read: on the H200 that
         # creation put the reference ~58 us late, and every light-pass step 58 us short.
@@ -79,6 +82,11 @@ class GpuClock:
         torch.cuda.synchronize()
         self.t0_ns = time.perf_counter_ns()
         self.ref.record()
+
+    def capturing(self) -> bool:
+        """The current stream is capturing a CUDA graph: an event recorded now would be a
+        graph node, not a time (and querying one would fail the capture)."""
+        return bool(self.capturing_now())
 
     def mark(self) -> Any:
         event = self.pool.pop() if self.pool else self.torch.cuda.Event(enable_timing=True)
@@ -95,11 +103,14 @@ class GpuClock:
         """Turn the completed events of ``marks[first:]`` into host ns; returns the index of
         the first one still pending (events on one stream complete in order)."""
         for i in range(first, len(marks)):
-            if not isinstance(marks[i], int):
+            if not isinstance(marks[i], (int, str)):
                 if not marks[i].query():
                     return i
                 marks[i] = self.resolve(marks[i])
         return len(marks)
+
+
+CAPTURED = "captured"  # a step mark taken while the stream was capturing a CUDA graph
 
 
 class Timer:
@@ -117,8 +128,23 @@ class Timer:
         if self.clock is None:
             torch = sys.modules.get("torch")
             if torch is not None and torch.cuda.is_initialized():
+                if torch.cuda.is_current_stream_capturing():
+                    return None  # no synchronize() inside a capture: the next mark sets it up
                 self.clock = GpuClock(torch)
         return self.clock
+
+    def mark(self, host_ns: int) -> Any:
+        """What a step records now: a CUDA event; the host time before the program uses
+        CUDA; CAPTURED inside a CUDA graph capture."""
+        clock = self.clock or self.gpu_clock()
+        if clock is None:
+            torch = sys.modules.get("torch")
+            if torch is not None and torch.cuda.is_initialized():
+                return CAPTURED  # CUDA is up but capturing: gpu_clock() declined
+            return host_ns
+        if clock.capturing():
+            return CAPTURED
+        return clock.mark()
 
     def ended(self) -> None:
         self.unsettled += 1
@@ -147,27 +173,26 @@ class StepTimes:
 
     def start(self, name: str) -> None:
         now = time.perf_counter_ns()
-        clock = self.timer.clock or self.timer.gpu_clock()
         if name not in self.host:
             self.host[name], self.gpu_start[name], self.gpu_end[name] = [], [], []
             self.done[name] = [0, 0]
         self.host[name].append(now)
-        self.gpu_start[name].append(now if clock is None else clock.mark())
+        self.gpu_start[name].append(self.timer.mark(now))
 
     def end(self, name: str) -> None:
-        clock = self.timer.clock or self.timer.gpu_clock()
         ends = self.gpu_end.get(name)
         if ends is None:
             return  # an end without a start (a range opened before the hooks)
-        ends.append(time.perf_counter_ns() if clock is None else clock.mark())
-        if clock is not None:
+        mark = self.timer.mark(time.perf_counter_ns())
+        ends.append(mark)
+        if not isinstance(mark, (int, str)):
             self.timer.ended()
 
     def count(self, name: str) -> int:
         return len(self.gpu_end.get(name, ()))
 
     def settle(self, clock: GpuClock) -> None:
-        for name, done in self.done.items():
+        for name, done in list(self.done.items()):  # another thread may add a name meanwhile
             done[0] = clock.settle(self.gpu_start[name], done[0])
             done[1] = clock.settle(self.gpu_end[name], done[1])
 
@@ -185,10 +210,12 @@ class StepTimes:
         try:
             for name, host in self.host.items():
                 n = min(len(host), len(self.gpu_end[name]))
+                # A step inside a CUDA graph capture ran no work: it is not a step.
+                keep = [i for i in range(n) if self.gpu_start[name][i] is not CAPTURED and self.gpu_end[name][i] is not CAPTURED]
                 out[name] = {
-                    "host_start_ns": host[:n],
-                    "gpu_start_ns": [ns(v) for v in self.gpu_start[name][:n]] if clock is not None else None,
-                    "gpu_end_ns": [ns(v) for v in self.gpu_end[name][:n]],
+                    "host_start_ns": [host[i] for i in keep],
+                    "gpu_start_ns": [ns(self.gpu_start[name][i]) for i in keep] if clock is not None else None,
+                    "gpu_end_ns": [ns(self.gpu_end[name][i]) for i in keep],
                 }
         except Exception as exc:  # noqa: BLE001 - said in the manifest
             return out, f"{type(exc).__name__}: {exc}"
