@@ -283,7 +283,7 @@ class Session:
         # Its threads outlive a stopped profiler, so any profiler start before the fork counts.
         self.inherited_profiler = self.profiler_used
         if self.modules is not None:
-            self.modules.active = False
+            self.modules.uninstall()
 
     def matches(self, name: str) -> bool:
         return self.pattern is not None and (name == self.pattern or fnmatch.fnmatchcase(name, self.pattern))
