@@ -6,9 +6,10 @@ The program is tests/programs/gpu_decode.py, which times its own steps (perf_cou
 each step, after its synchronize). For each size (GPU-bound "gpu", DRAM-heavy but host-paced
 "big", launch-bound "small") and trial, in a shuffled order so drift hits every mode alike, three processes:
   - `alone`: the program with no perfdoctor at all;
-  - `light`: `perfdoctor run --collect torch` (the default kind of run: the light pass gets
-    no NVML sampler because the tracing pass samples NVML);
-  - `light+nvml`: `perfdoctor run --collect nvml` (the light pass samples NVML and GPM).
+  - `light`: `perfdoctor run --collect torch` (without nvml selected the light pass has no
+    NVML sampler beside it);
+  - `light+nvml`: `perfdoctor run --collect nvml` (the light pass samples NVML and GPM, as
+    it does in a default run since issue 19).
 Per process the median step time after --warmup steps: the light pass's own measurement and
 the program's own timer in the same process. The table gives the median over trials and the
 range, and each ratio against `alone`, so the light pass's error (light vs same process) and

@@ -6,7 +6,8 @@
       raw/              the tools' own outputs, per pass:
         <pass>.config.json  what the bootstrap was asked to do (pass, window, step)
         <pass>.json       what it saw: step counts, the window, the clock-sync point;
-                          light.json also every step's [start, end] in ns
+                          light.json also, per step name, every step's host start, GPU
+                          start and GPU end in ns ("series"; "spans_ns" in older bundles)
         <pass>.log        the program's (and the tool's) output, for all but the first pass
         torch-trace.json.gz   Kineto trace of the --warmup/--steps window
         nsys.nsys-rep, nsys.sqlite    Nsight Systems report and its SQLite export

@@ -39,12 +39,19 @@ import typer
 from rich.console import Console
 
 from perfdoctor import bundle as bundles
+from perfdoctor import steady
 from perfdoctor.collectors import ncu, nsys_run, nvml
 from perfdoctor.errors import UsageError
 
 COLLECTORS = ("torch", "nvml", "nsys", "ncu")
 PASSES = ("light", "torch", "nsys", "ncu")
 TAIL_CHARS = 2000
+DEFAULT_WARMUP = 1  # steps skipped before the traced window when no light pass found the steady state
+# Below this many steps the scout does not move the window: the reference steady_start
+# compares against (the median of the second half) then rests on four steps or fewer, and a
+# noisy loop (an 8-step CPU loop on a shared machine put its steady start anywhere in 0-4
+# over three runs) would move the window at random.
+SCOUT_MIN_STEPS = 10
 
 
 @dataclass
@@ -54,7 +61,7 @@ class RunOptions:
     target: list[str]  # ["script.py", *args] or ["-m", "module", *args]
     collect: list[str] | None = None  # None: every available collector
     light: bool = True
-    warmup: int = 1
+    warmup: int | None = None  # None: the light pass's steady-state start (DEFAULT_WARMUP without it)
     steps: int = 10  # 0: every step after the warm-up
     step: str | None = None
     step_fn: str | None = None
@@ -64,6 +71,7 @@ class RunOptions:
     ncu_kernels: int = 2000
     nvml_interval_ms: int = 50
     quiet: bool = False
+    tokens_per_step: float | None = None
 
 
 @dataclass
@@ -108,10 +116,6 @@ def availability() -> dict[str, str | None]:
 # --- the step of the light pass -----------------------------------------------------------
 
 
-def latencies_ms(spans: dict[str, list[list[int]]]) -> dict[str, list[float]]:
-    return {name: [round((e - s) / 1e6, 6) for s, e in pairs] for name, pairs in spans.items()}
-
-
 def choose_step(latency_ms: dict[str, list[float]], api_counts: dict[str, int], pattern: str | None) -> str | None:
     """The step name: the most frequent name matching ``--step``; else the most frequent
     perfdoctor API / ``--step-fn`` step; else the most frequent range seen at least twice
@@ -126,31 +130,137 @@ def choose_step(latency_ms: dict[str, list[float]], api_counts: dict[str, int], 
     return max(names, key=lambda n: len(latency_ms[n]), default=None)
 
 
-def window(values: list[Any], options: RunOptions) -> list[Any]:
-    """The ``--warmup``/``--steps`` window of a per-step list: the steps the trace covers."""
-    return values[options.warmup : options.warmup + options.steps if options.steps else None]
+def choose_module(modules: dict[str, dict[str, Any]]) -> tuple[int, str] | None:
+    """The outermost repeating module call: the shallowest depth (0, then 1) whose most
+    frequent class completed at least two calls, and that class. Depth 1 wins only when no
+    depth-0 call repeats (a wrapper module whose one call runs the whole loop)."""
+    for depth in sorted(modules, key=int):
+        counts = {name: len(s["gpu_end_ns"]) for name, s in modules[depth].items()}
+        name = max(counts, key=lambda n: counts[n], default=None)  # ties: the first seen
+        if name is not None and counts[name] >= 2:
+            return int(depth), name
+    return None
+
+
+def step_series(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per name, the light pass's step series; from the ``spans_ns`` of older bundles too."""
+    if "series" in results:
+        return results["series"] or {}
+    return {
+        name: {"host_start_ns": [s for s, _ in pairs], "gpu_start_ns": None, "gpu_end_ns": [e for _, e in pairs]}
+        for name, pairs in (results.get("spans_ns") or {}).items()
+    }
+
+
+def find_step(results: dict[str, Any], options: RunOptions) -> tuple[str | None, str | None, dict[str, Any] | None]:
+    """(step name, how it was found, the module step) from the light pass's results."""
+    series = step_series(results)
+    counts = {name: s["gpu_end_ns"] for name, s in series.items()}
+    api_counts = results.get("step_counts") or {}
+    name = choose_step(counts, api_counts, options.step)
+    if name is not None:
+        if options.step is not None:
+            return name, "--step", None
+        if options.step_fn is not None:
+            return name, "--step-fn", None
+        return name, ("perfdoctor.region" if name in api_counts else "range"), None
+    if options.step is None and options.step_fn is None:
+        found = choose_module(results.get("modules") or {})
+        if found is not None:
+            depth, name = found
+            path = (results.get("module_classes") or {}).get(name, name)
+            series[name] = results["modules"][str(depth)][name]
+            results["series"] = series
+            return name, f"module: {name.removesuffix('.forward')}", {"name": name, "depth": depth, "class": path}
+    return None, None, None
 
 
 def light_summary(results: dict[str, Any], options: RunOptions) -> dict[str, Any]:
-    """``meta.light_pass`` from the light pass's results."""
-    latency = latencies_ms(results.get("spans_ns") or {})
-    name = choose_step(latency, results.get("step_counts") or {}, options.step)
+    """``manifest.light_pass`` from the light pass's results: the scout's report.
+
+    The step (and how it was found), its critical-path times, where its steady state starts
+    (:func:`perfdoctor.steady.steady_start`) and the warm-up the traced passes skip: the
+    user's ``--warmup`` when given, else the steady state's start.
+    """
+    name, how, module = find_step(results, options)
+    clock = results.get("step_end_clock")
     summary: dict[str, Any] = {
         "step_name": name,
+        "how": how,
+        "step_end_clock": clock,
         "timing": (
-            "host start to the end of the step's GPU work (a CUDA event, no sync added), no tracer"
-            if results.get("step_end_clock") == "cuda-event"
+            "critical path per step: end of its GPU work minus the later of its host start and the previous "
+            "step's GPU end (CUDA events, no sync added), no tracer"
+            if clock == "cuda-event"
             else "host start to host end (the program used no GPU), no tracer"
         ),
-        "step_latency_ms": window(latency[name], options) if name else [],
-        "steps_seen": len(latency[name]) if name else 0,
-        "warmup": options.warmup,
+        "steps_seen": 0,
+        "warmup_explicit": options.warmup is not None,
     }
+    if module is not None:
+        summary["module"] = module
     if name is None:
-        summary["reason"] = "no step seen (annotate with perfdoctor.region, or pass --step / --step-fn)"
+        summary["reason"] = (
+            "no step seen (annotate with perfdoctor.region, or pass --step / --step-fn; no record_function/NVTX "
+            "range and no torch.nn.Module call repeated)"
+        )
+        summary.update(steady_start=0, steady_reason="no step", warmup=options.warmup or 0, step_latency_ms=[])
+    else:
+        s = results["series"][name]
+        cp = steady.critical_path_ns(s["host_start_ns"], s["gpu_end_ns"])
+        found = steady.steady_start(cp)
+        if options.warmup is not None:
+            warmup, why = options.warmup, "--warmup"
+        elif len(cp) >= SCOUT_MIN_STEPS:
+            warmup, why = found.start, "the steady state's start"
+        else:
+            warmup, why = DEFAULT_WARMUP, f"fewer than {SCOUT_MIN_STEPS} steps: too few to place the window by the steady state"
+        summary["warmup_reason"] = why
+        summary.update(
+            steps_seen=len(cp),
+            steady_start=found.start,
+            steady_reason=found.reason,
+            warmup=warmup,
+            step_latency_ms=[round(v / 1e6, 6) for v in cp[warmup:].tolist()],
+        )
+        threads = (results.get("worker_steps") or {}).get(name, 0)
+        summary["step_thread"] = "worker" if threads else "main"
+    if options.tokens_per_step is not None:
+        summary["declared"] = {"tokens": options.tokens_per_step, "source": "--tokens-per-step"}
+    elif name is not None and (results.get("declared") or {}).get(name):
+        summary["declared"] = {**results["declared"][name], "source": "the program"}
     if results.get("timing_error"):
         summary["timing_error"] = results["timing_error"]
     return summary
+
+
+def steady_steps(results: dict[str, Any], light: dict[str, Any]) -> list[tuple[int, int]]:
+    """The critical-path interval of every steady step: ``[max(h[k], g[k-1]), g[k]]`` from
+    the light pass's warm-up on (the time the steps occupied; pauses between them are not in it)."""
+    name = light.get("step_name")
+    if name is None:
+        return []
+    s = results["series"][name]
+    h, g = s["host_start_ns"], s["gpu_end_ns"]
+    first = light["warmup"]
+    return [(max(h[k], g[k - 1]) if k else h[k], g[k]) for k in range(first, len(g))]
+
+
+def steady_counters(samples_file: Path, steps: list[tuple[int, int]]) -> tuple[dict[str, Any], str | None]:
+    """``light_pass.counters``: each GPM metric over exactly the steady steps (see
+    :func:`perfdoctor.collectors.nvml.steps_mean`); plus why there are none."""
+    if not steps:
+        return {}, "no steady steps"
+    if not samples_file.exists():
+        return {}, "the light pass had no NVML sampler"
+    intervals = nvml.read_intervals(samples_file)
+    if not intervals:
+        return {}, "no GPM samples (GPM unsupported here, or the pass ended before two samples)"
+    out = {}
+    for metric in ("dram_bw_util", "sm_occupancy", "sm_util"):
+        if metric in intervals:
+            out[metric] = {"source": "nvml-gpm", **nvml.steps_mean(intervals[metric], steps)}
+    return out, None
 
 
 # --- running one pass -----------------------------------------------------------------------
@@ -356,7 +466,7 @@ def execute(options: RunOptions, console: Console) -> tuple[int, Path]:
     runner.manifest["target_exit_code"] = first
     runner.manifest["status"] = "interrupted" if runner.interrupted else "done"
     runner.manifest["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    runner.manifest["step"] = options.step or (runner.manifest.get("light_pass") or {}).get("step_name") or next(
+    runner.manifest["step"] = (runner.manifest.get("light_pass") or {}).get("step_name") or options.step or next(
         (p["window_step"] for p in passes if p["window_step"]), None
     )
     runner.save()
@@ -369,7 +479,13 @@ def run_passes(runner: Runner, selected: list[str], reasons: dict[str, str | Non
     use_nvml = "nvml" in selected and reasons["nvml"] is None
     interval = options.nvml_interval_ms / 1000
     nvml_ok = False
-    base = {"warmup": options.warmup, "steps": options.steps, "step": options.step, "step_fn": options.step_fn}
+    base: dict[str, Any] = {
+        "warmup": options.warmup if options.warmup is not None else DEFAULT_WARMUP,
+        "steps": options.steps,
+        "step": options.step,
+        "step_fn": options.step_fn,
+        "tokens_per_step": options.tokens_per_step,
+    }
     windowed = options.step is not None or options.step_fn is not None
 
     def sampler(pass_name: str, gpm: bool = True) -> nvml.Sampler | None:
@@ -390,6 +506,8 @@ def run_passes(runner: Runner, selected: list[str], reasons: dict[str, str | Non
                 "seconds": result.seconds,
                 "steps": result.steps,
                 "window_step": result.results.get("window_step"),
+                **({"program_error": result.results["program_error"]} if result.results.get("program_error") else {}),
+                **({"trace_scope": result.results["trace_scope"]} if result.results.get("trace_scope") else {}),
             }
         )
         if collector is not None:
@@ -401,28 +519,45 @@ def run_passes(runner: Runner, selected: list[str], reasons: dict[str, str | Non
         if runner.interrupted:
             break
         if pass_name == "light":
-            # Measured on the H200: a program ran 10-40 % slower with the NVML sampler beside
-            # it than alone, so the light pass (the unperturbed timing) samples NVML only when
-            # no tracing pass will (--collect without torch and nsys).
-            traced = any(p in planned for p in ("torch", "nsys"))
-            s = None if traced else sampler("light")
+            # The light pass samples NVML (and GPM) in perfdoctor's own process: measured on
+            # the H200, the program ran as fast with the sampler beside it as without.
+            s = sampler("light")
             result = runner.run_pass("light", [], {**base, "windowed": windowed}, s)
             light = light_summary(result.results, options)
             manifest["light_pass"] = light
+            if "modules" in result.results and light.get("module"):
+                # the chosen module call's series joins the named steps, where readers look
+                bundles.write_json_atomic(raw / "light.json", result.results)
             if light["step_name"] is not None:
                 ms = sorted(light["step_latency_ms"])
                 p50 = f", p50 {ms[len(ms) // 2]:.3f} ms" if ms else ""
-                runner.say(f"light pass: step {light['step_name']!r} seen {light['steps_seen']} times{p50}")
+                runner.say(
+                    f"light pass: step {light['step_name']!r} ({light['how']}) seen {light['steps_seen']} times, "
+                    f"steady from step {light['steady_start']}{p50}"
+                )
             light["nvml_sampled"] = s is not None
             if s is not None:
-                light["nvml_means"] = window_means(raw / "nvml-light.jsonl", result.results, light.get("step_name"), options)
+                steps = steady_steps(result.results, light)
+                light["counters"], reason = steady_counters(raw / "nvml-light.jsonl", steps)
+                if reason:
+                    light["counters_reason"] = reason
+                light["gpm_interval_ms"] = round(s.gpm_interval_s * 1e3, 3) if s.gpm else None
+                light["nvml_means"] = window_means(raw / "nvml-light.jsonl", steps)
                 nvml_ok = nvml_ok or s.error is None
                 if s.error:
                     manifest.setdefault("nvml_errors", []).append(f"light: {s.error}")
-            if options.step is None and light["step_name"] is not None:
-                # The later passes window on the step the light pass found.
+            else:
+                light["counters"] = {}
+                light["counters_reason"] = "no NVML sampler in the light pass (nvml not selected or unavailable)"
+            if light["step_name"] is not None:
+                # The later passes window on the step the light pass found, inside its steady state.
                 base["step"] = light["step_name"]
+                base["warmup"] = light["warmup"]
+                base["step_thread"] = light.get("step_thread")
+                if light.get("module"):
+                    base["module_step"] = light["module"]
                 windowed = True
+            runner.save()
             record(result, None)
         elif pass_name == "torch":
             trace = raw / bundles.TORCH_TRACE
@@ -431,7 +566,7 @@ def run_passes(runner: Runner, selected: list[str], reasons: dict[str, str | Non
             nvml_ok = nvml_ok or (s is not None and s.error is None)
             if s is not None and s.error:
                 manifest.setdefault("nvml_errors", []).append(f"torch: {s.error}")
-            record(result, "torch", torch_status(result, trace), files=[str(trace.relative_to(runner.bundle))])
+            record(result, "torch", torch_status(result, trace, runner.interrupted), files=[str(trace.relative_to(runner.bundle))])
         elif pass_name == "nsys":
             run_nsys(runner, base, windowed, sampler("nsys", gpm=False), record)
         elif pass_name == "ncu":
@@ -450,15 +585,37 @@ def run_passes(runner: Runner, selected: list[str], reasons: dict[str, str | Non
         runner.save()
 
 
-def torch_status(result: PassResult, trace: Path) -> str:
+def program_failure(result: PassResult, interrupted: int | None = None) -> str | None:
+    """Why a pass is not "ok" whatever its tool wrote: the program exited non-zero, died of a
+    signal, or raised; None when it ran to a clean end, or when it stopped because the user
+    stopped the run (``interrupted``: the signal perfdoctor run got and passed on)."""
+    code = result.exit_code
+    error = result.results.get("program_error")
+    if interrupted and code in (-interrupted, 128 + interrupted):
+        return None
+    if interrupted == signal.SIGINT and error and error.startswith("KeyboardInterrupt"):
+        return None
+    if code is None:
+        return result.stderr_tail[-300:] or "the program did not start"
+    if code < 0:
+        return f"the program was killed by signal {-code}"
+    if code != 0:
+        return f"the program exited {code}" + (f" ({error})" if error else "")
+    return None
+
+
+def torch_status(result: PassResult, trace: Path, interrupted: int | None = None) -> str:
     r = result.results
+    failure = program_failure(result, interrupted)
     if r.get("trace_error"):
         return f"failed: {r['trace_error']}"
     if trace.exists():
-        return "ok"
+        return f"failed: {failure} (a trace was written)" if failure else "ok"
     if r and r.get("window_state") == "before" and not r.get("whole_program"):
         return f"failed: no step reached the window (warmup {r.get('window_step')!r}: {r.get('step_counts')})"
-    return f"failed: no trace written (exit {result.exit_code}); stderr: {result.stderr_tail[-500:]}"
+    if failure:
+        return f"failed: {failure}, no trace written; output: {result.stderr_tail[-500:]}"
+    return f"failed: no trace written (exit {result.exit_code}); output: {result.stderr_tail[-500:]}"
 
 
 def run_nsys(runner: Runner, base: dict[str, Any], windowed: bool, sampler: nvml.Sampler | None, record: Any) -> None:
@@ -471,11 +628,15 @@ def run_nsys(runner: Runner, base: dict[str, Any], windowed: bool, sampler: nvml
     result = runner.run_pass("nsys", wrapper, {**base, "windowed": windowed, "capture_range": windowed}, sampler)
     rep = report.with_suffix(".nsys-rep")
     if not rep.exists():
-        record(result, "nsys", f"failed: no report written; stderr: {result.stderr_tail[-800:]}")
+        record(result, "nsys", f"failed: no report written; output: {result.stderr_tail[-800:]}")
         return
     export = nsys_run.export_command(nsys, rep, sqlite)
     done = subprocess.run(export, capture_output=True, text=True)
-    status = "ok" if done.returncode == 0 and sqlite.exists() else f"failed: nsys export: {(done.stderr or done.stdout)[-800:]}"
+    failure = program_failure(result, runner.interrupted)
+    if done.returncode != 0 or not sqlite.exists():
+        status = f"failed: nsys export: {(done.stderr or done.stdout)[-800:]}"
+    else:
+        status = f"failed: {failure} (a report was written)" if failure else "ok"
     record(result, "nsys", status, export_command=export, files=[str(p.relative_to(runner.bundle)) for p in (rep, sqlite) if p.exists()])
 
 
@@ -497,19 +658,20 @@ def run_ncu(runner: Runner, base: dict[str, Any], record: Any) -> None:
         tail = (csv.read_text(errors="replace")[-800:] if csv.exists() else "") or result.stderr_tail[-800:]
         record(result, "ncu", f"failed: no kernel profiled; {tail}")
         return
-    record(result, "ncu", "ok", files=[str(csv.relative_to(runner.bundle))], kernels=int(counters["correlation"].nunique()))
+    failure = program_failure(result, runner.interrupted)
+    status = f"failed: {failure} (counters were written)" if failure else "ok"
+    record(result, "ncu", status, files=[str(csv.relative_to(runner.bundle))], kernels=int(counters["correlation"].nunique()),
+           step_index=config["warmup"])
 
 
-def window_means(samples_file: Path, results: dict[str, Any], step: str | None, options: RunOptions) -> dict[str, Any]:
-    """Mean of each NVML metric over the light pass's steps after the warm-up (all of them,
-    not just --steps: GPM samples come every ~0.1 s, longer than a few steps), so counters
-    like GPM DRAM bandwidth are also known for the run no tracer slowed down. perf_counter
-    and the sampler's CLOCK_MONOTONIC are the same clock on Linux."""
-    spans = ((results.get("spans_ns") or {}).get(step or "", []))[options.warmup :]
-    if not samples_file.exists() or not spans:
+def window_means(samples_file: Path, steps: list[tuple[int, int]]) -> dict[str, Any]:
+    """Plain mean of each NVML metric's samples stamped inside the steady steps' span (kept
+    for readers of perfdoctor 0.1 bundles; ``counters`` is the time-weighted GPM value).
+    perf_counter and the sampler's CLOCK_MONOTONIC are the same clock on Linux."""
+    if not samples_file.exists() or not steps:
         return {}
     table = nvml.read_samples(samples_file)
-    inside = table[(table["time_ns"] >= spans[0][0]) & (table["time_ns"] <= spans[-1][1])]
+    inside = table[(table["time_ns"] >= steps[0][0]) & (table["time_ns"] <= steps[-1][1])]
     return {
         metric: {"mean": float(group["value"].mean()), "samples": int(len(group)), "source": str(group["source"].iloc[0])}
         for metric, group in inside.groupby("metric")
@@ -563,6 +725,54 @@ def parse_target(args: list[str], module: bool) -> list[str]:
     return list(args)
 
 
+CHECK_IMPORT = """
+import importlib, importlib.util, sys
+sys.path[0] = sys.argv[1]
+kind, name, attr = sys.argv[2:5]
+try:
+    spec = importlib.util.find_spec(name)
+except (ImportError, ValueError) as exc:
+    print(f"{type(exc).__name__}: {exc}"); sys.exit(1)
+if spec is None:
+    print(f"no module named {name}"); sys.exit(1)
+if kind == "attr":
+    try:
+        obj = importlib.import_module(name)
+    except BaseException as exc:
+        print(f"importing {name} failed: {type(exc).__name__}: {exc}"); sys.exit(1)
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            print(f"{name} has no attribute {attr}"); sys.exit(1)
+        obj = getattr(obj, part)
+"""
+
+
+def check_importable(target: list[str], step_fn: str | None) -> None:
+    """Before anything runs: ``-m MODULE`` names a module Python can find, and ``--step-fn
+    module:function`` (other than the program itself) names an importable module with that
+    attribute. Checked in a separate interpreter with the program's ``sys.path[0]`` (its
+    folder, or the working directory for ``-m``), so importing the user's module neither
+    slows nor changes perfdoctor's own process."""
+    path0 = os.getcwd() if target[0] == "-m" else os.path.dirname(os.path.abspath(target[0]))
+    checks: list[tuple[str, str, str, str]] = []
+    if target[0] == "-m":
+        checks.append(("spec", target[1], "", f"-m {target[1]}"))
+    if step_fn is not None:
+        mod, _, attr = step_fn.partition(":")
+        own = target[1] if target[0] == "-m" else Path(target[0]).stem
+        if mod not in ("__main__", own):
+            checks.append(("attr", mod, attr, f"--step-fn {step_fn}"))
+    for kind, name, attr, what in checks:
+        try:
+            done = subprocess.run([sys.executable, "-c", CHECK_IMPORT, path0, kind, name, attr],
+                                  capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise UsageError(f"{what}: could not be checked ({exc})") from None
+        if done.returncode != 0:
+            why = (done.stdout.strip().splitlines() or done.stderr.strip().splitlines() or ["not importable"])[-1]
+            raise UsageError(f"{what}: {why}")
+
+
 def parse_collect(text: str | None) -> list[str] | None:
     if text is None:
         return None
@@ -578,7 +788,7 @@ def run_command(
     module: bool = typer.Option(False, "-m", help="Run a module, as python -m MODULE ARGS... (the first argument is the module)."),
     collect: Optional[str] = typer.Option(None, "--collect", help="Collectors, comma-separated from torch,nvml,nsys,ncu. Default: every one available here."),
     light: bool = typer.Option(True, "--light/--no-light", help="Run the light timing pass (no tracer) first."),
-    warmup: int = typer.Option(1, "--warmup", min=0, help="Steps to let run before tracing starts."),
+    warmup: Optional[int] = typer.Option(None, "--warmup", min=0, help="Steps to let run before tracing starts. Default: where the light pass found the steady state to start (1 without a light pass)."),
     steps: int = typer.Option(10, "--steps", min=0, help="Steps to trace (0: all after the warm-up)."),
     step: Optional[str] = typer.Option(None, "--step", help="Step range name or glob (record_function, NVTX or perfdoctor.region). Default: perfdoctor.region/step, --step-fn, else the most frequent range."),
     step_fn: Optional[str] = typer.Option(None, "--step-fn", help="module:function (or module:Class.method); every call is one step. Use __main__ for the script itself."),
@@ -588,6 +798,7 @@ def run_command(
     ncu_kernels: int = typer.Option(2000, "--ncu-kernels", min=1, help="At most this many kernels for Nsight Compute."),
     nvml_interval_ms: int = typer.Option(50, "--nvml-interval-ms", min=5, help="NVML sampling period."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
+    tokens_per_step: Optional[float] = typer.Option(None, "--tokens-per-step", min=0, help="Tokens each step makes, for tokens/s, when the program does not declare it (e.g. 1 for a Hugging Face generate step)."),
 ) -> None:
     """Profile a program as it is: perfdoctor run [OPTIONS] SCRIPT [ARGS]... or -m MODULE [ARGS]...
 
@@ -597,8 +808,10 @@ def run_command(
     """
     if step_fn is not None and (":" not in step_fn or not all(step_fn.partition(":")[::2])):
         raise UsageError(f"--step-fn {step_fn!r}: expected module:function")
+    target = parse_target(list(args or []), module)
+    check_importable(target, step_fn)
     options = RunOptions(
-        target=parse_target(list(args or []), module),
+        target=target,
         collect=parse_collect(collect),
         light=light,
         warmup=warmup,
@@ -611,11 +824,17 @@ def run_command(
         ncu_kernels=ncu_kernels,
         nvml_interval_ms=nvml_interval_ms,
         quiet=quiet,
+        tokens_per_step=tokens_per_step,
     )
     if not options.light and options.collect is not None and set(options.collect) <= {"nvml"}:
         raise UsageError("--no-light with only nvml collects nothing: keep the light pass or add a tracer")
     console = Console(stderr=True)
-    code, bundle = execute(options, console)
+    try:
+        code, bundle = execute(options, console)
+    except OSError as exc:
+        # The bundle folder cannot be made or written (read-only, --out is a file, disk full).
+        where = f": {exc.filename}" if exc.filename else ""
+        raise UsageError(f"cannot write the run bundle in {options.out} ({exc.strerror or exc}){where}") from None
     if not quiet:
         console.print(f"bundle written: {bundle}\nnext: perfdoctor analyze {bundle}", highlight=False)
     raise typer.Exit(code)

@@ -31,7 +31,7 @@ def perfdoctor_run(*args: str, cwd: Path, **kwargs) -> subprocess.CompletedProce
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run(
         [sys.executable, "-m", "perfdoctor.run", "--out", str(cwd / "runs"), *args],
-        capture_output=True, text=True, cwd=cwd, env=env, timeout=120, **kwargs,
+        capture_output=True, text=True, cwd=cwd, env=env, **{"timeout": 120, **kwargs},
     )
 
 
@@ -179,7 +179,9 @@ def test_module_target_and_exit_code_are_the_programs(tmp_path):
     bundle = only_bundle(tmp_path)
     m = manifest(bundle)
     assert (m["exit_code"], m["target_exit_code"], m["status"]) == (3, 3, "done")
-    assert m["collectors"]["torch"]["status"] == "ok"
+    # Issue 12: a pass whose program exited non-zero is not "ok" (it was "ok" before), though
+    # its trace is kept and the run's exit code stays the program's.
+    assert m["collectors"]["torch"]["status"].startswith("failed: the program exited 3")
     assert len(load_bundle(bundle).ranges) > 0
 
 
@@ -354,3 +356,168 @@ def test_calibrate_without_gpu_is_a_usage_error(tmp_path):
     result = CliRunner().invoke(app, [])
     assert isinstance(result.exception, UsageError)
     assert "no CUDA device" in str(result.exception)
+
+
+# --- issue 19: the light pass is the scout ----------------------------------------------
+
+
+def test_light_json_series_and_scout_keys(tmp_path):
+    # --collect nvml on a CPU-only machine: the light pass alone (NVML unavailable here).
+    done = perfdoctor_run("--collect", "nvml", str(PROGRAMS / "timed_steps.py"), "own.json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    bundle = only_bundle(tmp_path)
+    light = json.loads((bundle / "raw" / "light.json").read_text())
+    assert light["step_end_clock"] == "host"  # no CUDA: host times
+    s = light["series"]["decode_step"]
+    assert s["gpu_start_ns"] is None
+    assert len(s["host_start_ns"]) == len(s["gpu_end_ns"]) == 12
+    assert all(h < e for h, e in zip(s["host_start_ns"], s["gpu_end_ns"]))
+    assert "spans_ns" not in light
+    lp = manifest(bundle)["light_pass"]
+    assert (lp["step_name"], lp["how"], lp["steps_seen"], lp["warmup_explicit"], lp["step_thread"]) == (
+        "decode_step", "perfdoctor.region", 12, False, "main")
+    # The traced passes' warm-up is the steady state's start when not given.
+    assert lp["warmup"] == lp["steady_start"] and lp["steady_reason"]
+    assert len(lp["step_latency_ms"]) == 12 - lp["warmup"]
+    assert lp["counters"] == {} and lp["counters_reason"]
+
+
+def test_explicit_warmup_wins_over_the_scout(tmp_path):
+    done = perfdoctor_run("--collect", "nvml", "--warmup", "5", str(PROGRAMS / "timed_steps.py"), "own.json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lp = manifest(only_bundle(tmp_path))["light_pass"]
+    assert (lp["warmup"], lp["warmup_explicit"], len(lp["step_latency_ms"])) == (5, True, 7)
+
+
+def test_gpm_mean_over_exactly_the_steady_steps():
+    from perfdoctor.collectors.nvml import steps_mean
+
+    ms = 1_000_000
+    # GPM intervals of 100 ms: 0.1 during start-up, 0.8 while the steps run, NaN once.
+    intervals = [(0, 100 * ms, 0.1), (100 * ms, 200 * ms, 0.8), (200 * ms, 300 * ms, float("nan")),
+                 (300 * ms, 400 * ms, 0.8), (400 * ms, 500 * ms, 0.5)]
+    # Steps from 150 ms to 450 ms, with a pause (not a step) from 250 to 260 ms.
+    steps = [(150 * ms, 250 * ms), (260 * ms, 450 * ms)]
+    got = steps_mean(intervals, steps)
+    # 50 ms of 0.8, (NaN dropped), 100 ms of 0.8, 50 ms of 0.5
+    assert got["value"] == pytest.approx((50 * 0.8 + 100 * 0.8 + 50 * 0.5) / 200)
+    assert (got["samples"], got["dropped_nan"], got["start_ns"], got["end_ns"]) == (3, 1, 150 * ms, 450 * ms)
+    short = steps_mean(intervals, [(120 * ms, 180 * ms)])
+    assert short["value"] is None and "shorter than one GPM interval" in short["reason"]
+    nan = steps_mean([(0, 100 * ms, float("nan"))] * 2, [(0, 100 * ms)])
+    assert nan["value"] is None and nan["reason"] == "all 2 GPM samples over the steady steps returned NaN"
+
+
+@pytest.fixture(scope="module")
+def hf_run(tmp_path_factory):
+    """Hugging Face generate with no annotation at all: a tiny random Llama, on the CPU."""
+    pytest.importorskip("transformers")
+    cwd = tmp_path_factory.mktemp("hf")
+    done = perfdoctor_run("--tokens-per-step", "1", str(PROGRAMS / "hf_generate.py"), "--tokens", "12", "--runs", "2", cwd=cwd)
+    return done, only_bundle(cwd)
+
+
+def test_hf_generate_step_is_the_model_forward(hf_run):
+    done, bundle = hf_run
+    assert done.returncode == 0, done.stderr
+    tokens = int(done.stdout.split("tokens generated:")[1].split()[0])
+    assert tokens == 4 + 2 * 12
+    lp = manifest(bundle)["light_pass"]
+    assert (lp["step_name"], lp["how"]) == ("LlamaForCausalLM.forward", "module: LlamaForCausalLM")
+    assert lp["module"]["depth"] == 0 and lp["module"]["class"].endswith("modeling_llama.LlamaForCausalLM")
+    assert lp["steps_seen"] == tokens  # one step per generated token
+    assert lp["declared"] == {"tokens": 1.0, "source": "--tokens-per-step"}
+    light = json.loads((bundle / "raw" / "light.json").read_text())
+    assert len(light["series"]["LlamaForCausalLM.forward"]["gpu_end_ns"]) == tokens
+    # The torch pass marked those calls: the trace's step is the model forward, 10 of them.
+    m = manifest(bundle)
+    assert m["step"] == "LlamaForCausalLM.forward" and m["collectors"]["torch"]["status"] == "ok"
+    profile = load_bundle(bundle)
+    assert (profile.ranges["name"] == "LlamaForCausalLM.forward").sum() == 10
+    assert profile.meta["declared"] == {"LlamaForCausalLM.forward": {"tokens": 1.0}}
+
+
+def test_module_steps_choose_the_outermost_repeating_call():
+    from perfdoctor.run import choose_module
+
+    def series(n):
+        return {"host_start_ns": list(range(n)), "gpu_start_ns": None, "gpu_end_ns": list(range(1, n + 1))}
+
+    # A wrapper module whose one call runs the whole loop: its depth-1 call repeats.
+    assert choose_module({"0": {"Runner.forward": series(1)}, "1": {"Llama.forward": series(9), "Linear.forward": series(3)}}) == (1, "Llama.forward")
+    assert choose_module({"0": {"Llama.forward": series(9)}, "1": {"Linear.forward": series(18)}}) == (0, "Llama.forward")
+    assert choose_module({"0": {"Once.forward": series(1)}, "1": {}}) is None
+
+
+# --- issue 12: programs that are hard to run ----------------------------------------------
+
+
+def test_steps_on_a_worker_thread(tmp_path):
+    done = perfdoctor_run(str(PROGRAMS / "worker_steps.py"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    bundle = only_bundle(tmp_path)
+    m = manifest(bundle)
+    assert m["light_pass"]["step_thread"] == "worker"
+    assert m["collectors"]["torch"]["status"] == "ok", m["collectors"]["torch"]
+    assert "worker thread" in m["passes"][1]["trace_scope"]
+    assert metrics(bundle)["metrics"]["steps"]["value"] == 12  # the whole program: every step
+
+
+def test_forking_program_neither_hangs_nor_mixes_results(tmp_path):
+    done = perfdoctor_run(str(PROGRAMS / "forker.py"), cwd=tmp_path, timeout=90)
+    assert done.returncode == 0, done.stderr
+    assert "child exit status 0" in done.stdout
+    bundle = only_bundle(tmp_path)
+    m = manifest(bundle)
+    assert m["collectors"]["torch"]["status"] == "ok", m["collectors"]["torch"]
+    light = json.loads((bundle / "raw" / "light.json").read_text())
+    assert light["step_counts"] == {"parent_step": 8}  # the child's steps are not the parent's
+    assert "child_step" not in light["series"]
+    assert "child exit status 0" in (bundle / "raw" / "torch.log").read_text()
+    assert json.loads((bundle / "raw" / "torch.json").read_text())["step_counts"] == {"parent_step": 8}
+
+
+@pytest.mark.parametrize(("program", "code", "status"), [("exit3.py", 3, "failed: the program exited 3"),
+                                                          ("raises.py", 1, "failed: the program exited 1 (RuntimeError")])
+def test_a_pass_whose_program_failed_is_not_ok(tmp_path, program, code, status):
+    done = perfdoctor_run(str(PROGRAMS / program), cwd=tmp_path)
+    assert done.returncode == code
+    m = manifest(only_bundle(tmp_path))
+    assert m["exit_code"] == code and [p["exit_code"] for p in m["passes"]] == [code, code]
+    assert m["collectors"]["torch"]["status"].startswith(status), m["collectors"]["torch"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--step-fn", "json:nope", "x.py"], "--step-fn json:nope: json has no attribute nope"),
+        (["--step-fn", "no_such_module:f", "x.py"], "no module named no_such_module"),
+        (["-m", "no_such_module"], "-m no_such_module: no module named no_such_module"),
+        (["--out", "afile", "x.py"], "cannot write the run bundle"),
+        (["--out", "/proc/perfdoctor-runs", "x.py"], "cannot write the run bundle"),
+    ],
+)
+def test_bad_target_or_out_is_one_line_and_exit_2(tmp_path, args, message):
+    (tmp_path / "x.py").write_text("print('ran')\n")
+    (tmp_path / "afile").write_text("")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "perfdoctor.run", *args], capture_output=True, text=True,
+                          cwd=tmp_path, env=env, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()] and done.stderr.startswith("error: ")
+    assert message in done.stderr
+    assert "ran" not in done.stdout
+
+
+def test_full_disk_while_writing_the_bundle_is_one_line(tmp_path):
+    import resource
+
+    def small_files() -> None:  # writes past 1 KB fail with EFBIG (Python ignores SIGXFSZ)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    (tmp_path / "x.py").write_text("print('ran')\n")
+    done = subprocess.run([sys.executable, "-m", "perfdoctor.run", "--out", "runs", "x.py"], capture_output=True, text=True,
+                          cwd=tmp_path, env=env, timeout=120, preexec_fn=small_files)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == ["error: cannot write the run bundle in runs (File too large)"]

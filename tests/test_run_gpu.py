@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -149,7 +150,7 @@ def test_light_pass_latency_matches_the_program_alone(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["args"]["pinned_cpus"]
-    # With a tracing pass selected (the default run) the light pass has no NVML sampler beside it.
+    # Mode "light" is --collect torch: nvml not selected, so no NVML sampler beside the light pass.
     assert all(r["nvml_sampled"] is False for r in result["rows"] if r["mode"] == "light")
     light = {t["size"]: t for t in result["table"] if t["mode"] == "light"}
     for size, t in light.items():
@@ -180,3 +181,87 @@ def test_calibrate_measures_a_ceiling_below_the_theoretical_peak(tmp_path, monke
            bf16_matmul_tflops=entry["bf16_matmul_tflops"])
     assert 0.5 * info["peak_dram_bw_gbps"] < entry["dram_read_gbps"] < info["peak_dram_bw_gbps"]
     assert entry["bf16_matmul_tflops"] > 100
+
+
+# --- issue 19: perfdoctor run's numbers against the program's own -----------------------
+#
+# Each program times itself and prints its speed; `perfdoctor run` with default options
+# must report the same: step latency and tokens/s within 5 %, DRAM bandwidth within 3
+# points of the engine's own GB/s / peak, few bubbles for the graph and fused engines, and
+# one step per generated token for Hugging Face generate (which has no annotation at all).
+# One run has every collector; the others --collect torch,nvml, to keep GPU time short.
+
+ENGINE_LINE = re.compile(r"decode: ([\d.]+) ms/token, ([\d.]+) tokens/s, ([\d.]+) GB/s \(([\d.]+) % of the")
+HF_LINE = re.compile(r"hf generate: ([\d.]+) ms/token, ([\d.]+) tokens/s")
+
+
+def metric(metrics: dict, key: str) -> float | None:
+    entry = metrics.get(key) or {}
+    return entry.get("value")
+
+
+def light_numbers(m: dict) -> dict:
+    """What the light pass itself measured (this branch's side of the bundle)."""
+    lp = m["light_pass"]
+    counters = lp.get("counters") or {}
+    dram = counters.get("dram_bw_util") or {}
+    return {
+        "light_step": lp.get("step_name"), "light_how": lp.get("how"), "light_steps_seen": lp.get("steps_seen"),
+        "light_steady_start": lp.get("steady_start"), "light_warmup": lp.get("warmup"),
+        "light_cp_p50_ms": statistics.median(lp["step_latency_ms"]) if lp.get("step_latency_ms") else None,
+        "gpm_dram": dram.get("value"), "gpm_dram_samples": dram.get("samples"), "gpm_dram_nan": dram.get("dropped_nan"),
+        "gpm_reason": dram.get("reason") or lp.get("counters_reason"),
+    }
+
+
+ACCEPTANCE = [("eager", 48, None), ("eager", 256, "torch,nvml"), ("graph", 48, "torch,nvml"), ("graph", 256, "torch,nvml"),
+              ("fused", 48, "torch,nvml"), ("fused", 256, "torch,nvml")]
+
+
+@pytest.mark.parametrize(("variant", "tokens", "collect"), ACCEPTANCE, ids=[f"{v}-{t}" for v, t, _ in ACCEPTANCE])
+def test_acceptance_engine_numbers_are_the_programs_own(tmp_path, variant, tokens, collect):
+    args = ["--collect", collect] if collect else []
+    done, bundle = run(tmp_path, *args, "-m", "perfdoctor.engine", "--variant", variant, "--tokens", str(tokens), timeout=420)
+    own = ENGINE_LINE.search(done.stdout)
+    assert done.returncode == 0 and own, (done.stdout[-2000:], done.stderr[-3000:])
+    own_ms, own_tps, own_gbps, own_pct = map(float, own.groups())
+    m = manifest(bundle)
+    metrics = json.loads((bundle / "metrics.json").read_text())["metrics"] if (bundle / "metrics.json").exists() else {}
+    got = {k: metric(metrics, k) for k in ("step_latency_ms_p50", "tokens_per_s", "dram_bw_util", "gpu_idle_ratio", "steps_per_s")}
+    record(test=f"acceptance-{variant}-{tokens}", own_ms=own_ms, own_tps=own_tps, own_dram=own_pct / 100, **got,
+           dram_source=(metrics.get("dram_bw_util") or {}).get("source"), **light_numbers(m),
+           collectors=",".join(f"{k}:{v['status'][:40]}" for k, v in m["collectors"].items()))
+    if collect is None:
+        statuses = {k: v["status"] for k, v in m["collectors"].items()}
+        assert statuses == {"torch": "ok", "nvml": "ok", "nsys": "ok", "ncu": "ok"}, statuses
+    lp = m["light_pass"]
+    assert (lp["step_name"], lp["how"]) == ("decode_step", "range")
+    assert lp["warmup"] == lp["steady_start"] and not lp["warmup_explicit"]
+    # This branch's own number: the light pass's critical path over the steady steps.
+    assert statistics.median(lp["step_latency_ms"]) == pytest.approx(own_ms, rel=0.05)
+    assert got["step_latency_ms_p50"] == pytest.approx(own_ms, rel=0.05)
+    assert got["tokens_per_s"] == pytest.approx(own_tps, rel=0.05)
+    assert got["dram_bw_util"] == pytest.approx(own_pct / 100, abs=0.03)
+    if variant in ("graph", "fused"):
+        assert got["gpu_idle_ratio"] <= 0.15
+
+
+def test_acceptance_hf_generate_step_per_token(tmp_path):
+    program = Path(__file__).parent / "programs" / "hf_generate.py"
+    done, bundle = run(tmp_path, "--collect", "torch,nvml", "--tokens-per-step", "1", str(program), "--config", "1b",
+                       "--tokens", "32", "--runs", "2", timeout=420)
+    own = HF_LINE.search(done.stdout)
+    assert done.returncode == 0 and own, (done.stdout[-2000:], done.stderr[-3000:])
+    own_ms, own_tps = map(float, own.groups())
+    tokens = int(done.stdout.split("tokens generated:")[1].split()[0])
+    m = manifest(bundle)
+    metrics = json.loads((bundle / "metrics.json").read_text())["metrics"] if (bundle / "metrics.json").exists() else {}
+    got = {k: metric(metrics, k) for k in ("step_latency_ms_p50", "tokens_per_s", "steps", "gpu_idle_ratio", "dram_bw_util")}
+    record(test="acceptance-hf-1b", own_ms=own_ms, own_tps=own_tps, tokens=tokens, **got, **light_numbers(m),
+           collectors=",".join(f"{k}:{v['status'][:40]}" for k, v in m["collectors"].items()))
+    lp = m["light_pass"]
+    assert (lp["step_name"], lp["how"]) == ("LlamaForCausalLM.forward", "module: LlamaForCausalLM")
+    assert lp["steps_seen"] == tokens  # one step per generated token, warm-up generate included
+    assert m["collectors"]["torch"]["status"] == "ok"
+    assert got["step_latency_ms_p50"] == pytest.approx(own_ms, rel=0.05)
+    assert got["tokens_per_s"] == pytest.approx(own_tps, rel=0.05)

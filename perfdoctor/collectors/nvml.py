@@ -126,14 +126,35 @@ def local_cpus(index: int | str | None = None) -> set[int]:
     return {64 * w + bit for w, mask in enumerate(words) for bit in range(64) if mask >> bit & 1}
 
 
-class Sampler:
-    """Samples NVML every ``interval_s`` on a daemon thread until :meth:`stop`."""
+# NVML documents that two nvmlGpmSampleGet() calls should be more than 100 ms apart: the
+# GPM counters refresh internally at about that rate, so a shorter interval has no new data
+# (it reads NaN or 0). GPM is therefore sampled on its own cadence, never faster than this.
+GPM_MIN_INTERVAL_S = 0.1
 
-    def __init__(self, path: Path, interval_s: float = 0.05, index: int | str | None = None, gpm: bool = True, pcie_every: int = 20) -> None:
+
+class Sampler:
+    """Samples NVML every ``interval_s`` on a daemon thread until :meth:`stop`; GPM every
+    ``gpm_interval_s`` (at least :data:`GPM_MIN_INTERVAL_S`).
+
+    A GPM line carries the interval it describes: ``t0``/``t1`` (CLOCK_MONOTONIC ns, each the
+    midpoint of its nvmlGpmSampleGet call) and ``t`` their middle, so a reader can weight
+    each value by how much of the interval falls inside the steps it wants.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        interval_s: float = 0.05,
+        index: int | str | None = None,
+        gpm: bool = True,
+        pcie_every: int = 20,
+        gpm_interval_s: float = GPM_MIN_INTERVAL_S,
+    ) -> None:
         self.pynvml = _nvml()
         self.handle = _handle(self.pynvml, device_index() if index is None else index)
         self.path = path
         self.interval_s = interval_s
+        self.gpm_interval_s = max(gpm_interval_s, GPM_MIN_INTERVAL_S)
         self.gpm = gpm and self._gpm_supported()
         # nvmlDeviceGetPcieThroughput blocks ~20 ms in the driver (serialized on its lock):
         # read it only every `pcie_every` ticks.
@@ -156,22 +177,29 @@ class Sampler:
         self._stop.set()
         self._thread.join(timeout=5)
 
+    def _timed_gpm_sample(self) -> tuple[Any, int]:
+        before = time.monotonic_ns()
+        sample = self._gpm_sample()
+        return sample, (before + time.monotonic_ns()) // 2
+
     def _run(self) -> None:
         with open(self.path, "w") as out:
-            previous = self._gpm_sample() if self.gpm else None
-            previous_t = time.monotonic_ns()
+            previous, previous_t = self._timed_gpm_sample() if self.gpm else (None, 0)
             tick = 0
-            while not self._stop.wait(self.interval_s):
+            wait = min(self.interval_s, self.gpm_interval_s)
+            next_basic = time.monotonic_ns()
+            while not self._stop.wait(wait):
                 try:
                     now = time.monotonic_ns()
-                    self._basic(out, now, pcie=tick % self.pcie_every == 0)
-                    tick += 1
-                    if previous is not None:
-                        current = self._gpm_sample()
-                        # A GPM value describes the interval between two samples: stamp its middle.
-                        self._gpm(out, (previous_t + now) // 2, previous, current)
+                    if previous is not None and now - previous_t >= self.gpm_interval_s * 1e9 * 0.98:
+                        current, current_t = self._timed_gpm_sample()
+                        self._gpm(out, previous_t, current_t, previous, current)
                         self.pynvml.nvmlGpmSampleFree(previous)
-                        previous, previous_t = current, now
+                        previous, previous_t = current, current_t
+                    if now >= next_basic:
+                        self._basic(out, time.monotonic_ns(), pcie=tick % self.pcie_every == 0)
+                        tick += 1
+                        next_basic = now + int(self.interval_s * 1e9 * 0.98)
                     out.flush()
                 except Exception as exc:  # noqa: BLE001 - keep what we have, say why it stopped
                     self.error = f"{type(exc).__name__}: {exc}"
@@ -182,7 +210,7 @@ class Sampler:
         self.pynvml.nvmlGpmSampleGet(self.handle, sample)
         return sample
 
-    def _gpm(self, out: TextIO, t: int, first: Any, second: Any) -> None:
+    def _gpm(self, out: TextIO, t0: int, t1: int, first: Any, second: Any) -> None:
         p = self.pynvml
         request = p.c_nvmlGpmMetricsGet_t()
         request.version = p.NVML_GPM_METRICS_GET_VERSION
@@ -194,7 +222,7 @@ class Sampler:
         for i in range(len(GPM_METRICS)):
             m = request.metrics[i]
             if m.nvmlReturn == p.NVML_SUCCESS:
-                _write(out, t, GPM_METRICS[m.metricId], m.value / 100.0, "nvml-gpm")
+                _write(out, (t0 + t1) // 2, GPM_METRICS[m.metricId], m.value / 100.0, "nvml-gpm", t0, t1)
 
     def _basic(self, out: TextIO, t: int, pcie: bool) -> None:
         p, h = self.pynvml, self.handle
@@ -219,8 +247,26 @@ class Sampler:
             _write(out, t, metric, value, "nvml")
 
 
-def _write(out: TextIO, t: int, metric: str, value: float, source: str) -> None:
-    out.write(json.dumps({"t": t, "m": metric, "v": value, "s": source}) + "\n")
+def _write(out: TextIO, t: int, metric: str, value: float, source: str, t0: int | None = None, t1: int | None = None) -> None:
+    row: dict[str, Any] = {"t": t, "m": metric, "v": value, "s": source}
+    if t0 is not None:
+        row["t0"], row["t1"] = t0, t1
+    out.write(json.dumps(row) + "\n")
+
+
+def read_intervals(path: Path, source: str = "nvml-gpm") -> dict[str, list[tuple[int, int, float]]]:
+    """Per metric, the ``(t0, t1, value)`` intervals of a sampler file's ``source`` lines
+    that carry their interval (NaN values kept: the caller counts them)."""
+    out: dict[str, list[tuple[int, int, float]]] = {}
+    with open(path) as f:
+        for line in f:
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue
+            if r.get("s") == source and "t0" in r:
+                out.setdefault(r["m"], []).append((int(r["t0"]), int(r["t1"]), float(r["v"])))
+    return out
 
 
 def read_samples(path: Path, offset_ns: int = 0) -> pd.DataFrame:
@@ -244,3 +290,60 @@ def read_samples(path: Path, offset_ns: int = 0) -> pd.DataFrame:
             "source": [r["s"] for r in rows],
         },
     )
+
+
+def union(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted, merged, non-empty intervals."""
+    out: list[list[int]] = []
+    for s, e in sorted((s, e) for s, e in spans if e > s):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [(s, e) for s, e in out]
+
+
+def _overlap(t0: int, t1: int, spans: list[tuple[int, int]]) -> int:
+    return sum(max(0, min(t1, e) - max(t0, s)) for s, e in spans)
+
+
+def steps_mean(intervals: list[tuple[int, int, float]], steps: list[tuple[int, int]]) -> dict[str, Any]:
+    """A GPM metric averaged over exactly the time of ``steps`` (their union).
+
+    Each GPM value is the metric's average over its interval ``[t0, t1]``; the result is the
+    mean of the values weighted by how much of each interval the steps cover, so an interval
+    half inside counts half and time outside the steps (start-up, pauses between steps, other
+    passes) counts nothing. NaN values (GPM has no new data) are dropped and counted. At
+    least one interval must lie wholly inside the steps' span, else there is no value: the
+    span is shorter than one GPM interval and every value would mostly describe other time.
+    """
+    covered = union(steps)
+    if not covered:
+        return {"value": None, "reason": "no steady steps to average over"}
+    start, end = covered[0][0], covered[-1][1]
+    used = dropped = inside = 0
+    weight = total = 0.0
+    for t0, t1, value in intervals:
+        w = _overlap(t0, t1, covered)
+        if w <= 0:
+            continue
+        if value != value:  # NaN
+            dropped += 1
+            continue
+        used += 1
+        inside += start <= t0 and t1 <= end
+        weight += w
+        total += w * value
+    entry: dict[str, Any] = {"samples": used, "dropped_nan": dropped, "start_ns": start, "end_ns": end,
+                             "covered_ns": sum(e - s for s, e in covered)}
+    if used == 0:
+        entry["value"] = None
+        entry["reason"] = (f"all {dropped} GPM samples over the steady steps returned NaN" if dropped
+                           else "no GPM sample overlaps the steady steps")
+    elif inside == 0:
+        entry["value"] = None
+        entry["reason"] = (f"the steady steps span {(end - start) / 1e6:.1f} ms, shorter than one GPM interval: "
+                           "no sample lies inside them")
+    else:
+        entry["value"] = total / weight
+    return entry
