@@ -277,17 +277,27 @@ def indented(text: str | Text, by: int = 3, style: str = "") -> Padding:
 
 
 def latency_line(a: Analysed) -> Text:
+    """``step latency p50 8.12 ms (light pass, no tracer, 10 steps); traced 9.3 ms; 121 tokens/s``."""
     light = light_latencies(a)
     parts = []
     if light:
         parts.append(f"step latency p50 {median(light):.3g} ms (light pass, no tracer, {len(light)} steps)")
     traced = a.analysis.value("step_latency_ms_p50")
     if traced is not None:
-        parts.append(f"traced {traced:.3g} ms")
+        parts.append(f"traced {traced:.3g} ms" if light else f"step latency p50 {traced:.3g} ms (traced)")
     tps = a.analysis.value("tokens_per_s")
     if tps is not None:
         parts.append(f"{tps:,.0f} tokens/s")
-    return Text(", ".join(parts) or "no step latency measured")
+    return Text("; ".join(parts) or "no step latency measured")
+
+
+def numbered(rank: str, body: RenderableType) -> Table:
+    """``rank`` in its own column, so a wrapped line stays under the text, not the number."""
+    t = Table.grid(padding=(0, 1))
+    t.add_column(no_wrap=True)
+    t.add_column()
+    t.add_row(Text(rank, style="bold"), body)
+    return t
 
 
 def report_renderable(a: Analysed, detailed: int = DETAILED, table: bool = True) -> RenderableType:
@@ -309,21 +319,22 @@ def report_renderable(a: Analysed, detailed: int = DETAILED, table: bool = True)
     fails = [f for f in a.findings if f.status == "fail"]
     for i, f in enumerate(fails):
         title = Text()
-        title.append(f"{f.rank or i + 1}. ", style="bold")
         title.append(f"[{f.severity}] ", style={"critical": "bold red", "error": "red", "warning": "yellow"}.get(f.severity, ""))
         title.append(f.rule_id, style="bold")
+        rank = f"{f.rank or i + 1}."
         if i < detailed:
             title.append(f" — {f.title}")
-            parts.append(title)
-            parts.append(indented(f"{common.measured(f)}   target {common.condition(f)}"))
+            lines: list[RenderableType] = [title, Text(f"{common.measured(f)}   target {common.condition(f)}")]
             est = common.estimate_line(f, a.analysis)
             if est:
-                parts.append(indented(est, style="green"))
+                overlap = common.overlap_line(f)
+                lines.append(Text(est + (f" ({overlap})" if overlap else ""), style="green"))
             if f.remediation is not None and f.remediation.steps:
-                parts.append(indented(f"fix: {f.remediation.steps[0]}"))
+                lines.append(Text(f"fix: {f.remediation.steps[0]}"))
+            parts.append(numbered(rank, Group(*lines)))
         else:
             title.append(f"  {common.measured(f)} (target {common.condition(f)})")
-            parts.append(title)
+            parts.append(numbered(rank, title))
     passed = [f.rule_id for f in a.findings if f.status == "pass"]
     if passed:
         parts.append(Text(f"passed: {', '.join(passed)}", style="green"))
