@@ -609,6 +609,7 @@ def demo_command(
 # write headline.json.
 
 DROP_SUFFIXES = (".nsys-rep", ".sqlite", ".qdstrm", ".log")
+TRIMMED = "trimmed.json"  # in each trimmed bundle: the original bundle's name and what was left out
 NVML_MARGIN_NS = 2_000_000_000
 
 
@@ -655,6 +656,7 @@ def trim_bundle(src: Path, dst: Path) -> list[str]:
             (dst / rel).write_bytes(gzip.compress(data, compresslevel=9, mtime=0))
         else:
             shutil.copy2(path, dst / rel)
+    (dst / TRIMMED).write_text(json.dumps({"from": src.name, "left_out": dropped}, indent=2) + "\n")
     return dropped
 
 
@@ -681,22 +683,35 @@ def _trim_nvml(path: Path, dst: Path, raw: Path) -> tuple[int, int]:
     return len(kept), len(lines)
 
 
-def write_headline(root: Path, mode: str, runs: list[tuple[str, list[str]]], pairs: list[tuple[str, str]], extra: dict[str, Any]) -> dict[str, Any]:
-    """Measure the trimmed bundles in ``root`` and write ``root/headline.json``."""
+def _option(args: Sequence[str], name: str) -> str | None:
+    return next((args[i + 1] for i, a in enumerate(args[:-1]) if a == name), None)
+
+
+def write_headline(root: Path, mode: str, runs: list[tuple[str, list[str]]], pairs: list[tuple[str, str]], command: str) -> dict[str, Any]:
+    """Measure the trimmed bundles ``root/<label>`` and write ``root/headline.json``: where,
+    when and how they were recorded (from their manifests) and the numbers (:func:`measure`)."""
     from perfdoctor import __version__
     from perfdoctor.bundle import SCHEMA as BUNDLE_SCHEMA
     from perfdoctor.bundle import read_manifest
     from perfdoctor.metrics import SCHEMA as METRICS_SCHEMA
 
-    first = read_manifest(root / runs[0][0])
+    manifests = {label: read_manifest(root / label) for label, _ in runs}
+    first = manifests[runs[0][0]]
     gpu = first.get("gpu") or {}
     env = first.get("environment") or {}
+    options = first.get("options") or {}
     numbers, _, _ = measure(root, [label for label, _ in runs], pairs)
+    trimmed = {}
+    for label, _ in runs:
+        try:
+            trimmed[label] = json.loads((root / label / TRIMMED).read_text())
+        except (OSError, ValueError):
+            trimmed[label] = None
     headline = {
         "schema": HEADLINE_SCHEMA,
         "mode": mode,
         "recorded_at": first.get("started_at") or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "perfdoctor": __version__,
+        "perfdoctor": env.get("perfdoctor") or __version__,
         "bundle_schema": BUNDLE_SCHEMA,
         "metrics_schema": METRICS_SCHEMA,
         "device": gpu.get("name") or ("a CPU (no GPU)" if mode == "cpu" else "an unknown GPU"),
@@ -704,7 +719,15 @@ def write_headline(root: Path, mode: str, runs: list[tuple[str, list[str]]], pai
         "torch": env.get("torch"),
         "cuda": env.get("cuda"),
         "python": env.get("python"),
-        **extra,
+        "command": command,
+        "tokens": int(_option(runs[0][1], "--tokens") or 0) or None,
+        "warmup": options.get("warmup"),
+        "steps": options.get("steps"),
+        "collectors": {
+            label: sorted(k for k, v in (m.get("collectors") or {}).items() if (v or {}).get("status") == "ok")
+            for label, m in manifests.items()
+        },
+        "trimmed": trimmed,
         "runs": [{"label": label, "args": args} for label, args in runs],
         "diffs": [list(p) for p in pairs],
         "numbers": numbers,

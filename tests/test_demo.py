@@ -66,10 +66,10 @@ def fake_bundle(dst: Path, trace: Path) -> None:
 @pytest.fixture(scope="module")
 def h200_recording(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("h200-recording")
-    runs = [("eager", ["--variant", "eager"]), ("graph", ["--variant", "graph"])]
+    runs = [("eager", ["--variant", "eager", "--tokens", "48"]), ("graph", ["--variant", "graph", "--tokens", "48"])]
     fake_bundle(root / "eager", FIXTURES / "h200-decode-eager-5steps.kineto.json.gz")
     fake_bundle(root / "graph", FIXTURES / "h200-decode-graph-10steps.kineto.json.gz")
-    demo.write_headline(root, "gpu", runs, [("eager", "graph")], {"tokens": 48, "steps": 5})
+    demo.write_headline(root, "gpu", runs, [("eager", "graph")], "tests/test_demo.py (fixture bundles)")
     return root
 
 
