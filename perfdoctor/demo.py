@@ -21,7 +21,6 @@ import json
 import os
 import re
 import shutil
-import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -266,10 +265,24 @@ def find_recording(root: Path | None = None) -> tuple[Recording | None, str | No
 # --------------------------------------------------------------------------- output
 
 
+class PlainWhenPiped(Console):
+    """A Console that, when not writing to a terminal, strips the trailing blanks rich pads
+    table and rule lines with, and flushes after each print (a child process shares the fd)."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        if self.is_terminal:
+            super().print(*objects, **kwargs)
+            return
+        with self.capture() as captured:
+            super().print(*objects, **kwargs)
+        self.file.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+        self.file.flush()
+
+
 def make_console() -> Console:
     """stdout, at most 80 columns wide (narrower terminals keep their width)."""
     probe = Console()
-    return Console(width=min(probe.width, WIDTH), highlight=False)
+    return PlainWhenPiped(width=min(probe.width, WIDTH), highlight=False)
 
 
 def indented(text: str | Text, by: int = 3, style: str = "") -> Padding:
@@ -433,10 +446,6 @@ def diff_renderable(diff: Any) -> RenderableType:
         parts.append(Text(f"findings new: {', '.join(f.new) or 'none'}", style="red" if f.new else ""))
         parts.append(Text(f"still failing: {', '.join(f.persisting) or 'none'}"))
     return Group(*parts)
-
-
-def wrap(text: str) -> str:
-    return "\n".join(textwrap.wrap(text, WIDTH))
 
 
 # --------------------------------------------------------------------------- the command
@@ -658,6 +667,24 @@ def trim_bundle(src: Path, dst: Path) -> list[str]:
             shutil.copy2(path, dst / rel)
     (dst / TRIMMED).write_text(json.dumps({"from": src.name, "left_out": dropped}, indent=2) + "\n")
     return dropped
+
+
+def trim_differences(src: Path, dst: Path, label: str) -> list[str]:
+    """What the trimmed bundle ``dst`` measures differently from the original ``src``:
+    every metric, the light pass's latencies and the rule verdicts. Empty when trimming
+    lost nothing the demo shows."""
+    full, cut = analyse(label, src), analyse(label, dst)
+    out = []
+    for key, m in full.analysis.metrics.items():
+        other = cut.analysis.metrics.get(key)
+        if other is None or other.value != m.value:
+            out.append(f"{key}: {m.value} untrimmed, {None if other is None else other.value} trimmed")
+    if light_latencies(full) != light_latencies(cut):
+        out.append("the light pass's step latencies differ")
+    verdicts = [(f.rule_id, f.status) for f in full.findings], [(f.rule_id, f.status) for f in cut.findings]
+    if verdicts[0] != verdicts[1]:
+        out.append(f"rule verdicts differ: {verdicts[0]} untrimmed, {verdicts[1]} trimmed")
+    return out
 
 
 def _trim_nvml(path: Path, dst: Path, raw: Path) -> tuple[int, int]:

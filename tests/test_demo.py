@@ -203,7 +203,8 @@ def test_record_demo_cpu_writes_trimmed_bundles_and_headline(cpu_recording: Path
         files = {str(p.relative_to(cpu_recording / label)) for p in (cpu_recording / label).rglob("*") if p.is_file()}
         assert {"manifest.json", "metrics.json", "raw/light.json", "raw/torch.json", "raw/torch-trace.json.gz"} <= files
         assert not any(f.endswith(".log") for f in files)
-        assert h["numbers"]["runs"][label]["light_steps"] == 6
+        # the light pass's window: --steps (perfdoctor 0.1) or every steady step (metric contract v2)
+        assert h["numbers"]["runs"][label]["light_steps"] >= 6
         data = (cpu_recording / label / "raw" / "torch-trace.json.gz").read_bytes()
         assert gzip.decompress(data)  # recompressed, still a valid trace
     numbers, _, _ = demo.measure(rec.root, rec.labels, rec.pairs)
@@ -219,8 +220,8 @@ def test_demo_on_cpu_shows_the_recording_then_a_live_run(cpu_recording: Path, tm
     assert "CPU TEST RECORDING" in out  # a test recording is never passed off as the real one
     assert "recorded diff: eager → eager-again" in out
     assert out.index("Recorded, not live") < out.index("Live, on this machine")
-    m = re.search(r"live step latency on this CPU: p50 ([\d.]+) ms \(light pass, no tracer, 4 steps\)", flat)
-    assert m and float(m.group(1)) > 0
+    m = re.search(r"live step latency on this CPU: p50 ([\d.]+) ms \(light pass, no tracer, (\d+) steps\)", flat)
+    assert m and float(m.group(1)) > 0 and int(m.group(2)) >= 4
     assert re.search(r"torch\s+ok", out)
     assert re.search(r"nsys\s+unavailable: ", out)
     (bundle,) = (tmp_path / "runs").iterdir()
