@@ -451,7 +451,7 @@ def diff_renderable(diff: Any) -> RenderableType:
 # --------------------------------------------------------------------------- the command
 
 
-def show_recording(console: Console, rec: Recording, more: bool) -> None:
+def show_recording(console: Console, rec: Recording, more: bool, progress: Console | None = None) -> None:
     """The recorded reports and diffs, analysed now with this perfdoctor."""
     from perfdoctor import __version__
 
@@ -469,7 +469,11 @@ def show_recording(console: Console, rec: Recording, more: bool) -> None:
             f"analysed now by perfdoctor {__version__}. These are not this machine's numbers."
         )
     )
-    _, analysed, diffs = measure(rec.root, rec.labels, rec.pairs)
+    if progress is not None and progress.is_terminal:
+        with progress.status("analysing the recorded bundles"):
+            _, analysed, diffs = measure(rec.root, rec.labels, rec.pairs)
+    else:
+        _, analysed, diffs = measure(rec.root, rec.labels, rec.pairs)
     for i, label in enumerate(rec.labels):
         a = analysed[label]
         note = VARIANT_NOTES.get(label, "")
@@ -597,7 +601,7 @@ def demo_command(
         if rec is None:
             console.print(Text(f"No recording to show: {why}.", style="yellow"))
             raise typer.Exit(1)
-        show_recording(console, rec, more)
+        show_recording(console, rec, more, progress)
         return
     console.print(
         Text(
@@ -609,7 +613,7 @@ def demo_command(
     if rec is None:
         console.print(Text(f"No recording is shown: {why}.", style="yellow"))
     else:
-        show_recording(console, rec, more)
+        show_recording(console, rec, more, progress)
     raise typer.Exit(live_cpu(console, progress, out, steps=min(steps, 6), tokens=16))
 
 
