@@ -572,7 +572,7 @@ def live_cpu(console: Console, progress: Console, out: Path, steps: int, tokens:
     v = run_numbers(a)
     c = v["counts"]
     console.print(Text(f"checks on this run: {c['fail']} fail, {c['pass']} pass, {c['not_evaluated']} not evaluated (they need GPU activity)", style="dim"))
-    console.print(Text(f"bundle: {bundle}\nnext: perfdoctor analyze {bundle}   ·   perfdoctor doctor"))
+    console.print(Text(f"bundle: {bundle}\nnext: perfdoctor analyze {bundle}\n      perfdoctor doctor   (what this machine offers, and why)"))
     return 0
 
 
@@ -603,16 +603,17 @@ def demo_command(
             raise typer.Exit(1)
         show_recording(console, rec, more, progress)
         return
-    console.print(
-        Text(
-            "perfdoctor demo: there is no NVIDIA GPU on this machine, so first what perfdoctor "
-            "found on one (a recording), then a short live run on this CPU.",
-            style="bold",
-        )
-    )
     if rec is None:
-        console.print(Text(f"No recording is shown: {why}.", style="yellow"))
+        console.print(Text("perfdoctor demo: there is no NVIDIA GPU on this machine, so a short live run on this CPU.", style="bold"))
+        console.print(Text(f"No GPU recording to show first: {why}.", style="yellow"))
     else:
+        console.print(
+            Text(
+                "perfdoctor demo: there is no NVIDIA GPU on this machine, so first what perfdoctor "
+                "found on one (a recording), then a short live run on this CPU.",
+                style="bold",
+            )
+        )
         show_recording(console, rec, more, progress)
     raise typer.Exit(live_cpu(console, progress, out, steps=min(steps, 6), tokens=16))
 
