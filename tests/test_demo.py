@@ -24,6 +24,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -183,13 +184,16 @@ def cpu_recording(tmp_path_factory) -> Path:
     pytest.importorskip("torch")
     out = tmp_path_factory.mktemp("cpu-recording") / "rec"
     r = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "record-demo"), "--cpu", "--tokens", "12", "--warmup", "2", "--steps", "6", str(out)],
+        [sys.executable, str(ROOT / "scripts" / "record-demo"), "--cpu", "--tokens", "12", "--warmup", "2", "--steps", "6", "--tar", str(out.with_suffix(".tar")), str(out)],
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     assert "CPU test recording: do not copy it" in r.stdout
+    with tarfile.open(out.with_suffix(".tar")) as tar:  # what comes back from the GPU machine
+        names = set(tar.getnames())
+    assert {"./headline.json", "./eager/manifest.json", "./eager-again/raw/torch-trace.json.gz"} <= names
     return out
 
 
