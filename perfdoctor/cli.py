@@ -91,6 +91,10 @@ app.command("report")(report_command)
 app.command("diff")(diff_command)
 app.command("gate")(gate_command)
 app.add_typer(rules_app, name="rules")
+from perfdoctor.doctor import doctor_command, root_callback  # noqa: E402
+
+app.command("doctor")(doctor_command)
+app.callback()(root_callback)  # the root group, now with --version
 
 
 def _click_error(exc: click_exceptions.ClickException) -> str:
