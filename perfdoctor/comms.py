@@ -99,20 +99,37 @@ def step_metrics(profile: Profile, table: pd.DataFrame, activity_step: pd.Series
     """:data:`COLUMNS` per step (rows of ``steps.Steps.table``; a step without GPU work gets
     zeros and NaN ratios)."""
     acts = profile.activities
-    kc = classes(profile).to_numpy()
-    start, end = acts["start_ns"].to_numpy(np.int64), acts["end_ns"].to_numpy(np.int64)
+    order = np.argsort(acts["start_ns"].to_numpy(np.int64), kind="stable")
+    kc = classes(profile).to_numpy()[order]
+    start = acts["start_ns"].to_numpy(np.int64)[order]
+    end = acts["end_ns"].to_numpy(np.int64)[order]
+    reach = np.maximum.accumulate(end) if end.size else end
     comm = kc == "communication"
-    owner = None if activity_step is None else np.asarray(activity_step, dtype=np.int64)
+    owner = None if activity_step is None else np.asarray(activity_step, dtype=np.int64)[order]
+    n = len(table)
+    if owner is not None:  # collectives the step owns, counted once for all steps
+        owned = comm & (owner >= 0) & (owner < n)
+        n_coll = np.bincount(owner[owned], minlength=n)[:n]
+        coll_dur = np.bincount(owner[owned], weights=(end - start)[owned], minlength=n)[:n]
     rows = []
     for i, (g0, g1) in enumerate(zip(table["gpu_start_ns"], table["gpu_end_ns"])):
         if pd.isna(g0) or pd.isna(g1):
             rows.append(_metrics(start[:0], end[:0], kc[:0], None, None, 0, 0))
             continue
         lo, hi = int(g0), int(g1)
-        near = (end > lo) & (start < hi)
-        mine = comm & (owner == i) if owner is not None else comm & (start >= lo) & (start < hi)
-        coll_ns = int((end[mine] - start[mine]).sum())
-        rows.append(_metrics(start[near], end[near], kc[near], lo, hi, int(mine.sum()), coll_ns))
+        # activities sorted by start: those that can touch [lo, hi) lie between the first
+        # whose running end passes lo and the last that starts before hi
+        a, b = int(np.searchsorted(reach, lo, side="right")), int(np.searchsorted(start, hi, side="left"))
+        sl = slice(a, max(a, b))
+        near = end[sl] > lo
+        s_, e_, k_ = start[sl][near], end[sl][near], kc[sl][near]
+        if owner is not None:
+            count, coll_ns = int(n_coll[i]), int(coll_dur[i])
+        else:  # communication kernels that start inside the window
+            c0 = int(np.searchsorted(start, lo, side="left"))
+            inside = comm[c0:b]
+            count, coll_ns = int(inside.sum()), int((end[c0:b][inside] - start[c0:b][inside]).sum())
+        rows.append(_metrics(s_, e_, k_, lo, hi, count, coll_ns))
     return pd.DataFrame(rows, columns=list(COLUMNS), index=table.index)
 
 

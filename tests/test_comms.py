@@ -98,6 +98,11 @@ def test_per_step(crafted):
         assert per.loc[i, "mean_collective_us"] == pytest.approx(
             sum(g[1] - g[0] for g in mine if g[2]) / 3 / 1e3
         )
+    # without ownership: the collectives that START inside each step's GPU window
+    by_window = comms.step_metrics(p, table)
+    starts = {i: sum(1 for g in gpu if g[2] and table.loc[i, "gpu_start_ns"] <= g[0] < table.loc[i, "gpu_end_ns"]) for i in range(5)}
+    assert by_window["collectives"].tolist() == [starts[i] for i in range(5)]
+    assert by_window["comm_ns"].tolist() == per["comm_ns"].tolist()
     summ = comms.summary(per)
     assert summ["collectives_per_step"] == 3
     assert summ["comm_overlap"] == pytest.approx(float(per["overlap"].median()))
