@@ -54,7 +54,7 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
         ),
     ),
     ("attention", re.compile(r"flash|fmha|sdpa|attention|\battn|_attn|attn_|paged_?att|mha_fwd|mha_bwd|xformers", re.I)),
-    ("norm", re.compile(r"norm|\bbn_|batchnorm|_bn_fw|_bn_bw|groupnorm|GammaBeta", re.I)),
+    ("norm", re.compile(r"norm(?!al)|\bbn_|batchnorm|_bn_fw|_bn_bw|groupnorm|GammaBeta", re.I)),
     ("softmax", re.compile(r"softmax", re.I)),
     ("conv", re.compile(r"conv|fprop|dgrad|wgrad|miopen|winograd|implicit_?gemm|im2col|igemm_(?:fwd|bwd|wrw)", re.I)),
     (

@@ -18,7 +18,7 @@ from perfdoctor import families
 from perfdoctor.collectors import load_trace
 
 FIX = Path(__file__).parent / "fixtures"
-TRACES = sorted((FIX / "wild").glob("*.kineto.json.gz")) + sorted(FIX.glob("*.kineto.json.gz"))
+TRACES = sorted((FIX / "wild").glob("*.kineto.json.gz")) + sorted(FIX.glob("*.kineto.json.gz")) + sorted(FIX.glob("*.nsys.sqlite.gz"))
 
 # (substring, family) checked in order: the test's own reading of each fixture kernel name.
 FIXTURE_TRUTH = [
@@ -41,6 +41,7 @@ FIXTURE_TRUTH = [
     ("lean_reduction", "reduction"),
     ("DeviceScan", "reduction"),
     ("elementwise_kernel", "elementwise"),
+    ("elementwise_grid_stride_kernel", "elementwise"),  # torch.randn fills (nsys spelling)
     ("indexSelect", "elementwise"),
     ("multi_tensor_apply", "elementwise"),
 ]
@@ -92,6 +93,7 @@ VENDOR_NAMES = [
     ("void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 512, true, 1>", "norm", "compute"),
     ("MIOpenBatchNormFwdTrainSpatial", "norm", "compute"),
     ("void vllm::fused_add_rms_norm_kernel<c10::BFloat16, 8>", "norm", "compute"),
+    ("void at::native::(anonymous namespace)::distribution_elementwise_grid_stride_kernel<float, 4, at::native::templates::cuda::normal_and_transform<float, float>>", "elementwise", "compute"),
     ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0", "memory", "compute"),
     ("triton_per_fused__softmax_0", "softmax", "compute"),
     ("triton_poi_fused_add_mul_silu_2", "elementwise", "compute"),
