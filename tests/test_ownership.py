@@ -121,3 +121,18 @@ def test_overlapping_windows_and_empty():
     assert same.tolist() == [True, True, False, False, False, False]
     empty_step, _ = ownership.call_steps(table.iloc[0:0], calls)
     assert (empty_step == -1).all()
+
+
+def test_assign_accepts_step_ranges_directly():
+    """The wiring path: find_steps can hand its sorted step ranges (start_ns/end_ns/tid)
+    straight to ownership.assign instead of _containing_range."""
+    from perfdoctor.steps import choose_step_ranges
+
+    p = load_trace(WILD / "h200-train.kineto.json.gz")
+    _, ranges, _ = choose_step_ranges(p, None)
+    ranges = ranges.sort_values("start_ns", kind="stable", ignore_index=True)
+    s = find_steps(p)
+    a = ownership.assign(p, ranges)
+    b = ownership.assign(p, s.table)
+    assert a.call_step.equals(b.call_step) and a.activity_step.equals(b.activity_step)
+    assert a.call_step.index.equals(p.calls.index) and a.activity_step.index.equals(p.activities.index)
