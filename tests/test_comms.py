@@ -5,8 +5,11 @@ so this test CRAFTS a labelled one from a real H200 trace: in ``h200-threads`` a
 thread launches 3 kernels per step on a second stream (stream 13) while the main thread's
 kernels run on stream 7. Those side-stream kernels are renamed
 ``ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)``; their times
-are untouched. The expected numbers are a hand computation on a nanosecond boolean
-timeline built straight from the JSON (no interval arithmetic shared with the module).
+are untouched in the first variant (there the worker's kernels happen to run serialized
+with the main stream: overlap 0), and in the second variant they are also moved 1500 µs
+later so they run under the main stream's kernels (partial overlap). The expected numbers
+are a hand computation on a nanosecond boolean timeline built straight from the JSON (no
+interval arithmetic shared with the module).
 """
 
 from __future__ import annotations
@@ -27,23 +30,27 @@ NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>
 SIDE_STREAM = 13
 
 
-@pytest.fixture(scope="module")
-def crafted(tmp_path_factory):
+SHIFTS_US = (0.0, 1500.0)
+
+
+@pytest.fixture(scope="module", params=SHIFTS_US, ids=lambda s: f"shift{s:g}us")
+def crafted(tmp_path_factory, request):
     doc = json.loads(gzip.decompress((WILD / "h200-threads.kineto.json.gz").read_bytes()))
     renamed = 0
     for e in doc["traceEvents"]:
         if e.get("ph") == "X" and e.get("cat") == "kernel" and e["args"].get("stream") == SIDE_STREAM:
             e["name"] = NCCL
+            e["ts"] += request.param
             renamed += 1
     assert renamed == 15  # 3 per step x 5 steps
-    path = tmp_path_factory.mktemp("comms") / "threads-nccl.json"
+    path = tmp_path_factory.mktemp("comms") / f"threads-nccl-{request.param:g}.json"
     path.write_text(json.dumps(doc))
     gpu = [
         (round(e["ts"] * 1000), round(e["ts"] * 1000) + round(e["dur"] * 1000), e["name"] == NCCL, e["args"].get("correlation"))
         for e in doc["traceEvents"]
         if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
     ]
-    return path, gpu
+    return path, gpu, request.param
 
 
 def _hand(gpu, lo, hi):
@@ -65,7 +72,7 @@ def _hand(gpu, lo, hi):
 
 
 def test_whole_trace(crafted):
-    path, gpu = crafted
+    path, gpu, shift = crafted
     p = load_trace(path)
     lo, hi = min(s for s, *_ in gpu), max(e for _, e, *_ in gpu)
     got = comms.profile_metrics(p)
@@ -76,10 +83,14 @@ def test_whole_trace(crafted):
     assert got["comm_share"] == pytest.approx(want["comm_ns"] / want["busy_ns"])
     assert got["overlap"] == pytest.approx(want["overlap_ns"] / want["comm_ns"])
     assert 0 < got["comm_share"] < 1
+    if shift:
+        assert 0 < got["overlap"] < 1  # the shifted collectives run partly under compute
+    else:
+        assert got["overlap"] == 0  # as recorded: the side stream never overlaps the main one
 
 
 def test_per_step(crafted):
-    path, gpu = crafted
+    path, gpu, shift = crafted
     p = load_trace(path)
     s = find_steps(p)
     own = ownership.assign(p, s.table)
