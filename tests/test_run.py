@@ -521,3 +521,62 @@ def test_full_disk_while_writing_the_bundle_is_one_line(tmp_path):
                           cwd=tmp_path, env=env, timeout=120, preexec_fn=small_files)
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == ["error: cannot write the run bundle in runs (File too large)"]
+
+
+class FakeCuda:
+    """A stand-in for torch's CUDA events, labelled as such: it lets the light pass's GPU
+    bookkeeping (event pool, settling, graph-capture marks) run on a CPU-only machine. The
+    real thing runs in tests/test_run_gpu.py on the H200."""
+
+    def __init__(self) -> None:
+        self.now_ms = 0.0
+        self.capturing = False
+        self.created = 0
+        fake = self
+
+        class Event:
+            def __init__(self, enable_timing: bool = False) -> None:
+                fake.created += 1
+                self.t = None
+
+            def record(self) -> None:
+                fake.now_ms += 0.5
+                self.t = fake.now_ms
+
+            def query(self) -> bool:
+                return self.t is not None
+
+            def synchronize(self) -> None:
+                pass
+
+            def elapsed_time(self, other: "Event") -> float:
+                return other.t - self.t
+
+        self.Event = Event
+        self.synchronize = lambda: None
+        self.is_current_stream_capturing = lambda: fake.capturing
+        self._C = type("C", (), {"_cuda_isCurrentStreamCapturing": staticmethod(lambda: fake.capturing)})
+        self.cuda = self
+
+
+def test_light_pass_gpu_bookkeeping_with_fake_events():
+    from perfdoctor import bootstrap
+
+    fake = FakeCuda()
+    timer = bootstrap.Timer()
+    timer.clock = bootstrap.GpuClock(fake)
+    times = bootstrap.StepTimes(timer)
+    for i in range(300):
+        fake.capturing = i == 150  # one step inside a CUDA graph capture
+        times.start("step")
+        times.end("step")
+    fake.capturing = False
+    series, error = times.series()
+    assert error is None
+    s = series["step"]
+    assert len(s["host_start_ns"]) == len(s["gpu_start_ns"]) == len(s["gpu_end_ns"]) == 299  # the captured one dropped
+    assert all(a < b for a, b in zip(s["gpu_start_ns"], s["gpu_end_ns"]))
+    assert all(e <= b for e, b in zip(s["gpu_end_ns"][:-1], s["gpu_start_ns"][1:]))  # each end precedes the next start
+    assert s["gpu_end_ns"][1] - s["gpu_end_ns"][0] == 1_000_000  # 1 ms of fake GPU time per step
+    # Settled events go back to the pool: far fewer events than two per step.
+    assert fake.created < 2 * 300 / 2
