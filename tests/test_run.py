@@ -580,3 +580,51 @@ def test_light_pass_gpu_bookkeeping_with_fake_events():
     assert s["gpu_end_ns"][1] - s["gpu_end_ns"][0] == 1_000_000  # 1 ms of fake GPU time per step
     # Settled events go back to the pool: far fewer events than two per step.
     assert fake.created < 2 * 300 / 2
+
+
+def test_nvml_sampler_gpm_intervals_with_a_fake_nvml(tmp_path, monkeypatch):
+    """The sampler's loop against a labelled stand-in for pynvml (the real one runs on the
+    H200): GPM lines carry their interval, at least 100 ms apart, and read back as intervals."""
+    import types
+
+    from perfdoctor.collectors import nvml
+
+    class Metric:
+        def __init__(self) -> None:
+            self.metricId, self.nvmlReturn, self.value = 0, 0, 0.0
+
+    class Request:
+        def __init__(self) -> None:
+            self.metrics = [Metric() for _ in range(8)]
+
+    def metrics_get(request):
+        for m in request.metrics[: request.numMetrics]:
+            m.value = 42.0 if m.metricId == 10 else float("nan")
+
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: None, nvmlDeviceGetCount=lambda: 1, nvmlDeviceGetHandleByIndex=lambda i: "h",
+        nvmlGpmQueryDeviceSupport=lambda h: types.SimpleNamespace(isSupportedDevice=1),
+        nvmlGpmSampleAlloc=lambda: object(), nvmlGpmSampleGet=lambda h, s: None, nvmlGpmSampleFree=lambda s: None,
+        c_nvmlGpmMetricsGet_t=Request, NVML_GPM_METRICS_GET_VERSION=1, NVML_SUCCESS=0, nvmlGpmMetricsGet=metrics_get,
+        nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=50, memory=20),
+        nvmlDeviceGetCurrentClocksThrottleReasons=lambda h: 0, nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used=1),
+        nvmlDeviceGetClockInfo=lambda h, k: 1000, NVML_CLOCK_SM=0, NVML_CLOCK_MEM=1, nvmlDeviceGetPowerUsage=lambda h: 100000,
+        nvmlDeviceGetTemperature=lambda h, k: 40, NVML_TEMPERATURE_GPU=0, nvmlDeviceGetPcieThroughput=lambda h, k: 1,
+        NVML_PCIE_UTIL_TX_BYTES=0, NVML_PCIE_UTIL_RX_BYTES=1, NVMLError=Exception,
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    path = tmp_path / "s.jsonl"
+    sampler = nvml.Sampler(path, 0.02, index=0, gpm_interval_s=0.01)
+    assert sampler.gpm and sampler.gpm_interval_s == nvml.GPM_MIN_INTERVAL_S
+    sampler.start()
+    time.sleep(0.75)
+    sampler.stop()
+    assert sampler.error is None
+    intervals = nvml.read_intervals(path)
+    dram = intervals["dram_bw_util"]
+    assert len(dram) >= 4 and all(v == 0.42 for _, _, v in dram)
+    assert all(t1 - t0 >= 0.095e9 for t0, t1, _ in dram)
+    assert all(a[1] == b[0] for a, b in zip(dram, dram[1:]))  # back to back
+    occupancy = nvml.steps_mean(intervals["sm_occupancy"], [(dram[0][0], dram[-1][1])])
+    assert occupancy["value"] is None and occupancy["dropped_nan"] == len(dram)
+    assert nvml.steps_mean(dram, [(dram[0][0], dram[-1][1])])["value"] == pytest.approx(0.42)
