@@ -521,3 +521,110 @@ def test_full_disk_while_writing_the_bundle_is_one_line(tmp_path):
                           cwd=tmp_path, env=env, timeout=120, preexec_fn=small_files)
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == ["error: cannot write the run bundle in runs (File too large)"]
+
+
+class FakeCuda:
+    """A stand-in for torch's CUDA events, labelled as such: it lets the light pass's GPU
+    bookkeeping (event pool, settling, graph-capture marks) run on a CPU-only machine. The
+    real thing runs in tests/test_run_gpu.py on the H200."""
+
+    def __init__(self) -> None:
+        self.now_ms = 0.0
+        self.capturing = False
+        self.created = 0
+        fake = self
+
+        class Event:
+            def __init__(self, enable_timing: bool = False) -> None:
+                fake.created += 1
+                self.t = None
+
+            def record(self) -> None:
+                fake.now_ms += 0.5
+                self.t = fake.now_ms
+
+            def query(self) -> bool:
+                return self.t is not None
+
+            def synchronize(self) -> None:
+                pass
+
+            def elapsed_time(self, other: "Event") -> float:
+                return other.t - self.t
+
+        self.Event = Event
+        self.synchronize = lambda: None
+        self.is_current_stream_capturing = lambda: fake.capturing
+        self._C = type("C", (), {"_cuda_isCurrentStreamCapturing": staticmethod(lambda: fake.capturing)})
+        self.cuda = self
+
+
+def test_light_pass_gpu_bookkeeping_with_fake_events():
+    from perfdoctor import bootstrap
+
+    fake = FakeCuda()
+    timer = bootstrap.Timer()
+    timer.clock = bootstrap.GpuClock(fake)
+    times = bootstrap.StepTimes(timer)
+    for i in range(300):
+        fake.capturing = i == 150  # one step inside a CUDA graph capture
+        times.start("step")
+        times.end("step")
+    fake.capturing = False
+    series, error = times.series()
+    assert error is None
+    s = series["step"]
+    assert len(s["host_start_ns"]) == len(s["gpu_start_ns"]) == len(s["gpu_end_ns"]) == 299  # the captured one dropped
+    assert all(a < b for a, b in zip(s["gpu_start_ns"], s["gpu_end_ns"]))
+    assert all(e <= b for e, b in zip(s["gpu_end_ns"][:-1], s["gpu_start_ns"][1:]))  # each end precedes the next start
+    assert s["gpu_end_ns"][1] - s["gpu_end_ns"][0] == 1_000_000  # 1 ms of fake GPU time per step
+    # Settled events go back to the pool: far fewer events than two per step.
+    assert fake.created < 2 * 300 / 2
+
+
+def test_nvml_sampler_gpm_intervals_with_a_fake_nvml(tmp_path, monkeypatch):
+    """The sampler's loop against a labelled stand-in for pynvml (the real one runs on the
+    H200): GPM lines carry their interval, at least 100 ms apart, and read back as intervals."""
+    import types
+
+    from perfdoctor.collectors import nvml
+
+    class Metric:
+        def __init__(self) -> None:
+            self.metricId, self.nvmlReturn, self.value = 0, 0, 0.0
+
+    class Request:
+        def __init__(self) -> None:
+            self.metrics = [Metric() for _ in range(8)]
+
+    def metrics_get(request):
+        for m in request.metrics[: request.numMetrics]:
+            m.value = 42.0 if m.metricId == 10 else float("nan")
+
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: None, nvmlDeviceGetCount=lambda: 1, nvmlDeviceGetHandleByIndex=lambda i: "h",
+        nvmlGpmQueryDeviceSupport=lambda h: types.SimpleNamespace(isSupportedDevice=1),
+        nvmlGpmSampleAlloc=lambda: object(), nvmlGpmSampleGet=lambda h, s: None, nvmlGpmSampleFree=lambda s: None,
+        c_nvmlGpmMetricsGet_t=Request, NVML_GPM_METRICS_GET_VERSION=1, NVML_SUCCESS=0, nvmlGpmMetricsGet=metrics_get,
+        nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=50, memory=20),
+        nvmlDeviceGetCurrentClocksThrottleReasons=lambda h: 0, nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used=1),
+        nvmlDeviceGetClockInfo=lambda h, k: 1000, NVML_CLOCK_SM=0, NVML_CLOCK_MEM=1, nvmlDeviceGetPowerUsage=lambda h: 100000,
+        nvmlDeviceGetTemperature=lambda h, k: 40, NVML_TEMPERATURE_GPU=0, nvmlDeviceGetPcieThroughput=lambda h, k: 1,
+        NVML_PCIE_UTIL_TX_BYTES=0, NVML_PCIE_UTIL_RX_BYTES=1, NVMLError=Exception,
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    path = tmp_path / "s.jsonl"
+    sampler = nvml.Sampler(path, 0.02, index=0, gpm_interval_s=0.01)
+    assert sampler.gpm and sampler.gpm_interval_s == nvml.GPM_MIN_INTERVAL_S
+    sampler.start()
+    time.sleep(0.75)
+    sampler.stop()
+    assert sampler.error is None
+    intervals = nvml.read_intervals(path)
+    dram = intervals["dram_bw_util"]
+    assert len(dram) >= 4 and all(v == 0.42 for _, _, v in dram)
+    assert all(t1 - t0 >= 0.095e9 for t0, t1, _ in dram)
+    assert all(a[1] == b[0] for a, b in zip(dram, dram[1:]))  # back to back
+    occupancy = nvml.steps_mean(intervals["sm_occupancy"], [(dram[0][0], dram[-1][1])])
+    assert occupancy["value"] is None and occupancy["dropped_nan"] == len(dram)
+    assert nvml.steps_mean(dram, [(dram[0][0], dram[-1][1])])["value"] == pytest.approx(0.42)

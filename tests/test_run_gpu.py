@@ -121,6 +121,11 @@ def test_gpm_and_ncu_agree_in_direction(big_run, big_gpm, small_run):
     gpm = {n: manifest(b)["light_pass"].get("nvml_means", {}) for n, b in (("big", big_gpm[1]), ("small", small))}
     record(test="collectors-small", **{k: v["status"] for k, v in manifest(small)["collectors"].items()})
     record(test="gpm-means", big=json.dumps(gpm["big"])[:400], small=json.dumps(gpm["small"])[:400])
+    # Issue 19's counters: GPM time-weighted over exactly the steady steps (100 ms GPM intervals).
+    for n, b in (("big", big_gpm[1]), ("small", small)):
+        lp = manifest(b)["light_pass"]
+        record(test=f"gpm-counters-{n}", steady_start=lp.get("steady_start"), warmup=lp.get("warmup"),
+               gpm_interval_ms=lp.get("gpm_interval_ms"), counters=json.dumps(lp.get("counters"))[:500])
     numbers = {
         "gpm_dram_big": gpm["big"]["dram_bw_util"]["mean"],
         "gpm_dram_small": gpm["small"]["dram_bw_util"]["mean"],
