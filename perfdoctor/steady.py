@@ -53,6 +53,23 @@ def host_lead_ns(host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[
     return np.maximum(0, g[:-1] - h[1:])
 
 
+def iteration_ends_ns(gpu_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int]) -> np.ndarray:
+    """GPU ends of steps that are calls inside a loop, extended to the whole iteration.
+
+    When the step is found automatically as a repeating call (a model's ``forward`` in
+    Hugging Face ``generate``), the loop also does work between calls (sampling, stopping
+    checks, launching small kernels) that belongs to producing the step's token. The GPU
+    start of call ``k+1`` is a CUDA event recorded when the host began that call: it
+    completes when everything issued before it has run, or right away when the GPU was
+    idle waiting for the host. So ``max(g[k], gpu_start[k+1])`` is the end of iteration
+    ``k``: its own GPU work and the host work after it. The last call keeps its own end.
+    """
+    g = _ns(gpu_end).copy()
+    if g.size > 1:
+        g[:-1] = np.maximum(g[:-1], _ns(gpu_start)[1:])
+    return g
+
+
 @dataclass(frozen=True)
 class Steady:
     """Where the steady state of a step series starts, and why."""

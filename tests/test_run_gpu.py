@@ -253,8 +253,11 @@ def test_acceptance_engine_numbers_are_the_programs_own(tmp_path, variant, token
 
 def test_acceptance_hf_generate_step_per_token(tmp_path):
     program = Path(__file__).parent / "programs" / "hf_generate.py"
+    # The warm-up generate as long as the timed ones: on the H200 a first call that reached
+    # context lengths the warm-up had not ran at ~70 ms/token instead of ~13 (new kernels
+    # loaded lazily), and the program's own timer would count that as its speed.
     done, bundle = run(tmp_path, "--collect", "torch,nvml", "--tokens-per-step", "1", str(program), "--config", "1b",
-                       "--tokens", "32", "--runs", "2", timeout=420)
+                       "--tokens", "32", "--warmup-tokens", "32", "--runs", "3", timeout=420)
     own = HF_LINE.search(done.stdout)
     assert done.returncode == 0 and own, (done.stdout[-2000:], done.stderr[-3000:])
     own_ms, own_tps = map(float, own.groups())
@@ -265,7 +268,7 @@ def test_acceptance_hf_generate_step_per_token(tmp_path):
     record(test="acceptance-hf-1b", own_ms=own_ms, own_tps=own_tps, tokens=tokens, **got, **light_numbers(m),
            collectors=",".join(f"{k}:{v['status'][:40]}" for k, v in m["collectors"].items()))
     lp = m["light_pass"]
-    assert (lp["step_name"], lp["how"]) == ("LlamaForCausalLM.forward", "module: LlamaForCausalLM")
+    assert lp["step_name"] == "LlamaForCausalLM.forward" and lp["how"].startswith("module: LlamaForCausalLM ")
     assert lp["steps_seen"] == tokens  # one step per generated token, warm-up generate included
     assert m["collectors"]["torch"]["status"] == "ok"
     assert got["step_latency_ms_p50"] == pytest.approx(own_ms, rel=0.05)
