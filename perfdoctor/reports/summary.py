@@ -61,7 +61,7 @@ def latency_table(analysis: Analysis) -> Table | None:
         return None
     lat = (w["gpu_end_ns"].astype("int64") - w["host_start_ns"]).to_numpy(np.float64) / 1e6
     gpu = (w["gpu_end_ns"] - w["gpu_start_ns"]).astype("int64").to_numpy(np.float64) / 1e6
-    t = Table(title=f"Step latency ({len(lat)} steps of {analysis.steps.name!r})", title_justify="left")
+    t = Table(title=f"Step latency ({len(lat)} steps of {esc(repr(analysis.steps.name))})", title_justify="left")
     for col in ("", "min", "p50", "p90", "p99", "max"):
         t.add_column(col, justify="right")
     for label, v in (("latency ms", lat), ("GPU window ms", gpu)):
