@@ -121,7 +121,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         sys.exit(2)
     except click_exceptions.ClickException as exc:
         _fail(_click_error(exc), exc.exit_code if exc.exit_code else 2)
-    except click_exceptions.Abort:
+    except typer.Abort:
         _fail("aborted", 130)
     sys.stdout.flush()
     sys.exit(code if isinstance(code, int) else 0)

@@ -231,13 +231,14 @@ def _inert(text: str) -> None:
         assert "::error::pwned" not in line.split("⏎")[0] or not line.lstrip().startswith("::error::"), line
 
 
-def test_hostile_names_are_inert_in_analyze_and_report(tmp_path: Path, evil: Path) -> None:
-    code, out, err = incli("analyze", evil, "--step", "copy*")
+@pytest.mark.parametrize("step", [[], ["--step", "copy*"]])  # the hostile range as the step name, or a glob
+def test_hostile_names_are_inert_in_analyze_and_report(tmp_path: Path, evil: Path, step: list[str]) -> None:
+    code, out, err = incli("analyze", evil, *step)
     assert code == 0, err
     _inert(out + err)
     assert "GPU [/]" in out  # markup in a name is shown as text
     for fmt in ("terminal", "md", "html", "json"):
-        code, out, err = incli("report", evil, "-f", fmt, "--step", "copy*")
+        code, out, err = incli("report", evil, "-f", fmt, *step)
         assert code == 0, err
         _inert(out + err)
         if fmt == "json":
@@ -246,6 +247,12 @@ def test_hostile_names_are_inert_in_analyze_and_report(tmp_path: Path, evil: Pat
 
 def test_hostile_names_are_inert_in_diff_and_gate(tmp_path: Path, evil: Path) -> None:
     code, out, err = incli("diff", KINETO, evil, "--md", tmp_path / "d.md")
+    assert code == 0, err
+    _inert(out + err + (tmp_path / "d.md").read_text())
+    code, out, err = incli("rules", "list", "--rules", _evil_pack(tmp_path))
+    assert code == 0, err
+    _inert(out + err)
+    code, out, err = incli("diff", KINETO, evil, "--md", tmp_path / "d.md", "--rules", _evil_pack(tmp_path))
     assert code == 0, err
     _inert(out + err + (tmp_path / "d.md").read_text())
     summary = tmp_path / "summary.md"
@@ -259,6 +266,15 @@ def test_hostile_names_are_inert_in_diff_and_gate(tmp_path: Path, evil: Path) ->
     junit = (tmp_path / "g.xml").read_text()
     _inert(junit)
     ET.fromstring(junit.split("\n", 1)[1])
+
+
+def _evil_pack(tmp: Path) -> Path:
+    d = tmp / "p["
+    d.mkdir(exist_ok=True)
+    pack = d / "]x.toml"  # the path holds [/]
+    pack.write_text(PACK.replace('title = "A rule"', 'title = "A \\u001b[31mrule [/] \\u202e"')
+                    .replace('citation = "test"', 'citation = "line\\n::error::pwned"'))
+    return pack
 
 
 def test_the_sanitiser() -> None:

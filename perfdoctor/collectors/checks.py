@@ -24,10 +24,10 @@ def _clean_names(df: pd.DataFrame) -> pd.DataFrame:
     if df.empty or "name" not in df:
         return df
     names = df["name"]
-    bad = ~names.map(lambda s: isinstance(s, str) and s.isprintable())
-    if bad.any():
+    unclean = {s for s in names.unique() if not (isinstance(s, str) and s.isprintable())}  # few distinct names
+    if unclean:
         df = df.copy()
-        df.loc[bad, "name"] = names[bad].map(clean)
+        df["name"] = names.map(lambda s: clean(s) if s in unclean else s)
     return df
 
 

@@ -20,6 +20,7 @@ from rich.text import Text
 from perfdoctor.metrics import Analysis, Metric
 from perfdoctor.reports.common import fmt_metric
 from perfdoctor.text import clean
+from perfdoctor.text import rich as esc  # untrusted text in rich markup (a table title)
 
 
 def format_value(m: Metric) -> str:
@@ -72,7 +73,7 @@ def latency_table(analysis: Analysis) -> Table | None:
     lat = w["critical_path_ns"].to_numpy(np.float64) / 1e6
     gpu = (w["gpu_end_ns"] - w["gpu_start_ns"]).astype("int64").to_numpy(np.float64) / 1e6
     busy = w["busy_ns"].to_numpy(np.float64) / 1e6
-    t = Table(title=f"Traced step latency ({len(lat)} steps of {analysis.steps.name!r})", title_justify="left")
+    t = Table(title=f"Traced step latency ({len(lat)} steps of {esc(repr(analysis.steps.name))})", title_justify="left")
     for col in ("", "min", "p50", "p90", "p99", "max"):
         t.add_column(col, justify="right")
     for label, v in (("critical path ms", lat), ("GPU window ms", gpu), ("GPU busy ms", busy)):

@@ -27,10 +27,10 @@ SEVERITY_STYLE = {"critical": "bold white on red", "error": "bold red", "warning
 
 
 def _evidence_table(e: Evidence) -> RenderableType:
-    t = Table(title=e.title, title_justify="left", title_style="bold", show_edge=False, pad_edge=False)
+    t = Table(title=Text(clean(e.title)), title_justify="left", title_style="bold", show_edge=False, pad_edge=False)
     for col in e.columns:
         # Names from the trace are untrusted text: Text(...) never interprets rich markup.
-        t.add_column(col, overflow="fold")
+        t.add_column(Text(clean(col)), overflow="fold")
     for row in e.rows:
         t.add_row(*(Text(clean(v)) for v in row))
     parts: list[RenderableType] = [t] if e.rows else [Text(e.title, style="bold")]

@@ -23,6 +23,7 @@ from rich.text import Text
 from perfdoctor.console import finite_option, note, report_load_warnings, warn
 from perfdoctor.errors import UsageError
 from perfdoctor.io import check_outputs, write_text
+from perfdoctor.text import clean
 from perfdoctor.rules.engine import PREDICATES, TOP_FINDING, RuleSet, load_rules
 from perfdoctor.rules.estimates import ESTIMATES
 from perfdoctor.rules.signals import KNOWN_INPUTS, SIGNALS
@@ -46,7 +47,7 @@ def list_rules(
 ) -> None:
     """Every rule: its pass condition, severity and citation."""
     ruleset = _load(rules, threshold)
-    t = Table(title=f"{len(ruleset)} rules from {', '.join(ruleset.packs)}", title_justify="left")
+    t = Table(title=Text(clean(f"{len(ruleset)} rules from {', '.join(ruleset.packs)}")), title_justify="left")
     for col in ("id", "severity", "passes when", "citation"):
         t.add_column(col, overflow="fold")
     for r in ruleset:
