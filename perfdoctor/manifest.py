@@ -52,7 +52,11 @@ def validate_manifest(manifest: Any, where: str | Path = "manifest.json") -> dic
     _optional(manifest, "exit_code", (int,), where, "an integer")
     for key in ("gpu", "calibration", "collectors", "light_pass", "environment"):
         _optional(manifest, key, (dict,), where, "a JSON object")
-    gpu = manifest.get("gpu") or {}
+    # A device fact NVML could not give as a number (NaN, inf) is absent, not an error:
+    # the bundle stays readable and nothing downstream sees a non-finite value.
+    gpu = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in (manifest.get("gpu") or {}).items()}
+    if manifest.get("gpu"):
+        manifest = {**manifest, "gpu": gpu}
     for key, value in gpu.items():
         _expect(value is None or isinstance(value, (str, bool)) or _is_number(value), where, f"gpu.{key}", "a string or a finite number")
     for key in ("peak_dram_bw_gbps", "sm_count"):

@@ -10,7 +10,6 @@ import os
 from pathlib import Path
 
 from perfdoctor.errors import UsageError
-from perfdoctor.io import read_maybe_gzip as _read_maybe_gzip
 from perfdoctor.io import regular_file
 from perfdoctor.profile import Profile
 
@@ -48,8 +47,3 @@ def load_trace(path: str | Path) -> Profile:
         f"an Nsight Systems export ({', '.join(NSYS_SUFFIXES)}) or a run bundle directory"
     )
 
-
-def read_maybe_gzip(path: Path) -> bytes:
-    """The file's bytes, decompressed when it is gzip (streamed, capped: see
-    :func:`perfdoctor.io.read_maybe_gzip`); a truncated archive is a UsageError."""
-    return _read_maybe_gzip(path)

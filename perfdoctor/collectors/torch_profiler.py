@@ -21,9 +21,9 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from perfdoctor.collectors import read_maybe_gzip
 from perfdoctor.collectors.checks import finish
 from perfdoctor.errors import UsageError
+from perfdoctor.io import read_maybe_gzip
 from perfdoctor.profile import (
     ACTIVITY_COLUMNS,
     CALL_COLUMNS,
