@@ -318,3 +318,24 @@ def test_a_series_cut_short_by_a_crash_keeps_its_complete_steps(tmp_path: Path) 
     assert any("complete steps" in w for w in p.meta["warnings"])
     a = analyze(p)
     assert a.value("step_latency_ms_p50") == pytest.approx(float(np.median(LIGHT_CP_MS[1:-2])))
+
+
+def test_traced_pass_nvml_samples_never_stand_in_for_the_steady_counter(tmp_path: Path) -> None:
+    """On the H200 the graph engine's traced window (10 steps, ~20 ms) held GPM samples that
+    each covered the 100 ms before them: averaged "inside the span" they read 0.0004 % DRAM
+    against 22-27 % over the steps. In a run bundle only the light pass's steady-state
+    average is the NVML counter; without it the counter is absent, the model is the value."""
+    light, lp = new_format(steady_start=1)  # no counters: the steady span was too short
+    p = load_trace(make_bundle(tmp_path / "b", light=light, light_pass=lp))
+    lo, hi = int(p.activities["start_ns"].min()), int(p.activities["end_ns"].max())
+    n = 20
+    p.samples = frame(SAMPLE_COLUMNS, {"time_ns": np.linspace(lo, hi, n).astype(np.int64), "metric": ["dram_bw_util"] * n,
+                                       "value": np.full(n, 4e-6), "source": ["nvml-gpm"] * n})
+    a = analyze(p)
+    dram = a.metrics["dram_bw_util"]
+    assert dram.source == "model" and not dram.alternatives  # the stray samples are not a second source
+    assert a.metrics["memory_bubble_ratio"].note.startswith("lower bound")  # no counter: the idle bound
+    # The same samples on a trace alone (no light pass) are the counter, inside the steps only.
+    q = load_trace(GRAPH)
+    q.samples = p.samples
+    assert analyze(q).metrics["dram_bw_util"].source == "nvml-gpm"
