@@ -295,7 +295,9 @@ def latency_line(a: Analysed) -> Text:
     parts = []
     if light:
         parts.append(f"step latency p50 {median(light):.3g} ms (light pass, no tracer, {len(light)} steps)")
-    traced = a.analysis.value("step_latency_ms_p50")
+    # Under the v2 contract step_latency_ms_p50 is the light pass's own number when there is
+    # one; the traced pass's is traced_step_latency_ms_p50.
+    traced = a.analysis.value("traced_step_latency_ms_p50") if light else a.analysis.value("step_latency_ms_p50")
     if traced is not None:
         parts.append(f"traced {traced:.3g} ms" if light else f"step latency p50 {traced:.3g} ms (traced)")
     tps = a.analysis.value("tokens_per_s")

@@ -172,10 +172,13 @@ def find_step(results: dict[str, Any], options: RunOptions) -> tuple[str | None,
             calls = results["modules"][str(depth)][name]
             # The step is the loop iteration: the call and the host work until the next one
             # (on the H200 an HF generate spent ~0.5 ms per token between forward calls).
-            series[name] = {**calls, "gpu_end_ns": steady.iteration_ends_ns(calls["gpu_start_ns"], calls["gpu_end_ns"]).tolist()}
+            # Without CUDA (host clock) the next call's host start marks the iteration's end.
+            starts = calls["gpu_start_ns"] if calls.get("gpu_start_ns") is not None else calls["host_start_ns"]
+            series[name] = {**calls, "gpu_end_ns": steady.iteration_ends_ns(starts, calls["gpu_end_ns"]).tolist()}
             results["series"] = series
-            how = f"module: {name.removesuffix('.forward')} (each call and the host work until the next)"
-            return name, how, {"name": name, "depth": depth, "class": path, "span": "iteration"}
+            how = f"module: {name.removesuffix('.forward')}"
+            span = "the loop iteration: each call and the host work until the next call"
+            return name, how, {"name": name, "depth": depth, "class": path, "span": span}
     return None, None, None
 
 

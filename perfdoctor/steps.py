@@ -126,7 +126,10 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
     how = f"ranges named {pattern!r} (--step)" if pattern else ""
     if not pattern and recorded and ranges["name"].map(lambda n: fnmatch.fnmatchcase(n, recorded)).any():
         pattern = recorded  # a run bundle remembers the step its run traced
-        run_how = (profile.meta.get("light_pass") or {}).get("how")
+        light_pass = profile.meta.get("light_pass") or {}
+        run_how = light_pass.get("how")
+        span = (light_pass.get("module") or {}).get("span")  # an automatic module step is the loop iteration
+        run_how = f"{run_how}; timed as {span}" if run_how and span else run_how
         how = f"recorded by the run: ranges named {recorded!r}" + (f" ({run_how})" if run_how else "")
     if pattern:
         every = profile.ranges[~profile.ranges["name"].str.startswith(DECLARE_PREFIX, na=False) & (profile.ranges["source"] != "python")]

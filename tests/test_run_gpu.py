@@ -281,7 +281,8 @@ def test_acceptance_hf_generate_step_per_token(tmp_path):
     record(test="acceptance-hf-1b", own_ms=own_ms, own_tps=own_tps, tokens=tokens, **got, **light_numbers(m),
            collectors=",".join(f"{k}:{v['status'][:40]}" for k, v in m["collectors"].items()))
     lp = m["light_pass"]
-    assert lp["step_name"] == "LlamaForCausalLM.forward" and lp["how"].startswith("module: LlamaForCausalLM ")
+    assert (lp["step_name"], lp["how"]) == ("LlamaForCausalLM.forward", "module: LlamaForCausalLM")
+    assert lp["module"]["span"].startswith("the loop iteration")
     assert lp["steps_seen"] == tokens  # one step per generated token, warm-up generate included
     assert m["collectors"]["torch"]["status"] == "ok"
     assert got["step_latency_ms_p50"] == pytest.approx(own_ms, rel=0.05)
