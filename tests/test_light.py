@@ -339,3 +339,22 @@ def test_traced_pass_nvml_samples_never_stand_in_for_the_steady_counter(tmp_path
     q = load_trace(GRAPH)
     q.samples = p.samples
     assert analyze(q).metrics["dram_bw_util"].source == "nvml-gpm"
+
+
+def test_idle_estimates_never_exceed_the_untraced_idle_time(tmp_path: Path) -> None:
+    """The eager fixture's traced steps are ~38 ms, almost all of it gaps the tracer
+    stretched; with a light pass saying a step takes 12 ms, fixing the bubbles cannot win
+    back more than 12 ms less the GPU busy time (kernel durations are not stretched)."""
+    eager = FIXTURES / "h200-decode-eager-5steps.kineto.json.gz"
+    light, lp = new_format(cp_ms=[40.0] + [12.0] * 10, steady_start=1)
+    a = analyze(load_trace(make_bundle(tmp_path / "e", trace=eager, light=light, light_pass=lp)))
+    busy_ms = float(np.median(a.timeline.with_gpu["busy_ns"].to_numpy(dtype=np.float64))) / 1e6
+    cap = 12.0 - busy_ms
+    assert 0 < cap < 12.0
+    bubbles = {f.rule_id: f for f in evaluate(load_rules(()), a)}["memory-bubbles"]
+    assert bubbles.recovered_ms == pytest.approx(cap)
+    assert "capped at the untraced idle time" in bubbles.estimate.formula
+    # Without a light pass the traced gaps stand (their sum is at most the traced idle).
+    b = analyze(load_trace(eager), step="decode_step")
+    traced = {f.rule_id: f for f in evaluate(load_rules(()), b)}["memory-bubbles"].recovered_ms
+    assert traced > cap and traced <= float(np.median(b.timeline.with_gpu["idle_ns"])) / 1e6

@@ -53,11 +53,28 @@ def idle_between_kernels(analysis: Analysis, threshold: float | None, params: di
     gaps = gaps[~gaps["after_sync"]]
     won = np.clip(gaps["length_ns"].to_numpy(dtype=np.float64) - residual_us * 1e3, 0, None)
     ms = _per_step_ms(analysis, won, gaps["step"].to_numpy())
-    return Estimate(
-        ms,
+    formula = (
         f"median over steps of Σ max(0, gap − {residual_us:g} µs) over the gaps between the step's GPU activities "
-        f"(gaps after a host sync excluded) = {ms:.3g} ms",
+        f"(gaps after a host sync excluded) = {ms:.3g} ms"
     )
+    cap = untraced_idle_ms(analysis)
+    if cap is not None and ms > cap:
+        # The gaps were measured under the tracer, which stretches host gaps; the step's
+        # idle time without it is the most a fix can win back.
+        formula += f", capped at the untraced idle time per step (light step − GPU busy) = {cap:.3g} ms"
+        ms = cap
+    return Estimate(ms, formula)
+
+
+def untraced_idle_ms(analysis: Analysis) -> float | None:
+    """Per step, the light pass's step time less the GPU busy time measured in the trace
+    (kernel durations are not stretched by tracing, host gaps are): the idle time a fix of
+    bubbles can win back at most. None without a light pass."""
+    p50 = analysis.metrics.get("step_latency_ms_p50")
+    busy = analysis.timeline.with_gpu["busy_ns"].to_numpy(dtype=np.float64)
+    if p50 is None or p50.value is None or p50.source != "light" or busy.size == 0:
+        return None
+    return max(0.0, p50.value - float(np.median(busy)) / 1e6)
 
 
 def sync_wait_time(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
