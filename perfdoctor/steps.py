@@ -23,6 +23,7 @@ import pandas as pd
 
 from perfdoctor.errors import UsageError
 from perfdoctor.declare import DECLARE_PREFIX
+from perfdoctor.names import family
 from perfdoctor.profile import Profile
 
 LAUNCH_PREFIXES = (
@@ -290,7 +291,13 @@ def automatic_ranges(profile: Profile) -> tuple[pd.DataFrame, str]:
         first_launch = np.r_[0, cut]
         units = unit_of[first_launch]
         if units.size >= 2:
-            signature = pd.factorize(pd.Series([tuple(c) for c in np.split(codes, cut)]))[0]
+            # A unit's signature is the sequence of its kernels' families, not their exact
+            # names: a decode step's elementwise kernels switch between vectorized and
+            # unrolled variants as the context length changes parity (seen in HF generate
+            # on the H200), which would make every other token look different.
+            uniques = pd.Series(pd.unique(kernel.astype(str)))
+            fam = pd.factorize(uniques.map(family))[0][pd.Index(uniques).get_indexer(kernel.astype(str))]
+            signature = pd.factorize(pd.Series([tuple(c) for c in np.split(fam, cut)]))[0]
             offset = max(0, signature.size - MAX_SEQUENCE)
             region = repeating_region(signature[offset:])
             if region is not None:
