@@ -42,6 +42,7 @@ from perfdoctor import bundle as bundles
 from perfdoctor import steady
 from perfdoctor.collectors import ncu, nsys_run, nvml
 from perfdoctor.errors import UsageError
+from perfdoctor.text import rich as esc  # program arguments, paths and step names are untrusted
 
 COLLECTORS = ("torch", "nvml", "nsys", "ncu")
 PASSES = ("light", "torch", "nsys", "ncu")
@@ -353,7 +354,7 @@ class Runner:
 
         reader = threading.Thread(target=count_steps, daemon=True)
         reader.start()
-        self.say(f"[bold]{name}[/] pass: {' '.join(result.command[: len(wrapper) + 1] if wrapper else self.options.target)}")
+        self.say(f"[bold]{name}[/] pass: {esc(' '.join(result.command[: len(wrapper) + 1] if wrapper else self.options.target))}")
         start = time.monotonic()
         if sampler is not None:
             sampler.start()
@@ -453,7 +454,7 @@ def execute(options: RunOptions, console: Console) -> tuple[int, Path]:
             runner.manifest["gpu_error"] = str(exc)
     runner.manifest["calibration"] = cached_calibration(runner.manifest.get("gpu"))
     runner.save()
-    runner.say(f"bundle: {runner.bundle}")
+    runner.say(f"bundle: {esc(runner.bundle)}")
 
     old = {s: signal.signal(s, runner._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -539,7 +540,7 @@ def run_passes(runner: Runner, selected: list[str], reasons: dict[str, str | Non
                 ms = sorted(light["step_latency_ms"])
                 p50 = f", p50 {ms[len(ms) // 2]:.3f} ms" if ms else ""
                 runner.say(
-                    f"light pass: step {light['step_name']!r} ({light['how']}) seen {light['steps_seen']} times, "
+                    f"light pass: step {esc(repr(light['step_name']))} ({esc(light['how'])}) seen {light['steps_seen']} times, "
                     f"steady from step {light['steady_start']}{p50}"
                 )
             light["nvml_sampled"] = s is not None
@@ -710,7 +711,7 @@ def write_metrics(runner: Runner) -> None:
     except Exception as exc:  # noqa: BLE001 - the bundle stays; analyze can be rerun on it
         runner.manifest["metrics_error"] = f"{type(exc).__name__}: {exc}"
         runner.save()
-        runner.say(f"[yellow]metrics not written[/]: {exc}")
+        runner.say(f"[yellow]metrics not written[/]: {esc(exc)}")
 
 
 # --- the command line ---------------------------------------------------------------------
@@ -843,7 +844,7 @@ def run_command(
         where = f": {exc.filename}" if exc.filename else ""
         raise UsageError(f"cannot write the run bundle in {options.out} ({exc.strerror or exc}){where}") from None
     if not quiet:
-        console.print(f"bundle written: {bundle}\nnext: perfdoctor analyze {bundle}", highlight=False)
+        console.print(f"bundle written: {bundle}\nnext: perfdoctor analyze {bundle}", highlight=False, markup=False)
     raise typer.Exit(code)
 
 
