@@ -108,6 +108,21 @@ def gaps_table(analysis: Analysis) -> Table | None:
     return _evidence_table(ev)
 
 
+def workload_lines(analysis: Analysis) -> list[str]:
+    """The workload with its evidence ("workload: training (152 backward ops, ...)") and,
+    for a trace of a CUDA-graph capture (or without recognised launches), what that means.
+    Raw text: callers clean or escape it (names come from traces)."""
+    lines = []
+    w = getattr(analysis, "workload", None)
+    if w is not None:
+        ev = ", ".join(w.evidence)
+        lines.append(f"workload: {w.kind}" + (f" ({ev})" if ev else ""))
+    g = getattr(analysis, "graph_state", None)
+    if g is not None and g.kind in ("capture", "capture+replay", "no-launches") and g.message:
+        lines.append(f"graphs: {g.message}")
+    return lines
+
+
 def header_lines(analysis: Analysis) -> list[str]:
     """How the steps were found, where step time comes from, and what to watch out for."""
     steps = analysis.steps
@@ -115,6 +130,7 @@ def header_lines(analysis: Analysis) -> list[str]:
     if steps.name:
         lines.append(f"steps: {steps.count} — {steps.how or 'found'}")
     lines.append(f"step time: {analysis.time_source}")
+    lines.extend(workload_lines(analysis))
     first = analysis.first_step_note()
     if first:
         lines.append(f"note: {first}")
