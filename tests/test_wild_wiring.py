@@ -213,3 +213,15 @@ def test_training_estimates_clipped_to_idle():
     f = next(f for f in findings if f.rule_id == "memory-bubbles")
     assert f.status == "fail" and f.estimate is not None
     assert 0 < f.estimate.ms_per_step <= float(np.median(idle)) + 1e-9
+
+
+def test_report_headers_name_the_workload():
+    from perfdoctor.reports import html, markdown
+    from perfdoctor.reports.summary import header_lines
+
+    a, findings = _analysis(str(WILD / "h200-train.kineto.json.gz"))
+    line = next(l for l in header_lines(a) if l.startswith("workload: "))
+    assert line.startswith("workload: training (152 backward ops, Optimizer.step#AdamW.step")
+    assert "workload: training (152 backward ops" in markdown.render(findings, a)
+    assert "workload: training (152 backward ops" in html.render(findings, a)
+    assert a.to_json()["workload"]["kind"] == "training"
