@@ -225,3 +225,33 @@ def test_report_headers_name_the_workload():
     assert "workload: training (152 backward ops" in markdown.render(findings, a)
     assert "workload: training (152 backward ops" in html.render(findings, a)
     assert a.to_json()["workload"]["kind"] == "training"
+
+
+def test_communication_metrics_rules_and_evidence(tmp_path):
+    """h200-threads with the worker's side-stream kernels renamed to NCCL all-reduces (as
+    tests/test_comms.py crafts it): the metrics are the per-step medians of comms.step_metrics,
+    the communication rules evaluate, and their evidence tables fill."""
+    from perfdoctor import comms
+
+    nccl = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+    doc = json.loads(gzip.decompress((WILD / "h200-threads.kineto.json.gz").read_bytes()))
+    for e in doc["traceEvents"]:
+        if e.get("ph") == "X" and e.get("cat") == "kernel" and e["args"].get("stream") == 13:
+            e["name"] = nccl
+    path = tmp_path / "threads-nccl.json"
+    path.write_text(json.dumps(doc))
+    a = analyze(load_trace(path))
+    per = comms.step_metrics(a.profile, a.steps.table, a.steps.activity_step)
+    assert a.value("collectives_per_step") == 3
+    assert a.value("comm_time_ratio") == pytest.approx(float(per["comm_share"].median()))
+    assert a.value("comm_overlap_ratio") == pytest.approx(float(per["overlap"].median()))
+    assert a.value("exposed_comm_ms_per_step") == pytest.approx(float(per["exposed_ns"].median()) / 1e6)
+    findings = {f.rule_id: f for f in diagnose(a)}
+    assert findings["comm-overlap"].status in ("pass", "fail")
+    assert findings["exposed-comm"].status in ("pass", "fail")
+    assert findings["gradient-bucketing"].status == "not_evaluated"  # inference trace
+    from perfdoctor.rules.evidence import comm_timeline, top_collectives
+
+    assert comm_timeline(a).rows and top_collectives(a).rows
+    if findings["exposed-comm"].status == "fail":
+        assert findings["exposed-comm"].estimate.ms_per_step == pytest.approx(a.value("exposed_comm_ms_per_step"))
