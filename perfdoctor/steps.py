@@ -121,7 +121,9 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
     ranges = _candidate_ranges(profile)
     recorded = (profile.meta.get("bundle") or {}).get("step")
     how = f"ranges named {pattern!r} (--step)" if pattern else ""
-    if not pattern and recorded and ranges["name"].map(lambda n: fnmatch.fnmatchcase(n, recorded)).any():
+    if not pattern and recorded and (
+        (ranges["name"] == recorded).any() or ranges["name"].map(lambda n: fnmatch.fnmatchcase(n, recorded)).any()
+    ):
         pattern = recorded  # a run bundle remembers the step its run traced
         run_how = (profile.meta.get("light_pass") or {}).get("how")
         how = f"recorded by the run: ranges named {recorded!r}" + (f" ({run_how})" if run_how else "")
