@@ -255,3 +255,14 @@ def test_communication_metrics_rules_and_evidence(tmp_path):
     assert comm_timeline(a).rows and top_collectives(a).rows
     if findings["exposed-comm"].status == "fail":
         assert findings["exposed-comm"].estimate.ms_per_step == pytest.approx(a.value("exposed_comm_ms_per_step"))
+
+
+def test_serving_header_line_per_kind():
+    from perfdoctor.reports.summary import header_lines
+
+    facts = json.loads((WILD / "serve-eager.facts.json").read_text())
+    a, _ = _analysis(str(WILD / "h200-serve-eager.kineto.json.gz"))
+    line = next(l for l in header_lines(a) if l.startswith("serving (traced): "))
+    decode = sum(_tokens(n) for n in facts["steps"] if "DECODE" in n or "generation" in n)
+    prefill = sum(_tokens(n) for n in facts["steps"] if "PREFILL" in n)
+    assert f"decode 10 steps, {decode} tokens" in line and f"prefill 2 steps, {prefill} tokens" in line
