@@ -16,6 +16,7 @@ reason. Every per-step number comes from the one derived-table layer,
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
@@ -23,7 +24,8 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from perfdoctor import steady
+from perfdoctor import capture, comms, serving, steady
+from perfdoctor import workload as workloads
 from perfdoctor.profile import LightSteps, Profile
 from perfdoctor.steps import Steps, find_steps, is_launch, is_sync, union_ns
 from perfdoctor.timeline import Timeline, build
@@ -69,6 +71,14 @@ METRICS: dict[str, tuple[str, bool | None]] = {
     "peak_dram_bw_gbps": ("GB/s", None),
     "profiler_overhead_ratio": ("ratio", False),
     "throttle_time_ratio": ("ratio", False),
+    "comm_time_ratio": ("ratio", False),
+    "comm_overlap_ratio": ("ratio", True),
+    "exposed_comm_ms_per_step": ("ms", False),
+    "collectives_per_step": ("count", None),
+    "mean_collective_us": ("us", True),
+    "queue_delay_ms_p50": ("ms", False),
+    "capture_trace": ("flag", None),
+    "steps_graphed": ("flag", None),
 }
 METRIC_UNITS = {k: unit for k, (unit, _) in METRICS.items()}
 HIGHER_IS_BETTER = {k: better for k, (_, better) in METRICS.items()}
@@ -114,12 +124,20 @@ class Analysis:
     profile: Profile = field(repr=False)
     timeline: Timeline = field(repr=False, default=None)  # type: ignore[assignment]
     light: LightSteps | None = field(repr=False, default=None)  # the light pass, when it timed these steps
+    # training / inference / unknown with its evidence (perfdoctor.workload), a fact of the trace
+    workload: workloads.Workload | None = field(default=None)
+    # capture / replay / eager (perfdoctor.capture): a capture trace is not judged on timing
+    graph_state: capture.GraphState | None = field(repr=False, default=None)
 
     def __post_init__(self) -> None:
         # Built once by analyze(); rebuilt only for an Analysis made with other steps
         # (dataclasses.replace(analysis, steps=...)), so the tables always match the steps.
         if self.timeline is None or self.timeline.built_from is not self.steps:
             self.timeline = build(self.profile, self.steps)
+        if self.workload is None:
+            self.workload = workloads.classify(self.profile)
+        if self.graph_state is None:
+            self.graph_state = capture.trace_state(self.profile)
 
     @property
     def time_source(self) -> str:
@@ -175,6 +193,8 @@ class Analysis:
             "step_name": self.steps.name,
             "steps_how": self.steps.how,
             "time_source": self.time_source,
+            "workload": self.workload.to_dict() if self.workload is not None else None,
+            "graph_state": jsonable(self.graph_state.to_dict()) if self.graph_state is not None else None,
             "light": None
             if self.light is None
             else {
@@ -651,13 +671,98 @@ def _throttle_time_ratio(c: _Context) -> Metric:
     return c.have("throttle_time_ratio", (s["value"] > 0).mean(), source="nvml")
 
 
-def analyze(profile: Profile, step: str | None = None, tokens_per_step: float | None = None) -> Analysis:
+def _comm_metrics(c: _Context) -> dict[str, Metric]:
+    """Communication per step (:mod:`perfdoctor.comms`): share of GPU busy time, overlap
+    with compute, exposed time, collectives and their mean duration (medians over steps)."""
+    keys = ("comm_time_ratio", "comm_overlap_ratio", "exposed_comm_ms_per_step", "collectives_per_step", "mean_collective_us")
+    why = c.no_steps or c.no_gpu
+    if why:
+        return {k: c.absent(k, why) for k in keys}
+    summ = comms.summary(comms.step_metrics(c.profile, c.steps.table, c.steps.activity_step))
+    if not summ["collectives_per_step"] or not np.isfinite(summ["collectives_per_step"]):
+        none = "no communication kernels in the steps (NCCL/RCCL/custom all-reduce)"
+        return {
+            "comm_time_ratio": c.have("comm_time_ratio", 0.0) if np.isfinite(summ["comm_share"]) else c.absent("comm_time_ratio", none),
+            "comm_overlap_ratio": c.absent("comm_overlap_ratio", none),
+            "exposed_comm_ms_per_step": c.absent("exposed_comm_ms_per_step", none),
+            "collectives_per_step": c.have("collectives_per_step", 0.0),
+            "mean_collective_us": c.absent("mean_collective_us", none),
+        }
+    values = {
+        "comm_time_ratio": summ["comm_share"],
+        "comm_overlap_ratio": summ["comm_overlap"],
+        "exposed_comm_ms_per_step": summ["exposed_comm_ms"],
+        "collectives_per_step": summ["collectives_per_step"],
+        "mean_collective_us": summ["mean_collective_us"],
+    }
+    return {
+        k: c.have(k, v) if v is not None and np.isfinite(v) else c.absent(k, "no step with communication kernels")
+        for k, v in values.items()
+    }
+
+
+def _queue_delay_ms_p50(c: _Context) -> Metric:
+    """Median over steps of (GPU start of the step's first activity − host start of the call
+    that launched it) (:func:`perfdoctor.serving.queue_delay`)."""
+    if c.no_steps or c.no_gpu:
+        return c.absent("queue_delay_ms_p50", c.no_steps or c.no_gpu)
+    if c.profile.calls.empty:
+        return c.absent("queue_delay_ms_p50", "the trace has no CUDA API calls")
+    q = serving.queue_delay(c.profile, c.steps.table, c.steps.activity_step)["queue_delay_ns"]
+    v = pd.to_numeric(q, errors="coerce").astype("float64").to_numpy()
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return c.absent("queue_delay_ms_p50", "no step's first GPU activity has a launching call in the trace")
+    return _with_tracer_note(c, c.have("queue_delay_ms_p50", float(np.median(v)) / 1e6))
+
+
+def _capture_trace(c: _Context, state: capture.GraphState) -> Metric:
+    if c.profile.calls.empty:
+        return c.absent("capture_trace", "the trace has no CUDA API calls: a graph capture cannot be recognised")
+    return c.have("capture_trace", 1.0 if state.kind == "capture" else 0.0, note=state.message or None)
+
+
+def _steps_graphed(c: _Context) -> Metric:
+    if c.no_steps:
+        return c.absent("steps_graphed", c.no_steps)
+    states = capture.step_states(c.profile, c.steps.table, c.steps.activity_step, c.steps.call_step)
+    g = capture.graphed(states)
+    if g is None:
+        return c.absent("steps_graphed", "no recognised launch calls in most steps: graph replay cannot be judged")
+    return c.have("steps_graphed", float(g))
+
+
+def _serving_tokens_per_s(c: _Context, steps_per_s: Metric, light: steady.SteadySeries | None) -> Metric | None:
+    """Serving steps carry their tokens in their names (``step[PREFILL bs=4 tokens=512]``,
+    ``execute_context_0(0)_generation_32(32)``): tokens over step time, no declaration
+    needed (:func:`perfdoctor.serving.throughput`). None when the steps are not serving steps."""
+    if c.steps.name != serving.STEP_NAME or c.tokens_per_step is not None:
+        return None
+    t = c.timeline.steps
+    cp = pd.to_numeric(t["critical_path_ns"], errors="coerce").astype("float64")
+    ok = cp.notna().to_numpy() & (cp.to_numpy() > 0)
+    if not ok.any():
+        return c.absent("tokens_per_s", "no serving step has a measurable step time")
+    tot = serving.totals(serving.throughput(c.steps.table[ok], cp[ok].to_numpy()))["all"]
+    if not tot["tokens"] or not np.isfinite(tot["tokens_per_s"]):
+        return c.absent("tokens_per_s", "the serving step names carry no token counts")
+    return c.have(
+        "tokens_per_s", tot["tokens_per_s"],
+        note=f"{tot['tokens']:.0f} tokens over {tot['steps']} serving steps (token counts from the step names), traced step time",
+    )
+
+
+def analyze(
+    profile: Profile, step: str | None = None, tokens_per_step: float | None = None, workload: str | None = None
+) -> Analysis:
     """Compute every metric of the contract that ``profile`` allows.
 
     ``step`` is an exact range name or glob (``"step*"``); by default steps are the
     ``ProfilerStep#N`` ranges, else the most frequent repeated range with GPU work, else
     found automatically (:func:`perfdoctor.steps.find_steps`).
-    ``tokens_per_step`` overrides what the workload declared.
+    ``tokens_per_step`` overrides what the workload declared. ``workload`` ("training" /
+    "inference") overrides the classification of the trace (:mod:`perfdoctor.workload`):
+    it decides which rules apply.
     """
     steps = find_steps(profile, step)
     c = _Context(profile, steps, tokens_per_step)
@@ -679,7 +784,7 @@ def analyze(profile: Profile, step: str | None = None, tokens_per_step: float | 
     m["short_kernel_ratio"] = _short_kernel_ratio(c)
     m["step_gpu_ms_p50"] = _step_gpu_ms_p50(c)
     m["steps_per_s"] = _steps_per_s(c, light)
-    m["tokens_per_s"] = _tokens_per_s(c, m["steps_per_s"])
+    m["tokens_per_s"] = _serving_tokens_per_s(c, m["steps_per_s"], light) or _tokens_per_s(c, m["steps_per_s"])
     m["sync_calls_per_step"] = _sync_calls_per_step(c)
     m["pageable_memcpy_bytes"] = _pageable_memcpy_bytes(c)
     m["achieved_occupancy_est"] = _achieved_occupancy_est(c)
@@ -690,6 +795,31 @@ def analyze(profile: Profile, step: str | None = None, tokens_per_step: float | 
     m["l2_hit_rate"] = _ncu_ratio(c, "l2_hit_rate", NCU_L2_HIT, 100.0)
     m["warp_exec_efficiency"] = _ncu_ratio(c, "warp_exec_efficiency", NCU_WARP_EFF, 32.0)
     m["throttle_time_ratio"] = _throttle_time_ratio(c)
+    m.update(_comm_metrics(c))
+    m["queue_delay_ms_p50"] = _queue_delay_ms_p50(c)
+    graph_state = capture.trace_state(profile)
+    m["capture_trace"] = _capture_trace(c, graph_state)
+    m["steps_graphed"] = _steps_graphed(c)
+    kind = _workload(profile, workload)
     # Contract order (METRICS), and the last guard: nothing non-finite leaves this function.
     ordered = {k: finite_or_absent(m[k], k) for k in METRICS if k in m}
-    return Analysis(metrics=ordered, steps=steps, profile=profile, timeline=c.timeline, light=c.light)
+    return Analysis(
+        metrics=ordered, steps=steps, profile=profile, timeline=c.timeline, light=c.light, workload=kind, graph_state=graph_state
+    )
+
+
+def _workload(profile: Profile, override: str | None) -> workloads.Workload:
+    """The trace's workload (:func:`perfdoctor.workload.classify`), or the user's override
+    (``--workload training|inference``), which keeps the classifier's evidence for the record."""
+    found = workloads.classify(profile)
+    if override is None:
+        return found
+    if override not in ("training", "inference"):
+        from perfdoctor.errors import UsageError
+
+        raise UsageError(f"--workload {override!r}: expected 'training' or 'inference'")
+    if override == found.kind:
+        return found
+    return dataclasses.replace(
+        found, kind=override, confidence="user", evidence=[f"set by --workload (the trace reads as {found.text})"]
+    )

@@ -65,8 +65,13 @@ def iteration_ends_ns(gpu_start: np.ndarray | list[int], gpu_end: np.ndarray | l
     ``k``: its own GPU work and the host work after it. The last call keeps its own end.
     """
     g = _ns(gpu_end).copy()
-    if g.size > 1:
-        g[:-1] = np.maximum(g[:-1], _ns(gpu_start)[1:])
+    if g.size > 1 and gpu_start is not None:
+        # A CPU-only run records no CUDA event: its GPU starts are None, and a call's own
+        # end is then all that is known.
+        starts = [None if v is None else int(v) for v in list(gpu_start)[1:]]
+        known = np.array([v is not None for v in starts], dtype=bool)
+        nxt = np.array([v if v is not None else np.iinfo(np.int64).min for v in starts], dtype=np.int64)
+        g[:-1] = np.where(known, np.maximum(g[:-1], nxt), g[:-1])
     return g
 
 

@@ -7,8 +7,9 @@ step found automatically (:func:`automatic_ranges`): the repeating unit of GPU w
 the host's synchronisations, else the outermost period of the launch sequence. Library
 ranges (``cub::DeviceScan...``, NCCL, cuDNN, cuBLAS, thrust) and Python stack frames are
 never steps. ``Steps.how`` says, in words, how the step was found. GPU work
-belongs to the step whose host range contains the start of the call that launched it, on
-the same thread — matched by correlation id. A CUDA graph replay is one launch call whose
+belongs to the step whose host range contains the start of the call that launched it — on
+the step's own thread first, else by time on any thread (autograd backward, DDP, worker
+threads; :mod:`perfdoctor.ownership`) — matched by correlation id. A CUDA graph replay is one launch call whose
 correlation id every replayed kernel carries, so a graph-captured decode step owns all its
 kernels and is not mistaken for an idle GPU.
 """
@@ -21,19 +22,14 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from perfdoctor import apinames, ownership, serving
 from perfdoctor.errors import UsageError
 from perfdoctor.declare import DECLARE_PREFIX
 from perfdoctor.names import family
 from perfdoctor.profile import Profile
 
-LAUNCH_PREFIXES = (
-    "cudaLaunchKernel",
-    "cuLaunchKernel",
-    "cudaLaunchCooperativeKernel",
-    "cudaGraphLaunch",
-    "cuGraphLaunch",
-)
-SYNC_NAMES = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy")
+LAUNCH_PREFIXES = apinames.LAUNCH_PREFIXES  # CUDA, driver and HIP launches (graph launches too)
+SYNC_NAMES = apinames.SYNC_NAMES
 PROFILER_STEP_GLOB = "ProfilerStep#*"
 AUTO_STEP = "(automatic step)"
 NO_BOUNDARY = -1  # the first unit of a trace: nothing before it ended
@@ -48,18 +44,19 @@ LIBRARY_PREFIXES = (
 
 
 def base_name(names: pd.Series) -> pd.Series:
-    """API names without nsys's version suffix: ``cudaMemcpy_v3020`` → ``cudaMemcpy``."""
-    return names.str.replace(r"_v\d+$", "", regex=True)
+    """API names without nsys's suffixes: ``cudaMemcpy_v3020`` → ``cudaMemcpy``, ``_ptsz`` too."""
+    return names.map(apinames.base_name)
 
 
 def is_launch(names: pd.Series) -> pd.Series:
-    """Host calls that enqueue a kernel or a whole CUDA graph (a graph launch is one launch)."""
-    return names.str.startswith(LAUNCH_PREFIXES, na=False)
+    """Host calls that enqueue a kernel or a whole CUDA graph (a graph launch is one launch);
+    CUDA runtime and driver, HIP, with nsys's ``_v``/``_ptsz`` suffixes (:mod:`perfdoctor.apinames`)."""
+    return pd.Series(apinames.is_launch(names), index=names.index, dtype=bool)
 
 
 def is_sync(names: pd.Series) -> pd.Series:
     """Host calls that block until the device catches up (``cudaMemcpy`` is the synchronous copy)."""
-    return base_name(names).isin(SYNC_NAMES)
+    return pd.Series(apinames.is_sync(names), index=names.index, dtype=bool)
 
 
 def union_ns(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> int:
@@ -125,16 +122,29 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
     ranges = _candidate_ranges(profile)
     recorded = (profile.meta.get("bundle") or {}).get("step")
     how = f"ranges named {pattern!r} (--step)" if pattern else ""
-    if not pattern and recorded and ranges["name"].map(lambda n: fnmatch.fnmatchcase(n, recorded)).any():
+    if not pattern and recorded and (
+        (ranges["name"] == recorded).any() or ranges["name"].map(lambda n: fnmatch.fnmatchcase(n, recorded)).any()
+    ):
         pattern = recorded  # a run bundle remembers the step its run traced
         light_pass = profile.meta.get("light_pass") or {}
         run_how = light_pass.get("how")
         span = (light_pass.get("module") or {}).get("span")  # an automatic module step is the loop iteration
         run_how = f"{run_how}; timed as {span}" if run_how and span else run_how
         how = f"recorded by the run: ranges named {recorded!r}" + (f" ({run_how})" if run_how else "")
+    if pattern or recorded == serving.STEP_NAME:
+        if (pattern or recorded) in (serving.STEP_NAME, "serving"):
+            served = serving.step_ranges(profile)
+            if served.empty and pattern:
+                raise UsageError(f"--step {pattern!r}: this trace has no vLLM/SGLang serving step ranges")
+            if not served.empty:
+                return serving.STEP_NAME, served, None, how or "serving step ranges (vLLM/SGLang names), recorded by the run"
     if pattern:
         every = profile.ranges[~profile.ranges["name"].str.startswith(DECLARE_PREFIX, na=False) & (profile.ranges["source"] != "python")]
-        matched = every[every["name"].map(lambda n: fnmatch.fnmatchcase(n, pattern))]  # asked for by name: even a library range
+        # asked for by name: even a library range. An exact name first (``step[DECODE bs=32]``
+        # has brackets that fnmatch would read as a character class), a glob second.
+        matched = every[every["name"] == pattern]
+        if matched.empty:
+            matched = every[every["name"].map(lambda n: fnmatch.fnmatchcase(n, pattern))]
         if matched.empty:
             common = ranges["name"].value_counts().head(5).index.tolist()
             hint = f"; ranges in this trace: {', '.join(map(repr, common))}" if common else "; this trace has no ranges"
@@ -143,6 +153,10 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
     profiler_steps = ranges[ranges["name"].str.match(r"^ProfilerStep#\d+$", na=False)]
     if not profiler_steps.empty:
         return PROFILER_STEP_GLOB, profiler_steps, None, "ProfilerStep#N annotations (torch.profiler schedule)"
+    served = serving.step_ranges(profile)  # every vLLM/SGLang step range, one family
+    if not served.empty:
+        kinds = ", ".join(sorted(set(serving.parse(served["name"])["kind"].astype(str))))
+        return serving.STEP_NAME, served, None, f"serving step ranges (vLLM/SGLang names: {kinds})"
     user = ranges[ranges["source"] != "profiler_step"]
     counts = user["name"].value_counts()
     launch_calls = profile.calls[is_launch(profile.calls["name"])]
@@ -332,10 +346,11 @@ def automatic_ranges(profile: Profile) -> tuple[pd.DataFrame, str]:
 
 
 def _has_gpu_work(ranges: pd.DataFrame, launch_calls: pd.DataFrame, profile: Profile) -> bool:
+    """Whether any launch falls in one of the ranges — on their thread or, by time, on
+    another (a step whose launches all come from a worker thread is still a step)."""
     if profile.activities.empty or launch_calls.empty:
         return False
-    pos = _containing_range(ranges, launch_calls)
-    return bool((pos >= 0).any())
+    return bool((ownership.call_steps(ranges, launch_calls)[0] >= 0).any())
 
 
 def _containing_range(ranges: pd.DataFrame, calls: pd.DataFrame) -> np.ndarray:
@@ -367,15 +382,11 @@ def find_steps(profile: Profile, pattern: str | None = None) -> Steps:
     ranges = ranges.sort_values("start_ns", kind="stable", ignore_index=True)
     calls, acts = profile.calls, profile.activities
 
-    call_step = pd.Series(_containing_range(ranges, calls), index=calls.index, dtype="int64")
-    # Every call with a correlation id can own GPU work (launches, async copies, memsets).
-    owner = pd.Series(call_step.to_numpy(), index=calls["correlation"].to_numpy())
-    owner = owner[(owner.index >= 0)]
-    owner = owner[~owner.index.duplicated(keep="first")]
-    activity_step = pd.Series(
-        acts["correlation"].map(owner).fillna(-1).astype("int64").to_numpy(), index=acts.index, dtype="int64"
-    )
-
+    # A call belongs to the step whose host range contains its start: on the step's own
+    # thread first, else by time on any thread (autograd backward, DDP's reducer, worker
+    # threads); GPU work follows its launching call by correlation id (perfdoctor.ownership).
+    own = ownership.assign(profile, ranges)
+    call_step, activity_step = own.call_step, own.activity_step
     table = pd.DataFrame(
         {
             "name": ranges["name"].to_numpy(),
@@ -394,6 +405,9 @@ def find_steps(profile: Profile, pattern: str | None = None) -> Steps:
     )
     launches = call_step[is_launch(calls["name"]).to_numpy() & (call_step.to_numpy() >= 0)]
     table["launches"] = launches.value_counts().reindex(table.index, fill_value=0).astype("int64")
+    counts = ownership.step_counts(profile, table, own)
+    table["kernels_other_threads"] = counts["kernels_other_threads"].to_numpy()
+    table["launches_other_threads"] = counts["launches_other_threads"].to_numpy()
 
     if table["gpu_start_ns"].notna().any():
         span = (int(table["gpu_start_ns"].min()), int(table["gpu_end_ns"].max()))

@@ -38,8 +38,8 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from perfdoctor import steady
-from perfdoctor.names import family, labels
+from perfdoctor import families, steady
+from perfdoctor.names import labels
 from perfdoctor.profile import Profile
 from perfdoctor.steps import Steps, is_sync
 
@@ -148,7 +148,9 @@ def kernel_table(activities: pd.DataFrame, steps: int) -> pd.DataFrame:
     d = pd.DataFrame({"kernel": labels(k["name"]).to_numpy(), "name": k["name"].to_numpy(), "dur": (k["end_ns"] - k["start_ns"]).to_numpy(np.int64)})
     g = d.groupby("kernel", sort=False).agg(count=("dur", "size"), total_ns=("dur", "sum"), mean_ns=("dur", "mean"), name=("name", "first"))
     g = g.sort_values(["total_ns", "count"], ascending=False, kind="stable").reset_index()
-    g["family"] = g["name"].map(family)
+    # families.py: communication / attention / norm / softmax / conv / gemm / memory /
+    # reduction / elementwise / other (NCCL, Triton and ROCm names included)
+    g["family"] = g["name"].map(families.family)
     g["per_step"] = g["count"] / steps
     g["ms_per_step"] = g["total_ns"] / steps / 1e6
     g["share"] = g["total_ns"] / g["total_ns"].sum()

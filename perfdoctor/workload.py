@@ -115,7 +115,7 @@ def classify(
     if optimizer:
         evidence.append(", ".join(optimizer))
     if autograd:
-        evidence.append(f"autograd thread {', '.join(autograd)}")
+        evidence.append(f"autograd thread {', '.join(t.removeprefix('thread ') for t in autograd)}")  # Kineto: "thread 852 (pt_autograd_0)"
     if bw_kernels:
         evidence.append(f"{bw_kernels} backward kernels")
 

@@ -59,7 +59,9 @@ def test_threads_worker_kernels_belong_to_the_step():
     per_step = facts["kernels_per_step_main_thread"] + facts["kernels_per_step_worker_thread"]
     p = load_trace(path)
     s = find_steps(p)
-    assert s.table["kernels"].tolist() == [facts["kernels_per_step_main_thread"]] * facts["steps"]  # the old rule
+    # find_steps now uses the cross-thread rule (phase 2): 8 + 3 kernels per step, as the facts say
+    assert s.table["kernels"].tolist() == [per_step] * facts["steps"]
+    assert s.table["kernels_other_threads"].tolist() == [facts["kernels_per_step_worker_thread"]] * facts["steps"]
 
     own = ownership.assign(p, s.table)
     counts = ownership.step_counts(p, s.table, own)
@@ -69,8 +71,8 @@ def test_threads_worker_kernels_belong_to_the_step():
     truth = _truth(path, r"step")
     assert counts["kernels"].tolist() == truth["kernels"]
     assert counts["launches_other_threads"].tolist() == truth["launches_other"]
-    # GPU window grows to include the worker's side-stream kernels
-    assert (counts["gpu_end_ns"] >= s.table["gpu_end_ns"]).all()
+    # the GPU window includes the worker's side-stream kernels: find_steps and step_counts agree
+    assert (counts["gpu_end_ns"] == s.table["gpu_end_ns"]).all()
 
 
 @pytest.mark.parametrize("fixture", ["h200-train", "h200-train-ddp"])
@@ -86,7 +88,8 @@ def test_training_backward_from_autograd_thread(fixture):
     assert counts["launches_other_threads"].tolist() == truth["launches_other"]
     # The autograd thread launches kernels in every step, which the same-thread rule missed.
     assert all(n > 0 for n in truth["launches_other"])
-    assert (counts["kernels"] > s.table["kernels"]).all()
+    assert (counts["kernels"] == s.table["kernels"]).all()  # find_steps uses this rule now
+    assert (s.table["launches_other_threads"] > 0).all()
     # Every kernel of the trace that a step's window launched is owned; the rest is not.
     assert int((own.activity_step >= 0).sum()) >= sum(truth["kernels"])
     assert own.cross_thread_calls >= sum(truth["launches_other"])
@@ -129,7 +132,7 @@ def test_assign_accepts_step_ranges_directly():
     from perfdoctor.steps import choose_step_ranges
 
     p = load_trace(WILD / "h200-train.kineto.json.gz")
-    _, ranges, _ = choose_step_ranges(p, None)
+    _, ranges, _, _ = choose_step_ranges(p, None)
     ranges = ranges.sort_values("start_ns", kind="stable", ignore_index=True)
     s = find_steps(p)
     a = ownership.assign(p, ranges)

@@ -33,6 +33,8 @@ SEED_IDS = {
     "dram-bandwidth", "memory-bubbles", "launch-rate", "launches-per-step", "p99-latency", "sm-occupancy",
     "cache-hit", "warp-efficiency", "short-kernels", "kernel-share", "memcpy-share", "pageable-copies",
     "host-syncs", "throttling", "pcie", "mixed-precision", "attention", "model-fits-bandwidth", "batching",
+    # issue 20 (docs/rules-wild.md): capture traces, communication, queue delay, gradient buckets
+    "capture-trace", "comm-overlap", "comm-share", "exposed-comm", "small-collectives", "queue-delay", "gradient-bucketing",
 }
 LAUNCH_RULES = {"memory-bubbles", "launch-rate", "launches-per-step", "short-kernels", "kernel-share"}
 # What telling someone "use CUDA graphs" looks like in a remediation.

@@ -76,10 +76,11 @@ def test_with_cpu_ops(fixture):
 
 @pytest.mark.parametrize("fixture", sorted(EXPECTED))
 def test_profile_alone(fixture):
-    """Without CPU ops (today's loader keeps none): the optimizer range and the backward
+    """Without CPU ops (the profile alone: the Kineto loader now keeps op counts and thread
+    names in meta, so they are passed empty here): the optimizer range and the backward
     kernels still identify training; inference is then medium confidence."""
     path = WILD / f"{fixture}.kineto.json.gz"
-    w = workload.classify(load_trace(path))
+    w = workload.classify(load_trace(path), op_counts={}, thread_names=[])
     assert w.kind == EXPECTED[fixture], w.text
     if w.kind == "training":
         ev = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
@@ -99,3 +100,20 @@ def test_applies():
     assert workload.applies("training", train) and not workload.applies("training", infer)
     assert workload.applies(None, train) and workload.applies("any", infer)
     assert workload.applies("inference", unknown)
+
+
+@pytest.mark.parametrize("fixture", sorted(EXPECTED))
+def test_loader_keeps_ops_and_thread_names(fixture):
+    """The Kineto loader keeps CPU-op counts and thread names: the default classification
+    then has the evidence the report header shows ("training: 152 backward ops, ...")."""
+    path = WILD / f"{fixture}.kineto.json.gz"
+    ev = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    p = load_trace(path)
+    assert sum(p.meta["op_counts"].values()) == sum(1 for e in ev if e.get("ph") == "X" and e.get("cat") == "cpu_op")
+    w = workload.classify(p)
+    assert w.kind == EXPECTED[fixture], w.text
+    if w.kind == "training":
+        evaluate = sum(1 for e in ev if e.get("ph") == "X" and e.get("cat") == "cpu_op" and e["name"].startswith("autograd::engine::evaluate_function: "))
+        assert w.backward_ops == evaluate > 0 and w.autograd_threads
+    else:
+        assert w.confidence == "high"

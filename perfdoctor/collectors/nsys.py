@@ -165,6 +165,9 @@ def _read(con: sqlite3.Connection, path: Path) -> Profile:
     calls = _calls(con, tables, strings, warnings)
     ranges = _ranges(con, tables, strings, warnings)
     meta = {"source": "nsys", "path": str(path), "declared": parse_declarations(ranges)}
+    names = _thread_names(con, tables, strings)
+    if names:
+        meta["thread_names"] = names  # perfdoctor.workload reads an autograd thread from them
     if warnings:
         meta["warnings"] = warnings
     return Profile(
@@ -175,6 +178,17 @@ def _read(con: sqlite3.Connection, path: Path) -> Profile:
         device=_device(con, tables),
         meta=meta,
     )
+
+
+def _thread_names(con: sqlite3.Connection, tables: set[str], strings: pd.Series) -> list[str]:
+    """Host thread names (``ThreadNames.nameId`` → ``StringIds``); empty when the export has none."""
+    if "ThreadNames" not in tables:
+        return []
+    try:
+        ids = pd.read_sql_query("SELECT nameId FROM ThreadNames", con)["nameId"]
+    except (sqlite3.Error, pd.errors.DatabaseError, KeyError):
+        return []
+    return sorted({str(v) for v in ids.map(strings).dropna()})
 
 
 def _activity_columns(t: pd.DataFrame, kind: str) -> dict[str, np.ndarray]:

@@ -14,6 +14,8 @@ pass and each bucket becomes columns.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from pathlib import Path
 from typing import Any, Union
 
@@ -61,6 +63,7 @@ class Args(msgspec.Struct, gc=False):
     occupancy: Scalar = msgspec.field(default=None, name="est. achieved occupancy %")
     bytes: Scalar = None
     graph_id: Scalar = msgspec.field(default=None, name="graph id")
+    name: Any = None  # metadata events (ph "M", thread_name): the thread's name; anything else is ignored
 
 
 class Event(msgspec.Struct, gc=False):
@@ -105,7 +108,12 @@ def load(path: str | Path) -> Profile:
     buckets: dict[str, list[Event]] = {}
     dropped = 0
     untimed_gpu = 0
+    thread_names: list[str] = []  # every name a thread was given ("pt_autograd_0", then "python3")
     for e in doc.traceEvents:
+        if e.ph == "M":
+            if e.name == "thread_name" and e.args is not None and isinstance(e.args.name, str):
+                thread_names.append(e.args.name)
+            continue
         if e.ph == "X":
             if not _timed(e):
                 dropped += 1
@@ -132,6 +140,9 @@ def load(path: str | Path) -> Profile:
         k: getattr(doc, k) for k in ("cuda_driver_version", "cuda_runtime_version", "cupti_version") if getattr(doc, k) is not None
     }
     meta: dict[str, Any] = {"source": "kineto", "path": str(path), "declared": parse_declarations(ranges), "versions": versions}
+    # What perfdoctor.workload reads: CPU op names (backward ops, Optimizer.step#...) and thread names.
+    meta["op_counts"] = dict(Counter(e.name for e in buckets.get("cpu_op", [])))
+    meta["thread_names"] = sorted(set(thread_names))
     if dropped:
         meta["warnings"] = [f"{dropped} host events without a valid 'ts' or 'dur' (missing, negative or out of range) dropped"]
     return finish(

@@ -28,6 +28,7 @@ import pandas as pd
 
 from perfdoctor.metrics import Analysis
 from perfdoctor.reports import common
+from perfdoctor.reports.summary import workload_lines
 from perfdoctor.reports.json import document
 from perfdoctor.rules.engine import Finding
 from perfdoctor.rules.engine import verdict as verdict_status
@@ -539,6 +540,7 @@ def render(findings: Sequence[Finding], analysis: Analysis, packs: Sequence[str]
         "<h1>perfdoctor report</h1>",
         f'<p class="src">{e(common.source_line(analysis))}</p>',
         f'<p class="muted">Step time: {e(analysis.time_source)}</p>',
+        *[f'<p class="muted">{e(line)}</p>' for line in workload_lines(analysis)],
         f'<div class="verdict {verdict_status(findings)["status"]}">{e(verdict)}</div>',
         _cards(analysis),
         '<p class="muted"><span id="pd-status"></span> · <a id="pd-download" download="findings.json" hidden>download findings.json</a></p>',

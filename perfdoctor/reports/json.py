@@ -30,6 +30,10 @@ def document(findings: Sequence[Finding], analysis: Analysis, packs: Sequence[st
             "device": analysis.profile.device.get("name"),
             "step_name": analysis.steps.name,
             "steps": analysis.steps.count,
+            "steps_how": analysis.steps.how or None,
+            # training / inference / unknown with its evidence (perfdoctor.workload)
+            "workload": None if getattr(analysis, "workload", None) is None else analysis.workload.to_dict(),
+            "graph_state": None if getattr(analysis, "graph_state", None) is None else analysis.graph_state.message or None,
         },
         "baseline": {
             k: analysis.value(k) for k in ("steps_per_s", "tokens_per_s", "step_latency_ms_p50", "step_latency_ms_p99")

@@ -13,6 +13,7 @@ from typing import Sequence
 
 from perfdoctor.metrics import Analysis
 from perfdoctor.reports import common
+from perfdoctor.reports.summary import workload_lines
 from perfdoctor.rules.engine import Finding, verdict
 from perfdoctor.rules.evidence import Evidence
 from perfdoctor.text import clean, clean_block
@@ -87,6 +88,7 @@ def render(findings: Sequence[Finding], analysis: Analysis) -> str:
         "",
         f"<sub>{cell(common.source_line(analysis))}</sub>",
         f"<sub>step time: {cell(analysis.time_source)}</sub>",
+        *[f"<sub>{cell(line)}</sub>" for line in workload_lines(analysis)],
         "",
     ]
     shown_before = common.evidence_owner(failing)

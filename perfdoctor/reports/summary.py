@@ -108,6 +108,41 @@ def gaps_table(analysis: Analysis) -> Table | None:
     return _evidence_table(ev)
 
 
+def serving_lines(analysis: Analysis) -> list[str]:
+    """Serving steps (vLLM/SGLang names): per kind, steps, tokens (from the names), tokens/s
+    and ms per token over the traced critical-path time (:func:`perfdoctor.serving.totals`)."""
+    from perfdoctor import serving
+
+    if analysis.steps.name != serving.STEP_NAME or analysis.steps.count == 0:
+        return []
+    t = analysis.timeline.steps
+    cp = t["critical_path_ns"].astype("float64").fillna(0.0).to_numpy()
+    tot = serving.totals(serving.throughput(analysis.steps.table, cp))
+    parts = []
+    for kind, v in tot.items():
+        if kind == "all" or not v["steps"]:
+            continue
+        rate = f", {v['tokens_per_s']:,.0f} tokens/s, {v['ms_per_token']:.4g} ms/token" if np.isfinite(v["tokens_per_s"]) else ""
+        parts.append(f"{kind} {v['steps']} steps, {v['tokens']:.0f} tokens{rate}")
+    return [f"serving (traced): {'; '.join(parts)}"] if parts else []
+
+
+def workload_lines(analysis: Analysis) -> list[str]:
+    """The workload with its evidence ("workload: training (152 backward ops, ...)") and,
+    for a trace of a CUDA-graph capture (or without recognised launches), what that means.
+    Raw text: callers clean or escape it (names come from traces)."""
+    lines = []
+    w = getattr(analysis, "workload", None)
+    if w is not None:
+        ev = ", ".join(w.evidence)
+        lines.append(f"workload: {w.kind}" + (f" ({ev})" if ev else ""))
+    lines.extend(serving_lines(analysis))
+    g = getattr(analysis, "graph_state", None)
+    if g is not None and g.kind in ("capture", "capture+replay", "no-launches") and g.message:
+        lines.append(f"graphs: {g.message}")
+    return lines
+
+
 def header_lines(analysis: Analysis) -> list[str]:
     """How the steps were found, where step time comes from, and what to watch out for."""
     steps = analysis.steps
@@ -115,6 +150,7 @@ def header_lines(analysis: Analysis) -> list[str]:
     if steps.name:
         lines.append(f"steps: {steps.count} — {steps.how or 'found'}")
     lines.append(f"step time: {analysis.time_source}")
+    lines.extend(workload_lines(analysis))
     first = analysis.first_step_note()
     if first:
         lines.append(f"note: {first}")

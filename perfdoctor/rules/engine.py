@@ -73,8 +73,9 @@ STATUS_ORDER = ("fail", "advisory", "pass", "not_evaluated")
 PACK_FIELDS = {"schema", "name", "description", "rule"}
 RULE_FIELDS = {
     "id", "title", "description", "metric", "show", "comparator", "threshold", "severity",
-    "citation", "evidence", "estimate", "collect", "remediation", "variant",
+    "citation", "evidence", "estimate", "collect", "remediation", "variant", "workload", "suppresses",
 }
+WORKLOADS = ("training", "inference", "any")
 VARIANT_FIELDS = {"when", "title", "remediation", "estimate"}
 REMEDIATION_FIELDS = {"steps", "snippet"}
 REQUIRED = ("title", "metric", "severity", "citation", "remediation")
@@ -84,24 +85,40 @@ ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 # --- what the workload looks like: conditions a variant can select on ------------------
 
 def _graphed(values: dict[str, Metric]) -> bool:
-    """Steps are replayed from CUDA graphs: few launches replay many kernels.
+    """Steps are replayed from CUDA graphs: most steps own a recognised graph launch that
+    replays at least half their kernels (``steps_graphed``, :func:`perfdoctor.capture.graphed`).
 
-    Judged on launches, not kernels: a graph-captured decode still runs hundreds of kernels
-    per step, and telling it to "use CUDA graphs" would be wrong.
+    Judged on recognised launches, not kernel counts: a graph-captured decode still runs
+    hundreds of kernels per step and must not be told to "use CUDA graphs", and a step with
+    kernels but ZERO recognised launches (a tracer that dropped the runtime API, names
+    perfdoctor does not know) is never read as "already graphed": ``steps_graphed`` is
+    absent there and no variant is chosen.
     """
-    share = values.get("graph_replay_share")
-    if share is not None and share.value is not None and share.value >= 0.5:
-        return True
-    launches = values.get("launches_per_step")
-    kernels = values.get("kernels_per_step")
-    if launches is None or kernels is None or launches.value is None or kernels.value is None:
-        return False
-    return kernels.value >= 4 * max(launches.value, 1.0)
+    m = values.get("steps_graphed")
+    return m is not None and m.value is not None and m.value == 1.0
+
+
+def _workload_is(kind: str) -> Callable[[dict[str, Metric]], bool]:
+    def pred(values: dict[str, Metric]) -> bool:
+        m = values.get(f"workload_{kind}")
+        return m is not None and m.value == 1.0
+
+    return pred
 
 
 PREDICATES: dict[str, tuple[Callable[[dict[str, Metric]], bool], str]] = {
-    "graphed": (_graphed, "steps are CUDA-graph replays (graph kernels ≥ 50 %, or kernels ≥ 4 × launches per step)"),
+    "graphed": (_graphed, "steps are CUDA-graph replays (steps_graphed: most steps own a recognised graph launch replaying ≥ 50 % of their kernels)"),
+    "training": (_workload_is("training"), "the trace is training (backward ops, an optimizer step or an autograd thread: perfdoctor.workload)"),
+    "inference": (_workload_is("inference"), "the trace is inference (no backward op, no optimizer step)"),
 }
+
+
+def workload_values(analysis: Analysis) -> dict[str, Metric]:
+    """The workload as 0/1 inputs for the ``training`` / ``inference`` conditions."""
+    w = getattr(analysis, "workload", None)
+    kind = w.kind if w is not None else "unknown"
+    src = "perfdoctor.workload"
+    return {f"workload_{k}": Metric(1.0 if kind == k else 0.0, "flag", src) for k in ("training", "inference")}
 
 
 # --- the rule model ---------------------------------------------------------------------
@@ -147,6 +164,8 @@ class Rule:
     collect: str = ""
     variants: tuple[Variant, ...] = ()
     origin: str = ""  # the pack file(s) that define it
+    workload: tuple[str, ...] = ()  # the workloads it applies to ("training", "inference"); () = any
+    suppresses: tuple[str, ...] = ()  # rule ids made not applicable when this rule fails
 
     @property
     def advisory(self) -> bool:
@@ -289,6 +308,13 @@ def _rule(raw: dict[str, Any], origin: str, threshold_origin: str) -> Rule:
         _need(kind in EVIDENCE, "evidence", f"unknown evidence kind {kind!r}{_suggest(kind, EVIDENCE)}; known: {', '.join(EVIDENCE)}")
     for key in ("description", "collect"):
         _need(isinstance(raw.get(key, ""), str), key, "expected a string")
+    workload = _strings(raw.get("workload", []), "workload")
+    for w in workload:
+        _need(w in WORKLOADS, "workload", f"unknown workload {w!r}; use one of {', '.join(WORKLOADS)}")
+    workload = () if "any" in workload else workload
+    suppresses = _strings(raw.get("suppresses", []), "suppresses")
+    for r in suppresses:
+        _need(isinstance(r, str) and ID_PATTERN.match(r) is not None, "suppresses", f"bad rule id {r!r}")
     variants = []
     raw_variants = raw.get("variant", [])
     _need(isinstance(raw_variants, list), "variant", "expected [[rule.variant]] tables")
@@ -323,6 +349,8 @@ def _rule(raw: dict[str, Any], origin: str, threshold_origin: str) -> Rule:
         collect=clean(raw.get("collect", "").strip()),
         variants=tuple(variants),
         origin=origin,
+        workload=workload,
+        suppresses=suppresses,
     )
 
 
@@ -536,6 +564,27 @@ def _usable(m: Metric | None) -> bool:
     return m is not None and m.value is not None and bool(np.isfinite(m.value))
 
 
+NOT_APPLICABLE = "not applicable: "
+
+
+def not_applicable(rule: Rule, analysis: Analysis) -> str | None:
+    """Why ``rule`` does not apply to this trace's workload (None when it does).
+
+    A rule declared for inference (decode, KV cache, request batching, a 10 ms p99 target)
+    says nothing about a training step, and a gradient-bucketing rule nothing about a
+    server: such a rule is not evaluated, with the workload's evidence as the reason. An
+    ``unknown`` workload runs every rule (:func:`perfdoctor.workload.applies`).
+    """
+    w = getattr(analysis, "workload", None)
+    if not rule.workload or w is None:
+        return None
+    from perfdoctor import workload as workloads
+
+    if any(workloads.applies(k, w) for k in rule.workload):
+        return None
+    return f"{NOT_APPLICABLE}{'/'.join(rule.workload)}-only rule; this trace is {w.text}"
+
+
 def evaluate_rule(rule: Rule, analysis: Analysis, values: dict[str, Metric]) -> Finding:
     """Evaluate one rule: pick its metric, compare, and for a failure collect evidence and estimate."""
     context = [name for name, (pred, _) in PREDICATES.items() if pred(values)]
@@ -561,6 +610,11 @@ def evaluate_rule(rule: Rule, analysis: Analysis, values: dict[str, Metric]) -> 
         remediation=remediation,
         context=context,
     )
+    why_not = not_applicable(rule, analysis)
+    if why_not:
+        finding.reason = why_not
+        finding.values = {}
+        return finding
     if metric is None:
         finding.reason = _not_evaluated(rule, values)
         return finding
@@ -633,9 +687,26 @@ def _fill_top_finding(fails: list[Finding]) -> None:
 
 
 def evaluate(rules: RuleSet, analysis: Analysis) -> list[Finding]:
-    """Evaluate every rule against ``analysis`` and return the findings, ranked."""
-    values = inputs(analysis)
-    return rank([evaluate_rule(rule, analysis, values) for rule in rules])
+    """Evaluate every rule against ``analysis`` and return the findings, ranked.
+
+    A failed rule with ``suppresses`` (the capture-trace rule) makes the rules it names not
+    applicable: on a capture, timing rules describe the capture, not the workload.
+    """
+    values = {**inputs(analysis), **workload_values(analysis)}
+    findings = [evaluate_rule(rule, analysis, values) for rule in rules]
+    suppressed: dict[str, str] = {}
+    for f in findings:
+        if f.status == "fail":
+            for rid in rules.rules[f.rule_id].suppresses:
+                suppressed.setdefault(rid, f"{NOT_APPLICABLE}{f.rule_id} failed ({f.title})")
+    for i, f in enumerate(findings):
+        if f.rule_id in suppressed and f.status != "not_evaluated":
+            findings[i] = Finding(
+                rule_id=f.rule_id, title=f.title, status="not_evaluated", severity=f.severity, citation=f.citation,
+                metric=f.metric, comparator=f.comparator, threshold=f.threshold, threshold_origin=f.threshold_origin,
+                remediation=f.remediation, context=f.context, reason=suppressed[f.rule_id],
+            )
+    return rank(findings)
 
 
 def diagnose(

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
+import pandas as pd
 
 from perfdoctor.metrics import Analysis
 from perfdoctor.names import family, gemm_precision
@@ -31,11 +32,33 @@ def _median_ms(values_ns: np.ndarray) -> float:
     return float(np.median(values_ns)) / 1e6 if len(values_ns) else 0.0
 
 
+def step_idle_ns(analysis: Analysis) -> np.ndarray:
+    """Each step's idle GPU time (its GPU window − busy time; 0 without GPU work): the most
+    any idle-based estimate can win back in that step."""
+    t = analysis.timeline.steps
+    idle = pd.to_numeric(t["idle_ns"], errors="coerce").astype("float64").fillna(0.0).to_numpy()
+    return np.clip(idle, 0, None)
+
+
 def _per_step_ms(analysis: Analysis, per_gap_ns: np.ndarray, steps: np.ndarray) -> float:
-    """Median over all steps (a step without such gaps counts 0) of the per-step sum, in ms."""
+    """Median over all steps (a step without such gaps counts 0) of the per-step sum, in ms,
+    each step's sum clipped to that step's idle time (an estimate made of idle time can
+    never recover more than the GPU was idle)."""
     totals = np.zeros(max(analysis.steps.count, 1))
     np.add.at(totals, steps.astype(np.int64), per_gap_ns)
+    if analysis.steps.count:
+        totals = np.minimum(totals, step_idle_ns(analysis)[: totals.size])
     return _median_ms(totals)
+
+
+def exposed_comm(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
+    """Communication no compute kernel hides: what perfect overlap would win per step
+    (``exposed_comm_ms_per_step``)."""
+    ms = analysis.value("exposed_comm_ms_per_step")
+    if ms is None:
+        m = analysis.metrics.get("exposed_comm_ms_per_step")
+        return Estimate(None, f"needs exposed_comm_ms_per_step ({m.reason if m is not None else 'not computed'})")
+    return Estimate(ms, f"median over steps of |communication| − |communication ∩ compute| = {ms:.3g} ms")
 
 
 def idle_between_kernels(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
@@ -167,4 +190,5 @@ ESTIMATES: dict[str, tuple[Callable[[Analysis, float | None, dict[str, Any]], Es
     "memcpy_time": (memcpy_time, ()),
     "bandwidth_gap": (bandwidth_gap, ()),
     "fp32_gemm_time": (fp32_gemm_time, ("speedup",)),
+    "exposed_comm": (exposed_comm, ()),
 }

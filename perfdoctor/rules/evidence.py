@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.metrics import SHORT_KERNEL_NS, Analysis
-from perfdoctor.names import family, gemm_precision, label
+from perfdoctor.names import family, gemm_precision, label, labels
 from perfdoctor.rules.signals import model_bytes_per_step, step_activities
 from perfdoctor.steps import base_name, is_launch, is_sync
 from perfdoctor.timeline import kernel_table
@@ -347,6 +347,86 @@ def bandwidth_budget(analysis: Analysis) -> Evidence:
     return ev
 
 
+
+def comm_timeline(analysis: Analysis) -> Evidence:
+    """Communication per step (:func:`perfdoctor.comms.step_metrics`): time, share of busy
+    time, overlap with compute, exposed time, collectives."""
+    from perfdoctor import comms
+
+    ev = Evidence(
+        "comm_timeline",
+        "Communication per step",
+        ["step", "comm ms", "share of busy", "overlap", "exposed ms", "collectives", "mean collective µs"],
+    )
+    if analysis.steps.count == 0:
+        ev.note = "no steps"
+        return ev
+    per = comms.step_metrics(analysis.profile, analysis.steps.table, analysis.steps.activity_step)
+    per = per[per["collectives"] > 0]
+    if per.empty:
+        ev.note = "no communication kernels in the steps"
+        return ev
+    for idx, r in per.nlargest(TOP, "exposed_ns").iterrows():
+        ev.rows.append([
+            int(idx), _r(r["comm_ns"] / 1e6), _r(r["comm_share"]), _r(r["overlap"]), _r(r["exposed_ns"] / 1e6),
+            int(r["collectives"]), _r(r["mean_collective_us"]),
+        ])
+    return ev
+
+
+def top_collectives(analysis: Analysis) -> Evidence:
+    """Communication kernels inside the steps grouped by readable name."""
+    from perfdoctor import families
+
+    ev = Evidence("top_collectives", "Communication kernels in the steps", ["kernel", "per step", "mean µs", "ms per step"])
+    acts = step_activities(analysis)
+    k = acts[acts["kind"] == "kernel"]
+    k = k[families.families(k["name"], k["kind"]).to_numpy() == "communication"] if not k.empty else k
+    if k.empty:
+        ev.note = "no communication kernels in the steps"
+        return ev
+    d = pd.DataFrame({"label": labels(k["name"]).to_numpy(), "dur": (k["end_ns"] - k["start_ns"]).to_numpy(np.int64)})
+    g = d.groupby("label").agg(n=("dur", "size"), total=("dur", "sum"), mean=("dur", "mean")).nlargest(TOP, "total")
+    n = _steps(analysis)
+    ev.rows = [[_clip(str(lbl)), _r(r["n"] / n), _r(r["mean"] / 1e3), _r(r["total"] / n / 1e6)] for lbl, r in g.iterrows()]
+    return ev
+
+
+def capture_windows(analysis: Analysis) -> Evidence:
+    """Stream captures (:func:`perfdoctor.capture.capture_windows`): where, how long, how many
+    launches recorded graph nodes instead of running."""
+    from perfdoctor import capture
+
+    ev = Evidence("capture_windows", "CUDA-graph stream captures", ["thread", "at ms", "length ms", "launches recorded"])
+    w = capture.capture_windows(analysis.profile)
+    if w.empty:
+        ev.note = "no stream capture in the trace"
+        return ev
+    t0 = int(analysis.profile.calls["start_ns"].min())
+    for r in w.head(TOP).itertuples():
+        ev.rows.append([int(r.tid), _r((r.begin_ns - t0) / 1e6), _r((r.end_ns - r.begin_ns) / 1e6), int(r.launches)])
+    return ev
+
+
+def step_queue_delays(analysis: Analysis) -> Evidence:
+    """Per step: how long its first GPU activity waited after the host launched it."""
+    from perfdoctor import serving
+
+    ev = Evidence("step_queue_delays", "Queue delay of each step's first GPU work", ["step", "name", "queue delay ms", "host start → GPU ms"])
+    if analysis.steps.count == 0:
+        ev.note = "no steps"
+        return ev
+    q = serving.queue_delay(analysis.profile, analysis.steps.table, analysis.steps.activity_step)
+    q = q[q["queue_delay_ns"].notna()]
+    if q.empty:
+        ev.note = "no step's first GPU activity has its launching call in the trace"
+        return ev
+    q = q.assign(d=q["queue_delay_ns"].astype("float64")).nlargest(TOP, "d")
+    names = analysis.steps.table["name"]
+    for idx, r in q.iterrows():
+        ev.rows.append([int(idx), _clip(str(names.iloc[idx])), _r(r["d"] / 1e6), _r(float(r["host_to_gpu_ns"]) / 1e6)])
+    return ev
+
 EVIDENCE: dict[str, Callable[[Analysis], Evidence]] = {
     "top_short_kernels": top_short_kernels,
     "top_kernels": top_kernels,
@@ -361,4 +441,8 @@ EVIDENCE: dict[str, Callable[[Analysis], Evidence]] = {
     "nvml_series": nvml_series,
     "launch_summary": launch_summary,
     "bandwidth_budget": bandwidth_budget,
+    "comm_timeline": comm_timeline,
+    "top_collectives": top_collectives,
+    "capture_windows": capture_windows,
+    "step_queue_delays": step_queue_delays,
 }
