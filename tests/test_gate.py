@@ -23,11 +23,9 @@ from perfdoctor.gate import (
     GateResult,
     evaluate_budget,
     evaluate_gate,
-    github_annotations,
-    junit_xml,
     parse_budget,
-    summary_markdown,
 )
+from perfdoctor.reports.gate_report import github_annotations, junit_xml, summary_markdown
 from perfdoctor.metrics import Metric
 
 EAGER5 = FIXTURES / "h200-llama1b-eager-5steps.kineto.json.gz"
