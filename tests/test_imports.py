@@ -82,3 +82,22 @@ def test_import_graph_sees_lazy_imports():
 def test_the_package_has_no_import_cycle():
     cycle = find_cycle(import_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_import_perfdoctor_stays_light():
+    """``import perfdoctor`` is what a user program does to call ``perfdoctor.region``: it
+    must not pull in pandas, numpy, torch or the CLI (``perfdoctor.diagnose`` is lazy)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, perfdoctor\n"
+        "heavy = [m for m in ('pandas', 'numpy', 'torch', 'typer', 'rich') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+        "assert callable(perfdoctor.region) and callable(perfdoctor.diagnose)\n"
+        "print('light')\n"
+    )
+    env = {"PYTHONPATH": str(PACKAGE.parent), "PATH": "/usr/bin:/bin"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "light"
