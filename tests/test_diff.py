@@ -1,7 +1,7 @@
 """perfdoctor diff: statistics, kernel matching, comparability, rendering, the command.
 
 Real H200 traces where the claim is about GPUs (eager vs CUDA graph, two runs of one
-program); CRAFTED variants of a real trace (tests/crafted_traces.py) where a test needs a
+program); CRAFTED variants of a real trace (tests/diffgate_helpers.py) where a test needs a
 change of known size.
 """
 
