@@ -1,7 +1,8 @@
 """Helpers for test_diff.py and test_gate.py: the CLI runner and CRAFTED trace variants.
 
 ``cli()`` runs ``python -m perfdoctor`` in a subprocess, so the exit-code mapping under
-test is the real one.
+test is the real one; ``cli_inprocess()`` runs the same ``main`` in this process, for the
+many usage-error and option checks that need no process of their own.
 
 CRAFTED variants of a real H200 Kineto trace, for tests that need a known change:
 
@@ -20,12 +21,18 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from conftest import run_cli
+from conftest import run_cli, run_cli_inprocess
 
 def cli(*args, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run ``perfdoctor ARGS`` in a subprocess (``python -m perfdoctor``): exit codes and
     stderr as a CI job sees them."""
     return run_cli(*map(str, args), env=env)
+
+
+def cli_inprocess(*args, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``perfdoctor ARGS`` through the real ``perfdoctor.cli.main`` in this process (same
+    result shape as :func:`cli`, no interpreter start-up)."""
+    return run_cli_inprocess(*args, env=env)
 
 
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
