@@ -23,7 +23,7 @@ def diff_command(
     no_rules: bool = typer.Option(False, "--no-rules", help="Do not evaluate rules (no findings section)."),
     noise_floor: Optional[float] = options.noise_floor(),
     md: Optional[Path] = typer.Option(None, "--md", help="Also write the diff as Markdown (fits a PR comment)."),
-    json_out: Optional[Path] = options.json_out("the diff (schema perfdoctor.diff/1)"),
+    json_out: Optional[Path] = options.json_out("the diff as JSON too (schema perfdoctor.diff/1)"),
 ) -> None:
     """What a change did: metrics before and after, whether step latency moved beyond noise, which kernels changed.
 

@@ -29,7 +29,7 @@ def gate_command(
     noise_floor: Optional[float] = options.noise_floor("does not fail a budget"),
     junit: Optional[Path] = typer.Option(None, "--junit", help="Write JUnit XML here: one test case per check."),
     github: bool = typer.Option(False, "--github", help="GitHub Actions: append a Markdown summary to $GITHUB_STEP_SUMMARY and print up to 10 ::error annotations."),
-    json_out: Optional[Path] = options.json_out("the checks (and the diff against the baseline; schema perfdoctor.gate/1)"),
+    json_out: Optional[Path] = options.json_out("the checks (and the diff against the baseline) as JSON (schema perfdoctor.gate/1)"),
 ) -> None:
     """Fail CI when performance regresses: metric budgets against a baseline, and rule findings.
 

@@ -11,11 +11,22 @@ repeatable; the word ``seed`` names the built-in pack itself (always loaded), so
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import typer
 
-from perfdoctor.console import finite_option
+
+def finite_option(value: Any) -> Any:
+    """typer callback: a number option must be finite (NaN and infinities are refused, exit 2)."""
+    if value is None:
+        return value
+    values = value if isinstance(value, (list, tuple)) else [value]
+    for v in values:
+        if isinstance(v, float) and not math.isfinite(v):
+            raise typer.BadParameter(f"{v!r} is not a finite number")
+    return value
+
 
 STEP_DEFAULT = "Default: ProfilerStep#N, else the most frequent repeated range with GPU work."
 
@@ -26,12 +37,12 @@ def step(scope: str = "", default: str = STEP_DEFAULT) -> Any:
     return typer.Option(None, "--step", help=f"Step range name or glob{where} (e.g. 'decode_step', 'step*'). {default}".rstrip())
 
 
-def tokens_per_step(scope: str = "") -> Any:
+def tokens_per_step(scope: str = "", declared: str = "overrides what the workload declared") -> Any:
     """``--tokens-per-step N``: tokens one step produces (finite, >= 0)."""
     where = f", {scope}" if scope else ""
     return typer.Option(
         None, "--tokens-per-step", min=0, callback=finite_option,
-        help=f"Tokens one step produces{where} (enables tokens_per_s); overrides what the workload declared.",
+        help=f"Tokens one step produces{where} (enables tokens_per_s); {declared}.",
     )
 
 
@@ -44,8 +55,8 @@ THRESHOLD = typer.Option([], "--threshold", help="Override a threshold: RULE_ID=
 
 
 def json_out(what: str) -> Any:
-    """``--json PATH``: write ``what`` as JSON here (strict: NaN and infinities are null)."""
-    return typer.Option(None, "--json", help=f"Write {what} as JSON here.")
+    """``--json PATH``: write ``what`` here (strict JSON: NaN and infinities are null)."""
+    return typer.Option(None, "--json", help=f"Write {what} here.")
 
 
 NOISE_FLOOR_HELP = (

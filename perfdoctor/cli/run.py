@@ -29,7 +29,7 @@ def run_command(
     ncu_kernels: int = typer.Option(2000, "--ncu-kernels", min=1, help="At most this many kernels for Nsight Compute."),
     nvml_interval_ms: int = typer.Option(50, "--nvml-interval-ms", min=5, help="NVML sampling period."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
-    tokens_per_step: Optional[float] = options.tokens_per_step("when the program does not declare it (e.g. 1 for a Hugging Face generate step)"),
+    tokens_per_step: Optional[float] = options.tokens_per_step(declared="used when the program does not declare it (e.g. 1 for a Hugging Face generate step)"),
 ) -> None:
     """Profile a program as it is: perfdoctor run [OPTIONS] SCRIPT [ARGS]... or -m MODULE [ARGS]...
 
