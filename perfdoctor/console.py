@@ -5,7 +5,6 @@
 - :func:`report_load_warnings`: what a loader dropped or could not read, said out loud —
   a bundle whose trace is missing or damaged says "no trace: <why>" instead of passing for
   a CPU-only run.
-- :func:`finite_option`: a typer callback that refuses NaN and infinities (exit 2).
 - :func:`install_pipe_guard`: a closed stdout (``perfdoctor gate ... | head -1``) must not
   change a command's exit code; output to it is dropped and the command finishes (see
   ``docs/safety.md``).
@@ -13,7 +12,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 from typing import Any
@@ -42,19 +40,6 @@ def report_load_warnings(profile: Any) -> None:
             warn(f"{where}: {w}")
     if why is not None:
         warn(f"{where}: no trace: {why} — the GPU metrics are absent, not zero (this is not a CPU-only run)")
-
-
-def finite_option(value: Any) -> Any:
-    """typer callback: a number option must be finite (NaN and infinities are refused)."""
-    import typer
-
-    if value is None:
-        return value
-    values = value if isinstance(value, (list, tuple)) else [value]
-    for v in values:
-        if isinstance(v, float) and not math.isfinite(v):
-            raise typer.BadParameter(f"{v!r} is not a finite number")
-    return value
 
 
 class _PipeSafeStream:

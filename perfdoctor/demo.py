@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-import typer
 from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.padding import Padding
@@ -576,48 +575,6 @@ def live_cpu(console: Console, progress: Console, out: Path, steps: int, tokens:
     console.print(Text(f"checks on this run: {c['fail']} fail, {c['pass']} pass, {c['not_evaluated']} not evaluated (they need GPU activity)", style="dim"))
     console.print(Text(f"bundle: {bundle}\nnext: perfdoctor analyze {bundle}\n      perfdoctor doctor   (what this machine offers, and why)"))
     return 0
-
-
-def demo_command(
-    out: Path = typer.Option(Path("perfdoctor-runs"), "--out", help="Folder that receives the live run bundles."),
-    steps: int = typer.Option(12, "--steps", min=2, help="decode steps to trace in each live run."),
-    recorded: bool = typer.Option(False, "--recorded", help="Only show the shipped GPU recording (no live run), on any machine."),
-    more: bool = typer.Option(False, "--more", help="Show every recorded run's top findings in full, not just the first run's."),
-) -> None:
-    """What perfdoctor finds in a real program: the bundled Llama-3.2-1B engine, eager vs CUDA graph vs fused.
-
-    On a machine without a GPU: first the ranked reports and diffs of runs recorded on an H200 (shipped with perfdoctor, clearly marked as recorded), then a short live `perfdoctor run` of the tiny engine on this CPU. On a GPU: `perfdoctor run` of the eager, graph and fused variants live, their findings and the diffs.
-    """
-    from perfdoctor.run import gpu_present
-
-    console = make_console()
-    progress = Console(stderr=True, width=min(Console(stderr=True).width, WIDTH), highlight=False)
-    gpu = gpu_present() and not recorded
-    if gpu:
-        console.print(Text("perfdoctor demo: profiling the bundled engine live on this GPU (eager, graph, fused).", style="bold"))
-        runs, pairs = plan("gpu")
-        code = live_runs(console, progress, runs, pairs, out, steps, ["torch", "nvml"])
-        raise typer.Exit(code)
-    rec, why = find_recording()
-    if recorded:
-        if rec is None:
-            console.print(Text(f"No recording to show: {why}.", style="yellow"))
-            raise typer.Exit(1)
-        show_recording(console, rec, more, progress)
-        return
-    if rec is None:
-        console.print(Text("perfdoctor demo: there is no NVIDIA GPU on this machine, so a short live run on this CPU.", style="bold"))
-        console.print(Text(f"No GPU recording to show first: {why}.", style="yellow"))
-    else:
-        console.print(
-            Text(
-                "perfdoctor demo: there is no NVIDIA GPU on this machine, so first what perfdoctor "
-                "found on one (a recording), then a short live run on this CPU.",
-                style="bold",
-            )
-        )
-        show_recording(console, rec, more, progress)
-    raise typer.Exit(live_cpu(console, progress, out, steps=min(steps, 6), tokens=16))
 
 
 # --------------------------------------------------------------------------- recording helpers

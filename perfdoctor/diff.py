@@ -24,17 +24,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import pandas as pd
-import typer
 
-from perfdoctor.console import finite_option, report_load_warnings
 from perfdoctor.errors import UsageError
-from perfdoctor.io import check_outputs, write_json, write_text
 from perfdoctor.names import match_keys
-from perfdoctor.metrics import HIGHER_IS_BETTER, METRIC_UNITS, Analysis, analyze, jsonable
+from perfdoctor.metrics import HIGHER_IS_BETTER, METRIC_UNITS, Analysis, jsonable
 from perfdoctor.profile import Profile
 from perfdoctor.stats import Comparison, compare_samples
 
@@ -84,12 +81,10 @@ def load_run(path: str | Path, step: str | None = None, tokens_per_step: float |
     A run bundle also contributes its ``manifest.json`` and the torch/CUDA versions its
     passes recorded, for the comparability check.
     """
-    from perfdoctor.collectors import load_trace
+    from perfdoctor.pipeline import diagnose
 
     path = Path(path)
-    profile = load_trace(path)
-    report_load_warnings(profile)
-    analysis = analyze(profile, step=step, tokens_per_step=tokens_per_step)
+    analysis = diagnose(path, step=step, tokens_per_step=tokens_per_step, rules=None).analysis
     manifest: dict[str, Any] = {}
     pass_env: dict[str, Any] = {}
     if path.is_dir():
@@ -110,9 +105,10 @@ def diagnose_run(run: Run, packs: list[str | Path] = ()) -> Run:
     Both sides of a diff are evaluated with the same rules now, rather than reading a
     bundle's findings.json, so a finding "fixed" is never just a changed threshold.
     """
-    from perfdoctor.rules.engine import evaluate, load_rules
+    from perfdoctor.pipeline import load_ruleset
+    from perfdoctor.rules.engine import evaluate
 
-    findings = evaluate(load_rules(packs), run.analysis)
+    findings = evaluate(load_ruleset(packs), run.analysis)
     run.findings = [{"id": f.rule_id, "status": f.status, "severity": f.severity, "title": f.title} for f in findings]
     return run
 
@@ -658,47 +654,3 @@ def diff_runs(before: Run, after: Run, noise_floor: float | None = None) -> Diff
         facts_after=run_facts(after),
         findings=compare_findings(before, after),
     )
-
-
-# --------------------------------------------------------------------------- command line
-
-
-def diff_command(
-    before: Path = typer.Argument(..., help="The baseline: a run bundle, Kineto trace (.json, .json.gz) or nsys export (.sqlite, .nsys-rep)."),
-    after: Path = typer.Argument(..., help="The run to compare with it (any of the same kinds; mixing kinds is fine)."),
-    step: Optional[str] = typer.Option(None, "--step", help="Step range name or glob for both runs (e.g. 'decode_step'). Default: ProfilerStep#N, else the most frequent repeated range with GPU work."),
-    step_before: Optional[str] = typer.Option(None, "--step-before", help="Step range for BEFORE only (overrides --step)."),
-    step_after: Optional[str] = typer.Option(None, "--step-after", help="Step range for AFTER only (overrides --step)."),
-    tokens_per_step: Optional[float] = typer.Option(None, "--tokens-per-step", min=0, callback=finite_option, help="Tokens one step produces, for both runs (enables tokens_per_s)."),
-    rules: list[Path] = typer.Option([], "--rules", metavar="PACK", help="Rule pack (TOML) layered on the built-in seed pack, as in `analyze`; repeatable. Findings fixed and new are listed."),
-    no_rules: bool = typer.Option(False, "--no-rules", help="Do not evaluate rules (no findings section)."),
-    noise_floor: Optional[float] = typer.Option(None, "--noise-floor", min=0, callback=finite_option, metavar="PCT", help="Run-to-run noise floor in percent: a significant median shift within this factor either way is 'no significant change'. Default: 30 for traced timings (two identical H200 processes differed by up to 1.28x), 5 for the light timing pass (steps paced by the GPU; host-paced steps can differ more between processes: measure yours)."),
-    md: Optional[Path] = typer.Option(None, "--md", help="Also write the diff as Markdown (fits a PR comment)."),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the diff as JSON (schema perfdoctor.diff/1)."),
-) -> None:
-    """What a change did: metrics before and after, whether step latency moved beyond noise, which kernels changed.
-
-    Step-level samples (latency, GPU time, completion interval, kernels and launches per step) are compared with a Mann-Whitney U test and a bootstrap 95 % interval of the median ratio. Verdicts: improved, regressed, no significant change, or "inconclusive — need more steps" (fewer than 5 steps on a side; a single step is called out as such). A significant shift within the run-to-run noise floor (--noise-floor) is "no significant change": the test sees only the spread within each run, and two processes of one program differ by more than that under a tracer. When both runs are bundles with a light timing pass (no tracer), its latencies are compared too and lead the headline.
-
-    Kernels are matched by normalized name (template arguments, argument lists and numeric, hex or Triton suffixes removed), with count and time per step before and after, and the ones that appeared or vanished. The rules (seed pack plus --rules) run on both sides: findings fixed and new are listed. Runs on different GPUs, drivers, CUDA or torch versions, step names or tokens per step get a loud warning.
-
-    Exit codes: 0 the diff was produced (whatever it says; use `perfdoctor gate` to fail CI); 2 usage or input error.
-
-    Example: perfdoctor diff eager.json.gz graph.json.gz --step decode_step --md diff.md --json diff.json
-    """
-    from rich.console import Console
-
-    from perfdoctor.reports.diff_report import print_terminal, render_markdown
-
-    check_outputs([md, json_out], [before, after, *rules])  # never write over an input
-    before_run = load_run(before, step=step_before or step, tokens_per_step=tokens_per_step)
-    after_run = load_run(after, step=step_after or step, tokens_per_step=tokens_per_step)
-    if not no_rules:
-        diagnose_run(before_run, list(rules))
-        diagnose_run(after_run, list(rules))
-    result = diff_runs(before_run, after_run, None if noise_floor is None else noise_floor / 100.0)
-    print_terminal(result, Console())
-    if md is not None:
-        write_text(md, render_markdown(result))
-    if json_out is not None:
-        write_json(json_out, result.to_json())

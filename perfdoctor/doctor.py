@@ -9,14 +9,11 @@ same facts for machines. Also here: the root ``--version`` option.
 
 from __future__ import annotations
 
-import json
 import platform
 import sys
 import textwrap
 from pathlib import Path
 from typing import Any
-
-import typer
 
 from perfdoctor import __version__
 
@@ -189,27 +186,4 @@ def render(facts: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def doctor_command(
-    as_json: bool = typer.Option(False, "--json", help="Print the facts as JSON (schema perfdoctor.doctor/1)."),
-) -> None:
-    """What this machine offers perfdoctor: GPU and driver (NVML), GPM counters, nsys and ncu, the torch build, the cached calibration, Python. Says why each collector of `perfdoctor run` is unavailable. Always exits 0."""
-    facts = gather()
-    if as_json:
-        sys.stdout.write(json.dumps(facts, indent=2, default=str) + "\n")
-    else:
-        sys.stdout.write(render(facts))
-
-
-def _print_version(value: bool) -> None:
-    if value:
-        print(f"perfdoctor {__version__}")
-        raise typer.Exit()
-
-
-def root_callback(
-    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True, help="Print perfdoctor's version and exit."),
-) -> None:
-    """Keep perfdoctor a group of subcommands; --version."""
-
-
-__all__ = ["doctor_command", "gather", "render", "root_callback"]
+__all__ = ["gather", "render"]

@@ -44,26 +44,16 @@ from __future__ import annotations
 
 import difflib
 import math
-import os
 import re
-import sys
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
-import typer
-
-from perfdoctor.diff import LIGHT_PREFIX, SAMPLED_METRICS, Diff, MetricChange, Run, diff_runs, load_run
-from perfdoctor.console import finite_option
+from perfdoctor.diff import LIGHT_PREFIX, SAMPLED_METRICS, Diff, MetricChange, Run, diff_runs
 from perfdoctor.errors import UsageError
-from perfdoctor.io import check_outputs, dumps_json, write_json, write_text
-from perfdoctor.text import NEWLINE_MARK, github_data, github_property
-from perfdoctor.text import xml as xml_text
 from perfdoctor.metrics import HIGHER_IS_BETTER, METRIC_UNITS
 
 SCHEMA = "perfdoctor.gate/1"
-MAX_ANNOTATIONS = 10  # GitHub shows only the first few per step anyway; more is noise
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 _BUDGET = re.compile(r"^(?P<metric>[A-Za-z_][A-Za-z0-9_]*):(?P<sign>[+-])(?P<amount>\d+(?:\.\d*)?|\.\d+)(?:[eE](?P<exp>[+-]?\d+))?(?P<pct>%?)$")
@@ -220,7 +210,7 @@ def evaluate_budget(budget: Budget, diff: Diff) -> Check:
     return Check(name, "budget", "fail", f"{budget.metric} regressed past its budget: {change_text}.{note}", details)
 
 
-def rule_checks(run: Run, packs: list[str], min_severity: str) -> list[Check]:
+def rule_checks(run: Run, packs: list[str | Path], min_severity: str) -> list[Check]:
     """One check per rule: a failing rule at or above ``min_severity`` fails the gate.
 
     ``packs``: "seed" for the built-in pack, or TOML files layered on it (as in ``analyze``:
@@ -228,13 +218,13 @@ def rule_checks(run: Run, packs: list[str], min_severity: str) -> list[Check]:
     skipped ("not gating"), and so are rules that could not be evaluated (metric missing:
     never a pass) and advisory rules.
     """
-    from perfdoctor.rules.engine import SEVERITIES, SEVERITY_RANK, evaluate, load_rules
+    from perfdoctor.pipeline import load_ruleset
+    from perfdoctor.rules.engine import SEVERITIES, SEVERITY_RANK, evaluate
 
     if min_severity not in SEVERITY_RANK:
         raise UsageError(f"--min-severity {min_severity!r}: use one of {', '.join(SEVERITIES)}")
-    files = [p for p in packs if p != "seed"]
     checks = []
-    for f in evaluate(load_rules(files), run.analysis):
+    for f in evaluate(load_ruleset(packs), run.analysis):
         name = f"rule {f.rule_id}"
         value = f.value
         condition = (
@@ -335,148 +325,3 @@ def evaluate_gate(
     if diff is not None:
         warnings = [f"not like for like — {m.field}: baseline {m.before}, run {m.after} ({m.message})" for m in diff.mismatches]
     return GateResult(run.label, baseline.label if baseline else None, checks, warnings, diff)
-
-
-# --------------------------------------------------------------------------- outputs
-
-
-def _xml_text(text: str) -> str:
-    """Untrusted text made inert and XML 1.0-safe (see :mod:`perfdoctor.text`)."""
-    return xml_text(text)
-
-
-def junit_xml(result: GateResult) -> str:
-    """JUnit XML: one test suite, one test case per check (failure / skipped / pass)."""
-    suite = ET.Element(
-        "testsuite",
-        name="perfdoctor gate",
-        tests=str(len(result.checks)),
-        failures=str(len(result.failed)),
-        errors="0",
-        skipped=str(sum(c.status == "skip" for c in result.checks)),
-    )
-    for c in result.checks:
-        case = ET.SubElement(suite, "testcase", classname=f"perfdoctor.gate.{c.kind}", name=_xml_text(c.name), time="0")
-        if c.status == "fail":
-            failure = ET.SubElement(case, "failure", message=_xml_text(c.message), type=c.kind)
-            failure.text = xml_text(dumps_json(c.details)).replace(NEWLINE_MARK, "\n")
-        elif c.status == "skip":
-            ET.SubElement(case, "skipped", message=_xml_text(c.message))
-        else:
-            ET.SubElement(case, "system-out").text = _xml_text(c.message)
-    root = ET.Element("testsuites", name="perfdoctor", tests=suite.get("tests"), failures=suite.get("failures"))
-    root.append(suite)
-    ET.indent(root)
-    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
-
-
-def summary_markdown(result: GateResult) -> str:
-    """The gate as Markdown for ``$GITHUB_STEP_SUMMARY`` or a PR comment."""
-    from perfdoctor.reports.diff_report import md_escape
-
-    icon = {"pass": "✅ pass", "fail": "❌ fail", "skip": "⚪ skip"}
-    out = [f"## {'✅' if result.passed else '❌'} {md_escape(result.headline())}", ""]
-    out.append(f"Run `{md_escape(result.run)}`" + (f" against baseline `{md_escape(result.baseline)}`" if result.baseline else ""))
-    out.append("")
-    if result.warnings:
-        out += ["> [!WARNING]"] + [f"> {md_escape(w)}" for w in result.warnings] + [""]
-    out += ["| check | result | details |", "|---|---|---|"]
-    # Failures first: the reader came for them.
-    for c in sorted(result.checks, key=lambda c: {"fail": 0, "pass": 1, "skip": 2}[c.status]):
-        out.append(f"| `{md_escape(c.name)}` | {icon[c.status]} | {md_escape(c.message)} |")
-    if result.diff is not None:
-        out += ["", f"**{md_escape(result.diff.verdict())}**", "", md_escape(result.diff.kernels.summary())]
-    return "\n".join(out) + "\n"
-
-
-_escape_data = github_data  # workflow-command escaping of untrusted text: perfdoctor.text
-_escape_property = github_property
-
-
-def github_annotations(result: GateResult) -> list[str]:
-    """Workflow commands: one ``::error`` per failed check (at most MAX_ANNOTATIONS), and a
-    ``::warning`` per comparability problem."""
-    lines = [f"::warning title={_escape_property('perfdoctor: runs not like for like')}::{_escape_data(w)}" for w in result.warnings]
-    for c in result.failed[:MAX_ANNOTATIONS]:
-        lines.append(f"::error title={_escape_property(c.name)}::{_escape_data(c.message)}")
-    rest = len(result.failed) - MAX_ANNOTATIONS
-    if rest > 0:
-        lines.append(f"::notice title=perfdoctor gate::{rest} more failed checks: see the job summary")
-    return lines
-
-
-def print_result(result: GateResult, console=None) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    from perfdoctor.text import rich as escape
-
-    console = console or Console()
-    for w in result.warnings:
-        console.print(f"[bold red]WARNING[/] {escape(w)}")
-    t = Table(title_justify="left")
-    t.add_column("check")
-    t.add_column("result")
-    t.add_column("details")
-    style = {"pass": "[green]pass[/]", "fail": "[bold red]FAIL[/]", "skip": "[dim]skip[/]"}
-    for c in result.checks:
-        t.add_row(escape(c.name), style[c.status], escape(c.message))
-    console.print(t)
-    console.print(f"[bold {'green' if result.passed else 'red'}]{escape(result.headline())}[/]")
-
-
-# --------------------------------------------------------------------------- command line
-
-
-def gate_command(
-    run: Path = typer.Argument(..., help="The run to judge: a run bundle, Kineto trace (.json, .json.gz) or nsys export (.sqlite, .nsys-rep)."),
-    baseline: Optional[Path] = typer.Option(None, "--baseline", help="The run to compare against (same kinds); needed by --fail-on."),
-    fail_on: list[str] = typer.Option([], "--fail-on", metavar="EXPR", help="Budget METRIC:+N% / METRIC:-N% (relative) or METRIC:+N / METRIC:-N (absolute); '+' fails on a rise, '-' on a fall. Repeatable. E.g. 'step_latency_ms_p99:+5%', 'dram_bw_util:-0.05'."),
-    rules: list[str] = typer.Option([], "--rules", metavar="PACK", help="Also check rules: 'seed' (the built-in pack) or a TOML pack file (layered on the seed pack, as in analyze). Repeatable."),
-    min_severity: str = typer.Option("error", "--min-severity", help="With --rules: the lowest severity of a failing rule that fails the gate (info, warning, error, critical)."),
-    step: Optional[str] = typer.Option(None, "--step", help="Step range name or glob, for both runs (e.g. 'decode_step')."),
-    tokens_per_step: Optional[float] = typer.Option(None, "--tokens-per-step", min=0, callback=finite_option, help="Tokens one step produces, for both runs (enables tokens_per_s budgets)."),
-    noise_floor: Optional[float] = typer.Option(None, "--noise-floor", min=0, callback=finite_option, metavar="PCT", help="Run-to-run noise floor in percent for step-level timings: a significant shift within this factor either way does not fail a budget. Default: 30 for traced timings (two identical H200 processes differed by up to 1.28x), 5 for the light timing pass."),
-    junit: Optional[Path] = typer.Option(None, "--junit", help="Write JUnit XML here: one test case per check."),
-    github: bool = typer.Option(False, "--github", help="GitHub Actions: append a Markdown summary to $GITHUB_STEP_SUMMARY and print up to 10 ::error annotations."),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the checks (and the diff against the baseline) as JSON (schema perfdoctor.gate/1)."),
-) -> None:
-    """Fail CI when performance regresses: metric budgets against a baseline, and rule findings.
-
-    Budgets (--fail-on, with --baseline): METRIC:+N% fails if the metric rises by more than N percent of the baseline, METRIC:-N% if it falls by more; without % the amount is absolute, in the metric's unit (dram_bw_util:-0.05, launches_per_step:+0).
-
-    Budgets on step-level metrics (step latency percentiles, step GPU time, steps/s, tokens/s, kernels and launches per step) fail only when the change is also significant (Mann-Whitney U, p < 0.05, and a median shift beyond the run-to-run noise floor, see --noise-floor) whenever both runs have at least 5 steps, so run-to-run noise does not fail builds. Step latency budgets use the light timing pass (no tracer) when both runs are bundles that have one. A metric measured in one run only is reported as added or removed, not failed. A relative budget against a baseline of 0 fails on any move past 0 in its direction (use an absolute budget to allow some).
-
-    Rules (--rules seed, or a pack file): a failing rule at or above --min-severity fails the gate; rules that could not be evaluated are skipped with the reason, never passed.
-
-    Exit codes: 0 every check passed (skipped checks do not fail, but at least one check must be evaluated); 1 the gate failed; 2 usage or input error (unknown metric in a budget, malformed budget, a file that is not a trace, --fail-on without --baseline, or no check could be evaluated).
-
-    Example: perfdoctor gate pr.json.gz --baseline main.json.gz --step decode_step --fail-on 'step_latency_ms_p50:+5%' --fail-on 'launches_per_step:+0' --junit gate.xml --github
-    """
-    budgets = [parse_budget(text) for text in fail_on]  # grammar errors before any slow loading
-    if budgets and baseline is None:
-        raise UsageError("--fail-on budgets compare against a baseline: give --baseline RUN")
-    if not budgets and not rules:
-        raise UsageError("nothing to check: give --fail-on METRIC:+N% with --baseline RUN, and/or --rules PACK")
-    check_outputs([junit, json_out], [run, baseline, *rules])  # never write over an input
-    this = load_run(run, step=step, tokens_per_step=tokens_per_step)
-    base = load_run(baseline, step=step, tokens_per_step=tokens_per_step) if baseline is not None else None
-    rule_results = rule_checks(this, rules, min_severity) if rules else None
-    result = evaluate_gate(this, base, budgets, rule_results, None if noise_floor is None else noise_floor / 100.0)
-
-    print_result(result)
-    if junit is not None:
-        write_text(junit, junit_xml(result))
-    if json_out is not None:
-        write_json(json_out, result.to_json())  # strict: NaN and infinities are null
-    if github:
-        summary = os.environ.get("GITHUB_STEP_SUMMARY")
-        if summary:
-            write_text(Path(summary), summary_markdown(result), append=True)
-        else:
-            print("perfdoctor gate: GITHUB_STEP_SUMMARY is not set (not in GitHub Actions?); summary not written", file=sys.stderr)
-        for line in github_annotations(result):
-            print(line)
-    if result.exit_code == EXIT_USAGE:
-        raise UsageError(f"no check could be evaluated ({len(result.checks)} skipped; see the reasons above)")
-    raise typer.Exit(result.exit_code)

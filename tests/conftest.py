@@ -20,6 +20,39 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300, env: dict
     )
 
 
+def run_cli_inprocess(*args: object, env: dict | None = None, **_: object) -> subprocess.CompletedProcess:
+    """``perfdoctor ARGS`` in this process, through the real ``perfdoctor.cli.main`` (its exit
+    code mapping and one-line errors included): the same result shape as :func:`run_cli`,
+    without a new interpreter (about a second of imports per call). Tests about the process
+    itself (a closed pipe, signals, the torch-free import path) keep :func:`run_cli`."""
+    import contextlib
+    import io
+
+    from perfdoctor.cli import main
+
+    argv = [str(a) for a in args]
+    out, err = io.StringIO(), io.StringIO()
+    env = {"COLUMNS": "200", **(env or {})}
+    old_env = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    saved = sys.stdout
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main(argv)
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    finally:
+        sys.stdout = saved
+        for k, v in old_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return subprocess.CompletedProcess(["perfdoctor", *argv], code, out.getvalue(), err.getvalue())
+
+
 @pytest.fixture
 def fixtures() -> Path:
     return FIXTURES

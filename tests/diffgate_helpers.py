@@ -1,8 +1,8 @@
 """Helpers for test_diff.py and test_gate.py: the CLI runner and CRAFTED trace variants.
 
-``cli()`` runs ``python -m perfdoctor`` when the lead's CLI has the diff and gate commands;
-until then it runs the same ``perfdoctor.cli.main`` with the two commands registered exactly
-as cli.py will register them — so the exit-code mapping under test is the real one.
+``cli()`` runs ``python -m perfdoctor`` in a subprocess, so the exit-code mapping under
+test is the real one; ``cli_inprocess()`` runs the same ``main`` in this process, for the
+many usage-error and option checks that need no process of their own.
 
 CRAFTED variants of a real H200 Kineto trace, for tests that need a known change:
 
@@ -21,38 +21,19 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from conftest import run_cli
-
-WIRING = (
-    "from perfdoctor.cli import app, main\n"
-    "from perfdoctor.diff import diff_command\n"
-    "from perfdoctor.gate import gate_command\n"
-    "names = {c.name for c in app.registered_commands}\n"
-    "'diff' in names or app.command('diff')(diff_command)\n"
-    "'gate' in names or app.command('gate')(gate_command)\n"
-    "main()\n"
-)
-
-
-def _cli_has_commands() -> bool:
-    from perfdoctor.cli import app
-
-    return {"diff", "gate"} <= {c.name for c in app.registered_commands}
-
+from conftest import run_cli, run_cli_inprocess
 
 def cli(*args, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run ``perfdoctor ARGS`` in a subprocess (see the module docstring)."""
-    if _cli_has_commands():
-        return run_cli(*map(str, args), env=env)
-    import os
+    """Run ``perfdoctor ARGS`` in a subprocess (``python -m perfdoctor``): exit codes and
+    stderr as a CI job sees them."""
+    return run_cli(*map(str, args), env=env)
 
-    return subprocess.run(
-        [sys.executable, "-c", WIRING, *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "COLUMNS": "200", **(env or {})},
-    )
+
+def cli_inprocess(*args, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``perfdoctor ARGS`` through the real ``perfdoctor.cli.main`` in this process (same
+    result shape as :func:`cli`, no interpreter start-up)."""
+    return run_cli_inprocess(*args, env=env)
+
 
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 

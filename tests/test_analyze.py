@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, run_cli
+from conftest import FIXTURES, run_cli, run_cli_inprocess
 from perfdoctor.collectors import load_trace
 from perfdoctor.errors import UsageError
 from perfdoctor.metrics import METRICS, analyze
@@ -121,45 +121,45 @@ def assert_usage_error(r: subprocess.CompletedProcess, *needles: str) -> None:
 
 
 def test_missing_file(tmp_path: Path) -> None:
-    assert_usage_error(run_cli("analyze", tmp_path / "nope.json"), "no such file")
+    assert_usage_error(run_cli_inprocess("analyze", tmp_path / "nope.json"), "no such file")
 
 
 def test_truncated_gzip(tmp_path: Path) -> None:
     data = (FIXTURES / "h200-llama1b-eager-5steps.kineto.json.gz").read_bytes()
     bad = tmp_path / "cut.json.gz"
     bad.write_bytes(data[: len(data) // 2])
-    assert_usage_error(run_cli("analyze", bad), "damaged gzip")
+    assert_usage_error(run_cli_inprocess("analyze", bad), "damaged gzip")
 
 
 def test_truncated_nsys_gzip(tmp_path: Path) -> None:
     data = (FIXTURES / "h200-matmul-20steps.nsys.sqlite.gz").read_bytes()
     bad = tmp_path / "cut.sqlite.gz"
     bad.write_bytes(data[: len(data) // 3])
-    assert_usage_error(run_cli("analyze", bad), "damaged gzip")
+    assert_usage_error(run_cli_inprocess("analyze", bad), "damaged gzip")
 
 
 def test_not_json(tmp_path: Path) -> None:
     bad = tmp_path / "trace.json"
     bad.write_text("this is not json {")
-    assert_usage_error(run_cli("analyze", bad), "not a JSON trace")
+    assert_usage_error(run_cli_inprocess("analyze", bad), "not a JSON trace")
 
 
 def test_json_that_is_not_a_trace(tmp_path: Path) -> None:
     bad = tmp_path / "trace.json"
     bad.write_text('{"hello": 1}')
-    assert_usage_error(run_cli("analyze", bad), "no 'traceEvents'")
+    assert_usage_error(run_cli_inprocess("analyze", bad), "no 'traceEvents'")
 
 
 def test_empty_trace(tmp_path: Path) -> None:
     bad = tmp_path / "trace.json"
     bad.write_text('{"traceEvents": []}')
-    assert_usage_error(run_cli("analyze", bad), "empty trace")
+    assert_usage_error(run_cli_inprocess("analyze", bad), "empty trace")
 
 
 def test_not_sqlite(tmp_path: Path) -> None:
     bad = tmp_path / "report.sqlite"
     bad.write_bytes(b"definitely not sqlite" * 100)
-    assert_usage_error(run_cli("analyze", bad), "not an SQLite database")
+    assert_usage_error(run_cli_inprocess("analyze", bad), "not an SQLite database")
 
 
 def test_nsys_export_missing_tables(tmp_path: Path) -> None:
@@ -168,22 +168,22 @@ def test_nsys_export_missing_tables(tmp_path: Path) -> None:
     db.write_bytes(gzip.decompress((FIXTURES / "h200-matmul-20steps.nsys.sqlite.gz").read_bytes()))
     with sqlite3.connect(db) as con:
         con.execute("DROP TABLE CUPTI_ACTIVITY_KIND_RUNTIME")
-    assert_usage_error(run_cli("analyze", db), "CUPTI_ACTIVITY_KIND_RUNTIME")
+    assert_usage_error(run_cli_inprocess("analyze", db), "CUPTI_ACTIVITY_KIND_RUNTIME")
     other = tmp_path / "other.sqlite"
     with sqlite3.connect(other) as con:
         con.execute("CREATE TABLE t (x)")
-    assert_usage_error(run_cli("analyze", other), "not an Nsight Systems export")
+    assert_usage_error(run_cli_inprocess("analyze", other), "not an Nsight Systems export")
 
 
 def test_step_that_matches_nothing() -> None:
-    r = run_cli("analyze", FIXTURES / "h200-matmul-20steps.nsys.sqlite.gz", "--step", "decode*")
+    r = run_cli_inprocess("analyze", FIXTURES / "h200-matmul-20steps.nsys.sqlite.gz", "--step", "decode*")
     assert_usage_error(r, "--step 'decode*' matches no range", "step0")
 
 
 def test_unknown_suffix(tmp_path: Path) -> None:
     bad = tmp_path / "trace.txt"
     bad.write_text("x")
-    assert_usage_error(run_cli("analyze", bad), "unknown trace type")
+    assert_usage_error(run_cli_inprocess("analyze", bad), "unknown trace type")
 
 
 # --- a real CPU-only torch profiler trace --------------------------------------------------

@@ -1,7 +1,7 @@
 """perfdoctor diff: statistics, kernel matching, comparability, rendering, the command.
 
 Real H200 traces where the claim is about GPUs (eager vs CUDA graph, two runs of one
-program); CRAFTED variants of a real trace (tests/crafted_traces.py) where a test needs a
+program); CRAFTED variants of a real trace (tests/diffgate_helpers.py) where a test needs a
 change of known size.
 """
 
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES
-from diffgate_helpers import cli, other_gpu, renamed_kernels, stretched
+from diffgate_helpers import cli, cli_inprocess, other_gpu, renamed_kernels, stretched
 from perfdoctor.names import match_key as normalize_kernel_name
 from perfdoctor.collectors import load_trace
 from perfdoctor.diff import Run, diff_runs, load_run
@@ -254,14 +254,14 @@ def test_diff_command_bad_input_exits_2(tmp_path) -> None:
     bad = tmp_path / "notes.txt"
     bad.write_text("hello")
     for args in ((EAGER5, bad), (EAGER5, tmp_path / "missing.json.gz"), (EAGER5, EAGER5, "--step", "no_such_range")):
-        r = cli("diff", *args)
+        r = cli_inprocess("diff", *args)
         assert r.returncode == 2, (args, r.stdout, r.stderr)
         assert r.stderr.startswith("error: ") and "Traceback" not in r.stderr
 
 
 def test_step_before_and_after_apply_to_one_side_each(tmp_path) -> None:
     js = tmp_path / "d.json"
-    r = cli("diff", EAGER5, EAGER5, "--step-before", STEP, "--step-after", "decode_*", "--json", js)
+    r = cli_inprocess("diff", EAGER5, EAGER5, "--step-before", STEP, "--step-after", "decode_*", "--json", js)
     assert r.returncode == 0, r.stderr
     doc = json.loads(js.read_text())
     assert doc["facts"]["before"]["step_name"] == STEP and doc["facts"]["after"]["step_name"] == "decode_*"

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES
-from diffgate_helpers import cli, crafted_bundle, stretched
+from diffgate_helpers import cli, cli_inprocess, crafted_bundle, stretched
 from perfdoctor.diff import Run, diff_runs, load_run
 from perfdoctor.errors import UsageError
 from perfdoctor.gate import (
@@ -23,11 +23,9 @@ from perfdoctor.gate import (
     GateResult,
     evaluate_budget,
     evaluate_gate,
-    github_annotations,
-    junit_xml,
     parse_budget,
-    summary_markdown,
 )
+from perfdoctor.reports.gate_report import github_annotations, junit_xml, summary_markdown
 from perfdoctor.metrics import Metric
 
 EAGER5 = FIXTURES / "h200-llama1b-eager-5steps.kineto.json.gz"
@@ -273,11 +271,11 @@ def test_gate_reverse_and_same_run_exit_0(slow_path) -> None:
 
 
 def test_gate_rules_and_min_severity() -> None:
-    r = cli("gate", EAGER5, "--step", STEP, "--rules", "seed")
+    r = cli_inprocess("gate", EAGER5, "--step", STEP, "--rules", "seed")
     assert r.returncode == 1, r.stdout + r.stderr
     assert "rule memory-bubbles" in r.stdout and "rule launch-rate" in r.stdout
     # The eager trace's failing rules are error or warning; nothing critical fails.
-    r = cli("gate", EAGER5, "--step", STEP, "--rules", "seed", "--min-severity", "critical")
+    r = cli_inprocess("gate", EAGER5, "--step", STEP, "--rules", "seed", "--min-severity", "critical")
     assert r.returncode == 0, r.stdout + r.stderr
 
 
@@ -295,7 +293,7 @@ def test_gate_rules_and_min_severity() -> None:
     ],
 )
 def test_gate_bad_input_exits_2(args, message) -> None:
-    r = cli("gate", EAGER5, "--step", STEP, *args)
+    r = cli_inprocess("gate", EAGER5, "--step", STEP, *args)
     assert r.returncode == 2, r.stdout + r.stderr
     assert r.stderr.startswith("error: ") and message in r.stderr and "Traceback" not in r.stderr
 
@@ -314,7 +312,7 @@ def test_gate_that_checks_nothing_exits_2() -> None:
 
 
 def test_gate_help_documents_exit_codes() -> None:
-    r = cli("gate", "--help")
+    r = cli_inprocess("gate", "--help")
     assert r.returncode == 0
     text = " ".join(r.stdout.split())
     assert "0 every check passed" in text and "1 the gate failed" in text and "2 usage or input error" in text

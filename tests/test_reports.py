@@ -29,7 +29,7 @@ from perfdoctor.metrics import Analysis, analyze
 from perfdoctor.profile import SAMPLE_COLUMNS, Profile, frame
 from perfdoctor.reports import html, json as json_report, markdown, terminal
 from perfdoctor.reports.bundle import write_reports
-from perfdoctor.rules.cli import report_command
+from perfdoctor.cli.report import report_command
 from perfdoctor.rules.engine import Finding, diagnose
 
 EAGER = FIXTURES / "h200-llama1b-eager-5steps.kineto.json.gz"

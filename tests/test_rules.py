@@ -21,7 +21,7 @@ from perfdoctor.collectors import load_trace
 from perfdoctor.errors import UsageError
 from perfdoctor.metrics import Analysis, analyze
 from perfdoctor.profile import ACTIVITY_COLUMNS, CALL_COLUMNS, RANGE_COLUMNS, Profile, frame
-from perfdoctor.rules.cli import rules_app
+from perfdoctor.cli.rules import rules_app
 from perfdoctor.rules.engine import diagnose, evaluate, load_rules
 from perfdoctor.rules.estimates import idle_between_kernels, sync_wait_time
 from perfdoctor.rules.evidence import sync_calls

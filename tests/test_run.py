@@ -348,7 +348,7 @@ def test_calibrate_without_gpu_is_a_usage_error(tmp_path):
     import typer
     from typer.testing import CliRunner
 
-    from perfdoctor.calibrate import calibrate_command
+    from perfdoctor.cli.calibrate import calibrate_command
     from perfdoctor.errors import UsageError
 
     app = typer.Typer()

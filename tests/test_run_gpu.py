@@ -172,7 +172,8 @@ def test_calibrate_measures_a_ceiling_below_the_theoretical_peak(tmp_path, monke
     import typer
     from typer.testing import CliRunner
 
-    from perfdoctor.calibrate import calibrate_command, load_calibration
+    from perfdoctor.calibrate import load_calibration
+    from perfdoctor.cli.calibrate import calibrate_command
     from perfdoctor.collectors import nvml
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))

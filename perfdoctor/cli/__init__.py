@@ -1,0 +1,92 @@
+"""The ``perfdoctor`` command line: the app, assembled from one module per command.
+
+Each command is a thin layer over the domain modules: load, measure and diagnose
+(:func:`perfdoctor.pipeline.diagnose`), then print or write (``perfdoctor.reports``). The
+options several commands share are declared once, in :mod:`perfdoctor.cli.options`. Bad
+input raises :class:`~perfdoctor.errors.UsageError`, which :func:`main` turns into one line
+on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import List, Optional
+
+import typer
+
+try:  # typer >= 0.20 vendors click; older typers use click itself
+    from typer._click import exceptions as click_exceptions
+except ImportError:  # pragma: no cover
+    from click import exceptions as click_exceptions
+
+from perfdoctor.cli.analyze import analyze_command
+from perfdoctor.cli.calibrate import calibrate_command
+from perfdoctor.cli.demo import demo_command
+from perfdoctor.cli.diff import diff_command
+from perfdoctor.cli.doctor import doctor_command, root_callback
+from perfdoctor.cli.gate import gate_command
+from perfdoctor.cli.report import report_command
+from perfdoctor.cli.rules import rules_app
+from perfdoctor.cli.run import run_command
+from perfdoctor.console import install_pipe_guard
+from perfdoctor.errors import UsageError
+from perfdoctor.text import clean
+
+app = typer.Typer(
+    help=(
+        "A doctor for GPU inference performance: profile a program or read a trace, measure "
+        "what matters for low latency, and rank the fixes by the time they win back."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+app.callback()(root_callback)  # the root group (a group even with one command), with --version
+app.command("analyze")(analyze_command)
+# Everything after the script (or -m module) belongs to the target program.
+app.command("run", context_settings={"allow_interspersed_args": False})(run_command)
+app.command("demo")(demo_command)
+app.command("calibrate")(calibrate_command)
+app.command("report")(report_command)
+app.command("diff")(diff_command)
+app.command("gate")(gate_command)
+app.add_typer(rules_app, name="rules")
+app.command("doctor")(doctor_command)
+
+
+def _click_error(exc: click_exceptions.ClickException) -> str:
+    """A click usage error as one line: ``no such option --foo (see perfdoctor analyze --help)``."""
+    message = " ".join(exc.format_message().split()).rstrip(".")
+    if message[:1].isupper() and message[1:2].islower():
+        message = message[0].lower() + message[1:]
+    ctx = getattr(exc, "ctx", None)
+    if ctx is not None:
+        message += f" (see {ctx.command_path} --help)"
+    return message
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    """Entry point: run the app; bad input (ours or click's) is one line on stderr and exit
+    code 2. A closed stdout does not change the exit code (see ``docs/safety.md``)."""
+    install_pipe_guard()
+    try:
+        code = app(args=argv, prog_name="perfdoctor", standalone_mode=False)
+    except UsageError as exc:
+        _fail(str(exc))
+    except click_exceptions.NoArgsIsHelpError as exc:  # `perfdoctor` / `perfdoctor rules`: the help
+        print(exc.ctx.get_help() if exc.ctx else str(exc), file=sys.stderr)
+        sys.exit(2)
+    except click_exceptions.ClickException as exc:
+        _fail(_click_error(exc), exc.exit_code if exc.exit_code else 2)
+    except typer.Abort:
+        _fail("aborted", 130)
+    sys.stdout.flush()
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _fail(message: str, code: int = 2) -> None:
+    sys.stdout.flush()
+    print(f"error: {clean(message)}", file=sys.stderr)
+    sys.exit(code)

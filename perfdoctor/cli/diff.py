@@ -1,0 +1,53 @@
+"""``perfdoctor diff BEFORE AFTER``: what a change did (the model is :mod:`perfdoctor.diff`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from perfdoctor.cli import options
+from perfdoctor.diff import diagnose_run, diff_runs, load_run
+from perfdoctor.io import check_outputs, write_json, write_text
+
+
+def diff_command(
+    before: Path = typer.Argument(..., help="The baseline: a run bundle, Kineto trace (.json, .json.gz) or nsys export (.sqlite, .nsys-rep)."),
+    after: Path = typer.Argument(..., help="The run to compare with it (any of the same kinds; mixing kinds is fine)."),
+    step: Optional[str] = options.step("for both runs"),
+    step_before: Optional[str] = typer.Option(None, "--step-before", help="Step range for BEFORE only (overrides --step)."),
+    step_after: Optional[str] = typer.Option(None, "--step-after", help="Step range for AFTER only (overrides --step)."),
+    tokens_per_step: Optional[float] = options.tokens_per_step("for both runs"),
+    rules: List[Path] = options.RULES,
+    no_rules: bool = typer.Option(False, "--no-rules", help="Do not evaluate rules (no findings section)."),
+    noise_floor: Optional[float] = options.noise_floor(),
+    md: Optional[Path] = typer.Option(None, "--md", help="Also write the diff as Markdown (fits a PR comment)."),
+    json_out: Optional[Path] = options.json_out("the diff as JSON too (schema perfdoctor.diff/1)"),
+) -> None:
+    """What a change did: metrics before and after, whether step latency moved beyond noise, which kernels changed.
+
+    Step-level samples (latency, GPU time, completion interval, kernels and launches per step) are compared with a Mann-Whitney U test and a bootstrap 95 % interval of the median ratio. Verdicts: improved, regressed, no significant change, or "inconclusive — need more steps" (fewer than 5 steps on a side; a single step is called out as such). A significant shift within the run-to-run noise floor (--noise-floor) is "no significant change": the test sees only the spread within each run, and two processes of one program differ by more than that under a tracer. When both runs are bundles with a light timing pass (no tracer), its latencies are compared too and lead the headline.
+
+    Kernels are matched by normalized name (template arguments, argument lists and numeric, hex or Triton suffixes removed), with count and time per step before and after, and the ones that appeared or vanished. The rules (seed pack plus --rules) run on both sides: findings fixed and new are listed. Runs on different GPUs, drivers, CUDA or torch versions, step names or tokens per step get a loud warning.
+
+    Exit codes: 0 the diff was produced (whatever it says; use `perfdoctor gate` to fail CI); 2 usage or input error.
+
+    Example: perfdoctor diff eager.json.gz graph.json.gz --step decode_step --md diff.md --json diff.json
+    """
+    from rich.console import Console
+
+    from perfdoctor.reports.diff_report import print_terminal, render_markdown
+
+    check_outputs([md, json_out], [before, after, *rules])  # never write over an input
+    before_run = load_run(before, step=step_before or step, tokens_per_step=tokens_per_step)
+    after_run = load_run(after, step=step_after or step, tokens_per_step=tokens_per_step)
+    if not no_rules:
+        diagnose_run(before_run, list(rules))
+        diagnose_run(after_run, list(rules))
+    result = diff_runs(before_run, after_run, options.fraction(noise_floor))
+    print_terminal(result, Console())
+    if md is not None:
+        write_text(md, render_markdown(result))
+    if json_out is not None:
+        write_json(json_out, result.to_json())

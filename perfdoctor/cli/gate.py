@@ -1,0 +1,72 @@
+"""``perfdoctor gate RUN``: pass / fail for CI (the model is :mod:`perfdoctor.gate`, the
+outputs :mod:`perfdoctor.reports.gate_report`)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from perfdoctor.cli import options
+from perfdoctor.diff import load_run
+from perfdoctor.errors import UsageError
+from perfdoctor.gate import EXIT_USAGE, evaluate_gate, parse_budget, rule_checks
+from perfdoctor.io import check_outputs, write_json, write_text
+from perfdoctor.reports.gate_report import github_annotations, junit_xml, print_result, summary_markdown
+
+
+def gate_command(
+    run: Path = typer.Argument(..., help="The run to judge: a run bundle, Kineto trace (.json, .json.gz) or nsys export (.sqlite, .nsys-rep)."),
+    baseline: Optional[Path] = typer.Option(None, "--baseline", help="The run to compare against (same kinds); needed by --fail-on."),
+    fail_on: list[str] = typer.Option([], "--fail-on", metavar="EXPR", help="Budget METRIC:+N% / METRIC:-N% (relative) or METRIC:+N / METRIC:-N (absolute); '+' fails on a rise, '-' on a fall. Repeatable. E.g. 'step_latency_ms_p99:+5%', 'dram_bw_util:-0.05'."),
+    rules: List[Path] = options.RULES,
+    min_severity: str = typer.Option("error", "--min-severity", help="With --rules: the lowest severity of a failing rule that fails the gate (info, warning, error, critical)."),
+    step: Optional[str] = options.step("for both runs"),
+    tokens_per_step: Optional[float] = options.tokens_per_step("for both runs"),
+    noise_floor: Optional[float] = options.noise_floor("does not fail a budget"),
+    junit: Optional[Path] = typer.Option(None, "--junit", help="Write JUnit XML here: one test case per check."),
+    github: bool = typer.Option(False, "--github", help="GitHub Actions: append a Markdown summary to $GITHUB_STEP_SUMMARY and print up to 10 ::error annotations."),
+    json_out: Optional[Path] = options.json_out("the checks (and the diff against the baseline) as JSON (schema perfdoctor.gate/1)"),
+) -> None:
+    """Fail CI when performance regresses: metric budgets against a baseline, and rule findings.
+
+    Budgets (--fail-on, with --baseline): METRIC:+N% fails if the metric rises by more than N percent of the baseline, METRIC:-N% if it falls by more; without % the amount is absolute, in the metric's unit (dram_bw_util:-0.05, launches_per_step:+0).
+
+    Budgets on step-level metrics (step latency percentiles, step GPU time, steps/s, tokens/s, kernels and launches per step) fail only when the change is also significant (Mann-Whitney U, p < 0.05, and a median shift beyond the run-to-run noise floor, see --noise-floor) whenever both runs have at least 5 steps, so run-to-run noise does not fail builds. Step latency budgets use the light timing pass (no tracer) when both runs are bundles that have one. A metric measured in one run only is reported as added or removed, not failed. A relative budget against a baseline of 0 fails on any move past 0 in its direction (use an absolute budget to allow some).
+
+    Rules (--rules seed, or a pack file): a failing rule at or above --min-severity fails the gate; rules that could not be evaluated are skipped with the reason, never passed.
+
+    Exit codes: 0 every check passed (skipped checks do not fail, but at least one check must be evaluated); 1 the gate failed; 2 usage or input error (unknown metric in a budget, malformed budget, a file that is not a trace, --fail-on without --baseline, or no check could be evaluated).
+
+    Example: perfdoctor gate pr.json.gz --baseline main.json.gz --step decode_step --fail-on 'step_latency_ms_p50:+5%' --fail-on 'launches_per_step:+0' --junit gate.xml --github
+    """
+    budgets = [parse_budget(text) for text in fail_on]  # grammar errors before any slow loading
+    if budgets and baseline is None:
+        raise UsageError("--fail-on budgets compare against a baseline: give --baseline RUN")
+    if not budgets and not rules:
+        raise UsageError("nothing to check: give --fail-on METRIC:+N% with --baseline RUN, and/or --rules PACK")
+    check_outputs([junit, json_out], [run, baseline, *rules])  # never write over an input
+    this = load_run(run, step=step, tokens_per_step=tokens_per_step)
+    base = load_run(baseline, step=step, tokens_per_step=tokens_per_step) if baseline is not None else None
+    rule_results = rule_checks(this, rules, min_severity) if rules else None
+    result = evaluate_gate(this, base, budgets, rule_results, options.fraction(noise_floor))
+
+    print_result(result)
+    if junit is not None:
+        write_text(junit, junit_xml(result))
+    if json_out is not None:
+        write_json(json_out, result.to_json())  # strict: NaN and infinities are null
+    if github:
+        summary = os.environ.get("GITHUB_STEP_SUMMARY")
+        if summary:
+            write_text(Path(summary), summary_markdown(result), append=True)
+        else:
+            print("perfdoctor gate: GITHUB_STEP_SUMMARY is not set (not in GitHub Actions?); summary not written", file=sys.stderr)
+        for line in github_annotations(result):
+            print(line)
+    if result.exit_code == EXIT_USAGE:
+        raise UsageError(f"no check could be evaluated ({len(result.checks)} skipped; see the reasons above)")
+    raise typer.Exit(result.exit_code)

@@ -1,0 +1,66 @@
+"""``perfdoctor report PATH --format terminal|md|html|json``: the findings report."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from perfdoctor.cli import options
+from perfdoctor.console import note, warn
+from perfdoctor.errors import UsageError
+from perfdoctor.io import check_outputs, write_text
+
+FORMATS = ("terminal", "md", "html", "json")
+
+
+def report_command(
+    path: Path = typer.Argument(..., help="A trace (Kineto .json/.json.gz, nsys .sqlite/.nsys-rep) or a run bundle directory."),
+    fmt: str = typer.Option("terminal", "--format", "-f", help="terminal | md | html | json"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report here instead of stdout."),
+    rules: List[Path] = options.RULES,
+    threshold: List[str] = options.THRESHOLD,
+    step: Optional[str] = options.step(),
+    tokens_per_step: Optional[float] = options.tokens_per_step(),
+) -> None:
+    """Diagnose a trace or a run bundle: ranked findings with evidence and fixes.
+
+    For a bundle directory, report.md, report.html and findings.json are (re)written into it
+    (skipped with a warning when the bundle is read-only). -o never writes over an input, a
+    trace or a rule pack (see docs/safety.md).
+
+    Example: perfdoctor report trace.json.gz --format html -o report.html --threshold dram-bandwidth=0.8
+    """
+    from rich.console import Console
+
+    from perfdoctor.pipeline import diagnose
+    from perfdoctor.reports import html, json, markdown, terminal
+    from perfdoctor.reports.bundle import write_reports
+
+    if fmt not in FORMATS:
+        raise UsageError(f"--format {fmt!r}: use one of {', '.join(FORMATS)}")
+    check_outputs([output], [path, *rules])  # never write over an input
+    d = diagnose(path, step=step, tokens_per_step=tokens_per_step, rules=rules, thresholds=threshold)
+    findings, analysis = d.findings, d.analysis
+    if path.is_dir():
+        try:
+            written = write_reports(path, findings, analysis, d.packs)
+            note(f"wrote {', '.join(str(p) for p in written)}")
+        except UsageError as exc:  # a read-only bundle: the report still goes to stdout / -o
+            warn(f"reports not written into the bundle: {exc}")
+    if fmt == "terminal" and output is None:
+        Console().print(terminal.findings_renderable(findings, analysis))
+        return
+    text = {
+        "terminal": lambda: terminal.render(findings, analysis),
+        "md": lambda: markdown.render(findings, analysis),
+        "html": lambda: html.render(findings, analysis, d.packs),
+        "json": lambda: json.render(findings, analysis, d.packs),
+    }[fmt]()
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        write_text(output, text)
+        note(f"wrote {output}")

@@ -1,0 +1,84 @@
+"""``perfdoctor rules list | explain ID``: the rules perfdoctor checks."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import List
+
+import typer
+from rich.console import Console
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+
+from perfdoctor.cli import options
+from perfdoctor.pipeline import load_ruleset as _load
+from perfdoctor.rules.engine import PREDICATES, TOP_FINDING
+from perfdoctor.rules.estimates import ESTIMATES
+from perfdoctor.rules.signals import KNOWN_INPUTS, SIGNALS
+from perfdoctor.text import clean
+
+rules_app = typer.Typer(help="The rules perfdoctor checks: list them, explain one.", no_args_is_help=True)
+
+
+@rules_app.command("list")
+def list_rules(
+    rules: List[Path] = options.RULES,
+    threshold: List[str] = options.THRESHOLD,
+) -> None:
+    """Every rule: its pass condition, severity and citation."""
+    ruleset = _load(rules, threshold)
+    t = Table(title=Text(clean(f"{len(ruleset)} rules from {', '.join(ruleset.packs)}")), title_justify="left")
+    for col in ("id", "severity", "passes when", "citation"):
+        t.add_column(col, overflow="fold")
+    for r in ruleset:
+        t.add_row(r.id, r.severity, r.condition(), Text(r.citation))
+    Console().print(t)
+
+
+@rules_app.command("explain")
+def explain_rule(
+    rule_id: str = typer.Argument(..., help="Rule id, e.g. memory-bubbles (see `perfdoctor rules list`)."),
+    rules: List[Path] = options.RULES,
+    threshold: List[str] = options.THRESHOLD,
+) -> None:
+    """Everything about one rule: what it measures, its threshold and where it comes from, the fix."""
+    r = _load(rules, threshold).get(rule_id)
+    c = Console()
+    c.print(Text(f"{r.id} — {r.title}", style="bold"))
+    if r.description:
+        c.print(Text(r.description))
+    c.print(Text.assemble(("passes when: ", "bold"), r.condition(), (f"   [{r.threshold_origin}]" if r.threshold_origin else "", "dim")))
+    c.print(Text.assemble(("severity: ", "bold"), r.severity, ("   defined in: ", "bold"), r.origin))
+    for key in r.metrics + r.show:
+        role = "reads" if key in r.metrics else "shows"
+        meaning = SIGNALS[key][2] if key in SIGNALS else "defined in the metric contract (docs: metrics.md)"
+        c.print(Text(f"  {role} {key} [{KNOWN_INPUTS[key]}]: {meaning}"))
+    if len(r.metrics) > 1:
+        c.print(Text(f"  the first of {', '.join(r.metrics)} that was measured is compared", style="dim"))
+    c.print(Text.assemble(("citation: ", "bold"), r.citation))
+    if r.collect:
+        c.print(Text.assemble(("collect with: ", "bold"), r.collect))
+    if r.evidence:
+        c.print(Text.assemble(("evidence: ", "bold"), ", ".join(r.evidence)))
+    if r.estimate:
+        fn = ESTIMATES[r.estimate.kind][0]
+        params = ", ".join(f"{k}={v:g}" for k, v in r.estimate.params)
+        c.print(Text.assemble(("estimate: ", "bold"), f"{r.estimate.kind}({params}) — ", inspect.getdoc(fn).split("\n\n")[0]))
+    else:
+        c.print(Text.assemble(("estimate: ", "bold"), "none (ranked after failures with an estimate)"))
+    c.print(Text("fix:", style="bold"))
+    for i, step in enumerate(r.remediation.steps, start=1):
+        c.print(Text(f"  {i}. {step.replace(TOP_FINDING, '<the top-ranked other finding>')}"))
+    if r.remediation.snippet:
+        c.print(Syntax(r.remediation.snippet, "python", theme="ansi_dark", background_color="default"))
+    for v in r.variants:
+        c.print(Text(f"when {v.when} ({PREDICATES[v.when][1]}):", style="bold"))
+        if v.title:
+            c.print(Text(f"  title: {v.title}"))
+        if v.remediation:
+            for i, step in enumerate(v.remediation.steps, start=1):
+                c.print(Text(f"  {i}. {step}"))
+        if v.estimate:
+            c.print(Text(f"  estimate: {v.estimate.kind}({', '.join(f'{k}={x:g}' for k, x in v.estimate.params)})"))

@@ -1,0 +1,71 @@
+"""``perfdoctor run [OPTIONS] SCRIPT [ARGS]...``: profile a program as it is (the passes
+and the bundle are :mod:`perfdoctor.run`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from perfdoctor.cli import options
+from perfdoctor.errors import UsageError
+from perfdoctor.run import RunOptions, check_importable, execute, parse_collect, parse_target
+
+
+def run_command(
+    args: Optional[list[str]] = typer.Argument(None, metavar="SCRIPT [ARGS]...", help="The program and its arguments, as you would give them to python."),
+    module: bool = typer.Option(False, "-m", help="Run a module, as python -m MODULE ARGS... (the first argument is the module)."),
+    collect: Optional[str] = typer.Option(None, "--collect", help="Collectors, comma-separated from torch,nvml,nsys,ncu. Default: every one available here."),
+    light: bool = typer.Option(True, "--light/--no-light", help="Run the light timing pass (no tracer) first."),
+    warmup: Optional[int] = typer.Option(None, "--warmup", min=0, help="Steps to let run before tracing starts. Default: where the light pass found the steady state to start (1 without a light pass)."),
+    steps: int = typer.Option(10, "--steps", min=0, help="Steps to trace (0: all after the warm-up)."),
+    step: Optional[str] = options.step("(record_function, NVTX or perfdoctor.region)", "Default: perfdoctor.region/step, --step-fn, else the most frequent range."),
+    step_fn: Optional[str] = typer.Option(None, "--step-fn", help="module:function (or module:Class.method); every call is one step. Use __main__ for the script itself."),
+    out: Path = typer.Option(Path("perfdoctor-runs"), "--out", help="Folder that receives the run bundle."),
+    name: Optional[str] = typer.Option(None, "--name", help="Bundle name suffix (default: the script or module name)."),
+    ncu_steps: int = typer.Option(1, "--ncu-steps", min=1, help="Steps whose kernels Nsight Compute replays."),
+    ncu_kernels: int = typer.Option(2000, "--ncu-kernels", min=1, help="At most this many kernels for Nsight Compute."),
+    nvml_interval_ms: int = typer.Option(50, "--nvml-interval-ms", min=5, help="NVML sampling period."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
+    tokens_per_step: Optional[float] = options.tokens_per_step(declared="used when the program does not declare it (e.g. 1 for a Hugging Face generate step)"),
+) -> None:
+    """Profile a program as it is: perfdoctor run [OPTIONS] SCRIPT [ARGS]... or -m MODULE [ARGS]...
+
+    Runs the program once per pass (a light timing pass with no tracer, then the torch profiler, Nsight Systems and Nsight Compute, as available here), samples NVML alongside, and writes a run bundle (manifest.json, raw/, metrics.json) under --out. Everything after SCRIPT goes to the program. The exit code is the program's.
+
+    Example: perfdoctor run --step decode_step --steps 20 infer.py --tokens 128
+    """
+    if step_fn is not None and (":" not in step_fn or not all(step_fn.partition(":")[::2])):
+        raise UsageError(f"--step-fn {step_fn!r}: expected module:function")
+    target = parse_target(list(args or []), module)
+    check_importable(target, step_fn)
+    options = RunOptions(
+        target=target,
+        collect=parse_collect(collect),
+        light=light,
+        warmup=warmup,
+        steps=steps,
+        step=step,
+        step_fn=step_fn,
+        out=out,
+        name=name,
+        ncu_steps=ncu_steps,
+        ncu_kernels=ncu_kernels,
+        nvml_interval_ms=nvml_interval_ms,
+        quiet=quiet,
+        tokens_per_step=tokens_per_step,
+    )
+    if not options.light and options.collect is not None and set(options.collect) <= {"nvml"}:
+        raise UsageError("--no-light with only nvml collects nothing: keep the light pass or add a tracer")
+    console = Console(stderr=True)
+    try:
+        code, bundle = execute(options, console)
+    except OSError as exc:
+        # The bundle folder cannot be made or written (read-only, --out is a file, disk full).
+        where = f": {exc.filename}" if exc.filename else ""
+        raise UsageError(f"cannot write the run bundle in {options.out} ({exc.strerror or exc}){where}") from None
+    if not quiet:
+        console.print(f"bundle written: {bundle}\nnext: perfdoctor analyze {bundle}", highlight=False, markup=False)
+    raise typer.Exit(code)

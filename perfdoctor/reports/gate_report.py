@@ -1,0 +1,101 @@
+"""What a gate says, for CI: JUnit XML, a Markdown job summary, GitHub workflow commands,
+and the terminal table (the model is :mod:`perfdoctor.gate`).
+
+Every check message can carry untrusted trace text: escaped for XML, Markdown, workflow
+commands and rich markup by :mod:`perfdoctor.text`.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+from perfdoctor.gate import GateResult
+from perfdoctor.io import dumps_json
+from perfdoctor.reports.diff_report import md_escape
+from perfdoctor.text import NEWLINE_MARK, github_data, github_property
+from perfdoctor.text import xml as xml_text
+
+MAX_ANNOTATIONS = 10  # GitHub shows only the first few per step anyway; more is noise
+
+
+def _xml_text(text: str) -> str:
+    """Untrusted text made inert and XML 1.0-safe (see :mod:`perfdoctor.text`)."""
+    return xml_text(text)
+
+
+def junit_xml(result: GateResult) -> str:
+    """JUnit XML: one test suite, one test case per check (failure / skipped / pass)."""
+    suite = ET.Element(
+        "testsuite",
+        name="perfdoctor gate",
+        tests=str(len(result.checks)),
+        failures=str(len(result.failed)),
+        errors="0",
+        skipped=str(sum(c.status == "skip" for c in result.checks)),
+    )
+    for c in result.checks:
+        case = ET.SubElement(suite, "testcase", classname=f"perfdoctor.gate.{c.kind}", name=_xml_text(c.name), time="0")
+        if c.status == "fail":
+            failure = ET.SubElement(case, "failure", message=_xml_text(c.message), type=c.kind)
+            failure.text = xml_text(dumps_json(c.details)).replace(NEWLINE_MARK, "\n")
+        elif c.status == "skip":
+            ET.SubElement(case, "skipped", message=_xml_text(c.message))
+        else:
+            ET.SubElement(case, "system-out").text = _xml_text(c.message)
+    root = ET.Element("testsuites", name="perfdoctor", tests=suite.get("tests"), failures=suite.get("failures"))
+    root.append(suite)
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def summary_markdown(result: GateResult) -> str:
+    """The gate as Markdown for ``$GITHUB_STEP_SUMMARY`` or a PR comment."""
+    icon = {"pass": "✅ pass", "fail": "❌ fail", "skip": "⚪ skip"}
+    out = [f"## {'✅' if result.passed else '❌'} {md_escape(result.headline())}", ""]
+    out.append(f"Run `{md_escape(result.run)}`" + (f" against baseline `{md_escape(result.baseline)}`" if result.baseline else ""))
+    out.append("")
+    if result.warnings:
+        out += ["> [!WARNING]"] + [f"> {md_escape(w)}" for w in result.warnings] + [""]
+    out += ["| check | result | details |", "|---|---|---|"]
+    # Failures first: the reader came for them.
+    for c in sorted(result.checks, key=lambda c: {"fail": 0, "pass": 1, "skip": 2}[c.status]):
+        out.append(f"| `{md_escape(c.name)}` | {icon[c.status]} | {md_escape(c.message)} |")
+    if result.diff is not None:
+        out += ["", f"**{md_escape(result.diff.verdict())}**", "", md_escape(result.diff.kernels.summary())]
+    return "\n".join(out) + "\n"
+
+
+_escape_data = github_data  # workflow-command escaping of untrusted text: perfdoctor.text
+_escape_property = github_property
+
+
+def github_annotations(result: GateResult) -> list[str]:
+    """Workflow commands: one ``::error`` per failed check (at most MAX_ANNOTATIONS), and a
+    ``::warning`` per comparability problem."""
+    lines = [f"::warning title={_escape_property('perfdoctor: runs not like for like')}::{_escape_data(w)}" for w in result.warnings]
+    for c in result.failed[:MAX_ANNOTATIONS]:
+        lines.append(f"::error title={_escape_property(c.name)}::{_escape_data(c.message)}")
+    rest = len(result.failed) - MAX_ANNOTATIONS
+    if rest > 0:
+        lines.append(f"::notice title=perfdoctor gate::{rest} more failed checks: see the job summary")
+    return lines
+
+
+def print_result(result: GateResult, console=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from perfdoctor.text import rich as escape
+
+    console = console or Console()
+    for w in result.warnings:
+        console.print(f"[bold red]WARNING[/] {escape(w)}")
+    t = Table(title_justify="left")
+    t.add_column("check")
+    t.add_column("result")
+    t.add_column("details")
+    style = {"pass": "[green]pass[/]", "fail": "[bold red]FAIL[/]", "skip": "[dim]skip[/]"}
+    for c in result.checks:
+        t.add_row(escape(c.name), style[c.status], escape(c.message))
+    console.print(t)
+    console.print(f"[bold {'green' if result.passed else 'red'}]{escape(result.headline())}[/]")

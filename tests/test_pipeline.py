@@ -1,0 +1,84 @@
+"""The front door (``perfdoctor.diagnose``) and the CLI's shared options, in-process.
+
+The commands run through typer's ``CliRunner`` on the real app: fast, and the same code
+path as ``perfdoctor ...`` short of the process (exit codes of the process itself are
+checked by the subprocess tests in test_analyze.py, test_gate.py and test_hostile.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import perfdoctor
+from conftest import FIXTURES
+from perfdoctor.cli import app
+from perfdoctor.errors import UsageError
+from perfdoctor.pipeline import Diagnosis, diagnose, pack_files
+
+EAGER = FIXTURES / "h200-llama1b-eager-5steps.kineto.json.gz"
+STEP = "decode_step"
+
+
+@pytest.fixture(scope="module")
+def eager() -> Diagnosis:
+    return perfdoctor.diagnose(EAGER, step=STEP)
+
+
+def test_diagnose_is_load_analyze_and_rules(eager: Diagnosis) -> None:
+    assert isinstance(eager, Diagnosis) and perfdoctor.Diagnosis is Diagnosis
+    assert eager.analysis.profile is eager.profile
+    assert eager.analysis.steps.name == STEP
+    assert eager.findings and eager.findings[0].status == "fail"
+    assert eager.packs == ["seed (built in)"]
+
+
+def test_diagnose_without_rules_has_no_findings() -> None:
+    d = diagnose(EAGER, step=STEP, rules=None)
+    assert d.findings is None and d.packs == []
+
+
+def test_seed_names_the_built_in_pack_everywhere() -> None:
+    assert pack_files(["seed", Path("seed"), "extra.toml"]) == [Path("extra.toml")]
+    assert pack_files(None) == []
+
+
+def test_a_bad_threshold_fails_before_the_trace_loads(tmp_path: Path) -> None:
+    with pytest.raises(UsageError):
+        diagnose(tmp_path / "no-such-trace.json", thresholds=["no-such-rule=1"])
+
+
+def _invoke(*args: str):
+    return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=True)
+
+
+def test_analyze_in_process_accepts_rules_seed(tmp_path: Path) -> None:
+    out = tmp_path / "metrics.json"
+    r = _invoke("analyze", EAGER, "--step", STEP, "--rules", "seed", "--json", out)
+    assert r.exit_code == 0, r.output
+    assert "memory-bubbles" in r.output and out.stat().st_size > 100
+
+
+def test_gate_in_process_takes_a_pack_path_like_analyze(tmp_path: Path) -> None:
+    pack = tmp_path / "pack.toml"
+    pack.write_text("")  # an empty pack: the seed rules alone
+    r = _invoke("gate", EAGER, "--step", STEP, "--rules", pack, "--min-severity", "warning")
+    assert r.exit_code == 1, r.output  # the eager decode fails memory-bubbles (a warning or worse)
+    assert "FAILED" in r.output
+
+
+def test_shared_options_mean_one_thing() -> None:
+    """--step, --tokens-per-step, --rules, --json read the same in every command that has them."""
+    import typer.main
+
+    group = typer.main.get_command(app)
+    seen: dict[str, set] = {}
+    for name in ("analyze", "report", "diff", "gate"):
+        for p in group.commands[name].params:
+            if p.name in ("rules", "threshold"):
+                seen.setdefault(p.name, set()).add((p.help, getattr(p, "multiple", None)))
+            elif p.name in ("step", "tokens_per_step"):
+                seen.setdefault(p.name, set()).add(p.help.split(" (")[0].split(",")[0].removesuffix(" for both runs"))
+    assert {k: len(v) for k, v in seen.items()} == {"rules": 1, "threshold": 1, "step": 1, "tokens_per_step": 1}, seen
