@@ -60,6 +60,7 @@ def diagnose(
     *,
     ruleset: RuleSet | None = None,
     warnings: bool = True,
+    workload: str | None = None,
 ) -> Diagnosis:
     """Load ``path`` (Kineto trace, nsys export or run bundle), analyse it and evaluate rules.
 
@@ -68,7 +69,8 @@ def diagnose(
     ``rules``: pack files layered on the seed pack (``"seed"`` is the seed pack itself);
     ``None`` evaluates no rules (``findings`` is None). ``thresholds``: ``RULE_ID=VALUE``.
     ``ruleset``: an already loaded rule set (wins over ``rules``/``thresholds``).
-    ``warnings``: print what the loader dropped on stderr.
+    ``warnings``: print what the loader dropped on stderr. ``workload``: ``"training"`` or
+    ``"inference"`` instead of what the trace shows (decides which rules apply).
 
     The rule packs load before the trace, so a bad pack fails before a slow load.
     """
@@ -81,7 +83,7 @@ def diagnose(
     profile = load_trace(Path(path))
     if warnings:
         report_load_warnings(profile)
-    analysis = analyze(profile, step=step, tokens_per_step=tokens_per_step)
+    analysis = analyze(profile, step=step, tokens_per_step=tokens_per_step, workload=workload)
     if ruleset is None:
         return Diagnosis(profile, analysis, None)
     return Diagnosis(profile, analysis, evaluate(ruleset, analysis), list(ruleset.packs))

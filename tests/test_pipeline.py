@@ -82,3 +82,16 @@ def test_shared_options_mean_one_thing() -> None:
             elif p.name in ("step", "tokens_per_step"):
                 seen.setdefault(p.name, set()).add(p.help.split(" (")[0].split(",")[0].removesuffix(" for both runs"))
     assert {k: len(v) for k, v in seen.items()} == {"rules": 1, "threshold": 1, "step": 1, "tokens_per_step": 1}, seen
+
+
+def test_workload_option_overrides_the_trace_and_rejects_other_words(tmp_path) -> None:
+    from conftest import FIXTURES, run_cli_inprocess
+
+    train = FIXTURES / "wild" / "h200-train.kineto.json.gz"
+    as_traced = run_cli_inprocess("analyze", train)
+    forced = run_cli_inprocess("analyze", train, "--workload", "inference")
+    assert as_traced.returncode == forced.returncode == 0
+    assert "workload: training" in as_traced.stdout
+    assert "workload: inference (set by --workload" in forced.stdout
+    bad = run_cli_inprocess("analyze", train, "--workload", "bogus")
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "--workload" in bad.stderr

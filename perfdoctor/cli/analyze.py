@@ -19,6 +19,7 @@ def analyze_command(
     tokens_per_step: Optional[float] = options.tokens_per_step(),
     rules: List[Path] = options.RULES,
     threshold: List[str] = options.THRESHOLD,
+    workload: Optional[str] = options.WORKLOAD,
 ) -> None:
     """What the GPU spent its time on: metrics, step latency, top kernels, the largest gaps,
     and the ranked findings of the rule packs.
@@ -32,7 +33,7 @@ def analyze_command(
     from perfdoctor.reports.terminal import findings_renderable
 
     check_outputs([json_out], [path, *rules])  # never write over an input
-    d = diagnose(path, step=step, tokens_per_step=tokens_per_step, rules=rules, thresholds=threshold)
+    d = diagnose(path, step=step, tokens_per_step=tokens_per_step, rules=rules, thresholds=threshold, workload=workload)
     console = Console()
     # One gap table: the summary's, unless a finding prints the same table as its evidence.
     render_summary(d.analysis, console, gaps_shown_by=gaps_owner(d.findings))

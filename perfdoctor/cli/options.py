@@ -46,6 +46,10 @@ def tokens_per_step(scope: str = "", declared: str = "overrides what the workloa
     )
 
 
+WORKLOAD = typer.Option(
+    None, "--workload", help="training or inference: overrides the trace's own classification (it decides which rules apply).",
+)
+
 RULES = typer.Option(
     [], "--rules", metavar="PACK",
     help="Rule pack (TOML) layered on the built-in seed pack; repeatable, later packs override rules by id. "

@@ -22,6 +22,7 @@ def report_command(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report here instead of stdout."),
     rules: List[Path] = options.RULES,
     threshold: List[str] = options.THRESHOLD,
+    workload: Optional[str] = options.WORKLOAD,
     step: Optional[str] = options.step(),
     tokens_per_step: Optional[float] = options.tokens_per_step(),
 ) -> None:
@@ -42,7 +43,7 @@ def report_command(
     if fmt not in FORMATS:
         raise UsageError(f"--format {fmt!r}: use one of {', '.join(FORMATS)}")
     check_outputs([output], [path, *rules])  # never write over an input
-    d = diagnose(path, step=step, tokens_per_step=tokens_per_step, rules=rules, thresholds=threshold)
+    d = diagnose(path, step=step, tokens_per_step=tokens_per_step, rules=rules, thresholds=threshold, workload=workload)
     findings, analysis = d.findings, d.analysis
     if path.is_dir():
         try:
