@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import io
 import json
 import math
 import os
@@ -39,27 +38,10 @@ TIMEOUT = 60  # seconds: every subprocess here finishes in a few
 
 def incli(*args: object, env: dict | None = None) -> tuple[int, str, str]:
     """``perfdoctor ARGS`` in this process: (exit code, stdout, stderr)."""
-    from perfdoctor.cli import main
+    from conftest import run_cli_inprocess
 
-    out, err = io.StringIO(), io.StringIO()
-    old_env = {k: os.environ.get(k) for k in (env or {})}
-    os.environ.update(env or {})
-    saved = sys.stdout
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                main([str(a) for a in args])
-                code = 0
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
-    finally:
-        sys.stdout = saved
-        for k, v in old_env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    return code, out.getvalue(), err.getvalue()
+    done = run_cli_inprocess(*args, env=env)
+    return done.returncode, done.stdout, done.stderr
 
 
 def assert_usage(result, *needles: str) -> str:
