@@ -23,23 +23,14 @@ from functools import lru_cache
 
 import pandas as pd
 
+from perfdoctor import families
+
 # Identifiers inside template arguments that name the actual operation: functors
 # (MulFunctor, CUDAFunctor_add), reduction ops (MeanOps) and ATen's per-op kernels
 # (rsqrt_kernel_cuda, index_copy_kernel_impl, silu_kernel).
 _OP_HINT = re.compile(r"\b([A-Za-z]\w*?(?:Functor(?:OnSelf)?(?:_\w+)?|Ops|_kernel_cuda|_kernel_impl|_kernel))\b")
 # Wrappers that say nothing about the operation: skip them when picking the hint.
 _GENERIC_HINTS = {"BinaryFunctor", "gpu_kernel_impl", "gpu_kernel_impl_nocast", "gpu_index_kernel"}
-
-FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    # Order matters: the first match wins ("flash" kernels are attention, not gemm).
-    ("attention", re.compile(r"flash|fmha|sdpa|attention|attn|paged", re.I)),
-    ("gemm", re.compile(r"gemm|nvjet|cutlass|xmma|splitkreduce|matmul|wgmma|\bmma", re.I)),
-    ("norm", re.compile(r"norm", re.I)),
-    ("softmax", re.compile(r"softmax", re.I)),
-    ("reduction", re.compile(r"reduce|reduction|argmax|topk|sort", re.I)),
-    ("copy / cast / index", re.compile(r"copy|cat|index|gather|scatter|fill|transpose|permute", re.I)),
-    ("elementwise", re.compile(r"elementwise|functor|pointwise|triton_poi", re.I)),
-)
 
 
 def _strip_params(name: str) -> str:
@@ -75,13 +66,8 @@ def label(name: str) -> str:
 
 @lru_cache(maxsize=4096)
 def family(name: str, kind: str = "kernel") -> str:
-    """The family of one GPU activity: memcpy / memset by kind, kernels by name."""
-    if kind != "kernel":
-        return kind
-    for fam, pattern in FAMILIES:
-        if pattern.search(name or ""):
-            return fam
-    return "other"
+    """The family of one GPU activity, across vendors: one policy, :func:`perfdoctor.families.family`."""
+    return families.family(name, kind)
 
 
 # GEMM kernel names that state their precision. A name with a low-precision input type is
