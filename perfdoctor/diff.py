@@ -16,7 +16,14 @@ rules ran, their findings) in, a :class:`Diff` out. It answers four questions:
    before and after, and the ones that appeared or vanished.
 4. **Like for like?** — GPU model, driver, CUDA driver and runtime, torch, step name and
    tokens per step; any mismatch is a loud warning, because a diff across different GPUs measures
-   the GPUs, not the change.
+   the GPUs, not the change. Some mismatches are *blocking* (:mod:`perfdoctor.comparability`:
+   GPU model or vendor, world size, workload kind, a whole-trace window against steps, steps
+   that cover different fractions of the profiled span): the diff then says "not comparable"
+   before anything else and gives no verdict.
+
+Across vendors, kernels that find no partner by name are matched by family and operation
+(:mod:`perfdoctor.crossvendor`); what changed in counts — kernels and copies per step —
+leads the report when it explains the change (:mod:`perfdoctor.diff_lead`).
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from perfdoctor import comparability, crossvendor
+from perfdoctor.diff_lead import CopyChange, compare_copies, lead_lines
 from perfdoctor.errors import UsageError
 from perfdoctor.names import match_keys
 from perfdoctor.metrics import HIGHER_IS_BETTER, METRIC_UNITS, Analysis, jsonable
@@ -55,6 +64,7 @@ SAMPLED_METRICS: dict[str, tuple[str, int]] = {
 # Relative changes smaller than this (0.1 %) are "unchanged": reports print 3-4 significant
 # digits, and calling a 1e-6 wiggle of a ratio "worse" would be rounding dressed as a finding.
 UNCHANGED_REL = 1e-3
+NOT_COMPARABLE = "not comparable"  # the verdict of every metric row when the runs are not comparable
 
 
 # --------------------------------------------------------------------------- inputs
@@ -75,16 +85,19 @@ class Run:
         return self.analysis.profile
 
 
-def load_run(path: str | Path, step: str | None = None, tokens_per_step: float | None = None) -> Run:
+def load_run(
+    path: str | Path, step: str | None = None, tokens_per_step: float | None = None, workload: str | None = None
+) -> Run:
     """Load a bundle, Kineto trace or nsys export and analyse it.
 
     A run bundle also contributes its ``manifest.json`` and the torch/CUDA versions its
-    passes recorded, for the comparability check.
+    passes recorded, for the comparability check. ``workload`` ("training" / "inference")
+    overrides the trace's own classification, as ``--workload`` does in ``analyze``.
     """
     from perfdoctor.pipeline import diagnose
 
     path = Path(path)
-    analysis = diagnose(path, step=step, tokens_per_step=tokens_per_step, rules=None).analysis
+    analysis = diagnose(path, step=step, tokens_per_step=tokens_per_step, rules=None, workload=workload).analysis
     manifest: dict[str, Any] = {}
     pass_env: dict[str, Any] = {}
     if path.is_dir():
@@ -314,8 +327,8 @@ def kernel_table(analysis: Analysis) -> tuple[pd.DataFrame, int, str]:
 
 @dataclass
 class KernelChange:
-    name: str  # normalized
-    status: str  # "matched" | "appeared" | "vanished"
+    name: str  # normalized; "gemm (by family)" for a row matched by family across vendors
+    status: str  # "matched" | "matched by family" | "appeared" | "vanished"
     count_before: float  # per step (or per trace, see KernelDiff.per)
     count_after: float
     time_us_before: float
@@ -341,6 +354,11 @@ class KernelDiff:
     names_after: int
     launches_before: float | None  # launches_per_step: a graph replay is one launch of many kernels
     launches_after: float | None
+    # across vendors (perfdoctor.crossvendor): (before, after) vendors, rows merged by
+    # family and op, and the names that found no counterpart on the other vendor
+    vendors: tuple[str, str] | None = None
+    matched_by_family: list[str] = field(default_factory=list)
+    unmatched: list[str] = field(default_factory=list)
 
     @property
     def appeared(self) -> list[KernelChange]:
@@ -356,11 +374,20 @@ class KernelDiff:
         launches = ""
         if self.launches_before is not None and self.launches_after is not None:
             launches = f"launches/step {_count(self.launches_before)} → {_count(self.launches_after)}; "
-        return (
+        text = (
             f"{launches}kernels{unit} {_count(self.kernels_before)} ({self.names_before} names) → "
             f"{_count(self.kernels_after)} ({self.names_after} names); "
             f"{len(self.vanished)} vanished, {len(self.appeared)} appeared"
         )
+        return text + (f"; {self.vendor_note()}" if self.vendors else "")
+
+    def vendor_note(self) -> str:
+        """Across vendors: what was matched by family, and what could not be matched."""
+        b, a = self.vendors or ("?", "?")
+        text = f"{b} → {a}: kernel names differ across vendors, {len(self.matched_by_family)} families matched by family and op"
+        if self.unmatched:
+            text += f", {len(self.unmatched)} kernel names could not be matched"
+        return text
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -373,6 +400,9 @@ class KernelDiff:
             "launches_after": self.launches_after,
             "appeared": [r.name for r in self.appeared],
             "vanished": [r.name for r in self.vanished],
+            "vendors": list(self.vendors) if self.vendors else None,
+            "matched_by_family": self.matched_by_family,
+            "unmatched": self.unmatched,
             "rows": [r.to_json() for r in self.rows],
         }
 
@@ -382,18 +412,28 @@ def _count(x: float) -> str:
 
 
 def compare_kernels(before: Analysis, after: Analysis) -> KernelDiff:
-    """Match kernels by normalized name and compare count and time per step."""
+    """Match kernels by normalized name and compare count and time per step.
+
+    Across GPU vendors, kernels without a name partner are matched by family and op
+    (:func:`perfdoctor.crossvendor.match_by_family`); the rest are listed as unmatched.
+    """
     tb, _, per_b = kernel_table(before)
     ta, _, per_a = kernel_table(after)
     per = "step" if per_b == per_a == "step" else "trace"
+    vb, va = comparability.vendor(before.profile), comparability.vendor(after.profile)
+    vendors, by_family, unmatched = None, [], []
+    if vb is not None and va is not None and vb != va:
+        vendors = (vb, va)
+        tb, ta, by_family, unmatched = crossvendor.match_by_family(tb, ta)
     names = sorted(set(tb.index) | set(ta.index))
     rows = []
     for name in names:
         in_b, in_a = name in tb.index, name in ta.index
+        matched = "matched by family" if name in by_family else "matched"
         rows.append(
             KernelChange(
                 name=name,
-                status="matched" if in_b and in_a else ("vanished" if in_b else "appeared"),
+                status=matched if in_b and in_a else ("vanished" if in_b else "appeared"),
                 count_before=float(tb.at[name, "count"]) if in_b else 0.0,
                 count_after=float(ta.at[name, "count"]) if in_a else 0.0,
                 time_us_before=float(tb.at[name, "time_us"]) if in_b else 0.0,
@@ -412,6 +452,9 @@ def compare_kernels(before: Analysis, after: Analysis) -> KernelDiff:
         names_after=len(ta),
         launches_before=before.value("launches_per_step"),
         launches_after=after.value("launches_per_step"),
+        vendors=vendors,
+        matched_by_family=by_family,
+        unmatched=unmatched,
     )
 
 
@@ -434,7 +477,8 @@ def run_facts(run: Run) -> dict[str, Any]:
     man = run.manifest or {}
     man_versions = man.get("versions") if isinstance(man.get("versions"), dict) else {}
     declared = (profile.meta.get("declared") or {}).get(steps.name or "", {})
-    return {
+    window = comparability.window_facts(run.analysis)  # vendor, world size, workload, the steps' window
+    return window | {
         "gpu": device.get("name"),
         "driver": device.get("driver_version"),
         "cuda_driver": versions.get("cuda_driver_version") or device.get("cuda_driver_version"),
@@ -459,6 +503,7 @@ class Mismatch:
     before: Any
     after: Any
     message: str
+    blocking: bool = False  # the runs are not comparable: no verdict (perfdoctor.comparability)
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -475,10 +520,23 @@ COMPARABILITY_FIELDS = {
 }
 
 
+# Mismatches of these fields make the runs not comparable (blocking), the others warn.
+BLOCKING_FIELDS = frozenset({"gpu"}) | frozenset(comparability.WINDOW_FIELDS)
+
+
 def check_comparable(before: Run, after: Run) -> tuple[list[Mismatch], list[str]]:
-    """Mismatched facts, and facts unknown on one or both sides (said, not assumed equal)."""
+    """Mismatched facts, and facts unknown on one or both sides (said, not assumed equal).
+
+    Blocking mismatches (:data:`BLOCKING_FIELDS`) come first: the window facts of
+    :func:`perfdoctor.comparability.window_mismatches`, then the GPU model.
+    """
     fb, fa = run_facts(before), run_facts(after)
-    mismatches, unknown = [], []
+    mismatches = [Mismatch(k, b, a, m, blocking=True) for k, b, a, m in comparability.window_mismatches(fb, fa)]
+    unknown = []
+    for key in ("vendor", "world_size"):
+        b, a = fb.get(key), fa.get(key)
+        if (b is None) != (a is None):
+            unknown.append(f"{key}: before {b if b is not None else 'unknown'}, after {a if a is not None else 'unknown'}")
     for key, message in COMPARABILITY_FIELDS.items():
         b, a = fb.get(key), fa.get(key)
         if b is None or a is None:
@@ -490,7 +548,8 @@ def check_comparable(before: Run, after: Run) -> tuple[list[Mismatch], list[str]
         else:
             same = str(b) == str(a)
         if not same:
-            mismatches.append(Mismatch(key, b, a, message))
+            mismatches.append(Mismatch(key, b, a, message, blocking=key in BLOCKING_FIELDS))
+    mismatches.sort(key=lambda m: not m.blocking)
     return mismatches, unknown
 
 
@@ -538,6 +597,7 @@ class Diff:
     facts_before: dict[str, Any]
     facts_after: dict[str, Any]
     findings: FindingsDiff | None
+    copies: list[CopyChange] = field(default_factory=list)  # copies and memsets per step (perfdoctor.diff_lead)
 
     def metric(self, key: str) -> MetricChange:
         return next(m for m in self.metrics if m.key == key)
@@ -549,12 +609,32 @@ class Diff:
     def comparable(self) -> bool:
         return not self.mismatches
 
+    @property
+    def blocking(self) -> list[Mismatch]:
+        """The mismatches that make a verdict meaningless (empty: the runs are comparable)."""
+        return [m for m in self.mismatches if m.blocking]
+
+    def not_comparable(self) -> str | None:
+        """``not comparable: <field>: before X, after Y (why); ...``, or None when comparable."""
+        if not self.blocking:
+            return None
+        return "not comparable: " + "; ".join(f"{m.field}: before {m.before}, after {m.after} ({m.message})" for m in self.blocking)
+
+    @property
+    def lead(self) -> list[str]:
+        """The kernel and copy count changes, largest time first (perfdoctor.diff_lead)."""
+        return lead_lines(self.kernels, self.copies)
+
     def verdict(self) -> str:
         """One line on step latency: the headline a PR comment starts with.
 
         From the light timing pass (no tracer) when both runs have one — tracing inflates
-        the step time of launch-bound code 2-3x — else from the traced steps.
+        the step time of launch-bound code 2-3x — else from the traced steps. Runs that are
+        not comparable get no verdict: the line says why.
         """
+        refusal = self.not_comparable()
+        if refusal is not None:
+            return f"no verdict — {refusal}"
         name = "light_step_latency_ms" if "light_step_latency_ms" in self.samples else "step_latency_ms"
         what = "step latency (light pass, no tracer)" if name.startswith("light") else "step latency"
         c = self.samples.get(name)
@@ -577,12 +657,15 @@ class Diff:
                 "after": self.after,
                 "verdict": self.verdict(),
                 "comparable": self.comparable,
+                "not_comparable": self.not_comparable(),
+                "lead": self.lead,
                 "mismatches": [m.to_json() for m in self.mismatches],
                 "unknown_facts": self.unknown_facts,
                 "facts": {"before": self.facts_before, "after": self.facts_after},
                 "metrics": {m.key: m.to_json() for m in self.metrics},
                 "samples": {k: dict(c.to_json(), unit=SAMPLE_UNITS.get(k)) for k, c in self.samples.items()},
                 "kernels": self.kernels.to_json(),
+                "copies": [c.to_json() for c in self.copies],
                 "findings": self.findings.to_json() if self.findings else None,
             }
         )
@@ -641,11 +724,15 @@ def diff_runs(before: Run, after: Run, noise_floor: float | None = None) -> Diff
     """
     samples = compare_step_samples(before.analysis, after.analysis, noise_floor)
     mismatches, unknown = check_comparable(before, after)
+    metrics = compare_metrics(before.analysis, after.analysis, samples) + light_metrics(before.analysis, after.analysis, samples)
+    if any(m.blocking for m in mismatches):
+        for m in metrics:  # the numbers stay; a judgement on unlike windows would mislead
+            if m.verdict is not None or m.status in ("better", "worse"):
+                m.verdict = NOT_COMPARABLE
     return Diff(
         before=before.label,
         after=after.label,
-        metrics=compare_metrics(before.analysis, after.analysis, samples)
-        + light_metrics(before.analysis, after.analysis, samples),
+        metrics=metrics,
         samples=samples,
         kernels=compare_kernels(before.analysis, after.analysis),
         mismatches=mismatches,
@@ -653,4 +740,5 @@ def diff_runs(before: Run, after: Run, noise_floor: float | None = None) -> Diff
         facts_before=run_facts(before),
         facts_after=run_facts(after),
         findings=compare_findings(before, after),
+        copies=compare_copies(before.analysis, after.analysis),
     )

@@ -36,8 +36,14 @@ A gate is a list of checks; it fails when any check fails. Two kinds of check:
   as "not gating", and a rule that could not be evaluated is skipped with its reason
   (never passed). See :mod:`perfdoctor.rules.engine`.
 
+Runs that are not comparable (:mod:`perfdoctor.comparability`: other GPU or vendor, world
+size, workload kind, a whole-trace window against steps, steps covering different
+fractions of the profiled span) get no verdict: every budget is skipped as "not
+comparable", and the gate refuses with exit 2, saying why.
+
 Exit codes: 0 pass, 1 gate failed, 2 usage or input error — including a gate in which
-every check was skipped: a gate that checked nothing must not pass a build.
+every check was skipped (a gate that checked nothing must not pass a build) and a baseline
+that is not comparable with the run.
 """
 
 from __future__ import annotations
@@ -261,6 +267,7 @@ class GateResult:
     checks: list[Check]
     warnings: list[str]
     diff: Diff | None
+    refused: str | None = None  # "not comparable: ..." when the baseline cannot be compared with the run
 
     @property
     def failed(self) -> list[Check]:
@@ -277,13 +284,18 @@ class GateResult:
     @property
     def exit_code(self) -> int:
         """0 pass, 1 fail; 2 when nothing could be evaluated (a gate that checked nothing
-        must not pass a build: the runs lack what the checks need)."""
+        must not pass a build: the runs lack what the checks need) and when the baseline is
+        not comparable with the run (no verdict)."""
+        if self.refused is not None:
+            return EXIT_USAGE
         if not self.passed:
             return EXIT_FAIL
         return EXIT_PASS if self.evaluated else EXIT_USAGE
 
     def headline(self) -> str:
         n = len(self.checks)
+        if self.refused is not None:
+            return f"perfdoctor gate: NO VERDICT ({self.refused})"
         if not self.evaluated:
             return f"perfdoctor gate: NOTHING CHECKED (all {n} checks skipped: the runs lack what they need)"
         if self.passed:
@@ -297,6 +309,7 @@ class GateResult:
             "schema": SCHEMA,
             "passed": self.passed,
             "exit_code": self.exit_code,
+            "refused": self.refused,
             "run": self.run,
             "baseline": self.baseline,
             "checks": [c.to_json() for c in self.checks],
@@ -319,9 +332,16 @@ def evaluate_gate(
     if budgets and baseline is None:
         raise UsageError("--fail-on budgets compare against a baseline: give --baseline RUN")
     diff = diff_runs(baseline, run, noise_floor) if baseline is not None else None
-    checks = [evaluate_budget(b, diff) for b in budgets] if diff is not None else []
+    refused = diff.not_comparable() if diff is not None else None
+    if refused is not None:
+        checks = [Check(f"budget {b.text}", "budget", "skip", f"{refused}: the budget is not judged", {"metric": b.metric}) for b in budgets]
+    else:
+        checks = [evaluate_budget(b, diff) for b in budgets] if diff is not None else []
     checks += rules or []
     warnings = []
     if diff is not None:
-        warnings = [f"not like for like — {m.field}: baseline {m.before}, run {m.after} ({m.message})" for m in diff.mismatches]
-    return GateResult(run.label, baseline.label if baseline else None, checks, warnings, diff)
+        warnings = [
+            f"{'not comparable' if m.blocking else 'not like for like'} — {m.field}: baseline {m.before}, run {m.after} ({m.message})"
+            for m in diff.mismatches
+        ]
+    return GateResult(run.label, baseline.label if baseline else None, checks, warnings, diff, refused)

@@ -459,11 +459,28 @@ def _sync_calls_per_step(c: _Context) -> Metric:
     return _calls_per_step(c, "sync_calls_per_step", is_sync)
 
 
+# Host-side copies, and the host memory kinds a tracer can name for them (CUPTI: "Pageable",
+# "Pinned", "Managed"; nsys the same from its memory-kind table).
+HOST_COPY_KINDS = ("HtoD", "DtoH", "HtoH")
+KNOWN_HOST_MEMORY = ("pageable", "pinned", "managed")
+
+
 def _pageable_memcpy_bytes(c: _Context) -> Metric:
     if c.no_gpu:
         return c.absent("pageable_memcpy_bytes", c.no_gpu)
-    copies = c.in_span[(c.in_span["kind"] == "memcpy") & (c.in_span["host_mem"] == "pageable")]
-    return c.have("pageable_memcpy_bytes", copies["bytes"].fillna(0).sum())
+    copies = c.in_span[c.in_span["kind"] == "memcpy"]
+    host = copies[copies["copy_kind"].isin(HOST_COPY_KINDS)]
+    unknown = host[~host["host_mem"].isin(KNOWN_HOST_MEMORY)]
+    if not unknown.empty:
+        # ROCm's tracer names a copy "Memcpy HtoD (Host -> Device)": pageable or pinned is not
+        # recorded, so the bytes are unknown — never 0 (a 0 would read as "fixed" in a diff).
+        spelled = sorted(set(unknown["host_mem"].replace("", "unnamed")))
+        return c.absent(
+            "pageable_memcpy_bytes",
+            f"the trace does not say whether host memory is pageable or pinned for {len(unknown)} host copies "
+            f"(host side recorded as {', '.join(map(repr, spelled))}; ROCm traces do not record it)",
+        )
+    return c.have("pageable_memcpy_bytes", host[host["host_mem"] == "pageable"]["bytes"].fillna(0).sum())
 
 
 def _achieved_occupancy_est(c: _Context) -> Metric:

@@ -107,7 +107,9 @@ def _strip_brackets(name: str) -> str:
     input and may be truncated).
     """
     protected = (
+        # Kineto (c++filt) writes "(anonymous namespace)", nsys "<unnamed>": one namespace
         name.replace("(anonymous namespace)", "{anonymous}")
+        .replace("<unnamed>", "{anonymous}")
         .replace("operator()", "operator{call}")
         .replace("operator<<", "operator{shl}")
         .replace("operator>>", "operator{shr}")

@@ -19,6 +19,7 @@ def diff_command(
     step_before: Optional[str] = typer.Option(None, "--step-before", help="Step range for BEFORE only (overrides --step)."),
     step_after: Optional[str] = typer.Option(None, "--step-after", help="Step range for AFTER only (overrides --step)."),
     tokens_per_step: Optional[float] = options.tokens_per_step("for both runs"),
+    workload: Optional[str] = options.WORKLOAD,
     rules: List[Path] = options.RULES,
     no_rules: bool = typer.Option(False, "--no-rules", help="Do not evaluate rules (no findings section)."),
     noise_floor: Optional[float] = options.noise_floor(),
@@ -29,7 +30,7 @@ def diff_command(
 
     Step-level samples (latency, GPU time, completion interval, kernels and launches per step) are compared with a Mann-Whitney U test and a bootstrap 95 % interval of the median ratio. Verdicts: improved, regressed, no significant change, or "inconclusive — need more steps" (fewer than 5 steps on a side; a single step is called out as such). A significant shift within the run-to-run noise floor (--noise-floor) is "no significant change": the test sees only the spread within each run, and two processes of one program differ by more than that under a tracer. When both runs are bundles with a light timing pass (no tracer), its latencies are compared too and lead the headline.
 
-    Kernels are matched by normalized name (template arguments, argument lists and numeric, hex or Triton suffixes removed), with count and time per step before and after, and the ones that appeared or vanished. The rules (seed pack plus --rules) run on both sides: findings fixed and new are listed. Runs on different GPUs, drivers, CUDA or torch versions, step names or tokens per step get a loud warning.
+    Kernels are matched by normalized name (template arguments, argument lists and numeric, hex or Triton suffixes removed), with count and time per step before and after, and the ones that appeared or vanished. The rules (seed pack plus --rules) run on both sides: findings fixed and new are listed. Runs on different drivers, CUDA or torch versions, step names or tokens per step get a loud warning. Runs that are not comparable (another GPU or vendor, world size or workload kind, a whole-trace window against steps, steps that cover different fractions of the profiled span) are said to be "not comparable" before anything else and get no verdict. What changed in kernels and copies per step leads the report ("-1 kernel `x` per step (4 µs)"). Across vendors, kernels that find no partner by name are matched by family and op (GEMM, attention, all-reduce, ...), and the names that cannot be matched are listed. --workload sets the workload kind of both runs.
 
     Exit codes: 0 the diff was produced (whatever it says; use `perfdoctor gate` to fail CI); 2 usage or input error.
 
@@ -40,8 +41,8 @@ def diff_command(
     from perfdoctor.reports.diff_report import print_terminal, render_markdown
 
     check_outputs([md, json_out], [before, after, *rules])  # never write over an input
-    before_run = load_run(before, step=step_before or step, tokens_per_step=tokens_per_step)
-    after_run = load_run(after, step=step_after or step, tokens_per_step=tokens_per_step)
+    before_run = load_run(before, step=step_before or step, tokens_per_step=tokens_per_step, workload=workload)
+    after_run = load_run(after, step=step_after or step, tokens_per_step=tokens_per_step, workload=workload)
     if not no_rules:
         diagnose_run(before_run, list(rules))
         diagnose_run(after_run, list(rules))

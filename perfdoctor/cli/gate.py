@@ -26,6 +26,7 @@ def gate_command(
     min_severity: str = typer.Option("error", "--min-severity", help="With --rules: the lowest severity of a failing rule that fails the gate (info, warning, error, critical)."),
     step: Optional[str] = options.step("for both runs"),
     tokens_per_step: Optional[float] = options.tokens_per_step("for both runs"),
+    workload: Optional[str] = options.WORKLOAD,
     noise_floor: Optional[float] = options.noise_floor("does not fail a budget"),
     junit: Optional[Path] = typer.Option(None, "--junit", help="Write JUnit XML here: one test case per check."),
     github: bool = typer.Option(False, "--github", help="GitHub Actions: append a Markdown summary to $GITHUB_STEP_SUMMARY and print up to 10 ::error annotations."),
@@ -39,7 +40,9 @@ def gate_command(
 
     Rules (--rules seed, or a pack file): a failing rule at or above --min-severity fails the gate; rules that could not be evaluated are skipped with the reason, never passed.
 
-    Exit codes: 0 every check passed (skipped checks do not fail, but at least one check must be evaluated); 1 the gate failed; 2 usage or input error (unknown metric in a budget, malformed budget, a file that is not a trace, --fail-on without --baseline, or no check could be evaluated).
+    A baseline that is not comparable with the run (another GPU or vendor, world size or workload kind, a whole-trace window against steps, steps covering different fractions of the profiled span) gets no verdict: the budgets are skipped as "not comparable" and the gate exits 2, saying why. --workload sets the workload kind of both runs.
+
+    Exit codes: 0 every check passed (skipped checks do not fail, but at least one check must be evaluated); 1 the gate failed; 2 usage or input error (unknown metric in a budget, malformed budget, a file that is not a trace, --fail-on without --baseline, no check could be evaluated, or a baseline not comparable with the run).
 
     Example: perfdoctor gate pr.json.gz --baseline main.json.gz --step decode_step --fail-on 'step_latency_ms_p50:+5%' --fail-on 'launches_per_step:+0' --junit gate.xml --github
     """
@@ -49,8 +52,8 @@ def gate_command(
     if not budgets and not rules:
         raise UsageError("nothing to check: give --fail-on METRIC:+N% with --baseline RUN, and/or --rules PACK")
     check_outputs([junit, json_out], [run, baseline, *rules])  # never write over an input
-    this = load_run(run, step=step, tokens_per_step=tokens_per_step)
-    base = load_run(baseline, step=step, tokens_per_step=tokens_per_step) if baseline is not None else None
+    this = load_run(run, step=step, tokens_per_step=tokens_per_step, workload=workload)
+    base = load_run(baseline, step=step, tokens_per_step=tokens_per_step, workload=workload) if baseline is not None else None
     rule_results = rule_checks(this, rules, min_severity) if rules else None
     result = evaluate_gate(this, base, budgets, rule_results, options.fraction(noise_floor))
 
@@ -67,6 +70,8 @@ def gate_command(
             print("perfdoctor gate: GITHUB_STEP_SUMMARY is not set (not in GitHub Actions?); summary not written", file=sys.stderr)
         for line in github_annotations(result):
             print(line)
+    if result.refused is not None:
+        raise UsageError(f"no verdict: the baseline is {result.refused} (pass --step NAME or --workload KIND where they differ, or compare runs of one kind)")
     if result.exit_code == EXIT_USAGE:
         raise UsageError(f"no check could be evaluated ({len(result.checks)} skipped; see the reasons above)")
     raise typer.Exit(result.exit_code)

@@ -83,6 +83,7 @@ class Trace(msgspec.Struct):
     cuda_driver_version: Scalar = None
     cuda_runtime_version: Scalar = None
     cupti_version: Scalar = None
+    distributedInfo: Any = None  # noqa: N815 (torch.distributed: rank, world_size; any type: checked in _distributed)
 
 
 _decoder = msgspec.json.Decoder(Trace)
@@ -143,6 +144,9 @@ def load(path: str | Path) -> Profile:
     # What perfdoctor.workload reads: CPU op names (backward ops, Optimizer.step#...) and thread names.
     meta["op_counts"] = dict(Counter(e.name for e in buckets.get("cpu_op", [])))
     meta["thread_names"] = sorted(set(thread_names))
+    dist = _distributed(doc.distributedInfo)
+    if dist:
+        meta["distributed"] = dist  # perfdoctor.comparability: world size
     if dropped:
         meta["warnings"] = [f"{dropped} host events without a valid 'ts' or 'dur' (missing, negative or out of range) dropped"]
     return finish(
@@ -273,6 +277,21 @@ def _ranges(events: list[Event], threads: _ThreadIds) -> pd.DataFrame:
         RANGE_COLUMNS,
         {"name": names[keep].to_numpy(), "start_ns": start, "end_ns": end, "tid": threads(kept), "source": source[keep]},
     )
+
+
+def _distributed(info: Any) -> dict[str, Any]:
+    """``distributedInfo`` (written when torch.distributed is initialised): the rank, world
+    size and backend, each kept only when it has the expected type."""
+    if not isinstance(info, dict):
+        return {}
+    out: dict[str, Any] = {}
+    for key in ("rank", "world_size"):
+        v = info.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**31:
+            out[key] = v
+    if isinstance(info.get("backend"), str):
+        out["backend"] = clean(info["backend"])
+    return out
 
 
 def _device(props: list[dict[str, Any]]) -> dict[str, Any]:

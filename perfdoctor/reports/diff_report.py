@@ -1,8 +1,9 @@
 """Render a :class:`perfdoctor.diff.Diff` for a terminal (rich) or as Markdown (a PR comment).
 
-Both renderings say the same things in the same order: the comparability warning first
-(a diff across unlike runs should not be read without it), the latency verdict, the
-metric table, the step statistics, the kernel diff, and the findings fixed or new.
+Both renderings say the same things in the same order: "not comparable" first when the
+runs are not (no verdict follows), the comparability warning (a diff across unlike runs
+should not be read without it), what changed in kernels and copies per step, the latency
+verdict, the metric table, the step statistics, the kernel diff, and the findings fixed or new.
 Every name from a trace is untrusted text: escaped for rich markup and for Markdown.
 """
 
@@ -74,11 +75,17 @@ def md_escape(text: str) -> str:
 
 
 def comparability_lines(diff: Diff) -> list[str]:
+    """The non-blocking mismatches and the unknown facts (blocking ones: :func:`not_comparable_lines`)."""
     lines = [
-        f"{m.field}: before {m.before!s}, after {m.after!s} — {m.message}" for m in diff.mismatches
+        f"{m.field}: before {m.before!s}, after {m.after!s} — {m.message}" for m in diff.mismatches if not m.blocking
     ]
     lines += [f"unknown {u}" for u in diff.unknown_facts]
     return lines
+
+
+def not_comparable_lines(diff: Diff) -> list[str]:
+    """One line per blocking mismatch: why no verdict is given."""
+    return [f"{m.field}: before {m.before!s}, after {m.after!s} — {m.message}" for m in diff.blocking]
 
 
 def _sample_rows(diff: Diff) -> list[tuple[str, str, str, str, str, str]]:
@@ -115,12 +122,18 @@ def render_markdown(diff: Diff) -> str:
     """The diff as GitHub-flavoured Markdown (fits a PR comment or a step summary)."""
     out = [f"## perfdoctor diff", "", f"**before** `{md_escape(diff.before)}` → **after** `{md_escape(diff.after)}`", ""]
     warnings = comparability_lines(diff)
-    if diff.mismatches:
+    if diff.blocking:
+        out += ["> [!CAUTION]", "> **not comparable: no verdict.** These runs measure different things:"]
+        out += [f"> - {md_escape(w)}" for w in not_comparable_lines(diff)]
+        out.append("")
+    if diff.mismatches and warnings:
         out += ["> [!WARNING]", "> **These runs are not like for like.** Read every number below with that in mind:"]
         out += [f"> - {md_escape(w)}" for w in warnings]
         out.append("")
     elif warnings:
         out += ["Comparability could not be fully checked:"] + [f"- {md_escape(w)}" for w in warnings] + [""]
+    if diff.lead:
+        out += ["**What changed:**", ""] + [f"- {_md_lead(line)}" for line in diff.lead] + [""]
     out += [f"**{md_escape(diff.verdict())}**", ""]
 
     out += ["### Metrics", "", "| metric | before | after | change | direction | verdict |", "|---|---|---|---|---|---|"]
@@ -159,6 +172,15 @@ def render_markdown(diff: Diff) -> str:
     return "\n".join(out) + "\n"
 
 
+def _md_lead(line: str) -> str:
+    """A lead line with its kernel name in code: ``-1 kernel `x` per step`` keeps the backticks."""
+    head, sep, rest = line.partition(" `")
+    if not sep:
+        return md_escape(line)
+    name, _, tail = rest.partition("` ")
+    return f"{md_escape(head)} `{md_escape(short(name))}` {md_escape(tail)}"
+
+
 def findings_lines(diff: Diff) -> list[str]:
     f = diff.findings
     assert f is not None
@@ -192,12 +214,19 @@ def print_terminal(diff: Diff, console=None) -> None:
     console = console or Console()
     console.print(f"[bold]perfdoctor diff[/]  {escape(diff.before)} → {escape(diff.after)}")
     warnings = comparability_lines(diff)
-    if diff.mismatches:
+    if diff.blocking:
+        console.print(
+            Panel("\n".join(escape(w) for w in not_comparable_lines(diff)), title="not comparable: no verdict",
+                  border_style="bold red")
+        )
+    if diff.mismatches and warnings:
         console.print(
             Panel("\n".join(escape(w) for w in warnings), title="NOT LIKE FOR LIKE", border_style="bold red")
         )
     elif warnings:
         console.print("[yellow]comparability not fully checked:[/] " + escape("; ".join(warnings)))
+    if diff.lead:
+        console.print("[bold]what changed:[/] " + escape("; ".join(diff.lead)))
     console.print(f"[bold]{escape(diff.verdict())}[/]")
 
     colors = {"improved": "green", "better": "green", "regressed": "red", "worse": "red"}
