@@ -182,7 +182,70 @@ def test_zero_recognised_launches_is_never_graphed():
 
 # --- every fixture -------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("path", ALL_TRACES, ids=lambda p: p.name)
+NSYS_TRACES = sorted(FIX.glob("*.nsys.sqlite.gz"))
+EVERY_TRACE = ALL_TRACES + NSYS_TRACES
+
+
+def _raw_calls_and_kernels(path: Path) -> tuple[list[tuple[float, int]], dict[int, int]]:
+    """(launch call start in ns, correlation id) on every thread, and kernels per
+    correlation id, read straight from the file: Kineto JSON or the nsys SQLite export."""
+    if path.name.endswith(".nsys.sqlite.gz"):
+        import sqlite3
+        import tempfile
+
+        with tempfile.NamedTemporaryFile(suffix=".sqlite") as f:
+            f.write(gzip.decompress(path.read_bytes()))
+            f.flush()
+            db = sqlite3.connect(f"file:{f.name}?mode=ro", uri=True)
+            names = dict(db.execute("SELECT id, value FROM StringIds"))
+            calls = [(float(s), c) for s, c, n in db.execute("SELECT start, correlationId, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME")
+                     if LAUNCH.match(re.sub(r"_ptsz$", "", names.get(n, "")))]
+            kernels: dict[int, int] = {}
+            for (c,) in db.execute("SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL"):
+                kernels[c] = kernels.get(c, 0) + 1
+            db.close()
+        return calls, kernels
+    x = _raw(path)
+    calls = [(e["ts"] * 1e3, e["args"].get("correlation")) for e in x if e.get("cat") in ("cuda_runtime", "cuda_driver") and LAUNCH.match(e["name"])]
+    kernels = {}
+    for e in x:
+        if e.get("cat") == "kernel" and not e["name"].startswith("memcpy32_post"):  # the loader reads graph memcpy nodes as copies
+            c = e["args"].get("correlation")
+            kernels[c] = kernels.get(c, 0) + 1
+    return calls, kernels
+
+
+@pytest.mark.parametrize("path", EVERY_TRACE, ids=lambda p: p.name)
+def test_steps_own_launches_and_gpu_work_of_every_thread(path):
+    """Acceptance: a step's launches are every launch call (any thread) that starts inside
+    its host range, and its kernels are the GPU work those calls launched — by a plain scan
+    of the file, against the step table."""
+    a, _ = _analysis(str(path))
+    if a.steps.count == 0:
+        pytest.skip("no steps in this trace")
+    calls, kernels = _raw_calls_and_kernels(path)
+    t = a.steps.table
+    launches, owned = [], []
+    for lo, hi in zip(t["host_start_ns"].astype("int64"), t["host_end_ns"].astype("int64")):
+        inside = [c for ts, c in calls if lo - 1 <= ts <= hi + 1]  # Kineto µs → ns rounding
+        launches.append(len(inside))
+        owned.append(sum(kernels.get(c, 0) for c in inside))
+    assert t["launches"].tolist() == launches
+    assert t["kernels"].tolist() == owned
+
+
+@pytest.mark.parametrize("path", EVERY_TRACE, ids=lambda p: p.name)
+def test_advice_fits_the_workload_kind(path):
+    """Acceptance: training traces get no decode / KV-cache / batching advice, inference
+    traces no gradient-bucketing advice — on every fixture."""
+    a, findings = _analysis(str(path))
+    advice = _advice(findings)
+    if a.workload.kind == "training":
+        assert not DECODE_ADVICE.search(advice), DECODE_ADVICE.search(advice)
+    else:
+        assert not BUCKET_ADVICE.search(advice), BUCKET_ADVICE.search(advice)
+
+@pytest.mark.parametrize("path", EVERY_TRACE, ids=lambda p: p.name)
 def test_estimates_never_exceed_step_idle_and_gaps_agree(path):
     a, findings = _analysis(str(path))
     if a.steps.count == 0:
@@ -199,6 +262,11 @@ def test_estimates_never_exceed_step_idle_and_gaps_agree(path):
     if gaps.empty:
         assert not ev.rows
         return
+    # the report's evidence (the findings' largest_gaps tables) is the same table
+    for f in findings:
+        for e in f.evidence:
+            if e.kind == "largest_gaps":
+                assert e.rows == ev.rows, f.rule_id
     top = gaps.nlargest(len(ev.rows), "length_ns")
     assert [r[0] for r in ev.rows] == top["step"].astype(int).tolist()
     assert [r[2] for r in ev.rows] == pytest.approx((top["length_ns"] / 1e3).tolist(), rel=5e-3, abs=1e-3)  # rows show 3 significant digits
