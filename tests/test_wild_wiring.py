@@ -334,3 +334,71 @@ def test_serving_header_line_per_kind():
     decode = sum(_tokens(n) for n in facts["steps"] if "DECODE" in n or "generation" in n)
     prefill = sum(_tokens(n) for n in facts["steps"] if "PREFILL" in n)
     assert f"decode 10 steps, {decode} tokens" in line and f"prefill 2 steps, {prefill} tokens" in line
+
+
+# --- item 11: every failing rule estimates its time or says why ---------------------------------------
+
+@pytest.mark.parametrize("path", EVERY_TRACE, ids=lambda p: p.name)
+def test_every_failure_estimates_its_time_or_says_why(path):
+    a, findings = _analysis(str(path))
+    fails = [f for f in findings if f.status == "fail"]
+    for f in fails:
+        assert f.recovered_ms is not None or f.estimate_reason, f.rule_id
+        assert f.to_json()["estimate_reason"] == f.estimate_reason
+    # like with like: estimated failures by ms per step, then the ones that say why they have none
+    with_ms = [f.recovered_ms for f in fails if f.recovered_ms is not None]
+    assert with_ms == sorted(with_ms, reverse=True)
+    first_without = next((i for i, f in enumerate(fails) if f.recovered_ms is None), len(fails))
+    assert all(f.recovered_ms is None for f in fails[first_without:])
+
+
+def test_unfused_attention_is_estimated_by_its_softmax_time():
+    """The eager decode: 16 softmax kernels per step and no fused attention. The estimate is
+    the median per-step softmax time, here summed from the raw trace by correlation id."""
+    path = FIX / "h200-decode-eager-5steps.kineto.json.gz"
+    a, findings = _analysis(str(path))
+    f = next(f for f in findings if f.rule_id == "attention")
+    assert f.status == "fail" and f.estimate_kind == "softmax_time"
+    x = _raw(path)
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in x if e.get("cat") == "user_annotation" and e["name"] == "decode_step")
+    owner = {e["args"]["correlation"]: i for e in x if e.get("cat") in ("cuda_runtime", "cuda_driver")
+             for i, (s, end) in enumerate(steps) if s <= e["ts"] <= end}
+    per_step = [0.0] * len(steps)
+    for e in x:
+        if e.get("cat") == "kernel" and "softmax" in e["name"] and e["args"]["correlation"] in owner:
+            per_step[owner[e["args"]["correlation"]]] += e["dur"]
+    assert f.recovered_ms == pytest.approx(float(np.median(per_step)) / 1e3, rel=1e-6)
+    # it ranks by that time now, above every failure without an estimate
+    fails = [g for g in findings if g.status == "fail"]
+    assert fails.index(f) < min(i for i, g in enumerate(fails) if g.recovered_ms is None)
+
+
+def test_a_failure_without_an_estimate_says_why_in_every_report():
+    from perfdoctor.reports import html, markdown
+
+    a, findings = _analysis(str(FIX / "h200-decode-eager-5steps.kineto.json.gz"))
+    f = next(f for f in findings if f.rule_id == "p99-latency")
+    assert f.status == "fail" and f.recovered_ms is None
+    assert f.estimate_reason.startswith("the p99 is the step time of the slowest 1 % of steps")
+    assert f"**Estimate:** none. {f.estimate_reason}" in markdown.render(findings, a)
+    assert "No estimate: the p99 is the step time" in html.render(findings, a)
+
+
+def test_pack_rule_states_its_no_estimate_or_gets_the_default(tmp_path):
+    from perfdoctor.rules.engine import NO_ESTIMATE_DEFAULT, evaluate, load_rules
+
+    pack = tmp_path / "team.toml"
+    common = 'metric = "kernels_per_step"\ncomparator = "<"\nthreshold = 1\nseverity = "error"\ncitation = "team"\n'
+    pack.write_text(
+        f'[[rule]]\nid = "few-kernels"\ntitle = "Few kernels"\n{common}no_estimate = "kernel counts cost no fixed time"\n'
+        '[rule.remediation]\nsteps = ["Fuse."]\n\n'
+        f'[[rule]]\nid = "few-kernels-2"\ntitle = "Few kernels, no reason"\n{common}[rule.remediation]\nsteps = ["Fuse."]\n'
+    )
+    a, _ = _analysis(str(WILD / "h200-threads.kineto.json.gz"))
+    found = {f.rule_id: f for f in evaluate(load_rules([pack]), a)}
+    assert found["few-kernels"].status == "fail" and found["few-kernels"].estimate_reason == "kernel counts cost no fixed time"
+    assert found["few-kernels-2"].estimate_reason == NO_ESTIMATE_DEFAULT
+    bad = tmp_path / "bad.toml"
+    bad.write_text(f'[[rule]]\nid = "x"\ntitle = "X"\n{common}no_estimate = 3\n[rule.remediation]\nsteps = ["Fuse."]\n')
+    with pytest.raises(Exception, match="no_estimate"):
+        load_rules([bad])

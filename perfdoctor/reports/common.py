@@ -90,6 +90,13 @@ def estimate_line(finding: Finding, analysis: Analysis) -> str | None:
     return text
 
 
+def no_estimate_line(finding: Finding) -> str | None:
+    """``No estimate: <why>`` for a failure that cannot say what fixing it wins back."""
+    if finding.status != "fail" or finding.recovered_ms is not None or not finding.estimate_reason:
+        return None
+    return f"No estimate: {finding.estimate_reason}"
+
+
 def overlap_line(finding: Finding) -> str | None:
     if not finding.overlaps:
         return None

@@ -496,6 +496,8 @@ def _finding_html(f: Finding, analysis: Analysis, shown_before: dict[tuple[str, 
     est = common.estimate_line(f, analysis)
     if est:
         out.append(f'<p class="est">{e(est)}</p><p class="muted">{e(f.estimate.formula)}</p>')
+    if common.no_estimate_line(f):
+        out.append(f'<p class="muted">{e(common.no_estimate_line(f))}</p>')
     if common.overlap_line(f):
         out.append(f'<p class="muted">{e(common.overlap_line(f))}</p>')
     out.append(f'<p class="muted">Cite: {e(f.citation)}</p>')

@@ -59,6 +59,8 @@ def _finding(f: Finding, analysis: Analysis, shown_before: dict[tuple[str, str],
     est = common.estimate_line(f, analysis)
     if est:
         out.append(f"- **Estimate:** {text(est)}. _{text(f.estimate.formula)}_")
+    if common.no_estimate_line(f):
+        out.append(f"- **Estimate:** none. {text(f.estimate_reason)}")
     if common.overlap_line(f):
         out.append(f"- {text(common.overlap_line(f))}")
     out.append(f"- **Cite:** {text(f.citation)}")

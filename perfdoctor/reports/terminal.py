@@ -58,6 +58,8 @@ def _finding(f: Finding, analysis: Analysis, shown_before: dict[tuple[str, str],
     if est:
         lines.append(Text(f"Estimate: {est}", style="green"))
         lines.append(Text(f"  {f.estimate.formula}", style="dim"))
+    if common.no_estimate_line(f):
+        lines.append(Text(common.no_estimate_line(f), style="dim"))
     if common.overlap_line(f):
         lines.append(Text(f"  {common.overlap_line(f)}", style="dim"))
     lines.append(Text(f"Cite: {f.citation}", style="dim"))

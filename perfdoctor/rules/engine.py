@@ -73,7 +73,7 @@ STATUS_ORDER = ("fail", "advisory", "pass", "not_evaluated")
 PACK_FIELDS = {"schema", "name", "description", "rule"}
 RULE_FIELDS = {
     "id", "title", "description", "metric", "show", "comparator", "threshold", "severity",
-    "citation", "evidence", "estimate", "collect", "remediation", "variant", "workload", "suppresses",
+    "citation", "evidence", "estimate", "collect", "remediation", "variant", "workload", "suppresses", "no_estimate",
 }
 WORKLOADS = ("training", "inference", "any")
 VARIANT_FIELDS = {"when", "title", "remediation", "estimate"}
@@ -166,6 +166,7 @@ class Rule:
     origin: str = ""  # the pack file(s) that define it
     workload: tuple[str, ...] = ()  # the workloads it applies to ("training", "inference"); () = any
     suppresses: tuple[str, ...] = ()  # rule ids made not applicable when this rule fails
+    no_estimate: str = ""  # why a rule without an estimate cannot say what fixing it wins back
 
     @property
     def advisory(self) -> bool:
@@ -306,7 +307,7 @@ def _rule(raw: dict[str, Any], origin: str, threshold_origin: str) -> Rule:
     kinds = _strings(raw.get("evidence", []), "evidence")
     for kind in kinds:
         _need(kind in EVIDENCE, "evidence", f"unknown evidence kind {kind!r}{_suggest(kind, EVIDENCE)}; known: {', '.join(EVIDENCE)}")
-    for key in ("description", "collect"):
+    for key in ("description", "collect", "no_estimate"):
         _need(isinstance(raw.get(key, ""), str), key, "expected a string")
     workload = _strings(raw.get("workload", []), "workload")
     for w in workload:
@@ -351,6 +352,7 @@ def _rule(raw: dict[str, Any], origin: str, threshold_origin: str) -> Rule:
         origin=origin,
         workload=workload,
         suppresses=suppresses,
+        no_estimate=clean(raw.get("no_estimate", "").strip()),
     )
 
 
@@ -481,6 +483,7 @@ class Finding:
     remediation: Remediation | None = None
     estimate: Estimate | None = None
     estimate_kind: str | None = None
+    estimate_reason: str | None = None  # a failure without an estimate: why it cannot give one
     projected: dict[str, float] = field(default_factory=dict)
     reason: str | None = None
     context: list[str] = field(default_factory=list)  # conditions that selected a variant
@@ -521,6 +524,7 @@ class Finding:
                 "formula": self.estimate.formula,
                 "overlaps": self.overlaps,
             },
+            "estimate_reason": self.estimate_reason,
             "projected": self.projected or None,
             "evidence": [e.to_json() for e in self.evidence],
             "remediation": None if self.remediation is None else self.remediation.to_json(),
@@ -633,7 +637,15 @@ def evaluate_rule(rule: Rule, analysis: Analysis, values: dict[str, Metric]) -> 
         finding.estimate = fn(analysis, rule.threshold, dict(spec.params))
         finding.estimate_kind = spec.kind
         finding.projected = _projection(analysis, finding.estimate.ms_per_step)
+        if finding.estimate.ms_per_step is None:
+            finding.estimate_reason = finding.estimate.formula  # the estimator says what it needed
+    elif finding.status == "fail":
+        finding.estimate_reason = rule.no_estimate or NO_ESTIMATE_DEFAULT
     return finding
+
+
+# A failing rule always says what fixing it wins back, or why it cannot (issue 20, item 11).
+NO_ESTIMATE_DEFAULT = "the rule pack gives this rule no formula for the time it costs (add [rule.estimate] or no_estimate)"
 
 
 def rank(findings: list[Finding]) -> list[Finding]:

@@ -182,6 +182,24 @@ def fp32_gemm_time(analysis: Analysis, threshold: float | None, params: dict[str
     return Estimate(ms, f"median fp32 GEMM time per step × (1 − 1/{speedup:g}) = {ms:.3g} ms")
 
 
+def softmax_time(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
+    """Softmax kernel time per step: what fused attention removes.
+
+    Unfused attention writes the score matrix, runs a softmax pass over it and reads it back
+    for the second GEMM; a fused kernel (FlashAttention, SDPA) keeps the scores on chip, so
+    the separate softmax pass disappears. The GEMMs stay (fused attention does the same
+    FLOPs), so they are not counted: a lower bound of what fusing wins.
+    """
+    acts = step_activities(analysis)
+    k = acts[acts["kind"] == "kernel"]
+    k = k[k["name"].map(family) == "softmax"]
+    if analysis.steps.count == 0:
+        return Estimate(None, "needs steps with GPU work")
+    per_step = (k["end_ns"] - k["start_ns"]).groupby(k["step"]).sum().reindex(range(analysis.steps.count), fill_value=0)
+    ms = _median_ms(per_step.to_numpy())
+    return Estimate(ms, f"median softmax kernel time per step (the pass fused attention removes; its GEMMs stay) = {ms:.3g} ms")
+
+
 ESTIMATES: dict[str, tuple[Callable[[Analysis, float | None, dict[str, Any]], Estimate], tuple[str, ...]]] = {
     # kind: (function, parameters it reads)
     "idle_between_kernels": (idle_between_kernels, ("residual_gap_us",)),
@@ -191,4 +209,5 @@ ESTIMATES: dict[str, tuple[Callable[[Analysis, float | None, dict[str, Any]], Es
     "bandwidth_gap": (bandwidth_gap, ()),
     "fp32_gemm_time": (fp32_gemm_time, ("speedup",)),
     "exposed_comm": (exposed_comm, ()),
+    "softmax_time": (softmax_time, ()),
 }
