@@ -254,6 +254,11 @@ def test_estimates_never_exceed_step_idle_and_gaps_agree(path):
     for f in findings:
         if f.estimate is not None and f.estimate_kind in ("idle_between_kernels", "sync_wait_time") and f.estimate.ms_per_step is not None:
             assert f.estimate.ms_per_step <= float(np.median(idle_ms)) + 1e-9, (f.rule_id, f.estimate.formula)
+        if f.estimate is not None and f.estimate_kind == "host_busy_gaps" and f.estimate.ms_per_step is not None:
+            # host work can also sit before a step's first GPU work: capped by the critical path less GPU busy
+            t = a.timeline.steps
+            not_working = (t["critical_path_ns"].astype("float64") - t["busy_ns"].astype("float64")).fillna(0).clip(lower=0) / 1e6
+            assert f.estimate.ms_per_step <= float(np.median(not_working)) + 1e-9, f.estimate.formula
     # the gap evidence (what analyze and the reports print) is the timeline's gap table
     from perfdoctor.rules.evidence import largest_gaps
 

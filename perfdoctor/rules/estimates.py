@@ -200,6 +200,21 @@ def softmax_time(analysis: Analysis, threshold: float | None, params: dict[str, 
     return Estimate(ms, f"median softmax kernel time per step (the pass fused attention removes; its GEMMs stay) = {ms:.3g} ms")
 
 
+def host_busy_gaps(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
+    """Idle time (gaps and lead-ins) in which the host ran Python: what moving that work off the step wins."""
+    from perfdoctor.hostgaps import busy_summary
+
+    b = busy_summary(analysis)
+    if b.ratio is None:
+        return Estimate(None, b.reason or "needs Python stacks")
+    sites = "; ".join(f"{site} {ms:.3g} ms" for site, ms in b.sites[:3]) or "no user frame named"
+    return Estimate(
+        b.ms_per_step,
+        f"median per step of the idle time while the host ran Python, clipped to the step's critical path less GPU busy "
+        f"= {b.ms_per_step:.3g} ms (per step: {sites})",
+    )
+
+
 ESTIMATES: dict[str, tuple[Callable[[Analysis, float | None, dict[str, Any]], Estimate], tuple[str, ...]]] = {
     # kind: (function, parameters it reads)
     "idle_between_kernels": (idle_between_kernels, ("residual_gap_us",)),
@@ -210,4 +225,5 @@ ESTIMATES: dict[str, tuple[Callable[[Analysis, float | None, dict[str, Any]], Es
     "fp32_gemm_time": (fp32_gemm_time, ("speedup",)),
     "exposed_comm": (exposed_comm, ()),
     "softmax_time": (softmax_time, ()),
+    "host_busy_gaps": (host_busy_gaps, ()),
 }

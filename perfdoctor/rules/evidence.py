@@ -20,6 +20,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from perfdoctor.hostgaps import LIBRARY_FRAME, PYTHON_SOURCE, USER_FRAME  # which Python frames are the user's
 from perfdoctor.metrics import SHORT_KERNEL_NS, Analysis
 from perfdoctor.names import family, gemm_precision, label, labels
 from perfdoctor.rules.signals import model_bytes_per_step, step_activities
@@ -153,9 +154,6 @@ def largest_gaps(analysis: Analysis) -> Evidence:
     return ev
 
 
-PYTHON_SOURCE = "python"  # ranges.source of Python frames (Kineto python_function events, with_stack=True)
-_USER_FRAME = re.compile(r"\.py\(\d+\)")
-_LIBRARY_FRAME = re.compile(r"site-packages|dist-packages|/torch/|/lib/python3")
 MAX_SITE_LOOKUPS = 500  # sync calls looked up for their call site: plenty to name the loop's lines
 
 
@@ -165,7 +163,7 @@ def python_call_site(frames: pd.DataFrame, tid: int, t_ns: int) -> str | None:
     Library frames (torch, site-packages) are skipped: the user wants their own line.
     """
     f = frames[(frames["tid"] == tid) & (frames["start_ns"] <= t_ns) & (frames["end_ns"] >= t_ns)]
-    f = f[f["name"].str.contains(_USER_FRAME, na=False) & ~f["name"].str.contains(_LIBRARY_FRAME, na=False)]
+    f = f[f["name"].str.contains(USER_FRAME, na=False) & ~f["name"].str.contains(LIBRARY_FRAME, na=False)]
     if f.empty:
         return None
     return str(f.loc[f["start_ns"].idxmax(), "name"])
@@ -427,6 +425,25 @@ def step_queue_delays(analysis: Analysis) -> Evidence:
         ev.rows.append([int(idx), _clip(str(names.iloc[idx])), _r(r["d"] / 1e6), _r(float(r["host_to_gpu_ns"]) / 1e6)])
     return ev
 
+def host_in_gaps(analysis: Analysis) -> Evidence:
+    """The longest idle intervals in which the host ran Python, with the call site that ran
+    (:mod:`perfdoctor.hostgaps`)."""
+    from perfdoctor.hostgaps import MIN_GAP_US, busy_summary, gap_hosts
+
+    ev = Evidence("host_in_gaps", "What the host ran while the GPU had nothing to do (Python stacks)",
+                  ["step", "where", "idle µs", "host busy µs", "call site"])
+    b = busy_summary(analysis)
+    if b.ratio is None:
+        ev.note = b.reason
+        return ev
+    h = gap_hosts(analysis)
+    for r in h[h["host"] == "busy"].head(TOP).itertuples():
+        ev.rows.append([int(r.step), r.where, _r(r.length_ns / 1e3), _r(r.busy_ns / 1e3), r.site or "— (library frames only)"])
+    counts = h["host"].value_counts()
+    ev.note = f"idle intervals ≥ {MIN_GAP_US:g} µs: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in ("busy", "waiting", "launching", "unknown"))
+    return ev
+
+
 EVIDENCE: dict[str, Callable[[Analysis], Evidence]] = {
     "top_short_kernels": top_short_kernels,
     "top_kernels": top_kernels,
@@ -445,4 +462,5 @@ EVIDENCE: dict[str, Callable[[Analysis], Evidence]] = {
     "top_collectives": top_collectives,
     "capture_windows": capture_windows,
     "step_queue_delays": step_queue_delays,
+    "host_in_gaps": host_in_gaps,
 }

@@ -101,6 +101,18 @@ def graph_replay_share(analysis: Analysis) -> Metric:
     return Metric(float((k["graph_id"] >= 0).mean()), "ratio", str(analysis.profile.meta.get("source", "trace")))
 
 
+def host_busy_gap_ratio(analysis: Analysis) -> Metric:
+    """Share of the steps' idle time (gaps and lead-ins) in which the host ran Python instead
+    of issuing GPU work (neither waiting on the GPU nor launching; :mod:`perfdoctor.hostgaps`)."""
+    from perfdoctor.hostgaps import busy_summary
+
+    b = busy_summary(analysis)
+    if b.ratio is None:
+        return Metric(None, "ratio", "python-stacks", reason=b.reason)
+    top = f"; top call site {b.sites[0][0]} ({b.sites[0][1]:.3g} ms per step)" if b.sites else ""
+    return Metric(b.ratio, "ratio", "python-stacks", note=f"{b.ms_per_step:.3g} ms per step (median){top}")
+
+
 SIGNALS: dict[str, tuple[str, Callable[[Analysis], Metric], str]] = {
     # key: (unit, function, one-line meaning for `perfdoctor rules explain`)
     "fp32_gemm_time_ratio": ("ratio", fp32_gemm_time_ratio, "share of GEMM time in kernels named fp32/tf32"),
@@ -109,6 +121,7 @@ SIGNALS: dict[str, tuple[str, Callable[[Analysis], Metric], str]] = {
     "model_bytes_per_step": ("bytes", model_bytes_per_step, "bytes a step declares it must read"),
     "bandwidth_floor_ms": ("ms", bandwidth_floor_ms, "declared bytes per step / device peak bandwidth"),
     "graph_replay_share": ("ratio", graph_replay_share, "share of step kernels replayed from a CUDA graph"),
+    "host_busy_gap_ratio": ("ratio", host_busy_gap_ratio, "share of the steps' idle time the host ran Python (not waiting, not launching)"),
 }
 
 KNOWN_INPUTS: dict[str, str] = {**METRIC_UNITS, **{k: unit for k, (unit, _, _) in SIGNALS.items()}}
