@@ -275,7 +275,7 @@ class GateResult:
 
     @property
     def passed(self) -> bool:
-        return not self.failed
+        return not self.failed and self.refused is None  # no verdict is not a pass
 
     @property
     def evaluated(self) -> list[Check]:

@@ -201,9 +201,16 @@ def test_gate_refuses_a_verdict_on_incomparable_runs(pair):
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert r.stderr.startswith("error: no verdict: the baseline is not comparable: step_coverage") and "Traceback" not in r.stderr
     doc = json.loads(js.read_text())
-    assert doc["exit_code"] == 2 and doc["refused"].startswith("not comparable")
+    assert doc["exit_code"] == 2 and doc["refused"].startswith("not comparable") and doc["passed"] is False
     assert {c["status"] for c in doc["checks"]} == {"skip"}
     assert "NO VERDICT" in r.stdout
+    from perfdoctor.reports.gate_report import github_annotations, junit_xml, summary_markdown
+
+    refused = evaluate_gate(load_run(pair["after"]), load_run(pair["before"]), [parse_budget("steps_per_s:-5%")])
+    assert refused.exit_code == 2 and not refused.passed
+    assert summary_markdown(refused).startswith("## ❌ perfdoctor gate: NO VERDICT (not comparable: step_coverage")
+    assert 'skipped="1"' in junit_xml(refused) and 'failures="0"' in junit_xml(refused)
+    assert github_annotations(refused)[0].startswith("::warning") and "not comparable" in github_annotations(refused)[0]
     # and a comparable baseline is judged as before
     ok = evaluate_gate(load_run(pair["after"]), load_run(pair["contiguous"]), [parse_budget("launches_per_step:+0")])
     assert ok.refused is None and ok.exit_code == 0
