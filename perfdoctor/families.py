@@ -87,6 +87,18 @@ def family(name: str, kind: str = "kernel") -> str:
     return "other"
 
 
+# Log-softmax kernels: cross-entropy's, in a loss, never attention's (attention takes a
+# plain softmax). ATen's warp softmax states it in its template arguments
+# (softmax_warp_forward<in, out, acc, log2_elements, is_log_softmax, is_masked>), the block
+# softmax in its epilogue (cunn_SoftMaxForward<..., LogSoftMaxForwardEpilogue>).
+_LOG_SOFTMAX = re.compile(r"LogSoftMax|log_softmax|softmax_warp_\w+<[^,<>]+,[^,<>]+,[^,<>]+,\s*\d+,\s*true", re.I)
+
+
+def is_log_softmax(name: str) -> bool:
+    """A log-softmax kernel (a loss's), which the attention rules must not read as attention."""
+    return isinstance(name, str) and _LOG_SOFTMAX.search(name) is not None
+
+
 @lru_cache(maxsize=16384)
 def kernel_class(name: str, kind: str = "kernel") -> str:
     """HTA's class: ``communication`` / ``memory`` / ``compute``."""

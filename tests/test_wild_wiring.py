@@ -407,3 +407,18 @@ def test_pack_rule_states_its_no_estimate_or_gets_the_default(tmp_path):
     bad.write_text(f'[[rule]]\nid = "x"\ntitle = "X"\n{common}no_estimate = 3\n[rule.remediation]\nsteps = ["Fuse."]\n')
     with pytest.raises(Exception, match="no_estimate"):
         load_rules([bad])
+
+
+@pytest.mark.parametrize("name", ["h200-train", "h200-train-ddp"])
+def test_a_loss_softmax_is_not_unfused_attention(name):
+    """Issue 20, item 6: the MLP's cross-entropy runs a log-softmax (ATen's warp softmax with
+    is_log_softmax = true); that is a loss, not attention."""
+    path = WILD / f"{name}.kineto.json.gz"
+    softmaxes = {e["name"] for e in _raw(path) if e.get("cat") == "kernel" and "softmax" in e["name"]}
+    assert softmaxes and all(re.search(r"softmax_warp_\w+<float, float, float, \d+, true,", n) for n in softmaxes)
+    a, findings = _analysis(str(path))
+    f = next(f for f in findings if f.rule_id == "attention")
+    assert f.status == "not_evaluated" and "no attention pattern" in f.reason
+    # the eager decode's plain softmaxes between GEMMs still are
+    a, findings = _analysis(str(FIX / "h200-decode-eager-5steps.kineto.json.gz"))
+    assert next(f for f in findings if f.rule_id == "attention").status == "fail"

@@ -19,7 +19,7 @@ import pandas as pd
 
 from perfdoctor.metrics import Analysis
 from perfdoctor.names import family, gemm_precision
-from perfdoctor.rules.signals import model_bytes_per_step, step_activities
+from perfdoctor.rules.signals import attention_softmax, model_bytes_per_step, step_activities
 
 
 @dataclass(frozen=True)
@@ -192,7 +192,7 @@ def softmax_time(analysis: Analysis, threshold: float | None, params: dict[str, 
     """
     acts = step_activities(analysis)
     k = acts[acts["kind"] == "kernel"]
-    k = k[k["name"].map(family) == "softmax"]
+    k = k[attention_softmax(k)]
     if analysis.steps.count == 0:
         return Estimate(None, "needs steps with GPU work")
     per_step = (k["end_ns"] - k["start_ns"]).groupby(k["step"]).sum().reindex(range(analysis.steps.count), fill_value=0)

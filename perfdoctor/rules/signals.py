@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.metrics import METRIC_UNITS, Analysis, Metric
+from perfdoctor.families import is_log_softmax
 from perfdoctor.names import family, gemm_precision
 
 
@@ -51,15 +52,23 @@ def fp32_gemm_time_ratio(analysis: Analysis) -> Metric:
     return Metric(float(dur[precision == "fp32"].sum() / known), "ratio", "kernel-names")
 
 
+def attention_softmax(kernels: pd.DataFrame) -> pd.Series:
+    """Which kernels are softmaxes attention could run: the softmax family less log-softmax
+    (a cross-entropy loss's: a training step's loss is not unfused attention)."""
+    names = kernels["name"]
+    return (names.map(family) == "softmax") & ~names.map(is_log_softmax).astype(bool)
+
+
 def unfused_attention(analysis: Analysis) -> Metric:
-    """1 when steps run softmax kernels and no fused attention kernel, 0 when attention is fused."""
+    """1 when steps run (non-log) softmax and GEMM kernels and no fused attention kernel, 0
+    when attention is fused."""
     k = _kernels_in_steps(analysis)
     if k.empty:
         return Metric(None, "flag", "kernel-names", reason="no kernels inside steps")
     fams = k["name"].map(family)
     if (fams == "attention").any():
         return Metric(0.0, "flag", "kernel-names", note="a fused attention kernel runs in the steps")
-    if (fams == "softmax").any() and (fams == "gemm").any():
+    if (attention_softmax(k)).any() and (fams == "gemm").any():
         return Metric(1.0, "flag", "kernel-names", note="softmax and GEMM kernels, no fused attention kernel")
     return Metric(None, "flag", "kernel-names", reason="no attention pattern recognised in the kernel names")
 
