@@ -266,7 +266,16 @@ class _Context:
     def no_gpu(self) -> str | None:
         if self.profile.activities.empty:
             missing = (self.profile.meta.get("bundle") or {}).get("reason")  # a bundle without a trace
-            return f"no trace: {missing}" if missing else "the trace has no GPU activity (CPU-only run)"
+            if missing:
+                return f"no trace: {missing}"
+            unread = self.profile.meta.get("unread_categories")
+            if unread:
+                # Device work perfdoctor cannot read (another accelerator, a tracer's own
+                # categories) is said as such: a run with device work is not "CPU-only".
+                listed = ", ".join(f"{cat!r} ×{n}" for cat, n in sorted(unread.items(), key=lambda kv: -kv[1])[:5])
+                return (f"no GPU activity perfdoctor reads (Kineto kernel / gpu_memcpy / gpu_memset); the trace has "
+                        f"events in categories perfdoctor does not read: {listed}")
+            return "the trace has no GPU activity (CPU-only run)"
         if self.span is None:
             return self.steps.reason or "no GPU activity inside the steps"
         return None

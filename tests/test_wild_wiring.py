@@ -422,3 +422,43 @@ def test_a_loss_softmax_is_not_unfused_attention(name):
     # the eager decode's plain softmaxes between GEMMs still are
     a, findings = _analysis(str(FIX / "h200-decode-eager-5steps.kineto.json.gz"))
     assert next(f for f in findings if f.rule_id == "attention").status == "fail"
+
+
+# --- item 4: older category spellings, device work perfdoctor cannot read ----------------------------
+
+def _recategorised(src: Path, dst: Path, mapping: dict[str, str]) -> Path:
+    """RENAMED: every event of a category in ``mapping`` given the new category name."""
+    doc = json.loads(gzip.decompress(src.read_bytes()))
+    for e in doc["traceEvents"]:
+        if e.get("cat") in mapping:
+            e["cat"] = mapping[e["cat"]]
+    dst.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return dst
+
+
+def test_older_kineto_category_spellings_read_the_same(tmp_path):
+    """PyTorch 1.8-1.10 wrote "Kernel", "Memcpy", "Memset", "Runtime", "Operator": the same
+    trace spelled so gives the same metrics."""
+    src = FIX / "h200-pageable-sync-10steps.kineto.json.gz"
+    old = _recategorised(src, tmp_path / "old.json.gz", {"kernel": "Kernel", "gpu_memcpy": "Memcpy", "gpu_memset": "Memset",
+                                                           "cuda_runtime": "Runtime", "cuda_driver": "Runtime", "cpu_op": "Operator"})
+    a, b = analyze(load_trace(src)), analyze(load_trace(old))
+    for key in ("kernels_per_step", "launches_per_step", "sync_calls_per_step", "gpu_idle_ratio", "pageable_memcpy_bytes", "step_latency_ms_p50"):
+        assert b.value(key) == a.value(key) and a.value(key) is not None, key
+    assert b.profile.meta.get("unread_categories") is None
+
+
+def test_device_work_perfdoctor_cannot_read_is_said_never_cpu_only(tmp_path):
+    """GPU activities under categories perfdoctor does not read (another accelerator's, a
+    tracer's own; crafted here by renaming the H200 trace's): the reason names them."""
+    src = FIX / "h200-pageable-sync-10steps.kineto.json.gz"
+    raw = json.loads(gzip.decompress(src.read_bytes()))["traceEvents"]
+    n_kernels = sum(1 for e in raw if e.get("cat") == "kernel")
+    other = _recategorised(src, tmp_path / "other.json.gz", {"kernel": "mtia_kernel", "gpu_memcpy": "mtia_memcpy", "gpu_memset": "mtia_memcpy"})
+    a = analyze(load_trace(other))
+    m = a.metrics["gpu_idle_ratio"]
+    assert m.value is None and "CPU-only" not in m.reason
+    assert f"'mtia_kernel' ×{n_kernels}" in m.reason and "does not read" in m.reason
+    from perfdoctor.reports.summary import header_lines
+
+    assert not any("CPU-only" in line for line in header_lines(a))

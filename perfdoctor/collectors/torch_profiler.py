@@ -36,9 +36,20 @@ from perfdoctor.profile import (
 )
 from perfdoctor.text import clean
 
-ACTIVITY_CATEGORIES = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
-CALL_CATEGORIES = ("cuda_runtime", "cuda_driver")
-RANGE_CATEGORIES = ("user_annotation", "cpu_op", "python_function")
+# Kineto's category names, and the spellings older PyTorch versions wrote (1.8-1.10:
+# "Kernel", "Memcpy", "Memset", "Runtime", "Operator"): one trace format, read either way.
+ACTIVITY_CATEGORIES = {
+    "kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset",
+    "Kernel": "kernel", "Memcpy": "memcpy", "Memset": "memset",
+}
+CALL_CATEGORIES = ("cuda_runtime", "cuda_driver", "Runtime", "runtime", "Driver")
+RANGE_CATEGORIES = ("user_annotation", "cpu_op", "python_function", "Operator")
+CPU_OP_CATEGORIES = ("cpu_op", "Operator")
+# Host-side categories perfdoctor knows and does not need (not GPU work of any kind).
+KNOWN_HOST_CATEGORIES = frozenset({
+    "gpu_user_annotation", "overhead", "Trace", "cpu_instant_event", "python", "fwdbwd", "ac2g",
+    "Python", "Memory", "cuda_profiler_range",
+})
 PROFILER_STEP = r"^ProfilerStep#\d+$"
 
 # "Memcpy HtoD (Pageable -> Device)": the copy direction and the host memory kind.
@@ -142,7 +153,11 @@ def load(path: str | Path) -> Profile:
     }
     meta: dict[str, Any] = {"source": "kineto", "path": str(path), "declared": parse_declarations(ranges), "versions": versions}
     # What perfdoctor.workload reads: CPU op names (backward ops, Optimizer.step#...) and thread names.
-    meta["op_counts"] = dict(Counter(e.name for e in buckets.get("cpu_op", [])))
+    meta["op_counts"] = dict(Counter(e.name for cat in CPU_OP_CATEGORIES for e in buckets.get(cat, [])))
+    read = set(ACTIVITY_CATEGORIES) | set(CALL_CATEGORIES) | set(RANGE_CATEGORIES) | KNOWN_HOST_CATEGORIES
+    unread = {clean(str(cat)): len(events) for cat, events in buckets.items() if cat not in read}
+    if unread:
+        meta["unread_categories"] = unread  # said when no GPU work was recognised: never "CPU-only"
     meta["thread_names"] = sorted(set(thread_names))
     dist = _distributed(doc.distributedInfo)
     if dist:
