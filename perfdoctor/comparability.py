@@ -16,20 +16,24 @@ analysis, decide whether a verdict may be given at all:
                    that lies inside a step's window (host start to the later of host end and
                    GPU end). Steps recorded back to back cover 95.5–100 % of S on every
                    fixture; a trace whose profiler window skipped steps (a schedule with
-                   ``repeat``, a cropped file) covers much less, and its idle ratio then
-                   counts the untraced time between the steps as idle. The whole file is
-                   not the denominator: nsys records the whole process (model load and
-                   warm-up), so only 3–18 % of an nsys file is inside steps where the
-                   Kineto trace of the same program is 99 %.
+                   ``repeat``, a cropped file, ``perfdoctor run``'s traced windows) covers
+                   less, and its idle ratio then counts the untraced time between the steps
+                   as idle. The whole file is not the denominator: nsys records the whole
+                   process (model load and warm-up), so only 3–18 % of an nsys file is
+                   inside steps where the Kineto trace of the same program is 99 %.
 ``vendor``         NVIDIA / AMD / ... from the device name, else from the host API names
                    (``hip*`` calls are ROCm, ``cuda*`` / ``cu*`` are CUDA)
 ``world_size``     processes in the job (Kineto ``distributedInfo.world_size``; a trace
                    without it was not distributed: 1); unknown for nsys
 ``workload``       training or inference (:mod:`perfdoctor.workload`, or ``--workload``)
 
-:func:`window_mismatches` says which of them differ in a way that makes the diff
-meaningless: those mismatches are *blocking* — the diff says "not comparable: ..." before
-any verdict and gives none; ``perfdoctor gate`` refuses to judge (exit 2).
+:func:`window_mismatches` says which of them differ in a way that makes numbers
+meaningless. Vendor, world size, workload kind and a whole-trace window against steps make
+the whole diff meaningless: *blocking* — the diff says "not comparable: ..." before any
+verdict and gives none; ``perfdoctor gate`` refuses to judge (exit 2). Different step
+coverage makes only the numbers computed over S meaningless (:data:`SPAN_METRICS`, unless
+they came from the light timing pass, which has no span): those are "not comparable", the
+per-step samples (step latency, kernels and launches per step) still are.
 """
 
 from __future__ import annotations
@@ -48,6 +52,10 @@ WHOLE_TRACE = "whole trace"
 # 20 traces in tests/fixtures cover 95.5–100 % of S, so two ordinary runs differ by at most
 # 4.5 points; a window that skipped steps covers tens of points less.
 COVERAGE_TOLERANCE = 0.10
+
+# Metrics computed over the profiled span S (or its completion intervals), unless their
+# source is the light timing pass: a different step coverage changes what they measure.
+SPAN_METRICS = ("gpu_idle_ratio", "kernel_time_ratio", "memcpy_time_ratio", "memory_bubble_ratio", "steps_per_s", "tokens_per_s")
 
 WINDOW_FIELDS = {
     "vendor": "different GPU vendors: the diff measures the hardware and its software stack, not your change",
@@ -141,8 +149,10 @@ def _coverage_text(facts: dict[str, Any]) -> str:
     return f"{cov:.1%} of the profiled span inside {n} step{'s' if n != 1 else ''}"
 
 
-def window_mismatches(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[str, Any, Any, str]]:
-    """Blocking differences between two :func:`window_facts`: (field, before, after, message).
+def window_mismatches(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[str, Any, Any, str, tuple[str, ...]]]:
+    """Differences between two :func:`window_facts` that make numbers meaningless:
+    (field, before, after, message, metrics) — ``metrics`` empty when the whole diff is
+    (blocking), else the metrics it makes not comparable (:data:`SPAN_METRICS`).
 
     A fact unknown on a side is not a mismatch (the caller lists it as unknown). The step
     kind blocks only when one side has no steps at all (a whole-trace window against
@@ -153,11 +163,11 @@ def window_mismatches(before: dict[str, Any], after: dict[str, Any]) -> list[tup
     for key in ("vendor", "world_size", "workload"):
         b, a = before.get(key), after.get(key)
         if b is not None and a is not None and b != a:
-            out.append((key, b, a, WINDOW_FIELDS[key]))
+            out.append((key, b, a, WINDOW_FIELDS[key], ()))
     kb, ka = before.get("step_kind"), after.get("step_kind")
     if kb != ka and WHOLE_TRACE in (kb, ka):
-        out.append(("step_kind", kb, ka, WINDOW_FIELDS["step_kind"] + " (one side has no steps: use --step NAME)"))
+        out.append(("step_kind", kb, ka, WINDOW_FIELDS["step_kind"] + " (one side has no steps: use --step NAME)", ()))
     cb, ca = before.get("step_coverage"), after.get("step_coverage")
     if cb is not None and ca is not None and abs(cb - ca) > COVERAGE_TOLERANCE:
-        out.append(("step_coverage", _coverage_text(before), _coverage_text(after), WINDOW_FIELDS["step_coverage"]))
+        out.append(("step_coverage", _coverage_text(before), _coverage_text(after), WINDOW_FIELDS["step_coverage"], SPAN_METRICS))
     return out

@@ -17,9 +17,10 @@ rules ran, their findings) in, a :class:`Diff` out. It answers four questions:
 4. **Like for like?** — GPU model, driver, CUDA driver and runtime, torch, step name and
    tokens per step; any mismatch is a loud warning, because a diff across different GPUs measures
    the GPUs, not the change. Some mismatches are *blocking* (:mod:`perfdoctor.comparability`:
-   GPU model or vendor, world size, workload kind, a whole-trace window against steps, steps
-   that cover different fractions of the profiled span): the diff then says "not comparable"
-   before anything else and gives no verdict.
+   GPU model or vendor, world size, workload kind, a whole-trace window against steps): the
+   diff then says "not comparable" before anything else and gives no verdict. Steps that
+   cover different fractions of the profiled span make the span's metrics "not comparable"
+   (``Diff.not_comparable_metrics``), not the per-step samples.
 
 Across vendors, kernels that find no partner by name are matched by family and operation
 (:mod:`perfdoctor.crossvendor`); what changed in counts — kernels and copies per step —
@@ -504,6 +505,7 @@ class Mismatch:
     after: Any
     message: str
     blocking: bool = False  # the runs are not comparable: no verdict (perfdoctor.comparability)
+    metrics: tuple[str, ...] = ()  # not blocking, but these metrics are not comparable (different step coverage)
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -521,7 +523,7 @@ COMPARABILITY_FIELDS = {
 
 
 # Mismatches of these fields make the runs not comparable (blocking), the others warn.
-BLOCKING_FIELDS = frozenset({"gpu"}) | frozenset(comparability.WINDOW_FIELDS)
+BLOCKING_FIELDS = frozenset({"gpu"}) | frozenset(comparability.WINDOW_FIELDS) - {"step_coverage"}
 
 
 def check_comparable(before: Run, after: Run) -> tuple[list[Mismatch], list[str]]:
@@ -531,7 +533,7 @@ def check_comparable(before: Run, after: Run) -> tuple[list[Mismatch], list[str]
     :func:`perfdoctor.comparability.window_mismatches`, then the GPU model.
     """
     fb, fa = run_facts(before), run_facts(after)
-    mismatches = [Mismatch(k, b, a, m, blocking=True) for k, b, a, m in comparability.window_mismatches(fb, fa)]
+    mismatches = [Mismatch(k, b, a, m, blocking=not keys, metrics=keys) for k, b, a, m, keys in comparability.window_mismatches(fb, fa)]
     unknown = []
     for key in ("vendor", "world_size"):
         b, a = fb.get(key), fa.get(key)
@@ -549,7 +551,7 @@ def check_comparable(before: Run, after: Run) -> tuple[list[Mismatch], list[str]
             same = str(b) == str(a)
         if not same:
             mismatches.append(Mismatch(key, b, a, message, blocking=key in BLOCKING_FIELDS))
-    mismatches.sort(key=lambda m: not m.blocking)
+    mismatches.sort(key=lambda m: (not m.blocking, not m.metrics))
     return mismatches, unknown
 
 
@@ -598,6 +600,7 @@ class Diff:
     facts_after: dict[str, Any]
     findings: FindingsDiff | None
     copies: list[CopyChange] = field(default_factory=list)  # copies and memsets per step (perfdoctor.diff_lead)
+    not_comparable_metrics: dict[str, str] = field(default_factory=dict)  # metric -> why it is not compared
 
     def metric(self, key: str) -> MetricChange:
         return next(m for m in self.metrics if m.key == key)
@@ -615,10 +618,16 @@ class Diff:
         return [m for m in self.mismatches if m.blocking]
 
     def not_comparable(self) -> str | None:
-        """``not comparable: <field>: before X, after Y (why); ...``, or None when comparable."""
+        """``not comparable: <field>: before X, after Y (why); ...`` when the whole diff is
+        (blocking mismatches), else None."""
         if not self.blocking:
             return None
         return "not comparable: " + "; ".join(f"{m.field}: before {m.before}, after {m.after} ({m.message})" for m in self.blocking)
+
+    @property
+    def scoped(self) -> list[Mismatch]:
+        """Mismatches that make some metrics, not the whole diff, not comparable."""
+        return [m for m in self.mismatches if m.metrics and not m.blocking]
 
     @property
     def lead(self) -> list[str]:
@@ -658,6 +667,7 @@ class Diff:
                 "verdict": self.verdict(),
                 "comparable": self.comparable,
                 "not_comparable": self.not_comparable(),
+                "not_comparable_metrics": self.not_comparable_metrics,
                 "lead": self.lead,
                 "mismatches": [m.to_json() for m in self.mismatches],
                 "unknown_facts": self.unknown_facts,
@@ -725,10 +735,10 @@ def diff_runs(before: Run, after: Run, noise_floor: float | None = None) -> Diff
     samples = compare_step_samples(before.analysis, after.analysis, noise_floor)
     mismatches, unknown = check_comparable(before, after)
     metrics = compare_metrics(before.analysis, after.analysis, samples) + light_metrics(before.analysis, after.analysis, samples)
-    if any(m.blocking for m in mismatches):
-        for m in metrics:  # the numbers stay; a judgement on unlike windows would mislead
-            if m.verdict is not None or m.status in ("better", "worse"):
-                m.verdict = NOT_COMPARABLE
+    excluded = _not_comparable_metrics(before.analysis, after.analysis, mismatches, metrics)
+    for m in metrics:  # the numbers stay; a judgement on unlike windows would mislead
+        if m.key in excluded and (m.verdict is not None or m.status in ("better", "worse")):
+            m.verdict = NOT_COMPARABLE
     return Diff(
         before=before.label,
         after=after.label,
@@ -741,4 +751,23 @@ def diff_runs(before: Run, after: Run, noise_floor: float | None = None) -> Diff
         facts_after=run_facts(after),
         findings=compare_findings(before, after),
         copies=compare_copies(before.analysis, after.analysis),
+        not_comparable_metrics=excluded,
     )
+
+
+def _not_comparable_metrics(before: Analysis, after: Analysis, mismatches: list[Mismatch], rows: list[MetricChange]) -> dict[str, str]:
+    """Metric key -> why it is not compared: every metric under a blocking mismatch; the
+    span metrics under a coverage mismatch, unless both sides took them from the light
+    timing pass (no span: the coverage of the traced window does not enter them)."""
+    blocking = [m for m in mismatches if m.blocking]
+    if blocking:
+        why = "; ".join(f"{m.field} differs" for m in blocking)
+        return {r.key: why for r in rows}
+    out = {}
+    for m in mismatches:
+        for key in m.metrics:
+            sources = [a.metrics[key].source for a in (before, after) if key in a.metrics]
+            if sources and all("light" in (s or "") for s in sources):
+                continue
+            out[key] = f"{m.field} differs: before {m.before}, after {m.after}"
+    return out

@@ -37,9 +37,10 @@ A gate is a list of checks; it fails when any check fails. Two kinds of check:
   (never passed). See :mod:`perfdoctor.rules.engine`.
 
 Runs that are not comparable (:mod:`perfdoctor.comparability`: other GPU or vendor, world
-size, workload kind, a whole-trace window against steps, steps covering different
-fractions of the profiled span) get no verdict: every budget is skipped as "not
-comparable", and the gate refuses with exit 2, saying why.
+size, workload kind, a whole-trace window against steps) get no verdict: every budget is
+skipped as "not comparable", and the gate refuses with exit 2, saying why. Steps covering
+different fractions of the profiled span skip the budgets on the span's metrics
+(``Diff.not_comparable_metrics``); if nothing else was checked, the gate refuses too.
 
 Exit codes: 0 pass, 1 gate failed, 2 usage or input error — including a gate in which
 every check was skipped (a gate that checked nothing must not pass a build) and a baseline
@@ -333,15 +334,20 @@ def evaluate_gate(
         raise UsageError("--fail-on budgets compare against a baseline: give --baseline RUN")
     diff = diff_runs(baseline, run, noise_floor) if baseline is not None else None
     refused = diff.not_comparable() if diff is not None else None
-    if refused is not None:
-        checks = [Check(f"budget {b.text}", "budget", "skip", f"{refused}: the budget is not judged", {"metric": b.metric}) for b in budgets]
-    else:
-        checks = [evaluate_budget(b, diff) for b in budgets] if diff is not None else []
+    checks = []
+    for b in budgets if diff is not None else []:
+        why = refused or (f"not comparable: {diff.not_comparable_metrics[b.metric]}" if b.metric in diff.not_comparable_metrics else None)
+        if why:
+            checks.append(Check(f"budget {b.text}", "budget", "skip", f"{why}: the budget is not judged", {"metric": b.metric}))
+        else:
+            checks.append(evaluate_budget(b, diff))
     checks += rules or []
+    if refused is None and checks and all(c.status == "skip" for c in checks) and any(c.message.startswith("not comparable") for c in checks):
+        refused = next(c.message for c in checks if c.message.startswith("not comparable")).removesuffix(": the budget is not judged")
     warnings = []
     if diff is not None:
         warnings = [
-            f"{'not comparable' if m.blocking else 'not like for like'} — {m.field}: baseline {m.before}, run {m.after} ({m.message})"
+            f"{'not comparable' if m.blocking or m.metrics else 'not like for like'} — {m.field}: baseline {m.before}, run {m.after} ({m.message})"
             for m in diff.mismatches
         ]
     return GateResult(run.label, baseline.label if baseline else None, checks, warnings, diff, refused)

@@ -149,12 +149,14 @@ def test_cut_out_window_is_not_comparable_and_the_kernel_change_leads(pair):
     assert d.facts_before["step_coverage"] == pytest.approx(raw_coverage(pair["before"]), abs=2e-3)
     assert d.facts_after["step_coverage"] == pytest.approx(raw_coverage(pair["after"]), abs=2e-3)
     assert raw_coverage(pair["before"]) < 0.3 and raw_coverage(pair["after"]) > 0.95
-    assert [m.field for m in d.blocking] == ["step_coverage"]
     assert d.facts_before["steps"] == 2 and d.facts_after["steps"] == 10
-    # no verdict anywhere: the headline says why, every judged metric row says "not comparable"
-    assert d.verdict().startswith("no verdict — not comparable: step_coverage: before 16.")
-    judged = [m for m in d.metrics if m.status in ("better", "worse")]
-    assert judged and all(m.verdict == "not comparable" for m in judged)
+    # the span's ratios (and the completion rate across the hole) are not compared; the
+    # per-step samples are, and the whole diff is not refused
+    assert not d.blocking and [m.field for m in d.scoped] == ["step_coverage"]
+    span = ["gpu_idle_ratio", "kernel_time_ratio", "memcpy_time_ratio", "memory_bubble_ratio", "steps_per_s", "tokens_per_s"]
+    assert list(d.not_comparable_metrics) == span
+    assert all(d.metric(k).verdict == "not comparable" for k in span)
+    assert d.metric("kernels_per_step").verdict != "not comparable"
     assert d.metric("gpu_idle_ratio").before > 0.85 > 0.5 > d.metric("gpu_idle_ratio").after  # the artefact, still shown
     # what really changed leads: one embedding kernel fewer per step
     k_before = kernels_per_step(pair["before"], "indexSelectSmallIndex")
@@ -163,12 +165,15 @@ def test_cut_out_window_is_not_comparable_and_the_kernel_change_leads(pair):
     assert d.lead[0].startswith("-1 kernel `at::native::{anonymous}::indexSelectSmallIndex` per step (")
     assert len(d.lead) == 1  # nothing else changed in counts
     doc = d.to_json()
-    assert doc["not_comparable"].startswith("not comparable: step_coverage")
-    assert doc["verdict"].startswith("no verdict") and doc["lead"] == d.lead
-    assert [m["blocking"] for m in doc["mismatches"]] == [True]
+    assert doc["not_comparable"] is None and list(doc["not_comparable_metrics"]) == span
+    assert doc["not_comparable_metrics"]["gpu_idle_ratio"].startswith("step_coverage differs: before 16.")
+    assert doc["lead"] == d.lead
+    assert [(m["blocking"], list(m["metrics"])) for m in doc["mismatches"]] == [(False, span)]
     md = render_markdown(d)
-    assert md.index("not comparable: no verdict") < md.index("What changed") < md.index("no verdict —") < md.index("### Metrics")
-    assert "improved" not in md and "| better" not in md
+    assert md.index("**not comparable: gpu_idle_ratio, kernel_time_ratio") < md.index("What changed") < md.index("step latency:") < md.index("### Metrics")
+    assert "improved" not in md
+    for k in span:  # the rows the artefact used to call better now say why not
+        assert next(line for line in md.splitlines() if line.startswith(f"| `{k}` |")).endswith("| not comparable |")
 
 
 def test_a_window_of_whole_steps_is_comparable(pair):
@@ -186,10 +191,9 @@ def test_diff_command_says_not_comparable_first(pair):
     r = run_cli_inprocess("diff", pair["before"], pair["after"], "--no-rules", "--json", js, "--md", md)
     assert r.returncode == 0, r.stderr  # diff reports; gate judges
     out = r.stdout
-    assert "not comparable" in out and out.index("not comparable") < out.index("no verdict —") < out.index("metrics")
-    assert "what changed: -1 kernel" in out
-    assert json.loads(js.read_text())["not_comparable"].startswith("not comparable: step_coverage")
-    assert "> **not comparable: no verdict.**" in md.read_text()
+    assert "not comparable" in out and out.index("not comparable") < out.index("what changed: -1 kernel") < out.index("step latency")
+    assert "gpu_idle_ratio" in json.loads(js.read_text())["not_comparable_metrics"]
+    assert "> **not comparable: gpu_idle_ratio" in md.read_text()
 
 
 def test_gate_refuses_a_verdict_on_incomparable_runs(pair):
@@ -198,17 +202,22 @@ def test_gate_refuses_a_verdict_on_incomparable_runs(pair):
         "gate", pair["after"], "--baseline", pair["before"], "--fail-on", "gpu_idle_ratio:+0.05",
         "--fail-on", "steps_per_s:-5%", "--json", js,
     )
+    # both budgets are on span metrics: neither is judged, so the gate gives no verdict
     assert r.returncode == 2, (r.stdout, r.stderr)
-    assert r.stderr.startswith("error: no verdict: the baseline is not comparable: step_coverage") and "Traceback" not in r.stderr
+    assert r.stderr.startswith("error: no verdict: the baseline is not comparable: step_coverage differs") and "Traceback" not in r.stderr
     doc = json.loads(js.read_text())
     assert doc["exit_code"] == 2 and doc["refused"].startswith("not comparable") and doc["passed"] is False
     assert {c["status"] for c in doc["checks"]} == {"skip"}
+    assert all(c["message"].startswith("not comparable: step_coverage differs") for c in doc["checks"])
     assert "NO VERDICT" in r.stdout
+    # a per-step budget is still judged against that baseline
+    mixed = evaluate_gate(load_run(pair["after"]), load_run(pair["before"]), [parse_budget("steps_per_s:-5%"), parse_budget("kernels_per_step:+0")])
+    assert mixed.refused is None and [c.status for c in mixed.checks] == ["skip", "pass"]
     from perfdoctor.reports.gate_report import github_annotations, junit_xml, summary_markdown
 
     refused = evaluate_gate(load_run(pair["after"]), load_run(pair["before"]), [parse_budget("steps_per_s:-5%")])
     assert refused.exit_code == 2 and not refused.passed
-    assert summary_markdown(refused).startswith("## ❌ perfdoctor gate: NO VERDICT (not comparable: step_coverage")
+    assert summary_markdown(refused).startswith("## ❌ perfdoctor gate: NO VERDICT (not comparable: step_coverage differs")
     assert 'skipped="1"' in junit_xml(refused) and 'failures="0"' in junit_xml(refused)
     assert github_annotations(refused)[0].startswith("::warning") and "not comparable" in github_annotations(refused)[0]
     # and a comparable baseline is judged as before
@@ -217,6 +226,16 @@ def test_gate_refuses_a_verdict_on_incomparable_runs(pair):
 
 
 # --------------------------------------------------------------------------- other facts
+
+
+def test_gate_refuses_a_baseline_of_another_world_size(tmp_path):
+    src = WILD / "h200-train-ddp.kineto.json.gz"
+    info = _load(src)["distributedInfo"]
+    eight = edited_header(src, tmp_path / "ws8.kineto.json.gz", distributedInfo=dict(info, world_size=8))
+    r = run_cli_inprocess("gate", eight, "--baseline", src, "--fail-on", "kernels_per_step:+0", "--rules", "seed", "--min-severity", "critical")
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert r.stderr.startswith("error: no verdict: the baseline is not comparable: world_size: before 1, after 8")
+    assert "NO VERDICT" in r.stdout
 
 
 def test_world_size_mismatch_is_not_comparable(tmp_path):

@@ -40,7 +40,7 @@ def gate_command(
 
     Rules (--rules seed, or a pack file): a failing rule at or above --min-severity fails the gate; rules that could not be evaluated are skipped with the reason, never passed.
 
-    A baseline that is not comparable with the run (another GPU or vendor, world size or workload kind, a whole-trace window against steps, steps covering different fractions of the profiled span) gets no verdict: the budgets are skipped as "not comparable" and the gate exits 2, saying why. --workload sets the workload kind of both runs.
+    A baseline that is not comparable with the run (another GPU or vendor, world size or workload kind, a whole-trace window against steps) gets no verdict: the budgets are skipped as "not comparable" and the gate exits 2, saying why. Steps covering different fractions of the profiled span skip the budgets on the span's ratios (gpu_idle_ratio, kernel_time_ratio, ...); the gate exits 2 when nothing else was checked. --workload sets the workload kind of both runs.
 
     Exit codes: 0 every check passed (skipped checks do not fail, but at least one check must be evaluated); 1 the gate failed; 2 usage or input error (unknown metric in a budget, malformed budget, a file that is not a trace, --fail-on without --baseline, no check could be evaluated, or a baseline not comparable with the run).
 

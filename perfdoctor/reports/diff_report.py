@@ -77,15 +77,31 @@ def md_escape(text: str) -> str:
 def comparability_lines(diff: Diff) -> list[str]:
     """The non-blocking mismatches and the unknown facts (blocking ones: :func:`not_comparable_lines`)."""
     lines = [
-        f"{m.field}: before {m.before!s}, after {m.after!s} — {m.message}" for m in diff.mismatches if not m.blocking
+        f"{m.field}: before {m.before!s}, after {m.after!s} — {m.message}"
+        for m in diff.mismatches if not m.blocking and not m.metrics
     ]
     lines += [f"unknown {u}" for u in diff.unknown_facts]
     return lines
 
 
 def not_comparable_lines(diff: Diff) -> list[str]:
-    """One line per blocking mismatch: why no verdict is given."""
-    return [f"{m.field}: before {m.before!s}, after {m.after!s} — {m.message}" for m in diff.blocking]
+    """One line per mismatch that makes numbers not comparable: blocking ones (no verdict),
+    then those that exclude some metrics (which ones, said)."""
+    lines = [f"{m.field}: before {m.before!s}, after {m.after!s} — {m.message}" for m in diff.blocking]
+    for m in diff.scoped:
+        keys = [k for k in m.metrics if k in diff.not_comparable_metrics]
+        if keys:
+            lines.append(f"{m.field}: before {m.before!s}, after {m.after!s} — {m.message}; not compared: {', '.join(keys)}")
+    return lines
+
+
+def not_comparable_title(diff: Diff) -> str | None:
+    """``not comparable: no verdict`` (blocking), ``not comparable: gpu_idle_ratio, ...``, or None."""
+    if diff.blocking:
+        return "not comparable: no verdict"
+    if diff.not_comparable_metrics:
+        return "not comparable: " + ", ".join(diff.not_comparable_metrics)
+    return None
 
 
 def _sample_rows(diff: Diff) -> list[tuple[str, str, str, str, str, str]]:
@@ -122,8 +138,9 @@ def render_markdown(diff: Diff) -> str:
     """The diff as GitHub-flavoured Markdown (fits a PR comment or a step summary)."""
     out = [f"## perfdoctor diff", "", f"**before** `{md_escape(diff.before)}` → **after** `{md_escape(diff.after)}`", ""]
     warnings = comparability_lines(diff)
-    if diff.blocking:
-        out += ["> [!CAUTION]", "> **not comparable: no verdict.** These runs measure different things:"]
+    title = not_comparable_title(diff)
+    if title:
+        out += ["> [!CAUTION]", f"> **{md_escape(title)}.** These runs measure different things:"]
         out += [f"> - {md_escape(w)}" for w in not_comparable_lines(diff)]
         out.append("")
     if diff.mismatches and warnings:
@@ -214,11 +231,9 @@ def print_terminal(diff: Diff, console=None) -> None:
     console = console or Console()
     console.print(f"[bold]perfdoctor diff[/]  {escape(diff.before)} → {escape(diff.after)}")
     warnings = comparability_lines(diff)
-    if diff.blocking:
-        console.print(
-            Panel("\n".join(escape(w) for w in not_comparable_lines(diff)), title="not comparable: no verdict",
-                  border_style="bold red")
-        )
+    title = not_comparable_title(diff)
+    if title:
+        console.print(Panel("\n".join(escape(w) for w in not_comparable_lines(diff)), title=escape(title), border_style="bold red"))
     if diff.mismatches and warnings:
         console.print(
             Panel("\n".join(escape(w) for w in warnings), title="NOT LIKE FOR LIKE", border_style="bold red")
