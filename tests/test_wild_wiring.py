@@ -19,6 +19,7 @@ import pytest
 from perfdoctor.collectors import load_trace
 from perfdoctor.metrics import analyze
 from perfdoctor.rules.engine import diagnose
+from test_rules import GRAPH_ADVICE  # what "use CUDA graphs" looks like in a remediation
 
 WILD = Path(__file__).parent / "fixtures" / "wild"
 FIX = Path(__file__).parent / "fixtures"
@@ -244,6 +245,11 @@ def test_advice_fits_the_workload_kind(path):
         assert not DECODE_ADVICE.search(advice), DECODE_ADVICE.search(advice)
     else:
         assert not BUCKET_ADVICE.search(advice), BUCKET_ADVICE.search(advice)
+    # item 10: graph-replayed steps and capture traces are never told to capture a CUDA graph
+    # (capture-trace's own fix shows how to profile the replays, graph code included)
+    if a.value("steps_graphed") == 1.0 or a.value("capture_trace") == 1.0:
+        others = _advice([f for f in findings if f.rule_id != "capture-trace"])
+        assert not GRAPH_ADVICE.search(others), GRAPH_ADVICE.search(others)
 
 @pytest.mark.parametrize("path", EVERY_TRACE, ids=lambda p: p.name)
 def test_estimates_never_exceed_step_idle_and_gaps_agree(path):
