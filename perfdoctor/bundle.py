@@ -205,8 +205,12 @@ def _merge_run_declaration(meta: dict[str, Any], light_pass: dict[str, Any]) -> 
             step.setdefault(k, v)
 
 
-def load_bundle(bundle: str | Path) -> Profile:
-    """Everything a run collected, as one Profile (see the module docstring)."""
+def load_bundle(bundle: str | Path, rank: int | None = None) -> Profile:
+    """Everything a run collected, as one Profile (see the module docstring).
+
+    A multi-rank bundle (:mod:`perfdoctor.launch`) holds one profile per rank: ``rank``
+    picks one (default: the lowest rank, with a warning saying so; ``perfdoctor analyze``
+    reads every rank through :mod:`perfdoctor.ranks`)."""
     from perfdoctor.collectors import ncu, nvml
 
     from perfdoctor.manifest import read_valid_manifest
@@ -215,6 +219,15 @@ def load_bundle(bundle: str | Path) -> Profile:
     manifest = read_valid_manifest(bundle)  # read safely and shape-checked: one UsageError if not
     raw = bundle / RAW
     warnings: list[str] = []
+    ranks = manifest.get("ranks") or {}
+    if rank is None and ranks:
+        rank = min(int(k) for k in ranks)
+        warnings.append(f"a {len(ranks)}-rank bundle: rank {rank} loaded (perfdoctor analyze shows every rank)")
+    if rank is not None:
+        if str(rank) not in ranks:
+            raise UsageError(f"{bundle}: no rank {rank} in this bundle (ranks: {', '.join(sorted(ranks, key=int)) or 'none'})")
+        raw = raw / f"rank{rank}"
+        manifest = {**manifest, "light_pass": ranks[str(rank)].get("light_pass")}
     profile, pass_name = _activity_source(raw, warnings)
 
     if pass_name is not None:
@@ -252,6 +265,8 @@ def load_bundle(bundle: str | Path) -> Profile:
         "status": manifest.get("status"),
         "collectors": {k: v.get("status") for k, v in (manifest.get("collectors") or {}).items()},
     }
+    if rank is not None:
+        meta["rank"] = {**ranks[str(rank)], "world_size": manifest.get("world_size")}
     if pass_name is None:
         meta["bundle"]["reason"] = "; ".join(warnings) or "no trace in the bundle (see the collectors' statuses)"
     light_pass = manifest.get("light_pass")
