@@ -83,6 +83,7 @@ class Trace(msgspec.Struct):
     cuda_driver_version: Scalar = None
     cuda_runtime_version: Scalar = None
     cupti_version: Scalar = None
+    distributedInfo: Union[dict[str, Any], None] = None  # noqa: N815 - rank, world_size, backend of a torch.distributed job
 
 
 _decoder = msgspec.json.Decoder(Trace)
@@ -143,6 +144,8 @@ def load(path: str | Path) -> Profile:
     # What perfdoctor.workload reads: CPU op names (backward ops, Optimizer.step#...) and thread names.
     meta["op_counts"] = dict(Counter(e.name for e in buckets.get("cpu_op", [])))
     meta["thread_names"] = sorted(set(thread_names))
+    if doc.distributedInfo:  # written when torch.distributed was initialised as the profiler started
+        meta["distributed"] = {k: doc.distributedInfo[k] for k in ("rank", "world_size", "backend") if k in doc.distributedInfo}
     if dropped:
         meta["warnings"] = [f"{dropped} host events without a valid 'ts' or 'dur' (missing, negative or out of range) dropped"]
     return finish(
