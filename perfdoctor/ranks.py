@@ -403,3 +403,42 @@ def waiting_collective(ranks: list[int], s: int, n: int, collectives: dict[int, 
     k = int(np.argmax(waits))
     per_step = int(np.median([len(step) for step in per[s]]))
     return Collective(k, per[s][0][k][0], per_step, waits[k], [ranks[i] for i in others])
+
+
+# --- the diagnosis: rules on every rank ------------------------------------------------------------
+
+
+@dataclass
+class RankDiagnosis:
+    """The cross-rank view, every rank's findings, and the rank whose findings the report
+    shows: the one with the most exposed communication (where communication problems and
+    the wait for a straggler show), else the first."""
+
+    view: CrossRank
+    findings: dict[int, list[Any]]
+    report_rank: int
+
+    def failing(self) -> dict[str, list[int]]:
+        """Per failing rule id, the ranks on which it fails."""
+        out: dict[str, list[int]] = {}
+        for rank, found in self.findings.items():
+            for f in found:
+                if f.status == "fail":
+                    out.setdefault(f.rule_id, []).append(rank)
+        return out
+
+
+def diagnose_ranks(
+    path: str | Path, step: str | None = None, tokens_per_step: float | None = None, rules: Any = (),
+    thresholds: Any = (), workload: str | None = None,
+) -> RankDiagnosis:
+    """:func:`cross_rank`, then the rule packs on every rank's analysis."""
+    from perfdoctor.pipeline import load_ruleset
+    from perfdoctor.rules.engine import evaluate
+
+    ruleset = load_ruleset(rules, thresholds)  # a bad pack fails before the slow load
+    view = cross_rank(path, step=step, tokens_per_step=tokens_per_step, workload=workload)
+    findings = {run.rank: evaluate(ruleset, run.analysis) for run in view.runs}
+    exposed = {r: v for r, v in view.table().set_index("rank")["exposed_comm_ms_p50"].items() if v is not None and np.isfinite(v)}
+    report = max(exposed, key=lambda r: exposed[r]) if exposed else view.runs[0].rank
+    return RankDiagnosis(view, findings, int(report))
