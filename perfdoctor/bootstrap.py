@@ -520,6 +520,7 @@ class Session:
             "program_error": self.program_error,
             "exit_code": self.exit_code,
             "terminated": self.terminated,
+            "ended_at_ns": time.time_ns(),  # wall clock: which rank of a job failed first
         }
         if self.config.get("rank"):  # a rank of a torchrun job (perfdoctor.launch)
             results["rank"] = self.config["rank"]

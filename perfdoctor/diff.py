@@ -75,28 +75,37 @@ class Run:
         return self.analysis.profile
 
 
-def load_run(path: str | Path, step: str | None = None, tokens_per_step: float | None = None) -> Run:
+def load_run(path: str | Path, step: str | None = None, tokens_per_step: float | None = None, rank: int | None = None) -> Run:
     """Load a bundle, Kineto trace or nsys export and analyse it.
 
     A run bundle also contributes its ``manifest.json`` and the torch/CUDA versions its
-    passes recorded, for the comparability check.
+    passes recorded, for the comparability check. ``rank``: that rank of a multi-rank
+    bundle (:mod:`perfdoctor.rankdiff` pairs like ranks).
     """
     from perfdoctor.pipeline import diagnose
 
     path = Path(path)
-    analysis = diagnose(path, step=step, tokens_per_step=tokens_per_step, rules=None).analysis
+    if rank is not None:
+        from perfdoctor.bundle import load_bundle
+        from perfdoctor.metrics import analyze
+
+        analysis = analyze(load_bundle(path, rank=rank), step=step, tokens_per_step=tokens_per_step)
+    else:
+        analysis = diagnose(path, step=step, tokens_per_step=tokens_per_step, rules=None).analysis
     manifest: dict[str, Any] = {}
     pass_env: dict[str, Any] = {}
     if path.is_dir():
         doc = _read_json(path / "manifest.json")
         manifest = doc if isinstance(doc, dict) else {}
+        raw = path / "raw" / (f"rank{rank}" if rank is not None else "")
         for name in ("torch", "light", "nsys"):  # what the bootstrap saw in each pass
-            results = _read_json(path / "raw" / f"{name}.json")
+            results = _read_json(raw / f"{name}.json")
             env = results.get("environment") if isinstance(results, dict) else None
             if isinstance(env, dict) and env.get("torch"):
                 pass_env = env
                 break
-    return Run(label=str(path), analysis=analysis, manifest=manifest, pass_env=pass_env)
+    label = f"{path} (rank {rank})" if rank is not None else str(path)
+    return Run(label=label, analysis=analysis, manifest=manifest, pass_env=pass_env)
 
 
 def diagnose_run(run: Run, packs: list[str | Path] = ()) -> Run:
@@ -442,6 +451,9 @@ def run_facts(run: Run) -> dict[str, Any]:
         "torch": versions.get("torch") or man_versions.get("torch") or run.pass_env.get("torch"),
         "step_name": steps.name,
         "tokens_per_step": _tokens_per_step(run, declared),
+        # ranks of the job: a bundle's manifest (1 for a single-process bundle), else the trace's distributedInfo
+        "world_size": man.get("world_size") or (profile.meta.get("distributed") or {}).get("world_size")
+        or (1 if man and not man.get("ranks") else None),
     }
 
 
@@ -472,6 +484,7 @@ COMPARABILITY_FIELDS = {
     "torch": "different torch versions: operators and kernels can differ",
     "step_name": "different step ranges: the runs may not measure the same unit of work",
     "tokens_per_step": "different tokens per step: per-step numbers are not comparable",
+    "world_size": "different world sizes: each rank does a different share of the job, not comparable",
 }
 
 

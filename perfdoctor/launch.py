@@ -118,7 +118,7 @@ def from_command(argv: list[str]) -> tuple[Launch, list[str]]:
         raise UsageError(f"the torchrun options could not be read ({exc})") from None
     if done.returncode != 0:
         lines = done.stderr.strip().splitlines() or ["torch is not installed for this interpreter?"]
-        raise UsageError(f"torchrun options: {lines[-1].removeprefix('torchrun: ')}")
+        raise UsageError(f"torchrun options: {lines[-1].partition('error: ')[2] or lines[-1]}")
     facts = json.loads(done.stdout)
     if facts["no_python"]:
         raise UsageError("torchrun --no-python: perfdoctor can only run Python programs under its bootstrap")
@@ -205,7 +205,7 @@ def rank_status(results: dict[str, Any]) -> dict[str, Any]:
         status = f"exited {code}"
     else:
         status = "ok"
-    return {"status": status, "exit_code": code}
+    return {"status": status, "exit_code": code, "ended_at_ns": results.get("ended_at_ns")}
 
 
 def record_pass(manifest: dict[str, Any], pass_name: str, per_rank: dict[int, dict[str, Any]]) -> None:
@@ -224,14 +224,16 @@ def record_pass(manifest: dict[str, Any], pass_name: str, per_rank: dict[int, di
 
 
 def failed_rank(manifest: dict[str, Any], pass_name: str) -> tuple[int, int] | None:
-    """(rank, exit code) of the first rank that failed on its own in ``pass_name`` (not one
-    torchrun stopped because of it)."""
-    for key, entry in sorted((manifest.get("ranks") or {}).items(), key=lambda kv: int(kv[0])):
+    """(rank, exit code) of the rank that failed first in ``pass_name`` (earliest end, by
+    the wall clock its results carry): the root cause, not a rank that failed after it
+    (a peer of a dead rank fails its next collective) or that torchrun stopped."""
+    failed = []
+    for key, entry in (manifest.get("ranks") or {}).items():
         status = (entry.get("passes") or {}).get(pass_name) or {}
         code = status.get("exit_code")
         if isinstance(code, int) and code != 0 and not str(status.get("status", "")).startswith("terminated"):
-            return int(key), code
-    return None
+            failed.append((status.get("ended_at_ns") or 0, int(key), code))
+    return min(failed)[1:] if failed else None
 
 
 def rank_lights(

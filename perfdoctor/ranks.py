@@ -209,7 +209,16 @@ def load_profiles(path: Path) -> tuple[dict[int, Profile], int | None, str, list
         from perfdoctor.manifest import check_bundle
 
         manifest = check_bundle(path)
-        profiles = {int(k): load_bundle(path, rank=int(k)) for k in sorted(manifest.get("ranks") or {}, key=int)}
+        profiles = {}
+        for key in sorted(manifest.get("ranks") or {}, key=int):
+            profile = load_bundle(path, rank=int(key))
+            if profile.meta["bundle"]["activities_from"] is None:
+                warnings.append(f"rank {key}: no trace ({profile.meta['bundle'].get('reason')}): left out of the view")
+            else:
+                profiles[int(key)] = profile
+        if not profiles:
+            torch = ((manifest.get("collectors") or {}).get("torch") or {}).get("status")
+            raise UsageError(f"{path}: no rank has a trace to analyse (torch collector: {torch}; exit code {manifest.get('exit_code')})")
         return profiles, manifest.get("world_size"), "bundle", warnings
     profiles, sizes = {}, set()
     files = trace_files(path)

@@ -52,7 +52,7 @@ DEFAULT_WARMUP = 1  # steps skipped before the traced window when no light pass 
 # noisy loop (an 8-step CPU loop on a shared machine put its steady start anywhere in 0-4
 # over three runs) would move the window at random.
 SCOUT_MIN_STEPS = 10
-TIMEOUT_GRACE_S = 45  # after --timeout's SIGTERM: torchrun itself waits 30 s before it SIGKILLs the ranks
+TIMEOUT_GRACE_S = 10  # after --timeout's SIGTERM, the ranks have this long to write their results
 
 
 @dataclass
@@ -368,7 +368,9 @@ class Runner:
             with open(log if log else os.devnull, "wb") as out, self.live(name, first, steps, start):
                 redirect: dict[str, Any] = {} if first else {"stdin": subprocess.DEVNULL, "stdout": out, "stderr": subprocess.STDOUT}
                 try:
-                    self.child = subprocess.Popen(result.command, pass_fds=(write_fd,) if ticks is not None else (), **redirect)
+                    # A torchrun job gets a session of its own, so that --timeout can stop every rank at once.
+                    self.child = subprocess.Popen(result.command, pass_fds=(write_fd,) if ticks is not None else (),
+                                                  start_new_session=self.options.ranks is not None, **redirect)
                 except OSError as exc:
                     result.stderr_tail = f"could not start {result.command[0]}: {exc}"
                 else:
@@ -404,18 +406,24 @@ class Runner:
 
 
     def wait(self, child: subprocess.Popen[bytes], name: str) -> int:
-        """The child's exit status; past ``--timeout`` it gets SIGTERM (torchrun passes it
-        to the ranks, whose bootstraps write their results), then SIGKILL after a grace."""
+        """The child's exit status; past ``--timeout`` it gets SIGTERM (a torchrun job: its
+        whole session, every rank at once, whose bootstraps then write their results), then
+        SIGKILL after :data:`TIMEOUT_GRACE_S` (a rank blocked inside a collective never
+        returns to Python to handle the SIGTERM)."""
+        def stop(sig: int) -> None:
+            with contextlib.suppress(OSError):
+                os.killpg(child.pid, sig) if self.options.ranks is not None else child.send_signal(sig)
+
         try:
             return child.wait(timeout=self.options.timeout_s)
         except subprocess.TimeoutExpired:
             self.manifest["timed_out"] = {"pass": name, "after_s": self.options.timeout_s}
             self.say(f"[yellow]{name} pass: still running after --timeout {self.options.timeout_s:g} s: stopping it[/]")
-            child.terminate()
+            stop(signal.SIGTERM)
             try:
                 return child.wait(timeout=TIMEOUT_GRACE_S)
             except subprocess.TimeoutExpired:
-                child.kill()
+                stop(signal.SIGKILL)
                 return child.wait()
 
 
