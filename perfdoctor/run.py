@@ -14,7 +14,10 @@ The program runs once per pass, each time exactly as ``python SCRIPT ARGS`` woul
 Each collector gets a status in ``manifest.json``: ``ok``, ``unavailable: why`` or
 ``failed: the tool's stderr tail``. The manifest is written before the first pass and after
 each one, so a crash or Ctrl-C leaves a bundle ``perfdoctor analyze`` can read. The exit
-code is the program's (from the first pass); a program killed by signal N gives 128 + N.
+code is the program's (from the first pass); a program killed by signal N gives 128 + N;
+``--timeout`` stops a pass still running after that long, skips the later passes and exits
+124. A torchrun job (``--nproc-per-node`` or a torchrun command line) runs every rank under
+the bootstrap into ``raw/rank<k>/``: see :mod:`perfdoctor.launch`.
 """
 
 from __future__ import annotations
@@ -404,7 +407,6 @@ class Runner:
         self.say(f"[bold]{name}[/] pass: {counted}{result.seconds:.1f} s, {how}")
         return result
 
-
     def wait(self, child: subprocess.Popen[bytes], name: str) -> int:
         """The child's exit status; past ``--timeout`` it gets SIGTERM (a torchrun job: its
         whole session, every rank at once, whose bootstraps then write their results), then
@@ -509,10 +511,12 @@ def execute(options: RunOptions, console: Console) -> tuple[int, Path]:
     passes = runner.manifest["passes"]
     first = passes[0]["exit_code"] if passes else None
     code = 128 + runner.interrupted if runner.interrupted and first in (None, 0) else shell_code(first)
-    if options.ranks is not None and passes:
+    if options.ranks is not None and passes:  # the job's code is that of the rank that failed first
         failed = launch.failed_rank(runner.manifest, passes[0]["name"])
-        code = launch.TIMEOUT_EXIT if runner.manifest.get("timed_out") else shell_code(failed[1]) if failed else code
+        code = shell_code(failed[1]) if failed else code
         runner.manifest["failed_rank"] = failed and {"rank": failed[0], "exit_code": failed[1]}
+    if runner.manifest.get("timed_out"):
+        code = launch.TIMEOUT_EXIT
     runner.manifest["exit_code"] = code
     runner.manifest["target_exit_code"] = first
     runner.manifest["status"] = "interrupted" if runner.interrupted else "timed out" if runner.manifest.get("timed_out") else "done"
