@@ -35,13 +35,18 @@ def main() -> None:
     p.add_argument("--fail-rank", type=int, default=-1)
     p.add_argument("--hang-rank", type=int, default=-1)
     p.add_argument("--timers", default=None)
+    p.add_argument("--backend", default="gloo", help="gloo (CPU tensors) or nccl (one GPU per rank)")
     a = p.parse_args()
     torch.set_num_threads(1)  # several ranks share two cores
-    dist.init_process_group("gloo")
+    dist.init_process_group(a.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device("cpu")
+    if a.backend == "nccl":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)))
+        torch.cuda.set_device(device)
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(a.width, a.width), torch.nn.Tanh(), torch.nn.Linear(a.width, a.width))
-    x = torch.randn(32, a.width)
+    model = torch.nn.Sequential(torch.nn.Linear(a.width, a.width), torch.nn.Tanh(), torch.nn.Linear(a.width, a.width)).to(device)
+    x = torch.randn(32, a.width, device=device)
     steps, compute, comm = [], [], []
     for i in range(a.steps):
         t0 = time.perf_counter_ns()
@@ -50,9 +55,13 @@ def main() -> None:
             model(x).square().mean().backward()
             if rank == a.slow_rank:
                 time.sleep(a.slow_ms / 1e3)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
             t1 = time.perf_counter_ns()
             for param in model.parameters():
                 dist.all_reduce(param.grad)
+            if device.type == "cuda":
+                torch.cuda.synchronize()  # the program's own timers end when the GPU is done
             t2 = time.perf_counter_ns()
         steps.append(t2 - t0)
         compute.append(t1 - t0)
