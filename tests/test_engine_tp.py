@@ -82,3 +82,34 @@ def test_perfdoctor_run_on_the_tp_engine(tmp_path):
     assert list(table.index) == [0, 1]
     assert (table["collectives_per_step"] == 2 * TINY.layers).all()
     assert view.runs[0].analysis.steps.name == "decode_step"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
+@pytest.mark.parametrize("variant", ["eager", "graph"])
+def test_gpu_tp2_decodes_the_one_gpu_tokens(tmp_path, variant):
+    """NCCL all-reduces, captured in the CUDA graph for `graph`; fp32 so that the tokens match exactly."""
+    gpu = ["-m", "perfdoctor.engine", "--config", "tiny", "--device", "cuda", "--dtype", "fp32", "--tokens", "32", "--ctx", "64", "--variant", variant]
+    one = run([sys.executable, *gpu], tmp_path)
+    two = run([*TORCHRUN, *gpu, "--tp", "2"], tmp_path)
+    assert one.returncode == 0 and two.returncode == 0, two.stderr[-3000:]
+    tokens = [line for line in one.stdout.splitlines() if line.startswith("tokens:")]
+    assert tokens and tokens == [line for line in two.stdout.splitlines() if line.startswith("tokens:")]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
+def test_gpu_perfdoctor_run_on_the_tp2_graph_engine(tmp_path):
+    """Llama-3.2-1B, TP 2, graph-captured: NCCL kernels are the ranks' communication, 2 per layer per step."""
+    cmd = [sys.executable, "-m", "perfdoctor", "run", "-q", "--out", "runs", "--steps", "20", "--timeout", "500", "--", *TORCHRUN,
+           "-m", "perfdoctor.engine", "--variant", "graph", "--tp", "2", "--tokens", "128"]
+    done = run(cmd, tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (bundle,) = (tmp_path / "runs").iterdir()
+    view = cross_rank(bundle)
+    table = view.table().set_index("rank")
+    assert set(view.comm_source.values()) == {"communication kernels (GPU)"}
+    assert (table["collectives_per_step"] == 2 * 16).all()
+    report = run([sys.executable, "-m", "perfdoctor", "analyze", str(bundle)], tmp_path)
+    print(report.stdout)  # the report for docs/performance.md
+    assert report.returncode == 0
