@@ -35,6 +35,8 @@ SEED_IDS = {
     "host-syncs", "throttling", "pcie", "mixed-precision", "attention", "model-fits-bandwidth", "batching",
     # issue 20 (docs/rules-wild.md): capture traces, communication, queue delay, gradient buckets
     "capture-trace", "comm-overlap", "comm-share", "exposed-comm", "small-collectives", "queue-delay", "gradient-bucketing",
+    # issue 17: several ranks
+    "straggler",
 }
 LAUNCH_RULES = {"memory-bubbles", "launch-rate", "launches-per-step", "short-kernels", "kernel-share"}
 # What telling someone "use CUDA graphs" looks like in a remediation.
