@@ -15,6 +15,11 @@
         nvml-<pass>.jsonl NVML samples taken during that pass (CLOCK_MONOTONIC)
       metrics.json      perfdoctor.metrics/2, when the analysis could run
 
+A multi-rank run (``perfdoctor run --nproc-per-node N``, :mod:`perfdoctor.launch`) keeps
+each rank's pass results and trace in ``raw/rank<k>/``, the ranks in the manifest's
+``ranks`` and ``world_size``, rank 0's metrics in metrics.json and the cross-rank view in
+ranks.json (:mod:`perfdoctor.ranks`).
+
 :func:`load_bundle` merges what is there into one :class:`~perfdoctor.profile.Profile`:
 activities, calls and ranges from the Kineto trace (else the nsys export), NVML samples
 of the same pass moved onto that trace's clock, ncu counters, the device from NVML, and

@@ -281,3 +281,20 @@ def unsupported(reasons: dict[str, str | None]) -> dict[str, str | None]:
     need one report per rank: profile a single rank with nsys instead)."""
     why = "not run on a multi-rank job yet: profile one rank's command under {} by hand"
     return {c: reasons.get(c) or why.format(c) for c in ("nsys", "ncu")}
+
+
+def write_cross_rank(bundle: Path) -> str | None:
+    """``ranks.json`` (``perfdoctor.ranks/1``, :mod:`perfdoctor.ranks`) beside the rank-0
+    ``metrics.json``; the reason it could not be written, else None (analyze can redo it)."""
+    try:
+        from perfdoctor.ranks import cross_rank
+    except ImportError as exc:  # the analysis extras are missing: the bundle is still whole
+        return f"{type(exc).__name__}: {exc}"
+    try:
+        doc = cross_rank(bundle).to_json()
+    except Exception as exc:  # noqa: BLE001 - a rank without a trace, a damaged trace: analyze says more
+        return f"{type(exc).__name__}: {exc}"
+    from perfdoctor.io import write_json
+
+    write_json(bundle / "ranks.json", doc)
+    return None

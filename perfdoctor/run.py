@@ -526,6 +526,9 @@ def execute(options: RunOptions, console: Console) -> tuple[int, Path]:
     )
     runner.save()
     write_metrics(runner)
+    if options.ranks is not None and (why := launch.write_cross_rank(runner.bundle)):
+        runner.manifest["ranks_error"] = why
+        runner.save()
     return code, runner.bundle
 
 

@@ -106,6 +106,8 @@ def test_the_slow_rank_is_the_straggler_within_ten_percent(job):
     assert s.collective.wait_ms == pytest.approx(SLOW_MS[n], rel=0.15)
     metrics = view.metrics()
     assert metrics["straggler_delay_ms"].value == pytest.approx(s.delay_ms, rel=1e-5)
+    written = json.loads((bundle / "ranks.json").read_text())  # perfdoctor run wrote the same view
+    assert written["straggler"]["rank"] == s.rank and written["straggler"]["delay_ms"] == pytest.approx(s.delay_ms, rel=1e-6)
 
 
 def test_analyze_names_the_straggler_and_fails_the_rule(job, tmp_path):
