@@ -53,7 +53,7 @@ from torch.distributed.run import get_args_parser
 argv = sys.argv[1:]
 try:
     a = get_args_parser().parse_args(argv)
-except SystemExit as exc:
+except SystemExit as exc:  # 2: a bad option (argparse said why on stderr); 0: --help was asked for
     sys.exit(3 if exc.code else 4)
 opts = argv[: len(argv) - len(a.training_script_args) - 1]
 print(json.dumps({"options": opts, "script": a.training_script, "args": a.training_script_args,
@@ -116,6 +116,8 @@ def from_command(argv: list[str]) -> tuple[Launch, list[str]]:
                               timeout=120, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise UsageError(f"the torchrun options could not be read ({exc})") from None
+    if done.returncode == 4:
+        raise UsageError("the torchrun line asks for torchrun's help: run torchrun --help itself")
     if done.returncode != 0:
         lines = done.stderr.strip().splitlines() or ["torch is not installed for this interpreter?"]
         raise UsageError(f"torchrun options: {lines[-1].partition('error: ')[2] or lines[-1]}")

@@ -242,7 +242,7 @@ def load_profiles(path: Path) -> tuple[dict[int, Profile], int | None, str, list
 
 def _device(profile: Profile) -> str | None:
     rank = profile.meta.get("rank") or {}
-    return rank.get("device") or profile.device.get("name") or (profile.meta.get("distributed") or {}).get("backend")
+    return rank.get("device") or profile.device.get("name")  # a bundle's rank, else the trace's GPU
 
 
 def cross_rank(

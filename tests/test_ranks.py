@@ -173,6 +173,7 @@ def test_a_hung_rank_is_stopped_by_the_timeout(tmp_path):
         (["--", "torchrun", "--no-python", "hostname"], "--no-python"),
         (["--", "torchrun", "--nproc-per-node", "2", "missing.py"], "missing.py: no such script"),
         (["--", "torchrun", "--bogus-option", "1", str(JOB)], "torchrun options"),
+        (["--", "torchrun", "--help"], "run torchrun --help itself"),
     ],
 )
 def test_launch_usage_errors(tmp_path, args, message):
