@@ -43,6 +43,7 @@ from typing import Any
 
 from perfdoctor import api
 from perfdoctor.declare import DECLARE_PREFIX, parse_declaration
+from perfdoctor.launch import rank_config, rank_device
 
 NCU_RANGE = "perfdoctor_ncu"
 CLOCK_SYNC_RANGE = "perfdoctor.clock_sync"
@@ -265,6 +266,8 @@ class Session:
         self.last_tick_ns = 0
         self.modules: ModuleSteps | None = None
         self.program_error: str | None = None  # an exception the program did not catch
+        self.exit_code: int | None = None  # the program's exit status, as far as it is known here
+        self.terminated = False  # SIGTERM ended it (torchrun stopping the ranks, perfdoctor's timeout)
         # A forked child of the program runs the program's code, not ours: it must leave
         # the parent's collection alone (its inherited profiler, the results file, the tick pipe).
         self.pid = os.getpid()
@@ -515,7 +518,13 @@ class Session:
             "clock_sync": self.clock_sync,
             "environment": env,
             "program_error": self.program_error,
+            "exit_code": self.exit_code,
+            "terminated": self.terminated,
+            "ended_at_ns": time.time_ns(),  # wall clock: which rank of a job failed first
         }
+        if self.config.get("rank"):  # a rank of a torchrun job (perfdoctor.launch)
+            results["rank"] = self.config["rank"]
+            results["device"] = rank_device(torch)
         if self.mode == "light":
             results["series"], error = self.times.series()
             results["step_end_clock"] = "cuda-event" if self.timer.clock is not None else "host"
@@ -949,7 +958,7 @@ def main(argv: list[str]) -> None:
     if len(argv) < 3:
         raise SystemExit("usage: python -m perfdoctor.bootstrap CONFIG.json (SCRIPT | -m MODULE) [ARGS...]")
     with open(argv[1]) as f:
-        config = json.load(f)
+        config = rank_config(json.load(f), os.environ)
     target = argv[2:]
     session = Session(config)
     if importlib.util.find_spec("torch") is not None:
@@ -974,9 +983,11 @@ def main(argv: list[str]) -> None:
     try:
         session.begin()
         run_target(target)
+        session.exit_code = 0
     except Terminated:
-        terminated = True
+        terminated = session.terminated = True
     except SystemExit as exc:
+        session.exit_code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if session.inherited_profiler and os.getpid() != session.pid:
             leave_child(exc.code)
         raise  # the program's own exit status, whatever it is
@@ -985,6 +996,7 @@ def main(argv: list[str]) -> None:
             traceback.print_exc()
             leave_child(1)
         session.program_error = f"{type(exc).__name__}: {exc}"[:500]
+        session.exit_code = None if isinstance(exc, KeyboardInterrupt) else 1
         raise
     finally:
         if os.getpid() == session.pid:

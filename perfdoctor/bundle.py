@@ -15,6 +15,11 @@
         nvml-<pass>.jsonl NVML samples taken during that pass (CLOCK_MONOTONIC)
       metrics.json      perfdoctor.metrics/2, when the analysis could run
 
+A multi-rank run (``perfdoctor run --nproc-per-node N``, :mod:`perfdoctor.launch`) keeps
+each rank's pass results and trace in ``raw/rank<k>/``, the ranks in the manifest's
+``ranks`` and ``world_size``, rank 0's metrics in metrics.json and the cross-rank view in
+ranks.json (:mod:`perfdoctor.ranks`).
+
 :func:`load_bundle` merges what is there into one :class:`~perfdoctor.profile.Profile`:
 activities, calls and ranges from the Kineto trace (else the nsys export), NVML samples
 of the same pass moved onto that trace's clock, ncu counters, the device from NVML, and
@@ -205,8 +210,12 @@ def _merge_run_declaration(meta: dict[str, Any], light_pass: dict[str, Any]) -> 
             step.setdefault(k, v)
 
 
-def load_bundle(bundle: str | Path) -> Profile:
-    """Everything a run collected, as one Profile (see the module docstring)."""
+def load_bundle(bundle: str | Path, rank: int | None = None) -> Profile:
+    """Everything a run collected, as one Profile (see the module docstring).
+
+    A multi-rank bundle (:mod:`perfdoctor.launch`) holds one profile per rank: ``rank``
+    picks one (default: the lowest rank, with a warning saying so; ``perfdoctor analyze``
+    reads every rank through :mod:`perfdoctor.ranks`)."""
     from perfdoctor.collectors import ncu, nvml
 
     from perfdoctor.manifest import read_valid_manifest
@@ -215,6 +224,15 @@ def load_bundle(bundle: str | Path) -> Profile:
     manifest = read_valid_manifest(bundle)  # read safely and shape-checked: one UsageError if not
     raw = bundle / RAW
     warnings: list[str] = []
+    ranks = manifest.get("ranks") or {}
+    if rank is None and ranks:
+        rank = min(int(k) for k in ranks)
+        warnings.append(f"a {len(ranks)}-rank bundle: rank {rank} loaded (perfdoctor analyze shows every rank)")
+    if rank is not None:
+        if str(rank) not in ranks:
+            raise UsageError(f"{bundle}: no rank {rank} in this bundle (ranks: {', '.join(sorted(ranks, key=int)) or 'none'})")
+        raw = raw / f"rank{rank}"
+        manifest = {**manifest, "light_pass": ranks[str(rank)].get("light_pass")}
     profile, pass_name = _activity_source(raw, warnings)
 
     if pass_name is not None:
@@ -252,6 +270,8 @@ def load_bundle(bundle: str | Path) -> Profile:
         "status": manifest.get("status"),
         "collectors": {k: v.get("status") for k, v in (manifest.get("collectors") or {}).items()},
     }
+    if rank is not None:
+        meta["rank"] = {**ranks[str(rank)], "world_size": manifest.get("world_size")}
     if pass_name is None:
         meta["bundle"]["reason"] = "; ".join(warnings) or "no trace in the bundle (see the collectors' statuses)"
     light_pass = manifest.get("light_pass")

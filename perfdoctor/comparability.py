@@ -59,7 +59,7 @@ SPAN_METRICS = ("gpu_idle_ratio", "kernel_time_ratio", "memcpy_time_ratio", "mem
 
 WINDOW_FIELDS = {
     "vendor": "different GPU vendors: the diff measures the hardware and its software stack, not your change",
-    "world_size": "different world sizes: per-rank work and communication differ",
+    "world_size": "different world sizes: each rank does a different share of the job, not comparable",
     "workload": "different workload kinds: a training step and an inference step are different work (--workload sets one)",
     "step_kind": "the steps were found differently: the runs do not measure the same window",
     "step_coverage": "the steps cover different fractions of the profiled span: ratios such as gpu_idle_ratio "

@@ -87,30 +87,43 @@ class Run:
 
 
 def load_run(
-    path: str | Path, step: str | None = None, tokens_per_step: float | None = None, workload: str | None = None
+    path: str | Path,
+    step: str | None = None,
+    tokens_per_step: float | None = None,
+    workload: str | None = None,
+    rank: int | None = None,
 ) -> Run:
     """Load a bundle, Kineto trace or nsys export and analyse it.
 
     A run bundle also contributes its ``manifest.json`` and the torch/CUDA versions its
     passes recorded, for the comparability check. ``workload`` ("training" / "inference")
     overrides the trace's own classification, as ``--workload`` does in ``analyze``.
+    ``rank``: that rank of a multi-rank bundle (:mod:`perfdoctor.rankdiff` pairs like ranks).
     """
     from perfdoctor.pipeline import diagnose
 
     path = Path(path)
-    analysis = diagnose(path, step=step, tokens_per_step=tokens_per_step, rules=None, workload=workload).analysis
+    if rank is not None:
+        from perfdoctor.bundle import load_bundle
+        from perfdoctor.metrics import analyze
+
+        analysis = analyze(load_bundle(path, rank=rank), step=step, tokens_per_step=tokens_per_step, workload=workload)
+    else:
+        analysis = diagnose(path, step=step, tokens_per_step=tokens_per_step, rules=None, workload=workload).analysis
     manifest: dict[str, Any] = {}
     pass_env: dict[str, Any] = {}
     if path.is_dir():
         doc = _read_json(path / "manifest.json")
         manifest = doc if isinstance(doc, dict) else {}
+        raw = path / "raw" / (f"rank{rank}" if rank is not None else "")
         for name in ("torch", "light", "nsys"):  # what the bootstrap saw in each pass
-            results = _read_json(path / "raw" / f"{name}.json")
+            results = _read_json(raw / f"{name}.json")
             env = results.get("environment") if isinstance(results, dict) else None
             if isinstance(env, dict) and env.get("torch"):
                 pass_env = env
                 break
-    return Run(label=str(path), analysis=analysis, manifest=manifest, pass_env=pass_env)
+    label = f"{path} (rank {rank})" if rank is not None else str(path)
+    return Run(label=label, analysis=analysis, manifest=manifest, pass_env=pass_env)
 
 
 def diagnose_run(run: Run, packs: list[str | Path] = ()) -> Run:
@@ -479,6 +492,8 @@ def run_facts(run: Run) -> dict[str, Any]:
     man_versions = man.get("versions") if isinstance(man.get("versions"), dict) else {}
     declared = (profile.meta.get("declared") or {}).get(steps.name or "", {})
     window = comparability.window_facts(run.analysis)  # vendor, world size, workload, the steps' window
+    if man.get("world_size"):  # a multi-rank bundle's manifest knows its ranks even where its traces do not say
+        window["world_size"] = man["world_size"]
     return window | {
         "gpu": device.get("name"),
         "driver": device.get("driver_version"),

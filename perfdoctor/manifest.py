@@ -50,7 +50,8 @@ def validate_manifest(manifest: Any, where: str | Path = "manifest.json") -> dic
     for key in ("step", "status"):
         _optional(manifest, key, (str,), where, "a string")
     _optional(manifest, "exit_code", (int,), where, "an integer")
-    for key in ("gpu", "calibration", "collectors", "light_pass", "environment"):
+    _optional(manifest, "world_size", (int,), where, "an integer")
+    for key in ("gpu", "calibration", "collectors", "light_pass", "environment", "ranks"):
         _optional(manifest, key, (dict,), where, "a JSON object")
     # A device fact NVML could not give as a number (NaN, inf) is absent, not an error:
     # the bundle stays readable and nothing downstream sees a non-finite value.
@@ -70,6 +71,9 @@ def validate_manifest(manifest: Any, where: str | Path = "manifest.json") -> dic
     lat = light.get("step_latency_ms")
     _expect(lat is None or (isinstance(lat, list) and all(_is_number(x) and x >= 0 for x in lat)), where,
             "light_pass.step_latency_ms", "a list of finite non-negative numbers")
+    for key, entry in (manifest.get("ranks") or {}).items():
+        _expect(key.isdigit() and isinstance(entry, dict), where, f"ranks.{key}", "a JSON object under a rank number")
+        _expect(entry.get("light_pass") is None or isinstance(entry["light_pass"], dict), where, f"ranks.{key}.light_pass", "a JSON object")
     _expect(light.get("step_name") is None or isinstance(light.get("step_name"), str), where, "light_pass.step_name", "a string")
     return clean_deep(manifest)
 

@@ -14,7 +14,10 @@ The program runs once per pass, each time exactly as ``python SCRIPT ARGS`` woul
 Each collector gets a status in ``manifest.json``: ``ok``, ``unavailable: why`` or
 ``failed: the tool's stderr tail``. The manifest is written before the first pass and after
 each one, so a crash or Ctrl-C leaves a bundle ``perfdoctor analyze`` can read. The exit
-code is the program's (from the first pass); a program killed by signal N gives 128 + N.
+code is the program's (from the first pass); a program killed by signal N gives 128 + N;
+``--timeout`` stops a pass still running after that long, skips the later passes and exits
+124. A torchrun job (``--nproc-per-node`` or a torchrun command line) runs every rank under
+the bootstrap into ``raw/rank<k>/``: see :mod:`perfdoctor.launch`.
 """
 
 from __future__ import annotations
@@ -31,14 +34,14 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
 from rich.console import Console
 
 from perfdoctor import bundle as bundles
-from perfdoctor import steady
+from perfdoctor import launch, steady
 from perfdoctor.collectors import ncu, nsys_run, nvml
 from perfdoctor.errors import UsageError
 from perfdoctor.text import rich as esc  # program arguments, paths and step names are untrusted
@@ -52,6 +55,7 @@ DEFAULT_WARMUP = 1  # steps skipped before the traced window when no light pass 
 # noisy loop (an 8-step CPU loop on a shared machine put its steady start anywhere in 0-4
 # over three runs) would move the window at random.
 SCOUT_MIN_STEPS = 10
+TIMEOUT_GRACE_S = 10  # after --timeout's SIGTERM, the ranks have this long to write their results
 
 
 @dataclass
@@ -72,6 +76,8 @@ class RunOptions:
     nvml_interval_ms: int = 50
     quiet: bool = False
     tokens_per_step: float | None = None
+    ranks: launch.Launch | None = None  # a torchrun job: every rank under the bootstrap (perfdoctor.launch)
+    timeout_s: float | None = None  # a pass still running after this long is stopped (a hung rank)
 
 
 @dataclass
@@ -82,7 +88,8 @@ class PassResult:
     seconds: float = 0.0
     steps: int = 0
     stderr_tail: str = ""
-    results: dict[str, Any] = field(default_factory=dict)
+    results: dict[str, Any] = field(default_factory=dict)  # rank 0's in a multi-rank run
+    ranks: dict[int, dict[str, Any]] = field(default_factory=dict)  # every rank's results
 
 
 # --- availability -----------------------------------------------------------------------
@@ -338,10 +345,13 @@ class Runner:
         results = self.raw / f"{name}.json"
         # Under a tool the pipe may not reach the program, and its fd number may then name
         # another file there: step ticks only when the program is our own child.
-        ticks = None if wrapper else write_fd
+        ticks = None if wrapper or self.options.ranks else write_fd
         config = {**config, "pass": name, "results": str(results.resolve()), "progress_fd": ticks}
         config_path.write_text(json.dumps(config))
-        program = [sys.executable, "-m", "perfdoctor.bootstrap", str(config_path.resolve()), *self.options.target]
+        if self.options.ranks is not None:
+            program = self.options.ranks.command(config_path.resolve(), self.options.target)
+        else:
+            program = [sys.executable, "-m", "perfdoctor.bootstrap", str(config_path.resolve()), *self.options.target]
         result = PassResult(name, [*wrapper, *program])
         first = not self.manifest["passes"]
         log = None if first else self.raw / f"{name}.log"
@@ -361,11 +371,13 @@ class Runner:
             with open(log if log else os.devnull, "wb") as out, self.live(name, first, steps, start):
                 redirect: dict[str, Any] = {} if first else {"stdin": subprocess.DEVNULL, "stdout": out, "stderr": subprocess.STDOUT}
                 try:
-                    self.child = subprocess.Popen(result.command, pass_fds=(write_fd,) if ticks is not None else (), **redirect)
+                    # A torchrun job gets a session of its own, so that --timeout can stop every rank at once.
+                    self.child = subprocess.Popen(result.command, pass_fds=(write_fd,) if ticks is not None else (),
+                                                  start_new_session=self.options.ranks is not None, **redirect)
                 except OSError as exc:
                     result.stderr_tail = f"could not start {result.command[0]}: {exc}"
                 else:
-                    result.exit_code = self.child.wait()
+                    result.exit_code = self.wait(self.child, name)
                 finally:
                     os.close(write_fd)
         finally:
@@ -378,8 +390,12 @@ class Runner:
         result.steps = steps[0]
         if log is not None and log.exists():
             result.stderr_tail = log.read_text(errors="replace")[-TAIL_CHARS:]
+        if self.options.ranks is not None:
+            result.ranks = launch.gather(self.raw, name)
+            result.results = result.ranks.get(0, {})
+            launch.record_pass(self.manifest, name, result.ranks)
         try:
-            result.results = json.loads(results.read_text())
+            result.results = result.results or json.loads(results.read_text())
         except (OSError, ValueError):
             pass  # the program died before the bootstrap could write it
         # torch / CUDA versions as the program saw them (perfdoctor itself never imports torch).
@@ -390,6 +406,27 @@ class Runner:
         counted = f"{result.steps} steps, " if result.steps else ""
         self.say(f"[bold]{name}[/] pass: {counted}{result.seconds:.1f} s, {how}")
         return result
+
+    def wait(self, child: subprocess.Popen[bytes], name: str) -> int:
+        """The child's exit status; past ``--timeout`` it gets SIGTERM (a torchrun job: its
+        whole session, every rank at once, whose bootstraps then write their results), then
+        SIGKILL after :data:`TIMEOUT_GRACE_S` (a rank blocked inside a collective never
+        returns to Python to handle the SIGTERM)."""
+        def stop(sig: int) -> None:
+            with contextlib.suppress(OSError):
+                os.killpg(child.pid, sig) if self.options.ranks is not None else child.send_signal(sig)
+
+        try:
+            return child.wait(timeout=self.options.timeout_s)
+        except subprocess.TimeoutExpired:
+            self.manifest["timed_out"] = {"pass": name, "after_s": self.options.timeout_s}
+            self.say(f"[yellow]{name} pass: still running after --timeout {self.options.timeout_s:g} s: stopping it[/]")
+            stop(signal.SIGTERM)
+            try:
+                return child.wait(timeout=TIMEOUT_GRACE_S)
+            except subprocess.TimeoutExpired:
+                stop(signal.SIGKILL)
+                return child.wait()
 
 
 def target_name(target: list[str]) -> str:
@@ -429,6 +466,8 @@ def execute(options: RunOptions, console: Console) -> tuple[int, Path]:
     """Run every pass; returns (exit code, bundle directory)."""
     runner = Runner(options, console)
     reasons = availability()
+    if options.ranks is not None:
+        reasons.update(launch.unsupported(reasons))
     selected = list(options.collect) if options.collect is not None else [c for c in COLLECTORS if reasons[c] is None]
     for c in selected:
         if reasons[c] is not None:
@@ -446,6 +485,9 @@ def execute(options: RunOptions, console: Console) -> tuple[int, Path]:
         "collectors": {c: collector_status(reasons[c], c in selected) for c in COLLECTORS},
         "passes": [],
     }
+    if options.ranks is not None:
+        runner.manifest["launch"] = options.ranks.to_json()
+        runner.manifest["world_size"] = options.ranks.world_size
     if reasons["nvml"] is None:
         try:
             runner.manifest["gpu"] = nvml.device_info()
@@ -469,15 +511,24 @@ def execute(options: RunOptions, console: Console) -> tuple[int, Path]:
     passes = runner.manifest["passes"]
     first = passes[0]["exit_code"] if passes else None
     code = 128 + runner.interrupted if runner.interrupted and first in (None, 0) else shell_code(first)
+    if options.ranks is not None and passes:  # the job's code is that of the rank that failed first
+        failed = launch.failed_rank(runner.manifest, passes[0]["name"])
+        code = shell_code(failed[1]) if failed else code
+        runner.manifest["failed_rank"] = failed and {"rank": failed[0], "exit_code": failed[1]}
+    if runner.manifest.get("timed_out"):
+        code = launch.TIMEOUT_EXIT
     runner.manifest["exit_code"] = code
     runner.manifest["target_exit_code"] = first
-    runner.manifest["status"] = "interrupted" if runner.interrupted else "done"
+    runner.manifest["status"] = "interrupted" if runner.interrupted else "timed out" if runner.manifest.get("timed_out") else "done"
     runner.manifest["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     runner.manifest["step"] = (runner.manifest.get("light_pass") or {}).get("step_name") or options.step or next(
         (p["window_step"] for p in passes if p["window_step"]), None
     )
     runner.save()
     write_metrics(runner)
+    if options.ranks is not None and (why := launch.write_cross_rank(runner.bundle)):
+        runner.manifest["ranks_error"] = why
+        runner.save()
     return code, runner.bundle
 
 
@@ -492,6 +543,7 @@ def run_passes(runner: Runner, selected: list[str], reasons: dict[str, str | Non
         "step": options.step,
         "step_fn": options.step_fn,
         "tokens_per_step": options.tokens_per_step,
+        "ranks": options.ranks is not None,  # each rank writes into raw/rank<k>/ (perfdoctor.launch)
     }
     windowed = options.step is not None or options.step_fn is not None
 
@@ -523,7 +575,7 @@ def run_passes(runner: Runner, selected: list[str], reasons: dict[str, str | Non
 
     planned = [p for p in PASSES if (p == "light" and options.light) or (p in selected and reasons[p] is None)]
     for pass_name in planned:
-        if runner.interrupted:
+        if runner.interrupted or manifest.get("timed_out"):
             break
         if pass_name == "light":
             # The light pass samples NVML (and GPM) in perfdoctor's own process: measured on
@@ -532,6 +584,8 @@ def run_passes(runner: Runner, selected: list[str], reasons: dict[str, str | Non
             result = runner.run_pass("light", [], {**base, "windowed": windowed}, s)
             light = light_summary(result.results, options)
             manifest["light_pass"] = light
+            if options.ranks is not None:
+                launch.rank_lights(manifest, result.ranks, lambda r, w: light_summary(r, replace(options, warmup=w)), light, raw)
             if "modules" in result.results and light.get("module"):
                 # the chosen module call's series joins the named steps, where readers look
                 bundles.write_json_atomic(raw / "light.json", result.results)
@@ -573,14 +627,21 @@ def run_passes(runner: Runner, selected: list[str], reasons: dict[str, str | Non
             nvml_ok = nvml_ok or (s is not None and s.error is None)
             if s is not None and s.error:
                 manifest.setdefault("nvml_errors", []).append(f"torch: {s.error}")
-            record(result, "torch", torch_status(result, trace, runner.interrupted), files=[str(trace.relative_to(runner.bundle))])
+            if options.ranks is not None:
+                status, files = launch.trace_status(result.ranks, raw, bundles.TORCH_TRACE, lambda r, t: torch_status(
+                    PassResult("torch", result.command, r.get("exit_code", result.exit_code), stderr_tail=result.stderr_tail, results=r), t,
+                    runner.interrupted))
+                record(result, "torch", status, files=files)
+            else:
+                record(result, "torch", torch_status(result, trace, runner.interrupted), files=[str(trace.relative_to(runner.bundle))])
         elif pass_name == "nsys":
             run_nsys(runner, base, windowed, sampler("nsys", gpm=False), record)
         elif pass_name == "ncu":
             run_ncu(runner, base, record)
     for name, entry in manifest["collectors"].items():
         if entry.get("status") == "pending" and name != "nvml":
-            entry["status"] = f"failed: not run, the run was interrupted (signal {runner.interrupted})"
+            why = f"the run was interrupted (signal {runner.interrupted})" if runner.interrupted else "an earlier pass timed out (--timeout)"
+            entry["status"] = f"failed: not run, {why}"
     if use_nvml:
         files = sorted(str(p.relative_to(runner.bundle)) for p in raw.glob("nvml-*.jsonl"))
         errors = manifest.get("nvml_errors") or []

@@ -36,6 +36,8 @@ SEED_IDS = {
     # issue 20 (docs/rules-wild.md): capture traces, communication, queue delay, gradient buckets
     "capture-trace", "comm-overlap", "comm-share", "exposed-comm", "small-collectives", "queue-delay", "gradient-bucketing",
     "host-busy-in-gaps",  # issue 20 item 12: what the host ran while the GPU idled
+    # issue 17: several ranks
+    "straggler",
 }
 LAUNCH_RULES = {"memory-bubbles", "launch-rate", "launches-per-step", "short-kernels", "kernel-share"}
 # What telling someone "use CUDA graphs" looks like in a remediation.

@@ -13,7 +13,7 @@ from perfdoctor.io import check_outputs, write_json
 
 
 def analyze_command(
-    path: Path = typer.Argument(..., help="A Kineto trace (.json, .json.gz), an Nsight Systems export (.sqlite, .nsys-rep) or a run bundle."),
+    path: Path = typer.Argument(..., help="A Kineto trace (.json, .json.gz), an Nsight Systems export (.sqlite, .nsys-rep), a run bundle (several ranks too), or a folder of per-rank traces (*.pt.trace.json[.gz], as tensorboard_trace_handler writes them)."),
     step: Optional[str] = options.step(),
     json_out: Optional[Path] = options.json_out("metrics.json (schema perfdoctor.metrics/2)"),
     tokens_per_step: Optional[float] = options.tokens_per_step(),
@@ -25,6 +25,8 @@ def analyze_command(
     and the ranked findings of the rule packs.
 
     Example: perfdoctor analyze trace.json.gz --step decode_step --json metrics.json
+
+    Several ranks (a bundle of perfdoctor run --nproc-per-node, or a folder of per-rank traces): a table per rank, the straggler and the collective that waits for it, then the findings; --json writes perfdoctor.ranks/1.
     """
     from rich.console import Console
 
@@ -33,6 +35,11 @@ def analyze_command(
     from perfdoctor.reports.terminal import findings_renderable
 
     check_outputs([json_out], [path, *rules])  # never write over an input
+    from perfdoctor.ranks import is_multi_rank
+
+    if is_multi_rank(path):  # a multi-rank bundle or a folder of per-rank traces
+        _analyze_ranks(path, step, json_out, tokens_per_step, rules, threshold, workload)
+        return
     d = diagnose(path, step=step, tokens_per_step=tokens_per_step, rules=rules, thresholds=threshold, workload=workload)
     console = Console()
     # One gap table: the summary's, unless a finding prints the same table as its evidence.
@@ -40,4 +47,20 @@ def analyze_command(
     console.print(findings_renderable(d.findings, d.analysis))
     if json_out is not None:
         write_json(json_out, d.analysis.to_json())
+        note(f"wrote {json_out}")
+
+
+def _analyze_ranks(path: Path, step: Optional[str], json_out: Optional[Path], tokens_per_step: Optional[float],
+                   rules: List[Path], threshold: List[str], workload: Optional[str]) -> None:
+    from rich.console import Console
+
+    from perfdoctor.ranks import diagnose_ranks
+    from perfdoctor.reports.ranks import render_ranks
+
+    d = diagnose_ranks(path, step=step, tokens_per_step=tokens_per_step, rules=rules, thresholds=threshold, workload=workload)
+    render_ranks(d, Console())
+    if json_out is not None:
+        payload = d.view.to_json()
+        payload["findings"] = {str(r): [f.to_json() for f in found] for r, found in d.findings.items()}
+        write_json(json_out, payload)
         note(f"wrote {json_out}")

@@ -8,7 +8,8 @@ from typing import List, Optional
 import typer
 
 from perfdoctor.cli import options
-from perfdoctor.diff import diagnose_run, diff_runs, load_run
+from perfdoctor.diff import diagnose_run, diff_runs
+from perfdoctor.rankdiff import bundle_ranks, load_pair, paired_ranks
 from perfdoctor.io import check_outputs, write_json, write_text
 
 
@@ -30,7 +31,7 @@ def diff_command(
 
     Step-level samples (latency, GPU time, completion interval, kernels and launches per step) are compared with a Mann-Whitney U test and a bootstrap 95 % interval of the median ratio. Verdicts: improved, regressed, no significant change, or "inconclusive — need more steps" (fewer than 5 steps on a side; a single step is called out as such). A significant shift within the run-to-run noise floor (--noise-floor) is "no significant change": the test sees only the spread within each run, and two processes of one program differ by more than that under a tracer. When both runs are bundles with a light timing pass (no tracer), its latencies are compared too and lead the headline.
 
-    Kernels are matched by normalized name (template arguments, argument lists and numeric, hex or Triton suffixes removed), with count and time per step before and after, and the ones that appeared or vanished. The rules (seed pack plus --rules) run on both sides: findings fixed and new are listed. Runs on different drivers, CUDA or torch versions, step names or tokens per step get a loud warning. Runs that are not comparable (another GPU or vendor, world size or workload kind, a whole-trace window against steps) are said to be "not comparable" before anything else and get no verdict; steps that cover different fractions of the profiled span make the span's ratios (gpu_idle_ratio, kernel_time_ratio, ...) "not comparable", said first too. What changed in kernels and copies per step leads the report ("-1 kernel `x` per step (4 µs)"). Across vendors, kernels that find no partner by name are matched by family and op (GEMM, attention, all-reduce, ...), and the names that cannot be matched are listed. --workload sets the workload kind of both runs.
+    Kernels are matched by normalized name (template arguments, argument lists and numeric, hex or Triton suffixes removed), with count and time per step before and after, and the ones that appeared or vanished. The rules (seed pack plus --rules) run on both sides: findings fixed and new are listed. Runs on different drivers, CUDA or torch versions, step names or tokens per step get a loud warning. Runs that are not comparable (another GPU or vendor, world size or workload kind, a whole-trace window against steps) are said to be "not comparable" before anything else and get no verdict; steps that cover different fractions of the profiled span make the span's ratios (gpu_idle_ratio, kernel_time_ratio, ...) "not comparable", said first too. What changed in kernels and copies per step leads the report ("-1 kernel `x` per step (4 µs)"). Across vendors, kernels that find no partner by name are matched by family and op (GEMM, attention, all-reduce, ...), and the names that cannot be matched are listed. --workload sets the workload kind of both runs. Two multi-rank bundles of one world size are compared rank by rank (rank k with rank k).
 
     Exit codes: 0 the diff was produced (whatever it says; use `perfdoctor gate` to fail CI); 2 usage or input error.
 
@@ -41,14 +42,24 @@ def diff_command(
     from perfdoctor.reports.diff_report import print_terminal, render_markdown
 
     check_outputs([md, json_out], [before, after, *rules])  # never write over an input
-    before_run = load_run(before, step=step_before or step, tokens_per_step=tokens_per_step, workload=workload)
-    after_run = load_run(after, step=step_after or step, tokens_per_step=tokens_per_step, workload=workload)
-    if not no_rules:
-        diagnose_run(before_run, list(rules))
-        diagnose_run(after_run, list(rules))
-    result = diff_runs(before_run, after_run, options.fraction(noise_floor))
-    print_terminal(result, Console())
+    console = Console()
+    results = {}
+    for rank in paired_ranks(before, after):  # like ranks of multi-rank bundles, else the one pair
+        before_run = load_pair(before, rank, bundle_ranks(before), step=step_before or step,
+                               tokens_per_step=tokens_per_step, workload=workload)
+        after_run = load_pair(after, rank, bundle_ranks(after), step=step_after or step,
+                              tokens_per_step=tokens_per_step, workload=workload)
+        if not no_rules:
+            diagnose_run(before_run, list(rules))
+            diagnose_run(after_run, list(rules))
+        results[rank] = diff_runs(before_run, after_run, options.fraction(noise_floor))
+        if rank is not None:
+            console.rule(f"rank {rank}")
+        print_terminal(results[rank], console)
     if md is not None:
-        write_text(md, render_markdown(result))
+        write_text(md, "\n".join((f"## Rank {k}\n\n" if k is not None else "") + render_markdown(r) for k, r in results.items()))
     if json_out is not None:
-        write_json(json_out, result.to_json())
+        if list(results) == [None]:
+            write_json(json_out, results[None].to_json())
+        else:
+            write_json(json_out, {"schema": "perfdoctor.diff-ranks/1", "ranks": {str(k): r.to_json() for k, r in results.items()}})

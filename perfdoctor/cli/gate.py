@@ -11,7 +11,7 @@ from typing import List, Optional
 import typer
 
 from perfdoctor.cli import options
-from perfdoctor.diff import load_run
+from perfdoctor.rankdiff import bundle_ranks, load_pair, merge_gates, paired_ranks
 from perfdoctor.errors import UsageError
 from perfdoctor.gate import EXIT_USAGE, evaluate_gate, parse_budget, rule_checks
 from perfdoctor.io import check_outputs, write_json, write_text
@@ -52,10 +52,14 @@ def gate_command(
     if not budgets and not rules:
         raise UsageError("nothing to check: give --fail-on METRIC:+N% with --baseline RUN, and/or --rules PACK")
     check_outputs([junit, json_out], [run, baseline, *rules])  # never write over an input
-    this = load_run(run, step=step, tokens_per_step=tokens_per_step, workload=workload)
-    base = load_run(baseline, step=step, tokens_per_step=tokens_per_step, workload=workload) if baseline is not None else None
-    rule_results = rule_checks(this, rules, min_severity) if rules else None
-    result = evaluate_gate(this, base, budgets, rule_results, options.fraction(noise_floor))
+    per_rank = {}
+    for rank in paired_ranks(baseline, run) if baseline is not None else (bundle_ranks(run) or [None]):
+        this = load_pair(run, rank, bundle_ranks(run), step=step, tokens_per_step=tokens_per_step, workload=workload)
+        base = (load_pair(baseline, rank, bundle_ranks(baseline), step=step, tokens_per_step=tokens_per_step,
+                          workload=workload) if baseline is not None else None)
+        rule_results = rule_checks(this, rules, min_severity) if rules else None
+        per_rank[rank] = evaluate_gate(this, base, budgets, rule_results, options.fraction(noise_floor))
+    result = per_rank[None] if list(per_rank) == [None] else merge_gates(per_rank)  # a multi-rank gate: every rank's checks
 
     print_result(result)
     if junit is not None:

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from perfdoctor.cli import options
 from perfdoctor.errors import UsageError
+from perfdoctor.launch import Launch, from_command, from_nproc, is_torchrun_line
 from perfdoctor.run import RunOptions, check_importable, execute, parse_collect, parse_target
 
 
@@ -30,16 +31,20 @@ def run_command(
     nvml_interval_ms: int = typer.Option(50, "--nvml-interval-ms", min=5, help="NVML sampling period."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
     tokens_per_step: Optional[float] = options.tokens_per_step(declared="used when the program does not declare it (e.g. 1 for a Hugging Face generate step)"),
+    nproc_per_node: Optional[int] = typer.Option(None, "--nproc-per-node", min=1, help="Run N ranks under torchrun (--standalone), each under perfdoctor: one bundle with raw/rank<k>/. For your own torchrun line: perfdoctor run [OPTIONS] -- torchrun ... SCRIPT ARGS."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", min=1, help="Stop a pass still running after this many seconds (a hung rank) and exit 124; the bundle keeps what every rank wrote."),
 ) -> None:
     """Profile a program as it is: perfdoctor run [OPTIONS] SCRIPT [ARGS]... or -m MODULE [ARGS]...
 
     Runs the program once per pass (a light timing pass with no tracer, then the torch profiler, Nsight Systems and Nsight Compute, as available here), samples NVML alongside, and writes a run bundle (manifest.json, raw/, metrics.json) under --out. Everything after SCRIPT goes to the program. The exit code is the program's.
 
     Example: perfdoctor run --step decode_step --steps 20 infer.py --tokens 128
+
+    Several ranks: perfdoctor run --nproc-per-node 2 train.py, or perfdoctor run -- torchrun --nproc-per-node 2 train.py (then perfdoctor analyze BUNDLE shows every rank and the straggler).
     """
     if step_fn is not None and (":" not in step_fn or not all(step_fn.partition(":")[::2])):
         raise UsageError(f"--step-fn {step_fn!r}: expected module:function")
-    target = parse_target(list(args or []), module)
+    ranks, target = run_launch(list(args or []), module, nproc_per_node)
     check_importable(target, step_fn)
     options = RunOptions(
         target=target,
@@ -56,6 +61,8 @@ def run_command(
         nvml_interval_ms=nvml_interval_ms,
         quiet=quiet,
         tokens_per_step=tokens_per_step,
+        ranks=ranks,
+        timeout_s=timeout,
     )
     if not options.light and options.collect is not None and set(options.collect) <= {"nvml"}:
         raise UsageError("--no-light with only nvml collects nothing: keep the light pass or add a tracer")
@@ -69,3 +76,14 @@ def run_command(
     if not quiet:
         console.print(f"bundle written: {bundle}\nnext: perfdoctor analyze {bundle}", highlight=False, markup=False)
     raise typer.Exit(code)
+
+
+def run_launch(args: list[str], module: bool, nproc_per_node: Optional[int]) -> tuple[Optional[Launch], list[str]]:
+    """(how the ranks start, the target): a torchrun line after ``--``, ``--nproc-per-node``,
+    or a single process (no launch)."""
+    if is_torchrun_line(args) is not None:
+        if nproc_per_node is not None or module:
+            raise UsageError("give either a torchrun command line or --nproc-per-node/-m, not both")
+        return from_command(args)
+    target = parse_target(args, module)
+    return (from_nproc(nproc_per_node) if nproc_per_node is not None else None), target

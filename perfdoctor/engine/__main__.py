@@ -2,7 +2,8 @@
 
     python -m perfdoctor.engine --variant graph --tokens 256 --ctx 2048
 
-Loads (or draws) the weights, prefills a prompt, runs one short warm-up generation (which
+With ``--tp N`` under ``torchrun --nproc-per-node N`` each rank holds 1/N of every layer
+(``perfdoctor.engine.parallel``) and rank 0 prints. Loads (or draws) the weights, prefills a prompt, runs one short warm-up generation (which
 also captures the CUDA graph), then a timed one, and prints ms/token, tokens/s and the
 bandwidth achieved against the device's peak.
 """
@@ -18,6 +19,7 @@ from perfdoctor.engine.config import CONFIGS, BadInput
 from perfdoctor.engine.generate import generate, random_prompt
 from perfdoctor.engine.measure import Speed, peak_dram_bandwidth
 from perfdoctor.engine.model import Transformer
+from perfdoctor.engine.parallel import init_tp, tp_model
 from perfdoctor.engine.variants import VARIANTS
 from perfdoctor.engine.weights import load_tokenizer, model_weights
 
@@ -47,6 +49,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt-len", type=int, default=16, help="random prompt length in tokens (default 16)")
     p.add_argument("--prompt", default=None, help="prompt text (needs tokenizer.json in --weights)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights and prompt (default 0)")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks: run under torchrun --nproc-per-node N (NCCL on GPUs, gloo on CPU)")
     return p
 
 
@@ -56,6 +59,13 @@ def run(args: argparse.Namespace) -> None:
     if args.device == "cuda" and not torch.cuda.is_available():
         raise BadInput("--device cuda, but CUDA is not available")
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    rank = 0
+    if args.tp < 1:
+        raise BadInput("--tp must be at least 1")
+    if args.tp > 1:
+        if args.variant == "fused":
+            raise BadInput("--tp works with the eager and graph variants (the fused kernels assume one GPU's shapes)")
+        rank, device = init_tp(args.tp, device.type)
     dtype = DTYPES[args.dtype or ("bf16" if device.type == "cuda" else "fp32")]
     if args.tokens < 2:
         raise BadInput("--tokens must be at least 2 (the first token comes from the prefill)")
@@ -71,7 +81,7 @@ def run(args: argparse.Namespace) -> None:
     if prompt.shape[0] + args.tokens - 1 > args.ctx:
         raise BadInput(f"--ctx {args.ctx} is too small for a {prompt.shape[0]}-token prompt and {args.tokens} tokens")
 
-    model = Transformer.from_hf_state_dict(config, weights, args.ctx)
+    model = tp_model(config, weights, args.ctx, rank, args.tp) if args.tp > 1 else Transformer.from_hf_state_dict(config, weights, args.ctx)
     del weights
     step = VARIANTS[args.variant](model)
     generate(model, step, prompt, min(args.tokens, 8))  # warm-up (and graph capture)
@@ -80,6 +90,10 @@ def run(args: argparse.Namespace) -> None:
     peak = peak_dram_bandwidth(device.index or 0) if device.type == "cuda" else None
     speed = Speed.of(result.decode_s, result.decode_steps, result.bytes_per_step, peak)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    if rank != 0:  # every rank decodes the same tokens; one prints them
+        return
+    if args.tp > 1:
+        name = f"{args.tp} x {name} (tensor parallel, per-rank bytes)"
     print(
         f"{config.name} {args.variant} on {name}, {str(dtype).removeprefix('torch.')}, ctx {args.ctx}, "
         f"prompt {prompt.shape[0]}, {args.tokens} tokens, {result.bytes_per_step / 1e6:.1f} MB/step"
@@ -99,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     except BadInput as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    finally:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
     return 0
 
 

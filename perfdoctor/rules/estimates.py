@@ -61,6 +61,15 @@ def exposed_comm(analysis: Analysis, threshold: float | None, params: dict[str, 
     return Estimate(ms, f"median over steps of |communication| − |communication ∩ compute| = {ms:.3g} ms")
 
 
+def straggler_delay(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
+    """Balancing the ranks wins back the straggler's delay per step: that long every
+    other rank waits for it in a collective (``straggler_delay_ms``, :mod:`perfdoctor.ranks`)."""
+    ms = analysis.value("straggler_delay_ms")
+    if ms is None:
+        return Estimate(None, "needs straggler_delay_ms (several ranks of one job)")
+    return Estimate(ms, f"the straggler's median busy time − the other ranks' = {ms:.3g} ms the others wait per step")
+
+
 def idle_between_kernels(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
     """Bubbles between a step's GPU activities, less the gap that back-to-back replay still leaves.
 
@@ -226,4 +235,5 @@ ESTIMATES: dict[str, tuple[Callable[[Analysis, float | None, dict[str, Any]], Es
     "exposed_comm": (exposed_comm, ()),
     "softmax_time": (softmax_time, ()),
     "host_busy_gaps": (host_busy_gaps, ()),
+    "straggler_delay": (straggler_delay, ()),
 }

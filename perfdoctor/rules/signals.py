@@ -122,6 +122,19 @@ def host_busy_gap_ratio(analysis: Analysis) -> Metric:
     return Metric(b.ratio, "ratio", "python-stacks", note=f"{b.ms_per_step:.3g} ms per step (median){top}")
 
 
+def cross_rank(key: str, unit: str) -> Callable[[Analysis], Metric]:
+    """A cross-rank metric (:mod:`perfdoctor.ranks`): the value the cross-rank view put in
+    each rank's analysis; absent for a single-process trace."""
+
+    def read(analysis: Analysis) -> Metric:
+        m = analysis.metrics.get(key)
+        if m is not None:
+            return m
+        return Metric(None, unit, "cross-rank", reason="needs several ranks of one job (perfdoctor run --nproc-per-node N, or a folder of per-rank traces)")
+
+    return read
+
+
 SIGNALS: dict[str, tuple[str, Callable[[Analysis], Metric], str]] = {
     # key: (unit, function, one-line meaning for `perfdoctor rules explain`)
     "fp32_gemm_time_ratio": ("ratio", fp32_gemm_time_ratio, "share of GEMM time in kernels named fp32/tf32"),
@@ -131,6 +144,9 @@ SIGNALS: dict[str, tuple[str, Callable[[Analysis], Metric], str]] = {
     "bandwidth_floor_ms": ("ms", bandwidth_floor_ms, "declared bytes per step / device peak bandwidth"),
     "graph_replay_share": ("ratio", graph_replay_share, "share of step kernels replayed from a CUDA graph"),
     "host_busy_gap_ratio": ("ratio", host_busy_gap_ratio, "share of the steps' idle time the host ran Python (not waiting, not launching)"),
+    "straggler_delay_ms": ("ms", cross_rank("straggler_delay_ms", "ms"), "how much longer the slowest-working rank works per step than the others (perfdoctor.ranks)"),
+    "straggler_delay_ratio": ("ratio", cross_rank("straggler_delay_ratio", "ratio"), "straggler_delay_ms over the job's median traced step"),
+    "rank_step_spread_ratio": ("ratio", cross_rank("rank_step_spread_ratio", "ratio"), "(max − min) / median of the ranks' step_latency_ms_p50"),
 }
 
 KNOWN_INPUTS: dict[str, str] = {**METRIC_UNITS, **{k: unit for k, (unit, _, _) in SIGNALS.items()}}

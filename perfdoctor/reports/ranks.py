@@ -1,0 +1,78 @@
+"""The terminal report of a multi-rank job: one row per rank, the straggler, the findings.
+
+What ``perfdoctor analyze`` prints for a multi-rank bundle or a folder of per-rank traces
+(:mod:`perfdoctor.ranks`): the rank table (step time from the light pass and traced,
+busy time, communication and its exposed part, overlap, collectives), the straggler with
+its delay and the collective that waits for it, which rules fail on which ranks, then the
+ranked findings of the rank that waits most (where communication problems show).
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from perfdoctor.ranks import RankDiagnosis
+from perfdoctor.text import clean
+
+
+def _num(v: object, digits: int = 4) -> str:
+    return "—" if v is None or (isinstance(v, float) and v != v) else f"{float(v):.{digits}g}"  # type: ignore[arg-type]
+
+
+def rank_table(d: RankDiagnosis) -> Table:
+    view = d.view
+    title = (f"Ranks ({len(view.runs)} of world size {view.world_size if view.world_size is not None else 'unknown'}, {view.source}); "
+             "ms per step, medians: step (light pass), traced step, busy = traced − exposed")
+    t = Table(title=title, title_justify="left")
+    for col in ("rank", "device", "step", "traced", "busy", "comm", "exposed", "overlap", "colls", "µs/coll"):
+        t.add_column(col, justify="left" if col == "device" else "right")
+    straggler = view.straggler.rank if view.straggler is not None else None
+    for row in view.table().to_dict("records"):
+        style = "bold yellow" if row["rank"] == straggler else None
+        t.add_row(
+            str(row["rank"]), clean(str(row["device"] or "—")), _num(row["step_ms_p50"]), _num(row["traced_step_ms_p50"]),
+            _num(row["busy_ms_p50"]), _num(row["comm_ms_p50"]), _num(row["exposed_comm_ms_p50"]),
+            _num(row["comm_overlap"], 2), _num(row["collectives_per_step"]), _num(row["mean_collective_us"]), style=style,
+        )
+    return t
+
+
+def straggler_lines(d: RankDiagnosis) -> list[str]:
+    view, s = d.view, d.view.straggler
+    sources = sorted(set(view.comm_source.values()))
+    lines = [f"communication from: {clean('; '.join(sources))}"]
+    if s is None:
+        lines.append(f"straggler: none measured ({clean(view.straggler_reason or '')})")
+        return lines
+    lines.append(
+        f"straggler: rank {s.rank}, works {s.delay_ms:.3g} ms longer per step than the others "
+        f"({s.busy_ms:.3g} vs {s.others_busy_ms:.3g} ms busy; {s.delay_ratio:.1%} of the step; the busiest rank in {s.step_share:.0%} of the steps)"
+    )
+    if s.collective is not None:
+        c = s.collective
+        ranks = ", ".join(str(r) for r in c.waiting_ranks)
+        lines.append(
+            f"waits for it: {clean(c.name)} (#{c.index + 1} of {c.per_step} collectives per step) takes {c.wait_ms:.3g} ms longer "
+            f"on rank{'s' if len(c.waiting_ranks) > 1 else ''} {ranks} than on rank {s.rank}"
+        )
+    return lines
+
+
+def render_ranks(d: RankDiagnosis, console: Console) -> None:
+    """Everything ``perfdoctor analyze`` prints for several ranks."""
+    from perfdoctor.reports.terminal import findings_renderable
+
+    console.print(rank_table(d))
+    for line in straggler_lines(d):
+        console.print(Text(line))
+    failing = d.failing()
+    if failing:
+        console.print(Text("fails on: " + "; ".join(f"{rule} (rank{'s' if len(r) > 1 else ''} {', '.join(map(str, r))})" for rule, r in failing.items())))
+    console.print(Text(""))
+    console.print(Text(f"Findings of rank {d.report_rank} (the rank with the most exposed communication)", style="bold"))
+    run = next(r for r in d.view.runs if r.rank == d.report_rank)
+    console.print(findings_renderable(d.findings[d.report_rank], run.analysis))
+    for w in d.view.warnings:
+        console.print(Text(f"warning: {clean(w)}", style="yellow"))
