@@ -32,6 +32,7 @@ import pandas as pd
 from perfdoctor.errors import UsageError
 from perfdoctor.names import match_keys
 from perfdoctor.metrics import HIGHER_IS_BETTER, METRIC_UNITS, Analysis, jsonable
+from perfdoctor.processes import ONE_PROCESS_NOTE, ProcessComparison, compare_runs
 from perfdoctor.profile import Profile
 from perfdoctor.stats import Comparison, compare_samples
 
@@ -538,6 +539,8 @@ class Diff:
     facts_before: dict[str, Any]
     facts_after: dict[str, Any]
     findings: FindingsDiff | None
+    # over processes (perfdoctor.processes), when both runs are bundles with light passes
+    processes: dict[str, ProcessComparison] = field(default_factory=dict)
 
     def metric(self, key: str) -> MetricChange:
         return next(m for m in self.metrics if m.key == key)
@@ -552,9 +555,18 @@ class Diff:
     def verdict(self) -> str:
         """One line on step latency: the headline a PR comment starts with.
 
-        From the light timing pass (no tracer) when both runs have one — tracing inflates
-        the step time of launch-bound code 2-3x — else from the traced steps.
+        Over processes when both runs are repeated bundles (``perfdoctor run --repeat``);
+        else from the light timing pass (no tracer) when both runs have one — tracing
+        inflates the step time of launch-bound code 2-3x — else from the traced steps. A
+        bundle of one process says it cannot tell process noise from a change.
         """
+        p50 = self.processes.get("step_latency_ms_p50")
+        if p50 is not None and p50.repeated:
+            return f"step latency p50 over processes (light pass, no tracer): {p50.verdict}, {p50.reason}"
+        note = f"; {ONE_PROCESS_NOTE}" if p50 is not None else ""
+        return self._step_verdict() + note
+
+    def _step_verdict(self) -> str:
         name = "light_step_latency_ms" if "light_step_latency_ms" in self.samples else "step_latency_ms"
         what = "step latency (light pass, no tracer)" if name.startswith("light") else "step latency"
         c = self.samples.get(name)
@@ -584,6 +596,7 @@ class Diff:
                 "samples": {k: dict(c.to_json(), unit=SAMPLE_UNITS.get(k)) for k, c in self.samples.items()},
                 "kernels": self.kernels.to_json(),
                 "findings": self.findings.to_json() if self.findings else None,
+                "processes": {k: c.to_json() for k, c in self.processes.items()},
             }
         )
 
@@ -653,4 +666,5 @@ def diff_runs(before: Run, after: Run, noise_floor: float | None = None) -> Diff
         facts_before=run_facts(before),
         facts_after=run_facts(after),
         findings=compare_findings(before, after),
+        processes=compare_runs(before.manifest, after.manifest) if before.manifest and after.manifest else {},
     )

@@ -30,10 +30,13 @@ def run_command(
     nvml_interval_ms: int = typer.Option(50, "--nvml-interval-ms", min=5, help="NVML sampling period."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
     tokens_per_step: Optional[float] = options.tokens_per_step(declared="used when the program does not declare it (e.g. 1 for a Hugging Face generate step)"),
+    repeat: int = options.REPEAT,
 ) -> None:
     """Profile a program as it is: perfdoctor run [OPTIONS] SCRIPT [ARGS]... or -m MODULE [ARGS]...
 
     Runs the program once per pass (a light timing pass with no tracer, then the torch profiler, Nsight Systems and Nsight Compute, as available here), samples NVML alongside, and writes a run bundle (manifest.json, raw/, metrics.json) under --out. Everything after SCRIPT goes to the program. The exit code is the program's.
+
+    With --repeat N the light pass runs N times, each a fresh process, and the traced passes once: diff and gate then compare the runs over processes (a confidence interval of the ratio of per-process medians), which is what a CI budget needs (docs/ci.md).
 
     Example: perfdoctor run --step decode_step --steps 20 infer.py --tokens 128
     """
@@ -56,7 +59,10 @@ def run_command(
         nvml_interval_ms=nvml_interval_ms,
         quiet=quiet,
         tokens_per_step=tokens_per_step,
+        repeat=repeat,
     )
+    if repeat > 1 and not light:
+        raise UsageError("--repeat repeats the light timing pass: it cannot go with --no-light")
     if not options.light and options.collect is not None and set(options.collect) <= {"nvml"}:
         raise UsageError("--no-light with only nvml collects nothing: keep the light pass or add a tracer")
     console = Console(stderr=True)
