@@ -654,11 +654,18 @@ def diff_runs(before: Run, after: Run, noise_floor: float | None = None) -> Diff
     """
     samples = compare_step_samples(before.analysis, after.analysis, noise_floor)
     mismatches, unknown = check_comparable(before, after)
+    processes = compare_runs(before.manifest, after.manifest) if before.manifest and after.manifest else {}
+    metrics = compare_metrics(before.analysis, after.analysis, samples) + light_metrics(before.analysis, after.analysis, samples)
+    for m in metrics:
+        # Repeated bundles: a latency percentile's verdict is the one over processes (the
+        # values stay the first process's, as in its metrics.json).
+        over = processes.get(m.key.removeprefix(LIGHT_PREFIX))
+        if over is not None and over.repeated and m.verdict is not None:
+            m.verdict, m.sample, m.reason = over.verdict, "processes", over.reason
     return Diff(
         before=before.label,
         after=after.label,
-        metrics=compare_metrics(before.analysis, after.analysis, samples)
-        + light_metrics(before.analysis, after.analysis, samples),
+        metrics=metrics,
         samples=samples,
         kernels=compare_kernels(before.analysis, after.analysis),
         mismatches=mismatches,
@@ -666,5 +673,5 @@ def diff_runs(before: Run, after: Run, noise_floor: float | None = None) -> Diff
         facts_before=run_facts(before),
         facts_after=run_facts(after),
         findings=compare_findings(before, after),
-        processes=compare_runs(before.manifest, after.manifest) if before.manifest and after.manifest else {},
+        processes=processes,
     )
