@@ -54,12 +54,15 @@ def _first_process(manifest: dict[str, Any]) -> dict[str, Any]:
     return entry
 
 
+def repeat_of(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's ``repeat``, begun with process 1 (the ordinary light pass) if new."""
+    return manifest.setdefault("repeat", {"order": ["light"], "processes": [_first_process(manifest)]})
+
+
 def add_process(runner: Runner) -> dict[str, Any]:
     """Run one more light process into ``runner``'s bundle; returns its ``repeat.processes`` entry."""
     manifest, raw = runner.manifest, runner.raw
-    repeat = manifest.setdefault(
-        "repeat", {"requested": runner.options.repeat, "order": ["light"], "processes": [_first_process(manifest)]}
-    )
+    repeat = repeat_of(manifest)
     name = f"light-{len(repeat['order']) + 1}"
     config = json.loads((raw / "light.config.json").read_text())  # as process 1 ran
     for key in ("pass", "results", "progress_fd"):
@@ -109,13 +112,24 @@ def summarize(runner: Runner) -> None:
         bundles.write_json_atomic(metrics_file, doc)
 
 
-def run_more(runner: Runner, count: int) -> None:
-    """``count`` more light processes after the first pass set (``run --repeat``)."""
-    for _ in range(count):
-        if runner.interrupted:
-            break
-        add_process(runner)
-        _say_process(runner)
+def run_repeated(options: RunOptions, repeat: int, console: Console) -> tuple[int, Path]:
+    """``perfdoctor run --repeat N``: every pass once (:func:`perfdoctor.run.execute`), then
+    N - 1 more light processes into the same bundle. Returns (exit code, bundle): the
+    program's, as for one run, or 128 + N when signal N stopped the repeats."""
+    code, bundle = execute(options, console)
+    runner = reopen(bundle, options, console)
+    with runner.forwarding_signals():
+        for _ in range(repeat - 1):
+            if runner.interrupted or code != 0:  # a failed program: its repeats would fail alike
+                break
+            add_process(runner)
+            _say_process(runner)
+    repeat_of(runner.manifest)["requested"] = repeat
+    if runner.interrupted:
+        runner.manifest["status"] = "interrupted"
+        code = code or 128 + runner.interrupted
+    summarize(runner)
+    return code, bundle
 
 
 def _say_process(runner: Runner) -> None:
@@ -140,11 +154,11 @@ def compare_programs(a: RunOptions, b: RunOptions, repeat: int, console: Console
     code: 0, else the first non-zero program exit; bundle A, bundle B)."""
     sides = []
     for options, tag in ((a, "A"), (b, "B")):
-        named = replace(options, repeat=1, name=f"{options.name or target_name(options.target)}-{tag}")
+        named = replace(options, name=f"{options.name or target_name(options.target)}-{tag}")
         code, bundle = execute(named, console)
-        sides.append((code, reopen(bundle, replace(named, repeat=repeat), console)))
+        sides.append((code, reopen(bundle, named, console)))
     runners = [r for _, r in sides]
-    for _ in range(repeat - 1):
+    for _ in range(repeat - 1 if all(c == 0 for c, _ in sides) else 0):
         if any(r.interrupted for r in runners):
             break
         for runner in runners:
@@ -153,6 +167,7 @@ def compare_programs(a: RunOptions, b: RunOptions, repeat: int, console: Console
             _say_process(runner)
     interrupted = next((r.interrupted for r in runners if r.interrupted), None)
     for runner in runners:
+        repeat_of(runner.manifest)["requested"] = repeat
         if interrupted and runner.manifest.get("status") == "done":
             runner.manifest["status"] = "interrupted"
         summarize(runner)

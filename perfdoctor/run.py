@@ -72,7 +72,6 @@ class RunOptions:
     nvml_interval_ms: int = 50
     quiet: bool = False
     tokens_per_step: float | None = None
-    repeat: int = 1  # light passes, each a fresh process (perfdoctor.repeats)
 
 
 @dataclass
@@ -442,9 +441,7 @@ def collector_status(reason: str | None, selected: bool) -> dict[str, Any]:
 
 
 def execute(options: RunOptions, console: Console) -> tuple[int, Path]:
-    """Run every pass (the light pass ``options.repeat`` times); returns (exit code, bundle directory)."""
-    from perfdoctor import repeats  # it builds on this module: imported here, not at its top
-
+    """Run every pass; returns (exit code, bundle directory)."""
     runner = Runner(options, console)
     reasons = availability()
     selected = list(options.collect) if options.collect is not None else [c for c in COLLECTORS if reasons[c] is None]
@@ -476,7 +473,6 @@ def execute(options: RunOptions, console: Console) -> tuple[int, Path]:
     try:
         with runner.forwarding_signals():
             run_passes(runner, selected, reasons)
-            repeats.run_more(runner, options.repeat - 1)
     except Exception as exc:
         # A perfdoctor bug: keep the bundle readable and say so, then show the traceback.
         runner.manifest["status"] = f"error: {type(exc).__name__}: {exc}"
@@ -494,7 +490,6 @@ def execute(options: RunOptions, console: Console) -> tuple[int, Path]:
     )
     runner.save()
     write_metrics(runner)
-    repeats.summarize(runner)
     return code, runner.bundle
 
 

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from perfdoctor.cli import options
 from perfdoctor.errors import UsageError
+from perfdoctor.repeats import run_repeated
 from perfdoctor.run import RunOptions, check_importable, execute, parse_collect, parse_target
 
 
@@ -59,7 +60,6 @@ def run_command(
         nvml_interval_ms=nvml_interval_ms,
         quiet=quiet,
         tokens_per_step=tokens_per_step,
-        repeat=repeat,
     )
     if repeat > 1 and not light:
         raise UsageError("--repeat repeats the light timing pass: it cannot go with --no-light")
@@ -67,7 +67,7 @@ def run_command(
         raise UsageError("--no-light with only nvml collects nothing: keep the light pass or add a tracer")
     console = Console(stderr=True)
     try:
-        code, bundle = execute(options, console)
+        code, bundle = run_repeated(options, repeat, console) if repeat > 1 else execute(options, console)
     except OSError as exc:
         # The bundle folder cannot be made or written (read-only, --out is a file, disk full).
         where = f": {exc.filename}" if exc.filename else ""
