@@ -11,7 +11,7 @@ trial to trial so drift hits both alike:
     ``perfdoctor gate B --baseline A --fail-on step_latency_ms_p50:+BUDGET%``: must pass;
   - ``slow``: the same with B = ``A --slow SLOW``: must fail.
 
-The table gives, per condition, how many trials passed and failed the gate (and how many of
+Each trial records the 1-minute load average at its end. The table gives, per condition, how many trials passed and failed the gate (and how many of
 the passes were "inconclusive"), the median ratio and interval width, and the spread of
 the per-process medians (coefficient of variation). From the per-process medians of all
 ``same`` trials it also resamples how often a gate with 2, 3, 5 or 8 processes per side
@@ -95,6 +95,8 @@ def main() -> None:
         for cond in order:
             with tempfile.TemporaryDirectory() as tmp:
                 r = trial(Path(tmp), a, conditions[cond], args.repeat, args.budget)
+            # the machine's load when the trial ended: a shared runner's noise, on record
+            r["ended"], r["loadavg_1min"] = time.strftime("%H:%M:%S", time.gmtime()), os.getloadavg()[0]
             results[cond].append(r)
             print(f"trial {t + 1:2d} {cond}: {r['status']:4s} {r['ratio']:.3f} [{r['low']:.3f}, {r['high']:.3f}] {r['verdict']}",
                   file=sys.stderr, flush=True)
