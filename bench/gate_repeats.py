@@ -60,7 +60,7 @@ def trial(work: Path, a: str, b: str, repeat: int, budget: float) -> dict:
     return {
         "exit_code": gate.returncode, "status": check["status"], "verdict": check["details"]["verdict"],
         "ratio": p["ratio"]["value"], "low": p["ratio"]["low"], "high": p["ratio"]["high"],
-        "before": p["before"]["values"], "after": p["after"]["values"],
+        "before": p["before"]["values"], "after": p["after"]["values"], "test": p["test"],
     }
 
 
@@ -100,7 +100,13 @@ def main() -> None:
             results[cond].append(r)
             print(f"trial {t + 1:2d} {cond}: {r['status']:4s} {r['ratio']:.3f} [{r['low']:.3f}, {r['high']:.3f}] {r['verdict']}",
                   file=sys.stderr, flush=True)
+        doc = report(args, results, started)  # after every trial: a stopped bench keeps what it measured
+        args.json.write_text(json.dumps(doc, indent=1))
+    show(args, doc)
 
+
+def report(args: argparse.Namespace, results: dict[str, list[dict]], started: float) -> dict:
+    """The JSON document: per condition, the gate's outcomes; the resampled repeats table."""
     rows = []
     for cond, rs in results.items():
         cvs = [float(np.std(r[side], ddof=1) / np.mean(r[side])) for r in rs for side in ("before", "after")]
@@ -112,7 +118,7 @@ def main() -> None:
             "median_ci_width": statistics.median(r["high"] - r["low"] for r in rs),
             "median_process_cv": statistics.median(cvs),
         })
-    pool = np.asarray([v for r in results["same"] for side in ("before", "after") for v in r[side]])
+    pool = np.asarray([v for r in results["same"] for side in ("before", "after") for v in r[side]] or [1.0])
     rng = np.random.default_rng(0)
     needed = []
     for budget in (5.0, 10.0):
@@ -121,21 +127,23 @@ def main() -> None:
                 ok, caught = gate_rates(pool, n, 2 * budget, budget, 2000, rng)
                 needed.append({"budget_pct": budget, "slowdown_pct": 2 * budget, "processes": n,
                                "passes_a_vs_a": ok, "fails_a_vs_slow": caught})
-    doc = {
+    return {
         "bench": "gate_repeats", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
         "machine": f"{platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
         "command": " ".join(["python", "bench/gate_repeats.py", *sys.argv[1:]]),
         "args": {k: str(v) for k, v in vars(args).items()}, "seconds": round(time.time() - started),
         "summary": rows, "repeats_needed": needed, "trials": results,
     }
-    args.json.write_text(json.dumps(doc, indent=1))
 
+
+def show(args: argparse.Namespace, doc: dict) -> None:
+    rows, needed = doc["summary"], doc["repeats_needed"]
     print(f"gate step_latency_ms_p50:+{args.budget:g}%, --repeat {args.repeat}, {args.trials} trials, {doc['seconds']} s")
     print(f"{'condition':10s} {'passed':>7s} {'failed':>7s} {'inconcl.':>9s} {'ratio':>7s} {'CI width':>9s} {'proc CV':>8s}")
     for r in rows:
         print(f"{r['condition']:10s} {r['passed']:7d} {r['failed']:7d} {r['inconclusive']:9d} {r['median_ratio']:7.3f} "
               f"{r['median_ci_width']:9.3f} {r['median_process_cv']:8.1%}")
-    print(f"\nresampled from {len(pool)} per-process medians of the 'same' trials (2000 draws each):")
+    print(f"\nresampled from {sum(2 * len(r['before']) for r in doc['trials']['same'])} per-process medians of the 'same' trials (2000 draws each):")
     print(f"{'budget':>7s} {'slowdown':>9s} {'processes':>10s} {'A vs A passes':>14s} {'A vs slow fails':>16s}")
     for r in needed:
         print(f"{r['budget_pct']:6g}% {r['slowdown_pct']:8g}% {r['processes']:10d} {r['passes_a_vs_a']:14.1%} {r['fails_a_vs_slow']:16.1%}")

@@ -19,7 +19,10 @@ A process left out of the statistics (it failed, or its step was a different one
 Here, each process gives one number per metric — its p50 (or p90, p99) step latency — and
 two runs are compared by the ratio of their geometric means over processes with a Welch
 t-interval on the logarithms (:func:`perfdoctor.stats.welch_log_ratio`, which says why not
-a bootstrap). A budget (``step_latency_ms_p50:+5%``) fails only when the whole interval lies
+a bootstrap). The two bundles of one ``compare-programs`` run (``repeat.pairing``: the same
+id, sides A and B) ran their processes interleaved, A1 B1 A2 B2 ...: they are compared
+pair by pair (:func:`perfdoctor.stats.paired_log_ratio`), so what drifts between pairs —
+another job's load on a shared runner — cancels. A budget (``step_latency_ms_p50:+5%``) fails only when the whole interval lies
 beyond it; an interval that straddles it is "inconclusive — too few processes for the
 budget", with an estimate of how many processes per side would decide it. A bundle without
 ``repeat`` is one process: it keeps the step-level comparison of :mod:`perfdoctor.diff`,
@@ -35,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from perfdoctor.errors import UsageError
-from perfdoctor.stats import LogRatioInterval, t_ppf, welch_log_ratio
+from perfdoctor.stats import LogRatioInterval, paired_log_ratio, t_ppf, welch_log_ratio
 
 LEVEL = 0.95
 MIN_PROCESSES = 2  # a spread over processes needs two of them per side
@@ -48,33 +51,46 @@ ONE_PROCESS_NOTE = (
 )
 
 
-def process_latencies(manifest: dict[str, Any], where: str = "manifest.json") -> list[list[float]]:
-    """Each included process's steady step latencies (ms), from a bundle manifest.
-
-    A bundle without ``repeat`` is its light pass alone (one process, or none when it has no
-    light pass). A ``repeat`` of the wrong shape is a UsageError naming the field.
-    """
+def _all_processes(manifest: dict[str, Any], where: str) -> list[list[float] | None]:
+    """Every process in run order: its steady step latencies, or None when it is excluded
+    or has no steps. A ``repeat`` of the wrong shape is a UsageError naming the field."""
     repeat = manifest.get("repeat")
     if repeat is None:
         lat = (manifest.get("light_pass") or {}).get("step_latency_ms")
         return [list(lat)] if lat else []
     if not isinstance(repeat, dict) or not isinstance(repeat.get("processes"), list):
         raise UsageError(f"{where}: field 'repeat.processes': expected a list of processes")
-    out = []
+    out: list[list[float] | None] = []
     for i, proc in enumerate(repeat["processes"]):
         if not isinstance(proc, dict):
             raise UsageError(f"{where}: field 'repeat.processes[{i}]': expected a JSON object")
-        if proc.get("excluded"):
-            continue
-        lat = proc.get("step_latency_ms")
-        ok = isinstance(lat, list) and all(
+        lat = None if proc.get("excluded") else proc.get("step_latency_ms")
+        ok = lat is None or isinstance(lat, list) and all(
             isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0 for x in lat
         )
         if not ok:
             raise UsageError(f"{where}: field 'repeat.processes[{i}].step_latency_ms': expected a list of positive numbers")
-        if lat:
-            out.append([float(x) for x in lat])
+        out.append([float(x) for x in lat] if lat else None)
     return out
+
+
+def process_latencies(manifest: dict[str, Any], where: str = "manifest.json") -> list[list[float]]:
+    """Each included process's steady step latencies (ms), from a bundle manifest.
+
+    A bundle without ``repeat`` is its light pass alone (one process, or none when it has no
+    light pass).
+    """
+    return [lat for lat in _all_processes(manifest, where) if lat is not None]
+
+
+def pairing(manifest_before: dict[str, Any], manifest_after: dict[str, Any]) -> str | None:
+    """The id of the ``compare-programs`` run both bundles come from (their processes ran
+    interleaved, pair k side by side), or None."""
+    pb, pa = ((m.get("repeat") or {}).get("pairing") if isinstance(m.get("repeat"), dict) else None
+              for m in (manifest_before, manifest_after))
+    if isinstance(pb, dict) and isinstance(pa, dict) and pb.get("id") and pb.get("id") == pa.get("id") and pb.get("side") != pa.get("side"):
+        return str(pb["id"])
+    return None
 
 
 def per_process(latencies: list[list[float]], q: float) -> list[float]:
@@ -102,6 +118,7 @@ class ProcessComparison:
     interval: LogRatioInterval | None  # None below MIN_PROCESSES on a side
     verdict: str  # "regressed" | "improved" | "no significant change" | "inconclusive"
     reason: str
+    paired: bool = False  # before[k] and after[k] ran side by side (compare-programs)
 
     @property
     def repeated(self) -> bool:
@@ -115,7 +132,8 @@ class ProcessComparison:
             "after": spread(self.after),
             "verdict": self.verdict,
             "reason": self.reason,
-            "test": "welch t-interval on log per-process values",
+            "test": "paired t-interval on log ratios of interleaved process pairs" if self.paired
+            else "welch t-interval on log per-process values",
         }
         if self.interval is not None:
             i = self.interval
@@ -123,42 +141,57 @@ class ProcessComparison:
         return out
 
 
-def compare_processes(metric: str, before: list[float], after: list[float], level: float = LEVEL) -> ProcessComparison:
+def compare_processes(metric: str, before: list[float], after: list[float], level: float = LEVEL,
+                      paired: bool = False) -> ProcessComparison:
     """Latency-like metric (lower is better) over processes: regressed when the whole
     interval of after/before lies above 1, improved when below, else no significant change;
-    inconclusive with fewer than two processes on a side."""
+    inconclusive with fewer than two processes on a side. ``paired``: ``before[k]`` and
+    ``after[k]`` ran side by side, and the interval is the paired one (what drifts between
+    pairs cancels); else Welch's."""
     if min(len(before), len(after)) < MIN_PROCESSES:
         why = ONE_PROCESS_NOTE if min(len(before), len(after)) == 1 else "no process with steps on one side"
         return ProcessComparison(metric, before, after, None, "inconclusive", f"inconclusive — {why}")
-    i = welch_log_ratio(before, after, level)
-    ci = f"{i.ratio:.3f}x ({i.level:.0%} CI {i.low:.3f}–{i.high:.3f}, {i.n_before} vs {i.n_after} processes)"
+    i = paired_log_ratio(before, after, level) if paired else welch_log_ratio(before, after, level)
+    what = f"{i.n_before} interleaved pairs" if paired else f"{i.n_before} vs {i.n_after} processes"
+    ci = f"{i.ratio:.3f}x ({i.level:.0%} CI {i.low:.3f}–{i.high:.3f}, {what})"
     if i.low > 1.0:
-        return ProcessComparison(metric, before, after, i, "regressed", f"{ci}: the interval lies above 1")
-    if i.high < 1.0:
-        return ProcessComparison(metric, before, after, i, "improved", f"{ci}: the interval lies below 1")
-    return ProcessComparison(metric, before, after, i, "no significant change", f"{ci}: the interval contains 1")
+        verdict, why = "regressed", "the interval lies above 1"
+    elif i.high < 1.0:
+        verdict, why = "improved", "the interval lies below 1"
+    else:
+        verdict, why = "no significant change", "the interval contains 1"
+    return ProcessComparison(metric, before, after, i, verdict, f"{ci}: {why}", paired)
 
 
 def compare_runs(manifest_before: dict[str, Any], manifest_after: dict[str, Any]) -> dict[str, ProcessComparison]:
-    """Every process metric both bundles can give (empty when either side has no process)."""
-    lb, la = process_latencies(manifest_before, "baseline manifest.json"), process_latencies(manifest_after, "manifest.json")
+    """Every process metric both bundles can give (empty when either side has no process).
+    Bundles of one ``compare-programs`` run are compared pair by pair (a pair with an
+    excluded process is left out); any others, side against side."""
+    wb, wa = "baseline manifest.json", "manifest.json"
+    pb, pa = _all_processes(manifest_before, wb), _all_processes(manifest_after, wa)
+    paired = pairing(manifest_before, manifest_after) is not None and len(pb) == len(pa)
+    if paired:
+        pairs = [(b, a) for b, a in zip(pb, pa) if b is not None and a is not None]
+        pb, pa = [b for b, _ in pairs], [a for _, a in pairs]
+    lb, la = [x for x in pb if x is not None], [x for x in pa if x is not None]
     if not lb or not la:
         return {}
-    return {m: compare_processes(m, per_process(lb, q), per_process(la, q)) for m, q in PROCESS_METRICS.items()}
+    return {m: compare_processes(m, per_process(lb, q), per_process(la, q), paired=paired) for m, q in PROCESS_METRICS.items()}
 
 
-def processes_needed(interval: LogRatioInterval, bound: float, level: float = LEVEL, most: int = 200) -> int | None:
+def processes_needed(interval: LogRatioInterval, bound: float, level: float = LEVEL, most: int = 200,
+                     paired: bool = False) -> int | None:
     """Processes per side for the interval to clear ``bound`` (a ratio), if the observed
-    ratio and spread stay as they are: the smallest n with ``t(df) * s * sqrt(2/n) <
-    |log ratio - log bound|``, s the pooled log spread per process. None when the ratio sits
-    on the bound (no n decides it) or beyond ``most``."""
+    ratio and spread stay as they are: the smallest n with ``t(df(n)) * se(n) < |log ratio -
+    log bound|``, where ``se(n) = se * sqrt(n0 / n)`` scales the observed standard error
+    from its n0 processes per side, and df is ``2n - 2`` (Welch, about) or ``n - 1``
+    (paired). None when the ratio sits on the bound (no n decides it) or beyond ``most``."""
     gap = abs(math.log(interval.ratio) - math.log(bound))
     n0 = (interval.n_before + interval.n_after) / 2.0
-    s = interval.se_log * math.sqrt(n0 / 2.0)  # per-process log spread, from se = s * sqrt(2/n)
     if gap == 0.0:
         return None
     for n in range(MIN_PROCESSES, most + 1):
-        if t_ppf(0.5 + level / 2.0, 2 * n - 2) * s * math.sqrt(2.0 / n) < gap:
+        if t_ppf(0.5 + level / 2.0, n - 1 if paired else 2 * n - 2) * interval.se_log * math.sqrt(n0 / n) < gap:
             return n
     return None
 
@@ -190,7 +223,7 @@ def judge_budget(comp: ProcessComparison, bound: float, sign: int, budget_text: 
         better = i.high < 1.0 if sign > 0 else i.low > 1.0
         verdict = "improved" if better else "no significant change"
         return BudgetJudgement("pass", verdict, f"within budget: {ci}, all on the allowed side of {bound:.3f} ({verdict})")
-    n = processes_needed(i, bound)
+    n = processes_needed(i, bound, paired=comp.paired)
     more = f"about {n} processes per side would decide it at this spread" if n else "the ratio sits on the budget"
     return BudgetJudgement(
         "pass", "inconclusive — too few processes for the budget",

@@ -14,6 +14,7 @@ process's step series, laid out as::
                                             "steady_start", "warmup", "exit_code",
                                             "step_latency_ms": [steady steps, ms]}
                                            | {..., "excluded": "why"}],
+                             "pairing": {"id", "side": "A" | "B"} (compare-programs only),
                              "summary": {"step_latency_ms_p50": {"values": [one per
                                          process], "median", "min", "max",
                                          "max_over_min", "cv", "processes"}, ...p90, p99}}
@@ -31,6 +32,7 @@ How two repeated bundles are compared is :mod:`perfdoctor.processes`.
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -166,8 +168,10 @@ def compare_programs(a: RunOptions, b: RunOptions, repeat: int, console: Console
                 add_process(runner)
             _say_process(runner)
     interrupted = next((r.interrupted for r in runners if r.interrupted), None)
-    for runner in runners:
-        repeat_of(runner.manifest)["requested"] = repeat
+    pair_id = uuid.uuid4().hex
+    for runner, side in zip(runners, "AB"):
+        # processes k of A and B ran side by side: diff and gate compare them pair by pair
+        repeat_of(runner.manifest).update(requested=repeat, pairing={"id": pair_id, "side": side})
         if interrupted and runner.manifest.get("status") == "done":
             runner.manifest["status"] = "interrupted"
         summarize(runner)

@@ -357,3 +357,21 @@ def welch_log_ratio(before, after, level: float = 0.95) -> LogRatioInterval:
     df = (vb + va) ** 2 / (vb**2 / (len(lb) - 1) + va**2 / (len(la) - 1))
     half = t_ppf(0.5 + level / 2.0, df) * se
     return LogRatioInterval(math.exp(diff), math.exp(diff - half), math.exp(diff + half), level, df, se, len(b), len(a))
+
+
+def paired_log_ratio(before, after, level: float = 0.95) -> LogRatioInterval:
+    """t-interval for after/before from pairs measured side by side (``before[k]`` and
+    ``after[k]`` ran one after the other): ``exp(mean(d) ± t(n-1) * sd(d) / sqrt(n))`` with
+    ``d = log(after[k] / before[k])``. What the two share at their moment — a machine that
+    drifts, another job's load — cancels in each ``d``; the same interval as
+    ``scipy.stats.ttest_rel(log a, log b).confidence_interval(level)``, exponentiated."""
+    b = np.asarray(before, dtype=float)
+    a = np.asarray(after, dtype=float)
+    if len(a) != len(b) or len(a) < 2:
+        raise ValueError("a paired interval needs two or more pairs")
+    if not (np.all(np.isfinite(b)) and np.all(np.isfinite(a)) and b.min() > 0 and a.min() > 0):
+        raise ValueError("values must be finite and positive for a ratio on the log scale")
+    d = np.log(a) - np.log(b)
+    mean, se, df = float(d.mean()), float(d.std(ddof=1)) / math.sqrt(len(d)), float(len(d) - 1)
+    half = t_ppf(0.5 + level / 2.0, df) * se if se > 0 else 0.0
+    return LogRatioInterval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), level, df, se, len(b), len(a))

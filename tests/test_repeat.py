@@ -19,7 +19,7 @@ from perfdoctor.errors import UsageError
 from perfdoctor.processes import (
     ONE_PROCESS_NOTE, compare_processes, judge_budget, per_process, process_latencies, processes_needed,
 )
-from perfdoctor.stats import betainc, t_cdf, t_ppf, welch_log_ratio
+from perfdoctor.stats import betainc, paired_log_ratio, t_cdf, t_ppf, welch_log_ratio
 from tests.conftest import run_cli, run_cli_inprocess
 
 ROOT = Path(__file__).parent.parent
@@ -54,6 +54,20 @@ def test_welch_log_ratio_matches_scipy_ttest() -> None:
         assert (got.low, got.high) == pytest.approx((math.exp(ci.low), math.exp(ci.high)), rel=1e-9)
         assert got.ratio == pytest.approx(math.exp(np.log(a).mean() - np.log(b).mean()), rel=1e-12)
         assert got.df == pytest.approx(res.df, rel=1e-9)
+
+
+def test_paired_log_ratio_matches_scipy_ttest_rel_and_cancels_drift() -> None:
+    stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(11)
+    load = rng.lognormal(0, 0.3, 6)  # a shared machine's load, the same for both of a pair
+    b, a = load * rng.lognormal(0, 0.01, 6), 1.2 * load * rng.lognormal(0, 0.01, 6)
+    ci = stats.ttest_rel(np.log(a), np.log(b)).confidence_interval(0.95)
+    got = paired_log_ratio(b, a)
+    assert (got.low, got.high) == pytest.approx((math.exp(ci.low), math.exp(ci.high)), rel=1e-9) and got.df == 5
+    assert 1.1 < got.low < 1.2 < got.high < 1.3  # the drift cancels ...
+    assert welch_log_ratio(b, a).low < 1.0  # ... where side against side it swamps the 1.2x
+    with pytest.raises(ValueError, match="pairs"):
+        paired_log_ratio([1.0, 2.0], [1.0, 2.0, 3.0])
 
 
 def test_welch_log_ratio_refuses_what_it_cannot_do() -> None:
@@ -162,6 +176,12 @@ def test_compare_programs_interleaves_and_keeps_every_process(pair) -> None:
     assert (p50["verdict"] == "regressed") == (p50["ratio"]["low"] > 1)
     assert diff["verdict"].startswith(f"step latency p50 over processes (light pass, no tracer): {p50['verdict']}")
     assert diff["metrics"]["step_latency_ms_p50"]["sample"] == "processes"
+    # one compare-programs run: the two bundles share a pairing id, and are compared pair by pair
+    assert ma["repeat"]["pairing"]["id"] == mb["repeat"]["pairing"]["id"]
+    assert (ma["repeat"]["pairing"]["side"], mb["repeat"]["pairing"]["side"]) == ("A", "B")
+    assert p50["test"].startswith("paired") and "3 interleaved pairs" in p50["reason"]
+    ref = paired_log_ratio(medians[0], medians[1])
+    assert (p50["ratio"]["low"], p50["ratio"]["high"]) == pytest.approx((ref.low, ref.high))
 
 
 def with_processes(bundle: Path, dest: Path, medians: list[float]) -> Path:
