@@ -150,15 +150,20 @@ def reopen(bundle: Path, options: RunOptions, console: Console) -> Runner:
     return runner
 
 
-def compare_programs(a: RunOptions, b: RunOptions, repeat: int, console: Console) -> tuple[int, Path, Path]:
+def compare_programs(a: RunOptions, b: RunOptions, repeat: int, console: Console) -> tuple[int, Path, Path | None]:
     """Run A and B with ``repeat`` light processes each, interleaved A B A B ...: A's
     passes, B's passes, then A's and B's further light processes in turn. Returns (exit
-    code: 0, else the first non-zero program exit; bundle A, bundle B)."""
+    code: 0, else the first non-zero program exit; bundle A, bundle B — None when the user
+    stopped the run before B started)."""
     sides = []
     for options, tag in ((a, "A"), (b, "B")):
         named = replace(options, name=f"{options.name or target_name(options.target)}-{tag}")
         code, bundle = execute(named, console)
         sides.append((code, reopen(bundle, named, console)))
+        if sides[-1][1].manifest.get("status") == "interrupted":
+            break
+    if len(sides) < 2:
+        return sides[0][0], sides[0][1].bundle, None
     runners = [r for _, r in sides]
     for _ in range(repeat - 1 if all(c == 0 for c, _ in sides) else 0):
         if any(r.interrupted for r in runners):

@@ -340,3 +340,29 @@ def test_gate_repeats_bench_small(tmp_path) -> None:
     # five times the work per step fails even at the shared machine's worst noise.
     assert rows["same"]["failed"] == 0 and rows["slow"]["failed"] == 1, json.dumps(doc["summary"])
     assert "condition" in done.stdout and "resampled" in done.stdout
+
+
+def test_interrupted_repeat_keeps_the_bundle(tmp_path) -> None:
+    """SIGINT in the second light process: the run stops there, exit 130, the bundle says
+    interrupted and keeps process 1; the stopped process is excluded, not counted."""
+    import os
+    import signal
+    import time
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "perfdoctor", "run", "-q", "--repeat", "4", "--collect", "nvml", "--out", str(tmp_path / "runs"),
+           str(Path(__file__).parent / "programs" / "hangs_second.py"), str(tmp_path)]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "ready").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (tmp_path / "ready").exists(), proc.communicate()[1]
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    (bundle,) = (tmp_path / "runs").iterdir()
+    m = json.loads((bundle / "manifest.json").read_text())
+    assert m["status"] == "interrupted" and m["repeat"]["requested"] == 4
+    first, second = m["repeat"]["processes"]
+    assert len(first["step_latency_ms"]) >= 10 and second["excluded"] == "interrupted (signal 2)"
+    assert len(list(tmp_path.glob("start-*"))) == 2  # no third process after the signal

@@ -66,6 +66,9 @@ def compare_command(
         code, bundle_a, bundle_b = compare_programs(sides[0], sides[1], repeat, console)
     except OSError as exc:
         raise UsageError(f"cannot write the run bundles in {out} ({exc.strerror or exc})") from None
+    if bundle_b is None:
+        console.print(f"stopped before B ran; bundle A: {bundle_a}", highlight=False, markup=False)
+        raise typer.Exit(code)
     result = diff_runs(load_run(bundle_a, step=step), load_run(bundle_b, step=step))
     print_terminal(result, Console())
     if json_out is not None:
