@@ -364,5 +364,5 @@ def test_interrupted_repeat_keeps_the_bundle(tmp_path) -> None:
     m = json.loads((bundle / "manifest.json").read_text())
     assert m["status"] == "interrupted" and m["repeat"]["requested"] == 4
     first, second = m["repeat"]["processes"]
-    assert len(first["step_latency_ms"]) >= 10 and second["excluded"] == "interrupted (signal 2)"
+    assert len(first["step_latency_ms"]) >= 5 and second["excluded"] == "interrupted (signal 2)"  # its steady steps of 12
     assert len(list(tmp_path.glob("start-*"))) == 2  # no third process after the signal
