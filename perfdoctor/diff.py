@@ -42,6 +42,7 @@ from perfdoctor.diff_lead import CopyChange, compare_copies, lead_lines
 from perfdoctor.errors import UsageError
 from perfdoctor.names import match_keys
 from perfdoctor.metrics import HIGHER_IS_BETTER, METRIC_UNITS, Analysis, jsonable
+from perfdoctor.processes import ONE_PROCESS_NOTE, ProcessComparison, compare_runs
 from perfdoctor.profile import Profile
 from perfdoctor.stats import Comparison, compare_samples
 
@@ -616,6 +617,8 @@ class Diff:
     findings: FindingsDiff | None
     copies: list[CopyChange] = field(default_factory=list)  # copies and memsets per step (perfdoctor.diff_lead)
     not_comparable_metrics: dict[str, str] = field(default_factory=dict)  # metric -> why it is not compared
+    # over processes (perfdoctor.processes), when both runs are bundles with light passes
+    processes: dict[str, ProcessComparison] = field(default_factory=dict)
 
     def metric(self, key: str) -> MetricChange:
         return next(m for m in self.metrics if m.key == key)
@@ -652,13 +655,22 @@ class Diff:
     def verdict(self) -> str:
         """One line on step latency: the headline a PR comment starts with.
 
-        From the light timing pass (no tracer) when both runs have one — tracing inflates
-        the step time of launch-bound code 2-3x — else from the traced steps. Runs that are
-        not comparable get no verdict: the line says why.
+        Runs that are not comparable get no verdict: the line says why. Over processes when
+        both runs are repeated bundles (``perfdoctor run --repeat``); else from the light
+        timing pass (no tracer) when both runs have one — tracing inflates the step time of
+        launch-bound code 2-3x — else from the traced steps. A bundle of one process says it
+        cannot tell process noise from a change.
         """
         refusal = self.not_comparable()
         if refusal is not None:
             return f"no verdict — {refusal}"
+        p50 = self.processes.get("step_latency_ms_p50")
+        if p50 is not None and p50.repeated:
+            return f"step latency p50 over processes (light pass, no tracer): {p50.verdict}, {p50.reason}"
+        note = f"; {ONE_PROCESS_NOTE}" if p50 is not None else ""
+        return self._step_verdict() + note
+
+    def _step_verdict(self) -> str:
         name = "light_step_latency_ms" if "light_step_latency_ms" in self.samples else "step_latency_ms"
         what = "step latency (light pass, no tracer)" if name.startswith("light") else "step latency"
         c = self.samples.get(name)
@@ -692,6 +704,7 @@ class Diff:
                 "kernels": self.kernels.to_json(),
                 "copies": [c.to_json() for c in self.copies],
                 "findings": self.findings.to_json() if self.findings else None,
+                "processes": {k: c.to_json() for k, c in self.processes.items()},
             }
         )
 
@@ -749,7 +762,14 @@ def diff_runs(before: Run, after: Run, noise_floor: float | None = None) -> Diff
     """
     samples = compare_step_samples(before.analysis, after.analysis, noise_floor)
     mismatches, unknown = check_comparable(before, after)
+    processes = compare_runs(before.manifest, after.manifest) if before.manifest and after.manifest else {}
     metrics = compare_metrics(before.analysis, after.analysis, samples) + light_metrics(before.analysis, after.analysis, samples)
+    for m in metrics:
+        # Repeated bundles: a latency percentile's verdict is the one over processes (the
+        # values stay the first process's, as in its metrics.json).
+        over = processes.get(m.key.removeprefix(LIGHT_PREFIX))
+        if over is not None and over.repeated and m.verdict is not None:
+            m.verdict, m.sample, m.reason = over.verdict, "processes", over.reason
     excluded = _not_comparable_metrics(before.analysis, after.analysis, mismatches, metrics)
     for m in metrics:  # the numbers stay; a judgement on unlike windows would mislead
         if m.key in excluded and (m.verdict is not None or m.status in ("better", "worse")):
@@ -767,6 +787,7 @@ def diff_runs(before: Run, after: Run, noise_floor: float | None = None) -> Diff
         findings=compare_findings(before, after),
         copies=compare_copies(before.analysis, after.analysis),
         not_comparable_metrics=excluded,
+        processes=processes,
     )
 
 

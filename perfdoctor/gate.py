@@ -56,9 +56,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from perfdoctor.diff import LIGHT_PREFIX, SAMPLED_METRICS, Diff, MetricChange, Run, diff_runs
 from perfdoctor.errors import UsageError
 from perfdoctor.metrics import HIGHER_IS_BETTER, METRIC_UNITS
+from perfdoctor.processes import ProcessComparison, judge_budget
 
 SCHEMA = "perfdoctor.gate/1"
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -134,8 +137,13 @@ def evaluate_budget(budget: Budget, diff: Diff) -> Check:
 
     A step latency percentile is judged on the light timing pass (no tracer) when both runs
     have one: tracing perturbs launch-bound steps 2-3x, so the untraced numbers are the ones
-    a latency budget means.
+    a latency budget means. When both runs are repeated bundles (``perfdoctor run
+    --repeat``), a step latency percentile is judged over processes instead
+    (:func:`process_budget`).
     """
+    over_processes = diff.processes.get(budget.metric)
+    if over_processes is not None and over_processes.repeated:
+        return process_budget(budget, over_processes)
     light = LIGHT_PREFIX + budget.metric
     m: MetricChange = diff.metric(light) if diff.has_metric(light) else diff.metric(budget.metric)
     name = f"budget {budget.text}"
@@ -183,6 +191,8 @@ def evaluate_budget(budget: Budget, diff: Diff) -> Check:
     better = HIGHER_IS_BETTER.get(budget.metric)
     if better is not None and (budget.sign > 0) == better:
         note = f" Note: {'higher' if better else 'lower'} is better for {budget.metric}, so this budget fails on an improvement."
+    if over_processes is not None:  # bundles, but not repeated on both sides
+        note += f" Note: {over_processes.reason.removeprefix('inconclusive — ')}."
 
     if m.key != budget.metric:
         change_text += " [light timing pass, no tracer]"
@@ -215,6 +225,33 @@ def evaluate_budget(budget: Budget, diff: Diff) -> Check:
                 details,
             )
     return Check(name, "budget", "fail", f"{budget.metric} regressed past its budget: {change_text}.{note}", details)
+
+
+def process_budget(budget: Budget, comp: ProcessComparison) -> Check:
+    """A budget judged over processes: the ratio after/before of the geometric means of the
+    per-process values, with its interval (:func:`perfdoctor.processes.judge_budget`). An
+    absolute budget becomes a ratio of the baseline's geometric mean (``+0.5`` ms on a 10 ms
+    baseline allows 1.05x)."""
+    i = comp.interval
+    assert i is not None
+    base = float(np.exp(np.mean(np.log(comp.before))))
+    value = base * i.ratio
+    allowed = budget.amount / 100.0 if budget.relative else budget.amount / base
+    judgement = judge_budget(comp, 1.0 + budget.sign * allowed, budget.sign, budget.text)
+    details: dict[str, Any] = {
+        "metric": budget.metric,
+        "measured_as": f"{budget.metric} per process, light pass (no tracer); geometric mean over processes",
+        "budget": budget.describe(),
+        "baseline": base,
+        "value": value,
+        "change": value - base,
+        "change_rel": i.ratio - 1.0,
+        "unit": METRIC_UNITS[budget.metric],
+        "verdict": judgement.verdict,
+        "processes": comp.to_json(),
+    }
+    text = f"{budget.metric} {judgement.message} [per-process values, light timing pass, no tracer]"
+    return Check(f"budget {budget.text}", "budget", judgement.status, text, details)
 
 
 def rule_checks(run: Run, packs: list[str | Path], min_severity: str) -> list[Check]:

@@ -283,14 +283,25 @@ def steady_counters(samples_file: Path, steps: list[tuple[int, int]]) -> tuple[d
 class Runner:
     """Runs the passes, keeps the manifest current, and turns signals into a clean stop."""
 
-    def __init__(self, options: RunOptions, console: Console) -> None:
+    def __init__(self, options: RunOptions, console: Console, bundle: Path | None = None) -> None:
+        """A new bundle under ``options.out``; or ``bundle``, an existing one to add passes to."""
         self.options = options
         self.console = console
         self.child: subprocess.Popen[bytes] | None = None
         self.interrupted: int | None = None  # the signal that stopped the run
-        self.bundle = bundles.new_bundle_dir(options.out, options.name or target_name(options.target))
+        self.bundle = bundle or bundles.new_bundle_dir(options.out, options.name or target_name(options.target))
         self.raw = self.bundle / bundles.RAW
         self.manifest: dict[str, Any] = {}
+
+    @contextlib.contextmanager
+    def forwarding_signals(self) -> Iterator[None]:
+        """SIGINT and SIGTERM go to the running program, and stop the run after it."""
+        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for s, handler in old.items():
+                signal.signal(s, handler)
 
     # -- signals: the program gets them (same process group, or forwarded); we stop after it --
 
@@ -333,8 +344,12 @@ class Runner:
                 stop.set()
                 ticker.join()
 
-    def run_pass(self, name: str, wrapper: list[str], config: dict[str, Any], sampler: nvml.Sampler | None) -> PassResult:
+    def run_pass(self, name: str, wrapper: list[str], config: dict[str, Any], sampler: nvml.Sampler | None,
+                 mode: str | None = None) -> PassResult:
         """Run the program once, under ``wrapper`` (a tool's command line) if given.
+
+        ``name`` names its files in ``raw/``; ``mode`` is what the bootstrap does (default
+        ``name``: a repeated light pass ``light-2`` runs in mode ``light``).
 
         The first pass owns the terminal (the program's stdin, stdout and stderr); later
         passes read no stdin and write the program's and the tool's output to
@@ -346,7 +361,7 @@ class Runner:
         # Under a tool the pipe may not reach the program, and its fd number may then name
         # another file there: step ticks only when the program is our own child.
         ticks = None if wrapper or self.options.ranks else write_fd
-        config = {**config, "pass": name, "results": str(results.resolve()), "progress_fd": ticks}
+        config = {**config, "pass": mode or name, "results": str(results.resolve()), "progress_fd": ticks}
         config_path.write_text(json.dumps(config))
         if self.options.ranks is not None:
             program = self.options.ranks.command(config_path.resolve(), self.options.target)
@@ -497,17 +512,14 @@ def execute(options: RunOptions, console: Console) -> tuple[int, Path]:
     runner.save()
     runner.say(f"bundle: {esc(runner.bundle)}")
 
-    old = {s: signal.signal(s, runner._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        run_passes(runner, selected, reasons)
+        with runner.forwarding_signals():
+            run_passes(runner, selected, reasons)
     except Exception as exc:
         # A perfdoctor bug: keep the bundle readable and say so, then show the traceback.
         runner.manifest["status"] = f"error: {type(exc).__name__}: {exc}"
         runner.save()
         raise
-    finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
     passes = runner.manifest["passes"]
     first = passes[0]["exit_code"] if passes else None
     code = 128 + runner.interrupted if runner.interrupted and first in (None, 0) else shell_code(first)
@@ -530,6 +542,20 @@ def execute(options: RunOptions, console: Console) -> tuple[int, Path]:
         runner.manifest["ranks_error"] = why
         runner.save()
     return code, runner.bundle
+
+
+def pass_entry(result: PassResult) -> dict[str, Any]:
+    """A pass as ``manifest.passes`` lists it."""
+    return {
+        "name": result.name,
+        "command": result.command,
+        "exit_code": result.exit_code,
+        "seconds": result.seconds,
+        "steps": result.steps,
+        "window_step": result.results.get("window_step"),
+        **({"program_error": result.results["program_error"]} if result.results.get("program_error") else {}),
+        **({"trace_scope": result.results["trace_scope"]} if result.results.get("trace_scope") else {}),
+    }
 
 
 def run_passes(runner: Runner, selected: list[str], reasons: dict[str, str | None]) -> None:
@@ -557,18 +583,7 @@ def run_passes(runner: Runner, selected: list[str], reasons: dict[str, str | Non
             return None
 
     def record(result: PassResult, collector: str | None, status: str | None = None, **extra: Any) -> None:
-        manifest["passes"].append(
-            {
-                "name": result.name,
-                "command": result.command,
-                "exit_code": result.exit_code,
-                "seconds": result.seconds,
-                "steps": result.steps,
-                "window_step": result.results.get("window_step"),
-                **({"program_error": result.results["program_error"]} if result.results.get("program_error") else {}),
-                **({"trace_scope": result.results["trace_scope"]} if result.results.get("trace_scope") else {}),
-            }
-        )
+        manifest["passes"].append(pass_entry(result))
         if collector is not None:
             manifest["collectors"][collector] = {"status": status, "command": result.command, **extra}
         runner.save()

@@ -241,3 +241,137 @@ def compare_samples(
             reason = (f"p = {test.p_value:.3g} < {alpha} within the runs, but the median moved {ratio - 1.0:+.1%}, "
                       f"inside the run-to-run noise floor (a factor {1.0 + noise_floor:.2f} either way)")
     return Comparison(nb, na, med_b, med_a, test.p_value, test.method, interval, verdict, reason, noise_floor)
+
+
+# --------------------------------------------------------------------------- over processes
+#
+# When a program is run as several processes (``perfdoctor run --repeat N``), the unit of
+# replication is the process: steps inside one process share its clocks, its CPU placement
+# and its allocator state, so they are correlated and a step-level test overstates the
+# evidence. One number per process (its median step) is an independent sample. With 3-10
+# processes per side, a percentile bootstrap over processes has few distinct resamples
+# (5 values give 126 distinct multisets) and undercovers; a Welch t-interval on the
+# logarithms of the process medians is exact when process effects are log-normal,
+# tolerates unequal spread on the two sides, and gives a ratio interval that treats 1.1x
+# slower and 1/1.1x faster alike.
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the regularized incomplete beta function (modified Lentz)."""
+    tiny, eps = 1e-300, 1e-15
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 400):
+        m2 = 2 * m
+        for num in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < eps:
+            break
+    return h
+
+
+def betainc(a: float, b: float, x: float) -> float:
+    """Regularized incomplete beta function I_x(a, b), for a, b > 0 and 0 <= x <= 1."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    # The continued fraction converges fast for x < (a+1)/(a+b+2); use the symmetry
+    # I_x(a, b) = 1 - I_(1-x)(b, a) on the other side.
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(log_front) * _betacf(a, b, x) / a
+    return 1.0 - math.exp(log_front) * _betacf(b, a, 1.0 - x) / b
+
+
+def t_cdf(t: float, df: float) -> float:
+    """P(T <= t) for Student's t with ``df`` (> 0, not necessarily whole) degrees of freedom."""
+    if df <= 0:
+        raise ValueError("degrees of freedom must be positive")
+    tail = 0.5 * betainc(df / 2.0, 0.5, df / (df + t * t))  # P(T > |t|)
+    return 1.0 - tail if t >= 0 else tail
+
+
+def t_ppf(q: float, df: float) -> float:
+    """The ``q`` quantile of Student's t with ``df`` degrees of freedom (bisection on t_cdf)."""
+    if not 0.0 < q < 1.0:
+        raise ValueError("q must lie strictly between 0 and 1")
+    if q < 0.5:
+        return -t_ppf(1.0 - q, df)
+    lo, hi = 0.0, 1.0
+    while t_cdf(hi, df) < q:  # heavy tails at df ~ 1: the bracket grows geometrically
+        lo, hi = hi, hi * 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if t_cdf(mid, df) < q:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-12 * max(1.0, hi):
+            break
+    return 0.5 * (lo + hi)
+
+
+@dataclass(frozen=True)
+class LogRatioInterval:
+    """Welch t-interval of the ratio of geometric means, after / before."""
+
+    ratio: float  # exp(mean log after - mean log before)
+    low: float
+    high: float
+    level: float
+    df: float  # Welch-Satterthwaite degrees of freedom
+    se_log: float  # standard error of the difference of mean logs
+    n_before: int
+    n_after: int
+
+
+def welch_log_ratio(before, after, level: float = 0.95) -> LogRatioInterval:
+    """Welch t-interval for after/before on the log scale: the values (one per process,
+    e.g. its median step) must be positive, at least two per side.
+
+    ``exp(mean(log a) - mean(log b) ± t * se)`` with ``se² = var(log a)/n_a + var(log b)/n_b``
+    (sample variances) and the Welch-Satterthwaite degrees of freedom; the same interval as
+    ``scipy.stats.ttest_ind(log a, log b, equal_var=False).confidence_interval(level)``,
+    exponentiated. When both sides have no spread at all the interval is the point ratio.
+    """
+    b = np.asarray(before, dtype=float)
+    a = np.asarray(after, dtype=float)
+    if len(b) < 2 or len(a) < 2:
+        raise ValueError("a t-interval needs at least two values per side")
+    if not (np.all(np.isfinite(b)) and np.all(np.isfinite(a)) and b.min() > 0 and a.min() > 0):
+        raise ValueError("values must be finite and positive for a ratio on the log scale")
+    lb, la = np.log(b), np.log(a)
+    vb, va = float(lb.var(ddof=1)) / len(lb), float(la.var(ddof=1)) / len(la)
+    diff = float(la.mean() - lb.mean())
+    se = math.sqrt(vb + va)
+    if se == 0.0:
+        df = float(len(a) + len(b) - 2)
+        return LogRatioInterval(math.exp(diff), math.exp(diff), math.exp(diff), level, df, 0.0, len(b), len(a))
+    df = (vb + va) ** 2 / (vb**2 / (len(lb) - 1) + va**2 / (len(la) - 1))
+    half = t_ppf(0.5 + level / 2.0, df) * se
+    return LogRatioInterval(math.exp(diff), math.exp(diff - half), math.exp(diff + half), level, df, se, len(b), len(a))
+
+
+def paired_log_ratio(before, after, level: float = 0.95) -> LogRatioInterval:
+    """t-interval for after/before from pairs measured side by side (``before[k]`` and
+    ``after[k]`` ran one after the other): ``exp(mean(d) ± t(n-1) * sd(d) / sqrt(n))`` with
+    ``d = log(after[k] / before[k])``. What the two share at their moment — a machine that
+    drifts, another job's load — cancels in each ``d``; the same interval as
+    ``scipy.stats.ttest_rel(log a, log b).confidence_interval(level)``, exponentiated."""
+    b = np.asarray(before, dtype=float)
+    a = np.asarray(after, dtype=float)
+    if len(a) != len(b) or len(a) < 2:
+        raise ValueError("a paired interval needs two or more pairs")
+    if not (np.all(np.isfinite(b)) and np.all(np.isfinite(a)) and b.min() > 0 and a.min() > 0):
+        raise ValueError("values must be finite and positive for a ratio on the log scale")
+    d = np.log(a) - np.log(b)
+    mean, se, df = float(d.mean()), float(d.std(ddof=1)) / math.sqrt(len(d)), float(len(d) - 1)
+    half = t_ppf(0.5 + level / 2.0, df) * se if se > 0 else 0.0
+    return LogRatioInterval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), level, df, se, len(b), len(a))

@@ -21,6 +21,7 @@ except ImportError:  # pragma: no cover
 
 from perfdoctor.cli.analyze import analyze_command
 from perfdoctor.cli.calibrate import calibrate_command
+from perfdoctor.cli.compare import compare_command
 from perfdoctor.cli.demo import demo_command
 from perfdoctor.cli.diff import diff_command
 from perfdoctor.cli.doctor import doctor_command, root_callback
@@ -52,6 +53,7 @@ app.command("calibrate")(calibrate_command)
 app.command("report")(report_command)
 app.command("diff")(diff_command)
 app.command("gate")(gate_command)
+app.command("compare-programs")(compare_command)
 app.add_typer(rules_app, name="rules")
 app.command("doctor")(doctor_command)
 

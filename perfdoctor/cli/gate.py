@@ -10,6 +10,7 @@ from typing import List, Optional
 
 import typer
 
+from perfdoctor import baselines
 from perfdoctor.cli import options
 from perfdoctor.rankdiff import bundle_ranks, load_pair, merge_gates, paired_ranks
 from perfdoctor.errors import UsageError
@@ -20,7 +21,7 @@ from perfdoctor.reports.gate_report import github_annotations, junit_xml, print_
 
 def gate_command(
     run: Path = typer.Argument(..., help="The run to judge: a run bundle, Kineto trace (.json, .json.gz) or nsys export (.sqlite, .nsys-rep)."),
-    baseline: Optional[Path] = typer.Option(None, "--baseline", help="The run to compare against (same kinds); needed by --fail-on."),
+    baseline: Optional[str] = typer.Option(None, "--baseline", metavar="RUN|NAME", help="The run to compare against (same kinds), or the name of a baseline in the store (--store): the newest run recorded under it. Needed by --fail-on."),
     fail_on: list[str] = typer.Option([], "--fail-on", metavar="EXPR", help="Budget METRIC:+N% / METRIC:-N% (relative) or METRIC:+N / METRIC:-N (absolute); '+' fails on a rise, '-' on a fall. Repeatable. E.g. 'step_latency_ms_p99:+5%', 'dram_bw_util:-0.05'."),
     rules: List[Path] = options.RULES,
     min_severity: str = typer.Option("error", "--min-severity", help="With --rules: the lowest severity of a failing rule that fails the gate (info, warning, error, critical)."),
@@ -31,6 +32,10 @@ def gate_command(
     junit: Optional[Path] = typer.Option(None, "--junit", help="Write JUnit XML here: one test case per check."),
     github: bool = typer.Option(False, "--github", help="GitHub Actions: append a Markdown summary to $GITHUB_STEP_SUMMARY and print up to 10 ::error annotations."),
     json_out: Optional[Path] = options.json_out("the checks (and the diff against the baseline) as JSON (schema perfdoctor.gate/1)"),
+    store: Optional[Path] = typer.Option(None, "--store", envvar="PERFDOCTOR_BASELINE_STORE", metavar="DIR", help="Baseline store: a directory of named baselines, plain files (env PERFDOCTOR_BASELINE_STORE; cache it in CI, docs/ci.md)."),
+    record: Optional[str] = typer.Option(None, "--record", metavar="NAME", help="When the gate passes, record RUN in the store as the newest baseline NAME (e.g. on the main branch)."),
+    accept: bool = typer.Option(False, "--accept", help="Record RUN as the newest baseline even though the gate fails (an accepted regression; needs --reason), under --record NAME or the --baseline name; exits 0."),
+    reason: Optional[str] = typer.Option(None, "--reason", help="Why a regression is accepted (with --accept); kept in the store's record."),
 ) -> None:
     """Fail CI when performance regresses: metric budgets against a baseline, and rule findings.
 
@@ -44,6 +49,10 @@ def gate_command(
 
     Exit codes: 0 every check passed (skipped checks do not fail, but at least one check must be evaluated); 1 the gate failed; 2 usage or input error (unknown metric in a budget, malformed budget, a file that is not a trace, --fail-on without --baseline, no check could be evaluated, or a baseline not comparable with the run).
 
+    Repeated bundles (perfdoctor run --repeat N, compare-programs): step latency budgets are judged over processes, the ratio of per-process medians with its 95 % interval: a budget fails only when the whole interval lies beyond it; an interval across the budget passes as "inconclusive — too few processes for the budget".
+
+    Baseline store: --baseline NAME (not an existing path) is the newest run recorded under NAME in --store; --record NAME records RUN there when the gate passes; --accept --reason TEXT records it even when it fails, so the next run compares against it.
+
     Example: perfdoctor gate pr.json.gz --baseline main.json.gz --step decode_step --fail-on 'step_latency_ms_p50:+5%' --fail-on 'launches_per_step:+0' --junit gate.xml --github
     """
     budgets = [parse_budget(text) for text in fail_on]  # grammar errors before any slow loading
@@ -51,12 +60,14 @@ def gate_command(
         raise UsageError("--fail-on budgets compare against a baseline: give --baseline RUN")
     if not budgets and not rules:
         raise UsageError("nothing to check: give --fail-on METRIC:+N% with --baseline RUN, and/or --rules PACK")
-    check_outputs([junit, json_out], [run, baseline, *rules])  # never write over an input
+    baseline_path, baseline_record = baselines.resolve(baseline, store) if baseline is not None else (None, None)
+    record_as = storing(record, accept, reason, store, baseline if baseline_record else None)
+    check_outputs([junit, json_out], [run, baseline_path, *rules])  # never write over an input
     per_rank = {}
-    for rank in paired_ranks(baseline, run) if baseline is not None else (bundle_ranks(run) or [None]):
+    for rank in paired_ranks(baseline_path, run) if baseline_path is not None else (bundle_ranks(run) or [None]):
         this = load_pair(run, rank, bundle_ranks(run), step=step, tokens_per_step=tokens_per_step, workload=workload)
-        base = (load_pair(baseline, rank, bundle_ranks(baseline), step=step, tokens_per_step=tokens_per_step,
-                          workload=workload) if baseline is not None else None)
+        base = (load_pair(baseline_path, rank, bundle_ranks(baseline_path), step=step, tokens_per_step=tokens_per_step,
+                          workload=workload) if baseline_path is not None else None)
         rule_results = rule_checks(this, rules, min_severity) if rules else None
         per_rank[rank] = evaluate_gate(this, base, budgets, rule_results, options.fraction(noise_floor))
     result = per_rank[None] if list(per_rank) == [None] else merge_gates(per_rank)  # a multi-rank gate: every rank's checks
@@ -78,4 +89,31 @@ def gate_command(
         raise UsageError(f"no verdict: the baseline is {result.refused} (pass --step NAME or --workload KIND where they differ, or compare runs of one kind)")
     if result.exit_code == EXIT_USAGE:
         raise UsageError(f"no check could be evaluated ({len(result.checks)} skipped; see the reasons above)")
+    if baseline_record is not None:
+        print(f"baseline {baseline}: entry {baseline_record['sequence']} ({baseline_record['kind']}, {baseline_record['recorded_at']})")
+    if record_as is not None and (result.passed or accept):
+        assert store is not None
+        kind = "accepted" if accept and not result.passed else "recorded"
+        summary = {"passed": result.passed, "failed": [c.name for c in result.failed], "baseline": str(baseline_path) if baseline_path else None}
+        entry = baselines.record_run(store, record_as, run, kind, reason, summary)
+        what = f"accepted regression ({reason})" if kind == "accepted" else "recorded"
+        print(f"baseline {record_as}: {what} as {entry}")
+        raise typer.Exit(0)
     raise typer.Exit(result.exit_code)
+
+
+def storing(record: Optional[str], accept: bool, reason: Optional[str], store: Optional[Path], named: Optional[str]) -> Optional[str]:
+    """The store name RUN is recorded under (--record, or the --baseline name with --accept), checked before anything runs."""
+    if reason is not None and not accept:
+        raise UsageError("--reason goes with --accept (why a regression is accepted)")
+    if accept and not (reason or "").strip():
+        raise UsageError('--accept needs --reason "why this regression is accepted"')
+    name = record or (named if accept else None)
+    if accept and name is None:
+        raise UsageError("--accept records RUN as a stored baseline: give --baseline NAME from the store, or --record NAME")
+    if name is not None:
+        if store is None:
+            raise UsageError("recording a baseline needs a store: give --store DIR or set PERFDOCTOR_BASELINE_STORE")
+        baselines.check_name(name)
+        baselines.check_store(store)
+    return name

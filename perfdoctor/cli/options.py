@@ -80,3 +80,9 @@ def noise_floor(effect: str = "") -> Any:
 def fraction(pct: float | None) -> float | None:
     """``--noise-floor`` in percent → the relative floor diff and gate take."""
     return None if pct is None else pct / 100.0
+
+REPEAT = typer.Option(
+    1, "--repeat", min=1, max=100, metavar="N",
+    help="Run the light timing pass N times, each a fresh process (the traced passes run once): diff and gate "
+    "then judge step latency over processes, the unit that is independent. 5 is a good start (docs/ci.md).",
+)

@@ -12,6 +12,7 @@ from rich.console import Console
 from perfdoctor.cli import options
 from perfdoctor.errors import UsageError
 from perfdoctor.launch import Launch, from_command, from_nproc, is_torchrun_line
+from perfdoctor.repeats import run_repeated
 from perfdoctor.run import RunOptions, check_importable, execute, parse_collect, parse_target
 
 
@@ -33,10 +34,13 @@ def run_command(
     tokens_per_step: Optional[float] = options.tokens_per_step(declared="used when the program does not declare it (e.g. 1 for a Hugging Face generate step)"),
     nproc_per_node: Optional[int] = typer.Option(None, "--nproc-per-node", min=1, help="Run N ranks under torchrun (--standalone), each under perfdoctor: one bundle with raw/rank<k>/. For your own torchrun line: perfdoctor run [OPTIONS] -- torchrun ... SCRIPT ARGS."),
     timeout: Optional[float] = typer.Option(None, "--timeout", min=1, help="Stop a pass still running after this many seconds (a hung rank) and exit 124; the bundle keeps what every rank wrote."),
+    repeat: int = options.REPEAT,
 ) -> None:
     """Profile a program as it is: perfdoctor run [OPTIONS] SCRIPT [ARGS]... or -m MODULE [ARGS]...
 
     Runs the program once per pass (a light timing pass with no tracer, then the torch profiler, Nsight Systems and Nsight Compute, as available here), samples NVML alongside, and writes a run bundle (manifest.json, raw/, metrics.json) under --out. Everything after SCRIPT goes to the program. The exit code is the program's.
+
+    With --repeat N the light pass runs N times, each a fresh process, and the traced passes once: diff and gate then compare the runs over processes (a confidence interval of the ratio of per-process medians), which is what a CI budget needs (docs/ci.md).
 
     Example: perfdoctor run --step decode_step --steps 20 infer.py --tokens 128
 
@@ -64,11 +68,15 @@ def run_command(
         ranks=ranks,
         timeout_s=timeout,
     )
+    if repeat > 1 and not light:
+        raise UsageError("--repeat repeats the light timing pass: it cannot go with --no-light")
+    if repeat > 1 and ranks is not None:
+        raise UsageError("--repeat with several ranks is not supported yet: repeat single-process runs, or run the job N times")
     if not options.light and options.collect is not None and set(options.collect) <= {"nvml"}:
         raise UsageError("--no-light with only nvml collects nothing: keep the light pass or add a tracer")
     console = Console(stderr=True)
     try:
-        code, bundle = execute(options, console)
+        code, bundle = run_repeated(options, repeat, console) if repeat > 1 else execute(options, console)
     except OSError as exc:
         # The bundle folder cannot be made or written (read-only, --out is a file, disk full).
         where = f": {exc.filename}" if exc.filename else ""

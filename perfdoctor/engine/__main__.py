@@ -16,6 +16,7 @@ import sys
 import torch
 
 from perfdoctor.engine.config import CONFIGS, BadInput
+from perfdoctor.engine.delay import with_delay
 from perfdoctor.engine.generate import generate, random_prompt
 from perfdoctor.engine.measure import Speed, peak_dram_bandwidth
 from perfdoctor.engine.model import Transformer
@@ -50,6 +51,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt", default=None, help="prompt text (needs tokenizer.json in --weights)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights and prompt (default 0)")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks: run under torchrun --nproc-per-node N (NCCL on GPUs, gloo on CPU)")
+    p.add_argument("--delay-us", type=float, default=0.0, metavar="US",
+                   help="add a fixed GPU spin of about US microseconds to every decode step, inside the CUDA graph "
+                   "for graph/fused: a known slowdown for testing gates (default 0: off)")
     return p
 
 
@@ -69,6 +73,8 @@ def run(args: argparse.Namespace) -> None:
     dtype = DTYPES[args.dtype or ("bf16" if device.type == "cuda" else "fp32")]
     if args.tokens < 2:
         raise BadInput("--tokens must be at least 2 (the first token comes from the prefill)")
+    if args.delay_us < 0 or (args.delay_us and device.type != "cuda"):
+        raise BadInput("--delay-us must be >= 0, and needs a CUDA device (the delay is a GPU kernel)")
 
     config, weights = model_weights(args.config or "llama-3.2-1b", args.weights, args.seed, device, dtype)
     tokenizer = load_tokenizer(args.weights)
@@ -84,6 +90,8 @@ def run(args: argparse.Namespace) -> None:
     model = tp_model(config, weights, args.ctx, rank, args.tp) if args.tp > 1 else Transformer.from_hf_state_dict(config, weights, args.ctx)
     del weights
     step = VARIANTS[args.variant](model)
+    if args.delay_us:
+        step = with_delay(step, args.delay_us)
     generate(model, step, prompt, min(args.tokens, 8))  # warm-up (and graph capture)
     result = generate(model, step, prompt, args.tokens)
 

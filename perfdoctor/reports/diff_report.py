@@ -134,6 +134,20 @@ def _short_verdict(c) -> str:
     return f"inconclusive — need more steps (< 5 per side)"
 
 
+PROCESS_TITLE = "over processes (Welch t-interval on log per-process values; 95 % CI of the ratio after/before)"
+
+
+def _process_rows(diff: Diff) -> list[list[str]]:
+    """One row per process metric of repeated bundles: processes, values, ratio [CI], verdict."""
+    rows = []
+    for key, c in diff.processes.items():
+        values = f"{' '.join(f'{v:.4g}' for v in c.before)} → {' '.join(f'{v:.4g}' for v in c.after)}"
+        i = c.interval
+        ratio = f"{i.ratio:.3f}x [{i.low:.3f}, {i.high:.3f}]" if i else "—"
+        rows.append([key, f"{len(c.before)} / {len(c.after)}", values, ratio, c.verdict])
+    return rows
+
+
 def render_markdown(diff: Diff) -> str:
     """The diff as GitHub-flavoured Markdown (fits a PR comment or a step summary)."""
     out = [f"## perfdoctor diff", "", f"**before** `{md_escape(diff.before)}` → **after** `{md_escape(diff.after)}`", ""]
@@ -164,6 +178,11 @@ def render_markdown(diff: Diff) -> str:
     absent = [m.key for m in diff.metrics if m.status == "absent"]
     if absent:
         out += ["", f"Not measured on either side: {', '.join(f'`{k}`' for k in absent)}."]
+
+    if any(c.repeated for c in diff.processes.values()):
+        out += ["", "### Over processes", "", PROCESS_TITLE[len("over processes ("):-1] + ".", ""]
+        out += ["| metric | processes before / after | per-process values (ms) | ratio [95 % CI] | verdict |", "|---|---|---|---|---|"]
+        out += ["| " + " | ".join(md_escape(c) for c in row) + " |" for row in _process_rows(diff)]
 
     out += ["", "### Step statistics", "", "Mann-Whitney U (two-sided) and a bootstrap 95 % interval of median(after)/median(before).", ""]
     out += ["| sample | n before / after | median | ratio [95 % CI] | p | verdict |", "|---|---|---|---|---|---|"]
@@ -259,6 +278,15 @@ def print_terminal(diff: Diff, console=None) -> None:
         t.add_row(m.key + arrow, fmt_value(m.before, m.unit), fmt_value(m.after, m.unit), fmt_change(m),
                   f"[{color}]{escape(verdict)}[/]" if color else escape(verdict))
     console.print(t)
+
+    if any(c.repeated for c in diff.processes.values()):
+        pt = Table(title=PROCESS_TITLE, title_justify="left", box=box.SIMPLE_HEAD)
+        for col in ("metric", "processes", "per-process values (ms)", "ratio [CI]"):
+            pt.add_column(col, overflow="fold")
+        pt.add_column("verdict", min_width=22)
+        for row in _process_rows(diff):
+            pt.add_row(*(escape(c) for c in row))
+        console.print(pt)
 
     s = Table(title="step statistics (Mann-Whitney U; bootstrap 95% CI of median after/before)",
               title_justify="left", box=box.SIMPLE_HEAD)

@@ -1,0 +1,78 @@
+"""``perfdoctor compare-programs A B``: two programs run interleaved, then their diff (the
+runs are :func:`perfdoctor.repeats.compare_programs`, the comparison :mod:`perfdoctor.diff`)."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from perfdoctor.cli import options
+from perfdoctor.errors import UsageError
+from perfdoctor.run import RunOptions, check_importable, parse_collect, parse_target
+
+
+def program(text: str, what: str) -> list[str]:
+    """A program as one shell-quoted string: ``"infer.py --tokens 64"`` or ``"-m pkg.mod --x"``."""
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        raise UsageError(f"{what} {text!r}: {exc}") from None
+    module = bool(words) and words[0] == "-m"
+    target = parse_target(words[1:] if module else words, module)
+    check_importable(target, None)
+    return target
+
+
+def compare_command(
+    a: str = typer.Argument(..., metavar="A", help="The baseline program and its arguments, as one quoted string: 'infer.py --tokens 64' or '-m pkg.module ARGS'."),
+    b: str = typer.Argument(..., metavar="B", help="The program to compare with it, the same way."),
+    repeat: int = typer.Option(5, "--repeat", min=2, max=100, metavar="N", help="Light processes per program, interleaved A B A B ... (at least 2: a spread over processes needs two)."),
+    collect: Optional[str] = typer.Option("nvml", "--collect", help="Collectors for each program's traced passes (torch,nvml,nsys,ncu). Default nvml: light passes only, the fastest way to compare step time."),
+    warmup: Optional[int] = typer.Option(None, "--warmup", min=0, help="Steps left out as warm-up. Default: where each process's steady state starts."),
+    steps: int = typer.Option(10, "--steps", min=0, help="Steps to trace in the traced passes (0: all after the warm-up)."),
+    step: Optional[str] = options.step("(record_function, NVTX or perfdoctor.region), both programs", "Default: perfdoctor.region/step, else the most frequent range."),
+    out: Path = typer.Option(Path("perfdoctor-runs"), "--out", help="Folder that receives the two run bundles (NAME-A, NAME-B)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
+    json_out: Optional[Path] = options.json_out("the diff as JSON too (schema perfdoctor.diff/1)"),
+) -> None:
+    """Run two programs interleaved (A B A B ...) and diff them over processes: how a change is checked locally.
+
+    Each program runs its passes once (the light pass, and the tracers --collect names), then both get --repeat - 1 more light processes in turn, so a machine that drifts (clocks, other jobs) slows both alike. Writes two run bundles under --out and prints their diff: step latency compared over processes, with a 95 % interval of the ratio B/A (docs/ci.md). Use the bundles with perfdoctor gate for a budget.
+
+    Exit codes: 0 both programs ran; otherwise the first non-zero exit of a program; 2 usage error.
+
+    A program given as '-m MODULE ...' starts with a dash: put the options first and -- before A and B, as in the second example.
+
+    Examples: perfdoctor compare-programs infer.py 'infer.py --fused' --repeat 5
+
+    perfdoctor compare-programs --repeat 5 -- '-m perfdoctor.engine --variant graph' '-m perfdoctor.engine --variant fused'
+    """
+    from perfdoctor.diff import diff_runs, load_run
+    from perfdoctor.io import check_outputs, write_json
+    from perfdoctor.reports.diff_report import print_terminal
+    from perfdoctor.repeats import compare_programs
+
+    check_outputs([json_out], [])
+    sides = [
+        RunOptions(target=program(text, what), collect=parse_collect(collect), warmup=warmup, steps=steps, step=step, out=out, quiet=quiet)
+        for text, what in ((a, "A"), (b, "B"))
+    ]
+    console = Console(stderr=True)
+    try:
+        code, bundle_a, bundle_b = compare_programs(sides[0], sides[1], repeat, console)
+    except OSError as exc:
+        raise UsageError(f"cannot write the run bundles in {out} ({exc.strerror or exc})") from None
+    if bundle_b is None:
+        console.print(f"stopped before B ran; bundle A: {bundle_a}", highlight=False, markup=False)
+        raise typer.Exit(code)
+    result = diff_runs(load_run(bundle_a, step=step), load_run(bundle_b, step=step))
+    print_terminal(result, Console())
+    if json_out is not None:
+        write_json(json_out, result.to_json())
+    if not quiet:
+        console.print(f"bundles written: A {bundle_a}\n                 B {bundle_b}", highlight=False, markup=False)
+    raise typer.Exit(code)
