@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+from typing import Any, Callable
 
+import numpy as np
 import pandas as pd
 
 from perfdoctor import families
@@ -78,6 +80,7 @@ _LOWP_GEMM = re.compile(r"bf16|f16|fp16|hgemm|h\d{3,4}gemm|e4m3|e5m2|fp8|int8|im
 _FP32_GEMM = re.compile(r"sgemm|s\d{3,4}gemm|tf32|f32f32|fp32|_f32_", re.I)
 
 
+@lru_cache(maxsize=4096)
 def gemm_precision(name: str) -> str:
     """``"fp32"``, ``"low"`` (fp16/bf16/fp8/int8 inputs) or ``"unknown"`` from a GEMM kernel's name."""
     if _LOWP_GEMM.search(name or ""):
@@ -87,10 +90,19 @@ def gemm_precision(name: str) -> str:
     return "unknown"
 
 
+def per_name(names: pd.Series, fn: Callable[[Any], Any]) -> pd.Series:
+    """``names.map(fn)``, with ``fn`` called once per distinct name: a trace has hundreds of
+    thousands of events and a few hundred names, so every name test runs on the distinct
+    names and the answers are mapped back by code (same index as ``names``)."""
+    codes, uniques = pd.factorize(names, use_na_sentinel=False)
+    per_unique = np.empty(len(uniques), dtype=object)
+    per_unique[:] = [fn(u) for u in uniques]
+    return pd.Series(per_unique[codes], index=names.index, dtype=object)
+
+
 def labels(names: pd.Series) -> pd.Series:
     """:func:`label` of a column, computed once per distinct name."""
-    unique = pd.unique(names)
-    return names.map(dict(zip(unique, map(label, unique))))
+    return per_name(names, label)
 
 
 # --- matching kernels across runs -------------------------------------------------------
@@ -155,5 +167,4 @@ def match_key(name: str) -> str:
 
 def match_keys(names: pd.Series) -> pd.Series:
     """:func:`match_key` of a column, computed once per distinct name."""
-    unique = pd.unique(names)
-    return names.map(dict(zip(unique, map(match_key, unique))))
+    return per_name(names, match_key)

@@ -25,7 +25,7 @@ import pandas as pd
 from perfdoctor import apinames, ownership, serving
 from perfdoctor.errors import UsageError
 from perfdoctor.declare import DECLARE_PREFIX
-from perfdoctor.names import family
+from perfdoctor.names import family, per_name
 from perfdoctor.profile import Profile
 
 LAUNCH_PREFIXES = apinames.LAUNCH_PREFIXES  # CUDA, driver and HIP launches (graph launches too)
@@ -45,7 +45,7 @@ LIBRARY_PREFIXES = (
 
 def base_name(names: pd.Series) -> pd.Series:
     """API names without nsys's suffixes: ``cudaMemcpy_v3020`` → ``cudaMemcpy``, ``_ptsz`` too."""
-    return names.map(apinames.base_name)
+    return per_name(names, apinames.base_name)
 
 
 def is_launch(names: pd.Series) -> pd.Series:

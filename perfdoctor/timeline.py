@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor import families, steady
-from perfdoctor.names import labels
+from perfdoctor.names import label
 from perfdoctor.profile import Profile
 from perfdoctor.steps import Steps, is_sync
 
@@ -145,9 +145,28 @@ def kernel_table(activities: pd.DataFrame, steps: int) -> pd.DataFrame:
     if k.empty:
         return pd.DataFrame(columns=KERNEL_COLUMNS)
     steps = max(steps, 1)
-    d = pd.DataFrame({"kernel": labels(k["name"]).to_numpy(), "name": k["name"].to_numpy(), "dur": (k["end_ns"] - k["start_ns"]).to_numpy(np.int64)})
-    g = d.groupby("kernel", sort=False).agg(count=("dur", "size"), total_ns=("dur", "sum"), mean_ns=("dur", "mean"), name=("name", "first"))
-    g = g.sort_values(["total_ns", "count"], ascending=False, kind="stable").reset_index()
+    # Grouped by label code, the labels computed once per distinct name; label codes are in
+    # order of first appearance, as a groupby(sort=False) would number them.
+    codes, uniques = pd.factorize(k["name"], use_na_sentinel=False)
+    label_of_name, label_names = pd.factorize(pd.Series([label(u) for u in uniques], dtype=object))
+    group = label_of_name[codes]
+    dur = (k["end_ns"] - k["start_ns"]).to_numpy(np.int64)
+    n = len(label_names)
+    count = np.bincount(group, minlength=n).astype(np.int64)
+    total = np.zeros(n, dtype=np.int64)
+    np.add.at(total, group, dur)
+    first_name = np.full(n, len(uniques), dtype=np.int64)
+    np.minimum.at(first_name, label_of_name, np.arange(len(uniques)))  # the group's first name in row order
+    g = pd.DataFrame(
+        {
+            "kernel": np.asarray(label_names, dtype=object),
+            "count": count,
+            "total_ns": total,
+            "mean_ns": total / count,
+            "name": np.asarray(uniques, dtype=object)[first_name],
+        }
+    )
+    g = g.sort_values(["total_ns", "count"], ascending=False, kind="stable").reset_index(drop=True)
     # families.py: communication / attention / norm / softmax / conv / gemm / memory /
     # reduction / elementwise / other (NCCL, Triton and ROCm names included)
     g["family"] = g["name"].map(families.family)

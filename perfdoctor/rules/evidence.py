@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.metrics import SHORT_KERNEL_NS, Analysis
-from perfdoctor.names import family, gemm_precision, label, labels
+from perfdoctor.names import family, gemm_precision, label, labels, per_name
 from perfdoctor.rules.signals import model_bytes_per_step, step_activities
 from perfdoctor.steps import base_name, is_launch, is_sync
 from perfdoctor.timeline import kernel_table
@@ -243,7 +243,7 @@ def _copy_rows(c: pd.DataFrame, analysis: Analysis, keys: list[str]) -> list[lis
 
 def gemm_kernels(analysis: Analysis) -> Evidence:
     acts = step_activities(analysis)
-    k = acts[(acts["kind"] == "kernel") & (acts["name"].map(family) == "gemm")]
+    k = acts[(acts["kind"] == "kernel") & (per_name(acts["name"], family) == "gemm")]
     ev = Evidence("gemm_kernels", "GEMM kernels and the precision their names state", ["kernel", "precision", "per step", "ms / step"])
     if k.empty:
         ev.note = "no GEMM kernels inside the steps"
@@ -256,7 +256,7 @@ def gemm_kernels(analysis: Analysis) -> Evidence:
 def attention_kernels(analysis: Analysis) -> Evidence:
     acts = step_activities(analysis)
     k = acts[acts["kind"] == "kernel"]
-    fam = k["name"].map(family)
+    fam = per_name(k["name"], family)
     k = k[fam.isin(("attention", "softmax"))]
     ev = Evidence("attention_kernels", "Attention and softmax kernels per step", ["kernel", "family", "per step", "ms / step"])
     if k.empty:

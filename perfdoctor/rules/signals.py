@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.metrics import METRIC_UNITS, Analysis, Metric
-from perfdoctor.names import family, gemm_precision
+from perfdoctor.names import family, gemm_precision, per_name
 
 
 def step_activities(analysis: Analysis) -> pd.DataFrame:
@@ -35,10 +35,10 @@ def fp32_gemm_time_ratio(analysis: Analysis) -> Metric:
     if k.empty:
         return Metric(None, "ratio", "kernel-names", reason="no kernels inside steps")
     names = k["name"]
-    gemm = k[names.map(family) == "gemm"]
+    gemm = k[per_name(names, family) == "gemm"]
     if gemm.empty:
         return Metric(None, "ratio", "kernel-names", reason="no GEMM kernels inside steps")
-    precision = gemm["name"].map(gemm_precision)
+    precision = per_name(gemm["name"], gemm_precision)
     dur = (gemm["end_ns"] - gemm["start_ns"]).astype(float)
     known = dur[precision != "unknown"].sum()
     if known <= 0:
@@ -56,7 +56,7 @@ def unfused_attention(analysis: Analysis) -> Metric:
     k = _kernels_in_steps(analysis)
     if k.empty:
         return Metric(None, "flag", "kernel-names", reason="no kernels inside steps")
-    fams = k["name"].map(family)
+    fams = per_name(k["name"], family)
     if (fams == "attention").any():
         return Metric(0.0, "flag", "kernel-names", note="a fused attention kernel runs in the steps")
     if (fams == "softmax").any() and (fams == "gemm").any():
