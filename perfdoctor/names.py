@@ -20,12 +20,10 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import Any, Callable
-
-import numpy as np
 import pandas as pd
 
 from perfdoctor import families
+from perfdoctor.namecodes import per_name
 
 # Identifiers inside template arguments that name the actual operation: functors
 # (MulFunctor, CUDAFunctor_add), reduction ops (MeanOps) and ATen's per-op kernels
@@ -88,16 +86,6 @@ def gemm_precision(name: str) -> str:
     if _FP32_GEMM.search(name or ""):
         return "fp32"
     return "unknown"
-
-
-def per_name(names: pd.Series, fn: Callable[[Any], Any]) -> pd.Series:
-    """``names.map(fn)``, with ``fn`` called once per distinct name: a trace has hundreds of
-    thousands of events and a few hundred names, so every name test runs on the distinct
-    names and the answers are mapped back by code (same index as ``names``)."""
-    codes, uniques = pd.factorize(names, use_na_sentinel=False)
-    per_unique = np.empty(len(uniques), dtype=object)
-    per_unique[:] = [fn(u) for u in uniques]
-    return pd.Series(per_unique[codes], index=names.index, dtype=object)
 
 
 def labels(names: pd.Series) -> pd.Series:

@@ -40,6 +40,7 @@ import pandas as pd
 
 from perfdoctor import families, steady
 from perfdoctor.names import label
+from perfdoctor.namecodes import factorize
 from perfdoctor.profile import Profile
 from perfdoctor.steps import Steps, is_sync
 
@@ -147,7 +148,7 @@ def kernel_table(activities: pd.DataFrame, steps: int) -> pd.DataFrame:
     steps = max(steps, 1)
     # Grouped by label code, the labels computed once per distinct name; label codes are in
     # order of first appearance, as a groupby(sort=False) would number them.
-    codes, uniques = pd.factorize(k["name"], use_na_sentinel=False)
+    codes, uniques = factorize(k["name"])
     label_of_name, label_names = pd.factorize(pd.Series([label(u) for u in uniques], dtype=object))
     group = label_of_name[codes]
     dur = (k["end_ns"] - k["start_ns"]).to_numpy(np.int64)

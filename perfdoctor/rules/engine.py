@@ -272,7 +272,8 @@ def _estimate(raw: Any, field: str) -> EstimateSpec:
         raw = {"kind": raw}
     _need(isinstance(raw, dict) and isinstance(raw.get("kind"), str), field, "expected a kind name or a table with 'kind'")
     kind = raw["kind"]
-    _need(kind in ESTIMATES, f"{field}.kind", f"unknown estimate kind {kind!r}{_suggest(kind, ESTIMATES)}; known: {', '.join(ESTIMATES)}")
+    if kind not in ESTIMATES:  # (the suggestion is built only for a bad name: difflib is slow)
+        raise _PackError(f"{field}.kind", f"unknown estimate kind {kind!r}{_suggest(kind, ESTIMATES)}; known: {', '.join(ESTIMATES)}")
     params = {k: v for k, v in raw.items() if k != "kind"}
     allowed = ESTIMATES[kind][1]
     for k, v in params.items():
@@ -292,7 +293,8 @@ def _rule(raw: dict[str, Any], origin: str, threshold_origin: str) -> Rule:
     show = _strings(raw.get("show", []), "show")
     for key in metrics + show:
         field = "metric" if key in metrics else "show"
-        _need(key in KNOWN_INPUTS, field, f"unknown metric {key!r}{_suggest(key, KNOWN_INPUTS)} (see docs/rules.md for the list)")
+        if key not in KNOWN_INPUTS:
+            raise _PackError(field, f"unknown metric {key!r}{_suggest(key, KNOWN_INPUTS)} (see docs/rules.md for the list)")
     comparator, threshold = raw.get("comparator"), raw.get("threshold")
     _need((comparator is None) == (threshold is None), "threshold" if threshold is None else "comparator",
           "comparator and threshold go together (leave both out for an advisory rule)")
@@ -305,7 +307,8 @@ def _rule(raw: dict[str, Any], origin: str, threshold_origin: str) -> Rule:
     _need(isinstance(raw["citation"], str) and raw["citation"].strip() != "", "citation", "expected a non-empty string")
     kinds = _strings(raw.get("evidence", []), "evidence")
     for kind in kinds:
-        _need(kind in EVIDENCE, "evidence", f"unknown evidence kind {kind!r}{_suggest(kind, EVIDENCE)}; known: {', '.join(EVIDENCE)}")
+        if kind not in EVIDENCE:
+            raise _PackError("evidence", f"unknown evidence kind {kind!r}{_suggest(kind, EVIDENCE)}; known: {', '.join(EVIDENCE)}")
     for key in ("description", "collect"):
         _need(isinstance(raw.get(key, ""), str), key, "expected a string")
     workload = _strings(raw.get("workload", []), "workload")
