@@ -142,20 +142,19 @@ def step_table(steps: Steps, activities: pd.DataFrame) -> pd.DataFrame:
 def kernel_table(activities: pd.DataFrame, steps: int) -> pd.DataFrame:
     """Kernels inside the steps grouped by their readable label (:func:`perfdoctor.names.label`):
     count, total and mean time, per step figures and share of kernel time, longest first."""
-    k = activities[activities["kind"] == "kernel"]
-    if k.empty:
+    kernel = (activities["kind"] == "kernel").to_numpy()
+    if not kernel.any():
         return pd.DataFrame(columns=KERNEL_COLUMNS)
     steps = max(steps, 1)
     # Grouped by label code, the labels computed once per distinct name; label codes are in
     # order of first appearance, as a groupby(sort=False) would number them.
-    codes, uniques = factorize(k["name"])
+    codes, uniques = factorize(activities["name"].to_numpy(dtype=object)[kernel])
     label_of_name, label_names = pd.factorize(pd.Series([label(u) for u in uniques], dtype=object))
     group = label_of_name[codes]
-    dur = (k["end_ns"] - k["start_ns"]).to_numpy(np.int64)
+    dur = (activities["end_ns"].to_numpy(np.int64) - activities["start_ns"].to_numpy(np.int64))[kernel]
     n = len(label_names)
     count = np.bincount(group, minlength=n).astype(np.int64)
-    total = np.zeros(n, dtype=np.int64)
-    np.add.at(total, group, dur)
+    total = np.bincount(group, weights=dur, minlength=n).astype(np.int64)  # exact below 2**53 ns (104 days)
     first_name = np.full(n, len(uniques), dtype=np.int64)
     np.minimum.at(first_name, label_of_name, np.arange(len(uniques)))  # the group's first name in row order
     g = pd.DataFrame(

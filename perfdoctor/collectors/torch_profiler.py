@@ -219,6 +219,24 @@ class _Taken:
         return start, start + _ns(self.dur)
 
 
+class _Numbering(dict):
+    """Numbers each new key as it is first looked up: codes for short repeated strings
+    (phases, categories) without hashing them twice."""
+
+    def __missing__(self, key: str) -> int:
+        self[key] = code = len(self)
+        return code
+
+
+def _floats_of(values: Any, n: int) -> np.ndarray:
+    """float64 of ``n`` numbers or None (None becomes NaN)."""
+    values = list(values)
+    try:
+        return np.fromiter(values, dtype=np.float64, count=n)
+    except TypeError:  # a None among them
+        return np.array(values, dtype=np.float64)
+
+
 class _Events:
     """What the loader keeps of the trace's events, filled a decoded slice at a time: the
     complete ("X") events of the categories it reads, with their times as arrays, CPU op
@@ -233,39 +251,40 @@ class _Events:
         self.dropped = 0
         self.untimed_gpu = 0
         self._is_step: dict[str, bool] = {}
+        self._ph, self._cat = _Numbering(), _Numbering()  # each distinct phase / category: an integer
 
     def add(self, chunk: list[Event]) -> None:
         if not chunk:
             return
-        ph = np.array(list(map(_PH, chunk)), dtype=object)
-        for i in np.flatnonzero(ph == "M").tolist():
+        n = len(chunk)
+        ph = np.fromiter(map(self._ph.__getitem__, map(_PH, chunk)), dtype=np.int64, count=n)
+        for i in np.flatnonzero(ph == self._ph["M"]).tolist():
             e = chunk[i]
             if e.name == "thread_name" and e.args is not None and isinstance(e.args.name, str):
                 self.thread_names.append(e.args.name)
-        complete = ph == "X"
+        complete = ph == self._ph["X"]
         if not complete.any():
             return
-        cat = np.array(list(map(_CAT, chunk)), dtype=object)
-        ts = np.array(list(map(_TS, chunk)), dtype=np.float64)  # None (missing) becomes NaN
-        dur = np.array(list(map(_DUR, chunk)), dtype=np.float64)
+        cat = np.fromiter(map(self._cat.__getitem__, map(_CAT, chunk)), dtype=np.int64, count=n)
+        ts, dur = _floats_of(map(_TS, chunk), n), _floats_of(map(_DUR, chunk), n)  # None (missing) is NaN
         with np.errstate(invalid="ignore"):
             timed = (-MAX_US < ts) & (ts < MAX_US) & (0 <= dur) & (dur < MAX_US)
         untimed = complete & ~timed
         if untimed.any():
             self.dropped += int(untimed.sum())
-            self.untimed_gpu += int(np.isin(cat[untimed], list(ACTIVITY_CATEGORIES)).sum())
+            gpu = [self._cat[c] for c in ACTIVITY_CATEGORIES]
+            self.untimed_gpu += int(np.isin(cat[untimed], gpu).sum())
         keep = complete & timed
         self.timed += int(keep.sum())
-        codes, cats = pd.factorize(cat[keep])
-        where = np.flatnonzero(keep)
-        for code, name in enumerate(cats.tolist()):
-            if name in KEPT or name == "cpu_op":
-                idx = where[codes == code]
-                picked = [chunk[i] for i in idx.tolist()]
-                if name == "cpu_op":
-                    self._cpu_ops(ts[idx], dur[idx], picked)
-                else:
-                    self.parts.setdefault(name, []).append((ts[idx], dur[idx], picked))
+        for name in KEPT + ("cpu_op",):
+            idx = np.flatnonzero(keep & (cat == self._cat[name]))
+            if not idx.size:
+                continue
+            picked = [chunk[i] for i in idx.tolist()]
+            if name == "cpu_op":
+                self._cpu_ops(ts[idx], dur[idx], picked)
+            else:
+                self.parts.setdefault(name, []).append((ts[idx], dur[idx], picked))
 
     def _cpu_ops(self, ts: np.ndarray, dur: np.ndarray, ops: list[Event]) -> None:
         names = list(map(_NAME, ops))

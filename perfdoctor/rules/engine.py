@@ -588,8 +588,12 @@ def not_applicable(rule: Rule, analysis: Analysis) -> str | None:
     return f"{NOT_APPLICABLE}{'/'.join(rule.workload)}-only rule; this trace is {w.text}"
 
 
-def evaluate_rule(rule: Rule, analysis: Analysis, values: dict[str, Metric]) -> Finding:
-    """Evaluate one rule: pick its metric, compare, and for a failure collect evidence and estimate."""
+def evaluate_rule(rule: Rule, analysis: Analysis, values: dict[str, Metric], evidence: dict[str, Evidence] | None = None) -> Finding:
+    """Evaluate one rule: pick its metric, compare, and for a failure collect evidence and estimate.
+
+    ``evidence``: the tables already collected for other rules of the same evaluation, by
+    kind (several rules show the same table: it is computed once and each finding gets its
+    own copy)."""
     context = [name for name, (pred, _) in PREDICATES.items() if pred(values)]
     title, remediation, spec = rule.title, rule.remediation, rule.estimate
     for v in rule.variants:
@@ -630,13 +634,24 @@ def evaluate_rule(rule: Rule, analysis: Analysis, values: dict[str, Metric]) -> 
         # A fallback metric is used: say which, and what the preferred one needed.
         finding.reason = f"uses {metric} because {rule.metrics[0]} is absent: {values[rule.metrics[0]].reason if rule.metrics[0] in values else 'not collected'}"
     if finding.status in ("fail", "advisory"):
-        finding.evidence = [EVIDENCE[kind](analysis) for kind in rule.evidence]
+        finding.evidence = [_collect(kind, analysis, evidence) for kind in rule.evidence]
     if finding.status == "fail" and spec is not None:
         fn = ESTIMATES[spec.kind][0]
         finding.estimate = fn(analysis, rule.threshold, dict(spec.params))
         finding.estimate_kind = spec.kind
         finding.projected = _projection(analysis, finding.estimate.ms_per_step)
     return finding
+
+
+def _collect(kind: str, analysis: Analysis, memo: dict[str, Evidence] | None) -> Evidence:
+    """The evidence table ``kind`` of ``analysis``, from ``memo`` when another rule of this
+    evaluation already collected it (a copy: findings never share a table)."""
+    if memo is None:
+        return EVIDENCE[kind](analysis)
+    if kind not in memo:
+        memo[kind] = EVIDENCE[kind](analysis)
+    ev = memo[kind]
+    return replace(ev, rows=[list(r) for r in ev.rows], columns=list(ev.columns))
 
 
 def rank(findings: list[Finding]) -> list[Finding]:
@@ -696,7 +711,8 @@ def evaluate(rules: RuleSet, analysis: Analysis) -> list[Finding]:
     applicable: on a capture, timing rules describe the capture, not the workload.
     """
     values = {**inputs(analysis), **workload_values(analysis)}
-    findings = [evaluate_rule(rule, analysis, values) for rule in rules]
+    evidence: dict[str, Evidence] = {}
+    findings = [evaluate_rule(rule, analysis, values, evidence) for rule in rules]
     suppressed: dict[str, str] = {}
     for f in findings:
         if f.status == "fail":
