@@ -15,11 +15,12 @@ pass and each bucket becomes columns.
 from __future__ import annotations
 
 import re
+import types
 from collections import Counter
 from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, ClassVar, Union
 
 import msgspec
 import numpy as np
@@ -99,8 +100,36 @@ class _Rest(_Header):
     traceEvents: Any = None  # noqa: N815
 
 
+# The sliced decode tags each event by its phase: a complete event ("X") decodes like
+# Event, a metadata event ("M") keeps its name and arguments, and every other phase of the
+# Chrome trace format (flows, instants, counters: a third of a Kineto trace) decodes to an
+# empty struct, its fields skipped unallocated. An event without a phase, or with one not
+# listed, fails the slice: the document is then decoded whole with Event.
+class _Complete(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
+    ph: ClassVar[str] = "X"
+    cat: str = ""
+    name: str = ""
+    ts: Union[float, None] = None
+    dur: Union[float, None] = None
+    pid: Union[int, str, None] = None
+    tid: Union[int, str, None] = None
+    args: Union[Args, None] = None
+
+
+class _Metadata(msgspec.Struct, gc=False, tag_field="ph", tag="M"):
+    ph: ClassVar[str] = "M"
+    name: str = ""
+    args: Union[Args, None] = None
+
+
+OTHER_PHASES = "BEiICbnestfPNODVvRc()"
+_skipped = tuple(
+    types.new_class(f"_Phase{ord(p)}", (msgspec.Struct,), {"tag_field": "ph", "tag": p, "gc": False}, lambda ns, p=p: ns.update(ph=p))
+    for p in OTHER_PHASES
+)
+
 _decoder = msgspec.json.Decoder(Trace)
-_events_decoder = msgspec.json.Decoder(list[Event])
+_events_decoder = msgspec.json.Decoder(list[Union[(_Complete, _Metadata, *_skipped)]])
 _rest_decoder = msgspec.json.Decoder(_Rest)
 _NO_ARGS = Args()
 
@@ -253,34 +282,35 @@ class _Events:
         self._is_step: dict[str, bool] = {}
         self._ph, self._cat = _Numbering(), _Numbering()  # each distinct phase / category: an integer
 
-    def add(self, chunk: list[Event]) -> None:
+    def add(self, chunk: list[Any]) -> None:
+        """Keep what the loader reads of one slice of events (:class:`Event` or the
+        phase-tagged structs of the sliced decode: both have ``ph``)."""
         if not chunk:
             return
-        n = len(chunk)
-        ph = np.fromiter(map(self._ph.__getitem__, map(_PH, chunk)), dtype=np.int64, count=n)
+        ph = np.fromiter(map(self._ph.__getitem__, map(_PH, chunk)), dtype=np.int64, count=len(chunk))
         for i in np.flatnonzero(ph == self._ph["M"]).tolist():
             e = chunk[i]
             if e.name == "thread_name" and e.args is not None and isinstance(e.args.name, str):
                 self.thread_names.append(e.args.name)
-        complete = ph == self._ph["X"]
-        if not complete.any():
+        complete = np.flatnonzero(ph == self._ph["X"])
+        if not complete.size:
             return
-        cat = np.fromiter(map(self._cat.__getitem__, map(_CAT, chunk)), dtype=np.int64, count=n)
-        ts, dur = _floats_of(map(_TS, chunk), n), _floats_of(map(_DUR, chunk), n)  # None (missing) is NaN
+        events = [chunk[i] for i in complete.tolist()]
+        n = len(events)
+        cat = np.fromiter(map(self._cat.__getitem__, map(_CAT, events)), dtype=np.int64, count=n)
+        ts, dur = _floats_of(map(_TS, events), n), _floats_of(map(_DUR, events), n)  # None (missing) is NaN
         with np.errstate(invalid="ignore"):
             timed = (-MAX_US < ts) & (ts < MAX_US) & (0 <= dur) & (dur < MAX_US)
-        untimed = complete & ~timed
-        if untimed.any():
-            self.dropped += int(untimed.sum())
+        if not timed.all():
+            self.dropped += int((~timed).sum())
             gpu = [self._cat[c] for c in ACTIVITY_CATEGORIES]
-            self.untimed_gpu += int(np.isin(cat[untimed], gpu).sum())
-        keep = complete & timed
-        self.timed += int(keep.sum())
+            self.untimed_gpu += int(np.isin(cat[~timed], gpu).sum())
+        self.timed += int(timed.sum())
         for name in KEPT + ("cpu_op",):
-            idx = np.flatnonzero(keep & (cat == self._cat[name]))
+            idx = np.flatnonzero(timed & (cat == self._cat[name]))
             if not idx.size:
                 continue
-            picked = [chunk[i] for i in idx.tolist()]
+            picked = [events[i] for i in idx.tolist()]
             if name == "cpu_op":
                 self._cpu_ops(ts[idx], dur[idx], picked)
             else:
@@ -405,8 +435,11 @@ def _thread_ids(calls: _Taken, ranges: _Taken) -> tuple[np.ndarray, np.ndarray]:
     """Kineto names a host thread by (pid, tid); each pair gets one integer id, numbered in
     order of first appearance over the calls, then the ranges."""
     events = calls.events + ranges.events
-    pairs = pd.Series(list(zip(map(_PID, events), map(_TID, events))), dtype=object)
-    codes, _ = pd.factorize(pairs)
+    if not events:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    pid, _ = pd.factorize(pd.Series(list(map(_PID, events)), dtype=object), use_na_sentinel=False)
+    tid, tids = pd.factorize(pd.Series(list(map(_TID, events)), dtype=object), use_na_sentinel=False)
+    codes, _ = pd.factorize(pid.astype(np.int64) * max(len(tids), 1) + tid)  # the pair, numbered by first appearance
     codes = codes.astype(np.int64)
     return codes[: len(calls.events)], codes[len(calls.events) :]
 
