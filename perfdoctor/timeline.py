@@ -194,6 +194,23 @@ class Timeline:
         """The rows of the step table that launched GPU work."""
         return self.steps[self.steps["gpu_start_ns"].notna()]
 
+    @cached_property
+    def is_kernel(self) -> np.ndarray:
+        """Which rows of ``activities`` are kernels (boolean array)."""
+        return (self.activities["kind"] == "kernel").to_numpy()
+
+    @cached_property
+    def step_kernels(self) -> pd.DataFrame:
+        """The kernels among the step activities (same columns and index)."""
+        return self.activities[self.is_kernel]
+
+    @cached_property
+    def families(self) -> np.ndarray:
+        """The family of every step activity (:func:`perfdoctor.families.family` of its
+        name and kind), aligned with ``activities``: computed once per distinct pair, once
+        per analysis, for every rule, evidence table and report that groups by family."""
+        return families.families(self.activities["name"], self.activities["kind"]).to_numpy()
+
     def critical_path_ms(self) -> np.ndarray:
         return self.with_gpu["critical_path_ns"].to_numpy(np.float64) / 1e6
 

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.metrics import METRIC_UNITS, Analysis, Metric
-from perfdoctor.names import family, gemm_precision, per_name
+from perfdoctor.names import gemm_precision, per_name
 
 
 def step_activities(analysis: Analysis) -> pd.DataFrame:
@@ -25,8 +25,13 @@ def step_activities(analysis: Analysis) -> pd.DataFrame:
 
 
 def _kernels_in_steps(analysis: Analysis) -> pd.DataFrame:
-    acts = step_activities(analysis)
-    return acts[acts["kind"] == "kernel"]
+    return analysis.timeline.step_kernels
+
+
+def step_kernel_families(analysis: Analysis) -> pd.Series:
+    """The family of each kernel of :func:`_kernels_in_steps` (same index), from the timeline."""
+    t = analysis.timeline
+    return pd.Series(t.families[t.is_kernel], index=t.step_kernels.index, dtype=object)
 
 
 def fp32_gemm_time_ratio(analysis: Analysis) -> Metric:
@@ -34,8 +39,7 @@ def fp32_gemm_time_ratio(analysis: Analysis) -> Metric:
     k = _kernels_in_steps(analysis)
     if k.empty:
         return Metric(None, "ratio", "kernel-names", reason="no kernels inside steps")
-    names = k["name"]
-    gemm = k[per_name(names, family) == "gemm"]
+    gemm = k[step_kernel_families(analysis) == "gemm"]
     if gemm.empty:
         return Metric(None, "ratio", "kernel-names", reason="no GEMM kernels inside steps")
     precision = per_name(gemm["name"], gemm_precision)
@@ -56,7 +60,7 @@ def unfused_attention(analysis: Analysis) -> Metric:
     k = _kernels_in_steps(analysis)
     if k.empty:
         return Metric(None, "flag", "kernel-names", reason="no kernels inside steps")
-    fams = per_name(k["name"], family)
+    fams = step_kernel_families(analysis)
     if (fams == "attention").any():
         return Metric(0.0, "flag", "kernel-names", note="a fused attention kernel runs in the steps")
     if (fams == "softmax").any() and (fams == "gemm").any():
