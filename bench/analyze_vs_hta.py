@@ -18,8 +18,10 @@ process alone, from ``wait4``):
 - ``decode-typed``: perfdoctor's own decode alone (typed structs naming only the fields it
   reads, in slices), the floor for this loader.
 
-Medians of ``--repeats`` fresh processes per tool; the load average is recorded before each
-shape (the CPU machine is shared). Prints a table of ratios and writes JSON.
+Medians of ``--repeats`` fresh processes per tool, the tools interleaved; the load average
+is recorded before and after each shape (the CPU machine is shared). perfdoctor's modules
+are byte-compiled first, as an installed package's are. Prints a table of ratios and
+writes JSON.
 
     python bench/analyze_vs_hta.py --work /tmp/bench-traces --repeats 3 --json bench-analyze.json
 """
@@ -115,6 +117,12 @@ def main() -> None:
     args = ap.parse_args()
 
     py = sys.executable
+    # Every tool runs from compiled bytecode, as an installed package does: pip compiled
+    # HTA's; perfdoctor's own may be stale here (PYTHONDONTWRITEBYTECODE is set on the CPU
+    # machine), which would add recompiling its changed modules to every fresh process.
+    import perfdoctor
+
+    subprocess.run([py, "-m", "compileall", "-q", str(Path(perfdoctor.__file__).parent)], check=True)
     results: dict[str, dict] = {}
     for shape in args.shapes:
         trace = build(shape, args.work)
