@@ -8,8 +8,11 @@ are — ``kernel`` / ``gpu_memcpy`` / ``gpu_memset`` on the device, ``cuda_runti
 
 Traces run to hundreds of MB, mostly CPU-op shapes we never read. Decoding into typed
 structs (msgspec) materializes only the fields below and skips the rest unallocated, which
-is what keeps parsing fast and memory low; events are then bucketed by category in one
-pass and each bucket becomes columns.
+is what keeps parsing fast and memory low. The event array is decoded a few MB at a time
+(:mod:`perfdoctor.collectors.json_chunks`); each slice's events of the categories read are
+kept with their times as arrays, the rest dropped with the slice, so the peak is the file
+plus one slice, not the structs of the whole trace. Each category then becomes columns,
+every name test running once per distinct name.
 """
 
 from __future__ import annotations
