@@ -27,6 +27,8 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
+from perfdoctor.namecodes import factorize
+
 ROLES = ("launch", "graph_launch", "sync", "copy", "memset", "capture", "capture_begin", "capture_end")
 
 # nsys version suffix (_v3020, _v7000, _v12000), per-thread default stream variants.
@@ -139,7 +141,7 @@ def classify(names: pd.Series | np.ndarray | list[str]) -> pd.DataFrame:
     Vectorised over unique names: one factorize, one classification per distinct name.
     """
     series = names if isinstance(names, pd.Series) else pd.Series(list(names), dtype=object)
-    codes, uniques = pd.factorize(series, use_na_sentinel=True)
+    codes, uniques = factorize(series)  # a missing name is a unique of its own: the neutral row
     table = pd.DataFrame(
         [roles(u) if isinstance(u, str) else (False,) * len(ROLES) for u in uniques] or np.zeros((0, len(ROLES)), bool),
         columns=list(ROLES),
@@ -147,22 +149,16 @@ def classify(names: pd.Series | np.ndarray | list[str]) -> pd.DataFrame:
     )
     table["base"] = [base_name(u) for u in uniques]
     table["vendor"] = [vendor(u) for u in uniques]
-    # Missing names (code -1) get the neutral row appended at the end.
-    neutral = pd.DataFrame([[False] * len(ROLES) + ["", ""]], columns=table.columns)
-    table = pd.concat([table, neutral], ignore_index=True).astype({r: bool for r in ROLES})
-    take = np.where(codes < 0, len(table) - 1, codes)
-    out = table.iloc[take].reset_index(drop=True)
+    out = table.iloc[codes].reset_index(drop=True)
     out.index = series.index
     return out
 
 
 def _role(names: pd.Series | np.ndarray | list[str], role: str) -> np.ndarray:
-    series = names if isinstance(names, pd.Series) else pd.Series(list(names), dtype=object)
-    codes, uniques = pd.factorize(series, use_na_sentinel=True)
+    codes, uniques = factorize(names)
     i = ROLES.index(role)
     per_unique = np.fromiter((isinstance(u, str) and roles(u)[i] for u in uniques), dtype=bool, count=len(uniques))
-    per_unique = np.append(per_unique, False)  # code -1 → False
-    return per_unique[np.where(codes < 0, len(per_unique) - 1, codes)]
+    return per_unique[codes]
 
 
 def is_launch(names: pd.Series | np.ndarray | list[str]) -> np.ndarray:

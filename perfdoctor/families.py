@@ -41,6 +41,8 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
+from perfdoctor.namecodes import factorize
+
 FAMILIES = ("communication", "attention", "norm", "softmax", "conv", "gemm", "memory", "reduction", "elementwise", "other")
 CLASSES = ("compute", "communication", "memory")
 
@@ -113,11 +115,23 @@ def kernel_class(name: str, kind: str = "kernel") -> str:
 
 
 def _pairs(names: pd.Series, kinds: pd.Series | None) -> tuple[np.ndarray, list[tuple[str, str]]]:
+    """Codes of the distinct (name, kind) pairs (a missing name is "", a missing kind
+    "kernel"), and the pairs: every family test runs once per pair."""
+    name_codes, name_uniques = factorize(names)
     if kinds is None:
-        kinds = pd.Series("kernel", index=names.index, dtype=object)
-    key = pd.MultiIndex.from_arrays([names.fillna("").astype(object), kinds.fillna("kernel").astype(object)])
-    codes, uniques = pd.factorize(key)
-    return codes, list(uniques)
+        kind_codes, kind_uniques = np.zeros(len(names), dtype=np.intp), np.array(["kernel"], dtype=object)
+    else:
+        kind_codes, kind_uniques = factorize(kinds)
+    name_uniques = ["" if _missing(u) else u for u in name_uniques]
+    kind_uniques = ["kernel" if _missing(u) else u for u in kind_uniques]
+    width = max(len(kind_uniques), 1)
+    codes, pairs = pd.factorize(name_codes.astype(np.int64) * width + kind_codes)
+    return codes, [(name_uniques[p // width], kind_uniques[p % width]) for p in pairs.tolist()]
+
+
+def _missing(value: object) -> bool:
+    """What ``fillna`` fills: None, NaN, pd.NA, NaT."""
+    return not isinstance(value, str) and pd.api.types.is_scalar(value) and bool(pd.isna(value))
 
 
 def families(names: pd.Series, kinds: pd.Series | None = None) -> pd.Series:

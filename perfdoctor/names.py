@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-
 import pandas as pd
 
 from perfdoctor import families
+from perfdoctor.namecodes import per_name
 
 # Identifiers inside template arguments that name the actual operation: functors
 # (MulFunctor, CUDAFunctor_add), reduction ops (MeanOps) and ATen's per-op kernels
@@ -78,6 +78,7 @@ _LOWP_GEMM = re.compile(r"bf16|f16|fp16|hgemm|h\d{3,4}gemm|e4m3|e5m2|fp8|int8|im
 _FP32_GEMM = re.compile(r"sgemm|s\d{3,4}gemm|tf32|f32f32|fp32|_f32_", re.I)
 
 
+@lru_cache(maxsize=4096)
 def gemm_precision(name: str) -> str:
     """``"fp32"``, ``"low"`` (fp16/bf16/fp8/int8 inputs) or ``"unknown"`` from a GEMM kernel's name."""
     if _LOWP_GEMM.search(name or ""):
@@ -89,8 +90,7 @@ def gemm_precision(name: str) -> str:
 
 def labels(names: pd.Series) -> pd.Series:
     """:func:`label` of a column, computed once per distinct name."""
-    unique = pd.unique(names)
-    return names.map(dict(zip(unique, map(label, unique))))
+    return per_name(names, label)
 
 
 # --- matching kernels across runs -------------------------------------------------------
@@ -157,5 +157,4 @@ def match_key(name: str) -> str:
 
 def match_keys(names: pd.Series) -> pd.Series:
     """:func:`match_key` of a column, computed once per distinct name."""
-    unique = pd.unique(names)
-    return names.map(dict(zip(unique, map(match_key, unique))))
+    return per_name(names, match_key)

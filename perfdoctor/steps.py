@@ -25,7 +25,8 @@ import pandas as pd
 from perfdoctor import apinames, ownership, serving
 from perfdoctor.errors import UsageError
 from perfdoctor.declare import DECLARE_PREFIX
-from perfdoctor.names import family
+from perfdoctor.namecodes import factorize
+from perfdoctor.names import family, per_name
 from perfdoctor.profile import Profile
 
 LAUNCH_PREFIXES = apinames.LAUNCH_PREFIXES  # CUDA, driver and HIP launches (graph launches too)
@@ -45,7 +46,7 @@ LIBRARY_PREFIXES = (
 
 def base_name(names: pd.Series) -> pd.Series:
     """API names without nsys's suffixes: ``cudaMemcpy_v3020`` → ``cudaMemcpy``, ``_ptsz`` too."""
-    return names.map(apinames.base_name)
+    return per_name(names, apinames.base_name)
 
 
 def is_launch(names: pd.Series) -> pd.Series:
@@ -262,6 +263,14 @@ def _units_to_ranges(
     )
 
 
+def _as_text(names: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct names (as text) and each row's code, numbered by first appearance."""
+    codes, uniques = factorize(names)
+    if not all(isinstance(u, str) for u in uniques):
+        codes, uniques = factorize(names.astype(str))
+    return uniques, codes
+
+
 def automatic_ranges(profile: Profile) -> tuple[pd.DataFrame, str]:
     """Step ranges for a trace without markers, and how they were found (or why not).
 
@@ -283,13 +292,13 @@ def automatic_ranges(profile: Profile) -> tuple[pd.DataFrame, str]:
     mine = calls[calls["tid"] == tid].sort_values("start_ns", kind="stable")
     launch = mine[is_launch(mine["name"])]
     # what each launch ran: its first GPU activity's name (a graph launch: its first kernel)
-    first_act = acts.sort_values("start_ns", kind="stable").drop_duplicates("correlation").set_index("correlation")["name"]
+    first_act = acts[["start_ns", "correlation", "name"]].sort_values("start_ns", kind="stable").drop_duplicates("correlation").set_index("correlation")["name"]
     kernel = launch["correlation"].map(first_act)
     launch = launch[kernel.notna().to_numpy()]
     kernel = kernel[kernel.notna()]
     if len(launch) < 2:
         return empty, "fewer than two launches with GPU work"
-    codes = pd.factorize(kernel.astype(str))[0]
+    kernel_names, codes = _as_text(kernel)
     l_start = launch["start_ns"].to_numpy(np.int64)
     l_end = launch["end_ns"].to_numpy(np.int64)
     with_work = mine[mine["correlation"].isin(acts["correlation"]).to_numpy() & (mine["correlation"] >= 0).to_numpy()]
@@ -309,8 +318,7 @@ def automatic_ranges(profile: Profile) -> tuple[pd.DataFrame, str]:
             # names: a decode step's elementwise kernels switch between vectorized and
             # unrolled variants as the context length changes parity (seen in HF generate
             # on the H200), which would make every other token look different.
-            uniques = pd.Series(pd.unique(kernel.astype(str)))
-            fam = pd.factorize(uniques.map(family))[0][pd.Index(uniques).get_indexer(kernel.astype(str))]
+            fam = pd.factorize(pd.Series([family(u) for u in kernel_names], dtype=object))[0][codes]
             signature = pd.factorize(pd.Series([tuple(c) for c in np.split(fam, cut)]))[0]
             offset = max(0, signature.size - MAX_SEQUENCE)
             region = repeating_region(signature[offset:])

@@ -39,7 +39,8 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor import families, steady
-from perfdoctor.names import labels
+from perfdoctor.names import label
+from perfdoctor.namecodes import factorize
 from perfdoctor.profile import Profile
 from perfdoctor.steps import Steps, is_sync
 
@@ -141,13 +142,31 @@ def step_table(steps: Steps, activities: pd.DataFrame) -> pd.DataFrame:
 def kernel_table(activities: pd.DataFrame, steps: int) -> pd.DataFrame:
     """Kernels inside the steps grouped by their readable label (:func:`perfdoctor.names.label`):
     count, total and mean time, per step figures and share of kernel time, longest first."""
-    k = activities[activities["kind"] == "kernel"]
-    if k.empty:
+    kernel = (activities["kind"] == "kernel").to_numpy()
+    if not kernel.any():
         return pd.DataFrame(columns=KERNEL_COLUMNS)
     steps = max(steps, 1)
-    d = pd.DataFrame({"kernel": labels(k["name"]).to_numpy(), "name": k["name"].to_numpy(), "dur": (k["end_ns"] - k["start_ns"]).to_numpy(np.int64)})
-    g = d.groupby("kernel", sort=False).agg(count=("dur", "size"), total_ns=("dur", "sum"), mean_ns=("dur", "mean"), name=("name", "first"))
-    g = g.sort_values(["total_ns", "count"], ascending=False, kind="stable").reset_index()
+    # Grouped by label code, the labels computed once per distinct name; label codes are in
+    # order of first appearance, as a groupby(sort=False) would number them.
+    codes, uniques = factorize(activities["name"].to_numpy(dtype=object)[kernel])
+    label_of_name, label_names = pd.factorize(pd.Series([label(u) for u in uniques], dtype=object))
+    group = label_of_name[codes]
+    dur = (activities["end_ns"].to_numpy(np.int64) - activities["start_ns"].to_numpy(np.int64))[kernel]
+    n = len(label_names)
+    count = np.bincount(group, minlength=n).astype(np.int64)
+    total = np.bincount(group, weights=dur, minlength=n).astype(np.int64)  # exact below 2**53 ns (104 days)
+    first_name = np.full(n, len(uniques), dtype=np.int64)
+    np.minimum.at(first_name, label_of_name, np.arange(len(uniques)))  # the group's first name in row order
+    g = pd.DataFrame(
+        {
+            "kernel": np.asarray(label_names, dtype=object),
+            "count": count,
+            "total_ns": total,
+            "mean_ns": total / count,
+            "name": np.asarray(uniques, dtype=object)[first_name],
+        }
+    )
+    g = g.sort_values(["total_ns", "count"], ascending=False, kind="stable").reset_index(drop=True)
     # families.py: communication / attention / norm / softmax / conv / gemm / memory /
     # reduction / elementwise / other (NCCL, Triton and ROCm names included)
     g["family"] = g["name"].map(families.family)
@@ -174,6 +193,23 @@ class Timeline:
     def with_gpu(self) -> pd.DataFrame:
         """The rows of the step table that launched GPU work."""
         return self.steps[self.steps["gpu_start_ns"].notna()]
+
+    @cached_property
+    def is_kernel(self) -> np.ndarray:
+        """Which rows of ``activities`` are kernels (boolean array)."""
+        return (self.activities["kind"] == "kernel").to_numpy()
+
+    @cached_property
+    def step_kernels(self) -> pd.DataFrame:
+        """The kernels among the step activities (same columns and index)."""
+        return self.activities[self.is_kernel]
+
+    @cached_property
+    def families(self) -> np.ndarray:
+        """The family of every step activity (:func:`perfdoctor.families.family` of its
+        name and kind), aligned with ``activities``: computed once per distinct pair, once
+        per analysis, for every rule, evidence table and report that groups by family."""
+        return families.families(self.activities["name"], self.activities["kind"]).to_numpy()
 
     def critical_path_ms(self) -> np.ndarray:
         return self.with_gpu["critical_path_ns"].to_numpy(np.float64) / 1e6

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from perfdoctor.namecodes import factorize
 from perfdoctor.profile import Profile
 from perfdoctor.text import clean
 
@@ -24,7 +25,7 @@ def _clean_names(df: pd.DataFrame) -> pd.DataFrame:
     if df.empty or "name" not in df:
         return df
     names = df["name"]
-    unclean = {s for s in names.unique() if not (isinstance(s, str) and s.isprintable())}  # few distinct names
+    unclean = {s for s in factorize(names)[1] if not (isinstance(s, str) and s.isprintable())}  # few distinct names
     if unclean:
         df = df.copy()
         df["name"] = names.map(lambda s: clean(s) if s in unclean else s)

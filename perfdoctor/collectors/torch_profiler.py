@@ -8,22 +8,29 @@ are — ``kernel`` / ``gpu_memcpy`` / ``gpu_memset`` on the device, ``cuda_runti
 
 Traces run to hundreds of MB, mostly CPU-op shapes we never read. Decoding into typed
 structs (msgspec) materializes only the fields below and skips the rest unallocated, which
-is what keeps parsing fast and memory low; events are then bucketed by category in one
-pass and each bucket becomes columns.
+is what keeps parsing fast and memory low. The event array is decoded a few MB at a time
+(:mod:`perfdoctor.collectors.json_chunks`); each slice's events of the categories read are
+kept with their times as arrays, the rest dropped with the slice, so the peak is the file
+plus one slice, not the structs of the whole trace. Each category then becomes columns,
+every name test running once per distinct name.
 """
 
 from __future__ import annotations
 
+import re
+import types
 from collections import Counter
-
+from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, ClassVar, Union
 
 import msgspec
 import numpy as np
 import pandas as pd
 
 from perfdoctor.collectors.checks import finish
+from perfdoctor.collectors.json_chunks import PLACEHOLDER, SliceError, array_slices
 from perfdoctor.errors import UsageError
 from perfdoctor.io import read_maybe_gzip
 from perfdoctor.profile import (
@@ -50,12 +57,12 @@ KNOWN_HOST_CATEGORIES = frozenset({
     "gpu_user_annotation", "overhead", "Trace", "cpu_instant_event", "python", "fwdbwd", "ac2g",
     "Python", "Memory", "cuda_profiler_range",
 })
-PROFILER_STEP = r"^ProfilerStep#\d+$"
+PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
 
 # "Memcpy HtoD (Pageable -> Device)": the copy direction and the host memory kind.
 MEMCPY_NAME = r"^Memcpy (?P<copy_kind>\w+) \((?P<src>\w+) -> (?P<dst>\w+)\)"
 
-DRIVER_COPY_KERNEL = r"^memcpy\d+_post$"
+DRIVER_COPY_KERNEL = re.compile(r"^memcpy\d+_post$")
 
 # Ids and numbers are usually ints but tracers differ; accept what JSON may hold.
 Scalar = Union[int, float, str, None]
@@ -67,8 +74,8 @@ class Args(msgspec.Struct, gc=False):
     correlation: Scalar = None
     device: Scalar = None
     stream: Scalar = None
-    grid: Union[list[int], None] = None
-    block: Union[list[int], None] = None
+    grid: Union[tuple[int, ...], None] = None  # tuples: hashable, so each distinct one is joined once
+    block: Union[tuple[int, ...], None] = None
     registers: Scalar = msgspec.field(default=None, name="registers per thread")
     shared_memory: Scalar = msgspec.field(default=None, name="shared memory")
     occupancy: Scalar = msgspec.field(default=None, name="est. achieved occupancy %")
@@ -88,8 +95,9 @@ class Event(msgspec.Struct, gc=False):
     args: Union[Args, None] = None
 
 
-class Trace(msgspec.Struct):
-    traceEvents: Union[list[Event], None] = None  # noqa: N815 (Kineto's key)
+class _Header(msgspec.Struct):
+    """The document's keys other than its events."""
+
     deviceProperties: Union[list[dict[str, Any]], None] = None  # noqa: N815
     cuda_driver_version: Scalar = None
     cuda_runtime_version: Scalar = None
@@ -97,133 +105,341 @@ class Trace(msgspec.Struct):
     distributedInfo: Any = None  # noqa: N815 (torch.distributed: rank, world_size; any type: checked in _distributed)
 
 
+class Trace(_Header):
+    traceEvents: Union[list[Event], None] = None  # noqa: N815 (Kineto's key)
+
+
+class _Rest(_Header):
+    """The document with its events replaced by json_chunks.PLACEHOLDER."""
+
+    traceEvents: Any = None  # noqa: N815
+
+
+# The sliced decode tags each event by its phase: a complete event ("X") decodes like
+# Event, a metadata event ("M") keeps its name and arguments, and every other phase of the
+# Chrome trace format (flows, instants, counters: a third of a Kineto trace) decodes to an
+# empty struct, its fields skipped unallocated. An event without a phase, or with one not
+# listed, fails the slice: the document is then decoded whole with Event.
+class _Complete(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
+    ph: ClassVar[str] = "X"
+    cat: str = ""
+    name: str = ""
+    ts: Union[float, None] = None
+    dur: Union[float, None] = None
+    pid: Union[int, str, None] = None
+    tid: Union[int, str, None] = None
+    args: Union[Args, None] = None
+
+
+class _Metadata(msgspec.Struct, gc=False, tag_field="ph", tag="M"):
+    ph: ClassVar[str] = "M"
+    name: str = ""
+    args: Union[Args, None] = None
+
+
+OTHER_PHASES = "BEiICbnestfPNODVvRc()"
+_skipped = tuple(
+    types.new_class(f"_Phase{ord(p)}", (msgspec.Struct,), {"tag_field": "ph", "tag": p, "gc": False}, lambda ns, p=p: ns.update(ph=p))
+    for p in OTHER_PHASES
+)
+
 _decoder = msgspec.json.Decoder(Trace)
+_events_decoder = msgspec.json.Decoder(list[Union[(_Complete, _Metadata, *_skipped)]])
+_rest_decoder = msgspec.json.Decoder(_Rest)
 _NO_ARGS = Args()
+
+_PH, _CAT, _NAME, _TS, _DUR, _ARGS = (attrgetter(f) for f in ("ph", "cat", "name", "ts", "dur", "args"))
+_PID, _TID = attrgetter("pid"), attrgetter("tid")
+# What each kept category needs beyond its times: GPU work its arguments, host work its thread.
+KEPT = (*ACTIVITY_CATEGORIES, *CALL_CATEGORIES, "user_annotation", "python_function")
 
 
 def load(path: str | Path) -> Profile:
     """Read a Kineto trace (``.json`` or ``.json.gz``)."""
     path = Path(path)
     raw = read_maybe_gzip(path)
+    events = _Events()
+    doc = _decode_sliced(raw, events)
+    if doc is None:  # not the simple shape (or damaged): decode whole, for the exact error
+        doc = _decode_whole(raw, path)
+        if doc.traceEvents is None:
+            raise UsageError(f"{path}: not a Kineto trace (no 'traceEvents' list)")
+        events = _Events()
+        events.add(doc.traceEvents)
+        doc.traceEvents = None
+    del raw
+    if events.untimed_gpu:
+        raise UsageError(
+            f"{path}: {events.untimed_gpu} GPU activities lack a valid 'ts' or 'dur' (missing, negative or out of range); "
+            "the trace is damaged"
+        )
+    if not events.timed:
+        raise UsageError(f"{path}: empty trace (no complete events)")
+
+    activities = pd.concat(
+        [_activities(events.taken(cat), kind) for cat, kind in ACTIVITY_CATEGORIES.items()],
+        ignore_index=True,
+    ).sort_values("start_ns", kind="stable", ignore_index=True)
+    calls_taken = _Taken.joined([events.taken(cat) for cat in CALL_CATEGORIES])
+    ranges_taken = _Taken.joined([events.taken("user_annotation"), events.steps_in_ops(), events.taken("python_function")])
+    ranges_taken = _range_sources(ranges_taken)
+    call_tids, range_tids = _thread_ids(calls_taken, ranges_taken)
+    calls = _calls(calls_taken, call_tids)
+    ranges = _ranges(ranges_taken, range_tids)
+    versions = {
+        k: getattr(doc, k) for k in ("cuda_driver_version", "cuda_runtime_version", "cupti_version") if getattr(doc, k) is not None
+    }
+    meta: dict[str, Any] = {"source": "kineto", "path": str(path), "declared": parse_declarations(ranges), "versions": versions}
+    # What perfdoctor.workload reads: CPU op names (backward ops, Optimizer.step#...) and thread names.
+    meta["op_counts"] = dict(events.op_counts)
+    read = set(ACTIVITY_CATEGORIES) | set(CALL_CATEGORIES) | set(RANGE_CATEGORIES) | KNOWN_HOST_CATEGORIES
+    unread = {clean(str(cat)): n for cat, n in events.category_counts().items() if cat not in read}
+    if unread:
+        meta["unread_categories"] = unread  # said when no GPU work was recognised: never "CPU-only"
+    meta["thread_names"] = sorted(set(events.thread_names))
+    dist = _distributed(doc.distributedInfo)
+    if dist:
+        meta["distributed"] = dist  # perfdoctor.comparability: world size
+    if events.dropped:
+        meta["warnings"] = [f"{events.dropped} host events without a valid 'ts' or 'dur' (missing, negative or out of range) dropped"]
+    return finish(
+        Profile(activities=activities, calls=calls, ranges=ranges, device=_device(doc.deviceProperties or []), meta=meta)
+    )
+
+
+def _decode_whole(raw: bytes, path: Path) -> Trace:
     try:
-        doc = _decoder.decode(raw)
+        return _decoder.decode(raw)
     except msgspec.ValidationError as exc:
         raise UsageError(f"{path}: not a Kineto trace ({exc})") from None
     except msgspec.DecodeError as exc:
         raise UsageError(f"{path}: not a JSON trace ({exc})") from None
     except RecursionError:
         raise UsageError(f"{path}: not a Kineto trace (JSON nested too deeply)") from None
-    del raw
-    if doc.traceEvents is None:
-        raise UsageError(f"{path}: not a Kineto trace (no 'traceEvents' list)")
 
-    buckets: dict[str, list[Event]] = {}
-    dropped = 0
-    untimed_gpu = 0
-    thread_names: list[str] = []  # every name a thread was given ("pt_autograd_0", then "python3")
-    for e in doc.traceEvents:
-        if e.ph == "M":
-            if e.name == "thread_name" and e.args is not None and isinstance(e.args.name, str):
-                thread_names.append(e.args.name)
-            continue
-        if e.ph == "X":
-            if not _timed(e):
-                dropped += 1
-                untimed_gpu += e.cat in ACTIVITY_CATEGORIES
-                continue
-            buckets.setdefault(e.cat, []).append(e)
-    if untimed_gpu:
-        raise UsageError(
-            f"{path}: {untimed_gpu} GPU activities lack a valid 'ts' or 'dur' (missing, negative or out of range); "
-            "the trace is damaged"
-        )
-    if not buckets:
-        raise UsageError(f"{path}: empty trace (no complete events)")
-    doc.traceEvents = None
 
-    activities = pd.concat(
-        [_activities(buckets.get(cat, []), kind) for cat, kind in ACTIVITY_CATEGORIES.items()],
-        ignore_index=True,
-    ).sort_values("start_ns", kind="stable", ignore_index=True)
-    threads = _ThreadIds()
-    calls = _calls([e for cat in CALL_CATEGORIES for e in buckets.get(cat, [])], threads)
-    ranges = _ranges([e for cat in RANGE_CATEGORIES for e in buckets.get(cat, [])], threads)
-    versions = {
-        k: getattr(doc, k) for k in ("cuda_driver_version", "cuda_runtime_version", "cupti_version") if getattr(doc, k) is not None
-    }
-    meta: dict[str, Any] = {"source": "kineto", "path": str(path), "declared": parse_declarations(ranges), "versions": versions}
-    # What perfdoctor.workload reads: CPU op names (backward ops, Optimizer.step#...) and thread names.
-    meta["op_counts"] = dict(Counter(e.name for cat in CPU_OP_CATEGORIES for e in buckets.get(cat, [])))
-    read = set(ACTIVITY_CATEGORIES) | set(CALL_CATEGORIES) | set(RANGE_CATEGORIES) | KNOWN_HOST_CATEGORIES
-    unread = {clean(str(cat)): len(events) for cat, events in buckets.items() if cat not in read}
-    if unread:
-        meta["unread_categories"] = unread  # said when no GPU work was recognised: never "CPU-only"
-    meta["thread_names"] = sorted(set(thread_names))
-    dist = _distributed(doc.distributedInfo)
-    if dist:
-        meta["distributed"] = dist  # perfdoctor.comparability: world size
-    if dropped:
-        meta["warnings"] = [f"{dropped} host events without a valid 'ts' or 'dur' (missing, negative or out of range) dropped"]
-    return finish(
-        Profile(activities=activities, calls=calls, ranges=ranges, device=_device(doc.deviceProperties or []), meta=meta)
-    )
+def _decode_sliced(raw: bytes, events: "_Events") -> _Header | None:
+    """Decode the events a slice at a time into ``events`` (:mod:`.json_chunks`) and the
+    rest of the document; None when that is not possible (then decode it whole)."""
+    sliced = array_slices(raw, "traceEvents")
+    if sliced is None:
+        return None
+    try:
+        for chunk in sliced.decoded(_events_decoder):
+            events.add(chunk)
+            del chunk
+        doc = _rest_decoder.decode(sliced.rest())
+    except (msgspec.MsgspecError, RecursionError, SliceError):
+        return None
+    if doc.traceEvents != PLACEHOLDER or type(doc.traceEvents) is not int:  # a nested or second key
+        return None
+    return doc
 
 
 MAX_US = 1e15  # ~31 years in µs: beyond it, ns no longer fit an int64 (and no trace is that long)
 
 
-def _timed(e: Event) -> bool:
-    """The event has a usable start and duration: finite, in range, duration >= 0."""
-    ts, dur = e.ts, e.dur
-    return ts is not None and dur is not None and -MAX_US < ts < MAX_US and 0 <= dur < MAX_US
-
-
-def _ns(values: list[float]) -> np.ndarray:
+def _ns(values: np.ndarray) -> np.ndarray:
     return np.rint(np.asarray(values, dtype=np.float64) * 1000.0).astype(np.int64)
 
 
-def _times(events: list[Event]) -> tuple[np.ndarray, np.ndarray]:
-    start = _ns([e.ts for e in events])
-    return start, start + _ns([e.dur for e in events])
+@dataclass
+class _Taken:
+    """The events of one category kept for their columns: times (µs floats) and the events."""
+
+    ts: np.ndarray
+    dur: np.ndarray
+    events: list[Event]
+    cats: np.ndarray | None = None  # each event's category, where several are joined
+
+    @staticmethod
+    def joined(parts: list["_Taken"]) -> "_Taken":
+        return _Taken(
+            np.concatenate([p.ts for p in parts]),
+            np.concatenate([p.dur for p in parts]),
+            [e for p in parts for e in p.events],
+            np.concatenate([p.cats for p in parts]),
+        )
+
+    def subset(self, keep: np.ndarray) -> "_Taken":
+        idx = np.flatnonzero(keep)
+        return _Taken(self.ts[idx], self.dur[idx], [self.events[i] for i in idx.tolist()], None if self.cats is None else self.cats[idx])
+
+    def start_end(self) -> tuple[np.ndarray, np.ndarray]:
+        start = _ns(self.ts)
+        return start, start + _ns(self.dur)
+
+
+class _Numbering(dict):
+    """Numbers each new key as it is first looked up: codes for short repeated strings
+    (phases, categories) without hashing them twice."""
+
+    def __missing__(self, key: str) -> int:
+        self[key] = code = len(self)
+        return code
+
+
+def _floats_of(values: Any, n: int) -> np.ndarray:
+    """float64 of ``n`` numbers or None (None becomes NaN)."""
+    values = list(values)
+    try:
+        return np.fromiter(values, dtype=np.float64, count=n)
+    except TypeError:  # a None among them
+        return np.array(values, dtype=np.float64)
+
+
+class _Events:
+    """What the loader keeps of the trace's events, filled a decoded slice at a time: the
+    complete ("X") events of the categories it reads, with their times as arrays, CPU op
+    names counted, thread names; everything else is dropped with its slice."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, list[tuple[np.ndarray, np.ndarray, list[Event]]]] = {}
+        self.op_counts: Counter[str] = Counter()
+        self.step_ops: list[tuple[np.ndarray, np.ndarray, list[Event]]] = []  # ProfilerStep#N logged as a CPU op
+        self.thread_names: list[str] = []  # every name a thread was given ("pt_autograd_0", then "python3")
+        self.timed = 0
+        self.dropped = 0
+        self.untimed_gpu = 0
+        self._is_step: dict[str, bool] = {}
+        self._ph, self._cat = _Numbering(), _Numbering()  # each distinct phase / category: an integer
+        self._per_cat: Counter[int] = Counter()  # timed complete events per category code
+
+    def add(self, chunk: list[Any]) -> None:
+        """Keep what the loader reads of one slice of events (:class:`Event` or the
+        phase-tagged structs of the sliced decode: both have ``ph``)."""
+        if not chunk:
+            return
+        ph = np.fromiter(map(self._ph.__getitem__, map(_PH, chunk)), dtype=np.int64, count=len(chunk))
+        for i in np.flatnonzero(ph == self._ph["M"]).tolist():
+            e = chunk[i]
+            if e.name == "thread_name" and e.args is not None and isinstance(e.args.name, str):
+                self.thread_names.append(e.args.name)
+        complete = np.flatnonzero(ph == self._ph["X"])
+        if not complete.size:
+            return
+        events = [chunk[i] for i in complete.tolist()]
+        n = len(events)
+        cat = np.fromiter(map(self._cat.__getitem__, map(_CAT, events)), dtype=np.int64, count=n)
+        ts, dur = _floats_of(map(_TS, events), n), _floats_of(map(_DUR, events), n)  # None (missing) is NaN
+        with np.errstate(invalid="ignore"):
+            timed = (-MAX_US < ts) & (ts < MAX_US) & (0 <= dur) & (dur < MAX_US)
+        if not timed.all():
+            self.dropped += int((~timed).sum())
+            gpu = [self._cat[c] for c in ACTIVITY_CATEGORIES]
+            self.untimed_gpu += int(np.isin(cat[~timed], gpu).sum())
+        self.timed += int(timed.sum())
+        self._per_cat.update({c: n for c, n in enumerate(np.bincount(cat[timed]).tolist()) if n})
+        for name in KEPT + CPU_OP_CATEGORIES:
+            idx = np.flatnonzero(timed & (cat == self._cat[name]))
+            if not idx.size:
+                continue
+            picked = [events[i] for i in idx.tolist()]
+            if name in CPU_OP_CATEGORIES:
+                self._cpu_ops(ts[idx], dur[idx], picked)
+            else:
+                self.parts.setdefault(name, []).append((ts[idx], dur[idx], picked))
+
+    def _cpu_ops(self, ts: np.ndarray, dur: np.ndarray, ops: list[Event]) -> None:
+        names = list(map(_NAME, ops))
+        self.op_counts.update(names)
+        known = self._is_step
+        for n in set(names).difference(known):
+            known[n] = PROFILER_STEP.match(n) is not None
+        if any(known[n] for n in set(names)):
+            keep = np.fromiter(map(known.__getitem__, names), dtype=bool, count=len(names))
+            idx = np.flatnonzero(keep)
+            self.step_ops.append((ts[idx], dur[idx], [ops[i] for i in idx.tolist()]))
+
+    def _joined(self, parts: list[tuple[np.ndarray, np.ndarray, list[Event]]], cat: str) -> _Taken:
+        if not parts:
+            return _Taken(np.zeros(0), np.zeros(0), [], np.zeros(0, dtype=object))
+        events = [e for p in parts for e in p[2]]
+        return _Taken(
+            np.concatenate([p[0] for p in parts]),
+            np.concatenate([p[1] for p in parts]),
+            events,
+            np.full(len(events), cat, dtype=object),
+        )
+
+    def category_counts(self) -> dict[str, int]:
+        """Timed complete events per category name (what the trace has, read or not)."""
+        names = {code: name for name, code in self._cat.items()}
+        return {names[c]: n for c, n in self._per_cat.items()}
+
+    def taken(self, cat: str) -> _Taken:
+        return self._joined(self.parts.get(cat, []), cat)
+
+    def steps_in_ops(self) -> _Taken:
+        return self._joined(self.step_ops, "cpu_op")
+
+
+def _numbers(values: list[Scalar]) -> np.ndarray:
+    """float64 of JSON scalars, NaN where missing or not a number (strings are parsed as
+    numbers the way pandas parses them)."""
+    kinds = set(map(type, values))
+    if kinds <= {int, float, type(None)}:
+        try:
+            return np.array(values, dtype=np.float64)
+        except OverflowError:  # an int beyond float: pandas decides, as for strings
+            pass
+    return pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").astype(np.float64).to_numpy()
 
 
 def _ints(values: list[Scalar]) -> np.ndarray:
     """Integer ids with -1 where missing, not a number or out of the int64 range."""
-    v = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").astype(np.float64).to_numpy()
-    ok = np.isfinite(v) & (np.abs(v) < 2.0**62)
+    v = _numbers(values)
+    with np.errstate(invalid="ignore"):
+        ok = np.isfinite(v) & (np.abs(v) < 2.0**62)
     return np.where(ok, v, -1).astype(np.int64)
 
 
 def _floats(values: list[Scalar]) -> np.ndarray:
     """Numbers with NaN where missing, not a number or not finite."""
-    v = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").astype(np.float64).to_numpy()
+    v = _numbers(values)
     return np.where(np.isfinite(v), v, np.nan)
 
 
-def _dims(values: list[list[int] | None]) -> list[str]:
-    return [",".join(map(str, v)) if v else "" for v in values]
+def _dims(values: list[tuple[int, ...] | None]) -> np.ndarray:
+    """"x,y,z" per launch configuration, "" where absent: joined once per distinct one."""
+    codes, uniques = pd.factorize(pd.Series(values, dtype=object))
+    text = np.array([",".join(map(str, v)) for v in uniques] + [""], dtype=object)
+    return text[codes]  # code -1 (missing) takes the trailing ""
 
 
-def _activities(events: list[Event], kind: str) -> pd.DataFrame:
+def _names(events: list[Event]) -> tuple[np.ndarray, np.ndarray, pd.Index]:
+    """Each event's name, the same string object for equal names, with the name codes and
+    the distinct names (every test of a name runs once per distinct name)."""
+    codes, uniques = pd.factorize(pd.Series(list(map(_NAME, events)), dtype=object))
+    return uniques.to_numpy(dtype=object)[codes], codes, uniques
+
+
+def _by_name(codes: np.ndarray, uniques: pd.Index, test: Any) -> np.ndarray:
+    """``test`` (a function of one name) applied to the distinct names, mapped to every event."""
+    return np.asarray([test(n) for n in uniques], dtype=object)[codes] if len(uniques) else np.zeros(0, dtype=object)
+
+
+def _activities(taken: _Taken, kind: str) -> pd.DataFrame:
+    events = taken.events
     if not events:
         return frame(ACTIVITY_COLUMNS)
-    start, end = _times(events)
-    args = [e.args or _NO_ARGS for e in events]
-    names = pd.Series([e.name for e in events], dtype=object)
+    start, end = taken.start_end()
+    args = [a if a is not None else _NO_ARGS for a in map(_ARGS, events)]
+    names, codes, uniques = _names(events)
     data: dict[str, Any] = {
         "kind": np.full(len(events), kind, dtype=object),
         "start_ns": start,
         "end_ns": end,
         "device": _ints([a.device for a in args]),
         "stream": _ints([a.stream for a in args]),
-        "name": names.to_numpy(),
+        "name": names,
         "correlation": _ints([a.correlation for a in args]),
     }
     if kind == "kernel":
         # A memcpy node of a CUDA graph runs as the driver's copy kernel (memcpy32_post);
         # nsys reports the same work as a memcpy, and so do we, so both tracers agree on
         # kernels per step.
-        copies = names.str.match(DRIVER_COPY_KERNEL, na=False).to_numpy()
+        copies = _by_name(codes, uniques, lambda n: DRIVER_COPY_KERNEL.match(n) is not None).astype(bool)
         data["kind"] = np.where(copies, "memcpy", "kernel").astype(object)
         data["copy_kind"] = np.where(copies, "DtoD", "").astype(object)
         data["grid"] = _dims([a.grid for a in args])
@@ -235,62 +451,73 @@ def _activities(events: list[Event], kind: str) -> pd.DataFrame:
     else:
         data["bytes"] = _floats([a.bytes for a in args])
     if kind == "memcpy":
-        parts = names.str.extract(MEMCPY_NAME)
-        data["copy_kind"] = parts["copy_kind"].fillna("").to_numpy()
-        host = np.where(parts["copy_kind"].str.startswith("H", na=False), parts["src"], parts["dst"])
-        data["host_mem"] = pd.Series(host, dtype=object).fillna("").str.lower().replace({"device": ""}).to_numpy()
+        parts = pd.Series(uniques, dtype=object).str.extract(MEMCPY_NAME)
+        copy_kind = parts["copy_kind"].fillna("")
+        host = pd.Series(np.where(copy_kind.str.startswith("H"), parts["src"], parts["dst"]), dtype=object)
+        host = host.fillna("").str.lower().replace({"device": ""})
+        data["copy_kind"] = copy_kind.to_numpy(dtype=object)[codes]
+        data["host_mem"] = host.to_numpy(dtype=object)[codes]
     return frame(ACTIVITY_COLUMNS, data)
 
 
-class _ThreadIds:
-    """Kineto names a host thread by (pid, tid); give each pair one integer id."""
-
-    def __init__(self) -> None:
-        self.ids: dict[tuple[Any, Any], int] = {}
-
-    def __call__(self, events: list[Event]) -> np.ndarray:
-        ids = self.ids
-        return np.fromiter(
-            (ids.setdefault((e.pid, e.tid), len(ids)) for e in events), dtype=np.int64, count=len(events)
-        )
-
-
-def _calls(events: list[Event], threads: _ThreadIds) -> pd.DataFrame:
+def _thread_ids(calls: _Taken, ranges: _Taken) -> tuple[np.ndarray, np.ndarray]:
+    """Kineto names a host thread by (pid, tid); each pair gets one integer id, numbered in
+    order of first appearance over the calls, then the ranges."""
+    events = calls.events + ranges.events
     if not events:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    pid, _ = pd.factorize(pd.Series(list(map(_PID, events)), dtype=object), use_na_sentinel=False)
+    tid, tids = pd.factorize(pd.Series(list(map(_TID, events)), dtype=object), use_na_sentinel=False)
+    codes, _ = pd.factorize(pid.astype(np.int64) * max(len(tids), 1) + tid)  # the pair, numbered by first appearance
+    codes = codes.astype(np.int64)
+    return codes[: len(calls.events)], codes[len(calls.events) :]
+
+
+def _calls(taken: _Taken, tids: np.ndarray) -> pd.DataFrame:
+    if not taken.events:
         return frame(CALL_COLUMNS)
-    start, end = _times(events)
+    start, end = taken.start_end()
+    names, _, _ = _names(taken.events)
+    args = map(_ARGS, taken.events)
     return frame(
         CALL_COLUMNS,
         {
-            "name": [e.name for e in events],
+            "name": names,
             "start_ns": start,
             "end_ns": end,
-            "tid": threads(events),
-            "correlation": _ints([(e.args or _NO_ARGS).correlation for e in events]),
+            "tid": tids,
+            "correlation": _ints([(a or _NO_ARGS).correlation for a in args]),
         },
     )
 
 
-def _ranges(events: list[Event], threads: _ThreadIds) -> pd.DataFrame:
+def _range_sources(taken: _Taken) -> _Taken:
     """record_function ranges (``user_annotation``), ``ProfilerStep#N`` (whatever its
     category) and Python frames (``python_function``, from ``with_stack=True``: they name
-    the line that issued a sync)."""
-    names = pd.Series([e.name for e in events], dtype=object)
-    cats = pd.Series([e.cat for e in events], dtype=object)
-    is_step = names.str.match(PROFILER_STEP, na=False).to_numpy()
+    the line that issued a sync); each with its source in ``cats``."""
+    if not taken.events:
+        return taken
+    _, codes, uniques = _names(taken.events)
+    is_step = _by_name(codes, uniques, lambda n: PROFILER_STEP.match(n) is not None).astype(bool)
+    cats = taken.cats
     source = np.select(
-        [is_step, (cats == "user_annotation").to_numpy(), (cats == "python_function").to_numpy()],
+        [is_step, cats == "user_annotation", cats == "python_function"],
         ["profiler_step", "record_function", "python"],
         default="",
     ).astype(object)
-    keep = source != ""
-    if not keep.any():
+    kept = taken.subset(source != "")
+    kept.cats = source[source != ""]
+    return kept
+
+
+def _ranges(taken: _Taken, tids: np.ndarray) -> pd.DataFrame:
+    if not taken.events:
         return frame(RANGE_COLUMNS)
-    kept = [e for e, k in zip(events, keep) if k]
-    start, end = _times(kept)
+    start, end = taken.start_end()
+    names, _, _ = _names(taken.events)
     return frame(
         RANGE_COLUMNS,
-        {"name": names[keep].to_numpy(), "start_ns": start, "end_ns": end, "tid": threads(kept), "source": source[keep]},
+        {"name": names, "start_ns": start, "end_ns": end, "tid": tids, "source": taken.cats},
     )
 
 

@@ -273,7 +273,8 @@ def _estimate(raw: Any, field: str) -> EstimateSpec:
         raw = {"kind": raw}
     _need(isinstance(raw, dict) and isinstance(raw.get("kind"), str), field, "expected a kind name or a table with 'kind'")
     kind = raw["kind"]
-    _need(kind in ESTIMATES, f"{field}.kind", f"unknown estimate kind {kind!r}{_suggest(kind, ESTIMATES)}; known: {', '.join(ESTIMATES)}")
+    if kind not in ESTIMATES:  # (the suggestion is built only for a bad name: difflib is slow)
+        raise _PackError(f"{field}.kind", f"unknown estimate kind {kind!r}{_suggest(kind, ESTIMATES)}; known: {', '.join(ESTIMATES)}")
     params = {k: v for k, v in raw.items() if k != "kind"}
     allowed = ESTIMATES[kind][1]
     for k, v in params.items():
@@ -293,7 +294,8 @@ def _rule(raw: dict[str, Any], origin: str, threshold_origin: str) -> Rule:
     show = _strings(raw.get("show", []), "show")
     for key in metrics + show:
         field = "metric" if key in metrics else "show"
-        _need(key in KNOWN_INPUTS, field, f"unknown metric {key!r}{_suggest(key, KNOWN_INPUTS)} (see docs/rules.md for the list)")
+        if key not in KNOWN_INPUTS:
+            raise _PackError(field, f"unknown metric {key!r}{_suggest(key, KNOWN_INPUTS)} (see docs/rules.md for the list)")
     comparator, threshold = raw.get("comparator"), raw.get("threshold")
     _need((comparator is None) == (threshold is None), "threshold" if threshold is None else "comparator",
           "comparator and threshold go together (leave both out for an advisory rule)")
@@ -306,7 +308,8 @@ def _rule(raw: dict[str, Any], origin: str, threshold_origin: str) -> Rule:
     _need(isinstance(raw["citation"], str) and raw["citation"].strip() != "", "citation", "expected a non-empty string")
     kinds = _strings(raw.get("evidence", []), "evidence")
     for kind in kinds:
-        _need(kind in EVIDENCE, "evidence", f"unknown evidence kind {kind!r}{_suggest(kind, EVIDENCE)}; known: {', '.join(EVIDENCE)}")
+        if kind not in EVIDENCE:
+            raise _PackError("evidence", f"unknown evidence kind {kind!r}{_suggest(kind, EVIDENCE)}; known: {', '.join(EVIDENCE)}")
     for key in ("description", "collect", "no_estimate"):
         _need(isinstance(raw.get(key, ""), str), key, "expected a string")
     workload = _strings(raw.get("workload", []), "workload")
@@ -589,8 +592,12 @@ def not_applicable(rule: Rule, analysis: Analysis) -> str | None:
     return f"{NOT_APPLICABLE}{'/'.join(rule.workload)}-only rule; this trace is {w.text}"
 
 
-def evaluate_rule(rule: Rule, analysis: Analysis, values: dict[str, Metric]) -> Finding:
-    """Evaluate one rule: pick its metric, compare, and for a failure collect evidence and estimate."""
+def evaluate_rule(rule: Rule, analysis: Analysis, values: dict[str, Metric], evidence: dict[str, Evidence] | None = None) -> Finding:
+    """Evaluate one rule: pick its metric, compare, and for a failure collect evidence and estimate.
+
+    ``evidence``: the tables already collected for other rules of the same evaluation, by
+    kind (several rules show the same table: it is computed once and each finding gets its
+    own copy)."""
     context = [name for name, (pred, _) in PREDICATES.items() if pred(values)]
     title, remediation, spec = rule.title, rule.remediation, rule.estimate
     for v in rule.variants:
@@ -631,7 +638,7 @@ def evaluate_rule(rule: Rule, analysis: Analysis, values: dict[str, Metric]) -> 
         # A fallback metric is used: say which, and what the preferred one needed.
         finding.reason = f"uses {metric} because {rule.metrics[0]} is absent: {values[rule.metrics[0]].reason if rule.metrics[0] in values else 'not collected'}"
     if finding.status in ("fail", "advisory"):
-        finding.evidence = [EVIDENCE[kind](analysis) for kind in rule.evidence]
+        finding.evidence = [_collect(kind, analysis, evidence) for kind in rule.evidence]
     if finding.status == "fail" and spec is not None:
         fn = ESTIMATES[spec.kind][0]
         finding.estimate = fn(analysis, rule.threshold, dict(spec.params))
@@ -646,6 +653,17 @@ def evaluate_rule(rule: Rule, analysis: Analysis, values: dict[str, Metric]) -> 
 
 # A failing rule always says what fixing it wins back, or why it cannot (issue 20, item 11).
 NO_ESTIMATE_DEFAULT = "the rule pack gives this rule no formula for the time it costs (add [rule.estimate] or no_estimate)"
+
+
+def _collect(kind: str, analysis: Analysis, memo: dict[str, Evidence] | None) -> Evidence:
+    """The evidence table ``kind`` of ``analysis``, from ``memo`` when another rule of this
+    evaluation already collected it (a copy: findings never share a table)."""
+    if memo is None:
+        return EVIDENCE[kind](analysis)
+    if kind not in memo:
+        memo[kind] = EVIDENCE[kind](analysis)
+    ev = memo[kind]
+    return replace(ev, rows=[list(r) for r in ev.rows], columns=list(ev.columns))
 
 
 def rank(findings: list[Finding]) -> list[Finding]:
@@ -705,7 +723,8 @@ def evaluate(rules: RuleSet, analysis: Analysis) -> list[Finding]:
     applicable: on a capture, timing rules describe the capture, not the workload.
     """
     values = {**inputs(analysis), **workload_values(analysis)}
-    findings = [evaluate_rule(rule, analysis, values) for rule in rules]
+    evidence: dict[str, Evidence] = {}
+    findings = [evaluate_rule(rule, analysis, values, evidence) for rule in rules]
     suppressed: dict[str, str] = {}
     for f in findings:
         if f.status == "fail":

@@ -23,7 +23,7 @@ import pandas as pd
 from perfdoctor.hostgaps import LIBRARY_FRAME, PYTHON_SOURCE, USER_FRAME  # which Python frames are the user's
 from perfdoctor.metrics import SHORT_KERNEL_NS, Analysis
 from perfdoctor.names import family, gemm_precision, label, labels
-from perfdoctor.rules.signals import model_bytes_per_step, step_activities
+from perfdoctor.rules.signals import model_bytes_per_step, step_kernel_families, step_activities
 from perfdoctor.steps import base_name, is_launch, is_sync
 from perfdoctor.timeline import kernel_table
 
@@ -70,8 +70,8 @@ def _kernel_table(kernels: pd.DataFrame, analysis: Analysis) -> pd.DataFrame:
 
 
 def top_short_kernels(analysis: Analysis) -> Evidence:
-    acts = step_activities(analysis)
-    k = acts[(acts["kind"] == "kernel") & ((acts["end_ns"] - acts["start_ns"]) < SHORT_KERNEL_NS)]
+    k = analysis.timeline.step_kernels
+    k = k[(k["end_ns"] - k["start_ns"]) < SHORT_KERNEL_NS]
     ev = Evidence("top_short_kernels", "Most repeated short kernels (< 10 µs) per step", ["kernel", "per step", "mean µs", "ms / step"])
     if k.empty:
         ev.note = "no kernels shorter than 10 µs inside the steps"
@@ -101,8 +101,7 @@ def kernel_families(analysis: Analysis) -> Evidence:
     if acts.empty:
         ev.note = "no GPU activity inside the steps"
         return ev
-    fam = [family(n, kind) for n, kind in zip(acts["name"], acts["kind"])]
-    a = acts.assign(family=fam, dur=acts["end_ns"] - acts["start_ns"])
+    a = acts.assign(family=analysis.timeline.families, dur=acts["end_ns"] - acts["start_ns"])
     g = a.groupby("family").agg(total=("dur", "sum"), count=("dur", "size")).sort_values("total", ascending=False)
     total = max(1, int(g["total"].sum()))
     n = _steps(analysis)
@@ -240,8 +239,8 @@ def _copy_rows(c: pd.DataFrame, analysis: Analysis, keys: list[str]) -> list[lis
 
 
 def gemm_kernels(analysis: Analysis) -> Evidence:
-    acts = step_activities(analysis)
-    k = acts[(acts["kind"] == "kernel") & (acts["name"].map(family) == "gemm")]
+    k = analysis.timeline.step_kernels
+    k = k[step_kernel_families(analysis) == "gemm"]
     ev = Evidence("gemm_kernels", "GEMM kernels and the precision their names state", ["kernel", "precision", "per step", "ms / step"])
     if k.empty:
         ev.note = "no GEMM kernels inside the steps"
@@ -252,10 +251,8 @@ def gemm_kernels(analysis: Analysis) -> Evidence:
 
 
 def attention_kernels(analysis: Analysis) -> Evidence:
-    acts = step_activities(analysis)
-    k = acts[acts["kind"] == "kernel"]
-    fam = k["name"].map(family)
-    k = k[fam.isin(("attention", "softmax"))]
+    k = analysis.timeline.step_kernels
+    k = k[step_kernel_families(analysis).isin(("attention", "softmax"))]
     ev = Evidence("attention_kernels", "Attention and softmax kernels per step", ["kernel", "family", "per step", "ms / step"])
     if k.empty:
         ev.note = "no attention or softmax kernels inside the steps"
@@ -374,12 +371,9 @@ def comm_timeline(analysis: Analysis) -> Evidence:
 
 def top_collectives(analysis: Analysis) -> Evidence:
     """Communication kernels inside the steps grouped by readable name."""
-    from perfdoctor import families
-
     ev = Evidence("top_collectives", "Communication kernels in the steps", ["kernel", "per step", "mean µs", "ms per step"])
-    acts = step_activities(analysis)
-    k = acts[acts["kind"] == "kernel"]
-    k = k[families.families(k["name"], k["kind"]).to_numpy() == "communication"] if not k.empty else k
+    k = analysis.timeline.step_kernels
+    k = k[step_kernel_families(analysis).to_numpy() == "communication"] if not k.empty else k
     if k.empty:
         ev.note = "no communication kernels in the steps"
         return ev

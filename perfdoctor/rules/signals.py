@@ -16,7 +16,7 @@ import pandas as pd
 
 from perfdoctor.metrics import METRIC_UNITS, Analysis, Metric
 from perfdoctor.families import is_log_softmax
-from perfdoctor.names import family, gemm_precision
+from perfdoctor.names import family, gemm_precision, per_name
 
 
 def step_activities(analysis: Analysis) -> pd.DataFrame:
@@ -26,8 +26,13 @@ def step_activities(analysis: Analysis) -> pd.DataFrame:
 
 
 def _kernels_in_steps(analysis: Analysis) -> pd.DataFrame:
-    acts = step_activities(analysis)
-    return acts[acts["kind"] == "kernel"]
+    return analysis.timeline.step_kernels
+
+
+def step_kernel_families(analysis: Analysis) -> pd.Series:
+    """The family of each kernel of :func:`_kernels_in_steps` (same index), from the timeline."""
+    t = analysis.timeline
+    return pd.Series(t.families[t.is_kernel], index=t.step_kernels.index, dtype=object)
 
 
 def fp32_gemm_time_ratio(analysis: Analysis) -> Metric:
@@ -35,11 +40,10 @@ def fp32_gemm_time_ratio(analysis: Analysis) -> Metric:
     k = _kernels_in_steps(analysis)
     if k.empty:
         return Metric(None, "ratio", "kernel-names", reason="no kernels inside steps")
-    names = k["name"]
-    gemm = k[names.map(family) == "gemm"]
+    gemm = k[step_kernel_families(analysis) == "gemm"]
     if gemm.empty:
         return Metric(None, "ratio", "kernel-names", reason="no GEMM kernels inside steps")
-    precision = gemm["name"].map(gemm_precision)
+    precision = per_name(gemm["name"], gemm_precision)
     dur = (gemm["end_ns"] - gemm["start_ns"]).astype(float)
     known = dur[precision != "unknown"].sum()
     if known <= 0:
@@ -56,7 +60,7 @@ def attention_softmax(kernels: pd.DataFrame) -> pd.Series:
     """Which kernels are softmaxes attention could run: the softmax family less log-softmax
     (a cross-entropy loss's: a training step's loss is not unfused attention)."""
     names = kernels["name"]
-    return (names.map(family) == "softmax") & ~names.map(is_log_softmax).astype(bool)
+    return (per_name(names, family) == "softmax") & ~per_name(names, is_log_softmax).astype(bool)
 
 
 def unfused_attention(analysis: Analysis) -> Metric:
@@ -65,7 +69,7 @@ def unfused_attention(analysis: Analysis) -> Metric:
     k = _kernels_in_steps(analysis)
     if k.empty:
         return Metric(None, "flag", "kernel-names", reason="no kernels inside steps")
-    fams = k["name"].map(family)
+    fams = step_kernel_families(analysis)
     if (fams == "attention").any():
         return Metric(0.0, "flag", "kernel-names", note="a fused attention kernel runs in the steps")
     if (attention_softmax(k)).any() and (fams == "gemm").any():

@@ -1,0 +1,53 @@
+"""Names as categories: codes per row and the table of distinct names.
+
+A 200 MB trace has a million events and a few hundred distinct names, so every name test
+(launch, sync, copy kind, family, label, NCCL, base name) runs once per distinct name and
+is mapped back by code. :func:`factorize` is what makes that cheap: the loaders give equal
+names the same string object, so rows are first grouped by object identity (addresses,
+hashed as integers), and only the few distinct objects are compared as strings. Names built
+some other way (distinct objects for equal strings) still factorize correctly, at the
+speed of :func:`pandas.factorize`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+
+def factorize(names: pd.Series | np.ndarray | list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """``(codes, uniques)`` with ``uniques[codes]`` equal to ``names``, uniques in order of
+    first appearance (as :func:`pandas.factorize` numbers them); a missing name is a unique
+    of its own, never code -1."""
+    arr = names.to_numpy(dtype=object) if isinstance(names, pd.Series) else np.asarray(names, dtype=object)
+    if arr.ndim != 1:  # a list of tuples would become 2-D: build it one object per row
+        flat = np.empty(len(names), dtype=object)
+        flat[:] = list(names)
+        arr = flat
+    if arr.size == 0:
+        return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=object)
+    by_object, _ = pd.factorize(_addresses(arr))  # integers: hashed fast, numbered by first appearance
+    first = np.flatnonzero(by_object > np.maximum.accumulate(np.r_[-1, by_object[:-1]]))  # first row of each object
+    by_value, uniques = pd.factorize(arr[first], use_na_sentinel=False)  # the few objects, as strings
+    return by_value[by_object], np.asarray(uniques, dtype=object)
+
+
+def _addresses(arr: np.ndarray) -> np.ndarray:
+    """Each element's object address (its ``id``), read from the object array's buffer of
+    pointers rather than by calling ``id`` a million times. The array holds a reference to
+    every element for as long as this runs, so no address can be reused meanwhile."""
+    arr = np.ascontiguousarray(arr)
+    if arr.dtype.itemsize != 8:  # not a 64-bit build: the portable way
+        return np.fromiter(map(id, arr), dtype=np.int64, count=arr.size)
+    return np.frombuffer((ctypes.c_int64 * arr.size).from_address(arr.ctypes.data), dtype=np.int64).copy()
+
+
+def per_name(names: pd.Series, fn: Callable[[Any], Any]) -> pd.Series:
+    """``names.map(fn)``, with ``fn`` called once per distinct name (same index as ``names``)."""
+    codes, uniques = factorize(names)
+    per_unique = np.empty(len(uniques), dtype=object)
+    per_unique[:] = [fn(u) for u in uniques]
+    return pd.Series(per_unique[codes], index=names.index, dtype=object)
