@@ -7,15 +7,16 @@ import triton.language as tl
 
 
 @triton.jit
-def load_1d(ptr, offs, mask, EVEN: tl.constexpr):
+def load_1d(ptr, offs, mask, EVEN: tl.constexpr, CACHE: tl.constexpr = tl.constexpr("")):
     """Load a vector, skipping the bounds mask when the caller knows the tile is in range.
 
-    An unmasked load lets the compiler emit one 16-byte load per 8 bf16 values.
+    An unmasked load lets the compiler emit one 16-byte load per 8 bf16 values. CACHE is
+    tl.load's cache_modifier (".cg": from L2, for data other blocks wrote in this launch).
     """
     if EVEN:
-        return tl.load(ptr + offs)
+        return tl.load(ptr + offs, cache_modifier=CACHE)
     else:
-        return tl.load(ptr + offs, mask=mask, other=0.0)
+        return tl.load(ptr + offs, mask=mask, other=0.0, cache_modifier=CACHE)
 
 
 @triton.jit
@@ -50,9 +51,16 @@ def rms_normed(x_ptr, g_ptr, offs, mask, inv_std, EVEN: tl.constexpr, ROUND_TWIC
     model. PyTorch's fused `F.rms_norm` rounds once, after the gain; the composite
     formulation (and Hugging Face's LlamaRMSNorm) rounds the normalised x first, then the
     product. `ROUND_TWICE` picks the latter."""
-    act = x_ptr.dtype.element_ty
     x = load_1d(x_ptr, offs, mask, EVEN).to(tl.float32)
     g = load_1d(g_ptr, offs, mask, EVEN).to(tl.float32)
+    return normed_values(x, g, inv_std, x_ptr.dtype.element_ty, ROUND_TWICE)
+
+
+@triton.jit
+def normed_values(x, g, inv_std, act: tl.constexpr, ROUND_TWICE: tl.constexpr):
+    """`rms_normed` on values already loaded (fp32 x and gain): x * inv_std * g with the
+    eager model's rounding to `act`. For callers that must choose how x is loaded (the
+    megakernel reads activations that other blocks wrote in the same launch)."""
     n = x * inv_std
     if ROUND_TWICE:
         n = n.to(act).to(tl.float32)
