@@ -144,13 +144,21 @@ class MegaKernels:
             HEAD_ROWS=shape.head_rows, BLOCK_S=shape.block_s,
             REDUCE=min(1024, triton.next_power_of_2(self.counts["head"])),
             ROUND_TWICE=self.round_twice, UPCAST=not gpu, GPU=gpu, ALIGNED=self.aligned, TRACE=trace,
-            PREFETCH=shape.prefetch if gpu else 0,  # inline PTX: not on the interpreter
+            PREFETCH=shape.prefetch if gpu and self._prefetchable() else 0,
         )
         self.launch = {"num_warps": shape.num_warps}
         if gpu and shape.maxnreg is not None:
             self.launch["maxnreg"] = shape.maxnreg
         self.eps, self.scale = c.rms_eps, c.head_dim**-0.5
         self.compiled = None  # the launched kernel (registers, spills) after the first call
+
+    def _prefetchable(self) -> bool:
+        """Bulk L2 prefetches need 16-byte aligned starts and sizes: every row of every
+        matrix must be a multiple of 16 bytes (true at Llama's shapes). Inline PTX, so never
+        on the interpreter (the caller checks)."""
+        c, size = self.model.config, self.model.embed.element_size()
+        rows = (c.hidden * size, c.intermediate * size, c.q_heads * c.head_dim * size)
+        return self.aligned and all(r % 16 == 0 for r in rows)
 
     def __call__(self, token: Tensor, pos: Tensor) -> Tensor:
         from perfdoctor.engine.kernels.megakernel import megakernel

@@ -8,8 +8,9 @@ resident for the whole step and pulls tasks from one queue:
 
     t = atomic_add(queue, 1)          # tasks are numbered in topological order
     issue the weight-tile loads of t  # weights never depend on activations
-    grab the next task id             # its latency hides under the loads
     wait until t's inputs are done    # spin on the producing stage's done counter
+    issue the input-vector loads      # from L2: other SMs wrote them
+    grab the next task id             # its round trip hides under the loads in flight
     compute t, store, signal          # block barrier, then a release increment
 
 Task order per layer: norm+QKV+RoPE+KV-append tiles, attention per KV head, O-projection
@@ -82,11 +83,16 @@ def _acquire_load(ptr, GPU: tl.constexpr):
 
 
 @triton.jit
-def _wait(ptr, target, GPU: tl.constexpr):
-    """Spin until the counter at ptr reaches target (acquire: later loads see its stores)."""
-    n = _acquire_load(ptr, GPU)
-    while n < target:
-        n = _acquire_load(ptr, GPU)
+def _wait(done_ptr, idx, target, seen, GPU: tl.constexpr):
+    """Spin until done[idx] reaches target (acquire: later loads see its producers' stores),
+    unless this program already saw it there: `seen` is the counter its last wait saw
+    complete; counters only grow within a step and that acquire orders every later load, so
+    the tasks after the first of a stage skip the round trip. Returns the index now seen."""
+    if idx != seen:
+        n = _acquire_load(done_ptr + idx, GPU)
+        while n < target:
+            n = _acquire_load(done_ptr + idx, GPU)
+    return idx
 
 
 @triton.jit
@@ -169,7 +175,7 @@ def _row_dot(w, x):
 
 @triton.jit
 def _qkv_task(
-    t, j, layer, base_ptr, table_ptr, token_ptr, pos_ptr, cos_ptr, sin_ptr, h_ptr, q_ptr,
+    t, j, layer, seen, base_ptr, table_ptr, token_ptr, pos_ptr, cos_ptr, sin_ptr, h_ptr, q_ptr,
     queue_ptr, done_ptr, trace_ptr, stride_head, stride_pos, eps,
     K: tl.constexpr, KP2: tl.constexpr, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr,
     PAIRS: tl.constexpr, N_DOWN: tl.constexpr,
@@ -191,15 +197,16 @@ def _qkv_task(
     w_ptr = base_ptr + _offset(table_ptr, layer, 1, ALIGNED)
     w_lo = load_rows(w_ptr, rows_lo, all_rows, cols, cmask, K, EVEN_K)
     w_hi = load_rows(w_ptr, rows_hi, all_rows, cols, cmask, K, EVEN_K)
-    nxt = tl.atomic_add(queue_ptr, 1, sem="relaxed")
     if layer > 0:
-        _wait(done_ptr + (layer - 1) * 5 + 4, N_DOWN, GPU)
+        seen = _wait(done_ptr, (layer - 1) * 5 + 4, N_DOWN, seen, GPU)
         _stamp(trace_ptr, t, 1, TRACE)
         x = load_1d(h_ptr, cols, cmask, EVEN_K, tl.constexpr(".cg")).to(tl.float32)
     else:
         _stamp(trace_ptr, t, 1, TRACE)
         row = base_ptr + tl.load(token_ptr).to(tl.int64) * K  # the embedding is offset 0
         x = load_1d(row, cols, cmask, EVEN_K).to(tl.float32)
+    # The next task's id: its round trip overlaps the weight and input loads in flight.
+    nxt = tl.atomic_add(queue_ptr, 1, sem="relaxed")
     act = h_ptr.dtype.element_ty
     inv_std = tl.math.rsqrt(tl.sum(x * x, axis=0) / K + eps)
     g = load_1d(base_ptr + _offset(table_ptr, layer, 0, ALIGNED), cols, cmask, EVEN_K).to(tl.float32)
@@ -230,12 +237,12 @@ def _qkv_task(
     if (layer == 0) & (j == 0):
         tl.store(h_ptr + cols, x.to(act), mask=cmask)  # the residual stream starts as the row
     _signal(done_ptr + layer * 5 + 0)
-    return nxt
+    return nxt, seen
 
 
 @triton.jit
 def _attention_task(
-    t, kv, layer, base_ptr, table_ptr, pos_ptr, q_ptr, attn_ptr, queue_ptr, done_ptr, trace_ptr,
+    t, kv, layer, seen, base_ptr, table_ptr, pos_ptr, q_ptr, attn_ptr, queue_ptr, done_ptr, trace_ptr,
     stride_head, stride_pos, scale,
     NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr, BLOCK_S: tl.constexpr, N_QKV: tl.constexpr,
     UPCAST: tl.constexpr, GPU: tl.constexpr, ALIGNED: tl.constexpr, TRACE: tl.constexpr,
@@ -245,8 +252,7 @@ def _attention_task(
     the same way), merged with its combine formula as they come."""
     GROUP: tl.constexpr = NQ // NKV
     DOT_M: tl.constexpr = 16 if GROUP < 16 else GROUP  # tl.dot needs >= 16 rows
-    nxt = tl.atomic_add(queue_ptr, 1, sem="relaxed")
-    _wait(done_ptr + layer * 5 + 0, N_QKV, GPU)
+    seen = _wait(done_ptr, layer * 5 + 0, N_QKV, seen, GPU)
     _stamp(trace_ptr, t, 1, TRACE)
     act = q_ptr.dtype.element_ty
     length = tl.load(pos_ptr).to(tl.int32) + 1
@@ -254,6 +260,7 @@ def _attention_task(
     d = tl.arange(0, D)
     q_rows = kv * GROUP + g
     q = tl.load(q_ptr + q_rows[:, None] * D + d[None, :], mask=(g < GROUP)[:, None], other=0.0, cache_modifier=".cg")
+    nxt = tl.atomic_add(queue_ptr, 1, sem="relaxed")
     q = (q.to(tl.float32) * scale).to(act)
     if UPCAST:  # the interpreter's bf16 tl.dot is wrong (see decode_attention)
         q = q.to(tl.float32)
@@ -290,12 +297,12 @@ def _attention_task(
     o = run_acc / run_l[:, None]
     tl.store(attn_ptr + q_rows[:, None] * D + d[None, :], o.to(act), mask=(g < GROUP)[:, None])
     _signal(done_ptr + layer * 5 + 1)
-    return nxt
+    return nxt, seen
 
 
 @triton.jit
 def _gemv_residual_task(
-    t, r, x_ptr, w_ptr, h_ptr, queue_ptr, wait_ptr, wait_target, signal_ptr, trace_ptr,
+    t, r, seen, x_ptr, w_ptr, h_ptr, queue_ptr, done_ptr, wait_idx, wait_target, signal_idx, trace_ptr,
     N: tl.constexpr, KIN: tl.constexpr, KIN_P2: tl.constexpr, ROWS: tl.constexpr,
     GPU: tl.constexpr, TRACE: tl.constexpr,
 ):
@@ -306,21 +313,21 @@ def _gemv_residual_task(
     cols = tl.arange(0, KIN_P2)
     cmask = cols < KIN
     w = load_rows(w_ptr, rows, rmask, cols, cmask, KIN, EVEN)
-    nxt = tl.atomic_add(queue_ptr, 1, sem="relaxed")
-    _wait(wait_ptr, wait_target, GPU)
+    seen = _wait(done_ptr, wait_idx, wait_target, seen, GPU)
     _stamp(trace_ptr, t, 1, TRACE)
     act = h_ptr.dtype.element_ty
     x = load_1d(x_ptr, cols, cmask, KIN == KIN_P2, tl.constexpr(".cg")).to(tl.float32)
+    nxt = tl.atomic_add(queue_ptr, 1, sem="relaxed")
     y = _row_dot(w, x).to(act).to(tl.float32)
     res = tl.load(h_ptr + rows, mask=rmask, other=0.0, cache_modifier=".cg").to(tl.float32)
     tl.store(h_ptr + rows, (res + y).to(act), mask=rmask)
-    _signal(signal_ptr)
-    return nxt
+    _signal(done_ptr + signal_idx)
+    return nxt, seen
 
 
 @triton.jit
 def _gate_up_task(
-    t, r, layer, base_ptr, table_ptr, h_ptr, act_ptr, queue_ptr, done_ptr, trace_ptr, eps,
+    t, r, layer, seen, base_ptr, table_ptr, h_ptr, act_ptr, queue_ptr, done_ptr, trace_ptr, eps,
     K: tl.constexpr, KP2: tl.constexpr, I: tl.constexpr, ROWS: tl.constexpr, N_O: tl.constexpr,
     ROUND_TWICE: tl.constexpr, GPU: tl.constexpr, ALIGNED: tl.constexpr, TRACE: tl.constexpr,
 ):
@@ -332,11 +339,11 @@ def _gate_up_task(
     cmask = cols < K
     wg = load_rows(base_ptr + _offset(table_ptr, layer, 6, ALIGNED), rows, rmask, cols, cmask, K, EVEN)
     wu = load_rows(base_ptr + _offset(table_ptr, layer, 7, ALIGNED), rows, rmask, cols, cmask, K, EVEN)
-    nxt = tl.atomic_add(queue_ptr, 1, sem="relaxed")
-    _wait(done_ptr + layer * 5 + 2, N_O, GPU)
+    seen = _wait(done_ptr, layer * 5 + 2, N_O, seen, GPU)
     _stamp(trace_ptr, t, 1, TRACE)
     act = act_ptr.dtype.element_ty
     x = load_1d(h_ptr, cols, cmask, K == KP2, tl.constexpr(".cg")).to(tl.float32)
+    nxt = tl.atomic_add(queue_ptr, 1, sem="relaxed")
     inv_std = tl.math.rsqrt(tl.sum(x * x, axis=0) / K + eps)
     g = load_1d(base_ptr + _offset(table_ptr, layer, 5, ALIGNED), cols, cmask, K == KP2).to(tl.float32)
     xn = normed_values(x, g, inv_std, act, ROUND_TWICE)
@@ -345,12 +352,12 @@ def _gate_up_task(
     silu = (gate * tl.sigmoid(gate)).to(act).to(tl.float32)
     tl.store(act_ptr + rows, (silu * up).to(act), mask=rmask)
     _signal(done_ptr + layer * 5 + 3)
-    return nxt
+    return nxt, seen
 
 
 @triton.jit
 def _head_task(
-    t, r, base_ptr, table_ptr, h_ptr, logits_ptr, part_val_ptr, part_idx_ptr, next_token_ptr,
+    t, r, seen, base_ptr, table_ptr, h_ptr, logits_ptr, part_val_ptr, part_idx_ptr, next_token_ptr,
     queue_ptr, done_ptr, trace_ptr, eps,
     L: tl.constexpr, K: tl.constexpr, KP2: tl.constexpr, V: tl.constexpr, ROWS: tl.constexpr,
     N_DOWN: tl.constexpr, N_HEAD: tl.constexpr, REDUCE: tl.constexpr,
@@ -365,11 +372,11 @@ def _head_task(
     cols = tl.arange(0, KP2)
     cmask = cols < K
     w = load_rows(base_ptr + _offset(table_ptr, L, 1, ALIGNED), rows, rmask, cols, cmask, K, EVEN)
-    nxt = tl.atomic_add(queue_ptr, 1, sem="relaxed")
-    _wait(done_ptr + (L - 1) * 5 + 4, N_DOWN, GPU)
+    seen = _wait(done_ptr, (L - 1) * 5 + 4, N_DOWN, seen, GPU)
     _stamp(trace_ptr, t, 1, TRACE)
     out_t = logits_ptr.dtype.element_ty
     x = load_1d(h_ptr, cols, cmask, K == KP2, tl.constexpr(".cg")).to(tl.float32)
+    nxt = tl.atomic_add(queue_ptr, 1, sem="relaxed")
     inv_std = tl.math.rsqrt(tl.sum(x * x, axis=0) / K + eps)
     g = load_1d(base_ptr + _offset(table_ptr, L, 0, ALIGNED), cols, cmask, K == KP2).to(tl.float32)
     xn = normed_values(x, g, inv_std, h_ptr.dtype.element_ty, ROUND_TWICE)
@@ -395,7 +402,7 @@ def _head_task(
             run_idx = tl.where(take, ci, run_idx)
             run_val = tl.where(take, cv, run_val)
         tl.store(next_token_ptr, run_idx.to(next_token_ptr.dtype.element_ty))
-    return nxt
+    return nxt, seen
 
 
 @triton.jit
@@ -425,6 +432,7 @@ def megakernel(
     N_TASKS: tl.constexpr = L * PER_LAYER + N_HEAD
 
     t = tl.atomic_add(queue_ptr, 1, sem="relaxed")
+    seen = t * 0 - 1  # no done counter seen complete yet
     while t < N_TASKS:
         _stamp(trace_ptr, t, 0, TRACE)
         if PREFETCH > 0:
@@ -436,37 +444,38 @@ def megakernel(
         r = t - layer * PER_LAYER
         if layer < L:
             if r < N_QKV:
-                nxt = _qkv_task(
-                    t, r, layer, base_ptr, table_ptr, token_ptr, pos_ptr, cos_ptr, sin_ptr, h_ptr, q_ptr,
+                nxt, seen = _qkv_task(
+                    t, r, layer, seen, base_ptr, table_ptr, token_ptr, pos_ptr, cos_ptr, sin_ptr, h_ptr, q_ptr,
                     queue_ptr, done_ptr, trace_ptr, stride_head, stride_pos, eps,
                     K, KP2, NQ, NKV, D, PAIRS, N_DOWN, ROUND_TWICE, GPU, ALIGNED, TRACE,
                 )
             elif r < N_QKV + N_ATT:
-                nxt = _attention_task(
-                    t, r - N_QKV, layer, base_ptr, table_ptr, pos_ptr, q_ptr, attn_ptr, queue_ptr, done_ptr,
+                nxt, seen = _attention_task(
+                    t, r - N_QKV, layer, seen, base_ptr, table_ptr, pos_ptr, q_ptr, attn_ptr, queue_ptr, done_ptr,
                     trace_ptr, stride_head, stride_pos, scale,
                     NQ, NKV, D, BLOCK_S, N_QKV, UPCAST, GPU, ALIGNED, TRACE,
                 )
             elif r < N_QKV + N_ATT + N_O:
-                nxt = _gemv_residual_task(
-                    t, r - N_QKV - N_ATT, attn_ptr, base_ptr + _offset(table_ptr, layer, 4, ALIGNED), h_ptr,
-                    queue_ptr, done_ptr + layer * 5 + 1, N_ATT, done_ptr + layer * 5 + 2, trace_ptr,
+                nxt, seen = _gemv_residual_task(
+                    t, r - N_QKV - N_ATT, seen, attn_ptr, base_ptr + _offset(table_ptr, layer, 4, ALIGNED), h_ptr,
+                    queue_ptr, done_ptr, layer * 5 + 1, N_ATT, layer * 5 + 2, trace_ptr,
                     K, NQ * D, AP2, O_ROWS, GPU, TRACE,
                 )
             elif r < N_QKV + N_ATT + N_O + N_GU:
-                nxt = _gate_up_task(
-                    t, r - N_QKV - N_ATT - N_O, layer, base_ptr, table_ptr, h_ptr, act_ptr, queue_ptr, done_ptr,
+                nxt, seen = _gate_up_task(
+                    t, r - N_QKV - N_ATT - N_O, layer, seen, base_ptr, table_ptr, h_ptr, act_ptr, queue_ptr, done_ptr,
                     trace_ptr, eps, K, KP2, I, GU_ROWS, N_O, ROUND_TWICE, GPU, ALIGNED, TRACE,
                 )
             else:
-                nxt = _gemv_residual_task(
-                    t, r - N_QKV - N_ATT - N_O - N_GU, act_ptr, base_ptr + _offset(table_ptr, layer, 8, ALIGNED),
-                    h_ptr, queue_ptr, done_ptr + layer * 5 + 3, N_GU, done_ptr + layer * 5 + 4, trace_ptr,
+                nxt, seen = _gemv_residual_task(
+                    t, r - N_QKV - N_ATT - N_O - N_GU, seen, act_ptr,
+                    base_ptr + _offset(table_ptr, layer, 8, ALIGNED),
+                    h_ptr, queue_ptr, done_ptr, layer * 5 + 3, N_GU, layer * 5 + 4, trace_ptr,
                     K, I, IP2, DOWN_ROWS, GPU, TRACE,
                 )
         else:
-            nxt = _head_task(
-                t, t - L * PER_LAYER, base_ptr, table_ptr, h_ptr, logits_ptr, part_val_ptr, part_idx_ptr,
+            nxt, seen = _head_task(
+                t, t - L * PER_LAYER, seen, base_ptr, table_ptr, h_ptr, logits_ptr, part_val_ptr, part_idx_ptr,
                 next_token_ptr, queue_ptr, done_ptr, trace_ptr, eps,
                 L, K, KP2, V, HEAD_ROWS, N_DOWN, N_HEAD, REDUCE, ROUND_TWICE, GPU, ALIGNED, TRACE,
             )
