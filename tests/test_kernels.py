@@ -312,7 +312,7 @@ def _compare(config_name: str, dtype: torch.dtype, ctx: int, steps: int, variant
     config, weights = model_weights(config_name, None, 0, DEVICE, dtype)
     model = Transformer.from_hf_state_dict(config, weights, ctx)
     twin = Transformer.from_hf_state_dict(config, weights, ctx)  # its own cache, for the variant
-    with_fused = variant != "fused"
+    with_fused = variant != "fused" and CUDA  # on the CPU (fp32) both must equal eager anyway
     fused_twin = Transformer.from_hf_state_dict(config, weights, ctx) if with_fused else None
     ref = Transformer.from_hf_state_dict(config, {k: v.float() for k, v in weights.items()}, ctx)
     del weights
@@ -488,7 +488,7 @@ def test_megakernel_step(config_name, ctx, dtype, overrides):
                     row = mk_cache[:, pos_value].float()
                     assert not row.isnan().any(), "K/V row not appended"
                     torch.testing.assert_close(row, ref_cache[:, pos_value].float(), **_tol(dtype, ref_cache.float()))
-            counters = mk.counters.tolist()
+            counters = mk.counter_values()
             assert counters[0] == mk.counts["total"] + mk.programs, "a task taken twice or never"
             per_layer = [mk.counts[s] for s in ("qkv", "attention", "o", "gate_up", "down")]
             assert counters[1:] == per_layer * config.layers + [mk.counts["head"]], "a stage not complete"

@@ -74,7 +74,7 @@ class MegaKernels:
     """The megakernel decode step, `(token [1], pos [1]) -> next token [1]`, without a graph.
 
     Owns the activation buffers (as `FusedKernels`), the offset table, the argmax partials,
-    the counters, and with `trace=True` a `[tasks, 4]` int64 buffer of per-task timestamps
+    the counters (`counter_values()`: the queue, then the done counters), and with `trace=True` a `[tasks, 4]` int64 buffer of per-task timestamps
     (`trace_buffer`: start, inputs ready, end in ns of %globaltimer, SM id). `logits` holds
     the last step's logits.
     """
@@ -83,7 +83,7 @@ class MegaKernels:
         import triton
 
         from perfdoctor.engine.fused import rms_norm_rounds_twice
-        from perfdoctor.engine.kernels.megakernel import NKIND, task_counts
+        from perfdoctor.engine.kernels.megakernel import COUNTER_STRIDE, NKIND, task_counts
 
         c = model.config
         device, dtype = model.embed.device, model.embed.dtype
@@ -130,7 +130,9 @@ class MegaKernels:
         )
         self.part_val = torch.empty(self.counts["head"], dtype=torch.float32, device=device)
         self.part_idx = torch.empty(self.counts["head"], dtype=torch.int32, device=device)
-        self.counters = torch.zeros(1 + 5 * c.layers + 1, dtype=torch.int32, device=device)
+        # The queue, then the done counters, each COUNTER_STRIDE int32 apart.
+        self.stride = COUNTER_STRIDE
+        self.counters = torch.zeros((1 + 5 * c.layers + 1) * COUNTER_STRIDE, dtype=torch.int32, device=device)
         self.trace_buffer = torch.zeros(self.counts["total"] if trace else 1, 4, dtype=torch.int64, device=device)
         self.round_twice = rms_norm_rounds_twice(device, dtype)
         gpu = device.type == "cuda"
@@ -152,6 +154,10 @@ class MegaKernels:
         self.eps, self.scale = c.rms_eps, c.head_dim**-0.5
         self.compiled = None  # the launched kernel (registers, spills) after the first call
 
+    def counter_values(self) -> list[int]:
+        """The queue position and the done counters after a step (for tests)."""
+        return self.counters[:: self.stride].tolist()
+
     def _prefetchable(self) -> bool:
         """Bulk L2 prefetches need 16-byte aligned starts and sizes: every row of every
         matrix must be a multiple of 16 bytes (true at Llama's shapes). Inline PTX, so never
@@ -168,7 +174,7 @@ class MegaKernels:
         self.compiled = megakernel[(self.programs,)](
             self.model.embed, self.table, self.cos, self.sin, token, pos,
             self.h, self.q, self.attn, self.act, self.logits, self.part_val, self.part_idx, self.next_token,
-            self.counters, self.counters[1:], self.trace_buffer,
+            self.counters, self.counters[self.stride :], self.trace_buffer,
             k_cache.stride(0), k_cache.stride(1), self.eps, self.scale,
             **self.constexprs, **self.launch,
         )

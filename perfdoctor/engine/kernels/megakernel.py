@@ -61,6 +61,15 @@ ATTN_NORM, WQKV, K_CACHE, V_CACHE, WO, MLP_NORM, W_GATE, W_UP, W_DOWN = range(9)
 FINAL_NORM, LM_HEAD = range(2)
 NKIND = 9
 STAGES = 5  # done counters per layer: qkv, attention, o, gate/up, down
+# Counters sit 128 bytes apart (32 int32): each in its own cache line and, by the address
+# hash, mostly its own L2 slice, so spinning on one does not queue behind another's atomics.
+COUNTER_STRIDE = 32
+
+
+@triton.jit
+def _counter(done_ptr, idx):
+    """Address of done counter idx (layer * 5 + stage; layers * 5 for the LM head)."""
+    return done_ptr + idx * 32  # COUNTER_STRIDE
 
 
 @triton.jit
@@ -89,17 +98,17 @@ def _wait(done_ptr, idx, target, seen, GPU: tl.constexpr):
     complete; counters only grow within a step and that acquire orders every later load, so
     the tasks after the first of a stage skip the round trip. Returns the index now seen."""
     if idx != seen:
-        n = _acquire_load(done_ptr + idx, GPU)
+        n = _acquire_load(_counter(done_ptr, idx), GPU)
         while n < target:
-            n = _acquire_load(done_ptr + idx, GPU)
+            n = _acquire_load(_counter(done_ptr, idx), GPU)
     return idx
 
 
 @triton.jit
-def _signal(ptr):
+def _signal(done_ptr, idx):
     """Count this task done: every thread's stores first, then one release increment."""
     tl.debug_barrier()
-    tl.atomic_add(ptr, 1, sem="release", scope="gpu")
+    tl.atomic_add(_counter(done_ptr, idx), 1, sem="release", scope="gpu")
 
 
 @triton.jit
@@ -236,7 +245,7 @@ def _qkv_task(
         tl.store(base + jj + HALF, b.to(act))
     if (layer == 0) & (j == 0):
         tl.store(h_ptr + cols, x.to(act), mask=cmask)  # the residual stream starts as the row
-    _signal(done_ptr + layer * 5 + 0)
+    _signal(done_ptr, layer * 5 + 0)
     return nxt, seen
 
 
@@ -296,7 +305,7 @@ def _attention_task(
         s0 += BLOCK_S
     o = run_acc / run_l[:, None]
     tl.store(attn_ptr + q_rows[:, None] * D + d[None, :], o.to(act), mask=(g < GROUP)[:, None])
-    _signal(done_ptr + layer * 5 + 1)
+    _signal(done_ptr, layer * 5 + 1)
     return nxt, seen
 
 
@@ -321,7 +330,7 @@ def _gemv_residual_task(
     y = _row_dot(w, x).to(act).to(tl.float32)
     res = tl.load(h_ptr + rows, mask=rmask, other=0.0, cache_modifier=".cg").to(tl.float32)
     tl.store(h_ptr + rows, (res + y).to(act), mask=rmask)
-    _signal(done_ptr + signal_idx)
+    _signal(done_ptr, signal_idx)
     return nxt, seen
 
 
@@ -351,7 +360,7 @@ def _gate_up_task(
     up = _row_dot(wu, xn).to(act).to(tl.float32)
     silu = (gate * tl.sigmoid(gate)).to(act).to(tl.float32)
     tl.store(act_ptr + rows, (silu * up).to(act), mask=rmask)
-    _signal(done_ptr + layer * 5 + 3)
+    _signal(done_ptr, layer * 5 + 3)
     return nxt, seen
 
 
@@ -387,7 +396,7 @@ def _head_task(
     tl.store(part_val_ptr + r, best)
     tl.store(part_idx_ptr + r, tl.min(tl.where(logits == best, rows, BIG), axis=0))
     tl.debug_barrier()  # every thread's partial store happens before the release below
-    arrived = tl.atomic_add(done_ptr + L * 5, 1)  # acq_rel: the last arriver sees all partials
+    arrived = tl.atomic_add(_counter(done_ptr, L * 5), 1)  # acq_rel: the last arriver sees all partials
     if arrived == N_HEAD - 1:
         run_val = tl.max(tl.full([REDUCE], float("-inf"), tl.float32), axis=0)
         run_idx = tl.min(tl.full([REDUCE], BIG, tl.int32), axis=0)
@@ -419,7 +428,8 @@ def megakernel(
     TRACE: tl.constexpr, PREFETCH: tl.constexpr,
 ):
     """One decode step: every program pulls tasks until the queue is empty (see the module
-    docstring). `queue_ptr` and the `L * 5 + 1` done counters must be zero at launch.
+    docstring). `queue_ptr` and the `L * 5 + 1` done counters (COUNTER_STRIDE int32 apart)
+    must be zero at launch.
     KP2, AP2, IP2: the next powers of two of K, NQ * D and I (tile widths). PREFETCH > 0 (GPU
     only): the task taken prefetches the weights of the task PREFETCH places later into L2."""
     N_QKV: tl.constexpr = (NQ + 2 * NKV) * (D // 2 // PAIRS)
