@@ -1,6 +1,6 @@
 """Time the megakernel step against fused on a GPU, several launch shapes, one table.
 
-    python bench/megakernel.py [--tokens 256] [--repeats 3] [--shapes tuned,no-prefetch,...] [--json out.json]
+    python bench/megakernel.py [--tokens 256] [--repeats 3] [--shapes tuned,1-block-tasks,...] [--json out.json]
 
 For each named shape (a `MegaShape`): the compiled kernel's registers and spills, then the
 decode loop through the engine's `generate` (median of --repeats generations of --tokens
@@ -43,15 +43,12 @@ STAGES = ("qkv", "attention", "o", "gate_up", "down")
 # Shapes --shapes can name: the shipped one and the alternatives that explain it.
 SHAPES: dict[str, MegaShape] = {
     "tuned": TUNED,
-    "no-prefetch": replace(TUNED, prefetch=0),
-    "prefetch-1024": replace(TUNED, prefetch=1024),
-    "prefetch-256": replace(TUNED, prefetch=256),
-    "64k-tiles-1/sm": replace(TUNED, pairs=8, o_rows=16, gu_rows=8, down_rows=4, head_rows=16,
-                              programs_per_sm=1, maxnreg=None),
-    "16k-tiles-4w-4/sm": replace(TUNED, pairs=2, o_rows=4, gu_rows=2, down_rows=1, head_rows=4,
-                                 programs_per_sm=4, num_warps=4, prefetch=1024),
-    "64k-tiles-16w-1/sm": replace(TUNED, pairs=8, o_rows=16, gu_rows=8, down_rows=4, head_rows=16,
-                                  programs_per_sm=1, num_warps=16),
+    # One 32 KB block per task, no double buffering: v1 of the H200 notes without its prefetch.
+    "1-block-tasks": replace(TUNED, pairs=4, qkv_sub=1, o_rows=8, o_sub=1, gu_rows=4, gu_sub=1, down_rows=2,
+                             down_sub=1, head_rows=8, head_sub=1),
+    "2-block-tasks": replace(TUNED, qkv_sub=2, o_sub=2, gu_sub=2, down_sub=2, head_sub=4),
+    "8-block-tasks": replace(TUNED, qkv_sub=8, o_sub=8, gu_sub=8, down_sub=8, head_sub=16),
+    "16-warps-1/sm": replace(TUNED, num_warps=16, programs_per_sm=1),
 }
 
 
@@ -215,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ctx", type=int, default=2048)
     p.add_argument("--prompt-len", type=int, default=16)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--shapes", default="tuned,no-prefetch,prefetch-1024,64k-tiles-1/sm",
+    p.add_argument("--shapes", default="tuned,1-block-tasks,2-block-tasks,8-block-tasks,16-warps-1/sm",
                    help=f"comma-separated, the first is traced; from {', '.join(SHAPES)}")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="PATH", default=None)

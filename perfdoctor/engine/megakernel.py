@@ -30,27 +30,33 @@ from perfdoctor.engine.model import Transformer
 
 @dataclass(frozen=True)
 class MegaShape:
-    """Tile sizes of the megakernel's tasks and its launch shape.
+    """Block sizes of the megakernel's tasks and its launch shape.
 
-    pairs: RoPE pairs per QKV task (2 * pairs weight rows); o_rows, gu_rows (of gate and of
-    up each), down_rows, head_rows: weight rows per task of the other matrices; block_s:
-    cache positions per attention chunk (as fused's split, for identical rounding);
-    programs_per_sm: resident programs per SM (the grid is SMs x this); num_warps per program;
-    maxnreg: a register cap per thread (so that programs_per_sm fit; None: the compiler's
-    choice); prefetch: how many tasks ahead of the one it takes a program asks L2 for
-    weights (0: off; GPU only).
+    A weight task is `*_sub` blocks streamed double-buffered (two blocks' loads in flight
+    while one is reduced): pairs RoPE pairs of one head and their partners for QKV; o_rows,
+    gu_rows (of gate and of up each), down_rows, head_rows weight rows for the others. With
+    Llama-3.2-1B a block is 16 KB and a task 64 KB (LM head 128 KB): the wait, the input
+    load, the queue round trip and the release are paid once per task, not per block.
+    block_s: cache positions per attention chunk (fused's split, for identical rounding);
+    programs_per_sm: resident programs per SM (the grid is SMs x this); num_warps per
+    program; maxnreg: a register cap per thread so that programs_per_sm fit (None: the
+    compiler's choice).
     """
 
-    pairs: int = 4
-    o_rows: int = 8
-    gu_rows: int = 4
-    down_rows: int = 2
-    head_rows: int = 8
+    pairs: int = 2
+    qkv_sub: int = 4
+    o_rows: int = 4
+    o_sub: int = 4
+    gu_rows: int = 2
+    gu_sub: int = 4
+    down_rows: int = 1
+    down_sub: int = 4
+    head_rows: int = 4
+    head_sub: int = 8
     block_s: int = 64
     programs_per_sm: int = 2
     num_warps: int = 8
     maxnreg: int | None = 128
-    prefetch: int = 512
 
 
 TUNED = MegaShape()
@@ -126,7 +132,8 @@ class MegaKernels:
 
         self.counts = task_counts(
             c.layers, c.hidden, c.q_heads, c.kv_heads, c.head_dim, c.intermediate, c.vocab_size,
-            shape.pairs, shape.o_rows, shape.gu_rows, shape.down_rows, shape.head_rows,
+            shape.pairs, shape.qkv_sub, shape.o_rows, shape.o_sub, shape.gu_rows, shape.gu_sub,
+            shape.down_rows, shape.down_sub, shape.head_rows, shape.head_sub,
         )
         self.part_val = torch.empty(self.counts["head"], dtype=torch.float32, device=device)
         self.part_idx = torch.empty(self.counts["head"], dtype=torch.int32, device=device)
@@ -142,11 +149,11 @@ class MegaKernels:
             L=c.layers, K=c.hidden, NQ=c.q_heads, NKV=c.kv_heads, D=c.head_dim, I=c.intermediate, V=c.vocab_size,
             KP2=triton.next_power_of_2(c.hidden), AP2=triton.next_power_of_2(c.q_heads * c.head_dim),
             IP2=triton.next_power_of_2(c.intermediate),
-            PAIRS=shape.pairs, O_ROWS=shape.o_rows, GU_ROWS=shape.gu_rows, DOWN_ROWS=shape.down_rows,
-            HEAD_ROWS=shape.head_rows, BLOCK_S=shape.block_s,
-            REDUCE=min(1024, triton.next_power_of_2(self.counts["head"])),
+            PAIRS=shape.pairs, QKV_SUB=shape.qkv_sub, O_ROWS=shape.o_rows, O_SUB=shape.o_sub,
+            GU_ROWS=shape.gu_rows, GU_SUB=shape.gu_sub, DOWN_ROWS=shape.down_rows, DOWN_SUB=shape.down_sub,
+            HEAD_ROWS=shape.head_rows, HEAD_SUB=shape.head_sub, BLOCK_S=shape.block_s,
+            REDUCE=min(4096, triton.next_power_of_2(self.counts["head"])),
             ROUND_TWICE=self.round_twice, UPCAST=not gpu, GPU=gpu, ALIGNED=self.aligned, TRACE=trace,
-            PREFETCH=shape.prefetch if gpu and self._prefetchable() else 0,
         )
         self.launch = {"num_warps": shape.num_warps}
         if gpu and shape.maxnreg is not None:
@@ -157,14 +164,6 @@ class MegaKernels:
     def counter_values(self) -> list[int]:
         """The queue position and the done counters after a step (for tests)."""
         return self.counters[:: self.stride].tolist()
-
-    def _prefetchable(self) -> bool:
-        """Bulk L2 prefetches need 16-byte aligned starts and sizes: every row of every
-        matrix must be a multiple of 16 bytes (true at Llama's shapes). Inline PTX, so never
-        on the interpreter (the caller checks)."""
-        c, size = self.model.config, self.model.embed.element_size()
-        rows = (c.hidden * size, c.intermediate * size, c.q_heads * c.head_dim * size)
-        return self.aligned and all(r % 16 == 0 for r in rows)
 
     def __call__(self, token: Tensor, pos: Tensor) -> Tensor:
         from perfdoctor.engine.kernels.megakernel import megakernel

@@ -7,11 +7,18 @@ too small to hide either. Here a grid sized to the machine (a few programs per S
 resident for the whole step and pulls tasks from one queue:
 
     t = atomic_add(queue, 1)          # tasks are numbered in topological order
-    issue the weight-tile loads of t  # weights never depend on activations
+    issue t's first two block loads   # weights never depend on activations
     wait until t's inputs are done    # spin on the producing stage's done counter
     issue the input-vector loads      # from L2: other SMs wrote them
     grab the next task id             # its round trip hides under the loads in flight
-    compute t, store, signal          # block barrier, then a release increment
+    for each block of t:              # double-buffered: the block after next is issued
+        compute, store                #   before this one is reduced
+    signal                            # block barrier, then a release increment
+
+A weight task is several 16 KB blocks of rows (64 KB, 128 KB for the LM head), so the fixed
+chain of dependent round trips per task (wait, input vector, queue atomic, release) is paid
+once per 64 KB while two blocks' loads stay in flight: with one 32 KB tile per task that
+chain, not DRAM, bounded the H200 at 2 TB/s (docs/kernels-notes.md, megakernel v1).
 
 Task order per layer: norm+QKV+RoPE+KV-append tiles, attention per KV head, O-projection
 tiles (+ residual), norm+gate/up+SiLU tiles, down-projection tiles (+ residual); after the
@@ -26,9 +33,9 @@ grid size and however many programs are resident. Under Triton's CPU interpreter
 runs programs one after another, program 0 simply executes every task in order and the
 others find the queue empty.
 
-What overlaps: while a program waits at a stage boundary its weight tile is already in
+What overlaps: while a program waits at a stage boundary its first blocks are already in
 flight, so DRAM keeps streaming the next stage's weights through the boundary (about
-programs x tile bytes of look-ahead), and there is no kernel ramp or tail.
+programs x 32 KB of look-ahead), and there is no kernel ramp or tail.
 
 Memory ordering: a producer's stores, then `tl.debug_barrier()` (every thread of the block
 has stored), then one atomic increment with release semantics at GPU scope; a consumer
@@ -112,60 +119,6 @@ def _signal(done_ptr, idx):
 
 
 @triton.jit
-def _prefetch_l2(ptr, nbytes):
-    """One bulk L2 prefetch of `nbytes` (a multiple of 16) from ptr, issued by thread 0 only
-    (the Hopper copy engine's `cp.async.bulk.prefetch.L2`: no registers, no shared memory)."""
-    tl.inline_asm_elementwise(
-        "{ .reg .pred p; .reg .u32 t; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0;\n"
-        "@p cp.async.bulk.prefetch.L2.global [$1], $2;\nmov.u32 $0, 0; }",
-        "=r,l,r", [ptr, nbytes], dtype=tl.int32, is_pure=False, pack=1,
-    )
-
-
-@triton.jit
-def _prefetch_task(
-    u, base_ptr, table_ptr,
-    L: tl.constexpr, K: tl.constexpr, NQ: tl.constexpr, D: tl.constexpr, I: tl.constexpr, V: tl.constexpr,
-    PAIRS: tl.constexpr, O_ROWS: tl.constexpr, GU_ROWS: tl.constexpr, DOWN_ROWS: tl.constexpr,
-    HEAD_ROWS: tl.constexpr, N_QKV: tl.constexpr, N_ATT: tl.constexpr, N_O: tl.constexpr, N_GU: tl.constexpr,
-    PER_LAYER: tl.constexpr, N_TASKS: tl.constexpr, ALIGNED: tl.constexpr,
-):
-    """Ask L2 for the weight tile(s) of future task u (nothing for attention tasks or past
-    the end). Whoever takes task t prefetches task t + PREFETCH, so the DRAM stream runs a
-    fixed distance ahead of the tasks in progress, beyond what registers could hold."""
-    ES: tl.constexpr = base_ptr.dtype.element_ty.primitive_bitwidth // 8
-    HALF: tl.constexpr = D // 2
-    BPH: tl.constexpr = HALF // PAIRS
-    KA: tl.constexpr = NQ * D
-    if u < N_TASKS:
-        layer = u // PER_LAYER
-        r = u - layer * PER_LAYER
-        if layer < L:
-            if r < N_QKV:
-                w = base_ptr + _offset(table_ptr, layer, 1, ALIGNED) + ((r // BPH) * D + (r % BPH) * PAIRS) * K
-                _prefetch_l2(w, PAIRS * K * ES)
-                _prefetch_l2(w + HALF * K, PAIRS * K * ES)
-            elif r >= N_QKV + N_ATT:
-                if r < N_QKV + N_ATT + N_O:
-                    row0 = (r - N_QKV - N_ATT) * O_ROWS
-                    w = base_ptr + _offset(table_ptr, layer, 4, ALIGNED) + row0 * KA
-                    _prefetch_l2(w, tl.minimum(O_ROWS, K - row0) * KA * ES)
-                elif r < N_QKV + N_ATT + N_O + N_GU:
-                    row0 = (r - N_QKV - N_ATT - N_O) * GU_ROWS
-                    n = tl.minimum(GU_ROWS, I - row0) * K * ES
-                    _prefetch_l2(base_ptr + _offset(table_ptr, layer, 6, ALIGNED) + row0 * K, n)
-                    _prefetch_l2(base_ptr + _offset(table_ptr, layer, 7, ALIGNED) + row0 * K, n)
-                else:
-                    row0 = (r - N_QKV - N_ATT - N_O - N_GU) * DOWN_ROWS
-                    w = base_ptr + _offset(table_ptr, layer, 8, ALIGNED) + row0 * I
-                    _prefetch_l2(w, tl.minimum(DOWN_ROWS, K - row0) * I * ES)
-        else:
-            row0 = (u - L * PER_LAYER) * HEAD_ROWS
-            w = base_ptr + _offset(table_ptr, L, 1, ALIGNED) + row0.to(tl.int64) * K
-            _prefetch_l2(w, tl.minimum(HEAD_ROWS, V - row0) * K * ES)
-
-
-@triton.jit
 def _stamp(trace_ptr, t, slot: tl.constexpr, TRACE: tl.constexpr):
     """With TRACE, record %globaltimer (ns) in trace[t, slot]; slot 0 also records the SM id."""
     if TRACE:
@@ -183,29 +136,74 @@ def _row_dot(w, x):
 
 
 @triton.jit
+def _qkv_load(w_ptr, b, NB: tl.constexpr, K: tl.constexpr, KP2: tl.constexpr, D: tl.constexpr, PAIRS: tl.constexpr):
+    """Weight rows of QKV block b (clamped into range; a block past the end is not stored):
+    PAIRS rows of one head and their RoPE partners D/2 rows further."""
+    HALF: tl.constexpr = D // 2
+    bc = tl.minimum(b, NB - 1)
+    jj = (bc % (HALF // PAIRS)) * PAIRS + tl.arange(0, PAIRS)
+    rows_lo = (bc // (HALF // PAIRS)) * D + jj
+    cols = tl.arange(0, KP2)
+    lo = load_rows(w_ptr, rows_lo, jj < HALF, cols, cols < K, K, K == KP2)
+    hi = load_rows(w_ptr, rows_lo + HALF, jj < HALF, cols, cols < K, K, K == KP2)
+    return lo, hi
+
+
+@triton.jit
+def _qkv_store(
+    w_lo, w_hi, b, xn, pos, layer, base_ptr, table_ptr, cos_ptr, sin_ptr, q_ptr, stride_head, stride_pos, act: tl.constexpr,
+    NB: tl.constexpr, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr, PAIRS: tl.constexpr, ALIGNED: tl.constexpr,
+):
+    """Projection, RoPE and the q / K / V-cache store of QKV block b, as `norm_qkv_rope`."""
+    HALF: tl.constexpr = D // 2
+    head = b // (HALF // PAIRS)
+    jj = (b % (HALF // PAIRS)) * PAIRS + tl.arange(0, PAIRS)
+    keep = (jj < HALF) & (b < NB)
+    a = _row_dot(w_lo, xn).to(act).to(tl.float32)
+    c2 = _row_dot(w_hi, xn).to(act).to(tl.float32)
+    if head < NQ + NKV:  # q and k heads rotate; v heads do not
+        c = tl.load(cos_ptr + pos * HALF + jj).to(tl.float32)
+        s = tl.load(sin_ptr + pos * HALF + jj).to(tl.float32)
+        ac = (a * c).to(act).to(tl.float32)
+        bs = (c2 * s).to(act).to(tl.float32)
+        bc = (c2 * c).to(act).to(tl.float32)
+        as_ = (a * s).to(act).to(tl.float32)
+        a = ac - bs
+        c2 = bc + as_
+    if head < NQ:
+        tl.store(q_ptr + head * D + jj, a.to(act), mask=keep)
+        tl.store(q_ptr + head * D + jj + HALF, c2.to(act), mask=keep)
+    else:
+        if head < NQ + NKV:
+            base = base_ptr + _offset(table_ptr, layer, 2, ALIGNED) + (head - NQ) * stride_head
+        else:
+            base = base_ptr + _offset(table_ptr, layer, 3, ALIGNED) + (head - NQ - NKV) * stride_head
+        base += pos * stride_pos
+        tl.store(base + jj, a.to(act), mask=keep)
+        tl.store(base + jj + HALF, c2.to(act), mask=keep)
+
+
+@triton.jit
 def _qkv_task(
-    t, j, layer, seen, base_ptr, table_ptr, token_ptr, pos_ptr, cos_ptr, sin_ptr, h_ptr, q_ptr,
+    t, r, layer, seen, base_ptr, table_ptr, token_ptr, pos_ptr, cos_ptr, sin_ptr, h_ptr, q_ptr,
     queue_ptr, done_ptr, trace_ptr, stride_head, stride_pos, eps,
     K: tl.constexpr, KP2: tl.constexpr, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr,
-    PAIRS: tl.constexpr, N_DOWN: tl.constexpr,
+    PAIRS: tl.constexpr, SUB: tl.constexpr, N_DOWN: tl.constexpr,
     ROUND_TWICE: tl.constexpr, GPU: tl.constexpr, ALIGNED: tl.constexpr, TRACE: tl.constexpr,
 ):
-    """2 * PAIRS rows of one head of [Wq; Wk; Wv] (row i and its RoPE partner i + D/2), as
-    `norm_qkv_rope`: norm, projection, RoPE, then q or the K/V cache row at `pos`. Layer 0
-    reads the token's embedding row and task 0 seeds the residual stream h with it."""
-    HALF: tl.constexpr = D // 2
-    BPH: tl.constexpr = HALF // PAIRS
+    """SUB consecutive QKV blocks of [Wq; Wk; Wv] (a block: PAIRS rows of one head and their
+    RoPE partners), as `norm_qkv_rope`: norm, projection, RoPE, then q or the K/V cache row
+    at `pos`. Layer 0 reads the token's embedding row and task 0 seeds the residual stream
+    h with it. The blocks stream double-buffered: two in flight while one is reduced."""
+    NB: tl.constexpr = (NQ + 2 * NKV) * (D // 2 // PAIRS)
     EVEN_K: tl.constexpr = K == KP2
-    head = j // BPH
-    jj = (j % BPH) * PAIRS + tl.arange(0, PAIRS)
-    rows_lo = head * D + jj
-    rows_hi = rows_lo + HALF
-    all_rows = jj < HALF
     cols = tl.arange(0, KP2)
     cmask = cols < K
     w_ptr = base_ptr + _offset(table_ptr, layer, 1, ALIGNED)
-    w_lo = load_rows(w_ptr, rows_lo, all_rows, cols, cmask, K, EVEN_K)
-    w_hi = load_rows(w_ptr, rows_hi, all_rows, cols, cmask, K, EVEN_K)
+    b0 = r * SUB
+    lo_a, hi_a = _qkv_load(w_ptr, b0, NB, K, KP2, D, PAIRS)
+    if SUB > 1:
+        lo_b, hi_b = _qkv_load(w_ptr, b0 + 1, NB, K, KP2, D, PAIRS)
     if layer > 0:
         seen = _wait(done_ptr, (layer - 1) * 5 + 4, N_DOWN, seen, GPU)
         _stamp(trace_ptr, t, 1, TRACE)
@@ -220,30 +218,17 @@ def _qkv_task(
     inv_std = tl.math.rsqrt(tl.sum(x * x, axis=0) / K + eps)
     g = load_1d(base_ptr + _offset(table_ptr, layer, 0, ALIGNED), cols, cmask, EVEN_K).to(tl.float32)
     xn = normed_values(x, g, inv_std, act, ROUND_TWICE)
-    a = _row_dot(w_lo, xn).to(act).to(tl.float32)
-    b = _row_dot(w_hi, xn).to(act).to(tl.float32)
     pos = tl.load(pos_ptr)
-    if head < NQ + NKV:  # q and k heads rotate; v heads do not
-        c = tl.load(cos_ptr + pos * HALF + jj).to(tl.float32)
-        s = tl.load(sin_ptr + pos * HALF + jj).to(tl.float32)
-        ac = (a * c).to(act).to(tl.float32)
-        bs = (b * s).to(act).to(tl.float32)
-        bc = (b * c).to(act).to(tl.float32)
-        as_ = (a * s).to(act).to(tl.float32)
-        a = ac - bs
-        b = bc + as_
-    if head < NQ:
-        tl.store(q_ptr + head * D + jj, a.to(act))
-        tl.store(q_ptr + head * D + jj + HALF, b.to(act))
-    else:
-        if head < NQ + NKV:
-            base = base_ptr + _offset(table_ptr, layer, 2, ALIGNED) + (head - NQ) * stride_head
-        else:
-            base = base_ptr + _offset(table_ptr, layer, 3, ALIGNED) + (head - NQ - NKV) * stride_head
-        base += pos * stride_pos
-        tl.store(base + jj, a.to(act))
-        tl.store(base + jj + HALF, b.to(act))
-    if (layer == 0) & (j == 0):
+    for s in tl.static_range(SUB):
+        if s + 2 < SUB:
+            lo_n, hi_n = _qkv_load(w_ptr, b0 + s + 2, NB, K, KP2, D, PAIRS)
+        _qkv_store(lo_a, hi_a, b0 + s, xn, pos, layer, base_ptr, table_ptr, cos_ptr, sin_ptr, q_ptr,
+                   stride_head, stride_pos, act, NB, NQ, NKV, D, PAIRS, ALIGNED)
+        if s + 1 < SUB:
+            lo_a, hi_a = lo_b, hi_b
+        if s + 2 < SUB:
+            lo_b, hi_b = lo_n, hi_n
+    if (layer == 0) & (r == 0):
         tl.store(h_ptr + cols, x.to(act), mask=cmask)  # the residual stream starts as the row
     _signal(done_ptr, layer * 5 + 0)
     return nxt, seen
@@ -258,33 +243,45 @@ def _attention_task(
 ):
     """Attention of the GROUP query heads sharing KV head `kv` over positions [0, pos]:
     BLOCK_S-position chunks, each as one split of `decode_attention` (scores and P rounded
-    the same way), merged with its combine formula as they come."""
+    the same way), merged with its combine formula as they come. The next chunk's K/V loads
+    are issued before the current chunk is computed, and the first chunk's before the wait
+    (the cache rows below pos were written by earlier steps; the chunk is read again after
+    the wait only when it holds pos, the row this step's QKV tasks append)."""
     GROUP: tl.constexpr = NQ // NKV
     DOT_M: tl.constexpr = 16 if GROUP < 16 else GROUP  # tl.dot needs >= 16 rows
-    seen = _wait(done_ptr, layer * 5 + 0, N_QKV, seen, GPU)
-    _stamp(trace_ptr, t, 1, TRACE)
     act = q_ptr.dtype.element_ty
     length = tl.load(pos_ptr).to(tl.int32) + 1
     g = tl.arange(0, DOT_M)
     d = tl.arange(0, D)
+    k_ptr = base_ptr + _offset(table_ptr, layer, 2, ALIGNED) + kv * stride_head
+    v_ptr = base_ptr + _offset(table_ptr, layer, 3, ALIGNED) + kv * stride_head
+    s_idx = tl.arange(0, BLOCK_S)
+    off = s_idx[:, None] * stride_pos + d[None, :]
+    k_n = tl.load(k_ptr + off, mask=(s_idx < length - 1)[:, None], other=0.0, cache_modifier=".cg")
+    v_n = tl.load(v_ptr + off, mask=(s_idx < length - 1)[:, None], other=0.0, cache_modifier=".cg")
+    seen = _wait(done_ptr, layer * 5 + 0, N_QKV, seen, GPU)
+    _stamp(trace_ptr, t, 1, TRACE)
+    if length <= BLOCK_S:  # the first chunk holds pos: read it again, now that it is written
+        k_n = tl.load(k_ptr + off, mask=(s_idx < length)[:, None], other=0.0, cache_modifier=".cg")
+        v_n = tl.load(v_ptr + off, mask=(s_idx < length)[:, None], other=0.0, cache_modifier=".cg")
     q_rows = kv * GROUP + g
     q = tl.load(q_ptr + q_rows[:, None] * D + d[None, :], mask=(g < GROUP)[:, None], other=0.0, cache_modifier=".cg")
     nxt = tl.atomic_add(queue_ptr, 1, sem="relaxed")
     q = (q.to(tl.float32) * scale).to(act)
     if UPCAST:  # the interpreter's bf16 tl.dot is wrong (see decode_attention)
         q = q.to(tl.float32)
-    k_ptr = base_ptr + _offset(table_ptr, layer, 2, ALIGNED) + kv * stride_head
-    v_ptr = base_ptr + _offset(table_ptr, layer, 3, ALIGNED) + kv * stride_head
     run_m = tl.full([DOT_M], float("-inf"), tl.float32)
     run_l = tl.zeros([DOT_M], dtype=tl.float32)
     run_acc = tl.zeros([DOT_M, D], dtype=tl.float32)
     s0 = 0
     while s0 < length:  # a while loop: the interpreter's range() wants a host int
+        k, v = k_n, v_n
         s_idx = s0 + tl.arange(0, BLOCK_S)
         smask = s_idx < length
-        off = s_idx[:, None] * stride_pos + d[None, :]
-        k = tl.load(k_ptr + off, mask=smask[:, None], other=0.0, cache_modifier=".cg")
-        v = tl.load(v_ptr + off, mask=smask[:, None], other=0.0, cache_modifier=".cg")
+        nxt_idx = s_idx + BLOCK_S  # the next chunk, in flight while this one is computed
+        off = nxt_idx[:, None] * stride_pos + d[None, :]
+        k_n = tl.load(k_ptr + off, mask=(nxt_idx < length)[:, None], other=0.0, cache_modifier=".cg")
+        v_n = tl.load(v_ptr + off, mask=(nxt_idx < length)[:, None], other=0.0, cache_modifier=".cg")
         if UPCAST:
             k, v = k.to(tl.float32), v.to(tl.float32)
         scores = tl.dot(q, tl.trans(k), input_precision="ieee").to(act).to(tl.float32)
@@ -310,26 +307,45 @@ def _attention_task(
 
 
 @triton.jit
+def _rows_load(w_ptr, blk, N: tl.constexpr, KIN: tl.constexpr, KIN_P2: tl.constexpr, ROWS: tl.constexpr,
+               EVEN: tl.constexpr):
+    """Rows [blk * ROWS, blk * ROWS + ROWS) of a row-major [N, KIN] matrix (zeros past N)."""
+    rows = blk * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, KIN_P2)
+    return load_rows(w_ptr, rows, rows < N, cols, cols < KIN, KIN, EVEN)
+
+
+@triton.jit
 def _gemv_residual_task(
     t, r, seen, x_ptr, w_ptr, h_ptr, queue_ptr, done_ptr, wait_idx, wait_target, signal_idx, trace_ptr,
-    N: tl.constexpr, KIN: tl.constexpr, KIN_P2: tl.constexpr, ROWS: tl.constexpr,
+    N: tl.constexpr, KIN: tl.constexpr, KIN_P2: tl.constexpr, ROWS: tl.constexpr, SUB: tl.constexpr,
     GPU: tl.constexpr, TRACE: tl.constexpr,
 ):
-    """h[rows] <- h[rows] + W[rows] x, rounded as `gemv_residual` (the O and down projections)."""
-    EVEN: tl.constexpr = (KIN == KIN_P2) and (N % ROWS == 0)
-    rows = r * ROWS + tl.arange(0, ROWS)
-    rmask = rows < N
-    cols = tl.arange(0, KIN_P2)
-    cmask = cols < KIN
-    w = load_rows(w_ptr, rows, rmask, cols, cmask, KIN, EVEN)
+    """h[rows] <- h[rows] + W[rows] x for SUB blocks of ROWS rows, rounded as
+    `gemv_residual` (the O and down projections); blocks stream double-buffered."""
+    EVEN: tl.constexpr = (KIN == KIN_P2) and (N % (ROWS * SUB) == 0)
+    b0 = r * SUB
+    w_a = _rows_load(w_ptr, b0, N, KIN, KIN_P2, ROWS, EVEN)
+    if SUB > 1:
+        w_b = _rows_load(w_ptr, b0 + 1, N, KIN, KIN_P2, ROWS, EVEN)
     seen = _wait(done_ptr, wait_idx, wait_target, seen, GPU)
     _stamp(trace_ptr, t, 1, TRACE)
     act = h_ptr.dtype.element_ty
-    x = load_1d(x_ptr, cols, cmask, KIN == KIN_P2, tl.constexpr(".cg")).to(tl.float32)
+    cols = tl.arange(0, KIN_P2)
+    x = load_1d(x_ptr, cols, cols < KIN, KIN == KIN_P2, tl.constexpr(".cg")).to(tl.float32)
     nxt = tl.atomic_add(queue_ptr, 1, sem="relaxed")
-    y = _row_dot(w, x).to(act).to(tl.float32)
-    res = tl.load(h_ptr + rows, mask=rmask, other=0.0, cache_modifier=".cg").to(tl.float32)
-    tl.store(h_ptr + rows, (res + y).to(act), mask=rmask)
+    for s in tl.static_range(SUB):
+        if s + 2 < SUB:
+            w_n = _rows_load(w_ptr, b0 + s + 2, N, KIN, KIN_P2, ROWS, EVEN)
+        rows = (b0 + s) * ROWS + tl.arange(0, ROWS)
+        rmask = rows < N
+        y = _row_dot(w_a, x).to(act).to(tl.float32)
+        res = tl.load(h_ptr + rows, mask=rmask, other=0.0, cache_modifier=".cg").to(tl.float32)
+        tl.store(h_ptr + rows, (res + y).to(act), mask=rmask)
+        if s + 1 < SUB:
+            w_a = w_b
+        if s + 2 < SUB:
+            w_b = w_n
     _signal(done_ptr, signal_idx)
     return nxt, seen
 
@@ -337,29 +353,43 @@ def _gemv_residual_task(
 @triton.jit
 def _gate_up_task(
     t, r, layer, seen, base_ptr, table_ptr, h_ptr, act_ptr, queue_ptr, done_ptr, trace_ptr, eps,
-    K: tl.constexpr, KP2: tl.constexpr, I: tl.constexpr, ROWS: tl.constexpr, N_O: tl.constexpr,
+    K: tl.constexpr, KP2: tl.constexpr, I: tl.constexpr, ROWS: tl.constexpr, SUB: tl.constexpr, N_O: tl.constexpr,
     ROUND_TWICE: tl.constexpr, GPU: tl.constexpr, ALIGNED: tl.constexpr, TRACE: tl.constexpr,
 ):
-    """act[rows] <- silu(W_gate[rows] n) * (W_up[rows] n), n = RMSNorm(h), as `norm_gate_up`."""
-    EVEN: tl.constexpr = (K == KP2) and (I % ROWS == 0)
-    rows = r * ROWS + tl.arange(0, ROWS)
-    rmask = rows < I
-    cols = tl.arange(0, KP2)
-    cmask = cols < K
-    wg = load_rows(base_ptr + _offset(table_ptr, layer, 6, ALIGNED), rows, rmask, cols, cmask, K, EVEN)
-    wu = load_rows(base_ptr + _offset(table_ptr, layer, 7, ALIGNED), rows, rmask, cols, cmask, K, EVEN)
+    """act[rows] <- silu(W_gate[rows] n) * (W_up[rows] n), n = RMSNorm(h), as `norm_gate_up`,
+    for SUB blocks of ROWS rows of each matrix, double-buffered."""
+    EVEN: tl.constexpr = (K == KP2) and (I % (ROWS * SUB) == 0)
+    wg_ptr = base_ptr + _offset(table_ptr, layer, 6, ALIGNED)
+    wu_ptr = base_ptr + _offset(table_ptr, layer, 7, ALIGNED)
+    b0 = r * SUB
+    g_a = _rows_load(wg_ptr, b0, I, K, KP2, ROWS, EVEN)
+    u_a = _rows_load(wu_ptr, b0, I, K, KP2, ROWS, EVEN)
+    if SUB > 1:
+        g_b = _rows_load(wg_ptr, b0 + 1, I, K, KP2, ROWS, EVEN)
+        u_b = _rows_load(wu_ptr, b0 + 1, I, K, KP2, ROWS, EVEN)
     seen = _wait(done_ptr, layer * 5 + 2, N_O, seen, GPU)
     _stamp(trace_ptr, t, 1, TRACE)
     act = act_ptr.dtype.element_ty
+    cols = tl.arange(0, KP2)
+    cmask = cols < K
     x = load_1d(h_ptr, cols, cmask, K == KP2, tl.constexpr(".cg")).to(tl.float32)
     nxt = tl.atomic_add(queue_ptr, 1, sem="relaxed")
     inv_std = tl.math.rsqrt(tl.sum(x * x, axis=0) / K + eps)
     g = load_1d(base_ptr + _offset(table_ptr, layer, 5, ALIGNED), cols, cmask, K == KP2).to(tl.float32)
     xn = normed_values(x, g, inv_std, act, ROUND_TWICE)
-    gate = _row_dot(wg, xn).to(act).to(tl.float32)
-    up = _row_dot(wu, xn).to(act).to(tl.float32)
-    silu = (gate * tl.sigmoid(gate)).to(act).to(tl.float32)
-    tl.store(act_ptr + rows, (silu * up).to(act), mask=rmask)
+    for s in tl.static_range(SUB):
+        if s + 2 < SUB:
+            g_n = _rows_load(wg_ptr, b0 + s + 2, I, K, KP2, ROWS, EVEN)
+            u_n = _rows_load(wu_ptr, b0 + s + 2, I, K, KP2, ROWS, EVEN)
+        rows = (b0 + s) * ROWS + tl.arange(0, ROWS)
+        gate = _row_dot(g_a, xn).to(act).to(tl.float32)
+        up = _row_dot(u_a, xn).to(act).to(tl.float32)
+        silu = (gate * tl.sigmoid(gate)).to(act).to(tl.float32)
+        tl.store(act_ptr + rows, (silu * up).to(act), mask=rows < I)
+        if s + 1 < SUB:
+            g_a, u_a = g_b, u_b
+        if s + 2 < SUB:
+            g_b, u_b = g_n, u_n
     _signal(done_ptr, layer * 5 + 3)
     return nxt, seen
 
@@ -368,33 +398,50 @@ def _gate_up_task(
 def _head_task(
     t, r, seen, base_ptr, table_ptr, h_ptr, logits_ptr, part_val_ptr, part_idx_ptr, next_token_ptr,
     queue_ptr, done_ptr, trace_ptr, eps,
-    L: tl.constexpr, K: tl.constexpr, KP2: tl.constexpr, V: tl.constexpr, ROWS: tl.constexpr,
+    L: tl.constexpr, K: tl.constexpr, KP2: tl.constexpr, V: tl.constexpr, ROWS: tl.constexpr, SUB: tl.constexpr,
     N_DOWN: tl.constexpr, N_HEAD: tl.constexpr, REDUCE: tl.constexpr,
     ROUND_TWICE: tl.constexpr, GPU: tl.constexpr, ALIGNED: tl.constexpr, TRACE: tl.constexpr,
 ):
-    """logits[rows] <- W_head[rows] RMSNorm(h) and this tile's (max, first argmax); the task
-    that finishes last reduces the partials to the next token, as `norm_lm_head_argmax`."""
-    EVEN: tl.constexpr = (K == KP2) and (V % ROWS == 0)
+    """logits[rows] <- W_head[rows] RMSNorm(h) for SUB blocks of ROWS rows (double-buffered)
+    and the task's (max, first argmax); the task that finishes last reduces the partials to
+    the next token, as `norm_lm_head_argmax`."""
+    EVEN: tl.constexpr = (K == KP2) and (V % (ROWS * SUB) == 0)
     BIG: tl.constexpr = 2147483647
-    rows = r * ROWS + tl.arange(0, ROWS)
-    rmask = rows < V
-    cols = tl.arange(0, KP2)
-    cmask = cols < K
-    w = load_rows(base_ptr + _offset(table_ptr, L, 1, ALIGNED), rows, rmask, cols, cmask, K, EVEN)
+    w_ptr = base_ptr + _offset(table_ptr, L, 1, ALIGNED)
+    b0 = r * SUB
+    w_a = _rows_load(w_ptr, b0, V, K, KP2, ROWS, EVEN)
+    if SUB > 1:
+        w_b = _rows_load(w_ptr, b0 + 1, V, K, KP2, ROWS, EVEN)
     seen = _wait(done_ptr, (L - 1) * 5 + 4, N_DOWN, seen, GPU)
     _stamp(trace_ptr, t, 1, TRACE)
     out_t = logits_ptr.dtype.element_ty
+    cols = tl.arange(0, KP2)
+    cmask = cols < K
     x = load_1d(h_ptr, cols, cmask, K == KP2, tl.constexpr(".cg")).to(tl.float32)
     nxt = tl.atomic_add(queue_ptr, 1, sem="relaxed")
     inv_std = tl.math.rsqrt(tl.sum(x * x, axis=0) / K + eps)
     g = load_1d(base_ptr + _offset(table_ptr, L, 0, ALIGNED), cols, cmask, K == KP2).to(tl.float32)
     xn = normed_values(x, g, inv_std, h_ptr.dtype.element_ty, ROUND_TWICE)
-    logits = _row_dot(w, xn).to(out_t)
-    tl.store(logits_ptr + rows, logits, mask=rmask)
-    logits = tl.where(rmask, logits.to(tl.float32), float("-inf"))
-    best = tl.max(logits, axis=0)
-    tl.store(part_val_ptr + r, best)
-    tl.store(part_idx_ptr + r, tl.min(tl.where(logits == best, rows, BIG), axis=0))
+    run_val = tl.max(tl.full([ROWS], float("-inf"), tl.float32), axis=0)
+    run_idx = tl.min(tl.full([ROWS], BIG, tl.int32), axis=0)
+    for s in tl.static_range(SUB):
+        if s + 2 < SUB:
+            w_n = _rows_load(w_ptr, b0 + s + 2, V, K, KP2, ROWS, EVEN)
+        rows = (b0 + s) * ROWS + tl.arange(0, ROWS)
+        rmask = rows < V
+        logits = _row_dot(w_a, xn).to(out_t)
+        tl.store(logits_ptr + rows, logits, mask=rmask)
+        logits = tl.where(rmask, logits.to(tl.float32), float("-inf"))
+        best = tl.max(logits, axis=0)
+        take = best > run_val  # strict: an earlier block (lower indices) wins ties
+        run_idx = tl.where(take, tl.min(tl.where(logits == best, rows, BIG), axis=0), run_idx)
+        run_val = tl.where(take, best, run_val)
+        if s + 1 < SUB:
+            w_a = w_b
+        if s + 2 < SUB:
+            w_b = w_n
+    tl.store(part_val_ptr + r, run_val)
+    tl.store(part_idx_ptr + r, run_idx)
     tl.debug_barrier()  # every thread's partial store happens before the release below
     arrived = tl.atomic_add(_counter(done_ptr, L * 5), 1)  # acq_rel: the last arriver sees all partials
     if arrived == N_HEAD - 1:
@@ -422,34 +469,30 @@ def megakernel(
     stride_head, stride_pos, eps, scale,
     L: tl.constexpr, K: tl.constexpr, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr,
     I: tl.constexpr, V: tl.constexpr, KP2: tl.constexpr, AP2: tl.constexpr, IP2: tl.constexpr,
-    PAIRS: tl.constexpr, O_ROWS: tl.constexpr, GU_ROWS: tl.constexpr, DOWN_ROWS: tl.constexpr,
-    HEAD_ROWS: tl.constexpr, BLOCK_S: tl.constexpr, REDUCE: tl.constexpr,
+    PAIRS: tl.constexpr, QKV_SUB: tl.constexpr, O_ROWS: tl.constexpr, O_SUB: tl.constexpr,
+    GU_ROWS: tl.constexpr, GU_SUB: tl.constexpr, DOWN_ROWS: tl.constexpr, DOWN_SUB: tl.constexpr,
+    HEAD_ROWS: tl.constexpr, HEAD_SUB: tl.constexpr, BLOCK_S: tl.constexpr, REDUCE: tl.constexpr,
     ROUND_TWICE: tl.constexpr, UPCAST: tl.constexpr, GPU: tl.constexpr, ALIGNED: tl.constexpr,
-    TRACE: tl.constexpr, PREFETCH: tl.constexpr,
+    TRACE: tl.constexpr,
 ):
     """One decode step: every program pulls tasks until the queue is empty (see the module
     docstring). `queue_ptr` and the `L * 5 + 1` done counters (COUNTER_STRIDE int32 apart)
-    must be zero at launch.
-    KP2, AP2, IP2: the next powers of two of K, NQ * D and I (tile widths). PREFETCH > 0 (GPU
-    only): the task taken prefetches the weights of the task PREFETCH places later into L2."""
-    N_QKV: tl.constexpr = (NQ + 2 * NKV) * (D // 2 // PAIRS)
+    must be zero at launch. KP2, AP2, IP2: the next powers of two of K, NQ * D and I (tile
+    widths). A task of a weight stage is *_SUB blocks of *_ROWS rows (QKV: PAIRS rows of a
+    head and their RoPE partners), the same arithmetic as `task_counts`."""
+    N_QKV: tl.constexpr = ((NQ + 2 * NKV) * (D // 2 // PAIRS) + QKV_SUB - 1) // QKV_SUB
     N_ATT: tl.constexpr = NKV
-    N_O: tl.constexpr = (K + O_ROWS - 1) // O_ROWS
-    N_GU: tl.constexpr = (I + GU_ROWS - 1) // GU_ROWS
-    N_DOWN: tl.constexpr = (K + DOWN_ROWS - 1) // DOWN_ROWS
+    N_O: tl.constexpr = ((K + O_ROWS - 1) // O_ROWS + O_SUB - 1) // O_SUB
+    N_GU: tl.constexpr = ((I + GU_ROWS - 1) // GU_ROWS + GU_SUB - 1) // GU_SUB
+    N_DOWN: tl.constexpr = ((K + DOWN_ROWS - 1) // DOWN_ROWS + DOWN_SUB - 1) // DOWN_SUB
     PER_LAYER: tl.constexpr = N_QKV + N_ATT + N_O + N_GU + N_DOWN
-    N_HEAD: tl.constexpr = (V + HEAD_ROWS - 1) // HEAD_ROWS
+    N_HEAD: tl.constexpr = ((V + HEAD_ROWS - 1) // HEAD_ROWS + HEAD_SUB - 1) // HEAD_SUB
     N_TASKS: tl.constexpr = L * PER_LAYER + N_HEAD
 
     t = tl.atomic_add(queue_ptr, 1, sem="relaxed")
     seen = t * 0 - 1  # no done counter seen complete yet
     while t < N_TASKS:
         _stamp(trace_ptr, t, 0, TRACE)
-        if PREFETCH > 0:
-            _prefetch_task(
-                t + PREFETCH, base_ptr, table_ptr, L, K, NQ, D, I, V, PAIRS, O_ROWS, GU_ROWS, DOWN_ROWS,
-                HEAD_ROWS, N_QKV, N_ATT, N_O, N_GU, PER_LAYER, N_TASKS, ALIGNED,
-            )
         layer = t // PER_LAYER
         r = t - layer * PER_LAYER
         if layer < L:
@@ -457,7 +500,7 @@ def megakernel(
                 nxt, seen = _qkv_task(
                     t, r, layer, seen, base_ptr, table_ptr, token_ptr, pos_ptr, cos_ptr, sin_ptr, h_ptr, q_ptr,
                     queue_ptr, done_ptr, trace_ptr, stride_head, stride_pos, eps,
-                    K, KP2, NQ, NKV, D, PAIRS, N_DOWN, ROUND_TWICE, GPU, ALIGNED, TRACE,
+                    K, KP2, NQ, NKV, D, PAIRS, QKV_SUB, N_DOWN, ROUND_TWICE, GPU, ALIGNED, TRACE,
                 )
             elif r < N_QKV + N_ATT:
                 nxt, seen = _attention_task(
@@ -469,25 +512,25 @@ def megakernel(
                 nxt, seen = _gemv_residual_task(
                     t, r - N_QKV - N_ATT, seen, attn_ptr, base_ptr + _offset(table_ptr, layer, 4, ALIGNED), h_ptr,
                     queue_ptr, done_ptr, layer * 5 + 1, N_ATT, layer * 5 + 2, trace_ptr,
-                    K, NQ * D, AP2, O_ROWS, GPU, TRACE,
+                    K, NQ * D, AP2, O_ROWS, O_SUB, GPU, TRACE,
                 )
             elif r < N_QKV + N_ATT + N_O + N_GU:
                 nxt, seen = _gate_up_task(
                     t, r - N_QKV - N_ATT - N_O, layer, seen, base_ptr, table_ptr, h_ptr, act_ptr, queue_ptr, done_ptr,
-                    trace_ptr, eps, K, KP2, I, GU_ROWS, N_O, ROUND_TWICE, GPU, ALIGNED, TRACE,
+                    trace_ptr, eps, K, KP2, I, GU_ROWS, GU_SUB, N_O, ROUND_TWICE, GPU, ALIGNED, TRACE,
                 )
             else:
                 nxt, seen = _gemv_residual_task(
                     t, r - N_QKV - N_ATT - N_O - N_GU, seen, act_ptr,
                     base_ptr + _offset(table_ptr, layer, 8, ALIGNED),
                     h_ptr, queue_ptr, done_ptr, layer * 5 + 3, N_GU, layer * 5 + 4, trace_ptr,
-                    K, I, IP2, DOWN_ROWS, GPU, TRACE,
+                    K, I, IP2, DOWN_ROWS, DOWN_SUB, GPU, TRACE,
                 )
         else:
             nxt, seen = _head_task(
                 t, t - L * PER_LAYER, seen, base_ptr, table_ptr, h_ptr, logits_ptr, part_val_ptr, part_idx_ptr,
                 next_token_ptr, queue_ptr, done_ptr, trace_ptr, eps,
-                L, K, KP2, V, HEAD_ROWS, N_DOWN, N_HEAD, REDUCE, ROUND_TWICE, GPU, ALIGNED, TRACE,
+                L, K, KP2, V, HEAD_ROWS, HEAD_SUB, N_DOWN, N_HEAD, REDUCE, ROUND_TWICE, GPU, ALIGNED, TRACE,
             )
         _stamp(trace_ptr, t, 2, TRACE)
         t = nxt
@@ -495,16 +538,18 @@ def megakernel(
 
 def task_counts(
     layers: int, hidden: int, q_heads: int, kv_heads: int, head_dim: int, intermediate: int, vocab: int,
-    pairs: int, o_rows: int, gu_rows: int, down_rows: int, head_rows: int,
+    pairs: int, qkv_sub: int, o_rows: int, o_sub: int, gu_rows: int, gu_sub: int, down_rows: int, down_sub: int,
+    head_rows: int, head_sub: int,
 ) -> dict[str, int]:
     """Tasks per stage of one layer (qkv, attention, o, gate_up, down), the head's, and the
     total: the same arithmetic as the kernel's constexprs (the host sizes buffers with it)."""
+    cd = triton.cdiv
     per = {
-        "qkv": (q_heads + 2 * kv_heads) * (head_dim // 2 // pairs),
+        "qkv": cd((q_heads + 2 * kv_heads) * (head_dim // 2 // pairs), qkv_sub),
         "attention": kv_heads,
-        "o": triton.cdiv(hidden, o_rows),
-        "gate_up": triton.cdiv(intermediate, gu_rows),
-        "down": triton.cdiv(hidden, down_rows),
+        "o": cd(cd(hidden, o_rows), o_sub),
+        "gate_up": cd(cd(intermediate, gu_rows), gu_sub),
+        "down": cd(cd(hidden, down_rows), down_sub),
     }
-    head = triton.cdiv(vocab, head_rows)
+    head = cd(cd(vocab, head_rows), head_sub)
     return {**per, "per_layer": sum(per.values()), "head": head, "total": layers * sum(per.values()) + head}
