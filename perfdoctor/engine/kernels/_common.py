@@ -65,3 +65,36 @@ def normed_values(x, g, inv_std, act: tl.constexpr, ROUND_TWICE: tl.constexpr):
     if ROUND_TWICE:
         n = n.to(act).to(tl.float32)
     return (n * g).to(act).to(tl.float32)
+
+
+@triton.jit
+def rope_pair(a, b, c, s, act: tl.constexpr):
+    """Rotate the pair (a, b) = (x[j], x[j + D/2]) by the angle with cosine c and sine s, all
+    fp32, rounding each product and the sums to `act` as the eager model's
+    x * cos + rotate_half(x) * sin does in its dtype."""
+    ac = (a * c).to(act).to(tl.float32)
+    bs = (b * s).to(act).to(tl.float32)
+    bc = (b * c).to(act).to(tl.float32)
+    as_ = (a * s).to(act).to(tl.float32)
+    return ac - bs, bc + as_
+
+
+@triton.jit
+def argmax_of_partials(part_val_ptr, part_idx_ptr, N: tl.constexpr, REDUCE: tl.constexpr):
+    """The index of the largest of N per-block partial maxima (the lowest index on ties, as
+    torch.argmax), read REDUCE at a time from L2 (`.cg`: other blocks wrote them in this
+    launch). part_idx holds each block's own first argmax."""
+    BIG: tl.constexpr = 2147483647
+    run_val = tl.max(tl.full([REDUCE], float("-inf"), tl.float32), axis=0)
+    run_idx = tl.min(tl.full([REDUCE], BIG, tl.int32), axis=0)
+    for c0 in range(0, N, REDUCE):
+        i = c0 + tl.arange(0, REDUCE)
+        imask = i < N
+        v = tl.load(part_val_ptr + i, mask=imask, other=float("-inf"), cache_modifier=".cg")
+        ix = tl.load(part_idx_ptr + i, mask=imask, other=BIG, cache_modifier=".cg")
+        cv = tl.max(v, axis=0)
+        ci = tl.min(tl.where(v == cv, ix, BIG), axis=0)
+        take = cv > run_val  # strict: an earlier chunk (lower indices) wins ties
+        run_idx = tl.where(take, ci, run_idx)
+        run_val = tl.where(take, cv, run_val)
+    return run_idx

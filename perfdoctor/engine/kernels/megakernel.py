@@ -61,7 +61,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from perfdoctor.engine.kernels._common import load_1d, load_rows, normed_values
+from perfdoctor.engine.kernels._common import argmax_of_partials, load_1d, load_rows, normed_values, rope_pair
 
 # Columns of the offset table (per layer), and of its last row (the model's head).
 ATTN_NORM, WQKV, K_CACHE, V_CACHE, WO, MLP_NORM, W_GATE, W_UP, W_DOWN = range(9)
@@ -164,12 +164,7 @@ def _qkv_store(
     if head < NQ + NKV:  # q and k heads rotate; v heads do not
         c = tl.load(cos_ptr + pos * HALF + jj).to(tl.float32)
         s = tl.load(sin_ptr + pos * HALF + jj).to(tl.float32)
-        ac = (a * c).to(act).to(tl.float32)
-        bs = (c2 * s).to(act).to(tl.float32)
-        bc = (c2 * c).to(act).to(tl.float32)
-        as_ = (a * s).to(act).to(tl.float32)
-        a = ac - bs
-        c2 = bc + as_
+        a, c2 = rope_pair(a, c2, c, s, act)
     if head < NQ:
         tl.store(q_ptr + head * D + jj, a.to(act), mask=keep)
         tl.store(q_ptr + head * D + jj + HALF, c2.to(act), mask=keep)
@@ -445,18 +440,7 @@ def _head_task(
     tl.debug_barrier()  # every thread's partial store happens before the release below
     arrived = tl.atomic_add(_counter(done_ptr, L * 5), 1)  # acq_rel: the last arriver sees all partials
     if arrived == N_HEAD - 1:
-        run_val = tl.max(tl.full([REDUCE], float("-inf"), tl.float32), axis=0)
-        run_idx = tl.min(tl.full([REDUCE], BIG, tl.int32), axis=0)
-        for c0 in range(0, N_HEAD, REDUCE):
-            i = c0 + tl.arange(0, REDUCE)
-            imask = i < N_HEAD
-            v = tl.load(part_val_ptr + i, mask=imask, other=float("-inf"), cache_modifier=".cg")
-            ix = tl.load(part_idx_ptr + i, mask=imask, other=BIG, cache_modifier=".cg")
-            cv = tl.max(v, axis=0)
-            ci = tl.min(tl.where(v == cv, ix, BIG), axis=0)
-            take = cv > run_val  # strict: an earlier chunk (lower indices) wins ties
-            run_idx = tl.where(take, ci, run_idx)
-            run_val = tl.where(take, cv, run_val)
+        run_idx = argmax_of_partials(part_val_ptr, part_idx_ptr, N_HEAD, REDUCE)
         tl.store(next_token_ptr, run_idx.to(next_token_ptr.dtype.element_ty))
     return nxt, seen
 
