@@ -215,6 +215,28 @@ def test_bench_runs_tiny_on_cpu(tmp_path: Path, capsys):
     assert "| eager |" in capsys.readouterr().out
 
 
+def test_megakernel_trace_split_by_hand():
+    """bench/megakernel.py's per-stage split on a made-up trace: 1 layer of 1 task per stage
+    plus 2 head tasks, each task starting 1 us after the previous one's start (ns stamps),
+    its inputs ready 0.25 us after its start, ending 0.75 us after its start."""
+    spec = importlib.util.spec_from_file_location("bench_mega", Path(__file__).parents[1] / "bench" / "megakernel.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    counts = {"qkv": 1, "attention": 1, "o": 1, "gate_up": 1, "down": 1, "head": 2}
+    start = torch.arange(7, dtype=torch.int64) * 1000 + 5_000_000  # an arbitrary clock origin
+    trace = torch.stack([start, start + 250, start + 750, torch.zeros(7, dtype=torch.int64)], dim=1)
+    nbytes = {"qkv": 1000, "attention": 0, "o": 1000, "gate_up": 1000, "down": 1000, "head": 2000}
+    split = bench.trace_split(trace, counts, 1, nbytes)
+    assert split["step_us"] == pytest.approx(6.75)  # first start to last end
+    qkv, head = split["stages"]["qkv"], split["stages"]["head"]
+    assert qkv["busy_us"] == pytest.approx(0.5) and qkv["handoff_us"] == 0.0
+    assert qkv["wait_us"] == pytest.approx(0.25) and qkv["work_us"] == pytest.approx(0.5)
+    assert qkv["gb_per_s"] == pytest.approx(1000 / 0.5e-6 / 1e9)
+    # The head's two tasks: ready at 5.25 and 6.25 us, ends at 5.75 and 6.75; down ended at 4.75.
+    assert head["busy_us"] == pytest.approx(1.5) and head["handoff_us"] == pytest.approx(0.5)
+    assert split["stages"]["attention"]["gb_per_s"] is None
+
+
 # --- GPU: full Llama-3.2-1B shape in bf16 ---------------------------------------------
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

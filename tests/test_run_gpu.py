@@ -231,7 +231,7 @@ def light_numbers(m: dict) -> dict:
 
 
 ACCEPTANCE = [("eager", 48, None), ("eager", 256, "torch,nvml"), ("graph", 48, "torch,nvml"), ("graph", 256, "torch,nvml"),
-              ("fused", 48, "torch,nvml"), ("fused", 256, "torch,nvml")]
+              ("fused", 48, "torch,nvml"), ("fused", 256, "torch,nvml"), ("megakernel", 256, "torch,nvml")]
 
 
 @pytest.mark.parametrize(("variant", "tokens", "collect"), ACCEPTANCE, ids=[f"{v}-{t}" for v, t, _ in ACCEPTANCE])
@@ -259,8 +259,9 @@ def test_acceptance_engine_numbers_are_the_programs_own(tmp_path, variant, token
     assert got["step_latency_ms_p50"] == pytest.approx(own_ms, rel=0.05)
     assert got["tokens_per_s"] == pytest.approx(own_tps, rel=0.05)
     assert got["dram_bw_util"] == pytest.approx(own_pct / 100, abs=0.03)
-    if variant in ("graph", "fused"):
-        assert got["gpu_idle_ratio"] <= 0.15
+    if variant in ("graph", "fused", "megakernel"):
+        # Issue 16's bar for the one-launch step is tighter: idle at most 10 %.
+        assert got["gpu_idle_ratio"] <= (0.10 if variant == "megakernel" else 0.15)
         # The kernels themselves are what is slow there, not bubbles or launches.
         assert first not in ("memory-bubbles", "launch-rate", "launches-per-step", "short-kernels"), first
 

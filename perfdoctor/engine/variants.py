@@ -1,8 +1,8 @@
 """The decode-step variants, by the name the command line accepts.
 
 A *variant* is a factory `model -> step` (see `perfdoctor.engine.generate` for what a step
-is); `VARIANTS` maps names to them, and a new implementation (a megakernel, say) is one
-more entry here. The decode loop itself imports none of them.
+is); `VARIANTS` maps names to them, and a new implementation is one more entry here (as
+`megakernel`, the persistent one-launch step, was). The decode loop itself imports none of them.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from perfdoctor.engine.config import BadInput
 from perfdoctor.engine.fused import fused_step
 from perfdoctor.engine.generate import Step
 from perfdoctor.engine.graphs import GraphedStep
+from perfdoctor.engine.megakernel import megakernel_step
 from perfdoctor.engine.model import Transformer
 
 StepFactory = Callable[[Transformer], Step]
@@ -36,4 +37,6 @@ def graph_step(model: Transformer) -> Step:
     return GraphedStep(eager_step(model))
 
 
-VARIANTS: dict[str, StepFactory] = {"eager": eager_step, "graph": graph_step, "fused": fused_step}
+VARIANTS: dict[str, StepFactory] = {
+    "eager": eager_step, "graph": graph_step, "fused": fused_step, "megakernel": megakernel_step,
+}

@@ -7,15 +7,16 @@ import triton.language as tl
 
 
 @triton.jit
-def load_1d(ptr, offs, mask, EVEN: tl.constexpr):
+def load_1d(ptr, offs, mask, EVEN: tl.constexpr, CACHE: tl.constexpr = tl.constexpr("")):
     """Load a vector, skipping the bounds mask when the caller knows the tile is in range.
 
-    An unmasked load lets the compiler emit one 16-byte load per 8 bf16 values.
+    An unmasked load lets the compiler emit one 16-byte load per 8 bf16 values. CACHE is
+    tl.load's cache_modifier (".cg": from L2, for data other blocks wrote in this launch).
     """
     if EVEN:
-        return tl.load(ptr + offs)
+        return tl.load(ptr + offs, cache_modifier=CACHE)
     else:
-        return tl.load(ptr + offs, mask=mask, other=0.0)
+        return tl.load(ptr + offs, mask=mask, other=0.0, cache_modifier=CACHE)
 
 
 @triton.jit
@@ -50,10 +51,50 @@ def rms_normed(x_ptr, g_ptr, offs, mask, inv_std, EVEN: tl.constexpr, ROUND_TWIC
     model. PyTorch's fused `F.rms_norm` rounds once, after the gain; the composite
     formulation (and Hugging Face's LlamaRMSNorm) rounds the normalised x first, then the
     product. `ROUND_TWICE` picks the latter."""
-    act = x_ptr.dtype.element_ty
     x = load_1d(x_ptr, offs, mask, EVEN).to(tl.float32)
     g = load_1d(g_ptr, offs, mask, EVEN).to(tl.float32)
+    return normed_values(x, g, inv_std, x_ptr.dtype.element_ty, ROUND_TWICE)
+
+
+@triton.jit
+def normed_values(x, g, inv_std, act: tl.constexpr, ROUND_TWICE: tl.constexpr):
+    """`rms_normed` on values already loaded (fp32 x and gain): x * inv_std * g with the
+    eager model's rounding to `act`. For callers that must choose how x is loaded (the
+    megakernel reads activations that other blocks wrote in the same launch)."""
     n = x * inv_std
     if ROUND_TWICE:
         n = n.to(act).to(tl.float32)
     return (n * g).to(act).to(tl.float32)
+
+
+@triton.jit
+def rope_pair(a, b, c, s, act: tl.constexpr):
+    """Rotate the pair (a, b) = (x[j], x[j + D/2]) by the angle with cosine c and sine s, all
+    fp32, rounding each product and the sums to `act` as the eager model's
+    x * cos + rotate_half(x) * sin does in its dtype."""
+    ac = (a * c).to(act).to(tl.float32)
+    bs = (b * s).to(act).to(tl.float32)
+    bc = (b * c).to(act).to(tl.float32)
+    as_ = (a * s).to(act).to(tl.float32)
+    return ac - bs, bc + as_
+
+
+@triton.jit
+def argmax_of_partials(part_val_ptr, part_idx_ptr, N: tl.constexpr, REDUCE: tl.constexpr):
+    """The index of the largest of N per-block partial maxima (the lowest index on ties, as
+    torch.argmax), read REDUCE at a time from L2 (`.cg`: other blocks wrote them in this
+    launch). part_idx holds each block's own first argmax."""
+    BIG: tl.constexpr = 2147483647
+    run_val = tl.max(tl.full([REDUCE], float("-inf"), tl.float32), axis=0)
+    run_idx = tl.min(tl.full([REDUCE], BIG, tl.int32), axis=0)
+    for c0 in range(0, N, REDUCE):
+        i = c0 + tl.arange(0, REDUCE)
+        imask = i < N
+        v = tl.load(part_val_ptr + i, mask=imask, other=float("-inf"), cache_modifier=".cg")
+        ix = tl.load(part_idx_ptr + i, mask=imask, other=BIG, cache_modifier=".cg")
+        cv = tl.max(v, axis=0)
+        ci = tl.min(tl.where(v == cv, ix, BIG), axis=0)
+        take = cv > run_val  # strict: an earlier chunk (lower indices) wins ties
+        run_idx = tl.where(take, ci, run_idx)
+        run_val = tl.where(take, cv, run_val)
+    return run_idx

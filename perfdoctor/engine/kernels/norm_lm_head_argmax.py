@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from perfdoctor.engine.kernels._common import load_rows, rms_inv_std, rms_normed
+from perfdoctor.engine.kernels._common import argmax_of_partials, load_rows, rms_inv_std, rms_normed
 
 
 @triton.jit
@@ -62,18 +62,7 @@ def _norm_lm_head_argmax_kernel(
     arrived = tl.atomic_add(counter_ptr, 1)  # acq_rel: the last arriver sees all partials
     if arrived == NBLOCKS - 1:
         tl.debug_barrier()
-        run_val = tl.max(tl.full([REDUCE], float("-inf"), tl.float32), axis=0)
-        run_idx = tl.min(tl.full([REDUCE], BIG, tl.int32), axis=0)
-        for c0 in range(0, NBLOCKS, REDUCE):
-            i = c0 + tl.arange(0, REDUCE)
-            imask = i < NBLOCKS
-            v = tl.load(part_val_ptr + i, mask=imask, other=float("-inf"), cache_modifier=".cg")
-            ix = tl.load(part_idx_ptr + i, mask=imask, other=BIG, cache_modifier=".cg")
-            cv = tl.max(v, axis=0)
-            ci = tl.min(tl.where(v == cv, ix, BIG), axis=0)
-            take = cv > run_val  # strict: an earlier chunk (lower indices) wins ties
-            run_idx = tl.where(take, ci, run_idx)
-            run_val = tl.where(take, cv, run_val)
+        run_idx = argmax_of_partials(part_val_ptr, part_idx_ptr, NBLOCKS, REDUCE)
         tl.store(token_ptr, run_idx.to(token_ptr.dtype.element_ty))
         tl.atomic_xchg(counter_ptr, 0)  # ready for the next call
 

@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from perfdoctor.engine.kernels._common import load_rows, rms_inv_std, rms_normed
+from perfdoctor.engine.kernels._common import load_rows, rms_inv_std, rms_normed, rope_pair
 
 
 @triton.jit
@@ -79,12 +79,7 @@ def _norm_qkv_rope_kernel(
     if head < NQ + NKV:  # q and k heads rotate; v heads do not
         c = tl.load(cos_ptr + pos * HALF + j).to(tl.float32)
         s = tl.load(sin_ptr + pos * HALF + j).to(tl.float32)
-        ac = (a * c).to(act).to(tl.float32)
-        bs = (b * s).to(act).to(tl.float32)
-        bc = (b * c).to(act).to(tl.float32)
-        as_ = (a * s).to(act).to(tl.float32)
-        a = ac - bs
-        b = bc + as_
+        a, b = rope_pair(a, b, c, s, act)
     if head < NQ:
         tl.store(q_out_ptr + head * D + j, a.to(act))
         tl.store(q_out_ptr + head * D + j + HALF, b.to(act))
