@@ -32,18 +32,39 @@ the host was busy in Python, the median per step, and the call sites that took i
 from __future__ import annotations
 
 import re
+import sysconfig
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from perfdoctor.namecodes import per_name
 from perfdoctor.steps import is_launch, is_sync, union_ns
 
 PYTHON_SOURCE = "python"  # ranges.source of Python frames (Kineto python_function events)
 USER_FRAME = re.compile(r"\.py\(\d+\)")  # "file.py(42): fn"
-# Library frames: installed packages, the standard library, and torch however its path is
-# spelled (Kineto may write "torch/utils/_device.py(103): __torch_function__", relative).
-LIBRARY_FRAME = re.compile(r"site-packages|dist-packages|/torch/|^torch/|/lib/python3|^<built-in")
+# Library frames. The torch profiler writes a frame's file relative to the sys.path entry it
+# was found under (seen on the H200: "scipy/ndimage/_interpolation.py(763): zoom",
+# "torch/nn/modules/module.py(1775): _call_impl", "typing.py(...)", while the user's script
+# is "record_wild_traces.py(212): preprocess"). So a relative path with a directory is an
+# installed package; absolute paths are libraries when under site-/dist-packages, the
+# standard library or torch; "<built-in ...>" and "<frozen ...>" are the interpreter's.
+LIBRARY_FRAME = re.compile(r"site-packages|dist-packages|/torch/|/lib/python3|^<|^[^/.<][^(]*/")
+# Standard-library modules that are one file: a bare "typing.py(1397): inner" frame is theirs.
+STDLIB_FILES = frozenset(p.stem for p in Path(sysconfig.get_paths()["stdlib"]).glob("*.py"))
+
+
+def _is_user_frame(name: str) -> bool:
+    if not USER_FRAME.search(name) or LIBRARY_FRAME.search(name):
+        return False
+    return name.split(".py(", 1)[0] not in STDLIB_FILES
+
+
+def user_frames(names: pd.Series) -> np.ndarray:
+    """Which Python frame names are the user's own code (``file.py(line): fn`` outside the
+    libraries above), each distinct name tested once."""
+    return per_name(names.fillna(""), _is_user_frame).astype(bool).to_numpy()
 # Intervals shorter than this are launch overhead's scale (an eager decode step's gaps are
 # 5-30 µs on the H200), not host work; 100 µs is HTA's launch-delay cutoff.
 MIN_GAP_US = 100.0
@@ -115,7 +136,7 @@ def gap_hosts(analysis) -> pd.DataFrame:
         if covered < BUSY_SHARE * g.length_ns:
             rows.append(head + ("unknown", "", 0))
             continue
-        u = f[f["name"].str.contains(USER_FRAME, na=False) & ~f["name"].str.contains(LIBRARY_FRAME, na=False)]
+        u = f[user_frames(f["name"])]
         site = ""
         if not u.empty:
             share = _overlap(u["start_ns"].to_numpy(), u["end_ns"].to_numpy(), lo, until)

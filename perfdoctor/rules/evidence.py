@@ -20,7 +20,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from perfdoctor.hostgaps import LIBRARY_FRAME, PYTHON_SOURCE, USER_FRAME  # which Python frames are the user's
+from perfdoctor.hostgaps import PYTHON_SOURCE, user_frames  # which Python frames are the user's
 from perfdoctor.metrics import SHORT_KERNEL_NS, Analysis
 from perfdoctor.names import family, gemm_precision, label, labels
 from perfdoctor.rules.signals import model_bytes_per_step, step_kernel_families, step_activities
@@ -162,7 +162,7 @@ def python_call_site(frames: pd.DataFrame, tid: int, t_ns: int) -> str | None:
     Library frames (torch, site-packages) are skipped: the user wants their own line.
     """
     f = frames[(frames["tid"] == tid) & (frames["start_ns"] <= t_ns) & (frames["end_ns"] >= t_ns)]
-    f = f[f["name"].str.contains(USER_FRAME, na=False) & ~f["name"].str.contains(LIBRARY_FRAME, na=False)]
+    f = f[user_frames(f["name"])]
     if f.empty:
         return None
     return str(f.loc[f["start_ns"].idxmax(), "name"])
