@@ -30,6 +30,7 @@ EXPECTED = {
     "h200-serve-eager": "inference",
     "h200-serve-graph": "inference",
     "h200-capture": "inference",
+    "h200-host-preprocess": "inference",
 }
 FACTS = {
     "h200-train": "train.facts.json",
