@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 
 import torch
 
@@ -102,16 +103,23 @@ def run(args: argparse.Namespace) -> None:
         return
     if args.tp > 1:
         name = f"{args.tp} x {name} (tensor parallel, per-rank bytes)"
-    print(
+    say(
         f"{config.name} {args.variant} on {name}, {str(dtype).removeprefix('torch.')}, ctx {args.ctx}, "
         f"prompt {prompt.shape[0]}, {args.tokens} tokens, {result.bytes_per_step / 1e6:.1f} MB/step"
     )
-    print(f"decode: {speed.line()}")
+    say(f"decode: {speed.line()}")
     shown = result.tokens[:16]
     if tokenizer is not None:
-        print(f"text: {tokenizer.decode(result.tokens)!r}")
+        say(f"text: {tokenizer.decode(result.tokens)!r}")
     else:
-        print(f"tokens: {' '.join(map(str, shown))}{' ...' if len(result.tokens) > len(shown) else ''}")
+        say(f"tokens: {' '.join(map(str, shown))}{' ...' if len(result.tokens) > len(shown) else ''}")
+
+
+def say(line: str) -> None:
+    """Print ``line`` in at most 80 columns (continuations indented): the engine's lines show
+    through ``perfdoctor demo``, which is laid out for 80. Each line's first 80 columns keep
+    what scripts read from it ("decode: X ms/token, Y tokens/s, Z GB/s (P % of the")."""
+    print(textwrap.fill(line, width=80, subsequent_indent="  ", break_on_hyphens=False))
 
 
 def main(argv: list[str] | None = None) -> int:
