@@ -1,7 +1,7 @@
 """Does a gate over processes pass A vs A and fail A vs A+slowdown? Trials, one table.
 
     python bench/gate_repeats.py [--trials 20] [--repeat 5] [--budget 10] [--slow 20]
-                                 [--steps 40] [--json gate_repeats.json]
+                                 [--steps 40] [--lockstep] [--json gate_repeats.json]
 
 The program is tests/programs/cpu_steps.py, a real torch CPU loop whose ``--slow PCT``
 makes every step PCT percent more work. Each trial runs, in an order that alternates from
@@ -10,6 +10,9 @@ trial to trial so drift hits both alike:
   - ``same``: ``perfdoctor compare-programs A A --repeat N`` (light passes only), then
     ``perfdoctor gate B --baseline A --fail-on step_latency_ms_p50:+BUDGET%``: must pass;
   - ``slow``: the same with B = ``A --slow SLOW``: must fail.
+
+``--lockstep`` runs ``compare-programs --lockstep``: the compared pairs run at once on one
+CPU, taking turns step by step (perfdoctor/lockstep.py).
 
 Each trial records the 1-minute load average at its end. The table gives, per condition, how many trials passed and failed the gate (and how many of
 the passes were "inconclusive"), the median ratio and interval width, and the spread of
@@ -47,9 +50,10 @@ def perfdoctor(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "perfdoctor", *args], capture_output=True, text=True, env=env)
 
 
-def trial(work: Path, a: str, b: str, repeat: int, budget: float) -> dict:
+def trial(work: Path, a: str, b: str, repeat: int, budget: float, lockstep: bool) -> dict:
     out = work / "runs"
-    done = perfdoctor("compare-programs", "--repeat", str(repeat), "--out", str(out), "-q", "--", a, b)
+    done = perfdoctor("compare-programs", "--repeat", str(repeat), *(["--lockstep"] if lockstep else []),
+                      "--out", str(out), "-q", "--", a, b)
     if done.returncode != 0:
         raise SystemExit(f"compare-programs failed: {done.stderr[-2000:]}")
     base, run = sorted(out.iterdir())
@@ -83,6 +87,7 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=10.0, help="percent")
     ap.add_argument("--slow", type=float, default=20.0, help="percent")
     ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--lockstep", action="store_true", help="compare-programs --lockstep")
     ap.add_argument("--json", type=Path, default=Path("gate_repeats.json"))
     args = ap.parse_args()
 
@@ -94,7 +99,7 @@ def main() -> None:
         order = ["same", "slow"] if t % 2 == 0 else ["slow", "same"]
         for cond in order:
             with tempfile.TemporaryDirectory() as tmp:
-                r = trial(Path(tmp), a, conditions[cond], args.repeat, args.budget)
+                r = trial(Path(tmp), a, conditions[cond], args.repeat, args.budget, args.lockstep)
             # the machine's load when the trial ended: a shared runner's noise, on record
             r["ended"], r["loadavg_1min"] = time.strftime("%H:%M:%S", time.gmtime()), os.getloadavg()[0]
             results[cond].append(r)

@@ -44,6 +44,7 @@ from typing import Any
 from perfdoctor import api
 from perfdoctor.declare import DECLARE_PREFIX, parse_declaration
 from perfdoctor.launch import rank_config, rank_device
+from perfdoctor.lockstep import Turns
 
 NCU_RANGE = "perfdoctor_ncu"
 CLOCK_SYNC_RANGE = "perfdoctor.clock_sync"
@@ -275,6 +276,8 @@ class Session:
         self.disabled = False
         self.inherited_profiler = False
         self.profiler_used = False
+        # compare-programs --lockstep: steps taken in turn with another program (perfdoctor.lockstep)
+        self.turns = Turns(config["lockstep"]) if config.get("lockstep") and self.mode == "light" else None
         os.register_at_fork(after_in_child=self.forked)
 
     def forked(self) -> None:
@@ -314,6 +317,8 @@ class Session:
         elif name.startswith(DECLARE_PREFIX):
             self.declarations[name] = None
         elif self.mode == "light" and not name.startswith("perfdoctor."):
+            if self.turns is not None:
+                self.turns.acquire()
             self.times.start(name)  # the light pass times every range: the step may be any
             if threading.get_ident() != self.main_ident:
                 self.worker_steps[name] = self.worker_steps.get(name, 0) + 1
@@ -325,6 +330,8 @@ class Session:
             self.end_step(name)
         elif self.mode == "light" and not name.startswith("perfdoctor."):
             self.times.end(name)
+            if self.turns is not None:
+                self.turns.release()
             self.stop_module_timing(name)
 
     def stop_module_timing(self, name: str) -> None:
@@ -348,11 +355,15 @@ class Session:
                 # torch.cuda.nvtx: the default NVTX domain, which ncu's filter names.
                 sys.modules["torch"].cuda.nvtx.range_push(NCU_RANGE)
         if self.mode == "light":
+            if self.turns is not None:
+                self.turns.acquire()  # the wait for the turn lies before the step's clock
             self.times.start(name)
 
     def end_step(self, name: str) -> None:
         if self.mode == "light":
             self.times.end(name)
+            if self.turns is not None:
+                self.turns.release()
             self.stop_module_timing(name)
         with self.lock:
             index = self.counts.get(name, 1) - 1
@@ -525,6 +536,8 @@ class Session:
         if self.config.get("rank"):  # a rank of a torchrun job (perfdoctor.launch)
             results["rank"] = self.config["rank"]
             results["device"] = rank_device(torch)
+        if self.turns is not None:
+            results["lockstep"] = self.turns.summary()
         if self.mode == "light":
             results["series"], error = self.times.series()
             results["step_end_clock"] = "cuda-event" if self.timer.clock is not None else "host"
@@ -961,6 +974,8 @@ def main(argv: list[str]) -> None:
         config = rank_config(json.load(f), os.environ)
     target = argv[2:]
     session = Session(config)
+    if session.turns is not None:
+        session.turns.pin()  # before torch starts its thread pool
     if importlib.util.find_spec("torch") is not None:
         # Import torch first so its range functions can be hooked before the program
         # binds them (`from torch.cuda.nvtx import range_push`); it would import it anyway.

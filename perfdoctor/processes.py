@@ -22,7 +22,9 @@ t-interval on the logarithms (:func:`perfdoctor.stats.welch_log_ratio`, which sa
 a bootstrap). The two bundles of one ``compare-programs`` run (``repeat.pairing``: the same
 id, sides A and B) ran their processes interleaved, A1 B1 A2 B2 ...: they are compared
 pair by pair (:func:`perfdoctor.stats.paired_log_ratio`), so what drifts between pairs —
-another job's load on a shared runner — cancels. A budget (``step_latency_ms_p50:+5%``) fails only when the whole interval lies
+another job's load on a shared runner — cancels; pairs run in lockstep
+(``compare-programs --lockstep``) share even the seconds-long speed changes of one CPU, and
+only the pairs that took turns are compared. A budget (``step_latency_ms_p50:+5%``) fails only when the whole interval lies
 beyond it; an interval that straddles it is "inconclusive — too few processes for the
 budget", with an estimate of how many processes per side would decide it. A bundle without
 ``repeat`` is one process: it keeps the step-level comparison of :mod:`perfdoctor.diff`,
@@ -83,14 +85,20 @@ def process_latencies(manifest: dict[str, Any], where: str = "manifest.json") ->
     return [lat for lat in _all_processes(manifest, where) if lat is not None]
 
 
-def pairing(manifest_before: dict[str, Any], manifest_after: dict[str, Any]) -> str | None:
-    """The id of the ``compare-programs`` run both bundles come from (their processes ran
-    interleaved, pair k side by side), or None."""
+def pairing(manifest_before: dict[str, Any], manifest_after: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``repeat.pairing`` of the ``compare-programs`` run both bundles come from (their
+    processes ran interleaved, pair k side by side; ``lockstep``: at once, taking turns), or None."""
     pb, pa = ((m.get("repeat") or {}).get("pairing") if isinstance(m.get("repeat"), dict) else None
               for m in (manifest_before, manifest_after))
     if isinstance(pb, dict) and isinstance(pa, dict) and pb.get("id") and pb.get("id") == pa.get("id") and pb.get("side") != pa.get("side"):
-        return str(pb["id"])
+        return pb
     return None
+
+
+def _took_turns(manifest: dict[str, Any]) -> list[bool]:
+    """Per process: did it run in lockstep (took at least one turn)?"""
+    return [isinstance(p, dict) and isinstance(p.get("lockstep"), dict) and bool(p["lockstep"].get("turns"))
+            for p in manifest["repeat"]["processes"]]
 
 
 def per_process(latencies: list[list[float]], q: float) -> list[float]:
@@ -119,10 +127,15 @@ class ProcessComparison:
     verdict: str  # "regressed" | "improved" | "no significant change" | "inconclusive"
     reason: str
     paired: bool = False  # before[k] and after[k] ran side by side (compare-programs)
+    lockstep: bool = False  # ... at once, on one CPU, taking turns step by step
 
     @property
     def repeated(self) -> bool:
         return self.interval is not None
+
+    @property
+    def _pairs(self) -> str:
+        return "lockstep" if self.lockstep else "interleaved"
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -132,7 +145,7 @@ class ProcessComparison:
             "after": spread(self.after),
             "verdict": self.verdict,
             "reason": self.reason,
-            "test": "paired t-interval on log ratios of interleaved process pairs" if self.paired
+            "test": f"paired t-interval on log ratios of {self._pairs} process pairs" if self.paired
             else "welch t-interval on log per-process values",
         }
         if self.interval is not None:
@@ -142,17 +155,17 @@ class ProcessComparison:
 
 
 def compare_processes(metric: str, before: list[float], after: list[float], level: float = LEVEL,
-                      paired: bool = False) -> ProcessComparison:
+                      paired: bool = False, lockstep: bool = False) -> ProcessComparison:
     """Latency-like metric (lower is better) over processes: regressed when the whole
     interval of after/before lies above 1, improved when below, else no significant change;
     inconclusive with fewer than two processes on a side. ``paired``: ``before[k]`` and
     ``after[k]`` ran side by side, and the interval is the paired one (what drifts between
-    pairs cancels); else Welch's."""
+    pairs cancels; ``lockstep``: the pairs ran at once, taking turns); else Welch's."""
     if min(len(before), len(after)) < MIN_PROCESSES:
         why = ONE_PROCESS_NOTE if min(len(before), len(after)) == 1 else "no process with steps on one side"
         return ProcessComparison(metric, before, after, None, "inconclusive", f"inconclusive — {why}")
     i = paired_log_ratio(before, after, level) if paired else welch_log_ratio(before, after, level)
-    what = f"{i.n_before} interleaved pairs" if paired else f"{i.n_before} vs {i.n_after} processes"
+    what = f"{i.n_before} {'lockstep' if lockstep else 'interleaved'} pairs" if paired else f"{i.n_before} vs {i.n_after} processes"
     ci = f"{i.ratio:.3f}x ({i.level:.0%} CI {i.low:.3f}–{i.high:.3f}, {what})"
     if i.low > 1.0:
         verdict, why = "regressed", "the interval lies above 1"
@@ -160,23 +173,30 @@ def compare_processes(metric: str, before: list[float], after: list[float], leve
         verdict, why = "improved", "the interval lies below 1"
     else:
         verdict, why = "no significant change", "the interval contains 1"
-    return ProcessComparison(metric, before, after, i, verdict, f"{ci}: {why}", paired)
+    return ProcessComparison(metric, before, after, i, verdict, f"{ci}: {why}", paired, paired and lockstep)
 
 
 def compare_runs(manifest_before: dict[str, Any], manifest_after: dict[str, Any]) -> dict[str, ProcessComparison]:
     """Every process metric both bundles can give (empty when either side has no process).
     Bundles of one ``compare-programs`` run are compared pair by pair (a pair with an
-    excluded process is left out); any others, side against side."""
+    excluded process is left out; of a ``--lockstep`` run, only the pairs that took turns);
+    any others, side against side."""
     wb, wa = "baseline manifest.json", "manifest.json"
     pb, pa = _all_processes(manifest_before, wb), _all_processes(manifest_after, wa)
-    paired = pairing(manifest_before, manifest_after) is not None and len(pb) == len(pa)
+    pair = pairing(manifest_before, manifest_after)
+    paired = pair is not None and len(pb) == len(pa)
+    lockstep = paired and bool(pair.get("lockstep"))
     if paired:
-        pairs = [(b, a) for b, a in zip(pb, pa) if b is not None and a is not None]
+        keep = [True] * len(pb)
+        if lockstep:
+            keep = [x and y for x, y in zip(_took_turns(manifest_before), _took_turns(manifest_after))]
+        pairs = [(b, a) for b, a, k in zip(pb, pa, keep) if b is not None and a is not None and k]
         pb, pa = [b for b, _ in pairs], [a for _, a in pairs]
     lb, la = [x for x in pb if x is not None], [x for x in pa if x is not None]
     if not lb or not la:
         return {}
-    return {m: compare_processes(m, per_process(lb, q), per_process(la, q), paired=paired) for m, q in PROCESS_METRICS.items()}
+    return {m: compare_processes(m, per_process(lb, q), per_process(la, q), paired=paired, lockstep=lockstep)
+            for m, q in PROCESS_METRICS.items()}
 
 
 def processes_needed(interval: LogRatioInterval, bound: float, level: float = LEVEL, most: int = 200,

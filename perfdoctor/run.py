@@ -292,11 +292,17 @@ class Runner:
         self.bundle = bundle or bundles.new_bundle_dir(options.out, options.name or target_name(options.target))
         self.raw = self.bundle / bundles.RAW
         self.manifest: dict[str, Any] = {}
+        self.spinner = True  # False while another runner's pass runs at the same time (lockstep)
 
     @contextlib.contextmanager
-    def forwarding_signals(self) -> Iterator[None]:
-        """SIGINT and SIGTERM go to the running program, and stop the run after it."""
-        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    def forwarding_signals(self, *others: Runner) -> Iterator[None]:
+        """SIGINT and SIGTERM go to the running program (and to those of ``others``, runners
+        whose passes run at the same time), and stop the run after it."""
+        def on_signal(signum: int, frame: Any) -> None:
+            for runner in (self, *others):
+                runner._on_signal(signum, frame)
+
+        old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
             yield
         finally:
@@ -325,7 +331,7 @@ class Runner:
     def live(self, name: str, first: bool, steps: list[int], start: float) -> Iterator[None]:
         """A spinner with the pass, its steps and time, on a terminal, for passes whose
         program output goes to a log (the first pass leaves the terminal to the program)."""
-        if first or self.options.quiet or not self.console.is_terminal:
+        if first or self.options.quiet or not self.spinner or not self.console.is_terminal:
             yield
             return
         stop = threading.Event()
@@ -345,11 +351,12 @@ class Runner:
                 ticker.join()
 
     def run_pass(self, name: str, wrapper: list[str], config: dict[str, Any], sampler: nvml.Sampler | None,
-                 mode: str | None = None) -> PassResult:
+                 mode: str | None = None, keep_fds: tuple[int, ...] = ()) -> PassResult:
         """Run the program once, under ``wrapper`` (a tool's command line) if given.
 
         ``name`` names its files in ``raw/``; ``mode`` is what the bootstrap does (default
-        ``name``: a repeated light pass ``light-2`` runs in mode ``light``).
+        ``name``: a repeated light pass ``light-2`` runs in mode ``light``). ``keep_fds`` go
+        to the program (its lockstep pipes) and are closed here once it started.
 
         The first pass owns the terminal (the program's stdin, stdout and stderr); later
         passes read no stdin and write the program's and the tool's output to
@@ -387,14 +394,19 @@ class Runner:
                 redirect: dict[str, Any] = {} if first else {"stdin": subprocess.DEVNULL, "stdout": out, "stderr": subprocess.STDOUT}
                 try:
                     # A torchrun job gets a session of its own, so that --timeout can stop every rank at once.
-                    self.child = subprocess.Popen(result.command, pass_fds=(write_fd,) if ticks is not None else (),
+                    self.child = subprocess.Popen(result.command, pass_fds=((write_fd,) if ticks is not None else ()) + keep_fds,
                                                   start_new_session=self.options.ranks is not None, **redirect)
                 except OSError as exc:
                     result.stderr_tail = f"could not start {result.command[0]}: {exc}"
                 else:
+                    for fd in keep_fds:  # the program's now: its end-of-file must reach the other program
+                        os.close(fd)
+                    keep_fds = ()
                     result.exit_code = self.wait(self.child, name)
                 finally:
                     os.close(write_fd)
+                    for fd in keep_fds:
+                        os.close(fd)
         finally:
             self.child = None
             if sampler is not None:

@@ -36,6 +36,7 @@ def compare_command(
     steps: int = typer.Option(10, "--steps", min=0, help="Steps to trace in the traced passes (0: all after the warm-up)."),
     step: Optional[str] = options.step("(record_function, NVTX or perfdoctor.region), both programs", "Default: perfdoctor.region/step, else the most frequent range."),
     out: Path = typer.Option(Path("perfdoctor-runs"), "--out", help="Folder that receives the two run bundles (NAME-A, NAME-B)."),
+    lockstep: bool = typer.Option(False, "--lockstep", help="For programs the CPU paces, on a shared runner: the --repeat processes compared run in pairs, A and B at once on one CPU taking turns step by step, so a core that changes speed changes it for both (perfdoctor.lockstep, docs/ci.md). Needs step markers (perfdoctor.region/step or record_function/NVTX ranges)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
     json_out: Optional[Path] = options.json_out("the diff as JSON too (schema perfdoctor.diff/1)"),
 ) -> None:
@@ -50,6 +51,8 @@ def compare_command(
     Examples: perfdoctor compare-programs infer.py 'infer.py --fused' --repeat 5
 
     perfdoctor compare-programs --repeat 5 -- '-m perfdoctor.engine --variant graph' '-m perfdoctor.engine --variant fused'
+
+    perfdoctor compare-programs --lockstep --repeat 5 train.py 'train.py --new-loss'   (CPU programs on a noisy runner)
     """
     from perfdoctor.diff import diff_runs, load_run
     from perfdoctor.io import check_outputs, write_json
@@ -63,7 +66,7 @@ def compare_command(
     ]
     console = Console(stderr=True)
     try:
-        code, bundle_a, bundle_b = compare_programs(sides[0], sides[1], repeat, console)
+        code, bundle_a, bundle_b = compare_programs(sides[0], sides[1], repeat, console, lockstep=lockstep)
     except OSError as exc:
         raise UsageError(f"cannot write the run bundles in {out} ({exc.strerror or exc})") from None
     if bundle_b is None:
