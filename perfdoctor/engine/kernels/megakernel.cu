@@ -1,0 +1,572 @@
+// The whole batch-1 decode step as one persistent CUDA kernel (the `megakernel` variant).
+//
+// Why CUDA and not Triton: a decode step is a stream of 2.47 GB of weights (Llama-3.2-1B)
+// through 132 SMs; at 4.2 TB/s each SM must keep ~32 GB/s in flight, i.e. tens of KB of
+// loads outstanding. A Triton program stages its loads in registers, and one persistent
+// kernel shares one register allocation across all its branches: the Triton version of
+// this kernel streamed 16 GB/s per SM (docs/kernels-notes.md, "Megakernel"). Here the
+// weights never touch registers on their way in: a producer warp copies them with Hopper's
+// bulk-copy engine (cp.async.bulk, completing on an mbarrier) into a ring of shared-memory
+// stages, NSTAGE x TILE_BYTES (192 KB by default), and the consumer warps read them from
+// there.
+//
+// Schedule (static): one CTA per SM, CTA b of G. Every weight stage is a row-major matrix
+// [N, K] cut into tiles of R consecutive rows (R * K * 2 bytes, at most TILE_BYTES: one
+// contiguous bulk copy); CTA b takes tiles b, b + G, b + 2G, ... The stages of a step, in
+// order, with g = layer * 5 + s the stage index:
+//   s = 0  QKV:       qkv = W_qkv RMSNorm(h)        (layer 0 reads the embedding row)
+//   s = 1  attention: per query head (no weights), RoPE of q and of this step's k, the
+//                     K/V-cache append, softmax(q K^T) V over positions [0, pos]
+//   s = 2  O:         h += W_o attn
+//   s = 3  gate/up:   gu = W_13 RMSNorm(h)          ([gate; up], 2I rows)
+//   s = 4  down:      h += W_2 (silu(gate) * up)    (SwiGLU applied while loading gu)
+//   g = 5L head:      logits = W_head RMSNorm(h), argmax
+// Weights do not depend on activations, so each CTA's producer knows its whole tile list
+// in advance and streams it without pause, through stage and layer boundaries, limited
+// only by the ring: while the consumers wait for a stage's inputs, the ring fills with the
+// next stage's tiles (132 x 192 KB = 25 MB, ~5 us of DRAM time).
+//
+// Synchronisation: done counter g counts the CTAs that finished stage g; every CTA bumps
+// every counter once (a CTA without work in a stage at once), so stage g is complete at G.
+// A CTA with work in stage g first waits for counter g - 1 to reach G. Transitively that
+// orders every write-after-read on the shared activation buffers too (e.g. the O stage
+// rewrites h only after attention is complete, which only starts once every QKV tile,
+// the last reader of h, is done). Release: the consumer threads' stores, a named barrier,
+// then one thread's fence + atomic add; acquire: one thread's ld.acquire spin, a named
+// barrier, then L2 loads (__ldcg: the SM's L1 is not coherent) of activations. All CTAs
+// must be resident at once (one per SM, 200 KB of shared memory each: the host launches
+// exactly one per SM and checks the occupancy), or a CTA could wait for one never started.
+// The last CTA to finish the head reduces the argmax and zeroes the counters for the
+// next launch, so a step is one kernel node and nothing else.
+//
+// Rounding follows the fused Triton kernels (and the eager model): every matrix product
+// is an fp32 sum of bf16 products rounded to bf16; RMSNorm rounds as `normed_values`;
+// RoPE rounds each product as `rope_pair`; attention works on 64-position chunks, scores
+// and probabilities rounded to bf16 as `decode_attention`, chunks merged with its combine.
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#ifndef TILE_BYTES
+#define TILE_BYTES 32768  // one bulk copy, one ring stage
+#endif
+#ifndef NSTAGE
+#define NSTAGE 6  // ring depth
+#endif
+#ifndef CWARPS
+#define CWARPS 8  // consumer warps; one more warp produces
+#endif
+#ifndef MAXR
+#define MAXR 8  // rows per tile at most (accumulators per thread)
+#endif
+#define NC (CWARPS * 32)
+#define NTHREADS (NC + 32)
+#define MAXK 8192  // widest input vector (hidden, q_heads * head_dim, intermediate)
+#define MAXCH ((MAXK / 8 + NC - 1) / NC)  // 16-byte chunks of the input vector per thread
+#define MAXD 128  // head_dim at most
+#define BLOCK_S 64  // attention positions per chunk (fused's split size: same rounding)
+#define CSTRIDE 32  // done counters 128 bytes apart
+#define NPTR 8  // columns of the pointer table
+
+typedef __nv_bfloat16 bf16;
+
+// Columns of the per-layer pointer table; the last row holds the final norm and the head.
+enum { ATTN_NORM, WQKV, K_CACHE, V_CACHE, WO, MLP_NORM, W13, W2 };
+enum { FINAL_NORM, W_HEAD };
+
+struct Params {  // mirrored by perfdoctor.engine.megakernel._Params (same order and types)
+  const unsigned long long* table;  // [L + 1][NPTR] addresses
+  const bf16* embed;
+  const bf16* cos;  // [ctx, D / 2]
+  const bf16* sin;
+  const long long* token;  // [1]
+  const long long* pos;    // [1]
+  bf16* h;       // [K] residual stream
+  bf16* qkv;     // [(NQ + 2 NKV) D] before RoPE
+  bf16* attn;    // [NQ D]
+  bf16* gu;      // [2 I] gate, then up
+  bf16* logits;  // [V]
+  float* part_val;  // [G] per-CTA argmax partials
+  int* part_idx;
+  long long* next_token;  // [1]
+  unsigned* counters;     // [(5 L + 1) * CSTRIDE], zero at launch (and after it)
+  long long* trace;       // null, or [G][5 L + 1][4]: start, inputs ready, end (ns), SM id
+  int L, K, NQ, NKV, D, I, V;
+  int rows[5];  // rows per tile of the QKV, O, gate/up, down and head matrices
+  long long stride_head, stride_pos;  // of the K/V caches, in elements
+  float eps, scale;
+  int round_twice;
+};
+
+// ---- small device helpers -----------------------------------------------------------
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
+  unsigned done;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+        : "=r"(done)
+        : "r"(smem_u32(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+// Global -> shared bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned),
+// completing as transaction bytes on `bar`. Weights are read once per step: evict first.
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, uint64_t* bar,
+                                          uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
+          smem_u32(dst)),
+      "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(policy)
+      : "memory");
+}
+
+__device__ __forceinline__ void consumers_sync() {  // the NC consumer threads only
+  asm volatile("bar.sync 1, %0;" ::"r"(NC) : "memory");
+}
+
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ long long now_ns() {
+  long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ unsigned smid() {
+  unsigned s;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
+  return s;
+}
+
+__device__ __forceinline__ float bf(float x) { return __bfloat162float(__float2bfloat16(x)); }
+
+__device__ __forceinline__ float lo(unsigned u) { return __uint_as_float(u << 16); }
+__device__ __forceinline__ float hi(unsigned u) { return __uint_as_float(u & 0xffff0000u); }
+
+__device__ __forceinline__ unsigned pack(float a, float b) {  // two floats -> bf16x2 (a low)
+  __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+  return *reinterpret_cast<unsigned*>(&v);
+}
+
+__device__ __forceinline__ float dot8(uint4 w, uint4 x) {
+  float s = lo(w.x) * lo(x.x);
+  s = fmaf(hi(w.x), hi(x.x), s);
+  s = fmaf(lo(w.y), lo(x.y), s);
+  s = fmaf(hi(w.y), hi(x.y), s);
+  s = fmaf(lo(w.z), lo(x.z), s);
+  s = fmaf(hi(w.z), hi(x.z), s);
+  s = fmaf(lo(w.w), lo(x.w), s);
+  s = fmaf(hi(w.w), hi(x.w), s);
+  return s;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+__device__ __forceinline__ unsigned* counter(const Params& p, int g) { return p.counters + g * CSTRIDE; }
+
+// ---- the stages' shapes (producer and consumers walk the same tiles) ----------------
+
+struct WStage {
+  const bf16* w;
+  int n, k, r;  // rows, columns, rows per tile
+};
+
+// g: the stage index (not an attention stage).
+__device__ __forceinline__ WStage weight_stage(const Params& p, int g) {
+  const unsigned long long* row = p.table + (g / 5) * NPTR;
+  WStage st;
+  if (g == 5 * p.L) {
+    st.w = reinterpret_cast<const bf16*>(row[W_HEAD]); st.n = p.V; st.k = p.K; st.r = p.rows[4];
+    return st;
+  }
+  switch (g % 5) {
+    case 0: st.w = reinterpret_cast<const bf16*>(row[WQKV]); st.n = (p.NQ + 2 * p.NKV) * p.D; st.k = p.K; st.r = p.rows[0]; break;
+    case 2: st.w = reinterpret_cast<const bf16*>(row[WO]); st.n = p.K; st.k = p.NQ * p.D; st.r = p.rows[1]; break;
+    case 3: st.w = reinterpret_cast<const bf16*>(row[W13]); st.n = 2 * p.I; st.k = p.K; st.r = p.rows[2]; break;
+    default: st.w = reinterpret_cast<const bf16*>(row[W2]); st.n = p.K; st.k = p.I; st.r = p.rows[3]; break;
+  }
+  return st;
+}
+
+// The CTA that owns attention head hq (spread over the grid).
+__device__ __forceinline__ int attention_owner(const Params& p, int hq) { return (hq * (int)gridDim.x) / p.NQ; }
+
+// ---- consumer pieces ------------------------------------------------------------------
+
+struct Shared {
+  uint64_t full[NSTAGE], empty[NSTAGE];
+  float red[2][CWARPS][MAXR];  // per-tile row partials, double-buffered by tile parity
+  float sred[CWARPS];          // block sums
+  float best_val[NC];
+  int best_idx[NC];
+  int last;  // this CTA finished the head last
+  // attention
+  float q[MAXD];
+  __align__(16) bf16 k_new[MAXD];
+  __align__(16) bf16 v_new[MAXD];
+  float wm[CWARPS], wl[CWARPS], wacc[CWARPS][MAXD];
+};
+
+__device__ __forceinline__ float block_sum(float v, Shared& sh) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  v = warp_sum(v);
+  if (lane == 0) sh.sred[warp] = v;
+  consumers_sync();
+  float s = 0.f;
+#pragma unroll
+  for (int w = 0; w < CWARPS; ++w) s += sh.sred[w];
+  return s;  // sh.sred is next written after the stage's signal barrier
+}
+
+// x[c] <- chunk (tid + c NC) of RMSNorm(src) * gain, rounded as the eager model; `seed`:
+// also write the raw vector to h (layer 0: the residual stream starts as the embedding row).
+__device__ __forceinline__ void load_normed(const Params& p, const bf16* src, bool from_l2, const bf16* gain,
+                                            uint4 (&x)[MAXCH], Shared& sh, bool seed) {
+  const int tid = threadIdx.x, kc = p.K / 8;
+  float ss = 0.f;
+#pragma unroll
+  for (int c = 0; c < MAXCH; ++c) {
+    const int j = tid + c * NC;
+    x[c] = make_uint4(0, 0, 0, 0);
+    if (j < kc) {
+      const uint4* s = reinterpret_cast<const uint4*>(src) + j;
+      x[c] = from_l2 ? __ldcg(s) : *s;
+      const unsigned* u = reinterpret_cast<const unsigned*>(&x[c]);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) ss += lo(u[e]) * lo(u[e]) + hi(u[e]) * hi(u[e]);
+      if (seed) reinterpret_cast<uint4*>(p.h)[j] = x[c];
+    }
+  }
+  const float inv = rsqrtf(block_sum(ss, sh) / p.K + p.eps);
+#pragma unroll
+  for (int c = 0; c < MAXCH; ++c) {
+    const int j = tid + c * NC;
+    if (j < kc) {
+      const uint4 g = reinterpret_cast<const uint4*>(gain)[j];
+      unsigned* u = reinterpret_cast<unsigned*>(&x[c]);
+      const unsigned* gu = reinterpret_cast<const unsigned*>(&g);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float a = lo(u[e]) * inv, b = hi(u[e]) * inv;
+        if (p.round_twice) { a = bf(a); b = bf(b); }
+        u[e] = pack(a * lo(gu[e]), b * hi(gu[e]));
+      }
+    }
+  }
+}
+
+// x[c] <- chunk of a bf16 vector of length k another CTA wrote in this launch.
+__device__ __forceinline__ void load_plain(const bf16* src, int k, uint4 (&x)[MAXCH]) {
+#pragma unroll
+  for (int c = 0; c < MAXCH; ++c) {
+    const int j = threadIdx.x + c * NC;
+    x[c] = j < k / 8 ? __ldcg(reinterpret_cast<const uint4*>(src) + j) : make_uint4(0, 0, 0, 0);
+  }
+}
+
+// x[c] <- chunk of silu(gate) * up, rounded as `norm_gate_up` (silu, then the product).
+__device__ __forceinline__ void load_swiglu(const Params& p, uint4 (&x)[MAXCH]) {
+#pragma unroll
+  for (int c = 0; c < MAXCH; ++c) {
+    const int j = threadIdx.x + c * NC;
+    x[c] = make_uint4(0, 0, 0, 0);
+    if (j < p.I / 8) {
+      uint4 g4 = __ldcg(reinterpret_cast<const uint4*>(p.gu) + j);
+      uint4 u4 = __ldcg(reinterpret_cast<const uint4*>(p.gu + p.I) + j);
+      const unsigned* g = reinterpret_cast<const unsigned*>(&g4);
+      const unsigned* u = reinterpret_cast<const unsigned*>(&u4);
+      unsigned* o = reinterpret_cast<unsigned*>(&x[c]);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float ga = lo(g[e]), gb = hi(g[e]);
+        const float sa = bf(ga / (1.f + __expf(-ga))), sb = bf(gb / (1.f + __expf(-gb)));
+        o[e] = pack(sa * lo(u[e]), sb * hi(u[e]));
+      }
+    }
+  }
+}
+
+// Attention of query head hq over positions [0, pos] (see the file comment).
+__device__ void attention(const Params& p, int layer, int hq, Shared& sh) {
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int D = p.D, half = D / 2, group = p.NQ / p.NKV, kv = hq / group;
+  const int pos = (int)*p.pos, length = pos + 1;
+  const unsigned long long* row = p.table + layer * NPTR;
+  bf16* kc = reinterpret_cast<bf16*>(row[K_CACHE]) + kv * p.stride_head;
+  bf16* vc = reinterpret_cast<bf16*>(row[V_CACHE]) + kv * p.stride_head;
+  if (tid < half) {  // RoPE of q and of this step's k, each product rounded as `rope_pair`
+    const float c = __bfloat162float(p.cos[(long long)pos * half + tid]);
+    const float s = __bfloat162float(p.sin[(long long)pos * half + tid]);
+    const bf16* q = p.qkv + hq * D;
+    const bf16* k = p.qkv + (p.NQ + kv) * D;
+    float a = __bfloat162float(__ldcg(q + tid)), b = __bfloat162float(__ldcg(q + tid + half));
+    float ra = bf(bf(a * c) - bf(b * s)), rb = bf(bf(b * c) + bf(a * s));
+    sh.q[tid] = bf(ra * p.scale);  // the eager model scales q in its dtype
+    sh.q[tid + half] = bf(rb * p.scale);
+    a = __bfloat162float(__ldcg(k + tid)); b = __bfloat162float(__ldcg(k + tid + half));
+    sh.k_new[tid] = __float2bfloat16(bf(a * c) - bf(b * s));
+    sh.k_new[tid + half] = __float2bfloat16(bf(b * c) + bf(a * s));
+  }
+  if (tid < D) sh.v_new[tid] = __ldcg(p.qkv + (p.NQ + p.NKV + kv) * D + tid);
+  consumers_sync();
+  if (hq % group == 0 && tid < D) {  // one head of the group appends this step's K/V row
+    kc[(long long)pos * p.stride_pos + tid] = sh.k_new[tid];
+    vc[(long long)pos * p.stride_pos + tid] = sh.v_new[tid];
+  }
+  // Each warp takes chunks warp, warp + CWARPS, ...; a lane scores positions lane and
+  // lane + 32 of the chunk, then owns dims lane, lane + 32, ... of the weighted V sum.
+  float run_m = -INFINITY, run_l = 0.f, run_acc[MAXD / 32];
+#pragma unroll
+  for (int i = 0; i < MAXD / 32; ++i) run_acc[i] = 0.f;
+  const int nchunks = (length + BLOCK_S - 1) / BLOCK_S;
+  for (int ch = warp; ch < nchunks; ch += CWARPS) {
+    const int s0 = ch * BLOCK_S;
+    float sc[2];
+#pragma unroll
+    for (int h2 = 0; h2 < 2; ++h2) {
+      const int ps = s0 + lane + 32 * h2;
+      sc[h2] = -INFINITY;
+      if (ps < length) {
+        const bf16* kr = ps == pos ? sh.k_new : kc + (long long)ps * p.stride_pos;
+        float d = 0.f;
+        for (int e = 0; e < D; e += 8) {
+          const uint4 k8 = *reinterpret_cast<const uint4*>(kr + e);
+          const unsigned* u = reinterpret_cast<const unsigned*>(&k8);
+#pragma unroll
+          for (int f = 0; f < 4; ++f) d = fmaf(lo(u[f]), sh.q[e + 2 * f], fmaf(hi(u[f]), sh.q[e + 2 * f + 1], d));
+        }
+        sc[h2] = bf(d);
+      }
+    }
+    const float m = warp_max(fmaxf(sc[0], sc[1]));  // finite: every chunk holds a position
+    const float e0 = __expf(sc[0] - m), e1 = __expf(sc[1] - m);
+    const float l = warp_sum(e0 + e1);
+    const float p0 = bf(e0), p1 = bf(e1);
+    float acc[MAXD / 32];
+#pragma unroll
+    for (int i = 0; i < MAXD / 32; ++i) acc[i] = 0.f;
+    const int n = min(BLOCK_S, length - s0);
+    for (int i = 0; i < n; ++i) {
+      const float pi = __shfl_sync(0xffffffffu, i < 32 ? p0 : p1, i & 31);
+      const int ps = s0 + i;
+      const bf16* vr = ps == pos ? sh.v_new : vc + (long long)ps * p.stride_pos;
+#pragma unroll
+      for (int k = 0; k < MAXD / 32; ++k)
+        if (lane + 32 * k < D) acc[k] = fmaf(pi, __bfloat162float(vr[lane + 32 * k]), acc[k]);
+    }
+    const float new_m = fmaxf(run_m, m);
+    const float w = __expf(m - new_m), alpha = __expf(run_m - new_m);  // alpha 0 on the first
+    run_l = run_l * alpha + w * l;
+#pragma unroll
+    for (int k = 0; k < MAXD / 32; ++k) run_acc[k] = run_acc[k] * alpha + w * acc[k];
+    run_m = new_m;
+  }
+  if (lane == 0) { sh.wm[warp] = run_m; sh.wl[warp] = run_l; }
+#pragma unroll
+  for (int k = 0; k < MAXD / 32; ++k)
+    if (lane + 32 * k < D) sh.wacc[warp][lane + 32 * k] = run_acc[k];
+  consumers_sync();
+  if (tid < D) {  // merge the warps' runs in chunk order of their first chunks
+    float m = -INFINITY, l = 0.f, acc = 0.f;
+    for (int w = 0; w < min(CWARPS, nchunks); ++w) {
+      const float new_m = fmaxf(m, sh.wm[w]);
+      const float a = __expf(m - new_m), b = __expf(sh.wm[w] - new_m);
+      l = l * a + b * sh.wl[w];
+      acc = acc * a + b * sh.wacc[w][tid];
+      m = new_m;
+    }
+    p.attn[hq * D + tid] = __float2bfloat16(acc / l);
+  }
+}
+
+// ---- the kernel -----------------------------------------------------------------------
+
+extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __grid_constant__ Params p) {
+  extern __shared__ __align__(128) unsigned char ring[];
+  __shared__ Shared sh;
+  const int tid = threadIdx.x, b = blockIdx.x, G = gridDim.x, nstages = 5 * p.L + 1;
+  if (tid == 0) {
+    for (int s = 0; s < NSTAGE; ++s) { mbar_init(&sh.full[s], 1); mbar_init(&sh.empty[s], CWARPS); }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (tid >= NC) {  // ---- the producer warp: stream this CTA's weight tiles, in order
+    if (tid == NC) {
+      uint64_t policy;
+      asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+      int it = 0;
+      for (int g = 0; g < nstages; ++g) {
+        if (g % 5 == 1 && g < 5 * p.L) continue;  // attention reads no weights
+        const WStage st = weight_stage(p, g);
+        const int ntiles = (st.n + st.r - 1) / st.r;
+        for (int t = b; t < ntiles; t += G, ++it) {
+          const int slot = it % NSTAGE;
+          if (it >= NSTAGE) mbar_wait(&sh.empty[slot], ((it / NSTAGE) - 1) & 1);
+          const unsigned bytes = (unsigned)(min(st.r, st.n - t * st.r) * st.k * 2);
+          mbar_expect_tx(&sh.full[slot], bytes);
+          bulk_copy(ring + slot * TILE_BYTES, st.w + (long long)t * st.r * st.k, bytes, &sh.full[slot], policy);
+        }
+      }
+    }
+    return;
+  }
+
+  // ---- the consumer warps
+  const int warp = tid / 32, lane = tid % 32;
+  long long* trace = p.trace ? p.trace + (long long)b * nstages * 4 : nullptr;
+  uint4 x[MAXCH];
+  float best_val = -INFINITY;
+  int best_idx = 0x7fffffff, it = 0;
+  for (int g = 0; g < nstages; ++g) {
+    const int layer = g / 5, s = g % 5;
+    const bool head = g == 5 * p.L, attn_stage = s == 1 && !head;
+    if (trace && tid == 0) trace[g * 4 + 0] = now_ns();
+    const WStage st = attn_stage ? WStage{} : weight_stage(p, g);
+    const int ntiles = attn_stage ? 0 : (st.n + st.r - 1) / st.r;
+    bool work = attn_stage ? false : b < ntiles;
+    if (attn_stage)
+      for (int hq = 0; hq < p.NQ; ++hq) work |= attention_owner(p, hq) == b;
+    if (work) {
+      if (g > 0) {  // wait for the previous stage, everywhere
+        if (tid == 0)
+          while (ld_acquire(counter(p, g - 1)) < (unsigned)G) {
+          }
+        consumers_sync();
+      }
+      const unsigned long long* row = p.table + layer * NPTR;
+      if (head) load_normed(p, p.h, true, reinterpret_cast<const bf16*>(row[FINAL_NORM]), x, sh, false);
+      else if (s == 0 && layer == 0)
+        load_normed(p, p.embed + *p.token * p.K, false, reinterpret_cast<const bf16*>(row[ATTN_NORM]), x, sh, b == 0);
+      else if (s == 0) load_normed(p, p.h, true, reinterpret_cast<const bf16*>(row[ATTN_NORM]), x, sh, false);
+      else if (s == 2) load_plain(p.attn, p.NQ * p.D, x);
+      else if (s == 3) load_normed(p, p.h, true, reinterpret_cast<const bf16*>(row[MLP_NORM]), x, sh, false);
+      else if (s == 4) load_swiglu(p, x);
+      if (trace && tid == 0) trace[g * 4 + 1] = now_ns();
+      if (attn_stage) {
+        for (int hq = 0; hq < p.NQ; ++hq)
+          if (attention_owner(p, hq) == b) {
+            attention(p, layer, hq, sh);
+            consumers_sync();  // sh's attention scratch is reused by the next head
+          }
+      } else {
+        const int kc = st.k / 8;
+        for (int t = b; t < ntiles; t += G, ++it) {
+          const int slot = it % NSTAGE, nrows = min(st.r, st.n - t * st.r);
+          mbar_wait(&sh.full[slot], (it / NSTAGE) & 1);
+          const uint4* tile = reinterpret_cast<const uint4*>(ring + slot * TILE_BYTES);
+          float acc[MAXR];
+#pragma unroll
+          for (int r = 0; r < MAXR; ++r) {
+            acc[r] = 0.f;
+            if (r < nrows) {
+#pragma unroll
+              for (int c = 0; c < MAXCH; ++c) {
+                const int j = tid + c * NC;
+                if (j < kc) acc[r] += dot8(tile[r * kc + j], x[c]);
+              }
+            }
+          }
+          __syncwarp();
+          if (lane == 0) mbar_arrive(&sh.empty[slot]);  // this warp is done reading the slot
+          const int par = it & 1;
+#pragma unroll
+          for (int r = 0; r < MAXR; ++r)
+            if (r < nrows) {
+              const float v = warp_sum(acc[r]);
+              if (lane == 0) sh.red[par][warp][r] = v;
+            }
+          consumers_sync();
+          if (tid < nrows) {
+            float y = 0.f;
+#pragma unroll
+            for (int w = 0; w < CWARPS; ++w) y += sh.red[par][w][tid];
+            const int r = t * st.r + tid;
+            y = bf(y);
+            if (head) {
+              p.logits[r] = __float2bfloat16(y);
+              if (y > best_val) { best_val = y; best_idx = r; }  // rows grow: ties keep the first
+            } else if (s == 0) p.qkv[r] = __float2bfloat16(y);
+            else if (s == 3) p.gu[r] = __float2bfloat16(y);
+            else p.h[r] = __float2bfloat16(__bfloat162float(__ldcg(p.h + r)) + y);  // O, down: + residual
+          }
+        }
+      }
+    }
+    if (!head) {  // signal: this CTA's part of stage g is done (stores first)
+      consumers_sync();
+      if (tid == 0) {
+        __threadfence();
+        atomicAdd(counter(p, g), 1u);
+      }
+    }
+    if (trace && tid == 0) { trace[g * 4 + 2] = now_ns(); trace[g * 4 + 3] = smid(); }
+  }
+
+  // ---- the argmax: this CTA's first best logit, then the last CTA reduces all of them
+  sh.best_val[tid] = best_val;
+  sh.best_idx[tid] = best_idx;
+  consumers_sync();
+  if (tid == 0) {
+    float v = -INFINITY;
+    int i = 0x7fffffff;
+    for (int t = 0; t < NC; ++t)
+      if (sh.best_val[t] > v || (sh.best_val[t] == v && sh.best_idx[t] < i)) { v = sh.best_val[t]; i = sh.best_idx[t]; }
+    p.part_val[b] = v;
+    p.part_idx[b] = i;
+    __threadfence();
+    sh.last = atomicAdd(counter(p, 5 * p.L), 1u) == (unsigned)G - 1;
+    __threadfence();
+  }
+  consumers_sync();
+  if (sh.last && warp == 0) {
+    float v = -INFINITY;
+    int i = 0x7fffffff;
+    for (int c = lane; c < G; c += 32) {
+      const float cv = __ldcg(p.part_val + c);
+      const int ci = __ldcg(p.part_idx + c);
+      if (cv > v || (cv == v && ci < i)) { v = cv; i = ci; }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+      if (ov > v || (ov == v && oi < i)) { v = ov; i = oi; }
+    }
+    if (lane == 0) *p.next_token = i;
+    for (int c = lane; c < nstages; c += 32) p.counters[c * CSTRIDE] = 0;  // every CTA is past its waits
+  }
+}
