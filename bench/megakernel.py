@@ -44,10 +44,10 @@ SHAPES: dict[str, MegaShape] = {
     "tuned": TUNED,  # 6 x 32 KB ring, 8 consumer warps
     "4x32KB": MegaShape(stages=4),
     "3x32KB": MegaShape(stages=3),
-    "12x16KB": MegaShape(tile_bytes=16384, stages=12),
-    "3x64KB": MegaShape(tile_bytes=65536, stages=3, max_rows=16),
-    "4-consumer-warps": MegaShape(consumer_warps=4),
-    "16-consumer-warps": MegaShape(consumer_warps=16),
+    "12x16KB": MegaShape(tile_bytes=16384, stages=12),  # twice the tiles, 4 rows each
+    "16-warps": MegaShape(consumer_warps=16),  # 2 warps per row
+    "16-warps-3x64KB": MegaShape(tile_bytes=65536, stages=3, consumer_warps=16),  # 16 rows
+    "4-warps-12x16KB": MegaShape(tile_bytes=16384, stages=12, consumer_warps=4),
 }
 
 

@@ -35,7 +35,7 @@ def _odd_config() -> ModelConfig:
 
 
 @pytest.mark.parametrize("config", [LLAMA_3_2_1B, TINY, _odd_config()], ids=lambda c: c.name)
-@pytest.mark.parametrize("shape", [TUNED, MegaShape(tile_bytes=1024, stages=2, max_rows=4)], ids=["tuned", "small"])
+@pytest.mark.parametrize("shape", [TUNED, MegaShape(tile_bytes=256, stages=2)], ids=["tuned", "small"])
 def test_plan_covers_every_row_once(config, shape):
     """Each stage's tiles, dealt round-robin to 132 CTAs, cover every row exactly once, each
     tile one bulk copy (a multiple of 16 bytes, at most a ring stage)."""
@@ -55,8 +55,8 @@ def test_plan_covers_every_row_once(config, shape):
 
 
 def test_plan_of_llama_1b():
-    """32 KB tiles: 8 rows of the 2048-wide matrices, 2 of the 8192-wide down projection;
-    the tile counts the notes' per-CTA balance is computed from."""
+    """32 KB tiles: 8 rows of the 2048-wide matrices (a warp a row), 2 of the 8192-wide down
+    projection (4 warps a row); the tile counts the notes' per-CTA balance is computed from."""
     p = plan(LLAMA_3_2_1B)
     assert {k: (v.rows_per_tile, v.tiles) for k, v in p.items()} == {
         "qkv": (8, 384), "o": (8, 256), "gate_up": (8, 2048), "down": (2, 1024), "head": (8, 16032),
@@ -95,8 +95,9 @@ def _step_tol(ref: torch.Tensor) -> dict[str, float]:
 MEGA_CASES = [
     pytest.param("tiny", 64, TUNED, id="tiny"),
     pytest.param("odd", 200, TUNED, id="odd"),  # 200 positions: 4 attention chunks, the last partial
-    # 1 KB tiles in a 2-stage ring: the ring wraps every other tile, partial last tiles everywhere
-    pytest.param("odd", 40, MegaShape(tile_bytes=1024, stages=2, max_rows=4), id="odd-small-ring"),
+    # 256-byte tiles in a 2-stage ring: 2 rows of 4 warps' parts (the last part short), the
+    # ring wrapping every other tile, partial last tiles
+    pytest.param("odd", 40, MegaShape(tile_bytes=256, stages=2), id="odd-small-ring"),
     pytest.param("llama-3.2-1b", 2048, TUNED, id="llama-1b", marks=pytest.mark.gpu),
 ]
 

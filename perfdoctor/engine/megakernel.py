@@ -36,23 +36,23 @@ WEIGHT_STAGES = ("qkv", "o", "gate_up", "down", "head")  # the kernel's Params.r
 COUNTER_STRIDE = 32  # int32 between done counters (CSTRIDE in the kernel)
 MAXK = 8192  # widest input vector the kernel holds per thread (MAXK)
 MAXD = 128  # widest head (MAXD)
+PART_CHUNKS = 256  # 16-byte chunks of one warp's part of a row at most (32 lanes x XCH)
 
 
 @dataclass(frozen=True)
 class MegaShape:
     """The kernel's compile-time shape: tile_bytes per ring stage (one bulk copy), `stages`
-    of them per CTA, consumer_warps (plus one producer warp), max_rows: rows per tile at
-    most (accumulators per consumer thread). A tile is min(max_rows, tile_bytes / row bytes)
-    rows: 8 rows of 4 KB for the hidden-wide matrices of Llama-3.2-1B, 2 of 16 KB for down."""
+    of them per CTA, consumer_warps (plus one producer warp). A tile is R rows, the largest
+    divisor of consumer_warps whose rows fit tile_bytes, and each warp owns one part of one
+    row (consumer_warps / R parts): 8 rows of 4 KB for the 2048-wide matrices of
+    Llama-3.2-1B, 2 rows of 16 KB (4 warps each) for down."""
 
     tile_bytes: int = 32768
     stages: int = 6
     consumer_warps: int = 8
-    max_rows: int = 8
 
     def defines(self) -> dict[str, int]:
-        return {"TILE_BYTES": self.tile_bytes, "NSTAGE": self.stages, "CWARPS": self.consumer_warps,
-                "MAXR": self.max_rows}
+        return {"TILE_BYTES": self.tile_bytes, "NSTAGE": self.stages, "CWARPS": self.consumer_warps}
 
     @property
     def threads(self) -> int:
@@ -107,7 +107,11 @@ def plan(config: ModelConfig, shape: MegaShape = TUNED) -> dict[str, WeightStage
                            "(16-byte rows for the bulk copies, one register chunk set per thread)")
         if 2 * cols > shape.tile_bytes:
             raise BadInput(f"megakernel: a {name} row ({2 * cols} bytes) is wider than a tile ({shape.tile_bytes})")
-        r = max(1, min(shape.max_rows, shape.tile_bytes // (2 * cols)))
+        w = shape.consumer_warps
+        r = max(d for d in range(1, w + 1) if w % d == 0 and d * 2 * cols <= shape.tile_bytes)
+        if -(-cols // 8 // (w // r)) > PART_CHUNKS:
+            raise BadInput(f"megakernel: a warp's part of a {name} row ({cols} columns over {w // r} warps) "
+                           f"exceeds {PART_CHUNKS * 8} columns; use more consumer warps or larger tiles")
         out[name] = WeightStage(name, rows, cols, r)
     return out
 

@@ -12,15 +12,13 @@
 //
 // Schedule (static): one CTA per SM, CTA b of G. Every weight stage is a row-major matrix
 // [N, K] cut into tiles of R consecutive rows (R * K * 2 bytes, at most TILE_BYTES: one
-// contiguous bulk copy); CTA b takes tiles b, b + G, b + 2G, ... The stages of a step, in
-// order, with g = layer * 5 + s the stage index:
-//   s = 0  QKV:       qkv = W_qkv RMSNorm(h)        (layer 0 reads the embedding row)
-//   s = 1  attention: per query head (no weights), RoPE of q and of this step's k, the
-//                     K/V-cache append, softmax(q K^T) V over positions [0, pos]
-//   s = 2  O:         h += W_o attn
-//   s = 3  gate/up:   gu = W_13 RMSNorm(h)          ([gate; up], 2I rows)
-//   s = 4  down:      h += W_2 (silu(gate) * up)    (SwiGLU applied while loading gu)
-//   g = 5L head:      logits = W_head RMSNorm(h), argmax
+// contiguous bulk copy); CTA b takes tiles b, b + G, b + 2G, ... Inside a tile, each
+// consumer warp owns one (row, part) of the R rows x P = CWARPS / R parts of a row: it
+// keeps its part of the input vector in registers for the whole stage, reduces its dot
+// product with a warp shuffle, and (P > 1) the last of a row's P warps to finish sums the
+// parts in a fixed order. No block barrier per tile: warps run independently, held
+// together only by the ring (a slot is refilled once all warps released it). The stages
+// of a step, in order, with g = layer * 5 + s the stage index:
 // Weights do not depend on activations, so each CTA's producer knows its whole tile list
 // in advance and streams it without pause, through stage and layer boundaries, limited
 // only by the ring: while the consumers wait for a stage's inputs, the ring fills with the
@@ -56,13 +54,10 @@
 #ifndef CWARPS
 #define CWARPS 8  // consumer warps; one more warp produces
 #endif
-#ifndef MAXR
-#define MAXR 8  // rows per tile at most (accumulators per thread)
-#endif
 #define NC (CWARPS * 32)
 #define NTHREADS (NC + 32)
 #define MAXK 8192  // widest input vector (hidden, q_heads * head_dim, intermediate)
-#define MAXCH ((MAXK / 8 + NC - 1) / NC)  // 16-byte chunks of the input vector per thread
+#define XCH 8  // 16-byte chunks of its part of the input vector per lane (parts of <= 256 chunks)
 #define MAXD 128  // head_dim at most
 #define BLOCK_S 64  // attention positions per chunk (fused's split size: same rounding)
 #define CSTRIDE 32  // done counters 128 bytes apart
@@ -92,7 +87,7 @@ struct Params {  // mirrored by perfdoctor.engine.megakernel._Params (same order
   unsigned* counters;     // [(5 L + 1) * CSTRIDE], zero at launch (and after it)
   long long* trace;       // null, or [G][5 L + 1][4]: start, inputs ready, end (ns), SM id
   int L, K, NQ, NKV, D, I, V;
-  int rows[5];  // rows per tile of the QKV, O, gate/up, down and head matrices
+  int rows[5];  // rows per tile (a divisor of CWARPS) of the QKV, O, gate/up, down and head matrices
   long long stride_head, stride_pos;  // of the K/V caches, in elements
   float eps, scale;
   int round_twice;
@@ -171,15 +166,30 @@ __device__ __forceinline__ unsigned pack(float a, float b) {  // two floats -> b
   return *reinterpret_cast<unsigned*>(&v);
 }
 
-__device__ __forceinline__ float dot8(uint4 w, uint4 x) {
-  float s = lo(w.x) * lo(x.x);
-  s = fmaf(hi(w.x), hi(x.x), s);
-  s = fmaf(lo(w.y), lo(x.y), s);
-  s = fmaf(hi(w.y), hi(x.y), s);
-  s = fmaf(lo(w.z), lo(x.z), s);
-  s = fmaf(hi(w.z), hi(x.z), s);
-  s = fmaf(lo(w.w), lo(x.w), s);
-  s = fmaf(hi(w.w), hi(x.w), s);
+// x unpacked to fp32 once per stage (not once per tile): half the conversions per tile.
+struct F8 {
+  float v[8];
+};
+
+__device__ __forceinline__ F8 unpack(uint4 x) {
+  F8 f;
+  const unsigned* u = reinterpret_cast<const unsigned*>(&x);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) { f.v[2 * e] = lo(u[e]); f.v[2 * e + 1] = hi(u[e]); }
+#pragma unroll
+  for (int e = 0; e < 8; ++e) asm volatile("" : "+f"(f.v[e]));  // opaque: ptxas keeps, not recomputes, them
+  return f;
+}
+
+__device__ __forceinline__ float dot8(uint4 w, const F8& x, float s) {
+  s = fmaf(lo(w.x), x.v[0], s);
+  s = fmaf(hi(w.x), x.v[1], s);
+  s = fmaf(lo(w.y), x.v[2], s);
+  s = fmaf(hi(w.y), x.v[3], s);
+  s = fmaf(lo(w.z), x.v[4], s);
+  s = fmaf(hi(w.z), x.v[5], s);
+  s = fmaf(lo(w.w), x.v[6], s);
+  s = fmaf(hi(w.w), x.v[7], s);
   return s;
 }
 
@@ -228,8 +238,8 @@ __device__ __forceinline__ int attention_owner(const Params& p, int hq) { return
 
 struct Shared {
   uint64_t full[NSTAGE], empty[NSTAGE];
-  float red[2][CWARPS][MAXR];  // per-tile row partials, double-buffered by tile parity
-  float sred[CWARPS];          // block sums
+  float part[NSTAGE][CWARPS];  // per ring slot: each warp's partial dot product (P > 1)
+  int arrived[NSTAGE][CWARPS];  // per ring slot and row: warps done with it (P > 1)
   float best_val[NC];
   int best_idx[NC];
   int last;  // this CTA finished the head last
@@ -240,43 +250,48 @@ struct Shared {
   float wm[CWARPS], wl[CWARPS], wacc[CWARPS][MAXD];
 };
 
-__device__ __forceinline__ float block_sum(float v, Shared& sh) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  v = warp_sum(v);
-  if (lane == 0) sh.sred[warp] = v;
-  consumers_sync();
-  float s = 0.f;
+// This warp's part of a stage's input vector: chunks j = part * cpp + lane + 32 i of the
+// k / 8 16-byte chunks, valid where bit i of `valid` is set.
+struct Slice {
+  int part, cpp;
+  unsigned valid;
+};
+
+__device__ __forceinline__ Slice slice_of(int kc, int parts, int part) {
+  const int lane = threadIdx.x % 32, cpp = (kc + parts - 1) / parts;
+  unsigned valid = 0;
 #pragma unroll
-  for (int w = 0; w < CWARPS; ++w) s += sh.sred[w];
-  return s;  // sh.sred is next written after the stage's signal barrier
+  for (int i = 0; i < XCH; ++i)
+    if (lane + 32 * i < cpp && part * cpp + lane + 32 * i < kc) valid |= 1u << i;
+  return Slice{part, cpp, valid};
 }
 
-// x[c] <- chunk (tid + c NC) of RMSNorm(src) * gain, rounded as the eager model; `seed`:
-// also write the raw vector to h (layer 0: the residual stream starts as the embedding row).
+// x[i] <- this warp's slice of RMSNorm(src) * gain, rounded as the eager model. Each warp
+// reads the whole vector (4 KB for Llama-3.2-1B, from L2) for the sum of squares: no
+// block barrier. `seed`: also write the raw vector to h (layer 0: the residual stream
+// starts as the embedding row).
 __device__ __forceinline__ void load_normed(const Params& p, const bf16* src, bool from_l2, const bf16* gain,
-                                            uint4 (&x)[MAXCH], Shared& sh, bool seed) {
-  const int tid = threadIdx.x, kc = p.K / 8;
+                                            const Slice& sl, uint4 (&x)[XCH], bool seed) {
+  const int lane = threadIdx.x % 32, kc = p.K / 8;
+  const uint4* s4 = reinterpret_cast<const uint4*>(src);
   float ss = 0.f;
+#pragma unroll 8
+  for (int j = lane; j < kc; j += 32) {
+    const uint4 v = from_l2 ? __ldcg(s4 + j) : s4[j];
+    const unsigned* u = reinterpret_cast<const unsigned*>(&v);
 #pragma unroll
-  for (int c = 0; c < MAXCH; ++c) {
-    const int j = tid + c * NC;
-    x[c] = make_uint4(0, 0, 0, 0);
-    if (j < kc) {
-      const uint4* s = reinterpret_cast<const uint4*>(src) + j;
-      x[c] = from_l2 ? __ldcg(s) : *s;
-      const unsigned* u = reinterpret_cast<const unsigned*>(&x[c]);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) ss += lo(u[e]) * lo(u[e]) + hi(u[e]) * hi(u[e]);
-      if (seed) reinterpret_cast<uint4*>(p.h)[j] = x[c];
-    }
+    for (int e = 0; e < 4; ++e) ss += lo(u[e]) * lo(u[e]) + hi(u[e]) * hi(u[e]);
+    if (seed) reinterpret_cast<uint4*>(p.h)[j] = v;
   }
-  const float inv = rsqrtf(block_sum(ss, sh) / p.K + p.eps);
+  const float inv = rsqrtf(warp_sum(ss) / p.K + p.eps);
 #pragma unroll
-  for (int c = 0; c < MAXCH; ++c) {
-    const int j = tid + c * NC;
-    if (j < kc) {
+  for (int i = 0; i < XCH; ++i) {
+    x[i] = make_uint4(0, 0, 0, 0);
+    if (sl.valid >> i & 1) {
+      const int j = sl.part * sl.cpp + lane + 32 * i;
+      x[i] = from_l2 ? __ldcg(s4 + j) : s4[j];
       const uint4 g = reinterpret_cast<const uint4*>(gain)[j];
-      unsigned* u = reinterpret_cast<unsigned*>(&x[c]);
+      unsigned* u = reinterpret_cast<unsigned*>(&x[i]);
       const unsigned* gu = reinterpret_cast<const unsigned*>(&g);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -288,27 +303,28 @@ __device__ __forceinline__ void load_normed(const Params& p, const bf16* src, bo
   }
 }
 
-// x[c] <- chunk of a bf16 vector of length k another CTA wrote in this launch.
-__device__ __forceinline__ void load_plain(const bf16* src, int k, uint4 (&x)[MAXCH]) {
+// x[i] <- this warp's slice of a bf16 vector another CTA wrote in this launch.
+__device__ __forceinline__ void load_plain(const bf16* src, const Slice& sl, uint4 (&x)[XCH]) {
+  const int lane = threadIdx.x % 32;
 #pragma unroll
-  for (int c = 0; c < MAXCH; ++c) {
-    const int j = threadIdx.x + c * NC;
-    x[c] = j < k / 8 ? __ldcg(reinterpret_cast<const uint4*>(src) + j) : make_uint4(0, 0, 0, 0);
-  }
+  for (int i = 0; i < XCH; ++i)
+    x[i] = sl.valid >> i & 1 ? __ldcg(reinterpret_cast<const uint4*>(src) + sl.part * sl.cpp + lane + 32 * i)
+                             : make_uint4(0, 0, 0, 0);
 }
 
-// x[c] <- chunk of silu(gate) * up, rounded as `norm_gate_up` (silu, then the product).
-__device__ __forceinline__ void load_swiglu(const Params& p, uint4 (&x)[MAXCH]) {
+// x[i] <- this warp's slice of silu(gate) * up, rounded as `norm_gate_up` (silu, then the product).
+__device__ __forceinline__ void load_swiglu(const Params& p, const Slice& sl, uint4 (&x)[XCH]) {
+  const int lane = threadIdx.x % 32;
 #pragma unroll
-  for (int c = 0; c < MAXCH; ++c) {
-    const int j = threadIdx.x + c * NC;
-    x[c] = make_uint4(0, 0, 0, 0);
-    if (j < p.I / 8) {
+  for (int i = 0; i < XCH; ++i) {
+    x[i] = make_uint4(0, 0, 0, 0);
+    if (sl.valid >> i & 1) {
+      const int j = sl.part * sl.cpp + lane + 32 * i;
       uint4 g4 = __ldcg(reinterpret_cast<const uint4*>(p.gu) + j);
       uint4 u4 = __ldcg(reinterpret_cast<const uint4*>(p.gu + p.I) + j);
       const unsigned* g = reinterpret_cast<const unsigned*>(&g4);
       const unsigned* u = reinterpret_cast<const unsigned*>(&u4);
-      unsigned* o = reinterpret_cast<unsigned*>(&x[c]);
+      unsigned* o = reinterpret_cast<unsigned*>(&x[i]);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float ga = lo(g[e]), gb = hi(g[e]);
@@ -356,36 +372,53 @@ __device__ void attention(const Params& p, int layer, int hq, Shared& sh) {
     const int s0 = ch * BLOCK_S;
     float sc[2];
 #pragma unroll
-    for (int h2 = 0; h2 < 2; ++h2) {
+    for (int h2 = 0; h2 < 2; ++h2) {  // the 2 x D / 8 loads of both positions go out together
       const int ps = s0 + lane + 32 * h2;
-      sc[h2] = -INFINITY;
-      if (ps < length) {
-        const bf16* kr = ps == pos ? sh.k_new : kc + (long long)ps * p.stride_pos;
-        float d = 0.f;
-        for (int e = 0; e < D; e += 8) {
+      const bf16* kr = ps == pos ? sh.k_new : kc + (long long)min(ps, pos) * p.stride_pos;
+      float d0 = 0.f, d1 = 0.f;
+#pragma unroll
+      for (int e = 0; e < MAXD; e += 8)
+        if (e < D) {
           const uint4 k8 = *reinterpret_cast<const uint4*>(kr + e);
           const unsigned* u = reinterpret_cast<const unsigned*>(&k8);
-#pragma unroll
-          for (int f = 0; f < 4; ++f) d = fmaf(lo(u[f]), sh.q[e + 2 * f], fmaf(hi(u[f]), sh.q[e + 2 * f + 1], d));
+          d0 = fmaf(lo(u[0]), sh.q[e], fmaf(hi(u[0]), sh.q[e + 1], d0));
+          d1 = fmaf(lo(u[1]), sh.q[e + 2], fmaf(hi(u[1]), sh.q[e + 3], d1));
+          d0 = fmaf(lo(u[2]), sh.q[e + 4], fmaf(hi(u[2]), sh.q[e + 5], d0));
+          d1 = fmaf(lo(u[3]), sh.q[e + 6], fmaf(hi(u[3]), sh.q[e + 7], d1));
         }
-        sc[h2] = bf(d);
-      }
+      sc[h2] = ps < length ? bf(d0 + d1) : -INFINITY;
     }
     const float m = warp_max(fmaxf(sc[0], sc[1]));  // finite: every chunk holds a position
     const float e0 = __expf(sc[0] - m), e1 = __expf(sc[1] - m);
     const float l = warp_sum(e0 + e1);
     const float p0 = bf(e0), p1 = bf(e1);
+    // P V: lane owns dims 2 lane + 64 k (+1); 8 positions' V loads in flight at a time.
     float acc[MAXD / 32];
 #pragma unroll
     for (int i = 0; i < MAXD / 32; ++i) acc[i] = 0.f;
     const int n = min(BLOCK_S, length - s0);
-    for (int i = 0; i < n; ++i) {
-      const float pi = __shfl_sync(0xffffffffu, i < 32 ? p0 : p1, i & 31);
-      const int ps = s0 + i;
-      const bf16* vr = ps == pos ? sh.v_new : vc + (long long)ps * p.stride_pos;
+    for (int i0 = 0; i0 < n; i0 += 8) {
+      float2 vv[8][MAXD / 64];
 #pragma unroll
-      for (int k = 0; k < MAXD / 32; ++k)
-        if (lane + 32 * k < D) acc[k] = fmaf(pi, __bfloat162float(vr[lane + 32 * k]), acc[k]);
+      for (int u = 0; u < 8; ++u) {
+        const int ps = s0 + i0 + u;
+        const bf16* vr = ps == pos ? sh.v_new : vc + (long long)min(ps, pos) * p.stride_pos;
+#pragma unroll
+        for (int k = 0; k < MAXD / 64; ++k) {
+          const int d = 2 * lane + 64 * k;
+          vv[u][k] = i0 + u < n && d < D ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(vr + d))
+                                         : make_float2(0.f, 0.f);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const float pi = __shfl_sync(0xffffffffu, i0 + u < 32 ? p0 : p1, (i0 + u) & 31);
+#pragma unroll
+        for (int k = 0; k < MAXD / 64; ++k) {
+          acc[2 * k] = fmaf(pi, vv[u][k].x, acc[2 * k]);
+          acc[2 * k + 1] = fmaf(pi, vv[u][k].y, acc[2 * k + 1]);
+        }
+      }
     }
     const float new_m = fmaxf(run_m, m);
     const float w = __expf(m - new_m), alpha = __expf(run_m - new_m);  // alpha 0 on the first
@@ -396,8 +429,11 @@ __device__ void attention(const Params& p, int layer, int hq, Shared& sh) {
   }
   if (lane == 0) { sh.wm[warp] = run_m; sh.wl[warp] = run_l; }
 #pragma unroll
-  for (int k = 0; k < MAXD / 32; ++k)
-    if (lane + 32 * k < D) sh.wacc[warp][lane + 32 * k] = run_acc[k];
+  for (int k = 0; k < MAXD / 64; ++k)
+    if (2 * lane + 64 * k < D) {
+      sh.wacc[warp][2 * lane + 64 * k] = run_acc[2 * k];
+      sh.wacc[warp][2 * lane + 64 * k + 1] = run_acc[2 * k + 1];
+    }
   consumers_sync();
   if (tid < D) {  // merge the warps' runs in chunk order of their first chunks
     float m = -INFINITY, l = 0.f, acc = 0.f;
@@ -419,7 +455,11 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
   __shared__ Shared sh;
   const int tid = threadIdx.x, b = blockIdx.x, G = gridDim.x, nstages = 5 * p.L + 1;
   if (tid == 0) {
-    for (int s = 0; s < NSTAGE; ++s) { mbar_init(&sh.full[s], 1); mbar_init(&sh.empty[s], CWARPS); }
+    for (int s = 0; s < NSTAGE; ++s) {
+      mbar_init(&sh.full[s], 1);
+      mbar_init(&sh.empty[s], CWARPS);
+      for (int r = 0; r < CWARPS; ++r) sh.arrived[s][r] = 0;
+    }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
@@ -448,7 +488,8 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
   // ---- the consumer warps
   const int warp = tid / 32, lane = tid % 32;
   long long* trace = p.trace ? p.trace + (long long)b * nstages * 4 : nullptr;
-  uint4 x[MAXCH];
+  uint4 x[XCH];
+  F8 xf[XCH];
   float best_val = -INFINITY;
   int best_idx = 0x7fffffff, it = 0;
   for (int g = 0; g < nstages; ++g) {
@@ -467,62 +508,71 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
           }
         consumers_sync();
       }
-      const unsigned long long* row = p.table + layer * NPTR;
-      if (head) load_normed(p, p.h, true, reinterpret_cast<const bf16*>(row[FINAL_NORM]), x, sh, false);
-      else if (s == 0 && layer == 0)
-        load_normed(p, p.embed + *p.token * p.K, false, reinterpret_cast<const bf16*>(row[ATTN_NORM]), x, sh, b == 0);
-      else if (s == 0) load_normed(p, p.h, true, reinterpret_cast<const bf16*>(row[ATTN_NORM]), x, sh, false);
-      else if (s == 2) load_plain(p.attn, p.NQ * p.D, x);
-      else if (s == 3) load_normed(p, p.h, true, reinterpret_cast<const bf16*>(row[MLP_NORM]), x, sh, false);
-      else if (s == 4) load_swiglu(p, x);
-      if (trace && tid == 0) trace[g * 4 + 1] = now_ns();
       if (attn_stage) {
+        if (trace && tid == 0) trace[g * 4 + 1] = now_ns();
         for (int hq = 0; hq < p.NQ; ++hq)
           if (attention_owner(p, hq) == b) {
             attention(p, layer, hq, sh);
             consumers_sync();  // sh's attention scratch is reused by the next head
           }
       } else {
-        const int kc = st.k / 8;
+        // This warp's (row, part) of every tile, and its slice of the input vector.
+        const int kc = st.k / 8, parts = CWARPS / st.r, my_row = warp / parts;
+        const Slice sl = slice_of(kc, parts, warp % parts);
+        const unsigned long long* row = p.table + layer * NPTR;
+        if (head) load_normed(p, p.h, true, reinterpret_cast<const bf16*>(row[FINAL_NORM]), sl, x, false);
+        else if (s == 0 && layer == 0)
+          load_normed(p, p.embed + *p.token * p.K, false, reinterpret_cast<const bf16*>(row[ATTN_NORM]), sl, x,
+                      b == 0 && warp == 0);
+        else if (s == 0) load_normed(p, p.h, true, reinterpret_cast<const bf16*>(row[ATTN_NORM]), sl, x, false);
+        else if (s == 2) load_plain(p.attn, sl, x);
+        else if (s == 3) load_normed(p, p.h, true, reinterpret_cast<const bf16*>(row[MLP_NORM]), sl, x, false);
+        else load_swiglu(p, sl, x);
+#pragma unroll
+        for (int i = 0; i < XCH; ++i) xf[i] = unpack(x[i]);
+        if (trace && tid == 0) trace[g * 4 + 1] = now_ns();
         for (int t = b; t < ntiles; t += G, ++it) {
-          const int slot = it % NSTAGE, nrows = min(st.r, st.n - t * st.r);
+          const int slot = it % NSTAGE;
+          const bool live = my_row < min(st.r, st.n - t * st.r);  // the last tile may be short
           mbar_wait(&sh.full[slot], (it / NSTAGE) & 1);
-          const uint4* tile = reinterpret_cast<const uint4*>(ring + slot * TILE_BYTES);
-          float acc[MAXR];
+          float v = 0.f;
+          if (live) {
+            const uint4* w = reinterpret_cast<const uint4*>(ring + slot * TILE_BYTES) + my_row * kc +
+                             sl.part * sl.cpp + lane;
+            float a[4] = {0.f, 0.f, 0.f, 0.f};  // four chains: the FMAs overlap
 #pragma unroll
-          for (int r = 0; r < MAXR; ++r) {
-            acc[r] = 0.f;
-            if (r < nrows) {
-#pragma unroll
-              for (int c = 0; c < MAXCH; ++c) {
-                const int j = tid + c * NC;
-                if (j < kc) acc[r] += dot8(tile[r * kc + j], x[c]);
+            for (int i = 0; i < XCH; ++i)
+              if (sl.valid >> i & 1) a[i % 4] = dot8(w[32 * i], xf[i], a[i % 4]);
+            v = warp_sum((a[0] + a[1]) + (a[2] + a[3]));
+          }
+          __syncwarp();
+          if (live && lane == 0) {
+            bool mine = parts == 1;  // this warp completes the row
+            if (!mine) {  // the last of the row's warps sums the parts, in part order
+              sh.part[slot][warp] = v;
+              __threadfence_block();
+              mine = atomicAdd(&sh.arrived[slot][my_row], 1) == parts - 1;
+              if (mine) {
+                __threadfence_block();
+                const volatile float* pv = sh.part[slot] + my_row * parts;
+                v = 0.f;
+                for (int q = 0; q < parts; ++q) v += pv[q];
+                sh.arrived[slot][my_row] = 0;  // reused once the slot is refilled
               }
+            }
+            if (mine) {
+              const int r = t * st.r + my_row;
+              const float y = bf(v);
+              if (head) {
+                p.logits[r] = __float2bfloat16(y);
+                if (y > best_val) { best_val = y; best_idx = r; }  // rows grow: ties keep the first
+              } else if (s == 0) p.qkv[r] = __float2bfloat16(y);
+              else if (s == 3) p.gu[r] = __float2bfloat16(y);
+              else p.h[r] = __float2bfloat16(__bfloat162float(__ldcg(p.h + r)) + y);  // O, down: + residual
             }
           }
           __syncwarp();
-          if (lane == 0) mbar_arrive(&sh.empty[slot]);  // this warp is done reading the slot
-          const int par = it & 1;
-#pragma unroll
-          for (int r = 0; r < MAXR; ++r)
-            if (r < nrows) {
-              const float v = warp_sum(acc[r]);
-              if (lane == 0) sh.red[par][warp][r] = v;
-            }
-          consumers_sync();
-          if (tid < nrows) {
-            float y = 0.f;
-#pragma unroll
-            for (int w = 0; w < CWARPS; ++w) y += sh.red[par][w][tid];
-            const int r = t * st.r + tid;
-            y = bf(y);
-            if (head) {
-              p.logits[r] = __float2bfloat16(y);
-              if (y > best_val) { best_val = y; best_idx = r; }  // rows grow: ties keep the first
-            } else if (s == 0) p.qkv[r] = __float2bfloat16(y);
-            else if (s == 3) p.gu[r] = __float2bfloat16(y);
-            else p.h[r] = __float2bfloat16(__bfloat162float(__ldcg(p.h + r)) + y);  // O, down: + residual
-          }
+          if (lane == 0) mbar_arrive(&sh.empty[slot]);  // this warp is done with the slot
         }
       }
     }
