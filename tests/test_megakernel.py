@@ -35,7 +35,7 @@ def _odd_config() -> ModelConfig:
 
 
 @pytest.mark.parametrize("config", [LLAMA_3_2_1B, TINY, _odd_config()], ids=lambda c: c.name)
-@pytest.mark.parametrize("shape", [TUNED, MegaShape(tile_bytes=256, stages=2)], ids=["tuned", "small"])
+@pytest.mark.parametrize("shape", [TUNED, MegaShape(tile_bytes=4096, stages=2)], ids=["tuned", "small"])
 def test_plan_covers_every_row_once(config, shape):
     """Each stage's tiles, dealt round-robin to 132 CTAs, cover every row exactly once, each
     tile one bulk copy (a multiple of 16 bytes, at most a ring stage)."""
@@ -95,9 +95,9 @@ def _step_tol(ref: torch.Tensor) -> dict[str, float]:
 MEGA_CASES = [
     pytest.param("tiny", 64, TUNED, id="tiny"),
     pytest.param("odd", 200, TUNED, id="odd"),  # 200 positions: 4 attention chunks, the last partial
-    # 256-byte tiles in a 2-stage ring: 2 rows of 4 warps' parts (the last part short), the
-    # ring wrapping every other tile, partial last tiles
-    pytest.param("odd", 40, MegaShape(tile_bytes=256, stages=2), id="odd-small-ring"),
+    # 4 KB tiles (one K/V chunk of head_dim 16) in a 2-stage ring: the ring wraps every
+    # other tile, through weights and K/V chunks, with partial last tiles
+    pytest.param("odd", 200, MegaShape(tile_bytes=4096, stages=2), id="odd-small-ring"),
     pytest.param("llama-3.2-1b", 2048, TUNED, id="llama-1b", marks=pytest.mark.gpu),
 ]
 
@@ -127,7 +127,7 @@ def test_megakernel_step(config_name, ctx, shape):
         for pos_value in (P, P + 1, ctx - 1):  # the last fills the whole cache (many chunks)
             token = torch.randint(config.vocab_size, (1,), device=DEVICE)
             pos = torch.tensor([pos_value], device=DEVICE)
-            for buf in (mk.h, mk.qkv, mk.attn, mk.gu, mk.logits):
+            for buf in (mk.hbuf, mk.y, mk.qkv, mk.attn, mk.gu, mk.logits):
                 buf.fill_(float("nan"))
             for layer in mine.layers:
                 layer.attn.k_cache[:, pos_value] = float("nan")

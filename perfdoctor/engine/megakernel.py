@@ -36,6 +36,7 @@ WEIGHT_STAGES = ("qkv", "o", "gate_up", "down", "head")  # the kernel's Params.r
 COUNTER_STRIDE = 32  # int32 between done counters (CSTRIDE in the kernel)
 MAXK = 8192  # widest input vector the kernel holds per thread (MAXK)
 MAXD = 128  # widest head (MAXD)
+BLOCK_S = 64  # attention positions per chunk, one ring slot of K and V (BLOCK_S)
 PART_CHUNKS = 256  # 16-byte chunks of one warp's part of a row at most (32 lanes x XCH)
 
 
@@ -113,6 +114,9 @@ def plan(config: ModelConfig, shape: MegaShape = TUNED) -> dict[str, WeightStage
             raise BadInput(f"megakernel: a warp's part of a {name} row ({cols} columns over {w // r} warps) "
                            f"exceeds {PART_CHUNKS * 8} columns; use more consumer warps or larger tiles")
         out[name] = WeightStage(name, rows, cols, r)
+    if 2 * BLOCK_S * c.head_dim * 2 > shape.tile_bytes:
+        raise BadInput(f"megakernel: a {BLOCK_S}-position K/V chunk ({4 * BLOCK_S * c.head_dim} bytes) "
+                       f"is larger than a tile ({shape.tile_bytes})")
     return out
 
 
@@ -121,7 +125,7 @@ class _Params(ctypes.Structure):
 
     _fields_ = [
         *[(n, ctypes.c_void_p) for n in (
-            "table", "embed", "cos", "sin", "token", "pos", "h", "qkv", "attn", "gu", "logits",
+            "table", "embed", "cos", "sin", "token", "pos", "hbuf", "y", "qkv", "attn", "gu", "logits",
             "part_val", "part_idx", "next_token", "counters", "trace")],
         *[(n, ctypes.c_int) for n in ("L", "K", "NQ", "NKV", "D", "I", "V")],
         ("rows", ctypes.c_int * 5),
@@ -154,7 +158,8 @@ class MegaKernels:
             raise BadInput(f"the megakernel variant needs bf16 weights, not {dtype}")
         self.model, self.shape, self.stages = model, shape, plan(c, shape)
         act = {"device": device, "dtype": dtype}
-        self.h = torch.empty(c.hidden, **act)
+        self.hbuf = torch.empty(2, c.hidden, **act)  # the residual stream, alternating halves
+        self.y = torch.empty(c.hidden, **act)  # the O / down projection before its residual add
         self.qkv = torch.empty((c.q_heads + 2 * c.kv_heads) * c.head_dim, **act)
         self.attn = torch.empty(c.q_heads * c.head_dim, **act)
         self.gu = torch.empty(2 * c.intermediate, **act)
@@ -165,8 +170,8 @@ class MegaKernels:
         self.sin = model.rope_sin[:, :half].contiguous()
 
         caches = [t for layer in model.layers for t in (layer.attn.k_cache, layer.attn.v_cache)]
-        if any(t.stride() != caches[0].stride() or t.stride(-1) != 1 for t in caches):
-            raise BadInput("megakernel: every layer's K/V cache needs the same strides, last dim contiguous")
+        if any(t.stride() != caches[0].stride() or t.stride(-1) != 1 or t.stride(-2) != c.head_dim for t in caches):
+            raise BadInput("megakernel: every layer's K/V cache must be [kv_heads, ctx, head_dim], contiguous rows")
         head = model.embed if model.lm_head is None else model.lm_head
         rows = []
         for layer in model.layers:
@@ -192,7 +197,7 @@ class MegaKernels:
         k_cache = caches[0]
         self.params = _Params(
             table=self.table.data_ptr(), embed=model.embed.data_ptr(), cos=self.cos.data_ptr(), sin=self.sin.data_ptr(),
-            h=self.h.data_ptr(), qkv=self.qkv.data_ptr(), attn=self.attn.data_ptr(), gu=self.gu.data_ptr(),
+            hbuf=self.hbuf.data_ptr(), y=self.y.data_ptr(), qkv=self.qkv.data_ptr(), attn=self.attn.data_ptr(), gu=self.gu.data_ptr(),
             logits=self.logits.data_ptr(), part_val=self.part_val.data_ptr(), part_idx=self.part_idx.data_ptr(),
             next_token=self.next_token.data_ptr(), counters=self.counters.data_ptr(),
             trace=self.trace_buffer.data_ptr() if trace else None,

@@ -76,7 +76,8 @@ struct Params {  // mirrored by perfdoctor.engine.megakernel._Params (same order
   const bf16* sin;
   const long long* token;  // [1]
   const long long* pos;    // [1]
-  bf16* h;       // [K] residual stream
+  bf16* hbuf;    // [2][K] the residual stream, materialised by the norm stages (see load_normed)
+  bf16* y;       // [K] the O or down projection, added to the stream by the next norm stage
   bf16* qkv;     // [(NQ + 2 NKV) D] before RoPE
   bf16* attn;    // [NQ D]
   bf16* gu;      // [2 I] gate, then up
@@ -266,41 +267,79 @@ __device__ __forceinline__ Slice slice_of(int kc, int parts, int part) {
   return Slice{part, cpp, valid};
 }
 
-// x[i] <- this warp's slice of RMSNorm(src) * gain, rounded as the eager model. Each warp
-// reads the whole vector (4 KB for Llama-3.2-1B, from L2) for the sum of squares: no
-// block barrier. `seed`: also write the raw vector to h (layer 0: the residual stream
-// starts as the embedding row).
-__device__ __forceinline__ void load_normed(const Params& p, const bf16* src, bool from_l2, const bf16* gain,
-                                            const Slice& sl, uint4 (&x)[XCH], bool seed) {
+// The residual stream, elementwise: bf16(h + y), as the eager model's `h + proj(...)`.
+__device__ __forceinline__ uint4 residual(uint4 h, uint4 y) {
+  const unsigned* a = reinterpret_cast<const unsigned*>(&h);
+  const unsigned* c = reinterpret_cast<const unsigned*>(&y);
+  uint4 o;
+  unsigned* u = reinterpret_cast<unsigned*>(&o);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) u[e] = pack(lo(a[e]) + lo(c[e]), hi(a[e]) + hi(c[e]));
+  return o;
+}
+
+__device__ __forceinline__ uint4 stream_chunk(const uint4* src, const uint4* add, bool from_l2, int j) {
+  const uint4 v = from_l2 ? __ldcg(src + j) : src[j];
+  return add ? residual(v, __ldcg(add + j)) : v;
+}
+
+__device__ __forceinline__ float sumsq(uint4 v) {
+  const unsigned* u = reinterpret_cast<const unsigned*>(&v);
+  float s = 0.f;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) s += lo(u[e]) * lo(u[e]) + hi(u[e]) * hi(u[e]);
+  return s;
+}
+
+// x[i] <- this warp's slice of RMSNorm(h) * gain, rounded as the eager model, where the
+// stream h = src + add (add: the previous residual projection's output y, or null). The
+// residual add happens here, in every warp that needs h, rather than as a read-modify-
+// write in the O / down stages: that takes an L2 round trip off their critical path.
+// `out` (one warp of the grid) also stores h, for the next norm stage; it goes to the
+// other half of hbuf than `src`, which nobody reads any more (each norm stage reads the
+// half the previous one wrote, two stages back). Each warp reads the whole vector (4 KB
+// for Llama-3.2-1B, from L2) for the sum of squares: no block barrier. gv: this warp's
+// slice of the gain, loaded before the wait for the inputs.
+__device__ __forceinline__ void load_normed(const Params& p, const bf16* src, const bf16* add, bool from_l2,
+                                            const uint4 (&gv)[XCH], const Slice& sl, uint4 (&x)[XCH], bf16* out) {
   const int lane = threadIdx.x % 32, kc = p.K / 8;
   const uint4* s4 = reinterpret_cast<const uint4*>(src);
+  const uint4* a4 = reinterpret_cast<const uint4*>(add);
+  uint4* o4 = reinterpret_cast<uint4*>(out);
   float ss = 0.f;
-#pragma unroll 8
-  for (int j = lane; j < kc; j += 32) {
-    const uint4 v = from_l2 ? __ldcg(s4 + j) : s4[j];
-    const unsigned* u = reinterpret_cast<const unsigned*>(&v);
+  if (sl.cpp >= kc) {  // one part: the slice is the whole vector, read once
 #pragma unroll
-    for (int e = 0; e < 4; ++e) ss += lo(u[e]) * lo(u[e]) + hi(u[e]) * hi(u[e]);
-    if (seed) reinterpret_cast<uint4*>(p.h)[j] = v;
+    for (int i = 0; i < XCH; ++i) {
+      x[i] = make_uint4(0, 0, 0, 0);
+      if (sl.valid >> i & 1) {
+        x[i] = stream_chunk(s4, a4, from_l2, lane + 32 * i);
+        ss += sumsq(x[i]);
+        if (out) o4[lane + 32 * i] = x[i];
+      }
+    }
+  } else {
+    for (int j = lane; j < kc; j += 32) {
+      const uint4 v = stream_chunk(s4, a4, from_l2, j);
+      ss += sumsq(v);
+      if (out) o4[j] = v;
+    }
+#pragma unroll
+    for (int i = 0; i < XCH; ++i)
+      x[i] = sl.valid >> i & 1 ? stream_chunk(s4, a4, from_l2, sl.part * sl.cpp + lane + 32 * i) : make_uint4(0, 0, 0, 0);
   }
   const float inv = rsqrtf(warp_sum(ss) / p.K + p.eps);
 #pragma unroll
-  for (int i = 0; i < XCH; ++i) {
-    x[i] = make_uint4(0, 0, 0, 0);
+  for (int i = 0; i < XCH; ++i)
     if (sl.valid >> i & 1) {
-      const int j = sl.part * sl.cpp + lane + 32 * i;
-      x[i] = from_l2 ? __ldcg(s4 + j) : s4[j];
-      const uint4 g = reinterpret_cast<const uint4*>(gain)[j];
       unsigned* u = reinterpret_cast<unsigned*>(&x[i]);
-      const unsigned* gu = reinterpret_cast<const unsigned*>(&g);
+      const unsigned* g = reinterpret_cast<const unsigned*>(&gv[i]);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         float a = lo(u[e]) * inv, b = hi(u[e]) * inv;
         if (p.round_twice) { a = bf(a); b = bf(b); }
-        u[e] = pack(a * lo(gu[e]), b * hi(gu[e]));
+        u[e] = pack(a * lo(g[e]), b * hi(g[e]));
       }
     }
-  }
 }
 
 // x[i] <- this warp's slice of a bf16 vector another CTA wrote in this launch.
@@ -335,8 +374,12 @@ __device__ __forceinline__ void load_swiglu(const Params& p, const Slice& sl, ui
   }
 }
 
-// Attention of query head hq over positions [0, pos] (see the file comment).
-__device__ void attention(const Params& p, int layer, int hq, Shared& sh) {
+// Attention of query head hq over positions [0, pos] (see the file comment). The cached
+// K/V rows [0, pos) arrive through the ring, one BLOCK_S-position chunk per slot (K, then
+// V at byte BLOCK_S * D * 2), streamed by the producer with the weights: they do not
+// depend on this step, so they are in shared memory before the QKV stage completes.
+// Position pos (this step's row) comes from the QKV output. `it`: the ring position.
+__device__ void attention(const Params& p, int layer, int hq, Shared& sh, const unsigned char* ring, int& it) {
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int D = p.D, half = D / 2, group = p.NQ / p.NKV, kv = hq / group;
   const int pos = (int)*p.pos, length = pos + 1;
@@ -362,19 +405,29 @@ __device__ void attention(const Params& p, int layer, int hq, Shared& sh) {
     kc[(long long)pos * p.stride_pos + tid] = sh.k_new[tid];
     vc[(long long)pos * p.stride_pos + tid] = sh.v_new[tid];
   }
-  // Each warp takes chunks warp, warp + CWARPS, ...; a lane scores positions lane and
-  // lane + 32 of the chunk, then owns dims lane, lane + 32, ... of the weighted V sum.
+  // Chunk c is computed by warp c % CWARPS; every warp waits for and releases every slot
+  // (the ring's empty barrier counts all warps). A lane scores positions lane and lane +
+  // 32 of its chunk, then owns dims 2 lane + 64 k (+1) of the weighted V sum.
   float run_m = -INFINITY, run_l = 0.f, run_acc[MAXD / 32];
 #pragma unroll
   for (int i = 0; i < MAXD / 32; ++i) run_acc[i] = 0.f;
   const int nchunks = (length + BLOCK_S - 1) / BLOCK_S;
-  for (int ch = warp; ch < nchunks; ch += CWARPS) {
+  for (int ch = 0; ch < nchunks; ++ch, ++it) {
+    const int slot = it % NSTAGE;
+    mbar_wait(&sh.full[slot], (it / NSTAGE) & 1);
+    if (ch % CWARPS != warp) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&sh.empty[slot]);
+      continue;
+    }
+    const bf16* ks = reinterpret_cast<const bf16*>(ring + slot * TILE_BYTES);
+    const bf16* vs = ks + BLOCK_S * D;
     const int s0 = ch * BLOCK_S;
     float sc[2];
 #pragma unroll
     for (int h2 = 0; h2 < 2; ++h2) {  // the 2 x D / 8 loads of both positions go out together
       const int ps = s0 + lane + 32 * h2;
-      const bf16* kr = ps == pos ? sh.k_new : kc + (long long)min(ps, pos) * p.stride_pos;
+      const bf16* kr = ps < pos ? ks + (ps - s0) * D : sh.k_new;  // past pos: masked below
       float d0 = 0.f, d1 = 0.f;
 #pragma unroll
       for (int e = 0; e < MAXD; e += 8)
@@ -402,7 +455,7 @@ __device__ void attention(const Params& p, int layer, int hq, Shared& sh) {
 #pragma unroll
       for (int u = 0; u < 8; ++u) {
         const int ps = s0 + i0 + u;
-        const bf16* vr = ps == pos ? sh.v_new : vc + (long long)min(ps, pos) * p.stride_pos;
+        const bf16* vr = ps < pos ? vs + (ps - s0) * D : sh.v_new;
 #pragma unroll
         for (int k = 0; k < MAXD / 64; ++k) {
           const int d = 2 * lane + 64 * k;
@@ -420,6 +473,8 @@ __device__ void attention(const Params& p, int layer, int hq, Shared& sh) {
         }
       }
     }
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&sh.empty[slot]);
     const float new_m = fmaxf(run_m, m);
     const float w = __expf(m - new_m), alpha = __expf(run_m - new_m);  // alpha 0 on the first
     run_l = run_l * alpha + w * l;
@@ -468,9 +523,31 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
     if (tid == NC) {
       uint64_t policy;
       asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+      const int pos = (int)*p.pos, D = p.D, group = p.NQ / p.NKV;
       int it = 0;
       for (int g = 0; g < nstages; ++g) {
-        if (g % 5 == 1 && g < 5 * p.L) continue;  // attention reads no weights
+        if (g % 5 == 1 && g < 5 * p.L) {  // attention: the cached K/V rows [0, pos) of each head it owns
+          const unsigned long long* row = p.table + (g / 5) * NPTR;
+          for (int hq = 0; hq < p.NQ; ++hq) {
+            if (attention_owner(p, hq) != b) continue;
+            const long long head_off = (hq / group) * p.stride_head;
+            const bf16* kc = reinterpret_cast<const bf16*>(row[K_CACHE]) + head_off;
+            const bf16* vc = reinterpret_cast<const bf16*>(row[V_CACHE]) + head_off;
+            for (int c = 0; c * BLOCK_S <= pos; ++c, ++it) {
+              const int slot = it % NSTAGE;
+              if (it >= NSTAGE) mbar_wait(&sh.empty[slot], ((it / NSTAGE) - 1) & 1);
+              const unsigned bytes = (unsigned)(min(BLOCK_S, pos - c * BLOCK_S) * D * 2);  // 0: only pos
+              mbar_expect_tx(&sh.full[slot], 2 * bytes);
+              if (bytes) {
+                unsigned char* dst = ring + slot * TILE_BYTES;
+                bulk_copy(dst, kc + (long long)c * BLOCK_S * p.stride_pos, bytes, &sh.full[slot], policy);
+                bulk_copy(dst + BLOCK_S * D * 2, vc + (long long)c * BLOCK_S * p.stride_pos, bytes, &sh.full[slot],
+                          policy);
+              }
+            }
+          }
+          continue;
+        }
         const WStage st = weight_stage(p, g);
         const int ntiles = (st.n + st.r - 1) / st.r;
         for (int t = b; t < ntiles; t += G, ++it) {
@@ -502,6 +579,21 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
     if (attn_stage)
       for (int hq = 0; hq < p.NQ; ++hq) work |= attention_owner(p, hq) == b;
     if (work) {
+      // Before the wait: what does not depend on the previous stage (this warp's share of
+      // the tiles, its slice of the norm's gain).
+      const int kc = attn_stage ? 0 : st.k / 8, parts = attn_stage ? 1 : CWARPS / st.r, my_row = warp / parts;
+      const Slice sl = slice_of(kc, parts, warp % parts);
+      const unsigned long long* row = p.table + layer * NPTR;
+      const bool norm = !attn_stage && (s == 0 || s == 3 || head);
+      uint4 gv[XCH];
+#pragma unroll
+      for (int i = 0; i < XCH; ++i) gv[i] = make_uint4(0, 0, 0, 0);
+      if (norm) {
+        const uint4* g4 = reinterpret_cast<const uint4*>(row[head ? FINAL_NORM : s == 0 ? ATTN_NORM : MLP_NORM]);
+#pragma unroll
+        for (int i = 0; i < XCH; ++i)
+          if (sl.valid >> i & 1) gv[i] = g4[sl.part * sl.cpp + lane + 32 * i];
+      }
       if (g > 0) {  // wait for the previous stage, everywhere
         if (tid == 0)
           while (ld_acquire(counter(p, g - 1)) < (unsigned)G) {
@@ -512,21 +604,21 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
         if (trace && tid == 0) trace[g * 4 + 1] = now_ns();
         for (int hq = 0; hq < p.NQ; ++hq)
           if (attention_owner(p, hq) == b) {
-            attention(p, layer, hq, sh);
+            attention(p, layer, hq, sh, ring, it);
             consumers_sync();  // sh's attention scratch is reused by the next head
           }
       } else {
-        // This warp's (row, part) of every tile, and its slice of the input vector.
-        const int kc = st.k / 8, parts = CWARPS / st.r, my_row = warp / parts;
-        const Slice sl = slice_of(kc, parts, warp % parts);
-        const unsigned long long* row = p.table + layer * NPTR;
-        if (head) load_normed(p, p.h, true, reinterpret_cast<const bf16*>(row[FINAL_NORM]), sl, x, false);
+        // The residual stream h alternates between the halves of hbuf: the QKV stages read
+        // half 1 (layer 0: the embedding row) and write half 0, gate/up reads 0 writes 1.
+        bf16* h0 = p.hbuf;
+        bf16* h1 = p.hbuf + p.K;
+        const bool writer = b == 0 && warp == 0;  // CTA 0 always has tile 0
+        if (head) load_normed(p, h1, p.y, true, gv, sl, x, nullptr);
         else if (s == 0 && layer == 0)
-          load_normed(p, p.embed + *p.token * p.K, false, reinterpret_cast<const bf16*>(row[ATTN_NORM]), sl, x,
-                      b == 0 && warp == 0);
-        else if (s == 0) load_normed(p, p.h, true, reinterpret_cast<const bf16*>(row[ATTN_NORM]), sl, x, false);
+          load_normed(p, p.embed + *p.token * p.K, nullptr, false, gv, sl, x, writer ? h0 : nullptr);
+        else if (s == 0) load_normed(p, h1, p.y, true, gv, sl, x, writer ? h0 : nullptr);
         else if (s == 2) load_plain(p.attn, sl, x);
-        else if (s == 3) load_normed(p, p.h, true, reinterpret_cast<const bf16*>(row[MLP_NORM]), sl, x, false);
+        else if (s == 3) load_normed(p, h0, p.y, true, gv, sl, x, writer ? h1 : nullptr);
         else load_swiglu(p, sl, x);
 #pragma unroll
         for (int i = 0; i < XCH; ++i) xf[i] = unpack(x[i]);
@@ -568,7 +660,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
                 if (y > best_val) { best_val = y; best_idx = r; }  // rows grow: ties keep the first
               } else if (s == 0) p.qkv[r] = __float2bfloat16(y);
               else if (s == 3) p.gu[r] = __float2bfloat16(y);
-              else p.h[r] = __float2bfloat16(__bfloat162float(__ldcg(p.h + r)) + y);  // O, down: + residual
+              else p.y[r] = __float2bfloat16(y);  // O, down: the next norm stage adds it to h
             }
           }
           __syncwarp();
@@ -578,10 +670,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
     }
     if (!head) {  // signal: this CTA's part of stage g is done (stores first)
       consumers_sync();
-      if (tid == 0) {
-        __threadfence();
-        atomicAdd(counter(p, g), 1u);
-      }
+      if (tid == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter(p, g)) : "memory");
     }
     if (trace && tid == 0) { trace[g * 4 + 2] = now_ns(); trace[g * 4 + 3] = smid(); }
   }
