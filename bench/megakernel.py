@@ -43,6 +43,11 @@ from perfdoctor.engine.weights import random_hf_state_dict
 SHAPES: dict[str, MegaShape] = {
     "tuned": TUNED,  # 6 x 32 KB ring, 8 consumer warps
     "4x32KB": MegaShape(stages=4),
+    # L2 prefetch 4 / 8 / 12 tiles ahead of the ring: 17 / 34 / 52 MB over 132 CTAs (L2: 60 MB)
+    "pf4": MegaShape(prefetch=4),
+    "pf8": MegaShape(prefetch=8),
+    "pf12": MegaShape(prefetch=12),
+    "4x32KB-pf8": MegaShape(stages=4, prefetch=8),
     "3x32KB": MegaShape(stages=3),
     "12x16KB": MegaShape(tile_bytes=16384, stages=12),  # twice the tiles, 4 rows each
     "16-warps": MegaShape(consumer_warps=16),  # 2 warps per row

@@ -43,7 +43,9 @@ PART_CHUNKS = 256  # 16-byte chunks of one warp's part of a row at most (32 lane
 @dataclass(frozen=True)
 class MegaShape:
     """The kernel's compile-time shape: tile_bytes per ring stage (one bulk copy), `stages`
-    of them per CTA, consumer_warps (plus one producer warp). A tile is R rows, the largest
+    of them per CTA, consumer_warps (plus one producer warp), and `prefetch`: how many tiles
+    ahead of the ring the producer warms L2 (cp.async.bulk.prefetch.L2), so that DRAM keeps
+    streaming through the stage boundaries longer than the ring alone allows. A tile is R rows, the largest
     divisor of consumer_warps whose rows fit tile_bytes, and each warp owns one part of one
     row (consumer_warps / R parts): 8 rows of 4 KB for the 2048-wide matrices of
     Llama-3.2-1B, 2 rows of 16 KB (4 warps each) for down."""
@@ -51,9 +53,11 @@ class MegaShape:
     tile_bytes: int = 32768
     stages: int = 6
     consumer_warps: int = 8
+    prefetch: int = 0
 
     def defines(self) -> dict[str, int]:
-        return {"TILE_BYTES": self.tile_bytes, "NSTAGE": self.stages, "CWARPS": self.consumer_warps}
+        return {"TILE_BYTES": self.tile_bytes, "NSTAGE": self.stages, "CWARPS": self.consumer_warps,
+                "PREFETCH": self.prefetch}
 
     @property
     def threads(self) -> int:

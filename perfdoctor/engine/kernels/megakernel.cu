@@ -51,6 +51,9 @@
 #ifndef NSTAGE
 #define NSTAGE 6  // ring depth
 #endif
+#ifndef PREFETCH
+#define PREFETCH 0  // tiles the L2 prefetch runs ahead of the ring (0: none)
+#endif
 #ifndef CWARPS
 #define CWARPS 8  // consumer warps; one more warp produces
 #endif
@@ -503,6 +506,63 @@ __device__ void attention(const Params& p, int layer, int hq, Shared& sh, const 
   }
 }
 
+// ---- the producer's tile sequence --------------------------------------------------
+
+// One ring slot's worth: up to two contiguous ranges (a weight tile: one; a K/V chunk: K
+// at slot offset 0 and V at BLOCK_S * D * 2; 0 bytes where a chunk holds only pos).
+struct Tile {
+  const void* src[2];
+  unsigned bytes[2], offset[2];
+};
+
+// Position in this CTA's sequence of tiles for the step: weight stage g's tiles b, b + G,
+// ...; attention stages: each owned head's chunks. The consumers walk the same sequence.
+struct TileSeq {
+  int g, t, hq, c;  // zero-initialised: before the first tile
+  bool started;
+};
+
+__device__ bool next_tile(const Params& p, int pos, TileSeq& q, Tile& out) {
+  const int b = blockIdx.x, G = gridDim.x, nstages = 5 * p.L + 1;
+  while (q.g < nstages) {
+    if (q.g % 5 == 1 && q.g < 5 * p.L) {  // attention: the cached K/V rows [0, pos) of its heads
+      if (!q.started) { q.started = true; q.hq = 0; q.c = -1; }
+      if (q.c >= 0 && (q.c + 1) * BLOCK_S <= pos) ++q.c;
+      else {
+        q.hq += q.c >= 0;  // the previous head is done
+        while (q.hq < p.NQ && attention_owner(p, q.hq) != b) ++q.hq;
+        q.c = q.hq < p.NQ ? 0 : -1;
+      }
+      if (q.c >= 0) {
+        const unsigned long long* row = p.table + (q.g / 5) * NPTR;
+        const long long off = (q.hq / (p.NQ / p.NKV)) * p.stride_head + (long long)q.c * BLOCK_S * p.stride_pos;
+        const unsigned bytes = (unsigned)(min(BLOCK_S, pos - q.c * BLOCK_S) * p.D * 2);  // 0: only pos
+        out = Tile{{reinterpret_cast<const bf16*>(row[K_CACHE]) + off, reinterpret_cast<const bf16*>(row[V_CACHE]) + off},
+                   {bytes, bytes}, {0u, (unsigned)(BLOCK_S * p.D * 2)}};
+        return true;
+      }
+    } else {
+      const WStage st = weight_stage(p, q.g);
+      q.t = q.started ? q.t + G : b;
+      q.started = true;
+      if (q.t * st.r < st.n) {
+        out = Tile{{st.w + (long long)q.t * st.r * st.k, nullptr},
+                   {(unsigned)(min(st.r, st.n - q.t * st.r) * st.k * 2), 0u}, {0u, 0u}};
+        return true;
+      }
+    }
+    ++q.g;
+    q.started = false;
+  }
+  return false;
+}
+
+// Warm L2 with a tile the ring will take later (no completion to wait for).
+__device__ __forceinline__ void prefetch_l2(const Tile& t) {
+  for (int k = 0; k < 2; ++k)
+    if (t.bytes[k]) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(t.src[k]), "r"(t.bytes[k]) : "memory");
+}
+
 // ---- the kernel -----------------------------------------------------------------------
 
 extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __grid_constant__ Params p) {
@@ -519,44 +579,23 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
   }
   __syncthreads();
 
-  if (tid >= NC) {  // ---- the producer warp: stream this CTA's weight tiles, in order
+  if (tid >= NC) {  // ---- the producer warp: stream this CTA's tiles, in order
     if (tid == NC) {
       uint64_t policy;
       asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-      const int pos = (int)*p.pos, D = p.D, group = p.NQ / p.NKV;
-      int it = 0;
-      for (int g = 0; g < nstages; ++g) {
-        if (g % 5 == 1 && g < 5 * p.L) {  // attention: the cached K/V rows [0, pos) of each head it owns
-          const unsigned long long* row = p.table + (g / 5) * NPTR;
-          for (int hq = 0; hq < p.NQ; ++hq) {
-            if (attention_owner(p, hq) != b) continue;
-            const long long head_off = (hq / group) * p.stride_head;
-            const bf16* kc = reinterpret_cast<const bf16*>(row[K_CACHE]) + head_off;
-            const bf16* vc = reinterpret_cast<const bf16*>(row[V_CACHE]) + head_off;
-            for (int c = 0; c * BLOCK_S <= pos; ++c, ++it) {
-              const int slot = it % NSTAGE;
-              if (it >= NSTAGE) mbar_wait(&sh.empty[slot], ((it / NSTAGE) - 1) & 1);
-              const unsigned bytes = (unsigned)(min(BLOCK_S, pos - c * BLOCK_S) * D * 2);  // 0: only pos
-              mbar_expect_tx(&sh.full[slot], 2 * bytes);
-              if (bytes) {
-                unsigned char* dst = ring + slot * TILE_BYTES;
-                bulk_copy(dst, kc + (long long)c * BLOCK_S * p.stride_pos, bytes, &sh.full[slot], policy);
-                bulk_copy(dst + BLOCK_S * D * 2, vc + (long long)c * BLOCK_S * p.stride_pos, bytes, &sh.full[slot],
-                          policy);
-              }
-            }
-          }
-          continue;
-        }
-        const WStage st = weight_stage(p, g);
-        const int ntiles = (st.n + st.r - 1) / st.r;
-        for (int t = b; t < ntiles; t += G, ++it) {
-          const int slot = it % NSTAGE;
-          if (it >= NSTAGE) mbar_wait(&sh.empty[slot], ((it / NSTAGE) - 1) & 1);
-          const unsigned bytes = (unsigned)(min(st.r, st.n - t * st.r) * st.k * 2);
-          mbar_expect_tx(&sh.full[slot], bytes);
-          bulk_copy(ring + slot * TILE_BYTES, st.w + (long long)t * st.r * st.k, bytes, &sh.full[slot], policy);
-        }
+      const int pos = (int)*p.pos;
+      TileSeq copy{}, ahead{};  // `ahead` runs PREFETCH tiles in front, warming L2
+      Tile tile;
+      for (int i = 0; i < PREFETCH && next_tile(p, pos, ahead, tile); ++i) prefetch_l2(tile);
+      for (int it = 0; next_tile(p, pos, copy, tile); ++it) {
+        const int slot = it % NSTAGE;
+        if (it >= NSTAGE) mbar_wait(&sh.empty[slot], ((it / NSTAGE) - 1) & 1);
+        mbar_expect_tx(&sh.full[slot], tile.bytes[0] + tile.bytes[1]);
+        unsigned char* dst = ring + slot * TILE_BYTES;
+        for (int k = 0; k < 2; ++k)
+          if (tile.bytes[k]) bulk_copy(dst + tile.offset[k], tile.src[k], tile.bytes[k], &sh.full[slot], policy);
+        Tile far;
+        if (PREFETCH && next_tile(p, pos, ahead, far)) prefetch_l2(far);
       }
     }
     return;
