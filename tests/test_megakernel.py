@@ -98,8 +98,8 @@ MEGA_CASES = [
     # 4 KB tiles (one K/V chunk of head_dim 16) in a 2-stage ring: the ring wraps every
     # other tile, through weights and K/V chunks, with partial last tiles
     pytest.param("odd", 200, MegaShape(tile_bytes=4096, stages=2), id="odd-small-ring"),
-    pytest.param("odd", 200, MegaShape(tile_bytes=4096, stages=2, prefetch=3), id="odd-small-ring-prefetch"),
-    pytest.param("llama-3.2-1b", 2048, MegaShape(), id="llama-1b-no-prefetch", marks=pytest.mark.gpu),
+    pytest.param("odd", 200, MegaShape(tile_bytes=4096, stages=3, prefetch=3, in_flight=1), id="odd-prefetch-in-flight-1"),
+    pytest.param("llama-3.2-1b", 2048, MegaShape(prefetch=8), id="llama-1b-prefetch", marks=pytest.mark.gpu),
     pytest.param("llama-3.2-1b", 2048, TUNED, id="llama-1b", marks=pytest.mark.gpu),
 ]
 

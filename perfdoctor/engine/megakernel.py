@@ -45,7 +45,9 @@ class MegaShape:
     """The kernel's compile-time shape: tile_bytes per ring stage (one bulk copy), `stages`
     of them per CTA, consumer_warps (plus one producer warp), and `prefetch`: how many tiles
     ahead of the ring the producer warms L2 (cp.async.bulk.prefetch.L2), so that DRAM keeps
-    streaming through the stage boundaries longer than the ring alone allows. A tile is R rows, the largest
+    streaming through the stage boundaries longer than the ring alone allows (measured: it
+    does not: it lengthens the boundaries more), and `in_flight`: how many of the ring's
+    copies may be outstanding at once (fewer queued bytes, shorter round trips). A tile is R rows, the largest
     divisor of consumer_warps whose rows fit tile_bytes, and each warp owns one part of one
     row (consumer_warps / R parts): 8 rows of 4 KB for the 2048-wide matrices of
     Llama-3.2-1B, 2 rows of 16 KB (4 warps each) for down."""
@@ -54,10 +56,11 @@ class MegaShape:
     stages: int = 6
     consumer_warps: int = 8
     prefetch: int = 0
+    in_flight: int = 0  # bulk copies outstanding per producer at most; 0: up to `stages`
 
     def defines(self) -> dict[str, int]:
         return {"TILE_BYTES": self.tile_bytes, "NSTAGE": self.stages, "CWARPS": self.consumer_warps,
-                "PREFETCH": self.prefetch}
+                "PREFETCH": self.prefetch, "IN_FLIGHT": self.in_flight or self.stages}
 
     @property
     def threads(self) -> int:
@@ -68,7 +71,7 @@ class MegaShape:
         return self.tile_bytes * self.stages
 
 
-TUNED = MegaShape(prefetch=8)  # bench/megakernel.py's table says why
+TUNED = MegaShape(in_flight=2)  # bench/megakernel.py's table says why
 
 
 @dataclass(frozen=True)
