@@ -41,16 +41,14 @@ from perfdoctor.engine.weights import random_hf_state_dict
 
 # Shapes --shapes can name: the shipped one and the alternatives that explain it.
 SHAPES: dict[str, MegaShape] = {
-    "tuned": TUNED,  # 6 x 32 KB ring, 8 consumer warps, at most 2 copies in flight
-    "in-flight-1": MegaShape(in_flight=1),
-    "in-flight-3": MegaShape(in_flight=3),
-    "in-flight-4": MegaShape(in_flight=4),
-    "in-flight-6": MegaShape(),  # no throttle: v3.2
-    "4x32KB": MegaShape(stages=4, in_flight=2),
+    "tuned": TUNED,  # 6 x 32 KB ring, 8 consumer warps
+    "in-flight-1": MegaShape(in_flight=1),  # at most 1 / 2 bulk copies outstanding per producer
+    "in-flight-2": MegaShape(in_flight=2),
+    "4x32KB": MegaShape(stages=4),
     # L2 prefetch 4 / 8 tiles ahead of the ring: 17 / 34 MB over 132 CTAs (L2: 60 MB)
     "pf4": MegaShape(prefetch=4),
     "pf8": MegaShape(prefetch=8),
-    "12x16KB": MegaShape(tile_bytes=16384, stages=12, in_flight=4),  # twice the tiles, 4 rows each
+    "12x16KB": MegaShape(tile_bytes=16384, stages=12),  # twice the tiles, 4 rows each
     "16-warps": MegaShape(consumer_warps=16),  # 2 warps per row
     "16-warps-3x64KB": MegaShape(tile_bytes=65536, stages=3, consumer_warps=16),  # 16 rows
     "4-warps-12x16KB": MegaShape(tile_bytes=16384, stages=12, consumer_warps=4),

@@ -71,7 +71,7 @@ class MegaShape:
         return self.tile_bytes * self.stages
 
 
-TUNED = MegaShape(in_flight=2)  # bench/megakernel.py's table says why
+TUNED = MegaShape()  # bench/megakernel.py's table says why
 
 
 @dataclass(frozen=True)

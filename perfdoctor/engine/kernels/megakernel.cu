@@ -64,6 +64,7 @@
 #define NTHREADS (NC + 32)
 #define MAXK 8192  // widest input vector (hidden, q_heads * head_dim, intermediate)
 #define XCH 8  // 16-byte chunks of its part of the input vector per lane (parts of <= 256 chunks)
+#define TCH ((MAXK / 8 + NC - 1) / NC)  // 16-byte chunks of a stage's input vector per consumer thread
 #define MAXD 128  // head_dim at most
 #define BLOCK_S 64  // attention positions per chunk (fused's split size: same rounding)
 #define CSTRIDE 32  // done counters 128 bytes apart
@@ -82,7 +83,7 @@ struct Params {  // mirrored by perfdoctor.engine.megakernel._Params (same order
   const bf16* sin;
   const long long* token;  // [1]
   const long long* pos;    // [1]
-  bf16* hbuf;    // [2][K] the residual stream, materialised by the norm stages (see load_normed)
+  bf16* hbuf;    // [2][K] the residual stream, materialised by the norm stages (see stage_normed)
   bf16* y;       // [K] the O or down projection, added to the stream by the next norm stage
   bf16* qkv;     // [(NQ + 2 NKV) D] before RoPE
   bf16* attn;    // [NQ D]
@@ -255,6 +256,9 @@ struct Shared {
   __align__(16) bf16 k_new[MAXD];
   __align__(16) bf16 v_new[MAXD];
   float wm[CWARPS], wl[CWARPS], wacc[CWARPS][MAXD];
+  // the stage's input vector, staged once per CTA (see stage_normed)
+  float sred[CWARPS];
+  __align__(16) bf16 xs[MAXK];
 };
 
 // This warp's part of a stage's input vector: chunks j = part * cpp + lane + 32 i of the
@@ -297,87 +301,92 @@ __device__ __forceinline__ float sumsq(uint4 v) {
   return s;
 }
 
-// x[i] <- this warp's slice of RMSNorm(h) * gain, rounded as the eager model, where the
-// stream h = src + add (add: the previous residual projection's output y, or null). The
-// residual add happens here, in every warp that needs h, rather than as a read-modify-
-// write in the O / down stages: that takes an L2 round trip off their critical path.
-// `out` (one warp of the grid) also stores h, for the next norm stage; it goes to the
-// other half of hbuf than `src`, which nobody reads any more (each norm stage reads the
-// half the previous one wrote, two stages back). Each warp reads the whole vector (4 KB
-// for Llama-3.2-1B, from L2) for the sum of squares: no block barrier. gv: this warp's
-// slice of the gain, loaded before the wait for the inputs.
-__device__ __forceinline__ void load_normed(const Params& p, const bf16* src, const bf16* add, bool from_l2,
-                                            const uint4 (&gv)[XCH], const Slice& sl, uint4 (&x)[XCH], bf16* out) {
-  const int lane = threadIdx.x % 32, kc = p.K / 8;
+// The stage's input vector goes through shared memory: the CTA's consumer threads read it
+// from L2 once (a 16-byte chunk or a few each), then every warp takes its slice from
+// shared memory. Every warp reading it from L2 itself moved ~9 MB through L2 per stage
+// boundary over the chip (v3.2), on the boundary's critical path.
+
+// xs <- RMSNorm(h) * gain, rounded as the eager model, where the stream h = src + add
+// (add: the previous residual projection's output y, or null). The residual add happens
+// here rather than as a read-modify-write in the O / down stages: that takes an L2 round
+// trip off their critical path. `out` (CTA 0) also stores h for the next norm stage, in
+// the other half of hbuf than `src`, which nobody reads any more (each norm stage reads the
+// half the previous one wrote, two stages back). gv: this thread's chunks of the gain,
+// loaded before the wait for the inputs.
+__device__ __forceinline__ void stage_normed(const Params& p, const bf16* src, const bf16* add, bool from_l2,
+                                             const uint4 (&gv)[TCH], bf16* out, Shared& sh) {
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, kc = p.K / 8;
   const uint4* s4 = reinterpret_cast<const uint4*>(src);
   const uint4* a4 = reinterpret_cast<const uint4*>(add);
   uint4* o4 = reinterpret_cast<uint4*>(out);
+  uint4 v[TCH];
   float ss = 0.f;
-  if (sl.cpp >= kc) {  // one part: the slice is the whole vector, read once
 #pragma unroll
-    for (int i = 0; i < XCH; ++i) {
-      x[i] = make_uint4(0, 0, 0, 0);
-      if (sl.valid >> i & 1) {
-        x[i] = stream_chunk(s4, a4, from_l2, lane + 32 * i);
-        ss += sumsq(x[i]);
-        if (out) o4[lane + 32 * i] = x[i];
-      }
+  for (int c = 0; c < TCH; ++c) {
+    const int j = tid + c * NC;
+    if (j < kc) {
+      v[c] = stream_chunk(s4, a4, from_l2, j);
+      ss += sumsq(v[c]);
+      if (out) o4[j] = v[c];
     }
-  } else {
-    for (int j = lane; j < kc; j += 32) {
-      const uint4 v = stream_chunk(s4, a4, from_l2, j);
-      ss += sumsq(v);
-      if (out) o4[j] = v;
-    }
-#pragma unroll
-    for (int i = 0; i < XCH; ++i)
-      x[i] = sl.valid >> i & 1 ? stream_chunk(s4, a4, from_l2, sl.part * sl.cpp + lane + 32 * i) : make_uint4(0, 0, 0, 0);
   }
-  const float inv = rsqrtf(warp_sum(ss) / p.K + p.eps);
+  ss = warp_sum(ss);
+  if (lane == 0) sh.sred[warp] = ss;
+  consumers_sync();
+  float total = 0.f;
 #pragma unroll
-  for (int i = 0; i < XCH; ++i)
-    if (sl.valid >> i & 1) {
-      unsigned* u = reinterpret_cast<unsigned*>(&x[i]);
-      const unsigned* g = reinterpret_cast<const unsigned*>(&gv[i]);
+  for (int w = 0; w < CWARPS; ++w) total += sh.sred[w];
+  const float inv = rsqrtf(total / p.K + p.eps);
+#pragma unroll
+  for (int c = 0; c < TCH; ++c) {
+    const int j = tid + c * NC;
+    if (j < kc) {
+      unsigned* u = reinterpret_cast<unsigned*>(&v[c]);
+      const unsigned* g = reinterpret_cast<const unsigned*>(&gv[c]);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         float a = lo(u[e]) * inv, b = hi(u[e]) * inv;
         if (p.round_twice) { a = bf(a); b = bf(b); }
         u[e] = pack(a * lo(g[e]), b * hi(g[e]));
       }
+      reinterpret_cast<uint4*>(sh.xs)[j] = v[c];
     }
+  }
+  consumers_sync();
 }
 
-// x[i] <- this warp's slice of a bf16 vector another CTA wrote in this launch.
-__device__ __forceinline__ void load_plain(const bf16* src, const Slice& sl, uint4 (&x)[XCH]) {
-  const int lane = threadIdx.x % 32;
+// xs <- a bf16 vector of length k another CTA wrote in this launch.
+__device__ __forceinline__ void stage_plain(const bf16* src, int k, Shared& sh) {
 #pragma unroll
-  for (int i = 0; i < XCH; ++i)
-    x[i] = sl.valid >> i & 1 ? __ldcg(reinterpret_cast<const uint4*>(src) + sl.part * sl.cpp + lane + 32 * i)
-                             : make_uint4(0, 0, 0, 0);
+  for (int c = 0; c < TCH; ++c) {
+    const int j = threadIdx.x + c * NC;
+    if (j < k / 8) reinterpret_cast<uint4*>(sh.xs)[j] = __ldcg(reinterpret_cast<const uint4*>(src) + j);
+  }
+  consumers_sync();
 }
 
-// x[i] <- this warp's slice of silu(gate) * up, rounded as `norm_gate_up` (silu, then the product).
-__device__ __forceinline__ void load_swiglu(const Params& p, const Slice& sl, uint4 (&x)[XCH]) {
-  const int lane = threadIdx.x % 32;
+// xs <- silu(gate) * up, rounded as `norm_gate_up` (silu, then the product).
+__device__ __forceinline__ void stage_swiglu(const Params& p, Shared& sh) {
 #pragma unroll
-  for (int i = 0; i < XCH; ++i) {
-    x[i] = make_uint4(0, 0, 0, 0);
-    if (sl.valid >> i & 1) {
-      const int j = sl.part * sl.cpp + lane + 32 * i;
+  for (int c = 0; c < TCH; ++c) {
+    const int j = threadIdx.x + c * NC;
+    if (j < p.I / 8) {
       uint4 g4 = __ldcg(reinterpret_cast<const uint4*>(p.gu) + j);
       uint4 u4 = __ldcg(reinterpret_cast<const uint4*>(p.gu + p.I) + j);
       const unsigned* g = reinterpret_cast<const unsigned*>(&g4);
       const unsigned* u = reinterpret_cast<const unsigned*>(&u4);
-      unsigned* o = reinterpret_cast<unsigned*>(&x[i]);
+      uint4 o;
+      unsigned* ou = reinterpret_cast<unsigned*>(&o);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float ga = lo(g[e]), gb = hi(g[e]);
         const float sa = bf(ga / (1.f + __expf(-ga))), sb = bf(gb / (1.f + __expf(-gb)));
-        o[e] = pack(sa * lo(u[e]), sb * hi(u[e]));
+        ou[e] = pack(sa * lo(u[e]), sb * hi(u[e]));
       }
+      reinterpret_cast<uint4*>(sh.xs)[j] = o;
     }
   }
+  consumers_sync();
 }
 
 // Attention of query head hq over positions [0, pos] (see the file comment). The cached
@@ -613,7 +622,6 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
   // ---- the consumer warps
   const int warp = tid / 32, lane = tid % 32;
   long long* trace = p.trace ? p.trace + (long long)b * nstages * 4 : nullptr;
-  uint4 x[XCH];
   F8 xf[XCH];
   float best_val = -INFINITY;
   int best_idx = 0x7fffffff, it = 0;
@@ -633,14 +641,12 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
       const Slice sl = slice_of(kc, parts, warp % parts);
       const unsigned long long* row = p.table + layer * NPTR;
       const bool norm = !attn_stage && (s == 0 || s == 3 || head);
-      uint4 gv[XCH];
+      uint4 gv[TCH];
 #pragma unroll
-      for (int i = 0; i < XCH; ++i) gv[i] = make_uint4(0, 0, 0, 0);
-      if (norm) {
-        const uint4* g4 = reinterpret_cast<const uint4*>(row[head ? FINAL_NORM : s == 0 ? ATTN_NORM : MLP_NORM]);
-#pragma unroll
-        for (int i = 0; i < XCH; ++i)
-          if (sl.valid >> i & 1) gv[i] = g4[sl.part * sl.cpp + lane + 32 * i];
+      for (int c = 0; c < TCH; ++c) {
+        const int j = tid + c * NC;
+        gv[c] = norm && j < kc ? reinterpret_cast<const uint4*>(row[head ? FINAL_NORM : s == 0 ? ATTN_NORM : MLP_NORM])[j]
+                               : make_uint4(0, 0, 0, 0);
       }
       if (g > 0) {  // wait for the previous stage, everywhere
         if (tid == 0)
@@ -660,16 +666,18 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
         // half 1 (layer 0: the embedding row) and write half 0, gate/up reads 0 writes 1.
         bf16* h0 = p.hbuf;
         bf16* h1 = p.hbuf + p.K;
-        const bool writer = b == 0 && warp == 0;  // CTA 0 always has tile 0
-        if (head) load_normed(p, h1, p.y, true, gv, sl, x, nullptr);
+        const bool writer = b == 0;  // CTA 0 always has tile 0
+        if (head) stage_normed(p, h1, p.y, true, gv, nullptr, sh);
         else if (s == 0 && layer == 0)
-          load_normed(p, p.embed + *p.token * p.K, nullptr, false, gv, sl, x, writer ? h0 : nullptr);
-        else if (s == 0) load_normed(p, h1, p.y, true, gv, sl, x, writer ? h0 : nullptr);
-        else if (s == 2) load_plain(p.attn, sl, x);
-        else if (s == 3) load_normed(p, h0, p.y, true, gv, sl, x, writer ? h1 : nullptr);
-        else load_swiglu(p, sl, x);
+          stage_normed(p, p.embed + *p.token * p.K, nullptr, false, gv, writer ? h0 : nullptr, sh);
+        else if (s == 0) stage_normed(p, h1, p.y, true, gv, writer ? h0 : nullptr, sh);
+        else if (s == 2) stage_plain(p.attn, p.NQ * p.D, sh);
+        else if (s == 3) stage_normed(p, h0, p.y, true, gv, writer ? h1 : nullptr, sh);
+        else stage_swiglu(p, sh);
 #pragma unroll
-        for (int i = 0; i < XCH; ++i) xf[i] = unpack(x[i]);
+        for (int i = 0; i < XCH; ++i)  // this warp's slice, unpacked to fp32 for the whole stage
+          xf[i] = unpack(sl.valid >> i & 1 ? reinterpret_cast<const uint4*>(sh.xs)[sl.part * sl.cpp + lane + 32 * i]
+                                           : make_uint4(0, 0, 0, 0));
         if (trace && tid == 0) trace[g * 4 + 1] = now_ns();
         for (int t = b; t < ntiles; t += G, ++it) {
           const int slot = it % NSTAGE;
