@@ -14,11 +14,19 @@
 // [N, K] cut into tiles of R consecutive rows (R * K * 2 bytes, at most TILE_BYTES: one
 // contiguous bulk copy); CTA b takes tiles b, b + G, b + 2G, ... Inside a tile, each
 // consumer warp owns one (row, part) of the R rows x P = CWARPS / R parts of a row: it
-// keeps its part of the input vector in registers for the whole stage, reduces its dot
-// product with a warp shuffle, and (P > 1) the last of a row's P warps to finish sums the
-// parts in a fixed order. No block barrier per tile: warps run independently, held
-// together only by the ring (a slot is refilled once all warps released it). The stages
-// of a step, in order, with g = layer * 5 + s the stage index:
+// keeps its part of the input vector in registers for the whole stage (the CTA stages the
+// vector in shared memory once), reduces its dot product with a warp shuffle, and (P > 1)
+// the last of a row's P warps to finish sums the parts in a fixed order. No block barrier
+// per tile: warps run independently, held together only by the ring (a slot is refilled
+// once all warps released it). The stages of a step, in order, g = layer * 5 + s:
+//   s = 0  QKV:       qkv = W_qkv RMSNorm(h), where h = h + y (the residual add of the
+//                     previous down stage; layer 0: h = the embedding row)
+//   s = 1  attention: per query head (no weights; the cached K/V rows come through the
+//                     ring), RoPE of q and of this step's k, the K/V append, softmax(q K^T) V
+//   s = 2  O:         y = W_o attn
+//   s = 3  gate/up:   gu = W_13 RMSNorm(h), where h = h + y   ([gate; up], 2I rows)
+//   s = 4  down:      y = W_2 (silu(gate) * up)              (SwiGLU applied while loading gu)
+//   g = 5L head:      logits = W_head RMSNorm(h + y), argmax
 // Weights do not depend on activations, so each CTA's producer knows its whole tile list
 // in advance and streams it without pause, through stage and layer boundaries, limited
 // only by the ring: while the consumers wait for a stage's inputs, the ring fills with the
@@ -27,12 +35,12 @@
 // Synchronisation: done counter g counts the CTAs that finished stage g; every CTA bumps
 // every counter once (a CTA without work in a stage at once), so stage g is complete at G.
 // A CTA with work in stage g first waits for counter g - 1 to reach G. Transitively that
-// orders every write-after-read on the shared activation buffers too (e.g. the O stage
-// rewrites h only after attention is complete, which only starts once every QKV tile,
-// the last reader of h, is done). Release: the consumer threads' stores, a named barrier,
+// orders every write-after-read on the shared activation buffers too (e.g. the down stage
+// rewrites y only after every gate/up tile is done, and the gate/up loaders were the last
+// readers of the O stage's y). Release: the consumer threads' stores, a named barrier,
 // then one thread's fence + atomic add; acquire: one thread's ld.acquire spin, a named
 // barrier, then L2 loads (__ldcg: the SM's L1 is not coherent) of activations. All CTAs
-// must be resident at once (one per SM, 200 KB of shared memory each: the host launches
+// must be resident at once (one per SM, 216 KB of shared memory each: the host launches
 // exactly one per SM and checks the occupancy), or a CTA could wait for one never started.
 // The last CTA to finish the head reduces the argmax and zeroes the counters for the
 // next launch, so a step is one kernel node and nothing else.
