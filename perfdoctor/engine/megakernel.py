@@ -43,14 +43,16 @@ PART_CHUNKS = 256  # 16-byte chunks of one warp's part of a row at most (32 lane
 @dataclass(frozen=True)
 class MegaShape:
     """The kernel's compile-time shape: tile_bytes per ring stage (one bulk copy), `stages`
-    of them per CTA, consumer_warps (plus one producer warp), and `prefetch`: how many tiles
-    ahead of the ring the producer warms L2 (cp.async.bulk.prefetch.L2), so that DRAM keeps
-    streaming through the stage boundaries longer than the ring alone allows (measured: it
-    does not: it lengthens the boundaries more), and `in_flight`: how many of the ring's
-    copies may be outstanding at once (fewer queued bytes, shorter round trips). A tile is R rows, the largest
+    of them per CTA, consumer_warps (plus one producer warp). A tile is R rows, the largest
     divisor of consumer_warps whose rows fit tile_bytes, and each warp owns one part of one
     row (consumer_warps / R parts): 8 rows of 4 KB for the 2048-wide matrices of
-    Llama-3.2-1B, 2 rows of 16 KB (4 warps each) for down."""
+    Llama-3.2-1B, 2 rows of 16 KB (4 warps each) for down.
+
+    Two knobs the H200 measurements turned down (bench/megakernel.py keeps them as rows, so
+    the finding can be re-checked): `prefetch`, tiles the producer warms in L2 ahead of the
+    ring (cp.async.bulk.prefetch.L2; slower at every depth tried), and `in_flight`, bulk
+    copies outstanding per producer at most (0: up to `stages`; 1 to 6 measured equal).
+    """
 
     tile_bytes: int = 32768
     stages: int = 6
