@@ -1,21 +1,22 @@
-"""Time the megakernel step against fused on a GPU, several launch shapes, one table.
+"""Time the megakernel step against fused on a GPU, several kernel shapes, one table.
 
-    python bench/megakernel.py [--tokens 256] [--repeats 3] [--shapes tuned,1-block-tasks,...] [--json out.json]
+    python bench/megakernel.py [--tokens 256] [--repeats 3] [--shapes tuned,4x32KB,...] [--json out.json]
 
-For each named shape (a `MegaShape`): the compiled kernel's registers and spills, then the
-decode loop through the engine's `generate` (median of --repeats generations of --tokens
-tokens, after a warm-up that captures the graph), and how long its free-running tokens
-agree with fused's. Then one traced step of the first shape (`MegaKernels(trace=True)`:
-every task stamps %globaltimer when it starts, when its inputs are ready, when it ends),
-reduced to a per-stage split, summed over the layers:
+For each named shape (a `MegaShape`: ring stages x tile bytes, consumer warps): the built
+kernel's registers and local memory, then the decode loop through the engine's `generate`
+(median of --repeats generations of --tokens tokens, after a warm-up that captures the
+graph), and how long its free-running tokens agree with fused's. Then one traced step of
+the first shape (`MegaKernels(trace=True)`: every CTA stamps %globaltimer at each stage's
+start, when its inputs were ready, at its end), reduced to a per-stage split, summed over
+the layers, over the CTAs that had work in the stage:
 
   busy    from the stage's first input-ready to its last end (the stage's own window)
-  wait    mean per task of start -> inputs ready (its weight loads were in flight then)
-  work    mean per task of inputs ready -> end
+  wait    mean per CTA of start -> inputs ready (its ring was filling meanwhile)
+  work    mean per CTA of inputs ready -> end
   handoff from the previous stage's last end to this stage's first input-ready
 
-and GB/s of the stage's weight bytes over its busy window. Stamps cost a little, so the
-traced step is slower than the timed ones; the split is for where, not how much.
+and GB/s of the stage's weight bytes over its busy window. The weights stream ahead of
+the stages, so a stage's busy window can be shorter than its bytes over DRAM bandwidth.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import argparse
 import json
 import statistics
 import sys
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -34,21 +35,23 @@ from perfdoctor.engine.fused import fused_step
 from perfdoctor.engine.generate import generate, random_prompt
 from perfdoctor.engine.graphs import GraphedStep
 from perfdoctor.engine.measure import Speed, peak_dram_bandwidth
-from perfdoctor.engine.megakernel import TUNED, MegaKernels, MegaShape
+from perfdoctor.engine.megakernel import STAGES, TUNED, MegaKernels, MegaShape
 from perfdoctor.engine.model import Transformer
 from perfdoctor.engine.weights import random_hf_state_dict
 
-STAGES = ("qkv", "attention", "o", "gate_up", "down")
-
 # Shapes --shapes can name: the shipped one and the alternatives that explain it.
 SHAPES: dict[str, MegaShape] = {
-    "tuned": TUNED,
-    # One 32 KB block per task, no double buffering: v1 of the H200 notes without its prefetch.
-    "1-block-tasks": replace(TUNED, pairs=4, qkv_sub=1, o_rows=8, o_sub=1, gu_rows=4, gu_sub=1, down_rows=2,
-                             down_sub=1, head_rows=8, head_sub=1),
-    "2-block-tasks": replace(TUNED, qkv_sub=2, o_sub=2, gu_sub=2, down_sub=2, head_sub=4),
-    "8-block-tasks": replace(TUNED, qkv_sub=8, o_sub=8, gu_sub=8, down_sub=8, head_sub=16),
-    "16-warps-1/sm": replace(TUNED, num_warps=16, programs_per_sm=1),
+    "tuned": TUNED,  # 6 x 32 KB ring, 8 consumer warps
+    "in-flight-1": MegaShape(in_flight=1),  # at most 1 / 2 bulk copies outstanding per producer
+    "in-flight-2": MegaShape(in_flight=2),
+    "4x32KB": MegaShape(stages=4),
+    # L2 prefetch 4 / 8 tiles ahead of the ring: 17 / 34 MB over 132 CTAs (L2: 60 MB)
+    "pf4": MegaShape(prefetch=4),
+    "pf8": MegaShape(prefetch=8),
+    "12x16KB": MegaShape(tile_bytes=16384, stages=12),  # twice the tiles, 4 rows each
+    "16-warps": MegaShape(consumer_warps=16),  # 2 warps per row
+    "16-warps-3x64KB": MegaShape(tile_bytes=65536, stages=3, consumer_warps=16),  # 16 rows
+    "4-warps-12x16KB": MegaShape(tile_bytes=16384, stages=12, consumer_warps=4),
 }
 
 
@@ -79,35 +82,31 @@ def stage_bytes(model: Transformer) -> dict[str, int]:
     }
 
 
-def trace_split(trace: torch.Tensor, counts: dict[str, int], layers: int, nbytes: dict[str, int]) -> dict:
-    """Per-stage split of one traced step (see the module docstring), in microseconds."""
+def trace_split(trace: torch.Tensor, layers: int, nbytes: dict[str, int]) -> dict:
+    """Per-stage split of one traced step `[CTAs, 5 * layers + 1, 4]` (see the module
+    docstring), in microseconds; a CTA's inputs-ready stamp is 0 where it had no work."""
     t = trace.cpu().double()
-    t0 = t[:, 0].min()
-    start, ready, end = (t[:, 0] - t0) / 1e3, (t[:, 1] - t0) / 1e3, (t[:, 2] - t0) / 1e3
-    spans: list[tuple[str, int, int]] = []  # (stage, first task, last task + 1)
-    i = 0
-    for _ in range(layers):
-        for s in STAGES:
-            spans.append((s, i, i + counts[s]))
-            i += counts[s]
-    spans.append(("head", i, i + counts["head"]))
+    t0 = t[:, :, 0].min()
+    names = [*STAGES * layers, "head"]
     out = {s: {"busy_us": 0.0, "wait_us": 0.0, "work_us": 0.0, "handoff_us": 0.0, "n": 0} for s in (*STAGES, "head")}
     prev_end = None
-    for s, a, b in spans:
+    for g, s in enumerate(names):
+        worked = t[:, g, 1] > 0
+        start, ready, end = ((t[worked, g, i] - t0) / 1e3 for i in range(3))
         o = out[s]
-        o["busy_us"] += (end[a:b].max() - ready[a:b].min()).item()
-        o["wait_us"] += (ready[a:b] - start[a:b]).mean().item()
-        o["work_us"] += (end[a:b] - ready[a:b]).mean().item()
+        o["busy_us"] += (end.max() - ready.min()).item()
+        o["wait_us"] += (ready - start).mean().item()
+        o["work_us"] += (end - ready).mean().item()
         if prev_end is not None:
-            o["handoff_us"] += (ready[a:b].min() - prev_end).item()
-        prev_end = end[a:b].max()
+            o["handoff_us"] += (ready.min() - prev_end).item()
+        prev_end = end.max()
         o["n"] += 1
     for s, o in out.items():
         n = o.pop("n")
         o["wait_us"] /= n
         o["work_us"] /= n
         o["gb_per_s"] = nbytes[s] * n / (o["busy_us"] * 1e-6) / 1e9 if nbytes[s] else None
-    return {"step_us": (end.max() - start.min()).item(), "stages": out}
+    return {"step_us": ((t[:, :, 2].max() - t0) / 1e3).item(), "stages": out}
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -139,35 +138,35 @@ def run(args: argparse.Namespace) -> dict:
     for name in names:
         print(f"timing megakernel {name} ...", file=sys.stderr, flush=True)
         shape = SHAPES[name]
-        mk = MegaKernels(model, shape)
         try:
+            mk = MegaKernels(model, shape)
             seconds, tokens, steps = time_step(model, GraphedStep(mk), prompt, args.tokens, args.repeats)
         except Exception as e:  # noqa: BLE001 - one shape failing (resources) must not hide the others
             rows.append({"name": name, "note": f"{type(e).__name__}: {str(e)[:200]}", "shape": asdict(shape)})
             print(f"  {name}: {rows[-1]['note']}", file=sys.stderr, flush=True)
             continue
-        k = mk.compiled
+        k = mk.kernel
         speed = Speed.of(seconds, steps, per_step, peak)
         rows.append({
             "name": name, **asdict(speed), "agree": agree(tokens, fused_tokens), "shape": asdict(shape),
-            "programs": mk.programs, "tasks": mk.counts["total"],
-            "n_regs": getattr(k, "n_regs", None), "n_spills": getattr(k, "n_spills", None),
-            "shared": getattr(getattr(k, "metadata", None), "shared", None),
+            "ctas": mk.ctas, "threads": shape.threads, "ring_kb": shape.ring_bytes // 1024,
+            "n_regs": k.registers, "local_bytes": k.local_bytes, "static_shared": k.static_shared,
         })
-        print(f"  {name}: {speed.line()}  regs {rows[-1]['n_regs']} spills {rows[-1]['n_spills']}", file=sys.stderr, flush=True)
+        print(f"  {name}: {speed.line()}  regs {k.registers} local {k.local_bytes} B", file=sys.stderr, flush=True)
         del mk
         torch.cuda.empty_cache()
 
     print(f"tracing megakernel {names[0]} ...", file=sys.stderr, flush=True)
     mk = MegaKernels(model, SHAPES[names[0]], trace=True)
-    generate(model, mk, prompt, 2)  # compile; the prefill leaves the cache at the prompt
+    generate(model, mk, prompt, 2)  # the prefill leaves the cache at the prompt
     pos = torch.tensor([args.prompt_len + args.tokens // 2], device=device)
     token = torch.tensor([1], device=device)
     with torch.no_grad():
         for _ in range(3):  # the last of a few back-to-back steps: warm clocks, warm L2 state
+            mk.trace_buffer.zero_()
             mk(token, pos)
     torch.cuda.synchronize()
-    split = trace_split(mk.trace_buffer, mk.counts, config.layers, stage_bytes(model))
+    split = trace_split(mk.trace_buffer, config.layers, stage_bytes(model))
     return {"device": torch.cuda.get_device_name(0), "tokens": args.tokens, "ctx": args.ctx,
             "repeats": args.repeats, "bytes_per_step": per_step, "rows": rows, "trace": split,
             "trace_shape": names[0], "trace_pos": int(pos.item())}
@@ -178,18 +177,18 @@ def table(report: dict) -> str:
         f"{report['device']}, Llama-3.2-1B bf16, ctx {report['ctx']}, {report['tokens']} tokens, "
         f"median of {report['repeats']}, {report['bytes_per_step'] / 1e6:.1f} MB/token",
         "",
-        "| variant | ms/token | tokens/s | % of peak | agrees with fused | programs | regs | spills |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| variant | ms/token | tokens/s | % of peak | agrees with fused | ring KB | threads | regs | local B |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in report["rows"]:
         if "note" in r:
-            lines.append(f"| megakernel {r['name']} | {r['note']} | | | | | | |")
+            lines.append(f"| megakernel {r['name']} | {r['note']} | | | | | | | |")
             continue
         pct = "n/a" if r["pct_of_peak"] is None else f"{r['pct_of_peak']:.1f}"
         name = r["name"] if r["name"] == "fused" else f"megakernel {r['name']}"
         lines.append(
             f"| {name} | {r['ms_per_token']:.3f} | {r['tokens_per_s']:.1f} | {pct} | {r['agree']} "
-            f"| {r.get('programs', '')} | {r.get('n_regs', '')} | {r.get('n_spills', '')} |"
+            f"| {r.get('ring_kb', '')} | {r.get('threads', '')} | {r.get('n_regs', '')} | {r.get('local_bytes', '')} |"
         )
     tr = report["trace"]
     lines += [
@@ -212,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ctx", type=int, default=2048)
     p.add_argument("--prompt-len", type=int, default=16)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--shapes", default="tuned,1-block-tasks,2-block-tasks,8-block-tasks,16-warps-1/sm",
+    p.add_argument("--shapes", default=",".join(SHAPES),
                    help=f"comma-separated, the first is traced; from {', '.join(SHAPES)}")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="PATH", default=None)

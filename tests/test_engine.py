@@ -216,25 +216,31 @@ def test_bench_runs_tiny_on_cpu(tmp_path: Path, capsys):
 
 
 def test_megakernel_trace_split_by_hand():
-    """bench/megakernel.py's per-stage split on a made-up trace: 1 layer of 1 task per stage
-    plus 2 head tasks, each task starting 1 us after the previous one's start (ns stamps),
-    its inputs ready 0.25 us after its start, ending 0.75 us after its start."""
+    """bench/megakernel.py's per-stage split on a made-up trace of 1 layer (6 stages) and 2
+    CTAs, in ns: CTA 0 works in every stage g from g us (inputs ready 0.25 us later, done
+    0.75 us later); CTA 1 only in the QKV stage (ready at 0.5, done at 0.9 us) and the head
+    (5.0, 5.1, 6.0 us); elsewhere its ready stamp is 0 (no work) and it does not count."""
     spec = importlib.util.spec_from_file_location("bench_mega", Path(__file__).parents[1] / "bench" / "megakernel.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    counts = {"qkv": 1, "attention": 1, "o": 1, "gate_up": 1, "down": 1, "head": 2}
-    start = torch.arange(7, dtype=torch.int64) * 1000 + 5_000_000  # an arbitrary clock origin
-    trace = torch.stack([start, start + 250, start + 750, torch.zeros(7, dtype=torch.int64)], dim=1)
+    origin = 5_000_000  # an arbitrary clock origin
+    trace = torch.zeros(2, 6, 4, dtype=torch.int64)
+    for g in range(6):
+        trace[0, g, :3] = torch.tensor([g * 1000, g * 1000 + 250, g * 1000 + 750]) + origin
+        trace[1, g, :3] = torch.tensor([g * 1000 + origin, 0, g * 1000 + 10 + origin])
+    trace[1, 0, :3] = torch.tensor([0, 500, 900]) + origin
+    trace[1, 5, :3] = torch.tensor([5000, 5100, 6000]) + origin
     nbytes = {"qkv": 1000, "attention": 0, "o": 1000, "gate_up": 1000, "down": 1000, "head": 2000}
-    split = bench.trace_split(trace, counts, 1, nbytes)
-    assert split["step_us"] == pytest.approx(6.75)  # first start to last end
-    qkv, head = split["stages"]["qkv"], split["stages"]["head"]
-    assert qkv["busy_us"] == pytest.approx(0.5) and qkv["handoff_us"] == 0.0
-    assert qkv["wait_us"] == pytest.approx(0.25) and qkv["work_us"] == pytest.approx(0.5)
-    assert qkv["gb_per_s"] == pytest.approx(1000 / 0.5e-6 / 1e9)
-    # The head's two tasks: ready at 5.25 and 6.25 us, ends at 5.75 and 6.75; down ended at 4.75.
-    assert head["busy_us"] == pytest.approx(1.5) and head["handoff_us"] == pytest.approx(0.5)
-    assert split["stages"]["attention"]["gb_per_s"] is None
+    split = bench.trace_split(trace, 1, nbytes)
+    assert split["step_us"] == pytest.approx(6.0)  # first start to last end
+    qkv, attn, head = (split["stages"][s] for s in ("qkv", "attention", "head"))
+    assert qkv["busy_us"] == pytest.approx(0.65) and qkv["handoff_us"] == 0.0
+    assert qkv["wait_us"] == pytest.approx(0.375) and qkv["work_us"] == pytest.approx(0.45)
+    assert qkv["gb_per_s"] == pytest.approx(1000 / 0.65e-6 / 1e9)
+    assert attn["busy_us"] == pytest.approx(0.5) and attn["handoff_us"] == pytest.approx(0.35)
+    assert attn["gb_per_s"] is None
+    # The head: ready at 5.1 (CTA 1) and 5.25 us, ends at 6.0 and 5.75; down ended at 4.75.
+    assert head["busy_us"] == pytest.approx(0.9) and head["handoff_us"] == pytest.approx(0.35)
 
 
 # --- GPU: full Llama-3.2-1B shape in bf16 ---------------------------------------------

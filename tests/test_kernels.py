@@ -19,8 +19,7 @@ import torch
 
 CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if CUDA else "cpu"
-KERNELS = ["_common", "norm_qkv_rope", "decode_attention", "gemv_residual", "norm_gate_up", "norm_lm_head_argmax",
-           "megakernel"]
+KERNELS = ["_common", "norm_qkv_rope", "decode_attention", "gemv_residual", "norm_gate_up", "norm_lm_head_argmax"]
 
 
 @contextlib.contextmanager
@@ -63,7 +62,7 @@ def _import_kernels():
         return [importlib.import_module(f"perfdoctor.engine.kernels.{n}") for n in KERNELS]
 
 
-_, K_QKV, K_ATTN, K_GEMV, K_MLP, K_HEAD, _ = _import_kernels()
+_, K_QKV, K_ATTN, K_GEMV, K_MLP, K_HEAD = _import_kernels()
 
 
 @pytest.fixture(autouse=True)
@@ -74,6 +73,9 @@ def _interpreter_while_testing() -> Iterator[None]:
 
 gpu = pytest.mark.gpu
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs CUDA")
+# The megakernel is CUDA C++ for Hopper (bulk copies, mbarriers), built with nvcc.
+needs_hopper = pytest.mark.skipif(not CUDA or torch.cuda.get_device_capability() != (9, 0),
+                                  reason="the megakernel needs a Hopper GPU (sm_90)")
 
 
 def _tol(dtype: torch.dtype, ref: torch.Tensor) -> dict[str, float]:
@@ -390,7 +392,7 @@ def _summary(r: dict, steps: int) -> str:
     )
 
 
-@pytest.mark.parametrize("variant", ["fused", "megakernel"])
+@pytest.mark.parametrize("variant", ["fused", pytest.param("megakernel", marks=needs_hopper)])
 def test_kernels_match_eager_tiny(variant):
     """Tiny config (fp32 on CPU under the interpreter, bf16 on a GPU)."""
     dtype = torch.bfloat16 if CUDA else torch.float32
@@ -405,7 +407,7 @@ def test_kernels_match_eager_tiny(variant):
 
 @gpu
 @needs_cuda
-@pytest.mark.parametrize("variant", ["fused", "megakernel"])
+@pytest.mark.parametrize("variant", ["fused", pytest.param("megakernel", marks=needs_hopper)])
 def test_kernels_match_eager_llama_1b(variant):
     """Llama-3.2-1B, bf16, 256 steps (see `_check`). Free-running token identity is printed,
     not asserted: with random weights the logits are so flat that eager and the fp32 model
@@ -420,116 +422,3 @@ def test_kernels_match_eager_llama_1b(variant):
         assert set(r["fused_agrees_kernels_not"]) <= missed, _summary(r, steps)  # so each is a near tie
 
 
-# ---- the megakernel: schedule invariants, odd shapes, determinism --------------------------
-
-
-def _odd_config():
-    from perfdoctor.engine.config import ModelConfig, RopeScaling
-
-    # Nothing a power of two but head_dim: masked columns (hidden 40), a GQA group of 3,
-    # row tiles that do not divide (52, 40, 250 rows).
-    return ModelConfig(
-        name="odd", vocab_size=250, hidden=40, layers=2, q_heads=6, kv_heads=2, head_dim=16,
-        intermediate=52, rope_scaling=RopeScaling(original_max_position=16), max_position=2048,
-    )
-
-
-MEGA_CASES = [
-    # config, ctx, dtype, shape overrides
-    pytest.param("tiny", 64, torch.float32, {}, id="tiny-fp32"),
-    # Blocks per task that leave a partial last task in every stage (odd-fp32), or one
-    # block per task and blocks wider than the matrix (odd-bf16).
-    pytest.param("odd", 40, torch.float32, {"pairs": 2, "qkv_sub": 3, "o_rows": 4, "o_sub": 3, "gu_rows": 8, "gu_sub": 2,
-                                            "down_rows": 4, "down_sub": 3, "head_rows": 16, "head_sub": 3,
-                                            "block_s": 16}, id="odd-fp32"),
-    pytest.param("odd", 40, torch.bfloat16, {"pairs": 8, "qkv_sub": 1, "o_rows": 16, "o_sub": 2, "gu_rows": 2, "gu_sub": 5,
-                                             "down_rows": 8, "down_sub": 1, "head_rows": 4, "head_sub": 4,
-                                             "block_s": 32}, id="odd-bf16"),
-    pytest.param("llama-3.2-1b", 2048, torch.bfloat16, {}, id="llama-1b", marks=[gpu, needs_cuda]),
-]
-
-
-def _step_tol(dtype: torch.dtype, ref: torch.Tensor) -> dict[str, float]:
-    """A whole step against eager: fp32 as `_tol`; bf16 chains a dozen rounding points per
-    layer, and one flipped early moves a later value by a few % of the largest (seen on the
-    odd config: 0.114 of 3.6 in a logit, of 2.9 in a layer-1 K row); an indexing or
-    ordering bug is off by O(1)."""
-    if dtype == torch.float32:
-        return _tol(dtype, ref)
-    return {"rtol": 2e-2, "atol": 6e-2 * max(ref.abs().max().item(), 1e-3)}
-
-
-@pytest.mark.parametrize("config_name,ctx,dtype,overrides", MEGA_CASES)
-def test_megakernel_step(config_name, ctx, dtype, overrides):
-    """Single steps at several positions against the eager model on the same weights: the
-    logits (NaN-poisoned buffers and cache row first), the token (argmax of its own logits),
-    the K/V rows it appends, and the schedule's invariants: every task taken exactly once
-    (queue = tasks + one failed grab per program) and every stage counted complete."""
-    from dataclasses import replace
-
-    from perfdoctor.engine.config import named_config
-    from perfdoctor.engine.megakernel import TUNED, MegaKernels
-    from perfdoctor.engine.model import Transformer
-    from perfdoctor.engine.weights import random_hf_state_dict
-
-    torch.manual_seed(0)
-    config = _odd_config() if config_name == "odd" else named_config(config_name)
-    weights = random_hf_state_dict(config, seed=1, device=DEVICE, dtype=dtype)
-    model = Transformer.from_hf_state_dict(config, weights, ctx)
-    mine = Transformer.from_hf_state_dict(config, weights, ctx)
-    mk = MegaKernels(mine, replace(TUNED, **overrides))
-    P = 5
-    prompt = torch.randint(config.vocab_size, (P,), device=DEVICE)
-    with torch.inference_mode():
-        model(prompt, torch.arange(P, device=DEVICE))
-        mine(prompt, torch.arange(P, device=DEVICE))
-        for pos_value in (P, P + 1, ctx - 1):  # the last fills the whole cache (several chunks)
-            token = torch.randint(config.vocab_size, (1,), device=DEVICE)
-            pos = torch.tensor([pos_value], device=DEVICE)
-            for buf in (mk.h, mk.q, mk.attn, mk.act, mk.logits):
-                buf.fill_(float("nan"))
-            for layer in mine.layers:
-                layer.attn.k_cache[:, pos_value] = float("nan")
-                layer.attn.v_cache[:, pos_value] = float("nan")
-            mk.next_token.fill_(-1)
-            got = mk(token, pos).item()
-            want = model(token, pos)[0].float()
-            logits = mk.logits.float()
-            assert not logits.isnan().any(), "a logit was not written (or a NaN leaked in)"
-            torch.testing.assert_close(logits, want, **_step_tol(dtype, want))
-            assert got == torch.argmax(logits).item(), "token is not the argmax of the kernel's logits"
-            for a, b in zip(mine.layers, model.layers):
-                for mk_cache, ref_cache in ((a.attn.k_cache, b.attn.k_cache), (a.attn.v_cache, b.attn.v_cache)):
-                    row = mk_cache[:, pos_value].float()
-                    assert not row.isnan().any(), "K/V row not appended"
-                    torch.testing.assert_close(row, ref_cache[:, pos_value].float(), **_step_tol(dtype, ref_cache.float()))
-            counters = mk.counter_values()
-            assert counters[0] == mk.counts["total"] + mk.programs, "a task taken twice or never"
-            per_layer = [mk.counts[s] for s in ("qkv", "attention", "o", "gate_up", "down")]
-            assert counters[1:] == per_layer * config.layers + [mk.counts["head"]], "a stage not complete"
-
-
-@gpu
-@needs_cuda
-def test_megakernel_replays_identically():
-    """A race (a read before its producer's write is visible) shows as outputs that change
-    between runs on the same input; the megakernel's arithmetic order is fixed, so 50
-    replays of the captured step at one position must give bit-identical logits."""
-    from perfdoctor.engine.graphs import GraphedStep
-    from perfdoctor.engine.megakernel import MegaKernels
-    from perfdoctor.engine.model import Transformer
-    from perfdoctor.engine.weights import model_weights
-
-    config, weights = model_weights("llama-3.2-1b", None, 0, DEVICE, torch.bfloat16)
-    model = Transformer.from_hf_state_dict(config, weights, 2048)
-    mk = MegaKernels(model)
-    step = GraphedStep(mk)
-    token, pos = torch.tensor([17], device=DEVICE), torch.tensor([300], device=DEVICE)
-    with torch.inference_mode():
-        step(token, pos)
-        first = mk.logits.clone()
-        tokens = set()
-        for _ in range(50):
-            tokens.add(step(token, pos).item())
-            assert torch.equal(mk.logits, first), "logits changed between replays: a race"
-    assert len(tokens) == 1

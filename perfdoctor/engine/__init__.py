@@ -9,7 +9,7 @@ The workload perfdoctor is proven on, small enough to read in one sitting:
              declaring its token and bytes; the step itself is passed in;
 - `variants` the decode steps by name: `eager`, `graph` (`graphs.GraphedStep`), `fused`
              (Triton kernels in `kernels/`, see `fused`), `megakernel` (the whole step
-             as one persistent Triton launch, see `megakernel`);
+             as one persistent CUDA kernel, see `megakernel` and `cubin`);
 - `measure`  ms/token, tokens/s, GB/s against the NVML peak;
 - `hf`       transformers' LlamaForCausalLM on the same weights, the reference.
 

@@ -1,205 +1,238 @@
-"""The `megakernel` variant: a decode step as one persistent Triton launch.
+"""The `megakernel` variant: a decode step as one persistent CUDA launch.
 
-`fused` runs a step as 81 kernels in one CUDA graph; every boundary costs a ramp and a tail
-and the small matrices never reach full bandwidth. Here a resident grid (a few programs per
-SM) pulls the step's tasks from a queue in topological order and synchronises through
-per-stage done counters (`perfdoctor.engine.kernels.megakernel` explains the schedule, why
-it cannot deadlock, and the memory ordering). Each task issues its weight loads before it
-waits for its inputs, so the weight stream runs through the stage boundaries.
+`fused` runs a step as 81 Triton kernels in one CUDA graph; every boundary costs a ramp
+and a tail, and the small matrices never reach full bandwidth. Here one CTA per SM stays
+resident for the whole step: a producer warp streams the CTA's weight tiles with Hopper
+bulk copies into a ring of shared-memory stages, running ahead through stage and layer
+boundaries (weights do not depend on activations), and consumer warps compute from shared
+memory, synchronising with the other CTAs through per-stage done counters
+(`kernels/megakernel.cu` explains the schedule, the ordering and the rounding).
 
-A step is two graph nodes: a memset that zeroes the queue and done counters, and the
-launch. The token and position are read from device buffers, so `GraphedStep` captures the
-step once and replays it at every position, as for `fused`. The model's weights and KV
-cache are used in place (the kernel gets their offsets from one base pointer); the step is
-bound to the tensors the model holds when it is built.
+The kernel is CUDA C++ built with nvcc into a cubin (`perfdoctor.engine.cubin`, cached)
+and launched through the driver API on PyTorch's stream: one kernel node per step, which
+`GraphedStep` captures once and replays at every position (the token and position are read
+from device buffers; the kernel zeroes its own counters at the end). It needs an sm_90
+GPU (Hopper: the bulk-copy engine), bf16 weights, and the model's tensors in place.
 
-Rounding is the fused kernels' (which follow the eager model), so greedy tokens agree with
-eager as often as fused's do.
+`plan` is the tile schedule in Python: the host sizes and checks everything with it and
+passes its rows per tile to the kernel, and the CPU tests check its invariants.
 """
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import Tensor
 
-from perfdoctor.engine.config import BadInput
+from perfdoctor.engine.config import BadInput, ModelConfig
 from perfdoctor.engine.model import Transformer
+
+SOURCE = Path(__file__).parent / "kernels" / "megakernel.cu"
+STAGES = ("qkv", "attention", "o", "gate_up", "down")  # per layer, in order; then "head"
+WEIGHT_STAGES = ("qkv", "o", "gate_up", "down", "head")  # the kernel's Params.rows order
+COUNTER_STRIDE = 32  # int32 between done counters (CSTRIDE in the kernel)
+MAXK = 8192  # widest input vector the kernel holds per thread (MAXK)
+MAXD = 128  # widest head (MAXD)
+BLOCK_S = 64  # attention positions per chunk, one ring slot of K and V (BLOCK_S)
+PART_CHUNKS = 256  # 16-byte chunks of one warp's part of a row at most (32 lanes x XCH)
 
 
 @dataclass(frozen=True)
 class MegaShape:
-    """Block sizes of the megakernel's tasks and its launch shape.
+    """The kernel's compile-time shape: tile_bytes per ring stage (one bulk copy), `stages`
+    of them per CTA, consumer_warps (plus one producer warp). A tile is R rows, the largest
+    divisor of consumer_warps whose rows fit tile_bytes, and each warp owns one part of one
+    row (consumer_warps / R parts): 8 rows of 4 KB for the 2048-wide matrices of
+    Llama-3.2-1B, 2 rows of 16 KB (4 warps each) for down.
 
-    A weight task is `*_sub` blocks streamed double-buffered (two blocks' loads in flight
-    while one is reduced): pairs RoPE pairs of one head and their partners for QKV; o_rows,
-    gu_rows (of gate and of up each), down_rows, head_rows weight rows for the others. With
-    Llama-3.2-1B a block is 16 KB and a task 64 KB (LM head 128 KB): the wait, the input
-    load, the queue round trip and the release are paid once per task, not per block.
-    block_s: cache positions per attention chunk (fused's split, for identical rounding);
-    programs_per_sm: resident programs per SM (the grid is SMs x this); num_warps per
-    program; maxnreg: a register cap per thread so that programs_per_sm fit (None: the
-    compiler's choice).
+    Two knobs the H200 measurements turned down (bench/megakernel.py keeps them as rows, so
+    the finding can be re-checked): `prefetch`, tiles the producer warms in L2 ahead of the
+    ring (cp.async.bulk.prefetch.L2; slower at every depth tried), and `in_flight`, bulk
+    copies outstanding per producer at most (0: up to `stages`; 1 to 6 measured equal).
     """
 
-    pairs: int = 2
-    qkv_sub: int = 4
-    o_rows: int = 4
-    o_sub: int = 4
-    gu_rows: int = 2
-    gu_sub: int = 4
-    down_rows: int = 1
-    down_sub: int = 4
-    head_rows: int = 4
-    head_sub: int = 8
-    block_s: int = 64
-    programs_per_sm: int = 2
-    num_warps: int = 8
-    maxnreg: int | None = 128
+    tile_bytes: int = 32768
+    stages: int = 6
+    consumer_warps: int = 8
+    prefetch: int = 0
+    in_flight: int = 0  # bulk copies outstanding per producer at most; 0: up to `stages`
+
+    def defines(self) -> dict[str, int]:
+        return {"TILE_BYTES": self.tile_bytes, "NSTAGE": self.stages, "CWARPS": self.consumer_warps,
+                "PREFETCH": self.prefetch, "IN_FLIGHT": self.in_flight or self.stages}
+
+    @property
+    def threads(self) -> int:
+        return 32 * (self.consumer_warps + 1)
+
+    @property
+    def ring_bytes(self) -> int:
+        return self.tile_bytes * self.stages
 
 
-TUNED = MegaShape()
+TUNED = MegaShape()  # bench/megakernel.py's table says why
 
 
-def _offsets(base: Tensor, tensors: list[Tensor]) -> list[int]:
-    """Element offsets of `tensors` from `base` (same dtype and device)."""
-    size = base.element_size()
-    out = []
-    for t in tensors:
-        if t.dtype != base.dtype or t.device != base.device:
-            raise BadInput(f"megakernel: every weight and cache must be {base.dtype} on {base.device}")
-        delta = t.data_ptr() - base.data_ptr()
-        if delta % size:
-            raise BadInput("megakernel: a tensor is not aligned to its element size")
-        out.append(delta // size)
+@dataclass(frozen=True)
+class WeightStage:
+    """One weight stage of a layer (or the head): an [rows, cols] row-major bf16 matrix cut
+    into tiles of `rows_per_tile` consecutive rows; CTA b of G takes tiles b, b + G, ..."""
+
+    name: str
+    rows: int
+    cols: int
+    rows_per_tile: int
+
+    @property
+    def tiles(self) -> int:
+        return -(-self.rows // self.rows_per_tile)
+
+    def tile_bytes(self, t: int) -> int:
+        return min(self.rows_per_tile, self.rows - t * self.rows_per_tile) * self.cols * 2
+
+    def tiles_of(self, cta: int, ctas: int) -> range:
+        return range(cta, self.tiles, ctas)
+
+
+def plan(config: ModelConfig, shape: MegaShape = TUNED) -> dict[str, WeightStage]:
+    """The weight stages of a step for `config` under `shape`, checked against the kernel's
+    limits (BadInput naming the first one a config breaks)."""
+    c = config
+    mats = {
+        "qkv": ((c.q_heads + 2 * c.kv_heads) * c.head_dim, c.hidden),
+        "o": (c.hidden, c.q_heads * c.head_dim),
+        "gate_up": (2 * c.intermediate, c.hidden),
+        "down": (c.hidden, c.intermediate),
+        "head": (c.vocab_size, c.hidden),
+    }
+    if c.head_dim > MAXD or c.head_dim % 8 or c.q_heads % c.kv_heads:
+        raise BadInput(f"megakernel: head_dim must be a multiple of 8 up to {MAXD}, q_heads a multiple of kv_heads")
+    out = {}
+    for name, (rows, cols) in mats.items():
+        if cols % 8 or cols > MAXK:
+            raise BadInput(f"megakernel: the {name} matrix has {cols} columns; it needs a multiple of 8 up to {MAXK} "
+                           "(16-byte rows for the bulk copies, one register chunk set per thread)")
+        if 2 * cols > shape.tile_bytes:
+            raise BadInput(f"megakernel: a {name} row ({2 * cols} bytes) is wider than a tile ({shape.tile_bytes})")
+        w = shape.consumer_warps
+        r = max(d for d in range(1, w + 1) if w % d == 0 and d * 2 * cols <= shape.tile_bytes)
+        if -(-cols // 8 // (w // r)) > PART_CHUNKS:
+            raise BadInput(f"megakernel: a warp's part of a {name} row ({cols} columns over {w // r} warps) "
+                           f"exceeds {PART_CHUNKS * 8} columns; use more consumer warps or larger tiles")
+        out[name] = WeightStage(name, rows, cols, r)
+    if 2 * BLOCK_S * c.head_dim * 2 > shape.tile_bytes:
+        raise BadInput(f"megakernel: a {BLOCK_S}-position K/V chunk ({4 * BLOCK_S * c.head_dim} bytes) "
+                       f"is larger than a tile ({shape.tile_bytes})")
     return out
+
+
+class _Params(ctypes.Structure):
+    """The kernel's `Params`, field for field (see kernels/megakernel.cu)."""
+
+    _fields_ = [
+        *[(n, ctypes.c_void_p) for n in (
+            "table", "embed", "cos", "sin", "token", "pos", "hbuf", "y", "qkv", "attn", "gu", "logits",
+            "part_val", "part_idx", "next_token", "counters", "trace")],
+        *[(n, ctypes.c_int) for n in ("L", "K", "NQ", "NKV", "D", "I", "V")],
+        ("rows", ctypes.c_int * 5),
+        ("stride_head", ctypes.c_longlong), ("stride_pos", ctypes.c_longlong),
+        ("eps", ctypes.c_float), ("scale", ctypes.c_float), ("round_twice", ctypes.c_int),
+    ]
 
 
 class MegaKernels:
     """The megakernel decode step, `(token [1], pos [1]) -> next token [1]`, without a graph.
 
-    Owns the activation buffers (as `FusedKernels`), the offset table, the argmax partials,
-    the counters (`counter_values()`: the queue, then the done counters), and with `trace=True` a `[tasks, 4]` int64 buffer of per-task timestamps
-    (`trace_buffer`: start, inputs ready, end in ns of %globaltimer, SM id). `logits` holds
-    the last step's logits.
+    Owns the activation buffers, the pointer table, the argmax partials, the done counters
+    (zero between steps: `counter_values()`) and, with `trace=True`, a `[CTAs, stages, 4]`
+    int64 buffer (`trace_buffer`: per CTA and stage, %globaltimer ns at the stage's start,
+    when its inputs were ready (0: no work there), at its end, and the SM id). `logits` holds
+    the last step's logits; `kernel` the loaded function (registers, spills).
     """
 
     def __init__(self, model: Transformer, shape: MegaShape = TUNED, trace: bool = False) -> None:
-        import triton
-
+        from perfdoctor.engine.cubin import CudaKernel, build_cubin
         from perfdoctor.engine.fused import rms_norm_rounds_twice
-        from perfdoctor.engine.kernels.megakernel import COUNTER_STRIDE, NKIND, task_counts
 
         c = model.config
         device, dtype = model.embed.device, model.embed.dtype
-        half = c.head_dim // 2
-        if half % shape.pairs or shape.pairs & (shape.pairs - 1):
-            raise BadInput(f"megakernel: pairs {shape.pairs} must be a power of two dividing head_dim/2 = {half}")
-        if c.head_dim < 16 or c.head_dim & (c.head_dim - 1) or shape.block_s < 16:
-            raise BadInput("megakernel: head_dim and block_s must be powers of two >= 16 (tensor-core tiles)")
-        self.model, self.shape, self.trace = model, shape, trace
+        if device.type != "cuda":
+            raise BadInput("the megakernel variant needs a CUDA device")
+        if torch.cuda.get_device_capability(device) != (9, 0):
+            raise BadInput("the megakernel variant needs a Hopper GPU (sm_90: bulk copies, mbarriers)")
+        if dtype != torch.bfloat16:
+            raise BadInput(f"the megakernel variant needs bf16 weights, not {dtype}")
+        self.model, self.shape, self.stages = model, shape, plan(c, shape)
         act = {"device": device, "dtype": dtype}
-        self.h = torch.empty(c.hidden, **act)
-        self.q = torch.empty(c.q_heads * c.head_dim, **act)
+        self.hbuf = torch.empty(2, c.hidden, **act)  # the residual stream, alternating halves
+        self.y = torch.empty(c.hidden, **act)  # the O / down projection before its residual add
+        self.qkv = torch.empty((c.q_heads + 2 * c.kv_heads) * c.head_dim, **act)
         self.attn = torch.empty(c.q_heads * c.head_dim, **act)
-        self.act = torch.empty(c.intermediate, **act)
+        self.gu = torch.empty(2 * c.intermediate, **act)
         self.logits = torch.empty(c.vocab_size, **act)
         self.next_token = torch.zeros(1, dtype=torch.long, device=device)
+        half = c.head_dim // 2
         self.cos = model.rope_cos[:, :half].contiguous()
         self.sin = model.rope_sin[:, :half].contiguous()
 
-        layers = model.layers
-        caches = [t for layer in layers for t in (layer.attn.k_cache, layer.attn.v_cache)]
-        if any(t.stride() != caches[0].stride() or t.stride(-1) != 1 for t in caches):
-            raise BadInput("megakernel: every layer's K/V cache needs the same strides, last dim contiguous")
-        rows = []
-        for layer in layers:
-            a, m = layer.attn, layer.mlp
-            mats = [a.wqkv, a.wo, m.w13, m.w2]
-            if not all(w.is_contiguous() for w in mats):
-                raise BadInput("megakernel: weight matrices must be contiguous")
-            # Order: kernels/megakernel.py's ATTN_NORM ... W_DOWN columns.
-            rows.append(_offsets(model.embed, [
-                layer.attn_norm.weight, a.wqkv, a.k_cache, a.v_cache, a.wo, layer.mlp_norm.weight,
-                m.w13[: c.intermediate], m.w13[c.intermediate :], m.w2,
-            ]))
+        caches = [t for layer in model.layers for t in (layer.attn.k_cache, layer.attn.v_cache)]
+        if any(t.stride() != caches[0].stride() or t.stride(-1) != 1 or t.stride(-2) != c.head_dim for t in caches):
+            raise BadInput("megakernel: every layer's K/V cache must be [kv_heads, ctx, head_dim], contiguous rows")
         head = model.embed if model.lm_head is None else model.lm_head
-        rows.append(_offsets(model.embed, [model.norm.weight, head]) + [0] * (NKIND - 2))
-        self.table = torch.tensor(rows, dtype=torch.int64, device=device)
-        # 16-element alignment of every offset lets the compiler keep 16-byte loads.
-        self.aligned = all(off % 16 == 0 for row in rows for off in row)
+        rows = []
+        for layer in model.layers:
+            a, m = layer.attn, layer.mlp
+            rows.append([layer.attn_norm.weight, a.wqkv, a.k_cache, a.v_cache, a.wo, layer.mlp_norm.weight, m.w13, m.w2])
+        rows.append([model.norm.weight, head] + [head] * 6)  # the kernel reads the first two
+        for t in [model.embed, self.cos, self.sin] + [t for r in rows for t in r]:
+            if t.dtype != dtype or t.device != device or not t.is_contiguous() or t.data_ptr() % 16:
+                raise BadInput(f"megakernel: every weight and cache must be contiguous {dtype} on {device}, 16-byte aligned")
+        self.table = torch.tensor([[t.data_ptr() for t in r] for r in rows], dtype=torch.int64, device=device)
 
-        self.counts = task_counts(
-            c.layers, c.hidden, c.q_heads, c.kv_heads, c.head_dim, c.intermediate, c.vocab_size,
-            shape.pairs, shape.qkv_sub, shape.o_rows, shape.o_sub, shape.gu_rows, shape.gu_sub,
-            shape.down_rows, shape.down_sub, shape.head_rows, shape.head_sub,
-        )
-        self.part_val = torch.empty(self.counts["head"], dtype=torch.float32, device=device)
-        self.part_idx = torch.empty(self.counts["head"], dtype=torch.int32, device=device)
-        # The queue, then the done counters, each COUNTER_STRIDE int32 apart.
-        self.stride = COUNTER_STRIDE
-        self.counters = torch.zeros((1 + 5 * c.layers + 1) * COUNTER_STRIDE, dtype=torch.int32, device=device)
-        self.trace_buffer = torch.zeros(self.counts["total"] if trace else 1, 4, dtype=torch.int64, device=device)
-        self.round_twice = rms_norm_rounds_twice(device, dtype)
-        gpu = device.type == "cuda"
-        sms = torch.cuda.get_device_properties(device).multi_processor_count if gpu else 1
-        self.programs = sms * shape.programs_per_sm if gpu else 3  # a few, to exercise the empty queue
-        self.constexprs = dict(
+        props = torch.cuda.get_device_properties(device)
+        self.ctas = props.multi_processor_count
+        self.part_val = torch.empty(self.ctas, dtype=torch.float32, device=device)
+        self.part_idx = torch.empty(self.ctas, dtype=torch.int32, device=device)
+        self.counters = torch.zeros((5 * c.layers + 1) * COUNTER_STRIDE, dtype=torch.int32, device=device)
+        self.trace_buffer = (torch.zeros(self.ctas, 5 * c.layers + 1, 4, dtype=torch.int64, device=device)
+                             if trace else None)
+        self.kernel = CudaKernel(build_cubin(SOURCE, shape.defines()), "megakernel", shape.ring_bytes)
+        # Every CTA waits for all the others: the grid must be resident at once.
+        if self.kernel.blocks_per_sm(shape.threads, shape.ring_bytes) < 1:
+            raise BadInput(f"megakernel: a {shape.ring_bytes}-byte ring does not fit one CTA per SM")
+        k_cache = caches[0]
+        self.params = _Params(
+            table=self.table.data_ptr(), embed=model.embed.data_ptr(), cos=self.cos.data_ptr(), sin=self.sin.data_ptr(),
+            hbuf=self.hbuf.data_ptr(), y=self.y.data_ptr(), qkv=self.qkv.data_ptr(), attn=self.attn.data_ptr(), gu=self.gu.data_ptr(),
+            logits=self.logits.data_ptr(), part_val=self.part_val.data_ptr(), part_idx=self.part_idx.data_ptr(),
+            next_token=self.next_token.data_ptr(), counters=self.counters.data_ptr(),
+            trace=self.trace_buffer.data_ptr() if trace else None,
             L=c.layers, K=c.hidden, NQ=c.q_heads, NKV=c.kv_heads, D=c.head_dim, I=c.intermediate, V=c.vocab_size,
-            KP2=triton.next_power_of_2(c.hidden), AP2=triton.next_power_of_2(c.q_heads * c.head_dim),
-            IP2=triton.next_power_of_2(c.intermediate),
-            PAIRS=shape.pairs, QKV_SUB=shape.qkv_sub, O_ROWS=shape.o_rows, O_SUB=shape.o_sub,
-            GU_ROWS=shape.gu_rows, GU_SUB=shape.gu_sub, DOWN_ROWS=shape.down_rows, DOWN_SUB=shape.down_sub,
-            HEAD_ROWS=shape.head_rows, HEAD_SUB=shape.head_sub, BLOCK_S=shape.block_s,
-            REDUCE=min(4096, triton.next_power_of_2(self.counts["head"])),
-            ROUND_TWICE=self.round_twice, UPCAST=not gpu, GPU=gpu, ALIGNED=self.aligned, TRACE=trace,
+            rows=(ctypes.c_int * 5)(*[self.stages[s].rows_per_tile for s in WEIGHT_STAGES]),
+            stride_head=k_cache.stride(0), stride_pos=k_cache.stride(1),
+            eps=c.rms_eps, scale=c.head_dim**-0.5, round_twice=int(rms_norm_rounds_twice(device, dtype)),
         )
-        self.launch = {"num_warps": shape.num_warps}
-        if gpu and shape.maxnreg is not None:
-            self.launch["maxnreg"] = shape.maxnreg
-        self.eps, self.scale = c.rms_eps, c.head_dim**-0.5
-        self.compiled = None  # the launched kernel (registers, spills) after the first call
 
     def counter_values(self) -> list[int]:
-        """The queue position and the done counters after a step (for tests)."""
-        return self.counters[:: self.stride].tolist()
+        """The done counters (all zero between steps: the kernel resets them)."""
+        return self.counters[::COUNTER_STRIDE].tolist()
 
     def __call__(self, token: Tensor, pos: Tensor) -> Tensor:
-        from perfdoctor.engine.kernels.megakernel import megakernel
-
-        self.counters.zero_()
-        k_cache = self.model.layers[0].attn.k_cache
-        self.compiled = megakernel[(self.programs,)](
-            self.model.embed, self.table, self.cos, self.sin, token, pos,
-            self.h, self.q, self.attn, self.act, self.logits, self.part_val, self.part_idx, self.next_token,
-            self.counters, self.counters[self.stride :], self.trace_buffer,
-            k_cache.stride(0), k_cache.stride(1), self.eps, self.scale,
-            **self.constexprs, **self.launch,
-        )
+        token = token if token.dtype == torch.long else token.long()
+        pos = pos if pos.dtype == torch.long else pos.long()
+        self.params.token, self.params.pos = token.data_ptr(), pos.data_ptr()
+        self._keep = (token, pos)  # alive until the launch has read them
+        self.kernel.launch(self.ctas, self.shape.threads, self.shape.ring_bytes, self.params)
         return self.next_token
 
 
-def _interpreted() -> bool:
-    """Whether the megakernel runs on Triton's CPU interpreter (as `fused._interpreted`)."""
-    from triton import knobs
-    from triton.runtime.interpreter import InterpretedFunction
-
-    from perfdoctor.engine.kernels.megakernel import megakernel
-
-    return bool(knobs.runtime.interpret) and isinstance(megakernel, InterpretedFunction)
-
-
 def megakernel_step(model: Transformer):  # -> generate.Step
-    """The megakernel step, in a CUDA graph on a GPU (the `megakernel` variant's factory)."""
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        raise BadInput("the megakernel variant needs triton (pip install triton)") from None
+    """The megakernel step, in a CUDA graph (the `megakernel` variant's factory)."""
     if model.embed.device.type != "cuda":
-        if not _interpreted():
-            raise BadInput("the megakernel variant needs a CUDA device (or TRITON_INTERPRET=1 on a CPU)")
-        return MegaKernels(model)
+        raise BadInput("the megakernel variant needs a CUDA device (it is a CUDA kernel for Hopper GPUs)")
     from perfdoctor.engine.graphs import GraphedStep
 
     return GraphedStep(MegaKernels(model))

@@ -16,9 +16,9 @@ and the step ends with `norm_lm_head_argmax` (final RMSNorm -> LM head -> argmax
 read the position from device memory, so the whole step can be captured once in a CUDA
 graph and replayed at every position (see `perfdoctor.engine.fused`).
 
-`megakernel` runs the same operations, with the same rounding, as tasks of one persistent
-kernel per step (see `perfdoctor.engine.megakernel`): no kernel boundaries, weight loads
-issued ahead of the dependency waits.
+`megakernel.cu` (CUDA C++, not Triton: it needs Hopper bulk copies into shared memory,
+which Triton does not expose to a persistent kernel) runs the same operations, with the
+same rounding, as one persistent kernel per step (see `perfdoctor.engine.megakernel`).
 
 Each module imports triton at import time; import them only where triton is available
 (`perfdoctor.engine` itself never imports this package eagerly).

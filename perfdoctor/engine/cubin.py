@@ -1,0 +1,129 @@
+"""A CUDA C++ kernel without a C++ extension: nvcc -> cubin (cached), the driver API via ctypes.
+
+torch's extension loader compiles a whole PyTorch binding (about a minute); a kernel that
+takes one parameter struct needs none of it. `build_cubin` runs `nvcc -cubin` on one
+source file (a few seconds, once: the cubin is cached under a hash of the source, the
+defines, the target and the compiler's version), and `CudaKernel` loads it into the
+context PyTorch uses and launches it on PyTorch's current stream, so the launch is
+ordered with torch's work and is captured by `torch.cuda.graph` like any kernel.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import torch
+
+from perfdoctor.engine.config import BadInput
+
+# CUfunction_attribute values (cuda.h).
+_SHARED_SIZE_BYTES, _LOCAL_SIZE_BYTES, _NUM_REGS, _MAX_DYNAMIC_SHARED = 1, 3, 4, 8
+
+
+def cache_dir() -> Path:
+    """Where built cubins are kept: $PERFDOCTOR_CACHE/cubin, else ~/.cache/perfdoctor/cubin."""
+    root = os.environ.get("PERFDOCTOR_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "perfdoctor")
+    return Path(root) / "cubin"
+
+
+def find_nvcc() -> str:
+    """nvcc on PATH, else under $CUDA_HOME (or /usr/local/cuda); BadInput when there is none."""
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    candidate = Path(home) / "bin" / "nvcc"
+    if candidate.is_file():
+        return str(candidate)
+    raise BadInput("building the CUDA kernel needs nvcc (the CUDA toolkit) on PATH or under $CUDA_HOME")
+
+
+def build_cubin(source: Path, defines: dict[str, int], arch: str = "sm_90a") -> bytes:
+    """The cubin of `source` for `arch` with `-D` defines, built once and cached."""
+    nvcc = find_nvcc()
+    version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+    flags = [f"-D{k}={v}" for k, v in sorted(defines.items())]
+    key = hashlib.sha256("\0".join([source.read_text(), *flags, arch, version]).encode()).hexdigest()[:20]
+    path = cache_dir() / f"{source.stem}-{key}.cubin"
+    if path.is_file():
+        return path.read_bytes()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    # -gencode, not -arch=sm_90a: the shorthand also runs a plain sm_90 pass on some nvcc
+    # versions, which rejects the sm_90a-only instructions.
+    cmd = [nvcc, f"-gencode=arch=compute_{arch[3:]},code={arch}", "-cubin", "-O3", *flags, "-o", str(tmp), str(source)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = " | ".join(done.stderr.strip().splitlines()[-3:])
+        raise BadInput(f"nvcc could not build {source.name}: {tail}")
+    os.replace(tmp, path)  # atomic: a concurrent build of the same key writes the same bytes
+    return path.read_bytes()
+
+
+def _driver() -> ctypes.CDLL:
+    try:
+        return ctypes.CDLL("libcuda.so.1")
+    except OSError as e:
+        raise BadInput(f"the CUDA driver library (libcuda.so.1) could not be loaded: {e}") from None
+
+
+class CudaKernel:
+    """One `extern "C"` kernel of a cubin, launched with a single by-value struct parameter.
+
+    Loads into PyTorch's (primary) context of the current device. `registers`,
+    `local_bytes` (stack / spills), `static_shared` are the compiled function's resources;
+    `blocks_per_sm(threads, dynamic_shared)` is the driver's occupancy for a launch shape.
+    """
+
+    def __init__(self, cubin: bytes, name: str, dynamic_shared: int) -> None:
+        self.cuda = _driver()
+        torch.cuda.init()
+        torch.cuda.current_stream()  # makes torch's context current on this thread
+        ctx = ctypes.c_void_p()
+        self._check(self.cuda.cuCtxGetCurrent(ctypes.byref(ctx)), "cuCtxGetCurrent")
+        if not ctx.value:  # no runtime call has bound one yet: bind the primary context
+            dev = ctypes.c_int()
+            self._check(self.cuda.cuDeviceGet(ctypes.byref(dev), torch.cuda.current_device()), "cuDeviceGet")
+            self._check(self.cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
+            self._check(self.cuda.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+        self._image = ctypes.create_string_buffer(cubin, len(cubin))
+        self.module = ctypes.c_void_p()
+        self._check(self.cuda.cuModuleLoadData(ctypes.byref(self.module), self._image), "cuModuleLoadData")
+        self.func = ctypes.c_void_p()
+        self._check(self.cuda.cuModuleGetFunction(ctypes.byref(self.func), self.module, name.encode()),
+                    "cuModuleGetFunction")
+        self._check(self.cuda.cuFuncSetAttribute(self.func, _MAX_DYNAMIC_SHARED, dynamic_shared),
+                    "cuFuncSetAttribute(max dynamic shared memory)")
+        self.registers = self._attribute(_NUM_REGS)
+        self.local_bytes = self._attribute(_LOCAL_SIZE_BYTES)
+        self.static_shared = self._attribute(_SHARED_SIZE_BYTES)
+
+    def _check(self, result: int, what: str) -> None:
+        if result != 0:
+            msg = ctypes.c_char_p()
+            self.cuda.cuGetErrorString(result, ctypes.byref(msg))
+            raise RuntimeError(f"{what} failed: CUDA error {result} ({(msg.value or b'?').decode()})")
+
+    def _attribute(self, which: int) -> int:
+        value = ctypes.c_int()
+        self._check(self.cuda.cuFuncGetAttribute(ctypes.byref(value), which, self.func), "cuFuncGetAttribute")
+        return value.value
+
+    def blocks_per_sm(self, threads: int, dynamic_shared: int) -> int:
+        n = ctypes.c_int()
+        self._check(self.cuda.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+            ctypes.byref(n), self.func, threads, ctypes.c_size_t(dynamic_shared)), "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+        return n.value
+
+    def launch(self, grid: int, threads: int, dynamic_shared: int, params: ctypes.Structure) -> None:
+        """Launch on PyTorch's current stream; the driver copies `params` at the call (and a
+        graph capture copies it into the node), so the struct may change afterwards."""
+        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        args = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.pointer(params), ctypes.c_void_p))
+        self._check(self.cuda.cuLaunchKernel(
+            self.func, grid, 1, 1, threads, 1, 1, dynamic_shared, stream, args, None), "cuLaunchKernel")

@@ -1,0 +1,775 @@
+// The whole batch-1 decode step as one persistent CUDA kernel (the `megakernel` variant).
+//
+// Why CUDA and not Triton: a decode step is a stream of 2.47 GB of weights (Llama-3.2-1B)
+// through 132 SMs; at 4.2 TB/s each SM must keep ~32 GB/s in flight, i.e. tens of KB of
+// loads outstanding. A Triton program stages its loads in registers, and one persistent
+// kernel shares one register allocation across all its branches: the Triton version of
+// this kernel streamed 16 GB/s per SM (docs/kernels-notes.md, "Megakernel"). Here the
+// weights never touch registers on their way in: a producer warp copies them with Hopper's
+// bulk-copy engine (cp.async.bulk, completing on an mbarrier) into a ring of shared-memory
+// stages, NSTAGE x TILE_BYTES (192 KB by default), and the consumer warps read them from
+// there.
+//
+// Schedule (static): one CTA per SM, CTA b of G. Every weight stage is a row-major matrix
+// [N, K] cut into tiles of R consecutive rows (R * K * 2 bytes, at most TILE_BYTES: one
+// contiguous bulk copy); CTA b takes tiles b, b + G, b + 2G, ... Inside a tile, each
+// consumer warp owns one (row, part) of the R rows x P = CWARPS / R parts of a row: it
+// keeps its part of the input vector in registers for the whole stage (the CTA stages the
+// vector in shared memory once), reduces its dot product with a warp shuffle, and (P > 1)
+// the last of a row's P warps to finish sums the parts in a fixed order. No block barrier
+// per tile: warps run independently, held together only by the ring (a slot is refilled
+// once all warps released it). The stages of a step, in order, g = layer * 5 + s:
+//   s = 0  QKV:       qkv = W_qkv RMSNorm(h), where h = h + y (the residual add of the
+//                     previous down stage; layer 0: h = the embedding row)
+//   s = 1  attention: per query head (no weights; the cached K/V rows come through the
+//                     ring), RoPE of q and of this step's k, the K/V append, softmax(q K^T) V
+//   s = 2  O:         y = W_o attn
+//   s = 3  gate/up:   gu = W_13 RMSNorm(h), where h = h + y   ([gate; up], 2I rows)
+//   s = 4  down:      y = W_2 (silu(gate) * up)              (SwiGLU applied while loading gu)
+//   g = 5L head:      logits = W_head RMSNorm(h + y), argmax
+// Weights do not depend on activations, so each CTA's producer knows its whole tile list
+// in advance and streams it without pause, through stage and layer boundaries, limited
+// only by the ring: while the consumers wait for a stage's inputs, the ring fills with the
+// next stage's tiles (132 x 192 KB = 25 MB, ~5 us of DRAM time).
+//
+// Synchronisation: done counter g counts the CTAs that finished stage g; every CTA bumps
+// every counter once (a CTA without work in a stage at once), so stage g is complete at G.
+// A CTA with work in stage g first waits for counter g - 1 to reach G. Transitively that
+// orders every write-after-read on the shared activation buffers too (e.g. the down stage
+// rewrites y only after every gate/up tile is done, and the gate/up loaders were the last
+// readers of the O stage's y). Release: the consumer threads' stores, a named barrier,
+// then one thread's fence + atomic add; acquire: one thread's ld.acquire spin, a named
+// barrier, then L2 loads (__ldcg: the SM's L1 is not coherent) of activations. All CTAs
+// must be resident at once (one per SM, 216 KB of shared memory each: the host launches
+// exactly one per SM and checks the occupancy), or a CTA could wait for one never started.
+// The last CTA to finish the head reduces the argmax and zeroes the counters for the
+// next launch, so a step is one kernel node and nothing else.
+//
+// Rounding follows the fused Triton kernels (and the eager model): every matrix product
+// is an fp32 sum of bf16 products rounded to bf16; RMSNorm rounds as `normed_values`;
+// RoPE rounds each product as `rope_pair`; attention works on 64-position chunks, scores
+// and probabilities rounded to bf16 as `decode_attention`, chunks merged with its combine.
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#ifndef TILE_BYTES
+#define TILE_BYTES 32768  // one bulk copy, one ring stage
+#endif
+#ifndef NSTAGE
+#define NSTAGE 6  // ring depth
+#endif
+#ifndef IN_FLIGHT
+#define IN_FLIGHT NSTAGE  // bulk copies a producer keeps outstanding at most (see the producer)
+#endif
+#ifndef PREFETCH
+#define PREFETCH 0  // tiles the L2 prefetch runs ahead of the ring (0: none)
+#endif
+#ifndef CWARPS
+#define CWARPS 8  // consumer warps; one more warp produces
+#endif
+#define NC (CWARPS * 32)
+#define NTHREADS (NC + 32)
+#define MAXK 8192  // widest input vector (hidden, q_heads * head_dim, intermediate)
+#define XCH 8  // 16-byte chunks of its part of the input vector per lane (parts of <= 256 chunks)
+#define TCH ((MAXK / 8 + NC - 1) / NC)  // 16-byte chunks of a stage's input vector per consumer thread
+#define MAXD 128  // head_dim at most
+#define BLOCK_S 64  // attention positions per chunk (fused's split size: same rounding)
+#define CSTRIDE 32  // done counters 128 bytes apart
+#define NPTR 8  // columns of the pointer table
+
+typedef __nv_bfloat16 bf16;
+
+// Columns of the per-layer pointer table; the last row holds the final norm and the head.
+enum { ATTN_NORM, WQKV, K_CACHE, V_CACHE, WO, MLP_NORM, W13, W2 };
+enum { FINAL_NORM, W_HEAD };
+
+struct Params {  // mirrored by perfdoctor.engine.megakernel._Params (same order and types)
+  const unsigned long long* table;  // [L + 1][NPTR] addresses
+  const bf16* embed;
+  const bf16* cos;  // [ctx, D / 2]
+  const bf16* sin;
+  const long long* token;  // [1]
+  const long long* pos;    // [1]
+  bf16* hbuf;    // [2][K] the residual stream, materialised by the norm stages (see stage_normed)
+  bf16* y;       // [K] the O or down projection, added to the stream by the next norm stage
+  bf16* qkv;     // [(NQ + 2 NKV) D] before RoPE
+  bf16* attn;    // [NQ D]
+  bf16* gu;      // [2 I] gate, then up
+  bf16* logits;  // [V]
+  float* part_val;  // [G] per-CTA argmax partials
+  int* part_idx;
+  long long* next_token;  // [1]
+  unsigned* counters;     // [(5 L + 1) * CSTRIDE], zero at launch (and after it)
+  long long* trace;       // null, or [G][5 L + 1][4]: start, inputs ready, end (ns), SM id
+  int L, K, NQ, NKV, D, I, V;
+  int rows[5];  // rows per tile (a divisor of CWARPS) of the QKV, O, gate/up, down and head matrices
+  long long stride_head, stride_pos;  // of the K/V caches, in elements
+  float eps, scale;
+  int round_twice;
+};
+
+// ---- small device helpers -----------------------------------------------------------
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
+  unsigned done;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+        : "=r"(done)
+        : "r"(smem_u32(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+// Global -> shared bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned),
+// completing as transaction bytes on `bar`. Weights are read once per step: evict first.
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, uint64_t* bar,
+                                          uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
+          smem_u32(dst)),
+      "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(policy)
+      : "memory");
+}
+
+__device__ __forceinline__ void consumers_sync() {  // the NC consumer threads only
+  asm volatile("bar.sync 1, %0;" ::"r"(NC) : "memory");
+}
+
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ long long now_ns() {
+  long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ unsigned smid() {
+  unsigned s;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
+  return s;
+}
+
+__device__ __forceinline__ float bf(float x) { return __bfloat162float(__float2bfloat16(x)); }
+
+__device__ __forceinline__ float lo(unsigned u) { return __uint_as_float(u << 16); }
+__device__ __forceinline__ float hi(unsigned u) { return __uint_as_float(u & 0xffff0000u); }
+
+__device__ __forceinline__ unsigned pack(float a, float b) {  // two floats -> bf16x2 (a low)
+  __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+  return *reinterpret_cast<unsigned*>(&v);
+}
+
+// x unpacked to fp32 once per stage (not once per tile): half the conversions per tile.
+struct F8 {
+  float v[8];
+};
+
+__device__ __forceinline__ F8 unpack(uint4 x) {
+  F8 f;
+  const unsigned* u = reinterpret_cast<const unsigned*>(&x);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) { f.v[2 * e] = lo(u[e]); f.v[2 * e + 1] = hi(u[e]); }
+#pragma unroll
+  for (int e = 0; e < 8; ++e) asm volatile("" : "+f"(f.v[e]));  // opaque: ptxas keeps, not recomputes, them
+  return f;
+}
+
+__device__ __forceinline__ float dot8(uint4 w, const F8& x, float s) {
+  s = fmaf(lo(w.x), x.v[0], s);
+  s = fmaf(hi(w.x), x.v[1], s);
+  s = fmaf(lo(w.y), x.v[2], s);
+  s = fmaf(hi(w.y), x.v[3], s);
+  s = fmaf(lo(w.z), x.v[4], s);
+  s = fmaf(hi(w.z), x.v[5], s);
+  s = fmaf(lo(w.w), x.v[6], s);
+  s = fmaf(hi(w.w), x.v[7], s);
+  return s;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+__device__ __forceinline__ unsigned* counter(const Params& p, int g) { return p.counters + g * CSTRIDE; }
+
+// ---- the stages' shapes (producer and consumers walk the same tiles) ----------------
+
+struct WStage {
+  const bf16* w;
+  int n, k, r;  // rows, columns, rows per tile
+};
+
+// g: the stage index (not an attention stage).
+__device__ __forceinline__ WStage weight_stage(const Params& p, int g) {
+  const unsigned long long* row = p.table + (g / 5) * NPTR;
+  WStage st;
+  if (g == 5 * p.L) {
+    st.w = reinterpret_cast<const bf16*>(row[W_HEAD]); st.n = p.V; st.k = p.K; st.r = p.rows[4];
+    return st;
+  }
+  switch (g % 5) {
+    case 0: st.w = reinterpret_cast<const bf16*>(row[WQKV]); st.n = (p.NQ + 2 * p.NKV) * p.D; st.k = p.K; st.r = p.rows[0]; break;
+    case 2: st.w = reinterpret_cast<const bf16*>(row[WO]); st.n = p.K; st.k = p.NQ * p.D; st.r = p.rows[1]; break;
+    case 3: st.w = reinterpret_cast<const bf16*>(row[W13]); st.n = 2 * p.I; st.k = p.K; st.r = p.rows[2]; break;
+    default: st.w = reinterpret_cast<const bf16*>(row[W2]); st.n = p.K; st.k = p.I; st.r = p.rows[3]; break;
+  }
+  return st;
+}
+
+// The CTA that owns attention head hq (spread over the grid).
+__device__ __forceinline__ int attention_owner(const Params& p, int hq) { return (hq * (int)gridDim.x) / p.NQ; }
+
+// ---- consumer pieces ------------------------------------------------------------------
+
+struct Shared {
+  uint64_t full[NSTAGE], empty[NSTAGE];
+  float part[NSTAGE][CWARPS];  // per ring slot: each warp's partial dot product (P > 1)
+  int arrived[NSTAGE][CWARPS];  // per ring slot and row: warps done with it (P > 1)
+  float best_val[NC];
+  int best_idx[NC];
+  int last;  // this CTA finished the head last
+  // attention
+  float q[MAXD];
+  __align__(16) bf16 k_new[MAXD];
+  __align__(16) bf16 v_new[MAXD];
+  float wm[CWARPS], wl[CWARPS], wacc[CWARPS][MAXD];
+  // the stage's input vector, staged once per CTA (see stage_normed)
+  float sred[CWARPS];
+  __align__(16) bf16 xs[MAXK];
+};
+
+// This warp's part of a stage's input vector: chunks j = part * cpp + lane + 32 i of the
+// k / 8 16-byte chunks, valid where bit i of `valid` is set.
+struct Slice {
+  int part, cpp;
+  unsigned valid;
+};
+
+__device__ __forceinline__ Slice slice_of(int kc, int parts, int part) {
+  const int lane = threadIdx.x % 32, cpp = (kc + parts - 1) / parts;
+  unsigned valid = 0;
+#pragma unroll
+  for (int i = 0; i < XCH; ++i)
+    if (lane + 32 * i < cpp && part * cpp + lane + 32 * i < kc) valid |= 1u << i;
+  return Slice{part, cpp, valid};
+}
+
+// The residual stream, elementwise: bf16(h + y), as the eager model's `h + proj(...)`.
+__device__ __forceinline__ uint4 residual(uint4 h, uint4 y) {
+  const unsigned* a = reinterpret_cast<const unsigned*>(&h);
+  const unsigned* c = reinterpret_cast<const unsigned*>(&y);
+  uint4 o;
+  unsigned* u = reinterpret_cast<unsigned*>(&o);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) u[e] = pack(lo(a[e]) + lo(c[e]), hi(a[e]) + hi(c[e]));
+  return o;
+}
+
+__device__ __forceinline__ uint4 stream_chunk(const uint4* src, const uint4* add, bool from_l2, int j) {
+  const uint4 v = from_l2 ? __ldcg(src + j) : src[j];
+  return add ? residual(v, __ldcg(add + j)) : v;
+}
+
+__device__ __forceinline__ float sumsq(uint4 v) {
+  const unsigned* u = reinterpret_cast<const unsigned*>(&v);
+  float s = 0.f;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) s += lo(u[e]) * lo(u[e]) + hi(u[e]) * hi(u[e]);
+  return s;
+}
+
+// The stage's input vector goes through shared memory: the CTA's consumer threads read it
+// from L2 once (a 16-byte chunk or a few each), then every warp takes its slice from
+// shared memory. Every warp reading it from L2 itself moved ~9 MB through L2 per stage
+// boundary over the chip (v3.2), on the boundary's critical path.
+
+// xs <- RMSNorm(h) * gain, rounded as the eager model, where the stream h = src + add
+// (add: the previous residual projection's output y, or null). The residual add happens
+// here rather than as a read-modify-write in the O / down stages: that takes an L2 round
+// trip off their critical path. `out` (CTA 0) also stores h for the next norm stage, in
+// the other half of hbuf than `src`, which nobody reads any more (each norm stage reads the
+// half the previous one wrote, two stages back). gv: this thread's chunks of the gain,
+// loaded before the wait for the inputs.
+__device__ __forceinline__ void stage_normed(const Params& p, const bf16* src, const bf16* add, bool from_l2,
+                                             const uint4 (&gv)[TCH], bf16* out, Shared& sh) {
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, kc = p.K / 8;
+  const uint4* s4 = reinterpret_cast<const uint4*>(src);
+  const uint4* a4 = reinterpret_cast<const uint4*>(add);
+  uint4* o4 = reinterpret_cast<uint4*>(out);
+  uint4 v[TCH];
+  float ss = 0.f;
+#pragma unroll
+  for (int c = 0; c < TCH; ++c) {
+    const int j = tid + c * NC;
+    if (j < kc) {
+      v[c] = stream_chunk(s4, a4, from_l2, j);
+      ss += sumsq(v[c]);
+      if (out) o4[j] = v[c];
+    }
+  }
+  ss = warp_sum(ss);
+  if (lane == 0) sh.sred[warp] = ss;
+  consumers_sync();
+  float total = 0.f;
+#pragma unroll
+  for (int w = 0; w < CWARPS; ++w) total += sh.sred[w];
+  const float inv = rsqrtf(total / p.K + p.eps);
+#pragma unroll
+  for (int c = 0; c < TCH; ++c) {
+    const int j = tid + c * NC;
+    if (j < kc) {
+      unsigned* u = reinterpret_cast<unsigned*>(&v[c]);
+      const unsigned* g = reinterpret_cast<const unsigned*>(&gv[c]);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float a = lo(u[e]) * inv, b = hi(u[e]) * inv;
+        if (p.round_twice) { a = bf(a); b = bf(b); }
+        u[e] = pack(a * lo(g[e]), b * hi(g[e]));
+      }
+      reinterpret_cast<uint4*>(sh.xs)[j] = v[c];
+    }
+  }
+  consumers_sync();
+}
+
+// xs <- a bf16 vector of length k another CTA wrote in this launch.
+__device__ __forceinline__ void stage_plain(const bf16* src, int k, Shared& sh) {
+#pragma unroll
+  for (int c = 0; c < TCH; ++c) {
+    const int j = threadIdx.x + c * NC;
+    if (j < k / 8) reinterpret_cast<uint4*>(sh.xs)[j] = __ldcg(reinterpret_cast<const uint4*>(src) + j);
+  }
+  consumers_sync();
+}
+
+// xs <- silu(gate) * up, rounded as `norm_gate_up` (silu, then the product).
+__device__ __forceinline__ void stage_swiglu(const Params& p, Shared& sh) {
+#pragma unroll
+  for (int c = 0; c < TCH; ++c) {
+    const int j = threadIdx.x + c * NC;
+    if (j < p.I / 8) {
+      uint4 g4 = __ldcg(reinterpret_cast<const uint4*>(p.gu) + j);
+      uint4 u4 = __ldcg(reinterpret_cast<const uint4*>(p.gu + p.I) + j);
+      const unsigned* g = reinterpret_cast<const unsigned*>(&g4);
+      const unsigned* u = reinterpret_cast<const unsigned*>(&u4);
+      uint4 o;
+      unsigned* ou = reinterpret_cast<unsigned*>(&o);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float ga = lo(g[e]), gb = hi(g[e]);
+        const float sa = bf(ga / (1.f + __expf(-ga))), sb = bf(gb / (1.f + __expf(-gb)));
+        ou[e] = pack(sa * lo(u[e]), sb * hi(u[e]));
+      }
+      reinterpret_cast<uint4*>(sh.xs)[j] = o;
+    }
+  }
+  consumers_sync();
+}
+
+// Attention of query head hq over positions [0, pos] (see the file comment). The cached
+// K/V rows [0, pos) arrive through the ring, one BLOCK_S-position chunk per slot (K, then
+// V at byte BLOCK_S * D * 2), streamed by the producer with the weights: they do not
+// depend on this step, so they are in shared memory before the QKV stage completes.
+// Position pos (this step's row) comes from the QKV output. `it`: the ring position.
+__device__ void attention(const Params& p, int layer, int hq, Shared& sh, const unsigned char* ring, int& it) {
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int D = p.D, half = D / 2, group = p.NQ / p.NKV, kv = hq / group;
+  const int pos = (int)*p.pos, length = pos + 1;
+  const unsigned long long* row = p.table + layer * NPTR;
+  bf16* kc = reinterpret_cast<bf16*>(row[K_CACHE]) + kv * p.stride_head;
+  bf16* vc = reinterpret_cast<bf16*>(row[V_CACHE]) + kv * p.stride_head;
+  if (tid < half) {  // RoPE of q and of this step's k, each product rounded as `rope_pair`
+    const float c = __bfloat162float(p.cos[(long long)pos * half + tid]);
+    const float s = __bfloat162float(p.sin[(long long)pos * half + tid]);
+    const bf16* q = p.qkv + hq * D;
+    const bf16* k = p.qkv + (p.NQ + kv) * D;
+    float a = __bfloat162float(__ldcg(q + tid)), b = __bfloat162float(__ldcg(q + tid + half));
+    float ra = bf(bf(a * c) - bf(b * s)), rb = bf(bf(b * c) + bf(a * s));
+    sh.q[tid] = bf(ra * p.scale);  // the eager model scales q in its dtype
+    sh.q[tid + half] = bf(rb * p.scale);
+    a = __bfloat162float(__ldcg(k + tid)); b = __bfloat162float(__ldcg(k + tid + half));
+    sh.k_new[tid] = __float2bfloat16(bf(a * c) - bf(b * s));
+    sh.k_new[tid + half] = __float2bfloat16(bf(b * c) + bf(a * s));
+  }
+  if (tid < D) sh.v_new[tid] = __ldcg(p.qkv + (p.NQ + p.NKV + kv) * D + tid);
+  consumers_sync();
+  if (hq % group == 0 && tid < D) {  // one head of the group appends this step's K/V row
+    kc[(long long)pos * p.stride_pos + tid] = sh.k_new[tid];
+    vc[(long long)pos * p.stride_pos + tid] = sh.v_new[tid];
+  }
+  // Chunk c is computed by warp c % CWARPS; every warp waits for and releases every slot
+  // (the ring's empty barrier counts all warps). A lane scores positions lane and lane +
+  // 32 of its chunk, then owns dims 2 lane + 64 k (+1) of the weighted V sum.
+  float run_m = -INFINITY, run_l = 0.f, run_acc[MAXD / 32];
+#pragma unroll
+  for (int i = 0; i < MAXD / 32; ++i) run_acc[i] = 0.f;
+  const int nchunks = (length + BLOCK_S - 1) / BLOCK_S;
+  for (int ch = 0; ch < nchunks; ++ch, ++it) {
+    const int slot = it % NSTAGE;
+    mbar_wait(&sh.full[slot], (it / NSTAGE) & 1);
+    if (ch % CWARPS != warp) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&sh.empty[slot]);
+      continue;
+    }
+    const bf16* ks = reinterpret_cast<const bf16*>(ring + slot * TILE_BYTES);
+    const bf16* vs = ks + BLOCK_S * D;
+    const int s0 = ch * BLOCK_S;
+    float sc[2];
+#pragma unroll
+    for (int h2 = 0; h2 < 2; ++h2) {  // the 2 x D / 8 loads of both positions go out together
+      const int ps = s0 + lane + 32 * h2;
+      const bf16* kr = ps < pos ? ks + (ps - s0) * D : sh.k_new;  // past pos: masked below
+      float d0 = 0.f, d1 = 0.f;
+#pragma unroll
+      for (int e = 0; e < MAXD; e += 8)
+        if (e < D) {
+          const uint4 k8 = *reinterpret_cast<const uint4*>(kr + e);
+          const unsigned* u = reinterpret_cast<const unsigned*>(&k8);
+          d0 = fmaf(lo(u[0]), sh.q[e], fmaf(hi(u[0]), sh.q[e + 1], d0));
+          d1 = fmaf(lo(u[1]), sh.q[e + 2], fmaf(hi(u[1]), sh.q[e + 3], d1));
+          d0 = fmaf(lo(u[2]), sh.q[e + 4], fmaf(hi(u[2]), sh.q[e + 5], d0));
+          d1 = fmaf(lo(u[3]), sh.q[e + 6], fmaf(hi(u[3]), sh.q[e + 7], d1));
+        }
+      sc[h2] = ps < length ? bf(d0 + d1) : -INFINITY;
+    }
+    const float m = warp_max(fmaxf(sc[0], sc[1]));  // finite: every chunk holds a position
+    const float e0 = __expf(sc[0] - m), e1 = __expf(sc[1] - m);
+    const float l = warp_sum(e0 + e1);
+    const float p0 = bf(e0), p1 = bf(e1);
+    // P V: lane owns dims 2 lane + 64 k (+1); 8 positions' V loads in flight at a time.
+    float acc[MAXD / 32];
+#pragma unroll
+    for (int i = 0; i < MAXD / 32; ++i) acc[i] = 0.f;
+    const int n = min(BLOCK_S, length - s0);
+    for (int i0 = 0; i0 < n; i0 += 8) {
+      float2 vv[8][MAXD / 64];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const int ps = s0 + i0 + u;
+        const bf16* vr = ps < pos ? vs + (ps - s0) * D : sh.v_new;
+#pragma unroll
+        for (int k = 0; k < MAXD / 64; ++k) {
+          const int d = 2 * lane + 64 * k;
+          vv[u][k] = i0 + u < n && d < D ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(vr + d))
+                                         : make_float2(0.f, 0.f);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const float pi = __shfl_sync(0xffffffffu, i0 + u < 32 ? p0 : p1, (i0 + u) & 31);
+#pragma unroll
+        for (int k = 0; k < MAXD / 64; ++k) {
+          acc[2 * k] = fmaf(pi, vv[u][k].x, acc[2 * k]);
+          acc[2 * k + 1] = fmaf(pi, vv[u][k].y, acc[2 * k + 1]);
+        }
+      }
+    }
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&sh.empty[slot]);
+    const float new_m = fmaxf(run_m, m);
+    const float w = __expf(m - new_m), alpha = __expf(run_m - new_m);  // alpha 0 on the first
+    run_l = run_l * alpha + w * l;
+#pragma unroll
+    for (int k = 0; k < MAXD / 32; ++k) run_acc[k] = run_acc[k] * alpha + w * acc[k];
+    run_m = new_m;
+  }
+  if (lane == 0) { sh.wm[warp] = run_m; sh.wl[warp] = run_l; }
+#pragma unroll
+  for (int k = 0; k < MAXD / 64; ++k)
+    if (2 * lane + 64 * k < D) {
+      sh.wacc[warp][2 * lane + 64 * k] = run_acc[2 * k];
+      sh.wacc[warp][2 * lane + 64 * k + 1] = run_acc[2 * k + 1];
+    }
+  consumers_sync();
+  if (tid < D) {  // merge the warps' runs in chunk order of their first chunks
+    float m = -INFINITY, l = 0.f, acc = 0.f;
+    for (int w = 0; w < min(CWARPS, nchunks); ++w) {
+      const float new_m = fmaxf(m, sh.wm[w]);
+      const float a = __expf(m - new_m), b = __expf(sh.wm[w] - new_m);
+      l = l * a + b * sh.wl[w];
+      acc = acc * a + b * sh.wacc[w][tid];
+      m = new_m;
+    }
+    p.attn[hq * D + tid] = __float2bfloat16(acc / l);
+  }
+}
+
+// ---- the producer's tile sequence --------------------------------------------------
+
+// One ring slot's worth: up to two contiguous ranges (a weight tile: one; a K/V chunk: K
+// at slot offset 0 and V at BLOCK_S * D * 2; 0 bytes where a chunk holds only pos).
+struct Tile {
+  const void* src[2];
+  unsigned bytes[2], offset[2];
+};
+
+// Position in this CTA's sequence of tiles for the step: weight stage g's tiles b, b + G,
+// ...; attention stages: each owned head's chunks. The consumers walk the same sequence.
+struct TileSeq {
+  int g, t, hq, c;  // zero-initialised: before the first tile
+  bool started;
+};
+
+__device__ bool next_tile(const Params& p, int pos, TileSeq& q, Tile& out) {
+  const int b = blockIdx.x, G = gridDim.x, nstages = 5 * p.L + 1;
+  while (q.g < nstages) {
+    if (q.g % 5 == 1 && q.g < 5 * p.L) {  // attention: the cached K/V rows [0, pos) of its heads
+      if (!q.started) { q.started = true; q.hq = 0; q.c = -1; }
+      if (q.c >= 0 && (q.c + 1) * BLOCK_S <= pos) ++q.c;
+      else {
+        q.hq += q.c >= 0;  // the previous head is done
+        while (q.hq < p.NQ && attention_owner(p, q.hq) != b) ++q.hq;
+        q.c = q.hq < p.NQ ? 0 : -1;
+      }
+      if (q.c >= 0) {
+        const unsigned long long* row = p.table + (q.g / 5) * NPTR;
+        const long long off = (q.hq / (p.NQ / p.NKV)) * p.stride_head + (long long)q.c * BLOCK_S * p.stride_pos;
+        const unsigned bytes = (unsigned)(min(BLOCK_S, pos - q.c * BLOCK_S) * p.D * 2);  // 0: only pos
+        out = Tile{{reinterpret_cast<const bf16*>(row[K_CACHE]) + off, reinterpret_cast<const bf16*>(row[V_CACHE]) + off},
+                   {bytes, bytes}, {0u, (unsigned)(BLOCK_S * p.D * 2)}};
+        return true;
+      }
+    } else {
+      const WStage st = weight_stage(p, q.g);
+      q.t = q.started ? q.t + G : b;
+      q.started = true;
+      if (q.t * st.r < st.n) {
+        out = Tile{{st.w + (long long)q.t * st.r * st.k, nullptr},
+                   {(unsigned)(min(st.r, st.n - q.t * st.r) * st.k * 2), 0u}, {0u, 0u}};
+        return true;
+      }
+    }
+    ++q.g;
+    q.started = false;
+  }
+  return false;
+}
+
+// Warm L2 with a tile the ring will take later (no completion to wait for).
+__device__ __forceinline__ void prefetch_l2(const Tile& t) {
+  for (int k = 0; k < 2; ++k)
+    if (t.bytes[k]) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(t.src[k]), "r"(t.bytes[k]) : "memory");
+}
+
+// ---- the kernel -----------------------------------------------------------------------
+
+extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __grid_constant__ Params p) {
+  extern __shared__ __align__(128) unsigned char ring[];
+  __shared__ Shared sh;
+  const int tid = threadIdx.x, b = blockIdx.x, G = gridDim.x, nstages = 5 * p.L + 1;
+  if (tid == 0) {
+    for (int s = 0; s < NSTAGE; ++s) {
+      mbar_init(&sh.full[s], 1);
+      mbar_init(&sh.empty[s], CWARPS);
+      for (int r = 0; r < CWARPS; ++r) sh.arrived[s][r] = 0;
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (tid >= NC) {  // ---- the producer warp: stream this CTA's tiles, in order
+    if (tid == NC) {
+      uint64_t policy;
+      asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+      const int pos = (int)*p.pos;
+      TileSeq copy{}, ahead{};  // `ahead` runs PREFETCH tiles in front, warming L2
+      Tile tile;
+      for (int i = 0; i < PREFETCH && next_tile(p, pos, ahead, tile); ++i) prefetch_l2(tile);
+      for (int it = 0; next_tile(p, pos, copy, tile); ++it) {
+        const int slot = it % NSTAGE;
+        if (it >= NSTAGE) mbar_wait(&sh.empty[slot], ((it / NSTAGE) - 1) & 1);
+        // Throttle: the copy IN_FLIGHT tiles back must have landed. Bytes queued in the
+        // memory system beyond what keeps DRAM busy only add latency (Little's law: 132 x
+        // 192 KB outstanding at 4.2 TB/s is ~6 us per request), and every stage boundary
+        // is a chain of dependent round trips that waits in the same queues.
+        if (IN_FLIGHT < NSTAGE && it >= IN_FLIGHT)
+          mbar_wait(&sh.full[(it - IN_FLIGHT) % NSTAGE], ((it - IN_FLIGHT) / NSTAGE) & 1);
+        mbar_expect_tx(&sh.full[slot], tile.bytes[0] + tile.bytes[1]);
+        unsigned char* dst = ring + slot * TILE_BYTES;
+        for (int k = 0; k < 2; ++k)
+          if (tile.bytes[k]) bulk_copy(dst + tile.offset[k], tile.src[k], tile.bytes[k], &sh.full[slot], policy);
+        Tile far;
+        if (PREFETCH && next_tile(p, pos, ahead, far)) prefetch_l2(far);
+      }
+    }
+    return;
+  }
+
+  // ---- the consumer warps
+  const int warp = tid / 32, lane = tid % 32;
+  long long* trace = p.trace ? p.trace + (long long)b * nstages * 4 : nullptr;
+  F8 xf[XCH];
+  float best_val = -INFINITY;
+  int best_idx = 0x7fffffff, it = 0;
+  for (int g = 0; g < nstages; ++g) {
+    const int layer = g / 5, s = g % 5;
+    const bool head = g == 5 * p.L, attn_stage = s == 1 && !head;
+    if (trace && tid == 0) trace[g * 4 + 0] = now_ns();
+    const WStage st = attn_stage ? WStage{} : weight_stage(p, g);
+    const int ntiles = attn_stage ? 0 : (st.n + st.r - 1) / st.r;
+    bool work = attn_stage ? false : b < ntiles;
+    if (attn_stage)
+      for (int hq = 0; hq < p.NQ; ++hq) work |= attention_owner(p, hq) == b;
+    if (work) {
+      // Before the wait: what does not depend on the previous stage (this warp's share of
+      // the tiles, its slice of the norm's gain).
+      const int kc = attn_stage ? 0 : st.k / 8, parts = attn_stage ? 1 : CWARPS / st.r, my_row = warp / parts;
+      const Slice sl = slice_of(kc, parts, warp % parts);
+      const unsigned long long* row = p.table + layer * NPTR;
+      const bool norm = !attn_stage && (s == 0 || s == 3 || head);
+      uint4 gv[TCH];
+#pragma unroll
+      for (int c = 0; c < TCH; ++c) {
+        const int j = tid + c * NC;
+        gv[c] = norm && j < kc ? reinterpret_cast<const uint4*>(row[head ? FINAL_NORM : s == 0 ? ATTN_NORM : MLP_NORM])[j]
+                               : make_uint4(0, 0, 0, 0);
+      }
+      if (g > 0) {  // wait for the previous stage, everywhere
+        if (tid == 0)
+          while (ld_acquire(counter(p, g - 1)) < (unsigned)G) {
+          }
+        consumers_sync();
+      }
+      if (attn_stage) {
+        if (trace && tid == 0) trace[g * 4 + 1] = now_ns();
+        for (int hq = 0; hq < p.NQ; ++hq)
+          if (attention_owner(p, hq) == b) {
+            attention(p, layer, hq, sh, ring, it);
+            consumers_sync();  // sh's attention scratch is reused by the next head
+          }
+      } else {
+        // The residual stream h alternates between the halves of hbuf: the QKV stages read
+        // half 1 (layer 0: the embedding row) and write half 0, gate/up reads 0 writes 1.
+        bf16* h0 = p.hbuf;
+        bf16* h1 = p.hbuf + p.K;
+        const bool writer = b == 0;  // CTA 0 always has tile 0
+        if (head) stage_normed(p, h1, p.y, true, gv, nullptr, sh);
+        else if (s == 0 && layer == 0)
+          stage_normed(p, p.embed + *p.token * p.K, nullptr, false, gv, writer ? h0 : nullptr, sh);
+        else if (s == 0) stage_normed(p, h1, p.y, true, gv, writer ? h0 : nullptr, sh);
+        else if (s == 2) stage_plain(p.attn, p.NQ * p.D, sh);
+        else if (s == 3) stage_normed(p, h0, p.y, true, gv, writer ? h1 : nullptr, sh);
+        else stage_swiglu(p, sh);
+#pragma unroll
+        for (int i = 0; i < XCH; ++i)  // this warp's slice, unpacked to fp32 for the whole stage
+          xf[i] = unpack(sl.valid >> i & 1 ? reinterpret_cast<const uint4*>(sh.xs)[sl.part * sl.cpp + lane + 32 * i]
+                                           : make_uint4(0, 0, 0, 0));
+        if (trace && tid == 0) trace[g * 4 + 1] = now_ns();
+        for (int t = b; t < ntiles; t += G, ++it) {
+          const int slot = it % NSTAGE;
+          const bool live = my_row < min(st.r, st.n - t * st.r);  // the last tile may be short
+          mbar_wait(&sh.full[slot], (it / NSTAGE) & 1);
+          float v = 0.f;
+          if (live) {
+            const uint4* w = reinterpret_cast<const uint4*>(ring + slot * TILE_BYTES) + my_row * kc +
+                             sl.part * sl.cpp + lane;
+            float a[4] = {0.f, 0.f, 0.f, 0.f};  // four chains: the FMAs overlap
+#pragma unroll
+            for (int i = 0; i < XCH; ++i)
+              if (sl.valid >> i & 1) a[i % 4] = dot8(w[32 * i], xf[i], a[i % 4]);
+            v = warp_sum((a[0] + a[1]) + (a[2] + a[3]));
+          }
+          __syncwarp();
+          if (live && lane == 0) {
+            bool mine = parts == 1;  // this warp completes the row
+            if (!mine) {  // the last of the row's warps sums the parts, in part order
+              sh.part[slot][warp] = v;
+              __threadfence_block();
+              mine = atomicAdd(&sh.arrived[slot][my_row], 1) == parts - 1;
+              if (mine) {
+                __threadfence_block();
+                const volatile float* pv = sh.part[slot] + my_row * parts;
+                v = 0.f;
+                for (int q = 0; q < parts; ++q) v += pv[q];
+                sh.arrived[slot][my_row] = 0;  // reused once the slot is refilled
+              }
+            }
+            if (mine) {
+              const int r = t * st.r + my_row;
+              const float y = bf(v);
+              if (head) {
+                p.logits[r] = __float2bfloat16(y);
+                if (y > best_val) { best_val = y; best_idx = r; }  // rows grow: ties keep the first
+              } else if (s == 0) p.qkv[r] = __float2bfloat16(y);
+              else if (s == 3) p.gu[r] = __float2bfloat16(y);
+              else p.y[r] = __float2bfloat16(y);  // O, down: the next norm stage adds it to h
+            }
+          }
+          __syncwarp();
+          if (lane == 0) mbar_arrive(&sh.empty[slot]);  // this warp is done with the slot
+        }
+      }
+    }
+    if (!head) {  // signal: this CTA's part of stage g is done (stores first)
+      consumers_sync();
+      if (tid == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter(p, g)) : "memory");
+    }
+    if (trace && tid == 0) { trace[g * 4 + 2] = now_ns(); trace[g * 4 + 3] = smid(); }
+  }
+
+  // ---- the argmax: this CTA's first best logit, then the last CTA reduces all of them
+  sh.best_val[tid] = best_val;
+  sh.best_idx[tid] = best_idx;
+  consumers_sync();
+  if (tid == 0) {
+    float v = -INFINITY;
+    int i = 0x7fffffff;
+    for (int t = 0; t < NC; ++t)
+      if (sh.best_val[t] > v || (sh.best_val[t] == v && sh.best_idx[t] < i)) { v = sh.best_val[t]; i = sh.best_idx[t]; }
+    p.part_val[b] = v;
+    p.part_idx[b] = i;
+    __threadfence();
+    sh.last = atomicAdd(counter(p, 5 * p.L), 1u) == (unsigned)G - 1;
+    __threadfence();
+  }
+  consumers_sync();
+  if (sh.last && warp == 0) {
+    float v = -INFINITY;
+    int i = 0x7fffffff;
+    for (int c = lane; c < G; c += 32) {
+      const float cv = __ldcg(p.part_val + c);
+      const int ci = __ldcg(p.part_idx + c);
+      if (cv > v || (cv == v && ci < i)) { v = cv; i = ci; }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+      if (ov > v || (ov == v && oi < i)) { v = ov; i = oi; }
+    }
+    if (lane == 0) *p.next_token = i;
+    for (int c = lane; c < nstages; c += 32) p.counters[c * CSTRIDE] = 0;  // every CTA is past its waits
+  }
+}

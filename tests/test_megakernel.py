@@ -1,0 +1,175 @@
+"""The megakernel variant: its tile plan (CPU), its refusal without a GPU, and on a Hopper GPU
+single steps against the eager model at tiny, odd and Llama-3.2-1B shapes (NaN-poisoned
+outputs and cache rows first), a ring that wraps many times, and bit-identical replays.
+
+The end-to-end teacher-forced comparison with eager and fused is in test_kernels.py
+(`test_kernels_match_eager_*[megakernel]`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from perfdoctor.engine.config import LLAMA_3_2_1B, TINY, BadInput, ModelConfig, RopeScaling
+from perfdoctor.engine.megakernel import TUNED, MegaShape, plan
+
+CUDA = torch.cuda.is_available()
+HOPPER = CUDA and torch.cuda.get_device_capability() == (9, 0)
+needs_hopper = pytest.mark.skipif(not HOPPER, reason="the megakernel needs a Hopper GPU (sm_90)")
+DEVICE = "cuda" if CUDA else "cpu"
+
+
+def _odd_config() -> ModelConfig:
+    # Nothing a power of two but head_dim: a GQA group of 3, row counts no tile divides
+    # (qkv 160, gate/up 112, head 250 rows), 80-byte rows (a multiple of 16, as bulk copies need).
+    return ModelConfig(
+        name="odd", vocab_size=250, hidden=40, layers=2, q_heads=6, kv_heads=2, head_dim=16,
+        intermediate=56, rope_scaling=RopeScaling(original_max_position=16), max_position=2048,
+    )
+
+
+# ---- the plan, on any machine --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("config", [LLAMA_3_2_1B, TINY, _odd_config()], ids=lambda c: c.name)
+@pytest.mark.parametrize("shape", [TUNED, MegaShape(tile_bytes=4096, stages=2)], ids=["tuned", "small"])
+def test_plan_covers_every_row_once(config, shape):
+    """Each stage's tiles, dealt round-robin to 132 CTAs, cover every row exactly once, each
+    tile one bulk copy (a multiple of 16 bytes, at most a ring stage)."""
+    if 2 * config.intermediate > shape.tile_bytes:
+        with pytest.raises(BadInput, match="wider than a tile"):
+            plan(config, shape)
+        return
+    for st in plan(config, shape).values():
+        covered = torch.zeros(st.rows, dtype=torch.int32)
+        for cta in range(132):
+            for t in st.tiles_of(cta, 132):
+                nbytes = st.tile_bytes(t)
+                assert 0 < nbytes <= shape.tile_bytes and nbytes % 16 == 0
+                n = nbytes // (2 * st.cols)
+                covered[t * st.rows_per_tile : t * st.rows_per_tile + n] += 1
+        assert covered.eq(1).all(), st.name
+
+
+def test_plan_of_llama_1b():
+    """32 KB tiles: 8 rows of the 2048-wide matrices (a warp a row), 2 of the 8192-wide down
+    projection (4 warps a row); the tile counts the notes' per-CTA balance is computed from."""
+    p = plan(LLAMA_3_2_1B)
+    assert {k: (v.rows_per_tile, v.tiles) for k, v in p.items()} == {
+        "qkv": (8, 384), "o": (8, 256), "gate_up": (8, 2048), "down": (2, 1024), "head": (8, 16032),
+    }
+    assert sum(v.rows * v.cols * 2 for k, v in p.items() if k != "head") * 16 + p["head"].rows * 2048 * 2 == 2_471_493_632
+
+
+def test_plan_refuses_what_the_kernel_cannot_copy():
+    odd = replace(_odd_config(), hidden=36)  # 72-byte rows: not a multiple of 16
+    with pytest.raises(BadInput, match="multiple of 8"):
+        plan(odd)
+    with pytest.raises(BadInput, match="head_dim"):
+        plan(replace(_odd_config(), head_dim=12))
+
+
+def test_cli_without_cuda_says_why(capsys):
+    if CUDA:
+        pytest.skip("this machine has CUDA: the refusal is for machines without")
+    from perfdoctor.engine.__main__ import main
+
+    assert main(["--variant", "megakernel", "--config", "tiny", "--tokens", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "megakernel variant needs a CUDA device" in err and "Traceback" not in err
+
+
+# ---- the kernel, on a Hopper GPU -------------------------------------------------------------
+
+
+def _step_tol(ref: torch.Tensor) -> dict[str, float]:
+    """bf16 chains a dozen rounding points per layer, and one flipped early moves a later
+    value by a few % of the largest (seen on the odd config: 0.114 of 3.6 in a logit); an
+    indexing or ordering bug is off by O(1)."""
+    return {"rtol": 2e-2, "atol": 6e-2 * max(ref.abs().max().item(), 1e-3)}
+
+
+MEGA_CASES = [
+    pytest.param("tiny", 64, TUNED, id="tiny"),
+    pytest.param("odd", 200, TUNED, id="odd"),  # 200 positions: 4 attention chunks, the last partial
+    # 4 KB tiles (one K/V chunk of head_dim 16) in a 2-stage ring: the ring wraps every
+    # other tile, through weights and K/V chunks, with partial last tiles
+    pytest.param("odd", 200, MegaShape(tile_bytes=4096, stages=2), id="odd-small-ring"),
+    pytest.param("odd", 200, MegaShape(tile_bytes=4096, stages=3, prefetch=3, in_flight=1), id="odd-prefetch-in-flight-1"),
+    pytest.param("llama-3.2-1b", 2048, MegaShape(prefetch=8), id="llama-1b-prefetch", marks=pytest.mark.gpu),
+    pytest.param("llama-3.2-1b", 2048, TUNED, id="llama-1b", marks=pytest.mark.gpu),
+]
+
+
+@needs_hopper
+@pytest.mark.parametrize("config_name,ctx,shape", MEGA_CASES)
+def test_megakernel_step(config_name, ctx, shape):
+    """Single steps at several positions against the eager model on the same weights: the
+    logits (NaN-poisoned buffers and cache row first), the token (argmax of its own logits),
+    the K/V rows it appends; the done counters are zero again after every step."""
+    from perfdoctor.engine.config import named_config
+    from perfdoctor.engine.megakernel import MegaKernels
+    from perfdoctor.engine.model import Transformer
+    from perfdoctor.engine.weights import random_hf_state_dict
+
+    torch.manual_seed(0)
+    config = _odd_config() if config_name == "odd" else named_config(config_name)
+    weights = random_hf_state_dict(config, seed=1, device=DEVICE, dtype=torch.bfloat16)
+    model = Transformer.from_hf_state_dict(config, weights, ctx)
+    mine = Transformer.from_hf_state_dict(config, weights, ctx)
+    mk = MegaKernels(mine, shape)
+    P = 5
+    prompt = torch.randint(config.vocab_size, (P,), device=DEVICE)
+    with torch.inference_mode():
+        model(prompt, torch.arange(P, device=DEVICE))
+        mine(prompt, torch.arange(P, device=DEVICE))
+        for pos_value in (P, P + 1, ctx - 1):  # the last fills the whole cache (many chunks)
+            token = torch.randint(config.vocab_size, (1,), device=DEVICE)
+            pos = torch.tensor([pos_value], device=DEVICE)
+            for buf in (mk.hbuf, mk.y, mk.qkv, mk.attn, mk.gu, mk.logits):
+                buf.fill_(float("nan"))
+            for layer in mine.layers:
+                layer.attn.k_cache[:, pos_value] = float("nan")
+                layer.attn.v_cache[:, pos_value] = float("nan")
+            mk.next_token.fill_(-1)
+            got = mk(token, pos).item()
+            want = model(token, pos)[0].float()
+            logits = mk.logits.float()
+            assert not logits.isnan().any(), "a logit was not written (or a NaN leaked in)"
+            torch.testing.assert_close(logits, want, **_step_tol(want))
+            assert got == torch.argmax(logits).item(), "token is not the argmax of the kernel's logits"
+            for a, b in zip(mine.layers, model.layers):
+                for mk_cache, ref_cache in ((a.attn.k_cache, b.attn.k_cache), (a.attn.v_cache, b.attn.v_cache)):
+                    row = mk_cache[:, pos_value].float()
+                    assert not row.isnan().any(), "K/V row not appended"
+                    torch.testing.assert_close(row, ref_cache[:, pos_value].float(), **_step_tol(ref_cache.float()))
+            assert mk.counter_values() == [0] * (5 * config.layers + 1), "counters not reset for the next step"
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_megakernel_replays_identically():
+    """A race (a read before its producer's write is visible) shows as outputs that change
+    between runs on the same input; the kernel's arithmetic order is fixed, so 50 replays of
+    the captured step at one position must give bit-identical logits."""
+    from perfdoctor.engine.graphs import GraphedStep
+    from perfdoctor.engine.megakernel import MegaKernels
+    from perfdoctor.engine.model import Transformer
+    from perfdoctor.engine.weights import model_weights
+
+    config, weights = model_weights("llama-3.2-1b", None, 0, DEVICE, torch.bfloat16)
+    model = Transformer.from_hf_state_dict(config, weights, 2048)
+    mk = MegaKernels(model)
+    step = GraphedStep(mk)
+    token, pos = torch.tensor([17], device=DEVICE), torch.tensor([300], device=DEVICE)
+    with torch.inference_mode():
+        step(token, pos)
+        first = mk.logits.clone()
+        tokens = set()
+        for _ in range(50):
+            tokens.add(step(token, pos).item())
+            assert torch.equal(mk.logits, first), "logits changed between replays: a race"
+    assert len(tokens) == 1
