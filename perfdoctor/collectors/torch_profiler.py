@@ -23,6 +23,7 @@ import types
 from collections import Counter
 from dataclasses import dataclass
 from functools import partial
+from itertools import compress
 from operator import attrgetter
 from pathlib import Path
 from typing import Any, ClassVar, Union
@@ -151,7 +152,7 @@ _events_decoder = msgspec.json.Decoder(list[Union[(_Complete, _Metadata, *_skipp
 _rest_decoder = msgspec.json.Decoder(_Rest)
 _NO_ARGS = Args()
 
-_PH, _CAT, _NAME, _TS, _DUR, _ARGS = (attrgetter(f) for f in ("ph", "cat", "name", "ts", "dur", "args"))
+_CAT, _NAME, _TS, _DUR, _ARGS = (attrgetter(f) for f in ("cat", "name", "ts", "dur", "args"))
 _PID, _TID = attrgetter("pid"), attrgetter("tid")
 # What each kept category needs beyond its times: GPU work its arguments, host work its thread.
 KEPT = (*ACTIVITY_CATEGORIES, *CALL_CATEGORIES, "user_annotation", "python_function")
@@ -174,7 +175,7 @@ def load(path: str | Path, *, processes: int | None = None) -> Profile:
         whole = _Events()
         whole.add(doc.traceEvents)
         doc.traceEvents = None
-        events = [whole.columns()]
+        events = [whole]
     del raw
     total = _Events.merged(events)
     if total.untimed_gpu:
@@ -184,7 +185,8 @@ def load(path: str | Path, *, processes: int | None = None) -> Profile:
         )
     if not total.timed:
         raise UsageError(f"{path}: empty trace (no complete events)")
-    activities, calls, ranges = _Columns.joined([e.tables for e in events])
+    # In one process the columns are built here, after the file's bytes are freed (the lower peak).
+    activities, calls, ranges = _Columns.joined([e.columns() for e in events])
     versions = {
         k: getattr(doc, k) for k in ("cuda_driver_version", "cuda_runtime_version", "cupti_version") if getattr(doc, k) is not None
     }
@@ -258,7 +260,7 @@ def _decode_span(sliced: ArraySlices, span: tuple[int, int | None] | None) -> "_
         events.add(chunk)
         del chunk
     events.end = sliced.end  # where the array ended: known to the span that reached it
-    return events.columns()
+    return events
 
 
 def _decode_spans(sliced: ArraySlices, spans: list[tuple[int, int | None]]) -> "list[_Events]":
@@ -267,10 +269,13 @@ def _decode_spans(sliced: ArraySlices, spans: list[tuple[int, int | None]]) -> "
     name shared by many rows is sent once)."""
 
     def child(span: tuple[int, int | None]) -> bytes:
-        return pickle.dumps(_decode_span(sliced, span), protocol=pickle.HIGHEST_PROTOCOL)
+        events = _decode_span(sliced, span)
+        events.columns()
+        return pickle.dumps(events, protocol=pickle.HIGHEST_PROTOCOL)
 
     with children([partial(child, span) for span in spans[1:]]) as started:
         events = [_decode_span(sliced, spans[0])]
+        events[0].columns()  # while the children still work
         for c in started:
             data = c.result()
             if data is None:
@@ -323,6 +328,14 @@ def _floats_of(values: Any, n: int) -> np.ndarray:
         return np.array(values, dtype=np.float64)
 
 
+def _phases(chunk: list[Any]) -> tuple[list[Any], list[Any]]:
+    """The complete ("X") and the metadata ("M") events of a slice, in order. The sliced
+    decode made each phase its own struct type: a type test per event, in C."""
+    if isinstance(chunk[0], Event):  # the whole-document decode: phases are strings
+        return [e for e in chunk if e.ph == "X"], [e for e in chunk if e.ph == "M"]
+    return list(compress(chunk, map(_Complete.__instancecheck__, chunk))), list(compress(chunk, map(_Metadata.__instancecheck__, chunk)))
+
+
 class _Events:
     """What the loader keeps of the trace's events, filled a decoded slice at a time: the
     complete ("X") events of the categories it reads, with their times as arrays, CPU op
@@ -337,7 +350,7 @@ class _Events:
         self.dropped = 0
         self.untimed_gpu = 0
         self._is_step: dict[str, bool] = {}
-        self._ph, self._cat = _Numbering(), _Numbering()  # each distinct phase / category: an integer
+        self._cat = _Numbering()  # each distinct category: an integer
         self._per_cat: Counter[int] = Counter()  # timed complete events per category code
         self.end = -1  # where the event array ended, when this decoder's span reached it
         self.tables: _Columns | None = None  # set by columns(), which drops the events
@@ -347,15 +360,12 @@ class _Events:
         phase-tagged structs of the sliced decode: both have ``ph``)."""
         if not chunk:
             return
-        ph = np.fromiter(map(self._ph.__getitem__, map(_PH, chunk)), dtype=np.int64, count=len(chunk))
-        for i in np.flatnonzero(ph == self._ph["M"]).tolist():
-            e = chunk[i]
+        events, metadata = _phases(chunk)
+        for e in metadata:
             if e.name == "thread_name" and e.args is not None and isinstance(e.args.name, str):
                 self.thread_names.append(e.args.name)
-        complete = np.flatnonzero(ph == self._ph["X"])
-        if not complete.size:
+        if not events:
             return
-        events = [chunk[i] for i in complete.tolist()]
         n = len(events)
         cat = np.fromiter(map(self._cat.__getitem__, map(_CAT, events)), dtype=np.int64, count=n)
         ts, dur = _floats_of(map(_TS, events), n), _floats_of(map(_DUR, events), n)  # None (missing) is NaN
@@ -399,9 +409,11 @@ class _Events:
             np.full(len(events), cat, dtype=object),
         )
 
-    def columns(self) -> "_Events":
-        """Turn the kept events into their tables (``self.tables``) and drop them; the
-        counts stay. Returns self."""
+    def columns(self) -> "_Columns":
+        """The tables of the kept events (built once, into ``self.tables``; the events are
+        dropped then, the counts stay)."""
+        if self.tables is not None:
+            return self.tables
         self.tables = _Columns(
             activities=[_activities(self.taken(cat), kind) for cat, kind in ACTIVITY_CATEGORIES.items()],
             calls=[_host_rows(self.taken(cat), _calls) for cat in CALL_CATEGORIES],
@@ -411,7 +423,7 @@ class _Events:
             ],
         )
         self.parts, self.step_ops = {}, []
-        return self
+        return self.tables
 
     @staticmethod
     def merged(spans: "list[_Events]") -> "_Events":
