@@ -31,8 +31,19 @@ def factorize(names: pd.Series | np.ndarray | list[Any]) -> tuple[np.ndarray, np
         return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=object)
     by_object, _ = pd.factorize(_addresses(arr))  # integers: hashed fast, numbered by first appearance
     first = np.flatnonzero(by_object > np.maximum.accumulate(np.r_[-1, by_object[:-1]]))  # first row of each object
-    by_value, uniques = pd.factorize(arr[first], use_na_sentinel=False)  # the few objects, as strings
+    by_value, uniques = _by_value(arr[first])  # the few objects, as strings
     return by_value[by_object], np.asarray(uniques, dtype=object)
+
+
+def _by_value(objects: np.ndarray) -> tuple[np.ndarray, Any]:
+    """:func:`pandas.factorize` (missing values a unique of their own) of ``objects``. When
+    all are strings — names straight from a decoder are distinct objects, one per row — a
+    dict numbers them, about four times faster than pandas' object hash table."""
+    if set(map(type, objects)) != {str}:
+        return pd.factorize(objects, use_na_sentinel=False)
+    table: dict[str, int] = {}
+    codes = np.fromiter([table.setdefault(s, len(table)) for s in objects.tolist()], dtype=np.intp, count=objects.size)
+    return codes, list(table)  # keys in order of first appearance, each the first object of its value
 
 
 def _addresses(arr: np.ndarray) -> np.ndarray:

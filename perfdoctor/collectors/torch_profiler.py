@@ -37,6 +37,7 @@ from perfdoctor.collectors.forked import children, usable_cpus
 from perfdoctor.collectors.json_chunks import PLACEHOLDER, ArraySlices, SliceError, array_slices
 from perfdoctor.errors import UsageError
 from perfdoctor.io import read_maybe_gzip
+from perfdoctor.namecodes import factorize
 from perfdoctor.profile import (
     ACTIVITY_COLUMNS,
     CALL_COLUMNS,
@@ -487,14 +488,14 @@ def _dims(values: list[tuple[int, ...] | None]) -> np.ndarray:
     return text[codes]  # code -1 (missing) takes the trailing ""
 
 
-def _names(events: list[Event]) -> tuple[np.ndarray, np.ndarray, pd.Index]:
+def _names(events: list[Event]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each event's name, the same string object for equal names, with the name codes and
     the distinct names (every test of a name runs once per distinct name)."""
-    codes, uniques = pd.factorize(pd.Series(list(map(_NAME, events)), dtype=object))
-    return uniques.to_numpy(dtype=object)[codes], codes, uniques
+    codes, uniques = factorize(np.fromiter(map(_NAME, events), dtype=object, count=len(events)))
+    return uniques[codes], codes, uniques
 
 
-def _by_name(codes: np.ndarray, uniques: pd.Index, test: Any) -> np.ndarray:
+def _by_name(codes: np.ndarray, uniques: np.ndarray, test: Any) -> np.ndarray:
     """``test`` (a function of one name) applied to the distinct names, mapped to every event."""
     return np.asarray([test(n) for n in uniques], dtype=object)[codes] if len(uniques) else np.zeros(0, dtype=object)
 
@@ -553,8 +554,8 @@ _HostRows = tuple[pd.DataFrame, np.ndarray, np.ndarray]  # a table of host event
 def _host_rows(taken: _Taken, table: Any) -> _HostRows:
     """``table(taken)`` (its ``tid`` column left for :meth:`_Columns.joined`), with each
     row's Kineto ``pid`` and ``tid``."""
-    pids, tids = np.empty(len(taken.events), dtype=object), np.empty(len(taken.events), dtype=object)
-    pids[:], tids[:] = list(map(_PID, taken.events)), list(map(_TID, taken.events))
+    n = len(taken.events)
+    pids, tids = (np.fromiter(map(get, taken.events), dtype=object, count=n) for get in (_PID, _TID))
     return table(taken), pids, tids
 
 
