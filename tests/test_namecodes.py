@@ -41,3 +41,13 @@ def test_distinct_string_objects_share_one_unique_object():
     codes, uniques = factorize(rows)
     assert codes.tolist() == [0, 0, 0, 0, 0, 1]
     assert all(r is rows[0] for r in uniques[codes][:5])  # the first object of each value
+
+
+@settings(max_examples=100, deadline=None)
+@given(values=st.lists(word, max_size=40))
+def test_factorize_strings_is_pandas_factorize(values):
+    from perfdoctor.namecodes import factorize_strings
+
+    codes, uniques = factorize_strings([fresh(v) for v in values])
+    want_codes, want_uniques = pd.factorize(np.array(values, dtype=object))
+    assert codes.tolist() == want_codes.tolist() and list(uniques) == list(want_uniques)

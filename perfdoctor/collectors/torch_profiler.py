@@ -37,7 +37,7 @@ from perfdoctor.collectors.forked import children, usable_cpus
 from perfdoctor.collectors.json_chunks import PLACEHOLDER, ArraySlices, SliceError, array_slices
 from perfdoctor.errors import UsageError
 from perfdoctor.io import read_maybe_gzip
-from perfdoctor.namecodes import factorize
+from perfdoctor.namecodes import factorize_strings
 from perfdoctor.profile import (
     ACTIVITY_COLUMNS,
     CALL_COLUMNS,
@@ -491,7 +491,7 @@ def _dims(values: list[tuple[int, ...] | None]) -> np.ndarray:
 def _names(events: list[Event]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each event's name, the same string object for equal names, with the name codes and
     the distinct names (every test of a name runs once per distinct name)."""
-    codes, uniques = factorize(np.fromiter(map(_NAME, events), dtype=object, count=len(events)))
+    codes, uniques = factorize_strings(list(map(_NAME, events)))  # Event.name is typed str
     return uniques[codes], codes, uniques
 
 
