@@ -391,10 +391,10 @@ class _Events:
     def _cpu_ops(self, ts: np.ndarray, dur: np.ndarray, ops: list[Event]) -> None:
         names = list(map(_NAME, ops))
         self.op_counts.update(names)
-        known = self._is_step
-        for n in set(names).difference(known):
+        known, distinct = self._is_step, set(names)
+        for n in distinct.difference(known):
             known[n] = PROFILER_STEP.match(n) is not None
-        if any(known[n] for n in set(names)):
+        if any(known[n] for n in distinct):
             keep = np.fromiter(map(known.__getitem__, names), dtype=bool, count=len(names))
             idx = np.flatnonzero(keep)
             self.step_ops.append((ts[idx], dur[idx], [ops[i] for i in idx.tolist()]))
@@ -483,9 +483,9 @@ def _floats(values: list[Scalar]) -> np.ndarray:
 
 def _dims(values: list[tuple[int, ...] | None]) -> np.ndarray:
     """"x,y,z" per launch configuration, "" where absent: joined once per distinct one."""
-    codes, uniques = pd.factorize(pd.Series(values, dtype=object))
-    text = np.array([",".join(map(str, v)) for v in uniques] + [""], dtype=object)
-    return text[codes]  # code -1 (missing) takes the trailing ""
+    index = {v: i for i, v in enumerate(dict.fromkeys(values))}  # tuples hash fast: no pandas object table
+    text = np.array(["" if v is None else ",".join(map(str, v)) for v in index], dtype=object)
+    return text[np.fromiter(map(index.__getitem__, values), dtype=np.intp, count=len(values))]
 
 
 def _names(events: list[Event]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
