@@ -65,6 +65,15 @@ def _addresses(arr: np.ndarray) -> np.ndarray:
     return np.frombuffer((ctypes.c_int64 * arr.size).from_address(arr.ctypes.data), dtype=np.int64).copy()
 
 
+def equals(column: pd.Series | np.ndarray, value: str) -> np.ndarray:
+    """``column == value`` as a boolean array, for an object column of names or labels
+    (``kind``, ``host_mem``, families): numpy compares an object array about 4x faster
+    than pandas, which checks every element for a missing value first. A missing value
+    (None, NaN) equals no string, as in pandas."""
+    arr = column.to_numpy() if isinstance(column, pd.Series) else column
+    return np.asarray(arr == value, dtype=bool)
+
+
 def per_name(names: pd.Series, fn: Callable[[Any], Any]) -> pd.Series:
     """``names.map(fn)``, with ``fn`` called once per distinct name (same index as ``names``)."""
     codes, uniques = factorize(names)
