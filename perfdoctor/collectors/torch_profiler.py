@@ -459,6 +459,8 @@ def _numbers(values: list[Scalar]) -> np.ndarray:
     """float64 of JSON scalars, NaN where missing or not a number (strings are parsed as
     numbers the way pandas parses them)."""
     kinds = set(map(type, values))
+    if kinds == {type(None)}:  # an argument this tracer never writes (graph id in an eager trace): 3x faster than np.array
+        return np.full(len(values), np.nan)
     if kinds <= {int, float, type(None)}:
         try:
             return np.array(values, dtype=np.float64)
