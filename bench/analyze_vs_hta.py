@@ -5,8 +5,11 @@ Both shapes are real H200 traces repeated by ``bench/make_big_trace.py`` to ≥ 
 - ``eager``: the Llama-1B eager decode fixture (tests/fixtures/h200-llama1b-eager-5steps), ×20;
 - ``hf``: an unannotated Hugging Face ``generate`` (tests/fixtures/wild/h200-hf-unannotated), ×30.
 
-Each measurement is one fresh process, timed from the outside (wall, CPU, peak RSS of that
-process alone, from ``wait4``):
+Each measurement is one fresh process, timed from the outside: wall, CPU (its children's
+included) and peak RSS from ``wait4`` (the largest single process of the tree), and the
+peak of the RSS and PSS summed over the process and its children, sampled every 20 ms from
+``/proc`` (perfdoctor decodes a large trace in one forked process per CPU; PSS counts a
+page the processes share — the file's bytes, the libraries — once):
 
 - ``perfdoctor``: ``perfdoctor analyze TRACE --json metrics.json`` — every metric, the
   terminal summary and the ranked findings, exactly what a user runs;
@@ -74,14 +77,40 @@ DECODE_TYPED = textwrap.dedent(
 
 WRAPPER = textwrap.dedent(
     """
-    import os, subprocess, sys, time, json
+    import os, subprocess, sys, threading, time, json
+    def tree(pid):  # the process and its descendants (perfdoctor forks decoders)
+        out = [pid]
+        try:
+            for child in open(f"/proc/{pid}/task/{pid}/children").read().split():
+                out += tree(int(child))
+        except OSError:
+            pass
+        return out
+    def memory(pid):  # (RSS, PSS) of the tree in MB; PSS counts a page shared by n processes 1/n times
+        rss = pss = 0
+        for p in tree(pid):
+            try:
+                for line in open(f"/proc/{p}/smaps_rollup"):
+                    if line.startswith("Rss:"): rss += int(line.split()[1])
+                    elif line.startswith("Pss:"): pss += int(line.split()[1])
+            except OSError:
+                pass
+        return rss / 1024, pss / 1024
+    peak = [0.0, 0.0]
+    def sample(pid, done):
+        while not done.wait(0.02):
+            peak[:] = [max(a, b) for a, b in zip(peak, memory(pid))]
     t0 = time.perf_counter()
     p = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    done = threading.Event()
+    sampler = threading.Thread(target=sample, args=(p.pid, done), daemon=True)
+    sampler.start()
     pid, status, ru = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t0
+    done.set(); sampler.join()
     out = p.stdout.read().decode(); err = p.stderr.read().decode()
     print(json.dumps({"wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "peak_rss_mb": ru.ru_maxrss / 1024,
-                      "status": status, "out": out[-500:], "err": err[-2000:]}))
+                      "tree_rss_mb": peak[0], "tree_pss_mb": peak[1], "status": status, "out": out[-500:], "err": err[-2000:]}))
     """
 )
 
@@ -96,6 +125,8 @@ def measure(argv: list[str]) -> dict[str, float | str]:
         "wall_s": r["wall_s"],
         "cpu_s": r["cpu_s"],
         "peak_rss_mb": r["peak_rss_mb"],
+        "tree_rss_mb": r["tree_rss_mb"],
+        "tree_pss_mb": r["tree_pss_mb"],
         "note": "temporal breakdown: HTA's assertion failed" if "assertion failed" in r["out"] else "",
     }
 
@@ -152,6 +183,8 @@ def main() -> None:
                     "wall_s": statistics.median(r["wall_s"] for r in rs),
                     "cpu_s": statistics.median(r["cpu_s"] for r in rs),
                     "peak_rss_mb": statistics.median(r["peak_rss_mb"] for r in rs),
+                    "tree_rss_mb": statistics.median(r["tree_rss_mb"] for r in rs),
+                    "tree_pss_mb": statistics.median(r["tree_pss_mb"] for r in rs),
                     "notes": sorted({r["note"] for r in rs if r["note"]}),
                     "runs": rs,
                 }
@@ -160,24 +193,28 @@ def main() -> None:
         }
 
     print(f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, {os.cpu_count()} CPUs, median of {args.repeats} fresh processes")
-    head = f"{'shape':<7}{'MB':>5} {'tool':<14}{'wall s':>8}{'CPU s':>8}{'peak MB':>9}{'RSS/trace':>10}"
+    head = f"{'shape':<7}{'MB':>5} {'tool':<14}{'wall s':>8}{'CPU s':>8}{'peak MB':>9}{'tree RSS':>9}{'tree PSS':>9}{'PSS/trace':>10}"
     print(head)
     for shape, r in results.items():
         for tool, t in r["tools"].items():
-            print(f"{shape:<7}{r['trace_mb']:>5.0f} {tool:<14}{t['wall_s']:>8.2f}{t['cpu_s']:>8.2f}{t['peak_rss_mb']:>9.0f}{t['peak_rss_mb'] / r['trace_mb']:>9.2f}x")
+            print(
+                f"{shape:<7}{r['trace_mb']:>5.0f} {tool:<14}{t['wall_s']:>8.2f}{t['cpu_s']:>8.2f}{t['peak_rss_mb']:>9.0f}"
+                f"{t['tree_rss_mb']:>9.0f}{t['tree_pss_mb']:>9.0f}{t['tree_pss_mb'] / r['trace_mb']:>9.2f}x"
+            )
         t = r["tools"]
         pd_, hta = t["perfdoctor"], t["HTA"]
         r["ratios"] = {
             "hta_over_perfdoctor_wall": hta["wall_s"] / pd_["wall_s"],
             "hta_over_perfdoctor_cpu": hta["cpu_s"] / pd_["cpu_s"],
             "hta_over_perfdoctor_rss": hta["peak_rss_mb"] / pd_["peak_rss_mb"],
+            "hta_over_perfdoctor_tree_rss": hta["tree_rss_mb"] / pd_["tree_rss_mb"],
             "perfdoctor_over_decode_wall": pd_["wall_s"] / t["decode"]["wall_s"],
             "perfdoctor_over_typed_decode_wall": pd_["wall_s"] / t["decode-typed"]["wall_s"],
         }
         q = r["ratios"]
         print(
             f"{shape:<7}      HTA/perfdoctor {q['hta_over_perfdoctor_wall']:.1f}x wall, {q['hta_over_perfdoctor_cpu']:.1f}x CPU, "
-            f"{q['hta_over_perfdoctor_rss']:.1f}x peak RSS; perfdoctor/decode {q['perfdoctor_over_decode_wall']:.2f}x "
+            f"{q['hta_over_perfdoctor_rss']:.1f}x peak RSS ({q['hta_over_perfdoctor_tree_rss']:.1f}x summed over processes); perfdoctor/decode {q['perfdoctor_over_decode_wall']:.2f}x "
             f"(typed decode {q['perfdoctor_over_typed_decode_wall']:.2f}x); load {r['load_before'][0]:.1f} → {r['load_after'][0]:.1f}"
         )
         for note in hta["notes"]:

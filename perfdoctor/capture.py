@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor import apinames
+from perfdoctor.namecodes import equals
 from perfdoctor.profile import Profile
 
 STEP_STATES = ("replayed", "partly-replayed", "eager", "capture", "unknown", "no-gpu-work")
@@ -109,9 +110,9 @@ def trace_state(profile: Profile) -> GraphState:
     roles = apinames.classify(calls["name"]) if not calls.empty else None
     launches = int(roles["launch"].sum()) if roles is not None else 0
     graph_launches = int(roles["graph_launch"].sum()) if roles is not None else 0
-    kernels = int((acts["kind"] == "kernel").sum())
+    kernels = int(equals(acts["kind"], "kernel").sum())
     rep = replayed(profile)
-    replayed_kernels = int((rep & (acts["kind"] == "kernel").to_numpy()).sum()) if len(rep) else 0
+    replayed_kernels = int((rep & equals(acts["kind"], "kernel")).sum()) if len(rep) else 0
     windows = capture_windows(profile)
     in_cap = int(windows["launches"].sum()) if not windows.empty else 0
     state = GraphState(
@@ -164,7 +165,7 @@ def step_states(
     n = len(table)
     a_step = np.asarray(activity_step, dtype=np.int64)
     c_step = np.asarray(call_step, dtype=np.int64)
-    is_kernel = (acts["kind"] == "kernel").to_numpy() & (a_step >= 0)
+    is_kernel = equals(acts["kind"], "kernel") & (a_step >= 0)
     rep = replayed(profile) & is_kernel
     roles = apinames.classify(calls["name"])
     owned = c_step >= 0

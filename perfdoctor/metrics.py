@@ -26,6 +26,7 @@ import pandas as pd
 
 from perfdoctor import capture, comms, serving, steady
 from perfdoctor import workload as workloads
+from perfdoctor.namecodes import equals
 from perfdoctor.profile import LightSteps, Profile
 from perfdoctor.steps import Steps, find_steps, is_launch, is_sync, union_ns
 from perfdoctor.timeline import Timeline, build
@@ -371,7 +372,7 @@ def _memcpy_time_ratio(c: _Context) -> Metric:
 def _kernels_per_step(c: _Context) -> Metric:
     if c.no_steps or c.no_gpu:
         return c.absent("kernels_per_step", c.no_steps or c.no_gpu)
-    return c.have("kernels_per_step", (c.in_span["kind"] == "kernel").sum() / c.steps.count)
+    return c.have("kernels_per_step", equals(c.in_span["kind"], "kernel").sum() / c.steps.count)
 
 
 def _calls_per_step(c: _Context, key: str, which: Callable[[pd.Series], pd.Series]) -> Metric:
@@ -397,7 +398,7 @@ def _launch_rate_per_s(c: _Context) -> Metric:
 def _short_kernel_ratio(c: _Context) -> Metric:
     if c.no_gpu:
         return c.absent("short_kernel_ratio", c.no_gpu)
-    k = c.in_span[c.in_span["kind"] == "kernel"]
+    k = c.in_span[equals(c.in_span["kind"], "kernel")]
     if k.empty:
         return c.absent("short_kernel_ratio", "no kernels in the profiled span")
     return c.have("short_kernel_ratio", ((k["end_ns"] - k["start_ns"]) < SHORT_KERNEL_NS).mean())
@@ -477,7 +478,7 @@ KNOWN_HOST_MEMORY = ("pageable", "pinned", "managed")
 def _pageable_memcpy_bytes(c: _Context) -> Metric:
     if c.no_gpu:
         return c.absent("pageable_memcpy_bytes", c.no_gpu)
-    copies = c.in_span[c.in_span["kind"] == "memcpy"]
+    copies = c.in_span[equals(c.in_span["kind"], "memcpy")]
     host = copies[copies["copy_kind"].isin(HOST_COPY_KINDS)]
     unknown = host[~host["host_mem"].isin(KNOWN_HOST_MEMORY)]
     if not unknown.empty:
@@ -495,7 +496,7 @@ def _pageable_memcpy_bytes(c: _Context) -> Metric:
 def _achieved_occupancy_est(c: _Context) -> Metric:
     if c.no_gpu:
         return c.absent("achieved_occupancy_est", c.no_gpu)
-    k = c.in_span[(c.in_span["kind"] == "kernel") & c.in_span["occupancy_pct"].notna()]
+    k = c.in_span[equals(c.in_span["kind"], "kernel") & c.in_span["occupancy_pct"].notna().to_numpy()]
     dur = (k["end_ns"] - k["start_ns"]).to_numpy(dtype=np.float64)
     if k.empty or dur.sum() <= 0:
         return c.absent("achieved_occupancy_est", "the trace has no per-kernel occupancy estimate (Kineto records it)")

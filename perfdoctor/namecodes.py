@@ -31,8 +31,28 @@ def factorize(names: pd.Series | np.ndarray | list[Any]) -> tuple[np.ndarray, np
         return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=object)
     by_object, _ = pd.factorize(_addresses(arr))  # integers: hashed fast, numbered by first appearance
     first = np.flatnonzero(by_object > np.maximum.accumulate(np.r_[-1, by_object[:-1]]))  # first row of each object
-    by_value, uniques = pd.factorize(arr[first], use_na_sentinel=False)  # the few objects, as strings
-    return by_value[by_object], np.asarray(uniques, dtype=object)
+    by_value, uniques = factorize_values(arr[first])  # the few objects, as strings
+    return by_value[by_object], uniques
+
+
+def factorize_values(objects: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`factorize` without grouping by object first (``objects``: a 1-D object
+    array): strings by :func:`factorize_strings`, anything else (None, NaN among them) by
+    :func:`pandas.factorize`, a missing value a unique of its own."""
+    if objects.size and set(map(type, objects)) == {str}:
+        return factorize_strings(objects.tolist())
+    codes, uniques = pd.factorize(objects, use_na_sentinel=False)
+    return codes, np.asarray(uniques, dtype=object)
+
+
+def factorize_strings(strings: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`factorize` of strings only — names that are distinct objects anyway, such as
+    a decoder's (one per row): numbered with dicts, 2-3x faster than pandas' object hash
+    table (which hashes long kernel names slowly). Uniques in order of first appearance,
+    each the first object of its value."""
+    index = {s: i for i, s in enumerate(dict.fromkeys(strings))}
+    codes = np.fromiter(map(index.__getitem__, strings), dtype=np.intp, count=len(strings))
+    return codes, np.fromiter(index, dtype=object, count=len(index))
 
 
 def _addresses(arr: np.ndarray) -> np.ndarray:
@@ -43,6 +63,15 @@ def _addresses(arr: np.ndarray) -> np.ndarray:
     if arr.dtype.itemsize != 8:  # not a 64-bit build: the portable way
         return np.fromiter(map(id, arr), dtype=np.int64, count=arr.size)
     return np.frombuffer((ctypes.c_int64 * arr.size).from_address(arr.ctypes.data), dtype=np.int64).copy()
+
+
+def equals(column: pd.Series | np.ndarray, value: str) -> np.ndarray:
+    """``column == value`` as a boolean array, for an object column of names or labels
+    (``kind``, ``host_mem``, families): numpy compares an object array about 4x faster
+    than pandas, which checks every element for a missing value first. A missing value
+    (None, NaN) equals no string, as in pandas."""
+    arr = column.to_numpy() if isinstance(column, pd.Series) else column
+    return np.asarray(arr == value, dtype=bool)
 
 
 def per_name(names: pd.Series, fn: Callable[[Any], Any]) -> pd.Series:

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor import apinames
+from perfdoctor.namecodes import equals
 from perfdoctor.profile import Profile
 
 
@@ -162,7 +163,7 @@ def step_counts(profile: Profile, table: pd.DataFrame, own: Ownership) -> pd.Dat
     g = pd.DataFrame({"s": a_step[stepped], "start": acts["start_ns"].to_numpy()[stepped], "end": acts["end_ns"].to_numpy()[stepped]})
     out["gpu_start_ns"] = g.groupby("s")["start"].min().reindex(out.index).astype("Int64")
     out["gpu_end_ns"] = g.groupby("s")["end"].max().reindex(out.index).astype("Int64")
-    is_kernel = (acts["kind"] == "kernel").to_numpy() & stepped
+    is_kernel = equals(acts["kind"], "kernel") & stepped
     out["kernels"] = np.bincount(a_step[is_kernel], minlength=n)[:n].astype(np.int64)
 
     c_step = own.call_step.to_numpy()

@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.declare import DECLARE_PREFIX, parse_declaration
+from perfdoctor.namecodes import equals
 
 ACTIVITY_COLUMNS: dict[str, str] = {
     "kind": "object",
@@ -154,7 +155,7 @@ class Profile:
 
     @property
     def kernels(self) -> pd.DataFrame:
-        return self.activities[self.activities["kind"] == "kernel"]
+        return self.activities[equals(self.activities["kind"], "kernel")]
 
 
 def parse_declarations(ranges: pd.DataFrame) -> dict[str, dict[str, float]]:

@@ -25,7 +25,7 @@ import pandas as pd
 from perfdoctor import apinames, ownership, serving
 from perfdoctor.errors import UsageError
 from perfdoctor.declare import DECLARE_PREFIX
-from perfdoctor.namecodes import factorize
+from perfdoctor.namecodes import equals, factorize
 from perfdoctor.names import family, per_name
 from perfdoctor.profile import Profile
 
@@ -407,7 +407,7 @@ def find_steps(profile: Profile, pattern: str | None = None) -> Steps:
     by_step = stepped.groupby(activity_step[activity_step >= 0].to_numpy())
     table["gpu_start_ns"] = by_step["start_ns"].min().reindex(table.index).astype("Int64")
     table["gpu_end_ns"] = by_step["end_ns"].max().reindex(table.index).astype("Int64")
-    kernels = stepped[stepped["kind"] == "kernel"]
+    kernels = stepped[equals(stepped["kind"], "kernel")]
     table["kernels"] = (
         kernels.groupby(activity_step[kernels.index].to_numpy()).size().reindex(table.index, fill_value=0).astype("int64")
     )

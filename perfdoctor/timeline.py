@@ -40,7 +40,7 @@ import pandas as pd
 
 from perfdoctor import families, steady
 from perfdoctor.names import label
-from perfdoctor.namecodes import factorize
+from perfdoctor.namecodes import equals, factorize
 from perfdoctor.profile import Profile
 from perfdoctor.steps import Steps, is_sync
 
@@ -124,7 +124,7 @@ def step_table(steps: Steps, activities: pd.DataFrame) -> pd.DataFrame:
     t["idle_ns"] = window - t["busy_ns"].to_numpy()
     dur = e - s
     copies = activities["kind"].isin(("memcpy", "memset")).to_numpy()
-    pageable = ((activities["kind"] == "memcpy") & (activities["host_mem"] == "pageable")).to_numpy()
+    pageable = equals(activities["kind"], "memcpy") & equals(activities["host_mem"], "pageable")
     t["copy_ns"] = np.bincount(step[copies], weights=dur[copies], minlength=n).astype("int64")[:n] if n else []
     t["pageable_ns"] = np.bincount(step[pageable], weights=dur[pageable], minlength=n).astype("int64")[:n] if n else []
     cp = np.full(n, np.nan)
@@ -142,7 +142,7 @@ def step_table(steps: Steps, activities: pd.DataFrame) -> pd.DataFrame:
 def kernel_table(activities: pd.DataFrame, steps: int) -> pd.DataFrame:
     """Kernels inside the steps grouped by their readable label (:func:`perfdoctor.names.label`):
     count, total and mean time, per step figures and share of kernel time, longest first."""
-    kernel = (activities["kind"] == "kernel").to_numpy()
+    kernel = equals(activities["kind"], "kernel")
     if not kernel.any():
         return pd.DataFrame(columns=KERNEL_COLUMNS)
     steps = max(steps, 1)
@@ -197,7 +197,7 @@ class Timeline:
     @cached_property
     def is_kernel(self) -> np.ndarray:
         """Which rows of ``activities`` are kernels (boolean array)."""
-        return (self.activities["kind"] == "kernel").to_numpy()
+        return equals(self.activities["kind"], "kernel")
 
     @cached_property
     def step_kernels(self) -> pd.DataFrame:

@@ -77,6 +77,52 @@ def test_every_fixture_trace_takes_the_sliced_path():
     traces = sorted(FIXTURES.glob("*.kineto.json.gz")) + sorted((FIXTURES / "wild").glob("*.kineto.json.gz"))
     assert traces
     for trace in traces:
-        events = torch_profiler._Events()
-        assert torch_profiler._decode_sliced(read_maybe_gzip(trace), events) is not None, trace.name
-        assert events.timed > 0
+        decoded = torch_profiler._decode_sliced(read_maybe_gzip(trace))
+        assert decoded is not None, trace.name
+        assert decoded[1][0].timed > 0
+
+
+def spans_decoded(raw: bytes, parts: int, size: int) -> list[Any] | None:
+    """Every span of ``parts`` decoded in turn (as the processes of the parallel decode
+    do), or None where a span fails (the loader then decodes in one process)."""
+    s = array_slices(raw, "traceEvents")
+    assert s is not None
+    try:
+        return [e for span in s.spans(parts) for part in s.decoded(ANY_LIST, size, span=span) for e in part]
+    except SliceError:
+        return None
+
+
+@settings(max_examples=150, deadline=None)
+@given(events=st.lists(event, max_size=12), sep=separators, parts=st.integers(2, 5), size=st.integers(1, 64))
+def test_spans_equal_the_whole_decode_or_fail(events, sep, parts, size):
+    """A cut between spans is only a candidate (a "},{" inside a string looks like one):
+    the spans either decode to exactly the array, or one of them fails. Never a wrong event."""
+    raw = json.dumps({"traceEvents": events, "after": [{"x": 1}, {"y": 2}]}, separators=sep).encode()
+    got = spans_decoded(raw, parts, size)
+    if got is not None:
+        assert got == json.loads(raw)["traceEvents"]
+
+
+def test_a_false_cut_fails_the_span_before_it():
+    """The midpoint falls inside a string holding "},{": the first span cannot end there."""
+    raw = json.dumps({"traceEvents": [{"ph": "X", "name": "a" * 40 + "},{" + "b" * 40}, {"ph": "M"}]}).encode()
+    s = array_slices(raw, "traceEvents")
+    first, second = s.spans(2)
+    assert raw[first[1] - 1 : first[1] + 2] == b"},{"  # the candidate cut is the one in the string
+    try:
+        list(s.decoded(ANY_LIST, 4, span=first))
+    except SliceError:
+        return
+    raise AssertionError("a span ending inside a string decoded")
+
+
+def test_spans_of_a_real_trace_equal_its_events():
+    raw = gzip.decompress((FIXTURES / "wild" / "h200-train.kineto.json.gz").read_bytes())
+    whole = json.loads(raw)["traceEvents"]
+    for parts in (2, 3, 7):
+        s = array_slices(raw, "traceEvents")
+        spans = s.spans(parts)
+        assert len(spans) == parts
+        assert [e for span in spans for part in s.decoded(ANY_LIST, 4096, span=span) for e in part] == whole
+        assert msgspec.json.decode(s.rest())["traceEvents"] == PLACEHOLDER  # the last span found the array's end

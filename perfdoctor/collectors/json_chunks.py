@@ -15,6 +15,12 @@ is the last ``]`` at which the final slice decodes; the rest of the document (it
 keys) is decoded with a placeholder in the array's place, and finding the placeholder under
 the top-level key shows the array was the document's own.
 
+The same test lets several processes decode one array at once (:meth:`ArraySlices.spans`):
+the array is cut at candidate boundaries into spans of about equal bytes, each decoded
+from its start to its stop; a span's last slice ends exactly at the next span's candidate
+cut, so it decodes only when that cut is a true element boundary — every cut is proven by
+the span before it, and a false one fails that span instead of misreading the next.
+
 Whenever the document does not have that simple shape (no such key, a nested or repeated
 one, a slice that does not decode or validate) the caller decodes the document whole, with
 its own error messages.
@@ -45,35 +51,67 @@ class ArraySlices:
         self._start = start  # offset of the array's '['
         self.end = -1  # offset just past the array's ']', known once the last slice decoded
 
-    def decoded(self, decoder: msgspec.json.Decoder, size: int = SLICE_BYTES) -> Iterator[list[Any]]:
+    def decoded(
+        self, decoder: msgspec.json.Decoder, size: int = SLICE_BYTES, span: tuple[int, int | None] | None = None
+    ) -> Iterator[list[Any]]:
         """Each slice decoded by ``decoder`` (a decoder of a list of elements), in order.
 
+        ``span``: one of :meth:`spans` (its elements only) instead of the whole array; a
+        span with a stop ends with a slice cut exactly there, which must decode.
+
         Raises :class:`SliceError` when the array cannot be cut (most likely a malformed
-        document): the caller then decodes the whole document and reports its error. A
-        failed cut doubles the slice, a few times at most, so a broken file costs a few
-        slices, not one attempt per element."""
+        document, or a span's stop that is not an element boundary): the caller then
+        decodes another way and reports the document's error. A failed cut doubles the
+        slice, a few times at most, so a broken file costs a few slices, not one attempt
+        per element."""
         raw = self._raw
-        pos = _SPACE.match(raw, self._start + 1).end()
-        if raw[pos : pos + 1] == b"]":
+        pos, stop = span if span is not None else (_SPACE.match(raw, self._start + 1).end(), None)
+        if stop is None and raw[pos : pos + 1] == b"]":  # an empty array (only a first span starts at a "]")
             self.end = pos + 1
             return
         while True:
             for attempt in range(MAX_ATTEMPTS):
                 target = pos + (size << attempt)
-                cut = _BOUNDARY.search(raw, target) if target < len(raw) else None
-                if cut is None:
-                    yield self._last(decoder, pos)
-                    return
+                if stop is not None and target >= stop:
+                    end = stop
+                else:
+                    cut = _BOUNDARY.search(raw, target) if target < len(raw) else None
+                    if cut is None:
+                        yield self._last(decoder, pos)
+                        return
+                    end = cut.start() + 1 if stop is None else min(cut.start() + 1, stop)
                 try:
-                    items = decoder.decode(b"".join((b"[", raw[pos : cut.start() + 1], b"]")))
+                    items = decoder.decode(b"".join((b"[", raw[pos:end], b"]")))
                 except msgspec.DecodeError:  # not an element boundary: a longer slice
+                    if end == stop:
+                        raise SliceError("a span's stop is not an element boundary") from None
                     continue
                 yield items
                 del items
-                pos = _SEPARATOR.match(raw, cut.start() + 1).end()
+                if end == stop:
+                    return
+                pos = _SEPARATOR.match(raw, end).end()
                 break
             else:
                 raise SliceError("no element boundary found")
+
+    def spans(self, parts: int) -> list[tuple[int, int | None]]:
+        """The array's elements as up to ``parts`` spans of about equal bytes, to decode in
+        separate processes (:meth:`decoded` with ``span=``): ``(start, stop)`` offsets, the
+        last span's stop None (it runs to the array's end). The cuts are candidates, each
+        proven only by decoding the span before it (see the module docstring)."""
+        raw = self._raw
+        first = _SPACE.match(raw, self._start + 1).end()
+        starts, stops = [first], []
+        if raw[first : first + 1] != b"]":
+            for i in range(1, parts):
+                target = first + (len(raw) - first) * i // parts
+                cut = _BOUNDARY.search(raw, max(target, starts[-1]))
+                if cut is None:
+                    break
+                stops.append(cut.start() + 1)
+                starts.append(_SEPARATOR.match(raw, cut.start() + 1).end())
+        return list(zip(starts, [*stops, None]))
 
     def _last(self, decoder: msgspec.json.Decoder, pos: int) -> list[Any]:
         """The final slice: up to the last ``]`` at which it decodes (see the module docstring)."""

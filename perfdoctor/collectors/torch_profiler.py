@@ -17,10 +17,13 @@ every name test running once per distinct name.
 
 from __future__ import annotations
 
+import pickle
 import re
 import types
 from collections import Counter
 from dataclasses import dataclass
+from functools import partial
+from itertools import compress
 from operator import attrgetter
 from pathlib import Path
 from typing import Any, ClassVar, Union
@@ -30,9 +33,11 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.collectors.checks import finish
-from perfdoctor.collectors.json_chunks import PLACEHOLDER, SliceError, array_slices
+from perfdoctor.collectors.forked import children, usable_cpus
+from perfdoctor.collectors.json_chunks import PLACEHOLDER, ArraySlices, SliceError, array_slices
 from perfdoctor.errors import UsageError
 from perfdoctor.io import read_maybe_gzip
+from perfdoctor.namecodes import factorize_strings
 from perfdoctor.profile import (
     ACTIVITY_COLUMNS,
     CALL_COLUMNS,
@@ -148,60 +153,57 @@ _events_decoder = msgspec.json.Decoder(list[Union[(_Complete, _Metadata, *_skipp
 _rest_decoder = msgspec.json.Decoder(_Rest)
 _NO_ARGS = Args()
 
-_PH, _CAT, _NAME, _TS, _DUR, _ARGS = (attrgetter(f) for f in ("ph", "cat", "name", "ts", "dur", "args"))
+_CAT, _NAME, _TS, _DUR, _ARGS = (attrgetter(f) for f in ("cat", "name", "ts", "dur", "args"))
 _PID, _TID = attrgetter("pid"), attrgetter("tid")
 # What each kept category needs beyond its times: GPU work its arguments, host work its thread.
 KEPT = (*ACTIVITY_CATEGORIES, *CALL_CATEGORIES, "user_annotation", "python_function")
 
 
-def load(path: str | Path) -> Profile:
-    """Read a Kineto trace (``.json`` or ``.json.gz``)."""
+def load(path: str | Path, *, processes: int | None = None) -> Profile:
+    """Read a Kineto trace (``.json`` or ``.json.gz``).
+
+    ``processes``: how many processes decode the events (default: one per usable CPU for
+    a large trace, :func:`decode_processes`); the Profile is the same for any number."""
     path = Path(path)
     raw = read_maybe_gzip(path)
-    events = _Events()
-    doc = _decode_sliced(raw, events)
-    if doc is None:  # not the simple shape (or damaged): decode whole, for the exact error
+    spans = _decode_sliced(raw, decode_processes(len(raw)) if processes is None else processes)
+    if spans is not None:
+        doc, events = spans
+    else:  # not the simple shape (or damaged): decode whole, for the exact error
         doc = _decode_whole(raw, path)
         if doc.traceEvents is None:
             raise UsageError(f"{path}: not a Kineto trace (no 'traceEvents' list)")
-        events = _Events()
-        events.add(doc.traceEvents)
+        whole = _Events()
+        whole.add(doc.traceEvents)
         doc.traceEvents = None
+        events = [whole]
     del raw
-    if events.untimed_gpu:
+    total = _Events.merged(events)
+    if total.untimed_gpu:
         raise UsageError(
-            f"{path}: {events.untimed_gpu} GPU activities lack a valid 'ts' or 'dur' (missing, negative or out of range); "
+            f"{path}: {total.untimed_gpu} GPU activities lack a valid 'ts' or 'dur' (missing, negative or out of range); "
             "the trace is damaged"
         )
-    if not events.timed:
+    if not total.timed:
         raise UsageError(f"{path}: empty trace (no complete events)")
-
-    activities = pd.concat(
-        [_activities(events.taken(cat), kind) for cat, kind in ACTIVITY_CATEGORIES.items()],
-        ignore_index=True,
-    ).sort_values("start_ns", kind="stable", ignore_index=True)
-    calls_taken = _Taken.joined([events.taken(cat) for cat in CALL_CATEGORIES])
-    ranges_taken = _Taken.joined([events.taken("user_annotation"), events.steps_in_ops(), events.taken("python_function")])
-    ranges_taken = _range_sources(ranges_taken)
-    call_tids, range_tids = _thread_ids(calls_taken, ranges_taken)
-    calls = _calls(calls_taken, call_tids)
-    ranges = _ranges(ranges_taken, range_tids)
+    # In one process the columns are built here, after the file's bytes are freed (the lower peak).
+    activities, calls, ranges = _Columns.joined([e.columns() for e in events])
     versions = {
         k: getattr(doc, k) for k in ("cuda_driver_version", "cuda_runtime_version", "cupti_version") if getattr(doc, k) is not None
     }
     meta: dict[str, Any] = {"source": "kineto", "path": str(path), "declared": parse_declarations(ranges), "versions": versions}
     # What perfdoctor.workload reads: CPU op names (backward ops, Optimizer.step#...) and thread names.
-    meta["op_counts"] = dict(events.op_counts)
+    meta["op_counts"] = dict(total.op_counts)
     read = set(ACTIVITY_CATEGORIES) | set(CALL_CATEGORIES) | set(RANGE_CATEGORIES) | KNOWN_HOST_CATEGORIES
-    unread = {clean(str(cat)): n for cat, n in events.category_counts().items() if cat not in read}
+    unread = {clean(str(cat)): n for cat, n in total.category_counts().items() if cat not in read}
     if unread:
         meta["unread_categories"] = unread  # said when no GPU work was recognised: never "CPU-only"
-    meta["thread_names"] = sorted(set(events.thread_names))
+    meta["thread_names"] = sorted(set(total.thread_names))
     dist = _distributed(doc.distributedInfo)
     if dist:
         meta["distributed"] = dist  # perfdoctor.comparability: world size
-    if events.dropped:
-        meta["warnings"] = [f"{events.dropped} host events without a valid 'ts' or 'dur' (missing, negative or out of range) dropped"]
+    if total.dropped:
+        meta["warnings"] = [f"{total.dropped} host events without a valid 'ts' or 'dur' (missing, negative or out of range) dropped"]
     return finish(
         Profile(activities=activities, calls=calls, ranges=ranges, device=_device(doc.deviceProperties or []), meta=meta)
     )
@@ -218,22 +220,70 @@ def _decode_whole(raw: bytes, path: Path) -> Trace:
         raise UsageError(f"{path}: not a Kineto trace (JSON nested too deeply)") from None
 
 
-def _decode_sliced(raw: bytes, events: "_Events") -> _Header | None:
-    """Decode the events a slice at a time into ``events`` (:mod:`.json_chunks`) and the
-    rest of the document; None when that is not possible (then decode it whole)."""
+PART_BYTES = 48 << 20  # a forked decoder pays for itself from ~50 MB of events (fork, sending back its columns)
+MAX_PROCESSES = 8
+
+
+def decode_processes(size: int) -> int:
+    """How many processes decode ``size`` bytes of trace: one per usable CPU
+    (:func:`.forked.usable_cpus`), at most one per :data:`PART_BYTES`, at least one."""
+    return max(1, min(usable_cpus(), size // PART_BYTES, MAX_PROCESSES))
+
+
+def _decode_sliced(raw: bytes, processes: int = 1) -> "tuple[_Header, list[_Events]] | None":
+    """The rest of the document and the events of each span (:meth:`.ArraySlices.spans`),
+    each decoded a slice at a time (:mod:`.json_chunks`) and turned into columns
+    (:meth:`_Events.columns`), by ``processes`` processes; None when that is not possible
+    (then decode it whole). A parallel decode that fails (a cut that was no element
+    boundary, a child that died) is no answer: it starts again in this process alone,
+    where only the document itself can fail it."""
     sliced = array_slices(raw, "traceEvents")
     if sliced is None:
         return None
+    spans = sliced.spans(processes) if processes > 1 else [None]
     try:
-        for chunk in sliced.decoded(_events_decoder):
-            events.add(chunk)
-            del chunk
+        events = _decode_spans(sliced, spans) if len(spans) > 1 else [_decode_span(sliced, None)]
         doc = _rest_decoder.decode(sliced.rest())
-    except (msgspec.MsgspecError, RecursionError, SliceError):
-        return None
+    except (msgspec.MsgspecError, RecursionError, SliceError, _ChildFailed):
+        return None if len(spans) == 1 else _decode_sliced(raw, 1)
     if doc.traceEvents != PLACEHOLDER or type(doc.traceEvents) is not int:  # a nested or second key
         return None
-    return doc
+    return doc, events
+
+
+class _ChildFailed(Exception):
+    """A forked decoder gave no result."""
+
+
+def _decode_span(sliced: ArraySlices, span: tuple[int, int | None] | None) -> "_Events":
+    events = _Events()
+    for chunk in sliced.decoded(_events_decoder, span=span):
+        events.add(chunk)
+        del chunk
+    events.end = sliced.end  # where the array ended: known to the span that reached it
+    return events
+
+
+def _decode_spans(sliced: ArraySlices, spans: list[tuple[int, int | None]]) -> "list[_Events]":
+    """The first span decoded here, each other one in a forked child (:mod:`.forked`)
+    that sends back its columns and counts (pickled: numpy columns copy as bytes, and a
+    name shared by many rows is sent once)."""
+
+    def child(span: tuple[int, int | None]) -> bytes:
+        events = _decode_span(sliced, span)
+        events.columns()
+        return pickle.dumps(events, protocol=pickle.HIGHEST_PROTOCOL)
+
+    with children([partial(child, span) for span in spans[1:]]) as started:
+        events = [_decode_span(sliced, spans[0])]
+        events[0].columns()  # while the children still work
+        for c in started:
+            data = c.result()
+            if data is None:
+                raise _ChildFailed
+            events.append(pickle.loads(data))
+    sliced.end = events[-1].end
+    return events
 
 
 MAX_US = 1e15  # ~31 years in µs: beyond it, ns no longer fit an int64 (and no trace is that long)
@@ -251,15 +301,6 @@ class _Taken:
     dur: np.ndarray
     events: list[Event]
     cats: np.ndarray | None = None  # each event's category, where several are joined
-
-    @staticmethod
-    def joined(parts: list["_Taken"]) -> "_Taken":
-        return _Taken(
-            np.concatenate([p.ts for p in parts]),
-            np.concatenate([p.dur for p in parts]),
-            [e for p in parts for e in p.events],
-            np.concatenate([p.cats for p in parts]),
-        )
 
     def subset(self, keep: np.ndarray) -> "_Taken":
         idx = np.flatnonzero(keep)
@@ -288,6 +329,14 @@ def _floats_of(values: Any, n: int) -> np.ndarray:
         return np.array(values, dtype=np.float64)
 
 
+def _phases(chunk: list[Any]) -> tuple[list[Any], list[Any]]:
+    """The complete ("X") and the metadata ("M") events of a slice, in order. The sliced
+    decode made each phase its own struct type: a type test per event, in C."""
+    if isinstance(chunk[0], Event):  # the whole-document decode: phases are strings
+        return [e for e in chunk if e.ph == "X"], [e for e in chunk if e.ph == "M"]
+    return list(compress(chunk, map(_Complete.__instancecheck__, chunk))), list(compress(chunk, map(_Metadata.__instancecheck__, chunk)))
+
+
 class _Events:
     """What the loader keeps of the trace's events, filled a decoded slice at a time: the
     complete ("X") events of the categories it reads, with their times as arrays, CPU op
@@ -302,23 +351,22 @@ class _Events:
         self.dropped = 0
         self.untimed_gpu = 0
         self._is_step: dict[str, bool] = {}
-        self._ph, self._cat = _Numbering(), _Numbering()  # each distinct phase / category: an integer
+        self._cat = _Numbering()  # each distinct category: an integer
         self._per_cat: Counter[int] = Counter()  # timed complete events per category code
+        self.end = -1  # where the event array ended, when this decoder's span reached it
+        self.tables: _Columns | None = None  # set by columns(), which drops the events
 
     def add(self, chunk: list[Any]) -> None:
         """Keep what the loader reads of one slice of events (:class:`Event` or the
         phase-tagged structs of the sliced decode: both have ``ph``)."""
         if not chunk:
             return
-        ph = np.fromiter(map(self._ph.__getitem__, map(_PH, chunk)), dtype=np.int64, count=len(chunk))
-        for i in np.flatnonzero(ph == self._ph["M"]).tolist():
-            e = chunk[i]
+        events, metadata = _phases(chunk)
+        for e in metadata:
             if e.name == "thread_name" and e.args is not None and isinstance(e.args.name, str):
                 self.thread_names.append(e.args.name)
-        complete = np.flatnonzero(ph == self._ph["X"])
-        if not complete.size:
+        if not events:
             return
-        events = [chunk[i] for i in complete.tolist()]
         n = len(events)
         cat = np.fromiter(map(self._cat.__getitem__, map(_CAT, events)), dtype=np.int64, count=n)
         ts, dur = _floats_of(map(_TS, events), n), _floats_of(map(_DUR, events), n)  # None (missing) is NaN
@@ -343,10 +391,10 @@ class _Events:
     def _cpu_ops(self, ts: np.ndarray, dur: np.ndarray, ops: list[Event]) -> None:
         names = list(map(_NAME, ops))
         self.op_counts.update(names)
-        known = self._is_step
-        for n in set(names).difference(known):
+        known, distinct = self._is_step, set(names)
+        for n in distinct.difference(known):
             known[n] = PROFILER_STEP.match(n) is not None
-        if any(known[n] for n in set(names)):
+        if any(known[n] for n in distinct):
             keep = np.fromiter(map(known.__getitem__, names), dtype=bool, count=len(names))
             idx = np.flatnonzero(keep)
             self.step_ops.append((ts[idx], dur[idx], [ops[i] for i in idx.tolist()]))
@@ -361,6 +409,39 @@ class _Events:
             events,
             np.full(len(events), cat, dtype=object),
         )
+
+    def columns(self) -> "_Columns":
+        """The tables of the kept events (built once, into ``self.tables``; the events are
+        dropped then, the counts stay)."""
+        if self.tables is not None:
+            return self.tables
+        self.tables = _Columns(
+            activities=[_activities(self.taken(cat), kind) for cat, kind in ACTIVITY_CATEGORIES.items()],
+            calls=[_host_rows(self.taken(cat), _calls) for cat in CALL_CATEGORIES],
+            ranges=[
+                _host_rows(_range_sources(taken), _ranges)
+                for taken in (self.taken("user_annotation"), self.steps_in_ops(), self.taken("python_function"))
+            ],
+        )
+        self.parts, self.step_ops = {}, []
+        return self.tables
+
+    @staticmethod
+    def merged(spans: "list[_Events]") -> "_Events":
+        """The counts of consecutive spans' decoders, as if one decoder had read them all
+        (categories numbered in the order first seen, op names counted in that order)."""
+        total = _Events()
+        for e in spans:
+            total.op_counts.update(e.op_counts)
+            total.thread_names += e.thread_names
+            total.timed += e.timed
+            total.dropped += e.dropped
+            total.untimed_gpu += e.untimed_gpu
+            for name in e._cat:
+                total._cat[name]  # numbered on first sight
+            for name, n in e.category_counts().items():
+                total._per_cat[total._cat[name]] += n
+        return total
 
     def category_counts(self) -> dict[str, int]:
         """Timed complete events per category name (what the trace has, read or not)."""
@@ -378,6 +459,8 @@ def _numbers(values: list[Scalar]) -> np.ndarray:
     """float64 of JSON scalars, NaN where missing or not a number (strings are parsed as
     numbers the way pandas parses them)."""
     kinds = set(map(type, values))
+    if kinds == {type(None)}:  # an argument this tracer never writes (graph id in an eager trace): 3x faster than np.array
+        return np.full(len(values), np.nan)
     if kinds <= {int, float, type(None)}:
         try:
             return np.array(values, dtype=np.float64)
@@ -402,21 +485,28 @@ def _floats(values: list[Scalar]) -> np.ndarray:
 
 def _dims(values: list[tuple[int, ...] | None]) -> np.ndarray:
     """"x,y,z" per launch configuration, "" where absent: joined once per distinct one."""
-    codes, uniques = pd.factorize(pd.Series(values, dtype=object))
-    text = np.array([",".join(map(str, v)) for v in uniques] + [""], dtype=object)
-    return text[codes]  # code -1 (missing) takes the trailing ""
+    index = {v: i for i, v in enumerate(dict.fromkeys(values))}  # tuples hash fast: no pandas object table
+    text = np.array(["" if v is None else ",".join(map(str, v)) for v in index], dtype=object)
+    return text[np.fromiter(map(index.__getitem__, values), dtype=np.intp, count=len(values))]
 
 
-def _names(events: list[Event]) -> tuple[np.ndarray, np.ndarray, pd.Index]:
+def _names(events: list[Event]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each event's name, the same string object for equal names, with the name codes and
     the distinct names (every test of a name runs once per distinct name)."""
-    codes, uniques = pd.factorize(pd.Series(list(map(_NAME, events)), dtype=object))
-    return uniques.to_numpy(dtype=object)[codes], codes, uniques
+    codes, uniques = factorize_strings(list(map(_NAME, events)))  # Event.name is typed str
+    return uniques[codes], codes, uniques
 
 
-def _by_name(codes: np.ndarray, uniques: pd.Index, test: Any) -> np.ndarray:
+def _by_name(codes: np.ndarray, uniques: np.ndarray, test: Any) -> np.ndarray:
     """``test`` (a function of one name) applied to the distinct names, mapped to every event."""
     return np.asarray([test(n) for n in uniques], dtype=object)[codes] if len(uniques) else np.zeros(0, dtype=object)
+
+
+def _labels(which: np.ndarray, yes: str, no: str) -> np.ndarray:
+    """``yes`` where ``which``, else ``no``: an object column holding just these two string
+    objects, so tests of it (:func:`perfdoctor.namecodes.factorize`) see two objects, not
+    one string per row as ``np.where(...).astype(object)`` makes."""
+    return np.array([no, yes], dtype=object)[which.astype(np.intp)]
 
 
 def _activities(taken: _Taken, kind: str) -> pd.DataFrame:
@@ -440,8 +530,8 @@ def _activities(taken: _Taken, kind: str) -> pd.DataFrame:
         # nsys reports the same work as a memcpy, and so do we, so both tracers agree on
         # kernels per step.
         copies = _by_name(codes, uniques, lambda n: DRIVER_COPY_KERNEL.match(n) is not None).astype(bool)
-        data["kind"] = np.where(copies, "memcpy", "kernel").astype(object)
-        data["copy_kind"] = np.where(copies, "DtoD", "").astype(object)
+        data["kind"] = _labels(copies, "memcpy", "kernel")
+        data["copy_kind"] = _labels(copies, "DtoD", "")
         data["grid"] = _dims([a.grid for a in args])
         data["block"] = _dims([a.block for a in args])
         data["registers"] = _floats([a.registers for a in args])
@@ -460,20 +550,64 @@ def _activities(taken: _Taken, kind: str) -> pd.DataFrame:
     return frame(ACTIVITY_COLUMNS, data)
 
 
-def _thread_ids(calls: _Taken, ranges: _Taken) -> tuple[np.ndarray, np.ndarray]:
+_HostRows = tuple[pd.DataFrame, np.ndarray, np.ndarray]  # a table of host events, and each row's pid and tid as written
+
+
+def _host_rows(taken: _Taken, table: Any) -> _HostRows:
+    """``table(taken)`` (its ``tid`` column left for :meth:`_Columns.joined`), with each
+    row's Kineto ``pid`` and ``tid``."""
+    n = len(taken.events)
+    pids, tids = (np.fromiter(map(get, taken.events), dtype=object, count=n) for get in (_PID, _TID))
+    return table(taken), pids, tids
+
+
+@dataclass
+class _Columns:
+    """The tables of the events one decoder kept (a span of the event array, or all of
+    it): a frame per category, with the Kineto thread of each host row. Every column is
+    computed row by row, so the frames of consecutive spans, joined category by
+    category (:meth:`joined`), are the tables one decoder of the whole array builds."""
+
+    activities: list[pd.DataFrame]  # one per ACTIVITY_CATEGORIES entry
+    calls: list[_HostRows]  # one per CALL_CATEGORIES entry
+    ranges: list[_HostRows]  # user_annotation, ProfilerStep#N CPU ops, python_function
+
+    @staticmethod
+    def joined(spans: "list[_Columns]") -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+        """The activities (in start order), calls and ranges of consecutive spans, with
+        thread ids numbered over the whole trace (:func:`_thread_ids`)."""
+        activities = pd.concat(
+            [s.activities[i] for i in range(len(ACTIVITY_CATEGORIES)) for s in spans], ignore_index=True
+        ).sort_values("start_ns", kind="stable", ignore_index=True)
+        calls = [s.calls[i] for i in range(len(CALL_CATEGORIES)) for s in spans]
+        ranges = [s.ranges[i] for i in range(3) for s in spans]
+        hosts = calls + ranges
+        call_tids, range_tids = _thread_ids(
+            np.concatenate([h[1] for h in hosts]), np.concatenate([h[2] for h in hosts]), sum(len(c[0]) for c in calls)
+        )
+        return activities, _with_tids(calls, call_tids, CALL_COLUMNS), _with_tids(ranges, range_tids, RANGE_COLUMNS)
+
+
+def _with_tids(parts: list[_HostRows], tids: np.ndarray, columns: dict[str, str]) -> pd.DataFrame:
+    frames = [p[0] for p in parts if len(p[0])]
+    table = frame(columns) if not frames else frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+    table["tid"] = tids
+    return table
+
+
+def _thread_ids(pids: np.ndarray, tids: np.ndarray, n_calls: int) -> tuple[np.ndarray, np.ndarray]:
     """Kineto names a host thread by (pid, tid); each pair gets one integer id, numbered in
-    order of first appearance over the calls, then the ranges."""
-    events = calls.events + ranges.events
-    if not events:
+    order of first appearance over the calls (the first ``n_calls`` rows), then the ranges."""
+    if not len(pids):
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    pid, _ = pd.factorize(pd.Series(list(map(_PID, events)), dtype=object), use_na_sentinel=False)
-    tid, tids = pd.factorize(pd.Series(list(map(_TID, events)), dtype=object), use_na_sentinel=False)
-    codes, _ = pd.factorize(pid.astype(np.int64) * max(len(tids), 1) + tid)  # the pair, numbered by first appearance
+    pid, _ = pd.factorize(pd.Series(pids, dtype=object), use_na_sentinel=False)
+    tid, uniques = pd.factorize(pd.Series(tids, dtype=object), use_na_sentinel=False)
+    codes, _ = pd.factorize(pid.astype(np.int64) * max(len(uniques), 1) + tid)  # the pair, numbered by first appearance
     codes = codes.astype(np.int64)
-    return codes[: len(calls.events)], codes[len(calls.events) :]
+    return codes[:n_calls], codes[n_calls:]
 
 
-def _calls(taken: _Taken, tids: np.ndarray) -> pd.DataFrame:
+def _calls(taken: _Taken) -> pd.DataFrame:
     if not taken.events:
         return frame(CALL_COLUMNS)
     start, end = taken.start_end()
@@ -485,7 +619,6 @@ def _calls(taken: _Taken, tids: np.ndarray) -> pd.DataFrame:
             "name": names,
             "start_ns": start,
             "end_ns": end,
-            "tid": tids,
             "correlation": _ints([(a or _NO_ARGS).correlation for a in args]),
         },
     )
@@ -500,25 +633,19 @@ def _range_sources(taken: _Taken) -> _Taken:
     _, codes, uniques = _names(taken.events)
     is_step = _by_name(codes, uniques, lambda n: PROFILER_STEP.match(n) is not None).astype(bool)
     cats = taken.cats
-    source = np.select(
-        [is_step, cats == "user_annotation", cats == "python_function"],
-        ["profiler_step", "record_function", "python"],
-        default="",
-    ).astype(object)
+    labels = np.array(["", "profiler_step", "record_function", "python"], dtype=object)  # one object per label (see _labels)
+    source = labels[np.select([is_step, cats == "user_annotation", cats == "python_function"], [1, 2, 3], default=0)]
     kept = taken.subset(source != "")
     kept.cats = source[source != ""]
     return kept
 
 
-def _ranges(taken: _Taken, tids: np.ndarray) -> pd.DataFrame:
+def _ranges(taken: _Taken) -> pd.DataFrame:
     if not taken.events:
         return frame(RANGE_COLUMNS)
     start, end = taken.start_end()
     names, _, _ = _names(taken.events)
-    return frame(
-        RANGE_COLUMNS,
-        {"name": names, "start_ns": start, "end_ns": end, "tid": tids, "source": taken.cats},
-    )
+    return frame(RANGE_COLUMNS, {"name": names, "start_ns": start, "end_ns": end, "source": taken.cats})
 
 
 def _distributed(info: Any) -> dict[str, Any]:

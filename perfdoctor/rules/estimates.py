@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.metrics import Analysis
+from perfdoctor.namecodes import equals
 from perfdoctor.names import gemm_precision, per_name
 from perfdoctor.rules.signals import attention_softmax, model_bytes_per_step, step_activities, step_kernel_families
 
@@ -183,7 +184,7 @@ def fp32_gemm_time(analysis: Analysis, threshold: float | None, params: dict[str
     """fp32 GEMM time × the part bf16 tensor cores save (``speedup``× faster)."""
     speedup = float(params.get("speedup", 2.0))
     k = analysis.timeline.step_kernels
-    k = k[step_kernel_families(analysis) == "gemm"]
+    k = k[equals(step_kernel_families(analysis), "gemm")]
     k = k[per_name(k["name"], gemm_precision) == "fp32"]
     per_step = (k["end_ns"] - k["start_ns"]).groupby(k["step"]).sum().reindex(range(analysis.steps.count), fill_value=0)
     ms = _median_ms(per_step.to_numpy()) * (1 - 1 / speedup)
@@ -199,7 +200,7 @@ def softmax_time(analysis: Analysis, threshold: float | None, params: dict[str, 
     FLOPs), so they are not counted: a lower bound of what fusing wins.
     """
     acts = step_activities(analysis)
-    k = acts[acts["kind"] == "kernel"]
+    k = acts[equals(acts["kind"], "kernel")]
     k = k[attention_softmax(k)]
     if analysis.steps.count == 0:
         return Estimate(None, "needs steps with GPU work")

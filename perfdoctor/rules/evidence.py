@@ -22,6 +22,7 @@ import pandas as pd
 
 from perfdoctor.hostgaps import PYTHON_SOURCE, user_frames  # which Python frames are the user's
 from perfdoctor.metrics import SHORT_KERNEL_NS, Analysis
+from perfdoctor.namecodes import equals
 from perfdoctor.names import family, gemm_precision, label, labels
 from perfdoctor.rules.signals import model_bytes_per_step, step_kernel_families, step_activities
 from perfdoctor.steps import base_name, is_launch, is_sync
@@ -202,7 +203,7 @@ def sync_calls(analysis: Analysis) -> Evidence:
 
 def _copies(analysis: Analysis) -> pd.DataFrame:
     acts = step_activities(analysis)
-    return acts[acts["kind"] == "memcpy"]
+    return acts[equals(acts["kind"], "memcpy")]
 
 
 def pageable_copies(analysis: Analysis) -> Evidence:
@@ -240,7 +241,7 @@ def _copy_rows(c: pd.DataFrame, analysis: Analysis, keys: list[str]) -> list[lis
 
 def gemm_kernels(analysis: Analysis) -> Evidence:
     k = analysis.timeline.step_kernels
-    k = k[step_kernel_families(analysis) == "gemm"]
+    k = k[equals(step_kernel_families(analysis), "gemm")]
     ev = Evidence("gemm_kernels", "GEMM kernels and the precision their names state", ["kernel", "precision", "per step", "ms / step"])
     if k.empty:
         ev.note = "no GEMM kernels inside the steps"

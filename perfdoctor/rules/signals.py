@@ -16,6 +16,7 @@ import pandas as pd
 
 from perfdoctor.metrics import METRIC_UNITS, Analysis, Metric
 from perfdoctor.families import is_log_softmax
+from perfdoctor.namecodes import equals
 from perfdoctor.names import family, gemm_precision, per_name
 
 
@@ -40,7 +41,7 @@ def fp32_gemm_time_ratio(analysis: Analysis) -> Metric:
     k = _kernels_in_steps(analysis)
     if k.empty:
         return Metric(None, "ratio", "kernel-names", reason="no kernels inside steps")
-    gemm = k[step_kernel_families(analysis) == "gemm"]
+    gemm = k[equals(step_kernel_families(analysis), "gemm")]
     if gemm.empty:
         return Metric(None, "ratio", "kernel-names", reason="no GEMM kernels inside steps")
     precision = per_name(gemm["name"], gemm_precision)
@@ -70,9 +71,9 @@ def unfused_attention(analysis: Analysis) -> Metric:
     if k.empty:
         return Metric(None, "flag", "kernel-names", reason="no kernels inside steps")
     fams = step_kernel_families(analysis)
-    if (fams == "attention").any():
+    if equals(fams, "attention").any():
         return Metric(0.0, "flag", "kernel-names", note="a fused attention kernel runs in the steps")
-    if (attention_softmax(k)).any() and (fams == "gemm").any():
+    if (attention_softmax(k)).any() and equals(fams, "gemm").any():
         return Metric(1.0, "flag", "kernel-names", note="softmax and GEMM kernels, no fused attention kernel")
     return Metric(None, "flag", "kernel-names", reason="no attention pattern recognised in the kernel names")
 

@@ -1,0 +1,97 @@
+"""The Kineto loader decoding a trace in several processes (issue 15) reads exactly what one
+process reads: the same tables, dtypes, row order and meta, on every fixture trace, and on
+a trace whose cut between spans is a false one (a "},{" inside a kernel name)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import FIXTURES
+from perfdoctor.collectors import forked, torch_profiler
+from perfdoctor.profile import Profile
+
+TRACES = sorted(FIXTURES.glob("*.kineto.json.gz")) + sorted((FIXTURES / "wild").glob("*.kineto.json.gz"))
+
+
+def assert_same(a: Profile, b: Profile) -> None:
+    for table in ("activities", "calls", "ranges"):
+        x, y = getattr(a, table), getattr(b, table)
+        pd.testing.assert_frame_equal(x, y, check_exact=True, obj=table)
+        assert list(x.dtypes) == list(y.dtypes)
+    assert a.meta == b.meta
+    assert [list(v) for v in a.meta.values() if isinstance(v, dict)] == [list(v) for v in b.meta.values() if isinstance(v, dict)]
+    assert a.device == b.device
+
+
+def forks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the children the loader starts (the parallel path really ran)."""
+    started: list[int] = []
+    real = forked.Child.__init__
+
+    def counted(self: forked.Child, fn) -> None:
+        real(self, fn)
+        started.append(self.pid)
+
+    monkeypatch.setattr(forked.Child, "__init__", counted)
+    return started
+
+
+@pytest.mark.parametrize("trace", TRACES, ids=lambda t: t.name)
+def test_several_processes_read_what_one_reads(trace: Path, monkeypatch: pytest.MonkeyPatch):
+    one = torch_profiler.load(trace, processes=1)
+    started = forks(monkeypatch)
+    for n in (2, 3):
+        assert_same(one, torch_profiler.load(trace, processes=n))
+    assert len(started) == 1 + 2  # each span after the first in a child
+
+
+def test_a_false_cut_falls_back_to_one_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A kernel whose name holds "},{" just after the middle of the file, where the array
+    is cut in two: the first span cannot end there, so the loader decodes again in one
+    process — the same Profile, the odd name read as it is."""
+    doc = json.loads(gzip.decompress((FIXTURES / "wild" / "h200-train.kineto.json.gz").read_bytes()))
+    events = doc["traceEvents"]
+    rest = len(json.dumps(doc))
+    odd = {**next(e for e in events if e.get("cat") == "kernel"), "name": "x" * (2 * rest) + "},{" + "y" * 10}
+    doc["traceEvents"] = events[: len(events) // 2] + [odd] + events[len(events) // 2 :]
+    raw = json.dumps(doc).encode()
+    path = tmp_path / "trace.json"
+    path.write_bytes(raw)
+    (_, stop), _ = torch_profiler.array_slices(raw, "traceEvents").spans(2)
+    assert stop == raw.find(b"},{yyy") + 1  # the cut is the one in the name
+    started = forks(monkeypatch)
+    two = torch_profiler.load(path, processes=2)
+    assert len(started) == 1  # the parallel decode ran, failed, and was redone in one process
+    assert_same(torch_profiler.load(path, processes=1), two)
+    assert (two.activities["name"] == odd["name"]).sum() == 1
+
+
+def test_a_child_that_fails_gives_no_result():
+    def boom() -> bytes:
+        raise ValueError("in the child")
+
+    with forked.children([boom, lambda: b"fine"]) as (bad, good):
+        assert bad.result() is None
+        assert good.result() == b"fine"
+
+
+def test_an_uncollected_child_is_stopped_and_reaped():
+    import os
+    import time
+
+    with pytest.raises(RuntimeError):
+        with forked.children([lambda: time.sleep(60) or b""]) as (child,):
+            raise RuntimeError("the parent gave up")
+    with pytest.raises(ChildProcessError):
+        os.waitpid(child.pid, os.WNOHANG)  # already reaped: no zombie left
+
+
+def test_large_traces_use_the_cpus_small_ones_do_not():
+    cpus = forked.usable_cpus()
+    assert torch_profiler.decode_processes(1 << 20) == 1
+    assert torch_profiler.decode_processes(10 * torch_profiler.PART_BYTES) == min(cpus, torch_profiler.MAX_PROCESSES)
