@@ -24,14 +24,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 from perfdoctor.errors import UsageError
+from perfdoctor.io import cache_dir
 
 READ_SIZES_MB = (256, 1024, 4096)
 MATMUL_N = 8192
 
 
 def cache_path() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "perfdoctor" / "calibration.json"
+    return cache_dir() / "calibration.json"
 
 
 def load_all() -> dict[str, Any]:

@@ -41,6 +41,13 @@ GZIP_MAGIC = b"\x1f\x8b"
 UTF8_BOM = b"\xef\xbb\xbf"
 
 
+def cache_dir() -> Path:
+    """perfdoctor's cache folder: ``$XDG_CACHE_HOME/perfdoctor``, default ``~/.cache/perfdoctor``
+    (calibrations, built cubins)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "perfdoctor"
+
+
 # --------------------------------------------------------------------------- inputs
 
 

@@ -72,6 +72,20 @@ def test_plan_refuses_what_the_kernel_cannot_copy():
         plan(replace(_odd_config(), head_dim=12))
 
 
+def test_cubins_live_in_perfdoctors_cache_folder(tmp_path, monkeypatch):
+    """The cubin cache is under the same folder as the calibrations (XDG_CACHE_HOME), unless
+    PERFDOCTOR_CACHE names another."""
+    from perfdoctor import calibrate
+    from perfdoctor.engine.cubin import cubin_dir
+
+    monkeypatch.delenv("PERFDOCTOR_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cubin_dir() == tmp_path / "xdg" / "perfdoctor" / "cubin"
+    assert cubin_dir().parent == calibrate.cache_path().parent
+    monkeypatch.setenv("PERFDOCTOR_CACHE", str(tmp_path / "mine"))
+    assert cubin_dir() == tmp_path / "mine" / "cubin"
+
+
 def test_cli_without_cuda_says_why(capsys):
     if CUDA:
         pytest.skip("this machine has CUDA: the refusal is for machines without")

@@ -20,15 +20,17 @@ from pathlib import Path
 import torch
 
 from perfdoctor.engine.config import BadInput
+from perfdoctor.io import cache_dir
 
 # CUfunction_attribute values (cuda.h).
 _SHARED_SIZE_BYTES, _LOCAL_SIZE_BYTES, _NUM_REGS, _MAX_DYNAMIC_SHARED = 1, 3, 4, 8
 
 
-def cache_dir() -> Path:
-    """Where built cubins are kept: $PERFDOCTOR_CACHE/cubin, else ~/.cache/perfdoctor/cubin."""
-    root = os.environ.get("PERFDOCTOR_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "perfdoctor")
-    return Path(root) / "cubin"
+def cubin_dir() -> Path:
+    """Where built cubins are kept: $PERFDOCTOR_CACHE/cubin, else perfdoctor's cache folder
+    (:func:`perfdoctor.io.cache_dir`)/cubin."""
+    root = os.environ.get("PERFDOCTOR_CACHE")
+    return (Path(root) if root else cache_dir()) / "cubin"
 
 
 def find_nvcc() -> str:
@@ -49,7 +51,7 @@ def build_cubin(source: Path, defines: dict[str, int], arch: str = "sm_90a") -> 
     version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
     flags = [f"-D{k}={v}" for k, v in sorted(defines.items())]
     key = hashlib.sha256("\0".join([source.read_text(), *flags, arch, version]).encode()).hexdigest()[:20]
-    path = cache_dir() / f"{source.stem}-{key}.cubin"
+    path = cubin_dir() / f"{source.stem}-{key}.cubin"
     if path.is_file():
         return path.read_bytes()
     path.parent.mkdir(parents=True, exist_ok=True)
