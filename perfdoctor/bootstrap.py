@@ -317,9 +317,7 @@ class Session:
         elif name.startswith(DECLARE_PREFIX):
             self.declarations[name] = None
         elif self.mode == "light" and not name.startswith("perfdoctor."):
-            if self.turns is not None:
-                self.turns.acquire()
-            self.times.start(name)  # the light pass times every range: the step may be any
+            self.start_timing(name)  # the light pass times every range: the step may be any
             if threading.get_ident() != self.main_ident:
                 self.worker_steps[name] = self.worker_steps.get(name, 0) + 1
 
@@ -329,10 +327,20 @@ class Session:
         if self.matches(name):
             self.end_step(name)
         elif self.mode == "light" and not name.startswith("perfdoctor."):
-            self.times.end(name)
-            if self.turns is not None:
-                self.turns.release()
-            self.stop_module_timing(name)
+            self.end_timing(name)
+
+    def start_timing(self, name: str) -> None:
+        """The light pass: a step or range starts (after waiting for its lockstep turn, so
+        the wait lies before the step's clock)."""
+        if self.turns is not None:
+            self.turns.acquire()
+        self.times.start(name)
+
+    def end_timing(self, name: str) -> None:
+        self.times.end(name)
+        if self.turns is not None:
+            self.turns.release()
+        self.stop_module_timing(name)
 
     def stop_module_timing(self, name: str) -> None:
         """A range or a perfdoctor step repeats: it is the step (module calls come last in
@@ -355,16 +363,11 @@ class Session:
                 # torch.cuda.nvtx: the default NVTX domain, which ncu's filter names.
                 sys.modules["torch"].cuda.nvtx.range_push(NCU_RANGE)
         if self.mode == "light":
-            if self.turns is not None:
-                self.turns.acquire()  # the wait for the turn lies before the step's clock
-            self.times.start(name)
+            self.start_timing(name)
 
     def end_step(self, name: str) -> None:
         if self.mode == "light":
-            self.times.end(name)
-            if self.turns is not None:
-                self.turns.release()
-            self.stop_module_timing(name)
+            self.end_timing(name)
         with self.lock:
             index = self.counts.get(name, 1) - 1
             if self.mode == "ncu" and name == self.window_name and self.in_ncu_window(index):

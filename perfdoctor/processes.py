@@ -101,6 +101,11 @@ def _took_turns(manifest: dict[str, Any]) -> list[bool]:
             for p in manifest["repeat"]["processes"]]
 
 
+def pair_kind(lockstep: bool) -> str:
+    """How the two processes of a compared pair ran: at once taking turns, or one after the other."""
+    return "lockstep" if lockstep else "interleaved"
+
+
 def per_process(latencies: list[list[float]], q: float) -> list[float]:
     """The ``q`` percentile of each process's steps (linear interpolation, as the metrics)."""
     return [float(np.percentile(lat, q)) for lat in latencies]
@@ -133,10 +138,6 @@ class ProcessComparison:
     def repeated(self) -> bool:
         return self.interval is not None
 
-    @property
-    def _pairs(self) -> str:
-        return "lockstep" if self.lockstep else "interleaved"
-
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "metric": self.metric,
@@ -145,7 +146,7 @@ class ProcessComparison:
             "after": spread(self.after),
             "verdict": self.verdict,
             "reason": self.reason,
-            "test": f"paired t-interval on log ratios of {self._pairs} process pairs" if self.paired
+            "test": f"paired t-interval on log ratios of {pair_kind(self.lockstep)} process pairs" if self.paired
             else "welch t-interval on log per-process values",
         }
         if self.interval is not None:
@@ -165,7 +166,7 @@ def compare_processes(metric: str, before: list[float], after: list[float], leve
         why = ONE_PROCESS_NOTE if min(len(before), len(after)) == 1 else "no process with steps on one side"
         return ProcessComparison(metric, before, after, None, "inconclusive", f"inconclusive — {why}")
     i = paired_log_ratio(before, after, level) if paired else welch_log_ratio(before, after, level)
-    what = f"{i.n_before} {'lockstep' if lockstep else 'interleaved'} pairs" if paired else f"{i.n_before} vs {i.n_after} processes"
+    what = f"{i.n_before} {pair_kind(lockstep)} pairs" if paired else f"{i.n_before} vs {i.n_after} processes"
     ci = f"{i.ratio:.3f}x ({i.level:.0%} CI {i.low:.3f}–{i.high:.3f}, {what})"
     if i.low > 1.0:
         verdict, why = "regressed", "the interval lies above 1"
