@@ -466,6 +466,17 @@ def test_lockstep_without_step_markers_says_so_and_compares_no_pairs(tmp_path) -
     assert all(p["lockstep"]["turns"] == 0 for p in pa[1:])
 
 
+def test_lockstep_without_cpu_pinning_is_a_usage_error(tmp_path, monkeypatch) -> None:
+    """Where the OS cannot pin a process to a CPU (macOS), --lockstep says so in one line
+    before running anything."""
+    monkeypatch.delattr(os, "sched_setaffinity")
+    done = run_cli_inprocess("compare-programs", "--lockstep", "--out", tmp_path / "runs", "--",
+                             f"{PROGRAM} --steps 3", f"{PROGRAM} --steps 3")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == ["error: --lockstep pins both programs to one CPU, which needs Linux (os.sched_setaffinity)"]
+    assert not (tmp_path / "runs").exists()
+
+
 def test_turns_pass_between_two_processes_and_survive_a_fork(tmp_path) -> None:
     """perfdoctor.lockstep alone: Pair's pipes in two real processes, one of which forks
     a child that steps too (the child must neither wait for turns nor hold the pipes)."""

@@ -3,6 +3,7 @@ runs are :func:`perfdoctor.repeats.compare_programs`, the comparison :mod:`perfd
 
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 from typing import Optional
@@ -60,6 +61,8 @@ def compare_command(
     from perfdoctor.repeats import compare_programs
 
     check_outputs([json_out], [])
+    if lockstep and not hasattr(os, "sched_setaffinity"):
+        raise UsageError("--lockstep pins both programs to one CPU, which needs Linux (os.sched_setaffinity)")
     sides = [
         RunOptions(target=program(text, what), collect=parse_collect(collect), warmup=warmup, steps=steps, step=step, out=out, quiet=quiet)
         for text, what in ((a, "A"), (b, "B"))
