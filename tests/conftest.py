@@ -56,3 +56,24 @@ def run_cli_inprocess(*args: object, env: dict | None = None, **_: object) -> su
 @pytest.fixture
 def fixtures() -> Path:
     return FIXTURES
+
+
+# Under pytest-xdist (`-n 2 --dist loadfile`, the README's test command) these files run on
+# one worker, one after the other, never beside each other: test_repeat pins lockstep pairs
+# to one CPU at full load, and test_ranks compares each rank's collective time with the
+# program's own timer within 15 % / 3 ms, which a fully loaded CPU shared by its ranks
+# breaks (seen once: 9.3 ms against 12.5 ms while both ran).
+SERIAL_TOGETHER = ("tests/test_repeat.py", "tests/test_ranks.py")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class Scheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return "timing-sensitive files" if scope in SERIAL_TOGETHER else scope
+
+    return Scheduling(config, log)
