@@ -25,7 +25,6 @@ and a results JSON written before the process ends, so the bundle stays readable
 
 from __future__ import annotations
 
-import atexit
 import fnmatch
 import functools
 import importlib.util
@@ -42,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfdoctor import api
+from perfdoctor.console import leave
 from perfdoctor.declare import DECLARE_PREFIX, parse_declaration
 from perfdoctor.launch import rank_config, rank_device
 from perfdoctor.lockstep import Turns
@@ -285,7 +285,7 @@ class Session:
         self.progress_fd = None
         # The torch profiler's library (Kineto) does not survive a fork: a child that exits
         # normally hangs in its C++ exit-time destructors (seen: ~ConfigLoader waiting on a
-        # condition variable of the parent's Kineto thread). See leave_child().
+        # condition variable of the parent's Kineto thread). See leave().
         # Its threads outlive a stopped profiler, so any profiler start before the fork counts.
         self.inherited_profiler = self.profiler_used
         if self.modules is not None:
@@ -948,28 +948,6 @@ def install_signals(session: Session) -> None:
         signal.signal(signal.SIGINT, on_int)
 
 
-def leave_child(code: Any) -> None:
-    """End a forked child of a traced program the way ``sys.exit(code)`` would, minus the C
-    exit handlers: the program's ``atexit`` functions run and its output is flushed, then
-    ``os._exit`` skips the inherited profiler's destructors, which hang in a child."""
-    if code is None:
-        status = 0
-    elif isinstance(code, int):
-        status = code
-    else:
-        print(code, file=sys.stderr)
-        status = 1
-    try:
-        atexit._run_exitfuncs()
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:  # noqa: BLE001, S110 - a closed stream: nothing to flush
-                pass
-        os._exit(status & 0xFF)
-
-
 def main(argv: list[str]) -> None:
     if len(argv) < 3:
         raise SystemExit("usage: python -m perfdoctor.bootstrap CONFIG.json (SCRIPT | -m MODULE) [ARGS...]")
@@ -1007,12 +985,12 @@ def main(argv: list[str]) -> None:
     except SystemExit as exc:
         session.exit_code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if session.inherited_profiler and os.getpid() != session.pid:
-            leave_child(exc.code)
+            leave(exc.code)
         raise  # the program's own exit status, whatever it is
     except BaseException as exc:
         if session.inherited_profiler and os.getpid() != session.pid:
             traceback.print_exc()
-            leave_child(1)
+            leave(1)
         session.program_error = f"{type(exc).__name__}: {exc}"[:500]
         session.exit_code = None if isinstance(exc, KeyboardInterrupt) else 1
         raise
@@ -1022,7 +1000,7 @@ def main(argv: list[str]) -> None:
             session.finish()
             signal.signal(signal.SIGINT, on_int)
     if session.inherited_profiler and os.getpid() != session.pid:
-        leave_child(0)
+        leave(0)
     if terminated:
         # Die of SIGTERM like the program would have, so the exit status says so.
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
