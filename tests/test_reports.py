@@ -307,3 +307,25 @@ def test_html_renders_in_headless_chromium_with_plots(case: str, chromium: str, 
     # The timeline is in the first screen: kernel blue (#4e79a7) and bubble red (#e15759) are drawn.
     for rgb in ((0x4E, 0x79, 0xA7), (0xE1, 0x57, 0x59)):
         assert (np.abs(px - np.array(rgb)).sum(axis=2) < 40).sum() > 50, f"no {rgb} pixels: plot not drawn"
+
+
+@pytest.mark.parametrize("width", [40, 200])
+def test_a_snippet_without_colour_is_what_syntax_lays_out_and_with_colour_is_highlighted(width: int) -> None:
+    import io as _io
+
+    from rich.console import Console
+    from rich.padding import Padding
+    from rich.syntax import Syntax
+
+    from perfdoctor.reports.code import Code
+
+    source = "g = torch.cuda.CUDAGraph()  # capture once, replay every step\nwith torch.cuda.graph(g):\n\tout = model(x)\n\n"
+
+    def shown(renderable: object, **console: object) -> str:
+        buf = _io.StringIO()
+        Console(file=buf, width=width, **console).print(Padding(renderable, (0, 0, 0, 4)))
+        return buf.getvalue()
+
+    assert shown(Code(source)) == shown(Syntax(source, "python", theme="ansi_dark", background_color="default"))
+    coloured = shown(Code(source), force_terminal=True, color_system="standard")
+    assert "\x1b[" in coloured and "CUDAGraph" in coloured

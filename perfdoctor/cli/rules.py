@@ -8,12 +8,12 @@ from typing import List
 
 import typer
 from rich.console import Console
-from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
 from perfdoctor.cli import options
 from perfdoctor.pipeline import load_ruleset as _load
+from perfdoctor.reports.code import Code
 from perfdoctor.rules.engine import PREDICATES, TOP_FINDING
 from perfdoctor.rules.estimates import ESTIMATES
 from perfdoctor.rules.signals import KNOWN_INPUTS, SIGNALS
@@ -72,7 +72,7 @@ def explain_rule(
     for i, step in enumerate(r.remediation.steps, start=1):
         c.print(Text(f"  {i}. {step.replace(TOP_FINDING, '<the top-ranked other finding>')}"))
     if r.remediation.snippet:
-        c.print(Syntax(r.remediation.snippet, "python", theme="ansi_dark", background_color="default"))
+        c.print(Code(r.remediation.snippet))
     for v in r.variants:
         c.print(Text(f"when {v.when} ({PREDICATES[v.when][1]}):", style="bold"))
         if v.title:

@@ -13,12 +13,12 @@ from typing import Sequence
 from rich.console import Console, Group, RenderableType
 from rich.padding import Padding
 from rich.rule import Rule as HRule
-from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
 from perfdoctor.metrics import Analysis
 from perfdoctor.reports import common
+from perfdoctor.reports.code import Code
 from perfdoctor.rules.engine import Finding, verdict
 from perfdoctor.rules.evidence import Evidence
 from perfdoctor.text import clean
@@ -71,7 +71,7 @@ def _finding(f: Finding, analysis: Analysis, shown_before: dict[tuple[str, str],
         for i, step in enumerate(f.remediation.steps, start=1):
             lines.append(Text(f"  {i}. {step}"))
         if f.remediation.snippet:
-            lines.append(Padding(Syntax(f.remediation.snippet, "python", theme="ansi_dark", background_color="default"), (0, 0, 0, 4)))
+            lines.append(Padding(Code(f.remediation.snippet), (0, 0, 0, 4)))
     return Group(*lines, Text(""))
 
 
