@@ -6,6 +6,7 @@ Inputs
     and :func:`read_maybe_gzip` read at most :func:`max_input_bytes` bytes — after
     decompression for gzip, which is streamed, so a gzip bomb stops at the cap instead of
     exhausting memory. The cap is ``PERFDOCTOR_MAX_TRACE_BYTES`` (default 2 GiB).
+    :func:`read_maybe_gzip` maps an uncompressed file into memory instead of copying it.
 
 Outputs
     :func:`check_outputs` refuses an output that is one of the inputs (same path after
@@ -25,6 +26,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import mmap
 import os
 import stat
 import tempfile
@@ -143,19 +145,51 @@ def _gunzip_chunks(path: Path, fh: BinaryIO) -> Iterable[bytes]:
         raise UsageError(f"{path}: damaged gzip file ({exc})") from None
 
 
-def read_maybe_gzip(path: str | Path) -> bytes:
+def read_maybe_gzip(path: str | Path) -> bytes | memoryview:
     """The file's bytes, decompressed (streaming, capped) when it is gzip; a leading UTF-8
-    BOM is dropped. A truncated archive or an oversized input is a UsageError."""
+    BOM is dropped. A truncated archive or an oversized input is a UsageError.
+
+    An uncompressed file comes back mapped (:func:`_mapped`, a read-only memoryview) where
+    the system allows it: a trace is read once, front to back, and copying 200 MB out of
+    the page cache first costs ~0.15 s and as much memory again."""
     path = Path(path)
     regular_file(path)
     with _open(path) as fh:
         if fh.read(2) != GZIP_MAGIC:
+            data: bytes | memoryview | None = _mapped(path, fh)
             fh.close()
-            data = read_capped(path)
+            if data is None:
+                data = read_capped(path)
         else:
             fh.seek(0)
             data = b"".join(_gunzip_chunks(path, fh))
-    return data[len(UTF8_BOM):] if data.startswith(UTF8_BOM) else data
+    return data[len(UTF8_BOM):] if data[: len(UTF8_BOM)] == UTF8_BOM else data
+
+
+def _mapped(path: Path, fh: BinaryIO) -> memoryview | None:
+    """The open file mapped read-only into memory (capped), or None where it cannot be
+    (an empty file, a file system without mmap): then it is read.
+
+    A file that is truncated while mapped ends the process with SIGBUS when the missing
+    pages are touched; a trace is not rewritten while it is analysed, and the outputs are
+    written only after the analysis, atomically, so none is left half-written."""
+    try:
+        size = os.fstat(fh.fileno()).st_size
+    except OSError:
+        return None
+    cap = max_input_bytes()
+    if size > cap:
+        raise _too_big(path, cap, "is")
+    if size == 0:
+        return None
+    try:
+        if hasattr(mmap, "MAP_POPULATE"):  # Linux: map every page now, not one fault per 4 KB
+            mapping = mmap.mmap(fh.fileno(), 0, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE, prot=mmap.PROT_READ)
+        else:
+            mapping = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError, OverflowError):
+        return None
+    return memoryview(mapping)
 
 
 def gunzip_to(path: str | Path, out: Path) -> None:

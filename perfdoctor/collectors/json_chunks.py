@@ -46,7 +46,7 @@ class ArraySlices:
     """The array's elements, decoded slice by slice by :meth:`decoded`, and the document
     around it (:meth:`rest`: the document with ``[]`` in the array's place)."""
 
-    def __init__(self, raw: bytes, start: int) -> None:
+    def __init__(self, raw: bytes | memoryview, start: int) -> None:
         self._raw = memoryview(raw)
         self._start = start  # offset of the array's '['
         self.end = -1  # offset just past the array's ']', known once the last slice decoded
@@ -143,7 +143,7 @@ class SliceError(Exception):
     """The array could not be cut into slices; decode the document whole instead."""
 
 
-def array_slices(raw: bytes, key: str) -> ArraySlices | None:
+def array_slices(raw: bytes | memoryview, key: str) -> ArraySlices | None:
     """Slices of the array under the first ``key`` in ``raw`` (a JSON object), or None when
     there is no such key holding an array. Whether it was the top-level key is known only
     from :meth:`ArraySlices.rest`."""

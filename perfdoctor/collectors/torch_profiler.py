@@ -209,7 +209,7 @@ def load(path: str | Path, *, processes: int | None = None) -> Profile:
     )
 
 
-def _decode_whole(raw: bytes, path: Path) -> Trace:
+def _decode_whole(raw: bytes | memoryview, path: Path) -> Trace:
     try:
         return _decoder.decode(raw)
     except msgspec.ValidationError as exc:
@@ -230,7 +230,7 @@ def decode_processes(size: int) -> int:
     return max(1, min(usable_cpus(), size // PART_BYTES, MAX_PROCESSES))
 
 
-def _decode_sliced(raw: bytes, processes: int = 1) -> "tuple[_Header, list[_Events]] | None":
+def _decode_sliced(raw: bytes | memoryview, processes: int = 1) -> "tuple[_Header, list[_Events]] | None":
     """The rest of the document and the events of each span (:meth:`.ArraySlices.spans`),
     each decoded a slice at a time (:mod:`.json_chunks`) and turned into columns
     (:meth:`_Events.columns`), by ``processes`` processes; None when that is not possible
