@@ -95,3 +95,48 @@ def test_large_traces_use_the_cpus_small_ones_do_not():
     cpus = forked.usable_cpus()
     assert torch_profiler.decode_processes(1 << 20) == 1
     assert torch_profiler.decode_processes(10 * torch_profiler.PART_BYTES) == min(cpus, torch_profiler.MAX_PROCESSES)
+
+
+def test_tickets_are_handed_out_once_each_and_a_faster_process_takes_more():
+    import pickle
+    import time
+
+    with forked.Tickets(200) as tickets:
+
+        def slow_child() -> bytes:
+            taken = []
+            while (i := tickets.take()) is not None:
+                taken.append(i)
+                time.sleep(0.01)
+            return pickle.dumps(taken)
+
+        with forked.children([slow_child]) as (child,):
+            mine = []
+            while (i := tickets.take()) is not None:
+                mine.append(i)
+                time.sleep(0.001)
+            theirs = pickle.loads(child.result())
+    assert sorted(mine + theirs) == list(range(200))  # every number once, none twice
+    assert len(mine) > 2 * len(theirs) > 0
+    with pytest.raises(ValueError):
+        forked.Tickets(257)
+
+
+@pytest.mark.parametrize("trace", [FIXTURES / "wild" / "h200-train.kineto.json.gz", FIXTURES / "h200-llama1b-eager-5steps.kineto.json.gz"], ids=lambda t: t.name)
+def test_many_spans_shared_by_two_processes_read_what_one_reads(trace: Path, monkeypatch: pytest.MonkeyPatch):
+    one = torch_profiler.load(trace, processes=1)
+    size = len(gzip.decompress(trace.read_bytes()))
+    monkeypatch.setattr(torch_profiler, "SPAN_BYTES", size // 20)
+    assert torch_profiler.decode_spans(size, 2) == 20
+    cut = torch_profiler.array_slices
+    seen: list[int] = []
+
+    def counting(raw, key):
+        sliced = cut(raw, key)
+        real = sliced.spans
+        sliced.spans = lambda parts: seen.append(len(spans := real(parts))) or spans
+        return sliced
+
+    monkeypatch.setattr(torch_profiler, "array_slices", counting)
+    assert_same(one, torch_profiler.load(trace, processes=2))
+    assert seen and seen[0] >= 15  # many more spans than processes (a few cuts may merge)

@@ -8,6 +8,9 @@ back only what it kept, serialized. Used only where forking is safe and cheap: a
 ``fork``, more than one CPU for this process, and no other Python thread running (a child
 of a threaded process could inherit a lock some other thread held).
 
+:class:`Tickets` shares out work between the parent and its children as they go: a
+process that runs faster (CPUs of a VM change speed on their own) takes more of it.
+
 A child never returns into the caller's code: it leaves through ``os._exit`` (no atexit
 handlers, no flushing of the parent's buffered output), status 0 with its result written,
 1 on any exception — the parent then does the work itself.
@@ -93,3 +96,38 @@ def children(fns: list[Callable[[], bytes]]) -> Iterator[list[Child]]:
     finally:
         for child in started:
             child.cancel()
+
+
+class Tickets:
+    """The numbers ``0 … n-1``, each handed out once, to whichever process asks first: the
+    parent and the children forked after this was made share one pipe holding one byte per
+    number. Reading one byte from a pipe is atomic, so no number is handed out twice, and a
+    process that is faster simply takes more. At most 256 numbers."""
+
+    LIMIT = 256
+
+    def __init__(self, n: int) -> None:
+        if not 0 <= n <= self.LIMIT:
+            raise ValueError(f"Tickets holds 0 to {self.LIMIT} numbers, not {n}")
+        read, write = os.pipe()  # 256 bytes: far below a pipe's buffer, so the write never blocks
+        os.write(write, bytes(range(n)))
+        os.close(write)  # an empty pipe with no writer reads as end of file: no number left
+        self._read: int | None = read
+
+    def take(self) -> int | None:
+        """The next number not yet handed out to any process, or None when none is left."""
+        if self._read is None:
+            return None
+        got = os.read(self._read, 1)
+        return got[0] if got else None
+
+    def close(self) -> None:
+        if self._read is not None:
+            os.close(self._read)
+            self._read = None
+
+    def __enter__(self) -> "Tickets":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -22,9 +22,8 @@ import re
 import types
 from collections import Counter
 from dataclasses import dataclass
-from functools import partial
 from itertools import compress
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any, ClassVar, Union
 
@@ -33,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.collectors.checks import finish
-from perfdoctor.collectors.forked import children, usable_cpus
+from perfdoctor.collectors.forked import Tickets, children, usable_cpus
 from perfdoctor.collectors.json_chunks import PLACEHOLDER, ArraySlices, SliceError, array_slices
 from perfdoctor.errors import UsageError
 from perfdoctor.io import read_maybe_gzip
@@ -222,12 +221,19 @@ def _decode_whole(raw: bytes | memoryview, path: Path) -> Trace:
 
 PART_BYTES = 48 << 20  # a forked decoder pays for itself from ~50 MB of events (fork, sending back its columns)
 MAX_PROCESSES = 8
+SPAN_BYTES = 16 << 20  # the share a process takes at a time: 16 spans cost what 2 do (columns, merging); 32 cost more
 
 
 def decode_processes(size: int) -> int:
     """How many processes decode ``size`` bytes of trace: one per usable CPU
     (:func:`.forked.usable_cpus`), at most one per :data:`PART_BYTES`, at least one."""
     return max(1, min(usable_cpus(), size // PART_BYTES, MAX_PROCESSES))
+
+
+def decode_spans(size: int, processes: int) -> int:
+    """Into how many spans ``processes`` processes cut ``size`` bytes of trace: one per
+    :data:`SPAN_BYTES`, at least one per process, at most :attr:`.Tickets.LIMIT`."""
+    return max(processes, min(size // SPAN_BYTES, Tickets.LIMIT))
 
 
 def _decode_sliced(raw: bytes | memoryview, processes: int = 1) -> "tuple[_Header, list[_Events]] | None":
@@ -240,9 +246,9 @@ def _decode_sliced(raw: bytes | memoryview, processes: int = 1) -> "tuple[_Heade
     sliced = array_slices(raw, "traceEvents")
     if sliced is None:
         return None
-    spans = sliced.spans(processes) if processes > 1 else [None]
+    spans = sliced.spans(decode_spans(len(raw), processes)) if processes > 1 else [None]
     try:
-        events = _decode_spans(sliced, spans) if len(spans) > 1 else [_decode_span(sliced, None)]
+        events = _decode_spans(sliced, spans, processes) if len(spans) > 1 else [_decode_span(sliced, None)]
         doc = _rest_decoder.decode(sliced.rest())
     except (msgspec.MsgspecError, RecursionError, SliceError, _ChildFailed):
         return None if len(spans) == 1 else _decode_sliced(raw, 1)
@@ -264,24 +270,34 @@ def _decode_span(sliced: ArraySlices, span: tuple[int, int | None] | None) -> "_
     return events
 
 
-def _decode_spans(sliced: ArraySlices, spans: list[tuple[int, int | None]]) -> "list[_Events]":
-    """The first span decoded here, each other one in a forked child (:mod:`.forked`)
-    that sends back its columns and counts (pickled: numpy columns copy as bytes, and a
-    name shared by many rows is sent once)."""
+def _decode_spans(sliced: ArraySlices, spans: list[tuple[int, int | None]], processes: int) -> "list[_Events]":
+    """The spans decoded by this process and ``processes - 1`` forked children (:mod:`.forked`)
+    at once, each process taking the next span nobody has taken (:class:`.forked.Tickets`)
+    until none is left, so a faster CPU decodes more of them. A child sends back the columns
+    and counts of its spans (pickled: numpy columns copy as bytes, and a name shared by many
+    rows is sent once); they are put back in the array's order."""
 
-    def child(span: tuple[int, int | None]) -> bytes:
-        events = _decode_span(sliced, span)
-        events.columns()
-        return pickle.dumps(events, protocol=pickle.HIGHEST_PROTOCOL)
+    def work(tickets: Tickets) -> list[tuple[int, _Events]]:
+        done = []
+        while (i := tickets.take()) is not None:
+            events = _decode_span(sliced, spans[i])
+            events.columns()
+            done.append((i, events))
+        return done
 
-    with children([partial(child, span) for span in spans[1:]]) as started:
-        events = [_decode_span(sliced, spans[0])]
-        events[0].columns()  # while the children still work
-        for c in started:
-            data = c.result()
-            if data is None:
-                raise _ChildFailed
-            events.append(pickle.loads(data))
+    with Tickets(len(spans)) as tickets:
+
+        def child() -> bytes:
+            return pickle.dumps(work(tickets), protocol=pickle.HIGHEST_PROTOCOL)
+
+        with children([child] * (processes - 1)) as started:
+            done = work(tickets)
+            for c in started:
+                data = c.result()
+                if data is None:
+                    raise _ChildFailed
+                done += pickle.loads(data)
+    events = [e for _, e in sorted(done, key=itemgetter(0))]
     sliced.end = events[-1].end
     return events
 
