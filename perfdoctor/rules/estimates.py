@@ -83,9 +83,9 @@ def idle_between_kernels(analysis: Analysis, threshold: float | None, params: di
     if analysis.steps.count == 0:
         return Estimate(None, "needs steps with GPU work")
     gaps = analysis.timeline.gaps
-    gaps = gaps[~gaps["after_sync"]]
-    won = np.clip(gaps["length_ns"].to_numpy(dtype=np.float64) - residual_us * 1e3, 0, None)
-    ms = _per_step_ms(analysis, won, gaps["step"].to_numpy())
+    keep = ~gaps["after_sync"].to_numpy(dtype=bool)  # the two columns it needs, not a copy of the table
+    won = np.clip(gaps["length_ns"].to_numpy(dtype=np.float64)[keep] - residual_us * 1e3, 0, None)
+    ms = _per_step_ms(analysis, won, gaps["step"].to_numpy()[keep])
     formula = (
         f"median over steps of Σ max(0, gap − {residual_us:g} µs) over the gaps between the step's GPU activities "
         f"(gaps after a host sync excluded) = {ms:.3g} ms"
