@@ -17,6 +17,14 @@ the layers, over the CTAs that had work in the stage:
 
 and GB/s of the stage's weight bytes over its busy window. The weights stream ahead of
 the stages, so a stage's busy window can be shorter than its bytes over DRAM bandwidth.
+A second table takes `work` apart (the kernel's TRACE_WORDS detail, means per CTA):
+
+  seen     last release of the previous stage (its latest end) -> the first CTA to see it
+  poll     start -> the previous stage seen complete (attention: to q/k/v loaded, from ready)
+  loader   seen -> inputs ready (the input vector through shared memory; attention: 0)
+  ring     ready -> last store, waiting for ring slots to land (DRAM not keeping up)
+  compute  ready -> last store, the rest
+  release  last store -> end (block sync, the release fence)
 """
 
 from __future__ import annotations
@@ -82,29 +90,43 @@ def stage_bytes(model: Transformer) -> dict[str, int]:
     }
 
 
+# The detail columns of trace_split (see the module docstring): sums over layers, "seen"
+# of the stage's first CTA, the others means per CTA.
+DETAIL = ("seen_us", "poll_us", "loader_us", "ring_us", "compute_us", "release_us")
+
+
 def trace_split(trace: torch.Tensor, layers: int, nbytes: dict[str, int]) -> dict:
     """Per-stage split of one traced step `[CTAs, 5 * layers + 1, 4]` (see the module
     docstring), in microseconds; a CTA's inputs-ready stamp is 0 where it had no work."""
     t = trace.cpu().double()
     t0 = t[:, :, 0].min()
     names = [*STAGES * layers, "head"]
-    out = {s: {"busy_us": 0.0, "wait_us": 0.0, "work_us": 0.0, "handoff_us": 0.0, "n": 0} for s in (*STAGES, "head")}
+    keys = ("busy_us", "wait_us", "work_us", "handoff_us", *DETAIL)
+    out = {s: {**dict.fromkeys(keys, 0.0), "n": 0} for s in (*STAGES, "head")}
     prev_end = None
     for g, s in enumerate(names):
         worked = t[:, g, 1] > 0
-        start, ready, end = ((t[worked, g, i] - t0) / 1e3 for i in range(3))
+        start, ready, end, _, seen, _, stored, _ = ((t[worked, g, i] - t0) / 1e3 for i in range(8))
+        cycles_ring, cycles = t[worked, g, 5], t[worked, g, 7].clamp(min=1)
+        ring = cycles_ring / cycles * (stored - ready)
         o = out[s]
         o["busy_us"] += (end.max() - ready.min()).item()
         o["wait_us"] += (ready - start).mean().item()
         o["work_us"] += (end - ready).mean().item()
         if prev_end is not None:
             o["handoff_us"] += (ready.min() - prev_end).item()
+            o["seen_us"] += (seen.min() - prev_end).item() if s != "attention" else (ready.min() - prev_end).item()
+        o["poll_us"] += ((seen - ready) if s == "attention" else (seen - start)).mean().item()
+        o["loader_us"] += 0.0 if s == "attention" else (ready - seen).mean().item()
+        o["ring_us"] += ring.mean().item()
+        o["compute_us"] += (stored - ready - ring).mean().item()
+        o["release_us"] += (end - stored).mean().item()
         prev_end = end.max()
         o["n"] += 1
     for s, o in out.items():
         n = o.pop("n")
-        o["wait_us"] /= n
-        o["work_us"] /= n
+        for k in ("wait_us", "work_us", "poll_us", "loader_us", "ring_us", "compute_us", "release_us"):
+            o[k] /= n
         o["gb_per_s"] = nbytes[s] * n / (o["busy_us"] * 1e-6) / 1e9 if nbytes[s] else None
     return {"step_us": ((t[:, :, 2].max() - t0) / 1e3).item(), "stages": out}
 
@@ -167,6 +189,8 @@ def run(args: argparse.Namespace) -> dict:
             mk(token, pos)
     torch.cuda.synchronize()
     split = trace_split(mk.trace_buffer, config.layers, stage_bytes(model))
+    if args.json:  # the raw stamps too, for a look at single CTAs
+        torch.save(mk.trace_buffer.cpu(), Path(args.json).with_suffix(".trace.pt"))
     return {"device": torch.cuda.get_device_name(0), "tokens": args.tokens, "ctx": args.ctx,
             "repeats": args.repeats, "bytes_per_step": per_step, "rows": rows, "trace": split,
             "trace_shape": names[0], "trace_pos": int(pos.item())}
@@ -202,6 +226,9 @@ def table(report: dict) -> str:
     for s, o in tr["stages"].items():
         gbs = "" if o["gb_per_s"] is None else f"{o['gb_per_s']:.0f}"
         lines.append(f"| {s} | {o['busy_us']:.1f} | {o['handoff_us']:.1f} | {o['wait_us']:.2f} | {o['work_us']:.2f} | {gbs} |")
+    lines += ["", "| stage | seen us (sum) | poll us/task | loader | ring | compute | release |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for s, o in tr["stages"].items():
+        lines.append(f"| {s} | " + " | ".join(f"{o[k]:.2f}" for k in DETAIL) + " |")
     return "\n".join(lines)
 
 

@@ -34,6 +34,7 @@ SOURCE = Path(__file__).parent / "kernels" / "megakernel.cu"
 STAGES = ("qkv", "attention", "o", "gate_up", "down")  # per layer, in order; then "head"
 WEIGHT_STAGES = ("qkv", "o", "gate_up", "down", "head")  # the kernel's Params.rows order
 COUNTER_STRIDE = 32  # int32 between done counters (CSTRIDE in the kernel)
+TRACE_WORDS = 8  # int64 per CTA and stage in the trace buffer (TRACE_WORDS in the kernel)
 MAXK = 8192  # widest input vector the kernel holds per thread (MAXK)
 MAXD = 128  # widest head (MAXD)
 BLOCK_S = 64  # attention positions per chunk, one ring slot of K and V (BLOCK_S)
@@ -147,9 +148,11 @@ class MegaKernels:
     """The megakernel decode step, `(token [1], pos [1]) -> next token [1]`, without a graph.
 
     Owns the activation buffers, the pointer table, the argmax partials, the done counters
-    (zero between steps: `counter_values()`) and, with `trace=True`, a `[CTAs, stages, 4]`
+    (zero between steps: `counter_values()`) and, with `trace=True`, a `[CTAs, stages, 8]`
     int64 buffer (`trace_buffer`: per CTA and stage, %globaltimer ns at the stage's start,
-    when its inputs were ready (0: no work there), at its end, and the SM id). `logits` holds
+    when its inputs were ready (0: no work there), at its end, the SM id, then the detail
+    of TRACE_WORDS in the kernel: previous stage seen complete, ring-wait cycles, last
+    store issued, cycles from ready to last store). `logits` holds
     the last step's logits; `kernel` the loaded function (registers, spills).
     """
 
@@ -197,7 +200,7 @@ class MegaKernels:
         self.part_val = torch.empty(self.ctas, dtype=torch.float32, device=device)
         self.part_idx = torch.empty(self.ctas, dtype=torch.int32, device=device)
         self.counters = torch.zeros((5 * c.layers + 1) * COUNTER_STRIDE, dtype=torch.int32, device=device)
-        self.trace_buffer = (torch.zeros(self.ctas, 5 * c.layers + 1, 4, dtype=torch.int64, device=device)
+        self.trace_buffer = (torch.zeros(self.ctas, 5 * c.layers + 1, TRACE_WORDS, dtype=torch.int64, device=device)
                              if trace else None)
         self.kernel = CudaKernel(build_cubin(SOURCE, shape.defines()), "megakernel", shape.ring_bytes)
         # Every CTA waits for all the others: the grid must be resident at once.

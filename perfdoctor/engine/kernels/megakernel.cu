@@ -77,6 +77,11 @@
 #define BLOCK_S 64  // attention positions per chunk (fused's split size: same rounding)
 #define CSTRIDE 32  // done counters 128 bytes apart
 #define NPTR 8  // columns of the pointer table
+// Per CTA and stage, with Params.trace: 0 start, 1 inputs ready, 2 end (%globaltimer ns),
+// 3 SM id, 4 the previous stage seen complete (attention: q/k/v loaded and rotated), 5
+// clock64 cycles thread 0 spent waiting for ring slots to land, 6 the stage's last store
+// issued (before the release), 7 clock64 cycles from 1 to 6 (to convert 5 into ns).
+#define TRACE_WORDS 8
 
 typedef __nv_bfloat16 bf16;
 
@@ -101,7 +106,7 @@ struct Params {  // mirrored by perfdoctor.engine.megakernel._Params (same order
   int* part_idx;
   long long* next_token;  // [1]
   unsigned* counters;     // [(5 L + 1) * CSTRIDE], zero at launch (and after it)
-  long long* trace;       // null, or [G][5 L + 1][4]: start, inputs ready, end (ns), SM id
+  long long* trace;       // null, or [G][5 L + 1][TRACE_WORDS] (see TRACE_WORDS)
   int L, K, NQ, NKV, D, I, V;
   int rows[5];  // rows per tile (a divisor of CWARPS) of the QKV, O, gate/up, down and head matrices
   long long stride_head, stride_pos;  // of the K/V caches, in elements
@@ -137,6 +142,14 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
         : "r"(smem_u32(bar)), "r"(parity)
         : "memory");
   } while (!done);
+}
+
+// mbar_wait; with `timed` (trace, thread 0) its duration is added to *acc.
+__device__ __forceinline__ void mbar_wait_timed(uint64_t* bar, unsigned parity, bool timed, long long* acc) {
+  if (!timed) return mbar_wait(bar, parity);
+  const long long t = clock64();
+  mbar_wait(bar, parity);
+  *acc += clock64() - t;
 }
 
 // Global -> shared bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned),
@@ -259,6 +272,7 @@ struct Shared {
   float best_val[NC];
   int best_idx[NC];
   int last;  // this CTA finished the head last
+  long long wait_cycles;  // trace: thread 0's ring waits in the current stage
   // attention
   float q[MAXD];
   __align__(16) bf16 k_new[MAXD];
@@ -402,16 +416,17 @@ __device__ __forceinline__ void stage_swiglu(const Params& p, Shared& sh) {
 // V at byte BLOCK_S * D * 2), streamed by the producer with the weights: they do not
 // depend on this step, so they are in shared memory before the QKV stage completes.
 // Position pos (this step's row) comes from the QKV output. `it`: the ring position.
-__device__ void attention(const Params& p, int layer, int hq, Shared& sh, const unsigned char* ring, int& it) {
+// c, s: this thread's RoPE cos and sin at pos (loaded before the wait: they depend on pos
+// only). tr: this stage's trace words (thread 0, with a trace), else null.
+__device__ void attention(const Params& p, int layer, int hq, int pos, float c, float s, Shared& sh,
+                          const unsigned char* ring, int& it, long long* tr) {
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int D = p.D, half = D / 2, group = p.NQ / p.NKV, kv = hq / group;
-  const int pos = (int)*p.pos, length = pos + 1;
+  const int length = pos + 1;
   const unsigned long long* row = p.table + layer * NPTR;
   bf16* kc = reinterpret_cast<bf16*>(row[K_CACHE]) + kv * p.stride_head;
   bf16* vc = reinterpret_cast<bf16*>(row[V_CACHE]) + kv * p.stride_head;
   if (tid < half) {  // RoPE of q and of this step's k, each product rounded as `rope_pair`
-    const float c = __bfloat162float(p.cos[(long long)pos * half + tid]);
-    const float s = __bfloat162float(p.sin[(long long)pos * half + tid]);
     const bf16* q = p.qkv + hq * D;
     const bf16* k = p.qkv + (p.NQ + kv) * D;
     float a = __bfloat162float(__ldcg(q + tid)), b = __bfloat162float(__ldcg(q + tid + half));
@@ -424,6 +439,7 @@ __device__ void attention(const Params& p, int layer, int hq, Shared& sh, const 
   }
   if (tid < D) sh.v_new[tid] = __ldcg(p.qkv + (p.NQ + p.NKV + kv) * D + tid);
   consumers_sync();
+  if (tr) tr[4] = now_ns();
   if (hq % group == 0 && tid < D) {  // one head of the group appends this step's K/V row
     kc[(long long)pos * p.stride_pos + tid] = sh.k_new[tid];
     vc[(long long)pos * p.stride_pos + tid] = sh.v_new[tid];
@@ -437,7 +453,7 @@ __device__ void attention(const Params& p, int layer, int hq, Shared& sh, const 
   const int nchunks = (length + BLOCK_S - 1) / BLOCK_S;
   for (int ch = 0; ch < nchunks; ++ch, ++it) {
     const int slot = it % NSTAGE;
-    mbar_wait(&sh.full[slot], (it / NSTAGE) & 1);
+    mbar_wait_timed(&sh.full[slot], (it / NSTAGE) & 1, tr != nullptr, &sh.wait_cycles);
     if (ch % CWARPS != warp) {
       __syncwarp();
       if (lane == 0) mbar_arrive(&sh.empty[slot]);
@@ -629,14 +645,17 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
 
   // ---- the consumer warps
   const int warp = tid / 32, lane = tid % 32;
-  long long* trace = p.trace ? p.trace + (long long)b * nstages * 4 : nullptr;
+  long long* trace = p.trace ? p.trace + (long long)b * nstages * TRACE_WORDS : nullptr;
+  const int pos = (int)*p.pos;
   F8 xf[XCH];
   float best_val = -INFINITY;
   int best_idx = 0x7fffffff, it = 0;
   for (int g = 0; g < nstages; ++g) {
     const int layer = g / 5, s = g % 5;
     const bool head = g == 5 * p.L, attn_stage = s == 1 && !head;
-    if (trace && tid == 0) trace[g * 4 + 0] = now_ns();
+    long long* tr = trace && tid == 0 ? trace + g * TRACE_WORDS : nullptr;  // thread 0 stamps
+    long long t_ready = 0;
+    if (tr) { tr[0] = now_ns(); sh.wait_cycles = 0; }
     const WStage st = attn_stage ? WStage{} : weight_stage(p, g);
     const int ntiles = attn_stage ? 0 : (st.n + st.r - 1) / st.r;
     bool work = attn_stage ? false : b < ntiles;
@@ -656,17 +675,23 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
         gv[c] = norm && j < kc ? reinterpret_cast<const uint4*>(row[head ? FINAL_NORM : s == 0 ? ATTN_NORM : MLP_NORM])[j]
                                : make_uint4(0, 0, 0, 0);
       }
+      float rc = 0.f, rs = 0.f;  // attention: this thread's RoPE cos / sin at pos
+      if (attn_stage && tid < p.D / 2) {
+        rc = __bfloat162float(p.cos[(long long)pos * (p.D / 2) + tid]);
+        rs = __bfloat162float(p.sin[(long long)pos * (p.D / 2) + tid]);
+      }
       if (g > 0) {  // wait for the previous stage, everywhere
         if (tid == 0)
           while (ld_acquire(counter(p, g - 1)) < (unsigned)G) {
           }
+        if (tr) tr[4] = now_ns();
         consumers_sync();
       }
       if (attn_stage) {
-        if (trace && tid == 0) trace[g * 4 + 1] = now_ns();
+        if (tr) { tr[1] = now_ns(); t_ready = clock64(); }
         for (int hq = 0; hq < p.NQ; ++hq)
           if (attention_owner(p, hq) == b) {
-            attention(p, layer, hq, sh, ring, it);
+            attention(p, layer, hq, pos, rc, rs, sh, ring, it, tr);
             consumers_sync();  // sh's attention scratch is reused by the next head
           }
       } else {
@@ -686,11 +711,11 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
         for (int i = 0; i < XCH; ++i)  // this warp's slice, unpacked to fp32 for the whole stage
           xf[i] = unpack(sl.valid >> i & 1 ? reinterpret_cast<const uint4*>(sh.xs)[sl.part * sl.cpp + lane + 32 * i]
                                            : make_uint4(0, 0, 0, 0));
-        if (trace && tid == 0) trace[g * 4 + 1] = now_ns();
+        if (tr) { tr[1] = now_ns(); t_ready = clock64(); }
         for (int t = b; t < ntiles; t += G, ++it) {
           const int slot = it % NSTAGE;
           const bool live = my_row < min(st.r, st.n - t * st.r);  // the last tile may be short
-          mbar_wait(&sh.full[slot], (it / NSTAGE) & 1);
+          mbar_wait_timed(&sh.full[slot], (it / NSTAGE) & 1, tr != nullptr, &sh.wait_cycles);
           float v = 0.f;
           if (live) {
             const uint4* w = reinterpret_cast<const uint4*>(ring + slot * TILE_BYTES) + my_row * kc +
@@ -732,11 +757,12 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
         }
       }
     }
+    if (tr && work) { tr[6] = now_ns(); tr[5] = sh.wait_cycles; tr[7] = clock64() - t_ready; }
     if (!head) {  // signal: this CTA's part of stage g is done (stores first)
       consumers_sync();
       if (tid == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter(p, g)) : "memory");
     }
-    if (trace && tid == 0) { trace[g * 4 + 2] = now_ns(); trace[g * 4 + 3] = smid(); }
+    if (tr) { tr[2] = now_ns(); tr[3] = smid(); }
   }
 
   // ---- the argmax: this CTA's first best logit, then the last CTA reduces all of them
