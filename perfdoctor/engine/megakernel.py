@@ -37,6 +37,7 @@ COUNTER_STRIDE = 32  # int32 between done counters (CSTRIDE in the kernel)
 TRACE_WORDS = 8  # int64 per CTA and stage in the trace buffer (TRACE_WORDS in the kernel)
 MAXK = 8192  # widest input vector the kernel holds per thread (MAXK)
 MAXD = 128  # widest head (MAXD)
+HEAD_DIMS = (16, 32, 64, 128)  # the head sizes attention<D> is built for
 BLOCK_S = 64  # attention positions per chunk, one ring slot of K and V (BLOCK_S)
 PART_CHUNKS = 256  # 16-byte chunks of one warp's part of a row at most (32 lanes x XCH)
 
@@ -109,8 +110,9 @@ def plan(config: ModelConfig, shape: MegaShape = TUNED) -> dict[str, WeightStage
         "down": (c.hidden, c.intermediate),
         "head": (c.vocab_size, c.hidden),
     }
-    if c.head_dim > MAXD or c.head_dim % 8 or c.q_heads % c.kv_heads:
-        raise BadInput(f"megakernel: head_dim must be a multiple of 8 up to {MAXD}, q_heads a multiple of kv_heads")
+    if c.head_dim not in HEAD_DIMS or c.q_heads % c.kv_heads:
+        raise BadInput(f"megakernel: head_dim must be one of {', '.join(map(str, HEAD_DIMS))} (got {c.head_dim}), "
+                       "q_heads a multiple of kv_heads")
     out = {}
     for name, (rows, cols) in mats.items():
         if cols % 8 or cols > MAXK:
