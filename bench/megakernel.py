@@ -49,9 +49,10 @@ from perfdoctor.engine.weights import random_hf_state_dict
 
 # Shapes --shapes can name: the shipped one and the alternatives that explain it.
 SHAPES: dict[str, MegaShape] = {
-    "tuned": TUNED,  # 6 x 32 KB ring, 8 consumer warps
-    "in-flight-1": MegaShape(in_flight=1),  # at most 1 / 2 bulk copies outstanding per producer
-    "in-flight-2": MegaShape(in_flight=2),
+    "tuned": TUNED,  # 6 x 32 KB ring, 8 consumer warps, 2 copies in flight, 8-tile reductions
+    "in-flight-6": MegaShape(in_flight=0),  # up to the whole ring outstanding
+    "in-flight-1": MegaShape(in_flight=1),
+    "shuffle-per-tile": MegaShape(reduce_batch=1),  # v3.7's per-tile warp shuffle
     "4x32KB": MegaShape(stages=4),
     # L2 prefetch 4 / 8 tiles ahead of the ring: 17 / 34 MB over 132 CTAs (L2: 60 MB)
     "pf4": MegaShape(prefetch=4),

@@ -70,6 +70,8 @@ def test_plan_refuses_what_the_kernel_cannot_copy():
         plan(odd)
     with pytest.raises(BadInput, match="head_dim"):
         plan(replace(_odd_config(), head_dim=12))
+    with pytest.raises(BadInput, match="head_dim must be one of 16, 32, 64, 128"):  # attention<D> is built for these
+        plan(replace(_odd_config(), head_dim=80))
 
 
 def test_cubins_live_in_perfdoctors_cache_folder(tmp_path, monkeypatch):
@@ -113,6 +115,8 @@ MEGA_CASES = [
     # other tile, through weights and K/V chunks, with partial last tiles
     pytest.param("odd", 200, MegaShape(tile_bytes=4096, stages=2), id="odd-small-ring"),
     pytest.param("odd", 200, MegaShape(tile_bytes=4096, stages=3, prefetch=3, in_flight=1), id="odd-prefetch-in-flight-1"),
+    # the per-tile warp shuffle instead of 8-tile lane reductions, the whole ring in flight
+    pytest.param("odd", 200, MegaShape(reduce_batch=1, in_flight=0), id="odd-shuffle-per-tile"),
     pytest.param("llama-3.2-1b", 2048, MegaShape(prefetch=8), id="llama-1b-prefetch", marks=pytest.mark.gpu),
     pytest.param("llama-3.2-1b", 2048, TUNED, id="llama-1b", marks=pytest.mark.gpu),
 ]

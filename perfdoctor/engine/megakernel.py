@@ -50,21 +50,23 @@ class MegaShape:
     row (consumer_warps / R parts): 8 rows of 4 KB for the 2048-wide matrices of
     Llama-3.2-1B, 2 rows of 16 KB (4 warps each) for down.
 
-    Two knobs the H200 measurements turned down (bench/megakernel.py keeps them as rows, so
-    the finding can be re-checked): `prefetch`, tiles the producer warms in L2 ahead of the
-    ring (cp.async.bulk.prefetch.L2; slower at every depth tried), and `in_flight`, bulk
-    copies outstanding per producer at most (0: up to `stages`; 1 to 6 measured equal).
+    `prefetch`: tiles the producer warms in L2 ahead of the ring (cp.async.bulk.prefetch.L2;
+    slower at every depth the H200 tried, kept as a bench row). `in_flight`: bulk copies
+    outstanding per producer at most (0: up to `stages`; 2 measured 1-2 % faster once the
+    consumers outran DRAM). `reduce_batch`: tiles a warp reduces across its lanes together
+    (8: one shared-memory pass and two shuffles per 8 rows; 1: a 5-step warp shuffle per tile).
     """
 
     tile_bytes: int = 32768
     stages: int = 6
     consumer_warps: int = 8
     prefetch: int = 0
-    in_flight: int = 0  # bulk copies outstanding per producer at most; 0: up to `stages`
+    in_flight: int = 2  # bulk copies outstanding per producer at most; 0: up to `stages`
+    reduce_batch: int = 8
 
     def defines(self) -> dict[str, int]:
         return {"TILE_BYTES": self.tile_bytes, "NSTAGE": self.stages, "CWARPS": self.consumer_warps,
-                "PREFETCH": self.prefetch, "IN_FLIGHT": self.in_flight or self.stages}
+                "PREFETCH": self.prefetch, "IN_FLIGHT": self.in_flight or self.stages, "RBATCH": self.reduce_batch}
 
     @property
     def threads(self) -> int:

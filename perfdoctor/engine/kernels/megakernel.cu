@@ -78,6 +78,11 @@
 #define CSTRIDE 32  // done counters 128 bytes apart
 #define NPTR 8  // columns of the pointer table
 #define MAXPT 32  // tiles whose row parts are summed together (P > 1), see the tile loop
+#ifndef RBATCH
+#define RBATCH 8  // tiles a warp reduces across its lanes together (1: a warp shuffle per tile)
+#endif
+static_assert(RBATCH == 1 || RBATCH == 8, "a batch is 8 tiles: lane l reduces tile l / 4");
+static_assert(MAXPT % RBATCH == 0, "a part batch holds whole reduction batches");
 // Per CTA and stage, with Params.trace: 0 start, 1 inputs ready, 2 end (%globaltimer ns),
 // 3 SM id, 4 the previous stage seen complete (attention: q/k/v loaded and rotated), 5
 // clock64 cycles thread 0 spent waiting for ring slots to land, 6 the stage's last store
@@ -269,6 +274,7 @@ __device__ __forceinline__ int attention_owner(const Params& p, int hq) { return
 struct Shared {
   uint64_t full[NSTAGE], empty[NSTAGE];
   float part[MAXPT][CWARPS];  // P > 1: each warp's partial dot product, per tile of a batch
+  float lanes[RBATCH > 1 ? CWARPS : 1][RBATCH][32];  // RBATCH > 1: per warp, its lanes' partials per tile
   float best_val[NC];
   int best_idx[NC];
   int last;  // this CTA finished the head last
@@ -754,18 +760,32 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
             float a[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
             for (int i = 0; i < XCH; ++i) a[i % 4] = dot8(wv[i], xf[i], a[i % 4]);
-            v = warp_sum((a[0] + a[1]) + (a[2] + a[3]));
+            v = (a[0] + a[1]) + (a[2] + a[3]);  // this lane's share
           }
-          __syncwarp();
-          if (lane == 0) {
-            if (parts == 1) {
-              if (live) emit(t * st.r + my_row, v);
-            } else {
-              sh.part[tb % MAXPT][warp] = v;
-            }
-          }
+          if (RBATCH == 1) v = warp_sum(v);
+          else sh.lanes[warp][tb % RBATCH][lane] = v;
           __syncwarp();
           if (lane == 0) mbar_arrive(&sh.empty[slot]);  // this warp is done with the slot
+          // The row totals of the last RBATCH tiles: lane l sums tile l / 4's lanes 8 (l % 4)
+          // ... + 7, then two shuffles (a warp shuffle per tile, 5 dependent steps, was most
+          // of a tile's time in v3.7). P > 1: each warp's part goes to sh.part.
+          if (RBATCH == 1 || tb % RBATCH == RBATCH - 1 || t + G >= ntiles) {
+            const int nb = RBATCH == 1 ? 1 : tb % RBATCH + 1, k = RBATCH == 1 ? 0 : lane / 4;
+            float tot = v;
+            if (RBATCH > 1) {
+              const float4* src = reinterpret_cast<const float4*>(sh.lanes[warp][k % RBATCH] + 8 * (lane % 4));
+              const float4 x0 = src[0], x1 = src[1];
+              tot = ((x0.x + x0.y) + (x0.z + x0.w)) + ((x1.x + x1.y) + (x1.z + x1.w));
+              tot += __shfl_xor_sync(0xffffffffu, tot, 1);
+              tot += __shfl_xor_sync(0xffffffffu, tot, 2);
+            }
+            const int tk = t - (nb - 1 - k) * G, tbk = tb - (nb - 1 - k);  // the tile of slot k
+            if (lane % 4 == 0 && k < nb && my_row < min(st.r, st.n - tk * st.r)) {
+              if (parts == 1) emit(tk * st.r + my_row, tot);
+              else sh.part[tbk % MAXPT][warp] = tot;
+            }
+            __syncwarp();  // sh.lanes is reused by the next batch
+          }
           // P > 1: a row's parts are summed, in part order, once per MAXPT tiles and at the
           // stage's end, after a block barrier. (v3.5 had the last of a row's warps sum
           // them at every tile behind a shared-memory fence, which also waited for that
