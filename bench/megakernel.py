@@ -49,10 +49,10 @@ from perfdoctor.engine.weights import random_hf_state_dict
 
 # Shapes --shapes can name: the shipped one and the alternatives that explain it.
 SHAPES: dict[str, MegaShape] = {
-    "tuned": TUNED,  # 6 x 32 KB ring, 8 consumer warps, 2 copies in flight, a shuffle per tile
+    "tuned": TUNED,  # 6 x 32 KB ring, 8 consumer warps, 2 copies in flight, 2 tiles per step
     "in-flight-6": MegaShape(in_flight=0),  # up to the whole ring outstanding
     "in-flight-1": MegaShape(in_flight=1),
-    "reduce-8-tiles": MegaShape(reduce_batch=8),  # v3.8's lane reductions 8 tiles at a time
+    "1-tile-per-step": MegaShape(tiles_per_step=1),  # v3.8: a warp's tiles one at a time
     "4x32KB": MegaShape(stages=4),
     # L2 prefetch 4 / 8 tiles ahead of the ring: 17 / 34 MB over 132 CTAs (L2: 60 MB)
     "pf4": MegaShape(prefetch=4),

@@ -53,9 +53,8 @@ class MegaShape:
     `prefetch`: tiles the producer warms in L2 ahead of the ring (cp.async.bulk.prefetch.L2;
     slower at every depth the H200 tried, kept as a bench row). `in_flight`: bulk copies
     outstanding per producer at most (0: up to `stages`; 2 measured 1-2 % faster once the
-    consumers outran DRAM). `reduce_batch`: tiles a warp reduces across its lanes together
-    (1: a 5-step warp shuffle per tile; 8: one shared-memory pass and two shuffles per 8 rows,
-    which spills 32 bytes and measured 1 % slower, kept as a bench row).
+    consumers outran DRAM). `tiles_per_step`: tiles a consumer warp takes per step of its
+    loop (2: two tiles' loads, FMAs and shuffles interleave; 1: one at a time).
     """
 
     tile_bytes: int = 32768
@@ -63,11 +62,11 @@ class MegaShape:
     consumer_warps: int = 8
     prefetch: int = 0
     in_flight: int = 2  # bulk copies outstanding per producer at most; 0: up to `stages`
-    reduce_batch: int = 1
+    tiles_per_step: int = 2
 
     def defines(self) -> dict[str, int]:
         return {"TILE_BYTES": self.tile_bytes, "NSTAGE": self.stages, "CWARPS": self.consumer_warps,
-                "PREFETCH": self.prefetch, "IN_FLIGHT": self.in_flight or self.stages, "RBATCH": self.reduce_batch}
+                "PREFETCH": self.prefetch, "IN_FLIGHT": self.in_flight or self.stages, "TPI": self.tiles_per_step}
 
     @property
     def threads(self) -> int:

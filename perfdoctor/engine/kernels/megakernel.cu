@@ -78,11 +78,11 @@
 #define CSTRIDE 32  // done counters 128 bytes apart
 #define NPTR 8  // columns of the pointer table
 #define MAXPT 32  // tiles whose row parts are summed together (P > 1), see the tile loop
-#ifndef RBATCH
-#define RBATCH 8  // tiles a warp reduces across its lanes together (1: a warp shuffle per tile)
+#ifndef TPI
+#define TPI 2  // tiles a consumer warp takes per step of its loop (their loads and FMAs interleave)
 #endif
-static_assert(RBATCH == 1 || RBATCH == 8, "a batch is 8 tiles: lane l reduces tile l / 4");
-static_assert(MAXPT % RBATCH == 0, "a part batch holds whole reduction batches");
+static_assert(TPI == 1 || TPI == 2, "one or two tiles per step");
+static_assert(MAXPT % TPI == 0, "a part batch holds whole steps");
 // Per CTA and stage, with Params.trace: 0 start, 1 inputs ready, 2 end (%globaltimer ns),
 // 3 SM id, 4 the previous stage seen complete (attention: q/k/v loaded and rotated), 5
 // clock64 cycles thread 0 spent waiting for ring slots to land, 6 the stage's last store
@@ -274,7 +274,6 @@ __device__ __forceinline__ int attention_owner(const Params& p, int hq) { return
 struct Shared {
   uint64_t full[NSTAGE], empty[NSTAGE];
   float part[MAXPT][CWARPS];  // P > 1: each warp's partial dot product, per tile of a batch
-  float lanes[RBATCH > 1 ? CWARPS : 1][RBATCH][32];  // RBATCH > 1: per warp, its lanes' partials per tile
   float best_val[NC];
   int best_idx[NC];
   int last;  // this CTA finished the head last
@@ -350,10 +349,14 @@ __device__ __forceinline__ void stage_normed(const Params& p, const bf16* src, c
   uint4 v[TCH];
   float ss = 0.f;
 #pragma unroll
+  for (int c = 0; c < TCH; ++c) {  // every load first (the stores to `out` could alias them)
+    const int j = tid + c * NC;
+    v[c] = j < kc ? stream_chunk(s4, a4, from_l2, j) : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
   for (int c = 0; c < TCH; ++c) {
     const int j = tid + c * NC;
     if (j < kc) {
-      v[c] = stream_chunk(s4, a4, from_l2, j);
       ss += sumsq(v[c]);
       if (out) o4[j] = v[c];
     }
@@ -394,15 +397,23 @@ __device__ __forceinline__ void stage_plain(const bf16* src, int k, Shared& sh) 
 }
 
 // xs <- silu(gate) * up, rounded as `norm_gate_up` (silu, then the product).
+// All of this thread's loads go out first (predicated): guarded one by one, each chunk's
+// round trip waited for the previous one's SwiGLU (4 serial L2 round trips: 3.1 us).
 __device__ __forceinline__ void stage_swiglu(const Params& p, Shared& sh) {
+  uint4 g4s[TCH], u4s[TCH];
+#pragma unroll
+  for (int c = 0; c < TCH; ++c) {
+    const int j = threadIdx.x + c * NC;
+    const bool in = j < p.I / 8;
+    g4s[c] = in ? __ldcg(reinterpret_cast<const uint4*>(p.gu) + j) : make_uint4(0, 0, 0, 0);
+    u4s[c] = in ? __ldcg(reinterpret_cast<const uint4*>(p.gu + p.I) + j) : make_uint4(0, 0, 0, 0);
+  }
 #pragma unroll
   for (int c = 0; c < TCH; ++c) {
     const int j = threadIdx.x + c * NC;
     if (j < p.I / 8) {
-      uint4 g4 = __ldcg(reinterpret_cast<const uint4*>(p.gu) + j);
-      uint4 u4 = __ldcg(reinterpret_cast<const uint4*>(p.gu + p.I) + j);
-      const unsigned* g = reinterpret_cast<const unsigned*>(&g4);
-      const unsigned* u = reinterpret_cast<const unsigned*>(&u4);
+      const unsigned* g = reinterpret_cast<const unsigned*>(&g4s[c]);
+      const unsigned* u = reinterpret_cast<const unsigned*>(&u4s[c]);
       uint4 o;
       unsigned* ou = reinterpret_cast<unsigned*>(&o);
 #pragma unroll
@@ -428,14 +439,22 @@ __device__ __forceinline__ void stage_swiglu(const Params& p, Shared& sh) {
 // D is a template parameter (16, 32, 64 or 128) so that every loop below is unrolled
 // without run-time guards: a guarded loop compiles to one branch per 16-byte load, and
 // each load then waits for the previous one's FMAs (v3.5 spent ~8 us per layer there).
-// Layout inside a chunk: LP = D / 8 lanes per position, lane = LP * pp + j holds dims
+// Work split: each chunk's 64 positions are QPC = 4 splits of 16, split qq of chunk ch
+// taken by warp (QPC ch + qq) % CWARPS, so at the benchmark's ~150 positions (3 chunks)
+// every warp has work (v3.7: one warp a chunk, 3 of 8 working, 5 us). Each split is
+// softmaxed on its own maximum and the warps' runs merged in warp order (flash-decoding
+// with 16-position splits; fused uses 64: the probabilities round against another max).
+// Layout inside a split: LP = D / 8 lanes per position, lane = LP * pp + j holds dims
 // [8 j, 8 j + 8) of q in registers and takes positions PPI * i + pp (PPI = 32 / LP per
 // step i): its K and V reads are 16 bytes of one row, LP lanes a row, a warp reading
 // PPI whole rows at once (no bank conflicts, unlike a row per lane at a 2 D stride).
+#define QPC 4
+static_assert(CWARPS % QPC == 0, "a chunk's splits go to distinct warps");
 template <int D>
 __device__ void attention(const Params& p, int layer, int hq, int pos, float c, float s, Shared& sh,
                           const unsigned char* ring, int& it, long long* tr) {
-  constexpr int half = D / 2, LP = D / 8, PPI = 32 / LP, NIT = BLOCK_S / PPI;
+  constexpr int half = D / 2, LP = D / 8, PPI = 32 / LP, SPLIT = BLOCK_S / QPC, NIT = SPLIT / PPI;
+  static_assert(NIT >= 1, "a split holds at least one step of positions");
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, j = lane % LP, pp = lane / LP;
   const int group = p.NQ / p.NKV, kv = hq / group;
   const int length = pos + 1;
@@ -463,8 +482,7 @@ __device__ void attention(const Params& p, int layer, int hq, int pos, float c, 
   float qf[8];  // this lane's 8 dims of q
 #pragma unroll
   for (int e = 0; e < 8; ++e) qf[e] = sh.q[8 * j + e];
-  // Chunk c is computed by warp c % CWARPS; every warp waits for and releases every slot
-  // (the ring's empty barrier counts all warps).
+  // Every warp waits for and releases every slot (the ring's empty barrier counts all warps).
   float run_m = -INFINITY, run_l = 0.f, run_acc[8];
 #pragma unroll
   for (int e = 0; e < 8; ++e) run_acc[e] = 0.f;
@@ -472,21 +490,23 @@ __device__ void attention(const Params& p, int layer, int hq, int pos, float c, 
   for (int ch = 0; ch < nchunks; ++ch, ++it) {
     const int slot = it % NSTAGE;
     mbar_wait_timed(&sh.full[slot], (it / NSTAGE) & 1, tr != nullptr, &sh.wait_cycles);
-    if (ch % CWARPS != warp) {
+    const int qq = (warp - QPC * ch % CWARPS + CWARPS) % CWARPS;  // this warp's split of the chunk
+    const int s0 = ch * BLOCK_S + qq * SPLIT;
+    if (qq >= QPC || s0 >= length) {  // none, or past the last position
       __syncwarp();
       if (lane == 0) mbar_arrive(&sh.empty[slot]);
       continue;
     }
     const bf16* ks = reinterpret_cast<const bf16*>(ring + slot * TILE_BYTES);
     const bf16* vs = ks + BLOCK_S * D;
-    const int s0 = ch * BLOCK_S;
+    const int c0 = ch * BLOCK_S;  // the slot's first position
     // Scores of the whole chunk (positions past `length` masked; rows at or past pos read
     // this step's row, which is finite, so a masked product is 0, never NaN).
     float sc[NIT];
 #pragma unroll
     for (int i = 0; i < NIT; ++i) {
       const int ps = s0 + PPI * i + pp;
-      const bf16* kr = ps < pos ? ks + (ps - s0) * D : sh.k_new;
+      const bf16* kr = ps < pos ? ks + (ps - c0) * D : sh.k_new;
       const uint4 k8 = *reinterpret_cast<const uint4*>(kr + 8 * j);
       const unsigned* u = reinterpret_cast<const unsigned*>(&k8);
       float d0 = 0.f, d1 = 0.f;
@@ -506,7 +526,7 @@ __device__ void attention(const Params& p, int layer, int hq, int pos, float c, 
       m = fmaxf(m, sc[i]);
     }
 #pragma unroll
-    for (int o = LP; o < 32; o <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));  // finite: position s0 is live
+    for (int o = LP; o < 32; o <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));  // finite: s0 is live
     float l = 0.f, acc[8];
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[e] = 0.f;
@@ -516,7 +536,7 @@ __device__ void attention(const Params& p, int layer, int hq, int pos, float c, 
       l += e_;
       const float pi = bf(e_);
       const int ps = s0 + PPI * i + pp;
-      const bf16* vr = ps < pos ? vs + (ps - s0) * D : sh.v_new;
+      const bf16* vr = ps < pos ? vs + (ps - c0) * D : sh.v_new;
       const uint4 v8 = *reinterpret_cast<const uint4*>(vr + 8 * j);
       const unsigned* u = reinterpret_cast<const unsigned*>(&v8);
 #pragma unroll
@@ -546,9 +566,10 @@ __device__ void attention(const Params& p, int layer, int hq, int pos, float c, 
     for (int e = 0; e < 8; ++e) sh.wacc[warp][8 * j + e] = run_acc[e];
   }
   consumers_sync();
-  if (tid < D) {  // merge the warps' runs in chunk order of their first chunks
+  if (tid < D) {  // merge the warps' runs in warp order (a warp without a live split: -inf)
     float m = -INFINITY, l = 0.f, acc = 0.f;
-    for (int w = 0; w < min(CWARPS, nchunks); ++w) {
+    for (int w = 0; w < CWARPS; ++w) {
+      if (sh.wm[w] == -INFINITY) continue;
       const float new_m = fmaxf(m, sh.wm[w]);
       const float a = __expf(m - new_m), b = __expf(sh.wm[w] - new_m);
       l = l * a + b * sh.wl[w];
@@ -734,65 +755,67 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
                                            : make_uint4(0, 0, 0, 0));
         if (tr) { tr[1] = now_ns(); t_ready = clock64(); }
         // Row r's value y (rounded to bf16) goes to the stage's output.
+        // (O, down: y, which the next norm stage adds to h.)
+        bf16* const out = head ? p.logits : s == 0 ? p.qkv : s == 3 ? p.gu : p.y;
         auto emit = [&](int r, float v) {
           const float y = bf(v);
-          if (head) {
-            p.logits[r] = __float2bfloat16(y);
-            if (y > best_val) { best_val = y; best_idx = r; }  // a thread's rows grow: ties keep the first
-          } else if (s == 0) p.qkv[r] = __float2bfloat16(y);
-          else if (s == 3) p.gu[r] = __float2bfloat16(y);
-          else p.y[r] = __float2bfloat16(y);  // O, down: the next norm stage adds it to h
+          out[r] = __float2bfloat16(y);
+          if (head && y > best_val) { best_val = y; best_idx = r; }  // a thread's rows grow: ties keep the first
         };
-        for (int t = b, tb = 0; t < ntiles; t += G, ++it, ++tb) {
-          const int slot = it % NSTAGE;
-          const bool live = my_row < min(st.r, st.n - t * st.r);  // the last tile may be short
-          mbar_wait_timed(&sh.full[slot], (it / NSTAGE) & 1, tr != nullptr, &sh.wait_cycles);
-          float v = 0.f;
-          if (live) {
-            const uint4* w = reinterpret_cast<const uint4*>(ring + slot * TILE_BYTES) + my_row * kc +
-                             sl.part * sl.cpp + lane;
-            // All XCH loads first (predicated, not branched: a branch per load made each
-            // wait for the previous one's FMAs, ~0.85 us per tile in v3.5), then four FMA
-            // chains. A chunk outside the slice is zero (and so is its xf): it adds +0.
-            uint4 wv[XCH];
+        // TPI tiles per step: at 2 warps per scheduler one tile's chain (loads, 64 FMAs, a
+        // 5-step shuffle) left the schedulers mostly idle (~0.66 us per tile in v3.7/3.8);
+        // two tiles' chains interleave. `tb`: this CTA's tiles so far in the stage.
+        for (int t = b, tb = 0; t < ntiles; t += TPI * G, it += TPI, tb += TPI) {
+          bool live[TPI];
+          const uint4* w[TPI];
 #pragma unroll
-            for (int i = 0; i < XCH; ++i) wv[i] = sl.valid >> i & 1 ? w[32 * i] : make_uint4(0, 0, 0, 0);
+          for (int k = 0; k < TPI; ++k) {
+            const int tk = t + k * G, slot = (it + k) % NSTAGE;
+            live[k] = tk < ntiles && my_row < min(st.r, st.n - tk * st.r);  // the last tile may be short
+            if (tk < ntiles) mbar_wait_timed(&sh.full[slot], ((it + k) / NSTAGE) & 1, tr != nullptr, &sh.wait_cycles);
+            w[k] = reinterpret_cast<const uint4*>(ring + slot * TILE_BYTES) + my_row * kc + sl.part * sl.cpp + lane;
+          }
+          // All loads first (predicated, not branched: a branch per load made each wait for
+          // the previous one's FMAs, ~0.85 us per tile in v3.5), then four FMA chains per
+          // tile. A chunk outside the slice, or of a dead row, is zero: it adds +0.
+          uint4 wv[TPI][XCH];
+#pragma unroll
+          for (int k = 0; k < TPI; ++k)
+#pragma unroll
+            for (int i = 0; i < XCH; ++i) wv[k][i] = live[k] && (sl.valid >> i & 1) ? w[k][32 * i] : make_uint4(0, 0, 0, 0);
+          float v[TPI];
+#pragma unroll
+          for (int k = 0; k < TPI; ++k) {
             float a[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-            for (int i = 0; i < XCH; ++i) a[i % 4] = dot8(wv[i], xf[i], a[i % 4]);
-            v = (a[0] + a[1]) + (a[2] + a[3]);  // this lane's share
+            for (int i = 0; i < XCH; ++i) a[i % 4] = dot8(wv[k][i], xf[i], a[i % 4]);
+            v[k] = (a[0] + a[1]) + (a[2] + a[3]);
           }
-          if (RBATCH == 1) v = warp_sum(v);
-          else sh.lanes[warp][tb % RBATCH][lane] = v;
+#pragma unroll
+          for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+            for (int k = 0; k < TPI; ++k) v[k] += __shfl_xor_sync(0xffffffffu, v[k], o);
           __syncwarp();
-          if (lane == 0) mbar_arrive(&sh.empty[slot]);  // this warp is done with the slot
-          // The row totals of the last RBATCH tiles: lane l sums tile l / 4's lanes 8 (l % 4)
-          // ... + 7, then two shuffles (a warp shuffle per tile, 5 dependent steps, was most
-          // of a tile's time in v3.7). P > 1: each warp's part goes to sh.part.
-          if (RBATCH == 1 || tb % RBATCH == RBATCH - 1 || t + G >= ntiles) {
-            const int nb = RBATCH == 1 ? 1 : tb % RBATCH + 1, k = RBATCH == 1 ? 0 : lane / 4;
-            float tot = v;
-            if (RBATCH > 1) {
-              const float4* src = reinterpret_cast<const float4*>(sh.lanes[warp][k % RBATCH] + 8 * (lane % 4));
-              const float4 x0 = src[0], x1 = src[1];
-              tot = ((x0.x + x0.y) + (x0.z + x0.w)) + ((x1.x + x1.y) + (x1.z + x1.w));
-              tot += __shfl_xor_sync(0xffffffffu, tot, 1);
-              tot += __shfl_xor_sync(0xffffffffu, tot, 2);
+#pragma unroll
+          for (int k = 0; k < TPI; ++k) {
+            const int tk = t + k * G;
+            if (tk >= ntiles) break;
+            if (lane == 0) {
+              mbar_arrive(&sh.empty[(it + k) % NSTAGE]);  // this warp is done with the slot
+              if (live[k]) {
+                if (parts == 1) emit(tk * st.r + my_row, v[k]);
+                else sh.part[(tb + k) % MAXPT][warp] = v[k];
+              }
             }
-            const int tk = t - (nb - 1 - k) * G, tbk = tb - (nb - 1 - k);  // the tile of slot k
-            if (lane % 4 == 0 && k < nb && my_row < min(st.r, st.n - tk * st.r)) {
-              if (parts == 1) emit(tk * st.r + my_row, tot);
-              else sh.part[tbk % MAXPT][warp] = tot;
-            }
-            __syncwarp();  // sh.lanes is reused by the next batch
           }
+          const int last = min(tb + TPI, (ntiles - b + G - 1) / G) - 1;  // this step's last tile
           // P > 1: a row's parts are summed, in part order, once per MAXPT tiles and at the
           // stage's end, after a block barrier. (v3.5 had the last of a row's warps sum
           // them at every tile behind a shared-memory fence, which also waited for that
           // warp's global stores: down took 1.24 us per tile against gate/up's 0.85.)
-          if (parts > 1 && (tb % MAXPT == MAXPT - 1 || t + G >= ntiles)) {
+          if (parts > 1 && (last % MAXPT == MAXPT - 1 || t + TPI * G >= ntiles)) {
             consumers_sync();
-            const int nb = tb % MAXPT + 1, t0 = t - (nb - 1) * G;
+            const int nb = last % MAXPT + 1, t0 = b + (last - nb + 1) * G;
             for (int x = tid; x < nb * st.r; x += NC) {
               const int bt = x / st.r, rr = x % st.r, r = (t0 + bt * G) * st.r + rr;
               if (r < st.n) {
