@@ -765,7 +765,8 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
         // TPI tiles per step: at 2 warps per scheduler one tile's chain (loads, 64 FMAs, a
         // 5-step shuffle) left the schedulers mostly idle (~0.66 us per tile in v3.7/3.8);
         // two tiles' chains interleave. `tb`: this CTA's tiles so far in the stage.
-        for (int t = b, tb = 0; t < ntiles; t += TPI * G, it += TPI, tb += TPI) {
+        for (int t = b, tb = 0; t < ntiles; t += TPI * G, tb += TPI) {
+          const int nk = min(TPI, (ntiles - t + G - 1) / G);  // this step's tiles (the ring holds only these)
           bool live[TPI];
           const uint4* w[TPI];
 #pragma unroll
@@ -808,7 +809,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
               }
             }
           }
-          const int last = min(tb + TPI, (ntiles - b + G - 1) / G) - 1;  // this step's last tile
+          const int last = tb + nk - 1;  // this step's last tile
           // P > 1: a row's parts are summed, in part order, once per MAXPT tiles and at the
           // stage's end, after a block barrier. (v3.5 had the last of a row's warps sum
           // them at every tile behind a shared-memory fence, which also waited for that
@@ -826,6 +827,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
             }
             consumers_sync();  // sh.part is reused by the next batch
           }
+          it += nk;
         }
       }
     }
