@@ -49,10 +49,14 @@ from perfdoctor.engine.weights import random_hf_state_dict
 
 # Shapes --shapes can name: the shipped one and the alternatives that explain it.
 SHAPES: dict[str, MegaShape] = {
-    "tuned": TUNED,  # 6 x 32 KB ring, 8 consumer warps, 2 copies in flight, 2 tiles per step
+    "tuned": TUNED,  # 6 x 32 KB ring, 8 consumer warps, 2 copies in flight, 1 tile per step
     "in-flight-6": MegaShape(in_flight=0),  # up to the whole ring outstanding
     "in-flight-1": MegaShape(in_flight=1),
-    "1-tile-per-step": MegaShape(tiles_per_step=1),  # v3.8: a warp's tiles one at a time
+    "2-tiles-per-step": MegaShape(tiles_per_step=2),  # two tiles' chains interleaved
+    # timing probes (wrong outputs): the tile loop without FMAs / shared-memory loads / both
+    "probe-no-fma": MegaShape(probe=1),
+    "probe-no-lds": MegaShape(probe=2),
+    "probe-stream-only": MegaShape(probe=3),
     "4x32KB": MegaShape(stages=4),
     # L2 prefetch 4 / 8 tiles ahead of the ring: 17 / 34 MB over 132 CTAs (L2: 60 MB)
     "pf4": MegaShape(prefetch=4),

@@ -115,9 +115,9 @@ MEGA_CASES = [
     # other tile, through weights and K/V chunks, with partial last tiles
     pytest.param("odd", 200, MegaShape(tile_bytes=4096, stages=2), id="odd-small-ring"),
     pytest.param("odd", 200, MegaShape(tile_bytes=4096, stages=3, prefetch=3, in_flight=1), id="odd-prefetch-in-flight-1"),
-    # a warp's tiles one at a time, the whole ring in flight
-    pytest.param("odd", 200, MegaShape(tiles_per_step=1, in_flight=0), id="odd-1-tile-per-step"),
-    pytest.param("llama-3.2-1b", 2048, MegaShape(tiles_per_step=1), id="llama-1b-1-tile-per-step", marks=pytest.mark.gpu),
+    # two tiles per consumer step, the whole ring in flight
+    pytest.param("odd", 200, MegaShape(tiles_per_step=2, in_flight=0), id="odd-2-tiles-per-step"),
+    pytest.param("llama-3.2-1b", 2048, MegaShape(tiles_per_step=2), id="llama-1b-2-tiles-per-step", marks=pytest.mark.gpu),
     pytest.param("llama-3.2-1b", 2048, MegaShape(prefetch=8), id="llama-1b-prefetch", marks=pytest.mark.gpu),
     pytest.param("llama-3.2-1b", 2048, TUNED, id="llama-1b", marks=pytest.mark.gpu),
 ]

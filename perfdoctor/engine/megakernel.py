@@ -54,7 +54,10 @@ class MegaShape:
     slower at every depth the H200 tried, kept as a bench row). `in_flight`: bulk copies
     outstanding per producer at most (0: up to `stages`; 2 measured 1-2 % faster once the
     consumers outran DRAM). `tiles_per_step`: tiles a consumer warp takes per step of its
-    loop (2: two tiles' loads, FMAs and shuffles interleave; 1: one at a time).
+    loop (1: one at a time; 2: two tiles' loads, FMAs and shuffles interleave, which spills
+    and measured 1.6 % slower). `probe` (bench only: the outputs are wrong): 1 the tile
+    loop without its FMAs, 2 without its shared-memory loads, 3 without either; they time
+    what the consumers' work costs against the stream alone.
     """
 
     tile_bytes: int = 32768
@@ -62,11 +65,12 @@ class MegaShape:
     consumer_warps: int = 8
     prefetch: int = 0
     in_flight: int = 2  # bulk copies outstanding per producer at most; 0: up to `stages`
-    tiles_per_step: int = 2
+    tiles_per_step: int = 1
+    probe: int = 0
 
     def defines(self) -> dict[str, int]:
         return {"TILE_BYTES": self.tile_bytes, "NSTAGE": self.stages, "CWARPS": self.consumer_warps,
-                "PREFETCH": self.prefetch, "IN_FLIGHT": self.in_flight or self.stages, "TPI": self.tiles_per_step}
+                "PREFETCH": self.prefetch, "IN_FLIGHT": self.in_flight or self.stages, "TPI": self.tiles_per_step, "PROBE": self.probe}
 
     @property
     def threads(self) -> int:

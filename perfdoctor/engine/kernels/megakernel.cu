@@ -82,6 +82,9 @@
 #define TPI 2  // tiles a consumer warp takes per step of its loop (their loads and FMAs interleave)
 #endif
 static_assert(TPI == 1 || TPI == 2, "one or two tiles per step");
+#ifndef PROBE
+#define PROBE 0  // 0: the kernel; 1-3: timing probes of the tile loop, wrong outputs (bench only):
+#endif           // 1 no FMAs (the loaded words XORed), 2 no shared-memory loads, 3 neither
 static_assert(MAXPT % TPI == 0, "a part batch holds whole steps");
 // Per CTA and stage, with Params.trace: 0 start, 1 inputs ready, 2 end (%globaltimer ns),
 // 3 SM id, 4 the previous stage seen complete (attention: q/k/v loaded and rotated), 5
@@ -783,14 +786,20 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
 #pragma unroll
           for (int k = 0; k < TPI; ++k)
 #pragma unroll
-            for (int i = 0; i < XCH; ++i) wv[k][i] = live[k] && (sl.valid >> i & 1) ? w[k][32 * i] : make_uint4(0, 0, 0, 0);
+            for (int i = 0; i < XCH; ++i)
+              wv[k][i] = PROBE >= 2 ? make_uint4(t + i, k, lane, 0)
+                         : live[k] && (sl.valid >> i & 1) ? w[k][32 * i] : make_uint4(0, 0, 0, 0);
           float v[TPI];
 #pragma unroll
           for (int k = 0; k < TPI; ++k) {
             float a[4] = {0.f, 0.f, 0.f, 0.f};
+            unsigned x = 0;
 #pragma unroll
-            for (int i = 0; i < XCH; ++i) a[i % 4] = dot8(wv[k][i], xf[i], a[i % 4]);
-            v[k] = (a[0] + a[1]) + (a[2] + a[3]);
+            for (int i = 0; i < XCH; ++i) {
+              if (PROBE == 1 || PROBE == 3) x ^= wv[k][i].x ^ wv[k][i].y ^ wv[k][i].z ^ wv[k][i].w;
+              else a[i % 4] = dot8(wv[k][i], xf[i], a[i % 4]);
+            }
+            v[k] = PROBE == 1 || PROBE == 3 ? __uint_as_float(x & 0x3fffffffu) : (a[0] + a[1]) + (a[2] + a[3]);
           }
 #pragma unroll
           for (int o = 16; o > 0; o >>= 1)
@@ -869,6 +878,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
       const int oi = __shfl_xor_sync(0xffffffffu, i, o);
       if (ov > v || (ov == v && oi < i)) { v = ov; i = oi; }
     }
+    if (PROBE && (i < 0 || i >= p.V)) i = 0;  // a probe's logits are garbage: keep the next embedding row in range
     if (lane == 0) *p.next_token = i;
     for (int c = lane; c < nstages; c += 32) p.counters[c * CSTRIDE] = 0;  // every CTA is past its waits
   }
