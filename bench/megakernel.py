@@ -53,6 +53,10 @@ SHAPES: dict[str, MegaShape] = {
     "in-flight-6": MegaShape(in_flight=0),  # up to the whole ring outstanding
     "in-flight-1": MegaShape(in_flight=1),
     "2-tiles-per-step": MegaShape(tiles_per_step=2),  # two tiles' chains interleaved
+    "poll-100ns": MegaShape(poll_ns=100),  # counter polls 100 / 400 ns apart
+    "poll-400ns": MegaShape(poll_ns=400),
+    "pf-stall-6": MegaShape(pf_stall=6),  # up to 6 / 12 tiles into L2 while the ring is full
+    "pf-stall-12": MegaShape(pf_stall=12),
     # timing probes (wrong outputs): the tile loop without FMAs / shared-memory loads / both
     "probe-no-fma": MegaShape(probe=1),
     "probe-no-lds": MegaShape(probe=2),

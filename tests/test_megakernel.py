@@ -118,7 +118,9 @@ MEGA_CASES = [
     # two tiles per consumer step, the whole ring in flight
     pytest.param("odd", 200, MegaShape(tiles_per_step=2, in_flight=0), id="odd-2-tiles-per-step"),
     pytest.param("llama-3.2-1b", 2048, MegaShape(tiles_per_step=2), id="llama-1b-2-tiles-per-step", marks=pytest.mark.gpu),
+    pytest.param("odd", 200, MegaShape(tile_bytes=4096, stages=2, pf_stall=3, poll_ns=200), id="odd-pf-stall-poll"),
     pytest.param("llama-3.2-1b", 2048, MegaShape(prefetch=8), id="llama-1b-prefetch", marks=pytest.mark.gpu),
+    pytest.param("llama-3.2-1b", 2048, MegaShape(pf_stall=8, poll_ns=200), id="llama-1b-pf-stall-poll", marks=pytest.mark.gpu),
     pytest.param("llama-3.2-1b", 2048, TUNED, id="llama-1b", marks=pytest.mark.gpu),
 ]
 

@@ -57,7 +57,10 @@ class MegaShape:
     loop (1: one at a time; 2: two tiles' loads, FMAs and shuffles interleave, which spills
     and measured 1.6 % slower). `probe` (bench only: the outputs are wrong): 1 the tile
     loop without its FMAs, 2 without its shared-memory loads, 3 without either; they time
-    what the consumers' work costs against the stream alone.
+    what the consumers' work costs against the stream alone. `pf_stall`: while its ring is
+    full (the consumers waiting for another stage), a producer warms L2 with up to this many
+    of its next tiles. `poll_ns`: nanosleep between two polls of a done counter (all CTAs
+    poll the same L2 line while they wait, e.g. 100 of them through attention).
     """
 
     tile_bytes: int = 32768
@@ -67,10 +70,13 @@ class MegaShape:
     in_flight: int = 2  # bulk copies outstanding per producer at most; 0: up to `stages`
     tiles_per_step: int = 1
     probe: int = 0
+    pf_stall: int = 0
+    poll_ns: int = 0
 
     def defines(self) -> dict[str, int]:
         return {"TILE_BYTES": self.tile_bytes, "NSTAGE": self.stages, "CWARPS": self.consumer_warps,
-                "PREFETCH": self.prefetch, "IN_FLIGHT": self.in_flight or self.stages, "TPI": self.tiles_per_step, "PROBE": self.probe}
+                "PREFETCH": self.prefetch, "IN_FLIGHT": self.in_flight or self.stages, "TPI": self.tiles_per_step, "PROBE": self.probe,
+                "PF_STALL": self.pf_stall, "POLL_NS": self.poll_ns}
 
     @property
     def threads(self) -> int:

@@ -65,6 +65,13 @@
 #ifndef PREFETCH
 #define PREFETCH 0  // tiles the L2 prefetch runs ahead of the ring (0: none)
 #endif
+#ifndef PF_STALL
+#define PF_STALL 0  // while its ring is full, a producer warms L2 with up to this many tiles after it
+#endif
+#ifndef POLL_NS
+#define POLL_NS 0  // nanosleep between two polls of a done counter (0: spin)
+#endif
+static_assert(!(PREFETCH && PF_STALL), "one L2 prefetch cursor");
 #ifndef CWARPS
 #define CWARPS 8  // consumer warps; one more warp produces
 #endif
@@ -159,6 +166,17 @@ __device__ __forceinline__ void mbar_wait_timed(uint64_t* bar, unsigned parity, 
   const long long t = clock64();
   mbar_wait(bar, parity);
   *acc += clock64() - t;
+}
+
+// Non-blocking: has the phase of `parity` completed?
+__device__ __forceinline__ bool mbar_test(uint64_t* bar, unsigned parity) {
+  unsigned done;
+  asm volatile(
+      "{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+      : "=r"(done)
+      : "r"(smem_u32(bar)), "r"(parity)
+      : "memory");
+  return done;
 }
 
 // Global -> shared bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned),
@@ -660,12 +678,28 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
       uint64_t policy;
       asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
       const int pos = (int)*p.pos;
-      TileSeq copy{}, ahead{};  // `ahead` runs PREFETCH tiles in front, warming L2
+      TileSeq copy{}, ahead{};  // `ahead` runs PREFETCH tiles in front (or PF_STALL, see below), warming L2
+      int ahead_n = 0;  // tiles `ahead` has passed (PF_STALL)
       Tile tile;
       for (int i = 0; i < PREFETCH && next_tile(p, pos, ahead, tile); ++i) prefetch_l2(tile);
       for (int it = 0; next_tile(p, pos, copy, tile); ++it) {
         const int slot = it % NSTAGE;
-        if (it >= NSTAGE) mbar_wait(&sh.empty[slot], ((it / NSTAGE) - 1) & 1);
+        if (it >= NSTAGE) {
+          const unsigned parity = ((it / NSTAGE) - 1) & 1;
+          if (PF_STALL) {
+            // The ring is full while the consumers wait for another stage (attention, a
+            // boundary): keep DRAM busy by warming L2 with the tiles after it, up to
+            // PF_STALL of them; their copies then come from L2. (Prefetching all the time,
+            // v3.3's PREFETCH, was slower at every depth: it ran while DRAM was busy anyway.)
+            while (!mbar_test(&sh.empty[slot], parity)) {
+              Tile far;
+              while (ahead_n < it && next_tile(p, pos, ahead, far)) ++ahead_n;  // tiles already copied
+              if (ahead_n < it + PF_STALL && next_tile(p, pos, ahead, far)) { prefetch_l2(far); ++ahead_n; }
+            }
+          } else {
+            mbar_wait(&sh.empty[slot], parity);
+          }
+        }
         // Throttle: the copy IN_FLIGHT tiles back must have landed. Bytes queued in the
         // memory system beyond what keeps DRAM busy only add latency (Little's law: 132 x
         // 192 KB outstanding at 4.2 TB/s is ~6 us per request), and every stage boundary
@@ -723,6 +757,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
       if (g > 0) {  // wait for the previous stage, everywhere
         if (tid == 0)
           while (ld_acquire(counter(p, g - 1)) < (unsigned)G) {
+            if (POLL_NS) __nanosleep(POLL_NS);  // 132 CTAs polling one L2 line, see MegaShape.poll_ns
           }
         consumers_sync();
       }
