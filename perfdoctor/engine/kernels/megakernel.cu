@@ -496,10 +496,6 @@ __device__ void attention(const Params& p, int layer, int hq, int pos, float c, 
   if (tid < D) sh.v_new[tid] = __ldcg(p.qkv + (p.NQ + p.NKV + kv) * D + tid);
   consumers_sync();
   if (tr) tr[4] = now_ns();
-  if (hq % group == 0 && tid < D) {  // one head of the group appends this step's K/V row
-    kc[(long long)pos * p.stride_pos + tid] = sh.k_new[tid];
-    vc[(long long)pos * p.stride_pos + tid] = sh.v_new[tid];
-  }
   float qf[8];  // this lane's 8 dims of q
 #pragma unroll
   for (int e = 0; e < 8; ++e) qf[e] = sh.q[8 * j + e];
@@ -598,6 +594,12 @@ __device__ void attention(const Params& p, int layer, int hq, int pos, float c, 
       m = new_m;
     }
     p.attn[hq * D + tid] = __float2bfloat16(acc / l);
+    // One head of the group appends this step's K/V row, last: the stores' addresses need
+    // the pointer table (a global load), and before the chunks they held warps 0-1 back.
+    if (hq % group == 0) {
+      kc[(long long)pos * p.stride_pos + tid] = sh.k_new[tid];
+      vc[(long long)pos * p.stride_pos + tid] = sh.v_new[tid];
+    }
   }
 }
 
