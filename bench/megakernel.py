@@ -43,7 +43,7 @@ from perfdoctor.engine.fused import fused_step
 from perfdoctor.engine.generate import generate, random_prompt
 from perfdoctor.engine.graphs import GraphedStep
 from perfdoctor.engine.measure import Speed, peak_dram_bandwidth
-from perfdoctor.engine.megakernel import STAGES, TUNED, MegaKernels, MegaShape
+from perfdoctor.engine.megakernel import STAGES, TRACE_WORDS, TUNED, MegaKernels, MegaShape
 from perfdoctor.engine.model import Transformer
 from perfdoctor.engine.weights import random_hf_state_dict
 
@@ -105,37 +105,44 @@ DETAIL = ("seen_us", "poll_us", "loader_us", "ring_us", "compute_us", "release_u
 
 
 def trace_split(trace: torch.Tensor, layers: int, nbytes: dict[str, int]) -> dict:
-    """Per-stage split of one traced step `[CTAs, 5 * layers + 1, 4]` (see the module
-    docstring), in microseconds; a CTA's inputs-ready stamp is 0 where it had no work."""
+    """Per-stage split of one traced step `[CTAs, 5 * layers + 1, words]` (see the module
+    docstring), in microseconds; a CTA's inputs-ready stamp is 0 where it had no work. With
+    the kernel's TRACE_WORDS (8) words per stamp the DETAIL columns too; with the first 4
+    (start, ready, end, SM) only the stage windows."""
     t = trace.cpu().double()
+    detailed = t.shape[2] >= TRACE_WORDS
     t0 = t[:, :, 0].min()
     names = [*STAGES * layers, "head"]
-    keys = ("busy_us", "wait_us", "work_us", "handoff_us", *DETAIL)
+    keys = ("busy_us", "wait_us", "work_us", "handoff_us", *(DETAIL if detailed else ()))
     out = {s: {**dict.fromkeys(keys, 0.0), "n": 0} for s in (*STAGES, "head")}
     prev_end = None
     for g, s in enumerate(names):
         worked = t[:, g, 1] > 0
-        start, ready, end, _, seen, _, stored, _ = ((t[worked, g, i] - t0) / 1e3 for i in range(8))
-        cycles_ring, cycles = t[worked, g, 5], t[worked, g, 7].clamp(min=1)
-        ring = cycles_ring / cycles * (stored - ready)
+        start, ready, end = ((t[worked, g, i] - t0) / 1e3 for i in range(3))
         o = out[s]
         o["busy_us"] += (end.max() - ready.min()).item()
         o["wait_us"] += (ready - start).mean().item()
         o["work_us"] += (end - ready).mean().item()
         if prev_end is not None:
             o["handoff_us"] += (ready.min() - prev_end).item()
-            o["seen_us"] += (seen.min() - prev_end).item() if s != "attention" else (ready.min() - prev_end).item()
-        o["poll_us"] += ((seen - ready) if s == "attention" else (seen - start)).mean().item()
-        o["loader_us"] += 0.0 if s == "attention" else (ready - seen).mean().item()
-        o["ring_us"] += ring.mean().item()
-        o["compute_us"] += (stored - ready - ring).mean().item()
-        o["release_us"] += (end - stored).mean().item()
+        if detailed:
+            seen, stored = ((t[worked, g, i] - t0) / 1e3 for i in (4, 6))
+            ring = t[worked, g, 5] / t[worked, g, 7].clamp(min=1) * (stored - ready)  # cycles -> us
+            attention = s == "attention"
+            if prev_end is not None:
+                o["seen_us"] += ((ready if attention else seen).min() - prev_end).item()
+            o["poll_us"] += ((seen - ready) if attention else (seen - start)).mean().item()
+            o["loader_us"] += 0.0 if attention else (ready - seen).mean().item()
+            o["ring_us"] += ring.mean().item()
+            o["compute_us"] += (stored - ready - ring).mean().item()
+            o["release_us"] += (end - stored).mean().item()
         prev_end = end.max()
         o["n"] += 1
     for s, o in out.items():
         n = o.pop("n")
-        for k in ("wait_us", "work_us", "poll_us", "loader_us", "ring_us", "compute_us", "release_us"):
-            o[k] /= n
+        for k in ("wait_us", "work_us", *DETAIL[1:]):
+            if k in o:
+                o[k] /= n
         o["gb_per_s"] = nbytes[s] * n / (o["busy_us"] * 1e-6) / 1e9 if nbytes[s] else None
     return {"step_us": ((t[:, :, 2].max() - t0) / 1e3).item(), "stages": out}
 
@@ -235,9 +242,10 @@ def table(report: dict) -> str:
     for s, o in tr["stages"].items():
         gbs = "" if o["gb_per_s"] is None else f"{o['gb_per_s']:.0f}"
         lines.append(f"| {s} | {o['busy_us']:.1f} | {o['handoff_us']:.1f} | {o['wait_us']:.2f} | {o['work_us']:.2f} | {gbs} |")
-    lines += ["", "| stage | seen us (sum) | poll us/task | loader | ring | compute | release |", "|---|---:|---:|---:|---:|---:|---:|"]
-    for s, o in tr["stages"].items():
-        lines.append(f"| {s} | " + " | ".join(f"{o[k]:.2f}" for k in DETAIL) + " |")
+    if all(k in o for o in tr["stages"].values() for k in DETAIL):
+        lines += ["", "| stage | seen us (sum) | poll us/task | loader | ring | compute | release |", "|---|---:|---:|---:|---:|---:|---:|"]
+        for s, o in tr["stages"].items():
+            lines.append(f"| {s} | " + " | ".join(f"{o[k]:.2f}" for k in DETAIL) + " |")
     return "\n".join(lines)
 
 

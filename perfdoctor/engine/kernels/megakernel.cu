@@ -21,8 +21,9 @@
 // once all warps released it). The stages of a step, in order, g = layer * 5 + s:
 //   s = 0  QKV:       qkv = W_qkv RMSNorm(h), where h = h + y (the residual add of the
 //                     previous down stage; layer 0: h = the embedding row)
-//   s = 1  attention: per query head (no weights; the cached K/V rows come through the
-//                     ring), RoPE of q and of this step's k, the K/V append, softmax(q K^T) V
+//   s = 1  attention: per query head on the CTA owning it (no weights; the cached K/V rows
+//                     come through the ring), RoPE of q and of this step's k, softmax(q K^T) V
+//                     in 16-position splits over all its warps, the K/V append
 //   s = 2  O:         y = W_o attn
 //   s = 3  gate/up:   gu = W_13 RMSNorm(h), where h = h + y   ([gate; up], 2I rows)
 //   s = 4  down:      y = W_2 (silu(gate) * up)              (SwiGLU applied while loading gu)
@@ -30,7 +31,9 @@
 // Weights do not depend on activations, so each CTA's producer knows its whole tile list
 // in advance and streams it without pause, through stage and layer boundaries, limited
 // only by the ring: while the consumers wait for a stage's inputs, the ring fills with the
-// next stage's tiles (132 x 192 KB = 25 MB, ~5 us of DRAM time).
+// next stage's tiles (132 x 192 KB = 25 MB, ~6 us of DRAM time; the QKV-attention-O
+// stretch of a layer waits longer than that, which is most of what separates the step
+// from its DRAM time: docs/kernels-notes.md, "Where it stands").
 //
 // Synchronisation: done counter g counts the CTAs that finished stage g; every CTA bumps
 // every counter once (a CTA without work in a stage at once), so stage g is complete at G.
@@ -47,8 +50,9 @@
 //
 // Rounding follows the fused Triton kernels (and the eager model): every matrix product
 // is an fp32 sum of bf16 products rounded to bf16; RMSNorm rounds as `normed_values`;
-// RoPE rounds each product as `rope_pair`; attention works on 64-position chunks, scores
-// and probabilities rounded to bf16 as `decode_attention`, chunks merged with its combine.
+// RoPE rounds each product as `rope_pair`; attention rounds scores and probabilities to
+// bf16 as `decode_attention` and merges its splits with that kernel's combine, but its
+// splits are 16 positions (fused's are 64), so probabilities round against another max.
 
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -86,7 +90,7 @@ static_assert(!(PREFETCH && PF_STALL), "one L2 prefetch cursor");
 #define NPTR 8  // columns of the pointer table
 #define MAXPT 32  // tiles whose row parts are summed together (P > 1), see the tile loop
 #ifndef TPI
-#define TPI 2  // tiles a consumer warp takes per step of its loop (their loads and FMAs interleave)
+#define TPI 1  // tiles a consumer warp takes per step of its loop (2: their loads and FMAs interleave)
 #endif
 static_assert(TPI == 1 || TPI == 2, "one or two tiles per step");
 #ifndef PROBE
