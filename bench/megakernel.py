@@ -17,6 +17,14 @@ the layers, over the CTAs that had work in the stage:
 
 and GB/s of the stage's weight bytes over its busy window. The weights stream ahead of
 the stages, so a stage's busy window can be shorter than its bytes over DRAM bandwidth.
+A second table takes `work` apart (the kernel's TRACE_WORDS detail, means per CTA):
+
+  seen     last release of the previous stage (its latest end) -> the first CTA to see it
+  poll     start -> the previous stage seen complete (attention: to q/k/v loaded, from ready)
+  loader   seen -> inputs ready (the input vector through shared memory; attention: 0)
+  ring     ready -> last store, waiting for ring slots to land (DRAM not keeping up)
+  compute  ready -> last store, the rest
+  release  last store -> end (block sync, the release fence)
 """
 
 from __future__ import annotations
@@ -35,15 +43,24 @@ from perfdoctor.engine.fused import fused_step
 from perfdoctor.engine.generate import generate, random_prompt
 from perfdoctor.engine.graphs import GraphedStep
 from perfdoctor.engine.measure import Speed, peak_dram_bandwidth
-from perfdoctor.engine.megakernel import STAGES, TUNED, MegaKernels, MegaShape
+from perfdoctor.engine.megakernel import STAGES, TRACE_WORDS, TUNED, MegaKernels, MegaShape
 from perfdoctor.engine.model import Transformer
 from perfdoctor.engine.weights import random_hf_state_dict
 
 # Shapes --shapes can name: the shipped one and the alternatives that explain it.
 SHAPES: dict[str, MegaShape] = {
-    "tuned": TUNED,  # 6 x 32 KB ring, 8 consumer warps
-    "in-flight-1": MegaShape(in_flight=1),  # at most 1 / 2 bulk copies outstanding per producer
-    "in-flight-2": MegaShape(in_flight=2),
+    "tuned": TUNED,  # 6 x 32 KB ring, 8 consumer warps, 2 copies in flight, 1 tile per step
+    "in-flight-6": MegaShape(in_flight=0),  # up to the whole ring outstanding
+    "in-flight-1": MegaShape(in_flight=1),
+    "2-tiles-per-step": MegaShape(tiles_per_step=2),  # two tiles' chains interleaved
+    "poll-100ns": MegaShape(poll_ns=100),  # counter polls 100 / 400 ns apart
+    "poll-400ns": MegaShape(poll_ns=400),
+    "pf-stall-6": MegaShape(pf_stall=6),  # up to 6 / 12 tiles into L2 while the ring is full
+    "pf-stall-12": MegaShape(pf_stall=12),
+    # timing probes (wrong outputs): the tile loop without FMAs / shared-memory loads / both
+    "probe-no-fma": MegaShape(probe=1),
+    "probe-no-lds": MegaShape(probe=2),
+    "probe-stream-only": MegaShape(probe=3),
     "4x32KB": MegaShape(stages=4),
     # L2 prefetch 4 / 8 tiles ahead of the ring: 17 / 34 MB over 132 CTAs (L2: 60 MB)
     "pf4": MegaShape(prefetch=4),
@@ -82,13 +99,22 @@ def stage_bytes(model: Transformer) -> dict[str, int]:
     }
 
 
+# The detail columns of trace_split (see the module docstring): sums over layers, "seen"
+# of the stage's first CTA, the others means per CTA.
+DETAIL = ("seen_us", "poll_us", "loader_us", "ring_us", "compute_us", "release_us")
+
+
 def trace_split(trace: torch.Tensor, layers: int, nbytes: dict[str, int]) -> dict:
-    """Per-stage split of one traced step `[CTAs, 5 * layers + 1, 4]` (see the module
-    docstring), in microseconds; a CTA's inputs-ready stamp is 0 where it had no work."""
+    """Per-stage split of one traced step `[CTAs, 5 * layers + 1, words]` (see the module
+    docstring), in microseconds; a CTA's inputs-ready stamp is 0 where it had no work. With
+    the kernel's TRACE_WORDS (8) words per stamp the DETAIL columns too; with the first 4
+    (start, ready, end, SM) only the stage windows."""
     t = trace.cpu().double()
+    detailed = t.shape[2] >= TRACE_WORDS
     t0 = t[:, :, 0].min()
     names = [*STAGES * layers, "head"]
-    out = {s: {"busy_us": 0.0, "wait_us": 0.0, "work_us": 0.0, "handoff_us": 0.0, "n": 0} for s in (*STAGES, "head")}
+    keys = ("busy_us", "wait_us", "work_us", "handoff_us", *(DETAIL if detailed else ()))
+    out = {s: {**dict.fromkeys(keys, 0.0), "n": 0} for s in (*STAGES, "head")}
     prev_end = None
     for g, s in enumerate(names):
         worked = t[:, g, 1] > 0
@@ -99,12 +125,24 @@ def trace_split(trace: torch.Tensor, layers: int, nbytes: dict[str, int]) -> dic
         o["work_us"] += (end - ready).mean().item()
         if prev_end is not None:
             o["handoff_us"] += (ready.min() - prev_end).item()
+        if detailed:
+            seen, stored = ((t[worked, g, i] - t0) / 1e3 for i in (4, 6))
+            ring = t[worked, g, 5] / t[worked, g, 7].clamp(min=1) * (stored - ready)  # cycles -> us
+            attention = s == "attention"
+            if prev_end is not None:
+                o["seen_us"] += ((ready if attention else seen).min() - prev_end).item()
+            o["poll_us"] += ((seen - ready) if attention else (seen - start)).mean().item()
+            o["loader_us"] += 0.0 if attention else (ready - seen).mean().item()
+            o["ring_us"] += ring.mean().item()
+            o["compute_us"] += (stored - ready - ring).mean().item()
+            o["release_us"] += (end - stored).mean().item()
         prev_end = end.max()
         o["n"] += 1
     for s, o in out.items():
         n = o.pop("n")
-        o["wait_us"] /= n
-        o["work_us"] /= n
+        for k in ("wait_us", "work_us", *DETAIL[1:]):
+            if k in o:
+                o[k] /= n
         o["gb_per_s"] = nbytes[s] * n / (o["busy_us"] * 1e-6) / 1e9 if nbytes[s] else None
     return {"step_us": ((t[:, :, 2].max() - t0) / 1e3).item(), "stages": out}
 
@@ -167,6 +205,8 @@ def run(args: argparse.Namespace) -> dict:
             mk(token, pos)
     torch.cuda.synchronize()
     split = trace_split(mk.trace_buffer, config.layers, stage_bytes(model))
+    if args.json:  # the raw stamps too, for a look at single CTAs
+        torch.save(mk.trace_buffer.cpu(), Path(args.json).with_suffix(".trace.pt"))
     return {"device": torch.cuda.get_device_name(0), "tokens": args.tokens, "ctx": args.ctx,
             "repeats": args.repeats, "bytes_per_step": per_step, "rows": rows, "trace": split,
             "trace_shape": names[0], "trace_pos": int(pos.item())}
@@ -202,6 +242,10 @@ def table(report: dict) -> str:
     for s, o in tr["stages"].items():
         gbs = "" if o["gb_per_s"] is None else f"{o['gb_per_s']:.0f}"
         lines.append(f"| {s} | {o['busy_us']:.1f} | {o['handoff_us']:.1f} | {o['wait_us']:.2f} | {o['work_us']:.2f} | {gbs} |")
+    if all(k in o for o in tr["stages"].values() for k in DETAIL):
+        lines += ["", "| stage | seen us (sum) | poll us/task | loader | ring | compute | release |", "|---|---:|---:|---:|---:|---:|---:|"]
+        for s, o in tr["stages"].items():
+            lines.append(f"| {s} | " + " | ".join(f"{o[k]:.2f}" for k in DETAIL) + " |")
     return "\n".join(lines)
 
 

@@ -70,6 +70,8 @@ def test_plan_refuses_what_the_kernel_cannot_copy():
         plan(odd)
     with pytest.raises(BadInput, match="head_dim"):
         plan(replace(_odd_config(), head_dim=12))
+    with pytest.raises(BadInput, match="head_dim must be one of 16, 32, 64, 128"):  # attention<D> is built for these
+        plan(replace(_odd_config(), head_dim=80))
 
 
 def test_cubins_live_in_perfdoctors_cache_folder(tmp_path, monkeypatch):
@@ -113,7 +115,12 @@ MEGA_CASES = [
     # other tile, through weights and K/V chunks, with partial last tiles
     pytest.param("odd", 200, MegaShape(tile_bytes=4096, stages=2), id="odd-small-ring"),
     pytest.param("odd", 200, MegaShape(tile_bytes=4096, stages=3, prefetch=3, in_flight=1), id="odd-prefetch-in-flight-1"),
+    # two tiles per consumer step, the whole ring in flight
+    pytest.param("odd", 200, MegaShape(tiles_per_step=2, in_flight=0), id="odd-2-tiles-per-step"),
+    pytest.param("llama-3.2-1b", 2048, MegaShape(tiles_per_step=2), id="llama-1b-2-tiles-per-step", marks=pytest.mark.gpu),
+    pytest.param("odd", 200, MegaShape(tile_bytes=4096, stages=2, pf_stall=3, poll_ns=200), id="odd-pf-stall-poll"),
     pytest.param("llama-3.2-1b", 2048, MegaShape(prefetch=8), id="llama-1b-prefetch", marks=pytest.mark.gpu),
+    pytest.param("llama-3.2-1b", 2048, MegaShape(pf_stall=8, poll_ns=200), id="llama-1b-pf-stall-poll", marks=pytest.mark.gpu),
     pytest.param("llama-3.2-1b", 2048, TUNED, id="llama-1b", marks=pytest.mark.gpu),
 ]
 
@@ -187,3 +194,36 @@ def test_megakernel_replays_identically():
             tokens.add(step(token, pos).item())
             assert torch.equal(mk.logits, first), "logits changed between replays: a race"
     assert len(tokens) == 1
+
+
+def test_trace_detail_split_by_hand():
+    """bench/megakernel.py's detail columns on a made-up 8-word trace (1 layer, 1 CTA), in
+    ns: every stage g starts at g us, sees the previous stage complete 0.1 us later, has
+    its inputs 0.3 us in (attention: ready at 0.3, q/k/v loaded at 0.4), issues its last
+    store at 0.7 and ends at 0.8 us, having waited for ring slots a quarter of the 400
+    cycles from ready to last store."""
+    import importlib.util
+    from pathlib import Path
+
+    from perfdoctor.engine.megakernel import TRACE_WORDS
+
+    spec = importlib.util.spec_from_file_location("bench_mega", Path(__file__).parents[1] / "bench" / "megakernel.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    trace = torch.zeros(1, 6, TRACE_WORDS, dtype=torch.int64)
+    for g in range(6):
+        t0 = 1_000_000 + g * 1000
+        seen = t0 + (400 if g == 1 else 100)
+        trace[0, g] = torch.tensor([t0, t0 + 300, t0 + 800, 7, seen, 100, t0 + 700, 400])
+    st = bench.trace_split(trace, 1, dict.fromkeys(("qkv", "o", "gate_up", "down", "head"), 1000) | {"attention": 0})["stages"]
+    qkv, attn, o = st["qkv"], st["attention"], st["o"]
+    assert qkv["seen_us"] == 0.0  # no stage before it
+    assert (qkv["poll_us"], qkv["loader_us"]) == pytest.approx((0.1, 0.2))
+    assert (qkv["ring_us"], qkv["compute_us"], qkv["release_us"]) == pytest.approx((0.1, 0.3, 0.1))
+    # attention has no loader: "seen" is its first ready after the QKV stage's end (1.3 - 0.8),
+    # "poll" the q/k/v load (0.4 - 0.3)
+    assert (attn["seen_us"], attn["poll_us"], attn["loader_us"]) == pytest.approx((0.5, 0.1, 0.0))
+    assert o["seen_us"] == pytest.approx(2.1 - 1.8)
+    assert "| stage | seen us (sum)" in bench.table({
+        "device": "x", "ctx": 1, "tokens": 1, "repeats": 1, "bytes_per_step": 1e6, "rows": [],
+        "trace": bench.trace_split(trace, 1, dict.fromkeys(bench.STAGES + ("head",), 0)), "trace_shape": "tuned", "trace_pos": 1})

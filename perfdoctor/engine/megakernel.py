@@ -34,8 +34,10 @@ SOURCE = Path(__file__).parent / "kernels" / "megakernel.cu"
 STAGES = ("qkv", "attention", "o", "gate_up", "down")  # per layer, in order; then "head"
 WEIGHT_STAGES = ("qkv", "o", "gate_up", "down", "head")  # the kernel's Params.rows order
 COUNTER_STRIDE = 32  # int32 between done counters (CSTRIDE in the kernel)
+TRACE_WORDS = 8  # int64 per CTA and stage in the trace buffer (TRACE_WORDS in the kernel)
 MAXK = 8192  # widest input vector the kernel holds per thread (MAXK)
 MAXD = 128  # widest head (MAXD)
+HEAD_DIMS = (16, 32, 64, 128)  # the head sizes attention<D> is built for
 BLOCK_S = 64  # attention positions per chunk, one ring slot of K and V (BLOCK_S)
 PART_CHUNKS = 256  # 16-byte chunks of one warp's part of a row at most (32 lanes x XCH)
 
@@ -48,21 +50,33 @@ class MegaShape:
     row (consumer_warps / R parts): 8 rows of 4 KB for the 2048-wide matrices of
     Llama-3.2-1B, 2 rows of 16 KB (4 warps each) for down.
 
-    Two knobs the H200 measurements turned down (bench/megakernel.py keeps them as rows, so
-    the finding can be re-checked): `prefetch`, tiles the producer warms in L2 ahead of the
-    ring (cp.async.bulk.prefetch.L2; slower at every depth tried), and `in_flight`, bulk
-    copies outstanding per producer at most (0: up to `stages`; 1 to 6 measured equal).
+    `prefetch`: tiles the producer warms in L2 ahead of the ring (cp.async.bulk.prefetch.L2;
+    slower at every depth the H200 tried, kept as a bench row). `in_flight`: bulk copies
+    outstanding per producer at most (0: up to `stages`; 2 measured 1-2 % faster once the
+    consumers outran DRAM). `tiles_per_step`: tiles a consumer warp takes per step of its
+    loop (1: one at a time; 2: two tiles' loads, FMAs and shuffles interleave, which spills
+    and measured 1.6 % slower). `probe` (bench only: the outputs are wrong): 1 the tile
+    loop without its FMAs, 2 without its shared-memory loads, 3 without either; they time
+    what the consumers' work costs against the stream alone. `pf_stall`: while its ring is
+    full (the consumers waiting for another stage), a producer warms L2 with up to this many
+    of its next tiles. `poll_ns`: nanosleep between two polls of a done counter (all CTAs
+    poll the same L2 line while they wait, e.g. 100 of them through attention).
     """
 
     tile_bytes: int = 32768
     stages: int = 6
     consumer_warps: int = 8
     prefetch: int = 0
-    in_flight: int = 0  # bulk copies outstanding per producer at most; 0: up to `stages`
+    in_flight: int = 2  # bulk copies outstanding per producer at most; 0: up to `stages`
+    tiles_per_step: int = 1
+    probe: int = 0
+    pf_stall: int = 0
+    poll_ns: int = 0
 
     def defines(self) -> dict[str, int]:
         return {"TILE_BYTES": self.tile_bytes, "NSTAGE": self.stages, "CWARPS": self.consumer_warps,
-                "PREFETCH": self.prefetch, "IN_FLIGHT": self.in_flight or self.stages}
+                "PREFETCH": self.prefetch, "IN_FLIGHT": self.in_flight or self.stages, "TPI": self.tiles_per_step, "PROBE": self.probe,
+                "PF_STALL": self.pf_stall, "POLL_NS": self.poll_ns}
 
     @property
     def threads(self) -> int:
@@ -108,8 +122,9 @@ def plan(config: ModelConfig, shape: MegaShape = TUNED) -> dict[str, WeightStage
         "down": (c.hidden, c.intermediate),
         "head": (c.vocab_size, c.hidden),
     }
-    if c.head_dim > MAXD or c.head_dim % 8 or c.q_heads % c.kv_heads:
-        raise BadInput(f"megakernel: head_dim must be a multiple of 8 up to {MAXD}, q_heads a multiple of kv_heads")
+    if c.head_dim not in HEAD_DIMS or c.q_heads % c.kv_heads:
+        raise BadInput(f"megakernel: head_dim must be one of {', '.join(map(str, HEAD_DIMS))} (got {c.head_dim}), "
+                       "q_heads a multiple of kv_heads")
     out = {}
     for name, (rows, cols) in mats.items():
         if cols % 8 or cols > MAXK:
@@ -147,9 +162,11 @@ class MegaKernels:
     """The megakernel decode step, `(token [1], pos [1]) -> next token [1]`, without a graph.
 
     Owns the activation buffers, the pointer table, the argmax partials, the done counters
-    (zero between steps: `counter_values()`) and, with `trace=True`, a `[CTAs, stages, 4]`
+    (zero between steps: `counter_values()`) and, with `trace=True`, a `[CTAs, stages, 8]`
     int64 buffer (`trace_buffer`: per CTA and stage, %globaltimer ns at the stage's start,
-    when its inputs were ready (0: no work there), at its end, and the SM id). `logits` holds
+    when its inputs were ready (0: no work there), at its end, the SM id, then the detail
+    of TRACE_WORDS in the kernel: previous stage seen complete, ring-wait cycles, last
+    store issued, cycles from ready to last store). `logits` holds
     the last step's logits; `kernel` the loaded function (registers, spills).
     """
 
@@ -197,7 +214,7 @@ class MegaKernels:
         self.part_val = torch.empty(self.ctas, dtype=torch.float32, device=device)
         self.part_idx = torch.empty(self.ctas, dtype=torch.int32, device=device)
         self.counters = torch.zeros((5 * c.layers + 1) * COUNTER_STRIDE, dtype=torch.int32, device=device)
-        self.trace_buffer = (torch.zeros(self.ctas, 5 * c.layers + 1, 4, dtype=torch.int64, device=device)
+        self.trace_buffer = (torch.zeros(self.ctas, 5 * c.layers + 1, TRACE_WORDS, dtype=torch.int64, device=device)
                              if trace else None)
         self.kernel = CudaKernel(build_cubin(SOURCE, shape.defines()), "megakernel", shape.ring_bytes)
         # Every CTA waits for all the others: the grid must be resident at once.
