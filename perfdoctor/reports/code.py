@@ -1,4 +1,4 @@
-"""Source code on a rich console: a fix's snippet in ``analyze``, ``report`` and ``rules show``."""
+"""Source code on a rich console: a fix's snippet in ``analyze``, ``report`` and ``rules explain``."""
 
 from __future__ import annotations
 
