@@ -114,23 +114,35 @@ MEGA_CASES = [
     # 4 KB tiles (one K/V chunk of head_dim 16) in a 2-stage ring: the ring wraps every
     # other tile, through weights and K/V chunks, with partial last tiles
     pytest.param("odd", 200, MegaShape(tile_bytes=4096, stages=2), id="odd-small-ring"),
-    pytest.param("odd", 200, MegaShape(tile_bytes=4096, stages=3, prefetch=3, in_flight=1), id="odd-prefetch-in-flight-1"),
+    pytest.param("odd", 200, MegaShape(tile_bytes=4096, stages=3, in_flight=1), id="odd-in-flight-1"),
     # two tiles per consumer step, the whole ring in flight
     pytest.param("odd", 200, MegaShape(tiles_per_step=2, in_flight=0), id="odd-2-tiles-per-step"),
     pytest.param("llama-3.2-1b", 2048, MegaShape(tiles_per_step=2), id="llama-1b-2-tiles-per-step", marks=pytest.mark.gpu),
-    pytest.param("odd", 200, MegaShape(tile_bytes=4096, stages=2, pf_stall=3, poll_ns=200), id="odd-pf-stall-poll"),
-    pytest.param("llama-3.2-1b", 2048, MegaShape(prefetch=8), id="llama-1b-prefetch", marks=pytest.mark.gpu),
-    pytest.param("llama-3.2-1b", 2048, MegaShape(pf_stall=8, poll_ns=200), id="llama-1b-pf-stall-poll", marks=pytest.mark.gpu),
+    # flags in the data on the attention path (tagged q/k/v and attention output words)
+    pytest.param("tiny", 64, MegaShape(flags=True), id="tiny-flags"),
+    pytest.param("odd", 200, MegaShape(flags=True), id="odd-flags"),
+    pytest.param("odd", 200, MegaShape(tile_bytes=4096, stages=2, flags=True), id="odd-small-ring-flags"),
+    pytest.param("llama-3.2-1b", 2048, MegaShape(flags=True), id="llama-1b-flags", marks=pytest.mark.gpu),
     pytest.param("llama-3.2-1b", 2048, TUNED, id="llama-1b", marks=pytest.mark.gpu),
 ]
+
+
+def _poison(buf: torch.Tensor) -> None:
+    """NaN in every bf16 buffer; in a tagged (int32) one, words of tag 0 (never a valid tag:
+    a reader that accepted one would see NaN) holding a bf16 NaN."""
+    if buf.dtype == torch.int32:
+        buf.fill_(0x7FC0)
+    else:
+        buf.fill_(float("nan"))
 
 
 @needs_hopper
 @pytest.mark.parametrize("config_name,ctx,shape", MEGA_CASES)
 def test_megakernel_step(config_name, ctx, shape):
     """Single steps at several positions against the eager model on the same weights: the
-    logits (NaN-poisoned buffers and cache row first), the token (argmax of its own logits),
-    the K/V rows it appends; the done counters are zero again after every step."""
+    logits (NaN-poisoned buffers and cache row first; last, a step over the previous one's
+    buffers), the token (argmax of its own logits), the K/V rows it appends; the done
+    counters are zero again after every step."""
     from perfdoctor.engine.config import named_config
     from perfdoctor.engine.megakernel import MegaKernels
     from perfdoctor.engine.model import Transformer
@@ -147,14 +159,18 @@ def test_megakernel_step(config_name, ctx, shape):
     with torch.inference_mode():
         model(prompt, torch.arange(P, device=DEVICE))
         mine(prompt, torch.arange(P, device=DEVICE))
-        for pos_value in (P, P + 1, ctx - 1):  # the last fills the whole cache (many chunks)
+        # ctx - 1 fills the whole cache (many chunks); the last step repeats that position with
+        # another token and no poison: every buffer then holds the previous launch's words,
+        # which (tagged) a reader must not take for this launch's
+        for i, pos_value in enumerate((P, P + 1, ctx - 1, ctx - 1)):
             token = torch.randint(config.vocab_size, (1,), device=DEVICE)
             pos = torch.tensor([pos_value], device=DEVICE)
-            for buf in (mk.hbuf, mk.y, mk.qkv, mk.attn, mk.gu, mk.logits):
-                buf.fill_(float("nan"))
-            for layer in mine.layers:
-                layer.attn.k_cache[:, pos_value] = float("nan")
-                layer.attn.v_cache[:, pos_value] = float("nan")
+            if i < 3:
+                for buf in (mk.hbuf, mk.y, mk.qkv, mk.attn, mk.gu, mk.logits):
+                    _poison(buf)
+                for layer in mine.layers:
+                    layer.attn.k_cache[:, pos_value] = float("nan")
+                    layer.attn.v_cache[:, pos_value] = float("nan")
             mk.next_token.fill_(-1)
             got = mk(token, pos).item()
             want = model(token, pos)[0].float()
@@ -172,7 +188,8 @@ def test_megakernel_step(config_name, ctx, shape):
 
 @pytest.mark.gpu
 @needs_hopper
-def test_megakernel_replays_identically():
+@pytest.mark.parametrize("shape", [TUNED, MegaShape(flags=True)], ids=["tuned", "flags"])
+def test_megakernel_replays_identically(shape):
     """A race (a read before its producer's write is visible) shows as outputs that change
     between runs on the same input; the kernel's arithmetic order is fixed, so 50 replays of
     the captured step at one position must give bit-identical logits."""
@@ -183,7 +200,7 @@ def test_megakernel_replays_identically():
 
     config, weights = model_weights("llama-3.2-1b", None, 0, DEVICE, torch.bfloat16)
     model = Transformer.from_hf_state_dict(config, weights, 2048)
-    mk = MegaKernels(model)
+    mk = MegaKernels(model, shape)
     step = GraphedStep(mk)
     token, pos = torch.tensor([17], device=DEVICE), torch.tensor([300], device=DEVICE)
     with torch.inference_mode():

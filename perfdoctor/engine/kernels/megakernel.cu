@@ -66,16 +66,6 @@
 #ifndef IN_FLIGHT
 #define IN_FLIGHT NSTAGE  // bulk copies a producer keeps outstanding at most (see the producer)
 #endif
-#ifndef PREFETCH
-#define PREFETCH 0  // tiles the L2 prefetch runs ahead of the ring (0: none)
-#endif
-#ifndef PF_STALL
-#define PF_STALL 0  // while its ring is full, a producer warms L2 with up to this many tiles after it
-#endif
-#ifndef POLL_NS
-#define POLL_NS 0  // nanosleep between two polls of a done counter (0: spin)
-#endif
-static_assert(!(PREFETCH && PF_STALL), "one L2 prefetch cursor");
 #ifndef CWARPS
 #define CWARPS 8  // consumer warps; one more warp produces
 #endif
@@ -93,9 +83,13 @@ static_assert(!(PREFETCH && PF_STALL), "one L2 prefetch cursor");
 #define TPI 1  // tiles a consumer warp takes per step of its loop (2: their loads and FMAs interleave)
 #endif
 static_assert(TPI == 1 || TPI == 2, "one or two tiles per step");
-#ifndef PROBE
-#define PROBE 0  // 0: the kernel; 1-3: timing probes of the tile loop, wrong outputs (bench only):
-#endif           // 1 no FMAs (the loaded words XORed), 2 no shared-memory loads, 3 neither
+#ifndef FLAGS
+#define FLAGS 0  // 1: the attention path synchronises on tags in its data, not on done counters (see below)
+#endif
+#ifndef HEAD_DIM
+#define HEAD_DIM 64  // the model's head_dim (the host always passes it): one attention<D> in the code
+#endif
+static_assert(HEAD_DIM == 16 || HEAD_DIM == 32 || HEAD_DIM == 64 || HEAD_DIM == 128, "attention<D> is for these");
 static_assert(MAXPT % TPI == 0, "a part batch holds whole steps");
 // Per CTA and stage, with Params.trace: 0 start, 1 inputs ready, 2 end (%globaltimer ns),
 // 3 SM id, 4 the previous stage seen complete (attention: q/k/v loaded and rotated), 5
@@ -118,8 +112,8 @@ struct Params {  // mirrored by perfdoctor.engine.megakernel._Params (same order
   const long long* pos;    // [1]
   bf16* hbuf;    // [2][K] the residual stream, materialised by the norm stages (see stage_normed)
   bf16* y;       // [K] the O or down projection, added to the stream by the next norm stage
-  bf16* qkv;     // [(NQ + 2 NKV) D] before RoPE
-  bf16* attn;    // [NQ D]
+  bf16* qkv;     // [(NQ + 2 NKV) D] before RoPE (FLAGS: 32-bit words, see tagged())
+  bf16* attn;    // [NQ D] (FLAGS: 32-bit words)
   bf16* gu;      // [2 I] gate, then up
   bf16* logits;  // [V]
   float* part_val;  // [G] per-CTA argmax partials
@@ -127,6 +121,7 @@ struct Params {  // mirrored by perfdoctor.engine.megakernel._Params (same order
   long long* next_token;  // [1]
   unsigned* counters;     // [(5 L + 1) * CSTRIDE], zero at launch (and after it)
   long long* trace;       // null, or [G][5 L + 1][TRACE_WORDS] (see TRACE_WORDS)
+  unsigned* epoch;        // [1] launches so far, mod 65535 (FLAGS: the tags' step part)
   int L, K, NQ, NKV, D, I, V;
   int rows[5];  // rows per tile (a divisor of CWARPS) of the QKV, O, gate/up, down and head matrices
   long long stride_head, stride_pos;  // of the K/V caches, in elements
@@ -172,17 +167,6 @@ __device__ __forceinline__ void mbar_wait_timed(uint64_t* bar, unsigned parity, 
   *acc += clock64() - t;
 }
 
-// Non-blocking: has the phase of `parity` completed?
-__device__ __forceinline__ bool mbar_test(uint64_t* bar, unsigned parity) {
-  unsigned done;
-  asm volatile(
-      "{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
-      : "=r"(done)
-      : "r"(smem_u32(bar)), "r"(parity)
-      : "memory");
-  return done;
-}
-
 // Global -> shared bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned),
 // completing as transaction bytes on `bar`. Weights are read once per step: evict first.
 __device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, uint64_t* bar,
@@ -224,6 +208,49 @@ __device__ __forceinline__ float hi(unsigned u) { return __uint_as_float(u & 0xf
 __device__ __forceinline__ unsigned pack(float a, float b) {  // two floats -> bf16x2 (a low)
   __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
   return *reinterpret_cast<unsigned*>(&v);
+}
+
+// Flags in the data (FLAGS): the QKV stage stores q/k/v, and attention its output, as 32-bit
+// words (tag << 16) | bf16 bits, each one store (single-copy atomic), and their readers spin
+// on the words themselves until the tag is this layer's: no release fence after the stores,
+// no counter round trip before the loads (the counters' chain was ~3 us of the ~20 us
+// QKV -> attention -> O stretch of each layer, docs/kernels-notes.md). tag(e, l) =
+// 1 + (e L + l) % 65535 for launch e (mod 65535) and layer l: it grows by one from each
+// write of a buffer to the next (layer l - 1, or the last layer of the previous launch),
+// so a stale word never carries the tag a reader waits for, and 0 (the zeroed buffers)
+// never does. The write-after-read argument of the counters carries over: the next
+// writer of qkv (the next layer's QKV) starts after the down stage's counter, which every
+// CTA reaches only after its O stage, whose loader waited for every head's output, which
+// each owner wrote after reading its q/k/v; likewise for attn.
+__device__ __forceinline__ unsigned tag_of(const Params& p, unsigned epoch, int layer) {
+  return 1u + (epoch * (unsigned)p.L + (unsigned)layer) % 65535u;
+}
+
+__device__ __forceinline__ unsigned tagged(unsigned tag, float y) {  // y already a bf16 value
+  return tag << 16 | (__float_as_uint(y) >> 16);
+}
+
+__device__ __forceinline__ void st_volatile(unsigned* p, unsigned v) {
+  asm volatile("st.volatile.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ unsigned ld_volatile(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ uint4 ld_volatile4(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
+  return v;
+}
+
+// The bf16 value of word *w once its tag is `tag` (spins until then).
+__device__ __forceinline__ float await_word(const unsigned* w, unsigned tag) {
+  unsigned v = ld_volatile(w);
+  while (v >> 16 != tag) v = ld_volatile(w);
+  return lo(v);
 }
 
 // x unpacked to fp32 once per stage (not once per tile): half the conversions per tile.
@@ -411,6 +438,29 @@ __device__ __forceinline__ void stage_normed(const Params& p, const bf16* src, c
   consumers_sync();
 }
 
+// xs <- a tagged vector of length k (FLAGS: the attention output), once every word carries
+// `tag`: all loads first, then a spin on each 16-byte chunk that was not ready.
+__device__ __forceinline__ void stage_tagged(const unsigned* src, int k, unsigned tag, Shared& sh) {
+  constexpr int N = 2 * TCH;  // 16-byte chunks of 4 words per thread at most (k <= MAXK)
+  const uint4* s4 = reinterpret_cast<const uint4*>(src);
+  uint4 v[N];
+#pragma unroll
+  for (int c = 0; c < N; ++c) {
+    const int j = threadIdx.x + c * NC;
+    v[c] = j < k / 4 ? ld_volatile4(s4 + j) : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int c = 0; c < N; ++c) {
+    const int j = threadIdx.x + c * NC;
+    if (j < k / 4) {
+      while (v[c].x >> 16 != tag || v[c].y >> 16 != tag || v[c].z >> 16 != tag || v[c].w >> 16 != tag)
+        v[c] = ld_volatile4(s4 + j);
+      reinterpret_cast<uint2*>(sh.xs)[j] = make_uint2((v[c].x & 0xffffu) | v[c].y << 16, (v[c].z & 0xffffu) | v[c].w << 16);
+    }
+  }
+  consumers_sync();
+}
+
 // xs <- a bf16 vector of length k another CTA wrote in this launch.
 __device__ __forceinline__ void stage_plain(const bf16* src, int k, Shared& sh) {
 #pragma unroll
@@ -479,7 +529,7 @@ __device__ __forceinline__ void stage_swiglu(const Params& p, Shared& sh) {
 static_assert(CWARPS % QPC == 0, "a chunk's splits go to distinct warps");
 template <int D>
 __device__ void attention(const Params& p, int layer, int hq, int pos, float c, float s, Shared& sh,
-                          const unsigned char* ring, int& it, long long* tr) {
+                          const unsigned char* ring, int& it, long long* tr, unsigned tag) {
   constexpr int half = D / 2, LP = D / 8, PPI = 32 / LP, SPLIT = BLOCK_S / QPC, NIT = SPLIT / PPI;
   static_assert(NIT >= 1, "a split holds at least one step of positions");
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, j = lane % LP, pp = lane / LP;
@@ -488,18 +538,31 @@ __device__ void attention(const Params& p, int layer, int hq, int pos, float c, 
   const unsigned long long* row = p.table + layer * NPTR;
   bf16* kc = reinterpret_cast<bf16*>(row[K_CACHE]) + kv * p.stride_head;
   bf16* vc = reinterpret_cast<bf16*>(row[V_CACHE]) + kv * p.stride_head;
+  const unsigned* qkv_w = reinterpret_cast<const unsigned*>(p.qkv);  // FLAGS: tagged words
   if (tid < half) {  // RoPE of q and of this step's k, each product rounded as `rope_pair`
-    const bf16* q = p.qkv + hq * D;
-    const bf16* k = p.qkv + (p.NQ + kv) * D;
-    const float qa = __bfloat162float(__ldcg(q + tid)), qb = __bfloat162float(__ldcg(q + tid + half));
-    const float ka = __bfloat162float(__ldcg(k + tid)), kb = __bfloat162float(__ldcg(k + tid + half));
+    const int q = hq * D, k = (p.NQ + kv) * D;
+    float qa, qb, ka, kb;
+    if (FLAGS) {  // all four loads out before the first spin
+      const unsigned w0 = ld_volatile(qkv_w + q + tid), w1 = ld_volatile(qkv_w + q + tid + half);
+      const unsigned w2 = ld_volatile(qkv_w + k + tid), w3 = ld_volatile(qkv_w + k + tid + half);
+      qa = w0 >> 16 == tag ? lo(w0) : await_word(qkv_w + q + tid, tag);
+      qb = w1 >> 16 == tag ? lo(w1) : await_word(qkv_w + q + tid + half, tag);
+      ka = w2 >> 16 == tag ? lo(w2) : await_word(qkv_w + k + tid, tag);
+      kb = w3 >> 16 == tag ? lo(w3) : await_word(qkv_w + k + tid + half, tag);
+    } else {
+      qa = __bfloat162float(__ldcg(p.qkv + q + tid)), qb = __bfloat162float(__ldcg(p.qkv + q + tid + half));
+      ka = __bfloat162float(__ldcg(p.qkv + k + tid)), kb = __bfloat162float(__ldcg(p.qkv + k + tid + half));
+    }
     const float ra = bf(bf(qa * c) - bf(qb * s)), rb = bf(bf(qb * c) + bf(qa * s));
     sh.q[tid] = bf(ra * p.scale);  // the eager model scales q in its dtype
     sh.q[tid + half] = bf(rb * p.scale);
     sh.k_new[tid] = __float2bfloat16(bf(ka * c) - bf(kb * s));
     sh.k_new[tid + half] = __float2bfloat16(bf(kb * c) + bf(ka * s));
   }
-  if (tid < D) sh.v_new[tid] = __ldcg(p.qkv + (p.NQ + p.NKV + kv) * D + tid);
+  if (tid < D) {
+    const int v = (p.NQ + p.NKV + kv) * D + tid;
+    sh.v_new[tid] = FLAGS ? __float2bfloat16(await_word(qkv_w + v, tag)) : __ldcg(p.qkv + v);
+  }
   consumers_sync();
   if (tr) tr[4] = now_ns();
   float qf[8];  // this lane's 8 dims of q
@@ -599,7 +662,8 @@ __device__ void attention(const Params& p, int layer, int hq, int pos, float c, 
       acc = acc * a + b * sh.wacc[w][tid];
       m = new_m;
     }
-    p.attn[hq * D + tid] = __float2bfloat16(acc / l);
+    if (FLAGS) st_volatile(reinterpret_cast<unsigned*>(p.attn) + hq * D + tid, tagged(tag, bf(acc / l)));
+    else p.attn[hq * D + tid] = __float2bfloat16(acc / l);
     // One head of the group appends this step's K/V row, last: the stores' addresses need
     // the pointer table (a global load), and before the chunks they held warps 0-1 back.
     if (hq % group == 0) {
@@ -660,12 +724,6 @@ __device__ bool next_tile(const Params& p, int pos, TileSeq& q, Tile& out) {
   return false;
 }
 
-// Warm L2 with a tile the ring will take later (no completion to wait for).
-__device__ __forceinline__ void prefetch_l2(const Tile& t) {
-  for (int k = 0; k < 2; ++k)
-    if (t.bytes[k]) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(t.src[k]), "r"(t.bytes[k]) : "memory");
-}
-
 // ---- the kernel -----------------------------------------------------------------------
 
 extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __grid_constant__ Params p) {
@@ -686,28 +744,13 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
       uint64_t policy;
       asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
       const int pos = (int)*p.pos;
-      TileSeq copy{}, ahead{};  // `ahead` runs PREFETCH tiles in front (or PF_STALL, see below), warming L2
-      int ahead_n = 0;  // tiles `ahead` has passed (PF_STALL)
+      // (Warming L2 ahead of the ring, always or only while the ring was full, measured
+      // slower at every depth: docs/kernels-notes.md, v3.3 and run 14.)
+      TileSeq copy{};
       Tile tile;
-      for (int i = 0; i < PREFETCH && next_tile(p, pos, ahead, tile); ++i) prefetch_l2(tile);
       for (int it = 0; next_tile(p, pos, copy, tile); ++it) {
         const int slot = it % NSTAGE;
-        if (it >= NSTAGE) {
-          const unsigned parity = ((it / NSTAGE) - 1) & 1;
-          if (PF_STALL) {
-            // The ring is full while the consumers wait for another stage (attention, a
-            // boundary): keep DRAM busy by warming L2 with the tiles after it, up to
-            // PF_STALL of them; their copies then come from L2. (Prefetching all the time,
-            // v3.3's PREFETCH, was slower at every depth: it ran while DRAM was busy anyway.)
-            while (!mbar_test(&sh.empty[slot], parity)) {
-              Tile far;
-              while (ahead_n < it && next_tile(p, pos, ahead, far)) ++ahead_n;  // tiles already copied
-              if (ahead_n < it + PF_STALL && next_tile(p, pos, ahead, far)) { prefetch_l2(far); ++ahead_n; }
-            }
-          } else {
-            mbar_wait(&sh.empty[slot], parity);
-          }
-        }
+        if (it >= NSTAGE) mbar_wait(&sh.empty[slot], ((it / NSTAGE) - 1) & 1);
         // Throttle: the copy IN_FLIGHT tiles back must have landed. Bytes queued in the
         // memory system beyond what keeps DRAM busy only add latency (Little's law: 132 x
         // 192 KB outstanding at 4.2 TB/s is ~6 us per request), and every stage boundary
@@ -718,8 +761,6 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
         unsigned char* dst = ring + slot * TILE_BYTES;
         for (int k = 0; k < 2; ++k)
           if (tile.bytes[k]) bulk_copy(dst + tile.offset[k], tile.src[k], tile.bytes[k], &sh.full[slot], policy);
-        Tile far;
-        if (PREFETCH && next_tile(p, pos, ahead, far)) prefetch_l2(far);
       }
     }
     return;
@@ -729,6 +770,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
   const int warp = tid / 32, lane = tid % 32;
   long long* trace = p.trace ? p.trace + (long long)b * nstages * TRACE_WORDS : nullptr;
   const int pos = (int)*p.pos;
+  const unsigned epoch = FLAGS ? *p.epoch : 0u;  // the last CTA advances it at the end (every CTA has read it)
   F8 xf[XCH];
   float best_val = -INFINITY;
   int best_idx = 0x7fffffff, it = 0;
@@ -762,11 +804,12 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
         rc = __bfloat162float(p.cos[(long long)pos * (p.D / 2) + tid]);
         rs = __bfloat162float(p.sin[(long long)pos * (p.D / 2) + tid]);
       }
-      if (g > 0) {  // wait for the previous stage, everywhere
+      const unsigned tag = tag_of(p, epoch, layer);
+      // FLAGS: attention waits for its q/k/v words, O's loader for the attention output's.
+      if (g > 0 && !(FLAGS && (attn_stage || s == 2))) {  // wait for the previous stage, everywhere
         if (tid == 0)
           while (ld_acquire(counter(p, g - 1)) < (unsigned)G) {
-            if (POLL_NS) __nanosleep(POLL_NS);  // 132 CTAs polling one L2 line, see MegaShape.poll_ns
-          }
+          }  // (a nanosleep between polls measured no different, run 14)
         consumers_sync();
       }
       if (tr) tr[4] = now_ns();
@@ -774,12 +817,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
         if (tr) { tr[1] = now_ns(); t_ready = clock64(); }
         for (int hq = 0; hq < p.NQ; ++hq)
           if (attention_owner(p, hq) == b) {
-            switch (p.D) {  // plan() admits these head sizes only
-              case 16: attention<16>(p, layer, hq, pos, rc, rs, sh, ring, it, tr); break;
-              case 32: attention<32>(p, layer, hq, pos, rc, rs, sh, ring, it, tr); break;
-              case 64: attention<64>(p, layer, hq, pos, rc, rs, sh, ring, it, tr); break;
-              default: attention<128>(p, layer, hq, pos, rc, rs, sh, ring, it, tr); break;
-            }
+            attention<HEAD_DIM>(p, layer, hq, pos, rc, rs, sh, ring, it, tr, tag);  // p.D == HEAD_DIM (the host's)
             consumers_sync();  // sh's attention scratch is reused by the next head
           }
       } else {
@@ -788,12 +826,13 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
         bf16* h0 = p.hbuf;
         bf16* h1 = p.hbuf + p.K;
         const bool writer = b == 0;  // CTA 0 always has tile 0
-        if (head) stage_normed(p, h1, p.y, true, gv, nullptr, sh);
-        else if (s == 0 && layer == 0)
-          stage_normed(p, p.embed + *p.token * p.K, nullptr, false, gv, writer ? h0 : nullptr, sh);
-        else if (s == 0) stage_normed(p, h1, p.y, true, gv, writer ? h0 : nullptr, sh);
+        if (norm) {  // one call site: one copy of the loader in the code, not one per stage
+          const bool embed = s == 0 && layer == 0;
+          const bf16* src = embed ? p.embed + *p.token * p.K : s == 3 ? h0 : h1;
+          bf16* out = head || !writer ? nullptr : s == 3 ? h1 : h0;
+          stage_normed(p, src, embed ? nullptr : p.y, !embed, gv, out, sh);
+        } else if (s == 2 && FLAGS) stage_tagged(reinterpret_cast<const unsigned*>(p.attn), p.NQ * p.D, tag, sh);
         else if (s == 2) stage_plain(p.attn, p.NQ * p.D, sh);
-        else if (s == 3) stage_normed(p, h0, p.y, true, gv, writer ? h1 : nullptr, sh);
         else stage_swiglu(p, sh);
 #pragma unroll
         for (int i = 0; i < XCH; ++i)  // this warp's slice, unpacked to fp32 for the whole stage
@@ -803,9 +842,11 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
         // Row r's value y (rounded to bf16) goes to the stage's output.
         // (O, down: y, which the next norm stage adds to h.)
         bf16* const out = head ? p.logits : s == 0 ? p.qkv : s == 3 ? p.gu : p.y;
+        unsigned* const qkv_w = reinterpret_cast<unsigned*>(p.qkv);
         auto emit = [&](int r, float v) {
           const float y = bf(v);
-          out[r] = __float2bfloat16(y);
+          if (FLAGS && s == 0 && !head) st_volatile(qkv_w + r, tagged(tag, y));
+          else out[r] = __float2bfloat16(y);
           if (head && y > best_val) { best_val = y; best_idx = r; }  // a thread's rows grow: ties keep the first
         };
         // TPI tiles per step: at 2 warps per scheduler one tile's chain (loads, 64 FMAs, a
@@ -830,19 +871,14 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
           for (int k = 0; k < TPI; ++k)
 #pragma unroll
             for (int i = 0; i < XCH; ++i)
-              wv[k][i] = PROBE >= 2 ? make_uint4(t + i, k, lane, 0)
-                         : live[k] && (sl.valid >> i & 1) ? w[k][32 * i] : make_uint4(0, 0, 0, 0);
+              wv[k][i] = live[k] && (sl.valid >> i & 1) ? w[k][32 * i] : make_uint4(0, 0, 0, 0);
           float v[TPI];
 #pragma unroll
           for (int k = 0; k < TPI; ++k) {
             float a[4] = {0.f, 0.f, 0.f, 0.f};
-            unsigned x = 0;
 #pragma unroll
-            for (int i = 0; i < XCH; ++i) {
-              if (PROBE == 1 || PROBE == 3) x ^= wv[k][i].x ^ wv[k][i].y ^ wv[k][i].z ^ wv[k][i].w;
-              else a[i % 4] = dot8(wv[k][i], xf[i], a[i % 4]);
-            }
-            v[k] = PROBE == 1 || PROBE == 3 ? __uint_as_float(x & 0x3fffffffu) : (a[0] + a[1]) + (a[2] + a[3]);
+            for (int i = 0; i < XCH; ++i) a[i % 4] = dot8(wv[k][i], xf[i], a[i % 4]);
+            v[k] = (a[0] + a[1]) + (a[2] + a[3]);
           }
 #pragma unroll
           for (int o = 16; o > 0; o >>= 1)
@@ -884,9 +920,13 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
       }
     }
     if (tr && work) { tr[6] = now_ns(); tr[5] = sh.wait_cycles; tr[7] = clock64() - t_ready; }
-    if (!head) {  // signal: this CTA's part of stage g is done (stores first)
+    // Signal: this CTA's part of stage g is done (stores first). The barrier stays with
+    // FLAGS too (the next stage's loader rewrites sh.xs, which a slower warp may still be
+    // reading), but nobody waits for the QKV and attention counters: no release there.
+    if (!head) {
       consumers_sync();
-      if (tid == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter(p, g)) : "memory");
+      if (tid == 0 && !(FLAGS && (s == 0 || s == 1)))
+        asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter(p, g)) : "memory");
     }
     if (tr) { tr[2] = now_ns(); tr[3] = smid(); }
   }
@@ -921,8 +961,10 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
       const int oi = __shfl_xor_sync(0xffffffffu, i, o);
       if (ov > v || (ov == v && oi < i)) { v = ov; i = oi; }
     }
-    if (PROBE && (i < 0 || i >= p.V)) i = 0;  // a probe's logits are garbage: keep the next embedding row in range
-    if (lane == 0) *p.next_token = i;
+    if (lane == 0) {
+      *p.next_token = i;
+      if (FLAGS) *p.epoch = (epoch + 1) % 65535u;
+    }
     for (int c = lane; c < nstages; c += 32) p.counters[c * CSTRIDE] = 0;  // every CTA is past its waits
   }
 }
