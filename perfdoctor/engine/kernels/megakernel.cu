@@ -318,8 +318,14 @@ __device__ __forceinline__ WStage weight_stage(const Params& p, int g) {
   return st;
 }
 
-// The CTA that owns attention head hq (spread over the grid).
-__device__ __forceinline__ int attention_owner(const Params& p, int hq) { return (hq * (int)gridDim.x) / p.NQ; }
+// The attention heads this CTA owns, [x, y): head hq belongs to CTA floor(hq G / NQ) (spread
+// over the grid), so CTA b's are ceil(b NQ / G) <= hq < ceil((b + 1) NQ / G). Computed once:
+// finding them by testing every head's owner (an integer division each, 32 in a dependent
+// chain per attention stage) was ~2 us of each owner's 7.4 (ncu PC sampling, run 17).
+__device__ __forceinline__ int2 owned_heads(const Params& p) {
+  const int b = blockIdx.x, G = gridDim.x;
+  return make_int2((b * p.NQ + G - 1) / G, ((b + 1) * p.NQ + G - 1) / G);
+}
 
 // ---- consumer pieces ------------------------------------------------------------------
 
@@ -689,16 +695,15 @@ struct TileSeq {
   bool started;
 };
 
-__device__ bool next_tile(const Params& p, int pos, TileSeq& q, Tile& out) {
+__device__ bool next_tile(const Params& p, int pos, int2 heads, TileSeq& q, Tile& out) {
   const int b = blockIdx.x, G = gridDim.x, nstages = 5 * p.L + 1;
   while (q.g < nstages) {
     if (q.g % 5 == 1 && q.g < 5 * p.L) {  // attention: the cached K/V rows [0, pos) of its heads
-      if (!q.started) { q.started = true; q.hq = 0; q.c = -1; }
+      if (!q.started) { q.started = true; q.hq = heads.x; q.c = -1; }
       if (q.c >= 0 && (q.c + 1) * BLOCK_S <= pos) ++q.c;
       else {
         q.hq += q.c >= 0;  // the previous head is done
-        while (q.hq < p.NQ && attention_owner(p, q.hq) != b) ++q.hq;
-        q.c = q.hq < p.NQ ? 0 : -1;
+        q.c = q.hq < heads.y ? 0 : -1;
       }
       if (q.c >= 0) {
         const unsigned long long* row = p.table + (q.g / 5) * NPTR;
@@ -748,7 +753,8 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
       // slower at every depth: docs/kernels-notes.md, v3.3 and run 14.)
       TileSeq copy{};
       Tile tile;
-      for (int it = 0; next_tile(p, pos, copy, tile); ++it) {
+      const int2 heads = owned_heads(p);
+      for (int it = 0; next_tile(p, pos, heads, copy, tile); ++it) {
         const int slot = it % NSTAGE;
         if (it >= NSTAGE) mbar_wait(&sh.empty[slot], ((it / NSTAGE) - 1) & 1);
         // Throttle: the copy IN_FLIGHT tiles back must have landed. Bytes queued in the
@@ -770,6 +776,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
   const int warp = tid / 32, lane = tid % 32;
   long long* trace = p.trace ? p.trace + (long long)b * nstages * TRACE_WORDS : nullptr;
   const int pos = (int)*p.pos;
+  const int2 heads = owned_heads(p);
   const unsigned epoch = FLAGS ? *p.epoch : 0u;  // the last CTA advances it at the end (every CTA has read it)
   F8 xf[XCH];
   float best_val = -INFINITY;
@@ -782,9 +789,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
     if (tr) { tr[0] = now_ns(); sh.wait_cycles = 0; }
     const WStage st = attn_stage ? WStage{} : weight_stage(p, g);
     const int ntiles = attn_stage ? 0 : (st.n + st.r - 1) / st.r;
-    bool work = attn_stage ? false : b < ntiles;
-    if (attn_stage)
-      for (int hq = 0; hq < p.NQ; ++hq) work |= attention_owner(p, hq) == b;
+    const bool work = attn_stage ? heads.x < heads.y : b < ntiles;
     if (work) {
       // Before the wait: what does not depend on the previous stage (this warp's share of
       // the tiles, its slice of the norm's gain).
@@ -815,11 +820,10 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
       if (tr) tr[4] = now_ns();
       if (attn_stage) {
         if (tr) { tr[1] = now_ns(); t_ready = clock64(); }
-        for (int hq = 0; hq < p.NQ; ++hq)
-          if (attention_owner(p, hq) == b) {
-            attention<HEAD_DIM>(p, layer, hq, pos, rc, rs, sh, ring, it, tr, tag);  // p.D == HEAD_DIM (the host's)
-            consumers_sync();  // sh's attention scratch is reused by the next head
-          }
+        for (int hq = heads.x; hq < heads.y; ++hq) {
+          attention<HEAD_DIM>(p, layer, hq, pos, rc, rs, sh, ring, it, tr, tag);  // p.D == HEAD_DIM (the host's)
+          consumers_sync();  // sh's attention scratch is reused by the next head
+        }
       } else {
         // The residual stream h alternates between the halves of hbuf: the QKV stages read
         // half 1 (layer 0: the embedding row) and write half 0, gate/up reads 0 writes 1.
