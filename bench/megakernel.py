@@ -49,11 +49,14 @@ from perfdoctor.engine.weights import random_hf_state_dict
 
 # Shapes --shapes can name: the shipped one and the alternatives that explain it.
 SHAPES: dict[str, MegaShape] = {
-    "tuned": TUNED,  # 6 x 32 KB ring, 8 consumer warps, 2 copies in flight, 1 tile per step
+    "tuned": TUNED,  # 6 x 32 KB ring, 8 consumer warps, 2 copies in flight, 1 tile per step, flags
     "flags": replace(TUNED, flags=True),  # the attention path on tags in its data (no counters)
     "no-flags": replace(TUNED, flags=False),
     "in-flight-6": replace(TUNED, in_flight=0),  # up to the whole ring outstanding
+    "in-flight-4": replace(TUNED, in_flight=4),
+    "in-flight-3": replace(TUNED, in_flight=3),
     "in-flight-1": replace(TUNED, in_flight=1),
+    "12-warps": replace(TUNED, consumer_warps=12),  # 3 warps per scheduler, 6-row (24 KB) tiles
     "2-tiles-per-step": replace(TUNED, tiles_per_step=2),  # two tiles' chains interleaved
     "4x32KB": replace(TUNED, stages=4),
     "12x16KB": replace(TUNED, tile_bytes=16384, stages=12),  # twice the tiles, 4 rows each

@@ -35,7 +35,8 @@ def _odd_config() -> ModelConfig:
 
 
 @pytest.mark.parametrize("config", [LLAMA_3_2_1B, TINY, _odd_config()], ids=lambda c: c.name)
-@pytest.mark.parametrize("shape", [TUNED, MegaShape(tile_bytes=4096, stages=2)], ids=["tuned", "small"])
+@pytest.mark.parametrize("shape", [TUNED, MegaShape(tile_bytes=4096, stages=2), MegaShape(consumer_warps=12)],
+                         ids=["tuned", "small", "12-warps"])
 def test_plan_covers_every_row_once(config, shape):
     """Each stage's tiles, dealt round-robin to 132 CTAs, cover every row exactly once, each
     tile one bulk copy (a multiple of 16 bytes, at most a ring stage)."""
@@ -118,11 +119,14 @@ MEGA_CASES = [
     # two tiles per consumer step, the whole ring in flight
     pytest.param("odd", 200, MegaShape(tiles_per_step=2, in_flight=0), id="odd-2-tiles-per-step"),
     pytest.param("llama-3.2-1b", 2048, MegaShape(tiles_per_step=2), id="llama-1b-2-tiles-per-step", marks=pytest.mark.gpu),
-    # flags in the data on the attention path (tagged q/k/v and attention output words)
-    pytest.param("tiny", 64, MegaShape(flags=True), id="tiny-flags"),
-    pytest.param("odd", 200, MegaShape(flags=True), id="odd-flags"),
-    pytest.param("odd", 200, MegaShape(tile_bytes=4096, stages=2, flags=True), id="odd-small-ring-flags"),
-    pytest.param("llama-3.2-1b", 2048, MegaShape(flags=True), id="llama-1b-flags", marks=pytest.mark.gpu),
+    # done counters on the attention path too (flags=False: plain bf16 q/k/v and attention output)
+    pytest.param("tiny", 64, MegaShape(flags=False), id="tiny-counters"),
+    pytest.param("odd", 200, MegaShape(tile_bytes=4096, stages=2, flags=False), id="odd-small-ring-counters"),
+    pytest.param("llama-3.2-1b", 2048, MegaShape(flags=False), id="llama-1b-counters", marks=pytest.mark.gpu),
+    pytest.param("odd", 200, MegaShape(flags=False), id="odd-counters"),
+    # 12 consumer warps: 6-row tiles (24 KB of a 32 KB slot), 3 warps per scheduler
+    pytest.param("odd", 200, MegaShape(consumer_warps=12), id="odd-12-warps"),
+    pytest.param("llama-3.2-1b", 2048, MegaShape(consumer_warps=12), id="llama-1b-12-warps", marks=pytest.mark.gpu),
     pytest.param("llama-3.2-1b", 2048, TUNED, id="llama-1b", marks=pytest.mark.gpu),
 ]
 
@@ -188,7 +192,7 @@ def test_megakernel_step(config_name, ctx, shape):
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("shape", [TUNED, MegaShape(flags=True)], ids=["tuned", "flags"])
+@pytest.mark.parametrize("shape", [TUNED, MegaShape(flags=False)], ids=["tuned", "counters"])
 def test_megakernel_replays_identically(shape):
     """A race (a read before its producer's write is visible) shows as outputs that change
     between runs on the same input; the kernel's arithmetic order is fixed, so 50 replays of

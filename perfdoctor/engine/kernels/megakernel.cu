@@ -857,7 +857,10 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
         // 5-step shuffle) left the schedulers mostly idle (~0.66 us per tile in v3.7/3.8);
         // two tiles' chains interleave. `tb`: this CTA's tiles so far in the stage.
         for (int t = b, tb = 0; t < ntiles; t += TPI * G, tb += TPI) {
-          const int nk = min(TPI, (ntiles - t + G - 1) / G);  // this step's tiles (the ring holds only these)
+          // This step's tiles (the ring holds only these): TPI, or 1 for a last odd one. (Not
+          // min(TPI, ceil((ntiles - t) / G)): an integer division by the run-time G per
+          // tile, a ~25-instruction dependent chain in the loop's path, ncu run 18.)
+          const int nk = TPI == 1 || t + G >= ntiles ? 1 : TPI;
           bool live[TPI];
           const uint4* w[TPI];
 #pragma unroll
