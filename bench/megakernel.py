@@ -52,6 +52,7 @@ SHAPES: dict[str, MegaShape] = {
     "tuned": TUNED,  # 6 x 32 KB ring, 8 consumer warps, 2 copies in flight, 1 tile per step, flags
     "flags": replace(TUNED, flags=True),  # the attention path on tags in its data (no counters)
     "no-flags": replace(TUNED, flags=False),
+    "flags-gu": replace(TUNED, flags=True, flags_gu=True),  # gate/up -> down on tags too: no counters
     "in-flight-6": replace(TUNED, in_flight=0),  # up to the whole ring outstanding
     "in-flight-4": replace(TUNED, in_flight=4),
     "in-flight-3": replace(TUNED, in_flight=3),

@@ -53,9 +53,12 @@ class MegaShape:
     `in_flight`: bulk copies outstanding per producer at most (0: up to `stages`; 2
     measured 1-2 % faster once the consumers outran DRAM). `tiles_per_step`: tiles a
     consumer warp takes per step of its loop (1: one at a time; 2: two tiles' loads, FMAs
-    and shuffles interleave, which spills and measured 1.6 % slower). `flags`: the attention
-    path (QKV -> attention -> O) synchronises on tags stored with its data instead of done
-    counters (q/k/v and the attention output become 32-bit words: tag << 16 | bf16).
+    and shuffles interleave, which spills and measured 1.6 % slower). `flags`: every stage
+    boundary but gate/up -> down synchronises on tags stored with its data instead of done
+    counters (q/k/v, the attention output, the residual stream and the O / down outputs
+    become 32-bit words: tag << 16 | bf16; no release fence, no counter poll). `flags_gu`
+    (with flags): gate/up -> down too (the gate/up output tagged: twice the down loader's
+    bytes; no counter is waited for at all).
 
     (Knobs measured no better and removed in v4, with their code: an L2 prefetch ahead of
     the ring, always or only while it was full; a nanosleep between counter polls; the
@@ -68,12 +71,17 @@ class MegaShape:
     in_flight: int = 2  # bulk copies outstanding per producer at most; 0: up to `stages`
     tiles_per_step: int = 1
     flags: bool = True  # run 18: 0.761 ms against 0.797 with counters
+    flags_gu: bool = False
+
+    def __post_init__(self) -> None:
+        if self.flags_gu and not self.flags:
+            raise BadInput("megakernel: flags_gu extends flags (set both)")
 
     def defines(self, head_dim: int) -> dict[str, int]:
         """The kernel's -D defines for a model of `head_dim` (one attention<D> is built)."""
         return {"TILE_BYTES": self.tile_bytes, "NSTAGE": self.stages, "CWARPS": self.consumer_warps,
                 "IN_FLIGHT": self.in_flight or self.stages, "TPI": self.tiles_per_step, "HEAD_DIM": head_dim,
-                "FLAGS": int(self.flags)}
+                "FLAGS": int(self.flags), "FLAGS_GU": int(self.flags_gu)}
 
     @property
     def threads(self) -> int:
@@ -181,14 +189,14 @@ class MegaKernels:
             raise BadInput(f"the megakernel variant needs bf16 weights, not {dtype}")
         self.model, self.shape, self.stages = model, shape, plan(c, shape)
         act = {"device": device, "dtype": dtype}
-        self.hbuf = torch.empty(2, c.hidden, **act)  # the residual stream, alternating halves
-        self.y = torch.empty(c.hidden, **act)  # the O / down projection before its residual add
-        # With flags, q/k/v and the attention output are tagged 32-bit words, zero (no tag) at first.
+        # With flags, these are tagged 32-bit words, zero (no tag) at first.
         tagged = {"device": device, "dtype": torch.int32} if shape.flags else act
+        self.hbuf = torch.zeros(2, c.hidden, **tagged)  # the residual stream, alternating halves
+        self.y = torch.zeros(c.hidden, **tagged)  # the O / down projection before its residual add
         self.qkv = torch.zeros((c.q_heads + 2 * c.kv_heads) * c.head_dim, **tagged)
         self.attn = torch.zeros(c.q_heads * c.head_dim, **tagged)
         self.epoch = torch.zeros(1, dtype=torch.int32, device=device)  # launches mod 65535 (the tags' step part)
-        self.gu = torch.empty(2 * c.intermediate, **act)
+        self.gu = torch.zeros(2 * c.intermediate, **(tagged if shape.flags_gu else act))
         self.logits = torch.empty(c.vocab_size, **act)
         self.next_token = torch.zeros(1, dtype=torch.long, device=device)
         half = c.head_dim // 2

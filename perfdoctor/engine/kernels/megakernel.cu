@@ -84,8 +84,12 @@
 #endif
 static_assert(TPI == 1 || TPI == 2, "one or two tiles per step");
 #ifndef FLAGS
-#define FLAGS 0  // 1: the attention path synchronises on tags in its data, not on done counters (see below)
+#define FLAGS 0  // 1: every boundary but gate/up -> down synchronises on tags in its data, not on done counters
 #endif
+#ifndef FLAGS_GU
+#define FLAGS_GU 0  // with FLAGS, gate/up -> down on tags too (gu as tagged words: twice the loader's bytes)
+#endif
+static_assert(!FLAGS_GU || FLAGS, "FLAGS_GU extends FLAGS");
 #ifndef HEAD_DIM
 #define HEAD_DIM 64  // the model's head_dim (the host always passes it): one attention<D> in the code
 #endif
@@ -110,11 +114,11 @@ struct Params {  // mirrored by perfdoctor.engine.megakernel._Params (same order
   const bf16* sin;
   const long long* token;  // [1]
   const long long* pos;    // [1]
-  bf16* hbuf;    // [2][K] the residual stream, materialised by the norm stages (see stage_normed)
-  bf16* y;       // [K] the O or down projection, added to the stream by the next norm stage
+  bf16* hbuf;    // [2][K] the residual stream, materialised by the norm stages (see stage_normed; FLAGS: words)
+  bf16* y;       // [K] the O or down projection, added to the stream by the next norm stage (FLAGS: words)
   bf16* qkv;     // [(NQ + 2 NKV) D] before RoPE (FLAGS: 32-bit words, see tagged())
   bf16* attn;    // [NQ D] (FLAGS: 32-bit words)
-  bf16* gu;      // [2 I] gate, then up
+  bf16* gu;      // [2 I] gate, then up (FLAGS_GU: words)
   bf16* logits;  // [V]
   float* part_val;  // [G] per-CTA argmax partials
   int* part_idx;
@@ -210,20 +214,30 @@ __device__ __forceinline__ unsigned pack(float a, float b) {  // two floats -> b
   return *reinterpret_cast<unsigned*>(&v);
 }
 
-// Flags in the data (FLAGS): the QKV stage stores q/k/v, and attention its output, as 32-bit
-// words (tag << 16) | bf16 bits, each one store (single-copy atomic), and their readers spin
-// on the words themselves until the tag is this layer's: no release fence after the stores,
-// no counter round trip before the loads (the counters' chain was ~3 us of the ~20 us
-// QKV -> attention -> O stretch of each layer, docs/kernels-notes.md). tag(e, l) =
-// 1 + (e L + l) % 65535 for launch e (mod 65535) and layer l: it grows by one from each
-// write of a buffer to the next (layer l - 1, or the last layer of the previous launch),
-// so a stale word never carries the tag a reader waits for, and 0 (the zeroed buffers)
-// never does. The write-after-read argument of the counters carries over: the next
-// writer of qkv (the next layer's QKV) starts after the down stage's counter, which every
-// CTA reaches only after its O stage, whose loader waited for every head's output, which
-// each owner wrote after reading its q/k/v; likewise for attn.
+// Flags in the data (FLAGS): q/k/v, the attention output, the residual stream h (both
+// halves of hbuf) and y (the O and down outputs) are stored as 32-bit words
+// (tag << 16) | bf16 bits, each one store (single-copy atomic), and their readers spin on
+// the words themselves until the tag is the one they wait for: no release fence after the
+// stores, no counter round trip before the loads (a fenced release was 1.5-2.5 us and the
+// poll ~1 us at every boundary, docs/kernels-notes.md). Only gate/up -> down keeps its
+// counter (its 16 K-element input would double the loader's bytes). A buffer written once
+// per layer (qkv, attn, each half of hbuf) carries tag(e, l) = 1 + (e L + l) % 65535 for
+// launch e (mod 65535) and layer l; y, written twice per layer, 1 + (2 e L + 2 l + w) %
+// 65535 (w: 0 O, 1 down). Either way a buffer's tag grows by one from each write to the
+// next (the last one of a launch to the first of the next too), so a stale word never
+// carries the tag a reader waits for, and 0 (the zeroed buffers) never does.
+// Write-after-read: every reader of a buffer produces something that the buffer's next
+// writer waits for, transitively, as with the counters. E.g. the next writer of qkv (the
+// next layer's QKV) waits for down's y, which down writes after the gate/up counter, which
+// every CTA reaches after its O stage, whose loader waited for every head's output, which
+// each owner wrote after reading its q/k/v; the next writer of y (O) waits for every
+// head's output, hence for every QKV tile, each computed after its CTA's loader read y.
 __device__ __forceinline__ unsigned tag_of(const Params& p, unsigned epoch, int layer) {
   return 1u + (epoch * (unsigned)p.L + (unsigned)layer) % 65535u;
+}
+
+__device__ __forceinline__ unsigned y_tag(const Params& p, unsigned epoch, int layer, int w) {
+  return 1u + (epoch * 2u * (unsigned)p.L + 2u * (unsigned)layer + (unsigned)w) % 65535u;
 }
 
 __device__ __forceinline__ unsigned tagged(unsigned tag, float y) {  // y already a bf16 value
@@ -244,6 +258,34 @@ __device__ __forceinline__ uint4 ld_volatile4(const uint4* p) {
   uint4 v;
   asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
   return v;
+}
+
+__device__ __forceinline__ void st_volatile4(uint4* p, uint4 v) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+
+__device__ __forceinline__ bool tags_are(uint4 v, unsigned tag) {
+  return v.x >> 16 == tag && v.y >> 16 == tag && v.z >> 16 == tag && v.w >> 16 == tag;
+}
+
+__device__ __forceinline__ uint2 values4(uint4 v) {  // the bf16 values of 4 tagged words, packed
+  return make_uint2((v.x & 0xffffu) | v.y << 16, (v.z & 0xffffu) | v.w << 16);
+}
+
+// 8 tagged words w[0..1] (16-byte halves a, b, already loaded once): when all carry `tag`,
+// their bf16 values as one 16-byte chunk.
+__device__ __forceinline__ uint4 settle8(const uint4* w, uint4 a, uint4 b, unsigned tag) {
+  while (!tags_are(a, tag)) a = ld_volatile4(w);
+  while (!tags_are(b, tag)) b = ld_volatile4(w + 1);
+  const uint2 x = values4(a), y = values4(b);
+  return make_uint4(x.x, x.y, y.x, y.y);
+}
+
+// A 16-byte chunk of 8 bf16 stored as 8 tagged words at w[0..1].
+__device__ __forceinline__ void st_tagged8(uint4* w, uint4 v, unsigned tag) {
+  const unsigned t = tag << 16;
+  st_volatile4(w, make_uint4(t | (v.x & 0xffffu), t | v.x >> 16, t | (v.y & 0xffffu), t | v.y >> 16));
+  st_volatile4(w + 1, make_uint4(t | (v.z & 0xffffu), t | v.z >> 16, t | (v.w & 0xffffu), t | v.w >> 16));
 }
 
 // The bf16 value of word *w once its tag is `tag` (spins until then).
@@ -398,25 +440,49 @@ __device__ __forceinline__ float sumsq(uint4 v) {
 // the other half of hbuf than `src`, which nobody reads any more (each norm stage reads the
 // half the previous one wrote, two stages back). gv: this thread's chunks of the gain,
 // loaded before the wait for the inputs.
-__device__ __forceinline__ void stage_normed(const Params& p, const bf16* src, const bf16* add, bool from_l2,
-                                             const uint4 (&gv)[TCH], bf16* out, Shared& sh) {
+// FLAGS: tags.x, .y, .z are those of src, add and out (0: src is the embedding row, plain
+// bf16; then add is null); src and add are tagged words, and so is out.
+__device__ __forceinline__ void stage_normed(const Params& p, const void* src, const void* add, bool from_l2,
+                                             const uint4 (&gv)[TCH], void* out, uint3 tags, Shared& sh) {
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, kc = p.K / 8;
   const uint4* s4 = reinterpret_cast<const uint4*>(src);
   const uint4* a4 = reinterpret_cast<const uint4*>(add);
   uint4* o4 = reinterpret_cast<uint4*>(out);
   uint4 v[TCH];
   float ss = 0.f;
+  if (FLAGS && tags.x) {  // every load out first, then each chunk awaited
+    uint4 sv[TCH][2], av[TCH][2];
 #pragma unroll
-  for (int c = 0; c < TCH; ++c) {  // every load first (the stores to `out` could alias them)
-    const int j = tid + c * NC;
-    v[c] = j < kc ? stream_chunk(s4, a4, from_l2, j) : make_uint4(0, 0, 0, 0);
+    for (int c = 0; c < TCH; ++c) {
+      const int j = tid + c * NC;
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        sv[c][k] = j < kc ? ld_volatile4(s4 + 2 * j + k) : make_uint4(0, 0, 0, 0);
+        av[c][k] = j < kc ? ld_volatile4(a4 + 2 * j + k) : make_uint4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < TCH; ++c) {
+      const int j = tid + c * NC;
+      v[c] = j < kc ? residual(settle8(s4 + 2 * j, sv[c][0], sv[c][1], tags.x), settle8(a4 + 2 * j, av[c][0], av[c][1], tags.y))
+                    : make_uint4(0, 0, 0, 0);
+    }
+  } else {
+#pragma unroll
+    for (int c = 0; c < TCH; ++c) {  // every load first (the stores to `out` could alias them)
+      const int j = tid + c * NC;
+      v[c] = j < kc ? stream_chunk(s4, a4, from_l2, j) : make_uint4(0, 0, 0, 0);
+    }
   }
 #pragma unroll
   for (int c = 0; c < TCH; ++c) {
     const int j = tid + c * NC;
     if (j < kc) {
       ss += sumsq(v[c]);
-      if (out) o4[j] = v[c];
+      if (out) {
+        if (FLAGS) st_tagged8(o4 + 2 * j, v[c], tags.z);
+        else o4[j] = v[c];
+      }
     }
   }
   ss = warp_sum(ss);
@@ -480,14 +546,37 @@ __device__ __forceinline__ void stage_plain(const bf16* src, int k, Shared& sh) 
 // xs <- silu(gate) * up, rounded as `norm_gate_up` (silu, then the product).
 // All of this thread's loads go out first (predicated): guarded one by one, each chunk's
 // round trip waited for the previous one's SwiGLU (4 serial L2 round trips: 3.1 us).
-__device__ __forceinline__ void stage_swiglu(const Params& p, Shared& sh) {
+// FLAGS_GU: gu is tagged words (this layer's `tag`), each chunk awaited.
+__device__ __forceinline__ void stage_swiglu(const Params& p, unsigned tag, Shared& sh) {
   uint4 g4s[TCH], u4s[TCH];
+  if (FLAGS_GU) {
+    const uint4* g4 = reinterpret_cast<const uint4*>(p.gu);  // 4 words per 16 bytes
+    const uint4* u4 = g4 + p.I / 4;
+    uint4 gw[TCH][2], uw[TCH][2];
 #pragma unroll
-  for (int c = 0; c < TCH; ++c) {
-    const int j = threadIdx.x + c * NC;
-    const bool in = j < p.I / 8;
-    g4s[c] = in ? __ldcg(reinterpret_cast<const uint4*>(p.gu) + j) : make_uint4(0, 0, 0, 0);
-    u4s[c] = in ? __ldcg(reinterpret_cast<const uint4*>(p.gu + p.I) + j) : make_uint4(0, 0, 0, 0);
+    for (int c = 0; c < TCH; ++c) {
+      const int j = threadIdx.x + c * NC;
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        gw[c][k] = j < p.I / 8 ? ld_volatile4(g4 + 2 * j + k) : make_uint4(0, 0, 0, 0);
+        uw[c][k] = j < p.I / 8 ? ld_volatile4(u4 + 2 * j + k) : make_uint4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < TCH; ++c) {
+      const int j = threadIdx.x + c * NC;
+      const bool in = j < p.I / 8;
+      g4s[c] = in ? settle8(g4 + 2 * j, gw[c][0], gw[c][1], tag) : make_uint4(0, 0, 0, 0);
+      u4s[c] = in ? settle8(u4 + 2 * j, uw[c][0], uw[c][1], tag) : make_uint4(0, 0, 0, 0);
+    }
+  } else {
+#pragma unroll
+    for (int c = 0; c < TCH; ++c) {
+      const int j = threadIdx.x + c * NC;
+      const bool in = j < p.I / 8;
+      g4s[c] = in ? __ldcg(reinterpret_cast<const uint4*>(p.gu) + j) : make_uint4(0, 0, 0, 0);
+      u4s[c] = in ? __ldcg(reinterpret_cast<const uint4*>(p.gu + p.I) + j) : make_uint4(0, 0, 0, 0);
+    }
   }
 #pragma unroll
   for (int c = 0; c < TCH; ++c) {
@@ -810,8 +899,10 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
         rs = __bfloat162float(p.sin[(long long)pos * (p.D / 2) + tid]);
       }
       const unsigned tag = tag_of(p, epoch, layer);
-      // FLAGS: attention waits for its q/k/v words, O's loader for the attention output's.
-      if (g > 0 && !(FLAGS && (attn_stage || s == 2))) {  // wait for the previous stage, everywhere
+      // FLAGS: the stages whose inputs are tagged wait on the data (all but down: gate/up's
+      // counter); attention for its q/k/v words, O's loader for the attention output's, the
+      // norm loaders for h's and y's.
+      if (g > 0 && !(FLAGS && (s != 4 || FLAGS_GU))) {  // wait for the previous stage, everywhere
         if (tid == 0)
           while (ld_acquire(counter(p, g - 1)) < (unsigned)G) {
           }  // (a nanosleep between polls measured no different, run 14)
@@ -827,17 +918,23 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
       } else {
         // The residual stream h alternates between the halves of hbuf: the QKV stages read
         // half 1 (layer 0: the embedding row) and write half 0, gate/up reads 0 writes 1.
-        bf16* h0 = p.hbuf;
-        bf16* h1 = p.hbuf + p.K;
+        // (FLAGS: 32-bit words, so the second half starts 4 K bytes in.)
+        unsigned char* h0 = reinterpret_cast<unsigned char*>(p.hbuf);
+        unsigned char* h1 = h0 + (long long)p.K * (FLAGS ? 4 : 2);
         const bool writer = b == 0;  // CTA 0 always has tile 0
         if (norm) {  // one call site: one copy of the loader in the code, not one per stage
           const bool embed = s == 0 && layer == 0;
-          const bf16* src = embed ? p.embed + *p.token * p.K : s == 3 ? h0 : h1;
-          bf16* out = head || !writer ? nullptr : s == 3 ? h1 : h0;
-          stage_normed(p, src, embed ? nullptr : p.y, !embed, gv, out, sh);
+          const void* src = embed ? static_cast<const void*>(p.embed + *p.token * p.K) : s == 3 ? h0 : h1;
+          void* out = head || !writer ? nullptr : s == 3 ? h1 : h0;
+          // FLAGS: QKV and the head read the previous layer's h (gate/up wrote it) and down's
+          // y; gate/up reads this layer's h (QKV wrote it) and O's y; both write this layer's.
+          const uint3 tags = embed ? make_uint3(0u, 0u, tag)
+                             : s == 3 ? make_uint3(tag, y_tag(p, epoch, layer, 0), tag)
+                                      : make_uint3(tag_of(p, epoch, layer - 1), y_tag(p, epoch, layer - 1, 1), tag);
+          stage_normed(p, src, embed ? nullptr : p.y, !embed, gv, out, tags, sh);
         } else if (s == 2 && FLAGS) stage_tagged(reinterpret_cast<const unsigned*>(p.attn), p.NQ * p.D, tag, sh);
         else if (s == 2) stage_plain(p.attn, p.NQ * p.D, sh);
-        else stage_swiglu(p, sh);
+        else stage_swiglu(p, tag, sh);
 #pragma unroll
         for (int i = 0; i < XCH; ++i)  // this warp's slice, unpacked to fp32 for the whole stage
           xf[i] = unpack(sl.valid >> i & 1 ? reinterpret_cast<const uint4*>(sh.xs)[sl.part * sl.cpp + lane + 32 * i]
@@ -846,10 +943,13 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
         // Row r's value y (rounded to bf16) goes to the stage's output.
         // (O, down: y, which the next norm stage adds to h.)
         bf16* const out = head ? p.logits : s == 0 ? p.qkv : s == 3 ? p.gu : p.y;
-        unsigned* const qkv_w = reinterpret_cast<unsigned*>(p.qkv);
+        // FLAGS: q/k/v and y are tagged words (O and down's y tagged apart: y is written twice a layer).
+        unsigned* const out_w = reinterpret_cast<unsigned*>(out);
+        const unsigned out_tag = s == 0 ? tag : y_tag(p, epoch, layer, s == 4);
+        const bool tagged_out = FLAGS && !head && (s != 3 || FLAGS_GU);
         auto emit = [&](int r, float v) {
           const float y = bf(v);
-          if (FLAGS && s == 0 && !head) st_volatile(qkv_w + r, tagged(tag, y));
+          if (tagged_out) st_volatile(out_w + r, tagged(out_tag, y));
           else out[r] = __float2bfloat16(y);
           if (head && y > best_val) { best_val = y; best_idx = r; }  // a thread's rows grow: ties keep the first
         };
@@ -929,10 +1029,10 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
     if (tr && work) { tr[6] = now_ns(); tr[5] = sh.wait_cycles; tr[7] = clock64() - t_ready; }
     // Signal: this CTA's part of stage g is done (stores first). The barrier stays with
     // FLAGS too (the next stage's loader rewrites sh.xs, which a slower warp may still be
-    // reading), but nobody waits for the QKV and attention counters: no release there.
+    // reading), but only down waits for a counter (gate/up's): no release elsewhere.
     if (!head) {
       consumers_sync();
-      if (tid == 0 && !(FLAGS && (s == 0 || s == 1)))
+      if (tid == 0 && !(FLAGS && (s != 3 || FLAGS_GU)))
         asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter(p, g)) : "memory");
     }
     if (tr) { tr[2] = now_ns(); tr[3] = smid(); }
