@@ -945,7 +945,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
         bf16* const out = head ? p.logits : s == 0 ? p.qkv : s == 3 ? p.gu : p.y;
         // FLAGS: q/k/v and y are tagged words (O and down's y tagged apart: y is written twice a layer).
         unsigned* const out_w = reinterpret_cast<unsigned*>(out);
-        const unsigned out_tag = s == 0 ? tag : y_tag(p, epoch, layer, s == 4);
+        const unsigned out_tag = s == 0 || s == 3 ? tag : y_tag(p, epoch, layer, s == 4);  // qkv, gu: once a layer
         const bool tagged_out = FLAGS && !head && (s != 3 || FLAGS_GU);
         auto emit = [&](int r, float v) {
           const float y = bf(v);
