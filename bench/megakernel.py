@@ -43,7 +43,7 @@ from perfdoctor.engine.fused import fused_step
 from perfdoctor.engine.generate import generate, random_prompt
 from perfdoctor.engine.graphs import GraphedStep
 from perfdoctor.engine.measure import Speed, peak_dram_bandwidth
-from perfdoctor.engine.megakernel import STAGES, TRACE_WORDS, TUNED, MegaKernels, MegaShape
+from perfdoctor.engine.megakernel import STAGES, TRACE_WORDS, TUNED, MegaKernels, MegaShape, MegaStep
 from perfdoctor.engine.model import Transformer
 from perfdoctor.engine.weights import random_hf_state_dict
 
@@ -53,6 +53,9 @@ SHAPES: dict[str, MegaShape] = {
     "flags": replace(TUNED, flags=True),  # the attention path on tags in its data (no counters)
     "no-flags": replace(TUNED, flags=False),
     "flags-gu": replace(TUNED, flags=True, flags_gu=True),  # gate/up -> down on tags too: no counters
+    "spin-100ns": replace(TUNED, spin_ns=100),  # a pause before re-reading a word not yet tagged
+    "flags-gu-spin-200ns": replace(TUNED, flags_gu=True, spin_ns=200),
+    "graphed-step": TUNED,  # timed through graphs.GraphedStep (copies the token and position in)
     "in-flight-6": replace(TUNED, in_flight=0),  # up to the whole ring outstanding
     "in-flight-4": replace(TUNED, in_flight=4),
     "in-flight-3": replace(TUNED, in_flight=3),
@@ -173,7 +176,8 @@ def run(args: argparse.Namespace) -> dict:
         shape = SHAPES[name]
         try:
             mk = MegaKernels(model, shape)
-            seconds, tokens, steps = time_step(model, GraphedStep(mk), prompt, args.tokens, args.repeats)
+            wrap = GraphedStep if name == "graphed-step" else MegaStep
+            seconds, tokens, steps = time_step(model, wrap(mk), prompt, args.tokens, args.repeats)
         except Exception as e:  # noqa: BLE001 - one shape failing (resources) must not hide the others
             rows.append({"name": name, "note": f"{type(e).__name__}: {str(e)[:200]}", "shape": asdict(shape)})
             print(f"  {name}: {rows[-1]['note']}", file=sys.stderr, flush=True)

@@ -201,15 +201,14 @@ def test_megakernel_replays_identically(shape):
     """A race (a read before its producer's write is visible) shows as outputs that change
     between runs on the same input; the kernel's arithmetic order is fixed, so 50 replays of
     the captured step at one position must give bit-identical logits."""
-    from perfdoctor.engine.graphs import GraphedStep
-    from perfdoctor.engine.megakernel import MegaKernels
+    from perfdoctor.engine.megakernel import MegaKernels, MegaStep
     from perfdoctor.engine.model import Transformer
     from perfdoctor.engine.weights import model_weights
 
     config, weights = model_weights("llama-3.2-1b", None, 0, DEVICE, torch.bfloat16)
     model = Transformer.from_hf_state_dict(config, weights, 2048)
     mk = MegaKernels(model, shape)
-    step = GraphedStep(mk)
+    step = MegaStep(mk)
     token, pos = torch.tensor([17], device=DEVICE), torch.tensor([300], device=DEVICE)
     with torch.inference_mode():
         step(token, pos)
@@ -252,3 +251,32 @@ def test_trace_detail_split_by_hand():
     assert "| stage | seen us (sum)" in bench.table({
         "device": "x", "ctx": 1, "tokens": 1, "repeats": 1, "bytes_per_step": 1e6, "rows": [],
         "trace": bench.trace_split(trace, 1, dict.fromkeys(bench.STAGES + ("head",), 0)), "trace_shape": "tuned", "trace_pos": 1})
+
+
+@needs_hopper
+def test_megastep_reads_the_callers_buffers():
+    """MegaStep replays graphs captured on the caller's own token and position tensors (no
+    copies in): a generation through it gives the tokens of one through GraphedStep (which
+    copies both into static buffers), and a caller that passes new tensors at every step,
+    more than MAX_GRAPHS of them, gets the same tokens again."""
+    from perfdoctor.engine.generate import generate, random_prompt
+    from perfdoctor.engine.graphs import GraphedStep
+    from perfdoctor.engine.megakernel import MegaKernels, MegaStep
+    from perfdoctor.engine.model import Transformer
+    from perfdoctor.engine.weights import model_weights
+
+    config, weights = model_weights("tiny", None, 0, DEVICE, torch.bfloat16)
+    models = [Transformer.from_hf_state_dict(config, weights, 64) for _ in range(3)]
+    prompt = random_prompt(config, 5, 0)
+    P, n = prompt.shape[0], 24
+    with torch.inference_mode():
+        want = generate(models[0], GraphedStep(MegaKernels(models[0])), prompt, n).tokens
+        assert generate(models[1], MegaStep(MegaKernels(models[1])), prompt, n).tokens == want
+        step = MegaStep(MegaKernels(models[2]))
+        models[2](prompt.to(DEVICE), torch.arange(P, device=DEVICE))  # the prefill fills its cache
+        got = [want[0]]
+        for i in range(1, n):
+            got.append(step(torch.tensor([got[-1]], device=DEVICE), torch.tensor([P + i - 1], device=DEVICE)).item())
+        assert len(step.graphs) <= MegaStep.MAX_GRAPHS
+    assert got == want
+

@@ -5,14 +5,16 @@ and a tail, and the small matrices never reach full bandwidth. Here one CTA per 
 resident for the whole step: a producer warp streams the CTA's weight tiles with Hopper
 bulk copies into a ring of shared-memory stages, running ahead through stage and layer
 boundaries (weights do not depend on activations), and consumer warps compute from shared
-memory, synchronising with the other CTAs through per-stage done counters
-(`kernels/megakernel.cu` explains the schedule, the ordering and the rounding).
+memory, synchronising with the other CTAs through tags stored with the activations (and
+one done counter per layer; `kernels/megakernel.cu` explains the schedule, the ordering
+and the rounding).
 
 The kernel is CUDA C++ built with nvcc into a cubin (`perfdoctor.engine.cubin`, cached)
 and launched through the driver API on PyTorch's stream: one kernel node per step, which
-`GraphedStep` captures once and replays at every position (the token and position are read
-from device buffers; the kernel zeroes its own counters at the end). It needs an sm_90
-GPU (Hopper: the bulk-copy engine), bf16 weights, and the model's tensors in place.
+`MegaStep` captures in a CUDA graph on the caller's token and position buffers and replays
+at every position (the kernel reads both through pointers and zeroes its own counters at
+the end). It needs an sm_90 GPU (Hopper: the bulk-copy engine), bf16 weights, and the
+model's tensors in place.
 
 `plan` is the tile schedule in Python: the host sizes and checks everything with it and
 passes its rows per tile to the kernel, and the CPU tests check its invariants.
@@ -58,7 +60,8 @@ class MegaShape:
     counters (q/k/v, the attention output, the residual stream and the O / down outputs
     become 32-bit words: tag << 16 | bf16; no release fence, no counter poll). `flags_gu`
     (with flags): gate/up -> down too (the gate/up output tagged: twice the down loader's
-    bytes; no counter is waited for at all).
+    bytes; no counter is waited for at all). `spin_ns`: with flags, a nanosleep before each
+    re-read of a word whose tag has not arrived (0: re-read at once).
 
     (Knobs measured no better and removed in v4, with their code: an L2 prefetch ahead of
     the ring, always or only while it was full; a nanosleep between counter polls; the
@@ -72,6 +75,7 @@ class MegaShape:
     tiles_per_step: int = 1
     flags: bool = True  # run 18: 0.761 ms against 0.797 with counters
     flags_gu: bool = False
+    spin_ns: int = 0
 
     def __post_init__(self) -> None:
         if self.flags_gu and not self.flags:
@@ -81,7 +85,8 @@ class MegaShape:
         """The kernel's -D defines for a model of `head_dim` (one attention<D> is built)."""
         return {"TILE_BYTES": self.tile_bytes, "NSTAGE": self.stages, "CWARPS": self.consumer_warps,
                 "IN_FLIGHT": self.in_flight or self.stages, "TPI": self.tiles_per_step, "HEAD_DIM": head_dim,
-                "FLAGS": int(self.flags), "FLAGS_GU": int(self.flags_gu)}
+                "FLAGS": int(self.flags), "FLAGS_GU": int(self.flags_gu),
+                "SPIN_NS": self.spin_ns}
 
     @property
     def threads(self) -> int:
@@ -254,10 +259,47 @@ class MegaKernels:
         return self.next_token
 
 
+class MegaStep:
+    """The megakernel step replayed from CUDA graphs that read the token and the position
+    where the caller keeps them: nothing is copied around the kernel node.
+
+    `graphs.GraphedStep` copies both inputs into static buffers before each replay: two
+    small device copies per step, serialised with the kernel on the stream. The kernel reads
+    the token and position through pointers, so a graph captured on the caller's own
+    tensors needs no copy. `generate` passes one position tensor (advanced in place) and,
+    from the second step on, the kernel's own output as the token: the kernel reads the
+    token at its start and writes the next one at its end, after every CTA has read it.
+    One graph per (token, position) pair of buffers, kept with the two tensors (alive as
+    long as a graph may read them); a caller that passes new tensors at every step gets a
+    capture per step (correct, slower), the cache emptied past MAX_GRAPHS entries.
+    `step`: the `MegaKernels` (its logits, counters).
+    """
+
+    MAX_GRAPHS = 4
+
+    def __init__(self, kernels: MegaKernels) -> None:
+        self.step = kernels
+        self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, Tensor, Tensor]] = {}
+
+    def __call__(self, token: Tensor, pos: Tensor) -> Tensor:
+        token = token if token.dtype == torch.long else token.long()
+        pos = pos if pos.dtype == torch.long else pos.long()
+        key = (token.data_ptr(), pos.data_ptr())
+        entry = self.graphs.get(key)
+        if entry is None:
+            if len(self.graphs) >= self.MAX_GRAPHS:
+                self.graphs.clear()
+            graph = torch.cuda.CUDAGraph()  # the kernel needs no warm-up: nothing in it is lazy
+            with torch.cuda.graph(graph):
+                self.step(token, pos)
+            entry = self.graphs[key] = (graph, token, pos)
+        entry[0].replay()
+        return self.step.next_token
+
+
 def megakernel_step(model: Transformer):  # -> generate.Step
-    """The megakernel step, in a CUDA graph (the `megakernel` variant's factory)."""
+    """The megakernel step, in CUDA graphs on the caller's buffers (the `megakernel`
+    variant's factory)."""
     if model.embed.device.type != "cuda":
         raise BadInput("the megakernel variant needs a CUDA device (it is a CUDA kernel for Hopper GPUs)")
-    from perfdoctor.engine.graphs import GraphedStep
-
-    return GraphedStep(MegaKernels(model))
+    return MegaStep(MegaKernels(model))

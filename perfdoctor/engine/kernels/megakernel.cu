@@ -90,6 +90,9 @@ static_assert(TPI == 1 || TPI == 2, "one or two tiles per step");
 #define FLAGS_GU 0  // with FLAGS, gate/up -> down on tags too (gu as tagged words: twice the loader's bytes)
 #endif
 static_assert(!FLAGS_GU || FLAGS, "FLAGS_GU extends FLAGS");
+#ifndef SPIN_NS
+#define SPIN_NS 0  // FLAGS: nanosleep before re-reading a word whose tag is not there yet (0: spin)
+#endif
 #ifndef HEAD_DIM
 #define HEAD_DIM 64  // the model's head_dim (the host always passes it): one attention<D> in the code
 #endif
@@ -274,9 +277,15 @@ __device__ __forceinline__ uint2 values4(uint4 v) {  // the bf16 values of 4 tag
 
 // 8 tagged words w[0..1] (16-byte halves a, b, already loaded once): when all carry `tag`,
 // their bf16 values as one 16-byte chunk.
+// (SPIN_NS: 132 CTAs re-reading a buffer of up to 64 KB each as fast as they can load it
+// compete in L2 with the stores they wait for and with the bulk copies.)
+__device__ __forceinline__ void spin_pause() {
+  if (SPIN_NS) __nanosleep(SPIN_NS);
+}
+
 __device__ __forceinline__ uint4 settle8(const uint4* w, uint4 a, uint4 b, unsigned tag) {
-  while (!tags_are(a, tag)) a = ld_volatile4(w);
-  while (!tags_are(b, tag)) b = ld_volatile4(w + 1);
+  while (!tags_are(a, tag)) { spin_pause(); a = ld_volatile4(w); }
+  while (!tags_are(b, tag)) { spin_pause(); b = ld_volatile4(w + 1); }
   const uint2 x = values4(a), y = values4(b);
   return make_uint4(x.x, x.y, y.x, y.y);
 }
@@ -291,7 +300,7 @@ __device__ __forceinline__ void st_tagged8(uint4* w, uint4 v, unsigned tag) {
 // The bf16 value of word *w once its tag is `tag` (spins until then).
 __device__ __forceinline__ float await_word(const unsigned* w, unsigned tag) {
   unsigned v = ld_volatile(w);
-  while (v >> 16 != tag) v = ld_volatile(w);
+  while (v >> 16 != tag) { spin_pause(); v = ld_volatile(w); }
   return lo(v);
 }
 
@@ -525,9 +534,8 @@ __device__ __forceinline__ void stage_tagged(const unsigned* src, int k, unsigne
   for (int c = 0; c < N; ++c) {
     const int j = threadIdx.x + c * NC;
     if (j < k / 4) {
-      while (v[c].x >> 16 != tag || v[c].y >> 16 != tag || v[c].z >> 16 != tag || v[c].w >> 16 != tag)
-        v[c] = ld_volatile4(s4 + j);
-      reinterpret_cast<uint2*>(sh.xs)[j] = make_uint2((v[c].x & 0xffffu) | v[c].y << 16, (v[c].z & 0xffffu) | v[c].w << 16);
+      while (!tags_are(v[c], tag)) { spin_pause(); v[c] = ld_volatile4(s4 + j); }
+      reinterpret_cast<uint2*>(sh.xs)[j] = values4(v[c]);
     }
   }
   consumers_sync();
