@@ -52,9 +52,6 @@ SHAPES: dict[str, MegaShape] = {
     "tuned": TUNED,  # 6 x 32 KB ring, 8 consumer warps, 2 copies in flight, 1 tile per step, flags
     "flags": replace(TUNED, flags=True),  # the attention path on tags in its data (no counters)
     "no-flags": replace(TUNED, flags=False),
-    "flags-gu": replace(TUNED, flags=True, flags_gu=True),  # gate/up -> down on tags too: no counters
-    "spin-100ns": replace(TUNED, spin_ns=100),  # a pause before re-reading a word not yet tagged
-    "flags-gu-spin-200ns": replace(TUNED, flags_gu=True, spin_ns=200),
     "graphed-step": TUNED,  # timed through graphs.GraphedStep (copies the token and position in)
     "in-flight-6": replace(TUNED, in_flight=0),  # up to the whole ring outstanding
     "in-flight-4": replace(TUNED, in_flight=4),

@@ -58,14 +58,12 @@ class MegaShape:
     and shuffles interleave, which spills and measured 1.6 % slower). `flags`: every stage
     boundary but gate/up -> down synchronises on tags stored with its data instead of done
     counters (q/k/v, the attention output, the residual stream and the O / down outputs
-    become 32-bit words: tag << 16 | bf16; no release fence, no counter poll). `flags_gu`
-    (with flags): gate/up -> down too (the gate/up output tagged: twice the down loader's
-    bytes; no counter is waited for at all). `spin_ns`: with flags, a nanosleep before each
-    re-read of a word whose tag has not arrived (0: re-read at once).
+    become 32-bit words: tag << 16 | bf16; no release fence, no counter poll).
 
     (Knobs measured no better and removed in v4, with their code: an L2 prefetch ahead of
     the ring, always or only while it was full; a nanosleep between counter polls; the
-    tile-loop timing probes. docs/kernels-notes.md has their rows.)
+    tile-loop timing probes; tags on gate/up's output too; a nanosleep in the tag spins.
+    docs/kernels-notes.md has their rows.)
     """
 
     tile_bytes: int = 32768
@@ -74,19 +72,12 @@ class MegaShape:
     in_flight: int = 2  # bulk copies outstanding per producer at most; 0: up to `stages`
     tiles_per_step: int = 1
     flags: bool = True  # run 18: 0.761 ms against 0.797 with counters
-    flags_gu: bool = False
-    spin_ns: int = 0
-
-    def __post_init__(self) -> None:
-        if self.flags_gu and not self.flags:
-            raise BadInput("megakernel: flags_gu extends flags (set both)")
 
     def defines(self, head_dim: int) -> dict[str, int]:
         """The kernel's -D defines for a model of `head_dim` (one attention<D> is built)."""
         return {"TILE_BYTES": self.tile_bytes, "NSTAGE": self.stages, "CWARPS": self.consumer_warps,
                 "IN_FLIGHT": self.in_flight or self.stages, "TPI": self.tiles_per_step, "HEAD_DIM": head_dim,
-                "FLAGS": int(self.flags), "FLAGS_GU": int(self.flags_gu),
-                "SPIN_NS": self.spin_ns}
+                "FLAGS": int(self.flags)}
 
     @property
     def threads(self) -> int:
@@ -201,7 +192,7 @@ class MegaKernels:
         self.qkv = torch.zeros((c.q_heads + 2 * c.kv_heads) * c.head_dim, **tagged)
         self.attn = torch.zeros(c.q_heads * c.head_dim, **tagged)
         self.epoch = torch.zeros(1, dtype=torch.int32, device=device)  # launches mod 65535 (the tags' step part)
-        self.gu = torch.zeros(2 * c.intermediate, **(tagged if shape.flags_gu else act))
+        self.gu = torch.empty(2 * c.intermediate, **act)
         self.logits = torch.empty(c.vocab_size, **act)
         self.next_token = torch.zeros(1, dtype=torch.long, device=device)
         half = c.head_dim // 2

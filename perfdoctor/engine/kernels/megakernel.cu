@@ -86,13 +86,6 @@ static_assert(TPI == 1 || TPI == 2, "one or two tiles per step");
 #ifndef FLAGS
 #define FLAGS 0  // 1: every boundary but gate/up -> down synchronises on tags in its data, not on done counters
 #endif
-#ifndef FLAGS_GU
-#define FLAGS_GU 0  // with FLAGS, gate/up -> down on tags too (gu as tagged words: twice the loader's bytes)
-#endif
-static_assert(!FLAGS_GU || FLAGS, "FLAGS_GU extends FLAGS");
-#ifndef SPIN_NS
-#define SPIN_NS 0  // FLAGS: nanosleep before re-reading a word whose tag is not there yet (0: spin)
-#endif
 #ifndef HEAD_DIM
 #define HEAD_DIM 64  // the model's head_dim (the host always passes it): one attention<D> in the code
 #endif
@@ -121,7 +114,7 @@ struct Params {  // mirrored by perfdoctor.engine.megakernel._Params (same order
   bf16* y;       // [K] the O or down projection, added to the stream by the next norm stage (FLAGS: words)
   bf16* qkv;     // [(NQ + 2 NKV) D] before RoPE (FLAGS: 32-bit words, see tagged())
   bf16* attn;    // [NQ D] (FLAGS: 32-bit words)
-  bf16* gu;      // [2 I] gate, then up (FLAGS_GU: words)
+  bf16* gu;      // [2 I] gate, then up
   bf16* logits;  // [V]
   float* part_val;  // [G] per-CTA argmax partials
   int* part_idx;
@@ -275,33 +268,22 @@ __device__ __forceinline__ uint2 values4(uint4 v) {  // the bf16 values of 4 tag
   return make_uint2((v.x & 0xffffu) | v.y << 16, (v.z & 0xffffu) | v.w << 16);
 }
 
-// 8 tagged words w[0..1] (16-byte halves a, b, already loaded once): when all carry `tag`,
-// their bf16 values as one 16-byte chunk.
-// (SPIN_NS: 132 CTAs re-reading a buffer of up to 64 KB each as fast as they can load it
-// compete in L2 with the stores they wait for and with the bulk copies.)
-__device__ __forceinline__ void spin_pause() {
-  if (SPIN_NS) __nanosleep(SPIN_NS);
-}
-
-__device__ __forceinline__ uint4 settle8(const uint4* w, uint4 a, uint4 b, unsigned tag) {
-  while (!tags_are(a, tag)) { spin_pause(); a = ld_volatile4(w); }
-  while (!tags_are(b, tag)) { spin_pause(); b = ld_volatile4(w + 1); }
+// The bf16 values of 8 tagged words (two 16-byte halves) as one 16-byte chunk.
+__device__ __forceinline__ uint4 values8(uint4 a, uint4 b) {
   const uint2 x = values4(a), y = values4(b);
   return make_uint4(x.x, x.y, y.x, y.y);
 }
+
+// Every spin on tagged words below re-reads all of a thread's words that lack their tag in
+// one pass, then checks them: one L2 round trip per pass. (Awaiting them one after another,
+// as v4.3 did, cost a round trip per stale word: gate/up's loader took ~4 us after O's last
+// store, run 22.)
 
 // A 16-byte chunk of 8 bf16 stored as 8 tagged words at w[0..1].
 __device__ __forceinline__ void st_tagged8(uint4* w, uint4 v, unsigned tag) {
   const unsigned t = tag << 16;
   st_volatile4(w, make_uint4(t | (v.x & 0xffffu), t | v.x >> 16, t | (v.y & 0xffffu), t | v.y >> 16));
   st_volatile4(w + 1, make_uint4(t | (v.z & 0xffffu), t | v.z >> 16, t | (v.w & 0xffffu), t | v.w >> 16));
-}
-
-// The bf16 value of word *w once its tag is `tag` (spins until then).
-__device__ __forceinline__ float await_word(const unsigned* w, unsigned tag) {
-  unsigned v = ld_volatile(w);
-  while (v >> 16 != tag) { spin_pause(); v = ld_volatile(w); }
-  return lo(v);
 }
 
 // x unpacked to fp32 once per stage (not once per tile): half the conversions per tile.
@@ -459,22 +441,35 @@ __device__ __forceinline__ void stage_normed(const Params& p, const void* src, c
   uint4* o4 = reinterpret_cast<uint4*>(out);
   uint4 v[TCH];
   float ss = 0.f;
-  if (FLAGS && tags.x) {  // every load out first, then each chunk awaited
+  if (FLAGS && tags.x) {  // every load out first, then the stale ones re-read together
+    const uint4 none_x = make_uint4(tags.x << 16, tags.x << 16, tags.x << 16, tags.x << 16);  // (past k: "ready")
+    const uint4 none_y = make_uint4(tags.y << 16, tags.y << 16, tags.y << 16, tags.y << 16);
     uint4 sv[TCH][2], av[TCH][2];
 #pragma unroll
     for (int c = 0; c < TCH; ++c) {
       const int j = tid + c * NC;
 #pragma unroll
       for (int k = 0; k < 2; ++k) {
-        sv[c][k] = j < kc ? ld_volatile4(s4 + 2 * j + k) : make_uint4(0, 0, 0, 0);
-        av[c][k] = j < kc ? ld_volatile4(a4 + 2 * j + k) : make_uint4(0, 0, 0, 0);
+        sv[c][k] = j < kc ? ld_volatile4(s4 + 2 * j + k) : none_x;
+        av[c][k] = j < kc ? ld_volatile4(a4 + 2 * j + k) : none_y;
+      }
+    }
+    for (bool all = false; !all;) {
+      all = true;
+#pragma unroll
+      for (int c = 0; c < TCH; ++c) {
+        const int j = tid + c * NC;
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+          if (!tags_are(sv[c][k], tags.x)) { all = false; sv[c][k] = ld_volatile4(s4 + 2 * j + k); }
+          if (!tags_are(av[c][k], tags.y)) { all = false; av[c][k] = ld_volatile4(a4 + 2 * j + k); }
+        }
       }
     }
 #pragma unroll
     for (int c = 0; c < TCH; ++c) {
       const int j = tid + c * NC;
-      v[c] = j < kc ? residual(settle8(s4 + 2 * j, sv[c][0], sv[c][1], tags.x), settle8(a4 + 2 * j, av[c][0], av[c][1], tags.y))
-                    : make_uint4(0, 0, 0, 0);
+      v[c] = j < kc ? residual(values8(sv[c][0], sv[c][1]), values8(av[c][0], av[c][1])) : make_uint4(0, 0, 0, 0);
     }
   } else {
 #pragma unroll
@@ -520,23 +515,27 @@ __device__ __forceinline__ void stage_normed(const Params& p, const void* src, c
 }
 
 // xs <- a tagged vector of length k (FLAGS: the attention output), once every word carries
-// `tag`: all loads first, then a spin on each 16-byte chunk that was not ready.
+// `tag`: all loads first, then the stale ones re-read together.
 __device__ __forceinline__ void stage_tagged(const unsigned* src, int k, unsigned tag, Shared& sh) {
   constexpr int N = 2 * TCH;  // 16-byte chunks of 4 words per thread at most (k <= MAXK)
   const uint4* s4 = reinterpret_cast<const uint4*>(src);
+  const uint4 none = make_uint4(tag << 16, tag << 16, tag << 16, tag << 16);  // past k: "ready"
   uint4 v[N];
 #pragma unroll
   for (int c = 0; c < N; ++c) {
     const int j = threadIdx.x + c * NC;
-    v[c] = j < k / 4 ? ld_volatile4(s4 + j) : make_uint4(0, 0, 0, 0);
+    v[c] = j < k / 4 ? ld_volatile4(s4 + j) : none;
+  }
+  for (bool all = false; !all;) {
+    all = true;
+#pragma unroll
+    for (int c = 0; c < N; ++c)
+      if (!tags_are(v[c], tag)) { all = false; v[c] = ld_volatile4(s4 + threadIdx.x + c * NC); }
   }
 #pragma unroll
   for (int c = 0; c < N; ++c) {
     const int j = threadIdx.x + c * NC;
-    if (j < k / 4) {
-      while (!tags_are(v[c], tag)) { spin_pause(); v[c] = ld_volatile4(s4 + j); }
-      reinterpret_cast<uint2*>(sh.xs)[j] = values4(v[c]);
-    }
+    if (j < k / 4) reinterpret_cast<uint2*>(sh.xs)[j] = values4(v[c]);
   }
   consumers_sync();
 }
@@ -554,37 +553,16 @@ __device__ __forceinline__ void stage_plain(const bf16* src, int k, Shared& sh) 
 // xs <- silu(gate) * up, rounded as `norm_gate_up` (silu, then the product).
 // All of this thread's loads go out first (predicated): guarded one by one, each chunk's
 // round trip waited for the previous one's SwiGLU (4 serial L2 round trips: 3.1 us).
-// FLAGS_GU: gu is tagged words (this layer's `tag`), each chunk awaited.
-__device__ __forceinline__ void stage_swiglu(const Params& p, unsigned tag, Shared& sh) {
+// (Tagging gu too, so that down would not wait for gate/up's counter, measured slower:
+// the loader's bytes double, run 21-22.)
+__device__ __forceinline__ void stage_swiglu(const Params& p, Shared& sh) {
   uint4 g4s[TCH], u4s[TCH];
-  if (FLAGS_GU) {
-    const uint4* g4 = reinterpret_cast<const uint4*>(p.gu);  // 4 words per 16 bytes
-    const uint4* u4 = g4 + p.I / 4;
-    uint4 gw[TCH][2], uw[TCH][2];
 #pragma unroll
-    for (int c = 0; c < TCH; ++c) {
-      const int j = threadIdx.x + c * NC;
-#pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        gw[c][k] = j < p.I / 8 ? ld_volatile4(g4 + 2 * j + k) : make_uint4(0, 0, 0, 0);
-        uw[c][k] = j < p.I / 8 ? ld_volatile4(u4 + 2 * j + k) : make_uint4(0, 0, 0, 0);
-      }
-    }
-#pragma unroll
-    for (int c = 0; c < TCH; ++c) {
-      const int j = threadIdx.x + c * NC;
-      const bool in = j < p.I / 8;
-      g4s[c] = in ? settle8(g4 + 2 * j, gw[c][0], gw[c][1], tag) : make_uint4(0, 0, 0, 0);
-      u4s[c] = in ? settle8(u4 + 2 * j, uw[c][0], uw[c][1], tag) : make_uint4(0, 0, 0, 0);
-    }
-  } else {
-#pragma unroll
-    for (int c = 0; c < TCH; ++c) {
-      const int j = threadIdx.x + c * NC;
-      const bool in = j < p.I / 8;
-      g4s[c] = in ? __ldcg(reinterpret_cast<const uint4*>(p.gu) + j) : make_uint4(0, 0, 0, 0);
-      u4s[c] = in ? __ldcg(reinterpret_cast<const uint4*>(p.gu + p.I) + j) : make_uint4(0, 0, 0, 0);
-    }
+  for (int c = 0; c < TCH; ++c) {
+    const int j = threadIdx.x + c * NC;
+    const bool in = j < p.I / 8;
+    g4s[c] = in ? __ldcg(reinterpret_cast<const uint4*>(p.gu) + j) : make_uint4(0, 0, 0, 0);
+    u4s[c] = in ? __ldcg(reinterpret_cast<const uint4*>(p.gu + p.I) + j) : make_uint4(0, 0, 0, 0);
   }
 #pragma unroll
   for (int c = 0; c < TCH; ++c) {
@@ -642,16 +620,26 @@ __device__ void attention(const Params& p, int layer, int hq, int pos, float c, 
   bf16* kc = reinterpret_cast<bf16*>(row[K_CACHE]) + kv * p.stride_head;
   bf16* vc = reinterpret_cast<bf16*>(row[V_CACHE]) + kv * p.stride_head;
   const unsigned* qkv_w = reinterpret_cast<const unsigned*>(p.qkv);  // FLAGS: tagged words
+  // FLAGS: this thread's words of q, k (dims tid and tid + half, tid < half) and v (dim tid),
+  // read at once, the stale ones re-read together.
+  const unsigned* wp[5] = {qkv_w + hq * D + tid, qkv_w + hq * D + tid + half, qkv_w + (p.NQ + kv) * D + tid,
+                           qkv_w + (p.NQ + kv) * D + tid + half, qkv_w + (p.NQ + p.NKV + kv) * D + tid};
+  unsigned w[5];
+  if (FLAGS && tid < D) {
+#pragma unroll
+    for (int i = 0; i < 5; ++i) w[i] = i == 4 || tid < half ? ld_volatile(wp[i]) : tag << 16;  // unused: "ready"
+    for (bool all = false; !all;) {
+      all = true;
+#pragma unroll
+      for (int i = 0; i < 5; ++i)
+        if (w[i] >> 16 != tag) { all = false; w[i] = ld_volatile(wp[i]); }
+    }
+  }
   if (tid < half) {  // RoPE of q and of this step's k, each product rounded as `rope_pair`
     const int q = hq * D, k = (p.NQ + kv) * D;
     float qa, qb, ka, kb;
-    if (FLAGS) {  // all four loads out before the first spin
-      const unsigned w0 = ld_volatile(qkv_w + q + tid), w1 = ld_volatile(qkv_w + q + tid + half);
-      const unsigned w2 = ld_volatile(qkv_w + k + tid), w3 = ld_volatile(qkv_w + k + tid + half);
-      qa = w0 >> 16 == tag ? lo(w0) : await_word(qkv_w + q + tid, tag);
-      qb = w1 >> 16 == tag ? lo(w1) : await_word(qkv_w + q + tid + half, tag);
-      ka = w2 >> 16 == tag ? lo(w2) : await_word(qkv_w + k + tid, tag);
-      kb = w3 >> 16 == tag ? lo(w3) : await_word(qkv_w + k + tid + half, tag);
+    if (FLAGS) {
+      qa = lo(w[0]), qb = lo(w[1]), ka = lo(w[2]), kb = lo(w[3]);
     } else {
       qa = __bfloat162float(__ldcg(p.qkv + q + tid)), qb = __bfloat162float(__ldcg(p.qkv + q + tid + half));
       ka = __bfloat162float(__ldcg(p.qkv + k + tid)), kb = __bfloat162float(__ldcg(p.qkv + k + tid + half));
@@ -664,7 +652,7 @@ __device__ void attention(const Params& p, int layer, int hq, int pos, float c, 
   }
   if (tid < D) {
     const int v = (p.NQ + p.NKV + kv) * D + tid;
-    sh.v_new[tid] = FLAGS ? __float2bfloat16(await_word(qkv_w + v, tag)) : __ldcg(p.qkv + v);
+    sh.v_new[tid] = FLAGS ? __float2bfloat16(lo(w[4])) : __ldcg(p.qkv + v);
   }
   consumers_sync();
   if (tr) tr[4] = now_ns();
@@ -910,7 +898,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
       // FLAGS: the stages whose inputs are tagged wait on the data (all but down: gate/up's
       // counter); attention for its q/k/v words, O's loader for the attention output's, the
       // norm loaders for h's and y's.
-      if (g > 0 && !(FLAGS && (s != 4 || FLAGS_GU))) {  // wait for the previous stage, everywhere
+      if (g > 0 && !(FLAGS && s != 4)) {  // wait for the previous stage, everywhere
         if (tid == 0)
           while (ld_acquire(counter(p, g - 1)) < (unsigned)G) {
           }  // (a nanosleep between polls measured no different, run 14)
@@ -942,7 +930,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
           stage_normed(p, src, embed ? nullptr : p.y, !embed, gv, out, tags, sh);
         } else if (s == 2 && FLAGS) stage_tagged(reinterpret_cast<const unsigned*>(p.attn), p.NQ * p.D, tag, sh);
         else if (s == 2) stage_plain(p.attn, p.NQ * p.D, sh);
-        else stage_swiglu(p, tag, sh);
+        else stage_swiglu(p, sh);
 #pragma unroll
         for (int i = 0; i < XCH; ++i)  // this warp's slice, unpacked to fp32 for the whole stage
           xf[i] = unpack(sl.valid >> i & 1 ? reinterpret_cast<const uint4*>(sh.xs)[sl.part * sl.cpp + lane + 32 * i]
@@ -953,8 +941,8 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
         bf16* const out = head ? p.logits : s == 0 ? p.qkv : s == 3 ? p.gu : p.y;
         // FLAGS: q/k/v and y are tagged words (O and down's y tagged apart: y is written twice a layer).
         unsigned* const out_w = reinterpret_cast<unsigned*>(out);
-        const unsigned out_tag = s == 0 || s == 3 ? tag : y_tag(p, epoch, layer, s == 4);  // qkv, gu: once a layer
-        const bool tagged_out = FLAGS && !head && (s != 3 || FLAGS_GU);
+        const unsigned out_tag = s == 0 ? tag : y_tag(p, epoch, layer, s == 4);  // qkv: once a layer
+        const bool tagged_out = FLAGS && !head && s != 3;
         auto emit = [&](int r, float v) {
           const float y = bf(v);
           if (tagged_out) st_volatile(out_w + r, tagged(out_tag, y));
@@ -1040,7 +1028,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
     // reading), but only down waits for a counter (gate/up's): no release elsewhere.
     if (!head) {
       consumers_sync();
-      if (tid == 0 && !(FLAGS && (s != 3 || FLAGS_GU)))
+      if (tid == 0 && !(FLAGS && s != 3))
         asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter(p, g)) : "memory");
     }
     if (tr) { tr[2] = now_ns(); tr[3] = smid(); }
