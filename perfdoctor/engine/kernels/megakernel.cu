@@ -268,22 +268,27 @@ __device__ __forceinline__ uint2 values4(uint4 v) {  // the bf16 values of 4 tag
   return make_uint2((v.x & 0xffffu) | v.y << 16, (v.z & 0xffffu) | v.w << 16);
 }
 
-// The bf16 values of 8 tagged words (two 16-byte halves) as one 16-byte chunk.
-__device__ __forceinline__ uint4 values8(uint4 a, uint4 b) {
+// 8 tagged words w[0..1] (16-byte halves a, b, already loaded once): when all carry `tag`,
+// their bf16 values as one 16-byte chunk.
+__device__ __forceinline__ uint4 settle8(const uint4* w, uint4 a, uint4 b, unsigned tag) {
+  while (!tags_are(a, tag)) { a = ld_volatile4(w); }
+  while (!tags_are(b, tag)) { b = ld_volatile4(w + 1); }
   const uint2 x = values4(a), y = values4(b);
   return make_uint4(x.x, x.y, y.x, y.y);
 }
-
-// Every spin on tagged words below re-reads all of a thread's words that lack their tag in
-// one pass, then checks them: one L2 round trip per pass. (Awaiting them one after another,
-// as v4.3 did, cost a round trip per stale word: gate/up's loader took ~4 us after O's last
-// store, run 22.)
 
 // A 16-byte chunk of 8 bf16 stored as 8 tagged words at w[0..1].
 __device__ __forceinline__ void st_tagged8(uint4* w, uint4 v, unsigned tag) {
   const unsigned t = tag << 16;
   st_volatile4(w, make_uint4(t | (v.x & 0xffffu), t | v.x >> 16, t | (v.y & 0xffffu), t | v.y >> 16));
   st_volatile4(w + 1, make_uint4(t | (v.z & 0xffffu), t | v.z >> 16, t | (v.w & 0xffffu), t | v.w >> 16));
+}
+
+// The bf16 value of word *w once its tag is `tag` (spins until then).
+__device__ __forceinline__ float await_word(const unsigned* w, unsigned tag) {
+  unsigned v = ld_volatile(w);
+  while (v >> 16 != tag) { v = ld_volatile(w); }
+  return lo(v);
 }
 
 // x unpacked to fp32 once per stage (not once per tile): half the conversions per tile.
@@ -441,35 +446,22 @@ __device__ __forceinline__ void stage_normed(const Params& p, const void* src, c
   uint4* o4 = reinterpret_cast<uint4*>(out);
   uint4 v[TCH];
   float ss = 0.f;
-  if (FLAGS && tags.x) {  // every load out first, then the stale ones re-read together
-    const uint4 none_x = make_uint4(tags.x << 16, tags.x << 16, tags.x << 16, tags.x << 16);  // (past k: "ready")
-    const uint4 none_y = make_uint4(tags.y << 16, tags.y << 16, tags.y << 16, tags.y << 16);
+  if (FLAGS && tags.x) {  // every load out first, then each chunk awaited
     uint4 sv[TCH][2], av[TCH][2];
 #pragma unroll
     for (int c = 0; c < TCH; ++c) {
       const int j = tid + c * NC;
 #pragma unroll
       for (int k = 0; k < 2; ++k) {
-        sv[c][k] = j < kc ? ld_volatile4(s4 + 2 * j + k) : none_x;
-        av[c][k] = j < kc ? ld_volatile4(a4 + 2 * j + k) : none_y;
-      }
-    }
-    for (bool all = false; !all;) {
-      all = true;
-#pragma unroll
-      for (int c = 0; c < TCH; ++c) {
-        const int j = tid + c * NC;
-#pragma unroll
-        for (int k = 0; k < 2; ++k) {
-          if (!tags_are(sv[c][k], tags.x)) { all = false; sv[c][k] = ld_volatile4(s4 + 2 * j + k); }
-          if (!tags_are(av[c][k], tags.y)) { all = false; av[c][k] = ld_volatile4(a4 + 2 * j + k); }
-        }
+        sv[c][k] = j < kc ? ld_volatile4(s4 + 2 * j + k) : make_uint4(0, 0, 0, 0);
+        av[c][k] = j < kc ? ld_volatile4(a4 + 2 * j + k) : make_uint4(0, 0, 0, 0);
       }
     }
 #pragma unroll
     for (int c = 0; c < TCH; ++c) {
       const int j = tid + c * NC;
-      v[c] = j < kc ? residual(values8(sv[c][0], sv[c][1]), values8(av[c][0], av[c][1])) : make_uint4(0, 0, 0, 0);
+      v[c] = j < kc ? residual(settle8(s4 + 2 * j, sv[c][0], sv[c][1], tags.x), settle8(a4 + 2 * j, av[c][0], av[c][1], tags.y))
+                    : make_uint4(0, 0, 0, 0);
     }
   } else {
 #pragma unroll
@@ -515,27 +507,23 @@ __device__ __forceinline__ void stage_normed(const Params& p, const void* src, c
 }
 
 // xs <- a tagged vector of length k (FLAGS: the attention output), once every word carries
-// `tag`: all loads first, then the stale ones re-read together.
+// `tag`: all loads first, then a spin on each 16-byte chunk that was not ready.
 __device__ __forceinline__ void stage_tagged(const unsigned* src, int k, unsigned tag, Shared& sh) {
   constexpr int N = 2 * TCH;  // 16-byte chunks of 4 words per thread at most (k <= MAXK)
   const uint4* s4 = reinterpret_cast<const uint4*>(src);
-  const uint4 none = make_uint4(tag << 16, tag << 16, tag << 16, tag << 16);  // past k: "ready"
   uint4 v[N];
 #pragma unroll
   for (int c = 0; c < N; ++c) {
     const int j = threadIdx.x + c * NC;
-    v[c] = j < k / 4 ? ld_volatile4(s4 + j) : none;
-  }
-  for (bool all = false; !all;) {
-    all = true;
-#pragma unroll
-    for (int c = 0; c < N; ++c)
-      if (!tags_are(v[c], tag)) { all = false; v[c] = ld_volatile4(s4 + threadIdx.x + c * NC); }
+    v[c] = j < k / 4 ? ld_volatile4(s4 + j) : make_uint4(0, 0, 0, 0);
   }
 #pragma unroll
   for (int c = 0; c < N; ++c) {
     const int j = threadIdx.x + c * NC;
-    if (j < k / 4) reinterpret_cast<uint2*>(sh.xs)[j] = values4(v[c]);
+    if (j < k / 4) {
+      while (!tags_are(v[c], tag)) { v[c] = ld_volatile4(s4 + j); }
+      reinterpret_cast<uint2*>(sh.xs)[j] = values4(v[c]);
+    }
   }
   consumers_sync();
 }
@@ -620,26 +608,16 @@ __device__ void attention(const Params& p, int layer, int hq, int pos, float c, 
   bf16* kc = reinterpret_cast<bf16*>(row[K_CACHE]) + kv * p.stride_head;
   bf16* vc = reinterpret_cast<bf16*>(row[V_CACHE]) + kv * p.stride_head;
   const unsigned* qkv_w = reinterpret_cast<const unsigned*>(p.qkv);  // FLAGS: tagged words
-  // FLAGS: this thread's words of q, k (dims tid and tid + half, tid < half) and v (dim tid),
-  // read at once, the stale ones re-read together.
-  const unsigned* wp[5] = {qkv_w + hq * D + tid, qkv_w + hq * D + tid + half, qkv_w + (p.NQ + kv) * D + tid,
-                           qkv_w + (p.NQ + kv) * D + tid + half, qkv_w + (p.NQ + p.NKV + kv) * D + tid};
-  unsigned w[5];
-  if (FLAGS && tid < D) {
-#pragma unroll
-    for (int i = 0; i < 5; ++i) w[i] = i == 4 || tid < half ? ld_volatile(wp[i]) : tag << 16;  // unused: "ready"
-    for (bool all = false; !all;) {
-      all = true;
-#pragma unroll
-      for (int i = 0; i < 5; ++i)
-        if (w[i] >> 16 != tag) { all = false; w[i] = ld_volatile(wp[i]); }
-    }
-  }
   if (tid < half) {  // RoPE of q and of this step's k, each product rounded as `rope_pair`
     const int q = hq * D, k = (p.NQ + kv) * D;
     float qa, qb, ka, kb;
-    if (FLAGS) {
-      qa = lo(w[0]), qb = lo(w[1]), ka = lo(w[2]), kb = lo(w[3]);
+    if (FLAGS) {  // all four loads out before the first spin
+      const unsigned w0 = ld_volatile(qkv_w + q + tid), w1 = ld_volatile(qkv_w + q + tid + half);
+      const unsigned w2 = ld_volatile(qkv_w + k + tid), w3 = ld_volatile(qkv_w + k + tid + half);
+      qa = w0 >> 16 == tag ? lo(w0) : await_word(qkv_w + q + tid, tag);
+      qb = w1 >> 16 == tag ? lo(w1) : await_word(qkv_w + q + tid + half, tag);
+      ka = w2 >> 16 == tag ? lo(w2) : await_word(qkv_w + k + tid, tag);
+      kb = w3 >> 16 == tag ? lo(w3) : await_word(qkv_w + k + tid + half, tag);
     } else {
       qa = __bfloat162float(__ldcg(p.qkv + q + tid)), qb = __bfloat162float(__ldcg(p.qkv + q + tid + half));
       ka = __bfloat162float(__ldcg(p.qkv + k + tid)), kb = __bfloat162float(__ldcg(p.qkv + k + tid + half));
@@ -652,7 +630,7 @@ __device__ void attention(const Params& p, int layer, int hq, int pos, float c, 
   }
   if (tid < D) {
     const int v = (p.NQ + p.NKV + kv) * D + tid;
-    sh.v_new[tid] = FLAGS ? __float2bfloat16(lo(w[4])) : __ldcg(p.qkv + v);
+    sh.v_new[tid] = FLAGS ? __float2bfloat16(await_word(qkv_w + v, tag)) : __ldcg(p.qkv + v);
   }
   consumers_sync();
   if (tr) tr[4] = now_ns();
