@@ -35,7 +35,9 @@
 // stretch of a layer waits longer than that, which is most of what separates the step
 // from its DRAM time: docs/kernels-notes.md, "Where it stands").
 //
-// Synchronisation: done counter g counts the CTAs that finished stage g; every CTA bumps
+// Synchronisation (FLAGS, the default: tags in the data at every boundary but gate/up ->
+// down, see "Flags in the data" below; FLAGS=0, the counters everywhere, as follows): done
+// counter g counts the CTAs that finished stage g; every CTA bumps
 // every counter once (a CTA without work in a stage at once), so stage g is complete at G.
 // A CTA with work in stage g first waits for counter g - 1 to reach G. Transitively that
 // orders every write-after-read on the shared activation buffers too (e.g. the down stage
@@ -45,8 +47,8 @@
 // barrier, then L2 loads (__ldcg: the SM's L1 is not coherent) of activations. All CTAs
 // must be resident at once (one per SM, 216 KB of shared memory each: the host launches
 // exactly one per SM and checks the occupancy), or a CTA could wait for one never started.
-// The last CTA to finish the head reduces the argmax and zeroes the counters for the
-// next launch, so a step is one kernel node and nothing else.
+// The last CTA to finish the head reduces the argmax, zeroes the counters and (FLAGS)
+// advances the launch epoch for the next launch, so a step is one kernel node and nothing else.
 //
 // Rounding follows the fused Triton kernels (and the eager model): every matrix product
 // is an fp32 sum of bf16 products rounded to bf16; RMSNorm rounds as `normed_values`;
