@@ -33,7 +33,7 @@ import argparse
 import json
 import statistics
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -43,32 +43,27 @@ from perfdoctor.engine.fused import fused_step
 from perfdoctor.engine.generate import generate, random_prompt
 from perfdoctor.engine.graphs import GraphedStep
 from perfdoctor.engine.measure import Speed, peak_dram_bandwidth
-from perfdoctor.engine.megakernel import STAGES, TRACE_WORDS, TUNED, MegaKernels, MegaShape
+from perfdoctor.engine.megakernel import STAGES, TRACE_WORDS, TUNED, MegaKernels, MegaShape, MegaStep
 from perfdoctor.engine.model import Transformer
 from perfdoctor.engine.weights import random_hf_state_dict
 
 # Shapes --shapes can name: the shipped one and the alternatives that explain it.
 SHAPES: dict[str, MegaShape] = {
-    "tuned": TUNED,  # 6 x 32 KB ring, 8 consumer warps, 2 copies in flight, 1 tile per step
-    "in-flight-6": MegaShape(in_flight=0),  # up to the whole ring outstanding
-    "in-flight-1": MegaShape(in_flight=1),
-    "2-tiles-per-step": MegaShape(tiles_per_step=2),  # two tiles' chains interleaved
-    "poll-100ns": MegaShape(poll_ns=100),  # counter polls 100 / 400 ns apart
-    "poll-400ns": MegaShape(poll_ns=400),
-    "pf-stall-6": MegaShape(pf_stall=6),  # up to 6 / 12 tiles into L2 while the ring is full
-    "pf-stall-12": MegaShape(pf_stall=12),
-    # timing probes (wrong outputs): the tile loop without FMAs / shared-memory loads / both
-    "probe-no-fma": MegaShape(probe=1),
-    "probe-no-lds": MegaShape(probe=2),
-    "probe-stream-only": MegaShape(probe=3),
-    "4x32KB": MegaShape(stages=4),
-    # L2 prefetch 4 / 8 tiles ahead of the ring: 17 / 34 MB over 132 CTAs (L2: 60 MB)
-    "pf4": MegaShape(prefetch=4),
-    "pf8": MegaShape(prefetch=8),
-    "12x16KB": MegaShape(tile_bytes=16384, stages=12),  # twice the tiles, 4 rows each
-    "16-warps": MegaShape(consumer_warps=16),  # 2 warps per row
-    "16-warps-3x64KB": MegaShape(tile_bytes=65536, stages=3, consumer_warps=16),  # 16 rows
-    "4-warps-12x16KB": MegaShape(tile_bytes=16384, stages=12, consumer_warps=4),
+    "tuned": TUNED,  # 6 x 32 KB ring, 8 consumer warps, 2 copies in flight, 1 tile per step, flags
+    "flags": replace(TUNED, flags=True),  # the attention path on tags in its data (no counters)
+    "no-flags": replace(TUNED, flags=False),
+    "graphed-step": TUNED,  # timed through graphs.GraphedStep (copies the token and position in)
+    "in-flight-6": replace(TUNED, in_flight=0),  # up to the whole ring outstanding
+    "in-flight-4": replace(TUNED, in_flight=4),
+    "in-flight-3": replace(TUNED, in_flight=3),
+    "in-flight-1": replace(TUNED, in_flight=1),
+    "12-warps": replace(TUNED, consumer_warps=12),  # 3 warps per scheduler, 6-row (24 KB) tiles
+    "2-tiles-per-step": replace(TUNED, tiles_per_step=2),  # two tiles' chains interleaved
+    "4x32KB": replace(TUNED, stages=4),
+    "12x16KB": replace(TUNED, tile_bytes=16384, stages=12),  # twice the tiles, 4 rows each
+    "16-warps": replace(TUNED, consumer_warps=16),  # 2 warps per row
+    "16-warps-3x64KB": replace(TUNED, tile_bytes=65536, stages=3, consumer_warps=16),  # 16 rows
+    "4-warps-12x16KB": replace(TUNED, tile_bytes=16384, stages=12, consumer_warps=4),
 }
 
 
@@ -178,7 +173,8 @@ def run(args: argparse.Namespace) -> dict:
         shape = SHAPES[name]
         try:
             mk = MegaKernels(model, shape)
-            seconds, tokens, steps = time_step(model, GraphedStep(mk), prompt, args.tokens, args.repeats)
+            wrap = GraphedStep if name == "graphed-step" else MegaStep
+            seconds, tokens, steps = time_step(model, wrap(mk), prompt, args.tokens, args.repeats)
         except Exception as e:  # noqa: BLE001 - one shape failing (resources) must not hide the others
             rows.append({"name": name, "note": f"{type(e).__name__}: {str(e)[:200]}", "shape": asdict(shape)})
             print(f"  {name}: {rows[-1]['note']}", file=sys.stderr, flush=True)

@@ -35,7 +35,8 @@ def _odd_config() -> ModelConfig:
 
 
 @pytest.mark.parametrize("config", [LLAMA_3_2_1B, TINY, _odd_config()], ids=lambda c: c.name)
-@pytest.mark.parametrize("shape", [TUNED, MegaShape(tile_bytes=4096, stages=2)], ids=["tuned", "small"])
+@pytest.mark.parametrize("shape", [TUNED, MegaShape(tile_bytes=4096, stages=2), MegaShape(consumer_warps=12)],
+                         ids=["tuned", "small", "12-warps"])
 def test_plan_covers_every_row_once(config, shape):
     """Each stage's tiles, dealt round-robin to 132 CTAs, cover every row exactly once, each
     tile one bulk copy (a multiple of 16 bytes, at most a ring stage)."""
@@ -114,23 +115,38 @@ MEGA_CASES = [
     # 4 KB tiles (one K/V chunk of head_dim 16) in a 2-stage ring: the ring wraps every
     # other tile, through weights and K/V chunks, with partial last tiles
     pytest.param("odd", 200, MegaShape(tile_bytes=4096, stages=2), id="odd-small-ring"),
-    pytest.param("odd", 200, MegaShape(tile_bytes=4096, stages=3, prefetch=3, in_flight=1), id="odd-prefetch-in-flight-1"),
+    pytest.param("odd", 200, MegaShape(tile_bytes=4096, stages=3, in_flight=1), id="odd-in-flight-1"),
     # two tiles per consumer step, the whole ring in flight
     pytest.param("odd", 200, MegaShape(tiles_per_step=2, in_flight=0), id="odd-2-tiles-per-step"),
     pytest.param("llama-3.2-1b", 2048, MegaShape(tiles_per_step=2), id="llama-1b-2-tiles-per-step", marks=pytest.mark.gpu),
-    pytest.param("odd", 200, MegaShape(tile_bytes=4096, stages=2, pf_stall=3, poll_ns=200), id="odd-pf-stall-poll"),
-    pytest.param("llama-3.2-1b", 2048, MegaShape(prefetch=8), id="llama-1b-prefetch", marks=pytest.mark.gpu),
-    pytest.param("llama-3.2-1b", 2048, MegaShape(pf_stall=8, poll_ns=200), id="llama-1b-pf-stall-poll", marks=pytest.mark.gpu),
+    # done counters on the attention path too (flags=False: plain bf16 q/k/v and attention output)
+    pytest.param("tiny", 64, MegaShape(flags=False), id="tiny-counters"),
+    pytest.param("odd", 200, MegaShape(tile_bytes=4096, stages=2, flags=False), id="odd-small-ring-counters"),
+    pytest.param("llama-3.2-1b", 2048, MegaShape(flags=False), id="llama-1b-counters", marks=pytest.mark.gpu),
+    pytest.param("odd", 200, MegaShape(flags=False), id="odd-counters"),
+    # 12 consumer warps: 6-row tiles (24 KB of a 32 KB slot), 3 warps per scheduler
+    pytest.param("odd", 200, MegaShape(consumer_warps=12), id="odd-12-warps"),
+    pytest.param("llama-3.2-1b", 2048, MegaShape(consumer_warps=12), id="llama-1b-12-warps", marks=pytest.mark.gpu),
     pytest.param("llama-3.2-1b", 2048, TUNED, id="llama-1b", marks=pytest.mark.gpu),
 ]
+
+
+def _poison(buf: torch.Tensor) -> None:
+    """NaN in every bf16 buffer; in a tagged (int32) one, words of tag 0 (never a valid tag:
+    a reader that accepted one would see NaN) holding a bf16 NaN."""
+    if buf.dtype == torch.int32:
+        buf.fill_(0x7FC0)
+    else:
+        buf.fill_(float("nan"))
 
 
 @needs_hopper
 @pytest.mark.parametrize("config_name,ctx,shape", MEGA_CASES)
 def test_megakernel_step(config_name, ctx, shape):
     """Single steps at several positions against the eager model on the same weights: the
-    logits (NaN-poisoned buffers and cache row first), the token (argmax of its own logits),
-    the K/V rows it appends; the done counters are zero again after every step."""
+    logits (NaN-poisoned buffers and cache row first; last, a step over the previous one's
+    buffers), the token (argmax of its own logits), the K/V rows it appends; the done
+    counters are zero again after every step."""
     from perfdoctor.engine.config import named_config
     from perfdoctor.engine.megakernel import MegaKernels
     from perfdoctor.engine.model import Transformer
@@ -147,14 +163,18 @@ def test_megakernel_step(config_name, ctx, shape):
     with torch.inference_mode():
         model(prompt, torch.arange(P, device=DEVICE))
         mine(prompt, torch.arange(P, device=DEVICE))
-        for pos_value in (P, P + 1, ctx - 1):  # the last fills the whole cache (many chunks)
+        # ctx - 1 fills the whole cache (many chunks); the last step repeats that position with
+        # another token and no poison: every buffer then holds the previous launch's words,
+        # which (tagged) a reader must not take for this launch's
+        for i, pos_value in enumerate((P, P + 1, ctx - 1, ctx - 1)):
             token = torch.randint(config.vocab_size, (1,), device=DEVICE)
             pos = torch.tensor([pos_value], device=DEVICE)
-            for buf in (mk.hbuf, mk.y, mk.qkv, mk.attn, mk.gu, mk.logits):
-                buf.fill_(float("nan"))
-            for layer in mine.layers:
-                layer.attn.k_cache[:, pos_value] = float("nan")
-                layer.attn.v_cache[:, pos_value] = float("nan")
+            if i < 3:
+                for buf in (mk.hbuf, mk.y, mk.qkv, mk.attn, mk.gu, mk.logits):
+                    _poison(buf)
+                for layer in mine.layers:
+                    layer.attn.k_cache[:, pos_value] = float("nan")
+                    layer.attn.v_cache[:, pos_value] = float("nan")
             mk.next_token.fill_(-1)
             got = mk(token, pos).item()
             want = model(token, pos)[0].float()
@@ -172,19 +192,19 @@ def test_megakernel_step(config_name, ctx, shape):
 
 @pytest.mark.gpu
 @needs_hopper
-def test_megakernel_replays_identically():
+@pytest.mark.parametrize("shape", [TUNED, MegaShape(flags=False)], ids=["tuned", "counters"])
+def test_megakernel_replays_identically(shape):
     """A race (a read before its producer's write is visible) shows as outputs that change
     between runs on the same input; the kernel's arithmetic order is fixed, so 50 replays of
     the captured step at one position must give bit-identical logits."""
-    from perfdoctor.engine.graphs import GraphedStep
-    from perfdoctor.engine.megakernel import MegaKernels
+    from perfdoctor.engine.megakernel import MegaKernels, MegaStep
     from perfdoctor.engine.model import Transformer
     from perfdoctor.engine.weights import model_weights
 
     config, weights = model_weights("llama-3.2-1b", None, 0, DEVICE, torch.bfloat16)
     model = Transformer.from_hf_state_dict(config, weights, 2048)
-    mk = MegaKernels(model)
-    step = GraphedStep(mk)
+    mk = MegaKernels(model, shape)
+    step = MegaStep(mk)
     token, pos = torch.tensor([17], device=DEVICE), torch.tensor([300], device=DEVICE)
     with torch.inference_mode():
         step(token, pos)
@@ -227,3 +247,32 @@ def test_trace_detail_split_by_hand():
     assert "| stage | seen us (sum)" in bench.table({
         "device": "x", "ctx": 1, "tokens": 1, "repeats": 1, "bytes_per_step": 1e6, "rows": [],
         "trace": bench.trace_split(trace, 1, dict.fromkeys(bench.STAGES + ("head",), 0)), "trace_shape": "tuned", "trace_pos": 1})
+
+
+@needs_hopper
+def test_megastep_reads_the_callers_buffers():
+    """MegaStep replays graphs captured on the caller's own token and position tensors (no
+    copies in): a generation through it gives the tokens of one through GraphedStep (which
+    copies both into static buffers), and a caller that passes new tensors at every step,
+    more than MAX_GRAPHS of them, gets the same tokens again."""
+    from perfdoctor.engine.generate import generate, random_prompt
+    from perfdoctor.engine.graphs import GraphedStep
+    from perfdoctor.engine.megakernel import MegaKernels, MegaStep
+    from perfdoctor.engine.model import Transformer
+    from perfdoctor.engine.weights import model_weights
+
+    config, weights = model_weights("tiny", None, 0, DEVICE, torch.bfloat16)
+    models = [Transformer.from_hf_state_dict(config, weights, 64) for _ in range(3)]
+    prompt = random_prompt(config, 5, 0)
+    P, n = prompt.shape[0], 24
+    with torch.inference_mode():
+        want = generate(models[0], GraphedStep(MegaKernels(models[0])), prompt, n).tokens
+        assert generate(models[1], MegaStep(MegaKernels(models[1])), prompt, n).tokens == want
+        step = MegaStep(MegaKernels(models[2]))
+        models[2](prompt.to(DEVICE), torch.arange(P, device=DEVICE))  # the prefill fills its cache
+        got = [want[0]]
+        for i in range(1, n):
+            got.append(step(torch.tensor([got[-1]], device=DEVICE), torch.tensor([P + i - 1], device=DEVICE)).item())
+        assert len(step.graphs) <= MegaStep.MAX_GRAPHS
+    assert got == want
+

@@ -5,14 +5,16 @@ and a tail, and the small matrices never reach full bandwidth. Here one CTA per 
 resident for the whole step: a producer warp streams the CTA's weight tiles with Hopper
 bulk copies into a ring of shared-memory stages, running ahead through stage and layer
 boundaries (weights do not depend on activations), and consumer warps compute from shared
-memory, synchronising with the other CTAs through per-stage done counters
-(`kernels/megakernel.cu` explains the schedule, the ordering and the rounding).
+memory, synchronising with the other CTAs through tags stored with the activations (and
+one done counter per layer; `kernels/megakernel.cu` explains the schedule, the ordering
+and the rounding).
 
 The kernel is CUDA C++ built with nvcc into a cubin (`perfdoctor.engine.cubin`, cached)
 and launched through the driver API on PyTorch's stream: one kernel node per step, which
-`GraphedStep` captures once and replays at every position (the token and position are read
-from device buffers; the kernel zeroes its own counters at the end). It needs an sm_90
-GPU (Hopper: the bulk-copy engine), bf16 weights, and the model's tensors in place.
+`MegaStep` captures in a CUDA graph on the caller's token and position buffers and replays
+at every position (the kernel reads both through pointers and zeroes its own counters at
+the end). It needs an sm_90 GPU (Hopper: the bulk-copy engine), bf16 weights, and the
+model's tensors in place.
 
 `plan` is the tile schedule in Python: the host sizes and checks everything with it and
 passes its rows per tile to the kernel, and the CPU tests check its invariants.
@@ -50,33 +52,32 @@ class MegaShape:
     row (consumer_warps / R parts): 8 rows of 4 KB for the 2048-wide matrices of
     Llama-3.2-1B, 2 rows of 16 KB (4 warps each) for down.
 
-    `prefetch`: tiles the producer warms in L2 ahead of the ring (cp.async.bulk.prefetch.L2;
-    slower at every depth the H200 tried, kept as a bench row). `in_flight`: bulk copies
-    outstanding per producer at most (0: up to `stages`; 2 measured 1-2 % faster once the
-    consumers outran DRAM). `tiles_per_step`: tiles a consumer warp takes per step of its
-    loop (1: one at a time; 2: two tiles' loads, FMAs and shuffles interleave, which spills
-    and measured 1.6 % slower). `probe` (bench only: the outputs are wrong): 1 the tile
-    loop without its FMAs, 2 without its shared-memory loads, 3 without either; they time
-    what the consumers' work costs against the stream alone. `pf_stall`: while its ring is
-    full (the consumers waiting for another stage), a producer warms L2 with up to this many
-    of its next tiles. `poll_ns`: nanosleep between two polls of a done counter (all CTAs
-    poll the same L2 line while they wait, e.g. 100 of them through attention).
+    `in_flight`: bulk copies outstanding per producer at most (0: up to `stages`; 2
+    measured 1-2 % faster once the consumers outran DRAM). `tiles_per_step`: tiles a
+    consumer warp takes per step of its loop (1: one at a time; 2: two tiles' loads, FMAs
+    and shuffles interleave, which spills and measured 1.6 % slower). `flags`: every stage
+    boundary but gate/up -> down synchronises on tags stored with its data instead of done
+    counters (q/k/v, the attention output, the residual stream and the O / down outputs
+    become 32-bit words: tag << 16 | bf16; no release fence, no counter poll).
+
+    (Knobs measured no better and removed in v4, with their code: an L2 prefetch ahead of
+    the ring, always or only while it was full; a nanosleep between counter polls; the
+    tile-loop timing probes; tags on gate/up's output too; a nanosleep in the tag spins.
+    docs/kernels-notes.md has their rows.)
     """
 
     tile_bytes: int = 32768
     stages: int = 6
     consumer_warps: int = 8
-    prefetch: int = 0
     in_flight: int = 2  # bulk copies outstanding per producer at most; 0: up to `stages`
     tiles_per_step: int = 1
-    probe: int = 0
-    pf_stall: int = 0
-    poll_ns: int = 0
+    flags: bool = True  # run 24: 0.711 ms against 0.783 with counters
 
-    def defines(self) -> dict[str, int]:
+    def defines(self, head_dim: int) -> dict[str, int]:
+        """The kernel's -D defines for a model of `head_dim` (one attention<D> is built)."""
         return {"TILE_BYTES": self.tile_bytes, "NSTAGE": self.stages, "CWARPS": self.consumer_warps,
-                "PREFETCH": self.prefetch, "IN_FLIGHT": self.in_flight or self.stages, "TPI": self.tiles_per_step, "PROBE": self.probe,
-                "PF_STALL": self.pf_stall, "POLL_NS": self.poll_ns}
+                "IN_FLIGHT": self.in_flight or self.stages, "TPI": self.tiles_per_step, "HEAD_DIM": head_dim,
+                "FLAGS": int(self.flags)}
 
     @property
     def threads(self) -> int:
@@ -150,7 +151,7 @@ class _Params(ctypes.Structure):
     _fields_ = [
         *[(n, ctypes.c_void_p) for n in (
             "table", "embed", "cos", "sin", "token", "pos", "hbuf", "y", "qkv", "attn", "gu", "logits",
-            "part_val", "part_idx", "next_token", "counters", "trace")],
+            "part_val", "part_idx", "next_token", "counters", "trace", "epoch")],
         *[(n, ctypes.c_int) for n in ("L", "K", "NQ", "NKV", "D", "I", "V")],
         ("rows", ctypes.c_int * 5),
         ("stride_head", ctypes.c_longlong), ("stride_pos", ctypes.c_longlong),
@@ -184,10 +185,13 @@ class MegaKernels:
             raise BadInput(f"the megakernel variant needs bf16 weights, not {dtype}")
         self.model, self.shape, self.stages = model, shape, plan(c, shape)
         act = {"device": device, "dtype": dtype}
-        self.hbuf = torch.empty(2, c.hidden, **act)  # the residual stream, alternating halves
-        self.y = torch.empty(c.hidden, **act)  # the O / down projection before its residual add
-        self.qkv = torch.empty((c.q_heads + 2 * c.kv_heads) * c.head_dim, **act)
-        self.attn = torch.empty(c.q_heads * c.head_dim, **act)
+        # With flags, these are tagged 32-bit words, zero (no tag) at first.
+        tagged = {"device": device, "dtype": torch.int32} if shape.flags else act
+        self.hbuf = torch.zeros(2, c.hidden, **tagged)  # the residual stream, alternating halves
+        self.y = torch.zeros(c.hidden, **tagged)  # the O / down projection before its residual add
+        self.qkv = torch.zeros((c.q_heads + 2 * c.kv_heads) * c.head_dim, **tagged)
+        self.attn = torch.zeros(c.q_heads * c.head_dim, **tagged)
+        self.epoch = torch.zeros(1, dtype=torch.int32, device=device)  # launches mod 65535 (the tags' step part)
         self.gu = torch.empty(2 * c.intermediate, **act)
         self.logits = torch.empty(c.vocab_size, **act)
         self.next_token = torch.zeros(1, dtype=torch.long, device=device)
@@ -216,7 +220,7 @@ class MegaKernels:
         self.counters = torch.zeros((5 * c.layers + 1) * COUNTER_STRIDE, dtype=torch.int32, device=device)
         self.trace_buffer = (torch.zeros(self.ctas, 5 * c.layers + 1, TRACE_WORDS, dtype=torch.int64, device=device)
                              if trace else None)
-        self.kernel = CudaKernel(build_cubin(SOURCE, shape.defines()), "megakernel", shape.ring_bytes)
+        self.kernel = CudaKernel(build_cubin(SOURCE, shape.defines(c.head_dim)), "megakernel", shape.ring_bytes)
         # Every CTA waits for all the others: the grid must be resident at once.
         if self.kernel.blocks_per_sm(shape.threads, shape.ring_bytes) < 1:
             raise BadInput(f"megakernel: a {shape.ring_bytes}-byte ring does not fit one CTA per SM")
@@ -226,7 +230,7 @@ class MegaKernels:
             hbuf=self.hbuf.data_ptr(), y=self.y.data_ptr(), qkv=self.qkv.data_ptr(), attn=self.attn.data_ptr(), gu=self.gu.data_ptr(),
             logits=self.logits.data_ptr(), part_val=self.part_val.data_ptr(), part_idx=self.part_idx.data_ptr(),
             next_token=self.next_token.data_ptr(), counters=self.counters.data_ptr(),
-            trace=self.trace_buffer.data_ptr() if trace else None,
+            trace=self.trace_buffer.data_ptr() if trace else None, epoch=self.epoch.data_ptr(),
             L=c.layers, K=c.hidden, NQ=c.q_heads, NKV=c.kv_heads, D=c.head_dim, I=c.intermediate, V=c.vocab_size,
             rows=(ctypes.c_int * 5)(*[self.stages[s].rows_per_tile for s in WEIGHT_STAGES]),
             stride_head=k_cache.stride(0), stride_pos=k_cache.stride(1),
@@ -246,10 +250,47 @@ class MegaKernels:
         return self.next_token
 
 
+class MegaStep:
+    """The megakernel step replayed from CUDA graphs that read the token and the position
+    where the caller keeps them: nothing is copied around the kernel node.
+
+    `graphs.GraphedStep` copies both inputs into static buffers before each replay: two
+    small device copies per step, serialised with the kernel on the stream. The kernel reads
+    the token and position through pointers, so a graph captured on the caller's own
+    tensors needs no copy. `generate` passes one position tensor (advanced in place) and,
+    from the second step on, the kernel's own output as the token: the kernel reads the
+    token at its start and writes the next one at its end, after every CTA has read it.
+    One graph per (token, position) pair of buffers, kept with the two tensors (alive as
+    long as a graph may read them); a caller that passes new tensors at every step gets a
+    capture per step (correct, slower), the cache emptied past MAX_GRAPHS entries.
+    `step`: the `MegaKernels` (its logits, counters).
+    """
+
+    MAX_GRAPHS = 4
+
+    def __init__(self, kernels: MegaKernels) -> None:
+        self.step = kernels
+        self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, Tensor, Tensor]] = {}
+
+    def __call__(self, token: Tensor, pos: Tensor) -> Tensor:
+        token = token if token.dtype == torch.long else token.long()
+        pos = pos if pos.dtype == torch.long else pos.long()
+        key = (token.data_ptr(), pos.data_ptr())
+        entry = self.graphs.get(key)
+        if entry is None:
+            if len(self.graphs) >= self.MAX_GRAPHS:
+                self.graphs.clear()
+            graph = torch.cuda.CUDAGraph()  # the kernel needs no warm-up: nothing in it is lazy
+            with torch.cuda.graph(graph):
+                self.step(token, pos)
+            entry = self.graphs[key] = (graph, token, pos)
+        entry[0].replay()
+        return self.step.next_token
+
+
 def megakernel_step(model: Transformer):  # -> generate.Step
-    """The megakernel step, in a CUDA graph (the `megakernel` variant's factory)."""
+    """The megakernel step, in CUDA graphs on the caller's buffers (the `megakernel`
+    variant's factory)."""
     if model.embed.device.type != "cuda":
         raise BadInput("the megakernel variant needs a CUDA device (it is a CUDA kernel for Hopper GPUs)")
-    from perfdoctor.engine.graphs import GraphedStep
-
-    return GraphedStep(MegaKernels(model))
+    return MegaStep(MegaKernels(model))

@@ -35,7 +35,9 @@
 // stretch of a layer waits longer than that, which is most of what separates the step
 // from its DRAM time: docs/kernels-notes.md, "Where it stands").
 //
-// Synchronisation: done counter g counts the CTAs that finished stage g; every CTA bumps
+// Synchronisation (FLAGS, the default: tags in the data at every boundary but gate/up ->
+// down, see "Flags in the data" below; FLAGS=0, the counters everywhere, as follows): done
+// counter g counts the CTAs that finished stage g; every CTA bumps
 // every counter once (a CTA without work in a stage at once), so stage g is complete at G.
 // A CTA with work in stage g first waits for counter g - 1 to reach G. Transitively that
 // orders every write-after-read on the shared activation buffers too (e.g. the down stage
@@ -45,8 +47,8 @@
 // barrier, then L2 loads (__ldcg: the SM's L1 is not coherent) of activations. All CTAs
 // must be resident at once (one per SM, 216 KB of shared memory each: the host launches
 // exactly one per SM and checks the occupancy), or a CTA could wait for one never started.
-// The last CTA to finish the head reduces the argmax and zeroes the counters for the
-// next launch, so a step is one kernel node and nothing else.
+// The last CTA to finish the head reduces the argmax, zeroes the counters and (FLAGS)
+// advances the launch epoch for the next launch, so a step is one kernel node and nothing else.
 //
 // Rounding follows the fused Triton kernels (and the eager model): every matrix product
 // is an fp32 sum of bf16 products rounded to bf16; RMSNorm rounds as `normed_values`;
@@ -66,16 +68,6 @@
 #ifndef IN_FLIGHT
 #define IN_FLIGHT NSTAGE  // bulk copies a producer keeps outstanding at most (see the producer)
 #endif
-#ifndef PREFETCH
-#define PREFETCH 0  // tiles the L2 prefetch runs ahead of the ring (0: none)
-#endif
-#ifndef PF_STALL
-#define PF_STALL 0  // while its ring is full, a producer warms L2 with up to this many tiles after it
-#endif
-#ifndef POLL_NS
-#define POLL_NS 0  // nanosleep between two polls of a done counter (0: spin)
-#endif
-static_assert(!(PREFETCH && PF_STALL), "one L2 prefetch cursor");
 #ifndef CWARPS
 #define CWARPS 8  // consumer warps; one more warp produces
 #endif
@@ -93,9 +85,13 @@ static_assert(!(PREFETCH && PF_STALL), "one L2 prefetch cursor");
 #define TPI 1  // tiles a consumer warp takes per step of its loop (2: their loads and FMAs interleave)
 #endif
 static_assert(TPI == 1 || TPI == 2, "one or two tiles per step");
-#ifndef PROBE
-#define PROBE 0  // 0: the kernel; 1-3: timing probes of the tile loop, wrong outputs (bench only):
-#endif           // 1 no FMAs (the loaded words XORed), 2 no shared-memory loads, 3 neither
+#ifndef FLAGS
+#define FLAGS 0  // 1: every boundary but gate/up -> down synchronises on tags in its data, not on done counters
+#endif
+#ifndef HEAD_DIM
+#define HEAD_DIM 64  // the model's head_dim (the host always passes it): one attention<D> in the code
+#endif
+static_assert(HEAD_DIM == 16 || HEAD_DIM == 32 || HEAD_DIM == 64 || HEAD_DIM == 128, "attention<D> is for these");
 static_assert(MAXPT % TPI == 0, "a part batch holds whole steps");
 // Per CTA and stage, with Params.trace: 0 start, 1 inputs ready, 2 end (%globaltimer ns),
 // 3 SM id, 4 the previous stage seen complete (attention: q/k/v loaded and rotated), 5
@@ -116,10 +112,10 @@ struct Params {  // mirrored by perfdoctor.engine.megakernel._Params (same order
   const bf16* sin;
   const long long* token;  // [1]
   const long long* pos;    // [1]
-  bf16* hbuf;    // [2][K] the residual stream, materialised by the norm stages (see stage_normed)
-  bf16* y;       // [K] the O or down projection, added to the stream by the next norm stage
-  bf16* qkv;     // [(NQ + 2 NKV) D] before RoPE
-  bf16* attn;    // [NQ D]
+  bf16* hbuf;    // [2][K] the residual stream, materialised by the norm stages (see stage_normed; FLAGS: words)
+  bf16* y;       // [K] the O or down projection, added to the stream by the next norm stage (FLAGS: words)
+  bf16* qkv;     // [(NQ + 2 NKV) D] before RoPE (FLAGS: 32-bit words, see tagged())
+  bf16* attn;    // [NQ D] (FLAGS: 32-bit words)
   bf16* gu;      // [2 I] gate, then up
   bf16* logits;  // [V]
   float* part_val;  // [G] per-CTA argmax partials
@@ -127,6 +123,7 @@ struct Params {  // mirrored by perfdoctor.engine.megakernel._Params (same order
   long long* next_token;  // [1]
   unsigned* counters;     // [(5 L + 1) * CSTRIDE], zero at launch (and after it)
   long long* trace;       // null, or [G][5 L + 1][TRACE_WORDS] (see TRACE_WORDS)
+  unsigned* epoch;        // [1] launches so far, mod 65535 (FLAGS: the tags' step part)
   int L, K, NQ, NKV, D, I, V;
   int rows[5];  // rows per tile (a divisor of CWARPS) of the QKV, O, gate/up, down and head matrices
   long long stride_head, stride_pos;  // of the K/V caches, in elements
@@ -172,17 +169,6 @@ __device__ __forceinline__ void mbar_wait_timed(uint64_t* bar, unsigned parity, 
   *acc += clock64() - t;
 }
 
-// Non-blocking: has the phase of `parity` completed?
-__device__ __forceinline__ bool mbar_test(uint64_t* bar, unsigned parity) {
-  unsigned done;
-  asm volatile(
-      "{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
-      : "=r"(done)
-      : "r"(smem_u32(bar)), "r"(parity)
-      : "memory");
-  return done;
-}
-
 // Global -> shared bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned),
 // completing as transaction bytes on `bar`. Weights are read once per step: evict first.
 __device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, uint64_t* bar,
@@ -224,6 +210,87 @@ __device__ __forceinline__ float hi(unsigned u) { return __uint_as_float(u & 0xf
 __device__ __forceinline__ unsigned pack(float a, float b) {  // two floats -> bf16x2 (a low)
   __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
   return *reinterpret_cast<unsigned*>(&v);
+}
+
+// Flags in the data (FLAGS): q/k/v, the attention output, the residual stream h (both
+// halves of hbuf) and y (the O and down outputs) are stored as 32-bit words
+// (tag << 16) | bf16 bits, each one store (single-copy atomic), and their readers spin on
+// the words themselves until the tag is the one they wait for: no release fence after the
+// stores, no counter round trip before the loads (a fenced release was 1.5-2.5 us and the
+// poll ~1 us at every boundary, docs/kernels-notes.md). Only gate/up -> down keeps its
+// counter (its 16 K-element input would double the loader's bytes). A buffer written once
+// per layer (qkv, attn, each half of hbuf) carries tag(e, l) = 1 + (e L + l) % 65535 for
+// launch e (mod 65535) and layer l; y, written twice per layer, 1 + (2 e L + 2 l + w) %
+// 65535 (w: 0 O, 1 down). Either way a buffer's tag grows by one from each write to the
+// next (the last one of a launch to the first of the next too), so a stale word never
+// carries the tag a reader waits for, and 0 (the zeroed buffers) never does.
+// Write-after-read: every reader of a buffer produces something that the buffer's next
+// writer waits for, transitively, as with the counters. E.g. the next writer of qkv (the
+// next layer's QKV) waits for down's y, which down writes after the gate/up counter, which
+// every CTA reaches after its O stage, whose loader waited for every head's output, which
+// each owner wrote after reading its q/k/v; the next writer of y (O) waits for every
+// head's output, hence for every QKV tile, each computed after its CTA's loader read y.
+__device__ __forceinline__ unsigned tag_of(const Params& p, unsigned epoch, int layer) {
+  return 1u + (epoch * (unsigned)p.L + (unsigned)layer) % 65535u;
+}
+
+__device__ __forceinline__ unsigned y_tag(const Params& p, unsigned epoch, int layer, int w) {
+  return 1u + (epoch * 2u * (unsigned)p.L + 2u * (unsigned)layer + (unsigned)w) % 65535u;
+}
+
+__device__ __forceinline__ unsigned tagged(unsigned tag, float y) {  // y already a bf16 value
+  return tag << 16 | (__float_as_uint(y) >> 16);
+}
+
+__device__ __forceinline__ void st_volatile(unsigned* p, unsigned v) {
+  asm volatile("st.volatile.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ unsigned ld_volatile(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ uint4 ld_volatile4(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void st_volatile4(uint4* p, uint4 v) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+
+__device__ __forceinline__ bool tags_are(uint4 v, unsigned tag) {
+  return v.x >> 16 == tag && v.y >> 16 == tag && v.z >> 16 == tag && v.w >> 16 == tag;
+}
+
+__device__ __forceinline__ uint2 values4(uint4 v) {  // the bf16 values of 4 tagged words, packed
+  return make_uint2((v.x & 0xffffu) | v.y << 16, (v.z & 0xffffu) | v.w << 16);
+}
+
+// 8 tagged words w[0..1] (16-byte halves a, b, already loaded once): when all carry `tag`,
+// their bf16 values as one 16-byte chunk.
+__device__ __forceinline__ uint4 settle8(const uint4* w, uint4 a, uint4 b, unsigned tag) {
+  while (!tags_are(a, tag)) { a = ld_volatile4(w); }
+  while (!tags_are(b, tag)) { b = ld_volatile4(w + 1); }
+  const uint2 x = values4(a), y = values4(b);
+  return make_uint4(x.x, x.y, y.x, y.y);
+}
+
+// A 16-byte chunk of 8 bf16 stored as 8 tagged words at w[0..1].
+__device__ __forceinline__ void st_tagged8(uint4* w, uint4 v, unsigned tag) {
+  const unsigned t = tag << 16;
+  st_volatile4(w, make_uint4(t | (v.x & 0xffffu), t | v.x >> 16, t | (v.y & 0xffffu), t | v.y >> 16));
+  st_volatile4(w + 1, make_uint4(t | (v.z & 0xffffu), t | v.z >> 16, t | (v.w & 0xffffu), t | v.w >> 16));
+}
+
+// The bf16 value of word *w once its tag is `tag` (spins until then).
+__device__ __forceinline__ float await_word(const unsigned* w, unsigned tag) {
+  unsigned v = ld_volatile(w);
+  while (v >> 16 != tag) { v = ld_volatile(w); }
+  return lo(v);
 }
 
 // x unpacked to fp32 once per stage (not once per tile): half the conversions per tile.
@@ -291,8 +358,14 @@ __device__ __forceinline__ WStage weight_stage(const Params& p, int g) {
   return st;
 }
 
-// The CTA that owns attention head hq (spread over the grid).
-__device__ __forceinline__ int attention_owner(const Params& p, int hq) { return (hq * (int)gridDim.x) / p.NQ; }
+// The attention heads this CTA owns, [x, y): head hq belongs to CTA floor(hq G / NQ) (spread
+// over the grid), so CTA b's are ceil(b NQ / G) <= hq < ceil((b + 1) NQ / G). Computed once:
+// finding them by testing every head's owner (an integer division each, 32 in a dependent
+// chain per attention stage) was ~2 us of each owner's 7.4 (ncu PC sampling, run 17).
+__device__ __forceinline__ int2 owned_heads(const Params& p) {
+  const int b = blockIdx.x, G = gridDim.x;
+  return make_int2((b * p.NQ + G - 1) / G, ((b + 1) * p.NQ + G - 1) / G);
+}
 
 // ---- consumer pieces ------------------------------------------------------------------
 
@@ -365,25 +438,49 @@ __device__ __forceinline__ float sumsq(uint4 v) {
 // the other half of hbuf than `src`, which nobody reads any more (each norm stage reads the
 // half the previous one wrote, two stages back). gv: this thread's chunks of the gain,
 // loaded before the wait for the inputs.
-__device__ __forceinline__ void stage_normed(const Params& p, const bf16* src, const bf16* add, bool from_l2,
-                                             const uint4 (&gv)[TCH], bf16* out, Shared& sh) {
+// FLAGS: tags.x, .y, .z are those of src, add and out (0: src is the embedding row, plain
+// bf16; then add is null); src and add are tagged words, and so is out.
+__device__ __forceinline__ void stage_normed(const Params& p, const void* src, const void* add, bool from_l2,
+                                             const uint4 (&gv)[TCH], void* out, uint3 tags, Shared& sh) {
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, kc = p.K / 8;
   const uint4* s4 = reinterpret_cast<const uint4*>(src);
   const uint4* a4 = reinterpret_cast<const uint4*>(add);
   uint4* o4 = reinterpret_cast<uint4*>(out);
   uint4 v[TCH];
   float ss = 0.f;
+  if (FLAGS && tags.x) {  // every load out first, then each chunk awaited
+    uint4 sv[TCH][2], av[TCH][2];
 #pragma unroll
-  for (int c = 0; c < TCH; ++c) {  // every load first (the stores to `out` could alias them)
-    const int j = tid + c * NC;
-    v[c] = j < kc ? stream_chunk(s4, a4, from_l2, j) : make_uint4(0, 0, 0, 0);
+    for (int c = 0; c < TCH; ++c) {
+      const int j = tid + c * NC;
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        sv[c][k] = j < kc ? ld_volatile4(s4 + 2 * j + k) : make_uint4(0, 0, 0, 0);
+        av[c][k] = j < kc ? ld_volatile4(a4 + 2 * j + k) : make_uint4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < TCH; ++c) {
+      const int j = tid + c * NC;
+      v[c] = j < kc ? residual(settle8(s4 + 2 * j, sv[c][0], sv[c][1], tags.x), settle8(a4 + 2 * j, av[c][0], av[c][1], tags.y))
+                    : make_uint4(0, 0, 0, 0);
+    }
+  } else {
+#pragma unroll
+    for (int c = 0; c < TCH; ++c) {  // every load first (the stores to `out` could alias them)
+      const int j = tid + c * NC;
+      v[c] = j < kc ? stream_chunk(s4, a4, from_l2, j) : make_uint4(0, 0, 0, 0);
+    }
   }
 #pragma unroll
   for (int c = 0; c < TCH; ++c) {
     const int j = tid + c * NC;
     if (j < kc) {
       ss += sumsq(v[c]);
-      if (out) o4[j] = v[c];
+      if (out) {
+        if (FLAGS) st_tagged8(o4 + 2 * j, v[c], tags.z);
+        else o4[j] = v[c];
+      }
     }
   }
   ss = warp_sum(ss);
@@ -411,6 +508,28 @@ __device__ __forceinline__ void stage_normed(const Params& p, const bf16* src, c
   consumers_sync();
 }
 
+// xs <- a tagged vector of length k (FLAGS: the attention output), once every word carries
+// `tag`: all loads first, then a spin on each 16-byte chunk that was not ready.
+__device__ __forceinline__ void stage_tagged(const unsigned* src, int k, unsigned tag, Shared& sh) {
+  constexpr int N = 2 * TCH;  // 16-byte chunks of 4 words per thread at most (k <= MAXK)
+  const uint4* s4 = reinterpret_cast<const uint4*>(src);
+  uint4 v[N];
+#pragma unroll
+  for (int c = 0; c < N; ++c) {
+    const int j = threadIdx.x + c * NC;
+    v[c] = j < k / 4 ? ld_volatile4(s4 + j) : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int c = 0; c < N; ++c) {
+    const int j = threadIdx.x + c * NC;
+    if (j < k / 4) {
+      while (!tags_are(v[c], tag)) { v[c] = ld_volatile4(s4 + j); }
+      reinterpret_cast<uint2*>(sh.xs)[j] = values4(v[c]);
+    }
+  }
+  consumers_sync();
+}
+
 // xs <- a bf16 vector of length k another CTA wrote in this launch.
 __device__ __forceinline__ void stage_plain(const bf16* src, int k, Shared& sh) {
 #pragma unroll
@@ -424,6 +543,8 @@ __device__ __forceinline__ void stage_plain(const bf16* src, int k, Shared& sh) 
 // xs <- silu(gate) * up, rounded as `norm_gate_up` (silu, then the product).
 // All of this thread's loads go out first (predicated): guarded one by one, each chunk's
 // round trip waited for the previous one's SwiGLU (4 serial L2 round trips: 3.1 us).
+// (Tagging gu too, so that down would not wait for gate/up's counter, measured slower:
+// the loader's bytes double, run 21-22.)
 __device__ __forceinline__ void stage_swiglu(const Params& p, Shared& sh) {
   uint4 g4s[TCH], u4s[TCH];
 #pragma unroll
@@ -479,7 +600,7 @@ __device__ __forceinline__ void stage_swiglu(const Params& p, Shared& sh) {
 static_assert(CWARPS % QPC == 0, "a chunk's splits go to distinct warps");
 template <int D>
 __device__ void attention(const Params& p, int layer, int hq, int pos, float c, float s, Shared& sh,
-                          const unsigned char* ring, int& it, long long* tr) {
+                          const unsigned char* ring, int& it, long long* tr, unsigned tag) {
   constexpr int half = D / 2, LP = D / 8, PPI = 32 / LP, SPLIT = BLOCK_S / QPC, NIT = SPLIT / PPI;
   static_assert(NIT >= 1, "a split holds at least one step of positions");
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, j = lane % LP, pp = lane / LP;
@@ -488,18 +609,31 @@ __device__ void attention(const Params& p, int layer, int hq, int pos, float c, 
   const unsigned long long* row = p.table + layer * NPTR;
   bf16* kc = reinterpret_cast<bf16*>(row[K_CACHE]) + kv * p.stride_head;
   bf16* vc = reinterpret_cast<bf16*>(row[V_CACHE]) + kv * p.stride_head;
+  const unsigned* qkv_w = reinterpret_cast<const unsigned*>(p.qkv);  // FLAGS: tagged words
   if (tid < half) {  // RoPE of q and of this step's k, each product rounded as `rope_pair`
-    const bf16* q = p.qkv + hq * D;
-    const bf16* k = p.qkv + (p.NQ + kv) * D;
-    const float qa = __bfloat162float(__ldcg(q + tid)), qb = __bfloat162float(__ldcg(q + tid + half));
-    const float ka = __bfloat162float(__ldcg(k + tid)), kb = __bfloat162float(__ldcg(k + tid + half));
+    const int q = hq * D, k = (p.NQ + kv) * D;
+    float qa, qb, ka, kb;
+    if (FLAGS) {  // all four loads out before the first spin
+      const unsigned w0 = ld_volatile(qkv_w + q + tid), w1 = ld_volatile(qkv_w + q + tid + half);
+      const unsigned w2 = ld_volatile(qkv_w + k + tid), w3 = ld_volatile(qkv_w + k + tid + half);
+      qa = w0 >> 16 == tag ? lo(w0) : await_word(qkv_w + q + tid, tag);
+      qb = w1 >> 16 == tag ? lo(w1) : await_word(qkv_w + q + tid + half, tag);
+      ka = w2 >> 16 == tag ? lo(w2) : await_word(qkv_w + k + tid, tag);
+      kb = w3 >> 16 == tag ? lo(w3) : await_word(qkv_w + k + tid + half, tag);
+    } else {
+      qa = __bfloat162float(__ldcg(p.qkv + q + tid)), qb = __bfloat162float(__ldcg(p.qkv + q + tid + half));
+      ka = __bfloat162float(__ldcg(p.qkv + k + tid)), kb = __bfloat162float(__ldcg(p.qkv + k + tid + half));
+    }
     const float ra = bf(bf(qa * c) - bf(qb * s)), rb = bf(bf(qb * c) + bf(qa * s));
     sh.q[tid] = bf(ra * p.scale);  // the eager model scales q in its dtype
     sh.q[tid + half] = bf(rb * p.scale);
     sh.k_new[tid] = __float2bfloat16(bf(ka * c) - bf(kb * s));
     sh.k_new[tid + half] = __float2bfloat16(bf(kb * c) + bf(ka * s));
   }
-  if (tid < D) sh.v_new[tid] = __ldcg(p.qkv + (p.NQ + p.NKV + kv) * D + tid);
+  if (tid < D) {
+    const int v = (p.NQ + p.NKV + kv) * D + tid;
+    sh.v_new[tid] = FLAGS ? __float2bfloat16(await_word(qkv_w + v, tag)) : __ldcg(p.qkv + v);
+  }
   consumers_sync();
   if (tr) tr[4] = now_ns();
   float qf[8];  // this lane's 8 dims of q
@@ -599,7 +733,8 @@ __device__ void attention(const Params& p, int layer, int hq, int pos, float c, 
       acc = acc * a + b * sh.wacc[w][tid];
       m = new_m;
     }
-    p.attn[hq * D + tid] = __float2bfloat16(acc / l);
+    if (FLAGS) st_volatile(reinterpret_cast<unsigned*>(p.attn) + hq * D + tid, tagged(tag, bf(acc / l)));
+    else p.attn[hq * D + tid] = __float2bfloat16(acc / l);
     // One head of the group appends this step's K/V row, last: the stores' addresses need
     // the pointer table (a global load), and before the chunks they held warps 0-1 back.
     if (hq % group == 0) {
@@ -625,16 +760,15 @@ struct TileSeq {
   bool started;
 };
 
-__device__ bool next_tile(const Params& p, int pos, TileSeq& q, Tile& out) {
+__device__ bool next_tile(const Params& p, int pos, int2 heads, TileSeq& q, Tile& out) {
   const int b = blockIdx.x, G = gridDim.x, nstages = 5 * p.L + 1;
   while (q.g < nstages) {
     if (q.g % 5 == 1 && q.g < 5 * p.L) {  // attention: the cached K/V rows [0, pos) of its heads
-      if (!q.started) { q.started = true; q.hq = 0; q.c = -1; }
+      if (!q.started) { q.started = true; q.hq = heads.x; q.c = -1; }
       if (q.c >= 0 && (q.c + 1) * BLOCK_S <= pos) ++q.c;
       else {
         q.hq += q.c >= 0;  // the previous head is done
-        while (q.hq < p.NQ && attention_owner(p, q.hq) != b) ++q.hq;
-        q.c = q.hq < p.NQ ? 0 : -1;
+        q.c = q.hq < heads.y ? 0 : -1;
       }
       if (q.c >= 0) {
         const unsigned long long* row = p.table + (q.g / 5) * NPTR;
@@ -660,12 +794,6 @@ __device__ bool next_tile(const Params& p, int pos, TileSeq& q, Tile& out) {
   return false;
 }
 
-// Warm L2 with a tile the ring will take later (no completion to wait for).
-__device__ __forceinline__ void prefetch_l2(const Tile& t) {
-  for (int k = 0; k < 2; ++k)
-    if (t.bytes[k]) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(t.src[k]), "r"(t.bytes[k]) : "memory");
-}
-
 // ---- the kernel -----------------------------------------------------------------------
 
 extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __grid_constant__ Params p) {
@@ -686,28 +814,14 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
       uint64_t policy;
       asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
       const int pos = (int)*p.pos;
-      TileSeq copy{}, ahead{};  // `ahead` runs PREFETCH tiles in front (or PF_STALL, see below), warming L2
-      int ahead_n = 0;  // tiles `ahead` has passed (PF_STALL)
+      // (Warming L2 ahead of the ring, always or only while the ring was full, measured
+      // slower at every depth: docs/kernels-notes.md, v3.3 and run 14.)
+      TileSeq copy{};
       Tile tile;
-      for (int i = 0; i < PREFETCH && next_tile(p, pos, ahead, tile); ++i) prefetch_l2(tile);
-      for (int it = 0; next_tile(p, pos, copy, tile); ++it) {
+      const int2 heads = owned_heads(p);
+      for (int it = 0; next_tile(p, pos, heads, copy, tile); ++it) {
         const int slot = it % NSTAGE;
-        if (it >= NSTAGE) {
-          const unsigned parity = ((it / NSTAGE) - 1) & 1;
-          if (PF_STALL) {
-            // The ring is full while the consumers wait for another stage (attention, a
-            // boundary): keep DRAM busy by warming L2 with the tiles after it, up to
-            // PF_STALL of them; their copies then come from L2. (Prefetching all the time,
-            // v3.3's PREFETCH, was slower at every depth: it ran while DRAM was busy anyway.)
-            while (!mbar_test(&sh.empty[slot], parity)) {
-              Tile far;
-              while (ahead_n < it && next_tile(p, pos, ahead, far)) ++ahead_n;  // tiles already copied
-              if (ahead_n < it + PF_STALL && next_tile(p, pos, ahead, far)) { prefetch_l2(far); ++ahead_n; }
-            }
-          } else {
-            mbar_wait(&sh.empty[slot], parity);
-          }
-        }
+        if (it >= NSTAGE) mbar_wait(&sh.empty[slot], ((it / NSTAGE) - 1) & 1);
         // Throttle: the copy IN_FLIGHT tiles back must have landed. Bytes queued in the
         // memory system beyond what keeps DRAM busy only add latency (Little's law: 132 x
         // 192 KB outstanding at 4.2 TB/s is ~6 us per request), and every stage boundary
@@ -718,8 +832,6 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
         unsigned char* dst = ring + slot * TILE_BYTES;
         for (int k = 0; k < 2; ++k)
           if (tile.bytes[k]) bulk_copy(dst + tile.offset[k], tile.src[k], tile.bytes[k], &sh.full[slot], policy);
-        Tile far;
-        if (PREFETCH && next_tile(p, pos, ahead, far)) prefetch_l2(far);
       }
     }
     return;
@@ -729,6 +841,8 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
   const int warp = tid / 32, lane = tid % 32;
   long long* trace = p.trace ? p.trace + (long long)b * nstages * TRACE_WORDS : nullptr;
   const int pos = (int)*p.pos;
+  const int2 heads = owned_heads(p);
+  const unsigned epoch = FLAGS ? *p.epoch : 0u;  // the last CTA advances it at the end (every CTA has read it)
   F8 xf[XCH];
   float best_val = -INFINITY;
   int best_idx = 0x7fffffff, it = 0;
@@ -740,9 +854,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
     if (tr) { tr[0] = now_ns(); sh.wait_cycles = 0; }
     const WStage st = attn_stage ? WStage{} : weight_stage(p, g);
     const int ntiles = attn_stage ? 0 : (st.n + st.r - 1) / st.r;
-    bool work = attn_stage ? false : b < ntiles;
-    if (attn_stage)
-      for (int hq = 0; hq < p.NQ; ++hq) work |= attention_owner(p, hq) == b;
+    const bool work = attn_stage ? heads.x < heads.y : b < ntiles;
     if (work) {
       // Before the wait: what does not depend on the previous stage (this warp's share of
       // the tiles, its slice of the norm's gain).
@@ -762,38 +874,42 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
         rc = __bfloat162float(p.cos[(long long)pos * (p.D / 2) + tid]);
         rs = __bfloat162float(p.sin[(long long)pos * (p.D / 2) + tid]);
       }
-      if (g > 0) {  // wait for the previous stage, everywhere
+      const unsigned tag = tag_of(p, epoch, layer);
+      // FLAGS: the stages whose inputs are tagged wait on the data (all but down: gate/up's
+      // counter); attention for its q/k/v words, O's loader for the attention output's, the
+      // norm loaders for h's and y's.
+      if (g > 0 && !(FLAGS && s != 4)) {  // wait for the previous stage, everywhere
         if (tid == 0)
           while (ld_acquire(counter(p, g - 1)) < (unsigned)G) {
-            if (POLL_NS) __nanosleep(POLL_NS);  // 132 CTAs polling one L2 line, see MegaShape.poll_ns
-          }
+          }  // (a nanosleep between polls measured no different, run 14)
         consumers_sync();
       }
       if (tr) tr[4] = now_ns();
       if (attn_stage) {
         if (tr) { tr[1] = now_ns(); t_ready = clock64(); }
-        for (int hq = 0; hq < p.NQ; ++hq)
-          if (attention_owner(p, hq) == b) {
-            switch (p.D) {  // plan() admits these head sizes only
-              case 16: attention<16>(p, layer, hq, pos, rc, rs, sh, ring, it, tr); break;
-              case 32: attention<32>(p, layer, hq, pos, rc, rs, sh, ring, it, tr); break;
-              case 64: attention<64>(p, layer, hq, pos, rc, rs, sh, ring, it, tr); break;
-              default: attention<128>(p, layer, hq, pos, rc, rs, sh, ring, it, tr); break;
-            }
-            consumers_sync();  // sh's attention scratch is reused by the next head
-          }
+        for (int hq = heads.x; hq < heads.y; ++hq) {
+          attention<HEAD_DIM>(p, layer, hq, pos, rc, rs, sh, ring, it, tr, tag);  // p.D == HEAD_DIM (the host's)
+          consumers_sync();  // sh's attention scratch is reused by the next head
+        }
       } else {
         // The residual stream h alternates between the halves of hbuf: the QKV stages read
         // half 1 (layer 0: the embedding row) and write half 0, gate/up reads 0 writes 1.
-        bf16* h0 = p.hbuf;
-        bf16* h1 = p.hbuf + p.K;
+        // (FLAGS: 32-bit words, so the second half starts 4 K bytes in.)
+        unsigned char* h0 = reinterpret_cast<unsigned char*>(p.hbuf);
+        unsigned char* h1 = h0 + (long long)p.K * (FLAGS ? 4 : 2);
         const bool writer = b == 0;  // CTA 0 always has tile 0
-        if (head) stage_normed(p, h1, p.y, true, gv, nullptr, sh);
-        else if (s == 0 && layer == 0)
-          stage_normed(p, p.embed + *p.token * p.K, nullptr, false, gv, writer ? h0 : nullptr, sh);
-        else if (s == 0) stage_normed(p, h1, p.y, true, gv, writer ? h0 : nullptr, sh);
+        if (norm) {  // one call site: one copy of the loader in the code, not one per stage
+          const bool embed = s == 0 && layer == 0;
+          const void* src = embed ? static_cast<const void*>(p.embed + *p.token * p.K) : s == 3 ? h0 : h1;
+          void* out = head || !writer ? nullptr : s == 3 ? h1 : h0;
+          // FLAGS: QKV and the head read the previous layer's h (gate/up wrote it) and down's
+          // y; gate/up reads this layer's h (QKV wrote it) and O's y; both write this layer's.
+          const uint3 tags = embed ? make_uint3(0u, 0u, tag)
+                             : s == 3 ? make_uint3(tag, y_tag(p, epoch, layer, 0), tag)
+                                      : make_uint3(tag_of(p, epoch, layer - 1), y_tag(p, epoch, layer - 1, 1), tag);
+          stage_normed(p, src, embed ? nullptr : p.y, !embed, gv, out, tags, sh);
+        } else if (s == 2 && FLAGS) stage_tagged(reinterpret_cast<const unsigned*>(p.attn), p.NQ * p.D, tag, sh);
         else if (s == 2) stage_plain(p.attn, p.NQ * p.D, sh);
-        else if (s == 3) stage_normed(p, h0, p.y, true, gv, writer ? h1 : nullptr, sh);
         else stage_swiglu(p, sh);
 #pragma unroll
         for (int i = 0; i < XCH; ++i)  // this warp's slice, unpacked to fp32 for the whole stage
@@ -803,16 +919,24 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
         // Row r's value y (rounded to bf16) goes to the stage's output.
         // (O, down: y, which the next norm stage adds to h.)
         bf16* const out = head ? p.logits : s == 0 ? p.qkv : s == 3 ? p.gu : p.y;
+        // FLAGS: q/k/v and y are tagged words (O and down's y tagged apart: y is written twice a layer).
+        unsigned* const out_w = reinterpret_cast<unsigned*>(out);
+        const unsigned out_tag = s == 0 ? tag : y_tag(p, epoch, layer, s == 4);  // qkv: once a layer
+        const bool tagged_out = FLAGS && !head && s != 3;
         auto emit = [&](int r, float v) {
           const float y = bf(v);
-          out[r] = __float2bfloat16(y);
+          if (tagged_out) st_volatile(out_w + r, tagged(out_tag, y));
+          else out[r] = __float2bfloat16(y);
           if (head && y > best_val) { best_val = y; best_idx = r; }  // a thread's rows grow: ties keep the first
         };
         // TPI tiles per step: at 2 warps per scheduler one tile's chain (loads, 64 FMAs, a
         // 5-step shuffle) left the schedulers mostly idle (~0.66 us per tile in v3.7/3.8);
         // two tiles' chains interleave. `tb`: this CTA's tiles so far in the stage.
         for (int t = b, tb = 0; t < ntiles; t += TPI * G, tb += TPI) {
-          const int nk = min(TPI, (ntiles - t + G - 1) / G);  // this step's tiles (the ring holds only these)
+          // This step's tiles (the ring holds only these): TPI, or 1 for a last odd one. (Not
+          // min(TPI, ceil((ntiles - t) / G)): an integer division by the run-time G per
+          // tile, a ~25-instruction dependent chain in the loop's path, ncu run 18.)
+          const int nk = TPI == 1 || t + G >= ntiles ? 1 : TPI;
           bool live[TPI];
           const uint4* w[TPI];
 #pragma unroll
@@ -830,19 +954,14 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
           for (int k = 0; k < TPI; ++k)
 #pragma unroll
             for (int i = 0; i < XCH; ++i)
-              wv[k][i] = PROBE >= 2 ? make_uint4(t + i, k, lane, 0)
-                         : live[k] && (sl.valid >> i & 1) ? w[k][32 * i] : make_uint4(0, 0, 0, 0);
+              wv[k][i] = live[k] && (sl.valid >> i & 1) ? w[k][32 * i] : make_uint4(0, 0, 0, 0);
           float v[TPI];
 #pragma unroll
           for (int k = 0; k < TPI; ++k) {
             float a[4] = {0.f, 0.f, 0.f, 0.f};
-            unsigned x = 0;
 #pragma unroll
-            for (int i = 0; i < XCH; ++i) {
-              if (PROBE == 1 || PROBE == 3) x ^= wv[k][i].x ^ wv[k][i].y ^ wv[k][i].z ^ wv[k][i].w;
-              else a[i % 4] = dot8(wv[k][i], xf[i], a[i % 4]);
-            }
-            v[k] = PROBE == 1 || PROBE == 3 ? __uint_as_float(x & 0x3fffffffu) : (a[0] + a[1]) + (a[2] + a[3]);
+            for (int i = 0; i < XCH; ++i) a[i % 4] = dot8(wv[k][i], xf[i], a[i % 4]);
+            v[k] = (a[0] + a[1]) + (a[2] + a[3]);
           }
 #pragma unroll
           for (int o = 16; o > 0; o >>= 1)
@@ -884,9 +1003,13 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
       }
     }
     if (tr && work) { tr[6] = now_ns(); tr[5] = sh.wait_cycles; tr[7] = clock64() - t_ready; }
-    if (!head) {  // signal: this CTA's part of stage g is done (stores first)
+    // Signal: this CTA's part of stage g is done (stores first). The barrier stays with
+    // FLAGS too (the next stage's loader rewrites sh.xs, which a slower warp may still be
+    // reading), but only down waits for a counter (gate/up's): no release elsewhere.
+    if (!head) {
       consumers_sync();
-      if (tid == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter(p, g)) : "memory");
+      if (tid == 0 && !(FLAGS && s != 3))
+        asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter(p, g)) : "memory");
     }
     if (tr) { tr[2] = now_ns(); tr[3] = smid(); }
   }
@@ -921,8 +1044,10 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
       const int oi = __shfl_xor_sync(0xffffffffu, i, o);
       if (ov > v || (ov == v && oi < i)) { v = ov; i = oi; }
     }
-    if (PROBE && (i < 0 || i >= p.V)) i = 0;  // a probe's logits are garbage: keep the next embedding row in range
-    if (lane == 0) *p.next_token = i;
+    if (lane == 0) {
+      *p.next_token = i;
+      if (FLAGS) *p.epoch = (epoch + 1) % 65535u;
+    }
     for (int c = lane; c < nstages; c += 32) p.counters[c * CSTRIDE] = 0;  // every CTA is past its waits
   }
 }
