@@ -7,21 +7,29 @@ names the same string object, so rows are first grouped by object identity (addr
 hashed as integers), and only the few distinct objects are compared as strings. Names built
 some other way (distinct objects for equal strings) still factorize correctly, at the
 speed of :func:`pandas.factorize`.
+
+pandas is imported by the functions that use it, not with the module: the forked decoders
+of a trace number names with :func:`factorize_strings` before pandas is imported (see
+:mod:`perfdoctor.schema`).
 """
 
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def factorize(names: pd.Series | np.ndarray | list[Any]) -> tuple[np.ndarray, np.ndarray]:
     """``(codes, uniques)`` with ``uniques[codes]`` equal to ``names``, uniques in order of
     first appearance (as :func:`pandas.factorize` numbers them); a missing name is a unique
     of its own, never code -1."""
+    import pandas as pd
+
     arr = names.to_numpy(dtype=object) if isinstance(names, pd.Series) else np.asarray(names, dtype=object)
     if arr.ndim != 1:  # a list of tuples would become 2-D: build it one object per row
         flat = np.empty(len(names), dtype=object)
@@ -41,6 +49,8 @@ def factorize_values(objects: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     :func:`pandas.factorize`, a missing value a unique of its own."""
     if objects.size and set(map(type, objects)) == {str}:
         return factorize_strings(objects.tolist())
+    import pandas as pd
+
     codes, uniques = pd.factorize(objects, use_na_sentinel=False)
     return codes, np.asarray(uniques, dtype=object)
 
@@ -70,12 +80,14 @@ def equals(column: pd.Series | np.ndarray, value: str) -> np.ndarray:
     (``kind``, ``host_mem``, families): numpy compares an object array about 4x faster
     than pandas, which checks every element for a missing value first. A missing value
     (None, NaN) equals no string, as in pandas."""
-    arr = column.to_numpy() if isinstance(column, pd.Series) else column
+    arr = column.to_numpy() if hasattr(column, "to_numpy") else column  # a Series (or Index), else an array
     return np.asarray(arr == value, dtype=bool)
 
 
 def per_name(names: pd.Series, fn: Callable[[Any], Any]) -> pd.Series:
     """``names.map(fn)``, with ``fn`` called once per distinct name (same index as ``names``)."""
+    import pandas as pd
+
     codes, uniques = factorize(names)
     per_unique = np.empty(len(uniques), dtype=object)
     per_unique[:] = [fn(u) for u in uniques]
