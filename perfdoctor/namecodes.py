@@ -63,7 +63,7 @@ class _Remembered:
     most :data:`ROWS` rows in all. Answers are handed out as copies: a caller may change
     its codes."""
 
-    ROWS = 1 << 22  # 4M rows: the name columns of a ~1 GB trace
+    ROWS = 1 << 21  # 2M rows in all (~50 MB with their codes): a 1 GB trace's host-call names
     answers: "OrderedDict[tuple[int, int, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]" = OrderedDict()
 
     @classmethod
