@@ -67,10 +67,10 @@ DECODE_TYPED = textwrap.dedent(
     """
     import sys
     from perfdoctor.collectors.json_chunks import array_slices
-    from perfdoctor.collectors.torch_profiler import _events_decoder
+    from perfdoctor.collectors.kineto_events import events_decoder
     from perfdoctor.io import read_maybe_gzip
     raw = read_maybe_gzip(sys.argv[1])  # the loader's own read (a mapped file), not a copy
-    for chunk in array_slices(raw, "traceEvents").decoded(_events_decoder):
+    for chunk in array_slices(raw, "traceEvents").decoded(events_decoder):
         del chunk
     """
 )

@@ -374,7 +374,7 @@ def _memcpy_time_ratio(c: _Context) -> Metric:
 def _kernels_per_step(c: _Context) -> Metric:
     if c.no_steps or c.no_gpu:
         return c.absent("kernels_per_step", c.no_steps or c.no_gpu)
-    return c.have("kernels_per_step", equals(c.in_span["kind"], "kernel").sum() / c.steps.count)
+    return c.have("kernels_per_step", c.timeline.span_is_kernel.sum() / c.steps.count)
 
 
 def _calls_per_step(c: _Context, key: str, which: Callable[[pd.Series], pd.Series]) -> Metric:
@@ -400,7 +400,7 @@ def _launch_rate_per_s(c: _Context) -> Metric:
 def _short_kernel_ratio(c: _Context) -> Metric:
     if c.no_gpu:
         return c.absent("short_kernel_ratio", c.no_gpu)
-    k = c.in_span[equals(c.in_span["kind"], "kernel")]
+    k = c.timeline.span_kernels
     if k.empty:
         return c.absent("short_kernel_ratio", "no kernels in the profiled span")
     return c.have("short_kernel_ratio", ((k["end_ns"] - k["start_ns"]) < SHORT_KERNEL_NS).mean())
@@ -498,7 +498,8 @@ def _pageable_memcpy_bytes(c: _Context) -> Metric:
 def _achieved_occupancy_est(c: _Context) -> Metric:
     if c.no_gpu:
         return c.absent("achieved_occupancy_est", c.no_gpu)
-    k = c.in_span[equals(c.in_span["kind"], "kernel") & c.in_span["occupancy_pct"].notna().to_numpy()]
+    k = c.timeline.span_kernels
+    k = k[k["occupancy_pct"].notna().to_numpy()]
     dur = (k["end_ns"] - k["start_ns"]).to_numpy(dtype=np.float64)
     if k.empty or dur.sum() <= 0:
         return c.absent("achieved_occupancy_est", "the trace has no per-kernel occupancy estimate (Kineto records it)")

@@ -7,21 +7,37 @@ names the same string object, so rows are first grouped by object identity (addr
 hashed as integers), and only the few distinct objects are compared as strings. Names built
 some other way (distinct objects for equal strings) still factorize correctly, at the
 speed of :func:`pandas.factorize`.
+
+One analysis asks for the codes of the same column many times (every launch and sync test
+of the host calls: 14 times for a Hugging Face trace), so :func:`factorize` remembers its
+last few answers for arrays of strings. An answer is reused only for the very same objects
+in the same order (their addresses compared row by row), and the remembered array keeps
+those objects alive, so no address can be reused meanwhile; strings are immutable, so the
+same objects are the same names.
+
+pandas is imported by the functions that use it, not with the module: the forked decoders
+of a trace number names with :func:`factorize_strings` before pandas is imported (see
+:mod:`perfdoctor.schema`).
 """
 
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Callable
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def factorize(names: pd.Series | np.ndarray | list[Any]) -> tuple[np.ndarray, np.ndarray]:
     """``(codes, uniques)`` with ``uniques[codes]`` equal to ``names``, uniques in order of
     first appearance (as :func:`pandas.factorize` numbers them); a missing name is a unique
     of its own, never code -1."""
+    import pandas as pd
+
     arr = names.to_numpy(dtype=object) if isinstance(names, pd.Series) else np.asarray(names, dtype=object)
     if arr.ndim != 1:  # a list of tuples would become 2-D: build it one object per row
         flat = np.empty(len(names), dtype=object)
@@ -29,10 +45,45 @@ def factorize(names: pd.Series | np.ndarray | list[Any]) -> tuple[np.ndarray, np
         arr = flat
     if arr.size == 0:
         return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=object)
-    by_object, _ = pd.factorize(_addresses(arr))  # integers: hashed fast, numbered by first appearance
+    addresses = _addresses(arr)
+    known = _Remembered.lookup(addresses)
+    if known is not None:
+        return known
+    by_object, _ = pd.factorize(addresses)  # integers: hashed fast, numbered by first appearance
     first = np.flatnonzero(by_object > np.maximum.accumulate(np.r_[-1, by_object[:-1]]))  # first row of each object
     by_value, uniques = factorize_values(arr[first])  # the few objects, as strings
-    return by_value[by_object], uniques
+    codes = by_value[by_object]
+    if all(type(u) is str for u in uniques):
+        _Remembered.keep(arr, addresses, codes, uniques)
+    return codes, uniques
+
+
+class _Remembered:
+    """The last answers of :func:`factorize` for arrays of strings (module docstring), at
+    most :data:`ROWS` rows in all. Answers are handed out as copies: a caller may change
+    its codes."""
+
+    ROWS = 1 << 21  # 2M rows in all (~50 MB with their codes): a 1 GB trace's host-call names
+    answers: "OrderedDict[tuple[int, int, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]" = OrderedDict()
+
+    @classmethod
+    def lookup(cls, addresses: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        key = (addresses.size, int(addresses[0]), int(addresses[-1]))
+        found = cls.answers.get(key)
+        if found is None or not np.array_equal(found[1], addresses):
+            return None
+        cls.answers.move_to_end(key)
+        return found[2].copy(), found[3].copy()
+
+    @classmethod
+    def keep(cls, arr: np.ndarray, addresses: np.ndarray, codes: np.ndarray, uniques: np.ndarray) -> None:
+        if arr.size > cls.ROWS:
+            return
+        # A copy of the array holds its own reference to every object: none can be freed (and its
+        # address reused) while remembered, even if the caller's array changes in place.
+        cls.answers[(addresses.size, int(addresses[0]), int(addresses[-1]))] = (arr.copy(), addresses, codes.copy(), uniques.copy())
+        while sum(a[0].size for a in cls.answers.values()) > cls.ROWS:
+            cls.answers.popitem(last=False)
 
 
 def factorize_values(objects: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -41,6 +92,8 @@ def factorize_values(objects: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     :func:`pandas.factorize`, a missing value a unique of its own."""
     if objects.size and set(map(type, objects)) == {str}:
         return factorize_strings(objects.tolist())
+    import pandas as pd
+
     codes, uniques = pd.factorize(objects, use_na_sentinel=False)
     return codes, np.asarray(uniques, dtype=object)
 
@@ -70,12 +123,31 @@ def equals(column: pd.Series | np.ndarray, value: str) -> np.ndarray:
     (``kind``, ``host_mem``, families): numpy compares an object array about 4x faster
     than pandas, which checks every element for a missing value first. A missing value
     (None, NaN) equals no string, as in pandas."""
-    arr = column.to_numpy() if isinstance(column, pd.Series) else column
+    arr = column.to_numpy() if hasattr(column, "to_numpy") else column  # a Series (or Index), else an array
     return np.asarray(arr == value, dtype=bool)
+
+
+def tally(keys: pd.Series | np.ndarray, values: np.ndarray) -> pd.DataFrame:
+    """``count`` and ``total`` (the sum of ``values``, integers) per distinct key, indexed by
+    the keys in sorted order: what ``groupby(keys).agg(count="size", total="sum")`` gives,
+    counted with codes (:func:`factorize`) instead of hashing every row's string."""
+    import pandas as pd
+
+    codes, uniques = factorize(keys)
+    out = pd.DataFrame(
+        {
+            "count": np.bincount(codes, minlength=len(uniques)).astype(np.int64),
+            "total": np.bincount(codes, weights=values, minlength=len(uniques)).astype(np.int64),  # exact below 2**53
+        },
+        index=pd.Index(uniques, dtype=object),
+    )
+    return out.sort_index()
 
 
 def per_name(names: pd.Series, fn: Callable[[Any], Any]) -> pd.Series:
     """``names.map(fn)``, with ``fn`` called once per distinct name (same index as ``names``)."""
+    import pandas as pd
+
     codes, uniques = factorize(names)
     per_unique = np.empty(len(uniques), dtype=object)
     per_unique[:] = [fn(u) for u in uniques]

@@ -72,15 +72,19 @@ def diagnose(
     ``warnings``: print what the loader dropped on stderr. ``workload``: ``"training"`` or
     ``"inference"`` instead of what the trace shows (decides which rules apply).
 
-    The rule packs load before the trace, so a bad pack fails before a slow load.
+    The trace's decoders start first (:func:`perfdoctor.collectors.start_loading`), then
+    the rule packs load (importing the analysis) while they decode, so a bad pack still
+    fails before the slow part of the load.
     """
-    from perfdoctor.collectors import load_trace
+    from perfdoctor.collectors import start_loading
+
+    with start_loading(Path(path)) as loading:
+        if ruleset is None and rules is not None:
+            ruleset = load_ruleset(rules, thresholds)
+        profile = loading.result()
     from perfdoctor.metrics import analyze
     from perfdoctor.rules.engine import evaluate
 
-    if ruleset is None and rules is not None:
-        ruleset = load_ruleset(rules, thresholds)
-    profile = load_trace(Path(path))
     if warnings:
         report_load_warnings(profile)
     analysis = analyze(profile, step=step, tokens_per_step=tokens_per_step, workload=workload)

@@ -42,75 +42,23 @@ import pandas as pd
 
 from perfdoctor.declare import DECLARE_PREFIX, parse_declaration
 from perfdoctor.namecodes import equals
-
-ACTIVITY_COLUMNS: dict[str, str] = {
-    "kind": "object",
-    "start_ns": "int64",
-    "end_ns": "int64",
-    "device": "int64",
-    "stream": "int64",
-    "name": "object",
-    "correlation": "int64",
-    "grid": "object",
-    "block": "object",
-    "registers": "float64",
-    "shared_mem": "float64",
-    "bytes": "float64",
-    "copy_kind": "object",
-    "host_mem": "object",
-    "graph_id": "int64",
-    "occupancy_pct": "float64",
-}
-CALL_COLUMNS: dict[str, str] = {
-    "name": "object",
-    "start_ns": "int64",
-    "end_ns": "int64",
-    "tid": "int64",
-    "correlation": "int64",
-}
-RANGE_COLUMNS: dict[str, str] = {
-    "name": "object",
-    "start_ns": "int64",
-    "end_ns": "int64",
-    "tid": "int64",
-    "source": "object",
-}
-SAMPLE_COLUMNS: dict[str, str] = {
-    "time_ns": "int64",
-    "metric": "object",
-    "value": "float64",
-    "source": "object",
-}
-COUNTER_COLUMNS: dict[str, str] = {
-    "correlation": "int64",
-    "name": "object",
-    "metric": "object",
-    "value": "float64",
-    "duration_ns": "int64",
-}
-
-
+from perfdoctor.schema import (  # noqa: F401 (the tables' columns: imported from here by the loaders)
+    ACTIVITY_COLUMNS,
+    CALL_COLUMNS,
+    COUNTER_COLUMNS,
+    RANGE_COLUMNS,
+    SAMPLE_COLUMNS,
+    filled,
+)
 
 def frame(columns: dict[str, str], data: dict[str, Any] | None = None) -> pd.DataFrame:
     """A DataFrame with exactly ``columns`` (in order, with their dtypes).
 
     Columns missing from ``data`` are filled with the dtype's neutral value (NaN for
-    floats, "" for strings, -1 for integers), so every table always has every column.
+    floats, "" for strings, -1 for integers; :func:`perfdoctor.schema.filled`), so every
+    table always has every column.
     """
-    data = data or {}
-    n = len(next(iter(data.values()))) if data else 0
-    out: dict[str, Any] = {}
-    for col, dtype in columns.items():
-        if col in data:
-            values = data[col]
-        elif dtype == "float64":
-            values = np.full(n, np.nan)
-        elif dtype == "int64":
-            values = np.full(n, -1, dtype=np.int64)
-        else:
-            values = np.full(n, "", dtype=object)
-        out[col] = pd.Series(values, dtype=dtype) if dtype != "object" else pd.Series(values, dtype=object)
-    return pd.DataFrame(out)
+    return pd.DataFrame({col: pd.Series(values, dtype=columns[col]) for col, values in filled(columns, data).items()})
 
 
 @dataclass

@@ -39,8 +39,8 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor import families, steady
-from perfdoctor.names import label
-from perfdoctor.namecodes import equals, factorize
+from perfdoctor.names import gemm_precision, label
+from perfdoctor.namecodes import equals, factorize, per_name
 from perfdoctor.profile import Profile
 from perfdoctor.steps import Steps, is_sync
 
@@ -203,6 +203,29 @@ class Timeline:
     def step_kernels(self) -> pd.DataFrame:
         """The kernels among the step activities (same columns and index)."""
         return self.activities[self.is_kernel]
+
+    @cached_property
+    def span_is_kernel(self) -> np.ndarray:
+        """Which rows of ``in_span`` are kernels (boolean array)."""
+        return equals(self.in_span["kind"], "kernel")
+
+    @cached_property
+    def span_kernels(self) -> pd.DataFrame:
+        """The kernels among the activities in the profiled span (same columns and index)."""
+        return self.in_span[self.span_is_kernel]
+
+    @cached_property
+    def step_kernel_families(self) -> np.ndarray:
+        """The family of every row of :attr:`step_kernels`."""
+        return self.families[self.is_kernel]
+
+    @cached_property
+    def gemm_kernels(self) -> pd.DataFrame:
+        """The GEMM kernels among the step kernels (same columns and index), with the
+        precision each name states (``precision``: :func:`perfdoctor.names.gemm_precision`):
+        what the fp32-GEMM signal, its estimate and its evidence read."""
+        k = self.step_kernels[equals(self.step_kernel_families, "gemm")]
+        return k.assign(precision=per_name(k["name"], gemm_precision).to_numpy())
 
     @cached_property
     def families(self) -> np.ndarray:

@@ -101,3 +101,22 @@ def test_import_perfdoctor_stays_light():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "light"
+
+
+def test_the_cli_and_the_kineto_decode_import_no_pandas():
+    """A large trace's decoders fork before pandas is imported, which then imports while
+    they decode (``collectors.start_loading``): that holds only while the command line and
+    the decoding import no pandas themselves."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import perfdoctor.cli, perfdoctor.collectors, perfdoctor.collectors.torch_profiler, perfdoctor.pipeline\n"
+        "assert 'pandas' not in sys.modules, 'pandas imported'\n"
+        "print('no pandas')\n"
+    )
+    env = {"PYTHONPATH": str(PACKAGE.parent), "PATH": "/usr/bin:/bin"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "no pandas"

@@ -71,13 +71,13 @@ def test_a_real_trace_cut_in_small_slices():
 
 def test_every_fixture_trace_takes_the_sliced_path():
     """The real H200 traces decode slice by slice (the memory bound of issue 15), not whole."""
-    from perfdoctor.collectors import torch_profiler
+    from perfdoctor.collectors import kineto_events
     from perfdoctor.io import read_maybe_gzip
 
     traces = sorted(FIXTURES.glob("*.kineto.json.gz")) + sorted((FIXTURES / "wild").glob("*.kineto.json.gz"))
     assert traces
     for trace in traces:
-        decoded = torch_profiler._decode_sliced(read_maybe_gzip(trace))
+        decoded = kineto_events.decode_sliced(read_maybe_gzip(trace))
         assert decoded is not None, trace.name
         assert decoded[1][0].timed > 0
 

@@ -51,3 +51,36 @@ def test_factorize_strings_is_pandas_factorize(values):
     codes, uniques = factorize_strings([fresh(v) for v in values])
     want_codes, want_uniques = pd.factorize(np.array(values, dtype=object))
     assert codes.tolist() == want_codes.tolist() and list(uniques) == list(want_uniques)
+
+
+@settings(max_examples=100, deadline=None)
+@given(rows=st.lists(st.tuples(word, st.integers(min_value=0, max_value=10**12)), min_size=1, max_size=60))
+def test_tally_is_pandas_groupby_count_and_sum(rows):
+    """What the evidence tables group by (kernel families, launch calls): the same counts,
+    sums and key order as pandas' groupby, which hashes every row."""
+    from perfdoctor.namecodes import tally
+
+    keys = np.array([fresh(k) for k, _ in rows], dtype=object)
+    values = np.array([v for _, v in rows], dtype=np.int64)
+    got = tally(pd.Series(keys), values)
+    want = pd.DataFrame({"k": keys, "v": values}).groupby("k").agg(count=("v", "size"), total=("v", "sum"))
+    assert got.index.tolist() == want.index.tolist()
+    assert got["count"].tolist() == want["count"].tolist() and got["total"].tolist() == want["total"].tolist()
+    assert got.sort_values("total", ascending=False).index.tolist() == want.sort_values("total", ascending=False).index.tolist()
+
+
+def test_a_remembered_answer_is_given_only_for_the_same_objects():
+    """factorize remembers its answers for arrays of strings (the host calls' names are
+    factorized 14 times per analysis): only the very same objects in the same order get
+    the remembered codes; anything else is factorized afresh."""
+    names = np.array(["".join(["launch", str(i % 3)]) for i in range(5000)], dtype=object)
+    first = factorize(names)
+    first[0][:] = 99  # a caller changing its codes does not change the next answer
+    again = factorize(names)
+    assert again[0].tolist() == [i % 3 for i in range(5000)] and list(again[1]) == ["launch0", "launch1", "launch2"]
+    names[4999] = "other"  # the array changed in place: that row's object is another one
+    changed = factorize(names)
+    assert changed[0][-1] == 3 and changed[1][-1] == "other"
+    equal_but_new = np.array(["".join(["launch", str(i % 3)]) for i in range(5000)], dtype=object)
+    assert factorize(equal_but_new)[0].tolist() == [i % 3 for i in range(5000)]
+    assert factorize(names[::-1])[0][0] == 0 and factorize(names[::-1])[1][0] == "other"

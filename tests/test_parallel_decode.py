@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from conftest import FIXTURES
-from perfdoctor.collectors import forked, torch_profiler
+from perfdoctor.collectors import forked, kineto_events, torch_profiler
 from perfdoctor.profile import Profile
 
 TRACES = sorted(FIXTURES.glob("*.kineto.json.gz")) + sorted((FIXTURES / "wild").glob("*.kineto.json.gz"))
@@ -62,7 +62,7 @@ def test_a_false_cut_falls_back_to_one_process(tmp_path: Path, monkeypatch: pyte
     raw = json.dumps(doc).encode()
     path = tmp_path / "trace.json"
     path.write_bytes(raw)
-    (_, stop), _ = torch_profiler.array_slices(raw, "traceEvents").spans(2)
+    (_, stop), _ = kineto_events.array_slices(raw, "traceEvents").spans(2)
     assert stop == raw.find(b"},{yyy") + 1  # the cut is the one in the name
     started = forks(monkeypatch)
     two = torch_profiler.load(path, processes=2)
@@ -93,8 +93,8 @@ def test_an_uncollected_child_is_stopped_and_reaped():
 
 def test_large_traces_use_the_cpus_small_ones_do_not():
     cpus = forked.usable_cpus()
-    assert torch_profiler.decode_processes(1 << 20) == 1
-    assert torch_profiler.decode_processes(10 * torch_profiler.PART_BYTES) == min(cpus, torch_profiler.MAX_PROCESSES)
+    assert kineto_events.decode_processes(1 << 20) == 1
+    assert kineto_events.decode_processes(10 * kineto_events.PART_BYTES) == min(cpus, kineto_events.MAX_PROCESSES)
 
 
 def test_tickets_are_handed_out_once_each_and_a_faster_process_takes_more():
@@ -126,9 +126,9 @@ def test_tickets_are_handed_out_once_each_and_a_faster_process_takes_more():
 def test_many_spans_shared_by_two_processes_read_what_one_reads(trace: Path, monkeypatch: pytest.MonkeyPatch):
     one = torch_profiler.load(trace, processes=1)
     size = len(gzip.decompress(trace.read_bytes()))
-    monkeypatch.setattr(torch_profiler, "SPAN_BYTES", size // 20)
-    assert torch_profiler.decode_spans(size, 2) == 20
-    cut = torch_profiler.array_slices
+    monkeypatch.setattr(kineto_events, "SPAN_BYTES", size // 20)
+    assert kineto_events.decode_spans(size, 2) == 20
+    cut = kineto_events.array_slices
     seen: list[int] = []
 
     def counting(raw, key):
@@ -137,6 +137,31 @@ def test_many_spans_shared_by_two_processes_read_what_one_reads(trace: Path, mon
         sliced.spans = lambda parts: seen.append(len(spans := real(parts))) or spans
         return sliced
 
-    monkeypatch.setattr(torch_profiler, "array_slices", counting)
+    monkeypatch.setattr(kineto_events, "array_slices", counting)
     assert_same(one, torch_profiler.load(trace, processes=2))
     assert seen and seen[0] >= 15  # many more spans than processes (a few cuts may merge)
+
+
+def test_a_bad_rule_pack_stops_the_decoders_already_started(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """diagnose starts the trace's decoders, then loads the rule packs while they decode
+    (collectors.start_loading): a bad pack fails at once, and the children it leaves
+    behind are stopped and reaped."""
+    import os
+
+    from perfdoctor.errors import UsageError
+    from perfdoctor.pipeline import diagnose
+
+    if forked.usable_cpus() < 2:
+        pytest.skip("needs two usable CPUs (the decode forks only then)")
+    monkeypatch.setattr(kineto_events, "PART_BYTES", 1 << 16)  # a fixture trace counts as large
+    started = forks(monkeypatch)
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[rule]]\nid = 'x'\n")
+    with pytest.raises(UsageError, match="bad.toml:1: rule 'x'"):
+        diagnose(FIXTURES / "h200-llama1b-eager-5steps.kineto.json.gz", rules=[bad])
+    assert started, "the decoders were not started before the packs loaded"
+    for pid in started:
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)  # already reaped
+    d = diagnose(FIXTURES / "h200-llama1b-eager-5steps.kineto.json.gz")
+    assert d.analysis.metrics["steps"].value == 5

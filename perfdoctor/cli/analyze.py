@@ -31,16 +31,19 @@ def analyze_command(
     from rich.console import Console
 
     from perfdoctor.pipeline import diagnose
+
+    check_outputs([json_out], [path, *rules])  # never write over an input
+    if path.is_dir():
+        from perfdoctor.ranks import is_multi_rank
+
+        if is_multi_rank(path):  # a multi-rank bundle or a folder of per-rank traces
+            _analyze_ranks(path, step, json_out, tokens_per_step, rules, threshold, workload)
+            return
+    # diagnose first: a large trace's decoders start before the modules below import pandas.
+    d = diagnose(path, step=step, tokens_per_step=tokens_per_step, rules=rules, thresholds=threshold, workload=workload)
     from perfdoctor.reports.summary import gaps_owner, render_summary
     from perfdoctor.reports.terminal import findings_renderable
 
-    check_outputs([json_out], [path, *rules])  # never write over an input
-    from perfdoctor.ranks import is_multi_rank
-
-    if is_multi_rank(path):  # a multi-rank bundle or a folder of per-rank traces
-        _analyze_ranks(path, step, json_out, tokens_per_step, rules, threshold, workload)
-        return
-    d = diagnose(path, step=step, tokens_per_step=tokens_per_step, rules=rules, thresholds=threshold, workload=workload)
     console = Console()
     # One gap table: the summary's, unless a finding prints the same table as its evidence.
     render_summary(d.analysis, console, gaps_shown_by=gaps_owner(d.findings))

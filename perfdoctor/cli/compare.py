@@ -13,11 +13,12 @@ from rich.console import Console
 
 from perfdoctor.cli import options
 from perfdoctor.errors import UsageError
-from perfdoctor.run import RunOptions, check_importable, parse_collect, parse_target
 
 
 def program(text: str, what: str) -> list[str]:
     """A program as one shell-quoted string: ``"infer.py --tokens 64"`` or ``"-m pkg.mod --x"``."""
+    from perfdoctor.run import check_importable, parse_target
+
     try:
         words = shlex.split(text)
     except ValueError as exc:
@@ -59,6 +60,7 @@ def compare_command(
     from perfdoctor.io import check_outputs, write_json
     from perfdoctor.reports.diff_report import print_terminal
     from perfdoctor.repeats import compare_programs
+    from perfdoctor.run import RunOptions, parse_collect
 
     check_outputs([json_out], [])
     if lockstep and not hasattr(os, "sched_setaffinity"):

@@ -9,8 +9,6 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from perfdoctor.demo import WIDTH, find_recording, live_cpu, live_runs, make_console, plan, show_recording
-from perfdoctor.run import gpu_present
 
 
 def demo_command(
@@ -23,6 +21,9 @@ def demo_command(
 
     On a machine without a GPU: first the ranked reports and diffs of runs recorded on an H200 (shipped with perfdoctor, clearly marked as recorded), then a short live `perfdoctor run` of the tiny engine on this CPU. On a GPU: `perfdoctor run` of the eager, graph and fused variants live, their findings and the diffs.
     """
+    from perfdoctor.demo import WIDTH, find_recording, live_cpu, live_runs, make_console, plan, show_recording
+    from perfdoctor.run import gpu_present
+
     console = make_console()
     progress = Console(stderr=True, width=min(Console(stderr=True).width, WIDTH), highlight=False)
     gpu = gpu_present() and not recorded

@@ -8,8 +8,6 @@ from typing import List, Optional
 import typer
 
 from perfdoctor.cli import options
-from perfdoctor.diff import diagnose_run, diff_runs
-from perfdoctor.rankdiff import bundle_ranks, load_pair, paired_ranks
 from perfdoctor.io import check_outputs, write_json, write_text
 
 
@@ -39,6 +37,8 @@ def diff_command(
     """
     from rich.console import Console
 
+    from perfdoctor.diff import diagnose_run, diff_runs
+    from perfdoctor.rankdiff import bundle_ranks, load_pair, paired_ranks
     from perfdoctor.reports.diff_report import print_terminal, render_markdown
 
     check_outputs([md, json_out], [before, after, *rules])  # never write over an input

@@ -12,11 +12,8 @@ import typer
 
 from perfdoctor import baselines
 from perfdoctor.cli import options
-from perfdoctor.rankdiff import bundle_ranks, load_pair, merge_gates, paired_ranks
 from perfdoctor.errors import UsageError
-from perfdoctor.gate import EXIT_USAGE, evaluate_gate, parse_budget, rule_checks
 from perfdoctor.io import check_outputs, write_json, write_text
-from perfdoctor.reports.gate_report import github_annotations, junit_xml, print_result, summary_markdown
 
 
 def gate_command(
@@ -55,6 +52,10 @@ def gate_command(
 
     Example: perfdoctor gate pr.json.gz --baseline main.json.gz --step decode_step --fail-on 'step_latency_ms_p50:+5%' --fail-on 'launches_per_step:+0' --junit gate.xml --github
     """
+    from perfdoctor.gate import EXIT_USAGE, evaluate_gate, parse_budget, rule_checks
+    from perfdoctor.rankdiff import bundle_ranks, load_pair, merge_gates, paired_ranks
+    from perfdoctor.reports.gate_report import github_annotations, junit_xml, print_result, summary_markdown
+
     budgets = [parse_budget(text) for text in fail_on]  # grammar errors before any slow loading
     if budgets and baseline is None:
         raise UsageError("--fail-on budgets compare against a baseline: give --baseline RUN")

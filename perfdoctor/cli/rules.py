@@ -14,9 +14,6 @@ from rich.text import Text
 from perfdoctor.cli import options
 from perfdoctor.pipeline import load_ruleset as _load
 from perfdoctor.reports.code import Code
-from perfdoctor.rules.engine import PREDICATES, TOP_FINDING
-from perfdoctor.rules.estimates import ESTIMATES
-from perfdoctor.rules.signals import KNOWN_INPUTS, SIGNALS
 from perfdoctor.text import clean
 
 rules_app = typer.Typer(help="The rules perfdoctor checks: list them, explain one.", no_args_is_help=True)
@@ -44,6 +41,10 @@ def explain_rule(
     threshold: List[str] = options.THRESHOLD,
 ) -> None:
     """Everything about one rule: what it measures, its threshold and where it comes from, the fix."""
+    from perfdoctor.rules.engine import PREDICATES, TOP_FINDING
+    from perfdoctor.rules.estimates import ESTIMATES
+    from perfdoctor.rules.signals import KNOWN_INPUTS, SIGNALS
+
     r = _load(rules, threshold).get(rule_id)
     c = Console()
     c.print(Text(f"{r.id} — {r.title}", style="bold"))

@@ -4,16 +4,16 @@ and the bundle are :mod:`perfdoctor.run`)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.console import Console
 
 from perfdoctor.cli import options
 from perfdoctor.errors import UsageError
-from perfdoctor.launch import Launch, from_command, from_nproc, is_torchrun_line
-from perfdoctor.repeats import run_repeated
-from perfdoctor.run import RunOptions, check_importable, execute, parse_collect, parse_target
+
+if TYPE_CHECKING:  # the domain modules load when the command runs (see perfdoctor.cli)
+    from perfdoctor.launch import Launch
 
 
 def run_command(
@@ -46,6 +46,9 @@ def run_command(
 
     Several ranks: perfdoctor run --nproc-per-node 2 train.py, or perfdoctor run -- torchrun --nproc-per-node 2 train.py (then perfdoctor analyze BUNDLE shows every rank and the straggler).
     """
+    from perfdoctor.repeats import run_repeated
+    from perfdoctor.run import RunOptions, check_importable, execute, parse_collect
+
     if step_fn is not None and (":" not in step_fn or not all(step_fn.partition(":")[::2])):
         raise UsageError(f"--step-fn {step_fn!r}: expected module:function")
     ranks, target = run_launch(list(args or []), module, nproc_per_node)
@@ -89,6 +92,9 @@ def run_command(
 def run_launch(args: list[str], module: bool, nproc_per_node: Optional[int]) -> tuple[Optional[Launch], list[str]]:
     """(how the ranks start, the target): a torchrun line after ``--``, ``--nproc-per-node``,
     or a single process (no launch)."""
+    from perfdoctor.launch import from_command, from_nproc, is_torchrun_line
+    from perfdoctor.run import parse_target
+
     if is_torchrun_line(args) is not None:
         if nproc_per_node is not None or module:
             raise UsageError("give either a torchrun command line or --nproc-per-node/-m, not both")

@@ -19,8 +19,7 @@ import pandas as pd
 
 from perfdoctor.metrics import Analysis
 from perfdoctor.namecodes import equals
-from perfdoctor.names import gemm_precision, per_name
-from perfdoctor.rules.signals import attention_softmax, model_bytes_per_step, step_activities, step_kernel_families
+from perfdoctor.rules.signals import attention_softmax, model_bytes_per_step, step_activities
 
 
 @dataclass(frozen=True)
@@ -183,9 +182,8 @@ def bandwidth_gap(analysis: Analysis, threshold: float | None, params: dict[str,
 def fp32_gemm_time(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
     """fp32 GEMM time × the part bf16 tensor cores save (``speedup``× faster)."""
     speedup = float(params.get("speedup", 2.0))
-    k = analysis.timeline.step_kernels
-    k = k[equals(step_kernel_families(analysis), "gemm")]
-    k = k[per_name(k["name"], gemm_precision) == "fp32"]
+    k = analysis.timeline.gemm_kernels
+    k = k[k["precision"] == "fp32"]
     per_step = (k["end_ns"] - k["start_ns"]).groupby(k["step"]).sum().reindex(range(analysis.steps.count), fill_value=0)
     ms = _median_ms(per_step.to_numpy()) * (1 - 1 / speedup)
     return Estimate(ms, f"median fp32 GEMM time per step × (1 − 1/{speedup:g}) = {ms:.3g} ms")

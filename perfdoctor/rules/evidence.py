@@ -22,7 +22,7 @@ import pandas as pd
 
 from perfdoctor.hostgaps import PYTHON_SOURCE, user_frames  # which Python frames are the user's
 from perfdoctor.metrics import SHORT_KERNEL_NS, Analysis
-from perfdoctor.namecodes import equals
+from perfdoctor.namecodes import equals, tally
 from perfdoctor.names import family, gemm_precision, label, labels
 from perfdoctor.rules.signals import model_bytes_per_step, step_kernel_families, step_activities
 from perfdoctor.steps import base_name, is_launch, is_sync
@@ -102,8 +102,8 @@ def kernel_families(analysis: Analysis) -> Evidence:
     if acts.empty:
         ev.note = "no GPU activity inside the steps"
         return ev
-    a = acts.assign(family=analysis.timeline.families, dur=acts["end_ns"] - acts["start_ns"])
-    g = a.groupby("family").agg(total=("dur", "sum"), count=("dur", "size")).sort_values("total", ascending=False)
+    dur = acts["end_ns"].to_numpy(np.int64) - acts["start_ns"].to_numpy(np.int64)
+    g = tally(analysis.timeline.families, dur).sort_values("total", ascending=False)
     total = max(1, int(g["total"].sum()))
     n = _steps(analysis)
     ev.rows = [[f, _r(r["total"] / n / 1e6), f"{r['total'] / total:.1%}", _r(r["count"] / n)] for f, r in g.iterrows()]
@@ -240,8 +240,7 @@ def _copy_rows(c: pd.DataFrame, analysis: Analysis, keys: list[str]) -> list[lis
 
 
 def gemm_kernels(analysis: Analysis) -> Evidence:
-    k = analysis.timeline.step_kernels
-    k = k[equals(step_kernel_families(analysis), "gemm")]
+    k = analysis.timeline.gemm_kernels
     ev = Evidence("gemm_kernels", "GEMM kernels and the precision their names state", ["kernel", "precision", "per step", "ms / step"])
     if k.empty:
         ev.note = "no GEMM kernels inside the steps"
@@ -307,8 +306,8 @@ def launch_summary(analysis: Analysis) -> Evidence:
     if launches.empty:
         ev.note = "no launch calls inside the steps"
         return ev
-    launches = launches.assign(dur=launches["end_ns"] - launches["start_ns"], name=base_name(launches["name"]))
-    g = launches.groupby("name").agg(count=("dur", "size"), mean=("dur", "mean")).sort_values("count", ascending=False)
+    g = tally(base_name(launches["name"]), launches["end_ns"].to_numpy(np.int64) - launches["start_ns"].to_numpy(np.int64))
+    g = g.assign(mean=g["total"] / g["count"]).sort_values("count", ascending=False)
     ev.rows = [[n, _r(r["count"] / _steps(analysis)), _r(r["mean"] / 1e3)] for n, r in g.iterrows()]
     return ev
 

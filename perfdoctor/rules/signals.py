@@ -17,7 +17,7 @@ import pandas as pd
 from perfdoctor.metrics import METRIC_UNITS, Analysis, Metric
 from perfdoctor.families import is_log_softmax
 from perfdoctor.namecodes import equals
-from perfdoctor.names import family, gemm_precision, per_name
+from perfdoctor.names import family, per_name
 
 
 def step_activities(analysis: Analysis) -> pd.DataFrame:
@@ -33,7 +33,7 @@ def _kernels_in_steps(analysis: Analysis) -> pd.DataFrame:
 def step_kernel_families(analysis: Analysis) -> pd.Series:
     """The family of each kernel of :func:`_kernels_in_steps` (same index), from the timeline."""
     t = analysis.timeline
-    return pd.Series(t.families[t.is_kernel], index=t.step_kernels.index, dtype=object)
+    return pd.Series(t.step_kernel_families, index=t.step_kernels.index, dtype=object)
 
 
 def fp32_gemm_time_ratio(analysis: Analysis) -> Metric:
@@ -41,10 +41,10 @@ def fp32_gemm_time_ratio(analysis: Analysis) -> Metric:
     k = _kernels_in_steps(analysis)
     if k.empty:
         return Metric(None, "ratio", "kernel-names", reason="no kernels inside steps")
-    gemm = k[equals(step_kernel_families(analysis), "gemm")]
+    gemm = analysis.timeline.gemm_kernels
     if gemm.empty:
         return Metric(None, "ratio", "kernel-names", reason="no GEMM kernels inside steps")
-    precision = per_name(gemm["name"], gemm_precision)
+    precision = gemm["precision"]
     dur = (gemm["end_ns"] - gemm["start_ns"]).astype(float)
     known = dur[precision != "unknown"].sum()
     if known <= 0:

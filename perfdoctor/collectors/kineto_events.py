@@ -1,0 +1,608 @@
+"""Kineto's event array decoded into columns, by one process or several, without pandas.
+
+Traces run to hundreds of MB, mostly CPU-op shapes we never read. Decoding into typed
+structs (msgspec) materializes only the fields below and skips the rest unallocated, which
+is what keeps parsing fast and memory low. The event array is decoded a few MB at a time
+(:mod:`perfdoctor.collectors.json_chunks`); each slice's events of the categories read are
+kept with their times as arrays, the rest dropped with the slice, so the peak is the file
+plus one slice, not the structs of the whole trace. Each category then becomes columns
+(numpy arrays, :mod:`perfdoctor.schema`), every name test running once per distinct name.
+
+A large trace is cut into spans decoded by several processes at once (:mod:`.forked`,
+:class:`SlicedDecode`). Nothing here imports pandas, so the decoders can be forked before
+pandas is imported (see :mod:`.torch_profiler`); :mod:`.kineto_tables` joins the spans'
+columns into the Profile's tables.
+"""
+
+from __future__ import annotations
+
+import pickle
+import re
+import types
+from collections import Counter
+from contextlib import ExitStack
+from dataclasses import dataclass
+from itertools import compress
+from operator import attrgetter, itemgetter
+from pathlib import Path
+from typing import Any, ClassVar, Union
+
+import msgspec
+import numpy as np
+
+from perfdoctor.collectors.forked import Tickets, children, usable_cpus
+from perfdoctor.collectors.json_chunks import PLACEHOLDER, ArraySlices, SliceError, array_slices
+from perfdoctor.errors import UsageError
+from perfdoctor.namecodes import factorize_strings
+from perfdoctor.schema import ACTIVITY_COLUMNS, CALL_COLUMNS, RANGE_COLUMNS, filled
+
+# Kineto's category names, and the spellings older PyTorch versions wrote (1.8-1.10:
+# "Kernel", "Memcpy", "Memset", "Runtime", "Operator"): one trace format, read either way.
+ACTIVITY_CATEGORIES = {
+    "kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset",
+    "Kernel": "kernel", "Memcpy": "memcpy", "Memset": "memset",
+}
+CALL_CATEGORIES = ("cuda_runtime", "cuda_driver", "Runtime", "runtime", "Driver")
+RANGE_CATEGORIES = ("user_annotation", "cpu_op", "python_function", "Operator")
+CPU_OP_CATEGORIES = ("cpu_op", "Operator")
+# Host-side categories perfdoctor knows and does not need (not GPU work of any kind).
+KNOWN_HOST_CATEGORIES = frozenset({
+    "gpu_user_annotation", "overhead", "Trace", "cpu_instant_event", "python", "fwdbwd", "ac2g",
+    "Python", "Memory", "cuda_profiler_range",
+})
+PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
+
+# "Memcpy HtoD (Pageable -> Device)": the copy direction and the host memory kind.
+MEMCPY_NAME = re.compile(r"^Memcpy (?P<copy_kind>\w+) \((?P<src>\w+) -> (?P<dst>\w+)\)")
+
+DRIVER_COPY_KERNEL = re.compile(r"^memcpy\d+_post$")
+
+# Ids and numbers are usually ints but tracers differ; accept what JSON may hold.
+Scalar = Union[int, float, str, None]
+
+
+class Args(msgspec.Struct, gc=False):
+    """The event arguments perfdoctor reads; every other key is skipped while parsing."""
+
+    correlation: Scalar = None
+    device: Scalar = None
+    stream: Scalar = None
+    grid: Union[tuple[int, ...], None] = None  # tuples: hashable, so each distinct one is joined once
+    block: Union[tuple[int, ...], None] = None
+    registers: Scalar = msgspec.field(default=None, name="registers per thread")
+    shared_memory: Scalar = msgspec.field(default=None, name="shared memory")
+    occupancy: Scalar = msgspec.field(default=None, name="est. achieved occupancy %")
+    bytes: Scalar = None
+    graph_id: Scalar = msgspec.field(default=None, name="graph id")
+    name: Any = None  # metadata events (ph "M", thread_name): the thread's name; anything else is ignored
+
+
+class Event(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    ts: Union[float, None] = None  # missing: the event is dropped (refused for GPU work)
+    dur: Union[float, None] = None
+    pid: Union[int, str, None] = None
+    tid: Union[int, str, None] = None
+    args: Union[Args, None] = None
+
+
+class Header(msgspec.Struct):
+    """The document's keys other than its events."""
+
+    deviceProperties: Union[list[dict[str, Any]], None] = None  # noqa: N815
+    cuda_driver_version: Scalar = None
+    cuda_runtime_version: Scalar = None
+    cupti_version: Scalar = None
+    distributedInfo: Any = None  # noqa: N815 (torch.distributed: rank, world_size; any type: checked in _distributed)
+
+
+class Trace(Header):
+    traceEvents: Union[list[Event], None] = None  # noqa: N815 (Kineto's key)
+
+
+class _Rest(Header):
+    """The document with its events replaced by json_chunks.PLACEHOLDER."""
+
+    traceEvents: Any = None  # noqa: N815
+
+
+# The sliced decode tags each event by its phase: a complete event ("X") decodes like
+# Event, a metadata event ("M") keeps its name and arguments, and every other phase of the
+# Chrome trace format (flows, instants, counters: a third of a Kineto trace) decodes to an
+# empty struct, its fields skipped unallocated. An event without a phase, or with one not
+# listed, fails the slice: the document is then decoded whole with Event.
+class _Complete(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
+    ph: ClassVar[str] = "X"
+    cat: str = ""
+    name: str = ""
+    ts: Union[float, None] = None
+    dur: Union[float, None] = None
+    pid: Union[int, str, None] = None
+    tid: Union[int, str, None] = None
+    args: Union[Args, None] = None
+
+
+class _Metadata(msgspec.Struct, gc=False, tag_field="ph", tag="M"):
+    ph: ClassVar[str] = "M"
+    name: str = ""
+    args: Union[Args, None] = None
+
+
+OTHER_PHASES = "BEiICbnestfPNODVvRc()"
+_skipped = tuple(
+    types.new_class(f"_Phase{ord(p)}", (msgspec.Struct,), {"tag_field": "ph", "tag": p, "gc": False}, lambda ns, p=p: ns.update(ph=p))
+    for p in OTHER_PHASES
+)
+
+_decoder = msgspec.json.Decoder(Trace)
+events_decoder = msgspec.json.Decoder(list[Union[(_Complete, _Metadata, *_skipped)]])
+_rest_decoder = msgspec.json.Decoder(_Rest)
+_NO_ARGS = Args()
+
+_CAT, _NAME, _TS, _DUR, _ARGS = (attrgetter(f) for f in ("cat", "name", "ts", "dur", "args"))
+_PID, _TID = attrgetter("pid"), attrgetter("tid")
+# What each kept category needs beyond its times: GPU work its arguments, host work its thread.
+KEPT = (*ACTIVITY_CATEGORIES, *CALL_CATEGORIES, "user_annotation", "python_function")
+
+
+def decode_whole(raw: bytes | memoryview, path: Path) -> Trace:
+    try:
+        return _decoder.decode(raw)
+    except msgspec.ValidationError as exc:
+        raise UsageError(f"{path}: not a Kineto trace ({exc})") from None
+    except msgspec.DecodeError as exc:
+        raise UsageError(f"{path}: not a JSON trace ({exc})") from None
+    except RecursionError:
+        raise UsageError(f"{path}: not a Kineto trace (JSON nested too deeply)") from None
+
+
+PART_BYTES = 48 << 20  # a forked decoder pays for itself from ~50 MB of events (fork, sending back its columns)
+MAX_PROCESSES = 8
+SPAN_BYTES = 16 << 20  # the share a process takes at a time: 16 spans cost what 2 do (columns, merging); 32 cost more
+
+
+def decode_processes(size: int) -> int:
+    """How many processes decode ``size`` bytes of trace: one per usable CPU
+    (:func:`.forked.usable_cpus`), at most one per :data:`PART_BYTES`, at least one."""
+    return max(1, min(usable_cpus(), size // PART_BYTES, MAX_PROCESSES))
+
+
+def decode_spans(size: int, processes: int) -> int:
+    """Into how many spans ``processes`` processes cut ``size`` bytes of trace: one per
+    :data:`SPAN_BYTES`, at least one per process, at most :attr:`.Tickets.LIMIT`."""
+    return max(processes, min(size // SPAN_BYTES, Tickets.LIMIT))
+
+
+class SlicedDecode:
+    """The event array decoded a slice at a time (:mod:`.json_chunks`), in spans
+    (:meth:`.ArraySlices.spans`) by this process and ``processes - 1`` forked children
+    (:mod:`.forked`), or whole by this process alone. Each process takes the next span
+    nobody has taken (:class:`.forked.Tickets`) until none is left, so a faster CPU
+    decodes more of them. The children start in :meth:`begin`; this process joins in
+    :meth:`finish`. A child sends back the columns and counts of its spans (pickled: numpy
+    columns copy as bytes, and a name shared by many rows is sent once); they are put back
+    in the array's order."""
+
+    def __init__(self, sliced: ArraySlices, spans: list[tuple[int, int | None]], processes: int) -> None:
+        self.sliced, self.spans = sliced, spans
+        self._children: list[Any] = []
+        with ExitStack() as stack:
+            if len(spans) > 1:
+                self._tickets = stack.enter_context(Tickets(len(spans)))
+                self._children = stack.enter_context(children([self._child] * (processes - 1)))
+            self._stack = stack.pop_all()
+
+    @classmethod
+    def begin(cls, raw: bytes | memoryview, processes: int) -> "SlicedDecode | None":
+        """The decode started, or None when the document is not the simple shape (then
+        decode it whole)."""
+        sliced = array_slices(raw, "traceEvents")
+        if sliced is None:
+            return None
+        return cls(sliced, sliced.spans(decode_spans(len(raw), processes)) if processes > 1 else [None], processes)
+
+    def _work(self) -> list[tuple[int, "Events"]]:
+        done = []
+        while (i := self._tickets.take()) is not None:
+            events = _decode_span(self.sliced, self.spans[i])
+            events.columns()
+            done.append((i, events))
+        return done
+
+    def _child(self) -> bytes:
+        return pickle.dumps(self._work(), protocol=pickle.HIGHEST_PROTOCOL)
+
+    def _decoded(self) -> "list[Events]":
+        if len(self.spans) == 1:
+            return [_decode_span(self.sliced, None)]
+        done = self._work()
+        for c in self._children:
+            data = c.result()
+            if data is None:
+                raise _ChildFailed
+            done += pickle.loads(data)
+        events = [e for _, e in sorted(done, key=itemgetter(0))]
+        self.sliced.end = events[-1].end
+        return events
+
+    def finish(self, raw: bytes | memoryview) -> "tuple[Header, list[Events]] | None":
+        """The rest of the document and the events of each span; None when the document is
+        not the simple shape after all. A parallel decode that fails (a cut that was no
+        element boundary, a child that died) is no answer: it starts again in this process
+        alone, where only the document itself can fail it."""
+        try:
+            events = self._decoded()
+            doc = _rest_decoder.decode(self.sliced.rest())
+        except (msgspec.MsgspecError, RecursionError, SliceError, _ChildFailed):
+            return None if len(self.spans) == 1 else decode_sliced(raw)
+        finally:
+            self.close()
+        if doc.traceEvents != PLACEHOLDER or type(doc.traceEvents) is not int:  # a nested or second key
+            return None
+        return doc, events
+
+    def close(self) -> None:
+        """Stop and reap the children whose result was not collected."""
+        self._stack.close()
+
+
+def decode_sliced(raw: bytes | memoryview, processes: int = 1) -> "tuple[Header, list[Events]] | None":
+    """:class:`SlicedDecode` begun and finished at once."""
+    sliced = SlicedDecode.begin(raw, processes)
+    return None if sliced is None else sliced.finish(raw)
+
+
+class _ChildFailed(Exception):
+    """A forked decoder gave no result."""
+
+
+def _decode_span(sliced: ArraySlices, span: tuple[int, int | None] | None) -> "Events":
+    events = Events()
+    for chunk in sliced.decoded(events_decoder, span=span):
+        events.add(chunk)
+        del chunk
+    events.end = sliced.end  # where the array ended: known to the span that reached it
+    return events
+
+
+MAX_US = 1e15  # ~31 years in µs: beyond it, ns no longer fit an int64 (and no trace is that long)
+
+
+def _ns(values: np.ndarray) -> np.ndarray:
+    return np.rint(np.asarray(values, dtype=np.float64) * 1000.0).astype(np.int64)
+
+
+@dataclass
+class _Taken:
+    """The events of one category kept for their columns: times (µs floats) and the events."""
+
+    ts: np.ndarray
+    dur: np.ndarray
+    events: list[Event]
+    cats: np.ndarray | None = None  # each event's category, where several are joined
+
+    def subset(self, keep: np.ndarray) -> "_Taken":
+        idx = np.flatnonzero(keep)
+        return _Taken(self.ts[idx], self.dur[idx], [self.events[i] for i in idx.tolist()], None if self.cats is None else self.cats[idx])
+
+    def start_end(self) -> tuple[np.ndarray, np.ndarray]:
+        start = _ns(self.ts)
+        return start, start + _ns(self.dur)
+
+
+class _Numbering(dict):
+    """Numbers each new key as it is first looked up: codes for short repeated strings
+    (phases, categories) without hashing them twice."""
+
+    def __missing__(self, key: str) -> int:
+        self[key] = code = len(self)
+        return code
+
+
+def _floats_of(values: Any, n: int) -> np.ndarray:
+    """float64 of ``n`` numbers or None (None becomes NaN)."""
+    values = list(values)
+    try:
+        return np.fromiter(values, dtype=np.float64, count=n)
+    except TypeError:  # a None among them
+        return np.array(values, dtype=np.float64)
+
+
+def _phases(chunk: list[Any]) -> tuple[list[Any], list[Any]]:
+    """The complete ("X") and the metadata ("M") events of a slice, in order. The sliced
+    decode made each phase its own struct type: a type test per event, in C."""
+    if isinstance(chunk[0], Event):  # the whole-document decode: phases are strings
+        return [e for e in chunk if e.ph == "X"], [e for e in chunk if e.ph == "M"]
+    return list(compress(chunk, map(_Complete.__instancecheck__, chunk))), list(compress(chunk, map(_Metadata.__instancecheck__, chunk)))
+
+
+class Events:
+    """What the loader keeps of the trace's events, filled a decoded slice at a time: the
+    complete ("X") events of the categories it reads, with their times as arrays, CPU op
+    names counted, thread names; everything else is dropped with its slice."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, list[tuple[np.ndarray, np.ndarray, list[Event]]]] = {}
+        self.op_counts: Counter[str] = Counter()
+        self.step_ops: list[tuple[np.ndarray, np.ndarray, list[Event]]] = []  # ProfilerStep#N logged as a CPU op
+        self.thread_names: list[str] = []  # every name a thread was given ("pt_autograd_0", then "python3")
+        self.timed = 0
+        self.dropped = 0
+        self.untimed_gpu = 0
+        self._is_step: dict[str, bool] = {}
+        self._cat = _Numbering()  # each distinct category: an integer
+        self._per_cat: Counter[int] = Counter()  # timed complete events per category code
+        self.end = -1  # where the event array ended, when this decoder's span reached it
+        self.tables: SpanTables | None = None  # set by columns(), which drops the events
+
+    def add(self, chunk: list[Any]) -> None:
+        """Keep what the loader reads of one slice of events (:class:`Event` or the
+        phase-tagged structs of the sliced decode: both have ``ph``)."""
+        if not chunk:
+            return
+        events, metadata = _phases(chunk)
+        for e in metadata:
+            if e.name == "thread_name" and e.args is not None and isinstance(e.args.name, str):
+                self.thread_names.append(e.args.name)
+        if not events:
+            return
+        n = len(events)
+        cat = np.fromiter(map(self._cat.__getitem__, map(_CAT, events)), dtype=np.int64, count=n)
+        ts, dur = _floats_of(map(_TS, events), n), _floats_of(map(_DUR, events), n)  # None (missing) is NaN
+        with np.errstate(invalid="ignore"):
+            timed = (-MAX_US < ts) & (ts < MAX_US) & (0 <= dur) & (dur < MAX_US)
+        if not timed.all():
+            self.dropped += int((~timed).sum())
+            gpu = [self._cat[c] for c in ACTIVITY_CATEGORIES]
+            self.untimed_gpu += int(np.isin(cat[~timed], gpu).sum())
+        self.timed += int(timed.sum())
+        self._per_cat.update({c: n for c, n in enumerate(np.bincount(cat[timed]).tolist()) if n})
+        for name in KEPT + CPU_OP_CATEGORIES:
+            idx = np.flatnonzero(timed & (cat == self._cat[name]))
+            if not idx.size:
+                continue
+            picked = [events[i] for i in idx.tolist()]
+            if name in CPU_OP_CATEGORIES:
+                self._cpu_ops(ts[idx], dur[idx], picked)
+            else:
+                self.parts.setdefault(name, []).append((ts[idx], dur[idx], picked))
+
+    def _cpu_ops(self, ts: np.ndarray, dur: np.ndarray, ops: list[Event]) -> None:
+        names = list(map(_NAME, ops))
+        self.op_counts.update(names)
+        known, distinct = self._is_step, set(names)
+        for n in distinct.difference(known):
+            known[n] = PROFILER_STEP.match(n) is not None
+        if any(known[n] for n in distinct):
+            keep = np.fromiter(map(known.__getitem__, names), dtype=bool, count=len(names))
+            idx = np.flatnonzero(keep)
+            self.step_ops.append((ts[idx], dur[idx], [ops[i] for i in idx.tolist()]))
+
+    def _joined(self, parts: list[tuple[np.ndarray, np.ndarray, list[Event]]], cat: str) -> _Taken:
+        if not parts:
+            return _Taken(np.zeros(0), np.zeros(0), [], np.zeros(0, dtype=object))
+        events = [e for p in parts for e in p[2]]
+        return _Taken(
+            np.concatenate([p[0] for p in parts]),
+            np.concatenate([p[1] for p in parts]),
+            events,
+            np.full(len(events), cat, dtype=object),
+        )
+
+    def columns(self) -> "SpanTables":
+        """The tables of the kept events (built once, into ``self.tables``; the events are
+        dropped then, the counts stay)."""
+        if self.tables is not None:
+            return self.tables
+        self.tables = SpanTables(
+            activities=[_activities(self.taken(cat), kind) for cat, kind in ACTIVITY_CATEGORIES.items()],
+            calls=[_host_rows(self.taken(cat), _calls) for cat in CALL_CATEGORIES],
+            ranges=[
+                _host_rows(_range_sources(taken), _ranges)
+                for taken in (self.taken("user_annotation"), self.steps_in_ops(), self.taken("python_function"))
+            ],
+        )
+        self.parts, self.step_ops = {}, []
+        return self.tables
+
+    @staticmethod
+    def merged(spans: "list[Events]") -> "Events":
+        """The counts of consecutive spans' decoders, as if one decoder had read them all
+        (categories numbered in the order first seen, op names counted in that order)."""
+        total = Events()
+        for e in spans:
+            total.op_counts.update(e.op_counts)
+            total.thread_names += e.thread_names
+            total.timed += e.timed
+            total.dropped += e.dropped
+            total.untimed_gpu += e.untimed_gpu
+            for name in e._cat:
+                total._cat[name]  # numbered on first sight
+            for name, n in e.category_counts().items():
+                total._per_cat[total._cat[name]] += n
+        return total
+
+    def category_counts(self) -> dict[str, int]:
+        """Timed complete events per category name (what the trace has, read or not)."""
+        names = {code: name for name, code in self._cat.items()}
+        return {names[c]: n for c, n in self._per_cat.items()}
+
+    def taken(self, cat: str) -> _Taken:
+        return self._joined(self.parts.get(cat, []), cat)
+
+    def steps_in_ops(self) -> _Taken:
+        return self._joined(self.step_ops, "cpu_op")
+
+
+def _numbers(values: list[Scalar]) -> np.ndarray:
+    """float64 of JSON scalars, NaN where missing or not a number (strings are parsed as
+    numbers the way pandas parses them)."""
+    kinds = set(map(type, values))
+    if kinds == {type(None)}:  # an argument this tracer never writes (graph id in an eager trace): 3x faster than np.array
+        return np.full(len(values), np.nan)
+    if kinds <= {int, float, type(None)}:
+        try:
+            return np.array(values, dtype=np.float64)
+        except OverflowError:  # an int beyond float: pandas decides, as for strings
+            pass
+    import pandas as pd  # strings as numbers: rare (most tracers write numbers), so pandas is imported only then
+
+    return pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").astype(np.float64).to_numpy()
+
+
+def _ints(values: list[Scalar]) -> np.ndarray:
+    """Integer ids with -1 where missing, not a number or out of the int64 range."""
+    v = _numbers(values)
+    with np.errstate(invalid="ignore"):
+        ok = np.isfinite(v) & (np.abs(v) < 2.0**62)
+    return np.where(ok, v, -1).astype(np.int64)
+
+
+def _floats(values: list[Scalar]) -> np.ndarray:
+    """Numbers with NaN where missing, not a number or not finite."""
+    v = _numbers(values)
+    return np.where(np.isfinite(v), v, np.nan)
+
+
+def _dims(values: list[tuple[int, ...] | None]) -> np.ndarray:
+    """"x,y,z" per launch configuration, "" where absent: joined once per distinct one."""
+    index = {v: i for i, v in enumerate(dict.fromkeys(values))}  # tuples hash fast: no pandas object table
+    text = np.array(["" if v is None else ",".join(map(str, v)) for v in index], dtype=object)
+    return text[np.fromiter(map(index.__getitem__, values), dtype=np.intp, count=len(values))]
+
+
+def _names(events: list[Event]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each event's name, the same string object for equal names, with the name codes and
+    the distinct names (every test of a name runs once per distinct name)."""
+    codes, uniques = factorize_strings(list(map(_NAME, events)))  # Event.name is typed str
+    return uniques[codes], codes, uniques
+
+
+def _by_name(codes: np.ndarray, uniques: np.ndarray, test: Any) -> np.ndarray:
+    """``test`` (a function of one name) applied to the distinct names, mapped to every event."""
+    return np.asarray([test(n) for n in uniques], dtype=object)[codes] if len(uniques) else np.zeros(0, dtype=object)
+
+
+def _labels(which: np.ndarray, yes: str, no: str) -> np.ndarray:
+    """``yes`` where ``which``, else ``no``: an object column holding just these two string
+    objects, so tests of it (:func:`perfdoctor.namecodes.factorize`) see two objects, not
+    one string per row as ``np.where(...).astype(object)`` makes."""
+    return np.array([no, yes], dtype=object)[which.astype(np.intp)]
+
+
+Columns = dict[str, np.ndarray]  # a table's columns (perfdoctor.schema), every one the same length
+
+
+def _activities(taken: _Taken, kind: str) -> Columns:
+    events = taken.events
+    if not events:
+        return filled(ACTIVITY_COLUMNS)
+    start, end = taken.start_end()
+    args = [a if a is not None else _NO_ARGS for a in map(_ARGS, events)]
+    names, codes, uniques = _names(events)
+    data: dict[str, Any] = {
+        "kind": np.full(len(events), kind, dtype=object),
+        "start_ns": start,
+        "end_ns": end,
+        "device": _ints([a.device for a in args]),
+        "stream": _ints([a.stream for a in args]),
+        "name": names,
+        "correlation": _ints([a.correlation for a in args]),
+    }
+    if kind == "kernel":
+        # A memcpy node of a CUDA graph runs as the driver's copy kernel (memcpy32_post);
+        # nsys reports the same work as a memcpy, and so do we, so both tracers agree on
+        # kernels per step.
+        copies = _by_name(codes, uniques, lambda n: DRIVER_COPY_KERNEL.match(n) is not None).astype(bool)
+        data["kind"] = _labels(copies, "memcpy", "kernel")
+        data["copy_kind"] = _labels(copies, "DtoD", "")
+        data["grid"] = _dims([a.grid for a in args])
+        data["block"] = _dims([a.block for a in args])
+        data["registers"] = _floats([a.registers for a in args])
+        data["shared_mem"] = _floats([a.shared_memory for a in args])
+        data["occupancy_pct"] = _floats([a.occupancy for a in args])
+        data["graph_id"] = _ints([a.graph_id for a in args])
+    else:
+        data["bytes"] = _floats([a.bytes for a in args])
+    if kind == "memcpy":
+        data["copy_kind"] = _by_name(codes, uniques, lambda n: _copy_of(n)[0])
+        data["host_mem"] = _by_name(codes, uniques, lambda n: _copy_of(n)[1])
+    return filled(ACTIVITY_COLUMNS, data)
+
+
+def _copy_of(name: str) -> tuple[str, str]:
+    """A memcpy's direction and host memory kind from its name ("Memcpy HtoD (Pageable ->
+    Device)": "HtoD", "pageable"); the host side is the source of a copy from the host,
+    else the destination; "" for what the name does not say (or a device side)."""
+    m = MEMCPY_NAME.match(name)
+    if m is None:
+        return "", ""
+    host = (m["src"] if m["copy_kind"].startswith("H") else m["dst"]).lower()
+    return m["copy_kind"], "" if host == "device" else host
+
+
+HostRows = tuple[Columns, np.ndarray, np.ndarray]  # a table of host events, and each row's pid and tid as written
+
+
+def _host_rows(taken: _Taken, table: Any) -> HostRows:
+    """``table(taken)`` (its ``tid`` column left for :func:`.kineto_tables.joined`), with
+    each row's Kineto ``pid`` and ``tid``."""
+    n = len(taken.events)
+    pids, tids = (np.fromiter(map(get, taken.events), dtype=object, count=n) for get in (_PID, _TID))
+    return table(taken), pids, tids
+
+
+@dataclass
+class SpanTables:
+    """The tables of the events one decoder kept (a span of the event array, or all of
+    it), as columns: one per category, with the Kineto thread of each host row. Every
+    column is computed row by row, so the columns of consecutive spans, joined category
+    by category (:func:`.kineto_tables.joined`), are the tables one decoder of the whole
+    array builds."""
+
+    activities: list[Columns]  # one per ACTIVITY_CATEGORIES entry
+    calls: list[HostRows]  # one per CALL_CATEGORIES entry
+    ranges: list[HostRows]  # user_annotation, ProfilerStep#N CPU ops, python_function
+
+
+def _calls(taken: _Taken) -> Columns:
+    if not taken.events:
+        return filled(CALL_COLUMNS)
+    start, end = taken.start_end()
+    names, _, _ = _names(taken.events)
+    args = map(_ARGS, taken.events)
+    return filled(
+        CALL_COLUMNS,
+        {
+            "name": names,
+            "start_ns": start,
+            "end_ns": end,
+            "correlation": _ints([(a or _NO_ARGS).correlation for a in args]),
+        },
+    )
+
+
+def _range_sources(taken: _Taken) -> _Taken:
+    """record_function ranges (``user_annotation``), ``ProfilerStep#N`` (whatever its
+    category) and Python frames (``python_function``, from ``with_stack=True``: they name
+    the line that issued a sync); each with its source in ``cats``."""
+    if not taken.events:
+        return taken
+    _, codes, uniques = _names(taken.events)
+    is_step = _by_name(codes, uniques, lambda n: PROFILER_STEP.match(n) is not None).astype(bool)
+    cats = taken.cats
+    labels = np.array(["", "profiler_step", "record_function", "python"], dtype=object)  # one object per label (see _labels)
+    source = labels[np.select([is_step, cats == "user_annotation", cats == "python_function"], [1, 2, 3], default=0)]
+    kept = taken.subset(source != "")
+    kept.cats = source[source != ""]
+    return kept
+
+
+def _ranges(taken: _Taken) -> Columns:
+    if not taken.events:
+        return filled(RANGE_COLUMNS)
+    start, end = taken.start_end()
+    names, _, _ = _names(taken.events)
+    return filled(RANGE_COLUMNS, {"name": names, "start_ns": start, "end_ns": end, "source": taken.cats})

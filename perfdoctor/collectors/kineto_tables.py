@@ -1,0 +1,135 @@
+"""A Kineto trace's decoded events as the Profile: the columns of each span
+(:mod:`.kineto_events`) joined into the tables, host threads numbered, and what the
+trace says of itself (versions, declarations, threads, devices) in ``meta``.
+
+Apart from the decoding because it needs pandas: :meth:`.torch_profiler.Loading.result`
+imports this module while the forked decoders are still at work.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from perfdoctor.collectors.checks import finish
+from perfdoctor.collectors.kineto_events import (
+    ACTIVITY_CATEGORIES,
+    CALL_CATEGORIES,
+    KNOWN_HOST_CATEGORIES,
+    RANGE_CATEGORIES,
+    Events,
+    Header,
+    HostRows,
+    SpanTables,
+)
+from perfdoctor.errors import UsageError
+from perfdoctor.profile import ACTIVITY_COLUMNS, CALL_COLUMNS, RANGE_COLUMNS, Profile, frame, parse_declarations
+from perfdoctor.text import clean
+
+
+def profile_of(path: Path, doc: Header, events: list[Events]) -> Profile:
+    """The Profile of the trace at ``path``: ``doc`` (the document around its events) and
+    the events each decoder kept, in the array's order."""
+    total = Events.merged(events)
+    if total.untimed_gpu:
+        raise UsageError(
+            f"{path}: {total.untimed_gpu} GPU activities lack a valid 'ts' or 'dur' (missing, negative or out of range); "
+            "the trace is damaged"
+        )
+    if not total.timed:
+        raise UsageError(f"{path}: empty trace (no complete events)")
+    # In one process the columns are built here, after the file's bytes are freed (the lower peak).
+    activities, calls, ranges = joined([e.columns() for e in events])
+    versions = {
+        k: getattr(doc, k) for k in ("cuda_driver_version", "cuda_runtime_version", "cupti_version") if getattr(doc, k) is not None
+    }
+    meta: dict[str, Any] = {"source": "kineto", "path": str(path), "declared": parse_declarations(ranges), "versions": versions}
+    # What perfdoctor.workload reads: CPU op names (backward ops, Optimizer.step#...) and thread names.
+    meta["op_counts"] = dict(total.op_counts)
+    read = set(ACTIVITY_CATEGORIES) | set(CALL_CATEGORIES) | set(RANGE_CATEGORIES) | KNOWN_HOST_CATEGORIES
+    unread = {clean(str(cat)): n for cat, n in total.category_counts().items() if cat not in read}
+    if unread:
+        meta["unread_categories"] = unread  # said when no GPU work was recognised: never "CPU-only"
+    meta["thread_names"] = sorted(set(total.thread_names))
+    dist = _distributed(doc.distributedInfo)
+    if dist:
+        meta["distributed"] = dist  # perfdoctor.comparability: world size
+    if total.dropped:
+        meta["warnings"] = [f"{total.dropped} host events without a valid 'ts' or 'dur' (missing, negative or out of range) dropped"]
+    return finish(
+        Profile(activities=activities, calls=calls, ranges=ranges, device=_device(doc.deviceProperties or []), meta=meta)
+    )
+
+
+def joined(spans: list[SpanTables]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The activities (in start order), calls and ranges of consecutive spans, each table
+    built once from its joined columns, with thread ids numbered over the whole trace
+    (:func:`_thread_ids`)."""
+    parts = [s.activities[i] for i in range(len(ACTIVITY_CATEGORIES)) for s in spans]
+    data = {col: np.concatenate([p[col] for p in parts]) for col in ACTIVITY_COLUMNS}
+    order = np.argsort(data["start_ns"], kind="stable")
+    activities = frame(ACTIVITY_COLUMNS, {col: values[order] for col, values in data.items()})
+    calls = [s.calls[i] for i in range(len(CALL_CATEGORIES)) for s in spans]
+    ranges = [s.ranges[i] for i in range(3) for s in spans]
+    hosts = calls + ranges
+    call_tids, range_tids = _thread_ids(
+        np.concatenate([h[1] for h in hosts]), np.concatenate([h[2] for h in hosts]), sum(len(c[1]) for c in calls)
+    )
+    return activities, _with_tids(calls, call_tids, CALL_COLUMNS), _with_tids(ranges, range_tids, RANGE_COLUMNS)
+
+
+def _with_tids(parts: list[HostRows], tids: np.ndarray, columns: dict[str, str]) -> pd.DataFrame:
+    data = {col: np.concatenate([p[0][col] for p in parts]) for col in columns if col != "tid"}
+    data["tid"] = tids
+    return frame(columns, data)
+
+
+def _thread_ids(pids: np.ndarray, tids: np.ndarray, n_calls: int) -> tuple[np.ndarray, np.ndarray]:
+    """Kineto names a host thread by (pid, tid); each pair gets one integer id, numbered in
+    order of first appearance over the calls (the first ``n_calls`` rows), then the ranges."""
+    if not len(pids):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    pid, _ = pd.factorize(pd.Series(pids, dtype=object), use_na_sentinel=False)
+    tid, uniques = pd.factorize(pd.Series(tids, dtype=object), use_na_sentinel=False)
+    codes, _ = pd.factorize(pid.astype(np.int64) * max(len(uniques), 1) + tid)  # the pair, numbered by first appearance
+    codes = codes.astype(np.int64)
+    return codes[:n_calls], codes[n_calls:]
+
+
+def _distributed(info: Any) -> dict[str, Any]:
+    """``distributedInfo`` (written when torch.distributed is initialised): the rank, world
+    size and backend, each kept only when it has the expected type."""
+    if not isinstance(info, dict):
+        return {}
+    out: dict[str, Any] = {}
+    for key in ("rank", "world_size"):
+        v = info.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**31:
+            out[key] = v
+    if isinstance(info.get("backend"), str):
+        out["backend"] = clean(info["backend"])
+    return out
+
+
+def _device(props: list[dict[str, Any]]) -> dict[str, Any]:
+    """The first device the trace describes; Kineto records no memory clock or bus width."""
+    if not props:
+        return {}
+    p = props[0]
+
+    def count(v: Any) -> int | None:  # a positive integer, else unknown
+        return v if isinstance(v, int) and not isinstance(v, bool) and 0 < v < 2**62 else None
+
+    def small(v: Any) -> int | None:
+        return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1000 else None
+
+    name = p.get("name")
+    return {
+        "name": clean(name) if isinstance(name, str) else None,
+        "sm_count": count(p.get("numSms")),
+        "total_memory_bytes": count(p.get("totalGlobalMem")),
+        "compute_capability": f"{small(p.get('computeMajor'))}.{small(p.get('computeMinor'))}",
+    }
