@@ -23,6 +23,7 @@ of a trace number names with :func:`factorize_strings` before pandas is imported
 from __future__ import annotations
 
 import ctypes
+import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -61,19 +62,21 @@ def factorize(names: pd.Series | np.ndarray | list[Any]) -> tuple[np.ndarray, np
 class _Remembered:
     """The last answers of :func:`factorize` for arrays of strings (module docstring), at
     most :data:`ROWS` rows in all. Answers are handed out as copies: a caller may change
-    its codes."""
+    its codes. A lock keeps the table whole when threads factorize at once."""
 
     ROWS = 1 << 21  # 2M rows in all (~50 MB with their codes): a 1 GB trace's host-call names
     answers: "OrderedDict[tuple[int, int, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]" = OrderedDict()
+    lock = threading.Lock()
 
     @classmethod
     def lookup(cls, addresses: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         key = (addresses.size, int(addresses[0]), int(addresses[-1]))
-        found = cls.answers.get(key)
-        if found is None or not np.array_equal(found[1], addresses):
-            return None
-        cls.answers.move_to_end(key)
-        return found[2].copy(), found[3].copy()
+        with cls.lock:
+            found = cls.answers.get(key)
+            if found is None or not np.array_equal(found[1], addresses):
+                return None
+            cls.answers.move_to_end(key)
+            return found[2].copy(), found[3].copy()
 
     @classmethod
     def keep(cls, arr: np.ndarray, addresses: np.ndarray, codes: np.ndarray, uniques: np.ndarray) -> None:
@@ -81,9 +84,11 @@ class _Remembered:
             return
         # A copy of the array holds its own reference to every object: none can be freed (and its
         # address reused) while remembered, even if the caller's array changes in place.
-        cls.answers[(addresses.size, int(addresses[0]), int(addresses[-1]))] = (arr.copy(), addresses, codes.copy(), uniques.copy())
-        while sum(a[0].size for a in cls.answers.values()) > cls.ROWS:
-            cls.answers.popitem(last=False)
+        entry = (arr.copy(), addresses, codes.copy(), uniques.copy())
+        with cls.lock:
+            cls.answers[(addresses.size, int(addresses[0]), int(addresses[-1]))] = entry
+            while sum(a[0].size for a in cls.answers.values()) > cls.ROWS:
+                cls.answers.popitem(last=False)
 
 
 def factorize_values(objects: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
