@@ -403,16 +403,21 @@ def find_steps(profile: Profile, pattern: str | None = None) -> Steps:
             "host_end_ns": ranges["end_ns"].to_numpy(),
         }
     )
-    stepped = acts[activity_step.to_numpy() >= 0]
-    by_step = stepped.groupby(activity_step[activity_step >= 0].to_numpy())
-    table["gpu_start_ns"] = by_step["start_ns"].min().reindex(table.index).astype("Int64")
-    table["gpu_end_ns"] = by_step["end_ns"].max().reindex(table.index).astype("Int64")
-    kernels = stepped[equals(stepped["kind"], "kernel")]
-    table["kernels"] = (
-        kernels.groupby(activity_step[kernels.index].to_numpy()).size().reindex(table.index, fill_value=0).astype("int64")
-    )
-    launches = call_step[is_launch(calls["name"]).to_numpy() & (call_step.to_numpy() >= 0)]
-    table["launches"] = launches.value_counts().reindex(table.index, fill_value=0).astype("int64")
+    # Per step: its GPU window (first start, last end; NA without GPU work), kernels and launches.
+    n = len(table)
+    owner = activity_step.to_numpy()
+    mine = (owner >= 0) & (owner < n)
+    step, start, end = owner[mine], acts["start_ns"].to_numpy(np.int64)[mine], acts["end_ns"].to_numpy(np.int64)[mine]
+    first, last = np.full(n, np.iinfo(np.int64).max), np.full(n, np.iinfo(np.int64).min)
+    np.minimum.at(first, step, start)
+    np.maximum.at(last, step, end)
+    none = np.bincount(step, minlength=n) == 0
+    table["gpu_start_ns"] = pd.arrays.IntegerArray(np.where(none, 0, first), none)
+    table["gpu_end_ns"] = pd.arrays.IntegerArray(np.where(none, 0, last), none)
+    table["kernels"] = np.bincount(step[equals(acts["kind"], "kernel")[mine]], minlength=n).astype(np.int64)
+    launch_step = call_step.to_numpy()
+    launch_step = launch_step[is_launch(calls["name"]).to_numpy() & (launch_step >= 0) & (launch_step < n)]
+    table["launches"] = np.bincount(launch_step, minlength=n).astype(np.int64)
     counts = ownership.step_counts(profile, table, own)
     table["kernels_other_threads"] = counts["kernels_other_threads"].to_numpy()
     table["launches_other_threads"] = counts["launches_other_threads"].to_numpy()

@@ -28,8 +28,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
+from perfdoctor.namecodes import equals, factorize
 from perfdoctor.profile import Profile
 
 KINDS = ("training", "inference", "unknown")
@@ -105,9 +107,10 @@ def classify(
     optimizer = sorted(k for k in names if _OPTIMIZER_STEP.match(k))
     tnames = list(thread_names.values()) if isinstance(thread_names, Mapping) else list(thread_names or [])
     autograd = sorted({t for t in tnames if isinstance(t, str) and _AUTOGRAD_THREAD.search(t)})
-    kernels = profile.kernels["name"]
-    uniq = kernels.value_counts()
-    bw_kernels = int(sum(n for k, n in uniq.items() if isinstance(k, str) and _BACKWARD_KERNEL.search(k)))
+    codes, uniques = factorize(profile.activities["name"])  # every name test once per distinct name
+    per_name = np.bincount(codes[equals(profile.activities["kind"], "kernel")], minlength=len(uniques))
+    n_kernels = int(per_name.sum())
+    bw_kernels = int(sum(int(n) for k, n in zip(uniques, per_name) if n and isinstance(k, str) and _BACKWARD_KERNEL.search(k)))
 
     evidence: list[str] = []
     if backward:
@@ -124,13 +127,13 @@ def classify(
         kind, confidence = "training", "high"
     elif bw_kernels:
         kind, confidence = "training", "medium"
-    elif kernels.empty and not ops_seen:
+    elif not n_kernels and not ops_seen:
         kind, confidence = "unknown", "none"
         evidence.append("no GPU kernels and no CPU ops in the trace")
     else:
         kind = "inference"
         confidence = "high" if ops_seen else "medium"
-        seen = f"among {ops_seen} CPU ops" if ops_seen else f"(no CPU ops in the trace; {len(kernels)} kernels checked)"
+        seen = f"among {ops_seen} CPU ops" if ops_seen else f"(no CPU ops in the trace; {n_kernels} kernels checked)"
         evidence.append(f"no backward op, no optimizer step {seen}")
     return Workload(
         kind=kind,
