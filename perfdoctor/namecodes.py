@@ -134,8 +134,9 @@ def equals(column: pd.Series | np.ndarray, value: str) -> np.ndarray:
 
 def tally(keys: pd.Series | np.ndarray, values: np.ndarray) -> pd.DataFrame:
     """``count`` and ``total`` (the sum of ``values``, integers) per distinct key, indexed by
-    the keys in sorted order: what ``groupby(keys).agg(count="size", total="sum")`` gives,
-    counted with codes (:func:`factorize`) instead of hashing every row's string."""
+    the keys in sorted order: for string keys, what ``groupby(keys).agg(count="size",
+    total="sum")`` gives, counted with codes (:func:`factorize`) instead of hashing every
+    row's string (a missing key, which groupby drops, is a key of its own here)."""
     import pandas as pd
 
     codes, uniques = factorize(keys)

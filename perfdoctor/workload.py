@@ -108,9 +108,9 @@ def classify(
     tnames = list(thread_names.values()) if isinstance(thread_names, Mapping) else list(thread_names or [])
     autograd = sorted({t for t in tnames if isinstance(t, str) and _AUTOGRAD_THREAD.search(t)})
     codes, uniques = factorize(profile.activities["name"])  # every name test once per distinct name
-    per_name = np.bincount(codes[equals(profile.activities["kind"], "kernel")], minlength=len(uniques))
-    n_kernels = int(per_name.sum())
-    bw_kernels = int(sum(int(n) for k, n in zip(uniques, per_name) if n and isinstance(k, str) and _BACKWARD_KERNEL.search(k)))
+    kernels_of = np.bincount(codes[equals(profile.activities["kind"], "kernel")], minlength=len(uniques))  # per distinct name
+    n_kernels = int(kernels_of.sum())
+    bw_kernels = int(sum(int(n) for k, n in zip(uniques, kernels_of) if n and isinstance(k, str) and _BACKWARD_KERNEL.search(k)))
 
     evidence: list[str] = []
     if backward:

@@ -16,7 +16,6 @@ from perfdoctor.errors import UsageError
 from perfdoctor.io import regular_file
 
 if TYPE_CHECKING:  # pandas and the loaders are imported when a trace is read, not with the package
-    from perfdoctor.collectors.torch_profiler import Loading as KinetoLoading
     from perfdoctor.profile import Profile
 
 KINETO_SUFFIXES = (".json", ".json.gz")
@@ -37,18 +36,14 @@ class Loading:
     """A trace being read (:func:`start_loading`): :meth:`result` is the Profile. Use it
     as a context manager, so work begun for a result never taken is stopped."""
 
-    def __init__(self, load: Callable[[], Profile], begun: KinetoLoading | None = None) -> None:
-        self._load, self._begun = load, begun
-
-    def result(self) -> Profile:
-        return self._begun.result() if self._begun is not None else self._load()
+    def __init__(self, result: Callable[[], Profile], close: Callable[[], None] = lambda: None) -> None:
+        self.result, self._close = result, close
 
     def __enter__(self) -> "Loading":
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._begun is not None:
-            self._begun.close()
+        self._close()
 
 
 def start_loading(path: str | Path) -> Loading:
@@ -67,7 +62,7 @@ def start_loading(path: str | Path) -> Loading:
         from perfdoctor.collectors import torch_profiler
 
         begun = torch_profiler.start(path)
-        return Loading(begun.result, begun)
+        return Loading(begun.result, begun.close)
     if name.endswith(NSYS_SUFFIXES):
         from perfdoctor.collectors import nsys
 
