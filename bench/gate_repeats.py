@@ -12,7 +12,7 @@ trial to trial so drift hits both alike:
   - ``slow``: the same with B = ``A --slow SLOW``: must fail.
 
 ``--lockstep`` runs ``compare-programs --lockstep``: the compared pairs run at once on one
-CPU, taking turns step by step (perfdoctor/lockstep.py).
+CPU, taking turns step by step (perfdoctor/record/lockstep.py).
 
 Each trial records the 1-minute load average at its end. The table gives, per condition, how many trials passed and failed the gate (and how many of
 the passes were "inconclusive"), the median ratio and interval width, and the spread of
@@ -40,7 +40,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from perfdoctor.stats import welch_log_ratio  # noqa: E402
+from perfdoctor.compare.stats import welch_log_ratio  # noqa: E402
 
 PROGRAM = ROOT / "tests" / "programs" / "cpu_steps.py"
 

@@ -52,7 +52,7 @@ def one_process(mode: str, size: str, steps: int, warmup: int, work: Path) -> di
         cmd = [sys.executable, *program]
     else:
         out = work / "runs"
-        cmd = [sys.executable, "-m", "perfdoctor.run", "--quiet", "--out", str(out), "--collect", collect,
+        cmd = [sys.executable, "-m", "perfdoctor.record.run", "--quiet", "--out", str(out), "--collect", collect,
                "--warmup", str(warmup), "--steps", "0", *program]
     subprocess.run(cmd, check=True, env=env, timeout=300, capture_output=True)
     own = json.loads(timings.read_text().splitlines()[0])["step_ms"][warmup:]  # the first line: the light pass's run

@@ -1,8 +1,8 @@
 """The front door: a trace or a run bundle in, a diagnosis out.
 
 ``diagnose(path)`` is what ``perfdoctor analyze`` and ``perfdoctor report`` do before they
-print anything: load (:func:`perfdoctor.collectors.load_trace`) → find the steps and
-measure (:func:`perfdoctor.metrics.analyze`) → evaluate the rule packs
+print anything: load (:func:`load_trace`) → find the steps and
+measure (:func:`perfdoctor.analysis.metrics.analyze`) → evaluate the rule packs
 (:mod:`perfdoctor.rules.engine`) into ranked findings. The commands, diff, gate and the demo
 call it instead of wiring the three steps each by hand; a notebook calls it too::
 
@@ -13,14 +13,17 @@ call it instead of wiring the three steps each by hand; a notebook calls it too:
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from perfdoctor.console import report_load_warnings
+from perfdoctor.errors import UsageError
+from perfdoctor.io import regular_file
 
 if TYPE_CHECKING:  # the heavy modules load when diagnose runs, not at import
-    from perfdoctor.metrics import Analysis
+    from perfdoctor.analysis.metrics import Analysis
     from perfdoctor.profile import Profile
     from perfdoctor.rules.engine import Finding, RuleSet
 
@@ -72,17 +75,15 @@ def diagnose(
     ``warnings``: print what the loader dropped on stderr. ``workload``: ``"training"`` or
     ``"inference"`` instead of what the trace shows (decides which rules apply).
 
-    The trace's decoders start first (:func:`perfdoctor.collectors.start_loading`), then
+    The trace's decoders start first (:func:`start_loading`), then
     the rule packs load (importing the analysis) while they decode, so a bad pack still
     fails before the slow part of the load.
     """
-    from perfdoctor.collectors import start_loading
-
     with start_loading(Path(path)) as loading:
         if ruleset is None and rules is not None:
             ruleset = load_ruleset(rules, thresholds)
         profile = loading.result()
-    from perfdoctor.metrics import analyze
+    from perfdoctor.analysis.metrics import analyze
     from perfdoctor.rules.engine import evaluate
 
     if warnings:
@@ -91,3 +92,66 @@ def diagnose(
     if ruleset is None:
         return Diagnosis(profile, analysis, None)
     return Diagnosis(profile, analysis, evaluate(ruleset, analysis), list(ruleset.packs))
+
+
+KINETO_SUFFIXES = (".json", ".json.gz")
+NSYS_SUFFIXES = (".sqlite", ".sqlite.gz", ".nsys-rep")
+
+
+def load_trace(path: str | Path) -> Profile:
+    """Read a trace or a run bundle into a :class:`Profile`, choosing the loader by name.
+
+    Only regular files (after resolving symlinks) and bundle directories are read: a FIFO
+    or a device is refused before it is opened (see ``docs/safety.md``).
+    """
+    with start_loading(path) as loading:
+        return loading.result()
+
+
+class Loading:
+    """A trace being read (:func:`start_loading`): :meth:`result` is the Profile. Use it
+    as a context manager, so work begun for a result never taken is stopped."""
+
+    def __init__(self, result: Callable[[], Profile], close: Callable[[], None] = lambda: None) -> None:
+        self.result, self._close = result, close
+
+    def __enter__(self) -> "Loading":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._close()
+
+
+def start_loading(path: str | Path) -> Loading:
+    """:func:`load_trace` begun: the path is checked now (so a bad one fails at once) and a
+    Kineto trace is read and its forked decoders started
+    (:func:`.torch_profiler.start`); an Nsight Systems export or a bundle is read by
+    :meth:`Loading.result`."""
+    path = Path(path)
+    if not os.path.lexists(path):
+        raise UsageError(f"{path}: no such file or directory")
+    if path.is_dir():
+        return Loading(lambda: _load_bundle(path))
+    regular_file(path)
+    name = path.name.lower()
+    if name.endswith(KINETO_SUFFIXES):
+        from perfdoctor.collectors import torch_profiler
+
+        begun = torch_profiler.start(path)
+        return Loading(begun.result, begun.close)
+    if name.endswith(NSYS_SUFFIXES):
+        from perfdoctor.collectors import nsys
+
+        return Loading(lambda: nsys.load(path))
+    raise UsageError(
+        f"{path}: unknown trace type; expected a Kineto trace ({', '.join(KINETO_SUFFIXES)}), "
+        f"an Nsight Systems export ({', '.join(NSYS_SUFFIXES)}) or a run bundle directory"
+    )
+
+
+def _load_bundle(path: Path) -> Profile:
+    from perfdoctor.collectors.bundle import load_bundle
+    from perfdoctor.bundle.manifest import check_bundle
+
+    check_bundle(path)
+    return load_bundle(path)

@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.declare import DECLARE_PREFIX, parse_declaration
-from perfdoctor.namecodes import equals
+from perfdoctor.names.codes import equals
 from perfdoctor.schema import (  # noqa: F401 (the tables' columns: imported from here by the loaders)
     ACTIVITY_COLUMNS,
     CALL_COLUMNS,
@@ -68,7 +68,7 @@ class LightSteps:
     Arrays are int64 ns on CLOCK_MONOTONIC. ``gpu_start_ns`` is None when the pass did not
     record it (bundles of perfdoctor 0.1). ``clock`` is ``"cuda-event"`` (GPU times from CUDA
     events, no sync added) or ``"host"`` (a program without GPU work: host end). The steady
-    state starts at ``steady_start`` (:func:`perfdoctor.steady.steady_start`, or the user's
+    state starts at ``steady_start`` (:func:`perfdoctor.analysis.steady.steady_start`, or the user's
     ``--warmup``), for the reason in ``steady_reason``. ``counters``: per metric, hardware
     counters averaged over exactly the steady steps: ``{"value", "source", "samples",
     "dropped_nan", "start_ns", "end_ns"}``.

@@ -7,5 +7,5 @@ set -uo pipefail
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-out}
 mkdir -p "$OUT"
-python3 -m pytest tests/test_kernels.py -q -s -p no:cacheprovider 2>&1 | tee "$OUT/kernels-pytest.log" | tail -25
+python3 -m pytest tests/engine/test_kernels.py -q -s -p no:cacheprovider 2>&1 | tee "$OUT/kernels-pytest.log" | tail -25
 python3 bench/kernels.py "$@" 2>&1 | tee "$OUT/kernels-bench.log"

@@ -63,7 +63,7 @@ def fixtures() -> Path:
 # to one CPU at full load, and test_ranks compares each rank's collective time with the
 # program's own timer within 15 % / 3 ms, which a fully loaded CPU shared by its ranks
 # breaks (seen once: 9.3 ms against 12.5 ms while both ran).
-SERIAL_TOGETHER = ("tests/test_repeat.py", "tests/test_ranks.py")
+SERIAL_TOGETHER = ("tests/record/test_repeats.py", "tests/analysis/test_ranks.py")
 
 
 def pytest_xdist_make_scheduler(config, log):

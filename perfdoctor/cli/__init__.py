@@ -5,6 +5,8 @@ Each command is a thin layer over the domain modules: load, measure and diagnose
 options several commands share are declared once, in :mod:`perfdoctor.cli.options`. Bad
 input raises :class:`~perfdoctor.errors.UsageError`, which :func:`main` turns into one line
 on stderr and exit code 2.
+
+May import every room.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ def analyze_command(
 
     check_outputs([json_out], [path, *rules])  # never write over an input
     if path.is_dir():
-        from perfdoctor.ranks import is_multi_rank
+        from perfdoctor.analysis.ranks import is_multi_rank
 
         if is_multi_rank(path):  # a multi-rank bundle or a folder of per-rank traces
             _analyze_ranks(path, step, json_out, tokens_per_step, rules, threshold, workload)
@@ -57,7 +57,7 @@ def _analyze_ranks(path: Path, step: Optional[str], json_out: Optional[Path], to
                    rules: List[Path], threshold: List[str], workload: Optional[str]) -> None:
     from rich.console import Console
 
-    from perfdoctor.ranks import diagnose_ranks
+    from perfdoctor.analysis.ranks import diagnose_ranks
     from perfdoctor.reports.ranks import render_ranks
 
     d = diagnose_ranks(path, step=step, tokens_per_step=tokens_per_step, rules=rules, thresholds=threshold, workload=workload)

@@ -1,12 +1,12 @@
 """``perfdoctor calibrate``: measure this GPU's DRAM read bandwidth and bf16 matmul rate,
-and cache them (the measurements are :mod:`perfdoctor.calibrate`)."""
+and cache them (the measurements are :mod:`perfdoctor.record.calibrate`)."""
 
 from __future__ import annotations
 
 import typer
 from rich.console import Console
 
-from perfdoctor.calibrate import MATMUL_N, READ_SIZES_MB, calibrate, save_calibration
+from perfdoctor.record.calibrate import MATMUL_N, READ_SIZES_MB, calibrate, save_calibration
 from perfdoctor.errors import UsageError
 
 

@@ -1,5 +1,5 @@
 """``perfdoctor compare-programs A B``: two programs run interleaved, then their diff (the
-runs are :func:`perfdoctor.repeats.compare_programs`, the comparison :mod:`perfdoctor.diff`)."""
+runs are :func:`perfdoctor.record.repeats.compare_programs`, the comparison :mod:`perfdoctor.compare.diff`)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from perfdoctor.errors import UsageError
 
 def program(text: str, what: str) -> list[str]:
     """A program as one shell-quoted string: ``"infer.py --tokens 64"`` or ``"-m pkg.mod --x"``."""
-    from perfdoctor.run import check_importable, parse_target
+    from perfdoctor.record.run import check_importable, parse_target
 
     try:
         words = shlex.split(text)
@@ -38,7 +38,7 @@ def compare_command(
     steps: int = typer.Option(10, "--steps", min=0, help="Steps to trace in the traced passes (0: all after the warm-up)."),
     step: Optional[str] = options.step("(record_function, NVTX or perfdoctor.region), both programs", "Default: perfdoctor.region/step, else the most frequent range."),
     out: Path = typer.Option(Path("perfdoctor-runs"), "--out", help="Folder that receives the two run bundles (NAME-A, NAME-B)."),
-    lockstep: bool = typer.Option(False, "--lockstep", help="For programs the CPU paces, on a shared runner: the --repeat processes compared run in pairs, A and B at once on one CPU taking turns step by step, so a core that changes speed changes it for both (perfdoctor.lockstep, docs/ci.md). Needs step markers (perfdoctor.region/step or record_function/NVTX ranges)."),
+    lockstep: bool = typer.Option(False, "--lockstep", help="For programs the CPU paces, on a shared runner: the --repeat processes compared run in pairs, A and B at once on one CPU taking turns step by step, so a core that changes speed changes it for both (perfdoctor.record.lockstep, docs/ci.md). Needs step markers (perfdoctor.region/step or record_function/NVTX ranges)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
     json_out: Optional[Path] = options.json_out("the diff as JSON too (schema perfdoctor.diff/1)"),
 ) -> None:
@@ -56,11 +56,11 @@ def compare_command(
 
     perfdoctor compare-programs --lockstep --repeat 5 train.py 'train.py --new-loss'   (CPU programs on a noisy runner)
     """
-    from perfdoctor.diff import diff_runs, load_run
+    from perfdoctor.compare.diff import diff_runs, load_run
     from perfdoctor.io import check_outputs, write_json
     from perfdoctor.reports.diff_report import print_terminal
-    from perfdoctor.repeats import compare_programs
-    from perfdoctor.run import RunOptions, parse_collect
+    from perfdoctor.record.repeats import compare_programs
+    from perfdoctor.record.run import RunOptions, parse_collect
 
     check_outputs([json_out], [])
     if lockstep and not hasattr(os, "sched_setaffinity"):

@@ -1,5 +1,5 @@
 """``perfdoctor demo``: what perfdoctor finds in the bundled engine (live on a GPU, else a
-recording and a short CPU run); the rendering is :mod:`perfdoctor.demo`."""
+recording and a short CPU run); the rendering is :mod:`perfdoctor.demo.show`."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ def demo_command(
 
     On a machine without a GPU: first the ranked reports and diffs of runs recorded on an H200 (shipped with perfdoctor, clearly marked as recorded), then a short live `perfdoctor run` of the tiny engine on this CPU. On a GPU: `perfdoctor run` of the eager, graph and fused variants live, their findings and the diffs.
     """
-    from perfdoctor.demo import WIDTH, find_recording, live_cpu, live_runs, make_console, plan, show_recording
-    from perfdoctor.run import gpu_present
+    from perfdoctor.demo.show import WIDTH, find_recording, live_cpu, live_runs, make_console, plan, show_recording
+    from perfdoctor.record.run import gpu_present
 
     console = make_console()
     progress = Console(stderr=True, width=min(Console(stderr=True).width, WIDTH), highlight=False)

@@ -1,4 +1,4 @@
-"""``perfdoctor diff BEFORE AFTER``: what a change did (the model is :mod:`perfdoctor.diff`)."""
+"""``perfdoctor diff BEFORE AFTER``: what a change did (the model is :mod:`perfdoctor.compare.diff`)."""
 
 from __future__ import annotations
 
@@ -37,8 +37,8 @@ def diff_command(
     """
     from rich.console import Console
 
-    from perfdoctor.diff import diagnose_run, diff_runs
-    from perfdoctor.rankdiff import bundle_ranks, load_pair, paired_ranks
+    from perfdoctor.compare.diff import diagnose_run, diff_runs
+    from perfdoctor.compare.rankdiff import bundle_ranks, load_pair, paired_ranks
     from perfdoctor.reports.diff_report import print_terminal, render_markdown
 
     check_outputs([md, json_out], [before, after, *rules])  # never write over an input

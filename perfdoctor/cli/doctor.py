@@ -1,5 +1,5 @@
 """``perfdoctor doctor`` and the root ``--version``: what this machine offers perfdoctor
-(the facts are gathered by :mod:`perfdoctor.doctor`)."""
+(the facts are gathered by :mod:`perfdoctor.record.doctor`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import typer
 
 from perfdoctor import __version__
-from perfdoctor.doctor import gather, render
+from perfdoctor.record.doctor import gather, render
 
 
 def doctor_command(

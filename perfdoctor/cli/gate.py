@@ -1,4 +1,4 @@
-"""``perfdoctor gate RUN``: pass / fail for CI (the model is :mod:`perfdoctor.gate`, the
+"""``perfdoctor gate RUN``: pass / fail for CI (the model is :mod:`perfdoctor.compare.gate`, the
 outputs :mod:`perfdoctor.reports.gate_report`)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import List, Optional
 
 import typer
 
-from perfdoctor import baselines
+from perfdoctor.bundle import store as baselines
 from perfdoctor.cli import options
 from perfdoctor.errors import UsageError
 from perfdoctor.io import check_outputs, write_json, write_text
@@ -52,8 +52,8 @@ def gate_command(
 
     Example: perfdoctor gate pr.json.gz --baseline main.json.gz --step decode_step --fail-on 'step_latency_ms_p50:+5%' --fail-on 'launches_per_step:+0' --junit gate.xml --github
     """
-    from perfdoctor.gate import EXIT_USAGE, evaluate_gate, parse_budget, rule_checks
-    from perfdoctor.rankdiff import bundle_ranks, load_pair, merge_gates, paired_ranks
+    from perfdoctor.compare.gate import EXIT_USAGE, evaluate_gate, parse_budget, rule_checks
+    from perfdoctor.compare.rankdiff import bundle_ranks, load_pair, merge_gates, paired_ranks
     from perfdoctor.reports.gate_report import github_annotations, junit_xml, print_result, summary_markdown
 
     budgets = [parse_budget(text) for text in fail_on]  # grammar errors before any slow loading

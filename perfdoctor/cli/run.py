@@ -1,5 +1,5 @@
 """``perfdoctor run [OPTIONS] SCRIPT [ARGS]...``: profile a program as it is (the passes
-and the bundle are :mod:`perfdoctor.run`)."""
+and the bundle are :mod:`perfdoctor.record.run`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from perfdoctor.cli import options
 from perfdoctor.errors import UsageError
 
 if TYPE_CHECKING:  # the domain modules load when the command runs (see perfdoctor.cli)
-    from perfdoctor.launch import Launch
+    from perfdoctor.record.launch import Launch
 
 
 def run_command(
@@ -46,8 +46,8 @@ def run_command(
 
     Several ranks: perfdoctor run --nproc-per-node 2 train.py, or perfdoctor run -- torchrun --nproc-per-node 2 train.py (then perfdoctor analyze BUNDLE shows every rank and the straggler).
     """
-    from perfdoctor.repeats import run_repeated
-    from perfdoctor.run import RunOptions, check_importable, execute, parse_collect
+    from perfdoctor.record.repeats import run_repeated
+    from perfdoctor.record.run import RunOptions, check_importable, execute, parse_collect
 
     if step_fn is not None and (":" not in step_fn or not all(step_fn.partition(":")[::2])):
         raise UsageError(f"--step-fn {step_fn!r}: expected module:function")
@@ -92,8 +92,8 @@ def run_command(
 def run_launch(args: list[str], module: bool, nproc_per_node: Optional[int]) -> tuple[Optional[Launch], list[str]]:
     """(how the ranks start, the target): a torchrun line after ``--``, ``--nproc-per-node``,
     or a single process (no launch)."""
-    from perfdoctor.launch import from_command, from_nproc, is_torchrun_line
-    from perfdoctor.run import parse_target
+    from perfdoctor.record.launch import from_command, from_nproc, is_torchrun_line
+    from perfdoctor.record.run import parse_target
 
     if is_torchrun_line(args) is not None:
         if nproc_per_node is not None or module:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from perfdoctor.namecodes import factorize
+from perfdoctor.names.codes import factorize
 from perfdoctor.profile import Profile
 from perfdoctor.text import clean
 

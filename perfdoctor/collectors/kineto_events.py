@@ -33,7 +33,7 @@ import numpy as np
 from perfdoctor.collectors.forked import Tickets, children, usable_cpus
 from perfdoctor.collectors.json_chunks import PLACEHOLDER, ArraySlices, SliceError, array_slices
 from perfdoctor.errors import UsageError
-from perfdoctor.namecodes import factorize_strings
+from perfdoctor.names.codes import factorize_strings
 from perfdoctor.schema import ACTIVITY_COLUMNS, CALL_COLUMNS, RANGE_COLUMNS, filled
 
 # Kineto's category names, and the spellings older PyTorch versions wrote (1.8-1.10:
@@ -487,7 +487,7 @@ def _by_name(codes: np.ndarray, uniques: np.ndarray, test: Any) -> np.ndarray:
 
 def _labels(which: np.ndarray, yes: str, no: str) -> np.ndarray:
     """``yes`` where ``which``, else ``no``: an object column holding just these two string
-    objects, so tests of it (:func:`perfdoctor.namecodes.factorize`) see two objects, not
+    objects, so tests of it (:func:`perfdoctor.names.codes.factorize`) see two objects, not
     one string per row as ``np.where(...).astype(object)`` makes."""
     return np.array([no, yes], dtype=object)[which.astype(np.intp)]
 

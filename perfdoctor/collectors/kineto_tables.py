@@ -47,7 +47,7 @@ def profile_of(path: Path, doc: Header, events: list[Events]) -> Profile:
         k: getattr(doc, k) for k in ("cuda_driver_version", "cuda_runtime_version", "cupti_version") if getattr(doc, k) is not None
     }
     meta: dict[str, Any] = {"source": "kineto", "path": str(path), "declared": parse_declarations(ranges), "versions": versions}
-    # What perfdoctor.workload reads: CPU op names (backward ops, Optimizer.step#...) and thread names.
+    # What perfdoctor.analysis.workload reads: CPU op names (backward ops, Optimizer.step#...) and thread names.
     meta["op_counts"] = dict(total.op_counts)
     read = set(ACTIVITY_CATEGORIES) | set(CALL_CATEGORIES) | set(RANGE_CATEGORIES) | KNOWN_HOST_CATEGORIES
     unread = {clean(str(cat)): n for cat, n in total.category_counts().items() if cat not in read}
@@ -56,7 +56,7 @@ def profile_of(path: Path, doc: Header, events: list[Events]) -> Profile:
     meta["thread_names"] = sorted(set(total.thread_names))
     dist = _distributed(doc.distributedInfo)
     if dist:
-        meta["distributed"] = dist  # perfdoctor.comparability: world size
+        meta["distributed"] = dist  # perfdoctor.compare.comparability: world size
     if total.dropped:
         meta["warnings"] = [f"{total.dropped} host events without a valid 'ts' or 'dur' (missing, negative or out of range) dropped"]
     return finish(

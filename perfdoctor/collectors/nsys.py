@@ -167,7 +167,7 @@ def _read(con: sqlite3.Connection, path: Path) -> Profile:
     meta = {"source": "nsys", "path": str(path), "declared": parse_declarations(ranges)}
     names = _thread_names(con, tables, strings)
     if names:
-        meta["thread_names"] = names  # perfdoctor.workload reads an autograd thread from them
+        meta["thread_names"] = names  # perfdoctor.analysis.workload reads an autograd thread from them
     if warnings:
         meta["warnings"] = warnings
     return Profile(

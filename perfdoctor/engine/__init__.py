@@ -15,4 +15,7 @@ The workload perfdoctor is proven on, small enough to read in one sitting:
 
 Run it with `python -m perfdoctor.engine --help`. Importing this package imports nothing
 else (no torch).
+
+May import: perfdoctor.api (its steps are regions) and collectors.nvml (the peak bandwidth);
+nothing of the analysis: the engine is a program perfdoctor measures, like any user's.
 """

@@ -12,7 +12,7 @@ Each of the N ranks holds 1/N of every attention and MLP block:
 Embeddings, norms and the LM head are replicated: every rank computes the same logits
 and argmax, so the decode loop and the CUDA-graph capture (``graphs.GraphedStep``: NCCL
 collectives can be captured) are the single-GPU ones. On CPU the collectives run on gloo,
-which is how the numerics are tested (tests/test_engine_tp.py).
+which is how the numerics are tested (tests/engine/test_engine_tp.py).
 
 A rank reads ``sum(shard bytes)`` of weights per token instead of all of them: the point of
 TP for batch-1 decode, which is bound by weight reads, paid for with 2 × layers small

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Sequence
 
 from perfdoctor.io import write_text
-from perfdoctor.metrics import Analysis
+from perfdoctor.analysis.metrics import Analysis
 from perfdoctor.reports import html, json, markdown
 from perfdoctor.rules.engine import Finding
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from perfdoctor.metrics import Analysis, Metric
+from perfdoctor.analysis.metrics import Analysis, Metric
 from perfdoctor.rules.engine import Finding, verdict
 
 

@@ -1,4 +1,4 @@
-"""Render a :class:`perfdoctor.diff.Diff` for a terminal (rich) or as Markdown (a PR comment).
+"""Render a :class:`perfdoctor.compare.diff.Diff` for a terminal (rich) or as Markdown (a PR comment).
 
 Both renderings say the same things in the same order: "not comparable" first when the
 runs are not (no verdict follows), the comparability warning (a diff across unlike runs
@@ -9,7 +9,7 @@ Every name from a trace is untrusted text: escaped for rich markup and for Markd
 
 from __future__ import annotations
 
-from perfdoctor.diff import SAMPLE_UNITS, Diff, MetricChange
+from perfdoctor.compare.diff import SAMPLE_UNITS, Diff, MetricChange
 from perfdoctor.text import clean
 
 KERNEL_ROWS = 15  # the kernel table shows the largest movers; JSON has every row

@@ -1,5 +1,5 @@
 """What a gate says, for CI: JUnit XML, a Markdown job summary, GitHub workflow commands,
-and the terminal table (the model is :mod:`perfdoctor.gate`).
+and the terminal table (the model is :mod:`perfdoctor.compare.gate`).
 
 Every check message can carry untrusted trace text: escaped for XML, Markdown, workflow
 commands and rich markup by :mod:`perfdoctor.text`.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from perfdoctor.gate import GateResult
+from perfdoctor.compare.gate import GateResult
 from perfdoctor.io import dumps_json
 from perfdoctor.reports.diff_report import md_escape
 from perfdoctor.text import NEWLINE_MARK, github_data, github_property
@@ -34,7 +34,7 @@ def junit_xml(result: GateResult) -> str:
         skipped=str(sum(c.status == "skip" for c in result.checks)),
     )
     for c in result.checks:
-        case = ET.SubElement(suite, "testcase", classname=f"perfdoctor.gate.{c.kind}", name=_xml_text(c.name), time="0")
+        case = ET.SubElement(suite, "testcase", classname=f"perfdoctor.compare.gate.{c.kind}", name=_xml_text(c.name), time="0")
         if c.status == "fail":
             failure = ET.SubElement(case, "failure", message=_xml_text(c.message), type=c.kind)
             failure.text = xml_text(dumps_json(c.details)).replace(NEWLINE_MARK, "\n")

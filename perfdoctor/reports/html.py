@@ -26,15 +26,15 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from perfdoctor.metrics import Analysis
+from perfdoctor.analysis.metrics import Analysis
 from perfdoctor.reports import common
 from perfdoctor.reports.summary import workload_lines
 from perfdoctor.reports.json import document
 from perfdoctor.rules.engine import Finding
 from perfdoctor.rules.engine import verdict as verdict_status
-from perfdoctor.names import label as short_name
+from perfdoctor.names.kernels import label as short_name
 from perfdoctor.rules.evidence import Evidence, kernel_families
-from perfdoctor.steps import is_launch, is_sync
+from perfdoctor.analysis.steps import is_launch, is_sync
 
 WIDTH = 1100  # drawing width of the wide plots, px
 LABEL_W = 150  # left margin for lane labels

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 import orjson
 
-from perfdoctor.metrics import Analysis
+from perfdoctor.analysis.metrics import Analysis
 from perfdoctor.reports.common import verdict_line
 from perfdoctor.rules.engine import Finding, verdict
 
@@ -31,7 +31,7 @@ def document(findings: Sequence[Finding], analysis: Analysis, packs: Sequence[st
             "step_name": analysis.steps.name,
             "steps": analysis.steps.count,
             "steps_how": analysis.steps.how or None,
-            # training / inference / unknown with its evidence (perfdoctor.workload)
+            # training / inference / unknown with its evidence (perfdoctor.analysis.workload)
             "workload": None if getattr(analysis, "workload", None) is None else analysis.workload.to_dict(),
             "graph_state": None if getattr(analysis, "graph_state", None) is None else analysis.graph_state.message or None,
         },

@@ -11,7 +11,7 @@ from __future__ import annotations
 from html import escape
 from typing import Sequence
 
-from perfdoctor.metrics import Analysis
+from perfdoctor.analysis.metrics import Analysis
 from perfdoctor.reports import common
 from perfdoctor.reports.summary import workload_lines
 from perfdoctor.rules.engine import Finding, verdict

@@ -1,7 +1,7 @@
 """The terminal report of a multi-rank job: one row per rank, the straggler, the findings.
 
 What ``perfdoctor analyze`` prints for a multi-rank bundle or a folder of per-rank traces
-(:mod:`perfdoctor.ranks`): the rank table (step time from the light pass and traced,
+(:mod:`perfdoctor.analysis.ranks`): the rank table (step time from the light pass and traced,
 busy time, communication and its exposed part, overlap, collectives), the straggler with
 its delay and the collective that waits for it, which rules fail on which ranks, then the
 ranked findings of the rank that waits most (where communication problems show).
@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from perfdoctor.ranks import RankDiagnosis
+from perfdoctor.analysis.ranks import RankDiagnosis
 from perfdoctor.text import clean
 
 

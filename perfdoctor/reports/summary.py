@@ -3,7 +3,7 @@
 A header (the steps, how they were found, where step time comes from), the metric table
 (value, unit, source, or why it is absent), the step latency distribution, the top
 kernels per step and the largest gaps — every table read from the analysis's timeline
-(:mod:`perfdoctor.timeline`), so it agrees with the findings below it. The largest-gaps
+(:mod:`perfdoctor.analysis.timeline`), so it agrees with the findings below it. The largest-gaps
 table is the rules' evidence table (:func:`perfdoctor.rules.evidence.largest_gaps`); when
 a finding prints it, the summary points there instead of printing it twice.
 """
@@ -17,7 +17,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from perfdoctor.metrics import Analysis, Metric
+from perfdoctor.analysis.metrics import Analysis, Metric
 from perfdoctor.reports.common import fmt_metric
 from perfdoctor.text import clean
 from perfdoctor.text import rich as esc  # untrusted text in rich markup (a table title)
@@ -110,8 +110,8 @@ def gaps_table(analysis: Analysis) -> Table | None:
 
 def serving_lines(analysis: Analysis) -> list[str]:
     """Serving steps (vLLM/SGLang names): per kind, steps, tokens (from the names), tokens/s
-    and ms per token over the traced critical-path time (:func:`perfdoctor.serving.totals`)."""
-    from perfdoctor import serving
+    and ms per token over the traced critical-path time (:func:`perfdoctor.analysis.serving.totals`)."""
+    from perfdoctor.analysis import serving
 
     if analysis.steps.name != serving.STEP_NAME or analysis.steps.count == 0:
         return []

@@ -16,7 +16,7 @@ from rich.rule import Rule as HRule
 from rich.table import Table
 from rich.text import Text
 
-from perfdoctor.metrics import Analysis
+from perfdoctor.analysis.metrics import Analysis
 from perfdoctor.reports import common
 from perfdoctor.reports.code import Code
 from perfdoctor.rules.engine import Finding, verdict

@@ -8,4 +8,6 @@ them; ``signals`` computes rule inputs beyond the metric contract; ``evidence`` 
 the rows of the trace that explain a failure; ``estimates`` says how much time per step
 a fix should win back; ``kernels`` makes kernel names readable; ``cli`` holds the
 ``rules`` and ``report`` commands. The pack format and findings.json: docs/rules.md.
+
+May import: analysis, collectors, profile, names, io, text, errors.
 """

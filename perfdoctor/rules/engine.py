@@ -51,7 +51,7 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, packaged as tomli
 
 from perfdoctor.errors import UsageError
 from perfdoctor.text import clean, clean_block
-from perfdoctor.metrics import Analysis, Metric
+from perfdoctor.analysis.metrics import Analysis, Metric
 from perfdoctor.rules.estimates import ESTIMATES, Estimate
 from perfdoctor.rules.evidence import EVIDENCE, Evidence
 from perfdoctor.rules.signals import KNOWN_INPUTS, inputs
@@ -86,7 +86,7 @@ ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 
 def _graphed(values: dict[str, Metric]) -> bool:
     """Steps are replayed from CUDA graphs: most steps own a recognised graph launch that
-    replays at least half their kernels (``steps_graphed``, :func:`perfdoctor.capture.graphed`).
+    replays at least half their kernels (``steps_graphed``, :func:`perfdoctor.analysis.capture.graphed`).
 
     Judged on recognised launches, not kernel counts: a graph-captured decode still runs
     hundreds of kernels per step and must not be told to "use CUDA graphs", and a step with
@@ -108,7 +108,7 @@ def _workload_is(kind: str) -> Callable[[dict[str, Metric]], bool]:
 
 PREDICATES: dict[str, tuple[Callable[[dict[str, Metric]], bool], str]] = {
     "graphed": (_graphed, "steps are CUDA-graph replays (steps_graphed: most steps own a recognised graph launch replaying ≥ 50 % of their kernels)"),
-    "training": (_workload_is("training"), "the trace is training (backward ops, an optimizer step or an autograd thread: perfdoctor.workload)"),
+    "training": (_workload_is("training"), "the trace is training (backward ops, an optimizer step or an autograd thread: perfdoctor.analysis.workload)"),
     "inference": (_workload_is("inference"), "the trace is inference (no backward op, no optimizer step)"),
 }
 
@@ -117,7 +117,7 @@ def workload_values(analysis: Analysis) -> dict[str, Metric]:
     """The workload as 0/1 inputs for the ``training`` / ``inference`` conditions."""
     w = getattr(analysis, "workload", None)
     kind = w.kind if w is not None else "unknown"
-    src = "perfdoctor.workload"
+    src = "perfdoctor.analysis.workload"
     return {f"workload_{k}": Metric(1.0 if kind == k else 0.0, "flag", src) for k in ("training", "inference")}
 
 
@@ -580,12 +580,12 @@ def not_applicable(rule: Rule, analysis: Analysis) -> str | None:
     A rule declared for inference (decode, KV cache, request batching, a 10 ms p99 target)
     says nothing about a training step, and a gradient-bucketing rule nothing about a
     server: such a rule is not evaluated, with the workload's evidence as the reason. An
-    ``unknown`` workload runs every rule (:func:`perfdoctor.workload.applies`).
+    ``unknown`` workload runs every rule (:func:`perfdoctor.analysis.workload.applies`).
     """
     w = getattr(analysis, "workload", None)
     if not rule.workload or w is None:
         return None
-    from perfdoctor import workload as workloads
+    from perfdoctor.analysis import workload as workloads
 
     if any(workloads.applies(k, w) for k in rule.workload):
         return None

@@ -17,8 +17,8 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from perfdoctor.metrics import Analysis
-from perfdoctor.namecodes import equals
+from perfdoctor.analysis.metrics import Analysis
+from perfdoctor.names.codes import equals
 from perfdoctor.rules.signals import attention_softmax, model_bytes_per_step, step_activities
 
 
@@ -63,7 +63,7 @@ def exposed_comm(analysis: Analysis, threshold: float | None, params: dict[str, 
 
 def straggler_delay(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
     """Balancing the ranks wins back the straggler's delay per step: that long every
-    other rank waits for it in a collective (``straggler_delay_ms``, :mod:`perfdoctor.ranks`)."""
+    other rank waits for it in a collective (``straggler_delay_ms``, :mod:`perfdoctor.analysis.ranks`)."""
     ms = analysis.value("straggler_delay_ms")
     if ms is None:
         return Estimate(None, "needs straggler_delay_ms (several ranks of one job)")
@@ -209,7 +209,7 @@ def softmax_time(analysis: Analysis, threshold: float | None, params: dict[str, 
 
 def host_busy_gaps(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
     """Idle time (gaps and lead-ins) in which the host ran Python: what moving that work off the step wins."""
-    from perfdoctor.hostgaps import busy_summary
+    from perfdoctor.analysis.hostgaps import busy_summary
 
     b = busy_summary(analysis)
     if b.ratio is None:

@@ -3,7 +3,7 @@
 A finding that says "GPU idle 94 %" is a number; a finding that lists the kernel that ran
 480 times per step for 3 µs each, and the 120 µs gap in which the host was still issuing
 the next launch, is a diagnosis. Each collector here is a pure function of an
-:class:`~perfdoctor.metrics.Analysis` returning one small table (:class:`Evidence`); rules
+:class:`~perfdoctor.analysis.metrics.Analysis` returning one small table (:class:`Evidence`); rules
 name the collectors they want in their ``evidence`` list.
 
 Per-step figures are averages over the steps found (``/ step``), so they compare directly
@@ -20,13 +20,13 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from perfdoctor.hostgaps import PYTHON_SOURCE, user_frames  # which Python frames are the user's
-from perfdoctor.metrics import SHORT_KERNEL_NS, Analysis
-from perfdoctor.namecodes import equals, tally
-from perfdoctor.names import family, gemm_precision, label, labels
+from perfdoctor.analysis.hostgaps import PYTHON_SOURCE, user_frames  # which Python frames are the user's
+from perfdoctor.analysis.metrics import SHORT_KERNEL_NS, Analysis
+from perfdoctor.names.codes import equals, tally
+from perfdoctor.names.kernels import family, gemm_precision, label, labels
 from perfdoctor.rules.signals import model_bytes_per_step, step_kernel_families, step_activities
-from perfdoctor.steps import base_name, is_launch, is_sync
-from perfdoctor.timeline import kernel_table
+from perfdoctor.analysis.steps import base_name, is_launch, is_sync
+from perfdoctor.analysis.timeline import kernel_table
 
 TOP = 8  # rows per evidence table: enough to act on, short enough for a PR comment
 
@@ -64,7 +64,7 @@ def _clip(text: str, n: int = 48) -> str:
 
 
 def _kernel_table(kernels: pd.DataFrame, analysis: Analysis) -> pd.DataFrame:
-    """The timeline's kernel table (:func:`perfdoctor.timeline.kernel_table`) of a subset of
+    """The timeline's kernel table (:func:`perfdoctor.analysis.timeline.kernel_table`) of a subset of
     the step kernels, indexed by label, with ``total`` and ``mean`` in ns."""
     g = kernel_table(kernels, analysis.steps.count).set_index("kernel")
     return g.rename(columns={"total_ns": "total", "mean_ns": "mean"})
@@ -344,9 +344,9 @@ def bandwidth_budget(analysis: Analysis) -> Evidence:
 
 
 def comm_timeline(analysis: Analysis) -> Evidence:
-    """Communication per step (:func:`perfdoctor.comms.step_metrics`): time, share of busy
+    """Communication per step (:func:`perfdoctor.analysis.comms.step_metrics`): time, share of busy
     time, overlap with compute, exposed time, collectives."""
-    from perfdoctor import comms
+    from perfdoctor.analysis import comms
 
     ev = Evidence(
         "comm_timeline",
@@ -385,9 +385,9 @@ def top_collectives(analysis: Analysis) -> Evidence:
 
 
 def capture_windows(analysis: Analysis) -> Evidence:
-    """Stream captures (:func:`perfdoctor.capture.capture_windows`): where, how long, how many
+    """Stream captures (:func:`perfdoctor.analysis.capture.capture_windows`): where, how long, how many
     launches recorded graph nodes instead of running."""
-    from perfdoctor import capture
+    from perfdoctor.analysis import capture
 
     ev = Evidence("capture_windows", "CUDA-graph stream captures", ["thread", "at ms", "length ms", "launches recorded"])
     w = capture.capture_windows(analysis.profile)
@@ -402,7 +402,7 @@ def capture_windows(analysis: Analysis) -> Evidence:
 
 def step_queue_delays(analysis: Analysis) -> Evidence:
     """Per step: how long its first GPU activity waited after the host launched it."""
-    from perfdoctor import serving
+    from perfdoctor.analysis import serving
 
     ev = Evidence("step_queue_delays", "Queue delay of each step's first GPU work", ["step", "name", "queue delay ms", "host start → GPU ms"])
     if analysis.steps.count == 0:
@@ -421,8 +421,8 @@ def step_queue_delays(analysis: Analysis) -> Evidence:
 
 def host_in_gaps(analysis: Analysis) -> Evidence:
     """The longest idle intervals in which the host ran Python, with the call site that ran
-    (:mod:`perfdoctor.hostgaps`)."""
-    from perfdoctor.hostgaps import MIN_GAP_US, busy_summary, gap_hosts
+    (:mod:`perfdoctor.analysis.hostgaps`)."""
+    from perfdoctor.analysis.hostgaps import MIN_GAP_US, busy_summary, gap_hosts
 
     ev = Evidence("host_in_gaps", "What the host ran while the GPU had nothing to do (Python stacks)",
                   ["step", "where", "idle µs", "host busy µs", "call site"])

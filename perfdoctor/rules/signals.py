@@ -2,7 +2,7 @@
 
 ``metrics.md`` defines the numbers every loader agrees on. A few seed rules need more:
 whether GEMMs run in fp32, whether attention is fused, PCIe traffic during the steps, the
-bytes a step must read. They are computed here, as :class:`perfdoctor.metrics.Metric`
+bytes a step must read. They are computed here, as :class:`perfdoctor.analysis.metrics.Metric`
 values with a source and, when absent, the reason — so the engine treats them exactly like
 contract metrics, and a missing one is "not evaluated", never a pass.
 """
@@ -14,10 +14,10 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from perfdoctor.metrics import METRIC_UNITS, Analysis, Metric
-from perfdoctor.families import is_log_softmax
-from perfdoctor.namecodes import equals
-from perfdoctor.names import family, per_name
+from perfdoctor.analysis.metrics import METRIC_UNITS, Analysis, Metric
+from perfdoctor.names.families import is_log_softmax
+from perfdoctor.names.codes import equals
+from perfdoctor.names.kernels import family, per_name
 
 
 def step_activities(analysis: Analysis) -> pd.DataFrame:
@@ -117,8 +117,8 @@ def graph_replay_share(analysis: Analysis) -> Metric:
 
 def host_busy_gap_ratio(analysis: Analysis) -> Metric:
     """Share of the steps' idle time (gaps and lead-ins) in which the host ran Python instead
-    of issuing GPU work (neither waiting on the GPU nor launching; :mod:`perfdoctor.hostgaps`)."""
-    from perfdoctor.hostgaps import busy_summary
+    of issuing GPU work (neither waiting on the GPU nor launching; :mod:`perfdoctor.analysis.hostgaps`)."""
+    from perfdoctor.analysis.hostgaps import busy_summary
 
     b = busy_summary(analysis)
     if b.ratio is None:
@@ -128,7 +128,7 @@ def host_busy_gap_ratio(analysis: Analysis) -> Metric:
 
 
 def cross_rank(key: str, unit: str) -> Callable[[Analysis], Metric]:
-    """A cross-rank metric (:mod:`perfdoctor.ranks`): the value the cross-rank view put in
+    """A cross-rank metric (:mod:`perfdoctor.analysis.ranks`): the value the cross-rank view put in
     each rank's analysis; absent for a single-process trace."""
 
     def read(analysis: Analysis) -> Metric:
@@ -149,7 +149,7 @@ SIGNALS: dict[str, tuple[str, Callable[[Analysis], Metric], str]] = {
     "bandwidth_floor_ms": ("ms", bandwidth_floor_ms, "declared bytes per step / device peak bandwidth"),
     "graph_replay_share": ("ratio", graph_replay_share, "share of step kernels replayed from a CUDA graph"),
     "host_busy_gap_ratio": ("ratio", host_busy_gap_ratio, "share of the steps' idle time the host ran Python (not waiting, not launching)"),
-    "straggler_delay_ms": ("ms", cross_rank("straggler_delay_ms", "ms"), "how much longer the slowest-working rank works per step than the others (perfdoctor.ranks)"),
+    "straggler_delay_ms": ("ms", cross_rank("straggler_delay_ms", "ms"), "how much longer the slowest-working rank works per step than the others (perfdoctor.analysis.ranks)"),
     "straggler_delay_ratio": ("ratio", cross_rank("straggler_delay_ratio", "ratio"), "straggler_delay_ms over the job's median traced step"),
     "rank_step_spread_ratio": ("ratio", cross_rank("rank_step_spread_ratio", "ratio"), "(max − min) / median of the ranks' step_latency_ms_p50"),
 }

@@ -5,7 +5,7 @@ included) this runs the real ``perfdoctor analyze --json`` in this process and r
 metrics.json (less the input path) and findings.json (less the path). The committed
 ``tests/golden/fixtures.json`` was written by this script run against the main branch
 before the speed work of issue 15 (``PYTHONPATH=/work/main python tests/golden/dump.py``),
-so ``tests/test_golden.py`` can show that making the analysis fast changed no number.
+so ``tests/e2e/test_golden.py`` can show that making the analysis fast changed no number.
 
     python tests/golden/dump.py -o tests/golden/fixtures.json
 """

@@ -1,0 +1,188 @@
+"""What the host was doing while the GPU had nothing to do: waiting, launching, or running Python.
+
+Inside a step's critical path the GPU idles in two kinds of interval
+(:func:`idle_intervals`): the gaps between the step's GPU activities
+(:attr:`perfdoctor.analysis.timeline.Timeline.gaps`), and the step's lead-in — from the later of its
+host start and the previous step's GPU end to its first GPU work (host preprocessing at
+the top of a step lands there). Each interval gets a cause, read on the host thread that
+runs the step:
+
+``waiting``    synchronizing calls (``cudaStreamSynchronize``, ``.item()``'s copy, a
+               synchronous ``cudaMemcpy`` / ``hipMemcpyWithStream``) were in flight for at
+               least half of the interval: the host-sync rule's time
+``launching``  the host issued the next GPU work in the first half of the interval: launch
+               latency or a device-side dependency, the launch and bubble rules' time
+``busy``       the host issued nothing for at least half of the interval, and Python frames
+               that begin inside the step (``with_stack=True``) cover at least half of it,
+               less the time inside CUDA calls: preprocessing, tokenisation, scheduling.
+               The call site is the innermost *user* frame among those holding most of that
+               time (library frames — installed packages, ``torch/``, the standard
+               library — are skipped; the loop's enclosing frames begin before the step and
+               name nothing)
+``unknown``    the host issued nothing for half of the interval, and no Python frame says why
+``short``      shorter than MIN_GAP_US: launch overhead's scale, not host work
+
+Every interval ends with the launch of the work after it, so "busy" counts the time from
+the interval's start to the first launch inside it: the host's time before it issued more.
+
+:func:`gap_hosts` labels every interval; :func:`busy_summary` gives the share of idle time
+the host was busy in Python, the median per step, and the call sites that took it.
+"""
+
+from __future__ import annotations
+
+import re
+import sysconfig
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from perfdoctor.names.codes import per_name
+from perfdoctor.analysis.steps import is_launch, is_sync, union_ns
+
+PYTHON_SOURCE = "python"  # ranges.source of Python frames (Kineto python_function events)
+USER_FRAME = re.compile(r"\.py\(\d+\)")  # "file.py(42): fn"
+# Library frames. The torch profiler writes a frame's file relative to the sys.path entry it
+# was found under (seen on the H200: "scipy/ndimage/_interpolation.py(763): zoom",
+# "torch/nn/modules/module.py(1775): _call_impl", "typing.py(...)", while the user's script
+# is "record_wild_traces.py(212): preprocess"). So a relative path with a directory is an
+# installed package; absolute paths are libraries when under site-/dist-packages, the
+# standard library or torch; "<built-in ...>" and "<frozen ...>" are the interpreter's.
+LIBRARY_FRAME = re.compile(r"site-packages|dist-packages|/torch/|/lib/python3|^<|^[^/.<][^(]*/")
+# Standard-library modules that are one file: a bare "typing.py(1397): inner" frame is theirs.
+STDLIB_FILES = frozenset(p.stem for p in Path(sysconfig.get_paths()["stdlib"]).glob("*.py"))
+
+
+def _is_user_frame(name: str) -> bool:
+    if not USER_FRAME.search(name) or LIBRARY_FRAME.search(name):
+        return False
+    return name.split(".py(", 1)[0] not in STDLIB_FILES
+
+
+def user_frames(names: pd.Series) -> np.ndarray:
+    """Which Python frame names are the user's own code (``file.py(line): fn`` outside the
+    libraries above), each distinct name tested once."""
+    return per_name(names.fillna(""), _is_user_frame).astype(bool).to_numpy()
+# Intervals shorter than this are launch overhead's scale (an eager decode step's gaps are
+# 5-30 µs on the H200), not host work; 100 µs is HTA's launch-delay cutoff.
+MIN_GAP_US = 100.0
+BUSY_SHARE = 0.5  # "busy" when Python ran for at least this share of the interval
+MAX_GAPS = 20000  # long intervals looked at one by one per trace; beyond this the smallest are left out
+COLUMNS = ["step", "start_ns", "length_ns", "where", "host", "site", "busy_ns"]
+BETWEEN, LEAD_IN = "between GPU work", "before the step's first GPU work"
+
+
+def _overlap(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    return np.clip(np.minimum(ends, hi) - np.maximum(starts, lo), 0, None)
+
+
+def idle_intervals(analysis) -> pd.DataFrame:
+    """The gaps between each step's GPU activities and each step's lead-in (see the module
+    docstring): columns step, start_ns, end_ns, length_ns, where."""
+    g = analysis.timeline.gaps
+    parts = [pd.DataFrame({"step": g["step"], "start_ns": g["start_ns"], "end_ns": g["end_ns"], "where": BETWEEN})]
+    t = analysis.timeline.steps
+    w = t[t["gpu_start_ns"].notna()]
+    if not w.empty:
+        gpu_start = w["gpu_start_ns"].astype("int64").to_numpy()
+        prev_end = np.concatenate(([np.iinfo(np.int64).min], w["gpu_end_ns"].astype("int64").to_numpy()[:-1]))
+        lead_lo = np.maximum(w["host_start_ns"].astype("int64").to_numpy(), prev_end)
+        keep = gpu_start > lead_lo
+        parts.append(pd.DataFrame({"step": w.index.to_numpy()[keep], "start_ns": lead_lo[keep], "end_ns": gpu_start[keep], "where": LEAD_IN}))
+    out = pd.concat([p for p in parts if not p.empty] or parts[:1], ignore_index=True)
+    out = out.astype({"step": "int64", "start_ns": "int64", "end_ns": "int64"})
+    return out.assign(length_ns=out["end_ns"] - out["start_ns"])
+
+
+def gap_hosts(analysis) -> pd.DataFrame:
+    """The intervals of :func:`idle_intervals`, largest first, with ``host`` (waiting /
+    launching / busy / unknown / short), ``site`` (the user frame of a busy interval, the
+    sync call of a waiting one) and ``busy_ns`` (time Python ran, busy intervals only)."""
+    if analysis.steps.count == 0:
+        return pd.DataFrame({c: [] for c in COLUMNS})
+    gaps = idle_intervals(analysis)
+    long = gaps["length_ns"] >= MIN_GAP_US * 1e3
+    out = [gaps[~long][["step", "start_ns", "length_ns", "where"]].assign(host="short", site="", busy_ns=0)]
+    gaps = gaps[long].nlargest(MAX_GAPS, "length_ns")  # only long intervals are looked at one by one
+    table = analysis.steps.table
+    tids, step_start = table["tid"].to_numpy(), table["host_start_ns"].to_numpy()
+    calls = analysis.profile.calls
+    sync = calls[is_sync(calls["name"]).to_numpy()]
+    launch = calls[is_launch(calls["name"]).to_numpy()]
+    frames = analysis.profile.ranges
+    frames = frames[frames["source"] == PYTHON_SOURCE]
+    rows = []
+    for g in gaps.itertuples():
+        step = int(g.step)
+        lo, hi, tid = int(g.start_ns), int(g.end_ns), int(tids[step])
+        head = (g.step, lo, g.length_ns, g.where)
+        s = sync[(sync["tid"] == tid) & (sync["start_ns"] < hi) & (sync["end_ns"] > lo)]
+        if not s.empty and union_ns(s["start_ns"].to_numpy(), s["end_ns"].to_numpy(), lo, hi) >= BUSY_SHARE * g.length_ns:
+            rows.append(head + ("waiting", str(s["name"].iloc[0]), 0))
+            continue
+        inside = launch[(launch["start_ns"] >= lo) & (launch["start_ns"] < hi)]  # any thread
+        until = int(inside["start_ns"].min()) if not inside.empty else hi  # the host's time before more work
+        if until - lo < BUSY_SHARE * g.length_ns:
+            rows.append(head + ("launching", "", 0))
+            continue
+        # Frames that begin inside the step: the loop's enclosing frames cover every
+        # interval and name nothing. Time inside CUDA calls is the driver's, not Python's.
+        f = frames[(frames["tid"] == tid) & (frames["start_ns"] >= step_start[step]) & (frames["start_ns"] < until) & (frames["end_ns"] > lo)]
+        a = calls[(calls["tid"] == tid) & (calls["start_ns"] < until) & (calls["end_ns"] > lo)]
+        covered = union_ns(f["start_ns"].to_numpy(), f["end_ns"].to_numpy(), lo, until) if not f.empty else 0
+        covered = max(covered - (union_ns(a["start_ns"].to_numpy(), a["end_ns"].to_numpy(), lo, until) if not a.empty else 0), 0)
+        if covered < BUSY_SHARE * g.length_ns:
+            rows.append(head + ("unknown", "", 0))
+            continue
+        u = f[user_frames(f["name"])]
+        site = ""
+        if not u.empty:
+            share = _overlap(u["start_ns"].to_numpy(), u["end_ns"].to_numpy(), lo, until)
+            cand = u[share >= BUSY_SHARE * share.max()]  # the frames holding most of it: the innermost names it
+            site = str(cand.loc[cand["start_ns"].idxmax(), "name"])
+        rows.append(head + ("busy", site, int(covered)))
+    out.append(pd.DataFrame(rows, columns=COLUMNS))
+    result = pd.concat([o for o in out if not o.empty] or out[:1], ignore_index=True)
+    return result.sort_values("length_ns", ascending=False, ignore_index=True)
+
+
+def not_working_ns(analysis) -> np.ndarray:
+    """Per step, the part of its critical path in which the GPU did no work for it
+    (critical path − busy): the most that moving host work off the step can win."""
+    t = analysis.timeline.steps
+    cp = pd.to_numeric(t["critical_path_ns"], errors="coerce").fillna(0).to_numpy(dtype=float)
+    busy = pd.to_numeric(t["busy_ns"], errors="coerce").fillna(0).to_numpy(dtype=float)
+    return np.clip(cp - busy, 0, None)
+
+
+@dataclass
+class BusySummary:
+    ratio: float | None  # busy time / all idle-interval time in the steps; None without Python frames
+    ms_per_step: float  # median over steps of the busy time, clipped to not_working_ns
+    sites: list[tuple[str, float]] = field(default_factory=list)  # (call site, ms per step), largest first
+    reason: str | None = None  # why ratio is None
+
+
+def busy_summary(analysis) -> BusySummary:
+    """Share of the steps' idle time the host spent running Python (neither waiting nor
+    launching), the median busy time per step (clipped to :func:`not_working_ns`), and the
+    call sites that took it."""
+    frames = analysis.profile.ranges
+    if not (frames["source"] == PYTHON_SOURCE).any():
+        return BusySummary(None, 0.0, reason="the trace has no Python stacks (record with torch.profiler.profile(with_stack=True))")
+    h = gap_hosts(analysis)
+    total = float(h["length_ns"].sum()) if not h.empty else 0.0
+    if total <= 0:
+        return BusySummary(None, 0.0, reason="no idle time inside the steps")
+    busy = h[h["host"] == "busy"]
+    n = analysis.steps.count
+    per_step = busy.groupby("step")["busy_ns"].sum().reindex(range(n), fill_value=0).to_numpy(dtype=float)
+    per_step = np.minimum(per_step, not_working_ns(analysis))
+    sites = busy[busy["site"] != ""].groupby("site")["busy_ns"].sum().sort_values(ascending=False) / n / 1e6
+    return BusySummary(
+        ratio=float(busy["busy_ns"].sum()) / total,
+        ms_per_step=float(np.median(per_step)) / 1e6,
+        sites=[(str(k), float(v)) for k, v in sites.items()],
+    )

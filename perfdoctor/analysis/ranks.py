@@ -1,0 +1,453 @@
+"""Several ranks of one job: each rank's analysis, and the cross-rank view.
+
+Input: a multi-rank run bundle (:mod:`perfdoctor.record.launch`: ``raw/rank<k>/``), or a folder
+of per-rank Kineto traces as ``torch.profiler.tensorboard_trace_handler`` writes them
+(``<worker>.<ts>.pt.trace.json[.gz]``; the rank is the trace's ``distributedInfo.rank``).
+Every rank is analysed on its own (:func:`perfdoctor.analysis.metrics.analyze`, on the step rank 0
+uses). Then, step ``i`` of every rank being the same step of the job (the same traced
+window):
+
+Per rank and step (:func:`rank_steps`)
+    ``step_ms``       the traced step (its GPU window with GPU work, else its host range)
+    ``comm_ms``       union of the step's collectives: communication kernels
+                      (:mod:`perfdoctor.analysis.comms`) when the trace has any, else the host-side
+                      collective ranges the process-group backend records (``gloo:all_reduce``
+                      from enqueue to completion, on the backend's threads)
+    ``exposed_ms``    communication no compute hides: :mod:`perfdoctor.analysis.comms`'s
+                      ``exposed_ns`` for kernels; for host collectives the whole ``comm_ms``
+                      (a host trace has no per-op compute intervals to overlap them with:
+                      an upper bound, exact for a blocking collective)
+    ``busy_ms``       ``step_ms − exposed_ms``: the time the rank worked rather than waited
+
+The straggler (:func:`find_straggler`)
+    In a synchronous job every rank's step takes as long as the slowest rank's: the others
+    wait for it inside a collective. So the straggler is not the rank with the longest
+    step but the one that **works** longest: the highest median ``busy_ms``. Its delay is
+    its median ``busy_ms`` minus the median of the other ranks' median ``busy_ms``; the
+    collective that waits for it is the one (by position in the step, ``#k`` of
+    ``collectives`` per step) whose duration on the other ranks exceeds the straggler's by
+    the most (median over steps).
+
+Cross-rank metrics (:meth:`CrossRank.metrics`), which the rules read like any metric:
+``straggler_delay_ms``, ``straggler_delay_ratio`` (the delay over the job's median step)
+and ``rank_step_spread_ratio`` ((max − min) / median of the ranks' step p50).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from perfdoctor.analysis import comms
+from perfdoctor.errors import UsageError
+from perfdoctor.analysis.metrics import Analysis, Metric, analyze
+from perfdoctor.profile import Profile
+
+# Ranges c10d's backends record around a collective: "gloo:all_reduce", "nccl:all_reduce",
+# "mpi:broadcast", "ucc:...", "xccl:..." (ProcessGroup's profiling titles).
+HOST_COLLECTIVE = re.compile(r"^(gloo|nccl|mpi|ucc|xccl):")
+TRACE_GLOB = ("*.pt.trace.json", "*.pt.trace.json.gz")
+STEP_COLUMNS = ("step_ms", "comm_ms", "exposed_ms", "busy_ms", "overlap", "collectives", "mean_collective_us")
+CROSS_RANK_METRICS = {
+    "straggler_delay_ms": "ms",
+    "straggler_delay_ratio": "ratio",
+    "rank_step_spread_ratio": "ratio",
+}
+NEEDS_RANKS = "needs several ranks of one job (perfdoctor run --nproc-per-node N, or a folder of per-rank traces)"
+
+
+@dataclass
+class RankRun:
+    """One rank: where it came from and its analysis."""
+
+    rank: int
+    source: str
+    analysis: Analysis
+    device: str | None = None
+
+    @property
+    def profile(self) -> Profile:
+        return self.analysis.profile
+
+
+@dataclass
+class Collective:
+    """Per position in the step: the collective that absorbs the wait for the straggler."""
+
+    index: int  # 0-based position among the step's collectives
+    name: str
+    per_step: int  # collectives per step
+    wait_ms: float  # median over steps and waiting ranks of (their duration − the straggler's)
+    waiting_ranks: list[int]
+
+
+@dataclass
+class Straggler:
+    rank: int
+    delay_ms: float
+    delay_ratio: float
+    step_share: float  # share of steps in which this rank was the busiest
+    busy_ms: float
+    others_busy_ms: float
+    collective: Collective | None = None
+
+
+@dataclass
+class CrossRank:
+    """Every rank's analysis, per-rank per-step communication, and the straggler."""
+
+    runs: list[RankRun]
+    world_size: int | None
+    source: str  # "bundle" | "trace folder"
+    per_step: dict[int, pd.DataFrame]
+    comm_source: dict[int, str]
+    straggler: Straggler | None
+    straggler_reason: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def table(self) -> pd.DataFrame:
+        """One row per rank: step time (light pass and traced), communication, busy time."""
+        rows = []
+        for run in self.runs:
+            per = self.per_step[run.rank]
+            comm = per[per["collectives"] > 0]
+            m = run.analysis.metrics
+            rows.append({
+                "rank": run.rank,
+                "device": run.device,
+                "step_ms_p50": m["step_latency_ms_p50"].value,
+                "traced_step_ms_p50": _median(per["step_ms"]),
+                "busy_ms_p50": _median(per["busy_ms"]),
+                "comm_ms_p50": _median(per["comm_ms"]),
+                "exposed_comm_ms_p50": _median(per["exposed_ms"]),
+                "comm_overlap": _median(comm["overlap"]) if not comm.empty else None,
+                "collectives_per_step": _median(per["collectives"]),
+                "mean_collective_us": _median(comm["mean_collective_us"]) if not comm.empty else None,
+                "comm_source": self.comm_source[run.rank],
+            })
+        return pd.DataFrame(rows)
+
+    def metrics(self) -> dict[str, Metric]:
+        """The cross-rank metrics (see the module docstring); absent with a reason when
+        there is no straggler to measure."""
+        src = f"cross-rank: {len(self.runs)} ranks' traced steps"
+        out: dict[str, Metric] = {}
+        s = self.straggler
+        for key, unit in CROSS_RANK_METRICS.items():
+            out[key] = Metric(None, unit, src, reason=self.straggler_reason or "no straggler measured")
+        if s is not None:
+            note = f"rank {s.rank} is the straggler in {s.step_share:.0%} of the steps"
+            out["straggler_delay_ms"] = Metric(round(s.delay_ms, 6), "ms", src, note=note)
+            out["straggler_delay_ratio"] = Metric(round(s.delay_ratio, 6), "ratio", src, note=note)
+        p50 = [r.analysis.metrics["step_latency_ms_p50"].value for r in self.runs]
+        p50 = [v for v in p50 if v is not None]
+        if len(p50) >= 2 and np.median(p50) > 0:
+            out["rank_step_spread_ratio"] = Metric(
+                round(float((max(p50) - min(p50)) / np.median(p50)), 6), "ratio", "step_latency_ms_p50 of every rank"
+            )
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        s = self.straggler
+        straggler = None
+        if s is not None:
+            straggler = {k: v for k, v in s.__dict__.items() if k != "collective"}
+            straggler["collective"] = None if s.collective is None else dict(s.collective.__dict__)
+        return {
+            "schema": "perfdoctor.ranks/1",
+            "world_size": self.world_size,
+            "source": self.source,
+            "ranks": _records(self.table()),
+            "straggler": straggler,
+            "straggler_reason": self.straggler_reason,
+            "metrics": {k: m.to_json() for k, m in self.metrics().items()},
+            "per_rank": {str(r.rank): r.analysis.to_json() for r in self.runs},
+            "warnings": self.warnings,
+        }
+
+
+def _median(values: Any) -> float | None:
+    v = pd.to_numeric(pd.Series(values), errors="coerce").dropna()
+    return float(v.median()) if not v.empty else None
+
+
+def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    return [{k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in row.items()} for row in df.to_dict("records")]
+
+
+# --- reading the ranks -------------------------------------------------------------------------
+
+
+def trace_files(folder: Path) -> list[Path]:
+    """The per-rank traces ``tensorboard_trace_handler`` wrote into ``folder``."""
+    return sorted({p for pattern in TRACE_GLOB for p in folder.glob(pattern) if p.is_file()})
+
+
+def is_multi_rank(path: Path) -> bool:
+    """A bundle with ``ranks`` in its manifest, or a folder of ``*.pt.trace.json[.gz]``."""
+    if not path.is_dir():
+        return False
+    if (path / "manifest.json").exists():
+        from perfdoctor.bundle.manifest import read_valid_manifest
+
+        return bool(read_valid_manifest(path).get("ranks"))
+    return bool(trace_files(path))
+
+
+def load_profiles(path: Path) -> tuple[dict[int, Profile], int | None, str, list[str]]:
+    """(profile per rank, world size, source, warnings) of a multi-rank bundle or trace folder."""
+    from perfdoctor.collectors import torch_profiler
+
+    warnings: list[str] = []
+    if (path / "manifest.json").exists():
+        from perfdoctor.collectors.bundle import load_bundle
+        from perfdoctor.bundle.manifest import check_bundle
+
+        manifest = check_bundle(path)
+        profiles = {}
+        for key in sorted(manifest.get("ranks") or {}, key=int):
+            profile = load_bundle(path, rank=int(key))
+            if profile.meta["bundle"]["activities_from"] is None:
+                warnings.append(f"rank {key}: no trace ({profile.meta['bundle'].get('reason')}): left out of the view")
+            else:
+                profiles[int(key)] = profile
+        if not profiles:
+            torch = ((manifest.get("collectors") or {}).get("torch") or {}).get("status")
+            raise UsageError(f"{path}: no rank has a trace to analyse (torch collector: {torch}; exit code {manifest.get('exit_code')})")
+        return profiles, manifest.get("world_size"), "bundle", warnings
+    profiles, sizes = {}, set()
+    files = trace_files(path)
+    for i, f in enumerate(files):
+        profile = torch_profiler.load(f)
+        info = profile.meta.get("distributed") or {}
+        rank = info.get("rank")
+        if not isinstance(rank, int) or rank in profiles:
+            rank = i if i not in profiles else max(profiles) + 1
+            warnings.append(f"{f.name}: no distributedInfo rank (or a repeated one): taken as rank {rank} by file order")
+        if isinstance(info.get("world_size"), int):
+            sizes.add(info["world_size"])
+        profiles[rank] = profile
+    if len(sizes) > 1:
+        raise UsageError(f"{path}: the traces come from jobs of different world sizes ({sorted(sizes)}): not one job")
+    world = sizes.pop() if sizes else None
+    if world is not None and world != len(profiles):
+        warnings.append(f"{len(profiles)} traces for a world size of {world}: the view covers the ranks present")
+    return dict(sorted(profiles.items())), world, "trace folder", warnings
+
+
+def _device(profile: Profile) -> str | None:
+    rank = profile.meta.get("rank") or {}
+    return rank.get("device") or profile.device.get("name")  # a bundle's rank, else the trace's GPU
+
+
+def cross_rank(
+    path: str | Path, step: str | None = None, tokens_per_step: float | None = None, workload: str | None = None
+) -> CrossRank:
+    """Load and analyse every rank of ``path``, then measure across them."""
+    path = Path(path)
+    profiles, world, source, warnings = load_profiles(path)
+    if not profiles:
+        raise UsageError(f"{path}: no rank has a trace")
+    runs: list[RankRun] = []
+    for rank, profile in profiles.items():
+        # every rank on the step the first one found, so step i means the same on all
+        use = step or (runs[0].analysis.steps.name if runs else None) or (profile.meta.get("bundle") or {}).get("step")
+        runs.append(RankRun(rank, str(profile.meta.get("path", path)), analyze(profile, step=use, tokens_per_step=tokens_per_step,
+                                                                               workload=workload), _device(profile)))
+    per_step, comm_source = {}, {}
+    for run in runs:
+        per_step[run.rank], comm_source[run.rank] = rank_steps(run.analysis)
+        fill_host_comm(run.analysis, per_step[run.rank], comm_source[run.rank])
+    straggler, why = find_straggler({r.rank: per_step[r.rank] for r in runs}, {r.rank: collective_table(r.analysis) for r in runs})
+    view = CrossRank(runs, world, source, per_step, comm_source, straggler, why, warnings)
+    for run in runs:  # the rules read the cross-rank metrics from every rank's analysis
+        run.analysis.metrics.update(view.metrics())
+    return view
+
+
+# --- per rank, per step -----------------------------------------------------------------------
+
+
+def host_collectives(profile: Profile) -> pd.DataFrame:
+    """The backend's host-side collective ranges (``gloo:all_reduce`` ...), by start."""
+    r = profile.ranges
+    return r[r["name"].str.match(HOST_COLLECTIVE, na=False)].sort_values("start_ns", kind="stable")
+
+
+def has_comm_kernels(profile: Profile) -> bool:
+    return bool((comms.classes(profile) == "communication").any()) if not profile.activities.empty else False
+
+
+def rank_steps(analysis: Analysis) -> tuple[pd.DataFrame, str]:
+    """:data:`STEP_COLUMNS` per traced step of one rank, and where communication came from."""
+    profile, table = analysis.profile, analysis.steps.table
+    if table.empty:
+        return pd.DataFrame(columns=list(STEP_COLUMNS)), "no steps"
+    if has_comm_kernels(profile):
+        per = comms.step_metrics(profile, table, analysis.steps.activity_step)
+        step_ms = analysis.timeline.critical_path_ms()
+        out = pd.DataFrame({
+            "step_ms": step_ms,
+            "comm_ms": per["comm_ns"].to_numpy() / 1e6,
+            "exposed_ms": per["exposed_ns"].to_numpy() / 1e6,
+            "overlap": per["overlap"].to_numpy(),
+            "collectives": per["collectives"].to_numpy(),
+            "mean_collective_us": per["mean_collective_us"].to_numpy(),
+        })
+        source = "communication kernels (GPU)"
+    else:
+        coll = host_collectives(profile)
+        start, end = coll["start_ns"].to_numpy(np.int64), coll["end_ns"].to_numpy(np.int64)
+        rows = []
+        for lo, hi in zip(table["host_start_ns"].astype("int64"), table["host_end_ns"].astype("int64")):
+            inside = (start >= lo) & (start < hi)
+            comm_ns = comms.union_ns(start, end, int(lo), int(hi))
+            n = int(inside.sum())
+            rows.append({
+                "step_ms": (hi - lo) / 1e6,
+                "comm_ms": comm_ns / 1e6,
+                "exposed_ms": comm_ns / 1e6,
+                "overlap": np.nan,
+                "collectives": n,
+                "mean_collective_us": (end[inside] - start[inside]).mean() / 1e3 if n else np.nan,
+            })
+        out = pd.DataFrame(rows)
+        source = "host collective ranges (gloo:*/nccl:* of the process group)" if len(coll) else "none (no collectives in the trace)"
+    out["busy_ms"] = out["step_ms"] - out["exposed_ms"]
+    return out[list(STEP_COLUMNS)], source
+
+
+def collective_table(analysis: Analysis) -> list[list[tuple[str, float]]]:
+    """Per traced step, its collectives in start order as (name, duration ms)."""
+    profile, table = analysis.profile, analysis.steps.table
+    steps: list[list[tuple[str, float]]] = [[] for _ in range(len(table))]
+    if has_comm_kernels(profile):
+        acts = profile.activities
+        comm = (comms.classes(profile) == "communication").to_numpy()
+        owner = analysis.steps.activity_step.to_numpy()
+        pick = acts[comm & (owner >= 0)].assign(step=owner[comm & (owner >= 0)]).sort_values("start_ns", kind="stable")
+        for s, name, a, b in zip(pick["step"], pick["name"], pick["start_ns"], pick["end_ns"]):
+            steps[int(s)].append((str(name), (b - a) / 1e6))
+        return steps
+    coll = host_collectives(profile)
+    bounds = list(zip(table["host_start_ns"].astype("int64"), table["host_end_ns"].astype("int64")))
+    for name, a, b in zip(coll["name"], coll["start_ns"], coll["end_ns"]):
+        for i, (lo, hi) in enumerate(bounds):
+            if lo <= a < hi:
+                steps[i].append((str(name), (b - a) / 1e6))
+                break
+    return steps
+
+
+def fill_host_comm(analysis: Analysis, per: pd.DataFrame, source: str) -> None:
+    """With host collectives only (gloo on CPU), the contract's communication metrics from
+    them, in place of the GPU-kernel ones that are absent: so exposed-comm and the other
+    communication rules judge a CPU job too. The source says which they are."""
+    if not source.startswith("host collective") or per.empty:
+        return
+    m = analysis.metrics
+    has = per[per["collectives"] > 0]
+    src = f"{source}; per step, median over {len(per)} traced steps"
+    share = per["comm_ms"] / per["step_ms"].where(per["step_ms"] > 0)
+    values = {
+        "comm_time_ratio": (_median(share), "ratio", "of the step's host time (no GPU: the step's span stands for busy time)"),
+        "exposed_comm_ms_per_step": (_median(per["exposed_ms"]), "ms", "host collectives: all of it counted exposed (no per-op compute intervals to overlap)"),
+        "collectives_per_step": (_median(per["collectives"]), "count", None),
+        "mean_collective_us": (_median(has["mean_collective_us"]) if not has.empty else None, "us", "host range: enqueue to completion, waiting included"),
+    }
+    for key, (value, unit, note) in values.items():
+        if m.get(key) is None or m[key].value is None:
+            m[key] = Metric(value, unit, src, note=note) if value is not None else Metric(None, unit, src, reason="no step with collectives")
+    if m.get("comm_overlap_ratio") is None or m["comm_overlap_ratio"].value is None:
+        m["comm_overlap_ratio"] = Metric(None, "ratio", src, reason="host collective ranges: the trace has no per-op compute intervals to overlap them with")
+
+
+# --- across ranks ----------------------------------------------------------------------------
+
+
+def find_straggler(
+    per_step: dict[int, pd.DataFrame], collectives: dict[int, list[list[tuple[str, float]]]] | None = None
+) -> tuple[Straggler | None, str | None]:
+    """The rank that works longest and by how much (module docstring); (None, why) when
+    it cannot be told (one rank, no steps, or no rank waits in a collective)."""
+    ranks = sorted(per_step)
+    if len(ranks) < 2:
+        return None, NEEDS_RANKS
+    n = min(len(per_step[r]) for r in ranks)
+    if n == 0:
+        return None, "a rank has no traced steps"
+    if all(int(per_step[r]["collectives"].iloc[:n].sum()) == 0 for r in ranks):
+        return None, "no collectives in the steps: the ranks never wait for each other"
+    busy = np.array([per_step[r]["busy_ms"].to_numpy(float)[:n] for r in ranks])
+    step = np.array([per_step[r]["step_ms"].to_numpy(float)[:n] for r in ranks])
+    med = np.median(busy, axis=1)
+    s = int(np.argmax(med))
+    others = np.delete(med, s)
+    delay = float(med[s] - np.median(others))
+    job_step = float(np.median(step))
+    share = float(np.mean(np.argmax(busy, axis=0) == s))
+    result = Straggler(ranks[s], delay, delay / job_step if job_step > 0 else float("nan"), share, float(med[s]), float(np.median(others)))
+    if collectives is not None:
+        result.collective = waiting_collective(ranks, s, n, collectives)
+    return result, None
+
+
+def waiting_collective(ranks: list[int], s: int, n: int, collectives: dict[int, list[list[tuple[str, float]]]]) -> Collective | None:
+    """The collective position whose duration on the other ranks exceeds the straggler's
+    by the most (median over steps), among positions every rank has in every step."""
+    per = [collectives[r][:n] for r in ranks]
+    k_max = min((len(step) for steps in per for step in steps), default=0)
+    if k_max == 0:
+        return None
+    others = [i for i in range(len(ranks)) if i != s]
+    waits = []
+    for k in range(k_max):
+        excess = [per[i][t][k][1] - per[s][t][k][1] for i in others for t in range(n)]
+        waits.append(float(np.median(excess)))
+    k = int(np.argmax(waits))
+    per_step = int(np.median([len(step) for step in per[s]]))
+    return Collective(k, per[s][0][k][0], per_step, waits[k], [ranks[i] for i in others])
+
+
+# --- the diagnosis: rules on every rank ------------------------------------------------------------
+
+
+@dataclass
+class RankDiagnosis:
+    """The cross-rank view, every rank's findings, and the rank whose findings the report
+    shows: the one with the most exposed communication (where communication problems and
+    the wait for a straggler show), else the first."""
+
+    view: CrossRank
+    findings: dict[int, list[Any]]
+    report_rank: int
+
+    def failing(self) -> dict[str, list[int]]:
+        """Per failing rule id, the ranks on which it fails."""
+        out: dict[str, list[int]] = {}
+        for rank, found in self.findings.items():
+            for f in found:
+                if f.status == "fail":
+                    out.setdefault(f.rule_id, []).append(rank)
+        return out
+
+
+def diagnose_ranks(
+    path: str | Path, step: str | None = None, tokens_per_step: float | None = None, rules: Any = (),
+    thresholds: Any = (), workload: str | None = None,
+) -> RankDiagnosis:
+    """:func:`cross_rank`, then the rule packs on every rank's analysis."""
+    from perfdoctor.pipeline import load_ruleset
+    from perfdoctor.rules.engine import evaluate
+
+    ruleset = load_ruleset(rules, thresholds)  # a bad pack fails before the slow load
+    view = cross_rank(path, step=step, tokens_per_step=tokens_per_step, workload=workload)
+    findings = {run.rank: evaluate(ruleset, run.analysis) for run in view.runs}
+    exposed = {r: v for r, v in view.table().set_index("rank")["exposed_comm_ms_p50"].items() if v is not None and np.isfinite(v)}
+    report = max(exposed, key=lambda r: exposed[r]) if exposed else view.runs[0].rank
+    return RankDiagnosis(view, findings, int(report))

@@ -1,0 +1,437 @@
+"""Steps: find the user's unit of work and tie GPU activities to it.
+
+A step is a host range (record_function, NVTX push/pop or ``ProfilerStep#N``), found in
+the contract's order: ``--step PATTERN``, the step a run bundle recorded, ``ProfilerStep#N``,
+the most frequent user range with GPU work — and, for a trace with none of these, the
+step found automatically (:func:`automatic_ranges`): the repeating unit of GPU work between
+the host's synchronisations, else the outermost period of the launch sequence. Library
+ranges (``cub::DeviceScan...``, NCCL, cuDNN, cuBLAS, thrust) and Python stack frames are
+never steps. ``Steps.how`` says, in words, how the step was found. GPU work
+belongs to the step whose host range contains the start of the call that launched it — on
+the step's own thread first, else by time on any thread (autograd backward, DDP, worker
+threads; :mod:`perfdoctor.analysis.ownership`) — matched by correlation id. A CUDA graph replay is one launch call whose
+correlation id every replayed kernel carries, so a graph-captured decode step owns all its
+kernels and is not mistaken for an idle GPU.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from perfdoctor.names import api as apinames
+
+from perfdoctor.analysis import ownership
+
+from perfdoctor.analysis import serving
+from perfdoctor.errors import UsageError
+from perfdoctor.declare import DECLARE_PREFIX
+from perfdoctor.names.codes import equals, factorize
+from perfdoctor.names.kernels import family, per_name
+from perfdoctor.profile import Profile
+
+LAUNCH_PREFIXES = apinames.LAUNCH_PREFIXES  # CUDA, driver and HIP launches (graph launches too)
+SYNC_NAMES = apinames.SYNC_NAMES
+PROFILER_STEP_GLOB = "ProfilerStep#*"
+AUTO_STEP = "(automatic step)"
+NO_BOUNDARY = -1  # the first unit of a trace: nothing before it ended
+# Ranges that libraries open around their own calls: never the user's step. On the H200 an
+# unannotated Hugging Face generate under nsys came out as "3 steps of
+# cub::DeviceScan::InclusiveScan" before these were excluded.
+LIBRARY_PREFIXES = (
+    "cub::", "thrust::", "cutlass::", "cute::", "at::", "c10::", "aten::", "nccl", "cudnn", "cublas",
+    "cusparse", "cufft", "curand", "cusolver", "nvjet",
+)
+
+
+
+def base_name(names: pd.Series) -> pd.Series:
+    """API names without nsys's suffixes: ``cudaMemcpy_v3020`` → ``cudaMemcpy``, ``_ptsz`` too."""
+    return per_name(names, apinames.base_name)
+
+
+def is_launch(names: pd.Series) -> pd.Series:
+    """Host calls that enqueue a kernel or a whole CUDA graph (a graph launch is one launch);
+    CUDA runtime and driver, HIP, with nsys's ``_v``/``_ptsz`` suffixes (:mod:`perfdoctor.names.api`)."""
+    return pd.Series(apinames.is_launch(names), index=names.index, dtype=bool)
+
+
+def is_sync(names: pd.Series) -> pd.Series:
+    """Host calls that block until the device catches up (``cudaMemcpy`` is the synchronous copy)."""
+    return pd.Series(apinames.is_sync(names), index=names.index, dtype=bool)
+
+
+def union_ns(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> int:
+    """Length of the union of intervals ``[start, end)`` clipped to ``[lo, hi)``.
+
+    Overlapping intervals (kernels on several streams) count once: after sorting by start,
+    each interval adds only the part that ends past everything before it.
+    """
+    s = np.clip(np.asarray(starts, dtype=np.int64), lo, hi)
+    e = np.clip(np.asarray(ends, dtype=np.int64), lo, hi)
+    if s.size == 0:
+        return 0
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], e[order]
+    reach = np.maximum.accumulate(e)
+    previous = np.concatenate(([lo], reach[:-1]))
+    return int(np.clip(e - np.maximum(s, previous), 0, None).sum())
+
+
+@dataclass
+class Steps:
+    """The steps of a trace and which step each call and GPU activity belongs to.
+
+    ``table`` has one row per step (ordered by host start): name, tid, host_start_ns,
+    host_end_ns, gpu_start_ns, gpu_end_ns (``<NA>`` for a step with no GPU work), kernels,
+    launches. ``activity_step`` and ``call_step`` give, for each row of
+    ``profile.activities`` / ``profile.calls``, its step's position in ``table`` or -1.
+    ``span`` is the profiled span S in ns, ``None`` when the trace has no GPU activity.
+    """
+
+    name: str | None
+    reason: str | None
+    table: pd.DataFrame
+    activity_step: pd.Series
+    call_step: pd.Series
+    span: tuple[int, int] | None
+    how: str = ""  # how the step was found, for the report ("ranges named 'decode_step'", ...)
+
+    @property
+    def count(self) -> int:
+        return len(self.table)
+
+
+def is_library_range(names: pd.Series) -> pd.Series:
+    """Ranges a library opened (``cub::DeviceScan::InclusiveScan``, ``ncclAllReduce``, a
+    ``cuBLAS`` or ``cuDNN`` NVTX domain): they repeat and own GPU work, but they are not
+    the user's unit of work."""
+    return names.str.lower().str.startswith(LIBRARY_PREFIXES, na=False)
+
+
+def _candidate_ranges(profile: Profile) -> pd.DataFrame:
+    """Ranges that can be steps: not declarations, not Python stack frames, not library ranges."""
+    r = profile.ranges
+    return r[~r["name"].str.startswith(DECLARE_PREFIX, na=False) & (r["source"] != "python") & ~is_library_range(r["name"])]
+
+
+def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | None, pd.DataFrame, str | None, str]:
+    """The ranges that are steps, by the contract's order: ``pattern`` (or the step a run
+    bundle recorded), ProfilerStep#N, most frequent, automatic.
+
+    Returns (step name, ranges, reason when none, how they were found).
+    """
+    ranges = _candidate_ranges(profile)
+    recorded = (profile.meta.get("bundle") or {}).get("step")
+    how = f"ranges named {pattern!r} (--step)" if pattern else ""
+    if not pattern and recorded and (
+        (ranges["name"] == recorded).any() or ranges["name"].map(lambda n: fnmatch.fnmatchcase(n, recorded)).any()
+    ):
+        pattern = recorded  # a run bundle remembers the step its run traced
+        light_pass = profile.meta.get("light_pass") or {}
+        run_how = light_pass.get("how")
+        span = (light_pass.get("module") or {}).get("span")  # an automatic module step is the loop iteration
+        run_how = f"{run_how}; timed as {span}" if run_how and span else run_how
+        how = f"recorded by the run: ranges named {recorded!r}" + (f" ({run_how})" if run_how else "")
+    if pattern or recorded == serving.STEP_NAME:
+        if (pattern or recorded) in (serving.STEP_NAME, "serving"):
+            served = serving.step_ranges(profile)
+            if served.empty and pattern:
+                raise UsageError(f"--step {pattern!r}: this trace has no vLLM/SGLang serving step ranges")
+            if not served.empty:
+                return serving.STEP_NAME, served, None, how or "serving step ranges (vLLM/SGLang names), recorded by the run"
+    if pattern:
+        every = profile.ranges[~profile.ranges["name"].str.startswith(DECLARE_PREFIX, na=False) & (profile.ranges["source"] != "python")]
+        # asked for by name: even a library range. An exact name first (``step[DECODE bs=32]``
+        # has brackets that fnmatch would read as a character class), a glob second.
+        matched = every[every["name"] == pattern]
+        if matched.empty:
+            matched = every[every["name"].map(lambda n: fnmatch.fnmatchcase(n, pattern))]
+        if matched.empty:
+            common = ranges["name"].value_counts().head(5).index.tolist()
+            hint = f"; ranges in this trace: {', '.join(map(repr, common))}" if common else "; this trace has no ranges"
+            raise UsageError(f"--step {pattern!r} matches no range{hint}")
+        return pattern, matched, None, how
+    profiler_steps = ranges[ranges["name"].str.match(r"^ProfilerStep#\d+$", na=False)]
+    if not profiler_steps.empty:
+        return PROFILER_STEP_GLOB, profiler_steps, None, "ProfilerStep#N annotations (torch.profiler schedule)"
+    served = serving.step_ranges(profile)  # every vLLM/SGLang step range, one family
+    if not served.empty:
+        kinds = ", ".join(sorted(set(serving.parse(served["name"])["kind"].astype(str))))
+        return serving.STEP_NAME, served, None, f"serving step ranges (vLLM/SGLang names: {kinds})"
+    user = ranges[ranges["source"] != "profiler_step"]
+    counts = user["name"].value_counts()
+    launch_calls = profile.calls[is_launch(profile.calls["name"])]
+    for name, n in counts.items():
+        if n < 2:
+            break
+        candidate = user[user["name"] == name]
+        if _has_gpu_work(candidate, launch_calls, profile):
+            return name, candidate, None, f"ranges named {name!r}: the most frequent range with GPU work ({n}x)"
+    auto, auto_how = automatic_ranges(profile)
+    if not auto.empty:
+        return AUTO_STEP, auto, None, auto_how
+    return (
+        None,
+        ranges.iloc[0:0],
+        "no step ranges found: no ProfilerStep#N, no range name that repeats with GPU work, and no repeating "
+        f"unit of GPU work ({auto_how}) (use --step NAME)",
+        "",
+    )
+
+
+# --- automatic steps -----------------------------------------------------------------------
+
+
+MAX_SEQUENCE = 20_000  # launches searched for a period (the last ones: the loop, not start-up)
+
+
+def _longest_run(flags: np.ndarray) -> tuple[int, int]:
+    """(start, length) of the longest run of True in ``flags``."""
+    edges = np.diff(np.r_[0, flags.astype(np.int8), 0])
+    starts, stops = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    if starts.size == 0:
+        return 0, 0
+    k = int(np.argmax(stops - starts))
+    return int(starts[k]), int(stops[k] - starts[k])
+
+
+def repeating_region(seq: np.ndarray, min_repeats: int = 2) -> tuple[int, int, int] | None:
+    """The outermost repetition in ``seq``: (period, start, stop) or None.
+
+    For each period ``p``, the longest stretch where ``seq[i] == seq[i + p]`` holds covers
+    ``run + p`` elements repeating with period ``p``. Start-up work before the loop (library
+    initialisation, a warm-up of other shapes) breaks the stretch, so it is left out. A
+    transformer *layer* also repeats, but only within a step: the head, the embedding and
+    the LM head between layers of consecutive steps break its stretch after one step, while
+    the step's own period runs across all steps. So the step is the period whose stretch
+    covers the most elements (the smallest such period: 2 steps also repeat, with the same
+    cover), with at least ``min_repeats`` repetitions.
+    """
+    n = seq.size
+    best: tuple[int, int, int] | None = None
+    for p in range(1, n // min_repeats + 1):
+        start, run = _longest_run(seq[:-p] == seq[p:])
+        if run < (min_repeats - 1) * p:
+            continue
+        if best is None or run + p > best[2] - best[1]:  # strictly more: the smallest period wins a tie
+            best = (p, start, start + run + p)
+    return best
+
+
+def _loop_phase(unit_start: np.ndarray, previous_end: np.ndarray, period: int) -> int:
+    """Where in the period a step starts: the position with the longest host time before
+    it (median over repetitions) — the loop's own overhead, the Python between steps."""
+    gaps = np.where(previous_end == NO_BOUNDARY, 0, unit_start - previous_end)
+    best, phase = -np.inf, 0
+    for r in range(period):
+        g = gaps[r::period]
+        if g.size and np.median(g) > best:
+            best, phase = float(np.median(g)), r
+    return phase
+
+
+def _units_to_ranges(
+    starts: np.ndarray, ends: np.ndarray, boundary: np.ndarray, work_starts: np.ndarray, tid: int, period: int, phase: int
+) -> pd.DataFrame:
+    """Whole periods of units from ``phase`` on, as step ranges (partial periods at the
+    edges are left out: the trace cut that step).
+
+    A step's host range ends with its last unit and starts with its first launch — or
+    earlier, with the calls that put GPU work in the queue before it (a blocking copy, a
+    memset) since the previous unit ended (``boundary``). How many such leading calls a
+    step has is taken from the typical step (the median), so the first step does not
+    swallow the start-up work that happens to precede it."""
+    first = np.arange(phase, starts.size - period + 1, period)
+    bound = boundary[first].copy()
+    if bound.size and bound[0] == NO_BOUNDARY:
+        # Nothing ended before the first step: reach back at most one typical step.
+        typical = int(np.median(np.diff(starts[first]))) if first.size > 1 else 0
+        bound[0] = starts[first[0]] - typical
+    at_launch = np.searchsorted(work_starts, starts[first], side="left")
+    leading = at_launch - np.searchsorted(work_starts, bound, side="right")
+    typical_leading = int(np.median(leading[1:])) if leading.size > 1 else int(leading[0]) if leading.size else 0
+    take = np.clip(np.minimum(leading, typical_leading), 0, None)
+    begin = np.where(take > 0, work_starts[np.clip(at_launch - take, 0, max(work_starts.size - 1, 0))], starts[first])
+    return pd.DataFrame(
+        {
+            "name": AUTO_STEP,
+            "start_ns": np.minimum(begin, starts[first]),
+            "end_ns": ends[first + period - 1],
+            "tid": tid,
+            "source": "automatic",
+        }
+    )
+
+
+def _as_text(names: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct names (as text) and each row's code, numbered by first appearance."""
+    codes, uniques = factorize(names)
+    if not all(isinstance(u, str) for u in uniques):
+        codes, uniques = factorize(names.astype(str))
+    return uniques, codes
+
+
+def automatic_ranges(profile: Profile) -> tuple[pd.DataFrame, str]:
+    """Step ranges for a trace without markers, and how they were found (or why not).
+
+    On the thread that launches the most work: (1) the host's synchronisations cut the
+    launches into units; when the sequence of units (each a tuple of the kernel names it
+    launched) repeats, the step is one period of units — a loop that syncs once per step
+    gives one unit per step, one that syncs three times (a blocking copy and two
+    ``.item()``) gives three. (2) Without syncs, the launch sequence itself (kernel names)
+    is searched for its outermost repetition (:func:`repeating_region`). A step's host
+    range runs from the first call that queued its GPU work to the end of its last call
+    (its closing sync included).
+    """
+    calls, acts = profile.calls, profile.activities
+    empty = pd.DataFrame({c: pd.Series(dtype=t) for c, t in (("name", object), ("start_ns", "int64"), ("end_ns", "int64"), ("tid", "int64"), ("source", object))})
+    launches = calls[is_launch(calls["name"])]
+    if launches.empty or acts.empty:
+        return empty, "no launches with GPU work"
+    tid = int(launches["tid"].value_counts().index[0])
+    mine = calls[calls["tid"] == tid].sort_values("start_ns", kind="stable")
+    launch = mine[is_launch(mine["name"])]
+    # what each launch ran: its first GPU activity's name (a graph launch: its first kernel)
+    first_act = acts[["start_ns", "correlation", "name"]].sort_values("start_ns", kind="stable").drop_duplicates("correlation").set_index("correlation")["name"]
+    kernel = launch["correlation"].map(first_act)
+    launch = launch[kernel.notna().to_numpy()]
+    kernel = kernel[kernel.notna()]
+    if len(launch) < 2:
+        return empty, "fewer than two launches with GPU work"
+    kernel_names, codes = _as_text(kernel)
+    l_start = launch["start_ns"].to_numpy(np.int64)
+    l_end = launch["end_ns"].to_numpy(np.int64)
+    with_work = mine[mine["correlation"].isin(acts["correlation"]).to_numpy() & (mine["correlation"] >= 0).to_numpy()]
+    work_starts = np.sort(with_work["start_ns"].to_numpy(np.int64))
+
+    syncs = mine[is_sync(mine["name"])]
+    if not syncs.empty:
+        # unit j: the launches after sync j-1 ended, up to the end of sync j
+        s_end = syncs["end_ns"].to_numpy(np.int64)
+        unit_of = np.searchsorted(s_end, l_start, side="left")
+        # launches are in start order, so each unit's launches are one slice
+        cut = np.flatnonzero(np.diff(unit_of)) + 1
+        first_launch = np.r_[0, cut]
+        units = unit_of[first_launch]
+        if units.size >= 2:
+            # A unit's signature is the sequence of its kernels' families, not their exact
+            # names: a decode step's elementwise kernels switch between vectorized and
+            # unrolled variants as the context length changes parity (seen in HF generate
+            # on the H200), which would make every other token look different.
+            fam = pd.factorize(pd.Series([family(u) for u in kernel_names], dtype=object))[0][codes]
+            signature = pd.factorize(pd.Series([tuple(c) for c in np.split(fam, cut)]))[0]
+            offset = max(0, signature.size - MAX_SEQUENCE)
+            region = repeating_region(signature[offset:])
+            if region is not None:
+                period, lo, hi = region
+                keep = slice(lo + offset, hi + offset)
+                last_launch = np.r_[cut - 1, unit_of.size - 1]
+                u_start = l_start[first_launch][keep]
+                u_end = np.where(units < s_end.size, s_end[np.clip(units, 0, s_end.size - 1)], l_end[last_launch])[keep]
+                # where the previous unit with launches ended (its closing sync): a step's
+                # own launch-less parts before its first launch (a blocking copy) come after it
+                u_prev = np.r_[NO_BOUNDARY, s_end[np.clip(units[:-1], 0, s_end.size - 1)]][keep]
+                phase = _loop_phase(u_start, u_prev, period)
+                out = _units_to_ranges(u_start, u_end, u_prev, work_starts, tid, period, phase)
+                if len(out) >= 2:
+                    names = sorted(set(base_name(syncs["name"])))
+                    return out, (
+                        f"automatic: the repeating unit of GPU work between host syncs ({', '.join(names)}), "
+                        f"{period} sync-delimited part{'s' if period > 1 else ''} per step"
+                    )
+    offset = max(0, codes.size - MAX_SEQUENCE)
+    region = repeating_region(codes[offset:])
+    if region is None:
+        return empty, "the launch sequence does not repeat"
+    period, lo, hi = region
+    lo, hi = lo + offset, hi + offset
+    prev_end = np.r_[NO_BOUNDARY, l_end[:-1]]
+    phase = _loop_phase(l_start[lo:hi], prev_end[lo:hi], period)
+    out = _units_to_ranges(l_start[lo:hi], l_end[lo:hi], prev_end[lo:hi], work_starts, tid, period, phase)
+    if len(out) < 2:
+        return empty, "the launch sequence repeats fewer than twice"
+    return out, f"automatic: the repeating launch sequence ({period} launches per step, its outermost period)"
+
+
+def _has_gpu_work(ranges: pd.DataFrame, launch_calls: pd.DataFrame, profile: Profile) -> bool:
+    """Whether any launch falls in one of the ranges — on their thread or, by time, on
+    another (a step whose launches all come from a worker thread is still a step)."""
+    if profile.activities.empty or launch_calls.empty:
+        return False
+    return bool((ownership.call_steps(ranges, launch_calls)[0] >= 0).any())
+
+
+def _containing_range(ranges: pd.DataFrame, calls: pd.DataFrame) -> np.ndarray:
+    """For each call, the position (in ``ranges`` sorted by start) of the range on its thread
+    that contains the call's start, or -1. Step ranges of one name do not nest."""
+    out = np.full(len(calls), -1, dtype=np.int64)
+    if ranges.empty or calls.empty:
+        return out
+    order = np.argsort(ranges["start_ns"].to_numpy(), kind="stable")
+    r_start = ranges["start_ns"].to_numpy()[order]
+    r_end = ranges["end_ns"].to_numpy()[order]
+    r_tid = ranges["tid"].to_numpy()[order]
+    c_start = calls["start_ns"].to_numpy()
+    c_tid = calls["tid"].to_numpy()
+    for tid in np.unique(r_tid):
+        in_thread = np.flatnonzero(r_tid == tid)
+        mask = c_tid == tid
+        idx = np.searchsorted(r_start[in_thread], c_start[mask], side="right") - 1
+        ok = idx >= 0
+        cand = np.where(ok, in_thread[np.clip(idx, 0, None)], -1)
+        ok &= c_start[mask] <= r_end[np.clip(cand, 0, None)]
+        out[np.flatnonzero(mask)] = np.where(ok, cand, -1)
+    return out
+
+
+def find_steps(profile: Profile, pattern: str | None = None) -> Steps:
+    """Find the steps of ``profile`` and assign calls and GPU activities to them."""
+    name, ranges, reason, how = choose_step_ranges(profile, pattern)
+    ranges = ranges.sort_values("start_ns", kind="stable", ignore_index=True)
+    calls, acts = profile.calls, profile.activities
+
+    # A call belongs to the step whose host range contains its start: on the step's own
+    # thread first, else by time on any thread (autograd backward, DDP's reducer, worker
+    # threads); GPU work follows its launching call by correlation id (perfdoctor.analysis.ownership).
+    own = ownership.assign(profile, ranges)
+    call_step, activity_step = own.call_step, own.activity_step
+    table = pd.DataFrame(
+        {
+            "name": ranges["name"].to_numpy(),
+            "tid": ranges["tid"].to_numpy(),
+            "host_start_ns": ranges["start_ns"].to_numpy(),
+            "host_end_ns": ranges["end_ns"].to_numpy(),
+        }
+    )
+    # Per step: its GPU window (first start, last end; NA without GPU work), kernels and launches.
+    n = len(table)
+    owner = activity_step.to_numpy()
+    mine = (owner >= 0) & (owner < n)
+    step, start, end = owner[mine], acts["start_ns"].to_numpy(np.int64)[mine], acts["end_ns"].to_numpy(np.int64)[mine]
+    first, last = np.full(n, np.iinfo(np.int64).max), np.full(n, np.iinfo(np.int64).min)
+    np.minimum.at(first, step, start)
+    np.maximum.at(last, step, end)
+    none = np.bincount(step, minlength=n) == 0
+    table["gpu_start_ns"] = pd.arrays.IntegerArray(np.where(none, 0, first), none)
+    table["gpu_end_ns"] = pd.arrays.IntegerArray(np.where(none, 0, last), none)
+    table["kernels"] = np.bincount(step[equals(acts["kind"], "kernel")[mine]], minlength=n).astype(np.int64)
+    launch_step = call_step.to_numpy()
+    launch_step = launch_step[is_launch(calls["name"]).to_numpy() & (launch_step >= 0) & (launch_step < n)]
+    table["launches"] = np.bincount(launch_step, minlength=n).astype(np.int64)
+    counts = ownership.step_counts(profile, table, own)
+    table["kernels_other_threads"] = counts["kernels_other_threads"].to_numpy()
+    table["launches_other_threads"] = counts["launches_other_threads"].to_numpy()
+
+    if table["gpu_start_ns"].notna().any():
+        span = (int(table["gpu_start_ns"].min()), int(table["gpu_end_ns"].max()))
+    elif name is None and not acts.empty:
+        span = (int(acts["start_ns"].min()), int(acts["end_ns"].max()))
+    else:
+        span = None
+    if name is not None and span is None and reason is None:
+        reason = f"the steps named {name!r} launched no GPU work"
+    return Steps(name=name, reason=reason, table=table, activity_step=activity_step, call_step=call_step, span=span, how=how)

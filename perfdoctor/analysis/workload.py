@@ -1,0 +1,156 @@
+"""Workload kind: is this trace training or inference, and what says so.
+
+Rules written for inference (decode latency, KV cache, request batching, a 10 ms p99) must
+not fire on a training trace, and training advice (overlap gradient all-reduce) must not
+fire on a decode loop. This module decides, and keeps the evidence so the report can say
+"training: 232 backward ops, Optimizer.step#AdamW.step".
+
+Evidence of training, strongest first:
+
+``backward_ops``     autograd ops: ``autograd::engine::evaluate_function: AddmmBackward0``
+                     and the ``*Backward0`` nodes themselves (Kineto ``cpu_op`` events)
+``optimizer``        an optimizer step range ``Optimizer.step#AdamW.step`` (PyTorch records
+                     it as a ``user_annotation``; ``zero_grad`` alone is not a step)
+``autograd_thread``  a host thread named ``pt_autograd_N`` (Kineto thread metadata)
+``backward_kernels`` kernels whose names are gradients (``GeluBackwardCUDAKernelImpl``,
+                     ``layer_norm_grad_input_kernel``, ``softmax_warp_backward``) — the only
+                     evidence left when the trace keeps no CPU ops (nsys)
+
+None of them → inference. Confidence says how much was visible: ``high`` when the CPU ops
+were seen (a training step cannot hide its backward ops), ``medium`` when only ranges and
+kernel names were (a trace without CPU ops, e.g. nsys without NVTX from PyTorch), ``none``
+for a trace with no GPU kernels and no ops (kind ``unknown``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from perfdoctor.names.codes import equals, factorize
+from perfdoctor.profile import Profile
+
+KINDS = ("training", "inference", "unknown")
+
+_BACKWARD_OP = re.compile(r"^autograd::engine::evaluate_function: |Backward\d*$")
+_EVALUATE = "autograd::engine::evaluate_function: "
+_OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")
+_AUTOGRAD_THREAD = re.compile(r"pt_autograd", re.I)
+_BACKWARD_KERNEL = re.compile(r"backward|_grad_input|grad_weight|GammaBetaBackward|_bwd_|bwd_kernel|dgrad|wgrad", re.I)
+
+
+@dataclass
+class Workload:
+    kind: str
+    confidence: str
+    backward_ops: int = 0
+    optimizer_steps: list[str] = field(default_factory=list)
+    autograd_threads: list[str] = field(default_factory=list)
+    backward_kernels: int = 0
+    ops_seen: int = 0
+    evidence: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        """One line for the report: ``training: 232 backward ops, Optimizer.step#AdamW.step``."""
+        return f"{self.kind}: {', '.join(self.evidence)}" if self.evidence else self.kind
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": self.kind,
+            "confidence": self.confidence,
+            "backward_ops": self.backward_ops,
+            "optimizer_steps": self.optimizer_steps,
+            "autograd_threads": self.autograd_threads,
+            "backward_kernels": self.backward_kernels,
+            "ops_seen": self.ops_seen,
+            "evidence": self.text,
+        }
+
+
+def _counts(names: Mapping[str, int] | pd.Series | None) -> dict[str, int]:
+    if names is None:
+        return {}
+    if isinstance(names, pd.Series):
+        return {str(k): int(v) for k, v in names.value_counts().items()}
+    return {str(k): int(v) for k, v in names.items()}
+
+
+def classify(
+    profile: Profile,
+    op_counts: Mapping[str, int] | None = None,
+    thread_names: Mapping[int, str] | list[str] | None = None,
+) -> Workload:
+    """Training or inference, with evidence.
+
+    ``op_counts``: CPU op name → count (Kineto ``cpu_op`` events); defaults to
+    ``profile.meta["op_counts"]`` when the loader kept it. ``thread_names``: host thread
+    names; defaults to ``profile.meta["thread_names"]``. Ranges and kernel names always come
+    from the profile.
+    """
+    if op_counts is None:
+        op_counts = profile.meta.get("op_counts")
+    if thread_names is None:
+        thread_names = profile.meta.get("thread_names")
+    ops = _counts(op_counts)
+    ranges = _counts(profile.ranges["name"]) if not profile.ranges.empty else {}
+    names = {**ranges}
+    for k, v in ops.items():
+        names[k] = names.get(k, 0) + v
+
+    evaluate = sum(v for k, v in names.items() if k.startswith(_EVALUATE))
+    backward = evaluate or sum(v for k, v in names.items() if _BACKWARD_OP.search(k))
+    optimizer = sorted(k for k in names if _OPTIMIZER_STEP.match(k))
+    tnames = list(thread_names.values()) if isinstance(thread_names, Mapping) else list(thread_names or [])
+    autograd = sorted({t for t in tnames if isinstance(t, str) and _AUTOGRAD_THREAD.search(t)})
+    codes, uniques = factorize(profile.activities["name"])  # every name test once per distinct name
+    kernels_of = np.bincount(codes[equals(profile.activities["kind"], "kernel")], minlength=len(uniques))  # per distinct name
+    n_kernels = int(kernels_of.sum())
+    bw_kernels = int(sum(int(n) for k, n in zip(uniques, kernels_of) if n and isinstance(k, str) and _BACKWARD_KERNEL.search(k)))
+
+    evidence: list[str] = []
+    if backward:
+        evidence.append(f"{backward} backward ops")
+    if optimizer:
+        evidence.append(", ".join(optimizer))
+    if autograd:
+        evidence.append(f"autograd thread {', '.join(t.removeprefix('thread ') for t in autograd)}")  # Kineto: "thread 852 (pt_autograd_0)"
+    if bw_kernels:
+        evidence.append(f"{bw_kernels} backward kernels")
+
+    ops_seen = sum(ops.values())
+    if backward or optimizer or autograd:
+        kind, confidence = "training", "high"
+    elif bw_kernels:
+        kind, confidence = "training", "medium"
+    elif not n_kernels and not ops_seen:
+        kind, confidence = "unknown", "none"
+        evidence.append("no GPU kernels and no CPU ops in the trace")
+    else:
+        kind = "inference"
+        confidence = "high" if ops_seen else "medium"
+        seen = f"among {ops_seen} CPU ops" if ops_seen else f"(no CPU ops in the trace; {n_kernels} kernels checked)"
+        evidence.append(f"no backward op, no optimizer step {seen}")
+    return Workload(
+        kind=kind,
+        confidence=confidence,
+        backward_ops=int(backward),
+        optimizer_steps=optimizer,
+        autograd_threads=autograd,
+        backward_kernels=bw_kernels,
+        ops_seen=ops_seen,
+        evidence=evidence,
+    )
+
+
+def applies(rule_workload: str | None, workload: Workload) -> bool:
+    """Whether a rule declared for ``rule_workload`` ("inference" / "training" / "any" or
+    None) applies to this trace. An ``unknown`` workload runs every rule (abstaining would
+    hide findings; the report states the workload it assumed)."""
+    if not rule_workload or rule_workload == "any" or workload.kind == "unknown":
+        return True
+    return rule_workload == workload.kind

@@ -1,0 +1,46 @@
+"""Where everything lives in a run bundle: file and folder names, the schema, the clock-sync
+range; making a bundle folder and writing its JSON files so no reader sees half a file.
+
+Standard library only: perfdoctor run writes bundles with it, and readers
+(:mod:`perfdoctor.collectors.bundle`) find files by these names. The bundle's layout is
+drawn in :mod:`perfdoctor.collectors.bundle`'s docstring.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+MANIFEST = "manifest.json"
+RAW = "raw"
+TORCH_TRACE = "torch-trace.json.gz"
+NSYS_SQLITE = "nsys.sqlite"
+NCU_CSV = "ncu.csv"
+CLOCK_SYNC_RANGE = "perfdoctor.clock_sync"  # bootstrap.CLOCK_SYNC_RANGE (not imported: no torch here)
+SCHEMA = "perfdoctor.run/1"
+
+
+def new_bundle_dir(parent: Path, name: str) -> Path:
+    """Create ``parent/<UTC time>-<name>/raw`` and return the bundle directory."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "run"
+    base = parent / f"{stamp}-{slug}"
+    path, n = base, 1
+    while True:
+        try:
+            (path / RAW).mkdir(parents=True, exist_ok=False)
+            return path
+        except FileExistsError:
+            n += 1
+            path = base.with_name(f"{base.name}-{n}")
+
+
+def write_json_atomic(path: Path, payload: Any) -> None:
+    """Write JSON so that a reader (or a crash) never sees half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=2, default=str))
+    os.replace(tmp, path)

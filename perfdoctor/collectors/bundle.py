@@ -1,0 +1,252 @@
+"""The run bundle: one directory per ``perfdoctor run``, readable even after a crash.
+
+    perfdoctor-runs/20261129-223000-infer/
+      manifest.json     command, exit code, timings, GPU, versions, collector statuses and
+                        the exact tool commands; written first, rewritten after each pass
+      raw/              the tools' own outputs, per pass:
+        <pass>.config.json  what the bootstrap was asked to do (pass, window, step)
+        <pass>.json       what it saw: step counts, the window, the clock-sync point;
+                          light.json also, per step name, every step's host start, GPU
+                          start and GPU end in ns ("series"; "spans_ns" in older bundles)
+        <pass>.log        the program's (and the tool's) output, for all but the first pass
+        torch-trace.json.gz   Kineto trace of the --warmup/--steps window
+        nsys.nsys-rep, nsys.sqlite    Nsight Systems report and its SQLite export
+        ncu.csv           Nsight Compute's --csv output
+        nvml-<pass>.jsonl NVML samples taken during that pass (CLOCK_MONOTONIC)
+      metrics.json      perfdoctor.metrics/2, when the analysis could run
+
+A multi-rank run (``perfdoctor run --nproc-per-node N``, :mod:`perfdoctor.record.launch`) keeps
+each rank's pass results and trace in ``raw/rank<k>/``, the ranks in the manifest's
+``ranks`` and ``world_size``, rank 0's metrics in metrics.json and the cross-rank view in
+ranks.json (:mod:`perfdoctor.analysis.ranks`).
+
+:func:`load_bundle` merges what is there into one :class:`~perfdoctor.profile.Profile`:
+activities, calls and ranges from the Kineto trace (else the nsys export), NVML samples
+of the same pass moved onto that trace's clock, ncu counters, the device from NVML, and
+``profile.light`` (:class:`~perfdoctor.profile.LightSteps`) from the light timing pass —
+the source of truth for step time (see :func:`read_light` for the formats it accepts).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from perfdoctor.analysis import steady
+from perfdoctor.bundle.layout import CLOCK_SYNC_RANGE, MANIFEST, NCU_CSV, NSYS_SQLITE, RAW, TORCH_TRACE
+from perfdoctor.errors import UsageError
+from perfdoctor.profile import LightSteps, Profile
+
+
+def read_manifest(bundle: Path) -> dict[str, Any]:
+    try:
+        return json.loads((bundle / MANIFEST).read_text())
+    except FileNotFoundError:
+        raise UsageError(f"{bundle}: not a perfdoctor run bundle (no {MANIFEST})") from None
+    except ValueError as exc:
+        raise UsageError(f"{bundle}/{MANIFEST}: not valid JSON ({exc})") from None
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _activity_source(raw: Path, warnings: list[str]) -> tuple[Profile, str | None]:
+    """The Kineto trace when it loads, else the nsys export; else an empty Profile."""
+    from perfdoctor.collectors import nsys, torch_profiler
+
+    for pass_name, path, loader in (("torch", raw / TORCH_TRACE, torch_profiler.load), ("nsys", raw / NSYS_SQLITE, nsys.load)):
+        if not path.exists():
+            continue
+        try:
+            return loader(path), pass_name
+        except Exception as exc:  # noqa: BLE001 - a damaged trace: say so, try the next one
+            warnings.append(f"{path.name} could not be read: {exc}")
+    return Profile(), None
+
+
+def _clock_offset(profile: Profile, results: dict[str, Any]) -> int | None:
+    """trace clock − CLOCK_MONOTONIC, from the bootstrap's clock-sync range."""
+    mono = (results.get("clock_sync") or {}).get("monotonic_ns")
+    marks = profile.ranges[profile.ranges["name"] == CLOCK_SYNC_RANGE]
+    if mono is None or marks.empty:
+        return None
+    return int(marks["start_ns"].iloc[0]) - int(mono)
+
+
+def _int_array(values: Any) -> np.ndarray | None:
+    """The leading run of integers of a list as int64 (a step whose CUDA event never
+    completed — the program died — is null, and so is everything after it), or None when
+    it is not a list."""
+    if not isinstance(values, list):
+        return None
+    n = 0
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
+            break
+        n += 1
+    return np.asarray(values[:n], dtype=np.int64)
+
+
+def read_light(results: dict[str, Any], light_pass: dict[str, Any], warnings: list[str]) -> LightSteps | None:
+    """The light pass's step series as :class:`LightSteps`, or None when there is none.
+
+    ``results`` is ``raw/light.json``; ``light_pass`` the manifest's ``light_pass``. Two
+    formats of light.json:
+
+    * perfdoctor ≥ 0.2: ``"series": {step: {"host_start_ns": [...], "gpu_start_ns": [...]
+      or null, "gpu_end_ns": [...]}}`` and ``"step_end_clock": "cuda-event" | "host"``;
+    * perfdoctor 0.1: ``"spans_ns": {step: [[host_start, gpu_end], ...]}``.
+
+    The step is the manifest's ``light_pass.step_name``. Where the steady state starts:
+    the user's explicit ``--warmup`` (``warmup_explicit: true`` and ``warmup``); else the
+    manifest's ``light_pass.steady_start`` (with ``steady_reason``) when the runner wrote
+    it; else :func:`perfdoctor.analysis.steady.steady_start` on the critical path (0.1 bundles).
+    ``light_pass.counters`` (``{metric: {"value", "source", "samples", "dropped_nan",
+    "start_ns", "end_ns"}}``) are hardware counters averaged over the steady steps.
+    """
+    name = light_pass.get("step_name")
+    if not name:
+        return None
+    gpu_start: np.ndarray | None = None
+    series = (results.get("series") or {}).get(name)
+    if isinstance(series, dict):
+        host = _int_array(series.get("host_start_ns"))
+        end = _int_array(series.get("gpu_end_ns"))
+        if series.get("gpu_start_ns") is not None:
+            gpu_start = _int_array(series.get("gpu_start_ns"))
+    else:
+        spans = (results.get("spans_ns") or {}).get(name)
+        pairs = spans if isinstance(spans, list) and all(isinstance(p, list) and len(p) == 2 for p in spans) else None
+        host = _int_array([p[0] for p in pairs]) if pairs is not None else None
+        end = _int_array([p[1] for p in pairs]) if pairs is not None else None
+    if host is None or end is None:
+        warnings.append(f"light.json: no readable step series for {name!r}; step time comes from the trace")
+        return None
+    n = min(host.size, end.size, gpu_start.size if gpu_start is not None else host.size)
+    if n < max(host.size, end.size):
+        warnings.append(f"light.json: {name!r} has {n} complete steps of {max(host.size, end.size)} (the rest were not timed)")
+    host, end = host[:n], end[:n]
+    gpu_start = gpu_start[:n] if gpu_start is not None else None
+    if host.size == 0:
+        return None
+    clock = str(results.get("step_end_clock") or light_pass.get("step_end_clock") or "cuda-event")
+    if light_pass.get("warmup_explicit") and isinstance(light_pass.get("warmup"), int):
+        # the user's --warmup wins over the rule; the runner averaged the counters from it too
+        start = int(light_pass["warmup"])
+        reason = f"--warmup {start} (given by the user)"
+    elif isinstance(light_pass.get("steady_start"), int):
+        start = int(light_pass["steady_start"])
+        reason = str(light_pass.get("steady_reason") or f"the run left out the first {start} steps as warm-up")
+    else:
+        found = steady.steady_start(steady.critical_path_ns(host, end))
+        start, reason = found.start, found.reason
+    start = min(max(start, 0), host.size - 1)
+    counters = light_pass.get("counters") if isinstance(light_pass.get("counters"), dict) else {}
+    return LightSteps(
+        name=str(name),
+        host_start_ns=host,
+        gpu_end_ns=end,
+        gpu_start_ns=gpu_start,
+        clock=clock,
+        steady_start=start,
+        steady_reason=reason,
+        counters={k: v for k, v in counters.items() if isinstance(v, dict)},
+    )
+
+
+def _merge_run_declaration(meta: dict[str, Any], light_pass: dict[str, Any]) -> None:
+    """Tokens and bytes per step the run knew (``light_pass.declared``): the user's
+    ``perfdoctor run --tokens-per-step`` overrides what the trace declares; the program's
+    own declaration fills in what the trace lacks (a trace window that missed it)."""
+    name, declared = light_pass.get("step_name"), light_pass.get("declared")
+    if not name or not isinstance(declared, dict):
+        return
+    values = {k: float(v) for k, v in declared.items() if k in ("tokens", "bytes") and isinstance(v, (int, float))}
+    step = meta.setdefault("declared", {}).setdefault(name, {})
+    if declared.get("source") == "--tokens-per-step":
+        step.update(values)
+    else:
+        for k, v in values.items():
+            step.setdefault(k, v)
+
+
+def load_bundle(bundle: str | Path, rank: int | None = None) -> Profile:
+    """Everything a run collected, as one Profile (see the module docstring).
+
+    A multi-rank bundle (:mod:`perfdoctor.record.launch`) holds one profile per rank: ``rank``
+    picks one (default: the lowest rank, with a warning saying so; ``perfdoctor analyze``
+    reads every rank through :mod:`perfdoctor.analysis.ranks`)."""
+    from perfdoctor.collectors import ncu, nvml
+
+    from perfdoctor.bundle.manifest import read_valid_manifest
+
+    bundle = Path(bundle)
+    manifest = read_valid_manifest(bundle)  # read safely and shape-checked: one UsageError if not
+    raw = bundle / RAW
+    warnings: list[str] = []
+    ranks = manifest.get("ranks") or {}
+    if rank is None and ranks:
+        rank = min(int(k) for k in ranks)
+        warnings.append(f"a {len(ranks)}-rank bundle: rank {rank} loaded (perfdoctor analyze shows every rank)")
+    if rank is not None:
+        if str(rank) not in ranks:
+            raise UsageError(f"{bundle}: no rank {rank} in this bundle (ranks: {', '.join(sorted(ranks, key=int)) or 'none'})")
+        raw = raw / f"rank{rank}"
+        manifest = {**manifest, "light_pass": ranks[str(rank)].get("light_pass")}
+    profile, pass_name = _activity_source(raw, warnings)
+
+    if pass_name is not None:
+        offset = _clock_offset(profile, _read_json(raw / f"{pass_name}.json"))
+        samples_file = raw / f"nvml-{pass_name}.jsonl"
+        if samples_file.exists():
+            if offset is None:
+                warnings.append("NVML samples left out: the trace has no clock-sync range to align them")
+            else:
+                samples = nvml.read_samples(samples_file, offset)
+                profile.samples = pd.concat([profile.samples, samples], ignore_index=True) if len(profile.samples) else samples
+        profile.ranges = profile.ranges[profile.ranges["name"] != CLOCK_SYNC_RANGE].reset_index(drop=True)
+
+    if (raw / NCU_CSV).exists():
+        profile.counters = ncu.parse_csv((raw / NCU_CSV).read_text(errors="replace"))
+
+    gpu = manifest.get("gpu") or {}
+    for key, value in gpu.items():
+        profile.device.setdefault(key, value)
+    if "peak_dram_bw_gbps" in gpu and "peak_source" not in profile.device:
+        profile.device["peak_source"] = gpu.get("peak_source", "nvml")
+    calibration = manifest.get("calibration")
+    if calibration:
+        profile.device["measured_dram_bw_gbps"] = calibration.get("dram_read_gbps")
+        profile.device["measured_bf16_tflops"] = calibration.get("bf16_matmul_tflops")
+        profile.device["measured_source"] = f"perfdoctor calibrate ({calibration.get('measured_at', '?')})"
+
+    meta = profile.meta
+    meta.setdefault("source", "bundle")
+    meta["path"] = str(bundle)
+    meta["bundle"] = {
+        "step": manifest.get("step"),  # the step name the run traced (its --step, or found)
+        "activities_from": pass_name,
+        "exit_code": manifest.get("exit_code"),
+        "status": manifest.get("status"),
+        "collectors": {k: v.get("status") for k, v in (manifest.get("collectors") or {}).items()},
+    }
+    if rank is not None:
+        meta["rank"] = {**ranks[str(rank)], "world_size": manifest.get("world_size")}
+    if pass_name is None:
+        meta["bundle"]["reason"] = "; ".join(warnings) or "no trace in the bundle (see the collectors' statuses)"
+    light_pass = manifest.get("light_pass")
+    if isinstance(light_pass, dict):
+        meta["light_pass"] = light_pass  # the manifest's summary, for the report; time comes from profile.light
+        profile.light = read_light(_read_json(raw / "light.json"), light_pass, warnings)
+        _merge_run_declaration(meta, light_pass)
+    if warnings:
+        meta["warnings"] = warnings
+    return profile

@@ -1,0 +1,390 @@
+"""Gate: turn a run (and optionally a baseline) into pass / fail for CI.
+
+A gate is a list of checks; it fails when any check fails. Two kinds of check:
+
+- **budgets** (``--fail-on EXPR``, need ``--baseline``): how far a metric may move from
+  the baseline before the build fails. Grammar (whitespace is ignored)::
+
+      EXPR   := METRIC ":" SIGN NUMBER ["%"]
+      SIGN   := "+"   fails if the metric rises by more than NUMBER
+              | "-"   fails if the metric falls by more than NUMBER
+      "%"    := NUMBER is relative to the baseline value; without it, absolute (metric units)
+
+  ``step_latency_ms_p99:+5%`` fails when p99 latency rises more than 5 %;
+  ``dram_bw_util:-0.05`` fails when bandwidth utilization falls more than 0.05 (absolute);
+  ``launches_per_step:+2`` fails when a step gains more than two launches.
+  METRIC is a key of the metric contract; anything else is a usage error (exit 2).
+
+  A metric summarising per-step samples (step latency percentiles, step GPU time,
+  steps/s, tokens/s, kernels and launches per step) fails only when the change is also
+  significant in the budget's direction, whenever both runs have at least 5 steps:
+  Mann-Whitney p < 0.05 *and* a median shift beyond the run-to-run noise floor of that
+  sample (:data:`perfdoctor.compare.diff.SAMPLE_NOISE_FLOORS`; the test alone sees only the spread
+  within each run) — so run-to-run noise does not fail builds. With fewer steps the budget
+  alone decides, and the check says it was not tested. Step latency percentiles are judged
+  on the light timing pass (no tracer) when both runs are bundles that have one.
+
+  Edge cases, decided and documented: a metric measured on one side only is reported as
+  *added* or *removed* and skipped, not failed (a new collector is not a regression). A
+  relative budget against a baseline of exactly 0 cannot be evaluated as a percentage: any
+  move past 0 in the budget's direction fails (going from 0 to 3 host syncs per step is
+  an unbounded relative rise), and the check reports the absolute change and suggests an
+  absolute budget (``sync_calls_per_step:+1``) to allow some.
+
+- **rules** (``--rules PACK``): one check per rule; a failing rule at or above
+  ``--min-severity`` (default ``error``) fails the gate, a failing rule below it is skipped
+  as "not gating", and a rule that could not be evaluated is skipped with its reason
+  (never passed). See :mod:`perfdoctor.rules.engine`.
+
+Runs that are not comparable (:mod:`perfdoctor.compare.comparability`: other GPU or vendor, world
+size, workload kind, a whole-trace window against steps) get no verdict: every budget is
+skipped as "not comparable", and the gate refuses with exit 2, saying why. Steps covering
+different fractions of the profiled span skip the budgets on the span's metrics
+(``Diff.not_comparable_metrics``); if nothing else was checked, the gate refuses too.
+
+Exit codes: 0 pass, 1 gate failed, 2 usage or input error — including a gate in which
+every check was skipped (a gate that checked nothing must not pass a build) and a baseline
+that is not comparable with the run.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from perfdoctor.compare.diff import LIGHT_PREFIX, SAMPLED_METRICS, Diff, MetricChange, Run, diff_runs
+from perfdoctor.errors import UsageError
+from perfdoctor.analysis.metrics import HIGHER_IS_BETTER, METRIC_UNITS
+from perfdoctor.compare.processes import ProcessComparison, judge_budget
+
+SCHEMA = "perfdoctor.gate/1"
+EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+_BUDGET = re.compile(r"^(?P<metric>[A-Za-z_][A-Za-z0-9_]*):(?P<sign>[+-])(?P<amount>\d+(?:\.\d*)?|\.\d+)(?:[eE](?P<exp>[+-]?\d+))?(?P<pct>%?)$")
+
+
+# --------------------------------------------------------------------------- budgets
+
+
+@dataclass(frozen=True)
+class Budget:
+    metric: str
+    sign: int  # +1: a rise is the regression; -1: a fall is
+    amount: float  # >= 0, percent when relative, metric units otherwise
+    relative: bool
+    text: str  # as the user wrote it (normalized whitespace), names the check
+
+    def describe(self) -> str:
+        way = "rises" if self.sign > 0 else "falls"
+        size = f"{self.amount:g} %" if self.relative else f"{self.amount:g} {METRIC_UNITS[self.metric]}"
+        return f"fails if {self.metric} {way} by more than {size}"
+
+
+def parse_budget(text: str) -> Budget:
+    """Parse ``METRIC:+N%`` / ``METRIC:-N`` (see the module docstring); UsageError if malformed."""
+    compact = re.sub(r"\s+", "", text)
+    m = _BUDGET.match(compact)
+    if not m:
+        if ":" in compact and compact.split(":", 1)[1][:1] not in "+-":
+            raise UsageError(
+                f"budget {text!r}: say which way is a regression with a sign: "
+                f"'{compact.split(':', 1)[0]}:+N' (fails if it rises) or ':-N' (fails if it falls)"
+            )
+        raise UsageError(
+            f"budget {text!r}: expected METRIC:+N%, METRIC:-N% (relative) or METRIC:+N, METRIC:-N (absolute), "
+            "e.g. step_latency_ms_p99:+5%"
+        )
+    metric = m["metric"]
+    if metric not in METRIC_UNITS:
+        close = difflib.get_close_matches(metric, list(METRIC_UNITS), n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else f"; known: {', '.join(METRIC_UNITS)}"
+        raise UsageError(f"budget {text!r}: unknown metric {metric!r}{hint}")
+    amount = float(m["amount"] + (f"e{m['exp']}" if m["exp"] else ""))
+    if not math.isfinite(amount):
+        raise UsageError(f"budget {text!r}: {m['amount']}{'e' + m['exp'] if m['exp'] else ''} is not a finite number")
+    return Budget(metric, +1 if m["sign"] == "+" else -1, amount, bool(m["pct"]), compact)
+
+
+# --------------------------------------------------------------------------- checks
+
+
+@dataclass
+class Check:
+    name: str  # what JUnit and the summary call it, e.g. "budget step_latency_ms_p99:+5%"
+    kind: str  # "budget" | "rule"
+    status: str  # "pass" | "fail" | "skip"
+    message: str  # one sentence: the numbers and why this status
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _fmt(value: float, unit: str) -> str:
+    from perfdoctor.reports.diff_report import fmt_value
+
+    return fmt_value(value, unit)
+
+
+def evaluate_budget(budget: Budget, diff: Diff) -> Check:
+    """Check one budget against a diff of baseline (before) → run (after).
+
+    A step latency percentile is judged on the light timing pass (no tracer) when both runs
+    have one: tracing perturbs launch-bound steps 2-3x, so the untraced numbers are the ones
+    a latency budget means. When both runs are repeated bundles (``perfdoctor run
+    --repeat``), a step latency percentile is judged over processes instead
+    (:func:`process_budget`).
+    """
+    over_processes = diff.processes.get(budget.metric)
+    if over_processes is not None and over_processes.repeated:
+        return process_budget(budget, over_processes)
+    light = LIGHT_PREFIX + budget.metric
+    m: MetricChange = diff.metric(light) if diff.has_metric(light) else diff.metric(budget.metric)
+    name = f"budget {budget.text}"
+    details: dict[str, Any] = {
+        "metric": budget.metric,
+        "measured_as": m.key,
+        "budget": budget.describe(),
+        "baseline": m.before,
+        "value": m.after,
+        "change": m.change,
+        "change_rel": m.change_rel,
+        "unit": m.unit,
+    }
+    if m.status in ("absent", "added", "removed"):
+        what = {
+            "absent": "not measured in either run",
+            "added": "added: measured in this run only, not in the baseline",
+            "removed": "removed: measured in the baseline only, not in this run",
+        }[m.status]
+        return Check(name, "budget", "skip", f"{budget.metric} {what}" + (f" ({m.reason})" if m.reason else ""), details)
+
+    assert m.before is not None and m.after is not None and m.change is not None
+    if not all(math.isfinite(v) for v in (m.before, m.after, m.change)):
+        # Fail closed: a NaN compares false with everything, so it would pass any budget.
+        return Check(name, "budget", "fail",
+                     f"cannot evaluate: {budget.metric} is not a finite number (baseline {m.before}, run {m.after}); "
+                     "failing closed", details)
+    moved = budget.sign * m.change  # > 0: moved the way the budget guards against
+    unit = m.unit
+    change_text = f"{_fmt(m.before, unit)} → {_fmt(m.after, unit)}"
+    if budget.relative and m.before == 0:
+        over = moved > 0
+        change_text += " (baseline 0: relative change undefined; absolute change " f"{m.change:+.4g})"
+        if over:
+            change_text += f" — any move from 0 exceeds a relative budget; use an absolute budget ({budget.metric}:{'+' if budget.sign > 0 else '-'}N) to allow some"
+    elif budget.relative:
+        rel = moved / abs(m.before) * 100.0
+        over = rel > budget.amount
+        change_text += f" ({m.change_rel:+.2%}, budget {'+' if budget.sign > 0 else '-'}{budget.amount:g} %)"
+    else:
+        over = moved > budget.amount
+        change_text += f" ({m.change:+.4g}, budget {'+' if budget.sign > 0 else '-'}{budget.amount:g})"
+
+    note = ""
+    better = HIGHER_IS_BETTER.get(budget.metric)
+    if better is not None and (budget.sign > 0) == better:
+        note = f" Note: {'higher' if better else 'lower'} is better for {budget.metric}, so this budget fails on an improvement."
+    if over_processes is not None:  # bundles, but not repeated on both sides
+        note += f" Note: {over_processes.reason.removeprefix('inconclusive — ')}."
+
+    if m.key != budget.metric:
+        change_text += " [light timing pass, no tracer]"
+    if not over:
+        return Check(name, "budget", "pass", f"{budget.metric} within budget: {change_text}.{note}", details)
+
+    if m.sample is not None:
+        sample, sample_sign = m.sample, SAMPLED_METRICS.get(m.key, (m.sample, +1))[1]
+        comp = diff.samples.get(sample)
+        if comp is not None:
+            details["significance"] = dict(comp.to_json(), sample=sample)
+            if comp.verdict == "inconclusive":
+                return Check(
+                    name, "budget", "fail",
+                    f"{budget.metric} over budget: {change_text}; not tested for significance ({sample}: {comp.reason}).{note}",
+                    details,
+                )
+            metric_rose = (comp.verdict == "higher") == (sample_sign > 0)
+            significant = comp.verdict != "no significant change" and metric_rose == (budget.sign > 0)
+            if not significant:
+                return Check(
+                    name, "budget", "pass",
+                    f"{budget.metric} over budget but not a significant change ({sample}: {comp.reason}): {change_text}; "
+                    f"treated as run-to-run noise.{note}",
+                    details,
+                )
+            return Check(
+                name, "budget", "fail",
+                f"{budget.metric} regressed past its budget: {change_text}; significant ({sample}: {comp.reason}).{note}",
+                details,
+            )
+    return Check(name, "budget", "fail", f"{budget.metric} regressed past its budget: {change_text}.{note}", details)
+
+
+def process_budget(budget: Budget, comp: ProcessComparison) -> Check:
+    """A budget judged over processes: the ratio after/before of the geometric means of the
+    per-process values, with its interval (:func:`perfdoctor.compare.processes.judge_budget`). An
+    absolute budget becomes a ratio of the baseline's geometric mean (``+0.5`` ms on a 10 ms
+    baseline allows 1.05x)."""
+    i = comp.interval
+    assert i is not None
+    base = float(np.exp(np.mean(np.log(comp.before))))
+    value = base * i.ratio
+    allowed = budget.amount / 100.0 if budget.relative else budget.amount / base
+    judgement = judge_budget(comp, 1.0 + budget.sign * allowed, budget.sign, budget.text)
+    details: dict[str, Any] = {
+        "metric": budget.metric,
+        "measured_as": f"{budget.metric} per process, light pass (no tracer); geometric mean over processes",
+        "budget": budget.describe(),
+        "baseline": base,
+        "value": value,
+        "change": value - base,
+        "change_rel": i.ratio - 1.0,
+        "unit": METRIC_UNITS[budget.metric],
+        "verdict": judgement.verdict,
+        "processes": comp.to_json(),
+    }
+    text = f"{budget.metric} {judgement.message} [per-process values, light timing pass, no tracer]"
+    return Check(f"budget {budget.text}", "budget", judgement.status, text, details)
+
+
+def rule_checks(run: Run, packs: list[str | Path], min_severity: str) -> list[Check]:
+    """One check per rule: a failing rule at or above ``min_severity`` fails the gate.
+
+    ``packs``: "seed" for the built-in pack, or TOML files layered on it (as in ``analyze``:
+    a file may override a seed rule by id). Below ``min_severity`` a failing rule is
+    skipped ("not gating"), and so are rules that could not be evaluated (metric missing:
+    never a pass) and advisory rules.
+    """
+    from perfdoctor.pipeline import load_ruleset
+    from perfdoctor.rules.engine import SEVERITIES, SEVERITY_RANK, evaluate
+
+    if min_severity not in SEVERITY_RANK:
+        raise UsageError(f"--min-severity {min_severity!r}: use one of {', '.join(SEVERITIES)}")
+    checks = []
+    for f in evaluate(load_ruleset(packs), run.analysis):
+        name = f"rule {f.rule_id}"
+        value = f.value
+        condition = (
+            f"{f.metric} = {value:.4g}, passes when {f.comparator} {f.threshold:g}"
+            if value is not None and f.comparator is not None
+            else ""
+        )
+        details = {"rule": f.rule_id, "severity": f.severity, "metric": f.metric, "value": value,
+                   "comparator": f.comparator, "threshold": f.threshold, "citation": f.citation}
+        if f.status == "fail":
+            gating = SEVERITY_RANK[f.severity] >= SEVERITY_RANK[min_severity]
+            recovered = f" (fixing it should win back ~{f.recovered_ms:.3g} ms per step)" if f.recovered_ms else ""
+            text = f"{f.title} [{f.severity}]: {condition}{recovered}"
+            if gating:
+                checks.append(Check(name, "rule", "fail", text, details))
+            else:
+                checks.append(Check(name, "rule", "skip", f"not gating (severity {f.severity} < --min-severity {min_severity}): {text}", details))
+        elif f.status == "pass":
+            checks.append(Check(name, "rule", "pass", f"{f.title}: {condition}", details))
+        elif f.status == "not_evaluated":
+            checks.append(Check(name, "rule", "skip", f"not evaluated: {f.reason}", details))
+        else:
+            checks.append(Check(name, "rule", "skip", f"advisory (no threshold): {f.title}", details))
+    return checks
+
+
+# --------------------------------------------------------------------------- the gate
+
+
+@dataclass
+class GateResult:
+    run: str
+    baseline: str | None
+    checks: list[Check]
+    warnings: list[str]
+    diff: Diff | None
+    refused: str | None = None  # "not comparable: ..." when the baseline cannot be compared with the run
+
+    @property
+    def failed(self) -> list[Check]:
+        return [c for c in self.checks if c.status == "fail"]
+
+    @property
+    def passed(self) -> bool:
+        return not self.failed and self.refused is None  # no verdict is not a pass
+
+    @property
+    def evaluated(self) -> list[Check]:
+        return [c for c in self.checks if c.status != "skip"]
+
+    @property
+    def exit_code(self) -> int:
+        """0 pass, 1 fail; 2 when nothing could be evaluated (a gate that checked nothing
+        must not pass a build: the runs lack what the checks need) and when the baseline is
+        not comparable with the run (no verdict)."""
+        if self.refused is not None:
+            return EXIT_USAGE
+        if not self.passed:
+            return EXIT_FAIL
+        return EXIT_PASS if self.evaluated else EXIT_USAGE
+
+    def headline(self) -> str:
+        n = len(self.checks)
+        if self.refused is not None:
+            return f"perfdoctor gate: NO VERDICT ({self.refused})"
+        if not self.evaluated:
+            return f"perfdoctor gate: NOTHING CHECKED (all {n} checks skipped: the runs lack what they need)"
+        if self.passed:
+            skipped = sum(c.status == "skip" for c in self.checks)
+            extra = f", {skipped} skipped" if skipped else ""
+            return f"perfdoctor gate: PASSED ({n - skipped} of {n} checks passed{extra})"
+        return f"perfdoctor gate: FAILED ({len(self.failed)} of {n} checks failed: {', '.join(c.name for c in self.failed)})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "passed": self.passed,
+            "exit_code": self.exit_code,
+            "refused": self.refused,
+            "run": self.run,
+            "baseline": self.baseline,
+            "checks": [c.to_json() for c in self.checks],
+            "warnings": self.warnings,
+            "diff": self.diff.to_json() if self.diff is not None else None,
+        }
+
+
+def evaluate_gate(
+    run: Run,
+    baseline: Run | None,
+    budgets: list[Budget],
+    rules: list[Check] | None = None,
+    noise_floor: float | None = None,
+) -> GateResult:
+    """Pure: the checks of a gate from loaded runs, parsed budgets and evaluated rule checks.
+
+    ``noise_floor`` overrides the diff's run-to-run noise floors (relative, e.g. 0.1).
+    """
+    if budgets and baseline is None:
+        raise UsageError("--fail-on budgets compare against a baseline: give --baseline RUN")
+    diff = diff_runs(baseline, run, noise_floor) if baseline is not None else None
+    refused = diff.not_comparable() if diff is not None else None
+    checks = []
+    for b in budgets if diff is not None else []:
+        why = refused or (f"not comparable: {diff.not_comparable_metrics[b.metric]}" if b.metric in diff.not_comparable_metrics else None)
+        if why:
+            checks.append(Check(f"budget {b.text}", "budget", "skip", f"{why}: the budget is not judged", {"metric": b.metric}))
+        else:
+            checks.append(evaluate_budget(b, diff))
+    checks += rules or []
+    if refused is None and checks and all(c.status == "skip" for c in checks) and any(c.message.startswith("not comparable") for c in checks):
+        refused = next(c.message for c in checks if c.message.startswith("not comparable")).removesuffix(": the budget is not judged")
+    warnings = []
+    if diff is not None:
+        warnings = [
+            f"{'not comparable' if m.blocking or m.metrics else 'not like for like'} — {m.field}: baseline {m.before}, run {m.after} ({m.message})"
+            for m in diff.mismatches
+        ]
+    return GateResult(run.label, baseline.label if baseline else None, checks, warnings, diff, refused)

@@ -1,0 +1,253 @@
+"""The process as the unit of replication: per-process step latencies of a run bundle, and
+their comparison between two runs (what ``diff`` and ``gate`` use on repeated bundles).
+
+Steps inside one process are correlated — they share its clocks, its CPU placement, its
+allocator state — so the spread of steps inside one process says little about how a second
+process of the same program will do (on the H200 two plain processes of a host-paced loop
+differed by up to 1.65x in median step). ``perfdoctor run --repeat N`` runs the light
+timing pass N times, each a fresh process (:mod:`perfdoctor.record.repeats`), and keeps each
+process's steady step latencies in ``manifest.json``::
+
+    "repeat": {"requested": N, "order": ["light", "light-2", ...],
+               "processes": [{"pass": "light", "file": "raw/light.json",
+                              "step_latency_ms": [...], "steps_seen": 40, "steady_start": 0,
+                              "warmup": 0, "exit_code": 0}, ...]}
+
+A process left out of the statistics (it failed, or its step was a different one) carries
+``"excluded": "why"`` instead of latencies being used.
+
+Here, each process gives one number per metric — its p50 (or p90, p99) step latency — and
+two runs are compared by the ratio of their geometric means over processes with a Welch
+t-interval on the logarithms (:func:`perfdoctor.compare.stats.welch_log_ratio`, which says why not
+a bootstrap). The two bundles of one ``compare-programs`` run (``repeat.pairing``: the same
+id, sides A and B) ran their processes interleaved, A1 B1 A2 B2 ...: they are compared
+pair by pair (:func:`perfdoctor.compare.stats.paired_log_ratio`), so what drifts between pairs —
+another job's load on a shared runner — cancels; pairs run in lockstep
+(``compare-programs --lockstep``) share even the seconds-long speed changes of one CPU, and
+only the pairs that took turns are compared. A budget (``step_latency_ms_p50:+5%``) fails only when the whole interval lies
+beyond it; an interval that straddles it is "inconclusive — too few processes for the
+budget", with an estimate of how many processes per side would decide it. A bundle without
+``repeat`` is one process: it keeps the step-level comparison of :mod:`perfdoctor.compare.diff`,
+whose verdict then says it cannot tell process noise from a change.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from perfdoctor.errors import UsageError
+from perfdoctor.compare.stats import LogRatioInterval, paired_log_ratio, t_ppf, welch_log_ratio
+
+LEVEL = 0.95
+MIN_PROCESSES = 2  # a spread over processes needs two of them per side
+# Metrics one process gives one value of (its percentile of steady step latencies), and
+# which percentile. Other metrics keep their per-step comparison.
+PROCESS_METRICS: dict[str, float] = {"step_latency_ms_p50": 50, "step_latency_ms_p90": 90, "step_latency_ms_p99": 99}
+ONE_PROCESS_NOTE = (
+    "one process per side: process-to-process noise cannot be told apart from a change "
+    "(perfdoctor run --repeat N gives a confidence interval over processes)"
+)
+
+
+def _all_processes(manifest: dict[str, Any], where: str) -> list[list[float] | None]:
+    """Every process in run order: its steady step latencies, or None when it is excluded
+    or has no steps. A ``repeat`` of the wrong shape is a UsageError naming the field."""
+    repeat = manifest.get("repeat")
+    if repeat is None:
+        lat = (manifest.get("light_pass") or {}).get("step_latency_ms")
+        return [list(lat)] if lat else []
+    if not isinstance(repeat, dict) or not isinstance(repeat.get("processes"), list):
+        raise UsageError(f"{where}: field 'repeat.processes': expected a list of processes")
+    out: list[list[float] | None] = []
+    for i, proc in enumerate(repeat["processes"]):
+        if not isinstance(proc, dict):
+            raise UsageError(f"{where}: field 'repeat.processes[{i}]': expected a JSON object")
+        lat = None if proc.get("excluded") else proc.get("step_latency_ms")
+        ok = lat is None or isinstance(lat, list) and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0 for x in lat
+        )
+        if not ok:
+            raise UsageError(f"{where}: field 'repeat.processes[{i}].step_latency_ms': expected a list of positive numbers")
+        out.append([float(x) for x in lat] if lat else None)
+    return out
+
+
+def process_latencies(manifest: dict[str, Any], where: str = "manifest.json") -> list[list[float]]:
+    """Each included process's steady step latencies (ms), from a bundle manifest.
+
+    A bundle without ``repeat`` is its light pass alone (one process, or none when it has no
+    light pass).
+    """
+    return [lat for lat in _all_processes(manifest, where) if lat is not None]
+
+
+def pairing(manifest_before: dict[str, Any], manifest_after: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``repeat.pairing`` of the ``compare-programs`` run both bundles come from (their
+    processes ran interleaved, pair k side by side; ``lockstep``: at once, taking turns), or None."""
+    pb, pa = ((m.get("repeat") or {}).get("pairing") if isinstance(m.get("repeat"), dict) else None
+              for m in (manifest_before, manifest_after))
+    if isinstance(pb, dict) and isinstance(pa, dict) and pb.get("id") and pb.get("id") == pa.get("id") and pb.get("side") != pa.get("side"):
+        return pb
+    return None
+
+
+def _took_turns(manifest: dict[str, Any]) -> list[bool]:
+    """Per process: did it run in lockstep (took at least one turn)?"""
+    return [isinstance(p, dict) and isinstance(p.get("lockstep"), dict) and bool(p["lockstep"].get("turns"))
+            for p in manifest["repeat"]["processes"]]
+
+
+def pair_kind(lockstep: bool) -> str:
+    """How the two processes of a compared pair ran: at once taking turns, or one after the other."""
+    return "lockstep" if lockstep else "interleaved"
+
+
+def per_process(latencies: list[list[float]], q: float) -> list[float]:
+    """The ``q`` percentile of each process's steps (linear interpolation, as the metrics)."""
+    return [float(np.percentile(lat, q)) for lat in latencies]
+
+
+def spread(values: list[float]) -> dict[str, Any]:
+    """How much processes differ: median, min, max, max/min and the coefficient of variation."""
+    v = np.asarray(values, dtype=float)
+    out: dict[str, Any] = {"processes": len(v), "values": [round(x, 6) for x in v.tolist()]}
+    if len(v):
+        out.update(median=float(np.median(v)), min=float(v.min()), max=float(v.max()), max_over_min=float(v.max() / v.min()))
+    out["cv"] = float(v.std(ddof=1) / v.mean()) if len(v) >= 2 else None
+    return out
+
+
+@dataclass(frozen=True)
+class ProcessComparison:
+    """One metric compared over processes: the values, the interval and a verdict."""
+
+    metric: str
+    before: list[float]  # one value per process
+    after: list[float]
+    interval: LogRatioInterval | None  # None below MIN_PROCESSES on a side
+    verdict: str  # "regressed" | "improved" | "no significant change" | "inconclusive"
+    reason: str
+    paired: bool = False  # before[k] and after[k] ran side by side (compare-programs)
+    lockstep: bool = False  # ... at once, on one CPU, taking turns step by step
+
+    @property
+    def repeated(self) -> bool:
+        return self.interval is not None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "metric": self.metric,
+            "unit": "process",
+            "before": spread(self.before),
+            "after": spread(self.after),
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "test": f"paired t-interval on log ratios of {pair_kind(self.lockstep)} process pairs" if self.paired
+            else "welch t-interval on log per-process values",
+        }
+        if self.interval is not None:
+            i = self.interval
+            out["ratio"] = {"value": i.ratio, "low": i.low, "high": i.high, "level": i.level, "df": i.df, "se_log": i.se_log}
+        return out
+
+
+def compare_processes(metric: str, before: list[float], after: list[float], level: float = LEVEL,
+                      paired: bool = False, lockstep: bool = False) -> ProcessComparison:
+    """Latency-like metric (lower is better) over processes: regressed when the whole
+    interval of after/before lies above 1, improved when below, else no significant change;
+    inconclusive with fewer than two processes on a side. ``paired``: ``before[k]`` and
+    ``after[k]`` ran side by side, and the interval is the paired one (what drifts between
+    pairs cancels; ``lockstep``: the pairs ran at once, taking turns); else Welch's."""
+    if min(len(before), len(after)) < MIN_PROCESSES:
+        why = ONE_PROCESS_NOTE if min(len(before), len(after)) == 1 else "no process with steps on one side"
+        return ProcessComparison(metric, before, after, None, "inconclusive", f"inconclusive — {why}")
+    i = paired_log_ratio(before, after, level) if paired else welch_log_ratio(before, after, level)
+    what = f"{i.n_before} {pair_kind(lockstep)} pairs" if paired else f"{i.n_before} vs {i.n_after} processes"
+    ci = f"{i.ratio:.3f}x ({i.level:.0%} CI {i.low:.3f}–{i.high:.3f}, {what})"
+    if i.low > 1.0:
+        verdict, why = "regressed", "the interval lies above 1"
+    elif i.high < 1.0:
+        verdict, why = "improved", "the interval lies below 1"
+    else:
+        verdict, why = "no significant change", "the interval contains 1"
+    return ProcessComparison(metric, before, after, i, verdict, f"{ci}: {why}", paired, paired and lockstep)
+
+
+def compare_runs(manifest_before: dict[str, Any], manifest_after: dict[str, Any]) -> dict[str, ProcessComparison]:
+    """Every process metric both bundles can give (empty when either side has no process).
+    Bundles of one ``compare-programs`` run are compared pair by pair (a pair with an
+    excluded process is left out; of a ``--lockstep`` run, only the pairs that took turns);
+    any others, side against side."""
+    wb, wa = "baseline manifest.json", "manifest.json"
+    pb, pa = _all_processes(manifest_before, wb), _all_processes(manifest_after, wa)
+    pair = pairing(manifest_before, manifest_after)
+    paired = pair is not None and len(pb) == len(pa)
+    lockstep = paired and bool(pair.get("lockstep"))
+    if paired:
+        keep = [True] * len(pb)
+        if lockstep:
+            keep = [x and y for x, y in zip(_took_turns(manifest_before), _took_turns(manifest_after))]
+        pairs = [(b, a) for b, a, k in zip(pb, pa, keep) if b is not None and a is not None and k]
+        pb, pa = [b for b, _ in pairs], [a for _, a in pairs]
+    lb, la = [x for x in pb if x is not None], [x for x in pa if x is not None]
+    if not lb or not la:
+        return {}
+    return {m: compare_processes(m, per_process(lb, q), per_process(la, q), paired=paired, lockstep=lockstep)
+            for m, q in PROCESS_METRICS.items()}
+
+
+def processes_needed(interval: LogRatioInterval, bound: float, level: float = LEVEL, most: int = 200,
+                     paired: bool = False) -> int | None:
+    """Processes per side for the interval to clear ``bound`` (a ratio), if the observed
+    ratio and spread stay as they are: the smallest n with ``t(df(n)) * se(n) < |log ratio -
+    log bound|``, where ``se(n) = se * sqrt(n0 / n)`` scales the observed standard error
+    from its n0 processes per side, and df is ``2n - 2`` (Welch, about) or ``n - 1``
+    (paired). None when the ratio sits on the bound (no n decides it) or beyond ``most``."""
+    gap = abs(math.log(interval.ratio) - math.log(bound))
+    n0 = (interval.n_before + interval.n_after) / 2.0
+    if gap == 0.0:
+        return None
+    for n in range(MIN_PROCESSES, most + 1):
+        if t_ppf(0.5 + level / 2.0, n - 1 if paired else 2 * n - 2) * interval.se_log * math.sqrt(n0 / n) < gap:
+            return n
+    return None
+
+
+@dataclass(frozen=True)
+class BudgetJudgement:
+    status: str  # "pass" | "fail"
+    verdict: str  # "regressed" | "improved" | "no significant change" | "inconclusive — too few processes for the budget"
+    message: str
+
+
+def judge_budget(comp: ProcessComparison, bound: float, sign: int, budget_text: str) -> BudgetJudgement:
+    """A budget on a process metric: ``bound`` is the ratio after/before the budget allows
+    (1.05 for ``+5%``; 0.95 for ``-5%``), ``sign`` +1 when a rise is the regression.
+
+    Fails only when the whole interval lies beyond the bound. Within it — the whole interval
+    on the allowed side — passes, and says improved when the interval also clears 1 the good
+    way. Straddling the bound passes (nothing shows the budget was exceeded) as
+    "inconclusive — too few processes for the budget", with how many would decide it.
+    """
+    i = comp.interval
+    assert i is not None
+    ci = f"{i.ratio:.3f}x, {i.level:.0%} CI {i.low:.3f}–{i.high:.3f} over {i.n_before} vs {i.n_after} processes"
+    beyond = i.low > bound if sign > 0 else i.high < bound
+    within = i.high <= bound if sign > 0 else i.low >= bound
+    if beyond:
+        return BudgetJudgement("fail", "regressed", f"regressed past its budget: {ci}, all beyond {bound:.3f} ({budget_text})")
+    if within:
+        better = i.high < 1.0 if sign > 0 else i.low > 1.0
+        verdict = "improved" if better else "no significant change"
+        return BudgetJudgement("pass", verdict, f"within budget: {ci}, all on the allowed side of {bound:.3f} ({verdict})")
+    n = processes_needed(i, bound, paired=comp.paired)
+    more = f"about {n} processes per side would decide it at this spread" if n else "the ratio sits on the budget"
+    return BudgetJudgement(
+        "pass", "inconclusive — too few processes for the budget",
+        f"inconclusive — too few processes for the budget: {ci} straddles {bound:.3f}; not failed, since the interval "
+        f"does not lie beyond the budget ({more})",
+    )

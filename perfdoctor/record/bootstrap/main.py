@@ -1,0 +1,1011 @@
+"""Runs inside the target's interpreter: sets up collection, then runs the program.
+
+``perfdoctor run`` starts ``python -m perfdoctor.record.bootstrap.main CONFIG.json SCRIPT ARGS...`` (or
+``... CONFIG.json -m MODULE ARGS...``). The program then runs as ``python SCRIPT ARGS`` would
+run it: same interpreter, ``sys.argv``, ``sys.path[0]``, working directory, environment,
+stdin and stdout, ``__name__ == "__main__"``, exit code (a ``sys.exit(3)`` exits 3, an
+uncaught exception prints its traceback and exits 1, Ctrl-C dies of SIGINT).
+
+Around it the bootstrap does what the pass in CONFIG asks:
+
+* follows the program's steps — ``perfdoctor.region`` / ``perfdoctor.step()`` (always), every
+  call of ``--step-fn module:function``, and ``record_function`` / NVTX ranges whose name
+  matches ``--step``;
+* ``light``: times every step (host start to the end of its GPU work) with no tracer;
+* ``torch``: runs ``torch.profiler`` over the ``--warmup``/``--steps`` window (the whole
+  program when no step shows up) and mirrors NVTX ranges into it;
+* ``nsys``: mirrors ``record_function`` into NVTX and, with a window, brackets it with
+  ``cudaProfilerStart/Stop`` for ``nsys --capture-range=cudaProfilerApi``;
+* ``ncu``: pushes an NVTX range ``perfdoctor_ncu`` around the first ``ncu_steps`` steps after
+  the warm-up, which ``ncu --nvtx-include perfdoctor_ncu/`` selects.
+
+Whatever happens to the program (exit, exception, SIGINT, SIGTERM), the trace is exported
+and a results JSON written before the process ends, so the bundle stays readable.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import importlib.util
+import json
+import os
+import runpy
+import signal
+import stat
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+from perfdoctor import api
+from perfdoctor.console import leave
+from perfdoctor.declare import DECLARE_PREFIX, parse_declaration
+from perfdoctor.record.launch import rank_config, rank_device
+from perfdoctor.record.lockstep import Turns
+
+NCU_RANGE = "perfdoctor_ncu"
+CLOCK_SYNC_RANGE = "perfdoctor.clock_sync"
+
+
+class Terminated(BaseException):
+    """Raised in the main thread on SIGTERM so ``finally`` blocks run and the trace is saved."""
+
+
+# --- timing ---------------------------------------------------------------------------
+
+
+class GpuClock:
+    """Host-clock time at which the GPU reached a CUDA event, without a sync.
+
+    A CUDA event completes when its stream reaches it. Its time relative to a reference
+    event, recorded right after a ``synchronize()`` at a known host time, puts it on the host
+    clock: ``t0 + ref.elapsed_time(event)``. So the light pass measures, per step, when the
+    GPU reached the step's start and finished its work, without adding a synchronization
+    that would stop the program from overlapping steps. Work on streams other than the one
+    current at the step's start and end is not seen.
+
+    Events are recycled: once resolved, an event goes back to a pool, so a long run records
+    into a few hundred events instead of creating two per step.
+    """
+
+    def __init__(self, torch: Any) -> None:
+        self.torch = torch
+        self.pool: list[Any] = []
+        # The C function behind torch.cuda.is_current_stream_capturing(), without its
+        # Python wrapper: it runs twice per step.
+        self.capturing_now = getattr(torch._C, "_cuda_isCurrentStreamCapturing", torch.cuda.is_current_stream_capturing)
+        self.ref = torch.cuda.Event(enable_timing=True)
+        # The first record creates the CUDA event. Done before t0 is read: on the H200 that
+        # creation put the reference ~58 us late, and every light-pass step 58 us short.
+        self.ref.record()
+        torch.cuda.synchronize()
+        self.t0_ns = time.perf_counter_ns()
+        self.ref.record()
+
+    def capturing(self) -> bool:
+        """The current stream is capturing a CUDA graph: an event recorded now would be a
+        graph node, not a time (and querying one would fail the capture)."""
+        return bool(self.capturing_now())
+
+    def mark(self) -> Any:
+        event = self.pool.pop() if self.pool else self.torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def resolve(self, event: Any) -> int:
+        event.synchronize()
+        ns = self.t0_ns + int(self.ref.elapsed_time(event) * 1e6)
+        self.pool.append(event)
+        return ns
+
+    def settle(self, marks: list[Any], first: int) -> int:
+        """Turn the completed events of ``marks[first:]`` into host ns; returns the index of
+        the first one still pending (events on one stream complete in order)."""
+        for i in range(first, len(marks)):
+            if not isinstance(marks[i], (int, str)):
+                if not marks[i].query():
+                    return i
+                marks[i] = self.resolve(marks[i])
+        return len(marks)
+
+
+CAPTURED = "captured"  # a step mark taken while the stream was capturing a CUDA graph
+
+
+class Timer:
+    """The light pass's clock, shared by every step series: host ns, plus a CUDA event once
+    the program has initialised CUDA (never before: the bootstrap must not initialise it)."""
+
+    SETTLE_EVERY = 128  # step ends between settling the CUDA events of finished steps
+
+    def __init__(self) -> None:
+        self.clock: GpuClock | None = None
+        self.series: list[StepTimes] = []
+        self.unsettled = 0
+
+    def gpu_clock(self) -> GpuClock | None:
+        if self.clock is None:
+            torch = sys.modules.get("torch")
+            if torch is not None and torch.cuda.is_initialized():
+                if torch.cuda.is_current_stream_capturing():
+                    return None  # no synchronize() inside a capture: the next mark sets it up
+                self.clock = GpuClock(torch)
+        return self.clock
+
+    def mark(self, host_ns: int) -> Any:
+        """What a step records now: a CUDA event; the host time before the program uses
+        CUDA; CAPTURED inside a CUDA graph capture."""
+        clock = self.clock or self.gpu_clock()
+        if clock is None:
+            torch = sys.modules.get("torch")
+            if torch is not None and torch.cuda.is_initialized():
+                return CAPTURED  # CUDA is up but capturing: gpu_clock() declined
+            return host_ns
+        if clock.capturing():
+            return CAPTURED
+        return clock.mark()
+
+    def ended(self) -> None:
+        self.unsettled += 1
+        if self.unsettled >= self.SETTLE_EVERY and self.clock is not None:
+            self.unsettled = 0
+            for times in self.series:
+                times.settle(self.clock)
+
+
+class StepTimes:
+    """Per step name: host start, GPU start and GPU end of every step.
+
+    At a step's start: the host time, then a CUDA event (the stream reaching the step); at
+    its end: a CUDA event (the stream finishing the step's work). Before the program has
+    initialised CUDA there are no events: the GPU start of such a step is its host start (no
+    GPU work was queued, so the stream was idle) and its end is the host end.
+    """
+
+    def __init__(self, timer: Timer) -> None:
+        self.timer = timer
+        timer.series.append(self)
+        self.host: dict[str, list[int]] = {}
+        self.gpu_start: dict[str, list[Any]] = {}
+        self.gpu_end: dict[str, list[Any]] = {}
+        self.done: dict[str, list[int]] = {}  # per name: [gpu_start, gpu_end] settled up to
+
+    def start(self, name: str) -> None:
+        now = time.perf_counter_ns()
+        if name not in self.host:
+            self.host[name], self.gpu_start[name], self.gpu_end[name] = [], [], []
+            self.done[name] = [0, 0]
+        self.host[name].append(now)
+        self.gpu_start[name].append(self.timer.mark(now))
+
+    def end(self, name: str) -> None:
+        ends = self.gpu_end.get(name)
+        if ends is None:
+            return  # an end without a start (a range opened before the hooks)
+        mark = self.timer.mark(time.perf_counter_ns())
+        ends.append(mark)
+        if not isinstance(mark, (int, str)):
+            self.timer.ended()
+
+    def count(self, name: str) -> int:
+        return len(self.gpu_end.get(name, ()))
+
+    def settle(self, clock: GpuClock) -> None:
+        for name, done in list(self.done.items()):  # another thread may add a name meanwhile
+            done[0] = clock.settle(self.gpu_start[name], done[0])
+            done[1] = clock.settle(self.gpu_end[name], done[1])
+
+    def series(self) -> tuple[dict[str, dict[str, Any]], str | None]:
+        """Per name ``{"host_start_ns", "gpu_start_ns", "gpu_end_ns"}`` on the host clock
+        (CLOCK_MONOTONIC), completed steps only; ``gpu_start_ns`` is None when the program
+        never used CUDA. Plus why some are missing (e.g. the program died of a CUDA error,
+        so its events never complete)."""
+        clock = self.timer.clock
+        out: dict[str, dict[str, Any]] = {}
+
+        def ns(v: Any) -> int:
+            return v if isinstance(v, int) else clock.resolve(v)  # type: ignore[union-attr]
+
+        try:
+            for name, host in self.host.items():
+                n = min(len(host), len(self.gpu_end[name]))
+                # A step inside a CUDA graph capture ran no work: it is not a step.
+                keep = [i for i in range(n) if self.gpu_start[name][i] is not CAPTURED and self.gpu_end[name][i] is not CAPTURED]
+                out[name] = {
+                    "host_start_ns": [host[i] for i in keep],
+                    "gpu_start_ns": [ns(self.gpu_start[name][i]) for i in keep] if clock is not None else None,
+                    "gpu_end_ns": [ns(self.gpu_end[name][i]) for i in keep],
+                }
+        except Exception as exc:  # noqa: BLE001 - said in the manifest
+            return out, f"{type(exc).__name__}: {exc}"
+        return out, None
+
+
+def progress_pipe(fd: int | None) -> int | None:
+    """The fd ``perfdoctor run`` reads step ticks from, if it is still that pipe here."""
+    try:
+        return fd if fd is not None and stat.S_ISFIFO(os.fstat(fd).st_mode) else None
+    except OSError:
+        return None
+
+
+# --- the session ------------------------------------------------------------------------
+
+
+def on_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+class Session:
+    """State of one pass: which step we are in, the tracer, what to write at the end."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+        self.mode: str = config["pass"]
+        self.warmup: int = int(config.get("warmup") or 0)
+        self.steps: int = int(config.get("steps") or 0)  # 0: all steps after the warm-up
+        self.pattern: str | None = config.get("step")
+        self.timer = Timer()
+        self.times = StepTimes(self.timer)
+        self.counts: dict[str, int] = {}
+        self.worker_steps: dict[str, int] = {}  # per step name: steps that ran off the main thread
+        self.declarations: dict[str, None] = {}  # declaration ranges seen (perfdoctor.declare ...)
+        self.window_name: str | None = None  # the step name that opened the window
+        self.window_state = "before"  # before -> open -> closed
+        self.whole_program = False
+        self.trace_scope: str | None = None  # why the trace is not just the window, when it is not
+        self.profiler: Any = None
+        self.trace_error: str | None = None
+        self.clock_sync: dict[str, int] | None = None
+        self.finished = False
+        self.lock = threading.RLock()
+        self.progress_fd = progress_pipe(config.get("progress_fd"))
+        self.unsent_ticks = 0
+        self.last_tick_ns = 0
+        self.modules: ModuleSteps | None = None
+        self.program_error: str | None = None  # an exception the program did not catch
+        self.exit_code: int | None = None  # the program's exit status, as far as it is known here
+        self.terminated = False  # SIGTERM ended it (torchrun stopping the ranks, perfdoctor's timeout)
+        # A forked child of the program runs the program's code, not ours: it must leave
+        # the parent's collection alone (its inherited profiler, the results file, the tick pipe).
+        self.pid = os.getpid()
+        self.main_ident = threading.main_thread().ident
+        self.disabled = False
+        self.inherited_profiler = False
+        self.profiler_used = False
+        # compare-programs --lockstep: steps taken in turn with another program (perfdoctor.record.lockstep)
+        self.turns = Turns(config["lockstep"]) if config.get("lockstep") and self.mode == "light" else None
+        os.register_at_fork(after_in_child=self.forked)
+
+    def forked(self) -> None:
+        self.disabled = True
+        self.progress_fd = None
+        # The torch profiler's library (Kineto) does not survive a fork: a child that exits
+        # normally hangs in its C++ exit-time destructors (seen: ~ConfigLoader waiting on a
+        # condition variable of the parent's Kineto thread). See leave().
+        # Its threads outlive a stopped profiler, so any profiler start before the fork counts.
+        self.inherited_profiler = self.profiler_used
+        if self.modules is not None:
+            self.modules.uninstall()
+
+    def matches(self, name: str) -> bool:
+        return self.pattern is not None and (name == self.pattern or fnmatch.fnmatchcase(name, self.pattern))
+
+    # -- api.StepListener: perfdoctor.region / perfdoctor.step / --step-fn --
+
+    def step_start(self, name: str) -> None:
+        if not self.disabled and (self.pattern is None or self.matches(name)):
+            self.begin_step(name)
+
+    def step_end(self, name: str) -> None:
+        if not self.disabled and (self.pattern is None or self.matches(name)):
+            self.end_step(name)
+
+    def declared(self, name: str) -> None:
+        """A new declaration goes straight into a running trace; nothing else to do."""
+
+    # -- record_function / NVTX ranges (see hook_ranges) --
+
+    def range_start(self, name: str) -> None:
+        if self.disabled:
+            return
+        if self.matches(name):
+            self.begin_step(name)
+        elif name.startswith(DECLARE_PREFIX):
+            self.declarations[name] = None
+        elif self.mode == "light" and not name.startswith("perfdoctor."):
+            self.start_timing(name)  # the light pass times every range: the step may be any
+            if threading.get_ident() != self.main_ident:
+                self.worker_steps[name] = self.worker_steps.get(name, 0) + 1
+
+    def range_end(self, name: str) -> None:
+        if self.disabled:
+            return
+        if self.matches(name):
+            self.end_step(name)
+        elif self.mode == "light" and not name.startswith("perfdoctor."):
+            self.end_timing(name)
+
+    def start_timing(self, name: str) -> None:
+        """The light pass: a step or range starts (after waiting for its lockstep turn, so
+        the wait lies before the step's clock)."""
+        if self.turns is not None:
+            self.turns.acquire()
+        self.times.start(name)
+
+    def end_timing(self, name: str) -> None:
+        self.times.end(name)
+        if self.turns is not None:
+            self.turns.release()
+        self.stop_module_timing(name)
+
+    def stop_module_timing(self, name: str) -> None:
+        """A range or a perfdoctor step repeats: it is the step (module calls come last in
+        the order of metrics.md), so the light pass stops timing module calls."""
+        if self.modules is not None and self.modules.active and self.times.count(name) >= 2:
+            self.modules.uninstall()
+
+    # -- steps --
+
+    def begin_step(self, name: str) -> None:
+        with self.lock:
+            index = self.counts.get(name, 0)
+            self.counts[name] = index + 1
+            if threading.get_ident() != self.main_ident:
+                self.worker_steps[name] = self.worker_steps.get(name, 0) + 1
+            if self.window_state == "before" and index == self.warmup:
+                self.window_name = name
+                self.open_window()
+            if self.mode == "ncu" and name == self.window_name and self.in_ncu_window(index):
+                # torch.cuda.nvtx: the default NVTX domain, which ncu's filter names.
+                sys.modules["torch"].cuda.nvtx.range_push(NCU_RANGE)
+        if self.mode == "light":
+            self.start_timing(name)
+
+    def end_step(self, name: str) -> None:
+        if self.mode == "light":
+            self.end_timing(name)
+        with self.lock:
+            index = self.counts.get(name, 1) - 1
+            if self.mode == "ncu" and name == self.window_name and self.in_ncu_window(index):
+                sys.modules["torch"].cuda.nvtx.range_pop()
+            last = self.warmup + self.steps
+            if self.window_state == "open" and name == self.window_name and self.steps and index + 1 >= last:
+                self.close_window()
+        self.tick()
+
+    def tick(self, flush: bool = False) -> None:
+        """Tell ``perfdoctor run`` a step ended: one byte per step, written at most every
+        0.1 s (a write per step would be a syscall inside every step of the program)."""
+        if self.progress_fd is None:
+            return
+        self.unsent_ticks += not flush
+        now = time.perf_counter_ns()
+        if self.unsent_ticks and (flush or now - self.last_tick_ns >= 100_000_000):
+            try:
+                os.write(self.progress_fd, b"." * self.unsent_ticks)
+            except OSError:
+                self.progress_fd = None
+            self.unsent_ticks, self.last_tick_ns = 0, now
+
+    def in_ncu_window(self, index: int) -> bool:
+        return self.warmup <= index < self.warmup + int(self.config.get("ncu_steps", 1))
+
+    # -- the window --
+
+    def open_window(self) -> None:
+        self.window_state = "open"
+        if self.mode == "torch":
+            if on_main_thread():
+                self.stop_profiler(export=False)  # a whole-program trace started "just in case"
+                self.start_profiler()
+            elif self.profiler is not None:
+                # Kineto must start and stop on the thread that registered it (a start on a
+                # worker thread crashed a CUDA program with SIGSEGV): keep the trace that
+                # began on the main thread at program start, covering every thread.
+                self.trace_scope = "the whole program: the steps ran on a worker thread, and the profiler only starts and stops on the main thread"
+                self.redeclare()
+            else:
+                self.trace_error = "the steps ran on a worker thread and no trace was started on the main thread"
+        elif self.mode == "nsys" and self.config.get("capture_range"):
+            sys.modules["torch"].cuda.profiler.start()
+            self.mark_clock()
+            self.redeclare()
+
+    def close_window(self) -> None:
+        self.window_state = "closed"
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()  # the last step's kernels finish inside the trace
+        if self.mode == "torch":
+            if on_main_thread():
+                self.stop_profiler(export=True)
+            # else: stopped and exported on the main thread when the program ends
+        elif self.mode == "nsys" and self.config.get("capture_range"):
+            sys.modules["torch"].cuda.profiler.stop()
+
+    def mark_clock(self) -> None:
+        """A tiny range whose start we also read on CLOCK_MONOTONIC: it lets the bundle put
+        NVML samples (taken by another process) on the trace's clock."""
+        mono = time.monotonic_ns()
+        m = api.marks()
+        m.pop(m.push(CLOCK_SYNC_RANGE))
+        self.clock_sync = {"monotonic_ns": mono}
+
+    def redeclare(self) -> None:
+        """Every step declaration seen so far, again, into the trace that just started: a
+        window that opens after the program declared its steps must still carry them."""
+        api.redeclare()
+        m = api.marks()
+        for name in self.declarations:
+            m.pop(m.push(name))
+
+    def start_profiler(self) -> None:
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(ProfilerActivity.CUDA)
+        extra: dict[str, Any] = {}
+        if self.config.get("step_thread") != "main":
+            # Steps on a worker thread (or not known to be on the main one): record the ops
+            # of every thread, not just the one that starts the profiler.
+            try:
+                from torch._C._profiler import _ExperimentalConfig
+
+                extra["experimental_config"] = _ExperimentalConfig(profile_all_threads=True)
+            except (ImportError, TypeError):  # an older torch: the main thread only
+                pass
+        self.profiler = profile(activities=activities, record_shapes=True, **extra)
+        self.profiler_used = True
+        self.profiler.start()
+        self.mark_clock()
+        self.redeclare()
+
+    def stop_profiler(self, export: bool) -> None:
+        if self.profiler is None:
+            return
+        prof, self.profiler = self.profiler, None
+        try:
+            prof.stop()
+            if export:
+                prof.export_chrome_trace(self.config["trace"])
+        except Exception as exc:  # noqa: BLE001 - the reason goes into the manifest
+            self.trace_error = f"{type(exc).__name__}: {exc}"
+
+    # -- lifecycle --
+
+    def begin(self) -> None:
+        """Before the program: with no step known in advance, or a step that may run on a
+        worker thread, trace the whole program from the main thread until (and unless) a
+        step opens the window on the main thread."""
+        if self.tokens_per_step() is not None:
+            api._declare(self.pattern, self.tokens_per_step(), None)  # type: ignore[arg-type]
+        if self.mode == "torch" and (not self.config.get("windowed") or self.config.get("step_thread") != "main"):
+            self.whole_program = True
+            self.start_profiler()
+        elif self.mode == "nsys" and not self.config.get("capture_range"):
+            self.mark_clock()
+
+    def tokens_per_step(self) -> float | None:
+        tokens = self.config.get("tokens_per_step")
+        return float(tokens) if tokens is not None and self.pattern and self.mode != "light" else None
+
+    def finish(self) -> None:
+        """Close open steps, stop tracing, export, write results. Runs exactly once, and
+        only in the process perfdoctor started (never in a forked child)."""
+        with self.lock:
+            if self.finished or self.disabled or os.getpid() != self.pid:
+                return
+            self.finished = True
+        if self.modules is not None:
+            self.modules.uninstall()
+        api.end_step()
+        self.tick(flush=True)
+        if self.mode == "torch":
+            self.stop_profiler(export=self.window_state != "before" or self.whole_program)
+        elif self.mode == "nsys" and self.window_state == "open" and self.config.get("capture_range"):
+            sys.modules["torch"].cuda.profiler.stop()
+        self.write_results()
+
+    def write_results(self) -> None:
+        torch = sys.modules.get("torch")
+        env: dict[str, Any] = {}
+        if torch is not None:
+            env = {"torch": torch.__version__, "cuda": torch.version.cuda, "cuda_available": torch.cuda.is_available()}
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                env["device_name"] = torch.cuda.get_device_name()
+        results: dict[str, Any] = {
+            "pass": self.mode,
+            "pid": self.pid,
+            "step_counts": self.counts,
+            "worker_steps": self.worker_steps,
+            "window_step": self.window_name,
+            "window_state": self.window_state,
+            "whole_program": self.whole_program and self.window_state == "before",
+            "trace_scope": self.trace_scope,
+            "trace_error": self.trace_error,
+            "clock_sync": self.clock_sync,
+            "environment": env,
+            "program_error": self.program_error,
+            "exit_code": self.exit_code,
+            "terminated": self.terminated,
+            "ended_at_ns": time.time_ns(),  # wall clock: which rank of a job failed first
+        }
+        if self.config.get("rank"):  # a rank of a torchrun job (perfdoctor.record.launch)
+            results["rank"] = self.config["rank"]
+            results["device"] = rank_device(torch)
+        if self.turns is not None:
+            results["lockstep"] = self.turns.summary()
+        if self.mode == "light":
+            results["series"], error = self.times.series()
+            results["step_end_clock"] = "cuda-event" if self.timer.clock is not None else "host"
+            results["declared"] = self.declared_steps()
+            if self.modules is not None:
+                results["modules"], module_error = self.modules.series()
+                results["module_classes"] = self.modules.classes
+                error = error or module_error
+            results["timing_error"] = error
+        with open(self.config["results"], "w") as f:
+            json.dump(results, f)
+
+    def declared_steps(self) -> dict[str, dict[str, float]]:
+        """Per step name, the tokens and bytes the program declared (perfdoctor.region's
+        arguments, or ``perfdoctor.declare`` ranges such as the bundled engine's)."""
+        out = {name: dict(values) for name, values in api._declarations.items()}
+        for text in self.declarations:
+            parsed = parse_declaration(text)
+            if parsed is not None:
+                out.setdefault(parsed[0], {}).update(parsed[1])
+        return out
+
+
+# --- module calls as steps ---------------------------------------------------------------
+
+
+def module_step_name(cls: type) -> str:
+    return f"{cls.__qualname__}.forward"
+
+
+def module_class_path(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+class _Depth(threading.local):
+    depth = 0  # module calls open on this thread (counted up to the depth that matters)
+
+
+class ModuleSteps:
+    """``torch.nn.Module.__call__``, wrapped thinly: a program with no step markers at all
+    has as its step the outermost repeating module call (metrics.md, "Automatic step").
+
+    Light pass (``time=True``): per thread, the depth of nested module calls; calls at depth
+    0 and 1 are timed like steps (host start, CUDA events at start and end), keyed by the
+    class (``LlamaForCausalLM.forward``); deeper calls (a transformer layer) only count the
+    depth. A forward hook would be simpler but sends every module call down torch's slow
+    path (measured on a shared 2-core CPU box, a 211-module tree of no-op modules, best of 5:
+    1.2-1.5 us per call plain, +1.6-2.7 us with a no-op global forward hook, +0.45-1.5 us
+    with this wrapper, the timing of depth 0 and 1 included; a deeper call costs a
+    torch.compile check, one thread-local read and a call). It removes
+    itself as soon as a range or perfdoctor step repeats (that is the step, then).
+
+    Traced passes (``mark``): the calls of one class at one depth become a perfdoctor region
+    of that name (record_function for the torch profiler, NVTX for nsys and ncu), so the
+    tools see the step the light pass chose.
+    """
+
+    DEPTHS = 2
+
+    def __init__(self, session: Session, mark: dict[str, Any] | None = None) -> None:
+        import torch
+
+        self.session = session
+        self.module_class = torch.nn.Module
+        self.original = torch.nn.Module.__call__
+        self.local = _Depth()
+        self.active = True
+        self.classes: dict[str, str] = {}  # step name -> module.Class
+        self.times = [StepTimes(session.timer) for _ in range(self.DEPTHS)]
+        self.names: dict[type, str] = {}
+        original, local, times, names, classes = self.original, self.local, self.times, self.names, self.classes
+        deepest = self.DEPTHS
+        # Under torch.compile (dynamo tracing a forward) the wrapper must be invisible: a
+        # thread-local or a clock read there would break the graph. 0.15 us per call.
+        compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
+        this = self
+
+        if mark is None:
+
+            def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
+                if compiling():
+                    return original(module, *args, **kwargs)  # traced by torch.compile: stay out of its graph
+                depth = local.depth
+                if depth >= deepest:
+                    # Inside a depth-1 call every call is deeper still: nothing to count.
+                    return original(module, *args, **kwargs)
+                cls = type(module)
+                name = names.get(cls)
+                if name is None:
+                    name = names[cls] = module_step_name(cls)
+                    classes.setdefault(name, module_class_path(cls))
+                series = times[depth]
+                series.start(name)
+                local.depth = depth + 1
+                try:
+                    return original(module, *args, **kwargs)
+                finally:
+                    local.depth = depth
+                    series.end(name)
+
+        else:
+            step_depth, path, step_name = int(mark["depth"]), mark["class"], mark["name"]
+            region = api.region
+
+            def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
+                if compiling():
+                    return original(module, *args, **kwargs)
+                depth = local.depth
+                if depth > step_depth:
+                    return original(module, *args, **kwargs)
+                local.depth = depth + 1
+                try:
+                    if depth == step_depth and this.active and module_class_path(type(module)) == path:
+                        with region(step_name):
+                            return original(module, *args, **kwargs)
+                    return original(module, *args, **kwargs)
+                finally:
+                    local.depth = depth
+
+        self.wrapper = __call__
+        torch.nn.Module.__call__ = __call__
+
+    def uninstall(self) -> None:
+        self.active = False
+        if self.module_class.__call__ is self.wrapper:
+            self.module_class.__call__ = self.original
+
+    def series(self) -> tuple[dict[str, dict[str, Any]], str | None]:
+        out: dict[str, dict[str, Any]] = {}
+        error = None
+        for depth, times in enumerate(self.times):
+            out[str(depth)], err = times.series()
+            error = error or err
+        return out, error
+
+
+# --- mirroring ranges between the tools -----------------------------------------------
+
+
+@dataclass
+class _Open:
+    """A range open on this thread, as hook_ranges sees it.
+
+    ``echo``: the same name as the range just outside it (one range annotated twice, e.g.
+    record_function and NVTX with one name): not a range of its own, not counted again.
+    ``skipped``: an NVTX push not passed on, because our record_function mirror already
+    pushed the identical NVTX range. ``mirrored``: a record_function we also pushed to NVTX.
+    """
+
+    kind: str
+    name: str
+    echo: bool
+    skipped: bool
+    handle: Any = None
+    mirrored: bool = False
+
+
+def hook_ranges(session: Session, nvtx_to_torch: bool, torch_to_nvtx: bool) -> None:
+    """Follow ``record_function`` and NVTX ranges (``nvtx`` package, ``torch.cuda.nvtx``):
+    report them to the session (steps matching ``--step``, light-pass timing) and, as the
+    pass needs, mirror NVTX into the torch profiler or record_function into NVTX, so each
+    tool sees the ranges of both kinds.
+
+    On a CPU-only torch, ``torch.cuda.nvtx`` raises (as it does without perfdoctor), so there
+    the ``nvtx`` package is the only NVTX source; with no NVTX tool attached its calls are
+    no-ops, and this mirror is how its ranges reach the torch trace.
+    """
+    marks = api.marks()
+    local = threading.local()
+
+    def opened() -> list[_Open]:
+        if not hasattr(local, "items"):
+            local.items = []
+        return local.items
+
+    def nvtx_enter(name: str) -> bool:
+        """Before an NVTX push; False when the push itself must be skipped."""
+        items = opened()
+        outer = items[-1] if items else None
+        echo = outer is not None and outer.name == name
+        # Our record_function -> NVTX mirror already pushed this very range for nsys/ncu.
+        skip = echo and outer.kind == "rf" and outer.mirrored  # type: ignore[union-attr]
+        entry = _Open("nvtx", name, echo, skip)
+        if not echo:
+            session.range_start(name)
+            if nvtx_to_torch and marks.rf_class is not None:
+                entry.handle = marks.rf_class(name)
+                marks.rf_enter(entry.handle)
+        items.append(entry)
+        return not skip
+
+    def nvtx_leave() -> _Open | None:
+        items = opened()
+        index = next((i for i in range(len(items) - 1, -1, -1) if items[i].kind == "nvtx"), None)
+        return None if index is None else items.pop(index)
+
+    def nvtx_left(entry: _Open | None) -> None:
+        if entry is None or entry.echo:
+            return
+        if entry.handle is not None:
+            marks.rf_exit(entry.handle, None, None, None)
+        session.range_end(entry.name)
+
+    def nvtx_pop(original: Any, *args: Any, **kwargs: Any) -> Any:
+        entry = nvtx_leave()
+        result = None if entry is not None and entry.skipped else original(*args, **kwargs)
+        nvtx_left(entry)
+        return result
+
+    if marks.rf_class is not None:
+        rf = marks.rf_class
+        rf_enter, rf_exit = marks.rf_enter, marks.rf_exit
+        push = marks.nvtx_push if torch_to_nvtx else None
+        pop = marks.nvtx_pop if torch_to_nvtx else None
+
+        def enter(self: Any) -> Any:
+            items = opened()
+            echo = bool(items) and items[-1].name == self.name
+            if not echo:
+                session.range_start(self.name)
+            result = rf_enter(self)
+            entry = _Open("rf", self.name, echo, False, handle=id(self))
+            if push is not None and not echo:
+                push(self.name)
+                entry.mirrored = True
+            items.append(entry)
+            return result
+
+        def exit_(self: Any, *exc: Any) -> Any:
+            items = opened()
+            index = next((i for i in range(len(items) - 1, -1, -1) if items[i].handle == id(self)), None)
+            entry = items.pop(index) if index is not None else _Open("rf", self.name, False, False)
+            if entry.mirrored:
+                pop()  # type: ignore[misc]
+            result = rf_exit(self, *exc)
+            if not entry.echo:
+                session.range_end(self.name)
+            return result
+
+        rf.__enter__, rf.__exit__ = enter, exit_
+
+    try:
+        import nvtx
+        import nvtx.nvtx as nvtx_impl
+    except ImportError:
+        nvtx = None
+    if nvtx is not None:
+        orig_push, orig_pop = nvtx.push_range, nvtx.pop_range
+
+        def push_range(message: str | None = None, *args: Any, **kwargs: Any) -> Any:
+            if nvtx_enter(message or ""):
+                return orig_push(message, *args, **kwargs)
+            return None
+
+        def pop_range(*args: Any, **kwargs: Any) -> Any:
+            return nvtx_pop(orig_pop, *args, **kwargs)
+
+        nvtx.push_range = nvtx_impl.push_range = push_range
+        nvtx.pop_range = nvtx_impl.pop_range = pop_range
+        annotate = nvtx.annotate
+        a_enter, a_exit, a_call = annotate.__enter__, annotate.__exit__, annotate.__call__
+
+        def annotate_enter(self: Any) -> Any:
+            if nvtx_enter(self.init_args[0] or ""):
+                a_enter(self)
+            return self
+
+        def annotate_exit(self: Any, *exc: Any) -> Any:
+            return nvtx_pop(a_exit, self, *exc)
+
+        def annotate_call(self: Any, func: Any) -> Any:
+            inner = a_call(self, func)
+            label = self.init_args[0] or func.__name__
+
+            @functools.wraps(func)
+            def mirrored(*args: Any, **kwargs: Any) -> Any:
+                # inner pushes its own NVTX range: ours only follows it, never skips it.
+                nvtx_enter(label)
+                try:
+                    return inner(*args, **kwargs)
+                finally:
+                    nvtx_left(nvtx_leave())
+
+            return mirrored
+
+        annotate.__enter__, annotate.__exit__, annotate.__call__ = annotate_enter, annotate_exit, annotate_call
+
+    torch = sys.modules.get("torch")
+    # A CUDA build, asked without torch.cuda.is_available(), which would initialize the CUDA
+    # driver before the program does: the bootstrap should change nothing the program does.
+    if torch is not None and hasattr(torch._C, "_nvtx"):
+        tnvtx = torch.cuda.nvtx
+        t_push, t_pop = tnvtx.range_push, tnvtx.range_pop
+
+        def range_push(msg: str) -> Any:
+            return t_push(msg) if nvtx_enter(msg) else 0
+
+        def range_pop() -> Any:
+            return nvtx_pop(t_pop)
+
+        tnvtx.range_push, tnvtx.range_pop = range_push, range_pop
+
+
+# --- --step-fn ---------------------------------------------------------------------------
+
+
+def resolve_attr(obj: Any, dotted: str) -> tuple[Any, str] | None:
+    """(owner, last name) for ``a.b.c`` under ``obj`` when it exists, else None."""
+    *path, last = dotted.split(".")
+    for part in path:
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return (obj, last) if hasattr(obj, last) else None
+
+
+def wrap_attr(owner: Any, attr: str) -> None:
+    fn = getattr(owner, attr)
+    if getattr(fn, "__perfdoctor_step__", False):
+        return
+    wrapped = api.step_function(fn, attr)
+    wrapped.__perfdoctor_step__ = True  # type: ignore[attr-defined]
+    setattr(owner, attr, wrapped)
+
+
+def install_step_fn(spec: str, main_module: str) -> None:
+    """Wrap ``module:function`` (``function`` may be ``Class.method``) so each call is a step.
+
+    A module other than the program is imported now and patched, so ``from module import
+    function`` in the program gets the wrapped function. The program itself (``__main__``,
+    the script's own name or the ``-m`` module) does not exist yet: a trace function watches its
+    top-level code and wraps the function right after its ``def`` runs, then removes itself.
+    """
+    module, _, attr = spec.partition(":")
+    if module not in ("__main__", main_module):
+        import importlib
+
+        target = resolve_attr(importlib.import_module(module), attr)
+        if target is None:
+            raise SystemExit(f"perfdoctor: --step-fn {spec}: {module} has no attribute {attr}")
+        wrap_attr(*target)
+        return
+
+    def on_line(frame: Any, event: str, arg: Any) -> Any:
+        target = resolve_attr(sys.modules["__main__"], attr)
+        if target is not None:
+            wrap_attr(*target)
+            sys.settrace(None)
+            frame.f_trace = None
+            return None
+        return on_line
+
+    def on_call(frame: Any, event: str, arg: Any) -> Any:
+        if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__main__":
+            return on_line
+        return None
+
+    sys.settrace(on_call)
+
+
+# --- running the program -----------------------------------------------------------------
+
+
+def prepare_target(target: list[str]) -> None:
+    """``sys.argv`` and ``sys.path[0]`` as ``python SCRIPT ARGS`` / ``python -m MODULE ARGS`` set them."""
+    if target[0] == "-m":
+        sys.argv = [target[1], *target[2:]]
+        sys.path[0] = os.getcwd()
+    else:
+        sys.argv = list(target)
+        sys.path[0] = os.path.dirname(os.path.abspath(target[0]))
+
+
+def run_target(target: list[str]) -> None:
+    """Run the program as ``__main__``."""
+    if target[0] == "-m":
+        runpy.run_module(target[1], run_name="__main__", alter_sys=True)
+    else:
+        runpy.run_path(target[0], run_name="__main__")
+
+
+def install_signals(session: Session) -> None:
+    """SIGTERM becomes an exception in the main thread (SIGINT already is), so the program's
+    own ``finally`` blocks and ours run. ``perfdoctor run`` forwards the signals it gets, so
+    one Ctrl-C can arrive twice (from the terminal and forwarded): a repeat within half a
+    second of the first is dropped instead of interrupting the unwinding."""
+    last: dict[int, float] = {}
+
+    def repeated(signum: int) -> bool:
+        now = time.monotonic()
+        again = now - last.get(signum, -1.0) < 0.5
+        last[signum] = now
+        return again or session.finished
+
+    def on_term(signum: int, frame: Any) -> None:
+        if not repeated(signum):
+            raise Terminated()
+
+    def on_int(signum: int, frame: Any) -> None:
+        if not repeated(signum):
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, on_int)
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) < 3:
+        raise SystemExit("usage: python -m perfdoctor.record.bootstrap.main CONFIG.json (SCRIPT | -m MODULE) [ARGS...]")
+    with open(argv[1]) as f:
+        config = rank_config(json.load(f), os.environ)
+    target = argv[2:]
+    session = Session(config)
+    if session.turns is not None:
+        session.turns.pin()  # before torch starts its thread pool
+    if importlib.util.find_spec("torch") is not None:
+        # Import torch first so its range functions can be hooked before the program
+        # binds them (`from torch.cuda.nvtx import range_push`); it would import it anyway.
+        import torch  # noqa: F401
+
+    api.marks()  # bind the original range functions before hook_ranges patches them
+    api.subscribe(session)
+    hook_ranges(session, nvtx_to_torch=session.mode == "torch", torch_to_nvtx=session.mode in ("nsys", "ncu"))
+    install_signals(session)
+    prepare_target(target)
+    if config.get("step_fn"):
+        main_module = target[1] if target[0] == "-m" else os.path.splitext(os.path.basename(target[0]))[0]
+        install_step_fn(config["step_fn"], main_module)
+    if "torch" in sys.modules:
+        if config.get("module_step") and session.mode != "light":
+            session.modules = ModuleSteps(session, mark=config["module_step"])
+        elif session.mode == "light" and not config.get("step") and not config.get("step_fn"):
+            session.modules = ModuleSteps(session)
+    terminated = False
+    try:
+        session.begin()
+        run_target(target)
+        session.exit_code = 0
+    except Terminated:
+        terminated = session.terminated = True
+    except SystemExit as exc:
+        session.exit_code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if session.inherited_profiler and os.getpid() != session.pid:
+            leave(exc.code)
+        raise  # the program's own exit status, whatever it is
+    except BaseException as exc:
+        if session.inherited_profiler and os.getpid() != session.pid:
+            traceback.print_exc()
+            leave(1)
+        session.program_error = f"{type(exc).__name__}: {exc}"[:500]
+        session.exit_code = None if isinstance(exc, KeyboardInterrupt) else 1
+        raise
+    finally:
+        if os.getpid() == session.pid:
+            on_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # let the export finish
+            session.finish()
+            signal.signal(signal.SIGINT, on_int)
+    if session.inherited_profiler and os.getpid() != session.pid:
+        leave(0)
+    if terminated:
+        # Die of SIGTERM like the program would have, so the exit status says so.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,302 @@
+"""Multi-rank runs: ``perfdoctor run`` on a ``torchrun`` job, every rank under the bootstrap.
+
+Two ways in, one launch:
+
+* ``perfdoctor run --nproc-per-node N SCRIPT ARGS`` launches
+  ``python -m torch.distributed.run --standalone --nproc-per-node N`` itself;
+* ``perfdoctor run -- torchrun [TORCHRUN OPTIONS] SCRIPT ARGS`` (or ``python -m
+  torch.distributed.run ...``) keeps the user's own launch line: its options are read with
+  torchrun's own argument parser, in a separate interpreter (perfdoctor's process never
+  imports torch), so every option torchrun knows is understood the way torchrun reads it.
+
+Either way each pass runs ``torch.distributed.run [OPTIONS] -m perfdoctor.record.bootstrap.main
+CONFIG SCRIPT ARGS`` with perfdoctor's interpreter: torchrun starts one bootstrap per rank
+(``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE`` in its environment), and :func:`rank_config`
+points that rank's results and trace into ``raw/rank<k>/``::
+
+    raw/<pass>.config.json      one config for every rank
+    raw/<pass>.log              torchrun's and the ranks' output (all passes but the first)
+    raw/rank<k>/<pass>.json     what rank k's bootstrap saw (its rank, world size, device,
+                                exit code), light.json with its step series
+    raw/rank<k>/torch-trace.json.gz   rank k's Kineto trace
+
+The manifest gains ``world_size`` and ``ranks``: per rank its local rank, device, and per
+pass its exit status (:func:`rank_status`); ``ranks.<k>.light_pass`` is the rank's own
+light-pass summary, on the window every rank shares (rank 0's step and warm-up, so step
+``i`` is the same step on every rank). A rank that fails makes torchrun stop the others
+(SIGTERM, which the bootstrap turns into a clean finish: their results and traces are
+written); the run's exit code is the failed rank's. A hung rank is ended by ``--timeout``.
+
+This module only uses the standard library: the bootstrap imports it in every rank.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from perfdoctor.errors import UsageError
+
+LAUNCHER = ("-m", "torch.distributed.run")
+RANK_DIR = "rank{}"
+TIMEOUT_EXIT = 124  # what timeout(1) exits with: the job did not end in time
+
+# Read the user's torchrun options with torchrun's own parser: prints the facts as JSON.
+PARSE_TORCHRUN = """
+import json, sys
+from torch.distributed.run import get_args_parser
+argv = sys.argv[1:]
+try:
+    a = get_args_parser().parse_args(argv)
+except SystemExit as exc:  # 2: a bad option (argparse said why on stderr); 0: --help was asked for
+    sys.exit(3 if exc.code else 4)
+opts = argv[: len(argv) - len(a.training_script_args) - 1]
+print(json.dumps({"options": opts, "script": a.training_script, "args": a.training_script_args,
+                  "module": bool(a.module), "no_python": bool(a.no_python),
+                  "nproc_per_node": str(a.nproc_per_node), "nnodes": str(a.nnodes)}))
+"""
+
+
+@dataclass
+class Launch:
+    """How the ranks are started: torchrun's options (without the program) and the program."""
+
+    options: list[str]  # torchrun's own options: ["--nproc-per-node", "2", "--standalone"]
+    nproc_per_node: str  # as torchrun reads it: "2", "gpu", "auto"
+    nnodes: str = "1"
+    how: str = "--nproc-per-node"  # or "torchrun command line"
+    launcher: list[str] = field(default_factory=lambda: [sys.executable, *LAUNCHER])
+
+    def command(self, config: Path, target: list[str]) -> list[str]:
+        """One pass: torchrun runs ``python -m perfdoctor.record.bootstrap.main CONFIG TARGET`` per rank."""
+        return [*self.launcher, *self.options, "-m", "perfdoctor.record.bootstrap.main", str(config), *target]
+
+    @property
+    def world_size(self) -> int | None:
+        """Ranks of the whole job, when torchrun's options fix it (N per node × nodes)."""
+        if self.nproc_per_node.isdigit() and self.nnodes.isdigit():
+            return int(self.nproc_per_node) * int(self.nnodes)
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"how": self.how, "torchrun_options": self.options, "nproc_per_node": self.nproc_per_node, "nnodes": self.nnodes}
+
+
+def from_nproc(n: int) -> Launch:
+    """``--nproc-per-node N``: one node, a rendezvous of its own (``--standalone`` picks a
+    free port, so two jobs on one machine do not collide on 29500)."""
+    if n < 1:
+        raise UsageError(f"--nproc-per-node {n}: give at least 1 process")
+    return Launch(["--standalone", "--nproc-per-node", str(n)], str(n))
+
+
+def is_torchrun_line(argv: list[str]) -> int | None:
+    """Where torchrun's options start in ``argv`` (``torchrun ...`` or ``python -m
+    torch.distributed.run ...``), or None when it is not a torchrun command line."""
+    if argv and os.path.basename(argv[0]) == "torchrun":
+        return 1
+    if len(argv) >= 3 and os.path.basename(argv[0]).startswith("python") and argv[1:3] == list(LAUNCHER):
+        return 3
+    return None
+
+
+def from_command(argv: list[str]) -> tuple[Launch, list[str]]:
+    """The user's ``torchrun [OPTIONS] SCRIPT ARGS`` line as (launch, target)."""
+    start = is_torchrun_line(argv)
+    if start is None:
+        shown = " ".join(argv[:3]) or "nothing"
+        raise UsageError(f"perfdoctor run -- {shown}: expected a torchrun (or python -m torch.distributed.run) command line")
+    try:
+        done = subprocess.run([sys.executable, "-c", PARSE_TORCHRUN, *argv[start:]], capture_output=True, text=True,
+                              timeout=120, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UsageError(f"the torchrun options could not be read ({exc})") from None
+    if done.returncode == 4:
+        raise UsageError("the torchrun line asks for torchrun's help: run torchrun --help itself")
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines() or ["torch is not installed for this interpreter?"]
+        raise UsageError(f"torchrun options: {lines[-1].partition('error: ')[2] or lines[-1]}")
+    facts = json.loads(done.stdout)
+    if facts["no_python"]:
+        raise UsageError("torchrun --no-python: perfdoctor can only run Python programs under its bootstrap")
+    options = [o for o in facts["options"] if o not in ("-m", "--module")]
+    if facts["module"]:
+        target = ["-m", facts["script"], *facts["args"]]
+    else:
+        if not Path(facts["script"]).is_file():
+            raise UsageError(f"{facts['script']}: no such script")
+        target = [facts["script"], *facts["args"]]
+    return Launch(options, facts["nproc_per_node"], facts["nnodes"], "torchrun command line"), target
+
+
+# --- inside each rank (the bootstrap) ------------------------------------------------------------
+
+
+def rank_config(config: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+    """The pass config as rank ``RANK`` uses it: its results and trace in ``raw/rank<k>/``.
+
+    A config without ``ranks`` (a single-process run) or a process without ``RANK`` (not
+    started by torchrun) is returned unchanged.
+    """
+    if not config.get("ranks") or "RANK" not in environ:
+        return config
+    rank = int(environ["RANK"])
+    folder = Path(config["results"]).parent / RANK_DIR.format(rank)
+    folder.mkdir(parents=True, exist_ok=True)
+    out = {**config, "results": str(folder / Path(config["results"]).name)}
+    if config.get("trace"):
+        out["trace"] = str(folder / Path(config["trace"]).name)
+    out["rank"] = {
+        "rank": rank,
+        "local_rank": int(environ.get("LOCAL_RANK", rank)),
+        "world_size": int(environ.get("WORLD_SIZE", 1)),
+        "host": os.uname().nodename,
+    }
+    return out
+
+
+def rank_device(torch: Any) -> str:
+    """The device a rank worked on: ``cuda:N (name)`` once it used CUDA, else ``cpu``."""
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        index = torch.cuda.current_device()
+        return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
+    return "cpu"
+
+
+# --- back in perfdoctor run: per-rank results and statuses -----------------------------------------
+
+
+def rank_dirs(raw: Path) -> dict[int, Path]:
+    """``raw/rank<k>`` folders by rank."""
+    out = {}
+    for p in raw.glob("rank*"):
+        if p.is_dir() and p.name[4:].isdigit():
+            out[int(p.name[4:])] = p
+    return dict(sorted(out.items()))
+
+
+def gather(raw: Path, pass_name: str) -> dict[int, dict[str, Any]]:
+    """Per rank, what its bootstrap wrote for ``pass_name`` (``{}`` for a rank that died
+    before writing: killed, or never started)."""
+    out: dict[int, dict[str, Any]] = {}
+    for rank, folder in rank_dirs(raw).items():
+        try:
+            out[rank] = json.loads((folder / f"{pass_name}.json").read_text())
+        except (OSError, ValueError):
+            out[rank] = {}
+    return out
+
+
+def rank_status(results: dict[str, Any]) -> dict[str, Any]:
+    """One rank's end in one pass, from its results: ``ok``, ``exited N``, ``raised ...``,
+    ``terminated`` (SIGTERM: torchrun stopping it after another rank failed, or the
+    timeout) or ``no results`` (it died before the bootstrap could write: killed)."""
+    if not results:
+        return {"status": "no results (the rank died before writing them: killed, or it never started)", "exit_code": None}
+    code = results.get("exit_code")
+    if results.get("terminated"):
+        status = "terminated (SIGTERM: torchrun stopped it after another rank failed, or the run timed out)"
+    elif results.get("program_error"):
+        status = f"raised {results['program_error']}"
+    elif code not in (0, None):
+        status = f"exited {code}"
+    else:
+        status = "ok"
+    return {"status": status, "exit_code": code, "ended_at_ns": results.get("ended_at_ns")}
+
+
+def record_pass(manifest: dict[str, Any], pass_name: str, per_rank: dict[int, dict[str, Any]]) -> None:
+    """``manifest.ranks``: each rank's facts (from its first results) and its status in ``pass_name``."""
+    ranks = manifest.setdefault("ranks", {})
+    for rank, results in per_rank.items():
+        entry = ranks.setdefault(str(rank), {"rank": rank})
+        for key, value in (results.get("rank") or {}).items():
+            entry.setdefault(key, value)
+        if results.get("device"):
+            entry.setdefault("device", results["device"])
+        entry.setdefault("passes", {})[pass_name] = rank_status(results)
+    sizes = {e.get("world_size") for e in ranks.values() if isinstance(e.get("world_size"), int)}
+    if len(sizes) == 1:
+        manifest["world_size"] = sizes.pop()
+
+
+def failed_rank(manifest: dict[str, Any], pass_name: str) -> tuple[int, int] | None:
+    """(rank, exit code) of the rank that failed first in ``pass_name`` (earliest end, by
+    the wall clock its results carry): the root cause, not a rank that failed after it
+    (a peer of a dead rank fails its next collective) or that torchrun stopped."""
+    failed = []
+    for key, entry in (manifest.get("ranks") or {}).items():
+        status = (entry.get("passes") or {}).get(pass_name) or {}
+        code = status.get("exit_code")
+        if isinstance(code, int) and code != 0 and not str(status.get("status", "")).startswith("terminated"):
+            failed.append((status.get("ended_at_ns") or 0, int(key), code))
+    return min(failed)[1:] if failed else None
+
+
+def rank_lights(
+    manifest: dict[str, Any], per_rank: dict[int, dict[str, Any]], summarize: Callable[[dict[str, Any], int], dict[str, Any]],
+    first: dict[str, Any], raw: Path,
+) -> None:
+    """``ranks.<k>.light_pass``: each rank's light-pass summary over the window every rank
+    shares: rank 0's warm-up (``first`` is rank 0's summary), so step ``i`` of the steady
+    state is the same step on every rank. The rank's own steady start is kept as
+    ``own_steady_start``. ``summarize(results, warmup)`` is :func:`perfdoctor.record.run.light_summary`."""
+    warmup = int(first.get("warmup") or 0)
+    for rank, results in per_rank.items():
+        if not results:
+            continue
+        summary = summarize(results, warmup)
+        summary["own_steady_start"] = summary.get("steady_start")
+        summary["warmup_explicit"] = bool(first.get("warmup_explicit"))
+        summary["steady_start"] = warmup
+        summary["steady_reason"] = f"rank 0's window: warm-up {warmup} ({first.get('warmup_reason', 'rank 0')}), the same steps on every rank"
+        summary["warmup_reason"] = "rank 0's, so every rank's steady steps are the same steps"
+        manifest["ranks"][str(rank)]["light_pass"] = summary
+        if summary.get("module"):  # the module step's series joins the named ones (see run.py)
+            (raw / RANK_DIR.format(rank) / "light.json").write_text(json.dumps(results))
+
+
+def trace_status(per_rank: dict[int, dict[str, Any]], raw: Path, trace_name: str, status_of: Callable[[dict[str, Any], Path], str]) -> tuple[str, list[str]]:
+    """The torch collector's status over every rank (``ok`` when every rank's is) and the
+    trace files written; ``status_of(results, trace)`` is one rank's status."""
+    statuses, files = {}, []
+    for rank, results in per_rank.items():
+        trace = raw / RANK_DIR.format(rank) / trace_name
+        statuses[rank] = status_of(results, trace)
+        if trace.exists():
+            files.append(str(trace.relative_to(raw.parent)))
+    if not statuses:
+        return "failed: no rank wrote results (did torchrun start the job? see the pass's output)", files
+    bad = {r: s for r, s in statuses.items() if s != "ok"}
+    if not bad:
+        return "ok", files
+    return "failed: " + "; ".join(f"rank {r}: {s.removeprefix('failed: ')}" for r, s in bad.items()), files
+
+
+def unsupported(reasons: dict[str, str | None]) -> dict[str, str | None]:
+    """Collectors a multi-rank run does not run yet, with why (Nsight under torchrun would
+    need one report per rank: profile a single rank with nsys instead)."""
+    why = "not run on a multi-rank job yet: profile one rank's command under {} by hand"
+    return {c: reasons.get(c) or why.format(c) for c in ("nsys", "ncu")}
+
+
+def write_cross_rank(bundle: Path) -> str | None:
+    """``ranks.json`` (``perfdoctor.ranks/1``, :mod:`perfdoctor.analysis.ranks`) beside the rank-0
+    ``metrics.json``; the reason it could not be written, else None (analyze can redo it)."""
+    try:
+        from perfdoctor.analysis.ranks import cross_rank
+    except ImportError as exc:  # the analysis extras are missing: the bundle is still whole
+        return f"{type(exc).__name__}: {exc}"
+    try:
+        doc = cross_rank(bundle).to_json()
+    except Exception as exc:  # noqa: BLE001 - a rank without a trace, a damaged trace: analyze says more
+        return f"{type(exc).__name__}: {exc}"
+    from perfdoctor.io import write_json
+
+    write_json(bundle / "ranks.json", doc)
+    return None

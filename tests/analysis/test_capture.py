@@ -1,0 +1,118 @@
+"""Graph capture vs replay (perfdoctor.analysis.capture) on real traces.
+
+``h200-capture`` records a CUDA-graph capture and nothing else; ``h200-serve-graph`` and
+``h200-decode-graph-10steps`` replay captured decode steps (the nsys trace of the latter
+also records the capture before the replays). Counts are checked against a direct scan of
+the JSON / the tracer's own graph ids.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from perfdoctor.analysis import capture
+
+from perfdoctor.analysis import serving
+from perfdoctor.pipeline import load_trace
+from perfdoctor.analysis.steps import find_steps
+
+WILD = Path(__file__).parents[1] / "fixtures" / "wild"
+FIX = Path(__file__).parents[1] / "fixtures"
+LAUNCH = {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaGraphLaunch"}
+
+
+def _states(p):
+    s = find_steps(p)
+    return s, capture.step_states(p, s.table, s.activity_step, s.call_step)
+
+
+def test_capture_trace():
+    path = WILD / "h200-capture.kineto.json.gz"
+    ev = [e for e in json.loads(gzip.decompress(path.read_bytes()))["traceEvents"] if e.get("ph") == "X"]
+    begin = next(e for e in ev if e["name"] == "cudaStreamBeginCapture")
+    end = next(e for e in ev if e["name"] == "cudaStreamEndCapture")
+    inside = [e for e in ev if e["name"] in LAUNCH and begin["ts"] <= e["ts"] <= end["ts"]]
+    kernels = [e for e in ev if e.get("cat") == "kernel"]
+    assert json.loads((WILD / "capture.facts.json").read_text())["capture"] is True
+
+    st = capture.trace_state(load_trace(path))
+    assert st.kind == "capture"
+    assert not st.timing_rules_apply
+    assert "timing rules do not apply" in st.message
+    assert st.captures == 1
+    assert st.launches_in_capture == len(inside) > len(kernels)
+    assert st.kernels == len(kernels)
+    assert st.replayed_kernels == 0 and st.graph_launches == 0
+
+
+def test_serve_graph_steps_are_replayed():
+    p = load_trace(WILD / "h200-serve-graph.kineto.json.gz")
+    st = capture.trace_state(p)
+    assert st.kind == "replay" and st.timing_rules_apply
+    ev = [e for e in json.loads(gzip.decompress((WILD / "h200-serve-graph.kineto.json.gz").read_bytes()))["traceEvents"] if e.get("ph") == "X"]
+    graph_corr = {e["args"]["correlation"] for e in ev if e["name"] == "cudaGraphLaunch"}
+    assert st.graph_launches == len(graph_corr)
+    assert st.replayed_kernels == sum(1 for e in ev if e.get("cat") == "kernel" and e["args"]["correlation"] in graph_corr)
+
+    # Every serving step: decode steps replay, prefill steps run eagerly.
+    table, own = serving.steps_table(p)
+    states = capture.step_states(p, table, own.activity_step, own.call_step)
+    kinds = table["kind"].to_numpy()
+    assert set(states.loc[kinds == "decode", "state"]) == {"replayed"}
+    assert set(states.loc[kinds == "prefill", "state"]) == {"eager"}
+    assert capture.graphed(states) is True
+    # the eager twin is never graphed
+    eager = load_trace(WILD / "h200-serve-eager.kineto.json.gz")
+    _, es = _states(eager)
+    assert set(es["state"]) == {"eager"} and capture.graphed(es) is False
+
+
+def test_decode_graph_kineto_and_nsys():
+    k = load_trace(FIX / "h200-decode-graph-10steps.kineto.json.gz")
+    s, states = _states(k)
+    assert (states["state"] == "replayed").all() and len(states) == 10
+    assert (states["graph_launches"] == 1).all()
+    assert capture.trace_state(k).kind == "replay"
+
+    n = load_trace(FIX / "h200-decode-graph-10steps.nsys.sqlite.gz")
+    st = capture.trace_state(n)
+    assert st.kind == "capture+replay" and st.timing_rules_apply
+    # nsys gives replayed work a graph id: the capture recorded one kernel node per replayed
+    # kernel (the graph's memcpy nodes are not launches)
+    acts = n.activities
+    per_replay = int(((acts["graph_id"] >= 0) & (acts["kind"] == "kernel")).sum()) // st.graph_launches
+    assert st.launches_in_capture == per_replay
+    s, states = _states(n)
+    assert (states["state"] == "replayed").all()
+    assert (states["capture_launches"] == 0).all()  # the capture happened before the steps
+
+
+def test_zero_recognised_launches_is_never_graphed():
+    """Kernels run but no launch call is recognised (calls dropped, or renamed to an API
+    perfdoctor does not know): ``unknown``, and graphed() says it cannot tell."""
+    p = load_trace(FIX / "h200-decode-eager-5steps.kineto.json.gz")
+    s = find_steps(p)
+    renamed = p.calls.copy()
+    launch = renamed["name"].isin(LAUNCH)
+    renamed.loc[launch, "name"] = "someVendorEnqueue"
+    p.calls = renamed
+    states = capture.step_states(p, s.table, s.activity_step, s.call_step)
+    assert (states["kernels"] > 4 * states["launches"].clip(lower=1)).all()  # what the old heuristic read as "graphed"
+    assert set(states["state"]) == {"unknown"}
+    assert capture.graphed(states) is None
+    assert capture.trace_state(p).kind == "no-launches"
+
+
+def test_empty():
+    from perfdoctor.profile import Profile
+
+    p = Profile()
+    assert capture.trace_state(p).kind == "no-gpu-work"
+    assert capture.capture_windows(p).empty
+    assert capture.graphed(pd.DataFrame({"state": ["no-gpu-work"]})) is None
+    assert capture.replayed(p).size == 0 and np.asarray(capture.in_capture(p)).size == 0

@@ -1,0 +1,232 @@
+"""Multi-rank runs on CPU: torchrun + gloo jobs under ``perfdoctor run``, the cross-rank view
+checked against the program's own per-rank timers, failures and hangs, trace folders."""
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from perfdoctor.analysis.ranks import cross_rank, find_straggler
+from tests.conftest import run_cli_inprocess
+
+PROGRAMS = Path(__file__).parents[1] / "programs"
+JOB = PROGRAMS / "allreduce_steps.py"
+ROOT = Path(__file__).parents[2]
+SLOW_MS = {2: 30.0, 4: 40.0}  # the straggler's extra sleep per step
+SLOW_RANK = {2: 1, 4: 2}
+
+
+def perfdoctor(*args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "perfdoctor", *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout)
+
+
+def bundle_of(cwd: Path) -> Path:
+    (bundle,) = (cwd / "runs").iterdir()
+    return bundle
+
+
+def own_timers(folder: Path, rank: int) -> list[dict]:
+    """The program's own per-step timers, one line per run: [light pass, torch pass]."""
+    return [json.loads(line) for line in (folder / f"rank{rank}.jsonl").read_text().splitlines()]
+
+
+def median_ms(ns: list[int]) -> float:
+    return statistics.median(ns) / 1e6
+
+
+@pytest.fixture(scope="module", params=[2, 4], ids=["2-ranks", "4-ranks"])
+def job(request, tmp_path_factory):
+    """A gloo job with one slow rank: 2 ranks launched by --nproc-per-node, 4 by the user's
+    own torchrun line (python -m torch.distributed.run)."""
+    n = request.param
+    cwd = tmp_path_factory.mktemp(f"ranks{n}")
+    program = [str(JOB), "--steps", "16", "--slow-rank", str(SLOW_RANK[n]), "--slow-ms", str(SLOW_MS[n]), "--timers", str(cwd / "own")]
+    if n == 2:
+        done = perfdoctor("run", "-q", "--out", "runs", "--steps", "8", "--nproc-per-node", "2", *program, cwd=cwd)
+    else:
+        launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4"]
+        done = perfdoctor("run", "-q", "--out", "runs", "--steps", "8", "--", *launch, *program, cwd=cwd)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return n, cwd, bundle_of(cwd)
+
+
+def test_bundle_has_every_rank(job):
+    n, _, bundle = job
+    m = json.loads((bundle / "manifest.json").read_text())
+    assert m["world_size"] == n and m["exit_code"] == 0 and m["collectors"]["torch"]["status"] == "ok"
+    assert sorted(m["ranks"], key=int) == [str(k) for k in range(n)]
+    for k, entry in m["ranks"].items():
+        assert entry["rank"] == int(k) and entry["world_size"] == n and entry["device"] == "cpu"
+        assert entry["passes"]["light"]["status"] == "ok" and entry["passes"]["torch"]["status"] == "ok"
+        assert entry["light_pass"]["step_name"] == "train_step"
+        assert (bundle / "raw" / f"rank{k}" / "torch-trace.json.gz").is_file()
+        assert (bundle / "raw" / f"rank{k}" / "light.json").is_file()
+    assert m["launch"]["how"] == ("--nproc-per-node" if n == 2 else "torchrun command line")
+
+
+def test_per_rank_metrics_match_the_programs_own_timers(job):
+    n, cwd, bundle = job
+    view = cross_rank(bundle)
+    table = view.table().set_index("rank")
+    for rank in range(n):
+        light, traced = own_timers(cwd / "own", rank)
+        # step time: the light pass (no tracer) against the program's own timer of that run
+        assert table.loc[rank, "step_ms_p50"] == pytest.approx(median_ms(light["step_ns"]), rel=0.10)
+        # communication: the traced window's steps against the program's timer around its all-reduces
+        warmup = json.loads((bundle / "manifest.json").read_text())["light_pass"]["warmup"]
+        window = slice(warmup, warmup + 8)  # the traced window: --steps 8 after the light pass's warm-up
+        own_comm = median_ms(traced["comm_ns"][window])
+        # the program's timer also holds the Python calls and their dispatch under the tracer
+        # (record_shapes): up to ~0.75 ms per all-reduce on a loaded 2-core machine
+        assert abs(table.loc[rank, "comm_ms_p50"] - own_comm) <= max(0.15 * own_comm, 3.0), (rank, table.loc[rank].to_dict(), own_comm)
+        assert table.loc[rank, "collectives_per_step"] == 4  # one all-reduce per parameter tensor
+    assert set(view.comm_source.values()) == {"host collective ranges (gloo:*/nccl:* of the process group)"}
+
+
+def test_the_slow_rank_is_the_straggler_within_ten_percent(job):
+    n, cwd, bundle = job
+    view = cross_rank(bundle)
+    s = view.straggler
+    assert s is not None and s.rank == SLOW_RANK[n]
+    assert s.delay_ms == pytest.approx(SLOW_MS[n], rel=0.10)
+    # the program's own view of the same thing: its compute time before the all-reduce
+    compute = {r: median_ms(own_timers(cwd / "own", r)[1]["compute_ns"]) for r in range(n)}
+    own_delay = compute[s.rank] - statistics.median(v for r, v in compute.items() if r != s.rank)
+    assert s.delay_ms == pytest.approx(own_delay, rel=0.10)
+    assert s.collective is not None and s.collective.name == "gloo:all_reduce" and s.collective.per_step == 4
+    assert s.collective.waiting_ranks == [r for r in range(n) if r != s.rank]
+    assert s.collective.wait_ms == pytest.approx(SLOW_MS[n], rel=0.15)
+    metrics = view.metrics()
+    assert metrics["straggler_delay_ms"].value == pytest.approx(s.delay_ms, rel=1e-5)
+    written = json.loads((bundle / "ranks.json").read_text())  # perfdoctor run wrote the same view
+    assert written["straggler"]["rank"] == s.rank and written["straggler"]["delay_ms"] == pytest.approx(s.delay_ms, rel=1e-6)
+
+
+def test_analyze_names_the_straggler_and_fails_the_rule(job, tmp_path):
+    n, _, bundle = job
+    done = run_cli_inprocess("analyze", bundle, "--json", tmp_path / "ranks.json")
+    assert done.returncode == 0, done.stderr
+    assert f"straggler: rank {SLOW_RANK[n]}" in done.stdout
+    assert "waits for it: gloo:all_reduce (#1 of 4" in done.stdout
+    doc = json.loads((tmp_path / "ranks.json").read_text())
+    assert doc["schema"] == "perfdoctor.ranks/1" and doc["world_size"] == n and doc["straggler"]["rank"] == SLOW_RANK[n]
+    for rank, found in doc["findings"].items():
+        status = {f["id"]: f["status"] for f in found}
+        assert status["straggler"] == "fail"
+    waiting = str(next(r for r in range(n) if r != SLOW_RANK[n]))
+    exposed = {f["id"]: f for f in doc["findings"][waiting]}["exposed-comm"]
+    assert exposed["status"] == "fail"
+
+
+def test_a_folder_of_per_rank_traces_gives_the_same_view(job, tmp_path):
+    """The layout tensorboard_trace_handler writes: <worker>.<ts>.pt.trace.json.gz, rank from distributedInfo."""
+    n, _, bundle = job
+    folder = tmp_path / "tb"
+    folder.mkdir()
+    for rank in reversed(range(n)):  # file order is not rank order: the rank comes from the trace
+        shutil.copy(bundle / "raw" / f"rank{rank}" / "torch-trace.json.gz", folder / f"host_{900 - rank}.17000000{rank}.pt.trace.json.gz")
+    view = cross_rank(folder, step="train_step")
+    assert view.source == "trace folder" and view.world_size == n and [r.rank for r in view.runs] == list(range(n))
+    from_bundle = cross_rank(bundle).straggler
+    assert view.straggler.rank == from_bundle.rank
+    assert view.straggler.delay_ms == pytest.approx(from_bundle.delay_ms, rel=1e-6)
+
+
+def test_a_failed_rank_gives_its_exit_code_and_a_readable_bundle(tmp_path):
+    done = perfdoctor("run", "-q", "--out", "runs", "--nproc-per-node", "2", str(JOB), "--steps", "6", "--fail-rank", "1", cwd=tmp_path)
+    assert done.returncode == 3, done.stderr[-2000:]
+    bundle = bundle_of(tmp_path)
+    m = json.loads((bundle / "manifest.json").read_text())
+    assert m["failed_rank"] == {"rank": 1, "exit_code": 3}
+    assert m["ranks"]["1"]["passes"]["light"]["status"] == "exited 3"
+    assert m["ranks"]["0"]["passes"]["light"]["status"] != "ok"  # its peer died under it
+    analyzed = run_cli_inprocess("analyze", bundle)
+    assert analyzed.returncode in (0, 2) and "Traceback" not in analyzed.stderr
+    assert analyzed.returncode == 0 or len(analyzed.stderr.strip().splitlines()) == 1
+
+
+def test_a_hung_rank_is_stopped_by_the_timeout(tmp_path):
+    done = perfdoctor("run", "-q", "--out", "runs", "--timeout", "20", "--nproc-per-node", "2", str(JOB), "--steps", "6",
+                      "--hang-rank", "1", cwd=tmp_path, timeout=120)
+    assert done.returncode == 124, done.stderr[-2000:]
+    m = json.loads((bundle_of(tmp_path) / "manifest.json").read_text())
+    assert m["status"] == "timed out" and m["timed_out"] == {"pass": "light", "after_s": 20.0}
+    assert m["ranks"]["1"]["passes"]["light"]["status"].startswith("terminated")
+    assert m["collectors"]["torch"]["status"] == "failed: not run, an earlier pass timed out (--timeout)"
+    analyzed = run_cli_inprocess("analyze", bundle_of(tmp_path))
+    assert analyzed.returncode == 2 and "no rank has a trace" in analyzed.stderr and len(analyzed.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--", "mpirun", "-n", "2", "x.py"], "mpirun: no such script"),  # not torchrun: a plain script, as ever
+        (["--nproc-per-node", "2", "--", "torchrun", "--nproc-per-node", "2", str(JOB)], "not both"),
+        (["--", "torchrun", "--no-python", "hostname"], "--no-python"),
+        (["--", "torchrun", "--nproc-per-node", "2", "missing.py"], "missing.py: no such script"),
+        (["--", "torchrun", "--bogus-option", "1", str(JOB)], "torchrun options"),
+        (["--", "torchrun", "--help"], "run torchrun --help itself"),
+    ],
+)
+def test_launch_usage_errors(tmp_path, args, message):
+    done = run_cli_inprocess("run", "-q", "--out", tmp_path / "runs", *args)
+    assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_find_straggler_known_case():
+    """Three ranks; rank 2 works 5 ms more per step, ranks 0 and 1 wait for it in collective #2."""
+    def steps(busy, waits):
+        return pd.DataFrame({"step_ms": [busy + waits] * 4, "comm_ms": [waits] * 4, "exposed_ms": [waits] * 4,
+                             "busy_ms": [busy] * 4, "overlap": [np.nan] * 4, "collectives": [2] * 4, "mean_collective_us": [1.0] * 4})
+
+    per = {0: steps(10.0, 6.0), 1: steps(10.5, 5.5), 2: steps(15.25, 0.75)}
+    coll = {r: [[("c0", 0.25), ("c1", per[r]["comm_ms"][0] - 0.25)]] * 4 for r in per}
+    s, why = find_straggler(per, coll)
+    assert why is None and s.rank == 2 and s.delay_ms == pytest.approx(15.25 - 10.25) and s.step_share == 1.0
+    assert s.delay_ratio == pytest.approx(5.0 / 16.0)
+    assert s.collective.index == 1 and s.collective.name == "c1" and s.collective.wait_ms == pytest.approx(5.0)
+    assert find_straggler({0: per[0]})[0] is None
+
+
+@pytest.fixture(scope="module")
+def balanced(tmp_path_factory):
+    """The 2-rank job without its straggler: what a fix of the slow rank would give."""
+    cwd = tmp_path_factory.mktemp("balanced")
+    done = perfdoctor("run", "-q", "--out", "runs", "--steps", "8", "--nproc-per-node", "2", str(JOB), "--steps", "16", cwd=cwd)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return bundle_of(cwd)
+
+
+def test_diff_and_gate_compare_like_ranks(job, balanced, tmp_path):
+    n, _, slow = job
+    done = run_cli_inprocess("diff", slow, balanced, "--no-rules", "--json", tmp_path / "diff.json")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads((tmp_path / "diff.json").read_text())
+    if n == 2:  # same world size: rank k against rank k, each side labelled with its rank
+        assert doc["schema"] == "perfdoctor.diff-ranks/1" and sorted(doc["ranks"]) == ["0", "1"]
+        for rank, d in doc["ranks"].items():
+            assert d["before"].endswith(f"(rank {rank})") and d["after"].endswith(f"(rank {rank})")
+            assert not d["mismatches"]
+            latency = d["metrics"]["step_latency_ms_p50"]
+            assert latency["after"] < latency["before"] - 0.5 * SLOW_MS[2]  # the straggler's sleep is gone on every rank
+        # the slow run against the balanced baseline fails its budget on every rank
+        gate = run_cli_inprocess("gate", slow, "--baseline", balanced, "--fail-on", "step_latency_ms_p50:+10%", "--json", tmp_path / "g.json")
+        assert gate.returncode == 1, gate.stdout + gate.stderr
+        checks = json.loads((tmp_path / "g.json").read_text())["checks"]
+        assert [c["name"] for c in checks] == ["rank 0: budget step_latency_ms_p50:+10%", "rank 1: budget step_latency_ms_p50:+10%"]
+        assert all(c["status"] == "fail" for c in checks)
+        assert run_cli_inprocess("gate", balanced, "--baseline", slow, "--fail-on", "step_latency_ms_p50:+10%").returncode == 0
+    else:  # 4 ranks against 2: not comparable, said through the comparability facts
+        assert doc["schema"] == "perfdoctor.diff/1" and doc["comparable"] is False
+        mismatch = {m["field"]: m for m in doc["mismatches"]}
+        assert mismatch["world_size"]["before"] == 4 and mismatch["world_size"]["after"] == 2
+        assert "not comparable" in mismatch["world_size"]["message"]

@@ -1,0 +1,287 @@
+"""steady.py and the timeline's step table: critical path, host lead, cadence, steady state.
+
+Expected values are hand computations on small arrays (written out in the comments), plain
+loops over the raw JSON of a real H200 trace, or the program's own timer
+(tests/fixtures/series/README.md).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import FIXTURES
+from perfdoctor.analysis import steady
+from perfdoctor.pipeline import load_trace
+from perfdoctor.analysis.metrics import analyze
+
+SERIES = sorted((FIXTURES / "series").glob("*.json"))
+GRAPH = FIXTURES / "h200-decode-graph-10steps.kineto.json.gz"
+MS = 1_000_000
+
+
+# --- small arrays, by hand -------------------------------------------------------------------
+
+
+def test_critical_path_synchronous_loop_is_host_start_to_gpu_end() -> None:
+    # The host waits for each step: h[k] > g[k-1], so cp = g - h.
+    h = [0, 100, 200]
+    g = [40, 150, 260]
+    assert steady.critical_path_ns(h, g).tolist() == [40, 50, 60]
+    assert steady.host_lead_ns(h, g).tolist() == [0, 0]
+
+
+def test_critical_path_host_running_ahead_is_the_completion_interval() -> None:
+    # The host issues all three steps at once (0, 1, 2); each step takes 10 on the GPU.
+    # Host start -> GPU end would say 10, 19, 28 (queueing counted as latency);
+    # the critical path is g[k] - max(h[k], g[k-1]) = 10, 20-10, 30-20.
+    h = [0, 1, 2]
+    g = [10, 20, 30]
+    assert steady.critical_path_ns(h, g).tolist() == [10, 10, 10]
+    # host lead: g[k-1] - h[k] = 10 - 1, 20 - 2
+    assert steady.host_lead_ns(h, g).tolist() == [9, 18]
+
+
+def test_critical_path_of_empty_and_single_series() -> None:
+    assert steady.critical_path_ns([], []).size == 0
+    assert steady.critical_path_ns([5], [12]).tolist() == [7]
+    assert steady.host_lead_ns([5], [12]).size == 0
+
+
+def test_cadence_leaves_out_pauses_longer_than_a_median_step() -> None:
+    # Four steps of 5 ns, issued 10 ns apart, then a pause (a prefill) of 75 ns before the last.
+    h = [0, 10, 20, 100]
+    g = [5, 15, 25, 105]
+    # cp = [5, 5, 5, 5]; intervals g[k]-g[k-1] = [10, 10, 80]; idle before = [5, 5, 75];
+    # 75 > median cp 5 -> left out; kept 10 + 10 ns for 2 intervals -> 1e8 steps/s.
+    c = steady.cadence(h, g)
+    assert (c.intervals, c.pauses) == (2, 1)
+    assert c.steps_per_s == pytest.approx(2 / 20e-9)
+
+
+def test_cadence_back_to_back_equals_the_contract_rate() -> None:
+    h = [0, 1, 2, 3]
+    g = [10, 20, 30, 40]
+    c = steady.cadence(h, g)
+    assert c.pauses == 0 and c.steps_per_s == pytest.approx(3 / 30e-9)  # (n-1) / (last - first)
+
+
+def test_cadence_needs_two_steps() -> None:
+    c = steady.cadence([0], [5])
+    assert c.steps_per_s is None and c.reason
+
+
+# --- the steady-state rule on real-shaped series ----------------------------------------------
+
+
+def _ms(values: list[float]) -> np.ndarray:
+    return (np.asarray(values) * MS).astype(np.int64)
+
+
+def test_cold_first_call_is_warm_up() -> None:
+    cp = _ms([120.0] + [4.3, 4.2, 4.4, 4.3, 4.25, 4.35, 4.3, 4.2, 4.4])
+    s = steady.steady_start(cp)
+    assert s.start == 1 and "warm-up" in s.reason
+
+
+def test_eager_steps_and_graph_capture_before_replays_are_warm_up() -> None:
+    # 3 eager warm-up steps (4.3 ms), the capture step (60 ms), then graph replays (1.9 ms).
+    cp = _ms([4.3, 4.2, 4.4, 60.0] + [1.9, 1.92, 1.88, 1.9, 1.91, 1.89, 1.9, 1.9, 1.93, 1.9])
+    assert steady.steady_start(cp).start == 4
+
+
+def test_a_whole_warm_up_generate_call_of_slow_steps_is_warm_up() -> None:
+    # generate() #1 (32 tokens) runs at 2.6 ms while allocator and caches settle; #2-#4 at 1.9.
+    cp = _ms([2.6] * 32 + [1.9] * 96)
+    assert steady.steady_start(cp).start == 32
+
+
+def test_periodic_prefills_after_the_start_are_not_warm_up() -> None:
+    # A slow first step, then generate() calls of 31 tokens each starting with a 15 ms prefill step.
+    cp = _ms([80.0] + ([15.0] + [1.9] * 31) * 4)
+    s = steady.steady_start(cp)
+    # index 1 is a prefill (15 ms): not 3 fast steps in a row from there; index 2 is.
+    assert s.start == 2
+    # The later prefills stay in the steady series: dropping them would flatter the engine.
+    assert (np.asarray(cp[s.start :]) == 15 * MS).sum() == 3
+
+
+def test_a_series_that_never_settles_is_used_whole() -> None:
+    cp = _ms([1.0, 3.0] * 10)  # median of the second half 2.0: every other step > 2.5
+    s = steady.steady_start(cp)
+    assert s.start == 0 and "never settle" in s.reason
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3])
+def test_fewer_than_four_steps_are_used_whole(n: int) -> None:
+    s = steady.steady_start(_ms([50.0, 1.0, 1.0][:n] + [1.0] * 0))
+    assert s.start == 0 and "too few" in s.reason
+
+
+def test_no_warm_up_when_the_first_steps_are_fast() -> None:
+    assert steady.steady_start(_ms([1.9, 1.95, 1.9, 1.92, 1.9, 1.91])).start == 0
+
+
+# --- the real graph fixture: the timeline's step table vs plain loops over the raw JSON --------
+
+
+def _raw_graph_steps() -> tuple[list[int], list[int], list[int]]:
+    """Host start, GPU busy (union) and GPU end per decode_step, from the raw events."""
+    doc = json.loads(gzip.decompress(GRAPH.read_bytes()))
+    ev = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if e["name"] == "decode_step" and e["cat"] == "user_annotation")
+    owner = {}
+    for e in ev:
+        if e["cat"] == "cuda_runtime" and e["name"] == "cudaGraphLaunch":
+            for i, (s, t) in enumerate(steps):
+                if s <= e["ts"] <= t:
+                    owner[e["args"]["correlation"]] = i
+    per_step: dict[int, list[tuple[float, float]]] = {}
+    for e in ev:
+        if e["cat"] in ("kernel", "gpu_memcpy", "gpu_memset") and e["args"].get("correlation") in owner:
+            # ns as the contract converts: start and duration each from µs, end = start + duration
+            a, d = round(e["ts"] * 1000), round(e["dur"] * 1000)
+            per_step.setdefault(owner[e["args"]["correlation"]], []).append((a, a + d))
+    host, busy, end = [], [], []
+    for i, (s, _) in enumerate(steps):
+        total, reach = 0.0, None
+        for a, b in sorted(per_step[i]):
+            if reach is None or a >= reach:
+                total += b - a
+                reach = b
+            elif b > reach:
+                total += b - reach
+                reach = b
+        host.append(round(s * 1000))
+        busy.append(int(total))
+        end.append(int(max(b for _, b in per_step[i])))
+    return host, busy, end
+
+
+def test_graph_fixture_step_table_matches_plain_loops() -> None:
+    a = analyze(load_trace(GRAPH))
+    t = a.timeline.steps
+    host, busy, end = _raw_graph_steps()
+    assert t["host_start_ns"].tolist() == host
+    assert t["gpu_end_ns"].astype("int64").tolist() == end
+    assert t["busy_ns"].tolist() == busy
+    cp, lead = [], []
+    for k in range(len(host)):
+        start = host[k] if k == 0 else max(host[k], end[k - 1])
+        cp.append(end[k] - start)
+        if k:
+            lead.append(max(0, end[k - 1] - host[k]))
+    assert t["critical_path_ns"].astype("int64").tolist() == cp
+    assert t["host_lead_ns"].iloc[1:].astype("int64").tolist() == lead
+    assert a.value("step_latency_ms_p50") == pytest.approx(float(np.median(cp)) / 1e6, rel=1e-12)
+    assert a.value("host_lead_ms_p50") == pytest.approx(float(np.median(lead)) / 1e6, rel=1e-12)
+    assert (t["idle_ns"] == (t["gpu_end_ns"] - t["gpu_start_ns"]).astype("int64") - t["busy_ns"]).all()
+
+
+def test_graph_fixture_steady_state_and_cadence() -> None:
+    host, _, end = _raw_graph_steps()
+    cp = [end[0] - host[0]] + [end[k] - max(host[k], end[k - 1]) for k in range(1, len(host))]
+    # The first replay under the profiler is slow (program facts: 9.1 ms vs ~4.3 ms).
+    reference = float(np.median(cp[len(cp) // 2 :]))
+    assert cp[0] > 1.25 * reference and all(c <= 1.25 * reference for c in cp[1:4])
+    assert steady.steady_start(cp).start == 1
+    # The loop synchronises after every step: host starts after the previous GPU end, so the
+    # pause threshold (a median step) decides; by hand: pauses = idle gaps longer than median cp.
+    idle = [host[k] - end[k - 1] for k in range(1, len(host))]
+    keep = [end[k] - end[k - 1] for k in range(1, len(host)) if idle[k - 1] <= np.median(cp)]
+    c = steady.cadence(host, end)
+    assert c.intervals == len(keep)
+    assert c.steps_per_s == pytest.approx(len(keep) / (sum(keep) / 1e9))
+
+
+def test_a_trace_points_out_a_slow_first_step_and_keeps_it() -> None:
+    a = analyze(load_trace(GRAPH))
+    note = a.first_step_note()
+    assert note and "first step" in note and "included" in note
+    assert a.value("steps") == 10  # nothing dropped
+    cp = a.timeline.critical_path_ms()
+    assert a.value("step_latency_ms_p99") == pytest.approx(float(np.percentile(cp, 99)))
+
+
+# --- series fixtures: critical path vs the program's own time ----------------------------------
+
+
+@pytest.mark.parametrize("path", SERIES, ids=[p.stem for p in SERIES])
+def test_series_fixture_critical_path_matches_the_programs_own_time(path: Path) -> None:
+    d = json.loads(path.read_text())
+    h, g = d["host_start_ns"], d["gpu_end_ns"]
+    assert len(h) == len(g) >= 2
+    if d.get("gpu_start_ns") is not None:
+        # CUDA-event times reach the host clock through one reference event: a start event
+        # on an idle GPU can read a few us before the host's own perf_counter (seen: 5.4 us).
+        assert all(hs - 20_000 <= gs <= ge for hs, gs, ge in zip(h, d["gpu_start_ns"], g))
+    if d.get("step_kind") == "module-call":  # an automatic step spans the loop iteration
+        g = steady.iteration_ends_ns(d["gpu_start_ns"], g)
+    cp = steady.critical_path_ns(h, g)
+    s = steady.steady_start(cp)
+    assert 0 <= s.start < len(h) and s.reason
+    cp_ms = cp[s.start :] / 1e6
+    # The program's timer is a mean over its timed loop: the mean critical path of the
+    # steady steps is the like-for-like number; the median too when the steps are even.
+    assert float(np.mean(cp_ms)) == pytest.approx(d["own_ms_per_step"], rel=0.05)
+    if d.get("step_kind") != "module-call":
+        assert float(np.median(cp_ms)) == pytest.approx(d["own_ms_per_step"], rel=0.05)
+
+
+def test_module_call_series_spans_the_iteration() -> None:
+    # Calls at h = 0, 100, 200; each call's GPU work ends at 40, 140, 240, and the host
+    # began the next call at 100, 200 (GPU idle): the GPU start events of calls 1 and 2
+    # complete at 101, 201. Iteration k ends at max(g[k], gpu_start[k+1]): 101, 201, 240.
+    ends = steady.iteration_ends_ns([1, 101, 201], [40, 140, 240])
+    assert ends.tolist() == [101, 201, 240]
+    assert steady.critical_path_ns([0, 100, 200], ends).tolist() == [101, 100, 39]
+    # Host ahead of the GPU: the next call's start event completes when the GPU reaches it,
+    # right after this call's work: the end does not move.
+    assert steady.iteration_ends_ns([1, 2], [50, 90]).tolist() == [50, 90]
+
+
+def test_hf_generate_steps_are_as_long_as_the_programs_tokens() -> None:
+    """On the real HF series the forward alone is 12.3 ms, 11 % under the program's own
+    13.77 ms/token; the iteration (forward + the host work to the next forward) is the token."""
+    d = json.loads((FIXTURES / "series" / "hf.json").read_text())
+    forward = steady.critical_path_ns(d["host_start_ns"], d["gpu_end_ns"])
+    iteration = steady.critical_path_ns(d["host_start_ns"], steady.iteration_ends_ns(d["gpu_start_ns"], d["gpu_end_ns"]))
+    start = steady.steady_start(iteration).start
+    own = d["own_ms_per_step"]
+    assert float(np.mean(forward[start:])) / 1e6 < 0.95 * own  # the forward misses the host work
+    assert float(np.mean(iteration[start:])) / 1e6 == pytest.approx(own, rel=0.05)
+
+
+def test_there_are_series_fixtures() -> None:
+    assert len(SERIES) >= 4  # the parametrized test above must not pass vacuously
+
+
+def test_steady_series_keeps_the_predecessor_of_the_first_steady_step() -> None:
+    # Host ran ahead: h = 0, 1, 2, 3; the GPU finishes every 10 ns. From step 2 on:
+    # cp[2] = 30 - max(2, 20) = 10 (it was queued behind step 1, a warm-up step), cp[3] = 10;
+    # lead[2] = 20 - 2 = 18, lead[3] = 30 - 3 = 27; one steady interval of 10 ns.
+    s = steady.steady_series([0, 1, 2, 3], [10, 20, 30, 40], start=2)
+    assert s.critical_path_ms.tolist() == [10e-6, 10e-6]
+    assert s.host_lead_ms.tolist() == [18e-6, 27e-6]
+    assert s.cadence.intervals == 1 and s.cadence.steps_per_s == pytest.approx(1e8)
+
+
+def test_cadence_keeps_the_usual_host_time_between_steps() -> None:
+    # A generate loop: each step is 4 ns of critical path, then 6 ns of host work (sampling)
+    # before the next one — every gap is longer than a median step, but it is the usual gap,
+    # not a pause; one prefill of 100 ns between two generate() calls is.
+    h, g, t = [], [], 0
+    for k in range(9):
+        if k == 5:
+            t += 100
+        h.append(t)
+        g.append(t + 4)
+        t += 4 + 6
+    # gaps before steps 1..8: 6, 6, 6, 6, 106, 6, 6, 6 -> median 6; 106 > 3 x 6 and > 4
+    c = steady.cadence(h, g)
+    assert (c.intervals, c.pauses) == (7, 1)
+    assert c.steps_per_s == pytest.approx(7 / (7 * 10e-9))  # 10 ns per step, host time included

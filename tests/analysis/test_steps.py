@@ -1,0 +1,94 @@
+"""Steps without markers: found automatically, and how every step was found is said.
+
+The real H200 fixtures carry step ranges; stripping them and finding the steps again must
+give the same steps as the annotated analysis (same count, same kernels per step, same GPU
+windows). The reference is the annotated analysis, whose counts the fixture README states as
+facts from the programs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import FIXTURES
+from perfdoctor.pipeline import load_trace
+from perfdoctor.analysis.metrics import analyze
+from perfdoctor.analysis.steps import AUTO_STEP, find_steps, repeating_region
+
+CASES = [
+    # fixture, step prefix to strip, expected steps (README facts), how: sync or launch sequence
+    ("h200-decode-eager-5steps.kineto.json.gz", "decode_step", 5, "host syncs"),
+    ("h200-decode-graph-10steps.kineto.json.gz", "decode_step", 10, "host syncs"),
+    ("h200-llama1b-eager-5steps.kineto.json.gz", "decode_step", 5, "launch sequence"),
+    ("h200-pageable-sync-10steps.kineto.json.gz", "copy_step", 10, "host syncs"),
+    ("h200-profilerstep-5steps.kineto.json.gz", "ProfilerStep", 5, "launch sequence"),
+    ("h200-decode-eager-5steps.nsys.sqlite.gz", "decode_step", 5, "host syncs"),
+    ("h200-decode-graph-10steps.nsys.sqlite.gz", "decode_step", 10, "host syncs"),
+    ("h200-matmul-20steps.nsys.sqlite.gz", "step", 20, "launch sequence"),
+]
+
+
+def _strip(profile, prefix: str):
+    profile.ranges = profile.ranges[~profile.ranges["name"].str.startswith(prefix)].reset_index(drop=True)
+    return profile
+
+
+@pytest.mark.parametrize("fixture, prefix, count, how", CASES, ids=[c[0].split(".")[0] + "-" + c[0].split(".")[1] for c in CASES])
+def test_automatic_steps_equal_the_annotated_steps(fixture: str, prefix: str, count: int, how: str) -> None:
+    ref = analyze(load_trace(FIXTURES / fixture), step=prefix + "*").timeline.steps
+    a = analyze(_strip(load_trace(FIXTURES / fixture), prefix))
+    assert a.steps.name == AUTO_STEP
+    assert a.steps.how.startswith("automatic") and how in a.steps.how
+    t = a.timeline.steps
+    assert len(ref) == count and len(t) == count
+    assert t["kernels"].tolist() == ref["kernels"].tolist()
+    assert t["gpu_start_ns"].tolist() == ref["gpu_start_ns"].tolist()
+    assert t["gpu_end_ns"].tolist() == ref["gpu_end_ns"].tolist()
+
+
+def test_the_pageable_nsys_file_also_finds_its_warm_up_iteration() -> None:
+    # The nsys file holds one more iteration of the same loop body, in a range named
+    # `warmup` (README): without markers it is a step like the others.
+    a = analyze(_strip(load_trace(FIXTURES / "h200-pageable-sync-10steps.nsys.sqlite.gz"), "copy_step"))
+    assert a.steps.count == 11 and set(a.timeline.steps["kernels"]) == {4}
+
+
+def test_a_layer_is_not_a_step_the_outermost_repetition_is() -> None:
+    layer = [1, 2, 3, 4, 5, 6]
+    step = [9, 10] + layer * 16 + [11, 12, 13]
+    seq = np.asarray([7, 7, 8] + step * 5)  # start-up work, then 5 steps
+    period, lo, hi = repeating_region(seq)
+    assert period == len(step) == 101
+    assert (lo, hi) == (3, 3 + 5 * 101)
+
+
+def test_no_repetition_means_no_automatic_step() -> None:
+    assert repeating_region(np.arange(50)) is None
+
+
+def test_library_ranges_are_never_the_step() -> None:
+    p = load_trace(FIXTURES / "h200-decode-eager-5steps.kineto.json.gz")
+    named = p.ranges["name"] == "decode_step"
+    p.ranges.loc[named, "name"] = "cub::DeviceScan::InclusiveScan"
+    a = analyze(p)
+    assert a.steps.name == AUTO_STEP and a.steps.count == 5
+    # asked for by name, the user gets it
+    assert find_steps(p, "cub::*").count == 5
+
+
+@pytest.mark.parametrize("name", ["ncclAllReduce", "cudnn:conv", "cuBLASLt gemm", "thrust::sort"])
+def test_other_library_range_names_are_skipped(name: str) -> None:
+    p = load_trace(FIXTURES / "h200-decode-eager-5steps.kineto.json.gz")
+    p.ranges.loc[p.ranges["name"] == "decode_step", "name"] = name
+    assert analyze(p).steps.name == AUTO_STEP
+
+
+def test_how_the_step_was_found_is_said() -> None:
+    eager = FIXTURES / "h200-decode-eager-5steps.kineto.json.gz"
+    assert "--step" in analyze(load_trace(eager), step="decode_step").steps.how
+    assert "most frequent" in analyze(load_trace(eager)).steps.how
+    assert "ProfilerStep#N" in analyze(load_trace(FIXTURES / "h200-profilerstep-5steps.kineto.json.gz")).steps.how
+    p = load_trace(eager)
+    p.meta["bundle"] = {"step": "decode_step"}
+    assert analyze(p).steps.how.startswith("recorded by the run")

@@ -1,0 +1,278 @@
+"""The megakernel variant: its tile plan (CPU), its refusal without a GPU, and on a Hopper GPU
+single steps against the eager model at tiny, odd and Llama-3.2-1B shapes (NaN-poisoned
+outputs and cache rows first), a ring that wraps many times, and bit-identical replays.
+
+The end-to-end teacher-forced comparison with eager and fused is in test_kernels.py
+(`test_kernels_match_eager_*[megakernel]`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from perfdoctor.engine.config import LLAMA_3_2_1B, TINY, BadInput, ModelConfig, RopeScaling
+from perfdoctor.engine.megakernel import TUNED, MegaShape, plan
+
+CUDA = torch.cuda.is_available()
+HOPPER = CUDA and torch.cuda.get_device_capability() == (9, 0)
+needs_hopper = pytest.mark.skipif(not HOPPER, reason="the megakernel needs a Hopper GPU (sm_90)")
+DEVICE = "cuda" if CUDA else "cpu"
+
+
+def _odd_config() -> ModelConfig:
+    # Nothing a power of two but head_dim: a GQA group of 3, row counts no tile divides
+    # (qkv 160, gate/up 112, head 250 rows), 80-byte rows (a multiple of 16, as bulk copies need).
+    return ModelConfig(
+        name="odd", vocab_size=250, hidden=40, layers=2, q_heads=6, kv_heads=2, head_dim=16,
+        intermediate=56, rope_scaling=RopeScaling(original_max_position=16), max_position=2048,
+    )
+
+
+# ---- the plan, on any machine --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("config", [LLAMA_3_2_1B, TINY, _odd_config()], ids=lambda c: c.name)
+@pytest.mark.parametrize("shape", [TUNED, MegaShape(tile_bytes=4096, stages=2), MegaShape(consumer_warps=12)],
+                         ids=["tuned", "small", "12-warps"])
+def test_plan_covers_every_row_once(config, shape):
+    """Each stage's tiles, dealt round-robin to 132 CTAs, cover every row exactly once, each
+    tile one bulk copy (a multiple of 16 bytes, at most a ring stage)."""
+    if 2 * config.intermediate > shape.tile_bytes:
+        with pytest.raises(BadInput, match="wider than a tile"):
+            plan(config, shape)
+        return
+    for st in plan(config, shape).values():
+        covered = torch.zeros(st.rows, dtype=torch.int32)
+        for cta in range(132):
+            for t in st.tiles_of(cta, 132):
+                nbytes = st.tile_bytes(t)
+                assert 0 < nbytes <= shape.tile_bytes and nbytes % 16 == 0
+                n = nbytes // (2 * st.cols)
+                covered[t * st.rows_per_tile : t * st.rows_per_tile + n] += 1
+        assert covered.eq(1).all(), st.name
+
+
+def test_plan_of_llama_1b():
+    """32 KB tiles: 8 rows of the 2048-wide matrices (a warp a row), 2 of the 8192-wide down
+    projection (4 warps a row); the tile counts the notes' per-CTA balance is computed from."""
+    p = plan(LLAMA_3_2_1B)
+    assert {k: (v.rows_per_tile, v.tiles) for k, v in p.items()} == {
+        "qkv": (8, 384), "o": (8, 256), "gate_up": (8, 2048), "down": (2, 1024), "head": (8, 16032),
+    }
+    assert sum(v.rows * v.cols * 2 for k, v in p.items() if k != "head") * 16 + p["head"].rows * 2048 * 2 == 2_471_493_632
+
+
+def test_plan_refuses_what_the_kernel_cannot_copy():
+    odd = replace(_odd_config(), hidden=36)  # 72-byte rows: not a multiple of 16
+    with pytest.raises(BadInput, match="multiple of 8"):
+        plan(odd)
+    with pytest.raises(BadInput, match="head_dim"):
+        plan(replace(_odd_config(), head_dim=12))
+    with pytest.raises(BadInput, match="head_dim must be one of 16, 32, 64, 128"):  # attention<D> is built for these
+        plan(replace(_odd_config(), head_dim=80))
+
+
+def test_cubins_live_in_perfdoctors_cache_folder(tmp_path, monkeypatch):
+    """The cubin cache is under the same folder as the calibrations (XDG_CACHE_HOME), unless
+    PERFDOCTOR_CACHE names another."""
+    from perfdoctor.record import calibrate
+    from perfdoctor.engine.cubin import cubin_dir
+
+    monkeypatch.delenv("PERFDOCTOR_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cubin_dir() == tmp_path / "xdg" / "perfdoctor" / "cubin"
+    assert cubin_dir().parent == calibrate.cache_path().parent
+    monkeypatch.setenv("PERFDOCTOR_CACHE", str(tmp_path / "mine"))
+    assert cubin_dir() == tmp_path / "mine" / "cubin"
+
+
+def test_cli_without_cuda_says_why(capsys):
+    if CUDA:
+        pytest.skip("this machine has CUDA: the refusal is for machines without")
+    from perfdoctor.engine.__main__ import main
+
+    assert main(["--variant", "megakernel", "--config", "tiny", "--tokens", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "megakernel variant needs a CUDA device" in err and "Traceback" not in err
+
+
+# ---- the kernel, on a Hopper GPU -------------------------------------------------------------
+
+
+def _step_tol(ref: torch.Tensor) -> dict[str, float]:
+    """bf16 chains a dozen rounding points per layer, and one flipped early moves a later
+    value by a few % of the largest (seen on the odd config: 0.114 of 3.6 in a logit); an
+    indexing or ordering bug is off by O(1)."""
+    return {"rtol": 2e-2, "atol": 6e-2 * max(ref.abs().max().item(), 1e-3)}
+
+
+MEGA_CASES = [
+    pytest.param("tiny", 64, TUNED, id="tiny"),
+    pytest.param("odd", 200, TUNED, id="odd"),  # 200 positions: 4 attention chunks, the last partial
+    # 4 KB tiles (one K/V chunk of head_dim 16) in a 2-stage ring: the ring wraps every
+    # other tile, through weights and K/V chunks, with partial last tiles
+    pytest.param("odd", 200, MegaShape(tile_bytes=4096, stages=2), id="odd-small-ring"),
+    pytest.param("odd", 200, MegaShape(tile_bytes=4096, stages=3, in_flight=1), id="odd-in-flight-1"),
+    # two tiles per consumer step, the whole ring in flight
+    pytest.param("odd", 200, MegaShape(tiles_per_step=2, in_flight=0), id="odd-2-tiles-per-step"),
+    pytest.param("llama-3.2-1b", 2048, MegaShape(tiles_per_step=2), id="llama-1b-2-tiles-per-step", marks=pytest.mark.gpu),
+    # done counters on the attention path too (flags=False: plain bf16 q/k/v and attention output)
+    pytest.param("tiny", 64, MegaShape(flags=False), id="tiny-counters"),
+    pytest.param("odd", 200, MegaShape(tile_bytes=4096, stages=2, flags=False), id="odd-small-ring-counters"),
+    pytest.param("llama-3.2-1b", 2048, MegaShape(flags=False), id="llama-1b-counters", marks=pytest.mark.gpu),
+    pytest.param("odd", 200, MegaShape(flags=False), id="odd-counters"),
+    # 12 consumer warps: 6-row tiles (24 KB of a 32 KB slot), 3 warps per scheduler
+    pytest.param("odd", 200, MegaShape(consumer_warps=12), id="odd-12-warps"),
+    pytest.param("llama-3.2-1b", 2048, MegaShape(consumer_warps=12), id="llama-1b-12-warps", marks=pytest.mark.gpu),
+    pytest.param("llama-3.2-1b", 2048, TUNED, id="llama-1b", marks=pytest.mark.gpu),
+]
+
+
+def _poison(buf: torch.Tensor) -> None:
+    """NaN in every bf16 buffer; in a tagged (int32) one, words of tag 0 (never a valid tag:
+    a reader that accepted one would see NaN) holding a bf16 NaN."""
+    if buf.dtype == torch.int32:
+        buf.fill_(0x7FC0)
+    else:
+        buf.fill_(float("nan"))
+
+
+@needs_hopper
+@pytest.mark.parametrize("config_name,ctx,shape", MEGA_CASES)
+def test_megakernel_step(config_name, ctx, shape):
+    """Single steps at several positions against the eager model on the same weights: the
+    logits (NaN-poisoned buffers and cache row first; last, a step over the previous one's
+    buffers), the token (argmax of its own logits), the K/V rows it appends; the done
+    counters are zero again after every step."""
+    from perfdoctor.engine.config import named_config
+    from perfdoctor.engine.megakernel import MegaKernels
+    from perfdoctor.engine.model import Transformer
+    from perfdoctor.engine.weights import random_hf_state_dict
+
+    torch.manual_seed(0)
+    config = _odd_config() if config_name == "odd" else named_config(config_name)
+    weights = random_hf_state_dict(config, seed=1, device=DEVICE, dtype=torch.bfloat16)
+    model = Transformer.from_hf_state_dict(config, weights, ctx)
+    mine = Transformer.from_hf_state_dict(config, weights, ctx)
+    mk = MegaKernels(mine, shape)
+    P = 5
+    prompt = torch.randint(config.vocab_size, (P,), device=DEVICE)
+    with torch.inference_mode():
+        model(prompt, torch.arange(P, device=DEVICE))
+        mine(prompt, torch.arange(P, device=DEVICE))
+        # ctx - 1 fills the whole cache (many chunks); the last step repeats that position with
+        # another token and no poison: every buffer then holds the previous launch's words,
+        # which (tagged) a reader must not take for this launch's
+        for i, pos_value in enumerate((P, P + 1, ctx - 1, ctx - 1)):
+            token = torch.randint(config.vocab_size, (1,), device=DEVICE)
+            pos = torch.tensor([pos_value], device=DEVICE)
+            if i < 3:
+                for buf in (mk.hbuf, mk.y, mk.qkv, mk.attn, mk.gu, mk.logits):
+                    _poison(buf)
+                for layer in mine.layers:
+                    layer.attn.k_cache[:, pos_value] = float("nan")
+                    layer.attn.v_cache[:, pos_value] = float("nan")
+            mk.next_token.fill_(-1)
+            got = mk(token, pos).item()
+            want = model(token, pos)[0].float()
+            logits = mk.logits.float()
+            assert not logits.isnan().any(), "a logit was not written (or a NaN leaked in)"
+            torch.testing.assert_close(logits, want, **_step_tol(want))
+            assert got == torch.argmax(logits).item(), "token is not the argmax of the kernel's logits"
+            for a, b in zip(mine.layers, model.layers):
+                for mk_cache, ref_cache in ((a.attn.k_cache, b.attn.k_cache), (a.attn.v_cache, b.attn.v_cache)):
+                    row = mk_cache[:, pos_value].float()
+                    assert not row.isnan().any(), "K/V row not appended"
+                    torch.testing.assert_close(row, ref_cache[:, pos_value].float(), **_step_tol(ref_cache.float()))
+            assert mk.counter_values() == [0] * (5 * config.layers + 1), "counters not reset for the next step"
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("shape", [TUNED, MegaShape(flags=False)], ids=["tuned", "counters"])
+def test_megakernel_replays_identically(shape):
+    """A race (a read before its producer's write is visible) shows as outputs that change
+    between runs on the same input; the kernel's arithmetic order is fixed, so 50 replays of
+    the captured step at one position must give bit-identical logits."""
+    from perfdoctor.engine.megakernel import MegaKernels, MegaStep
+    from perfdoctor.engine.model import Transformer
+    from perfdoctor.engine.weights import model_weights
+
+    config, weights = model_weights("llama-3.2-1b", None, 0, DEVICE, torch.bfloat16)
+    model = Transformer.from_hf_state_dict(config, weights, 2048)
+    mk = MegaKernels(model, shape)
+    step = MegaStep(mk)
+    token, pos = torch.tensor([17], device=DEVICE), torch.tensor([300], device=DEVICE)
+    with torch.inference_mode():
+        step(token, pos)
+        first = mk.logits.clone()
+        tokens = set()
+        for _ in range(50):
+            tokens.add(step(token, pos).item())
+            assert torch.equal(mk.logits, first), "logits changed between replays: a race"
+    assert len(tokens) == 1
+
+
+def test_trace_detail_split_by_hand():
+    """bench/megakernel.py's detail columns on a made-up 8-word trace (1 layer, 1 CTA), in
+    ns: every stage g starts at g us, sees the previous stage complete 0.1 us later, has
+    its inputs 0.3 us in (attention: ready at 0.3, q/k/v loaded at 0.4), issues its last
+    store at 0.7 and ends at 0.8 us, having waited for ring slots a quarter of the 400
+    cycles from ready to last store."""
+    import importlib.util
+    from pathlib import Path
+
+    from perfdoctor.engine.megakernel import TRACE_WORDS
+
+    spec = importlib.util.spec_from_file_location("bench_mega", Path(__file__).parents[2] / "bench" / "megakernel.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    trace = torch.zeros(1, 6, TRACE_WORDS, dtype=torch.int64)
+    for g in range(6):
+        t0 = 1_000_000 + g * 1000
+        seen = t0 + (400 if g == 1 else 100)
+        trace[0, g] = torch.tensor([t0, t0 + 300, t0 + 800, 7, seen, 100, t0 + 700, 400])
+    st = bench.trace_split(trace, 1, dict.fromkeys(("qkv", "o", "gate_up", "down", "head"), 1000) | {"attention": 0})["stages"]
+    qkv, attn, o = st["qkv"], st["attention"], st["o"]
+    assert qkv["seen_us"] == 0.0  # no stage before it
+    assert (qkv["poll_us"], qkv["loader_us"]) == pytest.approx((0.1, 0.2))
+    assert (qkv["ring_us"], qkv["compute_us"], qkv["release_us"]) == pytest.approx((0.1, 0.3, 0.1))
+    # attention has no loader: "seen" is its first ready after the QKV stage's end (1.3 - 0.8),
+    # "poll" the q/k/v load (0.4 - 0.3)
+    assert (attn["seen_us"], attn["poll_us"], attn["loader_us"]) == pytest.approx((0.5, 0.1, 0.0))
+    assert o["seen_us"] == pytest.approx(2.1 - 1.8)
+    assert "| stage | seen us (sum)" in bench.table({
+        "device": "x", "ctx": 1, "tokens": 1, "repeats": 1, "bytes_per_step": 1e6, "rows": [],
+        "trace": bench.trace_split(trace, 1, dict.fromkeys(bench.STAGES + ("head",), 0)), "trace_shape": "tuned", "trace_pos": 1})
+
+
+@needs_hopper
+def test_megastep_reads_the_callers_buffers():
+    """MegaStep replays graphs captured on the caller's own token and position tensors (no
+    copies in): a generation through it gives the tokens of one through GraphedStep (which
+    copies both into static buffers), and a caller that passes new tensors at every step,
+    more than MAX_GRAPHS of them, gets the same tokens again."""
+    from perfdoctor.engine.generate import generate, random_prompt
+    from perfdoctor.engine.graphs import GraphedStep
+    from perfdoctor.engine.megakernel import MegaKernels, MegaStep
+    from perfdoctor.engine.model import Transformer
+    from perfdoctor.engine.weights import model_weights
+
+    config, weights = model_weights("tiny", None, 0, DEVICE, torch.bfloat16)
+    models = [Transformer.from_hf_state_dict(config, weights, 64) for _ in range(3)]
+    prompt = random_prompt(config, 5, 0)
+    P, n = prompt.shape[0], 24
+    with torch.inference_mode():
+        want = generate(models[0], GraphedStep(MegaKernels(models[0])), prompt, n).tokens
+        assert generate(models[1], MegaStep(MegaKernels(models[1])), prompt, n).tokens == want
+        step = MegaStep(MegaKernels(models[2]))
+        models[2](prompt.to(DEVICE), torch.arange(P, device=DEVICE))  # the prefill fills its cache
+        got = [want[0]]
+        for i in range(1, n):
+            got.append(step(torch.tensor([got[-1]], device=DEVICE), torch.tensor([P + i - 1], device=DEVICE)).item())
+        assert len(step.graphs) <= MegaStep.MAX_GRAPHS
+    assert got == want
+

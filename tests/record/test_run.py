@@ -1,0 +1,630 @@
+"""``perfdoctor run`` on small real CPU torch programs (tests/programs/), and its parts.
+
+Every run here starts real Python processes with the real torch profiler; on a CPU-only
+machine NVML, nsys and ncu must come out "unavailable: <reason>". Runs are shared between
+tests through module fixtures to keep the file fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from perfdoctor import api
+from perfdoctor.collectors.bundle import load_bundle
+from perfdoctor.declare import DECLARE_PREFIX, declaration_name, parse_declaration
+from perfdoctor.record.run import gpu_present
+
+PROGRAMS = Path(__file__).parents[1] / "programs"
+ROOT = Path(__file__).parents[2]
+no_gpu = pytest.mark.skipif(gpu_present(), reason="checks the CPU-only statuses")
+
+
+def perfdoctor_run(*args: str, cwd: Path, **kwargs) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run(
+        [sys.executable, "-m", "perfdoctor.record.run", "--out", str(cwd / "runs"), *args],
+        capture_output=True, text=True, cwd=cwd, env=env, **{"timeout": 120, **kwargs},
+    )
+
+
+def only_bundle(cwd: Path) -> Path:
+    (bundle,) = (cwd / "runs").iterdir()
+    return bundle
+
+
+def manifest(bundle: Path) -> dict:
+    return json.loads((bundle / "manifest.json").read_text())
+
+
+def metrics(bundle: Path) -> dict:
+    return json.loads((bundle / "metrics.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def rf_run(tmp_path_factory):
+    """rf_steps.py with the light pass and the torch profiler (the CPU defaults)."""
+    cwd = tmp_path_factory.mktemp("rf")
+    done = perfdoctor_run(str(PROGRAMS / "rf_steps.py"), "8", "facts.json", cwd=cwd)
+    return done, cwd, only_bundle(cwd)
+
+
+def test_program_runs_as_python_would(rf_run):
+    done, cwd, _ = rf_run
+    assert done.returncode == 0, done.stderr
+    facts = json.loads((cwd / "facts.json").read_text())
+    assert facts == {
+        "argv": [str(PROGRAMS / "rf_steps.py"), "8", "facts.json"],
+        "cwd": str(cwd),
+        "name": "__main__",
+        "path0": str(PROGRAMS),
+    }
+    # The first pass owns the terminal; the torch pass's output goes to its log.
+    assert done.stdout.count("done 8 steps") == 1
+    assert "done 8 steps" in (only_bundle(cwd) / "raw" / "torch.log").read_text()
+
+
+@no_gpu
+def test_manifest_statuses_on_cpu(rf_run):
+    _, _, bundle = rf_run
+    m = manifest(bundle)
+    assert m["status"] == "done" and m["exit_code"] == 0
+    collectors = m["collectors"]
+    assert collectors["torch"]["status"] == "ok"
+    assert collectors["torch"]["command"][1:3] == ["-m", "perfdoctor.record.bootstrap.main"]
+    for name in ("nvml", "nsys", "ncu"):
+        assert collectors[name]["status"].startswith("unavailable: "), collectors[name]
+        assert len(collectors[name]["status"]) > len("unavailable: ")
+    assert [p["name"] for p in m["passes"]] == ["light", "torch"]
+    assert m["passes"][1]["steps"] == 8  # step ticks are batched; the last batch is flushed at exit
+    assert m["environment"]["python"] == sys.version.split()[0]
+    assert m["environment"]["torch"] == __import__("torch").__version__
+
+
+def test_light_pass_and_step_metrics(rf_run):
+    _, _, bundle = rf_run
+    light = manifest(bundle)["light_pass"]
+    assert light["step_name"] == "train_step"
+    assert light["steps_seen"] == 8
+    assert len(light["step_latency_ms"]) == 7  # --warmup 1
+    assert all(v > 0 for v in light["step_latency_ms"])
+    m = metrics(bundle)
+    assert m["step_name"] == "train_step"
+    assert m["metrics"]["steps"]["value"] == 7  # the traced window: steps 1..7
+    profile = load_bundle(bundle)
+    assert profile.meta["light_pass"]["step_name"] == "train_step"
+    assert "perfdoctor.clock_sync" not in set(profile.ranges["name"])
+    assert (profile.ranges["name"] == "inner").sum() == 7
+
+
+def test_analyze_reads_the_bundle(rf_run):
+    _, cwd, bundle = rf_run
+    assert load_bundle(bundle).meta["bundle"]["step"] == "train_step"
+    done = subprocess.run([sys.executable, "-m", "perfdoctor", "analyze", str(bundle), "--step", "train_step", "--json", "m.json"],
+                          capture_output=True, text=True, cwd=cwd, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((cwd / "m.json").read_text())["metrics"]["steps"]["value"] == 7
+
+
+def test_light_pass_latency_is_the_programs_own(tmp_path):
+    # On a CPU-only machine --collect nvml leaves just the light pass (no tracer at all).
+    done = perfdoctor_run("--collect", "nvml", "--warmup", "2", "--steps", "0", str(PROGRAMS / "timed_steps.py"), "own.json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    light = manifest(only_bundle(tmp_path))["light_pass"]
+    own = json.loads((tmp_path / "own.json").read_text())[2:]
+    assert light["step_name"] == "decode_step" and len(light["step_latency_ms"]) == len(own) == 10
+    light_p50, own_p50 = sorted(light["step_latency_ms"])[5], sorted(own)[5]
+    assert light_p50 >= 20 and abs(light_p50 / own_p50 - 1) < 0.05
+
+
+@pytest.fixture(scope="module")
+def region_run(tmp_path_factory):
+    cwd = tmp_path_factory.mktemp("region")
+    done = perfdoctor_run("--no-light", str(PROGRAMS / "region_steps.py"), "6", cwd=cwd)
+    return done, only_bundle(cwd)
+
+
+def test_region_program_steps_and_declaration(region_run):
+    done, bundle = region_run
+    assert done.returncode == 0, done.stderr
+    assert [p["name"] for p in manifest(bundle)["passes"]] == ["torch"]
+    m = metrics(bundle)
+    assert m["step_name"] == "decode_step"
+    assert m["metrics"]["steps"]["value"] == 5
+    ranges = load_bundle(bundle).ranges
+    # Nested regions are ranges, not steps; the declaration is re-emitted into the window.
+    assert (ranges["name"] == "matmul").sum() == 5
+    declared = [n for n in ranges["name"] if n.startswith(DECLARE_PREFIX)]
+    assert len(declared) == 1
+    assert parse_declaration(declared[0]) == ("decode_step", {"tokens": 1, "bytes": 32768})
+
+
+def test_nvtx_package_ranges_reach_the_torch_trace(tmp_path):
+    pytest.importorskip("nvtx")
+    done = perfdoctor_run("--no-light", "--step", "nvtx_step", str(PROGRAMS / "nvtx_steps.py"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    bundle = only_bundle(tmp_path)
+    assert metrics(bundle)["metrics"]["steps"]["value"] == 5
+    ranges = load_bundle(bundle).ranges
+    assert (ranges["name"] == "pushed").sum() == 5  # push_range/pop_range mirrored too
+    assert (ranges["name"] == "both").sum() == 5  # record_function + NVTX of one name: one range
+
+
+@pytest.mark.parametrize(("spec", "name"), [("__main__:decode", "decode"), ("plainlib:step_once", "step_once")])
+def test_step_fn(tmp_path, spec, name):
+    done = perfdoctor_run("--no-light", "--step-fn", spec, str(PROGRAMS / "plain_fn.py"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    bundle = only_bundle(tmp_path)
+    m = metrics(bundle)
+    assert (m["step_name"], m["metrics"]["steps"]["value"]) == (name, 4)
+
+
+def test_module_target_and_exit_code_are_the_programs(tmp_path):
+    # -m: everything after the module name is the module's, options included.
+    done = subprocess.run(
+        [sys.executable, "-m", "perfdoctor.record.run", "--out", str(tmp_path / "runs"), "--no-light", "-m", "exit3", "-q", "--steps", "2"],
+        capture_output=True, text=True, cwd=PROGRAMS, timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])},
+    )
+    assert done.returncode == 3, done.stderr
+    assert "argv ['-q', '--steps', '2']" in done.stdout
+    assert "torch pass" in done.stderr  # perfdoctor itself was not made quiet
+    bundle = only_bundle(tmp_path)
+    m = manifest(bundle)
+    assert (m["exit_code"], m["target_exit_code"], m["status"]) == (3, 3, "done")
+    # Issue 12: a pass whose program exited non-zero is not "ok" (it was "ok" before), though
+    # its trace is kept and the run's exit code stays the program's.
+    assert m["collectors"]["torch"]["status"].startswith("failed: the program exited 3")
+    assert len(load_bundle(bundle).ranges) > 0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_killed_run_leaves_a_readable_bundle(tmp_path, sig):
+    ready = tmp_path / "ready"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "perfdoctor.record.run", "-q", "--no-light", "--steps", "0", "--out", str(tmp_path / "runs"),
+           str(PROGRAMS / "sleeper.py"), str(ready)]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ready.exists(), proc.communicate()[1]
+    os.killpg(proc.pid, sig)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig
+    bundle = only_bundle(tmp_path)
+    m = manifest(bundle)
+    assert m["status"] == "interrupted" and m["exit_code"] == 128 + sig
+    assert m["collectors"]["torch"]["status"] == "ok"
+    assert metrics(bundle)["metrics"]["steps"]["value"] >= 4  # the steps before the signal
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--collect", "torch,gpuz", "x.py"], "unknown collector gpuz"),
+        (["missing.py"], "missing.py: no such script"),
+        (["--step-fn", "nocolon", "x.py"], "expected module:function"),
+        ([], "nothing to run"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
+    (tmp_path / "x.py").write_text("print('hi')\n")
+    done = perfdoctor_run(*args, cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [f"error: {done.stderr.strip()[7:]}"]
+    assert message in done.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+# --- parts ---------------------------------------------------------------------------
+
+
+def test_declaration_round_trips_without_quotes():
+    name = declaration_name("decode_step", 1, 2.0)
+    assert '"' not in name and "'" not in name  # Kineto writes range names unescaped
+    assert parse_declaration(name) == ("decode_step", {"tokens": 1, "bytes": 2.0})
+    # the quoted form recorded by torch 2.11 (which turns " into ') still reads
+    assert parse_declaration(DECLARE_PREFIX + "{'step':'decode_step','tokens':1}") == ("decode_step", {"tokens": 1})
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+
+    def step_start(self, name: str) -> None:
+        self.events.append(("start", name))
+
+    def step_end(self, name: str) -> None:
+        self.events.append(("end", name))
+
+    def declared(self, name: str) -> None:
+        self.events.append(("declared", name))
+
+
+def test_api_reports_outermost_regions_and_steps():
+    recorder = Recorder()
+    api.subscribe(recorder)
+    try:
+        with api.region("outer", tokens=2):
+            with api.region("inner"):
+                pass
+        api.step()
+        api.step()
+        api.end_step()
+        api.step_function(lambda: None, "fn")()
+    finally:
+        api._listeners.remove(recorder)
+    assert recorder.events == [
+        ("declared", "outer"), ("start", "outer"), ("end", "outer"),
+        ("start", "perfdoctor.step"), ("end", "perfdoctor.step"),
+        ("start", "perfdoctor.step"), ("end", "perfdoctor.step"),
+        ("start", "fn"), ("end", "fn"),
+    ]
+    with pytest.raises(ValueError):
+        with api.region(""):
+            pass
+
+
+def test_choose_step_prefers_pattern_then_api_then_most_frequent():
+    from perfdoctor.record.run import choose_step
+
+    latency = {"prefill": [1.0], "layer": [0.1] * 6, "decode_step": [1.0] * 3}
+    assert choose_step(latency, {}, "decode*") == "decode_step"
+    assert choose_step(latency, {"decode_step": 3, "prefill": 1}, None) == "decode_step"
+    assert choose_step(latency, {}, None) == "layer"
+    assert choose_step({"once": [1.0]}, {}, None) is None
+
+
+def test_ncu_csv_becomes_counters():
+    from perfdoctor.collectors.ncu import parse_csv
+
+    # Crafted in the layout of `ncu --csv --print-units base` (see shared DEVICE.md), two kernels.
+    text = "\n".join([
+        "==PROF== Connected to process 1",
+        '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"',
+        '"0","1","python","h","gemv","1","7","(128, 1, 1)","(64, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","nsecond","4,096"',
+        '"0","1","python","h","gemv","1","7","(128, 1, 1)","(64, 1, 1)","0","9.0","Command line profiler metrics","dram__bytes_read.sum","byte","1000000"',
+        '"1","1","python","h","add","1","7","(128, 1, 1)","(64, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","usecond","2"',
+        '"1","1","python","h","add","1","7","(128, 1, 1)","(64, 1, 1)","0","9.0","Command line profiler metrics","lts__t_sector_hit_rate.pct","%","50.5"',
+    ])
+    counters = parse_csv(text)
+    assert list(counters["correlation"]) == [0, 0, 1, 1]
+    assert list(counters["duration_ns"]) == [4096, 4096, 2000, 2000]
+    assert counters.loc[1, "value"] == 1e6
+    assert counters.loc[3, ["name", "metric", "value"]].tolist() == ["add", "lts__t_sector_hit_rate.pct", 50.5]
+    assert parse_csv("==PROF== nothing profiled").empty
+
+
+def test_nvml_peak_and_samples(tmp_path):
+    from perfdoctor.collectors import nvml
+
+    assert nvml.peak_dram_bw_gbps(6016, 3201) == pytest.approx(4814.3, abs=0.1)  # H200: 4814 GB/s, DEVICE.md
+    assert nvml.device_index({"CUDA_VISIBLE_DEVICES": "3,1"}) == 3
+    assert nvml.device_index({"CUDA_VISIBLE_DEVICES": "GPU-abc"}) == "GPU-abc"
+    assert nvml.device_index({}) == 0
+    path = tmp_path / "s.jsonl"
+    path.write_text('{"t": 10, "m": "dram_bw_util", "v": 0.5, "s": "nvml-gpm"}\n{"t": 20, "m": "po')  # cut short
+    samples = nvml.read_samples(path, offset_ns=100)
+    assert samples[["time_ns", "metric", "value", "source"]].values.tolist() == [[110, "dram_bw_util", 0.5, "nvml-gpm"]]
+
+
+def test_find_nsys_honours_env(tmp_path, monkeypatch):
+    from perfdoctor.collectors import nsys_run
+
+    fake = tmp_path / "nsys"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("NSYS", str(fake))
+    assert nsys_run.find_nsys() == str(fake)
+    cmd = nsys_run.profile_command(str(fake), tmp_path / "r", capture_range=True, gpu_metrics_device="0")
+    assert "--sample=none" in cmd and "--capture-range=cudaProfilerApi" in cmd and "--gpu-metrics-devices=0" in cmd
+
+
+def test_calibration_cache_and_cpu_measurement(tmp_path, monkeypatch):
+    torch = pytest.importorskip("torch")
+    from perfdoctor.record import calibrate
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert calibrate.cache_path() == tmp_path / "perfdoctor" / "calibration.json"
+    assert calibrate.load_calibration("GPU-x") is None
+    # The measurement code is device-agnostic: on the CPU it measures this machine's memory.
+    entry = calibrate.calibrate(torch.device("cpu"), sizes_mb=(8,), n=128)
+    assert entry["dram_read_gbps"] > 0 and entry["bf16_matmul_tflops"] > 0
+    calibrate.save_calibration("GPU-x", entry)
+    assert calibrate.load_calibration("GPU-x")["dram_read_gbps"] == entry["dram_read_gbps"]
+
+
+@no_gpu
+def test_calibrate_without_gpu_is_a_usage_error(tmp_path):
+    pytest.importorskip("torch")
+    import typer
+    from typer.testing import CliRunner
+
+    from perfdoctor.cli.calibrate import calibrate_command
+    from perfdoctor.errors import UsageError
+
+    app = typer.Typer()
+    app.command()(calibrate_command)
+    result = CliRunner().invoke(app, [])
+    assert isinstance(result.exception, UsageError)
+    assert "no CUDA device" in str(result.exception)
+
+
+# --- issue 19: the light pass is the scout ----------------------------------------------
+
+
+def test_light_json_series_and_scout_keys(tmp_path):
+    # --collect nvml on a CPU-only machine: the light pass alone (NVML unavailable here).
+    done = perfdoctor_run("--collect", "nvml", str(PROGRAMS / "timed_steps.py"), "own.json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    bundle = only_bundle(tmp_path)
+    light = json.loads((bundle / "raw" / "light.json").read_text())
+    assert light["step_end_clock"] == "host"  # no CUDA: host times
+    s = light["series"]["decode_step"]
+    assert s["gpu_start_ns"] is None
+    assert len(s["host_start_ns"]) == len(s["gpu_end_ns"]) == 12
+    assert all(h < e for h, e in zip(s["host_start_ns"], s["gpu_end_ns"]))
+    assert "spans_ns" not in light
+    lp = manifest(bundle)["light_pass"]
+    assert (lp["step_name"], lp["how"], lp["steps_seen"], lp["warmup_explicit"], lp["step_thread"]) == (
+        "decode_step", "perfdoctor.region", 12, False, "main")
+    # The traced passes' warm-up is the steady state's start when not given.
+    assert lp["warmup"] == lp["steady_start"] and lp["steady_reason"]
+    assert len(lp["step_latency_ms"]) == 12 - lp["warmup"]
+    assert lp["counters"] == {} and lp["counters_reason"]
+
+
+def test_explicit_warmup_wins_over_the_scout(tmp_path):
+    done = perfdoctor_run("--collect", "nvml", "--warmup", "5", str(PROGRAMS / "timed_steps.py"), "own.json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lp = manifest(only_bundle(tmp_path))["light_pass"]
+    assert (lp["warmup"], lp["warmup_explicit"], len(lp["step_latency_ms"])) == (5, True, 7)
+
+
+def test_gpm_mean_over_exactly_the_steady_steps():
+    from perfdoctor.collectors.nvml import steps_mean
+
+    ms = 1_000_000
+    # GPM intervals of 100 ms: 0.1 during start-up, 0.8 while the steps run, NaN once.
+    intervals = [(0, 100 * ms, 0.1), (100 * ms, 200 * ms, 0.8), (200 * ms, 300 * ms, float("nan")),
+                 (300 * ms, 400 * ms, 0.8), (400 * ms, 500 * ms, 0.5)]
+    # Steps from 150 ms to 450 ms, with a pause (not a step) from 250 to 260 ms.
+    steps = [(150 * ms, 250 * ms), (260 * ms, 450 * ms)]
+    got = steps_mean(intervals, steps)
+    # 50 ms of 0.8, (NaN dropped), 100 ms of 0.8, 50 ms of 0.5
+    assert got["value"] == pytest.approx((50 * 0.8 + 100 * 0.8 + 50 * 0.5) / 200)
+    assert (got["samples"], got["dropped_nan"], got["start_ns"], got["end_ns"]) == (3, 1, 150 * ms, 450 * ms)
+    short = steps_mean(intervals, [(120 * ms, 180 * ms)])
+    assert short["value"] is None and "shorter than one GPM interval" in short["reason"]
+    nan = steps_mean([(0, 100 * ms, float("nan"))] * 2, [(0, 100 * ms)])
+    assert nan["value"] is None and nan["reason"] == "all 2 GPM samples over the steady steps returned NaN"
+
+
+@pytest.fixture(scope="module")
+def hf_run(tmp_path_factory):
+    """Hugging Face generate with no annotation at all: a tiny random Llama, on the CPU."""
+    pytest.importorskip("transformers")
+    cwd = tmp_path_factory.mktemp("hf")
+    done = perfdoctor_run("--tokens-per-step", "1", str(PROGRAMS / "hf_generate.py"), "--tokens", "12", "--runs", "2", cwd=cwd)
+    return done, only_bundle(cwd)
+
+
+def test_hf_generate_step_is_the_model_forward(hf_run):
+    done, bundle = hf_run
+    assert done.returncode == 0, done.stderr
+    tokens = int(done.stdout.split("tokens generated:")[1].split()[0])
+    assert tokens == 4 + 2 * 12
+    lp = manifest(bundle)["light_pass"]
+    assert (lp["step_name"], lp["how"]) == ("LlamaForCausalLM.forward", "module: LlamaForCausalLM")
+    assert lp["module"]["depth"] == 0 and lp["module"]["class"].endswith("modeling_llama.LlamaForCausalLM")
+    assert lp["steps_seen"] == tokens  # one step per generated token
+    assert lp["declared"] == {"tokens": 1.0, "source": "--tokens-per-step"}
+    light = json.loads((bundle / "raw" / "light.json").read_text())
+    assert len(light["series"]["LlamaForCausalLM.forward"]["gpu_end_ns"]) == tokens
+    # The torch pass marked those calls: the trace's step is the model forward, 10 of them.
+    m = manifest(bundle)
+    assert m["step"] == "LlamaForCausalLM.forward" and m["collectors"]["torch"]["status"] == "ok"
+    profile = load_bundle(bundle)
+    assert (profile.ranges["name"] == "LlamaForCausalLM.forward").sum() == 10
+    assert profile.meta["declared"] == {"LlamaForCausalLM.forward": {"tokens": 1.0}}
+
+
+def test_module_steps_choose_the_outermost_repeating_call():
+    from perfdoctor.record.run import choose_module
+
+    def series(n):
+        return {"host_start_ns": list(range(n)), "gpu_start_ns": None, "gpu_end_ns": list(range(1, n + 1))}
+
+    # A wrapper module whose one call runs the whole loop: its depth-1 call repeats.
+    assert choose_module({"0": {"Runner.forward": series(1)}, "1": {"Llama.forward": series(9), "Linear.forward": series(3)}}) == (1, "Llama.forward")
+    assert choose_module({"0": {"Llama.forward": series(9)}, "1": {"Linear.forward": series(18)}}) == (0, "Llama.forward")
+    assert choose_module({"0": {"Once.forward": series(1)}, "1": {}}) is None
+
+
+# --- issue 12: programs that are hard to run ----------------------------------------------
+
+
+def test_steps_on_a_worker_thread(tmp_path):
+    done = perfdoctor_run(str(PROGRAMS / "worker_steps.py"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    bundle = only_bundle(tmp_path)
+    m = manifest(bundle)
+    assert m["light_pass"]["step_thread"] == "worker"
+    assert m["collectors"]["torch"]["status"] == "ok", m["collectors"]["torch"]
+    assert "worker thread" in m["passes"][1]["trace_scope"]
+    assert metrics(bundle)["metrics"]["steps"]["value"] == 12  # the whole program: every step
+
+
+def test_forking_program_neither_hangs_nor_mixes_results(tmp_path):
+    done = perfdoctor_run(str(PROGRAMS / "forker.py"), cwd=tmp_path, timeout=90)
+    assert done.returncode == 0, done.stderr
+    assert "child exit status 0" in done.stdout
+    bundle = only_bundle(tmp_path)
+    m = manifest(bundle)
+    assert m["collectors"]["torch"]["status"] == "ok", m["collectors"]["torch"]
+    light = json.loads((bundle / "raw" / "light.json").read_text())
+    assert light["step_counts"] == {"parent_step": 8}  # the child's steps are not the parent's
+    assert "child_step" not in light["series"]
+    assert "child exit status 0" in (bundle / "raw" / "torch.log").read_text()
+    assert json.loads((bundle / "raw" / "torch.json").read_text())["step_counts"] == {"parent_step": 8}
+
+
+@pytest.mark.parametrize(("program", "code", "status"), [("exit3.py", 3, "failed: the program exited 3"),
+                                                          ("raises.py", 1, "failed: the program exited 1 (RuntimeError")])
+def test_a_pass_whose_program_failed_is_not_ok(tmp_path, program, code, status):
+    done = perfdoctor_run(str(PROGRAMS / program), cwd=tmp_path)
+    assert done.returncode == code
+    m = manifest(only_bundle(tmp_path))
+    assert m["exit_code"] == code and [p["exit_code"] for p in m["passes"]] == [code, code]
+    assert m["collectors"]["torch"]["status"].startswith(status), m["collectors"]["torch"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--step-fn", "json:nope", "x.py"], "--step-fn json:nope: json has no attribute nope"),
+        (["--step-fn", "no_such_module:f", "x.py"], "no module named no_such_module"),
+        (["-m", "no_such_module"], "-m no_such_module: no module named no_such_module"),
+        (["--out", "afile", "x.py"], "cannot write the run bundle"),
+        (["--out", "/proc/perfdoctor-runs", "x.py"], "cannot write the run bundle"),
+    ],
+)
+def test_bad_target_or_out_is_one_line_and_exit_2(tmp_path, args, message):
+    (tmp_path / "x.py").write_text("print('ran')\n")
+    (tmp_path / "afile").write_text("")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "perfdoctor.record.run", *args], capture_output=True, text=True,
+                          cwd=tmp_path, env=env, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()] and done.stderr.startswith("error: ")
+    assert message in done.stderr
+    assert "ran" not in done.stdout
+
+
+def test_full_disk_while_writing_the_bundle_is_one_line(tmp_path):
+    import resource
+
+    def small_files() -> None:  # writes past 1 KB fail with EFBIG (Python ignores SIGXFSZ)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    (tmp_path / "x.py").write_text("print('ran')\n")
+    done = subprocess.run([sys.executable, "-m", "perfdoctor.record.run", "--out", "runs", "x.py"], capture_output=True, text=True,
+                          cwd=tmp_path, env=env, timeout=120, preexec_fn=small_files)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == ["error: cannot write the run bundle in runs (File too large)"]
+
+
+class FakeCuda:
+    """A stand-in for torch's CUDA events, labelled as such: it lets the light pass's GPU
+    bookkeeping (event pool, settling, graph-capture marks) run on a CPU-only machine. The
+    real thing runs in tests/record/test_run_gpu.py on the H200."""
+
+    def __init__(self) -> None:
+        self.now_ms = 0.0
+        self.capturing = False
+        self.created = 0
+        fake = self
+
+        class Event:
+            def __init__(self, enable_timing: bool = False) -> None:
+                fake.created += 1
+                self.t = None
+
+            def record(self) -> None:
+                fake.now_ms += 0.5
+                self.t = fake.now_ms
+
+            def query(self) -> bool:
+                return self.t is not None
+
+            def synchronize(self) -> None:
+                pass
+
+            def elapsed_time(self, other: "Event") -> float:
+                return other.t - self.t
+
+        self.Event = Event
+        self.synchronize = lambda: None
+        self.is_current_stream_capturing = lambda: fake.capturing
+        self._C = type("C", (), {"_cuda_isCurrentStreamCapturing": staticmethod(lambda: fake.capturing)})
+        self.cuda = self
+
+
+def test_light_pass_gpu_bookkeeping_with_fake_events():
+    from perfdoctor.record.bootstrap import main as bootstrap
+
+    fake = FakeCuda()
+    timer = bootstrap.Timer()
+    timer.clock = bootstrap.GpuClock(fake)
+    times = bootstrap.StepTimes(timer)
+    for i in range(300):
+        fake.capturing = i == 150  # one step inside a CUDA graph capture
+        times.start("step")
+        times.end("step")
+    fake.capturing = False
+    series, error = times.series()
+    assert error is None
+    s = series["step"]
+    assert len(s["host_start_ns"]) == len(s["gpu_start_ns"]) == len(s["gpu_end_ns"]) == 299  # the captured one dropped
+    assert all(a < b for a, b in zip(s["gpu_start_ns"], s["gpu_end_ns"]))
+    assert all(e <= b for e, b in zip(s["gpu_end_ns"][:-1], s["gpu_start_ns"][1:]))  # each end precedes the next start
+    assert s["gpu_end_ns"][1] - s["gpu_end_ns"][0] == 1_000_000  # 1 ms of fake GPU time per step
+    # Settled events go back to the pool: far fewer events than two per step.
+    assert fake.created < 2 * 300 / 2
+
+
+def test_nvml_sampler_gpm_intervals_with_a_fake_nvml(tmp_path, monkeypatch):
+    """The sampler's loop against a labelled stand-in for pynvml (the real one runs on the
+    H200): GPM lines carry their interval, at least 100 ms apart, and read back as intervals."""
+    import types
+
+    from perfdoctor.collectors import nvml
+
+    class Metric:
+        def __init__(self) -> None:
+            self.metricId, self.nvmlReturn, self.value = 0, 0, 0.0
+
+    class Request:
+        def __init__(self) -> None:
+            self.metrics = [Metric() for _ in range(8)]
+
+    def metrics_get(request):
+        for m in request.metrics[: request.numMetrics]:
+            m.value = 42.0 if m.metricId == 10 else float("nan")
+
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: None, nvmlDeviceGetCount=lambda: 1, nvmlDeviceGetHandleByIndex=lambda i: "h",
+        nvmlGpmQueryDeviceSupport=lambda h: types.SimpleNamespace(isSupportedDevice=1),
+        nvmlGpmSampleAlloc=lambda: object(), nvmlGpmSampleGet=lambda h, s: None, nvmlGpmSampleFree=lambda s: None,
+        c_nvmlGpmMetricsGet_t=Request, NVML_GPM_METRICS_GET_VERSION=1, NVML_SUCCESS=0, nvmlGpmMetricsGet=metrics_get,
+        nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=50, memory=20),
+        nvmlDeviceGetCurrentClocksThrottleReasons=lambda h: 0, nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used=1),
+        nvmlDeviceGetClockInfo=lambda h, k: 1000, NVML_CLOCK_SM=0, NVML_CLOCK_MEM=1, nvmlDeviceGetPowerUsage=lambda h: 100000,
+        nvmlDeviceGetTemperature=lambda h, k: 40, NVML_TEMPERATURE_GPU=0, nvmlDeviceGetPcieThroughput=lambda h, k: 1,
+        NVML_PCIE_UTIL_TX_BYTES=0, NVML_PCIE_UTIL_RX_BYTES=1, NVMLError=Exception,
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    path = tmp_path / "s.jsonl"
+    sampler = nvml.Sampler(path, 0.02, index=0, gpm_interval_s=0.01)
+    assert sampler.gpm and sampler.gpm_interval_s == nvml.GPM_MIN_INTERVAL_S
+    sampler.start()
+    time.sleep(0.75)
+    sampler.stop()
+    assert sampler.error is None
+    intervals = nvml.read_intervals(path)
+    dram = intervals["dram_bw_util"]
+    assert len(dram) >= 4 and all(v == 0.42 for _, _, v in dram)
+    assert all(t1 - t0 >= 0.095e9 for t0, t1, _ in dram)
+    assert all(a[1] == b[0] for a, b in zip(dram, dram[1:]))  # back to back
+    occupancy = nvml.steps_mean(intervals["sm_occupancy"], [(dram[0][0], dram[-1][1])])
+    assert occupancy["value"] is None and occupancy["dropped_nan"] == len(dram)
+    assert nvml.steps_mean(dram, [(dram[0][0], dram[-1][1])])["value"] == pytest.approx(0.42)

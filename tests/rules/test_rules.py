@@ -1,0 +1,393 @@
+"""The rule engine and the seed pack, on real H200 traces.
+
+Acceptance (issue 4): an eager decode ranks launch overhead / bubbles first with CUDA
+graphs and fusion as the fix; a pageable-copy + .item() loop ranks the copy and sync
+findings first with pinned memory and removing syncs as the fix; a CUDA-graph decode is
+never told to use CUDA graphs; a missing metric is "not evaluated", never a pass; a bad
+pack is one line naming file, line and field.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import FIXTURES, run_cli
+from perfdoctor.pipeline import load_trace
+from perfdoctor.errors import UsageError
+from perfdoctor.analysis.metrics import Analysis, analyze
+from perfdoctor.profile import ACTIVITY_COLUMNS, CALL_COLUMNS, RANGE_COLUMNS, Profile, frame
+from perfdoctor.cli.rules import rules_app
+from perfdoctor.rules.engine import diagnose, evaluate, load_rules
+from perfdoctor.rules.estimates import idle_between_kernels, sync_wait_time
+from perfdoctor.rules.evidence import sync_calls
+from perfdoctor.names.kernels import family, gemm_precision, label as short_name
+
+EAGER = "h200-llama1b-eager-5steps.kineto.json.gz"
+# Every row of shared/design/rules-seed.md.
+SEED_IDS = {
+    "dram-bandwidth", "memory-bubbles", "launch-rate", "launches-per-step", "p99-latency", "sm-occupancy",
+    "cache-hit", "warp-efficiency", "short-kernels", "kernel-share", "memcpy-share", "pageable-copies",
+    "host-syncs", "throttling", "pcie", "mixed-precision", "attention", "model-fits-bandwidth", "batching",
+    # issue 20 (docs/rules-wild.md): capture traces, communication, queue delay, gradient buckets
+    "capture-trace", "comm-overlap", "comm-share", "exposed-comm", "small-collectives", "queue-delay", "gradient-bucketing",
+    "host-busy-in-gaps",  # issue 20 item 12: what the host ran while the GPU idled
+    # issue 17: several ranks
+    "straggler",
+}
+LAUNCH_RULES = {"memory-bubbles", "launch-rate", "launches-per-step", "short-kernels", "kernel-share"}
+# What telling someone "use CUDA graphs" looks like in a remediation.
+GRAPH_ADVICE = re.compile(r"torch\.cuda\.graph\(|CUDAGraph\(\)|reduce-overhead|Capture (the|the whole) (decode )?step", re.I)
+
+
+@lru_cache(maxsize=None)
+def fixture_analysis(name: str, step: str | None) -> Analysis:
+    return analyze(load_trace(FIXTURES / name), step=step)
+
+
+def fixtures_matching(pattern: str) -> list[str]:
+    return sorted(p.name for p in FIXTURES.glob(pattern))
+
+
+def remediation_text(f) -> str:
+    return "\n".join(f.remediation.steps) + "\n" + f.remediation.snippet
+
+
+# --- the seed pack --------------------------------------------------------------------------
+
+def test_seed_pack_has_every_documented_rule_with_a_citation() -> None:
+    rules = load_rules()
+    assert set(rules.rules) == SEED_IDS
+    for r in rules:
+        assert re.search(r"\b00[03] §\d", r.citation), r.id
+        assert r.remediation.steps, r.id
+        assert r.threshold_origin.startswith("seed default") or r.advisory, r.id
+    assert load_rules().get("dram-bandwidth").condition() == "dram_bw_util >= 0.85"
+    assert load_rules().get("memory-bubbles").condition() == "memory_bubble_ratio < 0.15"
+    assert load_rules().get("p99-latency").condition() == "step_latency_ms_p99 < 10"
+    assert {r.id for r in rules if r.advisory} == {"model-fits-bandwidth", "batching"}
+
+
+def test_docs_list_every_metric_evidence_and_estimate_a_pack_can_name() -> None:
+    from perfdoctor.rules.engine import PREDICATES
+    from perfdoctor.rules.estimates import ESTIMATES
+    from perfdoctor.rules.evidence import EVIDENCE
+    from perfdoctor.rules.signals import KNOWN_INPUTS
+
+    docs = (Path(__file__).parents[2] / "docs" / "rules.md").read_text()
+    for name in [*KNOWN_INPUTS, *EVIDENCE, *ESTIMATES, *PREDICATES]:
+        assert f"`{name}`" in docs, f"{name} is not documented in docs/rules.md"
+
+
+# --- acceptance on real traces -------------------------------------------------------------
+
+@pytest.mark.parametrize("name", [EAGER, *fixtures_matching("h200-decode-eager-5steps.*")])
+def test_eager_decode_ranks_launch_overhead_first_with_graphs_and_fusion_as_the_fix(name: str) -> None:
+    a = fixture_analysis(name, "decode_step")
+    findings = diagnose(a)
+    top = findings[0]
+    assert top.status == "fail" and top.rank == 1
+    assert top.rule_id in LAUNCH_RULES, [f.rule_id for f in findings[:3]]
+    assert "launch" in top.title.lower()  # the report names launch overhead as the first problem
+    assert "graphed" not in top.context
+    fix = remediation_text(top)
+    assert "CUDA graph" in fix and ("Fuse" in fix or "fuse" in fix) and "torch.compile" in fix
+    # The estimate is most of the step (the trace is ~90 % idle) and projects a real speedup.
+    period_ms = 1000.0 / a.value("steps_per_s")
+    assert 0.5 * period_ms < top.recovered_ms < period_ms
+    assert top.projected["steps_per_s"] > 2 * a.value("steps_per_s")
+    # Evidence names the repeated short kernels and the largest gaps.
+    kinds = {e.kind: e for f in findings if f.status == "fail" for e in f.evidence}
+    assert kinds["top_short_kernels"].rows and kinds["top_short_kernels"].rows[0][1] >= 10
+    gaps = kinds["largest_gaps"].rows
+    assert gaps and all(row[2] > 0 for row in gaps)
+
+
+@pytest.mark.parametrize("name", fixtures_matching("h200-decode-graph-*") or ["(no CUDA-graph fixture recorded yet)"])
+def test_graph_decode_is_never_told_to_use_cuda_graphs(name: str) -> None:
+    if not (FIXTURES / name).exists():
+        pytest.skip(f"needs tests/fixtures/h200-decode-graph-*: {name}")
+    a = fixture_analysis(name, "decode_step")
+    assert a.value("launches_per_step") <= 2 and a.value("kernels_per_step") > 100
+    findings = diagnose(a)
+    fails = [f for f in findings if f.status == "fail"]
+    assert fails
+    for f in findings:
+        assert "graphed" in f.context
+        if f.status == "fail":
+            assert not GRAPH_ADVICE.search(remediation_text(f)), (f.rule_id, remediation_text(f))
+    by_id = {f.rule_id: f for f in findings}
+    assert by_id["launches-per-step"].status == "pass"
+    # The decode declares 1 token per step: fixes are projected in tokens/s too.
+    if a.value("tokens_per_s"):
+        top = fails[0]
+        assert top.projected["tokens_per_s"] > a.value("tokens_per_s")
+    for rule_id in ("memory-bubbles", "launch-rate"):
+        f = by_id[rule_id]
+        if f.status == "fail":
+            text = remediation_text(f)
+            assert "already" in text.lower() and ("megakernel" in text.lower() or "fuse" in text.lower())
+
+
+@pytest.mark.parametrize("name", fixtures_matching("h200-pageable-sync-*") or ["(no pageable-copy fixture recorded yet)"])
+def test_pageable_copy_loop_ranks_copy_and_sync_first_with_pinning_and_no_syncs(name: str) -> None:
+    if not (FIXTURES / name).exists():
+        pytest.skip(f"needs tests/fixtures/h200-pageable-sync-*: {name}")
+    a = fixture_analysis(name, "copy_step")
+    findings = diagnose(a)
+    top3 = [f.rule_id for f in findings[:3]]
+    assert set(top3) == {"memcpy-share", "pageable-copies", "host-syncs"}, top3
+    assert "pin_memory" in remediation_text(findings[0])
+    by_id = {f.rule_id: f for f in findings}
+    pin = remediation_text(by_id["pageable-copies"])
+    assert "pin_memory" in pin and "non_blocking=True" in pin
+    assert ".item()" in remediation_text(by_id["host-syncs"])
+    # The program copies one 4 MiB pageable buffer per step and reads back 2 scalars with .item().
+    copies = next(e for e in by_id["pageable-copies"].evidence if e.kind == "pageable_copies")
+    assert copies.rows[0][0] == "HtoD" and copies.rows[0][1] == 1.0 and copies.rows[0][2] == pytest.approx(4.19, abs=0.01)
+    syncs = next(e for e in by_id["host-syncs"].evidence if e.kind == "sync_calls")
+    assert syncs.rows[0][0] == "cudaStreamSynchronize" and syncs.rows[0][1] >= 2
+
+
+def test_missing_metric_is_not_evaluated_with_how_to_collect_never_pass() -> None:
+    findings = diagnose(fixture_analysis(EAGER, "decode_step"))
+    by_id = {f.rule_id: f for f in findings}
+    dram = by_id["dram-bandwidth"]
+    assert dram.status == "not_evaluated" and dram.metric is None
+    assert dram.reason.startswith("needs dram_bw_util") and "collect it with" in dram.reason
+    for rule_id in ("cache-hit", "warp-efficiency", "throttling", "pcie"):
+        assert by_id[rule_id].status == "not_evaluated", rule_id
+    # A fallback metric is used and said.
+    occ = by_id["sm-occupancy"]
+    assert occ.metric == "achieved_occupancy_est" and "sm_occupancy is absent" in occ.reason
+    # Ranking: failures, then advisory, pass, not evaluated.
+    order = [f.status for f in findings]
+    assert order == sorted(order, key=["fail", "advisory", "pass", "not_evaluated"].index)
+
+
+def test_cpu_only_trace_is_not_evaluated_not_a_pass(tmp_path: Path) -> None:
+    """A real torch profiler run on the CPU: no GPU activity, so nothing can pass."""
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(3):
+            with record_function("step"):
+                torch.randn(64, 64) @ torch.randn(64, 64)
+    trace = tmp_path / "cpu.json"
+    prof.export_chrome_trace(str(trace))
+    findings = diagnose(analyze(load_trace(trace)))
+    assert {f.status for f in findings} == {"not_evaluated"}
+    from perfdoctor.rules.engine import verdict
+
+    assert verdict(findings)["status"] == "not_evaluated"
+
+
+def test_failures_are_ranked_by_recovered_time_then_severity() -> None:
+    findings = diagnose(fixture_analysis(EAGER, "decode_step"))
+    fails = [f for f in findings if f.status == "fail"]
+    assert [f.rank for f in fails] == list(range(1, len(fails) + 1))
+    keys = [(-(f.recovered_ms if f.recovered_ms is not None else -1.0)) for f in fails]
+    assert keys == sorted(keys)
+    # Rules that count the same bubbles say so rather than being added up.
+    assert set(fails[0].overlaps) >= LAUNCH_RULES - {fails[0].rule_id}
+    # The p99 fix is "whatever ranks first": filled in from the ranking.
+    p99 = next(f for f in fails if f.rule_id == "p99-latency")
+    assert f"Fix the top-ranked finding first, {fails[0].rule_id} ({fails[0].title})" in p99.remediation.steps[0]
+
+
+# --- overrides ------------------------------------------------------------------------------
+
+def test_threshold_override_from_the_command_line_records_its_origin() -> None:
+    a = fixture_analysis(EAGER, "decode_step")
+    findings = {f.rule_id: f for f in diagnose(a, thresholds=["memory-bubbles=95%", "p99-latency=50"])}
+    assert findings["memory-bubbles"].status == "pass"
+    assert findings["memory-bubbles"].threshold == pytest.approx(0.95)
+    assert findings["memory-bubbles"].threshold_origin == "command line (--threshold memory-bubbles=95%)"
+    assert findings["p99-latency"].status == "pass"
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("nope=1", "no rule 'nope'"),
+        ("memory-bubbles", "expected RULE_ID=VALUE"),
+        ("memory-bubbles=abc", "'abc' is not a number"),
+        ("batching=1", "advisory and has no threshold"),
+    ],
+)
+def test_bad_threshold_override_is_a_usage_error(spec: str, message: str) -> None:
+    with pytest.raises(UsageError, match=re.escape(message)):
+        load_rules(thresholds=[spec])
+
+
+def test_user_pack_merges_by_id_and_adds_rules(tmp_path: Path) -> None:
+    pack = tmp_path / "team.toml"
+    pack.write_text(
+        '[[rule]]\nid = "memory-bubbles"\nseverity = "critical"\n\n'
+        '[[rule]]\nid = "dram-bandwidth"\nthreshold = 0.8\n\n'
+        '[[rule]]\nid = "step-budget"\ntitle = "Step over budget"\nmetric = "step_latency_ms_p50"\n'
+        'comparator = "<"\nthreshold = 30\nseverity = "error"\ncitation = "team SLO"\n'
+        'estimate = "memcpy_time"\n[rule.remediation]\nsteps = ["Fix the top finding."]\n'
+    )
+    rules = load_rules([pack])
+    bubbles = rules.get("memory-bubbles")
+    assert bubbles.severity == "critical"
+    assert bubbles.citation.startswith("000 §5.2")  # kept from the seed
+    assert bubbles.threshold_origin.startswith("seed default")  # threshold not overridden
+    assert f"overridden by pack {pack}" in bubbles.origin
+    assert rules.get("dram-bandwidth").threshold == 0.8
+    assert rules.get("dram-bandwidth").threshold_origin == f"pack {pack}"
+    findings = {f.rule_id: f for f in evaluate(rules, fixture_analysis(EAGER, "decode_step"))}
+    assert findings["step-budget"].status == "fail" and findings["step-budget"].value == pytest.approx(38.59, abs=0.01)
+    assert rules.packs == ["seed (built in)", str(pack)]
+
+
+# --- bad packs: one line, file, line, field ---------------------------------------------------
+
+GOOD_RULE = [
+    '[[rule]]',
+    'id = "mine"',
+    'title = "mine"',
+    'metric = "gpu_idle_ratio"',
+    'comparator = "<"',
+    'threshold = 0.5',
+    'severity = "error"',
+    'citation = "me"',
+    'evidence = ["largest_gaps"]',
+    '[rule.remediation]',
+    'steps = ["do it"]',
+]
+
+
+def _pack(tmp_path: Path, lines: list[str]) -> Path:
+    path = tmp_path / "bad.toml"
+    path.write_text("# a user pack\n" + "\n".join(lines) + "\n")
+    return path
+
+
+def _edit(field: str, value: str) -> list[str]:
+    return [f"{field} = {value}" if line.startswith(f"{field} =") else line for line in GOOD_RULE]
+
+
+@pytest.mark.parametrize(
+    "lines, line, field, words",
+    [
+        (_edit("metric", '"gpu_idle_ratoi"'), 5, "metric", "unknown metric 'gpu_idle_ratoi' (did you mean 'gpu_idle_ratio'?)"),
+        (_edit("comparator", '"=<"'), 6, "comparator", "bad comparator '=<'"),
+        (_edit("severity", '"fatal"'), 8, "severity", "bad severity 'fatal'"),
+        (_edit("evidence", '["gaps"]'), 10, "evidence", "unknown evidence kind 'gaps'"),
+        (_edit("threshold", '"high"'), 7, "threshold", "expected a number"),
+        ([line for line in GOOD_RULE if not line.startswith("citation")], 2, "citation", "required field is missing"),
+        (GOOD_RULE + ['colour = "red"'], 13, "remediation.colour", "unknown field"),
+        (_edit("title", '"unterminated'), 4, "title", "malformed TOML"),
+        (GOOD_RULE[:3] + ["metric = [1,"] + GOOD_RULE[4:], 6, None, "malformed TOML"),
+    ],
+)
+def test_bad_pack_is_one_line_naming_file_line_and_field(tmp_path: Path, lines, line: int, field, words: str) -> None:
+    path = _pack(tmp_path, lines)
+    with pytest.raises(UsageError) as err:
+        load_rules([path])
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith(f"{path}:{line}: "), message
+    if field and words != "malformed TOML":
+        assert f"field '{field}'" in message, message
+    elif field:
+        assert f"in field '{field}'" in message, message
+    assert words in message, message
+
+
+def test_bad_pack_exits_2_with_one_line_from_the_real_cli(tmp_path: Path) -> None:
+    from perfdoctor import cli
+
+    if "report" not in {c.name for c in cli.app.registered_commands}:
+        pytest.skip("`perfdoctor report` is not wired into perfdoctor.cli yet")
+    path = _pack(tmp_path, _edit("comparator", '"=<"'))
+    r = run_cli("report", FIXTURES / EAGER, "--rules", path)
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0
+    assert r.stderr.startswith(f"error: {path}:6: rule 'mine': field 'comparator'")
+
+
+# --- rules list / explain ---------------------------------------------------------------------
+
+def test_rules_list_and_explain() -> None:
+    runner = CliRunner()
+    listed = runner.invoke(rules_app, ["list"], env={"COLUMNS": "250"})
+    assert listed.exit_code == 0, listed.output
+    for rule_id in SEED_IDS:
+        assert rule_id in listed.output
+    explained = runner.invoke(rules_app, ["explain", "memory-bubbles", "--threshold", "memory-bubbles=0.2"], env={"COLUMNS": "250"})
+    assert explained.exit_code == 0, explained.output
+    out = explained.output
+    assert "memory_bubble_ratio < 0.2" in out and "command line (--threshold memory-bubbles=0.2)" in out
+    assert "000 §5.2" in out and "idle_between_kernels" in out and "when graphed" in out
+    unknown = runner.invoke(rules_app, ["explain", "memory-bubble"])
+    assert isinstance(unknown.exception, UsageError) and "did you mean 'memory-bubbles'" in str(unknown.exception)
+
+
+# --- estimates on a crafted profile (labelled: hand-made to check the formulas exactly) -------
+
+def _crafted_profile() -> Profile:
+    """CRAFTED EDGE CASE, not a real trace: 2 steps, each 3 kernels with known gaps.
+
+    Step 0: kernels [0,10) [30,40) [41,50) µs; a cudaStreamSynchronize returns at 20 µs,
+    inside the first gap. Step 1: kernels [100,110) [150,160) [160,170) µs, no sync.
+    """
+    us = 1000
+    k = [(0, 10), (30, 40), (41, 50), (100, 110), (150, 160), (160, 170)]
+    acts = frame(ACTIVITY_COLUMNS, {
+        "kind": ["kernel"] * 6, "start_ns": [s * us for s, _ in k], "end_ns": [e * us for _, e in k],
+        "device": [0] * 6, "stream": [7] * 6, "name": [f"k{i}" for i in range(6)], "correlation": list(range(1, 7)),
+        "graph_id": [-1] * 6,
+    })
+    launch_at = [-5, 1, 25, 95, 101, 102]
+    calls = frame(CALL_COLUMNS, {
+        "name": ["cudaLaunchKernel"] * 6 + ["cudaStreamSynchronize"],
+        "start_ns": [t * us for t in launch_at] + [12 * us],
+        "end_ns": [(t + 1) * us for t in launch_at] + [20 * us],
+        "tid": [1] * 7, "correlation": list(range(1, 7)) + [-1],
+    })
+    # Python frames around the sync, as Kineto records them with with_stack=True: the
+    # user's line, and a torch frame inside it that must not be reported as the call site.
+    ranges = frame(RANGE_COLUMNS, {
+        "name": ["step", "step", "decode.py(42): step", "/usr/lib/python3/site-packages/torch/_tensor.py(1): item"],
+        "start_ns": [-10 * us, 90 * us, 11 * us, 11 * us + 500], "end_ns": [60 * us, 175 * us, 21 * us, 20 * us + 900],
+        "tid": [1, 1, 1, 1], "source": ["record_function", "record_function", "python", "python"],
+    })
+    return Profile(activities=acts, calls=calls, ranges=ranges, meta={"source": "crafted"})
+
+
+def test_estimates_follow_their_stated_formulas_on_a_crafted_profile() -> None:
+    a = analyze(_crafted_profile(), step="step")
+    # Gaps: step 0: 20 µs (after a sync) and 1 µs; step 1: 40 µs and 0.
+    # idle_between_kernels (residual 2 µs), sync gaps excluded: step 0 → max(0, 1-2) = 0; step 1 → 38 µs.
+    est = idle_between_kernels(a, None, {"residual_gap_us": 2.0})
+    assert est.ms_per_step == pytest.approx((0 + 0.038) / 2)  # median of two steps = mean
+    assert idle_between_kernels(a, None, {"residual_gap_us": 0.0}).ms_per_step == pytest.approx((0.001 + 0.040) / 2)
+    # sync_wait_time: only step 0's 20 µs gap follows a sync.
+    assert sync_wait_time(a, None, {}).ms_per_step == pytest.approx(0.020 / 2)
+    assert "2 µs" in est.formula
+    syncs = sync_calls(a)
+    assert syncs.rows == [["cudaStreamSynchronize", 0.5, 8.0, 0.004, "decode.py(42): step ×1"]]
+    assert syncs.note is None
+
+
+# --- kernel names ---------------------------------------------------------------------------
+
+def test_kernel_names_are_readable_and_classified() -> None:
+    mul = ("void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::BinaryFunctor<"
+           "c10::BFloat16, c10::BFloat16, c10::BFloat16, at::native::binary_internal::MulFunctor<float> > > >"
+           "(int, at::native::gpu_kernel_impl_nocast<...>)")
+    assert short_name(mul) == "elementwise_kernel · MulFunctor"
+    assert family(mul) == "elementwise"
+    assert family("nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT") == "gemm"
+    assert family("cudnn_generated_fort_native_sdpa_sm80_flash_fprop_wmma_f16_knob_35") == "attention"
+    assert gemm_precision("sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize128x128x8") == "fp32"
+    assert gemm_precision("nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT") == "unknown"
+    assert gemm_precision("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n") == "low"
