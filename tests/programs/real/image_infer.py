@@ -1,0 +1,289 @@
+#!/usr/bin/env python3
+"""Inference benchmark: ResNet-50 (torchvision's architecture) or a small ViT (timm's
+vit_small_patch16_224), random weights, random input, in the manner of timm's benchmark.py.
+
+    python image_infer.py --batch 256 --amp                  # throughput
+    python image_infer.py --batch 256 --amp --channels-last
+    python image_infer.py --batch 1                          # latency
+    python image_infer.py --model vit_small --batch 1
+    python image_infer.py --device cpu --model resnet18 --batch 2 --img-size 64 --warmup 2 --iters 4
+"""
+import argparse
+import json
+import time
+from functools import partial
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+# ---------------------------------------------------------------------------- ResNet
+# (torchvision.models.resnet, trimmed)
+
+def conv3x3(in_planes, out_planes, stride=1, groups=1, dilation=1):
+    return nn.Conv2d(in_planes, out_planes, kernel_size=3, stride=stride, padding=dilation, groups=groups,
+                     bias=False, dilation=dilation)
+
+
+def conv1x1(in_planes, out_planes, stride=1):
+    return nn.Conv2d(in_planes, out_planes, kernel_size=1, stride=stride, bias=False)
+
+
+class BasicBlock(nn.Module):
+    expansion = 1
+
+    def __init__(self, inplanes, planes, stride=1, downsample=None):
+        super().__init__()
+        self.conv1 = conv3x3(inplanes, planes, stride)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = conv3x3(planes, planes)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.downsample = downsample
+        self.stride = stride
+
+    def forward(self, x):
+        identity = x
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        if self.downsample is not None:
+            identity = self.downsample(x)
+        out += identity
+        return self.relu(out)
+
+
+class Bottleneck(nn.Module):
+    expansion = 4
+
+    def __init__(self, inplanes, planes, stride=1, downsample=None, groups=1, base_width=64):
+        super().__init__()
+        width = int(planes * (base_width / 64.0)) * groups
+        self.conv1 = conv1x1(inplanes, width)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = conv3x3(width, width, stride, groups)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3 = conv1x1(width, planes * self.expansion)
+        self.bn3 = nn.BatchNorm2d(planes * self.expansion)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = downsample
+        self.stride = stride
+
+    def forward(self, x):
+        identity = x
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        if self.downsample is not None:
+            identity = self.downsample(x)
+        out += identity
+        return self.relu(out)
+
+
+class ResNet(nn.Module):
+    def __init__(self, block, layers, num_classes=1000):
+        super().__init__()
+        self.inplanes = 64
+        self.conv1 = nn.Conv2d(3, self.inplanes, kernel_size=7, stride=2, padding=3, bias=False)
+        self.bn1 = nn.BatchNorm2d(self.inplanes)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
+        self.layer1 = self._make_layer(block, 64, layers[0])
+        self.layer2 = self._make_layer(block, 128, layers[1], stride=2)
+        self.layer3 = self._make_layer(block, 256, layers[2], stride=2)
+        self.layer4 = self._make_layer(block, 512, layers[3], stride=2)
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = nn.Linear(512 * block.expansion, num_classes)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+            elif isinstance(m, nn.BatchNorm2d):
+                nn.init.constant_(m.weight, 1)
+                nn.init.constant_(m.bias, 0)
+
+    def _make_layer(self, block, planes, blocks, stride=1):
+        downsample = None
+        if stride != 1 or self.inplanes != planes * block.expansion:
+            downsample = nn.Sequential(conv1x1(self.inplanes, planes * block.expansion, stride),
+                                       nn.BatchNorm2d(planes * block.expansion))
+        layers = [block(self.inplanes, planes, stride, downsample)]
+        self.inplanes = planes * block.expansion
+        for _ in range(1, blocks):
+            layers.append(block(self.inplanes, planes))
+        return nn.Sequential(*layers)
+
+    def forward(self, x):
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer1(x)
+        x = self.layer2(x)
+        x = self.layer3(x)
+        x = self.layer4(x)
+        x = torch.flatten(self.avgpool(x), 1)
+        return self.fc(x)
+
+
+def resnet18(**kwargs):
+    return ResNet(BasicBlock, [2, 2, 2, 2], **kwargs)
+
+
+def resnet50(**kwargs):
+    return ResNet(Bottleneck, [3, 4, 6, 3], **kwargs)
+
+
+# ---------------------------------------------------------------------------- ViT
+# (timm.models.vision_transformer, trimmed)
+
+class PatchEmbed(nn.Module):
+    def __init__(self, img_size=224, patch_size=16, in_chans=3, embed_dim=768):
+        super().__init__()
+        self.num_patches = (img_size // patch_size) ** 2
+        self.proj = nn.Conv2d(in_chans, embed_dim, kernel_size=patch_size, stride=patch_size)
+
+    def forward(self, x):
+        x = self.proj(x)
+        return x.flatten(2).transpose(1, 2)  # NCHW -> NLC
+
+
+class Mlp(nn.Module):
+    def __init__(self, in_features, hidden_features):
+        super().__init__()
+        self.fc1 = nn.Linear(in_features, hidden_features)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(hidden_features, in_features)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class Attention(nn.Module):
+    def __init__(self, dim, num_heads=8, qkv_bias=True):
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_dim = dim // num_heads
+        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        B, N, C = x.shape
+        qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        x = F.scaled_dot_product_attention(q, k, v)
+        x = x.transpose(1, 2).reshape(B, N, C)
+        return self.proj(x)
+
+
+class Block(nn.Module):
+    def __init__(self, dim, num_heads, mlp_ratio=4.0, norm_layer=nn.LayerNorm):
+        super().__init__()
+        self.norm1 = norm_layer(dim)
+        self.attn = Attention(dim, num_heads=num_heads)
+        self.norm2 = norm_layer(dim)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio))
+
+    def forward(self, x):
+        x = x + self.attn(self.norm1(x))
+        x = x + self.mlp(self.norm2(x))
+        return x
+
+
+class VisionTransformer(nn.Module):
+    def __init__(self, img_size=224, patch_size=16, num_classes=1000, embed_dim=384, depth=12, num_heads=6,
+                 mlp_ratio=4.0):
+        super().__init__()
+        norm_layer = partial(nn.LayerNorm, eps=1e-6)
+        self.patch_embed = PatchEmbed(img_size, patch_size, 3, embed_dim)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
+        self.pos_embed = nn.Parameter(torch.randn(1, self.patch_embed.num_patches + 1, embed_dim) * .02)
+        self.blocks = nn.Sequential(*[Block(embed_dim, num_heads, mlp_ratio, norm_layer) for _ in range(depth)])
+        self.norm = norm_layer(embed_dim)
+        self.head = nn.Linear(embed_dim, num_classes)
+        nn.init.normal_(self.cls_token, std=1e-6)
+
+    def forward_features(self, x):
+        x = self.patch_embed(x)
+        x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), dim=1)
+        x = x + self.pos_embed
+        x = self.blocks(x)
+        return self.norm(x)
+
+    def forward(self, x):
+        x = self.forward_features(x)
+        return self.head(x[:, 0])
+
+
+def vit_small(img_size=224, **kwargs):
+    return VisionTransformer(img_size=img_size, patch_size=16, embed_dim=384, depth=12, num_heads=6, **kwargs)
+
+
+def vit_tiny(img_size=224, **kwargs):
+    return VisionTransformer(img_size=img_size, patch_size=16, embed_dim=192, depth=12, num_heads=3, **kwargs)
+
+
+MODELS = {"resnet50": resnet50, "resnet18": resnet18, "vit_small": vit_small, "vit_tiny": vit_tiny}
+
+
+# ---------------------------------------------------------------------------- benchmark
+
+def main():
+    parser = argparse.ArgumentParser(description="PyTorch inference benchmark")
+    parser.add_argument("--model", default="resnet50", choices=sorted(MODELS))
+    parser.add_argument("--batch", "-b", type=int, default=256)
+    parser.add_argument("--img-size", type=int, default=224)
+    parser.add_argument("--amp", action="store_true", help="torch.autocast (float16 on cuda, bfloat16 on cpu)")
+    parser.add_argument("--amp-dtype", default=None, choices=["float16", "bfloat16"])
+    parser.add_argument("--channels-last", action="store_true", help="model and input in NHWC")
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--iters", type=int, default=50)
+    parser.add_argument("--device", default="cuda")
+    args = parser.parse_args()
+
+    device = torch.device(args.device)
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.backends.cudnn.benchmark = True
+    torch.manual_seed(42)
+
+    kwargs = {"img_size": args.img_size} if args.model.startswith("vit") else {}
+    model = MODELS[args.model](**kwargs)
+    n_params = sum(p.numel() for p in model.parameters())
+    model = model.to(device).eval()
+    if args.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    amp_dtype = getattr(torch, args.amp_dtype) if args.amp_dtype else (torch.float16 if cuda else torch.bfloat16)
+    autocast = partial(torch.autocast, device_type=device.type, dtype=amp_dtype, enabled=args.amp)
+
+    x = torch.randn(args.batch, 3, args.img_size, args.img_size, device=device)
+    if args.channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
+
+    print(f"Model {args.model} created, param count: {n_params / 1e6:.2f}M. batch {args.batch}, "
+          f"amp {amp_dtype if args.amp else 'off'}, channels_last {args.channels_last}, {device}")
+
+    with torch.inference_mode():
+        for _ in range(args.warmup):
+            with autocast():
+                model(x)
+        sync()
+        t0 = time.perf_counter()
+        for i in range(args.iters):
+            with autocast():
+                out = model(x)
+        sync()
+        elapsed = time.perf_counter() - t0
+    assert out.shape == (args.batch, 1000)
+
+    ms_per_batch = elapsed / args.iters * 1e3
+    images_per_s = args.batch * args.iters / elapsed
+    print(f"Inference benchmark of {args.model} done. {images_per_s:.2f} samples/sec, {ms_per_batch:.3f} ms/step")
+    print("RESULT " + json.dumps({"program": "image_infer", "model": args.model, "step": "forward of one batch",
+                                  "ms_per_step": round(ms_per_batch, 4), "ms_per_batch": round(ms_per_batch, 4),
+                                  "images_per_s": round(images_per_s, 2), "batch": args.batch, "amp": args.amp,
+                                  "channels_last": args.channels_last, "iters": args.iters, "device": str(device)}))
+
+
+if __name__ == "__main__":
+    main()
