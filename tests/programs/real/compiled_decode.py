@@ -236,7 +236,7 @@ def decode_n_tokens(model: Transformer, cur_token: torch.Tensor, input_pos: torc
         new_tokens.append(next_token.clone())
         callback(new_tokens[-1])
         new_probs.append(next_prob.clone())
-        cur_token = next_token.view(1, -1)
+        cur_token = next_token.view(1, -1).clone()  # as gpt-fast: the graph output is overwritten by the next replay
     return new_tokens, new_probs
 
 
