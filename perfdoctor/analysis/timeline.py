@@ -129,7 +129,7 @@ def _mark_after_sync(gaps: pd.DataFrame, sync_ends: np.ndarray) -> pd.DataFrame:
     return gaps.assign(after_sync=last > first)
 
 
-def _union_per_group(starts: np.ndarray, ends: np.ndarray, group: np.ndarray, n: int) -> np.ndarray:
+def union_per_group(starts: np.ndarray, ends: np.ndarray, group: np.ndarray, n: int) -> np.ndarray:
     """Per group 0..n-1, the length of the union of its intervals."""
     out = np.zeros(n, dtype=np.int64)
     if starts.size == 0:
@@ -150,7 +150,7 @@ def step_table(steps: Steps, activities: pd.DataFrame) -> pd.DataFrame:
     step = activities["step"].to_numpy(np.int64)
     s = activities["start_ns"].to_numpy(np.int64)
     e = activities["end_ns"].to_numpy(np.int64)
-    t["busy_ns"] = _union_per_group(s, e, step, n)
+    t["busy_ns"] = union_per_group(s, e, step, n)
     has_gpu = t["gpu_start_ns"].notna().to_numpy()
     window = np.zeros(n, dtype=np.int64)
     window[has_gpu] = (t.loc[has_gpu, "gpu_end_ns"].astype("int64") - t.loc[has_gpu, "gpu_start_ns"].astype("int64")).to_numpy()
@@ -221,6 +221,7 @@ class Timeline:
     in_span: pd.DataFrame  # every GPU activity starting inside S (the contract's population for
     # kernels_per_step, short kernels, copies; a step-owned activity is always in it)
     built_from: Steps | None = None  # the Steps object these tables derive from
+    host_gaps: pd.DataFrame | None = None  # hostgaps.gap_hosts of these steps, computed on first use
 
     @cached_property
     def with_gpu(self) -> pd.DataFrame:
