@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.names.codes import per_name
-from perfdoctor.analysis.steps import is_launch, is_sync, union_ns
+from perfdoctor.analysis.steps import is_launch, is_sync
 
 PYTHON_SOURCE = "python"  # ranges.source of Python frames (Kineto python_function events)
 USER_FRAME = re.compile(r"\.py\(\d+\)")  # "file.py(42): fn"
@@ -96,10 +96,55 @@ def idle_intervals(analysis) -> pd.DataFrame:
     return out.assign(length_ns=out["end_ns"] - out["start_ns"])
 
 
+class _Thread:
+    """Intervals sorted by start (one thread's calls, or its frames), with their union as
+    prefix sums so that the covered length of many windows is two searchsorted calls."""
+
+    def __init__(self, table: pd.DataFrame) -> None:
+        order = np.argsort(table["start_ns"].to_numpy(np.int64), kind="stable")
+        self.table = table.iloc[order]
+        self.start = self.table["start_ns"].to_numpy(np.int64)
+        self.end = self.table["end_ns"].to_numpy(np.int64)
+        self.row = order  # position in the original table: "first" means first there
+        self.longest = int((self.end - self.start).max()) if self.start.size else 0
+        reach = np.maximum.accumulate(self.end) if self.start.size else self.end
+        opens = np.r_[True, self.start[1:] > reach[:-1]] if self.start.size else np.zeros(0, dtype=bool)
+        self.block_start = self.start[opens]
+        self.block_end = reach[np.r_[np.flatnonzero(opens)[1:] - 1, len(reach) - 1]] if opens.any() else reach[:0]
+        self.before = np.r_[0, np.cumsum(self.block_end - self.block_start)]
+
+    def _upto(self, x: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(self.block_start, x, side="right") - 1
+        inside = np.clip(x - self.block_start[np.maximum(k, 0)], 0, (self.block_end - self.block_start)[np.maximum(k, 0)]) if self.before.size > 1 else 0
+        return np.where(k >= 0, self.before[np.maximum(k, 0)] + inside, 0)
+
+    def covered(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """Per window [lo, hi): the length of the union of the intervals inside it (as
+        :func:`perfdoctor.analysis.steps.union_ns` of the overlapping ones)."""
+        return np.clip(self._upto(hi) - self._upto(lo), 0, None)
+
+    def overlapping(self, lo: int, hi: int) -> np.ndarray:
+        """Positions (in start order) of the intervals meeting (lo, hi)."""
+        a = np.searchsorted(self.start, lo - self.longest, side="left")
+        b = np.searchsorted(self.start, hi, side="left")
+        idx = np.arange(a, b)
+        return idx[self.end[a:b] > lo]
+
+
 def gap_hosts(analysis) -> pd.DataFrame:
     """The intervals of :func:`idle_intervals`, largest first, with ``host`` (waiting /
     launching / busy / unknown / short), ``site`` (the user frame of a busy interval, the
-    sync call of a waiting one) and ``busy_ns`` (time Python ran, busy intervals only)."""
+    sync call of a waiting one) and ``busy_ns`` (time Python ran, busy intervals only).
+
+    Computed once per Timeline (the host-busy signal, its estimate and its evidence all
+    read it); the per-interval work is searchsorted over each thread's sorted intervals."""
+    timeline = analysis.timeline
+    if timeline.host_gaps is None:
+        timeline.host_gaps = _gap_hosts(analysis)
+    return timeline.host_gaps
+
+
+def _gap_hosts(analysis) -> pd.DataFrame:
     if analysis.steps.count == 0:
         return pd.DataFrame({c: [] for c in COLUMNS})
     gaps = idle_intervals(analysis)
@@ -107,43 +152,61 @@ def gap_hosts(analysis) -> pd.DataFrame:
     out = [gaps[~long][["step", "start_ns", "length_ns", "where"]].assign(host="short", site="", busy_ns=0)]
     gaps = gaps[long].nlargest(MAX_GAPS, "length_ns")  # only long intervals are looked at one by one
     table = analysis.steps.table
-    tids, step_start = table["tid"].to_numpy(), table["host_start_ns"].to_numpy()
+    tids, step_start = table["tid"].to_numpy(), table["host_start_ns"].to_numpy(np.int64)
     calls = analysis.profile.calls
-    sync = calls[is_sync(calls["name"]).to_numpy()]
-    launch = calls[is_launch(calls["name"]).to_numpy()]
+    launch_start = np.sort(calls.loc[is_launch(calls["name"]).to_numpy(), "start_ns"].to_numpy(np.int64))  # any thread
     frames = analysis.profile.ranges
     frames = frames[frames["source"] == PYTHON_SOURCE]
-    rows = []
-    for g in gaps.itertuples():
-        step = int(g.step)
-        lo, hi, tid = int(g.start_ns), int(g.end_ns), int(tids[step])
-        head = (g.step, lo, g.length_ns, g.where)
-        s = sync[(sync["tid"] == tid) & (sync["start_ns"] < hi) & (sync["end_ns"] > lo)]
-        if not s.empty and union_ns(s["start_ns"].to_numpy(), s["end_ns"].to_numpy(), lo, hi) >= BUSY_SHARE * g.length_ns:
-            rows.append(head + ("waiting", str(s["name"].iloc[0]), 0))
-            continue
-        inside = launch[(launch["start_ns"] >= lo) & (launch["start_ns"] < hi)]  # any thread
-        until = int(inside["start_ns"].min()) if not inside.empty else hi  # the host's time before more work
-        if until - lo < BUSY_SHARE * g.length_ns:
-            rows.append(head + ("launching", "", 0))
+    step = gaps["step"].to_numpy(np.int64)
+    lo, hi, length = gaps["start_ns"].to_numpy(np.int64), gaps["end_ns"].to_numpy(np.int64), gaps["length_ns"].to_numpy(np.int64)
+    tid = tids[step] if len(step) else np.zeros(0, dtype=np.int64)
+    host = np.full(len(gaps), "", dtype=object)
+    site = np.full(len(gaps), "", dtype=object)
+    busy = np.zeros(len(gaps), dtype=np.int64)
+    # The host's time before it issued more: up to the first launch inside the interval.
+    k = np.searchsorted(launch_start, lo, side="left")
+    nxt = launch_start[np.minimum(k, len(launch_start) - 1)] if len(launch_start) else hi
+    until = np.where((k < len(launch_start)) & (nxt < hi), nxt, hi)
+    sync_mask = is_sync(calls["name"]).to_numpy()
+    for t in np.unique(tid):
+        on = np.flatnonzero(tid == t)
+        sync = _Thread(calls[sync_mask & (calls["tid"] == t).to_numpy()])
+        waiting = sync.covered(lo[on], hi[on]) >= BUSY_SHARE * length[on]
+        for i in on[waiting]:
+            s = sync.overlapping(int(lo[i]), int(hi[i]))
+            site[i] = str(sync.table["name"].iloc[s[np.argmin(sync.row[s])]])  # the first in the trace's order
+        host[on[waiting]] = "waiting"
+        rest = on[~waiting]
+        launching = until[rest] - lo[rest] < BUSY_SHARE * length[rest]
+        host[rest[launching]] = "launching"
+        rest = rest[~launching]
+        if rest.size == 0:
             continue
         # Frames that begin inside the step: the loop's enclosing frames cover every
         # interval and name nothing. Time inside CUDA calls is the driver's, not Python's.
-        f = frames[(frames["tid"] == tid) & (frames["start_ns"] >= step_start[step]) & (frames["start_ns"] < until) & (frames["end_ns"] > lo)]
-        a = calls[(calls["tid"] == tid) & (calls["start_ns"] < until) & (calls["end_ns"] > lo)]
-        covered = union_ns(f["start_ns"].to_numpy(), f["end_ns"].to_numpy(), lo, until) if not f.empty else 0
-        covered = max(covered - (union_ns(a["start_ns"].to_numpy(), a["end_ns"].to_numpy(), lo, until) if not a.empty else 0), 0)
-        if covered < BUSY_SHARE * g.length_ns:
-            rows.append(head + ("unknown", "", 0))
-            continue
-        u = f[user_frames(f["name"])]
-        site = ""
-        if not u.empty:
-            share = _overlap(u["start_ns"].to_numpy(), u["end_ns"].to_numpy(), lo, until)
-            cand = u[share >= BUSY_SHARE * share.max()]  # the frames holding most of it: the innermost names it
-            site = str(cand.loc[cand["start_ns"].idxmax(), "name"])
-        rows.append(head + ("busy", site, int(covered)))
-    out.append(pd.DataFrame(rows, columns=COLUMNS))
+        cuda = _Thread(calls[(calls["tid"] == t).to_numpy()]).covered(lo[rest], until[rest])
+        mine = frames[(frames["tid"] == t).to_numpy()]
+        for st in np.unique(step[rest]):
+            here = rest[step[rest] == st]
+            f = mine[(mine["start_ns"].to_numpy(np.int64) >= step_start[st]) & (mine["start_ns"].to_numpy(np.int64) < until[here].max())]
+            fr = _Thread(f)
+            covered = np.maximum(fr.covered(lo[here], until[here]) - cuda[np.searchsorted(rest, here)], 0)
+            ok = covered >= BUSY_SHARE * length[here]
+            host[here[~ok]] = "unknown"
+            host[here[ok]] = "busy"
+            busy[here[ok]] = covered[ok]
+            user = user_frames(fr.table["name"]) if ok.any() else np.zeros(0, dtype=bool)
+            for i in here[ok]:
+                u = fr.overlapping(int(lo[i]), int(until[i]))
+                u = u[user[u]]
+                if u.size == 0:
+                    continue
+                share = _overlap(fr.start[u], fr.end[u], int(lo[i]), int(until[i]))
+                cand = u[share >= BUSY_SHARE * share.max()]  # the frames holding most of it: the innermost names it
+                latest = cand[fr.start[cand] == fr.start[cand].max()]
+                site[i] = str(fr.table["name"].iloc[latest[np.argmin(fr.row[latest])]])
+    out.append(pd.DataFrame({"step": step, "start_ns": lo, "length_ns": length, "where": gaps["where"].to_numpy(),
+                             "host": host, "site": site, "busy_ns": busy}, columns=COLUMNS))
     result = pd.concat([o for o in out if not o.empty] or out[:1], ignore_index=True)
     return result.sort_values("length_ns", ascending=False, ignore_index=True)
 

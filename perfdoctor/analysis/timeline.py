@@ -89,6 +89,37 @@ def merged_gaps(acts: pd.DataFrame, group: np.ndarray) -> pd.DataFrame:
     return out[GAP_COLUMNS[:-1]]
 
 
+def device_idle(step_gaps: pd.DataFrame, device_gaps: pd.DataFrame) -> pd.DataFrame:
+    """The parts of each step gap in which the device did nothing at all.
+
+    A step's gap can be filled by another step's work or another stream's (the steps of a
+    pipelined loop overlap; a side stream runs a copy for the next step), and then it is no
+    bubble. ``device_gaps`` are the gaps of all activities together (:func:`merged_gaps`
+    with one group). A step gap opens at the end of one activity and closes at the start of
+    another, so every device gap that meets it lies inside it: the step gap becomes those
+    device gaps (none, one or several), keeping the step and its ``window_start_ns``; the
+    names and correlation around each piece are the device's (the work that ended the idle).
+    """
+    ds = device_gaps["start_ns"].to_numpy(np.int64)
+    de = device_gaps["end_ns"].to_numpy(np.int64)  # sorted too: device gaps are disjoint
+    first = np.searchsorted(ds, step_gaps["start_ns"].to_numpy(np.int64), side="left")
+    last = np.searchsorted(de, step_gaps["end_ns"].to_numpy(np.int64), side="right")
+    count = np.clip(last - first, 0, None)
+    rows = np.repeat(np.arange(len(step_gaps)), count)
+    pieces = np.repeat(first, count) + (np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count))
+    out = device_gaps.iloc[pieces].reset_index(drop=True)
+    out["step"] = step_gaps["step"].to_numpy()[rows]
+    out["window_start_ns"] = step_gaps["window_start_ns"].to_numpy()[rows]
+    # Overlapping steps can share an idle piece: it is counted once, in the earliest step.
+    first_step = pd.Series(pieces).groupby(pieces).transform("size").to_numpy() == 1
+    if not first_step.all():
+        order = np.lexsort((out["step"].to_numpy(), pieces))
+        keep = np.zeros(len(out), dtype=bool)
+        keep[order[np.r_[True, pieces[order][1:] != pieces[order][:-1]]]] = True
+        out = out[keep].reset_index(drop=True)
+    return out[GAP_COLUMNS[:-1]]
+
+
 def _mark_after_sync(gaps: pd.DataFrame, sync_ends: np.ndarray) -> pd.DataFrame:
     """``after_sync``: a synchronizing call returned inside the gap — the GPU ran dry
     because the host waited for it, then had to issue new work from scratch."""
@@ -98,7 +129,7 @@ def _mark_after_sync(gaps: pd.DataFrame, sync_ends: np.ndarray) -> pd.DataFrame:
     return gaps.assign(after_sync=last > first)
 
 
-def _union_per_group(starts: np.ndarray, ends: np.ndarray, group: np.ndarray, n: int) -> np.ndarray:
+def union_per_group(starts: np.ndarray, ends: np.ndarray, group: np.ndarray, n: int) -> np.ndarray:
     """Per group 0..n-1, the length of the union of its intervals."""
     out = np.zeros(n, dtype=np.int64)
     if starts.size == 0:
@@ -119,7 +150,7 @@ def step_table(steps: Steps, activities: pd.DataFrame) -> pd.DataFrame:
     step = activities["step"].to_numpy(np.int64)
     s = activities["start_ns"].to_numpy(np.int64)
     e = activities["end_ns"].to_numpy(np.int64)
-    t["busy_ns"] = _union_per_group(s, e, step, n)
+    t["busy_ns"] = union_per_group(s, e, step, n)
     has_gpu = t["gpu_start_ns"].notna().to_numpy()
     window = np.zeros(n, dtype=np.int64)
     window[has_gpu] = (t.loc[has_gpu, "gpu_end_ns"].astype("int64") - t.loc[has_gpu, "gpu_start_ns"].astype("int64")).to_numpy()
@@ -184,12 +215,13 @@ class Timeline:
 
     steps: pd.DataFrame  # the step table
     activities: pd.DataFrame  # GPU activities owned by a step, with a ``step`` column
-    gaps: pd.DataFrame  # gaps between a step's activities (scope "step"), with after_sync
+    gaps: pd.DataFrame  # device idle between a step's activities (scope "step"), with after_sync
     kernels: pd.DataFrame  # kernel table, every kernel label (take .head(n) for a top n)
     span: tuple[int, int] | None
     in_span: pd.DataFrame  # every GPU activity starting inside S (the contract's population for
     # kernels_per_step, short kernels, copies; a step-owned activity is always in it)
     built_from: Steps | None = None  # the Steps object these tables derive from
+    host_gaps: pd.DataFrame | None = None  # hostgaps.gap_hosts of these steps, computed on first use
 
     @cached_property
     def with_gpu(self) -> pd.DataFrame:
@@ -251,7 +283,10 @@ def build(profile: Profile, steps: Steps) -> Timeline:
     owner = np.where(owner < len(steps.table), owner, -1)  # a step table cut short keeps its first steps
     mine = acts[owner >= 0].copy()
     mine["step"] = owner[owner >= 0]
-    gaps = merged_gaps(mine, mine["step"].to_numpy(np.int64))
+    # A gap is time the device did nothing at all (any stream, any step's work), not only
+    # a pause in the step's own work: hta/negative_queue_length_values_check read five
+    # 147-155 ms "gaps" filled by the other steps' work (its largest device idle is 64.65 ms).
+    gaps = device_idle(merged_gaps(mine, mine["step"].to_numpy(np.int64)), merged_gaps(acts, np.zeros(len(acts), dtype=np.int64)))
     calls = profile.calls
     in_step = steps.call_step.to_numpy() >= 0
     gaps = _mark_after_sync(gaps, calls.loc[in_step & is_sync(calls["name"]).to_numpy(), "end_ns"].to_numpy())

@@ -30,7 +30,7 @@ def analyze_command(
     """
     from rich.console import Console
 
-    from perfdoctor.pipeline import diagnose
+    from perfdoctor.pipeline import NSYS_SUFFIXES, diagnose
 
     check_outputs([json_out], [path, *rules])  # never write over an input
     if path.is_dir():
@@ -38,6 +38,13 @@ def analyze_command(
 
         if is_multi_rank(path):  # a multi-rank bundle or a folder of per-rank traces
             _analyze_ranks(path, step, json_out, tokens_per_step, rules, threshold, workload)
+            return
+    elif path.name.lower().endswith(NSYS_SUFFIXES):
+        from perfdoctor.analysis.ranks import nsys_processes
+
+        loaded = nsys_processes(path)
+        if len(loaded[0]) > 1:  # several processes with GPU work: one timeline each, like ranks
+            _analyze_ranks(path, step, json_out, tokens_per_step, rules, threshold, workload, loaded)
             return
     # diagnose first: a large trace's decoders start before the modules below import pandas.
     d = diagnose(path, step=step, tokens_per_step=tokens_per_step, rules=rules, thresholds=threshold, workload=workload)
@@ -54,13 +61,13 @@ def analyze_command(
 
 
 def _analyze_ranks(path: Path, step: Optional[str], json_out: Optional[Path], tokens_per_step: Optional[float],
-                   rules: List[Path], threshold: List[str], workload: Optional[str]) -> None:
+                   rules: List[Path], threshold: List[str], workload: Optional[str], loaded=None) -> None:
     from rich.console import Console
 
     from perfdoctor.analysis.ranks import diagnose_ranks
     from perfdoctor.reports.ranks import render_ranks
 
-    d = diagnose_ranks(path, step=step, tokens_per_step=tokens_per_step, rules=rules, thresholds=threshold, workload=workload)
+    d = diagnose_ranks(path, step=step, tokens_per_step=tokens_per_step, rules=rules, thresholds=threshold, workload=workload, loaded=loaded)
     render_ranks(d, Console())
     if json_out is not None:
         payload = d.view.to_json()

@@ -523,7 +523,10 @@ def _activities(taken: _Taken, kind: str) -> Columns:
         data["registers"] = _floats([a.registers for a in args])
         data["shared_mem"] = _floats([a.shared_memory for a in args])
         data["occupancy_pct"] = _floats([a.occupancy for a in args])
-        data["graph_id"] = _ints([a.graph_id for a in args])
+        # Current Kineto writes "graph id": 0 on every eager kernel; only an id > 0 marks a
+        # kernel replayed from a CUDA graph, so 0 reads as "no graph" (-1, as nsys's NULL).
+        graph = _ints([a.graph_id for a in args])
+        data["graph_id"] = np.where(graph > 0, graph, -1)
     else:
         data["bytes"] = _floats([a.bytes for a in args])
     if kind == "memcpy":

@@ -5,6 +5,11 @@ API names, NVTX text) are ids into ``StringIds``, and enumerations (copy kinds, 
 kinds, NVTX event types) are decoded through the export's own ``ENUM_*`` tables, so the
 loader follows whatever numbering the nsys version wrote. A ``.nsys-rep`` is exported
 first with the ``nsys`` binary when one is found.
+
+An export of several processes (``nsys profile torchrun ...``: one process per GPU) holds
+several timelines whose correlation ids overlap: :func:`load` keys the ids by process in one
+Profile, :func:`load_processes` gives one Profile per process (``perfdoctor analyze`` shows
+them as ranks).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import sqlite3
 import subprocess
 import tempfile
 from contextlib import closing
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +47,8 @@ NSYS_CANDIDATES = (
 )
 NVTX_RANGE_TYPES = ("NvtxPushPopRange", "NvtxStartEndRange")
 DRAM_THROUGHPUT = ("DRAM Read Bandwidth", "DRAM Write Bandwidth")
+NSYS_ACTIVITIES = {**ACTIVITY_COLUMNS, "process": "int64"}  # the Profile's columns + the process, dropped once split
+PID_SHIFT = 24  # globalTid = (hardware, VM, pid) << 24 | tid; globalPid = the same with tid 0
 
 
 def find_nsys() -> str | None:
@@ -78,7 +86,19 @@ def export_sqlite(rep: Path, out: Path) -> Path:
 
 
 def load(path: str | Path) -> Profile:
-    """Read an Nsight Systems export (``.sqlite``, ``.sqlite.gz`` or ``.nsys-rep``)."""
+    """Read an Nsight Systems export (``.sqlite``, ``.sqlite.gz`` or ``.nsys-rep``): every
+    process in one Profile, correlation ids keyed by process (:func:`_key_by_process`)."""
+    return _open(path, lambda con, p: _merged(_read(con, p)))
+
+
+def load_processes(path: str | Path) -> dict[int, Profile]:
+    """One Profile per process with GPU work, by OS process id. A job of several processes
+    (one per GPU, ``torchrun`` under ``nsys profile``) is several timelines: each idles,
+    steps and launches on its own, like the ranks of :mod:`perfdoctor.analysis.ranks`."""
+    return _open(path, lambda con, p: _split(_read(con, p)))
+
+
+def _open(path: str | Path, read):
     path = Path(path)
     regular_file(path)
     with tempfile.TemporaryDirectory(prefix="perfdoctor-nsys-") as tmp:
@@ -92,7 +112,7 @@ def load(path: str | Path) -> Profile:
                 except sqlite3.DatabaseError as exc:
                     raise UsageError(f"{path}: not an SQLite database ({exc})") from None
                 try:
-                    return finish(_read(con, path))
+                    return read(con, path)
                 # The export is untrusted input: a missing or renamed column, a damaged page or a
                 # cell of the wrong type in it is the file's problem, said in one line.
                 except (sqlite3.Error, pd.errors.DatabaseError, KeyError, ValueError, TypeError, OverflowError) as exc:
@@ -164,20 +184,64 @@ def _read(con: sqlite3.Connection, path: Path) -> Profile:
     ).sort_values("start_ns", kind="stable", ignore_index=True)
     calls = _calls(con, tables, strings, warnings)
     ranges = _ranges(con, tables, strings, warnings)
-    meta = {"source": "nsys", "path": str(path), "declared": parse_declarations(ranges)}
+    meta = {"source": "nsys", "path": str(path)}
     names = _thread_names(con, tables, strings)
     if names:
         meta["thread_names"] = names  # perfdoctor.analysis.workload reads an autograd thread from them
     if warnings:
         meta["warnings"] = warnings
-    return Profile(
-        activities=activities,
-        calls=calls,
-        ranges=ranges,
-        samples=_gpu_metrics(con, tables),
-        device=_device(con, tables),
-        meta=meta,
-    )
+    return _Parts(activities, calls, ranges, _gpu_metrics(con, tables), _device(con, tables), meta)
+
+
+@dataclass
+class _Parts:
+    """The tables of one export; activities carry ``process`` (globalPid >> 24); calls and
+    ranges carry it in their globalTid (``tid >> 24``: nsys packs the pid above the tid)."""
+
+    activities: pd.DataFrame
+    calls: pd.DataFrame
+    ranges: pd.DataFrame
+    samples: pd.DataFrame
+    device: dict
+    meta: dict
+
+    def profile(self, activities: pd.DataFrame, calls: pd.DataFrame, ranges: pd.DataFrame, **meta) -> Profile:
+        ranges = ranges.reset_index(drop=True)
+        return finish(Profile(
+            activities=activities.drop(columns="process").reset_index(drop=True), calls=calls.reset_index(drop=True),
+            ranges=ranges, samples=self.samples, device=self.device,
+            meta={**self.meta, "declared": parse_declarations(ranges), **meta},
+        ))
+
+
+def _key_by_process(parts: _Parts) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Activities and calls with correlation ids unique across processes. CUPTI numbers
+    correlations per process, so in a two-process export the same id names two launches
+    (nsysai__mfu_2gpu_before: 264 ids collide); the process's index goes above bit 40."""
+    a, c = parts.activities, parts.calls
+    procs = np.unique(np.r_[a["process"].to_numpy(np.int64), c["tid"].to_numpy(np.int64) >> PID_SHIFT])
+    if len(procs) < 2:
+        return a, c
+    def keyed(corr: pd.Series, proc: np.ndarray) -> np.ndarray:
+        v = corr.to_numpy(np.int64)
+        return np.where(v >= 0, (np.searchsorted(procs, proc).astype(np.int64) << 40) | v, v)
+    return (a.assign(correlation=keyed(a["correlation"], a["process"].to_numpy(np.int64))),
+            c.assign(correlation=keyed(c["correlation"], c["tid"].to_numpy(np.int64) >> PID_SHIFT)))
+
+
+def _merged(parts: _Parts) -> Profile:
+    acts, calls = _key_by_process(parts)
+    return parts.profile(acts, calls, parts.ranges)
+
+
+def _split(parts: _Parts) -> dict[int, Profile]:
+    a = parts.activities
+    out = {}
+    for proc in np.unique(a["process"].to_numpy(np.int64)):
+        mine = lambda t: t[(t["tid"].to_numpy(np.int64) >> PID_SHIFT) == proc]  # noqa: E731
+        pid = int(proc) & 0xFFFFFF
+        out[pid] = parts.profile(a[a["process"].to_numpy(np.int64) == proc], mine(parts.calls), mine(parts.ranges), process=pid)
+    return out
 
 
 def _thread_names(con: sqlite3.Connection, tables: set[str], strings: pd.Series) -> list[str]:
@@ -201,22 +265,23 @@ def _activity_columns(t: pd.DataFrame, kind: str) -> dict[str, np.ndarray]:
         "stream": _i64(t["streamId"]),
         "correlation": _i64(t["correlationId"]),
         "graph_id": _i64(t["graphNodeId"]),
+        "process": _i64(t["globalPid"]) >> PID_SHIFT,
     }
 
 
 def _kernels(con: sqlite3.Connection, tables: set[str], strings: pd.Series, warnings: list[str]) -> pd.DataFrame:
     if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables:
-        return frame(ACTIVITY_COLUMNS)
+        return frame(NSYS_ACTIVITIES)
     k = pd.read_sql_query(
         "SELECT start, end, deviceId, streamId, correlationId, demangledName, registersPerThread, "
-        "gridX, gridY, gridZ, blockX, blockY, blockZ, staticSharedMemory, dynamicSharedMemory, graphNodeId "
+        "gridX, gridY, gridZ, blockX, blockY, blockZ, staticSharedMemory, dynamicSharedMemory, graphNodeId, globalPid "
         "FROM CUPTI_ACTIVITY_KIND_KERNEL",
         con,
     )
     k = _numeric(k, "CUPTI_ACTIVITY_KIND_KERNEL", warnings)
     dims = lambda x, y, z: (k[x].astype(str) + "," + k[y].astype(str) + "," + k[z].astype(str)).to_numpy()  # noqa: E731
     return frame(
-        ACTIVITY_COLUMNS,
+        NSYS_ACTIVITIES,
         {
             **_activity_columns(k, "kernel"),
             "name": k["demangledName"].map(strings).fillna("").to_numpy(),
@@ -230,9 +295,9 @@ def _kernels(con: sqlite3.Connection, tables: set[str], strings: pd.Series, warn
 
 def _memcpy(con: sqlite3.Connection, tables: set[str], warnings: list[str]) -> pd.DataFrame:
     if "CUPTI_ACTIVITY_KIND_MEMCPY" not in tables:
-        return frame(ACTIVITY_COLUMNS)
+        return frame(NSYS_ACTIVITIES)
     m = pd.read_sql_query(
-        "SELECT start, end, deviceId, streamId, correlationId, bytes, copyKind, srcKind, dstKind, graphNodeId "
+        "SELECT start, end, deviceId, streamId, correlationId, bytes, copyKind, srcKind, dstKind, graphNodeId, globalPid "
         "FROM CUPTI_ACTIVITY_KIND_MEMCPY",
         con,
     )
@@ -241,12 +306,12 @@ def _memcpy(con: sqlite3.Connection, tables: set[str], warnings: list[str]) -> p
     oper = {i: _copy_kind(n) for i, n in _enum(con, tables, "ENUM_CUDA_MEMCPY_OPER").items()}
     mem = {i: n.rsplit("_", 1)[-1].lower() for i, n in _enum(con, tables, "ENUM_CUDA_MEM_KIND").items()}
     if m.empty:
-        return frame(ACTIVITY_COLUMNS)
+        return frame(NSYS_ACTIVITIES)
     copy_kind = pd.Series([oper.get(v, "") for v in m["copyKind"]], dtype=object)
     host_side = np.where(copy_kind.str.startswith("H").to_numpy(bool), m["srcKind"], m["dstKind"])
     host_mem = pd.Series([mem.get(v, "") for v in host_side], dtype=object).replace({"device": ""})
     return frame(
-        ACTIVITY_COLUMNS,
+        NSYS_ACTIVITIES,
         {
             **_activity_columns(m, "memcpy"),
             "name": ("Memcpy " + copy_kind).to_numpy(),
@@ -267,13 +332,13 @@ def _copy_kind(enum_name: str) -> str:
 
 def _memset(con: sqlite3.Connection, tables: set[str], warnings: list[str]) -> pd.DataFrame:
     if "CUPTI_ACTIVITY_KIND_MEMSET" not in tables:
-        return frame(ACTIVITY_COLUMNS)
+        return frame(NSYS_ACTIVITIES)
     m = pd.read_sql_query(
-        "SELECT start, end, deviceId, streamId, correlationId, bytes, graphNodeId FROM CUPTI_ACTIVITY_KIND_MEMSET", con
+        "SELECT start, end, deviceId, streamId, correlationId, bytes, graphNodeId, globalPid FROM CUPTI_ACTIVITY_KIND_MEMSET", con
     )
     m = _numeric(m, "CUPTI_ACTIVITY_KIND_MEMSET", warnings)
     return frame(
-        ACTIVITY_COLUMNS,
+        NSYS_ACTIVITIES,
         {
             **_activity_columns(m, "memset"),
             "name": np.full(len(m), "Memset", dtype=object),

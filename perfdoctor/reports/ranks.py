@@ -24,7 +24,7 @@ def _num(v: object, digits: int = 4) -> str:
 def rank_table(d: RankDiagnosis) -> Table:
     view = d.view
     title = (f"Ranks ({len(view.runs)} of world size {view.world_size if view.world_size is not None else 'unknown'}, {view.source}); "
-             "ms per step, medians: step (light pass), traced step, busy = traced − exposed")
+             "ms per step, medians: step (light pass), traced step, busy = non-communication kernel time")
     t = Table(title=title, title_justify="left")
     for col in ("rank", "device", "step", "traced", "busy", "comm", "exposed", "overlap", "colls", "µs/coll"):
         t.add_column(col, justify="left" if col == "device" else "right")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from perfdoctor.analysis import capture
 
@@ -116,3 +117,37 @@ def test_empty():
     assert capture.capture_windows(p).empty
     assert capture.graphed(pd.DataFrame({"state": ["no-gpu-work"]})) is None
     assert capture.replayed(p).size == 0 and np.asarray(capture.in_capture(p)).size == 0
+
+
+SHARED = Path(__file__).parents[2].parent / "shared" / "traces"
+
+
+def _kineto(path: Path, kernels: list[tuple[int, int, int]], graph_launch: bool) -> Path:
+    """A Kineto trace of one launch call per kernel (ts µs, correlation, graph id)."""
+    ev = []
+    for ts, corr, gid in kernels:
+        call = "cudaGraphLaunch" if graph_launch else "cudaLaunchKernel"
+        ev.append({"ph": "X", "cat": "cuda_runtime", "name": call, "pid": 1, "tid": 1, "ts": ts, "dur": 2, "args": {"correlation": corr}})
+        ev.append({"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": ts + 5, "dur": 3,
+                   "args": {"device": 0, "stream": 7, "correlation": corr, "graph id": gid}})
+    path.write_text(json.dumps({"traceEvents": ev}))
+    return path
+
+
+def test_graph_id_zero_is_eager(tmp_path):
+    # Current Kineto writes "graph id": 0 on every eager kernel; only an id > 0 is a replay.
+    eager = capture.trace_state(load_trace(_kineto(tmp_path / "eager.json", [(10, 1, 0), (20, 2, 0)], graph_launch=False)))
+    assert eager.replayed_kernels == 0 and eager.kind != "replay"
+    graphed = load_trace(_kineto(tmp_path / "graph.json", [(10, 1, 7), (20, 2, 0)], graph_launch=False))
+    assert capture.replayed(graphed).tolist() == [True, False]
+
+
+def test_docs_trace_graph_id_zero_is_not_a_replay():
+    for name in ("kineto__docs_before_fix_trace.json.gz", "kineto__docs_after_fix_trace.json.gz"):
+        path = SHARED / "wild" / name
+        if not path.exists():
+            pytest.skip(f"{SHARED} is absent (the shared real traces)")
+        ev = [e for e in json.loads(gzip.decompress(path.read_bytes()))["traceEvents"] if e.get("cat") == "kernel"]
+        assert ev and all(e["args"].get("graph id") == 0 for e in ev)  # eager kernels, graph id 0 written
+        st = capture.trace_state(load_trace(path))
+        assert st.replayed_kernels == 0 and st.kind != "replay", st.message

@@ -185,3 +185,40 @@ def test_h200_host_preprocessing_is_named(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     facts = json.loads((tmp_path / "host-preprocess.facts.json").read_text())
     check_preprocessing_is_named(tmp_path / "h200-host-preprocess.kineto.json.gz", facts)
+
+
+def test_covered_length_is_the_union_inside_each_window() -> None:
+    # _Thread.covered answers many windows at once from prefix sums; the truth is a
+    # brute-force scan of each nanosecond of a small random case.
+    import numpy as np
+    import pandas as pd
+
+    from perfdoctor.analysis.hostgaps import _Thread
+
+    rng = np.random.default_rng(7)
+    start = rng.integers(0, 200, 40)
+    end = start + rng.integers(0, 30, 40)
+    t = _Thread(pd.DataFrame({"start_ns": start, "end_ns": end, "name": [f"c{i}" for i in range(40)]}))
+    lo = rng.integers(-10, 240, 50)
+    hi = lo + rng.integers(0, 60, 50)
+    busy = np.zeros(300, dtype=bool)
+    for s, e in zip(start, end):
+        busy[s:e] = True
+    truth = [int(busy[max(a, 0):max(b, 0)].sum()) for a, b in zip(lo, hi)]
+    assert t.covered(lo, hi).tolist() == truth
+    for a, b in zip(lo, hi):  # the intervals meeting each window, by a direct test
+        assert sorted(t.row[t.overlapping(int(a), int(b))].tolist()) == [i for i in range(40) if start[i] < b and end[i] > a]
+
+
+def test_gap_hosts_runs_once_per_analysis(monkeypatch, tmp_path) -> None:
+    # the host-busy signal, its estimate and its evidence all read it: once, not per reader
+    from perfdoctor.analysis import hostgaps
+
+    calls = []
+    real = hostgaps._gap_hosts
+    monkeypatch.setattr(hostgaps, "_gap_hosts", lambda a: calls.append(1) or real(a))
+    path, _ = with_frames(tmp_path / "serve-stacks.kineto.json.gz")
+    a = analyze(load_trace(path))
+    found = diagnose(a)
+    assert any(f.rule_id == "host-busy" for f in found) or host_in_gaps(a).rows
+    assert len(calls) == 1
