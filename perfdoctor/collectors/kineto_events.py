@@ -331,8 +331,9 @@ def _decode_span(sliced: ArraySlices, span: tuple[int, int | None] | None, origi
 
 # Kineto writes epoch µs (ts ≈ 1.6e15, most traces before 2024) or µs of a monotonic clock
 # (≈ 5e12: days of uptime). In ns the epoch form is ≈ 1.6e18: it fits an int64 (9.2e18), but
-# float64 × 1000 there is exact to only 256 ns. So an epoch trace's times are rebased on its
-# first timestamp before the µs→ns conversion; the origin is kept (Profile meta
+# float64 × 1000 there rounds to 256 ns. So an epoch trace's times are rebased on its first
+# timestamp before the µs→ns conversion (the subtraction is exact; what is left is the parse's
+# own precision, 0.25 µs at 1.6e15, against 1 ns for a monotonic trace); the origin is kept (Profile meta
 # "time_origin_ns") and every time of the Profile shares it, so anything aligned through
 # the trace's own events (the bundle's clock-sync range) still aligns. A monotonic-clock
 # trace (what `perfdoctor run` records) keeps its times as written.
