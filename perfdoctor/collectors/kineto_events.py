@@ -340,17 +340,19 @@ def _decode_span(sliced: ArraySlices, span: tuple[int, int | None] | None, origi
 REBASE_US = 1e14  # epoch µs since 1973, or 3 years of uptime
 MAX_US = 1e15  # ~31 years from the origin: no trace spans that; an event that far is damaged
 
-_FIRST_TS = re.compile(rb'"ts"\s*:\s*(-?\d+)')
-ORIGIN_SEARCH_BYTES = 1 << 20  # the first timestamp is in the first events
+_TS_TEXT = re.compile(rb'"ts"\s*:\s*(-?\d+)')
+ORIGIN_SEARCH_BYTES = 1 << 20  # the first events are enough
 
 
 def time_origin(raw: bytes | memoryview) -> int:
-    """The whole µs of the first ``"ts"`` in the document when it is an epoch time (at least
-    :data:`REBASE_US`), else 0: the origin every time is taken from. Any value near the
-    trace's times does; found from the bytes, it is the same in every forked decoder."""
-    found = _FIRST_TS.search(memoryview(raw)[:ORIGIN_SEARCH_BYTES])
-    first = int(found[1]) if found is not None and len(found[1]) < 19 else 0
-    return first if abs(first) >= REBASE_US else 0
+    """The whole µs of the first epoch-time ``"ts"`` (at least :data:`REBASE_US`) among the
+    document's first MB, else 0: the origin every time is taken from. Any value near the
+    trace's times does (a metadata event's ``"ts": 0`` before them is passed over); found
+    from the bytes, it is the same in every forked decoder."""
+    for found in _TS_TEXT.finditer(memoryview(raw)[:ORIGIN_SEARCH_BYTES]):
+        if len(found[1]) < 19 and abs(first := int(found[1])) >= REBASE_US:
+            return first
+    return 0
 
 
 def _ns(values: np.ndarray) -> np.ndarray:

@@ -166,3 +166,14 @@ def test_a_damaged_real_trace_is_read_and_the_cli_exits_0() -> None:
     done = run_cli_inprocess("analyze", TRACES / "hta/triton_example__triton_example.json.gz")
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_forked_decoders_share_the_epoch_origin() -> None:
+    """Decoded in parallel spans, an epoch trace gives the Profile one process gives."""
+    from perfdoctor.collectors import torch_profiler
+
+    path = TRACES / "hta/negative_queue_length_values_check__rank0.json.gz"
+    one, two = torch_profiler.load(path, processes=1), torch_profiler.load(path, processes=2)
+    assert one.meta["time_origin_ns"] == two.meta["time_origin_ns"] > 0
+    for table in ("activities", "calls", "ranges"):
+        assert getattr(one, table).equals(getattr(two, table)), table
