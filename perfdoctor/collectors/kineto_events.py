@@ -48,8 +48,14 @@ CPU_OP_CATEGORIES = ("cpu_op", "Operator")
 # Host-side categories perfdoctor knows and does not need (not GPU work of any kind).
 KNOWN_HOST_CATEGORIES = frozenset({
     "gpu_user_annotation", "overhead", "Trace", "cpu_instant_event", "python", "fwdbwd", "ac2g",
-    "Python", "Memory", "cuda_profiler_range",
+    "Python", "Memory",
 })
+# Device work of a kind perfdoctor does not read, named so that a trace holding only it is
+# refused by name (its GPU metrics would be absent, never a PASS): CUPTI's range profiler
+# writes the GPU work of a range as one `cuda_profiler_range` event, Meta's MTIA
+# accelerators write `mtia_*` categories.
+UNREAD_DEVICE_WORK = {"cuda_profiler_range": "CUPTI range-profiler events (cuda_profiler_range)"}
+UNREAD_DEVICE_PREFIXES = {"mtia_": "MTIA device events"}
 PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
 
 # "Memcpy HtoD (Pageable -> Device)": the copy direction and the host memory kind.
@@ -59,6 +65,9 @@ DRIVER_COPY_KERNEL = re.compile(r"^memcpy\d+_post$")
 
 # Ids and numbers are usually ints but tracers differ; accept what JSON may hold.
 Scalar = Union[int, float, str, None]
+# A launch dimension: [x, y, z] of ints (floats in some tracers); torch.compile's CPU ops
+# write a string ("grid(100,)"), which is not a kernel's and is read as absent.
+Dims = Union[tuple[Union[int, float], ...], str, None]  # tuples: hashable, so each distinct one is joined once
 
 
 class Args(msgspec.Struct, gc=False):
@@ -67,8 +76,8 @@ class Args(msgspec.Struct, gc=False):
     correlation: Scalar = None
     device: Scalar = None
     stream: Scalar = None
-    grid: Union[tuple[int, ...], None] = None  # tuples: hashable, so each distinct one is joined once
-    block: Union[tuple[int, ...], None] = None
+    grid: Dims = None
+    block: Dims = None
     registers: Scalar = msgspec.field(default=None, name="registers per thread")
     shared_memory: Scalar = msgspec.field(default=None, name="shared memory")
     occupancy: Scalar = msgspec.field(default=None, name="est. achieved occupancy %")
@@ -81,10 +90,10 @@ class Event(msgspec.Struct, gc=False):
     ph: str = ""
     cat: str = ""
     name: str = ""
-    ts: Union[float, None] = None  # missing: the event is dropped (refused for GPU work)
-    dur: Union[float, None] = None
-    pid: Union[int, str, None] = None
-    tid: Union[int, str, None] = None
+    ts: Scalar = None  # missing or not a number: the event is skipped and counted
+    dur: Scalar = None
+    pid: Scalar = None
+    tid: Scalar = None
     args: Union[Args, None] = None
 
 
@@ -117,10 +126,10 @@ class _Complete(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
     ph: ClassVar[str] = "X"
     cat: str = ""
     name: str = ""
-    ts: Union[float, None] = None
-    dur: Union[float, None] = None
-    pid: Union[int, str, None] = None
-    tid: Union[int, str, None] = None
+    ts: Scalar = None
+    dur: Scalar = None
+    pid: Scalar = None
+    tid: Scalar = None
     args: Union[Args, None] = None
 
 
@@ -136,7 +145,17 @@ _skipped = tuple(
     for p in OTHER_PHASES
 )
 
+class _LooseTrace(Header):
+    """The document with its events left as plain JSON values, each then validated alone
+    (:func:`decode_whole`): a damaged event is skipped, not the trace refused."""
+
+    traceEvents: Union[list[Any], None] = None  # noqa: N815
+
+
 _decoder = msgspec.json.Decoder(Trace)
+_array_decoder = msgspec.json.Decoder(list[Event])  # the JSON-array form (the legacy autograd profiler)
+_loose_decoder = msgspec.json.Decoder(_LooseTrace)
+_loose_array_decoder = msgspec.json.Decoder(list[Any])
 events_decoder = msgspec.json.Decoder(list[Union[(_Complete, _Metadata, *_skipped)]])
 _rest_decoder = msgspec.json.Decoder(_Rest)
 _NO_ARGS = Args()
@@ -147,15 +166,56 @@ _PID, _TID = attrgetter("pid"), attrgetter("tid")
 KEPT = (*ACTIVITY_CATEGORIES, *CALL_CATEGORIES, "user_annotation", "python_function")
 
 
-def decode_whole(raw: bytes | memoryview, path: Path) -> Trace:
+@dataclass
+class Decoded:
+    """The whole document decoded (:func:`decode_whole`): its header and events, and the
+    events skipped as not valid Chrome-trace events (with the first reason)."""
+
+    doc: Trace
+    skipped: int = 0
+    why: str = ""
+
+
+_OPENING = re.compile(rb"\s*(.)", re.S)
+
+
+def decode_whole(raw: bytes | memoryview, path: Path) -> Decoded:
+    """The document decoded at once: a ``{"traceEvents": [...]}`` object or the JSON-array
+    form of the Chrome trace format (a top-level list of events). When some events do not
+    validate (a field of an unexpected type), the events are validated one by one and the
+    bad ones skipped and counted; a document that is not a trace still fails whole."""
+    first = _OPENING.match(memoryview(raw)[:4096])
+    array = first is not None and first[1] == b"["
     try:
-        return _decoder.decode(raw)
+        try:
+            return Decoded(Trace(traceEvents=_array_decoder.decode(raw)) if array else _decoder.decode(raw))
+        except msgspec.ValidationError as exc:
+            loose = _loose_array_decoder.decode(raw) if array else _loose_decoder.decode(raw)
+            return _validated(loose if array else loose.traceEvents, None if array else loose, exc)
     except msgspec.ValidationError as exc:
         raise UsageError(f"{path}: not a Kineto trace ({exc})") from None
     except msgspec.DecodeError as exc:
         raise UsageError(f"{path}: not a JSON trace ({exc})") from None
     except RecursionError:
         raise UsageError(f"{path}: not a Kineto trace (JSON nested too deeply)") from None
+
+
+def _validated(events: list[Any] | None, header: _LooseTrace | None, first: msgspec.ValidationError) -> Decoded:
+    """Each event of ``events`` validated alone; those that fail are counted, the rest kept."""
+    if events is None:  # the events were fine: the header is what failed
+        raise first
+    kept, skipped, why = [], 0, ""
+    for e in events:
+        try:
+            kept.append(msgspec.convert(e, Event))
+        except msgspec.ValidationError as exc:
+            skipped += 1
+            why = why or str(exc)
+    doc = Trace(traceEvents=kept)
+    if header is not None:
+        for key in Header.__struct_fields__:
+            setattr(doc, key, getattr(header, key))
+    return Decoded(doc, skipped, why)
 
 
 PART_BYTES = 48 << 20  # a forked decoder pays for itself from ~50 MB of events (fork, sending back its columns)
@@ -185,8 +245,9 @@ class SlicedDecode:
     columns copy as bytes, and a name shared by many rows is sent once); they are put back
     in the array's order."""
 
-    def __init__(self, sliced: ArraySlices, spans: list[tuple[int, int | None]], processes: int) -> None:
+    def __init__(self, sliced: ArraySlices, spans: list[tuple[int, int | None]], processes: int, origin: int) -> None:
         self.sliced, self.spans = sliced, spans
+        self.origin = origin  # set before the fork: every decoder takes its times from one origin
         self._children: list[Any] = []
         with ExitStack() as stack:
             if len(spans) > 1:
@@ -201,12 +262,13 @@ class SlicedDecode:
         sliced = array_slices(raw, "traceEvents")
         if sliced is None:
             return None
-        return cls(sliced, sliced.spans(decode_spans(len(raw), processes)) if processes > 1 else [None], processes)
+        spans = sliced.spans(decode_spans(len(raw), processes)) if processes > 1 else [None]
+        return cls(sliced, spans, processes, time_origin(raw))
 
     def _work(self) -> list[tuple[int, "Events"]]:
         done = []
         while (i := self._tickets.take()) is not None:
-            events = _decode_span(self.sliced, self.spans[i])
+            events = _decode_span(self.sliced, self.spans[i], self.origin)
             events.columns()
             done.append((i, events))
         return done
@@ -216,7 +278,7 @@ class SlicedDecode:
 
     def _decoded(self) -> "list[Events]":
         if len(self.spans) == 1:
-            return [_decode_span(self.sliced, None)]
+            return [_decode_span(self.sliced, None, self.origin)]
         done = self._work()
         for c in self._children:
             data = c.result()
@@ -258,8 +320,8 @@ class _ChildFailed(Exception):
     """A forked decoder gave no result."""
 
 
-def _decode_span(sliced: ArraySlices, span: tuple[int, int | None] | None) -> "Events":
-    events = Events()
+def _decode_span(sliced: ArraySlices, span: tuple[int, int | None] | None, origin: int) -> "Events":
+    events = Events(origin)
     for chunk in sliced.decoded(events_decoder, span=span):
         events.add(chunk)
         del chunk
@@ -267,7 +329,30 @@ def _decode_span(sliced: ArraySlices, span: tuple[int, int | None] | None) -> "E
     return events
 
 
-MAX_US = 1e15  # ~31 years in µs: beyond it, ns no longer fit an int64 (and no trace is that long)
+# Kineto writes epoch µs (ts ≈ 1.6e15, most traces before 2024) or µs of a monotonic clock
+# (≈ 5e12: days of uptime). In ns the epoch form is ≈ 1.6e18: it fits an int64 (9.2e18), but
+# float64 × 1000 there rounds to 256 ns. So an epoch trace's times are rebased on its first
+# timestamp before the µs→ns conversion (the subtraction is exact; what is left is the parse's
+# own precision, 0.25 µs at 1.6e15, against 1 ns for a monotonic trace); the origin is kept (Profile meta
+# "time_origin_ns") and every time of the Profile shares it, so anything aligned through
+# the trace's own events (the bundle's clock-sync range) still aligns. A monotonic-clock
+# trace (what `perfdoctor run` records) keeps its times as written.
+REBASE_US = 1e14  # epoch µs since 1973, or 3 years of uptime
+MAX_US = 1e15  # ~31 years from the origin: no trace spans that; an event that far is damaged
+
+_TS_TEXT = re.compile(rb'"ts"\s*:\s*(-?\d+)')
+ORIGIN_SEARCH_BYTES = 1 << 20  # the first events are enough
+
+
+def time_origin(raw: bytes | memoryview) -> int:
+    """The whole µs of the first epoch-time ``"ts"`` (at least :data:`REBASE_US`) among the
+    document's first MB, else 0: the origin every time is taken from. Any value near the
+    trace's times does (a metadata event's ``"ts": 0`` before them is passed over); found
+    from the bytes, it is the same in every forked decoder."""
+    for found in _TS_TEXT.finditer(memoryview(raw)[:ORIGIN_SEARCH_BYTES]):
+        if len(found[1]) < 19 and abs(first := int(found[1])) >= REBASE_US:
+            return first
+    return 0
 
 
 def _ns(values: np.ndarray) -> np.ndarray:
@@ -302,12 +387,20 @@ class _Numbering(dict):
 
 
 def _floats_of(values: Any, n: int) -> np.ndarray:
-    """float64 of ``n`` numbers or None (None becomes NaN)."""
+    """float64 of ``n`` JSON scalars: NaN for None and for what is not a number (a string
+    timestamp is read when it spells a number, else the event is skipped)."""
     values = list(values)
     try:
         return np.fromiter(values, dtype=np.float64, count=n)
-    except TypeError:  # a None among them
-        return np.array(values, dtype=np.float64)
+    except (TypeError, ValueError):  # a None or a string among them
+        return np.fromiter(map(_float_or_nan, values), dtype=np.float64, count=n)
+
+
+def _float_or_nan(v: Scalar) -> float:
+    try:
+        return float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return float("nan")
 
 
 def _phases(chunk: list[Any]) -> tuple[list[Any], list[Any]]:
@@ -323,7 +416,8 @@ class Events:
     complete ("X") events of the categories it reads, with their times as arrays, CPU op
     names counted, thread names; everything else is dropped with its slice."""
 
-    def __init__(self) -> None:
+    def __init__(self, origin: int = 0) -> None:
+        self.origin = origin  # µs subtracted from every timestamp (time_origin)
         self.parts: dict[str, list[tuple[np.ndarray, np.ndarray, list[Event]]]] = {}
         self.op_counts: Counter[str] = Counter()
         self.step_ops: list[tuple[np.ndarray, np.ndarray, list[Event]]] = []  # ProfilerStep#N logged as a CPU op
@@ -350,7 +444,7 @@ class Events:
             return
         n = len(events)
         cat = np.fromiter(map(self._cat.__getitem__, map(_CAT, events)), dtype=np.int64, count=n)
-        ts, dur = _floats_of(map(_TS, events), n), _floats_of(map(_DUR, events), n)  # None (missing) is NaN
+        ts, dur = _floats_of(map(_TS, events), n) - self.origin, _floats_of(map(_DUR, events), n)  # None (missing) is NaN
         with np.errstate(invalid="ignore"):
             timed = (-MAX_US < ts) & (ts < MAX_US) & (0 <= dur) & (dur < MAX_US)
         if not timed.all():
@@ -411,7 +505,7 @@ class Events:
     def merged(spans: "list[Events]") -> "Events":
         """The counts of consecutive spans' decoders, as if one decoder had read them all
         (categories numbered in the order first seen, op names counted in that order)."""
-        total = Events()
+        total = Events(spans[0].origin if spans else 0)
         for e in spans:
             total.op_counts.update(e.op_counts)
             total.thread_names += e.thread_names
@@ -469,8 +563,14 @@ def _floats(values: list[Scalar]) -> np.ndarray:
 def _dims(values: list[tuple[int, ...] | None]) -> np.ndarray:
     """"x,y,z" per launch configuration, "" where absent: joined once per distinct one."""
     index = {v: i for i, v in enumerate(dict.fromkeys(values))}  # tuples hash fast: no pandas object table
-    text = np.array(["" if v is None else ",".join(map(str, v)) for v in index], dtype=object)
+    text = np.array([_dims_text(v) for v in index], dtype=object)
     return text[np.fromiter(map(index.__getitem__, values), dtype=np.intp, count=len(values))]
+
+
+def _dims_text(v: Dims) -> str:
+    if not isinstance(v, tuple):  # absent, or torch.compile's "grid(100,)" string
+        return ""
+    return ",".join(str(int(x)) if isinstance(x, float) and x.is_integer() else str(x) for x in v)
 
 
 def _names(events: list[Event]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -20,6 +20,8 @@ from perfdoctor.collectors.kineto_events import (
     CALL_CATEGORIES,
     KNOWN_HOST_CATEGORIES,
     RANGE_CATEGORIES,
+    UNREAD_DEVICE_PREFIXES,
+    UNREAD_DEVICE_WORK,
     Events,
     Header,
     HostRows,
@@ -30,17 +32,27 @@ from perfdoctor.profile import ACTIVITY_COLUMNS, CALL_COLUMNS, RANGE_COLUMNS, Pr
 from perfdoctor.text import clean
 
 
-def profile_of(path: Path, doc: Header, events: list[Events]) -> Profile:
-    """The Profile of the trace at ``path``: ``doc`` (the document around its events) and
-    the events each decoder kept, in the array's order."""
+def profile_of(path: Path, doc: Header, events: list[Events], invalid: tuple[int, str] = (0, "")) -> Profile:
+    """The Profile of the trace at ``path``: ``doc`` (the document around its events), the
+    events each decoder kept, in the array's order, and ``invalid``: how many events were
+    skipped as not valid events, and why (:func:`.kineto_events.decode_whole`).
+
+    A few damaged events among many are skipped and counted (a warning the commands
+    print); the trace is refused only when what is left cannot be analysed: no timed event
+    at all, or GPU activities that are all untimed."""
     total = Events.merged(events)
-    if total.untimed_gpu:
+    if not total.timed:
+        raise UsageError(f"{path}: empty trace (no complete events with a valid 'ts' and 'dur')")
+    counts = total.category_counts()
+    gpu_timed = sum(counts.get(c, 0) for c in ACTIVITY_CATEGORIES)
+    if total.untimed_gpu and not gpu_timed:
         raise UsageError(
-            f"{path}: {total.untimed_gpu} GPU activities lack a valid 'ts' or 'dur' (missing, negative or out of range); "
+            f"{path}: all {total.untimed_gpu} GPU activities lack a valid 'ts' or 'dur' (missing, negative or out of range); "
             "the trace is damaged"
         )
-    if not total.timed:
-        raise UsageError(f"{path}: empty trace (no complete events)")
+    unread_work = _unread_device_work(counts)
+    if unread_work and not gpu_timed:
+        raise UsageError(f"{path}: its GPU work is {unread_work}, which perfdoctor does not read")
     # In one process the columns are built here, after the file's bytes are freed (the lower peak).
     activities, calls, ranges = joined([e.columns() for e in events])
     versions = {
@@ -57,11 +69,50 @@ def profile_of(path: Path, doc: Header, events: list[Events]) -> Profile:
     dist = _distributed(doc.distributedInfo)
     if dist:
         meta["distributed"] = dist  # perfdoctor.compare.comparability: world size
-    if total.dropped:
-        meta["warnings"] = [f"{total.dropped} host events without a valid 'ts' or 'dur' (missing, negative or out of range) dropped"]
+    if total.origin:
+        meta["time_origin_ns"] = total.origin * 1000  # every time in the Profile is ns after this trace time
+    warnings = _skipped(total, invalid) + ([f"not read: {unread_work}"] if unread_work else [])
+    if warnings:
+        meta["warnings"] = warnings
     return finish(
         Profile(activities=activities, calls=calls, ranges=ranges, device=_device(doc.deviceProperties or []), meta=meta)
     )
+
+
+def _skipped(total: Events, invalid: tuple[int, str]) -> list[str]:
+    """The loader's "skipped N events: why" lines (the commands print them)."""
+    lines = []
+    if total.dropped:
+        gpu = f" ({total.untimed_gpu} of them GPU activities)" if total.untimed_gpu else ""
+        lines.append(f"skipped {total.dropped} events{gpu}: no valid 'ts' or 'dur' (missing, not a number, negative or out of range)")
+    if invalid[0]:
+        lines.append(f"skipped {invalid[0]} events: not a valid trace event (first: {clean(invalid[1])})")
+    return lines
+
+
+def _unread_device_work(counts: dict[str, int]) -> str:
+    """The kinds of device work in ``counts`` (events per category) that perfdoctor does not
+    read, named with their event counts; "" when there is none."""
+    kinds: dict[str, int] = {}
+    for cat, n in counts.items():
+        kind = UNREAD_DEVICE_WORK.get(cat) or next((k for p, k in UNREAD_DEVICE_PREFIXES.items() if cat.startswith(p)), None)
+        if kind is not None:
+            kinds[kind] = kinds.get(kind, 0) + n
+    return "; ".join(f"{n} {kind}" for kind, n in kinds.items())
+
+
+NOT_KINETO_FORMATS = {b'"rocprofiler-sdk-tool"': "a rocprofiler-sdk JSON file (AMD's rocprofv3), not a Kineto trace: "
+                      "perfdoctor does not read it; profile with torch.profiler instead"}
+
+
+def not_kineto(raw: bytes | memoryview) -> str:
+    """Why a JSON document without a ``traceEvents`` list is no trace perfdoctor reads,
+    naming the format where it is a known one."""
+    head = bytes(memoryview(raw)[:4096])
+    for marker, why in NOT_KINETO_FORMATS.items():
+        if marker in head:
+            return why
+    return "not a Kineto trace (no 'traceEvents' list)"
 
 
 def joined(spans: list[SpanTables]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:

@@ -46,6 +46,29 @@ NSYS_CANDIDATES = (
     "/opt/nvidia/nsight-compute*/*/host/target-linux-x64/nsys",
 )
 NVTX_RANGE_TYPES = ("NvtxPushPopRange", "NvtxStartEndRange")
+# The numbers nsys writes for the enumerations it also names in its ENUM_* tables (its
+# SQLite export schema): used when an export lacks the table, so a pageable copy does not
+# silently become an unknown one, nor the NVTX ranges (and with them the steps) vanish.
+KNOWN_ENUMS = {
+    "ENUM_CUDA_MEMCPY_OPER": dict(enumerate((
+        "CUDA_MEMCPY_KIND_UNKNOWN", "CUDA_MEMCPY_KIND_HTOD", "CUDA_MEMCPY_KIND_DTOH", "CUDA_MEMCPY_KIND_HTOA",
+        "CUDA_MEMCPY_KIND_ATOH", "CUDA_MEMCPY_KIND_ATOA", "CUDA_MEMCPY_KIND_ATOD", "CUDA_MEMCPY_KIND_DTOA",
+        "CUDA_MEMCPY_KIND_DTOD", "CUDA_MEMCPY_KIND_HTOH", "CUDA_MEMCPY_KIND_PTOP", "CUDA_MEMCPY_KIND_UVM_HTOD",
+        "CUDA_MEMCPY_KIND_UVM_DTOH", "CUDA_MEMCPY_KIND_UVM_DTOD",
+    ))),
+    "ENUM_CUDA_MEM_KIND": dict(enumerate((
+        "CUDA_MEMOPR_MEMORY_KIND_PAGEABLE", "CUDA_MEMOPR_MEMORY_KIND_PINNED", "CUDA_MEMOPR_MEMORY_KIND_DEVICE",
+        "CUDA_MEMOPR_MEMORY_KIND_ARRAY", "CUDA_MEMOPR_MEMORY_KIND_MANAGED", "CUDA_MEMOPR_MEMORY_KIND_DEVICE_STATIC",
+        "CUDA_MEMOPR_MEMORY_KIND_MANAGED_STATIC", "CUDA_MEMOPR_MEMORY_KIND_UNKNOWN",
+    ))),
+    "ENUM_NSYS_EVENT_TYPE": {59: "NvtxPushPopRange", 60: "NvtxStartEndRange"},
+}
+# Columns some nsys versions do not write (older exports, other activity kinds): read as
+# missing, never a reason to refuse the export.
+OPTIONAL_COLUMNS = frozenset({
+    "graphNodeId", "textId", "text", "dynamicSharedMemory", "staticSharedMemory", "registersPerThread",
+    "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "srcKind", "dstKind", "bytes", "globalPid",
+})
 DRAM_THROUGHPUT = ("DRAM Read Bandwidth", "DRAM Write Bandwidth")
 NSYS_ACTIVITIES = {**ACTIVITY_COLUMNS, "process": "int64"}  # the Profile's columns + the process, dropped once split
 PID_SHIFT = 24  # globalTid = (hardware, VM, pid) << 24 | tid; globalPid = the same with tid 0
@@ -142,9 +165,21 @@ def _tables(con: sqlite3.Connection) -> set[str]:
 
 
 def _enum(con: sqlite3.Connection, tables: set[str], table: str) -> dict[int, str]:
+    """The export's own ``ENUM_*`` table, or nsys's known numbering where it has none."""
     if table not in tables:
-        return {}
+        return dict(KNOWN_ENUMS.get(table, {}))
     return {i: str(n) for i, n in con.execute(f"SELECT id, name FROM {table}") if isinstance(i, int)}
+
+
+def _picked(con: sqlite3.Connection, table: str, columns: str, optional: frozenset[str] = OPTIONAL_COLUMNS) -> str:
+    """``columns`` as a SELECT list on ``table``, an ``optional`` one the table lacks read
+    as NULL (a required one missing still fails, as the export's problem)."""
+    have = {r[1] for r in con.execute(f"PRAGMA table_info({table})")}
+    return ", ".join(c if c in have or c not in optional else f"NULL AS {c}" for c in (c.strip() for c in columns.split(",")))
+
+
+def _select(con: sqlite3.Connection, table: str, columns: str, where: str = "") -> pd.DataFrame:
+    return pd.read_sql_query(f"SELECT {_picked(con, table, columns)} FROM {table} {where}", con)
 
 
 def _numeric(t: pd.DataFrame, table: str, warnings: list[str], required: tuple[str, ...] = ("start", "end")) -> pd.DataFrame:
@@ -152,13 +187,17 @@ def _numeric(t: pd.DataFrame, table: str, warnings: list[str], required: tuple[s
     required time are dropped and counted; other missing ids become -1 later."""
     t = t.copy()
     for col in t.columns:
-        if col == "text" or pd.api.types.is_integer_dtype(t[col]):
-            continue  # NVTX text is text; an all-integer column is already what we need
+        if col == "text":
+            continue  # NVTX text is text
+        if pd.api.types.is_integer_dtype(t[col]):
+            if col in required:  # an unfinished record's end: INT64_MAX (it would cover the whole timeline)
+                t[col] = t[col].where(t[col].abs() < 2**62)
+            continue  # an all-integer column is otherwise what we need
         v = pd.to_numeric(t[col], errors="coerce").astype(np.float64)
         t[col] = v.where(np.isfinite(v) & (v.abs() < 2.0**62))
     bad = t[list(required)].isna().any(axis=1)
     if bad.any():
-        warnings.append(f"{int(bad.sum())} rows of {table} without a valid {' / '.join(required)} dropped")
+        warnings.append(f"skipped {int(bad.sum())} rows of {table}: no valid {' / '.join(required)}")
         t = t[~bad].reset_index(drop=True)
     return t
 
@@ -272,11 +311,11 @@ def _activity_columns(t: pd.DataFrame, kind: str) -> dict[str, np.ndarray]:
 def _kernels(con: sqlite3.Connection, tables: set[str], strings: pd.Series, warnings: list[str]) -> pd.DataFrame:
     if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables:
         return frame(NSYS_ACTIVITIES)
-    k = pd.read_sql_query(
-        "SELECT start, end, deviceId, streamId, correlationId, demangledName, registersPerThread, "
-        "gridX, gridY, gridZ, blockX, blockY, blockZ, staticSharedMemory, dynamicSharedMemory, graphNodeId, globalPid "
-        "FROM CUPTI_ACTIVITY_KIND_KERNEL",
+    k = _select(
         con,
+        "CUPTI_ACTIVITY_KIND_KERNEL",
+        "start, end, deviceId, streamId, correlationId, demangledName, registersPerThread, "
+        "gridX, gridY, gridZ, blockX, blockY, blockZ, staticSharedMemory, dynamicSharedMemory, graphNodeId, globalPid",
     )
     k = _numeric(k, "CUPTI_ACTIVITY_KIND_KERNEL", warnings)
     dims = lambda x, y, z: (k[x].astype(str) + "," + k[y].astype(str) + "," + k[z].astype(str)).to_numpy()  # noqa: E731
@@ -288,7 +327,7 @@ def _kernels(con: sqlite3.Connection, tables: set[str], strings: pd.Series, warn
             "grid": dims("gridX", "gridY", "gridZ"),
             "block": dims("blockX", "blockY", "blockZ"),
             "registers": k["registersPerThread"].to_numpy(np.float64),
-            "shared_mem": (k["staticSharedMemory"] + k["dynamicSharedMemory"]).to_numpy(np.float64),
+            "shared_mem": k["staticSharedMemory"].add(k["dynamicSharedMemory"], fill_value=0).to_numpy(np.float64),
         },
     )
 
@@ -296,10 +335,8 @@ def _kernels(con: sqlite3.Connection, tables: set[str], strings: pd.Series, warn
 def _memcpy(con: sqlite3.Connection, tables: set[str], warnings: list[str]) -> pd.DataFrame:
     if "CUPTI_ACTIVITY_KIND_MEMCPY" not in tables:
         return frame(NSYS_ACTIVITIES)
-    m = pd.read_sql_query(
-        "SELECT start, end, deviceId, streamId, correlationId, bytes, copyKind, srcKind, dstKind, graphNodeId, globalPid "
-        "FROM CUPTI_ACTIVITY_KIND_MEMCPY",
-        con,
+    m = _select(
+        con, "CUPTI_ACTIVITY_KIND_MEMCPY", "start, end, deviceId, streamId, correlationId, bytes, copyKind, srcKind, dstKind, graphNodeId, globalPid"
     )
     m = _numeric(m, "CUPTI_ACTIVITY_KIND_MEMCPY", warnings)
     # CUDA_MEMCPY_KIND_HTOD -> HtoD; CUDA_MEMOPR_MEMORY_KIND_PAGEABLE -> pageable
@@ -310,6 +347,9 @@ def _memcpy(con: sqlite3.Connection, tables: set[str], warnings: list[str]) -> p
     copy_kind = pd.Series([oper.get(v, "") for v in m["copyKind"]], dtype=object)
     host_side = np.where(copy_kind.str.startswith("H").to_numpy(bool), m["srcKind"], m["dstKind"])
     host_mem = pd.Series([mem.get(v, "") for v in host_side], dtype=object).replace({"device": ""})
+    unknown = int((copy_kind.isin(("", "Unknown")) | (copy_kind.str.contains("H") & (host_mem == ""))).sum())
+    if unknown:  # said, not silently counted as neither pageable nor pinned
+        warnings.append(f"{unknown} memcpys whose direction or host memory kind the export does not say: not counted as pageable")
     return frame(
         NSYS_ACTIVITIES,
         {
@@ -333,9 +373,7 @@ def _copy_kind(enum_name: str) -> str:
 def _memset(con: sqlite3.Connection, tables: set[str], warnings: list[str]) -> pd.DataFrame:
     if "CUPTI_ACTIVITY_KIND_MEMSET" not in tables:
         return frame(NSYS_ACTIVITIES)
-    m = pd.read_sql_query(
-        "SELECT start, end, deviceId, streamId, correlationId, bytes, graphNodeId, globalPid FROM CUPTI_ACTIVITY_KIND_MEMSET", con
-    )
+    m = _select(con, "CUPTI_ACTIVITY_KIND_MEMSET", "start, end, deviceId, streamId, correlationId, bytes, graphNodeId, globalPid")
     m = _numeric(m, "CUPTI_ACTIVITY_KIND_MEMSET", warnings)
     return frame(
         NSYS_ACTIVITIES,
@@ -373,10 +411,8 @@ def _ranges(con: sqlite3.Connection, tables: set[str], strings: pd.Series, warni
     wanted = [types[n] for n in NVTX_RANGE_TYPES if n in types]
     if not wanted:
         return frame(RANGE_COLUMNS)
-    r = pd.read_sql_query(
-        f"SELECT start, end, text, textId, globalTid FROM NVTX_EVENTS "
-        f"WHERE eventType IN ({','.join(map(str, wanted))}) AND end IS NOT NULL",
-        con,
+    r = _select(
+        con, "NVTX_EVENTS", "start, end, text, textId, globalTid", f"WHERE eventType IN ({','.join(map(str, wanted))}) AND end IS NOT NULL"
     )
     r = _numeric(r, "NVTX_EVENTS", warnings)
     text = r["text"].where(r["text"].notna(), r["textId"].map(strings)).fillna("")
@@ -420,9 +456,9 @@ def _gpu_metrics(con: sqlite3.Connection, tables: set[str]) -> pd.DataFrame:
 def _device(con: sqlite3.Connection, tables: set[str]) -> dict:
     if "TARGET_INFO_GPU" not in tables:
         return {}
-    row = con.execute(
-        "SELECT name, smCount, memoryBandwidth, l2CacheSize, totalMemory, computeMajor, computeMinor FROM TARGET_INFO_GPU LIMIT 1"
-    ).fetchone()
+    columns = "name, smCount, memoryBandwidth, l2CacheSize, totalMemory, computeMajor, computeMinor"
+    every = frozenset(c.strip() for c in columns.split(","))  # each one optional: the device is described as far as it is
+    row = con.execute(f"SELECT {_picked(con, 'TARGET_INFO_GPU', columns, every)} FROM TARGET_INFO_GPU LIMIT 1").fetchone()
     if row is None:
         return {}
     row = [v if isinstance(v, (str, int, float)) and not (isinstance(v, float) and not np.isfinite(v)) else None for v in row]

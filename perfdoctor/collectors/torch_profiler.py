@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from perfdoctor.collectors.kineto_events import Events, SlicedDecode, decode_processes, decode_whole
+from perfdoctor.collectors.kineto_events import Events, SlicedDecode, decode_processes, decode_whole, time_origin
 from perfdoctor.errors import UsageError
 from perfdoctor.io import read_maybe_gzip
 
@@ -63,19 +63,21 @@ class Loading:
 
         raw, path = self._raw, self.path
         decoded = self._sliced.finish(raw) if self._sliced is not None else None
+        invalid: tuple[int, str] = (0, "")
         if decoded is not None:
             doc, events = decoded
-        else:  # not the simple shape (or damaged): decode whole, for the exact error
-            doc = decode_whole(raw, path)
+        else:  # not the simple shape, or damaged events: decode whole (skipping what is not an event), for the exact error
+            whole_doc = decode_whole(raw, path)
+            doc, invalid = whole_doc.doc, (whole_doc.skipped, whole_doc.why)
             if doc.traceEvents is None:
-                raise UsageError(f"{path}: not a Kineto trace (no 'traceEvents' list)")
-            whole = Events()
+                raise UsageError(f"{path}: {kineto_tables.not_kineto(raw)}")
+            whole = Events(time_origin(raw))
             whole.add(doc.traceEvents)
             doc.traceEvents = None
             events = [whole]
         self._raw = self._sliced = None
         del raw, decoded
-        return kineto_tables.profile_of(path, doc, events)
+        return kineto_tables.profile_of(path, doc, events, invalid)
 
     def close(self) -> None:
         if self._sliced is not None:

@@ -431,14 +431,20 @@ def test_events_without_ts_or_dur(tmp_path: Path) -> None:
     del host[0]["ts"], host[1]["dur"]
     host[2]["dur"] = -5.0
     p = load_trace(write_kineto(tmp_path / "a.json", doc))
-    assert any("3 host events without a valid" in w for w in p.meta["warnings"]), p.meta
+    assert "skipped 3 events: no valid 'ts' or 'dur' (missing, not a number, negative or out of range)" in p.meta["warnings"], p.meta
     assert len(p.calls) == len(host) - 3
 
+    # One damaged GPU activity among many is skipped and counted, not the trace refused ...
     doc = kineto_doc()
-    kernel = next(e for e in doc["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy"))
-    del kernel["dur"]
-    assert_usage(incli("analyze", write_kineto(tmp_path / "b.json", doc)), "GPU activities lack a valid")
-    kernel["dur"] = 1e300  # overflows int64 nanoseconds
+    gpu = [e for e in doc["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    del gpu[0]["dur"]
+    code, _, err = incli("analyze", write_kineto(tmp_path / "b.json", doc))
+    assert code == 0 and "skipped 1 events (1 of them GPU activities)" in err, err
+    p = load_trace(tmp_path / "b.json")
+    assert len(p.activities) == len(gpu) - 1
+    # ... but when none is left there is nothing to analyse.
+    for e in gpu:
+        e["dur"] = 1e300  # overflows int64 nanoseconds
     assert_usage(incli("analyze", write_kineto(tmp_path / "c.json", doc)), "GPU activities lack a valid")
 
 
