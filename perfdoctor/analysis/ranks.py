@@ -23,7 +23,7 @@ Per rank and step (:func:`rank_steps`)
                       step's span less its exposed communication still holds idle time:
                       param_dlrm_8ranks read "rank 5 works 1.79 ms longer" from that,
                       while its kernels ran 1.04 ms of its step). For host collectives (no
-                      kernel timeline) ``step_ms − exposed_ms``
+                      kernel at all) ``step_ms − exposed_ms``
 
 The straggler (:func:`find_straggler`)
     In a synchronous job every rank's step takes as long as the slowest rank's: the others
@@ -323,10 +323,7 @@ def rank_steps(analysis: Analysis) -> tuple[pd.DataFrame, str]:
             "collectives": per["collectives"].to_numpy(),
             "mean_collective_us": per["mean_collective_us"].to_numpy(),
         })
-        acts = analysis.timeline.activities
-        work = analysis.timeline.is_kernel & (families.kernel_classes(acts["name"], acts["kind"]).to_numpy() != "communication")
-        out["busy_ms"] = union_per_group(acts["start_ns"].to_numpy(np.int64)[work], acts["end_ns"].to_numpy(np.int64)[work],
-                                         acts["step"].to_numpy(np.int64)[work], len(table))[analysis.timeline.steps["gpu_start_ns"].notna().to_numpy()] / 1e6
+        out["busy_ms"] = kernel_busy_ms(analysis)[analysis.timeline.steps["gpu_start_ns"].notna().to_numpy()]
         source = "communication kernels (GPU)"
     else:
         coll = host_collectives(profile)
@@ -345,9 +342,18 @@ def rank_steps(analysis: Analysis) -> tuple[pd.DataFrame, str]:
                 "mean_collective_us": (end[inside] - start[inside]).mean() / 1e3 if n else np.nan,
             })
         out = pd.DataFrame(rows)
-        out["busy_ms"] = out["step_ms"] - out["exposed_ms"]
+        # no kernel timeline (gloo on CPU): the step's span less its collectives
+        out["busy_ms"] = kernel_busy_ms(analysis) if analysis.timeline.is_kernel.any() else out["step_ms"] - out["exposed_ms"]
         source = "host collective ranges (gloo:*/nccl:* of the process group)" if len(coll) else "none (no collectives in the trace)"
     return out[list(STEP_COLUMNS)], source
+
+
+def kernel_busy_ms(analysis: Analysis) -> np.ndarray:
+    """Per step of the table: the union of its non-communication kernels, in ms."""
+    acts = analysis.timeline.activities
+    work = analysis.timeline.is_kernel & (families.kernel_classes(acts["name"], acts["kind"]).to_numpy() != "communication")
+    return union_per_group(acts["start_ns"].to_numpy(np.int64)[work], acts["end_ns"].to_numpy(np.int64)[work],
+                           acts["step"].to_numpy(np.int64)[work], len(analysis.steps.table)) / 1e6
 
 
 def collective_table(analysis: Analysis) -> list[list[tuple[str, float]]]:
