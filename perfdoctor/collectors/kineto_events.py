@@ -50,11 +50,12 @@ KNOWN_HOST_CATEGORIES = frozenset({
     "gpu_user_annotation", "overhead", "Trace", "cpu_instant_event", "python", "fwdbwd", "ac2g",
     "Python", "Memory",
 })
-# Device work of a kind perfdoctor does not read, named so that a trace holding only it is
-# refused by name (its GPU metrics would be absent, never a PASS): CUPTI's range profiler
-# writes the GPU work of a range as one `cuda_profiler_range` event, Meta's MTIA
-# accelerators write `mtia_*` categories.
-UNREAD_DEVICE_WORK = {"cuda_profiler_range": "CUPTI range-profiler events (cuda_profiler_range)"}
+# Device work of a kind perfdoctor does not read, named in a load warning (and by the
+# metrics it leaves unmeasured): CUPTI's range profiler writes the GPU work of a range as
+# one `cuda_profiler_range` event (a trace with only that is refused: kineto_tables), Meta's
+# MTIA accelerators write `mtia_*` categories.
+RANGE_PROFILER = "cuda_profiler_range"
+UNREAD_DEVICE_WORK = {RANGE_PROFILER: "CUPTI range-profiler events (cuda_profiler_range)"}
 UNREAD_DEVICE_PREFIXES = {"mtia_": "MTIA device events"}
 PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
 

@@ -20,6 +20,7 @@ from perfdoctor.collectors.kineto_events import (
     CALL_CATEGORIES,
     KNOWN_HOST_CATEGORIES,
     RANGE_CATEGORIES,
+    RANGE_PROFILER,
     UNREAD_DEVICE_PREFIXES,
     UNREAD_DEVICE_WORK,
     Events,
@@ -50,9 +51,11 @@ def profile_of(path: Path, doc: Header, events: list[Events], invalid: tuple[int
             f"{path}: all {total.untimed_gpu} GPU activities lack a valid 'ts' or 'dur' (missing, negative or out of range); "
             "the trace is damaged"
         )
-    unread_work = _unread_device_work(counts)
-    if unread_work and not gpu_timed:
-        raise UsageError(f"{path}: its GPU work is {unread_work}, which perfdoctor does not read")
+    unread_work = _unread_device_work(counts)  # said in a warning; the metrics it leaves unmeasured name it too
+    if not gpu_timed and counts.get(RANGE_PROFILER):
+        # Its kernels are folded into range events: no step, launch or idle can be measured,
+        # yet host-side checks would pass; refused by name, so it never gates green.
+        raise UsageError(f"{path}: its GPU work is {unread_work}, which perfdoctor does not read; trace without the range profiler")
     # In one process the columns are built here, after the file's bytes are freed (the lower peak).
     activities, calls, ranges = joined([e.columns() for e in events])
     versions = {
@@ -71,7 +74,7 @@ def profile_of(path: Path, doc: Header, events: list[Events], invalid: tuple[int
         meta["distributed"] = dist  # perfdoctor.compare.comparability: world size
     if total.origin:
         meta["time_origin_ns"] = total.origin * 1000  # every time in the Profile is ns after this trace time
-    warnings = _skipped(total, invalid) + ([f"not read: {unread_work}"] if unread_work else [])
+    warnings = _skipped(total, invalid) + ([f"not read: {unread_work} (device work perfdoctor does not read)"] if unread_work else [])
     if warnings:
         meta["warnings"] = warnings
     return finish(

@@ -27,11 +27,15 @@ pytestmark = pytest.mark.skipif(not TRACES.is_dir(), reason=f"the shared trace c
 # Valid traces of a format perfdoctor does not read: refused by name (what the line must say).
 NOT_READ = {
     "tracelens__rocprof_908_results.json.gz": "rocprofiler-sdk JSON",
-    "mtia_inference_trace__mtia_inference_rank_0.json.gz": "MTIA device events",
     "cupti_profiler__benchmark_result_924719_1679055439_trace.json.gz": "cuda_profiler_range",
     "llmservbench__sglang_llama_profile.nsys-rep": "needs nsys",
     "llmservbench__tgi_llama_profile.nsys-rep": "needs nsys",
 }
+
+
+# Valid traces read with a warning naming device work perfdoctor does not read (its metrics
+# say why they are unmeasured: tests/e2e/test_wild_wiring.py).
+WARNED = {"mtia_inference_trace__mtia_inference_rank_0.json.gz": "not read: 2136 MTIA device events"}
 
 
 def corpus() -> list[Path]:
@@ -57,6 +61,8 @@ def test_every_valid_trace_is_read_and_analysed(trace: Path) -> None:
         return
     d = diagnose(trace, warnings=False)
     assert d.findings is not None
+    if trace.name in WARNED:
+        assert any(WARNED[trace.name] in w for w in d.profile.meta["warnings"]), d.profile.meta.get("warnings")
     m = d.analysis.metrics
     assert "gpu_idle_ratio" in m and "steps" in m, sorted(m)
     idle = m["gpu_idle_ratio"]
