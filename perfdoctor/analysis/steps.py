@@ -67,6 +67,7 @@ def choose_step(
     modules: Mapping[str, int] | None = None,
     works: Callable[[str], bool] = lambda name: True,
     totals: Mapping[str, float] | None = None,
+    replays: int = 0,
 ) -> Choice | None:
     """The step, by the order of evidence (docs/metrics.md, "Step"), the same for a trace
     (:func:`find_steps`) and for ``perfdoctor run``'s light pass (its scout,
@@ -81,10 +82,14 @@ def choose_step(
     4. ``ProfilerStep#N``;
     5. the most frequent other range seen twice for which ``works(name)`` (it has GPU
        work); a tie goes to the longer total time in ``totals`` (the outer of two ranges
-       that repeat alike), else to the name seen first;
-    6. the training iteration, marked by torch's loop ranges (the data loader's
+       that repeat alike), else to the name seen first. After ProfilerStep: torch's DDP
+       writes a ``DistributedDataParallel.forward`` range inside each ProfilerStep;
+    6. ``replays``: one CUDA/HIP graph replayed that often, once per period of the loop
+       (:func:`graph_replays`), seen twice. After the user's ranges: a range around each
+       replay (``decode_step``) also holds the work that feeds it;
+    7. the training iteration, marked by torch's loop ranges (the data loader's
        ``__next__``, else ``Optimizer.zero_grad``, else ``Optimizer.step``), seen twice;
-    7. the outermost repeating module call (``modules``: its name and calls, at least two).
+    8. the outermost repeating module call (``modules``: its name and calls, at least two).
 
     ``counts``: every range name seen and how often. Library ranges (NCCL, cub, dynamo's
     own) and warm-up ranges are never the step. None when nothing qualifies.
@@ -114,6 +119,8 @@ def choose_step(
     for name in ranked:
         if works(name):
             return Choice("range", name, f"ranges named {name!r}: the most frequent range with GPU work ({counts[name]}x)", False)
+    if replays >= 2:
+        return Choice("compiled", GRAPH_REPLAY, f"one CUDA/HIP graph replayed {replays}x, timed as {ITERATION}", True)
     loop = sorted((n for n in by_kind.get(rangenames.LOOP, ()) if counts[n] >= 2), key=rangenames.loop_rank)
     if loop:
         name = loop[0]
@@ -269,7 +276,7 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
             raise UsageError(f"--step {pattern!r} matches no range{hint}")
         if rangenames.kind(pattern) in (rangenames.COMPILED, rangenames.LOOP):
             # a marker of the iteration, not the iteration (run's scout times it so too)
-            return pattern, iteration_ranges(matched), None, f"{how}, timed as {ITERATION}"
+            return pattern, iteration_ranges(matched), None, how if ITERATION in how else f"{how}, timed as {ITERATION}"
         return pattern, matched, None, how
 
     launch_calls = profile.calls[is_launch(profile.calls["name"])]
@@ -285,10 +292,10 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
         # vLLM's piecewise graphs: one replay per piece of the model, many per iteration
         replays = replays.iloc[0:0]
     counts = ranges["name"].value_counts(sort=False).to_dict()
-    if not replays.empty:
-        counts[GRAPH_REPLAY] = len(replays)
     lengths = (ranges["end_ns"] - ranges["start_ns"]).groupby(ranges["name"]).sum().to_dict()
-    choice = choose_step(counts, works=lambda n: _has_gpu_work(ranges[ranges["name"] == n], launch_calls, profile), totals=lengths)
+    choice = choose_step(
+        counts, works=lambda n: _has_gpu_work(ranges[ranges["name"] == n], launch_calls, profile), totals=lengths, replays=len(replays)
+    )
     if choice is not None:
         if choice.kind == "serving":
             served = serving.step_ranges(profile)  # every vLLM/SGLang step range, one family
@@ -320,7 +327,7 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
     )
 
 
-GRAPH_REPLAY = rangenames.COMPILED_PREFIX + "CUDA graph replay"
+GRAPH_REPLAY = "(CUDA/HIP graph replay)"
 # The share of all graph replays that one graph must have to be the step: a torch.compile
 # decode loop (cudagraph trees) replays one graph per token; vLLM's piecewise graphs replay
 # a different graph per piece of the model (23 per step in the TraceLens trace), none of

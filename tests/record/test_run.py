@@ -274,13 +274,18 @@ def test_api_reports_outermost_regions_and_steps():
 
 
 def test_choose_step_prefers_pattern_then_api_then_most_frequent():
-    from perfdoctor.record.run import choose_step
+    # run's scout makes the choice analyze makes (analysis.steps.choose_step), through find_step
+    from perfdoctor.record.run import RunOptions, find_step
+
+    def results(latency, api_counts):
+        series = {n: {"host_start_ns": list(range(len(v))), "gpu_start_ns": None, "gpu_end_ns": list(range(len(v)))} for n, v in latency.items()}
+        return {"series": series, "step_counts": api_counts}
 
     latency = {"prefill": [1.0], "layer": [0.1] * 6, "decode_step": [1.0] * 3}
-    assert choose_step(latency, {}, "decode*") == "decode_step"
-    assert choose_step(latency, {"decode_step": 3, "prefill": 1}, None) == "decode_step"
-    assert choose_step(latency, {}, None) == "layer"
-    assert choose_step({"once": [1.0]}, {}, None) is None
+    assert find_step(results(latency, {}), RunOptions(target=["x.py"], step="decode*"))[0] == "decode_step"
+    assert find_step(results(latency, {"decode_step": 3, "prefill": 1}), RunOptions(target=["x.py"]))[0] == "decode_step"
+    assert find_step(results(latency, {}), RunOptions(target=["x.py"]))[0] == "layer"
+    assert find_step(results({"once": [1.0]}, {}), RunOptions(target=["x.py"]))[0] is None
 
 
 def test_ncu_csv_becomes_counters():
