@@ -37,7 +37,7 @@ from perfdoctor.declare import DECLARE_PREFIX
 from perfdoctor.names import ranges
 from perfdoctor.profile import Profile
 
-STEP_NAME = "serving step"  # the step family's name in reports (Steps.name)
+STEP_NAME = ranges.SERVING_STEP  # the step family's name in reports (Steps.name)
 COLUMNS = ("engine", "kind", "batch", "tokens", "prefill_tokens", "decode_tokens")
 
 # The names are read in one place, pandas-free, so the bootstrap can read them too.

@@ -29,6 +29,7 @@ not import pandas there). :func:`kind` puts every range name in one class:
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from functools import lru_cache
 
@@ -39,6 +40,9 @@ LOOP = "loop"
 LIBRARY = "library"
 WARMUP = "warmup"
 RANGE = "range"
+
+# The serving family's step name (Steps.name, the step a run records): every serving range.
+SERVING_STEP = "serving step"
 
 # How the light pass of ``perfdoctor run`` names the calls of a torch.compile-d function
 # (the torch profiler writes no range around them when it is not running).
@@ -118,6 +122,14 @@ def parse_serving(name: str) -> tuple | None:
             return ("sglang", kind, bs, pre + bs, pre, bs)
         return ("sglang", "idle", bs, 0, 0, 0)
     return None
+
+
+def matches_step(name: str, step: str) -> bool:
+    """A range of the step named ``step``: that name or glob, or any serving range for the
+    serving family (:data:`SERVING_STEP`)."""
+    if step == SERVING_STEP:
+        return parse_serving(name) is not None
+    return name == step or fnmatch.fnmatchcase(name, step)
 
 
 def is_library(name: str) -> bool:

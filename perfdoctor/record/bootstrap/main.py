@@ -25,7 +25,6 @@ and a results JSON written before the process ends, so the bundle stays readable
 
 from __future__ import annotations
 
-import fnmatch
 import functools
 import importlib.util
 import json
@@ -293,7 +292,8 @@ class Session:
             self.modules.uninstall()
 
     def matches(self, name: str) -> bool:
-        return self.pattern is not None and (name == self.pattern or fnmatch.fnmatchcase(name, self.pattern))
+        # "serving step" (the light pass chose the serving ranges): every one of them
+        return self.pattern is not None and rangenames.matches_step(name, self.pattern)
 
     # -- api.StepListener: perfdoctor.region / perfdoctor.step / --step-fn --
 
