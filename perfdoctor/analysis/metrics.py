@@ -64,6 +64,8 @@ METRICS: dict[str, tuple[str, bool | None]] = {
     "step_latency_ms_p99": ("ms", False),
     "step_gpu_ms_p50": ("ms", False),
     "host_lead_ms_p50": ("ms", None),
+    "host_before_gpu_ms_p50": ("ms", False),
+    "host_before_gpu_ratio": ("ratio", False),
     "traced_step_latency_ms_p50": ("ms", False),
     "steps_per_s": ("1/s", True),
     "tokens_per_s": ("1/s", True),
@@ -437,6 +439,22 @@ def _host_lead_ms_p50(c: _Context, light: steady.SteadySeries | None) -> Metric:
     if lead.size == 0:
         return c.absent("host_lead_ms_p50", "needs at least two steps with GPU work")
     return c.have("host_lead_ms_p50", np.median(lead))
+
+
+def _host_before_gpu(c: _Context) -> tuple[Metric, Metric]:
+    """The steps' host time before their GPU work (critical path − GPU window,
+    :func:`perfdoctor.analysis.steady.host_before_gpu_ns`): the median per step, and its share
+    of the steps' critical-path time. From the trace: the light pass times a step's ends,
+    not when its first kernel started."""
+    keys = ("host_before_gpu_ms_p50", "host_before_gpu_ratio")
+    if c.no_steps:
+        return c.absent(keys[0], c.no_steps), c.absent(keys[1], c.no_steps)
+    before = c.windows["host_before_gpu_ns"].to_numpy(np.float64)
+    cp = c.windows["critical_path_ns"].to_numpy(np.float64)
+    if cp.sum() <= 0:
+        why = "the steps' critical-path time is 0"
+        return c.have(keys[0], np.median(before) / 1e6), c.absent(keys[1], why)
+    return c.have(keys[0], np.median(before) / 1e6), c.have(keys[1], before.sum() / cp.sum())
 
 
 def _step_gpu_ms_p50(c: _Context) -> Metric:
@@ -819,6 +837,7 @@ def analyze(
     m["launch_rate_per_s"] = _launch_rate_per_s(c)
     m["short_kernel_ratio"] = _short_kernel_ratio(c)
     m["step_gpu_ms_p50"] = _step_gpu_ms_p50(c)
+    m["host_before_gpu_ms_p50"], m["host_before_gpu_ratio"] = _host_before_gpu(c)
     m["steps_per_s"] = _steps_per_s(c, light)
     m["tokens_per_s"] = _serving_tokens_per_s(c, m["steps_per_s"], light) or _tokens_per_s(c, m["steps_per_s"])
     m["sync_calls_per_step"] = _sync_calls_per_step(c)

@@ -6,7 +6,11 @@ many different range names for one kind of step:
 vLLM (``gpu_model_runner``, torch profiler): ``execute_context_<c>(<ct>)_generation_<g>(<gt>)``
     c requests in prefill (context) phase with ct tokens in total, g requests in decode
     (generation) phase with gt tokens. ``execute_context_0(0)_generation_32(32)`` is a
-    decode step of 32 requests; ``execute_context_4(512)_generation_0(0)`` a prefill.
+    decode step of 32 requests; ``execute_context_4(512)_generation_0(0)`` a prefill; a
+    token field may carry more after the count (``execute_context_1(888_788544)...``).
+    vLLM v1 writes ``execute_<n>_context_<c>(sq<q>sk<k>...)_generation_<g>(sq<q>sk<k>...)``:
+    sq is the query tokens of those requests (``execute_32_context_0(sq0sk0sqsq0sqsk0)_
+    generation_32(sq32sk55086sqsq32sqsk55086)``: a decode step of 32 requests, 32 tokens).
 SGLang (scheduler, torch profiler): ``step[<MODE> bs=<n>]`` with an optional token count
     ``toks=<m>`` (also spelled ``tokens=<m>``): ``step[DECODE bs=32]``,
     ``step[EXTEND bs=17 toks=8192]``, ``step[PREFILL bs=4 tokens=512]``,
@@ -26,60 +30,18 @@ the host launched it.
 
 from __future__ import annotations
 
-import re
-from functools import lru_cache
-
 import numpy as np
 import pandas as pd
 
 from perfdoctor.declare import DECLARE_PREFIX
+from perfdoctor.names import ranges
 from perfdoctor.profile import Profile
 
-STEP_NAME = "serving step"  # the step family's name in reports (Steps.name)
+STEP_NAME = ranges.SERVING_STEP  # the step family's name in reports (Steps.name)
 COLUMNS = ("engine", "kind", "batch", "tokens", "prefill_tokens", "decode_tokens")
 
-VLLM = re.compile(r"^execute_context_(\d+)\((\d+)\)_generation_(\d+)\((\d+)\)$")
-SGLANG = re.compile(r"^step\[\s*([A-Za-z_]+)\s+bs=(\d+)(?:\s+(?:toks|tokens)=(\d+))?\s*\]$")
-
-_SGLANG_KIND = {
-    "decode": "decode",
-    "extend": "prefill",
-    "prefill": "prefill",
-    "mixed": "mixed",
-    "idle": "idle",
-    "target_verify": "decode",
-    "verify": "decode",
-    "draft_extend": "prefill",
-}
-
-
-@lru_cache(maxsize=4096)
-def parse_name(name: str) -> tuple | None:
-    """``(engine, kind, batch, tokens, prefill_tokens, decode_tokens)`` or None."""
-    if not isinstance(name, str):
-        return None
-    m = VLLM.match(name.strip())
-    if m:
-        c, ct, g, gt = map(int, m.groups())
-        kind = "mixed" if c and g else "prefill" if c else "decode" if g else "idle"
-        return ("vllm", kind, c + g, ct + gt, ct, gt)
-    m = SGLANG.match(name.strip())
-    if m:
-        mode, bs, toks = m.group(1).lower(), int(m.group(2)), m.group(3)
-        kind = _SGLANG_KIND.get(mode)
-        if kind is None:
-            return None
-        if kind == "decode":
-            tokens = int(toks) if toks else bs
-            return ("sglang", kind, bs, tokens, 0, tokens)
-        if kind == "prefill":
-            tokens = int(toks) if toks else bs
-            return ("sglang", kind, bs, tokens, tokens, 0)
-        if kind == "mixed":  # SGLang's mixed chunk: toks counts the extend part
-            pre = int(toks) if toks else bs
-            return ("sglang", kind, bs, pre + bs, pre, bs)
-        return ("sglang", "idle", bs, 0, 0, 0)
-    return None
+# The names are read in one place, pandas-free, so the bootstrap can read them too.
+parse_name = ranges.parse_serving
 
 
 def parse(names: pd.Series) -> pd.DataFrame:
@@ -98,11 +60,14 @@ def is_serving(names: pd.Series) -> np.ndarray:
     return (parse(names)["engine"] != "").to_numpy()
 
 
-def step_ranges(profile: Profile, min_count: int = 2) -> pd.DataFrame:
+def step_ranges(profile: Profile, min_count: int = 1) -> pd.DataFrame:
     """Every serving step range of the trace, as one step family, in time order.
 
     Ranges nested inside another serving range on the same thread are dropped (the outer
-    one is the step). Returns an empty frame when fewer than ``min_count`` remain.
+    one is the step: SGLang's ``step[DECODE bs=32]`` sits inside a vLLM-style
+    ``execute_32_context_0(...)_generation_32(...)`` of the same iteration). One range is
+    enough: a serving trace often holds a single scheduler iteration. Returns an empty
+    frame when fewer than ``min_count`` remain.
     """
     r = profile.ranges
     r = r[(r["source"] != "python") & ~r["name"].str.startswith(DECLARE_PREFIX, na=False)]

@@ -10,6 +10,9 @@ For step ``k`` with host start ``h[k]`` and the end of its GPU work ``g[k]``:
   When the host waits for every step, that is host start → GPU end; when the host runs
   ahead (an asynchronous loop, graph replays), it is the interval between completions —
   time spent queued behind earlier steps is not latency;
+* **host before GPU** ``max(0, s[k] − max(h[k], g[k−1]))`` with ``s[k]`` the start of the
+  step's GPU work: the critical path less the GPU window, host time that belongs to the
+  step (its data loading) though no GPU work of it ran;
 * **host lead** ``max(0, g[k−1] − h[k])``: how far ahead of the GPU the host issued step
   ``k`` (0 = the GPU waited for the host);
 * **pause** before step ``k``: ``h[k] − g[k−1]`` when it is longer than the median step
@@ -44,6 +47,19 @@ def critical_path_ns(host_start: np.ndarray | list[int], gpu_end: np.ndarray | l
         return h
     previous_end = np.concatenate(([np.iinfo(np.int64).min], g[:-1]))
     return g - np.maximum(h, previous_end)
+
+
+def host_before_gpu_ns(host_start: np.ndarray | list[int], gpu_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int]) -> np.ndarray:
+    """Per step, the part of its critical path before its GPU work starts:
+    ``max(0, gpu_start[k] − max(h[k], g[k−1]))`` = critical path − GPU window (0 when the
+    step's work was queued behind the previous step's). Host work the step waits for before
+    its first launch reaches the GPU: loading its data (``enumerate(DataLoader)#...__next__``
+    in a training step), preprocessing, the launch latency."""
+    h, s, g = _ns(host_start), _ns(gpu_start), _ns(gpu_end)
+    if h.size == 0:
+        return h
+    previous_end = np.concatenate(([np.iinfo(np.int64).min], g[:-1]))
+    return np.maximum(0, s - np.maximum(h, previous_end))
 
 
 def host_lead_ns(host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int]) -> np.ndarray:

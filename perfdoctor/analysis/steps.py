@@ -17,6 +17,7 @@ kernels and is not mistaken for an idle GPU.
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +32,7 @@ from perfdoctor.errors import UsageError
 from perfdoctor.declare import DECLARE_PREFIX
 from perfdoctor.names.codes import equals, factorize
 from perfdoctor.names.kernels import family, per_name
+from perfdoctor.names import ranges as rangenames
 from perfdoctor.profile import Profile
 
 LAUNCH_PREFIXES = apinames.LAUNCH_PREFIXES  # CUDA, driver and HIP launches (graph launches too)
@@ -38,14 +40,130 @@ SYNC_NAMES = apinames.SYNC_NAMES
 PROFILER_STEP_GLOB = "ProfilerStep#*"
 AUTO_STEP = "(automatic step)"
 NO_BOUNDARY = -1  # the first unit of a trace: nothing before it ended
-# Ranges that libraries open around their own calls: never the user's step. On the H200 an
-# unannotated Hugging Face generate under nsys came out as "3 steps of
-# cub::DeviceScan::InclusiveScan" before these were excluded.
-LIBRARY_PREFIXES = (
-    "cub::", "thrust::", "cutlass::", "cute::", "at::", "c10::", "aten::", "nccl", "cudnn", "cublas",
-    "cusparse", "cufft", "curand", "cusolver", "nvjet",
-)
+ITERATION = "the loop iteration: from one occurrence to the next"  # how iteration steps are timed
 
+
+@dataclass(frozen=True)
+class Choice:
+    """Which evidence is the step (:func:`choose_step`).
+
+    ``kind``: ``user`` (the user's markers), ``serving``, ``compiled``, ``profiler_step``,
+    ``range``, ``loop`` or ``module``. ``name``: the range (or module step) name;
+    :data:`perfdoctor.analysis.serving.STEP_NAME` for the serving family. ``iteration``: the
+    name marks the loop iteration rather than spanning the step, so a step runs from one
+    occurrence to the next (a compiled call returns before its token is done, the data
+    loader's ``__next__`` is only the fetch, a module call leaves out the loop's own work).
+    """
+
+    kind: str
+    name: str
+    how: str
+    iteration: bool
+
+
+def choose_step(
+    counts: Mapping[str, int],
+    user: Collection[str] = (),
+    modules: Mapping[str, int] | None = None,
+    works: Callable[[str], bool] = lambda name: True,
+    totals: Mapping[str, float] | None = None,
+    replays: int = 0,
+) -> Choice | None:
+    """The step, by the order of evidence (docs/metrics.md, "Step"), the same for a trace
+    (:func:`find_steps`) and for ``perfdoctor run``'s light pass (its scout,
+    :func:`perfdoctor.record.run.find_step`):
+
+    1. the user's markers: ``user`` (names from ``--step``, ``perfdoctor.region``/``step``,
+       ``--step-fn``) — the most frequent;
+    2. serving-engine step ranges (vLLM, SGLang): every one of them, one family, one range
+       is enough;
+    3. compiled-graph calls, one per iteration (``## Call CompiledFxGraph`` ranges, the calls
+       of a ``torch.compile``-d function): the most frequent, seen twice;
+    4. ``ProfilerStep#N``;
+    5. the most frequent other range seen twice for which ``works(name)`` (it has GPU
+       work); a tie goes to the longer total time in ``totals`` (the outer of two ranges
+       that repeat alike), else to the name seen first. After ProfilerStep: torch's DDP
+       writes a ``DistributedDataParallel.forward`` range inside each ProfilerStep;
+    6. ``replays``: one CUDA/HIP graph replayed that often, once per period of the loop
+       (:func:`graph_replays`), seen twice. After the user's ranges: a range around each
+       replay (``decode_step``) also holds the work that feeds it;
+    7. the training iteration, marked by torch's loop ranges (the data loader's
+       ``__next__``, else ``Optimizer.zero_grad``, else ``Optimizer.step``), seen twice;
+    8. the outermost repeating module call (``modules``: its name and calls, at least two).
+
+    ``counts``: every range name seen and how often. Library ranges (NCCL, cub, dynamo's
+    own) and warm-up ranges are never the step. None when nothing qualifies.
+    """
+    mine = [n for n in user if counts.get(n, 0) > 0]
+    if mine:
+        name = max(mine, key=lambda n: counts[n])
+        return Choice("user", name, "", False)
+    by_kind: dict[str, list[str]] = {}
+    for name, n in counts.items():
+        if n > 0:
+            by_kind.setdefault(rangenames.kind(name), []).append(name)
+    if by_kind.get(rangenames.SERVING):
+        return Choice("serving", serving.STEP_NAME, "serving step ranges (vLLM/SGLang names)", False)
+    compiled = [n for n in by_kind.get(rangenames.COMPILED, ()) if counts[n] >= 2]
+    if compiled:
+        name = max(compiled, key=lambda n: counts[n])
+        how = f"compiled-graph calls {name!r} ({counts[name]}x), timed as {ITERATION}"
+        return Choice("compiled", name, how, True)
+    if by_kind.get(rangenames.PROFILER_STEP):
+        return Choice("profiler_step", PROFILER_STEP_GLOB, "ProfilerStep#N annotations (torch.profiler schedule)", False)
+    total = totals or {}
+    ranked = sorted(
+        (n for n in by_kind.get(rangenames.RANGE, ()) if counts[n] >= 2),
+        key=lambda n: (-counts[n], -total.get(n, 0.0)),  # stable: the first seen wins a full tie
+    )
+    for name in ranked:
+        if works(name):
+            return Choice("range", name, f"ranges named {name!r}: the most frequent range with GPU work ({counts[name]}x)", False)
+    if replays >= 2:
+        return Choice("compiled", GRAPH_REPLAY, f"one CUDA/HIP graph replayed {replays}x, timed as {ITERATION}", True)
+    loop = sorted((n for n in by_kind.get(rangenames.LOOP, ()) if counts[n] >= 2), key=rangenames.loop_rank)
+    if loop:
+        name = loop[0]
+        how = f"the training iteration: torch's {name!r} ({counts[name]}x), timed as {ITERATION}"
+        return Choice("loop", name, how, True)
+    for name, n in (modules or {}).items():
+        if n >= 2:
+            return Choice("module", name, f"module: {name.removesuffix('.forward')}", True)
+    return None
+
+
+def iteration_ranges(marks: pd.DataFrame) -> pd.DataFrame:
+    """Step ranges from the ranges that mark a loop iteration: per thread, from the start of
+    one to the start of the next (the last one's iteration has no known end: left out).
+    Each ends 1 ns before the next begins, so a call at that instant belongs to one step."""
+    marks = _outermost(marks).sort_values(["tid", "start_ns"], kind="stable")
+    parts = []
+    for _, m in marks.groupby("tid", sort=False):
+        if len(m) < 2:
+            continue
+        part = m.iloc[:-1].copy()
+        part["end_ns"] = m["start_ns"].to_numpy(np.int64)[1:] - 1
+        parts.append(part)
+    if not parts:
+        return marks.iloc[0:0]
+    return pd.concat(parts).sort_values("start_ns", kind="stable")
+
+
+def _outermost(ranges: pd.DataFrame) -> pd.DataFrame:
+    """Ranges of one name nested in another of that name on the same thread, left out: the
+    outer one is the step (PARAM names its measure block and the forward inside it alike)."""
+    r = ranges.sort_values(["tid", "start_ns"], kind="stable")
+    keep = np.ones(len(r), dtype=bool)
+    tid, end = r["tid"].to_numpy(), r["end_ns"].to_numpy()
+    names = r["name"].to_numpy()
+    reach: dict[tuple, int] = {}
+    for i in range(len(r)):
+        key = (tid[i], names[i])
+        if end[i] <= reach.get(key, -1):
+            keep[i] = False
+        else:
+            reach[key] = end[i]
+    return r[keep].sort_values("start_ns", kind="stable")
 
 
 def base_name(names: pd.Series) -> pd.Series:
@@ -109,7 +227,7 @@ def is_library_range(names: pd.Series) -> pd.Series:
     """Ranges a library opened (``cub::DeviceScan::InclusiveScan``, ``ncclAllReduce``, a
     ``cuBLAS`` or ``cuDNN`` NVTX domain): they repeat and own GPU work, but they are not
     the user's unit of work."""
-    return names.str.lower().str.startswith(LIBRARY_PREFIXES, na=False)
+    return per_name(names, rangenames.is_library).astype(bool)
 
 
 def _candidate_ranges(profile: Profile) -> pd.DataFrame:
@@ -119,8 +237,10 @@ def _candidate_ranges(profile: Profile) -> pd.DataFrame:
 
 
 def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | None, pd.DataFrame, str | None, str]:
-    """The ranges that are steps, by the contract's order: ``pattern`` (or the step a run
-    bundle recorded), ProfilerStep#N, most frequent, automatic.
+    """The ranges that are steps: ``pattern`` (or the step a run bundle recorded), else
+    :func:`choose_step` over the trace's ranges and CUDA/HIP graph replays, else the
+    automatic step. A name that marks the loop iteration (a compiled-graph call, torch's
+    loop ranges, a module step) gives steps from one occurrence to the next.
 
     Returns (step name, ranges, reason when none, how they were found).
     """
@@ -154,32 +274,104 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
             common = ranges["name"].value_counts().head(5).index.tolist()
             hint = f"; ranges in this trace: {', '.join(map(repr, common))}" if common else "; this trace has no ranges"
             raise UsageError(f"--step {pattern!r} matches no range{hint}")
+        if rangenames.kind(pattern) in (rangenames.COMPILED, rangenames.LOOP):
+            # a marker of the iteration, not the iteration (run's scout times it so too)
+            return pattern, iteration_ranges(matched), None, how if ITERATION in how else f"{how}, timed as {ITERATION}"
         return pattern, matched, None, how
-    profiler_steps = ranges[ranges["name"].str.match(r"^ProfilerStep#\d+$", na=False)]
-    if not profiler_steps.empty:
-        return PROFILER_STEP_GLOB, profiler_steps, None, "ProfilerStep#N annotations (torch.profiler schedule)"
-    served = serving.step_ranges(profile)  # every vLLM/SGLang step range, one family
-    if not served.empty:
-        kinds = ", ".join(sorted(set(serving.parse(served["name"])["kind"].astype(str))))
-        return serving.STEP_NAME, served, None, f"serving step ranges (vLLM/SGLang names: {kinds})"
-    user = ranges[ranges["source"] != "profiler_step"]
-    counts = user["name"].value_counts()
+
     launch_calls = profile.calls[is_launch(profile.calls["name"])]
-    for name, n in counts.items():
-        if n < 2:
-            break
-        candidate = user[user["name"] == name]
-        if _has_gpu_work(candidate, launch_calls, profile):
-            return name, candidate, None, f"ranges named {name!r}: the most frequent range with GPU work ({n}x)"
-    auto, auto_how = automatic_ranges(profile)
-    if not auto.empty:
-        return AUTO_STEP, auto, None, auto_how
+    auto: list = []  # the automatic step, found at most once
+
+    def automatic() -> tuple[pd.DataFrame, str]:
+        if not auto:
+            auto.append(automatic_ranges(profile))
+        return auto[0]
+
+    replays = graph_replays(profile)
+    if not replays.empty and _replays_per_unit(replays, automatic()[0]) > 1:
+        # vLLM's piecewise graphs: one replay per piece of the model, many per iteration
+        replays = replays.iloc[0:0]
+    counts = ranges["name"].value_counts(sort=False).to_dict()
+    lengths = (ranges["end_ns"] - ranges["start_ns"]).groupby(ranges["name"]).sum().to_dict()
+    choice = choose_step(
+        counts, works=lambda n: _has_gpu_work(ranges[ranges["name"] == n], launch_calls, profile), totals=lengths, replays=len(replays)
+    )
+    if choice is not None:
+        if choice.kind == "serving":
+            served = serving.step_ranges(profile)  # every vLLM/SGLang step range, one family
+            kinds = ", ".join(sorted(set(serving.parse(served["name"])["kind"].astype(str))))
+            return serving.STEP_NAME, served, None, f"serving step ranges (vLLM/SGLang names: {kinds})"
+        if choice.kind == "profiler_step":
+            return PROFILER_STEP_GLOB, ranges[ranges["source"] == "profiler_step"], None, choice.how
+        if choice.name == GRAPH_REPLAY and not automatic()[0].empty:
+            # one replay per period of the loop: that period, which also holds the eager
+            # work around the replay (the inputs' copies before it), is the better-cut step
+            found, auto_how = automatic()
+            return AUTO_STEP, found, None, f"{auto_how}; one CUDA/HIP graph replay per step"
+        marks = replays if choice.name == GRAPH_REPLAY else ranges[ranges["name"] == choice.name]
+        if choice.iteration:
+            marks = iteration_ranges(marks)
+        else:
+            marks = _outermost(marks)
+        if not marks.empty:
+            return choice.name, marks, None, choice.how
+    found, auto_how = automatic()
+    if not found.empty:
+        return AUTO_STEP, found, None, auto_how
     return (
         None,
         ranges.iloc[0:0],
-        "no step ranges found: no ProfilerStep#N, no range name that repeats with GPU work, and no repeating "
-        f"unit of GPU work ({auto_how}) (use --step NAME)",
+        "no step ranges found: no ProfilerStep#N, no serving or compiled-graph range, no range name that repeats "
+        f"with GPU work, no training-loop range, and no repeating unit of GPU work ({auto_how}) (use --step NAME)",
         "",
+    )
+
+
+GRAPH_REPLAY = "(CUDA/HIP graph replay)"
+# The share of all graph replays that one graph must have to be the step: a torch.compile
+# decode loop (cudagraph trees) replays one graph per token; vLLM's piecewise graphs replay
+# a different graph per piece of the model (23 per step in the TraceLens trace), none of
+# which is the step.
+ONE_GRAPH_SHARE = 0.9
+
+
+def _replays_per_unit(replays: pd.DataFrame, units: pd.DataFrame) -> float:
+    """Median number of ``replays`` starting inside each of ``units`` (the repeating unit of
+    GPU work, :func:`automatic_ranges`); 1 when there are no units to count in. A graph is
+    the step only when the loop's own period holds one replay of it."""
+    if units.empty:
+        return 1.0
+    starts = np.sort(replays["start_ns"].to_numpy(np.int64))
+    inside = np.searchsorted(starts, units["end_ns"].to_numpy(np.int64), side="right") - np.searchsorted(
+        starts, units["start_ns"].to_numpy(np.int64), side="left"
+    )
+    return float(np.median(inside))
+
+
+def graph_replays(profile: Profile) -> pd.DataFrame:
+    """The CUDA/HIP graph launches of a trace that replay one and the same graph, as ranges
+    (the launch call), when that graph is replayed at least twice and makes up
+    ``ONE_GRAPH_SHARE`` of all replays; else empty. Which graph a launch replays: the graph
+    id of its kernels, else their first kernel's name (the pieces of a piecewise-captured
+    model share that too: :func:`choose_step_ranges` also asks for one replay per period)."""
+    calls, acts = profile.calls, profile.activities
+    graph = calls[apinames.is_graph_launch(calls["name"])]
+    empty = pd.DataFrame({c: pd.Series(dtype=t) for c, t in (("name", object), ("start_ns", "int64"), ("end_ns", "int64"), ("tid", "int64"), ("source", object))})
+    if len(graph) < 2 or acts.empty:
+        return empty
+    first = acts.sort_values("start_ns", kind="stable").drop_duplicates("correlation").set_index("correlation")
+    gid = graph["correlation"].map(first["graph_id"])
+    which = gid.where(gid.fillna(-1) >= 0, graph["correlation"].map(first["name"]))
+    which = which.dropna()
+    if which.empty:
+        return empty
+    counts = which.astype(str).value_counts()
+    if counts.iloc[0] < 2 or counts.iloc[0] < ONE_GRAPH_SHARE * len(graph):
+        return empty
+    mine = graph.loc[which.index[which.astype(str) == counts.index[0]]]
+    return pd.DataFrame(
+        {"name": GRAPH_REPLAY, "start_ns": mine["start_ns"].to_numpy(np.int64), "end_ns": mine["end_ns"].to_numpy(np.int64),
+         "tid": mine["tid"].to_numpy(np.int64), "source": "graph_replay"}
     )
 
 

@@ -23,6 +23,9 @@ critical_path_ns   ``gpu_end[k] − max(host_start[k], gpu_end[k−1])`` over th
                    GPU work (:func:`perfdoctor.analysis.steady.critical_path_ns`); NaN without GPU work
 host_lead_ns       ``max(0, gpu_end[k−1] − host_start[k])``: how far ahead of the GPU the
                    host issued the step (NaN for the first step with GPU work)
+host_before_gpu_ns critical path − GPU window, ``max(0, gpu_start[k] − max(host_start[k],
+                   gpu_end[k−1]))`` (:func:`perfdoctor.analysis.steady.host_before_gpu_ns`):
+                   the step's host work before its GPU work (data loading); NaN without GPU work
 busy_ns            union of the step's GPU activities (streams overlapping count once)
 idle_ns            GPU window − busy: the bubbles inside the step
 copy_ns,           time in the step's copies + memsets, and in pageable copies
@@ -162,13 +165,16 @@ def step_table(steps: Steps, activities: pd.DataFrame) -> pd.DataFrame:
     t["pageable_ns"] = np.bincount(step[pageable], weights=dur[pageable], minlength=n).astype("int64")[:n] if n else []
     cp = np.full(n, np.nan)
     lead = np.full(n, np.nan)
+    before = np.full(n, np.nan)
     if has_gpu.any():
         h = t.loc[has_gpu, "host_start_ns"].to_numpy(np.int64)
         g = t.loc[has_gpu, "gpu_end_ns"].astype("int64").to_numpy()
         cp[has_gpu] = steady.critical_path_ns(h, g)
         lead[np.flatnonzero(has_gpu)[1:]] = steady.host_lead_ns(h, g)
+        before[has_gpu] = steady.host_before_gpu_ns(h, t.loc[has_gpu, "gpu_start_ns"].astype("int64").to_numpy(), g)
     t["critical_path_ns"] = cp
     t["host_lead_ns"] = lead
+    t["host_before_gpu_ns"] = before
     return t
 
 

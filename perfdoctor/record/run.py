@@ -42,7 +42,8 @@ from rich.console import Console
 
 from perfdoctor.bundle import layout as bundles
 from perfdoctor.record import launch
-from perfdoctor.analysis import steady
+from perfdoctor.analysis import steady, steps
+from perfdoctor.names import ranges as rangenames
 from perfdoctor.collectors import ncu, nsys_run, nvml
 from perfdoctor.errors import UsageError
 from perfdoctor.text import rich as esc  # program arguments, paths and step names are untrusted
@@ -124,20 +125,6 @@ def availability() -> dict[str, str | None]:
 # --- the step of the light pass -----------------------------------------------------------
 
 
-def choose_step(latency_ms: dict[str, list[float]], api_counts: dict[str, int], pattern: str | None) -> str | None:
-    """The step name: the most frequent name matching ``--step``; else the most frequent
-    perfdoctor API / ``--step-fn`` step; else the most frequent range seen at least twice
-    (the rule metrics.md uses on a trace). Ties go to the name seen first."""
-    if pattern is not None:
-        names = [n for n in latency_ms if n == pattern or fnmatch.fnmatchcase(n, pattern)]
-    elif api_counts:
-        names = list(api_counts)
-    else:
-        names = [n for n, v in latency_ms.items() if len(v) >= 2]
-    names = [n for n in names if latency_ms.get(n)]
-    return max(names, key=lambda n: len(latency_ms[n]), default=None)
-
-
 def choose_module(modules: dict[str, dict[str, Any]]) -> tuple[int, str] | None:
     """The outermost repeating module call: the shallowest depth (0, then 1) whose most
     frequent class completed at least two calls, and that class. Depth 1 wins only when no
@@ -160,34 +147,87 @@ def step_series(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
     }
 
 
-def find_step(results: dict[str, Any], options: RunOptions) -> tuple[str | None, str | None, dict[str, Any] | None]:
-    """(step name, how it was found, the module step) from the light pass's results."""
+def find_step(results: dict[str, Any], options: RunOptions) -> tuple[str | None, str | None, dict[str, Any] | None, bool]:
+    """(step name, how it was found, the module step, whether its series was rewritten: timed
+    as the loop iteration or merged from serving ranges) from the light pass's results.
+
+    The choice is :func:`perfdoctor.analysis.steps.choose_step`, the one ``analyze`` makes on
+    a trace: the user's markers (``--step``, perfdoctor.region/step, ``--step-fn``), serving
+    ranges, calls of a torch.compile-d function, ..., the outermost repeating module call
+    last. A name that marks the loop iteration (a compiled call, torch's data loader or
+    optimizer range, a module call) gets a series timed as the iteration, written back into
+    ``results["series"]``."""
     series = step_series(results)
-    counts = {name: s["gpu_end_ns"] for name, s in series.items()}
+    counts = {name: len(s["gpu_end_ns"]) for name, s in series.items()}
     api_counts = results.get("step_counts") or {}
-    name = choose_step(counts, api_counts, options.step)
-    if name is not None:
-        if options.step is not None:
-            return name, "--step", None
-        if options.step_fn is not None:
-            return name, "--step-fn", None
-        return name, ("perfdoctor.region" if name in api_counts else "range"), None
-    if options.step is None and options.step_fn is None:
-        found = choose_module(results.get("modules") or {})
-        if found is not None:
-            depth, name = found
-            path = (results.get("module_classes") or {}).get(name, name)
-            calls = results["modules"][str(depth)][name]
-            # The step is the loop iteration: the call and the host work until the next one
-            # (on the H200 an HF generate spent ~0.5 ms per token between forward calls).
-            # Without CUDA (host clock) the next call's host start marks the iteration's end.
-            starts = calls["gpu_start_ns"] if calls.get("gpu_start_ns") is not None else calls["host_start_ns"]
-            series[name] = {**calls, "gpu_end_ns": steady.iteration_ends_ns(starts, calls["gpu_end_ns"]).tolist()}
-            results["series"] = series
-            how = f"module: {name.removesuffix('.forward')}"
-            span = "the loop iteration: each call and the host work until the next call"
-            return name, how, {"name": name, "depth": depth, "class": path, "span": span}
-    return None, None, None
+    if options.step is not None:
+        user = [n for n in counts if n == options.step or fnmatch.fnmatchcase(n, options.step)]
+        if not user:
+            return None, None, None, False
+    else:
+        user = [n for n in api_counts if counts.get(n)]
+    modules: dict[str, int] = {}
+    found = choose_module(results.get("modules") or {}) if options.step is None and options.step_fn is None else None
+    if found is not None:
+        modules[found[1]] = len(results["modules"][str(found[0])][found[1]]["gpu_end_ns"])
+    choice = steps.choose_step(counts, user=user, modules=modules)
+    if choice is None:
+        return None, None, None, False
+    name = choice.name
+    if choice.kind == "user":
+        how = "--step" if options.step is not None else "--step-fn" if options.step_fn is not None else (
+            "perfdoctor.region" if name in api_counts else "range")
+        return name, how, None, False
+    if choice.kind == "serving":
+        series[name] = serving_series(series)
+        results["series"] = series
+        return name, choice.how, None, True
+    module = None
+    if choice.kind == "module":
+        depth = found[0]  # type: ignore[index]
+        calls = results["modules"][str(depth)][name]
+        path = (results.get("module_classes") or {}).get(name, name)
+        module = {"name": name, "depth": depth, "class": path, "span": "the loop iteration: each call and the host work until the next call"}
+    else:
+        calls = series[name]
+    if choice.iteration:
+        # The step is the loop iteration: the call and the host work until the next one
+        # (on the H200 an HF generate spent ~0.5 ms per token between forward calls).
+        # Without CUDA (host clock) the next call's host start marks the iteration's end.
+        starts = calls["gpu_start_ns"] if calls.get("gpu_start_ns") is not None else calls["host_start_ns"]
+        ends = steady.iteration_ends_ns(starts, calls["gpu_end_ns"]).tolist()
+        timed = {**calls, "gpu_end_ns": ends}
+        if choice.kind == "loop":
+            # torch's own range is only a part of the iteration (the batch's fetch): the last
+            # one has no next start to end its iteration, so it is left out
+            timed = {k: (v[:-1] if isinstance(v, list) else v) for k, v in timed.items()}
+        series[name] = timed
+        results["series"] = series
+    how = choice.how if module is None else f"module: {name.removesuffix('.forward')}"
+    return name, how, module, choice.iteration
+
+
+def serving_series(series: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """One series from the serving ranges of one engine (the most frequent): the names
+    differ step by step, the steps are one loop. SGLang also writes a vLLM-style range
+    around each of its own, so one engine's names only, or each step would count twice."""
+    by_engine: dict[str, list[str]] = {}
+    for name in series:
+        parsed = rangenames.parse_serving(name)
+        if parsed is not None:
+            by_engine.setdefault(parsed[0], []).append(name)
+    names = max(by_engine.values(), key=lambda ns: sum(len(series[n]["host_start_ns"]) for n in ns))
+    rows = sorted(
+        (h, (series[n]["gpu_start_ns"] or [None] * len(series[n]["host_start_ns"]))[i], series[n]["gpu_end_ns"][i])
+        for n in names
+        for i, h in enumerate(series[n]["host_start_ns"][: len(series[n]["gpu_end_ns"])])
+    )
+    cuda = any(series[n]["gpu_start_ns"] is not None for n in names)
+    return {
+        "host_start_ns": [r[0] for r in rows],
+        "gpu_start_ns": [r[1] for r in rows] if cuda else None,
+        "gpu_end_ns": [r[2] for r in rows],
+    }
 
 
 def light_summary(results: dict[str, Any], options: RunOptions) -> dict[str, Any]:
@@ -197,7 +237,7 @@ def light_summary(results: dict[str, Any], options: RunOptions) -> dict[str, Any
     (:func:`perfdoctor.analysis.steady.steady_start`) and the warm-up the traced passes skip: the
     user's ``--warmup`` when given, else the steady state's start.
     """
-    name, how, module = find_step(results, options)
+    name, how, module, rewritten = find_step(results, options)
     clock = results.get("step_end_clock")
     summary: dict[str, Any] = {
         "step_name": name,
@@ -214,6 +254,8 @@ def light_summary(results: dict[str, Any], options: RunOptions) -> dict[str, Any
     }
     if module is not None:
         summary["module"] = module
+    if rewritten:
+        summary["iteration"] = True  # raw/light.json then carries the rewritten series
     if name is None:
         summary["reason"] = (
             "no step seen (annotate with perfdoctor.region, or pass --step / --step-fn; no record_function/NVTX "
@@ -614,8 +656,8 @@ def run_passes(runner: Runner, selected: list[str], reasons: dict[str, str | Non
             manifest["light_pass"] = light
             if options.ranks is not None:
                 launch.rank_lights(manifest, result.ranks, lambda r, w: light_summary(r, replace(options, warmup=w)), light, raw)
-            if "modules" in result.results and light.get("module"):
-                # the chosen module call's series joins the named steps, where readers look
+            if light.get("iteration"):
+                # the chosen series, timed as the loop iteration, joins the named steps, where readers look
                 bundles.write_json_atomic(raw / "light.json", result.results)
             if light["step_name"] is not None:
                 ms = sorted(light["step_latency_ms"])

@@ -274,13 +274,18 @@ def test_api_reports_outermost_regions_and_steps():
 
 
 def test_choose_step_prefers_pattern_then_api_then_most_frequent():
-    from perfdoctor.record.run import choose_step
+    # run's scout makes the choice analyze makes (analysis.steps.choose_step), through find_step
+    from perfdoctor.record.run import RunOptions, find_step
+
+    def results(latency, api_counts):
+        series = {n: {"host_start_ns": list(range(len(v))), "gpu_start_ns": None, "gpu_end_ns": list(range(len(v)))} for n, v in latency.items()}
+        return {"series": series, "step_counts": api_counts}
 
     latency = {"prefill": [1.0], "layer": [0.1] * 6, "decode_step": [1.0] * 3}
-    assert choose_step(latency, {}, "decode*") == "decode_step"
-    assert choose_step(latency, {"decode_step": 3, "prefill": 1}, None) == "decode_step"
-    assert choose_step(latency, {}, None) == "layer"
-    assert choose_step({"once": [1.0]}, {}, None) is None
+    assert find_step(results(latency, {}), RunOptions(target=["x.py"], step="decode*"))[0] == "decode_step"
+    assert find_step(results(latency, {"decode_step": 3, "prefill": 1}), RunOptions(target=["x.py"]))[0] == "decode_step"
+    assert find_step(results(latency, {}), RunOptions(target=["x.py"]))[0] == "layer"
+    assert find_step(results({"once": [1.0]}, {}), RunOptions(target=["x.py"]))[0] is None
 
 
 def test_ncu_csv_becomes_counters():
@@ -628,3 +633,30 @@ def test_nvml_sampler_gpm_intervals_with_a_fake_nvml(tmp_path, monkeypatch):
     occupancy = nvml.steps_mean(intervals["sm_occupancy"], [(dram[0][0], dram[-1][1])])
     assert occupancy["value"] is None and occupancy["dropped_nan"] == len(dram)
     assert nvml.steps_mean(dram, [(dram[0][0], dram[-1][1])])["value"] == pytest.approx(0.42)
+
+
+def test_find_step_times_loop_ranges_as_iterations_and_merges_serving_ranges():
+    # torch's data-loader range is the fetch: the step runs from one fetch's start to the
+    # next, the last fetch (StopIteration) starts no iteration; serving ranges of one engine
+    # (SGLang also writes vLLM-style names around its own) become one series in time order
+    from perfdoctor.record.run import RunOptions, find_step
+
+    fetch = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    results = {"series": {fetch: {"host_start_ns": [0, 100, 250, 330], "gpu_start_ns": None, "gpu_end_ns": [2, 103, 251, 331]}}}
+    name, how, module, rewritten = find_step(results, RunOptions(target=["x.py"]))
+    assert (name, module, rewritten) == (fetch, None, True)
+    assert "iteration" in how
+    assert results["series"][fetch]["host_start_ns"] == [0, 100, 250]
+    assert results["series"][fetch]["gpu_end_ns"] == [100, 250, 330]
+
+    decode, extend = "step[DECODE bs=32]", "step[EXTEND bs=4 toks=512]"
+    outer = "execute_32_context_0(sq0sk0sqsq0sqsk0)_generation_32(sq32sk1sqsq32sqsk1)"
+    series = {
+        outer: {"host_start_ns": [9, 49], "gpu_start_ns": None, "gpu_end_ns": [31, 71]},
+        decode: {"host_start_ns": [10, 50], "gpu_start_ns": None, "gpu_end_ns": [30, 70]},
+        extend: {"host_start_ns": [0], "gpu_start_ns": None, "gpu_end_ns": [8]},
+    }
+    results = {"series": series}
+    name, how, module, rewritten = find_step(results, RunOptions(target=["x.py"]))
+    assert (name, rewritten) == ("serving step", True)
+    assert results["series"][name] == {"host_start_ns": [0, 10, 50], "gpu_start_ns": None, "gpu_end_ns": [8, 30, 70]}

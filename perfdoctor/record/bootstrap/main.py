@@ -25,7 +25,6 @@ and a results JSON written before the process ends, so the bundle stays readable
 
 from __future__ import annotations
 
-import fnmatch
 import functools
 import importlib.util
 import json
@@ -43,6 +42,7 @@ from typing import Any
 from perfdoctor import api
 from perfdoctor.console import leave
 from perfdoctor.declare import DECLARE_PREFIX, parse_declaration
+from perfdoctor.names import ranges as rangenames
 from perfdoctor.record.launch import rank_config, rank_device
 from perfdoctor.record.lockstep import Turns
 
@@ -292,7 +292,8 @@ class Session:
             self.modules.uninstall()
 
     def matches(self, name: str) -> bool:
-        return self.pattern is not None and (name == self.pattern or fnmatch.fnmatchcase(name, self.pattern))
+        # "serving step" (the light pass chose the serving ranges): every one of them
+        return self.pattern is not None and rangenames.matches_step(name, self.pattern)
 
     # -- api.StepListener: perfdoctor.region / perfdoctor.step / --step-fn --
 
@@ -344,8 +345,15 @@ class Session:
 
     def stop_module_timing(self, name: str) -> None:
         """A range or a perfdoctor step repeats: it is the step (module calls come last in
-        the order of metrics.md), so the light pass stops timing module calls."""
-        if self.modules is not None and self.modules.active and self.times.count(name) >= 2:
+        the order of metrics.md), so the light pass stops timing module calls. Not a
+        library's range (``nccl:_all_gather_base`` inside every forward of a sharded model)
+        nor a warm-up range: those are never the step."""
+        if (
+            self.modules is not None
+            and self.modules.active
+            and self.times.count(name) >= 2
+            and rangenames.kind(name) not in (rangenames.LIBRARY, rangenames.WARMUP)
+        ):
             self.modules.uninstall()
 
     # -- steps --
@@ -677,6 +685,61 @@ class ModuleSteps:
         return out, error
 
 
+# --- calls of torch.compile-d functions as steps ----------------------------------------
+
+
+def install_compiled_steps(session: Session) -> None:
+    """``torch.compile``, wrapped: every call of a compiled *function* is a range named
+    ``torch.compile: <qualname>`` (:func:`perfdoctor.names.ranges.compiled_name`).
+
+    A gpt-fast decode loop calls ``decode_one_token = torch.compile(decode_one_token,
+    mode="reduce-overhead")`` once per token, and inside it no ``nn.Module.__call__`` runs
+    in Python (with CUDA graphs the calls are replays): without this the light pass saw only
+    the eager prefill's ``Transformer.forward``, once per generation. Light pass: the calls
+    are timed like any range (the scout times them as the loop iteration). Traced passes:
+    when it is the step the light pass chose, each call becomes a perfdoctor region, so the
+    trace and the window see it. A compiled ``nn.Module`` is left alone: its calls are
+    module calls already.
+    """
+    import torch
+
+    original = torch.compile
+    module_class = torch.nn.Module
+    compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
+    light = session.mode == "light"
+
+    def wrap(fn: Any, compiled: Any) -> Any:
+        if isinstance(compiled, module_class) or not callable(compiled):
+            return compiled
+        name = rangenames.compiled_name(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "function"))
+
+        @functools.wraps(compiled)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if session.disabled or compiling():
+                return compiled(*args, **kwargs)  # traced by torch.compile: stay out of its graph
+            if light:
+                session.range_start(name)
+                try:
+                    return compiled(*args, **kwargs)
+                finally:
+                    session.range_end(name)
+            if session.matches(name):
+                with api.region(name):
+                    return compiled(*args, **kwargs)
+            return compiled(*args, **kwargs)
+
+        return call
+
+    @functools.wraps(original)
+    def compile_(model: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if model is None:  # torch.compile(mode=...) as a decorator factory
+            decorate = original(None, *args, **kwargs)
+            return lambda fn: wrap(fn, decorate(fn))
+        return wrap(model, original(model, *args, **kwargs))
+
+    torch.compile = compile_
+
+
 # --- mirroring ranges between the tools -----------------------------------------------
 
 
@@ -971,6 +1034,7 @@ def main(argv: list[str]) -> None:
         main_module = target[1] if target[0] == "-m" else os.path.splitext(os.path.basename(target[0]))[0]
         install_step_fn(config["step_fn"], main_module)
     if "torch" in sys.modules:
+        install_compiled_steps(session)
         if config.get("module_step") and session.mode != "light":
             session.modules = ModuleSteps(session, mark=config["module_step"])
         elif session.mode == "light" and not config.get("step") and not config.get("step_fn"):

@@ -1,0 +1,166 @@
+"""Range names: what the name of a host range says it is, as evidence for the step.
+
+Standard library only: the bootstrap inside the user's program reads these too (it must
+not import pandas there). :func:`kind` puts every range name in one class:
+
+``serving``
+    a serving engine's scheduler iteration (vLLM, SGLang; :func:`parse_serving`).
+``compiled``
+    one call of a compiled graph: inductor's ``## Call CompiledFxGraph <key> ##`` (the torch
+    profiler writes it around every call of a ``torch.compile``-d graph) or the call of a
+    ``torch.compile``-d function as ``perfdoctor run``'s light pass names it
+    (:data:`COMPILED_PREFIX`). With CUDA graphs each call is one replay.
+``profiler_step``
+    ``ProfilerStep#N`` (torch.profiler's schedule).
+``loop``
+    a range torch opens once per training-loop iteration around its own library code:
+    ``enumerate(DataLoader)#<Iter>.__next__``, ``Optimizer.zero_grad#<Opt>.zero_grad``,
+    ``Optimizer.step#<Opt>.step``. Each marks the iteration; none of them *is* it (the
+    ``__next__`` of the data loader is the time to fetch one batch, 1.4 ms of a 90 ms
+    iteration in tests/programs/real/train_loop.py).
+``library``
+    a library's own range (cub, thrust, NCCL, cuDNN, cuBLAS, ...; torch's dynamo and
+    autograd bookkeeping): it repeats and may own GPU work, but it is never the step.
+``warmup``
+    a range whose name says it is warm-up (PARAM/HTA ``[param|model|0|0|0|warmup|forward]``).
+``range``
+    anything else: a range the user (or the framework on the user's behalf) named.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from functools import lru_cache
+
+SERVING = "serving"
+COMPILED = "compiled"
+PROFILER_STEP = "profiler_step"
+LOOP = "loop"
+LIBRARY = "library"
+WARMUP = "warmup"
+RANGE = "range"
+
+# The serving family's step name (Steps.name, the step a run records): every serving range.
+SERVING_STEP = "serving step"
+
+# How the light pass of ``perfdoctor run`` names the calls of a torch.compile-d function
+# (the torch profiler writes no range around them when it is not running).
+COMPILED_PREFIX = "torch.compile: "
+COMPILED_FX = "## Call CompiledFxGraph "
+
+# Ranges that libraries open around their own calls: never the user's step. On the H200 an
+# unannotated Hugging Face generate under nsys came out as "3 steps of
+# cub::DeviceScan::InclusiveScan" before these were excluded. ``nccl:_all_gather_base`` is
+# torch.distributed's record_function around a collective.
+LIBRARY_PREFIXES = (
+    "cub::", "thrust::", "cutlass::", "cute::", "at::", "c10::", "aten::", "nccl", "cudnn", "cublas",
+    "cusparse", "cufft", "curand", "cusolver", "nvjet", "torchdynamo", "compiledfunction",
+    "torch-compiled region", "cudagraphnode",
+)
+
+# torch's loop markers, best first: the data loader's fetch opens the iteration (``for batch
+# in loader``), zero_grad and step come later in it.
+LOOP_PREFIXES = ("enumerate(DataLoader)#", "Optimizer.zero_grad#", "Optimizer.step#")
+
+_PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
+_WARMUP = re.compile(r"(?:^|[^a-z])warm_?up(?:[^a-z]|$)", re.IGNORECASE)
+
+# vLLM's gpu_model_runner. Older: execute_context_<c>(<ct>)_generation_<g>(<gt>), where a
+# token field may carry more after the count (``888_788544``). Newer (v1):
+# execute_<tokens>_context_<c>(sq<q>sk<k>sqsq<..>sqsk<..>)_generation_<g>(sq<q>sk<k>...):
+# sq is the sum of the requests' query tokens (what the step processes), sk their context.
+VLLM = re.compile(r"^execute_(?:(\d+)_)?context_(\d+)\(([^()]*)\)_generation_(\d+)\(([^()]*)\)$")
+_TOKENS = re.compile(r"^(?:sq)?(\d+)")
+# SGLang's scheduler: step[<MODE> bs=<n>] with an optional toks=<m> / tokens=<m>.
+SGLANG = re.compile(r"^step\[\s*([A-Za-z_]+)\s+bs=(\d+)(?:\s+(?:toks|tokens)=(\d+))?\s*\]$")
+
+_SGLANG_KIND = {
+    "decode": "decode",
+    "extend": "prefill",
+    "prefill": "prefill",
+    "mixed": "mixed",
+    "idle": "idle",
+    "target_verify": "decode",
+    "verify": "decode",
+    "draft_extend": "prefill",
+}
+
+
+def _tokens(field: str) -> int:
+    m = _TOKENS.match(field)
+    return int(m.group(1)) if m else 0
+
+
+@lru_cache(maxsize=4096)
+def parse_serving(name: str) -> tuple | None:
+    """``(engine, kind, batch, tokens, prefill_tokens, decode_tokens)`` of a serving step
+    range's name, or None (:mod:`perfdoctor.analysis.serving` documents the names)."""
+    if not isinstance(name, str):
+        return None
+    name = name.strip()
+    m = VLLM.match(name)
+    if m:
+        c, g = int(m.group(2)), int(m.group(4))
+        ct, gt = _tokens(m.group(3)), _tokens(m.group(5))
+        kind = "mixed" if c and g else "prefill" if c else "decode" if g else "idle"
+        return ("vllm", kind, c + g, ct + gt, ct, gt)
+    m = SGLANG.match(name)
+    if m:
+        mode, bs, toks = m.group(1).lower(), int(m.group(2)), m.group(3)
+        kind = _SGLANG_KIND.get(mode)
+        if kind is None:
+            return None
+        if kind == "decode":
+            tokens = int(toks) if toks else bs
+            return ("sglang", kind, bs, tokens, 0, tokens)
+        if kind == "prefill":
+            tokens = int(toks) if toks else bs
+            return ("sglang", kind, bs, tokens, tokens, 0)
+        if kind == "mixed":  # SGLang's mixed chunk: toks counts the extend part
+            pre = int(toks) if toks else bs
+            return ("sglang", kind, bs, pre + bs, pre, bs)
+        return ("sglang", "idle", bs, 0, 0, 0)
+    return None
+
+
+def matches_step(name: str, step: str) -> bool:
+    """A range of the step named ``step``: that name or glob, or any serving range for the
+    serving family (:data:`SERVING_STEP`)."""
+    if step == SERVING_STEP:
+        return parse_serving(name) is not None
+    return name == step or fnmatch.fnmatchcase(name, step)
+
+
+def is_library(name: str) -> bool:
+    return isinstance(name, str) and name.lower().startswith(LIBRARY_PREFIXES)
+
+
+@lru_cache(maxsize=65536)
+def kind(name: str) -> str:
+    """The class of a range name (see the module docstring)."""
+    if not isinstance(name, str):
+        return LIBRARY
+    if parse_serving(name) is not None:
+        return SERVING
+    if name.startswith((COMPILED_FX, COMPILED_PREFIX)):
+        return COMPILED
+    if _PROFILER_STEP.match(name):
+        return PROFILER_STEP
+    if name.startswith(LOOP_PREFIXES):
+        return LOOP
+    if is_library(name):
+        return LIBRARY
+    if _WARMUP.search(name):
+        return WARMUP
+    return RANGE
+
+
+def loop_rank(name: str) -> int:
+    """Position of a loop marker in :data:`LOOP_PREFIXES` (the data loader first)."""
+    return next(i for i, p in enumerate(LOOP_PREFIXES) if name.startswith(p))
+
+
+def compiled_name(qualname: str) -> str:
+    """The light pass's step name for the calls of a torch.compile-d function."""
+    return f"{COMPILED_PREFIX}{qualname}"

@@ -1,0 +1,225 @@
+"""One step choice (analysis.steps.choose_step) on real traces from public repositories
+(/work/shared/traces, README "What a right reading is"), each number checked against a
+hand computation from the raw events: a step's GPU window is the first start and last end
+of the GPU activities whose launching call (same correlation id) starts inside the step's
+host range.
+
+Traces written with epoch-microsecond timestamps are read after shifting every ``ts`` by the
+trace's minimum (until epoch-µs traces read as they are): durations and order are unchanged.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from perfdoctor.analysis import serving
+from perfdoctor.analysis.metrics import analyze
+from perfdoctor.analysis.steps import choose_step, find_steps
+from perfdoctor.pipeline import load_trace
+
+ROOT = Path(__file__).resolve().parents[2]
+TRACES = ROOT.parent / "shared" / "traces"
+pytestmark = pytest.mark.skipif(not TRACES.is_dir(), reason=f"the shared real traces are not here ({TRACES})")
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset")
+RUNTIME_CATS = ("cuda_runtime", "cuda_driver", "Runtime")
+
+
+def _events(path: Path) -> list[dict]:
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    return [e for e in (doc["traceEvents"] if isinstance(doc, dict) else doc) if isinstance(e, dict)]
+
+
+def _shifted(name: str, tmp_path: Path) -> tuple[Path, list[dict]]:
+    """The trace with every ts moved by the minimum ts (epoch-µs traces), and its events."""
+    doc = json.loads(gzip.decompress((TRACES / name).read_bytes()))
+    events = doc["traceEvents"]
+    low = min(e["ts"] for e in events if isinstance(e.get("ts"), (int, float)))
+    for e in events:
+        if isinstance(e.get("ts"), (int, float)):
+            e["ts"] -= low
+    out = tmp_path / Path(name).name
+    out.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return out, [e for e in events if isinstance(e, dict)]
+
+
+def _windows(events: list[dict], steps: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Per step (host start, end in µs): (first start, last end) of its GPU activities, µs."""
+    owner: dict[int, int] = {}
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") in RUNTIME_CATS and "correlation" in (e.get("args") or {}):
+            for i, (s, t) in enumerate(steps):
+                if s <= e["ts"] <= t:
+                    owner[e["args"]["correlation"]] = i
+    first = [np.inf] * len(steps)
+    last = [-np.inf] * len(steps)
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") in GPU_CATS and (e.get("args") or {}).get("correlation") in owner:
+            i = owner[e["args"]["correlation"]]
+            first[i] = min(first[i], e["ts"])
+            last[i] = max(last[i], e["ts"] + e["dur"])
+    return list(zip(first, last))
+
+
+def _ranges(events: list[dict], name: str) -> list[tuple[float, float]]:
+    """Host ranges of that name (Kineto mirrors a range onto the GPU's track too: not those)."""
+    return sorted(
+        (e["ts"], e["ts"] + e["dur"])
+        for e in events
+        if e.get("ph") == "X" and e.get("name") == name and e.get("cat") != "gpu_user_annotation"
+    )
+
+
+def _gpu_ms(steps) -> list[float]:
+    t = steps.table
+    return ((t["gpu_end_ns"] - t["gpu_start_ns"]).astype("int64") / 1e6).tolist()
+
+
+# --- the order of evidence, on names alone ------------------------------------------------
+
+
+def test_order_of_evidence() -> None:
+    counts = {
+        "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__": 15,
+        "Optimizer.step#SGD.step": 14,
+        "Optimizer.zero_grad#SGD.zero_grad": 14,
+        "nccl:all_reduce": 56,
+        "[param|m|0|0|0|warmup|forward]": 9,
+    }
+    # torch's loop ranges mark the iteration (the data loader's fetch opens it); never
+    # a library range, never a warm-up range
+    c = choose_step(counts)
+    assert (c.kind, c.name, c.iteration) == ("loop", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", True)
+    # a module seen 14 times comes after them; a range the user wrote comes before
+    assert choose_step(counts, modules={"ResNet.forward": 14}).kind == "loop"
+    assert choose_step({**counts, "train_step": 14}).name == "train_step"
+    # ProfilerStep before a range (DDP's forward range inside it), after compiled calls
+    assert choose_step({"ProfilerStep#1": 1, "ProfilerStep#2": 1, "DistributedDataParallel.forward": 2}).kind == "profiler_step"
+    compiled = {"ProfilerStep#1": 1, "## Call CompiledFxGraph abc ##": 30, "Transformer.forward": 3}
+    assert choose_step(compiled).name == "## Call CompiledFxGraph abc ##"
+    # a compiled function's calls beat the module that ran once per generation (gpt-fast)
+    c = choose_step({"torch.compile: decode_one_token": 21}, modules={"Transformer.forward": 3})
+    assert (c.kind, c.iteration) == ("compiled", True)
+    # one serving range is enough, whatever else repeats; the user's markers beat all
+    assert choose_step({"step[DECODE bs=32]": 1, "decode": 40}).kind == "serving"
+    assert choose_step({"step[DECODE bs=32]": 1, "decode": 40}, user=["decode"]).name == "decode"
+    # a graph replayed once per loop period: after the user's ranges, before the loop ranges
+    assert choose_step({"decode_step": 10}, replays=10).name == "decode_step"
+    assert choose_step({"Optimizer.step#SGD.step": 10}, replays=10).kind == "compiled"
+    assert choose_step({"once": 1}) is None
+
+
+# --- serving traces: one range is a step ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, outer, kind, gpu_ms",
+    [
+        # vLLM v0 on a B200: one prefill of 888 tokens, 87 ms on the host
+        ("tracelens/b200__eager_trace.json.gz", "execute_context_1(888_788544)_generation_0(0)", "prefill", None),
+        # SGLang writes a vLLM-style range around its own step[DECODE bs=32]: one step
+        ("tracelens/inference__sglang_decode__sglang_Qwen3-8B_decode.json.gz",
+         "execute_32_context_0(sq0sk0sqsq0sqsk0)_generation_32(sq32sk32785sqsq32sqsk32785)", "decode", None),
+        ("tracelens/inference__vllm_decode_full__graph_execution.json.gz",
+         "execute_32_context_0(sq0sk0sqsq0sqsk0)_generation_32(sq32sk55086sqsq32sqsk55086)", "decode", None),
+        # one serving step of 156.5 ms GPU window; its 23 graph pieces are not steps
+        ("tracelens/inference__vllm_prefilldecode_piecewise__graph_execution.json.gz",
+         "execute_8192_context_9(sq8155sk8430sqsq7475785sqsk7671310)_generation_37(sq37sk34489sqsq37sqsk34489)", "mixed", 156.5),
+    ],
+)
+def test_one_serving_range_is_the_step(name: str, outer: str, kind: str, gpu_ms: float | None) -> None:
+    events = _events(TRACES / name)
+    host = _ranges(events, outer)
+    assert len(host) == 1
+    (first, last), = _windows(events, host)
+    s = find_steps(load_trace(TRACES / name))
+    assert (s.name, s.count) == (serving.STEP_NAME, 1)
+    assert serving.parse(s.table["name"])["kind"].tolist() == [kind]
+    t = s.table.iloc[0]
+    assert t["host_start_ns"] / 1e3 == pytest.approx(host[0][0], abs=1e-3)
+    assert (t["host_end_ns"] - t["host_start_ns"]) / 1e6 == pytest.approx((host[0][1] - host[0][0]) / 1e3, abs=1e-3)
+    assert _gpu_ms(s)[0] == pytest.approx((last - first) / 1e3, abs=1e-3)
+    if gpu_ms is not None:
+        assert _gpu_ms(s)[0] == pytest.approx(gpu_ms, abs=0.05)
+
+
+def test_b200_vllm_step_is_87_ms_not_a_layer() -> None:
+    s = find_steps(load_trace(TRACES / "tracelens/b200__eager_trace.json.gz"))
+    t = s.table.iloc[0]
+    assert (t["host_end_ns"] - t["host_start_ns"]) / 1e6 == pytest.approx(87.413, abs=0.001)
+    assert serving.parse(s.table["name"])["tokens"].tolist() == [888]
+
+
+def test_tracemap_vllm_h100_has_nine_decode_steps_not_729_graph_pieces() -> None:
+    name = "wild/tracemap__vllm_h100_1000isl_10osl_32con.pt.trace.json.gz"
+    events = _events(TRACES / name)
+    graph_launches = sum(1 for e in events if e.get("ph") == "X" and e.get("name") == "cudaGraphLaunch")
+    assert graph_launches == 729  # 81 per step: piecewise graphs, none of them the step
+    s = find_steps(load_trace(TRACES / name))
+    assert s.count == 9
+    assert s.table["launches"].median() > 81
+
+
+# --- training: the iteration, never an optimizer or data-loader range ---------------------
+
+
+@pytest.mark.parametrize(
+    "name, marker, apart_ms",
+    [
+        ("wild/param__linear_kineto.json.gz", "Optimizer.zero_grad#SGD.zero_grad", 25.0),
+        ("wild/param__resnet_kineto.json.gz", "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", None),
+    ],
+)
+def test_training_iteration_from_torch_loop_ranges(name: str, marker: str, apart_ms: float | None, tmp_path: Path) -> None:
+    path, events = _shifted(name, tmp_path)
+    marks = _ranges(events, marker)
+    starts = np.array([s for s, _ in marks])
+    iterations = [(a, b) for a, b in zip(starts[:-1], starts[1:])]  # start to next start, µs
+    s = find_steps(load_trace(path))
+    assert s.name == marker
+    assert s.count == len(marks) - 1
+    np.testing.assert_allclose(s.table["host_start_ns"].to_numpy() / 1e3, starts[:-1], atol=1e-3)
+    np.testing.assert_allclose((s.table["host_end_ns"].to_numpy() + 1) / 1e3, starts[1:], atol=1e-3)
+    hand = _windows(events, iterations)
+    np.testing.assert_allclose(_gpu_ms(s), [(b - a) / 1e3 for a, b in hand], atol=1e-3)
+    if apart_ms is not None:
+        # the PARAM linear benchmark: iterations 25 ms apart, optimizer ranges of 1-2 ms
+        assert float(np.median(np.diff(starts))) / 1e3 == pytest.approx(apart_ms, abs=1.0)
+        assert np.median(s.table["host_end_ns"] - s.table["host_start_ns"]) / 1e6 == pytest.approx(apart_ms, abs=1.0)
+
+
+def test_param_alexnet_warmup_is_not_the_step(tmp_path: Path) -> None:
+    path, events = _shifted("hta/critical_path__alexnet__benchmark_result_2869224_1695835535_trace.json.gz", tmp_path)
+    measure = "[param|pytorch.model.alex_net|0|0|0|measure|forward]"
+    outer = _ranges(events, measure)[0]  # PARAM names the measure block and its forward alike
+    s = find_steps(load_trace(path))
+    assert s.name == measure and s.count == 1
+    assert s.table["host_start_ns"].iloc[0] / 1e3 == pytest.approx(outer[0], abs=1e-3)
+    (first, last), = _windows(events, [outer])
+    assert _gpu_ms(s)[0] == pytest.approx((last - first) / 1e3, abs=1e-3)
+
+
+def test_data_loading_before_the_gpu_work_belongs_to_the_step(tmp_path: Path) -> None:
+    """kineto__tb_resnet50_num_workers_0: each ProfilerStep fetches its batch (the
+    ``enumerate(DataLoader)#...__next__`` op, ~70 ms) before it launches anything."""
+    path, events = _shifted("wild/kineto__tb_resnet50_num_workers_0.pt.trace.json.gz", tmp_path)
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("ph") == "X" and str(e.get("name")).startswith("ProfilerStep#"))
+    windows = _windows(events, steps)
+    before, cp = [], []
+    for k, ((h, _), (first, last)) in enumerate(zip(steps, windows)):
+        start = max(h, windows[k - 1][1]) if k else h
+        before.append(max(0.0, first - start) / 1e3)
+        cp.append((last - start) / 1e3)
+    loader = [e["dur"] / 1e3 for e in events if e.get("ph") == "X" and str(e.get("name")).startswith("enumerate(DataLoader)#")]
+    assert float(np.median(loader)) == pytest.approx(69.8, abs=0.5)
+    a = analyze(load_trace(path))
+    m = a.metrics
+    assert m["host_before_gpu_ms_p50"].value == pytest.approx(float(np.median(before)), abs=1e-3)
+    assert m["host_before_gpu_ratio"].value == pytest.approx(sum(before) / sum(cp), rel=1e-6)
+    assert m["step_latency_ms_p50"].value == pytest.approx(float(np.median(cp)), abs=1e-3)
+    # the fetch is most of it: the step's GPU work cannot start before its batch is there
+    assert float(np.median(before)) > 0.8 * float(np.median(loader))

@@ -1,0 +1,73 @@
+"""``perfdoctor run`` with default step options on two real programs (tests/programs/real/,
+written the way their authors write them), CPU, tiny sizes: the light pass must find one
+step per token / per training iteration, and its steps over the stretch the program timed
+must add up to the program's own number, printed in the same process (its RESULT line).
+
+Only the light pass runs (``--collect nvml``: no tracer on a CPU box), which is where the
+step is chosen. On this 2-core shared box single steps jitter by 10x (a 0.8 ms token took
+9 ms now and then), so the comparison is over the very steps the program timed, not a
+median against the program's mean.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import run_cli
+
+torch = pytest.importorskip("torch")
+REAL = Path(__file__).resolve().parents[1] / "programs" / "real"
+
+
+def _run(tmp_path: Path, program: str, *args: str) -> tuple[dict, dict, dict]:
+    """(light_pass of the manifest, the chosen step's series, the program's RESULT)."""
+    r = run_cli("run", "--collect", "nvml", "--out", tmp_path, REAL / program, *args, timeout=240)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    light = json.loads((bundle / "manifest.json").read_text())["light_pass"]
+    series = json.loads((bundle / "raw" / "light.json").read_text())["series"][light["step_name"]]
+    result = json.loads(re.search(r"^RESULT (\{.*\})$", r.stdout, re.M).group(1))
+    return light, series, result
+
+
+def _step_ms(series: dict) -> np.ndarray:
+    # on CPU (host clock) each step's time is its host start to the end of its iteration
+    return (np.array(series["gpu_end_ns"]) - np.array(series["host_start_ns"])) / 1e6
+
+
+def test_compiled_decode_steps_per_token_not_per_prefill(tmp_path: Path) -> None:
+    tokens = 12
+    light, series, result = _run(
+        tmp_path, "compiled_decode.py", "--layers", "2", "--dim", "64", "--heads", "4", "--kv-heads", "2",
+        "--vocab", "256", "--tokens", str(tokens), "--generations", "1", "--device", "cpu",
+    )
+    # a compile warm-up generation and one timed one, tokens - 1 decode calls each (the
+    # first token comes from the eager prefill, whose Transformer.forward ran twice)
+    assert light["step_name"] == "torch.compile: decode_one_token"
+    assert light["steps_seen"] == 2 * (tokens - 1)
+    # the timed generation's decode calls, each up to the next call (the last: its own end),
+    # are the program's timed decode loop
+    ms = _step_ms(series)[-(tokens - 1):]
+    assert result["tokens"] == tokens - 1
+    assert ms.mean() == pytest.approx(result["ms_per_token"], rel=0.05)
+
+
+def test_train_loop_steps_per_iteration_not_per_batch_fetch(tmp_path: Path) -> None:
+    iters, warmup = 6, 2
+    light, series, result = _run(
+        tmp_path, "train_loop.py", "--device", "cpu", "--model", "resnet18", "--batch", "4", "--img-size", "64",
+        "--iters", str(iters), "--warmup", str(warmup),
+    )
+    # the data loader's __next__ marks the iteration: 9 fetches (the last raises
+    # StopIteration) for 8 iterations, each from one fetch's start to the next
+    assert light["step_name"] == "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    assert light["steps_seen"] == iters + warmup
+    ms = _step_ms(series)
+    assert ms[-iters:].mean() == pytest.approx(result["ms_per_iter"], rel=0.05)
+    # far longer than the fetch the old choice timed (1.4 ms of ~90 ms on this box)
+    assert np.median(ms) > 10 * 1.4
