@@ -36,9 +36,10 @@ every module call through perfdoctor) / under ModuleSteps after its scout (only 
 class through perfdoctor). One process and interleaved rounds, so what differs between
 processes (±25 % on the H200 for host-paced programs) cancels; the table gives ns per module
 call over plain, the median over rounds of each round's difference.
-`--program`: image_infer.py at batch 1 alone and under `perfdoctor run --collect torch`,
-in pairs (alone, light or light, alone in turn), every process pinned to the same CPUs; the
-ratio of the program's own ms/step per pair, median and quartiles over pairs.
+`--program`: image_infer.py at batch 1 alone and under `perfdoctor run --collect nvml` (the
+light pass only), in pairs taken back to back (alone then light, light then alone in turn, so
+drift hits both alike); the ratio of the program's own ms/step per pair, median and quartiles
+over pairs.
 """
 
 from __future__ import annotations
@@ -179,9 +180,9 @@ def program_pairs(device: str, pairs: int, model: str, work: Path) -> dict:
         cmd = [sys.executable, *program]
         if light:
             cmd = [sys.executable, "-m", "perfdoctor.record.run", "--quiet", "--out", str(work / "runs"),
-                   "--collect", "torch", *program]
+                   "--collect", "nvml", *program]  # the light pass only; NVML is sampled in perfdoctor's process
         done = subprocess.run(cmd, check=True, env=env, timeout=600, capture_output=True, text=True)
-        # The first RESULT: the light pass's run (the traced pass prints its own after it).
+        # One RESULT: alone, or the light pass's run (no traced pass with --collect nvml).
         line = next(ln for ln in done.stdout.splitlines() if ln.startswith("RESULT "))
         return json.loads(line.removeprefix("RESULT "))["ms_per_step"]
 
