@@ -22,6 +22,24 @@ perfdoctor in either, differed by up to 1.65x. Only the GPU-bound size gives a s
 is the same from process to process, so only there does light vs alone measure what the light
 pass costs the program; light vs own timer (same process) measures its accuracy everywhere.
 Needs a CUDA GPU and NVML.
+
+The module-call step (issue 29 item 6: the light pass slowed ResNet-50 at batch 1 by 48 % on
+the H200), CPU or GPU, no NVML:
+
+    python bench/light_pass.py --calls [--device cpu]     # per module call, in one process
+    python bench/light_pass.py --program [--device cpu] [--pairs 20]
+
+`--calls`: tests/programs/real/image_infer.py's models (ResNet-50, ViT-small; tiny inputs
+on the CPU) and a 211-module tree of no-op modules, each run in rounds, in one process,
+plain / under the light pass's real ModuleSteps kept scouting (the wrapper before issue 29:
+every module call through perfdoctor) / under ModuleSteps after its scout (only the step's
+class through perfdoctor). One process and interleaved rounds, so what differs between
+processes (±25 % on the H200 for host-paced programs) cancels; the table gives ns per module
+call over plain, the median over rounds of each round's difference.
+`--program`: image_infer.py at batch 1 alone and under `perfdoctor run --collect nvml` (the
+light pass only), in pairs taken back to back (alone then light, light then alone in turn, so
+drift hits both alike); the ratio of the program's own ms/step per pair, median and quartiles
+over pairs.
 """
 
 from __future__ import annotations
@@ -34,6 +52,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,8 +84,147 @@ def one_process(mode: str, size: str, steps: int, warmup: int, work: Path) -> di
     return row
 
 
+REAL = ROOT / "tests" / "programs" / "real"
+
+
+def module_call_costs(device: str, rounds: int, only: list[str]) -> list[dict]:
+    """ns per module call over plain, scouting and narrowed, per model (see the docstring)."""
+    import types
+
+    import torch
+
+    sys.path.insert(0, str(REAL))
+    from image_infer import resnet50, vit_small
+
+    from perfdoctor.record.bootstrap.main import ModuleSteps, Timer
+
+    class Noop(torch.nn.Module):
+        def forward(self, x):
+            return x
+
+    class Tree(torch.nn.Module):  # 1 + 10 + 200 modules: the depths of a real model
+        def __init__(self) -> None:
+            super().__init__()
+            self.parts = torch.nn.ModuleList(torch.nn.Sequential(*(Noop() for _ in range(20))) for _ in range(10))
+
+        def forward(self, x):
+            for part in self.parts:
+                x = part(x)
+            return x
+
+    size = 224 if device == "cuda" else 32
+    if device == "cpu":
+        torch.set_num_threads(1)  # a host-paced program: one thread, as a GPU program's host side
+    models = {"noop tree": (Tree(), torch.zeros(1)),
+              "resnet50": (resnet50(), torch.randn(1, 3, size, size)),
+              "vit_small": (vit_small(img_size=size), torch.randn(1, 3, size, size))}
+    models = {k: v for k, v in models.items() if k in only}
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    out = []
+    with torch.inference_mode():
+        for label, (model, x) in models.items():
+            model, x = model.to(device).eval(), x.to(device)
+            calls = [0]
+            counting = torch.nn.Module.__call__
+
+            def count(module, *args, **kwargs):
+                calls[0] += 1
+                return counting(module, *args, **kwargs)
+
+            torch.nn.Module.__call__ = count
+            model(x)
+            torch.nn.Module.__call__ = counting
+            reps = max(3, int(0.2e9 / max(timed(model, x, 3, sync), 1)))  # ~0.2 s per measurement
+            per_round: dict[str, list[float]] = {"plain": [], "scouting": [], "narrowed": []}
+            for _ in range(rounds):
+                for mode in random.sample(list(per_round), 3):
+                    steps = None if mode == "plain" else ModuleSteps(types.SimpleNamespace(timer=Timer()))
+                    if mode == "scouting":
+                        steps.scouting = False  # never narrows: every call through the wrapper
+                    for _ in range(ModuleSteps.SCOUT_CALLS + 1):  # past the scout (or the same calls plain)
+                        model(x)
+                    sync()
+                    per_round[mode].append(timed(model, x, reps, sync))
+                    if steps is not None:
+                        steps.uninstall()
+            row = {"model": label, "device": device, "module_calls": calls[0], "rounds": rounds, "reps": reps,
+                   "plain_us": statistics.median(per_round["plain"]) / 1e3}
+            for mode in ("scouting", "narrowed"):
+                diffs = sorted((a - b) / calls[0] for a, b in zip(per_round[mode], per_round["plain"]))
+                q = statistics.quantiles(diffs, n=4) if len(diffs) > 1 else [diffs[0]] * 3
+                row[mode] = {"ns_per_call": statistics.median(diffs), "q1": q[0], "q3": q[2]}
+            out.append(row)
+            print(json.dumps(row), flush=True)
+    return out
+
+
+def timed(model, x, reps: int, sync) -> float:
+    """ns per forward over reps forwards."""
+    t0 = time.perf_counter_ns()
+    for _ in range(reps):
+        model(x)
+    sync()
+    return (time.perf_counter_ns() - t0) / reps
+
+
+def program_pairs(device: str, pairs: int, model: str, work: Path) -> dict:
+    """image_infer.py alone vs under the light pass, in pairs: own ms/step, per-pair ratio."""
+    size = "224" if device == "cuda" else "64"
+    program = [str(REAL / "image_infer.py"), "--device", device, "--model", model, "--batch", "1",
+               "--img-size", size, "--warmup", "10", "--iters", "100" if device == "cuda" else "30"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    if device == "cpu":
+        env["OMP_NUM_THREADS"] = "1"  # host-paced: one thread, as a GPU program's host side
+
+    def own_ms(light: bool) -> float:
+        cmd = [sys.executable, *program]
+        if light:
+            cmd = [sys.executable, "-m", "perfdoctor.record.run", "--quiet", "--out", str(work / "runs"),
+                   "--collect", "nvml", *program]  # the light pass only; NVML is sampled in perfdoctor's process
+        done = subprocess.run(cmd, check=True, env=env, timeout=600, capture_output=True, text=True)
+        # One RESULT: alone, or the light pass's run (no traced pass with --collect nvml).
+        line = next(ln for ln in done.stdout.splitlines() if ln.startswith("RESULT "))
+        return json.loads(line.removeprefix("RESULT "))["ms_per_step"]
+
+    rows = []
+    for i in range(pairs):
+        order = (False, True) if i % 2 == 0 else (True, False)
+        ms = {light: own_ms(light) for light in order}
+        rows.append({"alone_ms": ms[False], "light_ms": ms[True], "ratio": ms[True] / ms[False]})
+        print(json.dumps(rows[-1]), flush=True)
+    ratios = sorted(r["ratio"] for r in rows)
+    q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+    return {"model": model, "device": device, "pairs": rows, "ratio_median": statistics.median(ratios),
+            "ratio_q1": q[0], "ratio_q3": q[2], "command": program}
+
+
+def module_main(args: argparse.Namespace) -> None:
+    report: dict = {"args": {k: str(v) for k, v in vars(args).items()}}
+    if args.calls:
+        report["calls"] = module_call_costs(args.device, args.rounds, args.trees.split(","))
+        print(f"\n{'model':11}{'calls':>6}{'plain us':>10}{'scouting ns/call':>26}{'narrowed ns/call':>26}")
+        for r in report["calls"]:
+            cell = lambda m: f"{r[m]['ns_per_call']:+.0f} [{r[m]['q1']:+.0f},{r[m]['q3']:+.0f}]"  # noqa: E731
+            print(f"{r['model']:11}{r['module_calls']:>6}{r['plain_us']:>10.1f}{cell('scouting'):>26}{cell('narrowed'):>26}")
+    if args.program:
+        with tempfile.TemporaryDirectory() as tmp:
+            report["program"] = [program_pairs(args.device, args.pairs, m, Path(tmp)) for m in args.models.split(",")]
+        for r in report["program"]:
+            print(f"{r['model']}: light/alone, program's own timer, median of {len(r['pairs'])} pairs "
+                  f"{r['ratio_median'] - 1:+.1%} [quartiles {r['ratio_q1'] - 1:+.1%}, {r['ratio_q3'] - 1:+.1%}]")
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--calls", action="store_true", help="the module-call step's cost per call, in one process")
+    p.add_argument("--program", action="store_true", help="image_infer.py at batch 1, alone vs light pass, in pairs")
+    p.add_argument("--device", default="cuda", help="--calls / --program: cuda or cpu")
+    p.add_argument("--rounds", type=int, default=15, help="--calls: interleaved rounds")
+    p.add_argument("--trees", default="noop tree,resnet50,vit_small", help="--calls: which module trees")
+    p.add_argument("--pairs", type=int, default=20, help="--program: process pairs")
+    p.add_argument("--models", default="resnet50,vit_small", help="--program: image_infer.py --model values")
     p.add_argument("--trials", type=int, default=5)
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--warmup", type=int, default=10)
@@ -75,6 +233,9 @@ def main() -> None:
     p.add_argument("--no-pin", dest="pin", action="store_false", help="leave the processes where the OS puts them")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args()
+    if args.calls or args.program:
+        module_main(args)
+        return
     modes = ["alone", *(m for m in args.modes.split(",") if m in MODES and m != "alone")]
     sizes = [z for z in args.sizes.split(",") if z in SIZES]
     pinned = None

@@ -1,0 +1,130 @@
+"""The light pass's module-call step (perfdoctor.record.bootstrap.main.ModuleSteps): after
+its scout, submodule calls are back on torch's own ``Module.__call__`` (issue 29 item 6,
+"the light pass disturbs nothing"), and the step still has one entry per forward."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import torch
+
+from perfdoctor.record.bootstrap.main import ModuleSteps, Timer
+
+ROOT = Path(__file__).parents[2]
+TORCH_CALL = torch.nn.Module.__call__
+
+
+class Leaf(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+
+class Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = Leaf(), Leaf()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(self.a(x))
+
+
+class Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(Block() for _ in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+class Loss(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.sum()
+
+
+def entries(steps: ModuleSteps) -> dict[str, dict[str, int]]:
+    """Per depth, per step name: the completed calls in the series."""
+    series, error = steps.series()
+    assert error is None
+    return {depth: {name: len(s["gpu_end_ns"]) for name, s in names.items()} for depth, names in series.items()}
+
+
+def test_after_the_scout_only_the_depth0_classes_go_through_perfdoctor() -> None:
+    net, loss, x = Net(), Loss(), torch.zeros(2)
+    steps = ModuleSteps(types.SimpleNamespace(timer=Timer()))
+    try:
+        forwards = ModuleSteps.SCOUT_CALLS + 7
+        for i in range(forwards):
+            if i < ModuleSteps.SCOUT_CALLS:
+                assert torch.nn.Module.__call__ is not TORCH_CALL  # still scouting
+            assert loss(net(x)).item() == 6 * 2  # six Leaf calls on two elements: the calls still compute what torch computes
+        # torch's own __call__ for every module but the two depth-0 classes...
+        assert torch.nn.Module.__call__ is TORCH_CALL
+        assert type(net.blocks[0]).__call__ is TORCH_CALL and type(net.blocks[0].a).__call__ is TORCH_CALL
+        assert "__call__" in vars(Net) and "__call__" in vars(Loss)
+        counts = entries(steps)
+        # ...which still give one entry per call, each forward and each loss
+        assert counts["0"] == {"Net.forward": forwards, "Loss.forward": forwards}
+        # depth 1 stopped at the scout: a Block entry per block call of the scouting forwards
+        assert counts["1"] == {"Block.forward": 3 * ModuleSteps.SCOUT_CALLS}
+        assert steps.classes["Net.forward"].endswith("test_module_steps.Net")
+        outer = Net()  # a step class called inside a step is not a step of its own
+        outer.inner = Net()
+        outer.forward = lambda x: outer.inner(x)  # type: ignore[method-assign]
+        outer(x)
+        assert entries(steps)["0"]["Net.forward"] == forwards + 1
+    finally:
+        steps.uninstall()
+    assert torch.nn.Module.__call__ is TORCH_CALL
+    assert "__call__" not in vars(Net) and "__call__" not in vars(Loss)
+
+
+def test_a_class_with_its_own_call_gets_it_back_and_subclasses_are_not_timed_as_it() -> None:
+    seen: list[str] = []
+
+    class Own(torch.nn.Module):
+        def __call__(self, *args, **kwargs):  # a class that defines its own __call__
+            seen.append(type(self).__name__)
+            return super().__call__(*args, **kwargs)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x
+
+    class Sub(Own):
+        pass
+
+    own_call = Own.__call__
+    steps = ModuleSteps(types.SimpleNamespace(timer=Timer()))
+    try:
+        for _ in range(ModuleSteps.SCOUT_CALLS):
+            Own()(torch.zeros(1))
+        assert Own.__call__ is not own_call  # narrowed onto Own
+        Own()(torch.zeros(1))
+        Sub()(torch.zeros(1))  # inherits Own's attribute: goes through, but is not Own's step
+        assert seen[-2:] == ["Own", "Sub"]  # the class's own __call__ still runs
+        counts = entries(steps)["0"]
+        assert counts[steps.names[Own]] == ModuleSteps.SCOUT_CALLS + 1 and Sub not in steps.names
+    finally:
+        steps.uninstall()
+    assert Own.__call__ is own_call and vars(Own)["__call__"] is own_call
+
+
+def test_perfdoctor_run_of_an_unmodified_program_finds_one_step_per_forward(tmp_path: Path) -> None:
+    """The real thing: image_infer.py (10 forwards of a tiny ResNet-18) under `perfdoctor run`."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    program = ROOT / "tests" / "programs" / "real" / "image_infer.py"
+    args = ["--device", "cpu", "--model", "resnet18", "--batch", "1", "--img-size", "32", "--warmup", "3", "--iters", "9"]
+    done = subprocess.run([sys.executable, "-m", "perfdoctor.record.run", "--quiet", "--out", str(tmp_path / "runs"),
+                           "--collect", "torch", str(program), *args], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (bundle,) = (tmp_path / "runs").iterdir()
+    light = json.loads((bundle / "manifest.json").read_text())["light_pass"]
+    assert light["step_name"] == "ResNet.forward" and light["module"]["depth"] == 0
+    assert light["steps_seen"] == 3 + 9
