@@ -8,7 +8,7 @@ from typing import List, Optional
 import typer
 
 from perfdoctor.cli import options
-from perfdoctor.console import note
+from perfdoctor.console import note, stdout_console
 from perfdoctor.io import check_outputs, write_json
 
 
@@ -28,8 +28,6 @@ def analyze_command(
 
     Several ranks (a bundle of perfdoctor run --nproc-per-node, or a folder of per-rank traces): a table per rank, the straggler and the collective that waits for it, then the findings; --json writes perfdoctor.ranks/1.
     """
-    from rich.console import Console
-
     from perfdoctor.pipeline import diagnose
 
     check_outputs([json_out], [path, *rules])  # never write over an input
@@ -44,10 +42,10 @@ def analyze_command(
     from perfdoctor.reports.summary import gaps_owner, render_summary
     from perfdoctor.reports.terminal import findings_renderable
 
-    console = Console()
+    console = stdout_console()
     # One gap table: the summary's, unless a finding prints the same table as its evidence.
     render_summary(d.analysis, console, gaps_shown_by=gaps_owner(d.findings))
-    console.print(findings_renderable(d.findings, d.analysis))
+    console.print(findings_renderable(d.findings, d.analysis), crop=False)  # code is never cropped
     if json_out is not None:
         write_json(json_out, d.analysis.to_json())
         note(f"wrote {json_out}")
@@ -55,13 +53,11 @@ def analyze_command(
 
 def _analyze_ranks(path: Path, step: Optional[str], json_out: Optional[Path], tokens_per_step: Optional[float],
                    rules: List[Path], threshold: List[str], workload: Optional[str]) -> None:
-    from rich.console import Console
-
     from perfdoctor.analysis.ranks import diagnose_ranks
     from perfdoctor.reports.ranks import render_ranks
 
     d = diagnose_ranks(path, step=step, tokens_per_step=tokens_per_step, rules=rules, thresholds=threshold, workload=workload)
-    render_ranks(d, Console())
+    render_ranks(d, stdout_console())
     if json_out is not None:
         payload = d.view.to_json()
         payload["findings"] = {str(r): [f.to_json() for f in found] for r, found in d.findings.items()}

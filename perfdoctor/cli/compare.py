@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 
 from perfdoctor.cli import options
+from perfdoctor.console import stdout_console
 from perfdoctor.errors import UsageError
 
 
@@ -78,7 +79,7 @@ def compare_command(
         console.print(f"stopped before B ran; bundle A: {bundle_a}", highlight=False, markup=False)
         raise typer.Exit(code)
     result = diff_runs(load_run(bundle_a, step=step), load_run(bundle_b, step=step))
-    print_terminal(result, Console())
+    print_terminal(result, stdout_console())
     if json_out is not None:
         write_json(json_out, result.to_json())
     if not quiet:

@@ -8,6 +8,7 @@ from typing import List, Optional
 import typer
 
 from perfdoctor.cli import options
+from perfdoctor.console import stdout_console
 from perfdoctor.io import check_outputs, write_json, write_text
 
 
@@ -35,14 +36,13 @@ def diff_command(
 
     Example: perfdoctor diff eager.json.gz graph.json.gz --step decode_step --md diff.md --json diff.json
     """
-    from rich.console import Console
-
     from perfdoctor.compare.diff import diagnose_run, diff_runs
     from perfdoctor.compare.rankdiff import bundle_ranks, load_pair, paired_ranks
     from perfdoctor.reports.diff_report import print_terminal, render_markdown
+    from perfdoctor.reports.terminal import heading
 
     check_outputs([md, json_out], [before, after, *rules])  # never write over an input
-    console = Console()
+    console = stdout_console()
     results = {}
     for rank in paired_ranks(before, after):  # like ranks of multi-rank bundles, else the one pair
         before_run = load_pair(before, rank, bundle_ranks(before), step=step_before or step,
@@ -54,7 +54,7 @@ def diff_command(
             diagnose_run(after_run, list(rules))
         results[rank] = diff_runs(before_run, after_run, options.fraction(noise_floor))
         if rank is not None:
-            console.rule(f"rank {rank}")
+            console.print(heading(f"rank {rank}"))
         print_terminal(results[rank], console)
     if md is not None:
         write_text(md, "\n".join((f"## Rank {k}\n\n" if k is not None else "") + render_markdown(r) for k, r in results.items()))

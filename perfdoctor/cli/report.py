@@ -9,7 +9,7 @@ from typing import List, Optional
 import typer
 
 from perfdoctor.cli import options
-from perfdoctor.console import note, warn
+from perfdoctor.console import note, stdout_console, warn
 from perfdoctor.errors import UsageError
 from perfdoctor.io import check_outputs, write_text
 
@@ -34,8 +34,6 @@ def report_command(
 
     Example: perfdoctor report trace.json.gz --format html -o report.html --threshold dram-bandwidth=0.8
     """
-    from rich.console import Console
-
     from perfdoctor.pipeline import diagnose
     from perfdoctor.reports import html, json, markdown, terminal
     from perfdoctor.reports.bundle import write_reports
@@ -52,7 +50,7 @@ def report_command(
         except UsageError as exc:  # a read-only bundle: the report still goes to stdout / -o
             warn(f"reports not written into the bundle: {exc}")
     if fmt == "terminal" and output is None:
-        Console().print(terminal.findings_renderable(findings, analysis))
+        stdout_console().print(terminal.findings_renderable(findings, analysis), crop=False)  # code is never cropped
         return
     text = {
         "terminal": lambda: terminal.render(findings, analysis),

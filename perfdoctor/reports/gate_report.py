@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
+from perfdoctor.console import stdout_console
 from perfdoctor.compare.gate import GateResult
 from perfdoctor.io import dumps_json
 from perfdoctor.reports.diff_report import md_escape
@@ -82,12 +83,11 @@ def github_annotations(result: GateResult) -> list[str]:
 
 
 def print_result(result: GateResult, console=None) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     from perfdoctor.text import rich as escape
 
-    console = console or Console()
+    console = console or stdout_console()
     for w in result.warnings:
         console.print(f"[bold red]WARNING[/] {escape(w)}")
     t = Table(title_justify="left")

@@ -11,6 +11,7 @@ import io
 from typing import Sequence
 
 from rich.console import Console, Group, RenderableType
+from rich.constrain import Constrain
 from rich.padding import Padding
 from rich.rule import Rule as HRule
 from rich.table import Table
@@ -65,14 +66,23 @@ def _finding(f: Finding, analysis: Analysis, shown_before: dict[tuple[str, str],
     lines.append(Text(f"Cite: {f.citation}", style="dim"))
     for e in f.evidence:
         owner = shown_before.get((f.rule_id, e.kind))
-        lines.append(Text(f"{e.title}: see {owner} above", style="dim") if owner else Padding(_evidence_table(e), (0, 0, 0, 2)))
+        lines.append(Text(f"{e.title}: see {owner} above", style="dim") if owner else Padding(_evidence_table(e), (0, 0, 0, 2), expand=False))
     if f.remediation is not None:
         lines.append(Text("Fix:", style="bold"))
         for i, step in enumerate(f.remediation.steps, start=1):
             lines.append(Text(f"  {i}. {step}"))
         if f.remediation.snippet:
-            lines.append(Padding(Code(f.remediation.snippet), (0, 0, 0, 4)))
+            lines.append(Code(f.remediation.snippet, indent=4))  # never in a Padding: it crops
     return Group(*lines, Text(""))
+
+
+HEADING_WIDTH = 100
+
+
+def heading(title: str) -> RenderableType:
+    """A section rule, at most 100 columns: a console that is not a terminal is as wide as
+    its longest line (:func:`perfdoctor.console.stdout_console`) and a rule would span it."""
+    return Constrain(HRule(title, align="left"), width=HEADING_WIDTH)
 
 
 def findings_renderable(findings: Sequence[Finding], analysis: Analysis) -> RenderableType:
@@ -83,15 +93,15 @@ def findings_renderable(findings: Sequence[Finding], analysis: Analysis) -> Rend
     parts: list[RenderableType] = [Text(v, style=style), Text("")]
     shown_before = common.evidence_owner(failing)
     if failing:
-        parts.append(HRule("Findings, ranked by time recoverable per step", align="left"))
+        parts.append(heading("Findings, ranked by time recoverable per step"))
         parts.extend(_finding(f, analysis, shown_before) for f in failing)
     advice = common.by_status(findings, "advisory")
     if advice:
-        parts.append(HRule("Advice", align="left"))
+        parts.append(heading("Advice"))
         for f in advice:
             parts.append(Text.assemble((f"{f.rule_id}", "bold"), f" — {f.title}  ", (common.context_values(f) or common.measured(f), "dim")))
             for e in f.evidence:
-                parts.append(Padding(_evidence_table(e), (0, 0, 0, 2)))
+                parts.append(Padding(_evidence_table(e), (0, 0, 0, 2), expand=False))
             if f.remediation:
                 parts.extend(Text(f"  • {s}") for s in f.remediation.steps)
             parts.append(Text(f"  Cite: {f.citation}", style="dim"))
@@ -119,5 +129,5 @@ def render(findings: Sequence[Finding], analysis: Analysis, *, width: int = 110,
     """The terminal report as a string (ANSI colours only when ``color``)."""
     buf = io.StringIO()
     console = Console(file=buf, width=width, force_terminal=color, color_system="standard" if color else None, highlight=False)
-    console.print(findings_renderable(findings, analysis))
+    console.print(findings_renderable(findings, analysis), crop=False)  # code is never cropped
     return buf.getvalue()

@@ -310,12 +310,14 @@ def test_html_renders_in_headless_chromium_with_plots(case: str, chromium: str, 
 
 
 @pytest.mark.parametrize("width", [40, 200])
-def test_a_snippet_without_colour_is_what_syntax_lays_out_and_with_colour_is_highlighted(width: int) -> None:
+def test_a_snippet_is_never_cropped_nor_wrapped_and_with_colour_is_highlighted(width: int) -> None:
+    # Issue 32: a snippet cropped at the terminal's width ("fullgraph=T") is broken code when
+    # copied. Each line comes out whole, once, at its indent, whatever the width (40 is
+    # narrower than the first line), plain or highlighted.
     import io as _io
+    import re as _re
 
     from rich.console import Console
-    from rich.padding import Padding
-    from rich.syntax import Syntax
 
     from perfdoctor.reports.code import Code
 
@@ -323,9 +325,11 @@ def test_a_snippet_without_colour_is_what_syntax_lays_out_and_with_colour_is_hig
 
     def shown(renderable: object, **console: object) -> str:
         buf = _io.StringIO()
-        Console(file=buf, width=width, **console).print(Padding(renderable, (0, 0, 0, 4)))
+        Console(file=buf, width=width, **console).print(renderable, crop=False)
         return buf.getvalue()
 
-    assert shown(Code(source)) == shown(Syntax(source, "python", theme="ansi_dark", background_color="default"))
-    coloured = shown(Code(source), force_terminal=True, color_system="standard")
+    expected = ["    g = torch.cuda.CUDAGraph()  # capture once, replay every step", "    with torch.cuda.graph(g):", "        out = model(x)"]
+    assert [line.rstrip() for line in shown(Code(source, indent=4)).splitlines()] == expected
+    coloured = shown(Code(source, indent=4), force_terminal=True, color_system="standard")
+    assert [line.rstrip() for line in _re.sub(r"\x1b\[[0-9;]*m", "", coloured).splitlines()] == expected
     assert "\x1b[" in coloured and "CUDAGraph" in coloured
