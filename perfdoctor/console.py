@@ -45,7 +45,11 @@ def report_load_warnings(profile: Any) -> None:
         if why is None or w not in why:
             warn(f"{where}: {w}")
     if why is not None:
-        warn(f"{where}: no trace: {why} — the GPU metrics are absent, not zero (this is not a CPU-only run)")
+        # "not a CPU-only run" only where the run saw a GPU (its manifest names one); on a
+        # CPU machine that would be false.
+        gpu = (getattr(profile, "device", None) or {}).get("name")
+        cpu = f" (the run had a GPU, {gpu}: this is not a CPU-only run)" if gpu else ""
+        warn(f"{where}: no trace: {why} — the GPU metrics are absent, not zero{cpu}")
 
 
 # Wide enough for any line a report prints; tables do not expand, so each is only as wide

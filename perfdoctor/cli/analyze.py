@@ -8,8 +8,8 @@ from typing import List, Optional
 import typer
 
 from perfdoctor.cli import options
-from perfdoctor.console import note, stdout_console
-from perfdoctor.io import check_outputs, write_json
+from perfdoctor.cli import outputs
+from perfdoctor.io import check_outputs
 
 
 def analyze_command(
@@ -30,7 +30,7 @@ def analyze_command(
     """
     from perfdoctor.pipeline import diagnose
 
-    check_outputs([json_out], [path, *rules])  # never write over an input
+    check_outputs(outputs.files([json_out]), [path, *rules])  # never write over an input
     if path.is_dir():
         from perfdoctor.analysis.ranks import is_multi_rank
 
@@ -40,15 +40,16 @@ def analyze_command(
     # diagnose first: a large trace's decoders start before the modules below import pandas.
     d = diagnose(path, step=step, tokens_per_step=tokens_per_step, rules=rules, thresholds=threshold, workload=workload)
     from perfdoctor.reports.summary import gaps_owner, render_summary
-    from perfdoctor.reports.terminal import findings_renderable
+    from perfdoctor.reports.terminal import findings_renderable, verdict_text
 
-    console = stdout_console()
+    console = outputs.report_console(json_out)
+    console.print(verdict_text(d.findings, d.analysis))  # the verdict first: a crash is the first thing read
     # One gap table: the summary's, unless a finding prints the same table as its evidence.
     render_summary(d.analysis, console, gaps_shown_by=gaps_owner(d.findings))
-    console.print(findings_renderable(d.findings, d.analysis), crop=False)  # code is never cropped
+    console.print(findings_renderable(d.findings, d.analysis, with_verdict=False), crop=False)  # code is never cropped
     if json_out is not None:
-        write_json(json_out, d.analysis.to_json())
-        note(f"wrote {json_out}")
+        outputs.emit_json(json_out, d.analysis.to_json())
+        outputs.wrote(json_out)
 
 
 def _analyze_ranks(path: Path, step: Optional[str], json_out: Optional[Path], tokens_per_step: Optional[float],
@@ -57,9 +58,9 @@ def _analyze_ranks(path: Path, step: Optional[str], json_out: Optional[Path], to
     from perfdoctor.reports.ranks import render_ranks
 
     d = diagnose_ranks(path, step=step, tokens_per_step=tokens_per_step, rules=rules, thresholds=threshold, workload=workload)
-    render_ranks(d, stdout_console())
+    render_ranks(d, outputs.report_console(json_out))
     if json_out is not None:
         payload = d.view.to_json()
         payload["findings"] = {str(r): [f.to_json() for f in found] for r, found in d.findings.items()}
-        write_json(json_out, payload)
-        note(f"wrote {json_out}")
+        outputs.emit_json(json_out, payload)
+        outputs.wrote(json_out)

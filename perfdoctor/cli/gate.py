@@ -13,7 +13,8 @@ import typer
 from perfdoctor.bundle import store as baselines
 from perfdoctor.cli import options
 from perfdoctor.errors import UsageError
-from perfdoctor.io import check_outputs, write_json, write_text
+from perfdoctor.cli import outputs
+from perfdoctor.io import check_outputs, write_text
 
 
 def gate_command(
@@ -63,7 +64,7 @@ def gate_command(
         raise UsageError("nothing to check: give --fail-on METRIC:+N% with --baseline RUN, and/or --rules PACK")
     baseline_path, baseline_record = baselines.resolve(baseline, store) if baseline is not None else (None, None)
     record_as = storing(record, accept, reason, store, baseline if baseline_record else None)
-    check_outputs([junit, json_out], [run, baseline_path, *rules])  # never write over an input
+    check_outputs(outputs.files([junit, json_out]), [run, baseline_path, *rules])  # never write over an input
     per_rank = {}
     for rank in paired_ranks(baseline_path, run) if baseline_path is not None else (bundle_ranks(run) or [None]):
         this = load_pair(run, rank, bundle_ranks(run), step=step, tokens_per_step=tokens_per_step, workload=workload)
@@ -73,11 +74,11 @@ def gate_command(
         per_rank[rank] = evaluate_gate(this, base, budgets, rule_results, options.fraction(noise_floor))
     result = per_rank[None] if list(per_rank) == [None] else merge_gates(per_rank)  # a multi-rank gate: every rank's checks
 
-    print_result(result)
+    print_result(result, outputs.report_console(junit, json_out))
     if junit is not None:
-        write_text(junit, junit_xml(result))
+        outputs.emit_text(junit, junit_xml(result))
     if json_out is not None:
-        write_json(json_out, result.to_json())  # strict: NaN and infinities are null
+        outputs.emit_json(json_out, result.to_json())  # strict: NaN and infinities are null
     if github:
         summary = os.environ.get("GITHUB_STEP_SUMMARY")
         if summary:

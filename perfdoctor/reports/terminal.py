@@ -20,7 +20,7 @@ from rich.text import Text
 from perfdoctor.analysis.metrics import Analysis
 from perfdoctor.reports import common
 from perfdoctor.reports.code import Code
-from perfdoctor.rules.engine import Finding, verdict
+from perfdoctor.rules.engine import Finding
 from perfdoctor.rules.evidence import Evidence
 from perfdoctor.text import clean
 
@@ -85,12 +85,20 @@ def heading(title: str) -> RenderableType:
     return Constrain(HRule(title, align="left"), width=HEADING_WIDTH)
 
 
-def findings_renderable(findings: Sequence[Finding], analysis: Analysis) -> RenderableType:
-    """Everything the findings part of `perfdoctor analyze` / `report` prints."""
-    v = common.verdict_line(findings, analysis)
+VERDICT_STYLE = {"crashed": "bold white on red", "fail": "bold red", "inconclusive": "bold yellow", "pass": "bold green",
+                 "not_evaluated": "bold yellow"}
+
+
+def verdict_text(findings: Sequence[Finding], analysis: Analysis) -> Text:
+    """The verdict line, styled: the first line ``analyze`` prints (a crash before anything)."""
+    return Text(common.verdict_line(findings, analysis), style=VERDICT_STYLE[common.outcome(findings, analysis)])
+
+
+def findings_renderable(findings: Sequence[Finding], analysis: Analysis, *, with_verdict: bool = True) -> RenderableType:
+    """Everything the findings part of `perfdoctor analyze` / `report` prints; ``with_verdict``
+    False where the verdict was printed already, as analyze's first line."""
     failing = common.by_status(findings, "fail")
-    style = {"fail": "bold red", "pass": "bold green", "not_evaluated": "bold yellow"}[verdict(findings)["status"]]
-    parts: list[RenderableType] = [Text(v, style=style), Text("")]
+    parts: list[RenderableType] = [verdict_text(findings, analysis), Text("")] if with_verdict else []
     shown_before = common.evidence_owner(failing)
     if failing:
         parts.append(heading("Findings, ranked by time recoverable per step"))
