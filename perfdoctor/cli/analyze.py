@@ -20,6 +20,8 @@ def analyze_command(
     rules: List[Path] = options.RULES,
     threshold: List[str] = options.THRESHOLD,
     workload: Optional[str] = options.WORKLOAD,
+    top: int = typer.Option(1, "--top", min=0, metavar="N", help="Show the first N causes (failing findings; rules sharing one estimate are one) in full, the rest one line each (0: all)."),
+    brief: bool = typer.Option(False, "--brief", help="Only the verdict and the top three findings, one line each."),
 ) -> None:
     """What the GPU spent its time on: metrics, step latency, top kernels, the largest gaps,
     and the ranked findings of the rule packs.
@@ -40,13 +42,19 @@ def analyze_command(
     # diagnose first: a large trace's decoders start before the modules below import pandas.
     d = diagnose(path, step=step, tokens_per_step=tokens_per_step, rules=rules, thresholds=threshold, workload=workload)
     from perfdoctor.reports.summary import gaps_owner, render_summary
-    from perfdoctor.reports.terminal import findings_renderable, verdict_text
+    from perfdoctor.reports.terminal import brief_renderable, findings_renderable, verdict_text
 
     console = outputs.report_console(json_out)
+    if brief:
+        console.print(brief_renderable(d.findings, d.analysis, f"perfdoctor analyze {path}"))
+        if json_out is not None:
+            outputs.emit_json(json_out, d.analysis.to_json())
+            outputs.wrote(json_out)
+        return
     console.print(verdict_text(d.findings, d.analysis))  # the verdict first: a crash is the first thing read
     # One gap table: the summary's, unless a finding prints the same table as its evidence.
     render_summary(d.analysis, console, gaps_shown_by=gaps_owner(d.findings))
-    console.print(findings_renderable(d.findings, d.analysis, with_verdict=False), crop=False)  # code is never cropped
+    console.print(findings_renderable(d.findings, d.analysis, with_verdict=False, top=top or None), crop=False)  # code is never cropped
     if json_out is not None:
         outputs.emit_json(json_out, d.analysis.to_json())
         outputs.wrote(json_out)

@@ -178,6 +178,24 @@ def evidence_owner(findings: Sequence[Finding]) -> dict[tuple[str, str], str]:
     return seen
 
 
+def causes(failing: Sequence[Finding]) -> list[tuple[Finding, list[Finding]]]:
+    """Failures grouped by cause: rules that share one estimate (the same milliseconds
+    recoverable, one formula) are one finding, the first ranked leading and the others
+    named under it, so a 21 ms estimate is said once, not five times."""
+    groups: list[tuple[Finding, list[Finding]]] = []
+    lead_of: dict[float, list[Finding]] = {}
+    for f in failing:
+        ms = f.recovered_ms
+        if ms is not None and ms in lead_of:
+            lead_of[ms].append(f)
+            continue
+        same: list[Finding] = []
+        groups.append((f, same))
+        if ms is not None:
+            lead_of[ms] = same
+    return groups
+
+
 def by_status(findings: Sequence[Finding], status: str) -> list[Finding]:
     return [f for f in findings if f.status == status]
 

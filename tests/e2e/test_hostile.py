@@ -402,7 +402,8 @@ def test_a_pack_with_values_of_the_wrong_type_is_one_line(tmp_path: Path, trace:
 
 def test_a_bad_option_is_one_line() -> None:
     line = assert_usage(incli("analyze", "--foo", "x"))
-    assert line == "error: no such option: --foo (see perfdoctor analyze --help)"
+    # click names the closest option (analyze's --top, issue 32): still one line
+    assert line == "error: no such option: --foo (Possible options: --top) (see perfdoctor analyze --help)"
     assert_usage(incli("gate"), "missing argument")
     assert_usage(run_cli("report", "--nope", timeout=TIMEOUT), "no such option")
 

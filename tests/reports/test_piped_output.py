@@ -57,3 +57,26 @@ def test_help_is_readable_at_80_columns_without_type_noise() -> None:
     run_help = " ".join(run_cli("run", "--help", env=NARROW).stdout.split())
     assert "--collect TEXT Collectors, comma-separated from torch,nvml,nsys,ncu." in run_help
     assert "--steps N Steps to trace" in run_help
+
+
+def test_analyze_of_the_eager_fixture_reads_to_the_end() -> None:
+    # Issue 32: 483 lines before; one finding per cause, the reasons said once.
+    r = run_cli("analyze", EAGER, env=NARROW)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) < 150, len(lines)
+    assert lines[0].startswith("FAIL: 8 of 28 checks fail")
+    # memory-bubbles, launch-rate, launches-per-step, short-kernels and kernel-share share one
+    # estimate: it is printed once as an estimate (and once in the verdict's top line).
+    assert sum(line.startswith("Estimate: ~21.1 ms per step") for line in lines) == 1
+    same = lines.index("Same cause, same estimate (one fix):")
+    assert [line.split(" — ")[0].strip() for line in lines[same + 1:same + 5]] == ["launch-rate", "launches-per-step", "short-kernels", "kernel-share"]
+    assert r.stdout.count("seed default (perfdoctor/rules/packs/seed.toml)") <= 3  # not once per passed row
+    assert "not evaluated — needs" not in r.stdout  # the table's title says it, not each row
+    brief = run_cli("analyze", EAGER, "--brief", env=NARROW)
+    assert brief.returncode == 0, brief.stderr
+    out = brief.stdout.splitlines()
+    assert len(out) < 25 and out[0] == lines[0]
+    assert out[1].startswith("1. [error] memory-bubbles") and "same cause: launch-rate, launches-per-step, short-kernels, kernel-share" in out[1]
+    every = run_cli("analyze", EAGER, "--top", "0", env=NARROW).stdout
+    assert "Also failing" not in every and every.count("\nFix:") > r.stdout.count("\nFix:")
