@@ -8,6 +8,9 @@
 - :func:`install_pipe_guard`: a closed stdout (``perfdoctor gate ... | head -1``) must not
   change a command's exit code; output to it is dropped and the command finishes (see
   ``docs/safety.md``).
+- :func:`stdout_console`: the rich console for a report on stdout. On a terminal, its
+  width; anywhere else (a pipe, a CI log, a file) as wide as the content, so no table
+  cell is cut to "…" and no line is wrapped at an 80-column guess (``COLUMNS`` included).
 - :func:`leave`: end the process now with a ``sys.exit`` status, its ``atexit`` functions
   run and its output flushed, without the interpreter's teardown.
 """
@@ -42,7 +45,30 @@ def report_load_warnings(profile: Any) -> None:
         if why is None or w not in why:
             warn(f"{where}: {w}")
     if why is not None:
-        warn(f"{where}: no trace: {why} — the GPU metrics are absent, not zero (this is not a CPU-only run)")
+        # "not a CPU-only run" only where the run saw a GPU (its manifest names one); on a
+        # CPU machine that would be false.
+        gpu = (getattr(profile, "device", None) or {}).get("name")
+        cpu = f" (the run had a GPU, {gpu}: this is not a CPU-only run)" if gpu else ""
+        warn(f"{where}: no trace: {why} — the GPU metrics are absent, not zero{cpu}")
+
+
+# Wide enough for any line a report prints; tables do not expand, so each is only as wide
+# as its content. (Full-width rules would span it: reports print headings as text.)
+UNBOUNDED_WIDTH = 100_000
+
+
+def stdout_console(stderr: bool = False) -> Any:
+    """The console a report prints on: the terminal's width on a terminal, unbounded otherwise."""
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    if tty:
+        return Console(stderr=stderr, highlight=False)
+    return Console(stderr=stderr, width=UNBOUNDED_WIDTH, highlight=False, soft_wrap=False)
 
 
 class _PipeSafeStream:

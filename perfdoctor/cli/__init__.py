@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 
@@ -44,6 +44,10 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain click help: it wraps whole words at the terminal's width (80 columns and a pipe
+    # too) and shows no type noise (<bool>, <list[str]>); rich's boxed panels squeezed the
+    # help text into a third of the width and cut option text with "…".
+    rich_markup_mode=None,
 )
 
 
@@ -72,12 +76,35 @@ def _click_error(exc: click_exceptions.ClickException) -> str:
     return message
 
 
+# A value's metavar by its click type, where the option names none: click's plain words,
+# not typer's type notation ("<int range>", "<list[str]>").
+METAVARS = {"int": "N", "float": "NUM", "Path": "PATH", "path": "PATH", "file": "PATH", "dir": "DIR"}
+
+
+def _metavar(param: Any) -> str:
+    label = param.display_type(None).strip("<>").removeprefix("list[").removesuffix("]")
+    return METAVARS.get(label.split(" ")[0], "TEXT")
+
+
+def plain_help(command: Any) -> Any:
+    """Every option of ``command`` (and its subcommands) that names no metavar gets a plain
+    one (N, NUM, PATH, TEXT); arguments show no type after their name."""
+    for param in command.params:
+        if param.param_type_name == "argument":
+            param.display_type_rich = lambda ctx: None  # type: ignore[method-assign]
+        elif param.metavar is None and not getattr(param, "is_flag", False):
+            param.metavar = _metavar(param)
+    for sub in getattr(command, "commands", {}).values():
+        plain_help(sub)
+    return command
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     """Entry point: run the app; bad input (ours or click's) is one line on stderr and exit
     code 2. A closed stdout does not change the exit code (see ``docs/safety.md``)."""
     install_pipe_guard()
     try:
-        code = app(args=argv, prog_name="perfdoctor", standalone_mode=False)
+        code = plain_help(typer.main.get_command(app)).main(args=argv, prog_name="perfdoctor", standalone_mode=False)
     except UsageError as exc:
         _fail(str(exc))
     except click_exceptions.NoArgsIsHelpError as exc:  # `perfdoctor` / `perfdoctor rules`: the help

@@ -8,8 +8,8 @@ from typing import List, Optional
 import typer
 
 from perfdoctor.cli import options
-from perfdoctor.console import note
-from perfdoctor.io import check_outputs, write_json
+from perfdoctor.cli import outputs
+from perfdoctor.io import check_outputs
 
 
 def analyze_command(
@@ -20,6 +20,8 @@ def analyze_command(
     rules: List[Path] = options.RULES,
     threshold: List[str] = options.THRESHOLD,
     workload: Optional[str] = options.WORKLOAD,
+    top: int = typer.Option(1, "--top", min=0, metavar="N", help="Show the first N causes (failing findings; rules sharing one estimate are one) in full, the rest one line each (0: all)."),
+    brief: bool = typer.Option(False, "--brief", help="Only the verdict and the top three findings, one line each."),
 ) -> None:
     """What the GPU spent its time on: metrics, step latency, top kernels, the largest gaps,
     and the ranked findings of the rule packs.
@@ -28,11 +30,9 @@ def analyze_command(
 
     Several ranks (a bundle of perfdoctor run --nproc-per-node, or a folder of per-rank traces): a table per rank, the straggler and the collective that waits for it, then the findings; --json writes perfdoctor.ranks/1.
     """
-    from rich.console import Console
-
     from perfdoctor.pipeline import NSYS_SUFFIXES, diagnose
 
-    check_outputs([json_out], [path, *rules])  # never write over an input
+    check_outputs(outputs.files([json_out]), [path, *rules])  # never write over an input
     if path.is_dir():
         from perfdoctor.analysis.ranks import is_multi_rank
 
@@ -49,28 +49,33 @@ def analyze_command(
     # diagnose first: a large trace's decoders start before the modules below import pandas.
     d = diagnose(path, step=step, tokens_per_step=tokens_per_step, rules=rules, thresholds=threshold, workload=workload)
     from perfdoctor.reports.summary import gaps_owner, render_summary
-    from perfdoctor.reports.terminal import findings_renderable
+    from perfdoctor.reports.terminal import brief_renderable, findings_renderable, verdict_text
 
-    console = Console()
+    console = outputs.report_console(json_out)
+    if brief:
+        console.print(brief_renderable(d.findings, d.analysis, f"perfdoctor analyze {path}"))
+        if json_out is not None:
+            outputs.emit_json(json_out, d.analysis.to_json())
+            outputs.wrote(json_out)
+        return
+    console.print(verdict_text(d.findings, d.analysis))  # the verdict first: a crash is the first thing read
     # One gap table: the summary's, unless a finding prints the same table as its evidence.
     render_summary(d.analysis, console, gaps_shown_by=gaps_owner(d.findings))
-    console.print(findings_renderable(d.findings, d.analysis))
+    console.print(findings_renderable(d.findings, d.analysis, with_verdict=False, top=top or None), crop=False)  # code is never cropped
     if json_out is not None:
-        write_json(json_out, d.analysis.to_json())
-        note(f"wrote {json_out}")
+        outputs.emit_json(json_out, d.analysis.to_json())
+        outputs.wrote(json_out)
 
 
 def _analyze_ranks(path: Path, step: Optional[str], json_out: Optional[Path], tokens_per_step: Optional[float],
                    rules: List[Path], threshold: List[str], workload: Optional[str], loaded=None) -> None:
-    from rich.console import Console
-
     from perfdoctor.analysis.ranks import diagnose_ranks
     from perfdoctor.reports.ranks import render_ranks
 
     d = diagnose_ranks(path, step=step, tokens_per_step=tokens_per_step, rules=rules, thresholds=threshold, workload=workload, loaded=loaded)
-    render_ranks(d, Console())
+    render_ranks(d, outputs.report_console(json_out))
     if json_out is not None:
         payload = d.view.to_json()
         payload["findings"] = {str(r): [f.to_json() for f in found] for r, found in d.findings.items()}
-        write_json(json_out, payload)
-        note(f"wrote {json_out}")
+        outputs.emit_json(json_out, payload)
+        outputs.wrote(json_out)

@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 
 from perfdoctor.cli import options
+from perfdoctor.cli import outputs
 from perfdoctor.errors import UsageError
 
 
@@ -57,12 +58,12 @@ def compare_command(
     perfdoctor compare-programs --lockstep --repeat 5 train.py 'train.py --new-loss'   (CPU programs on a noisy runner)
     """
     from perfdoctor.compare.diff import diff_runs, load_run
-    from perfdoctor.io import check_outputs, write_json
+    from perfdoctor.io import check_outputs
     from perfdoctor.reports.diff_report import print_terminal
     from perfdoctor.record.repeats import compare_programs
     from perfdoctor.record.run import RunOptions, parse_collect
 
-    check_outputs([json_out], [])
+    check_outputs(outputs.files([json_out]), [])
     if lockstep and not hasattr(os, "sched_setaffinity"):
         raise UsageError("--lockstep pins both programs to one CPU, which needs Linux (os.sched_setaffinity)")
     sides = [
@@ -78,9 +79,9 @@ def compare_command(
         console.print(f"stopped before B ran; bundle A: {bundle_a}", highlight=False, markup=False)
         raise typer.Exit(code)
     result = diff_runs(load_run(bundle_a, step=step), load_run(bundle_b, step=step))
-    print_terminal(result, Console())
+    print_terminal(result, outputs.report_console(json_out))
     if json_out is not None:
-        write_json(json_out, result.to_json())
+        outputs.emit_json(json_out, result.to_json())
     if not quiet:
         console.print(f"bundles written: A {bundle_a}\n                 B {bundle_b}", highlight=False, markup=False)
     raise typer.Exit(code)

@@ -8,7 +8,8 @@ from typing import List, Optional
 import typer
 
 from perfdoctor.cli import options
-from perfdoctor.io import check_outputs, write_json, write_text
+from perfdoctor.cli import outputs
+from perfdoctor.io import check_outputs
 
 
 def diff_command(
@@ -35,14 +36,13 @@ def diff_command(
 
     Example: perfdoctor diff eager.json.gz graph.json.gz --step decode_step --md diff.md --json diff.json
     """
-    from rich.console import Console
-
     from perfdoctor.compare.diff import diagnose_run, diff_runs
     from perfdoctor.compare.rankdiff import bundle_ranks, load_pair, paired_ranks
     from perfdoctor.reports.diff_report import print_terminal, render_markdown
+    from perfdoctor.reports.terminal import heading
 
-    check_outputs([md, json_out], [before, after, *rules])  # never write over an input
-    console = Console()
+    check_outputs(outputs.files([md, json_out]), [before, after, *rules])  # never write over an input
+    console = outputs.report_console(md, json_out)
     results = {}
     for rank in paired_ranks(before, after):  # like ranks of multi-rank bundles, else the one pair
         before_run = load_pair(before, rank, bundle_ranks(before), step=step_before or step,
@@ -54,12 +54,12 @@ def diff_command(
             diagnose_run(after_run, list(rules))
         results[rank] = diff_runs(before_run, after_run, options.fraction(noise_floor))
         if rank is not None:
-            console.rule(f"rank {rank}")
+            console.print(heading(f"rank {rank}"))
         print_terminal(results[rank], console)
     if md is not None:
-        write_text(md, "\n".join((f"## Rank {k}\n\n" if k is not None else "") + render_markdown(r) for k, r in results.items()))
+        outputs.emit_text(md, "\n".join((f"## Rank {k}\n\n" if k is not None else "") + render_markdown(r) for k, r in results.items()))
     if json_out is not None:
         if list(results) == [None]:
-            write_json(json_out, results[None].to_json())
+            outputs.emit_json(json_out, results[None].to_json())
         else:
-            write_json(json_out, {"schema": "perfdoctor.diff-ranks/1", "ranks": {str(k): r.to_json() for k, r in results.items()}})
+            outputs.emit_json(json_out, {"schema": "perfdoctor.diff-ranks/1", "ranks": {str(k): r.to_json() for k, r in results.items()}})

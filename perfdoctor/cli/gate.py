@@ -13,7 +13,8 @@ import typer
 from perfdoctor.bundle import store as baselines
 from perfdoctor.cli import options
 from perfdoctor.errors import UsageError
-from perfdoctor.io import check_outputs, write_json, write_text
+from perfdoctor.cli import outputs
+from perfdoctor.io import check_outputs, write_text
 
 
 def gate_command(
@@ -26,6 +27,7 @@ def gate_command(
     tokens_per_step: Optional[float] = options.tokens_per_step("for both runs"),
     workload: Optional[str] = options.WORKLOAD,
     noise_floor: Optional[float] = options.noise_floor("does not fail a budget"),
+    inconclusive: Optional[str] = typer.Option(None, "--inconclusive", metavar="pass|fail", help="Count a budget the processes could not decide (its interval straddles the budget) as a pass or a failure. Default: neither, exit code 3 (docs/ci.md)."),
     junit: Optional[Path] = typer.Option(None, "--junit", help="Write JUnit XML here: one test case per check."),
     github: bool = typer.Option(False, "--github", help="GitHub Actions: append a Markdown summary to $GITHUB_STEP_SUMMARY and print up to 10 ::error annotations."),
     json_out: Optional[Path] = options.json_out("the checks (and the diff against the baseline) as JSON (schema perfdoctor.gate/1)"),
@@ -44,18 +46,20 @@ def gate_command(
 
     A baseline that is not comparable with the run (another GPU or vendor, world size or workload kind, a whole-trace window against steps) gets no verdict: the budgets are skipped as "not comparable" and the gate exits 2, saying why. Steps covering different fractions of the profiled span skip the budgets on the span's ratios (gpu_idle_ratio, kernel_time_ratio, ...); the gate exits 2 when nothing else was checked. --workload sets the workload kind of both runs.
 
-    Exit codes: 0 every check passed (skipped checks do not fail, but at least one check must be evaluated); 1 the gate failed; 2 usage or input error (unknown metric in a budget, malformed budget, a file that is not a trace, --fail-on without --baseline, no check could be evaluated, or a baseline not comparable with the run).
+    Exit codes: 0 every check passed (skipped checks do not fail, but at least one check must be evaluated); 1 the gate failed; 3 inconclusive: no check failed, but a budget over processes could not be decided (run more processes: --repeat); 2 usage or input error (unknown metric in a budget, malformed budget, a file that is not a trace, --fail-on without --baseline, no check could be evaluated, or a baseline not comparable with the run).
 
-    Repeated bundles (perfdoctor run --repeat N, compare-programs): step latency budgets are judged over processes, the ratio of per-process medians with its 95 % interval: a budget fails only when the whole interval lies beyond it; an interval across the budget passes as "inconclusive — too few processes for the budget".
+    Repeated bundles (perfdoctor run --repeat N, compare-programs): step latency budgets are judged over processes, the ratio of per-process medians with its 95 % interval: a budget fails only when the whole interval lies beyond it; an interval across the budget is "inconclusive — too few processes for the budget": neither a pass nor a failure, exit code 3 (--inconclusive pass|fail to count it as one).
 
     Baseline store: --baseline NAME (not an existing path) is the newest run recorded under NAME in --store; --record NAME records RUN there when the gate passes; --accept --reason TEXT records it even when it fails, so the next run compares against it.
 
     Example: perfdoctor gate pr.json.gz --baseline main.json.gz --step decode_step --fail-on 'step_latency_ms_p50:+5%' --fail-on 'launches_per_step:+0' --junit gate.xml --github
     """
-    from perfdoctor.compare.gate import EXIT_USAGE, evaluate_gate, parse_budget, rule_checks
+    from perfdoctor.compare.gate import EXIT_USAGE, INCONCLUSIVE_POLICIES, evaluate_gate, parse_budget, rule_checks
     from perfdoctor.compare.rankdiff import bundle_ranks, load_pair, merge_gates, paired_ranks
     from perfdoctor.reports.gate_report import github_annotations, junit_xml, print_result, summary_markdown
 
+    if inconclusive is not None and inconclusive not in INCONCLUSIVE_POLICIES:
+        raise UsageError(f"--inconclusive {inconclusive!r}: use pass or fail")
     budgets = [parse_budget(text) for text in fail_on]  # grammar errors before any slow loading
     if budgets and baseline is None:
         raise UsageError("--fail-on budgets compare against a baseline: give --baseline RUN")
@@ -63,7 +67,7 @@ def gate_command(
         raise UsageError("nothing to check: give --fail-on METRIC:+N% with --baseline RUN, and/or --rules PACK")
     baseline_path, baseline_record = baselines.resolve(baseline, store) if baseline is not None else (None, None)
     record_as = storing(record, accept, reason, store, baseline if baseline_record else None)
-    check_outputs([junit, json_out], [run, baseline_path, *rules])  # never write over an input
+    check_outputs(outputs.files([junit, json_out]), [run, baseline_path, *rules])  # never write over an input
     per_rank = {}
     for rank in paired_ranks(baseline_path, run) if baseline_path is not None else (bundle_ranks(run) or [None]):
         this = load_pair(run, rank, bundle_ranks(run), step=step, tokens_per_step=tokens_per_step, workload=workload)
@@ -72,12 +76,13 @@ def gate_command(
         rule_results = rule_checks(this, rules, min_severity) if rules else None
         per_rank[rank] = evaluate_gate(this, base, budgets, rule_results, options.fraction(noise_floor))
     result = per_rank[None] if list(per_rank) == [None] else merge_gates(per_rank)  # a multi-rank gate: every rank's checks
+    result.inconclusive_policy = inconclusive
 
-    print_result(result)
+    print_result(result, outputs.report_console(junit, json_out))
     if junit is not None:
-        write_text(junit, junit_xml(result))
+        outputs.emit_text(junit, junit_xml(result))
     if json_out is not None:
-        write_json(json_out, result.to_json())  # strict: NaN and infinities are null
+        outputs.emit_json(json_out, result.to_json())  # strict: NaN and infinities are null
     if github:
         summary = os.environ.get("GITHUB_STEP_SUMMARY")
         if summary:

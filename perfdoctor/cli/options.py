@@ -60,7 +60,7 @@ THRESHOLD = typer.Option([], "--threshold", help="Override a threshold: RULE_ID=
 
 def json_out(what: str) -> Any:
     """``--json PATH``: write ``what`` here (strict JSON: NaN and infinities are null)."""
-    return typer.Option(None, "--json", help=f"Write {what} here.")
+    return typer.Option(None, "--json", metavar="PATH", help=f"Write {what} here ('-': stdout, and the report goes to stderr).")
 
 
 NOISE_FLOOR_HELP = (

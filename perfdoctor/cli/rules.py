@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import List
 
 import typer
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from perfdoctor.cli import options
+from perfdoctor.console import stdout_console
 from perfdoctor.pipeline import load_ruleset as _load
 from perfdoctor.reports.code import Code
 from perfdoctor.text import clean
@@ -31,7 +31,7 @@ def list_rules(
         t.add_column(col, overflow="fold")
     for r in ruleset:
         t.add_row(r.id, r.severity, r.condition(), Text(r.citation))
-    Console().print(t)
+    stdout_console().print(t)
 
 
 @rules_app.command("explain")
@@ -46,7 +46,7 @@ def explain_rule(
     from perfdoctor.rules.signals import KNOWN_INPUTS, SIGNALS
 
     r = _load(rules, threshold).get(rule_id)
-    c = Console()
+    c = stdout_console()
     c.print(Text(f"{r.id} — {r.title}", style="bold"))
     if r.description:
         c.print(Text(r.description))
@@ -73,7 +73,7 @@ def explain_rule(
     for i, step in enumerate(r.remediation.steps, start=1):
         c.print(Text(f"  {i}. {step.replace(TOP_FINDING, '<the top-ranked other finding>')}"))
     if r.remediation.snippet:
-        c.print(Code(r.remediation.snippet))
+        c.print(Code(r.remediation.snippet), crop=False)  # code is never cropped
     for v in r.variants:
         c.print(Text(f"when {v.when} ({PREDICATES[v.when][1]}):", style="bold"))
         if v.title:

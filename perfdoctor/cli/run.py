@@ -3,6 +3,8 @@ and the bundle are :mod:`perfdoctor.record.run`)."""
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
@@ -89,6 +91,23 @@ def run_command(
     raise typer.Exit(code)
 
 
+PYTHON = re.compile(r"python(\d+(\.\d+)*)?(\.exe)?")
+
+
+def python_line(args: list[str], module: bool) -> tuple[list[str], bool]:
+    """``perfdoctor run -- python app.py ARGS`` (or ``python -m MODULE``), as a user writes a
+    command line: the program is app.py (or MODULE), run by perfdoctor's interpreter, which
+    is where perfdoctor and the program's packages are; the word python is not a script."""
+    if not args or module or not PYTHON.fullmatch(os.path.basename(args[0])):
+        return args, module
+    rest = args[1:]
+    if rest[:1] == ["-m"]:
+        return rest[1:], True
+    if rest[:1] and rest[0].startswith("-"):
+        raise UsageError(f"perfdoctor run -- {args[0]} {rest[0]}: interpreter options are not passed on; give the script (or -m MODULE) after python")
+    return rest, False
+
+
 def run_launch(args: list[str], module: bool, nproc_per_node: Optional[int]) -> tuple[Optional[Launch], list[str]]:
     """(how the ranks start, the target): a torchrun line after ``--``, ``--nproc-per-node``,
     or a single process (no launch)."""
@@ -99,5 +118,6 @@ def run_launch(args: list[str], module: bool, nproc_per_node: Optional[int]) -> 
         if nproc_per_node is not None or module:
             raise UsageError("give either a torchrun command line or --nproc-per-node/-m, not both")
         return from_command(args)
+    args, module = python_line(args, module)
     target = parse_target(args, module)
     return (from_nproc(nproc_per_node) if nproc_per_node is not None else None), target

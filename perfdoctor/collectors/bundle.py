@@ -236,6 +236,8 @@ def load_bundle(bundle: str | Path, rank: int | None = None) -> Profile:
         "activities_from": pass_name,
         "exit_code": manifest.get("exit_code"),
         "status": manifest.get("status"),
+        # each pass's exit and uncaught error: a report says first that the run crashed
+        "passes": [{k: p.get(k) for k in ("name", "exit_code", "program_error")} for p in manifest.get("passes") or [] if isinstance(p, dict)],
         "collectors": {k: v.get("status") for k, v in (manifest.get("collectors") or {}).items()},
     }
     if rank is not None:

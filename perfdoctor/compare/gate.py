@@ -65,6 +65,11 @@ from perfdoctor.compare.processes import ProcessComparison, judge_budget
 
 SCHEMA = "perfdoctor.gate/1"
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+# A budget the processes could not decide (its interval straddles the budget): a regression
+# the gate cannot rule out must not pass CI silently, nor be called a failure; its own code,
+# unless the team chooses (--inconclusive pass|fail). See docs/ci.md.
+EXIT_INCONCLUSIVE = 3
+INCONCLUSIVE_POLICIES = ("pass", "fail")
 
 _BUDGET = re.compile(r"^(?P<metric>[A-Za-z_][A-Za-z0-9_]*):(?P<sign>[+-])(?P<amount>\d+(?:\.\d*)?|\.\d+)(?:[eE](?P<exp>[+-]?\d+))?(?P<pct>%?)$")
 
@@ -118,7 +123,7 @@ def parse_budget(text: str) -> Budget:
 class Check:
     name: str  # what JUnit and the summary call it, e.g. "budget step_latency_ms_p99:+5%"
     kind: str  # "budget" | "rule"
-    status: str  # "pass" | "fail" | "skip"
+    status: str  # "pass" | "fail" | "inconclusive" | "skip"
     message: str  # one sentence: the numbers and why this status
     details: dict[str, Any] = field(default_factory=dict)
 
@@ -251,7 +256,8 @@ def process_budget(budget: Budget, comp: ProcessComparison) -> Check:
         "processes": comp.to_json(),
     }
     text = f"{budget.metric} {judgement.message} [per-process values, light timing pass, no tracer]"
-    return Check(f"budget {budget.text}", "budget", judgement.status, text, details)
+    status = "inconclusive" if judgement.verdict.startswith("inconclusive") else judgement.status
+    return Check(f"budget {budget.text}", "budget", status, text, details)
 
 
 def rule_checks(run: Run, packs: list[str | Path], min_severity: str) -> list[Check]:
@@ -306,14 +312,21 @@ class GateResult:
     warnings: list[str]
     diff: Diff | None
     refused: str | None = None  # "not comparable: ..." when the baseline cannot be compared with the run
+    inconclusive_policy: str | None = None  # None: its own exit code; "pass" / "fail": counted as that
 
     @property
     def failed(self) -> list[Check]:
         return [c for c in self.checks if c.status == "fail"]
 
     @property
+    def inconclusive(self) -> list[Check]:
+        return [c for c in self.checks if c.status == "inconclusive"]
+
+    @property
     def passed(self) -> bool:
-        return not self.failed and self.refused is None  # no verdict is not a pass
+        """No failure, a verdict, and nothing undecided (unless the team counts it as a pass)."""
+        undecided = bool(self.inconclusive) and self.inconclusive_policy != "pass"
+        return not self.failed and self.refused is None and not undecided  # no verdict is not a pass
 
     @property
     def evaluated(self) -> list[Check]:
@@ -326,8 +339,10 @@ class GateResult:
         not comparable with the run (no verdict)."""
         if self.refused is not None:
             return EXIT_USAGE
-        if not self.passed:
+        if self.failed or (self.inconclusive and self.inconclusive_policy == "fail"):
             return EXIT_FAIL
+        if self.inconclusive and self.inconclusive_policy is None:
+            return EXIT_INCONCLUSIVE
         return EXIT_PASS if self.evaluated else EXIT_USAGE
 
     def headline(self) -> str:
@@ -336,6 +351,10 @@ class GateResult:
             return f"perfdoctor gate: NO VERDICT ({self.refused})"
         if not self.evaluated:
             return f"perfdoctor gate: NOTHING CHECKED (all {n} checks skipped: the runs lack what they need)"
+        if not self.failed and self.inconclusive and self.inconclusive_policy != "pass":
+            counted = " (counted as failed: --inconclusive fail)" if self.inconclusive_policy == "fail" else ""
+            return (f"perfdoctor gate: INCONCLUSIVE ({len(self.inconclusive)} of {n} checks undecided: "
+                    f"{', '.join(c.name for c in self.inconclusive)}; more processes would decide){counted}")
         if self.passed:
             skipped = sum(c.status == "skip" for c in self.checks)
             extra = f", {skipped} skipped" if skipped else ""
@@ -346,6 +365,7 @@ class GateResult:
         return {
             "schema": SCHEMA,
             "passed": self.passed,
+            "inconclusive": [c.name for c in self.inconclusive],
             "exit_code": self.exit_code,
             "refused": self.refused,
             "run": self.run,

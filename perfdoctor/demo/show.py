@@ -21,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -488,7 +489,9 @@ def show_recording(console: Console, rec: Recording, more: bool, progress: Conso
         console.print(Text(f"perfdoctor diff {b} {a_}", style="dim"))
         console.print(diff_renderable(d))
     console.print()
-    console.print(Text(f"The bundles are in {rec.root}: perfdoctor report {rec.root / rec.labels[0]} --format html -o report.html", style="dim"))
+    # -o outside the package and the working tree: the bundles are read, never written into.
+    html_out = Path(tempfile.gettempdir()) / "perfdoctor-demo-report.html"
+    console.print(Text(f"The bundles are in {rec.root}: perfdoctor report {rec.root / rec.labels[0]} --format html -o {html_out}", style="dim"))
 
 
 def live_runs(console: Console, progress: Console, variants: list[tuple[str, list[str]]], pairs: list[tuple[str, str]], out: Path, steps: int, collect: list[str] | None) -> int:

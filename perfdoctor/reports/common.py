@@ -103,13 +103,57 @@ def overlap_line(finding: Finding) -> str | None:
     return "same time as " + ", ".join(finding.overlaps) + " (not additive)"
 
 
+def run_failure(analysis: Analysis) -> str | None:
+    """Why the recorded run is not a whole one, from its bundle's manifest: the program
+    exited non-zero (or was killed, interrupted, timed out), or one of its passes crashed.
+    None for a trace file, or a run that ended cleanly."""
+    b = analysis.profile.meta.get("bundle") or {}
+    passes = [p for p in b.get("passes") or [] if isinstance(p, dict)]
+    crashed = [p for p in passes if p.get("exit_code") not in (0, None)]
+    error = next((p["program_error"] for p in crashed if p.get("program_error")), None)
+    why = f" ({error})" if error else ""
+    code = b.get("exit_code")
+    if b.get("status") in ("interrupted", "timed out"):
+        return f"the run was {b['status']} (exit code {code})"
+    if code not in (0, None):
+        return f"the program exited with code {code}{why}"
+    if crashed:
+        p = crashed[0]
+        return f"the {p.get('name', '?')} pass crashed (exit code {p['exit_code']}){why}"
+    return None
+
+
+def outcome(findings: Sequence[Finding], analysis: Analysis) -> str:
+    """The report's verdict, said honestly: "crashed" (the run did not end cleanly: see
+    :func:`run_failure`), "fail", "inconclusive" (none fails but most checks could not be
+    evaluated: too little evidence for a pass), "pass", or "not_evaluated" (none could be)."""
+    if run_failure(analysis) is not None:
+        return "crashed"
+    c = verdict(findings)["counts"]
+    if c["fail"]:
+        return "fail"
+    if c["pass"] and c["pass"] < c["not_evaluated"]:
+        return "inconclusive"
+    return "pass" if c["pass"] else "not_evaluated"
+
+
+HEADS = {"crashed": "CRASHED", "fail": "FAIL", "inconclusive": "INCONCLUSIVE", "pass": "PASS", "not_evaluated": "NOT EVALUATED"}
+
+
 def verdict_line(findings: Sequence[Finding], analysis: Analysis) -> str:
-    """One line: PASS/FAIL, counts, and the top finding with what fixing it would give."""
+    """One line: the outcome first (a crash before anything else), the counts, and the top
+    finding with what fixing it would give."""
     v = verdict(findings)
     c = v["counts"]
     total = sum(c.values())
-    head = {"fail": "FAIL", "pass": "PASS", "not_evaluated": "NOT EVALUATED"}[v["status"]]
-    parts = [f"{head}: {c['fail']} of {total} checks fail, {c['pass']} pass, {c['not_evaluated']} not evaluated"]
+    status = outcome(findings, analysis)
+    counts = f"{c['fail']} of {total} checks fail, {c['pass']} pass, {c['not_evaluated']} not evaluated"
+    if status == "crashed":
+        parts = [f"CRASHED: {run_failure(analysis)}", f"the checks cover what ran before it: {counts}"]
+    elif status == "inconclusive":
+        parts = [f"INCONCLUSIVE: too little evidence, {counts} (no failure, but most checks need data this run lacks)"]
+    else:
+        parts = [f"{HEADS[status]}: {counts}"]
     top = next((f for f in findings if f.status == "fail"), None)
     if top is not None:
         est = estimate_line(top, analysis)
@@ -132,6 +176,24 @@ def evidence_owner(findings: Sequence[Finding]) -> dict[tuple[str, str], str]:
             else:
                 first[e.kind] = f.rule_id
     return seen
+
+
+def causes(failing: Sequence[Finding]) -> list[tuple[Finding, list[Finding]]]:
+    """Failures grouped by cause: rules that share one estimate (the same milliseconds
+    recoverable, one formula) are one finding, the first ranked leading and the others
+    named under it, so a 21 ms estimate is said once, not five times."""
+    groups: list[tuple[Finding, list[Finding]]] = []
+    lead_of: dict[float, list[Finding]] = {}
+    for f in failing:
+        ms = f.recovered_ms
+        if ms is not None and ms in lead_of:
+            lead_of[ms].append(f)
+            continue
+        same: list[Finding] = []
+        groups.append((f, same))
+        if ms is not None:
+            lead_of[ms] = same
+    return groups
 
 
 def by_status(findings: Sequence[Finding], status: str) -> list[Finding]:

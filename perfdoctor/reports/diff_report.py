@@ -9,6 +9,7 @@ Every name from a trace is untrusted text: escaped for rich markup and for Markd
 
 from __future__ import annotations
 
+from perfdoctor.console import stdout_console
 from perfdoctor.compare.diff import SAMPLE_UNITS, Diff, MetricChange
 from perfdoctor.text import clean
 
@@ -241,21 +242,20 @@ def _n(x: float) -> str:
 def print_terminal(diff: Diff, console=None) -> None:
     """The diff as rich tables on the terminal."""
     from rich import box
-    from rich.console import Console
     from rich.panel import Panel
     from rich.table import Table
 
     from perfdoctor.text import rich as escape
 
-    console = console or Console()
+    console = console or stdout_console()
     console.print(f"[bold]perfdoctor diff[/]  {escape(diff.before)} → {escape(diff.after)}")
     warnings = comparability_lines(diff)
     title = not_comparable_title(diff)
     if title:
-        console.print(Panel("\n".join(escape(w) for w in not_comparable_lines(diff)), title=escape(title), border_style="bold red"))
+        console.print(Panel("\n".join(escape(w) for w in not_comparable_lines(diff)), title=escape(title), border_style="bold red", expand=False))
     if diff.mismatches and warnings:
         console.print(
-            Panel("\n".join(escape(w) for w in warnings), title="NOT LIKE FOR LIKE", border_style="bold red")
+            Panel("\n".join(escape(w) for w in warnings), title="NOT LIKE FOR LIKE", border_style="bold red", expand=False)
         )
     elif warnings:
         console.print("[yellow]comparability not fully checked:[/] " + escape("; ".join(warnings)))
@@ -265,9 +265,9 @@ def print_terminal(diff: Diff, console=None) -> None:
 
     colors = {"improved": "green", "better": "green", "regressed": "red", "worse": "red"}
     t = Table(title="metrics", title_justify="left", box=box.SIMPLE_HEAD)
-    t.add_column("metric (↑/↓ better)", no_wrap=True)
+    t.add_column("metric (↑/↓ better)", overflow="fold")
     for col in ("before", "after", "change"):
-        t.add_column(col, justify="right", no_wrap=True)
+        t.add_column(col, justify="right", overflow="fold")
     t.add_column("verdict", min_width=22)
     for m in diff.metrics:
         if m.status == "absent":
@@ -290,9 +290,9 @@ def print_terminal(diff: Diff, console=None) -> None:
 
     s = Table(title="step statistics (Mann-Whitney U; bootstrap 95% CI of median after/before)",
               title_justify="left", box=box.SIMPLE_HEAD)
-    s.add_column("sample", no_wrap=True)
+    s.add_column("sample", overflow="fold")
     for col in ("n", "median", "ratio [CI]", "p"):
-        s.add_column(col, no_wrap=True)
+        s.add_column(col, overflow="fold")
     s.add_column("verdict", min_width=22)
     for row in _sample_rows(diff):
         s.add_row(*(escape(c) for c in row))
@@ -303,9 +303,10 @@ def print_terminal(diff: Diff, console=None) -> None:
     kt.add_column("kernel (normalized)", overflow="fold")
     kt.add_column("status")
     for col in (f"count/{k.per}", f"time/{k.per} µs", "Δ µs"):
-        kt.add_column(col, justify="right", no_wrap=True)
+        kt.add_column(col, justify="right", overflow="fold")
     for r in k.rows[:KERNEL_ROWS]:
-        kt.add_row(escape(short(r.name, 60)), r.status, f"{_n(r.count_before)} → {_n(r.count_after)}",
+        kt.add_row(escape(r.name), r.status,  # whole: the column folds on a terminal
+                   f"{_n(r.count_before)} → {_n(r.count_after)}",
                    f"{r.time_us_before:,.1f} → {r.time_us_after:,.1f}", f"{r.time_change_us:+,.1f}")
     console.print(kt)
     if diff.findings is not None:

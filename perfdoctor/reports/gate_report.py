@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from perfdoctor.compare.gate import GateResult
+from perfdoctor.console import stdout_console
+from perfdoctor.compare.gate import EXIT_INCONCLUSIVE, GateResult
 from perfdoctor.io import dumps_json
 from perfdoctor.reports.diff_report import md_escape
 from perfdoctor.text import NEWLINE_MARK, github_data, github_property
@@ -31,14 +32,14 @@ def junit_xml(result: GateResult) -> str:
         tests=str(len(result.checks)),
         failures=str(len(result.failed)),
         errors="0",
-        skipped=str(sum(c.status == "skip" for c in result.checks)),
+        skipped=str(sum(c.status in ("skip", "inconclusive") for c in result.checks)),
     )
     for c in result.checks:
         case = ET.SubElement(suite, "testcase", classname=f"perfdoctor.compare.gate.{c.kind}", name=_xml_text(c.name), time="0")
         if c.status == "fail":
             failure = ET.SubElement(case, "failure", message=_xml_text(c.message), type=c.kind)
             failure.text = xml_text(dumps_json(c.details)).replace(NEWLINE_MARK, "\n")
-        elif c.status == "skip":
+        elif c.status in ("skip", "inconclusive"):  # undecided: not a failure, not a pass
             ET.SubElement(case, "skipped", message=_xml_text(c.message))
         else:
             ET.SubElement(case, "system-out").text = _xml_text(c.message)
@@ -50,15 +51,16 @@ def junit_xml(result: GateResult) -> str:
 
 def summary_markdown(result: GateResult) -> str:
     """The gate as Markdown for ``$GITHUB_STEP_SUMMARY`` or a PR comment."""
-    icon = {"pass": "✅ pass", "fail": "❌ fail", "skip": "⚪ skip"}
-    out = [f"## {'✅' if result.passed else '❌'} {md_escape(result.headline())}", ""]
+    icon = {"pass": "✅ pass", "fail": "❌ fail", "inconclusive": "⚠️ inconclusive", "skip": "⚪ skip"}
+    head = "✅" if result.passed else "⚠️" if result.exit_code == EXIT_INCONCLUSIVE else "❌"
+    out = [f"## {head} {md_escape(result.headline())}", ""]
     out.append(f"Run `{md_escape(result.run)}`" + (f" against baseline `{md_escape(result.baseline)}`" if result.baseline else ""))
     out.append("")
     if result.warnings:
         out += ["> [!WARNING]"] + [f"> {md_escape(w)}" for w in result.warnings] + [""]
     out += ["| check | result | details |", "|---|---|---|"]
     # Failures first: the reader came for them.
-    for c in sorted(result.checks, key=lambda c: {"fail": 0, "pass": 1, "skip": 2}[c.status]):
+    for c in sorted(result.checks, key=lambda c: {"fail": 0, "inconclusive": 1, "pass": 2, "skip": 3}[c.status]):
         out.append(f"| `{md_escape(c.name)}` | {icon[c.status]} | {md_escape(c.message)} |")
     if result.diff is not None:
         out += ["", f"**{md_escape(result.diff.verdict())}**", "", md_escape(result.diff.kernels.summary())]
@@ -82,20 +84,20 @@ def github_annotations(result: GateResult) -> list[str]:
 
 
 def print_result(result: GateResult, console=None) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     from perfdoctor.text import rich as escape
 
-    console = console or Console()
+    console = console or stdout_console()
     for w in result.warnings:
         console.print(f"[bold red]WARNING[/] {escape(w)}")
     t = Table(title_justify="left")
     t.add_column("check")
     t.add_column("result")
     t.add_column("details")
-    style = {"pass": "[green]pass[/]", "fail": "[bold red]FAIL[/]", "skip": "[dim]skip[/]"}
+    style = {"pass": "[green]pass[/]", "fail": "[bold red]FAIL[/]", "inconclusive": "[bold yellow]INCONCLUSIVE[/]", "skip": "[dim]skip[/]"}
     for c in result.checks:
         t.add_row(escape(c.name), style[c.status], escape(c.message))
     console.print(t)
-    console.print(f"[bold {'green' if result.passed else 'red'}]{escape(result.headline())}[/]")
+    color = "green" if result.passed else "yellow" if result.exit_code == EXIT_INCONCLUSIVE else "red"
+    console.print(f"[bold {color}]{escape(result.headline())}[/]")

@@ -31,7 +31,6 @@ from perfdoctor.reports import common
 from perfdoctor.reports.summary import workload_lines
 from perfdoctor.reports.json import document
 from perfdoctor.rules.engine import Finding
-from perfdoctor.rules.engine import verdict as verdict_status
 from perfdoctor.names.kernels import label as short_name
 from perfdoctor.rules.evidence import Evidence, kernel_families
 from perfdoctor.analysis.steps import is_launch, is_sync
@@ -48,7 +47,7 @@ main{max-width:1180px;margin:0 auto;padding:20px}
 h1{font-size:22px;margin:0 0 4px} h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #d8dee4;padding-bottom:4px}
 h3{font-size:15px;margin:18px 0 6px}
 .verdict{font-size:16px;font-weight:600;padding:10px 14px;border-radius:6px;margin:10px 0}
-.fail{background:#fdecea;color:#8a1c12}.pass{background:#e8f5e9;color:#1b5e20}.not_evaluated{background:#fff8c5;color:#6f4e00}
+.fail{background:#fdecea;color:#8a1c12}.pass{background:#e8f5e9;color:#1b5e20}.not_evaluated,.inconclusive{background:#fff8c5;color:#6f4e00}.crashed{background:#8a1c12;color:#fff}
 .src{color:#57606a;font-size:12px;word-break:break-all}
 .cards{display:flex;flex-wrap:wrap;gap:10px;margin:12px 0}
 .card{background:#fff;border:1px solid #d8dee4;border-radius:6px;padding:8px 12px;min-width:120px}
@@ -543,7 +542,7 @@ def render(findings: Sequence[Finding], analysis: Analysis, packs: Sequence[str]
         f'<p class="src">{e(common.source_line(analysis))}</p>',
         f'<p class="muted">Step time: {e(analysis.time_source)}</p>',
         *[f'<p class="muted">{e(line)}</p>' for line in workload_lines(analysis)],
-        f'<div class="verdict {verdict_status(findings)["status"]}">{e(verdict)}</div>',
+        f'<div class="verdict {common.outcome(findings, analysis)}">{e(verdict)}</div>',
         _cards(analysis),
         '<p class="muted"><span id="pd-status"></span> · <a id="pd-download" download="findings.json" hidden>download findings.json</a></p>',
         "<h2>Timeline</h2>",

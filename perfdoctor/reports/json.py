@@ -11,7 +11,7 @@ from typing import Any, Sequence
 import orjson
 
 from perfdoctor.analysis.metrics import Analysis
-from perfdoctor.reports.common import verdict_line
+from perfdoctor.reports.common import outcome, verdict_line
 from perfdoctor.rules.engine import Finding, verdict
 
 SCHEMA = "perfdoctor.findings/1"
@@ -23,7 +23,8 @@ def document(findings: Sequence[Finding], analysis: Analysis, packs: Sequence[st
     v = verdict(findings)
     return {
         "schema": SCHEMA,
-        "verdict": {**v, "line": verdict_line(findings, analysis)},
+        # status: the rules' outcome; outcome: the report's (a crash, too little evidence).
+        "verdict": {**v, "outcome": outcome(findings, analysis), "line": verdict_line(findings, analysis)},
         "source": {
             "path": meta.get("path"),
             "loader": meta.get("source"),

@@ -14,7 +14,7 @@ from typing import Sequence
 from perfdoctor.analysis.metrics import Analysis
 from perfdoctor.reports import common
 from perfdoctor.reports.summary import workload_lines
-from perfdoctor.rules.engine import Finding, verdict
+from perfdoctor.rules.engine import Finding
 from perfdoctor.rules.evidence import Evidence
 from perfdoctor.text import clean, clean_block
 
@@ -82,7 +82,7 @@ def _finding(f: Finding, analysis: Analysis, shown_before: dict[tuple[str, str],
 def render(findings: Sequence[Finding], analysis: Analysis) -> str:
     """The Markdown report."""
     failing = common.by_status(findings, "fail")
-    icon = {"fail": "❌", "pass": "✅", "not_evaluated": "⚠️"}[verdict(findings)["status"]]
+    icon = {"crashed": "💥", "fail": "❌", "inconclusive": "⚠️", "pass": "✅", "not_evaluated": "⚠️"}[common.outcome(findings, analysis)]
     out = [
         "## perfdoctor findings",
         "",

@@ -56,10 +56,12 @@ def metric_table(analysis: Analysis) -> Table:
     t.add_column("value", justify="right")
     t.add_column("unit")
     t.add_column("source / why absent", overflow="fold")
+    absent = [key for key, m in analysis.metrics.items() if m.value is None]
+    if absent:  # one line, not a row each: the reasons (how to collect) are said once, under Not evaluated
+        t.caption = f"absent, not zero (see 'Not evaluated' below): {', '.join(absent)}"
+        t.caption_justify = "left"
     for key, m in analysis.metrics.items():
-        if m.value is None:
-            t.add_row(key, "—", m.unit, Text(m.reason or "absent", style="dim"))
-        else:
+        if m.value is not None:
             where = m.source + (f" ({m.note})" if m.note else "")
             t.add_row(key, format_value(m), "" if m.unit in ("ratio", "bytes") else m.unit, Text(where))
     return t

@@ -11,6 +11,7 @@ import io
 from typing import Sequence
 
 from rich.console import Console, Group, RenderableType
+from rich.constrain import Constrain
 from rich.padding import Padding
 from rich.rule import Rule as HRule
 from rich.table import Table
@@ -19,7 +20,7 @@ from rich.text import Text
 from perfdoctor.analysis.metrics import Analysis
 from perfdoctor.reports import common
 from perfdoctor.reports.code import Code
-from perfdoctor.rules.engine import Finding, verdict
+from perfdoctor.rules.engine import Finding
 from perfdoctor.rules.evidence import Evidence
 from perfdoctor.text import clean
 
@@ -39,7 +40,7 @@ def _evidence_table(e: Evidence) -> RenderableType:
     return Group(*parts)
 
 
-def _finding(f: Finding, analysis: Analysis, shown_before: dict[tuple[str, str], str]) -> RenderableType:
+def _finding(f: Finding, analysis: Analysis, shown_before: dict[tuple[str, str], str], same: Sequence[Finding] = ()) -> RenderableType:
     head = Text()
     head.append(f"{f.rank}. ", style="bold")
     head.append(f"[{f.severity}] ", style=SEVERITY_STYLE.get(f.severity, ""))
@@ -60,57 +61,119 @@ def _finding(f: Finding, analysis: Analysis, shown_before: dict[tuple[str, str],
         lines.append(Text(f"  {f.estimate.formula}", style="dim"))
     if common.no_estimate_line(f):
         lines.append(Text(common.no_estimate_line(f), style="dim"))
-    if common.overlap_line(f):
+    named = {s.rule_id for s in same}
+    if common.overlap_line(f) and not set(f.overlaps) <= named:  # else "Same cause" below says it
         lines.append(Text(f"  {common.overlap_line(f)}", style="dim"))
+    if same:
+        lines.append(_same_cause(same))
     lines.append(Text(f"Cite: {f.citation}", style="dim"))
     for e in f.evidence:
         owner = shown_before.get((f.rule_id, e.kind))
-        lines.append(Text(f"{e.title}: see {owner} above", style="dim") if owner else Padding(_evidence_table(e), (0, 0, 0, 2)))
+        lines.append(Text(f"{e.title}: see {owner} above", style="dim") if owner else Padding(_evidence_table(e), (0, 0, 0, 2), expand=False))
     if f.remediation is not None:
         lines.append(Text("Fix:", style="bold"))
         for i, step in enumerate(f.remediation.steps, start=1):
             lines.append(Text(f"  {i}. {step}"))
         if f.remediation.snippet:
-            lines.append(Padding(Code(f.remediation.snippet), (0, 0, 0, 4)))
+            lines.append(Code(f.remediation.snippet, indent=4))  # never in a Padding: it crops
     return Group(*lines, Text(""))
 
 
-def findings_renderable(findings: Sequence[Finding], analysis: Analysis) -> RenderableType:
-    """Everything the findings part of `perfdoctor analyze` / `report` prints."""
-    v = common.verdict_line(findings, analysis)
+HEADING_WIDTH = 100
+
+
+def heading(title: str) -> RenderableType:
+    """A section rule, at most 100 columns: a console that is not a terminal is as wide as
+    its longest line (:func:`perfdoctor.console.stdout_console`) and a rule would span it."""
+    return Constrain(HRule(title, align="left"), width=HEADING_WIDTH)
+
+
+VERDICT_STYLE = {"crashed": "bold white on red", "fail": "bold red", "inconclusive": "bold yellow", "pass": "bold green",
+                 "not_evaluated": "bold yellow"}
+
+
+def verdict_text(findings: Sequence[Finding], analysis: Analysis) -> Text:
+    """The verdict line, styled: the first line ``analyze`` prints (a crash before anything)."""
+    return Text(common.verdict_line(findings, analysis), style=VERDICT_STYLE[common.outcome(findings, analysis)])
+
+
+def finding_line(f: Finding, analysis: Analysis, same: Sequence[Finding] = ()) -> Text:
+    """A finding in one line: rank, severity, rule, title, what fixing it wins back, and the
+    rules of the same cause."""
+    est = common.estimate_line(f, analysis)
+    also = f"; same cause: {', '.join(s.rule_id for s in same)}" if same else ""
+    return Text.assemble(f"{f.rank}. ", (f"[{f.severity}] ", SEVERITY_STYLE.get(f.severity, "")), (f.rule_id, "bold"),
+                         f" — {f.title}", (f" ({est})" if est else "", "green"), (also, "dim"))
+
+
+def _same_cause(same: Sequence[Finding]) -> RenderableType:
+    """The rules that share the lead's estimate: each named with its own measurement."""
+    lines = [Text("Same cause, same estimate (one fix):", style="bold")]
+    lines.extend(Text.assemble("  ", (s.rule_id, "bold"), f" — {s.title}: ", (f"{common.measured(s)}   target {common.condition(s)}", "dim"))
+                 for s in same)
+    return Group(*lines)
+
+
+# The top findings --brief shows: what a reader acts on first.
+BRIEF_TOP = 3
+
+
+def brief_renderable(findings: Sequence[Finding], analysis: Analysis, command: str) -> RenderableType:
+    """``--brief``: the verdict, the step attribution (the diagnosis issue's slot: printed by
+    its own module when present), and the top three findings, one line each."""
+    groups = common.causes(common.by_status(findings, "fail"))
+    parts: list[RenderableType] = [verdict_text(findings, analysis)]
+    parts.extend(finding_line(f, analysis, same) for f, same in groups[:BRIEF_TOP])
+    if len(groups) > BRIEF_TOP:
+        parts.append(Text(f"and {len(groups) - BRIEF_TOP} more causes: {command} (without --brief) shows all", style="dim"))
+    return Group(*parts)
+
+
+def findings_renderable(findings: Sequence[Finding], analysis: Analysis, *, with_verdict: bool = True,
+                        top: int | None = None) -> RenderableType:
+    """Everything the findings part of `perfdoctor analyze` / `report` prints; ``with_verdict``
+    False where the verdict was printed already, as analyze's first line. ``top``: only
+    the first N failing findings in full, the rest one line each."""
     failing = common.by_status(findings, "fail")
-    style = {"fail": "bold red", "pass": "bold green", "not_evaluated": "bold yellow"}[verdict(findings)["status"]]
-    parts: list[RenderableType] = [Text(v, style=style), Text("")]
-    shown_before = common.evidence_owner(failing)
+    parts: list[RenderableType] = [verdict_text(findings, analysis), Text("")] if with_verdict else []
+    groups = common.causes(failing)
+    full = groups if top is None else groups[:top]
+    shown_before = common.evidence_owner([f for f, _ in full])
     if failing:
-        parts.append(HRule("Findings, ranked by time recoverable per step", align="left"))
-        parts.extend(_finding(f, analysis, shown_before) for f in failing)
+        parts.append(heading("Findings, ranked by time recoverable per step"))
+        for f, same in full:
+            parts.append(_finding(f, analysis, shown_before, same))
+        if len(full) < len(groups):
+            parts.append(Text(f"Also failing (--top {len(groups)} shows them in full):", style="bold"))
+            parts.extend(finding_line(f, analysis, same) for f, same in groups[len(full):])
+            parts.append(Text(""))
     advice = common.by_status(findings, "advisory")
     if advice:
-        parts.append(HRule("Advice", align="left"))
+        parts.append(heading("Advice"))
         for f in advice:
             parts.append(Text.assemble((f"{f.rule_id}", "bold"), f" — {f.title}  ", (common.context_values(f) or common.measured(f), "dim")))
             for e in f.evidence:
-                parts.append(Padding(_evidence_table(e), (0, 0, 0, 2)))
+                parts.append(Padding(_evidence_table(e), (0, 0, 0, 2), expand=False))
             if f.remediation:
                 parts.extend(Text(f"  • {s}") for s in f.remediation.steps)
             parts.append(Text(f"  Cite: {f.citation}", style="dim"))
         parts.append(Text(""))
     passed = common.by_status(findings, "pass")
     if passed:
-        t = Table(title="Passed checks", title_justify="left", show_edge=False)
-        for col in ("rule", "value", "target", "threshold from"):
-            t.add_column(col, overflow="fold")
-        for f in passed:
-            t.add_row(Text(f.rule_id), Text(common.measured(f)), Text(common.condition(f)), Text(f.threshold_origin, style="dim"))
-        parts.extend([t, Text("")])
+        # One paragraph, and a threshold's origin only where it is not the seed default (said once).
+        seed = next((f.threshold_origin for f in passed if f.threshold_origin.startswith("seed default")), None)
+        line = Text.assemble(("Passed checks", "bold"), f" (thresholds: {seed}, unless named): " if seed else ": ")
+        for i, f in enumerate(passed):
+            origin = "" if f.threshold_origin == seed else f" [{f.threshold_origin}]"
+            line.append(("; " if i else "") + f"{f.rule_id} ({common.measured(f)} {common.condition(f)}{origin})")
+        parts.extend([line, Text("")])
     missing = common.by_status(findings, "not_evaluated")
     if missing:
         t = Table(title="Not evaluated (never counted as passed)", title_justify="left", show_edge=False)
         t.add_column("rule")
         t.add_column("why / how to collect", overflow="fold")
         for f in missing:
-            t.add_row(Text(f.rule_id), Text(clean(f"not evaluated — {f.reason}"), style="dim"))
+            t.add_row(Text(f.rule_id), Text(clean(f.reason or ""), style="dim"))  # the title says "not evaluated"
         parts.append(t)
     return Group(*parts)
 
@@ -119,5 +182,5 @@ def render(findings: Sequence[Finding], analysis: Analysis, *, width: int = 110,
     """The terminal report as a string (ANSI colours only when ``color``)."""
     buf = io.StringIO()
     console = Console(file=buf, width=width, force_terminal=color, color_system="standard" if color else None, highlight=False)
-    console.print(findings_renderable(findings, analysis))
+    console.print(findings_renderable(findings, analysis), crop=False)  # code is never cropped
     return buf.getvalue()

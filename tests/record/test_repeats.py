@@ -205,7 +205,7 @@ def with_processes(bundle: Path, dest: Path, medians: list[float]) -> Path:
     (1.30, "+10%", 1, "regressed"),
     (1.00, "+10%", 0, "no significant change"),
     (0.80, "+10%", 0, "improved"),
-    (1.12, "+10%", 0, "inconclusive — too few processes for the budget"),
+    (1.12, "+10%", 3, "inconclusive — too few processes for the budget"),  # issue 32: its own code, not 0
     (1.30, "+2", 1, "regressed"),  # absolute: +2 ms on a ~10 ms baseline allows ~1.2x
     (1.30, "+4", 0, "no significant change"),
 ])
@@ -510,3 +510,24 @@ def test_turns_pass_between_two_processes_and_survive_a_fork(tmp_path) -> None:
     assert [o["summary"]["turns"] for o in outs] == [6, 6]
     steps = sorted([(s, e, side) for o, side in zip(outs, "AB") for s, e in zip(o["log"][::2], o["log"][1::2])])
     assert "".join(side for _, _, side in steps) == "AB" * 6
+
+
+@pytest.mark.parametrize("policy, code, headline", [
+    ([], 3, "perfdoctor gate: INCONCLUSIVE (1 of 1 checks undecided: budget step_latency_ms_p50:+10%; more processes would decide)"),
+    (["--inconclusive", "pass"], 0, "perfdoctor gate: PASSED (1 of 1 checks passed)"),
+    (["--inconclusive", "fail"], 1, "(counted as failed: --inconclusive fail)"),
+])
+def test_an_inconclusive_gate_does_not_exit_0_unless_the_team_chooses(pair, tmp_path, policy, code, headline) -> None:
+    # Issue 32: 1.12x slower with a noisy baseline straddles a +10 % budget. By default that
+    # is its own verdict and exit code (3), never a silent pass.
+    a, _, _ = pair
+    noisy = [10.0, 11.0, 9.2]
+    before = with_processes(a, tmp_path / "before", noisy)
+    after = with_processes(a, tmp_path / "after", [x * 1.12 for x in noisy[::-1]])
+    done = run_cli_inprocess("gate", after, "--baseline", before, "--fail-on", "step_latency_ms_p50:+10%",
+                             "--json", tmp_path / "g.json", *policy)
+    doc = json.loads((tmp_path / "g.json").read_text())
+    assert done.returncode == code == doc["exit_code"], done.stdout
+    assert doc["checks"][0]["status"] == "inconclusive" and doc["inconclusive"] == ["budget step_latency_ms_p50:+10%"]
+    assert headline in " ".join(done.stdout.split())
+    assert doc["passed"] is (code == 0)

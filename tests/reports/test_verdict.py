@@ -1,0 +1,75 @@
+"""Issue 32: an honest verdict. A program that crashed, or a run with too little evidence,
+is never PASS, and it is the first line a reader sees. Real ``perfdoctor run`` bundles of a
+small CPU program (about 15 s each on a loaded 2-core machine)."""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli
+
+PROGRAM = textwrap.dedent(
+    """
+    import os
+    import torch
+    import perfdoctor
+
+    model = torch.nn.Linear(64, 64)
+    x = torch.randn(8, 64)
+    for i in range(30):
+        with perfdoctor.region("step"):
+            model(x).relu().sum()
+        if i == 12 and os.environ.get("CRASH"):
+            raise RuntimeError("boom at step 12")
+    """
+)
+
+
+def record(tmp_path: Path, crash: bool) -> Path:
+    (tmp_path / "app.py").write_text(PROGRAM)
+    env = {"CRASH": "1"} if crash else {"CRASH": ""}
+    r = run_cli("run", "--out", tmp_path / "runs", "--collect", "torch", "app.py", cwd=tmp_path, env=env, timeout=600)
+    assert r.returncode == (1 if crash else 0), r.stderr[-2000:]
+    (bundle,) = (tmp_path / "runs").iterdir()
+    return bundle
+
+
+@pytest.fixture(scope="module")
+def crashed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return record(tmp_path_factory.mktemp("crashed"), crash=True)
+
+
+def test_a_crashed_program_is_the_first_line_with_its_exit_code(crashed: Path) -> None:
+    r = run_cli("analyze", crashed)
+    assert r.returncode == 0, r.stderr
+    first = r.stdout.splitlines()[0]
+    assert first.startswith("CRASHED: the program exited with code 1 (RuntimeError: boom at step 12)"), first
+    assert "PASS" not in first
+
+
+def test_a_crashed_program_is_crashed_in_every_format(crashed: Path, tmp_path: Path) -> None:
+    doc = json.loads(run_cli("report", crashed, "-f", "json").stdout)
+    assert doc["verdict"]["outcome"] == "crashed"
+    assert doc["verdict"]["line"].startswith("CRASHED: the program exited with code 1")
+    page = run_cli("report", crashed, "-f", "html").stdout
+    assert 'class="verdict crashed"' in page and "CRASHED: the program exited with code 1" in page
+    md = run_cli("report", crashed, "-f", "md").stdout
+    assert "**CRASHED: the program exited with code 1" in md
+
+
+def test_a_clean_run_with_most_checks_not_evaluated_is_inconclusive_not_pass(tmp_path: Path) -> None:
+    bundle = record(tmp_path, crash=False)
+    # A CPU run: only the latency check can be evaluated; a threshold it meets makes it the
+    # one pass among 28 checks, 27 not evaluated.
+    r = run_cli("analyze", bundle, "--threshold", "p99-latency=100000")
+    assert r.returncode == 0, r.stderr
+    first = r.stdout.splitlines()[0]
+    assert first.startswith("INCONCLUSIVE: too little evidence, 0 of 28 checks fail, 1 pass, 27 not evaluated"), first
+    page = run_cli("report", bundle, "--threshold", "p99-latency=100000", "-f", "html").stdout
+    assert 'class="verdict inconclusive"' in page and 'class="verdict pass"' not in page
+    assert "not a CPU-only run" not in r.stderr  # said only where the run had a GPU
