@@ -248,9 +248,65 @@ def test_run_repeat_with_markup_in_a_step_name(tmp_path: Path) -> None:
     done = run_cli("run", prog, "--repeat", "2", "--collect", "nvml", "--out", tmp_path / "runs", cwd=tmp_path, timeout=300)
     assert "MarkupError" not in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert done.returncode == 0, done.stderr[-3000:]
-    manifest = json.loads(next((tmp_path / "runs").glob("*/manifest.json")).read_text())
+    written = next(line for line in done.stderr.splitlines() if line.startswith("bundle written: "))
+    manifest = json.loads((Path(written.split(": ", 1)[1]) / "manifest.json").read_text())
     assert len(manifest["repeat"]["processes"]) == 2
 
 
 if sys.platform != "linux":  # FIFOs and /proc: the attacks are Linux ones
     pytestmark = pytest.mark.skip(reason="Linux only")
+
+
+# --------------------------------------------------------------------------- 12. caches (the H200 runs them through calibrate)
+
+
+@pytest.mark.parametrize("attack", ["fifo", "dev_zero", "deep", "bad_entry"])
+def test_a_bad_calibration_cache_is_ignored(tmp_path: Path, monkeypatch, attack: str) -> None:
+    from perfdoctor.record import calibrate
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    path = calibrate.cache_path()
+    path.parent.mkdir(parents=True)
+    good = {"dram_read_gbps": 4100.0, "bf16_matmul_tflops": 700.0, "measured_at": "2026-12-01"}
+    if attack == "fifo":
+        os.mkfifo(path)
+    elif attack == "dev_zero":
+        path.symlink_to("/dev/zero")
+    elif attack == "deep":
+        path.write_text("[" * 100_000 + "]" * 100_000)
+    else:
+        path.write_text(json.dumps({"GPU-bad": {"dram_read_gbps": "fast"}, "GPU-nan": {**good, "bf16_matmul_tflops": -1},
+                                    "GPU-ok": good}))
+    assert calibrate.load_calibration("GPU-bad") is None and calibrate.load_calibration("GPU-nan") is None
+    assert calibrate.load_calibration("GPU-ok") == (good if attack == "bad_entry" else None)
+    if attack != "dev_zero":  # rebuilt by the next save (a link to a device is replaced, never written through)
+        assert calibrate.save_calibration("GPU-new", good) == path
+        assert calibrate.load_calibration("GPU-new") == good
+
+
+def test_an_unwritable_calibration_cache_is_a_warning(tmp_path: Path, monkeypatch, capsys) -> None:
+    from perfdoctor.record import calibrate
+
+    (tmp_path / "perfdoctor").write_text("a file where the cache folder goes")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert calibrate.save_calibration("GPU-x", {"dram_read_gbps": 1.0, "bf16_matmul_tflops": 1.0}) is None
+    assert "warning: calibration not cached" in capsys.readouterr().err
+
+
+def test_a_damaged_cubin_is_not_reused(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    import hashlib
+
+    from perfdoctor.engine.cubin import _cached_cubin, _digest_path
+
+    cubin = tmp_path / "k.cubin"
+    data = b"\x7fELF" + bytes(range(256)) * 4
+    cubin.write_bytes(data)
+    assert _cached_cubin(cubin) is None  # no digest: not trusted
+    _digest_path(cubin).write_text(hashlib.sha256(data).hexdigest())
+    assert _cached_cubin(cubin) == data
+    cubin.write_bytes(data[:100])  # truncated
+    assert _cached_cubin(cubin) is None
+    cubin.unlink()
+    os.mkfifo(cubin)
+    assert _cached_cubin(cubin) is None
