@@ -245,11 +245,11 @@ def test_run_repeat_with_markup_in_a_step_name(tmp_path: Path) -> None:
         "import time\nfrom perfdoctor import region\n"
         "for _ in range(12):\n    with region('step[/]x[bold]'):\n        time.sleep(0.002)\n"
     )
-    done = run_cli("run", prog, "--repeat", "2", "--collect", "nvml", "--out", tmp_path / "runs", cwd=tmp_path, timeout=300)
+    done = run_cli("run", "--repeat", "2", "--collect", "nvml", prog, cwd=tmp_path, timeout=300)
     assert "MarkupError" not in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert done.returncode == 0, done.stderr[-3000:]
     written = next(line for line in done.stderr.splitlines() if line.startswith("bundle written: "))
-    manifest = json.loads((Path(written.split(": ", 1)[1]) / "manifest.json").read_text())
+    manifest = json.loads((tmp_path / written.split(": ", 1)[1] / "manifest.json").read_text())  # relative to its cwd
     assert len(manifest["repeat"]["processes"]) == 2
 
 
@@ -310,3 +310,21 @@ def test_a_damaged_cubin_is_not_reused(tmp_path: Path) -> None:
     cubin.unlink()
     os.mkfifo(cubin)
     assert _cached_cubin(cubin) is None
+
+
+# --------------------------------------------------------------------------- 8. multi-rank blame
+
+
+def test_a_rank_that_died_without_results_is_the_one_blamed() -> None:
+    from perfdoctor.record import launch
+
+    survivor = {"exit_code": 1, "program_error": "RuntimeError: peer gone", "ended_at_ns": 5}
+    manifest: dict = {}
+    launch.record_pass(manifest, "light", {0: survivor, 1: {}})  # rank 1: os._exit(5), nothing written
+    assert launch.failed_rank(manifest, "light") == (1, None)  # named; its code is torchrun's
+    manifest = {}
+    launch.record_pass(manifest, "light", {0: survivor, 1: {"exit_code": 3, "ended_at_ns": 2}})
+    assert launch.failed_rank(manifest, "light") == (1, 3)  # the earlier end, with its code
+    manifest = {}
+    launch.record_pass(manifest, "light", {0: {}, 1: {}})  # nobody wrote: no rank singled out
+    assert launch.failed_rank(manifest, "light") is None
