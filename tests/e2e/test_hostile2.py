@@ -328,3 +328,12 @@ def test_a_rank_that_died_without_results_is_the_one_blamed() -> None:
     manifest = {}
     launch.record_pass(manifest, "light", {0: {}, 1: {}})  # nobody wrote: no rank singled out
     assert launch.failed_rank(manifest, "light") is None
+
+
+def test_a_full_stdout_is_one_line(tmp_path: Path) -> None:
+    import subprocess
+
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "perfdoctor", "analyze", str(KINETO)], stdout=full, stderr=subprocess.PIPE,
+                              text=True, timeout=TIMEOUT, env={**os.environ, "COLUMNS": "200"})
+    assert_usage(done, "cannot write the output", "No space left on device")
