@@ -49,7 +49,7 @@ def gate_command(
 
     Repeated bundles (perfdoctor run --repeat N, compare-programs): step latency budgets are judged over processes, the ratio of per-process medians with its 95 % interval: a budget fails only when the whole interval lies beyond it; an interval across the budget passes as "inconclusive — too few processes for the budget".
 
-    Baseline store: --baseline NAME (not an existing path) is the newest run recorded under NAME in --store; --record NAME records RUN there when the gate passes; --accept --reason TEXT records it even when it fails, so the next run compares against it.
+    Baseline store: --baseline NAME is the newest run recorded under NAME in --store (a NAME that is also an existing path is an error; the gate prints which baseline it used); --record NAME records RUN there when the gate passes; --accept --reason TEXT records it even when it fails, so the next run compares against it.
 
     Example: perfdoctor gate pr.json.gz --baseline main.json.gz --step decode_step --fail-on 'step_latency_ms_p50:+5%' --fail-on 'launches_per_step:+0' --junit gate.xml --github
     """
