@@ -60,7 +60,7 @@ def max_input_bytes() -> int:
         return DEFAULT_MAX_BYTES
     try:
         value = int(float(text)) if text.lower() not in ("inf", "nan") else -1
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: 1e400 is an infinite float
         value = -1
     if value <= 0:
         raise UsageError(f"{MAX_BYTES_ENV}={text!r}: expected a positive number of bytes, e.g. {2 * DEFAULT_MAX_BYTES}")
@@ -128,13 +128,14 @@ def read_capped(path: str | Path) -> bytes:
 
 
 def _gunzip_chunks(path: Path, fh: BinaryIO) -> Iterable[bytes]:
-    """Decompressed chunks of a gzip stream (all members), capped."""
+    """Decompressed chunks of a gzip stream (all members), capped: never more than one
+    byte past the cap is decompressed, so a bomb is refused as soon as it passes it."""
     cap = max_input_bytes()
     total = 0
     try:
         with gzip.GzipFile(fileobj=fh) as gz:
             while True:
-                chunk = gz.read(CHUNK)
+                chunk = gz.read(min(CHUNK, cap + 1 - total))
                 if not chunk:
                     return
                 total += len(chunk)
@@ -162,7 +163,13 @@ def read_maybe_gzip(path: str | Path) -> bytes | memoryview:
                 data = read_capped(path)
         else:
             fh.seek(0)
-            data = b"".join(_gunzip_chunks(path, fh))
+            # Grown in place, not joined from a list of chunks: the list and the joined copy
+            # would hold the output twice (a 2 GiB bomb took 3.86 GB); a bytearray's growth
+            # is a realloc (mremap for large blocks), so the peak stays near the output.
+            buffer = bytearray()
+            for chunk in _gunzip_chunks(path, fh):
+                buffer += chunk
+            data = memoryview(buffer)
     return data[len(UTF8_BOM):] if data[: len(UTF8_BOM)] == UTF8_BOM else data
 
 
@@ -309,13 +316,27 @@ def _walk(root: Path, limit: int = 10_000) -> list[Path]:
     return found
 
 
-def write_bytes(path: str | Path, data: bytes) -> None:
+def write_bytes(path: str | Path, data: bytes, follow_links: bool = True) -> None:
     """Write ``data`` atomically: a temporary file beside the target, then rename. A symlink
     is followed (its target is replaced); an existing non-regular file (``/dev/stdout``, a
-    FIFO) is written directly. Failures are one UsageError."""
+    FIFO) is written directly. Failures are one UsageError.
+
+    ``follow_links=False`` is for files perfdoctor names itself inside a folder it did not
+    make (the reports written into a downloaded bundle): whatever is at the name — a link
+    to a file outside the bundle or to the bundle's own trace, a FIFO — is replaced by the
+    new file, never written through."""
     path = Path(path)
-    target = Path(os.path.realpath(path))
-    st = _stat(target)
+    if follow_links:
+        target = Path(os.path.realpath(path))
+        st = _stat(target)
+    else:
+        target = Path(os.path.realpath(path.parent)) / path.name
+        try:
+            st = os.lstat(target)
+        except OSError:
+            st = None
+        if st is not None and not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
+            st = None  # a link, FIFO or device at the name: replaced by the rename below
     try:
         if st is not None and not stat.S_ISREG(st.st_mode):
             with open(target, "wb") as fh:
@@ -346,10 +367,11 @@ def _umask() -> int:
     return mask
 
 
-def write_text(path: str | Path, text: str, append: bool = False) -> None:
-    """Write UTF-8 text atomically (or append, for logs such as ``$GITHUB_STEP_SUMMARY``)."""
+def write_text(path: str | Path, text: str, append: bool = False, follow_links: bool = True) -> None:
+    """Write UTF-8 text atomically (or append, for logs such as ``$GITHUB_STEP_SUMMARY``);
+    ``follow_links`` as in :func:`write_bytes`."""
     if not append:
-        write_bytes(path, text.encode("utf-8", "replace"))
+        write_bytes(path, text.encode("utf-8", "replace"), follow_links)
         return
     try:
         with open(path, "a", encoding="utf-8") as fh:

@@ -3,8 +3,9 @@ rule packs or the command line, on their way to a terminal, Markdown, HTML, JUni
 GitHub Actions.
 
 :func:`clean` is the base every output uses: it removes terminal escape sequences (CSI,
-OSC, DCS, ...), C0 and C1 control characters and Unicode bidi overrides, and makes line
-breaks visible (``⏎``) so a name never starts a new line of output. The per-format
+OSC, DCS, ...), C0 and C1 control characters and Unicode bidi overrides, makes line
+breaks visible (``⏎``) so a name never starts a new line of output, and shows the other
+invisible format characters (tag characters, zero-width spaces) as ``<U+XXXX>``. The per-format
 functions add what that format needs on top:
 
 - :func:`rich` — also escapes rich markup (``[bold]``, ``[link=...]``, ``[/]``);
@@ -19,6 +20,7 @@ applied to :func:`clean`-ed text.
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Any
 
 NEWLINE_MARK = "⏎"
@@ -41,6 +43,16 @@ _BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _CONTROLS = re.compile("[\x00-\x08\x0e-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
+def _escape_invisible(text: str) -> str:
+    """Invisible format characters left after the controls are gone (Unicode category Cf:
+    tag characters U+E0000-U+E007F that carry hidden text, zero-width spaces, the soft
+    hyphen ...) shown as ``<U+XXXX>``, so hidden text is seen rather than silently kept
+    or silently dropped."""
+    if all(unicodedata.category(ch) != "Cf" for ch in text):
+        return text
+    return "".join(f"<U+{ord(ch):04X}>" if unicodedata.category(ch) == "Cf" else ch for ch in text)
+
+
 def clean(value: Any) -> str:
     """``value`` as inert text for any output: no escape sequences, control characters or
     bidi overrides; line breaks shown as ``⏎``; tabs as spaces."""
@@ -50,7 +62,7 @@ def clean(value: Any) -> str:
     text = _ESCAPES.sub("", text)
     text = _LINE_BREAKS.sub(NEWLINE_MARK, text)
     text = text.replace("\t", " ")
-    return _CONTROLS.sub("", text)
+    return _escape_invisible(_CONTROLS.sub("", text))
 
 
 def clean_block(value: Any) -> str:
@@ -69,7 +81,7 @@ def rich(value: Any) -> str:
 def github_data(value: Any) -> str:
     """The message part of a workflow command (``::error title=...::MESSAGE``)."""
     text = value if isinstance(value, str) else str(value)
-    text = re.sub("[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f-\x9f]", "", _BIDI.sub("", _ESCAPES.sub("", text)))
+    text = _escape_invisible(re.sub("[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f-\x9f]", "", _BIDI.sub("", _ESCAPES.sub("", text))))
     # Line breaks stay in the message, encoded: the runner decodes %0A back to a newline
     # inside the annotation, and no raw newline can start a new workflow command.
     return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
@@ -85,7 +97,7 @@ def xml(value: Any) -> str:
     a stray control character shows as ``?`` rather than vanishing."""
     text = value if isinstance(value, str) else str(value)
     text = _LINE_BREAKS.sub(NEWLINE_MARK, _ESCAPES.sub("", text)).replace("\t", " ")
-    return re.sub("[\x00-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]", "?", _BIDI.sub("", text))
+    return _escape_invisible(re.sub("[\x00-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]", "?", _BIDI.sub("", text)))
 
 
 def clean_deep(obj: Any) -> Any:

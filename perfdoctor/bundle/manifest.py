@@ -72,7 +72,7 @@ def validate_manifest(manifest: Any, where: str | Path = "manifest.json") -> dic
     _expect(lat is None or (isinstance(lat, list) and all(_is_number(x) and x >= 0 for x in lat)), where,
             "light_pass.step_latency_ms", "a list of finite non-negative numbers")
     for key, entry in (manifest.get("ranks") or {}).items():
-        _expect(key.isdigit() and isinstance(entry, dict), where, f"ranks.{key}", "a JSON object under a rank number")
+        _expect(key.isascii() and key.isdigit() and isinstance(entry, dict), where, f"ranks.{key}", "a JSON object under a rank number")
         _expect(entry.get("light_pass") is None or isinstance(entry["light_pass"], dict), where, f"ranks.{key}.light_pass", "a JSON object")
     _expect(light.get("step_name") is None or isinstance(light.get("step_name"), str), where, "light_pass.step_name", "a string")
     return clean_deep(manifest)

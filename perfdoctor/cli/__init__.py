@@ -11,6 +11,9 @@ May import every room.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
 import sys
 import threading
 from typing import Any, List, Optional
@@ -114,8 +117,21 @@ def main(argv: Optional[List[str]] = None) -> None:
         _fail(_click_error(exc), exc.exit_code if exc.exit_code else 2)
     except typer.Abort:
         _fail("aborted", 130)
-    sys.stdout.flush()
+    except OSError as exc:
+        if exc.errno not in _FULL:
+            raise
+        _fail(f"cannot write the output ({exc.strerror})")  # `> /dev/full`, a full disk under stdout
+    try:
+        sys.stdout.flush()
+    except OSError as exc:
+        if exc.errno not in _FULL:
+            raise
+        _fail(f"cannot write the output ({exc.strerror})")
     sys.exit(code if isinstance(code, int) else 0)
+
+
+# Writing stdout failed for lack of room, not for a bug: one line, exit 2.
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
 
 
 def program() -> None:
@@ -134,6 +150,10 @@ def program() -> None:
 
 
 def _fail(message: str, code: int = 2) -> None:
-    sys.stdout.flush()
+    try:
+        sys.stdout.flush()
+    except OSError:  # stdout is what failed: drop what it holds, the message goes to stderr
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     print(f"error: {clean(message)}", file=sys.stderr)
     sys.exit(code)

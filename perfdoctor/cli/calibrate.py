@@ -48,6 +48,6 @@ def calibrate_command(
     Console().print(
         f"DRAM read (measured): {entry['dram_read_gbps']:.0f} GB/s{of_peak}\n"
         f"bf16 matmul (measured): {entry['bf16_matmul_tflops']:.0f} TFLOP/s\n"
-        f"cached in {path}",
+        f"cached in {path}" if path is not None else "not cached (see the warning above)",
         highlight=False,
     )

@@ -14,6 +14,7 @@ from rich.console import Console
 from perfdoctor.cli import options
 from perfdoctor.cli import outputs
 from perfdoctor.errors import UsageError
+from perfdoctor.text import clean
 
 
 def program(text: str, what: str) -> list[str]:
@@ -63,12 +64,14 @@ def compare_command(
     from perfdoctor.record.repeats import compare_programs
     from perfdoctor.record.run import RunOptions, parse_collect
 
-    check_outputs(outputs.files([json_out]), [])
+    targets = [program(text, what) for text, what in ((a, "A"), (b, "B"))]
+    # Every file among the programs' words is an input: --json a.py must not overwrite the program it runs.
+    check_outputs(outputs.files([json_out]), [word for target in targets for word in target if os.path.isfile(word)])
     if lockstep and not hasattr(os, "sched_setaffinity"):
         raise UsageError("--lockstep pins both programs to one CPU, which needs Linux (os.sched_setaffinity)")
     sides = [
-        RunOptions(target=program(text, what), collect=parse_collect(collect), warmup=warmup, steps=steps, step=step, out=out, quiet=quiet)
-        for text, what in ((a, "A"), (b, "B"))
+        RunOptions(target=target, collect=parse_collect(collect), warmup=warmup, steps=steps, step=step, out=out, quiet=quiet)
+        for target in targets
     ]
     console = Console(stderr=True)
     try:
@@ -76,12 +79,12 @@ def compare_command(
     except OSError as exc:
         raise UsageError(f"cannot write the run bundles in {out} ({exc.strerror or exc})") from None
     if bundle_b is None:
-        console.print(f"stopped before B ran; bundle A: {bundle_a}", highlight=False, markup=False)
+        console.print(clean(f"stopped before B ran; bundle A: {bundle_a}"), highlight=False, markup=False)
         raise typer.Exit(code)
     result = diff_runs(load_run(bundle_a, step=step), load_run(bundle_b, step=step))
     print_terminal(result, outputs.report_console(json_out))
     if json_out is not None:
         outputs.emit_json(json_out, result.to_json())
     if not quiet:
-        console.print(f"bundles written: A {bundle_a}\n                 B {bundle_b}", highlight=False, markup=False)
+        console.print(f"bundles written: A {clean(bundle_a)}\n                 B {clean(bundle_b)}", highlight=False, markup=False)
     raise typer.Exit(code)

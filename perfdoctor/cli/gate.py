@@ -15,6 +15,7 @@ from perfdoctor.cli import options
 from perfdoctor.errors import UsageError
 from perfdoctor.cli import outputs
 from perfdoctor.io import check_outputs, write_text
+from perfdoctor.text import clean
 
 
 def gate_command(
@@ -50,7 +51,7 @@ def gate_command(
 
     Repeated bundles (perfdoctor run --repeat N, compare-programs): step latency budgets are judged over processes, the ratio of per-process medians with its 95 % interval: a budget fails only when the whole interval lies beyond it; an interval across the budget is "inconclusive — too few processes for the budget": neither a pass nor a failure, exit code 3 (--inconclusive pass|fail to count it as one).
 
-    Baseline store: --baseline NAME (not an existing path) is the newest run recorded under NAME in --store; --record NAME records RUN there when the gate passes; --accept --reason TEXT records it even when it fails, so the next run compares against it.
+    Baseline store: --baseline NAME is the newest run recorded under NAME in --store (a NAME that is also an existing path is an error; the gate prints which baseline it used); --record NAME records RUN there when the gate passes; --accept --reason TEXT records it even when it fails, so the next run compares against it.
 
     Example: perfdoctor gate pr.json.gz --baseline main.json.gz --step decode_step --fail-on 'step_latency_ms_p50:+5%' --fail-on 'launches_per_step:+0' --junit gate.xml --github
     """
@@ -66,7 +67,8 @@ def gate_command(
     if not budgets and not rules:
         raise UsageError("nothing to check: give --fail-on METRIC:+N% with --baseline RUN, and/or --rules PACK")
     baseline_path, baseline_record = baselines.resolve(baseline, store) if baseline is not None else (None, None)
-    record_as = storing(record, accept, reason, store, baseline if baseline_record else None)
+    inputs = [run, *rules, *([baseline_path] if baseline_record is None and baseline_path else [])]
+    record_as = storing(record, accept, reason, store, baseline if baseline_record else None, inputs)
     check_outputs(outputs.files([junit, json_out]), [run, baseline_path, *rules])  # never write over an input
     per_rank = {}
     for rank in paired_ranks(baseline_path, run) if baseline_path is not None else (bundle_ranks(run) or [None]):
@@ -95,31 +97,37 @@ def gate_command(
         raise UsageError(f"no verdict: the baseline is {result.refused} (pass --step NAME or --workload KIND where they differ, or compare runs of one kind)")
     if result.exit_code == EXIT_USAGE:
         raise UsageError(f"no check could be evaluated ({len(result.checks)} skipped; see the reasons above)")
-    if baseline_record is not None:
-        print(f"baseline {baseline}: entry {baseline_record['sequence']} ({baseline_record['kind']}, {baseline_record['recorded_at']})")
+    if baseline_record is not None:  # which baseline was used, always said; store fields are user text
+        print(clean(f"baseline {baseline}: entry {baseline_record.get('sequence')} ({baseline_record.get('kind')}, "
+                    f"{baseline_record.get('recorded_at')}) from the store {store}"))
+    elif baseline_path is not None:
+        print(clean(f"baseline: the path {baseline_path}" + (" (not a store entry)" if store is not None else "")))
     if record_as is not None and (result.passed or accept):
         assert store is not None
         kind = "accepted" if accept and not result.passed else "recorded"
         summary = {"passed": result.passed, "failed": [c.name for c in result.failed], "baseline": str(baseline_path) if baseline_path else None}
         entry = baselines.record_run(store, record_as, run, kind, reason, summary)
         what = f"accepted regression ({reason})" if kind == "accepted" else "recorded"
-        print(f"baseline {record_as}: {what} as {entry}")
+        print(clean(f"baseline {record_as}: {what} as {entry}"))
         raise typer.Exit(0)
     raise typer.Exit(result.exit_code)
 
 
-def storing(record: Optional[str], accept: bool, reason: Optional[str], store: Optional[Path], named: Optional[str]) -> Optional[str]:
-    """The store name RUN is recorded under (--record, or the --baseline name with --accept), checked before anything runs."""
+def storing(record: Optional[str], accept: bool, reason: Optional[str], store: Optional[Path], named: Optional[str],
+            inputs: List[Path]) -> Optional[str]:
+    """The store name RUN is recorded under (--record, or the --baseline name with --accept), checked before anything
+    runs: the store is never inside (or around) an input it would copy, or it would copy itself into itself."""
     if reason is not None and not accept:
         raise UsageError("--reason goes with --accept (why a regression is accepted)")
     if accept and not (reason or "").strip():
         raise UsageError('--accept needs --reason "why this regression is accepted"')
-    name = record or (named if accept else None)
+    name = record if record is not None else (named if accept else None)  # --record '' is refused, not ignored
     if accept and name is None:
         raise UsageError("--accept records RUN as a stored baseline: give --baseline NAME from the store, or --record NAME")
     if name is not None:
         if store is None:
             raise UsageError("recording a baseline needs a store: give --store DIR or set PERFDOCTOR_BASELINE_STORE")
         baselines.check_name(name)
+        baselines.check_apart(store, [p for p in inputs if str(p) != "seed"])
         baselines.check_store(store)
     return name

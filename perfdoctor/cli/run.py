@@ -13,6 +13,7 @@ from rich.console import Console
 
 from perfdoctor.cli import options
 from perfdoctor.errors import UsageError
+from perfdoctor.text import clean
 
 if TYPE_CHECKING:  # the domain modules load when the command runs (see perfdoctor.cli)
     from perfdoctor.record.launch import Launch
@@ -87,7 +88,7 @@ def run_command(
         where = f": {exc.filename}" if exc.filename else ""
         raise UsageError(f"cannot write the run bundle in {options.out} ({exc.strerror or exc}){where}") from None
     if not quiet:
-        console.print(f"bundle written: {bundle}\nnext: perfdoctor analyze {bundle}", highlight=False, markup=False)
+        console.print(f"bundle written: {clean(bundle)}\nnext: perfdoctor analyze {clean(bundle)}", highlight=False, markup=False)
     raise typer.Exit(code)
 
 

@@ -29,7 +29,7 @@ the source of truth for step time (see :func:`read_light` for the formats it acc
 
 from __future__ import annotations
 
-import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -39,23 +39,36 @@ import pandas as pd
 from perfdoctor.analysis import steady
 from perfdoctor.bundle.layout import CLOCK_SYNC_RANGE, MANIFEST, NCU_CSV, NSYS_SQLITE, RAW, TORCH_TRACE
 from perfdoctor.errors import UsageError
+from perfdoctor.io import read_capped, read_json, regular_file
 from perfdoctor.profile import LightSteps, Profile
 
 
 def read_manifest(bundle: Path) -> dict[str, Any]:
-    try:
-        return json.loads((bundle / MANIFEST).read_text())
-    except FileNotFoundError:
-        raise UsageError(f"{bundle}: not a perfdoctor run bundle (no {MANIFEST})") from None
-    except ValueError as exc:
-        raise UsageError(f"{bundle}/{MANIFEST}: not valid JSON ({exc})") from None
+    if not os.path.lexists(bundle / MANIFEST):
+        raise UsageError(f"{bundle}: not a perfdoctor run bundle (no {MANIFEST})")
+    return read_json(bundle / MANIFEST)  # a regular file, capped, nesting bounded: else one line
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+    """A bundle's small JSON file, {} when it is missing or damaged; a FIFO or device
+    (which would block or never end) is a UsageError, in rank folders as anywhere."""
+    if not os.path.lexists(path):
         return {}
+    regular_file(path)
+    try:
+        doc = read_json(path)
+    except UsageError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _present(path: Path) -> bool:
+    """Whether a bundle file is there to read: a regular file (else a UsageError, so a FIFO
+    planted in raw/rank<k>/ cannot hang the reading)."""
+    if not os.path.lexists(path):
+        return False
+    regular_file(path)
+    return True
 
 
 def _activity_source(raw: Path, warnings: list[str]) -> tuple[Profile, str | None]:
@@ -63,7 +76,7 @@ def _activity_source(raw: Path, warnings: list[str]) -> tuple[Profile, str | Non
     from perfdoctor.collectors import nsys, torch_profiler
 
     for pass_name, path, loader in (("torch", raw / TORCH_TRACE, torch_profiler.load), ("nsys", raw / NSYS_SQLITE, nsys.load)):
-        if not path.exists():
+        if not _present(path):
             continue
         try:
             return loader(path), pass_name
@@ -206,7 +219,7 @@ def load_bundle(bundle: str | Path, rank: int | None = None) -> Profile:
     if pass_name is not None:
         offset = _clock_offset(profile, _read_json(raw / f"{pass_name}.json"))
         samples_file = raw / f"nvml-{pass_name}.jsonl"
-        if samples_file.exists():
+        if _present(samples_file):
             if offset is None:
                 warnings.append("NVML samples left out: the trace has no clock-sync range to align them")
             else:
@@ -214,8 +227,8 @@ def load_bundle(bundle: str | Path, rank: int | None = None) -> Profile:
                 profile.samples = pd.concat([profile.samples, samples], ignore_index=True) if len(profile.samples) else samples
         profile.ranges = profile.ranges[profile.ranges["name"] != CLOCK_SYNC_RANGE].reset_index(drop=True)
 
-    if (raw / NCU_CSV).exists():
-        profile.counters = ncu.parse_csv((raw / NCU_CSV).read_text(errors="replace"))
+    if _present(raw / NCU_CSV):
+        profile.counters = ncu.parse_csv(read_capped(raw / NCU_CSV).decode("utf-8", "replace"))
 
     gpu = manifest.get("gpu") or {}
     for key, value in gpu.items():

@@ -26,6 +26,7 @@ from typing import Any, TextIO
 
 import pandas as pd
 
+from perfdoctor.io import read_capped
 from perfdoctor.profile import SAMPLE_COLUMNS, frame
 
 # GPM metric ids (nvmlGpmMetricId_t), named as perfdoctor samples.
@@ -272,15 +273,16 @@ def read_intervals(path: Path, source: str = "nvml-gpm") -> dict[str, list[tuple
 def read_samples(path: Path, offset_ns: int = 0) -> pd.DataFrame:
     """A sampler's file as a ``samples`` table, times shifted by ``offset_ns``.
 
-    A line cut short by a killed run is skipped.
+    A line cut short by a killed run, or one without the four keys, is skipped.
     """
     rows: list[dict[str, Any]] = []
-    with open(path) as f:
-        for line in f:
-            try:
-                rows.append(json.loads(line))
-            except ValueError:
-                continue
+    for line in read_capped(path).decode("utf-8", "replace").splitlines():
+        try:
+            row = json.loads(line)
+            int(row["t"]), float(row["v"]), row["m"], row["s"]
+        except (ValueError, TypeError, KeyError, OverflowError, RecursionError):
+            continue
+        rows.append(row)
     return frame(
         SAMPLE_COLUMNS,
         {

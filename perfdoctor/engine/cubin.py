@@ -14,13 +14,18 @@ import ctypes
 import hashlib
 import os
 import shutil
+import stat
 import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import torch
 
 from perfdoctor.engine.config import BadInput
-from perfdoctor.io import cache_dir
+from perfdoctor.errors import UsageError
+from perfdoctor.io import cache_dir, write_bytes, write_text
+from perfdoctor.text import clean
 
 # CUfunction_attribute values (cuda.h).
 _SHARED_SIZE_BYTES, _LOCAL_SIZE_BYTES, _NUM_REGS, _MAX_DYNAMIC_SHARED = 1, 3, 4, 8
@@ -52,19 +57,47 @@ def build_cubin(source: Path, defines: dict[str, int], arch: str = "sm_90a") -> 
     flags = [f"-D{k}={v}" for k, v in sorted(defines.items())]
     key = hashlib.sha256("\0".join([source.read_text(), *flags, arch, version]).encode()).hexdigest()[:20]
     path = cubin_dir() / f"{source.stem}-{key}.cubin"
-    if path.is_file():
-        return path.read_bytes()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    cached = _cached_cubin(path)
+    if cached is not None:
+        return cached
+    with tempfile.TemporaryDirectory() as scratch:
+        data = _nvcc(nvcc, source, flags, arch, Path(scratch) / path.name)
+    try:  # the digest last: a cubin without a matching one is not trusted (a crash between the two rebuilds it)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_bytes(path, data, follow_links=False)
+        write_text(_digest_path(path), hashlib.sha256(data).hexdigest(), follow_links=False)
+    except (OSError, UsageError) as exc:  # an unwritable cache: built, "not cached"
+        print(f"warning: cubin not cached ({clean(exc)})", file=sys.stderr)
+    return data
+
+
+def _digest_path(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
+
+
+def _cached_cubin(path: Path) -> bytes | None:
+    """The cached cubin when it is a regular file whose SHA-256 matches the digest written
+    beside it; else None, and it is rebuilt: a damaged cubin is never handed to the driver."""
+    try:
+        if not (stat.S_ISREG(os.lstat(path).st_mode) and stat.S_ISREG(os.lstat(_digest_path(path)).st_mode)):
+            return None
+        data = path.read_bytes()
+        digest = _digest_path(path).read_text(errors="replace").strip()
+    except OSError:
+        return None
+    return data if hashlib.sha256(data).hexdigest() == digest else None
+
+
+def _nvcc(nvcc: str, source: Path, flags: list[str], arch: str, out: Path) -> bytes:
+    """``source`` built by nvcc into ``out``; its bytes."""
     # -gencode, not -arch=sm_90a: the shorthand also runs a plain sm_90 pass on some nvcc
     # versions, which rejects the sm_90a-only instructions.
-    cmd = [nvcc, f"-gencode=arch=compute_{arch[3:]},code={arch}", "-cubin", "-O3", *flags, "-o", str(tmp), str(source)]
+    cmd = [nvcc, f"-gencode=arch=compute_{arch[3:]},code={arch}", "-cubin", "-O3", *flags, "-o", str(out), str(source)]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         tail = " | ".join(done.stderr.strip().splitlines()[-3:])
         raise BadInput(f"nvcc could not build {source.name}: {tail}")
-    os.replace(tmp, path)  # atomic: a concurrent build of the same key writes the same bytes
-    return path.read_bytes()
+    return out.read_bytes()
 
 
 def _driver() -> ctypes.CDLL:

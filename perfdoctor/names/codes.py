@@ -66,6 +66,7 @@ class _Remembered:
 
     ROWS = 1 << 21  # 2M rows in all (~50 MB with their codes): a 1 GB trace's host-call names
     answers: "OrderedDict[tuple[int, int, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]" = OrderedDict()
+    rows = 0  # the rows remembered, kept as answers come and go: summing them on every keep was quadratic in the answers
     lock = threading.Lock()
 
     @classmethod
@@ -85,10 +86,13 @@ class _Remembered:
         # A copy of the array holds its own reference to every object: none can be freed (and its
         # address reused) while remembered, even if the caller's array changes in place.
         entry = (arr.copy(), addresses, codes.copy(), uniques.copy())
+        key = (addresses.size, int(addresses[0]), int(addresses[-1]))
         with cls.lock:
-            cls.answers[(addresses.size, int(addresses[0]), int(addresses[-1]))] = entry
-            while sum(a[0].size for a in cls.answers.values()) > cls.ROWS:
-                cls.answers.popitem(last=False)
+            replaced = cls.answers.pop(key, None)
+            cls.rows += arr.size - (replaced[0].size if replaced is not None else 0)
+            cls.answers[key] = entry
+            while cls.rows > cls.ROWS:
+                cls.rows -= cls.answers.popitem(last=False)[1][0].size
 
 
 def factorize_values(objects: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -17,14 +17,16 @@ can show utilization against both the theoretical peak and the measured ceiling.
 from __future__ import annotations
 
 import json
-import os
+import math
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 from perfdoctor.errors import UsageError
-from perfdoctor.io import cache_dir
+from perfdoctor.io import cache_dir, read_json, write_text
+from perfdoctor.text import clean
 
 READ_SIZES_MB = (256, 1024, 4096)
 MATMUL_N = 8192
@@ -35,11 +37,26 @@ def cache_path() -> Path:
 
 
 def load_all() -> dict[str, Any]:
+    """The cache's entries that are valid (:func:`valid_entry`); a cache that is not a
+    regular JSON file (a FIFO would hang, /dev/zero never ends, deep nesting) counts as
+    empty: it is rebuilt by the next ``calibrate``, never propagated into a bundle."""
     try:
-        data = json.loads(cache_path().read_text())
-    except (OSError, ValueError):
+        data = read_json(cache_path())
+    except UsageError:
         return {}
-    return data if isinstance(data, dict) else {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(k, str) and valid_entry(v)}
+
+
+def valid_entry(entry: Any) -> bool:
+    """An entry a bundle can carry: the manifest check (bundle.manifest) wants the two
+    ceilings finite, positive numbers; an unchecked entry made every bundle unreadable."""
+    def positive(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+
+    return (isinstance(entry, dict) and positive(entry.get("dram_read_gbps")) and positive(entry.get("bf16_matmul_tflops"))
+            and isinstance(entry.get("measured_at", ""), str))
 
 
 def load_calibration(gpu_uuid: str) -> dict[str, Any] | None:
@@ -47,14 +64,18 @@ def load_calibration(gpu_uuid: str) -> dict[str, Any] | None:
     return load_all().get(gpu_uuid)
 
 
-def save_calibration(gpu_uuid: str, entry: dict[str, Any]) -> Path:
+def save_calibration(gpu_uuid: str, entry: dict[str, Any]) -> Path | None:
+    """Cache ``entry``; None, with a warning on stderr, when the cache cannot be written
+    (the measurement is still printed: an unwritable cache is "not cached", not a failure)."""
     data = load_all()
     data[gpu_uuid] = entry
     path = cache_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text(path, json.dumps(data, indent=2), follow_links=False)
+    except (OSError, UsageError) as exc:
+        print(f"warning: calibration not cached ({clean(exc)})", file=sys.stderr)
+        return None
     return path
 
 

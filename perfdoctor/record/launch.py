@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -175,7 +176,7 @@ def rank_dirs(raw: Path) -> dict[int, Path]:
     """``raw/rank<k>`` folders by rank."""
     out = {}
     for p in raw.glob("rank*"):
-        if p.is_dir() and p.name[4:].isdigit():
+        if p.is_dir() and p.name[4:].isascii() and p.name[4:].isdigit():
             out[int(p.name[4:])] = p
     return dict(sorted(out.items()))
 
@@ -185,9 +186,10 @@ def gather(raw: Path, pass_name: str) -> dict[int, dict[str, Any]]:
     before writing: killed, or never started)."""
     out: dict[int, dict[str, Any]] = {}
     for rank, folder in rank_dirs(raw).items():
-        try:
-            out[rank] = json.loads((folder / f"{pass_name}.json").read_text())
-        except (OSError, ValueError):
+        path = folder / f"{pass_name}.json"
+        try:  # a regular file only (a FIFO planted there would block): the standard library's check, see the module docstring
+            out[rank] = json.loads(path.read_text()) if stat.S_ISREG(os.stat(path).st_mode) else {}
+        except (OSError, ValueError, RecursionError):
             out[rank] = {}
     return out
 
@@ -225,16 +227,26 @@ def record_pass(manifest: dict[str, Any], pass_name: str, per_rank: dict[int, di
         manifest["world_size"] = sizes.pop()
 
 
-def failed_rank(manifest: dict[str, Any], pass_name: str) -> tuple[int, int] | None:
+def failed_rank(manifest: dict[str, Any], pass_name: str) -> tuple[int, int | None] | None:
     """(rank, exit code) of the rank that failed first in ``pass_name`` (earliest end, by
     the wall clock its results carry): the root cause, not a rank that failed after it
-    (a peer of a dead rank fails its next collective) or that torchrun stopped."""
+    (a peer of a dead rank fails its next collective) or that torchrun stopped.
+
+    A rank that died without writing results (``os._exit``, an OOM kill) while others wrote
+    theirs is the root cause: its peers ended after it (they failed or were stopped because
+    it was gone). Its code is unknown here (None): the caller keeps torchrun's."""
     failed = []
+    silent = []
     for key, entry in (manifest.get("ranks") or {}).items():
         status = (entry.get("passes") or {}).get(pass_name) or {}
+        if str(status.get("status", "")).startswith("no results"):
+            silent.append(int(key))
+            continue
         code = status.get("exit_code")
         if isinstance(code, int) and code != 0 and not str(status.get("status", "")).startswith("terminated"):
             failed.append((status.get("ended_at_ns") or 0, int(key), code))
+    if silent and len(silent) < len(manifest.get("ranks") or {}):
+        return min(silent), None
     return min(failed)[1:] if failed else None
 
 

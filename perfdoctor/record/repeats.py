@@ -47,6 +47,7 @@ from perfdoctor.bundle import layout as bundles
 from perfdoctor.compare.processes import PROCESS_METRICS, per_process, process_latencies, spread
 from perfdoctor.record.lockstep import Pair, pick_cpu
 from perfdoctor.record.run import Runner, RunOptions, execute, light_summary, pass_entry, program_failure, target_name
+from perfdoctor.text import rich
 
 
 def _first_process(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -146,18 +147,22 @@ def run_repeated(options: RunOptions, repeat: int, console: Console) -> tuple[in
 
 
 def _say_process(runner: Runner) -> None:
+    # Pass names, reasons and the program's own error text are user text in rich markup:
+    # each goes through text.rich (a "[/]" in a step name once raised MarkupError and the
+    # remaining processes never ran).
     entry = runner.manifest["repeat"]["processes"][-1]
     turns = entry.get("lockstep")
+    name = rich(entry["pass"])
     if turns is not None and not turns.get("turns"):
-        runner.say(f"[yellow]{entry['pass']}[/]: took no turns ({turns.get('free_after') or 'no step marker reached it'}): "
+        runner.say(f"[yellow]{name}[/]: took no turns ({rich(turns.get('free_after') or 'no step marker reached it')}): "
                    "left out of the lockstep pairs; mark the steps with perfdoctor.region or record_function")
     elif turns is not None and turns.get("free_after"):
-        runner.say(f"{entry['pass']}: lockstep for {turns['turns']} steps, then alone: {turns['free_after']}")
+        runner.say(f"{name}: lockstep for {rich(turns['turns'])} steps, then alone: {rich(turns['free_after'])}")
     if entry.get("excluded"):
-        runner.say(f"[yellow]{entry['pass']}[/]: left out of the statistics: {entry['excluded']}")
+        runner.say(f"[yellow]{name}[/]: left out of the statistics: {rich(entry['excluded'])}")
     elif entry["step_latency_ms"]:
         ms = sorted(entry["step_latency_ms"])
-        runner.say(f"{entry['pass']}: p50 {ms[len(ms) // 2]:.3f} ms over {len(ms)} steady steps")
+        runner.say(f"{name}: p50 {ms[len(ms) // 2]:.3f} ms over {len(ms)} steady steps")
 
 
 def reopen(bundle: Path, options: RunOptions, console: Console) -> Runner:

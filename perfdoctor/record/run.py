@@ -578,9 +578,11 @@ def execute(options: RunOptions, console: Console) -> tuple[int, Path]:
     passes = runner.manifest["passes"]
     first = passes[0]["exit_code"] if passes else None
     code = 128 + runner.interrupted if runner.interrupted and first in (None, 0) else shell_code(first)
-    if options.ranks is not None and passes:  # the job's code is that of the rank that failed first
+    if options.ranks is not None and runner.interrupted:
+        code = 128 + runner.interrupted  # Ctrl-C on a job: every rank ends on the signal, none is to blame
+    elif options.ranks is not None and passes:  # the job's code is that of the rank that failed first
         failed = launch.failed_rank(runner.manifest, passes[0]["name"])
-        code = shell_code(failed[1]) if failed else code
+        code = shell_code(failed[1]) if failed and failed[1] is not None else code  # code unknown: torchrun's
         runner.manifest["failed_rank"] = failed and {"rank": failed[0], "exit_code": failed[1]}
     if runner.manifest.get("timed_out"):
         code = launch.TIMEOUT_EXIT

@@ -17,7 +17,8 @@ __all__ = ["BUNDLE_FILES", "write_reports", "write_text"]  # write_text: perfdoc
 
 
 def write_reports(directory: Path, findings: Sequence[Finding], analysis: Analysis, packs: Sequence[str] = ()) -> list[Path]:
-    """Write the three report files into ``directory`` (each atomically); returns their paths."""
+    """Write the three report files into ``directory`` (each atomically, replacing a link or
+    FIFO at the name rather than writing through it); returns their paths."""
     texts = {
         "report.md": markdown.render(findings, analysis),
         "report.html": html.render(findings, analysis, packs),
@@ -26,6 +27,6 @@ def write_reports(directory: Path, findings: Sequence[Finding], analysis: Analys
     paths = []
     for name, text in texts.items():
         path = Path(directory) / name
-        write_text(path, text)
+        write_text(path, text, follow_links=False)  # a bundle is downloaded: its links are not ours to follow
         paths.append(path)
     return paths
