@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from perfdoctor.analysis.metrics import Analysis
-from perfdoctor.reports import common
+from perfdoctor.reports import attribution, common
 from perfdoctor.reports.code import Code
 from perfdoctor.rules.engine import Finding, verdict
 from perfdoctor.rules.evidence import Evidence
@@ -80,7 +80,7 @@ def findings_renderable(findings: Sequence[Finding], analysis: Analysis) -> Rend
     v = common.verdict_line(findings, analysis)
     failing = common.by_status(findings, "fail")
     style = {"fail": "bold red", "pass": "bold green", "not_evaluated": "bold yellow"}[verdict(findings)["status"]]
-    parts: list[RenderableType] = [Text(v, style=style), Text("")]
+    parts: list[RenderableType] = [attribution.terminal(analysis), Text(v, style=style), Text("")]
     shown_before = common.evidence_owner(failing)
     if failing:
         parts.append(HRule("Findings, ranked by time recoverable per step", align="left"))
