@@ -65,8 +65,7 @@ _FAMILY_PART = {
     "gemm": "gemm", "conv": "convolution", "attention": "attention", "softmax": "attention", "norm": "normalisation",
     "elementwise": "elementwise", "reduction": "reduction_sampling", "communication": "communication", "other": "other",
 }
-# The DataLoader's iterator range, as torch.profiler records it: "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
-DATALOADER = re.compile(r"DataLoader.*__next__|DataLoaderIter\.__next__")
+DATA_LOADER_SOURCE = "data_loader"  # ranges.source of the DataLoader's __next__ (collectors/kineto_events.py)
 # A sync call that waits on a collective (c10d's wait, NCCL's stream sync through ProcessGroup)
 _COMM_CALL = re.compile(r"nccl|rccl|c10d|ProcessGroup|all_?reduce|all_?gather|barrier", re.I)
 ADD_UP_TOLERANCE = 0.01  # the contract: parts add up to the step within 1 %
@@ -199,7 +198,7 @@ def _waits(h: pd.DataFrame, analysis, windows: pd.DataFrame, lo: np.ndarray, hi:
     length = np.clip(e - s, 0, None)
     # Data loading: the time of each interval under a DataLoader __next__ range (any thread).
     r = analysis.profile.ranges
-    dl = r[r["name"].astype(str).str.contains(DATALOADER)] if not r.empty else r
+    dl = r[r["source"] == DATA_LOADER_SOURCE]
     loading = np.zeros(len(h), dtype=np.int64)
     if not dl.empty:
         ds, de = dl["start_ns"].to_numpy(np.int64), dl["end_ns"].to_numpy(np.int64)
