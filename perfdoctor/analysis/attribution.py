@@ -11,9 +11,11 @@ nanosecond of that window is either
 * **GPU waiting**, by what the host did meanwhile (:data:`WAIT_PARTS`), read from
   :func:`perfdoctor.analysis.hostgaps.gap_hosts`: a DataLoader ``__next__`` range in flight
   (data loading, taken first: it is what the host is doing whatever else it calls), a
-  synchronizing call (host sync; on a collective's call, communication wait), Python
+  synchronizing call in flight or returning inside the gap (host sync; on a collective's
+  call, communication wait), Python
   frames that began in the step (host Python, with call sites), the host issuing the next
-  launch late with nothing else in flight (host late), launch cadence (gaps shorter than
+  launch late with nothing else in flight (host late, between the step's GPU work; before
+  its first GPU work the same is host preparation: host before launch), launch cadence (gaps shorter than
   hostgaps.MIN_GAP_US, the host's issue rate between back-to-back launches).
 * What no label covers (an interval hostgaps did not look at) is ``unattributed``: named,
   never spread over the others.
@@ -38,6 +40,7 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.analysis import hostgaps
+from perfdoctor.analysis.steps import is_sync
 from perfdoctor.names.families import is_log_softmax
 
 # Kernel classes, in the order that wins an overlap (see the module docstring).
@@ -45,7 +48,7 @@ BUSY_PARTS = (
     "gemm", "convolution", "attention", "normalisation", "elementwise", "layout_transform",
     "reduction_sampling", "memcpy_memset", "communication", "other",
 )
-WAIT_PARTS = ("data_loading", "host_sync", "comm_wait", "host_python", "host_late", "launch_cadence", "unattributed")
+WAIT_PARTS = ("data_loading", "host_sync", "comm_wait", "host_python", "host_late", "host_before_launch", "launch_cadence", "unattributed")
 PARTS = BUSY_PARTS + WAIT_PARTS
 LABELS = {
     "gemm": "GEMM", "convolution": "convolution", "attention": "attention (incl. softmax)",
@@ -53,6 +56,7 @@ LABELS = {
     "reduction_sampling": "reduction / sampling", "memcpy_memset": "memcpy / memset", "communication": "communication",
     "other": "other kernels", "data_loading": "waiting: data loading", "host_sync": "waiting: host sync",
     "comm_wait": "waiting: communication", "host_python": "waiting: host Python", "host_late": "waiting: host launching late",
+    "host_before_launch": "waiting: host before the step's first launch",
     "launch_cadence": "waiting: launch cadence (< 100 µs gaps)", "unattributed": "unattributed",
 }
 
@@ -212,22 +216,35 @@ def _waits(h: pd.DataFrame, analysis, windows: pd.DataFrame, lo: np.ndarray, hi:
     site = h["site"].to_numpy(dtype=object)
     busy = np.minimum(h["busy_ns"].to_numpy(np.int64), rest)
     comm = np.array([bool(_COMM_CALL.search(str(x))) for x in site], dtype=bool)
-    for label, part in (("waiting", "host_sync"), ("launching", "launch_cadence"), ("short", "launch_cadence"), ("unknown", "host_late")):
+    # An interval in which a synchronizing call returned is the sync's: the GPU ran dry while
+    # the host waited, and stays idle until the host issues new work (estimates.sync_wait_time).
+    calls = analysis.profile.calls
+    sync_ends = np.sort(calls.loc[is_sync(calls["name"]).to_numpy(), "end_ns"].to_numpy(np.int64)) if not calls.empty else np.zeros(0, np.int64)
+    returned = np.searchsorted(sync_ends, e, side="right") > np.searchsorted(sync_ends, s, side="left")
+    host = np.where((host == "unknown") & returned, "waiting", host)
+    lead = h["where"].to_numpy(dtype=object) == hostgaps.LEAD_IN
+    late = np.where(lead, "host_before_launch", "host_late")  # where the host's unexplained time goes
+    for label, part in (("waiting", "host_sync"), ("launching", "launch_cadence"), ("short", "launch_cadence")):
         m = host == label
         if label == "waiting":
             np.add.at(out["comm_wait"], g[m & comm], rest[m & comm])
             m = m & ~comm
         np.add.at(out[part], g[m], rest[m])
+    for part in ("host_late", "host_before_launch"):
+        m = (host == "unknown") & (late == part)
+        np.add.at(out[part], g[m], rest[m])
     # A busy interval: the Python time is host Python; the rest of it the host issuing late.
     m = host == "busy"
     np.add.at(out["host_python"], g[m], busy[m])
-    np.add.at(out["host_late"], g[m], rest[m] - busy[m])
+    for part in ("host_late", "host_before_launch"):
+        np.add.at(out[part], g[m & (late == part)], (rest - busy)[m & (late == part)])
     steps = max(n, 1)
     for i in np.flatnonzero(m & (busy > 0)):
         key = str(site[i]) or "(no user frame: library code)"
         sites[key] = sites.get(key, 0.0) + busy[i] / 1e6 / steps
     for i in np.flatnonzero((host == "waiting") & (rest > 0)):
-        syncs[str(site[i])] = syncs.get(str(site[i]), 0.0) + rest[i] / 1e6 / steps
+        key = str(site[i]) or "(a sync returned inside the gap)"
+        syncs[key] = syncs.get(key, 0.0) + rest[i] / 1e6 / steps
     labelled = sum(out[p] for p in WAIT_PARTS)
     out["unattributed"] = idle - labelled  # intervals hostgaps left out; never negative (they are inside the idle time)
     return out, sites, syncs

@@ -21,7 +21,7 @@ COLOURS = {
     "gemm": "#4e79a7", "convolution": "#59a14f", "attention": "#76b7b2", "normalisation": "#edc948",
     "elementwise": "#b07aa1", "layout_transform": "#ff9da7", "reduction_sampling": "#9c755f",
     "memcpy_memset": "#f28e2b", "communication": "#8cd17d", "other": "#bab0ac", "data_loading": "#e15759",
-    "host_sync": "#d37295", "comm_wait": "#a0cbe8", "host_python": "#f1ce63", "host_late": "#ff6b3d",
+    "host_sync": "#d37295", "comm_wait": "#a0cbe8", "host_python": "#f1ce63", "host_late": "#ff6b3d", "host_before_launch": "#ffbe7d",
     "launch_cadence": "#fabfd2", "unattributed": "#79706e",
 }
 
@@ -81,27 +81,36 @@ def _bar(y: float, parts: dict[str, float], total: float, scale: float, x0: floa
     return out
 
 
+def _svg(body: list[str], width: float, height: float, label: str) -> str:
+    return (f'<svg class="pd-attribution" role="img" aria-label="{escape(label)}" width="100%" '
+            f'style="max-width:{width:.0f}px" viewBox="0 0 {width:.0f} {height:.0f}" xmlns="http://www.w3.org/2000/svg">'
+            + "".join(body) + "</svg>")
+
+
 def html(analysis) -> str:
-    """A table of the headline step and one stacked bar per traced step (the headline first)."""
+    """The headline step's stacked bar with its legend, then (folded, so the timeline stays in
+    the first screen) the table and one stacked bar per traced step, on one scale."""
     a = analysis.attribution
     if a.reason:
-        return f'<h2>{TITLE}</h2><p class="muted">Not available: {escape(a.reason)}</p>'
+        return f'<p class="muted"><b>{TITLE}:</b> not available: {escape(a.reason)}</p>'
     rows = "".join(f"<tr><td>{escape(label)}</td><td>{ms:.4g}</td><td>{share:.1%}</td></tr>" for label, ms, share in _rows(a))
     steps = a.per_step.head(50)
     longest = max([a.step_ms, *steps["step_ms"].tolist()])
     width, x0 = 760.0, 70.0
     scale = (width - x0 - 10) / longest if longest > 0 else 0.0
-    body = _bar(4, a.step, a.step_ms, scale, x0, "step")
+    head = _svg(_bar(2, a.step, a.step_ms, scale, x0, "step"), width, 18, f"{TITLE}: the step")
+    body: list[str] = []
     for i, r in enumerate(steps.itertuples(index=False)):
-        body += _bar(24 + 18 * i, {p: getattr(r, p) for p in PARTS}, r.step_ms, scale, x0, f"#{r.step}")
-    height = 30 + 18 * len(steps)
-    svg = (f'<svg class="pd-plot" role="img" aria-label="{TITLE}: one stacked bar per step" width="100%" '
-           f'style="max-width:{width:.0f}px" viewBox="0 0 {width:.0f} {height:.0f}" xmlns="http://www.w3.org/2000/svg">'
-           + "".join(body) + "</svg>")
+        body += _bar(2 + 18 * i, {p: getattr(r, p) for p in PARTS}, r.step_ms, scale, x0, f"#{r.step}")
+    per_step = _svg(body, width, 6 + 18 * len(steps), f"{TITLE}: one stacked bar per step")
     legend = "".join(f'<span><i style="background:{COLOURS[p]}"></i>{escape(LABELS[p])}</span>' for p in PARTS if a.step[p] > 0)
     note = f'<p class="muted">{escape(a.note)}</p>' if a.note else ""
-    return (f'<h2>{TITLE}</h2><p>{escape(headline(a))}</p><table><tr><th>part</th><th>ms/step</th><th>share</th></tr>{rows}</table>'
-            f'<p class="legend">{legend}</p><div class="plot">{svg}</div>{note}')
+    top = ", ".join(f"{LABELS[p]} {ms:.3g} ms" for p, ms in a.largest(3))
+    # Compact (a line, a bar, a fold) so the timeline below stays in the first screen.
+    return (f'<section class="pd-where"><p><b>{TITLE}:</b> {escape(headline(a))}. Largest: {escape(top)}.</p>{head}'
+            f"<details><summary>every part, its colour, and one bar per traced step</summary>"
+            f'<p class="legend">{legend}</p><table><tr><th>part</th><th>ms/step</th><th>share</th></tr>{rows}</table>'
+            f"{per_step}{note}</details></section>")
 
 
 def json_block(analysis) -> dict[str, Any]:
