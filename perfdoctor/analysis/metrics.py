@@ -880,6 +880,7 @@ def _workload(profile: Profile, override: str | None) -> workloads.Workload:
         raise UsageError(f"--workload {override!r}: expected 'training' or 'inference'")
     if override == found.kind:
         return found
+    task = "training" if override == "training" else (found.task if found.kind == "inference" else "inference")
     return dataclasses.replace(
-        found, kind=override, confidence="user", evidence=[f"set by --workload (the trace reads as {found.text})"]
+        found, kind=override, task=task, confidence="user", evidence=[f"set by --workload (the trace reads as {found.text})"]
     )

@@ -212,5 +212,5 @@ def applies(rule_workload: str | None, workload: Workload) -> bool:
         return True
     if rule_workload in TASKS and rule_workload not in ("training", "inference"):
         # a task-specific rule also runs on unrecognised inference (abstaining would hide it)
-        return workload.task in (rule_workload, "inference")
+        return workload.kind == "inference" and workload.task in (rule_workload, "inference")
     return rule_workload == workload.kind

@@ -615,7 +615,11 @@ def not_applicable(rule: Rule, analysis: Analysis) -> str | None:
 
     if any(workloads.applies(k, w) for k in rule.workload):
         return None
-    return f"{NOT_APPLICABLE}{'/'.join(rule.workload)}-only rule; this trace is {w.text}"
+    if w.kind == "training" and "training" not in rule.workload:
+        # an inference task's rule on a training trace: "inference-only", naming the tasks
+        tasks = "" if rule.workload == ("inference",) else f" (a rule for {'/'.join(rule.workload)})"
+        return f"{NOT_APPLICABLE}inference-only rule; this trace is {w.text}{tasks}"
+    return f"{NOT_APPLICABLE}{'/'.join(rule.workload)}-only rule; this trace is {w.text} (task {w.task_text})"
 
 
 def evaluate_rule(rule: Rule, analysis: Analysis, values: dict[str, Metric], evidence: dict[str, Evidence] | None = None) -> Finding:
