@@ -19,11 +19,13 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
 
+from perfdoctor.analysis import attribution as attributions
 from perfdoctor.analysis import capture
 
 from perfdoctor.analysis import comms
@@ -36,6 +38,7 @@ from perfdoctor.names.codes import equals
 from perfdoctor.profile import LightSteps, Profile
 from perfdoctor.analysis.steps import Steps, find_steps, is_launch, is_sync, union_ns
 from perfdoctor.analysis.timeline import Timeline, build
+from perfdoctor.analysis.timeline import union_per_group as timeline_union
 
 SCHEMA = "perfdoctor.metrics/2"
 # Above this traced/untraced step-time ratio the tracer visibly stretched host gaps: the
@@ -148,6 +151,11 @@ class Analysis:
         if self.graph_state is None:
             self.graph_state = capture.trace_state(self.profile)
 
+    @cached_property
+    def attribution(self) -> attributions.Attribution:
+        """Where each step's time went (:mod:`perfdoctor.analysis.attribution`), computed once on first use."""
+        return attributions.attribute(self)
+
     @property
     def time_source(self) -> str:
         """Where step time comes from, in words, for the report header."""
@@ -214,6 +222,7 @@ class Analysis:
                 "clock": self.light.clock,
             },
             "metrics": {k: m.to_json() for k, m in self.metrics.items()},
+            "attribution": jsonable(self.attribution.to_json()),
             "device": jsonable(self.profile.device),
             "steps": steps,
             "meta": jsonable(meta),
@@ -371,7 +380,16 @@ def _with_tracer_note(c: _Context, m: Metric) -> Metric:
     return m
 
 
-def _kernel_time_ratio(c: _Context) -> Metric:
+def _kernel_time_ratio(c: _Context, light_p50: Metric) -> Metric:
+    """Kernel time over the span; with a light pass, corrected for the tracer as
+    gpu_idle_ratio is: median kernel busy time per step (the trace) / the untraced step."""
+    if c.light is not None and light_p50.value and not c.no_steps:
+        k = c.timeline.step_kernels
+        n = len(c.steps.table)
+        busy = timeline_union(k["start_ns"].to_numpy(np.int64), k["end_ns"].to_numpy(np.int64), k["step"].to_numpy(np.int64), n)
+        busy_ms = float(np.median(busy[c.windows.index.to_numpy()])) / 1e6
+        return c.have("kernel_time_ratio", float(np.clip(busy_ms / light_p50.value, 0.0, 1.0)), source=f"{c.source}+light",
+                      note=f"kernel busy {busy_ms:.4g} ms per step from the trace / untraced step {light_p50.value:.4g} ms")
     return _with_tracer_note(c, _union_ratio(c, "kernel_time_ratio", ("kernel",)))
 
 
@@ -395,9 +413,15 @@ def _launches_per_step(c: _Context) -> Metric:
     return _calls_per_step(c, "launches_per_step", is_launch)
 
 
-def _launch_rate_per_s(c: _Context) -> Metric:
+def _launch_rate_per_s(c: _Context, per_step: Metric, steps_per_s: Metric) -> Metric:
+    """Launches per second of the run: with the light pass, launches per step × its
+    untraced steps per second (the wall clock the program runs at); from a trace alone,
+    launches over the step ranges' host time."""
     if c.no_calls:
         return c.absent("launch_rate_per_s", c.no_calls)
+    if steps_per_s.source == "light" and steps_per_s.value and per_step.value is not None:
+        return c.have("launch_rate_per_s", per_step.value * steps_per_s.value, source=f"{c.source}+light",
+                      note=f"{per_step.value:.4g} launches per step × {steps_per_s.value:.4g} untraced steps/s")
     t = c.steps.table
     host_s = (t["host_end_ns"] - t["host_start_ns"]).sum() / 1e9
     if host_s <= 0:
@@ -830,15 +854,15 @@ def analyze(
     c.overhead = m["profiler_overhead_ratio"].value
     m["host_lead_ms_p50"] = _host_lead_ms_p50(c, light)
     m["gpu_idle_ratio"] = _gpu_idle_ratio(c, m["step_latency_ms_p50"])
-    m["kernel_time_ratio"] = _kernel_time_ratio(c)
+    m["kernel_time_ratio"] = _kernel_time_ratio(c, m["step_latency_ms_p50"])
     m["memcpy_time_ratio"] = _memcpy_time_ratio(c)
     m["kernels_per_step"] = _kernels_per_step(c)
     m["launches_per_step"] = _launches_per_step(c)
-    m["launch_rate_per_s"] = _launch_rate_per_s(c)
     m["short_kernel_ratio"] = _short_kernel_ratio(c)
     m["step_gpu_ms_p50"] = _step_gpu_ms_p50(c)
     m["host_before_gpu_ms_p50"], m["host_before_gpu_ratio"] = _host_before_gpu(c)
     m["steps_per_s"] = _steps_per_s(c, light)
+    m["launch_rate_per_s"] = _launch_rate_per_s(c, m["launches_per_step"], m["steps_per_s"])
     m["tokens_per_s"] = _serving_tokens_per_s(c, m["steps_per_s"], light) or _tokens_per_s(c, m["steps_per_s"])
     m["sync_calls_per_step"] = _sync_calls_per_step(c)
     m["pageable_memcpy_bytes"] = _pageable_memcpy_bytes(c)
@@ -875,6 +899,7 @@ def _workload(profile: Profile, override: str | None) -> workloads.Workload:
         raise UsageError(f"--workload {override!r}: expected 'training' or 'inference'")
     if override == found.kind:
         return found
+    task = "training" if override == "training" else (found.task if found.kind == "inference" else "inference")
     return dataclasses.replace(
-        found, kind=override, confidence="user", evidence=[f"set by --workload (the trace reads as {found.text})"]
+        found, kind=override, task=task, confidence="user", evidence=[f"set by --workload (the trace reads as {found.text})"]
     )

@@ -16,7 +16,18 @@ Evidence of training, strongest first:
                      ``layer_norm_grad_input_kernel``, ``softmax_warp_backward``) — the only
                      evidence left when the trace keeps no CPU ops (nsys)
 
-None of them → inference. Confidence says how much was visible: ``high`` when the CPU ops
+None of them → inference.
+
+Then the task (``Workload.task``), which decides the thresholds and fix texts that fit
+(a channels-last fix for a ResNet, a CUDA graph for a decode loop), from the same names:
+
+``training``     the kind above
+``serving``      vLLM / SGLang step ranges (``execute_context_*``, ``step[DECODE bs=32]``)
+``diffusion``    diffusers / DiT names (``unet``, ``transformer_blocks``, ``scheduler.step``, Flux, SD3, xDiT)
+``llm-prefill``  a language model (embedding / RMSNorm / rotary / KV-cache names) whose steps say prefill
+``llm-decode``   a language model otherwise (one token per step: the seed pack's workload)
+``vision``       convolution ops or kernels (or NCHW<->NHWC transforms) and no language-model name
+``inference``    none of these: the generic inference rules apply Confidence says how much was visible: ``high`` when the CPU ops
 were seen (a training step cannot hide its backward ops), ``medium`` when only ranges and
 kernel names were (a trace without CPU ops, e.g. nsys without NVTX from PyTorch), ``none``
 for a trace with no GPU kernels and no ops (kind ``unknown``).
@@ -35,6 +46,14 @@ from perfdoctor.names.codes import equals, factorize
 from perfdoctor.profile import Profile
 
 KINDS = ("training", "inference", "unknown")
+TASKS = ("training", "serving", "diffusion", "llm-prefill", "llm-decode", "vision", "inference", "unknown")
+# vLLM's and SGLang's own source files in the Python frames are serving engines too
+_ENGINE_FRAME = re.compile(r"(?:^|/)(?:vllm|sglang)/\w")
+_SERVING = re.compile(r"^execute_context_|^step\[(?:DECODE|PREFILL|EXTEND|MIXED)|execute_model|ModelRunner", re.I)
+_DIFFUSION = re.compile(r"diffusers|unet|transformer_blocks|scheduler\.step|denois|flux|sd3|xdit|\bdit\b|CUDAGraphNode", re.I)
+_LLM = re.compile(r"embedding|rms_?norm|rotary|\brope\b|kv_?cache|reshape_and_cache|paged_attention|decode|generate|lm_head|llama|causallm", re.I)
+_PREFILL = re.compile(r"prefill|context_encoding|extend", re.I)
+_VISION = re.compile(r"conv(?:olution)?\d?d|cudnn_convolution|nchwToNhwc|nhwcToNchw|implicit_?gemm|fprop|max_pool|adaptive_avg_pool", re.I)
 
 _BACKWARD_OP = re.compile(r"^autograd::engine::evaluate_function: |Backward\d*$")
 _EVALUATE = "autograd::engine::evaluate_function: "
@@ -53,11 +72,17 @@ class Workload:
     backward_kernels: int = 0
     ops_seen: int = 0
     evidence: list[str] = field(default_factory=list)
+    task: str = "unknown"  # TASKS: what the program is for (module docstring)
+    task_evidence: str = ""
 
     @property
     def text(self) -> str:
         """One line for the report: ``training: 232 backward ops, Optimizer.step#AdamW.step``."""
         return f"{self.kind}: {', '.join(self.evidence)}" if self.evidence else self.kind
+
+    @property
+    def task_text(self) -> str:
+        return f"{self.task} ({self.task_evidence})" if self.task_evidence else self.task
 
     def to_dict(self) -> dict:
         return {
@@ -69,6 +94,8 @@ class Workload:
             "backward_kernels": self.backward_kernels,
             "ops_seen": self.ops_seen,
             "evidence": self.text,
+            "task": self.task,
+            "task_evidence": self.task_evidence,
         }
 
 
@@ -135,7 +162,10 @@ def classify(
         confidence = "high" if ops_seen else "medium"
         seen = f"among {ops_seen} CPU ops" if ops_seen else f"(no CPU ops in the trace; {n_kernels} kernels checked)"
         evidence.append(f"no backward op, no optimizer step {seen}")
+    task, task_why = _task(kind, names, uniques, kernels_of)
     return Workload(
+        task=task,
+        task_evidence=task_why,
         kind=kind,
         confidence=confidence,
         backward_ops=int(backward),
@@ -147,10 +177,40 @@ def classify(
     )
 
 
+def _first(pattern: re.Pattern[str], names) -> str | None:
+    """The first name that matches; Python frames (``file.py(12): fn``) are left out: a
+    library's ``decode`` or ``property`` says nothing about the model."""
+    return next((k for k in names if isinstance(k, str) and ".py(" not in k and not k.startswith("<built-in") and pattern.search(k)), None)
+
+
+def _task(kind: str, names: dict[str, int], kernel_names, kernels_of: np.ndarray) -> tuple[str, str]:
+    """The task (module docstring) and the name that says so."""
+    if kind in ("training", "unknown"):
+        return kind, ""
+    ran = [k for k, n in zip(kernel_names, kernels_of) if n]
+    if (hit := _first(_SERVING, names)) is not None:
+        return "serving", hit[:60]
+    if (hit := next((k for k in names if isinstance(k, str) and _ENGINE_FRAME.search(k)), None)) is not None:
+        return "serving", hit[:60]
+    if (hit := _first(_DIFFUSION, names)) is not None:
+        return "diffusion", hit[:60]
+    llm = _first(_LLM, names)
+    if llm is not None:
+        if (hit := _first(_PREFILL, names)) is not None:
+            return "llm-prefill", hit[:60]
+        return "llm-decode", llm[:60]
+    if (hit := _first(_VISION, names) or _first(_VISION, ran)) is not None:
+        return "vision", hit[:60]
+    return "inference", ""
+
+
 def applies(rule_workload: str | None, workload: Workload) -> bool:
     """Whether a rule declared for ``rule_workload`` ("inference" / "training" / "any" or
     None) applies to this trace. An ``unknown`` workload runs every rule (abstaining would
     hide findings; the report states the workload it assumed)."""
     if not rule_workload or rule_workload == "any" or workload.kind == "unknown":
         return True
+    if rule_workload in TASKS and rule_workload not in ("training", "inference"):
+        # a task-specific rule also runs on unrecognised inference (abstaining would hide it)
+        return workload.kind == "inference" and workload.task in (rule_workload, "inference")
     return rule_workload == workload.kind

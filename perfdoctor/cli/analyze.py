@@ -49,6 +49,7 @@ def analyze_command(
     # diagnose first: a large trace's decoders start before the modules below import pandas.
     d = diagnose(path, step=step, tokens_per_step=tokens_per_step, rules=rules, thresholds=threshold, workload=workload)
     from perfdoctor.reports.summary import gaps_owner, render_summary
+    from perfdoctor.reports import attribution
     from perfdoctor.reports.terminal import brief_renderable, findings_renderable, verdict_text
 
     console = outputs.report_console(json_out)
@@ -59,6 +60,7 @@ def analyze_command(
             outputs.wrote(json_out)
         return
     console.print(verdict_text(d.findings, d.analysis))  # the verdict first: a crash is the first thing read
+    console.print(attribution.terminal(d.analysis))  # then where the step went
     # One gap table: the summary's, unless a finding prints the same table as its evidence.
     render_summary(d.analysis, console, gaps_shown_by=gaps_owner(d.findings))
     console.print(findings_renderable(d.findings, d.analysis, with_verdict=False, top=top or None), crop=False)  # code is never cropped

@@ -58,6 +58,10 @@ RANGE_PROFILER = "cuda_profiler_range"
 UNREAD_DEVICE_WORK = {RANGE_PROFILER: "CUPTI range-profiler events (cuda_profiler_range)"}
 UNREAD_DEVICE_PREFIXES = {"mtia_": "MTIA device events"}
 PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
+# The DataLoader's iterator, a CPU op torch.profiler records around every batch
+# ("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"): kept with its times (source
+# "data_loader") so the step attribution can say how long the GPU waited for data.
+DATALOADER_NEXT = re.compile(r"DataLoader.*__next__")
 
 # "Memcpy HtoD (Pageable -> Device)": the copy direction and the host memory kind.
 MEMCPY_NAME = re.compile(r"^Memcpy (?P<copy_kind>\w+) \((?P<src>\w+) -> (?P<dst>\w+)\)")
@@ -469,7 +473,7 @@ class Events:
         self.op_counts.update(names)
         known, distinct = self._is_step, set(names)
         for n in distinct.difference(known):
-            known[n] = PROFILER_STEP.match(n) is not None
+            known[n] = PROFILER_STEP.match(n) is not None or DATALOADER_NEXT.search(n) is not None
         if any(known[n] for n in distinct):
             keep = np.fromiter(map(known.__getitem__, names), dtype=bool, count=len(names))
             idx = np.flatnonzero(keep)
@@ -696,9 +700,10 @@ def _range_sources(taken: _Taken) -> _Taken:
         return taken
     _, codes, uniques = _names(taken.events)
     is_step = _by_name(codes, uniques, lambda n: PROFILER_STEP.match(n) is not None).astype(bool)
+    is_loader = _by_name(codes, uniques, lambda n: DATALOADER_NEXT.search(n) is not None).astype(bool)
     cats = taken.cats
-    labels = np.array(["", "profiler_step", "record_function", "python"], dtype=object)  # one object per label (see _labels)
-    source = labels[np.select([is_step, cats == "user_annotation", cats == "python_function"], [1, 2, 3], default=0)]
+    labels = np.array(["", "profiler_step", "record_function", "python", "data_loader"], dtype=object)  # one object per label (see _labels)
+    source = labels[np.select([is_step, is_loader, cats == "user_annotation", cats == "python_function"], [1, 4, 2, 3], default=0)]
     kept = taken.subset(source != "")
     kept.cats = source[source != ""]
     return kept

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.analysis.metrics import Analysis
-from perfdoctor.reports import common
+from perfdoctor.reports import attribution, common
 from perfdoctor.reports.summary import workload_lines
 from perfdoctor.reports.json import document
 from perfdoctor.rules.engine import Finding
@@ -543,6 +543,7 @@ def render(findings: Sequence[Finding], analysis: Analysis, packs: Sequence[str]
         f'<p class="muted">Step time: {e(analysis.time_source)}</p>',
         *[f'<p class="muted">{e(line)}</p>' for line in workload_lines(analysis)],
         f'<div class="verdict {common.outcome(findings, analysis)}">{e(verdict)}</div>',
+        attribution.html(analysis),
         _cards(analysis),
         '<p class="muted"><span id="pd-status"></span> · <a id="pd-download" download="findings.json" hidden>download findings.json</a></p>',
         "<h2>Timeline</h2>",

@@ -11,6 +11,7 @@ from typing import Any, Sequence
 import orjson
 
 from perfdoctor.analysis.metrics import Analysis
+from perfdoctor.reports import attribution
 from perfdoctor.reports.common import outcome, verdict_line
 from perfdoctor.rules.engine import Finding, verdict
 
@@ -39,6 +40,7 @@ def document(findings: Sequence[Finding], analysis: Analysis, packs: Sequence[st
         "baseline": {
             k: analysis.value(k) for k in ("steps_per_s", "tokens_per_s", "step_latency_ms_p50", "step_latency_ms_p99")
         },
+        "attribution": attribution.json_block(analysis),
         "rule_packs": list(packs),
         "findings": [f.to_json() for f in findings],
     }

@@ -12,7 +12,7 @@ from html import escape
 from typing import Sequence
 
 from perfdoctor.analysis.metrics import Analysis
-from perfdoctor.reports import common
+from perfdoctor.reports import attribution, common
 from perfdoctor.reports.summary import workload_lines
 from perfdoctor.rules.engine import Finding
 from perfdoctor.rules.evidence import Evidence
@@ -92,6 +92,7 @@ def render(findings: Sequence[Finding], analysis: Analysis) -> str:
         f"<sub>step time: {cell(analysis.time_source)}</sub>",
         *[f"<sub>{cell(line)}</sub>" for line in workload_lines(analysis)],
         "",
+        *attribution.markdown(analysis),
     ]
     shown_before = common.evidence_owner(failing)
     for f in failing:

@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from perfdoctor.analysis.metrics import Analysis
-from perfdoctor.reports import common
+from perfdoctor.reports import attribution, common
 from perfdoctor.reports.code import Code
 from perfdoctor.rules.engine import Finding
 from perfdoctor.rules.evidence import Evidence
@@ -119,10 +119,10 @@ BRIEF_TOP = 3
 
 
 def brief_renderable(findings: Sequence[Finding], analysis: Analysis, command: str) -> RenderableType:
-    """``--brief``: the verdict, the step attribution (the diagnosis issue's slot: printed by
-    its own module when present), and the top three findings, one line each."""
+    """``--brief``: the verdict, where the step went (:mod:`perfdoctor.reports.attribution`),
+    and the top three findings, one line each."""
     groups = common.causes(common.by_status(findings, "fail"))
-    parts: list[RenderableType] = [verdict_text(findings, analysis)]
+    parts: list[RenderableType] = [verdict_text(findings, analysis), attribution.terminal(analysis)]
     parts.extend(finding_line(f, analysis, same) for f, same in groups[:BRIEF_TOP])
     if len(groups) > BRIEF_TOP:
         parts.append(Text(f"and {len(groups) - BRIEF_TOP} more causes: {command} (without --brief) shows all", style="dim"))
@@ -135,7 +135,9 @@ def findings_renderable(findings: Sequence[Finding], analysis: Analysis, *, with
     False where the verdict was printed already, as analyze's first line. ``top``: only
     the first N failing findings in full, the rest one line each."""
     failing = common.by_status(findings, "fail")
-    parts: list[RenderableType] = [verdict_text(findings, analysis), Text("")] if with_verdict else []
+    # The verdict, then where the step went (the attribution), before any finding; analyze
+    # prints both itself, first, and passes with_verdict=False.
+    parts: list[RenderableType] = [verdict_text(findings, analysis), Text(""), attribution.terminal(analysis)] if with_verdict else []
     groups = common.causes(failing)
     full = groups if top is None else groups[:top]
     shown_before = common.evidence_owner([f for f, _ in full])

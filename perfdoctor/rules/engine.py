@@ -75,7 +75,7 @@ RULE_FIELDS = {
     "id", "title", "description", "metric", "show", "comparator", "threshold", "severity",
     "citation", "evidence", "estimate", "collect", "remediation", "variant", "workload", "suppresses", "no_estimate",
 }
-WORKLOADS = ("training", "inference", "any")
+WORKLOADS = ("training", "inference", "any", "serving", "diffusion", "llm-prefill", "llm-decode", "vision")
 VARIANT_FIELDS = {"when", "title", "remediation", "estimate"}
 REMEDIATION_FIELDS = {"steps", "snippet"}
 REQUIRED = ("title", "metric", "severity", "citation", "remediation")
@@ -113,12 +113,38 @@ PREDICATES: dict[str, tuple[Callable[[dict[str, Metric]], bool], str]] = {
 }
 
 
+TASK_CONDITIONS = ("vision", "diffusion", "llm-prefill", "serving")
+for _task in TASK_CONDITIONS:
+    PREDICATES[_task] = (_workload_is(_task), f"the workload is recognised as {_task} (perfdoctor.analysis.workload.Workload.task)")
+
+
 def workload_values(analysis: Analysis) -> dict[str, Metric]:
-    """The workload as 0/1 inputs for the ``training`` / ``inference`` conditions."""
+    """The workload as 0/1 inputs for the ``training`` / ``inference`` and task conditions."""
     w = getattr(analysis, "workload", None)
     kind = w.kind if w is not None else "unknown"
+    task = getattr(w, "task", "unknown")
     src = "perfdoctor.analysis.workload"
-    return {f"workload_{k}": Metric(1.0 if kind == k else 0.0, "flag", src) for k in ("training", "inference")}
+    out = {f"workload_{k}": Metric(1.0 if kind == k else 0.0, "flag", src) for k in ("training", "inference")}
+    out.update({f"workload_{k}": Metric(1.0 if task == k else 0.0, "flag", src) for k in TASK_CONDITIONS})
+    return out
+
+
+# Severity follows the time at stake: a failure whose estimate wins back less than these
+# shares of the step is at most a warning / info (a 0.1 ms "error" in a 37 ms step is not one).
+STAKE_WARNING, STAKE_INFO = 0.05, 0.01
+
+
+def _stake_severity(analysis: Analysis, finding: "Finding") -> None:
+    ms = finding.recovered_ms
+    step = analysis.value("step_latency_ms_p50")
+    if ms is None or not step or step <= 0 or finding.severity == "critical":
+        return
+    share = ms / step
+    cap = "info" if share < STAKE_INFO else "warning" if share < STAKE_WARNING else None
+    if cap is not None and SEVERITY_RANK[finding.severity] > SEVERITY_RANK[cap]:
+        note = f"severity {finding.severity} → {cap}: {ms:.3g} ms of a {step:.4g} ms step ({share:.1%}) is at stake"
+        finding.severity = cap
+        finding.reason = f"{finding.reason}; {note}" if finding.reason else note
 
 
 # --- the rule model ---------------------------------------------------------------------
@@ -589,7 +615,11 @@ def not_applicable(rule: Rule, analysis: Analysis) -> str | None:
 
     if any(workloads.applies(k, w) for k in rule.workload):
         return None
-    return f"{NOT_APPLICABLE}{'/'.join(rule.workload)}-only rule; this trace is {w.text}"
+    if w.kind == "training" and "training" not in rule.workload:
+        # an inference task's rule on a training trace: "inference-only", naming the tasks
+        tasks = "" if rule.workload == ("inference",) else f" (a rule for {'/'.join(rule.workload)})"
+        return f"{NOT_APPLICABLE}inference-only rule; this trace is {w.text}{tasks}"
+    return f"{NOT_APPLICABLE}{'/'.join(rule.workload)}-only rule; this trace is {w.text} (task {w.task_text})"
 
 
 def evaluate_rule(rule: Rule, analysis: Analysis, values: dict[str, Metric], evidence: dict[str, Evidence] | None = None) -> Finding:
@@ -644,6 +674,7 @@ def evaluate_rule(rule: Rule, analysis: Analysis, values: dict[str, Metric], evi
         finding.estimate = fn(analysis, rule.threshold, dict(spec.params))
         finding.estimate_kind = spec.kind
         finding.projected = _projection(analysis, finding.estimate.ms_per_step)
+        _stake_severity(analysis, finding)
         if finding.estimate.ms_per_step is None:
             finding.estimate_reason = finding.estimate.formula  # the estimator says what it needed
     elif finding.status == "fail":

@@ -76,18 +76,26 @@ def idle_between_kernels(analysis: Analysis, threshold: float | None, params: di
     Per gap: max(0, gap − residual). A CUDA graph replays kernels with ~1-2 µs between them
     instead of the host's launch cadence; a megakernel leaves none (``residual_gap_us = 0``).
     Gaps in which a synchronizing call returned are left out: they are the host-syncs
-    rule's time (:func:`sync_wait_time`), and a graph does not remove a sync.
+    rule's time (:func:`sync_wait_time`), and a graph does not remove a sync. So are gaps in
+    which the host ran Python (:func:`perfdoctor.analysis.hostgaps.gap_hosts` "busy"): the
+    host-busy-in-gaps rule's time; a graph replays kernels, not the Python between them.
     """
+    from perfdoctor.analysis.hostgaps import BETWEEN
+
     residual_us = float(params.get("residual_gap_us", 2.0))
     if analysis.steps.count == 0:
         return Estimate(None, "needs steps with GPU work")
     gaps = analysis.timeline.gaps
     keep = ~gaps["after_sync"].to_numpy(dtype=bool)  # the two columns it needs, not a copy of the table
+    h = analysis.attribution.hosts
+    busy = h[(h["host"] == "busy") & (h["where"] == BETWEEN)]
+    if not busy.empty:
+        keep &= ~np.isin(gaps["start_ns"].to_numpy(np.int64), busy["start_ns"].to_numpy(np.int64))  # a gap is known by its start
     won = np.clip(gaps["length_ns"].to_numpy(dtype=np.float64)[keep] - residual_us * 1e3, 0, None)
     ms = _per_step_ms(analysis, won, gaps["step"].to_numpy()[keep])
     formula = (
         f"median over steps of Σ max(0, gap − {residual_us:g} µs) over the gaps between the step's GPU activities "
-        f"(gaps after a host sync excluded) = {ms:.3g} ms"
+        f"(gaps after a host sync or with the host running Python excluded) = {ms:.3g} ms"
     )
     cap = untraced_idle_ms(analysis)
     if cap is not None and ms > cap:
@@ -222,6 +230,21 @@ def host_busy_gaps(analysis: Analysis, threshold: float | None, params: dict[str
     )
 
 
+def _part_time(parts: tuple[str, ...], what: str) -> Callable[[Analysis, float | None, dict[str, Any]], Estimate]:
+    """The attribution's time in ``parts`` per step × ``saved`` (the share the fix removes,
+    a pack parameter, 1.0 by default): the untraced step's milliseconds at stake."""
+
+    def estimate(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
+        a = analysis.attribution
+        if a.reason:
+            return Estimate(None, f"needs the step attribution ({a.reason})")
+        saved = float(params.get("saved", 1.0))
+        ms = sum(a.step[p] for p in parts)
+        return Estimate(ms * saved, f"{what} {ms:.4g} ms per step (attribution, {a.source}) × {saved:g} that the fix removes")
+
+    return estimate
+
+
 ESTIMATES: dict[str, tuple[Callable[[Analysis, float | None, dict[str, Any]], Estimate], tuple[str, ...]]] = {
     # kind: (function, parameters it reads)
     "idle_between_kernels": (idle_between_kernels, ("residual_gap_us",)),
@@ -233,5 +256,9 @@ ESTIMATES: dict[str, tuple[Callable[[Analysis, float | None, dict[str, Any]], Es
     "exposed_comm": (exposed_comm, ()),
     "softmax_time": (softmax_time, ()),
     "host_busy_gaps": (host_busy_gaps, ()),
+    "layout_time": (_part_time(("layout_transform",), "layout transforms"), ("saved",)),
+    "norm_elementwise_time": (_part_time(("normalisation", "elementwise"), "normalisation + elementwise kernels"), ("saved",)),
+    "data_loading_time": (_part_time(("data_loading",), "GPU waiting for the DataLoader"), ("saved",)),
+    "host_late_time": (_part_time(("host_late",), "GPU waiting for the host to issue work"), ("saved",)),
     "straggler_delay": (straggler_delay, ()),
 }

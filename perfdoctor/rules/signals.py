@@ -127,6 +127,43 @@ def host_busy_gap_ratio(analysis: Analysis) -> Metric:
     return Metric(b.ratio, "ratio", "python-stacks", note=f"{b.ms_per_step:.3g} ms per step (median){top}")
 
 
+def _attribution_share(parts: tuple[str, ...], of: str, meaning: str) -> Callable[[Analysis], Metric]:
+    """A share of the step attribution (:mod:`perfdoctor.analysis.attribution`): ``parts`` over
+    the whole step (``of="step"``) or over the GPU busy time (``of="busy"``)."""
+
+    def read(analysis: Analysis) -> Metric:
+        a = analysis.attribution
+        if a.reason:
+            return Metric(None, "ratio", "attribution", reason=a.reason)
+        whole = a.step_ms if of == "step" else a.busy_ms
+        if whole <= 0:
+            return Metric(None, "ratio", "attribution", reason=f"the step has no {'time' if of == 'step' else 'GPU busy time'}")
+        ms = sum(a.step[p] for p in parts)
+        return Metric(ms / whole, "ratio", f"attribution ({a.source})", note=f"{ms:.4g} ms per step of {whole:.4g} ms {meaning}")
+
+    return read
+
+
+def eager_launches_per_step(analysis: Analysis) -> Metric:
+    """Launches per step that are not graph replays, in steps that also replay graphs
+    (piecewise CUDA graphs leave the pieces between them eager)."""
+    from perfdoctor.names.api import is_graph_launch
+    from perfdoctor.analysis.steps import is_launch
+
+    calls = analysis.profile.calls
+    if calls.empty or analysis.steps.count == 0:
+        return Metric(None, "count", "trace", reason="the trace has no CUDA API calls inside steps")
+    mine = calls[analysis.steps.call_step.to_numpy() >= 0]
+    graph = is_graph_launch(mine["name"])
+    launch = is_launch(mine["name"]).to_numpy()
+    n = analysis.steps.count
+    if not graph.any():
+        return Metric(None, "count", "trace", reason="no step replays a CUDA graph")
+    eager = int((launch & ~graph).sum())
+    return Metric(eager / n, "count", str(analysis.profile.meta.get("source", "trace")),
+                  note=f"{graph.sum() / n:.4g} graph launches and {eager / n:.4g} eager launches per step")
+
+
 def cross_rank(key: str, unit: str) -> Callable[[Analysis], Metric]:
     """A cross-rank metric (:mod:`perfdoctor.analysis.ranks`): the value the cross-rank view put in
     each rank's analysis; absent for a single-process trace."""
@@ -149,6 +186,11 @@ SIGNALS: dict[str, tuple[str, Callable[[Analysis], Metric], str]] = {
     "bandwidth_floor_ms": ("ms", bandwidth_floor_ms, "declared bytes per step / device peak bandwidth"),
     "graph_replay_share": ("ratio", graph_replay_share, "share of step kernels replayed from a CUDA graph"),
     "host_busy_gap_ratio": ("ratio", host_busy_gap_ratio, "share of the steps' idle time the host ran Python (not waiting, not launching)"),
+    "layout_transform_ratio": ("ratio", _attribution_share(("layout_transform",), "busy", "of GPU busy time"), "share of GPU busy time in layout transforms (NCHW<->NHWC, transposes, contiguous copies)"),
+    "norm_elementwise_ratio": ("ratio", _attribution_share(("normalisation", "elementwise"), "busy", "of GPU busy time"), "share of GPU busy time in normalisation and elementwise kernels"),
+    "data_loading_ratio": ("ratio", _attribution_share(("data_loading",), "step", "of the step"), "share of the step the GPU waited for the DataLoader"),
+    "host_late_ratio": ("ratio", _attribution_share(("host_late",), "step", "of the step"), "share of the step the GPU waited for the host to issue work, nothing else in flight"),
+    "eager_launches_per_step": ("count", eager_launches_per_step, "launches per step that are not graph replays, where steps replay graphs"),
     "straggler_delay_ms": ("ms", cross_rank("straggler_delay_ms", "ms"), "how much longer the slowest-working rank works per step than the others (perfdoctor.analysis.ranks)"),
     "straggler_delay_ratio": ("ratio", cross_rank("straggler_delay_ratio", "ratio"), "straggler_delay_ms over the job's median traced step"),
     "rank_step_spread_ratio": ("ratio", cross_rank("rank_step_spread_ratio", "ratio"), "(max − min) / median of the ranks' step_latency_ms_p50"),

@@ -38,6 +38,8 @@ SEED_IDS = {
     "host-busy-in-gaps",  # issue 20 item 12: what the host ran while the GPU idled
     # issue 17: several ranks
     "straggler",
+    # issue 28: remedies the field uses, cited from the PyTorch docs by title and section
+    "layout-transforms", "norm-elementwise", "data-loading", "host-late-launches",
 }
 LAUNCH_RULES = {"memory-bubbles", "launch-rate", "launches-per-step", "short-kernels", "kernel-share"}
 # What telling someone "use CUDA graphs" looks like in a remediation.
@@ -63,7 +65,7 @@ def test_seed_pack_has_every_documented_rule_with_a_citation() -> None:
     rules = load_rules()
     assert set(rules.rules) == SEED_IDS
     for r in rules:
-        assert re.search(r"\b00[03] §\d", r.citation), r.id
+        assert re.search(r"\b00[03] §\d|PyTorch Performance Tuning Guide, [A-Z]", r.citation), r.id
         assert r.remediation.steps, r.id
         assert r.threshold_origin.startswith("seed default") or r.advisory, r.id
     assert load_rules().get("dram-bandwidth").condition() == "dram_bw_util >= 0.85"

@@ -1,0 +1,287 @@
+"""Where each step's time went: GPU busy by kernel class plus GPU waiting by cause.
+
+One attribution per step, over the step's critical path ``[max(host start, previous step's
+GPU end), GPU end]`` (:func:`perfdoctor.analysis.steady.critical_path_ns`): every
+nanosecond of that window is either
+
+* **GPU busy** with one of the step's activities, by kernel class (:data:`BUSY_PARTS`).
+  Where activities of several classes overlap (two streams), the time goes to the class
+  first in :data:`BUSY_PARTS` — communication under compute counts as compute's, the part
+  that overlap already hid — so overlapping time counts once and the parts add up; or
+* **GPU waiting**, by what the host did meanwhile (:data:`WAIT_PARTS`), read from
+  :func:`perfdoctor.analysis.hostgaps.gap_hosts`: a DataLoader ``__next__`` range in flight
+  (data loading, taken first: it is what the host is doing whatever else it calls), a
+  synchronizing call in flight or returning inside the gap (host sync; on a collective's
+  call, communication wait), Python
+  frames that began in the step (host Python, with call sites), the host issuing the next
+  launch late with nothing else in flight (host late, between the step's GPU work; before
+  its first GPU work the same is host preparation: host before launch), launch cadence (gaps shorter than
+  hostgaps.MIN_GAP_US, the host's issue rate between back-to-back launches).
+* What no label covers (an interval hostgaps did not look at) is ``unattributed``: named,
+  never spread over the others.
+
+The headline (:attr:`Attribution.step`) is one step of the untraced run: the light pass's
+step time p50 where the bundle has one, else the traced critical path p50. GPU busy per
+class is the mean over the traced steps (the tracer does not stretch device work); the
+waiting is that step time less the busy time, split in the traced steps' proportions (the
+tracer does stretch host gaps). When the traced busy time exceeds the untraced step, every
+part is scaled to the step and a note says so. Parts add up to the step by construction;
+per traced step they add up to its critical path exactly (tests check both against the raw
+events).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from perfdoctor.analysis import hostgaps
+from perfdoctor.analysis.steps import is_sync
+from perfdoctor.analysis.timeline import union_per_group
+from perfdoctor.names.families import is_log_softmax
+
+# Kernel classes, in the order that wins an overlap (see the module docstring).
+BUSY_PARTS = (
+    "gemm", "convolution", "attention", "normalisation", "elementwise", "layout_transform",
+    "reduction_sampling", "memcpy_memset", "communication", "other",
+)
+WAIT_PARTS = ("data_loading", "host_sync", "comm_wait", "host_python", "host_late", "host_before_launch", "launch_cadence", "unattributed")
+PARTS = BUSY_PARTS + WAIT_PARTS
+LABELS = {
+    "gemm": "GEMM", "convolution": "convolution", "attention": "attention (incl. softmax)",
+    "normalisation": "normalisation", "elementwise": "elementwise", "layout_transform": "layout transform",
+    "reduction_sampling": "reduction / sampling", "memcpy_memset": "memcpy / memset", "communication": "communication",
+    "other": "other kernels", "data_loading": "waiting: data loading", "host_sync": "waiting: host sync",
+    "comm_wait": "waiting: communication", "host_python": "waiting: host Python", "host_late": "waiting: host launching late",
+    "host_before_launch": "waiting: host before the step's first launch",
+    "launch_cadence": "waiting: launch cadence (< 100 µs gaps)", "unattributed": "unattributed",
+}
+
+# Layout transforms: NCHW<->NHWC conversions (cuDNN's nchwToNhwcKernel / nhwcToNchwKernel),
+# transposes, permutes and the copies that .contiguous() launches (ATen direct_copy /
+# copy_kernel): what channels-last or a fused layout removes.
+_LAYOUT = re.compile(r"nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw|transpose|permute|direct_copy|\bcopy_kernel|CopyKernel|unrolled_elementwise_kernel<at::native::copy", re.I)
+_SAMPLING = re.compile(r"sampl|multinomial|topk|top_k|argmax|sort|radix", re.I)
+_FAMILY_PART = {
+    "gemm": "gemm", "conv": "convolution", "attention": "attention", "softmax": "attention", "norm": "normalisation",
+    "elementwise": "elementwise", "reduction": "reduction_sampling", "communication": "communication", "other": "other",
+}
+DATA_LOADER_SOURCE = "data_loader"  # ranges.source of the DataLoader's __next__ (collectors/kineto_events.py)
+# A sync call that waits on a collective (c10d's wait, NCCL's stream sync through ProcessGroup)
+_COMM_CALL = re.compile(r"nccl|rccl|c10d|ProcessGroup|all_?reduce|all_?gather|barrier", re.I)
+ADD_UP_TOLERANCE = 0.01  # the contract: parts add up to the step within 1 %
+
+
+def kernel_part(name: str, kind: str, fam: str) -> str:
+    """The busy part of one GPU activity (its name, kind and :mod:`perfdoctor.names.families` family)."""
+    if kind in ("memcpy", "memset"):
+        return "memcpy_memset"
+    if fam == "communication":
+        return "communication"
+    text = name if isinstance(name, str) else ""
+    if _LAYOUT.search(text):
+        return "layout_transform"
+    if fam == "softmax" and is_log_softmax(text):
+        return "reduction_sampling"  # a loss's log-softmax, not attention
+    if fam == "memory":
+        return "memcpy_memset" if re.search(r"memset|fill", text, re.I) else "layout_transform"
+    if _SAMPLING.search(text) and fam in ("reduction", "other", "elementwise"):
+        return "reduction_sampling"
+    return _FAMILY_PART.get(fam, "other")
+
+
+@dataclass
+class Attribution:
+    """Per traced step (``per_step``: ms, one row per step with GPU work) and for the
+    headline step (``step``: ms, adds up to ``step_ms``)."""
+
+    step_ms: float
+    source: str  # "light" or the trace's loader
+    step: dict[str, float]
+    per_step: pd.DataFrame  # columns: step, step_ms, then PARTS
+    sites: list[tuple[str, float]] = field(default_factory=list)  # host Python call sites, ms per step
+    sync_calls: list[tuple[str, float]] = field(default_factory=list)  # the sync calls waited on, ms per step
+    note: str | None = None
+    reason: str | None = None  # why there is no attribution
+    hosts: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=hostgaps.COLUMNS))  # gap_hosts, computed once
+
+    @property
+    def busy_ms(self) -> float:
+        return sum(self.step[p] for p in BUSY_PARTS)
+
+    def largest(self, n: int = 3) -> list[tuple[str, float]]:
+        return sorted(((p, v) for p, v in self.step.items() if v > 0), key=lambda kv: -kv[1])[:n]
+
+    def share(self, part: str) -> float:
+        return self.step.get(part, 0.0) / self.step_ms if self.step_ms > 0 else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        if self.reason:
+            return {"unit": "ms", "source": self.source, "value": None, "reason": self.reason}
+        rows = self.per_step.to_dict(orient="records")
+        return {
+            "unit": "ms",
+            "source": self.source,
+            "step_ms": self.step_ms,
+            "parts": {p: self.step[p] for p in PARTS},
+            "labels": {p: LABELS[p] for p in PARTS},
+            "busy_parts": list(BUSY_PARTS),
+            "wait_parts": list(WAIT_PARTS),
+            "host_python_sites": [{"site": s, "ms_per_step": v} for s, v in self.sites],
+            "sync_calls": [{"call": s, "ms_per_step": v} for s, v in self.sync_calls],
+            "steps": [{k: (int(v) if k == "step" else float(v)) for k, v in r.items()} for r in rows],
+            "note": self.note,
+        }
+
+
+def _absent(reason: str, source: str) -> Attribution:
+    return Attribution(0.0, source, {p: 0.0 for p in PARTS}, pd.DataFrame(columns=["step", "step_ms", *PARTS]), reason=reason)
+
+
+def _busy(analysis, windows: pd.DataFrame, lo: np.ndarray, hi: np.ndarray) -> dict[str, np.ndarray]:
+    """Per step (position in ``windows``), GPU busy ns by part inside its window."""
+    t = analysis.timeline
+    acts = t.activities
+    n = len(windows)
+    pos = pd.Series(np.arange(n), index=windows.index)
+    where = pos.reindex(acts["step"].to_numpy()).to_numpy()
+    ok = ~np.isnan(where)
+    g = np.where(ok, where, 0).astype(np.int64)
+    s = np.clip(acts["start_ns"].to_numpy(np.int64), lo[g], hi[g])
+    e = np.clip(acts["end_ns"].to_numpy(np.int64), lo[g], hi[g])
+    names, kinds = acts["name"].to_numpy(dtype=object), acts["kind"].to_numpy(dtype=object)
+    fams = t.families
+    memo: dict[tuple, str] = {}
+    part = np.array([memo.setdefault((nm, k, f), kernel_part(nm, k, f)) for nm, k, f in zip(names, kinds, fams)], dtype=object)
+    out: dict[str, np.ndarray] = {}
+    covered = np.zeros(n, dtype=np.int64)
+    mask = np.zeros(len(acts), dtype=bool)
+    for p in BUSY_PARTS:
+        mask |= ok & (part == p)
+        union = union_per_group(s[mask], e[mask], g[mask], n)
+        out[p] = union - covered  # what this class adds to the classes before it
+        covered = union
+    return out
+
+
+def _waits(h: pd.DataFrame, analysis, windows: pd.DataFrame, lo: np.ndarray, hi: np.ndarray, idle: np.ndarray):
+    """Per step, GPU waiting ns by cause (module docstring) from the labelled intervals ``h``
+    (:func:`perfdoctor.analysis.hostgaps.gap_hosts`), the host-Python sites and sync calls."""
+    n = len(windows)
+    out = {p: np.zeros(n, dtype=np.int64) for p in WAIT_PARTS}
+    sites: dict[str, float] = {}
+    syncs: dict[str, float] = {}
+    if h.empty:
+        out["unattributed"] = idle.copy()
+        return out, sites, syncs
+    pos = pd.Series(np.arange(n), index=windows.index)
+    where = pos.reindex(h["step"].to_numpy()).to_numpy()
+    ok = ~np.isnan(where)
+    h = h[ok]
+    g = where[ok].astype(np.int64)
+    s = np.clip(h["start_ns"].to_numpy(np.int64), lo[g], hi[g])
+    e = np.clip((h["start_ns"] + h["length_ns"]).to_numpy(np.int64), lo[g], hi[g])
+    length = np.clip(e - s, 0, None)
+    # Data loading: the time of each interval under a DataLoader __next__ range (any thread).
+    r = analysis.profile.ranges
+    dl = r[r["source"] == DATA_LOADER_SOURCE]
+    loading = np.zeros(len(h), dtype=np.int64)
+    if not dl.empty:
+        ds, de = dl["start_ns"].to_numpy(np.int64), dl["end_ns"].to_numpy(np.int64)
+        for i in np.flatnonzero(length > 0):
+            hit = (ds < e[i]) & (de > s[i])
+            if hit.any():
+                loading[i] = hostgaps.union_ns(ds[hit], de[hit], int(s[i]), int(e[i]))
+    rest = length - loading
+    np.add.at(out["data_loading"], g, loading)
+    host = h["host"].to_numpy(dtype=object)
+    site = h["site"].to_numpy(dtype=object)
+    busy = np.minimum(h["busy_ns"].to_numpy(np.int64), rest)
+    comm = np.array([bool(_COMM_CALL.search(str(x))) for x in site], dtype=bool)
+    # An interval in which a synchronizing call returned is the sync's: the GPU ran dry while
+    # the host waited, and stays idle until the host issues new work (estimates.sync_wait_time).
+    calls = analysis.profile.calls
+    sync_ends = np.sort(calls.loc[is_sync(calls["name"]).to_numpy(), "end_ns"].to_numpy(np.int64)) if not calls.empty else np.zeros(0, np.int64)
+    returned = np.searchsorted(sync_ends, e, side="right") > np.searchsorted(sync_ends, s, side="left")
+    host = np.where((host == "unknown") & returned, "waiting", host)
+    lead = h["where"].to_numpy(dtype=object) == hostgaps.LEAD_IN
+    late = np.where(lead, "host_before_launch", "host_late")  # where the host's unexplained time goes
+    for label, part in (("waiting", "host_sync"), ("launching", "launch_cadence"), ("short", "launch_cadence")):
+        m = host == label
+        if label == "waiting":
+            np.add.at(out["comm_wait"], g[m & comm], rest[m & comm])
+            m = m & ~comm
+        np.add.at(out[part], g[m], rest[m])
+    for part in ("host_late", "host_before_launch"):
+        m = (host == "unknown") & (late == part)
+        np.add.at(out[part], g[m], rest[m])
+    # A busy interval: the Python time is host Python; the rest of it the host issuing late.
+    m = host == "busy"
+    np.add.at(out["host_python"], g[m], busy[m])
+    for part in ("host_late", "host_before_launch"):
+        np.add.at(out[part], g[m & (late == part)], (rest - busy)[m & (late == part)])
+    steps = max(n, 1)
+    for i in np.flatnonzero(m & (busy > 0)):
+        key = str(site[i]) or "(no user frame: library code)"
+        sites[key] = sites.get(key, 0.0) + busy[i] / 1e6 / steps
+    for i in np.flatnonzero((host == "waiting") & (rest > 0)):
+        key = str(site[i]) or "(a sync returned inside the gap)"
+        syncs[key] = syncs.get(key, 0.0) + rest[i] / 1e6 / steps
+    labelled = sum(out[p] for p in WAIT_PARTS)
+    out["unattributed"] = idle - labelled  # intervals hostgaps left out; never negative (they are inside the idle time)
+    return out, sites, syncs
+
+
+def attribute(analysis) -> Attribution:
+    """The attribution of ``analysis`` (module docstring)."""
+    source = str(analysis.profile.meta.get("source", "trace"))
+    t = analysis.timeline.steps
+    w = t[t["gpu_start_ns"].notna() & t["critical_path_ns"].notna()]
+    if w.empty:
+        return _absent(analysis.steps.reason or "no step launched GPU work", source)
+    hi = w["gpu_end_ns"].astype("int64").to_numpy()
+    cp = w["critical_path_ns"].astype("int64").to_numpy()
+    lo = hi - cp
+    busy = _busy(analysis, w, lo, hi)
+    busy_total = sum(busy.values())
+    idle = cp - busy_total
+    hosts = hostgaps.gap_hosts(analysis)
+    waits, sites, syncs = _waits(hosts, analysis, w, lo, hi, idle)
+    per = pd.DataFrame({"step": w.index.to_numpy(), "step_ms": cp / 1e6, **{p: v / 1e6 for p, v in {**busy, **waits}.items()}})
+    per = per[["step", "step_ms", *PARTS]]
+
+    light = analysis.metrics.get("step_latency_ms_p50")
+    untraced = light is not None and light.value and light.source == "light"
+    step_ms = float(light.value) if untraced else float(np.median(cp)) / 1e6
+    mean = {p: float(per[p].mean()) for p in PARTS}
+    busy_ms = sum(mean[p] for p in BUSY_PARTS)
+    wait_ms = sum(mean[p] for p in WAIT_PARTS)
+    note = None
+    head: dict[str, float] = {}
+    if busy_ms <= step_ms:
+        scale = (step_ms - busy_ms) / wait_ms if wait_ms > 0 else 0.0
+        head = {p: mean[p] if p in BUSY_PARTS else mean[p] * scale for p in PARTS}
+        if wait_ms <= 0 and step_ms > busy_ms:
+            head["unattributed"] = step_ms - busy_ms
+    else:
+        scale = step_ms / busy_ms
+        head = {p: mean[p] * scale if p in BUSY_PARTS else 0.0 for p in PARTS}
+        note = (f"the traced steps' mean GPU busy time ({busy_ms:.4g} ms) exceeds the "
+                f"{'untraced' if untraced else 'median traced'} step ({step_ms:.4g} ms): the busy parts are scaled to the step")
+    if untraced and note is None:
+        note = (f"GPU busy per class: mean of {len(per)} traced steps; waiting: the untraced step {step_ms:.4g} ms less the busy "
+                f"time, split as in the traced steps (the tracer stretches host gaps, not kernels)")
+    return Attribution(
+        step_ms=step_ms,
+        source="light" if untraced else source,
+        step=head,
+        per_step=per.reset_index(drop=True),
+        sites=sorted(sites.items(), key=lambda kv: -kv[1])[:5],
+        sync_calls=sorted(syncs.items(), key=lambda kv: -kv[1])[:5],
+        note=note,
+        hosts=hosts,
+    )
