@@ -79,14 +79,24 @@ def _click_error(exc: click_exceptions.ClickException) -> str:
     return message
 
 
-# A value's metavar by its click type, where the option names none: click's plain words,
-# not typer's type notation ("<int range>", "<list[str]>").
-METAVARS = {"int": "N", "float": "NUM", "Path": "PATH", "path": "PATH", "file": "PATH", "dir": "DIR"}
+# A value's metavar, where the option names none: click's plain words, not typer's type
+# notation ("<int range>", "<list[str]>"). Typer's parameters differ between versions: a
+# click parameter type (``param.type.name``: "integer", "float range", "path", ...) in the
+# typers that use click itself, a ``display_type`` ("<int range>", "<list[Path]>") in the
+# ones that vendor it (0.29).
+METAVARS = {"integer": "N", "int": "N", "float": "NUM", "path": "PATH", "Path": "PATH", "filename": "PATH", "file": "PATH",
+            "directory": "DIR", "dir": "DIR"}
 
 
-def _metavar(param: Any) -> str:
-    label = param.display_type(None).strip("<>").removeprefix("list[").removesuffix("]")
-    return METAVARS.get(label.split(" ")[0], "TEXT")
+def _metavar(param: Any) -> str | None:
+    kind = getattr(param, "type", None)
+    if kind is not None:
+        name = getattr(kind, "name", "text")
+    else:
+        name = param.display_type(None).strip("<>").removeprefix("list[").removesuffix("]")
+    if name == "choice":
+        return None  # click lists the choices itself
+    return METAVARS.get(name.split(" ")[0], "TEXT")
 
 
 def plain_help(command: Any) -> Any:

@@ -59,3 +59,18 @@ def test_the_command_the_demo_suggests_leaves_git_status_clean(tmp_path: Path) -
     assert r.returncode == 0, r.stderr
     assert git_status() == before
     Path(command[command.index("-o") + 1]).unlink()
+
+
+def test_help_metavars_come_from_click_types_too() -> None:
+    """Typers that use click itself (the H200's) give parameters a click type and no
+    display_type: the plain metavars come from the type's name there."""
+    import click
+
+    from perfdoctor.cli import _metavar
+
+    class ClickParam:
+        def __init__(self, kind: click.ParamType) -> None:
+            self.type = kind
+
+    got = {type(k).__name__: _metavar(ClickParam(k)) for k in (click.INT, click.FloatRange(min=0), click.Path(), click.STRING, click.Choice(["a"]))}
+    assert got == {"IntParamType": "N", "FloatRange": "NUM", "Path": "PATH", "StringParamType": "TEXT", "Choice": None}
