@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.analysis import hostgaps
-from perfdoctor.analysis.steps import is_sync
+from perfdoctor.analysis.steps import is_sync, union_ns
 from perfdoctor.analysis.timeline import union_per_group
 from perfdoctor.names.families import is_log_softmax
 
@@ -195,7 +195,7 @@ def _waits(h: pd.DataFrame, analysis, windows: pd.DataFrame, lo: np.ndarray, hi:
         for i in np.flatnonzero(length > 0):
             hit = (ds < e[i]) & (de > s[i])
             if hit.any():
-                loading[i] = hostgaps.union_ns(ds[hit], de[hit], int(s[i]), int(e[i]))
+                loading[i] = union_ns(ds[hit], de[hit], int(s[i]), int(e[i]))
     rest = length - loading
     np.add.at(out["data_loading"], g, loading)
     host = h["host"].to_numpy(dtype=object)

@@ -289,7 +289,9 @@ def test_baseline_store_record_resolve_accept(pair, tmp_path) -> None:
     a, b, _ = pair
     store = tmp_path / "store"
     budget = ("--fail-on", "step_latency_ms_p50:+10%")
-    done = run_cli_inprocess("gate", a, "--baseline", a, *budget, "--store", store, "--record", "main")
+    # A against itself over this fixture's few processes cannot rule out +10 % (inconclusive,
+    # exit 3, since issue 32): this test is about the store, so it counts that as a pass.
+    done = run_cli_inprocess("gate", a, "--baseline", a, *budget, "--store", store, "--record", "main", "--inconclusive", "pass")
     assert done.returncode == 0 and "baseline main: recorded" in done.stdout, done.stderr
     # the store name resolves to the recorded copy of A; B regresses against it
     done = run_cli_inprocess("gate", b, "--baseline", "main", *budget, env={"PERFDOCTOR_BASELINE_STORE": str(store)})

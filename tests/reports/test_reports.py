@@ -86,9 +86,10 @@ def with_nvml_samples(a: Analysis) -> tuple[Analysis, list[Finding]]:
 def test_terminal_report_has_verdict_ranked_findings_passes_and_not_evaluated() -> None:
     a, findings = eager()
     out = terminal.render(findings, a, width=160)
-    assert out.startswith("Where the step went: ")  # issue 28: the attribution comes first
-    first = next(line for line in out.splitlines() if line.startswith(("FAIL", "PASS")))
-    assert out.index("Where the step went") < out.index(first)
+    # Issue 32: the verdict is the first line (a crash is read first); issue 28: where the
+    # step went comes next, before any finding.
+    first = out.splitlines()[0]
+    assert out.index("Where the step went: ") < out.index("Findings, ranked")
     assert first.startswith("FAIL: ") and "top: memory-bubbles" in first and "steps/s if fixed" in first
     assert "1. [error] memory-bubbles" in out
     # Issue 32: one finding per cause: launch-rate (2.) shares memory-bubbles' estimate, so it
