@@ -305,7 +305,8 @@ def test_baseline_store_record_resolve_accept(pair, tmp_path) -> None:
     assert record["gate"]["failed"] == ["budget step_latency_ms_p50:+10%"]
     assert (second / "run" / "manifest.json").is_file()
     # now B is compared against the accepted B: it passes
-    done = run_cli_inprocess("gate", b, "--baseline", "main", *budget, "--store", store, "--json", tmp_path / "g.json")
+    done = run_cli_inprocess("gate", b, "--baseline", "main", *budget, "--store", store, "--json", tmp_path / "g.json",
+                             "--inconclusive", "pass")
     assert done.returncode == 0 and "entry 2 (accepted" in done.stdout
     assert json.loads((tmp_path / "g.json").read_text())["baseline"] == str(second / "run")
 
