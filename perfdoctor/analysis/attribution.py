@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.analysis import hostgaps
-from perfdoctor.analysis.steps import is_sync, union_ns
+from perfdoctor.analysis.steps import is_sync
 from perfdoctor.analysis.timeline import union_per_group
 from perfdoctor.names.families import is_log_softmax
 
@@ -107,7 +107,6 @@ class Attribution:
     sync_calls: list[tuple[str, float]] = field(default_factory=list)  # the sync calls waited on, ms per step
     note: str | None = None
     reason: str | None = None  # why there is no attribution
-    hosts: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=hostgaps.COLUMNS))  # gap_hosts, computed once
 
     @property
     def busy_ms(self) -> float:
@@ -189,13 +188,7 @@ def _waits(h: pd.DataFrame, analysis, windows: pd.DataFrame, lo: np.ndarray, hi:
     # Data loading: the time of each interval under a DataLoader __next__ range (any thread).
     r = analysis.profile.ranges
     dl = r[r["source"] == DATA_LOADER_SOURCE]
-    loading = np.zeros(len(h), dtype=np.int64)
-    if not dl.empty:
-        ds, de = dl["start_ns"].to_numpy(np.int64), dl["end_ns"].to_numpy(np.int64)
-        for i in np.flatnonzero(length > 0):
-            hit = (ds < e[i]) & (de > s[i])
-            if hit.any():
-                loading[i] = union_ns(ds[hit], de[hit], int(s[i]), int(e[i]))
+    loading = hostgaps.Intervals(dl).covered(s, e) if not dl.empty else np.zeros(len(h), dtype=np.int64)
     rest = length - loading
     np.add.at(out["data_loading"], g, loading)
     host = h["host"].to_numpy(dtype=object)
@@ -283,5 +276,4 @@ def attribute(analysis) -> Attribution:
         sites=sorted(sites.items(), key=lambda kv: -kv[1])[:5],
         sync_calls=sorted(syncs.items(), key=lambda kv: -kv[1])[:5],
         note=note,
-        hosts=hosts,
     )

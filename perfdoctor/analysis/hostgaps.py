@@ -96,7 +96,7 @@ def idle_intervals(analysis) -> pd.DataFrame:
     return out.assign(length_ns=out["end_ns"] - out["start_ns"])
 
 
-class _Thread:
+class Intervals:
     """Intervals sorted by start (one thread's calls, or its frames), with their union as
     prefix sums so that the covered length of many windows is two searchsorted calls."""
 
@@ -170,7 +170,7 @@ def _gap_hosts(analysis) -> pd.DataFrame:
     sync_mask = is_sync(calls["name"]).to_numpy()
     for t in np.unique(tid):
         on = np.flatnonzero(tid == t)
-        sync = _Thread(calls[sync_mask & (calls["tid"] == t).to_numpy()])
+        sync = Intervals(calls[sync_mask & (calls["tid"] == t).to_numpy()])
         waiting = sync.covered(lo[on], hi[on]) >= BUSY_SHARE * length[on]
         for i in on[waiting]:
             s = sync.overlapping(int(lo[i]), int(hi[i]))
@@ -184,12 +184,12 @@ def _gap_hosts(analysis) -> pd.DataFrame:
             continue
         # Frames that begin inside the step: the loop's enclosing frames cover every
         # interval and name nothing. Time inside CUDA calls is the driver's, not Python's.
-        cuda = _Thread(calls[(calls["tid"] == t).to_numpy()]).covered(lo[rest], until[rest])
+        cuda = Intervals(calls[(calls["tid"] == t).to_numpy()]).covered(lo[rest], until[rest])
         mine = frames[(frames["tid"] == t).to_numpy()]
         for st in np.unique(step[rest]):
             here = rest[step[rest] == st]
             f = mine[(mine["start_ns"].to_numpy(np.int64) >= step_start[st]) & (mine["start_ns"].to_numpy(np.int64) < until[here].max())]
-            fr = _Thread(f)
+            fr = Intervals(f)
             covered = np.maximum(fr.covered(lo[here], until[here]) - cuda[np.searchsorted(rest, here)], 0)
             ok = covered >= BUSY_SHARE * length[here]
             host[here[~ok]] = "unknown"

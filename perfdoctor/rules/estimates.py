@@ -80,14 +80,14 @@ def idle_between_kernels(analysis: Analysis, threshold: float | None, params: di
     which the host ran Python (:func:`perfdoctor.analysis.hostgaps.gap_hosts` "busy"): the
     host-busy-in-gaps rule's time; a graph replays kernels, not the Python between them.
     """
-    from perfdoctor.analysis.hostgaps import BETWEEN
+    from perfdoctor.analysis.hostgaps import BETWEEN, gap_hosts
 
     residual_us = float(params.get("residual_gap_us", 2.0))
     if analysis.steps.count == 0:
         return Estimate(None, "needs steps with GPU work")
     gaps = analysis.timeline.gaps
     keep = ~gaps["after_sync"].to_numpy(dtype=bool)  # the two columns it needs, not a copy of the table
-    h = analysis.attribution.hosts
+    h = gap_hosts(analysis)  # computed once per analysis, kept on the timeline
     busy = h[(h["host"] == "busy") & (h["where"] == BETWEEN)]
     if not busy.empty:
         keep &= ~np.isin(gaps["start_ns"].to_numpy(np.int64), busy["start_ns"].to_numpy(np.int64))  # a gap is known by its start

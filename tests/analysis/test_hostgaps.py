@@ -188,17 +188,17 @@ def test_h200_host_preprocessing_is_named(tmp_path):
 
 
 def test_covered_length_is_the_union_inside_each_window() -> None:
-    # _Thread.covered answers many windows at once from prefix sums; the truth is a
+    # Intervals.covered answers many windows at once from prefix sums; the truth is a
     # brute-force scan of each nanosecond of a small random case.
     import numpy as np
     import pandas as pd
 
-    from perfdoctor.analysis.hostgaps import _Thread
+    from perfdoctor.analysis.hostgaps import Intervals
 
     rng = np.random.default_rng(7)
     start = rng.integers(0, 200, 40)
     end = start + rng.integers(0, 30, 40)
-    t = _Thread(pd.DataFrame({"start_ns": start, "end_ns": end, "name": [f"c{i}" for i in range(40)]}))
+    t = Intervals(pd.DataFrame({"start_ns": start, "end_ns": end, "name": [f"c{i}" for i in range(40)]}))
     lo = rng.integers(-10, 240, 50)
     hi = lo + rng.integers(0, 60, 50)
     busy = np.zeros(300, dtype=bool)
