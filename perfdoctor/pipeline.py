@@ -64,6 +64,7 @@ def diagnose(
     ruleset: RuleSet | None = None,
     warnings: bool = True,
     workload: str | None = None,
+    profile: Profile | None = None,
 ) -> Diagnosis:
     """Load ``path`` (Kineto trace, nsys export or run bundle), analyse it and evaluate rules.
 
@@ -73,16 +74,20 @@ def diagnose(
     ``None`` evaluates no rules (``findings`` is None). ``thresholds``: ``RULE_ID=VALUE``.
     ``ruleset``: an already loaded rule set (wins over ``rules``/``thresholds``).
     ``warnings``: print what the loader dropped on stderr. ``workload``: ``"training"`` or
-    ``"inference"`` instead of what the trace shows (decides which rules apply).
+    ``"inference"`` instead of what the trace shows (decides which rules apply). ``profile``:
+    ``path`` already read (it is not read again).
 
     The trace's decoders start first (:func:`start_loading`), then
     the rule packs load (importing the analysis) while they decode, so a bad pack still
     fails before the slow part of the load.
     """
-    with start_loading(Path(path)) as loading:
-        if ruleset is None and rules is not None:
-            ruleset = load_ruleset(rules, thresholds)
-        profile = loading.result()
+    if profile is None:
+        with start_loading(Path(path)) as loading:
+            if ruleset is None and rules is not None:
+                ruleset = load_ruleset(rules, thresholds)
+            profile = loading.result()
+    elif ruleset is None and rules is not None:
+        ruleset = load_ruleset(rules, thresholds)
     from perfdoctor.analysis.metrics import analyze
     from perfdoctor.rules.engine import evaluate
 

@@ -254,7 +254,11 @@ def nsys_processes(path: Path) -> tuple[dict[int, Profile], int | None, str, lis
     work (:func:`perfdoctor.collectors.nsys.load_processes`), numbered in process-id order."""
     from perfdoctor.collectors import nsys
 
-    procs = nsys.load_processes(path)
+    return nsys_ranks(nsys.load_processes(path))
+
+
+def nsys_ranks(procs: dict[int, Profile]) -> tuple[dict[int, Profile], int | None, str, list[str]]:
+    """:func:`nsys_processes` of processes already read (by OS process id)."""
     profiles = {i: procs[pid] for i, pid in enumerate(sorted(procs))}
     note = ", ".join(f"rank {i} = pid {pid}" for i, pid in enumerate(sorted(procs)))
     return profiles, None, "nsys export, one timeline per process", [f"ranks by process id: {note}"]

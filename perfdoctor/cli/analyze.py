@@ -39,15 +39,18 @@ def analyze_command(
         if is_multi_rank(path):  # a multi-rank bundle or a folder of per-rank traces
             _analyze_ranks(path, step, json_out, tokens_per_step, rules, threshold, workload)
             return
-    elif path.name.lower().endswith(NSYS_SUFFIXES):
-        from perfdoctor.analysis.ranks import nsys_processes
+    merged = None
+    if not path.is_dir() and path.name.lower().endswith(NSYS_SUFFIXES):
+        from perfdoctor.analysis.ranks import nsys_ranks
+        from perfdoctor.collectors import nsys
 
-        loaded = nsys_processes(path)
-        if len(loaded[0]) > 1:  # several processes with GPU work: one timeline each, like ranks
-            _analyze_ranks(path, step, json_out, tokens_per_step, rules, threshold, workload, loaded)
+        merged, procs = nsys.load_views(path)  # one read: a .nsys-rep is exported once
+        if len(procs) > 1:  # several processes with GPU work: one timeline each, like ranks
+            _analyze_ranks(path, step, json_out, tokens_per_step, rules, threshold, workload, nsys_ranks(procs))
             return
     # diagnose first: a large trace's decoders start before the modules below import pandas.
-    d = diagnose(path, step=step, tokens_per_step=tokens_per_step, rules=rules, thresholds=threshold, workload=workload)
+    d = diagnose(path, step=step, tokens_per_step=tokens_per_step, rules=rules, thresholds=threshold, workload=workload,
+                 profile=merged)
     from perfdoctor.reports.summary import gaps_owner, render_summary
     from perfdoctor.reports import attribution
     from perfdoctor.reports.terminal import brief_renderable, findings_renderable, verdict_text

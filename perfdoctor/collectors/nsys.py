@@ -121,6 +121,17 @@ def load_processes(path: str | Path) -> dict[int, Profile]:
     return _open(path, lambda con, p: _split(_read(con, p)))
 
 
+def load_views(path: str | Path) -> tuple[Profile, dict[int, Profile]]:
+    """:func:`load` and :func:`load_processes` from one read of the export (``perfdoctor
+    analyze`` needs the per-process view to decide, and the merged one when there is one
+    process: reading twice would export a .nsys-rep twice)."""
+    def both(con, p):
+        parts = _read(con, p)
+        return _merged(parts), _split(parts)
+
+    return _open(path, both)
+
+
 def _open(path: str | Path, read):
     path = Path(path)
     regular_file(path)
