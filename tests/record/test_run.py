@@ -434,11 +434,14 @@ def test_hf_generate_step_is_the_model_forward(hf_run):
     assert lp["declared"] == {"tokens": 1.0, "source": "--tokens-per-step"}
     light = json.loads((bundle / "raw" / "light.json").read_text())
     assert len(light["series"]["LlamaForCausalLM.forward"]["gpu_end_ns"]) == tokens
-    # The torch pass marked those calls: the trace's step is the model forward, 10 of them.
+    # The torch pass marked those calls: the trace's step is the model forward, one range per
+    # call in the window: 10 (--steps' default) from the light pass's steady start, fewer when
+    # a loaded machine placed that start late in the 28 forwards.
     m = manifest(bundle)
     assert m["step"] == "LlamaForCausalLM.forward" and m["collectors"]["torch"]["status"] == "ok"
+    assert 0 <= lp["warmup"] < tokens
     profile = load_bundle(bundle)
-    assert (profile.ranges["name"] == "LlamaForCausalLM.forward").sum() == 10
+    assert (profile.ranges["name"] == "LlamaForCausalLM.forward").sum() == min(10, tokens - lp["warmup"])
     assert profile.meta["declared"] == {"LlamaForCausalLM.forward": {"tokens": 1.0}}
 
 
