@@ -154,7 +154,9 @@ def steady_start(critical_path: np.ndarray | list[int]) -> Steady:
         f"left out the first {start} steps as warm-up: slower than {WARMUP_FACTOR:g}x the steady "
         f"median ({reference / 1e6:.4g} ms) before {run} steady steps in a row"
     )
-    stretch = (0, start - 1) if regimes and start >= after else None
+    # two regimes to speak of: a slow regime left out, and more warm-up than one window of it
+    # (a cold start of a few steps is just a warm-up)
+    stretch = (0, start - 1) if regimes and start >= max(after, REGIME_WINDOW) else None
     if stretch is not None:
         slow_ms = float(np.median(cp[:start])) / 1e6
         why += (

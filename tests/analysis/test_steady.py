@@ -138,6 +138,9 @@ def test_bursts_of_noise_in_a_host_bound_loop_are_not_a_regime() -> None:
 def test_a_short_cold_start_is_not_two_regimes() -> None:
     s = steady.steady_start(_ms([120.0, 40.0] + [4.3] * 30))
     assert s.start == 2 and s.slow_stretch is None
+    # 7 slow steps (a regime's window is 11): warm-up, not a regime of its own
+    s = steady.steady_start(_ms([9.0] * 7 + [4.3] * 41))
+    assert s.start == 7 and s.slow_stretch is None and "two regimes" not in s.reason
 
 
 def test_a_slow_regime_in_the_second_half_is_workload() -> None:
