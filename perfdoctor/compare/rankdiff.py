@@ -57,7 +57,13 @@ def nsys_process_runs(path: Path) -> dict[int, Profile]:
     """The processes of an nsys export as ranks (0, 1, ... in process-id order)."""
     from perfdoctor.analysis.ranks import nsys_ranks
 
-    return nsys_ranks(_nsys_views(path)[1])[0]
+    procs = nsys_ranks(_nsys_views(path)[1])[0]
+    for profile in procs.values():
+        # nsys does not say the job's world size: its processes with GPU work are the job,
+        # so that one of them against a single-process run is "not comparable" as a rank of
+        # a multi-rank bundle is (perfdoctor.compare.comparability.world_size)
+        profile.meta["distributed"] = {"world_size": len(procs)}
+    return procs
 
 
 def paired_ranks(before: Path | None, after: Path) -> list[int | None]:

@@ -68,3 +68,14 @@ def test_gate_checks_every_process(tmp_path: Path) -> None:
     checks = json.loads((tmp_path / "gate.json").read_text())["checks"]
     status = {c["name"]: c["status"] for c in checks}
     assert status == {"rank 0: budget gpu_idle_ratio:+100%": "fail", "rank 1: budget gpu_idle_ratio:+100%": "pass"}, checks
+
+
+def test_one_process_of_several_against_a_single_process_run_is_not_comparable(tmp_path: Path) -> None:
+    # a Kineto trace of one process (world size 1) against the two-process export: its
+    # rank 0 only, and said loudly, as for a multi-rank bundle against a single run
+    single = ROOT / "tests" / "fixtures" / "h200-decode-eager-5steps.kineto.json.gz"
+    done = run_cli("diff", single, BEFORE, "--no-rules", "--json", tmp_path / "d.json")
+    assert done.returncode == 0, done.stderr
+    d = json.loads((tmp_path / "d.json").read_text())
+    assert d["after"].endswith("(rank 0: pid 144)")
+    assert "world_size: before 1, after 2" in d["not_comparable"]
