@@ -95,6 +95,7 @@ def load_run(
     tokens_per_step: float | None = None,
     workload: str | None = None,
     rank: int | None = None,
+    profile: Profile | None = None,
 ) -> Run:
     """Load a bundle, Kineto trace or nsys export and analyse it.
 
@@ -102,11 +103,14 @@ def load_run(
     passes recorded, for the comparability check. ``workload`` ("training" / "inference")
     overrides the trace's own classification, as ``--workload`` does in ``analyze``.
     ``rank``: that rank of a multi-rank bundle (:mod:`perfdoctor.compare.rankdiff` pairs like ranks).
+    ``profile``: ``path`` already read (one process of an nsys export, which is then ``rank``).
     """
     from perfdoctor.pipeline import diagnose
 
     path = Path(path)
-    if rank is not None:
+    if profile is not None:
+        analysis = diagnose(path, step=step, tokens_per_step=tokens_per_step, rules=None, workload=workload, profile=profile).analysis
+    elif rank is not None:
         from perfdoctor.collectors.bundle import load_bundle
         from perfdoctor.analysis.metrics import analyze
 
@@ -125,7 +129,8 @@ def load_run(
             if isinstance(env, dict) and env.get("torch"):
                 pass_env = env
                 break
-    label = f"{path} (rank {rank})" if rank is not None else str(path)
+    pid = profile.meta.get("process") if profile is not None else None  # an nsys process
+    label = f"{path} (rank {rank}{f': pid {pid}' if pid is not None else ''})" if rank is not None else str(path)
     return Run(label=label, analysis=analysis, manifest=manifest, pass_env=pass_env)
 
 

@@ -1,4 +1,9 @@
-"""``diff`` and ``gate`` across multi-rank bundles: rank k is compared with rank k.
+"""``diff`` and ``gate`` across multi-rank runs: rank k is compared with rank k.
+
+A multi-rank run is a bundle of several ranks, or an Nsight Systems export of several
+processes with GPU work (one per GPU: ``nsys profile torchrun ...``), whose processes are
+ranks in process-id order as ``analyze`` shows them (:func:`perfdoctor.analysis.ranks.nsys_ranks`):
+one merged timeline would add one process's idle time to the other's busy time.
 
 Two multi-rank bundles of the same world size pair up rank by rank; each pair is an
 ordinary :func:`perfdoctor.compare.diff.diff_runs` (or gate), labelled with its rank. Bundles of
@@ -11,20 +16,54 @@ rank's, named ``rank k: ...``.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from perfdoctor.compare.diff import Run, load_run
 from perfdoctor.compare.gate import GateResult
+from perfdoctor.profile import Profile
 
 
 def bundle_ranks(path: Path | None) -> list[int]:
-    """The ranks of a multi-rank bundle; [] for anything else."""
-    if path is None or not path.is_dir() or not (path / "manifest.json").exists():
+    """The ranks of a multi-rank bundle, or the processes of a multi-process nsys export;
+    [] for anything else."""
+    if path is None:
+        return []
+    if nsys_export(path):
+        procs = nsys_process_runs(path)
+        return list(procs) if len(procs) > 1 else []
+    if not path.is_dir() or not (path / "manifest.json").exists():
         return []
     from perfdoctor.bundle.manifest import read_valid_manifest
 
     return sorted(int(k) for k in read_valid_manifest(path).get("ranks") or {})
+
+
+def nsys_export(path: Path) -> bool:
+    from perfdoctor.pipeline import NSYS_SUFFIXES
+
+    return not path.is_dir() and path.name.lower().endswith(NSYS_SUFFIXES)
+
+
+@lru_cache(maxsize=2)
+def _nsys_views(path: Path) -> tuple[Profile, dict[int, Profile]]:
+    from perfdoctor.collectors import nsys
+
+    return nsys.load_views(path)  # one read per file: a .nsys-rep is exported once
+
+
+def nsys_process_runs(path: Path) -> dict[int, Profile]:
+    """The processes of an nsys export as ranks (0, 1, ... in process-id order)."""
+    from perfdoctor.analysis.ranks import nsys_ranks
+
+    procs = nsys_ranks(_nsys_views(path)[1])[0]
+    for profile in procs.values():
+        # nsys does not say the job's world size: its processes with GPU work are the job,
+        # so that one of them against a single-process run is "not comparable" as a rank of
+        # a multi-rank bundle is (perfdoctor.compare.comparability.world_size)
+        profile.meta["distributed"] = {"world_size": len(procs)}
+    return procs
 
 
 def paired_ranks(before: Path | None, after: Path) -> list[int | None]:
@@ -39,6 +78,10 @@ def paired_ranks(before: Path | None, after: Path) -> list[int | None]:
 def load_pair(path: Path, rank: int | None, side: list[int], **kwargs: Any) -> Run:
     """``path`` at ``rank`` — or at its lowest rank when ranks do not pair (``rank`` None)."""
     use = rank if rank is not None else (side[0] if side else None)
+    if nsys_export(path):
+        if use is None:  # one process: the export's one timeline, read once
+            return load_run(path, profile=_nsys_views(path)[0], **kwargs)
+        return load_run(path, rank=use, profile=nsys_process_runs(path)[use], **kwargs)
     return load_run(path, rank=use, **kwargs)
 
 

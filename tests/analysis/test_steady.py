@@ -100,6 +100,55 @@ def test_a_whole_warm_up_generate_call_of_slow_steps_is_warm_up() -> None:
     assert steady.steady_start(cp).start == 32
 
 
+def _noisy(ms: float, n: int, seed: int) -> list[float]:
+    # host-bound steps vary by a few per cent around their level
+    rng = np.random.default_rng(seed)
+    return (ms * (1 + 0.04 * rng.standard_normal(n))).tolist()
+
+
+def test_a_slow_regime_after_fast_first_steps_is_warm_up() -> None:
+    # HF generate on the H200 (run2/hf_generate_1b): a warm-up generate of 8 tokens (the
+    # first cold), then generate 1 of 64 tokens whose first 8 forwards reuse the warm-up's
+    # context lengths (20 ms) and whose 56 others load kernels for new ones (60 ms), then
+    # generates 2 and 3 at 14.4 ms. The old rule began the steady state at step 8, the first
+    # 3 fast steps, and its median (19.5 ms) mixed both regimes.
+    cp = _ms([200.0] + _noisy(14.4, 7, 1) + _noisy(14.4, 8, 2) + _noisy(60.0, 56, 3) + _noisy(14.4, 128, 4))
+    s = steady.steady_start(cp)
+    assert s.start == 72 and s.slow_stretch == (0, 71)
+    assert "two regimes" in s.reason and "steps 0-71" in s.reason
+    assert float(np.median(cp[s.start :])) / MS == pytest.approx(14.4, rel=0.02)
+
+
+def test_a_slower_middle_generate_is_a_regime_too() -> None:
+    # generate 2 at 19.5 ms, generate 3 at 14.4: the reference (median of the second half)
+    # is 14.4, every step of generate 2 is over 1.25 x 14.4 = 18 ms: the steady state is
+    # generate 3 (step 136), whose own ms/token is the number to match.
+    cp = _ms([200.0] + [20.0] * 15 + [60.0] * 56 + [19.5] * 64 + [14.4] * 64)
+    s = steady.steady_start(cp)
+    assert s.start == 136 and np.median(cp[s.start :]) == 14.4 * MS
+
+
+def test_bursts_of_noise_in_a_host_bound_loop_are_not_a_regime() -> None:
+    # 4 slow steps in 7 (a noisy host), never most of 11: the first settled run stays the start
+    cp = _ms([50.0] + ([1.0, 1.0, 1.0, 1.0, 1.5, 1.0, 1.5, 1.5, 1.0, 1.5, 1.0, 1.0] * 6))
+    s = steady.steady_start(cp)
+    assert s.start == 1 and s.slow_stretch is None and "two regimes" not in s.reason
+
+
+def test_a_short_cold_start_is_not_two_regimes() -> None:
+    s = steady.steady_start(_ms([120.0, 40.0] + [4.3] * 30))
+    assert s.start == 2 and s.slow_stretch is None
+    # 7 slow steps (a regime's window is 11): warm-up, not a regime of its own
+    s = steady.steady_start(_ms([9.0] * 7 + [4.3] * 41))
+    assert s.start == 7 and s.slow_stretch is None and "two regimes" not in s.reason
+
+
+def test_a_slow_regime_in_the_second_half_is_workload() -> None:
+    # a slow stretch starting after the middle (throttling, a longer context) is not warm-up
+    cp = _ms([1.0] * 36 + [3.0] * 12 + [1.0] * 20)
+    assert steady.steady_start(cp).start == 0
+
+
 def test_periodic_prefills_after_the_start_are_not_warm_up() -> None:
     # A slow first step, then generate() calls of 31 tokens each starting with a 15 ms prefill step.
     cp = _ms([80.0] + ([15.0] + [1.9] * 31) * 4)

@@ -223,3 +223,31 @@ def test_data_loading_before_the_gpu_work_belongs_to_the_step(tmp_path: Path) ->
     assert m["step_latency_ms_p50"].value == pytest.approx(float(np.median(cp)), abs=1e-3)
     # the fetch is most of it: the step's GPU work cannot start before its batch is there
     assert float(np.median(before)) > 0.8 * float(np.median(loader))
+
+
+def test_a_runs_module_step_is_timed_as_the_loop_iteration_in_the_trace() -> None:
+    """A bundle whose run chose a module call (HF generate's model forward) times it as the
+    loop iteration in the light pass; the trace must too: the step runs from one call to the
+    next, so the host work between forwards (logits processors, stopping criteria: 1.6 ms of
+    a 20 ms token on the H200) and the kernels it launches belong to the token. Here on the
+    H200 decode fixture, its ``decode_step`` ranges standing in for the module calls."""
+    path = ROOT / "tests" / "fixtures" / "h200-decode-eager-5steps.kineto.json.gz"
+    events = _events(path)
+    calls = _ranges(events, "decode_step")
+    # by hand: iteration k runs from call k's start to 1 ns before call k+1's (the last has no end)
+    iterations = [(s, calls[k + 1][0] - 1e-3) for k, (s, _) in enumerate(calls[:-1])]
+    windows = _windows(events, iterations)
+    cp = [(last - (max(h, windows[k - 1][1]) if k else h)) / 1e3 for k, ((h, _), (_, last)) in enumerate(zip(iterations, windows))]
+    profile = load_trace(path)
+    profile.meta["bundle"] = {"step": "decode_step"}
+    profile.meta["light_pass"] = {"how": "module: Llama", "module": {"span": "the loop iteration: each call and the host work until the next call"}}
+    s = find_steps(profile)
+    assert s.count == len(calls) - 1 == 4
+    assert "timed as the loop iteration" in s.how
+    ends = (s.table["host_end_ns"].to_numpy() + 1) / 1e3
+    assert ends.tolist() == pytest.approx([c[0] for c in calls[1:]], abs=1e-3)
+    a = analyze(profile)
+    assert a.timeline.critical_path_ms().tolist() == pytest.approx(cp, abs=1e-3)
+    # without the run's module step the same ranges are user ranges: each call alone
+    plain = find_steps(load_trace(path))
+    assert plain.count == 5

@@ -445,6 +445,41 @@ def test_hf_generate_step_is_the_model_forward(hf_run):
     assert profile.meta["declared"] == {"LlamaForCausalLM.forward": {"tokens": 1.0}}
 
 
+SGLANG = [ROOT.parent / "shared" / "traces" / "tracelens" / f"inference__sglang_{kind}__sglang_Qwen3-8B_{kind}.json.gz"
+          for kind in ("prefilldecode", "decode")]
+
+
+@pytest.mark.skipif(not all(p.exists() for p in SGLANG), reason="the shared real traces are not here")
+def test_nested_serving_ranges_are_one_step_in_the_traced_passes():
+    """The traced passes window the serving family ('serving step') by counting its ranges.
+    SGLang's real traces: each iteration is a vLLM-style ``execute_...`` range around its own
+    ``step[...]`` (one step, two ranges), and the names change every iteration. Replayed
+    through the bootstrap in the order the traces hold them (the prefill iteration, then the
+    decode one): 2 steps, not 4, and with --warmup 1 --steps 1 the window is the decode one."""
+    import gzip
+
+    from perfdoctor.record.bootstrap.main import Session
+
+    marks = []
+    for path in SGLANG:
+        for e in json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]:
+            if e.get("cat") == "user_annotation":
+                marks += [(e["ts"], 1, e["name"]), (e["ts"] + e["dur"], 0, e["name"])]
+    marks.sort()  # by time; at one instant an end (0) before a start (1)
+    assert [m[2][:5] for m in marks if m[1]] == ["execu", "step[", "execu", "step["]
+    session = Session({"pass": "nsys", "step": "serving step", "warmup": 1, "steps": 1})
+    window = []
+    for ts, opening, name in marks:
+        (session.range_start if opening else session.range_end)(name)
+        if not window or window[-1][1] != session.window_state:
+            window.append((name, session.window_state))
+    assert session.counts == {"serving step": 2}
+    decode_outer = next(m[2] for m in marks if m[1] and m[2].startswith("execute_32"))
+    # opened by the decode iteration's outer range, closed when that range ended
+    assert window == [(marks[0][2], "before"), (decode_outer, "open"), (decode_outer, "closed")]
+    assert session.window_name == "serving step"
+
+
 def test_module_steps_choose_the_outermost_repeating_call():
     from perfdoctor.record.run import choose_module
 

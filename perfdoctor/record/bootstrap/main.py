@@ -251,6 +251,7 @@ class Session:
         self.timer = Timer()
         self.times = StepTimes(self.timer)
         self.counts: dict[str, int] = {}
+        self.serving_depth: dict[tuple[int | None, str | None], int] = {}  # open serving ranges per thread
         self.worker_steps: dict[str, int] = {}  # per step name: steps that ran off the main thread
         self.declarations: dict[str, None] = {}  # declaration ranges seen (perfdoctor.declare ...)
         self.window_name: str | None = None  # the step name that opened the window
@@ -295,6 +296,19 @@ class Session:
         # "serving step" (the light pass chose the serving ranges): every one of them
         return self.pattern is not None and rangenames.matches_step(name, self.pattern)
 
+    def family_step(self, name: str, opening: bool) -> str | None:
+        """The step a serving range opens or closes, or None when it is nested in another
+        serving range of the same thread (SGLang writes a vLLM-style
+        ``execute_32_context_0(...)_generation_32(...)`` around each ``step[DECODE bs=32]``:
+        one iteration, one step). The serving ranges are one family whose names change
+        step by step, so the step is counted under the family's name: counted per name,
+        the window would open on the first range and never reach its warm-up or its end."""
+        key = (threading.get_ident(), self.pattern)
+        depth = self.serving_depth.get(key, 0)
+        self.serving_depth[key] = depth + 1 if opening else max(depth - 1, 0)
+        outermost = depth == 0 if opening else depth == 1
+        return self.pattern if outermost else None
+
     # -- api.StepListener: perfdoctor.region / perfdoctor.step / --step-fn --
 
     def step_start(self, name: str) -> None:
@@ -314,7 +328,10 @@ class Session:
         if self.disabled:
             return
         if self.matches(name):
-            self.begin_step(name)
+            if self.pattern != rangenames.SERVING_STEP:
+                self.begin_step(name)
+            elif (step := self.family_step(name, opening=True)) is not None:
+                self.begin_step(step)
         elif name.startswith(DECLARE_PREFIX):
             self.declarations[name] = None
         elif self.mode == "light" and not name.startswith("perfdoctor."):
@@ -326,7 +343,10 @@ class Session:
         if self.disabled:
             return
         if self.matches(name):
-            self.end_step(name)
+            if self.pattern != rangenames.SERVING_STEP:
+                self.end_step(name)
+            elif (step := self.family_step(name, opening=False)) is not None:
+                self.end_step(step)
         elif self.mode == "light" and not name.startswith("perfdoctor."):
             self.end_timing(name)
 
