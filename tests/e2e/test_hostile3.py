@@ -147,3 +147,45 @@ def test_latencies_a_whole_float_range_apart(tmp_path: Path, before: float, afte
     assert p50["verdict"] == verdict and p50["ratio"]["value"] in (None, 0.0)  # past the float range: null (inf) or 0
     gate = perfdoctor("gate", str(a), "--baseline", str(b), "--fail-on", "step_latency_ms_p50:+5%", cwd=tmp_path)
     assert gate.returncode == (1 if verdict == "regressed" else 0) and "Traceback" not in gate.stderr, gate.stderr[-2000:]
+
+
+def test_paths_that_are_not_utf8(tmp_path: Path) -> None:
+    """A bundle and a trace whose names are not UTF-8 (bytes 0xff 0xfe): every command reads
+    them, shows the bytes as \\xff, and writes reports into and beside them, even on a
+    terminal whose encoding refuses what cannot be encoded."""
+    import shutil
+
+    b = os.fsdecode(os.path.join(os.fsencode(tmp_path), b"b\xff\xfe"))
+    t = os.fsdecode(os.path.join(os.fsencode(tmp_path), b"t\xff.json.gz"))
+    repeat_bundle(Path(b), [[1.0, 1.1]])
+    shutil.copy(KINETO, t)
+    strict = {"env": {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONIOENCODING": "utf-8:strict", "COLUMNS": "200"}}
+    runs = [("analyze", b), ("analyze", b, "--brief"), ("analyze", t, "--json", t[:-8] + ".out.json"), ("report", b),
+            ("report", b, "--format", "json"), ("report", t, "--format", "html", "-o", t + ".html"),
+            ("diff", b, b, "--no-rules"), ("gate", b, "--baseline", b, "--fail-on", "step_latency_ms_p50:+50%", "--junit", b + ".xml")]
+    for args in runs:
+        done = subprocess.run([sys.executable, "-m", "perfdoctor", *args], capture_output=True, cwd=tmp_path, timeout=TIMEOUT, **strict)
+        err = done.stderr.decode()
+        assert done.returncode == 0 and "Traceback" not in err, (args, err[-2000:])
+        assert b"\\xff" in done.stdout + done.stderr, args  # the byte, shown
+    findings = json.loads((Path(b) / "findings.json").read_text())
+    assert findings["source"]["path"].endswith("b??")  # JSON carries text: the bytes that are not UTF-8 as "?", as every JSON output
+    assert Path(t + ".html").stat().st_size > 1000
+    missing = subprocess.run([sys.executable, "-m", "perfdoctor", "analyze", b + "x"], capture_output=True, text=True,
+                             cwd=tmp_path, timeout=TIMEOUT, **strict)
+    assert one_error_line(missing).endswith("b\\xff\\xfex: no such file or directory")
+
+
+@pytest.mark.parametrize("removes", ["runs", "runs/*", "runs/*/raw"])
+def test_a_program_that_deletes_its_own_bundle(tmp_path: Path, removes: str) -> None:
+    (tmp_path / "keep.txt").write_text("the user's")
+    (tmp_path / "rm.py").write_text(f"import glob, shutil\nshutil.rmtree(glob.glob({removes!r})[0])\n")
+    done = perfdoctor("run", "-q", "--out", "runs", "rm.py", cwd=tmp_path)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert done.returncode == 2 and "Traceback" not in done.stderr and len(errors) == 1, done.stderr
+    if removes != "runs/*/raw":
+        assert "was removed while the run was writing it" in errors[0]
+    assert "could not be written" in done.stderr  # the program's own pass said why it has no results
+    assert (tmp_path / "keep.txt").read_text() == "the user's"
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == (["keep.txt", "rm.py"] if removes == "runs" else ["keep.txt", "rm.py", "runs"]), left  # nothing made elsewhere
