@@ -189,3 +189,20 @@ def test_a_program_that_deletes_its_own_bundle(tmp_path: Path, removes: str) -> 
     assert (tmp_path / "keep.txt").read_text() == "the user's"
     left = sorted(p.name for p in tmp_path.iterdir())
     assert left == (["keep.txt", "rm.py"] if removes == "runs" else ["keep.txt", "rm.py", "runs"]), left  # nothing made elsewhere
+
+
+# --------------------------------------------------------------------------- 12. caches, on CPU (the H200 runs calibrate and the cubin build)
+
+
+@pytest.mark.parametrize("entry", [{"dram_read_gbps": "fast", "bf16_matmul_tflops": 700.0}, {"dram_read_gbps": 4100.0},
+                                   {"dram_read_gbps": 0.0, "bf16_matmul_tflops": 700.0}, ["not", "an", "entry"]])
+def test_an_unchecked_cache_entry_never_reaches_a_bundle(tmp_path: Path, monkeypatch, entry) -> None:
+    """What ``perfdoctor run`` copies into every bundle's manifest (``calibration``) is the
+    validated cache entry or nothing: a bad entry cannot make the bundles unreadable."""
+    from perfdoctor.record import calibrate
+    from perfdoctor.record.run import cached_calibration
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    calibrate.cache_path().parent.mkdir(parents=True)
+    calibrate.cache_path().write_text(json.dumps({"GPU-1": entry}))
+    assert cached_calibration({"name": "NVIDIA H200", "uuid": "GPU-1"}) is None
