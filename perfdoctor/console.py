@@ -95,6 +95,9 @@ class _PipeSafeStream:
         except BrokenPipeError:
             self._gone()
             return len(text)
+        except UnicodeEncodeError:  # a character the terminal's encoding lacks (text.clean already escaped the bytes of non-UTF-8 paths)
+            encoding = getattr(self._stream, "encoding", None) or "utf-8"
+            return self._stream.write(text.encode(encoding, "backslashreplace").decode(encoding))
 
     def flush(self) -> None:
         if self.closed_by_reader:

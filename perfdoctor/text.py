@@ -5,7 +5,8 @@ GitHub Actions.
 :func:`clean` is the base every output uses: it removes terminal escape sequences (CSI,
 OSC, DCS, ...), C0 and C1 control characters and Unicode bidi overrides, makes line
 breaks visible (``⏎``) so a name never starts a new line of output, and shows the other
-invisible format characters (tag characters, zero-width spaces) as ``<U+XXXX>``. The per-format
+invisible format characters (tag characters, zero-width spaces) as ``<U+XXXX>`` and the
+bytes of a path that is not UTF-8 as ``\\xNN``. The per-format
 functions add what that format needs on top:
 
 - :func:`rich` — also escapes rich markup (``[bold]``, ``[link=...]``, ``[/]``);
@@ -47,10 +48,19 @@ def _escape_invisible(text: str) -> str:
     """Invisible format characters left after the controls are gone (Unicode category Cf:
     tag characters U+E0000-U+E007F that carry hidden text, zero-width spaces, the soft
     hyphen ...) shown as ``<U+XXXX>``, so hidden text is seen rather than silently kept
-    or silently dropped."""
-    if all(unicodedata.category(ch) != "Cf" for ch in text):
+    or silently dropped. Lone surrogates (category Cs: the bytes of a path that is not
+    UTF-8, as Python decodes it) no output could encode: such a byte shows as ``\\xNN``."""
+    if all(unicodedata.category(ch) not in _HIDDEN for ch in text):
         return text
-    return "".join(f"<U+{ord(ch):04X}>" if unicodedata.category(ch) == "Cf" else ch for ch in text)
+    return "".join(_shown(ch) if unicodedata.category(ch) in _HIDDEN else ch for ch in text)
+
+
+_HIDDEN = ("Cf", "Cs")
+
+
+def _shown(ch: str) -> str:
+    code = ord(ch)
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"<U+{code:04X}>"
 
 
 def clean(value: Any) -> str:

@@ -3,6 +3,7 @@ and the bundle are :mod:`perfdoctor.record.run`)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from pathlib import Path
@@ -86,10 +87,23 @@ def run_command(
     except OSError as exc:
         # The bundle folder cannot be made or written (read-only, --out is a file, disk full).
         where = f": {exc.filename}" if exc.filename else ""
+        gone = _removed_bundle(Path(exc.filename), options.out) if exc.errno == errno.ENOENT and exc.filename else None
+        if gone is not None:
+            raise UsageError(f"the run bundle {gone} was removed while the run was writing it (by the program?): "
+                             "this run is lost, nothing else was touched") from None
         raise UsageError(f"cannot write the run bundle in {options.out} ({exc.strerror or exc}){where}") from None
     if not quiet:
         console.print(f"bundle written: {clean(bundle)}\nnext: perfdoctor analyze {clean(bundle)}", highlight=False, markup=False)
     raise typer.Exit(code)
+
+
+def _removed_bundle(failed: Path, out: Path) -> Path | None:
+    """The bundle folder under ``out`` that held ``failed``, when it no longer exists."""
+    try:
+        bundle = out / failed.resolve().relative_to(out.resolve()).parts[0]
+    except (ValueError, IndexError):  # not under --out
+        return None
+    return None if bundle.exists() else bundle
 
 
 PYTHON = re.compile(r"python(\d+(\.\d+)*)?(\.exe)?")

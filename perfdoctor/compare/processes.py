@@ -116,9 +116,19 @@ def spread(values: list[float]) -> dict[str, Any]:
     v = np.asarray(values, dtype=float)
     out: dict[str, Any] = {"processes": len(v), "values": [round(x, 6) for x in v.tolist()]}
     if len(v):
-        out.update(median=float(np.median(v)), min=float(v.min()), max=float(v.max()), max_over_min=float(v.max() / v.min()))
-    out["cv"] = float(v.std(ddof=1) / v.mean()) if len(v) >= 2 else None
+        with np.errstate(over="ignore"):  # a max/min past the float range is infinite (null in JSON)
+            out.update(median=_median(v), min=float(v.min()), max=float(v.max()), max_over_min=float(v.max() / v.min()))
+    unit = v / v.max() if len(v) else v  # the cv on v / max: no overflow near 1e308, no underflow to 0 near 1e-308
+    out["cv"] = float(unit.std(ddof=1) / unit.mean()) if len(v) >= 2 else None
     return out
+
+
+def _median(v: np.ndarray) -> float:
+    """The median; when that overflows (two values near the top of the float range, 1e308 ms,
+    averaged), the median of ``v / max``, times max."""
+    with np.errstate(over="ignore"):
+        out = float(np.median(v))
+    return out if math.isfinite(out) else float(np.median(v / v.max())) * float(v.max())
 
 
 @dataclass(frozen=True)
@@ -206,7 +216,10 @@ def processes_needed(interval: LogRatioInterval, bound: float, level: float = LE
     ratio and spread stay as they are: the smallest n with ``t(df(n)) * se(n) < |log ratio -
     log bound|``, where ``se(n) = se * sqrt(n0 / n)`` scales the observed standard error
     from its n0 processes per side, and df is ``2n - 2`` (Welch, about) or ``n - 1``
-    (paired). None when the ratio sits on the bound (no n decides it) or beyond ``most``."""
+    (paired). None when the ratio sits on the bound (no n decides it) or beyond ``most``,
+    or is itself past the float range (0 or infinite: runs 1e-308 against 1e308 ms)."""
+    if not 0.0 < interval.ratio < math.inf:
+        return None
     gap = abs(math.log(interval.ratio) - math.log(bound))
     n0 = (interval.n_before + interval.n_after) / 2.0
     if gap == 0.0:

@@ -332,6 +332,15 @@ class LogRatioInterval:
     n_after: int
 
 
+def _exp(x: float) -> float:
+    """exp for a ratio, saturating: values a whole float range apart (1e-308 against 1e308:
+    log ratio 1418) give an infinite ratio, which the outputs write as null, not an OverflowError."""
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf
+
+
 def welch_log_ratio(before, after, level: float = 0.95) -> LogRatioInterval:
     """Welch t-interval for after/before on the log scale: the values (one per process,
     e.g. its median step) must be positive, at least two per side.
@@ -353,10 +362,10 @@ def welch_log_ratio(before, after, level: float = 0.95) -> LogRatioInterval:
     se = math.sqrt(vb + va)
     if se == 0.0:
         df = float(len(a) + len(b) - 2)
-        return LogRatioInterval(math.exp(diff), math.exp(diff), math.exp(diff), level, df, 0.0, len(b), len(a))
+        return LogRatioInterval(_exp(diff), _exp(diff), _exp(diff), level, df, 0.0, len(b), len(a))
     df = (vb + va) ** 2 / (vb**2 / (len(lb) - 1) + va**2 / (len(la) - 1))
     half = t_ppf(0.5 + level / 2.0, df) * se
-    return LogRatioInterval(math.exp(diff), math.exp(diff - half), math.exp(diff + half), level, df, se, len(b), len(a))
+    return LogRatioInterval(_exp(diff), _exp(diff - half), _exp(diff + half), level, df, se, len(b), len(a))
 
 
 def paired_log_ratio(before, after, level: float = 0.95) -> LogRatioInterval:
@@ -374,4 +383,4 @@ def paired_log_ratio(before, after, level: float = 0.95) -> LogRatioInterval:
     d = np.log(a) - np.log(b)
     mean, se, df = float(d.mean()), float(d.std(ddof=1)) / math.sqrt(len(d)), float(len(d) - 1)
     half = t_ppf(0.5 + level / 2.0, df) * se if se > 0 else 0.0
-    return LogRatioInterval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), level, df, se, len(b), len(a))
+    return LogRatioInterval(_exp(mean), _exp(mean - half), _exp(mean + half), level, df, se, len(b), len(a))

@@ -25,7 +25,10 @@ pass its exit status (:func:`rank_status`); ``ranks.<k>.light_pass`` is the rank
 light-pass summary, on the window every rank shares (rank 0's step and warm-up, so step
 ``i`` is the same step on every rank). A rank that fails makes torchrun stop the others
 (SIGTERM, which the bootstrap turns into a clean finish: their results and traces are
-written); the run's exit code is the failed rank's. A hung rank is ended by ``--timeout``.
+written); the run's exit code is that of the rank that failed first, named in the manifest's
+``failed_rank``. A rank that dies without writing results (``os._exit``, an OOM kill) is named
+by the exit code torchrun saw (``raw/<pass>.torchrun.json``, :data:`RUN_TORCHRUN`). A hung
+rank is ended by ``--timeout``.
 
 This module only uses the standard library: the bootstrap imports it in every rank.
 """
@@ -34,10 +37,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -62,6 +66,26 @@ print(json.dumps({"options": opts, "script": a.training_script, "args": a.traini
                   "nproc_per_node": str(a.nproc_per_node), "nnodes": str(a.nnodes)}))
 """
 
+# torchrun itself, which also writes down every failed rank's exit code (torchrun's own
+# ChildFailedError: code and time of each rank it saw fail) into the file argv[1] names, then
+# fails as torchrun does. A rank that dies without writing results (``os._exit``, an OOM kill)
+# leaves no other trace of its code. ``run`` is torchrun's ``main`` less its ``@record``,
+# whose handler would itself fail on such a rank (it opens the rank's error file, never written).
+RUN_TORCHRUN = """
+import json, os, sys
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.run import parse_args, run
+try:
+    run(parse_args(sys.argv[2:]))
+except ChildFailedError as exc:
+    failures = {str(rank): {"exit_code": f.exitcode, "time_s": f.timestamp} for rank, f in exc.failures.items()}
+    with open(sys.argv[1] + ".tmp", "w") as out:
+        json.dump(failures, out)
+    os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+    raise
+"""
+FAILURES = "{}.torchrun.json"  # raw/<pass>.torchrun.json: RUN_TORCHRUN's record of the failed ranks
+
 
 @dataclass
 class Launch:
@@ -71,11 +95,12 @@ class Launch:
     nproc_per_node: str  # as torchrun reads it: "2", "gpu", "auto"
     nnodes: str = "1"
     how: str = "--nproc-per-node"  # or "torchrun command line"
-    launcher: list[str] = field(default_factory=lambda: [sys.executable, *LAUNCHER])
 
-    def command(self, config: Path, target: list[str]) -> list[str]:
-        """One pass: torchrun runs ``python -m perfdoctor.record.bootstrap.main CONFIG TARGET`` per rank."""
-        return [*self.launcher, *self.options, "-m", "perfdoctor.record.bootstrap.main", str(config), *target]
+    def command(self, config: Path, target: list[str], failures: Path) -> list[str]:
+        """One pass: torchrun runs ``python -m perfdoctor.record.bootstrap.main CONFIG TARGET``
+        per rank, and writes the exit codes of the ranks that failed into ``failures``."""
+        torchrun = [sys.executable, "-c", RUN_TORCHRUN, str(failures)]
+        return [*torchrun, *self.options, "-m", "perfdoctor.record.bootstrap.main", str(config), *target]
 
     @property
     def world_size(self) -> int | None:
@@ -194,12 +219,33 @@ def gather(raw: Path, pass_name: str) -> dict[int, dict[str, Any]]:
     return out
 
 
-def rank_status(results: dict[str, Any]) -> dict[str, Any]:
+def torchrun_failures(raw: Path, pass_name: str) -> dict[int, dict[str, Any]]:
+    """Per rank torchrun saw fail in ``pass_name``: its exit code (negative: killed by that
+    signal) and when, in whole seconds (:data:`RUN_TORCHRUN`); ``{}`` when none failed."""
+    path = raw / FAILURES.format(pass_name)
+    try:  # a regular file only, as in gather
+        doc = json.loads(path.read_text()) if stat.S_ISREG(os.stat(path).st_mode) else {}
+    except (OSError, ValueError, RecursionError):
+        return {}
+    out = {}
+    for key, entry in (doc.items() if isinstance(doc, dict) else ()):
+        if key.isascii() and key.isdigit() and isinstance(entry, dict) and type(entry.get("exit_code")) is int:
+            out[int(key)] = {"exit_code": entry["exit_code"], "time_s": entry.get("time_s") if type(entry.get("time_s")) is int else None}
+    return out
+
+
+def rank_status(results: dict[str, Any], torchrun: dict[str, Any] | None = None) -> dict[str, Any]:
     """One rank's end in one pass, from its results: ``ok``, ``exited N``, ``raised ...``,
     ``terminated`` (SIGTERM: torchrun stopping it after another rank failed, or the
-    timeout) or ``no results`` (it died before the bootstrap could write: killed)."""
+    timeout) or ``no results`` (it died before the bootstrap could write: killed), with the
+    exit code torchrun saw (``torchrun``: :func:`torchrun_failures`' entry for the rank)."""
     if not results:
-        return {"status": "no results (the rank died before writing them: killed, or it never started)", "exit_code": None}
+        seen = torchrun or {}
+        code = seen.get("exit_code")
+        how = "unknown exit" if code is None else f"killed by signal {-code}" if code < 0 else f"exit {code}"
+        return {"status": f"no results (the rank died before writing them: {how}, as torchrun saw it)" if torchrun else
+                "no results (the rank died before writing them: killed, or it never started)",
+                "exit_code": code, "torchrun_time_s": seen.get("time_s")}
     code = results.get("exit_code")
     if results.get("terminated"):
         status = "terminated (SIGTERM: torchrun stopped it after another rank failed, or the run timed out)"
@@ -212,16 +258,21 @@ def rank_status(results: dict[str, Any]) -> dict[str, Any]:
     return {"status": status, "exit_code": code, "ended_at_ns": results.get("ended_at_ns")}
 
 
-def record_pass(manifest: dict[str, Any], pass_name: str, per_rank: dict[int, dict[str, Any]]) -> None:
-    """``manifest.ranks``: each rank's facts (from its first results) and its status in ``pass_name``."""
+def record_pass(manifest: dict[str, Any], pass_name: str, per_rank: dict[int, dict[str, Any]],
+                torchrun: dict[int, dict[str, Any]] | None = None) -> None:
+    """``manifest.ranks``: each rank's facts (from its first results) and its status in
+    ``pass_name`` (``torchrun``: :func:`torchrun_failures`, the code of a rank that wrote none)."""
+    torchrun = torchrun or {}
     ranks = manifest.setdefault("ranks", {})
+    for rank in torchrun.keys() - per_rank.keys():  # died before making its folder
+        per_rank = {**per_rank, rank: {}}
     for rank, results in per_rank.items():
         entry = ranks.setdefault(str(rank), {"rank": rank})
         for key, value in (results.get("rank") or {}).items():
             entry.setdefault(key, value)
         if results.get("device"):
             entry.setdefault("device", results["device"])
-        entry.setdefault("passes", {})[pass_name] = rank_status(results)
+        entry.setdefault("passes", {})[pass_name] = rank_status(results, torchrun.get(rank))
     sizes = {e.get("world_size") for e in ranks.values() if isinstance(e.get("world_size"), int)}
     if len(sizes) == 1:
         manifest["world_size"] = sizes.pop()
@@ -234,19 +285,22 @@ def failed_rank(manifest: dict[str, Any], pass_name: str) -> tuple[int, int | No
 
     A rank that died without writing results (``os._exit``, an OOM kill) while others wrote
     theirs is the root cause: its peers ended after it (they failed or were stopped because
-    it was gone). Its code is unknown here (None): the caller keeps torchrun's."""
+    it was gone). Its code is the one torchrun saw (:func:`torchrun_failures`); among several
+    such ranks the first torchrun saw fail, one it did not stop (SIGTERM) before one it did.
+    None when torchrun did not say (the caller keeps torchrun's own code)."""
     failed = []
     silent = []
     for key, entry in (manifest.get("ranks") or {}).items():
         status = (entry.get("passes") or {}).get(pass_name) or {}
         if str(status.get("status", "")).startswith("no results"):
-            silent.append(int(key))
+            code, seen = status.get("exit_code"), status.get("torchrun_time_s")
+            silent.append((code == -signal.SIGTERM, seen is None, seen or 0, int(key), code))
             continue
         code = status.get("exit_code")
         if isinstance(code, int) and code != 0 and not str(status.get("status", "")).startswith("terminated"):
             failed.append((status.get("ended_at_ns") or 0, int(key), code))
     if silent and len(silent) < len(manifest.get("ranks") or {}):
-        return min(silent), None
+        return min(silent)[3:]
     return min(failed)[1:] if failed else None
 
 

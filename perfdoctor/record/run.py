@@ -414,7 +414,7 @@ class Runner:
         config = {**config, "pass": mode or name, "results": str(results.resolve()), "progress_fd": ticks}
         config_path.write_text(json.dumps(config))
         if self.options.ranks is not None:
-            program = self.options.ranks.command(config_path.resolve(), self.options.target)
+            program = self.options.ranks.command(config_path.resolve(), self.options.target, self.raw.resolve() / launch.FAILURES.format(name))
         else:
             program = [sys.executable, "-m", "perfdoctor.record.bootstrap.main", str(config_path.resolve()), *self.options.target]
         result = PassResult(name, [*wrapper, *program])
@@ -463,7 +463,7 @@ class Runner:
         if self.options.ranks is not None:
             result.ranks = launch.gather(self.raw, name)
             result.results = result.ranks.get(0, {})
-            launch.record_pass(self.manifest, name, result.ranks)
+            launch.record_pass(self.manifest, name, result.ranks, launch.torchrun_failures(self.raw, name))
         try:
             result.results = result.results or json.loads(results.read_text())
         except (OSError, ValueError):

@@ -11,6 +11,7 @@ from typing import Any, Sequence
 import orjson
 
 from perfdoctor.analysis.metrics import Analysis
+from perfdoctor.io import dumps_json
 from perfdoctor.reports import attribution
 from perfdoctor.reports.common import outcome, verdict_line
 from perfdoctor.rules.engine import Finding, verdict
@@ -48,4 +49,8 @@ def document(findings: Sequence[Finding], analysis: Analysis, packs: Sequence[st
 
 def render(findings: Sequence[Finding], analysis: Analysis, packs: Sequence[str] = ()) -> str:
     """findings.json text (indented, UTF-8 characters kept)."""
-    return orjson.dumps(document(findings, analysis, packs), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n"
+    doc = document(findings, analysis, packs)
+    try:
+        return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n"
+    except TypeError:  # a path that is not UTF-8 (its bytes as surrogates), which orjson refuses: "?" for them, as io writes
+        return dumps_json(doc).encode("utf-8", "replace").decode("utf-8")

@@ -125,7 +125,7 @@ def brief_renderable(findings: Sequence[Finding], analysis: Analysis, command: s
     parts: list[RenderableType] = [verdict_text(findings, analysis), attribution.terminal(analysis)]
     parts.extend(finding_line(f, analysis, same) for f, same in groups[:BRIEF_TOP])
     if len(groups) > BRIEF_TOP:
-        parts.append(Text(f"and {len(groups) - BRIEF_TOP} more causes: {command} (without --brief) shows all", style="dim"))
+        parts.append(Text(f"and {len(groups) - BRIEF_TOP} more causes: {clean(command)} (without --brief) shows all", style="dim"))
     return Group(*parts)
 
 

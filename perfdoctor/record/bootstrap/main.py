@@ -578,8 +578,11 @@ class Session:
                 results["module_classes"] = self.modules.classes
                 error = error or module_error
             results["timing_error"] = error
-        with open(self.config["results"], "w") as f:
-            json.dump(results, f)
+        try:
+            with open(self.config["results"], "w") as f:
+                json.dump(results, f)
+        except OSError as exc:  # the bundle is gone (the program removed it) or unwritable: perfdoctor run says so
+            print(f"perfdoctor: this pass's results could not be written ({exc.strerror or exc}: {exc.filename})", file=sys.stderr)
 
     def declared_steps(self) -> dict[str, dict[str, float]]:
         """Per step name, the tokens and bytes the program declared (perfdoctor.region's
