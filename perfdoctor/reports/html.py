@@ -112,7 +112,9 @@ def e(value: Any) -> str:
 
 def script_json(obj: Any) -> str:
     """JSON safe inside a ``<script>`` element: nothing in it can read as ``</script>`` or a comment."""
-    text = json.dumps(obj, ensure_ascii=False, allow_nan=False, default=str)
+    # ASCII only: the original (Chinese) words of a citation travel in the data, and the page
+    # must need no CJK font, not even in its source.
+    text = json.dumps(obj, ensure_ascii=True, allow_nan=False, default=str)
     return (
         text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
         .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")

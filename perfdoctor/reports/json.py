@@ -42,6 +42,8 @@ def document(findings: Sequence[Finding], analysis: Analysis, packs: Sequence[st
         },
         "attribution": attribution.json_block(analysis),
         "rule_packs": list(packs),
+        # the sources the findings cite, once (titles, sections, the original titles)
+        "sources": {c.source.id: c.source.to_json() for f in findings for c in f.cites},
         "findings": [f.to_json() for f in findings],
     }
 
