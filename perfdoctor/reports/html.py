@@ -26,6 +26,7 @@ import shlex
 from html import escape
 from pathlib import Path
 
+from perfdoctor.io import finite
 from perfdoctor.text import clean, clean_block
 from typing import Any, Sequence
 
@@ -141,19 +142,6 @@ def script_json(obj: Any) -> str:
         text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
         .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
     )
-
-
-def _finite(obj: Any) -> Any:
-    """Replace NaN/inf (evidence rates over zero time) by None so the JSON is strict."""
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_finite(v) for v in obj]
-    if isinstance(obj, float) and not np.isfinite(obj):
-        return None
-    if isinstance(obj, np.generic):
-        return _finite(obj.item())
-    return obj
 
 
 # --- SVG primitives -----------------------------------------------------------------------
@@ -763,7 +751,7 @@ def render(findings: Sequence[Finding], analysis: Analysis, packs: Sequence[str]
         parts.append("<h2>Not evaluated</h2><p class=\"muted\">Never counted as passed.</p><table><tr><th>rule</th><th>why / how to collect</th></tr>")
         parts += [f"<tr><td>{e(f.rule_id)}</td><td>not evaluated — {e(f.reason)}</td></tr>" for f in missing]
         parts.append("</table>")
-    data = _finite(document(findings, analysis, packs))
+    data = finite(document(findings, analysis, packs))  # NaN/inf → null: the page's JSON is strict
     parts += [
         f'<script type="application/json" id="pd-data">{script_json(data)}</script>',
         f"<script>{READY_JS}</script>",

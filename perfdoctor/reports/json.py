@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-import orjson
-
 from perfdoctor.analysis.metrics import Analysis
+from perfdoctor.io import dumps_json
 from perfdoctor.reports import attribution
 from perfdoctor.reports.common import outcome, verdict_line
 from perfdoctor.rules.engine import Finding, verdict
@@ -49,5 +48,5 @@ def document(findings: Sequence[Finding], analysis: Analysis, packs: Sequence[st
 
 
 def render(findings: Sequence[Finding], analysis: Analysis, packs: Sequence[str] = ()) -> str:
-    """findings.json text (indented, UTF-8 characters kept)."""
-    return orjson.dumps(document(findings, analysis, packs), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n"
+    """findings.json text (indented, UTF-8 characters kept), written as every JSON file is (:func:`perfdoctor.io.dumps_json`)."""
+    return dumps_json(document(findings, analysis, packs))
