@@ -405,6 +405,10 @@ def test_rules_list_and_explain() -> None:
     assert not CJK.search(out)  # the original words only on request:
     original = runner.invoke(rules_app, ["explain", "memory-bubbles", "--original"], env={"COLUMNS": "250"})
     assert original.exit_code == 0 and "内存气泡占比：应控制在15%以下" in original.output
+    for rule_id in SEED_IDS:  # every rule explains (layout-transforms' estimate had no docstring: a traceback)
+        one = runner.invoke(rules_app, ["explain", rule_id], env={"COLUMNS": "250"})
+        assert one.exit_code == 0 and one.exception is None, (rule_id, one.exception)
+        assert not CJK.search(one.output), rule_id
     unknown = runner.invoke(rules_app, ["explain", "memory-bubble"])
     assert isinstance(unknown.exception, UsageError) and "did you mean 'memory-bubbles'" in str(unknown.exception)
 
