@@ -719,7 +719,7 @@ def render(findings: Sequence[Finding], analysis: Analysis, packs: Sequence[str]
     parts += [f'<p class="muted">{e(note)}</p>' for note in gauge_notes]
     latency = step_latency_chart(analysis)
     parts.append("<h2>Step latency</h2>")
-    parts.append(f'<div class="plot">{latency}</div>' if latency else '<p class="muted">Fewer than two steps: no latency series to draw.</p>')
+    parts.append(f'<div class="plot">{latency}</div>' if latency else '<p class="muted">No latency series to draw: fewer than two steps timed by the light pass or with GPU work in the trace.</p>')
     charts = nvml_charts(analysis, findings)
     parts.append("<h2>NVML samples</h2>")
     parts += [f'<div class="plot">{c}</div>' for c in charts] or ['<p class="muted">No NVML samples in this trace (perfdoctor run collects them).</p>']
