@@ -16,7 +16,7 @@ import copy
 import gzip
 from pathlib import Path
 
-import orjson
+import msgspec
 
 ID_ARGS = ("correlation", "External id", "Ev Idx")
 
@@ -56,10 +56,10 @@ def main() -> None:
     ap.add_argument("-o", "--out", type=Path, required=True, help="output .json (uncompressed)")
     args = ap.parse_args()
     raw = args.source.read_bytes()
-    doc = orjson.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    doc = msgspec.json.decode(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
     big = repeat(doc, args.copies)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_bytes(orjson.dumps(big))
+    args.out.write_bytes(msgspec.json.encode(big))
     print(f"{args.out}: {args.out.stat().st_size / 1e6:.0f} MB, {len(big['traceEvents'])} events")
 
 

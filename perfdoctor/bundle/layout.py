@@ -19,6 +19,7 @@ MANIFEST = "manifest.json"
 RAW = "raw"
 TORCH_TRACE = "torch-trace.json.gz"
 NSYS_SQLITE = "nsys.sqlite"
+NSYS_REP = "nsys.nsys-rep"  # the report nsys writes (record/run.run_nsys names it by its stem, raw/nsys)
 NCU_CSV = "ncu.csv"
 CLOCK_SYNC_RANGE = "perfdoctor.clock_sync"  # bootstrap.CLOCK_SYNC_RANGE (not imported: no torch here)
 SCHEMA = "perfdoctor.run/1"

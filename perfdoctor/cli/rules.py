@@ -39,6 +39,7 @@ def explain_rule(
     rule_id: str = typer.Argument(..., help="Rule id, e.g. memory-bubbles (see `perfdoctor rules list`)."),
     rules: List[Path] = options.RULES,
     threshold: List[str] = options.THRESHOLD,
+    original: bool = typer.Option(False, "--original", help="Also print each cited source's original title and words (the seed documents are in Chinese)."),
 ) -> None:
     """Everything about one rule: what it measures, its threshold and where it comes from, the fix."""
     from perfdoctor.rules.engine import PREDICATES, TOP_FINDING
@@ -59,6 +60,14 @@ def explain_rule(
     if len(r.metrics) > 1:
         c.print(Text(f"  the first of {', '.join(r.metrics)} that was measured is compared", style="dim"))
     c.print(Text.assemble(("citation: ", "bold"), r.citation))
+    for cite in r.cites:
+        src = cite.source
+        if src.url:
+            c.print(Text(f"  {src.title}: {src.url}", style="dim"))
+        if original and (src.original_title or cite.original):
+            # Printed only on request: a terminal without CJK fonts shows these as boxes.
+            section = src.section(cite.section)
+            c.print(Text(f"  original: {src.original_title} §{cite.section} {section[1] if section else ''}: {cite.original}"))
     if r.collect:
         c.print(Text.assemble(("collect with: ", "bold"), r.collect))
     if r.evidence:

@@ -16,7 +16,7 @@ which is how the numerics are tested (tests/engine/test_engine_tp.py).
 
 A rank reads ``sum(shard bytes)`` of weights per token instead of all of them: the point of
 TP for batch-1 decode, which is bound by weight reads, paid for with 2 × layers small
-all-reduces per token (003 §4.2 ``tp_size``).
+all-reduces per token (the inference acceleration overview §4.2, ``tp_size``).
 """
 
 from __future__ import annotations

@@ -3,23 +3,30 @@
 Sections: the verdict and headline numbers; a timeline of a few steps (overview and a
 zoomed slice) with kernels, copies and the gaps between them marked; GPU time by kernel
 family; DRAM bandwidth and SM occupancy against their thresholds and the device peak;
-NVML time series when the run sampled them; the ranked findings with evidence and fixes;
-passed and not-evaluated checks.
+the step latency of every step (the steady start, p50 and p99 marked); NVML time series
+when the run sampled them (seconds from the run start, values in their units); the raw
+traces and the command that opens each in a timeline viewer (Perfetto, nsys-ui); the
+ranked findings with evidence and fixes; passed and not-evaluated checks. No glyph beyond
+Latin text is needed: citations are English and the embedded data is ASCII.
 
 A trace is untrusted input: every name taken from it (kernels, ranges, paths, metric
 names) goes through :func:`html.escape` — element text and attribute values alike — and
 the findings embedded for the page's script are JSON with ``<``, ``>``, ``&`` and the
 JavaScript line separators escaped, so no name can close the ``<script>`` element. The
 script is small: it records any error into the page (``data-pd-errors``), offers the
-findings as a download, and marks the page ready with the number of plots drawn
-(``data-pd-ready``), which the headless-browser test reads.
+findings as a download, and marks the page ready with the number of plots drawn and of
+plot labels that overlap as laid out (``data-pd-ready``, ``data-overlaps``), which the
+headless-browser test reads.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 from html import escape
+from pathlib import Path
 
+from perfdoctor.io import finite
 from perfdoctor.text import clean, clean_block
 from typing import Any, Sequence
 
@@ -33,7 +40,9 @@ from perfdoctor.reports.json import document
 from perfdoctor.rules.engine import Finding
 from perfdoctor.names.kernels import label as short_name
 from perfdoctor.rules.evidence import Evidence, kernel_families
+from perfdoctor.analysis import steady
 from perfdoctor.analysis.steps import is_launch, is_sync
+from perfdoctor.bundle.layout import NSYS_REP, RAW, TORCH_TRACE
 
 WIDTH = 1100  # drawing width of the wide plots, px
 LABEL_W = 150  # left margin for lane labels
@@ -97,6 +106,20 @@ READY_JS = """
     link.hidden=false;
     var status=document.getElementById('pd-status');
     status.setAttribute('data-plots',String(drawn));
+    // Labels that overlap on screen, measured by the browser: the test wants none.
+    var overlaps=[];
+    document.querySelectorAll('svg.pd-plot').forEach(function(svg){
+      var texts=svg.querySelectorAll('text');
+      var boxes=Array.prototype.map.call(texts,function(t){return t.getBBox();});
+      for(var i=0;i<boxes.length;i++){for(var j=i+1;j<boxes.length;j++){
+        var a=boxes[i],b=boxes[j];
+        if(a.width&&b.width&&a.x<b.x+b.width-0.5&&b.x<a.x+a.width-0.5&&a.y<b.y+b.height-0.5&&b.y<a.y+a.height-0.5){
+          overlaps.push(texts[i].textContent+' / '+texts[j].textContent);
+        }
+      }}
+    });
+    status.setAttribute('data-overlaps',String(overlaps.length));
+    if(overlaps.length){status.title='overlapping labels: '+overlaps.slice(0,5).join('; ');}
     status.setAttribute('data-findings',String(doc.findings.length));
     status.textContent=drawn+' plots, '+doc.findings.length+' checks';
     document.documentElement.setAttribute('data-pd-ready','1');
@@ -112,24 +135,13 @@ def e(value: Any) -> str:
 
 def script_json(obj: Any) -> str:
     """JSON safe inside a ``<script>`` element: nothing in it can read as ``</script>`` or a comment."""
-    text = json.dumps(obj, ensure_ascii=False, allow_nan=False, default=str)
+    # ASCII only: the original (Chinese) words of a citation travel in the data, and the page
+    # must need no CJK font, not even in its source.
+    text = json.dumps(obj, ensure_ascii=True, allow_nan=False, default=str)
     return (
         text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
         .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
     )
-
-
-def _finite(obj: Any) -> Any:
-    """Replace NaN/inf (evidence rates over zero time) by None so the JSON is strict."""
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_finite(v) for v in obj]
-    if isinstance(obj, float) and not np.isfinite(obj):
-        return None
-    if isinstance(obj, np.generic):
-        return _finite(obj.item())
-    return obj
 
 
 # --- SVG primitives -----------------------------------------------------------------------
@@ -155,21 +167,47 @@ def _line(x1: float, y1: float, x2: float, y2: float, cls: str) -> str:
     return f'<line class="{cls}" x1="{x1:.2f}" y1="{y1:.2f}" x2="{x2:.2f}" y2="{y2:.2f}"/>'
 
 
+def _ticks(lo: float, hi: float, most: int = 10) -> list[float]:
+    """Round tick values (1, 2, 5 × 10^k apart) from ``lo`` to ``hi``, at most ``most`` of them."""
+    span = hi - lo
+    if not span > 0:
+        return [lo]
+    step = 10 ** np.floor(np.log10(span / most))
+    for m in (1, 2, 5, 10):
+        if span / (step * m) <= most:
+            step *= m
+            break
+    first = np.ceil(lo / step - 1e-9) * step
+    return [float(v) + 0.0 for v in np.arange(first, hi + step * 1e-9, step)]  # + 0.0: no "-0" label
+
+
+def _num(v: float) -> str:
+    """A tick or value label without exponent notation (1980, 0.25, 12,345)."""
+    if v == 0:
+        return "0"
+    return f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.4g}" if abs(v) >= 1e-3 else f"{v:.2g}"
+
+
 def _axis(y: float, t0: int, t1: int, x0: float, width: float) -> list[str]:
     """A time axis in ms relative to ``t0`` with ~8 ticks."""
     span_ms = (t1 - t0) / 1e6
-    step = 10 ** np.floor(np.log10(max(span_ms / 8, 1e-6)))
-    for m in (1, 2, 5, 10):
-        if span_ms / (step * m) <= 10:
-            step *= m
-            break
     out = [_line(x0, y, x0 + width, y, "axis")]
-    tick = 0.0
-    while tick <= span_ms + 1e-12:
+    for tick in _ticks(0.0, span_ms, 10):
         x = x0 + tick / span_ms * width if span_ms > 0 else x0
         out += [_line(x, y, x, y + 4, "axis"), _text(x, y + 15, f"{tick:.4g} ms", "middle")]
-        tick += step
     return out
+
+
+CHAR_PX = 6.4  # width of one character of the 11 px plot font, a little generous (labels must not touch)
+
+
+def _fits(label: str, width: float) -> bool:
+    return width >= len(label) * CHAR_PX + 4
+
+
+def _y_tick(left: float, y: float, bottom: float, label: str) -> list[str]:
+    """A value tick on a left axis; the lowest label sits above the axis line, clear of the time labels below it."""
+    return [_line(left - 4, y, left, y, "axis"), _text(left - 6, min(y + 4, bottom - 2), label, "end")]
 
 
 def _merge_px(starts: np.ndarray, ends: np.ndarray, scale: float, tol_px: float = 0.5) -> list[tuple[int, int, int, int]]:
@@ -338,8 +376,9 @@ def timeline_detail(analysis: Analysis) -> str | None:
         w = r.length_ns * scale
         body.append(_rect(x(r.start_ns), y_gap + 3, w, LANE_H - 6, "gap",
                           f"gap {r.length_ns / 1e3:.4g} µs{' after a host sync' if r.after_sync else ''}"))
-        if w > 34:
-            body.append(_text(x(r.start_ns) + w / 2, y_gap + 15, f"{r.length_ns / 1e3:.3g} µs", "middle"))
+        label = f"{r.length_ns / 1e3:.3g} µs"
+        if _fits(label, w):  # inside its own gap, so labels never overlap; the tooltip has every length
+            body.append(_text(x(r.start_ns) + w / 2, y_gap + 15, label, "middle"))
     y = y_gap + LANE_H + 4
     body += _axis(y, t0, t1, LABEL_W, WIDTH)
     return _svg(LABEL_W + WIDTH + 20, y + 24, body, f"zoomed slice of step {step}")
@@ -410,17 +449,37 @@ def gauges(analysis: Analysis, findings: Sequence[Finding]) -> tuple[str, list[s
 
 
 SERIES_TARGETS = {"dram_bw_util": 0.85, "sm_occupancy": 0.80}
+# A bit mask (which throttle reasons) has no meaningful line: ``throttle`` (0/1) is drawn instead.
+SERIES_SKIPPED = {"throttle_reasons"}
+
+
+def series_unit(metric: str) -> tuple[str, float, bool]:
+    """How a sampled series is shown: (unit, factor from the stored value, fixed 0-100 % scale)."""
+    if metric in SERIES_TARGETS or metric.endswith("_util") or metric.endswith("_ratio"):
+        return "%", 100.0, True
+    if metric == "throttle":
+        return "throttled (1 = yes)", 1.0, False
+    for suffix, unit, factor in (("_mhz", "MHz", 1.0), ("_w", "W", 1.0), ("_c", "°C", 1.0),
+                                 ("_bytes_per_s", "GB/s", 1e-9), ("_gbps", "GB/s", 1.0), ("_bytes", "GB", 1e-9)):
+        if metric.endswith(suffix):
+            return unit, factor, False
+    return "", 1.0, False
 
 
 def nvml_charts(analysis: Analysis, findings: Sequence[Finding]) -> list[str]:
-    """One small line chart per sampled metric, over the run; targets drawn on utilisation series."""
+    """One line chart per sampled metric: a time axis in seconds from the run start (the first
+    sample), the value in its unit, the profiled steps shaded, targets on utilisation series.
+    A flat series says its value once instead of labelling two equal ends of its axis."""
     s = analysis.profile.samples
     if s.empty:
         return []
     span = analysis.steps.span
+    run_start = int(s["time_ns"].min())  # the sampler starts with the program
     out = []
-    w, h, left = 700.0, 110.0, 60.0
+    w, h, left, top = 700.0, 110.0, 78.0, 22.0
     for (metric, source), g in s.groupby(["metric", "source"], sort=True):
+        if metric in SERIES_SKIPPED:
+            continue
         g = g.sort_values("time_ns")
         t = g["time_ns"].to_numpy(np.int64)
         v = g["value"].to_numpy(float)
@@ -434,28 +493,119 @@ def nvml_charts(analysis: Analysis, findings: Sequence[Finding]) -> list[str]:
         if len(t) < 2 or t[-1] <= t[0]:
             continue
         t, v = _bin_series(t, v, int(w))
-        ratio = metric in SERIES_TARGETS or metric.endswith("_util") or metric in ("throttle",)
-        lo, hi = (0.0, 1.0) if ratio else (float(np.nanmin(v)), float(np.nanmax(v)))
-        hi = hi if hi > lo else lo + 1.0
-        X = left + (t - t[0]) / (t[-1] - t[0]) * w
-        Y = 8 + (1 - (np.clip(v, lo, hi) - lo) / (hi - lo)) * h
-        body = [_line(left, 8 + h, left + w, 8 + h, "axis"), _line(left, 8, left, 8 + h, "axis"),
-                _text(left - 4, 16, f"{hi:.3g}", "end"), _text(left - 4, 8 + h, f"{lo:.3g}", "end")]
+        unit, factor, percent = series_unit(metric)
+        v = v * factor
+        finite = v[np.isfinite(v)]
+        if finite.size == 0:
+            continue
+        vmin, vmax = float(finite.min()), float(finite.max())
+        flat = vmax - vmin <= 1e-9 * max(abs(vmax), 1.0)
+        if percent:
+            lo, hi = 0.0, 100.0
+        elif flat:
+            lo, hi = vmin - 1.0, vmax + 1.0  # the line in the middle of the plot
+        else:
+            lo, hi = vmin, vmax
+        s0, s1 = (t[0] - run_start) / 1e9, (t[-1] - run_start) / 1e9  # seconds from the run start
+        X = lambda sec: left + (sec - s0) / (s1 - s0) * w  # noqa: E731 - one-line coordinate maps
+        Y = lambda val: top + (1 - (np.clip(val, lo, hi) - lo) / (hi - lo)) * h  # noqa: E731
+        sec = (t - run_start) / 1e9
+        body = [_line(left, top + h, left + w, top + h, "axis"), _line(left, top, left, top + h, "axis")]
+        suffix = f" {unit}" if unit and not unit.startswith("throttled") else ""
+        if flat:
+            body.append(_text(left - 6, Y(vmin) + 4, f"{_num(vmin)}{suffix}", "end"))
+        else:
+            for tick in _ticks(lo, hi, 4):
+                body += _y_tick(left, Y(tick), top + h, f"{_num(tick)}{suffix}")
+        for tick in _ticks(s0, s1, 8):
+            body += [_line(X(tick), top + h, X(tick), top + h + 4, "axis"), _text(X(tick), top + h + 15, f"{_num(tick)} s", "middle")]
         if span is not None:
-            a = left + (max(span[0], t[0]) - t[0]) / (t[-1] - t[0]) * w
-            b = left + (min(span[1], t[-1]) - t[0]) / (t[-1] - t[0]) * w
+            a, b = X(max((span[0] - run_start) / 1e9, s0)), X(min((span[1] - run_start) / 1e9, s1))
             if b > a:
-                body.append(f'<rect x="{a:.1f}" y="8" width="{b - a:.1f}" height="{h}" fill="#eaeef2"><title>profiled steps</title></rect>')
-        pts = " ".join(f"{px:.1f},{py:.1f}" for px, py in zip(X, Y) if np.isfinite(py))
+                body.append(f'<rect x="{a:.1f}" y="{top}" width="{b - a:.1f}" height="{h}" fill="#eaeef2"><title>profiled steps</title></rect>')
+        pts = " ".join(f"{X(px):.1f},{Y(py):.1f}" for px, py in zip(sec, v) if np.isfinite(py))
         body.append(f'<polyline class="series" points="{pts}"><title>{e(metric)} ({e(source)})</title></polyline>')
         if metric in SERIES_TARGETS:
             rule = "dram-bandwidth" if metric == "dram_bw_util" else "sm-occupancy"
             thr, _ = _threshold(findings, rule, SERIES_TARGETS[metric])
-            ty = 8 + (1 - thr) * h
-            body += [_line(left, ty, left + w, ty, "thr"), _text(left + w + 4, ty + 4, f"target {thr * 100:.0f} %")]
-        body.append(_text(left, 8 + h + 16, f"{metric} [{source}], {len(g)} samples; {(t[-1] - t[0]) / 1e9:.3g} s shown, shaded = profiled steps"))
-        out.append(_svg(left + w + 90, h + 34, body, f"{metric} over time"))
+            body += [_line(left, Y(thr * 100), left + w, Y(thr * 100), "thr"), _text(left + w + 4, Y(thr * 100) + 4, f"target {thr * 100:.0f} %")]
+        value = "flat (its value is on the axis)" if flat else f"{_num(vmin)} to {_num(vmax)}{suffix}"
+        body.append(_text(left, 14, f"{metric} [{source}]{f' in {unit}' if unit else ''}: {value}; {len(g)} samples, shaded = profiled steps"))
+        body.append(_text(left + w / 2, top + h + 30, "seconds from the run start (the first NVML sample)", "middle"))
+        out.append(_svg(left + w + 90, top + h + 38, body, f"{metric} over time"))
     return out
+
+
+def step_latency_chart(analysis: Analysis) -> str | None:
+    """Every step's latency in order, the start of the steady state marked, p50 and p99 drawn.
+
+    From the light pass when the run had one (the untraced times the metrics use); from the
+    trace's critical path otherwise, where every step is used (a trace cannot tell warm-up)."""
+    light = analysis.light
+    if light is not None and light.count >= 2:
+        ms = steady.critical_path_ns(light.host_start_ns, light.gpu_end_ns).astype(np.float64) / 1e6
+        first_steady, where = light.steady_start, "light pass, no tracer"
+    else:
+        ms = analysis.timeline.critical_path_ms()
+        first_steady, where = 0, "trace: every step used, a trace alone cannot tell warm-up"
+    if ms.size < 2:
+        return None
+    p50, p99 = analysis.value("step_latency_ms_p50"), analysis.value("step_latency_ms_p99")
+    w, h, left, top = 760.0, 150.0, 78.0, 22.0
+    hi = float(max(ms.max(), p99 or 0.0)) * 1.05
+    X = lambda i: left + i / (ms.size - 1) * w  # noqa: E731 - one-line coordinate maps
+    Y = lambda val: top + (1 - val / hi) * h  # noqa: E731
+    body = [_line(left, top + h, left + w, top + h, "axis"), _line(left, top, left, top + h, "axis")]
+    for tick in _ticks(0.0, hi, 5):
+        body += _y_tick(left, Y(tick), top + h, f"{_num(tick)} ms")
+    for tick in _ticks(0.0, ms.size - 1, 10):
+        if float(tick).is_integer():
+            body += [_line(X(tick), top + h, X(tick), top + h + 4, "axis"), _text(X(tick), top + h + 15, f"{tick:.0f}", "middle")]
+    if first_steady > 0:
+        xs = X(first_steady)
+        body.append(f'<rect x="{left:.1f}" y="{top}" width="{xs - left:.1f}" height="{h}" fill="#eaeef2"><title>warm-up: steps 0 to {first_steady - 1}</title></rect>')
+        body += [_line(xs, top, xs, top + h, "link"), _text(xs + 4, top + 12, f"steady from step {first_steady}")]
+    pts = " ".join(f"{X(i):.1f},{Y(val):.1f}" for i, val in enumerate(ms))
+    body.append(f'<polyline class="series" points="{pts}"><title>step latency per step ({e(where)})</title></polyline>')
+    body += [f'<circle cx="{X(i):.1f}" cy="{Y(val):.1f}" r="2" fill="#4e79a7"><title>step {i}: {val:.4g} ms</title></circle>'
+             for i, val in enumerate(ms) if ms.size <= 200]
+    label_y: list[float] = []
+    for name, val in (("p50", p50), ("p99", p99)):
+        if val is None:
+            continue
+        y = Y(val)
+        ly = y + 4
+        if any(abs(ly - other) < 15 for other in label_y):  # p99 next to p50: its label goes above
+            ly = min(label_y) - 15
+        label_y.append(ly)
+        body += [_line(left, y, left + w, y, "thr"), _text(left + w + 4, ly, f"{name} {_num(val)} ms")]
+    body.append(_text(left, 14, f"step latency per step ({where}); {ms.size} steps"))
+    body.append(_text(left + w / 2, top + h + 30, "step", "middle"))
+    return _svg(left + w + 110, top + h + 38, body, "step latency per step")
+
+
+def raw_traces(analysis: Analysis) -> list[tuple[str, str]]:
+    """The raw traces behind this report, each with how to open it in a timeline viewer."""
+    meta = analysis.profile.meta
+    if not meta.get("path"):
+        return []
+    path = Path(meta["path"])
+    perfetto = "Perfetto: open https://ui.perfetto.dev and drop this file on it (it reads Kineto JSON, gzipped or not)"
+    if meta.get("bundle"):
+        rank = meta.get("rank") if isinstance(meta.get("rank"), dict) else {}
+        raw = path / RAW / (f"rank{rank['rank']}" if "rank" in rank else "")
+        kineto, reps = [raw / TORCH_TRACE], [raw / NSYS_REP]
+    elif meta.get("source") == "kineto":
+        return [(str(path), perfetto)]
+    elif meta.get("source") == "nsys":
+        # An SQLite export: the viewer opens the .nsys-rep it came from (beside it, when it is there).
+        kineto, reps = [], [path] if path.name.endswith(".nsys-rep") else [Path(str(path).split(".sqlite")[0] + ".nsys-rep")]
+        if not reps[0].exists():
+            return [(str(path), "an Nsight Systems export: open the .nsys-rep it was exported from with nsys-ui FILE.nsys-rep")]
+    else:
+        return []
+    return ([(str(q), perfetto) for q in kineto if q.exists()]
+            + [(str(q), f"Nsight Systems: nsys-ui {shlex.quote(str(q))}") for q in reps if q.exists()])
 
 
 def _bin_series(t: np.ndarray, v: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray]:
@@ -567,9 +717,18 @@ def render(findings: Sequence[Finding], analysis: Analysis, packs: Sequence[str]
     gauge_svg, gauge_notes = gauges(analysis, findings)
     parts += ["<h2>Bandwidth and occupancy</h2>", f'<div class="plot">{gauge_svg}</div>']
     parts += [f'<p class="muted">{e(note)}</p>' for note in gauge_notes]
+    latency = step_latency_chart(analysis)
+    parts.append("<h2>Step latency</h2>")
+    parts.append(f'<div class="plot">{latency}</div>' if latency else '<p class="muted">No latency series to draw: fewer than two steps timed by the light pass or with GPU work in the trace.</p>')
     charts = nvml_charts(analysis, findings)
     parts.append("<h2>NVML samples</h2>")
     parts += [f'<div class="plot">{c}</div>' for c in charts] or ['<p class="muted">No NVML samples in this trace (perfdoctor run collects them).</p>']
+    traces = raw_traces(analysis)
+    if traces:
+        parts.append("<h2>Open the raw trace</h2><ul>")
+        # The viewers' addresses as text, not links: the page loads and links nothing outside itself.
+        parts += [f"<li><code>{e(path)}</code> — {e(how)}</li>" for path, how in traces]
+        parts.append("</ul>")
     parts.append("<h2>Findings, ranked by time recoverable per step</h2>")
     shown_before = common.evidence_owner(failing)
     parts += [_finding_html(f, analysis, shown_before) for f in failing] or ["<p>No rule fails.</p>"]
@@ -592,7 +751,7 @@ def render(findings: Sequence[Finding], analysis: Analysis, packs: Sequence[str]
         parts.append("<h2>Not evaluated</h2><p class=\"muted\">Never counted as passed.</p><table><tr><th>rule</th><th>why / how to collect</th></tr>")
         parts += [f"<tr><td>{e(f.rule_id)}</td><td>not evaluated — {e(f.reason)}</td></tr>" for f in missing]
         parts.append("</table>")
-    data = _finite(document(findings, analysis, packs))
+    data = finite(document(findings, analysis, packs))  # NaN/inf → null: the page's JSON is strict
     parts += [
         f'<script type="application/json" id="pd-data">{script_json(data)}</script>',
         f"<script>{READY_JS}</script>",

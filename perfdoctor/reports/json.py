@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-import orjson
-
 from perfdoctor.analysis.metrics import Analysis
 from perfdoctor.io import dumps_json
 from perfdoctor.reports import attribution
@@ -43,14 +41,14 @@ def document(findings: Sequence[Finding], analysis: Analysis, packs: Sequence[st
         },
         "attribution": attribution.json_block(analysis),
         "rule_packs": list(packs),
+        # the sources the findings cite, once (titles, sections, the original titles)
+        "sources": {c.source.id: c.source.to_json() for f in findings for c in f.cites},
         "findings": [f.to_json() for f in findings],
     }
 
 
 def render(findings: Sequence[Finding], analysis: Analysis, packs: Sequence[str] = ()) -> str:
-    """findings.json text (indented, UTF-8 characters kept)."""
-    doc = document(findings, analysis, packs)
-    try:
-        return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n"
-    except TypeError:  # a path that is not UTF-8 (its bytes as surrogates), which orjson refuses: "?" for them, as io writes
-        return dumps_json(doc).encode("utf-8", "replace").decode("utf-8")
+    """findings.json text (indented, UTF-8 characters kept), written as every JSON file is
+    (:func:`perfdoctor.io.dumps_json`); a path that is not UTF-8 (its bytes as surrogates)
+    becomes "?" there, as io writes it."""
+    return dumps_json(document(findings, analysis, packs)).encode("utf-8", "replace").decode("utf-8")

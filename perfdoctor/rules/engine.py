@@ -9,13 +9,19 @@ A rule is data (see ``docs/rules.md`` and ``packs/seed.toml``)::
     comparator = "<"                                     # the rule passes when value < threshold
     threshold = 0.15
     severity = "error"
-    citation = "000 §5.2 (内存气泡占比 < 15%)"
+    cite = [{ source = "megakernel", section = "5.2", says = "keep memory bubbles below 15 %", original = "..." }]
     evidence = ["largest_gaps", "top_short_kernels"]
     estimate = { kind = "idle_between_kernels", residual_gap_us = 2.0 }
     collect = "any trace with GPU activity"
     [rule.remediation]
     steps = ["Capture the decode step in a CUDA graph", "..."]
     snippet = '''g = torch.cuda.CUDAGraph() ...'''
+    [[source]]                                           # what cite names (any pack may add sources)
+    id = "megakernel"
+    title = "Performance optimisation of large models for low-latency inference: ..."
+    original_title = "..."                               # for reference: reports print the English only
+    [source.sections]
+    "5.2" = { title = "Key metrics to monitor", original = "..." }
     [[rule.variant]]                                     # replaces parts of the rule when
     when = "graphed"                                     # the steps are graph-replayed
     [rule.variant.remediation]
@@ -70,15 +76,20 @@ SEVERITIES = ("info", "warning", "error", "critical")
 SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
 STATUS_ORDER = ("fail", "advisory", "pass", "not_evaluated")
 
-PACK_FIELDS = {"schema", "name", "description", "rule"}
+PACK_FIELDS = {"schema", "name", "description", "rule", "source"}
 RULE_FIELDS = {
     "id", "title", "description", "metric", "show", "comparator", "threshold", "severity",
-    "citation", "evidence", "estimate", "collect", "remediation", "variant", "workload", "suppresses", "no_estimate",
+    "citation", "cite", "reading", "evidence", "estimate", "collect", "remediation", "variant", "workload", "suppresses", "no_estimate",
 }
 WORKLOADS = ("training", "inference", "any", "serving", "diffusion", "llm-prefill", "llm-decode", "vision")
 VARIANT_FIELDS = {"when", "title", "remediation", "estimate"}
 REMEDIATION_FIELDS = {"steps", "snippet"}
-REQUIRED = ("title", "metric", "severity", "citation", "remediation")
+REQUIRED = ("title", "metric", "severity", "remediation")  # and a citation: `cite` or `citation`
+SOURCE_FIELDS = {"id", "title", "short", "original_title", "url", "sections"}
+CITE_FIELDS = {"source", "section", "says", "original"}
+SECTION_FIELDS = {"title", "original"}
+# A remediation step or description refers to a section of a source as {source §section}.
+SECTION_REF = re.compile(r"\{([a-z0-9][a-z0-9._-]*) §([0-9][0-9.]*)\}")
 ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 
 
@@ -173,12 +184,75 @@ class Variant:
 
 
 @dataclass(frozen=True)
+class Source:
+    """A document rules cite: its title in English and, for a translated one, its original title.
+
+    ``sections`` maps a section number to its (English title, original title); a source
+    without sections (a web page) is cited by the section's name as the page gives it.
+    """
+
+    id: str
+    title: str
+    short: str = ""
+    original_title: str = ""
+    url: str = ""
+    sections: tuple[tuple[str, str, str], ...] = ()  # (number, title, original title)
+
+    def section(self, number: str) -> tuple[str, str] | None:
+        return next(((title, original) for n, title, original in self.sections if n == number), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"title": self.title, "short": self.short or None, "original_title": self.original_title or None, "url": self.url or None,
+                "sections": {n: {"title": title, "original": original or None} for n, title, original in self.sections}}
+
+    def where(self, number: str) -> str:
+        """``§5.2 Key metrics to monitor`` for a numbered section; the section's name otherwise."""
+        known = self.section(number)
+        return f"§{number} {known[0]}" if known else number
+
+
+@dataclass(frozen=True)
+class Cite:
+    """One place a rule rests on: a section of a source, what it says there in English, and
+    the original words (kept for reference; reports print the English only)."""
+
+    source: Source
+    section: str = ""
+    says: str = ""
+    original: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """One entry of a finding's ``citations``; the source's titles are in the document's ``sources``."""
+        return {"source": self.source.id, "section": self.section or None, "says": self.says or None, "original": self.original or None}
+
+
+def citation_text(cites: Sequence[Cite], reading: str = "") -> str:
+    """The citation as a reader sees it: each source's full title once, then the sections cited
+    from it with what they say, then perfdoctor's own reading where a threshold is ours."""
+    groups: dict[str, dict[str, list[str]]] = {}  # source -> section -> what it says there, in order
+    titles: dict[str, str] = {}
+    for c in cites:
+        titles[c.source.id] = c.source.title
+        says = groups.setdefault(c.source.id, {}).setdefault(c.source.where(c.section) if c.section else "", [])
+        if c.says:
+            says.append(f'"{c.says}"')
+    parts = []
+    for sid, sections in groups.items():
+        places = [" ".join(x for x in (where, f"({'; '.join(says)})" if says else "") if x) for where, says in sections.items()]
+        places = [p for p in places if p]
+        parts.append(titles[sid] + (": " + ", ".join(places) if places else ""))
+    if reading:
+        parts.append(reading)
+    return "; ".join(parts)
+
+
+@dataclass(frozen=True)
 class Rule:
     id: str
     title: str
     metrics: tuple[str, ...]
     severity: str
-    citation: str
+    citation: str  # as printed (citation_text of ``cites``, or a pack's own ``citation`` text)
     remediation: Remediation
     comparator: str | None = None
     threshold: float | None = None
@@ -193,6 +267,7 @@ class Rule:
     workload: tuple[str, ...] = ()  # the workloads it applies to ("training", "inference"); () = any
     suppresses: tuple[str, ...] = ()  # rule ids made not applicable when this rule fails
     no_estimate: str = ""  # why a rule without an estimate cannot say what fixing it wins back
+    cites: tuple[Cite, ...] = ()
 
     @property
     def advisory(self) -> bool:
@@ -238,10 +313,12 @@ class _Locator:
     """
 
     HEADER = re.compile(r"^\s*\[\[\s*rule\s*\]\]")
+    SOURCE = re.compile(r"^\s*\[\[\s*source\s*\]\]")
 
     def __init__(self, text: str) -> None:
         self.lines = text.splitlines()
         self.starts = [i for i, line in enumerate(self.lines) if self.HEADER.match(line)]
+        self.sources = [i + 1 for i, line in enumerate(self.lines) if self.SOURCE.match(line)]
 
     def line(self, index: int, field: str | None = None) -> int:
         if index >= len(self.starts):
@@ -283,7 +360,57 @@ def _strings(value: Any, field: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _remediation(raw: Any, field: str) -> Remediation:
+def _with_refs(text: str, field: str, sources: dict[str, Source]) -> str:
+    """Write each ``{source §section}`` out in English: ``low-latency MegaKernel tutorial, §4.1 MegaKernel architecture design``."""
+    def expand(m: re.Match[str]) -> str:
+        src = sources.get(m.group(1))
+        if src is None:
+            raise _PackError(field, f"{m.group(0)}: unknown source {m.group(1)!r}{_suggest(m.group(1), sources)}")
+        if src.sections and src.section(m.group(2)) is None:
+            raise _PackError(field, f"{m.group(0)}: source {src.id!r} has no section {m.group(2)} (it has: {', '.join(n for n, _, _ in src.sections)})")
+        return f"{src.short or src.title}, {src.where(m.group(2))}"
+
+    return SECTION_REF.sub(expand, text)
+
+
+def _cites(raw: Any, sources: dict[str, Source]) -> tuple[Cite, ...]:
+    _need(isinstance(raw, list) and bool(raw) and all(isinstance(c, dict) for c in raw), "cite",
+          "expected a list of tables: [{ source = \"id\", section = \"5.2\", says = \"...\" }]")
+    out = []
+    for c in raw:
+        _known_fields(c, CITE_FIELDS, "cite.")
+        for key in CITE_FIELDS:
+            _need(isinstance(c.get(key, ""), str), f"cite.{key}", "expected a string")
+        sid, section = c.get("source", ""), c.get("section", "").strip()
+        src = sources.get(sid)
+        _need(src is not None, "cite.source", f"unknown source {sid!r}{_suggest(sid, sources)}: define it in a [[source]] table")
+        _need(not src.sections or not section or src.section(section) is not None, "cite.section",
+              f"source {sid!r} has no section {section!r} (it has: {', '.join(n for n, _, _ in src.sections)})")
+        out.append(Cite(src, clean(section), clean(c.get("says", "").strip()), clean(c.get("original", "").strip())))
+    return tuple(out)
+
+
+def _source(raw: Any) -> Source:
+    _need(isinstance(raw, dict), "source", "expected [[source]] tables")
+    _known_fields(raw, SOURCE_FIELDS)
+    for key in ("id", "title"):
+        _need(isinstance(raw.get(key), str) and raw[key].strip() != "", key, "required: a non-empty string")
+    _need(ID_PATTERN.match(raw["id"]) is not None, "id", "expected a lowercase id such as 'megakernel'")
+    for key in ("short", "original_title", "url"):
+        _need(isinstance(raw.get(key, ""), str), key, "expected a string")
+    sections = raw.get("sections", {})
+    _need(isinstance(sections, dict), "sections", "expected a table: \"5.2\" = { title = \"...\", original = \"...\" }")
+    rows = []
+    for number, s in sections.items():
+        _need(isinstance(s, dict) and isinstance(s.get("title"), str), f"sections.{number}", "expected { title = \"...\", original = \"...\" }")
+        _known_fields(s, SECTION_FIELDS, f"sections.{number}.")
+        _need(isinstance(s.get("original", ""), str), f"sections.{number}.original", "expected a string")
+        rows.append((number, clean(s["title"].strip()), clean(s.get("original", "").strip())))
+    return Source(raw["id"], clean(raw["title"].strip()), clean(raw.get("short", "").strip()),
+                  clean(raw.get("original_title", "").strip()), clean(raw.get("url", "").strip()), tuple(rows))
+
+
+def _remediation(raw: Any, field: str, sources: dict[str, Source]) -> Remediation:
     _need(isinstance(raw, dict), field, "expected a table with 'steps' (list of strings) and 'snippet'")
     _known_fields(raw, REMEDIATION_FIELDS, f"{field}.")
     steps = _strings(raw.get("steps", []), f"{field}.steps")
@@ -291,7 +418,7 @@ def _remediation(raw: Any, field: str) -> Remediation:
     snippet = raw.get("snippet", "")
     _need(isinstance(snippet, str), f"{field}.snippet", "expected a string")
     # Pack text reaches terminals and reports: made inert here, once (perfdoctor.text).
-    return Remediation(tuple(clean_block(x) for x in steps), clean_block(snippet.strip("\n")))
+    return Remediation(tuple(_with_refs(clean_block(x), f"{field}.steps", sources) for x in steps), clean_block(snippet.strip("\n")))
 
 
 def _estimate(raw: Any, field: str) -> EstimateSpec:
@@ -309,7 +436,7 @@ def _estimate(raw: Any, field: str) -> EstimateSpec:
     return EstimateSpec(kind, tuple(sorted((k, float(v)) for k, v in params.items())))
 
 
-def _rule(raw: dict[str, Any], origin: str, threshold_origin: str) -> Rule:
+def _rule(raw: dict[str, Any], origin: str, threshold_origin: str, sources: dict[str, Source]) -> Rule:
     """Build a Rule from its merged TOML table, raising _PackError naming the bad field."""
     _known_fields(raw, RULE_FIELDS)
     for key in REQUIRED:
@@ -331,7 +458,14 @@ def _rule(raw: dict[str, Any], origin: str, threshold_origin: str) -> Rule:
         _need(isinstance(threshold, (int, float)) and not isinstance(threshold, bool), "threshold", "expected a number")
         _need(math.isfinite(threshold), "threshold", f"expected a finite number, not {threshold!r}")
     _need(isinstance(raw["severity"], str) and raw["severity"] in SEVERITIES, "severity", f"bad severity {raw['severity']!r}; use one of {', '.join(SEVERITIES)}")
-    _need(isinstance(raw["citation"], str) and raw["citation"].strip() != "", "citation", "expected a non-empty string")
+    _need("cite" in raw or "citation" in raw, "cite", "required: where the threshold comes from (cite = [...], or citation = \"text\")")
+    if "cite" in raw:
+        cites = _cites(raw["cite"], sources)
+        _need(isinstance(raw.get("reading", ""), str), "reading", "expected a string")
+        citation = citation_text(cites, clean(raw.get("reading", "").strip()))
+    else:
+        _need(isinstance(raw["citation"], str) and raw["citation"].strip() != "", "citation", "expected a non-empty string")
+        cites, citation = (), clean(raw["citation"].strip())
     kinds = _strings(raw.get("evidence", []), "evidence")
     for kind in kinds:
         if kind not in EVIDENCE:
@@ -358,7 +492,7 @@ def _rule(raw: dict[str, Any], origin: str, threshold_origin: str) -> Rule:
             Variant(
                 when=when,
                 title=None if v.get("title") is None else clean(v["title"]),
-                remediation=_remediation(v["remediation"], "remediation") if "remediation" in v else None,
+                remediation=_remediation(v["remediation"], "remediation", sources) if "remediation" in v else None,
                 estimate=_estimate(v["estimate"], "estimate") if "estimate" in v else None,
             )
         )
@@ -367,12 +501,13 @@ def _rule(raw: dict[str, Any], origin: str, threshold_origin: str) -> Rule:
         title=clean(raw["title"].strip()),
         metrics=metrics,
         severity=raw["severity"],
-        citation=clean(raw["citation"].strip()),
-        remediation=_remediation(raw["remediation"], "remediation"),
+        citation=citation,
+        cites=cites,
+        remediation=_remediation(raw["remediation"], "remediation", sources),
         comparator=comparator,
         threshold=None if threshold is None else float(threshold),
         threshold_origin=threshold_origin if comparator is not None else "",
-        description=clean_block(raw.get("description", "").strip()),
+        description=_with_refs(clean_block(raw.get("description", "").strip()), "description", sources),
         show=show,
         evidence=kinds,
         estimate=_estimate(raw["estimate"], "estimate") if "estimate" in raw else None,
@@ -388,7 +523,7 @@ def _rule(raw: dict[str, Any], origin: str, threshold_origin: str) -> Rule:
 MAX_PACK_BYTES = 16 * 1024**2  # a rule pack is a few kB of TOML
 
 
-def _read_pack(path: Path) -> tuple[list[dict[str, Any]], _Locator]:
+def _read_pack(path: Path) -> tuple[list[dict[str, Any]], list[Any], _Locator]:
     from perfdoctor.io import regular_file
 
     if not os.path.lexists(path):
@@ -426,7 +561,10 @@ def _read_pack(path: Path) -> tuple[list[dict[str, Any]], _Locator]:
     rules = doc.get("rule", [])
     if not isinstance(rules, list) or not all(isinstance(r, dict) for r in rules):
         raise UsageError(f"{path}:1: field 'rule': rules are [[rule]] tables")
-    return rules, locator
+    sources = doc.get("source", [])
+    if not isinstance(sources, list):
+        raise UsageError(f"{path}:1: field 'source': sources are [[source]] tables")
+    return rules, sources, locator
 
 
 def load_rules(
@@ -442,10 +580,18 @@ def load_rules(
     paths = ([SEED_PACK] if seed else []) + [Path(p) for p in packs]
     merged: dict[str, dict[str, Any]] = {}
     rules: dict[str, Rule] = {}
+    sources: dict[str, Source] = {}
     for path in paths:
         is_seed = path == SEED_PACK
         label = "seed default (perfdoctor/rules/packs/seed.toml)" if is_seed else f"pack {path}"
-        raw_rules, locator = _read_pack(path)
+        raw_rules, raw_sources, locator = _read_pack(path)
+        for index, raw in enumerate(raw_sources):
+            try:
+                src = _source(raw)
+            except _PackError as err:
+                line = locator.sources[index] if index < len(locator.sources) else 1
+                raise UsageError(f"{path}:{line}: source #{index + 1}: field {err.field!r}: {err}") from None
+            sources[src.id] = src  # a later pack may restate a source (a corrected title)
         seen: set[str] = set()
         for index, raw in enumerate(raw_rules):
             rid = raw.get("id")
@@ -456,12 +602,14 @@ def load_rules(
                 raise UsageError(f"{path}:{locator.line(index, 'id')}: rule {rid!r}: field 'id': defined twice in this pack")
             seen.add(rid)
             base = merged.get(rid, {})
+            if "citation" in raw or "cite" in raw:  # a pack's own citation replaces the one it overrides, whichever form
+                base = {k: v for k, v in base.items() if k not in ("citation", "cite", "reading")}
             combined = {**base, **raw}
             previous = rules.get(rid)
             threshold_origin = label if ("threshold" in raw or previous is None) else previous.threshold_origin
             origin = label if previous is None else f"{previous.origin}; overridden by {label}"
             try:
-                rule = _rule(combined, origin, threshold_origin)
+                rule = _rule(combined, origin, threshold_origin, sources)
             except _PackError as err:
                 raise UsageError(f"{path}:{locator.line(index, err.field)}: rule {rid!r}: field {err.field!r}: {err}") from None
             merged[rid] = combined
@@ -518,6 +666,7 @@ class Finding:
     context: list[str] = field(default_factory=list)  # conditions that selected a variant
     overlaps: list[str] = field(default_factory=list)  # findings whose estimate counts the same time
     rank: int | None = None
+    cites: tuple[Cite, ...] = ()  # the citation as data, original words included (findings.json)
 
     @property
     def recovered_ms(self) -> float | None:
@@ -543,6 +692,7 @@ class Finding:
             "threshold_origin": self.threshold_origin or None,
             "values": {k: m.to_json() for k, m in self.values.items()},
             "citation": self.citation,
+            "citations": [c.to_json() for c in self.cites],
             "reason": self.reason,
             "context": self.context,
             "estimate": None
@@ -643,6 +793,7 @@ def evaluate_rule(rule: Rule, analysis: Analysis, values: dict[str, Metric], evi
         status="not_evaluated",
         severity=rule.severity,
         citation=rule.citation,
+        cites=rule.cites,
         metric=metric,
         values=shown,
         comparator=rule.comparator,
@@ -764,7 +915,7 @@ def evaluate(rules: RuleSet, analysis: Analysis) -> list[Finding]:
     for i, f in enumerate(findings):
         if f.rule_id in suppressed and f.status != "not_evaluated":
             findings[i] = Finding(
-                rule_id=f.rule_id, title=f.title, status="not_evaluated", severity=f.severity, citation=f.citation,
+                rule_id=f.rule_id, title=f.title, status="not_evaluated", severity=f.severity, citation=f.citation, cites=f.cites,
                 metric=f.metric, comparator=f.comparator, threshold=f.threshold, threshold_origin=f.threshold_origin,
                 remediation=f.remediation, context=f.context, reason=suppressed[f.rule_id],
             )

@@ -242,6 +242,8 @@ def _part_time(parts: tuple[str, ...], what: str) -> Callable[[Analysis, float |
         ms = sum(a.step[p] for p in parts)
         return Estimate(ms * saved, f"{what} {ms:.4g} ms per step (attribution, {a.source}) × {saved:g} that the fix removes")
 
+    # `rules explain` prints an estimate's docstring: each made here says what it counts.
+    estimate.__doc__ = f"The step attribution's {what} per step × saved (the share the fix removes, 1.0 by default)."
     return estimate
 
 

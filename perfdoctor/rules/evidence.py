@@ -313,18 +313,18 @@ def launch_summary(analysis: Analysis) -> Evidence:
 
 
 def bandwidth_budget(analysis: Analysis) -> Evidence:
-    """The seed's model-size tier for this device and the bandwidth floor of a step (000 §7.1)."""
+    """The seed's model-size tier for this device (the low-latency tutorial §7.1) and the bandwidth floor of a step."""
     ev = Evidence("bandwidth_budget", "Bandwidth budget of one step", ["quantity", "value"])
     peak = analysis.value("peak_dram_bw_gbps")
     if not peak:
         ev.note = "the device peak bandwidth is unknown"
         return ev
     if peak >= 600:
-        tier = "≥ 600 GB/s: supports 13B-parameter models (000 §7.1)"
+        tier = "≥ 600 GB/s: supports 13B-parameter models (low-latency MegaKernel tutorial, §7.1 Adapting to the hardware)"
     elif peak >= 300:
-        tier = "300-600 GB/s: 7B-parameter models recommended (000 §7.1)"
+        tier = "300-600 GB/s: 7B-parameter models recommended (low-latency MegaKernel tutorial, §7.1 Adapting to the hardware)"
     else:
-        tier = "< 300 GB/s: below the seed's tiers; prefer models well under 7B (000 §7.1)"
+        tier = "< 300 GB/s: below the seed's tiers; prefer models well under 7B (low-latency MegaKernel tutorial, §7.1 Adapting to the hardware)"
     ev.rows = [["device peak GB/s", _r(peak)], ["seed tier", tier]]
     nbytes = model_bytes_per_step(analysis).value
     if nbytes:

@@ -24,7 +24,7 @@ import typer
 from typer.testing import CliRunner
 
 from conftest import FIXTURES
-from perfdoctor.pipeline import load_trace
+from perfdoctor.pipeline import diagnose as pipeline_diagnose, load_trace
 from perfdoctor.analysis.metrics import Analysis, analyze
 from perfdoctor.profile import SAMPLE_COLUMNS, Profile, frame
 from perfdoctor.reports import html, json as json_report, markdown, terminal
@@ -33,8 +33,15 @@ from perfdoctor.cli.report import report_command
 from perfdoctor.rules.engine import Finding, diagnose
 
 EAGER = FIXTURES / "h200-llama1b-eager-5steps.kineto.json.gz"
+DEMO_EAGER = Path(__file__).parents[2] / "perfdoctor" / "demo" / "data" / "eager"  # a real H200 run bundle, NVML samples included
 EVIL_KERNEL = 'evil"kernel\'&[red]x[/red]</script><script>alert("k")</script>'
 EVIL_STEP = 'decode</script><script>alert(1)</script>"\'&[step]'
+
+
+@lru_cache(maxsize=None)
+def demo_bundle() -> tuple[Analysis, list[Finding]]:
+    d = pipeline_diagnose(DEMO_EAGER, rules=(), warnings=False)
+    return d.analysis, d.findings
 
 
 @lru_cache(maxsize=None)
@@ -195,6 +202,62 @@ def test_html_is_self_contained_and_escapes_every_trace_name() -> None:
     assert "[red]x[/red]" in out  # rich markup in a name is printed, not interpreted
 
 
+def test_html_charts_have_time_axes_units_a_step_latency_plot_and_the_trace_viewers(tmp_path: Path) -> None:
+    # Issue 32: NVML charts without a time axis printed "1.98e+03 / 1.98e+03" on flat lines;
+    # no step-latency plot; no way from the report to a timeline viewer. Real H200 bundle.
+    a, findings = demo_bundle()
+    charts = {re.search(r'aria-label="([^"]+) over time"', c).group(1): c for c in html.nvml_charts(a, findings)}
+    assert "throttle_reasons" not in charts and {"power_w", "sm_clock_mhz", "dram_bw_util", "mem_used_bytes"} <= set(charts)
+    for metric, svg in charts.items():
+        labels = re.findall(r"<text[^>]*>([^<]*)</text>", svg)
+        assert "seconds from the run start (the first NVML sample)" in labels, metric
+        assert [s for s in labels if re.fullmatch(r"[\d.,]+ s", s)], metric  # time ticks in seconds
+        assert not [s for s in labels if re.search(r"\de[+-]?\d", s)], (metric, labels)
+    samples = a.profile.samples
+    sm = samples[samples["metric"] == "sm_clock_mhz"]["value"]
+    assert sm.nunique() == 1 and sm.iloc[0] == 1980.0  # flat in the recording, so:
+    assert re.findall(r"<text[^>]*>([^<]*)</text>", charts["sm_clock_mhz"]).count("1980 MHz") == 1
+    assert "flat" in charts["sm_clock_mhz"]
+    power = samples[samples["metric"] == "power_w"]["value"]
+    assert power.nunique() > 1 and re.search(r">\d[\d.]* W</text>", charts["power_w"])
+    assert re.search(r">(100|50) %</text>", charts["dram_bw_util"]) and "target 85 %" in charts["dram_bw_util"]
+    # The step latency: the light pass's 54 steps, steady from step 4 (the manifest's cut), p50 / p99 lines.
+    light = a.light
+    assert light is not None and light.steady_start == 4
+    svg = html.step_latency_chart(a)
+    assert svg.count("<circle") == light.count and "steady from step 4" in svg
+    assert f"p50 {a.value('step_latency_ms_p50'):.4g} ms" in svg and f"p99 {a.value('step_latency_ms_p99'):.4g} ms" in svg
+    # The viewers: Perfetto for a Kineto trace, nsys-ui for an Nsight Systems report.
+    assert html.raw_traces(a) == [(str(DEMO_EAGER / "raw" / "torch-trace.json.gz"),
+                                   "Perfetto: open https://ui.perfetto.dev and drop this file on it (it reads Kineto JSON, gzipped or not)")]
+    assert html.raw_traces(eager()[0])[0][0] == str(EAGER)
+    nsys = analyze(load_trace(FIXTURES / "h200-decode-eager-5steps.nsys.sqlite.gz"))
+    assert "nsys-ui FILE.nsys-rep" in html.raw_traces(nsys)[0][1]
+    bundle = tmp_path / "b"
+    (bundle / "raw").mkdir(parents=True)
+    shutil.copy(EAGER, bundle / "raw" / "torch-trace.json.gz")
+    (bundle / "raw" / "nsys.nsys-rep").write_bytes(b"")  # only its presence is read
+    (bundle / "manifest.json").write_text(json.dumps({"schema": "perfdoctor.run/1", "step": "decode_step"}))
+    opened = html.raw_traces(analyze(load_trace(bundle), step="decode_step"))
+    assert [how.split(":")[0] for _, how in opened] == ["Perfetto", "Nsight Systems"]
+    assert opened[1][1] == f"Nsight Systems: nsys-ui {bundle / 'raw' / 'nsys.nsys-rep'}"
+
+
+def test_gap_labels_sit_inside_their_own_gaps() -> None:
+    # Issue 32: gap labels overlapped. Each label is drawn only where it fits in its gap, so two
+    # labels can never touch (the browser test measures every plot's labels as laid out).
+    svg = html.timeline_detail(eager()[0])
+    gaps = re.findall(r'<rect class="gap" x="([\d.]+)" y="[\d.]+" width="([\d.]+)"', svg)
+    labels = re.findall(r'<text x="([\d.]+)" y="[\d.]+" text-anchor="middle">([\d.]+ µs)</text>', svg)
+    assert gaps and labels
+    spans = [(float(x), float(x) + float(w)) for x, w in gaps]
+    for x, label in labels:
+        half = len(label) * html.CHAR_PX / 2
+        assert any(lo <= float(x) - half and float(x) + half <= hi for lo, hi in spans), label
+
+
+CJK = re.compile("[\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef]")
+
 CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
     "--disable-sync", "--no-first-run", "--hide-scrollbars", "--enable-logging=stderr", "--v=0",
@@ -266,24 +329,27 @@ def png_pixels(path: Path) -> np.ndarray:
     return out.reshape(height, width, bpp)[:, :, :3]
 
 
-@pytest.mark.parametrize("case", ["eager", "evil", "nvml", "pageable"])
+@pytest.mark.parametrize("case", ["eager", "evil", "nvml", "pageable", "bundle"])
 def test_html_renders_in_headless_chromium_with_plots(case: str, chromium: str, tmp_path: Path) -> None:
     if case == "eager":
         a, findings = eager()
-        want_plots = 4  # overview, zoomed slice, families, gauges
+        want_plots = 5  # overview, zoomed slice, families, gauges, step latency
     elif case == "evil":
         a, findings = crafted_evil()
-        want_plots = 4
+        want_plots = 5
     elif case == "nvml":
         a, findings = with_nvml_samples(eager()[0])
-        want_plots = 4 + 3  # + one chart per sampled series
+        want_plots = 5 + 3  # + one chart per sampled series
+    elif case == "bundle":
+        a, findings = demo_bundle()
+        want_plots = 5 + 13  # + the 14 NVML series of the H200 run less throttle_reasons (a bit mask: not drawn)
     else:
         name = FIXTURES / "h200-pageable-sync-10steps.kineto.json.gz"
         if not name.exists():
             pytest.skip(f"needs {name.name}")
         a = analyze(load_trace(name), step="copy_step")
         findings = diagnose(a)
-        want_plots = 4
+        want_plots = 5
     page = tmp_path / "report.html"
     page.write_text(html.render(findings, a), encoding="utf-8")
 
@@ -294,8 +360,21 @@ def test_html_renders_in_headless_chromium_with_plots(case: str, chromium: str, 
     assert "data-pd-errors" not in head, re.search(r'id="pd-errors"[^>]*>[^<]*', dom.stdout)
     console_errors = [line for line in dom.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
     assert not console_errors, console_errors
-    status = re.search(r'id="pd-status" data-plots="(\d+)" data-findings="(\d+)"', dom.stdout)
-    assert status and int(status.group(1)) == want_plots and int(status.group(2)) == len(findings), status
+    status = re.search(r'<span id="pd-status"[^>]*>', dom.stdout).group(0)
+    plots, overlaps, checks = (re.search(rf'{k}="(\d+)"', status) for k in ("data-plots", "data-overlaps", "data-findings"))
+    assert int(plots.group(1)) == want_plots and int(checks.group(1)) == len(findings), status
+    # Issue 32: no two labels of a plot overlap, as the browser lays them out (getBBox).
+    assert int(overlaps.group(1)) == 0, status
+    # Issue 32: no CJK glyph needed (a machine without CJK fonts showed boxes): none in the live page.
+    assert not CJK.search(dom.stdout), CJK.search(dom.stdout)
+    if case == "bundle":  # the axes' text: time in seconds from the run start, values in their units
+        text = re.sub(r"<[^>]+>", " ", dom.stdout)
+        for words in ("seconds from the run start", " s ", " W ", " MHz ", " % ", " GB ", "steady from step 4", "p50 ", "p99 ", " ms "):
+            assert words in text, words
+        labels = re.findall(r"<text[^>]*>([^<]*)</text>", dom.stdout)  # every label the plots draw
+        assert labels and not [s for s in labels if re.search(r"\de[+-]?\d", s)]  # no 1.98e+03
+        assert "1980 MHz" in labels and labels.count("1980 MHz") == 1  # the flat SM clock: its value once
+        assert "ui.perfetto.dev" in text and "torch-trace.json.gz" in text
     # Exactly our three scripts survive in the live DOM: no name from the trace became markup.
     assert dom.stdout.count("<script") == 3
     if case == "evil":
