@@ -17,8 +17,9 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from perfdoctor.analysis.attribution import is_layout_conversion
 from perfdoctor.analysis.metrics import Analysis
-from perfdoctor.names.codes import equals
+from perfdoctor.names.codes import equals, per_name
 from perfdoctor.rules.signals import attention_softmax, model_bytes_per_step, step_activities
 
 
@@ -245,6 +246,72 @@ def _part_time(parts: tuple[str, ...], what: str) -> Callable[[Analysis, float |
     return estimate
 
 
+# The classes that run slower on NCHW tensors than in channels-last: cuDNN's convolutions
+# (direct and the 1x1 ones it runs as GEMMs) and batch norms (why: :func:`nchw_fed`; the
+# share they lose is the pack's ``nchw_penalty``).
+NCHW_PARTS = ("convolution", "gemm", "normalisation")
+
+
+def nchw_fed(analysis: Analysis) -> str | None:
+    """Whether the step feeds NCHW tensors through NHWC kernels, and the evidence: cuDNN's
+    NCHW<->NHWC conversions, at least one per convolution kernel (each NHWC convolution of
+    an NCHW model converts its input, its output back, and its filter). Then channels-last
+    removes the conversions *and* lets the convolutions and batch norms run their NHWC
+    kernels, which are faster: the convolutions of an NCHW model are picked among fewer
+    algorithms (1x1 ones as NCHW GEMMs) and its batch norm runs an NCHW kernel. None when
+    the step has no convolution or converts less often (a channels-last model converting
+    its input once)."""
+    t = analysis.timeline
+    k = t.step_kernels
+    n = max(analysis.steps.count, 1)
+    conv = int(equals(t.step_kernel_families, "conv").sum())
+    conversions = int(per_name(k["name"], is_layout_conversion).to_numpy(dtype=bool).sum()) if conv else 0
+    if conv == 0 or conversions < conv:
+        return None
+    return f"{conversions / n:.3g} NCHW<->NHWC conversions per step around {conv / n:.3g} convolution kernels"
+
+
+def layout_time(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
+    """What channels-last wins: the layout transforms × ``saved``, plus, where the step
+    feeds NCHW tensors through NHWC kernels (:func:`nchw_fed`), ``nchw_penalty`` × the time
+    of the classes that run faster in NHWC (:data:`NCHW_PARTS`). ``nchw_penalty`` is a
+    measured share (the pack cites the measurement), not a model of cuDNN."""
+    a = analysis.attribution
+    if a.reason:
+        return Estimate(None, f"needs the step attribution ({a.reason})")
+    saved = float(params.get("saved", 1.0))
+    share = float(params.get("nchw_penalty", 0.0))
+    ms = a.step["layout_transform"] * saved
+    formula = f"layout transforms {a.step['layout_transform']:.4g} ms per step (attribution, {a.source}) × {saved:g}"
+    fed = nchw_fed(analysis) if share else None
+    if fed:
+        nchw = sum(a.step[p] for p in NCHW_PARTS)
+        ms += share * nchw
+        formula += (f" + {share:g} × {nchw:.4g} ms of convolution + GEMM + normalisation, the NCHW penalty "
+                    f"channels-last also removes ({fed})")
+    return Estimate(ms, f"{formula} = {ms:.4g} ms")
+
+
+def norm_elementwise_time(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
+    """(normalisation + elementwise) × ``saved``, less the normalisation time channels-last
+    already wins where the step feeds NCHW tensors through NHWC kernels (``nchw_penalty`` ×
+    normalisation, counted by :func:`layout_time`): the two findings' estimates add up."""
+    a = analysis.attribution
+    if a.reason:
+        return Estimate(None, f"needs the step attribution ({a.reason})")
+    saved = float(params.get("saved", 1.0))
+    share = float(params.get("nchw_penalty", 0.0))
+    norm, elem = a.step["normalisation"], a.step["elementwise"]
+    fed = nchw_fed(analysis) if share else None
+    what = f"normalisation {norm:.4g}"
+    if fed:
+        what += f" × (1 − {share:g}, the NCHW penalty layout-transforms counts: {fed})"
+        norm *= 1 - share
+    ms = (norm + elem) * saved
+    return Estimate(ms, f"({what} + elementwise {elem:.4g}) ms per step (attribution, {a.source}) "
+                        f"× {saved:g} that the fix removes = {ms:.4g} ms")
+
+
 ESTIMATES: dict[str, tuple[Callable[[Analysis, float | None, dict[str, Any]], Estimate], tuple[str, ...]]] = {
     # kind: (function, parameters it reads)
     "idle_between_kernels": (idle_between_kernels, ("residual_gap_us",)),
@@ -256,8 +323,8 @@ ESTIMATES: dict[str, tuple[Callable[[Analysis, float | None, dict[str, Any]], Es
     "exposed_comm": (exposed_comm, ()),
     "softmax_time": (softmax_time, ()),
     "host_busy_gaps": (host_busy_gaps, ()),
-    "layout_time": (_part_time(("layout_transform",), "layout transforms"), ("saved",)),
-    "norm_elementwise_time": (_part_time(("normalisation", "elementwise"), "normalisation + elementwise kernels"), ("saved",)),
+    "layout_time": (layout_time, ("saved", "nchw_penalty")),
+    "norm_elementwise_time": (norm_elementwise_time, ("saved", "nchw_penalty")),
     "data_loading_time": (_part_time(("data_loading",), "GPU waiting for the DataLoader"), ("saved",)),
     "host_late_time": (_part_time(("host_late",), "GPU waiting for the host to issue work"), ("saved",)),
     "straggler_delay": (straggler_delay, ()),
