@@ -81,23 +81,67 @@ def idle_between_kernels(analysis: Analysis, threshold: float | None, params: di
     which the host ran Python (:func:`perfdoctor.analysis.hostgaps.gap_hosts` "busy"): the
     host-busy-in-gaps rule's time; a graph replays kernels, not the Python between them.
     """
-    from perfdoctor.analysis.hostgaps import BETWEEN, gap_hosts
-
-    residual_us = float(params.get("residual_gap_us", 2.0))
     if analysis.steps.count == 0:
         return Estimate(None, "needs steps with GPU work")
+    return _gap_sum(analysis, _launch_gaps(analysis), float(params.get("residual_gap_us", 2.0)),
+                    "over the gaps between the step's GPU activities (gaps after a host sync or with the host running Python excluded)")
+
+
+def _launch_gaps(analysis: Analysis) -> np.ndarray:
+    """Which gaps of the timeline launches can explain: not after a sync, not with the host running Python."""
+    from perfdoctor.analysis.hostgaps import BETWEEN, gap_hosts
+
     gaps = analysis.timeline.gaps
     keep = ~gaps["after_sync"].to_numpy(dtype=bool)  # the two columns it needs, not a copy of the table
     h = gap_hosts(analysis)  # computed once per analysis, kept on the timeline
     busy = h[(h["host"] == "busy") & (h["where"] == BETWEEN)]
     if not busy.empty:
         keep &= ~np.isin(gaps["start_ns"].to_numpy(np.int64), busy["start_ns"].to_numpy(np.int64))  # a gap is known by its start
+    return keep
+
+
+def _inside_replay(analysis: Analysis) -> np.ndarray:
+    """Which gaps lie between two kernels of one graph replay: the activity before and the
+    one after were both replayed, and no eager activity touches the gap."""
+    from perfdoctor.analysis.capture import replayed
+
+    acts = analysis.timeline.activities
+    rep = replayed(analysis.profile)[acts.index.to_numpy()]  # the timeline keeps the profile's row labels
+    start, end = acts["start_ns"].to_numpy(np.int64), acts["end_ns"].to_numpy(np.int64)
+    gaps = analysis.timeline.gaps
+    g0, g1 = gaps["start_ns"].to_numpy(np.int64), gaps["end_ns"].to_numpy(np.int64)
+    return np.isin(g0, end[rep]) & np.isin(g1, start[rep]) & ~np.isin(g0, end[~rep]) & ~np.isin(g1, start[~rep])
+
+
+def graph_replay_gaps(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
+    """Gaps inside graph replays (:func:`_inside_replay`), less ``residual_gap_us``: the idle
+    that fewer kernels per replay (fusion) or a persistent kernel removes, and the only
+    time a launch-rate finding on graph-replayed steps can win: one graph launch per step
+    is the floor short of a megakernel, and the gaps next to the eager work beside the
+    graphs are :func:`beside_graph_gaps`'."""
+    if analysis.steps.count == 0:
+        return Estimate(None, "needs steps with GPU work")
+    return _gap_sum(analysis, _launch_gaps(analysis) & _inside_replay(analysis), float(params.get("residual_gap_us", 0.0)),
+                    "over the gaps between two kernels of a replayed graph")
+
+
+def beside_graph_gaps(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
+    """The gaps :func:`idle_between_kernels` counts, less those inside graph replays: the idle
+    around the eager launches left beside the graphs, what capturing them wins (added to
+    :func:`graph_replay_gaps`, not overlapping it)."""
+    if analysis.steps.count == 0:
+        return Estimate(None, "needs steps with GPU work")
+    return _gap_sum(analysis, _launch_gaps(analysis) & ~_inside_replay(analysis), float(params.get("residual_gap_us", 2.0)),
+                    "over the gaps next to the eager work beside the graphs (gaps after a host sync or with the host running Python excluded)")
+
+
+def _gap_sum(analysis: Analysis, keep: np.ndarray, residual_us: float, which: str) -> Estimate:
+    """Median over steps of Σ max(0, gap − residual) over the gaps ``keep`` selects, capped
+    at the untraced idle time per step."""
+    gaps = analysis.timeline.gaps
     won = np.clip(gaps["length_ns"].to_numpy(dtype=np.float64)[keep] - residual_us * 1e3, 0, None)
     ms = _per_step_ms(analysis, won, gaps["step"].to_numpy()[keep])
-    formula = (
-        f"median over steps of Σ max(0, gap − {residual_us:g} µs) over the gaps between the step's GPU activities "
-        f"(gaps after a host sync or with the host running Python excluded) = {ms:.3g} ms"
-    )
+    formula = f"median over steps of Σ max(0, gap − {residual_us:g} µs) {which} = {ms:.3g} ms"
     cap = untraced_idle_ms(analysis)
     if cap is not None and ms > cap:
         # The gaps were measured under the tracer, which stretches host gaps; the step's
@@ -315,6 +359,8 @@ def norm_elementwise_time(analysis: Analysis, threshold: float | None, params: d
 ESTIMATES: dict[str, tuple[Callable[[Analysis, float | None, dict[str, Any]], Estimate], tuple[str, ...]]] = {
     # kind: (function, parameters it reads)
     "idle_between_kernels": (idle_between_kernels, ("residual_gap_us",)),
+    "graph_replay_gaps": (graph_replay_gaps, ("residual_gap_us",)),
+    "beside_graph_gaps": (beside_graph_gaps, ("residual_gap_us",)),
     "sync_wait_time": (sync_wait_time, ()),
     "pageable_copy_time": (pageable_copy_time, ("speedup",)),
     "memcpy_time": (memcpy_time, ()),
