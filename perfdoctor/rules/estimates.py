@@ -76,8 +76,8 @@ def idle_between_kernels(analysis: Analysis, threshold: float | None, params: di
 
     Per gap: max(0, gap − residual). A CUDA graph replays kernels with ~1-2 µs between them
     instead of the host's launch cadence; a megakernel leaves none (``residual_gap_us = 0``).
-    Gaps in which a synchronizing call returned are left out: they are the host-syncs
-    rule's time (:func:`sync_wait_time`), and a graph does not remove a sync. So are gaps in
+    Gaps in which a synchronizing call returned, or was in flight for most of the gap, are
+    left out: they are the host-syncs rule's time (:func:`sync_wait_time`), and a graph does not remove a sync. So are gaps in
     which the host ran Python (:func:`perfdoctor.analysis.hostgaps.gap_hosts` "busy"): the
     host-busy-in-gaps rule's time; a graph replays kernels, not the Python between them.
     """
@@ -88,11 +88,11 @@ def idle_between_kernels(analysis: Analysis, threshold: float | None, params: di
 
 
 def _launch_gaps(analysis: Analysis) -> np.ndarray:
-    """Which gaps of the timeline launches can explain: not after a sync, not with the host running Python."""
+    """Which gaps of the timeline launches can explain: not after or inside a sync, not with the host running Python."""
     from perfdoctor.analysis.hostgaps import BETWEEN, gap_hosts
 
     gaps = analysis.timeline.gaps
-    keep = ~gaps["after_sync"].to_numpy(dtype=bool)  # the two columns it needs, not a copy of the table
+    keep = ~gaps["after_sync"].to_numpy(dtype=bool) & ~_waiting(analysis)  # host syncs' time (sync_wait_time)
     h = gap_hosts(analysis)  # computed once per analysis, kept on the timeline
     busy = h[(h["host"] == "busy") & (h["where"] == BETWEEN)]
     if not busy.empty:
@@ -121,8 +121,9 @@ def graph_replay_gaps(analysis: Analysis, threshold: float | None, params: dict[
     graphs are :func:`beside_graph_gaps`'."""
     if analysis.steps.count == 0:
         return Estimate(None, "needs steps with GPU work")
-    return _gap_sum(analysis, _launch_gaps(analysis) & _inside_replay(analysis), float(params.get("residual_gap_us", 0.0)),
-                    "over the gaps between two kernels of a replayed graph")
+    launch = _launch_gaps(analysis)
+    return _gap_sum(analysis, launch & _inside_replay(analysis), float(params.get("residual_gap_us", 0.0)),
+                    "over the gaps between two kernels of a replayed graph", of=launch)
 
 
 def beside_graph_gaps(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
@@ -131,22 +132,34 @@ def beside_graph_gaps(analysis: Analysis, threshold: float | None, params: dict[
     :func:`graph_replay_gaps`, not overlapping it)."""
     if analysis.steps.count == 0:
         return Estimate(None, "needs steps with GPU work")
-    return _gap_sum(analysis, _launch_gaps(analysis) & ~_inside_replay(analysis), float(params.get("residual_gap_us", 2.0)),
-                    "over the gaps next to the eager work beside the graphs (gaps after a host sync or with the host running Python excluded)")
+    launch = _launch_gaps(analysis)
+    return _gap_sum(analysis, launch & ~_inside_replay(analysis), float(params.get("residual_gap_us", 2.0)),
+                    "over the gaps next to the eager work beside the graphs (gaps after a host sync or with the host running Python excluded)", of=launch)
 
 
-def _gap_sum(analysis: Analysis, keep: np.ndarray, residual_us: float, which: str) -> Estimate:
+def _gap_sum(analysis: Analysis, keep: np.ndarray, residual_us: float, which: str, of: np.ndarray | None = None) -> Estimate:
     """Median over steps of Σ max(0, gap − residual) over the gaps ``keep`` selects, capped
-    at the untraced idle time per step."""
+    at the untraced idle time per step. With ``of`` (the gaps that ``keep`` is one part of),
+    the cap is that idle time × the part's share of the traced gap time in ``of`` (medians
+    per step): parts
+    that split the gaps then split the untraced idle too, and their estimates add up."""
     gaps = analysis.timeline.gaps
-    won = np.clip(gaps["length_ns"].to_numpy(dtype=np.float64)[keep] - residual_us * 1e3, 0, None)
+    length = gaps["length_ns"].to_numpy(dtype=np.float64)
+    won = np.clip(length[keep] - residual_us * 1e3, 0, None)
     ms = _per_step_ms(analysis, won, gaps["step"].to_numpy()[keep])
     formula = f"median over steps of Σ max(0, gap − {residual_us:g} µs) {which} = {ms:.3g} ms"
     cap = untraced_idle_ms(analysis)
+    how = "the untraced idle time per step (light step − GPU busy)"
+    if cap is not None and of is not None:
+        step = gaps["step"].to_numpy()
+        whole = _per_step_ms(analysis, length[of], step[of])  # medians per step, as the estimate: an outlier step does not set the share
+        share = min(1.0, _per_step_ms(analysis, length[keep & of], step[keep & of]) / whole) if whole > 0 else 0.0
+        cap *= share
+        how += f" × {share:.3g}, this part's share of the traced gaps"
     if cap is not None and ms > cap:
         # The gaps were measured under the tracer, which stretches host gaps; the step's
         # idle time without it is the most a fix can win back.
-        formula += f", capped at the untraced idle time per step (light step − GPU busy) = {cap:.3g} ms"
+        formula += f", capped at {how} = {cap:.3g} ms"
         ms = cap
     return Estimate(ms, formula)
 
@@ -163,7 +176,9 @@ def untraced_idle_ms(analysis: Analysis) -> float | None:
 
 
 def sync_wait_time(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
-    """GPU idle time in the gaps during which a synchronizing call returned.
+    """GPU idle time in the gaps during which a synchronizing call returned, or was in flight
+    for most of the gap (:func:`perfdoctor.analysis.hostgaps.gap_hosts` "waiting": a
+    synchronous copy the GPU idles behind; the attribution's host-sync time).
 
     After a sync returns, the GPU has nothing queued until the host issues the next work:
     that bubble is what removing the sync wins (the wait itself is the GPU finishing work
@@ -172,9 +187,18 @@ def sync_wait_time(analysis: Analysis, threshold: float | None, params: dict[str
     if analysis.steps.count == 0:
         return Estimate(None, "needs steps with GPU work")
     gaps = analysis.timeline.gaps
-    gaps = gaps[gaps["after_sync"]]
+    gaps = gaps[gaps["after_sync"].to_numpy(dtype=bool) | _waiting(analysis)]
     ms = _per_step_ms(analysis, gaps["length_ns"].to_numpy(dtype=np.float64), gaps["step"].to_numpy())
-    return Estimate(ms, f"median over steps of the GPU idle gaps in which a synchronizing call returned = {ms:.3g} ms")
+    return Estimate(ms, f"median over steps of the GPU idle gaps in which a synchronizing call returned or was in flight = {ms:.3g} ms")
+
+
+def _waiting(analysis: Analysis) -> np.ndarray:
+    """Which gaps of the timeline the host spent inside a synchronizing call (hostgaps "waiting")."""
+    from perfdoctor.analysis.hostgaps import BETWEEN, gap_hosts
+
+    h = gap_hosts(analysis)
+    w = h[(h["host"] == "waiting") & (h["where"] == BETWEEN)]
+    return np.isin(analysis.timeline.gaps["start_ns"].to_numpy(np.int64), w["start_ns"].to_numpy(np.int64))  # a gap is known by its start
 
 
 def pageable_copy_time(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
