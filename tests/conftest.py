@@ -6,6 +6,11 @@ from pathlib import Path
 import pytest
 
 FIXTURES = Path(__file__).parent / "fixtures"
+# The shared trace corpus lives beside the repository (../shared/traces); a worktree one level
+# further down (/work/wt/NAME) finds the same corpus two levels up. Tests on it skip without it.
+_ROOT = Path(__file__).resolve().parents[1]
+SHARED_TRACES = next((p for p in (_ROOT.parent / "shared" / "traces", _ROOT.parent.parent / "shared" / "traces") if p.is_dir()),
+                     _ROOT.parent / "shared" / "traces")
 
 
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:

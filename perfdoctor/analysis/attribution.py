@@ -64,7 +64,9 @@ LABELS = {
 # Layout transforms: NCHW<->NHWC conversions (cuDNN's nchwToNhwcKernel / nhwcToNchwKernel),
 # transposes, permutes and the copies that .contiguous() launches (ATen direct_copy /
 # copy_kernel): what channels-last or a fused layout removes.
-_LAYOUT = re.compile(r"nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw|transpose|permute|direct_copy|\bcopy_kernel|CopyKernel|unrolled_elementwise_kernel<at::native::copy", re.I)
+_CONVERSION = r"nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw"
+_IS_CONVERSION = re.compile(_CONVERSION, re.I)
+_LAYOUT = re.compile(_CONVERSION + r"|transpose|permute|direct_copy|\bcopy_kernel|CopyKernel|unrolled_elementwise_kernel<at::native::copy", re.I)
 _SAMPLING = re.compile(r"sampl|multinomial|topk|top_k|argmax|sort|radix", re.I)
 _FAMILY_PART = {
     "gemm": "gemm", "conv": "convolution", "attention": "attention", "softmax": "attention", "norm": "normalisation",
@@ -74,6 +76,11 @@ DATA_LOADER_SOURCE = "data_loader"  # ranges.source of the DataLoader's __next__
 # A sync call that waits on a collective (c10d's wait, NCCL's stream sync through ProcessGroup)
 _COMM_CALL = re.compile(r"nccl|rccl|c10d|ProcessGroup|all_?reduce|all_?gather|barrier", re.I)
 ADD_UP_TOLERANCE = 0.01  # the contract: parts add up to the step within 1 %
+
+
+def is_layout_conversion(name: object) -> bool:
+    """An NCHW<->NHWC conversion kernel (cuDNN's, around a convolution that runs in NHWC)."""
+    return isinstance(name, str) and bool(_IS_CONVERSION.search(name))
 
 
 def kernel_part(name: str, kind: str, fam: str) -> str:

@@ -17,8 +17,9 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from perfdoctor.analysis.attribution import is_layout_conversion
 from perfdoctor.analysis.metrics import Analysis
-from perfdoctor.names.codes import equals
+from perfdoctor.names.codes import equals, per_name
 from perfdoctor.rules.signals import attention_softmax, model_bytes_per_step, step_activities
 
 
@@ -75,33 +76,90 @@ def idle_between_kernels(analysis: Analysis, threshold: float | None, params: di
 
     Per gap: max(0, gap − residual). A CUDA graph replays kernels with ~1-2 µs between them
     instead of the host's launch cadence; a megakernel leaves none (``residual_gap_us = 0``).
-    Gaps in which a synchronizing call returned are left out: they are the host-syncs
-    rule's time (:func:`sync_wait_time`), and a graph does not remove a sync. So are gaps in
+    Gaps in which a synchronizing call returned, or was in flight for most of the gap, are
+    left out: they are the host-syncs rule's time (:func:`sync_wait_time`), and a graph does not remove a sync. So are gaps in
     which the host ran Python (:func:`perfdoctor.analysis.hostgaps.gap_hosts` "busy"): the
     host-busy-in-gaps rule's time; a graph replays kernels, not the Python between them.
     """
-    from perfdoctor.analysis.hostgaps import BETWEEN, gap_hosts
-
-    residual_us = float(params.get("residual_gap_us", 2.0))
     if analysis.steps.count == 0:
         return Estimate(None, "needs steps with GPU work")
+    return _gap_sum(analysis, _launch_gaps(analysis), float(params.get("residual_gap_us", 2.0)),
+                    "over the gaps between the step's GPU activities (gaps after a host sync or with the host running Python excluded)")
+
+
+def _launch_gaps(analysis: Analysis) -> np.ndarray:
+    """Which gaps of the timeline launches can explain: not after or inside a sync, not with the host running Python."""
+    from perfdoctor.analysis.hostgaps import BETWEEN, gap_hosts
+
     gaps = analysis.timeline.gaps
-    keep = ~gaps["after_sync"].to_numpy(dtype=bool)  # the two columns it needs, not a copy of the table
+    keep = ~gaps["after_sync"].to_numpy(dtype=bool) & ~_waiting(analysis)  # host syncs' time (sync_wait_time)
     h = gap_hosts(analysis)  # computed once per analysis, kept on the timeline
     busy = h[(h["host"] == "busy") & (h["where"] == BETWEEN)]
     if not busy.empty:
         keep &= ~np.isin(gaps["start_ns"].to_numpy(np.int64), busy["start_ns"].to_numpy(np.int64))  # a gap is known by its start
-    won = np.clip(gaps["length_ns"].to_numpy(dtype=np.float64)[keep] - residual_us * 1e3, 0, None)
+    return keep
+
+
+def _inside_replay(analysis: Analysis) -> np.ndarray:
+    """Which gaps lie between two kernels of one graph replay: the activity before and the
+    one after were both replayed, and no eager activity touches the gap."""
+    from perfdoctor.analysis.capture import replayed
+
+    acts = analysis.timeline.activities
+    rep = replayed(analysis.profile)[acts.index.to_numpy()]  # the timeline keeps the profile's row labels
+    start, end = acts["start_ns"].to_numpy(np.int64), acts["end_ns"].to_numpy(np.int64)
+    gaps = analysis.timeline.gaps
+    g0, g1 = gaps["start_ns"].to_numpy(np.int64), gaps["end_ns"].to_numpy(np.int64)
+    return np.isin(g0, end[rep]) & np.isin(g1, start[rep]) & ~np.isin(g0, end[~rep]) & ~np.isin(g1, start[~rep])
+
+
+def graph_replay_gaps(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
+    """Gaps inside graph replays (:func:`_inside_replay`), less ``residual_gap_us``: the idle
+    that fewer kernels per replay (fusion) or a persistent kernel removes, and the only
+    time a launch-rate finding on graph-replayed steps can win: one graph launch per step
+    is the floor short of a megakernel, and the gaps next to the eager work beside the
+    graphs are :func:`beside_graph_gaps`'."""
+    if analysis.steps.count == 0:
+        return Estimate(None, "needs steps with GPU work")
+    launch = _launch_gaps(analysis)
+    return _gap_sum(analysis, launch & _inside_replay(analysis), float(params.get("residual_gap_us", 0.0)),
+                    "over the gaps between two kernels of a replayed graph", of=launch)
+
+
+def beside_graph_gaps(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
+    """The gaps :func:`idle_between_kernels` counts, less those inside graph replays: the idle
+    around the eager launches left beside the graphs, what capturing them wins (added to
+    :func:`graph_replay_gaps`, not overlapping it)."""
+    if analysis.steps.count == 0:
+        return Estimate(None, "needs steps with GPU work")
+    launch = _launch_gaps(analysis)
+    return _gap_sum(analysis, launch & ~_inside_replay(analysis), float(params.get("residual_gap_us", 2.0)),
+                    "over the gaps next to the eager work beside the graphs (gaps after a host sync or with the host running Python excluded)", of=launch)
+
+
+def _gap_sum(analysis: Analysis, keep: np.ndarray, residual_us: float, which: str, of: np.ndarray | None = None) -> Estimate:
+    """Median over steps of Σ max(0, gap − residual) over the gaps ``keep`` selects, capped
+    at the untraced idle time per step. With ``of`` (the gaps that ``keep`` is one part of),
+    the cap is that idle time × the part's share of the traced gap time in ``of`` (medians
+    per step): parts
+    that split the gaps then split the untraced idle too, and their estimates add up."""
+    gaps = analysis.timeline.gaps
+    length = gaps["length_ns"].to_numpy(dtype=np.float64)
+    won = np.clip(length[keep] - residual_us * 1e3, 0, None)
     ms = _per_step_ms(analysis, won, gaps["step"].to_numpy()[keep])
-    formula = (
-        f"median over steps of Σ max(0, gap − {residual_us:g} µs) over the gaps between the step's GPU activities "
-        f"(gaps after a host sync or with the host running Python excluded) = {ms:.3g} ms"
-    )
+    formula = f"median over steps of Σ max(0, gap − {residual_us:g} µs) {which} = {ms:.3g} ms"
     cap = untraced_idle_ms(analysis)
+    how = "the untraced idle time per step (light step − GPU busy)"
+    if cap is not None and of is not None:
+        step = gaps["step"].to_numpy()
+        whole = _per_step_ms(analysis, length[of], step[of])  # medians per step, as the estimate: an outlier step does not set the share
+        share = min(1.0, _per_step_ms(analysis, length[keep & of], step[keep & of]) / whole) if whole > 0 else 0.0
+        cap *= share
+        how += f" × {share:.3g}, this part's share of the traced gaps"
     if cap is not None and ms > cap:
         # The gaps were measured under the tracer, which stretches host gaps; the step's
         # idle time without it is the most a fix can win back.
-        formula += f", capped at the untraced idle time per step (light step − GPU busy) = {cap:.3g} ms"
+        formula += f", capped at {how} = {cap:.3g} ms"
         ms = cap
     return Estimate(ms, formula)
 
@@ -118,7 +176,9 @@ def untraced_idle_ms(analysis: Analysis) -> float | None:
 
 
 def sync_wait_time(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
-    """GPU idle time in the gaps during which a synchronizing call returned.
+    """GPU idle time in the gaps during which a synchronizing call returned, or was in flight
+    for most of the gap (:func:`perfdoctor.analysis.hostgaps.gap_hosts` "waiting": a
+    synchronous copy the GPU idles behind; the attribution's host-sync time).
 
     After a sync returns, the GPU has nothing queued until the host issues the next work:
     that bubble is what removing the sync wins (the wait itself is the GPU finishing work
@@ -127,9 +187,18 @@ def sync_wait_time(analysis: Analysis, threshold: float | None, params: dict[str
     if analysis.steps.count == 0:
         return Estimate(None, "needs steps with GPU work")
     gaps = analysis.timeline.gaps
-    gaps = gaps[gaps["after_sync"]]
+    gaps = gaps[gaps["after_sync"].to_numpy(dtype=bool) | _waiting(analysis)]
     ms = _per_step_ms(analysis, gaps["length_ns"].to_numpy(dtype=np.float64), gaps["step"].to_numpy())
-    return Estimate(ms, f"median over steps of the GPU idle gaps in which a synchronizing call returned = {ms:.3g} ms")
+    return Estimate(ms, f"median over steps of the GPU idle gaps in which a synchronizing call returned or was in flight = {ms:.3g} ms")
+
+
+def _waiting(analysis: Analysis) -> np.ndarray:
+    """Which gaps of the timeline the host spent inside a synchronizing call (hostgaps "waiting")."""
+    from perfdoctor.analysis.hostgaps import BETWEEN, gap_hosts
+
+    h = gap_hosts(analysis)
+    w = h[(h["host"] == "waiting") & (h["where"] == BETWEEN)]
+    return np.isin(analysis.timeline.gaps["start_ns"].to_numpy(np.int64), w["start_ns"].to_numpy(np.int64))  # a gap is known by its start
 
 
 def pageable_copy_time(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
@@ -247,9 +316,77 @@ def _part_time(parts: tuple[str, ...], what: str) -> Callable[[Analysis, float |
     return estimate
 
 
+# The classes that run slower on NCHW tensors than in channels-last: cuDNN's convolutions
+# (direct and the 1x1 ones it runs as GEMMs) and batch norms (why: :func:`nchw_fed`; the
+# share they lose is the pack's ``nchw_penalty``).
+NCHW_PARTS = ("convolution", "gemm", "normalisation")
+
+
+def nchw_fed(analysis: Analysis) -> str | None:
+    """Whether the step feeds NCHW tensors through NHWC kernels, and the evidence: cuDNN's
+    NCHW<->NHWC conversions, at least one per convolution kernel (each NHWC convolution of
+    an NCHW model converts its input, its output back, and its filter). Then channels-last
+    removes the conversions *and* lets the convolutions and batch norms run their NHWC
+    kernels, which are faster: the convolutions of an NCHW model are picked among fewer
+    algorithms (1x1 ones as NCHW GEMMs) and its batch norm runs an NCHW kernel. None when
+    the step has no convolution or converts less often (a channels-last model converting
+    its input once)."""
+    t = analysis.timeline
+    k = t.step_kernels
+    n = max(analysis.steps.count, 1)
+    conv = int(equals(t.step_kernel_families, "conv").sum())
+    conversions = int(per_name(k["name"], is_layout_conversion).to_numpy(dtype=bool).sum()) if conv else 0
+    if conv == 0 or conversions < conv:
+        return None
+    return f"{conversions / n:.3g} NCHW<->NHWC conversions per step around {conv / n:.3g} convolution kernels"
+
+
+def layout_time(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
+    """What channels-last wins: the layout transforms × ``saved``, plus, where the step
+    feeds NCHW tensors through NHWC kernels (:func:`nchw_fed`), ``nchw_penalty`` × the time
+    of the classes that run faster in NHWC (:data:`NCHW_PARTS`). ``nchw_penalty`` is a
+    measured share (the pack cites the measurement), not a model of cuDNN."""
+    a = analysis.attribution
+    if a.reason:
+        return Estimate(None, f"needs the step attribution ({a.reason})")
+    saved = float(params.get("saved", 1.0))
+    share = float(params.get("nchw_penalty", 0.0))
+    ms = a.step["layout_transform"] * saved
+    formula = f"layout transforms {a.step['layout_transform']:.4g} ms per step (attribution, {a.source}) × {saved:g}"
+    fed = nchw_fed(analysis) if share else None
+    if fed:
+        nchw = sum(a.step[p] for p in NCHW_PARTS)
+        ms += share * nchw
+        formula += (f" + {share:g} × {nchw:.4g} ms of convolution + GEMM + normalisation, the NCHW penalty "
+                    f"channels-last also removes ({fed})")
+    return Estimate(ms, f"{formula} = {ms:.4g} ms")
+
+
+def norm_elementwise_time(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
+    """(normalisation + elementwise) × ``saved``, less the normalisation time channels-last
+    already wins where the step feeds NCHW tensors through NHWC kernels (``nchw_penalty`` ×
+    normalisation, counted by :func:`layout_time`): the two findings' estimates add up."""
+    a = analysis.attribution
+    if a.reason:
+        return Estimate(None, f"needs the step attribution ({a.reason})")
+    saved = float(params.get("saved", 1.0))
+    share = float(params.get("nchw_penalty", 0.0))
+    norm, elem = a.step["normalisation"], a.step["elementwise"]
+    fed = nchw_fed(analysis) if share else None
+    what = f"normalisation {norm:.4g}"
+    if fed:
+        what += f" × (1 − {share:g}, the NCHW penalty layout-transforms counts: {fed})"
+        norm *= 1 - share
+    ms = (norm + elem) * saved
+    return Estimate(ms, f"({what} + elementwise {elem:.4g}) ms per step (attribution, {a.source}) "
+                        f"× {saved:g} that the fix removes = {ms:.4g} ms")
+
+
 ESTIMATES: dict[str, tuple[Callable[[Analysis, float | None, dict[str, Any]], Estimate], tuple[str, ...]]] = {
     # kind: (function, parameters it reads)
     "idle_between_kernels": (idle_between_kernels, ("residual_gap_us",)),
+    "graph_replay_gaps": (graph_replay_gaps, ("residual_gap_us",)),
+    "beside_graph_gaps": (beside_graph_gaps, ("residual_gap_us",)),
     "sync_wait_time": (sync_wait_time, ()),
     "pageable_copy_time": (pageable_copy_time, ("speedup",)),
     "memcpy_time": (memcpy_time, ()),
@@ -258,8 +395,8 @@ ESTIMATES: dict[str, tuple[Callable[[Analysis, float | None, dict[str, Any]], Es
     "exposed_comm": (exposed_comm, ()),
     "softmax_time": (softmax_time, ()),
     "host_busy_gaps": (host_busy_gaps, ()),
-    "layout_time": (_part_time(("layout_transform",), "layout transforms"), ("saved",)),
-    "norm_elementwise_time": (_part_time(("normalisation", "elementwise"), "normalisation + elementwise kernels"), ("saved",)),
+    "layout_time": (layout_time, ("saved", "nchw_penalty")),
+    "norm_elementwise_time": (norm_elementwise_time, ("saved", "nchw_penalty")),
     "data_loading_time": (_part_time(("data_loading",), "GPU waiting for the DataLoader"), ("saved",)),
     "host_late_time": (_part_time(("host_late",), "GPU waiting for the host to issue work"), ("saved",)),
     "straggler_delay": (straggler_delay, ()),

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from conftest import SHARED_TRACES
 from perfdoctor.analysis import capture
 
 from perfdoctor.analysis import serving
@@ -119,7 +120,7 @@ def test_empty():
     assert capture.replayed(p).size == 0 and np.asarray(capture.in_capture(p)).size == 0
 
 
-SHARED = Path(__file__).parents[2].parent / "shared" / "traces"
+SHARED = SHARED_TRACES
 
 
 def _kineto(path: Path, kernels: list[tuple[int, int, int]], graph_launch: bool) -> Path:

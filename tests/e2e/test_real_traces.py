@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli, run_cli_inprocess
+from conftest import SHARED_TRACES, run_cli, run_cli_inprocess
 
 ROOT = Path(__file__).resolve().parents[2]
-TRACES = ROOT.parent / "shared" / "traces"
+TRACES = SHARED_TRACES
 
 pytestmark = pytest.mark.skipif(not TRACES.is_dir(), reason=f"the shared trace corpus is absent ({TRACES})")
 

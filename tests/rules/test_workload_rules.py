@@ -8,13 +8,14 @@ from types import SimpleNamespace
 
 import pytest
 
+from conftest import SHARED_TRACES
 from perfdoctor.analysis.workload import Workload
 from perfdoctor.pipeline import diagnose
 from perfdoctor.rules.engine import Finding, _stake_severity, load_rules, not_applicable
 from perfdoctor.rules.estimates import Estimate
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARED = ROOT.parent / "shared" / "traces"
+SHARED = SHARED_TRACES
 DEMO = ROOT / "perfdoctor" / "demo" / "data"
 
 
