@@ -94,6 +94,15 @@ def kernel_part(name: str, kind: str, fam: str) -> str:
     return _FAMILY_PART.get(fam, "other")
 
 
+def activity_parts(timeline) -> np.ndarray:
+    """The busy part (:func:`kernel_part`) of every step activity of ``timeline``, aligned
+    with ``timeline.activities``; computed once per distinct (name, kind, family)."""
+    acts = timeline.activities
+    names, kinds = acts["name"].to_numpy(dtype=object), acts["kind"].to_numpy(dtype=object)
+    memo: dict[tuple, str] = {}
+    return np.array([memo.setdefault((nm, k, f), kernel_part(nm, k, f)) for nm, k, f in zip(names, kinds, timeline.families)], dtype=object)
+
+
 @dataclass
 class Attribution:
     """Per traced step (``per_step``: ms, one row per step with GPU work) and for the
@@ -152,10 +161,7 @@ def _busy(analysis, windows: pd.DataFrame, lo: np.ndarray, hi: np.ndarray) -> di
     g = np.where(ok, where, 0).astype(np.int64)
     s = np.clip(acts["start_ns"].to_numpy(np.int64), lo[g], hi[g])
     e = np.clip(acts["end_ns"].to_numpy(np.int64), lo[g], hi[g])
-    names, kinds = acts["name"].to_numpy(dtype=object), acts["kind"].to_numpy(dtype=object)
-    fams = t.families
-    memo: dict[tuple, str] = {}
-    part = np.array([memo.setdefault((nm, k, f), kernel_part(nm, k, f)) for nm, k, f in zip(names, kinds, fams)], dtype=object)
+    part = activity_parts(t)
     out: dict[str, np.ndarray] = {}
     covered = np.zeros(n, dtype=np.int64)
     mask = np.zeros(len(acts), dtype=bool)
