@@ -57,6 +57,7 @@ FLOP_CLASSES = ("gemm", "convolution", "attention")
 # GEMM, convolution and attention need their formula: the generic count of an attention op
 # over a paged KV cache would be the whole cache. Communication is not costed.
 GENERIC_CLASSES = ("normalisation", "elementwise", "layout_transform", "reduction_sampling", "memcpy_memset", "other")
+NO_SHAPES = "the trace has no CPU ops with recorded shapes (torch.profiler record_shapes=True)"
 IMPLAUSIBLE = 1.5  # bytes from shapes faster than this × the bandwidth ceiling: the op read only part of its tensors
 
 # Bytes per element of the dtypes torch.profiler writes in "Input type".
@@ -594,8 +595,6 @@ def class_bounds(analysis) -> Bounds:
             if cost.flops is not None:
                 flops[row] = cost.flops * w
             dtype[row] = cost.dtype
-    elif kidx.size:
-        notes.append("the trace has no CPU ops with recorded shapes (torch.profiler record_shapes=True): bytes and FLOPs from shapes unavailable")
     ncu = _ncu_by_class(profile)
     out: list[ClassBound] = []
     for p in BUSY_PARTS:
@@ -615,7 +614,7 @@ def class_bounds(analysis) -> Bounds:
                      bytes_source="/".join(sorted(set(src[known]))), bytes_per_step=float(byts[known].sum()) / steps)
         else:
             c.update(tbps=None, coverage=0.0, bytes_source="", bytes_per_step=None,
-                     why="no shapes recorded for its launching ops" if profile.ops.empty else "its launching ops' shapes do not give the bytes")
+                     why=NO_SHAPES if profile.ops.empty else "its launching ops' shapes do not give the bytes")
         if flop_known.any() and dur[flop_known].sum() > 0:
             c["tflops"] = flops[flop_known].sum() / (dur[flop_known].sum() / 1e9) / 1e12
             c["flops_per_step"] = float(flops[flop_known].sum()) / steps

@@ -189,7 +189,7 @@ def memory_bound_bw_util(analysis: Analysis) -> Metric:
     if whole is not None and whole.value is not None:
         return Metric(whole.value, "ratio", whole.source, note=f"the whole step's DRAM bandwidth: per-class bounds unknown ({what})",
                       alternatives=whole.alternatives)
-    return Metric(None, "ratio", "bounds", reason=f"{what}; {whole.reason if whole is not None else 'no dram_bw_util'}")
+    return Metric(None, "ratio", "bounds", reason=f"{what}; the whole step's dram_bw_util: {whole.reason if whole is not None else 'absent'}")
 
 
 SIGNALS: dict[str, tuple[str, Callable[[Analysis], Metric], str]] = {
