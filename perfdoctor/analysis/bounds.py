@@ -8,9 +8,11 @@ point (peak FLOP/s / peak bytes/s), and what bounds it:
 * **memory-bound**: intensity below the ridge; judged by bandwidth (achieved / ceiling: the
   seed's 85 % DRAM rule applies to these classes, ``memory_bound_bw_util``);
 * **compute-bound**: intensity at or above the ridge; judged by FLOP/s against the matmul rate;
-* **latency-bound**: its typical (median) kernel is shorter than :data:`LATENCY_NS` and it
-  reaches less than half of what its intensity allows (the roofline ``min(peak FLOP/s,
-  intensity × peak bytes/s)``): too short to reach either ceiling;
+* **latency-bound**: the work of its typical (median) kernel would take less than
+  :data:`LATENCY_NS` at the ceilings (its bytes at the bandwidth, its FLOPs at the matmul
+  rate) and it reaches less than half of what its intensity allows (the roofline
+  ``min(peak FLOP/s, intensity × peak bytes/s)``): too little work per launch to reach
+  either ceiling (ramp-up, tail, too few blocks), however long the kernel runs;
 * no verdict, with the reason: communication (the interconnect, not DRAM or FLOPs), a
   class whose costed kernels cover under :data:`MIN_COVERAGE` of its time, no ceilings.
 
@@ -48,7 +50,7 @@ import pandas as pd
 from perfdoctor.analysis.attribution import BUSY_PARTS, LABELS, activity_parts, kernel_part
 from perfdoctor.names.families import family
 
-LATENCY_NS = 10_000  # a class whose median kernel is shorter spends much of it in ramp-up and tail
+LATENCY_NS = 10_000  # a kernel with less work than this at the ceilings spends much of its time in ramp-up and tail
 MIN_COVERAGE = 0.5  # costed kernels must cover this share of a class's time for a verdict
 LATENCY_REACH = 0.5  # ... and reach less than this share of their roofline to be latency-bound
 # Classes whose FLOPs are counted from shapes; the others do O(1) FLOP per element.
@@ -58,6 +60,7 @@ FLOP_CLASSES = ("gemm", "convolution", "attention")
 # over a paged KV cache would be the whole cache. Communication is not costed.
 GENERIC_CLASSES = ("normalisation", "elementwise", "layout_transform", "reduction_sampling", "memcpy_memset", "other")
 NO_SHAPES = "the trace has no CPU ops with recorded shapes (torch.profiler record_shapes=True)"
+MIN_MEMORY_SHARE = 0.1  # memory-bound classes under this share of the judged kernel time do not make a DRAM finding
 IMPLAUSIBLE = 1.5  # bytes from shapes faster than this × the bandwidth ceiling: the op read only part of its tensors
 
 # Bytes per element of the dtypes torch.profiler writes in "Input type".
@@ -440,6 +443,7 @@ class ClassBound:
     time_ms: float  # kernel time per step (sum of kernel durations, overlap not removed)
     kernels: float  # per step
     median_us: float
+    work_us: float | None  # the median kernel's work at the ceilings (bytes / bandwidth, FLOPs / matmul rate)
     coverage: float  # share of time_ms whose bytes are known
     bytes_source: str  # "ncu", "shapes", "activity bytes", "" (none)
     bytes_per_step: float | None
@@ -465,6 +469,13 @@ class Bounds:
     reason: str | None = None
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def judged(self) -> bool:
+        """Whether classes with a verdict hold at least half of the kernel time (communication
+        aside): then the rules read the bounds, not the whole step."""
+        total = sum(c.time_ms for c in self.classes if c.part != "communication")
+        return total > 0 and sum(c.time_ms for c in self.classes if c.bound is not None) >= 0.5 * total
+
     def of(self, part: str) -> ClassBound | None:
         return next((c for c in self.classes if c.part == part), None)
 
@@ -478,6 +489,11 @@ class Bounds:
             return None, "no kernel class was judged memory-bound"
         if not (self.peaks and self.peaks.bw_gbps):
             return None, self.peaks.bw_source if self.peaks else "no bandwidth ceiling"
+        judged = sum(c.time_ms for c in self.classes if c.bound is not None)
+        share = sum(c.time_ms for c in mem) / judged if judged else 0.0
+        if share < MIN_MEMORY_SHARE:
+            return None, (f"the memory-bound classes ({', '.join(LABELS[c.part] for c in mem)}) are {share:.0%} of the judged kernel "
+                          f"time (under {MIN_MEMORY_SHARE:.0%}): DRAM bandwidth is not what bounds these kernels")
         time_s = sum(c.time_ms * c.coverage for c in mem) / 1e3
         moved = sum(c.tbps * 1e12 * c.time_ms * c.coverage / 1e3 for c in mem)
         what = ", ".join(f"{LABELS[c.part]} {c.tbps:.3g} TB/s" for c in mem)
@@ -535,7 +551,7 @@ def _verdict(c: dict[str, Any], peaks: Peaks) -> tuple[str | None, float | None,
         fl = c["tflops"] / peaks.tflops
         bound, util = ("compute", fl) if intensity >= ridge else ("memory", bw)
         reach = c["tflops"] * 1e12 / min(peaks.tflops * 1e12, intensity * peaks.bw_gbps * 1e9)
-    if c["median_us"] * 1e3 < LATENCY_NS and reach < LATENCY_REACH:
+    if c["work_us"] is not None and c["work_us"] * 1e3 < LATENCY_NS and reach < LATENCY_REACH:
         return "latency", util, None
     return bound, util, None
 
@@ -557,6 +573,7 @@ def class_bounds(analysis) -> Bounds:
     flops = np.full(len(acts), np.nan)
     dtype = np.full(len(acts), "", dtype=object)
     src = np.full(len(acts), "", dtype=object)
+    notes: list[str] = []
     # memcpy / memset activities: their own byte counts (device copies read and write them).
     copy_kind = acts["copy_kind"].to_numpy(dtype=object)
     ab = acts["bytes"].to_numpy(np.float64)
@@ -566,8 +583,11 @@ def class_bounds(analysis) -> Bounds:
     src[np.isfinite(byts)] = "activity bytes"
     host_copy = (kinds == "memcpy") & ~dev_copy
     # Kernels: the launching op's shapes, shared among its kernels by duration.
-    notes: list[str] = []
-    kidx = np.flatnonzero(is_kernel)
+    # A kernel replayed from a CUDA graph was launched by the graph launch, not by the op
+    # around it (its shapes are not the kernel's): not costed from shapes.
+    kidx = np.flatnonzero(is_kernel & (acts["graph_id"].to_numpy(np.int64) < 0))
+    if (is_kernel & (acts["graph_id"].to_numpy(np.int64) >= 0)).any():
+        notes.append("kernels replayed from CUDA graphs have no launching op: not costed from shapes (ncu counts them)")
     if not profile.ops.empty and kidx.size:
         op_of = launching_ops(profile, acts.iloc[kidx])
         linked = op_of >= 0
@@ -606,12 +626,20 @@ def class_bounds(analysis) -> Bounds:
         known = m & np.isfinite(byts)
         flop_known = m & np.isfinite(flops)
         c: dict[str, Any] = {"part": p, "median_us": float(np.median(dur[m])) / 1e3, "why": None, "flop_why": None}
+        c["work_us"] = None
         if p in ncu:
-            nb, nt = ncu[p]
+            nb, nt, typical = ncu[p]
             c.update(tbps=nb / nt * 1e9 / 1e12, coverage=1.0, bytes_source="ncu", bytes_per_step=None)
+            if peaks.bw_gbps:
+                c["work_us"] = typical / peaks.bw_gbps / 1e3
         elif known.any() and dur[known].sum() > 0:
             c.update(tbps=byts[known].sum() / (dur[known].sum() / 1e9) / 1e12, coverage=float(dur[known].sum() / time_ns) if time_ns else 0.0,
                      bytes_source="/".join(sorted(set(src[known]))), bytes_per_step=float(byts[known].sum()) / steps)
+            if peaks.bw_gbps:
+                work_ns = byts[known] / peaks.bw_gbps  # bytes / (GB/s) = ns
+                if peaks.tflops:
+                    work_ns = np.maximum(work_ns, np.nan_to_num(flops[known]) / peaks.tflops / 1e3)
+                c["work_us"] = float(np.median(work_ns)) / 1e3
         else:
             c.update(tbps=None, coverage=0.0, bytes_source="", bytes_per_step=None,
                      why=NO_SHAPES if profile.ops.empty else "its launching ops' shapes do not give the bytes")
@@ -631,7 +659,7 @@ def class_bounds(analysis) -> Bounds:
         if p in FLOP_CLASSES and dt in DTYPE_LABEL and DTYPE_LABEL[dt] in ("fp32", "fp64") and peaks.tflops:
             note = f"runs in {DTYPE_LABEL[dt]}: the bf16 matmul rate is not its ceiling (TF32 or bf16 autocast would use it)"
         out.append(ClassBound(
-            part=p, time_ms=time_ns / 1e6 / steps, kernels=n / steps, median_us=c["median_us"], coverage=c["coverage"],
+            part=p, time_ms=time_ns / 1e6 / steps, kernels=n / steps, median_us=c["median_us"], work_us=c["work_us"], coverage=c["coverage"],
             bytes_source=c["bytes_source"], bytes_per_step=c["bytes_per_step"], flops_per_step=c["flops_per_step"],
             tbps=c["tbps"], tflops=c["tflops"], intensity=intensity, bound=bound, util=util,
             dtype=DTYPE_LABEL.get(dt, dt), reason=reason, note=note,
@@ -641,8 +669,8 @@ def class_bounds(analysis) -> Bounds:
     return Bounds(out, peaks, steps, notes=notes)
 
 
-def _ncu_by_class(profile) -> dict[str, tuple[float, float]]:
-    """Per class, ncu's DRAM bytes (read + write) and kernel ns, where ncu ran."""
+def _ncu_by_class(profile) -> dict[str, tuple[float, float, float]]:
+    """Per class, ncu's DRAM bytes (read + write), kernel ns and median bytes per kernel, where ncu ran."""
     k = profile.counters
     if k.empty:
         return {}
@@ -651,9 +679,5 @@ def _ncu_by_class(profile) -> dict[str, tuple[float, float]]:
         return {}
     per = rw.groupby("correlation").agg(name=("name", "first"), bytes=("value", "sum"), ns=("duration_ns", "first"))
     per = per[per["ns"] > 0]
-    out: dict[str, tuple[float, float]] = {}
-    for name, b, ns in per.itertuples(index=False):
-        p = kernel_part(name, "kernel", family(name, "kernel"))
-        ob, ot = out.get(p, (0.0, 0.0))
-        out[p] = (ob + float(b), ot + float(ns))
-    return out
+    per["part"] = [kernel_part(n, "kernel", family(n, "kernel")) for n in per["name"]]
+    return {p: (float(g["bytes"].sum()), float(g["ns"].sum()), float(g["bytes"].median())) for p, g in per.groupby("part")}

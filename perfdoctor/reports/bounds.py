@@ -54,8 +54,8 @@ def _of(c: ClassBound) -> str:
 
 
 def _bound(c: ClassBound) -> str:
-    """memory / compute / latency (with the median kernel that makes it so)."""
-    return f"latency ({c.median_us:.3g} µs median)" if c.bound == "latency" else str(c.bound)
+    """memory / compute / latency (with its median kernel's time and work at the ceilings)."""
+    return f"latency ({c.median_us:.2g} µs kernels, {c.work_us:.2g} µs of work)" if c.bound == "latency" else str(c.bound)
 
 
 def judged(b: Bounds) -> list[ClassBound]:

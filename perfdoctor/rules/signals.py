@@ -180,11 +180,13 @@ def cross_rank(key: str, unit: str) -> Callable[[Analysis], Metric]:
 def memory_bound_bw_util(analysis: Analysis) -> Metric:
     """DRAM bandwidth of the memory-bound kernel classes against the ceiling
     (:meth:`perfdoctor.analysis.bounds.Bounds.memory_bound_bw_util`): the time a roofline
-    judges by bandwidth, not the whole step's idle and compute-bound time. Where the bounds
-    are not known, the whole step's ``dram_bw_util``, saying so."""
+    judges by bandwidth, not the whole step's idle and compute-bound time. Where the judged
+    classes hold under half of the kernel time, the whole step's ``dram_bw_util``, saying so."""
     value, what = analysis.bounds.memory_bound_bw_util()
     if value is not None:
         return Metric(value, "ratio", "bounds", note=what)
+    if analysis.bounds.judged:  # the bounds of most kernel time are known and say bandwidth is not the question
+        return Metric(None, "ratio", "bounds", reason=what)
     whole = analysis.metrics.get("dram_bw_util")
     if whole is not None and whole.value is not None:
         return Metric(whole.value, "ratio", whole.source, note=f"the whole step's DRAM bandwidth: per-class bounds unknown ({what})",
