@@ -452,7 +452,7 @@ class ClassBound:
     tflops: float | None
     intensity: float | None
     bound: str | None  # "memory", "compute", "latency" or None (see reason)
-    util: float | None  # achieved / the ceiling of its bound
+    util: float | None  # achieved / the ceiling of its bound (latency: / its roofline, min(peak FLOP/s, intensity × bandwidth))
     dtype: str = ""
     reason: str | None = None
     note: str | None = None
@@ -552,7 +552,7 @@ def _verdict(c: dict[str, Any], peaks: Peaks) -> tuple[str | None, float | None,
         bound, util = ("compute", fl) if intensity >= ridge else ("memory", bw)
         reach = c["tflops"] * 1e12 / min(peaks.tflops * 1e12, intensity * peaks.bw_gbps * 1e9)
     if c["work_us"] is not None and c["work_us"] * 1e3 < LATENCY_NS and reach < LATENCY_REACH:
-        return "latency", util, None
+        return "latency", reach, None  # its share of the roofline its intensity allows
     return bound, util, None
 
 

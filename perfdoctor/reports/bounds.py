@@ -50,7 +50,7 @@ def _num(v: float | None, fmt: str) -> str:
 def _of(c: ClassBound) -> str:
     if c.util is None:
         return ""
-    return f"{c.util:.0%} of " + ("matmul rate" if c.bound == "compute" else "bandwidth")
+    return f"{c.util:.0%} of " + {"compute": "matmul rate", "memory": "bandwidth"}.get(c.bound or "", "its roofline")
 
 
 def _bound(c: ClassBound) -> str:

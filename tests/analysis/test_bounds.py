@@ -181,7 +181,7 @@ def test_hand_trace_linked_and_judged(tmp_path: Path):
     assert elem.tbps == pytest.approx(3 * 4096 * 4096 * 2 / 50e-6 / 1e12)
     assert elem.bound == "memory" and elem.util == pytest.approx(elem.tbps / 3.35)
     # a 3 µs layer norm moving 136 KiB (41 ns of work at the ceiling), far from it: latency-bound
-    assert norm.bound == "latency" and norm.median_us == 3
+    assert norm.bound == "latency" and norm.median_us == 3 and norm.util == pytest.approx(norm.tbps / 3.35)  # of its roofline: bandwidth, no FLOPs
     assert norm.work_us == pytest.approx((16 * 1024 * 4 * 2 + 1024 * 4 * 2) / 3350 / 1e3)  # 136 KiB at 3.35 TB/s
     util, what = b.memory_bound_bw_util()
     assert util == pytest.approx(elem.util) and "elementwise" in what
