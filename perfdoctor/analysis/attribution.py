@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -76,6 +77,7 @@ _COMM_CALL = re.compile(r"nccl|rccl|c10d|ProcessGroup|all_?reduce|all_?gather|ba
 ADD_UP_TOLERANCE = 0.01  # the contract: parts add up to the step within 1 %
 
 
+@lru_cache(maxsize=16384)
 def kernel_part(name: str, kind: str, fam: str) -> str:
     """The busy part of one GPU activity (its name, kind and :mod:`perfdoctor.names.families` family)."""
     if kind in ("memcpy", "memset"):
@@ -95,12 +97,11 @@ def kernel_part(name: str, kind: str, fam: str) -> str:
 
 
 def activity_parts(timeline) -> np.ndarray:
-    """The busy part (:func:`kernel_part`) of every step activity of ``timeline``, aligned
-    with ``timeline.activities``; computed once per distinct (name, kind, family)."""
+    """The busy part (:func:`kernel_part`, cached: once per distinct name, kind and family)
+    of every step activity of ``timeline``, aligned with ``timeline.activities``."""
     acts = timeline.activities
     names, kinds = acts["name"].to_numpy(dtype=object), acts["kind"].to_numpy(dtype=object)
-    memo: dict[tuple, str] = {}
-    return np.array([memo.setdefault((nm, k, f), kernel_part(nm, k, f)) for nm, k, f in zip(names, kinds, timeline.families)], dtype=object)
+    return np.array([kernel_part(nm, k, f) for nm, k, f in zip(names, kinds, timeline.families)], dtype=object)
 
 
 @dataclass

@@ -591,11 +591,11 @@ def class_bounds(analysis) -> Bounds:
     if not profile.ops.empty and kidx.size:
         op_of = launching_ops(profile, acts.iloc[kidx])
         linked = op_of >= 0
-        ops = profile.ops
+        cols = [profile.ops[k].to_numpy(dtype=object) for k in ("name", "dims", "types", "concrete")]
         costs: dict[int, Cost | None] = {}
         for o in np.unique(op_of[linked]).tolist():
-            r = ops.iloc[o]
-            costs[o] = op_cost(r["name"], _parse(r["dims"]), _parse(r["types"]), _parse(r["concrete"]))
+            name, dims, types, concrete = (col[o] for col in cols)
+            costs[o] = op_cost(name, _parse(dims), _parse(types), _parse(concrete))
         rows, owner = kidx[linked], op_of[linked]
         # An op with a formula (FLOPs) gives its counts to its kernels of a FLOP class only (a
         # transpose a convolution launches is not the convolution); any other op to all of its
