@@ -23,6 +23,10 @@ Tables and columns
     source.
 ``counters`` — per-kernel hardware counters (Nsight Compute): correlation, name,
     metric, value, duration_ns.
+``ops`` — CPU ops with recorded shapes (Kineto ``cpu_op`` events of a trace taken with
+    ``record_shapes=True``): name, start_ns, end_ns, tid (the calls' thread numbering),
+    dims / types / concrete (the "Input Dims", "Input type", "Concrete Inputs" arguments as
+    the JSON text written, b"" when absent). What :mod:`perfdoctor.analysis.bounds` costs.
 ``device`` — a dict: name, sm_count, peak_dram_bw_gbps (with peak_source), l2_bytes, ...
 ``light`` — :class:`LightSteps` or None: the untraced light pass of ``perfdoctor run``
     timed every step (host start, GPU start, GPU end on the host clock); the source of
@@ -46,6 +50,7 @@ from perfdoctor.schema import (  # noqa: F401 (the tables' columns: imported fro
     ACTIVITY_COLUMNS,
     CALL_COLUMNS,
     COUNTER_COLUMNS,
+    OP_COLUMNS,
     RANGE_COLUMNS,
     SAMPLE_COLUMNS,
     filled,
@@ -97,6 +102,7 @@ class Profile:
     ranges: pd.DataFrame = field(default_factory=lambda: frame(RANGE_COLUMNS))
     samples: pd.DataFrame = field(default_factory=lambda: frame(SAMPLE_COLUMNS))
     counters: pd.DataFrame = field(default_factory=lambda: frame(COUNTER_COLUMNS))
+    ops: pd.DataFrame = field(default_factory=lambda: frame(OP_COLUMNS))
     device: dict[str, Any] = field(default_factory=dict)
     light: LightSteps | None = None
     meta: dict[str, Any] = field(default_factory=dict)

@@ -50,6 +50,18 @@ SAMPLE_COLUMNS: dict[str, str] = {
     "value": "float64",
     "source": "object",
 }
+# CPU ops with recorded shapes (torch.profiler record_shapes=True): their "Input Dims",
+# "Input type" and "Concrete Inputs" arguments kept as the JSON text the trace wrote, parsed
+# only for the few ops that launch the kernels perfdoctor.analysis.bounds costs.
+OP_COLUMNS: dict[str, str] = {
+    "name": "object",
+    "start_ns": "int64",
+    "end_ns": "int64",
+    "tid": "int64",
+    "dims": "object",
+    "types": "object",
+    "concrete": "object",
+}
 COUNTER_COLUMNS: dict[str, str] = {
     "correlation": "int64",
     "name": "object",

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -83,6 +84,7 @@ def is_layout_conversion(name: object) -> bool:
     return isinstance(name, str) and bool(_IS_CONVERSION.search(name))
 
 
+@lru_cache(maxsize=16384)
 def kernel_part(name: str, kind: str, fam: str) -> str:
     """The busy part of one GPU activity (its name, kind and :mod:`perfdoctor.names.families` family)."""
     if kind in ("memcpy", "memset"):
@@ -99,6 +101,14 @@ def kernel_part(name: str, kind: str, fam: str) -> str:
     if _SAMPLING.search(text) and fam in ("reduction", "other", "elementwise"):
         return "reduction_sampling"
     return _FAMILY_PART.get(fam, "other")
+
+
+def activity_parts(timeline) -> np.ndarray:
+    """The busy part (:func:`kernel_part`, cached: once per distinct name, kind and family)
+    of every step activity of ``timeline``, aligned with ``timeline.activities``."""
+    acts = timeline.activities
+    names, kinds = acts["name"].to_numpy(dtype=object), acts["kind"].to_numpy(dtype=object)
+    return np.array([kernel_part(nm, k, f) for nm, k, f in zip(names, kinds, timeline.families)], dtype=object)
 
 
 @dataclass
@@ -159,10 +169,7 @@ def _busy(analysis, windows: pd.DataFrame, lo: np.ndarray, hi: np.ndarray) -> di
     g = np.where(ok, where, 0).astype(np.int64)
     s = np.clip(acts["start_ns"].to_numpy(np.int64), lo[g], hi[g])
     e = np.clip(acts["end_ns"].to_numpy(np.int64), lo[g], hi[g])
-    names, kinds = acts["name"].to_numpy(dtype=object), acts["kind"].to_numpy(dtype=object)
-    fams = t.families
-    memo: dict[tuple, str] = {}
-    part = np.array([memo.setdefault((nm, k, f), kernel_part(nm, k, f)) for nm, k, f in zip(names, kinds, fams)], dtype=object)
+    part = activity_parts(t)
     out: dict[str, np.ndarray] = {}
     covered = np.zeros(n, dtype=np.int64)
     mask = np.zeros(len(acts), dtype=bool)

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.analysis import attribution as attributions
+from perfdoctor.analysis import bounds as kernel_bounds
 from perfdoctor.analysis import capture
 
 from perfdoctor.analysis import comms
@@ -156,6 +157,11 @@ class Analysis:
         """Where each step's time went (:mod:`perfdoctor.analysis.attribution`), computed once on first use."""
         return attributions.attribute(self)
 
+    @cached_property
+    def bounds(self) -> kernel_bounds.Bounds:
+        """What bounds each kernel class (:mod:`perfdoctor.analysis.bounds`), computed once on first use."""
+        return kernel_bounds.class_bounds(self)
+
     @property
     def time_source(self) -> str:
         """Where step time comes from, in words, for the report header."""
@@ -223,6 +229,7 @@ class Analysis:
             },
             "metrics": {k: m.to_json() for k, m in self.metrics.items()},
             "attribution": jsonable(self.attribution.to_json()),
+            "bounds": jsonable(self.bounds.to_json()),
             "device": jsonable(self.profile.device),
             "steps": steps,
             "meta": jsonable(meta),

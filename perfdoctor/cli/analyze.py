@@ -52,7 +52,7 @@ def analyze_command(
     d = diagnose(path, step=step, tokens_per_step=tokens_per_step, rules=rules, thresholds=threshold, workload=workload,
                  profile=merged)
     from perfdoctor.reports.summary import gaps_owner, render_summary
-    from perfdoctor.reports import attribution
+    from perfdoctor.reports import attribution, bounds
     from perfdoctor.reports.terminal import brief_renderable, findings_renderable, verdict_text
 
     console = outputs.report_console(json_out)
@@ -64,6 +64,7 @@ def analyze_command(
         return
     console.print(verdict_text(d.findings, d.analysis))  # the verdict first: a crash is the first thing read
     console.print(attribution.terminal(d.analysis))  # then where the step went
+    console.print(bounds.terminal(d.analysis))  # and what bounds each kernel class
     # One gap table: the summary's, unless a finding prints the same table as its evidence.
     render_summary(d.analysis, console, gaps_shown_by=gaps_owner(d.findings))
     console.print(findings_renderable(d.findings, d.analysis, with_verdict=False, top=top or None), crop=False)  # code is never cropped

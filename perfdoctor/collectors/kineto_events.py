@@ -34,7 +34,7 @@ from perfdoctor.collectors.forked import Tickets, children, usable_cpus
 from perfdoctor.collectors.json_chunks import PLACEHOLDER, ArraySlices, SliceError, array_slices
 from perfdoctor.errors import UsageError
 from perfdoctor.names.codes import factorize_strings
-from perfdoctor.schema import ACTIVITY_COLUMNS, CALL_COLUMNS, RANGE_COLUMNS, filled
+from perfdoctor.schema import ACTIVITY_COLUMNS, CALL_COLUMNS, OP_COLUMNS, RANGE_COLUMNS, filled
 
 # Kineto's category names, and the spellings older PyTorch versions wrote (1.8-1.10:
 # "Kernel", "Memcpy", "Memset", "Runtime", "Operator"): one trace format, read either way.
@@ -75,6 +75,9 @@ Scalar = Union[int, float, str, None]
 Dims = Union[tuple[Union[int, float], ...], str, None]  # tuples: hashable, so each distinct one is joined once
 
 
+_NO_RAW = msgspec.Raw()
+
+
 class Args(msgspec.Struct, gc=False):
     """The event arguments perfdoctor reads; every other key is skipped while parsing."""
 
@@ -88,6 +91,12 @@ class Args(msgspec.Struct, gc=False):
     occupancy: Scalar = msgspec.field(default=None, name="est. achieved occupancy %")
     bytes: Scalar = None
     graph_id: Scalar = msgspec.field(default=None, name="graph id")
+    # A CPU op's shapes (record_shapes=True): kept unparsed (msgspec.Raw is a view of the
+    # bytes, no allocation per element), copied out only for ops that carry them.
+    # An absent one is the empty Raw (a Raw cannot be in a Union).
+    input_dims: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Dims")
+    input_type: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input type")
+    concrete: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Concrete Inputs")
     name: Any = None  # metadata events (ph "M", thread_name): the thread's name; anything else is ignored
 
 
@@ -426,6 +435,7 @@ class Events:
         self.parts: dict[str, list[tuple[np.ndarray, np.ndarray, list[Event]]]] = {}
         self.op_counts: Counter[str] = Counter()
         self.step_ops: list[tuple[np.ndarray, np.ndarray, list[Event]]] = []  # ProfilerStep#N logged as a CPU op
+        self.shape_ops: list[tuple[np.ndarray, np.ndarray, list[Event]]] = []  # CPU ops with recorded shapes
         self.thread_names: list[str] = []  # every name a thread was given ("pt_autograd_0", then "python3")
         self.timed = 0
         self.dropped = 0
@@ -471,6 +481,10 @@ class Events:
     def _cpu_ops(self, ts: np.ndarray, dur: np.ndarray, ops: list[Event]) -> None:
         names = list(map(_NAME, ops))
         self.op_counts.update(names)
+        shaped = np.fromiter((e.args is not None and len(e.args.input_dims) > 0 for e in ops), dtype=bool, count=len(ops))
+        if shaped.any():
+            idx = np.flatnonzero(shaped)
+            self.shape_ops.append((ts[idx], dur[idx], [ops[i] for i in idx.tolist()]))
         known, distinct = self._is_step, set(names)
         for n in distinct.difference(known):
             known[n] = PROFILER_STEP.match(n) is not None or DATALOADER_NEXT.search(n) is not None
@@ -502,8 +516,9 @@ class Events:
                 _host_rows(_range_sources(taken), _ranges)
                 for taken in (self.taken("user_annotation"), self.steps_in_ops(), self.taken("python_function"))
             ],
+            ops=_host_rows(self._joined(self.shape_ops, "cpu_op"), _ops),
         )
-        self.parts, self.step_ops = {}, []
+        self.parts, self.step_ops, self.shape_ops = {}, [], []
         return self.tables
 
     @staticmethod
@@ -673,6 +688,7 @@ class SpanTables:
     activities: list[Columns]  # one per ACTIVITY_CATEGORIES entry
     calls: list[HostRows]  # one per CALL_CATEGORIES entry
     ranges: list[HostRows]  # user_annotation, ProfilerStep#N CPU ops, python_function
+    ops: HostRows  # CPU ops with recorded shapes
 
 
 def _calls(taken: _Taken) -> Columns:
@@ -688,6 +704,30 @@ def _calls(taken: _Taken) -> Columns:
             "start_ns": start,
             "end_ns": end,
             "correlation": _ints([(a or _NO_ARGS).correlation for a in args]),
+        },
+    )
+
+
+def _raw(value: msgspec.Raw) -> bytes:
+    return bytes(value)
+
+
+def _ops(taken: _Taken) -> Columns:
+    if not taken.events:
+        return filled(OP_COLUMNS)
+    start, end = taken.start_end()
+    names, _, _ = _names(taken.events)
+    args = [a if a is not None else _NO_ARGS for a in map(_ARGS, taken.events)]
+    n = len(args)
+    return filled(
+        OP_COLUMNS,
+        {
+            "name": names,
+            "start_ns": start,
+            "end_ns": end,
+            "dims": np.fromiter((_raw(a.input_dims) for a in args), dtype=object, count=n),
+            "types": np.fromiter((_raw(a.input_type) for a in args), dtype=object, count=n),
+            "concrete": np.fromiter((_raw(a.concrete) for a in args), dtype=object, count=n),
         },
     )
 

@@ -12,7 +12,7 @@ from html import escape
 from typing import Sequence
 
 from perfdoctor.analysis.metrics import Analysis
-from perfdoctor.reports import attribution, common
+from perfdoctor.reports import attribution, bounds, common
 from perfdoctor.reports.summary import workload_lines
 from perfdoctor.rules.engine import Finding
 from perfdoctor.rules.evidence import Evidence
@@ -93,6 +93,7 @@ def render(findings: Sequence[Finding], analysis: Analysis) -> str:
         *[f"<sub>{cell(line)}</sub>" for line in workload_lines(analysis)],
         "",
         *attribution.markdown(analysis),
+        *bounds.markdown(analysis),
     ]
     shown_before = common.evidence_owner(failing)
     for f in failing:

@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from perfdoctor.analysis.metrics import Analysis
-from perfdoctor.reports import attribution, common
+from perfdoctor.reports import attribution, bounds, common
 from perfdoctor.reports.code import Code
 from perfdoctor.rules.engine import Finding
 from perfdoctor.rules.evidence import Evidence
@@ -137,7 +137,8 @@ def findings_renderable(findings: Sequence[Finding], analysis: Analysis, *, with
     failing = common.by_status(findings, "fail")
     # The verdict, then where the step went (the attribution), before any finding; analyze
     # prints both itself, first, and passes with_verdict=False.
-    parts: list[RenderableType] = [verdict_text(findings, analysis), Text(""), attribution.terminal(analysis)] if with_verdict else []
+    parts: list[RenderableType] = ([verdict_text(findings, analysis), Text(""), attribution.terminal(analysis), bounds.terminal(analysis)]
+                                   if with_verdict else [])
     groups = common.causes(failing)
     full = groups if top is None else groups[:top]
     shown_before = common.evidence_owner([f for f, _ in full])

@@ -223,6 +223,9 @@ def memcpy_time(analysis: Analysis, threshold: float | None, params: dict[str, A
 def bandwidth_gap(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
     """GPU busy time beyond what the step's bytes need at the target bandwidth.
 
+    Where the kernel classes' bounds are known (:mod:`perfdoctor.analysis.bounds`), the
+    memory-bound classes' time beyond their bytes at the target; else, for the whole step:
+
     A step moves B bytes; at the target utilisation that takes ``floor = B / (peak × target)``.
     B comes from where ``dram_bw_util`` came from: the declared bytes (source ``model``);
     a counter averaged over the light pass's steady steps: ``util × peak × step period``
@@ -230,6 +233,10 @@ def bandwidth_gap(analysis: Analysis, threshold: float | None, params: dict[str,
     Idle gaps are left out — they are the bubble rules' time — so this is what better
     kernels (weights streamed continuously, fewer bytes) win on top of removing bubbles.
     """
+    if analysis.bounds.memory_bound_bw_util()[0] is not None:  # what the rule judged: the memory-bound classes
+        ms, how = analysis.bounds.memory_bound_gap_ms(threshold or 0.0)
+        if ms is not None:
+            return Estimate(ms, how + "; idle gaps and compute-bound time are other rules'")
     m = analysis.metrics.get("dram_bw_util")
     util = None if m is None else m.value
     span = analysis.steps.span

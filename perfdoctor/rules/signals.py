@@ -177,6 +177,23 @@ def cross_rank(key: str, unit: str) -> Callable[[Analysis], Metric]:
     return read
 
 
+def memory_bound_bw_util(analysis: Analysis) -> Metric:
+    """DRAM bandwidth of the memory-bound kernel classes against the ceiling
+    (:meth:`perfdoctor.analysis.bounds.Bounds.memory_bound_bw_util`): the time a roofline
+    judges by bandwidth, not the whole step's idle and compute-bound time. Where the judged
+    classes hold under half of the kernel time, the whole step's ``dram_bw_util``, saying so."""
+    value, what = analysis.bounds.memory_bound_bw_util()
+    if value is not None:
+        return Metric(value, "ratio", "bounds", note=what)
+    if analysis.bounds.judged:  # the bounds of most kernel time are known and say bandwidth is not the question
+        return Metric(None, "ratio", "bounds", reason=what)
+    whole = analysis.metrics.get("dram_bw_util")
+    if whole is not None and whole.value is not None:
+        return Metric(whole.value, "ratio", whole.source, note=f"the whole step's DRAM bandwidth: per-class bounds unknown ({what})",
+                      alternatives=whole.alternatives)
+    return Metric(None, "ratio", "bounds", reason=f"{what}; the whole step's dram_bw_util: {whole.reason if whole is not None else 'absent'}")
+
+
 SIGNALS: dict[str, tuple[str, Callable[[Analysis], Metric], str]] = {
     # key: (unit, function, one-line meaning for `perfdoctor rules explain`)
     "fp32_gemm_time_ratio": ("ratio", fp32_gemm_time_ratio, "share of GEMM time in kernels named fp32/tf32"),
@@ -184,6 +201,7 @@ SIGNALS: dict[str, tuple[str, Callable[[Analysis], Metric], str]] = {
     "pcie_h2d_gbps": ("GB/s", pcie_h2d_gbps, "median NVML host-to-device PCIe throughput during the steps"),
     "model_bytes_per_step": ("bytes", model_bytes_per_step, "bytes a step declares it must read"),
     "bandwidth_floor_ms": ("ms", bandwidth_floor_ms, "declared bytes per step / device peak bandwidth"),
+    "memory_bound_bw_util": ("ratio", memory_bound_bw_util, "DRAM bandwidth of the memory-bound kernel classes / the ceiling (perfdoctor.analysis.bounds), else the whole step's dram_bw_util"),
     "graph_replay_share": ("ratio", graph_replay_share, "share of step kernels replayed from a CUDA graph"),
     "host_busy_gap_ratio": ("ratio", host_busy_gap_ratio, "share of the steps' idle time the host ran Python (not waiting, not launching)"),
     "layout_transform_ratio": ("ratio", _attribution_share(("layout_transform",), "busy", "of GPU busy time"), "share of GPU busy time in layout transforms (NCHW<->NHWC, transposes, contiguous copies)"),

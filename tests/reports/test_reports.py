@@ -100,11 +100,11 @@ def test_terminal_report_has_verdict_ranked_findings_passes_and_not_evaluated() 
     assert first.startswith("FAIL: ") and "top: memory-bubbles" in first and "steps/s if fixed" in first
     assert "1. [error] memory-bubbles" in out
     # Issue 32: one finding per cause: launch-rate (2.) shares memory-bubbles' estimate, so it
-    # is named under it ("Same cause") and the next finding in full is the attention one (6.).
+    # is named under it ("Same cause") and the next finding in full is 6. (dram-bandwidth since issue 28: the GEMVs judged by bandwidth).
     assert out.index("1. [error]") < out.index("Same cause, same estimate") < out.index("  launch-rate — ") < out.index("6. [")
     assert out.index("6. [") < out.index("Passed checks") < out.index("Not evaluated")
     assert "Most repeated short kernels" in out and "elementwise_kernel · MulFunctor" in out
-    assert "needs dram_bw_util" in out
+    assert "needs l2_hit_rate" in out  # a check not evaluated says what it needs
     assert "torch.cuda.CUDAGraph()" in out  # the fix's code
 
 

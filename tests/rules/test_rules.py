@@ -69,7 +69,7 @@ def test_seed_pack_has_every_documented_rule_with_a_citation() -> None:
         assert r.citation.startswith(r.cites[0].source.title), r.id
         assert r.remediation.steps, r.id
         assert r.threshold_origin.startswith("seed default") or r.advisory, r.id
-    assert load_rules().get("dram-bandwidth").condition() == "dram_bw_util >= 0.85"
+    assert load_rules().get("dram-bandwidth").condition() == "memory_bound_bw_util >= 0.85"
     assert load_rules().get("memory-bubbles").condition() == "memory_bubble_ratio < 0.15"
     assert load_rules().get("p99-latency").condition() == "step_latency_ms_p99 < 10"
     assert {r.id for r in rules if r.advisory} == {"model-fits-bandwidth", "batching"}
@@ -231,9 +231,13 @@ def test_pageable_copy_loop_ranks_copy_and_sync_first_with_pinning_and_no_syncs(
 def test_missing_metric_is_not_evaluated_with_how_to_collect_never_pass() -> None:
     findings = diagnose(fixture_analysis(EAGER, "decode_step"))
     by_id = {f.rule_id: f for f in findings}
-    dram = by_id["dram-bandwidth"]
+    # Issue 28: this trace records shapes, so dram-bandwidth reads the memory-bound classes
+    # (the GEMVs); a trace without shapes or counters leaves it not evaluated, saying how.
+    assert by_id["dram-bandwidth"].metric == "memory_bound_bw_util" and by_id["dram-bandwidth"].status == "fail"
+    bare = {f.rule_id: f for f in diagnose(fixture_analysis("h200-decode-eager-5steps.kineto.json.gz", "decode_step"))}
+    dram = bare["dram-bandwidth"]
     assert dram.status == "not_evaluated" and dram.metric is None
-    assert dram.reason.startswith("needs dram_bw_util") and "collect it with" in dram.reason
+    assert dram.reason.startswith("needs memory_bound_bw_util") and "collect it with" in dram.reason
     for rule_id in ("cache-hit", "warp-efficiency", "throttling", "pcie"):
         assert by_id[rule_id].status == "not_evaluated", rule_id
     # A fallback metric is used and said.
