@@ -19,6 +19,9 @@ Tables and columns
 ``ranges`` — user annotations on the host: name, start_ns, end_ns, tid, source
     ("record_function" | "nvtx" | "profiler_step" | "python": a Python stack frame, never
     a step).
+``ops`` — CPU operators (Kineto ``cpu_op`` events: ``aten::mm``, ...; never a step, kept
+    apart from ``ranges`` so that step choice never reads them): the ranges' columns,
+    source "cpu_op". Empty for Nsight Systems.
 ``samples`` — time series from samplers (NVML, nsys GPU metrics): time_ns, metric, value,
     source.
 ``counters`` — per-kernel hardware counters (Nsight Compute): correlation, name,
@@ -95,6 +98,7 @@ class Profile:
     activities: pd.DataFrame = field(default_factory=lambda: frame(ACTIVITY_COLUMNS))
     calls: pd.DataFrame = field(default_factory=lambda: frame(CALL_COLUMNS))
     ranges: pd.DataFrame = field(default_factory=lambda: frame(RANGE_COLUMNS))
+    ops: pd.DataFrame = field(default_factory=lambda: frame(RANGE_COLUMNS))
     samples: pd.DataFrame = field(default_factory=lambda: frame(SAMPLE_COLUMNS))
     counters: pd.DataFrame = field(default_factory=lambda: frame(COUNTER_COLUMNS))
     device: dict[str, Any] = field(default_factory=dict)

@@ -27,6 +27,7 @@ import pandas as pd
 
 from perfdoctor.analysis import attribution as attributions
 from perfdoctor.analysis import capture
+from perfdoctor.analysis import cpu as cpus
 
 from perfdoctor.analysis import comms
 
@@ -156,6 +157,12 @@ class Analysis:
         """Where each step's time went (:mod:`perfdoctor.analysis.attribution`), computed once on first use."""
         return attributions.attribute(self)
 
+    @cached_property
+    def cpu(self) -> cpus.CpuView | None:
+        """The operator breakdown of a CPU-only trace (:mod:`perfdoctor.analysis.cpu`); None
+        where a GPU ran (the GPU tables say where its steps went) or no operator was traced."""
+        return cpus.breakdown(self.profile, self.timeline.steps) if cpus.is_cpu_only(self.profile) else None
+
     @property
     def time_source(self) -> str:
         """Where step time comes from, in words, for the report header."""
@@ -226,6 +233,7 @@ class Analysis:
             "device": jsonable(self.profile.device),
             "steps": steps,
             "meta": jsonable(meta),
+            **({"cpu": jsonable(self.cpu.to_json())} if self.cpu is not None else {}),
         }
 
 

@@ -45,6 +45,7 @@ ACTIVITY_CATEGORIES = {
 CALL_CATEGORIES = ("cuda_runtime", "cuda_driver", "Runtime", "runtime", "Driver")
 RANGE_CATEGORIES = ("user_annotation", "cpu_op", "python_function", "Operator")
 CPU_OP_CATEGORIES = ("cpu_op", "Operator")
+OPS_SOURCE = "cpu_op"  # the source column of the Profile's ``ops`` table
 # Host-side categories perfdoctor knows and does not need (not GPU work of any kind).
 KNOWN_HOST_CATEGORIES = frozenset({
     "gpu_user_annotation", "overhead", "Trace", "cpu_instant_event", "python", "fwdbwd", "ac2g",
@@ -426,6 +427,7 @@ class Events:
         self.parts: dict[str, list[tuple[np.ndarray, np.ndarray, list[Event]]]] = {}
         self.op_counts: Counter[str] = Counter()
         self.step_ops: list[tuple[np.ndarray, np.ndarray, list[Event]]] = []  # ProfilerStep#N logged as a CPU op
+        self.ops: list[tuple[np.ndarray, np.ndarray, list[Event]]] = []  # every other CPU op, for the operator breakdown
         self.thread_names: list[str] = []  # every name a thread was given ("pt_autograd_0", then "python3")
         self.timed = 0
         self.dropped = 0
@@ -474,10 +476,14 @@ class Events:
         known, distinct = self._is_step, set(names)
         for n in distinct.difference(known):
             known[n] = PROFILER_STEP.match(n) is not None or DATALOADER_NEXT.search(n) is not None
-        if any(known[n] for n in distinct):
-            keep = np.fromiter(map(known.__getitem__, names), dtype=bool, count=len(names))
-            idx = np.flatnonzero(keep)
-            self.step_ops.append((ts[idx], dur[idx], [ops[i] for i in idx.tolist()]))
+        keep = np.fromiter(map(known.__getitem__, names), dtype=bool, count=len(names)) if any(known[n] for n in distinct) else None
+        if keep is None:
+            self.ops.append((ts, dur, ops))
+            return
+        idx = np.flatnonzero(keep)
+        self.step_ops.append((ts[idx], dur[idx], [ops[i] for i in idx.tolist()]))
+        rest = np.flatnonzero(~keep)
+        self.ops.append((ts[rest], dur[rest], [ops[i] for i in rest.tolist()]))
 
     def _joined(self, parts: list[tuple[np.ndarray, np.ndarray, list[Event]]], cat: str) -> _Taken:
         if not parts:
@@ -502,8 +508,9 @@ class Events:
                 _host_rows(_range_sources(taken), _ranges)
                 for taken in (self.taken("user_annotation"), self.steps_in_ops(), self.taken("python_function"))
             ],
+            ops=_host_rows(self._joined(self.ops, OPS_SOURCE), _ranges),
         )
-        self.parts, self.step_ops = {}, []
+        self.parts, self.step_ops, self.ops = {}, [], []
         return self.tables
 
     @staticmethod
@@ -673,6 +680,7 @@ class SpanTables:
     activities: list[Columns]  # one per ACTIVITY_CATEGORIES entry
     calls: list[HostRows]  # one per CALL_CATEGORIES entry
     ranges: list[HostRows]  # user_annotation, ProfilerStep#N CPU ops, python_function
+    ops: HostRows  # the other CPU ops (aten::mm, ...): the Profile's ``ops``
 
 
 def _calls(taken: _Taken) -> Columns:

@@ -57,7 +57,7 @@ def profile_of(path: Path, doc: Header, events: list[Events], invalid: tuple[int
         # yet host-side checks would pass; refused by name, so it never gates green.
         raise UsageError(f"{path}: its GPU work is {unread_work}, which perfdoctor does not read; trace without the range profiler")
     # In one process the columns are built here, after the file's bytes are freed (the lower peak).
-    activities, calls, ranges = joined([e.columns() for e in events])
+    activities, calls, ranges, ops = joined([e.columns() for e in events])
     versions = {
         k: getattr(doc, k) for k in ("cuda_driver_version", "cuda_runtime_version", "cupti_version") if getattr(doc, k) is not None
     }
@@ -78,7 +78,7 @@ def profile_of(path: Path, doc: Header, events: list[Events], invalid: tuple[int
     if warnings:
         meta["warnings"] = warnings
     return finish(
-        Profile(activities=activities, calls=calls, ranges=ranges, device=_device(doc.deviceProperties or []), meta=meta)
+        Profile(activities=activities, calls=calls, ranges=ranges, ops=ops, device=_device(doc.deviceProperties or []), meta=meta)
     )
 
 
@@ -118,21 +118,26 @@ def not_kineto(raw: bytes | memoryview) -> str:
     return "not a Kineto trace (no 'traceEvents' list)"
 
 
-def joined(spans: list[SpanTables]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """The activities (in start order), calls and ranges of consecutive spans, each table
-    built once from its joined columns, with thread ids numbered over the whole trace
-    (:func:`_thread_ids`)."""
+def joined(spans: list[SpanTables]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The activities (in start order), calls, ranges and CPU ops of consecutive spans, each
+    table built once from its joined columns, with thread ids numbered over the whole trace
+    (:func:`_thread_ids`; the ops last, so a thread keeps the id the calls and ranges gave it)."""
     parts = [s.activities[i] for i in range(len(ACTIVITY_CATEGORIES)) for s in spans]
     data = {col: np.concatenate([p[col] for p in parts]) for col in ACTIVITY_COLUMNS}
     order = np.argsort(data["start_ns"], kind="stable")
     activities = frame(ACTIVITY_COLUMNS, {col: values[order] for col, values in data.items()})
     calls = [s.calls[i] for i in range(len(CALL_CATEGORIES)) for s in spans]
     ranges = [s.ranges[i] for i in range(3) for s in spans]
-    hosts = calls + ranges
-    call_tids, range_tids = _thread_ids(
-        np.concatenate([h[1] for h in hosts]), np.concatenate([h[2] for h in hosts]), sum(len(c[1]) for c in calls)
+    ops = [s.ops for s in spans]
+    hosts = calls + ranges + ops
+    tids = _thread_ids(np.concatenate([h[1] for h in hosts]), np.concatenate([h[2] for h in hosts]))
+    n_calls, n_ranges = sum(len(c[1]) for c in calls), sum(len(r[1]) for r in ranges)
+    return (
+        activities,
+        _with_tids(calls, tids[:n_calls], CALL_COLUMNS),
+        _with_tids(ranges, tids[n_calls:n_calls + n_ranges], RANGE_COLUMNS),
+        _with_tids(ops, tids[n_calls + n_ranges:], RANGE_COLUMNS),
     )
-    return activities, _with_tids(calls, call_tids, CALL_COLUMNS), _with_tids(ranges, range_tids, RANGE_COLUMNS)
 
 
 def _with_tids(parts: list[HostRows], tids: np.ndarray, columns: dict[str, str]) -> pd.DataFrame:
@@ -141,16 +146,15 @@ def _with_tids(parts: list[HostRows], tids: np.ndarray, columns: dict[str, str])
     return frame(columns, data)
 
 
-def _thread_ids(pids: np.ndarray, tids: np.ndarray, n_calls: int) -> tuple[np.ndarray, np.ndarray]:
+def _thread_ids(pids: np.ndarray, tids: np.ndarray) -> np.ndarray:
     """Kineto names a host thread by (pid, tid); each pair gets one integer id, numbered in
-    order of first appearance over the calls (the first ``n_calls`` rows), then the ranges."""
+    order of first appearance over the rows (the calls, then the ranges, then the ops)."""
     if not len(pids):
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=np.int64)
     pid, _ = pd.factorize(pd.Series(pids, dtype=object), use_na_sentinel=False)
     tid, uniques = pd.factorize(pd.Series(tids, dtype=object), use_na_sentinel=False)
     codes, _ = pd.factorize(pid.astype(np.int64) * max(len(uniques), 1) + tid)  # the pair, numbered by first appearance
-    codes = codes.astype(np.int64)
-    return codes[:n_calls], codes[n_calls:]
+    return codes.astype(np.int64)
 
 
 def _distributed(info: Any) -> dict[str, Any]:

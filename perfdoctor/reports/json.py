@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 import orjson
 
-from perfdoctor.analysis.metrics import Analysis
+from perfdoctor.analysis.metrics import Analysis, jsonable
 from perfdoctor.reports import attribution
 from perfdoctor.reports.common import outcome, verdict_line
 from perfdoctor.rules.engine import Finding, verdict
@@ -41,6 +41,7 @@ def document(findings: Sequence[Finding], analysis: Analysis, packs: Sequence[st
             k: analysis.value(k) for k in ("steps_per_s", "tokens_per_s", "step_latency_ms_p50", "step_latency_ms_p99")
         },
         "attribution": attribution.json_block(analysis),
+        **({"cpu": jsonable(analysis.cpu.to_json())} if analysis.cpu is not None else {}),  # a CPU-only run's breakdown
         "rule_packs": list(packs),
         "findings": [f.to_json() for f in findings],
     }
