@@ -74,7 +74,8 @@ def markdown(view: CpuView) -> list[str]:
         if not len(df):
             continue
         out += [f"**{title}**", "", f"| {first} | " + " | ".join(COLUMNS) + " |", "|---|" + "---:|" * len(COLUMNS)]
-        out += ["| " + " | ".join(escape(c).replace("|", "&#124;") for c in row) + " |" for row in _rows(df)]
+        out += ["| " + " | ".join(escape(c, quote=False).replace("|", "&#124;").replace("`", "&#96;") for c in row) + " |"
+                for row in _rows(df)]  # names from the trace: cleaned (_rows), then no table-breaking character
         out.append("")
     for o in view.observations:
         out.append(f"- **{escape(o.title)}** — {escape(o.evidence)}; what to do: {escape(o.advice)}")

@@ -138,6 +138,10 @@ def findings_renderable(findings: Sequence[Finding], analysis: Analysis, *, with
     # The verdict, then where the step went (the attribution), before any finding; analyze
     # prints both itself, first, and passes with_verdict=False.
     parts: list[RenderableType] = [verdict_text(findings, analysis), Text(""), attribution.terminal(analysis)] if with_verdict else []
+    if with_verdict and analysis.cpu is not None:  # report: no summary before it, so the CPU breakdown here
+        from perfdoctor.reports import cpu
+
+        parts.append(cpu.terminal(analysis.cpu))
     groups = common.causes(failing)
     full = groups if top is None else groups[:top]
     shown_before = common.evidence_owner([f for f, _ in full])

@@ -42,3 +42,9 @@ def test_the_markdown_report_of_a_cpu_trace_has_the_operator_table() -> None:
     assert "| operator | calls/step | self ms/step | total ms/step | self % of step |" in md
     assert "| aten::mm | 160 |" in md
     assert "No GPU ran: " in md and "| `memory-bubbles` |" not in md  # the GPU checks in one line
+
+
+def test_the_terminal_report_of_a_cpu_trace_has_the_operator_table_once() -> None:
+    r = run_cli("report", CPU_MLP, "--format", "terminal", "-o", "-")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("Operators per step, by self time") == 1 and r.stdout.count(NO_GPU) == 1
