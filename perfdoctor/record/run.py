@@ -387,33 +387,24 @@ class Runner:
         def text() -> str:
             return progress.line(name, ticks, time.monotonic() - start, expected)
 
-        if self.console.is_terminal and not first:
-            with self.console.status(f"{name} pass") as status:
-                def spin() -> None:
-                    while not stop.wait(0.5):
-                        status.update(text())
+        with contextlib.ExitStack() as stack:
+            if self.console.is_terminal and not first:
+                status = stack.enter_context(self.console.status(f"{name} pass"))
+                period, show = 0.5, lambda: status.update(text())
+            else:
+                period, show = progress.period_s(), lambda: self.console.print(text(), highlight=False, markup=False)
 
-                ticker = threading.Thread(target=spin, daemon=True)
-                ticker.start()
-                try:
-                    yield
-                finally:
-                    stop.set()
-                    ticker.join()
-            return
-        period = progress.period_s()
+            def tick() -> None:
+                while not stop.wait(period):
+                    show()
 
-        def lines() -> None:
-            while not stop.wait(period):
-                self.console.print(text(), highlight=False, markup=False)
-
-        ticker = threading.Thread(target=lines, daemon=True)
-        ticker.start()
-        try:
-            yield
-        finally:
-            stop.set()
-            ticker.join()
+            ticker = threading.Thread(target=tick, daemon=True)
+            ticker.start()
+            try:
+                yield
+            finally:
+                stop.set()
+                ticker.join()
 
     def run_pass(self, name: str, wrapper: list[str], config: dict[str, Any], sampler: nvml.Sampler | None,
                  mode: str | None = None, keep_fds: tuple[int, ...] = ()) -> PassResult:
