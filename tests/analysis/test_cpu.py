@@ -17,7 +17,8 @@ from perfdoctor.analysis import cpu
 from perfdoctor.pipeline import diagnose
 
 CPU_MLP = FIXTURES / "cpu-mlp-5steps.kineto.json.gz"  # tests/programs/cpu_steps.py under perfdoctor run --collect torch
-RANK_NON_GPU = Path("/work/shared/traces/hta/rank_non_gpu__rank_non_gpu.json.gz")  # a CPU-only DLRM training step (HTA)
+# A CPU-only DLRM training step (HTA), in the shared corpus beside the checkout (tests/e2e/test_real_traces.py).
+RANK_NON_GPU = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "hta" / "rank_non_gpu__rank_non_gpu.json.gz"
 
 
 def _raw(path: Path, step: str) -> tuple[list[tuple[float, float]], list[dict]]:
