@@ -237,8 +237,9 @@ def _candidate_ranges(profile: Profile) -> pd.DataFrame:
 
 
 def ran_no_gpu(profile: Profile) -> bool:
-    """No GPU ran in this trace: no GPU activity and no GPU API call (a CPU program)."""
-    return profile.activities.empty and profile.calls.empty
+    """No GPU ran in this trace: no GPU activity, no GPU API call, and no device work of a
+    kind perfdoctor does not read (MTIA events: a device ran, unread) — a CPU program."""
+    return profile.activities.empty and profile.calls.empty and not profile.meta.get("unread_device_work")
 
 
 def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | None, pd.DataFrame, str | None, str]:

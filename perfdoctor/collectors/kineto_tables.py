@@ -74,6 +74,8 @@ def profile_of(path: Path, doc: Header, events: list[Events], invalid: tuple[int
         meta["distributed"] = dist  # perfdoctor.compare.comparability: world size
     if total.origin:
         meta["time_origin_ns"] = total.origin * 1000  # every time in the Profile is ns after this trace time
+    if unread_work:
+        meta["unread_device_work"] = unread_work  # device work ran (MTIA, ...): never "no GPU ran" (analysis.steps.ran_no_gpu)
     warnings = _skipped(total, invalid) + ([f"not read: {unread_work} (device work perfdoctor does not read)"] if unread_work else [])
     if warnings:
         meta["warnings"] = warnings

@@ -123,3 +123,11 @@ def test_a_gpu_trace_has_no_cpu_view() -> None:
     assert d.analysis.cpu is None and "cpu" not in d.analysis.to_json()
     assert len(d.profile.ops) > 0  # its operators are read, and kept apart from the ranges
     assert not d.profile.ranges["source"].eq("cpu_op").any()
+
+
+def test_a_trace_of_device_work_perfdoctor_does_not_read_is_not_a_cpu_run() -> None:
+    mtia = RANK_NON_GPU.parent / "mtia_inference_trace__mtia_inference_rank_0.json.gz"
+    if not mtia.exists():
+        pytest.skip(f"{mtia} not here")
+    d = diagnose(mtia)  # MTIA device events, unread: its repeating host ranges are no CPU step
+    assert d.analysis.cpu is None and d.analysis.steps.name is None
