@@ -23,10 +23,12 @@ Tables and columns
     source.
 ``counters`` — per-kernel hardware counters (Nsight Compute): correlation, name,
     metric, value, duration_ns.
-``ops`` — CPU ops with recorded shapes (Kineto ``cpu_op`` events of a trace taken with
-    ``record_shapes=True``): name, start_ns, end_ns, tid (the calls' thread numbering),
-    dims / types / concrete (the "Input Dims", "Input type", "Concrete Inputs" arguments as
-    the JSON text written, b"" when absent). What :mod:`perfdoctor.analysis.bounds` costs.
+``ops`` — CPU operators (Kineto ``cpu_op`` events: ``aten::mm``, ...; never a step, kept
+    apart from ``ranges`` so that step choice never reads them): name, start_ns, end_ns, tid
+    (the calls' thread numbering), dims / types / concrete (the "Input Dims", "Input type",
+    "Concrete Inputs" arguments of a trace taken with ``record_shapes=True``, as the JSON text
+    written, b"" when absent). The CPU breakdown (:mod:`perfdoctor.analysis.cpu`) times them;
+    :mod:`perfdoctor.analysis.bounds` costs the shaped ones. Empty for Nsight Systems.
 ``device`` — a dict: name, sm_count, peak_dram_bw_gbps (with peak_source), l2_bytes, ...
 ``light`` — :class:`LightSteps` or None: the untraced light pass of ``perfdoctor run``
     timed every step (host start, GPU start, GPU end on the host clock); the source of

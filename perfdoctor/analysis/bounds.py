@@ -344,6 +344,11 @@ def _parse(raw: Any) -> Any:
 
 # ---------------------------------------------------------------- kernels to their ops
 
+def shaped_ops(ops: pd.DataFrame) -> np.ndarray:
+    """Which rows of ``ops`` carry recorded shapes (a trace without ``record_shapes`` has none)."""
+    return np.fromiter((len(d) > 0 for d in ops["dims"].to_numpy(dtype=object)), dtype=bool, count=len(ops))
+
+
 def launching_ops(profile, kernels: pd.DataFrame) -> np.ndarray:
     """Per kernel (row of ``kernels``), the position in ``profile.ops`` of the innermost
     shaped CPU op around its launch call on the launching thread; -1 where there is none."""
@@ -361,8 +366,9 @@ def launching_ops(profile, kernels: pd.DataFrame) -> np.ndarray:
     tid_launch = c["tid"].to_numpy(np.int64)[found[has]]
     rows = np.flatnonzero(has)
     o_tid, o_start, o_end = (ops[k].to_numpy(np.int64) for k in ("tid", "start_ns", "end_ns"))
+    shaped = shaped_ops(ops)  # the ops table holds every CPU op; only shaped ones are costed
     for tid in np.unique(tid_launch):
-        mine = np.flatnonzero(o_tid == tid)
+        mine = np.flatnonzero((o_tid == tid) & shaped)
         if not mine.size:
             continue
         order = mine[np.lexsort((-o_end[mine], o_start[mine]))]  # parents before children at one start
@@ -588,7 +594,8 @@ def class_bounds(analysis) -> Bounds:
     kidx = np.flatnonzero(is_kernel & (acts["graph_id"].to_numpy(np.int64) < 0))
     if (is_kernel & (acts["graph_id"].to_numpy(np.int64) >= 0)).any():
         notes.append("kernels replayed from CUDA graphs have no launching op: not costed from shapes (ncu counts them)")
-    if not profile.ops.empty and kidx.size:
+    has_shapes = bool(shaped_ops(profile.ops).any())
+    if has_shapes and kidx.size:
         op_of = launching_ops(profile, acts.iloc[kidx])
         linked = op_of >= 0
         cols = [profile.ops[k].to_numpy(dtype=object) for k in ("name", "dims", "types", "concrete")]
@@ -642,7 +649,7 @@ def class_bounds(analysis) -> Bounds:
                 c["work_us"] = float(np.median(work_ns)) / 1e3
         else:
             c.update(tbps=None, coverage=0.0, bytes_source="", bytes_per_step=None,
-                     why=NO_SHAPES if profile.ops.empty else "its launching ops' shapes do not give the bytes")
+                     why=NO_SHAPES if not has_shapes else "its launching ops' shapes do not give the bytes")
         if flop_known.any() and dur[flop_known].sum() > 0:
             c["tflops"] = flops[flop_known].sum() / (dur[flop_known].sum() / 1e9) / 1e12
             c["flops_per_step"] = float(flops[flop_known].sum()) / steps

@@ -28,6 +28,7 @@ import pandas as pd
 from perfdoctor.analysis import attribution as attributions
 from perfdoctor.analysis import bounds as kernel_bounds
 from perfdoctor.analysis import capture
+from perfdoctor.analysis import cpu as cpus
 
 from perfdoctor.analysis import comms
 
@@ -162,6 +163,12 @@ class Analysis:
         """What bounds each kernel class (:mod:`perfdoctor.analysis.bounds`), computed once on first use."""
         return kernel_bounds.class_bounds(self)
 
+    @cached_property
+    def cpu(self) -> cpus.CpuView | None:
+        """The operator breakdown of a CPU-only trace (:mod:`perfdoctor.analysis.cpu`); None
+        where a GPU ran (the GPU tables say where its steps went) or no operator was traced."""
+        return cpus.breakdown(self.profile, self.timeline.steps) if cpus.is_cpu_only(self.profile) else None
+
     @property
     def time_source(self) -> str:
         """Where step time comes from, in words, for the report header."""
@@ -233,6 +240,7 @@ class Analysis:
             "device": jsonable(self.profile.device),
             "steps": steps,
             "meta": jsonable(meta),
+            **({"cpu": jsonable(self.cpu.to_json())} if self.cpu is not None else {}),
         }
 
 

@@ -236,6 +236,12 @@ def _candidate_ranges(profile: Profile) -> pd.DataFrame:
     return r[~r["name"].str.startswith(DECLARE_PREFIX, na=False) & (r["source"] != "python") & ~is_library_range(r["name"])]
 
 
+def ran_no_gpu(profile: Profile) -> bool:
+    """No GPU ran in this trace: no GPU activity, no GPU API call, and no device work of a
+    kind perfdoctor does not read (MTIA events: a device ran, unread) — a CPU program."""
+    return profile.activities.empty and profile.calls.empty and not profile.meta.get("unread_device_work")
+
+
 def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | None, pd.DataFrame, str | None, str]:
     """The ranges that are steps: ``pattern`` (or the step a run bundle recorded), else
     :func:`choose_step` over the trace's ranges and CUDA/HIP graph replays, else the
@@ -299,9 +305,13 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
         replays = replays.iloc[0:0]
     counts = ranges["name"].value_counts(sort=False).to_dict()
     lengths = (ranges["end_ns"] - ranges["start_ns"]).groupby(ranges["name"]).sum().to_dict()
+    cpu = ran_no_gpu(profile)  # no GPU work for a range to have: a CPU program's repeating range is its step
     choice = choose_step(
-        counts, works=lambda n: _has_gpu_work(ranges[ranges["name"] == n], launch_calls, profile), totals=lengths, replays=len(replays)
+        counts, works=lambda n: cpu or _has_gpu_work(ranges[ranges["name"] == n], launch_calls, profile), totals=lengths,
+        replays=len(replays)
     )
+    if choice is not None and cpu and choice.kind == "range":
+        choice = Choice("range", choice.name, f"ranges named {choice.name!r}: the most frequent range, no GPU ran ({counts[choice.name]}x)", False)
     if choice is not None:
         if choice.kind == "serving":
             served = serving.step_ranges(profile)  # every vLLM/SGLang step range, one family

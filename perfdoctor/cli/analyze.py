@@ -66,7 +66,9 @@ def analyze_command(
     console.print(attribution.terminal(d.analysis))  # then where the step went
     console.print(bounds.terminal(d.analysis))  # and what bounds each kernel class
     # One gap table: the summary's, unless a finding prints the same table as its evidence.
-    render_summary(d.analysis, console, gaps_shown_by=gaps_owner(d.findings))
+    from perfdoctor.reports.common import named_not_evaluated
+
+    render_summary(d.analysis, console, gaps_shown_by=gaps_owner(d.findings), named_below=named_not_evaluated(d.findings))
     console.print(findings_renderable(d.findings, d.analysis, with_verdict=False, top=top or None), crop=False)  # code is never cropped
     if json_out is not None:
         outputs.emit_json(json_out, d.analysis.to_json())

@@ -32,7 +32,7 @@ def run_command(
     out: Path = typer.Option(Path("perfdoctor-runs"), "--out", help="Folder that receives the run bundle."),
     name: Optional[str] = typer.Option(None, "--name", help="Bundle name suffix (default: the script or module name)."),
     ncu_steps: int = typer.Option(1, "--ncu-steps", min=1, help="Steps whose kernels Nsight Compute replays."),
-    ncu_kernels: int = typer.Option(2000, "--ncu-kernels", min=1, help="At most this many kernels for Nsight Compute."),
+    ncu_kernels: int = typer.Option(2000, "--ncu-kernels", min=1, help="Nsight Compute without a torch or nsys pass of the run to take the step's distinct kernels from: at most this many launches."),
     nvml_interval_ms: int = typer.Option(50, "--nvml-interval-ms", min=5, help="NVML sampling period."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
     tokens_per_step: Optional[float] = options.tokens_per_step(declared="used when the program does not declare it (e.g. 1 for a Hugging Face generate step)"),

@@ -49,6 +49,7 @@ def finish(profile: Profile) -> Profile:
     profile.activities = _clean_names(_drop_negative(profile.activities, "GPU activities", warnings))
     profile.calls = _clean_names(_drop_negative(profile.calls, "host API calls", warnings))
     profile.ranges = _clean_names(_drop_negative(profile.ranges, "ranges", warnings))
+    profile.ops = _clean_names(_drop_negative(profile.ops, "CPU ops", warnings))
 
     calls = profile.calls
     if not calls.empty:

@@ -45,6 +45,7 @@ ACTIVITY_CATEGORIES = {
 CALL_CATEGORIES = ("cuda_runtime", "cuda_driver", "Runtime", "runtime", "Driver")
 RANGE_CATEGORIES = ("user_annotation", "cpu_op", "python_function", "Operator")
 CPU_OP_CATEGORIES = ("cpu_op", "Operator")
+OPS_SOURCE = "cpu_op"  # the source column of the Profile's ``ops`` table
 # Host-side categories perfdoctor knows and does not need (not GPU work of any kind).
 KNOWN_HOST_CATEGORIES = frozenset({
     "gpu_user_annotation", "overhead", "Trace", "cpu_instant_event", "python", "fwdbwd", "ac2g",
@@ -435,7 +436,7 @@ class Events:
         self.parts: dict[str, list[tuple[np.ndarray, np.ndarray, list[Event]]]] = {}
         self.op_counts: Counter[str] = Counter()
         self.step_ops: list[tuple[np.ndarray, np.ndarray, list[Event]]] = []  # ProfilerStep#N logged as a CPU op
-        self.shape_ops: list[tuple[np.ndarray, np.ndarray, list[Event]]] = []  # CPU ops with recorded shapes
+        self.ops: list[tuple[np.ndarray, np.ndarray, list[Event]]] = []  # every other CPU op: the operator breakdown, and the shapes bounds costs
         self.thread_names: list[str] = []  # every name a thread was given ("pt_autograd_0", then "python3")
         self.timed = 0
         self.dropped = 0
@@ -481,17 +482,17 @@ class Events:
     def _cpu_ops(self, ts: np.ndarray, dur: np.ndarray, ops: list[Event]) -> None:
         names = list(map(_NAME, ops))
         self.op_counts.update(names)
-        shaped = np.fromiter((e.args is not None and len(e.args.input_dims) > 0 for e in ops), dtype=bool, count=len(ops))
-        if shaped.any():
-            idx = np.flatnonzero(shaped)
-            self.shape_ops.append((ts[idx], dur[idx], [ops[i] for i in idx.tolist()]))
         known, distinct = self._is_step, set(names)
         for n in distinct.difference(known):
             known[n] = PROFILER_STEP.match(n) is not None or DATALOADER_NEXT.search(n) is not None
-        if any(known[n] for n in distinct):
-            keep = np.fromiter(map(known.__getitem__, names), dtype=bool, count=len(names))
-            idx = np.flatnonzero(keep)
-            self.step_ops.append((ts[idx], dur[idx], [ops[i] for i in idx.tolist()]))
+        keep = np.fromiter(map(known.__getitem__, names), dtype=bool, count=len(names)) if any(known[n] for n in distinct) else None
+        if keep is None:
+            self.ops.append((ts, dur, ops))
+            return
+        idx = np.flatnonzero(keep)
+        self.step_ops.append((ts[idx], dur[idx], [ops[i] for i in idx.tolist()]))
+        rest = np.flatnonzero(~keep)
+        self.ops.append((ts[rest], dur[rest], [ops[i] for i in rest.tolist()]))
 
     def _joined(self, parts: list[tuple[np.ndarray, np.ndarray, list[Event]]], cat: str) -> _Taken:
         if not parts:
@@ -516,9 +517,9 @@ class Events:
                 _host_rows(_range_sources(taken), _ranges)
                 for taken in (self.taken("user_annotation"), self.steps_in_ops(), self.taken("python_function"))
             ],
-            ops=_host_rows(self._joined(self.shape_ops, "cpu_op"), _ops),
+            ops=_host_rows(self._joined(self.ops, OPS_SOURCE), _ops),
         )
-        self.parts, self.step_ops, self.shape_ops = {}, [], []
+        self.parts, self.step_ops, self.ops = {}, [], []
         return self.tables
 
     @staticmethod
@@ -688,7 +689,7 @@ class SpanTables:
     activities: list[Columns]  # one per ACTIVITY_CATEGORIES entry
     calls: list[HostRows]  # one per CALL_CATEGORIES entry
     ranges: list[HostRows]  # user_annotation, ProfilerStep#N CPU ops, python_function
-    ops: HostRows  # CPU ops with recorded shapes
+    ops: HostRows  # the other CPU ops (aten::mm, ...), with their recorded shapes: the Profile's ``ops``
 
 
 def _calls(taken: _Taken) -> Columns:

@@ -74,6 +74,8 @@ def profile_of(path: Path, doc: Header, events: list[Events], invalid: tuple[int
         meta["distributed"] = dist  # perfdoctor.compare.comparability: world size
     if total.origin:
         meta["time_origin_ns"] = total.origin * 1000  # every time in the Profile is ns after this trace time
+    if unread_work:
+        meta["unread_device_work"] = unread_work  # device work ran (MTIA, ...): never "no GPU ran" (analysis.steps.ran_no_gpu)
     warnings = _skipped(total, invalid) + ([f"not read: {unread_work} (device work perfdoctor does not read)"] if unread_work else [])
     if warnings:
         meta["warnings"] = warnings
@@ -119,9 +121,9 @@ def not_kineto(raw: bytes | memoryview) -> str:
 
 
 def joined(spans: list[SpanTables]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """The activities (in start order), calls, ranges and shaped CPU ops of consecutive spans, each table
-    built once from its joined columns, with thread ids numbered over the whole trace
-    (:func:`_thread_ids`)."""
+    """The activities (in start order), calls, ranges and CPU ops of consecutive spans, each
+    table built once from its joined columns, with thread ids numbered over the whole trace
+    (:func:`_thread_ids`; the ops last, so a thread keeps the id the calls and ranges gave it)."""
     parts = [s.activities[i] for i in range(len(ACTIVITY_CATEGORIES)) for s in spans]
     data = {col: np.concatenate([p[col] for p in parts]) for col in ACTIVITY_COLUMNS}
     order = np.argsort(data["start_ns"], kind="stable")

@@ -3,7 +3,8 @@
 ncu replays every kernel it profiles several times, so it is pointed at a few steps only:
 the bootstrap pushes an NVTX range ``perfdoctor_ncu`` around the first ``--ncu-steps`` steps
 after the warm-up, ``--nvtx-include perfdoctor_ncu/`` keeps the kernels inside it (the
-trailing slash means a push/pop range), and ``-c`` caps the kernel count. Clocks are left
+trailing slash means a push/pop range), and each distinct launch in it is replayed once
+(:func:`command`, :func:`kernel_set`: the distinct kernels the torch or nsys pass traced). Clocks are left
 alone (``--clock-control none``): ncu would otherwise lock them to base clocks, and the
 numbers would describe a different card from the one the program runs on.
 
@@ -20,6 +21,7 @@ import glob
 import io
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -56,13 +58,67 @@ def find_ncu() -> str | None:
     return None
 
 
-def command(ncu: str, max_kernels: int, log: Path) -> list[str]:
-    """ncu options; the program's command line is appended by the caller."""
+# The kernels of a step are replayed once per distinct launch (kernel and launch
+# configuration), not per launch: a decode step launches each of its few dozen kernels
+# hundreds of times, and replaying each launch took the H200 past 264 s on HF generate.
+# Above this many distinct kernels only the largest by GPU time are replayed (a name regex).
+MAX_DISTINCT = 200
+# Linux caps one argument at 128 KiB (MAX_ARG_STRLEN): the regex stays well below.
+MAX_REGEX_CHARS = 100_000
+REGEX_SPECIAL = set("\\^$.|?*+()[]{}")
+
+
+@dataclass(frozen=True)
+class KernelSet:
+    """The distinct kernels of the traced steps (from the torch or nsys pass), for the ncu
+    pass: ``launches`` distinct (kernel, grid, block) launches in all, the ``names`` to
+    replay (every one, or the largest by GPU time up to the caps, then ``capped``)."""
+
+    names: tuple[str, ...]
+    launches: int
+    capped: int = 0  # distinct kernels left out by the caps
+
+    def regex(self) -> str | None:
+        """``^(name|name...)$`` over the demangled names, or None when every kernel is kept
+        (no name filter: ncu's own distinct launches are the set)."""
+        if not self.capped:
+            return None
+        return "^(" + "|".join("".join("\\" + c if c in REGEX_SPECIAL else c for c in n) for n in self.names) + ")$"
+
+
+def kernel_set(kernels: pd.DataFrame, cap: int = MAX_DISTINCT, max_chars: int = MAX_REGEX_CHARS) -> KernelSet | None:
+    """The distinct kernels of ``kernels`` (a Profile's kernel rows: name, grid, block,
+    start_ns, end_ns), the largest total GPU time first; None without kernels."""
+    if kernels.empty:
+        return None
+    launches = int(kernels[["name", "grid", "block"]].drop_duplicates().shape[0])
+    time = (kernels["end_ns"] - kernels["start_ns"]).groupby(kernels["name"], sort=False).sum().sort_values(ascending=False, kind="stable")
+    names: list[str] = []
+    chars = len("^()$")
+    for name in time.index[:cap]:
+        chars += len(name) * 2 + 1  # each character escaped at worst, and a "|"
+        if chars > max_chars:
+            break
+        names.append(str(name))
+    return KernelSet(tuple(names), launches, capped=len(time) - len(names))
+
+
+def command(ncu: str, log: Path, kernels: KernelSet | None = None, max_kernels: int = 2000) -> list[str]:
+    """ncu options; the program's command line is appended by the caller. Each distinct
+    launch (kernel and launch configuration) inside the NVTX window once
+    (``--filter-mode per-launch-config --launch-count 1``); past the caps of
+    :func:`kernel_set`, only the kernels it kept (a demangled-name regex). Without a kernel
+    set (no torch or nsys pass to take it from), ``max_kernels`` launches at most, globally."""
+    filters = ["--filter-mode", "per-launch-config", "--launch-count", "1"]
+    if kernels is None:
+        filters = ["-c", str(max_kernels)]
+    elif kernels.regex() is not None:
+        filters += ["--kernel-name-base", "demangled", "--kernel-name", f"regex:{kernels.regex()}"]
     return [
         ncu,
         "--clock-control", "none",
         "--nvtx", "--nvtx-include", f"{NVTX_RANGE}/",
-        "-c", str(max_kernels),
+        *filters,
         "--csv", "--print-units", "base",
         "--metrics", ",".join(METRICS),
         "--log-file", str(log),

@@ -45,6 +45,7 @@ from perfdoctor.record import launch
 from perfdoctor.analysis import steady, steps
 from perfdoctor.names import ranges as rangenames
 from perfdoctor.collectors import ncu, nsys_run, nvml
+from perfdoctor.record import progress
 from perfdoctor.errors import UsageError
 from perfdoctor.text import rich as esc  # program arguments, paths and step names are untrusted
 
@@ -371,19 +372,31 @@ class Runner:
             self.console.print(text, highlight=False)
 
     @contextlib.contextmanager
-    def live(self, name: str, first: bool, steps: list[int], start: float) -> Iterator[None]:
-        """A spinner with the pass, its steps and time, on a terminal, for passes whose
-        program output goes to a log (the first pass leaves the terminal to the program)."""
-        if first or self.options.quiet or not self.spinner or not self.console.is_terminal:
+    def live(self, name: str, first: bool, ticks: progress.Ticks, start: float) -> Iterator[None]:
+        """Progress while the pass runs (:mod:`perfdoctor.record.progress`): steps done,
+        elapsed, time left, on stderr. A spinner on a terminal, for passes whose program
+        output goes to a log; a line every period otherwise (a log, or the first pass, whose
+        program owns the terminal)."""
+        if self.options.quiet or not self.spinner:
             yield
             return
+        light = next((p for p in self.manifest.get("passes", []) if p["name"] == "light"), None)
+        expected = progress.expected_of(self.manifest.get("light_pass"), light and light["seconds"])
         stop = threading.Event()
-        with self.console.status(f"{name} pass") as status:
+
+        def text() -> str:
+            return progress.line(name, ticks, time.monotonic() - start, expected)
+
+        with contextlib.ExitStack() as stack:
+            if self.console.is_terminal and not first:
+                status = stack.enter_context(self.console.status(f"{name} pass"))
+                period, show = 0.5, lambda: status.update(text())
+            else:
+                period, show = progress.period_s(), lambda: self.console.print(text(), highlight=False, markup=False)
 
             def tick() -> None:
-                while not stop.wait(0.5):
-                    done = f"{steps[0]} steps, " if steps[0] else ""
-                    status.update(f"{name} pass: {done}{time.monotonic() - start:.0f} s")
+                while not stop.wait(period):
+                    show()
 
             ticker = threading.Thread(target=tick, daemon=True)
             ticker.start()
@@ -409,9 +422,12 @@ class Runner:
         read_fd, write_fd = os.pipe()
         results = self.raw / f"{name}.json"
         # Under a tool the pipe may not reach the program, and its fd number may then name
-        # another file there: step ticks only when the program is our own child.
-        ticks = None if wrapper or self.options.ranks else write_fd
-        config = {**config, "pass": mode or name, "results": str(results.resolve()), "progress_fd": ticks}
+        # another file there: the bootstrap writes ticks only to the pipe with this identity.
+        # Ranks would tick once each per step: none.
+        tick_fd = None if self.options.ranks else write_fd
+        pipe = os.fstat(write_fd)
+        config = {**config, "pass": mode or name, "results": str(results.resolve()), "progress_fd": tick_fd,
+                  "progress_pipe": [pipe.st_dev, pipe.st_ino]}
         config_path.write_text(json.dumps(config))
         if self.options.ranks is not None:
             program = self.options.ranks.command(config_path.resolve(), self.options.target, self.raw.resolve() / launch.FAILURES.format(name))
@@ -420,24 +436,24 @@ class Runner:
         result = PassResult(name, [*wrapper, *program])
         first = not self.manifest["passes"]
         log = None if first else self.raw / f"{name}.log"
-        steps = [0]
+        ticks = progress.Ticks()
+        start = time.monotonic()
 
         def count_steps() -> None:
             while chunk := os.read(read_fd, 4096):
-                steps[0] += len(chunk)
+                ticks.add(len(chunk), time.monotonic() - start)
 
         reader = threading.Thread(target=count_steps, daemon=True)
         reader.start()
         self.say(f"[bold]{name}[/] pass: {esc(' '.join(result.command[: len(wrapper) + 1] if wrapper else self.options.target))}")
-        start = time.monotonic()
         if sampler is not None:
             sampler.start()
         try:
-            with open(log if log else os.devnull, "wb") as out, self.live(name, first, steps, start):
+            with open(log if log else os.devnull, "wb") as out, self.live(name, first, ticks, start):
                 redirect: dict[str, Any] = {} if first else {"stdin": subprocess.DEVNULL, "stdout": out, "stderr": subprocess.STDOUT}
                 try:
                     # A torchrun job gets a session of its own, so that --timeout can stop every rank at once.
-                    self.child = subprocess.Popen(result.command, pass_fds=((write_fd,) if ticks is not None else ()) + keep_fds,
+                    self.child = subprocess.Popen(result.command, pass_fds=((write_fd,) if tick_fd is not None else ()) + keep_fds,
                                                   start_new_session=self.options.ranks is not None, **redirect)
                 except OSError as exc:
                     result.stderr_tail = f"could not start {result.command[0]}: {exc}"
@@ -457,7 +473,7 @@ class Runner:
             reader.join(timeout=2)
             os.close(read_fd)
         result.seconds = round(time.monotonic() - start, 3)
-        result.steps = steps[0]
+        result.steps = ticks.done
         if log is not None and log.exists():
             result.stderr_tail = log.read_text(errors="replace")[-TAIL_CHARS:]
         if self.options.ranks is not None:
@@ -792,16 +808,45 @@ def run_ncu(runner: Runner, base: dict[str, Any], record: Any) -> None:
             runner.manifest["collectors"]["ncu"] = {"status": "unavailable: no step found to select kernels (pass --step or --step-fn)"}
             runner.save()
             return
-    result = runner.run_pass("ncu", ncu.command(tool, opts.ncu_kernels, csv.resolve()), config, None)
+    kernels, source = step_kernels(runner.raw)
+    replay = ncu_plan(kernels, source, opts.ncu_kernels)
+    runner.say(f"ncu pass: {esc(replay)}")
+    result = runner.run_pass("ncu", ncu.command(tool, csv.resolve(), kernels, opts.ncu_kernels), config, None)
     counters = ncu.parse_csv(csv.read_text(errors="replace")) if csv.exists() else None
     if counters is None or counters.empty:
         tail = (csv.read_text(errors="replace")[-800:] if csv.exists() else "") or result.stderr_tail[-800:]
-        record(result, "ncu", f"failed: no kernel profiled; {tail}")
+        record(result, "ncu", f"failed: no kernel profiled; {tail}", replay=replay)
         return
     failure = program_failure(result, runner.interrupted)
     status = f"failed: {failure} (counters were written)" if failure else "ok"
     record(result, "ncu", status, files=[str(csv.relative_to(runner.bundle))], kernels=int(counters["correlation"].nunique()),
-           step_index=config["warmup"])
+           step_index=config["warmup"], replay=replay)
+
+
+def step_kernels(raw: Path) -> tuple[ncu.KernelSet | None, str | None]:
+    """The distinct kernels of the traced steps, from this run's torch pass (else its nsys
+    pass), and which pass; (None, None) when neither left a trace that reads."""
+    from perfdoctor.pipeline import load_trace
+
+    for source, path in (("torch", raw / bundles.TORCH_TRACE), ("nsys", raw / bundles.NSYS_SQLITE)):
+        if not path.is_file():
+            continue
+        try:
+            return ncu.kernel_set(load_trace(path).kernels), source
+        except Exception:  # noqa: BLE001 - a damaged trace: the next one, else the capped replay
+            continue
+    return None, None
+
+
+def ncu_plan(kernels: ncu.KernelSet | None, source: str | None, max_kernels: int) -> str:
+    """What the ncu pass will replay, in words (said before it runs, kept in the manifest)."""
+    if kernels is None:
+        return (f"the first {max_kernels} kernel launches of the step window (no torch or nsys trace of this run "
+                "to take the step's distinct kernels from)")
+    capped = (f", the {len(kernels.names)} largest by GPU time ({kernels.capped} more left out: at most "
+              f"{ncu.MAX_DISTINCT} kernels)") if kernels.capped else ""
+    return (f"each distinct launch (kernel, grid, block) of the step once: up to {kernels.launches} launches of "
+            f"{len(kernels.names) + kernels.capped} kernels, from the {source} pass{capped}")
 
 
 def window_means(samples_file: Path, steps: list[tuple[int, int]]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from perfdoctor.analysis.attribution import BUSY_PARTS, LABELS, PARTS, Attribution
+from perfdoctor.reports import cpu
 
 TITLE = "Where the step went"
 BAR = 30  # characters of the terminal's share bar
@@ -40,14 +41,17 @@ def headline(a: Attribution) -> str:
 
 def terminal(analysis) -> RenderableType:
     a = analysis.attribution
+    if a.reason and analysis.cpu is not None:  # no GPU ran: the step went to CPU operators
+        return Text(f"{cpu.TITLE}: {cpu.headline(analysis.cpu)}", style="bold")
     if a.reason:
         return Group(Text(f"{TITLE}: not available — {a.reason}", style="dim"), Text(""))
-    t = Table(title=Text(f"{TITLE}: {headline(a)}"), title_justify="left", title_style="bold", show_edge=False)
+    title = Text(f"{TITLE}: {headline(a)}", style="bold")  # a line of its own: a table title wraps at the table's width
+    t = Table(show_edge=False)
     for col, just in (("part", "left"), ("ms/step", "right"), ("share", "right"), ("", "left")):
         t.add_column(col, justify=just)
     for label, ms, share in _rows(a):
         t.add_row(Text(label), f"{ms:.4g}", f"{share:.1%}", Text("█" * max(int(round(share * BAR)), 0), style="cyan"))
-    parts: list[RenderableType] = [t]
+    parts: list[RenderableType] = [title, t]
     if a.sites:
         parts.append(Text("host Python call sites: " + "; ".join(f"{s} {ms:.3g} ms" for s, ms in a.sites[:3]), style="dim"))
     if a.note:
@@ -57,6 +61,8 @@ def terminal(analysis) -> RenderableType:
 
 def markdown(analysis) -> list[str]:
     a = analysis.attribution
+    if a.reason and analysis.cpu is not None:
+        return [f"### {cpu.TITLE}", "", escape(cpu.headline(analysis.cpu)), "", *cpu.markdown(analysis.cpu)]
     if a.reason:
         return [f"**{TITLE}:** not available — {escape(a.reason)}", ""]
     out = [f"### {TITLE}", "", f"{escape(headline(a))}", "", "| part | ms/step | share |", "|---|---:|---:|"]

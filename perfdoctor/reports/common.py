@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from perfdoctor.analysis.metrics import Analysis, Metric
-from perfdoctor.rules.engine import Finding, verdict
+from perfdoctor.rules.engine import NOT_APPLICABLE, Finding, verdict
 
 
 def fmt(value: float | None, unit: str) -> str:
@@ -209,3 +209,81 @@ def source_line(analysis: Analysis) -> str:
     if steps.name and steps.how:
         step += f" ({steps.how})"
     return f"{meta.get('path', 'trace')} ({meta.get('source', '?')}) · {dev} · {step}"
+
+
+# Words of a not-evaluated reason that name GPU work or a GPU tool: on a run where no GPU
+# ran, such a check is one of "the checks of GPU work", not a row of its own.
+GPU_WORDS = ("GPU", "CUDA", "kernel", "NVML", "Nsight", "ncu", "DRAM", "memory clock", "hardware counters", "occupancy")
+
+
+def about_gpu(reason: str) -> bool:
+    return any(w in reason for w in GPU_WORDS)
+
+
+def not_evaluated_view(missing: Sequence[Finding], no_gpu: bool) -> tuple[list[str], list[tuple[list[str], str]]]:
+    """What the reports say of the checks not evaluated: where no GPU ran, the ids of the
+    checks of GPU work (that one fact is their reason, said once); then one row per cause
+    of the others (:func:`not_evaluated_rows`)."""
+    gpu = [f for f in missing if no_gpu and about_gpu(f.reason or "")]
+    return [f.rule_id for f in gpu], not_evaluated_rows([f for f in missing if f not in gpu])
+
+
+def _split_reason(reason: str) -> tuple[str, str, str]:
+    """A not-evaluated reason, ``needs KEY (WHY); collect it with HOW`` (rules.engine), as
+    (KEY, WHY, HOW); a reason of another shape is its own WHY."""
+    if not reason.startswith("needs ") or " (" not in reason:
+        return "", reason, ""
+    key, rest = reason[len("needs "):].split(" (", 1)
+    depth, end = 1, -1
+    for i, ch in enumerate(rest):  # the WHY ends at the parenthesis that closes the first
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 0:
+            end = i
+            break
+    if end < 0:
+        return "", reason, ""
+    how = rest[end + 1:]
+    return key, rest[:end], how[len("; collect it with "):] if how.startswith("; collect it with ") else how
+
+
+def not_evaluated_rows(missing: Sequence[Finding]) -> list[tuple[list[str], str]]:
+    """(rule ids, reason) per cause: rules whose metrics are missing for one reason share a
+    row (each metric named, each way to collect said once, a way that another contains
+    dropped), in the order of their first rule."""
+    groups: dict[str, list[tuple[str, str, str]]] = {}
+    for f in missing:
+        key, why, how = _split_reason(f.reason or "")
+        groups.setdefault(why, []).append((f.rule_id, key, how))
+    rows = []
+    for why, members in groups.items():
+        ids = [m[0] for m in members]
+        if len(members) == 1 and members[0][1]:
+            rows.append((ids, next(f.reason or "" for f in missing if f.rule_id == ids[0])))
+            continue
+        keys = list(dict.fromkeys(m[1] for m in members if m[1]))
+        hows = list(dict.fromkeys(m[2] for m in members if m[2]))
+        hows = [h for h in hows if not any(h != o and h in o for o in hows)]
+        text = (f"needs {', '.join(keys)} ({why})" if keys else why) + (f"; collect it with {' / '.join(hows)}" if hows else "")
+        rows.append((ids, text))
+    return _not_applicable_rows(rows)
+
+
+def _not_applicable_rows(rows: list[tuple[list[str], str]]) -> list[tuple[list[str], str]]:
+    """Rules not applicable for one workload evidence ("not applicable: KIND rule; this
+    trace is ...", rules.engine) in one row, each kind named with its rules."""
+    na = [(ids, r[len(NOT_APPLICABLE):].split("; ", 1)) for ids, r in rows if r.startswith(NOT_APPLICABLE) and "; " in r]
+    if len(na) < 2 or len({why for _, (_, why) in na}) > 1:
+        return rows
+    kinds = "; ".join(f"{kind} ({', '.join(ids)})" for ids, (kind, _) in na)
+    merged = ([i for ids, _ in na for i in ids], f"{NOT_APPLICABLE}{kinds}; {na[0][1][1]}")
+    first = next(k for k, (_, r) in enumerate(rows) if r.startswith(NOT_APPLICABLE) and "; " in r)
+    rest = [row for row in rows if not (row[1].startswith(NOT_APPLICABLE) and "; " in row[1])]
+    return rest[:first] + [merged] + rest[first:]
+
+
+def named_not_evaluated(findings: Sequence[Finding]) -> set[str]:
+    """The metric keys the not-evaluated checks name as missing (each said there, with why)."""
+    keys: set[str] = set()
+    for f in by_status(findings, "not_evaluated"):
+        keys.update(k for k in _split_reason(f.reason or "")[0].split(" or ") if k)
+    return keys

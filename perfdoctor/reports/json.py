@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from perfdoctor.analysis.metrics import Analysis
+from perfdoctor.analysis.metrics import Analysis, jsonable
 from perfdoctor.io import dumps_json
 from perfdoctor.reports import attribution
 from perfdoctor.reports.common import outcome, verdict_line
@@ -40,6 +40,7 @@ def document(findings: Sequence[Finding], analysis: Analysis, packs: Sequence[st
             k: analysis.value(k) for k in ("steps_per_s", "tokens_per_s", "step_latency_ms_p50", "step_latency_ms_p99")
         },
         "attribution": attribution.json_block(analysis),
+        **({"cpu": jsonable(analysis.cpu.to_json())} if analysis.cpu is not None else {}),  # a CPU-only run's breakdown
         "rule_packs": list(packs),
         # the sources the findings cite, once (titles, sections, the original titles)
         "sources": {c.source.id: c.source.to_json() for f in findings for c in f.cites},

@@ -117,9 +117,13 @@ def render(findings: Sequence[Finding], analysis: Analysis) -> str:
         out += ["", "</details>", ""]
     missing = common.by_status(findings, "not_evaluated")
     if missing:
-        out += ["<details><summary>Not evaluated (" + str(len(missing)) + ") — never counted as passed</summary>", "",
-                "| rule | why / how to collect |", "|---|---|"]
-        out += [f"| `{f.rule_id}` | {cell(f.reason)} |" for f in missing]
+        gpu, rows = common.not_evaluated_view(missing, analysis.cpu is not None)
+        out += ["<details><summary>Not evaluated (" + str(len(missing)) + ") — never counted as passed</summary>", ""]
+        if gpu:
+            out += [f"No GPU ran: {len(gpu)} checks of GPU work not evaluated: " + ", ".join(f"`{i}`" for i in gpu), ""]
+        if rows:
+            out += ["| rule | why / how to collect |", "|---|---|"]
+            out += ["| " + ", ".join(f"`{i}`" for i in ids) + f" | {cell(reason)} |" for ids, reason in rows]
         out += ["", "</details>", ""]
     doc = "\n".join(out)
     if len(doc) > MAX_CHARS:

@@ -10,7 +10,7 @@ a finding prints it, the summary points there instead of printing it twice.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import AbstractSet as Set, Sequence
 
 import numpy as np
 from rich.console import Console, Group
@@ -50,36 +50,75 @@ def _bytes(v: float) -> str:
     return f"{v:.0f} B"
 
 
-def metric_table(analysis: Analysis) -> Table:
-    t = Table(title="Metrics", title_justify="left", show_lines=False)
+def metric_table(analysis: Analysis, named_below: Set[str] = frozenset()) -> Table:
+    """The present metrics, each with its source, less those the latency table shows
+    (:func:`latency_table` names them); the absent ones in one caption, less those a
+    not-evaluated check names as missing (``named_below``: said there, with why). Where no GPU
+    ran, the CPU section says once that the GPU metrics are absent."""
+    shown = set(_latency_keys(analysis))
+    t = Table(title="Metrics", title_justify="left", show_edge=False)
     t.add_column("metric")
     t.add_column("value", justify="right")
     t.add_column("unit")
     t.add_column("source / why absent", overflow="fold")
     absent = [key for key, m in analysis.metrics.items() if m.value is None]
-    if absent:  # one line, not a row each: the reasons (how to collect) are said once, under Not evaluated
-        t.caption = f"absent, not zero (see 'Not evaluated' below): {', '.join(absent)}"
+    here = [key for key in absent if key not in named_below]
+    if absent and analysis.cpu is None:  # one line, not a row each: the reasons (how to collect) are said once, under Not evaluated
+        t.caption = f"absent, not zero: {', '.join(here) or 'none other'}" + (
+            f"; {len(absent) - len(here)} more under 'Not evaluated' below" if len(here) < len(absent) else "")
         t.caption_justify = "left"
     for key, m in analysis.metrics.items():
-        if m.value is not None:
+        if m.value is not None and key not in shown:
             where = m.source + (f" ({m.note})" if m.note else "")
             t.add_row(key, format_value(m), "" if m.unit in ("ratio", "bytes") else m.unit, Text(where))
     return t
 
 
-def latency_table(analysis: Analysis) -> Table | None:
-    """Per-step critical-path time and GPU window of the traced steps (the timeline's step table)."""
+# The latency table's statistics that are metrics too: (row, statistic) -> metric key.
+LATENCY_METRICS = {("critical path ms", "p50"): ("step_latency_ms_p50", "traced_step_latency_ms_p50"),
+                   ("critical path ms", "p90"): ("step_latency_ms_p90",), ("critical path ms", "p99"): ("step_latency_ms_p99",),
+                   ("GPU window ms", "p50"): ("step_gpu_ms_p50",)}
+
+
+def _latency_stats(analysis: Analysis) -> dict[str, dict[str, float]]:
+    """Per row of the latency table, min, p50, p90, p99 and max (ms); empty without GPU work."""
     w = analysis.timeline.with_gpu
     if w.empty:
+        return {}
+    rows = {"critical path ms": w["critical_path_ns"].to_numpy(np.float64) / 1e6,
+            "GPU window ms": (w["gpu_end_ns"] - w["gpu_start_ns"]).astype("int64").to_numpy(np.float64) / 1e6,
+            "GPU busy ms": w["busy_ns"].to_numpy(np.float64) / 1e6}
+    return {label: dict(zip(("min", "p50", "p90", "p99", "max"), (v.min(), *np.percentile(v, [50, 90, 99]), v.max())))
+            for label, v in rows.items()}
+
+
+def _latency_keys(analysis: Analysis) -> dict[str, tuple[str, str]]:
+    """The metrics whose value is a cell of the latency table (a light pass's step time is
+    not: it is its own measurement), with that cell."""
+    stats = _latency_stats(analysis)
+    keys = {}
+    for (row, stat), names in LATENCY_METRICS.items():
+        for key in names:
+            v = analysis.value(key)
+            if stats and v is not None and np.isclose(v, stats[row][stat], rtol=1e-9, atol=0):
+                keys[key] = (row, stat)
+    return keys
+
+
+def latency_table(analysis: Analysis) -> Table | None:
+    """Per-step critical-path time and GPU window of the traced steps (the timeline's step
+    table); a row names the metrics that are its cells."""
+    stats = _latency_stats(analysis)
+    if not stats:
         return None
-    lat = w["critical_path_ns"].to_numpy(np.float64) / 1e6
-    gpu = (w["gpu_end_ns"] - w["gpu_start_ns"]).astype("int64").to_numpy(np.float64) / 1e6
-    busy = w["busy_ns"].to_numpy(np.float64) / 1e6
-    t = Table(title=f"Traced step latency ({len(lat)} steps of {esc(repr(analysis.steps.name))})", title_justify="left")
-    for col in ("", "min", "p50", "p90", "p99", "max"):
-        t.add_column(col, justify="right")
-    for label, v in (("critical path ms", lat), ("GPU window ms", gpu), ("GPU busy ms", busy)):
-        t.add_row(label, *(f"{x:.3f}" for x in (v.min(), *np.percentile(v, [50, 90, 99]), v.max())))
+    keys = _latency_keys(analysis)
+    n = len(analysis.timeline.with_gpu)
+    t = Table(title=f"Traced step latency ({n} steps of {esc(repr(analysis.steps.name))})", title_justify="left", show_edge=False)
+    for col in ("", "min", "p50", "p90", "p99", "max", "metrics"):
+        t.add_column(col, justify="left" if col == "metrics" else "right")
+    for label, v in stats.items():
+        named = ", ".join(f"{k} = {stat}" for k, (row, stat) in keys.items() if row == label)
+        t.add_row(label, *(f"{x:.3f}" for x in v.values()), Text(named, style="dim"))
     return t
 
 
@@ -87,7 +126,7 @@ def kernels_table(analysis: Analysis, n: int = 10) -> Table | None:
     k = analysis.timeline.kernels.head(n)
     if k.empty:
         return None
-    t = Table(title="Top kernels by time per step", title_justify="left")
+    t = Table(title="Top kernels by time per step", title_justify="left", show_edge=False)
     t.add_column("kernel", overflow="fold", max_width=70)
     t.add_column("family")
     t.add_column("count/step", justify="right")
@@ -147,11 +186,7 @@ def workload_lines(analysis: Analysis) -> list[str]:
 
 def header_lines(analysis: Analysis) -> list[str]:
     """How the steps were found, where step time comes from, and what to watch out for."""
-    steps = analysis.steps
-    lines = []
-    if steps.name:
-        lines.append(f"steps: {steps.count} — {steps.how or 'found'}")
-    lines.append(f"step time: {analysis.time_source}")
+    lines = [f"step time: {analysis.time_source}"]  # how the steps were found: the head line says (render_summary)
     lines.extend(workload_lines(analysis))
     first = analysis.first_step_note()
     if first:
@@ -162,11 +197,14 @@ def header_lines(analysis: Analysis) -> list[str]:
     return lines
 
 
-def render_summary(analysis: Analysis, console: Console, gaps_shown_by: str | None = None) -> None:
-    """Print the analysis summary: header, metrics, latency, kernels, gaps.
+def render_summary(analysis: Analysis, console: Console, gaps_shown_by: str | None = None,
+                   named_below: Set[str] = frozenset()) -> None:
+    """Print the analysis summary: header, metrics, latency, kernels, gaps (where no GPU ran:
+    metrics, then the CPU breakdown, :mod:`perfdoctor.reports.cpu`).
 
     ``gaps_shown_by``: the finding that will print the largest-gaps table below; the summary
-    then points to it rather than printing the same table twice.
+    then points to it rather than printing the same table twice. ``named_below``: metrics a
+    not-evaluated check below names as missing (:func:`metric_table`).
     """
     dev = analysis.device.get("name") or "unknown device"
     src = analysis.profile.meta.get("source", "?")
@@ -178,12 +216,18 @@ def render_summary(analysis: Analysis, console: Console, gaps_shown_by: str | No
     if steps.name:
         head.append(f", {steps.count} steps of ")
         head.append(clean(steps.name), style="bold")
+        head.append(f" — {clean(steps.how or 'found')}")
     else:
         head.append(f" — {clean(steps.reason)}", style="yellow")
     console.print(head)
     for line in header_lines(analysis):
         console.print(Text(clean(line), style="dim"))
-    parts = [metric_table(analysis), latency_table(analysis), kernels_table(analysis)]
+    if analysis.cpu is not None:
+        from perfdoctor.reports import cpu
+
+        console.print(Group(metric_table(analysis, named_below), cpu.terminal(analysis.cpu)))
+        return
+    parts = [metric_table(analysis, named_below), latency_table(analysis), kernels_table(analysis)]
     if gaps_shown_by is None:
         parts.append(gaps_table(analysis))
     console.print(Group(*(p for p in parts if p is not None)))

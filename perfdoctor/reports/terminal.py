@@ -139,6 +139,10 @@ def findings_renderable(findings: Sequence[Finding], analysis: Analysis, *, with
     # prints both itself, first, and passes with_verdict=False.
     parts: list[RenderableType] = ([verdict_text(findings, analysis), Text(""), attribution.terminal(analysis), bounds.terminal(analysis)]
                                    if with_verdict else [])
+    if with_verdict and analysis.cpu is not None:  # report: no summary before it, so the CPU breakdown here
+        from perfdoctor.reports import cpu
+
+        parts.append(cpu.terminal(analysis.cpu))
     groups = common.causes(failing)
     full = groups if top is None else groups[:top]
     shown_before = common.evidence_owner([f for f, _ in full])
@@ -172,13 +176,25 @@ def findings_renderable(findings: Sequence[Finding], analysis: Analysis, *, with
         parts.extend([line, Text("")])
     missing = common.by_status(findings, "not_evaluated")
     if missing:
-        t = Table(title="Not evaluated (never counted as passed)", title_justify="left", show_edge=False)
-        t.add_column("rule")
-        t.add_column("why / how to collect", overflow="fold")
-        for f in missing:
-            t.add_row(Text(f.rule_id), Text(clean(f.reason or ""), style="dim"))  # the title says "not evaluated"
-        parts.append(t)
+        parts.append(_not_evaluated(missing, analysis.cpu is not None))
     return Group(*parts)
+
+
+def _not_evaluated(missing: Sequence[Finding], no_gpu: bool) -> RenderableType:
+    """The checks that could not be evaluated, one row per cause; where no GPU ran, the
+    checks of GPU work in one line (:func:`perfdoctor.reports.common.not_evaluated_view`)."""
+    gpu, rows = common.not_evaluated_view(missing, no_gpu)
+    lead: list[RenderableType] = []
+    if gpu:
+        lead.append(Text.assemble(("Not evaluated: no GPU ran", "bold"), f" ({len(gpu)} checks of GPU work): ", (", ".join(gpu), "dim")))
+    if not rows:
+        return Group(*lead)
+    t = Table(title="Not evaluated (never counted as passed)", title_justify="left", show_edge=False)
+    t.add_column("rule")
+    t.add_column("why / how to collect", overflow="fold")
+    for ids, reason in rows:
+        t.add_row(Text(", ".join(ids)), Text(clean(reason), style="dim"))  # the title says "not evaluated"
+    return Group(*lead, t)
 
 
 def render(findings: Sequence[Finding], analysis: Analysis, *, width: int = 110, color: bool = False) -> str:

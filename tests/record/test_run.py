@@ -8,6 +8,7 @@ tests through module fixtures to keep the file fast.
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -698,3 +699,101 @@ def test_find_step_times_loop_ranges_as_iterations_and_merges_serving_ranges():
     name, how, module, rewritten = find_step(results, RunOptions(target=["x.py"]))
     assert (name, rewritten) == ("serving step", True)
     assert results["series"][name] == {"host_start_ns": [0, 10, 50], "gpu_start_ns": None, "gpu_end_ns": [8, 30, 70]}
+
+
+# --- issue 32, item 9: a default run finishes in bounded time and says how long -----------------
+
+
+def test_ncu_replays_each_distinct_launch_of_the_step_once():
+    from perfdoctor.collectors import ncu
+    from perfdoctor.pipeline import load_trace
+
+    kernels = load_trace(ROOT / "tests" / "fixtures" / "h200-decode-eager-5steps.kineto.json.gz").kernels
+    ks = ncu.kernel_set(kernels)
+    # Counted by hand from the trace's kernel rows: 4315 launches, 29 kernel names, 38
+    # distinct (name, grid, block) launches; every one kept (under the caps), so no name filter.
+    assert len(kernels) == 4315 and ks.launches == 38 and len(ks.names) == 29 and ks.capped == 0
+    assert ks.regex() is None
+    cmd = ncu.command("ncu", Path("ncu.log"), ks)
+    assert cmd[cmd.index("--filter-mode") + 1] == "per-launch-config" and cmd[cmd.index("--launch-count") + 1] == "1"
+    assert "-c" not in cmd and "--kernel-name" not in cmd
+    assert cmd[cmd.index("--nvtx-include") + 1] == "perfdoctor_ncu/"  # still inside the step window
+    # Names ranked by GPU time: the cap keeps the largest.
+    time = (kernels["end_ns"] - kernels["start_ns"]).groupby(kernels["name"]).sum().sort_values(ascending=False)
+    top = ncu.kernel_set(kernels, cap=3)
+    assert top.names == tuple(time.index[:3]) and top.capped == 26
+    import re
+
+    rx = top.regex()
+    assert [n for n in kernels["name"].unique() if re.fullmatch(rx, n)] == [n for n in kernels["name"].unique() if n in top.names]
+    cmd = ncu.command("ncu", Path("ncu.log"), top)
+    assert cmd[cmd.index("--kernel-name") + 1] == f"regex:{rx}" and cmd[cmd.index("--kernel-name-base") + 1] == "demangled"
+    # The regex stays an argument Linux accepts: a character cap drops the rest.
+    assert len(ncu.kernel_set(kernels, max_chars=200).names) < 29
+    # Without a torch or nsys trace: the capped replay of the window, as before.
+    assert ncu.command("ncu", Path("ncu.log"), None, 2000)[6:8] == ["-c", "2000"]
+
+
+def test_ncu_plan_says_what_the_pass_replays():
+    from perfdoctor.collectors.ncu import KernelSet
+    from perfdoctor.record.run import ncu_plan
+
+    assert ncu_plan(KernelSet(("a", "b"), 3), "torch", 2000) == (
+        "each distinct launch (kernel, grid, block) of the step once: up to 3 launches of 2 kernels, from the torch pass")
+    assert "the 2 largest by GPU time (5 more left out: at most 200 kernels)" in ncu_plan(KernelSet(("a", "b"), 9, capped=5), "nsys", 2000)
+    assert ncu_plan(None, None, 2000).startswith("the first 2000 kernel launches of the step window (no torch or nsys trace")
+
+
+def test_progress_line_and_time_left():
+    from perfdoctor.record.progress import Expected, Ticks, duration, expected_of, line, time_left_s
+
+    light = Expected(steps=40, step_s=0.5, total_s=30.0)
+    ticks = Ticks()
+    assert time_left_s(ticks, 5.0, light) == pytest.approx(25.0)  # no tick yet: the light pass's 30 s, 5 s gone
+    assert time_left_s(ticks, 31.0, light) is None
+    ticks.add(2, at_s=10.0)  # start-up took 10 s: the first ticks, 2 steps
+    assert time_left_s(ticks, 10.5, light) == pytest.approx(38 * 0.5)  # one batch: the light pass's step time
+    ticks.add(2, at_s=14.0)  # 2 steps in 4 s: 2 s a step, start-up left out
+    assert time_left_s(ticks, 14.0, light) == pytest.approx(36 * 2.0)
+    ticks.add(6, at_s=18.0)  # the pace of the last 5 s: 14 -> 18 s, 6 steps (the batch at 10 s is older)
+    assert ticks.pace_s() == pytest.approx(4 / 6)
+    assert line("torch", ticks, 18.0, light) == "torch pass: 10 of 40 steps, 18 s elapsed, about 20 s left"
+    assert line("light", Ticks(), 3.2, None) == "light pass: 3 s elapsed"
+    assert line("ncu", Ticks(), 125.0, Expected(40, 4.0, 160.0)) == "ncu pass: 0 of 40 steps, 2 min 5 s elapsed, about 35 s left"
+    ticks.add(30, at_s=40.0)
+    assert time_left_s(ticks, 40.0, light) is None and time_left_s(Ticks(), 1.0, None) is None
+    assert duration(59.6) == "1 min 0 s"
+    assert expected_of({"steps_seen": 3, "step_latency_ms": [30.0, 10.0, 20.0]}, 4.0) == Expected(3, 0.02, 4.0)
+    assert expected_of({"steps_seen": 0, "step_latency_ms": []}, 4.0) is None and expected_of(None, None) is None
+
+
+def test_step_ticks_reach_only_the_pipe_perfdoctor_run_made():
+    from perfdoctor.record.bootstrap.main import progress_pipe
+
+    r, w = os.pipe()
+    other_r, other_w = os.pipe()
+    try:
+        st = os.fstat(w)
+        assert progress_pipe(w, [st.st_dev, st.st_ino]) == w
+        assert progress_pipe(other_w, [st.st_dev, st.st_ino]) is None  # another pipe at that number, under a tool
+        assert progress_pipe(None, None) is None and progress_pipe(987654, [st.st_dev, st.st_ino]) is None
+    finally:
+        for fd in (r, w, other_r, other_w):
+            os.close(fd)
+
+
+@no_gpu
+def test_a_cpu_run_shows_progress_on_stderr_and_says_why_ncu_is_absent(tmp_path, monkeypatch):
+    monkeypatch.setenv("PERFDOCTOR_PROGRESS_S", "0.5")  # a line every half second: the program runs a few
+    done = perfdoctor_run(str(PROGRAMS / "cpu_steps.py"), "--steps", "60", "--size", "128", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    light = [line for line in lines if re.fullmatch(r"light pass: (\d+ steps, )?\d+ s elapsed", line)]
+    torch_lines = [re.fullmatch(r"torch pass: (\d+) of 60 steps, (\d+) s elapsed(, about (\d+) s left)?", line) for line in lines]
+    torch_lines = [m for m in torch_lines if m]
+    assert light and torch_lines, done.stderr
+    done_steps = [int(m.group(1)) for m in torch_lines]
+    assert done_steps == sorted(done_steps)  # steps done only grow
+    assert any(m.group(4) for m in torch_lines)  # an estimate of the time left, from the light pass's step time
+    m = manifest(only_bundle(tmp_path))
+    assert m["collectors"]["ncu"]["status"].startswith("unavailable: ")

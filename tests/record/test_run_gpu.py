@@ -289,3 +289,29 @@ def test_acceptance_hf_generate_step_per_token(tmp_path):
     assert m["collectors"]["torch"]["status"] == "ok"
     assert got["step_latency_ms_p50"] == pytest.approx(own_ms, rel=0.05)
     assert got["tokens_per_s"] == pytest.approx(own_tps, rel=0.05)
+
+
+def test_acceptance_hf_generate_every_collector_in_three_minutes(tmp_path):
+    """Issue 32, item 9: a default run (every collector) of HF generate, 32 tokens, ends in
+    under 3 minutes end to end, saying how long at each pass; Nsight Compute replays each
+    distinct launch of the step once (its CSV has one kernel per distinct launch at most)."""
+    import time
+
+    from perfdoctor.collectors import ncu
+    from perfdoctor.pipeline import load_trace
+
+    program = Path(__file__).parents[1] / "programs" / "hf_generate.py"
+    start = time.monotonic()
+    done, bundle = run(tmp_path, str(program), "--config", "1b", "--tokens", "32", timeout=420)
+    wall = time.monotonic() - start
+    m = manifest(bundle)
+    passes = {p["name"]: p["seconds"] for p in m["passes"]}
+    record(test="issue32-hf-default-run", wall_s=round(wall, 1), **{f"{k}_s": v for k, v in passes.items()},
+           ncu_replay=m["collectors"]["ncu"].get("replay"), ncu_kernels=m["collectors"]["ncu"].get("kernels"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert {k: v["status"] for k, v in m["collectors"].items()} == {"torch": "ok", "nvml": "ok", "nsys": "ok", "ncu": "ok"}
+    assert wall < 180, passes
+    for name in ("light", "torch", "nsys", "ncu"):
+        assert re.search(rf"^{name} pass: \d+ steps, [\d.]+ s, exit 0$", done.stderr, re.M), (name, done.stderr[-3000:])
+    ks = ncu.kernel_set(load_trace(bundle / "raw" / "torch-trace.json.gz").kernels)
+    assert 0 < m["collectors"]["ncu"]["kernels"] <= ks.launches, (m["collectors"]["ncu"], ks.launches)

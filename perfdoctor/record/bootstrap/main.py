@@ -224,12 +224,17 @@ class StepTimes:
         return out, None
 
 
-def progress_pipe(fd: int | None) -> int | None:
-    """The fd ``perfdoctor run`` reads step ticks from, if it is still that pipe here."""
+def progress_pipe(fd: int | None, identity: list[int] | None = None) -> int | None:
+    """The fd ``perfdoctor run`` reads step ticks from, if it is still that pipe here: a
+    FIFO, with the (device, inode) ``perfdoctor run`` saw (under nsys or ncu the number may
+    name another file, or nothing)."""
     try:
-        return fd if fd is not None and stat.S_ISFIFO(os.fstat(fd).st_mode) else None
+        st = os.fstat(fd) if fd is not None else None
     except OSError:
         return None
+    if st is None or not stat.S_ISFIFO(st.st_mode) or (identity is not None and [st.st_dev, st.st_ino] != list(identity)):
+        return None
+    return fd
 
 
 # --- the session ------------------------------------------------------------------------
@@ -263,7 +268,7 @@ class Session:
         self.clock_sync: dict[str, int] | None = None
         self.finished = False
         self.lock = threading.RLock()
-        self.progress_fd = progress_pipe(config.get("progress_fd"))
+        self.progress_fd = progress_pipe(config.get("progress_fd"), config.get("progress_pipe"))
         self.unsent_ticks = 0
         self.last_tick_ns = 0
         self.modules: ModuleSteps | None = None

@@ -1,0 +1,219 @@
+"""A CPU program's steps: where each step's host time went, operator by operator.
+
+What ``torch.profiler``'s ``key_averages().table()`` shows for a whole trace, per step: for
+each CPU operator (``aten::mm``, ...) its calls, self time (its duration less that of the
+events directly inside it) and total time, averaged over the steps; the same for the
+module and ``record_function`` ranges inside the steps; the step latency from the traced
+step ranges; and the observations the evidence supports (one operator dominating, the data
+loader, time outside any operator). Pure: a Profile and its step table in, a
+:class:`CpuView` out (:func:`breakdown`); the words are in :mod:`perfdoctor.reports.cpu`.
+
+Nesting is per host thread: an event is inside the nearest earlier event of its thread that
+has not ended when it starts (events sorted by start, the longer first), as the profiler
+builds its event tree. Each operator and range is counted in the step its start falls in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from perfdoctor.declare import DECLARE_PREFIX
+from perfdoctor.analysis.steps import ran_no_gpu
+from perfdoctor.analysis.timeline import union_per_group
+from perfdoctor.profile import Profile
+
+DATA_LOADER_SOURCE = "data_loader"  # ranges.source of the DataLoader's __next__ (collectors/kineto_events.py)
+MODULE_SOURCES = ("record_function", "python")  # user ranges and Python frames ("nn.Module: Linear_0")
+
+# When an observation is worth a reader's time (the evidence in the trace must hold):
+# one operator whose self time is half the step is the step's cost: the step gets faster
+# only if that operator does.
+DOMINANT_SHARE = 0.5
+# The DataLoader above 5 % of the step: the seed pack's data-loading threshold (rule
+# data-loading), the same bound on a CPU step.
+DATA_LOADING_SHARE = 0.05
+# Host time outside every operator (Python between ops, or work the profiler does not
+# record) above a quarter of the step: interpretation, not computation, sets the step time.
+OUTSIDE_OPS_SHARE = 0.25
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One thing the breakdown shows, with the numbers that show it."""
+
+    kind: str  # "dominant-op" | "data-loading" | "outside-ops"
+    title: str
+    evidence: str
+    advice: str
+    ms_per_step: float  # the step time it concerns (what fixing it could win back at most)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "title": self.title, "evidence": self.evidence, "advice": self.advice,
+                "ms_per_step": self.ms_per_step}
+
+
+@dataclass
+class CpuView:
+    """The CPU breakdown of the steps. Tables are per step (means over ``steps``):
+    ``ops``: name, calls, self_ms, total_ms, self_share (of the step's host time), largest
+    self time first, the operators after the first ``top`` summed into one last row (``rest``
+    True, named "(N others)", its total NaN: nested operators would count twice);
+    ``modules``: the same columns for the ranges."""
+
+    steps: int
+    step_ms: np.ndarray  # each step's host duration (its range)
+    ops: pd.DataFrame
+    modules: pd.DataFrame
+    op_self_ms: float  # Σ operator self time per step (all threads)
+    outside_ops_ms: float  # per step, the time no operator runs on any thread
+    data_loading_ms: float  # per step, the DataLoader's __next__
+    observations: list[Observation] = field(default_factory=list)
+
+    def latency(self) -> dict[str, float]:
+        v = self.step_ms
+        return {"min": float(v.min()), "p50": float(np.percentile(v, 50)), "p90": float(np.percentile(v, 90)),
+                "p99": float(np.percentile(v, 99)), "max": float(v.max())}
+
+    def to_json(self) -> dict[str, Any]:
+        def rows(df: pd.DataFrame) -> list[dict[str, Any]]:
+            return [{k: (v.item() if isinstance(v, np.generic) else v) for k, v in r.items()} for r in df.to_dict("records")]
+
+        return {"steps": self.steps, "step_latency_ms": self.latency(), "ops_per_step": rows(self.ops),
+                "modules_per_step": rows(self.modules), "op_self_ms_per_step": self.op_self_ms,
+                "outside_ops_ms_per_step": self.outside_ops_ms, "data_loading_ms_per_step": self.data_loading_ms,
+                "observations": [o.to_json() for o in self.observations]}
+
+
+def is_cpu_only(profile: Profile) -> bool:
+    """No GPU ran (:func:`perfdoctor.analysis.steps.ran_no_gpu`), but CPU operators did."""
+    return ran_no_gpu(profile) and not profile.ops.empty
+
+
+def child_ns(start: np.ndarray, end: np.ndarray, tid: np.ndarray) -> np.ndarray:
+    """Per event, the summed duration of the events directly inside it (same thread)."""
+    n = len(start)
+    child = np.zeros(n, dtype=np.int64)
+    if not n:
+        return child
+    order = np.lexsort((-(end - start), start, tid))  # by thread, then start, the enclosing (longer) first
+    s, e, t = start.tolist(), end.tolist(), tid.tolist()
+    acc = [0] * n
+    stack: list[int] = []
+    thread = None
+    for i in order.tolist():
+        if t[i] != thread:
+            stack, thread = [], t[i]
+        while stack and e[stack[-1]] <= s[i]:
+            stack.pop()
+        if stack:
+            acc[stack[-1]] += e[i] - s[i]
+        stack.append(i)
+    child[:] = acc
+    return child
+
+
+def _step_of(start: np.ndarray, step_start: np.ndarray, step_end: np.ndarray) -> np.ndarray:
+    """The step each start falls in (steps in host order, not overlapping), -1 outside every step."""
+    k = np.searchsorted(step_start, start, side="right") - 1
+    inside = (k >= 0) & (start < step_end[np.clip(k, 0, None)])
+    return np.where(inside, k, -1)
+
+
+def _table(names: np.ndarray, self_ns: np.ndarray, total_ns: np.ndarray, steps: int, step_ms: float, top: int) -> pd.DataFrame:
+    df = pd.DataFrame({"name": names, "calls": 1, "self_ns": self_ns, "total_ns": total_ns})
+    g = df.groupby("name", sort=False).sum().sort_values(["self_ns", "total_ns"], ascending=False)
+    head, rest = g.iloc[:top], g.iloc[top:]
+    if len(rest):
+        head = pd.concat([head, pd.DataFrame({"calls": [rest["calls"].sum()], "self_ns": [rest["self_ns"].sum()],
+                                              "total_ns": [np.nan]}, index=[f"({len(rest)} others)"])])
+    out = pd.DataFrame({
+        "name": head.index.astype(str),
+        "rest": np.arange(len(head)) >= top,
+        "calls": head["calls"].to_numpy(np.float64) / steps,
+        "self_ms": head["self_ns"].to_numpy(np.float64) / 1e6 / steps,
+        "total_ms": head["total_ns"].to_numpy(np.float64) / 1e6 / steps,
+    })
+    out["self_share"] = out["self_ms"] / step_ms if step_ms > 0 else np.nan
+    return out
+
+
+def breakdown(profile: Profile, steps: pd.DataFrame, top: int = 10) -> CpuView | None:
+    """The CPU breakdown of the steps in ``steps`` (the timeline's step table: name, tid,
+    host_start_ns, host_end_ns); None without steps or without CPU operators in them."""
+    if steps.empty or profile.ops.empty:
+        return None
+    st = steps.sort_values("host_start_ns")
+    s0, s1 = st["host_start_ns"].to_numpy(np.int64), st["host_end_ns"].to_numpy(np.int64)
+    ops, r = profile.ops, profile.ranges
+    mods = r[r["source"].isin(MODULE_SOURCES) & ~r["name"].str.startswith(DECLARE_PREFIX, na=False)]
+    mods = mods[~mods["name"].isin(set(st["name"]))]  # the step range itself is the step, not a module in it
+    # One event tree of ranges and operators: a module's self time is what its operators leave.
+    start = np.concatenate([ops["start_ns"].to_numpy(np.int64), mods["start_ns"].to_numpy(np.int64)])
+    end = np.concatenate([ops["end_ns"].to_numpy(np.int64), mods["end_ns"].to_numpy(np.int64)])
+    tid = np.concatenate([ops["tid"].to_numpy(np.int64), mods["tid"].to_numpy(np.int64)])
+    names = np.concatenate([ops["name"].to_numpy(object), mods["name"].to_numpy(object)])
+    is_op = np.arange(len(start)) < len(ops)
+    k = _step_of(start, s0, s1)
+    inside = k >= 0
+    if not (inside & is_op).any():
+        return None
+    n = len(st)
+    step_ms = (s1 - s0) / 1e6
+    total = end - start
+    self_ns = np.maximum(total - child_ns(start, end, tid), 0)
+    p50 = float(np.median(step_ms))
+    sel_op, sel_mod = inside & is_op, inside & ~is_op
+    op_table = _table(names[sel_op], self_ns[sel_op], total[sel_op], n, p50, top)
+    mod_table = _table(names[sel_mod], self_ns[sel_mod], total[sel_mod], n, p50, top)
+    # Time in no operator on any thread (an operator on the autograd thread is work too):
+    # the interpreter between operators, or work the profiler does not record.
+    covered = union_per_group(np.maximum(start[sel_op], s0[k[sel_op]]), np.minimum(end[sel_op], s1[k[sel_op]]), k[sel_op], n)
+    outside = float(np.mean(np.maximum((s1 - s0) - covered, 0))) / 1e6
+    dl = r[r["source"] == DATA_LOADER_SOURCE]
+    dk = _step_of(dl["start_ns"].to_numpy(np.int64), s0, s1)
+    dtime = (dl["end_ns"] - dl["start_ns"]).to_numpy(np.int64)
+    data_ms = float(dtime[dk >= 0].sum()) / 1e6 / n
+    view = CpuView(steps=n, step_ms=step_ms, ops=op_table, modules=mod_table,
+                   op_self_ms=float(self_ns[sel_op].sum()) / 1e6 / n, outside_ops_ms=outside, data_loading_ms=data_ms)
+    view.observations = observations(view, p50)
+    return view
+
+
+def observations(view: CpuView, step_p50_ms: float) -> list[Observation]:
+    """What the breakdown shows, each only where its evidence holds (thresholds above)."""
+    found: list[Observation] = []
+    if step_p50_ms <= 0:
+        return found
+    ops = view.ops[~view.ops["rest"]]
+    if len(ops):
+        lead = ops.iloc[0]
+        if lead["self_ms"] >= DOMINANT_SHARE * step_p50_ms:
+            found.append(Observation(
+                "dominant-op", f"One operator is most of the step: {lead['name']}",
+                f"{lead['name']}: {lead['self_ms']:.4g} ms self time per step ({lead['self_share'] * 100:.0f} % of the "
+                f"{step_p50_ms:.4g} ms step, p50), {lead['calls']:.4g} calls",
+                "the step gets faster only if this operator does: fewer or smaller calls, a lower precision, "
+                "more intra-op threads (torch.set_num_threads), or torch.compile to fuse what surrounds it",
+                float(lead["self_ms"])))
+    if view.data_loading_ms >= DATA_LOADING_SHARE * step_p50_ms:
+        found.append(Observation(
+            "data-loading", "The step waits for its data (DataLoader)",
+            f"DataLoader __next__: {view.data_loading_ms:.4g} ms per step ({view.data_loading_ms / step_p50_ms * 100:.0f} % "
+            f"of the {step_p50_ms:.4g} ms step, p50)",
+            "load in worker processes (DataLoader(num_workers=N), persistent_workers=True, prefetch_factor) so "
+            "batches are ready when the step asks",
+            view.data_loading_ms))
+    if view.outside_ops_ms >= OUTSIDE_OPS_SHARE * step_p50_ms:
+        found.append(Observation(
+            "outside-ops", "Much of the step runs in no operator (Python between ops, or work the profiler does not record)",
+            f"{view.outside_ops_ms:.4g} ms per step in no torch operator on any thread "
+            f"({view.outside_ops_ms / step_p50_ms * 100:.0f} % of the {step_p50_ms:.4g} ms step, p50)",
+            "the operators are not what sets the step time: a trace with Python stacks (torch.profiler.profile("
+            "with_stack=True)) names the lines; batch per-element Python work into fewer, larger tensor operations, "
+            "or torch.compile the step",
+            view.outside_ops_ms))
+    return found

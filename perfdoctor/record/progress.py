@@ -1,0 +1,95 @@
+"""What ``perfdoctor run`` says while a pass runs: steps done, time elapsed, and an estimate
+of the time left, on stderr (a spinner on a terminal, a line every :data:`PERIOD_S` seconds
+in a log). The steps are the bootstrap's tick bytes (:meth:`perfdoctor.record.run.Runner.run_pass`);
+the estimate starts from the light pass's: every pass runs the same program, so it runs the
+steps the light pass saw, and takes at least as long; once steps end, at the pace this pass
+has shown (:func:`time_left_s`)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+PERIOD_S = 10.0  # a progress line this often when stderr is a log (CI): often enough to see it move
+PERIOD_ENV = "PERFDOCTOR_PROGRESS_S"  # another period, in seconds (a test's short program)
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What the light pass saw: how many steps the program runs, how long one took, and how
+    long the whole pass took (start-up included)."""
+
+    steps: int
+    step_s: float
+    total_s: float
+
+
+PACE_WINDOW_S = 5.0  # the pace is that of the last few seconds of ticks: a stall (a tracer starting) passes
+
+
+@dataclass
+class Ticks:
+    """Steps done in a pass as the ticks arrive (a reader thread adds, the display reads):
+    the count, and (seconds into the pass, count) at each batch of the last
+    :data:`PACE_WINDOW_S` seconds, so that the pace leaves out the program's start-up and
+    any stall behind it."""
+
+    done: int = 0
+    recent: list[tuple[float, int]] = field(default_factory=list)
+
+    def add(self, n: int, at_s: float) -> None:
+        self.done += n
+        self.recent = [(t, d) for t, d in self.recent if t >= at_s - PACE_WINDOW_S] + [(at_s, self.done)]
+
+    def pace_s(self) -> float | None:
+        """Seconds per step over the recent batches; None with fewer than two."""
+        if len(self.recent) < 2:
+            return None
+        (t0, d0), (t1, d1) = self.recent[0], self.recent[-1]
+        return (t1 - t0) / (d1 - d0) if d1 > d0 else None
+
+
+def time_left_s(ticks: Ticks, elapsed_s: float, expected: Expected | None) -> float | None:
+    """Seconds left in a pass ``elapsed_s`` in: the steps left at the recent pace (a tracer
+    slows every step alike); with a single batch of ticks, at the light pass's step time;
+    before any tick, the light pass's whole time less the time gone. None without a light
+    pass to go by, or past its steps or its time."""
+    if expected is None or expected.steps <= 0 or ticks.done >= expected.steps:
+        return None
+    if not ticks.recent:
+        left = expected.total_s - elapsed_s
+        return left if left > 0 else None
+    pace = ticks.pace_s()
+    return (expected.steps - ticks.done) * (pace if pace is not None else expected.step_s)
+
+
+def duration(seconds: float) -> str:
+    """``42 s``, ``3 min 5 s``."""
+    s = int(round(seconds))
+    return f"{s} s" if s < 60 else f"{s // 60} min {s % 60} s"
+
+
+def line(name: str, ticks: Ticks, elapsed_s: float, expected: Expected | None) -> str:
+    """``torch pass: 12 of 40 steps, 9 s elapsed, about 21 s left``."""
+    of = f" of {expected.steps}" if expected is not None and expected.steps > 0 else ""
+    steps = f"{ticks.done}{of} steps, " if ticks.done or of else ""
+    left = time_left_s(ticks, elapsed_s, expected)
+    eta = f", about {duration(left)} left" if left is not None else ""
+    return f"{name} pass: {steps}{duration(elapsed_s)} elapsed{eta}"
+
+
+def period_s() -> float:
+    """:data:`PERIOD_S`, or ``$PERFDOCTOR_PROGRESS_S`` when it is a positive number."""
+    try:
+        v = float(os.environ.get(PERIOD_ENV, ""))
+    except ValueError:
+        return PERIOD_S
+    return v if v > 0 else PERIOD_S
+
+
+def expected_of(light: dict | None, total_s: float | None) -> Expected | None:
+    """The light pass's summary in the manifest (``light_pass``) and its duration as what
+    later passes expect; None without them."""
+    ms = sorted((light or {}).get("step_latency_ms") or [])
+    steps = int((light or {}).get("steps_seen") or 0)
+    return Expected(steps, ms[len(ms) // 2] / 1e3, total_s) if ms and steps and total_s else None

@@ -1,0 +1,82 @@
+"""A CPU-only run in words: where the step went operator by operator, the step latency from
+the traced step ranges, and what the breakdown shows (:mod:`perfdoctor.analysis.cpu`), as
+terminal tables, Markdown and the JSON block. GPU metrics are said absent once, with why."""
+
+from __future__ import annotations
+
+from html import escape
+import numpy as np
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from perfdoctor.analysis.cpu import CpuView
+from perfdoctor.text import clean
+
+TITLE = "Where the step went (CPU)"
+NO_GPU = "GPU metrics and checks: absent, no GPU ran in this trace (no GPU activity, no CUDA call)"
+
+
+def headline(view: CpuView) -> str:
+    p50 = view.latency()["p50"]
+    share = view.op_self_ms / p50 if p50 else 0.0
+    return (f"{p50:.4g} ms per step (traced step ranges, p50, {view.steps} steps): operators {view.op_self_ms:.4g} ms "
+            f"self time ({share:.0%}), no operator running {view.outside_ops_ms:.4g} ms")
+
+
+def _ms(v: float) -> str:
+    return "" if not np.isfinite(v) else f"{v:.4g}"
+
+
+def _rows(df) -> list[tuple[str, str, str, str, str]]:
+    return [(clean(r.name), f"{r.calls:.4g}", _ms(r.self_ms), _ms(r.total_ms), f"{r.self_share:.1%}" if np.isfinite(r.self_share) else "")
+            for r in df.itertuples()]
+
+
+COLUMNS = ("calls/step", "self ms/step", "total ms/step", "self % of step")
+
+
+def _table(title: str, first: str, df) -> Table:
+    t = Table(title=Text(title), title_justify="left", title_style="bold", show_edge=False)
+    t.add_column(first, overflow="fold")
+    for col in COLUMNS:
+        t.add_column(col, justify="right")
+    for row in _rows(df):
+        t.add_row(Text(row[0]), *row[1:])
+    return t
+
+
+def terminal(view: CpuView) -> RenderableType:
+    """The CPU section of ``analyze`` after the header (the headline is the attribution's
+    line, :func:`perfdoctor.reports.attribution.terminal`): latency, operators, modules,
+    observations."""
+    lat = view.latency()
+    parts: list[RenderableType] = [Text(NO_GPU, style="dim")]
+    parts.append(Text("step latency ms (traced): " + ", ".join(f"{k} {v:.4g}" for k, v in lat.items())))
+    parts.append(_table("Operators per step, by self time", "operator", view.ops))
+    if len(view.modules):
+        parts.append(_table("Modules and ranges per step, by self time", "module / range", view.modules))
+    if view.data_loading_ms:
+        parts.append(Text(f"DataLoader __next__: {view.data_loading_ms:.4g} ms per step", style="dim"))
+    for i, o in enumerate(view.observations, start=1):
+        parts.append(Text.assemble((f"CPU {i}. {o.title}", "bold"), f" — {o.evidence}"))
+        parts.append(Text(f"   what to do: {o.advice}"))
+    return Group(*parts, Text(""))
+
+
+def markdown(view: CpuView) -> list[str]:
+    """The CPU section of the Markdown report, after the attribution's headline."""
+    lat = view.latency()
+    out = [f"<sub>{escape(NO_GPU)}</sub>", "",
+           "Step latency ms (traced): " + ", ".join(f"{k} {v:.4g}" for k, v in lat.items()), ""]
+    for title, first, df in (("Operators per step, by self time", "operator", view.ops),
+                             ("Modules and ranges per step, by self time", "module / range", view.modules)):
+        if not len(df):
+            continue
+        out += [f"**{title}**", "", f"| {first} | " + " | ".join(COLUMNS) + " |", "|---|" + "---:|" * len(COLUMNS)]
+        out += ["| " + " | ".join(escape(c, quote=False).replace("|", "&#124;").replace("`", "&#96;") for c in row) + " |"
+                for row in _rows(df)]  # names from the trace: cleaned (_rows), then no table-breaking character
+        out.append("")
+    for o in view.observations:
+        out.append(f"- **{escape(o.title)}** — {escape(o.evidence)}; what to do: {escape(o.advice)}")
+    return out + ([""] if view.observations else [])

@@ -1,0 +1,133 @@
+"""Issue 32, item 4: a CPU program's steps, operator by operator. Every number is checked
+against the raw trace JSON, read here with the standard library alone: the parent of an
+operator is the shortest event of its thread that encloses it (a quadratic search, not the
+module's one sweep), self time is duration less the direct children's."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES
+from perfdoctor.analysis import cpu
+from perfdoctor.pipeline import diagnose
+
+CPU_MLP = FIXTURES / "cpu-mlp-5steps.kineto.json.gz"  # tests/programs/cpu_steps.py under perfdoctor run --collect torch
+# A CPU-only DLRM training step (HTA), in the shared corpus beside the checkout (tests/e2e/test_real_traces.py).
+RANK_NON_GPU = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "hta" / "rank_non_gpu__rank_non_gpu.json.gz"
+
+
+def _raw(path: Path, step: str) -> tuple[list[tuple[float, float]], list[dict]]:
+    """The step ranges (start, end µs) and the events of the host's tree (name, ts, end,
+    tid, op: a CPU op, else a record_function range or a Python frame) of the trace."""
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    x = [e for e in events if e.get("ph") == "X" and isinstance(e.get("dur"), (int, float))]
+    is_step = (lambda e: e["name"].startswith("ProfilerStep#")) if step == "ProfilerStep" else (lambda e: e["name"] == step)
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in x if is_step(e))
+    ops = [{"name": e["name"], "ts": e["ts"], "end": e["ts"] + e["dur"], "tid": (e["pid"], e["tid"]), "op": e.get("cat") == "cpu_op"}
+           for e in x if e.get("cat") in ("cpu_op", "user_annotation", "python_function") and not is_step(e) and "DataLoader" not in e["name"]]
+    return steps, ops
+
+
+def _expected(path: Path, step: str) -> tuple[dict[str, dict[str, float]], list[float], list[float]]:
+    """Per operator name, calls, self and total ms per step; each step's ms; each step's ms
+    in no operator on any thread. A range inside an operator is a child of it, as in the
+    profiler's own event tree (key_averages' self time)."""
+    steps, ops = _raw(path, step)
+    by_tid = defaultdict(list)
+    for o in ops:
+        by_tid[o["tid"]].append(o)
+    child = defaultdict(float)
+    for same in by_tid.values():
+        same.sort(key=lambda o: (o["ts"], -(o["end"] - o["ts"])))
+        for i, o in enumerate(same):
+            # Back from o in start order: the first op that encloses it is its parent.
+            parent = next((p for p in reversed(same[:i]) if p["ts"] <= o["ts"] and o["end"] <= p["end"]), None)
+            if parent is not None:
+                child[id(parent)] += o["end"] - o["ts"]
+    n = len(steps)
+    table: dict[str, dict[str, float]] = defaultdict(lambda: {"calls": 0.0, "self_ms": 0.0, "total_ms": 0.0})
+    outside = []
+    for s0, s1 in steps:
+        inside = [o for o in ops if s0 <= o["ts"] < s1 and o["op"]]
+        for o in inside:
+            row = table[o["name"]]
+            row["calls"] += 1 / n
+            row["total_ms"] += (o["end"] - o["ts"]) / 1e3 / n
+            row["self_ms"] += max(o["end"] - o["ts"] - child[id(o)], 0) / 1e3 / n
+        covered, reach = 0.0, s0
+        for a, b in sorted((max(o["ts"], s0), min(o["end"], s1)) for o in inside):
+            if b > reach:
+                covered += b - max(a, reach)
+                reach = b
+        outside.append((s1 - s0 - covered) / 1e3)
+    return dict(table), [(b - a) / 1e3 for a, b in steps], outside
+
+
+@pytest.mark.parametrize("path, step", [(CPU_MLP, "train_step"), (RANK_NON_GPU, "ProfilerStep")])
+def test_the_operator_table_is_the_raw_traces_self_and_total_time_per_step(path: Path, step: str) -> None:
+    if not path.exists():
+        pytest.skip(f"{path} not here")
+    d = diagnose(path)
+    view = cpu.breakdown(d.profile, d.analysis.timeline.steps, top=1000)  # every operator a row: nothing summed
+    want, step_ms, outside = _expected(path, step)
+    got = view.ops.set_index("name")
+    assert set(got.index) == set(want)
+    for name, row in want.items():
+        # The Profile holds integer ns: each start and end is rounded, so a duration is off by
+        # up to 1 ns, and a self time (less its children's) by a few: 4 ns per call at most.
+        ns = 4e-6 * row["calls"]
+        assert got.loc[name, "calls"] == pytest.approx(row["calls"], rel=1e-9), name
+        assert got.loc[name, "self_ms"] == pytest.approx(row["self_ms"], rel=1e-9, abs=ns), name
+        assert got.loc[name, "total_ms"] == pytest.approx(row["total_ms"], rel=1e-9, abs=ns), name
+    assert view.step_ms.tolist() == pytest.approx(step_ms, rel=1e-6)
+    calls = sum(r["calls"] for r in want.values())
+    assert view.op_self_ms == pytest.approx(sum(r["self_ms"] for r in want.values()), rel=1e-9, abs=4e-6 * calls)
+    assert view.outside_ops_ms == pytest.approx(sum(outside) / len(outside), rel=1e-9, abs=4e-6 * calls)
+
+
+def test_the_table_keeps_the_top_operators_and_sums_the_rest_in_one_row() -> None:
+    if not RANK_NON_GPU.exists():
+        pytest.skip("the HTA trace is not here")
+    d = diagnose(RANK_NON_GPU)
+    every = cpu.breakdown(d.profile, d.analysis.timeline.steps, top=1000).ops
+    top = d.analysis.cpu.ops  # the default, 10
+    assert len(every) == 100 and len(top) == 11 and top["rest"].tolist() == [False] * 10 + [True]
+    assert top["name"].iloc[-1] == "(90 others)"
+    assert top["name"].iloc[:10].tolist() == every["name"].iloc[:10].tolist()
+    assert top["name"].iloc[0] == "aten::copy_"  # 69 copies, 6.0 ms of the 75.5 ms step
+    assert top["self_ms"].sum() == pytest.approx(every["self_ms"].sum(), rel=1e-9)  # nothing lost
+    assert top["calls"].iloc[-1] == every["calls"].iloc[10:].sum()
+
+
+def test_a_cpu_trace_finds_its_repeating_range_as_the_step_and_says_what_holds() -> None:
+    d = diagnose(CPU_MLP)  # no bundle, no --step: no GPU ran, so no range can have GPU work
+    assert d.analysis.steps.name == "train_step" and d.analysis.steps.count == 5
+    assert "no GPU ran" in d.analysis.steps.how
+    view = d.analysis.cpu
+    p50 = view.latency()["p50"]
+    mm = view.ops.set_index("name").loc["aten::mm"]
+    kinds = {o.kind for o in view.observations}
+    # Each observation exactly where its threshold holds, on the numbers checked above.
+    assert ("dominant-op" in kinds) == (mm["self_ms"] >= cpu.DOMINANT_SHARE * p50)
+    assert ("outside-ops" in kinds) == (view.outside_ops_ms >= cpu.OUTSIDE_OPS_SHARE * p50)
+    assert "data-loading" not in kinds and view.data_loading_ms == 0
+
+
+def test_a_gpu_trace_has_no_cpu_view() -> None:
+    d = diagnose(FIXTURES / "h200-decode-eager-5steps.kineto.json.gz")
+    assert d.analysis.cpu is None and "cpu" not in d.analysis.to_json()
+    assert len(d.profile.ops) > 0  # its operators are read, and kept apart from the ranges
+    assert not d.profile.ranges["source"].eq("cpu_op").any()
+
+
+def test_a_trace_of_device_work_perfdoctor_does_not_read_is_not_a_cpu_run() -> None:
+    mtia = RANK_NON_GPU.parent / "mtia_inference_trace__mtia_inference_rank_0.json.gz"
+    if not mtia.exists():
+        pytest.skip(f"{mtia} not here")
+    d = diagnose(mtia)  # MTIA device events, unread: its repeating host ranges are no CPU step
+    assert d.analysis.cpu is None and d.analysis.steps.name is None

@@ -1,0 +1,50 @@
+"""Issue 32, item 4: a CPU user gets a diagnosis: the operator table, the traced step latency
+and what holds, in the terminal, Markdown and JSON; GPU metrics said absent once, never a
+row of "—" each."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import FIXTURES, run_cli
+
+CPU_MLP = FIXTURES / "cpu-mlp-5steps.kineto.json.gz"
+NO_GPU = "GPU metrics and checks: absent, no GPU ran in this trace"
+
+
+def test_analyze_of_a_cpu_trace_shows_the_operators_not_rows_of_dashes() -> None:
+    r = run_cli("analyze", CPU_MLP, "--json", "-")
+    assert r.returncode == 0, r.stderr
+    out = r.stderr.splitlines()  # --json -: the JSON on stdout, the report on stderr
+    assert out[1].startswith("Where the step went (CPU): ") and "traced step ranges, p50, 5 steps" in out[1]
+    assert sum(NO_GPU in line for line in out) == 1
+    assert not any("—" in line.split("│")[1] for line in out if line.count("│") >= 2)  # no cell of "—"
+    assert "absent, not zero" not in r.stderr  # the GPU metrics are not listed one by one
+    ops = [line.split("│") for line in out if line.lstrip().startswith("aten::")]
+    assert [cells[0].strip() for cells in ops] == ["aten::mm", "aten::tanh", "aten::matmul", "aten::resolve_conj"]
+    doc = json.loads(r.stdout)["cpu"]
+    mm = doc["ops_per_step"][0]
+    assert mm["name"] == "aten::mm" and mm["calls"] == 160  # 40 units x 4 matmuls per step
+    assert f"{mm['self_ms']:.4g}" == ops[0][2].strip()  # the table shows the JSON's number
+    assert doc["step_latency_ms"]["p50"] > 0 and doc["steps"] == 5
+    shown = [o["kind"] for o in doc["observations"]]
+    assert [line for line in out if line.startswith("CPU ")] == [
+        f"CPU {i}. {o['title']} — {o['evidence']}" for i, o in enumerate(doc["observations"], start=1)] and shown
+    not_eval = next(line for line in out if line.startswith("Not evaluated: no GPU ran"))
+    assert "memory-bubbles" in not_eval and "launch-rate" in not_eval
+
+
+def test_the_markdown_report_of_a_cpu_trace_has_the_operator_table() -> None:
+    r = run_cli("report", CPU_MLP, "--format", "md", "-o", "-")
+    assert r.returncode == 0, r.stderr
+    md = r.stdout
+    assert "### Where the step went (CPU)" in md and md.count(NO_GPU) == 1
+    assert "| operator | calls/step | self ms/step | total ms/step | self % of step |" in md
+    assert "| aten::mm | 160 |" in md
+    assert "No GPU ran: " in md and "| `memory-bubbles` |" not in md  # the GPU checks in one line
+
+
+def test_the_terminal_report_of_a_cpu_trace_has_the_operator_table_once() -> None:
+    r = run_cli("report", CPU_MLP, "--format", "terminal", "-o", "-")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("Operators per step, by self time") == 1 and r.stdout.count(NO_GPU) == 1
