@@ -63,7 +63,7 @@ def analyze_command(
             outputs.wrote(json_out)
         return
     console.print(verdict_text(d.findings, d.analysis))  # the verdict first: a crash is the first thing read
-    console.print(attribution.terminal(d.analysis))  # then where the step went
+    console.print(attribution.terminal(d.analysis, blank_after=False))  # then where the step went
     console.print(bounds.terminal(d.analysis))  # and what bounds each kernel class
     # One gap table: the summary's, unless a finding prints the same table as its evidence.
     from perfdoctor.reports.common import named_not_evaluated

@@ -39,7 +39,9 @@ def headline(a: Attribution) -> str:
             f"GPU busy {busy:.4g} ms ({busy / a.step_ms:.0%}), waiting {a.step_ms - busy:.4g} ms" if a.step_ms else "no step time")
 
 
-def terminal(analysis) -> RenderableType:
+def terminal(analysis, blank_after: bool = True) -> RenderableType:
+    """The attribution table; ``blank_after`` False where the kernel-class bounds follow
+    directly under it (they end the block)."""
     a = analysis.attribution
     if a.reason and analysis.cpu is not None:  # no GPU ran: the step went to CPU operators
         return Text(f"{cpu.TITLE}: {cpu.headline(analysis.cpu)}", style="bold")
@@ -56,7 +58,7 @@ def terminal(analysis) -> RenderableType:
         parts.append(Text("host Python call sites: " + "; ".join(f"{s} {ms:.3g} ms" for s, ms in a.sites[:3]), style="dim"))
     if a.note:
         parts.append(Text(a.note, style="dim"))
-    return Group(*parts, Text(""))
+    return Group(*parts, *([Text("")] if blank_after else []))
 
 
 def markdown(analysis) -> list[str]:

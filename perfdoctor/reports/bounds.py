@@ -84,11 +84,16 @@ def terminal(analysis) -> RenderableType:
     if b.reason or not b.classes:
         return Group(Text(f"{TITLE}: not available — {b.reason or 'no kernels'}", style="dim"), Text(""))
     lines: list[RenderableType] = []
-    if judged(b):
+    judged_rows = rows(b) if judged(b) else []
+    if len(judged_rows) == 1:  # one class judged: a line, not a table of one row
+        r = judged_rows[0]
+        judged_text = f"{r[0]} {r[1]} ms/step, " + ", ".join(x for x in r[5:] if x)
+        return Group(Text("; ".join([f"{TITLE} ({short_ceilings(b)}): {judged_text}", *_reasons(b)])), Text(""))
+    elif judged_rows:
         t = Table(title=Text(f"Bounds per kernel class ({short_ceilings(b)})"), title_justify="left", title_style="bold", show_edge=False)
         for i, col in enumerate(TERMINAL_COLUMNS):
             t.add_column(col, justify="left" if i in (0, 5) else "right")
-        for r in rows(b):
+        for r in judged_rows:
             t.add_row(*r[:5], ", ".join(x for x in r[5:] if x))
         lines.append(t)
     else:

@@ -230,9 +230,8 @@ def render_summary(analysis: Analysis, console: Console, gaps_shown_by: str | No
     parts = [metric_table(analysis, named_below), latency_table(analysis), kernels_table(analysis)]
     if gaps_shown_by is None:
         parts.append(gaps_table(analysis))
+    # Where a finding shows the largest gaps, its evidence table is their one place.
     console.print(Group(*(p for p in parts if p is not None)))
-    if gaps_shown_by is not None:
-        console.print(Text(f"Largest gaps: see finding {gaps_shown_by} below", style="dim"))
 
 
 def gaps_owner(findings: Sequence) -> str | None:

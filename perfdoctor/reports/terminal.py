@@ -137,7 +137,7 @@ def findings_renderable(findings: Sequence[Finding], analysis: Analysis, *, with
     failing = common.by_status(findings, "fail")
     # The verdict, then where the step went (the attribution), before any finding; analyze
     # prints both itself, first, and passes with_verdict=False.
-    parts: list[RenderableType] = ([verdict_text(findings, analysis), Text(""), attribution.terminal(analysis), bounds.terminal(analysis)]
+    parts: list[RenderableType] = ([verdict_text(findings, analysis), Text(""), attribution.terminal(analysis, blank_after=False), bounds.terminal(analysis)]
                                    if with_verdict else [])
     if with_verdict and analysis.cpu is not None:  # report: no summary before it, so the CPU breakdown here
         from perfdoctor.reports import cpu
