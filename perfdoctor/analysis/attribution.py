@@ -42,6 +42,7 @@ import pandas as pd
 from perfdoctor.analysis import hostgaps
 from perfdoctor.analysis.steps import is_sync
 from perfdoctor.analysis.timeline import union_per_group
+from perfdoctor.names.codes import equals
 from perfdoctor.names.families import is_log_softmax
 
 # Kernel classes, in the order that wins an overlap (see the module docstring).
@@ -154,8 +155,14 @@ def _busy(analysis, windows: pd.DataFrame, lo: np.ndarray, hi: np.ndarray) -> di
     e = np.clip(acts["end_ns"].to_numpy(np.int64), lo[g], hi[g])
     names, kinds = acts["name"].to_numpy(dtype=object), acts["kind"].to_numpy(dtype=object)
     fams = t.families
+    # One kernel_part per distinct (name, kind, family): a trace repeats a few hundred kernel
+    # names over thousands of activities, and the layout regexes cost ~40 µs on a long
+    # templated name (dict.setdefault would evaluate its default on every row).
     memo: dict[tuple, str] = {}
-    part = np.array([memo.setdefault((nm, k, f), kernel_part(nm, k, f)) for nm, k, f in zip(names, kinds, fams)], dtype=object)
+    for key in zip(names, kinds, fams):
+        if key not in memo:
+            memo[key] = kernel_part(*key)
+    part = np.array([memo[key] for key in zip(names, kinds, fams)], dtype=object)
     out: dict[str, np.ndarray] = {}
     covered = np.zeros(n, dtype=np.int64)
     mask = np.zeros(len(acts), dtype=bool)
@@ -187,7 +194,7 @@ def _waits(h: pd.DataFrame, analysis, windows: pd.DataFrame, lo: np.ndarray, hi:
     length = np.clip(e - s, 0, None)
     # Data loading: the time of each interval under a DataLoader __next__ range (any thread).
     r = analysis.profile.ranges
-    dl = r[r["source"] == DATA_LOADER_SOURCE]
+    dl = r[equals(r["source"], DATA_LOADER_SOURCE)]
     loading = hostgaps.Intervals(dl).covered(s, e) if not dl.empty else np.zeros(len(h), dtype=np.int64)
     rest = length - loading
     np.add.at(out["data_loading"], g, loading)
