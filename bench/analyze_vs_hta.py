@@ -35,8 +35,12 @@ page the processes share — the file's bytes, the libraries — once):
 Medians of ``--repeats`` fresh processes per tool, the tools interleaved; the load average
 is recorded before and after each shape (the CPU machine is shared). perfdoctor's modules
 are byte-compiled first, as an installed package's are. HTA runs under ``--hta-python``
-(default: this interpreter), so it can live in a virtual environment of its own. Prints a
-table of ratios and writes JSON.
+(default: this interpreter), so it can live in a virtual environment of its own.
+``--baseline TREE`` also times ``perfdoctor analyze`` from another checkout (``PYTHONPATH=TREE``,
+"perfdoctor-baseline"), interleaved with this one on every trace: a before/after from one
+run, under the same load. Run it from a neutral directory: ``python -m`` puts the working
+directory first on ``sys.path``. Prints a table of ratios and writes JSON (after each part,
+so a run cut short keeps what it measured).
 
     python bench/analyze_vs_hta.py --work /tmp/bench-traces --repeats 3 --json bench-analyze.json \
         --hta-python .venv-hta/bin/python
@@ -132,10 +136,12 @@ WRAPPER = textwrap.dedent(
 )
 
 
-def measure(argv: list[str], allowed: tuple[int, ...] = (0,)) -> dict[str, float | str]:
+def measure(argv: list[str], allowed: tuple[int, ...] = (0,), pythonpath: str | None = None) -> dict[str, float | str]:
     """One fresh process, timed by a wrapper that ``wait4``s it: its own wall, CPU and peak RSS.
-    ``allowed``: the exit codes that are not a failure of the bench."""
-    done = subprocess.run([sys.executable, "-c", WRAPPER, *argv], capture_output=True, text=True, env={**os.environ, "COLUMNS": "120"})
+    ``allowed``: the exit codes that are not a failure of the bench; ``pythonpath``: the
+    checkout it imports perfdoctor from (default: the environment's)."""
+    env = {**os.environ, "COLUMNS": "120", **({"PYTHONPATH": pythonpath} if pythonpath else {})}
+    done = subprocess.run([sys.executable, "-c", WRAPPER, *argv], capture_output=True, text=True, env=env)
     r = json.loads(done.stdout)
     code = os.waitstatus_to_exitcode(r["status"])
     if code not in allowed:
@@ -167,20 +173,22 @@ def corpus_entries(corpus: Path) -> list[Path]:
     return files + folders
 
 
-def time_corpus(py: str, corpus: Path, repeats: int, work: Path) -> dict[str, dict]:
-    """``perfdoctor analyze`` on every corpus entry: ``repeats`` fresh processes each, the
-    entries interleaved (a burst of load spreads over all of them, not one)."""
+def time_corpus(py: str, corpus: Path, repeats: int, work: Path, trees: dict[str, str | None]) -> dict[str, dict]:
+    """``perfdoctor analyze`` on every corpus entry, from each of ``trees`` (name:
+    PYTHONPATH): ``repeats`` fresh processes each, the entries and trees interleaved (a
+    burst of load spreads over all of them, not one)."""
     entries = corpus_entries(corpus)
-    runs: dict[Path, list] = {e: [] for e in entries}
+    runs: dict[tuple[Path, str], list] = {(e, t): [] for e in entries for t in trees}
     for _ in range(repeats):
         for e in entries:
-            runs[e].append(measure([py, "-m", "perfdoctor", "analyze", str(e), "--json", str(work / "corpus-metrics.json")], allowed=(0, 2)))
-    out = {}
-    for e, rs in runs.items():
+            for t, path in trees.items():
+                argv = [py, "-m", "perfdoctor", "analyze", str(e), "--json", str(work / "corpus-metrics.json")]
+                runs[e, t].append(measure(argv, allowed=(0, 2), pythonpath=path))
+    out: dict[str, dict] = {}
+    for (e, t), rs in runs.items():
         size = sum(f.stat().st_size for f in e.rglob("*") if f.is_file()) if e.is_dir() else e.stat().st_size
         walls = [r["wall_s"] for r in rs]
-        out[str(e.relative_to(corpus))] = {
-            "bytes": size,
+        out.setdefault(str(e.relative_to(corpus)), {"bytes": size})[t] = {
             "exit": rs[0]["exit"],
             "wall_s": statistics.median(walls),
             "best_wall_s": min(walls),
@@ -198,6 +206,7 @@ def main() -> None:
     ap.add_argument("--tools", nargs="+", default=["perfdoctor", "HTA", "decode", "decode-typed"], choices=["perfdoctor", "HTA", "decode", "decode-typed"])
     ap.add_argument("--hta-python", default=sys.executable, help="the interpreter that has HTA (holistictraceanalysis)")
     ap.add_argument("--corpus", default=str(CORPUS), help="the real-trace corpus to time ('none': skip it)")
+    ap.add_argument("--baseline", default=None, metavar="TREE", help="also time perfdoctor from this checkout (PYTHONPATH), interleaved")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
@@ -214,13 +223,29 @@ def main() -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     started = dt.datetime.now(dt.timezone.utc)
     corpus = None if args.corpus == "none" else Path(args.corpus)
+    trees = {"perfdoctor": None, **({"perfdoctor-baseline": args.baseline} if args.baseline else {})}
     corpus_times: dict[str, dict] = {}
     corpus_load: tuple = ()
+    results: dict[str, dict] = {}
+
+    def save() -> None:
+        if args.json:
+            doc = {
+                "date": started.isoformat(),
+                "host": platform.node(),
+                "cpus": os.cpu_count(),
+                "repeats": args.repeats,
+                "baseline": args.baseline,
+                "corpus": {"path": str(corpus), "load": corpus_load, "traces": corpus_times} if corpus_times else None,
+                "shapes": results,
+            }
+            args.json.write_text(json.dumps(doc, indent=2))
+
     if corpus is not None and corpus.is_dir():
         load_before = os.getloadavg()
-        corpus_times = time_corpus(py, corpus, args.repeats, args.work)
+        corpus_times = time_corpus(py, corpus, args.repeats, args.work, trees)
         corpus_load = (load_before, os.getloadavg())
-    results: dict[str, dict] = {}
+        save()
     for size in args.sizes:
         for shape in args.shapes:
             trace = build(shape, size, args.work)
@@ -229,18 +254,20 @@ def main() -> None:
             if not (hta_dir / trace.name).exists():
                 (hta_dir / trace.name).symlink_to(trace)
             metrics_out = trace.parent / "metrics.json"
+            analyze = [py, "-m", "perfdoctor", "analyze", str(trace), "--json", str(metrics_out)]
             tools = {
-                "perfdoctor": [py, "-m", "perfdoctor", "analyze", str(trace), "--json", str(metrics_out)],
-                "HTA": [args.hta_python, "-c", HTA, str(hta_dir)],
-                "decode": [py, "-c", DECODE, str(trace)],
-                "decode-typed": [py, "-c", DECODE_TYPED, str(trace)],
+                "perfdoctor": (analyze, None),
+                "perfdoctor-baseline": (analyze, args.baseline),
+                "HTA": ([args.hta_python, "-c", HTA, str(hta_dir)], None),
+                "decode": ([py, "-c", DECODE, str(trace)], None),
+                "decode-typed": ([py, "-c", DECODE_TYPED, str(trace)], None),
             }
-            tools = {t: argv for t, argv in tools.items() if t in args.tools}
+            tools = {t: v for t, v in tools.items() if t in args.tools or (t == "perfdoctor-baseline" and args.baseline)}
             load_before = os.getloadavg()
             runs = {tool: [] for tool in tools}
             for _ in range(args.repeats):  # interleaved, so a burst of load hits every tool alike
-                for tool, argv in tools.items():
-                    runs[tool].append(measure(argv))
+                for tool, (argv, path) in tools.items():
+                    runs[tool].append(measure(argv, pythonpath=path))
             results[f"{shape}-{size}"] = {
                 "shape": shape,
                 "trace": str(trace),
@@ -260,16 +287,23 @@ def main() -> None:
                     for tool, rs in runs.items()
                 },
             }
+            save()
 
     print(f"{started:%Y-%m-%d %H:%M} UTC, {platform.node()}, {os.cpu_count()} CPUs, median of {args.repeats} fresh processes")
     if corpus_times:
         print(f"\nperfdoctor analyze on the corpus {corpus} (load {corpus_load[0][0]:.1f} → {corpus_load[1][0]:.1f}); budget {BUDGET_S:.0f} s")
-        print(f"{'trace':<78}{'MB':>6}{'exit':>5}{'median s':>9}{'best s':>8}{'CPU s':>7}")
-        for name, c in sorted(corpus_times.items(), key=lambda kv: -kv[1]["wall_s"]):
-            flag = "  OVER" if c["wall_s"] >= BUDGET_S else ""
-            print(f"{name:<78}{c['bytes'] / 1e6:>6.2f}{c['exit']:>5}{c['wall_s']:>9.2f}{c['best_wall_s']:>8.2f}{c['cpu_s']:>7.2f}{flag}")
-        over = [n for n, c in corpus_times.items() if c["wall_s"] >= BUDGET_S]
-        print(f"{len(corpus_times)} traces, slowest median {max(c['wall_s'] for c in corpus_times.values()):.2f} s; over {BUDGET_S:.0f} s: {len(over)}")
+        base = "  baseline: median / best / CPU s" if args.baseline else ""
+        print(f"{'trace':<78}{'MB':>6}{'exit':>5}{'median s':>9}{'best s':>8}{'CPU s':>7}{base}")
+        for name, c in sorted(corpus_times.items(), key=lambda kv: -kv[1]["perfdoctor"]["wall_s"]):
+            d = c["perfdoctor"]
+            flag = "  OVER" if d["wall_s"] >= BUDGET_S else ""
+            b = c.get("perfdoctor-baseline")
+            was = f"  {b['wall_s']:.2f} / {b['best_wall_s']:.2f} / {b['cpu_s']:.2f}" if b else ""
+            print(f"{name:<78}{c['bytes'] / 1e6:>6.2f}{d['exit']:>5}{d['wall_s']:>9.2f}{d['best_wall_s']:>8.2f}{d['cpu_s']:>7.2f}{was}{flag}")
+        for t in trees:
+            walls = [c[t]["wall_s"] for c in corpus_times.values()]
+            over = sum(w >= BUDGET_S for w in walls)
+            print(f"{t}: {len(walls)} traces, slowest median {max(walls):.2f} s, sum of medians {sum(walls):.1f} s; over {BUDGET_S:.0f} s: {over}")
     if results:
         print(f"\n{'shape':<11}{'MB':>5} {'tool':<14}{'wall s':>8}{'CPU s':>8}{'peak MB':>9}{'tree RSS':>9}{'tree PSS':>9}{'PSS/trace':>10}")
     for key, r in results.items():
@@ -281,6 +315,7 @@ def main() -> None:
         t = r["tools"]
         pd_, hta = t["perfdoctor"], t["HTA"]
         r["ratios"] = {
+            **({"hta_over_baseline_wall": hta["wall_s"] / t["perfdoctor-baseline"]["wall_s"]} if "perfdoctor-baseline" in t else {}),
             "hta_over_perfdoctor_wall": hta["wall_s"] / pd_["wall_s"],
             "hta_over_perfdoctor_cpu": hta["cpu_s"] / pd_["cpu_s"],
             "hta_over_perfdoctor_rss": hta["peak_rss_mb"] / pd_["peak_rss_mb"],
@@ -296,23 +331,11 @@ def main() -> None:
             f"{q['hta_over_perfdoctor_rss']:.1f}x peak RSS ({q['hta_over_perfdoctor_tree_rss']:.1f}x summed over processes); {floors}; "
             f"load {r['load_before'][0]:.1f} → {r['load_after'][0]:.1f}"
         )
+        if "hta_over_baseline_wall" in q:
+            print(f"{key:<11}      HTA/perfdoctor-baseline {q['hta_over_baseline_wall']:.1f}x wall")
         for note in hta["notes"]:
             print(f"{key:<11}      HTA: {note}")
-    if args.json:
-        args.json.write_text(
-            json.dumps(
-                {
-                    "date": started.isoformat(),
-                    "host": platform.node(),
-                    "cpus": os.cpu_count(),
-                    "repeats": args.repeats,
-                    "corpus": {"path": str(corpus), "load": corpus_load, "traces": corpus_times} if corpus_times else None,
-                    "shapes": results,
-                },
-                indent=2,
-            )
-        )
-
+    save()
 
 if __name__ == "__main__":
     main()
