@@ -47,7 +47,7 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.declare import DECLARE_PREFIX, parse_declaration
-from perfdoctor.names.codes import equals
+from perfdoctor.names.codes import equals, starts_with
 from perfdoctor.schema import (  # noqa: F401 (the tables' columns: imported from here by the loaders)
     ACTIVITY_COLUMNS,
     CALL_COLUMNS,
@@ -118,7 +118,7 @@ def parse_declarations(ranges: pd.DataFrame) -> dict[str, dict[str, float]]:
     """Per step name, the tokens and bytes its ``perfdoctor.declare`` ranges declare
     (see :mod:`perfdoctor.declare`). The last declaration of a step name wins."""
     declared: dict[str, dict[str, float]] = {}
-    for text in ranges.loc[ranges["name"].str.startswith(DECLARE_PREFIX, na=False), "name"]:
+    for text in ranges.loc[starts_with(ranges["name"], DECLARE_PREFIX), "name"]:
         parsed = parse_declaration(text)
         if parsed is not None:
             declared[parsed[0]] = parsed[1]

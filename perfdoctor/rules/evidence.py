@@ -180,7 +180,7 @@ def sync_calls(analysis: Analysis) -> Evidence:
         return ev
     s = s.assign(dur=s["end_ns"] - s["start_ns"], name=base_name(s["name"]))
     frames = analysis.profile.ranges
-    frames = frames[frames["source"] == PYTHON_SOURCE]
+    frames = frames[equals(frames["source"], PYTHON_SOURCE)]
     sites: dict[str, Counter] = {}
     for r in s.head(MAX_SITE_LOOKUPS).itertuples():
         site = python_call_site(frames, r.tid, r.start_ns) if not frames.empty else None

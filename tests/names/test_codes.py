@@ -53,6 +53,18 @@ def test_factorize_strings_is_pandas_factorize(values):
     assert codes.tolist() == want_codes.tolist() and list(uniques) == list(want_uniques)
 
 
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(value, max_size=40), copies=st.lists(st.booleans(), max_size=40), prefix=st.sampled_from(["cuda", "", "void g", "é", "x"]))
+def test_starts_with_is_pandas_str_startswith(values, copies, prefix):
+    """What step finding and the declarations filter ranges by: pandas' answer with
+    ``na=False`` (a missing name starts with nothing), shared and distinct objects alike."""
+    from perfdoctor.names.codes import starts_with
+
+    rows = [fresh(v) if i < len(copies) and copies[i] else v for i, v in enumerate(values)]
+    col = pd.Series(rows, dtype=object)
+    assert starts_with(col, prefix).tolist() == col.str.startswith(prefix, na=False).astype(bool).tolist()
+
+
 @settings(max_examples=100, deadline=None)
 @given(rows=st.lists(st.tuples(word, st.integers(min_value=0, max_value=10**12)), min_size=1, max_size=60))
 def test_tally_is_pandas_groupby_count_and_sum(rows):

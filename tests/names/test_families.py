@@ -140,3 +140,20 @@ def test_vectorised_over_unique_names():
     assert fam.index.equals(names.index)
     assert fam.value_counts().to_dict() == {"gemm": 1000, "communication": 10, "other": 1}
     assert families.families(pd.Series([], dtype=object)).empty
+
+
+def _family_by_re_i(name: str) -> str:
+    """The family by the patterns as written (re.I), the way family() searched before it
+    searched ASCII names lowered."""
+    return next((fam for fam, pattern in families._PATTERNS if pattern.search(name)), "other")
+
+
+@pytest.mark.parametrize("trace", TRACES, ids=lambda p: p.name)
+def test_lowered_search_is_the_case_insensitive_one(trace):
+    """family() searches an ASCII name lowered: on every fixture kernel name, the vendor
+    names, their case swapped, and non-ASCII names (searched with re.I as written), the
+    family is the case-insensitive patterns' own."""
+    names = set(load_trace(trace).activities["name"].dropna()) | {n for n, _, _ in VENDOR_NAMES}
+    names |= {n.swapcase() for n in names} | {"ſoftmax_kernel", "İndex_select", "Kelvin_gemm_K", "Ncclé_AllReduce"}
+    for name in names:
+        assert families.family.__wrapped__(name) == _family_by_re_i(name), name[:160]
