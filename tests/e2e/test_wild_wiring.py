@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import tomllib
 from functools import lru_cache
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from perfdoctor.rules.engine import diagnose
 from tests.rules.test_rules import GRAPH_ADVICE  # what "use CUDA graphs" looks like in a remediation
 
 WILD = Path(__file__).parents[1] / "fixtures" / "wild"
+SEED_PACK = Path(__file__).parents[2] / "perfdoctor" / "rules" / "packs" / "seed.toml"
 FIX = Path(__file__).parents[1] / "fixtures"
 LAUNCH = re.compile(r"^(cudaLaunchKernel|cudaLaunchKernelExC|cuLaunchKernel|cuLaunchKernelEx|cudaGraphLaunch)(_v\d+)?$")
 DECODE_ADVICE = re.compile(r"decode|KV cache|KV-cache|kv_cache|continuous batching|dynamic batching|batch 1\b|megakernel", re.I)
@@ -49,11 +51,16 @@ def _launches_in_steps(path: Path, step_re: str) -> list[int]:
 
 
 def _advice(findings) -> str:
+    """The advice text of the failing and advisory findings, without the names of the sources
+    their steps cite ("low-latency MegaKernel tutorial, §4.2.2" is a citation, not advice)."""
     out = []
     for f in findings:
         if f.status in ("fail", "advisory") and f.remediation is not None:
             out.append(f.title + "\n" + "\n".join(f.remediation.steps) + "\n" + f.remediation.snippet)
-    return "\n".join(out)
+    text = "\n".join(out)
+    for source in tomllib.loads(SEED_PACK.read_text())["source"]:
+        text = text.replace(source.get("short", source["title"]), "")
+    return text
 
 
 # --- steps and ownership ---------------------------------------------------------------------
