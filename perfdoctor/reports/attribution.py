@@ -99,6 +99,8 @@ def html(analysis) -> str:
     """The headline step's stacked bar with its legend, then (folded, so the timeline stays in
     the first screen) the table and one stacked bar per traced step, on one scale."""
     a = analysis.attribution
+    if a.reason and analysis.cpu is not None:  # no GPU ran: the step went to CPU operators
+        return cpu.html(analysis.cpu)
     if a.reason:
         return f'<p class="muted"><b>{TITLE}:</b> not available: {escape(a.reason)}</p>'
     rows = "".join(f"<tr><td>{escape(label)}</td><td>{ms:.4g}</td><td>{share:.1%}</td></tr>" for label, ms, share in _rows(a))

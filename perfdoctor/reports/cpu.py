@@ -1,11 +1,12 @@
 """A CPU-only run in words: where the step went operator by operator, the step latency from
 the traced step ranges, and what the breakdown shows (:mod:`perfdoctor.analysis.cpu`), as
-terminal tables, Markdown and the JSON block. GPU metrics are said absent once, with why."""
+terminal tables, Markdown, HTML and the JSON block. GPU metrics are said absent once, with why."""
 
 from __future__ import annotations
 
 from html import escape
 import numpy as np
+import pandas as pd
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -22,6 +23,10 @@ def headline(view: CpuView) -> str:
     share = view.op_self_ms / p50 if p50 else 0.0
     return (f"{p50:.4g} ms per step (traced step ranges, p50, {view.steps} steps): operators {view.op_self_ms:.4g} ms "
             f"self time ({share:.0%}), no operator running {view.outside_ops_ms:.4g} ms")
+
+
+def _latency(view: CpuView) -> str:
+    return ", ".join(f"{k} {v:.4g}" for k, v in view.latency().items())
 
 
 def _ms(v: float) -> str:
@@ -50,9 +55,8 @@ def terminal(view: CpuView) -> RenderableType:
     """The CPU section of ``analyze`` after the header (the headline is the attribution's
     line, :func:`perfdoctor.reports.attribution.terminal`): latency, operators, modules,
     observations."""
-    lat = view.latency()
     parts: list[RenderableType] = [Text(NO_GPU, style="dim")]
-    parts.append(Text("step latency ms (traced): " + ", ".join(f"{k} {v:.4g}" for k, v in lat.items())))
+    parts.append(Text("step latency ms (traced): " + _latency(view)))
     parts.append(_table("Operators per step, by self time", "operator", view.ops))
     if len(view.modules):
         parts.append(_table("Modules and ranges per step, by self time", "module / range", view.modules))
@@ -64,15 +68,18 @@ def terminal(view: CpuView) -> RenderableType:
     return Group(*parts, Text(""))
 
 
+def _tables(view: CpuView) -> list[tuple[str, str, pd.DataFrame]]:
+    """The Markdown's and the HTML's tables: title, first column, rows; an empty one left out."""
+    return [(title, first, df) for title, first, df in (
+        ("Operators per step, by self time", "operator", view.ops),
+        ("Modules and ranges per step, by self time", "module / range", view.modules)) if len(df)]
+
+
 def markdown(view: CpuView) -> list[str]:
     """The CPU section of the Markdown report, after the attribution's headline."""
-    lat = view.latency()
     out = [f"<sub>{escape(NO_GPU)}</sub>", "",
-           "Step latency ms (traced): " + ", ".join(f"{k} {v:.4g}" for k, v in lat.items()), ""]
-    for title, first, df in (("Operators per step, by self time", "operator", view.ops),
-                             ("Modules and ranges per step, by self time", "module / range", view.modules)):
-        if not len(df):
-            continue
+           "Step latency ms (traced): " + _latency(view), ""]
+    for title, first, df in _tables(view):
         out += [f"**{title}**", "", f"| {first} | " + " | ".join(COLUMNS) + " |", "|---|" + "---:|" * len(COLUMNS)]
         out += ["| " + " | ".join(escape(c, quote=False).replace("|", "&#124;").replace("`", "&#96;") for c in row) + " |"
                 for row in _rows(df)]  # names from the trace: cleaned (_rows), then no table-breaking character
@@ -80,3 +87,22 @@ def markdown(view: CpuView) -> list[str]:
     for o in view.observations:
         out.append(f"- **{escape(o.title)}** — {escape(o.evidence)}; what to do: {escape(o.advice)}")
     return out + ([""] if view.observations else [])
+
+
+def html(view: CpuView) -> str:
+    """The CPU section of the HTML report (the attribution's place): the Markdown's numbers,
+    from the same row builder, every name from the trace escaped."""
+    out = [f'<section class="pd-where"><p><b>{escape(TITLE)}:</b> {escape(headline(view))}</p>',
+           f'<p class="muted">{escape(NO_GPU)}</p>',
+           "<p>Step latency ms (traced): " + escape(_latency(view)) + "</p>"]
+    for title, first, df in _tables(view):
+        out.append(f"<h3>{escape(title)}</h3><table><tr><th>{escape(first)}</th>"
+                   + "".join(f"<th>{escape(c)}</th>" for c in COLUMNS) + "</tr>")
+        out += ["<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in _rows(df)]
+        out.append("</table>")
+    if view.data_loading_ms:
+        out.append(f'<p class="muted">DataLoader __next__: {view.data_loading_ms:.4g} ms per step</p>')
+    if view.observations:
+        out.append("<ul>" + "".join(f"<li><b>{escape(o.title)}</b> — {escape(o.evidence)}; what to do: {escape(o.advice)}</li>"
+                                    for o in view.observations) + "</ul>")
+    return "".join(out) + "</section>"

@@ -540,17 +540,22 @@ def step_latency_chart(analysis: Analysis) -> str | None:
     """Every step's latency in order, the start of the steady state marked, p50 and p99 drawn.
 
     From the light pass when the run had one (the untraced times the metrics use); from the
-    trace's critical path otherwise, where every step is used (a trace cannot tell warm-up)."""
+    trace's critical path otherwise, where every step is used (a trace cannot tell warm-up);
+    for a CPU-only trace (no step has GPU work, so no critical path), from its traced step
+    ranges, with the p50 and p99 the CPU section states (:meth:`CpuView.latency`)."""
     light = analysis.light
+    p50, p99 = analysis.value("step_latency_ms_p50"), analysis.value("step_latency_ms_p99")
     if light is not None and light.count >= 2:
         ms = steady.critical_path_ns(light.host_start_ns, light.gpu_end_ns).astype(np.float64) / 1e6
         first_steady, where = light.steady_start, "light pass, no tracer"
+    elif analysis.cpu is not None:
+        ms, first_steady, where = analysis.cpu.step_ms, 0, "CPU trace: traced step ranges, every step used"
+        p50, p99 = analysis.cpu.latency()["p50"], analysis.cpu.latency()["p99"]
     else:
         ms = analysis.timeline.critical_path_ms()
         first_steady, where = 0, "trace: every step used, a trace alone cannot tell warm-up"
     if ms.size < 2:
         return None
-    p50, p99 = analysis.value("step_latency_ms_p50"), analysis.value("step_latency_ms_p99")
     w, h, left, top = 760.0, 150.0, 78.0, 22.0
     hi = float(max(ms.max(), p99 or 0.0)) * 1.05
     X = lambda i: left + i / (ms.size - 1) * w  # noqa: E731 - one-line coordinate maps
@@ -719,7 +724,7 @@ def render(findings: Sequence[Finding], analysis: Analysis, packs: Sequence[str]
     parts += [f'<p class="muted">{e(note)}</p>' for note in gauge_notes]
     latency = step_latency_chart(analysis)
     parts.append("<h2>Step latency</h2>")
-    parts.append(f'<div class="plot">{latency}</div>' if latency else '<p class="muted">No latency series to draw: fewer than two steps timed by the light pass or with GPU work in the trace.</p>')
+    parts.append(f'<div class="plot">{latency}</div>' if latency else '<p class="muted">No latency series to draw: fewer than two steps timed by the light pass, with GPU work, or by the step ranges of a CPU trace.</p>')
     charts = nvml_charts(analysis, findings)
     parts.append("<h2>NVML samples</h2>")
     parts += [f'<div class="plot">{c}</div>' for c in charts] or ['<p class="muted">No NVML samples in this trace (perfdoctor run collects them).</p>']

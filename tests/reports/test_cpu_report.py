@@ -4,7 +4,9 @@ row of "—" each."""
 
 from __future__ import annotations
 
+import gzip
 import json
+import re
 
 from conftest import FIXTURES, run_cli
 
@@ -48,3 +50,23 @@ def test_the_terminal_report_of_a_cpu_trace_has_the_operator_table_once() -> Non
     r = run_cli("report", CPU_MLP, "--format", "terminal", "-o", "-")
     assert r.returncode == 0, r.stderr
     assert r.stdout.count("Operators per step, by self time") == 1 and r.stdout.count(NO_GPU) == 1
+
+
+def test_the_html_report_of_a_cpu_trace_has_the_operator_table_and_the_step_latency_plot(tmp_path) -> None:
+    page = tmp_path / "report.html"
+    r = run_cli("report", CPU_MLP, "--format", "html", "-o", page)
+    assert r.returncode == 0, r.stderr
+    html = page.read_text()
+    md = run_cli("report", CPU_MLP, "--format", "md", "-o", "-").stdout
+    top = next(line for line in md.splitlines() if line.startswith("| aten::"))  # the Markdown's top operator
+    cells = [c.strip() for c in top.strip("|").split("|")]
+    assert cells[:3] == ["aten::mm", "160", cells[2]] and float(cells[2]) > 0
+    assert "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>" in html  # its row, the same numbers
+    assert html.count(NO_GPU) == 1 and "Where the step went (CPU):" in html
+    assert "Operators per step, by self time" in html
+    # The plot's points are the trace's own step ranges (train_step, dur in us), read here independently.
+    doc = json.loads(gzip.decompress(CPU_MLP.read_bytes()))
+    want = [e["dur"] / 1e3 for e in doc["traceEvents"] if e.get("name") == "train_step"]
+    drawn = [float(v) for v in re.findall(r"<title>step \d+: ([0-9.]+) ms</title></circle>", html)]
+    assert len(want) == 5 and [f"{v:.4g}" for v in drawn] == [f"{v:.4g}" for v in want]
+    assert "5 steps" in html and "No latency series to draw" not in html

@@ -329,7 +329,7 @@ def png_pixels(path: Path) -> np.ndarray:
     return out.reshape(height, width, bpp)[:, :, :3]
 
 
-@pytest.mark.parametrize("case", ["eager", "evil", "nvml", "pageable", "bundle"])
+@pytest.mark.parametrize("case", ["eager", "evil", "nvml", "pageable", "bundle", "cpu"])
 def test_html_renders_in_headless_chromium_with_plots(case: str, chromium: str, tmp_path: Path) -> None:
     if case == "eager":
         a, findings = eager()
@@ -343,6 +343,10 @@ def test_html_renders_in_headless_chromium_with_plots(case: str, chromium: str, 
     elif case == "bundle":
         a, findings = demo_bundle()
         want_plots = 5 + 13  # + the 14 NVML series of the H200 run less throttle_reasons (a bit mask: not drawn)
+    elif case == "cpu":  # issue 32: no GPU ran: the CPU breakdown and the traced step latency
+        d = pipeline_diagnose(FIXTURES / "cpu-mlp-5steps.kineto.json.gz", rules=(), warnings=False)
+        a, findings = d.analysis, d.findings
+        want_plots = 2  # gauges (said unavailable), step latency; no timeline nor kernel families without a GPU
     else:
         name = FIXTURES / "h200-pageable-sync-10steps.kineto.json.gz"
         if not name.exists():
@@ -388,6 +392,8 @@ def test_html_renders_in_headless_chromium_with_plots(case: str, chromium: str, 
     assert (np.abs(px - background).sum(axis=2) > 30).mean() > 0.05, "screenshot is (almost) blank"
     colors = {tuple(c) for c in px.reshape(-1, 3)[:: 7].tolist()}
     assert len(colors) > 50
+    if case == "cpu":  # no timeline to draw: the first screen is the CPU breakdown's text
+        return
     # The timeline is in the first screen: kernel blue (#4e79a7) and bubble red (#e15759) are drawn.
     for rgb in ((0x4E, 0x79, 0xA7), (0xE1, 0x57, 0x59)):
         assert (np.abs(px - np.array(rgb)).sum(axis=2) < 40).sum() > 50, f"no {rgb} pixels: plot not drawn"
