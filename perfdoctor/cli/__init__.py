@@ -25,6 +25,9 @@ try:  # typer >= 0.20 vendors click; older typers use click itself
 except ImportError:  # pragma: no cover
     from click import exceptions as click_exceptions
 
+# Every command module is imported to build the app, before a large trace's decoders fork
+# (:func:`perfdoctor.pipeline.start_loading`): what a command alone needs (rich, its domain
+# module) is imported in its body, so it loads in the decoders' shadow or not at all.
 from perfdoctor.cli.analyze import analyze_command
 from perfdoctor.cli.calibrate import calibrate_command
 from perfdoctor.cli.compare import compare_command

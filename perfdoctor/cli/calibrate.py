@@ -4,7 +4,6 @@ and cache them (the measurements are :mod:`perfdoctor.record.calibrate`)."""
 from __future__ import annotations
 
 import typer
-from rich.console import Console
 
 from perfdoctor.record.calibrate import MATMUL_N, READ_SIZES_MB, calibrate, save_calibration
 from perfdoctor.errors import UsageError
@@ -30,6 +29,8 @@ def calibrate_command(
         raise UsageError("calibrate needs torch (pip install torch)") from None
     if not torch.cuda.is_available():
         raise UsageError("calibrate measures a GPU, and torch sees no CUDA device here")
+    from rich.console import Console
+
     from perfdoctor.collectors import nvml
 
     device = torch.device("cuda")

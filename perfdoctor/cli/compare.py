@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 
 from perfdoctor.cli import options
 from perfdoctor.cli import outputs
@@ -73,6 +72,8 @@ def compare_command(
         RunOptions(target=target, collect=parse_collect(collect), warmup=warmup, steps=steps, step=step, out=out, quiet=quiet)
         for target in targets
     ]
+    from rich.console import Console
+
     console = Console(stderr=True)
     try:
         code, bundle_a, bundle_b = compare_programs(sides[0], sides[1], repeat, console, lockstep=lockstep)

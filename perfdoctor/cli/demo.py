@@ -6,8 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
-from rich.text import Text
 
 
 
@@ -21,6 +19,9 @@ def demo_command(
 
     On a machine without a GPU: first the ranked reports and diffs of runs recorded on an H200 (shipped with perfdoctor, clearly marked as recorded), then a short live `perfdoctor run` of the tiny engine on this CPU. On a GPU: `perfdoctor run` of the eager, graph and fused variants live, their findings and the diffs.
     """
+    from rich.console import Console
+    from rich.text import Text
+
     from perfdoctor.demo.show import WIDTH, find_recording, live_cpu, live_runs, make_console, plan, show_recording
     from perfdoctor.record.run import gpu_present
 

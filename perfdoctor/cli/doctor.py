@@ -9,13 +9,14 @@ import sys
 import typer
 
 from perfdoctor import __version__
-from perfdoctor.record.doctor import gather, render
 
 
 def doctor_command(
     as_json: bool = typer.Option(False, "--json", help="Print the facts as JSON (schema perfdoctor.doctor/1)."),
 ) -> None:
     """What this machine offers perfdoctor: GPU and driver (NVML), GPM counters, nsys and ncu, the torch build, the cached calibration, Python. Says why each collector of `perfdoctor run` is unavailable. Always exits 0."""
+    from perfdoctor.record.doctor import gather, render
+
     facts = gather()
     if as_json:
         sys.stdout.write(json.dumps(facts, indent=2, default=str) + "\n")

@@ -7,13 +7,10 @@ from pathlib import Path
 from typing import List
 
 import typer
-from rich.table import Table
-from rich.text import Text
 
 from perfdoctor.cli import options
 from perfdoctor.console import stdout_console
 from perfdoctor.pipeline import load_ruleset as _load
-from perfdoctor.reports.code import Code
 from perfdoctor.text import clean
 
 rules_app = typer.Typer(help="The rules perfdoctor checks: list them, explain one.", no_args_is_help=True)
@@ -25,6 +22,9 @@ def list_rules(
     threshold: List[str] = options.THRESHOLD,
 ) -> None:
     """Every rule: its pass condition, severity and citation."""
+    from rich.table import Table
+    from rich.text import Text
+
     ruleset = _load(rules, threshold)
     t = Table(title=Text(clean(f"{len(ruleset)} rules from {', '.join(ruleset.packs)}")), title_justify="left")
     for col in ("id", "severity", "passes when", "citation"):
@@ -42,6 +42,9 @@ def explain_rule(
     original: bool = typer.Option(False, "--original", help="Also print each cited source's original title and words (the seed documents are in Chinese)."),
 ) -> None:
     """Everything about one rule: what it measures, its threshold and where it comes from, the fix."""
+    from rich.text import Text
+
+    from perfdoctor.reports.code import Code
     from perfdoctor.rules.engine import PREDICATES, TOP_FINDING
     from perfdoctor.rules.estimates import ESTIMATES
     from perfdoctor.rules.signals import KNOWN_INPUTS, SIGNALS

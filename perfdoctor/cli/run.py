@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import typer
-from rich.console import Console
 
 from perfdoctor.cli import options
 from perfdoctor.errors import UsageError
@@ -81,6 +80,8 @@ def run_command(
         raise UsageError("--repeat with several ranks is not supported yet: repeat single-process runs, or run the job N times")
     if not options.light and options.collect is not None and set(options.collect) <= {"nvml"}:
         raise UsageError("--no-light with only nvml collects nothing: keep the light pass or add a tracer")
+    from rich.console import Console
+
     console = Console(stderr=True)
     try:
         code, bundle = run_repeated(options, repeat, console) if repeat > 1 else execute(options, console)
