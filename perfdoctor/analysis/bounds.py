@@ -48,6 +48,7 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.analysis.attribution import BUSY_PARTS, LABELS, activity_parts, kernel_part
+from perfdoctor.analysis.ownership import containing
 from perfdoctor.names.families import family
 
 LATENCY_NS = 10_000  # a kernel with less work than this at the ceilings spends much of its time in ramp-up and tail
@@ -372,29 +373,11 @@ def launching_ops(profile, kernels: pd.DataFrame) -> np.ndarray:
         if not mine.size:
             continue
         order = mine[np.lexsort((-o_end[mine], o_start[mine]))]  # parents before children at one start
-        start, end = o_start[order], o_end[order]
-        parent = _parents(start, end)
         sel = np.flatnonzero(tid_launch == tid)
-        for j in sel:
-            t = t_launch[j]
-            i = int(np.searchsorted(start, t, side="right")) - 1
-            while i >= 0 and end[i] < t:
-                i = parent[i]
-            if i >= 0:
-                out[rows[j]] = order[i]
+        # The latest-starting op that contains the launch: the innermost, as ownership finds a
+        # call's step among nested ranges.
+        out[rows[sel]] = containing(o_start, o_end, order, t_launch[sel])
     return out
-
-
-def _parents(start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Each interval's enclosing interval (sorted by start, parents first), -1 at the top."""
-    parent = np.full(start.size, -1, dtype=np.int64)
-    stack: list[int] = []
-    for i in range(start.size):
-        while stack and end[stack[-1]] < start[i]:
-            stack.pop()
-        parent[i] = stack[-1] if stack else -1
-        stack.append(i)
-    return parent
 
 
 # ---------------------------------------------------------------- the ceilings

@@ -61,7 +61,7 @@ def _window_arrays(table: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndar
     )
 
 
-def _containing(w_start: np.ndarray, w_end: np.ndarray, positions: np.ndarray, t: np.ndarray) -> np.ndarray:
+def containing(w_start: np.ndarray, w_end: np.ndarray, positions: np.ndarray, t: np.ndarray) -> np.ndarray:
     """For each time in ``t``, the position (from ``positions``, windows sorted by start) of
     the latest-starting window that contains it, or -1.
 
@@ -112,13 +112,13 @@ def call_steps(table: pd.DataFrame, calls: pd.DataFrame) -> tuple[np.ndarray, np
     for tid in np.unique(w_tid):
         positions = order[w_tid[order] == tid]
         mask = np.flatnonzero(c_tid == tid)
-        found = _containing(w_start, w_end, positions, c_start[mask])
+        found = containing(w_start, w_end, positions, c_start[mask])
         step[mask] = found
         same[mask] = found >= 0
     # 2. any thread, by time
     rest = np.flatnonzero(step < 0)
     if rest.size:
-        step[rest] = _containing(w_start, w_end, order, c_start[rest])
+        step[rest] = containing(w_start, w_end, order, c_start[rest])
     return step, same
 
 
