@@ -344,7 +344,7 @@ def _usable_light(light: LightSteps | None, steps: Steps) -> tuple[LightSteps | 
 
 
 def _light_series(light: LightSteps) -> steady.SteadySeries:
-    return steady.steady_series(light.host_start_ns, light.gpu_end_ns, light.steady_start)
+    return steady.steady_series(light.host_start_ns, light.gpu_end_ns, light.steady_start, light.gpu_start_ns)
 
 
 def _steps(c: _Context) -> Metric:

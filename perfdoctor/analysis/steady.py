@@ -15,8 +15,9 @@ For step ``k`` with host start ``h[k]`` and the end of its GPU work ``g[k]``:
   step (its data loading) though no GPU work of it ran;
 * **host lead** ``max(0, g[k−1] − h[k])``: how far ahead of the GPU the host issued step
   ``k`` (0 = the GPU waited for the host);
-* **pause** before step ``k``: ``h[k] − g[k−1]`` when it is longer than the median step
-  and ``PAUSE_FACTOR`` times the usual gap between steps — time in which the program did
+* **pause** before step ``k``: ``max(h[k], gs[k]) − g[k−1]`` (``gs[k]``: the stream
+  reaching the step, when known) when it is longer than the median step and
+  ``PAUSE_FACTOR`` times the usual gap between steps — time in which the program did
   something other than steps (a prefill, I/O, a new request), left out of the step rate.
 """
 
@@ -82,17 +83,32 @@ def iteration_ends_ns(gpu_start: np.ndarray | list[int], gpu_end: np.ndarray | l
     start of call ``k+1`` is a CUDA event recorded when the host began that call: it
     completes when everything issued before it has run, or right away when the GPU was
     idle waiting for the host. So ``max(g[k], gpu_start[k+1])`` is the end of iteration
-    ``k``: its own GPU work and the host work after it. The last call keeps its own end.
+    ``k``: its own GPU work and the host work after it. The last call keeps its own end,
+    and so does a call followed by a pause (:func:`pauses`: the program did something else
+    before the next call, e.g. the eager prefill before a compiled decode loop's next
+    generation): that time belongs to no iteration, and the cadence leaves it out.
     """
     g = _ns(gpu_end).copy()
     if g.size > 1 and gpu_start is not None:
         # A CPU-only run records no CUDA event: its GPU starts are None, and a call's own
         # end is then all that is known.
-        starts = [None if v is None else int(v) for v in list(gpu_start)[1:]]
-        known = np.array([v is not None for v in starts], dtype=bool)
-        nxt = np.array([v if v is not None else np.iinfo(np.int64).min for v in starts], dtype=np.int64)
-        g[:-1] = np.where(known, np.maximum(g[:-1], nxt), g[:-1])
+        begun = [None if v is None else int(v) for v in list(gpu_start)]
+        known = np.array([v is not None for v in begun[1:]], dtype=bool)
+        nxt = np.array([v if v is not None else np.iinfo(np.int64).min for v in begun[1:]], dtype=np.int64)
+        own = np.array([e - b for b, e in zip(begun, g.tolist()) if b is not None], dtype=np.int64)
+        after = np.where(known, np.maximum(nxt - g[:-1], 0), 0)
+        paused = pauses(after, own) if own.size else np.zeros(after.size, dtype=bool)
+        g[:-1] = np.where(known & ~paused, np.maximum(g[:-1], nxt), g[:-1])
     return g
+
+
+def pauses(idle_before: np.ndarray, step_ns: np.ndarray) -> np.ndarray:
+    """Which of the times between steps are pauses: longer than a median step AND much
+    longer than the program's usual time between steps. A loop that always spends 2 ms on
+    the host between steps (sampling, stopping criteria) has no pauses — that time is part
+    of its rate — while the prefill between two generate() calls stands out from it."""
+    usual = max(float(np.median(np.clip(idle_before, 0, None))), 0.0) if idle_before.size else 0.0
+    return (idle_before > float(np.median(step_ns))) & (idle_before > PAUSE_FACTOR * usual)
 
 
 @dataclass(frozen=True)
@@ -176,25 +192,31 @@ class Cadence:
     reason: str | None = None  # why steps_per_s is None
 
 
-def cadence(host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int]) -> Cadence:
+def cadence(
+    host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int], gpu_start: np.ndarray | list[int] | None = None
+) -> Cadence:
     """Steps per second: completion-to-completion intervals ``g[k] − g[k−1]`` summed over
     the steps the program issued back to back. An interval whose step started more than a
     median critical-path time after the previous step ended, and more than ``PAUSE_FACTOR``
-    times the usual host time between steps, is a pause (the program did something else in
+    times the usual time between steps, is a pause (the program did something else in
     between: a prefill, I/O) and is left out, so the rate is that of the loop, as the
-    program's own timer around its loop sees it."""
+    program's own timer around its loop sees it.
+
+    A step starts at the later of its host start and ``gpu_start`` (the stream reaching the
+    step, when known). Why both: a program whose host runs ahead of the GPU (a CUDA-graph
+    decode loop that never synchronises) queues its eager prefill between two steps long
+    before the GPU runs it, so the host sees no pause at all; the stream reaches the next
+    step only after the prefill's kernels (H200, gpt-fast-style decode: 24.5 ms of prefill
+    between generations read as three 24.5 ms "steps", the rate 19 % under the program's
+    own decode timer)."""
     h, g = _ns(host_start), _ns(gpu_end)
     if h.size < 2:
         return Cadence(None, 0, 0, "needs at least two steps")
     cp = critical_path_ns(h, g)
     intervals = np.diff(g)
-    idle_before = h[1:] - g[:-1]
-    # A pause is longer than a median step AND much longer than the program's usual time
-    # between steps: a loop that always spends 2 ms on the host between steps (sampling,
-    # stopping criteria) has no pauses — that time is part of its rate — while the prefill
-    # between two generate() calls stands out from it.
-    usual = max(float(np.median(np.clip(idle_before, 0, None))), 0.0)
-    paused = (idle_before > float(np.median(cp))) & (idle_before > PAUSE_FACTOR * usual)
+    began = h if gpu_start is None else np.maximum(h, _ns(gpu_start))
+    idle_before = began[1:] - g[:-1]
+    paused = pauses(idle_before, cp)
     kept = intervals[~paused]
     total = int(kept.sum())
     if kept.size == 0 or total <= 0:
@@ -211,7 +233,12 @@ class SteadySeries:
     cadence: Cadence
 
 
-def steady_series(host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int], start: int) -> SteadySeries:
+def steady_series(
+    host_start: np.ndarray | list[int],
+    gpu_end: np.ndarray | list[int],
+    start: int,
+    gpu_start: np.ndarray | list[int] | None = None,
+) -> SteadySeries:
     """The series from step ``start`` on. The critical path of the first steady step still
     uses the step before it (it may have been queued behind the last warm-up step), so it
     is computed over the whole series and then cut; the cadence counts intervals between
@@ -221,4 +248,4 @@ def steady_series(host_start: np.ndarray | list[int], gpu_end: np.ndarray | list
     cp = critical_path_ns(h, g)[k:] / 1e6
     # host_lead_ns[i] belongs to step i + 1: the steady steps from k are entries k - 1 on.
     lead = host_lead_ns(h, g)[max(k - 1, 0) :] / 1e6
-    return SteadySeries(cp.astype(np.float64), lead.astype(np.float64), cadence(h[k:], g[k:]))
+    return SteadySeries(cp.astype(np.float64), lead.astype(np.float64), cadence(h[k:], g[k:], None if gpu_start is None else _ns(gpu_start)[k:]))

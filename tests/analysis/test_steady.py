@@ -334,3 +334,43 @@ def test_cadence_keeps_the_usual_host_time_between_steps() -> None:
     c = steady.cadence(h, g)
     assert (c.intervals, c.pauses) == (7, 1)
     assert c.steps_per_s == pytest.approx(7 / (7 * 10e-9))  # 10 ns per step, host time included
+
+
+@pytest.mark.parametrize("synced", [True, False], ids=["synced", "queued"])
+def test_a_host_ahead_decode_loop_pauses_for_the_prefill_between_generations(synced: bool) -> None:
+    """The H200 shape of a gpt-fast decode loop (tests/programs/real/compiled_decode.py,
+    2026-12-02): CUDA-graph replays of 1.39 ms issued far ahead of the GPU, and between
+    generations an eager prefill of 24.5 ms. The step is timed as the loop iteration (the
+    next call's GPU start ends it); the prefill belongs to no iteration, so the rate is the
+    decode loop's, as the program's own timer around its decode loop reads it (there:
+    1.407 ms/token; perfdoctor read 1.68 ms, the prefills counted in three iterations).
+    ``synced``: the program synchronises around the prefill (that program), so host and GPU
+    meet; ``queued``: it queues the prefill behind the replays and runs on, so only the
+    stream reaching the next call shows the pause."""
+    step, prefill, launch, per_gen, gens = 1_390_000, 24_500_000, 20_000, 63, 3
+    h, gs, g = [], [], []
+    gpu = host = 0
+    for gen in range(gens):
+        if gen:
+            if synced:
+                gpu += prefill
+                host = gpu
+            else:
+                host += 3_000_000  # the host launches the eager prefill and goes on
+                gpu = max(gpu, host) + prefill
+        for _ in range(per_gen):
+            h.append(host)
+            gs.append(max(host, gpu))  # the stream reaches the call after what came before
+            gpu = max(host, gpu) + step
+            g.append(gpu)
+            host += launch  # a replay costs the host far less than the GPU: it runs ahead
+    ends = steady.iteration_ends_ns(gs, g)
+    boundary = {per_gen * (i + 1) - 1 for i in range(gens)}
+    for k in range(len(g) - 1):
+        assert ends[k] == (g[k] if k in boundary else max(g[k], gs[k + 1]))
+    c = steady.cadence(h, ends, gs)
+    assert c.pauses == gens - 1
+    assert 1e3 / c.steps_per_s == pytest.approx(step / 1e6, rel=0.01)
+    if not synced:
+        # the host alone sees no pause: it issued the next call long before the prefill ran
+        assert steady.cadence(h, ends).pauses == 0
