@@ -626,6 +626,58 @@ def test_light_pass_gpu_bookkeeping_with_fake_events():
     assert fake.created < 2 * 300 / 2
 
 
+def test_stream_recorder_reads_the_current_stream_every_time_and_falls_back():
+    """The light pass's event record without Event.record's Python stream lookup, against a
+    labelled stand-in for torch's private CUDA API (the real one: test_run_gpu.py on the
+    H200): every record goes to the stream current at that moment, the Stream objects are
+    kept, and a torch whose private API differs gets the public Event.record."""
+    import types
+
+    from perfdoctor.record.bootstrap import main as bootstrap
+
+    made, recorded = [], []
+
+    class Stream:
+        def __init__(self, stream_id: int, device_index: int, device_type: int) -> None:
+            made.append(stream_id)
+            self.id = stream_id
+
+    class Event:
+        def __init__(self, enable_timing: bool = False) -> None:
+            self.public = 0
+
+        def record(self) -> None:
+            self.public += 1
+
+    current = [0]
+    base = types.SimpleNamespace(record=lambda event, stream: recorded.append((event, stream.id)))
+    fake = types.SimpleNamespace(
+        _C=types.SimpleNamespace(_cuda_getDevice=lambda: 0, _cuda_getCurrentStream=lambda d: (current[0], d, 1),
+                                 _CudaEventBase=base),
+        cuda=types.SimpleNamespace(Stream=Stream, Event=Event),
+    )
+    record = bootstrap.stream_recorder(fake)
+    recorded.clear()
+    e = Event()
+    for sid in (0, 0, 3, 3, 0):
+        current[0] = sid
+        record(e)
+    assert [r[1] for r in recorded] == [0, 0, 3, 3, 0] and e.public == 0
+    assert sorted(made) == [0, 3]  # one Stream object per stream (the scratch record made 0)
+
+    def broken(event, stream):
+        raise TypeError("record() takes 1 argument")
+
+    fake._C._CudaEventBase = types.SimpleNamespace(record=broken)
+    record = bootstrap.stream_recorder(fake)
+    record(e)
+    assert e.public == 1  # the public path
+    del fake._C._cuda_getCurrentStream
+    record = bootstrap.stream_recorder(fake)
+    record(e)
+    assert e.public == 2
+
+
 def test_nvml_sampler_gpm_intervals_with_a_fake_nvml(tmp_path, monkeypatch):
     """The sampler's loop against a labelled stand-in for pynvml (the real one runs on the
     H200): GPM lines carry their interval, at least 100 ms apart, and read back as intervals."""
