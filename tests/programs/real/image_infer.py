@@ -6,6 +6,7 @@ vit_small_patch16_224), random weights, random input, in the manner of timm's be
     python image_infer.py --batch 256 --amp --channels-last
     python image_infer.py --batch 1                          # latency
     python image_infer.py --model vit_small --batch 1
+    python image_infer.py --batch 1 --torchcompile-mode reduce-overhead  # CUDA graphs
     python image_infer.py --device cpu --model resnet18 --batch 2 --img-size 64 --warmup 2 --iters 4
 """
 import argparse
@@ -123,6 +124,7 @@ def main():
     parser.add_argument("--amp", action="store_true", help="torch.autocast (float16 on cuda, bfloat16 on cpu)")
     parser.add_argument("--amp-dtype", default=None, choices=["float16", "bfloat16"])
     parser.add_argument("--channels-last", action="store_true", help="model and input in NHWC")
+    parser.add_argument("--torchcompile-mode", default=None, help="torch.compile(model, mode=...), e.g. reduce-overhead")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--device", default="cuda")
@@ -140,6 +142,8 @@ def main():
     model = model.to(device).eval()
     if args.channels_last:
         model = model.to(memory_format=torch.channels_last)
+    if args.torchcompile_mode:
+        model = torch.compile(model, mode=args.torchcompile_mode)
     amp_dtype = getattr(torch, args.amp_dtype) if args.amp_dtype else (torch.float16 if cuda else torch.bfloat16)
     autocast = partial(torch.autocast, device_type=device.type, dtype=amp_dtype, enabled=args.amp)
 
@@ -173,7 +177,7 @@ def main():
     print("RESULT " + json.dumps({"program": "image_infer", "model": args.model, "step": "forward of one batch",
                                   "ms_per_step": round(ms_per_batch, 4), "ms_per_batch": round(ms_per_batch, 4),
                                   "images_per_s": round(images_per_s, 2), "batch": args.batch, "amp": args.amp,
-                                  "channels_last": args.channels_last, "iters": args.iters, "device": str(device)}))
+                                  "channels_last": args.channels_last, "torchcompile_mode": args.torchcompile_mode, "iters": args.iters, "device": str(device)}))
 
 
 if __name__ == "__main__":
