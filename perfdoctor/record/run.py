@@ -202,6 +202,10 @@ def find_step(results: dict[str, Any], options: RunOptions) -> tuple[str | None,
             # torch's own range is only a part of the iteration (the batch's fetch): the last
             # one has no next start to end its iteration, so it is left out
             timed = {k: (v[:-1] if isinstance(v, list) else v) for k, v in timed.items()}
+        if module is None:
+            # the calls as measured stay in raw/light.json beside the iteration (a module
+            # step's are under "modules"): a later reading can re-derive the iteration
+            results.setdefault("call_series", {})[name] = calls
         series[name] = timed
         results["series"] = series
     how = choice.how if module is None else f"module: {name.removesuffix('.forward')}"

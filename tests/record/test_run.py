@@ -739,6 +739,8 @@ def test_find_step_times_loop_ranges_as_iterations_and_merges_serving_ranges():
     assert "iteration" in how
     assert results["series"][fetch]["host_start_ns"] == [0, 100, 250]
     assert results["series"][fetch]["gpu_end_ns"] == [100, 250, 330]
+    # the fetches as measured stay beside the iteration (raw/light.json keeps both)
+    assert results["call_series"][fetch]["gpu_end_ns"] == [2, 103, 251, 331]
 
     decode, extend = "step[DECODE bs=32]", "step[EXTEND bs=4 toks=512]"
     outer = "execute_32_context_0(sq0sk0sqsq0sqsk0)_generation_32(sq32sk1sqsq32sqsk1)"
