@@ -811,6 +811,7 @@ def _usable(m: Metric | None) -> bool:
 
 
 NOT_APPLICABLE = "not applicable: "
+NOT_JUDGED = "not judged: "  # a workload rule on a trace whose workload is unknown
 
 
 def not_applicable(rule: Rule, analysis: Analysis) -> str | None:
@@ -818,8 +819,10 @@ def not_applicable(rule: Rule, analysis: Analysis) -> str | None:
 
     A rule declared for inference (decode, KV cache, request batching, a 10 ms p99 target)
     says nothing about a training step, and a gradient-bucketing rule nothing about a
-    server: such a rule is not evaluated, with the workload's evidence as the reason. An
-    ``unknown`` workload runs every rule (:func:`perfdoctor.analysis.workload.applies`).
+    server: such a rule is not evaluated, with the workload's evidence as the reason. On an
+    ``unknown`` workload (no trace read) such a rule is not judged either: a p99 above the
+    decode target is no failure of a program that may be an offline batch job
+    (:func:`perfdoctor.analysis.workload.applies`); the rules for any workload still run.
     """
     w = getattr(analysis, "workload", None)
     if not rule.workload or w is None:
@@ -828,6 +831,9 @@ def not_applicable(rule: Rule, analysis: Analysis) -> str | None:
 
     if any(workloads.applies(k, w) for k in rule.workload):
         return None
+    if w.kind == "unknown":
+        return (f"{NOT_JUDGED}{'/'.join(rule.workload)}-only rule; the workload is unknown ({w.text.removeprefix('unknown: ')}); "
+                "--workload training|inference sets it")
     if w.kind == "training" and "training" not in rule.workload:
         # an inference task's rule on a training trace: "inference-only", naming the tasks
         tasks = "" if rule.workload == ("inference",) else f" (a rule for {'/'.join(rule.workload)})"
@@ -868,6 +874,8 @@ def evaluate_rule(rule: Rule, analysis: Analysis, values: dict[str, Metric], evi
         context=context,
     )
     why_not = not_applicable(rule, analysis)
+    if why_not and why_not.startswith(NOT_JUDGED) and metric is None:
+        why_not = None  # nothing to judge anyway: say what is missing (below)
     if why_not:
         finding.reason = why_not
         finding.values = {}
