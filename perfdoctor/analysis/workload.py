@@ -18,6 +18,12 @@ Evidence of training, strongest first:
 
 None of them → inference.
 
+No trace read (no GPU kernels and no CPU ops: the torch pass died, its file is damaged), the
+light pass's step can still say so: a step ``perfdoctor run`` chose as torch's training-loop
+range (``enumerate(DataLoader)#…__next__``, ``Optimizer.zero_grad#…``, ``Optimizer.step#…``)
+is a training loop's iteration → training, confidence ``low`` (nothing in a trace confirms
+it). Otherwise the kind is ``unknown``.
+
 Then the task (``Workload.task``), which decides the thresholds and fix texts that fit
 (a channels-last fix for a ResNet, a CUDA graph for a decode loop), from the same names:
 
@@ -154,6 +160,9 @@ def classify(
         kind, confidence = "training", "high"
     elif bw_kernels:
         kind, confidence = "training", "medium"
+    elif not n_kernels and not ops_seen and (loop := _light_loop_step(profile)) is not None:
+        kind, confidence = "training", "low"
+        evidence.append(f"the light pass's step is torch's training-loop range {loop[:80]!r} (no GPU kernels and no CPU ops in the trace to confirm it)")
     elif not n_kernels and not ops_seen:
         kind, confidence = "unknown", "none"
         evidence.append("no GPU kernels and no CPU ops in the trace")
@@ -175,6 +184,16 @@ def classify(
         ops_seen=ops_seen,
         evidence=evidence,
     )
+
+
+def _light_loop_step(profile: Profile) -> str | None:
+    """The light pass's step name when it is torch's training-loop range (the data loader's
+    ``__next__``, ``Optimizer.zero_grad`` or ``Optimizer.step``: :data:`perfdoctor.names.ranges.LOOP_PREFIXES`)."""
+    from perfdoctor.names.ranges import LOOP_PREFIXES
+
+    light = getattr(profile, "light", None)
+    name = getattr(light, "name", None)
+    return name if isinstance(name, str) and name.startswith(LOOP_PREFIXES) else None
 
 
 def _first(pattern: re.Pattern[str], names) -> str | None:
@@ -206,10 +225,14 @@ def _task(kind: str, names: dict[str, int], kernel_names, kernels_of: np.ndarray
 
 def applies(rule_workload: str | None, workload: Workload) -> bool:
     """Whether a rule declared for ``rule_workload`` ("inference" / "training" / "any" or
-    None) applies to this trace. An ``unknown`` workload runs every rule (abstaining would
-    hide findings; the report states the workload it assumed)."""
-    if not rule_workload or rule_workload == "any" or workload.kind == "unknown":
+    None) applies to this trace. On an ``unknown`` workload only the rules for any workload
+    apply: a rule declared for one (a 10 ms p99 for decode and serving) is judged where that
+    workload is known, not on a trace that cannot say (the engine reports it not evaluated,
+    with the reason, never passed; ``--workload`` sets the workload)."""
+    if not rule_workload or rule_workload == "any":
         return True
+    if workload.kind == "unknown":
+        return False
     if rule_workload in TASKS and rule_workload not in ("training", "inference"):
         # a task-specific rule also runs on unrecognised inference (abstaining would hide it)
         return workload.kind == "inference" and workload.task in (rule_workload, "inference")

@@ -82,8 +82,9 @@ def explain_rule(
     else:
         c.print(Text.assemble(("estimate: ", "bold"), "none (ranked after failures with an estimate)"))
     c.print(Text("fix:", style="bold"))
-    for i, step in enumerate(r.remediation.steps, start=1):
-        c.print(Text(f"  {i}. {step.replace(TOP_FINDING, '<the top-ranked other finding>')}"))
+    for i, (step, cond) in enumerate(zip(r.remediation.steps, r.remediation.conditions()), start=1):
+        when = f"[only where {cond}] " if cond else ""
+        c.print(Text(f"  {i}. {when}{step.replace(TOP_FINDING, '<the top-ranked other finding>')}"))
     if r.remediation.snippet:
         c.print(Code(r.remediation.snippet), crop=False)  # code is never cropped
     for v in r.variants:
@@ -91,7 +92,7 @@ def explain_rule(
         if v.title:
             c.print(Text(f"  title: {v.title}"))
         if v.remediation:
-            for i, step in enumerate(v.remediation.steps, start=1):
-                c.print(Text(f"  {i}. {step}"))
+            for i, (step, cond) in enumerate(zip(v.remediation.steps, v.remediation.conditions()), start=1):
+                c.print(Text(f"  {i}. {f'[only where {cond}] ' if cond else ''}{step}"))
         if v.estimate:
             c.print(Text(f"  estimate: {v.estimate.kind}({', '.join(f'{k}={x:g}' for k, x in v.estimate.params)})"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from perfdoctor.analysis.metrics import Analysis, Metric
-from perfdoctor.rules.engine import NOT_APPLICABLE, Finding, verdict
+from perfdoctor.rules.engine import NOT_APPLICABLE, NOT_JUDGED, Finding, verdict
 
 
 def fmt(value: float | None, unit: str) -> str:
@@ -270,14 +270,21 @@ def not_evaluated_rows(missing: Sequence[Finding]) -> list[tuple[list[str], str]
 
 def _not_applicable_rows(rows: list[tuple[list[str], str]]) -> list[tuple[list[str], str]]:
     """Rules not applicable for one workload evidence ("not applicable: KIND rule; this
-    trace is ...", rules.engine) in one row, each kind named with its rules."""
-    na = [(ids, r[len(NOT_APPLICABLE):].split("; ", 1)) for ids, r in rows if r.startswith(NOT_APPLICABLE) and "; " in r]
+    trace is ...", rules.engine) in one row, each kind named with its rules; likewise the
+    rules not judged on an unknown workload ("not judged: KIND rule; the workload is unknown ...")."""
+    for prefix in (NOT_APPLICABLE, NOT_JUDGED):
+        rows = _merge_prefixed(rows, prefix)
+    return rows
+
+
+def _merge_prefixed(rows: list[tuple[list[str], str]], prefix: str) -> list[tuple[list[str], str]]:
+    na = [(ids, r[len(prefix):].split("; ", 1)) for ids, r in rows if r.startswith(prefix) and "; " in r]
     if len(na) < 2 or len({why for _, (_, why) in na}) > 1:
         return rows
     kinds = "; ".join(f"{kind} ({', '.join(ids)})" for ids, (kind, _) in na)
-    merged = ([i for ids, _ in na for i in ids], f"{NOT_APPLICABLE}{kinds}; {na[0][1][1]}")
-    first = next(k for k, (_, r) in enumerate(rows) if r.startswith(NOT_APPLICABLE) and "; " in r)
-    rest = [row for row in rows if not (row[1].startswith(NOT_APPLICABLE) and "; " in row[1])]
+    merged = ([i for ids, _ in na for i in ids], f"{prefix}{kinds}; {na[0][1][1]}")
+    first = next(k for k, (_, r) in enumerate(rows) if r.startswith(prefix) and "; " in r)
+    rest = [row for row in rows if not (row[1].startswith(prefix) and "; " in row[1])]
     return rest[:first] + [merged] + rest[first:]
 
 

@@ -84,6 +84,7 @@ RULE_FIELDS = {
 WORKLOADS = ("training", "inference", "any", "serving", "diffusion", "llm-prefill", "llm-decode", "vision")
 VARIANT_FIELDS = {"when", "title", "remediation", "estimate"}
 REMEDIATION_FIELDS = {"steps", "snippet"}
+STEP_FIELDS = {"text", "needs"}  # a step given only where a condition holds: { text = "...", needs = "KEY [OP NUMBER]" }
 REQUIRED = ("title", "metric", "severity", "remediation")  # and a citation: `cite` or `citation`
 SOURCE_FIELDS = {"id", "title", "short", "original_title", "url", "sections"}
 CITE_FIELDS = {"source", "section", "says", "original"}
@@ -162,11 +163,48 @@ def _stake_severity(analysis: Analysis, finding: "Finding") -> None:
 
 @dataclass(frozen=True)
 class Remediation:
+    """A rule's fix. ``needs`` (empty, or one entry per step, ``""`` = always) is each step's
+    condition on the rule inputs (:func:`step_holds`): a step that names a cause (batch-norm
+    folding, DataLoader workers) is given only where the trace shows that cause."""
+
     steps: tuple[str, ...]
     snippet: str = ""
+    needs: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"steps": list(self.steps), "snippet": self.snippet}
+
+    def conditions(self) -> tuple[str, ...]:
+        """Each step's condition, ``""`` for a step given always."""
+        return self.needs or ("",) * len(self.steps)
+
+    def for_values(self, values: dict[str, Metric]) -> "Remediation":
+        """The steps whose condition holds on ``values`` (a finding's remediation)."""
+        if not any(self.needs):
+            return self
+        steps = tuple(s for s, cond in zip(self.steps, self.needs) if step_holds(cond, values))
+        return Remediation(steps, self.snippet)
+
+
+# A step's condition: `KEY` (the input is measured and not 0: a flag that is 1, a share above
+# 0) or `KEY OP NUMBER` (the input is measured and the comparison holds). An input that is
+# absent never holds: a step that names a cause needs the trace to show it.
+STEP_NEEDS = re.compile(r"^\s*([a-z][a-z0-9_]*)\s*(?:(<=|>=|==|<|>)\s*(-?[0-9]+(?:\.[0-9]+)?(?:[eE]-?[0-9]+)?))?\s*$")
+
+
+def step_holds(condition: str, values: dict[str, Metric]) -> bool:
+    """Whether a remediation step's ``needs`` condition holds (``""`` always does)."""
+    if not condition:
+        return True
+    m = STEP_NEEDS.match(condition)
+    if m is None:
+        return False
+    value = values.get(m.group(1))
+    if not _usable(value):
+        return False
+    if m.group(2) is None:
+        return value.value != 0
+    return COMPARATORS[m.group(2)](value.value, float(m.group(3)))
 
 
 @dataclass(frozen=True)
@@ -410,15 +448,40 @@ def _source(raw: Any) -> Source:
                   clean(raw.get("original_title", "").strip()), clean(raw.get("url", "").strip()), tuple(rows))
 
 
+def _step(raw: Any, field: str) -> tuple[str, str]:
+    """One remediation step: a string, or ``{ text = "...", needs = "KEY [OP NUMBER]" }``
+    (given only where the condition holds on the rule inputs: :func:`step_holds`)."""
+    if isinstance(raw, str):
+        return raw, ""
+    _need(isinstance(raw, dict), field, 'expected a string or a table { text = "...", needs = "KEY" }')
+    _known_fields(raw, STEP_FIELDS, f"{field}.")
+    _need(isinstance(raw.get("text"), str) and raw["text"].strip() != "", f"{field}.text", "required: a non-empty string")
+    needs = raw.get("needs", "")
+    _need(isinstance(needs, str), f"{field}.needs", "expected a string: KEY or KEY OP NUMBER")
+    if needs:
+        m = STEP_NEEDS.match(needs)
+        _need(m is not None, f"{field}.needs", f"{needs!r}: expected KEY or KEY OP NUMBER (OP one of {' '.join(COMPARATORS)})")
+        if m.group(1) not in KNOWN_INPUTS:
+            raise _PackError(f"{field}.needs", f"unknown metric {m.group(1)!r}{_suggest(m.group(1), KNOWN_INPUTS)} (see docs/rules.md for the list)")
+        needs = " ".join(x for x in m.groups() if x is not None)
+    return raw["text"], needs
+
+
 def _remediation(raw: Any, field: str, sources: dict[str, Source]) -> Remediation:
     _need(isinstance(raw, dict), field, "expected a table with 'steps' (list of strings) and 'snippet'")
     _known_fields(raw, REMEDIATION_FIELDS, f"{field}.")
-    steps = _strings(raw.get("steps", []), f"{field}.steps")
-    _need(bool(steps), f"{field}.steps", "at least one step is required")
+    listed = raw.get("steps", [])
+    listed = [listed] if isinstance(listed, (str, dict)) else listed
+    _need(isinstance(listed, list), f"{field}.steps", "expected a string or a list of steps")
+    pairs = [_step(x, f"{field}.steps") for x in listed]
+    _need(bool(pairs), f"{field}.steps", "at least one step is required")
+    _need(any(not cond for _, cond in pairs), f"{field}.steps", "at least one step must be given always (without 'needs')")
     snippet = raw.get("snippet", "")
     _need(isinstance(snippet, str), f"{field}.snippet", "expected a string")
     # Pack text reaches terminals and reports: made inert here, once (perfdoctor.text).
-    return Remediation(tuple(_with_refs(clean_block(x), f"{field}.steps", sources) for x in steps), clean_block(snippet.strip("\n")))
+    steps = tuple(_with_refs(clean_block(x), f"{field}.steps", sources) for x, _ in pairs)
+    needs = tuple(cond for _, cond in pairs)
+    return Remediation(steps, clean_block(snippet.strip("\n")), needs if any(needs) else ())
 
 
 def _estimate(raw: Any, field: str) -> EstimateSpec:
@@ -748,6 +811,7 @@ def _usable(m: Metric | None) -> bool:
 
 
 NOT_APPLICABLE = "not applicable: "
+NOT_JUDGED = "not judged: "  # a workload rule on a trace whose workload is unknown
 
 
 def not_applicable(rule: Rule, analysis: Analysis) -> str | None:
@@ -755,8 +819,10 @@ def not_applicable(rule: Rule, analysis: Analysis) -> str | None:
 
     A rule declared for inference (decode, KV cache, request batching, a 10 ms p99 target)
     says nothing about a training step, and a gradient-bucketing rule nothing about a
-    server: such a rule is not evaluated, with the workload's evidence as the reason. An
-    ``unknown`` workload runs every rule (:func:`perfdoctor.analysis.workload.applies`).
+    server: such a rule is not evaluated, with the workload's evidence as the reason. On an
+    ``unknown`` workload (no trace read) such a rule is not judged either: a p99 above the
+    decode target is no failure of a program that may be an offline batch job
+    (:func:`perfdoctor.analysis.workload.applies`); the rules for any workload still run.
     """
     w = getattr(analysis, "workload", None)
     if not rule.workload or w is None:
@@ -765,6 +831,9 @@ def not_applicable(rule: Rule, analysis: Analysis) -> str | None:
 
     if any(workloads.applies(k, w) for k in rule.workload):
         return None
+    if w.kind == "unknown":
+        return (f"{NOT_JUDGED}{'/'.join(rule.workload)}-only rule; the workload is unknown ({w.text.removeprefix('unknown: ')}); "
+                "--workload training|inference sets it")
     if w.kind == "training" and "training" not in rule.workload:
         # an inference task's rule on a training trace: "inference-only", naming the tasks
         tasks = "" if rule.workload == ("inference",) else f" (a rule for {'/'.join(rule.workload)})"
@@ -785,6 +854,8 @@ def evaluate_rule(rule: Rule, analysis: Analysis, values: dict[str, Metric], evi
             title = v.title or title
             remediation = v.remediation or remediation
             spec = v.estimate or spec
+    if remediation is not None:
+        remediation = remediation.for_values(values)  # the steps whose cause the trace shows
     shown = {k: values[k] for k in rule.metrics + rule.show if _usable(values.get(k))}
     metric = next((k for k in rule.metrics if _usable(values.get(k))), None)
     finding = Finding(
@@ -803,6 +874,8 @@ def evaluate_rule(rule: Rule, analysis: Analysis, values: dict[str, Metric], evi
         context=context,
     )
     why_not = not_applicable(rule, analysis)
+    if why_not and why_not.startswith(NOT_JUDGED) and metric is None:
+        why_not = None  # nothing to judge anyway: say what is missing (below)
     if why_not:
         finding.reason = why_not
         finding.values = {}

@@ -9,6 +9,7 @@ contract metrics, and a missing one is "not evaluated", never a pass.
 
 from __future__ import annotations
 
+import re
 from typing import Callable
 
 import numpy as np
@@ -18,6 +19,9 @@ from perfdoctor.analysis.metrics import METRIC_UNITS, Analysis, Metric
 from perfdoctor.names.families import is_log_softmax
 from perfdoctor.names.codes import equals
 from perfdoctor.names.kernels import family, per_name
+from perfdoctor.names.ranges import LOOP_PREFIXES
+
+DATALOADER_PREFIX = LOOP_PREFIXES[0]  # enumerate(DataLoader)#<Iter>.__next__
 
 
 def step_activities(analysis: Analysis) -> pd.DataFrame:
@@ -194,6 +198,55 @@ def memory_bound_bw_util(analysis: Analysis) -> Metric:
     return Metric(None, "ratio", "bounds", reason=f"{what}; the whole step's dram_bw_util: {whole.reason if whole is not None else 'absent'}")
 
 
+# Batch norm by name: cuDNN's bn_fw_inf / bn_fw_tr / bn_bw kernels, ATen's batch_norm_* kernels
+# and CPU ops (aten::batch_norm, aten::cudnn_batch_norm, aten::native_batch_norm), MIOpen's
+# BatchNorm. Layer / group / RMS norm are not batch norm: there is nothing to fold.
+_BATCH_NORM = re.compile(r"batch_?norm|(?:^|[^a-z])bn_(?:fw|bw)", re.I)
+
+
+def batch_norm_in_steps(analysis: Analysis) -> Metric:
+    """1 when the steps run batch norm (a kernel of a step, or a CPU op inside a step's host
+    range, named so), 0 when they run kernels and none is: what batch-norm folding needs."""
+    k = _kernels_in_steps(analysis)
+    if k.empty:
+        return Metric(None, "flag", "kernel-names", reason="no kernels inside steps")
+    hit = next((n for n in pd.unique(k["name"]) if isinstance(n, str) and _BATCH_NORM.search(n)), None)
+    if hit is None:
+        ops, table = analysis.profile.ops, analysis.steps.table
+        named = ops[per_name(ops["name"], lambda n: bool(isinstance(n, str) and _BATCH_NORM.search(n))).astype(bool)] if not ops.empty else ops
+        if not named.empty and not table.empty:
+            order = np.argsort(table["host_start_ns"].to_numpy(dtype=np.int64), kind="stable")
+            lo = table["host_start_ns"].to_numpy(dtype=np.int64)[order]
+            hi = np.maximum.accumulate(table["host_end_ns"].to_numpy(dtype=np.int64)[order])  # the latest end of the steps begun so far
+            starts = named["start_ns"].to_numpy(dtype=np.int64)
+            at = np.searchsorted(lo, starts, side="right") - 1
+            inside = (at >= 0) & (starts <= hi[np.maximum(at, 0)])
+            hit = str(named["name"].to_numpy()[inside][0]) if inside.any() else None
+    if hit is None:
+        return Metric(0.0, "flag", "kernel-names", note="no batch-norm kernel or op in the steps")
+    return Metric(1.0, "flag", "kernel-names", note=f"batch norm runs in the steps: {hit[:80]}")
+
+
+def data_loading_seen(analysis: Analysis) -> Metric:
+    """1 when a data loader was seen: a DataLoader range (``enumerate(DataLoader)#…__next__``)
+    in the trace, the light pass's step is one, or the attribution gives data loading time;
+    0 when the trace or the light pass was read and shows none: what DataLoader advice needs."""
+    profile = analysis.profile
+    light = getattr(profile, "light", None)
+    names = [light.name] if light is not None else []
+    if not profile.ranges.empty:
+        names += [n for n in pd.unique(profile.ranges["name"]) if isinstance(n, str)]
+    hit = next((n for n in names if n.startswith(DATALOADER_PREFIX)), None)
+    if hit is not None:
+        return Metric(1.0, "flag", "ranges", note=f"a DataLoader range: {hit[:80]}")
+    a = analysis.attribution
+    if not a.reason and a.step.get("data_loading", 0.0) > 0:
+        return Metric(1.0, "flag", "attribution", note=f"{a.step['data_loading']:.4g} ms per step waiting for data loading")
+    if not names and profile.activities.empty and profile.ops.empty:
+        return Metric(None, "flag", "ranges", reason="no trace and no light pass to read")
+    return Metric(0.0, "flag", "ranges", note="no DataLoader range and no data-loading time in the steps")
+
+
 SIGNALS: dict[str, tuple[str, Callable[[Analysis], Metric], str]] = {
     # key: (unit, function, one-line meaning for `perfdoctor rules explain`)
     "fp32_gemm_time_ratio": ("ratio", fp32_gemm_time_ratio, "share of GEMM time in kernels named fp32/tf32"),
@@ -206,6 +259,9 @@ SIGNALS: dict[str, tuple[str, Callable[[Analysis], Metric], str]] = {
     "host_busy_gap_ratio": ("ratio", host_busy_gap_ratio, "share of the steps' idle time the host ran Python (not waiting, not launching)"),
     "layout_transform_ratio": ("ratio", _attribution_share(("layout_transform",), "busy", "of GPU busy time"), "share of GPU busy time in layout transforms (NCHW<->NHWC, transposes, contiguous copies)"),
     "norm_elementwise_ratio": ("ratio", _attribution_share(("normalisation", "elementwise"), "busy", "of GPU busy time"), "share of GPU busy time in normalisation and elementwise kernels"),
+    "convolution_ratio": ("ratio", _attribution_share(("convolution",), "busy", "of GPU busy time"), "share of GPU busy time in convolution kernels"),
+    "batch_norm_in_steps": ("flag", batch_norm_in_steps, "1 = batch-norm kernels or ops run in the steps (cuDNN bn_fw / bn_bw, ATen batch_norm), 0 = kernels run and none is batch norm"),
+    "data_loading_seen": ("flag", data_loading_seen, "1 = a DataLoader range (trace or light-pass step) or data-loading time in the attribution, 0 = none seen"),
     "data_loading_ratio": ("ratio", _attribution_share(("data_loading",), "step", "of the step"), "share of the step the GPU waited for the DataLoader"),
     "host_late_ratio": ("ratio", _attribution_share(("host_late",), "step", "of the step"), "share of the step the GPU waited for the host to issue work, nothing else in flight"),
     "eager_launches_per_step": ("count", eager_launches_per_step, "launches per step that are not graph replays, where steps replay graphs"),

@@ -1,0 +1,172 @@
+"""Remediation steps that name a cause are given only where the trace shows it (``needs``).
+
+H200, 2026-12-02, unmodified programs (tests/programs/real): the vision variant of
+memory-bubbles told a ViT-small at batch 1 to "fold batch norm into the convolutions" (a ViT
+has LayerNorm and one patch-embedding convolution) and told it and ResNet-50 b1 to use
+"DataLoader workers and pinned memory" (neither program has a data loader). The two traces
+are kept in docs/results/h200-real-2026-12-02/. Whether batch norm, convolutions or a data
+loader are there is counted here from the raw Kineto events, with no perfdoctor code.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import SHARED_TRACES
+from perfdoctor.errors import UsageError
+from perfdoctor.analysis.metrics import Metric
+from perfdoctor.pipeline import diagnose
+from perfdoctor.rules.engine import evaluate_rule, load_rules, step_holds
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN = ROOT / "docs" / "results" / "h200-real-2026-12-02"
+VIT = RUN / "vit_small_b1-trace.json.gz"
+RESNET = RUN / "resnet50_b1-trace.json.gz"
+
+BATCH_NORM_TEXT = "Fold batch norm"
+AROUND_CONVS = "around the convolutions"
+DATALOADER_TEXT = "DataLoader"
+CUDA_GRAPH_TEXT = "torch.compile(model, mode='reduce-overhead')"
+
+
+def _raw(path: Path) -> dict[str, object]:
+    """What the raw events say, by plain loops: batch norm by name (kernels and CPU ops), a
+    DataLoader range, and the convolution kernels' share of kernel time (cuDNN names them
+    conv / fprop / implicit_convolve; ATen's GEMMs, norms and elementwise kernels do not)."""
+    with gzip.open(path, "rt") as fh:
+        events = [e for e in json.load(fh)["traceEvents"] if e.get("ph") == "X"]
+    kernels = [e for e in events if str(e.get("cat", "")).lower() == "kernel"]
+    named = [e["name"] for e in events if e.get("cat") in ("kernel", "cpu_op")]
+    conv = sum(e["dur"] for e in kernels if re.search(r"conv|fprop", e["name"], re.I))
+    return {
+        "batch_norm": any(re.search(r"batch_norm|bn_fw", n) for n in named),
+        "dataloader": any("DataLoader" in str(e.get("name", "")) for e in events),
+        "conv_share": conv / sum(e["dur"] for e in kernels),
+    }
+
+
+@pytest.fixture(scope="module")
+def vit():
+    return diagnose(VIT, warnings=False)
+
+
+@pytest.fixture(scope="module")
+def resnet():
+    return diagnose(RESNET, warnings=False)
+
+
+def _bubbles(d):
+    return next(f for f in d.findings if f.rule_id == "memory-bubbles")
+
+
+def test_vit_is_not_told_to_fold_batch_norm_or_use_a_dataloader(vit):
+    raw = _raw(VIT)
+    assert not raw["batch_norm"] and not raw["dataloader"] and raw["conv_share"] < 0.10  # a ViT: one patch-embedding conv
+    f = _bubbles(vit)
+    assert vit.analysis.workload.task == "vision" and f.status == "fail"
+    text = " ".join(f.remediation.steps)
+    assert CUDA_GRAPH_TEXT in text
+    assert BATCH_NORM_TEXT not in text and "batch norm" not in text
+    assert AROUND_CONVS not in text
+    assert DATALOADER_TEXT not in text
+    assert any("Fuse the elementwise and normalisation kernels" in s for s in f.remediation.steps)
+
+
+def test_resnet_b1_is_told_to_fold_batch_norm_but_not_to_use_a_dataloader(resnet):
+    raw = _raw(RESNET)
+    assert raw["batch_norm"] and not raw["dataloader"] and raw["conv_share"] >= 0.10
+    f = _bubbles(resnet)
+    assert resnet.analysis.workload.task == "vision" and f.status == "fail"
+    text = " ".join(f.remediation.steps)
+    assert CUDA_GRAPH_TEXT in text and BATCH_NORM_TEXT in text and AROUND_CONVS in text
+    assert DATALOADER_TEXT not in text
+
+
+def test_norm_elementwise_folds_batch_norm_only_where_it_runs(vit, resnet):
+    """The same condition on another rule's step: norm-elementwise's batch-norm folding."""
+    steps = {name: next(f for f in d.findings if f.rule_id == "norm-elementwise").remediation.steps for name, d in (("vit", vit), ("resnet", resnet))}
+    assert not any("batch norm" in s for s in steps["vit"])
+    assert any("batch norm" in s for s in steps["resnet"])
+    assert any("torch.compile" in s for s in steps["vit"])  # the unconditional step stays
+
+
+@pytest.mark.skipif(not SHARED_TRACES.is_dir(), reason=f"the shared traces ({SHARED_TRACES}) are not here")
+@pytest.mark.parametrize(
+    "name",
+    ["hta/ns_resolution_trace__rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz", "wild/kineto__tb_resnet50_num_workers_0.pt.trace.json.gz"],
+)
+def test_training_input_pipeline_advice_follows_the_dataloader(name: str):
+    """The training variant's DataLoader step: given for the ResNet trained from a DataLoader
+    (its __next__ ranges are in the trace), not for HTA's ResNet training trace, which has none."""
+    path = SHARED_TRACES / name
+    d = diagnose(path, warnings=False)
+    assert d.analysis.workload.kind == "training"
+    steps = _bubbles(d).remediation.steps
+    assert any("DataLoader(" in s for s in steps) == _raw(path)["dataloader"]
+    assert any("autograd thread" in s for s in steps)  # the unconditional steps stay
+
+
+# --- the mechanism itself, on made-up values and packs ------------------------------------
+
+def test_step_conditions():
+    values = {"flag1": Metric(1.0, "flag", "t"), "flag0": Metric(0.0, "flag", "t"), "share": Metric(0.3, "ratio", "t"),
+              "missing": Metric(None, "ratio", "t", reason="not collected")}
+    assert step_holds("", values)
+    assert step_holds("flag1", values) and not step_holds("flag0", values)
+    assert not step_holds("missing", values) and not step_holds("absent", values)  # unknown is not shown
+    assert step_holds("share >= 0.3", values) and not step_holds("share < 0.3", values)
+    assert not step_holds("missing < 0.3", values)
+
+
+PACK = '''
+[[rule]]
+id = "demo-needs"
+title = "Demo"
+metric = "gpu_idle_ratio"
+comparator = "<"
+threshold = 0.5
+severity = "warning"
+citation = "test"
+[rule.remediation]
+steps = [
+    "always",
+    { text = "only with batch norm", needs = "batch_norm_in_steps" },
+    { text = "only with many convolutions", needs = "convolution_ratio >= 0.5" },
+]
+'''
+
+
+def test_a_pack_step_with_needs_is_chosen_by_the_values(tmp_path: Path):
+    path = tmp_path / "p.toml"
+    path.write_text(PACK)
+    rule = load_rules([path], seed=False).get("demo-needs")
+    analysis = type("A", (), {"workload": None})()
+
+    def steps(**vals: float) -> list[str]:
+        values = {"gpu_idle_ratio": Metric(0.9, "ratio", "t"), **{k: Metric(v, "ratio", "t") for k, v in vals.items()}}
+        return list(evaluate_rule(rule, analysis, values, {}).remediation.steps)
+
+    assert steps() == ["always"]
+    assert steps(batch_norm_in_steps=1.0, convolution_ratio=0.2) == ["always", "only with batch norm"]
+    assert steps(batch_norm_in_steps=0.0, convolution_ratio=0.6) == ["always", "only with many convolutions"]
+
+
+@pytest.mark.parametrize(
+    "steps,message",
+    [
+        ('[{ text = "x", needs = "batch_norm_in_stepz" }, "y"]', "unknown metric 'batch_norm_in_stepz'"),
+        ('[{ text = "x", needs = "convolution_ratio >> 1" }, "y"]', "expected KEY or KEY OP NUMBER"),
+        ('[{ text = "x", needs = "batch_norm_in_steps" }]', "at least one step must be given always"),
+        ('[{ text = "x", when = "vision" }, "y"]', "unknown field"),
+    ],
+)
+def test_bad_step_conditions_are_refused(tmp_path: Path, steps: str, message: str):
+    path = tmp_path / "p.toml"
+    path.write_text(re.sub(r"steps = \[.*?\n\]", f"steps = {steps}", PACK, flags=re.S))
+    with pytest.raises(UsageError, match=re.escape(message)):
+        load_rules([path], seed=False)
