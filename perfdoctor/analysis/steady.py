@@ -74,7 +74,9 @@ def host_lead_ns(host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[
     return np.maximum(0, g[:-1] - h[1:])
 
 
-def iteration_ends_ns(gpu_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int]) -> np.ndarray:
+def iteration_ends_ns(
+    gpu_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int], stop_at_pauses: bool = True
+) -> np.ndarray:
     """GPU ends of steps that are calls inside a loop, extended to the whole iteration.
 
     When the step is found automatically as a repeating call (a model's ``forward`` in
@@ -84,9 +86,12 @@ def iteration_ends_ns(gpu_start: np.ndarray | list[int], gpu_end: np.ndarray | l
     completes when everything issued before it has run, or right away when the GPU was
     idle waiting for the host. So ``max(g[k], gpu_start[k+1])`` is the end of iteration
     ``k``: its own GPU work and the host work after it. The last call keeps its own end,
-    and so does a call followed by a pause (:func:`pauses`: the program did something else
-    before the next call, e.g. the eager prefill before a compiled decode loop's next
-    generation): that time belongs to no iteration, and the cadence leaves it out.
+    and so does a call followed by a pause (:func:`pauses`, against the median iteration:
+    the program did something else before the next call, e.g. the eager prefill before a
+    compiled decode loop's next generation): that time belongs to no iteration, and the
+    cadence leaves it out. ``stop_at_pauses=False`` where the call is only the head of the
+    loop's body (torch's DataLoader fetch): the time to the next fetch is the iteration
+    itself, however uneven (a loaded CPU made some 3x the median).
     """
     g = _ns(gpu_end).copy()
     if g.size > 1 and gpu_start is not None:
@@ -95,9 +100,11 @@ def iteration_ends_ns(gpu_start: np.ndarray | list[int], gpu_end: np.ndarray | l
         begun = [None if v is None else int(v) for v in list(gpu_start)]
         known = np.array([v is not None for v in begun[1:]], dtype=bool)
         nxt = np.array([v if v is not None else np.iinfo(np.int64).min for v in begun[1:]], dtype=np.int64)
-        own = np.array([e - b for b, e in zip(begun, g.tolist()) if b is not None], dtype=np.int64)
         after = np.where(known, np.maximum(nxt - g[:-1], 0), 0)
-        paused = pauses(after, own) if own.size else np.zeros(after.size, dtype=bool)
+        paused = np.zeros(after.size, dtype=bool)
+        if stop_at_pauses:
+            calls = np.array([e - (b if b is not None else e) for b, e in zip(begun[:-1], g[:-1].tolist())], dtype=np.int64)
+            paused = pauses(after, calls + after)
         g[:-1] = np.where(known & ~paused, np.maximum(g[:-1], nxt), g[:-1])
     return g
 

@@ -196,7 +196,7 @@ def find_step(results: dict[str, Any], options: RunOptions) -> tuple[str | None,
         # (on the H200 an HF generate spent ~0.5 ms per token between forward calls).
         # Without CUDA (host clock) the next call's host start marks the iteration's end.
         starts = calls["gpu_start_ns"] if calls.get("gpu_start_ns") is not None else calls["host_start_ns"]
-        ends = steady.iteration_ends_ns(starts, calls["gpu_end_ns"]).tolist()
+        ends = steady.iteration_ends_ns(starts, calls["gpu_end_ns"], stop_at_pauses=choice.kind != "loop").tolist()
         timed = {**calls, "gpu_end_ns": ends}
         if choice.kind == "loop":
             # torch's own range is only a part of the iteration (the batch's fetch): the last

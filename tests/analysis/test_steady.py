@@ -374,3 +374,13 @@ def test_a_host_ahead_decode_loop_pauses_for_the_prefill_between_generations(syn
     if not synced:
         # the host alone sees no pause: it issued the next call long before the prefill ran
         assert steady.cadence(h, ends).pauses == 0
+
+
+def test_a_data_loader_iteration_is_never_cut_at_a_pause() -> None:
+    # torch's DataLoader fetch is only the head of the loop's body: fetches of 2 ns at 0,
+    # 100, 400, 500. With pauses the slow second iteration (298 ns after its fetch, over 3x
+    # the usual 98) would lose its body; as the loop's body it is the iteration, however
+    # uneven (the CPU test loop on a loaded box: some iterations 3x the median).
+    starts, ends = [0, 100, 400, 500], [2, 102, 402, 502]
+    assert steady.iteration_ends_ns(starts, ends, stop_at_pauses=False).tolist() == [100, 400, 500, 502]
+    assert steady.iteration_ends_ns(starts, ends).tolist() == [100, 102, 500, 502]
