@@ -116,3 +116,20 @@ def test_a_serving_engine_is_told_about_its_own_graphs():
     report = diagnose(VLLM_EAGER, warnings=False)
     mb = next(f for f in report.findings if f.rule_id == "memory-bubbles")
     assert mb.status == "fail" and "enforce_eager" in _advice(mb) and "decode_step" not in _advice(mb)
+
+
+SD35 = SHARED / "tracelens" / "inference__xdit_sd_3.5__profile_trace_rank_0.json.gz"
+VLLM_MI300X = SHARED / "wild" / "tracemap__vllm_mi300x_1000isl_10osl_32con.pt.trace.json.gz"
+
+
+@need_shared
+@pytest.mark.parametrize("path,want", [(VLLM_EAGER, "scheduling"), (VLLM_MI300X, "scheduling"), (SD35, "reduce-overhead")],
+                         ids=["vllm-b200", "vllm-mi300x", "sd3.5"])
+def test_host_python_in_an_engine_is_not_a_data_loader(path: Path, want: str):
+    """The host Python the GPU waits for in a serving engine is its scheduler; in a compiled
+    denoiser, inductor's wrapper launching kernels. No DataLoader is in these programs."""
+    assert not any("DataLoader" in n for n in _names(path))
+    report = diagnose(path, warnings=False)
+    f = next(f for f in report.findings if f.rule_id == "host-busy-in-gaps")
+    assert f.status == "fail" and f.rank <= 2  # the first or second finding on each
+    assert "DataLoader" not in _advice(f) and want in _advice(f)
