@@ -133,3 +133,26 @@ def test_host_python_in_an_engine_is_not_a_data_loader(path: Path, want: str):
     f = next(f for f in report.findings if f.rule_id == "host-busy-in-gaps")
     assert f.status == "fail" and f.rank <= 2  # the first or second finding on each
     assert "DataLoader" not in _advice(f) and want in _advice(f)
+
+
+@need_shared
+def test_a_transformer_with_one_patch_convolution_is_not_told_channels_last():
+    """TimeSformer converts NCHW<->NHWC around its one patch-embedding convolution; its GEMMs
+    are linear layers. Before: layout-transforms added 0.14 × 56.6 ms of convolution + GEMM +
+    normalisation as an "NCHW penalty" (18.7 ms) and led with channels-last."""
+    with gzip.open(TIMESFORMER, "rt") as fh:
+        kernels = [e for e in json.load(fh)["traceEvents"] if e.get("cat") == "kernel"]
+    conv = sum(e["dur"] for e in kernels if re.search(r"fprop|conv", e["name"], re.I) and "nchwToNhwc" not in e["name"])
+    assert conv / sum(e["dur"] for e in kernels) < 0.01  # the convolution is a sliver of the GPU time
+    report = diagnose(TIMESFORMER, warnings=False)
+    f = next(f for f in report.findings if f.rule_id == "layout-transforms")
+    layout_ms = report.analysis.attribution.step["layout_transform"]
+    assert f.status == "fail" and f.recovered_ms == pytest.approx(layout_ms)  # no penalty on the GEMMs
+    assert not any("channels-last" in s or "channels_last" in s for s in f.remediation.steps)
+
+
+def test_a_convolution_network_keeps_channels_last():
+    report = diagnose(RUN / "resnet50_b1-trace.json.gz", warnings=False)
+    f = next(f for f in report.findings if f.rule_id == "layout-transforms")
+    assert f.status == "fail" and "NCHW penalty" in f.estimate.formula
+    assert any("channels_last" in s for s in f.remediation.steps)
