@@ -156,3 +156,21 @@ def test_a_convolution_network_keeps_channels_last():
     f = next(f for f in report.findings if f.rule_id == "layout-transforms")
     assert f.status == "fail" and "NCHW penalty" in f.estimate.formula
     assert any("channels_last" in s for s in f.remediation.steps)
+
+
+VLLM_H100 = SHARED / "wild" / "tracemap__vllm_h100_1000isl_10osl_32con.pt.trace.json.gz"
+TRAINING_WORDS = re.compile(r"DDP|FSDP|DistributedDataParallel|gradient|backward", re.I)
+
+
+@need_shared
+@pytest.mark.parametrize("path,rule_id", [(VLLM_H100, "comm-overlap"), (VLLM_MI300X, "comm-share")], ids=["vllm-h100", "vllm-mi300x"])
+def test_an_inference_server_is_not_told_about_gradients(path: Path, rule_id: str):
+    """vLLM at TP=2 (tracemap): its collectives are tensor parallelism's all-reduces; the
+    trace has no backward op and no optimizer step."""
+    names = _names(path)
+    assert any(re.search(r"all_?reduce|nccl|rccl", n, re.I) for n in names)
+    assert not any(re.search(r"Backward\d*$|^Optimizer\.step", n) for n in names)
+    report = diagnose(path, warnings=False)
+    f = next(f for f in report.findings if f.rule_id == rule_id)
+    assert f.status == "fail" and f.rank <= 3
+    assert not TRAINING_WORDS.search(_advice(f)), _advice(f)
