@@ -174,3 +174,22 @@ def test_an_inference_server_is_not_told_about_gradients(path: Path, rule_id: st
     f = next(f for f in report.findings if f.rule_id == rule_id)
     assert f.status == "fail" and f.rank <= 3
     assert not TRAINING_WORDS.search(_advice(f)), _advice(f)
+
+
+SGLANG_DECODE = SHARED / "tracelens" / "inference__sglang_decode__sglang_Qwen3-8B_decode.json.gz"
+SGLANG_PD = SHARED / "tracelens" / "inference__sglang_prefilldecode__sglang_Qwen3-8B_prefilldecode.json.gz"
+
+
+@need_shared
+@pytest.mark.parametrize("path", [SGLANG_DECODE, SGLANG_PD], ids=["decode", "prefilldecode"])
+def test_a_serving_engine_sync_is_the_engine_s(path: Path):
+    """SGLang's long stall is a hipMemcpyWithStream issued by the engine itself; the user is
+    not told to remove .item() from a decode loop they do not own."""
+    with gzip.open(path, "rt") as fh:
+        events = [e for e in json.load(fh)["traceEvents"] if e.get("ph") == "X"]
+    memcpy = max((e["dur"] for e in events if e.get("name") == "hipMemcpyWithStream"), default=0)
+    assert memcpy > 400_000  # µs: the stall is in the raw trace
+    report = diagnose(path, warnings=False)
+    f = next(f for f in report.findings if f.rule_id == "host-syncs")
+    assert f.status == "fail" and f.rank == 1
+    assert ".item()" not in _advice(f) and "engine" in _advice(f)
