@@ -30,8 +30,10 @@ Then the task (``Workload.task``), which decides the thresholds and fix texts th
 ``training``     the kind above
 ``serving``      vLLM / SGLang step ranges (``execute_context_*``, ``step[DECODE bs=32]``)
 ``diffusion``    diffusers / DiT names (``unet``, ``transformer_blocks``, ``scheduler.step``, Flux, SD3, xDiT)
-``llm-prefill``  a language model (embedding / RMSNorm / rotary / KV-cache names) whose steps say prefill
-``llm-decode``   a language model otherwise (one token per step: the seed pack's workload)
+``llm-prefill``  a language model (RMSNorm / rotary / KV-cache / lm_head names) whose steps say prefill
+``llm-decode``   a language model otherwise (one token per step: the seed pack's workload);
+                 a token embedding counts only where no encoder (``BertEmbeddings``) and no
+                 convolution (TimeSformer's patch ``TimesformerEmbeddings``) is named
 ``vision``       convolution ops or kernels (or NCHW<->NHWC transforms) and no language-model name
 ``inference``    none of these: the generic inference rules apply Confidence says how much was visible: ``high`` when the CPU ops
 were seen (a training step cannot hide its backward ops), ``medium`` when only ranges and
@@ -57,9 +59,17 @@ TASKS = ("training", "serving", "diffusion", "llm-prefill", "llm-decode", "visio
 _ENGINE_FRAME = re.compile(r"(?:^|/)(?:vllm|sglang)/\w")
 _SERVING = re.compile(r"^execute_context_|^step\[(?:DECODE|PREFILL|EXTEND|MIXED)|execute_model|ModelRunner", re.I)
 _DIFFUSION = re.compile(r"diffusers|unet|transformer_blocks|scheduler\.step|denois|flux|sd3|xdit|\bdit\b|CUDAGraphNode", re.I)
-_LLM = re.compile(r"embedding|rms_?norm|rotary|\brope\b|kv_?cache|reshape_and_cache|paged_attention|decode|generate|lm_head|llama|causallm", re.I)
+# A decoder names its norms, rotary positions, KV cache, head or generation loop. A token
+# embedding is weaker evidence: an encoder has one too (BERT: BertEmbeddings, aten::embedding)
+# and a video or image transformer names its patch convolution so (TimesformerEmbeddings). It
+# makes a language model only where no encoder and no convolution is named (an unannotated
+# HF generate keeps no more than aten::embedding among its ops).
+_LLM = re.compile(r"rms_?norm|rotary|\brope\b|kv_?cache|reshape_and_cache|paged_attention|decode|generate|lm_head|llama|causallm", re.I)
+_LLM_WEAK = re.compile(r"embedding", re.I)
+_ENCODER = re.compile(r"encoder|bert", re.I)
 _PREFILL = re.compile(r"prefill|context_encoding|extend", re.I)
-_VISION = re.compile(r"conv(?:olution)?\d?d|cudnn_convolution|nchwToNhwc|nhwcToNchw|implicit_?gemm|fprop|max_pool|adaptive_avg_pool", re.I)
+# "fprop" is cuDNN's convolution forward, but not in its fused attention (sdpa_..._flash_fprop)
+_VISION = re.compile(r"conv(?:olution)?\d?d|cudnn_convolution|nchwToNhwc|nhwcToNchw|implicit_?gemm|(?<!flash_)fprop|max_pool|adaptive_avg_pool", re.I)
 
 _BACKWARD_OP = re.compile(r"^autograd::engine::evaluate_function: |Backward\d*$")
 _EVALUATE = "autograd::engine::evaluate_function: "
@@ -214,6 +224,8 @@ def _task(kind: str, names: dict[str, int], kernel_names, kernels_of: np.ndarray
     if (hit := _first(_DIFFUSION, names)) is not None:
         return "diffusion", hit[:60]
     llm = _first(_LLM, names)
+    if llm is None and _first(_ENCODER, names) is None and _first(_VISION, names) is None and _first(_VISION, ran) is None:
+        llm = _first(_LLM_WEAK, names)
     if llm is not None:
         if (hit := _first(_PREFILL, names)) is not None:
             return "llm-prefill", hit[:60]

@@ -125,7 +125,7 @@ PREDICATES: dict[str, tuple[Callable[[dict[str, Metric]], bool], str]] = {
 }
 
 
-TASK_CONDITIONS = ("vision", "diffusion", "llm-prefill", "serving")
+TASK_CONDITIONS = ("vision", "diffusion", "llm-prefill", "llm-decode", "serving")
 for _task in TASK_CONDITIONS:
     PREDICATES[_task] = (_workload_is(_task), f"the workload is recognised as {_task} (perfdoctor.analysis.workload.Workload.task)")
 

@@ -329,7 +329,7 @@ def _part_time(parts: tuple[str, ...], what: str) -> Callable[[Analysis, float |
 NCHW_PARTS = ("convolution", "gemm", "normalisation")
 
 
-def nchw_fed(analysis: Analysis) -> str | None:
+def nchw_fed(analysis: Analysis, min_conv_share: float = 0.0) -> str | None:
     """Whether the step feeds NCHW tensors through NHWC kernels, and the evidence: cuDNN's
     NCHW<->NHWC conversions, at least one per convolution kernel (each NHWC convolution of
     an NCHW model converts its input, its output back, and its filter). Then channels-last
@@ -337,7 +337,13 @@ def nchw_fed(analysis: Analysis) -> str | None:
     kernels, which are faster: the convolutions of an NCHW model are picked among fewer
     algorithms (1x1 ones as NCHW GEMMs) and its batch norm runs an NCHW kernel. None when
     the step has no convolution or converts less often (a channels-last model converting
-    its input once)."""
+    its input once), and None where the convolutions are less than ``min_conv_share`` of
+    the GPU busy time: a transformer with one patch-embedding convolution (ViT, TimeSformer)
+    converts around it, but its GEMMs are linear layers that channels-last does not touch."""
+    if min_conv_share > 0:
+        a = analysis.attribution
+        if a.reason or a.busy_ms <= 0 or a.step["convolution"] / a.busy_ms < min_conv_share:
+            return None
     t = analysis.timeline
     k = t.step_kernels
     n = max(analysis.steps.count, 1)
@@ -360,7 +366,7 @@ def layout_time(analysis: Analysis, threshold: float | None, params: dict[str, A
     share = float(params.get("nchw_penalty", 0.0))
     ms = a.step["layout_transform"] * saved
     formula = f"layout transforms {a.step['layout_transform']:.4g} ms per step (attribution, {a.source}) × {saved:g}"
-    fed = nchw_fed(analysis) if share else None
+    fed = nchw_fed(analysis, float(params.get("min_conv_share", 0.0))) if share else None
     if fed:
         nchw = sum(a.step[p] for p in NCHW_PARTS)
         ms += share * nchw
@@ -379,7 +385,7 @@ def norm_elementwise_time(analysis: Analysis, threshold: float | None, params: d
     saved = float(params.get("saved", 1.0))
     share = float(params.get("nchw_penalty", 0.0))
     norm, elem = a.step["normalisation"], a.step["elementwise"]
-    fed = nchw_fed(analysis) if share else None
+    fed = nchw_fed(analysis, float(params.get("min_conv_share", 0.0))) if share else None
     what = f"normalisation {norm:.4g}"
     if fed:
         what += f" × (1 − {share:g}, the NCHW penalty layout-transforms counts: {fed})"
@@ -402,8 +408,8 @@ ESTIMATES: dict[str, tuple[Callable[[Analysis, float | None, dict[str, Any]], Es
     "exposed_comm": (exposed_comm, ()),
     "softmax_time": (softmax_time, ()),
     "host_busy_gaps": (host_busy_gaps, ()),
-    "layout_time": (layout_time, ("saved", "nchw_penalty")),
-    "norm_elementwise_time": (norm_elementwise_time, ("saved", "nchw_penalty")),
+    "layout_time": (layout_time, ("saved", "nchw_penalty", "min_conv_share")),
+    "norm_elementwise_time": (norm_elementwise_time, ("saved", "nchw_penalty", "min_conv_share")),
     "data_loading_time": (_part_time(("data_loading",), "GPU waiting for the DataLoader"), ("saved",)),
     "host_late_time": (_part_time(("host_late",), "GPU waiting for the host to issue work"), ("saved",)),
     "straggler_delay": (straggler_delay, ()),

@@ -1,0 +1,195 @@
+"""Issue 28, audit of 2026-12-02: advice for one patient is not given to another.
+
+Every trace in the shared corpus was reported and its first findings read against what the
+trace is (docs/results/audit-2026-12-02.md). Classes of wrong advice found there:
+
+* a token embedding alone made a model a decode loop: BERT (``BertEmbeddings``) and the video
+  transformer TimeSformer (``TimesformerEmbeddings``, a patch convolution) were ``llm-decode``
+  and were told to write a MegaKernel and quantise to int4 (GPTQ) by ``dram-bandwidth``;
+* the base texts were the decode tutorial's, so any inference task without its own variant (a
+  model not recognised, an encoder, a serving engine; the vision / diffusion ``launches-per-step``
+  snippet) was told to "capture the whole decode step", fuse "RMSNorm, rotary" or given a
+  ``decode_step`` snippet;
+* a ResNet *training* step was told to "fold batch norm into the preceding convolution" on an
+  ``eval()`` model.
+
+What a trace is, is read here from the raw events with plain Python, not from perfdoctor.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import SHARED_TRACES
+from perfdoctor.pipeline import diagnose
+
+ROOT = Path(__file__).resolve().parents[2]
+SHARED = SHARED_TRACES
+RUN = ROOT / "docs" / "results" / "h200-real-2026-12-02"
+DEMO = ROOT / "perfdoctor" / "demo" / "data"
+BERT = SHARED / "tracelens" / "mi300__gaunernst_bert-small-uncased__1016001.json.gz"
+TIMESFORMER = SHARED / "tracelens" / "h100__facebook_timesformer-base-finetuned-k400__1016002.json.gz"
+TOY = SHARED / "hta" / "critical_path__cuda_event_sync_multi_stream__event_sync_trace.json.gz"
+RESNET_TRAIN = SHARED / "hta" / "ns_resolution_trace__rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
+VLLM_EAGER = SHARED / "tracelens" / "b200__eager_trace.json.gz"
+
+DECODE_WORDS = re.compile(r"decode[ _](?:step|loop)|per token|rmsnorm|rotary|megakernel per|static_tok|gptq|int4", re.I)
+need_shared = pytest.mark.skipif(not SHARED.is_dir(), reason=f"the shared traces ({SHARED}) are not here")
+
+
+def _names(path: Path) -> list[str]:
+    with gzip.open(path, "rt") as fh:
+        events = json.load(fh)["traceEvents"]
+    return [str(e.get("name", "")) for e in events if e.get("ph") == "X"]
+
+
+def _decoder_named(names: list[str]) -> bool:
+    """What a decoder language model names (norm, rotary positions, KV cache, head, generation)."""
+    return any(re.search(r"rms_?norm|rotary|kv_?cache|lm_head|causallm|generate", n, re.I) for n in names if not n.startswith("<built-in"))
+
+
+def _failed(report):
+    return [f for f in report.findings if f.status == "fail"]
+
+
+def _advice(f) -> str:
+    r = f.remediation
+    return " ".join([*r.steps, r.snippet or ""]) if r is not None else ""
+
+
+@need_shared
+@pytest.mark.parametrize("path,task", [(BERT, "inference"), (TIMESFORMER, "vision")])
+def test_an_embedding_alone_is_not_a_decode_loop(path: Path, task: str):
+    names = _names(path)
+    assert any("Embeddings" in n for n in names) and not _decoder_named(names)  # what the trace is
+    report = diagnose(path, warnings=False)
+    assert report.analysis.workload.task == task
+    dram = next(f for f in report.findings if f.rule_id == "dram-bandwidth")
+    assert dram.status != "fail"  # TimeSformer's was #3, an error: "MegaKernel ... int4 (GPTQ)"
+
+
+@need_shared
+@pytest.mark.parametrize("path", [BERT, TOY], ids=["bert", "toy-matmul"])
+def test_inference_not_recognised_is_not_told_about_decode(path: Path):
+    assert not _decoder_named(_names(path))
+    report = diagnose(path, warnings=False)
+    failed = _failed(report)
+    assert any(f.rule_id == "memory-bubbles" for f in failed)
+    wrong = {f.rule_id: DECODE_WORDS.findall(_advice(f)) for f in failed if DECODE_WORDS.search(_advice(f))}
+    assert not wrong
+
+
+def test_an_image_model_gets_no_decode_snippet():
+    report = diagnose(RUN / "vit_small_b1-trace.json.gz", warnings=False)
+    lps = next(f for f in report.findings if f.rule_id == "launches-per-step")
+    assert lps.status == "fail" and "decode_step" not in _advice(lps)
+    assert not [f.rule_id for f in _failed(report) if DECODE_WORDS.search(_advice(f))]
+
+
+def test_decode_keeps_the_decode_wording():
+    report = diagnose(DEMO / "eager", warnings=False)
+    assert report.analysis.workload.task == "llm-decode"
+    mb = next(f for f in report.findings if f.rule_id == "memory-bubbles")
+    assert mb.status == "fail" and "Capture the whole decode step" in _advice(mb)
+
+
+@need_shared
+def test_a_training_step_is_not_told_to_fold_batch_norm():
+    names = _names(RESNET_TRAIN)
+    assert any("Backward" in n for n in names) and any(re.search(r"batch_norm|bn_fw", n) for n in names)
+    report = diagnose(RESNET_TRAIN, warnings=False)
+    ne = next(f for f in report.findings if f.rule_id == "norm-elementwise")
+    assert ne.status == "fail"
+    assert not re.search(r"fold|fuse_modules|eval\(\)", _advice(ne)), _advice(ne)
+
+
+@need_shared
+def test_a_serving_engine_is_told_about_its_own_graphs():
+    names = _names(VLLM_EAGER)
+    assert any(n.startswith("execute_context_") for n in names)
+    assert not any("GraphLaunch" in n for n in names)  # eager: no graph replayed
+    report = diagnose(VLLM_EAGER, warnings=False)
+    mb = next(f for f in report.findings if f.rule_id == "memory-bubbles")
+    assert mb.status == "fail" and "enforce_eager" in _advice(mb) and "decode_step" not in _advice(mb)
+
+
+SD35 = SHARED / "tracelens" / "inference__xdit_sd_3.5__profile_trace_rank_0.json.gz"
+VLLM_MI300X = SHARED / "wild" / "tracemap__vllm_mi300x_1000isl_10osl_32con.pt.trace.json.gz"
+
+
+@need_shared
+@pytest.mark.parametrize("path,want", [(VLLM_EAGER, "scheduling"), (VLLM_MI300X, "scheduling"), (SD35, "reduce-overhead")],
+                         ids=["vllm-b200", "vllm-mi300x", "sd3.5"])
+def test_host_python_in_an_engine_is_not_a_data_loader(path: Path, want: str):
+    """The host Python the GPU waits for in a serving engine is its scheduler; in a compiled
+    denoiser, inductor's wrapper launching kernels. No DataLoader is in these programs."""
+    assert not any("DataLoader" in n for n in _names(path))
+    report = diagnose(path, warnings=False)
+    f = next(f for f in report.findings if f.rule_id == "host-busy-in-gaps")
+    assert f.status == "fail" and f.rank <= 2  # the first or second finding on each
+    assert "DataLoader" not in _advice(f) and want in _advice(f)
+
+
+@need_shared
+def test_a_transformer_with_one_patch_convolution_is_not_told_channels_last():
+    """TimeSformer converts NCHW<->NHWC around its one patch-embedding convolution; its GEMMs
+    are linear layers. Before: layout-transforms added 0.14 × 56.6 ms of convolution + GEMM +
+    normalisation as an "NCHW penalty" (18.7 ms) and led with channels-last."""
+    with gzip.open(TIMESFORMER, "rt") as fh:
+        kernels = [e for e in json.load(fh)["traceEvents"] if e.get("cat") == "kernel"]
+    conv = sum(e["dur"] for e in kernels if re.search(r"fprop|conv", e["name"], re.I) and "nchwToNhwc" not in e["name"])
+    assert conv / sum(e["dur"] for e in kernels) < 0.01  # the convolution is a sliver of the GPU time
+    report = diagnose(TIMESFORMER, warnings=False)
+    f = next(f for f in report.findings if f.rule_id == "layout-transforms")
+    layout_ms = report.analysis.attribution.step["layout_transform"]
+    assert f.status == "fail" and f.recovered_ms == pytest.approx(layout_ms)  # no penalty on the GEMMs
+    assert not any("channels-last" in s or "channels_last" in s for s in f.remediation.steps)
+
+
+def test_a_convolution_network_keeps_channels_last():
+    report = diagnose(RUN / "resnet50_b1-trace.json.gz", warnings=False)
+    f = next(f for f in report.findings if f.rule_id == "layout-transforms")
+    assert f.status == "fail" and "NCHW penalty" in f.estimate.formula
+    assert any("channels_last" in s for s in f.remediation.steps)
+
+
+VLLM_H100 = SHARED / "wild" / "tracemap__vllm_h100_1000isl_10osl_32con.pt.trace.json.gz"
+TRAINING_WORDS = re.compile(r"DDP|FSDP|DistributedDataParallel|gradient|backward", re.I)
+
+
+@need_shared
+@pytest.mark.parametrize("path,rule_id", [(VLLM_H100, "comm-overlap"), (VLLM_MI300X, "comm-share")], ids=["vllm-h100", "vllm-mi300x"])
+def test_an_inference_server_is_not_told_about_gradients(path: Path, rule_id: str):
+    """vLLM at TP=2 (tracemap): its collectives are tensor parallelism's all-reduces; the
+    trace has no backward op and no optimizer step."""
+    names = _names(path)
+    assert any(re.search(r"all_?reduce|nccl|rccl", n, re.I) for n in names)
+    assert not any(re.search(r"Backward\d*$|^Optimizer\.step", n) for n in names)
+    report = diagnose(path, warnings=False)
+    f = next(f for f in report.findings if f.rule_id == rule_id)
+    assert f.status == "fail" and f.rank <= 3
+    assert not TRAINING_WORDS.search(_advice(f)), _advice(f)
+
+
+SGLANG_DECODE = SHARED / "tracelens" / "inference__sglang_decode__sglang_Qwen3-8B_decode.json.gz"
+SGLANG_PD = SHARED / "tracelens" / "inference__sglang_prefilldecode__sglang_Qwen3-8B_prefilldecode.json.gz"
+
+
+@need_shared
+@pytest.mark.parametrize("path", [SGLANG_DECODE, SGLANG_PD], ids=["decode", "prefilldecode"])
+def test_a_serving_engine_sync_is_the_engine_s(path: Path):
+    """SGLang's long stall is a hipMemcpyWithStream issued by the engine itself; the user is
+    not told to remove .item() from a decode loop they do not own."""
+    with gzip.open(path, "rt") as fh:
+        events = [e for e in json.load(fh)["traceEvents"] if e.get("ph") == "X"]
+    memcpy = max((e["dur"] for e in events if e.get("name") == "hipMemcpyWithStream"), default=0)
+    assert memcpy > 400_000  # µs: the stall is in the raw trace
+    report = diagnose(path, warnings=False)
+    f = next(f for f in report.findings if f.rule_id == "host-syncs")
+    assert f.status == "fail" and f.rank == 1
+    assert ".item()" not in _advice(f) and "engine" in _advice(f)
