@@ -381,9 +381,22 @@ def top_collectives(analysis: Analysis) -> Evidence:
     if k.empty:
         ev.note = "no communication kernels in the steps"
         return ev
-    d = pd.DataFrame({"label": labels(k["name"]).to_numpy(), "dur": (k["end_ns"] - k["start_ns"]).to_numpy(np.int64)})
-    g = d.groupby("label").agg(n=("dur", "size"), total=("dur", "sum"), mean=("dur", "mean")).nlargest(TOP, "total")
+    lab = labels(k["name"]).to_numpy(dtype=object)
+    dur = (k["end_ns"] - k["start_ns"]).to_numpy(np.int64)
     n = _steps(analysis)
+    if all(isinstance(x, str) for x in lab):
+        # numpy, not groupby.agg (~4 ms per call, once per rank of a folder): the same groups
+        # (sorted labels), integer sums, mean = sum / count, largest totals first, ties by label
+        keys, inv = np.unique(lab.astype(str), return_inverse=True)
+        cnt = np.bincount(inv, minlength=len(keys))
+        tot = np.zeros(len(keys), dtype=np.int64)
+        np.add.at(tot, inv, dur)
+        top = np.argsort(-tot, kind="stable")[:TOP]
+        ev.rows = [[_clip(str(keys[i])), _r(float(cnt[i]) / n), _r(float(tot[i]) / float(cnt[i]) / 1e3), _r(float(tot[i]) / n / 1e6)]
+                   for i in top]
+        return ev
+    d = pd.DataFrame({"label": lab, "dur": dur})
+    g = d.groupby("label").agg(n=("dur", "size"), total=("dur", "sum"), mean=("dur", "mean")).nlargest(TOP, "total")
     ev.rows = [[_clip(str(lbl)), _r(r["n"] / n), _r(r["mean"] / 1e3), _r(r["total"] / n / 1e6)] for lbl, r in g.iterrows()]
     return ev
 
