@@ -77,8 +77,8 @@ def in_capture(profile: Profile, windows: pd.DataFrame | None = None) -> np.ndar
     windows = capture_windows(profile) if windows is None else windows
     out = np.zeros(len(calls), dtype=bool)
     start, tid = calls["start_ns"].to_numpy(), calls["tid"].to_numpy()
-    for w in windows.itertuples():
-        out |= (tid == w.tid) & (start >= w.begin_ns) & (start <= w.end_ns)
+    for w_tid, begin, end in zip(windows["tid"], windows["begin_ns"], windows["end_ns"]):  # not itertuples: a namedtuple class per call
+        out |= (tid == w_tid) & (start >= begin) & (start <= end)
     return out
 
 

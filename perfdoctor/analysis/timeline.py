@@ -35,7 +35,7 @@ pageable_ns
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -228,6 +228,8 @@ class Timeline:
     # kernels_per_step, short kernels, copies; a step-owned activity is always in it)
     built_from: Steps | None = None  # the Steps object these tables derive from
     host_gaps: pd.DataFrame | None = None  # hostgaps.gap_hosts of these steps, computed on first use
+    # rules.estimates._launch_gaps of these gaps, computed on first use (three estimates read it per analysis)
+    launch_gaps: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     @cached_property
     def with_gpu(self) -> pd.DataFrame:

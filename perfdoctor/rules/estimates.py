@@ -88,7 +88,15 @@ def idle_between_kernels(analysis: Analysis, threshold: float | None, params: di
 
 
 def _launch_gaps(analysis: Analysis) -> np.ndarray:
-    """Which gaps of the timeline launches can explain: not after or inside a sync, not with the host running Python."""
+    """Which gaps of the timeline launches can explain: not after or inside a sync, not with the host running Python.
+    Computed once per Timeline (a copy returned each time: callers combine it with other masks)."""
+    timeline = analysis.timeline
+    if timeline.launch_gaps is None:
+        timeline.launch_gaps = _launch_gaps_of(analysis)
+    return timeline.launch_gaps.copy()
+
+
+def _launch_gaps_of(analysis: Analysis) -> np.ndarray:
     from perfdoctor.analysis.hostgaps import BETWEEN, gap_hosts
 
     gaps = analysis.timeline.gaps
