@@ -5,7 +5,9 @@ Three situations must never be confused:
 * a trace of a CAPTURE (``cudaStreamBeginCapture`` … ``cudaStreamEndCapture``,
   ``cudaGraphInstantiate``): the launches inside the capture window record graph nodes and
   run nothing, so "many launches, few kernels" is not launch overhead and the idle GPU is
-  not a bubble. Timing rules do not apply to it.
+  not a bubble. Timing rules do not apply to it; nor to a capture followed by no more than
+  one launch of each captured graph (the launch as it is recorded: the program has not
+  reached its replays yet).
 * steps whose kernels run under a graph launch (REPLAYED): one ``cudaGraphLaunch`` runs the
   whole step; advising "use CUDA graphs" would be wrong.
 * steps with kernels but ZERO recognised launch calls (a tracer that dropped the runtime
@@ -127,6 +129,18 @@ def trace_state(profile: Profile) -> GraphState:
         state.message = (
             f"a capture: {in_cap} launches recorded graph nodes inside {len(windows)} stream capture(s) while "
             f"{kernels} kernel(s) ran; timing rules do not apply (profile the replays instead)"
+        )
+    elif len(windows) and graph_launches <= len(windows):
+        # At most one launch per captured graph: the replay that follows recording (torch's
+        # CUDA-graph trees launch each graph once as they record it; xDiT's Flux capture
+        # trace: 1 capture, 1 hipGraphLaunch). The program has not yet reached the replays it
+        # will run from then on, so the steps seen are warm-up: judging their timing told a
+        # program that already captures a graph to capture one.
+        state.kind, state.timing_rules_apply = "capture", False
+        state.message = (
+            f"a capture: {len(windows)} stream capture(s) ({in_cap} launches recorded) and {graph_launches} graph "
+            f"launch(es), no more than one per capture (the launch as it is recorded); timing rules do not apply "
+            "(profile the replays that follow instead)"
         )
     elif len(windows):
         state.kind = "capture+replay"

@@ -152,3 +152,43 @@ def test_docs_trace_graph_id_zero_is_not_a_replay():
         assert ev and all(e["args"].get("graph id") == 0 for e in ev)  # eager kernels, graph id 0 written
         st = capture.trace_state(load_trace(path))
         assert st.replayed_kernels == 0 and st.kind != "replay", st.message
+
+
+def _captured(path: Path, graph_launches: int) -> Path:
+    """A stream capture of two launches (recorded, not run), then ``graph_launches`` replays
+    of the graph, each running two kernels (graph id 7)."""
+    ev = [
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamBeginCapture", "pid": 1, "tid": 1, "ts": 0, "dur": 1, "args": {"correlation": 1}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 2, "dur": 1, "args": {"correlation": 2}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 4, "dur": 1, "args": {"correlation": 3}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamEndCapture", "pid": 1, "tid": 1, "ts": 6, "dur": 1, "args": {"correlation": 4}},
+    ]
+    for i in range(graph_launches):
+        ts, corr = 100 + 100 * i, 10 + i
+        ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 1, "tid": 1, "ts": ts, "dur": 2, "args": {"correlation": corr}})
+        for k in range(2):
+            ev.append({"ph": "X", "cat": "kernel", "name": f"k{k}", "pid": 0, "tid": 7, "ts": ts + 5 + 10 * k, "dur": 3,
+                       "args": {"device": 0, "stream": 7, "correlation": corr, "graph id": 7}})
+    path.write_text(json.dumps({"traceEvents": ev}))
+    return path
+
+
+def test_one_launch_per_capture_is_a_capture_not_a_replay(tmp_path):
+    # The launch that follows recording (CUDA-graph trees replay each graph once as they
+    # record it) is no steady replay: the trace is a capture, its timing not the program's.
+    once = capture.trace_state(load_trace(_captured(tmp_path / "once.json", 1)))
+    assert (once.captures, once.graph_launches, once.kind, once.timing_rules_apply) == (1, 1, "capture", False)
+    twice = capture.trace_state(load_trace(_captured(tmp_path / "twice.json", 2)))
+    assert (twice.kind, twice.timing_rules_apply) == ("capture+replay", True)
+
+
+def test_xdit_flux_capture_trace_is_a_capture():
+    # The shared README: "a diffusion model recording a CUDA graph: a capture, not decode";
+    # its raw events: one hipStreamBeginCapture ... EndCapture and one hipGraphLaunch.
+    paths = sorted((SHARED / "tracelens").glob("inference__xdit_flux.1__capture_traces__*"))
+    if not paths:
+        pytest.skip(f"{SHARED} is absent (the shared real traces)")
+    names = [e.get("name") for e in json.loads(gzip.decompress(paths[0].read_bytes()))["traceEvents"]]
+    assert names.count("hipGraphLaunch") == 1 and names.count("hipStreamBeginCapture") == 1
+    st = capture.trace_state(load_trace(paths[0]))
+    assert st.kind == "capture" and not st.timing_rules_apply, st.message
