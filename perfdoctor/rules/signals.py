@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.analysis.metrics import METRIC_UNITS, Analysis, Metric
+from perfdoctor.analysis.ownership import containing
 from perfdoctor.names.families import is_log_softmax
 from perfdoctor.names.codes import equals
 from perfdoctor.names.kernels import family, per_name
@@ -215,13 +216,9 @@ def batch_norm_in_steps(analysis: Analysis) -> Metric:
         ops, table = analysis.profile.ops, analysis.steps.table
         named = ops[per_name(ops["name"], lambda n: bool(isinstance(n, str) and _BATCH_NORM.search(n))).astype(bool)] if not ops.empty else ops
         if not named.empty and not table.empty:
-            order = np.argsort(table["host_start_ns"].to_numpy(dtype=np.int64), kind="stable")
-            lo = table["host_start_ns"].to_numpy(dtype=np.int64)[order]
-            hi = np.maximum.accumulate(table["host_end_ns"].to_numpy(dtype=np.int64)[order])  # the latest end of the steps begun so far
-            starts = named["start_ns"].to_numpy(dtype=np.int64)
-            at = np.searchsorted(lo, starts, side="right") - 1
-            inside = (at >= 0) & (starts <= hi[np.maximum(at, 0)])
-            hit = str(named["name"].to_numpy()[inside][0]) if inside.any() else None
+            lo, hi = (table[k].to_numpy(dtype=np.int64) for k in ("host_start_ns", "host_end_ns"))
+            step = containing(lo, hi, np.argsort(lo, kind="stable"), named["start_ns"].to_numpy(dtype=np.int64))
+            hit = str(named["name"].to_numpy()[step >= 0][0]) if (step >= 0).any() else None
     if hit is None:
         return Metric(0.0, "flag", "kernel-names", note="no batch-norm kernel or op in the steps")
     return Metric(1.0, "flag", "kernel-names", note=f"batch norm runs in the steps: {hit[:80]}")
