@@ -97,15 +97,15 @@ def iteration_ends_ns(
     if g.size > 1 and gpu_start is not None:
         # A CPU-only run records no CUDA event: its GPU starts are None, and a call's own
         # end is then all that is known.
-        begun = [None if v is None else int(v) for v in list(gpu_start)]
-        known = np.array([v is not None for v in begun[1:]], dtype=bool)
-        nxt = np.array([v if v is not None else np.iinfo(np.int64).min for v in begun[1:]], dtype=np.int64)
-        after = np.where(known, np.maximum(nxt - g[:-1], 0), 0)
+        known = np.array([v is not None for v in gpu_start], dtype=bool)
+        begun = np.array([int(v) if v is not None else 0 for v in gpu_start], dtype=np.int64)
+        nxt, ends = begun[1:], g[:-1]
+        after = np.where(known[1:], np.maximum(nxt - ends, 0), 0)  # host work to the next call
         paused = np.zeros(after.size, dtype=bool)
         if stop_at_pauses:
-            calls = np.array([e - (b if b is not None else e) for b, e in zip(begun[:-1], g[:-1].tolist())], dtype=np.int64)
+            calls = np.where(known[:-1], ends - begun[:-1], 0)  # each call's own span
             paused = pauses(after, calls + after)
-        g[:-1] = np.where(known & ~paused, np.maximum(g[:-1], nxt), g[:-1])
+        g[:-1] = np.where(known[1:] & ~paused, np.maximum(ends, nxt), ends)
     return g
 
 
@@ -211,11 +211,11 @@ def cadence(
 
     A step starts at the later of its host start and ``gpu_start`` (the stream reaching the
     step, when known). Why both: a program whose host runs ahead of the GPU (a CUDA-graph
-    decode loop that never synchronises) queues its eager prefill between two steps long
-    before the GPU runs it, so the host sees no pause at all; the stream reaches the next
-    step only after the prefill's kernels (H200, gpt-fast-style decode: 24.5 ms of prefill
-    between generations read as three 24.5 ms "steps", the rate 19 % under the program's
-    own decode timer)."""
+    decode loop that does not synchronise around its prefill) queues the eager prefill
+    between two steps long before the GPU runs it, so the host sees no pause at all; the
+    stream reaches the next step only after the prefill's kernels. (The H200 decode loop of
+    2026-12-02, which does synchronise, lost its pauses in :func:`iteration_ends_ns`
+    instead: 24.5 ms prefills inside three iterations, the rate 19 % under its own timer.)"""
     h, g = _ns(host_start), _ns(gpu_end)
     if h.size < 2:
         return Cadence(None, 0, 0, "needs at least two steps")
