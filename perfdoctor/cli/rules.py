@@ -34,6 +34,17 @@ def list_rules(
     stdout_console().print(t)
 
 
+def _fix_lines(remediation) -> list[str]:
+    """A fix's numbered steps as `rules explain` prints them: each with its condition, if any
+    (``needs``), and the top-finding placeholder named."""
+    from perfdoctor.rules.engine import TOP_FINDING
+
+    return [
+        f"  {i}. {f'[only where {cond}] ' if cond else ''}{step.replace(TOP_FINDING, '<the top-ranked other finding>')}"
+        for i, (step, cond) in enumerate(zip(remediation.steps, remediation.conditions()), start=1)
+    ]
+
+
 @rules_app.command("explain")
 def explain_rule(
     rule_id: str = typer.Argument(..., help="Rule id, e.g. memory-bubbles (see `perfdoctor rules list`)."),
@@ -45,7 +56,7 @@ def explain_rule(
     from rich.text import Text
 
     from perfdoctor.reports.code import Code
-    from perfdoctor.rules.engine import PREDICATES, TOP_FINDING
+    from perfdoctor.rules.engine import PREDICATES
     from perfdoctor.rules.estimates import ESTIMATES
     from perfdoctor.rules.signals import KNOWN_INPUTS, SIGNALS
 
@@ -82,9 +93,8 @@ def explain_rule(
     else:
         c.print(Text.assemble(("estimate: ", "bold"), "none (ranked after failures with an estimate)"))
     c.print(Text("fix:", style="bold"))
-    for i, (step, cond) in enumerate(zip(r.remediation.steps, r.remediation.conditions()), start=1):
-        when = f"[only where {cond}] " if cond else ""
-        c.print(Text(f"  {i}. {when}{step.replace(TOP_FINDING, '<the top-ranked other finding>')}"))
+    for line in _fix_lines(r.remediation):
+        c.print(Text(line))
     if r.remediation.snippet:
         c.print(Code(r.remediation.snippet), crop=False)  # code is never cropped
     for v in r.variants:
@@ -92,7 +102,7 @@ def explain_rule(
         if v.title:
             c.print(Text(f"  title: {v.title}"))
         if v.remediation:
-            for i, (step, cond) in enumerate(zip(v.remediation.steps, v.remediation.conditions()), start=1):
-                c.print(Text(f"  {i}. {f'[only where {cond}] ' if cond else ''}{step}"))
+            for line in _fix_lines(v.remediation):
+                c.print(Text(line))
         if v.estimate:
             c.print(Text(f"  estimate: {v.estimate.kind}({', '.join(f'{k}={x:g}' for k, x in v.estimate.params)})"))
