@@ -46,9 +46,11 @@ def calibrate_command(
     path = save_calibration(uuid, entry)
     peak = entry.get("theoretical_dram_gbps")
     of_peak = f" ({entry['dram_read_gbps'] / peak:.0%} of the theoretical {peak:.0f} GB/s, NVML)" if peak else ""
+    # The numbers whether or not they were cached (the conditional once took the whole
+    # message: an unwritable cache printed "not cached" and no measurement).
+    where = f"cached in {path}" if path is not None else "not cached (see the warning above)"
     Console().print(
         f"DRAM read (measured): {entry['dram_read_gbps']:.0f} GB/s{of_peak}\n"
-        f"bf16 matmul (measured): {entry['bf16_matmul_tflops']:.0f} TFLOP/s\n"
-        f"cached in {path}" if path is not None else "not cached (see the warning above)",
-        highlight=False,
+        f"bf16 matmul (measured): {entry['bf16_matmul_tflops']:.0f} TFLOP/s\n{where}",
+        highlight=False, markup=False, soft_wrap=True,  # a long cache path stays one line
     )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -40,13 +41,23 @@ def load_all() -> dict[str, Any]:
     """The cache's entries that are valid (:func:`valid_entry`); a cache that is not a
     regular JSON file (a FIFO would hang, /dev/zero never ends, deep nesting) counts as
     empty: it is rebuilt by the next ``calibrate``, never propagated into a bundle."""
+    return _read_cache()[0]
+
+
+def _read_cache() -> tuple[dict[str, Any], str | None]:
+    """:func:`load_all`'s entries, and what of an existing cache was dropped (None: nothing,
+    or no cache yet): what ``calibrate`` warns about before it rewrites the file."""
+    path = cache_path()
     try:
-        data = read_json(cache_path())
-    except UsageError:
-        return {}
+        data = read_json(path)
+    except UsageError as exc:
+        return {}, (clean(exc) if os.path.lexists(path) else None)
     if not isinstance(data, dict):
-        return {}
-    return {k: v for k, v in data.items() if isinstance(k, str) and valid_entry(v)}
+        return {}, f"{path}: not a JSON object"
+    entries = {k: v for k, v in data.items() if isinstance(k, str) and valid_entry(v)}
+    dropped = len(data) - len(entries)
+    return entries, (f"{path}: {dropped} invalid entr{'y' if dropped == 1 else 'ies'} dropped (the two "
+                     "ceilings must be positive, finite numbers)" if dropped else None)
 
 
 def valid_entry(entry: Any) -> bool:
@@ -66,8 +77,12 @@ def load_calibration(gpu_uuid: str) -> dict[str, Any] | None:
 
 def save_calibration(gpu_uuid: str, entry: dict[str, Any]) -> Path | None:
     """Cache ``entry``; None, with a warning on stderr, when the cache cannot be written
-    (the measurement is still printed: an unwritable cache is "not cached", not a failure)."""
-    data = load_all()
+    (the measurement is still printed: an unwritable cache is "not cached", not a failure).
+    An existing cache that is unreadable, or has invalid entries, is a one-line warning: the
+    rewritten file keeps only the valid entries."""
+    data, dropped = _read_cache()
+    if dropped:
+        print(f"warning: calibration cache rewritten: {clean(dropped)}", file=sys.stderr)
     data[gpu_uuid] = entry
     path = cache_path()
     try:

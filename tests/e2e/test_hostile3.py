@@ -206,3 +206,54 @@ def test_an_unchecked_cache_entry_never_reaches_a_bundle(tmp_path: Path, monkeyp
     calibrate.cache_path().parent.mkdir(parents=True)
     calibrate.cache_path().write_text(json.dumps({"GPU-1": entry}))
     assert cached_calibration({"name": "NVIDIA H200", "uuid": "GPU-1"}) is None
+
+
+@pytest.mark.parametrize("cache", ["unwritable", "fifo", "bad_entry", "none"])
+def test_calibrate_prints_its_numbers_and_one_warning(tmp_path: Path, monkeypatch, cache: str) -> None:
+    """``perfdoctor calibrate`` (its command function; the measurement faked, there is no GPU
+    here): the numbers are printed whether or not they could be cached, an unwritable cache is
+    one "not cached" line, an unreadable one or a bad entry one "rewritten" line, never a
+    traceback. The H200 runs the real command (tests/record/test_caches_gpu.py)."""
+    torch = pytest.importorskip("torch")
+    import typer
+    from typer.testing import CliRunner
+
+    import perfdoctor.cli.calibrate as cli
+    from perfdoctor.collectors import nvml
+    from perfdoctor.record import calibrate
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Fake GPU")
+    monkeypatch.setattr(nvml, "device_info", lambda *a: {"uuid": "GPU-1", "peak_dram_bw_gbps": 4800.0})
+    measured = {"dram_read_gbps": 4100.0, "bf16_matmul_tflops": 700.0, "measured_at": "2026-12-02T00:00:00Z"}
+    monkeypatch.setattr(cli, "calibrate", lambda *a: dict(measured))
+    if cache == "unwritable":
+        (tmp_path / "perfdoctor").write_text("a file where the cache folder goes")
+    elif cache != "none":
+        calibrate.cache_path().parent.mkdir()
+        if cache == "fifo":
+            os.mkfifo(calibrate.cache_path())
+        else:
+            calibrate.cache_path().write_text(json.dumps({"GPU-1": {"dram_read_gbps": "x"}, "GPU-2": measured}))
+    app = typer.Typer()
+    app.command()(cli.calibrate_command)
+    result = CliRunner().invoke(app, ["--sizes-mb", "8"])
+    assert result.exit_code == 0 and result.exception is None, result.output
+    out = result.stdout
+    assert "DRAM read (measured): 4100 GB/s (85% of the theoretical 4800 GB/s, NVML)" in out
+    assert "bf16 matmul (measured): 700 TFLOP/s" in out
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    if cache == "unwritable":
+        assert "not cached (see the warning above)" in out
+        assert len(warnings) == 1 and warnings[0].startswith("warning: calibration not cached ("), result.stderr
+        assert (tmp_path / "perfdoctor").read_text() == "a file where the cache folder goes"
+        return
+    assert f"cached in {calibrate.cache_path()}" in out
+    if cache == "none":
+        assert warnings == []
+    else:
+        assert len(warnings) == 1 and warnings[0].startswith("warning: calibration cache rewritten: "), result.stderr
+        assert ("is a FIFO" if cache == "fifo" else "1 invalid entry dropped") in warnings[0]
+    assert calibrate.load_calibration("GPU-1")["dram_read_gbps"] == 4100.0
+    assert calibrate.load_all().keys() == ({"GPU-1", "GPU-2"} if cache == "bad_entry" else {"GPU-1"})
