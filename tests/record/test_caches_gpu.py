@@ -230,7 +230,7 @@ def megakernel(xdg: Path, timeout: float) -> list[int]:
                    module="perfdoctor.engine", timeout=timeout)
     no_traceback(done)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    assert warnings_of(done) == [], done.stderr[-2000:]  # the cache is writable: no "not cached"
+    assert "not cached" not in done.stderr, done.stderr[-2000:]  # the cache folder is writable
     found = TOKENS.search(done.stdout)
     assert found, done.stdout
     return [int(t) for t in found[1].split()]
