@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from perfdoctor.cli import options
+from perfdoctor.console import stdout_console
 from perfdoctor.errors import UsageError
 from perfdoctor.text import clean
 
@@ -80,9 +81,8 @@ def run_command(
         raise UsageError("--repeat with several ranks is not supported yet: repeat single-process runs, or run the job N times")
     if not options.light and options.collect is not None and set(options.collect) <= {"nvml"}:
         raise UsageError("--no-light with only nvml collects nothing: keep the light pass or add a tracer")
-    from rich.console import Console
-
-    console = Console(stderr=True)
+    # Unwrapped when piped (CI logs): a bundle path or a pass's command cut across lines cannot be copied.
+    console = stdout_console(stderr=True)
     try:
         code, bundle = run_repeated(options, repeat, console) if repeat > 1 else execute(options, console)
     except OSError as exc:

@@ -350,7 +350,10 @@ def test_acceptance_hf_generate_every_collector_in_three_minutes(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert {k: v["status"] for k, v in m["collectors"].items()} == {"torch": "ok", "nvml": "ok", "nsys": "ok", "ncu": "ok"}
     assert wall < 180, passes
-    for name in ("light", "torch", "nsys", "ncu"):
+    # How long each pass took: the light pass counts its steps on the line after (it knows them
+    # only once its series is read), the tracing passes on the same line.
+    assert re.search(r"^light pass: [\d.]+ s, exit 0$", done.stderr, re.M), done.stderr[-3000:]
+    for name in ("torch", "nsys", "ncu"):
         assert re.search(rf"^{name} pass: \d+ steps, [\d.]+ s, exit 0$", done.stderr, re.M), (name, done.stderr[-3000:])
     ks = ncu.kernel_set(load_trace(bundle / "raw" / "torch-trace.json.gz").kernels)
     assert 0 < m["collectors"]["ncu"]["kernels"] <= ks.launches, (m["collectors"]["ncu"], ks.launches)
