@@ -25,7 +25,13 @@ step time p50 where the bundle has one, else the traced critical path p50. GPU b
 class is the mean over the traced steps (the tracer does not stretch device work); the
 waiting is that step time less the busy time, split in the traced steps' proportions (the
 tracer does stretch host gaps). When the traced busy time exceeds the untraced step, every
-part is scaled to the step and a note says so. Parts add up to the step by construction;
+part is scaled to the step and a note says so. The means leave out leading steps that are
+warm-up by their device work (:func:`perfdoctor.analysis.steady.device_warmup`: before the
+steady state of both the step time and the GPU busy time): a mean is the typical step's only
+when the steps repeat the same device work, and a first step that ran 4.6x the GPU work of
+the rest (cuDNN autotuning, first calls) would fill the median step with GPU time that no
+other step has. The note names the steps left out; they stay in ``per_step`` and every metric.
+A step slow only on the host (a stall: the same device work) stays in the means. Parts add up to the step by construction;
 per traced step they add up to its critical path exactly (tests check both against the raw
 events).
 """
@@ -40,7 +46,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from perfdoctor.analysis import hostgaps
+from perfdoctor.analysis import hostgaps, steady
 from perfdoctor.analysis.steps import is_sync
 from perfdoctor.analysis.timeline import union_per_group
 from perfdoctor.names.codes import equals
@@ -182,9 +188,10 @@ def _busy(analysis, windows: pd.DataFrame, lo: np.ndarray, hi: np.ndarray) -> di
     return out
 
 
-def _waits(h: pd.DataFrame, analysis, windows: pd.DataFrame, lo: np.ndarray, hi: np.ndarray, idle: np.ndarray):
+def _waits(h: pd.DataFrame, analysis, windows: pd.DataFrame, lo: np.ndarray, hi: np.ndarray, idle: np.ndarray, first: int = 0):
     """Per step, GPU waiting ns by cause (module docstring) from the labelled intervals ``h``
-    (:func:`perfdoctor.analysis.hostgaps.gap_hosts`), the host-Python sites and sync calls."""
+    (:func:`perfdoctor.analysis.hostgaps.gap_hosts`), the host-Python sites and sync calls
+    (ms per step over the headline's steps: those from position ``first`` on)."""
     n = len(windows)
     out = {p: np.zeros(n, dtype=np.int64) for p in WAIT_PARTS}
     sites: dict[str, float] = {}
@@ -232,11 +239,12 @@ def _waits(h: pd.DataFrame, analysis, windows: pd.DataFrame, lo: np.ndarray, hi:
     np.add.at(out["host_python"], g[m], busy[m])
     for part in ("host_late", "host_before_launch"):
         np.add.at(out[part], g[m & (late == part)], (rest - busy)[m & (late == part)])
-    steps = max(n, 1)
-    for i in np.flatnonzero(m & (busy > 0)):
+    steps = max(n - first, 1)
+    mine = g >= first
+    for i in np.flatnonzero(m & (busy > 0) & mine):
         key = str(site[i]) or "(no user frame: library code)"
         sites[key] = sites.get(key, 0.0) + busy[i] / 1e6 / steps
-    for i in np.flatnonzero((host == "waiting") & (rest > 0)):
+    for i in np.flatnonzero((host == "waiting") & (rest > 0) & mine):
         key = str(site[i]) or "(a sync returned inside the gap)"
         syncs[key] = syncs.get(key, 0.0) + rest[i] / 1e6 / steps
     labelled = sum(out[p] for p in WAIT_PARTS)
@@ -257,15 +265,16 @@ def attribute(analysis) -> Attribution:
     busy = _busy(analysis, w, lo, hi)
     busy_total = sum(busy.values())
     idle = cp - busy_total
+    warmup = steady.device_warmup(cp, busy_total)
     hosts = hostgaps.gap_hosts(analysis)
-    waits, sites, syncs = _waits(hosts, analysis, w, lo, hi, idle)
+    waits, sites, syncs = _waits(hosts, analysis, w, lo, hi, idle, warmup.start)
     per = pd.DataFrame({"step": w.index.to_numpy(), "step_ms": cp / 1e6, **{p: v / 1e6 for p, v in {**busy, **waits}.items()}})
     per = per[["step", "step_ms", *PARTS]]
 
     light = analysis.metrics.get("step_latency_ms_p50")
     untraced = light is not None and light.value and light.source == "light"
     step_ms = float(light.value) if untraced else float(np.median(cp)) / 1e6
-    mean = {p: float(per[p].mean()) for p in PARTS}
+    mean = {p: float(per[p].iloc[warmup.start:].mean()) for p in PARTS}
     busy_ms = sum(mean[p] for p in BUSY_PARTS)
     wait_ms = sum(mean[p] for p in WAIT_PARTS)
     note = None
@@ -281,8 +290,14 @@ def attribute(analysis) -> Attribution:
         note = (f"the traced steps' mean GPU busy time ({busy_ms:.4g} ms) exceeds the "
                 f"{'untraced' if untraced else 'median traced'} step ({step_ms:.4g} ms): the busy parts are scaled to the step")
     if untraced and note is None:
-        note = (f"GPU busy per class: mean of {len(per)} traced steps; waiting: the untraced step {step_ms:.4g} ms less the busy "
+        note = (f"GPU busy per class: mean of {len(per) - warmup.start} traced steps; waiting: the untraced step {step_ms:.4g} ms less the busy "
                 f"time, split as in the traced steps (the tracer stretches host gaps, not kernels)")
+    if warmup.start:
+        ids = per["step"].astype(int).tolist()
+        gone = f"step {ids[0]}" if warmup.start == 1 else f"steps {ids[0]}-{ids[warmup.start - 1]}"
+        left = (f"parts: mean of steps {ids[warmup.start]}-{ids[-1]}; {gone} left out as warm-up: {warmup.reason}, "
+                "the device work the steady steps do not repeat (it stays in the per-step rows and in every metric)")
+        note = left if note is None else f"{left}; {note}"
     return Attribution(
         step_ms=step_ms,
         source="light" if untraced else source,

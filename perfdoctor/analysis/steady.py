@@ -189,6 +189,33 @@ def steady_start(critical_path: np.ndarray | list[int]) -> Steady:
     return Steady(start, why, stretch)
 
 
+def device_warmup(critical_path: np.ndarray | list[int], gpu_busy: np.ndarray | list[int]) -> Steady:
+    """The leading steps of a *trace* that are warm-up by what the device did, not only by time.
+
+    A trace alone cannot know the warm-up from its step times (docs/metrics.md): a slow first
+    step may be the tracer starting, a prefill, a host stall, and its metrics use every
+    step. Its GPU busy time per step is another matter: the tracer does not stretch device
+    work, and the steady steps of a loop repeat the same work, so a leading step whose own
+    GPU work is slow by the steady-state rule (first calls, cuDNN autotuning, allocation run
+    device work later steps do not repeat) shows its warm-up in the trace itself. The steps
+    returned (``start``) precede the steady state by :func:`steady_start` of *both* series:
+    a step slow only on the host (a stall, a late launch: the same device work) is kept,
+    and so is one whose device work differs while its time does not (a bigger batch).
+    """
+    by_time, by_work = steady_start(critical_path), steady_start(gpu_busy)
+    start = min(by_time.start, by_work.start)
+    if start == 0:
+        return Steady(0, "no step before the steady state of both the step time and the GPU work")
+    cp, busy = np.asarray(critical_path, dtype=np.float64), np.asarray(gpu_busy, dtype=np.float64)
+    steps = "the first step" if start == 1 else f"the first {start} steps"
+    return Steady(
+        start,
+        f"{steps} ({float(np.sum(cp[:start])) / 1e6:.4g} ms of critical path, {float(np.sum(busy[:start])) / 1e6:.4g} ms of GPU work) "
+        f"before the steady state of both the step time ({float(np.median(cp[start:])) / 1e6:.4g} ms) and the GPU work "
+        f"({float(np.median(busy[start:])) / 1e6:.4g} ms per step)",
+    )
+
+
 @dataclass(frozen=True)
 class Cadence:
     """The completion rate of a step series, pauses left out."""

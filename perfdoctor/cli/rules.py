@@ -101,6 +101,8 @@ def explain_rule(
         c.print(Text(f"when {v.when} ({PREDICATES[v.when][1]}):", style="bold"))
         if v.title:
             c.print(Text(f"  title: {v.title}"))
+        if v.severity:
+            c.print(Text(f"  severity: {v.severity}"))
         if v.remediation:
             for line in _fix_lines(v.remediation):
                 c.print(Text(line))

@@ -82,7 +82,7 @@ RULE_FIELDS = {
     "citation", "cite", "reading", "evidence", "estimate", "collect", "remediation", "variant", "workload", "suppresses", "no_estimate",
 }
 WORKLOADS = ("training", "inference", "any", "serving", "diffusion", "llm-prefill", "llm-decode", "vision")
-VARIANT_FIELDS = {"when", "title", "remediation", "estimate"}
+VARIANT_FIELDS = {"when", "title", "remediation", "estimate", "severity"}
 REMEDIATION_FIELDS = {"steps", "snippet"}
 STEP_FIELDS = {"text", "needs"}  # a step given only where a condition holds: { text = "...", needs = "KEY [OP NUMBER]" }
 REQUIRED = ("title", "metric", "severity", "remediation")  # and a citation: `cite` or `citation`
@@ -122,6 +122,8 @@ PREDICATES: dict[str, tuple[Callable[[dict[str, Metric]], bool], str]] = {
     "graphed": (_graphed, "steps are CUDA-graph replays (steps_graphed: most steps own a recognised graph launch replaying ≥ 50 % of their kernels)"),
     "training": (_workload_is("training"), "the trace is training (backward ops, an optimizer step or an autograd thread: perfdoctor.analysis.workload)"),
     "inference": (_workload_is("inference"), "the trace is inference (no backward op, no optimizer step)"),
+    "unrecognised": (_workload_is("unrecognised"), "the trace is inference whose task was not recognised (Workload.task 'inference': "
+                     "no vision, diffusion, language-model or serving names)"),
 }
 
 
@@ -138,6 +140,7 @@ def workload_values(analysis: Analysis) -> dict[str, Metric]:
     src = "perfdoctor.analysis.workload"
     out = {f"workload_{k}": Metric(1.0 if kind == k else 0.0, "flag", src) for k in ("training", "inference")}
     out.update({f"workload_{k}": Metric(1.0 if task == k else 0.0, "flag", src) for k in TASK_CONDITIONS})
+    out["workload_unrecognised"] = Metric(1.0 if kind == "inference" and task == "inference" else 0.0, "flag", src)
     return out
 
 
@@ -219,6 +222,7 @@ class Variant:
     title: str | None = None
     remediation: Remediation | None = None
     estimate: EstimateSpec | None = None
+    severity: str | None = None  # the pack's severity where the condition holds (the stake may still lower it)
 
 
 @dataclass(frozen=True)
@@ -551,12 +555,14 @@ def _rule(raw: dict[str, Any], origin: str, threshold_origin: str, sources: dict
         when = v.get("when")
         _need(isinstance(when, str) and when in PREDICATES, "when", f"unknown condition {when!r}; known: {', '.join(PREDICATES)}")
         _need(isinstance(v.get("title", ""), str), "variant.title", "expected a string")
+        _need(v.get("severity", "info") in SEVERITIES, "variant.severity", f"expected one of {', '.join(SEVERITIES)}")
         variants.append(
             Variant(
                 when=when,
                 title=None if v.get("title") is None else clean(v["title"]),
                 remediation=_remediation(v["remediation"], "remediation", sources) if "remediation" in v else None,
                 estimate=_estimate(v["estimate"], "estimate") if "estimate" in v else None,
+                severity=v.get("severity"),
             )
         )
     return Rule(
@@ -848,12 +854,13 @@ def evaluate_rule(rule: Rule, analysis: Analysis, values: dict[str, Metric], evi
     kind (several rules show the same table: it is computed once and each finding gets its
     own copy)."""
     context = [name for name, (pred, _) in PREDICATES.items() if pred(values)]
-    title, remediation, spec = rule.title, rule.remediation, rule.estimate
+    title, remediation, spec, severity = rule.title, rule.remediation, rule.estimate, rule.severity
     for v in rule.variants:
         if v.when in context:
             title = v.title or title
             remediation = v.remediation or remediation
             spec = v.estimate or spec
+            severity = v.severity or severity
     if remediation is not None:
         remediation = remediation.for_values(values)  # the steps whose cause the trace shows
     shown = {k: values[k] for k in rule.metrics + rule.show if _usable(values.get(k))}
@@ -862,7 +869,7 @@ def evaluate_rule(rule: Rule, analysis: Analysis, values: dict[str, Metric], evi
         rule_id=rule.id,
         title=title,
         status="not_evaluated",
-        severity=rule.severity,
+        severity=severity,
         citation=rule.citation,
         cites=rule.cites,
         metric=metric,

@@ -175,6 +175,34 @@ def test_no_warm_up_when_the_first_steps_are_fast() -> None:
     assert steady.steady_start(_ms([1.9, 1.95, 1.9, 1.92, 1.9, 1.91])).start == 0
 
 
+# --- a trace's warm-up shown by its device work (steady.device_warmup) ----------------------------
+
+
+def test_a_first_step_slow_in_time_and_in_device_work_is_warm_up() -> None:
+    # The TensorBoard ResNet-50 autograd trace's shape: step 0 is 4489 ms with 468 ms of GPU
+    # work, then ~165 ms steps with ~102 ms of GPU work each (cuDNN autotuning, first calls).
+    w = steady.device_warmup(_ms([4489.4, 175.1, 140.2, 154.1, 192.7]), _ms([467.6, 102.9, 102.1, 102.3, 102.4]))
+    assert w.start == 1 and "the first step" in w.reason and "467.6 ms of GPU work" in w.reason
+
+
+def test_a_host_stall_with_the_same_device_work_is_not_warm_up() -> None:
+    # h200-serve-graph's shape: a prefill, then a decode step whose host is 20 ms late, then
+    # steady 0.2 ms steps; every step does the same 0.1 ms of GPU work. steady_start on the
+    # step times alone would leave out the first three steps, the stall with them.
+    cp = _ms([2.9, 20.7, 0.3, 0.2, 0.1, 0.2, 0.9, 0.2, 0.2, 0.2, 0.2, 0.2])
+    busy = _ms([0.108, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1])
+    assert steady.steady_start(cp).start == 3
+    assert steady.device_warmup(cp, busy).start == 0
+
+
+def test_more_device_work_at_the_same_step_time_is_not_warm_up() -> None:
+    # vLLM on MI300X: step 1 runs 31 % more GPU work (a bigger batch) in the same 45 ms step.
+    cp = _ms([45.5, 46.9, 44.5, 44.3, 44.3, 47.0, 44.4, 44.3, 44.3])
+    busy = _ms([15.6, 23.2, 18.4, 18.3, 17.7, 18.5, 15.4, 15.9, 17.2])
+    assert steady.steady_start(busy).start == 2
+    assert steady.device_warmup(cp, busy).start == 0
+
+
 # --- the real graph fixture: the timeline's step table vs plain loops over the raw JSON --------
 
 
