@@ -23,6 +23,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -194,7 +195,7 @@ def test_a_rank_whose_endpoints_lie_in_another_order_is_analysed_alone(tmp_path)
             if k == tie and e["name"] == "sm90_xmma_gemm_bf16":
                 e["dur"] = 410  # ends at t0 + 450, the all-reduce's start
             if k == late and e["name"].startswith("ncclDevKernel") and e["ts"] < 1_000_000 + bench.STEP_US:
-                e["dur"] = 600  # the first step's all-reduce ends past the second step's start
+                e["dur"] = 601  # the first step's all-reduce ends past the second step's start (and on no other endpoint)
         (tmp_path / f"rank{k}.pt.trace.json").write_text(json.dumps(trace))
     keys = {k: ranks.read_times(tmp_path / f"rank{k}.pt.trace.json")[1] for k in range(n)}
     for k in (tie, late):  # the same structure, another order
@@ -202,3 +203,11 @@ def test_a_rank_whose_endpoints_lie_in_another_order_is_analysed_alone(tmp_path)
     grouped = _grouped(tmp_path)
     assert {tie, late} <= {r.rank for r in grouped.view.runs}
     assert_same_view(grouped, diagnose_ranks(tmp_path))
+    # the order is what makes the sums exact: rank 1's sums on the late rank's times are
+    # wrong (its first step's all-reduce and critical path cut at rank 1's GPU window: 0.5
+    # and 0.95 ms where the late rank's own pipeline reads 0.601 and 1.051 ms)
+    one = analyze(torch_profiler.load(tmp_path / "rank1.pt.trace.json"), step=grouped.view.runs[0].analysis.steps.name)
+    ends = [ranks.read_times(tmp_path / f"rank{k}.pt.trace.json")[2] for k in (1, late)]
+    assert len(ends[0]) == len(ends[1])
+    frames, _, _ = ranks.group_steps(one, np.stack(ends))
+    assert not frames[1].equals(grouped.view.per_step[late])
