@@ -370,7 +370,7 @@ def report_rank(view: CrossRank) -> int:
 # --- many ranks of one structure: one full analysis per group ----------------------------------
 
 
-def read_times(file: Path) -> tuple[dict[str, Any], tuple[bytes, bytes] | None, np.ndarray | None]:
+def read_times(file: Path) -> tuple[dict[str, Any] | None, tuple[bytes, bytes] | None, np.ndarray | None]:
     """One rank's trace read here, without the loader's tables: (its ``distributedInfo`` as
     the loader keeps it, its group key, its distinct endpoint times in ns, sorted, as the
     loader converts them). The key is (the trace less the times of its complete events,
@@ -378,16 +378,19 @@ def read_times(file: Path) -> tuple[dict[str, Any], tuple[bytes, bytes] | None, 
     times that keep every containment, overlap and order, so each union, exposed share and
     critical path of one is the same sum of endpoint differences in another. Key and times
     are None for a trace not read here (another shape, an event without usable times): it
-    gets the full analysis."""
+    gets the full analysis; the info too when the document does not decode here (the
+    loader, which skips damaged events, tells its rank)."""
     raw = read_maybe_gzip(file)
     try:
         doc = msgspec.json.decode(raw)
     except msgspec.DecodeError:
-        return {}, None, None
-    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        return None, None, None
+    if not isinstance(doc, dict):  # the legacy array form: no distributedInfo
         return {}, None, None
     info = distributed(doc.get("distributedInfo"))
-    events = doc["traceEvents"]
+    events = doc.get("traceEvents")
+    if not isinstance(events, list):
+        return info, None, None
     complete = [e for e in events if isinstance(e, dict) and e.get("ph") == "X"]
     ts, dur = [e.get("ts") for e in complete], [e.get("dur") for e in complete]
     if not all(type(v) in (int, float) for v in ts + dur):  # a string or missing time: the loader's own reading
@@ -413,13 +416,15 @@ def grouped_view(path: Path, files: list[Path], step: str | None, tokens_per_ste
     from perfdoctor.collectors import torch_profiler
 
     read = [read_times(f) for f in files]
-    ranks, world, warnings = number_ranks(path, [(f.name, info) for f, (info, _, _) in zip(files, read)])
+    early = {f: torch_profiler.load(f) for f, (info, _, _) in zip(files, read) if info is None}  # their rank: the loader's reading
+    infos = [early[f].meta.get("distributed") or {} if f in early else info for f, (info, _, _) in zip(files, read)]
+    ranks, world, warnings = number_ranks(path, [(f.name, info) for f, info in zip(files, infos)])
     file_of, ends = dict(zip(ranks, files)), {r: t for r, (_, _, t) in zip(ranks, read)}
     runs: dict[int, RankRun] = {}
     stats: dict[int, RankStats] = {}
 
     def analysed(rank: int, use: str | None) -> RankRun:
-        profile = torch_profiler.load(file_of[rank])
+        profile = early.pop(file_of[rank], None) or torch_profiler.load(file_of[rank])
         runs[rank] = RankRun(rank, str(profile.meta.get("path", file_of[rank])), analyze(profile, step=use, tokens_per_step=tokens_per_step,
                                                                                          workload=workload), _device(profile))
         return runs[rank]

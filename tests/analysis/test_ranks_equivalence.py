@@ -211,3 +211,22 @@ def test_a_rank_whose_endpoints_lie_in_another_order_is_analysed_alone(tmp_path)
     assert len(ends[0]) == len(ends[1])
     frames, _, _ = ranks.group_steps(one, np.stack(ends))
     assert not frames[1].equals(grouped.view.per_step[late])
+
+
+def test_grouped_path_numbers_and_reads_ranks_as_the_loader(tmp_path):
+    """A trace without distributedInfo (numbered by file order, with a warning) and one
+    with a launch whose duration is not a number (the loader drops that event; the grouped
+    reader leaves the trace to it: analysed in full): the same ranks, warnings and view."""
+    bench, n = _bench(), 8
+    for k in range(n):
+        trace = bench.rank_trace(k, n)
+        if k == 2:
+            del trace["distributedInfo"]
+        if k == 5:
+            trace["traceEvents"][2]["dur"] = "x"
+        (tmp_path / f"rank{k}.pt.trace.json").write_text(json.dumps(trace))
+    assert ranks.read_times(tmp_path / "rank5.pt.trace.json")[1] is None
+    grouped, full = _grouped(tmp_path), diagnose_ranks(tmp_path)
+    assert grouped.view.warnings == full.view.warnings and len(full.view.warnings) == 1
+    assert 5 in {r.rank for r in grouped.view.runs}
+    assert_same_view(grouped, full)
