@@ -467,21 +467,6 @@ def _positions(ends: np.ndarray, times: Any) -> np.ndarray | None:
     return at if (at < len(ends)).all() and (ends[np.minimum(at, len(ends) - 1)] == t).all() else None
 
 
-def _union_pieces(s: np.ndarray, e: np.ndarray, lo: int | None = None, hi: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """The union of the intervals [s, e) (clipped to [lo, hi)) as its pieces [a, b), by
-    :func:`perfdoctor.analysis.comms.union_ns`'s sweep run on endpoint positions: it only
-    compares, so on positions it cuts the pieces it cuts on the times of every rank whose
-    endpoints lie in this order."""
-    if lo is not None:
-        s, e = np.clip(s, lo, hi), np.clip(e, lo, hi)
-    if not s.size:
-        return s, e
-    order = np.argsort(s, kind="stable")
-    s, e = s[order], e[order]
-    a = np.maximum(s, np.concatenate(([s[0]], np.maximum.accumulate(e)[:-1])))
-    return a[e > a], e[e > a]
-
-
 def group_steps(rep: Analysis, ends: np.ndarray) -> tuple[list[pd.DataFrame], list[float], list[list[list[tuple[str, float]]]]] | None:
     """:func:`rank_steps` (its communication-kernel case), the step p50 and
     :func:`collective_table` of every rank of a structure group, as lists by row of
@@ -511,7 +496,7 @@ def group_steps(rep: Analysis, ends: np.ndarray) -> tuple[list[pd.DataFrame], li
         return (ends[:, pieces[1]] - ends[:, pieces[0]]).sum(axis=1)
 
     def per_step(mask: np.ndarray, clip: bool) -> np.ndarray:  # ranks × steps: clipped to the GPU window, or the step's own
-        return np.stack([total(_union_pieces(s[mask], e[mask], lo[i], hi[i]) if clip else _union_pieces(s[mask & (owner == i)], e[mask & (owner == i)]))
+        return np.stack([total(comms.union_pieces(s[mask], e[mask], lo[i], hi[i]) if clip else comms.union_pieces(s[mask & (owner == i)], e[mask & (owner == i)]))
                          for i in range(n)], axis=1)
 
     comm_ns, compute_ns, either_ns = per_step(comm, True), per_step(comp, True), per_step(comm | comp, True)
