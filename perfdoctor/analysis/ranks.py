@@ -495,11 +495,13 @@ def group_steps(rep: Analysis, ends: np.ndarray) -> tuple[list[pd.DataFrame], li
     def total(pieces: tuple[np.ndarray, np.ndarray]) -> np.ndarray:  # per rank
         return (ends[:, pieces[1]] - ends[:, pieces[0]]).sum(axis=1)
 
-    def per_step(mask: np.ndarray, clip: bool) -> np.ndarray:  # ranks × steps: clipped to the GPU window, or the step's own
-        return np.stack([total(comms.union_pieces(s[mask], e[mask], lo[i], hi[i]) if clip else comms.union_pieces(s[mask & (owner == i)], e[mask & (owner == i)]))
-                         for i in range(n)], axis=1)
+    def in_window(mask: np.ndarray) -> np.ndarray:  # ranks × steps: the union clipped to each step's GPU window (comms.step_metrics)
+        return np.stack([total(comms.union_pieces(s[mask], e[mask], lo[i], hi[i])) for i in range(n)], axis=1)
 
-    comm_ns, compute_ns, either_ns = per_step(comm, True), per_step(comp, True), per_step(comm | comp, True)
+    def owned_by(mask: np.ndarray) -> np.ndarray:  # ranks × steps: the union of what each step owns (union_per_group)
+        return np.stack([total(comms.union_pieces(s[mask & (owner == i)], e[mask & (owner == i)])) for i in range(n)], axis=1)
+
+    comm_ns, compute_ns, either_ns = in_window(comm), in_window(comp), in_window(comm | comp)
     overlap_ns = comm_ns + compute_ns - either_ns  # comms._metrics
     mine = comm & owned  # the collectives each step owns
     count = np.bincount(owner[mine], minlength=n)[:n]
@@ -510,7 +512,7 @@ def group_steps(rep: Analysis, ends: np.ndarray) -> tuple[list[pd.DataFrame], li
     with np.errstate(divide="ignore", invalid="ignore"):
         overlap = np.where(comm_ns > 0, overlap_ns / comm_ns, np.nan)
         mean_us = np.where(count > 0, coll_ns / count / 1e3, np.nan)
-    comm_ms, exposed_ms, busy_ms = comm_ns / 1e6, (comm_ns - overlap_ns) / 1e6, per_step(work, False) / 1e6
+    comm_ms, exposed_ms, busy_ms = comm_ns / 1e6, (comm_ns - overlap_ns) / 1e6, owned_by(work) / 1e6
     frames = [pd.DataFrame({"step_ms": step_ms[r], "comm_ms": comm_ms[r], "exposed_ms": exposed_ms[r], "busy_ms": busy_ms[r],
                             "overlap": overlap[r], "collectives": count, "mean_collective_us": mean_us[r]}) for r in range(len(ends))]
     pick = np.flatnonzero(comm & (owner >= 0))
