@@ -32,7 +32,7 @@ def rank_table(d: RankDiagnosis) -> Table:
     rows = view.table()
     if len(rows) > FULL_VIEW_RANKS:  # thousands of rows read as nothing (and take ~1 ms each): the ranks analysed in full
         rows = rows[rows["rank"].isin([r.rank for r in view.runs])]
-        t.caption = f"the {len(rows)} ranks analysed in full; the other {len(view.per_step) - len(rows)} are in --json (\"ranks\")"
+        t.caption = f"the {len(rows)} ranks analysed in full; the other {len(view.per_step) - len(rows):,} are in --json (\"ranks\")"
         t.caption_justify = "left"
     for row in rows.to_dict("records"):
         style = "bold yellow" if row["rank"] == straggler else None
