@@ -37,6 +37,14 @@ The straggler (:func:`find_straggler`)
 Cross-rank metrics (:meth:`CrossRank.metrics`), which the rules read like any metric:
 ``straggler_delay_ms``, ``straggler_delay_ratio`` (the delay over the job's median step)
 and ``rank_step_spread_ratio`` ((max − min) / median of the ranks' step p50).
+
+Many ranks (a folder of more than :data:`FULL_VIEW_RANKS` traces, :func:`grouped_view`):
+ranks whose traces are the same but for their times, every start and end in the same
+order, share one full analysis; the others get the per-step figures above, their step p50
+and their collectives from their own times with its steps, ownership and kernel classes
+(:func:`group_steps`): the same integer sums, so the same numbers. The rules, and
+``per_rank``/``findings`` in the JSON, then cover the ranks analysed in full: the first,
+one per group, the straggler, the report rank, the fastest and the slowest.
 """
 
 from __future__ import annotations
