@@ -30,7 +30,7 @@ def main() -> int:
     t1 = time.perf_counter()
     render_ranks(d, Console(file=io.StringIO(), width=200))
     profiler.disable()
-    print(f"diagnosis {t1 - t0:.1f} s, report {time.perf_counter() - t1:.1f} s, {len(d.view.runs)} ranks")
+    print(f"diagnosis {t1 - t0:.1f} s, report {time.perf_counter() - t1:.1f} s, {len(d.view.per_step)} ranks ({len(d.view.runs)} analysed in full)")
     profiler.dump_stats(out)
     return 0
 

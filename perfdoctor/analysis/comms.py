@@ -34,6 +34,16 @@ COLUMNS = ("comm_ns", "busy_ns", "compute_ns", "overlap_ns", "exposed_ns", "comm
 
 def union_ns(starts: np.ndarray, ends: np.ndarray, lo: int | None = None, hi: int | None = None) -> int:
     """Length of the union of ``[start, end)`` intervals, clipped to ``[lo, hi)`` if given."""
+    a, b = union_pieces(starts, ends, lo, hi)
+    return int((b - a).sum())
+
+
+def union_pieces(starts: np.ndarray, ends: np.ndarray, lo: int | None = None, hi: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The union of ``[start, end)`` intervals, clipped to ``[lo, hi)`` if given, as disjoint
+    pieces ``[a, b)`` in start order: sorted by start, each interval adds what reaches past
+    the running maximum of the ends before it. The sweep only compares and picks, so run on
+    the positions of the times among a rank's endpoints it cuts the same pieces as on the
+    times, for every rank whose endpoints lie in that order (:func:`perfdoctor.analysis.ranks.group_steps`)."""
     s = np.asarray(starts, dtype=np.int64)
     e = np.asarray(ends, dtype=np.int64)
     if lo is not None:
@@ -41,12 +51,11 @@ def union_ns(starts: np.ndarray, ends: np.ndarray, lo: int | None = None, hi: in
     if hi is not None:
         s, e = np.minimum(s, hi), np.minimum(e, hi)
     if s.size == 0:
-        return 0
+        return s, e
     order = np.argsort(s, kind="stable")
     s, e = s[order], e[order]
-    reach = np.maximum.accumulate(e)
-    previous = np.concatenate(([s[0]], reach[:-1]))
-    return int(np.clip(e - np.maximum(s, previous), 0, None).sum())
+    a = np.maximum(s, np.concatenate(([s[0]], np.maximum.accumulate(e)[:-1])))
+    return a[e > a], e[e > a]
 
 
 def classes(profile: Profile) -> pd.Series:

@@ -37,6 +37,14 @@ The straggler (:func:`find_straggler`)
 Cross-rank metrics (:meth:`CrossRank.metrics`), which the rules read like any metric:
 ``straggler_delay_ms``, ``straggler_delay_ratio`` (the delay over the job's median step)
 and ``rank_step_spread_ratio`` ((max − min) / median of the ranks' step p50).
+
+Many ranks (a folder of more than :data:`FULL_VIEW_RANKS` traces, :func:`grouped_view`):
+ranks whose traces are the same but for their times, every start and end in the same
+order, share one full analysis; the others get the per-step figures above, their step p50
+and their collectives from their own times with its steps, ownership and kernel classes
+(:func:`group_steps`): the same integer sums, so the same numbers. The rules, and
+``per_rank``/``findings`` in the JSON, then cover the ranks analysed in full: the first,
+one per group, the straggler, the report rank, the fastest and the slowest.
 """
 
 from __future__ import annotations
@@ -44,17 +52,22 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+import msgspec
 import numpy as np
 import pandas as pd
 
 from perfdoctor.analysis import comms
+from perfdoctor.collectors.kineto_events import Header, start_end_ns, time_origin, timed_mask
+from perfdoctor.collectors.kineto_tables import distributed
 from perfdoctor.errors import UsageError
+from perfdoctor.io import read_maybe_gzip
 from perfdoctor.analysis.metrics import Analysis, Metric, analyze
 from perfdoctor.analysis.steps import AUTO_STEP
 from perfdoctor.analysis.timeline import union_per_group
 from perfdoctor.names import families
+from perfdoctor.names.codes import equals
 from perfdoctor.profile import Profile
 
 # Ranges c10d's backends record around a collective: "gloo:all_reduce", "nccl:all_reduce",
@@ -67,6 +80,10 @@ CROSS_RANK_METRICS = {
     "straggler_delay_ratio": "ratio",
     "rank_step_spread_ratio": "ratio",
 }
+COMM_KERNELS = "communication kernels (GPU)"
+# Up to this many ranks every rank gets the full analysis and its findings (~0.07 s of CPU
+# each); a folder of more shares one analysis among the ranks of one structure (grouped_view).
+FULL_VIEW_RANKS = 64
 NEEDS_RANKS = "needs several ranks of one job (perfdoctor run --nproc-per-node N, or a folder of per-rank traces)"
 
 
@@ -108,13 +125,17 @@ class Straggler:
 
 @dataclass
 class CrossRank:
-    """Every rank's analysis, per-rank per-step communication, and the straggler."""
+    """Every rank's per-step communication, the straggler, and the full analyses: of every
+    rank, or with many ranks of one structure only of those :func:`grouped_view` picks
+    (``runs``; the per-step statistics cover every rank either way)."""
 
     runs: list[RankRun]
     world_size: int | None
     source: str  # "bundle" | "trace folder"
-    per_step: dict[int, pd.DataFrame]
+    per_step: dict[int, pd.DataFrame]  # every rank, by rank
     comm_source: dict[int, str]
+    step_p50: dict[int, float | None]  # every rank's step_latency_ms_p50
+    devices: dict[int, str | None]
     straggler: Straggler | None
     straggler_reason: str | None = None
     warnings: list[str] = field(default_factory=list)
@@ -129,29 +150,30 @@ class CrossRank:
 
     def _build_table(self) -> pd.DataFrame:
         rows = []
-        for run in self.runs:
-            per = self.per_step[run.rank]
-            comm = per[per["collectives"] > 0]
-            m = run.analysis.metrics
+        for rank, per in self.per_step.items():
+            # numpy columns, the steps with collectives by a mask: a pandas selection per rank
+            # cost ~0.5 ms, 5 s at 10,000 ranks
+            col = {c: per[c].to_numpy(dtype=float) for c in STEP_COLUMNS}
+            comm = col["collectives"] > 0
             rows.append({
-                "rank": run.rank,
-                "device": run.device,
-                "step_ms_p50": m["step_latency_ms_p50"].value,
-                "traced_step_ms_p50": _median(per["step_ms"]),
-                "busy_ms_p50": _median(per["busy_ms"]),
-                "comm_ms_p50": _median(per["comm_ms"]),
-                "exposed_comm_ms_p50": _median(per["exposed_ms"]),
-                "comm_overlap": _median(comm["overlap"]) if not comm.empty else None,
-                "collectives_per_step": _median(per["collectives"]),
-                "mean_collective_us": _median(comm["mean_collective_us"]) if not comm.empty else None,
-                "comm_source": self.comm_source[run.rank],
+                "rank": rank,
+                "device": self.devices[rank],
+                "step_ms_p50": self.step_p50[rank],
+                "traced_step_ms_p50": _median(col["step_ms"]),
+                "busy_ms_p50": _median(col["busy_ms"]),
+                "comm_ms_p50": _median(col["comm_ms"]),
+                "exposed_comm_ms_p50": _median(col["exposed_ms"]),
+                "comm_overlap": _median(col["overlap"][comm]) if comm.any() else None,
+                "collectives_per_step": _median(col["collectives"]),
+                "mean_collective_us": _median(col["mean_collective_us"][comm]) if comm.any() else None,
+                "comm_source": self.comm_source[rank],
             })
         return pd.DataFrame(rows)
 
     def metrics(self) -> dict[str, Metric]:
         """The cross-rank metrics (see the module docstring); absent with a reason when
         there is no straggler to measure."""
-        src = f"cross-rank: {len(self.runs)} ranks' traced steps"
+        src = f"cross-rank: {len(self.per_step)} ranks' traced steps"
         out: dict[str, Metric] = {}
         s = self.straggler
         for key, unit in CROSS_RANK_METRICS.items():
@@ -160,8 +182,7 @@ class CrossRank:
             note = f"rank {s.rank} is the straggler in {s.step_share:.0%} of the steps"
             out["straggler_delay_ms"] = Metric(round(s.delay_ms, 6), "ms", src, note=note)
             out["straggler_delay_ratio"] = Metric(round(s.delay_ratio, 6), "ratio", src, note=note)
-        p50 = [r.analysis.metrics["step_latency_ms_p50"].value for r in self.runs]
-        p50 = [v for v in p50 if v is not None]
+        p50 = [v for v in self.step_p50.values() if v is not None]
         if len(p50) >= 2 and np.median(p50) > 0:
             out["rank_step_spread_ratio"] = Metric(
                 round(float((max(p50) - min(p50)) / np.median(p50)), 6), "ratio", "step_latency_ms_p50 of every rank"
@@ -182,7 +203,7 @@ class CrossRank:
             "straggler": straggler,
             "straggler_reason": self.straggler_reason,
             "metrics": {k: m.to_json() for k, m in self.metrics().items()},
-            "per_rank": {str(r.rank): r.analysis.to_json() for r in self.runs},
+            "per_rank": {str(r.rank): r.analysis.to_json() for r in self.runs},  # the fully analysed ranks
             "warnings": self.warnings,
         }
 
@@ -239,24 +260,34 @@ def load_profiles(path: Path) -> tuple[dict[int, Profile], int | None, str, list
             torch = ((manifest.get("collectors") or {}).get("torch") or {}).get("status")
             raise UsageError(f"{path}: no rank has a trace to analyse (torch collector: {torch}; exit code {manifest.get('exit_code')})")
         return profiles, manifest.get("world_size"), "bundle", warnings
-    profiles, sizes = {}, set()
     files = trace_files(path)
-    for i, f in enumerate(files):
-        profile = torch_profiler.load(f)
-        info = profile.meta.get("distributed") or {}
+    loaded = [torch_profiler.load(f) for f in files]
+    ranks, world, warnings = number_ranks(path, [(f.name, p.meta.get("distributed") or {}) for f, p in zip(files, loaded)])
+    return dict(sorted(zip(ranks, loaded))), world, "trace folder", warnings
+
+
+def number_ranks(path: Path, found: list[tuple[str, dict[str, Any]]]) -> tuple[list[int], int | None, list[str]]:
+    """The rank of each trace of a folder, given (file name, its ``distributedInfo`` as the
+    loader keeps it) in file order: its own rank, else (none, or one already taken) the
+    next free one by file order; and the world size, which must be one."""
+    ranks, taken, sizes, warnings = [], set(), set(), []
+    last = -1
+    for i, (name, info) in enumerate(found):
         rank = info.get("rank")
-        if not isinstance(rank, int) or rank in profiles:
-            rank = i if i not in profiles else max(profiles) + 1
-            warnings.append(f"{f.name}: no distributedInfo rank (or a repeated one): taken as rank {rank} by file order")
+        if not isinstance(rank, int) or rank in taken:
+            rank = i if i not in taken else last + 1
+            warnings.append(f"{name}: no distributedInfo rank (or a repeated one): taken as rank {rank} by file order")
         if isinstance(info.get("world_size"), int):
             sizes.add(info["world_size"])
-        profiles[rank] = profile
+        taken.add(rank)
+        ranks.append(rank)
+        last = max(last, rank)
     if len(sizes) > 1:
         raise UsageError(f"{path}: the traces come from jobs of different world sizes ({sorted(sizes)}): not one job")
     world = sizes.pop() if sizes else None
-    if world is not None and world != len(profiles):
-        warnings.append(f"{len(profiles)} traces for a world size of {world}: the view covers the ranks present")
-    return dict(sorted(profiles.items())), world, "trace folder", warnings
+    if world is not None and world != len(ranks):
+        warnings.append(f"{len(ranks)} traces for a world size of {world}: the view covers the ranks present")
+    return ranks, world, warnings
 
 
 def nsys_processes(path: Path) -> tuple[dict[int, Profile], int | None, str, list[str]]:
@@ -284,8 +315,11 @@ def cross_rank(
     loaded: tuple[dict[int, Profile], int | None, str, list[str]] | None = None,
 ) -> CrossRank:
     """Load and analyse every rank of ``path`` (or take ``loaded``, as :func:`load_profiles`
-    returns it), then measure across them."""
+    returns it), then measure across them. A folder of more than :data:`FULL_VIEW_RANKS`
+    traces: :func:`grouped_view`."""
     path = Path(path)
+    if loaded is None and not (path / "manifest.json").exists() and len(files := trace_files(path)) > FULL_VIEW_RANKS:
+        return grouped_view(path, files, step, tokens_per_step, workload)
     profiles, world, source, warnings = loaded if loaded is not None else load_profiles(path)
     if not profiles:
         raise UsageError(f"{path}: no rank has a trace")
@@ -297,16 +331,208 @@ def cross_rank(
         use = step or first or (profile.meta.get("bundle") or {}).get("step")
         runs.append(RankRun(rank, str(profile.meta.get("path", path)), analyze(profile, step=use, tokens_per_step=tokens_per_step,
                                                                                workload=workload), _device(profile)))
-    per_step, comm_source = {}, {}
-    for run in runs:
-        per_step[run.rank], comm_source[run.rank] = rank_steps(run.analysis)
-        fill_host_comm(run.analysis, per_step[run.rank], comm_source[run.rank])
-    straggler, why = find_straggler({r.rank: per_step[r.rank] for r in runs}, {r.rank: collective_table(r.analysis) for r in runs})
-    view = CrossRank(runs, world, source, per_step, comm_source, straggler, why, warnings)
+    return with_cross_metrics(measured(runs, {run.rank: full_stats(run) for run in runs}, world, source, warnings))
+
+
+class RankStats(NamedTuple):
+    """What the cross-rank view reads of one rank."""
+
+    per_step: pd.DataFrame  # STEP_COLUMNS (rank_steps)
+    comm_source: str
+    collectives: list[list[tuple[str, float]]]  # collective_table
+    step_p50: float | None  # step_latency_ms_p50
+    device: str | None
+
+
+def full_stats(run: RankRun) -> RankStats:
+    """:class:`RankStats` of a fully analysed rank (with host collectives, its communication
+    metrics filled from them: :func:`fill_host_comm`)."""
+    per, source = rank_steps(run.analysis)
+    fill_host_comm(run.analysis, per, source)
+    return RankStats(per, source, collective_table(run.analysis), run.analysis.metrics["step_latency_ms_p50"].value, run.device)
+
+
+def measured(runs: list[RankRun], stats: dict[int, RankStats], world: int | None, source: str, warnings: list[str]) -> CrossRank:
+    """The view of every rank's statistics (``stats``, by rank) and the straggler among them."""
+    straggler, why = find_straggler({r: s.per_step for r, s in stats.items()}, {r: s.collectives for r, s in stats.items()})
+    return CrossRank(runs, world, source, {r: s.per_step for r, s in stats.items()}, {r: s.comm_source for r, s in stats.items()},
+                     {r: s.step_p50 for r, s in stats.items()}, {r: s.device for r, s in stats.items()}, straggler, why, warnings)
+
+
+def with_cross_metrics(view: CrossRank) -> CrossRank:
+    """``view`` with the cross-rank metrics added to every analysed rank's metrics: the
+    rules read them there."""
     cross = view.metrics()  # once: it reads every rank (computed per rank, N ranks cost N²)
-    for run in runs:  # the rules read the cross-rank metrics from every rank's analysis
+    for run in view.runs:
         run.analysis.metrics.update({k: replace(m) for k, m in cross.items()})  # a copy each: a rank's may be amended
     return view
+
+
+def report_rank(view: CrossRank) -> int:
+    """The rank whose findings the report shows: the most exposed communication (where
+    communication problems and the wait for a straggler show), else the first."""
+    exposed = {r: v for r, v in view.table().set_index("rank")["exposed_comm_ms_p50"].items() if v is not None and np.isfinite(v)}
+    return int(max(exposed, key=lambda r: exposed[r])) if exposed else view.runs[0].rank
+
+
+# --- many ranks of one structure: one full analysis per group ----------------------------------
+
+
+def read_times(file: Path) -> tuple[dict[str, Any] | None, tuple[bytes, bytes] | None, np.ndarray | None]:
+    """One rank's trace read here, without the loader's tables: (its ``distributedInfo`` as
+    the loader keeps it, its group key, its distinct endpoint times in ns, sorted, as the
+    loader converts them). The key is (the trace less the times of its complete events,
+    the order of all their endpoints, ties included): ranks of one key differ only in
+    times that keep every containment, overlap and order, so each union, exposed share and
+    critical path of one is the same sum of endpoint differences in another. Key and times
+    are None for a trace not read here (another shape, an event without usable times): it
+    gets the full analysis; the info too when the document does not decode here (the
+    loader, which skips damaged events, tells its rank)."""
+    raw = read_maybe_gzip(file)
+    try:
+        doc = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return None, None, None
+    if not isinstance(doc, dict):  # the legacy array form: no distributedInfo
+        return {}, None, None
+    info = distributed(doc.get("distributedInfo"))
+    events = doc.get("traceEvents")
+    if not isinstance(events, list):
+        return info, None, None
+    complete = [e for e in events if isinstance(e, dict) and e.get("ph") == "X"]
+    ts, dur = [e.get("ts") for e in complete], [e.get("dur") for e in complete]
+    if not all(type(v) in (int, float) for v in ts + dur):  # a string or missing time: the loader's own reading
+        return info, None, None
+    at, length = np.array(ts, dtype=np.float64) - time_origin(raw), np.array(dur, dtype=np.float64)
+    if not timed_mask(at, length).all():
+        return info, None, None
+    ends, order = np.unique(np.concatenate(start_end_ns(at, length)), return_inverse=True)
+    shape = [{k: v for k, v in e.items() if k not in ("ts", "dur")} if isinstance(e, dict) and e.get("ph") == "X" else e for e in events]
+    # with the document's other keys the loader reads (the device, the CUDA versions), not its distributedInfo (the rank)
+    header = [doc.get(k) for k in Header.__struct_fields__ if k != "distributedInfo"]
+    return info, (msgspec.json.encode([shape, header]), order.astype(np.int64).tobytes()), ends
+
+
+def grouped_view(path: Path, files: list[Path], step: str | None, tokens_per_step: float | None, workload: str | None) -> CrossRank:
+    """:func:`cross_rank` of a folder of many traces, where ranks of one structure (one key
+    of :func:`read_times`) share one full analysis: the group's representative is analysed
+    and the others get its steps, ownership and kernel classes with their own times
+    (:func:`group_steps`: exact, the same integer sums). Fully analysed, for the findings
+    and ``per_rank``: the first rank, one per group (every rank of a group
+    :func:`group_steps` does not apply to, or whose representative it does not reproduce),
+    then the straggler, the report rank, the fastest and the slowest."""
+    from perfdoctor.collectors import torch_profiler
+
+    read = [read_times(f) for f in files]
+    early = {f: torch_profiler.load(f) for f, (info, _, _) in zip(files, read) if info is None}  # their rank: the loader's reading
+    infos = [early[f].meta.get("distributed") or {} if f in early else info for f, (info, _, _) in zip(files, read)]
+    ranks, world, warnings = number_ranks(path, [(f.name, info) for f, info in zip(files, infos)])
+    file_of, ends = dict(zip(ranks, files)), {r: t for r, (_, _, t) in zip(ranks, read)}
+    runs: dict[int, RankRun] = {}
+    stats: dict[int, RankStats] = {}
+
+    def analysed(rank: int, use: str | None) -> RankRun:
+        profile = early.pop(file_of[rank], None) or torch_profiler.load(file_of[rank])
+        runs[rank] = RankRun(rank, str(profile.meta.get("path", file_of[rank])), analyze(profile, step=use, tokens_per_step=tokens_per_step,
+                                                                                         workload=workload), _device(profile))
+        return runs[rank]
+
+    first = min(ranks)
+    stats[first] = full_stats(analysed(first, step))
+    found = runs[first].analysis.steps.name
+    use = step or (found if found != AUTO_STEP else None)  # every rank on the step the first one found, as cross_rank
+    groups: dict[Any, list[int]] = {}
+    for rank, (_, key, _) in sorted(zip(ranks, read), key=lambda x: x[0]):
+        groups.setdefault(rank if key is None else key, []).append(rank)
+    for members in groups.values():
+        rest = [r for r in members if r != first]
+        if not rest:
+            continue
+        rep = stats[rest[0]] = full_stats(analysed(rest[0], use))
+        shared = group_steps(runs[rest[0]].analysis, np.stack([ends[r] for r in rest])) if len(rest) > 1 else None
+        if shared is not None and rep.comm_source == COMM_KERNELS and rep.per_step.equals(shared[0][0]) and rep.step_p50 == shared[1][0] \
+                and rep.collectives == shared[2][0]:  # the representative reproduced: the others are the same sums
+            for r, per, p50, coll in zip(rest[1:], shared[0][1:], shared[1][1:], shared[2][1:]):
+                stats[r] = RankStats(per, COMM_KERNELS, coll, p50, rep.device)
+        else:
+            for r in rest[1:]:
+                stats[r] = full_stats(analysed(r, use))
+    view = measured([runs[r] for r in sorted(runs)], dict(sorted(stats.items())), world, "trace folder", warnings)
+    p50 = {r: v for r, v in view.step_p50.items() if v is not None}
+    singled = {report_rank(view)} | ({view.straggler.rank} if view.straggler is not None else set())
+    singled |= {min(p50, key=p50.__getitem__), max(p50, key=p50.__getitem__)} if p50 else set()
+    for r in sorted(singled - runs.keys()):
+        analysed(r, use)  # its statistics are its group's: the same sums
+    view.runs = [runs[r] for r in sorted(runs)]
+    return with_cross_metrics(view)
+
+
+def _positions(ends: np.ndarray, times: Any) -> np.ndarray | None:
+    """Where each of ``times`` lies among a rank's distinct endpoint times ``ends``; None
+    when one is no endpoint (the order key fixes endpoints only)."""
+    t = np.asarray(times, dtype=np.int64)
+    at = np.searchsorted(ends, t)
+    return at if (at < len(ends)).all() and (ends[np.minimum(at, len(ends) - 1)] == t).all() else None
+
+
+def group_steps(rep: Analysis, ends: np.ndarray) -> tuple[list[pd.DataFrame], list[float], list[list[list[tuple[str, float]]]]] | None:
+    """:func:`rank_steps` (its communication-kernel case), the step p50 and
+    :func:`collective_table` of every rank of a structure group, as lists by row of
+    ``ends`` (one row per rank: its distinct endpoint times; row 0 the representative
+    ``rep``): the representative's steps, activity ownership and kernel classes, each
+    rank's times. Every number is the pipeline's: an integer sum of endpoint differences,
+    then the same float operations. None where this does not hold or is not written for
+    (automatic steps, found by comparing durations; a step without GPU work; host
+    collectives; a time that is no endpoint): the group is then analysed rank by rank."""
+    profile, table = rep.profile, rep.steps.table
+    if rep.steps.name in (None, AUTO_STEP) or table.empty or table["gpu_start_ns"].isna().any() or not has_comm_kernels(profile):
+        return None
+    acts = profile.activities
+    pos = [_positions(ends[0], v) for v in (acts["start_ns"], acts["end_ns"], table["host_start_ns"],
+                                           table["gpu_start_ns"].astype("int64"), table["gpu_end_ns"].astype("int64"))]
+    if any(p is None for p in pos):
+        return None
+    s, e, host, lo, hi = pos
+    n = len(table)
+    kc = comms.classes(profile).to_numpy()
+    comm, comp = kc == "communication", kc == "compute"
+    owner = rep.steps.activity_step.to_numpy()
+    owned = (owner >= 0) & (owner < n)
+    work = owned & equals(acts["kind"], "kernel") & ~comm  # kernel_busy_ms: the step's non-communication kernels
+
+    def total(pieces: tuple[np.ndarray, np.ndarray]) -> np.ndarray:  # per rank
+        return (ends[:, pieces[1]] - ends[:, pieces[0]]).sum(axis=1)
+
+    def in_window(mask: np.ndarray) -> np.ndarray:  # ranks × steps: the union clipped to each step's GPU window (comms.step_metrics)
+        return np.stack([total(comms.union_pieces(s[mask], e[mask], lo[i], hi[i])) for i in range(n)], axis=1)
+
+    def owned_by(mask: np.ndarray) -> np.ndarray:  # ranks × steps: the union of what each step owns (union_per_group)
+        return np.stack([total(comms.union_pieces(s[mask & (owner == i)], e[mask & (owner == i)])) for i in range(n)], axis=1)
+
+    comm_ns, compute_ns, either_ns = in_window(comm), in_window(comp), in_window(comm | comp)
+    overlap_ns = comm_ns + compute_ns - either_ns  # comms._metrics
+    mine = comm & owned  # the collectives each step owns
+    count = np.bincount(owner[mine], minlength=n)[:n]
+    dur = ends[:, e] - ends[:, s]
+    coll_ns = np.stack([dur[:, mine & (owner == i)].sum(axis=1) for i in range(n)], axis=1)
+    # steady.critical_path_ns: gpu_end[k] − max(host_start[k], gpu_end[k−1])
+    step_ms = (ends[:, hi] - ends[:, np.maximum(host, np.concatenate((host[:1], hi[:-1])))]).astype(np.float64) / 1e6
+    with np.errstate(divide="ignore", invalid="ignore"):
+        overlap = np.where(comm_ns > 0, overlap_ns / comm_ns, np.nan)
+        mean_us = np.where(count > 0, coll_ns / count / 1e3, np.nan)
+    comm_ms, exposed_ms, busy_ms = comm_ns / 1e6, (comm_ns - overlap_ns) / 1e6, owned_by(work) / 1e6
+    frames = [pd.DataFrame({"step_ms": step_ms[r], "comm_ms": comm_ms[r], "exposed_ms": exposed_ms[r], "busy_ms": busy_ms[r],
+                            "overlap": overlap[r], "collectives": count, "mean_collective_us": mean_us[r]}) for r in range(len(ends))]
+    pick = np.flatnonzero(comm & (owner >= 0))
+    pick = pick[np.argsort(s[pick], kind="stable")]  # collective_table: by start
+    where, names = owner[pick].tolist(), [str(v) for v in acts["name"].to_numpy()[pick]]
+    tables = []
+    for row in ((ends[:, e[pick]] - ends[:, s[pick]]) / 1e6).tolist():
+        steps: list[list[tuple[str, float]]] = [[] for _ in range(n)]
+        for i, name, ms in zip(where, names, row):
+            steps[i].append((name, ms))
+        tables.append(steps)
+    return frames, [float(np.percentile(row, 50)) for row in step_ms], tables
 
 
 # --- per rank, per step -----------------------------------------------------------------------
@@ -339,7 +565,7 @@ def rank_steps(analysis: Analysis) -> tuple[pd.DataFrame, str]:
             "mean_collective_us": per["mean_collective_us"].to_numpy(),
         })
         out["busy_ms"] = kernel_busy_ms(analysis)[analysis.timeline.steps["gpu_start_ns"].notna().to_numpy()]
-        source = "communication kernels (GPU)"
+        source = COMM_KERNELS
     else:
         coll = host_collectives(profile)
         start, end = coll["start_ns"].to_numpy(np.int64), coll["end_ns"].to_numpy(np.int64)
@@ -496,7 +722,5 @@ def diagnose_ranks(
 
     ruleset = load_ruleset(rules, thresholds)  # a bad pack fails before the slow load
     view = cross_rank(path, step=step, tokens_per_step=tokens_per_step, workload=workload, loaded=loaded)
-    findings = {run.rank: evaluate(ruleset, run.analysis) for run in view.runs}
-    exposed = {r: v for r, v in view.table().set_index("rank")["exposed_comm_ms_p50"].items() if v is not None and np.isfinite(v)}
-    report = max(exposed, key=lambda r: exposed[r]) if exposed else view.runs[0].rank
-    return RankDiagnosis(view, findings, int(report))
+    findings = {run.rank: evaluate(ruleset, run.analysis) for run in view.runs}  # the fully analysed ranks
+    return RankDiagnosis(view, findings, report_rank(view))

@@ -378,6 +378,21 @@ def _ns(values: np.ndarray) -> np.ndarray:
     return np.rint(np.asarray(values, dtype=np.float64) * 1000.0).astype(np.int64)
 
 
+def timed_mask(ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """Which events (``ts`` already taken from the origin, µs) have times the Profile
+    keeps: finite, within :data:`MAX_US` of the origin, a duration not negative."""
+    with np.errstate(invalid="ignore"):
+        return (-MAX_US < ts) & (ts < MAX_US) & (0 <= dur) & (dur < MAX_US)
+
+
+def start_end_ns(ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end in ns of events at ``ts`` (µs from the origin) lasting ``dur`` µs:
+    THE conversion of every Profile time (the end is the start plus the rounded
+    duration), also what :mod:`perfdoctor.analysis.ranks` reads a small rank's times with."""
+    start = _ns(ts)
+    return start, start + _ns(dur)
+
+
 @dataclass
 class _Taken:
     """The events of one category kept for their columns: times (µs floats) and the events."""
@@ -392,8 +407,7 @@ class _Taken:
         return _Taken(self.ts[idx], self.dur[idx], [self.events[i] for i in idx.tolist()], None if self.cats is None else self.cats[idx])
 
     def start_end(self) -> tuple[np.ndarray, np.ndarray]:
-        start = _ns(self.ts)
-        return start, start + _ns(self.dur)
+        return start_end_ns(self.ts, self.dur)
 
 
 class _Numbering(dict):
@@ -465,8 +479,7 @@ class Events:
         n = len(events)
         cat = np.fromiter(map(self._cat.__getitem__, map(_CAT, events)), dtype=np.int64, count=n)
         ts, dur = _floats_of(map(_TS, events), n) - self.origin, _floats_of(map(_DUR, events), n)  # None (missing) is NaN
-        with np.errstate(invalid="ignore"):
-            timed = (-MAX_US < ts) & (ts < MAX_US) & (0 <= dur) & (dur < MAX_US)
+        timed = timed_mask(ts, dur)
         if not timed.all():
             self.dropped += int((~timed).sum())
             gpu = [self._cat[c] for c in ACTIVITY_CATEGORIES]

@@ -69,7 +69,7 @@ def profile_of(path: Path, doc: Header, events: list[Events], invalid: tuple[int
     if unread:
         meta["unread_categories"] = unread  # said when no GPU work was recognised: never "CPU-only"
     meta["thread_names"] = sorted(set(total.thread_names))
-    dist = _distributed(doc.distributedInfo)
+    dist = distributed(doc.distributedInfo)
     if dist:
         meta["distributed"] = dist  # perfdoctor.compare.comparability: world size
     if total.origin:
@@ -155,7 +155,7 @@ def _thread_ids(pids: np.ndarray, tids: np.ndarray) -> np.ndarray:
     return codes.astype(np.int64)
 
 
-def _distributed(info: Any) -> dict[str, Any]:
+def distributed(info: Any) -> dict[str, Any]:
     """``distributedInfo`` (written when torch.distributed is initialised): the rank, world
     size and backend, each kept only when it has the expected type."""
     if not isinstance(info, dict):

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from perfdoctor.analysis.ranks import RankDiagnosis
+from perfdoctor.analysis.ranks import FULL_VIEW_RANKS, RankDiagnosis
 from perfdoctor.text import clean
 
 
@@ -23,13 +23,18 @@ def _num(v: object, digits: int = 4) -> str:
 
 def rank_table(d: RankDiagnosis) -> Table:
     view = d.view
-    title = (f"Ranks ({len(view.runs)} of world size {view.world_size if view.world_size is not None else 'unknown'}, {view.source}); "
+    title = (f"Ranks ({len(view.per_step)} of world size {view.world_size if view.world_size is not None else 'unknown'}, {view.source}); "
              "ms per step, medians: step (light pass), traced step, busy = non-communication kernel time")
     t = Table(title=title, title_justify="left")
     for col in ("rank", "device", "step", "traced", "busy", "comm", "exposed", "overlap", "colls", "µs/coll"):
         t.add_column(col, justify="left" if col == "device" else "right")
     straggler = view.straggler.rank if view.straggler is not None else None
-    for row in view.table().to_dict("records"):
+    rows = view.table()
+    if len(rows) > FULL_VIEW_RANKS:  # thousands of rows read as nothing (and take ~1 ms each): the ranks analysed in full
+        rows = rows[rows["rank"].isin([r.rank for r in view.runs])]
+        t.caption = f"the {len(rows)} ranks analysed in full; the other {len(view.per_step) - len(rows):,} are in --json (\"ranks\")"
+        t.caption_justify = "left"
+    for row in rows.to_dict("records"):
         style = "bold yellow" if row["rank"] == straggler else None
         t.add_row(
             str(row["rank"]), clean(str(row["device"] or "—")), _num(row["step_ms_p50"]), _num(row["traced_step_ms_p50"]),
@@ -52,10 +57,12 @@ def straggler_lines(d: RankDiagnosis) -> list[str]:
     )
     if s.collective is not None:
         c = s.collective
-        ranks = ", ".join(str(r) for r in c.waiting_ranks)
+        who = f"rank{'s' if len(c.waiting_ranks) > 1 else ''} {', '.join(str(r) for r in c.waiting_ranks)}"
+        if len(c.waiting_ranks) > 12:  # a job of thousands of ranks: their count, not a list
+            who = f"{len(c.waiting_ranks):,} ranks" + (" (every other)" if len(c.waiting_ranks) == len(view.per_step) - 1 else "")
         lines.append(
             f"waits for it: {clean(c.name)} (#{c.index + 1} of {c.per_step} collectives per step) takes {c.wait_ms:.3g} ms longer "
-            f"on rank{'s' if len(c.waiting_ranks) > 1 else ''} {ranks} than on rank {s.rank}"
+            f"on {who} than on rank {s.rank}"
         )
     return lines
 
@@ -68,6 +75,10 @@ def render_ranks(d: RankDiagnosis, console: Console) -> None:
     for line in straggler_lines(d):
         console.print(Text(line))
     failing = d.failing()
+    if len(d.view.runs) < len(d.view.per_step):
+        console.print(Text(f"rules run on {len(d.view.runs)} of the {len(d.view.per_step)} ranks (ranks {', '.join(str(r.rank) for r in d.view.runs)}): "
+                           "one per group of ranks with the same trace structure, the first, the straggler, the report rank, the fastest and "
+                           "the slowest; the other ranks' per-step figures are measured on their own times, with their group's steps and kernel classes"))
     if failing:
         console.print(Text("fails on: " + "; ".join(f"{rule} (rank{'s' if len(r) > 1 else ''} {', '.join(map(str, r))})" for rule, r in failing.items())))
     console.print(Text(""))

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from perfdoctor.analysis import ranks
 from perfdoctor.analysis.ranks import cross_rank, find_straggler
 from tests.conftest import run_cli_inprocess
 
@@ -138,6 +139,24 @@ def test_a_folder_of_per_rank_traces_gives_the_same_view(job, tmp_path):
     from_bundle = cross_rank(bundle).straggler
     assert view.straggler.rank == from_bundle.rank
     assert view.straggler.delay_ms == pytest.approx(from_bundle.delay_ms, rel=1e-6)
+
+
+def test_a_real_folder_taken_as_many_ranks_gives_the_same_view(job, tmp_path, monkeypatch):
+    """The grouped reading (ranks.grouped_view, above FULL_VIEW_RANKS traces) of a real
+    job's traces: each rank's own pids, thread ids and times make it its own group, and
+    host collectives are not grouped anyway, so every rank is analysed in full and the view
+    is the one rank by rank."""
+    n, _, bundle = job
+    folder = tmp_path / "tb"
+    folder.mkdir()
+    for rank in range(n):
+        shutil.copy(bundle / "raw" / f"rank{rank}" / "torch-trace.json.gz", folder / f"rank{rank}.pt.trace.json.gz")
+    full = cross_rank(folder, step="train_step")
+    monkeypatch.setattr(ranks, "FULL_VIEW_RANKS", 0)
+    grouped = cross_rank(folder, step="train_step")
+    assert [r.rank for r in grouped.runs] == list(range(n))
+    pd.testing.assert_frame_equal(grouped.table(), full.table(), check_exact=True)
+    assert grouped.straggler == full.straggler and grouped.to_json() == full.to_json()
 
 
 def test_a_failed_rank_gives_its_exit_code_and_a_readable_bundle(tmp_path):

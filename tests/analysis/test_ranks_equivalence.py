@@ -10,6 +10,12 @@ runs. Exact equality: both sides do the same float operations on the same inputs
 The folder: 12 ranks of ``bench/many_ranks.py``'s small trace (5 steps, a GEMM and an
 all-reduce each), with different all-reduce times per rank, one straggler (a longer GEMM)
 and one rank of a different structure (an extra elementwise kernel per step).
+
+The grouped path (a folder of more than ``ranks.FULL_VIEW_RANKS`` traces: one full
+analysis per structure group, the other ranks' per-step statistics from their own times)
+must give the same view: every rank's STEP_COLUMNS, the straggler, the rank table and the
+metrics equal, and the ranks it analyses in full the same analyses and findings; here on
+this folder, on bench/many_ranks.py's, and where the endpoints of a rank lie in another order.
 """
 
 import importlib.util
@@ -17,11 +23,13 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
+from perfdoctor.analysis import ranks
 from perfdoctor.analysis.metrics import analyze
-from perfdoctor.analysis.ranks import collective_table, diagnose_ranks, find_straggler, rank_steps
+from perfdoctor.analysis.ranks import STEP_COLUMNS, collective_table, diagnose_ranks, find_straggler, rank_steps
 from perfdoctor.collectors import torch_profiler
 from perfdoctor.pipeline import load_ruleset
 from perfdoctor.rules.engine import evaluate
@@ -119,3 +127,106 @@ def test_per_step_tables_and_cross_rank_view_equal_the_single_rank_pipeline(toge
         assert row["traced_step_ms_p50"] == float(per["step_ms"].median())
         assert row["busy_ms_p50"] == float(per["busy_ms"].median())
         assert row["exposed_comm_ms_p50"] == float(per["exposed_ms"].median())
+
+
+# --- the grouped path (many ranks): the same view from one full analysis per structure group ---
+
+
+def _grouped(folder: Path):
+    """``diagnose_ranks`` with every folder taken as many ranks (grouped_view)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ranks, "FULL_VIEW_RANKS", 0)
+        return diagnose_ranks(folder)
+
+
+def assert_same_view(grouped, full) -> None:
+    """The grouped diagnosis against the full one: every rank's STEP_COLUMNS (exact), the
+    cross-rank view, and the full analyses and findings of the ranks it analysed."""
+    g, f = grouped.view, full.view
+    assert list(g.per_step) == list(f.per_step)
+    for k in f.per_step:
+        pd.testing.assert_frame_equal(g.per_step[k], f.per_step[k], check_exact=True, obj=f"rank {k}")
+        assert list(g.per_step[k].columns) == list(STEP_COLUMNS)
+    assert g.comm_source == f.comm_source and g.step_p50 == f.step_p50 and g.devices == f.devices
+    assert g.straggler == f.straggler and g.straggler_reason == f.straggler_reason
+    pd.testing.assert_frame_equal(g.table(), f.table(), check_exact=True)
+    gj, fj = g.to_json(), f.to_json()
+    assert {k: v for k, v in gj.items() if k != "per_rank"} == {k: v for k, v in fj.items() if k != "per_rank"}
+    for k, analysis in gj["per_rank"].items():
+        assert analysis == fj["per_rank"][k], f"rank {k}"
+        assert [x.to_json() for x in grouped.findings[int(k)]] == [x.to_json() for x in full.findings[int(k)]], f"rank {k}"
+    assert grouped.report_rank == full.report_rank
+
+
+@pytest.fixture(scope="module")
+def grouped(folder):
+    return _grouped(folder)
+
+
+def test_grouped_path_equals_the_full_pipeline(grouped, together):
+    assert_same_view(grouped, together)
+    analysed = {r.rank for r in grouped.view.runs}
+    # the first rank, the straggler and the odd rank (each its own group: the longer GEMM
+    # reaches past the all-reduce's start), the report rank; not every rank
+    assert {0, STRAGGLER, ODD, grouped.report_rank} <= analysed and len(analysed) < RANKS
+
+
+def test_grouped_path_on_the_bench_folder(tmp_path):
+    """bench/many_ranks.py's folder: one structure, one order; two full analyses (the
+    first rank, the group's representative) and the ranks the view singles out."""
+    bench, n = _bench(), 24
+    for k in range(n):
+        (tmp_path / f"rank{k}.pt.trace.json").write_text(json.dumps(bench.rank_trace(k, n)))
+    keys = {ranks.read_times(f)[1] for f in ranks.trace_files(tmp_path)}
+    assert len(keys) == 1
+    grouped = _grouped(tmp_path)
+    assert_same_view(grouped, diagnose_ranks(tmp_path))
+    assert len(grouped.view.runs) <= 4
+
+
+def test_a_rank_whose_endpoints_lie_in_another_order_is_analysed_alone(tmp_path):
+    """Same structure, times in another order: a tie (the GEMM ends as the all-reduce
+    starts) and an all-reduce that runs past the next step's start. Each is its own group
+    (never the others' sums), so analysed in full, and the view equals the full pipeline's."""
+    bench, n, tie, late = _bench(), 8, 3, 6
+    for k in range(n):
+        trace = bench.rank_trace(k, n)
+        for e in trace["traceEvents"]:
+            if k == tie and e["name"] == "sm90_xmma_gemm_bf16":
+                e["dur"] = 410  # ends at t0 + 450, the all-reduce's start
+            if k == late and e["name"].startswith("ncclDevKernel") and e["ts"] < 1_000_000 + bench.STEP_US:
+                e["dur"] = 601  # the first step's all-reduce ends past the second step's start (and on no other endpoint)
+        (tmp_path / f"rank{k}.pt.trace.json").write_text(json.dumps(trace))
+    keys = {k: ranks.read_times(tmp_path / f"rank{k}.pt.trace.json")[1] for k in range(n)}
+    for k in (tie, late):  # the same structure, another order
+        assert keys[k][0] == keys[0][0] and keys[k][1] != keys[0][1]
+    grouped = _grouped(tmp_path)
+    assert {tie, late} <= {r.rank for r in grouped.view.runs}
+    assert_same_view(grouped, diagnose_ranks(tmp_path))
+    # the order is what makes the sums exact: rank 1's sums on the late rank's times are
+    # wrong (its first step's all-reduce and critical path cut at rank 1's GPU window: 0.5
+    # and 0.95 ms where the late rank's own pipeline reads 0.601 and 1.051 ms)
+    one = analyze(torch_profiler.load(tmp_path / "rank1.pt.trace.json"), step=grouped.view.runs[0].analysis.steps.name)
+    ends = [ranks.read_times(tmp_path / f"rank{k}.pt.trace.json")[2] for k in (1, late)]
+    assert len(ends[0]) == len(ends[1])
+    frames, _, _ = ranks.group_steps(one, np.stack(ends))
+    assert not frames[1].equals(grouped.view.per_step[late])
+
+
+def test_grouped_path_numbers_and_reads_ranks_as_the_loader(tmp_path):
+    """A trace without distributedInfo (numbered by file order, with a warning) and one
+    with a launch whose duration is not a number (the loader drops that event; the grouped
+    reader leaves the trace to it: analysed in full): the same ranks, warnings and view."""
+    bench, n = _bench(), 8
+    for k in range(n):
+        trace = bench.rank_trace(k, n)
+        if k == 2:
+            del trace["distributedInfo"]
+        if k == 5:
+            trace["traceEvents"][2]["dur"] = "x"
+        (tmp_path / f"rank{k}.pt.trace.json").write_text(json.dumps(trace))
+    assert ranks.read_times(tmp_path / "rank5.pt.trace.json")[1] is None
+    grouped, full = _grouped(tmp_path), diagnose_ranks(tmp_path)
+    assert grouped.view.warnings == full.view.warnings and len(full.view.warnings) == 1
+    assert 5 in {r.rank for r in grouped.view.runs}
+    assert_same_view(grouped, full)
