@@ -109,7 +109,7 @@ def activity_parts(timeline) -> np.ndarray:
     of every step activity of ``timeline``, aligned with ``timeline.activities``."""
     acts = timeline.activities
     names, kinds = acts["name"].to_numpy(dtype=object), acts["kind"].to_numpy(dtype=object)
-    return np.array([kernel_part(nm, k, f) for nm, k, f in zip(names, kinds, timeline.families)], dtype=object)
+    return np.array(list(map(kernel_part, names, kinds, timeline.families)), dtype=object)
 
 
 @dataclass
