@@ -91,13 +91,15 @@ def analyze_command(
         if len(procs) > 1:  # several processes with GPU work: one timeline each, like ranks
             _analyze_ranks(path, step, json_out, tokens_per_step, rules, threshold, workload, nsys_ranks(procs))
             return
-    # diagnose first: a large trace's decoders start before the modules below import pandas.
-    d = diagnose(path, step=step, tokens_per_step=tokens_per_step, rules=rules, thresholds=threshold, workload=workload,
-                 profile=merged)
+    # The report's modules (rich) import before diagnose: a large trace's decoders are at work
+    # by now (program() began its load before the command line was parsed).
     from perfdoctor.reports.summary import gaps_owner, render_summary
     from perfdoctor.reports import attribution, bounds
+    from perfdoctor.reports.common import named_not_evaluated
     from perfdoctor.reports.terminal import brief_renderable, findings_renderable, verdict_text
 
+    d = diagnose(path, step=step, tokens_per_step=tokens_per_step, rules=rules, thresholds=threshold, workload=workload,
+                 profile=merged)
     console = outputs.report_console(json_out)
     if brief:
         console.print(brief_renderable(d.findings, d.analysis, f"perfdoctor analyze {path}"))
@@ -109,8 +111,6 @@ def analyze_command(
     console.print(attribution.terminal(d.analysis, blank_after=False))  # then where the step went
     console.print(bounds.terminal(d.analysis))  # and what bounds each kernel class
     # One gap table: the summary's, unless a finding prints the same table as its evidence.
-    from perfdoctor.reports.common import named_not_evaluated
-
     render_summary(d.analysis, console, gaps_shown_by=gaps_owner(d.findings), named_below=named_not_evaluated(d.findings))
     console.print(findings_renderable(d.findings, d.analysis, with_verdict=False, top=top or None), crop=False)  # code is never cropped
     if json_out is not None:
