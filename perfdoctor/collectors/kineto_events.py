@@ -677,9 +677,20 @@ HostRows = tuple[Columns, np.ndarray, np.ndarray]  # a table of host events, and
 def _host_rows(taken: _Taken, table: Any) -> HostRows:
     """``table(taken)`` (its ``tid`` column left for :func:`.kineto_tables.joined`), with
     each row's Kineto ``pid`` and ``tid``."""
-    n = len(taken.events)
-    pids, tids = (np.fromiter(map(get, taken.events), dtype=object, count=n) for get in (_PID, _TID))
-    return table(taken), pids, tids
+    return table(taken), _thread_keys(list(map(_PID, taken.events))), _thread_keys(list(map(_TID, taken.events)))
+
+
+def _thread_keys(values: list[Scalar]) -> np.ndarray:
+    """Kineto's pids or tids: int64 when every one is an int (as tracers write them), else
+    the objects as written. The threads are numbered over every host row of the trace
+    (:func:`.kineto_tables._thread_ids`): integers number ~3x faster than objects, in
+    the parent after the decode, and pickle smaller."""
+    if set(map(type, values)) <= {int}:
+        try:
+            return np.array(values, dtype=np.int64)
+        except OverflowError:  # beyond int64: kept as written
+            pass
+    return np.fromiter(values, dtype=object, count=len(values))
 
 
 @dataclass
