@@ -216,7 +216,8 @@ def _waits(h: pd.DataFrame, analysis, windows: pd.DataFrame, lo: np.ndarray, hi:
     host = h["host"].to_numpy(dtype=object)
     site = h["site"].to_numpy(dtype=object)
     busy = np.minimum(h["busy_ns"].to_numpy(np.int64), rest)
-    comm = np.array([bool(_COMM_CALL.search(str(x))) for x in site], dtype=bool)
+    codes, sites_named = factorize(site)  # a few distinct sites over every interval: each searched once
+    comm = np.array([bool(_COMM_CALL.search(str(x))) for x in sites_named], dtype=bool)[codes]
     # An interval in which a synchronizing call returned is the sync's: the GPU ran dry while
     # the host waited, and stays idle until the host issues new work (estimates.sync_wait_time).
     calls = analysis.profile.calls
