@@ -118,21 +118,51 @@ class Loading:
     as a context manager, so work begun for a result never taken is stopped."""
 
     def __init__(self, result: Callable[[], Profile], close: Callable[[], None] = lambda: None) -> None:
-        self.result, self._close = result, close
+        self.result, self.close = result, close
 
     def __enter__(self) -> "Loading":
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._close()
+        self.close()
+
+
+# Kineto traces whose load :func:`start_early` began, by path, until start_loading takes them.
+_early: dict[str, Loading] = {}
+
+
+def start_early(path: str | Path) -> None:
+    """Begin :func:`start_loading` on a Kineto trace before the command that will load it
+    has parsed its command line: ``perfdoctor analyze`` calls this with the path it reads
+    from its arguments ahead of click (:func:`perfdoctor.cli.analyze.start_early`), and
+    the ~0.1 s of the argument parser's imports then run while the forked decoders work.
+    A path that cannot be loaded is left for start_loading to refuse, in the command's
+    own order; a load never asked for is stopped by :func:`drop_early`."""
+    path = Path(path)
+    if not path.name.lower().endswith(KINETO_SUFFIXES):
+        return
+    try:
+        _early[str(path)] = start_loading(path)
+    except (UsageError, OSError):
+        pass
+
+
+def drop_early() -> None:
+    """Stop every load :func:`start_early` began that no command took."""
+    while _early:
+        _early.popitem()[1].close()
 
 
 def start_loading(path: str | Path) -> Loading:
     """:func:`load_trace` begun: the path is checked now (so a bad one fails at once) and a
     Kineto trace is read and its forked decoders started
     (:func:`.torch_profiler.start`); an Nsight Systems export or a bundle is read by
-    :meth:`Loading.result`."""
+    :meth:`Loading.result`. A load :func:`start_early` began on the same path is the one
+    returned."""
     path = Path(path)
+    early = _early.pop(str(path), None)
+    if early is not None:
+        return early
     if not os.path.lexists(path):
         raise UsageError(f"{path}: no such file or directory")
     if path.is_dir():

@@ -49,7 +49,7 @@ import pandas as pd
 from perfdoctor.analysis import hostgaps, steady
 from perfdoctor.analysis.steps import is_sync
 from perfdoctor.analysis.timeline import union_per_group
-from perfdoctor.names.codes import equals
+from perfdoctor.names.codes import equals, factorize
 from perfdoctor.names.families import is_log_softmax
 
 # Kernel classes, in the order that wins an overlap (see the module docstring).
@@ -111,11 +111,18 @@ def kernel_part(name: str, kind: str, fam: str) -> str:
 
 
 def activity_parts(timeline) -> np.ndarray:
-    """The busy part (:func:`kernel_part`, cached: once per distinct name, kind and family)
-    of every step activity of ``timeline``, aligned with ``timeline.activities``."""
+    """The busy part (:func:`kernel_part`) of every step activity of ``timeline``, aligned
+    with ``timeline.activities``: computed once per distinct name, kind and family, the
+    rows matched to theirs by codes (:func:`.codes.factorize`), not a call per row."""
     acts = timeline.activities
-    names, kinds = acts["name"].to_numpy(dtype=object), acts["kind"].to_numpy(dtype=object)
-    return np.array([kernel_part(nm, k, f) for nm, k, f in zip(names, kinds, timeline.families)], dtype=object)
+    if acts.empty:
+        return np.zeros(0, dtype=object)
+    (names, name_of), (kinds, kind_of), (fams, fam_of) = (factorize(c) for c in (acts["name"], acts["kind"], timeline.families))
+    triples, row = np.unique((names * len(kind_of) + kinds) * len(fam_of) + fams, return_inverse=True)
+    name, rest = np.divmod(triples, len(kind_of) * len(fam_of))
+    kind, fam = np.divmod(rest, len(fam_of))
+    parts = np.array([kernel_part(*t) for t in zip(name_of[name], kind_of[kind], fam_of[fam])], dtype=object)
+    return parts[row.reshape(-1)]
 
 
 @dataclass
@@ -216,7 +223,8 @@ def _waits(h: pd.DataFrame, analysis, windows: pd.DataFrame, lo: np.ndarray, hi:
     host = h["host"].to_numpy(dtype=object)
     site = h["site"].to_numpy(dtype=object)
     busy = np.minimum(h["busy_ns"].to_numpy(np.int64), rest)
-    comm = np.array([bool(_COMM_CALL.search(str(x))) for x in site], dtype=bool)
+    codes, sites_named = factorize(site)  # a few distinct sites over every interval: each searched once
+    comm = np.array([bool(_COMM_CALL.search(str(x))) for x in sites_named], dtype=bool)[codes]
     # An interval in which a synchronizing call returned is the sync's: the GPU ran dry while
     # the host waited, and stays idle until the host issues new work (estimates.sync_wait_time).
     calls = analysis.profile.calls

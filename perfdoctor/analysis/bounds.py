@@ -347,7 +347,7 @@ def _parse(raw: Any) -> Any:
 
 def shaped_ops(ops: pd.DataFrame) -> np.ndarray:
     """Which rows of ``ops`` carry recorded shapes (a trace without ``record_shapes`` has none)."""
-    return np.fromiter((len(d) > 0 for d in ops["dims"].to_numpy(dtype=object)), dtype=bool, count=len(ops))
+    return np.fromiter(map(len, ops["dims"].to_numpy(dtype=object)), dtype=np.int64, count=len(ops)) > 0
 
 
 def launching_ops(profile, kernels: pd.DataFrame) -> np.ndarray:
@@ -581,26 +581,24 @@ def class_bounds(analysis) -> Bounds:
     if has_shapes and kidx.size:
         op_of = launching_ops(profile, acts.iloc[kidx])
         linked = op_of >= 0
-        cols = [profile.ops[k].to_numpy(dtype=object) for k in ("name", "dims", "types", "concrete")]
         launchers = np.unique(op_of[linked])
         # Each step repeats its ops' arguments: parsed and costed once per distinct one (the
         # 80 MB eager bench trace: 36,520 launching ops, 0.6 s of CPU in class_bounds when
-        # each op's JSON was parsed and costed on its own).
-        by_args: dict[tuple, Cost | None] = {}
-        costs: list[Cost | None] = []
-        for o in launchers.tolist():
-            args = tuple(col[o] for col in cols)
-            if args not in by_args:
-                name, dims, types, concrete = args
-                by_args[args] = op_cost(name, _parse(dims), _parse(types), _parse(concrete))
-            costs.append(by_args[args])
-        rows, owner = kidx[linked], np.searchsorted(launchers, op_of[linked])  # owner: index in costs
+        # each op's JSON was parsed and costed on its own), the launchers matched to theirs
+        # without a Python loop per launcher.
+        args = list(zip(*(profile.ops[k].to_numpy(dtype=object)[launchers].tolist() for k in ("name", "dims", "types", "concrete"))))
+        distinct = {a: i for i, a in enumerate(dict.fromkeys(args))}
+        costs = [op_cost(name, _parse(dims), _parse(types), _parse(concrete)) for name, dims, types, concrete in distinct]
+        which = np.fromiter(map(distinct.__getitem__, args), dtype=np.intp, count=len(args))  # per launcher: its entry in costs
+        rows, owner = kidx[linked], np.searchsorted(launchers, op_of[linked])  # owner: index in launchers
+        # Each array per distinct cost, then per launcher (``[which]``).
         costed = np.array([c is not None for c in costs], dtype=bool)
         b_known = np.array([c is not None and c.bytes is not None for c in costs], dtype=bool)
         f_known = np.array([c is not None and c.flops is not None for c in costs], dtype=bool)
-        c_bytes = np.array([c.bytes if k else np.nan for c, k in zip(costs, b_known)], dtype=np.float64)
-        c_flops = np.array([c.flops if k else np.nan for c, k in zip(costs, f_known)], dtype=np.float64)
-        c_dtype = np.array(["" if c is None else c.dtype for c in costs], dtype=object)
+        c_bytes = np.array([c.bytes if k else np.nan for c, k in zip(costs, b_known)], dtype=np.float64)[which]
+        c_flops = np.array([c.flops if k else np.nan for c, k in zip(costs, f_known)], dtype=np.float64)[which]
+        c_dtype = np.array(["" if c is None else c.dtype for c in costs], dtype=object)[which]
+        costed, b_known, f_known = costed[which], b_known[which], f_known[which]
         # An op with a formula (FLOPs) gives its counts to its kernels of a FLOP class only (a
         # transpose a convolution launches is not the convolution); any other op to all of its
         # kernels of the classes costed from generic bytes. Shared by duration among them.

@@ -28,7 +28,7 @@ except ImportError:  # pragma: no cover
 # Every command module is imported to build the app, before a large trace's decoders fork
 # (:func:`perfdoctor.pipeline.start_loading`): what a command alone needs (rich, its domain
 # module) is imported in its body, so it loads in the decoders' shadow or not at all.
-from perfdoctor.cli.analyze import analyze_command
+from perfdoctor.cli.analyze import analyze_command, start_early
 from perfdoctor.cli.calibrate import calibrate_command
 from perfdoctor.cli.compare import compare_command
 from perfdoctor.cli.demo import demo_command
@@ -151,12 +151,21 @@ def program() -> None:
     """The ``perfdoctor`` executable (and ``python -m perfdoctor``): :func:`main` on the
     process's own arguments, then :func:`perfdoctor.console.leave` with its exit status,
     which skips the interpreter's teardown (0.1-0.2 s after a large analysis, time a user
-    waits for nothing). A thread still running is waited for the ordinary way."""
+    waits for nothing). A thread still running is waited for the ordinary way.
+
+    ``perfdoctor analyze`` begins reading its trace before click parses the command line
+    (:func:`perfdoctor.cli.analyze.start_early`)."""
+    from perfdoctor.pipeline import drop_early
+
+    if sys.argv[1:2] == ["analyze"]:
+        start_early(sys.argv[2:])
     try:
         main()
         code: object = 0
     except SystemExit as exc:
         code = exc.code
+    finally:
+        drop_early()  # a load begun early that the command never took (it failed first)
     if threading.active_count() > 1:
         sys.exit(code)
     leave(code)

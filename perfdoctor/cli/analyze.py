@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import List, Optional
 
@@ -10,6 +11,48 @@ import typer
 from perfdoctor.cli import options
 from perfdoctor.cli import outputs
 from perfdoctor.io import check_outputs
+
+# analyze's options that take no value (every other one takes one): what trace_argument
+# steps over. tests/cli/test_analyze.py checks them against the command click builds.
+FLAGS = frozenset({"--brief", "--help"})
+
+
+def trace_argument(args: List[str]) -> Optional[str]:
+    """The PATH of ``perfdoctor analyze ARGS``, read without click: the first argument that
+    is neither an option nor an option's value (``--opt=value`` is one argument, ``--``
+    ends the options). Only a guess, to begin work early (:func:`start_early`): the command
+    gets its PATH from click, and a load begun on another path is never used."""
+    rest = iter(args)
+    for arg in rest:
+        if arg == "--":
+            return next(rest, None)
+        if arg.startswith("-") and arg != "-":
+            if "=" not in arg and arg not in FLAGS:
+                next(rest, None)  # the option's value
+            continue
+        return arg
+    return None
+
+
+def start_early(args: List[str]) -> None:
+    """What ``perfdoctor analyze ARGS`` can begin before its command line is parsed (the
+    parser's imports take ~0.1 s): numpy's import, with one BLAS thread (no analysis
+    multiplies matrices, and OpenBLAS's pool spins a second CPU for ~0.1 s while numpy
+    loads, the CPU a forked decoder needs), and the trace's load
+    (:func:`perfdoctor.pipeline.start_early`)."""
+    import os
+
+    if "numpy" not in sys.modules and "OPENBLAS_NUM_THREADS" not in os.environ:
+        os.environ["OPENBLAS_NUM_THREADS"] = "1"  # read once, as OpenBLAS loads
+        try:
+            import numpy  # noqa: F401
+        finally:
+            del os.environ["OPENBLAS_NUM_THREADS"]  # not passed on to any program this process starts
+    path = trace_argument(args)
+    if path is not None:
+        from perfdoctor.pipeline import start_early as begin
+
+        begin(path)
 
 
 def analyze_command(
@@ -48,13 +91,15 @@ def analyze_command(
         if len(procs) > 1:  # several processes with GPU work: one timeline each, like ranks
             _analyze_ranks(path, step, json_out, tokens_per_step, rules, threshold, workload, nsys_ranks(procs))
             return
-    # diagnose first: a large trace's decoders start before the modules below import pandas.
-    d = diagnose(path, step=step, tokens_per_step=tokens_per_step, rules=rules, thresholds=threshold, workload=workload,
-                 profile=merged)
+    # The report's modules (rich) import before diagnose: a large trace's decoders are at work
+    # by now (program() began its load before the command line was parsed).
     from perfdoctor.reports.summary import gaps_owner, render_summary
     from perfdoctor.reports import attribution, bounds
+    from perfdoctor.reports.common import named_not_evaluated
     from perfdoctor.reports.terminal import brief_renderable, findings_renderable, verdict_text
 
+    d = diagnose(path, step=step, tokens_per_step=tokens_per_step, rules=rules, thresholds=threshold, workload=workload,
+                 profile=merged)
     console = outputs.report_console(json_out)
     if brief:
         console.print(brief_renderable(d.findings, d.analysis, f"perfdoctor analyze {path}"))
@@ -66,8 +111,6 @@ def analyze_command(
     console.print(attribution.terminal(d.analysis, blank_after=False))  # then where the step went
     console.print(bounds.terminal(d.analysis))  # and what bounds each kernel class
     # One gap table: the summary's, unless a finding prints the same table as its evidence.
-    from perfdoctor.reports.common import named_not_evaluated
-
     render_summary(d.analysis, console, gaps_shown_by=gaps_owner(d.findings), named_below=named_not_evaluated(d.findings))
     console.print(findings_renderable(d.findings, d.analysis, with_verdict=False, top=top or None), crop=False)  # code is never cropped
     if json_out is not None:

@@ -239,7 +239,12 @@ def _validated(events: list[Any] | None, header: _LooseTrace | None, first: msgs
 # loaded 2-CPU machine); at 48 MB a part, 55-95 MB traces were decoded by one.
 PART_BYTES = 24 << 20
 MAX_PROCESSES = 8
-SPAN_BYTES = 16 << 20  # the share a process takes at a time: 16 spans cost what 2 do (columns, merging); 32 cost more
+# The share a process takes at a time. Smaller shares balance the processes better at the
+# end (the last one taken is the time the other process may wait), and 8 MB spans cost less
+# CPU than 16 MB ones (fewer events alive at once): one process, decode + columns + pickle,
+# eager 80 MB 0.61-0.73 -> 0.54-0.59 s, HF 80 MB 0.77-0.80 -> 0.62-0.67, eager 200 MB
+# 2.1-2.2 -> 1.87-1.88; 4 and 2 MB no better.
+SPAN_BYTES = 8 << 20
 
 
 def decode_processes(size: int) -> int:
@@ -690,9 +695,20 @@ HostRows = tuple[Columns, np.ndarray, np.ndarray]  # a table of host events, and
 def _host_rows(taken: _Taken, table: Any) -> HostRows:
     """``table(taken)`` (its ``tid`` column left for :func:`.kineto_tables.joined`), with
     each row's Kineto ``pid`` and ``tid``."""
-    n = len(taken.events)
-    pids, tids = (np.fromiter(map(get, taken.events), dtype=object, count=n) for get in (_PID, _TID))
-    return table(taken), pids, tids
+    return table(taken), _thread_keys(list(map(_PID, taken.events))), _thread_keys(list(map(_TID, taken.events)))
+
+
+def _thread_keys(values: list[Scalar]) -> np.ndarray:
+    """Kineto's pids or tids: int64 when every one is an int (as tracers write them), else
+    the objects as written. The threads are numbered over every host row of the trace
+    (:func:`.kineto_tables._thread_ids`): integers number ~3x faster than objects, in
+    the parent after the decode, and pickle smaller."""
+    if set(map(type, values)) <= {int}:
+        try:
+            return np.array(values, dtype=np.int64)
+        except OverflowError:  # beyond int64: kept as written
+            pass
+    return np.fromiter(values, dtype=object, count=len(values))
 
 
 @dataclass
@@ -726,8 +742,14 @@ def _calls(taken: _Taken) -> Columns:
     )
 
 
-def _raw(value: msgspec.Raw) -> bytes:
-    return bytes(value)
+def _raws(args: list[Args], field: str) -> np.ndarray:
+    """The unparsed ``field`` of each op's arguments as bytes, equal ones as one object:
+    every step repeats the same few hundred argument lists, and a forked decoder's pickle
+    (:class:`SlicedDecode`) sends a repeated object once (3.7 of a 5 MB span's pickle,
+    eager 80 MB, before; and as many bytes objects in the parent's memory)."""
+    values = list(map(bytes, map(attrgetter(field), args)))
+    seen: dict[bytes, bytes] = {}
+    return np.fromiter(map(seen.setdefault, values, values), dtype=object, count=len(values))
 
 
 def _ops(taken: _Taken) -> Columns:
@@ -736,16 +758,15 @@ def _ops(taken: _Taken) -> Columns:
     start, end = taken.start_end()
     names, _, _ = _names(taken.events)
     args = [a if a is not None else _NO_ARGS for a in map(_ARGS, taken.events)]
-    n = len(args)
     return filled(
         OP_COLUMNS,
         {
             "name": names,
             "start_ns": start,
             "end_ns": end,
-            "dims": np.fromiter((_raw(a.input_dims) for a in args), dtype=object, count=n),
-            "types": np.fromiter((_raw(a.input_type) for a in args), dtype=object, count=n),
-            "concrete": np.fromiter((_raw(a.concrete) for a in args), dtype=object, count=n),
+            "dims": _raws(args, "input_dims"),
+            "types": _raws(args, "input_type"),
+            "concrete": _raws(args, "concrete"),
         },
     )
 

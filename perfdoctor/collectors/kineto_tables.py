@@ -146,13 +146,19 @@ def _with_tids(parts: list[HostRows], tids: np.ndarray, columns: dict[str, str])
 
 def _thread_ids(pids: np.ndarray, tids: np.ndarray) -> np.ndarray:
     """Kineto names a host thread by (pid, tid); each pair gets one integer id, numbered in
-    order of first appearance over the rows (the calls, then the ranges, then the ops)."""
+    order of first appearance over the rows (the calls, then the ranges, then the ops).
+    ``pids`` and ``tids``: int64 where the decoders found only ints, else objects."""
     if not len(pids):
         return np.zeros(0, dtype=np.int64)
-    pid, _ = pd.factorize(pd.Series(pids, dtype=object), use_na_sentinel=False)
-    tid, uniques = pd.factorize(pd.Series(tids, dtype=object), use_na_sentinel=False)
+    pid, _ = pd.factorize(_as_keys(pids), use_na_sentinel=False)
+    tid, uniques = pd.factorize(_as_keys(tids), use_na_sentinel=False)
     codes, _ = pd.factorize(pid.astype(np.int64) * max(len(uniques), 1) + tid)  # the pair, numbered by first appearance
     return codes.astype(np.int64)
+
+
+def _as_keys(values: np.ndarray) -> np.ndarray | pd.Series:
+    """What pd.factorize numbers: integers as they are, objects as objects (no type inferred)."""
+    return values if values.dtype == np.int64 else pd.Series(values, dtype=object)
 
 
 def distributed(info: Any) -> dict[str, Any]:

@@ -18,7 +18,7 @@ import pandas as pd
 from perfdoctor.analysis.metrics import METRIC_UNITS, Analysis, Metric
 from perfdoctor.analysis.ownership import containing
 from perfdoctor.names.families import is_log_softmax
-from perfdoctor.names.codes import equals
+from perfdoctor.names.codes import equals, factorize
 from perfdoctor.names.kernels import family, per_name
 from perfdoctor.names.ranges import LOOP_PREFIXES
 
@@ -211,7 +211,9 @@ def batch_norm_in_steps(analysis: Analysis) -> Metric:
     k = _kernels_in_steps(analysis)
     if k.empty:
         return Metric(None, "flag", "kernel-names", reason="no kernels inside steps")
-    hit = next((n for n in pd.unique(k["name"]) if isinstance(n, str) and _BATCH_NORM.search(n)), None)
+    # The distinct names by factorize (object identity first): pd.unique hashed every row's
+    # long kernel name (37 ms of 50 on the 80 MB HF trace).
+    hit = next((n for n in factorize(k["name"])[1] if isinstance(n, str) and _BATCH_NORM.search(n)), None)
     if hit is None:
         ops, table = analysis.profile.ops, analysis.steps.table
         named = ops[per_name(ops["name"], lambda n: bool(isinstance(n, str) and _BATCH_NORM.search(n))).astype(bool)] if not ops.empty else ops
@@ -232,7 +234,7 @@ def data_loading_seen(analysis: Analysis) -> Metric:
     light = getattr(profile, "light", None)
     names = [light.name] if light is not None else []
     if not profile.ranges.empty:
-        names += [n for n in pd.unique(profile.ranges["name"]) if isinstance(n, str)]
+        names += [n for n in factorize(profile.ranges["name"])[1] if isinstance(n, str)]
     hit = next((n for n in names if n.startswith(DATALOADER_PREFIX)), None)
     if hit is not None:
         return Metric(1.0, "flag", "ranges", note=f"a DataLoader range: {hit[:80]}")

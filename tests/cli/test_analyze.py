@@ -266,3 +266,35 @@ def test_python_frames_are_kept_for_call_sites_but_never_steps(tmp_path: Path) -
     # `work` repeats as often as the step, but a Python frame is never a step
     with pytest.raises(UsageError, match="matches no range"):
         analyze(profile, step="*: work")
+
+
+def test_trace_argument_steps_over_every_option_value_as_click_does() -> None:
+    import typer
+
+    from perfdoctor.cli import app
+    from perfdoctor.cli.analyze import FLAGS, trace_argument
+
+    command = typer.main.get_command(app).commands["analyze"]
+    flags = {name for p in command.params if getattr(p, "is_flag", False) for name in p.opts}
+    assert flags | {"--help"} == FLAGS
+    assert trace_argument(["t.json"]) == "t.json"
+    assert trace_argument(["--json", "m.json", "--brief", "--top=2", "--rules", "p.toml", "t.json"]) == "t.json"
+    assert trace_argument(["--step", "decode*", "--", "-odd.json"]) == "-odd.json"
+    assert trace_argument(["--json", "m.json"]) is None
+
+
+def test_a_load_begun_early_that_no_command_takes_is_dropped(tmp_path: Path) -> None:
+    """program() begins the trace's load before click parses (pipeline.start_early): a load
+    no command takes is stopped, and a command that fails first still fails with one line."""
+    from perfdoctor import pipeline
+
+    trace = FIXTURES / "h200-llama1b-eager-5steps.kineto.json.gz"
+    pipeline.start_early(trace)
+    assert list(pipeline._early) == [str(trace)]
+    pipeline.drop_early()
+    assert not pipeline._early
+    out = tmp_path / "m.json"
+    r = run_cli("analyze", "--top", "5", str(trace), "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    r2 = run_cli("analyze", "--json", str(trace), str(trace))  # the output would overwrite the input
+    assert r2.returncode == 2 and r2.stderr.count("\n") == 1, r2.stderr

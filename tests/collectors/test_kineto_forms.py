@@ -134,3 +134,21 @@ def test_a_trace_with_no_usable_gpu_activity_left_is_refused(tmp_path: Path) -> 
     done = run_cli_inprocess("analyze", write(tmp_path / "none.json", doc))
     assert done.returncode == 2 and "GPU activities lack a valid 'ts' or 'dur'" in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_threads_are_numbered_the_same_from_int_and_object_ids() -> None:
+    """The decoders send a span's pids and tids as int64 when all are ints, else as objects
+    (kineto_events._thread_keys); the thread ids are the same either way, mixed too."""
+    import numpy as np
+
+    from perfdoctor.collectors.kineto_events import _thread_keys
+    from perfdoctor.collectors.kineto_tables import _thread_ids
+
+    pids, tids = [7, 7, 3, 7, 3, 7], [1, 2, 1, 1, 1, 2]
+    assert _thread_keys(pids).dtype == np.int64
+    assert _thread_keys([1, "gpu", None]).dtype == object and _thread_keys([2**70]).dtype == object
+    as_objects = _thread_ids(np.array(pids, dtype=object), np.array(tids, dtype=object))
+    assert as_objects.tolist() == [0, 1, 2, 0, 2, 1]
+    assert _thread_ids(_thread_keys(pids), _thread_keys(tids)).tolist() == as_objects.tolist()
+    mixed_pids = np.concatenate([_thread_keys(pids[:3]), _thread_keys([7.0, 3, 7])])  # a float: that span's as objects
+    assert _thread_ids(mixed_pids, _thread_keys(tids)).tolist() == as_objects.tolist()
