@@ -11,27 +11,11 @@ from __future__ import annotations
 
 from perfdoctor.console import stdout_console
 from perfdoctor.compare.diff import SAMPLE_UNITS, Diff, MetricChange
+from perfdoctor.reports.format import count, value
 from perfdoctor.text import clean
 
 KERNEL_ROWS = 15  # the kernel table shows the largest movers; JSON has every row
 NAME_WIDTH = 70
-
-
-def fmt_value(value: float | None, unit: str) -> str:
-    """A number with its unit, compact: ``38.59 ms``, ``945``, ``0.941``, ``1.2 GB``."""
-    if value is None:
-        return "—"
-    if unit == "count":
-        return f"{value:,.0f}" if abs(value - round(value)) < 1e-9 else f"{value:,.1f}"
-    if unit == "bytes":
-        for scale, suffix in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
-            if abs(value) >= scale:
-                return f"{value / scale:.3g} {suffix}"
-        return f"{value:.0f} B"
-    suffix = {"ms": " ms", "1/s": "/s", "GB/s": " GB/s"}.get(unit)
-    if suffix is not None:
-        return (f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}") + suffix
-    return f"{value:.3g}"
 
 
 def fmt_change(m: MetricChange) -> str:
@@ -116,7 +100,7 @@ def _sample_rows(diff: Diff) -> list[tuple[str, str, str, str, str, str]]:
             (
                 name,
                 f"{c.n_before} / {c.n_after}",
-                f"{fmt_value(c.median_before, unit)} → {fmt_value(c.median_after, unit)}",
+                f"{value(c.median_before, unit)} → {value(c.median_after, unit)}",
                 ratio,
                 p,
                 _short_verdict(c),
@@ -173,7 +157,7 @@ def render_markdown(diff: Diff) -> str:
         if m.status == "absent":
             continue
         out.append(
-            f"| `{m.key}` | {fmt_value(m.before, m.unit)} | {fmt_value(m.after, m.unit)} | {fmt_change(m)} "
+            f"| `{m.key}` | {value(m.before, m.unit)} | {value(m.after, m.unit)} | {fmt_change(m)} "
             f"| {direction(m)} | {md_escape(assessment(m))} |"
         )
     absent = [m.key for m in diff.metrics if m.status == "absent"]
@@ -195,7 +179,7 @@ def render_markdown(diff: Diff) -> str:
     out += [f"| kernel (normalized) | status | count/{k.per} | time/{k.per} (µs) | Δ time (µs) |", "|---|---|---|---|---|"]
     for r in k.rows[:KERNEL_ROWS]:
         out.append(
-            f"| `{md_escape(short(r.name))}` | {r.status} | {_n(r.count_before)} → {_n(r.count_after)} "
+            f"| `{md_escape(short(r.name))}` | {r.status} | {count(r.count_before)} → {count(r.count_after)} "
             f"| {r.time_us_before:,.1f} → {r.time_us_after:,.1f} | {r.time_change_us:+,.1f} |"
         )
     if len(k.rows) > KERNEL_ROWS:
@@ -235,10 +219,6 @@ def md_escape_lines(lines: list[str]) -> list[str]:
     return [md_escape(line) for line in lines]
 
 
-def _n(x: float) -> str:
-    return f"{x:,.0f}" if abs(x - round(x)) < 0.05 else f"{x:,.1f}"
-
-
 def print_terminal(diff: Diff, console=None) -> None:
     """The diff as rich tables on the terminal."""
     from rich import box
@@ -275,7 +255,7 @@ def print_terminal(diff: Diff, console=None) -> None:
         verdict = assessment(m)
         color = colors.get(verdict.split(" ")[0], "")
         arrow = {True: " ↑", False: " ↓"}.get(m.higher_is_better, "")
-        t.add_row(m.key + arrow, fmt_value(m.before, m.unit), fmt_value(m.after, m.unit), fmt_change(m),
+        t.add_row(m.key + arrow, value(m.before, m.unit), value(m.after, m.unit), fmt_change(m),
                   f"[{color}]{escape(verdict)}[/]" if color else escape(verdict))
     console.print(t)
 
@@ -306,7 +286,7 @@ def print_terminal(diff: Diff, console=None) -> None:
         kt.add_column(col, justify="right", overflow="fold")
     for r in k.rows[:KERNEL_ROWS]:
         kt.add_row(escape(r.name), r.status,  # whole: the column folds on a terminal
-                   f"{_n(r.count_before)} → {_n(r.count_after)}",
+                   f"{count(r.count_before)} → {count(r.count_after)}",
                    f"{r.time_us_before:,.1f} → {r.time_us_after:,.1f}", f"{r.time_change_us:+,.1f}")
     console.print(kt)
     if diff.findings is not None:

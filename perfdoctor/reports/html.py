@@ -35,6 +35,7 @@ import pandas as pd
 
 from perfdoctor.analysis.metrics import Analysis
 from perfdoctor.reports import attribution, common
+from perfdoctor.reports.format import value
 from perfdoctor.reports.summary import workload_lines
 from perfdoctor.reports.json import document
 from perfdoctor.rules.engine import Finding
@@ -438,10 +439,10 @@ def gauges(analysis: Analysis, findings: Sequence[Finding]) -> tuple[str, list[s
             m = analysis.metrics[key]
             v = float(m.value)
             extra = f" = {v * peak_gbps:,.0f} of {peak_gbps:,.0f} GB/s" if peak_gbps and key == "dram_bw_util" else ""
-            body.append(_rect(left, y + 4, min(v, 1.0) * bar_w, 16, "bar", f"{key} {common.fmt(v, 'ratio')}{extra} ({m.source})"))
-            body.append(_text(left, y + 38, f"{key} = {common.fmt(v, 'ratio')} of peak{extra} [{m.source}]" + (f" — {m.note}" if m.note else "")))
+            body.append(_rect(left, y + 4, min(v, 1.0) * bar_w, 16, "bar", f"{key} {value(v, 'ratio')}{extra} ({m.source})"))
+            body.append(_text(left, y + 38, f"{key} = {value(v, 'ratio')} of peak{extra} [{m.source}]" + (f" — {m.note}" if m.note else "")))
         tx = left + min(thr, 1.0) * bar_w
-        tip = f"target {common.fmt(thr, 'ratio')} ({origin})"
+        tip = f"target {value(thr, 'ratio')} ({origin})"
         body.append(f'<line class="thr" x1="{tx:.1f}" y1="{y}" x2="{tx:.1f}" y2="{y + 24}"><title>{e(tip)}</title></line>')
         body.append(_text(tx + 4, y + 2, f"target {thr * 100:.0f} %"))
         body.append(_text(left + bar_w + 6, y + 16, "peak" + (f" {peak_gbps:,.0f} GB/s" if peak_gbps and key == "dram_bw_util" else "")))
@@ -529,8 +530,8 @@ def nvml_charts(analysis: Analysis, findings: Sequence[Finding]) -> list[str]:
             rule = "dram-bandwidth" if metric == "dram_bw_util" else "sm-occupancy"
             thr, _ = _threshold(findings, rule, SERIES_TARGETS[metric])
             body += [_line(left, Y(thr * 100), left + w, Y(thr * 100), "thr"), _text(left + w + 4, Y(thr * 100) + 4, f"target {thr * 100:.0f} %")]
-        value = "flat (its value is on the axis)" if flat else f"{_num(vmin)} to {_num(vmax)}{suffix}"
-        body.append(_text(left, 14, f"{metric} [{source}]{f' in {unit}' if unit else ''}: {value}; {len(g)} samples, shaded = profiled steps"))
+        said = "flat (its value is on the axis)" if flat else f"{_num(vmin)} to {_num(vmax)}{suffix}"
+        body.append(_text(left, 14, f"{metric} [{source}]{f' in {unit}' if unit else ''}: {said}; {len(g)} samples, shaded = profiled steps"))
         body.append(_text(left + w / 2, top + h + 30, "seconds from the run start (the first NVML sample)", "middle"))
         out.append(_svg(left + w + 90, top + h + 38, body, f"{metric} over time"))
     return out
