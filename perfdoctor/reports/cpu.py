@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from perfdoctor.analysis.cpu import CpuView
+from perfdoctor.reports.format import md_cell
 from perfdoctor.text import clean
 
 TITLE = "Where the step went (CPU)"
@@ -81,7 +82,7 @@ def markdown(view: CpuView) -> list[str]:
            "Step latency ms (traced): " + _latency(view), ""]
     for title, first, df in _tables(view):
         out += [f"**{title}**", "", f"| {first} | " + " | ".join(COLUMNS) + " |", "|---|" + "---:|" * len(COLUMNS)]
-        out += ["| " + " | ".join(escape(c, quote=False).replace("|", "&#124;").replace("`", "&#96;") for c in row) + " |"
+        out += ["| " + " | ".join(md_cell(c) for c in row) + " |"
                 for row in _rows(df)]  # names from the trace: cleaned (_rows), then no table-breaking character
         out.append("")
     for o in view.observations:

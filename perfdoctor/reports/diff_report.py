@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from perfdoctor.console import stdout_console
 from perfdoctor.compare.diff import SAMPLE_UNITS, Diff, MetricChange
-from perfdoctor.reports.format import count, value
-from perfdoctor.text import clean
+from perfdoctor.reports.format import count, md_cell, value
 
 KERNEL_ROWS = 15  # the kernel table shows the largest movers; JSON has every row
 NAME_WIDTH = 70
@@ -44,19 +43,6 @@ def assessment(m: MetricChange) -> str:
 
 def short(name: str, width: int = NAME_WIDTH) -> str:
     return name if len(name) <= width else name[: width - 1] + "…"
-
-
-def md_escape(text: str) -> str:
-    """Text safe inside a Markdown table cell (GitHub renders inline HTML, so escape it)."""
-    return (
-        clean(text)
-        .replace("&", "&amp;")
-        .replace("<", "&lt;")
-        .replace(">", "&gt;")
-        .replace("|", "\\|")
-        .replace("`", "'")
-        .replace("\n", " ")
-    )
 
 
 def comparability_lines(diff: Diff) -> list[str]:
@@ -135,22 +121,22 @@ def _process_rows(diff: Diff) -> list[list[str]]:
 
 def render_markdown(diff: Diff) -> str:
     """The diff as GitHub-flavoured Markdown (fits a PR comment or a step summary)."""
-    out = [f"## perfdoctor diff", "", f"**before** `{md_escape(diff.before)}` → **after** `{md_escape(diff.after)}`", ""]
+    out = [f"## perfdoctor diff", "", f"**before** <code>{md_cell(diff.before)}</code> → **after** <code>{md_cell(diff.after)}</code>", ""]
     warnings = comparability_lines(diff)
     title = not_comparable_title(diff)
     if title:
-        out += ["> [!CAUTION]", f"> **{md_escape(title)}.** These runs measure different things:"]
-        out += [f"> - {md_escape(w)}" for w in not_comparable_lines(diff)]
+        out += ["> [!CAUTION]", f"> **{md_cell(title)}.** These runs measure different things:"]
+        out += [f"> - {md_cell(w)}" for w in not_comparable_lines(diff)]
         out.append("")
     if diff.mismatches and warnings:
         out += ["> [!WARNING]", "> **These runs are not like for like.** Read every number below with that in mind:"]
-        out += [f"> - {md_escape(w)}" for w in warnings]
+        out += [f"> - {md_cell(w)}" for w in warnings]
         out.append("")
     elif warnings:
-        out += ["Comparability could not be fully checked:"] + [f"- {md_escape(w)}" for w in warnings] + [""]
+        out += ["Comparability could not be fully checked:"] + [f"- {md_cell(w)}" for w in warnings] + [""]
     if diff.lead:
         out += ["**What changed:**", ""] + [f"- {_md_lead(line)}" for line in diff.lead] + [""]
-    out += [f"**{md_escape(diff.verdict())}**", ""]
+    out += [f"**{md_cell(diff.verdict())}**", ""]
 
     out += ["### Metrics", "", "| metric | before | after | change | direction | verdict |", "|---|---|---|---|---|---|"]
     for m in diff.metrics:
@@ -158,7 +144,7 @@ def render_markdown(diff: Diff) -> str:
             continue
         out.append(
             f"| `{m.key}` | {value(m.before, m.unit)} | {value(m.after, m.unit)} | {fmt_change(m)} "
-            f"| {direction(m)} | {md_escape(assessment(m))} |"
+            f"| {direction(m)} | {md_cell(assessment(m))} |"
         )
     absent = [m.key for m in diff.metrics if m.status == "absent"]
     if absent:
@@ -167,19 +153,19 @@ def render_markdown(diff: Diff) -> str:
     if any(c.repeated for c in diff.processes.values()):
         out += ["", "### Over processes", "", PROCESS_TITLE[len("over processes ("):-1] + ".", ""]
         out += ["| metric | processes before / after | per-process values (ms) | ratio [95 % CI] | verdict |", "|---|---|---|---|---|"]
-        out += ["| " + " | ".join(md_escape(c) for c in row) + " |" for row in _process_rows(diff)]
+        out += ["| " + " | ".join(md_cell(c) for c in row) + " |" for row in _process_rows(diff)]
 
     out += ["", "### Step statistics", "", "Mann-Whitney U (two-sided) and a bootstrap 95 % interval of median(after)/median(before).", ""]
     out += ["| sample | n before / after | median | ratio [95 % CI] | p | verdict |", "|---|---|---|---|---|---|"]
     for row in _sample_rows(diff):
-        out.append("| " + " | ".join(md_escape(c) for c in row) + " |")
+        out.append("| " + " | ".join(md_cell(c) for c in row) + " |")
 
     k = diff.kernels
-    out += ["", "### Kernels", "", md_escape(k.summary()), ""]
+    out += ["", "### Kernels", "", md_cell(k.summary()), ""]
     out += [f"| kernel (normalized) | status | count/{k.per} | time/{k.per} (µs) | Δ time (µs) |", "|---|---|---|---|---|"]
     for r in k.rows[:KERNEL_ROWS]:
         out.append(
-            f"| `{md_escape(short(r.name))}` | {r.status} | {count(r.count_before)} → {count(r.count_after)} "
+            f"| <code>{md_cell(short(r.name))}</code> | {r.status} | {count(r.count_before)} → {count(r.count_after)} "
             f"| {r.time_us_before:,.1f} → {r.time_us_after:,.1f} | {r.time_change_us:+,.1f} |"
         )
     if len(k.rows) > KERNEL_ROWS:
@@ -189,17 +175,17 @@ def render_markdown(diff: Diff) -> str:
     if diff.findings is None:
         out.append("Rules did not run on both sides; no findings to compare.")
     else:
-        out += [f"- {line}" for line in md_escape_lines(findings_lines(diff))]
+        out += [f"- {line}" for line in map(md_cell, findings_lines(diff))]
     return "\n".join(out) + "\n"
 
 
 def _md_lead(line: str) -> str:
-    """A lead line with its kernel name in code: ``-1 kernel `x` per step`` keeps the backticks."""
+    """A lead line with its kernel name in code: ``-1 kernel `x` per step`` shows ``x`` as code."""
     head, sep, rest = line.partition(" `")
     if not sep:
-        return md_escape(line)
+        return md_cell(line)
     name, _, tail = rest.partition("` ")
-    return f"{md_escape(head)} `{md_escape(short(name))}` {md_escape(tail)}"
+    return f"{md_cell(head)} <code>{md_cell(short(name))}</code> {md_cell(tail)}"
 
 
 def findings_lines(diff: Diff) -> list[str]:
@@ -213,10 +199,6 @@ def findings_lines(diff: Diff) -> list[str]:
     if f.unknown:
         lines.append(f"failing on one side, not evaluated on the other: {', '.join(f.unknown)}")
     return lines
-
-
-def md_escape_lines(lines: list[str]) -> list[str]:
-    return [md_escape(line) for line in lines]
 
 
 def print_terminal(diff: Diff, console=None) -> None:

@@ -1,4 +1,4 @@
-"""Where a number becomes text: once.
+"""Where a number becomes text, and where untrusted text becomes Markdown or HTML: once.
 
 Every output (analyze's terminal, report's Markdown and HTML, diff, gate's messages in the
 terminal, JSON and JUnit, the demo) renders a metric through :func:`value`, so one number
@@ -7,6 +7,10 @@ reads the same everywhere (``memory_bubble_ratio`` is ``91.7 %`` in each, ``kern
 """
 
 from __future__ import annotations
+
+from html import escape
+
+from perfdoctor.text import clean
 
 
 def num(v: float) -> str:
@@ -50,3 +54,20 @@ def value(v: float | None, unit: str) -> str:
     if unit == "1/s":
         return f"{num(v)} /s"
     return f"{num(v)} {unit}".rstrip()
+
+
+def md_cell(text: object) -> str:
+    """Untrusted text in a Markdown table cell or line: HTML-escaped (GitHub renders inline
+    HTML), no pipe or backtick that would end the cell or a code span. In code, put it in
+    ``<code>``, not backticks: a code span would show the entities as typed."""
+    return escape(clean(text), quote=False).replace("|", "&#124;").replace("`", "&#96;")
+
+
+def md_text(text: object) -> str:
+    """Running Markdown text from a trace or a pack: :func:`md_cell`, and no emphasis."""
+    return md_cell(text).replace("*", "\\*").replace("_", "\\_")
+
+
+def html(text: object) -> str:
+    """Untrusted text for HTML element text and quoted attribute values."""
+    return escape(clean(text), quote=True)

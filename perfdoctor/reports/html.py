@@ -10,7 +10,7 @@ ranked findings with evidence and fixes; passed and not-evaluated checks. No gly
 Latin text is needed: citations are English and the embedded data is ASCII.
 
 A trace is untrusted input: every name taken from it (kernels, ranges, paths, metric
-names) goes through :func:`html.escape` — element text and attribute values alike — and
+names) goes through :func:`perfdoctor.reports.format.html` — element text and attribute values alike — and
 the findings embedded for the page's script are JSON with ``<``, ``>``, ``&`` and the
 JavaScript line separators escaped, so no name can close the ``<script>`` element. The
 script is small: it records any error into the page (``data-pd-errors``), offers the
@@ -27,7 +27,7 @@ from html import escape
 from pathlib import Path
 
 from perfdoctor.io import finite
-from perfdoctor.text import clean, clean_block
+from perfdoctor.text import clean_block
 from typing import Any, Sequence
 
 import numpy as np
@@ -35,7 +35,7 @@ import pandas as pd
 
 from perfdoctor.analysis.metrics import Analysis
 from perfdoctor.reports import attribution, common
-from perfdoctor.reports.format import value
+from perfdoctor.reports.format import html as e, value  # e: element text and attribute values
 from perfdoctor.reports.summary import workload_lines
 from perfdoctor.reports.json import document
 from perfdoctor.rules.engine import Finding
@@ -127,11 +127,6 @@ READY_JS = """
   }catch(e){window.pdReport(e&&e.message?e.message:e);}
 })();
 """
-
-
-def e(value: Any) -> str:
-    """Escape for element text and quoted attribute values."""
-    return escape(clean(value), quote=True)
 
 
 def script_json(obj: Any) -> str:

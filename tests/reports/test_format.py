@@ -15,7 +15,7 @@ import re
 import pytest
 
 from conftest import FIXTURES, run_cli_inprocess
-from perfdoctor.reports.format import count, nbytes, value
+from perfdoctor.reports.format import count, html, md_cell, md_text, nbytes, value
 
 BEFORE = FIXTURES / "h200-decode-eager-5steps.kineto.json.gz"
 AFTER = FIXTURES / "h200-decode-eager-5steps-rerun.kineto.json.gz"
@@ -91,3 +91,10 @@ def test_the_rules():
     assert value(25.09, "ms") == "25.1 ms" and value(999.6, "ms") == "1,000 ms"  # never "1e+03"
     assert value(177.3, "1/s") == "177 /s" and value(None, "ms") == "—" and value(1.0, "flag") == "yes"
     assert nbytes(1.2e9) == "1.2 GB" and nbytes(512) == "512 B"
+
+
+def test_one_escaping_for_untrusted_text():
+    """Markdown (findings, diff, gate) and HTML escape a trace's names one way each."""
+    assert md_cell("x|<b>`y`</b>\x1b[31m") == "x&#124;&lt;b&gt;&#96;y&#96;&lt;/b&gt;"
+    assert md_text("a_b*c") == "a\\_b\\*c"
+    assert html('"<x>"') == "&quot;&lt;x&gt;&quot;"
