@@ -390,27 +390,6 @@ class KernelDiff:
     def vanished(self) -> list[KernelChange]:
         return [r for r in self.rows if r.status == "vanished"]
 
-    def summary(self) -> str:
-        """One line: ``launches/step 863 → 1; kernels/step 863 (15 names) → 880 (16 names); 0 vanished, 1 appeared``."""
-        unit = f"/{self.per}"
-        launches = ""
-        if self.launches_before is not None and self.launches_after is not None:
-            launches = f"launches/step {_count(self.launches_before)} → {_count(self.launches_after)}; "
-        text = (
-            f"{launches}kernels{unit} {_count(self.kernels_before)} ({self.names_before} names) → "
-            f"{_count(self.kernels_after)} ({self.names_after} names); "
-            f"{len(self.vanished)} vanished, {len(self.appeared)} appeared"
-        )
-        return text + (f"; {self.vendor_note()}" if self.vendors else "")
-
-    def vendor_note(self) -> str:
-        """Across vendors: what was matched by family, and what could not be matched."""
-        b, a = self.vendors or ("?", "?")
-        text = f"{b} → {a}: kernel names differ across vendors, {len(self.matched_by_family)} families matched by family and op"
-        if self.unmatched:
-            text += f", {len(self.unmatched)} kernel names could not be matched"
-        return text
-
     def to_json(self) -> dict[str, Any]:
         return {
             "per": self.per,
@@ -427,10 +406,6 @@ class KernelDiff:
             "unmatched": self.unmatched,
             "rows": [r.to_json() for r in self.rows],
         }
-
-
-def _count(x: float) -> str:
-    return f"{x:.0f}" if abs(x - round(x)) < 0.05 else f"{x:.1f}"
 
 
 def compare_kernels(before: Analysis, after: Analysis) -> KernelDiff:

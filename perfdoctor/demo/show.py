@@ -395,6 +395,7 @@ def short_how(text: str) -> str:
 
 def diff_renderable(diff: Any) -> RenderableType:
     """The diff, compact: the latency verdict as a speed-up, key metrics, findings."""
+    from perfdoctor.reports.diff_report import kernel_summary
     from perfdoctor.reports.format import value
 
     name = latency_sample(diff)
@@ -437,7 +438,7 @@ def diff_renderable(diff: Any) -> RenderableType:
         shown += 1
     if shown:
         parts.append(t)
-    parts.append(Text(f"kernels: {diff.kernels.summary()}"))
+    parts.append(Text(f"kernels: {kernel_summary(diff.kernels)}"))
     f = diff.findings
     if f is not None:
         parts.append(Text(f"findings fixed: {', '.join(f.fixed) or 'none'}", style="green" if f.fixed else ""))

@@ -10,7 +10,7 @@ Every name from a trace is untrusted text: escaped for rich markup and for Markd
 from __future__ import annotations
 
 from perfdoctor.console import stdout_console
-from perfdoctor.compare.diff import SAMPLE_UNITS, Diff, MetricChange
+from perfdoctor.compare.diff import SAMPLE_UNITS, Diff, KernelDiff, MetricChange
 from perfdoctor.reports.format import count, md_cell, value
 
 KERNEL_ROWS = 15  # the kernel table shows the largest movers; JSON has every row
@@ -43,6 +43,24 @@ def assessment(m: MetricChange) -> str:
 
 def short(name: str, width: int = NAME_WIDTH) -> str:
     return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def kernel_summary(k: KernelDiff) -> str:
+    """One line: ``launches/step 863 → 1; kernels/step 863 (15 names) → 880 (16 names); 0 vanished, 1 appeared``."""
+    launches = ""
+    if k.launches_before is not None and k.launches_after is not None:
+        launches = f"launches/step {count(k.launches_before)} → {count(k.launches_after)}; "
+    text = (
+        f"{launches}kernels/{k.per} {count(k.kernels_before)} ({k.names_before} names) → "
+        f"{count(k.kernels_after)} ({k.names_after} names); "
+        f"{len(k.vanished)} vanished, {len(k.appeared)} appeared"
+    )
+    if k.vendors:  # across vendors: what was matched by family, and what could not be matched
+        b, a = k.vendors
+        text += f"; {b} → {a}: kernel names differ across vendors, {len(k.matched_by_family)} families matched by family and op"
+        if k.unmatched:
+            text += f", {len(k.unmatched)} kernel names could not be matched"
+    return text
 
 
 def comparability_lines(diff: Diff) -> list[str]:
@@ -161,7 +179,7 @@ def render_markdown(diff: Diff) -> str:
         out.append("| " + " | ".join(md_cell(c) for c in row) + " |")
 
     k = diff.kernels
-    out += ["", "### Kernels", "", md_cell(k.summary()), ""]
+    out += ["", "### Kernels", "", md_cell(kernel_summary(k)), ""]
     out += [f"| kernel (normalized) | status | count/{k.per} | time/{k.per} (µs) | Δ time (µs) |", "|---|---|---|---|---|"]
     for r in k.rows[:KERNEL_ROWS]:
         out.append(
@@ -261,7 +279,7 @@ def print_terminal(diff: Diff, console=None) -> None:
     console.print(s)
 
     k = diff.kernels
-    kt = Table(title=f"kernels: {escape(k.summary())}", title_justify="left", box=box.SIMPLE_HEAD)
+    kt = Table(title=f"kernels: {escape(kernel_summary(k))}", title_justify="left", box=box.SIMPLE_HEAD)
     kt.add_column("kernel (normalized)", overflow="fold")
     kt.add_column("status")
     for col in (f"count/{k.per}", f"time/{k.per} µs", "Δ µs"):

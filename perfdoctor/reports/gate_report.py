@@ -12,6 +12,7 @@ import xml.etree.ElementTree as ET
 from perfdoctor.console import stdout_console
 from perfdoctor.compare.gate import EXIT_INCONCLUSIVE, GateResult
 from perfdoctor.io import dumps_json
+from perfdoctor.reports.diff_report import kernel_summary
 from perfdoctor.reports.format import md_cell
 from perfdoctor.text import NEWLINE_MARK, github_data, github_property
 from perfdoctor.text import xml as xml_text
@@ -63,7 +64,7 @@ def summary_markdown(result: GateResult) -> str:
     for c in sorted(result.checks, key=lambda c: {"fail": 0, "inconclusive": 1, "pass": 2, "skip": 3}[c.status]):
         out.append(f"| <code>{md_cell(c.name)}</code> | {icon[c.status]} | {md_cell(c.message)} |")
     if result.diff is not None:
-        out += ["", f"**{md_cell(result.diff.verdict())}**", "", md_cell(result.diff.kernels.summary())]
+        out += ["", f"**{md_cell(result.diff.verdict())}**", "", md_cell(kernel_summary(result.diff.kernels))]
     return "\n".join(out) + "\n"
 
 
