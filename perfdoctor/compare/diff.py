@@ -24,7 +24,8 @@ rules ran, their findings) in, a :class:`Diff` out. It answers four questions:
 
 Across vendors, kernels that find no partner by name are matched by family and operation
 (:mod:`perfdoctor.compare.crossvendor`); what changed in counts — kernels and copies per step —
-leads the report when it explains the change (:mod:`perfdoctor.compare.lead`).
+leads the report when it explains the change (counted in :mod:`perfdoctor.compare.lead`, worded
+by :func:`perfdoctor.reports.diff_report.lead_lines`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import pandas as pd
 from perfdoctor.compare import comparability
 
 from perfdoctor.compare import crossvendor
-from perfdoctor.compare.lead import CopyChange, compare_copies, lead_lines
+from perfdoctor.compare.lead import CopyChange, compare_copies
 from perfdoctor.errors import UsageError
 from perfdoctor.names.kernels import match_keys
 from perfdoctor.analysis.metrics import HIGHER_IS_BETTER, METRIC_UNITS, Analysis, jsonable
@@ -629,11 +630,6 @@ class Diff:
         """Mismatches that make some metrics, not the whole diff, not comparable."""
         return [m for m in self.mismatches if m.metrics and not m.blocking]
 
-    @property
-    def lead(self) -> list[str]:
-        """The kernel and copy count changes, largest time first (perfdoctor.compare.lead)."""
-        return lead_lines(self.kernels, self.copies)
-
     def verdict(self) -> str:
         """One line on step latency: the headline a PR comment starts with.
 
@@ -677,7 +673,6 @@ class Diff:
                 "comparable": self.comparable,
                 "not_comparable": self.not_comparable(),
                 "not_comparable_metrics": self.not_comparable_metrics,
-                "lead": self.lead,
                 "mismatches": [m.to_json() for m in self.mismatches],
                 "unknown_facts": self.unknown_facts,
                 "facts": {"before": self.facts_before, "after": self.facts_after},

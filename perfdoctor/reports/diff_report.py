@@ -9,11 +9,15 @@ Every name from a trace is untrusted text: escaped for rich markup and for Markd
 
 from __future__ import annotations
 
+from typing import Any
+
 from perfdoctor.console import stdout_console
 from perfdoctor.compare.diff import SAMPLE_UNITS, Diff, KernelDiff, MetricChange
-from perfdoctor.reports.format import count, md_cell, value
+from perfdoctor.reports.format import count, duration_us, md_cell, value
 
 KERNEL_ROWS = 15  # the kernel table shows the largest movers; JSON has every row
+LEAD_LINES = 3  # a headline, not a table: the full kernel and copy tables follow
+MIN_COUNT_CHANGE = 0.5  # per step: a count that moved less than this is rounding, not a change
 NAME_WIDTH = 70
 
 
@@ -43,6 +47,37 @@ def assessment(m: MetricChange) -> str:
 
 def short(name: str, width: int = NAME_WIDTH) -> str:
     return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def document(diff: Diff) -> dict[str, Any]:
+    """diff.json (schema perfdoctor.diff/1): the diff's numbers, and the lines it leads with."""
+    return {**diff.to_json(), "lead": lead_lines(diff)}
+
+
+def lead_lines(diff: Diff) -> list[str]:
+    """Sentences for the kernel and copy count changes whose count moved by at least half a
+    unit per step, largest time change first. A kernel that vanished or appeared shows the
+    time it took ("-1 kernel `x` per step (4 µs)"); a count that moved shows the change of
+    time ("+4,590 device-to-device copies per step (+12.3 ms)")."""
+    per = diff.kernels.per
+    items: list[tuple[float, str]] = []
+    for r in diff.kernels.rows:
+        dn = r.count_after - r.count_before
+        if abs(dn) < MIN_COUNT_CHANGE:
+            continue
+        noun = "kernel" if abs(round(dn)) == 1 else "kernels"
+        if r.status in ("appeared", "vanished"):
+            took = duration_us(r.time_us_after if r.status == "appeared" else r.time_us_before)
+        else:
+            took = duration_us(r.time_change_us, signed=True)
+        items.append((abs(r.time_change_us), f"{count(dn, signed=True)} {noun} `{r.name}` per {per} ({took})"))
+    for c in diff.copies:
+        if abs(c.count_change) < MIN_COUNT_CHANGE:
+            continue
+        label = c.label if abs(round(c.count_change)) != 1 else c.label.replace("copies", "copy").replace("memsets", "memset")
+        items.append((abs(c.time_change_us), f"{count(c.count_change, signed=True)} {label} per {per} ({duration_us(c.time_change_us, signed=True)})"))
+    items.sort(key=lambda t: -t[0])
+    return [text for _, text in items[:LEAD_LINES]]
 
 
 def kernel_summary(k: KernelDiff) -> str:
@@ -152,8 +187,9 @@ def render_markdown(diff: Diff) -> str:
         out.append("")
     elif warnings:
         out += ["Comparability could not be fully checked:"] + [f"- {md_cell(w)}" for w in warnings] + [""]
-    if diff.lead:
-        out += ["**What changed:**", ""] + [f"- {_md_lead(line)}" for line in diff.lead] + [""]
+    lead = lead_lines(diff)
+    if lead:
+        out += ["**What changed:**", ""] + [f"- {_md_lead(line)}" for line in lead] + [""]
     out += [f"**{md_cell(diff.verdict())}**", ""]
 
     out += ["### Metrics", "", "| metric | before | after | change | direction | verdict |", "|---|---|---|---|---|---|"]
@@ -239,8 +275,9 @@ def print_terminal(diff: Diff, console=None) -> None:
         )
     elif warnings:
         console.print("[yellow]comparability not fully checked:[/] " + escape("; ".join(warnings)))
-    if diff.lead:
-        console.print("[bold]what changed:[/] " + escape("; ".join(diff.lead)))
+    lead = lead_lines(diff)
+    if lead:
+        console.print("[bold]what changed:[/] " + escape("; ".join(lead)))
     console.print(f"[bold]{escape(diff.verdict())}[/]")
 
     colors = {"improved": "green", "better": "green", "regressed": "red", "worse": "red"}

@@ -28,6 +28,13 @@ def count(x: float, signed: bool = False) -> str:
     return f"{x:{sign},.1f}" if abs(x) >= 100 else f"{x:{sign}.3g}"
 
 
+def duration_us(us: float, signed: bool = False) -> str:
+    """A duration given in µs, in µs below a millisecond: ``4 µs``, ``12.3 ms``;
+    ``signed``: ``+12.3 ms``, ``-4 µs``."""
+    text = f"{num(abs(us) / 1e3)} ms" if abs(us) >= 1000 else f"{num(abs(us))} µs"
+    return (("+" if us > 0 else "-") + text) if signed and us else text
+
+
 def nbytes(v: float) -> str:
     """Bytes in decimal units: ``1.2 GB``, ``512 B``."""
     for suffix, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):

@@ -8,11 +8,12 @@ commands and rich markup by :mod:`perfdoctor.text`.
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from typing import Any
 
 from perfdoctor.console import stdout_console
 from perfdoctor.compare.gate import EXIT_INCONCLUSIVE, GateResult
 from perfdoctor.io import dumps_json
-from perfdoctor.reports.diff_report import kernel_summary
+from perfdoctor.reports.diff_report import document as diff_document, kernel_summary
 from perfdoctor.reports.format import md_cell
 from perfdoctor.text import NEWLINE_MARK, github_data, github_property
 from perfdoctor.text import xml as xml_text
@@ -23,6 +24,12 @@ MAX_ANNOTATIONS = 10  # GitHub shows only the first few per step anyway; more is
 def _xml_text(text: str) -> str:
     """Untrusted text made inert and XML 1.0-safe (see :mod:`perfdoctor.text`)."""
     return xml_text(text)
+
+
+def document(result: GateResult) -> dict[str, Any]:
+    """gate.json (schema perfdoctor.gate/1): the checks, and the diff against the baseline as
+    diff.json has it."""
+    return {**result.to_json(), "diff": diff_document(result.diff) if result.diff is not None else None}
 
 
 def junit_xml(result: GateResult) -> str:

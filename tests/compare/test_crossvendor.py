@@ -21,7 +21,7 @@ import pytest
 
 from conftest import FIXTURES
 from perfdoctor.compare.diff import diagnose_run, diff_runs, load_run
-from perfdoctor.reports.diff_report import kernel_summary, render_markdown
+from perfdoctor.reports.diff_report import kernel_summary, lead_lines, render_markdown
 
 EAGER = FIXTURES / "h200-decode-eager-5steps.kineto.json.gz"
 PAGEABLE = FIXTURES / "h200-pageable-sync-10steps.kineto.json.gz"
@@ -100,7 +100,7 @@ def test_gemms_match_by_family_across_vendors(amd_eager):
     assert not k.appeared and not k.vanished  # ATen kernels keep their names on ROCm
     assert {r.status for r in k.rows} == {"matched", "matched by family"}
     assert "NVIDIA → AMD: kernel names differ across vendors, 1 families matched by family and op" in kernel_summary(k)
-    assert d.lead == []  # the same work per step on both sides
+    assert lead_lines(d) == []  # the same work per step on both sides
     assert "gemm (by family)" in render_markdown(d)
 
 

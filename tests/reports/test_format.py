@@ -15,7 +15,7 @@ import re
 import pytest
 
 from conftest import FIXTURES, run_cli_inprocess
-from perfdoctor.reports.format import count, html, md_cell, md_text, nbytes, value
+from perfdoctor.reports.format import count, duration_us, html, md_cell, md_text, nbytes, value
 
 BEFORE = FIXTURES / "h200-decode-eager-5steps.kineto.json.gz"
 AFTER = FIXTURES / "h200-decode-eager-5steps-rerun.kineto.json.gz"
@@ -91,6 +91,8 @@ def test_the_rules():
     assert value(25.09, "ms") == "25.1 ms" and value(999.6, "ms") == "1,000 ms"  # never "1e+03"
     assert value(177.3, "1/s") == "177 /s" and value(None, "ms") == "—" and value(1.0, "flag") == "yes"
     assert nbytes(1.2e9) == "1.2 GB" and nbytes(512) == "512 B"
+    assert duration_us(4) == "4 µs" and duration_us(12_345, signed=True) == "+12.3 ms" and duration_us(-999.6, signed=True) == "-1,000 µs"
+    assert duration_us(2_500_000) == "2,500 ms"  # the lead lines said "2.5e+03 ms"
 
 
 def test_one_escaping_for_untrusted_text():
