@@ -395,7 +395,7 @@ def short_how(text: str) -> str:
 
 def diff_renderable(diff: Any) -> RenderableType:
     """The diff, compact: the latency verdict as a speed-up, key metrics, findings."""
-    from perfdoctor.reports.diff_report import kernel_summary
+    from perfdoctor.reports.diff_report import fmt_change, kernel_summary
     from perfdoctor.reports.format import value
 
     name = latency_sample(diff)
@@ -433,8 +433,7 @@ def diff_renderable(diff: Any) -> RenderableType:
         if m is None or m.before is None or m.after is None:
             continue
         arrow = {True: " ↑", False: " ↓"}.get(m.higher_is_better, "")
-        change = "0" if not m.change else (f"{m.change_rel:+.1%}" if m.change_rel is not None else f"{m.change:+.3g}")
-        t.add_row(key + arrow, value(m.before, m.unit), value(m.after, m.unit), change)
+        t.add_row(key + arrow, value(m.before, m.unit), value(m.after, m.unit), fmt_change(m))
         shown += 1
     if shown:
         parts.append(t)
