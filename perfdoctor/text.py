@@ -14,8 +14,8 @@ functions add what that format needs on top:
   (``%``, ``\\r``, ``\\n``; and ``:``, ``,`` in properties), as the Actions docs require;
 - :func:`xml` — text XML 1.0 can carry (JUnit).
 
-Markdown and HTML escaping stay in their reports (``html.escape`` and friends) and are
-applied to :func:`clean`-ed text.
+Markdown and HTML escaping belong to the reports: :mod:`perfdoctor.reports.format`
+(``md_cell``, ``md_text``, ``html``), applied to :func:`clean`-ed text.
 """
 
 from __future__ import annotations

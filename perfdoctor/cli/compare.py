@@ -59,7 +59,7 @@ def compare_command(
     """
     from perfdoctor.compare.diff import diff_runs, load_run
     from perfdoctor.io import check_outputs
-    from perfdoctor.reports.diff_report import print_terminal
+    from perfdoctor.reports.diff_report import document, print_terminal
     from perfdoctor.record.repeats import compare_programs
     from perfdoctor.record.run import RunOptions, parse_collect
 
@@ -85,7 +85,7 @@ def compare_command(
     result = diff_runs(load_run(bundle_a, step=step), load_run(bundle_b, step=step))
     print_terminal(result, outputs.report_console(json_out))
     if json_out is not None:
-        outputs.emit_json(json_out, result.to_json())
+        outputs.emit_json(json_out, document(result))
     if not quiet:
         console.print(f"bundles written: A {clean(bundle_a)}\n                 B {clean(bundle_b)}", highlight=False, markup=False)
     raise typer.Exit(code)

@@ -38,7 +38,7 @@ def diff_command(
     """
     from perfdoctor.compare.diff import diagnose_run, diff_runs
     from perfdoctor.compare.rankdiff import bundle_ranks, load_pair, paired_ranks
-    from perfdoctor.reports.diff_report import print_terminal, render_markdown
+    from perfdoctor.reports.diff_report import document, print_terminal, render_markdown
     from perfdoctor.reports.terminal import heading
 
     check_outputs(outputs.files([md, json_out]), [before, after, *rules])  # never write over an input
@@ -60,6 +60,6 @@ def diff_command(
         outputs.emit_text(md, "\n".join((f"## Rank {k}\n\n" if k is not None else "") + render_markdown(r) for k, r in results.items()))
     if json_out is not None:
         if list(results) == [None]:
-            outputs.emit_json(json_out, results[None].to_json())
+            outputs.emit_json(json_out, document(results[None]))
         else:
-            outputs.emit_json(json_out, {"schema": "perfdoctor.diff-ranks/1", "ranks": {str(k): r.to_json() for k, r in results.items()}})
+            outputs.emit_json(json_out, {"schema": "perfdoctor.diff-ranks/1", "ranks": {str(k): document(r) for k, r in results.items()}})

@@ -57,7 +57,7 @@ def gate_command(
     """
     from perfdoctor.compare.gate import EXIT_USAGE, INCONCLUSIVE_POLICIES, evaluate_gate, parse_budget, rule_checks
     from perfdoctor.compare.rankdiff import bundle_ranks, load_pair, merge_gates, paired_ranks
-    from perfdoctor.reports.gate_report import github_annotations, junit_xml, print_result, summary_markdown
+    from perfdoctor.reports.gate_report import document as gate_document, github_annotations, junit_xml, print_result, summary_markdown
 
     if inconclusive is not None and inconclusive not in INCONCLUSIVE_POLICIES:
         raise UsageError(f"--inconclusive {inconclusive!r}: use pass or fail")
@@ -84,7 +84,7 @@ def gate_command(
     if junit is not None:
         outputs.emit_text(junit, junit_xml(result))
     if json_out is not None:
-        outputs.emit_json(json_out, result.to_json())  # strict: NaN and infinities are null
+        outputs.emit_json(json_out, gate_document(result))  # strict: NaN and infinities are null
     if github:
         summary = os.environ.get("GITHUB_STEP_SUMMARY")
         if summary:

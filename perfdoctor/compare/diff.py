@@ -24,7 +24,8 @@ rules ran, their findings) in, a :class:`Diff` out. It answers four questions:
 
 Across vendors, kernels that find no partner by name are matched by family and operation
 (:mod:`perfdoctor.compare.crossvendor`); what changed in counts — kernels and copies per step —
-leads the report when it explains the change (:mod:`perfdoctor.compare.lead`).
+leads the report when it explains the change (counted in :mod:`perfdoctor.compare.lead`, worded
+by :func:`perfdoctor.reports.diff_report.lead_lines`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import pandas as pd
 from perfdoctor.compare import comparability
 
 from perfdoctor.compare import crossvendor
-from perfdoctor.compare.lead import CopyChange, compare_copies, lead_lines
+from perfdoctor.compare.lead import CopyChange, compare_copies
 from perfdoctor.errors import UsageError
 from perfdoctor.names.kernels import match_keys
 from perfdoctor.analysis.metrics import HIGHER_IS_BETTER, METRIC_UNITS, Analysis, jsonable
@@ -390,27 +391,6 @@ class KernelDiff:
     def vanished(self) -> list[KernelChange]:
         return [r for r in self.rows if r.status == "vanished"]
 
-    def summary(self) -> str:
-        """One line: ``launches/step 863 → 1; kernels/step 863 (15 names) → 880 (16 names); 0 vanished, 1 appeared``."""
-        unit = f"/{self.per}"
-        launches = ""
-        if self.launches_before is not None and self.launches_after is not None:
-            launches = f"launches/step {_count(self.launches_before)} → {_count(self.launches_after)}; "
-        text = (
-            f"{launches}kernels{unit} {_count(self.kernels_before)} ({self.names_before} names) → "
-            f"{_count(self.kernels_after)} ({self.names_after} names); "
-            f"{len(self.vanished)} vanished, {len(self.appeared)} appeared"
-        )
-        return text + (f"; {self.vendor_note()}" if self.vendors else "")
-
-    def vendor_note(self) -> str:
-        """Across vendors: what was matched by family, and what could not be matched."""
-        b, a = self.vendors or ("?", "?")
-        text = f"{b} → {a}: kernel names differ across vendors, {len(self.matched_by_family)} families matched by family and op"
-        if self.unmatched:
-            text += f", {len(self.unmatched)} kernel names could not be matched"
-        return text
-
     def to_json(self) -> dict[str, Any]:
         return {
             "per": self.per,
@@ -427,10 +407,6 @@ class KernelDiff:
             "unmatched": self.unmatched,
             "rows": [r.to_json() for r in self.rows],
         }
-
-
-def _count(x: float) -> str:
-    return f"{x:.0f}" if abs(x - round(x)) < 0.05 else f"{x:.1f}"
 
 
 def compare_kernels(before: Analysis, after: Analysis) -> KernelDiff:
@@ -654,11 +630,6 @@ class Diff:
         """Mismatches that make some metrics, not the whole diff, not comparable."""
         return [m for m in self.mismatches if m.metrics and not m.blocking]
 
-    @property
-    def lead(self) -> list[str]:
-        """The kernel and copy count changes, largest time first (perfdoctor.compare.lead)."""
-        return lead_lines(self.kernels, self.copies)
-
     def verdict(self) -> str:
         """One line on step latency: the headline a PR comment starts with.
 
@@ -702,7 +673,6 @@ class Diff:
                 "comparable": self.comparable,
                 "not_comparable": self.not_comparable(),
                 "not_comparable_metrics": self.not_comparable_metrics,
-                "lead": self.lead,
                 "mismatches": [m.to_json() for m in self.mismatches],
                 "unknown_facts": self.unknown_facts,
                 "facts": {"before": self.facts_before, "after": self.facts_after},

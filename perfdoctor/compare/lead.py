@@ -1,13 +1,10 @@
-"""What changed in the work itself: copies per step, and the lines a diff leads with.
+"""What changed in the work itself: copies per step, the numbers a diff leads with.
 
 A diff of timings says *that* something moved; counts say *what*. When a change added
 4,590 device-to-device copies per step, or removed one 4 µs kernel, that is the first thing
 a reader needs, before any ratio. :func:`compare_copies` counts copies (and memsets) per
-step by direction and host memory; :func:`lead_lines` turns the kernel and copy changes
-whose count moved by at least half a unit per step into sentences, largest time first:
-
-    +4,590 device-to-device copies per step (+12.3 ms)
-    -1 kernel `at::native::elementwise_kernel` per step (3 µs)
+step by direction and host memory; :func:`perfdoctor.reports.diff_report.lead_lines`
+words the kernel and copy changes.
 
 Counts per step come from the same population as ``kernels_per_step`` (activities that
 start inside the profiled span S, divided by the number of steps; per trace without steps).
@@ -21,9 +18,6 @@ from typing import Any
 import pandas as pd
 
 from perfdoctor.analysis.metrics import Analysis
-
-LEAD_LINES = 3  # a headline, not a table: the full kernel and copy tables follow
-MIN_COUNT_CHANGE = 0.5  # per step: a count that moved less than this is rounding, not a change
 
 _DIRECTIONS = {
     "HtoD": "host-to-device copies",
@@ -109,40 +103,3 @@ def compare_copies(before: Analysis, after: Analysis) -> list[CopyChange]:
         )
     rows.sort(key=lambda r: (-abs(r.time_change_us), r.label))
     return rows
-
-
-def _count(x: float) -> str:
-    return f"{x:+,.0f}" if abs(x - round(x)) < 0.05 else f"{x:+,.1f}"
-
-
-def _time(us: float, signed: bool) -> str:
-    text = f"{abs(us) / 1e3:.3g} ms" if abs(us) >= 1000 else f"{abs(us):.3g} µs"
-    return (("+" if us > 0 else "-") + text) if signed and us else text
-
-
-def lead_lines(kernels: Any, copies: list[CopyChange], limit: int = LEAD_LINES) -> list[str]:
-    """Sentences for the kernel and copy count changes, largest time change first.
-
-    ``kernels``: a :class:`perfdoctor.compare.diff.KernelDiff`. A kernel that vanished or appeared
-    shows the time it took ("-1 kernel `x` per step (4 µs)"); a count that moved shows the
-    change of time ("+4,590 device-to-device copies per step (+12.3 ms)").
-    """
-    per = kernels.per
-    items: list[tuple[float, str]] = []
-    for r in kernels.rows:
-        dn = r.count_after - r.count_before
-        if abs(dn) < MIN_COUNT_CHANGE:
-            continue
-        noun = "kernel" if abs(round(dn)) == 1 else "kernels"
-        if r.status in ("appeared", "vanished"):
-            took = _time(r.time_us_after if r.status == "appeared" else r.time_us_before, signed=False)
-        else:
-            took = _time(r.time_change_us, signed=True)
-        items.append((abs(r.time_change_us), f"{_count(dn)} {noun} `{r.name}` per {per} ({took})"))
-    for c in copies:
-        if abs(c.count_change) < MIN_COUNT_CHANGE:
-            continue
-        label = c.label if abs(round(c.count_change)) != 1 else c.label.replace("copies", "copy").replace("memsets", "memset")
-        items.append((abs(c.time_change_us), f"{_count(c.count_change)} {label} per {per} ({_time(c.time_change_us, signed=True)})"))
-    items.sort(key=lambda t: -t[0])
-    return [text for _, text in items[:limit]]

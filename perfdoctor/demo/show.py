@@ -393,14 +393,11 @@ def short_how(text: str) -> str:
         text = shorter
 
 
-def fmt(value: float | None, unit: str) -> str:
-    from perfdoctor.reports.common import fmt as common_fmt
-
-    return common_fmt(value, unit)
-
-
 def diff_renderable(diff: Any) -> RenderableType:
     """The diff, compact: the latency verdict as a speed-up, key metrics, findings."""
+    from perfdoctor.reports.diff_report import fmt_change, kernel_summary
+    from perfdoctor.reports.format import value
+
     name = latency_sample(diff)
     c = diff.samples.get(name)
     what = "step latency (light pass, no tracer)" if name.startswith("light") else "step latency (traced)"
@@ -436,12 +433,11 @@ def diff_renderable(diff: Any) -> RenderableType:
         if m is None or m.before is None or m.after is None:
             continue
         arrow = {True: " ↑", False: " ↓"}.get(m.higher_is_better, "")
-        change = "0" if not m.change else (f"{m.change_rel:+.1%}" if m.change_rel is not None else f"{m.change:+.3g}")
-        t.add_row(key + arrow, fmt(m.before, m.unit), fmt(m.after, m.unit), change)
+        t.add_row(key + arrow, value(m.before, m.unit), value(m.after, m.unit), fmt_change(m))
         shown += 1
     if shown:
         parts.append(t)
-    parts.append(Text(f"kernels: {diff.kernels.summary()}"))
+    parts.append(Text(f"kernels: {kernel_summary(diff.kernels)}"))
     f = diff.findings
     if f is not None:
         parts.append(Text(f"findings fixed: {', '.join(f.fixed) or 'none'}", style="green" if f.fixed else ""))

@@ -14,6 +14,7 @@ from rich.text import Text
 
 from perfdoctor.analysis.attribution import BUSY_PARTS, LABELS, PARTS, Attribution
 from perfdoctor.reports import cpu
+from perfdoctor.reports.format import num, value
 
 TITLE = "Where the step went"
 BAR = 30  # characters of the terminal's share bar
@@ -35,8 +36,8 @@ def _rows(a: Attribution) -> list[tuple[str, float, float]]:
 
 def headline(a: Attribution) -> str:
     busy = a.busy_ms
-    return (f"{a.step_ms:.4g} ms per step ({'untraced, light pass' if a.source == 'light' else 'traced critical path, p50'}): "
-            f"GPU busy {busy:.4g} ms ({busy / a.step_ms:.0%}), waiting {a.step_ms - busy:.4g} ms" if a.step_ms else "no step time")
+    return (f"{value(a.step_ms, 'ms')} per step ({'untraced, light pass' if a.source == 'light' else 'traced critical path, p50'}): "
+            f"GPU busy {value(busy, 'ms')} ({value(busy / a.step_ms, 'ratio')}), waiting {value(a.step_ms - busy, 'ms')}" if a.step_ms else "no step time")
 
 
 def terminal(analysis, blank_after: bool = True) -> RenderableType:
@@ -52,10 +53,10 @@ def terminal(analysis, blank_after: bool = True) -> RenderableType:
     for col, just in (("part", "left"), ("ms/step", "right"), ("share", "right"), ("", "left")):
         t.add_column(col, justify=just)
     for label, ms, share in _rows(a):
-        t.add_row(Text(label), f"{ms:.4g}", f"{share:.1%}", Text("█" * max(int(round(share * BAR)), 0), style="cyan"))
+        t.add_row(Text(label), num(ms), value(share, "ratio"), Text("█" * max(int(round(share * BAR)), 0), style="cyan"))
     parts: list[RenderableType] = [title, t]
     if a.sites:
-        parts.append(Text("host Python call sites: " + "; ".join(f"{s} {ms:.3g} ms" for s, ms in a.sites[:3]), style="dim"))
+        parts.append(Text("host Python call sites: " + "; ".join(f"{s} {value(ms, 'ms')}" for s, ms in a.sites[:3]), style="dim"))
     if a.note:
         parts.append(Text(a.note, style="dim"))
     return Group(*parts, *([Text("")] if blank_after else []))
@@ -68,9 +69,9 @@ def markdown(analysis) -> list[str]:
     if a.reason:
         return [f"**{TITLE}:** not available — {escape(a.reason)}", ""]
     out = [f"### {TITLE}", "", f"{escape(headline(a))}", "", "| part | ms/step | share |", "|---|---:|---:|"]
-    out += [f"| {escape(label)} | {ms:.4g} | {share:.1%} |" for label, ms, share in _rows(a)]
+    out += [f"| {escape(label)} | {num(ms)} | {value(share, 'ratio')} |" for label, ms, share in _rows(a)]
     if a.sites:
-        out += ["", "Host Python call sites: " + "; ".join(f"`{escape(s)}` {ms:.3g} ms" for s, ms in a.sites[:3])]
+        out += ["", "Host Python call sites: " + "; ".join(f"`{escape(s)}` {value(ms, 'ms')}" for s, ms in a.sites[:3])]
     if a.note:
         out += ["", f"<sub>{escape(a.note)}</sub>"]
     return out + [""]
@@ -83,7 +84,7 @@ def _bar(y: float, parts: dict[str, float], total: float, scale: float, x0: floa
         w = parts.get(p, 0.0) * scale
         if w <= 0:
             continue
-        tip = f"{LABELS[p]}: {parts[p]:.4g} ms ({parts[p] / total:.1%})" if total else LABELS[p]
+        tip = f"{LABELS[p]}: {value(parts[p], 'ms')} ({value(parts[p] / total, 'ratio')})" if total else LABELS[p]
         out.append(f'<rect x="{x:.2f}" y="{y:.1f}" width="{w:.2f}" height="14" fill="{COLOURS[p]}"><title>{escape(tip)}</title></rect>')
         x += w
     return out
@@ -103,7 +104,7 @@ def html(analysis) -> str:
         return cpu.html(analysis.cpu)
     if a.reason:
         return f'<p class="muted"><b>{TITLE}:</b> not available: {escape(a.reason)}</p>'
-    rows = "".join(f"<tr><td>{escape(label)}</td><td>{ms:.4g}</td><td>{share:.1%}</td></tr>" for label, ms, share in _rows(a))
+    rows = "".join(f"<tr><td>{escape(label)}</td><td>{num(ms)}</td><td>{value(share, 'ratio')}</td></tr>" for label, ms, share in _rows(a))
     steps = a.per_step.head(50)
     longest = max([a.step_ms, *steps["step_ms"].tolist()])
     width, x0 = 760.0, 70.0
@@ -115,7 +116,7 @@ def html(analysis) -> str:
     per_step = _svg(body, width, 6 + 18 * len(steps), f"{TITLE}: one stacked bar per step")
     legend = "".join(f'<span><i style="background:{COLOURS[p]}"></i>{escape(LABELS[p])}</span>' for p in PARTS if a.step[p] > 0)
     note = f'<p class="muted">{escape(a.note)}</p>' if a.note else ""
-    top = ", ".join(f"{LABELS[p]} {ms:.3g} ms" for p, ms in a.largest(3))
+    top = ", ".join(f"{LABELS[p]} {value(ms, 'ms')}" for p, ms in a.largest(3))
     # Compact (a line, a bar, a fold) so the timeline below stays in the first screen.
     return (f'<section class="pd-where"><p><b>{TITLE}:</b> {escape(headline(a))}. Largest: {escape(top)}.</p>{head}'
             f"<details><summary>every part, its colour, and one bar per traced step</summary>"

@@ -13,6 +13,7 @@ from rich.text import Text
 
 from perfdoctor.analysis.attribution import LABELS
 from perfdoctor.analysis.bounds import Bounds, ClassBound
+from perfdoctor.reports.format import num, value
 
 TITLE = "What bounds each kernel class"
 COLUMNS = ("class", "ms/step", "TB/s", "TFLOP/s", "FLOP/B", "bound", "of its ceiling")
@@ -50,7 +51,7 @@ def _num(v: float | None, fmt: str) -> str:
 def _of(c: ClassBound) -> str:
     if c.util is None:
         return ""
-    return f"{c.util:.0%} of " + {"compute": "matmul rate", "memory": "bandwidth"}.get(c.bound or "", "its roofline")
+    return f"{value(c.util, 'ratio')} of " + {"compute": "matmul rate", "memory": "bandwidth"}.get(c.bound or "", "its roofline")
 
 
 def _bound(c: ClassBound) -> str:
@@ -64,7 +65,7 @@ def judged(b: Bounds) -> list[ClassBound]:
 
 
 def rows(b: Bounds) -> list[tuple[str, ...]]:
-    return [(LABELS[c.part], f"{c.time_ms:.4g}", _num(c.tbps, ".3g"), _num(c.tflops, ".3g"), _num(c.intensity, ".3g"),
+    return [(LABELS[c.part], num(c.time_ms), _num(c.tbps, ".3g"), _num(c.tflops, ".3g"), _num(c.intensity, ".3g"),
              _bound(c) if c.bound else "not judged", _of(c) if c.bound else (c.reason or "")) for c in judged(b)]
 
 

@@ -1,7 +1,7 @@
 """What every findings report says, worded once: values with units, the verdict, estimates.
 
-The terminal, Markdown, HTML and JSON reports differ in layout only; the sentences and the
-number formats come from here so the four never disagree.
+The terminal, Markdown, HTML and JSON reports differ in layout only; the sentences come from
+here and the numbers from :mod:`perfdoctor.reports.format`, so the four never disagree.
 """
 
 from __future__ import annotations
@@ -9,41 +9,15 @@ from __future__ import annotations
 from typing import Sequence
 
 from perfdoctor.analysis.metrics import Analysis, Metric
+from perfdoctor.reports.format import num, value
 from perfdoctor.rules.engine import NOT_APPLICABLE, NOT_JUDGED, Finding, verdict
-
-
-def fmt(value: float | None, unit: str) -> str:
-    """A value in its unit, for people: ratios as %, rates and bytes scaled."""
-    if value is None:
-        return "—"
-    v = float(value)
-    if unit == "ratio":
-        return f"{v * 100:.3g} %" if abs(v) < 0.01 and v != 0 else f"{v * 100:.1f} %"
-    if unit == "bytes":
-        for suffix, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-            if abs(v) >= scale:
-                return f"{v / scale:.3g} {suffix}"
-        return f"{v:.0f} B"
-    if unit == "flag":
-        return "yes" if v else "no"
-    if unit == "count":
-        return f"{v:,.0f}" if v.is_integer() else f"{v:,.2f}"
-    if unit == "1/s":
-        return f"{v:,.0f} /s" if abs(v) >= 100 else f"{v:.3g} /s"
-    text = f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}"
-    return f"{text} {unit}"
-
-
-def num(v: float) -> str:
-    """3 significant digits without scientific notation for everyday magnitudes."""
-    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
 
 
 def fmt_metric(m: Metric) -> str:
     """The value, and any disagreeing source beside it: ``81.0 % (nvml-gpm says 52.3 %)``."""
-    text = fmt(m.value, m.unit)
+    text = value(m.value, m.unit)
     if m.alternatives:
-        text += " (" + ", ".join(f"{a['source']} says {fmt(a['value'], m.unit)}" for a in m.alternatives) + ")"
+        text += " (" + ", ".join(f"{a['source']} says {value(a['value'], m.unit)}" for a in m.alternatives) + ")"
     return text
 
 
@@ -57,7 +31,7 @@ def condition(finding: Finding) -> str:
     if finding.comparator is None or finding.threshold is None:
         return "advisory"
     unit = unit_of(finding) or "ratio"
-    return f"{finding.comparator} {fmt(finding.threshold, unit)}"
+    return f"{finding.comparator} {value(finding.threshold, unit)}"
 
 
 def measured(finding: Finding) -> str:

@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from perfdoctor.analysis.cpu import CpuView
+from perfdoctor.reports.format import count, md_cell, num, value
 from perfdoctor.text import clean
 
 TITLE = "Where the step went (CPU)"
@@ -21,20 +22,20 @@ NO_GPU = "GPU metrics and checks: absent, no GPU ran in this trace (no GPU activ
 def headline(view: CpuView) -> str:
     p50 = view.latency()["p50"]
     share = view.op_self_ms / p50 if p50 else 0.0
-    return (f"{p50:.4g} ms per step (traced step ranges, p50, {view.steps} steps): operators {view.op_self_ms:.4g} ms "
-            f"self time ({share:.0%}), no operator running {view.outside_ops_ms:.4g} ms")
+    return (f"{value(p50, 'ms')} per step (traced step ranges, p50, {view.steps} steps): operators {value(view.op_self_ms, 'ms')} "
+            f"self time ({value(share, 'ratio')}), no operator running {value(view.outside_ops_ms, 'ms')}")
 
 
 def _latency(view: CpuView) -> str:
-    return ", ".join(f"{k} {v:.4g}" for k, v in view.latency().items())
+    return ", ".join(f"{k} {num(v)}" for k, v in view.latency().items())
 
 
 def _ms(v: float) -> str:
-    return "" if not np.isfinite(v) else f"{v:.4g}"
+    return num(v) if np.isfinite(v) else ""
 
 
 def _rows(df) -> list[tuple[str, str, str, str, str]]:
-    return [(clean(r.name), f"{r.calls:.4g}", _ms(r.self_ms), _ms(r.total_ms), f"{r.self_share:.1%}" if np.isfinite(r.self_share) else "")
+    return [(clean(r.name), count(r.calls), _ms(r.self_ms), _ms(r.total_ms), value(r.self_share, "ratio") if np.isfinite(r.self_share) else "")
             for r in df.itertuples()]
 
 
@@ -61,7 +62,7 @@ def terminal(view: CpuView) -> RenderableType:
     if len(view.modules):
         parts.append(_table("Modules and ranges per step, by self time", "module / range", view.modules))
     if view.data_loading_ms:
-        parts.append(Text(f"DataLoader __next__: {view.data_loading_ms:.4g} ms per step", style="dim"))
+        parts.append(Text(f"DataLoader __next__: {value(view.data_loading_ms, 'ms')} per step", style="dim"))
     for i, o in enumerate(view.observations, start=1):
         parts.append(Text.assemble((f"CPU {i}. {o.title}", "bold"), f" — {o.evidence}"))
         parts.append(Text(f"   what to do: {o.advice}"))
@@ -81,7 +82,7 @@ def markdown(view: CpuView) -> list[str]:
            "Step latency ms (traced): " + _latency(view), ""]
     for title, first, df in _tables(view):
         out += [f"**{title}**", "", f"| {first} | " + " | ".join(COLUMNS) + " |", "|---|" + "---:|" * len(COLUMNS)]
-        out += ["| " + " | ".join(escape(c, quote=False).replace("|", "&#124;").replace("`", "&#96;") for c in row) + " |"
+        out += ["| " + " | ".join(md_cell(c) for c in row) + " |"
                 for row in _rows(df)]  # names from the trace: cleaned (_rows), then no table-breaking character
         out.append("")
     for o in view.observations:
@@ -101,7 +102,7 @@ def html(view: CpuView) -> str:
         out += ["<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in _rows(df)]
         out.append("</table>")
     if view.data_loading_ms:
-        out.append(f'<p class="muted">DataLoader __next__: {view.data_loading_ms:.4g} ms per step</p>')
+        out.append(f'<p class="muted">DataLoader __next__: {value(view.data_loading_ms, "ms")} per step</p>')
     if view.observations:
         out.append("<ul>" + "".join(f"<li><b>{escape(o.title)}</b> — {escape(o.evidence)}; what to do: {escape(o.advice)}</li>"
                                     for o in view.observations) + "</ul>")

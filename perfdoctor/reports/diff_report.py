@@ -9,29 +9,16 @@ Every name from a trace is untrusted text: escaped for rich markup and for Markd
 
 from __future__ import annotations
 
+from typing import Any
+
 from perfdoctor.console import stdout_console
-from perfdoctor.compare.diff import SAMPLE_UNITS, Diff, MetricChange
-from perfdoctor.text import clean
+from perfdoctor.compare.diff import SAMPLE_UNITS, Diff, KernelDiff, MetricChange
+from perfdoctor.reports.format import count, duration_us, md_cell, value
 
 KERNEL_ROWS = 15  # the kernel table shows the largest movers; JSON has every row
+LEAD_LINES = 3  # a headline, not a table: the full kernel and copy tables follow
+MIN_COUNT_CHANGE = 0.5  # per step: a count that moved less than this is rounding, not a change
 NAME_WIDTH = 70
-
-
-def fmt_value(value: float | None, unit: str) -> str:
-    """A number with its unit, compact: ``38.59 ms``, ``945``, ``0.941``, ``1.2 GB``."""
-    if value is None:
-        return "—"
-    if unit == "count":
-        return f"{value:,.0f}" if abs(value - round(value)) < 1e-9 else f"{value:,.1f}"
-    if unit == "bytes":
-        for scale, suffix in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
-            if abs(value) >= scale:
-                return f"{value / scale:.3g} {suffix}"
-        return f"{value:.0f} B"
-    suffix = {"ms": " ms", "1/s": "/s", "GB/s": " GB/s"}.get(unit)
-    if suffix is not None:
-        return (f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}") + suffix
-    return f"{value:.3g}"
 
 
 def fmt_change(m: MetricChange) -> str:
@@ -62,17 +49,53 @@ def short(name: str, width: int = NAME_WIDTH) -> str:
     return name if len(name) <= width else name[: width - 1] + "…"
 
 
-def md_escape(text: str) -> str:
-    """Text safe inside a Markdown table cell (GitHub renders inline HTML, so escape it)."""
-    return (
-        clean(text)
-        .replace("&", "&amp;")
-        .replace("<", "&lt;")
-        .replace(">", "&gt;")
-        .replace("|", "\\|")
-        .replace("`", "'")
-        .replace("\n", " ")
+def document(diff: Diff) -> dict[str, Any]:
+    """diff.json (schema perfdoctor.diff/1): the diff's numbers, and the lines it leads with."""
+    return {**diff.to_json(), "lead": lead_lines(diff)}
+
+
+def lead_lines(diff: Diff) -> list[str]:
+    """Sentences for the kernel and copy count changes whose count moved by at least half a
+    unit per step, largest time change first. A kernel that vanished or appeared shows the
+    time it took ("-1 kernel `x` per step (4 µs)"); a count that moved shows the change of
+    time ("+4,590 device-to-device copies per step (+12.3 ms)")."""
+    per = diff.kernels.per
+    items: list[tuple[float, str]] = []
+    for r in diff.kernels.rows:
+        dn = r.count_after - r.count_before
+        if abs(dn) < MIN_COUNT_CHANGE:
+            continue
+        noun = "kernel" if abs(round(dn)) == 1 else "kernels"
+        if r.status in ("appeared", "vanished"):
+            took = duration_us(r.time_us_after if r.status == "appeared" else r.time_us_before)
+        else:
+            took = duration_us(r.time_change_us, signed=True)
+        items.append((abs(r.time_change_us), f"{count(dn, signed=True)} {noun} `{r.name}` per {per} ({took})"))
+    for c in diff.copies:
+        if abs(c.count_change) < MIN_COUNT_CHANGE:
+            continue
+        label = c.label if abs(round(c.count_change)) != 1 else c.label.replace("copies", "copy").replace("memsets", "memset")
+        items.append((abs(c.time_change_us), f"{count(c.count_change, signed=True)} {label} per {per} ({duration_us(c.time_change_us, signed=True)})"))
+    items.sort(key=lambda t: -t[0])
+    return [text for _, text in items[:LEAD_LINES]]
+
+
+def kernel_summary(k: KernelDiff) -> str:
+    """One line: ``launches/step 863 → 1; kernels/step 863 (15 names) → 880 (16 names); 0 vanished, 1 appeared``."""
+    launches = ""
+    if k.launches_before is not None and k.launches_after is not None:
+        launches = f"launches/step {count(k.launches_before)} → {count(k.launches_after)}; "
+    text = (
+        f"{launches}kernels/{k.per} {count(k.kernels_before)} ({k.names_before} names) → "
+        f"{count(k.kernels_after)} ({k.names_after} names); "
+        f"{len(k.vanished)} vanished, {len(k.appeared)} appeared"
     )
+    if k.vendors:  # across vendors: what was matched by family, and what could not be matched
+        b, a = k.vendors
+        text += f"; {b} → {a}: kernel names differ across vendors, {len(k.matched_by_family)} families matched by family and op"
+        if k.unmatched:
+            text += f", {len(k.unmatched)} kernel names could not be matched"
+    return text
 
 
 def comparability_lines(diff: Diff) -> list[str]:
@@ -116,7 +139,7 @@ def _sample_rows(diff: Diff) -> list[tuple[str, str, str, str, str, str]]:
             (
                 name,
                 f"{c.n_before} / {c.n_after}",
-                f"{fmt_value(c.median_before, unit)} → {fmt_value(c.median_after, unit)}",
+                f"{value(c.median_before, unit)} → {value(c.median_after, unit)}",
                 ratio,
                 p,
                 _short_verdict(c),
@@ -151,30 +174,31 @@ def _process_rows(diff: Diff) -> list[list[str]]:
 
 def render_markdown(diff: Diff) -> str:
     """The diff as GitHub-flavoured Markdown (fits a PR comment or a step summary)."""
-    out = [f"## perfdoctor diff", "", f"**before** `{md_escape(diff.before)}` → **after** `{md_escape(diff.after)}`", ""]
+    out = [f"## perfdoctor diff", "", f"**before** <code>{md_cell(diff.before)}</code> → **after** <code>{md_cell(diff.after)}</code>", ""]
     warnings = comparability_lines(diff)
     title = not_comparable_title(diff)
     if title:
-        out += ["> [!CAUTION]", f"> **{md_escape(title)}.** These runs measure different things:"]
-        out += [f"> - {md_escape(w)}" for w in not_comparable_lines(diff)]
+        out += ["> [!CAUTION]", f"> **{md_cell(title)}.** These runs measure different things:"]
+        out += [f"> - {md_cell(w)}" for w in not_comparable_lines(diff)]
         out.append("")
     if diff.mismatches and warnings:
         out += ["> [!WARNING]", "> **These runs are not like for like.** Read every number below with that in mind:"]
-        out += [f"> - {md_escape(w)}" for w in warnings]
+        out += [f"> - {md_cell(w)}" for w in warnings]
         out.append("")
     elif warnings:
-        out += ["Comparability could not be fully checked:"] + [f"- {md_escape(w)}" for w in warnings] + [""]
-    if diff.lead:
-        out += ["**What changed:**", ""] + [f"- {_md_lead(line)}" for line in diff.lead] + [""]
-    out += [f"**{md_escape(diff.verdict())}**", ""]
+        out += ["Comparability could not be fully checked:"] + [f"- {md_cell(w)}" for w in warnings] + [""]
+    lead = lead_lines(diff)
+    if lead:
+        out += ["**What changed:**", ""] + [f"- {_md_lead(line)}" for line in lead] + [""]
+    out += [f"**{md_cell(diff.verdict())}**", ""]
 
     out += ["### Metrics", "", "| metric | before | after | change | direction | verdict |", "|---|---|---|---|---|---|"]
     for m in diff.metrics:
         if m.status == "absent":
             continue
         out.append(
-            f"| `{m.key}` | {fmt_value(m.before, m.unit)} | {fmt_value(m.after, m.unit)} | {fmt_change(m)} "
-            f"| {direction(m)} | {md_escape(assessment(m))} |"
+            f"| `{m.key}` | {value(m.before, m.unit)} | {value(m.after, m.unit)} | {fmt_change(m)} "
+            f"| {direction(m)} | {md_cell(assessment(m))} |"
         )
     absent = [m.key for m in diff.metrics if m.status == "absent"]
     if absent:
@@ -183,19 +207,19 @@ def render_markdown(diff: Diff) -> str:
     if any(c.repeated for c in diff.processes.values()):
         out += ["", "### Over processes", "", PROCESS_TITLE[len("over processes ("):-1] + ".", ""]
         out += ["| metric | processes before / after | per-process values (ms) | ratio [95 % CI] | verdict |", "|---|---|---|---|---|"]
-        out += ["| " + " | ".join(md_escape(c) for c in row) + " |" for row in _process_rows(diff)]
+        out += ["| " + " | ".join(md_cell(c) for c in row) + " |" for row in _process_rows(diff)]
 
     out += ["", "### Step statistics", "", "Mann-Whitney U (two-sided) and a bootstrap 95 % interval of median(after)/median(before).", ""]
     out += ["| sample | n before / after | median | ratio [95 % CI] | p | verdict |", "|---|---|---|---|---|---|"]
     for row in _sample_rows(diff):
-        out.append("| " + " | ".join(md_escape(c) for c in row) + " |")
+        out.append("| " + " | ".join(md_cell(c) for c in row) + " |")
 
     k = diff.kernels
-    out += ["", "### Kernels", "", md_escape(k.summary()), ""]
+    out += ["", "### Kernels", "", md_cell(kernel_summary(k)), ""]
     out += [f"| kernel (normalized) | status | count/{k.per} | time/{k.per} (µs) | Δ time (µs) |", "|---|---|---|---|---|"]
     for r in k.rows[:KERNEL_ROWS]:
         out.append(
-            f"| `{md_escape(short(r.name))}` | {r.status} | {_n(r.count_before)} → {_n(r.count_after)} "
+            f"| <code>{md_cell(short(r.name))}</code> | {r.status} | {count(r.count_before)} → {count(r.count_after)} "
             f"| {r.time_us_before:,.1f} → {r.time_us_after:,.1f} | {r.time_change_us:+,.1f} |"
         )
     if len(k.rows) > KERNEL_ROWS:
@@ -205,17 +229,17 @@ def render_markdown(diff: Diff) -> str:
     if diff.findings is None:
         out.append("Rules did not run on both sides; no findings to compare.")
     else:
-        out += [f"- {line}" for line in md_escape_lines(findings_lines(diff))]
+        out += [f"- {line}" for line in map(md_cell, findings_lines(diff))]
     return "\n".join(out) + "\n"
 
 
 def _md_lead(line: str) -> str:
-    """A lead line with its kernel name in code: ``-1 kernel `x` per step`` keeps the backticks."""
+    """A lead line with its kernel name in code: ``-1 kernel `x` per step`` shows ``x`` as code."""
     head, sep, rest = line.partition(" `")
     if not sep:
-        return md_escape(line)
+        return md_cell(line)
     name, _, tail = rest.partition("` ")
-    return f"{md_escape(head)} `{md_escape(short(name))}` {md_escape(tail)}"
+    return f"{md_cell(head)} <code>{md_cell(short(name))}</code> {md_cell(tail)}"
 
 
 def findings_lines(diff: Diff) -> list[str]:
@@ -229,14 +253,6 @@ def findings_lines(diff: Diff) -> list[str]:
     if f.unknown:
         lines.append(f"failing on one side, not evaluated on the other: {', '.join(f.unknown)}")
     return lines
-
-
-def md_escape_lines(lines: list[str]) -> list[str]:
-    return [md_escape(line) for line in lines]
-
-
-def _n(x: float) -> str:
-    return f"{x:,.0f}" if abs(x - round(x)) < 0.05 else f"{x:,.1f}"
 
 
 def print_terminal(diff: Diff, console=None) -> None:
@@ -259,8 +275,9 @@ def print_terminal(diff: Diff, console=None) -> None:
         )
     elif warnings:
         console.print("[yellow]comparability not fully checked:[/] " + escape("; ".join(warnings)))
-    if diff.lead:
-        console.print("[bold]what changed:[/] " + escape("; ".join(diff.lead)))
+    lead = lead_lines(diff)
+    if lead:
+        console.print("[bold]what changed:[/] " + escape("; ".join(lead)))
     console.print(f"[bold]{escape(diff.verdict())}[/]")
 
     colors = {"improved": "green", "better": "green", "regressed": "red", "worse": "red"}
@@ -275,7 +292,7 @@ def print_terminal(diff: Diff, console=None) -> None:
         verdict = assessment(m)
         color = colors.get(verdict.split(" ")[0], "")
         arrow = {True: " ↑", False: " ↓"}.get(m.higher_is_better, "")
-        t.add_row(m.key + arrow, fmt_value(m.before, m.unit), fmt_value(m.after, m.unit), fmt_change(m),
+        t.add_row(m.key + arrow, value(m.before, m.unit), value(m.after, m.unit), fmt_change(m),
                   f"[{color}]{escape(verdict)}[/]" if color else escape(verdict))
     console.print(t)
 
@@ -299,14 +316,14 @@ def print_terminal(diff: Diff, console=None) -> None:
     console.print(s)
 
     k = diff.kernels
-    kt = Table(title=f"kernels: {escape(k.summary())}", title_justify="left", box=box.SIMPLE_HEAD)
+    kt = Table(title=f"kernels: {escape(kernel_summary(k))}", title_justify="left", box=box.SIMPLE_HEAD)
     kt.add_column("kernel (normalized)", overflow="fold")
     kt.add_column("status")
     for col in (f"count/{k.per}", f"time/{k.per} µs", "Δ µs"):
         kt.add_column(col, justify="right", overflow="fold")
     for r in k.rows[:KERNEL_ROWS]:
         kt.add_row(escape(r.name), r.status,  # whole: the column folds on a terminal
-                   f"{_n(r.count_before)} → {_n(r.count_after)}",
+                   f"{count(r.count_before)} → {count(r.count_after)}",
                    f"{r.time_us_before:,.1f} → {r.time_us_after:,.1f}", f"{r.time_change_us:+,.1f}")
     console.print(kt)
     if diff.findings is not None:

@@ -8,11 +8,13 @@ commands and rich markup by :mod:`perfdoctor.text`.
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from typing import Any
 
 from perfdoctor.console import stdout_console
 from perfdoctor.compare.gate import EXIT_INCONCLUSIVE, GateResult
 from perfdoctor.io import dumps_json
-from perfdoctor.reports.diff_report import md_escape
+from perfdoctor.reports.diff_report import document as diff_document, kernel_summary
+from perfdoctor.reports.format import md_cell
 from perfdoctor.text import NEWLINE_MARK, github_data, github_property
 from perfdoctor.text import xml as xml_text
 
@@ -22,6 +24,12 @@ MAX_ANNOTATIONS = 10  # GitHub shows only the first few per step anyway; more is
 def _xml_text(text: str) -> str:
     """Untrusted text made inert and XML 1.0-safe (see :mod:`perfdoctor.text`)."""
     return xml_text(text)
+
+
+def document(result: GateResult) -> dict[str, Any]:
+    """gate.json (schema perfdoctor.gate/1): the checks, and the diff against the baseline as
+    diff.json has it."""
+    return {**result.to_json(), "diff": diff_document(result.diff) if result.diff is not None else None}
 
 
 def junit_xml(result: GateResult) -> str:
@@ -53,17 +61,17 @@ def summary_markdown(result: GateResult) -> str:
     """The gate as Markdown for ``$GITHUB_STEP_SUMMARY`` or a PR comment."""
     icon = {"pass": "✅ pass", "fail": "❌ fail", "inconclusive": "⚠️ inconclusive", "skip": "⚪ skip"}
     head = "✅" if result.passed else "⚠️" if result.exit_code == EXIT_INCONCLUSIVE else "❌"
-    out = [f"## {head} {md_escape(result.headline())}", ""]
-    out.append(f"Run `{md_escape(result.run)}`" + (f" against baseline `{md_escape(result.baseline)}`" if result.baseline else ""))
+    out = [f"## {head} {md_cell(result.headline())}", ""]
+    out.append(f"Run <code>{md_cell(result.run)}</code>" + (f" against baseline <code>{md_cell(result.baseline)}</code>" if result.baseline else ""))
     out.append("")
     if result.warnings:
-        out += ["> [!WARNING]"] + [f"> {md_escape(w)}" for w in result.warnings] + [""]
+        out += ["> [!WARNING]"] + [f"> {md_cell(w)}" for w in result.warnings] + [""]
     out += ["| check | result | details |", "|---|---|---|"]
     # Failures first: the reader came for them.
     for c in sorted(result.checks, key=lambda c: {"fail": 0, "inconclusive": 1, "pass": 2, "skip": 3}[c.status]):
-        out.append(f"| `{md_escape(c.name)}` | {icon[c.status]} | {md_escape(c.message)} |")
+        out.append(f"| <code>{md_cell(c.name)}</code> | {icon[c.status]} | {md_cell(c.message)} |")
     if result.diff is not None:
-        out += ["", f"**{md_escape(result.diff.verdict())}**", "", md_escape(result.diff.kernels.summary())]
+        out += ["", f"**{md_cell(result.diff.verdict())}**", "", md_cell(kernel_summary(result.diff.kernels))]
     return "\n".join(out) + "\n"
 
 

@@ -10,7 +10,7 @@ ranked findings with evidence and fixes; passed and not-evaluated checks. No gly
 Latin text is needed: citations are English and the embedded data is ASCII.
 
 A trace is untrusted input: every name taken from it (kernels, ranges, paths, metric
-names) goes through :func:`html.escape` — element text and attribute values alike — and
+names) goes through :func:`perfdoctor.reports.format.html` — element text and attribute values alike — and
 the findings embedded for the page's script are JSON with ``<``, ``>``, ``&`` and the
 JavaScript line separators escaped, so no name can close the ``<script>`` element. The
 script is small: it records any error into the page (``data-pd-errors``), offers the
@@ -27,7 +27,7 @@ from html import escape
 from pathlib import Path
 
 from perfdoctor.io import finite
-from perfdoctor.text import clean, clean_block
+from perfdoctor.text import clean_block
 from typing import Any, Sequence
 
 import numpy as np
@@ -35,6 +35,7 @@ import pandas as pd
 
 from perfdoctor.analysis.metrics import Analysis
 from perfdoctor.reports import attribution, common
+from perfdoctor.reports.format import html as e, value  # e: element text and attribute values
 from perfdoctor.reports.summary import workload_lines
 from perfdoctor.reports.json import document
 from perfdoctor.rules.engine import Finding
@@ -126,11 +127,6 @@ READY_JS = """
   }catch(e){window.pdReport(e&&e.message?e.message:e);}
 })();
 """
-
-
-def e(value: Any) -> str:
-    """Escape for element text and quoted attribute values."""
-    return escape(clean(value), quote=True)
 
 
 def script_json(obj: Any) -> str:
@@ -438,10 +434,10 @@ def gauges(analysis: Analysis, findings: Sequence[Finding]) -> tuple[str, list[s
             m = analysis.metrics[key]
             v = float(m.value)
             extra = f" = {v * peak_gbps:,.0f} of {peak_gbps:,.0f} GB/s" if peak_gbps and key == "dram_bw_util" else ""
-            body.append(_rect(left, y + 4, min(v, 1.0) * bar_w, 16, "bar", f"{key} {common.fmt(v, 'ratio')}{extra} ({m.source})"))
-            body.append(_text(left, y + 38, f"{key} = {common.fmt(v, 'ratio')} of peak{extra} [{m.source}]" + (f" — {m.note}" if m.note else "")))
+            body.append(_rect(left, y + 4, min(v, 1.0) * bar_w, 16, "bar", f"{key} {value(v, 'ratio')}{extra} ({m.source})"))
+            body.append(_text(left, y + 38, f"{key} = {value(v, 'ratio')} of peak{extra} [{m.source}]" + (f" — {m.note}" if m.note else "")))
         tx = left + min(thr, 1.0) * bar_w
-        tip = f"target {common.fmt(thr, 'ratio')} ({origin})"
+        tip = f"target {value(thr, 'ratio')} ({origin})"
         body.append(f'<line class="thr" x1="{tx:.1f}" y1="{y}" x2="{tx:.1f}" y2="{y + 24}"><title>{e(tip)}</title></line>')
         body.append(_text(tx + 4, y + 2, f"target {thr * 100:.0f} %"))
         body.append(_text(left + bar_w + 6, y + 16, "peak" + (f" {peak_gbps:,.0f} GB/s" if peak_gbps and key == "dram_bw_util" else "")))
@@ -529,8 +525,8 @@ def nvml_charts(analysis: Analysis, findings: Sequence[Finding]) -> list[str]:
             rule = "dram-bandwidth" if metric == "dram_bw_util" else "sm-occupancy"
             thr, _ = _threshold(findings, rule, SERIES_TARGETS[metric])
             body += [_line(left, Y(thr * 100), left + w, Y(thr * 100), "thr"), _text(left + w + 4, Y(thr * 100) + 4, f"target {thr * 100:.0f} %")]
-        value = "flat (its value is on the axis)" if flat else f"{_num(vmin)} to {_num(vmax)}{suffix}"
-        body.append(_text(left, 14, f"{metric} [{source}]{f' in {unit}' if unit else ''}: {value}; {len(g)} samples, shaded = profiled steps"))
+        said = "flat (its value is on the axis)" if flat else f"{_num(vmin)} to {_num(vmax)}{suffix}"
+        body.append(_text(left, 14, f"{metric} [{source}]{f' in {unit}' if unit else ''}: {said}; {len(g)} samples, shaded = profiled steps"))
         body.append(_text(left + w / 2, top + h + 30, "seconds from the run start (the first NVML sample)", "middle"))
         out.append(_svg(left + w + 90, top + h + 38, body, f"{metric} over time"))
     return out

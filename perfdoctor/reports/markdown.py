@@ -8,38 +8,28 @@ kernel name such as ``foo<float>`` would otherwise vanish, or worse, inject mark
 
 from __future__ import annotations
 
-from html import escape
 from typing import Sequence
 
 from perfdoctor.analysis.metrics import Analysis
 from perfdoctor.reports import attribution, bounds, common
+from perfdoctor.reports.format import md_cell, md_text
 from perfdoctor.reports.summary import workload_lines
 from perfdoctor.rules.engine import Finding
 from perfdoctor.rules.evidence import Evidence
-from perfdoctor.text import clean, clean_block
+from perfdoctor.text import clean_block
 
 MAX_CHARS = 60_000  # GitHub rejects comments over 65,536 characters
 
 
-def cell(value: object) -> str:
-    """One table cell: escaped, no pipes or newlines that would break the table."""
-    return escape(clean(value), quote=False).replace("|", "&#124;").replace("`", "&#96;")
-
-
-def text(value: object) -> str:
-    """Running text from the trace or a pack: escaped, markdown emphasis characters neutralised."""
-    return cell(value).replace("*", "\\*").replace("_", "\\_")
-
-
 def _table(e: Evidence) -> list[str]:
-    out = [f"**{cell(e.title)}**", ""]
+    out = [f"**{md_cell(e.title)}**", ""]
     if e.rows:
-        out.append("| " + " | ".join(cell(c) for c in e.columns) + " |")
+        out.append("| " + " | ".join(md_cell(c) for c in e.columns) + " |")
         out.append("|" + "---|" * len(e.columns))
-        out.extend("| " + " | ".join(cell(v) for v in row) + " |" for row in e.rows)
+        out.extend("| " + " | ".join(md_cell(v) for v in row) + " |" for row in e.rows)
         out.append("")
     if e.note:
-        out += [f"_{text(e.note)}_", ""]
+        out += [f"_{md_text(e.note)}_", ""]
     return out
 
 
@@ -50,28 +40,28 @@ def _snippet(code: str) -> list[str]:
 
 
 def _finding(f: Finding, analysis: Analysis, shown_before: dict[tuple[str, str], str]) -> list[str]:
-    out = [f"### {f.rank}. `{f.rule_id}` — {text(f.title)} ({f.severity})", ""]
-    out.append(f"- **Measured:** {text(common.measured(f))} — target {cell(common.condition(f))} ({text(f.threshold_origin)})")
+    out = [f"### {f.rank}. `{f.rule_id}` — {md_text(f.title)} ({f.severity})", ""]
+    out.append(f"- **Measured:** {md_text(common.measured(f))} — target {md_cell(common.condition(f))} ({md_text(f.threshold_origin)})")
     if common.context_values(f):
-        out.append(f"- **Also:** {text(common.context_values(f))}")
+        out.append(f"- **Also:** {md_text(common.context_values(f))}")
     if f.reason:
-        out.append(f"- **Note:** {text(f.reason)}")
+        out.append(f"- **Note:** {md_text(f.reason)}")
     est = common.estimate_line(f, analysis)
     if est:
-        out.append(f"- **Estimate:** {text(est)}. _{text(f.estimate.formula)}_")
+        out.append(f"- **Estimate:** {md_text(est)}. _{md_text(f.estimate.formula)}_")
     if common.no_estimate_line(f):
-        out.append(f"- **Estimate:** none. {text(f.estimate_reason)}")
+        out.append(f"- **Estimate:** none. {md_text(f.estimate_reason)}")
     if common.overlap_line(f):
-        out.append(f"- {text(common.overlap_line(f))}")
-    out.append(f"- **Cite:** {text(f.citation)}")
+        out.append(f"- {md_text(common.overlap_line(f))}")
+    out.append(f"- **Cite:** {md_text(f.citation)}")
     if f.remediation:
         out.append("- **Fix:**")
-        out.extend(f"  {i}. {text(s)}" for i, s in enumerate(f.remediation.steps, start=1))
+        out.extend(f"  {i}. {md_text(s)}" for i, s in enumerate(f.remediation.steps, start=1))
     out.append("")
     details: list[str] = []
     for e in f.evidence:
         owner = shown_before.get((f.rule_id, e.kind))
-        details += [f"_{cell(e.title)}: see `{owner}` above._", ""] if owner else _table(e)
+        details += [f"_{md_cell(e.title)}: see `{owner}` above._", ""] if owner else _table(e)
     if f.remediation and f.remediation.snippet:
         details += _snippet(f.remediation.snippet) + [""]
     if details:
@@ -86,11 +76,11 @@ def render(findings: Sequence[Finding], analysis: Analysis) -> str:
     out = [
         "## perfdoctor findings",
         "",
-        f"{icon} **{text(common.verdict_line(findings, analysis))}**",
+        f"{icon} **{md_text(common.verdict_line(findings, analysis))}**",
         "",
-        f"<sub>{cell(common.source_line(analysis))}</sub>",
-        f"<sub>step time: {cell(analysis.time_source)}</sub>",
-        *[f"<sub>{cell(line)}</sub>" for line in workload_lines(analysis)],
+        f"<sub>{md_cell(common.source_line(analysis))}</sub>",
+        f"<sub>step time: {md_cell(analysis.time_source)}</sub>",
+        *[f"<sub>{md_cell(line)}</sub>" for line in workload_lines(analysis)],
         "",
         *attribution.markdown(analysis),
         *bounds.markdown(analysis),
@@ -102,18 +92,18 @@ def render(findings: Sequence[Finding], analysis: Analysis) -> str:
     if advice:
         out += ["### Advice", ""]
         for f in advice:
-            out.append(f"- `{f.rule_id}` — {text(f.title)}: {text(common.context_values(f) or common.measured(f))}")
+            out.append(f"- `{f.rule_id}` — {md_text(f.title)}: {md_text(common.context_values(f) or common.measured(f))}")
             if f.remediation:
-                out.extend(f"  - {text(s)}" for s in f.remediation.steps)
+                out.extend(f"  - {md_text(s)}" for s in f.remediation.steps)
             for e in f.evidence:
                 out += [""] + ["  " + line if line else "" for line in _table(e)]
-            out.append(f"  - _Cite: {text(f.citation)}_")
+            out.append(f"  - _Cite: {md_text(f.citation)}_")
         out.append("")
     passed = common.by_status(findings, "pass")
     if passed:
         out += ["<details><summary>Passed checks (" + str(len(passed)) + ")</summary>", "",
                 "| rule | value | target | threshold from |", "|---|---|---|---|"]
-        out += [f"| `{f.rule_id}` | {cell(common.measured(f))} | {cell(common.condition(f))} | {cell(f.threshold_origin)} |" for f in passed]
+        out += [f"| `{f.rule_id}` | {md_cell(common.measured(f))} | {md_cell(common.condition(f))} | {md_cell(f.threshold_origin)} |" for f in passed]
         out += ["", "</details>", ""]
     missing = common.by_status(findings, "not_evaluated")
     if missing:
@@ -123,7 +113,7 @@ def render(findings: Sequence[Finding], analysis: Analysis) -> str:
             out += [f"No GPU ran: {len(gpu)} checks of GPU work not evaluated: " + ", ".join(f"`{i}`" for i in gpu), ""]
         if rows:
             out += ["| rule | why / how to collect |", "|---|---|"]
-            out += ["| " + ", ".join(f"`{i}`" for i in ids) + f" | {cell(reason)} |" for ids, reason in rows]
+            out += ["| " + ", ".join(f"`{i}`" for i in ids) + f" | {md_cell(reason)} |" for ids, reason in rows]
         out += ["", "</details>", ""]
     doc = "\n".join(out)
     if len(doc) > MAX_CHARS:

@@ -19,35 +19,9 @@ from rich.text import Text
 
 from perfdoctor.analysis.metrics import Analysis, Metric
 from perfdoctor.reports.common import fmt_metric
+from perfdoctor.reports.format import num
 from perfdoctor.text import clean
 from perfdoctor.text import rich as esc  # untrusted text in rich markup (a table title)
-
-
-def format_value(m: Metric) -> str:
-    """A metric's value for people: ratios as %, big counts with separators."""
-    v = m.value
-    if v is None:
-        return "—"
-    if m.unit == "ratio":
-        text = f"{v * 100:.2f} %"
-    elif m.unit == "bytes":
-        text = _bytes(v)
-    elif m.unit == "count":
-        text = f"{v:,.0f}" if float(v).is_integer() else f"{v:,.2f}"
-    elif abs(v) >= 100:
-        text = f"{v:,.1f}"
-    else:
-        text = f"{v:.4g}"
-    if m.alternatives:
-        text = fmt_metric(m) if m.unit == "ratio" else text
-    return text
-
-
-def _bytes(v: float) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if v >= scale:
-            return f"{v / scale:.2f} {unit}"
-    return f"{v:.0f} B"
 
 
 def metric_table(analysis: Analysis, named_below: Set[str] = frozenset()) -> Table:
@@ -59,7 +33,6 @@ def metric_table(analysis: Analysis, named_below: Set[str] = frozenset()) -> Tab
     t = Table(title="Metrics", title_justify="left", show_edge=False)
     t.add_column("metric")
     t.add_column("value", justify="right")
-    t.add_column("unit")
     t.add_column("source / why absent", overflow="fold")
     absent = [key for key, m in analysis.metrics.items() if m.value is None]
     here = [key for key in absent if key not in named_below]
@@ -70,7 +43,7 @@ def metric_table(analysis: Analysis, named_below: Set[str] = frozenset()) -> Tab
     for key, m in analysis.metrics.items():
         if m.value is not None and key not in shown:
             where = m.source + (f" ({m.note})" if m.note else "")
-            t.add_row(key, format_value(m), "" if m.unit in ("ratio", "bytes") else m.unit, Text(where))
+            t.add_row(key, fmt_metric(m), Text(where))
     return t
 
 
@@ -118,7 +91,7 @@ def latency_table(analysis: Analysis) -> Table | None:
         t.add_column(col, justify="left" if col == "metrics" else "right")
     for label, v in stats.items():
         named = ", ".join(f"{k} = {stat}" for k, (row, stat) in keys.items() if row == label)
-        t.add_row(label, *(f"{x:.3f}" for x in v.values()), Text(named, style="dim"))
+        t.add_row(label, *(num(x) for x in v.values()), Text(named, style="dim"))
     return t
 
 

@@ -18,7 +18,8 @@ import pytest
 from conftest import FIXTURES, run_cli_inprocess
 from perfdoctor.compare.diff import diff_runs, load_run
 from perfdoctor.compare.gate import evaluate_gate, parse_budget
-from perfdoctor.reports.diff_report import render_markdown
+from perfdoctor.reports.diff_report import document, lead_lines, render_markdown
+from perfdoctor.reports.format import count
 
 WILD = FIXTURES / "wild"
 GRAPH = FIXTURES / "h200-decode-graph-10steps.kineto.json.gz"
@@ -162,12 +163,12 @@ def test_cut_out_window_is_not_comparable_and_the_kernel_change_leads(pair):
     k_before = kernels_per_step(pair["before"], "indexSelectSmallIndex")
     k_after = kernels_per_step(pair["after"], "indexSelectSmallIndex")
     assert k_before - k_after == 1
-    assert d.lead[0].startswith("-1 kernel `at::native::{anonymous}::indexSelectSmallIndex` per step (")
-    assert len(d.lead) == 1  # nothing else changed in counts
-    doc = d.to_json()
+    assert lead_lines(d)[0].startswith("-1 kernel `at::native::{anonymous}::indexSelectSmallIndex` per step (")
+    assert len(lead_lines(d)) == 1  # nothing else changed in counts
+    doc = document(d)
     assert doc["not_comparable"] is None and list(doc["not_comparable_metrics"]) == span
     assert doc["not_comparable_metrics"]["gpu_idle_ratio"].startswith("step_coverage differs: before 16.")
-    assert doc["lead"] == d.lead
+    assert doc["lead"] == lead_lines(d)
     assert [(m["blocking"], list(m["metrics"])) for m in doc["mismatches"]] == [(False, span)]
     md = render_markdown(d)
     assert md.index("**not comparable: gpu_idle_ratio, kernel_time_ratio") < md.index("What changed") < md.index("step latency:") < md.index("### Metrics")
@@ -182,7 +183,7 @@ def test_a_window_of_whole_steps_is_comparable(pair):
     assert raw_coverage(pair["contiguous"]) > 0.95
     assert not d.blocking and d.not_comparable() is None
     assert not d.verdict().startswith("no verdict")
-    assert d.lead[0].startswith("-1 kernel `at::native::{anonymous}::indexSelectSmallIndex` per step (")
+    assert lead_lines(d)[0].startswith("-1 kernel `at::native::{anonymous}::indexSelectSmallIndex` per step (")
 
 
 def test_diff_command_says_not_comparable_first(pair):
@@ -305,8 +306,8 @@ def test_copies_lead_when_they_changed():
 
     change = dtod_per_step(graph) - dtod_per_step(eager)
     assert change > 0.5
-    line = next(line for line in d.lead if "device-to-device" in line)
-    assert line.startswith(f"+{change:.1f} device-to-device copy per step (+")
+    line = next(line for line in lead_lines(d) if "device-to-device" in line)
+    assert line.startswith(f"{count(change, signed=True)} device-to-device copy per step (+")  # +0.833
     row = next(c for c in d.copies if c.label == "device-to-device copies")
     assert row.count_change == pytest.approx(change)
 
@@ -325,4 +326,4 @@ def test_real_pairs_stay_comparable():
     # nsys and Kineto of the same eager run: every kernel matches by name (both spellings of
     # the anonymous namespace), so nothing leads
     same = diff_runs(load_run(pairs[2][0]), load_run(pairs[2][1]))
-    assert not same.kernels.appeared and not same.kernels.vanished and same.lead == []
+    assert not same.kernels.appeared and not same.kernels.vanished and lead_lines(same) == []

@@ -20,7 +20,7 @@ from perfdoctor.pipeline import load_trace
 from perfdoctor.compare.diff import Run, diff_runs, load_run
 from perfdoctor.analysis.metrics import analyze
 from perfdoctor.errors import UsageError
-from perfdoctor.reports.diff_report import render_markdown
+from perfdoctor.reports.diff_report import kernel_summary, render_markdown
 from perfdoctor.compare.stats import bootstrap_median_ratio, compare_samples, mann_whitney_u
 
 EAGER5 = FIXTURES / "h200-llama1b-eager-5steps.kineto.json.gz"
@@ -180,7 +180,7 @@ def test_crafted_renamed_kernels_appear_and_vanish(eager5, tmp_path) -> None:
     assert [r.name for r in d.kernels.vanished] == ["at::native::vectorized_elementwise_kernel"]
     assert [r.name for r in d.kernels.appeared] == ["triton_poi_fused_mul"]
     assert d.kernels.appeared[0].count_after == 425
-    assert d.kernels.summary() == "launches/step 945 → 945; kernels/step 945 (14 names) → 945 (14 names); 1 vanished, 1 appeared"
+    assert kernel_summary(d.kernels) == "launches/step 945 → 945; kernels/step 945 (14 names) → 945 (14 names); 1 vanished, 1 appeared"
 
 
 def test_crafted_other_gpu_is_not_like_for_like(eager5, tmp_path) -> None:
@@ -298,7 +298,7 @@ def test_real_eager_vs_graph_is_a_significant_improvement(real) -> None:
         assert d.metric(key).verdict == "improved", key
     launches = d.metric("launches_per_step")
     assert (launches.before, launches.after) == (863, 1)
-    assert d.kernels.summary().startswith("launches/step 863 → 1;")
+    assert kernel_summary(d.kernels).startswith("launches/step 863 → 1;")
     # Same kernels, replayed from a graph instead of launched one by one: all matched.
     assert not d.kernels.vanished and not d.kernels.appeared
     assert d.kernels.kernels_before == d.kernels.kernels_after == 863

@@ -9,6 +9,7 @@ import json
 import re
 
 from conftest import FIXTURES, run_cli
+from perfdoctor.reports.format import num
 
 CPU_MLP = FIXTURES / "cpu-mlp-5steps.kineto.json.gz"
 NO_GPU = "GPU metrics and checks: absent, no GPU ran in this trace"
@@ -27,7 +28,7 @@ def test_analyze_of_a_cpu_trace_shows_the_operators_not_rows_of_dashes() -> None
     doc = json.loads(r.stdout)["cpu"]
     mm = doc["ops_per_step"][0]
     assert mm["name"] == "aten::mm" and mm["calls"] == 160  # 40 units x 4 matmuls per step
-    assert f"{mm['self_ms']:.4g}" == ops[0][2].strip()  # the table shows the JSON's number
+    assert num(mm["self_ms"]) == ops[0][2].strip()  # the table shows the JSON's number
     assert doc["step_latency_ms"]["p50"] > 0 and doc["steps"] == 5
     shown = [o["kind"] for o in doc["observations"]]
     assert [line for line in out if line.startswith("CPU ")] == [
