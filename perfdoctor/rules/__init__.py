@@ -1,7 +1,9 @@
 """Rules: thresholds with citations, evaluated against an Analysis and ranked.
 
-    from perfdoctor.rules.engine import diagnose
-    findings = diagnose(analysis, packs=["mine.toml"], thresholds=["dram-bandwidth=0.8"])
+    from perfdoctor.rules.engine import evaluate, load_rules
+    findings = evaluate(load_rules(["mine.toml"], ["dram-bandwidth=0.8"]), analysis)
+
+(loading, analysing and evaluating a trace in one call is :func:`perfdoctor.pipeline.diagnose`)
 
 ``engine`` loads and checks TOML packs (``packs/seed.toml`` is the default) and evaluates
 them; ``signals`` computes rule inputs beyond the metric contract; ``evidence`` collects

@@ -1002,13 +1002,6 @@ def evaluate(rules: RuleSet, analysis: Analysis) -> list[Finding]:
     return rank(findings)
 
 
-def diagnose(
-    analysis: Analysis, packs: Sequence[str | Path] = (), thresholds: Sequence[str] = ()
-) -> list[Finding]:
-    """Load the rules (seed + ``packs`` + ``thresholds``) and evaluate them: what `analyze` and `report` call."""
-    return evaluate(load_rules(packs, thresholds), analysis)
-
-
 def verdict(findings: Sequence[Finding]) -> dict[str, Any]:
     """The outcome: "fail" when any rule fails, "pass" when some pass and none fail, and
     "not_evaluated" when no rule could be checked (a CPU-only trace is not a healthy one)."""

@@ -21,7 +21,7 @@ import pytest
 from perfdoctor.pipeline import load_trace
 from perfdoctor.analysis.hostgaps import BUSY_SHARE, MIN_GAP_US, busy_summary, gap_hosts, not_working_ns
 from perfdoctor.analysis.metrics import analyze
-from perfdoctor.rules.engine import diagnose
+from perfdoctor.rules.engine import evaluate, load_rules
 from perfdoctor.rules.evidence import host_in_gaps, sync_calls
 
 WILD = Path(__file__).parents[1] / "fixtures" / "wild"
@@ -94,7 +94,7 @@ def with_frames(dst: Path) -> tuple[Path, dict]:
 def framed(tmp_path_factory):
     path, truth = with_frames(tmp_path_factory.mktemp("frames") / "serve-stacks.kineto.json.gz")
     a = analyze(load_trace(path))
-    return a, diagnose(a), truth
+    return a, evaluate(load_rules(), a), truth
 
 
 def test_a_busy_gap_names_the_users_call_site_not_a_library_frame(framed):
@@ -144,7 +144,7 @@ def test_sync_calls_and_synchronous_copies_carry_their_call_site(framed):
 
 def test_without_stacks_the_rule_says_how_to_get_them():
     a = analyze(load_trace(SERVE))
-    f = next(f for f in diagnose(a) if f.rule_id == "host-busy-in-gaps")
+    f = next(f for f in evaluate(load_rules(), a) if f.rule_id == "host-busy-in-gaps")
     assert f.status == "not_evaluated" and "with_stack=True" in f.reason
 
 
@@ -158,7 +158,7 @@ def check_preprocessing_is_named(trace: Path, facts: dict) -> None:
     assert a.steps.name == facts["step"] and a.steps.count == facts["steps"]
     b = busy_summary(a)
     assert b.sites and "record_wild_traces.py(" in b.sites[0][0] and b.sites[0][0].endswith(": " + facts["preprocess_function"]), b.sites
-    f = next(f for f in diagnose(a) if f.rule_id == "host-busy-in-gaps")
+    f = next(f for f in evaluate(load_rules(), a) if f.rule_id == "host-busy-in-gaps")
     assert f.status == "fail" and f.recovered_ms > 0.5 * facts["preprocess_ms_median"], (f.value, f.estimate.formula)
     assert f.recovered_ms <= float(not_working_ns(a).max()) / 1e6
 
@@ -219,6 +219,6 @@ def test_gap_hosts_runs_once_per_analysis(monkeypatch, tmp_path) -> None:
     monkeypatch.setattr(hostgaps, "_gap_hosts", lambda a: calls.append(1) or real(a))
     path, _ = with_frames(tmp_path / "serve-stacks.kineto.json.gz")
     a = analyze(load_trace(path))
-    found = diagnose(a)
+    found = evaluate(load_rules(), a)
     assert any(f.rule_id == "host-busy" for f in found) or host_in_gaps(a).rows
     assert len(calls) == 1

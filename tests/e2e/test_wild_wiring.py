@@ -19,7 +19,7 @@ import pytest
 
 from perfdoctor.pipeline import load_trace
 from perfdoctor.analysis.metrics import analyze
-from perfdoctor.rules.engine import diagnose
+from perfdoctor.rules.engine import evaluate, load_rules
 from tests.rules.test_rules import GRAPH_ADVICE  # what "use CUDA graphs" looks like in a remediation
 
 WILD = Path(__file__).parents[1] / "fixtures" / "wild"
@@ -35,7 +35,7 @@ ALL_TRACES = [WILD / n for n in WILD_TRACES] + sorted(FIX.glob("*.kineto.json.gz
 @lru_cache(maxsize=None)
 def _analysis(path: str, workload: str | None = None):
     a = analyze(load_trace(path), workload=workload)
-    return a, diagnose(a)
+    return a, evaluate(load_rules(), a)
 
 
 def _raw(path: Path) -> list[dict]:
@@ -184,7 +184,7 @@ def test_zero_recognised_launches_is_never_graphed():
     stripped = dataclasses.replace(p, calls=p.calls.iloc[0:0])
     a = analyze(stripped, step="decode_step") if (p.ranges["name"] == "decode_step").any() else analyze(stripped)
     assert a.value("steps_graphed") is None
-    findings = diagnose(a)
+    findings = evaluate(load_rules(), a)
     assert all("graphed" not in f.context for f in findings)
 
 
@@ -332,7 +332,7 @@ def test_communication_metrics_rules_and_evidence(tmp_path):
     assert a.value("comm_time_ratio") == pytest.approx(float(per["comm_share"].median()))
     assert a.value("comm_overlap_ratio") == pytest.approx(float(per["overlap"].median()))
     assert a.value("exposed_comm_ms_per_step") == pytest.approx(float(per["exposed_ns"].median()) / 1e6)
-    findings = {f.rule_id: f for f in diagnose(a)}
+    findings = {f.rule_id: f for f in evaluate(load_rules(), a)}
     assert findings["comm-overlap"].status in ("pass", "fail")
     assert findings["exposed-comm"].status in ("pass", "fail")
     assert findings["gradient-bucketing"].status == "not_evaluated"  # inference trace

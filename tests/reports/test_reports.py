@@ -30,7 +30,7 @@ from perfdoctor.profile import SAMPLE_COLUMNS, Profile, frame
 from perfdoctor.reports import html, json as json_report, markdown, terminal
 from perfdoctor.reports.bundle import write_reports
 from perfdoctor.cli.report import report_command
-from perfdoctor.rules.engine import Finding, diagnose
+from perfdoctor.rules.engine import Finding, evaluate, load_rules
 
 EAGER = FIXTURES / "h200-llama1b-eager-5steps.kineto.json.gz"
 DEMO_EAGER = Path(__file__).parents[2] / "perfdoctor" / "demo" / "data" / "eager"  # a real H200 run bundle, NVML samples included
@@ -47,7 +47,7 @@ def demo_bundle() -> tuple[Analysis, list[Finding]]:
 @lru_cache(maxsize=None)
 def eager() -> tuple[Analysis, list[Finding]]:
     a = analyze(load_trace(EAGER), step="decode_step")
-    return a, diagnose(a)
+    return a, evaluate(load_rules(), a)
 
 
 def crafted_evil() -> tuple[Analysis, list[Finding]]:
@@ -66,7 +66,7 @@ def crafted_evil() -> tuple[Analysis, list[Finding]]:
     profile = Profile(activities=acts, calls=p.calls, ranges=ranges, samples=p.samples, counters=p.counters,
                       device=dict(p.device), meta={**p.meta, "path": "/tmp/</script><b>trace\".json"})
     a = analyze(profile)  # found as the most frequent range (the name is not a usable glob)
-    return a, diagnose(a)
+    return a, evaluate(load_rules(), a)
 
 
 def with_nvml_samples(a: Analysis) -> tuple[Analysis, list[Finding]]:
@@ -85,7 +85,7 @@ def with_nvml_samples(a: Analysis) -> tuple[Analysis, list[Finding]]:
     profile = Profile(activities=p.activities, calls=p.calls, ranges=p.ranges, samples=samples, counters=p.counters,
                       device={**p.device, "peak_dram_bw_gbps": 4800.0, "peak_source": "crafted"}, meta=p.meta)
     b = analyze(profile, step="decode_step")
-    return b, diagnose(b)
+    return b, evaluate(load_rules(), b)
 
 
 # --- terminal / markdown / json ----------------------------------------------------------------
@@ -352,7 +352,7 @@ def test_html_renders_in_headless_chromium_with_plots(case: str, chromium: str, 
         if not name.exists():
             pytest.skip(f"needs {name.name}")
         a = analyze(load_trace(name), step="copy_step")
-        findings = diagnose(a)
+        findings = evaluate(load_rules(), a)
         want_plots = 5
     page = tmp_path / "report.html"
     page.write_text(html.render(findings, a), encoding="utf-8")

@@ -22,7 +22,7 @@ from perfdoctor.errors import UsageError
 from perfdoctor.analysis.metrics import Analysis, analyze
 from perfdoctor.profile import ACTIVITY_COLUMNS, CALL_COLUMNS, RANGE_COLUMNS, Profile, frame
 from perfdoctor.cli.rules import rules_app
-from perfdoctor.rules.engine import diagnose, evaluate, load_rules
+from perfdoctor.rules.engine import evaluate, load_rules
 from perfdoctor.rules.estimates import idle_between_kernels, sync_wait_time
 from perfdoctor.rules.evidence import sync_calls
 from perfdoctor.names.kernels import family, gemm_precision, label as short_name
@@ -163,7 +163,7 @@ def test_docs_list_every_metric_evidence_and_estimate_a_pack_can_name() -> None:
 @pytest.mark.parametrize("name", [EAGER, *fixtures_matching("h200-decode-eager-5steps.*")])
 def test_eager_decode_ranks_launch_overhead_first_with_graphs_and_fusion_as_the_fix(name: str) -> None:
     a = fixture_analysis(name, "decode_step")
-    findings = diagnose(a)
+    findings = evaluate(load_rules(), a)
     top = findings[0]
     assert top.status == "fail" and top.rank == 1
     assert top.rule_id in LAUNCH_RULES, [f.rule_id for f in findings[:3]]
@@ -188,7 +188,7 @@ def test_graph_decode_is_never_told_to_use_cuda_graphs(name: str) -> None:
         pytest.skip(f"needs tests/fixtures/h200-decode-graph-*: {name}")
     a = fixture_analysis(name, "decode_step")
     assert a.value("launches_per_step") <= 2 and a.value("kernels_per_step") > 100
-    findings = diagnose(a)
+    findings = evaluate(load_rules(), a)
     fails = [f for f in findings if f.status == "fail"]
     assert fails
     for f in findings:
@@ -213,7 +213,7 @@ def test_pageable_copy_loop_ranks_copy_and_sync_first_with_pinning_and_no_syncs(
     if not (FIXTURES / name).exists():
         pytest.skip(f"needs tests/fixtures/h200-pageable-sync-*: {name}")
     a = fixture_analysis(name, "copy_step")
-    findings = diagnose(a)
+    findings = evaluate(load_rules(), a)
     top3 = [f.rule_id for f in findings[:3]]
     assert set(top3) == {"memcpy-share", "pageable-copies", "host-syncs"}, top3
     assert "pin_memory" in remediation_text(findings[0])
@@ -229,12 +229,12 @@ def test_pageable_copy_loop_ranks_copy_and_sync_first_with_pinning_and_no_syncs(
 
 
 def test_missing_metric_is_not_evaluated_with_how_to_collect_never_pass() -> None:
-    findings = diagnose(fixture_analysis(EAGER, "decode_step"))
+    findings = evaluate(load_rules(), fixture_analysis(EAGER, "decode_step"))
     by_id = {f.rule_id: f for f in findings}
     # Issue 28: this trace records shapes, so dram-bandwidth reads the memory-bound classes
     # (the GEMVs); a trace without shapes or counters leaves it not evaluated, saying how.
     assert by_id["dram-bandwidth"].metric == "memory_bound_bw_util" and by_id["dram-bandwidth"].status == "fail"
-    bare = {f.rule_id: f for f in diagnose(fixture_analysis("h200-decode-eager-5steps.kineto.json.gz", "decode_step"))}
+    bare = {f.rule_id: f for f in evaluate(load_rules(), fixture_analysis("h200-decode-eager-5steps.kineto.json.gz", "decode_step"))}
     dram = bare["dram-bandwidth"]
     assert dram.status == "not_evaluated" and dram.metric is None
     assert dram.reason.startswith("needs memory_bound_bw_util") and "collect it with" in dram.reason
@@ -259,7 +259,7 @@ def test_cpu_only_trace_is_not_evaluated_not_a_pass(tmp_path: Path) -> None:
                 torch.randn(64, 64) @ torch.randn(64, 64)
     trace = tmp_path / "cpu.json"
     prof.export_chrome_trace(str(trace))
-    findings = diagnose(analyze(load_trace(trace)))
+    findings = evaluate(load_rules(), analyze(load_trace(trace)))
     assert {f.status for f in findings} == {"not_evaluated"}
     from perfdoctor.rules.engine import verdict
 
@@ -267,7 +267,7 @@ def test_cpu_only_trace_is_not_evaluated_not_a_pass(tmp_path: Path) -> None:
 
 
 def test_failures_are_ranked_by_recovered_time_then_severity() -> None:
-    findings = diagnose(fixture_analysis(EAGER, "decode_step"))
+    findings = evaluate(load_rules(), fixture_analysis(EAGER, "decode_step"))
     fails = [f for f in findings if f.status == "fail"]
     assert [f.rank for f in fails] == list(range(1, len(fails) + 1))
     keys = [(-(f.recovered_ms if f.recovered_ms is not None else -1.0)) for f in fails]
@@ -283,7 +283,7 @@ def test_failures_are_ranked_by_recovered_time_then_severity() -> None:
 
 def test_threshold_override_from_the_command_line_records_its_origin() -> None:
     a = fixture_analysis(EAGER, "decode_step")
-    findings = {f.rule_id: f for f in diagnose(a, thresholds=["memory-bubbles=95%", "p99-latency=50"])}
+    findings = {f.rule_id: f for f in evaluate(load_rules(thresholds=["memory-bubbles=95%", "p99-latency=50"]), a)}
     assert findings["memory-bubbles"].status == "pass"
     assert findings["memory-bubbles"].threshold == pytest.approx(0.95)
     assert findings["memory-bubbles"].threshold_origin == "command line (--threshold memory-bubbles=95%)"
