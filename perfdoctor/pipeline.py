@@ -9,6 +9,10 @@ call it instead of wiring the three steps each by hand; a notebook calls it too:
     import perfdoctor
     d = perfdoctor.diagnose("trace.json.gz", step="decode_step")
     d.analysis.metrics["step_latency_ms_p50"].value, d.findings[0].title
+
+``open(path)`` is the door's first half: the path checked and, for a run bundle, its
+manifest read and validated once and carried on the :class:`Source`, so that diff and gate,
+which ask a bundle for its ranks, its passes' environment and its profile, read it once.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from perfdoctor.console import report_load_warnings
 from perfdoctor.errors import UsageError
@@ -37,14 +41,45 @@ def pack_files(rules: Iterable[str | Path] | None) -> list[Path]:
 
 
 @dataclass
+class Source:
+    """A path :func:`open` checked: a trace, or a run bundle with its manifest (read and
+    shape-checked once, None for a trace)."""
+
+    path: Path
+    manifest: dict[str, Any] | None = None
+
+    @property
+    def ranks(self) -> list[int]:
+        """The ranks of a multi-rank bundle, lowest first; [] for anything else."""
+        return sorted(int(k) for k in (self.manifest or {}).get("ranks") or {})
+
+
+def open(path: str | Path) -> Source:  # noqa: A001 - the door's name in the house plan
+    """Check ``path`` and, for a run bundle, read and validate its manifest (and its raw
+    files' kinds and pass results) once: a bad bundle fails here, before any slow load."""
+    path = Path(path)
+    if not os.path.lexists(path):
+        raise UsageError(f"{path}: no such file or directory")
+    if not path.is_dir():
+        return Source(path)
+    from perfdoctor.bundle.manifest import check_bundle
+
+    return Source(path, check_bundle(path))
+
+
+@dataclass
 class Diagnosis:
     """What one trace says: the normalized Profile, its Analysis (steps, timeline, metrics)
-    and the ranked findings (None when no rules were evaluated)."""
+    and the ranked findings (None when no rules were evaluated); for diff and gate also
+    what it is called, a bundle's manifest and the torch/CUDA versions its passes saw."""
 
     profile: Profile
     analysis: Analysis
     findings: list[Finding] | None
     packs: list[str] = field(default_factory=list)  # the rule packs evaluated, in order
+    label: str = ""
+    manifest: dict[str, Any] | None = None
+    pass_env: dict[str, Any] = field(default_factory=dict)
 
 
 def load_ruleset(rules: Iterable[str | Path] | None = (), thresholds: Iterable[str] | None = ()) -> RuleSet:
@@ -55,7 +90,7 @@ def load_ruleset(rules: Iterable[str | Path] | None = (), thresholds: Iterable[s
 
 
 def diagnose(
-    path: str | Path,
+    path: str | Path | Source,
     step: str | None = None,
     tokens_per_step: float | None = None,
     rules: Iterable[str | Path] | None = (),
@@ -65,38 +100,74 @@ def diagnose(
     warnings: bool = True,
     workload: str | None = None,
     profile: Profile | None = None,
+    rank: int | None = None,
 ) -> Diagnosis:
-    """Load ``path`` (Kineto trace, nsys export or run bundle), analyse it and evaluate rules.
+    """Load ``path`` (Kineto trace, nsys export or run bundle, or a :class:`Source` that
+    :func:`open` made of one), analyse it and evaluate rules.
 
     ``step``: step range name or glob (default: ProfilerStep#N, else the most frequent
     repeated range with GPU work). ``tokens_per_step`` overrides what the workload declared.
     ``rules``: pack files layered on the seed pack (``"seed"`` is the seed pack itself);
     ``None`` evaluates no rules (``findings`` is None). ``thresholds``: ``RULE_ID=VALUE``.
-    ``ruleset``: an already loaded rule set (wins over ``rules``/``thresholds``).
+    ``ruleset``: an already loaded rule set (wins over ``rules``/``thresholds``), so that a
+    command diagnosing several runs parses its packs once.
     ``warnings``: print what the loader dropped on stderr. ``workload``: ``"training"`` or
     ``"inference"`` instead of what the trace shows (decides which rules apply). ``profile``:
-    ``path`` already read (it is not read again).
+    ``path`` already read (it is not read again; with ``rank``, that process of an nsys export).
+    ``rank``: that rank of a multi-rank bundle.
 
     The trace's decoders start first (:func:`start_loading`), then
     the rule packs load (importing the analysis) while they decode, so a bad pack still
     fails before the slow part of the load.
     """
-    if profile is None:
-        with start_loading(Path(path)) as loading:
+    source = path if isinstance(path, Source) else open(path)
+    read_already = profile is not None
+    path = source.path
+    if profile is None and source.manifest is None:
+        with start_loading(path) as loading:
             if ruleset is None and rules is not None:
                 ruleset = load_ruleset(rules, thresholds)
             profile = loading.result()
-    elif ruleset is None and rules is not None:
-        ruleset = load_ruleset(rules, thresholds)
+    else:
+        if ruleset is None and rules is not None:
+            ruleset = load_ruleset(rules, thresholds)
+        if profile is None:  # a bundle open() checked: its manifest is not read again
+            from perfdoctor.collectors.bundle import load_bundle
+
+            profile = load_bundle(path, rank=rank, manifest=source.manifest)
     from perfdoctor.analysis.metrics import analyze
     from perfdoctor.rules.engine import evaluate
 
     if warnings:
         report_load_warnings(profile)
     analysis = analyze(profile, step=step, tokens_per_step=tokens_per_step, workload=workload)
+    pid = profile.meta.get("process") if read_already else None  # one process of an nsys export
+    facts = dict(
+        label=f"{path} (rank {rank}{f': pid {pid}' if pid is not None else ''})" if rank is not None else str(path),
+        manifest=source.manifest,
+        pass_env=pass_env(path, rank) if source.manifest is not None else {},
+    )
     if ruleset is None:
-        return Diagnosis(profile, analysis, None)
-    return Diagnosis(profile, analysis, evaluate(ruleset, analysis), list(ruleset.packs))
+        return Diagnosis(profile, analysis, None, **facts)
+    return Diagnosis(profile, analysis, evaluate(ruleset, analysis), list(ruleset.packs), **facts)
+
+
+def pass_env(bundle: Path, rank: int | None) -> dict[str, Any]:
+    """The torch/CUDA versions the bootstrap saw in the first pass that recorded them; {}
+    when none did or their results are damaged (a side file must not hide the trace)."""
+    from perfdoctor.io import read_json
+
+    raw = bundle / "raw" / (f"rank{rank}" if rank is not None else "")
+    for name in ("torch", "light", "nsys"):
+        results = raw / f"{name}.json"
+        try:
+            doc = read_json(results) if results.is_file() else None
+        except UsageError:
+            continue
+        env = doc.get("environment") if isinstance(doc, dict) else None
+        if isinstance(env, dict) and env.get("torch"):
+            return env
+    return {}
 
 
 KINETO_SUFFIXES = (".json", ".json.gz")
@@ -188,5 +259,4 @@ def _load_bundle(path: Path) -> Profile:
     from perfdoctor.collectors.bundle import load_bundle
     from perfdoctor.bundle.manifest import check_bundle
 
-    check_bundle(path)
-    return load_bundle(path)
+    return load_bundle(path, manifest=check_bundle(path))

@@ -57,7 +57,8 @@ def compare_command(
 
     perfdoctor compare-programs --lockstep --repeat 5 train.py 'train.py --new-loss'   (CPU programs on a noisy runner)
     """
-    from perfdoctor.compare.diff import diff_runs, load_run
+    from perfdoctor.compare.diff import diff_runs
+    from perfdoctor.pipeline import diagnose
     from perfdoctor.io import check_outputs
     from perfdoctor.reports.diff_report import document, print_terminal
     from perfdoctor.record.repeats import compare_programs
@@ -82,7 +83,7 @@ def compare_command(
     if bundle_b is None:
         console.print(clean(f"stopped before B ran; bundle A: {bundle_a}"), highlight=False, markup=False)
         raise typer.Exit(code)
-    result = diff_runs(load_run(bundle_a, step=step), load_run(bundle_b, step=step))
+    result = diff_runs(*(diagnose(bundle, step=step, rules=None) for bundle in (bundle_a, bundle_b)))
     print_terminal(result, outputs.report_console(json_out))
     if json_out is not None:
         outputs.emit_json(json_out, document(result))

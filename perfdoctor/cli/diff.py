@@ -36,22 +36,24 @@ def diff_command(
 
     Example: perfdoctor diff eager.json.gz graph.json.gz --step decode_step --md diff.md --json diff.json
     """
-    from perfdoctor.compare.diff import diagnose_run, diff_runs
-    from perfdoctor.compare.rankdiff import bundle_ranks, load_pair, paired_ranks
+    from perfdoctor import pipeline
+    from perfdoctor.compare.diff import diff_runs
+    from perfdoctor.compare.rankdiff import load_pair, paired_ranks
     from perfdoctor.reports.diff_report import document, print_terminal, render_markdown
     from perfdoctor.reports.terminal import heading
 
     check_outputs(outputs.files([md, json_out]), [before, after, *rules])  # never write over an input
     console = outputs.report_console(md, json_out)
+    sources = pipeline.open(before), pipeline.open(after)
+    # both sides are evaluated with the same rules, parsed once, rather than reading a bundle's
+    # findings.json, so a finding "fixed" is never just a changed threshold
+    ruleset = None if no_rules else pipeline.load_ruleset(rules)
     results = {}
-    for rank in paired_ranks(before, after):  # like ranks of multi-rank bundles, else the one pair
-        before_run = load_pair(before, rank, bundle_ranks(before), step=step_before or step,
-                               tokens_per_step=tokens_per_step, workload=workload)
-        after_run = load_pair(after, rank, bundle_ranks(after), step=step_after or step,
-                              tokens_per_step=tokens_per_step, workload=workload)
-        if not no_rules:
-            diagnose_run(before_run, list(rules))
-            diagnose_run(after_run, list(rules))
+    for rank in paired_ranks(*sources):  # like ranks of multi-rank bundles, else the one pair
+        before_run = load_pair(sources[0], rank, step=step_before or step, tokens_per_step=tokens_per_step,
+                               workload=workload, rules=None, ruleset=ruleset)
+        after_run = load_pair(sources[1], rank, step=step_after or step, tokens_per_step=tokens_per_step,
+                              workload=workload, rules=None, ruleset=ruleset)
         results[rank] = diff_runs(before_run, after_run, options.fraction(noise_floor))
         if rank is not None:
             console.print(heading(f"rank {rank}"))

@@ -56,6 +56,7 @@ def gate_command(
     Example: perfdoctor gate pr.json.gz --baseline main.json.gz --step decode_step --fail-on 'step_latency_ms_p50:+5%' --fail-on 'launches_per_step:+0' --junit gate.xml --github
     """
     from perfdoctor.compare.gate import EXIT_USAGE, INCONCLUSIVE_POLICIES, evaluate_gate, parse_budget, rule_checks
+    from perfdoctor import pipeline
     from perfdoctor.compare.rankdiff import bundle_ranks, load_pair, merge_gates, paired_ranks
     from perfdoctor.reports.gate_report import document as gate_document, github_annotations, junit_xml, print_result, summary_markdown
 
@@ -70,12 +71,16 @@ def gate_command(
     inputs = [run, *rules, *([baseline_path] if baseline_record is None and baseline_path else [])]
     record_as = storing(record, accept, reason, store, baseline if baseline_record else None, inputs)
     check_outputs(outputs.files([junit, json_out]), [run, baseline_path, *rules])  # never write over an input
+    this_source = pipeline.open(run)
+    base_source = pipeline.open(baseline_path) if baseline_path is not None else None
+    ruleset = pipeline.load_ruleset(rules) if rules else None  # parsed once for every rank
     per_rank = {}
-    for rank in paired_ranks(baseline_path, run) if baseline_path is not None else (bundle_ranks(run) or [None]):
-        this = load_pair(run, rank, bundle_ranks(run), step=step, tokens_per_step=tokens_per_step, workload=workload)
-        base = (load_pair(baseline_path, rank, bundle_ranks(baseline_path), step=step, tokens_per_step=tokens_per_step,
-                          workload=workload) if baseline_path is not None else None)
-        rule_results = rule_checks(this, rules, min_severity) if rules else None
+    for rank in paired_ranks(base_source, this_source) if base_source is not None else (bundle_ranks(this_source) or [None]):
+        this = load_pair(this_source, rank, step=step, tokens_per_step=tokens_per_step, workload=workload,
+                         rules=None, ruleset=ruleset)
+        base = (load_pair(base_source, rank, step=step, tokens_per_step=tokens_per_step, workload=workload, rules=None)
+                if base_source is not None else None)
+        rule_results = rule_checks(this.findings, min_severity) if ruleset is not None else None
         per_rank[rank] = evaluate_gate(this, base, budgets, rule_results, options.fraction(noise_floor))
     result = per_rank[None] if list(per_rank) == [None] else merge_gates(per_rank)  # a multi-rank gate: every rank's checks
     result.inconclusive_policy = inconclusive

@@ -191,18 +191,20 @@ def _merge_run_declaration(meta: dict[str, Any], light_pass: dict[str, Any]) -> 
             step.setdefault(k, v)
 
 
-def load_bundle(bundle: str | Path, rank: int | None = None) -> Profile:
+def load_bundle(bundle: str | Path, rank: int | None = None, manifest: dict[str, Any] | None = None) -> Profile:
     """Everything a run collected, as one Profile (see the module docstring).
 
     A multi-rank bundle (:mod:`perfdoctor.record.launch`) holds one profile per rank: ``rank``
     picks one (default: the lowest rank, with a warning saying so; ``perfdoctor analyze``
-    reads every rank through :mod:`perfdoctor.analysis.ranks`)."""
+    reads every rank through :mod:`perfdoctor.analysis.ranks`). ``manifest``: the bundle's,
+    already read and validated (:func:`perfdoctor.pipeline.open`), so not read again."""
     from perfdoctor.collectors import ncu, nvml
 
     from perfdoctor.bundle.manifest import read_valid_manifest
 
     bundle = Path(bundle)
-    manifest = read_valid_manifest(bundle)  # read safely and shape-checked: one UsageError if not
+    if manifest is None:
+        manifest = read_valid_manifest(bundle)  # read safely and shape-checked: one UsageError if not
     raw = bundle / RAW
     warnings: list[str] = []
     ranks = manifest.get("ranks") or {}

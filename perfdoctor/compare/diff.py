@@ -1,7 +1,7 @@
 """Diff: what a change did to performance, from two analysed runs.
 
-``diff_runs(before, after)`` is pure: two :class:`Run` (a Profile, its Analysis and, when
-rules ran, their findings) in, a :class:`Diff` out. It answers four questions:
+``diff_runs(before, after)`` is pure: two :class:`~perfdoctor.pipeline.Diagnosis` (a Profile,
+its Analysis and, when rules ran, their findings) in, a :class:`Diff` out. It answers four questions:
 
 1. **Metrics** — every key of the metric contract, before and after, the change, and
    whether that is better or worse (``perfdoctor.analysis.metrics.HIGHER_IS_BETTER``).
@@ -30,10 +30,8 @@ by :func:`perfdoctor.reports.diff_report.lead_lines`).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -42,12 +40,13 @@ from perfdoctor.compare import comparability
 
 from perfdoctor.compare import crossvendor
 from perfdoctor.compare.lead import CopyChange, compare_copies
-from perfdoctor.errors import UsageError
 from perfdoctor.names.kernels import match_keys
 from perfdoctor.analysis.metrics import HIGHER_IS_BETTER, METRIC_UNITS, Analysis, jsonable
 from perfdoctor.compare.processes import ONE_PROCESS_NOTE, ProcessComparison, compare_runs
-from perfdoctor.profile import Profile
 from perfdoctor.compare.stats import Comparison, compare_samples
+
+if TYPE_CHECKING:
+    from perfdoctor.pipeline import Diagnosis
 
 SCHEMA = "perfdoctor.diff/1"
 
@@ -70,94 +69,6 @@ SAMPLED_METRICS: dict[str, tuple[str, int]] = {
 # digits, and calling a 1e-6 wiggle of a ratio "worse" would be rounding dressed as a finding.
 UNCHANGED_REL = 1e-3
 NOT_COMPARABLE = "not comparable"  # the verdict of every metric row when the runs are not comparable
-
-
-# --------------------------------------------------------------------------- inputs
-
-
-@dataclass
-class Run:
-    """One side of a diff: what was loaded, analysed and (optionally) diagnosed."""
-
-    label: str
-    analysis: Analysis
-    manifest: dict[str, Any] = field(default_factory=dict)
-    pass_env: dict[str, Any] = field(default_factory=dict)  # torch/cuda versions a bundle's passes saw
-    findings: list[dict[str, Any]] | None = None  # rule findings, None when no rules ran
-
-    @property
-    def profile(self) -> Profile:
-        return self.analysis.profile
-
-
-def load_run(
-    path: str | Path,
-    step: str | None = None,
-    tokens_per_step: float | None = None,
-    workload: str | None = None,
-    rank: int | None = None,
-    profile: Profile | None = None,
-) -> Run:
-    """Load a bundle, Kineto trace or nsys export and analyse it.
-
-    A run bundle also contributes its ``manifest.json`` and the torch/CUDA versions its
-    passes recorded, for the comparability check. ``workload`` ("training" / "inference")
-    overrides the trace's own classification, as ``--workload`` does in ``analyze``.
-    ``rank``: that rank of a multi-rank bundle (:mod:`perfdoctor.compare.rankdiff` pairs like ranks).
-    ``profile``: ``path`` already read (one process of an nsys export, which is then ``rank``).
-    """
-    from perfdoctor.pipeline import diagnose
-
-    path = Path(path)
-    if profile is not None:
-        analysis = diagnose(path, step=step, tokens_per_step=tokens_per_step, rules=None, workload=workload, profile=profile).analysis
-    elif rank is not None:
-        from perfdoctor.collectors.bundle import load_bundle
-        from perfdoctor.analysis.metrics import analyze
-
-        analysis = analyze(load_bundle(path, rank=rank), step=step, tokens_per_step=tokens_per_step, workload=workload)
-    else:
-        analysis = diagnose(path, step=step, tokens_per_step=tokens_per_step, rules=None, workload=workload).analysis
-    manifest: dict[str, Any] = {}
-    pass_env: dict[str, Any] = {}
-    if path.is_dir():
-        doc = _read_json(path / "manifest.json")
-        manifest = doc if isinstance(doc, dict) else {}
-        raw = path / "raw" / (f"rank{rank}" if rank is not None else "")
-        for name in ("torch", "light", "nsys"):  # what the bootstrap saw in each pass
-            results = _read_json(raw / f"{name}.json")
-            env = results.get("environment") if isinstance(results, dict) else None
-            if isinstance(env, dict) and env.get("torch"):
-                pass_env = env
-                break
-    pid = profile.meta.get("process") if profile is not None else None  # an nsys process
-    label = f"{path} (rank {rank}{f': pid {pid}' if pid is not None else ''})" if rank is not None else str(path)
-    return Run(label=label, analysis=analysis, manifest=manifest, pass_env=pass_env)
-
-
-def diagnose_run(run: Run, packs: list[str | Path] = ()) -> Run:
-    """Evaluate the rules (the seed pack, then ``packs`` layered on it) on ``run``.
-
-    Both sides of a diff are evaluated with the same rules now, rather than reading a
-    bundle's findings.json, so a finding "fixed" is never just a changed threshold.
-    """
-    from perfdoctor.pipeline import load_ruleset
-    from perfdoctor.rules.engine import evaluate
-
-    findings = evaluate(load_ruleset(packs), run.analysis)
-    run.findings = [{"id": f.rule_id, "status": f.status, "severity": f.severity, "title": f.title} for f in findings]
-    return run
-
-
-def _read_json(path: Path) -> Any:
-    from perfdoctor.io import read_json
-
-    if not path.is_file():
-        return None
-    try:
-        return read_json(path)  # capped, BOM accepted
-    except UsageError:
-        return None  # a damaged side file must not hide the trace diff
 
 
 # --------------------------------------------------------------------------- samples
@@ -459,7 +370,7 @@ def compare_kernels(before: Analysis, after: Analysis) -> KernelDiff:
 # --------------------------------------------------------------------------- like for like
 
 
-def run_facts(run: Run) -> dict[str, Any]:
+def run_facts(run: Diagnosis) -> dict[str, Any]:
     """What must match for two runs to be comparable, from the trace and the bundle.
 
     Sources: the trace header (Kineto ``deviceProperties``, ``cuda_driver_version``,
@@ -489,7 +400,7 @@ def run_facts(run: Run) -> dict[str, Any]:
     }
 
 
-def _tokens_per_step(run: Run, declared: dict[str, Any]) -> float | None:
+def _tokens_per_step(run: Diagnosis, declared: dict[str, Any]) -> float | None:
     tps = run.analysis.metrics.get("tokens_per_s")
     sps = run.analysis.metrics.get("steps_per_s")
     if tps is not None and tps.value is not None and sps is not None and sps.value:
@@ -525,7 +436,7 @@ COMPARABILITY_FIELDS = {
 BLOCKING_FIELDS = frozenset({"gpu"}) | frozenset(comparability.WINDOW_FIELDS) - {"step_coverage"}
 
 
-def check_comparable(before: Run, after: Run) -> tuple[list[Mismatch], list[str]]:
+def check_comparable(before: Diagnosis, after: Diagnosis) -> tuple[list[Mismatch], list[str]]:
     """Mismatched facts, and facts unknown on one or both sides (said, not assumed equal).
 
     Blocking mismatches (:data:`BLOCKING_FIELDS`) come first: the window facts of
@@ -568,12 +479,12 @@ class FindingsDiff:
         return dict(self.__dict__)
 
 
-def compare_findings(before: Run, after: Run) -> FindingsDiff | None:
+def compare_findings(before: Diagnosis, after: Diagnosis) -> FindingsDiff | None:
     """Rules fixed, newly failing, still failing; None when rules did not run on both sides."""
     if before.findings is None or after.findings is None:
         return None
-    b = {f["id"]: f["status"] for f in before.findings}
-    a = {f["id"]: f["status"] for f in after.findings}
+    b = {f.rule_id: f.status for f in before.findings}
+    a = {f.rule_id: f.status for f in after.findings}
     ids = sorted(set(a) | set(b))
 
     def pick(want_b: str, want_a: str) -> list[str]:
@@ -731,7 +642,7 @@ def light_metrics(before: Analysis, after: Analysis, comparisons: dict[str, Comp
     return rows
 
 
-def diff_runs(before: Run, after: Run, noise_floor: float | None = None) -> Diff:
+def diff_runs(before: Diagnosis, after: Diagnosis, noise_floor: float | None = None) -> Diff:
     """Compare two runs: metrics, step statistics, kernels, findings and comparability.
 
     ``noise_floor`` (relative, e.g. 0.1) overrides the run-to-run noise floors of the

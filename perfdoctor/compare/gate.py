@@ -53,15 +53,18 @@ import difflib
 import math
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from perfdoctor.compare.diff import LIGHT_PREFIX, SAMPLED_METRICS, Diff, MetricChange, Run, diff_runs
+from perfdoctor.compare.diff import LIGHT_PREFIX, SAMPLED_METRICS, Diff, MetricChange, diff_runs
 from perfdoctor.errors import UsageError
 from perfdoctor.analysis.metrics import HIGHER_IS_BETTER, METRIC_UNITS
 from perfdoctor.compare.processes import ProcessComparison, judge_budget
+
+if TYPE_CHECKING:
+    from perfdoctor.pipeline import Diagnosis
+    from perfdoctor.rules.engine import Finding
 
 SCHEMA = "perfdoctor.gate/1"
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -255,21 +258,19 @@ def process_budget(budget: Budget, comp: ProcessComparison) -> Check:
     return Check(f"budget {budget.text}", "budget", status, text, details)
 
 
-def rule_checks(run: Run, packs: list[str | Path], min_severity: str) -> list[Check]:
-    """One check per rule: a failing rule at or above ``min_severity`` fails the gate.
-
-    ``packs``: "seed" for the built-in pack, or TOML files layered on it (as in ``analyze``:
-    a file may override a seed rule by id). Below ``min_severity`` a failing rule is
+def rule_checks(findings: list[Finding], min_severity: str) -> list[Check]:
+    """One check per rule finding (the run diagnosed with ``--rules``: "seed" for the built-in
+    pack, or TOML files layered on it, as in ``analyze``): a failing rule at or above
+    ``min_severity`` fails the gate. Below ``min_severity`` a failing rule is
     skipped ("not gating"), and so are rules that could not be evaluated (metric missing:
     never a pass) and advisory rules.
     """
-    from perfdoctor.pipeline import load_ruleset
-    from perfdoctor.rules.engine import SEVERITIES, SEVERITY_RANK, evaluate
+    from perfdoctor.rules.engine import SEVERITIES, SEVERITY_RANK
 
     if min_severity not in SEVERITY_RANK:
         raise UsageError(f"--min-severity {min_severity!r}: use one of {', '.join(SEVERITIES)}")
     checks = []
-    for f in evaluate(load_ruleset(packs), run.analysis):
+    for f in findings:
         name = f"rule {f.rule_id}"
         value = f.value
         condition = (
@@ -372,8 +373,8 @@ class GateResult:
 
 
 def evaluate_gate(
-    run: Run,
-    baseline: Run | None,
+    run: Diagnosis,
+    baseline: Diagnosis | None,
     budgets: list[Budget],
     rules: list[Check] | None = None,
     noise_floor: float | None = None,

@@ -20,24 +20,20 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from perfdoctor.compare.diff import Run, load_run
 from perfdoctor.compare.gate import GateResult
+from perfdoctor.pipeline import Diagnosis, Source, diagnose
 from perfdoctor.profile import Profile
 
 
-def bundle_ranks(path: Path | None) -> list[int]:
+def bundle_ranks(source: Source | None) -> list[int]:
     """The ranks of a multi-rank bundle, or the processes of a multi-process nsys export;
     [] for anything else."""
-    if path is None:
+    if source is None:
         return []
-    if nsys_export(path):
-        procs = nsys_process_runs(path)
+    if nsys_export(source.path):
+        procs = nsys_process_runs(source.path)
         return list(procs) if len(procs) > 1 else []
-    if not path.is_dir() or not (path / "manifest.json").exists():
-        return []
-    from perfdoctor.bundle.manifest import read_valid_manifest
-
-    return sorted(int(k) for k in read_valid_manifest(path).get("ranks") or {})
+    return source.ranks
 
 
 def nsys_export(path: Path) -> bool:
@@ -66,7 +62,7 @@ def nsys_process_runs(path: Path) -> dict[int, Profile]:
     return procs
 
 
-def paired_ranks(before: Path | None, after: Path) -> list[int | None]:
+def paired_ranks(before: Source | None, after: Source) -> list[int | None]:
     """Which ranks to compare: every rank when both sides have the same ranks; else the
     lowest rank of each multi-rank side (None: a single-process run)."""
     b, a = bundle_ranks(before), bundle_ranks(after)
@@ -75,14 +71,17 @@ def paired_ranks(before: Path | None, after: Path) -> list[int | None]:
     return [None]
 
 
-def load_pair(path: Path, rank: int | None, side: list[int], **kwargs: Any) -> Run:
-    """``path`` at ``rank`` — or at its lowest rank when ranks do not pair (``rank`` None)."""
+def load_pair(source: Source, rank: int | None, **kwargs: Any) -> Diagnosis:
+    """``source`` at ``rank`` — or at its lowest rank when ranks do not pair (``rank`` None),
+    diagnosed through the door (:func:`perfdoctor.pipeline.diagnose`)."""
+    side = bundle_ranks(source)
     use = rank if rank is not None else (side[0] if side else None)
-    if nsys_export(path):
+    if nsys_export(source.path):
         if use is None:  # one process: the export's one timeline, read once
-            return load_run(path, profile=_nsys_views(path)[0], **kwargs)
-        return load_run(path, rank=use, profile=nsys_process_runs(path)[use], **kwargs)
-    return load_run(path, rank=use, **kwargs)
+            return diagnose(source, profile=_nsys_views(source.path)[0], **kwargs)
+        return diagnose(source, rank=use, profile=nsys_process_runs(source.path)[use], **kwargs)
+    # diff and gate never printed the load warnings of one rank of a multi-rank bundle: kept, so their output is unchanged
+    return diagnose(source, rank=use, warnings=use is None, **kwargs)
 
 
 def merge_gates(results: dict[int, GateResult]) -> GateResult:

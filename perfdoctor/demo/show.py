@@ -89,7 +89,7 @@ class Analysed:
     """One run bundle, analysed and diagnosed with the current code."""
 
     label: str
-    run: Any  # perfdoctor.compare.diff.Run (its findings filled in, for the diff)
+    run: Any  # perfdoctor.pipeline.Diagnosis (its findings filled in, for the diff)
     findings: list[Any]  # perfdoctor.rules.engine.Finding, ranked
 
     @property
@@ -98,15 +98,11 @@ class Analysed:
 
 
 def analyse(label: str, bundle: Path, ruleset: Any = None) -> Analysed:
-    from perfdoctor.compare.diff import load_run
-    from perfdoctor.rules.engine import evaluate, load_rules
+    from perfdoctor.pipeline import diagnose
 
-    run = load_run(bundle, step=STEP)
-    findings = evaluate(ruleset if ruleset is not None else load_rules(), run.analysis)
-    # What diff.diagnose_run records, without evaluating the rules a second time.
-    run.findings = [{"id": f.rule_id, "status": f.status, "severity": f.severity, "title": f.title} for f in findings]
+    run = diagnose(bundle, step=STEP, ruleset=ruleset)
     run.label = label
-    return Analysed(label, run, findings)
+    return Analysed(label, run, run.findings)
 
 
 def light_latencies(a: Analysed) -> list[float]:

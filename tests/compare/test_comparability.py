@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, run_cli_inprocess
-from perfdoctor.compare.diff import diff_runs, load_run
+from perfdoctor.compare.diff import diff_runs
+from perfdoctor.pipeline import diagnose
 from perfdoctor.compare.gate import evaluate_gate, parse_budget
 from perfdoctor.reports.diff_report import document, lead_lines, render_markdown
 from perfdoctor.reports.format import count
@@ -145,7 +146,7 @@ def pair(tmp_path_factory):
 
 
 def test_cut_out_window_is_not_comparable_and_the_kernel_change_leads(pair):
-    before, after = load_run(pair["before"]), load_run(pair["after"])
+    before, after = diagnose(pair["before"], rules=None), diagnose(pair["after"], rules=None)
     d = diff_runs(before, after)
     assert d.facts_before["step_coverage"] == pytest.approx(raw_coverage(pair["before"]), abs=2e-3)
     assert d.facts_after["step_coverage"] == pytest.approx(raw_coverage(pair["after"]), abs=2e-3)
@@ -179,7 +180,7 @@ def test_cut_out_window_is_not_comparable_and_the_kernel_change_leads(pair):
 
 def test_a_window_of_whole_steps_is_comparable(pair):
     """Five contiguous steps against ten: a shorter window, not a different one."""
-    d = diff_runs(load_run(pair["contiguous"]), load_run(pair["after"]))
+    d = diff_runs(diagnose(pair["contiguous"], rules=None), diagnose(pair["after"], rules=None))
     assert raw_coverage(pair["contiguous"]) > 0.95
     assert not d.blocking and d.not_comparable() is None
     assert not d.verdict().startswith("no verdict")
@@ -212,17 +213,17 @@ def test_gate_refuses_a_verdict_on_incomparable_runs(pair):
     assert all(c["message"].startswith("not comparable: step_coverage differs") for c in doc["checks"])
     assert "NO VERDICT" in r.stdout
     # a per-step budget is still judged against that baseline
-    mixed = evaluate_gate(load_run(pair["after"]), load_run(pair["before"]), [parse_budget("steps_per_s:-5%"), parse_budget("kernels_per_step:+0")])
+    mixed = evaluate_gate(diagnose(pair["after"], rules=None), diagnose(pair["before"], rules=None), [parse_budget("steps_per_s:-5%"), parse_budget("kernels_per_step:+0")])
     assert mixed.refused is None and [c.status for c in mixed.checks] == ["skip", "pass"]
     from perfdoctor.reports.gate_report import github_annotations, junit_xml, summary_markdown
 
-    refused = evaluate_gate(load_run(pair["after"]), load_run(pair["before"]), [parse_budget("steps_per_s:-5%")])
+    refused = evaluate_gate(diagnose(pair["after"], rules=None), diagnose(pair["before"], rules=None), [parse_budget("steps_per_s:-5%")])
     assert refused.exit_code == 2 and not refused.passed
     assert summary_markdown(refused).startswith("## ❌ perfdoctor gate: NO VERDICT (not comparable: step_coverage differs")
     assert 'skipped="1"' in junit_xml(refused) and 'failures="0"' in junit_xml(refused)
     assert github_annotations(refused)[0].startswith("::warning") and "not comparable" in github_annotations(refused)[0]
     # and a comparable baseline is judged as before
-    ok = evaluate_gate(load_run(pair["after"]), load_run(pair["contiguous"]), [parse_budget("launches_per_step:+0")])
+    ok = evaluate_gate(diagnose(pair["after"], rules=None), diagnose(pair["contiguous"], rules=None), [parse_budget("launches_per_step:+0")])
     assert ok.refused is None and ok.exit_code == 0
 
 
@@ -244,21 +245,21 @@ def test_world_size_mismatch_is_not_comparable(tmp_path):
     info = _load(src)["distributedInfo"]
     assert info["world_size"] == 1
     eight = edited_header(src, tmp_path / "ws8.kineto.json.gz", distributedInfo=dict(info, world_size=8, rank=3))
-    d = diff_runs(load_run(src), load_run(eight))
+    d = diff_runs(diagnose(src, rules=None), diagnose(eight, rules=None))
     assert [(m.field, m.before, m.after) for m in d.blocking] == [("world_size", 1, 8)]
     assert d.verdict().startswith("no verdict — not comparable: world_size: before 1, after 8")
     # a trace with no distributedInfo was not distributed: world size 1, comparable with the DDP trace's
-    assert load_run(WILD / "h200-train.kineto.json.gz").analysis.profile.meta.get("distributed") is None
-    same = diff_runs(load_run(WILD / "h200-train.kineto.json.gz"), load_run(src))
+    assert diagnose(WILD / "h200-train.kineto.json.gz", rules=None).analysis.profile.meta.get("distributed") is None
+    same = diff_runs(diagnose(WILD / "h200-train.kineto.json.gz", rules=None), diagnose(src, rules=None))
     assert "world_size" not in {m.field for m in same.mismatches}
 
 
 def test_workload_kind_mismatch_and_the_override():
     train = WILD / "h200-train.kineto.json.gz"
-    d = diff_runs(load_run(train), load_run(train, workload="inference"))
+    d = diff_runs(diagnose(train, rules=None), diagnose(train, workload="inference", rules=None))
     assert [(m.field, m.before, m.after) for m in d.blocking] == [("workload", "training", "inference")]
     assert "--workload" in d.blocking[0].message
-    both = diff_runs(load_run(train, workload="inference"), load_run(train, workload="inference"))
+    both = diff_runs(diagnose(train, workload="inference", rules=None), diagnose(train, workload="inference", rules=None))
     assert not both.blocking and both.facts_before["workload"] == "inference"
 
 
@@ -286,7 +287,7 @@ def test_whole_trace_window_against_steps_is_not_comparable():
     from test_diff import _no_steps_run
 
     no_steps = _no_steps_run()
-    with_steps = load_run(FIXTURES / "h200-matmul-20steps.nsys.sqlite.gz")
+    with_steps = diagnose(FIXTURES / "h200-matmul-20steps.nsys.sqlite.gz", rules=None)
     d = diff_runs(no_steps, with_steps)
     assert ("step_kind", "whole trace", "automatic") in [(m.field, m.before, m.after) for m in d.blocking]
     assert "--step" in next(m.message for m in d.blocking if m.field == "step_kind")
@@ -296,7 +297,7 @@ def test_copies_lead_when_they_changed():
     """Real pair: the serving loop eager vs CUDA-graph replayed; the graph variant copies each
     step's input into the graph's static buffer (a device-to-device copy per decode step)."""
     eager, graph = WILD / "h200-serve-eager.kineto.json.gz", WILD / "h200-serve-graph.kineto.json.gz"
-    d = diff_runs(load_run(eager), load_run(graph))
+    d = diff_runs(diagnose(eager, rules=None), diagnose(graph, rules=None))
     assert not d.blocking
 
     def dtod_per_step(path: Path) -> float:
@@ -321,9 +322,9 @@ def test_real_pairs_stay_comparable():
         (WILD / "h200-train.kineto.json.gz", WILD / "h200-train-ddp.kineto.json.gz"),
     ]
     for b, a in pairs:
-        d = diff_runs(load_run(b), load_run(a))
+        d = diff_runs(diagnose(b, rules=None), diagnose(a, rules=None))
         assert not d.blocking, (b.name, a.name, d.blocking)
     # nsys and Kineto of the same eager run: every kernel matches by name (both spellings of
     # the anonymous namespace), so nothing leads
-    same = diff_runs(load_run(pairs[2][0]), load_run(pairs[2][1]))
+    same = diff_runs(diagnose(pairs[2][0], rules=None), diagnose(pairs[2][1], rules=None))
     assert not same.kernels.appeared and not same.kernels.vanished and lead_lines(same) == []

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES
-from perfdoctor.compare.diff import diagnose_run, diff_runs, load_run
+from perfdoctor.compare.diff import diff_runs
+from perfdoctor.pipeline import diagnose
 from perfdoctor.reports.diff_report import kernel_summary, lead_lines, render_markdown
 
 EAGER = FIXTURES / "h200-decode-eager-5steps.kineto.json.gz"
@@ -82,7 +83,7 @@ def amd_eager(tmp_path_factory) -> Path:
 
 
 def test_gemms_match_by_family_across_vendors(amd_eager):
-    nv, amd = load_run(EAGER), load_run(amd_eager)
+    nv, amd = diagnose(EAGER, rules=None), diagnose(amd_eager, rules=None)
     assert amd.analysis.value("launches_per_step") == nv.analysis.value("launches_per_step") == 863  # HIP launches read
     d = diff_runs(nv, amd)
     assert {m.field for m in d.blocking} == {"vendor", "gpu"}
@@ -108,7 +109,7 @@ def test_names_that_cannot_be_matched_are_said(tmp_path):
     """On top: the softmax runs as a Composable-Kernel tile kernel whose name states no op
     (``ck_tile::kentry``): it has no counterpart, and the diff lists both names."""
     amd = amd_renamed(EAGER, tmp_path / "mi300x-ck.kineto.json.gz", {"softmax_warp_forward": "void ck_tile::kentry<64, 1, ck_tile::Kernel>(ck_tile::Args)"})
-    d = diff_runs(load_run(EAGER), load_run(amd))
+    d = diff_runs(diagnose(EAGER, rules=None), diagnose(amd, rules=None))
     k = d.kernels
     assert k.unmatched == ["ck_tile::kentry", "{anonymous}::softmax_warp_forward"]
     assert [r.name for r in k.vanished] == ["{anonymous}::softmax_warp_forward"]
@@ -118,7 +119,7 @@ def test_names_that_cannot_be_matched_are_said(tmp_path):
 
 def test_a_metric_rocm_cannot_give_is_absent_and_never_fixed(tmp_path):
     amd_path = amd_renamed(PAGEABLE, tmp_path / "mi300x-pageable.kineto.json.gz")
-    nv, amd = diagnose_run(load_run(PAGEABLE)), diagnose_run(load_run(amd_path))
+    nv, amd = diagnose(PAGEABLE), diagnose(amd_path)
     doc = json.loads(gzip.decompress(PAGEABLE.read_bytes()))
     pageable = sum(e["args"]["bytes"] for e in doc["traceEvents"] if e.get("cat") == "gpu_memcpy" and "Pageable" in e["name"])
     assert nv.analysis.value("pageable_memcpy_bytes") == pageable == 10 * 4 * 2**20
@@ -131,6 +132,6 @@ def test_a_metric_rocm_cannot_give_is_absent_and_never_fixed(tmp_path):
     assert "ROCm" in row.reason
     f = d.findings
     assert "pageable-copies" not in f.fixed and "pageable-copies" in f.unknown
-    nv_status = {x["id"]: x["status"] for x in nv.findings}["pageable-copies"]
-    amd_status = {x["id"]: x["status"] for x in amd.findings}["pageable-copies"]
+    nv_status = {x.rule_id: x.status for x in nv.findings}["pageable-copies"]
+    amd_status = {x.rule_id: x.status for x in amd.findings}["pageable-copies"]
     assert (nv_status, amd_status) == ("fail", "not_evaluated")

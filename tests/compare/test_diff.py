@@ -17,7 +17,8 @@ from conftest import FIXTURES
 from diffgate_helpers import cli, cli_inprocess, other_gpu, renamed_kernels, stretched
 from perfdoctor.names.kernels import match_key as normalize_kernel_name
 from perfdoctor.pipeline import load_trace
-from perfdoctor.compare.diff import Run, diff_runs, load_run
+from perfdoctor.compare.diff import diff_runs
+from perfdoctor.pipeline import Diagnosis, diagnose
 from perfdoctor.analysis.metrics import analyze
 from perfdoctor.errors import UsageError
 from perfdoctor.reports.diff_report import kernel_summary, render_markdown
@@ -36,7 +37,7 @@ def real_fixture(pattern: str) -> Path:
 
 @pytest.fixture(scope="module")
 def eager5():
-    return load_run(EAGER5, step=STEP)
+    return diagnose(EAGER5, step=STEP, rules=None)
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +159,7 @@ def test_same_trace_has_no_significant_change(eager5) -> None:
 
 
 def test_crafted_slower_gpu_timeline_is_a_significant_regression(eager5, slow_path) -> None:
-    d = diff_runs(eager5, load_run(slow_path, step=STEP))
+    d = diff_runs(eager5, diagnose(slow_path, step=STEP, rules=None))
     lat = d.samples["step_latency_ms"]
     assert lat.verdict == "higher" and lat.p_value < 0.05
     assert lat.interval.low > 1.0  # the whole bootstrap interval says "slower"
@@ -170,13 +171,13 @@ def test_crafted_slower_gpu_timeline_is_a_significant_regression(eager5, slow_pa
     gemm = next(r for r in d.kernels.rows if r.name.startswith("nvjet_sm90_tst_64x8_64x16_2x1"))
     assert gemm.time_us_after == pytest.approx(1.5 * gemm.time_us_before, rel=1e-3)
     # and the reverse direction reads as an improvement
-    back = diff_runs(load_run(slow_path, step=STEP), eager5)
+    back = diff_runs(diagnose(slow_path, step=STEP, rules=None), eager5)
     assert back.metric("step_latency_ms_p50").verdict == "improved"
 
 
 def test_crafted_renamed_kernels_appear_and_vanish(eager5, tmp_path) -> None:
     path = renamed_kernels(EAGER5, tmp_path / "fused.kineto.json.gz", "vectorized_elementwise_kernel", "triton_poi_fused_mul_7")
-    d = diff_runs(eager5, load_run(path, step=STEP))
+    d = diff_runs(eager5, diagnose(path, step=STEP, rules=None))
     assert [r.name for r in d.kernels.vanished] == ["at::native::vectorized_elementwise_kernel"]
     assert [r.name for r in d.kernels.appeared] == ["triton_poi_fused_mul"]
     assert d.kernels.appeared[0].count_after == 425
@@ -185,19 +186,19 @@ def test_crafted_renamed_kernels_appear_and_vanish(eager5, tmp_path) -> None:
 
 def test_crafted_other_gpu_is_not_like_for_like(eager5, tmp_path) -> None:
     path = other_gpu(EAGER5, tmp_path / "a100.kineto.json.gz", "NVIDIA A100-SXM4-80GB", 12040)
-    d = diff_runs(eager5, load_run(path, step=STEP))
+    d = diff_runs(eager5, diagnose(path, step=STEP, rules=None))
     assert {m.field for m in d.mismatches} == {"gpu", "cuda_driver"}
     md = render_markdown(d)
     assert "not like for like" in md and "A100" in md
 
 
 def test_step_name_mismatch_is_flagged(eager5) -> None:
-    other = load_run(EAGER5, step="decode_*")  # same steps, found under a different pattern
+    other = diagnose(EAGER5, step="decode_*", rules=None)  # same steps, found under a different pattern
     d = diff_runs(eager5, other)
     assert [m.field for m in d.mismatches] == ["step_name"]
 
 
-def _no_steps_run() -> Run:
+def _no_steps_run() -> Diagnosis:
     """CRAFTED: the matmul H200 trace cut to one launch and its GPU work, without ranges:
     nothing repeats, so no step is found (contract v2 finds the full file's steps
     automatically, so it no longer serves as a trace without steps)."""
@@ -206,7 +207,7 @@ def _no_steps_run() -> Run:
     keep = p.calls[p.calls["name"].str.startswith("cudaLaunchKernel") & p.calls["correlation"].isin(p.activities["correlation"])].iloc[:1]
     p.calls = keep.reset_index(drop=True)
     p.activities = p.activities[p.activities["correlation"].isin(keep["correlation"])].reset_index(drop=True)
-    return Run("no-steps", analyze(p))
+    return Diagnosis(p, analyze(p), None, label="no-steps")
 
 
 def test_missing_steps_make_latency_inconclusive(eager5) -> None:
@@ -221,7 +222,7 @@ def test_missing_steps_make_latency_inconclusive(eager5) -> None:
 
 
 def test_json_and_markdown_outputs(eager5, slow_path) -> None:
-    d = diff_runs(eager5, load_run(slow_path, step=STEP))
+    d = diff_runs(eager5, diagnose(slow_path, step=STEP, rules=None))
     doc = json.loads(json.dumps(d.to_json()))
     assert doc["schema"] == "perfdoctor.diff/1"
     assert doc["metrics"]["step_latency_ms_p50"]["verdict"] == "regressed"
@@ -234,7 +235,7 @@ def test_json_and_markdown_outputs(eager5, slow_path) -> None:
 
 def test_markdown_escapes_trace_names(eager5, tmp_path) -> None:
     path = renamed_kernels(EAGER5, tmp_path / "evil.kineto.json.gz", "splitKreduce", "x|<script>alert(1)</script>_kernel")
-    md = render_markdown(diff_runs(eager5, load_run(path, step=STEP)))
+    md = render_markdown(diff_runs(eager5, diagnose(path, step=STEP, rules=None)))
     assert "<script>" not in md
 
 
@@ -268,7 +269,7 @@ def test_step_before_and_after_apply_to_one_side_each(tmp_path) -> None:
     assert [m["field"] for m in doc["mismatches"]] == ["step_name"]
     assert "NOT LIKE FOR LIKE" in r.stdout
     with pytest.raises(UsageError):
-        load_run(EAGER5, step="no_such_range")
+        diagnose(EAGER5, step="no_such_range", rules=None)
 
 
 # --------------------------------------------------------------------------- real H200 runs
@@ -285,7 +286,7 @@ EAGER_NSYS = FIXTURES / "h200-decode-eager-5steps.nsys.sqlite.gz"
 
 @pytest.fixture(scope="module")
 def real():
-    return {p.name: load_run(p, step=STEP) for p in (EAGER, EAGER_RERUN, GRAPH, GRAPH_RERUN)}
+    return {p.name: diagnose(p, step=STEP, rules=None) for p in (EAGER, EAGER_RERUN, GRAPH, GRAPH_RERUN)}
 
 
 def test_real_eager_vs_graph_is_a_significant_improvement(real) -> None:
@@ -323,9 +324,9 @@ def test_real_two_runs_of_one_program_show_no_significant_change(real) -> None:
 
 
 def test_real_mixed_kineto_and_nsys(real) -> None:
-    d = diff_runs(load_run(EAGER_NSYS, step=STEP), real[GRAPH.name])
+    d = diff_runs(diagnose(EAGER_NSYS, step=STEP, rules=None), real[GRAPH.name])
     assert d.metric("launches_per_step").before == 863 and d.metric("launches_per_step").after == 1
     assert d.samples["step_latency_ms"].verdict == "lower"
     assert d.facts_before["gpu"] == d.facts_after["gpu"] == "NVIDIA H200"
-    same = diff_runs(load_run(GRAPH_NSYS, step=STEP), real[GRAPH.name])
+    same = diff_runs(diagnose(GRAPH_NSYS, step=STEP, rules=None), real[GRAPH.name])
     assert same.samples["step_gpu_ms"].verdict == "no significant change"

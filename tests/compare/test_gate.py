@@ -16,7 +16,8 @@ import pytest
 
 from conftest import FIXTURES
 from diffgate_helpers import cli, cli_inprocess, crafted_bundle, stretched
-from perfdoctor.compare.diff import Run, diff_runs, load_run
+from perfdoctor.compare.diff import diff_runs
+from perfdoctor.pipeline import Diagnosis, diagnose
 from perfdoctor.errors import UsageError
 from perfdoctor.compare.gate import (
     Check,
@@ -33,8 +34,8 @@ STEP = "decode_step"
 
 
 @pytest.fixture(scope="module")
-def eager5() -> Run:
-    return load_run(EAGER5, step=STEP)
+def eager5() -> Diagnosis:
+    return diagnose(EAGER5, step=STEP, rules=None)
 
 
 @pytest.fixture(scope="module")
@@ -43,22 +44,22 @@ def slow_path(tmp_path_factory) -> Path:
     return stretched(EAGER5, tmp_path_factory.mktemp("crafted") / "slow.kineto.json.gz", 1.5)
 
 
-def with_metrics(run: Run, label: str, **values: float | None) -> Run:
+def with_metrics(run: Diagnosis, label: str, **values: float | None) -> Diagnosis:
     """CRAFTED: the same run with some metric values replaced (None = absent)."""
     metrics = dict(run.analysis.metrics)
     for key, value in values.items():
         unit = metrics[key].unit
         metrics[key] = Metric(value, unit, "crafted", reason=None if value is not None else "crafted: not collected")
-    return Run(label, dataclasses.replace(run.analysis, metrics=metrics))
+    return Diagnosis(run.profile, dataclasses.replace(run.analysis, metrics=metrics), None, label=label)
 
 
-def with_steps(run: Run, label: str, n: int) -> Run:
+def with_steps(run: Diagnosis, label: str, n: int) -> Diagnosis:
     """CRAFTED: the same run keeping only its first ``n`` steps in the step table."""
     steps = dataclasses.replace(run.analysis.steps, table=run.analysis.steps.table.iloc[:n])
-    return Run(label, dataclasses.replace(run.analysis, steps=steps))
+    return Diagnosis(run.profile, dataclasses.replace(run.analysis, steps=steps), None, label=label)
 
 
-def check(budget: str, baseline: Run, run: Run) -> Check:
+def check(budget: str, baseline: Diagnosis, run: Diagnosis) -> Check:
     return evaluate_budget(parse_budget(budget), diff_runs(baseline, run))
 
 
@@ -164,7 +165,7 @@ def test_step_metric_with_too_few_steps_is_judged_by_the_budget_alone(eager5) ->
 
 
 def test_planted_regression_fails_and_reverse_passes(eager5, slow_path) -> None:
-    slow = load_run(slow_path, step=STEP)
+    slow = diagnose(slow_path, step=STEP, rules=None)
     budgets = [parse_budget("step_latency_ms_p50:+5%"), parse_budget("step_latency_ms_p99:+5%"), parse_budget("launches_per_step:+0")]
     bad = evaluate_gate(slow, eager5, budgets)
     assert not bad.passed and bad.exit_code == 1
@@ -176,8 +177,8 @@ def test_planted_regression_fails_and_reverse_passes(eager5, slow_path) -> None:
 def test_latency_budgets_use_the_light_pass_of_bundles(tmp_path) -> None:
     # CRAFTED bundles around the same real trace: only the light pass differs, by 10 %.
     light = [4.02, 4.0, 4.05, 3.98, 4.01, 4.03, 3.99, 4.0]
-    base = load_run(crafted_bundle(EAGER5, tmp_path / "base", light_ms=light, torch="2.11"), step=STEP)
-    slow = load_run(crafted_bundle(EAGER5, tmp_path / "slow", light_ms=[v * 1.1 for v in light], torch="2.11"), step=STEP)
+    base = diagnose(crafted_bundle(EAGER5, tmp_path / "base", light_ms=light, torch="2.11"), step=STEP, rules=None)
+    slow = diagnose(crafted_bundle(EAGER5, tmp_path / "slow", light_ms=[v * 1.1 for v in light], torch="2.11"), step=STEP, rules=None)
     c = check("step_latency_ms_p50:+5%", base, slow)
     assert c.status == "fail" and "light timing pass" in c.message, c.message
     assert c.details["measured_as"] == "light_step_latency_ms_p50"

@@ -492,12 +492,12 @@ def test_non_finite_numbers_are_refused(tmp_path: Path, trace: Path, argv: list[
 
 
 def test_a_nan_metric_fails_a_budget_closed() -> None:
-    from perfdoctor.compare.diff import load_run
+    from perfdoctor.pipeline import diagnose
     from perfdoctor.compare.gate import evaluate_budget, parse_budget
     from perfdoctor.compare.diff import diff_runs
     from tests.compare.test_gate import with_metrics
 
-    run = load_run(KINETO)
+    run = diagnose(KINETO, rules=None)
     bad = with_metrics(run, "nan", step_latency_ms_p99=float("nan"))
     for budget in ("step_latency_ms_p99:+5%", "step_latency_ms_p99:+1000"):
         c = evaluate_budget(parse_budget(budget), diff_runs(run, bad))
