@@ -251,7 +251,7 @@ def load_profiles(path: Path) -> tuple[dict[int, Profile], int | None, str, list
         manifest = check_bundle(path)
         profiles = {}
         for key in sorted(manifest.get("ranks") or {}, key=int):
-            profile = load_bundle(path, rank=int(key))
+            profile = load_bundle(path, rank=int(key), manifest=manifest)  # checked above: not read again per rank
             if profile.meta["bundle"]["activities_from"] is None:
                 warnings.append(f"rank {key}: no trace ({profile.meta['bundle'].get('reason')}): left out of the view")
             else:
