@@ -55,9 +55,9 @@ def gate_command(
 
     Example: perfdoctor gate pr.json.gz --baseline main.json.gz --step decode_step --fail-on 'step_latency_ms_p50:+5%' --fail-on 'launches_per_step:+0' --junit gate.xml --github
     """
-    from perfdoctor.compare.gate import EXIT_USAGE, INCONCLUSIVE_POLICIES, evaluate_gate, parse_budget, rule_checks
+    from perfdoctor.compare.gate import EXIT_USAGE, INCONCLUSIVE_POLICIES, evaluate_gate, merge_gates, parse_budget, rule_checks
     from perfdoctor import pipeline
-    from perfdoctor.compare.rankdiff import bundle_ranks, load_pair, merge_gates, paired_ranks
+    from perfdoctor.compare.rankdiff import bundle_ranks, load_pair, paired_ranks
     from perfdoctor.reports.gate_report import document as gate_document, github_annotations, junit_xml, print_result, summary_markdown
 
     if inconclusive is not None and inconclusive not in INCONCLUSIVE_POLICIES:

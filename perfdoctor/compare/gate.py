@@ -404,3 +404,16 @@ def evaluate_gate(
             for m in diff.mismatches
         ]
     return GateResult(run.label, baseline.label if baseline else None, checks, warnings, diff, refused)
+
+
+def merge_gates(results: dict[int, GateResult]) -> GateResult:
+    """One gate over every rank (:mod:`perfdoctor.compare.rankdiff` pairs them): it fails when a
+    check fails on any rank; each rank's checks named ``rank k: ...``, warnings once."""
+    checks, warnings = [], []
+    for rank, r in results.items():
+        for c in r.checks:
+            c.name = f"rank {rank}: {c.name}"
+            checks.append(c)
+        warnings += [w for w in r.warnings if w not in warnings]
+    first = next(iter(results.values()))
+    return GateResult(first.run, first.baseline, checks, warnings, first.diff)

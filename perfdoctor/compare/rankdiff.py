@@ -10,8 +10,7 @@ ordinary :func:`perfdoctor.compare.diff.diff_runs` (or gate), labelled with its 
 different world sizes, or a multi-rank bundle against a single-process run, pair only
 their lowest ranks, so that the diff is still produced and the ``world_size`` fact
 (:data:`perfdoctor.compare.diff.COMPARABILITY_FIELDS`) says loudly that they are not comparable.
-A gate over several ranks fails when a check fails on any rank: its checks are every
-rank's, named ``rank k: ...``.
+A gate over several ranks is :func:`perfdoctor.compare.gate.merge_gates`.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from perfdoctor.compare.gate import GateResult
 from perfdoctor.pipeline import Diagnosis, Source, diagnose
 from perfdoctor.profile import Profile
 
@@ -82,15 +80,3 @@ def load_pair(source: Source, rank: int | None, **kwargs: Any) -> Diagnosis:
         return diagnose(source, rank=use, profile=nsys_process_runs(source.path)[use], **kwargs)
     # diff and gate never printed the load warnings of one rank of a multi-rank bundle: kept, so their output is unchanged
     return diagnose(source, rank=use, warnings=use is None, **kwargs)
-
-
-def merge_gates(results: dict[int, GateResult]) -> GateResult:
-    """One gate over every rank: each rank's checks named ``rank k: ...``, warnings once."""
-    checks, warnings = [], []
-    for rank, r in results.items():
-        for c in r.checks:
-            c.name = f"rank {rank}: {c.name}"
-            checks.append(c)
-        warnings += [w for w in r.warnings if w not in warnings]
-    first = next(iter(results.values()))
-    return GateResult(first.run, first.baseline, checks, warnings, first.diff)
