@@ -13,7 +13,7 @@ from typing import Any
 from perfdoctor.console import stdout_console
 from perfdoctor.compare.gate import EXIT_INCONCLUSIVE, GateResult
 from perfdoctor.io import dumps_json
-from perfdoctor.reports.diff_report import document as diff_document, kernel_summary
+from perfdoctor.reports.diff_report import kernel_summary, lead_lines
 from perfdoctor.reports.format import md_cell
 from perfdoctor.text import NEWLINE_MARK, github_data, github_property
 from perfdoctor.text import xml as xml_text
@@ -29,7 +29,10 @@ def _xml_text(text: str) -> str:
 def document(result: GateResult) -> dict[str, Any]:
     """gate.json (schema perfdoctor.gate/1): the checks, and the diff against the baseline as
     diff.json has it."""
-    return {**result.to_json(), "diff": diff_document(result.diff) if result.diff is not None else None}
+    doc = result.to_json()  # its "diff" is the diff's numbers; diff.json adds the lines it leads with
+    if result.diff is not None:
+        doc["diff"]["lead"] = lead_lines(result.diff)
+    return doc
 
 
 def junit_xml(result: GateResult) -> str:
