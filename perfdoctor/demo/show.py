@@ -24,7 +24,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from rich import box
 from rich.console import Console, Group, RenderableType
@@ -32,6 +32,9 @@ from rich.padding import Padding
 from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
+
+if TYPE_CHECKING:
+    from perfdoctor.pipeline import Diagnosis
 
 DEMO_DATA_ENV = "PERFDOCTOR_DEMO_DATA"  # a folder to read the recording from instead of the package's
 HEADLINE = "headline.json"
@@ -84,28 +87,16 @@ def engine_command(args: Sequence[str]) -> str:
 # --------------------------------------------------------------------------- analysis
 
 
-@dataclass
-class Analysed:
-    """One run bundle, analysed and diagnosed with the current code."""
-
-    label: str
-    run: Any  # perfdoctor.pipeline.Diagnosis (its findings filled in, for the diff)
-    findings: list[Any]  # perfdoctor.rules.engine.Finding, ranked
-
-    @property
-    def analysis(self) -> Any:
-        return self.run.analysis
-
-
-def analyse(label: str, bundle: Path, ruleset: Any = None) -> Analysed:
+def analyse(label: str, bundle: Path, ruleset: Any = None) -> Diagnosis:
+    """One run bundle, analysed and diagnosed with the current code, called ``label``."""
     from perfdoctor.pipeline import diagnose
 
     run = diagnose(bundle, step=STEP, ruleset=ruleset)
     run.label = label
-    return Analysed(label, run, run.findings)
+    return run
 
 
-def light_latencies(a: Analysed) -> list[float]:
+def light_latencies(a: Diagnosis) -> list[float]:
     """Step latencies (ms) of the light pass (no tracer), as the diff compares them."""
     from perfdoctor.compare.diff import step_samples
 
@@ -125,7 +116,7 @@ def latency_sample(diff: Any) -> str:
     return "light_step_latency_ms" if "light_step_latency_ms" in diff.samples else "step_latency_ms"
 
 
-def run_numbers(a: Analysed) -> dict[str, Any]:
+def run_numbers(a: Diagnosis) -> dict[str, Any]:
     """The numbers of one run that headline.json records and the README may quote."""
     from perfdoctor.rules.engine import verdict
 
@@ -164,7 +155,7 @@ def diff_numbers(before: str, after: str, diff: Any) -> dict[str, Any]:
     }
 
 
-def measure(root: Path, runs: Sequence[str], diffs: Sequence[Sequence[str]]) -> tuple[dict[str, Any], dict[str, Analysed], list[Any]]:
+def measure(root: Path, runs: Sequence[str], diffs: Sequence[Sequence[str]]) -> tuple[dict[str, Any], dict[str, Diagnosis], list[Any]]:
     """Analyse the bundles ``root/<label>`` and diff the pairs, with the current code.
 
     Returns the numbers (``{"runs": {label: ...}, "diffs": [...]}``), the analysed runs and
@@ -175,7 +166,7 @@ def measure(root: Path, runs: Sequence[str], diffs: Sequence[Sequence[str]]) -> 
 
     ruleset = load_rules()
     analysed = {label: analyse(label, root / label, ruleset) for label in runs}
-    made = [diff_runs(analysed[b].run, analysed[a].run) for b, a in diffs]
+    made = [diff_runs(analysed[b], analysed[a]) for b, a in diffs]
     numbers = {
         "runs": {label: run_numbers(a) for label, a in analysed.items()},
         "diffs": [diff_numbers(b, a, d) for (b, a), d in zip(diffs, made)],
@@ -285,7 +276,7 @@ def indented(text: str | Text, by: int = 3, style: str = "") -> Padding:
     return Padding(text if isinstance(text, Text) else Text(text, style=style), (0, 0, 0, by))
 
 
-def latency_line(a: Analysed) -> Text:
+def latency_line(a: Diagnosis) -> Text:
     """``step latency p50 8.12 ms (light pass, no tracer, 10 steps); traced 9.3 ms; 121 tokens/s``."""
     light = light_latencies(a)
     parts = []
@@ -311,7 +302,7 @@ def numbered(rank: str, body: RenderableType) -> Table:
     return t
 
 
-def report_renderable(a: Analysed, detailed: int = DETAILED, table: bool = True) -> RenderableType:
+def report_renderable(a: Diagnosis, detailed: int = DETAILED, table: bool = True) -> RenderableType:
     """The ranked findings of one run, compact: the top failures with their evidence in
     numbers, estimate and first fix; the other failures one line each; passed checks in
     one line; the checks not evaluated grouped by what would evaluate them."""
@@ -493,7 +484,7 @@ def live_runs(console: Console, progress: Console, variants: list[tuple[str, lis
     from perfdoctor.record.run import RunOptions, execute
 
     ruleset = load_rules()
-    analysed: dict[str, Analysed] = {}
+    analysed: dict[str, Diagnosis] = {}
     for label, args in variants:
         console.print()
         console.print(Rule(f"live: {label}" + (f" ({VARIANT_NOTES[label]})" if label in VARIANT_NOTES else ""), align="left"))
@@ -517,7 +508,7 @@ def live_runs(console: Console, progress: Console, variants: list[tuple[str, lis
     for b, a in pairs:
         console.print()
         console.print(Rule(f"live diff: {b} → {a}", align="left"))
-        console.print(diff_renderable(diff_runs(analysed[b].run, analysed[a].run)))
+        console.print(diff_renderable(diff_runs(analysed[b], analysed[a])))
     return 0
 
 

@@ -17,7 +17,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from perfdoctor.analysis.metrics import Analysis, Metric
+from perfdoctor.analysis.metrics import Analysis
 from perfdoctor.reports.common import fmt_metric
 from perfdoctor.reports.format import num
 from perfdoctor.text import clean
