@@ -55,7 +55,8 @@ def union_pieces(starts: np.ndarray, ends: np.ndarray, lo: int | None = None, hi
     order = np.argsort(s, kind="stable")
     s, e = s[order], e[order]
     a = np.maximum(s, np.concatenate(([s[0]], np.maximum.accumulate(e)[:-1])))
-    return a[e > a], e[e > a]
+    keep = e > a
+    return a[keep], e[keep]
 
 
 def classes(profile: Profile) -> pd.Series:

@@ -223,15 +223,17 @@ def _task(kind: str, names: dict[str, int], kernel_names, kernels_of: np.ndarray
         return "serving", hit[:60]
     if (hit := _first(_DIFFUSION, names)) is not None:
         return "diffusion", hit[:60]
-    llm = _first(_LLM, names)
-    if llm is None and _first(_ENCODER, names) is None and _first(_VISION, names) is None and _first(_VISION, ran) is None:
-        llm = _first(_LLM_WEAK, names)
+    llm, vision = _first(_LLM, names), None
+    if llm is None:
+        vision = _first(_VISION, names) or _first(_VISION, ran)  # once: the weak LLM test and the vision answer read it
+        if vision is None and _first(_ENCODER, names) is None:
+            llm = _first(_LLM_WEAK, names)
     if llm is not None:
         if (hit := _first(_PREFILL, names)) is not None:
             return "llm-prefill", hit[:60]
         return "llm-decode", llm[:60]
-    if (hit := _first(_VISION, names) or _first(_VISION, ran)) is not None:
-        return "vision", hit[:60]
+    if vision is not None:
+        return "vision", vision[:60]
     return "inference", ""
 
 

@@ -119,7 +119,7 @@ class Header(msgspec.Struct):
     cuda_driver_version: Scalar = None
     cuda_runtime_version: Scalar = None
     cupti_version: Scalar = None
-    distributedInfo: Any = None  # noqa: N815 (torch.distributed: rank, world_size; any type: checked in _distributed)
+    distributedInfo: Any = None  # noqa: N815 (torch.distributed: rank, world_size; any type: checked in kineto_tables.distributed)
 
 
 class Trace(Header):
