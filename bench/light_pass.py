@@ -33,9 +33,11 @@ the H200), CPU or GPU, no NVML:
 on the CPU) and a 211-module tree of no-op modules, each run in rounds, in one process,
 plain / under the light pass's real ModuleSteps kept scouting (the wrapper before issue 29:
 every module call through perfdoctor) / under ModuleSteps after its scout (only the step's
-class through perfdoctor). One process and interleaved rounds, so what differs between
+class through perfdoctor) / the same without CUDA events ("host clock": the wrapper alone; its
+difference from narrowed is what the step's events cost). On CUDA it first times the event
+operations: a record into a new event, into a pooled one, a settle. One process and interleaved rounds, so what differs between
 processes (±25 % on the H200 for host-paced programs) cancels; the table gives ns per module
-call over plain, the median over rounds of each round's difference.
+step over plain (and as a share of plain), the median over rounds of each round's difference.
 `--program`: image_infer.py at batch 1 alone and under `perfdoctor run --collect nvml` (the
 light pass only), in pairs taken back to back (alone then light, light then alone in turn, so
 drift hits both alike); the ratio of the program's own ms/step per pair, median and quartiles
@@ -87,6 +89,11 @@ def one_process(mode: str, size: str, steps: int, warmup: int, work: Path) -> di
 REAL = ROOT / "tests" / "programs" / "real"
 
 
+# plain: no perfdoctor; scouting: every module call through the wrapper (the code before
+# issue 29); narrowed: as shipped; host clock: narrowed, its steps timed without CUDA events.
+CALL_MODES = ("plain", "scouting", "narrowed", "host clock")
+
+
 def module_call_costs(device: str, rounds: int, only: list[str]) -> list[dict]:
     """ns per module call over plain, scouting and narrowed, per model (see the docstring)."""
     import types
@@ -97,6 +104,12 @@ def module_call_costs(device: str, rounds: int, only: list[str]) -> list[dict]:
     from image_infer import resnet50, vit_small
 
     from perfdoctor.record.bootstrap.main import ModuleSteps, Timer
+
+    class HostTimer(Timer):
+        """The light pass's timer without CUDA events: what the wrapper costs on its own."""
+
+        def mark(self, host_ns: int) -> int:
+            return host_ns
 
     class Noop(torch.nn.Module):
         def forward(self, x):
@@ -135,10 +148,11 @@ def module_call_costs(device: str, rounds: int, only: list[str]) -> list[dict]:
             model(x)
             torch.nn.Module.__call__ = counting
             reps = max(3, int(0.2e9 / max(timed(model, x, 3, sync), 1)))  # ~0.2 s per measurement
-            per_round: dict[str, list[float]] = {"plain": [], "scouting": [], "narrowed": []}
+            per_round: dict[str, list[float]] = {mode: [] for mode in CALL_MODES}
             for _ in range(rounds):
-                for mode in random.sample(list(per_round), 3):
-                    steps = None if mode == "plain" else ModuleSteps(types.SimpleNamespace(timer=Timer()))
+                for mode in random.sample(list(per_round), len(per_round)):
+                    timer = HostTimer() if mode == "host clock" else Timer()
+                    steps = None if mode == "plain" else ModuleSteps(types.SimpleNamespace(timer=timer))
                     if mode == "scouting":
                         steps.scouting = False  # never narrows: every call through the wrapper
                     for _ in range(ModuleSteps.SCOUT_CALLS + 1):  # past the scout (or the same calls plain)
@@ -149,12 +163,44 @@ def module_call_costs(device: str, rounds: int, only: list[str]) -> list[dict]:
                         steps.uninstall()
             row = {"model": label, "device": device, "module_calls": calls[0], "rounds": rounds, "reps": reps,
                    "plain_us": statistics.median(per_round["plain"]) / 1e3}
-            for mode in ("scouting", "narrowed"):
+            for mode in CALL_MODES[1:]:
                 diffs = sorted((a - b) / calls[0] for a, b in zip(per_round[mode], per_round["plain"]))
                 q = statistics.quantiles(diffs, n=4) if len(diffs) > 1 else [diffs[0]] * 3
-                row[mode] = {"ns_per_call": statistics.median(diffs), "q1": q[0], "q3": q[2]}
+                row[mode] = {"ns_per_call": statistics.median(diffs), "q1": q[0], "q3": q[2],
+                             "us_per_step": statistics.median(diffs) * calls[0] / 1e3,
+                             "stderr_us_per_step": statistics.stdev(diffs) * calls[0] / 1e3 / len(diffs) ** 0.5 if len(diffs) > 1 else None}
             out.append(row)
             print(json.dumps(row), flush=True)
+    return out
+
+
+def event_costs(n: int = 2000) -> dict[str, float]:
+    """us per light-pass event operation on the current CUDA stream: a record into a new
+    event (torch creates the CUDA event then), a record into a pooled one, and settling a
+    completed one (the query and elapsed time of GpuClock.settle)."""
+    import torch
+
+    from perfdoctor.record.bootstrap.main import GpuClock
+
+    torch.zeros(1, device="cuda")
+    clock = GpuClock(torch)
+    out = {}
+    t0 = time.perf_counter_ns()
+    fresh = []
+    for _ in range(n):
+        event = torch.cuda.Event(enable_timing=True)
+        clock.record(event)
+        fresh.append(event)
+    out["record_new_us"] = (time.perf_counter_ns() - t0) / n / 1e3
+    t0 = time.perf_counter_ns()
+    for event in fresh:
+        clock.record(event)
+    out["record_pooled_us"] = (time.perf_counter_ns() - t0) / n / 1e3
+    torch.cuda.synchronize()
+    marks = list(fresh)
+    t0 = time.perf_counter_ns()
+    clock.settle(marks, 0)
+    out["settle_us"] = (time.perf_counter_ns() - t0) / n / 1e3
     return out
 
 
@@ -202,10 +248,13 @@ def module_main(args: argparse.Namespace) -> None:
     report: dict = {"args": {k: str(v) for k, v in vars(args).items()}}
     if args.calls:
         report["calls"] = module_call_costs(args.device, args.rounds, args.trees.split(","))
-        print(f"\n{'model':11}{'calls':>6}{'plain us':>10}{'scouting ns/call':>26}{'narrowed ns/call':>26}")
+        if args.device == "cuda":
+            report["events"] = event_costs()
+            print("CUDA events, us each: " + ", ".join(f"{k} {v:.2f}" for k, v in report["events"].items()))
+        print(f"\n{'model':11}{'calls':>6}{'plain us':>10}" + "".join(f"{m + ' us/step':>24}" for m in CALL_MODES[1:]))
         for r in report["calls"]:
-            cell = lambda m: f"{r[m]['ns_per_call']:+.0f} [{r[m]['q1']:+.0f},{r[m]['q3']:+.0f}]"  # noqa: E731
-            print(f"{r['model']:11}{r['module_calls']:>6}{r['plain_us']:>10.1f}{cell('scouting'):>26}{cell('narrowed'):>26}")
+            cell = lambda m: f"{r[m]['us_per_step']:+.1f} ({r[m]['us_per_step'] / r['plain_us']:+.1%})"  # noqa: E731
+            print(f"{r['model']:11}{r['module_calls']:>6}{r['plain_us']:>10.1f}" + "".join(f"{cell(m):>24}" for m in CALL_MODES[1:]))
     if args.program:
         with tempfile.TemporaryDirectory() as tmp:
             report["program"] = [program_pairs(args.device, args.pairs, m, Path(tmp)) for m in args.models.split(",")]

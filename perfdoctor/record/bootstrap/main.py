@@ -68,16 +68,24 @@ class GpuClock:
     current at the step's start and end is not seen.
 
     Events are recycled: once resolved, an event goes back to a pool, so a long run records
-    into a few hundred events instead of creating two per step.
+    into a few hundred events instead of creating two per step. The pool is filled before
+    the first step: torch creates a CUDA event at its first record, and a run shorter than
+    the settle interval (a 100-iteration benchmark) otherwise created two per step.
     """
+
+    # Two marks per step and a settle every Timer.SETTLE_EVERY step ends: enough events for
+    # the steps between two settles and the ones still queued on the GPU at a settle.
+    POOL = 320
 
     def __init__(self, torch: Any) -> None:
         self.torch = torch
-        self.pool: list[Any] = []
         # The C function behind torch.cuda.is_current_stream_capturing(), without its
         # Python wrapper: it runs twice per step.
         self.capturing_now = getattr(torch._C, "_cuda_isCurrentStreamCapturing", torch.cuda.is_current_stream_capturing)
         self.record = stream_recorder(torch)
+        self.pool = [torch.cuda.Event(enable_timing=True) for _ in range(self.POOL)]
+        for event in self.pool:
+            self.record(event)  # creates it
         self.ref = torch.cuda.Event(enable_timing=True)
         # The first record creates the CUDA event. Done before t0 is read: on the H200 that
         # creation put the reference ~58 us late, and every light-pass step 58 us short.
@@ -96,8 +104,9 @@ class GpuClock:
         self.record(event)
         return event
 
-    def resolve(self, event: Any) -> int:
-        event.synchronize()
+    def resolve(self, event: Any, complete: bool = False) -> int:
+        if not complete:
+            event.synchronize()
         ns = self.t0_ns + int(self.ref.elapsed_time(event) * 1e6)
         self.pool.append(event)
         return ns
@@ -109,7 +118,7 @@ class GpuClock:
             if not isinstance(marks[i], (int, str)):
                 if not marks[i].query():
                     return i
-                marks[i] = self.resolve(marks[i])
+                marks[i] = self.resolve(marks[i], complete=True)
         return len(marks)
 
 
