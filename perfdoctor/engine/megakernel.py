@@ -56,9 +56,9 @@ class MegaShape:
     measured 1-2 % faster once the consumers outran DRAM). `tiles_per_step`: tiles a
     consumer warp takes per step of its loop (1: one at a time; 2: two tiles' loads, FMAs
     and shuffles interleave, which spills and measured 1.6 % slower). `flags`: every stage
-    boundary but gate/up -> down synchronises on tags stored with its data instead of done
-    counters (q/k/v, the attention output, the residual stream and the O / down outputs
-    become 32-bit words: tag << 16 | bf16; no release fence, no counter poll).
+    boundary synchronises on tags stored with its data instead of done
+    counters (q/k/v, the attention output, the residual stream, the O / down outputs and the
+    SwiGLU products become 32-bit words: tag << 16 | bf16; no release fence, no counter poll).
 
     (Knobs measured no better and removed in v4, with their code: an L2 prefetch ahead of
     the ring, always or only while it was full; a nanosleep between counter polls; the
@@ -94,12 +94,15 @@ TUNED = MegaShape()  # bench/megakernel.py's table says why
 @dataclass(frozen=True)
 class WeightStage:
     """One weight stage of a layer (or the head): an [rows, cols] row-major bf16 matrix cut
-    into tiles of `rows_per_tile` consecutive rows; CTA b of G takes tiles b, b + G, ..."""
+    into tiles of `rows_per_tile` consecutive rows; CTA b of G takes tiles b, b + G, ...
+    `paired` (gate/up, [gate; up]): a tile is rows_per_tile / 2 gate rows and the same up
+    rows, so that one CTA holds both dot products of each SwiGLU product it writes."""
 
     name: str
     rows: int
     cols: int
     rows_per_tile: int
+    paired: bool = False
 
     @property
     def tiles(self) -> int:
@@ -110,6 +113,14 @@ class WeightStage:
 
     def tiles_of(self, cta: int, ctas: int) -> range:
         return range(cta, self.tiles, ctas)
+
+    def rows_of(self, t: int) -> list[range]:
+        """The matrix rows tile t holds, in ring order (one bulk copy per range)."""
+        n = self.tile_bytes(t) // (2 * self.cols)
+        if not self.paired:
+            return [range(t * self.rows_per_tile, t * self.rows_per_tile + n)]
+        half, start = self.rows // 2, t * self.rows_per_tile // 2
+        return [range(start, start + n // 2), range(half + start, half + start + n // 2)]
 
 
 def plan(config: ModelConfig, shape: MegaShape = TUNED) -> dict[str, WeightStage]:
@@ -138,7 +149,10 @@ def plan(config: ModelConfig, shape: MegaShape = TUNED) -> dict[str, WeightStage
         if -(-cols // 8 // (w // r)) > PART_CHUNKS:
             raise BadInput(f"megakernel: a warp's part of a {name} row ({cols} columns over {w // r} warps) "
                            f"exceeds {PART_CHUNKS * 8} columns; use more consumer warps or larger tiles")
-        out[name] = WeightStage(name, rows, cols, r)
+        out[name] = WeightStage(name, rows, cols, r, paired=name == "gate_up")
+    if out["gate_up"].rows_per_tile % 2:
+        raise BadInput(f"megakernel: a gate/up tile holds {out['gate_up'].rows_per_tile} rows; it needs gate and up rows "
+                       "in pairs (an even number: use more consumer warps or larger tiles)")
     if 2 * BLOCK_S * c.head_dim * 2 > shape.tile_bytes:
         raise BadInput(f"megakernel: a {BLOCK_S}-position K/V chunk ({4 * BLOCK_S * c.head_dim} bytes) "
                        f"is larger than a tile ({shape.tile_bytes})")
@@ -192,7 +206,7 @@ class MegaKernels:
         self.qkv = torch.zeros((c.q_heads + 2 * c.kv_heads) * c.head_dim, **tagged)
         self.attn = torch.zeros(c.q_heads * c.head_dim, **tagged)
         self.epoch = torch.zeros(1, dtype=torch.int32, device=device)  # launches mod 65535 (the tags' step part)
-        self.gu = torch.empty(2 * c.intermediate, **act)
+        self.gu = torch.zeros(c.intermediate, **tagged)  # silu(gate) * up, down's input
         self.logits = torch.empty(c.vocab_size, **act)
         self.next_token = torch.zeros(1, dtype=torch.long, device=device)
         half = c.head_dim // 2

@@ -50,8 +50,13 @@ def test_plan_covers_every_row_once(config, shape):
             for t in st.tiles_of(cta, 132):
                 nbytes = st.tile_bytes(t)
                 assert 0 < nbytes <= shape.tile_bytes and nbytes % 16 == 0
-                n = nbytes // (2 * st.cols)
-                covered[t * st.rows_per_tile : t * st.rows_per_tile + n] += 1
+                ranges = st.rows_of(t)
+                assert sum(len(r) for r in ranges) * 2 * st.cols == nbytes
+                for r in ranges:
+                    covered[r.start : r.stop] += 1
+                if st.paired:  # gate row i with up row i: the products a tile's warps write
+                    gate, up = ranges
+                    assert [i + st.rows // 2 for i in gate] == list(up)
         assert covered.eq(1).all(), st.name
 
 

@@ -25,8 +25,9 @@
 //                     come through the ring), RoPE of q and of this step's k, softmax(q K^T) V
 //                     in 16-position splits over all its warps, the K/V append
 //   s = 2  O:         y = W_o attn
-//   s = 3  gate/up:   gu = W_13 RMSNorm(h), where h = h + y   ([gate; up], 2I rows)
-//   s = 4  down:      y = W_2 (silu(gate) * up)              (SwiGLU applied while loading gu)
+//   s = 3  gate/up:   act = silu(W_1 n) * (W_3 n), n = RMSNorm(h), where h = h + y
+//                     (W_13 = [gate; up], 2I rows; a tile pairs gate rows with their up rows)
+//   s = 4  down:      y = W_2 act
 //   g = 5L head:      logits = W_head RMSNorm(h + y), argmax
 // Weights do not depend on activations, so each CTA's producer knows its whole tile list
 // in advance and streams it without pause, through stage and layer boundaries, limited
@@ -35,8 +36,8 @@
 // stretch of a layer waits longer than that, which is most of what separates the step
 // from its DRAM time: docs/kernels-notes.md, "Where it stands").
 //
-// Synchronisation (FLAGS, the default: tags in the data at every boundary but gate/up ->
-// down, see "Flags in the data" below; FLAGS=0, the counters everywhere, as follows): done
+// Synchronisation (FLAGS, the default: tags in the data at every boundary, see "Flags in
+// the data" below; FLAGS=0, the counters everywhere, as follows): done
 // counter g counts the CTAs that finished stage g; every CTA bumps
 // every counter once (a CTA without work in a stage at once), so stage g is complete at G.
 // A CTA with work in stage g first waits for counter g - 1 to reach G. Transitively that
@@ -86,7 +87,7 @@
 #endif
 static_assert(TPI == 1 || TPI == 2, "one or two tiles per step");
 #ifndef FLAGS
-#define FLAGS 0  // 1: every boundary but gate/up -> down synchronises on tags in its data, not on done counters
+#define FLAGS 0  // 1: every stage boundary synchronises on tags in its data, not on done counters
 #endif
 #ifndef HEAD_DIM
 #define HEAD_DIM 64  // the model's head_dim (the host always passes it): one attention<D> in the code
@@ -116,7 +117,7 @@ struct Params {  // mirrored by perfdoctor.engine.megakernel._Params (same order
   bf16* y;       // [K] the O or down projection, added to the stream by the next norm stage (FLAGS: words)
   bf16* qkv;     // [(NQ + 2 NKV) D] before RoPE (FLAGS: 32-bit words, see tagged())
   bf16* attn;    // [NQ D] (FLAGS: 32-bit words)
-  bf16* gu;      // [2 I] gate, then up
+  bf16* gu;      // [I] silu(gate) * up, down's input (FLAGS: 32-bit words)
   bf16* logits;  // [V]
   float* part_val;  // [G] per-CTA argmax partials
   int* part_idx;
@@ -213,23 +214,26 @@ __device__ __forceinline__ unsigned pack(float a, float b) {  // two floats -> b
 }
 
 // Flags in the data (FLAGS): q/k/v, the attention output, the residual stream h (both
-// halves of hbuf) and y (the O and down outputs) are stored as 32-bit words
-// (tag << 16) | bf16 bits, each one store (single-copy atomic), and their readers spin on
-// the words themselves until the tag is the one they wait for: no release fence after the
-// stores, no counter round trip before the loads (a fenced release was 1.5-2.5 us and the
-// poll ~1 us at every boundary, docs/kernels-notes.md). Only gate/up -> down keeps its
-// counter (its 16 K-element input would double the loader's bytes). A buffer written once
-// per layer (qkv, attn, each half of hbuf) carries tag(e, l) = 1 + (e L + l) % 65535 for
+// halves of hbuf), y (the O and down outputs) and gate/up's SwiGLU product are stored as
+// 32-bit words (tag << 16) | bf16 bits, each one store (single-copy atomic), and their
+// readers spin on the words themselves until the tag is the one they wait for: no release
+// fence after the stores, no counter round trip before the loads (a fenced release was
+// 1.5-2.5 us and the poll ~1 us at every boundary, docs/kernels-notes.md). (Tagging
+// gate/up's 2 I outputs doubled down's loader bytes and measured slower, v4.3; its I
+// products are the bytes the SwiGLU loader read.) A buffer written once per layer (qkv,
+// attn, gu, each half of hbuf) carries tag(e, l) = 1 + (e L + l) % 65535 for
 // launch e (mod 65535) and layer l; y, written twice per layer, 1 + (2 e L + 2 l + w) %
 // 65535 (w: 0 O, 1 down). Either way a buffer's tag grows by one from each write to the
 // next (the last one of a launch to the first of the next too), so a stale word never
 // carries the tag a reader waits for, and 0 (the zeroed buffers) never does.
 // Write-after-read: every reader of a buffer produces something that the buffer's next
 // writer waits for, transitively, as with the counters. E.g. the next writer of qkv (the
-// next layer's QKV) waits for down's y, which down writes after the gate/up counter, which
-// every CTA reaches after its O stage, whose loader waited for every head's output, which
-// each owner wrote after reading its q/k/v; the next writer of y (O) waits for every
-// head's output, hence for every QKV tile, each computed after its CTA's loader read y.
+// next layer's QKV) waits for down's y, which down computes from every gate/up product,
+// each written after its CTA's gate/up loader read O's y, which O wrote after its loader
+// waited for every head's output, which each owner wrote after reading its q/k/v; the next
+// writer of y (O) waits for every head's output, hence for every QKV tile, each computed
+// after its CTA's loader read y; the next writer of gu (the next layer's gate/up) waits for
+// that layer's O output, hence for every down tile, each computed after its loader read gu.
 __device__ __forceinline__ unsigned tag_of(const Params& p, unsigned epoch, int layer) {
   return 1u + (epoch * (unsigned)p.L + (unsigned)layer) % 65535u;
 }
@@ -338,7 +342,8 @@ __device__ __forceinline__ unsigned* counter(const Params& p, int g) { return p.
 
 struct WStage {
   const bf16* w;
-  int n, k, r;  // rows, columns, rows per tile
+  int n, k, r;  // rows (gate/up: products), columns, rows (gate/up: products) per tile
+  long long up;  // gate/up: elements from a gate row to its up row (I K); others 0
 };
 
 // g: the stage index (not an attention stage).
@@ -346,13 +351,16 @@ __device__ __forceinline__ WStage weight_stage(const Params& p, int g) {
   const unsigned long long* row = p.table + (g / 5) * NPTR;
   WStage st;
   if (g == 5 * p.L) {
-    st.w = reinterpret_cast<const bf16*>(row[W_HEAD]); st.n = p.V; st.k = p.K; st.r = p.rows[4];
+    st.w = reinterpret_cast<const bf16*>(row[W_HEAD]); st.n = p.V; st.k = p.K; st.r = p.rows[4]; st.up = 0;
     return st;
   }
+  st.up = 0;
   switch (g % 5) {
     case 0: st.w = reinterpret_cast<const bf16*>(row[WQKV]); st.n = (p.NQ + 2 * p.NKV) * p.D; st.k = p.K; st.r = p.rows[0]; break;
     case 2: st.w = reinterpret_cast<const bf16*>(row[WO]); st.n = p.K; st.k = p.NQ * p.D; st.r = p.rows[1]; break;
-    case 3: st.w = reinterpret_cast<const bf16*>(row[W13]); st.n = 2 * p.I; st.k = p.K; st.r = p.rows[2]; break;
+    // A gate/up tile: R / 2 gate rows, then their up rows (two bulk copies into one slot),
+    // so the tile's warps hold both halves of its R / 2 SwiGLU products.
+    case 3: st.w = reinterpret_cast<const bf16*>(row[W13]); st.n = p.I; st.k = p.K; st.r = p.rows[2] / 2; st.up = (long long)p.I * p.K; break;
     default: st.w = reinterpret_cast<const bf16*>(row[W2]); st.n = p.K; st.k = p.I; st.r = p.rows[3]; break;
   }
   return st;
@@ -540,40 +548,12 @@ __device__ __forceinline__ void stage_plain(const bf16* src, int k, Shared& sh) 
   consumers_sync();
 }
 
-// xs <- silu(gate) * up, rounded as `norm_gate_up` (silu, then the product).
-// All of this thread's loads go out first (predicated): guarded one by one, each chunk's
-// round trip waited for the previous one's SwiGLU (4 serial L2 round trips: 3.1 us).
-// (Tagging gu too, so that down would not wait for gate/up's counter, measured slower:
-// the loader's bytes double, run 21-22.)
-__device__ __forceinline__ void stage_swiglu(const Params& p, Shared& sh) {
-  uint4 g4s[TCH], u4s[TCH];
-#pragma unroll
-  for (int c = 0; c < TCH; ++c) {
-    const int j = threadIdx.x + c * NC;
-    const bool in = j < p.I / 8;
-    g4s[c] = in ? __ldcg(reinterpret_cast<const uint4*>(p.gu) + j) : make_uint4(0, 0, 0, 0);
-    u4s[c] = in ? __ldcg(reinterpret_cast<const uint4*>(p.gu + p.I) + j) : make_uint4(0, 0, 0, 0);
-  }
-#pragma unroll
-  for (int c = 0; c < TCH; ++c) {
-    const int j = threadIdx.x + c * NC;
-    if (j < p.I / 8) {
-      const unsigned* g = reinterpret_cast<const unsigned*>(&g4s[c]);
-      const unsigned* u = reinterpret_cast<const unsigned*>(&u4s[c]);
-      uint4 o;
-      unsigned* ou = reinterpret_cast<unsigned*>(&o);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float ga = lo(g[e]), gb = hi(g[e]);
-        // __fdividef: the IEEE division is a reciprocal, two Newton steps and a slow-path
-        // check per element (32 dependent chains per thread here); within 2 ulp of it.
-        const float sa = bf(__fdividef(ga, 1.f + __expf(-ga))), sb = bf(__fdividef(gb, 1.f + __expf(-gb)));
-        ou[e] = pack(sa * lo(u[e]), sb * hi(u[e]));
-      }
-      reinterpret_cast<uint4*>(sh.xs)[j] = o;
-    }
-  }
-  consumers_sync();
+// silu(gate) * up of two fp32 dot products, rounded as `norm_gate_up` (each output to
+// bf16, silu, then the product). __fdividef: the IEEE division is a reciprocal, two Newton
+// steps and a slow-path check; within 2 ulp of it.
+__device__ __forceinline__ float swiglu(float gate, float up) {
+  const float g = bf(gate);
+  return bf(__fdividef(g, 1.f + __expf(-g))) * bf(up);
 }
 
 // Attention of query head hq over positions [0, pos] (see the file comment). The cached
@@ -783,8 +763,10 @@ __device__ bool next_tile(const Params& p, int pos, int2 heads, TileSeq& q, Tile
       q.t = q.started ? q.t + G : b;
       q.started = true;
       if (q.t * st.r < st.n) {
-        out = Tile{{st.w + (long long)q.t * st.r * st.k, nullptr},
-                   {(unsigned)(min(st.r, st.n - q.t * st.r) * st.k * 2), 0u}, {0u, 0u}};
+        const bf16* src = st.w + (long long)q.t * st.r * st.k;
+        const unsigned bytes = (unsigned)(min(st.r, st.n - q.t * st.r) * st.k * 2);
+        out = st.up ? Tile{{src, src + st.up}, {bytes, bytes}, {0u, (unsigned)(st.r * st.k * 2)}}
+                    : Tile{{src, nullptr}, {bytes, 0u}, {0u, 0u}};
         return true;
       }
     }
@@ -858,7 +840,9 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
     if (work) {
       // Before the wait: what does not depend on the previous stage (this warp's share of
       // the tiles, its slice of the norm's gain).
-      const int kc = attn_stage ? 0 : st.k / 8, parts = attn_stage ? 1 : CWARPS / st.r, my_row = warp / parts;
+      // Rows of a tile in the ring: R, or (gate/up) R gate rows then their R up rows.
+      const int kc = attn_stage ? 0 : st.k / 8, parts = attn_stage ? 1 : CWARPS / (st.up ? 2 * st.r : st.r);
+      const int my_row = warp / parts, my_out = my_row < st.r ? my_row : my_row - st.r;  // (gate/up: its product)
       const Slice sl = slice_of(kc, parts, warp % parts);
       const unsigned long long* row = p.table + layer * NPTR;
       const bool norm = !attn_stage && (s == 0 || s == 3 || head);
@@ -875,10 +859,10 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
         rs = __bfloat162float(p.sin[(long long)pos * (p.D / 2) + tid]);
       }
       const unsigned tag = tag_of(p, epoch, layer);
-      // FLAGS: the stages whose inputs are tagged wait on the data (all but down: gate/up's
-      // counter); attention for its q/k/v words, O's loader for the attention output's, the
-      // norm loaders for h's and y's.
-      if (g > 0 && !(FLAGS && s != 4)) {  // wait for the previous stage, everywhere
+      // FLAGS: every stage waits on its tagged inputs instead: attention for its q/k/v
+      // words, O's and down's loaders for the attention output's and gate/up's, the norm
+      // loaders for h's and y's.
+      if (g > 0 && !FLAGS) {  // wait for the previous stage, everywhere
         if (tid == 0)
           while (ld_acquire(counter(p, g - 1)) < (unsigned)G) {
           }  // (a nanosleep between polls measured no different, run 14)
@@ -908,9 +892,12 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
                              : s == 3 ? make_uint3(tag, y_tag(p, epoch, layer, 0), tag)
                                       : make_uint3(tag_of(p, epoch, layer - 1), y_tag(p, epoch, layer - 1, 1), tag);
           stage_normed(p, src, embed ? nullptr : p.y, !embed, gv, out, tags, sh);
-        } else if (s == 2 && FLAGS) stage_tagged(reinterpret_cast<const unsigned*>(p.attn), p.NQ * p.D, tag, sh);
-        else if (s == 2) stage_plain(p.attn, p.NQ * p.D, sh);
-        else stage_swiglu(p, sh);
+        } else {  // O reads the attention output, down gate/up's SwiGLU products
+          const bf16* in = s == 2 ? p.attn : p.gu;
+          const int k = s == 2 ? p.NQ * p.D : p.I;
+          if (FLAGS) stage_tagged(reinterpret_cast<const unsigned*>(in), k, tag, sh);
+          else stage_plain(in, k, sh);
+        }
 #pragma unroll
         for (int i = 0; i < XCH; ++i)  // this warp's slice, unpacked to fp32 for the whole stage
           xf[i] = unpack(sl.valid >> i & 1 ? reinterpret_cast<const uint4*>(sh.xs)[sl.part * sl.cpp + lane + 32 * i]
@@ -919,10 +906,10 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
         // Row r's value y (rounded to bf16) goes to the stage's output.
         // (O, down: y, which the next norm stage adds to h.)
         bf16* const out = head ? p.logits : s == 0 ? p.qkv : s == 3 ? p.gu : p.y;
-        // FLAGS: q/k/v and y are tagged words (O and down's y tagged apart: y is written twice a layer).
+        // FLAGS: q/k/v, gu and y are tagged words (O and down's y tagged apart: y is written twice a layer).
         unsigned* const out_w = reinterpret_cast<unsigned*>(out);
-        const unsigned out_tag = s == 0 ? tag : y_tag(p, epoch, layer, s == 4);  // qkv: once a layer
-        const bool tagged_out = FLAGS && !head && s != 3;
+        const unsigned out_tag = s == 0 || s == 3 ? tag : y_tag(p, epoch, layer, s == 4);  // qkv, gu: once a layer
+        const bool tagged_out = FLAGS && !head;
         auto emit = [&](int r, float v) {
           const float y = bf(v);
           if (tagged_out) st_volatile(out_w + r, tagged(out_tag, y));
@@ -942,7 +929,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
 #pragma unroll
           for (int k = 0; k < TPI; ++k) {
             const int tk = t + k * G, slot = (it + k) % NSTAGE;
-            live[k] = tk < ntiles && my_row < min(st.r, st.n - tk * st.r);  // the last tile may be short
+            live[k] = tk < ntiles && my_out < min(st.r, st.n - tk * st.r);  // the last tile may be short
             if (tk < ntiles) mbar_wait_timed(&sh.full[slot], ((it + k) / NSTAGE) & 1, tr != nullptr, &sh.wait_cycles);
             w[k] = reinterpret_cast<const uint4*>(ring + slot * TILE_BYTES) + my_row * kc + sl.part * sl.cpp + lane;
           }
@@ -975,7 +962,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
             if (lane == 0) {
               mbar_arrive(&sh.empty[(it + k) % NSTAGE]);  // this warp is done with the slot
               if (live[k]) {
-                if (parts == 1) emit(tk * st.r + my_row, v[k]);
+                if (parts == 1 && !st.up) emit(tk * st.r + my_row, v[k]);
                 else sh.part[(tb + k) % MAXPT][warp] = v[k];
               }
             }
@@ -985,7 +972,10 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
           // stage's end, after a block barrier. (v3.5 had the last of a row's warps sum
           // them at every tile behind a shared-memory fence, which also waited for that
           // warp's global stores: down took 1.24 us per tile against gate/up's 0.85.)
-          if (parts > 1 && (last % MAXPT == MAXPT - 1 || t + TPI * G >= ntiles)) {
+          // Gate/up pairs each gate row's sum with its up row's the same way (a CTA's ~16
+          // tiles of a Llama-3.2-1B layer in one batch at its end: down needs every product
+          // anyway, so only the last CTA's batch is on the step's path).
+          if ((parts > 1 || st.up) && (last % MAXPT == MAXPT - 1 || t + TPI * G >= ntiles)) {
             consumers_sync();
             const int nb = last % MAXPT + 1, t0 = b + (last - nb + 1) * G;
             for (int x = tid; x < nb * st.r; x += NC) {
@@ -993,6 +983,11 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
               if (r < st.n) {
                 float sum = 0.f;
                 for (int q = 0; q < parts; ++q) sum += sh.part[bt][rr * parts + q];
+                if (st.up) {
+                  float up = 0.f;
+                  for (int q = 0; q < parts; ++q) up += sh.part[bt][(rr + st.r) * parts + q];
+                  sum = swiglu(sum, up);
+                }
                 emit(r, sum);
               }
             }
@@ -1005,10 +1000,10 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
     if (tr && work) { tr[6] = now_ns(); tr[5] = sh.wait_cycles; tr[7] = clock64() - t_ready; }
     // Signal: this CTA's part of stage g is done (stores first). The barrier stays with
     // FLAGS too (the next stage's loader rewrites sh.xs, which a slower warp may still be
-    // reading), but only down waits for a counter (gate/up's): no release elsewhere.
+    // reading), but no stage waits for a counter then: no release.
     if (!head) {
       consumers_sync();
-      if (tid == 0 && !(FLAGS && s != 3))
+      if (tid == 0 && !FLAGS)
         asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter(p, g)) : "memory");
     }
     if (tr) { tr[2] = now_ns(); tr[3] = smid(); }
