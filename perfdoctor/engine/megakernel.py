@@ -56,9 +56,9 @@ class MegaShape:
     measured 1-2 % faster once the consumers outran DRAM). `tiles_per_step`: tiles a
     consumer warp takes per step of its loop (1: one at a time; 2: two tiles' loads, FMAs
     and shuffles interleave, which spills and measured 1.6 % slower). `flags`: every stage
-    boundary synchronises on tags stored with its data instead of done
-    counters (q/k/v, the attention output, the residual stream, the O / down outputs and the
-    SwiGLU products become 32-bit words: tag << 16 | bf16; no release fence, no counter poll).
+    boundary but gate/up -> down synchronises on tags stored with its data instead of done
+    counters (q/k/v, the attention output, the residual stream and the O / down outputs
+    become 32-bit words: tag << 16 | bf16; no release fence, no counter poll).
 
     (Knobs measured no better and removed in v4, with their code: an L2 prefetch ahead of
     the ring, always or only while it was full; a nanosleep between counter polls; the
@@ -206,7 +206,7 @@ class MegaKernels:
         self.qkv = torch.zeros((c.q_heads + 2 * c.kv_heads) * c.head_dim, **tagged)
         self.attn = torch.zeros(c.q_heads * c.head_dim, **tagged)
         self.epoch = torch.zeros(1, dtype=torch.int32, device=device)  # launches mod 65535 (the tags' step part)
-        self.gu = torch.zeros(c.intermediate, **tagged)  # silu(gate) * up, down's input
+        self.gu = torch.zeros(c.intermediate, **act)  # silu(gate) * up, down's input
         self.logits = torch.empty(c.vocab_size, **act)
         self.next_token = torch.zeros(1, dtype=torch.long, device=device)
         half = c.head_dim // 2

@@ -36,8 +36,8 @@
 // stretch of a layer waits longer than that, which is most of what separates the step
 // from its DRAM time: docs/kernels-notes.md, "Where it stands").
 //
-// Synchronisation (FLAGS, the default: tags in the data at every boundary, see "Flags in
-// the data" below; FLAGS=0, the counters everywhere, as follows): done
+// Synchronisation (FLAGS, the default: tags in the data at every boundary but gate/up ->
+// down, see "Flags in the data" below; FLAGS=0, the counters everywhere, as follows): done
 // counter g counts the CTAs that finished stage g; every CTA bumps
 // every counter once (a CTA without work in a stage at once), so stage g is complete at G.
 // A CTA with work in stage g first waits for counter g - 1 to reach G. Transitively that
@@ -87,7 +87,7 @@
 #endif
 static_assert(TPI == 1 || TPI == 2, "one or two tiles per step");
 #ifndef FLAGS
-#define FLAGS 0  // 1: every stage boundary synchronises on tags in its data, not on done counters
+#define FLAGS 0  // 1: every boundary but gate/up -> down synchronises on tags in its data, not on done counters
 #endif
 #ifndef HEAD_DIM
 #define HEAD_DIM 64  // the model's head_dim (the host always passes it): one attention<D> in the code
@@ -117,7 +117,7 @@ struct Params {  // mirrored by perfdoctor.engine.megakernel._Params (same order
   bf16* y;       // [K] the O or down projection, added to the stream by the next norm stage (FLAGS: words)
   bf16* qkv;     // [(NQ + 2 NKV) D] before RoPE (FLAGS: 32-bit words, see tagged())
   bf16* attn;    // [NQ D] (FLAGS: 32-bit words)
-  bf16* gu;      // [I] silu(gate) * up, down's input (FLAGS: 32-bit words)
+  bf16* gu;      // [I] silu(gate) * up, down's input
   bf16* logits;  // [V]
   float* part_val;  // [G] per-CTA argmax partials
   int* part_idx;
@@ -214,26 +214,24 @@ __device__ __forceinline__ unsigned pack(float a, float b) {  // two floats -> b
 }
 
 // Flags in the data (FLAGS): q/k/v, the attention output, the residual stream h (both
-// halves of hbuf), y (the O and down outputs) and gate/up's SwiGLU product are stored as
-// 32-bit words (tag << 16) | bf16 bits, each one store (single-copy atomic), and their
-// readers spin on the words themselves until the tag is the one they wait for: no release
-// fence after the stores, no counter round trip before the loads (a fenced release was
-// 1.5-2.5 us and the poll ~1 us at every boundary, docs/kernels-notes.md). (Tagging
-// gate/up's 2 I outputs doubled down's loader bytes and measured slower, v4.3; its I
-// products are the bytes the SwiGLU loader read.) A buffer written once per layer (qkv,
-// attn, gu, each half of hbuf) carries tag(e, l) = 1 + (e L + l) % 65535 for
+// halves of hbuf) and y (the O and down outputs) are stored as 32-bit words
+// (tag << 16) | bf16 bits, each one store (single-copy atomic), and their readers spin on
+// the words themselves until the tag is the one they wait for: no release fence after the
+// stores, no counter round trip before the loads (a fenced release was 1.5-2.5 us and the
+// poll ~1 us at every boundary, docs/kernels-notes.md). Only gate/up -> down keeps its
+// counter: every down loader spinning on gate/up's I tagged products measured 90 us per
+// step slower (v4.6), its 2 I outputs 13 us (v4.3). A buffer written once
+// per layer (qkv, attn, each half of hbuf) carries tag(e, l) = 1 + (e L + l) % 65535 for
 // launch e (mod 65535) and layer l; y, written twice per layer, 1 + (2 e L + 2 l + w) %
 // 65535 (w: 0 O, 1 down). Either way a buffer's tag grows by one from each write to the
 // next (the last one of a launch to the first of the next too), so a stale word never
 // carries the tag a reader waits for, and 0 (the zeroed buffers) never does.
 // Write-after-read: every reader of a buffer produces something that the buffer's next
 // writer waits for, transitively, as with the counters. E.g. the next writer of qkv (the
-// next layer's QKV) waits for down's y, which down computes from every gate/up product,
-// each written after its CTA's gate/up loader read O's y, which O wrote after its loader
-// waited for every head's output, which each owner wrote after reading its q/k/v; the next
-// writer of y (O) waits for every head's output, hence for every QKV tile, each computed
-// after its CTA's loader read y; the next writer of gu (the next layer's gate/up) waits for
-// that layer's O output, hence for every down tile, each computed after its loader read gu.
+// next layer's QKV) waits for down's y, which down writes after the gate/up counter, which
+// every CTA reaches after its O stage, whose loader waited for every head's output, which
+// each owner wrote after reading its q/k/v; the next writer of y (O) waits for every
+// head's output, hence for every QKV tile, each computed after its CTA's loader read y.
 __device__ __forceinline__ unsigned tag_of(const Params& p, unsigned epoch, int layer) {
   return 1u + (epoch * (unsigned)p.L + (unsigned)layer) % 65535u;
 }
@@ -859,10 +857,10 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
         rs = __bfloat162float(p.sin[(long long)pos * (p.D / 2) + tid]);
       }
       const unsigned tag = tag_of(p, epoch, layer);
-      // FLAGS: every stage waits on its tagged inputs instead: attention for its q/k/v
-      // words, O's and down's loaders for the attention output's and gate/up's, the norm
-      // loaders for h's and y's.
-      if (g > 0 && !FLAGS) {  // wait for the previous stage, everywhere
+      // FLAGS: the stages whose inputs are tagged wait on the data (all but down: gate/up's
+      // counter); attention for its q/k/v words, O's loader for the attention output's, the
+      // norm loaders for h's and y's.
+      if (g > 0 && !(FLAGS && s != 4)) {  // wait for the previous stage, everywhere
         if (tid == 0)
           while (ld_acquire(counter(p, g - 1)) < (unsigned)G) {
           }  // (a nanosleep between polls measured no different, run 14)
@@ -892,12 +890,8 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
                              : s == 3 ? make_uint3(tag, y_tag(p, epoch, layer, 0), tag)
                                       : make_uint3(tag_of(p, epoch, layer - 1), y_tag(p, epoch, layer - 1, 1), tag);
           stage_normed(p, src, embed ? nullptr : p.y, !embed, gv, out, tags, sh);
-        } else {  // O reads the attention output, down gate/up's SwiGLU products
-          const bf16* in = s == 2 ? p.attn : p.gu;
-          const int k = s == 2 ? p.NQ * p.D : p.I;
-          if (FLAGS) stage_tagged(reinterpret_cast<const unsigned*>(in), k, tag, sh);
-          else stage_plain(in, k, sh);
-        }
+        } else if (s == 2 && FLAGS) stage_tagged(reinterpret_cast<const unsigned*>(p.attn), p.NQ * p.D, tag, sh);
+        else stage_plain(s == 2 ? p.attn : p.gu, s == 2 ? p.NQ * p.D : p.I, sh);  // down: gate/up's SwiGLU products
 #pragma unroll
         for (int i = 0; i < XCH; ++i)  // this warp's slice, unpacked to fp32 for the whole stage
           xf[i] = unpack(sl.valid >> i & 1 ? reinterpret_cast<const uint4*>(sh.xs)[sl.part * sl.cpp + lane + 32 * i]
@@ -906,10 +900,10 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
         // Row r's value y (rounded to bf16) goes to the stage's output.
         // (O, down: y, which the next norm stage adds to h.)
         bf16* const out = head ? p.logits : s == 0 ? p.qkv : s == 3 ? p.gu : p.y;
-        // FLAGS: q/k/v, gu and y are tagged words (O and down's y tagged apart: y is written twice a layer).
+        // FLAGS: q/k/v and y are tagged words (O and down's y tagged apart: y is written twice a layer).
         unsigned* const out_w = reinterpret_cast<unsigned*>(out);
-        const unsigned out_tag = s == 0 || s == 3 ? tag : y_tag(p, epoch, layer, s == 4);  // qkv, gu: once a layer
-        const bool tagged_out = FLAGS && !head;
+        const unsigned out_tag = s == 0 ? tag : y_tag(p, epoch, layer, s == 4);  // qkv: once a layer
+        const bool tagged_out = FLAGS && !head && s != 3;
         auto emit = [&](int r, float v) {
           const float y = bf(v);
           if (tagged_out) st_volatile(out_w + r, tagged(out_tag, y));
@@ -973,8 +967,8 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
           // them at every tile behind a shared-memory fence, which also waited for that
           // warp's global stores: down took 1.24 us per tile against gate/up's 0.85.)
           // Gate/up pairs each gate row's sum with its up row's the same way (a CTA's ~16
-          // tiles of a Llama-3.2-1B layer in one batch at its end: down needs every product
-          // anyway, so only the last CTA's batch is on the step's path).
+          // tiles of a Llama-3.2-1B layer in one batch at its end, before its release: down
+          // waits for every product anyway).
           if ((parts > 1 || st.up) && (last % MAXPT == MAXPT - 1 || t + TPI * G >= ntiles)) {
             consumers_sync();
             const int nb = last % MAXPT + 1, t0 = b + (last - nb + 1) * G;
@@ -1000,10 +994,10 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
     if (tr && work) { tr[6] = now_ns(); tr[5] = sh.wait_cycles; tr[7] = clock64() - t_ready; }
     // Signal: this CTA's part of stage g is done (stores first). The barrier stays with
     // FLAGS too (the next stage's loader rewrites sh.xs, which a slower warp may still be
-    // reading), but no stage waits for a counter then: no release.
+    // reading), but only down waits for a counter (gate/up's): no release elsewhere.
     if (!head) {
       consumers_sync();
-      if (tid == 0 && !FLAGS)
+      if (tid == 0 && !(FLAGS && s != 3))
         asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter(p, g)) : "memory");
     }
     if (tr) { tr[2] = now_ns(); tr[3] = smid(); }
