@@ -17,6 +17,8 @@ from collections.abc import Iterator
 import pytest
 import torch
 
+from perfdoctor.engine.quant import quantize_int8
+
 CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if CUDA else "cpu"
 KERNELS = ["_common", "norm_qkv_rope", "decode_attention", "gemv_residual", "norm_gate_up", "norm_lm_head_argmax"]
@@ -107,26 +109,38 @@ def _linear_ref(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return (w.float() @ x.float()).to(x.dtype)
 
 
+def _kernel_weight(w: torch.Tensor, int8: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """(what the kernel reads, its row scales, the matrix the reference applies): `w` itself,
+    or its int8 rows with their scales, referenced by the dequantised matrix in fp32."""
+    if not int8:
+        return w, None, w
+    q = quantize_int8(w)
+    return q.q, q.scale, q.dequantized(torch.float32)
+
+
 # ---- norm_qkv_rope ------------------------------------------------------------------------
 
 QKV_CASES = [
-    # hidden, q_heads, kv_heads, head_dim, pairs, block_k, dtype, from_embed, round_twice
-    pytest.param(64, 4, 2, 16, 8, 32, torch.bfloat16, False, False, id="tiny-bf16"),
-    pytest.param(40, 6, 2, 8, 2, 16, torch.float32, True, True, id="odd-hidden-fp32-embed"),
-    pytest.param(96, 2, 1, 32, 4, 64, torch.bfloat16, True, True, id="odd-tiles-bf16-embed"),
-    pytest.param(2048, 32, 8, 64, 8, 256, torch.bfloat16, False, False, id="llama-1b", marks=[gpu, needs_cuda]),
-    pytest.param(2048, 32, 8, 64, 8, 256, torch.bfloat16, True, True, id="llama-1b-embed", marks=[gpu, needs_cuda]),
+    # hidden, q_heads, kv_heads, head_dim, pairs, block_k, dtype, from_embed, round_twice, int8
+    pytest.param(64, 4, 2, 16, 8, 32, torch.bfloat16, False, False, False, id="tiny-bf16"),
+    pytest.param(40, 6, 2, 8, 2, 16, torch.float32, True, True, False, id="odd-hidden-fp32-embed"),
+    pytest.param(96, 2, 1, 32, 4, 64, torch.bfloat16, True, True, False, id="odd-tiles-bf16-embed"),
+    pytest.param(64, 4, 2, 16, 4, 64, torch.float32, True, False, True, id="tiny-fp32-int8"),
+    pytest.param(40, 6, 2, 8, 2, 32, torch.bfloat16, False, True, True, id="odd-hidden-bf16-int8"),
+    pytest.param(2048, 32, 8, 64, 8, 256, torch.bfloat16, False, False, False, id="llama-1b", marks=[gpu, needs_cuda]),
+    pytest.param(2048, 32, 8, 64, 8, 256, torch.bfloat16, True, True, False, id="llama-1b-embed", marks=[gpu, needs_cuda]),
+    pytest.param(2048, 32, 8, 64, 4, 512, torch.bfloat16, True, False, True, id="llama-1b-int8", marks=[gpu, needs_cuda]),
 ]
 
 
-@pytest.mark.parametrize("hidden,nq,nkv,d,pairs,block_k,dtype,from_embed,round_twice", QKV_CASES)
-def test_norm_qkv_rope(hidden, nq, nkv, d, pairs, block_k, dtype, from_embed, round_twice):
+@pytest.mark.parametrize("hidden,nq,nkv,d,pairs,block_k,dtype,from_embed,round_twice,int8", QKV_CASES)
+def test_norm_qkv_rope(hidden, nq, nkv, d, pairs, block_k, dtype, from_embed, round_twice, int8):
     max_seq, vocab, eps = 37, 50, 1e-5
     half = d // 2
     for pos_value in (0, 11, max_seq - 1):
         x = _rand(hidden, dtype=dtype)
         g = _rand(hidden, dtype=dtype, scale=0.3) + 1
-        w = _rand((nq + 2 * nkv) * d, hidden, dtype=dtype, scale=hidden**-0.5)
+        w, scale, w_ref = _kernel_weight(_rand((nq + 2 * nkv) * d, hidden, dtype=dtype, scale=hidden**-0.5), int8)
         angles = torch.rand(max_seq, half, device=DEVICE) * 6
         cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)
         k_cache = _rand(nkv, max_seq, d, dtype=dtype)
@@ -147,10 +161,11 @@ def test_norm_qkv_rope(hidden, nq, nkv, d, pairs, block_k, dtype, from_embed, ro
 
         K_QKV.norm_qkv_rope(
             x, g, w, cos, sin, pos, q, k_cache, v_cache,
-            q_heads=nq, kv_heads=nkv, eps=eps, round_twice=round_twice, pairs=pairs, block_k=block_k, **extra,
+            q_heads=nq, kv_heads=nkv, eps=eps, scale=scale, round_twice=round_twice, pairs=pairs, block_k=block_k,
+            **extra,
         )
 
-        qkv = _linear_ref(_rms_norm_ref(src, g, eps, round_twice), w).view(nq + 2 * nkv, d)
+        qkv = _linear_ref(_rms_norm_ref(src, g, eps, round_twice), w_ref).view(nq + 2 * nkv, d)
         # The eager model's RoPE: x * cos + rotate_half(x) * sin, in the activation dtype.
         c = torch.cat([cos[pos_value], cos[pos_value]])
         s = torch.cat([sin[pos_value], sin[pos_value]])
@@ -205,51 +220,60 @@ def test_decode_attention(nkv, group, d, max_seq, block_s, dtype):
 # ---- gemv_residual ------------------------------------------------------------------------
 
 GEMV_CASES = [
-    # n, k, block_n, block_k, dtype
-    pytest.param(24, 64, 8, 32, torch.float32, id="tiny-fp32"),
-    pytest.param(13, 50, 4, 16, torch.bfloat16, id="odd-bf16"),
-    pytest.param(2048, 2048, 8, 512, torch.bfloat16, id="llama-1b-o", marks=[gpu, needs_cuda]),
-    pytest.param(2048, 8192, 8, 512, torch.bfloat16, id="llama-1b-down", marks=[gpu, needs_cuda]),
+    # n, k, block_n, block_k, dtype, int8
+    pytest.param(24, 64, 8, 32, torch.float32, False, id="tiny-fp32"),
+    pytest.param(13, 50, 4, 16, torch.bfloat16, False, id="odd-bf16"),
+    pytest.param(24, 64, 8, 64, torch.float32, True, id="tiny-fp32-int8"),
+    pytest.param(13, 50, 4, 32, torch.bfloat16, True, id="odd-bf16-int8"),
+    pytest.param(2048, 2048, 8, 512, torch.bfloat16, False, id="llama-1b-o", marks=[gpu, needs_cuda]),
+    pytest.param(2048, 8192, 8, 512, torch.bfloat16, False, id="llama-1b-down", marks=[gpu, needs_cuda]),
+    pytest.param(2048, 2048, 4, 1024, torch.bfloat16, True, id="llama-1b-o-int8", marks=[gpu, needs_cuda]),
+    pytest.param(2048, 8192, 4, 1024, torch.bfloat16, True, id="llama-1b-down-int8", marks=[gpu, needs_cuda]),
 ]
 
 
-@pytest.mark.parametrize("n,k,block_n,block_k,dtype", GEMV_CASES)
-def test_gemv_residual(n, k, block_n, block_k, dtype):
+@pytest.mark.parametrize("n,k,block_n,block_k,dtype,int8", GEMV_CASES)
+def test_gemv_residual(n, k, block_n, block_k, dtype, int8):
     for _ in range(2):
         x = _rand(k, dtype=dtype)
-        w = _rand(n, k, dtype=dtype, scale=k**-0.5)
+        w, scale, w_ref = _kernel_weight(_rand(n, k, dtype=dtype, scale=k**-0.5), int8)
         resid = _rand(n, dtype=dtype)
-        want = (resid.float() + _linear_ref(x, w).float()).to(dtype)
+        want = (resid.float() + _linear_ref(x, w_ref).float()).to(dtype)
         out = _poisoned(n, dtype=dtype)
-        K_GEMV.gemv_residual(x, w, resid, out, block_n=block_n, block_k=block_k)
+        K_GEMV.gemv_residual(x, w, resid, out, scale=scale, block_n=block_n, block_k=block_k)
         assert not out.isnan().any()
         torch.testing.assert_close(out.float(), want.float(), **_tol(dtype, want.float()))
-        K_GEMV.gemv_residual(x, w, resid, block_n=block_n, block_k=block_k)  # in place
+        K_GEMV.gemv_residual(x, w, resid, scale=scale, block_n=block_n, block_k=block_k)  # in place
         assert torch.equal(resid, out), "in-place update differs from the out-of-place one"
 
 
 # ---- norm_gate_up -------------------------------------------------------------------------
 
 MLP_CASES = [
-    # intermediate, hidden, block_n, block_k, dtype, round_twice
-    pytest.param(32, 64, 8, 32, torch.float32, False, id="tiny-fp32"),
-    pytest.param(21, 40, 4, 16, torch.bfloat16, True, id="odd-bf16"),
-    pytest.param(8192, 2048, 8, 512, torch.bfloat16, False, id="llama-1b", marks=[gpu, needs_cuda]),
+    # intermediate, hidden, block_n, block_k, dtype, round_twice, int8
+    pytest.param(32, 64, 8, 32, torch.float32, False, False, id="tiny-fp32"),
+    pytest.param(21, 40, 4, 16, torch.bfloat16, True, False, id="odd-bf16"),
+    pytest.param(32, 64, 8, 64, torch.float32, False, True, id="tiny-fp32-int8"),
+    pytest.param(21, 40, 4, 32, torch.bfloat16, True, True, id="odd-bf16-int8"),
+    pytest.param(8192, 2048, 8, 512, torch.bfloat16, False, False, id="llama-1b", marks=[gpu, needs_cuda]),
+    pytest.param(8192, 2048, 16, 512, torch.bfloat16, False, True, id="llama-1b-int8", marks=[gpu, needs_cuda]),
 ]
 
 
-@pytest.mark.parametrize("inter,hidden,block_n,block_k,dtype,round_twice", MLP_CASES)
-def test_norm_gate_up(inter, hidden, block_n, block_k, dtype, round_twice):
+@pytest.mark.parametrize("inter,hidden,block_n,block_k,dtype,round_twice,int8", MLP_CASES)
+def test_norm_gate_up(inter, hidden, block_n, block_k, dtype, round_twice, int8):
     eps = 1e-5
     for _ in range(2):
         x = _rand(hidden, dtype=dtype, scale=3.0)
         g = _rand(hidden, dtype=dtype, scale=0.3) + 1
         w13 = _rand(2 * inter, hidden, dtype=dtype, scale=hidden**-0.5)
+        wg, sg, wg_ref = _kernel_weight(w13[:inter], int8)
+        wu, su, wu_ref = _kernel_weight(w13[inter:], int8)
         out = _poisoned(inter, dtype=dtype)
-        K_MLP.norm_gate_up(x, g, w13[:inter], w13[inter:], out, eps=eps, round_twice=round_twice,
+        K_MLP.norm_gate_up(x, g, wg, wu, out, eps=eps, scale_gate=sg, scale_up=su, round_twice=round_twice,
                            block_n=block_n, block_k=block_k)
         n = _rms_norm_ref(x, g, eps, round_twice)
-        gate, up = _linear_ref(n, w13[:inter]), _linear_ref(n, w13[inter:])
+        gate, up = _linear_ref(n, wg_ref), _linear_ref(n, wu_ref)
         want = torch.nn.functional.silu(gate) * up
         assert not out.isnan().any()
         torch.testing.assert_close(out.float(), want.float(), **_tol(dtype, want.float()))
@@ -258,15 +282,18 @@ def test_norm_gate_up(inter, hidden, block_n, block_k, dtype, round_twice):
 # ---- norm_lm_head_argmax ------------------------------------------------------------------
 
 HEAD_CASES = [
-    # vocab, hidden, block_n, dtype
-    pytest.param(256, 64, 16, torch.float32, id="tiny-fp32"),
-    pytest.param(250, 40, 8, torch.bfloat16, id="odd-bf16"),
-    pytest.param(128256, 2048, 16, torch.bfloat16, id="llama-1b", marks=[gpu, needs_cuda]),
+    # vocab, hidden, block_n, dtype, int8
+    pytest.param(256, 64, 16, torch.float32, False, id="tiny-fp32"),
+    pytest.param(250, 40, 8, torch.bfloat16, False, id="odd-bf16"),
+    pytest.param(256, 64, 16, torch.float32, True, id="tiny-fp32-int8"),
+    pytest.param(250, 40, 8, torch.bfloat16, True, id="odd-bf16-int8"),
+    pytest.param(128256, 2048, 16, torch.bfloat16, False, id="llama-1b", marks=[gpu, needs_cuda]),
+    pytest.param(128256, 2048, 32, torch.bfloat16, True, id="llama-1b-int8", marks=[gpu, needs_cuda]),
 ]
 
 
-@pytest.mark.parametrize("vocab,hidden,block_n,dtype", HEAD_CASES)
-def test_norm_lm_head_argmax(vocab, hidden, block_n, dtype):
+@pytest.mark.parametrize("vocab,hidden,block_n,dtype,int8", HEAD_CASES)
+def test_norm_lm_head_argmax(vocab, hidden, block_n, dtype, int8):
     eps = 1e-5
     ws = K_HEAD.argmax_workspace(vocab, DEVICE, block_n=block_n)
     for trial in range(3):
@@ -276,10 +303,11 @@ def test_norm_lm_head_argmax(vocab, hidden, block_n, dtype):
         if trial == 2:
             # A tie across blocks: the lowest index must win, as with torch.argmax.
             w[vocab - 2] = w[vocab // 3] = w.abs().max(dim=0).values * torch.sign(_rms_norm_ref(x, g, eps, False))
+        w, scale, w_ref = _kernel_weight(w, int8)  # tied rows stay tied: same q, same scale
         logits = _poisoned(vocab, dtype=dtype)
         token = torch.full((1,), -1, dtype=torch.long, device=DEVICE)
-        K_HEAD.norm_lm_head_argmax(x, g, w, logits, token, ws, eps=eps)
-        want = _linear_ref(_rms_norm_ref(x, g, eps, False), w)
+        K_HEAD.norm_lm_head_argmax(x, g, w, logits, token, ws, eps=eps, scale=scale)
+        want = _linear_ref(_rms_norm_ref(x, g, eps, False), w_ref)
         assert not logits.isnan().any()
         torch.testing.assert_close(logits.float(), want.float(), **_tol(dtype, want.float()))
         # The argmax is exact over the kernel's own logits, ties to the lowest index.

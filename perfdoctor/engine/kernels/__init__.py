@@ -20,6 +20,11 @@ graph and replayed at every position (see `perfdoctor.engine.fused`).
 which Triton does not expose to a persistent kernel) runs the same operations, with the
 same rounding, as one persistent kernel per step (see `perfdoctor.engine.megakernel`).
 
+The four weight-reading kernels also take int8 weights with one fp32 scale per row (the
+`fused-int8` variant, `perfdoctor.engine.quant`): the integers are converted in registers
+(`_common.weights_f32`) and accumulated as they are, and each row's sum is multiplied by
+its scale (`_common.row_sums`). Without a scale the code is the bf16 kernels' unchanged.
+
 Each module imports triton at import time; import them only where triton is available
 (`perfdoctor.engine` itself never imports this package eagerly).
 

@@ -1,9 +1,18 @@
-"""Small `@triton.jit` helpers shared by the fused kernels (inlined into each caller)."""
+"""Small `@triton.jit` helpers shared by the fused kernels (inlined into each caller), and
+the launchers' check of int8 weights' scales."""
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
+
+
+def check_scale(w: torch.Tensor, scale: torch.Tensor | None) -> None:
+    """int8 weights come with one fp32 scale per row (`perfdoctor.engine.quant`), others
+    with none."""
+    assert (scale is not None) == (w.dtype == torch.int8), "int8 weights need their row scales, and only they"
+    assert scale is None or (scale.shape == w.shape[:1] and scale.dtype == torch.float32 and scale.is_contiguous())
 
 
 @triton.jit
@@ -27,6 +36,32 @@ def load_rows(w_ptr, rows, row_mask, cols, col_mask, K, EVEN: tl.constexpr):
         return tl.load(ptrs)
     else:
         return tl.load(ptrs, mask=row_mask[:, None] & col_mask[None, :], other=0.0)
+
+
+@triton.jit
+def weights_f32(w):
+    """A loaded weight tile in fp32: a cast, or for int8 the exponent trick below. The
+    kernels convert where they multiply, after all of an iteration's loads."""
+    if w.dtype == tl.int8:
+        # int8 -> fp32 exactly without a conversion instruction: the bits 0x4B000080 + q
+        # are the float 2^23 + 128 + q (q + 128 fills the mantissa's low byte), so
+        # subtracting 2^23 + 128 leaves q. An integer and a float add per value instead of
+        # an I2F (`cvt.rn.f32.s16`, a quarter of the integer pipe's rate on sm_90), which at
+        # int8's values per byte would take about as long as the bytes take to arrive.
+        return (w.to(tl.int32) + 0x4B000080).to(tl.float32, bitcast=True) - 8388736.0
+    return w.to(tl.float32)
+
+
+@triton.jit
+def row_sums(acc, scale_ptr, rows, row_mask):
+    """The rows' dot products from a [rows, BLOCK_K] fp32 accumulator. With int8 weights
+    (a scale pointer, not None) each sum is multiplied by its row's scale: the integers
+    were accumulated as they are, so dequantisation costs one multiply per row, not per
+    weight. With scale_ptr None (bf16 weights) the branch is not compiled at all."""
+    y = tl.sum(acc, axis=1)
+    if scale_ptr is not None:
+        y = y * tl.load(scale_ptr + rows, mask=row_mask, other=0.0)
+    return y
 
 
 @triton.jit

@@ -1,8 +1,8 @@
 """Matrix-vector product + residual add: h <- h + W x (the O and the down projection).
 
-Fuses: the batch-1 projection (bf16 weights, fp32 accumulation) with the residual add that
-follows it, updating the residual stream in place (each element is read and written by
-the block that owns its row, so in-place is safe).
+Fuses: the batch-1 projection (bf16 or int8 weights, fp32 accumulation) with the residual
+add that follows it, updating the residual stream in place (each element is read and
+written by the block that owns its row, so in-place is safe).
 
 Work split: a block owns BLOCK_N rows and walks K in BLOCK_K-wide tiles, keeping a 2-D fp32
 accumulator so each loop iteration is independent 16-byte loads and FMAs; the row sum
@@ -12,7 +12,8 @@ Llama-3.2-1B: O projection (2048 x 2048, 8.4 MB) and down projection (2048 x 819
 (40 % of peak DRAM bandwidth: too small to hide ramp-up and tail), down 10.3 us (68 %).
 
 Per call ([N, K] weights, 2 bytes each): bytes read = 2 N K + 2 K + 2 N, written 2 N;
-FLOPs = 2 N K.
+FLOPs = 2 N K. With int8 weights (`fused-int8`, see `perfdoctor.engine.quant`): N K + 4 N
+(the row scales) instead of 2 N K; not yet measured.
 """
 
 from __future__ import annotations
@@ -21,12 +22,18 @@ import torch
 import triton
 import triton.language as tl
 
-from perfdoctor.engine.kernels._common import load_1d, load_rows
+from perfdoctor.engine.kernels._common import (
+    check_scale,
+    load_1d,
+    load_rows,
+    row_sums,
+    weights_f32,
+)
 
 
 @triton.jit
 def _gemv_residual_kernel(
-    x_ptr, w_ptr, resid_ptr, out_ptr, N,
+    x_ptr, w_ptr, scale_ptr, resid_ptr, out_ptr, N,
     K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_N: tl.constexpr,
     STAGES: tl.constexpr,
 ):
@@ -40,9 +47,10 @@ def _gemv_residual_kernel(
         cmask = cols < K
         x = load_1d(x_ptr, cols, cmask, EVEN_K).to(tl.float32)
         w = load_rows(w_ptr, rows, rmask, cols, cmask, K, EVEN_N and EVEN_K)
-        acc += w.to(tl.float32) * x[None, :]
+        acc += weights_f32(w) * x[None, :]
     act = out_ptr.dtype.element_ty
-    y = tl.sum(acc, axis=1).to(act).to(tl.float32)  # eager rounds the projection output
+    # Eager rounds the projection output.
+    y = row_sums(acc, scale_ptr, rows, rmask).to(act).to(tl.float32)
     r = tl.load(resid_ptr + rows, mask=rmask, other=0.0).to(tl.float32)
     tl.store(out_ptr + rows, (r + y).to(act), mask=rmask)
 
@@ -53,6 +61,7 @@ def gemv_residual(
     resid: torch.Tensor,
     out: torch.Tensor | None = None,
     *,
+    scale: torch.Tensor | None = None,
     block_n: int = 8,
     block_k: int = 512,
     num_stages: int = 3,
@@ -60,13 +69,15 @@ def gemv_residual(
 ) -> torch.Tensor:
     """out <- resid + w @ x, rounded to out's dtype. x: [K]; w: [N, K]; resid, out: [N].
 
-    `out` defaults to `resid` (in-place update of the residual stream).
+    `out` defaults to `resid` (in-place update of the residual stream). int8 `w` takes its
+    row scales [N] fp32 (`quant.Int8Rows`): then w @ x means scale * (w @ x).
     """
     N, K = w.shape
+    check_scale(w, scale)
     out = resid if out is None else out
     block_k = min(block_k, triton.next_power_of_2(K))
     _gemv_residual_kernel[(triton.cdiv(N, block_n),)](
-        x, w, resid, out, N,
+        x, w, scale, resid, out, N,
         K=K, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_N=N % block_n == 0,
         STAGES=num_stages, num_warps=num_warps,
     )

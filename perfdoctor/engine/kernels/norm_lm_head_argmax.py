@@ -14,7 +14,8 @@ Llama-3.2-1B with 32 rows per block (4008 blocks): 127.5 us on an H200, 86 % of 
 bandwidth (the one matrix big enough to amortise ramp-up and tail).
 
 Per call ([V, K] weights, 2 bytes each): bytes read = 2 V K + 4 K; written 2 V (logits);
-FLOPs = 2 V K.
+FLOPs = 2 V K. With int8 weights (`fused-int8`): V K + 4 V (the row scales) instead of
+2 V K; not yet measured.
 """
 
 from __future__ import annotations
@@ -25,12 +26,20 @@ import torch
 import triton
 import triton.language as tl
 
-from perfdoctor.engine.kernels._common import argmax_of_partials, load_rows, rms_inv_std, rms_normed
+from perfdoctor.engine.kernels._common import (
+    argmax_of_partials,
+    check_scale,
+    load_rows,
+    rms_inv_std,
+    rms_normed,
+    row_sums,
+    weights_f32,
+)
 
 
 @triton.jit
 def _norm_lm_head_argmax_kernel(
-    x_ptr, norm_ptr, w_ptr, logits_ptr, part_val_ptr, part_idx_ptr, counter_ptr, token_ptr,
+    x_ptr, norm_ptr, w_ptr, scale_ptr, logits_ptr, part_val_ptr, part_idx_ptr, counter_ptr, token_ptr,
     N, eps,
     K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_N: tl.constexpr,
     NBLOCKS: tl.constexpr, REDUCE: tl.constexpr, ROUND_TWICE: tl.constexpr,
@@ -49,8 +58,8 @@ def _norm_lm_head_argmax_kernel(
         cmask = cols < K
         xn = rms_normed(x_ptr, norm_ptr, cols, cmask, inv_std, EVEN_K, ROUND_TWICE)
         w = load_rows(w_ptr, rows, rmask, cols, cmask, K, EVEN_N and EVEN_K)
-        acc += w.to(tl.float32) * xn[None, :]
-    logits = tl.sum(acc, axis=1).to(logits_ptr.dtype.element_ty)
+        acc += weights_f32(w) * xn[None, :]
+    logits = row_sums(acc, scale_ptr, rows, rmask).to(logits_ptr.dtype.element_ty)
     tl.store(logits_ptr + rows, logits, mask=rmask)
 
     logits = tl.where(rmask, logits.to(tl.float32), float("-inf"))
@@ -97,6 +106,7 @@ def norm_lm_head_argmax(
     ws: ArgmaxWorkspace,
     *,
     eps: float,
+    scale: torch.Tensor | None = None,
     round_twice: bool = False,
     block_k: int = 512,
     num_stages: int = 3,
@@ -106,14 +116,16 @@ def norm_lm_head_argmax(
     token <- argmax(logits).
 
     x: [K]; w: [V, K] row-major; logits: [V]; token: 1-element int tensor on the device.
-    round_twice: see `_common.rms_normed`.
+    int8 `w` takes its row scales [V] fp32 (`quant.Int8Rows`). round_twice: see
+    `_common.rms_normed`.
     """
     N, K = w.shape
     assert w.is_contiguous()
+    check_scale(w, scale)
     nblocks = triton.cdiv(N, ws.block_n)
     assert ws.val.numel() == nblocks, "workspace sized for another vocabulary"
     _norm_lm_head_argmax_kernel[(nblocks,)](
-        x, norm_weight, w, logits, ws.val, ws.idx, ws.counter, token, N, eps,
+        x, norm_weight, w, scale, logits, ws.val, ws.idx, ws.counter, token, N, eps,
         K=K, BLOCK_N=ws.block_n, BLOCK_K=min(block_k, triton.next_power_of_2(K)),
         EVEN_N=N % ws.block_n == 0, NBLOCKS=nblocks, REDUCE=min(1024, triton.next_power_of_2(nblocks)),
         ROUND_TWICE=round_twice, STAGES=num_stages, num_warps=num_warps,

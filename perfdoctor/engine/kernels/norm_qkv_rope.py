@@ -13,7 +13,8 @@ PAIRS = 4 gives 48 heads * 32/4 = 384 blocks for 132 SMs; measured on an H200: 6
 
 Per call (hidden K, heads H = q_heads + 2 kv_heads, head_dim D, 2-byte weights):
 bytes read = 2 * H * D * K (12.6 MB for Llama-3.2-1B) + 4 K (x, gain); written 2 H D;
-FLOPs = 2 * H * D * K (12.6 MFLOP).
+FLOPs = 2 * H * D * K (12.6 MFLOP). With int8 weights (`fused-int8`): H D K + 4 H D (the
+row scales) instead of 2 H D K; not yet measured.
 """
 
 from __future__ import annotations
@@ -22,13 +23,21 @@ import torch
 import triton
 import triton.language as tl
 
-from perfdoctor.engine.kernels._common import load_rows, rms_inv_std, rms_normed, rope_pair
+from perfdoctor.engine.kernels._common import (
+    check_scale,
+    load_rows,
+    rms_inv_std,
+    rms_normed,
+    rope_pair,
+    row_sums,
+    weights_f32,
+)
 
 
 @triton.jit
 def _norm_qkv_rope_kernel(
     x_ptr, token_ptr, embed_ptr,
-    norm_ptr, w_ptr, cos_ptr, sin_ptr, pos_ptr,
+    norm_ptr, w_ptr, scale_ptr, cos_ptr, sin_ptr, pos_ptr,
     q_out_ptr, k_cache_ptr, v_cache_ptr, stride_cache_head, stride_cache_pos,
     eps,
     K: tl.constexpr, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr,
@@ -60,8 +69,8 @@ def _norm_qkv_rope_kernel(
         xn = rms_normed(src_ptr, norm_ptr, cols, cmask, inv_std, EVEN, ROUND_TWICE)
         w_lo = load_rows(w_ptr, rows_lo, all_rows, cols, cmask, K, EVEN)
         w_hi = load_rows(w_ptr, rows_hi, all_rows, cols, cmask, K, EVEN)
-        acc_lo += w_lo.to(tl.float32) * xn[None, :]
-        acc_hi += w_hi.to(tl.float32) * xn[None, :]
+        acc_lo += weights_f32(w_lo) * xn[None, :]
+        acc_hi += weights_f32(w_hi) * xn[None, :]
 
     if FROM_EMBED:  # noqa: SIM102 (compile-time branch around a run-time one)
         # The residual stream starts as the embedding row; block 0 copies it into x.
@@ -73,8 +82,8 @@ def _norm_qkv_rope_kernel(
 
     act = q_out_ptr.dtype.element_ty
     # Round where the eager model does: the projection output, each RoPE product, the sum.
-    a = tl.sum(acc_lo, axis=1).to(act).to(tl.float32)
-    b = tl.sum(acc_hi, axis=1).to(act).to(tl.float32)
+    a = row_sums(acc_lo, scale_ptr, rows_lo, all_rows).to(act).to(tl.float32)
+    b = row_sums(acc_hi, scale_ptr, rows_hi, all_rows).to(act).to(tl.float32)
     pos = tl.load(pos_ptr)
     if head < NQ + NKV:  # q and k heads rotate; v heads do not
         c = tl.load(cos_ptr + pos * HALF + j).to(tl.float32)
@@ -107,6 +116,7 @@ def norm_qkv_rope(
     q_heads: int,
     kv_heads: int,
     eps: float,
+    scale: torch.Tensor | None = None,
     token: torch.Tensor | None = None,
     embed: torch.Tensor | None = None,
     round_twice: bool = False,
@@ -118,7 +128,8 @@ def norm_qkv_rope(
     """q_out <- RoPE(Wq n); k_cache[:, pos] <- RoPE(Wk n); v_cache[:, pos] <- Wv n,
     with n = RMSNorm(x) * norm_weight.
 
-    x: [K] activations. With `token` and `embed` given, the input is embed[token] instead
+    x: [K] activations. int8 `w_qkv` takes its row scales [(q_heads + 2 kv_heads) D] fp32
+    (`quant.Int8Rows`). With `token` and `embed` given, the input is embed[token] instead
     and x receives a copy of that row (it becomes the residual stream). w_qkv:
     [(q_heads + 2 kv_heads) * D, K]. cos, sin: [max_seq, D/2] (one copy of each frequency).
     pos: 1-element int tensor on the device. k_cache, v_cache: [kv_heads, max_seq, D], last
@@ -130,6 +141,7 @@ def norm_qkv_rope(
     assert head_dim % 2 == 0 and cos.shape[-1] == half and cos.is_contiguous() and sin.is_contiguous()
     assert k_cache.stride() == v_cache.stride() and k_cache.stride(-1) == 1
     assert w_qkv.shape == ((q_heads + 2 * kv_heads) * head_dim, K) and w_qkv.is_contiguous()
+    check_scale(w_qkv, scale)
     pairs = min(pairs, half)
     assert half % pairs == 0 and pairs & (pairs - 1) == 0, "pairs: a power of two dividing D/2"
     from_embed = token is not None
@@ -137,7 +149,7 @@ def norm_qkv_rope(
     grid = ((q_heads + 2 * kv_heads) * (half // pairs),)
     _norm_qkv_rope_kernel[grid](
         x, token if from_embed else pos, embed if from_embed else x,
-        norm_weight, w_qkv, cos, sin, pos,
+        norm_weight, w_qkv, scale, cos, sin, pos,
         q_out, k_cache, v_cache, k_cache.stride(0), k_cache.stride(1),
         eps,
         K=K, NQ=q_heads, NKV=kv_heads, D=head_dim, PAIRS=pairs,
