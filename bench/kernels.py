@@ -1,17 +1,18 @@
 """Per-kernel timing of the fused decode step on a GPU, then the whole step.
 
-    python bench/kernels.py [--tune] [--tokens 256] [--ctx 2048]
+    python bench/kernels.py [--int8] [--tune] [--tokens 256] [--ctx 2048]
 
 For each fused kernel at Llama-3.2-1B's shapes: microseconds per call, achieved GB/s (the
 bytes it must move / time) and % of the device's peak DRAM bandwidth. A kernel is timed as
 a CUDA graph that runs it once per layer over the model's 16 different weight matrices, so
 every weight byte comes from DRAM (one matrix would sit in the 60 MB L2 after the first
 call) and the in-graph launch gaps count, as they do in the fused step. `--tune` times a
-few block shapes per kernel and marks the fastest.
+few block shapes per kernel and marks the fastest. `--int8` times the kernels of the
+`fused-int8` variant instead (int8 weights with row scales, `fused.TUNED_INT8`).
 
-Then the decode loop of the `eager`, `graph` and `fused` variants through the engine's
-`generate` (median of several runs), and the fused step replayed at the last position of
-the cache, where attention reads the whole context.
+Then the decode loop of the `eager`, `graph`, `fused` and `fused-int8` variants through the
+engine's `generate` (median of several runs), and the fused (or fused-int8) step replayed at
+the last position of the cache, where attention reads the whole context.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ from collections.abc import Callable
 import torch
 
 from perfdoctor.engine.config import LLAMA_3_2_1B
-from perfdoctor.engine.fused import TUNED, FusedKernels, fused_step
-from perfdoctor.engine.generate import generate, random_prompt
-from perfdoctor.engine.variants import eager_step, graph_step
+from perfdoctor.engine.fused import TUNED, TUNED_INT8, FusedKernels
+from perfdoctor.engine.generate import decode_bytes_per_step, generate, random_prompt
+from perfdoctor.engine.variants import VARIANTS
 from perfdoctor.engine.measure import Speed, peak_dram_bandwidth
 from perfdoctor.engine.model import Transformer
 from perfdoctor.engine.weights import random_hf_state_dict
@@ -67,7 +68,24 @@ CANDIDATES: dict[str, list[dict[str, int]]] = {
 }
 
 
-def kernel_table(k: FusedKernels, pos_value: int, tune: bool, peak: float) -> list[tuple]:
+# The same for `--int8`, besides fused.TUNED_INT8: block_k doubled with TUNED's stages
+# (twice the accumulator), and a few of the bf16 alternatives' shapes.
+CANDIDATES_INT8: dict[str, list[dict[str, int]]] = {
+    "norm_qkv_rope": [{"pairs": p, "block_k": bk, "num_stages": st} for p, bk, st in
+                      ((4, 512, 3), (4, 512, 4), (8, 256, 5), (4, 256, 7))],
+    "decode_attention": CANDIDATES["decode_attention"],
+    "o_proj": [{"block_n": bn, "block_k": bk, "num_stages": st} for bn, bk, st in
+               ((4, 1024, 3), (8, 512, 5), (4, 512, 3), (2, 1024, 3))],
+    "norm_gate_up": [{"block_n": bn, "block_k": bk, "num_stages": st, "num_warps": nw} for bn, bk, st, nw in
+                     ((16, 512, 3, 8), (8, 512, 5, 4), (16, 256, 7, 4), (32, 256, 5, 8), (16, 256, 4, 4))],
+    "down_proj": [{"block_n": bn, "block_k": bk, "num_stages": st, "num_warps": nw} for bn, bk, st, nw in
+                  ((4, 1024, 4, 4), (4, 1024, 5, 4), (8, 512, 7, 8), (4, 2048, 3, 8), (2, 1024, 5, 4))],
+    "norm_lm_head_argmax": [{"block_n": bn, "block_k": bk, "num_stages": st, "num_warps": nw} for bn, bk, st, nw in
+                            ((32, 512, 3, 8), (16, 512, 5, 4), (32, 256, 7, 4), (64, 256, 5, 8), (32, 256, 4, 4))],
+}
+
+
+def kernel_table(k: FusedKernels, pos_value: int, tune: bool, peak: float, int8: bool = False) -> list[tuple]:
     """Rows (kernel, config, us, GB/s, % of peak, is-default) for every kernel at pos_value."""
     from perfdoctor.engine.kernels.decode_attention import (
         attention_workspace,
@@ -82,6 +100,7 @@ def kernel_table(k: FusedKernels, pos_value: int, tune: bool, peak: float) -> li
     from perfdoctor.engine.kernels.norm_qkv_rope import norm_qkv_rope
 
     m, c = k.model, k.model.config
+    w_head, s_head = k.lm_head
     pos = torch.tensor([pos_value], device="cuda")
     token = torch.tensor([1], device="cuda")
     norm = {"eps": c.rms_eps, "round_twice": k.round_twice}
@@ -95,54 +114,61 @@ def kernel_table(k: FusedKernels, pos_value: int, tune: bool, peak: float) -> li
     def lm_head(cfg: dict) -> Callable[[], None]:
         cfg = dict(cfg)
         ws = argmax_workspace(c.vocab_size, "cuda", block_n=cfg.pop("block_n"))
-        return lambda: norm_lm_head_argmax(k.h, m.norm.weight, k.lm_head, k.logits, token, ws, **norm, **cfg)
+        return lambda: norm_lm_head_argmax(k.h, m.norm.weight, w_head, k.logits, token, ws, scale=s_head, **norm, **cfg)
 
-    # name -> (bytes per call, calls per step, cfg -> launcher of one step's calls)
+    def nbytes(weights: tuple[torch.Tensor, torch.Tensor | None]) -> int:
+        w, scale = weights
+        return w.numel() * w.element_size() + (0 if scale is None else scale.numel() * scale.element_size())
+
+    # name -> (weight bytes per call, calls per step, cfg -> launcher of one step's calls)
     kinds: dict[str, tuple[int, int, Callable[[dict], Callable[[], None]]]] = {
-        "norm_qkv_rope": (2 * (c.q_heads + 2 * c.kv_heads) * c.head_dim * c.hidden, c.layers, lambda cfg: lambda: [
-            norm_qkv_rope(k.h, l.attn_norm.weight, l.attn.wqkv, k.cos, k.sin, pos, k.q, l.attn.k_cache, l.attn.v_cache,
-                          q_heads=c.q_heads, kv_heads=c.kv_heads, **norm, **cfg) for l in m.layers]),
-        "decode_attention": (2 * c.kv_heads * (pos_value + 1) * c.head_dim * 2, c.layers, attention),
-        "o_proj": (2 * c.hidden * c.q_heads * c.head_dim, c.layers, lambda cfg: lambda: [
-            gemv_residual(k.attn, l.attn.wo, k.h, **cfg) for l in m.layers]),
-        "norm_gate_up": (2 * 2 * c.intermediate * c.hidden, c.layers, lambda cfg: lambda: [
-            norm_gate_up(k.h, l.mlp_norm.weight, k.w_gate[i], k.w_up[i], k.act, **norm, **cfg)
+        "norm_qkv_rope": (nbytes(k.qkv[0]), c.layers, lambda cfg: lambda: [
+            norm_qkv_rope(k.h, l.attn_norm.weight, k.qkv[i][0], k.cos, k.sin, pos, k.q, l.attn.k_cache,
+                          l.attn.v_cache, q_heads=c.q_heads, kv_heads=c.kv_heads, scale=k.qkv[i][1], **norm, **cfg)
             for i, l in enumerate(m.layers)]),
-        "down_proj": (2 * c.hidden * c.intermediate, c.layers, lambda cfg: lambda: [
-            gemv_residual(k.act, l.mlp.w2, k.h, **cfg) for l in m.layers]),
-        "norm_lm_head_argmax": (2 * c.vocab_size * c.hidden, 1, lm_head),
+        "decode_attention": (2 * c.kv_heads * (pos_value + 1) * c.head_dim * 2, c.layers, attention),
+        "o_proj": (nbytes(k.o[0]), c.layers, lambda cfg: lambda: [
+            gemv_residual(k.attn, w, k.h, scale=s, **cfg) for w, s in k.o]),
+        "norm_gate_up": (nbytes(k.gate[0]) + nbytes(k.up[0]), c.layers, lambda cfg: lambda: [
+            norm_gate_up(k.h, l.mlp_norm.weight, k.gate[i][0], k.up[i][0], k.act,
+                         scale_gate=k.gate[i][1], scale_up=k.up[i][1], **norm, **cfg)
+            for i, l in enumerate(m.layers)]),
+        "down_proj": (nbytes(k.down[0]), c.layers, lambda cfg: lambda: [
+            gemv_residual(k.act, w, k.h, scale=s, **cfg) for w, s in k.down]),
+        "norm_lm_head_argmax": (nbytes(k.lm_head), 1, lm_head),
     }
+    tuned, candidates = (TUNED_INT8, CANDIDATES_INT8) if int8 else (TUNED, CANDIDATES)
     rows = []
-    for name, (nbytes, calls, make) in kinds.items():
-        cfgs = [TUNED[name]] + ([x for x in CANDIDATES[name] if x != TUNED[name]] if tune else [])
+    for name, (nbytes_call, calls, make) in kinds.items():
+        cfgs = [tuned[name]] + ([x for x in candidates[name] if x != tuned[name]] if tune else [])
         for i, cfg in enumerate(cfgs):
             us = time_graph(make(cfg), calls)
             shown = " ".join(f"{a}={b}" for a, b in cfg.items())
-            rows.append((name, shown, us, nbytes / us / 1e3, 100 * nbytes / (us * 1e-6) / peak, i == 0, calls))
+            rows.append((name, shown, us, nbytes_call / us / 1e3, 100 * nbytes_call / (us * 1e-6) / peak, i == 0, calls))
     return rows
 
 
 def variant_speeds(model: Transformer, tokens: int, peak: float, runs: int = 3) -> list[tuple]:
     prompt = random_prompt(model.config, 16, 0)
     out = []
-    for name, factory in (("eager", eager_step), ("graph", graph_step), ("fused", fused_step)):
-        step = factory(model)
+    for name in ("eager", "graph", "fused", "fused-int8"):
+        step = VARIANTS[name](model)
         with torch.inference_mode():
             generate(model, step, prompt, 8)  # warm-up and capture
             results = [generate(model, step, prompt, tokens) for _ in range(runs)]
         r = sorted(results, key=lambda g: g.decode_s)[len(results) // 2]
         s = Speed.of(r.decode_s, r.decode_steps, r.bytes_per_step, peak)
         out.append((name, s.ms_per_token, s.tokens_per_s, s.gb_per_s, s.pct_of_peak))
-    floor_ms = 1e3 * results[0].bytes_per_step / peak
-    out.append(("floor (bytes / peak)", floor_ms, 1e3 / floor_ms, peak / 1e9, 100.0))
+    floor_ms = 1e3 * decode_bytes_per_step(model, 16 + tokens // 2) / peak  # the model's (bf16) bytes
+    out.append(("floor (bf16 bytes / peak)", floor_ms, 1e3 / floor_ms, peak / 1e9, 100.0))
     return out
 
 
-def full_context_step(model: Transformer, peak: float) -> tuple[float, float]:
-    """ms of one fused graph replay with the whole cache in use (position ctx - 1)."""
+def full_context_step(model: Transformer, peak: float, int8: bool) -> tuple[float, float]:
+    """ms of one fused (or fused-int8) graph replay with the whole cache in use (position ctx - 1)."""
     from perfdoctor.engine.graphs import GraphedStep
 
-    step = GraphedStep(FusedKernels(model))
+    step = GraphedStep(FusedKernels(model, int8=int8))
     token = torch.tensor([1], device="cuda")
     pos = torch.tensor([model.ctx - 1], device="cuda")
     with torch.inference_mode():
@@ -154,13 +180,14 @@ def full_context_step(model: Transformer, peak: float) -> tuple[float, float]:
         end.record()
         end.synchronize()
     ms = start.elapsed_time(end) / 50
-    nbytes = model.weight_bytes_per_token() + model.config.kv_bytes_per_position(2) * model.ctx
+    nbytes = step.weight_bytes + model.config.kv_bytes_per_position(2) * model.ctx
     return ms, 100 * nbytes / (ms * 1e-3) / peak
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tune", action="store_true", help="time several block shapes per kernel")
+    p.add_argument("--int8", action="store_true", help="the fused-int8 variant's kernels (int8 weights)")
     p.add_argument("--tokens", type=int, default=256)
     p.add_argument("--ctx", type=int, default=2048)
     args = p.parse_args()
@@ -176,7 +203,8 @@ def main() -> None:
     # The benchmark's mid-generation position (short context), then the full cache.
     for pos_value in sorted({16 + args.tokens // 2, args.ctx - 1}):
         with torch.inference_mode():
-            rows = kernel_table(FusedKernels(model), pos_value, args.tune and pos_value == args.ctx - 1, peak)
+            k = FusedKernels(model, int8=args.int8)
+            rows = kernel_table(k, pos_value, args.tune and pos_value == args.ctx - 1, peak, args.int8)
         print(f"\nper kernel at position {pos_value} (x{config.layers} layers except the LM head)")
         print(f"{'kernel':22s} {'config':48s} {'us':>8s} {'GB/s':>7s} {'% peak':>7s}")
         best: dict[str, float] = {}
@@ -186,10 +214,11 @@ def main() -> None:
             mark = ("*" if default else " ") + ("<" if us == best[name] else " ")
             print(f"{name:22s} {cfg:48s} {us:8.2f} {gbs:7.0f} {pct:6.1f}% {mark}")
         per_step = sum(us * calls for _, _, us, _, _, default, calls in rows if default)
-        print(f"(* = fused.TUNED, used by the fused step; < = fastest; * rows sum to {per_step / 1e3:.3f} ms/step)")
+        tuned = "fused.TUNED_INT8, used by the fused-int8 step" if args.int8 else "fused.TUNED, used by the fused step"
+        print(f"(* = {tuned}; < = fastest; * rows sum to {per_step / 1e3:.3f} ms/step)")
 
-    ms, pct = full_context_step(model, peak)
-    print(f"\nfused step replayed at position {args.ctx - 1} (full cache): {ms:.3f} ms, {pct:.1f} % of peak")
+    ms, pct = full_context_step(model, peak, args.int8)
+    print(f"\n{'fused-int8' if args.int8 else 'fused'} step replayed at position {args.ctx - 1} (full cache): {ms:.3f} ms, {pct:.1f} % of peak")
     print(f"\ndecode loop, {args.tokens} tokens from a 16-token prompt, ctx {args.ctx}, median of 3")
     print(f"{'variant':22s} {'ms/token':>9s} {'tokens/s':>9s} {'GB/s':>7s} {'% peak':>7s}")
     for name, ms, tps, gbs, pct in variant_speeds(model, args.tokens, peak):

@@ -8,8 +8,9 @@ The workload perfdoctor is proven on, small enough to read in one sitting:
 - `generate` prefill + greedy decode, each step a `perfdoctor.region("decode_step")`
              declaring its token and bytes; the step itself is passed in;
 - `variants` the decode steps by name: `eager`, `graph` (`graphs.GraphedStep`), `fused`
-             (Triton kernels in `kernels/`, see `fused`), `megakernel` (the whole step
-             as one persistent CUDA kernel, see `megakernel` and `cubin`);
+             (Triton kernels in `kernels/`, see `fused`), `fused-int8` (the same on int8
+             weights, see `quant`), `megakernel` (the whole step as one persistent CUDA
+             kernel, see `megakernel` and `cubin`);
 - `measure`  ms/token, tokens/s, GB/s against the NVML peak;
 - `hf`       transformers' LlamaForCausalLM on the same weights, the reference.
 

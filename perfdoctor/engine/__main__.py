@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> None:
     if args.tp < 1:
         raise BadInput("--tp must be at least 1")
     if args.tp > 1:
-        if args.variant == "fused":
+        if args.variant in ("fused", "fused-int8"):
             raise BadInput("--tp works with the eager and graph variants (the fused kernels assume one GPU's shapes)")
         rank, device = init_tp(args.tp, device.type)
     dtype = DTYPES[args.dtype or ("bf16" if device.type == "cuda" else "fp32")]

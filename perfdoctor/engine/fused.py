@@ -17,6 +17,11 @@ from its cache.
 Rounding follows the eager model (see the kernels' docstrings), so the greedy tokens match
 it for as long as accumulation order allows.
 
+`fused-int8` is the same step on int8 copies of every matrix the kernels read (QKV, O,
+gate/up, down, LM head; `perfdoctor.engine.quant`), quantised when the step is built: half
+the weight bytes. The model keeps its own weights, which the prefill (and the embedding
+gather of each step) still reads, so other variants can share the model.
+
 Triton is imported only when a fused step is built, so `import perfdoctor.engine` works
 without it. On a CPU the kernels only run under Triton's interpreter (TRITON_INTERPRET=1),
 which the tests use with the tiny config.
@@ -30,6 +35,7 @@ from torch import Tensor
 
 from perfdoctor.engine.config import BadInput
 from perfdoctor.engine.model import Transformer
+from perfdoctor.engine.quant import quantize_int8
 
 # Launch shapes per kernel, tuned on an H200 at Llama-3.2-1B's sizes with
 # `bench/kernels.py --tune` (see docs/kernels-notes.md for the table). block_n/pairs: rows
@@ -41,6 +47,23 @@ TUNED: dict[str, dict[str, int]] = {
     "norm_gate_up": {"block_n": 16, "block_k": 256, "num_stages": 3},
     "down_proj": {"block_n": 4, "block_k": 512, "num_stages": 4},
     "norm_lm_head_argmax": {"block_n": 32, "block_k": 256, "num_stages": 3, "num_warps": 4},
+}
+
+# Launch shapes for int8 weights: untuned guesses until the H200 run (`bench/kernels.py
+# --int8 --tune` times these first, then the alternatives in its CANDIDATES_INT8). TUNED's
+# tiles (rows x block_k) are kept, so each fp32 accumulator keeps its registers and each
+# kernel its blocks per SM (offline sm_90 build: 48-141 registers, no spills, against 62-162
+# for bf16); an int8 tile then holds half the bytes, so twice as many tiles stay in flight
+# (num_stages - 1 doubled): the bytes in flight per block are TUNED's. Doubling block_k
+# instead keeps the stages but doubles the accumulators (gate/up: 157 registers at 8 warps,
+# one block per SM).
+TUNED_INT8: dict[str, dict[str, int]] = {
+    "norm_qkv_rope": {"pairs": 4, "block_k": 256, "num_stages": 5},
+    "decode_attention": TUNED["decode_attention"],  # the KV cache stays in the model's dtype
+    "o_proj": {"block_n": 4, "block_k": 512, "num_stages": 5},
+    "norm_gate_up": {"block_n": 16, "block_k": 256, "num_stages": 5},
+    "down_proj": {"block_n": 4, "block_k": 512, "num_stages": 7},
+    "norm_lm_head_argmax": {"block_n": 32, "block_k": 256, "num_stages": 5, "num_warps": 4},
 }
 
 
@@ -59,16 +82,26 @@ def rms_norm_rounds_twice(device: torch.device, dtype: torch.dtype) -> bool:
     return twice > once
 
 
+def kernel_weight(w: Tensor, int8: bool) -> tuple[Tensor, Tensor | None]:
+    """A matrix as the kernels take it: (the model's own, no scale), or (its int8 copy, the
+    row scales)."""
+    if not int8:
+        return w, None
+    q = quantize_int8(w)
+    return q.q, q.scale
+
+
 class FusedKernels:
     """The fused decode step, `(token [1], pos [1]) -> next token [1]`, without a graph.
 
     Owns the activation buffers (the residual stream, q, the attention output, the MLP
-    activation, the logits) and the scratch of the split reductions; everything else is the
-    model's. The returned token buffer is overwritten by the next call; `logits` holds the
-    last step's logits (in the model's dtype).
+    activation, the logits) and the scratch of the split reductions; with `int8`, also the
+    int8 weights and their scales. Everything else is the model's. The returned token
+    buffer is overwritten by the next call; `logits` holds the last step's logits (in the
+    model's dtype).
     """
 
-    def __init__(self, model: Transformer, tuned: dict[str, dict[str, int]] = TUNED) -> None:
+    def __init__(self, model: Transformer, tuned: dict[str, dict[str, int]] | None = None, int8: bool = False) -> None:
         from perfdoctor.engine.kernels.decode_attention import attention_workspace
         from perfdoctor.engine.kernels.norm_lm_head_argmax import argmax_workspace
 
@@ -85,10 +118,23 @@ class FusedKernels:
         half = c.head_dim // 2  # the tables repeat each frequency; the kernel needs one copy
         self.cos = model.rope_cos[:, :half].contiguous()
         self.sin = model.rope_sin[:, :half].contiguous()
-        # Gate and up are the two halves of the model's fused w13: views, no copy.
-        self.w_gate = [layer.mlp.w13[: c.intermediate] for layer in model.layers]
-        self.w_up = [layer.mlp.w13[c.intermediate :] for layer in model.layers]
-        self.lm_head = model.embed if model.lm_head is None else model.lm_head
+        # (weights, row scales or None) per layer. Gate and up are the two halves of the
+        # model's fused w13 (in bf16: views, no copy).
+        self.qkv = [kernel_weight(layer.attn.wqkv, int8) for layer in model.layers]
+        self.o = [kernel_weight(layer.attn.wo, int8) for layer in model.layers]
+        self.gate = [kernel_weight(layer.mlp.w13[: c.intermediate], int8) for layer in model.layers]
+        self.up = [kernel_weight(layer.mlp.w13[c.intermediate :], int8) for layer in model.layers]
+        self.down = [kernel_weight(layer.mlp.w2, int8) for layer in model.layers]
+        self.lm_head = kernel_weight(model.embed if model.lm_head is None else model.lm_head, int8)
+        # The weight bytes one step reads (what `generate` declares for it): the matrices as
+        # the kernels read them, the norms, and the token's embedding row unless the LM head
+        # read is the embedding itself.
+        tensors = [t for pair in (*self.qkv, *self.o, *self.gate, *self.up, *self.down, self.lm_head) for t in pair]
+        tensors += [model.norm.weight, *(n.weight for layer in model.layers for n in (layer.attn_norm, layer.mlp_norm))]
+        if self.lm_head[0] is not model.embed:
+            tensors.append(model.embed[0])
+        self.weight_bytes = sum(t.numel() * t.element_size() for t in tensors if t is not None)
+        tuned = tuned or (TUNED_INT8 if int8 else TUNED)
         self.cfg = {name: dict(cfg) for name, cfg in tuned.items()}
         # Workspace shapes are fixed by their block sizes; the launches take the rest.
         block_s = self.cfg["decode_attention"].pop("block_s")
@@ -108,19 +154,24 @@ class FusedKernels:
         norm = {"eps": c.rms_eps, "round_twice": self.round_twice}
         for i, layer in enumerate(m.layers):
             a = layer.attn
+            (wqkv, s_qkv), (wo, s_o), (wg, s_g), (wu, s_u), (w2, s_2) = (
+                self.qkv[i], self.o[i], self.gate[i], self.up[i], self.down[i]
+            )
             # Layer 0 gathers the token's embedding row itself and seeds the residual h.
             first = {"token": token, "embed": m.embed} if i == 0 else {}
             norm_qkv_rope(
-                self.h, layer.attn_norm.weight, a.wqkv, self.cos, self.sin, pos, self.q, a.k_cache, a.v_cache,
-                q_heads=c.q_heads, kv_heads=c.kv_heads, **first, **norm, **cfg["norm_qkv_rope"],
+                self.h, layer.attn_norm.weight, wqkv, self.cos, self.sin, pos, self.q, a.k_cache, a.v_cache,
+                q_heads=c.q_heads, kv_heads=c.kv_heads, scale=s_qkv, **first, **norm, **cfg["norm_qkv_rope"],
             )
             decode_attention(self.q, a.k_cache, a.v_cache, pos, self.attn, self.attn_ws, **cfg["decode_attention"])
-            gemv_residual(self.attn, a.wo, self.h, **cfg["o_proj"])
-            norm_gate_up(self.h, layer.mlp_norm.weight, self.w_gate[i], self.w_up[i], self.act, **norm, **cfg["norm_gate_up"])
-            gemv_residual(self.act, layer.mlp.w2, self.h, **cfg["down_proj"])
+            gemv_residual(self.attn, wo, self.h, scale=s_o, **cfg["o_proj"])
+            norm_gate_up(self.h, layer.mlp_norm.weight, wg, wu, self.act, scale_gate=s_g, scale_up=s_u,
+                         **norm, **cfg["norm_gate_up"])
+            gemv_residual(self.act, w2, self.h, scale=s_2, **cfg["down_proj"])
+        w_head, s_head = self.lm_head
         norm_lm_head_argmax(
-            self.h, m.norm.weight, self.lm_head, self.logits, self.next_token, self.argmax_ws,
-            **norm, **cfg["norm_lm_head_argmax"],
+            self.h, m.norm.weight, w_head, self.logits, self.next_token, self.argmax_ws,
+            scale=s_head, **norm, **cfg["norm_lm_head_argmax"],
         )
         return self.next_token
 
@@ -136,8 +187,9 @@ def _interpreted() -> bool:
     return bool(knobs.runtime.interpret) and isinstance(_gemv_residual_kernel, InterpretedFunction)
 
 
-def fused_step(model: Transformer):  # -> generate.Step
-    """The fused Triton step, in a CUDA graph on a GPU (the `fused` variant's factory)."""
+def fused_step(model: Transformer, int8: bool = False):  # -> generate.Step
+    """The fused Triton step, in a CUDA graph on a GPU (the `fused` variant's factory; with
+    `int8`, the `fused-int8` one's)."""
     try:
         import triton  # noqa: F401
     except ImportError:
@@ -145,7 +197,7 @@ def fused_step(model: Transformer):  # -> generate.Step
     if model.embed.device.type != "cuda":
         if not _interpreted():
             raise BadInput("the fused variant needs a CUDA device (or TRITON_INTERPRET=1 on a CPU)")
-        return FusedKernels(model)
+        return FusedKernels(model, int8=int8)
     from perfdoctor.engine.graphs import GraphedStep
 
-    return GraphedStep(FusedKernels(model))
+    return GraphedStep(FusedKernels(model, int8=int8))

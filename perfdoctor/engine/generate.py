@@ -37,10 +37,13 @@ def random_prompt(config: ModelConfig, length: int, seed: int) -> Tensor:
     return torch.randint(config.vocab_size, (length,), generator=gen)
 
 
-def decode_bytes_per_step(model: Transformer, context: int) -> int:
-    """Bytes a decode step must read with `context` positions cached: weights + K/V in use."""
+def decode_bytes_per_step(model: Transformer, context: int, weight_bytes: int | None = None) -> int:
+    """Bytes a decode step must read with `context` positions cached: weights + K/V in use.
+
+    `weight_bytes` replaces the model's own weight bytes for a step that reads other copies
+    of them (`fused-int8` reads int8 ones)."""
     kv = model.config.kv_bytes_per_position(model.embed.element_size()) * context
-    return model.weight_bytes_per_token() + kv
+    return (model.weight_bytes_per_token() if weight_bytes is None else weight_bytes) + kv
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,9 @@ class Generation:
 def generate(model: Transformer, step: Step, prompt: Tensor, n_tokens: int) -> Generation:
     """Prefill `prompt` [P] then greedily decode until `n_tokens` new tokens exist.
 
-    Each decode step is one `decode_step` region declaring 1 token and `bytes_per_step`.
+    Each decode step is one `decode_step` region declaring 1 token and `bytes_per_step`: the
+    step's `weight_bytes` attribute if it has one (its own copies of the weights), else the
+    model's weights, plus the K/V in use.
     The decode loop alone is timed: with CUDA events on a GPU (no synchronisation inside
     the loop), with the wall clock on a CPU.
     """
@@ -66,7 +71,7 @@ def generate(model: Transformer, step: Step, prompt: Tensor, n_tokens: int) -> G
     if P + n_tokens - 1 > model.ctx:
         raise BadInput(f"prompt {P} + {n_tokens} tokens needs ctx >= {P + n_tokens - 1}, have {model.ctx}")
     device = model.embed.device
-    bytes_per_step = decode_bytes_per_step(model, P + n_tokens // 2)
+    bytes_per_step = decode_bytes_per_step(model, P + n_tokens // 2, getattr(step, "weight_bytes", None))
 
     # no_grad, not inference_mode: tensors made here stay ordinary tensors, which every
     # step implementation (torch.compile's included) accepts as inputs.

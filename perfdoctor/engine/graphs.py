@@ -25,6 +25,7 @@ class GraphedStep:
 
     def __init__(self, step: Step) -> None:
         self.step = step
+        self.weight_bytes = getattr(step, "weight_bytes", None)  # see generate
         self.graph: torch.cuda.CUDAGraph | None = None
 
     def _capture(self, token: Tensor, pos: Tensor) -> None:

@@ -2,12 +2,14 @@
 
 A *variant* is a factory `model -> step` (see `perfdoctor.engine.generate` for what a step
 is); `VARIANTS` maps names to them, and a new implementation is one more entry here (as
-`megakernel`, the persistent one-launch step, was). The decode loop itself imports none of them.
+`megakernel`, the persistent one-launch step, was, and `fused-int8`, the fused step on int8
+weights). The decode loop itself imports none of them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 from torch import Tensor
 
@@ -38,5 +40,6 @@ def graph_step(model: Transformer) -> Step:
 
 
 VARIANTS: dict[str, StepFactory] = {
-    "eager": eager_step, "graph": graph_step, "fused": fused_step, "megakernel": megakernel_step,
+    "eager": eager_step, "graph": graph_step, "fused": fused_step, "fused-int8": partial(fused_step, int8=True),
+    "megakernel": megakernel_step,
 }

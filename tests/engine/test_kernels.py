@@ -320,9 +320,18 @@ def test_norm_lm_head_argmax(vocab, hidden, block_n, dtype, int8):
 # ---- the fused and megakernel variants end to end ----------------------------------------
 
 
-def _compare(config_name: str, dtype: torch.dtype, ctx: int, steps: int, variant: str = "fused") -> dict:
-    """Eager against a kernel variant (`fused` or `megakernel`) on one model's weights, each
-    with its own KV cache, plus an fp32 copy of the same weights as the referee:
+def _dequantized(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Every matrix replaced by its int8 round trip (`quant`), in its own dtype."""
+    return {k: quantize_int8(v).dequantized(v.dtype) if v.dim() == 2 else v for k, v in weights.items()}
+
+
+def _compare(
+    config_name: str, dtype: torch.dtype, ctx: int, steps: int, variant: str = "fused", dequantize: bool = False
+) -> dict:
+    """Eager against a kernel variant (`fused`, `fused-int8` or `megakernel`) on one model's
+    weights, each with its own KV cache, plus an fp32 copy of the same weights as the referee
+    (with `dequantize`, every model's weights are the int8 round trip of the random ones, so
+    eager applies the matrices `fused-int8` applies):
 
     - free-running greedy tokens of eager, the variant and fp32, from one prompt;
     - the step-0 logits of all three (relative L2 errors against fp32);
@@ -340,6 +349,8 @@ def _compare(config_name: str, dtype: torch.dtype, ctx: int, steps: int, variant
     from perfdoctor.engine.weights import model_weights
 
     config, weights = model_weights(config_name, None, 0, DEVICE, dtype)
+    if dequantize:
+        weights = _dequantized(weights)
     model = Transformer.from_hf_state_dict(config, weights, ctx)
     twin = Transformer.from_hf_state_dict(config, weights, ctx)  # its own cache, for the variant
     with_fused = variant != "fused" and CUDA  # on the CPU (fp32) both must equal eager anyway
@@ -396,6 +407,24 @@ def _check(r: dict, steps: int) -> None:
     assert r["err_kernels_vs_fp32"] <= 1.5 * r["err_eager_vs_fp32"] + 1e-5, _summary(r, steps)
 
 
+def test_fused_steps_declare_the_weight_bytes_they_read():
+    """`generate` declares a step's own `weight_bytes`: fused's are the model's, fused-int8's
+    one byte per matrix element, 4 per row scale, plus the norms and the token's embedding
+    row in the model's dtype."""
+    from perfdoctor.engine.fused import FusedKernels
+    from perfdoctor.engine.model import Transformer
+    from perfdoctor.engine.weights import model_weights
+
+    c, weights = model_weights("tiny", None, 0, DEVICE, torch.bfloat16 if CUDA else torch.float32)
+    model = Transformer.from_hf_state_dict(c, weights, 64)
+    assert FusedKernels(model).weight_bytes == model.weight_bytes_per_token()
+    qkv_rows = (c.q_heads + 2 * c.kv_heads) * c.head_dim
+    elements = c.layers * (qkv_rows + c.hidden + 3 * c.intermediate) * c.hidden + c.vocab_size * c.hidden
+    rows = c.layers * (qkv_rows + c.hidden + 2 * c.intermediate + c.hidden) + c.vocab_size
+    own = ((2 * c.layers + 1) * c.hidden + c.hidden) * model.embed.element_size()  # norms, embedding row
+    assert FusedKernels(model, int8=True).weight_bytes == elements + 4 * rows + own
+
+
 def _first_divergence(a: list[int], b: list[int]) -> int | None:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
 
@@ -420,12 +449,14 @@ def _summary(r: dict, steps: int) -> str:
     )
 
 
-@pytest.mark.parametrize("variant", ["fused", pytest.param("megakernel", marks=needs_hopper)])
+@pytest.mark.parametrize("variant", ["fused", "fused-int8", pytest.param("megakernel", marks=needs_hopper)])
 def test_kernels_match_eager_tiny(variant):
-    """Tiny config (fp32 on CPU under the interpreter, bf16 on a GPU)."""
+    """Tiny config (fp32 on CPU under the interpreter, bf16 on a GPU). `fused-int8` runs on
+    int8-round-tripped weights, which eager applies too (the step quantises them again:
+    the same integers in fp32, see test_quant)."""
     dtype = torch.bfloat16 if CUDA else torch.float32
     steps = 12
-    r = _compare("tiny", dtype, ctx=64, steps=steps, variant=variant)
+    r = _compare("tiny", dtype, ctx=64, steps=steps, variant=variant, dequantize=variant == "fused-int8")
     print("\n" + _summary(r, steps))
     _check(r, steps)
     if not CUDA:  # fp32 throughout: only summation order differs
@@ -450,3 +481,43 @@ def test_kernels_match_eager_llama_1b(variant):
         assert set(r["fused_agrees_kernels_not"]) <= missed, _summary(r, steps)  # so each is a near tie
 
 
+
+
+def _decode_tokens_per_s(variant: str, tokens: int = 256, runs: int = 3) -> float:
+    """Median tokens/s of the engine's decode loop (Llama-3.2-1B, bf16, ctx 2048, 16-token
+    prompt: the numbers of docs/kernels-notes.md) for one variant."""
+    from perfdoctor.engine.config import LLAMA_3_2_1B
+    from perfdoctor.engine.generate import generate, random_prompt
+    from perfdoctor.engine.model import Transformer
+    from perfdoctor.engine.variants import VARIANTS
+    from perfdoctor.engine.weights import random_hf_state_dict
+
+    model = Transformer.from_hf_state_dict(
+        LLAMA_3_2_1B, random_hf_state_dict(LLAMA_3_2_1B, 0, DEVICE, torch.bfloat16), 2048
+    )
+    prompt = random_prompt(LLAMA_3_2_1B, 16, 0)
+    step = VARIANTS[variant](model)
+    generate(model, step, prompt, 8)  # warm-up and graph capture
+    speeds = sorted(r.decode_steps / r.decode_s for r in (generate(model, step, prompt, tokens) for _ in range(runs)))
+    return speeds[runs // 2]
+
+
+@gpu
+@needs_cuda
+def test_int8_llama_1b_agrees_with_bf16_and_is_faster():
+    """`fused-int8` on Llama-3.2-1B against bf16 eager on the same (not round-tripped)
+    weights, teacher-forced along eager's tokens for 256 steps: issue 31 asks for eager's
+    token at >= 95 % of the steps. Caveat printed with the result: on these random weights
+    bf16 alone costs more than 5 % (bf16 fused picked eager's token at 232/256 steps, the
+    fp32 model at 231/256; docs/kernels-notes.md), and int8 adds its own rounding on top.
+    Then the decode loop's tokens/s against `fused` (goal 1.6x; asserted only faster)."""
+    steps = 256
+    r = _compare("llama-3.2-1b", torch.bfloat16, ctx=2048, steps=steps, variant="fused-int8")
+    print("\n" + _summary(r, steps))
+    speed = {v: _decode_tokens_per_s(v) for v in ("fused", "fused-int8")}
+    ratio = speed["fused-int8"] / speed["fused"]
+    print(f"decode loop: fused {speed['fused']:.1f} tokens/s, fused-int8 {speed['fused-int8']:.1f} tokens/s, "
+          f"{ratio:.2f}x (goal 1.6x)")
+    agreement = 1 - len(r["teacher_forced_disagreements"]) / steps
+    assert agreement >= 0.95, f"teacher-forced agreement {agreement:.1%} < 95 %\n" + _summary(r, steps)
+    assert ratio > 1.0, f"fused-int8 is not faster than fused: {speed}"
