@@ -386,6 +386,7 @@ def _compare(
                 out["max_abs_eager_vs_fp32"] = (want - exact).abs().max().item()
                 out["err_kernels_vs_fp32"] = ((kernels.logits.float() - exact).norm() / exact.norm()).item()
                 out["err_kernels_vs_eager"] = ((kernels.logits.float() - want).norm() / want.norm()).item()
+                out["max_abs_kernels_vs_eager"] = (kernels.logits.float() - want).abs().max().item()
             if got != want.argmax().item():
                 top2 = want.topk(2).values
                 disagree.append((i, (top2[0] - top2[1]).item(), (want.max() - want[got]).item()))
@@ -427,7 +428,7 @@ def _summary(r: dict, steps: int) -> str:
         f"{sum(a == b for a, b in zip(r['eager'], r['kernels']))}/{len(r['eager'])}\n"
         f"step-0 logits, relative L2 error: eager vs fp32 {r['err_eager_vs_fp32']:.2e} "
         f"(max abs {r['max_abs_eager_vs_fp32']:.3f}), {v} vs fp32 {r['err_kernels_vs_fp32']:.2e}, "
-        f"{v} vs eager {r['err_kernels_vs_eager']:.2e}"
+        f"{v} vs eager {r['err_kernels_vs_eager']:.2e} (max abs {r['max_abs_kernels_vs_eager']:.3f})"
     )
 
 
@@ -503,11 +504,15 @@ def _decode_tokens_per_s(variant: str, tokens: int = 256, runs: int = 3) -> floa
 @needs_cuda
 def test_int8_llama_1b_agrees_with_bf16_and_is_faster():
     """`fused-int8` on Llama-3.2-1B against bf16 eager on the same (not round-tripped)
-    weights, teacher-forced along eager's tokens for 256 steps: issue 31 asks for eager's
-    token at >= 95 % of the steps. Caveat printed with the result: on these random weights
-    bf16 alone costs more than 5 % (bf16 fused picked eager's token at 232/256 steps, the
-    fp32 model at 231/256; docs/kernels-notes.md), and int8 adds its own rounding on top.
-    Then the decode loop's tokens/s against `fused` (goal 1.6x; asserted only faster)."""
+    weights, teacher-forced along eager's tokens for 256 steps, and the decode loop's
+    tokens/s against `fused` (goal 1.6x; asserted only faster).
+
+    Issue 31 asks for eager's token at >= 95 % of the steps, asserted last. On these random
+    weights that is not expected: bf16 alone costs ~10 % (bf16 fused picked eager's token at
+    232/256 steps, the fp32 model at 231/256), and on a CPU bf16 eager on the int8 round trip
+    picked bf16 eager's token at 44/64 steps (docs/kernels-notes.md). What must hold whatever
+    the weights, and is asserted first: every miss is a near tie, eager's logit deficit of
+    the int8 pick within the int8 step's own step-0 logit error against eager."""
     steps = 256
     r = _compare("llama-3.2-1b", torch.bfloat16, ctx=2048, steps=steps, variant="fused-int8")
     print("\n" + _summary(r, steps))
@@ -515,6 +520,8 @@ def test_int8_llama_1b_agrees_with_bf16_and_is_faster():
     ratio = speed["fused-int8"] / speed["fused"]
     print(f"decode loop: fused {speed['fused']:.1f} tokens/s, fused-int8 {speed['fused-int8']:.1f} tokens/s, "
           f"{ratio:.2f}x (goal 1.6x)")
-    agreement = 1 - len(r["teacher_forced_disagreements"]) / steps
-    assert agreement >= 0.95, f"teacher-forced agreement {agreement:.1%} < 95 %\n" + _summary(r, steps)
+    misses = r["teacher_forced_disagreements"]
+    assert all(deficit <= r["max_abs_kernels_vs_eager"] for _, _, deficit in misses), _summary(r, steps)
     assert ratio > 1.0, f"fused-int8 is not faster than fused: {speed}"
+    agreement = 1 - len(misses) / steps
+    assert agreement >= 0.95, f"teacher-forced agreement {agreement:.1%} < 95 %\n" + _summary(r, steps)
