@@ -228,30 +228,20 @@ def trace_files(folder: Path) -> list[Path]:
     return sorted({p for pattern in TRACE_GLOB for p in folder.glob(pattern) if p.is_file()})
 
 
-def is_multi_rank(path: Path) -> bool:
-    """A bundle with ``ranks`` in its manifest, or a folder of ``*.pt.trace.json[.gz]``."""
-    if not path.is_dir():
-        return False
-    if (path / "manifest.json").exists():
-        from perfdoctor.bundle.manifest import read_valid_manifest
-
-        return bool(read_valid_manifest(path).get("ranks"))
-    return bool(trace_files(path))
-
-
-def load_profiles(path: Path) -> tuple[dict[int, Profile], int | None, str, list[str]]:
-    """(profile per rank, world size, source, warnings) of a multi-rank bundle or trace folder."""
+def load_profiles(path: Path, manifest: dict[str, Any] | None = None) -> tuple[dict[int, Profile], int | None, str, list[str]]:
+    """(profile per rank, world size, source, warnings) of a multi-rank bundle or trace folder.
+    ``manifest``: the bundle's, already read and checked (:func:`perfdoctor.pipeline.open`)."""
     from perfdoctor.collectors import torch_profiler
 
     warnings: list[str] = []
-    if (path / "manifest.json").exists():
+    if manifest is not None or (path / "manifest.json").exists():
         from perfdoctor.collectors.bundle import load_bundle
         from perfdoctor.bundle.manifest import check_bundle
 
-        manifest = check_bundle(path)
+        manifest = manifest if manifest is not None else check_bundle(path)
         profiles = {}
         for key in sorted(manifest.get("ranks") or {}, key=int):
-            profile = load_bundle(path, rank=int(key), manifest=manifest)  # checked above: not read again per rank
+            profile = load_bundle(path, rank=int(key), manifest=manifest)  # checked once: not read again per rank
             if profile.meta["bundle"]["activities_from"] is None:
                 warnings.append(f"rank {key}: no trace ({profile.meta['bundle'].get('reason')}): left out of the view")
             else:
@@ -687,40 +677,3 @@ def waiting_collective(ranks: list[int], s: int, n: int, collectives: dict[int, 
     k = int(np.argmax(waits))
     per_step = int(np.median([len(step) for step in per[s]]))
     return Collective(k, per[s][0][k][0], per_step, waits[k], [ranks[i] for i in others])
-
-
-# --- the diagnosis: rules on every rank ------------------------------------------------------------
-
-
-@dataclass
-class RankDiagnosis:
-    """The cross-rank view, every rank's findings, and the rank whose findings the report
-    shows: the one with the most exposed communication (where communication problems and
-    the wait for a straggler show), else the first."""
-
-    view: CrossRank
-    findings: dict[int, list[Any]]
-    report_rank: int
-
-    def failing(self) -> dict[str, list[int]]:
-        """Per failing rule id, the ranks on which it fails."""
-        out: dict[str, list[int]] = {}
-        for rank, found in self.findings.items():
-            for f in found:
-                if f.status == "fail":
-                    out.setdefault(f.rule_id, []).append(rank)
-        return out
-
-
-def diagnose_ranks(
-    path: str | Path, step: str | None = None, tokens_per_step: float | None = None, rules: Any = (),
-    thresholds: Any = (), workload: str | None = None, loaded: tuple[dict[int, Profile], int | None, str, list[str]] | None = None,
-) -> RankDiagnosis:
-    """:func:`cross_rank`, then the rule packs on every rank's analysis."""
-    from perfdoctor.pipeline import load_ruleset
-    from perfdoctor.rules.engine import evaluate
-
-    ruleset = load_ruleset(rules, thresholds)  # a bad pack fails before the slow load
-    view = cross_rank(path, step=step, tokens_per_step=tokens_per_step, workload=workload, loaded=loaded)
-    findings = {run.rank: evaluate(ruleset, run.analysis) for run in view.runs}  # the fully analysed ranks
-    return RankDiagnosis(view, findings, report_rank(view))
