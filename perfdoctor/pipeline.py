@@ -17,7 +17,7 @@ which ask a bundle for its ranks, its passes' environment and its profile, read 
 Several ranks of one job (a multi-rank bundle, a folder of per-rank traces, an nsys export
 of several processes with GPU work) go through the same door: every rank is analysed, the
 view across them is measured (:mod:`perfdoctor.analysis.ranks`), and each rank's rules read
-its numbers (the straggler's delay).
+its numbers (the straggler's delay) as inputs beside the rank's own metrics.
 :func:`paired_ranks` says which ranks ``diff`` and ``gate`` compare.
 """
 
@@ -243,8 +243,8 @@ def _one_rank(source: Source, rank: int | None) -> Profile:
 def _every_rank(source: Source, step: str | None, tokens_per_step: float | None, workload: str | None,
                 ruleset: RuleSet | None) -> Diagnosis:
     """Every rank of ``source`` analysed, the view across them
-    (:func:`perfdoctor.analysis.ranks.cross_rank`, which adds its metrics to each rank's),
-    then the rules of each fully analysed rank."""
+    (:func:`perfdoctor.analysis.ranks.cross_rank`), then the rules of each fully analysed
+    rank, which read the view's metrics beside the rank's own."""
     from perfdoctor.analysis import ranks
     from perfdoctor.rules.engine import evaluate
 
@@ -254,7 +254,7 @@ def _every_rank(source: Source, step: str | None, tokens_per_step: float | None,
     elif source.manifest is not None:
         loaded = ranks.load_profiles(source.path, source.manifest)
     view = ranks.cross_rank(source.path, step=step, tokens_per_step=tokens_per_step, workload=workload, loaded=loaded)
-    found = {run.rank: evaluate(ruleset, run.analysis) for run in view.runs} if ruleset is not None else {}
+    found = {run.rank: evaluate(ruleset, run.analysis, view) for run in view.runs} if ruleset is not None else {}
     report = ranks.report_rank(view)
     run = next(r for r in view.runs if r.rank == report)
     return Diagnosis(
