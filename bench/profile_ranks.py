@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from perfdoctor.analysis.ranks import diagnose_ranks
+from perfdoctor.pipeline import diagnose
 from perfdoctor.reports.ranks import render_ranks
 
 
@@ -26,11 +26,11 @@ def main() -> int:
     profiler = cProfile.Profile()
     t0 = time.perf_counter()
     profiler.enable()
-    d = diagnose_ranks(folder)
+    d = diagnose(folder)
     t1 = time.perf_counter()
     render_ranks(d, Console(file=io.StringIO(), width=200))
     profiler.disable()
-    print(f"diagnosis {t1 - t0:.1f} s, report {time.perf_counter() - t1:.1f} s, {len(d.view.per_step)} ranks ({len(d.view.runs)} analysed in full)")
+    print(f"diagnosis {t1 - t0:.1f} s, report {time.perf_counter() - t1:.1f} s, {len(d.cross_rank.per_step)} ranks ({len(d.cross_rank.runs)} analysed in full)")
     profiler.dump_stats(out)
     return 0
 

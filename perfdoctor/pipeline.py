@@ -13,6 +13,12 @@ call it instead of wiring the three steps each by hand; a notebook calls it too:
 ``open(path)`` is the door's first half: the path checked and, for a run bundle, its
 manifest read and validated once and carried on the :class:`Source`, so that diff and gate,
 which ask a bundle for its ranks, its passes' environment and its profile, read it once.
+
+Several ranks of one job (a multi-rank bundle, a folder of per-rank traces, an nsys export
+of several processes with GPU work) go through the same door: every rank is analysed, the
+view across them is measured (:mod:`perfdoctor.analysis.ranks`), and each rank's rules read
+its numbers (the straggler's delay) as inputs beside the rank's own metrics.
+:func:`paired_ranks` says which ranks ``diff`` and ``gate`` compare.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from perfdoctor.io import regular_file
 
 if TYPE_CHECKING:  # the heavy modules load when diagnose runs, not at import
     from perfdoctor.analysis.metrics import Analysis
+    from perfdoctor.analysis.ranks import CrossRank
     from perfdoctor.profile import Profile
     from perfdoctor.rules.engine import Finding, RuleSet
 
@@ -42,21 +49,50 @@ def pack_files(rules: Iterable[str | Path] | None) -> list[Path]:
 
 @dataclass
 class Source:
-    """A path :func:`open` checked: a trace, or a run bundle with its manifest (read and
-    shape-checked once, None for a trace)."""
+    """A path :func:`open` checked: a trace, a run bundle with its manifest (read and
+    shape-checked once, None for anything else), or a folder of per-rank traces (``traces``)."""
 
     path: Path
     manifest: dict[str, Any] | None = None
+    traces: list[Path] = field(default_factory=list)
+    _nsys: tuple[Profile, dict[int, Profile]] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def nsys(self) -> bool:
+        return not self.traces and self.manifest is None and self.path.name.lower().endswith(NSYS_SUFFIXES)
+
+    def nsys_views(self) -> tuple[Profile, dict[int, Profile]]:
+        """An Nsight Systems export as one timeline, and as one per process with GPU work
+        (by OS process id): one read, kept (a .nsys-rep is exported once however often its
+        ranks are asked)."""
+        if self._nsys is None:
+            from perfdoctor.collectors import nsys
+
+            self._nsys = nsys.load_views(self.path)
+        return self._nsys
 
     @property
     def ranks(self) -> list[int]:
-        """The ranks of a multi-rank bundle, lowest first; [] for anything else."""
+        """The ranks of a multi-rank bundle, or of an Nsight Systems export of several
+        processes with GPU work (one per GPU: ``nsys profile torchrun ...``; ranks in
+        process-id order, :func:`perfdoctor.analysis.ranks.nsys_ranks`), lowest first; []
+        for anything else (a folder of traces tells its ranks only as they are read)."""
+        if self.nsys:
+            n = len(self.nsys_views()[1])
+            return list(range(n)) if n > 1 else []
         return sorted(int(k) for k in (self.manifest or {}).get("ranks") or {})
+
+    @property
+    def several(self) -> bool:
+        """Several ranks of one job: :func:`diagnose` analyses each and the view across them."""
+        return bool(self.traces) or bool(self.ranks)
 
 
 def open(path: str | Path) -> Source:  # noqa: A001 - the door's name in the house plan
     """Check ``path`` and, for a run bundle, read and validate its manifest (and its raw
-    files' kinds and pass results) once: a bad bundle fails here, before any slow load."""
+    files' kinds and pass results) once: a bad bundle fails here, before any slow load. A
+    folder without a manifest is one of per-rank traces when it holds any
+    (``*.pt.trace.json[.gz]``, as ``tensorboard_trace_handler`` writes them)."""
     path = Path(path)
     if not os.path.lexists(path):
         raise UsageError(f"{path}: no such file or directory")
@@ -64,14 +100,43 @@ def open(path: str | Path) -> Source:  # noqa: A001 - the door's name in the hou
         return Source(path)
     from perfdoctor.bundle.manifest import check_bundle
 
+    if not (path / "manifest.json").exists():
+        from perfdoctor.analysis.ranks import trace_files
+
+        if traces := trace_files(path):
+            return Source(path, traces=traces)
     return Source(path, check_bundle(path))
+
+
+def paired_ranks(before: Source | None, after: Source) -> dict[int | None, tuple[int | None, int | None]]:
+    """Which ranks ``diff`` and ``gate`` compare, by the rank the result is labelled with
+    (None: the one pair): (before's rank, after's rank). Rank k with rank k when both sides
+    have the same ranks (every rank of ``after`` when there is no ``before``); else the
+    lowest rank of each multi-rank side (None: a single-process run), so the diff is still
+    produced and the ``world_size`` fact (:mod:`perfdoctor.compare.comparability`) says loudly
+    that they are not comparable."""
+    for side in (before, after):
+        if side is not None and side.traces:
+            raise UsageError(f"{side.path}: a folder of per-rank traces: perfdoctor analyze reads it; diff and gate compare "
+                             "run bundles and traces")
+    a = after.ranks
+    b = before.ranks if before is not None else a
+    if a and b == a:
+        return {k: (k, k) for k in a}
+    return {None: (b[0] if b else None, a[0] if a else None)}
 
 
 @dataclass
 class Diagnosis:
     """What one trace says: the normalized Profile, its Analysis (steps, timeline, metrics)
     and the ranked findings (None when no rules were evaluated); for diff and gate also
-    what it is called, a bundle's manifest and the torch/CUDA versions its passes saw."""
+    what it is called, a bundle's manifest and the torch/CUDA versions its passes saw.
+
+    Several ranks of one job: ``cross_rank`` is the view across them
+    (:class:`perfdoctor.analysis.ranks.CrossRank`), ``rank_findings`` the findings of every
+    rank analysed in full, and profile, analysis and findings are those of the report rank
+    (``rank``: the one with the most exposed communication, where communication problems
+    and the wait for a straggler show)."""
 
     profile: Profile
     analysis: Analysis
@@ -80,6 +145,9 @@ class Diagnosis:
     label: str = ""
     manifest: dict[str, Any] | None = None
     pass_env: dict[str, Any] = field(default_factory=dict)
+    rank: int | None = None
+    cross_rank: CrossRank | None = None
+    rank_findings: dict[int, list[Finding]] = field(default_factory=dict)
 
 
 def load_ruleset(rules: Iterable[str | Path] | None = (), thresholds: Iterable[str] | None = ()) -> RuleSet:
@@ -99,11 +167,10 @@ def diagnose(
     ruleset: RuleSet | None = None,
     warnings: bool = True,
     workload: str | None = None,
-    profile: Profile | None = None,
     rank: int | None = None,
 ) -> Diagnosis:
-    """Load ``path`` (Kineto trace, nsys export or run bundle, or a :class:`Source` that
-    :func:`open` made of one), analyse it and evaluate rules.
+    """Load ``path`` (Kineto trace, nsys export, run bundle or folder of per-rank traces, or
+    a :class:`Source` that :func:`open` made of one), analyse it and evaluate rules.
 
     ``step``: step range name or glob (default: ProfilerStep#N, else the most frequent
     repeated range with GPU work). ``tokens_per_step`` overrides what the workload declared.
@@ -112,18 +179,18 @@ def diagnose(
     ``ruleset``: an already loaded rule set (wins over ``rules``/``thresholds``), so that a
     command diagnosing several runs parses its packs once.
     ``warnings``: print what the loader dropped on stderr. ``workload``: ``"training"`` or
-    ``"inference"`` instead of what the trace shows (decides which rules apply). ``profile``:
-    ``path`` already read (it is not read again; with ``rank``, that process of an nsys export).
-    ``rank``: that rank of a multi-rank bundle.
+    ``"inference"`` instead of what the trace shows (decides which rules apply).
+    ``rank``: that rank of a multi-rank bundle or process of an nsys export (``Source.ranks``);
+    None: every rank of several (:attr:`Source.several`), each analysed and its rules given
+    the view across them (:attr:`Diagnosis.cross_rank`).
 
-    The trace's decoders start first (:func:`start_loading`), then
-    the rule packs load (importing the analysis) while they decode, so a bad pack still
-    fails before the slow part of the load.
+    A Kineto trace's decoders start first (:func:`start_loading`), then the rule packs load
+    (importing the analysis) while they decode; anything else is read after them. Either
+    way a bad pack fails before the slow part of the load.
     """
     source = path if isinstance(path, Source) else open(path)
-    read_already = profile is not None
     path = source.path
-    if profile is None and source.manifest is None:
+    if source.manifest is None and not source.traces and not source.nsys:
         with start_loading(path) as loading:
             if ruleset is None and rules is not None:
                 ruleset = load_ruleset(rules, thresholds)
@@ -131,25 +198,71 @@ def diagnose(
     else:
         if ruleset is None and rules is not None:
             ruleset = load_ruleset(rules, thresholds)
-        if profile is None:  # a bundle open() checked: its manifest is not read again
-            from perfdoctor.collectors.bundle import load_bundle
-
-            profile = load_bundle(path, rank=rank, manifest=source.manifest)
+        if rank is None and source.several:
+            return _every_rank(source, step, tokens_per_step, workload, ruleset)
+        profile = _one_rank(source, rank)
     from perfdoctor.analysis.metrics import analyze
     from perfdoctor.rules.engine import evaluate
 
-    if warnings:
+    # one rank of a bundle: its load warnings are not printed, as the every-rank view never did (nor diff and gate)
+    if warnings and not (rank is not None and source.manifest is not None):
         report_load_warnings(profile)
     analysis = analyze(profile, step=step, tokens_per_step=tokens_per_step, workload=workload)
-    pid = profile.meta.get("process") if read_already else None  # one process of an nsys export
+    pid = profile.meta.get("process") if source.nsys and rank is not None else None
     facts = dict(
         label=f"{path} (rank {rank}{f': pid {pid}' if pid is not None else ''})" if rank is not None else str(path),
         manifest=source.manifest,
         pass_env=pass_env(path, rank) if source.manifest is not None else {},
+        rank=rank,
     )
     if ruleset is None:
         return Diagnosis(profile, analysis, None, **facts)
     return Diagnosis(profile, analysis, evaluate(ruleset, analysis), list(ruleset.packs), **facts)
+
+
+def _one_rank(source: Source, rank: int | None) -> Profile:
+    """The one timeline of a bundle or an nsys export: ``rank``'s, else the whole (a
+    single-process export, a single-rank bundle)."""
+    if source.nsys:
+        from perfdoctor.analysis.ranks import nsys_ranks
+
+        merged, procs = source.nsys_views()
+        if rank is None:
+            return merged
+        profile = nsys_ranks(procs)[0][rank]
+        # nsys does not say the job's world size: its processes with GPU work are the job,
+        # so that one of them against a single-process run is "not comparable" as a rank of
+        # a multi-rank bundle is (perfdoctor.compare.comparability.world_size)
+        profile.meta["distributed"] = {"world_size": len(procs)}
+        return profile
+    from perfdoctor.collectors.bundle import load_bundle
+
+    return load_bundle(source.path, rank=rank, manifest=source.manifest)  # open() checked it: not read again
+
+
+def _every_rank(source: Source, step: str | None, tokens_per_step: float | None, workload: str | None,
+                ruleset: RuleSet | None) -> Diagnosis:
+    """Every rank of ``source`` analysed, the view across them
+    (:func:`perfdoctor.analysis.ranks.cross_rank`), then the rules of each fully analysed
+    rank, which read the view's metrics beside the rank's own."""
+    from perfdoctor.analysis import ranks
+    from perfdoctor.rules.engine import evaluate
+
+    loaded = None  # a folder of traces: cross_rank reads it (grouped when there are many)
+    if source.nsys:
+        loaded = ranks.nsys_ranks(source.nsys_views()[1])
+    elif source.manifest is not None:
+        loaded = ranks.load_profiles(source.path, source.manifest)
+    view = ranks.cross_rank(source.path, step=step, tokens_per_step=tokens_per_step, workload=workload, loaded=loaded)
+    found = {run.rank: evaluate(ruleset, run.analysis, view) for run in view.runs} if ruleset is not None else {}
+    report = ranks.report_rank(view)
+    run = next(r for r in view.runs if r.rank == report)
+    return Diagnosis(
+        run.profile, run.analysis, found.get(report), list(ruleset.packs) if ruleset is not None else [],
+        label=f"{source.path} (rank {report})", manifest=source.manifest,
+        pass_env=pass_env(source.path, report) if source.manifest is not None else {},
+        rank=report, cross_rank=view, rank_findings=found,
+    )
 
 
 def pass_env(bundle: Path, rank: int | None) -> dict[str, Any]:

@@ -95,3 +95,54 @@ def test_workload_option_overrides_the_trace_and_rejects_other_words(tmp_path) -
     assert "workload: inference (set by --workload" in forced.stdout
     bad = run_cli_inprocess("analyze", train, "--workload", "bogus")
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "--workload" in bad.stderr
+
+
+def _rank_folder(folder: Path, n: int) -> Path:
+    """``n`` ranks of bench/many_ranks.py's small trace (a GEMM and an all-reduce a step)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("many_ranks", Path(__file__).parents[1] / "bench" / "many_ranks.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    bench.build(folder, n)
+    return folder
+
+
+def test_a_folder_of_ranks_is_every_rank_through_the_door(tmp_path: Path) -> None:
+    d = diagnose(_rank_folder(tmp_path / "ranks", 3))
+    view = d.cross_rank
+    assert view is not None and sorted(d.rank_findings) == [0, 1, 2] == [r.rank for r in view.runs]
+    mine = next(r for r in view.runs if r.rank == d.rank)  # the Diagnosis is the report rank's
+    assert d.analysis is mine.analysis and d.findings is d.rank_findings[d.rank]
+    for run in view.runs:
+        # the job's numbers are the rules' input, never written into a rank's Analysis
+        assert not {"straggler_delay_ms", "straggler_delay_ratio", "rank_step_spread_ratio"} & set(run.analysis.metrics)
+        straggler = next(f for f in d.rank_findings[run.rank] if f.rule_id == "straggler")
+        assert straggler.values["straggler_delay_ratio"] is view.metrics()["straggler_delay_ratio"]
+
+
+def test_paired_ranks_rank_by_rank_else_the_lowest(tmp_path: Path) -> None:
+    from perfdoctor.pipeline import Source, open as open_source, paired_ranks
+
+    def bundle(*ranks: int) -> Source:
+        return Source(tmp_path, {"ranks": {str(k): {} for k in ranks}})
+
+    trace = Source(EAGER)
+    assert paired_ranks(bundle(0, 1), bundle(0, 1)) == {0: (0, 0), 1: (1, 1)}
+    assert paired_ranks(None, bundle(0, 1)) == {0: (0, 0), 1: (1, 1)}  # gate without a baseline: every rank
+    assert paired_ranks(bundle(0, 1), bundle(0, 1, 2, 3)) == {None: (0, 0)}  # world sizes differ: the lowest, said not comparable
+    assert paired_ranks(trace, bundle(2, 3)) == {None: (None, 2)}
+    assert paired_ranks(None, trace) == {None: (None, None)}
+    folder = open_source(_rank_folder(tmp_path / "ranks", 2))
+    assert folder.traces and folder.several
+    with pytest.raises(UsageError, match="a folder of per-rank traces"):
+        paired_ranks(trace, folder)
+
+
+def test_report_on_a_folder_of_ranks_writes_nothing_into_it(tmp_path: Path) -> None:
+    """The report rank's findings; the report files go into a bundle only, never a user's trace folder."""
+    folder = _rank_folder(tmp_path / "ranks", 2)
+    before = sorted(folder.iterdir())
+    r = _invoke("report", folder, "-f", "md")
+    assert r.exit_code == 0, r.output
+    assert sorted(folder.iterdir()) == before

@@ -11,6 +11,5 @@ question.
   did while the GPU idled
 - ``ranks``                 several ranks of one job: each rank's analysis and the cross-rank view
 
-May import: collectors, bundle, profile, schema, names, declare, io, text, errors. Until
-step 2 of the house plan, ``ranks`` also calls the door (pipeline) and the rules.
+May import: collectors, bundle, profile, schema, names, declare, io, text, errors.
 """

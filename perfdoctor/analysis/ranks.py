@@ -34,9 +34,12 @@ The straggler (:func:`find_straggler`)
     ``collectives`` per step) whose duration on the other ranks exceeds the straggler's by
     the most (median over steps).
 
-Cross-rank metrics (:meth:`CrossRank.metrics`), which the rules read like any metric:
-``straggler_delay_ms``, ``straggler_delay_ratio`` (the delay over the job's median step)
-and ``rank_step_spread_ratio`` ((max − min) / median of the ranks' step p50).
+Cross-rank metrics (:meth:`CrossRank.metrics`): ``straggler_delay_ms``,
+``straggler_delay_ratio`` (the delay over the job's median step) and
+``rank_step_spread_ratio`` ((max − min) / median of the ranks' step p50). They are the job's,
+not one rank's: the door (:func:`perfdoctor.pipeline.diagnose`) hands the view to the rules of
+every analysed rank as an input beside its own metrics (:func:`perfdoctor.rules.signals.inputs`);
+no rank's Analysis holds them.
 
 Many ranks (a folder of more than :data:`FULL_VIEW_RANKS` traces, :func:`grouped_view`):
 ranks whose traces are the same but for their times, every start and end in the same
@@ -50,7 +53,7 @@ one per group, the straggler, the report rank, the fastest and the slowest.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -140,6 +143,7 @@ class CrossRank:
     straggler_reason: str | None = None
     warnings: list[str] = field(default_factory=list)
     _table: pd.DataFrame | None = field(default=None, repr=False, compare=False)
+    _metrics: dict[str, Metric] | None = field(default=None, repr=False, compare=False)
 
     def table(self) -> pd.DataFrame:
         """One row per rank: step time (light pass and traced), communication, busy time
@@ -172,7 +176,13 @@ class CrossRank:
 
     def metrics(self) -> dict[str, Metric]:
         """The cross-rank metrics (see the module docstring); absent with a reason when
-        there is no straggler to measure."""
+        there is no straggler to measure. Built once: they read every rank, and the rules of
+        every analysed rank read them (:func:`perfdoctor.rules.signals.inputs`)."""
+        if self._metrics is None:
+            self._metrics = self._build_metrics()
+        return self._metrics
+
+    def _build_metrics(self) -> dict[str, Metric]:
         src = f"cross-rank: {len(self.per_step)} ranks' traced steps"
         out: dict[str, Metric] = {}
         s = self.straggler
@@ -190,6 +200,7 @@ class CrossRank:
         return out
 
     def to_json(self) -> dict[str, Any]:
+        cross = {k: m.to_json() for k, m in self.metrics().items()}
         s = self.straggler
         straggler = None
         if s is not None:
@@ -202,10 +213,16 @@ class CrossRank:
             "ranks": _records(self.table()),
             "straggler": straggler,
             "straggler_reason": self.straggler_reason,
-            "metrics": {k: m.to_json() for k, m in self.metrics().items()},
-            "per_rank": {str(r.rank): r.analysis.to_json() for r in self.runs},  # the fully analysed ranks
+            "metrics": cross,
+            # the fully analysed ranks, each with the cross-rank metrics its rules read beside its own
+            "per_rank": {str(r.rank): _with_metrics(r.analysis.to_json(), cross) for r in self.runs},
             "warnings": self.warnings,
         }
+
+
+def _with_metrics(doc: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """An analysis document with ``extra`` after its own metrics."""
+    return {**doc, "metrics": {**doc["metrics"], **extra}}
 
 
 def _median(values: Any) -> float | None:
@@ -228,30 +245,20 @@ def trace_files(folder: Path) -> list[Path]:
     return sorted({p for pattern in TRACE_GLOB for p in folder.glob(pattern) if p.is_file()})
 
 
-def is_multi_rank(path: Path) -> bool:
-    """A bundle with ``ranks`` in its manifest, or a folder of ``*.pt.trace.json[.gz]``."""
-    if not path.is_dir():
-        return False
-    if (path / "manifest.json").exists():
-        from perfdoctor.bundle.manifest import read_valid_manifest
-
-        return bool(read_valid_manifest(path).get("ranks"))
-    return bool(trace_files(path))
-
-
-def load_profiles(path: Path) -> tuple[dict[int, Profile], int | None, str, list[str]]:
-    """(profile per rank, world size, source, warnings) of a multi-rank bundle or trace folder."""
+def load_profiles(path: Path, manifest: dict[str, Any] | None = None) -> tuple[dict[int, Profile], int | None, str, list[str]]:
+    """(profile per rank, world size, source, warnings) of a multi-rank bundle or trace folder.
+    ``manifest``: the bundle's, already read and checked (:func:`perfdoctor.pipeline.open`)."""
     from perfdoctor.collectors import torch_profiler
 
     warnings: list[str] = []
-    if (path / "manifest.json").exists():
+    if manifest is not None or (path / "manifest.json").exists():
         from perfdoctor.collectors.bundle import load_bundle
         from perfdoctor.bundle.manifest import check_bundle
 
-        manifest = check_bundle(path)
+        manifest = manifest if manifest is not None else check_bundle(path)
         profiles = {}
         for key in sorted(manifest.get("ranks") or {}, key=int):
-            profile = load_bundle(path, rank=int(key), manifest=manifest)  # checked above: not read again per rank
+            profile = load_bundle(path, rank=int(key), manifest=manifest)  # checked once: not read again per rank
             if profile.meta["bundle"]["activities_from"] is None:
                 warnings.append(f"rank {key}: no trace ({profile.meta['bundle'].get('reason')}): left out of the view")
             else:
@@ -331,7 +338,7 @@ def cross_rank(
         use = step or first or (profile.meta.get("bundle") or {}).get("step")
         runs.append(RankRun(rank, str(profile.meta.get("path", path)), analyze(profile, step=use, tokens_per_step=tokens_per_step,
                                                                                workload=workload), _device(profile)))
-    return with_cross_metrics(measured(runs, {run.rank: full_stats(run) for run in runs}, world, source, warnings))
+    return measured(runs, {run.rank: full_stats(run) for run in runs}, world, source, warnings)
 
 
 class RankStats(NamedTuple):
@@ -357,15 +364,6 @@ def measured(runs: list[RankRun], stats: dict[int, RankStats], world: int | None
     straggler, why = find_straggler({r: s.per_step for r, s in stats.items()}, {r: s.collectives for r, s in stats.items()})
     return CrossRank(runs, world, source, {r: s.per_step for r, s in stats.items()}, {r: s.comm_source for r, s in stats.items()},
                      {r: s.step_p50 for r, s in stats.items()}, {r: s.device for r, s in stats.items()}, straggler, why, warnings)
-
-
-def with_cross_metrics(view: CrossRank) -> CrossRank:
-    """``view`` with the cross-rank metrics added to every analysed rank's metrics: the
-    rules read them there."""
-    cross = view.metrics()  # once: it reads every rank (computed per rank, N ranks cost N²)
-    for run in view.runs:
-        run.analysis.metrics.update({k: replace(m) for k, m in cross.items()})  # a copy each: a rank's may be amended
-    return view
 
 
 def report_rank(view: CrossRank) -> int:
@@ -464,7 +462,7 @@ def grouped_view(path: Path, files: list[Path], step: str | None, tokens_per_ste
     for r in sorted(singled - runs.keys()):
         analysed(r, use)  # its statistics are its group's: the same sums
     view.runs = [runs[r] for r in sorted(runs)]
-    return with_cross_metrics(view)
+    return view
 
 
 def _positions(ends: np.ndarray, times: Any) -> np.ndarray | None:
@@ -687,40 +685,3 @@ def waiting_collective(ranks: list[int], s: int, n: int, collectives: dict[int, 
     k = int(np.argmax(waits))
     per_step = int(np.median([len(step) for step in per[s]]))
     return Collective(k, per[s][0][k][0], per_step, waits[k], [ranks[i] for i in others])
-
-
-# --- the diagnosis: rules on every rank ------------------------------------------------------------
-
-
-@dataclass
-class RankDiagnosis:
-    """The cross-rank view, every rank's findings, and the rank whose findings the report
-    shows: the one with the most exposed communication (where communication problems and
-    the wait for a straggler show), else the first."""
-
-    view: CrossRank
-    findings: dict[int, list[Any]]
-    report_rank: int
-
-    def failing(self) -> dict[str, list[int]]:
-        """Per failing rule id, the ranks on which it fails."""
-        out: dict[str, list[int]] = {}
-        for rank, found in self.findings.items():
-            for f in found:
-                if f.status == "fail":
-                    out.setdefault(f.rule_id, []).append(rank)
-        return out
-
-
-def diagnose_ranks(
-    path: str | Path, step: str | None = None, tokens_per_step: float | None = None, rules: Any = (),
-    thresholds: Any = (), workload: str | None = None, loaded: tuple[dict[int, Profile], int | None, str, list[str]] | None = None,
-) -> RankDiagnosis:
-    """:func:`cross_rank`, then the rule packs on every rank's analysis."""
-    from perfdoctor.pipeline import load_ruleset
-    from perfdoctor.rules.engine import evaluate
-
-    ruleset = load_ruleset(rules, thresholds)  # a bad pack fails before the slow load
-    view = cross_rank(path, step=step, tokens_per_step=tokens_per_step, workload=workload, loaded=loaded)
-    findings = {run.rank: evaluate(ruleset, run.analysis) for run in view.runs}  # the fully analysed ranks
-    return RankDiagnosis(view, findings, report_rank(view))

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
 from perfdoctor.cli import options
 from perfdoctor.cli import outputs
 from perfdoctor.io import check_outputs
+
+if TYPE_CHECKING:
+    from perfdoctor.pipeline import Diagnosis
 
 # analyze's options that take no value (every other one takes one): what trace_argument
 # steps over. tests/cli/test_analyze.py checks them against the command click builds.
@@ -73,24 +76,9 @@ def analyze_command(
 
     Several ranks (a bundle of perfdoctor run --nproc-per-node, or a folder of per-rank traces): a table per rank, the straggler and the collective that waits for it, then the findings; --json writes perfdoctor.ranks/1.
     """
-    from perfdoctor.pipeline import NSYS_SUFFIXES, diagnose
+    from perfdoctor.pipeline import diagnose
 
     check_outputs(outputs.files([json_out]), [path, *rules])  # never write over an input
-    if path.is_dir():
-        from perfdoctor.analysis.ranks import is_multi_rank
-
-        if is_multi_rank(path):  # a multi-rank bundle or a folder of per-rank traces
-            _analyze_ranks(path, step, json_out, tokens_per_step, rules, threshold, workload)
-            return
-    merged = None
-    if not path.is_dir() and path.name.lower().endswith(NSYS_SUFFIXES):
-        from perfdoctor.analysis.ranks import nsys_ranks
-        from perfdoctor.collectors import nsys
-
-        merged, procs = nsys.load_views(path)  # one read: a .nsys-rep is exported once
-        if len(procs) > 1:  # several processes with GPU work: one timeline each, like ranks
-            _analyze_ranks(path, step, json_out, tokens_per_step, rules, threshold, workload, nsys_ranks(procs))
-            return
     # The report's modules (rich) import before diagnose: a large trace's decoders are at work
     # by now (program() began its load before the command line was parsed).
     from perfdoctor.reports.summary import gaps_owner, render_summary
@@ -98,8 +86,10 @@ def analyze_command(
     from perfdoctor.reports.common import named_not_evaluated
     from perfdoctor.reports.terminal import brief_renderable, findings_renderable, verdict_text
 
-    d = diagnose(path, step=step, tokens_per_step=tokens_per_step, rules=rules, thresholds=threshold, workload=workload,
-                 profile=merged)
+    d = diagnose(path, step=step, tokens_per_step=tokens_per_step, rules=rules, thresholds=threshold, workload=workload)
+    if d.cross_rank is not None:  # several ranks: a multi-rank bundle, a folder of per-rank traces, an nsys export of several processes
+        _report_ranks(d, json_out)
+        return
     console = outputs.report_console(json_out)
     if brief:
         console.print(brief_renderable(d.findings, d.analysis, f"perfdoctor analyze {path}"))
@@ -118,15 +108,12 @@ def analyze_command(
         outputs.wrote(json_out)
 
 
-def _analyze_ranks(path: Path, step: Optional[str], json_out: Optional[Path], tokens_per_step: Optional[float],
-                   rules: List[Path], threshold: List[str], workload: Optional[str], loaded=None) -> None:
-    from perfdoctor.analysis.ranks import diagnose_ranks
+def _report_ranks(d: Diagnosis, json_out: Optional[Path]) -> None:
     from perfdoctor.reports.ranks import render_ranks
 
-    d = diagnose_ranks(path, step=step, tokens_per_step=tokens_per_step, rules=rules, thresholds=threshold, workload=workload, loaded=loaded)
     render_ranks(d, outputs.report_console(json_out))
     if json_out is not None:
-        payload = d.view.to_json()
-        payload["findings"] = {str(r): [f.to_json() for f in found] for r, found in d.findings.items()}
+        payload = d.cross_rank.to_json()
+        payload["findings"] = {str(r): [f.to_json() for f in found] for r, found in d.rank_findings.items()}
         outputs.emit_json(json_out, payload)
         outputs.wrote(json_out)

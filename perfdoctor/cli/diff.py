@@ -38,7 +38,6 @@ def diff_command(
     """
     from perfdoctor import pipeline
     from perfdoctor.compare.diff import diff_runs
-    from perfdoctor.compare.rankdiff import load_pair, paired_ranks
     from perfdoctor.reports.diff_report import document, print_terminal, render_markdown
     from perfdoctor.reports.terminal import heading
 
@@ -49,11 +48,11 @@ def diff_command(
     # findings.json, so a finding "fixed" is never just a changed threshold
     ruleset = None if no_rules else pipeline.load_ruleset(rules)
     results = {}
-    for rank in paired_ranks(*sources):  # like ranks of multi-rank bundles, else the one pair
-        before_run = load_pair(sources[0], rank, step=step_before or step, tokens_per_step=tokens_per_step,
-                               workload=workload, rules=None, ruleset=ruleset)
-        after_run = load_pair(sources[1], rank, step=step_after or step, tokens_per_step=tokens_per_step,
-                              workload=workload, rules=None, ruleset=ruleset)
+    for rank, (b, a) in pipeline.paired_ranks(*sources).items():  # like ranks of multi-rank runs, else the one pair
+        before_run = pipeline.diagnose(sources[0], rank=b, step=step_before or step, tokens_per_step=tokens_per_step,
+                                       workload=workload, rules=None, ruleset=ruleset)
+        after_run = pipeline.diagnose(sources[1], rank=a, step=step_after or step, tokens_per_step=tokens_per_step,
+                                      workload=workload, rules=None, ruleset=ruleset)
         results[rank] = diff_runs(before_run, after_run, options.fraction(noise_floor))
         if rank is not None:
             console.print(heading(f"rank {rank}"))

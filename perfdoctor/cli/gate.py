@@ -57,7 +57,6 @@ def gate_command(
     """
     from perfdoctor.compare.gate import EXIT_USAGE, INCONCLUSIVE_POLICIES, evaluate_gate, merge_gates, parse_budget, rule_checks
     from perfdoctor import pipeline
-    from perfdoctor.compare.rankdiff import bundle_ranks, load_pair, paired_ranks
     from perfdoctor.reports.gate_report import document as gate_document, github_annotations, junit_xml, print_result, summary_markdown
 
     if inconclusive is not None and inconclusive not in INCONCLUSIVE_POLICIES:
@@ -75,10 +74,10 @@ def gate_command(
     base_source = pipeline.open(baseline_path) if baseline_path is not None else None
     ruleset = pipeline.load_ruleset(rules) if rules else None  # parsed once for every rank
     per_rank = {}
-    for rank in paired_ranks(base_source, this_source) if base_source is not None else (bundle_ranks(this_source) or [None]):
-        this = load_pair(this_source, rank, step=step, tokens_per_step=tokens_per_step, workload=workload,
-                         rules=None, ruleset=ruleset)
-        base = (load_pair(base_source, rank, step=step, tokens_per_step=tokens_per_step, workload=workload, rules=None)
+    for rank, (b, a) in pipeline.paired_ranks(base_source, this_source).items():  # like ranks of multi-rank runs, else the one pair
+        this = pipeline.diagnose(this_source, rank=a, step=step, tokens_per_step=tokens_per_step, workload=workload,
+                                 rules=None, ruleset=ruleset)
+        base = (pipeline.diagnose(base_source, rank=b, step=step, tokens_per_step=tokens_per_step, workload=workload, rules=None)
                 if base_source is not None else None)
         rule_results = rule_checks(this.findings, min_severity) if ruleset is not None else None
         per_rank[rank] = evaluate_gate(this, base, budgets, rule_results, options.fraction(noise_floor))

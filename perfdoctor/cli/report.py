@@ -44,7 +44,7 @@ def report_command(
     check_outputs(outputs.files([output]), [path, *rules])  # never write over an input
     d = diagnose(path, step=step, tokens_per_step=tokens_per_step, rules=rules, thresholds=threshold, workload=workload)
     findings, analysis = d.findings, d.analysis
-    if path.is_dir() and output is None:  # -o: the user pointed elsewhere; the bundle stays as it is
+    if d.manifest is not None and output is None:  # a bundle (never a folder of traces); -o: the user pointed elsewhere, the bundle stays as it is
         try:
             written = write_reports(path, findings, analysis, d.packs)
             note(f"wrote {', '.join(str(p) for p in written)}")

@@ -58,7 +58,7 @@ def explain_rule(
     from perfdoctor.reports.code import Code
     from perfdoctor.rules.engine import PREDICATES
     from perfdoctor.rules.estimates import ESTIMATES
-    from perfdoctor.rules.signals import KNOWN_INPUTS, SIGNALS
+    from perfdoctor.rules.signals import KNOWN_INPUTS, meaning
 
     r = _load(rules, threshold).get(rule_id)
     c = stdout_console()
@@ -69,8 +69,7 @@ def explain_rule(
     c.print(Text.assemble(("severity: ", "bold"), r.severity, ("   defined in: ", "bold"), r.origin))
     for key in r.metrics + r.show:
         role = "reads" if key in r.metrics else "shows"
-        meaning = SIGNALS[key][2] if key in SIGNALS else "defined in the metric contract (docs: metrics.md)"
-        c.print(Text(f"  {role} {key} [{KNOWN_INPUTS[key]}]: {meaning}"))
+        c.print(Text(f"  {role} {key} [{KNOWN_INPUTS[key]}]: {meaning(key) or 'defined in the metric contract (docs: metrics.md)'}"))
     if len(r.metrics) > 1:
         c.print(Text(f"  the first of {', '.join(r.metrics)} that was measured is compared", style="dim"))
     c.print(Text.assemble(("citation: ", "bold"), r.citation))

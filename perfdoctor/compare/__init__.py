@@ -7,8 +7,8 @@
 - ``crossvendor``    matching kernels across GPU vendors by family and operation
 - ``processes``      the process as the unit of replication (``run --repeat``)
 - ``stats``          two-sample statistics in numpy (checked against scipy)
-- ``gate``           budgets and rule checks for CI
-- ``rankdiff``       multi-rank bundles: rank k against rank k
+- ``gate``           budgets and rule checks for CI, one gate over every rank (``merge_gates``;
+                     which ranks pair up is :func:`perfdoctor.pipeline.paired_ranks`)
 
 May import: pipeline, rules, analysis, collectors, bundle, profile, names, io, text, errors.
 Until step 2 of the house plan, ``gate`` also words a diff with reports.diff_report.

@@ -407,7 +407,7 @@ def evaluate_gate(
 
 
 def merge_gates(results: dict[int, GateResult]) -> GateResult:
-    """One gate over every rank (:mod:`perfdoctor.compare.rankdiff` pairs them): it fails when a
+    """One gate over every rank (:func:`perfdoctor.pipeline.paired_ranks` pairs them): it fails when a
     check fails on any rank; each rank's checks named ``rank k: ...``, warnings once."""
     checks, warnings = [], []
     for rank, r in results.items():

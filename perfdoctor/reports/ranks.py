@@ -13,7 +13,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from perfdoctor.analysis.ranks import FULL_VIEW_RANKS, RankDiagnosis
+from perfdoctor.analysis.ranks import FULL_VIEW_RANKS
+from perfdoctor.pipeline import Diagnosis
 from perfdoctor.text import clean
 
 
@@ -21,8 +22,8 @@ def _num(v: object, digits: int = 4) -> str:
     return "—" if v is None or (isinstance(v, float) and v != v) else f"{float(v):.{digits}g}"  # type: ignore[arg-type]
 
 
-def rank_table(d: RankDiagnosis) -> Table:
-    view = d.view
+def rank_table(d: Diagnosis) -> Table:
+    view = d.cross_rank
     title = (f"Ranks ({len(view.per_step)} of world size {view.world_size if view.world_size is not None else 'unknown'}, {view.source}); "
              "ms per step, medians: step (light pass), traced step, busy = non-communication kernel time")
     t = Table(title=title, title_justify="left")
@@ -44,8 +45,8 @@ def rank_table(d: RankDiagnosis) -> Table:
     return t
 
 
-def straggler_lines(d: RankDiagnosis) -> list[str]:
-    view, s = d.view, d.view.straggler
+def straggler_lines(d: Diagnosis) -> list[str]:
+    view, s = d.cross_rank, d.cross_rank.straggler
     sources = sorted(set(view.comm_source.values()))
     lines = [f"communication from: {clean('; '.join(sources))}"]
     if s is None:
@@ -67,23 +68,34 @@ def straggler_lines(d: RankDiagnosis) -> list[str]:
     return lines
 
 
-def render_ranks(d: RankDiagnosis, console: Console) -> None:
-    """Everything ``perfdoctor analyze`` prints for several ranks."""
+def failing(d: Diagnosis) -> dict[str, list[int]]:
+    """Per failing rule id, the ranks on which it fails."""
+    out: dict[str, list[int]] = {}
+    for rank, found in d.rank_findings.items():
+        for f in found:
+            if f.status == "fail":
+                out.setdefault(f.rule_id, []).append(rank)
+    return out
+
+
+def render_ranks(d: Diagnosis, console: Console) -> None:
+    """Everything ``perfdoctor analyze`` prints for several ranks (``d``: their
+    :class:`perfdoctor.pipeline.Diagnosis`, whose own findings are the report rank's)."""
     from perfdoctor.reports.terminal import findings_renderable
 
+    view = d.cross_rank
     console.print(rank_table(d))
     for line in straggler_lines(d):
         console.print(Text(line))
-    failing = d.failing()
-    if len(d.view.runs) < len(d.view.per_step):
-        console.print(Text(f"rules run on {len(d.view.runs)} of the {len(d.view.per_step)} ranks (ranks {', '.join(str(r.rank) for r in d.view.runs)}): "
+    fails = failing(d)
+    if len(view.runs) < len(view.per_step):
+        console.print(Text(f"rules run on {len(view.runs)} of the {len(view.per_step)} ranks (ranks {', '.join(str(r.rank) for r in view.runs)}): "
                            "one per group of ranks with the same trace structure, the first, the straggler, the report rank, the fastest and "
                            "the slowest; the other ranks' per-step figures are measured on their own times, with their group's steps and kernel classes"))
-    if failing:
-        console.print(Text("fails on: " + "; ".join(f"{rule} (rank{'s' if len(r) > 1 else ''} {', '.join(map(str, r))})" for rule, r in failing.items())))
+    if fails:
+        console.print(Text("fails on: " + "; ".join(f"{rule} (rank{'s' if len(r) > 1 else ''} {', '.join(map(str, r))})" for rule, r in fails.items())))
     console.print(Text(""))
-    console.print(Text(f"Findings of rank {d.report_rank} (the rank with the most exposed communication)", style="bold"))
-    run = next(r for r in d.view.runs if r.rank == d.report_rank)
-    console.print(findings_renderable(d.findings[d.report_rank], run.analysis))
-    for w in d.view.warnings:
+    console.print(Text(f"Findings of rank {d.rank} (the rank with the most exposed communication)", style="bold"))
+    console.print(findings_renderable(d.findings, d.analysis))
+    for w in view.warnings:
         console.print(Text(f"warning: {clean(w)}", style="yellow"))

@@ -46,7 +46,7 @@ import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -61,6 +61,9 @@ from perfdoctor.analysis.metrics import Analysis, Metric
 from perfdoctor.rules.estimates import ESTIMATES, Estimate
 from perfdoctor.rules.evidence import EVIDENCE, Evidence
 from perfdoctor.rules.signals import KNOWN_INPUTS, inputs
+
+if TYPE_CHECKING:
+    from perfdoctor.analysis.ranks import CrossRank
 
 SEED_PACK = Path(__file__).parent / "packs" / "seed.toml"
 SCHEMA = "perfdoctor.rules/1"
@@ -902,7 +905,7 @@ def evaluate_rule(rule: Rule, analysis: Analysis, values: dict[str, Metric], evi
         finding.evidence = [_collect(kind, analysis, evidence) for kind in rule.evidence]
     if finding.status == "fail" and spec is not None:
         fn = ESTIMATES[spec.kind][0]
-        finding.estimate = fn(analysis, rule.threshold, dict(spec.params))
+        finding.estimate = fn(analysis, rule.threshold, dict(spec.params), values)
         finding.estimate_kind = spec.kind
         finding.projected = _projection(analysis, finding.estimate.ms_per_step)
         _stake_severity(analysis, finding)
@@ -978,13 +981,15 @@ def _fill_top_finding(fails: list[Finding]) -> None:
         f.remediation = replace(f.remediation, steps=steps)
 
 
-def evaluate(rules: RuleSet, analysis: Analysis) -> list[Finding]:
+def evaluate(rules: RuleSet, analysis: Analysis, cross_rank: CrossRank | None = None) -> list[Finding]:
     """Evaluate every rule against ``analysis`` and return the findings, ranked.
+    ``cross_rank``: the view of the job ``analysis`` is one rank of, whose metrics the rules
+    read beside the rank's own (:func:`perfdoctor.rules.signals.inputs`).
 
     A failed rule with ``suppresses`` (the capture-trace rule) makes the rules it names not
     applicable: on a capture, timing rules describe the capture, not the workload.
     """
-    values = {**inputs(analysis), **workload_values(analysis)}
+    values = {**inputs(analysis, cross_rank), **workload_values(analysis)}
     evidence: dict[str, Evidence] = {}
     findings = [evaluate_rule(rule, analysis, values, evidence) for rule in rules]
     suppressed: dict[str, str] = {}

@@ -3,7 +3,9 @@
 The report ranks failures by these numbers, so each one is a formula a reader can check
 against the trace, not a model. Every estimator returns the milliseconds per step and the
 formula in words with the numbers it used. Parameters (``residual_gap_us``, ``speedup``)
-come from the rule's ``[rule.estimate]`` table, so a pack can restate an assumption.
+come from the rule's ``[rule.estimate]`` table, so a pack can restate an assumption. Each
+also gets the values the rules read (:func:`perfdoctor.rules.signals.inputs`): a number of
+the whole job, as the straggler's delay, is one of them and in no rank's Analysis.
 
 Estimates that measure the same bubbles (launch overhead, short kernels, idle GPU) are not
 additive; the engine marks findings that share an estimate as overlapping.
@@ -12,13 +14,13 @@ additive; the engine marks findings that share an estimate as overlapping.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import pandas as pd
 
 from perfdoctor.analysis.attribution import is_layout_conversion
-from perfdoctor.analysis.metrics import Analysis
+from perfdoctor.analysis.metrics import Analysis, Metric
 from perfdoctor.names.codes import equals, per_name
 from perfdoctor.rules.signals import attention_softmax, model_bytes_per_step, step_activities
 
@@ -52,7 +54,7 @@ def _per_step_ms(analysis: Analysis, per_gap_ns: np.ndarray, steps: np.ndarray) 
     return _median_ms(totals)
 
 
-def exposed_comm(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
+def exposed_comm(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
     """Communication no compute kernel hides: what perfect overlap would win per step
     (``exposed_comm_ms_per_step``)."""
     ms = analysis.value("exposed_comm_ms_per_step")
@@ -62,16 +64,16 @@ def exposed_comm(analysis: Analysis, threshold: float | None, params: dict[str, 
     return Estimate(ms, f"median over steps of |communication| − |communication ∩ compute| = {ms:.3g} ms")
 
 
-def straggler_delay(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
+def straggler_delay(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
     """Balancing the ranks wins back the straggler's delay per step: that long every
     other rank waits for it in a collective (``straggler_delay_ms``, :mod:`perfdoctor.analysis.ranks`)."""
-    ms = analysis.value("straggler_delay_ms")
+    ms = values["straggler_delay_ms"].value  # the job's, not in the rank's Analysis
     if ms is None:
         return Estimate(None, "needs straggler_delay_ms (several ranks of one job)")
     return Estimate(ms, f"the straggler's median busy time − the other ranks' = {ms:.3g} ms the others wait per step")
 
 
-def idle_between_kernels(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
+def idle_between_kernels(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
     """Bubbles between a step's GPU activities, less the gap that back-to-back replay still leaves.
 
     Per gap: max(0, gap − residual). A CUDA graph replays kernels with ~1-2 µs between them
@@ -121,7 +123,7 @@ def _inside_replay(analysis: Analysis) -> np.ndarray:
     return np.isin(g0, end[rep]) & np.isin(g1, start[rep]) & ~np.isin(g0, end[~rep]) & ~np.isin(g1, start[~rep])
 
 
-def graph_replay_gaps(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
+def graph_replay_gaps(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
     """Gaps inside graph replays (:func:`_inside_replay`), less ``residual_gap_us``: the idle
     that fewer kernels per replay (fusion) or a persistent kernel removes, and the only
     time a launch-rate finding on graph-replayed steps can win: one graph launch per step
@@ -134,7 +136,7 @@ def graph_replay_gaps(analysis: Analysis, threshold: float | None, params: dict[
                     "over the gaps between two kernels of a replayed graph", of=launch)
 
 
-def beside_graph_gaps(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
+def beside_graph_gaps(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
     """The gaps :func:`idle_between_kernels` counts, less those inside graph replays: the idle
     around the eager launches left beside the graphs, what capturing them wins (added to
     :func:`graph_replay_gaps`, not overlapping it)."""
@@ -183,7 +185,7 @@ def untraced_idle_ms(analysis: Analysis) -> float | None:
     return max(0.0, p50.value - float(np.median(busy)) / 1e6)
 
 
-def sync_wait_time(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
+def sync_wait_time(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
     """GPU idle time in the gaps during which a synchronizing call returned, or was in flight
     for most of the gap (:func:`perfdoctor.analysis.hostgaps.gap_hosts` "waiting": a
     synchronous copy the GPU idles behind; the attribution's host-sync time).
@@ -209,7 +211,7 @@ def _waiting(analysis: Analysis) -> np.ndarray:
     return np.isin(analysis.timeline.gaps["start_ns"].to_numpy(np.int64), w["start_ns"].to_numpy(np.int64))  # a gap is known by its start
 
 
-def pageable_copy_time(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
+def pageable_copy_time(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
     """Time in pageable copies × the part pinned memory saves (pinned copies run ``speedup``× faster)."""
     speedup = float(params.get("speedup", 2.0))
     st = analysis.timeline.with_gpu
@@ -219,7 +221,7 @@ def pageable_copy_time(analysis: Analysis, threshold: float | None, params: dict
     return Estimate(ms, f"median pageable copy time per step × (1 − 1/{speedup:g}, pinned copies being {speedup:g}× faster) = {ms:.3g} ms")
 
 
-def memcpy_time(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
+def memcpy_time(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
     """Copy and memset time inside a step: what keeping the data on the device removes."""
     st = analysis.timeline.with_gpu
     if st.empty:
@@ -228,7 +230,7 @@ def memcpy_time(analysis: Analysis, threshold: float | None, params: dict[str, A
     return Estimate(ms, f"median copy + memset time per step = {ms:.3g} ms")
 
 
-def bandwidth_gap(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
+def bandwidth_gap(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
     """GPU busy time beyond what the step's bytes need at the target bandwidth.
 
     Where the kernel classes' bounds are known (:mod:`perfdoctor.analysis.bounds`), the
@@ -271,7 +273,7 @@ def bandwidth_gap(analysis: Analysis, threshold: float | None, params: dict[str,
     )
 
 
-def fp32_gemm_time(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
+def fp32_gemm_time(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
     """fp32 GEMM time × the part bf16 tensor cores save (``speedup``× faster)."""
     speedup = float(params.get("speedup", 2.0))
     k = analysis.timeline.gemm_kernels
@@ -281,7 +283,7 @@ def fp32_gemm_time(analysis: Analysis, threshold: float | None, params: dict[str
     return Estimate(ms, f"median fp32 GEMM time per step × (1 − 1/{speedup:g}) = {ms:.3g} ms")
 
 
-def softmax_time(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
+def softmax_time(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
     """Softmax kernel time per step: what fused attention removes.
 
     Unfused attention writes the score matrix, runs a softmax pass over it and reads it back
@@ -299,7 +301,7 @@ def softmax_time(analysis: Analysis, threshold: float | None, params: dict[str, 
     return Estimate(ms, f"median softmax kernel time per step (the pass fused attention removes; its GEMMs stay) = {ms:.3g} ms")
 
 
-def host_busy_gaps(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
+def host_busy_gaps(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
     """Idle time (gaps and lead-ins) in which the host ran Python: what moving that work off the step wins."""
     from perfdoctor.analysis.hostgaps import busy_summary
 
@@ -314,11 +316,11 @@ def host_busy_gaps(analysis: Analysis, threshold: float | None, params: dict[str
     )
 
 
-def _part_time(parts: tuple[str, ...], what: str) -> Callable[[Analysis, float | None, dict[str, Any]], Estimate]:
+def _part_time(parts: tuple[str, ...], what: str) -> Callable[[Analysis, float | None, dict[str, Any], Mapping[str, Metric]], Estimate]:
     """The attribution's time in ``parts`` per step × ``saved`` (the share the fix removes,
     a pack parameter, 1.0 by default): the untraced step's milliseconds at stake."""
 
-    def estimate(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
+    def estimate(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
         a = analysis.attribution
         if a.reason:
             return Estimate(None, f"needs the step attribution ({a.reason})")
@@ -362,7 +364,7 @@ def nchw_fed(analysis: Analysis, min_conv_share: float = 0.0) -> str | None:
     return f"{conversions / n:.3g} NCHW<->NHWC conversions per step around {conv / n:.3g} convolution kernels"
 
 
-def layout_time(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
+def layout_time(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
     """What channels-last wins: the layout transforms × ``saved``, plus, where the step
     feeds NCHW tensors through NHWC kernels (:func:`nchw_fed`), ``nchw_penalty`` × the time
     of the classes that run faster in NHWC (:data:`NCHW_PARTS`). ``nchw_penalty`` is a
@@ -383,7 +385,7 @@ def layout_time(analysis: Analysis, threshold: float | None, params: dict[str, A
     return Estimate(ms, f"{formula} = {ms:.4g} ms")
 
 
-def norm_elementwise_time(analysis: Analysis, threshold: float | None, params: dict[str, Any]) -> Estimate:
+def norm_elementwise_time(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
     """(normalisation + elementwise) × ``saved``, less the normalisation time channels-last
     already wins where the step feeds NCHW tensors through NHWC kernels (``nchw_penalty`` ×
     normalisation, counted by :func:`layout_time`): the two findings' estimates add up."""
@@ -403,7 +405,7 @@ def norm_elementwise_time(analysis: Analysis, threshold: float | None, params: d
                         f"× {saved:g} that the fix removes = {ms:.4g} ms")
 
 
-ESTIMATES: dict[str, tuple[Callable[[Analysis, float | None, dict[str, Any]], Estimate], tuple[str, ...]]] = {
+ESTIMATES: dict[str, tuple[Callable[[Analysis, float | None, dict[str, Any], Mapping[str, Metric]], Estimate], tuple[str, ...]]] = {
     # kind: (function, parameters it reads)
     "idle_between_kernels": (idle_between_kernels, ("residual_gap_us",)),
     "graph_replay_gaps": (graph_replay_gaps, ("residual_gap_us",)),

@@ -10,7 +10,7 @@ contract metrics, and a missing one is "not evaluated", never a pass.
 from __future__ import annotations
 
 import re
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import pandas as pd
@@ -22,7 +22,11 @@ from perfdoctor.names.codes import equals, factorize
 from perfdoctor.names.kernels import family, per_name
 from perfdoctor.names.ranges import LOOP_PREFIXES
 
+if TYPE_CHECKING:  # the cross-rank view's module loads with a multi-rank job, not with every rule evaluation
+    from perfdoctor.analysis.ranks import CrossRank
+
 DATALOADER_PREFIX = LOOP_PREFIXES[0]  # enumerate(DataLoader)#<Iter>.__next__
+NEEDS_RANKS = "needs several ranks of one job (perfdoctor run --nproc-per-node N, or a folder of per-rank traces)"
 
 
 def step_activities(analysis: Analysis) -> pd.DataFrame:
@@ -169,19 +173,6 @@ def eager_launches_per_step(analysis: Analysis) -> Metric:
                   note=f"{graph.sum() / n:.4g} graph launches and {eager / n:.4g} eager launches per step")
 
 
-def cross_rank(key: str, unit: str) -> Callable[[Analysis], Metric]:
-    """A cross-rank metric (:mod:`perfdoctor.analysis.ranks`): the value the cross-rank view put in
-    each rank's analysis; absent for a single-process trace."""
-
-    def read(analysis: Analysis) -> Metric:
-        m = analysis.metrics.get(key)
-        if m is not None:
-            return m
-        return Metric(None, unit, "cross-rank", reason="needs several ranks of one job (perfdoctor run --nproc-per-node N, or a folder of per-rank traces)")
-
-    return read
-
-
 def memory_bound_bw_util(analysis: Analysis) -> Metric:
     """DRAM bandwidth of the memory-bound kernel classes against the ceiling
     (:meth:`perfdoctor.analysis.bounds.Bounds.memory_bound_bw_util`): the time a roofline
@@ -264,17 +255,36 @@ SIGNALS: dict[str, tuple[str, Callable[[Analysis], Metric], str]] = {
     "data_loading_ratio": ("ratio", _attribution_share(("data_loading",), "step", "of the step"), "share of the step the GPU waited for the DataLoader"),
     "host_late_ratio": ("ratio", _attribution_share(("host_late",), "step", "of the step"), "share of the step the GPU waited for the host to issue work, nothing else in flight"),
     "eager_launches_per_step": ("count", eager_launches_per_step, "launches per step that are not graph replays, where steps replay graphs"),
-    "straggler_delay_ms": ("ms", cross_rank("straggler_delay_ms", "ms"), "how much longer the slowest-working rank works per step than the others (perfdoctor.analysis.ranks)"),
-    "straggler_delay_ratio": ("ratio", cross_rank("straggler_delay_ratio", "ratio"), "straggler_delay_ms over the job's median traced step"),
-    "rank_step_spread_ratio": ("ratio", cross_rank("rank_step_spread_ratio", "ratio"), "(max − min) / median of the ranks' step_latency_ms_p50"),
 }
 
-KNOWN_INPUTS: dict[str, str] = {**METRIC_UNITS, **{k: unit for k, (unit, _, _) in SIGNALS.items()}}
+# The job's numbers, measured across its ranks (perfdoctor.analysis.ranks.CrossRank.metrics): no
+# one rank's trace holds them, so the rules of every rank get the view beside their Analysis.
+CROSS_RANK_INPUTS: dict[str, tuple[str, str]] = {
+    # key: (unit, one-line meaning for `perfdoctor rules explain`)
+    "straggler_delay_ms": ("ms", "how much longer the slowest-working rank works per step than the others (perfdoctor.analysis.ranks)"),
+    "straggler_delay_ratio": ("ratio", "straggler_delay_ms over the job's median traced step"),
+    "rank_step_spread_ratio": ("ratio", "(max − min) / median of the ranks' step_latency_ms_p50"),
+}
+
+KNOWN_INPUTS: dict[str, str] = {**METRIC_UNITS, **{k: unit for k, (unit, _, _) in SIGNALS.items()},
+                                **{k: unit for k, (unit, _) in CROSS_RANK_INPUTS.items()}}
 
 
-def inputs(analysis: Analysis) -> dict[str, Metric]:
-    """Every value a rule may read: the contract metrics plus the signals above."""
+def meaning(key: str) -> str | None:
+    """What a signal or cross-rank input means; None for a contract metric."""
+    if key in SIGNALS:
+        return SIGNALS[key][2]
+    return CROSS_RANK_INPUTS[key][1] if key in CROSS_RANK_INPUTS else None
+
+
+def inputs(analysis: Analysis, cross_rank: CrossRank | None = None) -> dict[str, Metric]:
+    """Every value a rule may read: the contract metrics, the signals above, and the
+    cross-rank metrics of the job ``analysis`` is one rank of (``cross_rank``; absent, with
+    the reason, for a single process)."""
     values = dict(analysis.metrics)
     for key, (_, fn, _) in SIGNALS.items():
         values[key] = fn(analysis)
+    cross = cross_rank.metrics() if cross_rank is not None else {}
+    for key, (unit, _) in CROSS_RANK_INPUTS.items():
+        values[key] = cross[key] if key in cross else Metric(None, unit, "cross-rank", reason=NEEDS_RANKS)
     return values

@@ -1,9 +1,10 @@
 """A folder of many ranks (issue 30 item 9) against the single-rank pipeline run on each rank.
 
 The reference any faster multi-rank path must reproduce: each rank loaded and analysed on
-its own (``analyze`` on the step the first rank uses), the cross-rank metrics added, the
-rule packs evaluated. ``diagnose_ranks`` on the folder must give, per rank, the same
-analysis JSON, the same findings and the same per-step communication table, and the
+its own (``analyze`` on the step the first rank uses), the rule packs evaluated with the
+cross-rank view as their input. The door (``pipeline.diagnose``) on the folder must give,
+per rank, the same analysis JSON (``per_rank``: with the cross-rank metrics beside the
+rank's own), the same findings and the same per-step communication table, and the
 cross-rank view (table, straggler, metrics) must be the one built from those independent
 runs. Exact equality: both sides do the same float operations on the same inputs.
 
@@ -20,7 +21,6 @@ this folder, on bench/many_ranks.py's, and where the endpoints of a rank lie in 
 
 import importlib.util
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -29,9 +29,9 @@ import pytest
 
 from perfdoctor.analysis import ranks
 from perfdoctor.analysis.metrics import analyze
-from perfdoctor.analysis.ranks import STEP_COLUMNS, collective_table, diagnose_ranks, find_straggler, rank_steps
+from perfdoctor.analysis.ranks import STEP_COLUMNS, collective_table, find_straggler, rank_steps
 from perfdoctor.collectors import torch_profiler
-from perfdoctor.pipeline import load_ruleset
+from perfdoctor.pipeline import diagnose, load_ruleset
 from perfdoctor.rules.engine import evaluate
 
 BENCH = Path(__file__).parents[2] / "bench" / "many_ranks.py"
@@ -79,14 +79,13 @@ def folder(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def together(folder):
-    return diagnose_ranks(folder)
+    return diagnose(folder)
 
 
 @pytest.fixture(scope="module")
 def alone(folder, together):
-    """Each rank through the single-trace pipeline, the cross-rank metrics added before the rules."""
+    """Each rank through the single-trace pipeline, its rules given the cross-rank view."""
     ruleset = load_ruleset((), ())
-    cross = together.view.metrics()
     out = {}
     step = None
     for k in range(RANKS):
@@ -94,27 +93,30 @@ def alone(folder, together):
         step = step or a.steps.name
         per, source = rank_steps(a)
         coll = collective_table(a)
-        a.metrics.update({key: replace(m) for key, m in cross.items()})
-        out[k] = (a, per, source, coll, evaluate(ruleset, a))
+        out[k] = (a, per, source, coll, evaluate(ruleset, a, together.cross_rank))
     return out
 
 
 def test_the_folder_has_a_straggler_and_an_odd_rank(together):
-    assert [r.rank for r in together.view.runs] == list(range(RANKS))
-    assert together.view.straggler is not None and together.view.straggler.rank == STRAGGLER
-    table = together.view.table().set_index("rank")
+    assert [r.rank for r in together.cross_rank.runs] == list(range(RANKS))
+    assert together.cross_rank.straggler is not None and together.cross_rank.straggler.rank == STRAGGLER
+    table = together.cross_rank.table().set_index("rank")
     assert table.loc[ODD, "busy_ms_p50"] != table.loc[0, "busy_ms_p50"]  # the extra kernel counts as work
 
 
 def test_per_rank_analysis_and_findings_equal_the_single_rank_pipeline(together, alone):
-    per_rank = together.view.to_json()["per_rank"]
+    per_rank = together.cross_rank.to_json()["per_rank"]
+    cross = {key: m.to_json() for key, m in together.cross_rank.metrics().items()}
     for k, (a, _, _, _, findings) in alone.items():
-        assert per_rank[str(k)] == json.loads(json.dumps(a.to_json())), f"rank {k}"
-        assert [f.to_json() for f in together.findings[k]] == [f.to_json() for f in findings], f"rank {k}"
+        own = a.to_json()
+        assert per_rank[str(k)] == json.loads(json.dumps({**own, "metrics": {**own["metrics"], **cross}})), f"rank {k}"
+        assert "straggler_delay_ms" not in a.metrics  # the view is the rules' input, never written into a rank
+        assert [f.to_json() for f in together.rank_findings[k]] == [f.to_json() for f in findings], f"rank {k}"
+    assert together.findings is together.rank_findings[together.rank]  # the Diagnosis is the report rank's
 
 
 def test_per_step_tables_and_cross_rank_view_equal_the_single_rank_pipeline(together, alone):
-    view = together.view
+    view = together.cross_rank
     for k, (_, per, source, _, _) in alone.items():
         pd.testing.assert_frame_equal(view.per_step[k], per, check_exact=True)
         assert view.comm_source[k] == source
@@ -133,16 +135,16 @@ def test_per_step_tables_and_cross_rank_view_equal_the_single_rank_pipeline(toge
 
 
 def _grouped(folder: Path):
-    """``diagnose_ranks`` with every folder taken as many ranks (grouped_view)."""
+    """The door's diagnosis with every folder taken as many ranks (grouped_view)."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(ranks, "FULL_VIEW_RANKS", 0)
-        return diagnose_ranks(folder)
+        return diagnose(folder)
 
 
 def assert_same_view(grouped, full) -> None:
     """The grouped diagnosis against the full one: every rank's STEP_COLUMNS (exact), the
     cross-rank view, and the full analyses and findings of the ranks it analysed."""
-    g, f = grouped.view, full.view
+    g, f = grouped.cross_rank, full.cross_rank
     assert list(g.per_step) == list(f.per_step)
     for k in f.per_step:
         pd.testing.assert_frame_equal(g.per_step[k], f.per_step[k], check_exact=True, obj=f"rank {k}")
@@ -154,8 +156,8 @@ def assert_same_view(grouped, full) -> None:
     assert {k: v for k, v in gj.items() if k != "per_rank"} == {k: v for k, v in fj.items() if k != "per_rank"}
     for k, analysis in gj["per_rank"].items():
         assert analysis == fj["per_rank"][k], f"rank {k}"
-        assert [x.to_json() for x in grouped.findings[int(k)]] == [x.to_json() for x in full.findings[int(k)]], f"rank {k}"
-    assert grouped.report_rank == full.report_rank
+        assert [x.to_json() for x in grouped.rank_findings[int(k)]] == [x.to_json() for x in full.rank_findings[int(k)]], f"rank {k}"
+    assert grouped.rank == full.rank
 
 
 @pytest.fixture(scope="module")
@@ -165,10 +167,10 @@ def grouped(folder):
 
 def test_grouped_path_equals_the_full_pipeline(grouped, together):
     assert_same_view(grouped, together)
-    analysed = {r.rank for r in grouped.view.runs}
+    analysed = {r.rank for r in grouped.cross_rank.runs}
     # the first rank, the straggler and the odd rank (each its own group: the longer GEMM
     # reaches past the all-reduce's start), the report rank; not every rank
-    assert {0, STRAGGLER, ODD, grouped.report_rank} <= analysed and len(analysed) < RANKS
+    assert {0, STRAGGLER, ODD, grouped.rank} <= analysed and len(analysed) < RANKS
 
 
 def test_grouped_path_on_the_bench_folder(tmp_path):
@@ -180,8 +182,8 @@ def test_grouped_path_on_the_bench_folder(tmp_path):
     keys = {ranks.read_times(f)[1] for f in ranks.trace_files(tmp_path)}
     assert len(keys) == 1
     grouped = _grouped(tmp_path)
-    assert_same_view(grouped, diagnose_ranks(tmp_path))
-    assert len(grouped.view.runs) <= 4
+    assert_same_view(grouped, diagnose(tmp_path))
+    assert len(grouped.cross_rank.runs) <= 4
 
 
 def test_a_rank_whose_endpoints_lie_in_another_order_is_analysed_alone(tmp_path):
@@ -201,16 +203,16 @@ def test_a_rank_whose_endpoints_lie_in_another_order_is_analysed_alone(tmp_path)
     for k in (tie, late):  # the same structure, another order
         assert keys[k][0] == keys[0][0] and keys[k][1] != keys[0][1]
     grouped = _grouped(tmp_path)
-    assert {tie, late} <= {r.rank for r in grouped.view.runs}
-    assert_same_view(grouped, diagnose_ranks(tmp_path))
+    assert {tie, late} <= {r.rank for r in grouped.cross_rank.runs}
+    assert_same_view(grouped, diagnose(tmp_path))
     # the order is what makes the sums exact: rank 1's sums on the late rank's times are
     # wrong (its first step's all-reduce and critical path cut at rank 1's GPU window: 0.5
     # and 0.95 ms where the late rank's own pipeline reads 0.601 and 1.051 ms)
-    one = analyze(torch_profiler.load(tmp_path / "rank1.pt.trace.json"), step=grouped.view.runs[0].analysis.steps.name)
+    one = analyze(torch_profiler.load(tmp_path / "rank1.pt.trace.json"), step=grouped.cross_rank.runs[0].analysis.steps.name)
     ends = [ranks.read_times(tmp_path / f"rank{k}.pt.trace.json")[2] for k in (1, late)]
     assert len(ends[0]) == len(ends[1])
     frames, _, _ = ranks.group_steps(one, np.stack(ends))
-    assert not frames[1].equals(grouped.view.per_step[late])
+    assert not frames[1].equals(grouped.cross_rank.per_step[late])
 
 
 def test_grouped_path_numbers_and_reads_ranks_as_the_loader(tmp_path):
@@ -226,7 +228,7 @@ def test_grouped_path_numbers_and_reads_ranks_as_the_loader(tmp_path):
             trace["traceEvents"][2]["dur"] = "x"
         (tmp_path / f"rank{k}.pt.trace.json").write_text(json.dumps(trace))
     assert ranks.read_times(tmp_path / "rank5.pt.trace.json")[1] is None
-    grouped, full = _grouped(tmp_path), diagnose_ranks(tmp_path)
-    assert grouped.view.warnings == full.view.warnings and len(full.view.warnings) == 1
-    assert 5 in {r.rank for r in grouped.view.runs}
+    grouped, full = _grouped(tmp_path), diagnose(tmp_path)
+    assert grouped.cross_rank.warnings == full.cross_rank.warnings and len(full.cross_rank.warnings) == 1
+    assert 5 in {r.rank for r in grouped.cross_rank.runs}
     assert_same_view(grouped, full)

@@ -55,3 +55,32 @@ def test_diff_parses_the_rule_pack_once_for_both_sides(counted) -> None:
     # Before the door (8885748): manifest.json read 10 times, seed.toml parsed twice (once a side).
     assert reads["manifest.json"] == 2, reads
     assert parses == {"seed.toml": 1}, parses
+
+
+def test_analyze_on_a_folder_of_ranks_parses_the_rule_pack_once(counted, tmp_path) -> None:
+    """Every rank's rules from one parse: the door loads the packs, then diagnoses each rank."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("many_ranks", Path(__file__).parents[2] / "bench" / "many_ranks.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    bench.build(tmp_path / "ranks", 4)
+    _, parses = counted
+    r = cli_inprocess("analyze", tmp_path / "ranks")
+    assert r.returncode == 0, r.stderr
+    assert "Findings of rank" in r.stdout  # the every-rank view, with 4 ranks' rules evaluated
+    assert parses == {"seed.toml": 1}, parses
+
+
+WILD = Path(__file__).resolve().parents[3] / "shared" / "traces" / "wild"
+
+
+@pytest.mark.skipif(not (WILD / "nsysai__mfu_2gpu_before.sqlite.gz").exists(), reason=f"the shared real traces are not here ({WILD})")
+def test_gate_over_ranks_parses_the_rule_pack_once(counted) -> None:
+    """Two processes with GPU work a side, gated rank by rank: one parse for both ranks."""
+    _, parses = counted
+    r = cli_inprocess("gate", WILD / "nsysai__mfu_2gpu_after.sqlite.gz", "--baseline", WILD / "nsysai__mfu_2gpu_before.sqlite.gz",
+                      "--rules", "seed", "--fail-on", "gpu_idle_ratio:+100%")
+    assert r.returncode in (0, 1), r.stderr
+    assert "rank 0: budget gpu_idle_ratio:+100%" in r.stdout and "rank 1: budget gpu_idle_ratio:+100%" in r.stdout
+    assert parses == {"seed.toml": 1}, parses

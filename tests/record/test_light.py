@@ -251,7 +251,7 @@ def test_bandwidth_estimate_uses_the_declared_bytes_when_the_model_is_the_headli
     floor_ns = DECLARED_BYTES / (peak * 1e9 * 0.85) * 1e9  # the step's bytes at 85 % of peak
     busy = a.timeline.with_gpu["busy_ns"].to_numpy(dtype=float)
     want = float(np.median(np.clip(busy - floor_ns, 0, None))) / 1e6
-    est = bandwidth_gap(a, 0.85, {})
+    est = bandwidth_gap(a, 0.85, {}, {})
     assert est.ms_per_step == pytest.approx(want, rel=1e-12) and want > 0
     assert "declared bytes" in est.formula
 

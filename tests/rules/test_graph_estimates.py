@@ -46,7 +46,7 @@ def _hand_inside_replay_ms(d) -> float:
 
 
 def test_inside_replay_gaps_against_a_hand_count(graph):
-    got = graph_replay_gaps(graph.analysis, None, {"residual_gap_us": 0.0})
+    got = graph_replay_gaps(graph.analysis, None, {"residual_gap_us": 0.0}, {})
     assert "two kernels of a replayed graph" in got.formula
     uncapped = float(got.formula.split(" = ")[1].split(" ms")[0])
     assert uncapped == pytest.approx(_hand_inside_replay_ms(graph), rel=0.02)
@@ -56,9 +56,9 @@ def test_the_two_estimates_split_the_launch_gaps(graph):
     """With no residual and no cap, inside + beside = every launch gap (medians of per-step
     sums need not add, so the check is on the per-gap masks through the mean of one step)."""
     a = graph.analysis
-    whole = idle_between_kernels(a, None, {"residual_gap_us": 0.0}).ms_per_step
-    inside = graph_replay_gaps(a, None, {"residual_gap_us": 0.0}).ms_per_step
-    beside = beside_graph_gaps(a, None, {"residual_gap_us": 0.0}).ms_per_step
+    whole = idle_between_kernels(a, None, {"residual_gap_us": 0.0}, {}).ms_per_step
+    inside = graph_replay_gaps(a, None, {"residual_gap_us": 0.0}, {}).ms_per_step
+    beside = beside_graph_gaps(a, None, {"residual_gap_us": 0.0}, {}).ms_per_step
     assert inside > 0 and beside > 0
     assert inside <= whole + 1e-12 and beside <= whole + 1e-12
 

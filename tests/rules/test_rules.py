@@ -453,11 +453,11 @@ def test_estimates_follow_their_stated_formulas_on_a_crafted_profile() -> None:
     a = analyze(_crafted_profile(), step="step")
     # Gaps: step 0: 20 µs (after a sync) and 1 µs; step 1: 40 µs and 0.
     # idle_between_kernels (residual 2 µs), sync gaps excluded: step 0 → max(0, 1-2) = 0; step 1 → 38 µs.
-    est = idle_between_kernels(a, None, {"residual_gap_us": 2.0})
+    est = idle_between_kernels(a, None, {"residual_gap_us": 2.0}, {})
     assert est.ms_per_step == pytest.approx((0 + 0.038) / 2)  # median of two steps = mean
-    assert idle_between_kernels(a, None, {"residual_gap_us": 0.0}).ms_per_step == pytest.approx((0.001 + 0.040) / 2)
+    assert idle_between_kernels(a, None, {"residual_gap_us": 0.0}, {}).ms_per_step == pytest.approx((0.001 + 0.040) / 2)
     # sync_wait_time: only step 0's 20 µs gap follows a sync.
-    assert sync_wait_time(a, None, {}).ms_per_step == pytest.approx(0.020 / 2)
+    assert sync_wait_time(a, None, {}, {}).ms_per_step == pytest.approx(0.020 / 2)
     assert "2 µs" in est.formula
     syncs = sync_calls(a)
     assert syncs.rows == [["cudaStreamSynchronize", 0.5, 8.0, 0.004, "decode.py(42): step ×1"]]
