@@ -1,9 +1,13 @@
 """Two runs -> what changed, and whether CI should pass.
 
-- ``diff``           :func:`~perfdoctor.compare.diff.diff_runs`: metric deltas, latency statistics,
-                     kernel and finding changes
-- ``lead``           copies per step and the lines a diff leads with
-- ``comparability``  are the two traces windows onto the same kind of work
+- ``diff``           :func:`~perfdoctor.compare.diff.diff_runs` (two Diagnoses -> ``Diff``, ``MetricChange``):
+                     metric deltas and verdicts, finding changes
+- ``samples``        ``step_samples`` of one run, ``SAMPLED_METRICS``, the run-to-run noise floors,
+                     ``compare_step_samples``
+- ``kernels``        ``kernel_table``, ``compare_kernels`` -> ``KernelDiff``: kernels matched by name
+- ``lead``           copies per step (``compare_copies``)
+- ``comparability``  are the two traces windows onto the same kind of work; ``run_facts``,
+                     ``check_comparable`` -> ``Mismatch``
 - ``crossvendor``    matching kernels across GPU vendors by family and operation
 - ``processes``      the process as the unit of replication (``run --repeat``)
 - ``stats``          two-sample statistics in numpy (checked against scipy)

@@ -19,7 +19,7 @@ A gate is a list of checks; it fails when any check fails. Two kinds of check:
   steps/s, tokens/s, kernels and launches per step) fails only when the change is also
   significant in the budget's direction, whenever both runs have at least 5 steps:
   Mann-Whitney p < 0.05 *and* a median shift beyond the run-to-run noise floor of that
-  sample (:data:`perfdoctor.compare.diff.SAMPLE_NOISE_FLOORS`; the test alone sees only the spread
+  sample (:data:`perfdoctor.compare.samples.SAMPLE_NOISE_FLOORS`; the test alone sees only the spread
   within each run) — so run-to-run noise does not fail builds. With fewer steps the budget
   alone decides, and the check says it was not tested. Step latency percentiles are judged
   on the light timing pass (no tracer) when both runs are bundles that have one.
@@ -57,7 +57,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from perfdoctor.compare.diff import LIGHT_PREFIX, SAMPLED_METRICS, Diff, MetricChange, diff_runs
+from perfdoctor.compare.diff import Diff, MetricChange, diff_runs
+from perfdoctor.compare.samples import LIGHT_PREFIX, SAMPLED_METRICS
 from perfdoctor.errors import UsageError
 from perfdoctor.analysis.metrics import HIGHER_IS_BETTER, METRIC_UNITS
 from perfdoctor.compare.processes import ProcessComparison, judge_budget

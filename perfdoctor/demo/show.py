@@ -98,10 +98,8 @@ def analyse(label: str, bundle: Path, ruleset: Any = None) -> Diagnosis:
 
 def light_latencies(a: Diagnosis) -> list[float]:
     """Step latencies (ms) of the light pass (no tracer), as the diff compares them."""
-    from perfdoctor.compare.diff import step_samples
-
-    values = step_samples(a.analysis).get("light_step_latency_ms")
-    return [] if values is None else [float(v) for v in values]
+    series = a.analysis.light_series
+    return [] if series is None else [float(v) for v in series.critical_path_ms]
 
 
 def median(values: Sequence[float]) -> float | None:

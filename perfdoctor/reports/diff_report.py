@@ -12,7 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from perfdoctor.console import stdout_console
-from perfdoctor.compare.diff import SAMPLE_UNITS, Diff, KernelDiff, MetricChange
+from perfdoctor.compare.diff import Diff, MetricChange
+from perfdoctor.compare.kernels import KernelDiff
+from perfdoctor.compare.samples import SAMPLE_UNITS
 from perfdoctor.reports.format import count, duration_us, md_cell, value
 
 KERNEL_ROWS = 15  # the kernel table shows the largest movers; JSON has every row
