@@ -52,3 +52,13 @@ def test_counts_have_no_noise_floor_even_when_the_user_sets_one(graph) -> None:
     c = compare_step_samples(s, s, noise_floor=0.5)
     assert c["launches_per_step"].noise_floor == 0.0
     assert c["step_gpu_ms"].noise_floor == 0.5
+
+
+def test_step_kernels_is_the_steps_own_work_not_kernels_per_step(graph) -> None:
+    """kernels_per_step counts every kernel in the profiled span, those launched between the
+    steps' ranges too; the sample counts each step's own kernels, under its own name."""
+    s, a = step_samples(graph.analysis), graph.analysis
+    assert "kernels_per_step" not in s
+    assert s["step_kernels"].sum() == a.timeline.steps["kernels"].sum()
+    assert s["step_kernels"].mean() < a.value("kernels_per_step")  # the demo's decode loop launches work between steps
+    assert SAMPLED_METRICS["kernels_per_step"] == ("step_kernels", +1)
