@@ -31,7 +31,7 @@ from perfdoctor.analysis.metrics import HIGHER_IS_BETTER, METRIC_UNITS, Analysis
 from perfdoctor.compare.comparability import Mismatch, check_comparable, run_facts
 from perfdoctor.compare.kernels import KernelDiff, compare_kernels
 from perfdoctor.compare.lead import CopyChange, compare_copies
-from perfdoctor.compare.processes import ONE_PROCESS_NOTE, ProcessComparison, compare_runs
+from perfdoctor.compare.processes import ProcessComparison, compare_runs
 from perfdoctor.compare.samples import LIGHT_PREFIX, LIGHT_SAMPLE, SAMPLE_UNITS, SAMPLED_METRICS, compare_step_samples, step_samples
 from perfdoctor.compare.stats import Comparison
 
@@ -200,42 +200,16 @@ class Diff:
         return "not comparable: " + "; ".join(f"{m.field}: before {m.before}, after {m.after} ({m.message})" for m in self.blocking)
 
     @property
+    def latency_sample(self) -> str:
+        """The sample step latency is judged on: the light timing pass (no tracer) when both
+        runs have one — tracing inflates the step time of launch-bound code 2-3x — else the
+        traced steps."""
+        return LIGHT_SAMPLE if LIGHT_SAMPLE in self.samples else "step_latency_ms"
+
+    @property
     def scoped(self) -> list[Mismatch]:
         """Mismatches that make some metrics, not the whole diff, not comparable."""
         return [m for m in self.mismatches if m.metrics and not m.blocking]
-
-    def verdict(self) -> str:
-        """One line on step latency: the headline a PR comment starts with.
-
-        Runs that are not comparable get no verdict: the line says why. Over processes when
-        both runs are repeated bundles (``perfdoctor run --repeat``); else from the light
-        timing pass (no tracer) when both runs have one — tracing inflates the step time of
-        launch-bound code 2-3x — else from the traced steps. A bundle of one process says it
-        cannot tell process noise from a change.
-        """
-        refusal = self.not_comparable()
-        if refusal is not None:
-            return f"no verdict — {refusal}"
-        p50 = self.processes.get("step_latency_ms_p50")
-        if p50 is not None and p50.repeated:
-            return f"step latency p50 over processes (light pass, no tracer): {p50.verdict}, {p50.reason}"
-        note = f"; {ONE_PROCESS_NOTE}" if p50 is not None else ""
-        return self._step_verdict() + note
-
-    def _step_verdict(self) -> str:
-        name = LIGHT_SAMPLE if LIGHT_SAMPLE in self.samples else "step_latency_ms"
-        what = "step latency (light pass, no tracer)" if name.startswith("light") else "step latency"
-        c = self.samples.get(name)
-        if c is None:
-            return f"{what}: not measured (no steps on one side)"
-        if c.verdict == "inconclusive":
-            return f"{what}: {c.reason}"
-        if c.verdict == "no significant change":
-            return f"{what}: no significant change ({c.reason})"
-        word = "improved" if c.verdict == "lower" else "regressed"
-        ratio = c.interval
-        size = f" ({ratio.ratio:.3g}x, {ratio.level:.0%} CI {ratio.low:.3g}–{ratio.high:.3g})" if ratio else ""
-        return f"{what} {word}: median {c.median_before:.4g} → {c.median_after:.4g} ms{size}, {c.reason}"
 
     def to_json(self) -> dict[str, Any]:
         return jsonable(
@@ -243,7 +217,6 @@ class Diff:
                 "schema": SCHEMA,
                 "before": self.before,
                 "after": self.after,
-                "verdict": self.verdict(),
                 "comparable": self.comparable,
                 "not_comparable": self.not_comparable(),
                 "not_comparable_metrics": self.not_comparable_metrics,

@@ -13,7 +13,7 @@ from typing import Any
 from perfdoctor.console import stdout_console
 from perfdoctor.compare.gate import EXIT_INCONCLUSIVE, GateResult
 from perfdoctor.io import dumps_json
-from perfdoctor.reports.diff_report import kernel_summary, lead_lines
+from perfdoctor.reports.diff_report import document as diff_document, kernel_summary, verdict
 from perfdoctor.reports.format import md_cell
 from perfdoctor.text import NEWLINE_MARK, github_data, github_property
 from perfdoctor.text import xml as xml_text
@@ -29,9 +29,9 @@ def _xml_text(text: str) -> str:
 def document(result: GateResult) -> dict[str, Any]:
     """gate.json (schema perfdoctor.gate/1): the checks, and the diff against the baseline as
     diff.json has it."""
-    doc = result.to_json()  # its "diff" is the diff's numbers; diff.json adds the lines it leads with
+    doc = result.to_json()  # its "diff" is the diff's numbers; diff.json words them
     if result.diff is not None:
-        doc["diff"]["lead"] = lead_lines(result.diff)
+        doc["diff"] = diff_document(result.diff)
     return doc
 
 
@@ -74,7 +74,7 @@ def summary_markdown(result: GateResult) -> str:
     for c in sorted(result.checks, key=lambda c: {"fail": 0, "inconclusive": 1, "pass": 2, "skip": 3}[c.status]):
         out.append(f"| <code>{md_cell(c.name)}</code> | {icon[c.status]} | {md_cell(c.message)} |")
     if result.diff is not None:
-        out += ["", f"**{md_cell(result.diff.verdict())}**", "", md_cell(kernel_summary(result.diff.kernels))]
+        out += ["", f"**{md_cell(verdict(result.diff))}**", "", md_cell(kernel_summary(result.diff.kernels))]
     return "\n".join(out) + "\n"
 
 
