@@ -14,6 +14,7 @@
 - ``gate``           budgets and rule checks for CI
 - ``rankdiff``       multi-rank bundles: rank k against rank k
 
+compare/ returns numbers and reasons; reports.diff_report and reports.gate_report word them.
+
 May import: pipeline, rules, analysis, collectors, bundle, profile, names, io, text, errors.
-Until step 2 of the house plan, ``gate`` also words a diff with reports.diff_report.
 """

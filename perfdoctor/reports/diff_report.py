@@ -16,7 +16,7 @@ from perfdoctor.compare.diff import SCHEMA, Diff, MetricChange
 from perfdoctor.compare.kernels import KernelDiff
 from perfdoctor.compare.processes import ONE_PROCESS_NOTE
 from perfdoctor.compare.samples import LIGHT_SAMPLE, SAMPLE_UNITS
-from perfdoctor.reports.format import count, duration_us, md_cell, value
+from perfdoctor.reports.format import count, duration_us, md_cell, relative, value
 
 KERNEL_ROWS = 15  # the kernel table shows the largest movers; JSON has every row
 LEAD_LINES = 3  # a headline, not a table: the full kernel and copy tables follow
@@ -31,7 +31,7 @@ def fmt_change(m: MetricChange) -> str:
     if m.change == 0:
         return "0"
     if m.change_rel is not None:
-        return f"{m.change_rel:+.1%}"
+        return relative(m.change_rel)
     return f"{m.change:+.3g} (from 0)"
 
 
