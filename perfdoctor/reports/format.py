@@ -37,7 +37,7 @@ def duration_us(us: float, signed: bool = False) -> str:
 
 def relative(x: float, places: int = 1) -> str:
     """A relative change, signed, in percent: ``+3.1%``, ``-75.2%``. A budget's check shows
-    ``places=2``: a +5.004 % rise against a +5 % budget must not read ``+5.0%``."""
+    ``places=2``: a +5.04 % rise that fails a +5 % budget must not read ``+5.0%``."""
     return f"{x:+.{places}%}"
 
 
