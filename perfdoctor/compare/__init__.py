@@ -8,10 +8,11 @@
 - ``lead``           copies per step (``compare_copies``)
 - ``comparability``  are the two traces windows onto the same kind of work; ``run_facts``,
                      ``check_comparable`` -> ``Mismatch``
-- ``crossvendor``    matching kernels across GPU vendors by family and operation
-- ``processes``      the process as the unit of replication (``run --repeat``)
-- ``stats``          two-sample statistics in numpy (checked against scipy)
-- ``gate``           budgets and rule checks for CI
+- ``crossvendor``    matching kernels across GPU vendors by family and operation (``match_by_family``)
+- ``processes``      the process as the unit of replication (``run --repeat``; ``compare_runs``)
+- ``stats``          two-sample statistics in numpy, checked against scipy (``compare_samples`` -> ``Comparison``)
+- ``gate``           budgets and rule checks for CI: ``parse_budget``, ``evaluate_gate`` -> ``GateResult``
+                     of ``Check`` (status, outcome, numbers), ``rule_checks``, ``merge_gates``
 - ``rankdiff``       multi-rank bundles: rank k against rank k
 
 compare/ returns numbers and reasons; reports.diff_report and reports.gate_report word them.
