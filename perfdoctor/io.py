@@ -409,6 +409,7 @@ def dumps_json(payload: Any) -> str:
     return json.dumps(finite(payload), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
-def write_json(path: str | Path, payload: Any) -> None:
-    """Strict JSON (see :func:`dumps_json`), written atomically."""
-    write_text(path, dumps_json(payload))
+def write_json(path: str | Path, payload: Any, follow_links: bool = True) -> None:
+    """Strict JSON (see :func:`dumps_json`), written atomically: every JSON file perfdoctor
+    writes goes through here (``follow_links`` as in :func:`write_bytes`)."""
+    write_text(path, dumps_json(payload), follow_links=follow_links)

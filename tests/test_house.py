@@ -32,7 +32,6 @@ FLOOR = {room: i for i, rooms in enumerate(FLOORS) for room in rooms}
 # Imports up the floors that the house plan's later steps remove; each must still exist (a
 # stale exception would hide a new one) and none may be added.
 KNOWN_UP = {
-    ("perfdoctor.compare.gate", "perfdoctor.reports.format"),  # step 2: compare returns numbers, reports words them
     ("perfdoctor.collectors.bundle", "perfdoctor.analysis.steady"),  # step 3: the steady cut stored at run time
 }
 

@@ -138,6 +138,8 @@ class Analysis:
     profile: Profile = field(repr=False)
     timeline: Timeline = field(repr=False, default=None)  # type: ignore[assignment]
     light: LightSteps | None = field(repr=False, default=None)  # the light pass, when it timed these steps
+    # its steady state, the series the latency metrics were computed from (diff tests their change on it)
+    light_series: steady.SteadySeries | None = field(repr=False, default=None)
     # training / inference / unknown with its evidence (perfdoctor.analysis.workload), a fact of the trace
     workload: workloads.Workload | None = field(default=None)
     # capture / replay / eager (perfdoctor.analysis.capture): a capture trace is not judged on timing
@@ -898,7 +900,8 @@ def analyze(
     # Contract order (METRICS), and the last guard: nothing non-finite leaves this function.
     ordered = {k: finite_or_absent(m[k], k) for k in METRICS if k in m}
     return Analysis(
-        metrics=ordered, steps=steps, profile=profile, timeline=c.timeline, light=c.light, workload=kind, graph_state=graph_state
+        metrics=ordered, steps=steps, profile=profile, timeline=c.timeline, light=c.light, light_series=light, workload=kind,
+        graph_state=graph_state,
     )
 
 

@@ -8,12 +8,13 @@ drawn in :mod:`perfdoctor.collectors.bundle`'s docstring.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
 from pathlib import Path
 from typing import Any
+
+from perfdoctor.io import dumps_json
 
 MANIFEST = "manifest.json"
 RAW = "raw"
@@ -41,7 +42,11 @@ def new_bundle_dir(parent: Path, name: str) -> Path:
 
 
 def write_json_atomic(path: Path, payload: Any) -> None:
-    """Write JSON so that a reader (or a crash) never sees half a file."""
+    """Write a bundle's JSON so that a reader (or a crash) never sees half a file, as every
+    JSON file is written (:func:`perfdoctor.io.dumps_json`: NaN and infinities are null).
+    Not :func:`perfdoctor.io.write_json`: that turns an OSError into a UsageError naming the
+    file, and ``perfdoctor run`` needs the OSError to say which bundle could not be written
+    (a full disk) or that the program removed its bundle folder (cli/run.py)."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2, default=str))
+    tmp.write_text(dumps_json(payload), encoding="utf-8")
     os.replace(tmp, path)

@@ -22,7 +22,6 @@ get two numbers, never one half-written folder.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -31,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from perfdoctor.errors import UsageError
-from perfdoctor.io import read_json
+from perfdoctor.io import read_json, write_json
 from perfdoctor.text import clean
 
 ENV = "PERFDOCTOR_BASELINE_STORE"
@@ -154,9 +153,7 @@ def record_run(store: Path, name: str, run: Path, kind: str, reason: str | None,
             "kind": kind, "reason": reason, "source": str(run.resolve()), "run": target,
             "previous": previous[-1].name if previous else None, "gate": gate,
         }
-        tmp = entry / (RECORD + ".tmp")
-        tmp.write_text(json.dumps(doc, indent=2))
-        os.replace(tmp, entry / RECORD)  # the record last: an entry without it is not listed
+        write_json(entry / RECORD, doc)  # the record last: an entry without it is not listed
     except OSError as exc:
         raise UsageError(f"baseline store {store}: cannot record {run} ({exc.strerror or exc})") from None
     return entry

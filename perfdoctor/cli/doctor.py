@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import typer
 
 from perfdoctor import __version__
+from perfdoctor.io import dumps_json
 
 
 def doctor_command(
@@ -19,7 +19,7 @@ def doctor_command(
 
     facts = gather()
     if as_json:
-        sys.stdout.write(json.dumps(facts, indent=2, default=str) + "\n")
+        sys.stdout.write(dumps_json(facts))
     else:
         sys.stdout.write(render(facts))
 

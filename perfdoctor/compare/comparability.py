@@ -34,17 +34,26 @@ verdict and gives none; ``perfdoctor gate`` refuses to judge (exit 2). Different
 coverage makes only the numbers computed over S meaningless (:data:`SPAN_METRICS`, unless
 they came from the light timing pass, which has no span): those are "not comparable", the
 per-step samples (step latency, kernels and launches per step) still are.
+
+Beyond the window, :func:`run_facts` reads what else must match from the trace and the
+bundle — GPU model, driver, CUDA driver and runtime, torch, step name and tokens per step —
+and :func:`check_comparable` compares both: any mismatch is a loud warning, because a diff
+across different GPUs measures the GPUs, not the change; the GPU model blocks a verdict.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from perfdoctor.names import api as apinames
 from perfdoctor.analysis.serving import STEP_NAME as SERVING_STEP
 from perfdoctor.analysis.steps import AUTO_STEP, PROFILER_STEP_GLOB, union_ns
+
+if TYPE_CHECKING:
+    from perfdoctor.pipeline import Diagnosis
 
 WHOLE_TRACE = "whole trace"
 
@@ -171,3 +180,101 @@ def window_mismatches(before: dict[str, Any], after: dict[str, Any]) -> list[tup
     if cb is not None and ca is not None and abs(cb - ca) > COVERAGE_TOLERANCE:
         out.append(("step_coverage", _coverage_text(before), _coverage_text(after), WINDOW_FIELDS["step_coverage"], SPAN_METRICS))
     return out
+
+
+# --------------------------------------------------------------------------- like for like
+
+
+def run_facts(run: Diagnosis) -> dict[str, Any]:
+    """What must match for two runs to be comparable, from the trace and the bundle.
+
+    Sources: the trace header (Kineto ``deviceProperties``, ``cuda_driver_version``,
+    ``cuda_runtime_version``; nsys ``TARGET_INFO_GPU``) via ``profile.device`` and
+    ``profile.meta["versions"]``; for a run bundle also the manifest's ``gpu`` (NVML:
+    driver build) and the torch version the bootstrap saw (``raw/<pass>.json``).
+    ``driver`` is the NVML driver build ("580.95.05"); ``cuda_driver`` the CUDA API version
+    the driver supports (13000): different facts, compared separately.
+    """
+    profile, steps = run.profile, run.analysis.steps
+    versions = profile.meta.get("versions") or {}
+    device = profile.device
+    man = run.manifest or {}
+    man_versions = man.get("versions") if isinstance(man.get("versions"), dict) else {}
+    declared = (profile.meta.get("declared") or {}).get(steps.name or "", {})
+    window = window_facts(run.analysis)  # vendor, world size, workload, the steps' window
+    if man.get("world_size"):  # a multi-rank bundle's manifest knows its ranks even where its traces do not say
+        window["world_size"] = man["world_size"]
+    return window | {
+        "gpu": device.get("name"),
+        "driver": device.get("driver_version"),
+        "cuda_driver": versions.get("cuda_driver_version") or device.get("cuda_driver_version"),
+        "cuda_runtime": versions.get("cuda_runtime_version") or man_versions.get("cuda") or run.pass_env.get("cuda"),
+        "torch": versions.get("torch") or man_versions.get("torch") or run.pass_env.get("torch"),
+        "step_name": steps.name,
+        "tokens_per_step": _tokens_per_step(run, declared),
+    }
+
+
+def _tokens_per_step(run: Diagnosis, declared: dict[str, Any]) -> float | None:
+    tps = run.analysis.metrics.get("tokens_per_s")
+    sps = run.analysis.metrics.get("steps_per_s")
+    if tps is not None and tps.value is not None and sps is not None and sps.value:
+        return tps.value / sps.value  # honours --tokens-per-step overrides as well
+    return declared.get("tokens")
+
+
+@dataclass
+class Mismatch:
+    field: str
+    before: Any
+    after: Any
+    message: str
+    blocking: bool = False  # the runs are not comparable: no verdict (perfdoctor.compare.comparability)
+    metrics: tuple[str, ...] = ()  # not blocking, but these metrics are not comparable (different step coverage)
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+COMPARABILITY_FIELDS = {
+    "gpu": "different GPU models: the diff measures the hardware, not your change",
+    "driver": "different NVIDIA drivers: launch latency and clocks can differ",
+    "cuda_driver": "different CUDA driver versions: launch latency and kernels can differ",
+    "cuda_runtime": "different CUDA runtimes: libraries pick different kernels",
+    "torch": "different torch versions: operators and kernels can differ",
+    "step_name": "different step ranges: the runs may not measure the same unit of work",
+    "tokens_per_step": "different tokens per step: per-step numbers are not comparable",
+}
+
+
+# Mismatches of these fields make the runs not comparable (blocking), the others warn.
+BLOCKING_FIELDS = frozenset({"gpu"}) | frozenset(WINDOW_FIELDS) - {"step_coverage"}
+
+
+def check_comparable(fb: dict[str, Any], fa: dict[str, Any]) -> tuple[list[Mismatch], list[str]]:
+    """Mismatched facts of two runs (their :func:`run_facts`), and facts unknown on one or
+    both sides (said, not assumed equal).
+
+    Blocking mismatches (:data:`BLOCKING_FIELDS`) come first: the window facts of
+    :func:`window_mismatches`, then the GPU model.
+    """
+    mismatches = [Mismatch(k, b, a, m, blocking=not keys, metrics=keys) for k, b, a, m, keys in window_mismatches(fb, fa)]
+    unknown = []
+    for key in ("vendor", "world_size"):
+        b, a = fb.get(key), fa.get(key)
+        if (b is None) != (a is None):
+            unknown.append(f"{key}: before {b if b is not None else 'unknown'}, after {a if a is not None else 'unknown'}")
+    for key, message in COMPARABILITY_FIELDS.items():
+        b, a = fb.get(key), fa.get(key)
+        if b is None or a is None:
+            if b is not None or a is not None:
+                unknown.append(f"{key}: before {b if b is not None else 'unknown'}, after {a if a is not None else 'unknown'}")
+            continue
+        if isinstance(b, float) or isinstance(a, float):
+            same = np.isclose(float(b), float(a), rtol=1e-6)
+        else:
+            same = str(b) == str(a)
+        if not same:
+            mismatches.append(Mismatch(key, b, a, message, blocking=key in BLOCKING_FIELDS))
+    mismatches.sort(key=lambda m: (not m.blocking, not m.metrics))
+    return mismatches, unknown

@@ -53,7 +53,7 @@ def match_by_family(before: pd.DataFrame, after: pd.DataFrame) -> tuple[pd.DataF
     """Merge kernels that have no name partner into ``family:op`` rows where both sides have one.
 
     ``before`` / ``after``: kernel tables indexed by normalized name with ``count``,
-    ``time_us`` and ``variants`` columns (:func:`perfdoctor.compare.diff.kernel_table`). Returns the
+    ``time_us`` and ``variants`` columns (:func:`perfdoctor.compare.kernels.kernel_table`). Returns the
     two re-keyed tables, the merged row names (``"gemm (by family)"``), and the names
     still without a counterpart (so the diff can say so).
     """

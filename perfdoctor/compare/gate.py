@@ -19,7 +19,7 @@ A gate is a list of checks; it fails when any check fails. Two kinds of check:
   steps/s, tokens/s, kernels and launches per step) fails only when the change is also
   significant in the budget's direction, whenever both runs have at least 5 steps:
   Mann-Whitney p < 0.05 *and* a median shift beyond the run-to-run noise floor of that
-  sample (:data:`perfdoctor.compare.diff.SAMPLE_NOISE_FLOORS`; the test alone sees only the spread
+  sample (:data:`perfdoctor.compare.samples.SAMPLE_NOISE_FLOORS`; the test alone sees only the spread
   within each run) — so run-to-run noise does not fail builds. With fewer steps the budget
   alone decides, and the check says it was not tested. Step latency percentiles are judged
   on the light timing pass (no tracer) when both runs are bundles that have one.
@@ -57,9 +57,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from perfdoctor.compare.diff import LIGHT_PREFIX, SAMPLED_METRICS, Diff, MetricChange, diff_runs
+from perfdoctor.compare.diff import Diff, MetricChange, diff_runs
+from perfdoctor.compare.samples import LIGHT_PREFIX, SAMPLED_METRICS
 from perfdoctor.errors import UsageError
-from perfdoctor.analysis.metrics import HIGHER_IS_BETTER, METRIC_UNITS
+from perfdoctor.analysis.metrics import METRIC_UNITS
 from perfdoctor.compare.processes import ProcessComparison, judge_budget
 
 if TYPE_CHECKING:
@@ -124,14 +125,21 @@ def parse_budget(text: str) -> Budget:
 
 @dataclass
 class Check:
+    """One check's status, what decided it and its numbers; :func:`perfdoctor.reports.gate_report.message`
+    words it (gate.json, JUnit, the summary and the terminal say the same sentence)."""
+
     name: str  # what JUnit and the summary call it, e.g. "budget step_latency_ms_p99:+5%"
     kind: str  # "budget" | "rule"
     status: str  # "pass" | "fail" | "inconclusive" | "skip"
-    message: str  # one sentence: the numbers and why this status
-    details: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+    # what decided the status. A budget: "within" | "noise" (over it, not a significant change) |
+    # "untested" (over it, too few steps to test) | "regressed" | "not finite" | "absent" | "added"
+    # | "removed" | "not comparable" | "processes". A rule: its finding's status, or "not gating".
+    outcome: str
+    details: dict[str, Any] = field(default_factory=dict)  # the numbers, as gate.json has them
+    why: str | None = None  # the reason from below: the metric's, the test's, the processes', the refusal, the finding's
+    budget: Budget | None = None  # what a budget check checked
+    finding: Finding | None = None  # what a rule check checked
+    min_severity: str | None = None  # a rule check: the severity from which a failing rule gates
 
 
 def evaluate_budget(budget: Budget, diff: Diff) -> Check:
@@ -160,47 +168,23 @@ def evaluate_budget(budget: Budget, diff: Diff) -> Check:
         "unit": m.unit,
     }
     if m.status in ("absent", "added", "removed"):
-        what = {
-            "absent": "not measured in either run",
-            "added": "added: measured in this run only, not in the baseline",
-            "removed": "removed: measured in the baseline only, not in this run",
-        }[m.status]
-        return Check(name, "budget", "skip", f"{budget.metric} {what}" + (f" ({m.reason})" if m.reason else ""), details)
+        return Check(name, "budget", "skip", m.status, details, why=m.reason, budget=budget)
 
     assert m.before is not None and m.after is not None and m.change is not None
     if not all(math.isfinite(v) for v in (m.before, m.after, m.change)):
         # Fail closed: a NaN compares false with everything, so it would pass any budget.
-        return Check(name, "budget", "fail",
-                     f"cannot evaluate: {budget.metric} is not a finite number (baseline {m.before}, run {m.after}); "
-                     "failing closed", details)
+        return Check(name, "budget", "fail", "not finite", details, budget=budget)
     moved = budget.sign * m.change  # > 0: moved the way the budget guards against
-    from perfdoctor.reports.format import value  # up a floor until the message moves to gate_report (house plan step 2)
-
-    change_text = f"{value(m.before, m.unit)} → {value(m.after, m.unit)}"
     if budget.relative and m.before == 0:
-        over = moved > 0
-        change_text += " (baseline 0: relative change undefined; absolute change " f"{m.change:+.4g})"
-        if over:
-            change_text += f" — any move from 0 exceeds a relative budget; use an absolute budget ({budget.metric}:{'+' if budget.sign > 0 else '-'}N) to allow some"
+        over = moved > 0  # any move from 0 is an unbounded relative change
     elif budget.relative:
-        rel = moved / abs(m.before) * 100.0
-        over = rel > budget.amount
-        change_text += f" ({m.change_rel:+.2%}, budget {'+' if budget.sign > 0 else '-'}{budget.amount:g} %)"
+        over = moved / abs(m.before) * 100.0 > budget.amount
     else:
         over = moved > budget.amount
-        change_text += f" ({m.change:+.4g}, budget {'+' if budget.sign > 0 else '-'}{budget.amount:g})"
-
-    note = ""
-    better = HIGHER_IS_BETTER.get(budget.metric)
-    if better is not None and (budget.sign > 0) == better:
-        note = f" Note: {'higher' if better else 'lower'} is better for {budget.metric}, so this budget fails on an improvement."
-    if over_processes is not None:  # bundles, but not repeated on both sides
-        note += f" Note: {over_processes.reason.removeprefix('inconclusive — ')}."
-
-    if m.key != budget.metric:
-        change_text += " [light timing pass, no tracer]"
+    # bundles, but not repeated on both sides: the processes say why they could not judge
+    why = over_processes.reason if over_processes is not None else None
     if not over:
-        return Check(name, "budget", "pass", f"{budget.metric} within budget: {change_text}.{note}", details)
+        return Check(name, "budget", "pass", "within", details, why=why, budget=budget)
 
     if m.sample is not None:
         sample, sample_sign = m.sample, SAMPLED_METRICS.get(m.key, (m.sample, +1))[1]
@@ -208,26 +192,12 @@ def evaluate_budget(budget: Budget, diff: Diff) -> Check:
         if comp is not None:
             details["significance"] = dict(comp.to_json(), sample=sample)
             if comp.verdict == "inconclusive":
-                return Check(
-                    name, "budget", "fail",
-                    f"{budget.metric} over budget: {change_text}; not tested for significance ({sample}: {comp.reason}).{note}",
-                    details,
-                )
+                return Check(name, "budget", "fail", "untested", details, why=why, budget=budget)
             metric_rose = (comp.verdict == "higher") == (sample_sign > 0)
             significant = comp.verdict != "no significant change" and metric_rose == (budget.sign > 0)
-            if not significant:
-                return Check(
-                    name, "budget", "pass",
-                    f"{budget.metric} over budget but not a significant change ({sample}: {comp.reason}): {change_text}; "
-                    f"treated as run-to-run noise.{note}",
-                    details,
-                )
-            return Check(
-                name, "budget", "fail",
-                f"{budget.metric} regressed past its budget: {change_text}; significant ({sample}: {comp.reason}).{note}",
-                details,
-            )
-    return Check(name, "budget", "fail", f"{budget.metric} regressed past its budget: {change_text}.{note}", details)
+            return Check(name, "budget", "fail" if significant else "pass", "regressed" if significant else "noise",
+                         details, why=why, budget=budget)
+    return Check(name, "budget", "fail", "regressed", details, why=why, budget=budget)
 
 
 def process_budget(budget: Budget, comp: ProcessComparison) -> Check:
@@ -253,9 +223,8 @@ def process_budget(budget: Budget, comp: ProcessComparison) -> Check:
         "verdict": judgement.verdict,
         "processes": comp.to_json(),
     }
-    text = f"{budget.metric} {judgement.message} [per-process values, light timing pass, no tracer]"
     status = "inconclusive" if judgement.verdict.startswith("inconclusive") else judgement.status
-    return Check(f"budget {budget.text}", "budget", status, text, details)
+    return Check(f"budget {budget.text}", "budget", status, "processes", details, why=judgement.message, budget=budget)
 
 
 def rule_checks(findings: list[Finding], min_severity: str) -> list[Check]:
@@ -271,29 +240,14 @@ def rule_checks(findings: list[Finding], min_severity: str) -> list[Check]:
         raise UsageError(f"--min-severity {min_severity!r}: use one of {', '.join(SEVERITIES)}")
     checks = []
     for f in findings:
-        name = f"rule {f.rule_id}"
-        value = f.value
-        condition = (
-            f"{f.metric} = {value:.4g}, passes when {f.comparator} {f.threshold:g}"
-            if value is not None and f.comparator is not None
-            else ""
-        )
-        details = {"rule": f.rule_id, "severity": f.severity, "metric": f.metric, "value": value,
+        details = {"rule": f.rule_id, "severity": f.severity, "metric": f.metric, "value": f.value,
                    "comparator": f.comparator, "threshold": f.threshold, "citation": f.citation}
         if f.status == "fail":
             gating = SEVERITY_RANK[f.severity] >= SEVERITY_RANK[min_severity]
-            recovered = f" (fixing it should win back ~{f.recovered_ms:.3g} ms per step)" if f.recovered_ms else ""
-            text = f"{f.title} [{f.severity}]: {condition}{recovered}"
-            if gating:
-                checks.append(Check(name, "rule", "fail", text, details))
-            else:
-                checks.append(Check(name, "rule", "skip", f"not gating (severity {f.severity} < --min-severity {min_severity}): {text}", details))
-        elif f.status == "pass":
-            checks.append(Check(name, "rule", "pass", f"{f.title}: {condition}", details))
-        elif f.status == "not_evaluated":
-            checks.append(Check(name, "rule", "skip", f"not evaluated: {f.reason}", details))
-        else:
-            checks.append(Check(name, "rule", "skip", f"advisory (no threshold): {f.title}", details))
+            status, outcome = ("fail", "fail") if gating else ("skip", "not gating")
+        else:  # a pass passes; a rule not evaluated (never a pass) or advisory is skipped
+            status, outcome = "pass" if f.status == "pass" else "skip", f.status
+        checks.append(Check(f"rule {f.rule_id}", "rule", status, outcome, details, why=f.reason, finding=f, min_severity=min_severity))
     return checks
 
 
@@ -341,36 +295,6 @@ class GateResult:
             return EXIT_INCONCLUSIVE
         return EXIT_PASS if self.evaluated else EXIT_USAGE
 
-    def headline(self) -> str:
-        n = len(self.checks)
-        if self.refused is not None:
-            return f"perfdoctor gate: NO VERDICT ({self.refused})"
-        if not self.evaluated:
-            return f"perfdoctor gate: NOTHING CHECKED (all {n} checks skipped: the runs lack what they need)"
-        if not self.failed and self.inconclusive and self.inconclusive_policy != "pass":
-            counted = " (counted as failed: --inconclusive fail)" if self.inconclusive_policy == "fail" else ""
-            return (f"perfdoctor gate: INCONCLUSIVE ({len(self.inconclusive)} of {n} checks undecided: "
-                    f"{', '.join(c.name for c in self.inconclusive)}; more processes would decide){counted}")
-        if self.passed:
-            skipped = sum(c.status == "skip" for c in self.checks)
-            extra = f", {skipped} skipped" if skipped else ""
-            return f"perfdoctor gate: PASSED ({n - skipped} of {n} checks passed{extra})"
-        return f"perfdoctor gate: FAILED ({len(self.failed)} of {n} checks failed: {', '.join(c.name for c in self.failed)})"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "schema": SCHEMA,
-            "passed": self.passed,
-            "inconclusive": [c.name for c in self.inconclusive],
-            "exit_code": self.exit_code,
-            "refused": self.refused,
-            "run": self.run,
-            "baseline": self.baseline,
-            "checks": [c.to_json() for c in self.checks],
-            "warnings": self.warnings,
-            "diff": self.diff.to_json() if self.diff is not None else None,
-        }
-
 
 def evaluate_gate(
     run: Diagnosis,
@@ -391,12 +315,12 @@ def evaluate_gate(
     for b in budgets if diff is not None else []:
         why = refused or (f"not comparable: {diff.not_comparable_metrics[b.metric]}" if b.metric in diff.not_comparable_metrics else None)
         if why:
-            checks.append(Check(f"budget {b.text}", "budget", "skip", f"{why}: the budget is not judged", {"metric": b.metric}))
+            checks.append(Check(f"budget {b.text}", "budget", "skip", "not comparable", {"metric": b.metric}, why=why, budget=b))
         else:
             checks.append(evaluate_budget(b, diff))
     checks += rules or []
-    if refused is None and checks and all(c.status == "skip" for c in checks) and any(c.message.startswith("not comparable") for c in checks):
-        refused = next(c.message for c in checks if c.message.startswith("not comparable")).removesuffix(": the budget is not judged")
+    if refused is None and checks and all(c.status == "skip" for c in checks) and any(c.outcome == "not comparable" for c in checks):
+        refused = next(c.why for c in checks if c.outcome == "not comparable")
     warnings = []
     if diff is not None:
         warnings = [

@@ -33,6 +33,8 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
+from perfdoctor.io import write_json
+
 if TYPE_CHECKING:
     from perfdoctor.pipeline import Diagnosis
 
@@ -98,10 +100,8 @@ def analyse(label: str, bundle: Path, ruleset: Any = None) -> Diagnosis:
 
 def light_latencies(a: Diagnosis) -> list[float]:
     """Step latencies (ms) of the light pass (no tracer), as the diff compares them."""
-    from perfdoctor.compare.diff import step_samples
-
-    values = step_samples(a.analysis).get("light_step_latency_ms")
-    return [] if values is None else [float(v) for v in values]
+    series = a.analysis.light_series
+    return [] if series is None else [float(v) for v in series.critical_path_ms]
 
 
 def median(values: Sequence[float]) -> float | None:
@@ -615,7 +615,7 @@ def trim_bundle(src: Path, dst: Path) -> list[str]:
             (dst / rel).write_bytes(gzip.compress(data, compresslevel=9, mtime=0))
         else:
             shutil.copy2(path, dst / rel)
-    (dst / TRIMMED).write_text(json.dumps({"from": src.name, "left_out": dropped}, indent=2) + "\n")
+    write_json(dst / TRIMMED, {"from": src.name, "left_out": dropped})
     return dropped
 
 
@@ -710,5 +710,5 @@ def write_headline(root: Path, mode: str, runs: list[tuple[str, list[str]]], pai
         "numbers": numbers,
     }
     headline["readme"] = readme_quotes(numbers)
-    (root / HEADLINE).write_text(json.dumps(headline, indent=2) + "\n")
+    write_json(root / HEADLINE, headline)
     return headline

@@ -16,7 +16,6 @@ can show utilization against both the theoretical peak and the measured ceiling.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import statistics
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from perfdoctor.errors import UsageError
-from perfdoctor.io import cache_dir, read_json, write_text
+from perfdoctor.io import cache_dir, read_json, write_json
 from perfdoctor.text import clean
 
 READ_SIZES_MB = (256, 1024, 4096)
@@ -87,7 +86,7 @@ def save_calibration(gpu_uuid: str, entry: dict[str, Any]) -> Path | None:
     path = cache_path()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_text(path, json.dumps(data, indent=2), follow_links=False)
+        write_json(path, data, follow_links=False)
     except (OSError, UsageError) as exc:
         print(f"warning: calibration not cached ({clean(exc)})", file=sys.stderr)
         return None

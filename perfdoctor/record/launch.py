@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from perfdoctor.bundle.layout import write_json_atomic
 from perfdoctor.errors import UsageError
 
 LAUNCHER = ("-m", "torch.distributed.run")
@@ -324,7 +325,7 @@ def rank_lights(
         summary["warmup_reason"] = "rank 0's, so every rank's steady steps are the same steps"
         manifest["ranks"][str(rank)]["light_pass"] = summary
         if summary.get("module"):  # the module step's series joins the named ones (see run.py)
-            (raw / RANK_DIR.format(rank) / "light.json").write_text(json.dumps(results))
+            write_json_atomic(raw / RANK_DIR.format(rank) / "light.json", results)
 
 
 def trace_status(per_rank: dict[int, dict[str, Any]], raw: Path, trace_name: str, status_of: Callable[[dict[str, Any], Path], str]) -> tuple[str, list[str]]:

@@ -432,7 +432,7 @@ class Runner:
         pipe = os.fstat(write_fd)
         config = {**config, "pass": mode or name, "results": str(results.resolve()), "progress_fd": tick_fd,
                   "progress_pipe": [pipe.st_dev, pipe.st_ino]}
-        config_path.write_text(json.dumps(config))
+        bundles.write_json_atomic(config_path, config)
         if self.options.ranks is not None:
             program = self.options.ranks.command(config_path.resolve(), self.options.target, self.raw.resolve() / launch.FAILURES.format(name))
         else:

@@ -1,10 +1,19 @@
 """Every word and number a person reads: the findings and the analysis as terminal text,
 Markdown, HTML and JSON; diffs and gates worded.
 
+- ``format``       a number as text (``value``, ``count``, ``duration_us``, ``nbytes``, ``num``,
+                   ``relative``) and untrusted text as Markdown or HTML (``md_cell``, ``md_text``, ``html``)
 - ``terminal``, ``summary``, ``markdown``, ``html``, ``json``  one formatter per output
+  (``json.document``: findings.json)
 - ``common``       what every findings report says, worded once
+- ``attribution``, ``bounds``, ``cpu``  the sections on where step time went, what bounds
+                   each kernel class, a CPU-only run's operators
 - ``code``         a fix's code snippet on a console
-- ``diff_report``, ``gate_report``, ``ranks``  a diff, a gate, a multi-rank job
+- ``diff_report``  a diff worded: ``verdict``, ``lead_lines``, ``kernel_summary``, ``document``
+                   (diff.json), ``render_markdown``, ``print_terminal``
+- ``gate_report``  a gate worded: ``message`` (a check's sentence), ``headline``, ``document``
+                   (gate.json), ``junit_xml``, ``summary_markdown``, ``github_annotations``, ``print_result``
+- ``ranks``        a multi-rank job
 - ``bundle``       the reports written into a run bundle
 
 May import: compare, pipeline, rules, analysis, names, profile, io, text, errors, console.

@@ -12,8 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 from perfdoctor.console import stdout_console
-from perfdoctor.compare.diff import SAMPLE_UNITS, Diff, KernelDiff, MetricChange
-from perfdoctor.reports.format import count, duration_us, md_cell, value
+from perfdoctor.compare.diff import SCHEMA, Diff, MetricChange
+from perfdoctor.compare.kernels import KernelDiff
+from perfdoctor.compare.processes import ONE_PROCESS_NOTE
+from perfdoctor.compare.samples import LIGHT_SAMPLE, SAMPLE_UNITS
+from perfdoctor.reports.format import count, duration_us, md_cell, relative, value
 
 KERNEL_ROWS = 15  # the kernel table shows the largest movers; JSON has every row
 LEAD_LINES = 3  # a headline, not a table: the full kernel and copy tables follow
@@ -28,7 +31,7 @@ def fmt_change(m: MetricChange) -> str:
     if m.change == 0:
         return "0"
     if m.change_rel is not None:
-        return f"{m.change_rel:+.1%}"
+        return relative(m.change_rel)
     return f"{m.change:+.3g} (from 0)"
 
 
@@ -50,8 +53,45 @@ def short(name: str, width: int = NAME_WIDTH) -> str:
 
 
 def document(diff: Diff) -> dict[str, Any]:
-    """diff.json (schema perfdoctor.diff/1): the diff's numbers, and the lines it leads with."""
-    return {**diff.to_json(), "lead": lead_lines(diff)}
+    """diff.json (schema perfdoctor.diff/1): the diff's numbers, its verdict line third after
+    the labels (where diff.json has always had it: a dict keeps a key's first place), and the
+    lines it leads with."""
+    head = {"schema": SCHEMA, "before": diff.before, "after": diff.after, "verdict": verdict(diff)}
+    return {**head, **diff.to_json(), "lead": lead_lines(diff)}
+
+
+def verdict(diff: Diff) -> str:
+    """One line on step latency: the headline a PR comment starts with.
+
+    Runs that are not comparable get no verdict: the line says why. Over processes when
+    both runs are repeated bundles (``perfdoctor run --repeat``); else on
+    :attr:`~perfdoctor.compare.diff.Diff.latency_sample`. A bundle of one process says it
+    cannot tell process noise from a change.
+    """
+    refusal = diff.not_comparable()
+    if refusal is not None:
+        return f"no verdict — {refusal}"
+    p50 = diff.processes.get("step_latency_ms_p50")
+    if p50 is not None and p50.repeated:
+        return f"step latency p50 over processes (light pass, no tracer): {p50.verdict}, {p50.reason}"
+    note = f"; {ONE_PROCESS_NOTE}" if p50 is not None else ""
+    return _step_verdict(diff) + note
+
+
+def _step_verdict(diff: Diff) -> str:
+    name = diff.latency_sample
+    what = "step latency (light pass, no tracer)" if name == LIGHT_SAMPLE else "step latency"
+    c = diff.samples.get(name)
+    if c is None:
+        return f"{what}: not measured (no steps on one side)"
+    if c.verdict == "inconclusive":
+        return f"{what}: {c.reason}"
+    if c.verdict == "no significant change":
+        return f"{what}: no significant change ({c.reason})"
+    word = "improved" if c.verdict == "lower" else "regressed"
+    ratio = c.interval
+    size = f" ({ratio.ratio:.3g}x, {ratio.level:.0%} CI {ratio.low:.3g}–{ratio.high:.3g})" if ratio else ""
+    return f"{what} {word}: median {c.median_before:.4g} → {c.median_after:.4g} ms{size}, {c.reason}"
 
 
 def lead_lines(diff: Diff) -> list[str]:
@@ -190,7 +230,7 @@ def render_markdown(diff: Diff) -> str:
     lead = lead_lines(diff)
     if lead:
         out += ["**What changed:**", ""] + [f"- {_md_lead(line)}" for line in lead] + [""]
-    out += [f"**{md_cell(diff.verdict())}**", ""]
+    out += [f"**{md_cell(verdict(diff))}**", ""]
 
     out += ["### Metrics", "", "| metric | before | after | change | direction | verdict |", "|---|---|---|---|---|---|"]
     for m in diff.metrics:
@@ -278,7 +318,7 @@ def print_terminal(diff: Diff, console=None) -> None:
     lead = lead_lines(diff)
     if lead:
         console.print("[bold]what changed:[/] " + escape("; ".join(lead)))
-    console.print(f"[bold]{escape(diff.verdict())}[/]")
+    console.print(f"[bold]{escape(verdict(diff))}[/]")
 
     colors = {"improved": "green", "better": "green", "regressed": "red", "worse": "red"}
     t = Table(title="metrics", title_justify="left", box=box.SIMPLE_HEAD)
@@ -289,11 +329,11 @@ def print_terminal(diff: Diff, console=None) -> None:
     for m in diff.metrics:
         if m.status == "absent":
             continue
-        verdict = assessment(m)
-        color = colors.get(verdict.split(" ")[0], "")
+        said = assessment(m)
+        color = colors.get(said.split(" ")[0], "")
         arrow = {True: " ↑", False: " ↓"}.get(m.higher_is_better, "")
         t.add_row(m.key + arrow, value(m.before, m.unit), value(m.after, m.unit), fmt_change(m),
-                  f"[{color}]{escape(verdict)}[/]" if color else escape(verdict))
+                  f"[{color}]{escape(said)}[/]" if color else escape(said))
     console.print(t)
 
     if any(c.repeated for c in diff.processes.values()):

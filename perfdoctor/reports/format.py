@@ -35,6 +35,12 @@ def duration_us(us: float, signed: bool = False) -> str:
     return (("+" if us > 0 else "-") + text) if signed and us else text
 
 
+def relative(x: float, places: int = 1) -> str:
+    """A relative change, signed, in percent: ``+3.1%``, ``-75.2%``. A budget's check shows
+    ``places=2``: a +5.04 % rise that fails a +5 % budget must not read ``+5.0%``."""
+    return f"{x:+.{places}%}"
+
+
 def nbytes(v: float) -> str:
     """Bytes in decimal units: ``1.2 GB``, ``512 B``."""
     for suffix, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):

@@ -1,5 +1,6 @@
-"""What a gate says, for CI: JUnit XML, a Markdown job summary, GitHub workflow commands,
-and the terminal table (the model is :mod:`perfdoctor.compare.gate`).
+"""What a gate says, for CI: gate.json, JUnit XML, a Markdown job summary, GitHub workflow
+commands, and the terminal table (the model is :mod:`perfdoctor.compare.gate`). Each check's
+sentence (:func:`message`) and the headline are worded here, once, for all of them.
 
 Every check message can carry untrusted trace text: escaped for XML, Markdown, workflow
 commands and rich markup by :mod:`perfdoctor.text`.
@@ -11,10 +12,11 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from perfdoctor.console import stdout_console
-from perfdoctor.compare.gate import EXIT_INCONCLUSIVE, GateResult
+from perfdoctor.analysis.metrics import HIGHER_IS_BETTER
+from perfdoctor.compare.gate import EXIT_INCONCLUSIVE, SCHEMA, Check, GateResult
 from perfdoctor.io import dumps_json
-from perfdoctor.reports.diff_report import kernel_summary, lead_lines
-from perfdoctor.reports.format import md_cell
+from perfdoctor.reports.diff_report import document as diff_document, kernel_summary, verdict
+from perfdoctor.reports.format import md_cell, relative, value
 from perfdoctor.text import NEWLINE_MARK, github_data, github_property
 from perfdoctor.text import xml as xml_text
 
@@ -27,12 +29,110 @@ def _xml_text(text: str) -> str:
 
 
 def document(result: GateResult) -> dict[str, Any]:
-    """gate.json (schema perfdoctor.gate/1): the checks, and the diff against the baseline as
-    diff.json has it."""
-    doc = result.to_json()  # its "diff" is the diff's numbers; diff.json adds the lines it leads with
-    if result.diff is not None:
-        doc["diff"]["lead"] = lead_lines(result.diff)
-    return doc
+    """gate.json (schema perfdoctor.gate/1): the checks with their sentences, and the diff
+    against the baseline as diff.json has it."""
+    return {
+        "schema": SCHEMA,
+        "passed": result.passed,
+        "inconclusive": [c.name for c in result.inconclusive],
+        "exit_code": result.exit_code,
+        "refused": result.refused,
+        "run": result.run,
+        "baseline": result.baseline,
+        "checks": [{"name": c.name, "kind": c.kind, "status": c.status, "message": message(c), "details": c.details}
+                   for c in result.checks],
+        "warnings": result.warnings,
+        "diff": diff_document(result.diff) if result.diff is not None else None,
+    }
+
+
+def headline(result: GateResult) -> str:
+    """The gate's one line: NO VERDICT, NOTHING CHECKED, INCONCLUSIVE, PASSED or FAILED, with counts."""
+    n = len(result.checks)
+    if result.refused is not None:
+        return f"perfdoctor gate: NO VERDICT ({result.refused})"
+    if not result.evaluated:
+        return f"perfdoctor gate: NOTHING CHECKED (all {n} checks skipped: the runs lack what they need)"
+    if not result.failed and result.inconclusive and result.inconclusive_policy != "pass":
+        counted = " (counted as failed: --inconclusive fail)" if result.inconclusive_policy == "fail" else ""
+        return (f"perfdoctor gate: INCONCLUSIVE ({len(result.inconclusive)} of {n} checks undecided: "
+                f"{', '.join(c.name for c in result.inconclusive)}; more processes would decide){counted}")
+    if result.passed:
+        skipped = sum(c.status == "skip" for c in result.checks)
+        extra = f", {skipped} skipped" if skipped else ""
+        return f"perfdoctor gate: PASSED ({n - skipped} of {n} checks passed{extra})"
+    return f"perfdoctor gate: FAILED ({len(result.failed)} of {n} checks failed: {', '.join(c.name for c in result.failed)})"
+
+
+def message(c: Check) -> str:
+    """One sentence for a check: the numbers, and why this status."""
+    return _rule_message(c) if c.kind == "rule" else _budget_message(c)
+
+
+_ONE_SIDE = {
+    "absent": "not measured in either run",
+    "added": "added: measured in this run only, not in the baseline",
+    "removed": "removed: measured in the baseline only, not in this run",
+}
+
+
+def _budget_message(c: Check) -> str:
+    if c.outcome == "not comparable":
+        return f"{c.why}: the budget is not judged"
+    b, d = c.budget, c.details
+    assert b is not None
+    if c.outcome == "processes":
+        return f"{b.metric} {c.why} [per-process values, light timing pass, no tracer]"
+    if c.outcome in _ONE_SIDE:
+        return f"{b.metric} {_ONE_SIDE[c.outcome]}" + (f" ({c.why})" if c.why else "")
+    if c.outcome == "not finite":
+        return (f"cannot evaluate: {b.metric} is not a finite number (baseline {d['baseline']}, run {d['value']}); "
+                "failing closed")
+    sign = "+" if b.sign > 0 else "-"
+    change = f"{value(d['baseline'], d['unit'])} → {value(d['value'], d['unit'])}"
+    if b.relative and d["baseline"] == 0:
+        change += " (baseline 0: relative change undefined; absolute change " f"{d['change']:+.4g})"
+        if c.outcome != "within":
+            change += f" — any move from 0 exceeds a relative budget; use an absolute budget ({b.metric}:{sign}N) to allow some"
+    elif b.relative:
+        change += f" ({relative(d['change_rel'], 2)}, budget {sign}{b.amount:g} %)"
+    else:
+        change += f" ({d['change']:+.4g}, budget {sign}{b.amount:g})"
+    if d["measured_as"] != b.metric:
+        change += " [light timing pass, no tracer]"
+    note = ""
+    better = HIGHER_IS_BETTER.get(b.metric)
+    if better is not None and (b.sign > 0) == better:
+        note = f" Note: {'higher' if better else 'lower'} is better for {b.metric}, so this budget fails on an improvement."
+    if c.why is not None:
+        note += f" Note: {c.why.removeprefix('inconclusive — ')}."
+    test = d.get("significance")
+    tested = f"{test['sample']}: {test['reason']}" if test is not None else ""
+    if c.outcome == "within":
+        return f"{b.metric} within budget: {change}.{note}"
+    if c.outcome == "untested":
+        return f"{b.metric} over budget: {change}; not tested for significance ({tested}).{note}"
+    if c.outcome == "noise":
+        return f"{b.metric} over budget but not a significant change ({tested}): {change}; treated as run-to-run noise.{note}"
+    return f"{b.metric} regressed past its budget: {change}" + (f"; significant ({tested})" if test is not None else "") + f".{note}"
+
+
+def _rule_message(c: Check) -> str:
+    f = c.finding
+    assert f is not None
+    if c.outcome == "not_evaluated":
+        return f"not evaluated: {c.why}"
+    if c.outcome not in ("pass", "fail", "not gating"):
+        return f"advisory (no threshold): {f.title}"
+    condition = (f"{f.metric} = {f.value:.4g}, passes when {f.comparator} {f.threshold:g}"
+                 if f.value is not None and f.comparator is not None else "")
+    if c.outcome == "pass":
+        return f"{f.title}: {condition}"
+    recovered = f" (fixing it should win back ~{f.recovered_ms:.3g} ms per step)" if f.recovered_ms else ""
+    text = f"{f.title} [{f.severity}]: {condition}{recovered}"
+    if c.outcome == "not gating":
+        return f"not gating (severity {f.severity} < --min-severity {c.min_severity}): {text}"
+    return text
 
 
 def junit_xml(result: GateResult) -> str:
@@ -48,12 +148,12 @@ def junit_xml(result: GateResult) -> str:
     for c in result.checks:
         case = ET.SubElement(suite, "testcase", classname=f"perfdoctor.compare.gate.{c.kind}", name=_xml_text(c.name), time="0")
         if c.status == "fail":
-            failure = ET.SubElement(case, "failure", message=_xml_text(c.message), type=c.kind)
+            failure = ET.SubElement(case, "failure", message=_xml_text(message(c)), type=c.kind)
             failure.text = xml_text(dumps_json(c.details)).replace(NEWLINE_MARK, "\n")
         elif c.status in ("skip", "inconclusive"):  # undecided: not a failure, not a pass
-            ET.SubElement(case, "skipped", message=_xml_text(c.message))
+            ET.SubElement(case, "skipped", message=_xml_text(message(c)))
         else:
-            ET.SubElement(case, "system-out").text = _xml_text(c.message)
+            ET.SubElement(case, "system-out").text = _xml_text(message(c))
     root = ET.Element("testsuites", name="perfdoctor", tests=suite.get("tests"), failures=suite.get("failures"))
     root.append(suite)
     ET.indent(root)
@@ -64,7 +164,7 @@ def summary_markdown(result: GateResult) -> str:
     """The gate as Markdown for ``$GITHUB_STEP_SUMMARY`` or a PR comment."""
     icon = {"pass": "✅ pass", "fail": "❌ fail", "inconclusive": "⚠️ inconclusive", "skip": "⚪ skip"}
     head = "✅" if result.passed else "⚠️" if result.exit_code == EXIT_INCONCLUSIVE else "❌"
-    out = [f"## {head} {md_cell(result.headline())}", ""]
+    out = [f"## {head} {md_cell(headline(result))}", ""]
     out.append(f"Run <code>{md_cell(result.run)}</code>" + (f" against baseline <code>{md_cell(result.baseline)}</code>" if result.baseline else ""))
     out.append("")
     if result.warnings:
@@ -72,9 +172,9 @@ def summary_markdown(result: GateResult) -> str:
     out += ["| check | result | details |", "|---|---|---|"]
     # Failures first: the reader came for them.
     for c in sorted(result.checks, key=lambda c: {"fail": 0, "inconclusive": 1, "pass": 2, "skip": 3}[c.status]):
-        out.append(f"| <code>{md_cell(c.name)}</code> | {icon[c.status]} | {md_cell(c.message)} |")
+        out.append(f"| <code>{md_cell(c.name)}</code> | {icon[c.status]} | {md_cell(message(c))} |")
     if result.diff is not None:
-        out += ["", f"**{md_cell(result.diff.verdict())}**", "", md_cell(kernel_summary(result.diff.kernels))]
+        out += ["", f"**{md_cell(verdict(result.diff))}**", "", md_cell(kernel_summary(result.diff.kernels))]
     return "\n".join(out) + "\n"
 
 
@@ -87,7 +187,7 @@ def github_annotations(result: GateResult) -> list[str]:
     ``::warning`` per comparability problem."""
     lines = [f"::warning title={_escape_property('perfdoctor: runs not like for like')}::{_escape_data(w)}" for w in result.warnings]
     for c in result.failed[:MAX_ANNOTATIONS]:
-        lines.append(f"::error title={_escape_property(c.name)}::{_escape_data(c.message)}")
+        lines.append(f"::error title={_escape_property(c.name)}::{_escape_data(message(c))}")
     rest = len(result.failed) - MAX_ANNOTATIONS
     if rest > 0:
         lines.append(f"::notice title=perfdoctor gate::{rest} more failed checks: see the job summary")
@@ -108,7 +208,7 @@ def print_result(result: GateResult, console=None) -> None:
     t.add_column("details")
     style = {"pass": "[green]pass[/]", "fail": "[bold red]FAIL[/]", "inconclusive": "[bold yellow]INCONCLUSIVE[/]", "skip": "[dim]skip[/]"}
     for c in result.checks:
-        t.add_row(escape(c.name), style[c.status], escape(c.message))
+        t.add_row(escape(c.name), style[c.status], escape(message(c)))
     console.print(t)
     color = "green" if result.passed else "yellow" if result.exit_code == EXIT_INCONCLUSIVE else "red"
-    console.print(f"[bold {color}]{escape(result.headline())}[/]")
+    console.print(f"[bold {color}]{escape(headline(result))}[/]")

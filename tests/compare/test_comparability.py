@@ -19,7 +19,7 @@ from conftest import FIXTURES, run_cli_inprocess
 from perfdoctor.compare.diff import diff_runs
 from perfdoctor.pipeline import diagnose
 from perfdoctor.compare.gate import evaluate_gate, parse_budget
-from perfdoctor.reports.diff_report import document, lead_lines, render_markdown
+from perfdoctor.reports.diff_report import document, lead_lines, render_markdown, verdict
 from perfdoctor.reports.format import count
 
 WILD = FIXTURES / "wild"
@@ -183,7 +183,7 @@ def test_a_window_of_whole_steps_is_comparable(pair):
     d = diff_runs(diagnose(pair["contiguous"], rules=None), diagnose(pair["after"], rules=None))
     assert raw_coverage(pair["contiguous"]) > 0.95
     assert not d.blocking and d.not_comparable() is None
-    assert not d.verdict().startswith("no verdict")
+    assert not verdict(d).startswith("no verdict")
     assert lead_lines(d)[0].startswith("-1 kernel `at::native::{anonymous}::indexSelectSmallIndex` per step (")
 
 
@@ -247,7 +247,7 @@ def test_world_size_mismatch_is_not_comparable(tmp_path):
     eight = edited_header(src, tmp_path / "ws8.kineto.json.gz", distributedInfo=dict(info, world_size=8, rank=3))
     d = diff_runs(diagnose(src, rules=None), diagnose(eight, rules=None))
     assert [(m.field, m.before, m.after) for m in d.blocking] == [("world_size", 1, 8)]
-    assert d.verdict().startswith("no verdict — not comparable: world_size: before 1, after 8")
+    assert verdict(d).startswith("no verdict — not comparable: world_size: before 1, after 8")
     # a trace with no distributedInfo was not distributed: world size 1, comparable with the DDP trace's
     assert diagnose(WILD / "h200-train.kineto.json.gz", rules=None).analysis.profile.meta.get("distributed") is None
     same = diff_runs(diagnose(WILD / "h200-train.kineto.json.gz", rules=None), diagnose(src, rules=None))

@@ -21,7 +21,7 @@ from perfdoctor.compare.diff import diff_runs
 from perfdoctor.pipeline import Diagnosis, diagnose
 from perfdoctor.analysis.metrics import analyze
 from perfdoctor.errors import UsageError
-from perfdoctor.reports.diff_report import kernel_summary, render_markdown
+from perfdoctor.reports.diff_report import kernel_summary, render_markdown, verdict
 from perfdoctor.compare.stats import bootstrap_median_ratio, compare_samples, mann_whitney_u
 
 EAGER5 = FIXTURES / "h200-llama1b-eager-5steps.kineto.json.gz"
@@ -167,21 +167,12 @@ def test_crafted_slower_gpu_timeline_is_a_significant_regression(eager5, slow_pa
         assert d.metric(key).verdict == "regressed", key
         assert d.metric(key).status == "worse"
     assert d.metric("launches_per_step").verdict == "no significant change"
-    assert "regressed" in d.verdict()
+    assert "regressed" in verdict(d)
     gemm = next(r for r in d.kernels.rows if r.name.startswith("nvjet_sm90_tst_64x8_64x16_2x1"))
     assert gemm.time_us_after == pytest.approx(1.5 * gemm.time_us_before, rel=1e-3)
     # and the reverse direction reads as an improvement
     back = diff_runs(diagnose(slow_path, step=STEP, rules=None), eager5)
     assert back.metric("step_latency_ms_p50").verdict == "improved"
-
-
-def test_crafted_renamed_kernels_appear_and_vanish(eager5, tmp_path) -> None:
-    path = renamed_kernels(EAGER5, tmp_path / "fused.kineto.json.gz", "vectorized_elementwise_kernel", "triton_poi_fused_mul_7")
-    d = diff_runs(eager5, diagnose(path, step=STEP, rules=None))
-    assert [r.name for r in d.kernels.vanished] == ["at::native::vectorized_elementwise_kernel"]
-    assert [r.name for r in d.kernels.appeared] == ["triton_poi_fused_mul"]
-    assert d.kernels.appeared[0].count_after == 425
-    assert kernel_summary(d.kernels) == "launches/step 945 → 945; kernels/step 945 (14 names) → 945 (14 names); 1 vanished, 1 appeared"
 
 
 def test_crafted_other_gpu_is_not_like_for_like(eager5, tmp_path) -> None:
@@ -303,7 +294,7 @@ def test_real_eager_vs_graph_is_a_significant_improvement(real) -> None:
     # Same kernels, replayed from a graph instead of launched one by one: all matched.
     assert not d.kernels.vanished and not d.kernels.appeared
     assert d.kernels.kernels_before == d.kernels.kernels_after == 863
-    assert "step latency improved" in d.verdict()
+    assert "step latency improved" in verdict(d)
 
 
 def test_real_two_runs_of_one_program_show_no_significant_change(real) -> None:

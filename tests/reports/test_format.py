@@ -15,7 +15,7 @@ import re
 import pytest
 
 from conftest import FIXTURES, run_cli_inprocess
-from perfdoctor.reports.format import count, duration_us, html, md_cell, md_text, nbytes, value
+from perfdoctor.reports.format import count, duration_us, html, md_cell, md_text, nbytes, relative, value
 
 BEFORE = FIXTURES / "h200-decode-eager-5steps.kineto.json.gz"
 AFTER = FIXTURES / "h200-decode-eager-5steps-rerun.kineto.json.gz"
@@ -93,6 +93,8 @@ def test_the_rules():
     assert nbytes(1.2e9) == "1.2 GB" and nbytes(512) == "512 B"
     assert duration_us(4) == "4 µs" and duration_us(12_345, signed=True) == "+12.3 ms" and duration_us(-999.6, signed=True) == "-1,000 µs"
     assert duration_us(2_500_000) == "2,500 ms"  # the lead lines said "2.5e+03 ms"
+    # a relative change: diff's change column, and a budget's check with two places
+    assert relative(0.0313) == "+3.1%" and relative(-0.7524) == "-75.2%" and relative(0.0504, 2) == "+5.04%"
 
 
 def test_one_escaping_for_untrusted_text():

@@ -21,13 +21,13 @@ def test_a_piped_diff_at_80_columns_keeps_every_cell_whole() -> None:
     assert "…" not in r.stdout
     stats = r.stdout.split("step statistics", 1)[1].split("kernels:", 1)[0]
     rows = {line.split()[0]: line for line in stats.splitlines() if line.strip().startswith(("step_", "kernels_", "launches_"))}
-    assert set(rows) == {"step_latency_ms", "step_gpu_ms", "step_interval_ms", "kernels_per_step", "launches_per_step"}
+    assert set(rows) == {"step_latency_ms", "step_gpu_ms", "step_interval_ms", "step_kernels", "launches_per_step"}
     # 5 eager steps against 10 graph steps, so the exact two-sided Mann-Whitney p of a
     # complete separation is 2 / C(15, 5) = 2 / 3003 = 0.000666; the interval has 4 and 9
     # steps (< 5 a side), so no test; identical kernel counts give p = 1.
     assert re.search(r"\s0\.000666\s+lower\s*$", rows["step_latency_ms"]), rows["step_latency_ms"]
     assert rows["step_interval_ms"].rstrip().endswith("inconclusive — need more steps (< 5 per side)")
-    assert re.search(r"\s1\s+no significant change\s*$", rows["kernels_per_step"]), rows["kernels_per_step"]
+    assert re.search(r"\s1\s+no significant change\s*$", rows["step_kernels"]), rows["step_kernels"]
 
 
 def test_a_piped_analyze_prints_every_fix_snippet_whole() -> None:
