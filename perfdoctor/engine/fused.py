@@ -49,8 +49,10 @@ TUNED: dict[str, dict[str, int]] = {
     "norm_lm_head_argmax": {"block_n": 32, "block_k": 256, "num_stages": 3, "num_warps": 4},
 }
 
-# Launch shapes for int8 weights: untuned guesses until the H200 run (`bench/kernels.py
-# --int8 --tune` times these first, then the alternatives in its CANDIDATES_INT8). TUNED's
+# Launch shapes for int8 weights, chosen offline and timed on the H200 (2026-12-02,
+# `bench/kernels.py --int8 --tune`: 0.737 ms per decode step, 1.22x fused; the best
+# alternatives would save ~29 us, not adopted unmeasured end to end: docs/kernels-notes.md,
+# "int8 outcome"). TUNED's
 # tiles (rows x block_k) are kept, so each fp32 accumulator keeps its registers and each
 # kernel its blocks per SM (offline sm_90 build: 48-141 registers, no spills, against 62-162
 # for bf16); an int8 tile then holds half the bytes, so twice as many tiles stay in flight

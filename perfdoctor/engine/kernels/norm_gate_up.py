@@ -9,7 +9,8 @@ in the same loop iteration. Llama-3.2-1B (I = 8192, K = 2048, 67 MB) with BLOCK_
 512 blocks; measured on an H200: 18.9 us, 74 % of peak DRAM bandwidth.
 
 Per call: bytes read = 4 I K (+ 4 K for x and the gain), written 2 I; FLOPs = 4 I K. With
-int8 weights (`fused-int8`): 2 I K + 8 I (the row scales) instead of 4 I K; not yet measured.
+int8 weights (`fused-int8`): 2 I K + 8 I (the row scales) instead of 4 I K.
+H200, 2026-12-02, position 144: 13.42 us (2506 GB/s) against bf16 18.87.
 """
 
 from __future__ import annotations

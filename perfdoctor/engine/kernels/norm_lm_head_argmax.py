@@ -15,7 +15,7 @@ bandwidth (the one matrix big enough to amortise ramp-up and tail).
 
 Per call ([V, K] weights, 2 bytes each): bytes read = 2 V K + 4 K; written 2 V (logits);
 FLOPs = 2 V K. With int8 weights (`fused-int8`): V K + 4 V (the row scales) instead of
-2 V K; not yet measured.
+2 V K. H200, 2026-12-02: 85.8 us (3067 GB/s, 64 % of peak) against bf16 127.5.
 """
 
 from __future__ import annotations

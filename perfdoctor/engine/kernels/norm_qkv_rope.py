@@ -14,7 +14,8 @@ PAIRS = 4 gives 48 heads * 32/4 = 384 blocks for 132 SMs; measured on an H200: 6
 Per call (hidden K, heads H = q_heads + 2 kv_heads, head_dim D, 2-byte weights):
 bytes read = 2 * H * D * K (12.6 MB for Llama-3.2-1B) + 4 K (x, gain); written 2 H D;
 FLOPs = 2 * H * D * K (12.6 MFLOP). With int8 weights (`fused-int8`): H D K + 4 H D (the
-row scales) instead of 2 H D K; not yet measured.
+row scales) instead of 2 H D K. H200, 2026-12-02, position 144: 5.13 us (1228 GB/s) against
+bf16 6.11.
 """
 
 from __future__ import annotations
