@@ -286,30 +286,39 @@ def test_readme_first_command_in_a_fresh_venv(tmp_path: Path, request) -> None:
         assert "no recording is shipped with this perfdoctor" in flat
 
 
-def test_plan_profiles_the_three_variants_on_a_gpu() -> None:
+def test_plan_profiles_the_four_variants_on_a_gpu() -> None:
     runs, pairs = demo.plan("gpu")
-    assert [label for label, _ in runs] == ["eager", "graph", "fused"]
-    assert pairs == [("eager", "graph"), ("graph", "fused")]
+    assert [label for label, _ in runs] == ["eager", "graph", "fused", "megakernel"]
+    assert pairs == [("eager", "graph"), ("graph", "fused"), ("fused", "megakernel")]
     for label, args in runs:
         assert args[:2] == ["--variant", label] and "--tokens" in args and args[args.index("--tokens") + 1] == "48"
         assert args[args.index("--device") + 1] == "cuda" and args[args.index("--config") + 1] == "llama-3.2-1b"
+    runs, pairs = demo.plan("gpu", megakernel=False)  # not a Hopper GPU
+    assert [label for label, _ in runs] == ["eager", "graph", "fused"]
+    assert pairs == [("eager", "graph"), ("graph", "fused")]
 
 
 @pytest.mark.gpu
 def test_demo_live_on_the_gpu(tmp_path: Path) -> None:
-    """On the H200 (scripts/gpu-check): eager, graph and fused live; graph beats eager."""
+    """On the H200 (scripts/gpu-check): eager, graph, fused and megakernel live (elsewhere
+    the megakernel is skipped, saying why); graph beats eager."""
+    from perfdoctor.engine.megakernel import unsupported_gpu
     from perfdoctor.record.run import gpu_present
 
     if not gpu_present():
         pytest.skip("needs an NVIDIA GPU")
+    why_not = unsupported_gpu()
+    labels = ["eager", "graph", "fused", *([] if why_not else ["megakernel"])]
     r = run_cli("demo", "--out", tmp_path / "runs", "--steps", "6", cwd=tmp_path, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     flat = " ".join(r.stdout.split())
-    assert "profiling the bundled engine live on this GPU" in flat
-    for label in ("eager", "graph", "fused"):
+    assert f"profiling the bundled engine live on this GPU ({', '.join(labels)})" in flat
+    for label in labels:
         assert f"live: {label} (" in r.stdout
-    assert "live diff: eager → graph" in r.stdout and "live diff: graph → fused" in r.stdout
+    for before, after in zip(labels, labels[1:]):
+        assert f"live diff: {before} → {after}" in r.stdout
+    assert ("megakernel skipped: it " in flat) == bool(why_not)
     m = re.search(r"live diff: eager → graph.*?ms per step, ([\d.]+)x faster", flat)
     assert m and float(m.group(1)) > 1.5, flat[-3000:]
-    assert len(list((tmp_path / "runs").iterdir())) == 3
+    assert len(list((tmp_path / "runs").iterdir())) == len(labels)
     assert_fits(r.stdout)
