@@ -15,9 +15,9 @@ def demo_command(
     recorded: bool = typer.Option(False, "--recorded", help="Only show the shipped GPU recording (no live run), on any machine."),
     more: bool = typer.Option(False, "--more", help="Show every recorded run's top findings in full, not just the first run's."),
 ) -> None:
-    """What perfdoctor finds in a real program: the bundled Llama-3.2-1B engine, eager vs CUDA graph vs fused.
+    """What perfdoctor finds in a real program: the bundled Llama-3.2-1B engine, eager vs CUDA graph vs fused vs megakernel.
 
-    On a machine without a GPU: first the ranked reports and diffs of runs recorded on an H200 (shipped with perfdoctor, clearly marked as recorded), then a short live `perfdoctor run` of the tiny engine on this CPU. On a GPU: `perfdoctor run` of the eager, graph and fused variants live, their findings and the diffs.
+    On a machine without a GPU: first the ranked reports and diffs of runs recorded on an H200 (shipped with perfdoctor, clearly marked as recorded), then a short live `perfdoctor run` of the tiny engine on this CPU. On a GPU: `perfdoctor run` of the eager, graph, fused and (on a Hopper GPU) megakernel variants live, their findings and the diffs.
     """
     from rich.console import Console
     from rich.text import Text
@@ -29,8 +29,13 @@ def demo_command(
     progress = Console(stderr=True, width=min(Console(stderr=True).width, WIDTH), highlight=False)
     gpu = gpu_present() and not recorded
     if gpu:
-        console.print(Text("perfdoctor demo: profiling the bundled engine live on this GPU (eager, graph, fused).", style="bold"))
-        runs, pairs = plan("gpu")
+        from perfdoctor.engine.megakernel import unsupported_gpu
+
+        why_not = unsupported_gpu()
+        runs, pairs = plan("gpu", megakernel=why_not is None)
+        console.print(Text(f"perfdoctor demo: profiling the bundled engine live on this GPU ({', '.join(label for label, _ in runs)}).", style="bold"))
+        if why_not is not None:
+            console.print(Text(f"megakernel skipped: it {why_not}.", style="yellow"))
         code = live_runs(console, progress, runs, pairs, out, steps, ["torch", "nvml"])
         raise typer.Exit(code)
     rec, why = find_recording()

@@ -1,12 +1,13 @@
 """``perfdoctor demo``: what perfdoctor finds, on the bundled reference engine.
 
 On a machine without a GPU (a laptop, a CI runner) the demo first shows the real thing
-from a recording: run bundles of the engine's eager, graph and fused variants recorded on
-a GPU by ``scripts/record-demo`` and shipped in :mod:`perfdoctor.demo.data`, analysed
-now — the ranked findings of each run and the diffs eager → graph → fused. It says where
-and when they were recorded and never passes them off as live. Then it runs
-``perfdoctor run`` on the engine's tiny config on this CPU, to show that collection
-works here. On a GPU machine it profiles the three variants live instead.
+from a recording: run bundles of the engine's eager, graph, fused and megakernel variants
+(the megakernel where its bundle was recorded) made on a GPU by ``scripts/record-demo``
+and shipped in :mod:`perfdoctor.demo.data`, analysed now — the ranked findings of each run
+and the diffs eager → graph → fused → megakernel. It says where and when they were
+recorded and never passes them off as live. Then it runs ``perfdoctor run`` on the
+engine's tiny config on this CPU, to show that collection works here. On a GPU machine it
+profiles the variants live instead (the megakernel only on a Hopper GPU).
 
 The same module computes the recording's headline numbers (:func:`measure`), which
 ``scripts/record-demo`` writes to ``headline.json`` and ``tests/demo/test_show.py`` recomputes
@@ -49,6 +50,7 @@ VARIANT_NOTES = {
     "eager": "plain PyTorch decode step",
     "graph": "the same step as one CUDA graph",
     "fused": "Triton kernels in one CUDA graph",
+    "megakernel": "the whole step as one persistent CUDA kernel",
     "eager-again": "the same program again",
 }
 
@@ -67,17 +69,19 @@ DIFF_METRICS = (
 # --------------------------------------------------------------------------- what runs
 
 
-def plan(mode: str, tokens: int = 48) -> tuple[list[tuple[str, list[str]]], list[tuple[str, str]]]:
+def plan(mode: str, tokens: int = 48, megakernel: bool = True) -> tuple[list[tuple[str, list[str]]], list[tuple[str, str]]]:
     """(label, engine arguments) of each run, and the (before, after) pairs to diff.
 
-    ``gpu``: Llama-3.2-1B eager, graph and fused on CUDA, diffed eager → graph → fused.
-    ``cpu``: the tiny config, eager twice (graph and fused need CUDA); only for testing the
-    recording machinery, its diff shows this machine's run-to-run noise.
+    ``gpu``: Llama-3.2-1B eager, graph, fused and (with ``megakernel``: it needs a Hopper
+    GPU) megakernel on CUDA, each diffed against the one before it.
+    ``cpu``: the tiny config, eager twice (the other variants need CUDA); only for testing
+    the recording machinery, its diff shows this machine's run-to-run noise.
     """
     if mode == "gpu":
         common = ["--config", "llama-3.2-1b", "--device", "cuda", "--tokens", str(tokens), "--ctx", "2048"]
-        runs = [(v, ["--variant", v, *common]) for v in ("eager", "graph", "fused")]
-        return runs, [("eager", "graph"), ("graph", "fused")]
+        variants = ["eager", "graph", "fused", *(["megakernel"] if megakernel else [])]
+        runs = [(v, ["--variant", v, *common]) for v in variants]
+        return runs, list(zip(variants, variants[1:]))
     common = ["--variant", "eager", "--config", "tiny", "--device", "cpu", "--tokens", str(tokens), "--ctx", "256"]
     return [("eager", common), ("eager-again", common)], [("eager", "eager-again")]
 

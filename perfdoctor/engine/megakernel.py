@@ -42,6 +42,19 @@ MAXD = 128  # widest head (MAXD)
 HEAD_DIMS = (16, 32, 64, 128)  # the head sizes attention<D> is built for
 BLOCK_S = 64  # attention positions per chunk, one ring slot of K and V (BLOCK_S)
 PART_CHUNKS = 256  # 16-byte chunks of one warp's part of a row at most (32 lanes x XCH)
+ARCH = (9, 0)  # sm_90, Hopper: the kernel is built on its bulk copies and mbarriers
+
+
+def unsupported_gpu(device: torch.device | int | None = None) -> str | None:
+    """Why the megakernel cannot run on ``device`` (default: the current CUDA device), as
+    "needs ...", or None when it can. ``perfdoctor demo`` asks before it profiles the
+    variant, to skip it with one line instead of a failed run."""
+    if not torch.cuda.is_available():
+        return "needs CUDA, which this torch does not have"
+    major, minor = torch.cuda.get_device_capability(device)
+    if (major, minor) != ARCH:
+        return f"needs a Hopper GPU (sm_90), this one is sm_{major}{minor}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -193,8 +206,9 @@ class MegaKernels:
         device, dtype = model.embed.device, model.embed.dtype
         if device.type != "cuda":
             raise BadInput("the megakernel variant needs a CUDA device")
-        if torch.cuda.get_device_capability(device) != (9, 0):
-            raise BadInput("the megakernel variant needs a Hopper GPU (sm_90: bulk copies, mbarriers)")
+        why = unsupported_gpu(device)
+        if why is not None:
+            raise BadInput(f"the megakernel variant {why}")
         if dtype != torch.bfloat16:
             raise BadInput(f"the megakernel variant needs bf16 weights, not {dtype}")
         self.model, self.shape, self.stages = model, shape, plan(c, shape)

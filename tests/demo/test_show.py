@@ -8,6 +8,10 @@ perfdoctor/demo/data by scripts/record-demo), then a live run on this CPU. Teste
 * the demo's output with a GPU recording: a failing check with its measured value and the
   diff's speed-up line — on bundles made from the real H200 traces in tests/fixtures, and
   on the shipped recording when there is one;
+* scripts/record-demo --headline-only with and without a megakernel bundle beside the
+  shipped ones (a copy of the fused one stands in until the real one is recorded): without
+  it the headline is the shipped one, with it the demo shows the megakernel and the
+  fused → megakernel diff;
 * scripts/record-demo --cpu end to end, and the whole demo on that test recording: the
   recorded part is marked as recorded, the live CPU run shows its step latency;
 * without a recording the demo says so;
@@ -163,6 +167,11 @@ def test_shipped_recording_loads_and_reproduces_the_quoted_numbers() -> None:
     readme = " ".join(README.read_text().split())
     missing = [q for q in quotes if q not in readme]
     assert not missing, f"README does not quote {missing} (from perfdoctor/demo/data/headline.json)"
+    labels = SHIPPED.labels
+    variants = f"{', '.join(labels[:-1])} and {labels[-1]}"
+    chain = " → ".join([SHIPPED.pairs[0][0], *(a for _, a in SHIPPED.pairs)])
+    listed = f"the ranked findings of the {variants} variants and the diffs {chain}."
+    assert listed in readme, f"README's demo paragraph does not say {listed!r}"
     size = sum(f.stat().st_size for f in SHIPPED.root.rglob("*") if f.is_file())
     assert size < 6e6, f"demo_data is {size / 1e6:.1f} MB: trim it"
 
@@ -174,6 +183,57 @@ def test_demo_shows_the_shipped_recording() -> None:
     assert r.returncode == 0, r.stderr[-3000:]
     check_recorded_output(r.stdout, SHIPPED.headline)
     assert "NVIDIA H200" in r.stdout
+
+
+def headline_only(root: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "record-demo"), "--headline-only", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def shipped_copy(root: Path) -> Path:
+    assert SHIPPED is not None
+    for label in SHIPPED.labels:
+        shutil.copytree(SHIPPED.root / label, root / label)
+    return root
+
+
+@needs_shipped
+def test_headline_only_without_a_megakernel_bundle_rewrites_the_shipped_headline(tmp_path: Path) -> None:
+    """The shipped bundles predate the megakernel: re-deriving their headline keeps them."""
+    assert SHIPPED is not None
+    root = shipped_copy(tmp_path)
+    r = headline_only(root)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    rec, why = demo.find_recording(root)
+    assert rec is not None, why
+    assert rec.labels == SHIPPED.labels and rec.pairs == SHIPPED.pairs
+    assert_same_numbers(rec.headline["numbers"], SHIPPED.headline["numbers"])
+
+
+@needs_shipped
+def test_demo_shows_a_recorded_megakernel(tmp_path: Path) -> None:
+    """With a megakernel bundle beside the others (here a copy of the fused one: the real
+    one is recorded on the H200), the headline and the demo have its run and its diff."""
+    assert SHIPPED is not None
+    root = shipped_copy(tmp_path)
+    shutil.copytree(SHIPPED.root / "fused", root / "megakernel")
+    r = headline_only(root)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    rec, why = demo.find_recording(root)
+    assert rec is not None, why
+    assert rec.labels == ["eager", "graph", "fused", "megakernel"]
+    assert rec.pairs[-1] == ("fused", "megakernel") and rec.args("megakernel")[:2] == ["--variant", "megakernel"]
+    assert set(rec.headline["numbers"]["runs"]) == set(rec.labels)
+    assert rec.headline["readme"][-1].startswith("fused → megakernel: ")
+    r = run_cli("demo", "--recorded", env=recorded_env(root), timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    check_recorded_output(r.stdout, rec.headline)
+    assert "recorded: megakernel (the whole step as one persistent CUDA kernel)" in r.stdout
+    assert "perfdoctor run -m perfdoctor.engine --variant megakernel " in " ".join(r.stdout.split())
 
 
 # --- record-demo --cpu and the whole demo on this CPU --------------------------------------
@@ -286,30 +346,39 @@ def test_readme_first_command_in_a_fresh_venv(tmp_path: Path, request) -> None:
         assert "no recording is shipped with this perfdoctor" in flat
 
 
-def test_plan_profiles_the_three_variants_on_a_gpu() -> None:
+def test_plan_profiles_the_four_variants_on_a_gpu() -> None:
     runs, pairs = demo.plan("gpu")
-    assert [label for label, _ in runs] == ["eager", "graph", "fused"]
-    assert pairs == [("eager", "graph"), ("graph", "fused")]
+    assert [label for label, _ in runs] == ["eager", "graph", "fused", "megakernel"]
+    assert pairs == [("eager", "graph"), ("graph", "fused"), ("fused", "megakernel")]
     for label, args in runs:
         assert args[:2] == ["--variant", label] and "--tokens" in args and args[args.index("--tokens") + 1] == "48"
         assert args[args.index("--device") + 1] == "cuda" and args[args.index("--config") + 1] == "llama-3.2-1b"
+    runs, pairs = demo.plan("gpu", megakernel=False)  # not a Hopper GPU
+    assert [label for label, _ in runs] == ["eager", "graph", "fused"]
+    assert pairs == [("eager", "graph"), ("graph", "fused")]
 
 
 @pytest.mark.gpu
 def test_demo_live_on_the_gpu(tmp_path: Path) -> None:
-    """On the H200 (scripts/gpu-check): eager, graph and fused live; graph beats eager."""
+    """On the H200 (scripts/gpu-check): eager, graph, fused and megakernel live (elsewhere
+    the megakernel is skipped, saying why); graph beats eager."""
+    from perfdoctor.engine.megakernel import unsupported_gpu
     from perfdoctor.record.run import gpu_present
 
     if not gpu_present():
         pytest.skip("needs an NVIDIA GPU")
+    why_not = unsupported_gpu()
+    labels = ["eager", "graph", "fused", *([] if why_not else ["megakernel"])]
     r = run_cli("demo", "--out", tmp_path / "runs", "--steps", "6", cwd=tmp_path, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     flat = " ".join(r.stdout.split())
-    assert "profiling the bundled engine live on this GPU" in flat
-    for label in ("eager", "graph", "fused"):
+    assert f"profiling the bundled engine live on this GPU ({', '.join(labels)})" in flat
+    for label in labels:
         assert f"live: {label} (" in r.stdout
-    assert "live diff: eager → graph" in r.stdout and "live diff: graph → fused" in r.stdout
+    for before, after in zip(labels, labels[1:]):
+        assert f"live diff: {before} → {after}" in r.stdout
+    assert ("megakernel skipped: it " in flat) == bool(why_not)
     m = re.search(r"live diff: eager → graph.*?ms per step, ([\d.]+)x faster", flat)
     assert m and float(m.group(1)) > 1.5, flat[-3000:]
-    assert len(list((tmp_path / "runs").iterdir())) == 3
+    assert len(list((tmp_path / "runs").iterdir())) == len(labels)
     assert_fits(r.stdout)
