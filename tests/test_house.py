@@ -136,3 +136,13 @@ def test_every_module_is_named_in_architecture_md() -> None:
     doc = (ROOT / "docs" / "architecture.md").read_text()
     missing = [str(p.relative_to(PACKAGE)) for p in sorted(PACKAGE.rglob("*.py")) if f"`{p.relative_to(PACKAGE)}`" not in doc]
     assert not missing, f"docs/architecture.md does not name {missing}"
+
+
+def test_test_modules_have_distinct_names() -> None:
+    """tests/ mirrors the rooms, so two rooms can grow a test file of one name; pytest imports
+    test files by basename (tests/ has no packages) and refuses to collect the second one, which
+    CI reports as one collection error while the other file's tests silently do not run."""
+    seen: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    assert not {name: paths for name, paths in seen.items() if len(paths) > 1}
