@@ -22,8 +22,12 @@ TORCH_TRACE = "torch-trace.json.gz"
 NSYS_SQLITE = "nsys.sqlite"
 NSYS_REP = "nsys.nsys-rep"  # the report nsys writes (record/run.run_nsys names it by its stem, raw/nsys)
 NCU_CSV = "ncu.csv"
-CLOCK_SYNC_RANGE = "perfdoctor.clock_sync"  # bootstrap.CLOCK_SYNC_RANGE (not imported: no torch here)
 SCHEMA = "perfdoctor.run/1"
+PASSES = ("light", "torch", "nsys", "ncu")  # in the order perfdoctor run runs them
+# NVTX ranges the bootstrap pushes: the clock-sync point (NVML samples onto the trace's
+# clock) and the steps ncu profiles (``ncu --nvtx-include perfdoctor_ncu/``).
+CLOCK_SYNC_RANGE = "perfdoctor.clock_sync"
+NCU_RANGE = "perfdoctor_ncu"
 
 
 def new_bundle_dir(parent: Path, name: str) -> Path:

@@ -38,6 +38,7 @@ import pandas as pd
 
 from perfdoctor.analysis import steady
 from perfdoctor.bundle.layout import CLOCK_SYNC_RANGE, MANIFEST, NCU_CSV, NSYS_SQLITE, RAW, TORCH_TRACE
+from perfdoctor.bundle.protocol import PassResults
 from perfdoctor.errors import UsageError
 from perfdoctor.io import read_capped, read_json, regular_file
 from perfdoctor.profile import LightSteps, Profile
@@ -85,9 +86,9 @@ def _activity_source(raw: Path, warnings: list[str]) -> tuple[Profile, str | Non
     return Profile(), None
 
 
-def _clock_offset(profile: Profile, results: dict[str, Any]) -> int | None:
+def _clock_offset(profile: Profile, results: PassResults) -> int | None:
     """trace clock − CLOCK_MONOTONIC, from the bootstrap's clock-sync range."""
-    mono = (results.get("clock_sync") or {}).get("monotonic_ns")
+    mono = (results.clock_sync or {}).get("monotonic_ns")
     marks = profile.ranges[profile.ranges["name"] == CLOCK_SYNC_RANGE]
     if mono is None or marks.empty:
         return None
@@ -219,7 +220,8 @@ def load_bundle(bundle: str | Path, rank: int | None = None, manifest: dict[str,
     profile, pass_name = _activity_source(raw, warnings)
 
     if pass_name is not None:
-        offset = _clock_offset(profile, _read_json(raw / f"{pass_name}.json"))
+        path = raw / f"{pass_name}.json"
+        offset = _clock_offset(profile, PassResults.from_json(_read_json(path), str(path)))
         samples_file = raw / f"nvml-{pass_name}.jsonl"
         if _present(samples_file):
             if offset is None:

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from perfdoctor.bundle.layout import NCU_RANGE
 from perfdoctor.profile import COUNTER_COLUMNS, frame
 
-NVTX_RANGE = "perfdoctor_ncu"
 DURATION = "gpu__time_duration.sum"
 METRICS = (
     DURATION,
@@ -117,7 +117,7 @@ def command(ncu: str, log: Path, kernels: KernelSet | None = None, max_kernels: 
     return [
         ncu,
         "--clock-control", "none",
-        "--nvtx", "--nvtx-include", f"{NVTX_RANGE}/",
+        "--nvtx", "--nvtx-include", f"{NCU_RANGE}/",
         *filters,
         "--csv", "--print-units", "base",
         "--metrics", ",".join(METRICS),

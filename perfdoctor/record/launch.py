@@ -41,11 +41,12 @@ import signal
 import stat
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from perfdoctor.bundle.layout import write_json_atomic
+from perfdoctor.bundle.protocol import PassConfig
 from perfdoctor.errors import UsageError
 
 LAUNCHER = ("-m", "torch.distributed.run")
@@ -164,27 +165,28 @@ def from_command(argv: list[str]) -> tuple[Launch, list[str]]:
 # --- inside each rank (the bootstrap) ------------------------------------------------------------
 
 
-def rank_config(config: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+def rank_config(config: PassConfig, environ: Mapping[str, str]) -> PassConfig:
     """The pass config as rank ``RANK`` uses it: its results and trace in ``raw/rank<k>/``.
 
     A config without ``ranks`` (a single-process run) or a process without ``RANK`` (not
     started by torchrun) is returned unchanged.
     """
-    if not config.get("ranks") or "RANK" not in environ:
+    if not config.ranks or "RANK" not in environ:
         return config
     rank = int(environ["RANK"])
-    folder = Path(config["results"]).parent / RANK_DIR.format(rank)
+    folder = Path(config.results).parent / RANK_DIR.format(rank)
     folder.mkdir(parents=True, exist_ok=True)
-    out = {**config, "results": str(folder / Path(config["results"]).name)}
-    if config.get("trace"):
-        out["trace"] = str(folder / Path(config["trace"]).name)
-    out["rank"] = {
-        "rank": rank,
-        "local_rank": int(environ.get("LOCAL_RANK", rank)),
-        "world_size": int(environ.get("WORLD_SIZE", 1)),
-        "host": os.uname().nodename,
-    }
-    return out
+    return replace(
+        config,
+        results=str(folder / Path(config.results).name),
+        trace=str(folder / Path(config.trace).name) if config.trace else config.trace,
+        rank={
+            "rank": rank,
+            "local_rank": int(environ.get("LOCAL_RANK", rank)),
+            "world_size": int(environ.get("WORLD_SIZE", 1)),
+            "host": os.uname().nodename,
+        },
+    )
 
 
 def rank_device(torch: Any) -> str:

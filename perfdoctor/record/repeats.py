@@ -44,6 +44,7 @@ from typing import Any
 from rich.console import Console
 
 from perfdoctor.bundle import layout as bundles
+from perfdoctor.bundle.protocol import PassConfig
 from perfdoctor.compare.processes import PROCESS_METRICS, per_process, process_latencies, spread
 from perfdoctor.record.lockstep import Pair, pick_cpu
 from perfdoctor.record.run import Runner, RunOptions, execute, light_summary, pass_entry, program_failure, target_name
@@ -74,11 +75,9 @@ def add_process(runner: Runner, lockstep: dict[str, Any] | None = None) -> dict[
     manifest, raw = runner.manifest, runner.raw
     repeat = repeat_of(manifest)
     name = f"light-{len(repeat['order']) + 1}"
-    config = json.loads((raw / "light.config.json").read_text())  # as process 1 ran
-    for key in ("pass", "results", "progress_fd"):
-        config.pop(key, None)
+    config = PassConfig.from_json(json.loads((raw / "light.config.json").read_text()))  # as process 1 ran
     if lockstep is not None:
-        config["lockstep"] = lockstep
+        config = replace(config, lockstep=lockstep)
     result = runner.run_pass(name, [], config, None, mode="light", keep_fds=Pair.fds(lockstep) if lockstep else ())
     manifest["passes"].append(pass_entry(result))
     summary = light_summary(result.results, runner.options)

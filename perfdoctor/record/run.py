@@ -41,6 +41,7 @@ from typing import Any, Optional
 from rich.console import Console
 
 from perfdoctor.bundle import layout as bundles
+from perfdoctor.bundle.protocol import PassConfig
 from perfdoctor.record import launch
 from perfdoctor.analysis import steady, steps
 from perfdoctor.names import ranges as rangenames
@@ -50,7 +51,6 @@ from perfdoctor.errors import UsageError
 from perfdoctor.text import rich as esc  # program arguments, paths and step names are untrusted
 
 COLLECTORS = ("torch", "nvml", "nsys", "ncu")
-PASSES = ("light", "torch", "nsys", "ncu")
 TAIL_CHARS = 2000
 DEFAULT_WARMUP = 1  # steps skipped before the traced window when no light pass found the steady state
 # Below this many steps the scout does not move the window: the reference steady_start
@@ -410,7 +410,7 @@ class Runner:
                 stop.set()
                 ticker.join()
 
-    def run_pass(self, name: str, wrapper: list[str], config: dict[str, Any], sampler: nvml.Sampler | None,
+    def run_pass(self, name: str, wrapper: list[str], config: PassConfig, sampler: nvml.Sampler | None,
                  mode: str | None = None, keep_fds: tuple[int, ...] = ()) -> PassResult:
         """Run the program once, under ``wrapper`` (a tool's command line) if given.
 
@@ -430,9 +430,9 @@ class Runner:
         # Ranks would tick once each per step: none.
         tick_fd = None if self.options.ranks else write_fd
         pipe = os.fstat(write_fd)
-        config = {**config, "pass": mode or name, "results": str(results.resolve()), "progress_fd": tick_fd,
-                  "progress_pipe": [pipe.st_dev, pipe.st_ino]}
-        bundles.write_json_atomic(config_path, config)
+        config = replace(config, pass_=mode or name, results=str(results.resolve()), progress_fd=tick_fd,
+                         progress_pipe=[pipe.st_dev, pipe.st_ino])
+        bundles.write_json_atomic(config_path, config.to_json())
         if self.options.ranks is not None:
             program = self.options.ranks.command(config_path.resolve(), self.options.target, self.raw.resolve() / launch.FAILURES.format(name))
         else:
@@ -640,14 +640,14 @@ def run_passes(runner: Runner, selected: list[str], reasons: dict[str, str | Non
     use_nvml = "nvml" in selected and reasons["nvml"] is None
     interval = options.nvml_interval_ms / 1000
     nvml_ok = False
-    base: dict[str, Any] = {
-        "warmup": options.warmup if options.warmup is not None else DEFAULT_WARMUP,
-        "steps": options.steps,
-        "step": options.step,
-        "step_fn": options.step_fn,
-        "tokens_per_step": options.tokens_per_step,
-        "ranks": options.ranks is not None,  # each rank writes into raw/rank<k>/ (perfdoctor.record.launch)
-    }
+    base = PassConfig(
+        warmup=options.warmup if options.warmup is not None else DEFAULT_WARMUP,
+        steps=options.steps,
+        step=options.step,
+        step_fn=options.step_fn,
+        tokens_per_step=options.tokens_per_step,
+        ranks=options.ranks is not None,  # each rank writes into raw/rank<k>/ (perfdoctor.record.launch)
+    )
     windowed = options.step is not None or options.step_fn is not None
 
     def sampler(pass_name: str, gpm: bool = True) -> nvml.Sampler | None:
@@ -665,7 +665,7 @@ def run_passes(runner: Runner, selected: list[str], reasons: dict[str, str | Non
             manifest["collectors"][collector] = {"status": status, "command": result.command, **extra}
         runner.save()
 
-    planned = [p for p in PASSES if (p == "light" and options.light) or (p in selected and reasons[p] is None)]
+    planned = [p for p in bundles.PASSES if (p == "light" and options.light) or (p in selected and reasons[p] is None)]
     for pass_name in planned:
         if runner.interrupted or manifest.get("timed_out"):
             break
@@ -673,7 +673,7 @@ def run_passes(runner: Runner, selected: list[str], reasons: dict[str, str | Non
             # The light pass samples NVML (and GPM) in perfdoctor's own process: measured on
             # the H200, the program ran as fast with the sampler beside it as without.
             s = sampler("light")
-            result = runner.run_pass("light", [], {**base, "windowed": windowed}, s)
+            result = runner.run_pass("light", [], replace(base, windowed=windowed), s)
             light = light_summary(result.results, options)
             manifest["light_pass"] = light
             if options.ranks is not None:
@@ -704,18 +704,15 @@ def run_passes(runner: Runner, selected: list[str], reasons: dict[str, str | Non
                 light["counters_reason"] = "no NVML sampler in the light pass (nvml not selected or unavailable)"
             if light["step_name"] is not None:
                 # The later passes window on the step the light pass found, inside its steady state.
-                base["step"] = light["step_name"]
-                base["warmup"] = light["warmup"]
-                base["step_thread"] = light.get("step_thread")
-                if light.get("module"):
-                    base["module_step"] = light["module"]
+                base = replace(base, step=light["step_name"], warmup=light["warmup"], step_thread=light.get("step_thread"),
+                               module_step=light.get("module") or None)
                 windowed = True
             runner.save()
             record(result, None)
         elif pass_name == "torch":
             trace = raw / bundles.TORCH_TRACE
             s = sampler("torch")
-            result = runner.run_pass("torch", [], {**base, "windowed": windowed, "trace": str(trace.resolve())}, s)
+            result = runner.run_pass("torch", [], replace(base, windowed=windowed, trace=str(trace.resolve())), s)
             nvml_ok = nvml_ok or (s is not None and s.error is None)
             if s is not None and s.error:
                 manifest.setdefault("nvml_errors", []).append(f"torch: {s.error}")
@@ -778,14 +775,14 @@ def torch_status(result: PassResult, trace: Path, interrupted: int | None = None
     return f"failed: no trace written (exit {result.exit_code}); output: {result.stderr_tail[-500:]}"
 
 
-def run_nsys(runner: Runner, base: dict[str, Any], windowed: bool, sampler: nvml.Sampler | None, record: Any) -> None:
+def run_nsys(runner: Runner, base: PassConfig, windowed: bool, sampler: nvml.Sampler | None, record: Any) -> None:
     nsys = nsys_run.find_nsys()
     assert nsys is not None
     report = runner.raw / "nsys"
     sqlite = runner.raw / bundles.NSYS_SQLITE
     metrics_device = str(nvml.device_index()) if isinstance(nvml.device_index(), int) else None
     wrapper = nsys_run.profile_command(nsys, report.resolve(), capture_range=windowed, gpu_metrics_device=metrics_device)
-    result = runner.run_pass("nsys", wrapper, {**base, "windowed": windowed, "capture_range": windowed}, sampler)
+    result = runner.run_pass("nsys", wrapper, replace(base, windowed=windowed, capture_range=windowed), sampler)
     rep = report.with_suffix(".nsys-rep")
     if not rep.exists():
         record(result, "nsys", f"failed: no report written; output: {result.stderr_tail[-800:]}")
@@ -800,13 +797,13 @@ def run_nsys(runner: Runner, base: dict[str, Any], windowed: bool, sampler: nvml
     record(result, "nsys", status, export_command=export, files=[str(p.relative_to(runner.bundle)) for p in (rep, sqlite) if p.exists()])
 
 
-def run_ncu(runner: Runner, base: dict[str, Any], record: Any) -> None:
+def run_ncu(runner: Runner, base: PassConfig, record: Any) -> None:
     tool = ncu.find_ncu()
     assert tool is not None
     opts = runner.options
     csv = runner.raw / bundles.NCU_CSV
-    config = {**base, "windowed": True, "ncu_steps": opts.ncu_steps}
-    if base.get("step") is None and opts.step_fn is None:
+    config = replace(base, windowed=True, ncu_steps=opts.ncu_steps)
+    if base.step is None and opts.step_fn is None:
         manifest_light = runner.manifest.get("light_pass") or {}
         if opts.light and manifest_light.get("step_name") is None:
             runner.manifest["collectors"]["ncu"] = {"status": "unavailable: no step found to select kernels (pass --step or --step-fn)"}
@@ -824,7 +821,7 @@ def run_ncu(runner: Runner, base: dict[str, Any], record: Any) -> None:
     failure = program_failure(result, runner.interrupted)
     status = f"failed: {failure} (counters were written)" if failure else "ok"
     record(result, "ncu", status, files=[str(csv.relative_to(runner.bundle))], kernels=int(counters["correlation"].nunique()),
-           step_index=config["warmup"], replay=replay)
+           step_index=config.warmup, replay=replay)
 
 
 def step_kernels(raw: Path) -> tuple[ncu.KernelSet | None, str | None]:

@@ -459,6 +459,7 @@ def test_nested_serving_ranges_are_one_step_in_the_traced_passes():
     decode one): 2 steps, not 4, and with --warmup 1 --steps 1 the window is the decode one."""
     import gzip
 
+    from perfdoctor.bundle.protocol import PassConfig
     from perfdoctor.record.bootstrap.main import Session
 
     marks = []
@@ -468,7 +469,7 @@ def test_nested_serving_ranges_are_one_step_in_the_traced_passes():
                 marks += [(e["ts"], 1, e["name"]), (e["ts"] + e["dur"], 0, e["name"])]
     marks.sort()  # by time; at one instant an end (0) before a start (1)
     assert [m[2][:5] for m in marks if m[1]] == ["execu", "step[", "execu", "step["]
-    session = Session({"pass": "nsys", "step": "serving step", "warmup": 1, "steps": 1})
+    session = Session(PassConfig(pass_="nsys", step="serving step", warmup=1, steps=1))
     window = []
     for ts, opening, name in marks:
         (session.range_start if opening else session.range_end)(name)

@@ -40,14 +40,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfdoctor import api
+from perfdoctor.bundle.layout import CLOCK_SYNC_RANGE, NCU_RANGE
+from perfdoctor.bundle.protocol import PassConfig, PassResults
 from perfdoctor.console import leave
 from perfdoctor.declare import DECLARE_PREFIX, parse_declaration
 from perfdoctor.names import ranges as rangenames
 from perfdoctor.record.launch import rank_config, rank_device
 from perfdoctor.record.lockstep import Turns
-
-NCU_RANGE = "perfdoctor_ncu"
-CLOCK_SYNC_RANGE = "perfdoctor.clock_sync"
 
 
 class Terminated(BaseException):
@@ -294,12 +293,12 @@ def on_main_thread() -> bool:
 class Session:
     """State of one pass: which step we are in, the tracer, what to write at the end."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: PassConfig) -> None:
         self.config = config
-        self.mode: str = config["pass"]
-        self.warmup: int = int(config.get("warmup") or 0)
-        self.steps: int = int(config.get("steps") or 0)  # 0: all steps after the warm-up
-        self.pattern: str | None = config.get("step")
+        self.mode: str = config.pass_
+        self.warmup: int = int(config.warmup or 0)
+        self.steps: int = int(config.steps or 0)  # 0: all steps after the warm-up
+        self.pattern: str | None = config.step
         self.timer = Timer()
         self.times = StepTimes(self.timer)
         self.counts: dict[str, int] = {}
@@ -315,7 +314,7 @@ class Session:
         self.clock_sync: dict[str, int] | None = None
         self.finished = False
         self.lock = threading.RLock()
-        self.progress_fd = progress_pipe(config.get("progress_fd"), config.get("progress_pipe"))
+        self.progress_fd = progress_pipe(config.progress_fd, config.progress_pipe)
         self.unsent_ticks = 0
         self.last_tick_ns = 0
         self.modules: ModuleSteps | None = None
@@ -330,7 +329,7 @@ class Session:
         self.inherited_profiler = False
         self.profiler_used = False
         # compare-programs --lockstep: steps taken in turn with another program (perfdoctor.record.lockstep)
-        self.turns = Turns(config["lockstep"]) if config.get("lockstep") and self.mode == "light" else None
+        self.turns = Turns(config.lockstep) if config.lockstep and self.mode == "light" else None
         os.register_at_fork(after_in_child=self.forked)
 
     def forked(self) -> None:
@@ -472,7 +471,7 @@ class Session:
             self.unsent_ticks, self.last_tick_ns = 0, now
 
     def in_ncu_window(self, index: int) -> bool:
-        return self.warmup <= index < self.warmup + int(self.config.get("ncu_steps", 1))
+        return self.warmup <= index < self.warmup + int(self.config.ncu_steps or 1)
 
     # -- the window --
 
@@ -490,7 +489,7 @@ class Session:
                 self.redeclare()
             else:
                 self.trace_error = "the steps ran on a worker thread and no trace was started on the main thread"
-        elif self.mode == "nsys" and self.config.get("capture_range"):
+        elif self.mode == "nsys" and self.config.capture_range:
             sys.modules["torch"].cuda.profiler.start()
             self.mark_clock()
             self.redeclare()
@@ -504,7 +503,7 @@ class Session:
             if on_main_thread():
                 self.stop_profiler(export=True)
             # else: stopped and exported on the main thread when the program ends
-        elif self.mode == "nsys" and self.config.get("capture_range"):
+        elif self.mode == "nsys" and self.config.capture_range:
             sys.modules["torch"].cuda.profiler.stop()
 
     def mark_clock(self) -> None:
@@ -531,7 +530,7 @@ class Session:
         if torch.cuda.is_available():
             activities.append(ProfilerActivity.CUDA)
         extra: dict[str, Any] = {}
-        if self.config.get("step_thread") != "main":
+        if self.config.step_thread != "main":
             # Steps on a worker thread (or not known to be on the main one): record the ops
             # of every thread, not just the one that starts the profiler.
             try:
@@ -553,7 +552,7 @@ class Session:
         try:
             prof.stop()
             if export:
-                prof.export_chrome_trace(self.config["trace"])
+                prof.export_chrome_trace(self.config.trace)
         except Exception as exc:  # noqa: BLE001 - the reason goes into the manifest
             self.trace_error = f"{type(exc).__name__}: {exc}"
 
@@ -565,14 +564,14 @@ class Session:
         step opens the window on the main thread."""
         if self.tokens_per_step() is not None:
             api._declare(self.pattern, self.tokens_per_step(), None)  # type: ignore[arg-type]
-        if self.mode == "torch" and (not self.config.get("windowed") or self.config.get("step_thread") != "main"):
+        if self.mode == "torch" and (not self.config.windowed or self.config.step_thread != "main"):
             self.whole_program = True
             self.start_profiler()
-        elif self.mode == "nsys" and not self.config.get("capture_range"):
+        elif self.mode == "nsys" and not self.config.capture_range:
             self.mark_clock()
 
     def tokens_per_step(self) -> float | None:
-        tokens = self.config.get("tokens_per_step")
+        tokens = self.config.tokens_per_step
         return float(tokens) if tokens is not None and self.pattern and self.mode != "light" else None
 
     def finish(self) -> None:
@@ -588,7 +587,7 @@ class Session:
         self.tick(flush=True)
         if self.mode == "torch":
             self.stop_profiler(export=self.window_state != "before" or self.whole_program)
-        elif self.mode == "nsys" and self.window_state == "open" and self.config.get("capture_range"):
+        elif self.mode == "nsys" and self.window_state == "open" and self.config.capture_range:
             sys.modules["torch"].cuda.profiler.stop()
         self.write_results()
 
@@ -599,40 +598,40 @@ class Session:
             env = {"torch": torch.__version__, "cuda": torch.version.cuda, "cuda_available": torch.cuda.is_available()}
             if torch.cuda.is_available() and torch.cuda.is_initialized():
                 env["device_name"] = torch.cuda.get_device_name()
-        results: dict[str, Any] = {
-            "pass": self.mode,
-            "pid": self.pid,
-            "step_counts": self.counts,
-            "worker_steps": self.worker_steps,
-            "window_step": self.window_name,
-            "window_state": self.window_state,
-            "whole_program": self.whole_program and self.window_state == "before",
-            "trace_scope": self.trace_scope,
-            "trace_error": self.trace_error,
-            "clock_sync": self.clock_sync,
-            "environment": env,
-            "program_error": self.program_error,
-            "exit_code": self.exit_code,
-            "terminated": self.terminated,
-            "ended_at_ns": time.time_ns(),  # wall clock: which rank of a job failed first
-        }
-        if self.config.get("rank"):  # a rank of a torchrun job (perfdoctor.record.launch)
-            results["rank"] = self.config["rank"]
-            results["device"] = rank_device(torch)
+        results = PassResults(
+            pass_=self.mode,
+            pid=self.pid,
+            step_counts=self.counts,
+            worker_steps=self.worker_steps,
+            window_step=self.window_name,
+            window_state=self.window_state,
+            whole_program=self.whole_program and self.window_state == "before",
+            trace_scope=self.trace_scope,
+            trace_error=self.trace_error,
+            clock_sync=self.clock_sync,
+            environment=env,
+            program_error=self.program_error,
+            exit_code=self.exit_code,
+            terminated=self.terminated,
+            ended_at_ns=time.time_ns(),  # wall clock: which rank of a job failed first
+        )
+        if self.config.rank:  # a rank of a torchrun job (perfdoctor.record.launch)
+            results.rank = self.config.rank
+            results.device = rank_device(torch)
         if self.turns is not None:
-            results["lockstep"] = self.turns.summary()
+            results.lockstep = self.turns.summary()
         if self.mode == "light":
-            results["series"], error = self.times.series()
-            results["step_end_clock"] = "cuda-event" if self.timer.clock is not None else "host"
-            results["declared"] = self.declared_steps()
+            results.series, error = self.times.series()
+            results.step_end_clock = "cuda-event" if self.timer.clock is not None else "host"
+            results.declared = self.declared_steps()
             if self.modules is not None:
-                results["modules"], module_error = self.modules.series()
-                results["module_classes"] = self.modules.classes
+                results.modules, module_error = self.modules.series()
+                results.module_classes = self.modules.classes
                 error = error or module_error
-            results["timing_error"] = error
+            results.timing_error = error
         try:
-            with open(self.config["results"], "w") as f:
-                json.dump(results, f)
+            with open(self.config.results, "w") as f:
+                json.dump(results.to_json(), f)
         except OSError as exc:  # the bundle is gone (the program removed it) or unwritable: perfdoctor run says so
             print(f"perfdoctor: this pass's results could not be written ({exc.strerror or exc}: {exc.filename})", file=sys.stderr)
 
@@ -1154,7 +1153,7 @@ def main(argv: list[str]) -> None:
     if len(argv) < 3:
         raise SystemExit("usage: python -m perfdoctor.record.bootstrap.main CONFIG.json (SCRIPT | -m MODULE) [ARGS...]")
     with open(argv[1]) as f:
-        config = rank_config(json.load(f), os.environ)
+        config = rank_config(PassConfig.from_json(json.load(f), argv[1]), os.environ)
     target = argv[2:]
     session = Session(config)
     if session.turns is not None:
@@ -1169,14 +1168,14 @@ def main(argv: list[str]) -> None:
     hook_ranges(session, nvtx_to_torch=session.mode == "torch", torch_to_nvtx=session.mode in ("nsys", "ncu"))
     install_signals(session)
     prepare_target(target)
-    if config.get("step_fn"):
+    if config.step_fn:
         main_module = target[1] if target[0] == "-m" else os.path.splitext(os.path.basename(target[0]))[0]
-        install_step_fn(config["step_fn"], main_module)
+        install_step_fn(config.step_fn, main_module)
     if "torch" in sys.modules:
         install_compiled_steps(session)
-        if config.get("module_step") and session.mode != "light":
-            session.modules = ModuleSteps(session, mark=config["module_step"])
-        elif session.mode == "light" and not config.get("step") and not config.get("step_fn"):
+        if config.module_step and session.mode != "light":
+            session.modules = ModuleSteps(session, mark=config.module_step)
+        elif session.mode == "light" and not config.step and not config.step_fn:
             session.modules = ModuleSteps(session)
     terminated = False
     try:

@@ -1,0 +1,306 @@
+"""The typed contract across the process boundary: what ``perfdoctor run`` asks of the
+bootstrap, what the bootstrap answers, and the manifest the reader gets.
+
+- :class:`PassConfig`   ``raw/<pass>.config.json``: written by :mod:`perfdoctor.record.run`,
+  read by the bootstrap inside the program's process;
+- :class:`PassResults`  ``raw/<pass>.json``: written by the bootstrap's ``write_results``,
+  read back by ``perfdoctor run`` and by :mod:`perfdoctor.collectors.bundle`;
+- :class:`LightPass`    the manifest's ``light_pass``: the light pass's scout report;
+- :class:`Manifest`     ``manifest.json``.
+
+Each field is one JSON key, spelled here only (a test checks that no other module spells
+one as a string). ``to_json`` writes the fields in declaration order, which is the order
+the files have always had; a field listed in the class's ``KEPT`` is written even when
+None (its null is part of the format, e.g. ``exit_code`` before the program ended), any
+other None field is left out. Keys this version does not know are kept in ``extra`` and
+written back: a bundle reopened by ``perfdoctor run --repeat`` loses nothing.
+
+``from_json`` checks the shape before any field is read: a bundle is input like any other,
+and valid JSON of the wrong shape (a list, a string where a table belongs, an unknown
+schema) is one :class:`~perfdoctor.errors.UsageError` naming the field.
+
+Standard library only (with :mod:`perfdoctor.errors` and :mod:`perfdoctor.text`, which are
+too): the bootstrap imports it inside the program's process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
+
+from perfdoctor.bundle.layout import SCHEMA
+from perfdoctor.errors import UsageError
+from perfdoctor.text import clean_deep
+
+D = TypeVar("D", bound="_Document")
+
+
+def _key(f: dataclasses.Field) -> str:
+    return f.metadata.get("key", f.name)
+
+
+def keys(cls: type[_Document]) -> frozenset[str]:
+    """The JSON keys of one document class (``pass_`` is spelled ``pass`` on disk)."""
+    return frozenset(_key(f) for f in dataclasses.fields(cls) if f.name != "extra")
+
+
+class _Document:
+    """to_json / from_json for the dataclasses below (see the module docstring)."""
+
+    KEPT: ClassVar[frozenset[str]] = frozenset()
+    extra: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if f.name == "extra" or (value is None and _key(f) not in self.KEPT):
+                continue
+            out[_key(f)] = value.to_json() if isinstance(value, _Document) else value
+        return {**out, **self.extra}
+
+    @classmethod
+    def _build(cls: type[D], doc: dict[str, Any], **typed: Any) -> D:
+        """The instance with ``doc``'s known keys as fields (``typed``: those already turned
+        into documents) and the unknown ones in ``extra``."""
+        names = {_key(f): f.name for f in dataclasses.fields(cls) if f.name != "extra"}  # type: ignore[arg-type]
+        values = {names[k]: v for k, v in doc.items() if k in names}
+        return cls(**{**values, **typed}, extra={k: v for k, v in doc.items() if k not in names})
+
+
+# --- shape checks --------------------------------------------------------------------------
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _expect(cond: bool, where: str, name: str, what: str) -> None:
+    if not cond:
+        raise UsageError(f"{where}: field {name!r}: expected {what}")
+
+
+def _optional(doc: dict[str, Any], key: str, types: tuple[type, ...], where: str, what: str) -> None:
+    v = doc.get(key)
+    _expect(v is None or (isinstance(v, types) and not (isinstance(v, bool) and bool not in types)), where, key, what)
+
+
+def _object(doc: Any, where: str, what: str) -> dict[str, Any]:
+    if not isinstance(doc, dict):
+        raise UsageError(f"{where}: expected a JSON object ({what}), got {type(doc).__name__}")
+    return doc
+
+
+# --- the pass config ------------------------------------------------------------------------
+
+
+@dataclass
+class PassConfig(_Document):
+    """What one pass asks of the bootstrap (``raw/<pass>.config.json``)."""
+
+    KEPT: ClassVar[frozenset[str]] = frozenset(
+        {"warmup", "steps", "step", "step_fn", "tokens_per_step", "pass", "results", "progress_fd"})
+
+    warmup: int = 0  # steps before the window
+    steps: int = 0  # steps in the window; 0: every step after the warm-up
+    step: str | None = None  # the step name (pattern) the window follows
+    step_fn: str | None = None  # --step-fn module:function
+    tokens_per_step: float | None = None
+    ranks: bool | None = None  # each rank writes into raw/rank<k>/ (perfdoctor.record.launch)
+    step_thread: str | None = None  # "main" or "worker": where the light pass saw the step run
+    module_step: dict[str, Any] | None = None  # the light pass's module step: {"name", "depth", "class", "span"}
+    windowed: bool | None = None  # the window is known before the program runs
+    trace: str | None = None  # torch: where to export the Kineto trace
+    capture_range: bool | None = None  # nsys: bracket the window with cudaProfilerStart/Stop
+    ncu_steps: int | None = None  # ncu: steps after the warm-up inside the perfdoctor_ncu range
+    lockstep: dict[str, Any] | None = None  # one side of a perfdoctor.record.lockstep.Pair
+    pass_: str = field(default="light", metadata={"key": "pass"})  # what the bootstrap does
+    results: str = ""  # where it writes its PassResults
+    progress_fd: int | None = None  # the step-tick pipe's write end
+    progress_pipe: list[int] | None = None  # that pipe's (device, inode), to recognise it
+    rank: dict[str, Any] | None = None  # set inside a rank: {"rank", "local_rank", "world_size", "host"}
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str = "pass config") -> PassConfig:
+        doc = _object(doc, where, "a pass config")
+        _expect(isinstance(doc.get("pass"), str), where, "pass", "a string")
+        _expect(isinstance(doc.get("results"), str), where, "results", "a string")
+        return cls._build(doc)
+
+
+# --- the pass results ----------------------------------------------------------------------
+
+
+@dataclass
+class PassResults(_Document):
+    """What the bootstrap saw in one pass (``raw/<pass>.json``)."""
+
+    KEPT: ClassVar[frozenset[str]] = frozenset(
+        {"window_step", "trace_scope", "trace_error", "clock_sync", "program_error", "exit_code"})
+
+    pass_: str | None = field(default=None, metadata={"key": "pass"})
+    pid: int | None = None
+    step_counts: dict[str, int] = field(default_factory=dict)  # steps begun, per name
+    worker_steps: dict[str, int] = field(default_factory=dict)  # of those, off the main thread
+    window_step: str | None = None  # the step name that opened the window
+    window_state: str | None = None  # before, open or closed
+    whole_program: bool | None = None  # the trace covers the whole program
+    trace_scope: str | None = None  # why the trace is not just the window, when it is not
+    trace_error: str | None = None
+    clock_sync: dict[str, int] | None = None  # {"monotonic_ns"} at the clock-sync range's start
+    environment: dict[str, Any] | None = None  # torch, CUDA, the device, as the program saw them
+    program_error: str | None = None  # an exception the program did not catch
+    exit_code: int | None = None
+    terminated: bool | None = None  # SIGTERM ended it
+    ended_at_ns: int | None = None  # wall clock: which rank of a job failed first
+    rank: dict[str, Any] | None = None  # a rank of a torchrun job: the config's rank
+    device: str | None = None  # that rank's device
+    lockstep: dict[str, Any] | None = None  # perfdoctor.record.lockstep.Turns.summary()
+    # the light pass: per step name, {"host_start_ns", "gpu_start_ns", "gpu_end_ns"}
+    series: dict[str, dict[str, Any]] | None = None
+    spans_ns: dict[str, list[list[int]]] | None = None  # perfdoctor 0.1's series: [[host start, GPU end], ...]
+    call_series: dict[str, dict[str, Any]] | None = None  # the calls as measured, when series holds the iteration
+    step_end_clock: str | None = None  # "cuda-event" or "host"
+    declared: dict[str, dict[str, float]] | None = None  # per step name, the tokens and bytes declared
+    modules: dict[str, dict[str, dict[str, Any]]] | None = None  # per depth, module calls' series
+    module_classes: dict[str, str] | None = None  # module step name -> module.Class
+    timing_error: str | None = None  # why some steps are missing
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str = "pass results") -> PassResults:
+        doc = _object(doc, where, "a pass's results")
+        sync = doc.get("clock_sync")
+        _expect(sync is None or isinstance(sync, dict), where, "clock_sync", "a JSON object")
+        mono = (sync or {}).get("monotonic_ns")
+        _expect(mono is None or (isinstance(mono, int) and not isinstance(mono, bool) and abs(mono) < 2**62), where,
+                "clock_sync.monotonic_ns", "an integer")
+        _expect(doc.get("environment") is None or isinstance(doc.get("environment"), dict), where, "environment", "a JSON object")
+        return cls._build(doc)
+
+    def step_series(self) -> dict[str, dict[str, Any]]:
+        """Per name, the light pass's step series; from the ``spans_ns`` of older bundles too."""
+        if self.spans_ns is not None and self.series is None:
+            return {
+                name: {"host_start_ns": [s for s, _ in pairs], "gpu_start_ns": None, "gpu_end_ns": [e for _, e in pairs]}
+                for name, pairs in self.spans_ns.items()
+            }
+        return self.series or {}
+
+
+# --- the manifest ----------------------------------------------------------------------------
+
+
+@dataclass
+class LightPass(_Document):
+    """The manifest's ``light_pass``: the step the light pass found, its steady state and
+    the window the traced passes use (:func:`perfdoctor.record.run.light_summary`)."""
+
+    step_name: str | None = None
+    how: str | None = None  # how the step was found
+    step_end_clock: str | None = None
+    timing: str | None = None  # what a step's time is, in words
+    steps_seen: int | None = None
+    warmup_explicit: bool | None = None  # --warmup given
+    module: dict[str, Any] | None = None  # a module step: {"name", "depth", "class", "span"}
+    iteration: bool | None = None  # raw/light.json carries the series rewritten as the loop iteration
+    reason: str | None = None  # why there is no step
+    warmup_reason: str | None = None
+    steady_start: int | None = None
+    steady_reason: str | None = None
+    warmup: int | None = None  # the warm-up the traced passes skip
+    step_latency_ms: list[float] | None = None  # critical path of each step from the warm-up on
+    step_thread: str | None = None  # "main" or "worker"
+    declared: dict[str, Any] | None = None  # {"tokens", ..., "source"}
+    timing_error: str | None = None
+    nvml_sampled: bool | None = None
+    counters: dict[str, Any] | None = None  # GPM metrics over the steady steps
+    counters_reason: str | None = None
+    gpm_interval_ms: float | None = None
+    nvml_means: dict[str, Any] | None = None  # plain means of the NVML samples in the steady span
+    own_steady_start: int | None = None  # a rank's own, before rank 0's window was imposed
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str = "manifest.json", name: str = "light_pass") -> LightPass:
+        _expect(isinstance(doc, dict), where, name, "a JSON object")
+        lat = doc.get("step_latency_ms")
+        _expect(lat is None or (isinstance(lat, list) and all(_is_number(x) and x >= 0 for x in lat)), where,
+                f"{name}.step_latency_ms", "a list of finite non-negative numbers")
+        _expect(doc.get("step_name") is None or isinstance(doc.get("step_name"), str), where, f"{name}.step_name", "a string")
+        return cls._build(doc)
+
+
+@dataclass
+class Manifest(_Document):
+    """``manifest.json``: the run, its passes and collectors, the device and the light pass."""
+
+    KEPT: ClassVar[frozenset[str]] = frozenset({"exit_code", "calibration", "step"})
+
+    schema: str | None = SCHEMA
+    status: str | None = None  # running, done, interrupted, timed out, error: ...
+    command: list[str] | None = None
+    target: list[str] | None = None
+    cwd: str | None = None
+    options: dict[str, Any] | None = None  # perfdoctor.record.run.RunOptions, as given
+    started_at: str | None = None
+    exit_code: int | None = None  # perfdoctor run's own exit code
+    environment: dict[str, Any] = field(default_factory=dict)
+    collectors: dict[str, dict[str, Any]] = field(default_factory=dict)  # per collector: {"status", "command", "files", ...}
+    passes: list[dict[str, Any]] = field(default_factory=list)  # per pass run: {"name", "command", "exit_code", ...}
+    launch: dict[str, Any] | None = None  # a torchrun job (perfdoctor.record.launch.Launch.to_json)
+    world_size: int | None = None
+    gpu: dict[str, Any] | None = None  # NVML's device facts
+    gpu_error: str | None = None
+    calibration: dict[str, Any] | None = None  # perfdoctor calibrate's measurements of this GPU
+    light_pass: LightPass | None = None
+    nvml_errors: list[str] | None = None
+    timed_out: dict[str, Any] | None = None  # {"pass", "after_s"}
+    ranks: dict[str, dict[str, Any]] | None = None  # per rank number: its facts, statuses and light_pass
+    target_exit_code: int | None = None  # the program's, from the first pass
+    finished_at: str | None = None
+    step: str | None = None  # the step the run traced
+    failed_rank: dict[str, Any] | None = None  # {"rank", "exit_code"} of the rank that failed first
+    repeat: dict[str, Any] | None = None  # perfdoctor run --repeat (perfdoctor.record.repeats)
+    metrics_error: str | None = None
+    ranks_error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str = "manifest.json") -> Manifest:
+        """The manifest when it has the shape the readers rely on, strings cleaned
+        (:func:`perfdoctor.text.clean_deep`)."""
+        if not isinstance(doc, dict):
+            raise UsageError(f"{where}: expected a JSON object (the run manifest), got {type(doc).__name__}")
+        schema = doc.get("schema")
+        if schema is not None and schema != SCHEMA:
+            raise UsageError(f"{where}: field 'schema': {schema!r} is not {SCHEMA!r} (a bundle from another perfdoctor version?)")
+        for key in ("step", "status"):
+            _optional(doc, key, (str,), where, "a string")
+        _optional(doc, "exit_code", (int,), where, "an integer")
+        _optional(doc, "world_size", (int,), where, "an integer")
+        for key in ("gpu", "calibration", "collectors", "light_pass", "environment", "ranks"):
+            _optional(doc, key, (dict,), where, "a JSON object")
+        # A device fact NVML could not give as a number (NaN, inf) is absent, not an error:
+        # the bundle stays readable and nothing downstream sees a non-finite value.
+        gpu = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in (doc.get("gpu") or {}).items()}
+        if doc.get("gpu"):
+            doc = {**doc, "gpu": gpu}
+        for key, value in gpu.items():
+            _expect(value is None or isinstance(value, (str, bool)) or _is_number(value), where, f"gpu.{key}", "a string or a finite number")
+        for key in ("peak_dram_bw_gbps", "sm_count"):
+            _expect(gpu.get(key) is None or (_is_number(gpu[key]) and gpu[key] > 0), where, f"gpu.{key}", "a positive number")
+        calibration = doc.get("calibration") or {}
+        for key in ("dram_read_gbps", "bf16_matmul_tflops"):
+            _expect(calibration.get(key) is None or _is_number(calibration[key]), where, f"calibration.{key}", "a finite number")
+        for name, c in (doc.get("collectors") or {}).items():
+            _expect(isinstance(c, dict), where, f"collectors.{name}", "a JSON object")
+        for key, entry in (doc.get("ranks") or {}).items():
+            _expect(key.isascii() and key.isdigit() and isinstance(entry, dict), where, f"ranks.{key}", "a JSON object under a rank number")
+            _expect(entry.get("light_pass") is None or isinstance(entry["light_pass"], dict), where, f"ranks.{key}.light_pass", "a JSON object")
+        light = doc.get("light_pass")
+        doc = clean_deep(doc)
+        return cls._build(doc, light_pass=None if light is None else LightPass.from_json(doc["light_pass"], where))
