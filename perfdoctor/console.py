@@ -35,13 +35,13 @@ def warn(text: str) -> None:
 
 def report_load_warnings(profile: Any) -> None:
     """Print a profile's loader warnings (and a bundle without a trace) on stderr."""
-    meta = getattr(profile, "meta", {}) or {}
-    where = meta.get("path", "")
-    bundle = meta.get("bundle")
+    origin = profile.origin
+    where = origin.path or ""
+    bundle = origin.bundle
     why = None
-    if isinstance(bundle, dict) and bundle.get("activities_from") is None:
-        why = bundle.get("reason") or "; ".join(meta.get("warnings") or []) or "no trace in the bundle"
-    for w in meta.get("warnings") or []:
+    if bundle is not None and bundle.activities_from is None:
+        why = bundle.reason or "; ".join(origin.warnings) or "no trace in the bundle"
+    for w in origin.warnings:
         if why is None or w not in why:
             warn(f"{where}: {w}")
     if why is not None:

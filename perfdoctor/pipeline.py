@@ -24,7 +24,7 @@ its numbers (the straggler's delay) as inputs beside the rank's own metrics.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
@@ -208,7 +208,7 @@ def diagnose(
     if warnings and not (rank is not None and source.manifest is not None):
         report_load_warnings(profile)
     analysis = analyze(profile, step=step, tokens_per_step=tokens_per_step, workload=workload)
-    pid = profile.meta.get("process") if source.nsys and rank is not None else None
+    pid = profile.origin.process if source.nsys and rank is not None else None
     facts = dict(
         label=f"{path} (rank {rank}{f': pid {pid}' if pid is not None else ''})" if rank is not None else str(path),
         manifest=source.manifest,
@@ -233,7 +233,7 @@ def _one_rank(source: Source, rank: int | None) -> Profile:
         # nsys does not say the job's world size: its processes with GPU work are the job,
         # so that one of them against a single-process run is "not comparable" as a rank of
         # a multi-rank bundle is (perfdoctor.compare.comparability.world_size)
-        profile.meta["distributed"] = {"world_size": len(procs)}
+        profile.origin = replace(profile.origin, distributed={"world_size": len(procs)})
         return profile
     from perfdoctor.collectors.bundle import load_bundle
 

@@ -33,9 +33,9 @@ Tables and columns
 ``light`` — :class:`LightSteps` or None: the untraced light pass of ``perfdoctor run``
     timed every step (host start, GPU start, GPU end on the host clock); the source of
     truth for step time (see ``docs/metrics.md``).
-``meta`` — a dict: source ("kineto" | "nsys"), path, and ``declared``: per step name the
-    work a step declares ({"decode_step": {"tokens": 1, "bytes": 2.47e9}}), parsed from
-    ``perfdoctor.declare {json}`` ranges.
+``origin`` — :class:`Origin`: what the loader says of the trace it read (its tool, path,
+    versions, declared work, threads, what it skipped and why), each a typed field; a fact
+    the trace does not state is None or empty, never guessed.
 """
 
 from __future__ import annotations
@@ -95,6 +95,50 @@ class LightSteps:
         return int(self.host_start_ns.size)
 
 
+@dataclass(frozen=True)
+class BundleFacts:
+    """What a run bundle's manifest says of the run behind a Profile
+    (:func:`perfdoctor.collectors.bundle.load_bundle`)."""
+
+    step: str | None = None  # the step name the run traced (its --step, or found)
+    activities_from: str | None = None  # the pass whose trace was read; None: no trace in the bundle
+    reason: str | None = None  # why there is no trace (activities_from None)
+    exit_code: int | None = None
+    status: str | None = None  # "interrupted", "timed out", ...
+    # each pass's name, exit code and uncaught error: a report says first that the run crashed
+    passes: tuple[dict[str, Any], ...] = ()
+    light_pass: dict[str, Any] | None = None  # the manifest's summary (how the step was found); time is Profile.light
+    rank: dict[str, Any] | None = None  # a multi-rank bundle: the manifest's entry of this rank, with world_size
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a Profile's tables came from, as the loader read it. None or empty: the source
+    does not say (an Nsight Systems export states no CUDA versions), never a guessed value.
+    Frozen: a loader's later findings make a new one (``dataclasses.replace``)."""
+
+    source: str | None = None  # "kineto" | "nsys" | "bundle" (a bundle without a trace)
+    path: str | None = None
+    # cuda_driver_version / cuda_runtime_version / cupti_version as a Kineto trace states
+    # them ({}: it states none); None for a format without them (nsys)
+    versions: dict[str, Any] | None = None
+    # per step name the work a step declares ({"decode_step": {"tokens": 1, "bytes": 2.47e9}}),
+    # from ``perfdoctor.declare {json}`` ranges and a run's own declaration; None: no trace read
+    declared: dict[str, dict[str, float]] | None = None
+    thread_names: tuple[str, ...] = ()  # perfdoctor.analysis.workload reads an autograd thread from them
+    op_counts: dict[str, int] = field(default_factory=dict)  # Kineto cpu_op name -> count (workload)
+    distributed: dict[str, Any] = field(default_factory=dict)  # Kineto distributedInfo (rank, world_size)
+    # Kineto categories perfdoctor does not read, with counts: said when no GPU work was
+    # recognised, never "CPU-only"
+    unread_categories: dict[str, int] = field(default_factory=dict)
+    # device work that ran but is not read (MTIA, ...): never "no GPU ran" (analysis.steps.ran_no_gpu)
+    unread_device_work: str | None = None
+    time_origin_ns: int | None = None  # every time in the Profile is ns after this trace time (Kineto)
+    process: int | None = None  # one process of an nsys export: its OS process id
+    warnings: tuple[str, ...] = ()  # what the loader dropped or changed; the commands print them
+    bundle: BundleFacts | None = None  # read from a run bundle
+
+
 @dataclass
 class Profile:
     """Normalized tables of one trace (see the module docstring for the columns)."""
@@ -107,7 +151,7 @@ class Profile:
     ops: pd.DataFrame = field(default_factory=lambda: frame(OP_COLUMNS))
     device: dict[str, Any] = field(default_factory=dict)
     light: LightSteps | None = None
-    meta: dict[str, Any] = field(default_factory=dict)
+    origin: Origin = field(default_factory=Origin)
 
     @property
     def kernels(self) -> pd.DataFrame:

@@ -262,7 +262,7 @@ def _waits(h: pd.DataFrame, analysis, windows: pd.DataFrame, lo: np.ndarray, hi:
 
 def attribute(analysis) -> Attribution:
     """The attribution of ``analysis`` (module docstring)."""
-    source = str(analysis.profile.meta.get("source", "trace"))
+    source = analysis.profile.origin.source or "trace"
     t = analysis.timeline.steps
     w = t[t["gpu_start_ns"].notna() & t["critical_path_ns"].notna()]
     if w.empty:

@@ -219,7 +219,9 @@ class Analysis:
             }
             for r in t.itertuples()
         ]
-        meta = {k: v for k, v in self.profile.meta.items() if k in ("source", "path", "declared", "versions")}
+        o = self.profile.origin  # metrics.json's "meta": these four, each only where the source states it
+        meta = {k: v for k, v in {"source": o.source, "path": o.path, "declared": o.declared, "versions": o.versions}.items()
+                if v is not None}
         return {
             "schema": SCHEMA,
             "step_name": self.steps.name,
@@ -267,16 +269,17 @@ class _Context:
         self.profile = profile
         self.steps = steps
         self.timeline = build(profile, steps)
-        self.source = str(profile.meta.get("source", "trace"))
+        self.source = profile.origin.source or "trace"
         self.span = steps.span
         self.in_span = self.timeline.in_span
         self.windows = self.timeline.with_gpu
         calls = profile.calls
         in_step = steps.call_step.to_numpy() >= 0
         self.step_calls = calls[in_step]
-        declared = profile.meta.get("declared", {}).get(steps.name or "", {})
+        by_step = profile.origin.declared or {}
+        declared = by_step.get(steps.name or "", {})
         if not declared and profile.light is not None:
-            declared = profile.meta.get("declared", {}).get(profile.light.name, {})
+            declared = by_step.get(profile.light.name, {})
         self.tokens_per_step = tokens_per_step if tokens_per_step is not None else declared.get("tokens")
         self.bytes_per_step = declared.get("bytes")
         self.light, self.light_reason = _usable_light(profile.light, steps)
@@ -300,10 +303,10 @@ class _Context:
     @property
     def no_gpu(self) -> str | None:
         if self.profile.activities.empty:
-            missing = (self.profile.meta.get("bundle") or {}).get("reason")  # a bundle without a trace
-            if missing:
-                return f"no trace: {missing}"
-            unread = self.profile.meta.get("unread_categories")
+            bundle = self.profile.origin.bundle
+            if bundle is not None and bundle.reason:  # a bundle without a trace
+                return f"no trace: {bundle.reason}"
+            unread = self.profile.origin.unread_categories
             if unread:
                 # Device work perfdoctor cannot read (another accelerator, a tracer's own
                 # categories) is said as such: a run with device work is not "CPU-only".

@@ -259,8 +259,8 @@ def load_profiles(path: Path, manifest: dict[str, Any] | None = None) -> tuple[d
         profiles = {}
         for key in sorted(manifest.get("ranks") or {}, key=int):
             profile = load_bundle(path, rank=int(key), manifest=manifest)  # checked once: not read again per rank
-            if profile.meta["bundle"]["activities_from"] is None:
-                warnings.append(f"rank {key}: no trace ({profile.meta['bundle'].get('reason')}): left out of the view")
+            if profile.origin.bundle.activities_from is None:
+                warnings.append(f"rank {key}: no trace ({profile.origin.bundle.reason}): left out of the view")
             else:
                 profiles[int(key)] = profile
         if not profiles:
@@ -269,7 +269,7 @@ def load_profiles(path: Path, manifest: dict[str, Any] | None = None) -> tuple[d
         return profiles, manifest.get("world_size"), "bundle", warnings
     files = trace_files(path)
     loaded = [torch_profiler.load(f) for f in files]
-    ranks, world, warnings = number_ranks(path, [(f.name, p.meta.get("distributed") or {}) for f, p in zip(files, loaded)])
+    ranks, world, warnings = number_ranks(path, [(f.name, p.origin.distributed) for f, p in zip(files, loaded)])
     return dict(sorted(zip(ranks, loaded))), world, "trace folder", warnings
 
 
@@ -313,7 +313,7 @@ def nsys_ranks(procs: dict[int, Profile]) -> tuple[dict[int, Profile], int | Non
 
 
 def _device(profile: Profile) -> str | None:
-    rank = profile.meta.get("rank") or {}
+    rank = (profile.origin.bundle.rank if profile.origin.bundle is not None else None) or {}
     return rank.get("device") or profile.device.get("name")  # a bundle's rank, else the trace's GPU
 
 
@@ -335,9 +335,9 @@ def cross_rank(
         # every rank on the step the first one found, so step i means the same on all
         # (automatic steps are found per rank: they name no range the others could look for)
         first = runs[0].analysis.steps.name if runs and runs[0].analysis.steps.name != AUTO_STEP else None
-        use = step or first or (profile.meta.get("bundle") or {}).get("step")
-        runs.append(RankRun(rank, str(profile.meta.get("path", path)), analyze(profile, step=use, tokens_per_step=tokens_per_step,
-                                                                               workload=workload), _device(profile)))
+        use = step or first or (profile.origin.bundle.step if profile.origin.bundle is not None else None)
+        runs.append(RankRun(rank, profile.origin.path or str(path), analyze(profile, step=use, tokens_per_step=tokens_per_step,
+                                                                            workload=workload), _device(profile)))
     return measured(runs, {run.rank: full_stats(run) for run in runs}, world, source, warnings)
 
 
@@ -423,7 +423,7 @@ def grouped_view(path: Path, files: list[Path], step: str | None, tokens_per_ste
 
     read = [read_times(f) for f in files]
     early = {f: torch_profiler.load(f) for f, (info, _, _) in zip(files, read) if info is None}  # their rank: the loader's reading
-    infos = [early[f].meta.get("distributed") or {} if f in early else info for f, (info, _, _) in zip(files, read)]
+    infos = [early[f].origin.distributed if f in early else info for f, (info, _, _) in zip(files, read)]
     ranks, world, warnings = number_ranks(path, [(f.name, info) for f, info in zip(files, infos)])
     file_of, ends = dict(zip(ranks, files)), {r: t for r, (_, _, t) in zip(ranks, read)}
     runs: dict[int, RankRun] = {}
@@ -431,8 +431,8 @@ def grouped_view(path: Path, files: list[Path], step: str | None, tokens_per_ste
 
     def analysed(rank: int, use: str | None) -> RankRun:
         profile = early.pop(file_of[rank], None) or torch_profiler.load(file_of[rank])
-        runs[rank] = RankRun(rank, str(profile.meta.get("path", file_of[rank])), analyze(profile, step=use, tokens_per_step=tokens_per_step,
-                                                                                         workload=workload), _device(profile))
+        runs[rank] = RankRun(rank, profile.origin.path or str(file_of[rank]), analyze(profile, step=use, tokens_per_step=tokens_per_step,
+                                                                                      workload=workload), _device(profile))
         return runs[rank]
 
     first = min(ranks)

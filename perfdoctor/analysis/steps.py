@@ -239,7 +239,7 @@ def _candidate_ranges(profile: Profile) -> pd.DataFrame:
 def ran_no_gpu(profile: Profile) -> bool:
     """No GPU ran in this trace: no GPU activity, no GPU API call, and no device work of a
     kind perfdoctor does not read (MTIA events: a device ran, unread) — a CPU program."""
-    return profile.activities.empty and profile.calls.empty and not profile.meta.get("unread_device_work")
+    return profile.activities.empty and profile.calls.empty and not profile.origin.unread_device_work
 
 
 def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | None, pd.DataFrame, str | None, str]:
@@ -251,14 +251,15 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
     Returns (step name, ranges, reason when none, how they were found).
     """
     ranges = _candidate_ranges(profile)
-    recorded = (profile.meta.get("bundle") or {}).get("step")
+    bundle = profile.origin.bundle
+    recorded = bundle.step if bundle is not None else None
     how = f"ranges named {pattern!r} (--step)" if pattern else ""
     module_step = False  # the run's automatic module step: timed as the loop iteration there
     if not pattern and recorded and (
         (ranges["name"] == recorded).any() or ranges["name"].map(lambda n: fnmatch.fnmatchcase(n, recorded)).any()
     ):
         pattern = recorded  # a run bundle remembers the step its run traced
-        light_pass = profile.meta.get("light_pass") or {}
+        light_pass = bundle.light_pass or {}
         run_how = light_pass.get("how")
         span = (light_pass.get("module") or {}).get("span")  # an automatic module step is the loop iteration
         module_step = bool(span)

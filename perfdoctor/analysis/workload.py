@@ -44,7 +44,7 @@ for a trace with no GPU kernels and no ops (kind ``unknown``).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -126,19 +126,19 @@ def _counts(names: Mapping[str, int] | pd.Series | None) -> dict[str, int]:
 def classify(
     profile: Profile,
     op_counts: Mapping[str, int] | None = None,
-    thread_names: Mapping[int, str] | list[str] | None = None,
+    thread_names: Mapping[int, str] | Sequence[str] | None = None,
 ) -> Workload:
     """Training or inference, with evidence.
 
     ``op_counts``: CPU op name → count (Kineto ``cpu_op`` events); defaults to
-    ``profile.meta["op_counts"]`` when the loader kept it. ``thread_names``: host thread
-    names; defaults to ``profile.meta["thread_names"]``. Ranges and kernel names always come
+    ``profile.origin.op_counts`` when the loader kept it. ``thread_names``: host thread
+    names; defaults to ``profile.origin.thread_names``. Ranges and kernel names always come
     from the profile.
     """
     if op_counts is None:
-        op_counts = profile.meta.get("op_counts")
+        op_counts = profile.origin.op_counts
     if thread_names is None:
-        thread_names = profile.meta.get("thread_names")
+        thread_names = profile.origin.thread_names
     ops = _counts(op_counts)
     ranges = _counts(profile.ranges["name"]) if not profile.ranges.empty else {}
     names = {**ranges}

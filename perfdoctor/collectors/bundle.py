@@ -30,6 +30,7 @@ the source of truth for step time (see :func:`read_light` for the formats it acc
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ from perfdoctor.bundle.layout import CLOCK_SYNC_RANGE, MANIFEST, NCU_CSV, NSYS_S
 from perfdoctor.bundle.protocol import PassResults
 from perfdoctor.errors import UsageError
 from perfdoctor.io import read_capped, read_json, regular_file
-from perfdoctor.profile import LightSteps, Profile
+from perfdoctor.profile import BundleFacts, LightSteps, Profile
 
 
 def read_manifest(bundle: Path) -> dict[str, Any]:
@@ -176,20 +177,25 @@ def read_light(results: dict[str, Any], light_pass: dict[str, Any], warnings: li
     )
 
 
-def _merge_run_declaration(meta: dict[str, Any], light_pass: dict[str, Any]) -> None:
-    """Tokens and bytes per step the run knew (``light_pass.declared``): the user's
-    ``perfdoctor run --tokens-per-step`` overrides what the trace declares; the program's
-    own declaration fills in what the trace lacks (a trace window that missed it)."""
+def _merge_run_declaration(
+    traced: dict[str, dict[str, float]] | None, light_pass: dict[str, Any]
+) -> dict[str, dict[str, float]] | None:
+    """The trace's declarations (``traced``) with the tokens and bytes per step the run knew
+    (``light_pass.declared``): the user's ``perfdoctor run --tokens-per-step`` overrides what
+    the trace declares; the program's own declaration fills in what the trace lacks (a trace
+    window that missed it)."""
     name, declared = light_pass.get("step_name"), light_pass.get("declared")
     if not name or not isinstance(declared, dict):
-        return
+        return traced
     values = {k: float(v) for k, v in declared.items() if k in ("tokens", "bytes") and isinstance(v, (int, float))}
-    step = meta.setdefault("declared", {}).setdefault(name, {})
+    merged = dict(traced or {})
+    step = merged[name] = dict(merged.get(name) or {})
     if declared.get("source") == "--tokens-per-step":
         step.update(values)
     else:
         for k, v in values.items():
             step.setdefault(k, v)
+    return merged
 
 
 def load_bundle(bundle: str | Path, rank: int | None = None, manifest: dict[str, Any] | None = None) -> Profile:
@@ -245,27 +251,28 @@ def load_bundle(bundle: str | Path, rank: int | None = None, manifest: dict[str,
         profile.device["measured_bf16_tflops"] = calibration.get("bf16_matmul_tflops")
         profile.device["measured_source"] = f"perfdoctor calibrate ({calibration.get('measured_at', '?')})"
 
-    meta = profile.meta
-    meta.setdefault("source", "bundle")
-    meta["path"] = str(bundle)
-    meta["bundle"] = {
-        "step": manifest.get("step"),  # the step name the run traced (its --step, or found)
-        "activities_from": pass_name,
-        "exit_code": manifest.get("exit_code"),
-        "status": manifest.get("status"),
-        # each pass's exit and uncaught error: a report says first that the run crashed
-        "passes": [{k: p.get(k) for k in ("name", "exit_code", "program_error")} for p in manifest.get("passes") or [] if isinstance(p, dict)],
-        "collectors": {k: v.get("status") for k, v in (manifest.get("collectors") or {}).items()},
-    }
-    if rank is not None:
-        meta["rank"] = {**ranks[str(rank)], "world_size": manifest.get("world_size")}
-    if pass_name is None:
-        meta["bundle"]["reason"] = "; ".join(warnings) or "no trace in the bundle (see the collectors' statuses)"
-    light_pass = manifest.get("light_pass")
-    if isinstance(light_pass, dict):
-        meta["light_pass"] = light_pass  # the manifest's summary, for the report; time comes from profile.light
+    # why there is no trace: the warnings so far (the light pass's are about its timing)
+    reason = None if pass_name else "; ".join(warnings) or "no trace in the bundle (see the collectors' statuses)"
+    light_pass = manifest.get("light_pass") if isinstance(manifest.get("light_pass"), dict) else None
+    if light_pass is not None:
         profile.light = read_light(_read_json(raw / "light.json"), light_pass, warnings)
-        _merge_run_declaration(meta, light_pass)
-    if warnings:
-        meta["warnings"] = warnings
+    origin = profile.origin
+    profile.origin = replace(
+        origin,
+        source=origin.source or "bundle",
+        path=str(bundle),
+        declared=_merge_run_declaration(origin.declared, light_pass) if light_pass is not None else origin.declared,
+        warnings=tuple(warnings) or origin.warnings,
+        bundle=BundleFacts(
+            step=manifest.get("step"),  # the step name the run traced (its --step, or found)
+            activities_from=pass_name,
+            reason=reason,
+            exit_code=manifest.get("exit_code"),
+            status=manifest.get("status"),
+            passes=tuple({k: p.get(k) for k in ("name", "exit_code", "program_error")}
+                         for p in manifest.get("passes") or [] if isinstance(p, dict)),
+            light_pass=light_pass,  # the manifest's summary, for the report; time comes from profile.light
+            rank={**ranks[str(rank)], "world_size": manifest.get("world_size")} if rank is not None else None,
+        ),
+    )
     return profile

@@ -8,11 +8,13 @@ cannot silently change the metrics:
 - names (kernels, API calls, ranges) are cleaned of control characters, escape sequences
   and bidi overrides (:func:`perfdoctor.text.clean`), once, here.
 
-What was dropped or changed is listed in ``profile.meta["warnings"]``, which the commands
+What was dropped or changed is listed in ``profile.origin.warnings``, which the commands
 print.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pandas as pd
 
@@ -45,7 +47,7 @@ def _drop_negative(df: pd.DataFrame, what: str, warnings: list[str]) -> pd.DataF
 
 def finish(profile: Profile) -> Profile:
     """Apply the checks above to ``profile`` (in place) and return it."""
-    warnings: list[str] = list(profile.meta.get("warnings") or [])
+    warnings: list[str] = list(profile.origin.warnings)
     profile.activities = _clean_names(_drop_negative(profile.activities, "GPU activities", warnings))
     profile.calls = _clean_names(_drop_negative(profile.calls, "host API calls", warnings))
     profile.ranges = _clean_names(_drop_negative(profile.ranges, "ranges", warnings))
@@ -69,6 +71,5 @@ def finish(profile: Profile) -> Profile:
                 profile.activities = acts.assign(correlation=acts["correlation"].where(~hit, -1))
     if profile.device.get("name") is not None:
         profile.device["name"] = clean(profile.device["name"])
-    if warnings:
-        profile.meta["warnings"] = warnings
+    profile.origin = replace(profile.origin, warnings=tuple(warnings))
     return profile

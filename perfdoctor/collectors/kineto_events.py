@@ -357,8 +357,8 @@ def _decode_span(sliced: ArraySlices, span: tuple[int, int | None] | None, origi
 # (≈ 5e12: days of uptime). In ns the epoch form is ≈ 1.6e18: it fits an int64 (9.2e18), but
 # float64 × 1000 there rounds to 256 ns. So an epoch trace's times are rebased on its first
 # timestamp before the µs→ns conversion (the subtraction is exact; what is left is the parse's
-# own precision, 0.25 µs at 1.6e15, against 1 ns for a monotonic trace); the origin is kept (Profile meta
-# "time_origin_ns") and every time of the Profile shares it, so anything aligned through
+# own precision, 0.25 µs at 1.6e15, against 1 ns for a monotonic trace); the origin is kept (Profile
+# origin.time_origin_ns) and every time of the Profile shares it, so anything aligned through
 # the trace's own events (the bundle's clock-sync range) still aligns. A monotonic-clock
 # trace (what `perfdoctor run` records) keeps its times as written.
 REBASE_US = 1e14  # epoch µs since 1973, or 3 years of uptime

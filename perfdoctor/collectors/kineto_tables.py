@@ -1,6 +1,6 @@
 """A Kineto trace's decoded events as the Profile: the columns of each span
 (:mod:`.kineto_events`) joined into the tables, host threads numbered, and what the
-trace says of itself (versions, declarations, threads, devices) in ``meta``.
+trace says of itself (versions, declarations, threads, devices) in its :class:`~perfdoctor.profile.Origin`.
 
 Apart from the decoding because it needs pandas: :meth:`.torch_profiler.Loading.result`
 imports this module while the forked decoders are still at work.
@@ -29,7 +29,7 @@ from perfdoctor.collectors.kineto_events import (
     SpanTables,
 )
 from perfdoctor.errors import UsageError
-from perfdoctor.profile import ACTIVITY_COLUMNS, CALL_COLUMNS, OP_COLUMNS, RANGE_COLUMNS, Profile, frame, parse_declarations
+from perfdoctor.profile import ACTIVITY_COLUMNS, CALL_COLUMNS, OP_COLUMNS, RANGE_COLUMNS, Origin, Profile, frame, parse_declarations
 from perfdoctor.text import clean
 
 
@@ -61,26 +61,19 @@ def profile_of(path: Path, doc: Header, events: list[Events], invalid: tuple[int
     versions = {
         k: getattr(doc, k) for k in ("cuda_driver_version", "cuda_runtime_version", "cupti_version") if getattr(doc, k) is not None
     }
-    meta: dict[str, Any] = {"source": "kineto", "path": str(path), "declared": parse_declarations(ranges), "versions": versions}
-    # What perfdoctor.analysis.workload reads: CPU op names (backward ops, Optimizer.step#...) and thread names.
-    meta["op_counts"] = dict(total.op_counts)
     read = set(ACTIVITY_CATEGORIES) | set(CALL_CATEGORIES) | set(RANGE_CATEGORIES) | KNOWN_HOST_CATEGORIES
-    unread = {clean(str(cat)): n for cat, n in total.category_counts().items() if cat not in read}
-    if unread:
-        meta["unread_categories"] = unread  # said when no GPU work was recognised: never "CPU-only"
-    meta["thread_names"] = sorted(set(total.thread_names))
-    dist = distributed(doc.distributedInfo)
-    if dist:
-        meta["distributed"] = dist  # perfdoctor.compare.comparability: world size
-    if total.origin:
-        meta["time_origin_ns"] = total.origin * 1000  # every time in the Profile is ns after this trace time
-    if unread_work:
-        meta["unread_device_work"] = unread_work  # device work ran (MTIA, ...): never "no GPU ran" (analysis.steps.ran_no_gpu)
     warnings = _skipped(total, invalid) + ([f"not read: {unread_work} (device work perfdoctor does not read)"] if unread_work else [])
-    if warnings:
-        meta["warnings"] = warnings
+    origin = Origin(
+        source="kineto", path=str(path), versions=versions, declared=parse_declarations(ranges),
+        # what perfdoctor.analysis.workload reads: CPU op names (backward ops, Optimizer.step#...) and thread names
+        op_counts=dict(total.op_counts), thread_names=tuple(sorted(set(total.thread_names))),
+        distributed=distributed(doc.distributedInfo),  # perfdoctor.compare.comparability: world size
+        unread_categories={clean(str(cat)): n for cat, n in counts.items() if cat not in read},
+        time_origin_ns=total.origin * 1000 if total.origin else None, unread_device_work=unread_work or None,
+        warnings=tuple(warnings),
+    )
     return finish(
-        Profile(activities=activities, calls=calls, ranges=ranges, ops=ops, device=_device(doc.deviceProperties or []), meta=meta)
+        Profile(activities=activities, calls=calls, ranges=ranges, ops=ops, device=_device(doc.deviceProperties or []), origin=origin)
     )
 
 

@@ -19,7 +19,7 @@ import sqlite3
 import subprocess
 import tempfile
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +33,7 @@ from perfdoctor.profile import (
     CALL_COLUMNS,
     RANGE_COLUMNS,
     SAMPLE_COLUMNS,
+    Origin,
     Profile,
     frame,
     parse_declarations,
@@ -234,13 +235,8 @@ def _read(con: sqlite3.Connection, path: Path) -> Profile:
     ).sort_values("start_ns", kind="stable", ignore_index=True)
     calls = _calls(con, tables, strings, warnings)
     ranges = _ranges(con, tables, strings, warnings)
-    meta = {"source": "nsys", "path": str(path)}
-    names = _thread_names(con, tables, strings)
-    if names:
-        meta["thread_names"] = names  # perfdoctor.analysis.workload reads an autograd thread from them
-    if warnings:
-        meta["warnings"] = warnings
-    return _Parts(activities, calls, ranges, _gpu_metrics(con, tables), _device(con, tables), meta)
+    origin = Origin(source="nsys", path=str(path), thread_names=tuple(_thread_names(con, tables, strings)), warnings=tuple(warnings))
+    return _Parts(activities, calls, ranges, _gpu_metrics(con, tables), _device(con, tables), origin)
 
 
 @dataclass
@@ -253,14 +249,14 @@ class _Parts:
     ranges: pd.DataFrame
     samples: pd.DataFrame
     device: dict
-    meta: dict
+    origin: Origin  # the export's: each timeline adds the declarations of its own ranges
 
-    def profile(self, activities: pd.DataFrame, calls: pd.DataFrame, ranges: pd.DataFrame, **meta) -> Profile:
+    def profile(self, activities: pd.DataFrame, calls: pd.DataFrame, ranges: pd.DataFrame, process: int | None = None) -> Profile:
         ranges = ranges.reset_index(drop=True)
         return finish(Profile(
             activities=activities.drop(columns="process").reset_index(drop=True), calls=calls.reset_index(drop=True),
             ranges=ranges, samples=self.samples, device=self.device,
-            meta={**self.meta, "declared": parse_declarations(ranges), **meta},
+            origin=replace(self.origin, declared=parse_declarations(ranges), process=process),
         ))
 
 

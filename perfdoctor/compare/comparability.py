@@ -130,10 +130,10 @@ def vendor(profile: Any) -> str | None:
 def world_size(profile: Any) -> int | None:
     """Processes in the job: Kineto's ``distributedInfo.world_size``; 1 for a Kineto trace
     without it (torch.distributed not initialised); None when the tracer does not say (nsys)."""
-    dist = profile.meta.get("distributed")
-    if isinstance(dist, dict) and isinstance(dist.get("world_size"), int):
+    dist = profile.origin.distributed
+    if isinstance(dist.get("world_size"), int):
         return dist["world_size"]
-    return 1 if profile.meta.get("source") == "kineto" else None
+    return 1 if profile.origin.source == "kineto" else None
 
 
 def window_facts(analysis: Any) -> dict[str, Any]:
@@ -190,17 +190,17 @@ def run_facts(run: Diagnosis) -> dict[str, Any]:
 
     Sources: the trace header (Kineto ``deviceProperties``, ``cuda_driver_version``,
     ``cuda_runtime_version``; nsys ``TARGET_INFO_GPU``) via ``profile.device`` and
-    ``profile.meta["versions"]``; for a run bundle also the manifest's ``gpu`` (NVML:
+    ``profile.origin.versions``; for a run bundle also the manifest's ``gpu`` (NVML:
     driver build) and the torch version the bootstrap saw (``raw/<pass>.json``).
     ``driver`` is the NVML driver build ("580.95.05"); ``cuda_driver`` the CUDA API version
     the driver supports (13000): different facts, compared separately.
     """
     profile, steps = run.profile, run.analysis.steps
-    versions = profile.meta.get("versions") or {}
+    versions = profile.origin.versions or {}
     device = profile.device
     man = run.manifest or {}
     man_versions = man.get("versions") if isinstance(man.get("versions"), dict) else {}
-    declared = (profile.meta.get("declared") or {}).get(steps.name or "", {})
+    declared = (profile.origin.declared or {}).get(steps.name or "", {})
     window = window_facts(run.analysis)  # vendor, world size, workload, the steps' window
     if man.get("world_size"):  # a multi-rank bundle's manifest knows its ranks even where its traces do not say
         window["world_size"] = man["world_size"]

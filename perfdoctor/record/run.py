@@ -882,8 +882,8 @@ def write_metrics(runner: Runner) -> None:
 
     try:
         profile = load_bundle(runner.bundle)
-        if profile.meta["bundle"]["activities_from"] is None:
-            runner.manifest["metrics_error"] = profile.meta["bundle"]["reason"]
+        if profile.origin.bundle.activities_from is None:
+            runner.manifest["metrics_error"] = profile.origin.bundle.reason
             runner.save()
             return
         analysis = analyze(profile, step=runner.manifest.get("step"))

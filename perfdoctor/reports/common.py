@@ -81,14 +81,15 @@ def run_failure(analysis: Analysis) -> str | None:
     """Why the recorded run is not a whole one, from its bundle's manifest: the program
     exited non-zero (or was killed, interrupted, timed out), or one of its passes crashed.
     None for a trace file, or a run that ended cleanly."""
-    b = analysis.profile.meta.get("bundle") or {}
-    passes = [p for p in b.get("passes") or [] if isinstance(p, dict)]
-    crashed = [p for p in passes if p.get("exit_code") not in (0, None)]
+    b = analysis.profile.origin.bundle
+    if b is None:
+        return None
+    crashed = [p for p in b.passes if p.get("exit_code") not in (0, None)]
     error = next((p["program_error"] for p in crashed if p.get("program_error")), None)
     why = f" ({error})" if error else ""
-    code = b.get("exit_code")
-    if b.get("status") in ("interrupted", "timed out"):
-        return f"the run was {b['status']} (exit code {code})"
+    code = b.exit_code
+    if b.status in ("interrupted", "timed out"):
+        return f"the run was {b.status} (exit code {code})"
     if code not in (0, None):
         return f"the program exited with code {code}{why}"
     if crashed:
@@ -176,13 +177,13 @@ def by_status(findings: Sequence[Finding], status: str) -> list[Finding]:
 
 def source_line(analysis: Analysis) -> str:
     """``trace.json.gz (kineto) · NVIDIA H200 · 5 steps 'decode_step'``."""
-    meta = analysis.profile.meta
+    origin = analysis.profile.origin
     dev = analysis.profile.device.get("name") or "unknown device"
     steps = analysis.steps
     step = f"{steps.count} steps {steps.name!r}" if steps.name else (steps.reason or "no steps")
     if steps.name and steps.how:
         step += f" ({steps.how})"
-    return f"{meta.get('path', 'trace')} ({meta.get('source', '?')}) · {dev} · {step}"
+    return f"{origin.path or 'trace'} ({origin.source or '?'}) · {dev} · {step}"
 
 
 # Words of a not-evaluated reason that name GPU work or a GPU tool: on a run where no GPU

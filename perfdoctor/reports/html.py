@@ -587,18 +587,18 @@ def step_latency_chart(analysis: Analysis) -> str | None:
 
 def raw_traces(analysis: Analysis) -> list[tuple[str, str]]:
     """The raw traces behind this report, each with how to open it in a timeline viewer."""
-    meta = analysis.profile.meta
-    if not meta.get("path"):
+    origin = analysis.profile.origin
+    if not origin.path:
         return []
-    path = Path(meta["path"])
+    path = Path(origin.path)
     perfetto = "Perfetto: open https://ui.perfetto.dev and drop this file on it (it reads Kineto JSON, gzipped or not)"
-    if meta.get("bundle"):
-        rank = meta.get("rank") if isinstance(meta.get("rank"), dict) else {}
+    if origin.bundle is not None:
+        rank = origin.bundle.rank or {}
         raw = path / RAW / (f"rank{rank['rank']}" if "rank" in rank else "")
         kineto, reps = [raw / TORCH_TRACE], [raw / NSYS_REP]
-    elif meta.get("source") == "kineto":
+    elif origin.source == "kineto":
         return [(str(path), perfetto)]
-    elif meta.get("source") == "nsys":
+    elif origin.source == "nsys":
         # An SQLite export: the viewer opens the .nsys-rep it came from (beside it, when it is there).
         kineto, reps = [], [path] if path.name.endswith(".nsys-rep") else [Path(str(path).split(".sqlite")[0] + ".nsys-rep")]
         if not reps[0].exists():
@@ -684,7 +684,7 @@ def render(findings: Sequence[Finding], analysis: Analysis, packs: Sequence[str]
         # No network: a strict policy also proves the page needs nothing from outside.
         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
         "script-src 'unsafe-inline'; img-src data: blob:\">",
-        f"<title>perfdoctor — {e(analysis.profile.meta.get('path', 'report'))}</title>",
+        f"<title>perfdoctor — {e(analysis.profile.origin.path or 'report')}</title>",
         f"<style>{CSS}</style>",
         f"<script>{ERROR_CAPTURE_JS}</script>",
         "</head><body><main>",

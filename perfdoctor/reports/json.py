@@ -19,15 +19,15 @@ SCHEMA = "perfdoctor.findings/1"
 
 def document(findings: Sequence[Finding], analysis: Analysis, packs: Sequence[str] = ()) -> dict[str, Any]:
     """The findings.json document as a dict."""
-    meta = analysis.profile.meta
+    origin = analysis.profile.origin
     v = verdict(findings)
     return {
         "schema": SCHEMA,
         # status: the rules' outcome; outcome: the report's (a crash, too little evidence).
         "verdict": {**v, "outcome": outcome(findings, analysis), "line": verdict_line(findings, analysis)},
         "source": {
-            "path": meta.get("path"),
-            "loader": meta.get("source"),
+            "path": origin.path,
+            "loader": origin.source,
             "device": analysis.profile.device.get("name"),
             "step_name": analysis.steps.name,
             "steps": analysis.steps.count,

@@ -180,11 +180,11 @@ def render_summary(analysis: Analysis, console: Console, gaps_shown_by: str | No
     not-evaluated check below names as missing (:func:`metric_table`).
     """
     dev = analysis.device.get("name") or "unknown device"
-    src = analysis.profile.meta.get("source", "?")
+    src = analysis.profile.origin.source or "?"
     steps = analysis.steps
     # Text, not markup, and every untrusted string cleaned: names and paths come from traces.
     head = Text()
-    head.append(clean(analysis.profile.meta.get("path", "")), style="bold")
+    head.append(clean(analysis.profile.origin.path or ""), style="bold")
     head.append(f" — {clean(src)} trace, {clean(dev)}")
     if steps.name:
         head.append(f", {steps.count} steps of ")

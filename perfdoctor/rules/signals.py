@@ -101,7 +101,7 @@ def pcie_h2d_gbps(analysis: Analysis) -> Metric:
 
 def model_bytes_per_step(analysis: Analysis) -> Metric:
     """Bytes one step must read from DRAM, as the workload declared (``perfdoctor.declare``)."""
-    declared = (analysis.profile.meta.get("declared") or {}).get(analysis.steps.name or "", {})
+    declared = (analysis.profile.origin.declared or {}).get(analysis.steps.name or "", {})
     if not declared.get("bytes"):
         return Metric(None, "bytes", "declared", reason="the step declares no bytes (perfdoctor.declare range)")
     return Metric(float(declared["bytes"]), "bytes", "declared")
@@ -121,7 +121,7 @@ def graph_replay_share(analysis: Analysis) -> Metric:
     k = _kernels_in_steps(analysis)
     if k.empty:
         return Metric(None, "ratio", "kernel-names", reason="no kernels inside steps")
-    return Metric(float((k["graph_id"] >= 0).mean()), "ratio", str(analysis.profile.meta.get("source", "trace")))
+    return Metric(float((k["graph_id"] >= 0).mean()), "ratio", analysis.profile.origin.source or "trace")
 
 
 def host_busy_gap_ratio(analysis: Analysis) -> Metric:
@@ -169,7 +169,7 @@ def eager_launches_per_step(analysis: Analysis) -> Metric:
     if not graph.any():
         return Metric(None, "count", "trace", reason="no step replays a CUDA graph")
     eager = int((launch & ~graph).sum())
-    return Metric(eager / n, "count", str(analysis.profile.meta.get("source", "trace")),
+    return Metric(eager / n, "count", analysis.profile.origin.source or "trace",
                   note=f"{graph.sum() / n:.4g} graph launches and {eager / n:.4g} eager launches per step")
 
 

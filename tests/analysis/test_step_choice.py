@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ from perfdoctor.analysis import serving
 from perfdoctor.analysis.metrics import analyze
 from perfdoctor.analysis.steps import choose_step, find_steps
 from perfdoctor.pipeline import load_trace
+from perfdoctor.profile import BundleFacts
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = ROOT.parent / "shared" / "traces"
@@ -239,8 +241,8 @@ def test_a_runs_module_step_is_timed_as_the_loop_iteration_in_the_trace() -> Non
     windows = _windows(events, iterations)
     cp = [(last - (max(h, windows[k - 1][1]) if k else h)) / 1e3 for k, ((h, _), (_, last)) in enumerate(zip(iterations, windows))]
     profile = load_trace(path)
-    profile.meta["bundle"] = {"step": "decode_step"}
-    profile.meta["light_pass"] = {"how": "module: Llama", "module": {"span": "the loop iteration: each call and the host work until the next call"}}
+    profile.origin = replace(profile.origin, bundle=BundleFacts(step="decode_step", light_pass={
+        "how": "module: Llama", "module": {"span": "the loop iteration: each call and the host work until the next call"}}))
     s = find_steps(profile)
     assert s.count == len(calls) - 1 == 4
     assert "timed as the loop iteration" in s.how

@@ -8,6 +8,8 @@ facts from the programs.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -15,6 +17,7 @@ from conftest import FIXTURES
 from perfdoctor.pipeline import load_trace
 from perfdoctor.analysis.metrics import analyze
 from perfdoctor.analysis.steps import AUTO_STEP, find_steps, repeating_region
+from perfdoctor.profile import BundleFacts
 
 CASES = [
     # fixture, step prefix to strip, expected steps (README facts), how: sync or launch sequence
@@ -90,5 +93,5 @@ def test_how_the_step_was_found_is_said() -> None:
     assert "most frequent" in analyze(load_trace(eager)).steps.how
     assert "ProfilerStep#N" in analyze(load_trace(FIXTURES / "h200-profilerstep-5steps.kineto.json.gz")).steps.how
     p = load_trace(eager)
-    p.meta["bundle"] = {"step": "decode_step"}
+    p.origin = replace(p.origin, bundle=BundleFacts(step="decode_step"))
     assert analyze(p).steps.how.startswith("recorded by the run")

@@ -113,7 +113,7 @@ def test_loader_keeps_ops_and_thread_names(fixture):
     path = WILD / f"{fixture}.kineto.json.gz"
     ev = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
     p = load_trace(path)
-    assert sum(p.meta["op_counts"].values()) == sum(1 for e in ev if e.get("ph") == "X" and e.get("cat") == "cpu_op")
+    assert sum(p.origin.op_counts.values()) == sum(1 for e in ev if e.get("ph") == "X" and e.get("cat") == "cpu_op")
     w = workload.classify(p)
     assert w.kind == EXPECTED[fixture], w.text
     if w.kind == "training":

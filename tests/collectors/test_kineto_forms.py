@@ -73,8 +73,8 @@ def test_epoch_microseconds_are_read_to_the_same_metrics(tmp_path: Path, want: d
     for k in ("gpu_idle_ratio", "step_gpu_ms_p50"):
         assert got[k] == pytest.approx(want[k], rel=1e-3, abs=1e-4), k  # float64 holds epoch µs to 0.25 µs
     p = load_trace(path)
-    assert p.meta["time_origin_ns"] == EPOCH_US * 1000
-    assert "warnings" not in p.meta
+    assert p.origin.time_origin_ns == EPOCH_US * 1000
+    assert p.origin.warnings == ()
 
 
 def test_strings_and_floats_where_numbers_stand(tmp_path: Path, want: dict[str, float]) -> None:
@@ -94,7 +94,7 @@ def test_strings_and_floats_where_numbers_stand(tmp_path: Path, want: dict[str, 
     p = load_trace(path)
     grids = p.activities.loc[p.activities["correlation"] == kernel["args"]["correlation"], "grid"].tolist()
     assert grids == [",".join(str(int(x)) for x in kernel["args"]["grid"])]
-    assert "warnings" not in p.meta
+    assert p.origin.warnings == ()
 
 
 def test_the_json_array_form_is_read(tmp_path: Path, want: dict[str, float]) -> None:
@@ -116,10 +116,10 @@ def test_a_few_damaged_events_are_skipped_counted_and_said(tmp_path: Path, want:
     path = write(tmp_path / "damaged.json", doc)
     p = load_trace(path)
     assert len(p.activities[p.activities["kind"] == "kernel"]) == n_kernels
-    assert p.meta["warnings"][0] == (
+    assert p.origin.warnings[0] == (
         "skipped 1 events (1 of them GPU activities): no valid 'ts' or 'dur' (missing, not a number, negative or out of range)"
     )
-    assert p.meta["warnings"][1].startswith("skipped 2 events: not a valid trace event (first: ")
+    assert p.origin.warnings[1].startswith("skipped 2 events: not a valid trace event (first: ")
     assert metrics(path) == want
     done = run_cli_inprocess("analyze", path)
     assert done.returncode == 0, done.stderr

@@ -70,7 +70,7 @@ def test_missing_enum_tables_fall_back_to_the_known_numbers(export: Path) -> Non
     want = metrics(export)
     edit(export, "DROP TABLE ENUM_CUDA_MEMCPY_OPER", "DROP TABLE ENUM_CUDA_MEM_KIND", "DROP TABLE ENUM_NSYS_EVENT_TYPE")
     assert metrics(export) == want  # pageable bytes not 0, the NVTX steps still found
-    assert "warnings" not in load_trace(export).meta
+    assert load_trace(export).origin.warnings == ()
 
 
 def test_an_unknown_copy_kind_is_said(export: Path) -> None:
@@ -78,7 +78,7 @@ def test_an_unknown_copy_kind_is_said(export: Path) -> None:
 
     edit(export, "UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET srcKind = 99 WHERE copyKind = 1")
     p = load_trace(export)
-    assert any("host memory kind the export does not say" in w for w in p.meta["warnings"]), p.meta
+    assert any("host memory kind the export does not say" in w for w in p.origin.warnings), p.origin
 
 
 def test_a_kernel_ending_at_int64_max_is_skipped_and_counted(export: Path) -> None:
@@ -88,5 +88,5 @@ def test_a_kernel_ending_at_int64_max_is_skipped_and_counted(export: Path) -> No
     edit(export, f"UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET end = {INT64_MAX} WHERE rowid = (SELECT max(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL)")
     after = diagnose(export, rules=None, warnings=False)
     assert len(after.profile.activities) == len(before.profile.activities) - 1
-    assert "skipped 1 rows of CUPTI_ACTIVITY_KIND_KERNEL: no valid start / end" in after.profile.meta["warnings"]
+    assert "skipped 1 rows of CUPTI_ACTIVITY_KIND_KERNEL: no valid start / end" in after.profile.origin.warnings
     assert after.analysis.metrics["gpu_idle_ratio"].value > 0

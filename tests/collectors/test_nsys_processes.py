@@ -124,7 +124,7 @@ def test_idle_per_gpu_of_a_two_process_export(name, readme, tmp_path):
     profiles, _, _, _ = nsys_processes(db)
     assert len(profiles) == 2
     for (pid, iv), p in zip(raw.items(), profiles.values()):
-        assert p.meta["process"] == pid
+        assert p.origin.process == pid
         a = analyze(p)
         lo, hi = a.steps.span
         # gpu_idle_ratio over the steps' span S, the union taken from the raw events

@@ -23,8 +23,8 @@ def assert_same(a: Profile, b: Profile) -> None:
         x, y = getattr(a, table), getattr(b, table)
         pd.testing.assert_frame_equal(x, y, check_exact=True, obj=table)
         assert list(x.dtypes) == list(y.dtypes)
-    assert a.meta == b.meta
-    assert [list(v) for v in a.meta.values() if isinstance(v, dict)] == [list(v) for v in b.meta.values() if isinstance(v, dict)]
+    assert a.origin == b.origin
+    assert [list(v) for v in vars(a.origin).values() if isinstance(v, dict)] == [list(v) for v in vars(b.origin).values() if isinstance(v, dict)]
     assert a.device == b.device
 
 

@@ -249,7 +249,7 @@ def test_world_size_mismatch_is_not_comparable(tmp_path):
     assert [(m.field, m.before, m.after) for m in d.blocking] == [("world_size", 1, 8)]
     assert verdict(d).startswith("no verdict — not comparable: world_size: before 1, after 8")
     # a trace with no distributedInfo was not distributed: world size 1, comparable with the DDP trace's
-    assert diagnose(WILD / "h200-train.kineto.json.gz", rules=None).analysis.profile.meta.get("distributed") is None
+    assert diagnose(WILD / "h200-train.kineto.json.gz", rules=None).analysis.profile.origin.distributed == {}
     same = diff_runs(diagnose(WILD / "h200-train.kineto.json.gz", rules=None), diagnose(src, rules=None))
     assert "world_size" not in {m.field for m in same.mismatches}
 

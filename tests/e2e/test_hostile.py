@@ -431,7 +431,7 @@ def test_events_without_ts_or_dur(tmp_path: Path) -> None:
     del host[0]["ts"], host[1]["dur"]
     host[2]["dur"] = -5.0
     p = load_trace(write_kineto(tmp_path / "a.json", doc))
-    assert "skipped 3 events: no valid 'ts' or 'dur' (missing, not a number, negative or out of range)" in p.meta["warnings"], p.meta
+    assert "skipped 3 events: no valid 'ts' or 'dur' (missing, not a number, negative or out of range)" in p.origin.warnings, p.origin
     assert len(p.calls) == len(host) - 3
 
     # One damaged GPU activity among many is skipped and counted, not the trace refused ...
@@ -456,7 +456,7 @@ def test_a_shared_correlation_id_does_not_attach_every_kernel_to_one_launch(tmp_
         if isinstance(e.get("args"), dict) and "correlation" in e["args"]:
             e["args"]["correlation"] = 7
     p = load_trace(write_kineto(tmp_path / "c.json.gz", doc))
-    assert any("correlation ids are shared" in w for w in p.meta["warnings"])
+    assert any("correlation ids are shared" in w for w in p.origin.warnings)
     assert (p.calls["correlation"] == 7).sum() <= 1
     code, _, err = incli("analyze", tmp_path / "c.json.gz")
     assert "correlation ids are shared" in err

@@ -62,7 +62,7 @@ def test_every_valid_trace_is_read_and_analysed(trace: Path) -> None:
     d = diagnose(trace, warnings=False)
     assert d.findings is not None
     if trace.name in WARNED:
-        assert any(WARNED[trace.name] in w for w in d.profile.meta["warnings"]), d.profile.meta.get("warnings")
+        assert any(WARNED[trace.name] in w for w in d.profile.origin.warnings), d.profile.origin.warnings
     m = d.analysis.metrics
     assert "gpu_idle_ratio" in m and "steps" in m, sorted(m)
     idle = m["gpu_idle_ratio"]
@@ -161,7 +161,7 @@ def test_an_epoch_trace_keeps_its_origin_and_nanoseconds() -> None:
         raw = json.load(f)["traceEvents"]
     first = next(e["ts"] for e in raw if "ts" in e)
     p = load_trace(path)
-    origin = p.meta["time_origin_ns"]
+    origin = p.origin.time_origin_ns
     assert origin == int(first) * 1000
     kernels = sorted(e["ts"] for e in raw if e.get("ph") == "X" and e.get("cat") == "kernel")
     want = (kernels[0] - int(first)) * 1000  # ns after the origin
@@ -180,6 +180,6 @@ def test_forked_decoders_share_the_epoch_origin() -> None:
 
     path = TRACES / "hta/negative_queue_length_values_check__rank0.json.gz"
     one, two = torch_profiler.load(path, processes=1), torch_profiler.load(path, processes=2)
-    assert one.meta["time_origin_ns"] == two.meta["time_origin_ns"] > 0
+    assert one.origin.time_origin_ns == two.origin.time_origin_ns > 0
     for table in ("activities", "calls", "ranges"):
         assert getattr(one, table).equals(getattr(two, table)), table

@@ -458,7 +458,7 @@ def test_older_kineto_category_spellings_read_the_same(tmp_path):
     a, b = analyze(load_trace(src)), analyze(load_trace(old))
     for key in ("kernels_per_step", "launches_per_step", "sync_calls_per_step", "gpu_idle_ratio", "pageable_memcpy_bytes", "step_latency_ms_p50"):
         assert b.value(key) == a.value(key) and a.value(key) is not None, key
-    assert b.profile.meta.get("unread_categories") is None
+    assert b.profile.origin.unread_categories == {}
 
 
 def test_device_work_perfdoctor_cannot_read_is_said_never_cpu_only(tmp_path):

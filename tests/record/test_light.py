@@ -322,7 +322,7 @@ def test_a_series_cut_short_by_a_crash_keeps_its_complete_steps(tmp_path: Path) 
     light = {"series": {"decode_step": {"host_start_ns": h, "gpu_start_ns": gs, "gpu_end_ns": ge}}, "step_end_clock": "cuda-event"}
     p = load_trace(make_bundle(tmp_path / "c", light=light, light_pass={"step_name": "decode_step", "steady_start": 1}))
     assert p.light.count == len(LIGHT_CP_MS) - 2
-    assert any("complete steps" in w for w in p.meta["warnings"])
+    assert any("complete steps" in w for w in p.origin.warnings)
     a = analyze(p)
     assert a.value("step_latency_ms_p50") == pytest.approx(float(np.median(LIGHT_CP_MS[1:-2])))
 

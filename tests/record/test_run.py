@@ -100,14 +100,14 @@ def test_light_pass_and_step_metrics(rf_run):
     assert m["step_name"] == "train_step"
     assert m["metrics"]["steps"]["value"] == 7  # the traced window: steps 1..7
     profile = load_bundle(bundle)
-    assert profile.meta["light_pass"]["step_name"] == "train_step"
+    assert profile.origin.bundle.light_pass["step_name"] == "train_step"
     assert "perfdoctor.clock_sync" not in set(profile.ranges["name"])
     assert (profile.ranges["name"] == "inner").sum() == 7
 
 
 def test_analyze_reads_the_bundle(rf_run):
     _, cwd, bundle = rf_run
-    assert load_bundle(bundle).meta["bundle"]["step"] == "train_step"
+    assert load_bundle(bundle).origin.bundle.step == "train_step"
     done = subprocess.run([sys.executable, "-m", "perfdoctor", "analyze", str(bundle), "--step", "train_step", "--json", "m.json"],
                           capture_output=True, text=True, cwd=cwd, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -443,7 +443,7 @@ def test_hf_generate_step_is_the_model_forward(hf_run):
     assert 0 <= lp["warmup"] < tokens
     profile = load_bundle(bundle)
     assert (profile.ranges["name"] == "LlamaForCausalLM.forward").sum() == min(10, tokens - lp["warmup"])
-    assert profile.meta["declared"] == {"LlamaForCausalLM.forward": {"tokens": 1.0}}
+    assert profile.origin.declared == {"LlamaForCausalLM.forward": {"tokens": 1.0}}
 
 
 SGLANG = [ROOT.parent / "shared" / "traces" / "tracelens" / f"inference__sglang_{kind}__sglang_Qwen3-8B_{kind}.json.gz"

@@ -15,6 +15,7 @@ import shutil
 import struct
 import subprocess
 import zlib
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -64,7 +65,7 @@ def crafted_evil() -> tuple[Analysis, list[Finding]]:
     ranges = p.ranges.copy()
     ranges.loc[ranges["name"] == "decode_step", "name"] = EVIL_STEP
     profile = Profile(activities=acts, calls=p.calls, ranges=ranges, samples=p.samples, counters=p.counters,
-                      device=dict(p.device), meta={**p.meta, "path": "/tmp/</script><b>trace\".json"})
+                      device=dict(p.device), origin=replace(p.origin, path="/tmp/</script><b>trace\".json"))
     a = analyze(profile)  # found as the most frequent range (the name is not a usable glob)
     return a, evaluate(load_rules(), a)
 
@@ -83,7 +84,7 @@ def with_nvml_samples(a: Analysis) -> tuple[Analysis, list[Finding]]:
         "source": ["nvml-gpm"] * (2 * len(t)) + ["nvml"] * len(t),
     })
     profile = Profile(activities=p.activities, calls=p.calls, ranges=p.ranges, samples=samples, counters=p.counters,
-                      device={**p.device, "peak_dram_bw_gbps": 4800.0, "peak_source": "crafted"}, meta=p.meta)
+                      device={**p.device, "peak_dram_bw_gbps": 4800.0, "peak_source": "crafted"}, origin=p.origin)
     b = analyze(profile, step="decode_step")
     return b, evaluate(load_rules(), b)
 

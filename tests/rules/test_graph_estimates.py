@@ -35,7 +35,7 @@ def _hand_inside_replay_ms(d) -> float:
     replays = {e["args"]["correlation"] for e in events if e.get("cat") == "cuda_runtime" and e["name"] == "cudaGraphLaunch"}
     gpu = sorted((e["ts"], e["ts"] + e["dur"], e["args"].get("correlation") in replays) for e in events
                  if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
-    origin = d.profile.meta.get("time_origin_ns", 0)  # the Profile's ns are after this trace time
+    origin = d.profile.origin.time_origin_ns or 0  # the Profile's ns are after this trace time
     steps = d.analysis.timeline.with_gpu
     per_step = []
     for row in steps.itertuples():

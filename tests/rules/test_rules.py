@@ -20,7 +20,7 @@ from conftest import FIXTURES, run_cli
 from perfdoctor.pipeline import load_trace
 from perfdoctor.errors import UsageError
 from perfdoctor.analysis.metrics import Analysis, analyze
-from perfdoctor.profile import ACTIVITY_COLUMNS, CALL_COLUMNS, RANGE_COLUMNS, Profile, frame
+from perfdoctor.profile import ACTIVITY_COLUMNS, CALL_COLUMNS, RANGE_COLUMNS, Origin, Profile, frame
 from perfdoctor.cli.rules import rules_app
 from perfdoctor.rules.engine import evaluate, load_rules
 from perfdoctor.rules.estimates import idle_between_kernels, sync_wait_time
@@ -446,7 +446,7 @@ def _crafted_profile() -> Profile:
         "start_ns": [-10 * us, 90 * us, 11 * us, 11 * us + 500], "end_ns": [60 * us, 175 * us, 21 * us, 20 * us + 900],
         "tid": [1, 1, 1, 1], "source": ["record_function", "record_function", "python", "python"],
     })
-    return Profile(activities=acts, calls=calls, ranges=ranges, meta={"source": "crafted"})
+    return Profile(activities=acts, calls=calls, ranges=ranges, origin=Origin(source="crafted"))
 
 
 def test_estimates_follow_their_stated_formulas_on_a_crafted_profile() -> None:
