@@ -95,34 +95,32 @@ ALLOWED: dict[str, set[str]] = {
     "perfdoctor/record/progress.py": {"step_latency_ms", "steps_seen"},
     "perfdoctor/record/repeats.py": {"exit_code", "light_pass", "lockstep", "module", "pass", "passes", "reason", "repeat", "status", "step_latency_ms", "step_name"},
     "perfdoctor/record/run.py": {"calibration", "call_series", "collectors", "command", "counters", "counters_reason", "cwd", "declared", "environment", "exit_code", "failed_rank", "finished_at", "gpm_interval_ms", "gpu", "gpu_error", "how", "iteration", "launch", "light_pass", "metrics_error", "module", "module_classes", "modules", "nvml_errors", "nvml_means", "nvml_sampled", "options", "pass", "passes", "program_error", "rank", "ranks_error", "reason", "schema", "series", "spans_ns", "started_at", "status", "steady_start", "step", "step_counts", "step_end_clock", "step_latency_ms", "step_name", "step_thread", "steps", "steps_seen", "target", "target_exit_code", "timed_out", "timing", "timing_error", "trace_error", "trace_scope", "warmup", "warmup_explicit", "warmup_reason", "whole_program", "window_state", "window_step", "worker_steps", "world_size"},
-    # collectors/bundle.py reads the manifest's fields into Profile.meta: moves with the
-    # Profile.meta -> Profile.origin rename (another branch, in flight).
-    "perfdoctor/collectors/bundle.py": {"calibration", "collectors", "counters", "declared", "exit_code", "gpu", "light_pass", "passes", "rank", "ranks", "reason", "series", "spans_ns", "status", "steady_reason", "steady_start", "step", "step_end_clock", "step_name", "warmup", "warmup_explicit", "world_size"},
-    # The same words as keys of other documents (metrics.json, Profile.meta, rules, the
+    # collectors/bundle.py reads the manifest as a dict into Profile.origin's BundleFacts:
+    # moves when the bundle facts read Manifest/LightPass (house plan step 3).
+    "perfdoctor/collectors/bundle.py": {"calibration", "counters", "declared", "exit_code", "gpu", "light_pass", "passes", "ranks", "series", "spans_ns", "status", "steady_reason", "steady_start", "step", "step_end_clock", "step_name", "warmup", "warmup_explicit", "world_size"},
+    # The same words as keys of other documents (metrics.json, rules, the
     # baseline store, engine configs, ranks.json), and readers of the manifest through
-    # Profile.meta or the pipeline, which move with the origin rename.
+    # Profile.origin's BundleFacts dicts or the pipeline.
     "perfdoctor/analysis/attribution.py": {"reason", "step", "steps"},
     "perfdoctor/analysis/bounds.py": {"reason", "step", "steps"},
     "perfdoctor/analysis/capture.py": {"launch"},
     "perfdoctor/analysis/cpu.py": {"step_latency_ms", "steps"},
     "perfdoctor/analysis/hostgaps.py": {"step"},
     "perfdoctor/analysis/metrics.py": {"declared", "device", "reason", "schema", "steady_reason", "steady_start", "step", "step_name", "steps"},
-    "perfdoctor/analysis/ranks.py": {"collectors", "device", "exit_code", "rank", "ranks", "reason", "schema", "status", "step", "world_size"},
+    "perfdoctor/analysis/ranks.py": {"collectors", "device", "exit_code", "rank", "ranks", "schema", "status", "step", "world_size"},
     "perfdoctor/analysis/serving.py": {"steps"},
-    "perfdoctor/analysis/steps.py": {"how", "light_pass", "module", "step"},
+    "perfdoctor/analysis/steps.py": {"how", "module"},
     "perfdoctor/analysis/timeline.py": {"step"},
     "perfdoctor/bundle/store.py": {"reason", "schema"},
     "perfdoctor/cli/diff.py": {"ranks", "schema"},
     "perfdoctor/collectors/kineto_events.py": {"device"},
-    "perfdoctor/collectors/kineto_tables.py": {"declared"},
-    "perfdoctor/collectors/nsys.py": {"declared", "device"},
+    "perfdoctor/collectors/nsys.py": {"device"},
     "perfdoctor/collectors/nvml.py": {"reason"},
-    "perfdoctor/compare/comparability.py": {"declared", "gpu", "step_name", "steps", "tokens_per_step", "world_size"},
+    "perfdoctor/compare/comparability.py": {"gpu", "step_name", "steps", "tokens_per_step", "world_size"},
     "perfdoctor/compare/diff.py": {"schema"},
     "perfdoctor/compare/processes.py": {"light_pass", "lockstep", "reason", "repeat", "step_latency_ms"},
     "perfdoctor/compare/samples.py": {"step_latency_ms"},
     "perfdoctor/compare/stats.py": {"reason"},
-    "perfdoctor/console.py": {"reason"},
     "perfdoctor/declare.py": {"step"},
     "perfdoctor/demo/show.py": {"clock_sync", "collectors", "command", "device", "environment", "gpu", "options", "pass", "schema", "started_at", "status", "steps", "warmup"},
     "perfdoctor/engine/fused.py": {"device"},
@@ -130,7 +128,7 @@ ALLOWED: dict[str, set[str]] = {
     "perfdoctor/engine/megakernel.py": {"device"},
     "perfdoctor/pipeline.py": {"environment", "ranks", "world_size"},
     "perfdoctor/reports/attribution.py": {"steps"},
-    "perfdoctor/reports/common.py": {"exit_code", "pass", "passes", "program_error", "status"},
+    "perfdoctor/reports/common.py": {"exit_code", "pass", "program_error"},
     "perfdoctor/reports/diff_report.py": {"schema"},
     "perfdoctor/reports/gate_report.py": {"exit_code", "pass", "reason", "schema", "status"},
     "perfdoctor/reports/html.py": {"device", "rank", "step"},
@@ -141,7 +139,6 @@ ALLOWED: dict[str, set[str]] = {
     "perfdoctor/reports/terminal.py": {"pass"},
     "perfdoctor/rules/engine.py": {"pass", "rank", "reason", "schema", "status", "steps"},
     "perfdoctor/rules/estimates.py": {"step"},
-    "perfdoctor/rules/signals.py": {"declared"},
     "perfdoctor/schema.py": {"device"},
 }
 
