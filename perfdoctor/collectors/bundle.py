@@ -262,7 +262,8 @@ def load_bundle(bundle: str | Path, rank: int | None = None, manifest: dict[str,
         source=origin.source or "bundle",
         path=str(bundle),
         declared=_merge_run_declaration(origin.declared, light_pass) if light_pass is not None else origin.declared,
-        warnings=tuple(warnings) or origin.warnings,
+        # The trace's own (events skipped while reading it), then the bundle's.
+        warnings=origin.warnings + tuple(w for w in warnings if w not in origin.warnings),
         bundle=BundleFacts(
             step=manifest.get("step"),  # the step name the run traced (its --step, or found)
             activities_from=pass_name,

@@ -161,16 +161,19 @@ _skipped = tuple(
 )
 
 class _LooseTrace(Header):
-    """The document with its events left as plain JSON values, each then validated alone
-    (:func:`decode_whole`): a damaged event is skipped, not the trace refused."""
+    """The document with its events left as their JSON text, each then decoded alone
+    (:func:`decode_whole`): a damaged event is skipped, not the trace refused. Text, not
+    Python values: an event's shapes are msgspec.Raw fields, which only JSON text fills
+    (converting a decoded list into one fails, and every op with shapes was skipped)."""
 
-    traceEvents: Union[list[Any], None] = None  # noqa: N815
+    traceEvents: Union[list[msgspec.Raw], None] = None  # noqa: N815
 
 
 _decoder = msgspec.json.Decoder(Trace)
 _array_decoder = msgspec.json.Decoder(list[Event])  # the JSON-array form (the legacy autograd profiler)
 _loose_decoder = msgspec.json.Decoder(_LooseTrace)
-_loose_array_decoder = msgspec.json.Decoder(list[Any])
+_loose_array_decoder = msgspec.json.Decoder(list[msgspec.Raw])
+_event_decoder = msgspec.json.Decoder(Event)
 events_decoder = msgspec.json.Decoder(list[Union[(_Complete, _Metadata, *_skipped)]])
 _rest_decoder = msgspec.json.Decoder(_Rest)
 _NO_ARGS = Args()
@@ -215,14 +218,14 @@ def decode_whole(raw: bytes | memoryview, path: Path) -> Decoded:
         raise UsageError(f"{path}: not a Kineto trace (JSON nested too deeply)") from None
 
 
-def _validated(events: list[Any] | None, header: _LooseTrace | None, first: msgspec.ValidationError) -> Decoded:
-    """Each event of ``events`` validated alone; those that fail are counted, the rest kept."""
+def _validated(events: list[msgspec.Raw] | None, header: _LooseTrace | None, first: msgspec.ValidationError) -> Decoded:
+    """Each event of ``events`` decoded alone; those that fail are counted, the rest kept."""
     if events is None:  # the events were fine: the header is what failed
         raise first
     kept, skipped, why = [], 0, ""
     for e in events:
         try:
-            kept.append(msgspec.convert(e, Event))
+            kept.append(_event_decoder.decode(e))
         except msgspec.ValidationError as exc:
             skipped += 1
             why = why or str(exc)
