@@ -113,6 +113,18 @@ def _graphed(values: dict[str, Metric]) -> bool:
     return m is not None and m.value is not None and m.value == 1.0
 
 
+# A step of this many kernels or fewer is already one persistent kernel (the megakernel
+# variant's step: the kernel and a position update); "fuse the step into a megakernel" is
+# then the advice it has already taken.
+PERSISTENT_KERNELS = 2
+
+
+def _persistent(values: dict[str, Metric]) -> bool:
+    """The step runs one persistent kernel (``step_kernels_p50`` <= :data:`PERSISTENT_KERNELS`)."""
+    m = values.get("step_kernels_p50")
+    return m is not None and m.value is not None and m.value <= PERSISTENT_KERNELS
+
+
 def _workload_is(kind: str) -> Callable[[dict[str, Metric]], bool]:
     def pred(values: dict[str, Metric]) -> bool:
         m = values.get(f"workload_{kind}")
@@ -123,6 +135,7 @@ def _workload_is(kind: str) -> Callable[[dict[str, Metric]], bool]:
 
 PREDICATES: dict[str, tuple[Callable[[dict[str, Metric]], bool], str]] = {
     "graphed": (_graphed, "steps are CUDA-graph replays (steps_graphed: most steps own a recognised graph launch replaying ≥ 50 % of their kernels)"),
+    "persistent": (_persistent, f"the step is one persistent kernel (step_kernels_p50 <= {PERSISTENT_KERNELS}: a megakernel)"),
     "training": (_workload_is("training"), "the trace is training (backward ops, an optimizer step or an autograd thread: perfdoctor.analysis.workload)"),
     "inference": (_workload_is("inference"), "the trace is inference (no backward op, no optimizer step)"),
     "unrecognised": (_workload_is("unrecognised"), "the trace is inference whose task was not recognised (Workload.task 'inference': "

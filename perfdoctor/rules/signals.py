@@ -124,6 +124,18 @@ def graph_replay_share(analysis: Analysis) -> Metric:
     return Metric(float((k["graph_id"] >= 0).mean()), "ratio", analysis.profile.origin.source or "trace")
 
 
+def step_kernels_p50(analysis: Analysis) -> Metric:
+    """Median kernels a step runs itself (its own GPU work by ownership, a graph replay's
+    kernels included; not ``kernels_per_step``, which counts the whole traced span): 1-2 for
+    a persistent megakernel, ~80 for the fused engine, ~400 for its eager step."""
+    n = len(analysis.timeline.steps)
+    if n == 0:
+        return Metric(None, "count", "trace", reason="no steps")
+    k = _kernels_in_steps(analysis)
+    per_step = np.bincount(k["step"].to_numpy(dtype=np.int64), minlength=n)[:n]
+    return Metric(float(np.median(per_step)), "count", analysis.profile.origin.source or "trace")
+
+
 def host_busy_gap_ratio(analysis: Analysis) -> Metric:
     """Share of the steps' idle time (gaps and lead-ins) in which the host ran Python instead
     of issuing GPU work (neither waiting on the GPU nor launching; :mod:`perfdoctor.analysis.hostgaps`)."""
@@ -246,6 +258,7 @@ SIGNALS: dict[str, tuple[str, Callable[[Analysis], Metric], str]] = {
     "bandwidth_floor_ms": ("ms", bandwidth_floor_ms, "declared bytes per step / device peak bandwidth"),
     "memory_bound_bw_util": ("ratio", memory_bound_bw_util, "DRAM bandwidth of the memory-bound kernel classes / the ceiling (perfdoctor.analysis.bounds), else the whole step's dram_bw_util"),
     "graph_replay_share": ("ratio", graph_replay_share, "share of step kernels replayed from a CUDA graph"),
+    "step_kernels_p50": ("count", step_kernels_p50, "median kernels a step runs itself (1-2: one persistent kernel)"),
     "host_busy_gap_ratio": ("ratio", host_busy_gap_ratio, "share of the steps' idle time the host ran Python (not waiting, not launching)"),
     "layout_transform_ratio": ("ratio", _attribution_share(("layout_transform",), "busy", "of GPU busy time"), "share of GPU busy time in layout transforms (NCHW<->NHWC, transposes, contiguous copies)"),
     "norm_elementwise_ratio": ("ratio", _attribution_share(("normalisation", "elementwise"), "busy", "of GPU busy time"), "share of GPU busy time in normalisation and elementwise kernels"),

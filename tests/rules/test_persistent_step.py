@@ -1,0 +1,44 @@
+"""The `persistent` condition: a step that is already one persistent kernel is not told to
+fuse itself into a megakernel (the demo's megakernel recording, H200)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from perfdoctor import pipeline
+
+DATA = Path(__file__).resolve().parents[2] / "perfdoctor" / "demo" / "data"
+
+
+def first_finding(variant: str):
+    d = pipeline.diagnose(DATA / variant)
+    return d, d.findings[0]
+
+
+@pytest.mark.parametrize(
+    ("variant", "kernels"),
+    # The engine's own facts: fused runs 5 kernels x 16 layers + the LM head in its graph,
+    # and one position update beside it; the megakernel one kernel and the update.
+    [("fused", 5 * 16 + 1 + 1), ("megakernel", 1 + 1)],
+)
+def test_step_kernels_count_the_steps_own_kernels(variant: str, kernels: int) -> None:
+    from perfdoctor.rules.signals import step_kernels_p50
+
+    d = pipeline.diagnose(DATA / variant)
+    assert step_kernels_p50(d.analysis).value == kernels
+
+
+def test_the_megakernel_is_pointed_inside_its_kernel_and_at_fewer_bytes() -> None:
+    _, f = first_finding("megakernel")
+    assert f.rule_id == "dram-bandwidth" and "persistent" in f.context
+    steps = " ".join(f.remediation.steps)
+    assert "already one persistent kernel" in steps and "Move fewer bytes" in steps
+    assert "Fuse the step" not in steps
+
+
+def test_the_fused_step_is_still_told_to_fuse() -> None:
+    _, f = first_finding("fused")
+    assert f.rule_id == "dram-bandwidth" and "persistent" not in f.context
+    assert f.remediation.steps[0].startswith("Fuse the step")
