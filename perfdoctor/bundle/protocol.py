@@ -162,12 +162,14 @@ class PassResults(_Document):
     # the light pass: per step name, {"host_start_ns", "gpu_start_ns", "gpu_end_ns"}
     series: dict[str, dict[str, Any]] | None = None
     spans_ns: dict[str, list[list[int]]] | None = None  # perfdoctor 0.1's series: [[host start, GPU end], ...]
-    call_series: dict[str, dict[str, Any]] | None = None  # the calls as measured, when series holds the iteration
     step_end_clock: str | None = None  # "cuda-event" or "host"
     declared: dict[str, dict[str, float]] | None = None  # per step name, the tokens and bytes declared
     modules: dict[str, dict[str, dict[str, Any]]] | None = None  # per depth, module calls' series
     module_classes: dict[str, str] | None = None  # module step name -> module.Class
     timing_error: str | None = None  # why some steps are missing
+    # the calls as measured, when series holds the iteration: added by perfdoctor run after
+    # the bootstrap wrote the rest, so last on disk
+    call_series: dict[str, dict[str, Any]] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod

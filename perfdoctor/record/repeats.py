@@ -81,12 +81,12 @@ def add_process(runner: Runner, lockstep: dict[str, Any] | None = None) -> dict[
     result = runner.run_pass(name, [], config, None, mode="light", keep_fds=Pair.fds(lockstep) if lockstep else ())
     manifest["passes"].append(pass_entry(result))
     summary = light_summary(result.results, runner.options)
-    if "modules" in result.results and summary.get("module"):
-        bundles.write_json_atomic(raw / f"{name}.json", result.results)  # the module step's series, as for light.json
+    if result.results.modules is not None and summary.get("module"):
+        bundles.write_json_atomic(raw / f"{name}.json", result.results.to_json())  # the module step's series, as for light.json
     entry: dict[str, Any] = {"pass": name, "file": f"{bundles.RAW}/{name}.json", "exit_code": result.exit_code}
     entry.update({k: summary.get(k) for k in ("step_name", "steps_seen", "steady_start", "warmup")})
     if lockstep is not None:
-        entry["lockstep"] = result.results.get("lockstep") or {"turns": 0, "free_after": "the program wrote no results"}
+        entry["lockstep"] = result.results.lockstep or {"turns": 0, "free_after": "the program wrote no results"}
     want = (manifest.get("light_pass") or {}).get("step_name")
     failure = program_failure(result)
     if runner.interrupted:
