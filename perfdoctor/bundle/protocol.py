@@ -56,10 +56,14 @@ class _Document:
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):  # type: ignore[arg-type]
             value = getattr(self, f.name)
-            if f.name == "extra" or (value is None and _key(f) not in self.KEPT):
+            if f.name == "extra" or (value is None and _key(f) not in self._kept()):
                 continue
             out[_key(f)] = value.to_json() if isinstance(value, _Document) else value
         return {**out, **self.extra}
+
+    def _kept(self) -> frozenset[str]:
+        """The keys written even when None (``KEPT``, for most documents)."""
+        return self.KEPT
 
     @classmethod
     def _build(cls: type[D], doc: dict[str, Any], **typed: Any) -> D:
@@ -201,6 +205,8 @@ class LightPass(_Document):
     """The manifest's ``light_pass``: the step the light pass found, its steady state and
     the window the traced passes use (:func:`perfdoctor.record.run.light_summary`)."""
 
+    KEPT: ClassVar[frozenset[str]] = frozenset({"step_name", "how", "step_end_clock"})
+
     step_name: str | None = None
     how: str | None = None  # how the step was found
     step_end_clock: str | None = None
@@ -225,6 +231,10 @@ class LightPass(_Document):
     nvml_means: dict[str, Any] | None = None  # plain means of the NVML samples in the steady span
     own_steady_start: int | None = None  # a rank's own, before rank 0's window was imposed
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def _kept(self) -> frozenset[str]:
+        # a sampler without GPM writes its interval as null; without a sampler it is absent
+        return self.KEPT | {"gpm_interval_ms"} if self.nvml_sampled else self.KEPT
 
     @classmethod
     def from_json(cls, doc: Any, where: str = "manifest.json", name: str = "light_pass") -> LightPass:

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from perfdoctor.bundle.layout import write_json_atomic
-from perfdoctor.bundle.protocol import PassConfig, PassResults
+from perfdoctor.bundle.protocol import LightPass, PassConfig, PassResults
 from perfdoctor.errors import UsageError
 
 LAUNCHER = ("-m", "torch.distributed.run")
@@ -308,22 +308,24 @@ def failed_rank(manifest: dict[str, Any], pass_name: str) -> tuple[int, int | No
 
 
 def rank_lights(
-    manifest: dict[str, Any], per_rank: dict[int, PassResults | None], summarize: Callable[[PassResults, int], dict[str, Any]],
-    first: dict[str, Any], raw: Path,
+    manifest: dict[str, Any], per_rank: dict[int, PassResults | None], summarize: Callable[[PassResults, int], LightPass],
+    first: LightPass, raw: Path,
 ) -> None:
     """``ranks.<k>.light_pass``: each rank's light-pass summary over the window every rank
     shares: rank 0's warm-up (``first`` is rank 0's summary), so step ``i`` of the steady
     state is the same step on every rank. The rank's own steady start is kept as
     ``own_steady_start``. ``summarize(results, warmup)`` is :func:`perfdoctor.record.run.light_summary`."""
-    warmup = int(first.get("warmup") or 0)
+    warmup = int(first.warmup or 0)
     for rank, results in per_rank.items():
         if results is None:
             continue
-        summary = summarize(results, warmup)
+        # Edited as JSON, not as a LightPass: a rank that saw no step gets its warmup_reason
+        # after own_steady_start, the key order its manifests have always had.
+        summary = summarize(results, warmup).to_json()
         summary["own_steady_start"] = summary.get("steady_start")
-        summary["warmup_explicit"] = bool(first.get("warmup_explicit"))
+        summary["warmup_explicit"] = bool(first.warmup_explicit)
         summary["steady_start"] = warmup
-        summary["steady_reason"] = f"rank 0's window: warm-up {warmup} ({first.get('warmup_reason', 'rank 0')}), the same steps on every rank"
+        summary["steady_reason"] = f"rank 0's window: warm-up {warmup} ({first.warmup_reason or 'rank 0'}), the same steps on every rank"
         summary["warmup_reason"] = "rank 0's, so every rank's steady steps are the same steps"
         manifest["ranks"][str(rank)]["light_pass"] = summary
         if summary.get("module"):  # the module step's series joins the named ones (see run.py)

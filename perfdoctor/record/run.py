@@ -41,7 +41,7 @@ from typing import Any, Optional
 from rich.console import Console
 
 from perfdoctor.bundle import layout as bundles
-from perfdoctor.bundle.protocol import PassConfig, PassResults
+from perfdoctor.bundle.protocol import LightPass, PassConfig, PassResults
 from perfdoctor.record import launch
 from perfdoctor.analysis import steady, steps
 from perfdoctor.names import ranges as rangenames
@@ -225,7 +225,7 @@ def serving_series(series: dict[str, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def light_summary(results: PassResults, options: RunOptions) -> dict[str, Any]:
+def light_summary(results: PassResults, options: RunOptions) -> LightPass:
     """``manifest.light_pass`` from the light pass's results: the scout's report.
 
     The step (and how it was found), its critical-path times, where its steady state starts
@@ -234,29 +234,28 @@ def light_summary(results: PassResults, options: RunOptions) -> dict[str, Any]:
     """
     name, how, module, rewritten = find_step(results, options)
     clock = results.step_end_clock
-    summary: dict[str, Any] = {
-        "step_name": name,
-        "how": how,
-        "step_end_clock": clock,
-        "timing": (
+    summary = LightPass(
+        step_name=name,
+        how=how,
+        step_end_clock=clock,
+        timing=(
             "critical path per step: end of its GPU work minus the later of its host start and the previous "
             "step's GPU end (CUDA events, no sync added), no tracer"
             if clock == "cuda-event"
             else "host start to host end (the program used no GPU), no tracer"
         ),
-        "steps_seen": 0,
-        "warmup_explicit": options.warmup is not None,
-    }
-    if module is not None:
-        summary["module"] = module
-    if rewritten:
-        summary["iteration"] = True  # raw/light.json then carries the rewritten series
+        steps_seen=0,
+        warmup_explicit=options.warmup is not None,
+        module=module,
+        iteration=rewritten or None,  # raw/light.json then carries the rewritten series
+    )
     if name is None:
-        summary["reason"] = (
-            "no step seen (annotate with perfdoctor.region, or pass --step / --step-fn; no record_function/NVTX "
-            "range and no torch.nn.Module call repeated)"
+        summary = replace(
+            summary,
+            reason="no step seen (annotate with perfdoctor.region, or pass --step / --step-fn; no record_function/NVTX "
+            "range and no torch.nn.Module call repeated)",
+            steady_start=0, steady_reason="no step", warmup=options.warmup or 0, step_latency_ms=[],
         )
-        summary.update(steady_start=0, steady_reason="no step", warmup=options.warmup or 0, step_latency_ms=[])
     else:
         s = results.series[name]  # type: ignore[index]
         cp = steady.critical_path_ns(s["host_start_ns"], s["gpu_end_ns"])
@@ -267,34 +266,34 @@ def light_summary(results: PassResults, options: RunOptions) -> dict[str, Any]:
             warmup, why = found.start, "the steady state's start"
         else:
             warmup, why = DEFAULT_WARMUP, f"fewer than {SCOUT_MIN_STEPS} steps: too few to place the window by the steady state"
-        summary["warmup_reason"] = why
-        summary.update(
+        threads = (results.worker_steps or {}).get(name, 0)
+        summary = replace(
+            summary,
+            warmup_reason=why,
             steps_seen=len(cp),
             steady_start=found.start,
             steady_reason=found.reason,
             warmup=warmup,
             step_latency_ms=[round(v / 1e6, 6) for v in cp[warmup:].tolist()],
+            step_thread="worker" if threads else "main",
         )
-        threads = (results.worker_steps or {}).get(name, 0)
-        summary["step_thread"] = "worker" if threads else "main"
     if options.tokens_per_step is not None:
-        summary["declared"] = {"tokens": options.tokens_per_step, "source": "--tokens-per-step"}
+        summary.declared = {"tokens": options.tokens_per_step, "source": "--tokens-per-step"}
     elif name is not None and (results.declared or {}).get(name):
-        summary["declared"] = {**results.declared[name], "source": "the program"}  # type: ignore[index]
-    if results.timing_error:
-        summary["timing_error"] = results.timing_error
+        summary.declared = {**results.declared[name], "source": "the program"}  # type: ignore[index]
+    summary.timing_error = results.timing_error or None
     return summary
 
 
-def steady_steps(results: PassResults, light: dict[str, Any]) -> list[tuple[int, int]]:
+def steady_steps(results: PassResults, light: LightPass) -> list[tuple[int, int]]:
     """The critical-path interval of every steady step: ``[max(h[k], g[k-1]), g[k]]`` from
     the light pass's warm-up on (the time the steps occupied; pauses between them are not in it)."""
-    name = light.get("step_name")
+    name = light.step_name
     if name is None:
         return []
     s = results.series[name]  # type: ignore[index]
     h, g = s["host_start_ns"], s["gpu_end_ns"]
-    first = light["warmup"]
+    first = light.warmup or 0
     return [(max(h[k], g[k - 1]) if k else h[k], g[k]) for k in range(first, len(g))]
 
 
@@ -666,37 +665,35 @@ def run_passes(runner: Runner, selected: list[str], reasons: dict[str, str | Non
             s = sampler("light")
             result = runner.run_pass("light", [], replace(base, windowed=windowed), s)
             light = light_summary(result.results, options)
-            manifest["light_pass"] = light
             if options.ranks is not None:
                 launch.rank_lights(manifest, result.ranks, lambda r, w: light_summary(r, replace(options, warmup=w)), light, raw)
-            if light.get("iteration"):
+            if light.iteration:
                 # the chosen series, timed as the loop iteration, joins the named steps, where readers look
                 bundles.write_json_atomic(raw / "light.json", result.results.to_json())
-            if light["step_name"] is not None:
-                ms = sorted(light["step_latency_ms"])
+            if light.step_name is not None:
+                ms = sorted(light.step_latency_ms or [])
                 p50 = f", p50 {ms[len(ms) // 2]:.3f} ms" if ms else ""
                 runner.say(
-                    f"light pass: step {esc(repr(light['step_name']))} ({esc(light['how'])}) seen {light['steps_seen']} times, "
-                    f"steady from step {light['steady_start']}{p50}"
+                    f"light pass: step {esc(repr(light.step_name))} ({esc(light.how)}) seen {light.steps_seen} times, "
+                    f"steady from step {light.steady_start}{p50}"
                 )
-            light["nvml_sampled"] = s is not None
+            light.nvml_sampled = s is not None
             if s is not None:
                 steps = steady_steps(result.results, light)
-                light["counters"], reason = steady_counters(raw / "nvml-light.jsonl", steps)
-                if reason:
-                    light["counters_reason"] = reason
-                light["gpm_interval_ms"] = round(s.gpm_interval_s * 1e3, 3) if s.gpm else None
-                light["nvml_means"] = window_means(raw / "nvml-light.jsonl", steps)
+                light.counters, light.counters_reason = steady_counters(raw / "nvml-light.jsonl", steps)
+                light.gpm_interval_ms = round(s.gpm_interval_s * 1e3, 3) if s.gpm else None
+                light.nvml_means = window_means(raw / "nvml-light.jsonl", steps)
                 nvml_ok = nvml_ok or s.error is None
-                if s.error:
-                    manifest.setdefault("nvml_errors", []).append(f"light: {s.error}")
             else:
-                light["counters"] = {}
-                light["counters_reason"] = "no NVML sampler in the light pass (nvml not selected or unavailable)"
-            if light["step_name"] is not None:
+                light.counters = {}
+                light.counters_reason = "no NVML sampler in the light pass (nvml not selected or unavailable)"
+            manifest["light_pass"] = light.to_json()
+            if s is not None and s.error:  # after light_pass: the manifest's key order is the files' own
+                manifest.setdefault("nvml_errors", []).append(f"light: {s.error}")
+            if light.step_name is not None:
                 # The later passes window on the step the light pass found, inside its steady state.
-                base = replace(base, step=light["step_name"], warmup=light["warmup"], step_thread=light.get("step_thread"),
-                               module_step=light.get("module") or None)
+                base = replace(base, step=light.step_name, warmup=light.warmup or 0, step_thread=light.step_thread,
+                               module_step=light.module or None)
                 windowed = True
             runner.save()
             record(result, None)
