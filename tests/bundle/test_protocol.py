@@ -94,9 +94,9 @@ def test_a_manifest_of_the_wrong_shape_is_one_error_naming_the_field():
 # Keys that cannot move this round, per module. Each entry must still be needed: a key a
 # module no longer spells fails the test, so the list only shrinks.
 ALLOWED: dict[str, set[str]] = {
-    # record/ still builds the manifest and reads the pass results as dicts (the scout in
-    # run.light_summary/find_step, the rank bookkeeping in launch, the repeats): they move to
-    # Manifest/LightPass/PassResults attributes with the record/ split (house plan step 3).
+    # record/ reads PassResults and builds a LightPass, but still builds the manifest as a
+    # dict (its passes, collectors and ranks entries, the repeats, a rank's light_pass edited
+    # as JSON): they move to Manifest attributes with the record/ split (house plan step 3).
     "perfdoctor/record/doctor.py": {"calibration", "collectors", "reason", "schema"},
     "perfdoctor/record/launch.py": {"device", "ended_at_ns", "exit_code", "how", "light_pass", "module", "options", "own_steady_start", "passes", "rank", "ranks", "status", "steady_reason", "steady_start", "warmup_explicit", "warmup_reason", "world_size"},
     "perfdoctor/record/progress.py": {"step_latency_ms", "steps_seen"},
