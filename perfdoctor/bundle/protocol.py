@@ -56,10 +56,14 @@ class _Document:
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):  # type: ignore[arg-type]
             value = getattr(self, f.name)
-            if f.name == "extra" or (value is None and _key(f) not in self.KEPT):
+            if f.name == "extra" or (value is None and _key(f) not in self._kept()):
                 continue
             out[_key(f)] = value.to_json() if isinstance(value, _Document) else value
         return {**out, **self.extra}
+
+    def _kept(self) -> frozenset[str]:
+        """The keys written even when None (``KEPT``, for most documents)."""
+        return self.KEPT
 
     @classmethod
     def _build(cls: type[D], doc: dict[str, Any], **typed: Any) -> D:
@@ -162,12 +166,14 @@ class PassResults(_Document):
     # the light pass: per step name, {"host_start_ns", "gpu_start_ns", "gpu_end_ns"}
     series: dict[str, dict[str, Any]] | None = None
     spans_ns: dict[str, list[list[int]]] | None = None  # perfdoctor 0.1's series: [[host start, GPU end], ...]
-    call_series: dict[str, dict[str, Any]] | None = None  # the calls as measured, when series holds the iteration
     step_end_clock: str | None = None  # "cuda-event" or "host"
     declared: dict[str, dict[str, float]] | None = None  # per step name, the tokens and bytes declared
     modules: dict[str, dict[str, dict[str, Any]]] | None = None  # per depth, module calls' series
     module_classes: dict[str, str] | None = None  # module step name -> module.Class
     timing_error: str | None = None  # why some steps are missing
+    # the calls as measured, when series holds the iteration: added by perfdoctor run after
+    # the bootstrap wrote the rest, so last on disk
+    call_series: dict[str, dict[str, Any]] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -199,6 +205,8 @@ class LightPass(_Document):
     """The manifest's ``light_pass``: the step the light pass found, its steady state and
     the window the traced passes use (:func:`perfdoctor.record.run.light_summary`)."""
 
+    KEPT: ClassVar[frozenset[str]] = frozenset({"step_name", "how", "step_end_clock"})
+
     step_name: str | None = None
     how: str | None = None  # how the step was found
     step_end_clock: str | None = None
@@ -223,6 +231,10 @@ class LightPass(_Document):
     nvml_means: dict[str, Any] | None = None  # plain means of the NVML samples in the steady span
     own_steady_start: int | None = None  # a rank's own, before rank 0's window was imposed
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def _kept(self) -> frozenset[str]:
+        # a sampler without GPM writes its interval as null; without a sampler it is absent
+        return self.KEPT | {"gpm_interval_ms"} if self.nvml_sampled else self.KEPT
 
     @classmethod
     def from_json(cls, doc: Any, where: str = "manifest.json", name: str = "light_pass") -> LightPass:

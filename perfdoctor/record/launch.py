@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from perfdoctor.bundle.layout import write_json_atomic
-from perfdoctor.bundle.protocol import PassConfig
+from perfdoctor.bundle.protocol import LightPass, PassConfig, PassResults
 from perfdoctor.errors import UsageError
 
 LAUNCHER = ("-m", "torch.distributed.run")
@@ -209,16 +209,16 @@ def rank_dirs(raw: Path) -> dict[int, Path]:
     return dict(sorted(out.items()))
 
 
-def gather(raw: Path, pass_name: str) -> dict[int, dict[str, Any]]:
-    """Per rank, what its bootstrap wrote for ``pass_name`` (``{}`` for a rank that died
+def gather(raw: Path, pass_name: str) -> dict[int, PassResults | None]:
+    """Per rank, what its bootstrap wrote for ``pass_name`` (None for a rank that died
     before writing: killed, or never started)."""
-    out: dict[int, dict[str, Any]] = {}
+    out: dict[int, PassResults | None] = {}
     for rank, folder in rank_dirs(raw).items():
         path = folder / f"{pass_name}.json"
         try:  # a regular file only (a FIFO planted there would block): the standard library's check, see the module docstring
-            out[rank] = json.loads(path.read_text()) if stat.S_ISREG(os.stat(path).st_mode) else {}
-        except (OSError, ValueError, RecursionError):
-            out[rank] = {}
+            out[rank] = PassResults.from_json(json.loads(path.read_text()), str(path)) if stat.S_ISREG(os.stat(path).st_mode) else None
+        except (OSError, ValueError, RecursionError, UsageError):
+            out[rank] = None
     return out
 
 
@@ -237,44 +237,44 @@ def torchrun_failures(raw: Path, pass_name: str) -> dict[int, dict[str, Any]]:
     return out
 
 
-def rank_status(results: dict[str, Any], torchrun: dict[str, Any] | None = None) -> dict[str, Any]:
+def rank_status(results: PassResults | None, torchrun: dict[str, Any] | None = None) -> dict[str, Any]:
     """One rank's end in one pass, from its results: ``ok``, ``exited N``, ``raised ...``,
     ``terminated`` (SIGTERM: torchrun stopping it after another rank failed, or the
     timeout) or ``no results`` (it died before the bootstrap could write: killed), with the
     exit code torchrun saw (``torchrun``: :func:`torchrun_failures`' entry for the rank)."""
-    if not results:
+    if results is None:
         seen = torchrun or {}
         code = seen.get("exit_code")
         how = "unknown exit" if code is None else f"killed by signal {-code}" if code < 0 else f"exit {code}"
         return {"status": f"no results (the rank died before writing them: {how}, as torchrun saw it)" if torchrun else
                 "no results (the rank died before writing them: killed, or it never started)",
                 "exit_code": code, "torchrun_time_s": seen.get("time_s")}
-    code = results.get("exit_code")
-    if results.get("terminated"):
+    code = results.exit_code
+    if results.terminated:
         status = "terminated (SIGTERM: torchrun stopped it after another rank failed, or the run timed out)"
-    elif results.get("program_error"):
-        status = f"raised {results['program_error']}"
+    elif results.program_error:
+        status = f"raised {results.program_error}"
     elif code not in (0, None):
         status = f"exited {code}"
     else:
         status = "ok"
-    return {"status": status, "exit_code": code, "ended_at_ns": results.get("ended_at_ns")}
+    return {"status": status, "exit_code": code, "ended_at_ns": results.ended_at_ns}
 
 
-def record_pass(manifest: dict[str, Any], pass_name: str, per_rank: dict[int, dict[str, Any]],
+def record_pass(manifest: dict[str, Any], pass_name: str, per_rank: dict[int, PassResults | None],
                 torchrun: dict[int, dict[str, Any]] | None = None) -> None:
     """``manifest.ranks``: each rank's facts (from its first results) and its status in
     ``pass_name`` (``torchrun``: :func:`torchrun_failures`, the code of a rank that wrote none)."""
     torchrun = torchrun or {}
     ranks = manifest.setdefault("ranks", {})
     for rank in torchrun.keys() - per_rank.keys():  # died before making its folder
-        per_rank = {**per_rank, rank: {}}
+        per_rank = {**per_rank, rank: None}
     for rank, results in per_rank.items():
         entry = ranks.setdefault(str(rank), {"rank": rank})
-        for key, value in (results.get("rank") or {}).items():
+        for key, value in ((results and results.rank) or {}).items():
             entry.setdefault(key, value)
-        if results.get("device"):
-            entry.setdefault("device", results["device"])
+        if results and results.device:
+            entry.setdefault("device", results.device)
         entry.setdefault("passes", {})[pass_name] = rank_status(results, torchrun.get(rank))
     sizes = {e.get("world_size") for e in ranks.values() if isinstance(e.get("world_size"), int)}
     if len(sizes) == 1:
@@ -308,29 +308,31 @@ def failed_rank(manifest: dict[str, Any], pass_name: str) -> tuple[int, int | No
 
 
 def rank_lights(
-    manifest: dict[str, Any], per_rank: dict[int, dict[str, Any]], summarize: Callable[[dict[str, Any], int], dict[str, Any]],
-    first: dict[str, Any], raw: Path,
+    manifest: dict[str, Any], per_rank: dict[int, PassResults | None], summarize: Callable[[PassResults, int], LightPass],
+    first: LightPass, raw: Path,
 ) -> None:
     """``ranks.<k>.light_pass``: each rank's light-pass summary over the window every rank
     shares: rank 0's warm-up (``first`` is rank 0's summary), so step ``i`` of the steady
     state is the same step on every rank. The rank's own steady start is kept as
     ``own_steady_start``. ``summarize(results, warmup)`` is :func:`perfdoctor.record.run.light_summary`."""
-    warmup = int(first.get("warmup") or 0)
+    warmup = int(first.warmup or 0)
     for rank, results in per_rank.items():
-        if not results:
+        if results is None:
             continue
-        summary = summarize(results, warmup)
+        # Edited as JSON, not as a LightPass: a rank that saw no step gets its warmup_reason
+        # after own_steady_start, the key order its manifests have always had.
+        summary = summarize(results, warmup).to_json()
         summary["own_steady_start"] = summary.get("steady_start")
-        summary["warmup_explicit"] = bool(first.get("warmup_explicit"))
+        summary["warmup_explicit"] = bool(first.warmup_explicit)
         summary["steady_start"] = warmup
-        summary["steady_reason"] = f"rank 0's window: warm-up {warmup} ({first.get('warmup_reason', 'rank 0')}), the same steps on every rank"
+        summary["steady_reason"] = f"rank 0's window: warm-up {warmup} ({first.warmup_reason or 'rank 0'}), the same steps on every rank"
         summary["warmup_reason"] = "rank 0's, so every rank's steady steps are the same steps"
         manifest["ranks"][str(rank)]["light_pass"] = summary
         if summary.get("module"):  # the module step's series joins the named ones (see run.py)
-            write_json_atomic(raw / RANK_DIR.format(rank) / "light.json", results)
+            write_json_atomic(raw / RANK_DIR.format(rank) / "light.json", results.to_json())
 
 
-def trace_status(per_rank: dict[int, dict[str, Any]], raw: Path, trace_name: str, status_of: Callable[[dict[str, Any], Path], str]) -> tuple[str, list[str]]:
+def trace_status(per_rank: dict[int, PassResults | None], raw: Path, trace_name: str, status_of: Callable[[PassResults | None, Path], str]) -> tuple[str, list[str]]:
     """The torch collector's status over every rank (``ok`` when every rank's is) and the
     trace files written; ``status_of(results, trace)`` is one rank's status."""
     statuses, files = {}, []

@@ -81,22 +81,22 @@ def add_process(runner: Runner, lockstep: dict[str, Any] | None = None) -> dict[
     result = runner.run_pass(name, [], config, None, mode="light", keep_fds=Pair.fds(lockstep) if lockstep else ())
     manifest["passes"].append(pass_entry(result))
     summary = light_summary(result.results, runner.options)
-    if "modules" in result.results and summary.get("module"):
-        bundles.write_json_atomic(raw / f"{name}.json", result.results)  # the module step's series, as for light.json
+    if result.results.modules is not None and summary.module:
+        bundles.write_json_atomic(raw / f"{name}.json", result.results.to_json())  # the module step's series, as for light.json
     entry: dict[str, Any] = {"pass": name, "file": f"{bundles.RAW}/{name}.json", "exit_code": result.exit_code}
-    entry.update({k: summary.get(k) for k in ("step_name", "steps_seen", "steady_start", "warmup")})
+    entry.update(step_name=summary.step_name, steps_seen=summary.steps_seen, steady_start=summary.steady_start, warmup=summary.warmup)
     if lockstep is not None:
-        entry["lockstep"] = result.results.get("lockstep") or {"turns": 0, "free_after": "the program wrote no results"}
+        entry["lockstep"] = result.results.lockstep or {"turns": 0, "free_after": "the program wrote no results"}
     want = (manifest.get("light_pass") or {}).get("step_name")
     failure = program_failure(result)
     if runner.interrupted:
         entry["excluded"] = f"interrupted (signal {runner.interrupted})"
     elif failure:
         entry["excluded"] = failure
-    elif summary.get("step_name") is None or summary["step_name"] != want:
-        entry["excluded"] = f"its step was {summary.get('step_name')!r}, process 1's {want!r}"
+    elif summary.step_name is None or summary.step_name != want:
+        entry["excluded"] = f"its step was {summary.step_name!r}, process 1's {want!r}"
     else:
-        entry["step_latency_ms"] = summary["step_latency_ms"]
+        entry["step_latency_ms"] = summary.step_latency_ms
     repeat["order"].append(name)
     repeat["processes"].append(entry)
     runner.save()

@@ -41,7 +41,7 @@ from typing import Any, Optional
 from rich.console import Console
 
 from perfdoctor.bundle import layout as bundles
-from perfdoctor.bundle.protocol import PassConfig
+from perfdoctor.bundle.protocol import LightPass, PassConfig, PassResults
 from perfdoctor.record import launch
 from perfdoctor.analysis import steady, steps
 from perfdoctor.names import ranges as rangenames
@@ -91,8 +91,8 @@ class PassResult:
     seconds: float = 0.0
     steps: int = 0
     stderr_tail: str = ""
-    results: dict[str, Any] = field(default_factory=dict)  # rank 0's in a multi-rank run
-    ranks: dict[int, dict[str, Any]] = field(default_factory=dict)  # every rank's results
+    results: PassResults = field(default_factory=PassResults)  # rank 0's in a multi-rank run
+    ranks: dict[int, PassResults | None] = field(default_factory=dict)  # every rank's results; None: it wrote none
 
 
 # --- availability -----------------------------------------------------------------------
@@ -138,17 +138,7 @@ def choose_module(modules: dict[str, dict[str, Any]]) -> tuple[int, str] | None:
     return None
 
 
-def step_series(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Per name, the light pass's step series; from the ``spans_ns`` of older bundles too."""
-    if "series" in results:
-        return results["series"] or {}
-    return {
-        name: {"host_start_ns": [s for s, _ in pairs], "gpu_start_ns": None, "gpu_end_ns": [e for _, e in pairs]}
-        for name, pairs in (results.get("spans_ns") or {}).items()
-    }
-
-
-def find_step(results: dict[str, Any], options: RunOptions) -> tuple[str | None, str | None, dict[str, Any] | None, bool]:
+def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, str | None, dict[str, Any] | None, bool]:
     """(step name, how it was found, the module step, whether its series was rewritten: timed
     as the loop iteration or merged from serving ranges) from the light pass's results.
 
@@ -157,10 +147,10 @@ def find_step(results: dict[str, Any], options: RunOptions) -> tuple[str | None,
     ranges, calls of a torch.compile-d function, ..., the outermost repeating module call
     last. A name that marks the loop iteration (a compiled call, torch's data loader or
     optimizer range, a module call) gets a series timed as the iteration, written back into
-    ``results["series"]``."""
-    series = step_series(results)
+    ``results.series``."""
+    series = results.step_series()
     counts = {name: len(s["gpu_end_ns"]) for name, s in series.items()}
-    api_counts = results.get("step_counts") or {}
+    api_counts = results.step_counts or {}
     if options.step is not None:
         user = [n for n in counts if n == options.step or fnmatch.fnmatchcase(n, options.step)]
         if not user:
@@ -168,9 +158,9 @@ def find_step(results: dict[str, Any], options: RunOptions) -> tuple[str | None,
     else:
         user = [n for n in api_counts if counts.get(n)]
     modules: dict[str, int] = {}
-    found = choose_module(results.get("modules") or {}) if options.step is None and options.step_fn is None else None
+    found = choose_module(results.modules or {}) if options.step is None and options.step_fn is None else None
     if found is not None:
-        modules[found[1]] = len(results["modules"][str(found[0])][found[1]]["gpu_end_ns"])
+        modules[found[1]] = len(results.modules[str(found[0])][found[1]]["gpu_end_ns"])  # type: ignore[index]
     choice = steps.choose_step(counts, user=user, modules=modules)
     if choice is None:
         return None, None, None, False
@@ -181,13 +171,13 @@ def find_step(results: dict[str, Any], options: RunOptions) -> tuple[str | None,
         return name, how, None, False
     if choice.kind == "serving":
         series[name] = serving_series(series)
-        results["series"] = series
+        results.series = series
         return name, choice.how, None, True
     module = None
     if choice.kind == "module":
         depth = found[0]  # type: ignore[index]
-        calls = results["modules"][str(depth)][name]
-        path = (results.get("module_classes") or {}).get(name, name)
+        calls = results.modules[str(depth)][name]  # type: ignore[index]
+        path = (results.module_classes or {}).get(name, name)
         module = {"name": name, "depth": depth, "class": path, "span": "the loop iteration: each call and the host work until the next call"}
     else:
         calls = series[name]
@@ -205,9 +195,9 @@ def find_step(results: dict[str, Any], options: RunOptions) -> tuple[str | None,
         if module is None:
             # the calls as measured stay in raw/light.json beside the iteration (a module
             # step's are under "modules"): a later reading can re-derive the iteration
-            results.setdefault("call_series", {})[name] = calls
+            results.call_series = {**(results.call_series or {}), name: calls}
         series[name] = timed
-        results["series"] = series
+        results.series = series
     how = choice.how if module is None else f"module: {name.removesuffix('.forward')}"
     return name, how, module, choice.iteration
 
@@ -235,7 +225,7 @@ def serving_series(series: dict[str, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def light_summary(results: dict[str, Any], options: RunOptions) -> dict[str, Any]:
+def light_summary(results: PassResults, options: RunOptions) -> LightPass:
     """``manifest.light_pass`` from the light pass's results: the scout's report.
 
     The step (and how it was found), its critical-path times, where its steady state starts
@@ -243,32 +233,31 @@ def light_summary(results: dict[str, Any], options: RunOptions) -> dict[str, Any
     user's ``--warmup`` when given, else the steady state's start.
     """
     name, how, module, rewritten = find_step(results, options)
-    clock = results.get("step_end_clock")
-    summary: dict[str, Any] = {
-        "step_name": name,
-        "how": how,
-        "step_end_clock": clock,
-        "timing": (
+    clock = results.step_end_clock
+    summary = LightPass(
+        step_name=name,
+        how=how,
+        step_end_clock=clock,
+        timing=(
             "critical path per step: end of its GPU work minus the later of its host start and the previous "
             "step's GPU end (CUDA events, no sync added), no tracer"
             if clock == "cuda-event"
             else "host start to host end (the program used no GPU), no tracer"
         ),
-        "steps_seen": 0,
-        "warmup_explicit": options.warmup is not None,
-    }
-    if module is not None:
-        summary["module"] = module
-    if rewritten:
-        summary["iteration"] = True  # raw/light.json then carries the rewritten series
+        steps_seen=0,
+        warmup_explicit=options.warmup is not None,
+        module=module,
+        iteration=rewritten or None,  # raw/light.json then carries the rewritten series
+    )
     if name is None:
-        summary["reason"] = (
-            "no step seen (annotate with perfdoctor.region, or pass --step / --step-fn; no record_function/NVTX "
-            "range and no torch.nn.Module call repeated)"
+        summary = replace(
+            summary,
+            reason="no step seen (annotate with perfdoctor.region, or pass --step / --step-fn; no record_function/NVTX "
+            "range and no torch.nn.Module call repeated)",
+            steady_start=0, steady_reason="no step", warmup=options.warmup or 0, step_latency_ms=[],
         )
-        summary.update(steady_start=0, steady_reason="no step", warmup=options.warmup or 0, step_latency_ms=[])
     else:
-        s = results["series"][name]
+        s = results.series[name]  # type: ignore[index]
         cp = steady.critical_path_ns(s["host_start_ns"], s["gpu_end_ns"])
         found = steady.steady_start(cp)
         if options.warmup is not None:
@@ -277,34 +266,34 @@ def light_summary(results: dict[str, Any], options: RunOptions) -> dict[str, Any
             warmup, why = found.start, "the steady state's start"
         else:
             warmup, why = DEFAULT_WARMUP, f"fewer than {SCOUT_MIN_STEPS} steps: too few to place the window by the steady state"
-        summary["warmup_reason"] = why
-        summary.update(
+        threads = (results.worker_steps or {}).get(name, 0)
+        summary = replace(
+            summary,
+            warmup_reason=why,
             steps_seen=len(cp),
             steady_start=found.start,
             steady_reason=found.reason,
             warmup=warmup,
             step_latency_ms=[round(v / 1e6, 6) for v in cp[warmup:].tolist()],
+            step_thread="worker" if threads else "main",
         )
-        threads = (results.get("worker_steps") or {}).get(name, 0)
-        summary["step_thread"] = "worker" if threads else "main"
     if options.tokens_per_step is not None:
-        summary["declared"] = {"tokens": options.tokens_per_step, "source": "--tokens-per-step"}
-    elif name is not None and (results.get("declared") or {}).get(name):
-        summary["declared"] = {**results["declared"][name], "source": "the program"}
-    if results.get("timing_error"):
-        summary["timing_error"] = results["timing_error"]
+        summary.declared = {"tokens": options.tokens_per_step, "source": "--tokens-per-step"}
+    elif name is not None and (results.declared or {}).get(name):
+        summary.declared = {**results.declared[name], "source": "the program"}  # type: ignore[index]
+    summary.timing_error = results.timing_error or None
     return summary
 
 
-def steady_steps(results: dict[str, Any], light: dict[str, Any]) -> list[tuple[int, int]]:
+def steady_steps(results: PassResults, light: LightPass) -> list[tuple[int, int]]:
     """The critical-path interval of every steady step: ``[max(h[k], g[k-1]), g[k]]`` from
     the light pass's warm-up on (the time the steps occupied; pauses between them are not in it)."""
-    name = light.get("step_name")
+    name = light.step_name
     if name is None:
         return []
-    s = results["series"][name]
+    s = results.series[name]  # type: ignore[index]
     h, g = s["host_start_ns"], s["gpu_end_ns"]
-    first = light["warmup"]
+    first = light.warmup or 0
     return [(max(h[k], g[k - 1]) if k else h[k], g[k]) for k in range(first, len(g))]
 
 
@@ -482,14 +471,15 @@ class Runner:
             result.stderr_tail = log.read_text(errors="replace")[-TAIL_CHARS:]
         if self.options.ranks is not None:
             result.ranks = launch.gather(self.raw, name)
-            result.results = result.ranks.get(0, {})
+            result.results = result.ranks.get(0) or result.results
             launch.record_pass(self.manifest, name, result.ranks, launch.torchrun_failures(self.raw, name))
-        try:
-            result.results = result.results or json.loads(results.read_text())
-        except (OSError, ValueError):
-            pass  # the program died before the bootstrap could write it
+        if result.ranks.get(0) is None:
+            try:
+                result.results = PassResults.from_json(json.loads(results.read_text()), str(results))
+            except (OSError, ValueError, UsageError):
+                pass  # the program died before the bootstrap could write it (or wrote over it)
         # torch / CUDA versions as the program saw them (perfdoctor itself never imports torch).
-        for key, value in (result.results.get("environment") or {}).items():
+        for key, value in (result.results.environment or {}).items():
             self.manifest["environment"].setdefault(key, value)
         code = result.exit_code
         how = f"exit {code}" if code is None or code >= 0 else f"killed by signal {-code}"
@@ -629,9 +619,9 @@ def pass_entry(result: PassResult) -> dict[str, Any]:
         "exit_code": result.exit_code,
         "seconds": result.seconds,
         "steps": result.steps,
-        "window_step": result.results.get("window_step"),
-        **({"program_error": result.results["program_error"]} if result.results.get("program_error") else {}),
-        **({"trace_scope": result.results["trace_scope"]} if result.results.get("trace_scope") else {}),
+        "window_step": result.results.window_step,
+        **({"program_error": result.results.program_error} if result.results.program_error else {}),
+        **({"trace_scope": result.results.trace_scope} if result.results.trace_scope else {}),
     }
 
 
@@ -675,37 +665,35 @@ def run_passes(runner: Runner, selected: list[str], reasons: dict[str, str | Non
             s = sampler("light")
             result = runner.run_pass("light", [], replace(base, windowed=windowed), s)
             light = light_summary(result.results, options)
-            manifest["light_pass"] = light
             if options.ranks is not None:
                 launch.rank_lights(manifest, result.ranks, lambda r, w: light_summary(r, replace(options, warmup=w)), light, raw)
-            if light.get("iteration"):
+            if light.iteration:
                 # the chosen series, timed as the loop iteration, joins the named steps, where readers look
-                bundles.write_json_atomic(raw / "light.json", result.results)
-            if light["step_name"] is not None:
-                ms = sorted(light["step_latency_ms"])
+                bundles.write_json_atomic(raw / "light.json", result.results.to_json())
+            if light.step_name is not None:
+                ms = sorted(light.step_latency_ms or [])
                 p50 = f", p50 {ms[len(ms) // 2]:.3f} ms" if ms else ""
                 runner.say(
-                    f"light pass: step {esc(repr(light['step_name']))} ({esc(light['how'])}) seen {light['steps_seen']} times, "
-                    f"steady from step {light['steady_start']}{p50}"
+                    f"light pass: step {esc(repr(light.step_name))} ({esc(light.how)}) seen {light.steps_seen} times, "
+                    f"steady from step {light.steady_start}{p50}"
                 )
-            light["nvml_sampled"] = s is not None
+            light.nvml_sampled = s is not None
             if s is not None:
                 steps = steady_steps(result.results, light)
-                light["counters"], reason = steady_counters(raw / "nvml-light.jsonl", steps)
-                if reason:
-                    light["counters_reason"] = reason
-                light["gpm_interval_ms"] = round(s.gpm_interval_s * 1e3, 3) if s.gpm else None
-                light["nvml_means"] = window_means(raw / "nvml-light.jsonl", steps)
+                light.counters, light.counters_reason = steady_counters(raw / "nvml-light.jsonl", steps)
+                light.gpm_interval_ms = round(s.gpm_interval_s * 1e3, 3) if s.gpm else None
+                light.nvml_means = window_means(raw / "nvml-light.jsonl", steps)
                 nvml_ok = nvml_ok or s.error is None
-                if s.error:
-                    manifest.setdefault("nvml_errors", []).append(f"light: {s.error}")
             else:
-                light["counters"] = {}
-                light["counters_reason"] = "no NVML sampler in the light pass (nvml not selected or unavailable)"
-            if light["step_name"] is not None:
+                light.counters = {}
+                light.counters_reason = "no NVML sampler in the light pass (nvml not selected or unavailable)"
+            manifest["light_pass"] = light.to_json()
+            if s is not None and s.error:  # after light_pass: the manifest's key order is the files' own
+                manifest.setdefault("nvml_errors", []).append(f"light: {s.error}")
+            if light.step_name is not None:
                 # The later passes window on the step the light pass found, inside its steady state.
-                base = replace(base, step=light["step_name"], warmup=light["warmup"], step_thread=light.get("step_thread"),
-                               module_step=light.get("module") or None)
+                base = replace(base, step=light.step_name, warmup=light.warmup or 0, step_thread=light.step_thread,
+                               module_step=light.module or None)
                 windowed = True
             runner.save()
             record(result, None)
@@ -718,7 +706,8 @@ def run_passes(runner: Runner, selected: list[str], reasons: dict[str, str | Non
                 manifest.setdefault("nvml_errors", []).append(f"torch: {s.error}")
             if options.ranks is not None:
                 status, files = launch.trace_status(result.ranks, raw, bundles.TORCH_TRACE, lambda r, t: torch_status(
-                    PassResult("torch", result.command, r.get("exit_code", result.exit_code), stderr_tail=result.stderr_tail, results=r), t,
+                    PassResult("torch", result.command, result.exit_code if r is None else r.exit_code, stderr_tail=result.stderr_tail,
+                               results=r or PassResults()), t,
                     runner.interrupted))
                 record(result, "torch", status, files=files)
             else:
@@ -747,7 +736,7 @@ def program_failure(result: PassResult, interrupted: int | None = None) -> str |
     signal, or raised; None when it ran to a clean end, or when it stopped because the user
     stopped the run (``interrupted``: the signal perfdoctor run got and passed on)."""
     code = result.exit_code
-    error = result.results.get("program_error")
+    error = result.results.program_error
     if interrupted and code in (-interrupted, 128 + interrupted):
         return None
     if interrupted == signal.SIGINT and error and error.startswith("KeyboardInterrupt"):
@@ -764,12 +753,12 @@ def program_failure(result: PassResult, interrupted: int | None = None) -> str |
 def torch_status(result: PassResult, trace: Path, interrupted: int | None = None) -> str:
     r = result.results
     failure = program_failure(result, interrupted)
-    if r.get("trace_error"):
-        return f"failed: {r['trace_error']}"
+    if r.trace_error:
+        return f"failed: {r.trace_error}"
     if trace.exists():
         return f"failed: {failure} (a trace was written)" if failure else "ok"
-    if r and r.get("window_state") == "before" and not r.get("whole_program"):
-        return f"failed: no step reached the window (warmup {r.get('window_step')!r}: {r.get('step_counts')})"
+    if r.window_state == "before" and not r.whole_program:
+        return f"failed: no step reached the window (warmup {r.window_step!r}: {r.step_counts})"
     if failure:
         return f"failed: {failure}, no trace written; output: {result.stderr_tail[-500:]}"
     return f"failed: no trace written (exit {result.exit_code}); output: {result.stderr_tail[-500:]}"

@@ -316,17 +316,18 @@ def test_a_damaged_cubin_is_not_reused(tmp_path: Path) -> None:
 
 
 def test_a_rank_that_died_without_results_is_the_one_blamed() -> None:
+    from perfdoctor.bundle.protocol import PassResults
     from perfdoctor.record import launch
 
-    survivor = {"exit_code": 1, "program_error": "RuntimeError: peer gone", "ended_at_ns": 5}
+    survivor = PassResults(exit_code=1, program_error="RuntimeError: peer gone", ended_at_ns=5)
     manifest: dict = {}
-    launch.record_pass(manifest, "light", {0: survivor, 1: {}})  # rank 1: os._exit(5), nothing written
+    launch.record_pass(manifest, "light", {0: survivor, 1: None})  # rank 1: os._exit(5), nothing written
     assert launch.failed_rank(manifest, "light") == (1, None)  # named; its code is torchrun's
     manifest = {}
-    launch.record_pass(manifest, "light", {0: survivor, 1: {"exit_code": 3, "ended_at_ns": 2}})
+    launch.record_pass(manifest, "light", {0: survivor, 1: PassResults(exit_code=3, ended_at_ns=2)})
     assert launch.failed_rank(manifest, "light") == (1, 3)  # the earlier end, with its code
     manifest = {}
-    launch.record_pass(manifest, "light", {0: {}, 1: {}})  # nobody wrote: no rank singled out
+    launch.record_pass(manifest, "light", {0: None, 1: None})  # nobody wrote: no rank singled out
     assert launch.failed_rank(manifest, "light") is None
 
 

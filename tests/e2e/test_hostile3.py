@@ -59,16 +59,17 @@ def test_a_rank_that_dies_silently_is_named_with_its_own_code(tmp_path: Path, de
 
 
 def test_the_first_silent_rank_by_torchruns_clock_and_not_one_it_stopped() -> None:
+    from perfdoctor.bundle.protocol import PassResults
     from perfdoctor.record import launch
 
-    writer = {"exit_code": 1, "program_error": "RuntimeError: peer gone", "ended_at_ns": 5}
+    writer = PassResults(exit_code=1, program_error="RuntimeError: peer gone", ended_at_ns=5)
     seen = {1: {"exit_code": -15, "time_s": 100}, 2: {"exit_code": -9, "time_s": 101}, 3: {"exit_code": 5, "time_s": 102}}
     manifest: dict = {}
-    launch.record_pass(manifest, "light", {0: writer, 1: {}, 2: {}, 3: {}}, seen)
+    launch.record_pass(manifest, "light", {0: writer, 1: None, 2: None, 3: None}, seen)
     assert launch.failed_rank(manifest, "light") == (2, -9)  # rank 1 was stopped by torchrun (SIGTERM): not the cause
     assert manifest["ranks"]["2"]["passes"]["light"]["status"].endswith("killed by signal 9, as torchrun saw it)")
     manifest = {}
-    launch.record_pass(manifest, "light", {0: writer, 1: {}}, {})  # torchrun said nothing: named, its code unknown
+    launch.record_pass(manifest, "light", {0: writer, 1: None}, {})  # torchrun said nothing: named, its code unknown
     assert launch.failed_rank(manifest, "light") == (1, None)
     manifest = {}  # a rank that died before it made its folder is still one of the job
     launch.record_pass(manifest, "light", {0: writer}, {4: {"exit_code": 3, "time_s": 1}})

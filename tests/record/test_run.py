@@ -276,11 +276,12 @@ def test_api_reports_outermost_regions_and_steps():
 
 def test_choose_step_prefers_pattern_then_api_then_most_frequent():
     # run's scout makes the choice analyze makes (analysis.steps.choose_step), through find_step
+    from perfdoctor.bundle.protocol import PassResults
     from perfdoctor.record.run import RunOptions, find_step
 
     def results(latency, api_counts):
         series = {n: {"host_start_ns": list(range(len(v))), "gpu_start_ns": None, "gpu_end_ns": list(range(len(v)))} for n, v in latency.items()}
-        return {"series": series, "step_counts": api_counts}
+        return PassResults(series=series, step_counts=api_counts)
 
     latency = {"prefill": [1.0], "layer": [0.1] * 6, "decode_step": [1.0] * 3}
     assert find_step(results(latency, {}), RunOptions(target=["x.py"], step="decode*"))[0] == "decode_step"
@@ -734,17 +735,18 @@ def test_find_step_times_loop_ranges_as_iterations_and_merges_serving_ranges():
     # torch's data-loader range is the fetch: the step runs from one fetch's start to the
     # next, the last fetch (StopIteration) starts no iteration; serving ranges of one engine
     # (SGLang also writes vLLM-style names around its own) become one series in time order
+    from perfdoctor.bundle.protocol import PassResults
     from perfdoctor.record.run import RunOptions, find_step
 
     fetch = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
-    results = {"series": {fetch: {"host_start_ns": [0, 100, 250, 330], "gpu_start_ns": None, "gpu_end_ns": [2, 103, 251, 331]}}}
+    results = PassResults(series={fetch: {"host_start_ns": [0, 100, 250, 330], "gpu_start_ns": None, "gpu_end_ns": [2, 103, 251, 331]}})
     name, how, module, rewritten = find_step(results, RunOptions(target=["x.py"]))
     assert (name, module, rewritten) == (fetch, None, True)
     assert "iteration" in how
-    assert results["series"][fetch]["host_start_ns"] == [0, 100, 250]
-    assert results["series"][fetch]["gpu_end_ns"] == [100, 250, 330]
+    assert results.series[fetch]["host_start_ns"] == [0, 100, 250]
+    assert results.series[fetch]["gpu_end_ns"] == [100, 250, 330]
     # the fetches as measured stay beside the iteration (raw/light.json keeps both)
-    assert results["call_series"][fetch]["gpu_end_ns"] == [2, 103, 251, 331]
+    assert results.call_series[fetch]["gpu_end_ns"] == [2, 103, 251, 331]
 
     decode, extend = "step[DECODE bs=32]", "step[EXTEND bs=4 toks=512]"
     outer = "execute_32_context_0(sq0sk0sqsq0sqsk0)_generation_32(sq32sk1sqsq32sqsk1)"
@@ -753,10 +755,10 @@ def test_find_step_times_loop_ranges_as_iterations_and_merges_serving_ranges():
         decode: {"host_start_ns": [10, 50], "gpu_start_ns": None, "gpu_end_ns": [30, 70]},
         extend: {"host_start_ns": [0], "gpu_start_ns": None, "gpu_end_ns": [8]},
     }
-    results = {"series": series}
+    results = PassResults(series=series)
     name, how, module, rewritten = find_step(results, RunOptions(target=["x.py"]))
     assert (name, rewritten) == ("serving step", True)
-    assert results["series"][name] == {"host_start_ns": [0, 10, 50], "gpu_start_ns": None, "gpu_end_ns": [8, 30, 70]}
+    assert results.series[name] == {"host_start_ns": [0, 10, 50], "gpu_start_ns": None, "gpu_end_ns": [8, 30, 70]}
 
 
 # --- issue 32, item 9: a default run finishes in bounded time and says how long -----------------
