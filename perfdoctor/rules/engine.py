@@ -120,9 +120,13 @@ PERSISTENT_KERNELS = 2
 
 
 def _persistent(values: dict[str, Metric]) -> bool:
-    """The step runs one persistent kernel (``step_kernels_p50`` <= :data:`PERSISTENT_KERNELS`)."""
-    m = values.get("step_kernels_p50")
-    return m is not None and m.value is not None and m.value <= PERSISTENT_KERNELS
+    """The step runs one persistent kernel: 1 <= ``step_kernels_p50`` <= :data:`PERSISTENT_KERNELS`
+    and the trace is not a graph capture (a capture's steps record their kernels as graph
+    nodes and run few or none; no kernel at all is a CPU step)."""
+    m, capture = values.get("step_kernels_p50"), values.get("capture_trace")
+    if capture is not None and capture.value == 1.0:
+        return False
+    return m is not None and m.value is not None and 1 <= m.value <= PERSISTENT_KERNELS
 
 
 def _workload_is(kind: str) -> Callable[[dict[str, Metric]], bool]:
@@ -135,7 +139,7 @@ def _workload_is(kind: str) -> Callable[[dict[str, Metric]], bool]:
 
 PREDICATES: dict[str, tuple[Callable[[dict[str, Metric]], bool], str]] = {
     "graphed": (_graphed, "steps are CUDA-graph replays (steps_graphed: most steps own a recognised graph launch replaying ≥ 50 % of their kernels)"),
-    "persistent": (_persistent, f"the step is one persistent kernel (step_kernels_p50 <= {PERSISTENT_KERNELS}: a megakernel)"),
+    "persistent": (_persistent, f"the step is one persistent kernel (1 <= step_kernels_p50 <= {PERSISTENT_KERNELS}, not a capture: a megakernel)"),
     "training": (_workload_is("training"), "the trace is training (backward ops, an optimizer step or an autograd thread: perfdoctor.analysis.workload)"),
     "inference": (_workload_is("inference"), "the trace is inference (no backward op, no optimizer step)"),
     "unrecognised": (_workload_is("unrecognised"), "the trace is inference whose task was not recognised (Workload.task 'inference': "

@@ -42,3 +42,15 @@ def test_the_fused_step_is_still_told_to_fuse() -> None:
     _, f = first_finding("fused")
     assert f.rule_id == "dram-bandwidth" and "persistent" not in f.context
     assert f.remediation.steps[0].startswith("Fuse the step")
+
+
+def test_a_step_without_kernels_or_a_capture_is_not_persistent() -> None:
+    """A CPU step runs no kernel, a capture's steps record theirs as graph nodes: neither is
+    a megakernel's step."""
+    from perfdoctor.analysis.metrics import Metric
+    from perfdoctor.rules.engine import PREDICATES
+
+    persistent = PREDICATES["persistent"][0]
+    assert [persistent({"step_kernels_p50": Metric(v, "count", "trace")}) for v in (0.0, 1.0, 2.0, 3.0)] == [False, True, True, False]
+    capture = {"step_kernels_p50": Metric(1.0, "count", "trace"), "capture_trace": Metric(1.0, "flag", "kineto")}
+    assert not persistent(capture)
