@@ -127,13 +127,12 @@ def graph_replay_share(analysis: Analysis) -> Metric:
 def step_kernels_p50(analysis: Analysis) -> Metric:
     """Median kernels a step runs itself (its own GPU work by ownership, a graph replay's
     kernels included; not ``kernels_per_step``, which counts the whole traced span): 1-2 for
-    a persistent megakernel, ~80 for the fused engine, ~400 for its eager step."""
-    n = len(analysis.timeline.steps)
-    if n == 0:
+    a persistent megakernel, ~80 for the fused engine, ~400 for its eager step. The step
+    table's own count (the ``step_kernels`` sample of a diff)."""
+    kernels = analysis.timeline.steps["kernels"]
+    if kernels.empty:
         return Metric(None, "count", "trace", reason="no steps")
-    k = _kernels_in_steps(analysis)
-    per_step = np.bincount(k["step"].to_numpy(dtype=np.int64), minlength=n)[:n]
-    return Metric(float(np.median(per_step)), "count", analysis.profile.origin.source or "trace")
+    return Metric(float(kernels.median()), "count", analysis.profile.origin.source or "trace")
 
 
 def host_busy_gap_ratio(analysis: Analysis) -> Metric:

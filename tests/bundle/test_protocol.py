@@ -146,7 +146,6 @@ ALLOWED: dict[str, set[str]] = {
     "perfdoctor/reports/terminal.py": {"pass"},
     "perfdoctor/rules/engine.py": {"pass", "rank", "reason", "schema", "status", "steps"},
     "perfdoctor/rules/estimates.py": {"step"},
-    "perfdoctor/rules/signals.py": {"step"},  # the step column of the timeline's kernel table
     "perfdoctor/schema.py": {"device"},
 }
 
