@@ -113,18 +113,23 @@ def _graphed(values: dict[str, Metric]) -> bool:
     return m is not None and m.value is not None and m.value == 1.0
 
 
-# A step of this many kernels or fewer is already one persistent kernel (the megakernel
-# variant's step: the kernel and a position update); "fuse the step into a megakernel" is
-# then the advice it has already taken.
+# A step of this many kernels or fewer, busy for most of the step, is already one persistent
+# kernel (the megakernel variant's step: the kernel and a position update, 98.8 % of the
+# step in kernels); "fuse the step into a megakernel" is then the advice it has already taken.
 PERSISTENT_KERNELS = 2
+PERSISTENT_BUSY = 0.5
 
 
 def _persistent(values: dict[str, Metric]) -> bool:
-    """The step runs one persistent kernel: 1 <= ``step_kernels_p50`` <= :data:`PERSISTENT_KERNELS`
-    and the trace is not a graph capture (a capture's steps record their kernels as graph
-    nodes and run few or none; no kernel at all is a CPU step)."""
-    m, capture = values.get("step_kernels_p50"), values.get("capture_trace")
+    """The step runs one persistent kernel: 1 <= ``step_kernels_p50`` <= :data:`PERSISTENT_KERNELS`,
+    kernels for most of the step (``kernel_time_ratio`` >= :data:`PERSISTENT_BUSY`: one short
+    kernel amid host work is a host-bound step, as in two of HTA's sample traces, 0.2 % and
+    1.9 %), and not a graph capture (a capture's steps record their kernels as graph nodes and
+    run few or none; no kernel at all is a CPU step)."""
+    m, busy, capture = values.get("step_kernels_p50"), values.get("kernel_time_ratio"), values.get("capture_trace")
     if capture is not None and capture.value == 1.0:
+        return False
+    if busy is None or busy.value is None or busy.value < PERSISTENT_BUSY:
         return False
     return m is not None and m.value is not None and 1 <= m.value <= PERSISTENT_KERNELS
 
@@ -139,7 +144,7 @@ def _workload_is(kind: str) -> Callable[[dict[str, Metric]], bool]:
 
 PREDICATES: dict[str, tuple[Callable[[dict[str, Metric]], bool], str]] = {
     "graphed": (_graphed, "steps are CUDA-graph replays (steps_graphed: most steps own a recognised graph launch replaying ≥ 50 % of their kernels)"),
-    "persistent": (_persistent, f"the step is one persistent kernel (1 <= step_kernels_p50 <= {PERSISTENT_KERNELS}, not a capture: a megakernel)"),
+    "persistent": (_persistent, f"the step is one persistent kernel (1 <= step_kernels_p50 <= {PERSISTENT_KERNELS}, kernel_time_ratio >= {PERSISTENT_BUSY}, not a capture: a megakernel)"),
     "training": (_workload_is("training"), "the trace is training (backward ops, an optimizer step or an autograd thread: perfdoctor.analysis.workload)"),
     "inference": (_workload_is("inference"), "the trace is inference (no backward op, no optimizer step)"),
     "unrecognised": (_workload_is("unrecognised"), "the trace is inference whose task was not recognised (Workload.task 'inference': "

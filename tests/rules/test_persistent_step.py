@@ -51,6 +51,18 @@ def test_a_step_without_kernels_or_a_capture_is_not_persistent() -> None:
     from perfdoctor.rules.engine import PREDICATES
 
     persistent = PREDICATES["persistent"][0]
-    assert [persistent({"step_kernels_p50": Metric(v, "count", "trace")}) for v in (0.0, 1.0, 2.0, 3.0)] == [False, True, True, False]
-    capture = {"step_kernels_p50": Metric(1.0, "count", "trace"), "capture_trace": Metric(1.0, "flag", "kineto")}
+    busy = {"kernel_time_ratio": Metric(0.99, "ratio", "trace")}
+    assert [persistent({**busy, "step_kernels_p50": Metric(v, "count", "trace")}) for v in (0.0, 1.0, 2.0, 3.0)] == [False, True, True, False]
+    capture = {**busy, "step_kernels_p50": Metric(1.0, "count", "trace"), "capture_trace": Metric(1.0, "flag", "kineto")}
     assert not persistent(capture)
+
+
+@pytest.mark.parametrize("busy", [0.0018, 0.019, None])
+def test_one_short_kernel_amid_host_work_is_not_persistent(busy) -> None:
+    """HTA's trace_compare and event-sync samples run one kernel per step for 0.2 % and 1.9 %
+    of it: host-bound steps, not a megakernel's; an unknown share says nothing either."""
+    from perfdoctor.analysis.metrics import Metric
+    from perfdoctor.rules.engine import PREDICATES
+
+    values = {"step_kernels_p50": Metric(1.0, "count", "trace"), "kernel_time_ratio": Metric(busy, "ratio", "trace")}
+    assert not PREDICATES["persistent"][0](values)
