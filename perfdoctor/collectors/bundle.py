@@ -161,7 +161,7 @@ def read_light(results: dict[str, Any], light_pass: dict[str, Any], warnings: li
         start = int(light_pass["steady_start"])
         reason = str(light_pass.get("steady_reason") or f"the run left out the first {start} steps as warm-up")
     else:
-        found = steady.steady_start(steady.critical_path_ns(host, end))
+        found = steady.steady_start(steady.critical_path_ns(host, end), steady.paused_before(host, end, gpu_start))
         start, reason = found.start, found.reason
     start = min(max(start, 0), host.size - 1)
     counters = light_pass.get("counters") if isinstance(light_pass.get("counters"), dict) else {}

@@ -122,10 +122,51 @@ def test_a_slow_regime_after_fast_first_steps_is_warm_up() -> None:
 def test_a_slower_middle_generate_is_a_regime_too() -> None:
     # generate 2 at 19.5 ms, generate 3 at 14.4: the reference (median of the second half)
     # is 14.4, every step of generate 2 is over 1.25 x 14.4 = 18 ms: the steady state is
-    # generate 3 (step 136), whose own ms/token is the number to match.
+    # generate 3 (step 136, after its prefill: a pause), whose own ms/token is the number to match.
     cp = _ms([200.0] + [20.0] * 15 + [60.0] * 56 + [19.5] * 64 + [14.4] * 64)
-    s = steady.steady_start(cp)
+    paused = np.zeros(len(cp), dtype=bool)
+    paused[[16, 72, 136]] = True  # each generate's prefill
+    s = steady.steady_start(cp, paused)
     assert s.start == 136 and np.median(cp[s.start :]) == 14.4 * MS
+
+
+def test_a_slow_stretch_past_the_middle_of_a_loop_that_never_pauses_is_kept() -> None:
+    # The same speeds in one loop with no pause: nothing says the slow steps were a warm-up
+    # call, and they run past the middle of the run: the program's own variation, kept.
+    cp = _ms([200.0] + [20.0] * 15 + [60.0] * 56 + [19.5] * 64 + [14.4] * 64)
+    s = steady.steady_start(cp, np.zeros(len(cp), dtype=bool))
+    # (the slow stretch's edge comes from centred windows: at most half a window of it is cut)
+    assert s.start <= steady.REGIME_WINDOW // 2 and "both kept" in s.reason
+    assert np.median(cp[s.start :]) == 19.5 * MS  # not generate 3's 14.4 alone
+    # the same with no pause information at all (a trace's steps)
+    assert steady.steady_start(cp).start == s.start
+
+
+def test_a_host_paced_benchmark_drifting_between_two_speeds_matches_its_own_timer() -> None:
+    # ViT-small at batch 1 on the H200 (tests/fixtures/series/vit-small-b1-h200.json): one
+    # loop, steps 24-70 mostly at ~4.0 ms, the rest at ~3.1, the program's timer over both
+    # (3.480 ms). Taking the later speed alone as the steady state read 0.86 of it.
+    d = json.loads((FIXTURES / "series" / "vit-small-b1-h200.json").read_text())
+    h, gs, g = d["host_start_ns"], d["gpu_start_ns"], d["gpu_end_ns"]
+    s = steady.steady_start(steady.critical_path_ns(h, g), steady.paused_before(h, g, gs))
+    assert s.start <= 11 and s.slow_stretch is None and "both kept" in s.reason, s
+    series = steady.steady_series(h, g, s.start, gs)
+    own = d["own_ms_per_step"]
+    assert float(np.median(series.critical_path_ms)) == pytest.approx(own, rel=0.03)
+    assert 1e3 / series.cadence.steps_per_s == pytest.approx(own, rel=0.01)
+
+
+def test_paused_before_marks_the_step_after_a_pause() -> None:
+    # three 1 ms steps back to back, then 50 ms of something else, then two more
+    host = [0, 1, 2, 53, 54]
+    end = [1, 2, 3, 54, 55]
+    got = steady.paused_before(_ms(host), _ms(end))
+    assert got.tolist() == [False, False, False, True, False]
+    # the stream reaching step 3 late (queued behind a prefill) is a pause too
+    got = steady.paused_before(_ms([0, 1, 2, 3, 4]), _ms([1, 2, 3, 54, 55]), _ms([0, 1, 2, 53, 54]))
+    assert got.tolist() == [False, False, False, True, False]
+    # without the GPU starts the host alone saw no pause there
+    assert not steady.paused_before(_ms([0, 1, 2, 3, 4]), _ms([1, 2, 3, 54, 55])).any()
 
 
 def test_bursts_of_noise_in_a_host_bound_loop_are_not_a_regime() -> None:
