@@ -393,6 +393,35 @@ def test_trace_detail_split_by_hand():
         "trace": bench.trace_split(trace, 1, dict.fromkeys(bench.STAGES + ("head",), 0)), "trace_shape": "tuned", "trace_pos": 1})
 
 
+def test_context_sweep_table():
+    """bench/megakernel.py's context sweep (issue 31) as a table: ms per filled position with
+    the excess over the bytes model, p50/p99 of single steps; percentile on a known list."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("bench_mega", Path(__file__).parents[2] / "bench" / "megakernel.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    xs = [float(i) for i in range(1, 101)]
+    assert (bench.percentile(xs, 50), bench.percentile(xs, 99), bench.percentile(xs, 100)) == (51.0, 99.0, 100.0)
+    assert {"split-1", "split-2", "split-8", "no-split"} <= set(bench.SHAPES)
+    trace = torch.zeros(1, 6, 4, dtype=torch.int64)
+    for g in range(6):
+        trace[0, g] = torch.tensor([1000 * g + 1, 1000 * g + 300, 1000 * g + 800, 0])
+    report = {
+        "device": "x", "ctx": 1, "tokens": 1, "repeats": 1, "bytes_per_step": 1e6, "rows": [], "trace_shape": "tuned",
+        "trace_pos": 1, "trace": bench.trace_split(trace, 1, dict.fromkeys(bench.STAGES + ("head",), 0)),
+        "sweeps": {"tuned": {
+            "positions": [{"pos": 144, "ms": 0.7, "bytes": 100, "over_bytes_pct": 0.0},
+                          {"pos": 4000, "ms": 0.75, "bytes": 105, "over_bytes_pct": 2.04}],
+            "long": {"tokens": 1024, "start": 16, "p50_ms": 0.71, "p99_ms": 0.74, "p99_over_p50": 1.042, "max_ms": 0.8,
+                     "first100_ms": 0.7, "last100_ms": 0.72}}},
+    }
+    text = bench.table(report)
+    assert "context sweep (issue 31)" in text
+    assert "| tuned | 144: 0.700 (+0.0), 4000: 0.750 (+2.0) | 0.710 | 0.740 | 1.042 | 0.800 | 0.700 | 0.720 |" in text
+
+
 @needs_hopper
 def test_megastep_reads_the_callers_buffers():
     """MegaStep replays graphs captured on the caller's own token and position tensors (no
