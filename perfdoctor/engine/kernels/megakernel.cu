@@ -400,7 +400,8 @@ __device__ __forceinline__ WStage weight_stage(const Params& p, int g) {
 // ceil((b + 1) T / G), else none (kv = -1). Computed once per launch, by the producer and
 // the consumers alike (integer divisions: never per tile or per head, see v4.1).
 // S = min(smax, ceil(n / attn_split)), smax = min(SMAX, G / NKV): few splits at short
-// context (no merge when S = 1), 13 at 4 K positions (2 merge batches). Mirrored by megakernel.attention_tasks.
+// context (no merge when S = 1), 13 at 4 K positions (2 merge batches). Mirrored by
+// megakernel.attention_tasks (the CPU tests check the dealing).
 struct AttnTask {
   int kv, j, S, c0, c1;  // KV head (-1: no task), split, splits, chunks [c0, c1)
 };
@@ -639,9 +640,9 @@ __device__ __forceinline__ float swiglu(float gate, float up) {
 // out before the first spin), in split order; it stores the output O's loader waits for.
 // Only the merging CTAs (NKV of them, group D threads each) spin, each on its group's
 // partials (<= 25 KB at S = 13; v4.6: 132 x 256 threads spinning on 32 KB each cost
-// 90 us). Deadlock-free: a split task waits for nothing of this stage (only its q/k/v words and its own
-// ring), and a CTA has one task, so the mergers' waits point at CTAs that finish without
-// waiting. Write-after-read on apart: the next layer's tasks write it after their q/k/v
+// 90 us). Deadlock-free: a split task waits for nothing of this stage (only its q/k/v
+// words and its own ring), and a CTA has one task, so the mergers' waits point at CTAs
+// that finish without waiting. Write-after-read on apart: the next layer's tasks write it after their q/k/v
 // words, which QKV wrote after down's y, i.e. after every O loader, which waited for every
 // merged output, written after the merger's reads; tags grow by one per layer and launch,
 // as qkv's, so a stale partial never carries the awaited tag.
