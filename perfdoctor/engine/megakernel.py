@@ -91,7 +91,7 @@ class MegaShape:
     in_flight: int = 2  # bulk copies outstanding per producer at most; 0: up to `stages`
     tiles_per_step: int = 1
     flags: bool = True  # run 24: 0.711 ms against 0.783 with counters
-    attn_split: int = 3  # v4.8: S = 1 up to 192 positions (no merge), 6 at 1 K, 13 from 2.4 K
+    attn_split: int = 3  # v4.8: S = 1 below 192 positions (no merge), 6 at 1,000, 13 from 2,304
 
     def defines(self, head_dim: int) -> dict[str, int]:
         """The kernel's -D defines for a model of `head_dim` (one attention<D> is built)."""

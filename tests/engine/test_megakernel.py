@@ -393,6 +393,31 @@ def test_trace_detail_split_by_hand():
         "trace": bench.trace_split(trace, 1, dict.fromkeys(bench.STAGES + ("head",), 0)), "trace_shape": "tuned", "trace_pos": 1})
 
 
+def test_tuned_kernel_builds_offline_without_spills():
+    """Where nvcc is installed (no GPU needed): the tuned kernel for Llama-3.2-1B's head_dim
+    builds for sm_90a without spills (a spill costs every stage; the 288-thread CTA caps ptxas
+    at 168 registers), and its static shared memory plus the ring fits the 227 KB an H200 CTA
+    may have."""
+    import re
+    import subprocess
+
+    from perfdoctor.engine.cubin import find_nvcc
+    from perfdoctor.engine.megakernel import SOURCE
+
+    try:
+        nvcc = find_nvcc()
+    except BadInput:
+        pytest.skip("no nvcc here")
+    flags = [f"-D{k}={v}" for k, v in sorted(TUNED.defines(LLAMA_3_2_1B.head_dim).items())]
+    done = subprocess.run([nvcc, "-gencode=arch=compute_90a,code=sm_90a", "-cubin", "-O3", *flags, "-Xptxas", "-v",
+                           "-o", "/dev/null", str(SOURCE)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", done.stderr)
+    smem = re.search(r"(\d+) bytes smem", done.stderr)
+    assert spills and spills.groups() == ("0", "0"), done.stderr[-600:]
+    assert smem and int(smem.group(1)) + TUNED.ring_bytes <= 227 * 1024, done.stderr[-600:]
+
+
 def test_context_sweep_table():
     """bench/megakernel.py's context sweep (issue 31) as a table: ms per filled position with
     the excess over the bytes model, p50/p99 of single steps; percentile on a known list."""
