@@ -113,13 +113,16 @@ TUNED = MegaShape()  # bench/megakernel.py's table says why
 
 @dataclass(frozen=True)
 class AttnTask:
-    """One attention task of a step: KV head `kv`'s query heads over its cached chunks
-    [c0, c1) (64 positions each; the last chunk of the last split holds this step's
-    position), split `j` of `splits`, on CTA `cta`. Split 0's CTA merges the others'
-    partials when splits > 1; the last split appends the step's K/V row."""
+    """One attention task of a step: query heads [h0, h0 + heads) of KV head `kv`'s group
+    (all of them when splits > 1, one when splits == 1) over its cached chunks [c0, c1) (64
+    positions each; the last chunk of the last split holds this step's position), split `j`
+    of `splits`, on CTA `cta`. Split 0's CTA merges the others' partials when splits > 1;
+    the last split of the group's first head appends the step's K/V row."""
 
     cta: int
     kv: int
+    h0: int
+    heads: int
     j: int
     splits: int
     c0: int
@@ -133,21 +136,25 @@ def attention_splits(pos: int, ctas: int, kv_heads: int, attn_split: int) -> int
     return max(1, min(smax, -(-n // attn_split)))
 
 
-def attention_tasks(pos: int, ctas: int, kv_heads: int, attn_split: int) -> list[AttnTask]:
+def attention_tasks(pos: int, ctas: int, q_heads: int, kv_heads: int, attn_split: int) -> list[AttnTask]:
     """The attention tasks of a step at position `pos`, as the kernel's `attn_task` deals
-    them: task t = kv S + j on CTA floor(t G / T), T = kv_heads S <= G, split j holding the
-    chunks [j n / S, (j + 1) n / S) of the n = pos // 64 + 1. Computed per CTA, as the
-    kernel does (CTA b: task ceil(b T / G) if below ceil((b + 1) T / G)), so a test can hold
-    it against the dealing it describes."""
+    them: with S = 1 one task per query head (v4.7's owners: CTA floor(hq G / q_heads)),
+    with S > 1 task t = kv S + j (the whole group) on CTA floor(t G / T), T = kv_heads S <=
+    G; split j holds the chunks [j n / S, (j + 1) n / S) of the n = pos // 64 + 1. Computed
+    per CTA, as the kernel does (CTA b: task ceil(b T / G) if below ceil((b + 1) T / G)), so
+    a test can hold it against the dealing it describes."""
     n = pos // BLOCK_S + 1
     S = attention_splits(pos, ctas, kv_heads, attn_split)
-    T = kv_heads * S
+    group = q_heads // kv_heads
+    HS = group if S == 1 else 1  # head subsets per KV head
+    gh = group // HS
+    T = kv_heads * HS * S
     out = []
     for b in range(ctas):
         t = -(-b * T // ctas)
         if t < -(-(b + 1) * T // ctas):
             j = t % S
-            out.append(AttnTask(b, t // S, j, S, j * n // S, (j + 1) * n // S))
+            out.append(AttnTask(b, t // (HS * S), t // S % HS * gh, gh, j, S, j * n // S, (j + 1) * n // S))
     return out
 
 
@@ -295,8 +302,8 @@ class MegaKernels:
 
         props = torch.cuda.get_device_properties(device)
         self.ctas = props.multi_processor_count
-        if self.ctas < c.kv_heads:
-            raise BadInput(f"megakernel: {c.kv_heads} KV heads need as many CTAs, this GPU has {self.ctas} SMs")
+        if self.ctas < c.q_heads:  # one attention task per CTA at most (a query head's at short context)
+            raise BadInput(f"megakernel: {c.q_heads} query heads need as many CTAs, this GPU has {self.ctas} SMs")
         self.part_val = torch.empty(self.ctas, dtype=torch.float32, device=device)
         self.part_idx = torch.empty(self.ctas, dtype=torch.int32, device=device)
         self.counters = torch.zeros((5 * c.layers + 1) * COUNTER_STRIDE, dtype=torch.int32, device=device)

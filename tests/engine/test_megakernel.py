@@ -87,41 +87,89 @@ def test_plan_refuses_what_the_kernel_cannot_copy():
 # ---- attention tasks (v4.8): the dealing and the split-and-merge arithmetic ------------------
 
 
-@pytest.mark.parametrize("kv_heads", [8, 2, 1])
+@pytest.mark.parametrize("heads", [(32, 8), (6, 2), (4, 1), (3, 3)], ids=lambda h: f"{h[0]}q{h[1]}kv")
 @pytest.mark.parametrize("attn_split", [1, 2, 3, 4, 100])
 @pytest.mark.parametrize("pos", [0, 1, 63, 64, 65, 127, 128, 144, 191, 192, 1000, 2047, 4000, 8191])
-def test_attention_tasks_cover_every_chunk_once(pos, attn_split, kv_heads):
-    """At every position the kernel's per-CTA dealing gives each (KV head, split) to exactly
-    one CTA, at most one task per CTA, and each KV head's splits cover its n = pos // 64 + 1
-    chunks in order, none empty; S is within [1, min(13, G / NKV, n)]."""
-    ctas = 132
-    tasks = attention_tasks(pos, ctas, kv_heads, attn_split)
+def test_attention_tasks_cover_every_chunk_once(pos, attn_split, heads):
+    """At every position the kernel's per-CTA dealing gives each (query head, split) to
+    exactly one CTA, at most one task per CTA, and each KV head's splits cover its n = pos //
+    64 + 1 chunks in order, none empty; S is within [1, min(13, G / NKV, n)]. With S = 1 a
+    task is one query head on v4.7's owner CTA, floor(hq G / NQ); with S > 1 the group."""
+    ctas, (q_heads, kv_heads) = 132, heads
+    group = q_heads // kv_heads
+    tasks = attention_tasks(pos, ctas, q_heads, kv_heads, attn_split)
     n = pos // BLOCK_S + 1
     S = attention_splits(pos, ctas, kv_heads, attn_split)
     assert 1 <= S <= min(SMAX, ctas // kv_heads, n)
     assert S == min(SMAX, ctas // kv_heads, -(-n // attn_split))
-    assert len({t.cta for t in tasks}) == len(tasks) == kv_heads * S
-    assert sorted((t.kv, t.j) for t in tasks) == [(kv, j) for kv in range(kv_heads) for j in range(S)]
+    assert len({t.cta for t in tasks}) == len(tasks) == kv_heads * S * (group if S == 1 else 1)
+    covered = sorted((t.kv * group + h, t.j) for t in tasks for h in range(t.h0, t.h0 + t.heads))
+    assert covered == [(hq, j) for hq in range(q_heads) for j in range(S)]
+    assert all(t.heads == (1 if S == 1 else group) for t in tasks)
+    if S == 1:
+        assert sorted((t.cta, t.kv * group + t.h0) for t in tasks) == [(hq * ctas // q_heads, hq) for hq in range(q_heads)]
     for kv in range(kv_heads):
-        mine = sorted((t for t in tasks if t.kv == kv), key=lambda t: t.j)
-        assert mine[0].c0 == 0 and mine[-1].c1 == n
-        assert all(a.c1 == b.c0 for a, b in zip(mine, mine[1:]))
-        assert all(t.c1 > t.c0 and t.splits == S for t in mine)
-        # the last split holds pos (it appends the K/V row); split 0 is the merging CTA
-        assert mine[-1].c0 * BLOCK_S <= pos < mine[-1].c1 * BLOCK_S
+        for h0 in {t.h0 for t in tasks if t.kv == kv}:
+            mine = sorted((t for t in tasks if t.kv == kv and t.h0 == h0), key=lambda t: t.j)
+            assert mine[0].c0 == 0 and mine[-1].c1 == n
+            assert all(a.c1 == b.c0 for a, b in zip(mine, mine[1:]))
+            assert all(t.c1 > t.c0 and t.splits == S for t in mine)
+            # the last split holds pos (its h0 == 0 task appends the K/V row); split 0 merges
+            assert mine[-1].c0 * BLOCK_S <= pos < mine[-1].c1 * BLOCK_S
+        assert sum(t.j == S - 1 and t.h0 == 0 for t in tasks if t.kv == kv) == 1  # one appender per KV head
 
 
 def test_attention_splits_of_llama_1b():
-    """What the v4.8 prediction assumes for Llama-3.2-1B on 132 SMs (8 KV heads): no merge up
-    to 192 positions, 6 splits of <= 3 chunks at ~1,000, 13 of <= 5 chunks at 4,000."""
+    """What the v4.8 prediction assumes for Llama-3.2-1B on 132 SMs (8 KV heads): v4.7's 32
+    per-head owners below 192 positions (no merge), 6 splits of <= 3 chunks at ~1,000, 13
+    of <= 5 chunks at 4,000."""
     split = TUNED.attn_split
     assert [attention_splits(p, 132, 8, split) for p in (16, 144, 191, 192, 272, 1000, 4000)] == [1, 1, 1, 2, 2, 6, 13]
-    for pos, most in ((144, 3), (1000, 3), (4000, 5)):
-        assert max(t.c1 - t.c0 for t in attention_tasks(pos, 132, 8, split)) == most
+    for pos, tasks, most in ((144, 32, 3), (1000, 48, 3), (4000, 104, 5)):
+        got = attention_tasks(pos, 132, 32, 8, split)
+        assert (len(got), max(t.c1 - t.c0 for t in got)) == (tasks, most)
 
 
 def _bf(x: torch.Tensor) -> torch.Tensor:
     return x.to(torch.bfloat16).float()
+
+
+def _quarter(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s0: int, s1: int):
+    """One 16-position quarter as the kernel computes it: (max, unrounded sum, acc)."""
+    sc = _bf(k[s0:s1] @ q)
+    m = sc.max()
+    e = torch.exp(sc - m)
+    return m, e.sum(), _bf(e) @ v[s0:s1]
+
+
+def _merge(run, part):
+    """(m, l, acc) runs merged as the kernel does (a -inf run contributes nothing)."""
+    (m, l, acc), (pm, pl, pacc) = run, part
+    if pm == -float("inf"):
+        return run
+    new_m = torch.maximum(m, pm)
+    a, b = torch.exp(m - new_m), torch.exp(pm - new_m)
+    return new_m, l * a + b * pl, acc * a + b * pacc
+
+
+def _owner_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, warps: int = 8) -> torch.Tensor:
+    """The kernel at S = 1 (v4.7's per-head owner): quarter qq of chunk ch on warp (4 ch +
+    qq) % warps, each warp's run over its quarters, the warps merged in order."""
+    length, D = k.shape
+    out = []
+    for h in range(q.shape[0]):
+        runs = [(torch.tensor(-float("inf")), torch.tensor(0.0), torch.zeros(D)) for _ in range(warps)]
+        for ch in range(-(-length // BLOCK_S)):
+            for w in range(warps):
+                qq = (w - 4 * ch) % warps
+                s0 = ch * BLOCK_S + qq * (BLOCK_S // 4)
+                if qq < 4 and s0 < length:
+                    runs[w] = _merge(runs[w], _quarter(q[h], k, v, s0, min(s0 + BLOCK_S // 4, length)))
+        m, l, acc = (torch.tensor(-float("inf")), torch.tensor(0.0), torch.zeros(D))
+        for r in runs:
+            m, l, acc = _merge((m, l, acc), r)
+        out.append(acc / l)
+    return torch.stack(out)
 
 
 def _kernel_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, splits: list[tuple[int, int]]) -> torch.Tensor:
@@ -172,11 +220,12 @@ def _kernel_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, splits:
 
 @pytest.mark.parametrize("pos", [0, 1, 63, 64, 65, 1000, 4000])
 def test_split_attention_matches_unsplit(pos):
-    """The split-and-merge arithmetic, at the splits the kernel deals (8 KV heads, 132 CTAs,
-    attn_split 1 and the tuned 3), against softmax attention in fp64 (within the bf16
-    rounding of scores and probabilities) and against one split (S = 1, the kernel's path
-    at short context): the splits only re-associate fp32 sums, so the outputs agree to fp32
-    rounding, far below a bf16 ulp of the rounded output."""
+    """The split-and-merge arithmetic of the grouped tasks, at the splits the kernel deals
+    (Llama-3.2-1B's heads, 132 CTAs, attn_split 1 and the tuned 3), against softmax
+    attention in fp64 (within the bf16 rounding of scores and probabilities), against the
+    same arithmetic in one split, and against the S = 1 path (v4.7's per-head owner, its
+    warps' rotating runs): all only re-associate fp32 sums of the same bf16-rounded
+    probabilities, so the outputs agree to fp32 rounding, far below a bf16 ulp."""
     gen = torch.Generator().manual_seed(pos)
     D, group, length = 64, 4, pos + 1
     q = _bf(torch.randn(group, D, generator=gen) * D**-0.5 * 2)
@@ -185,8 +234,11 @@ def test_split_attention_matches_unsplit(pos):
     exact = torch.softmax(q.double() @ k.double().T, dim=-1) @ v.double()
     one = _kernel_attention(q, k, v, [(0, n)])
     assert (one.double() - exact).abs().max() < 2e-2 * exact.abs().max() + 1e-3
+    owner = _owner_attention(q, k, v)
+    torch.testing.assert_close(owner, one, rtol=1e-5, atol=1e-6)
+    assert (_bf(owner) != _bf(one)).float().mean() <= 0.02
     for split in (1, TUNED.attn_split):
-        tasks = sorted((t for t in attention_tasks(pos, 132, 8, split) if t.kv == 0), key=lambda t: t.j)
+        tasks = sorted((t for t in attention_tasks(pos, 132, 32, 8, split) if t.kv == 0 and t.h0 == 0), key=lambda t: t.j)
         got = _kernel_attention(q, k, v, [(t.c0, t.c1) for t in tasks])
         assert len(tasks) == attention_splits(pos, 132, 8, split)
         torch.testing.assert_close(got, one, rtol=1e-5, atol=1e-6)

@@ -85,7 +85,8 @@
 #define MB 6  // splits the merging CTA loads per batch (8: 168 registers and spills; 6: none)
 #define QPC 4  // 16-position quarters of an attention chunk (each softmaxed on its own maximum)
 #define HPW ((GMAX * QPC + CWARPS - 1) / CWARPS)  // attention items (query head, quarter) of a chunk per warp at most
-static_assert(GMAX * QPC * MAXD * 4 <= MAXK * 2, "attention's accumulators fit in xs");
+#define NSLOT (GMAX * QPC > CWARPS ? GMAX * QPC : CWARPS)  // attention runs kept per CTA (items, or warps: see attention)
+static_assert(NSLOT * MAXD * 4 <= MAXK * 2, "attention's accumulators fit in xs");
 static_assert(NC % (HEAD_DIM / 2) == 0, "attention's RoPE threads x = tid + k NC share tid's cos / sin");
 #define CSTRIDE 32  // done counters 128 bytes apart
 #define NPTR 8  // columns of the pointer table
@@ -395,25 +396,31 @@ __device__ __forceinline__ WStage weight_stage(const Params& p, int g) {
 // This CTA's attention task (the same every layer of a launch: it depends on pos only).
 // The n = pos / BLOCK_S + 1 chunks of cached positions (the last holds pos, this step's
 // row) of each KV head are cut into S contiguous splits, split j the chunks [j n / S,
-// (j + 1) n / S) (none empty: S <= n); task t = kv S + j runs on CTA floor(t G / T), T =
-// NKV S <= G tasks spread over the grid, so CTA b has task ceil(b T / G) if that is below
-// ceil((b + 1) T / G), else none (kv = -1). Computed once per launch, by the producer and
-// the consumers alike (integer divisions: never per tile or per head, see v4.1).
-// S = min(smax, ceil(n / attn_split)), smax = min(SMAX, G / NKV): few splits at short
-// context (no merge when S = 1), 13 at 4 K positions (2 merge batches). Mirrored by
-// megakernel.attention_tasks (the CPU tests check the dealing).
+// (j + 1) n / S) (none empty: S <= n), S = min(smax, ceil(n / attn_split)), smax =
+// min(SMAX, G / NKV). With S = 1 (short context) a task is one query head over all the
+// chunks, as the per-head owners of v4.7 were (the same CTAs, work and rounding: no merge,
+// 32 CTAs); with S > 1 a task is the whole GQA group of a KV head over one split (each K/V
+// byte through one ring once; up to 13 splits at 4 K positions, 2 merge batches). Task
+// t = (kv HS + hs) S + j (HS = group head subsets of gh = 1 head when S = 1, else 1 of gh
+// = group) runs on CTA floor(t G / T), T = NKV HS S <= G tasks spread over the grid, so
+// CTA b has task ceil(b T / G) if that is below ceil((b + 1) T / G), else none (kv = -1).
+// Computed once per launch, by the producer and the consumers alike (integer divisions:
+// never per tile or per head, see v4.1). Mirrored by megakernel.attention_tasks (the CPU
+// tests check the dealing).
 struct AttnTask {
-  int kv, j, S, c0, c1;  // KV head (-1: no task), split, splits, chunks [c0, c1)
+  int kv, h0, gh, j, S, c0, c1;  // KV head (-1: no task), its query heads [h0, h0 + gh), split, splits, chunks [c0, c1)
 };
 
 __device__ __forceinline__ AttnTask attn_task(const Params& p, int pos) {
-  const int b = blockIdx.x, G = gridDim.x, n = pos / BLOCK_S + 1;
+  const int b = blockIdx.x, G = gridDim.x, n = pos / BLOCK_S + 1, group = p.NQ / p.NKV;
   const int smax = max(1, min(SMAX, G / p.NKV));
   const int S = max(1, min(smax, (n + p.attn_split - 1) / p.attn_split));
-  const int T = p.NKV * S, t = (b * T + G - 1) / G;
-  AttnTask a{-1, 0, S, 0, 0};
+  const int HS = S == 1 ? group : 1;  // head subsets per KV head
+  const int T = p.NKV * HS * S, t = (b * T + G - 1) / G;
+  AttnTask a{-1, 0, group / HS, 0, S, 0, 0};
   if (t < ((b + 1) * T + G - 1) / G) {
-    a.kv = t / S;
+    a.kv = t / (HS * S);
+    a.h0 = t / S % HS * a.gh;
     a.j = t % S;
     a.c0 = a.j * n / S;
     a.c1 = (a.j + 1) * n / S;
@@ -434,7 +441,7 @@ struct Shared {
   __align__(16) float q[GMAX][MAXD];
   __align__(16) bf16 k_new[MAXD];
   __align__(16) bf16 v_new[MAXD];
-  float wm[GMAX * QPC], wl[GMAX * QPC];
+  float wm[NSLOT], wl[NSLOT];
   float sred[CWARPS];
   union {
     // the stage's input vector, staged once per CTA (see stage_normed)
@@ -442,7 +449,7 @@ struct Shared {
     // attention's items' accumulators (the attention stage does not use xs: QKV's warps
     // took their slices before QKV's closing barrier, O's loader rewrites it after
     // attention's)
-    float wacc[GMAX * QPC][MAXD];
+    float wacc[NSLOT][MAXD];
   };
 };
 
@@ -608,8 +615,9 @@ __device__ __forceinline__ float swiglu(float gate, float up) {
   return bf(__fdividef(g, 1.f + __expf(-g))) * bf(up);
 }
 
-// Attention task `at` (see attn_task): the group = NQ / NKV query heads of KV head at.kv
-// over the cached chunks [at.c0, at.c1) of positions [0, pos] (see the file comment). The
+// Attention task `at` (see attn_task): query heads [at.h0, at.h0 + gh) of KV head at.kv
+// (S = 1: one head; S > 1: the whole group, gh = NQ / NKV) over the cached chunks [at.c0,
+// at.c1) of positions [0, pos] (see the file comment). The
 // cached K/V rows [0, pos) arrive through the ring, one BLOCK_S-position chunk per slot (K,
 // then V at byte BLOCK_S * D * 2), streamed by the producer with the weights: they do not
 // depend on this step, so they are in shared memory before the QKV stage completes.
@@ -620,12 +628,15 @@ __device__ __forceinline__ float swiglu(float gate, float up) {
 // D is a template parameter (16, 32, 64 or 128) so that every loop below is unrolled
 // without run-time guards: a guarded loop compiles to one branch per 16-byte load, and
 // each load then waits for the previous one's FMAs (v3.5 spent ~8 us per layer there).
-// Work split: a chunk's work is group x QPC items (a query head h, a 16-position quarter
-// qq: item i = QPC h + qq), item i on warp i % CWARPS for every chunk (group 4: 16 items,
-// 2 per warp). Each item is softmaxed on its own maximum (scores and probabilities
-// rounded to bf16, as fused's `decode_attention` within its split) and carried over the
-// task's chunks in fp32 (flash-decoding with 16-position splits); the QPC quarters of a
-// head are then merged in order, and the task's splits in split order (below).
+// Work split: a chunk's work is gh x QPC items (a query head h, a 16-position quarter qq).
+// Each is softmaxed on its own maximum (scores and probabilities rounded to bf16, as
+// fused's `decode_attention` within its split) and carried in an fp32 run (flash-decoding
+// with 16-position splits). One head (S = 1, v4.7's work and rounding): quarter qq of
+// chunk ch on warp (QPC ch + qq) % CWARPS (rotating: at ~150 positions, 3 chunks, every
+// warp has work), a warp's run over its quarters, the warps' runs merged in warp order.
+// Several heads: item i = QPC h + qq on warp i % CWARPS at every chunk (group 4: 16 items,
+// 2 per warp), a run per item, a head's QPC runs merged in order, then the splits in split
+// order (below).
 // Layout inside an item: LP = D / 8 lanes per position, lane = LP * pp + j holds dims
 // [8 j, 8 j + 8) of q and takes positions PPI * i + pp (PPI = 32 / LP per step i): its K
 // and V reads are 16 bytes of one row, LP lanes a row, a warp reading PPI whole rows at
@@ -652,7 +663,7 @@ __device__ void attention(const Params& p, int layer, const AttnTask& at, int po
   constexpr int half = D / 2, LP = D / 8, PPI = 32 / LP, SPLIT = BLOCK_S / QPC, NIT = SPLIT / PPI, PW = D + 1;
   static_assert(NIT >= 1, "a quarter holds at least one step of positions");
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, j = lane % LP, pp = lane / LP;
-  const int group = p.NQ / p.NKV, kv = at.kv, hq0 = kv * group;
+  const int group = p.NQ / p.NKV, kv = at.kv, gh = at.gh, hq0 = kv * group + at.h0;
   const int length = pos + 1;
   const unsigned long long* row = p.table + layer * NPTR;
   bf16* kc = reinterpret_cast<bf16*>(row[K_CACHE]) + kv * p.stride_head;
@@ -666,7 +677,7 @@ __device__ void attention(const Params& p, int layer, const AttnTask& at, int po
     if (tid < half) { wk0 = ld_volatile(qkv_w + kw + tid); wk1 = ld_volatile(qkv_w + kw + tid + half); }
     if (tid < D) wv = ld_volatile(qkv_w + vw + tid);
   }
-  for (int x = tid; x < group * half; x += NC) {  // x % half == tid % half: NC is a multiple of half
+  for (int x = tid; x < gh * half; x += NC) {  // x % half == tid % half: NC is a multiple of half
     const int h = x / half, i = x % half, q = (hq0 + h) * D;
     float qa, qb;
     if (FLAGS) {
@@ -714,9 +725,15 @@ __device__ void attention(const Params& p, int layer, const AttnTask& at, int po
     const int c0 = ch * BLOCK_S;  // the slot's first position
 #pragma unroll
     for (int k = 0; k < HPW; ++k) {
-      const int item = warp + k * CWARPS, h = item / QPC, qq = item % QPC;
+      // One head (S = 1): quarter qq of chunk ch on warp (QPC ch + qq) % CWARPS, rotating,
+      // so at ~150 positions (3 chunks) every warp has work, as in v4.7; the warp's run
+      // then spans quarters of several chunks. Several heads: item i = QPC h + qq on warp
+      // i % CWARPS at every chunk (a run is one (head, quarter)).
+      const int item = warp + k * CWARPS;
+      const int h = gh == 1 ? (k == 0 ? 0 : 1) : item / QPC;
+      const int qq = gh == 1 ? (warp - QPC * ch % CWARPS + CWARPS) % CWARPS : item % QPC;
       const int s0 = c0 + qq * SPLIT;
-      if (h >= group || s0 >= length) continue;  // none, or past the last position (warp-uniform)
+      if (h >= gh || qq >= QPC || s0 >= length) continue;  // none, or past the last position (warp-uniform)
       float qf[8];  // this lane's 8 dims of head h's q
 #pragma unroll
       for (int e = 0; e < 8; ++e) qf[e] = sh.q[h][8 * j + e];
@@ -782,25 +799,25 @@ __device__ void attention(const Params& p, int layer, const AttnTask& at, int po
     if (lane == 0) mbar_arrive(&sh.empty[slot]);  // this warp is done with the slot
   }
 #pragma unroll
-  for (int k = 0; k < HPW; ++k) {  // the items' runs (-inf: no live quarter in the task)
-    const int item = warp + k * CWARPS;
-    if (item / QPC < group) {
-      if (lane == 0) { sh.wm[item] = run_m[k]; sh.wl[item] = run_l[k]; }
+  for (int k = 0; k < HPW; ++k) {  // the runs, by item (one head: by warp); -inf: no live quarter
+    const int slot = gh == 1 ? warp : warp + k * CWARPS;
+    if (gh == 1 ? k == 0 : slot / QPC < gh) {
+      if (lane == 0) { sh.wm[slot] = run_m[k]; sh.wl[slot] = run_l[k]; }
       if (pp == 0) {
 #pragma unroll
-        for (int e = 0; e < 8; ++e) sh.wacc[item][8 * j + e] = run_acc[k][e];
+        for (int e = 0; e < 8; ++e) sh.wacc[slot][8 * j + e] = run_acc[k][e];
       }
     }
   }
   consumers_sync();
   unsigned long long* part = p.apart;
   const unsigned long long t64 = (unsigned long long)tag << 32;
-  for (int x = tid; x < group * D; x += NC) {
+  const int nslot = gh == 1 ? CWARPS : QPC;  // a head's runs: every warp's (one head), or its QPC items
+  for (int x = tid; x < gh * D; x += NC) {
     const int h = x / D, d = x % D, hq = hq0 + h;
     float m = -INFINITY, l = 0.f, acc = 0.f;
-#pragma unroll
-    for (int qq = 0; qq < QPC; ++qq) {  // this split: the head's quarters, in order (quarter 0 is live)
-      const int item = h * QPC + qq;
+    for (int r = 0; r < nslot; ++r) {  // this split: the head's runs, in order (at least one is live)
+      const int item = h * nslot + r;
       if (sh.wm[item] == -INFINITY) continue;
       const float new_m = fmaxf(m, sh.wm[item]);
       const float a = __expf(m - new_m), b = __expf(sh.wm[item] - new_m);
@@ -842,7 +859,7 @@ __device__ void attention(const Params& p, int layer, const AttnTask& at, int po
   }
   // The last split appends this step's K/V row (its chunk holds pos), last: the stores'
   // addresses need the pointer table (a global load), and first they held warps back.
-  if (at.j == at.S - 1 && tid < D) {
+  if (at.j == at.S - 1 && at.h0 == 0 && tid < D) {
     kc[(long long)pos * p.stride_pos + tid] = sh.k_new[tid];
     vc[(long long)pos * p.stride_pos + tid] = sh.v_new[tid];
   }
