@@ -79,7 +79,7 @@ SHAPES: dict[str, MegaShape] = {
     "split-1": replace(TUNED, attn_split=1),
     "split-2": replace(TUNED, attn_split=2),
     "split-8": replace(TUNED, attn_split=8),
-    "no-split": replace(TUNED, attn_split=1 << 20),  # one task per KV head at every position
+    "no-split": replace(TUNED, attn_split=1 << 20),  # S = 1 at every position: v4.7's per-head owners (the A/B)
 }
 
 
