@@ -1,6 +1,7 @@
 """Time the megakernel step against fused on a GPU, several kernel shapes, one table.
 
     python bench/megakernel.py [--tokens 256] [--repeats 3] [--shapes tuned,4x32KB,...] [--json out.json]
+                               [--positions 144,1000,4000] [--long-tokens 1024] [--sweep-shapes tuned,...]
 
 For each named shape (a `MegaShape`: ring stages x tile bytes, consumer warps): the built
 kernel's registers and local memory, then the decode loop through the engine's `generate`
@@ -25,6 +26,16 @@ A second table takes `work` apart (the kernel's TRACE_WORDS detail, means per CT
   ring     ready -> last store, waiting for ring slots to land (DRAM not keeping up)
   compute  ready -> last store, the rest
   release  last store -> end (block sync, the release fence)
+
+Last, the context sweep (issue 31) of each --sweep-shapes shape (default: the first of
+--shapes), the model's cache reallocated to max(--positions) + 64 positions of random K/V
+(timing only: the K/V values do not change the work): the median ms per step over 64
+steps starting at each filled position of --positions, against what the extra K/V bytes
+would cost at the first position's rate (`over bytes %`: ms(N) / (ms(N0) bytes(N) /
+bytes(N0)) - 1; issue 31's goal: <= 3 %), then --long-tokens steps from position 16 (the
+prompt) one by one: p50, p99, p99 / p50 (goal <= 1.05), the means of the first and last 100.
+Per-step times are CUDA events recorded between graph replays (no synchronisation in the
+loop).
 """
 
 from __future__ import annotations
@@ -64,6 +75,11 @@ SHAPES: dict[str, MegaShape] = {
     "16-warps": replace(TUNED, consumer_warps=16),  # 2 warps per row
     "16-warps-3x64KB": replace(TUNED, tile_bytes=65536, stages=3, consumer_warps=16),  # 16 rows
     "4-warps-12x16KB": replace(TUNED, tile_bytes=16384, stages=12, consumer_warps=4),
+    # v4.8 attention splits (chunks per split; tuned 3): most tasks, more merges / fewer
+    "split-1": replace(TUNED, attn_split=1),
+    "split-2": replace(TUNED, attn_split=2),
+    "split-8": replace(TUNED, attn_split=8),
+    "no-split": replace(TUNED, attn_split=1 << 20),  # S = 1 at every position: v4.7's per-head owners (the A/B)
 }
 
 
@@ -142,6 +158,58 @@ def trace_split(trace: torch.Tensor, layers: int, nbytes: dict[str, int]) -> dic
     return {"step_us": ((t[:, :, 2].max() - t0) / 1e3).item(), "stages": out}
 
 
+SWEEP_STEPS = 64  # steps timed from each filled position
+
+
+def step_times(step, token: torch.Tensor, pos: torch.Tensor, start: int, n: int) -> list[float]:
+    """Milliseconds of each of `n` steps from position `start` (pos advanced in place on the
+    device, the token fixed), by CUDA events between the steps, after 8 warm-up steps."""
+    for _ in range(8):
+        pos.fill_(start)
+        step(token, pos)
+    pos.fill_(start)
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(n + 1)]
+    events[0].record()
+    for i in range(n):
+        step(token, pos)
+        pos += 1
+        events[i + 1].record()
+    torch.cuda.synchronize()
+    return [a.elapsed_time(b) for a, b in zip(events, events[1:])]
+
+
+def percentile(xs: list[float], q: float) -> float:
+    ys = sorted(xs)
+    return ys[min(len(ys) - 1, max(0, round(q / 100 * (len(ys) - 1))))]
+
+
+def sweep(model: Transformer, shape: MegaShape, positions: list[int], long_tokens: int, prompt_len: int) -> dict:
+    """The context sweep of one shape (see the module docstring)."""
+    mk = MegaKernels(model, shape)
+    step = MegaStep(mk)
+    device = model.embed.device
+    token, pos = torch.tensor([1], device=device), torch.tensor([0], device=device)
+    kv = model.config.kv_bytes_per_position(model.embed.element_size())
+    weights = model.weight_bytes_per_token()
+    out: dict = {"positions": []}
+    with torch.no_grad():
+        for n in positions:
+            ms = statistics.median(step_times(step, token, pos, n, SWEEP_STEPS))
+            out["positions"].append({"pos": n, "ms": ms, "bytes": weights + kv * (n + SWEEP_STEPS // 2)})
+        base = out["positions"][0] if out["positions"] else None
+        for r in out["positions"]:
+            r["over_bytes_pct"] = 100 * (r["ms"] / (base["ms"] * r["bytes"] / base["bytes"]) - 1)
+        if long_tokens:
+            t = step_times(step, token, pos, prompt_len, long_tokens)
+            p50, p99 = percentile(t, 50), percentile(t, 99)
+            out["long"] = {"tokens": long_tokens, "start": prompt_len, "p50_ms": p50, "p99_ms": p99,
+                           "p99_over_p50": p99 / p50, "max_ms": max(t), "first100_ms": statistics.mean(t[:100]),
+                           "last100_ms": statistics.mean(t[-100:])}
+    del step, mk
+    torch.cuda.empty_cache()
+    return out
+
+
 def run(args: argparse.Namespace) -> dict:
     if not torch.cuda.is_available():
         print("error: bench/megakernel.py needs CUDA", file=sys.stderr)
@@ -150,6 +218,8 @@ def run(args: argparse.Namespace) -> dict:
     config = LLAMA_3_2_1B
     weights = random_hf_state_dict(config, args.seed, device, dtype)
     model = Transformer.from_hf_state_dict(config, weights, args.ctx)
+    positions = [int(x) for x in args.positions.split(",") if x]
+    sweep_ctx = max([*positions, args.prompt_len + args.long_tokens]) + SWEEP_STEPS + 16
     del weights
     prompt = random_prompt(config, args.prompt_len, args.seed)
     peak = peak_dram_bandwidth(0)
@@ -203,9 +273,23 @@ def run(args: argparse.Namespace) -> dict:
     split = trace_split(mk.trace_buffer, config.layers, stage_bytes(model))
     if args.json:  # the raw stamps too, for a look at single CTAs
         torch.save(mk.trace_buffer.cpu(), Path(args.json).with_suffix(".trace.pt"))
+    del mk
+    sweeps = {}
+    if positions or args.long_tokens:
+        model.setup_cache(sweep_ctx)  # a longer cache (the kernels built below take its pointers)
+        gen = torch.Generator(device=device).manual_seed(args.seed)
+        for layer in model.layers:  # random K/V in every cached row (the work does not depend on them)
+            for cache in (layer.attn.k_cache, layer.attn.v_cache):
+                cache.copy_(torch.randn(cache.shape, generator=gen, device=device, dtype=torch.float32).to(cache.dtype))
+        for name in (args.sweep_shapes or names[0]).split(","):
+            if name not in SHAPES:
+                print(f"error: unknown sweep shape {name!r}", file=sys.stderr)
+                raise SystemExit(2)
+            print(f"context sweep megakernel {name} ...", file=sys.stderr, flush=True)
+            sweeps[name] = sweep(model, SHAPES[name], positions, args.long_tokens, args.prompt_len)
     return {"device": torch.cuda.get_device_name(0), "tokens": args.tokens, "ctx": args.ctx,
             "repeats": args.repeats, "bytes_per_step": per_step, "rows": rows, "trace": split,
-            "trace_shape": names[0], "trace_pos": int(pos.item())}
+            "trace_shape": names[0], "trace_pos": int(pos.item()), "sweeps": sweeps}
 
 
 def table(report: dict) -> str:
@@ -242,6 +326,19 @@ def table(report: dict) -> str:
         lines += ["", "| stage | seen us (sum) | poll us/task | loader | ring | compute | release |", "|---|---:|---:|---:|---:|---:|---:|"]
         for s, o in tr["stages"].items():
             lines.append(f"| {s} | " + " | ".join(f"{o[k]:.2f}" for k in DETAIL) + " |")
+    sweeps = report.get("sweeps") or {}
+    if sweeps:
+        lines += ["", f"context sweep (issue 31): median ms/step over {SWEEP_STEPS} steps from each filled position; "
+                  "over bytes: against the first position's ms scaled by the step's bytes (goal <= 3 %); "
+                  "p50/p99 of single steps from the prompt (goal p99/p50 <= 1.05)", "",
+                  "| shape | ms at position (over bytes %) | p50 ms | p99 ms | p99/p50 | max ms | first 100 | last 100 |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|"]
+        for name, sw in sweeps.items():
+            at = ", ".join(f"{r['pos']}: {r['ms']:.3f} ({r['over_bytes_pct']:+.1f})" for r in sw["positions"])
+            lg = sw.get("long")
+            tail = (f"{lg['p50_ms']:.3f} | {lg['p99_ms']:.3f} | {lg['p99_over_p50']:.3f} | {lg['max_ms']:.3f} "
+                    f"| {lg['first100_ms']:.3f} | {lg['last100_ms']:.3f}") if lg else "| | | | |"
+            lines.append(f"| {name} | {at} | {tail} |")
     return "\n".join(lines)
 
 
@@ -254,6 +351,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shapes", default=",".join(SHAPES),
                    help=f"comma-separated, the first is traced; from {', '.join(SHAPES)}")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--positions", default="144,1000,4000",
+                   help="filled positions of the context sweep (comma-separated; empty: none)")
+    p.add_argument("--long-tokens", type=int, default=1024, help="single steps timed from the prompt for p50/p99 (0: none)")
+    p.add_argument("--sweep-shapes", default="", help="shapes of the context sweep (default: the first of --shapes)")
     p.add_argument("--json", metavar="PATH", default=None)
     args = p.parse_args(argv)
     report = run(args)

@@ -41,6 +41,8 @@ MAXK = 8192  # widest input vector the kernel holds per thread (MAXK)
 MAXD = 128  # widest head (MAXD)
 HEAD_DIMS = (16, 32, 64, 128)  # the head sizes attention<D> is built for
 BLOCK_S = 64  # attention positions per chunk, one ring slot of K and V (BLOCK_S)
+GMAX = 4  # query heads per KV head at most (GMAX)
+SMAX = 13  # position splits of a KV head's chunks at most (SMAX)
 PART_CHUNKS = 256  # 16-byte chunks of one warp's part of a row at most (32 lanes x XCH)
 ARCH = (9, 0)  # sm_90, Hopper: the kernel is built on its bulk copies and mbarriers
 
@@ -77,6 +79,10 @@ class MegaShape:
     the ring, always or only while it was full; a nanosleep between counter polls; the
     tile-loop timing probes; tags on gate/up's output too; a nanosleep in the tag spins.
     docs/kernels-notes.md has their rows.)
+
+    `attn_split`: cached 64-position chunks per attention split, the target: a KV head's
+    chunks are cut into S = min(SMAX, ctas / kv_heads, ceil(chunks / attn_split)) splits,
+    each a task of its own CTA (`attention_tasks`; a run-time parameter, the same cubin).
     """
 
     tile_bytes: int = 32768
@@ -85,6 +91,7 @@ class MegaShape:
     in_flight: int = 2  # bulk copies outstanding per producer at most; 0: up to `stages`
     tiles_per_step: int = 1
     flags: bool = True  # run 24: 0.711 ms against 0.783 with counters
+    attn_split: int = 3  # v4.8: S = 1 below 192 positions (no merge), 6 at 1,000, 13 from 2,304
 
     def defines(self, head_dim: int) -> dict[str, int]:
         """The kernel's -D defines for a model of `head_dim` (one attention<D> is built)."""
@@ -102,6 +109,53 @@ class MegaShape:
 
 
 TUNED = MegaShape()  # bench/megakernel.py's table says why
+
+
+@dataclass(frozen=True)
+class AttnTask:
+    """One attention task of a step: query heads [h0, h0 + heads) of KV head `kv`'s group
+    (all of them when splits > 1, one when splits == 1) over its cached chunks [c0, c1) (64
+    positions each; the last chunk of the last split holds this step's position), split `j`
+    of `splits`, on CTA `cta`. Split 0's CTA merges the others' partials when splits > 1;
+    the last split of the group's first head appends the step's K/V row."""
+
+    cta: int
+    kv: int
+    h0: int
+    heads: int
+    j: int
+    splits: int
+    c0: int
+    c1: int
+
+
+def attention_splits(pos: int, ctas: int, kv_heads: int, attn_split: int) -> int:
+    """S, the position splits of each KV head's chunks at position `pos` (the kernel's attn_task)."""
+    n = pos // BLOCK_S + 1
+    smax = max(1, min(SMAX, ctas // kv_heads))
+    return max(1, min(smax, -(-n // attn_split)))
+
+
+def attention_tasks(pos: int, ctas: int, q_heads: int, kv_heads: int, attn_split: int) -> list[AttnTask]:
+    """The attention tasks of a step at position `pos`, as the kernel's `attn_task` deals
+    them: with S = 1 one task per query head (v4.7's owners: CTA floor(hq G / q_heads)),
+    with S > 1 task t = kv S + j (the whole group) on CTA floor(t G / T), T = kv_heads S <=
+    G; split j holds the chunks [j n / S, (j + 1) n / S) of the n = pos // 64 + 1. Computed
+    per CTA, as the kernel does (CTA b: task ceil(b T / G) if below ceil((b + 1) T / G)), so
+    a test can hold it against the dealing it describes."""
+    n = pos // BLOCK_S + 1
+    S = attention_splits(pos, ctas, kv_heads, attn_split)
+    group = q_heads // kv_heads
+    HS = group if S == 1 else 1  # head subsets per KV head
+    gh = group // HS
+    T = kv_heads * HS * S
+    out = []
+    for b in range(ctas):
+        t = -(-b * T // ctas)
+        if t < -(-(b + 1) * T // ctas):
+            j = t % S
+            out.append(AttnTask(b, t // (HS * S), t // S % HS * gh, gh, j, S, j * n // S, (j + 1) * n // S))
+    return out
 
 
 @dataclass(frozen=True)
@@ -147,9 +201,11 @@ def plan(config: ModelConfig, shape: MegaShape = TUNED) -> dict[str, WeightStage
         "down": (c.hidden, c.intermediate),
         "head": (c.vocab_size, c.hidden),
     }
-    if c.head_dim not in HEAD_DIMS or c.q_heads % c.kv_heads:
+    if c.head_dim not in HEAD_DIMS or c.q_heads % c.kv_heads or c.q_heads // c.kv_heads > GMAX:
         raise BadInput(f"megakernel: head_dim must be one of {', '.join(map(str, HEAD_DIMS))} (got {c.head_dim}), "
-                       "q_heads a multiple of kv_heads")
+                       f"q_heads a multiple of kv_heads, at most {GMAX} query heads per KV head")
+    if shape.attn_split < 1:
+        raise BadInput(f"megakernel: attn_split must be at least 1 chunk, got {shape.attn_split}")
     out = {}
     for name, (rows, cols) in mats.items():
         if cols % 8 or cols > MAXK:
@@ -178,11 +234,12 @@ class _Params(ctypes.Structure):
     _fields_ = [
         *[(n, ctypes.c_void_p) for n in (
             "table", "embed", "cos", "sin", "token", "pos", "hbuf", "y", "qkv", "attn", "gu", "logits",
-            "part_val", "part_idx", "next_token", "counters", "trace", "epoch")],
+            "part_val", "part_idx", "next_token", "counters", "trace", "epoch", "apart")],
         *[(n, ctypes.c_int) for n in ("L", "K", "NQ", "NKV", "D", "I", "V")],
         ("rows", ctypes.c_int * 5),
         ("stride_head", ctypes.c_longlong), ("stride_pos", ctypes.c_longlong),
         ("eps", ctypes.c_float), ("scale", ctypes.c_float), ("round_twice", ctypes.c_int),
+        ("attn_split", ctypes.c_int),
     ]
 
 
@@ -220,6 +277,8 @@ class MegaKernels:
         self.qkv = torch.zeros((c.q_heads + 2 * c.kv_heads) * c.head_dim, **tagged)
         self.attn = torch.zeros(c.q_heads * c.head_dim, **tagged)
         self.epoch = torch.zeros(1, dtype=torch.int32, device=device)  # launches mod 65535 (the tags' step part)
+        # attention partials (lse, o[head_dim]) per query head and split: 64-bit tagged words
+        self.apart = torch.zeros(c.q_heads * SMAX * (c.head_dim + 1), dtype=torch.int64, device=device)
         self.gu = torch.zeros(c.intermediate, **act)  # silu(gate) * up, down's input
         self.logits = torch.empty(c.vocab_size, **act)
         self.next_token = torch.zeros(1, dtype=torch.long, device=device)
@@ -243,6 +302,8 @@ class MegaKernels:
 
         props = torch.cuda.get_device_properties(device)
         self.ctas = props.multi_processor_count
+        if self.ctas < c.q_heads:  # one attention task per CTA at most (a query head's at short context)
+            raise BadInput(f"megakernel: {c.q_heads} query heads need as many CTAs, this GPU has {self.ctas} SMs")
         self.part_val = torch.empty(self.ctas, dtype=torch.float32, device=device)
         self.part_idx = torch.empty(self.ctas, dtype=torch.int32, device=device)
         self.counters = torch.zeros((5 * c.layers + 1) * COUNTER_STRIDE, dtype=torch.int32, device=device)
@@ -258,11 +319,12 @@ class MegaKernels:
             hbuf=self.hbuf.data_ptr(), y=self.y.data_ptr(), qkv=self.qkv.data_ptr(), attn=self.attn.data_ptr(), gu=self.gu.data_ptr(),
             logits=self.logits.data_ptr(), part_val=self.part_val.data_ptr(), part_idx=self.part_idx.data_ptr(),
             next_token=self.next_token.data_ptr(), counters=self.counters.data_ptr(),
-            trace=self.trace_buffer.data_ptr() if trace else None, epoch=self.epoch.data_ptr(),
+            trace=self.trace_buffer.data_ptr() if trace else None, epoch=self.epoch.data_ptr(), apart=self.apart.data_ptr(),
             L=c.layers, K=c.hidden, NQ=c.q_heads, NKV=c.kv_heads, D=c.head_dim, I=c.intermediate, V=c.vocab_size,
             rows=(ctypes.c_int * 5)(*[self.stages[s].rows_per_tile for s in WEIGHT_STAGES]),
             stride_head=k_cache.stride(0), stride_pos=k_cache.stride(1),
             eps=c.rms_eps, scale=c.head_dim**-0.5, round_twice=int(rms_norm_rounds_twice(device, dtype)),
+            attn_split=shape.attn_split,
         )
 
     def counter_values(self) -> list[int]:

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from perfdoctor.engine.config import LLAMA_3_2_1B, TINY, BadInput, ModelConfig, RopeScaling
-from perfdoctor.engine.megakernel import TUNED, MegaShape, plan
+from perfdoctor.engine.megakernel import BLOCK_S, GMAX, SMAX, TUNED, MegaShape, attention_splits, attention_tasks, plan
 
 CUDA = torch.cuda.is_available()
 HOPPER = CUDA and torch.cuda.get_device_capability() == (9, 0)
@@ -78,6 +78,190 @@ def test_plan_refuses_what_the_kernel_cannot_copy():
         plan(replace(_odd_config(), head_dim=12))
     with pytest.raises(BadInput, match="head_dim must be one of 16, 32, 64, 128"):  # attention<D> is built for these
         plan(replace(_odd_config(), head_dim=80))
+    with pytest.raises(BadInput, match=f"at most {GMAX} query heads per KV head"):  # the attention scratch's size
+        plan(replace(_odd_config(), q_heads=10, kv_heads=2))
+    with pytest.raises(BadInput, match="attn_split"):
+        plan(_odd_config(), MegaShape(attn_split=0))
+
+
+# ---- attention tasks (v4.8): the dealing and the split-and-merge arithmetic ------------------
+
+
+@pytest.mark.parametrize("heads", [(32, 8), (6, 2), (4, 1), (3, 3)], ids=lambda h: f"{h[0]}q{h[1]}kv")
+@pytest.mark.parametrize("attn_split", [1, 2, 3, 4, 100])
+@pytest.mark.parametrize("pos", [0, 1, 63, 64, 65, 127, 128, 144, 191, 192, 1000, 2047, 4000, 8191])
+def test_attention_tasks_cover_every_chunk_once(pos, attn_split, heads):
+    """At every position the kernel's per-CTA dealing gives each (query head, split) to
+    exactly one CTA, at most one task per CTA, and each KV head's splits cover its n = pos //
+    64 + 1 chunks in order, none empty; S is within [1, min(13, G / NKV, n)]. With S = 1 a
+    task is one query head on v4.7's owner CTA, floor(hq G / NQ); with S > 1 the group."""
+    ctas, (q_heads, kv_heads) = 132, heads
+    group = q_heads // kv_heads
+    tasks = attention_tasks(pos, ctas, q_heads, kv_heads, attn_split)
+    n = pos // BLOCK_S + 1
+    S = attention_splits(pos, ctas, kv_heads, attn_split)
+    assert 1 <= S <= min(SMAX, ctas // kv_heads, n)
+    assert S == min(SMAX, ctas // kv_heads, -(-n // attn_split))
+    assert len({t.cta for t in tasks}) == len(tasks) == kv_heads * S * (group if S == 1 else 1)
+    covered = sorted((t.kv * group + h, t.j) for t in tasks for h in range(t.h0, t.h0 + t.heads))
+    assert covered == [(hq, j) for hq in range(q_heads) for j in range(S)]
+    assert all(t.heads == (1 if S == 1 else group) for t in tasks)
+    if S == 1:
+        assert sorted((t.cta, t.kv * group + t.h0) for t in tasks) == [(hq * ctas // q_heads, hq) for hq in range(q_heads)]
+    for kv in range(kv_heads):
+        for h0 in {t.h0 for t in tasks if t.kv == kv}:
+            mine = sorted((t for t in tasks if t.kv == kv and t.h0 == h0), key=lambda t: t.j)
+            assert mine[0].c0 == 0 and mine[-1].c1 == n
+            assert all(a.c1 == b.c0 for a, b in zip(mine, mine[1:]))
+            assert all(t.c1 > t.c0 and t.splits == S for t in mine)
+            # the last split holds pos (its h0 == 0 task appends the K/V row); split 0 merges
+            assert mine[-1].c0 * BLOCK_S <= pos < mine[-1].c1 * BLOCK_S
+        assert sum(t.j == S - 1 and t.h0 == 0 for t in tasks if t.kv == kv) == 1  # one appender per KV head
+
+
+def test_attention_splits_of_llama_1b():
+    """What the v4.8 prediction assumes for Llama-3.2-1B on 132 SMs (8 KV heads): v4.7's 32
+    per-head owners below 192 positions (no merge), 6 splits of <= 3 chunks at ~1,000, 13
+    of <= 5 chunks at 4,000."""
+    split = TUNED.attn_split
+    assert [attention_splits(p, 132, 8, split) for p in (16, 144, 191, 192, 272, 1000, 4000)] == [1, 1, 1, 2, 2, 6, 13]
+    for pos, tasks, most in ((144, 32, 3), (1000, 48, 3), (4000, 104, 5)):
+        got = attention_tasks(pos, 132, 32, 8, split)
+        assert (len(got), max(t.c1 - t.c0 for t in got)) == (tasks, most)
+
+
+def _bf(x: torch.Tensor) -> torch.Tensor:
+    return x.to(torch.bfloat16).float()
+
+
+def _quarter(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s0: int, s1: int):
+    """One 16-position quarter as the kernel computes it: (max, unrounded sum, acc)."""
+    sc = _bf(k[s0:s1] @ q)
+    m = sc.max()
+    e = torch.exp(sc - m)
+    return m, e.sum(), _bf(e) @ v[s0:s1]
+
+
+def _merge(run, part):
+    """(m, l, acc) runs merged as the kernel does (a -inf run contributes nothing)."""
+    (m, l, acc), (pm, pl, pacc) = run, part
+    if pm == -float("inf"):
+        return run
+    new_m = torch.maximum(m, pm)
+    a, b = torch.exp(m - new_m), torch.exp(pm - new_m)
+    return new_m, l * a + b * pl, acc * a + b * pacc
+
+
+def _owner_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, warps: int = 8) -> torch.Tensor:
+    """The kernel at S = 1 (v4.7's per-head owner): quarter qq of chunk ch on warp (4 ch +
+    qq) % warps, each warp's run over its quarters, the warps merged in order."""
+    length, D = k.shape
+    out = []
+    for h in range(q.shape[0]):
+        runs = [(torch.tensor(-float("inf")), torch.tensor(0.0), torch.zeros(D)) for _ in range(warps)]
+        for ch in range(-(-length // BLOCK_S)):
+            for w in range(warps):
+                qq = (w - 4 * ch) % warps
+                s0 = ch * BLOCK_S + qq * (BLOCK_S // 4)
+                if qq < 4 and s0 < length:
+                    runs[w] = _merge(runs[w], _quarter(q[h], k, v, s0, min(s0 + BLOCK_S // 4, length)))
+        m, l, acc = (torch.tensor(-float("inf")), torch.tensor(0.0), torch.zeros(D))
+        for r in runs:
+            m, l, acc = _merge((m, l, acc), r)
+        out.append(acc / l)
+    return torch.stack(out)
+
+
+def _kernel_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, splits: list[tuple[int, int]]) -> torch.Tensor:
+    """The kernel's arithmetic for one KV group (q [group, D] already scaled and rounded;
+    k, v [length, D] bf16 values in fp32), in fp32: each 16-position quarter softmaxed on its
+    own maximum (scores and probabilities rounded to bf16, l summed unrounded), an item (head,
+    quarter) carried over its task's chunks, the quarters merged in order, then the splits
+    (1.. as lse = m + log l, o = acc / l) merged into split 0's (m, l, acc) in order."""
+    length, D = k.shape
+    quarter = BLOCK_S // 4
+    out = []
+    for h in range(q.shape[0]):
+        parts = []
+        for c0, c1 in splits:
+            runs = []
+            for qq in range(4):
+                m_run, l_run, acc_run = torch.tensor(-float("inf")), torch.tensor(0.0), torch.zeros(D)
+                for ch in range(c0, c1):
+                    s0 = ch * BLOCK_S + qq * quarter
+                    if s0 >= length:
+                        continue
+                    s1 = min(s0 + quarter, length)
+                    sc = _bf(k[s0:s1] @ q[h])
+                    m = sc.max()
+                    e = torch.exp(sc - m)
+                    l, acc = e.sum(), _bf(e) @ v[s0:s1]
+                    new_m = torch.maximum(m_run, m)
+                    w, alpha = torch.exp(m - new_m), torch.exp(m_run - new_m)
+                    l_run, acc_run, m_run = l_run * alpha + w * l, acc_run * alpha + w * acc, new_m
+                runs.append((m_run, l_run, acc_run))
+            m, l, acc = torch.tensor(-float("inf")), torch.tensor(0.0), torch.zeros(D)
+            for rm, rl, racc in runs:
+                if rm == -float("inf"):
+                    continue
+                new_m = torch.maximum(m, rm)
+                a, b = torch.exp(m - new_m), torch.exp(rm - new_m)
+                l, acc, m = l * a + b * rl, acc * a + b * racc, new_m
+            parts.append((m, l, acc))
+        m, l, acc = parts[0]
+        for pm, pl, pacc in parts[1:]:
+            lse, o = pm + torch.log(pl), pacc / pl
+            new_m = torch.maximum(m, lse)
+            a, b = torch.exp(m - new_m), torch.exp(lse - new_m)
+            l, acc, m = l * a + b, acc * a + b * o, new_m
+        out.append(acc / l)
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("pos", [0, 1, 63, 64, 65, 1000, 4000])
+def test_split_attention_matches_unsplit(pos):
+    """The split-and-merge arithmetic of the grouped tasks, at the splits the kernel deals
+    (Llama-3.2-1B's heads, 132 CTAs, attn_split 1 and the tuned 3), against softmax
+    attention in fp64 (within the bf16 rounding of scores and probabilities), against the
+    same arithmetic in one split, and against the S = 1 path (v4.7's per-head owner, its
+    warps' rotating runs): all only re-associate fp32 sums of the same bf16-rounded
+    probabilities, so the outputs agree to fp32 rounding, far below a bf16 ulp."""
+    gen = torch.Generator().manual_seed(pos)
+    D, group, length = 64, 4, pos + 1
+    q = _bf(torch.randn(group, D, generator=gen) * D**-0.5 * 2)
+    k, v = _bf(torch.randn(length, D, generator=gen)), _bf(torch.randn(length, D, generator=gen))
+    n = pos // BLOCK_S + 1
+    exact = torch.softmax(q.double() @ k.double().T, dim=-1) @ v.double()
+    one = _kernel_attention(q, k, v, [(0, n)])
+    assert (one.double() - exact).abs().max() < 2e-2 * exact.abs().max() + 1e-3
+    owner = _owner_attention(q, k, v)
+    torch.testing.assert_close(owner, one, rtol=1e-5, atol=1e-6)
+    assert (_bf(owner) != _bf(one)).float().mean() <= 0.02
+    for split in (1, TUNED.attn_split):
+        tasks = sorted((t for t in attention_tasks(pos, 132, 32, 8, split) if t.kv == 0 and t.h0 == 0), key=lambda t: t.j)
+        got = _kernel_attention(q, k, v, [(t.c0, t.c1) for t in tasks])
+        assert len(tasks) == attention_splits(pos, 132, 8, split)
+        torch.testing.assert_close(got, one, rtol=1e-5, atol=1e-6)
+        # rounded to bf16 as the kernel stores it: equal but where fp32 sits on a boundary
+        assert (_bf(got) != _bf(one)).float().mean() <= 0.02
+
+
+def test_partial_words_carry_tag_and_fp32():
+    """A partial is a 64-bit word tag << 32 | fp32 bits: the tag is the high half whatever
+    the value's sign (zero-extended, not sign-extended), the value comes back bit for bit, and
+    the poison the GPU test writes (tag 0, a NaN) never carries a tag a reader waits for
+    (tags are 1..65535)."""
+    import struct
+
+    def word(tag: int, x: float) -> int:
+        return tag << 32 | struct.unpack("<I", struct.pack("<f", x))[0]
+
+    for tag in (1, 2, 65535):
+        for x in (-3.5, -0.0, 2.0**-100, 7.25, float("-inf")):
+            w = word(tag, x)
+            assert w >> 32 == tag and w < 1 << 48
+            assert struct.unpack("<f", struct.pack("<I", w & 0xFFFFFFFF))[0] == x
+    assert 0x7FC00000 >> 32 == 0
 
 
 def test_cubins_live_in_perfdoctors_cache_folder(tmp_path, monkeypatch):
@@ -116,7 +300,11 @@ def _step_tol(ref: torch.Tensor) -> dict[str, float]:
 
 MEGA_CASES = [
     pytest.param("tiny", 64, TUNED, id="tiny"),
-    pytest.param("odd", 200, TUNED, id="odd"),  # 200 positions: 4 attention chunks, the last partial
+    pytest.param("odd", 200, TUNED, id="odd"),  # 200 positions: 4 attention chunks, the last partial (2 splits at 199)
+    # one chunk per split: at position 256 five splits (one merge batch of 4), the last holding only pos
+    pytest.param("odd", 257, MegaShape(attn_split=1), id="odd-split-1"),
+    # 13 splits of 4 KB ring slots at position 2047 (two merge batches), the ring wrapping
+    pytest.param("odd", 2048, MegaShape(tile_bytes=4096, stages=2, attn_split=1), id="odd-split-1-small-ring"),
     # 4 KB tiles (one K/V chunk of head_dim 16) in a 2-stage ring: the ring wraps every
     # other tile, through weights and K/V chunks, with partial last tiles
     pytest.param("odd", 200, MegaShape(tile_bytes=4096, stages=2), id="odd-small-ring"),
@@ -138,9 +326,12 @@ MEGA_CASES = [
 
 def _poison(buf: torch.Tensor) -> None:
     """NaN in every bf16 buffer; in a tagged (int32) one, words of tag 0 (never a valid tag:
-    a reader that accepted one would see NaN) holding a bf16 NaN."""
+    a reader that accepted one would see NaN) holding a bf16 NaN; in the attention partials
+    (int64), tag 0 and an fp32 NaN."""
     if buf.dtype == torch.int32:
         buf.fill_(0x7FC0)
+    elif buf.dtype == torch.int64:
+        buf.fill_(0x7FC00000)
     else:
         buf.fill_(float("nan"))
 
@@ -175,7 +366,7 @@ def test_megakernel_step(config_name, ctx, shape):
             token = torch.randint(config.vocab_size, (1,), device=DEVICE)
             pos = torch.tensor([pos_value], device=DEVICE)
             if i < 3:
-                for buf in (mk.hbuf, mk.y, mk.qkv, mk.attn, mk.gu, mk.logits):
+                for buf in (mk.hbuf, mk.y, mk.qkv, mk.attn, mk.gu, mk.logits, mk.apart):
                     _poison(buf)
                 for layer in mine.layers:
                     layer.attn.k_cache[:, pos_value] = float("nan")
@@ -252,6 +443,60 @@ def test_trace_detail_split_by_hand():
     assert "| stage | seen us (sum)" in bench.table({
         "device": "x", "ctx": 1, "tokens": 1, "repeats": 1, "bytes_per_step": 1e6, "rows": [],
         "trace": bench.trace_split(trace, 1, dict.fromkeys(bench.STAGES + ("head",), 0)), "trace_shape": "tuned", "trace_pos": 1})
+
+
+def test_tuned_kernel_builds_offline_without_spills():
+    """Where nvcc is installed (no GPU needed): the tuned kernel for Llama-3.2-1B's head_dim
+    builds for sm_90a without spills (a spill costs every stage; the 288-thread CTA caps ptxas
+    at 168 registers), and its static shared memory plus the ring fits the 227 KB an H200 CTA
+    may have."""
+    import re
+    import subprocess
+
+    from perfdoctor.engine.cubin import find_nvcc
+    from perfdoctor.engine.megakernel import SOURCE
+
+    try:
+        nvcc = find_nvcc()
+    except BadInput:
+        pytest.skip("no nvcc here")
+    flags = [f"-D{k}={v}" for k, v in sorted(TUNED.defines(LLAMA_3_2_1B.head_dim).items())]
+    done = subprocess.run([nvcc, "-gencode=arch=compute_90a,code=sm_90a", "-cubin", "-O3", *flags, "-Xptxas", "-v",
+                           "-o", "/dev/null", str(SOURCE)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", done.stderr)
+    smem = re.search(r"(\d+) bytes smem", done.stderr)
+    assert spills and spills.groups() == ("0", "0"), done.stderr[-600:]
+    assert smem and int(smem.group(1)) + TUNED.ring_bytes <= 227 * 1024, done.stderr[-600:]
+
+
+def test_context_sweep_table():
+    """bench/megakernel.py's context sweep (issue 31) as a table: ms per filled position with
+    the excess over the bytes model, p50/p99 of single steps; percentile on a known list."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("bench_mega", Path(__file__).parents[2] / "bench" / "megakernel.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    xs = [float(i) for i in range(1, 101)]
+    assert (bench.percentile(xs, 50), bench.percentile(xs, 99), bench.percentile(xs, 100)) == (51.0, 99.0, 100.0)
+    assert {"split-1", "split-2", "split-8", "no-split"} <= set(bench.SHAPES)
+    trace = torch.zeros(1, 6, 4, dtype=torch.int64)
+    for g in range(6):
+        trace[0, g] = torch.tensor([1000 * g + 1, 1000 * g + 300, 1000 * g + 800, 0])
+    report = {
+        "device": "x", "ctx": 1, "tokens": 1, "repeats": 1, "bytes_per_step": 1e6, "rows": [], "trace_shape": "tuned",
+        "trace_pos": 1, "trace": bench.trace_split(trace, 1, dict.fromkeys(bench.STAGES + ("head",), 0)),
+        "sweeps": {"tuned": {
+            "positions": [{"pos": 144, "ms": 0.7, "bytes": 100, "over_bytes_pct": 0.0},
+                          {"pos": 4000, "ms": 0.75, "bytes": 105, "over_bytes_pct": 2.04}],
+            "long": {"tokens": 1024, "start": 16, "p50_ms": 0.71, "p99_ms": 0.74, "p99_over_p50": 1.042, "max_ms": 0.8,
+                     "first100_ms": 0.7, "last100_ms": 0.72}}},
+    }
+    text = bench.table(report)
+    assert "context sweep (issue 31)" in text
+    assert "| tuned | 144: 0.700 (+0.0), 4000: 0.750 (+2.0) | 0.710 | 0.740 | 1.042 | 0.800 | 0.700 | 0.720 |" in text
 
 
 @needs_hopper

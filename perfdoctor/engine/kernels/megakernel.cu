@@ -21,9 +21,10 @@
 // once all warps released it). The stages of a step, in order, g = layer * 5 + s:
 //   s = 0  QKV:       qkv = W_qkv RMSNorm(h), where h = h + y (the residual add of the
 //                     previous down stage; layer 0: h = the embedding row)
-//   s = 1  attention: per query head on the CTA owning it (no weights; the cached K/V rows
-//                     come through the ring), RoPE of q and of this step's k, softmax(q K^T) V
-//                     in 16-position splits over all its warps, the K/V append
+//   s = 1  attention: (KV head, position split) tasks over the grid (no weights; the cached
+//                     K/V rows come through the ring), RoPE of the group's q and of this step's
+//                     k, softmax(q K^T) V in 16-position quarters over all its warps, partials
+//                     merged by split 0's CTA (see attention), the K/V append
 //   s = 2  O:         y = W_o attn
 //   s = 3  gate/up:   act = silu(W_1 n) * (W_3 n), n = RMSNorm(h), where h = h + y
 //                     (W_13 = [gate; up], 2I rows; a tile pairs gate rows with their up rows)
@@ -48,7 +49,7 @@
 // barrier, then L2 loads (__ldcg: the SM's L1 is not coherent) of activations. All CTAs
 // must be resident at once (one per SM, 216 KB of shared memory each: the host launches
 // exactly one per SM and checks the occupancy), or a CTA could wait for one never started.
-// The last CTA to finish the head reduces the argmax, zeroes the counters and (FLAGS)
+// The last CTA to finish the head reduces the argmax, zeroes the counters and
 // advances the launch epoch for the next launch, so a step is one kernel node and nothing else.
 //
 // Rounding follows the fused Triton kernels (and the eager model): every matrix product
@@ -78,7 +79,15 @@
 #define XCH 8  // 16-byte chunks of its part of the input vector per lane (parts of <= 256 chunks)
 #define TCH ((MAXK / 8 + NC - 1) / NC)  // 16-byte chunks of a stage's input vector per consumer thread
 #define MAXD 128  // head_dim at most
-#define BLOCK_S 64  // attention positions per chunk (fused's split size: same rounding)
+#define BLOCK_S 64  // attention positions per chunk, one ring slot of K and V
+#define GMAX 4  // query heads per KV head at most (plan() checks)
+#define SMAX 13  // position splits of a KV head's chunks at most (attention tasks, see attn_task)
+#define MB 6  // splits the merging CTA loads per batch (8: 168 registers and spills; 6: none)
+#define QPC 4  // 16-position quarters of an attention chunk (each softmaxed on its own maximum)
+#define HPW ((GMAX * QPC + CWARPS - 1) / CWARPS)  // attention items (query head, quarter) of a chunk per warp at most
+#define NSLOT (GMAX * QPC > CWARPS ? GMAX * QPC : CWARPS)  // attention runs kept per CTA (items, or warps: see attention)
+static_assert(NSLOT * MAXD * 4 <= MAXK * 2, "attention's accumulators fit in xs");
+static_assert(NC % (HEAD_DIM / 2) == 0, "attention's RoPE threads x = tid + k NC share tid's cos / sin");
 #define CSTRIDE 32  // done counters 128 bytes apart
 #define NPTR 8  // columns of the pointer table
 #define MAXPT 32  // tiles whose row parts are summed together (P > 1), see the tile loop
@@ -124,12 +133,14 @@ struct Params {  // mirrored by perfdoctor.engine.megakernel._Params (same order
   long long* next_token;  // [1]
   unsigned* counters;     // [(5 L + 1) * CSTRIDE], zero at launch (and after it)
   long long* trace;       // null, or [G][5 L + 1][TRACE_WORDS] (see TRACE_WORDS)
-  unsigned* epoch;        // [1] launches so far, mod 65535 (FLAGS: the tags' step part)
+  unsigned* epoch;        // [1] launches so far, mod 65535 (the tags' step part)
+  unsigned long long* apart;  // [NQ][SMAX][D + 1] attention partials lse, o as tagged words (see attention)
   int L, K, NQ, NKV, D, I, V;
   int rows[5];  // rows per tile (a divisor of CWARPS) of the QKV, O, gate/up, down and head matrices
   long long stride_head, stride_pos;  // of the K/V caches, in elements
   float eps, scale;
   int round_twice;
+  int attn_split;  // cached chunks per attention split (target): S = min(smax, ceil(chunks / attn_split))
 };
 
 // ---- small device helpers -----------------------------------------------------------
@@ -295,6 +306,24 @@ __device__ __forceinline__ float await_word(const unsigned* w, unsigned tag) {
   return lo(v);
 }
 
+// 64-bit tagged words (attention's fp32 partials): tag << 32 | fp32 bits, one single-copy-
+// atomic 8-byte store or load each.
+__device__ __forceinline__ void st_volatile64(unsigned long long* p, unsigned long long v) {
+  asm volatile("st.volatile.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ unsigned long long ld_volatile64(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// The fp32 value of word *w (already loaded once as v) once its tag is `tag` (spins until then).
+__device__ __forceinline__ float await64(const unsigned long long* w, unsigned long long v, unsigned tag) {
+  while ((unsigned)(v >> 32) != tag) { v = ld_volatile64(w); }
+  return __uint_as_float((unsigned)v);
+}
+
 // x unpacked to fp32 once per stage (not once per tile): half the conversions per tile.
 struct F8 {
   float v[8];
@@ -364,13 +393,39 @@ __device__ __forceinline__ WStage weight_stage(const Params& p, int g) {
   return st;
 }
 
-// The attention heads this CTA owns, [x, y): head hq belongs to CTA floor(hq G / NQ) (spread
-// over the grid), so CTA b's are ceil(b NQ / G) <= hq < ceil((b + 1) NQ / G). Computed once:
-// finding them by testing every head's owner (an integer division each, 32 in a dependent
-// chain per attention stage) was ~2 us of each owner's 7.4 (ncu PC sampling, run 17).
-__device__ __forceinline__ int2 owned_heads(const Params& p) {
-  const int b = blockIdx.x, G = gridDim.x;
-  return make_int2((b * p.NQ + G - 1) / G, ((b + 1) * p.NQ + G - 1) / G);
+// This CTA's attention task (the same every layer of a launch: it depends on pos only).
+// The n = pos / BLOCK_S + 1 chunks of cached positions (the last holds pos, this step's
+// row) of each KV head are cut into S contiguous splits, split j the chunks [j n / S,
+// (j + 1) n / S) (none empty: S <= n), S = min(smax, ceil(n / attn_split)), smax =
+// min(SMAX, G / NKV). With S = 1 (short context) a task is one query head over all the
+// chunks, as the per-head owners of v4.7 were (the same CTAs, work and rounding: no merge,
+// 32 CTAs); with S > 1 a task is the whole GQA group of a KV head over one split (each K/V
+// byte through one ring once; up to 13 splits at 4 K positions, 2 merge batches). Task
+// t = (kv HS + hs) S + j (HS = group head subsets of gh = 1 head when S = 1, else 1 of gh
+// = group) runs on CTA floor(t G / T), T = NKV HS S <= G tasks spread over the grid, so
+// CTA b has task ceil(b T / G) if that is below ceil((b + 1) T / G), else none (kv = -1).
+// Computed once per launch, by the producer and the consumers alike (integer divisions:
+// never per tile or per head, see v4.1). Mirrored by megakernel.attention_tasks (the CPU
+// tests check the dealing).
+struct AttnTask {
+  int kv, h0, gh, j, S, c0, c1;  // KV head (-1: no task), its query heads [h0, h0 + gh), split, splits, chunks [c0, c1)
+};
+
+__device__ __forceinline__ AttnTask attn_task(const Params& p, int pos) {
+  const int b = blockIdx.x, G = gridDim.x, n = pos / BLOCK_S + 1, group = p.NQ / p.NKV;
+  const int smax = max(1, min(SMAX, G / p.NKV));
+  const int S = max(1, min(smax, (n + p.attn_split - 1) / p.attn_split));
+  const int HS = S == 1 ? group : 1;  // head subsets per KV head
+  const int T = p.NKV * HS * S, t = (b * T + G - 1) / G;
+  AttnTask a{-1, 0, group / HS, 0, S, 0, 0};
+  if (t < ((b + 1) * T + G - 1) / G) {
+    a.kv = t / (HS * S);
+    a.h0 = t / S % HS * a.gh;
+    a.j = t % S;
+    a.c0 = a.j * n / S;
+    a.c1 = (a.j + 1) * n / S;
+  }
+  return a;
 }
 
 // ---- consumer pieces ------------------------------------------------------------------
@@ -382,14 +437,20 @@ struct Shared {
   int best_idx[NC];
   int last;  // this CTA finished the head last
   long long wait_cycles;  // trace: thread 0's ring waits in the current stage
-  // attention
-  __align__(16) float q[MAXD];
+  // attention: the group's rotated q heads, this step's k and v rows, the items' runs
+  __align__(16) float q[GMAX][MAXD];
   __align__(16) bf16 k_new[MAXD];
   __align__(16) bf16 v_new[MAXD];
-  float wm[CWARPS], wl[CWARPS], wacc[CWARPS][MAXD];
-  // the stage's input vector, staged once per CTA (see stage_normed)
+  float wm[NSLOT], wl[NSLOT];
   float sred[CWARPS];
-  __align__(16) bf16 xs[MAXK];
+  union {
+    // the stage's input vector, staged once per CTA (see stage_normed)
+    __align__(16) bf16 xs[MAXK];
+    // attention's items' accumulators (the attention stage does not use xs: QKV's warps
+    // took their slices before QKV's closing barrier, O's loader rewrites it after
+    // attention's)
+    float wacc[NSLOT][MAXD];
+  };
 };
 
 // This warp's part of a stage's input vector: chunks j = part * cpp + lane + 32 i of the
@@ -554,171 +615,253 @@ __device__ __forceinline__ float swiglu(float gate, float up) {
   return bf(__fdividef(g, 1.f + __expf(-g))) * bf(up);
 }
 
-// Attention of query head hq over positions [0, pos] (see the file comment). The cached
-// K/V rows [0, pos) arrive through the ring, one BLOCK_S-position chunk per slot (K, then
-// V at byte BLOCK_S * D * 2), streamed by the producer with the weights: they do not
+// Attention task `at` (see attn_task): query heads [at.h0, at.h0 + gh) of KV head at.kv
+// (S = 1: one head; S > 1: the whole group, gh = NQ / NKV) over the cached chunks [at.c0,
+// at.c1) of positions [0, pos] (see the file comment). The
+// cached K/V rows [0, pos) arrive through the ring, one BLOCK_S-position chunk per slot (K,
+// then V at byte BLOCK_S * D * 2), streamed by the producer with the weights: they do not
 // depend on this step, so they are in shared memory before the QKV stage completes.
 // Position pos (this step's row) comes from the QKV output. `it`: the ring position.
-// c, s: this thread's RoPE cos and sin at pos (loaded before the wait: they depend on pos
-// only). tr: this stage's trace words (thread 0, with a trace), else null.
+// c, s: this thread's RoPE cos and sin at pos, index tid % (D / 2) (loaded before the wait:
+// they depend on pos only). tr: this stage's trace words (thread 0, with a trace), else null.
 //
 // D is a template parameter (16, 32, 64 or 128) so that every loop below is unrolled
 // without run-time guards: a guarded loop compiles to one branch per 16-byte load, and
 // each load then waits for the previous one's FMAs (v3.5 spent ~8 us per layer there).
-// Work split: each chunk's 64 positions are QPC = 4 splits of 16, split qq of chunk ch
-// taken by warp (QPC ch + qq) % CWARPS, so at the benchmark's ~150 positions (3 chunks)
-// every warp has work (v3.7: one warp a chunk, 3 of 8 working, 5 us). Each split is
-// softmaxed on its own maximum and the warps' runs merged in warp order (flash-decoding
-// with 16-position splits; fused uses 64: the probabilities round against another max).
-// Layout inside a split: LP = D / 8 lanes per position, lane = LP * pp + j holds dims
-// [8 j, 8 j + 8) of q in registers and takes positions PPI * i + pp (PPI = 32 / LP per
-// step i): its K and V reads are 16 bytes of one row, LP lanes a row, a warp reading
-// PPI whole rows at once (no bank conflicts, unlike a row per lane at a 2 D stride).
-#define QPC 4
-static_assert(CWARPS % QPC == 0, "a chunk's splits go to distinct warps");
+// Work split: a chunk's work is gh x QPC items (a query head h, a 16-position quarter qq).
+// Each is softmaxed on its own maximum (scores and probabilities rounded to bf16, as
+// fused's `decode_attention` within its split) and carried in an fp32 run (flash-decoding
+// with 16-position splits). One head (S = 1, v4.7's work and rounding): quarter qq of
+// chunk ch on warp (QPC ch + qq) % CWARPS (rotating: at ~150 positions, 3 chunks, every
+// warp has work), a warp's run over its quarters, the warps' runs merged in warp order.
+// Several heads: item i = QPC h + qq on warp i % CWARPS at every chunk (group 4: 16 items,
+// 2 per warp), a run per item, a head's QPC runs merged in order, then the splits in split
+// order (below).
+// Layout inside an item: LP = D / 8 lanes per position, lane = LP * pp + j holds dims
+// [8 j, 8 j + 8) of q and takes positions PPI * i + pp (PPI = 32 / LP per step i): its K
+// and V reads are 16 bytes of one row, LP lanes a row, a warp reading PPI whole rows at
+// once (no bank conflicts, unlike a row per lane at a 2 D stride).
+//
+// Output. S = 1: the task stores every head's normalised output (tagged words with FLAGS)
+// as the per-head owners did before v4.8. S > 1: tasks j > 0 store their partials (lse =
+// m + log l, o[D] = acc / l, fp32) into apart[hq][j] as 64-bit words tag << 32 | fp32 bits
+// (one single-copy-atomic store each, no fence: readiness is in the data, as for the
+// tagged bf16 words), and the CTA of task (kv, 0) merges: its own split (m, l, acc), then
+// the others as (lse, 1, o), MB = 6 per batch (two words each per thread: every load of a batch
+// out before the first spin), in split order; it stores the output O's loader waits for.
+// Only the merging CTAs (NKV of them, group D threads each) spin, each on its group's
+// partials (<= 25 KB at S = 13; v4.6: 132 x 256 threads spinning on 32 KB each cost
+// 90 us). Deadlock-free: a split task waits for nothing of this stage (only its q/k/v
+// words and its own ring), and a CTA has one task, so the mergers' waits point at CTAs
+// that finish without waiting. Write-after-read on apart: the next layer's tasks write it after their q/k/v
+// words, which QKV wrote after down's y, i.e. after every O loader, which waited for every
+// merged output, written after the merger's reads; tags grow by one per layer and launch,
+// as qkv's, so a stale partial never carries the awaited tag.
 template <int D>
-__device__ void attention(const Params& p, int layer, int hq, int pos, float c, float s, Shared& sh,
+__device__ void attention(const Params& p, int layer, const AttnTask& at, int pos, float c, float s, Shared& sh,
                           const unsigned char* ring, int& it, long long* tr, unsigned tag) {
-  constexpr int half = D / 2, LP = D / 8, PPI = 32 / LP, SPLIT = BLOCK_S / QPC, NIT = SPLIT / PPI;
-  static_assert(NIT >= 1, "a split holds at least one step of positions");
+  constexpr int half = D / 2, LP = D / 8, PPI = 32 / LP, SPLIT = BLOCK_S / QPC, NIT = SPLIT / PPI, PW = D + 1;
+  static_assert(NIT >= 1, "a quarter holds at least one step of positions");
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, j = lane % LP, pp = lane / LP;
-  const int group = p.NQ / p.NKV, kv = hq / group;
+  const int group = p.NQ / p.NKV, kv = at.kv, gh = at.gh, hq0 = kv * group + at.h0;
   const int length = pos + 1;
   const unsigned long long* row = p.table + layer * NPTR;
   bf16* kc = reinterpret_cast<bf16*>(row[K_CACHE]) + kv * p.stride_head;
   bf16* vc = reinterpret_cast<bf16*>(row[V_CACHE]) + kv * p.stride_head;
   const unsigned* qkv_w = reinterpret_cast<const unsigned*>(p.qkv);  // FLAGS: tagged words
-  if (tid < half) {  // RoPE of q and of this step's k, each product rounded as `rope_pair`
-    const int q = hq * D, k = (p.NQ + kv) * D;
-    float qa, qb, ka, kb;
-    if (FLAGS) {  // all four loads out before the first spin
-      const unsigned w0 = ld_volatile(qkv_w + q + tid), w1 = ld_volatile(qkv_w + q + tid + half);
-      const unsigned w2 = ld_volatile(qkv_w + k + tid), w3 = ld_volatile(qkv_w + k + tid + half);
-      qa = w0 >> 16 == tag ? lo(w0) : await_word(qkv_w + q + tid, tag);
-      qb = w1 >> 16 == tag ? lo(w1) : await_word(qkv_w + q + tid + half, tag);
-      ka = w2 >> 16 == tag ? lo(w2) : await_word(qkv_w + k + tid, tag);
-      kb = w3 >> 16 == tag ? lo(w3) : await_word(qkv_w + k + tid + half, tag);
+  const int kw = (p.NQ + kv) * D, vw = (p.NQ + p.NKV + kv) * D;
+  // RoPE of the group's q heads and of this step's k, each product rounded as `rope_pair`;
+  // this step's v. FLAGS: the k and v loads go out with the first q loads, before any spin.
+  unsigned wk0 = 0, wk1 = 0, wv = 0;
+  if (FLAGS) {
+    if (tid < half) { wk0 = ld_volatile(qkv_w + kw + tid); wk1 = ld_volatile(qkv_w + kw + tid + half); }
+    if (tid < D) wv = ld_volatile(qkv_w + vw + tid);
+  }
+  for (int x = tid; x < gh * half; x += NC) {  // x % half == tid % half: NC is a multiple of half
+    const int h = x / half, i = x % half, q = (hq0 + h) * D;
+    float qa, qb;
+    if (FLAGS) {
+      const unsigned w0 = ld_volatile(qkv_w + q + i), w1 = ld_volatile(qkv_w + q + i + half);
+      qa = w0 >> 16 == tag ? lo(w0) : await_word(qkv_w + q + i, tag);
+      qb = w1 >> 16 == tag ? lo(w1) : await_word(qkv_w + q + i + half, tag);
     } else {
-      qa = __bfloat162float(__ldcg(p.qkv + q + tid)), qb = __bfloat162float(__ldcg(p.qkv + q + tid + half));
-      ka = __bfloat162float(__ldcg(p.qkv + k + tid)), kb = __bfloat162float(__ldcg(p.qkv + k + tid + half));
+      qa = __bfloat162float(__ldcg(p.qkv + q + i)), qb = __bfloat162float(__ldcg(p.qkv + q + i + half));
     }
     const float ra = bf(bf(qa * c) - bf(qb * s)), rb = bf(bf(qb * c) + bf(qa * s));
-    sh.q[tid] = bf(ra * p.scale);  // the eager model scales q in its dtype
-    sh.q[tid + half] = bf(rb * p.scale);
+    sh.q[h][i] = bf(ra * p.scale);  // the eager model scales q in its dtype
+    sh.q[h][i + half] = bf(rb * p.scale);
+  }
+  if (tid < half) {
+    float ka, kb;
+    if (FLAGS) {
+      ka = wk0 >> 16 == tag ? lo(wk0) : await_word(qkv_w + kw + tid, tag);
+      kb = wk1 >> 16 == tag ? lo(wk1) : await_word(qkv_w + kw + tid + half, tag);
+    } else {
+      ka = __bfloat162float(__ldcg(p.qkv + kw + tid)), kb = __bfloat162float(__ldcg(p.qkv + kw + tid + half));
+    }
     sh.k_new[tid] = __float2bfloat16(bf(ka * c) - bf(kb * s));
     sh.k_new[tid + half] = __float2bfloat16(bf(kb * c) + bf(ka * s));
   }
   if (tid < D) {
-    const int v = (p.NQ + p.NKV + kv) * D + tid;
-    sh.v_new[tid] = FLAGS ? __float2bfloat16(await_word(qkv_w + v, tag)) : __ldcg(p.qkv + v);
+    if (FLAGS) sh.v_new[tid] = __float2bfloat16(wv >> 16 == tag ? lo(wv) : await_word(qkv_w + vw + tid, tag));
+    else sh.v_new[tid] = __ldcg(p.qkv + vw + tid);
   }
   consumers_sync();
   if (tr) tr[4] = now_ns();
-  float qf[8];  // this lane's 8 dims of q
-#pragma unroll
-  for (int e = 0; e < 8; ++e) qf[e] = sh.q[8 * j + e];
   // Every warp waits for and releases every slot (the ring's empty barrier counts all warps).
-  float run_m = -INFINITY, run_l = 0.f, run_acc[8];
+  float run_m[HPW], run_l[HPW], run_acc[HPW][8];
 #pragma unroll
-  for (int e = 0; e < 8; ++e) run_acc[e] = 0.f;
-  const int nchunks = (length + BLOCK_S - 1) / BLOCK_S;
-  for (int ch = 0; ch < nchunks; ++ch, ++it) {
+  for (int k = 0; k < HPW; ++k) {
+    run_m[k] = -INFINITY;
+    run_l[k] = 0.f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) run_acc[k][e] = 0.f;
+  }
+  for (int ch = at.c0; ch < at.c1; ++ch, ++it) {
     const int slot = it % NSTAGE;
     mbar_wait_timed(&sh.full[slot], (it / NSTAGE) & 1, tr != nullptr, &sh.wait_cycles);
-    const int qq = (warp - QPC * ch % CWARPS + CWARPS) % CWARPS;  // this warp's split of the chunk
-    const int s0 = ch * BLOCK_S + qq * SPLIT;
-    if (qq >= QPC || s0 >= length) {  // none, or past the last position
-      __syncwarp();
-      if (lane == 0) mbar_arrive(&sh.empty[slot]);
-      continue;
-    }
     const bf16* ks = reinterpret_cast<const bf16*>(ring + slot * TILE_BYTES);
     const bf16* vs = ks + BLOCK_S * D;
     const int c0 = ch * BLOCK_S;  // the slot's first position
-    // Scores of the whole chunk (positions past `length` masked; rows at or past pos read
-    // this step's row, which is finite, so a masked product is 0, never NaN).
-    float sc[NIT];
 #pragma unroll
-    for (int i = 0; i < NIT; ++i) {
-      const int ps = s0 + PPI * i + pp;
-      const bf16* kr = ps < pos ? ks + (ps - c0) * D : sh.k_new;
-      const uint4 k8 = *reinterpret_cast<const uint4*>(kr + 8 * j);
-      const unsigned* u = reinterpret_cast<const unsigned*>(&k8);
-      float d0 = 0.f, d1 = 0.f;
-      d0 = fmaf(lo(u[0]), qf[0], d0); d1 = fmaf(hi(u[0]), qf[1], d1);
-      d0 = fmaf(lo(u[1]), qf[2], d0); d1 = fmaf(hi(u[1]), qf[3], d1);
-      d0 = fmaf(lo(u[2]), qf[4], d0); d1 = fmaf(hi(u[2]), qf[5], d1);
-      d0 = fmaf(lo(u[3]), qf[6], d0); d1 = fmaf(hi(u[3]), qf[7], d1);
-      sc[i] = d0 + d1;
-    }
-    float m = -INFINITY;
+    for (int k = 0; k < HPW; ++k) {
+      // One head (S = 1): quarter qq of chunk ch on warp (QPC ch + qq) % CWARPS, rotating,
+      // so at ~150 positions (3 chunks) every warp has work, as in v4.7; the warp's run
+      // then spans quarters of several chunks. Several heads: item i = QPC h + qq on warp
+      // i % CWARPS at every chunk (a run is one (head, quarter)).
+      const int item = warp + k * CWARPS;
+      const int h = gh == 1 ? (k == 0 ? 0 : 1) : item / QPC;
+      const int qq = gh == 1 ? (warp - QPC * ch % CWARPS + CWARPS) % CWARPS : item % QPC;
+      const int s0 = c0 + qq * SPLIT;
+      if (h >= gh || qq >= QPC || s0 >= length) continue;  // none, or past the last position (warp-uniform)
+      float qf[8];  // this lane's 8 dims of head h's q
 #pragma unroll
-    for (int i = 0; i < NIT; ++i) {
+      for (int e = 0; e < 8; ++e) qf[e] = sh.q[h][8 * j + e];
+      // Scores of the quarter (positions past `length` masked; rows at or past pos read
+      // this step's row, which is finite, so a masked product is 0, never NaN).
+      float sc[NIT];
 #pragma unroll
-      for (int o = 1; o < LP; o <<= 1) sc[i] += __shfl_xor_sync(0xffffffffu, sc[i], o);  // the row's LP lanes
-      const int ps = s0 + PPI * i + pp;
-      sc[i] = ps < length ? bf(sc[i]) : -INFINITY;
-      m = fmaxf(m, sc[i]);
-    }
-#pragma unroll
-    for (int o = LP; o < 32; o <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));  // finite: s0 is live
-    float l = 0.f, acc[8];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) acc[e] = 0.f;
-#pragma unroll
-    for (int i = 0; i < NIT; ++i) {  // P V: this lane's positions, its 8 dims
-      const float e_ = __expf(sc[i] - m);
-      l += e_;
-      const float pi = bf(e_);
-      const int ps = s0 + PPI * i + pp;
-      const bf16* vr = ps < pos ? vs + (ps - c0) * D : sh.v_new;
-      const uint4 v8 = *reinterpret_cast<const uint4*>(vr + 8 * j);
-      const unsigned* u = reinterpret_cast<const unsigned*>(&v8);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        acc[2 * e] = fmaf(pi, lo(u[e]), acc[2 * e]);
-        acc[2 * e + 1] = fmaf(pi, hi(u[e]), acc[2 * e + 1]);
+      for (int i = 0; i < NIT; ++i) {
+        const int ps = s0 + PPI * i + pp;
+        const bf16* kr = ps < pos ? ks + (ps - c0) * D : sh.k_new;
+        const uint4 k8 = *reinterpret_cast<const uint4*>(kr + 8 * j);
+        const unsigned* u = reinterpret_cast<const unsigned*>(&k8);
+        float d0 = 0.f, d1 = 0.f;
+        d0 = fmaf(lo(u[0]), qf[0], d0); d1 = fmaf(hi(u[0]), qf[1], d1);
+        d0 = fmaf(lo(u[1]), qf[2], d0); d1 = fmaf(hi(u[1]), qf[3], d1);
+        d0 = fmaf(lo(u[2]), qf[4], d0); d1 = fmaf(hi(u[2]), qf[5], d1);
+        d0 = fmaf(lo(u[3]), qf[6], d0); d1 = fmaf(hi(u[3]), qf[7], d1);
+        sc[i] = d0 + d1;
       }
+      float m = -INFINITY;
+#pragma unroll
+      for (int i = 0; i < NIT; ++i) {
+#pragma unroll
+        for (int o = 1; o < LP; o <<= 1) sc[i] += __shfl_xor_sync(0xffffffffu, sc[i], o);  // the row's LP lanes
+        const int ps = s0 + PPI * i + pp;
+        sc[i] = ps < length ? bf(sc[i]) : -INFINITY;
+        m = fmaxf(m, sc[i]);
+      }
+#pragma unroll
+      for (int o = LP; o < 32; o <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));  // finite: s0 is live
+      float l = 0.f, acc[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[e] = 0.f;
+#pragma unroll
+      for (int i = 0; i < NIT; ++i) {  // P V: this lane's positions, its 8 dims
+        const float e_ = __expf(sc[i] - m);
+        l += e_;
+        const float pi = bf(e_);
+        const int ps = s0 + PPI * i + pp;
+        const bf16* vr = ps < pos ? vs + (ps - c0) * D : sh.v_new;
+        const uint4 v8 = *reinterpret_cast<const uint4*>(vr + 8 * j);
+        const unsigned* u = reinterpret_cast<const unsigned*>(&v8);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          acc[2 * e] = fmaf(pi, lo(u[e]), acc[2 * e]);
+          acc[2 * e + 1] = fmaf(pi, hi(u[e]), acc[2 * e + 1]);
+        }
+      }
+#pragma unroll
+      for (int o = LP; o < 32; o <<= 1) {  // sum over the quarter's position groups
+        l += __shfl_xor_sync(0xffffffffu, l, o);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[e] += __shfl_xor_sync(0xffffffffu, acc[e], o);
+      }
+      const float new_m = fmaxf(run_m[k], m);
+      const float w = __expf(m - new_m), alpha = __expf(run_m[k] - new_m);  // alpha 0 on the first
+      run_l[k] = run_l[k] * alpha + w * l;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) run_acc[k][e] = run_acc[k][e] * alpha + w * acc[e];
+      run_m[k] = new_m;
     }
     __syncwarp();
-    if (lane == 0) mbar_arrive(&sh.empty[slot]);
-#pragma unroll
-    for (int o = LP; o < 32; o <<= 1) {  // sum over the chunk's position groups
-      l += __shfl_xor_sync(0xffffffffu, l, o);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) acc[e] += __shfl_xor_sync(0xffffffffu, acc[e], o);
-    }
-    const float new_m = fmaxf(run_m, m);
-    const float w = __expf(m - new_m), alpha = __expf(run_m - new_m);  // alpha 0 on the first
-    run_l = run_l * alpha + w * l;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) run_acc[e] = run_acc[e] * alpha + w * acc[e];
-    run_m = new_m;
+    if (lane == 0) mbar_arrive(&sh.empty[slot]);  // this warp is done with the slot
   }
-  if (lane == 0) { sh.wm[warp] = run_m; sh.wl[warp] = run_l; }
-  if (pp == 0) {
 #pragma unroll
-    for (int e = 0; e < 8; ++e) sh.wacc[warp][8 * j + e] = run_acc[e];
+  for (int k = 0; k < HPW; ++k) {  // the runs, by item (one head: by warp); -inf: no live quarter
+    const int slot = gh == 1 ? warp : warp + k * CWARPS;
+    if (gh == 1 ? k == 0 : slot / QPC < gh) {
+      if (lane == 0) { sh.wm[slot] = run_m[k]; sh.wl[slot] = run_l[k]; }
+      if (pp == 0) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) sh.wacc[slot][8 * j + e] = run_acc[k][e];
+      }
+    }
   }
   consumers_sync();
-  if (tid < D) {  // merge the warps' runs in warp order (a warp without a live split: -inf)
+  unsigned long long* part = p.apart;
+  const unsigned long long t64 = (unsigned long long)tag << 32;
+  const int nslot = gh == 1 ? CWARPS : QPC;  // a head's runs: every warp's (one head), or its QPC items
+  for (int x = tid; x < gh * D; x += NC) {
+    const int h = x / D, d = x % D, hq = hq0 + h;
     float m = -INFINITY, l = 0.f, acc = 0.f;
-    for (int w = 0; w < CWARPS; ++w) {
-      if (sh.wm[w] == -INFINITY) continue;
-      const float new_m = fmaxf(m, sh.wm[w]);
-      const float a = __expf(m - new_m), b = __expf(sh.wm[w] - new_m);
-      l = l * a + b * sh.wl[w];
-      acc = acc * a + b * sh.wacc[w][tid];
+    for (int r = 0; r < nslot; ++r) {  // this split: the head's runs, in order (at least one is live)
+      const int item = h * nslot + r;
+      if (sh.wm[item] == -INFINITY) continue;
+      const float new_m = fmaxf(m, sh.wm[item]);
+      const float a = __expf(m - new_m), b = __expf(sh.wm[item] - new_m);
+      l = l * a + b * sh.wl[item];
+      acc = acc * a + b * sh.wacc[item][d];
       m = new_m;
     }
-    if (FLAGS) st_volatile(reinterpret_cast<unsigned*>(p.attn) + hq * D + tid, tagged(tag, bf(acc / l)));
-    else p.attn[hq * D + tid] = __float2bfloat16(acc / l);
-    // One head of the group appends this step's K/V row, last: the stores' addresses need
-    // the pointer table (a global load), and before the chunks they held warps 0-1 back.
-    if (hq % group == 0) {
-      kc[(long long)pos * p.stride_pos + tid] = sh.k_new[tid];
-      vc[(long long)pos * p.stride_pos + tid] = sh.v_new[tid];
+    unsigned long long* ph = part + (long long)hq * SMAX * PW;  // this head's partials, split j at j PW
+    if (at.S > 1 && at.j > 0) {  // a partial for the merging CTA
+      st_volatile64(ph + at.j * PW + 1 + d, t64 | __float_as_uint(acc / l));
+      if (d == 0) st_volatile64(ph + at.j * PW, t64 | __float_as_uint(m + __logf(l)));
+      continue;
     }
+    for (int jb = 1; jb < at.S; jb += MB) {  // the merging CTA: the other splits, MB per batch, in order
+      unsigned long long wl8[MB], wo8[MB];
+#pragma unroll
+      for (int u = 0; u < MB; ++u) {
+        const int js = jb + u;
+        if (js < at.S) {
+          wl8[u] = ld_volatile64(ph + js * PW);
+          wo8[u] = ld_volatile64(ph + js * PW + 1 + d);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < MB; ++u) {
+        const int js = jb + u;
+        if (js < at.S) {
+          const float lse = await64(ph + js * PW, wl8[u], tag), o = await64(ph + js * PW + 1 + d, wo8[u], tag);
+          const float new_m = fmaxf(m, lse);  // both finite: every split has a live quarter
+          const float a = __expf(m - new_m), b = __expf(lse - new_m);
+          l = l * a + b;
+          acc = acc * a + b * o;
+          m = new_m;
+        }
+      }
+    }
+    if (FLAGS) st_volatile(reinterpret_cast<unsigned*>(p.attn) + hq * D + d, tagged(tag, bf(acc / l)));
+    else p.attn[hq * D + d] = __float2bfloat16(acc / l);
+  }
+  // The last split appends this step's K/V row (its chunk holds pos), last: the stores'
+  // addresses need the pointer table (a global load), and first they held warps back.
+  if (at.j == at.S - 1 && at.h0 == 0 && tid < D) {
+    kc[(long long)pos * p.stride_pos + tid] = sh.k_new[tid];
+    vc[(long long)pos * p.stride_pos + tid] = sh.v_new[tid];
   }
 }
 
@@ -732,25 +875,21 @@ struct Tile {
 };
 
 // Position in this CTA's sequence of tiles for the step: weight stage g's tiles b, b + G,
-// ...; attention stages: each owned head's chunks. The consumers walk the same sequence.
+// ...; attention stages: its task's chunks. The consumers walk the same sequence.
 struct TileSeq {
-  int g, t, hq, c;  // zero-initialised: before the first tile
+  int g, t, c;  // zero-initialised: before the first tile
   bool started;
 };
 
-__device__ bool next_tile(const Params& p, int pos, int2 heads, TileSeq& q, Tile& out) {
+__device__ bool next_tile(const Params& p, int pos, const AttnTask& at, TileSeq& q, Tile& out) {
   const int b = blockIdx.x, G = gridDim.x, nstages = 5 * p.L + 1;
   while (q.g < nstages) {
-    if (q.g % 5 == 1 && q.g < 5 * p.L) {  // attention: the cached K/V rows [0, pos) of its heads
-      if (!q.started) { q.started = true; q.hq = heads.x; q.c = -1; }
-      if (q.c >= 0 && (q.c + 1) * BLOCK_S <= pos) ++q.c;
-      else {
-        q.hq += q.c >= 0;  // the previous head is done
-        q.c = q.hq < heads.y ? 0 : -1;
-      }
-      if (q.c >= 0) {
+    if (q.g % 5 == 1 && q.g < 5 * p.L) {  // attention: its task's chunks of cached K/V rows [0, pos)
+      if (!q.started) { q.started = true; q.c = at.c0 - 1; }
+      if (at.kv >= 0 && q.c + 1 < at.c1) {
+        ++q.c;
         const unsigned long long* row = p.table + (q.g / 5) * NPTR;
-        const long long off = (q.hq / (p.NQ / p.NKV)) * p.stride_head + (long long)q.c * BLOCK_S * p.stride_pos;
+        const long long off = at.kv * p.stride_head + (long long)q.c * BLOCK_S * p.stride_pos;
         const unsigned bytes = (unsigned)(min(BLOCK_S, pos - q.c * BLOCK_S) * p.D * 2);  // 0: only pos
         out = Tile{{reinterpret_cast<const bf16*>(row[K_CACHE]) + off, reinterpret_cast<const bf16*>(row[V_CACHE]) + off},
                    {bytes, bytes}, {0u, (unsigned)(BLOCK_S * p.D * 2)}};
@@ -798,8 +937,8 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
       // slower at every depth: docs/kernels-notes.md, v3.3 and run 14.)
       TileSeq copy{};
       Tile tile;
-      const int2 heads = owned_heads(p);
-      for (int it = 0; next_tile(p, pos, heads, copy, tile); ++it) {
+      const AttnTask at = attn_task(p, pos);
+      for (int it = 0; next_tile(p, pos, at, copy, tile); ++it) {
         const int slot = it % NSTAGE;
         if (it >= NSTAGE) mbar_wait(&sh.empty[slot], ((it / NSTAGE) - 1) & 1);
         // Throttle: the copy IN_FLIGHT tiles back must have landed. Bytes queued in the
@@ -821,8 +960,10 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
   const int warp = tid / 32, lane = tid % 32;
   long long* trace = p.trace ? p.trace + (long long)b * nstages * TRACE_WORDS : nullptr;
   const int pos = (int)*p.pos;
-  const int2 heads = owned_heads(p);
-  const unsigned epoch = FLAGS ? *p.epoch : 0u;  // the last CTA advances it at the end (every CTA has read it)
+  const AttnTask at = attn_task(p, pos);
+  // The tags' launch part (attention's partials use it with counters too); the last CTA
+  // advances it at the end, when every CTA has read it.
+  const unsigned epoch = *p.epoch;
   F8 xf[XCH];
   float best_val = -INFINITY;
   int best_idx = 0x7fffffff, it = 0;
@@ -834,7 +975,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
     if (tr) { tr[0] = now_ns(); sh.wait_cycles = 0; }
     const WStage st = attn_stage ? WStage{} : weight_stage(p, g);
     const int ntiles = attn_stage ? 0 : (st.n + st.r - 1) / st.r;
-    const bool work = attn_stage ? heads.x < heads.y : b < ntiles;
+    const bool work = attn_stage ? at.kv >= 0 : b < ntiles;
     if (work) {
       // Before the wait: what does not depend on the previous stage (this warp's share of
       // the tiles, its slice of the norm's gain).
@@ -851,10 +992,10 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
         gv[c] = norm && j < kc ? reinterpret_cast<const uint4*>(row[head ? FINAL_NORM : s == 0 ? ATTN_NORM : MLP_NORM])[j]
                                : make_uint4(0, 0, 0, 0);
       }
-      float rc = 0.f, rs = 0.f;  // attention: this thread's RoPE cos / sin at pos
-      if (attn_stage && tid < p.D / 2) {
-        rc = __bfloat162float(p.cos[(long long)pos * (p.D / 2) + tid]);
-        rs = __bfloat162float(p.sin[(long long)pos * (p.D / 2) + tid]);
+      float rc = 0.f, rs = 0.f;  // attention: this thread's RoPE cos / sin at pos (pair tid % (D / 2))
+      if (attn_stage) {
+        rc = __bfloat162float(p.cos[(long long)pos * (p.D / 2) + tid % (p.D / 2)]);
+        rs = __bfloat162float(p.sin[(long long)pos * (p.D / 2) + tid % (p.D / 2)]);
       }
       const unsigned tag = tag_of(p, epoch, layer);
       // FLAGS: the stages whose inputs are tagged wait on the data (all but down: gate/up's
@@ -869,10 +1010,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
       if (tr) tr[4] = now_ns();
       if (attn_stage) {
         if (tr) { tr[1] = now_ns(); t_ready = clock64(); }
-        for (int hq = heads.x; hq < heads.y; ++hq) {
-          attention<HEAD_DIM>(p, layer, hq, pos, rc, rs, sh, ring, it, tr, tag);  // p.D == HEAD_DIM (the host's)
-          consumers_sync();  // sh's attention scratch is reused by the next head
-        }
+        attention<HEAD_DIM>(p, layer, at, pos, rc, rs, sh, ring, it, tr, tag);  // p.D == HEAD_DIM (the host's)
       } else {
         // The residual stream h alternates between the halves of hbuf: the QKV stages read
         // half 1 (layer 0: the embedding row) and write half 0, gate/up reads 0 writes 1.
@@ -1035,7 +1173,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
     }
     if (lane == 0) {
       *p.next_token = i;
-      if (FLAGS) *p.epoch = (epoch + 1) % 65535u;
+      *p.epoch = (epoch + 1) % 65535u;
     }
     for (int c = lane; c < nstages; c += 32) p.counters[c * CSTRIDE] = 0;  // every CTA is past its waits
   }
