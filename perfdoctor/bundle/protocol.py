@@ -1,7 +1,7 @@
 """The typed contract across the process boundary: what ``perfdoctor run`` asks of the
 bootstrap, what the bootstrap answers, and the manifest the reader gets.
 
-- :class:`PassConfig`   ``raw/<pass>.config.json``: written by :mod:`perfdoctor.record.run`,
+- :class:`PassConfig`   ``raw/<pass>.config.json``: written by :mod:`perfdoctor.record.runner`,
   read by the bootstrap inside the program's process;
 - :class:`PassResults`  ``raw/<pass>.json``: written by the bootstrap's ``write_results``,
   read back by ``perfdoctor run`` and by :mod:`perfdoctor.collectors.bundle`;
@@ -203,7 +203,7 @@ class PassResults(_Document):
 @dataclass
 class LightPass(_Document):
     """The manifest's ``light_pass``: the step the light pass found, its steady state and
-    the window the traced passes use (:func:`perfdoctor.record.run.light_summary`)."""
+    the window the traced passes use (:func:`perfdoctor.record.light.light_summary`)."""
 
     KEPT: ClassVar[frozenset[str]] = frozenset({"step_name", "how", "step_end_clock"})
 
@@ -257,7 +257,7 @@ class Manifest(_Document):
     command: list[str] | None = None
     target: list[str] | None = None
     cwd: str | None = None
-    options: dict[str, Any] | None = None  # perfdoctor.record.run.RunOptions, as given
+    options: dict[str, Any] | None = None  # perfdoctor.record.options.RunOptions, as given
     started_at: str | None = None
     exit_code: int | None = None  # perfdoctor run's own exit code
     environment: dict[str, Any] = field(default_factory=dict)

@@ -314,7 +314,7 @@ def rank_lights(
     """``ranks.<k>.light_pass``: each rank's light-pass summary over the window every rank
     shares: rank 0's warm-up (``first`` is rank 0's summary), so step ``i`` of the steady
     state is the same step on every rank. The rank's own steady start is kept as
-    ``own_steady_start``. ``summarize(results, warmup)`` is :func:`perfdoctor.record.run.light_summary`."""
+    ``own_steady_start``. ``summarize(results, warmup)`` is :func:`perfdoctor.record.light.light_summary`."""
     warmup = int(first.warmup or 0)
     for rank, results in per_rank.items():
         if results is None:

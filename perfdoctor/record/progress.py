@@ -1,6 +1,6 @@
 """What ``perfdoctor run`` says while a pass runs: steps done, time elapsed, and an estimate
 of the time left, on stderr (a spinner on a terminal, a line every :data:`PERIOD_S` seconds
-in a log). The steps are the bootstrap's tick bytes (:meth:`perfdoctor.record.run.Runner.run_pass`);
+in a log). The steps are the bootstrap's tick bytes (:meth:`perfdoctor.record.runner.Runner.run_pass`);
 the estimate starts from the light pass's: every pass runs the same program, so it runs the
 steps the light pass saw, and takes at least as long; once steps end, at the pace this pass
 has shown (:func:`time_left_s`)."""

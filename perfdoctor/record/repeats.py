@@ -22,7 +22,7 @@ process's step series, laid out as::
 
 Process 1 is the ordinary light pass (``light_pass`` in the manifest, whose steady state
 places the traced window); processes 2..N run with the same configuration. Each process
-finds its own steady state (:func:`perfdoctor.record.run.light_summary`). A process that fails, or
+finds its own steady state (:func:`perfdoctor.record.light.light_summary`). A process that fails, or
 whose step is not the first process's, is kept in the list with ``excluded`` and left out
 of the statistics. ``compare-programs A B`` runs A's and B's passes, then their further
 light processes interleaved (A B A B ...), so drift of the machine hits both alike; with
@@ -47,7 +47,12 @@ from perfdoctor.bundle import layout as bundles
 from perfdoctor.bundle.protocol import PassConfig
 from perfdoctor.compare.processes import PROCESS_METRICS, per_process, process_latencies, spread
 from perfdoctor.record.lockstep import Pair, pick_cpu
-from perfdoctor.record.run import Runner, RunOptions, execute, light_summary, pass_entry, program_failure, target_name
+from perfdoctor.record.light import light_summary
+from perfdoctor.record.options import RunOptions
+from perfdoctor.record.passes import pass_entry, program_failure
+from perfdoctor.record.run import execute
+from perfdoctor.record.runner import Runner
+from perfdoctor.record.target import target_name
 from perfdoctor.text import rich
 
 

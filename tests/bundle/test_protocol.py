@@ -101,7 +101,9 @@ ALLOWED: dict[str, set[str]] = {
     "perfdoctor/record/launch.py": {"device", "ended_at_ns", "exit_code", "how", "light_pass", "module", "options", "own_steady_start", "passes", "rank", "ranks", "status", "steady_reason", "steady_start", "warmup_explicit", "warmup_reason", "world_size"},
     "perfdoctor/record/progress.py": {"step_latency_ms", "steps_seen"},
     "perfdoctor/record/repeats.py": {"exit_code", "light_pass", "lockstep", "pass", "passes", "reason", "repeat", "status", "step_latency_ms", "step_name"},
-    "perfdoctor/record/run.py": {"calibration", "collectors", "command", "cwd", "environment", "exit_code", "failed_rank", "finished_at", "gpu", "gpu_error", "launch", "light_pass", "metrics_error", "nvml_errors", "options", "pass", "passes", "program_error", "rank", "ranks_error", "schema", "started_at", "status", "step", "step_name", "steps", "target", "target_exit_code", "timed_out", "trace_scope", "window_step", "world_size"},
+    "perfdoctor/record/passes.py": {"collectors", "command", "exit_code", "light_pass", "nvml_errors", "passes", "program_error", "status", "step_name", "steps", "timed_out", "trace_scope", "window_step"},
+    "perfdoctor/record/run.py": {"calibration", "collectors", "command", "cwd", "environment", "exit_code", "failed_rank", "finished_at", "gpu", "gpu_error", "launch", "light_pass", "metrics_error", "options", "passes", "rank", "ranks_error", "schema", "started_at", "status", "step", "step_name", "target", "target_exit_code", "timed_out", "window_step", "world_size"},
+    "perfdoctor/record/runner.py": {"environment", "light_pass", "pass", "passes", "timed_out"},
     # collectors/bundle.py reads the manifest as a dict into Profile.origin's BundleFacts:
     # moves when the bundle facts read Manifest/LightPass (house plan step 3).
     "perfdoctor/collectors/bundle.py": {"calibration", "counters", "declared", "exit_code", "gpu", "light_pass", "passes", "ranks", "series", "spans_ns", "status", "steady_reason", "steady_start", "step", "step_end_clock", "step_name", "warmup", "warmup_explicit", "world_size"},
