@@ -9,8 +9,9 @@ bootstrap, what the bootstrap answers, and the manifest the reader gets.
 - :class:`Manifest`     ``manifest.json``.
 
 Each field is one JSON key, spelled here only (a test checks that no other module spells
-one as a string). ``to_json`` writes the fields in declaration order, which is the order
-the files have always had; a field listed in the class's ``KEPT`` is written even when
+one as a string). ``to_json`` writes the fields in declaration order, whatever order a
+writer set them in (no reader depends on it; for the manifest it is the order a single-rank
+run, a torchrun job and a run timed out in its light pass have always written); a field listed in the class's ``KEPT`` is written even when
 None (its null is part of the format, e.g. ``exit_code`` before the program ended), any
 other None field is left out. Keys this version does not know are kept in ``extra`` and
 written back: a bundle reopened by ``perfdoctor run --repeat`` loses nothing.
@@ -268,23 +269,24 @@ class Manifest(_Document):
     gpu: dict[str, Any] | None = None  # NVML's device facts
     gpu_error: str | None = None
     calibration: dict[str, Any] | None = None  # perfdoctor calibrate's measurements of this GPU
-    light_pass: LightPass | None = None
-    nvml_errors: list[str] | None = None
     timed_out: dict[str, Any] | None = None  # {"pass", "after_s"}
     ranks: dict[str, dict[str, Any]] | None = None  # per rank number: its facts, statuses and light_pass
+    light_pass: LightPass | None = None
+    nvml_errors: list[str] | None = None
+    failed_rank: dict[str, Any] | None = None  # {"rank", "exit_code"} of the rank that failed first
     target_exit_code: int | None = None  # the program's, from the first pass
     finished_at: str | None = None
     step: str | None = None  # the step the run traced
-    failed_rank: dict[str, Any] | None = None  # {"rank", "exit_code"} of the rank that failed first
-    repeat: dict[str, Any] | None = None  # perfdoctor run --repeat (perfdoctor.record.repeats)
     metrics_error: str | None = None
     ranks_error: str | None = None
+    repeat: dict[str, Any] | None = None  # perfdoctor run --repeat (perfdoctor.record.repeats), added last
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_json(cls, doc: Any, where: str = "manifest.json") -> Manifest:
+    def from_json(cls, doc: Any, where: str = "manifest.json", clean: bool = True) -> Manifest:
         """The manifest when it has the shape the readers rely on, strings cleaned
-        (:func:`perfdoctor.text.clean_deep`)."""
+        (:func:`perfdoctor.text.clean_deep`); ``clean=False``: as written, for ``perfdoctor
+        run --repeat`` adding to its own bundle, which then loses nothing."""
         if not isinstance(doc, dict):
             raise UsageError(f"{where}: expected a JSON object (the run manifest), got {type(doc).__name__}")
         schema = doc.get("schema")
@@ -314,5 +316,5 @@ class Manifest(_Document):
             _expect(key.isascii() and key.isdigit() and isinstance(entry, dict), where, f"ranks.{key}", "a JSON object under a rank number")
             _expect(entry.get("light_pass") is None or isinstance(entry["light_pass"], dict), where, f"ranks.{key}.light_pass", "a JSON object")
         light = doc.get("light_pass")
-        doc = clean_deep(doc)
+        doc = clean_deep(doc) if clean else doc
         return cls._build(doc, light_pass=None if light is None else LightPass.from_json(doc["light_pass"], where))

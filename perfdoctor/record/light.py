@@ -211,7 +211,6 @@ def steady_counters(samples_file: Path, steps: list[tuple[int, int]]) -> tuple[d
     return out, None
 
 
-
 def window_means(samples_file: Path, steps: list[tuple[int, int]]) -> dict[str, Any]:
     """Plain mean of each NVML metric's samples stamped inside the steady steps' span (kept
     for readers of perfdoctor 0.1 bundles; ``counters`` is the time-weighted GPM value).

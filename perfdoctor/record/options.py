@@ -34,7 +34,6 @@ class RunOptions:
     timeout_s: float | None = None  # a pass still running after this long is stopped (a hung rank)
 
 
-
 def parse_collect(text: str | None) -> list[str] | None:
     if text is None:
         return None

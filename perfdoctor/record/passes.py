@@ -53,14 +53,18 @@ class Plan:
         try:
             return nvml.Sampler(self.runner.raw / f"nvml-{pass_name}.jsonl", self.runner.options.nvml_interval_ms / 1000, gpm=gpm)
         except Exception as exc:  # noqa: BLE001 - NVML worked at the probe; say what broke
-            self.runner.manifest.setdefault("nvml_errors", []).append(f"{pass_name}: {exc}")
+            self.nvml_error(f"{pass_name}: {exc}")
             return None
+
+    def nvml_error(self, text: str) -> None:
+        manifest = self.runner.manifest
+        manifest.nvml_errors = [*(manifest.nvml_errors or []), text]
 
     def record(self, result: PassResult, collector: str | None, status: str | None = None, **extra: Any) -> None:
         manifest = self.runner.manifest
-        manifest["passes"].append(pass_entry(result))
+        manifest.passes.append(pass_entry(result))
         if collector is not None:
-            manifest["collectors"][collector] = {"status": status, "command": result.command, **extra}
+            manifest.collectors[collector] = {"status": status, "command": result.command, **extra}
         self.runner.save()
 
 
@@ -78,17 +82,17 @@ def run_passes(runner: Runner, selected: list[str], reasons: dict[str, str | Non
                 use_nvml="nvml" in selected and reasons["nvml"] is None)
     planned = [p for p in bundles.PASSES if (p == "light" and options.light) or (p in selected and reasons[p] is None)]
     for pass_name in planned:
-        if runner.interrupted or manifest.get("timed_out"):
+        if runner.interrupted or manifest.timed_out:
             break
         PASSES[pass_name](plan)
-    for name, entry in manifest["collectors"].items():
+    for name, entry in manifest.collectors.items():
         if entry.get("status") == "pending" and name != "nvml":
             why = f"the run was interrupted (signal {runner.interrupted})" if runner.interrupted else "an earlier pass timed out (--timeout)"
             entry["status"] = f"failed: not run, {why}"
     if plan.use_nvml:
         files = sorted(str(p.relative_to(runner.bundle)) for p in runner.raw.glob("nvml-*.jsonl"))
-        errors = manifest.get("nvml_errors") or []
-        manifest["collectors"]["nvml"] = {
+        errors = manifest.nvml_errors or []
+        manifest.collectors["nvml"] = {
             "status": "ok" if plan.nvml_ok and files else f"failed: {'; '.join(errors) or 'no pass ran with the NVML sampler'}",
             "files": files,
             "interval_ms": options.nvml_interval_ms,
@@ -125,9 +129,9 @@ def light_pass(plan: Plan) -> None:
     else:
         light.counters = {}
         light.counters_reason = "no NVML sampler in the light pass (nvml not selected or unavailable)"
-    manifest["light_pass"] = light.to_json()
-    if s is not None and s.error:  # after light_pass: the manifest's key order is the files' own
-        manifest.setdefault("nvml_errors", []).append(f"light: {s.error}")
+    manifest.light_pass = light
+    if s is not None and s.error:
+        plan.nvml_error(f"light: {s.error}")
     if light.step_name is not None:
         # The later passes window on the step the light pass found, inside its steady state.
         plan.base = replace(plan.base, step=light.step_name, warmup=light.warmup or 0, step_thread=light.step_thread,
@@ -144,7 +148,7 @@ def torch_pass(plan: Plan) -> None:
     result = runner.run_pass("torch", [], replace(plan.base, windowed=plan.windowed, trace=str(trace.resolve())), s)
     plan.nvml_ok = plan.nvml_ok or (s is not None and s.error is None)
     if s is not None and s.error:
-        runner.manifest.setdefault("nvml_errors", []).append(f"torch: {s.error}")
+        plan.nvml_error(f"torch: {s.error}")
     if runner.options.ranks is not None:
         status, files = launch.trace_status(result.ranks, runner.raw, bundles.TORCH_TRACE, lambda r, t: torch_status(
             PassResult("torch", result.command, result.exit_code if r is None else r.exit_code, stderr_tail=result.stderr_tail,
@@ -220,9 +224,9 @@ def ncu_pass(plan: Plan) -> None:
     csv = runner.raw / bundles.NCU_CSV
     config = replace(base, windowed=True, ncu_steps=opts.ncu_steps)
     if base.step is None and opts.step_fn is None:
-        manifest_light = runner.manifest.get("light_pass") or {}
-        if opts.light and manifest_light.get("step_name") is None:
-            runner.manifest["collectors"]["ncu"] = {"status": "unavailable: no step found to select kernels (pass --step or --step-fn)"}
+        found = runner.manifest.light_pass
+        if opts.light and (found is None or found.step_name is None):
+            runner.manifest.collectors["ncu"] = {"status": "unavailable: no step found to select kernels (pass --step or --step-fn)"}
             runner.save()
             return
     kernels, source = step_kernels(runner.raw)

@@ -40,6 +40,7 @@ from typing import Any
 from rich.console import Console
 
 from perfdoctor.bundle import layout as bundles
+from perfdoctor.bundle.protocol import Manifest
 from perfdoctor.collectors import nvml
 from perfdoctor.record import launch
 from perfdoctor.record.options import COLLECTORS, RunOptions
@@ -81,28 +82,25 @@ def execute(options: RunOptions, console: Console) -> tuple[int, Path]:
     for c in selected:
         if reasons[c] is not None:
             runner.say(f"[yellow]{c}[/]: unavailable: {reasons[c]}")
-    runner.manifest = {
-        "schema": bundles.SCHEMA,
-        "status": "running",
-        "command": ["perfdoctor", "run", *options.target],
-        "target": options.target,
-        "cwd": os.getcwd(),
-        "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(options).items()},
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "exit_code": None,
-        "environment": environment(),
-        "collectors": {c: collector_status(reasons[c], c in selected) for c in COLLECTORS},
-        "passes": [],
-    }
+    manifest = runner.manifest = Manifest(
+        status="running",
+        command=["perfdoctor", "run", *options.target],
+        target=options.target,
+        cwd=os.getcwd(),
+        options={k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(options).items()},
+        started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        environment=environment(),
+        collectors={c: collector_status(reasons[c], c in selected) for c in COLLECTORS},
+    )
     if options.ranks is not None:
-        runner.manifest["launch"] = options.ranks.to_json()
-        runner.manifest["world_size"] = options.ranks.world_size
+        manifest.launch = options.ranks.to_json()
+        manifest.world_size = options.ranks.world_size
     if reasons["nvml"] is None:
         try:
-            runner.manifest["gpu"] = nvml.device_info()
+            manifest.gpu = nvml.device_info()
         except Exception as exc:  # noqa: BLE001 - the manifest just lacks the GPU facts
-            runner.manifest["gpu_error"] = str(exc)
-    runner.manifest["calibration"] = cached_calibration(runner.manifest.get("gpu"))
+            manifest.gpu_error = str(exc)
+    manifest.calibration = cached_calibration(manifest.gpu)
     runner.save()
     runner.say(f"bundle: {esc(runner.bundle)}")
 
@@ -111,34 +109,33 @@ def execute(options: RunOptions, console: Console) -> tuple[int, Path]:
             run_passes(runner, selected, reasons)
     except Exception as exc:
         # A perfdoctor bug: keep the bundle readable and say so, then show the traceback.
-        runner.manifest["status"] = f"error: {type(exc).__name__}: {exc}"
+        manifest.status = f"error: {type(exc).__name__}: {exc}"
         runner.save()
         raise
-    passes = runner.manifest["passes"]
+    passes = manifest.passes
     first = passes[0]["exit_code"] if passes else None
     code = 128 + runner.interrupted if runner.interrupted and first in (None, 0) else shell_code(first)
     if options.ranks is not None and runner.interrupted:
         code = 128 + runner.interrupted  # Ctrl-C on a job: every rank ends on the signal, none is to blame
     elif options.ranks is not None and passes:  # the job's code is that of the rank that failed first
-        failed = launch.failed_rank(runner.manifest, passes[0]["name"])
+        failed = launch.failed_rank(manifest, passes[0]["name"])
         code = shell_code(failed[1]) if failed and failed[1] is not None else code  # code unknown: torchrun's
-        runner.manifest["failed_rank"] = failed and {"rank": failed[0], "exit_code": failed[1]}
-    if runner.manifest.get("timed_out"):
+        manifest.failed_rank = failed and {"rank": failed[0], "exit_code": failed[1]}
+    if manifest.timed_out:
         code = launch.TIMEOUT_EXIT
-    runner.manifest["exit_code"] = code
-    runner.manifest["target_exit_code"] = first
-    runner.manifest["status"] = "interrupted" if runner.interrupted else "timed out" if runner.manifest.get("timed_out") else "done"
-    runner.manifest["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    runner.manifest["step"] = (runner.manifest.get("light_pass") or {}).get("step_name") or options.step or next(
+    manifest.exit_code = code
+    manifest.target_exit_code = first
+    manifest.status = "interrupted" if runner.interrupted else "timed out" if manifest.timed_out else "done"
+    manifest.finished_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    manifest.step = (manifest.light_pass and manifest.light_pass.step_name) or options.step or next(
         (p["window_step"] for p in passes if p["window_step"]), None
     )
     runner.save()
     write_metrics(runner)
     if options.ranks is not None and (why := launch.write_cross_rank(runner.bundle)):
-        runner.manifest["ranks_error"] = why
+        manifest.ranks_error = why
         runner.save()
     return code, runner.bundle
-
 
 
 def cached_calibration(gpu: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -160,16 +157,15 @@ def write_metrics(runner: Runner) -> None:
     try:
         profile = load_bundle(runner.bundle)
         if profile.origin.bundle.activities_from is None:
-            runner.manifest["metrics_error"] = profile.origin.bundle.reason
+            runner.manifest.metrics_error = profile.origin.bundle.reason
             runner.save()
             return
-        analysis = analyze(profile, step=runner.manifest.get("step"))
+        analysis = analyze(profile, step=runner.manifest.step)
         bundles.write_json_atomic(runner.bundle / "metrics.json", analysis.to_json())
     except Exception as exc:  # noqa: BLE001 - the bundle stays; analyze can be rerun on it
-        runner.manifest["metrics_error"] = f"{type(exc).__name__}: {exc}"
+        runner.manifest.metrics_error = f"{type(exc).__name__}: {exc}"
         runner.save()
         runner.say(f"[yellow]metrics not written[/]: {esc(exc)}")
-
 
 
 def main() -> None:

@@ -21,7 +21,7 @@ from typing import Any
 from rich.console import Console
 
 from perfdoctor.bundle import layout as bundles
-from perfdoctor.bundle.protocol import PassConfig, PassResults
+from perfdoctor.bundle.protocol import Manifest, PassConfig, PassResults
 from perfdoctor.collectors import nvml
 from perfdoctor.errors import UsageError
 from perfdoctor.record import launch, progress
@@ -45,7 +45,6 @@ class PassResult:
     ranks: dict[int, PassResults | None] = field(default_factory=dict)  # every rank's results; None: it wrote none
 
 
-
 class Runner:
     """Runs the passes, keeps the manifest current, and turns signals into a clean stop."""
 
@@ -57,7 +56,7 @@ class Runner:
         self.interrupted: int | None = None  # the signal that stopped the run
         self.bundle = bundle or bundles.new_bundle_dir(options.out, options.name or target_name(options.target))
         self.raw = self.bundle / bundles.RAW
-        self.manifest: dict[str, Any] = {}
+        self.manifest = Manifest()  # execute's, or the reopened bundle's
         self.spinner = True  # False while another runner's pass runs at the same time (lockstep)
 
     @contextlib.contextmanager
@@ -87,7 +86,7 @@ class Runner:
                 pass
 
     def save(self) -> None:
-        bundles.write_json_atomic(self.bundle / bundles.MANIFEST, self.manifest)
+        bundles.write_json_atomic(self.bundle / bundles.MANIFEST, self.manifest.to_json())
 
     def say(self, text: str) -> None:
         if not self.options.quiet:
@@ -102,8 +101,8 @@ class Runner:
         if self.options.quiet or not self.spinner:
             yield
             return
-        light = next((p for p in self.manifest.get("passes", []) if p["name"] == "light"), None)
-        expected = progress.expected_of(self.manifest.get("light_pass"), light and light["seconds"])
+        light = next((p for p in self.manifest.passes if p["name"] == "light"), None)
+        expected = progress.expected_of(self.manifest.light_pass, light and light["seconds"])
         stop = threading.Event()
 
         def text() -> str:
@@ -150,7 +149,7 @@ class Runner:
         config = replace(config, pass_=mode or name, results=str(results.resolve()), progress_fd=tick_fd,
                          progress_pipe=[pipe.st_dev, pipe.st_ino])
         result = PassResult(name, [*wrapper, *self.program(name, config)])
-        first = not self.manifest["passes"]
+        first = not self.manifest.passes
         log = None if first else self.raw / f"{name}.log"
         ticks = progress.Ticks()
         start = time.monotonic()
@@ -228,7 +227,7 @@ class Runner:
                 pass  # the program died before the bootstrap could write it (or wrote over it)
         # torch / CUDA versions as the program saw them (perfdoctor itself never imports torch).
         for key, value in (result.results.environment or {}).items():
-            self.manifest["environment"].setdefault(key, value)
+            self.manifest.environment.setdefault(key, value)
 
     def wait(self, child: subprocess.Popen[bytes], name: str) -> int:
         """The child's exit status; past ``--timeout`` it gets SIGTERM (a torchrun job: its
@@ -242,7 +241,7 @@ class Runner:
         try:
             return child.wait(timeout=self.options.timeout_s)
         except subprocess.TimeoutExpired:
-            self.manifest["timed_out"] = {"pass": name, "after_s": self.options.timeout_s}
+            self.manifest.timed_out = {"pass": name, "after_s": self.options.timeout_s}
             self.say(f"[yellow]{name} pass: still running after --timeout {self.options.timeout_s:g} s: stopping it[/]")
             stop(signal.SIGTERM)
             try:
@@ -250,7 +249,6 @@ class Runner:
             except subprocess.TimeoutExpired:
                 stop(signal.SIGKILL)
                 return child.wait()
-
 
 
 def shell_code(returncode: int | None) -> int:

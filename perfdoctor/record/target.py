@@ -75,6 +75,5 @@ def check_importable(target: list[str], step_fn: str | None) -> None:
             raise UsageError(f"{what}: {why}")
 
 
-
 def target_name(target: list[str]) -> str:
     return target[1] if target[0] == "-m" else Path(target[0]).stem
