@@ -6,6 +6,8 @@ bootstrap, what the bootstrap answers, and the manifest the reader gets.
 - :class:`PassResults`  ``raw/<pass>.json``: written by the bootstrap's ``write_results``,
   read back by ``perfdoctor run`` and by :mod:`perfdoctor.collectors.bundle`;
 - :class:`LightPass`    the manifest's ``light_pass``: the light pass's scout report;
+- :class:`PassRun`, :class:`Collector`  an entry of the manifest's ``passes``, ``collectors``
+  (the manifest keeps them as JSON: its readers take what a damaged entry still holds);
 - :class:`Manifest`     ``manifest.json``.
 
 Each field is one JSON key, spelled here only (a test checks that no other module spells
@@ -248,6 +250,50 @@ class LightPass(_Document):
 
 
 @dataclass
+class PassRun(_Document):
+    """One pass as the manifest's ``passes`` lists it: what ran, how it ended, how long it
+    took and how many steps it ticked."""
+
+    KEPT: ClassVar[frozenset[str]] = frozenset({"exit_code", "window_step"})
+
+    name: str = ""  # light, torch, nsys, ncu; light-2, ... for --repeat
+    command: list[str] = field(default_factory=list)
+    exit_code: int | None = None  # the program's (None: it did not start)
+    seconds: float = 0.0
+    steps: int = 0  # the steps the progress pipe counted
+    window_step: str | None = None  # PassResults.window_step
+    program_error: str | None = None  # PassResults.program_error
+    trace_scope: str | None = None  # PassResults.trace_scope
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str = "manifest.json passes") -> PassRun:
+        return cls._build(_object(doc, where, "a pass"))
+
+
+@dataclass
+class Collector(_Document):
+    """A collector's entry in the manifest's ``collectors``: its status (``pending``, ``ok``,
+    ``unavailable: why``, ``failed: why``), what it ran and what it wrote."""
+
+    KEPT: ClassVar[frozenset[str]] = frozenset({"status"})
+
+    status: str | None = None
+    command: list[str] | None = None
+    export_command: list[str] | None = None  # nsys: the SQLite export
+    files: list[str] | None = None  # relative to the bundle
+    kernels: int | None = None  # ncu: the kernels profiled
+    step_index: int | None = None  # ncu: the first step replayed
+    replay: str | None = None  # ncu: what it replayed, in words
+    interval_ms: int | None = None  # nvml: the sampling period
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str = "manifest.json collectors") -> Collector:
+        return cls._build(_object(doc, where, "a collector"))
+
+
+@dataclass
 class Manifest(_Document):
     """``manifest.json``: the run, its passes and collectors, the device and the light pass."""
 
@@ -262,8 +308,8 @@ class Manifest(_Document):
     started_at: str | None = None
     exit_code: int | None = None  # perfdoctor run's own exit code
     environment: dict[str, Any] = field(default_factory=dict)
-    collectors: dict[str, dict[str, Any]] = field(default_factory=dict)  # per collector: {"status", "command", "files", ...}
-    passes: list[dict[str, Any]] = field(default_factory=list)  # per pass run: {"name", "command", "exit_code", ...}
+    collectors: dict[str, dict[str, Any]] = field(default_factory=dict)  # per collector: a Collector's JSON
+    passes: list[dict[str, Any]] = field(default_factory=list)  # per pass run: a PassRun's JSON
     launch: dict[str, Any] | None = None  # a torchrun job (perfdoctor.record.launch.Launch.to_json)
     world_size: int | None = None
     gpu: dict[str, Any] | None = None  # NVML's device facts

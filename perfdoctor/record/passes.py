@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from perfdoctor.bundle import layout as bundles
-from perfdoctor.bundle.protocol import PassConfig, PassResults
+from perfdoctor.bundle.protocol import Collector, PassConfig, PassResults, PassRun
 from perfdoctor.collectors import ncu, nsys_run, nvml
 from perfdoctor.record import launch
 from perfdoctor.record.light import light_summary, steady_counters, steady_steps, window_means
@@ -24,16 +24,16 @@ from perfdoctor.text import rich as esc  # program arguments, paths and step nam
 
 def pass_entry(result: PassResult) -> dict[str, Any]:
     """A pass as ``manifest.passes`` lists it."""
-    return {
-        "name": result.name,
-        "command": result.command,
-        "exit_code": result.exit_code,
-        "seconds": result.seconds,
-        "steps": result.steps,
-        "window_step": result.results.window_step,
-        **({"program_error": result.results.program_error} if result.results.program_error else {}),
-        **({"trace_scope": result.results.trace_scope} if result.results.trace_scope else {}),
-    }
+    return PassRun(
+        name=result.name,
+        command=result.command,
+        exit_code=result.exit_code,
+        seconds=result.seconds,
+        steps=result.steps,
+        window_step=result.results.window_step,
+        program_error=result.results.program_error or None,
+        trace_scope=result.results.trace_scope or None,
+    ).to_json()
 
 
 @dataclass
@@ -64,7 +64,7 @@ class Plan:
         manifest = self.runner.manifest
         manifest.passes.append(pass_entry(result))
         if collector is not None:
-            manifest.collectors[collector] = {"status": status, "command": result.command, **extra}
+            manifest.collectors[collector] = Collector(status=status, command=result.command, **extra).to_json()
         self.runner.save()
 
 
@@ -86,17 +86,17 @@ def run_passes(runner: Runner, selected: list[str], reasons: dict[str, str | Non
             break
         PASSES[pass_name](plan)
     for name, entry in manifest.collectors.items():
-        if entry.get("status") == "pending" and name != "nvml":
+        if Collector.from_json(entry).status == "pending" and name != "nvml":
             why = f"the run was interrupted (signal {runner.interrupted})" if runner.interrupted else "an earlier pass timed out (--timeout)"
-            entry["status"] = f"failed: not run, {why}"
+            manifest.collectors[name] = Collector(status=f"failed: not run, {why}").to_json()
     if plan.use_nvml:
         files = sorted(str(p.relative_to(runner.bundle)) for p in runner.raw.glob("nvml-*.jsonl"))
         errors = manifest.nvml_errors or []
-        manifest.collectors["nvml"] = {
-            "status": "ok" if plan.nvml_ok and files else f"failed: {'; '.join(errors) or 'no pass ran with the NVML sampler'}",
-            "files": files,
-            "interval_ms": options.nvml_interval_ms,
-        }
+        manifest.collectors["nvml"] = Collector(
+            status="ok" if plan.nvml_ok and files else f"failed: {'; '.join(errors) or 'no pass ran with the NVML sampler'}",
+            files=files,
+            interval_ms=options.nvml_interval_ms,
+        ).to_json()
         runner.save()
 
 
@@ -226,7 +226,7 @@ def ncu_pass(plan: Plan) -> None:
     if base.step is None and opts.step_fn is None:
         found = runner.manifest.light_pass
         if opts.light and (found is None or found.step_name is None):
-            runner.manifest.collectors["ncu"] = {"status": "unavailable: no step found to select kernels (pass --step or --step-fn)"}
+            runner.manifest.collectors["ncu"] = Collector(status="unavailable: no step found to select kernels (pass --step or --step-fn)").to_json()
             runner.save()
             return
     kernels, source = step_kernels(runner.raw)

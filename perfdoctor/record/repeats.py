@@ -44,7 +44,7 @@ from typing import Any
 from rich.console import Console
 
 from perfdoctor.bundle import layout as bundles
-from perfdoctor.bundle.protocol import LightPass, Manifest, PassConfig
+from perfdoctor.bundle.protocol import LightPass, Manifest, PassConfig, PassRun
 from perfdoctor.compare.processes import PROCESS_METRICS, per_process, process_latencies, spread
 from perfdoctor.record.lockstep import Pair, pick_cpu
 from perfdoctor.record.light import light_summary
@@ -58,8 +58,8 @@ from perfdoctor.text import rich
 
 def _first_process(manifest: Manifest) -> dict[str, Any]:
     light = manifest.light_pass or LightPass()
-    first = next((p for p in manifest.passes if p.get("name") == "light"), {})
-    entry: dict[str, Any] = {"pass": "light", "file": f"{bundles.RAW}/light.json", "exit_code": first.get("exit_code")}
+    first = next((run for run in map(PassRun.from_json, manifest.passes) if run.name == "light"), PassRun())
+    entry: dict[str, Any] = {"pass": "light", "file": f"{bundles.RAW}/light.json", "exit_code": first.exit_code}
     entry.update(step_name=light.step_name, steps_seen=light.steps_seen, steady_start=light.steady_start, warmup=light.warmup)
     if light.step_name is None:
         entry["excluded"] = light.reason or "no step seen"

@@ -40,7 +40,7 @@ from typing import Any
 from rich.console import Console
 
 from perfdoctor.bundle import layout as bundles
-from perfdoctor.bundle.protocol import Manifest
+from perfdoctor.bundle.protocol import Collector, Manifest, PassRun
 from perfdoctor.collectors import nvml
 from perfdoctor.record import launch
 from perfdoctor.record.options import COLLECTORS, RunOptions
@@ -68,8 +68,8 @@ def environment() -> dict[str, Any]:
 
 def collector_status(reason: str | None, selected: bool) -> dict[str, Any]:
     if reason is not None:
-        return {"status": f"unavailable: {reason}"}
-    return {"status": "pending" if selected else "unavailable: not selected (--collect)"}
+        return Collector(status=f"unavailable: {reason}").to_json()
+    return Collector(status="pending" if selected else "unavailable: not selected (--collect)").to_json()
 
 
 def execute(options: RunOptions, console: Console) -> tuple[int, Path]:
@@ -112,13 +112,13 @@ def execute(options: RunOptions, console: Console) -> tuple[int, Path]:
         manifest.status = f"error: {type(exc).__name__}: {exc}"
         runner.save()
         raise
-    passes = manifest.passes
-    first = passes[0]["exit_code"] if passes else None
+    passes = [PassRun.from_json(p) for p in manifest.passes]
+    first = passes[0].exit_code if passes else None
     code = 128 + runner.interrupted if runner.interrupted and first in (None, 0) else shell_code(first)
     if options.ranks is not None and runner.interrupted:
         code = 128 + runner.interrupted  # Ctrl-C on a job: every rank ends on the signal, none is to blame
     elif options.ranks is not None and passes:  # the job's code is that of the rank that failed first
-        failed = launch.failed_rank(manifest, passes[0]["name"])
+        failed = launch.failed_rank(manifest, passes[0].name)
         code = shell_code(failed[1]) if failed and failed[1] is not None else code  # code unknown: torchrun's
         manifest.failed_rank = failed and {"rank": failed[0], "exit_code": failed[1]}
     if manifest.timed_out:
@@ -128,7 +128,7 @@ def execute(options: RunOptions, console: Console) -> tuple[int, Path]:
     manifest.status = "interrupted" if runner.interrupted else "timed out" if manifest.timed_out else "done"
     manifest.finished_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     manifest.step = (manifest.light_pass and manifest.light_pass.step_name) or options.step or next(
-        (p["window_step"] for p in passes if p["window_step"]), None
+        (p.window_step for p in passes if p.window_step), None
     )
     runner.save()
     write_metrics(runner)

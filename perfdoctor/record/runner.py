@@ -21,7 +21,7 @@ from typing import Any
 from rich.console import Console
 
 from perfdoctor.bundle import layout as bundles
-from perfdoctor.bundle.protocol import Manifest, PassConfig, PassResults
+from perfdoctor.bundle.protocol import Manifest, PassConfig, PassResults, PassRun
 from perfdoctor.collectors import nvml
 from perfdoctor.errors import UsageError
 from perfdoctor.record import launch, progress
@@ -101,8 +101,8 @@ class Runner:
         if self.options.quiet or not self.spinner:
             yield
             return
-        light = next((p for p in self.manifest.passes if p["name"] == "light"), None)
-        expected = progress.expected_of(self.manifest.light_pass, light and light["seconds"])
+        light = next((run for run in map(PassRun.from_json, self.manifest.passes) if run.name == "light"), None)
+        expected = progress.expected_of(self.manifest.light_pass, light and light.seconds)
         stop = threading.Event()
 
         def text() -> str:
