@@ -249,12 +249,23 @@ class LightPass(_Document):
         return cls._build(doc)
 
 
+class _Entry(_Document):
+    """An entry the manifest keeps as JSON: read from any JSON object."""
+
+    WHAT: ClassVar[str]  # what it is, for the error
+
+    @classmethod
+    def from_json(cls: type[D], doc: Any, where: str = "manifest.json") -> D:
+        return cls._build(_object(doc, where, cls.WHAT))  # type: ignore[attr-defined]
+
+
 @dataclass
-class PassRun(_Document):
+class PassRun(_Entry):
     """One pass as the manifest's ``passes`` lists it: what ran, how it ended, how long it
     took and how many steps it ticked."""
 
     KEPT: ClassVar[frozenset[str]] = frozenset({"exit_code", "window_step"})
+    WHAT: ClassVar[str] = "an entry of passes"
 
     name: str = ""  # light, torch, nsys, ncu; light-2, ... for --repeat
     command: list[str] = field(default_factory=list)
@@ -266,17 +277,14 @@ class PassRun(_Document):
     trace_scope: str | None = None  # PassResults.trace_scope
     extra: dict[str, Any] = field(default_factory=dict)
 
-    @classmethod
-    def from_json(cls, doc: Any, where: str = "manifest.json passes") -> PassRun:
-        return cls._build(_object(doc, where, "a pass"))
-
 
 @dataclass
-class Collector(_Document):
+class Collector(_Entry):
     """A collector's entry in the manifest's ``collectors``: its status (``pending``, ``ok``,
     ``unavailable: why``, ``failed: why``), what it ran and what it wrote."""
 
     KEPT: ClassVar[frozenset[str]] = frozenset({"status"})
+    WHAT: ClassVar[str] = "an entry of collectors"
 
     status: str | None = None
     command: list[str] | None = None
@@ -287,10 +295,6 @@ class Collector(_Document):
     replay: str | None = None  # ncu: what it replayed, in words
     interval_ms: int | None = None  # nvml: the sampling period
     extra: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_json(cls, doc: Any, where: str = "manifest.json collectors") -> Collector:
-        return cls._build(_object(doc, where, "a collector"))
 
 
 @dataclass
