@@ -6,8 +6,10 @@ bootstrap, what the bootstrap answers, and the manifest the reader gets.
 - :class:`PassResults`  ``raw/<pass>.json``: written by the bootstrap's ``write_results``,
   read back by ``perfdoctor run`` and by :mod:`perfdoctor.collectors.bundle`;
 - :class:`LightPass`    the manifest's ``light_pass``: the light pass's scout report;
-- :class:`PassRun`, :class:`Collector`  an entry of the manifest's ``passes``, ``collectors``
-  (the manifest keeps them as JSON: its readers take what a damaged entry still holds);
+- :class:`PassRun`, :class:`Collector`, :class:`TimedOut`, :class:`FailedRank`,
+  :class:`RepeatProcess`  an entry of the manifest (``passes``, ``collectors``, ``timed_out``,
+  ``failed_rank``, ``repeat.processes``), which keeps them as JSON: its readers take what a
+  damaged entry still holds;
 - :class:`Manifest`     ``manifest.json``.
 
 Each field is one JSON key, spelled here only (a test checks that no other module spells
@@ -298,6 +300,49 @@ class Collector(_Entry):
 
 
 @dataclass
+class TimedOut(_Entry):
+    """The manifest's ``timed_out``: the pass ``--timeout`` stopped."""
+
+    WHAT: ClassVar[str] = "timed_out"
+
+    pass_: str | None = field(default=None, metadata={"key": "pass"})
+    after_s: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class FailedRank(_Entry):
+    """The manifest's ``failed_rank``: the rank of a torchrun job that failed first."""
+
+    KEPT: ClassVar[frozenset[str]] = frozenset({"exit_code"})
+    WHAT: ClassVar[str] = "failed_rank"
+
+    rank: int | None = None
+    exit_code: int | None = None  # None: torchrun did not say
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RepeatProcess(_Entry):
+    """A light process of ``perfdoctor run --repeat`` (the manifest's ``repeat.processes``)."""
+
+    KEPT: ClassVar[frozenset[str]] = frozenset({"exit_code", "step_name", "steps_seen", "steady_start", "warmup"})
+    WHAT: ClassVar[str] = "an entry of repeat.processes"
+
+    pass_: str | None = field(default=None, metadata={"key": "pass"})  # light, light-2, ...
+    file: str | None = None  # its results, relative to the bundle
+    exit_code: int | None = None
+    step_name: str | None = None
+    steps_seen: int | None = None
+    steady_start: int | None = None
+    warmup: int | None = None
+    lockstep: dict[str, Any] | None = None  # perfdoctor.record.lockstep.Turns.summary()
+    excluded: str | None = None  # why it is left out of the statistics
+    step_latency_ms: list[float] | None = None  # from the warm-up on, when not excluded
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class Manifest(_Document):
     """``manifest.json``: the run, its passes and collectors, the device and the light pass."""
 
@@ -319,11 +364,11 @@ class Manifest(_Document):
     gpu: dict[str, Any] | None = None  # NVML's device facts
     gpu_error: str | None = None
     calibration: dict[str, Any] | None = None  # perfdoctor calibrate's measurements of this GPU
-    timed_out: dict[str, Any] | None = None  # {"pass", "after_s"}
+    timed_out: dict[str, Any] | None = None  # a TimedOut's JSON
     ranks: dict[str, dict[str, Any]] | None = None  # per rank number: its facts, statuses and light_pass
     light_pass: LightPass | None = None
     nvml_errors: list[str] | None = None
-    failed_rank: dict[str, Any] | None = None  # {"rank", "exit_code"} of the rank that failed first
+    failed_rank: dict[str, Any] | None = None  # a FailedRank's JSON
     target_exit_code: int | None = None  # the program's, from the first pass
     finished_at: str | None = None
     step: str | None = None  # the step the run traced

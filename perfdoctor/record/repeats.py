@@ -44,7 +44,7 @@ from typing import Any
 from rich.console import Console
 
 from perfdoctor.bundle import layout as bundles
-from perfdoctor.bundle.protocol import LightPass, Manifest, PassConfig, PassRun
+from perfdoctor.bundle.protocol import LightPass, Manifest, PassConfig, PassRun, RepeatProcess
 from perfdoctor.compare.processes import PROCESS_METRICS, per_process, process_latencies, spread
 from perfdoctor.record.lockstep import Pair, pick_cpu
 from perfdoctor.record.light import light_summary
@@ -59,13 +59,13 @@ from perfdoctor.text import rich
 def _first_process(manifest: Manifest) -> dict[str, Any]:
     light = manifest.light_pass or LightPass()
     first = next((run for run in map(PassRun.from_json, manifest.passes) if run.name == "light"), PassRun())
-    entry: dict[str, Any] = {"pass": "light", "file": f"{bundles.RAW}/light.json", "exit_code": first.exit_code}
-    entry.update(step_name=light.step_name, steps_seen=light.steps_seen, steady_start=light.steady_start, warmup=light.warmup)
+    entry = RepeatProcess(pass_="light", file=f"{bundles.RAW}/light.json", exit_code=first.exit_code, step_name=light.step_name,
+                          steps_seen=light.steps_seen, steady_start=light.steady_start, warmup=light.warmup)
     if light.step_name is None:
-        entry["excluded"] = light.reason or "no step seen"
+        entry.excluded = light.reason or "no step seen"
     else:
-        entry["step_latency_ms"] = light.step_latency_ms or []
-    return entry
+        entry.step_latency_ms = light.step_latency_ms or []
+    return entry.to_json()
 
 
 def repeat_of(manifest: Manifest) -> dict[str, Any]:
@@ -90,24 +90,24 @@ def add_process(runner: Runner, lockstep: dict[str, Any] | None = None) -> dict[
     summary = light_summary(result.results, runner.options)
     if result.results.modules is not None and summary.module:
         bundles.write_json_atomic(raw / f"{name}.json", result.results.to_json())  # the module step's series, as for light.json
-    entry: dict[str, Any] = {"pass": name, "file": f"{bundles.RAW}/{name}.json", "exit_code": result.exit_code}
-    entry.update(step_name=summary.step_name, steps_seen=summary.steps_seen, steady_start=summary.steady_start, warmup=summary.warmup)
+    entry = RepeatProcess(pass_=name, file=f"{bundles.RAW}/{name}.json", exit_code=result.exit_code, step_name=summary.step_name,
+                          steps_seen=summary.steps_seen, steady_start=summary.steady_start, warmup=summary.warmup)
     if lockstep is not None:
-        entry["lockstep"] = result.results.lockstep or {"turns": 0, "free_after": "the program wrote no results"}
+        entry.lockstep = result.results.lockstep or {"turns": 0, "free_after": "the program wrote no results"}
     want = manifest.light_pass and manifest.light_pass.step_name
     failure = program_failure(result)
     if runner.interrupted:
-        entry["excluded"] = f"interrupted (signal {runner.interrupted})"
+        entry.excluded = f"interrupted (signal {runner.interrupted})"
     elif failure:
-        entry["excluded"] = failure
+        entry.excluded = failure
     elif summary.step_name is None or summary.step_name != want:
-        entry["excluded"] = f"its step was {summary.step_name!r}, process 1's {want!r}"
+        entry.excluded = f"its step was {summary.step_name!r}, process 1's {want!r}"
     else:
-        entry["step_latency_ms"] = summary.step_latency_ms
+        entry.step_latency_ms = summary.step_latency_ms
     repeat["order"].append(name)
-    repeat["processes"].append(entry)
+    repeat["processes"].append(entry.to_json())
     runner.save()
-    return entry
+    return repeat["processes"][-1]
 
 
 def summarize(runner: Runner) -> None:
@@ -118,7 +118,7 @@ def summarize(runner: Runner) -> None:
         return
     latencies = process_latencies(runner.manifest.to_json())
     summary = {metric: spread(per_process(latencies, q)) for metric, q in PROCESS_METRICS.items()}
-    excluded = sum(bool(p.get("excluded")) for p in repeat["processes"])
+    excluded = sum(bool(RepeatProcess.from_json(p).excluded) for p in repeat["processes"])
     repeat["summary"] = summary
     runner.save()
     metrics_file = runner.bundle / "metrics.json"
@@ -156,18 +156,18 @@ def _say_process(runner: Runner) -> None:
     # Pass names, reasons and the program's own error text are user text in rich markup:
     # each goes through text.rich (a "[/]" in a step name once raised MarkupError and the
     # remaining processes never ran).
-    entry = repeat_of(runner.manifest)["processes"][-1]
-    turns = entry.get("lockstep")
-    name = rich(entry["pass"])
+    entry = RepeatProcess.from_json(repeat_of(runner.manifest)["processes"][-1])
+    turns = entry.lockstep
+    name = rich(entry.pass_)
     if turns is not None and not turns.get("turns"):
         runner.say(f"[yellow]{name}[/]: took no turns ({rich(turns.get('free_after') or 'no step marker reached it')}): "
                    "left out of the lockstep pairs; mark the steps with perfdoctor.region or record_function")
     elif turns is not None and turns.get("free_after"):
         runner.say(f"{name}: lockstep for {rich(turns['turns'])} steps, then alone: {rich(turns['free_after'])}")
-    if entry.get("excluded"):
-        runner.say(f"[yellow]{name}[/]: left out of the statistics: {rich(entry['excluded'])}")
-    elif entry["step_latency_ms"]:
-        ms = sorted(entry["step_latency_ms"])
+    if entry.excluded:
+        runner.say(f"[yellow]{name}[/]: left out of the statistics: {rich(entry.excluded)}")
+    elif entry.step_latency_ms:
+        ms = sorted(entry.step_latency_ms)
         runner.say(f"{name}: p50 {ms[len(ms) // 2]:.3f} ms over {len(ms)} steady steps")
 
 

@@ -40,7 +40,7 @@ from typing import Any
 from rich.console import Console
 
 from perfdoctor.bundle import layout as bundles
-from perfdoctor.bundle.protocol import Collector, Manifest, PassRun
+from perfdoctor.bundle.protocol import Collector, FailedRank, Manifest, PassRun
 from perfdoctor.collectors import nvml
 from perfdoctor.record import launch
 from perfdoctor.record.options import COLLECTORS, RunOptions
@@ -120,7 +120,7 @@ def execute(options: RunOptions, console: Console) -> tuple[int, Path]:
     elif options.ranks is not None and passes:  # the job's code is that of the rank that failed first
         failed = launch.failed_rank(manifest, passes[0].name)
         code = shell_code(failed[1]) if failed and failed[1] is not None else code  # code unknown: torchrun's
-        manifest.failed_rank = failed and {"rank": failed[0], "exit_code": failed[1]}
+        manifest.failed_rank = failed and FailedRank(rank=failed[0], exit_code=failed[1]).to_json()
     if manifest.timed_out:
         code = launch.TIMEOUT_EXIT
     manifest.exit_code = code

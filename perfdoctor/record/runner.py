@@ -21,7 +21,7 @@ from typing import Any
 from rich.console import Console
 
 from perfdoctor.bundle import layout as bundles
-from perfdoctor.bundle.protocol import Manifest, PassConfig, PassResults, PassRun
+from perfdoctor.bundle.protocol import Manifest, PassConfig, PassResults, PassRun, TimedOut
 from perfdoctor.collectors import nvml
 from perfdoctor.errors import UsageError
 from perfdoctor.record import launch, progress
@@ -241,7 +241,7 @@ class Runner:
         try:
             return child.wait(timeout=self.options.timeout_s)
         except subprocess.TimeoutExpired:
-            self.manifest.timed_out = {"pass": name, "after_s": self.options.timeout_s}
+            self.manifest.timed_out = TimedOut(pass_=name, after_s=self.options.timeout_s).to_json()
             self.say(f"[yellow]{name} pass: still running after --timeout {self.options.timeout_s:g} s: stopping it[/]")
             stop(signal.SIGTERM)
             try:
