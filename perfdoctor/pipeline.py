@@ -35,6 +35,7 @@ from perfdoctor.io import regular_file
 if TYPE_CHECKING:  # the heavy modules load when diagnose runs, not at import
     from perfdoctor.analysis.metrics import Analysis
     from perfdoctor.analysis.ranks import CrossRank
+    from perfdoctor.bundle.protocol import PassResults
     from perfdoctor.profile import Profile
     from perfdoctor.rules.engine import Finding, RuleSet
 
@@ -49,12 +50,14 @@ def pack_files(rules: Iterable[str | Path] | None) -> list[Path]:
 
 @dataclass
 class Source:
-    """A path :func:`open` checked: a trace, a run bundle with its manifest (read and
-    shape-checked once, None for anything else), or a folder of per-rank traces (``traces``)."""
+    """A path :func:`open` checked: a trace, a run bundle with its manifest and its pass
+    results (read and shape-checked once; None and {} for anything else), or a folder of
+    per-rank traces (``traces``)."""
 
     path: Path
     manifest: dict[str, Any] | None = None
     traces: list[Path] = field(default_factory=list)
+    results: dict[str, PassResults] = field(default_factory=dict)  # per pass, raw/<pass>.json
     _nsys: tuple[Profile, dict[int, Profile]] | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -98,14 +101,15 @@ def open(path: str | Path) -> Source:  # noqa: A001 - the door's name in the hou
         raise UsageError(f"{path}: no such file or directory")
     if not path.is_dir():
         return Source(path)
-    from perfdoctor.bundle.manifest import check_bundle
+    from perfdoctor.bundle.manifest import read_bundle
 
     if not (path / "manifest.json").exists():
         from perfdoctor.analysis.ranks import trace_files
 
         if traces := trace_files(path):
             return Source(path, traces=traces)
-    return Source(path, check_bundle(path))
+    manifest, results = read_bundle(path)
+    return Source(path, manifest, results=results)
 
 
 def paired_ranks(before: Source | None, after: Source) -> dict[int | None, tuple[int | None, int | None]]:
@@ -212,7 +216,7 @@ def diagnose(
     facts = dict(
         label=f"{path} (rank {rank}{f': pid {pid}' if pid is not None else ''})" if rank is not None else str(path),
         manifest=source.manifest,
-        pass_env=pass_env(path, rank) if source.manifest is not None else {},
+        pass_env=pass_env(path, rank, source.results) if source.manifest is not None else {},
         rank=rank,
     )
     if ruleset is None:
@@ -237,7 +241,8 @@ def _one_rank(source: Source, rank: int | None) -> Profile:
         return profile
     from perfdoctor.collectors.bundle import load_bundle
 
-    return load_bundle(source.path, rank=rank, manifest=source.manifest)  # open() checked it: not read again
+    # open() checked them: not read again
+    return load_bundle(source.path, rank=rank, manifest=source.manifest, results=source.results)
 
 
 def _every_rank(source: Source, step: str | None, tokens_per_step: float | None, workload: str | None,
@@ -260,24 +265,29 @@ def _every_rank(source: Source, step: str | None, tokens_per_step: float | None,
     return Diagnosis(
         run.profile, run.analysis, found.get(report), list(ruleset.packs) if ruleset is not None else [],
         label=f"{source.path} (rank {report})", manifest=source.manifest,
-        pass_env=pass_env(source.path, report) if source.manifest is not None else {},
+        pass_env=pass_env(source.path, report, source.results) if source.manifest is not None else {},
         rank=report, cross_rank=view, rank_findings=found,
     )
 
 
-def pass_env(bundle: Path, rank: int | None) -> dict[str, Any]:
+def pass_env(bundle: Path, rank: int | None, results: dict[str, PassResults] | None = None) -> dict[str, Any]:
     """The torch/CUDA versions the bootstrap saw in the first pass that recorded them; {}
-    when none did or their results are damaged (a side file must not hide the trace)."""
+    when none did or their results are damaged (a side file must not hide the trace).
+    ``results``: the bundle's pass results as :func:`open` read them, for ``rank`` None (a
+    rank's are in its own folder)."""
     from perfdoctor.io import read_json
 
     raw = bundle / "raw" / (f"rank{rank}" if rank is not None else "")
     for name in ("torch", "light", "nsys"):
-        results = raw / f"{name}.json"
-        try:
-            doc = read_json(results) if results.is_file() else None
-        except UsageError:
-            continue
-        env = doc.get("environment") if isinstance(doc, dict) else None
+        path = raw / f"{name}.json"
+        if rank is None and results is not None:
+            env = results[name].environment if name in results else None
+        else:
+            try:
+                doc = read_json(path) if path.is_file() else None
+            except UsageError:
+                continue
+            env = doc.get("environment") if isinstance(doc, dict) else None
         if isinstance(env, dict) and env.get("torch"):
             return env
     return {}
@@ -370,6 +380,7 @@ def start_loading(path: str | Path) -> Loading:
 
 def _load_bundle(path: Path) -> Profile:
     from perfdoctor.collectors.bundle import load_bundle
-    from perfdoctor.bundle.manifest import check_bundle
+    from perfdoctor.bundle.manifest import read_bundle
 
-    return load_bundle(path, manifest=check_bundle(path))
+    manifest, results = read_bundle(path)
+    return load_bundle(path, manifest=manifest, results=results)

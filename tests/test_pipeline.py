@@ -146,3 +146,24 @@ def test_report_on_a_folder_of_ranks_writes_nothing_into_it(tmp_path: Path) -> N
     r = _invoke("report", folder, "-f", "md")
     assert r.exit_code == 0, r.output
     assert sorted(folder.iterdir()) == before
+
+
+def test_a_bundle_s_pass_results_are_read_once_through_the_door(monkeypatch) -> None:
+    """open() checks raw/<pass>.json; the clock offset, the light pass's series and the pass
+    environment take them from there (each was read up to three times)."""
+    import collections
+
+    import perfdoctor.io
+
+    bundle = Path(perfdoctor.__file__).parent / "demo" / "data" / "megakernel"
+    opened: collections.Counter[str] = collections.Counter()
+    real_open = perfdoctor.io._open
+
+    def counting(path, *args, **kwargs):
+        opened[Path(path).name] += 1
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(perfdoctor.io, "_open", counting)
+    d = diagnose(bundle, rules=None)
+    assert opened["torch.json"] == 1 and opened["light.json"] == 1
+    assert d.pass_env.get("torch") and d.profile.light is not None

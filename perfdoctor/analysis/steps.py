@@ -71,7 +71,7 @@ def choose_step(
 ) -> Choice | None:
     """The step, by the order of evidence (docs/metrics.md, "Step"), the same for a trace
     (:func:`find_steps`) and for ``perfdoctor run``'s light pass (its scout,
-    :func:`perfdoctor.record.run.find_step`):
+    :func:`perfdoctor.record.light.find_step`):
 
     1. the user's markers: ``user`` (names from ``--step``, ``perfdoctor.region``/``step``,
        ``--step-fn``) — the most frequent;

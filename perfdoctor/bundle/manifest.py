@@ -33,9 +33,16 @@ def read_valid_manifest(bundle: str | Path) -> dict[str, Any]:
 def check_bundle(bundle: Path) -> dict[str, Any]:
     """Check a bundle directory before it is read: its manifest (present, regular, valid,
     well shaped), every raw file a regular file, the pass results well shaped."""
+    return read_bundle(bundle)[0]
+
+
+def read_bundle(bundle: Path) -> tuple[dict[str, Any], dict[str, PassResults]]:
+    """:func:`check_bundle`'s manifest, and the pass results it checked (``raw/<pass>.json``,
+    per pass that wrote one), so that the reading does not read them again."""
     from perfdoctor.io import read_json, regular_file
 
     manifest = read_valid_manifest(bundle)
+    results: dict[str, PassResults] = {}
     raw = bundle / RAW
     if raw.is_dir():
         for entry in sorted(raw.iterdir()):
@@ -49,5 +56,5 @@ def check_bundle(bundle: Path) -> dict[str, Any]:
         for name in PASSES:
             path = raw / f"{name}.json"
             if path.exists():
-                PassResults.from_json(read_json(path), str(path))
-    return manifest
+                results[name] = PassResults.from_json(read_json(path), str(path))
+    return manifest, results

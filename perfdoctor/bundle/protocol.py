@@ -1,16 +1,21 @@
 """The typed contract across the process boundary: what ``perfdoctor run`` asks of the
 bootstrap, what the bootstrap answers, and the manifest the reader gets.
 
-- :class:`PassConfig`   ``raw/<pass>.config.json``: written by :mod:`perfdoctor.record.run`,
+- :class:`PassConfig`   ``raw/<pass>.config.json``: written by :mod:`perfdoctor.record.runner`,
   read by the bootstrap inside the program's process;
 - :class:`PassResults`  ``raw/<pass>.json``: written by the bootstrap's ``write_results``,
   read back by ``perfdoctor run`` and by :mod:`perfdoctor.collectors.bundle`;
 - :class:`LightPass`    the manifest's ``light_pass``: the light pass's scout report;
+- :class:`PassRun`, :class:`Collector`, :class:`TimedOut`, :class:`FailedRank`,
+  :class:`RepeatProcess`  an entry of the manifest (``passes``, ``collectors``, ``timed_out``,
+  ``failed_rank``, ``repeat.processes``), which keeps them as JSON: its readers take what a
+  damaged entry still holds;
 - :class:`Manifest`     ``manifest.json``.
 
 Each field is one JSON key, spelled here only (a test checks that no other module spells
-one as a string). ``to_json`` writes the fields in declaration order, which is the order
-the files have always had; a field listed in the class's ``KEPT`` is written even when
+one as a string). ``to_json`` writes the fields in declaration order, whatever order a
+writer set them in (no reader depends on it; for the manifest it is the order a single-rank
+run, a torchrun job and a run timed out in its light pass have always written); a field listed in the class's ``KEPT`` is written even when
 None (its null is part of the format, e.g. ``exit_code`` before the program ended), any
 other None field is left out. Keys this version does not know are kept in ``extra`` and
 written back: a bundle reopened by ``perfdoctor run --repeat`` loses nothing.
@@ -203,7 +208,7 @@ class PassResults(_Document):
 @dataclass
 class LightPass(_Document):
     """The manifest's ``light_pass``: the step the light pass found, its steady state and
-    the window the traced passes use (:func:`perfdoctor.record.run.light_summary`)."""
+    the window the traced passes use (:func:`perfdoctor.record.light.light_summary`)."""
 
     KEPT: ClassVar[frozenset[str]] = frozenset({"step_name", "how", "step_end_clock"})
 
@@ -246,6 +251,97 @@ class LightPass(_Document):
         return cls._build(doc)
 
 
+class _Entry(_Document):
+    """An entry the manifest keeps as JSON: read from any JSON object."""
+
+    WHAT: ClassVar[str]  # what it is, for the error
+
+    @classmethod
+    def from_json(cls: type[D], doc: Any, where: str = "manifest.json") -> D:
+        return cls._build(_object(doc, where, cls.WHAT))  # type: ignore[attr-defined]
+
+
+@dataclass
+class PassRun(_Entry):
+    """One pass as the manifest's ``passes`` lists it: what ran, how it ended, how long it
+    took and how many steps it ticked."""
+
+    KEPT: ClassVar[frozenset[str]] = frozenset({"exit_code", "window_step"})
+    WHAT: ClassVar[str] = "an entry of passes"
+
+    name: str = ""  # light, torch, nsys, ncu; light-2, ... for --repeat
+    command: list[str] = field(default_factory=list)
+    exit_code: int | None = None  # the program's (None: it did not start)
+    seconds: float = 0.0
+    steps: int = 0  # the steps the progress pipe counted
+    window_step: str | None = None  # PassResults.window_step
+    program_error: str | None = None  # PassResults.program_error
+    trace_scope: str | None = None  # PassResults.trace_scope
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Collector(_Entry):
+    """A collector's entry in the manifest's ``collectors``: its status (``pending``, ``ok``,
+    ``unavailable: why``, ``failed: why``), what it ran and what it wrote."""
+
+    KEPT: ClassVar[frozenset[str]] = frozenset({"status"})
+    WHAT: ClassVar[str] = "an entry of collectors"
+
+    status: str | None = None
+    command: list[str] | None = None
+    export_command: list[str] | None = None  # nsys: the SQLite export
+    files: list[str] | None = None  # relative to the bundle
+    kernels: int | None = None  # ncu: the kernels profiled
+    step_index: int | None = None  # ncu: the first step replayed
+    replay: str | None = None  # ncu: what it replayed, in words
+    interval_ms: int | None = None  # nvml: the sampling period
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TimedOut(_Entry):
+    """The manifest's ``timed_out``: the pass ``--timeout`` stopped."""
+
+    WHAT: ClassVar[str] = "timed_out"
+
+    pass_: str | None = field(default=None, metadata={"key": "pass"})
+    after_s: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class FailedRank(_Entry):
+    """The manifest's ``failed_rank``: the rank of a torchrun job that failed first."""
+
+    KEPT: ClassVar[frozenset[str]] = frozenset({"exit_code"})
+    WHAT: ClassVar[str] = "failed_rank"
+
+    rank: int | None = None
+    exit_code: int | None = None  # None: torchrun did not say
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RepeatProcess(_Entry):
+    """A light process of ``perfdoctor run --repeat`` (the manifest's ``repeat.processes``)."""
+
+    KEPT: ClassVar[frozenset[str]] = frozenset({"exit_code", "step_name", "steps_seen", "steady_start", "warmup"})
+    WHAT: ClassVar[str] = "an entry of repeat.processes"
+
+    pass_: str | None = field(default=None, metadata={"key": "pass"})  # light, light-2, ...
+    file: str | None = None  # its results, relative to the bundle
+    exit_code: int | None = None
+    step_name: str | None = None
+    steps_seen: int | None = None
+    steady_start: int | None = None
+    warmup: int | None = None
+    lockstep: dict[str, Any] | None = None  # perfdoctor.record.lockstep.Turns.summary()
+    excluded: str | None = None  # why it is left out of the statistics
+    step_latency_ms: list[float] | None = None  # from the warm-up on, when not excluded
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
 @dataclass
 class Manifest(_Document):
     """``manifest.json``: the run, its passes and collectors, the device and the light pass."""
@@ -257,34 +353,35 @@ class Manifest(_Document):
     command: list[str] | None = None
     target: list[str] | None = None
     cwd: str | None = None
-    options: dict[str, Any] | None = None  # perfdoctor.record.run.RunOptions, as given
+    options: dict[str, Any] | None = None  # perfdoctor.record.options.RunOptions, as given
     started_at: str | None = None
     exit_code: int | None = None  # perfdoctor run's own exit code
     environment: dict[str, Any] = field(default_factory=dict)
-    collectors: dict[str, dict[str, Any]] = field(default_factory=dict)  # per collector: {"status", "command", "files", ...}
-    passes: list[dict[str, Any]] = field(default_factory=list)  # per pass run: {"name", "command", "exit_code", ...}
+    collectors: dict[str, dict[str, Any]] = field(default_factory=dict)  # per collector: a Collector's JSON
+    passes: list[dict[str, Any]] = field(default_factory=list)  # per pass run: a PassRun's JSON
     launch: dict[str, Any] | None = None  # a torchrun job (perfdoctor.record.launch.Launch.to_json)
     world_size: int | None = None
     gpu: dict[str, Any] | None = None  # NVML's device facts
     gpu_error: str | None = None
     calibration: dict[str, Any] | None = None  # perfdoctor calibrate's measurements of this GPU
+    timed_out: dict[str, Any] | None = None  # a TimedOut's JSON
+    ranks: dict[str, dict[str, Any]] | None = None  # per rank number: its facts, statuses and light_pass
     light_pass: LightPass | None = None
     nvml_errors: list[str] | None = None
-    timed_out: dict[str, Any] | None = None  # {"pass", "after_s"}
-    ranks: dict[str, dict[str, Any]] | None = None  # per rank number: its facts, statuses and light_pass
+    failed_rank: dict[str, Any] | None = None  # a FailedRank's JSON
     target_exit_code: int | None = None  # the program's, from the first pass
     finished_at: str | None = None
     step: str | None = None  # the step the run traced
-    failed_rank: dict[str, Any] | None = None  # {"rank", "exit_code"} of the rank that failed first
-    repeat: dict[str, Any] | None = None  # perfdoctor run --repeat (perfdoctor.record.repeats)
     metrics_error: str | None = None
     ranks_error: str | None = None
+    repeat: dict[str, Any] | None = None  # perfdoctor run --repeat (perfdoctor.record.repeats), added last
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_json(cls, doc: Any, where: str = "manifest.json") -> Manifest:
+    def from_json(cls, doc: Any, where: str = "manifest.json", clean: bool = True) -> Manifest:
         """The manifest when it has the shape the readers rely on, strings cleaned
-        (:func:`perfdoctor.text.clean_deep`)."""
+        (:func:`perfdoctor.text.clean_deep`); ``clean=False``: as written, for ``perfdoctor
+        run --repeat`` adding to its own bundle, which then loses nothing."""
         if not isinstance(doc, dict):
             raise UsageError(f"{where}: expected a JSON object (the run manifest), got {type(doc).__name__}")
         schema = doc.get("schema")
@@ -314,5 +411,5 @@ class Manifest(_Document):
             _expect(key.isascii() and key.isdigit() and isinstance(entry, dict), where, f"ranks.{key}", "a JSON object under a rank number")
             _expect(entry.get("light_pass") is None or isinstance(entry["light_pass"], dict), where, f"ranks.{key}.light_pass", "a JSON object")
         light = doc.get("light_pass")
-        doc = clean_deep(doc)
+        doc = clean_deep(doc) if clean else doc
         return cls._build(doc, light_pass=None if light is None else LightPass.from_json(doc["light_pass"], where))

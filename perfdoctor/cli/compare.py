@@ -18,7 +18,7 @@ from perfdoctor.text import clean
 
 def program(text: str, what: str) -> list[str]:
     """A program as one shell-quoted string: ``"infer.py --tokens 64"`` or ``"-m pkg.mod --x"``."""
-    from perfdoctor.record.run import check_importable, parse_target
+    from perfdoctor.record.target import check_importable, parse_target
 
     try:
         words = shlex.split(text)
@@ -62,7 +62,7 @@ def compare_command(
     from perfdoctor.io import check_outputs
     from perfdoctor.reports.diff_report import document, print_terminal
     from perfdoctor.record.repeats import compare_programs
-    from perfdoctor.record.run import RunOptions, parse_collect
+    from perfdoctor.record.options import RunOptions, parse_collect
 
     targets = [program(text, what) for text, what in ((a, "A"), (b, "B"))]
     # Every file among the programs' words is an input: --json a.py must not overwrite the program it runs.

@@ -23,7 +23,7 @@ def demo_command(
     from rich.text import Text
 
     from perfdoctor.demo.show import WIDTH, find_recording, live_cpu, live_runs, make_console, plan, show_recording
-    from perfdoctor.record.run import gpu_present
+    from perfdoctor.record.tools import gpu_present
 
     console = make_console()
     progress = Console(stderr=True, width=min(Console(stderr=True).width, WIDTH), highlight=False)

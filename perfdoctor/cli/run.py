@@ -51,7 +51,9 @@ def run_command(
     Several ranks: perfdoctor run --nproc-per-node 2 train.py, or perfdoctor run -- torchrun --nproc-per-node 2 train.py (then perfdoctor analyze BUNDLE shows every rank and the straggler).
     """
     from perfdoctor.record.repeats import run_repeated
-    from perfdoctor.record.run import RunOptions, check_importable, execute, parse_collect
+    from perfdoctor.record.options import RunOptions, parse_collect
+    from perfdoctor.record.run import execute
+    from perfdoctor.record.target import check_importable
 
     if step_fn is not None and (":" not in step_fn or not all(step_fn.partition(":")[::2])):
         raise UsageError(f"--step-fn {step_fn!r}: expected module:function")
@@ -128,7 +130,7 @@ def run_launch(args: list[str], module: bool, nproc_per_node: Optional[int]) -> 
     """(how the ranks start, the target): a torchrun line after ``--``, ``--nproc-per-node``,
     or a single process (no launch)."""
     from perfdoctor.record.launch import from_command, from_nproc, is_torchrun_line
-    from perfdoctor.record.run import parse_target
+    from perfdoctor.record.target import parse_target
 
     if is_torchrun_line(args) is not None:
         if nproc_per_node is not None or module:

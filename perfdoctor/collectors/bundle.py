@@ -198,13 +198,16 @@ def _merge_run_declaration(
     return merged
 
 
-def load_bundle(bundle: str | Path, rank: int | None = None, manifest: dict[str, Any] | None = None) -> Profile:
+def load_bundle(bundle: str | Path, rank: int | None = None, manifest: dict[str, Any] | None = None,
+                results: dict[str, PassResults] | None = None) -> Profile:
     """Everything a run collected, as one Profile (see the module docstring).
 
     A multi-rank bundle (:mod:`perfdoctor.record.launch`) holds one profile per rank: ``rank``
     picks one (default: the lowest rank, with a warning saying so; ``perfdoctor analyze``
-    reads every rank through :mod:`perfdoctor.analysis.ranks`). ``manifest``: the bundle's,
-    already read and validated (:func:`perfdoctor.pipeline.open`), so not read again."""
+    reads every rank through :mod:`perfdoctor.analysis.ranks`). ``manifest`` and ``results``
+    (``raw/<pass>.json`` per pass): the bundle's, already read and validated
+    (:func:`perfdoctor.bundle.manifest.read_bundle`), so not read again; a rank's results
+    are in its own folder, read here."""
     from perfdoctor.collectors import ncu, nvml
 
     from perfdoctor.bundle.manifest import read_valid_manifest
@@ -223,11 +226,13 @@ def load_bundle(bundle: str | Path, rank: int | None = None, manifest: dict[str,
             raise UsageError(f"{bundle}: no rank {rank} in this bundle (ranks: {', '.join(sorted(ranks, key=int)) or 'none'})")
         raw = raw / f"rank{rank}"
         manifest = {**manifest, "light_pass": ranks[str(rank)].get("light_pass")}
+        results = None
     profile, pass_name = _activity_source(raw, warnings)
 
     if pass_name is not None:
         path = raw / f"{pass_name}.json"
-        offset = _clock_offset(profile, PassResults.from_json(_read_json(path), str(path)))
+        read = (results or {}).get(pass_name)
+        offset = _clock_offset(profile, read if read is not None else PassResults.from_json(_read_json(path), str(path)))
         samples_file = raw / f"nvml-{pass_name}.jsonl"
         if _present(samples_file):
             if offset is None:
@@ -255,7 +260,8 @@ def load_bundle(bundle: str | Path, rank: int | None = None, manifest: dict[str,
     reason = None if pass_name else "; ".join(warnings) or "no trace in the bundle (see the collectors' statuses)"
     light_pass = manifest.get("light_pass") if isinstance(manifest.get("light_pass"), dict) else None
     if light_pass is not None:
-        profile.light = read_light(_read_json(raw / "light.json"), light_pass, warnings)
+        read = (results or {}).get("light")
+        profile.light = read_light(read.to_json() if read is not None else _read_json(raw / "light.json"), light_pass, warnings)
     origin = profile.origin
     profile.origin = replace(
         origin,

@@ -17,10 +17,7 @@ separate run of the program, so its kernels do not link to the trace's.
 from __future__ import annotations
 
 import csv
-import glob
 import io
-import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,17 +42,6 @@ UNIT_SCALE = {
     "byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "Tbyte": 1e12,
     "nsecond": 1, "usecond": 1e3, "msecond": 1e6, "second": 1e9,
 }
-
-
-def find_ncu() -> str | None:
-    """Path of ncu: ``$NCU``, PATH, then /opt/nvidia/nsight-compute and CUDA folders."""
-    candidates = [os.environ.get("NCU", ""), shutil.which("ncu") or ""]
-    for pattern in ("/opt/nvidia/nsight-compute/*/ncu", "/usr/local/cuda*/bin/ncu"):
-        candidates += sorted(glob.glob(pattern), reverse=True)
-    for path in candidates:
-        if path and os.path.isfile(path) and os.access(path, os.X_OK):
-            return path
-    return None
 
 
 # The kernels of a step are replayed once per distinct launch (kernel and launch

@@ -1,6 +1,5 @@
 """Running Nsight Systems (the reading side is :mod:`perfdoctor.collectors.nsys`).
 
-``nsys`` is often installed but not on PATH: :func:`find_nsys` looks where NVIDIA puts it.
 :func:`profile_command` builds a low-overhead capture (CUDA + NVTX + OS runtime calls, no
 CPU sampling or context-switch tracing — with sampling on, a 20-matmul script wrote a 2 GB
 ``.qdstrm``) and :func:`export_command` the SQLite export the loader reads.
@@ -8,36 +7,7 @@ CPU sampling or context-switch tracing — with sampling on, a 20-matmul script 
 
 from __future__ import annotations
 
-import glob
-import os
-import shutil
 from pathlib import Path
-
-# Where nsys lives when it is not on PATH, newest first within each pattern.
-SEARCH_GLOBS = (
-    "/opt/nvidia/nsight-systems*/*/bin/nsys",
-    "/opt/nvidia/nsight-systems*/bin/nsys",
-    "/usr/local/cuda*/bin/nsys",
-    "/usr/local/cuda*/nsight-systems*/bin/nsys",
-    # Nsight Compute ships an nsys of its own.
-    "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys",
-    "/usr/local/cuda*/nsight-compute*/host/target-linux-x64/nsys",
-)
-
-
-def find_nsys() -> str | None:
-    """Path of an nsys executable: ``$NSYS``, PATH, then the usual install folders."""
-    candidates = [os.environ.get("NSYS", ""), shutil.which("nsys") or ""]
-    for pattern in SEARCH_GLOBS:
-        candidates += sorted(glob.glob(pattern), reverse=True)
-    for path in candidates:
-        if path and os.path.isfile(path) and os.access(path, os.X_OK):
-            return path
-    return None
-
-
-def where_looked() -> str:
-    return "$NSYS, PATH, " + ", ".join(SEARCH_GLOBS)
 
 
 def profile_command(nsys: str, output: Path, capture_range: bool, gpu_metrics_device: str | None) -> list[str]:

@@ -485,7 +485,8 @@ def live_runs(console: Console, progress: Console, variants: list[tuple[str, lis
     """Profile each variant with perfdoctor run, show its findings, then the diffs."""
     from perfdoctor.compare.diff import diff_runs
     from perfdoctor.rules.engine import load_rules
-    from perfdoctor.record.run import RunOptions, execute
+    from perfdoctor.record.options import RunOptions
+    from perfdoctor.record.run import execute
 
     ruleset = load_rules()
     analysed: dict[str, Diagnosis] = {}
@@ -519,7 +520,8 @@ def live_runs(console: Console, progress: Console, variants: list[tuple[str, lis
 def live_cpu(console: Console, progress: Console, out: Path, steps: int, tokens: int) -> int:
     """A short perfdoctor run of the tiny engine on this CPU: collection works here."""
     from perfdoctor.collectors.bundle import read_manifest
-    from perfdoctor.record.run import RunOptions, execute
+    from perfdoctor.record.options import RunOptions
+    from perfdoctor.record.run import execute
 
     args = ["--variant", "eager", "--config", "tiny", "--device", "cpu", "--tokens", str(tokens), "--ctx", "256"]
     console.print()

@@ -44,7 +44,7 @@ def _torch() -> dict[str, Any]:
 def _gpus() -> dict[str, Any]:
     """Every GPU NVML sees, with GPM support; or why NVML cannot tell."""
     from perfdoctor.collectors import nvml
-    from perfdoctor.record.run import gpu_present
+    from perfdoctor.record.tools import gpu_present
 
     out: dict[str, Any] = {"present": gpu_present(), "devices": []}
     try:
@@ -94,12 +94,9 @@ def _calibration(gpus: dict[str, Any]) -> dict[str, Any]:
 
 def gather() -> dict[str, Any]:
     """Everything ``perfdoctor doctor`` reports, as JSON-ready data."""
-    from perfdoctor.collectors import ncu, nsys_run
-    from perfdoctor.record.run import availability
+    from perfdoctor.record.tools import availability, find_tool, where_looked
 
     gpus = _gpus()
-    nsys = nsys_run.find_nsys()
-    ncu_path = ncu.find_ncu()
     return {
         "schema": "perfdoctor.doctor/1",
         "perfdoctor": {"version": __version__, "path": str(Path(__file__).resolve().parents[1])},
@@ -108,8 +105,7 @@ def gather() -> dict[str, Any]:
         "gpus": gpus,
         "torch": _torch(),
         "tools": {
-            "nsys": {"path": nsys, "looked_in": nsys_run.where_looked()},
-            "ncu": {"path": ncu_path, "looked_in": "$NCU, PATH, /opt/nvidia/nsight-compute/*/ncu, /usr/local/cuda*/bin/ncu"},
+            name: {"path": find_tool(name), "looked_in": where_looked(name)} for name in ("nsys", "ncu")
         },
         "calibration": _calibration(gpus),
         "collectors": {name: {"available": why is None, "reason": why} for name, why in availability().items()},

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from perfdoctor.bundle.layout import write_json_atomic
-from perfdoctor.bundle.protocol import LightPass, PassConfig, PassResults
+from perfdoctor.bundle.protocol import LightPass, Manifest, PassConfig, PassResults
 from perfdoctor.errors import UsageError
 
 LAUNCHER = ("-m", "torch.distributed.run")
@@ -261,12 +261,14 @@ def rank_status(results: PassResults | None, torchrun: dict[str, Any] | None = N
     return {"status": status, "exit_code": code, "ended_at_ns": results.ended_at_ns}
 
 
-def record_pass(manifest: dict[str, Any], pass_name: str, per_rank: dict[int, PassResults | None],
+def record_pass(manifest: Manifest, pass_name: str, per_rank: dict[int, PassResults | None],
                 torchrun: dict[int, dict[str, Any]] | None = None) -> None:
     """``manifest.ranks``: each rank's facts (from its first results) and its status in
     ``pass_name`` (``torchrun``: :func:`torchrun_failures`, the code of a rank that wrote none)."""
     torchrun = torchrun or {}
-    ranks = manifest.setdefault("ranks", {})
+    if manifest.ranks is None:
+        manifest.ranks = {}
+    ranks = manifest.ranks
     for rank in torchrun.keys() - per_rank.keys():  # died before making its folder
         per_rank = {**per_rank, rank: None}
     for rank, results in per_rank.items():
@@ -278,10 +280,10 @@ def record_pass(manifest: dict[str, Any], pass_name: str, per_rank: dict[int, Pa
         entry.setdefault("passes", {})[pass_name] = rank_status(results, torchrun.get(rank))
     sizes = {e.get("world_size") for e in ranks.values() if isinstance(e.get("world_size"), int)}
     if len(sizes) == 1:
-        manifest["world_size"] = sizes.pop()
+        manifest.world_size = sizes.pop()
 
 
-def failed_rank(manifest: dict[str, Any], pass_name: str) -> tuple[int, int | None] | None:
+def failed_rank(manifest: Manifest, pass_name: str) -> tuple[int, int | None] | None:
     """(rank, exit code) of the rank that failed first in ``pass_name`` (earliest end, by
     the wall clock its results carry): the root cause, not a rank that failed after it
     (a peer of a dead rank fails its next collective) or that torchrun stopped.
@@ -293,7 +295,7 @@ def failed_rank(manifest: dict[str, Any], pass_name: str) -> tuple[int, int | No
     None when torchrun did not say (the caller keeps torchrun's own code)."""
     failed = []
     silent = []
-    for key, entry in (manifest.get("ranks") or {}).items():
+    for key, entry in (manifest.ranks or {}).items():
         status = (entry.get("passes") or {}).get(pass_name) or {}
         if str(status.get("status", "")).startswith("no results"):
             code, seen = status.get("exit_code"), status.get("torchrun_time_s")
@@ -302,33 +304,34 @@ def failed_rank(manifest: dict[str, Any], pass_name: str) -> tuple[int, int | No
         code = status.get("exit_code")
         if isinstance(code, int) and code != 0 and not str(status.get("status", "")).startswith("terminated"):
             failed.append((status.get("ended_at_ns") or 0, int(key), code))
-    if silent and len(silent) < len(manifest.get("ranks") or {}):
+    if silent and len(silent) < len(manifest.ranks or {}):
         return min(silent)[3:]
     return min(failed)[1:] if failed else None
 
 
 def rank_lights(
-    manifest: dict[str, Any], per_rank: dict[int, PassResults | None], summarize: Callable[[PassResults, int], LightPass],
+    manifest: Manifest, per_rank: dict[int, PassResults | None], summarize: Callable[[PassResults, int], LightPass],
     first: LightPass, raw: Path,
 ) -> None:
     """``ranks.<k>.light_pass``: each rank's light-pass summary over the window every rank
     shares: rank 0's warm-up (``first`` is rank 0's summary), so step ``i`` of the steady
     state is the same step on every rank. The rank's own steady start is kept as
-    ``own_steady_start``. ``summarize(results, warmup)`` is :func:`perfdoctor.record.run.light_summary`."""
+    ``own_steady_start``. ``summarize(results, warmup)`` is :func:`perfdoctor.record.light.light_summary`."""
     warmup = int(first.warmup or 0)
     for rank, results in per_rank.items():
         if results is None:
             continue
-        # Edited as JSON, not as a LightPass: a rank that saw no step gets its warmup_reason
-        # after own_steady_start, the key order its manifests have always had.
-        summary = summarize(results, warmup).to_json()
-        summary["own_steady_start"] = summary.get("steady_start")
-        summary["warmup_explicit"] = bool(first.warmup_explicit)
-        summary["steady_start"] = warmup
-        summary["steady_reason"] = f"rank 0's window: warm-up {warmup} ({first.warmup_reason or 'rank 0'}), the same steps on every rank"
-        summary["warmup_reason"] = "rank 0's, so every rank's steady steps are the same steps"
-        manifest["ranks"][str(rank)]["light_pass"] = summary
-        if summary.get("module"):  # the module step's series joins the named ones (see run.py)
+        own = summarize(results, warmup)
+        summary = replace(
+            own,
+            own_steady_start=own.steady_start,
+            warmup_explicit=bool(first.warmup_explicit),
+            steady_start=warmup,
+            steady_reason=f"rank 0's window: warm-up {warmup} ({first.warmup_reason or 'rank 0'}), the same steps on every rank",
+            warmup_reason="rank 0's, so every rank's steady steps are the same steps",
+        )
+        manifest.ranks[str(rank)]["light_pass"] = summary.to_json()  # type: ignore[index]
+        if summary.module:  # the module step's series joins the named ones (see passes.light_pass)
             write_json_atomic(raw / RANK_DIR.format(rank) / "light.json", results.to_json())
 
 

@@ -1,6 +1,6 @@
 """What ``perfdoctor run`` says while a pass runs: steps done, time elapsed, and an estimate
 of the time left, on stderr (a spinner on a terminal, a line every :data:`PERIOD_S` seconds
-in a log). The steps are the bootstrap's tick bytes (:meth:`perfdoctor.record.run.Runner.run_pass`);
+in a log). The steps are the bootstrap's tick bytes (:meth:`perfdoctor.record.runner.Runner.run_pass`);
 the estimate starts from the light pass's: every pass runs the same program, so it runs the
 steps the light pass saw, and takes at least as long; once steps end, at the pace this pass
 has shown (:func:`time_left_s`)."""
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+
+from perfdoctor.bundle.protocol import LightPass
 
 PERIOD_S = 10.0  # a progress line this often when stderr is a log (CI): often enough to see it move
 PERIOD_ENV = "PERFDOCTOR_PROGRESS_S"  # another period, in seconds (a test's short program)
@@ -87,9 +89,9 @@ def period_s() -> float:
     return v if v > 0 else PERIOD_S
 
 
-def expected_of(light: dict | None, total_s: float | None) -> Expected | None:
+def expected_of(light: LightPass | None, total_s: float | None) -> Expected | None:
     """The light pass's summary in the manifest (``light_pass``) and its duration as what
     later passes expect; None without them."""
-    ms = sorted((light or {}).get("step_latency_ms") or [])
-    steps = int((light or {}).get("steps_seen") or 0)
+    ms = sorted((light and light.step_latency_ms) or [])
+    steps = int((light and light.steps_seen) or 0)
     return Expected(steps, ms[len(ms) // 2] / 1e3, total_s) if ms and steps and total_s else None

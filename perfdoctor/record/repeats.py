@@ -22,7 +22,7 @@ process's step series, laid out as::
 
 Process 1 is the ordinary light pass (``light_pass`` in the manifest, whose steady state
 places the traced window); processes 2..N run with the same configuration. Each process
-finds its own steady state (:func:`perfdoctor.record.run.light_summary`). A process that fails, or
+finds its own steady state (:func:`perfdoctor.record.light.light_summary`). A process that fails, or
 whose step is not the first process's, is kept in the list with ``excluded`` and left out
 of the statistics. ``compare-programs A B`` runs A's and B's passes, then their further
 light processes interleaved (A B A B ...), so drift of the machine hits both alike; with
@@ -44,28 +44,35 @@ from typing import Any
 from rich.console import Console
 
 from perfdoctor.bundle import layout as bundles
-from perfdoctor.bundle.protocol import PassConfig
+from perfdoctor.bundle.protocol import LightPass, Manifest, PassConfig, PassRun, RepeatProcess
 from perfdoctor.compare.processes import PROCESS_METRICS, per_process, process_latencies, spread
 from perfdoctor.record.lockstep import Pair, pick_cpu
-from perfdoctor.record.run import Runner, RunOptions, execute, light_summary, pass_entry, program_failure, target_name
+from perfdoctor.record.light import light_summary
+from perfdoctor.record.options import RunOptions
+from perfdoctor.record.passes import pass_entry, program_failure
+from perfdoctor.record.run import execute
+from perfdoctor.record.runner import Runner
+from perfdoctor.record.target import target_name
 from perfdoctor.text import rich
 
 
-def _first_process(manifest: dict[str, Any]) -> dict[str, Any]:
-    light = manifest.get("light_pass") or {}
-    first = next((p for p in manifest.get("passes", []) if p.get("name") == "light"), {})
-    entry: dict[str, Any] = {"pass": "light", "file": f"{bundles.RAW}/light.json", "exit_code": first.get("exit_code")}
-    entry.update({k: light.get(k) for k in ("step_name", "steps_seen", "steady_start", "warmup")})
-    if light.get("step_name") is None:
-        entry["excluded"] = light.get("reason") or "no step seen"
+def _first_process(manifest: Manifest) -> dict[str, Any]:
+    light = manifest.light_pass or LightPass()
+    first = next((run for run in map(PassRun.from_json, manifest.passes) if run.name == "light"), PassRun())
+    entry = RepeatProcess(pass_="light", file=f"{bundles.RAW}/light.json", exit_code=first.exit_code, step_name=light.step_name,
+                          steps_seen=light.steps_seen, steady_start=light.steady_start, warmup=light.warmup)
+    if light.step_name is None:
+        entry.excluded = light.reason or "no step seen"
     else:
-        entry["step_latency_ms"] = light.get("step_latency_ms") or []
-    return entry
+        entry.step_latency_ms = light.step_latency_ms or []
+    return entry.to_json()
 
 
-def repeat_of(manifest: dict[str, Any]) -> dict[str, Any]:
+def repeat_of(manifest: Manifest) -> dict[str, Any]:
     """The manifest's ``repeat``, begun with process 1 (the ordinary light pass) if new."""
-    return manifest.setdefault("repeat", {"order": ["light"], "processes": [_first_process(manifest)]})
+    if manifest.repeat is None:
+        manifest.repeat = {"order": ["light"], "processes": [_first_process(manifest)]}
+    return manifest.repeat
 
 
 def add_process(runner: Runner, lockstep: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -79,40 +86,40 @@ def add_process(runner: Runner, lockstep: dict[str, Any] | None = None) -> dict[
     if lockstep is not None:
         config = replace(config, lockstep=lockstep)
     result = runner.run_pass(name, [], config, None, mode="light", keep_fds=Pair.fds(lockstep) if lockstep else ())
-    manifest["passes"].append(pass_entry(result))
+    manifest.passes.append(pass_entry(result))
     summary = light_summary(result.results, runner.options)
     if result.results.modules is not None and summary.module:
         bundles.write_json_atomic(raw / f"{name}.json", result.results.to_json())  # the module step's series, as for light.json
-    entry: dict[str, Any] = {"pass": name, "file": f"{bundles.RAW}/{name}.json", "exit_code": result.exit_code}
-    entry.update(step_name=summary.step_name, steps_seen=summary.steps_seen, steady_start=summary.steady_start, warmup=summary.warmup)
+    entry = RepeatProcess(pass_=name, file=f"{bundles.RAW}/{name}.json", exit_code=result.exit_code, step_name=summary.step_name,
+                          steps_seen=summary.steps_seen, steady_start=summary.steady_start, warmup=summary.warmup)
     if lockstep is not None:
-        entry["lockstep"] = result.results.lockstep or {"turns": 0, "free_after": "the program wrote no results"}
-    want = (manifest.get("light_pass") or {}).get("step_name")
+        entry.lockstep = result.results.lockstep or {"turns": 0, "free_after": "the program wrote no results"}
+    want = manifest.light_pass and manifest.light_pass.step_name
     failure = program_failure(result)
     if runner.interrupted:
-        entry["excluded"] = f"interrupted (signal {runner.interrupted})"
+        entry.excluded = f"interrupted (signal {runner.interrupted})"
     elif failure:
-        entry["excluded"] = failure
+        entry.excluded = failure
     elif summary.step_name is None or summary.step_name != want:
-        entry["excluded"] = f"its step was {summary.step_name!r}, process 1's {want!r}"
+        entry.excluded = f"its step was {summary.step_name!r}, process 1's {want!r}"
     else:
-        entry["step_latency_ms"] = summary.step_latency_ms
+        entry.step_latency_ms = summary.step_latency_ms
     repeat["order"].append(name)
-    repeat["processes"].append(entry)
+    repeat["processes"].append(entry.to_json())
     runner.save()
-    return entry
+    return repeat["processes"][-1]
 
 
 def summarize(runner: Runner) -> None:
     """``repeat.summary`` in the manifest and ``processes`` in metrics.json: per process
     metric, each process's value and their spread."""
-    manifest = runner.manifest
-    if "repeat" not in manifest:
+    repeat = runner.manifest.repeat
+    if repeat is None:
         return
-    latencies = process_latencies(manifest)
+    latencies = process_latencies(runner.manifest.to_json())
     summary = {metric: spread(per_process(latencies, q)) for metric, q in PROCESS_METRICS.items()}
-    excluded = sum(bool(p.get("excluded")) for p in manifest["repeat"]["processes"])
-    manifest["repeat"]["summary"] = summary
+    excluded = sum(bool(RepeatProcess.from_json(p).excluded) for p in repeat["processes"])
+    repeat["summary"] = summary
     runner.save()
     metrics_file = runner.bundle / "metrics.json"
     if metrics_file.exists():
@@ -139,7 +146,7 @@ def run_repeated(options: RunOptions, repeat: int, console: Console) -> tuple[in
             _say_process(runner)
     repeat_of(runner.manifest)["requested"] = repeat
     if runner.interrupted:
-        runner.manifest["status"] = "interrupted"
+        runner.manifest.status = "interrupted"
         code = code or 128 + runner.interrupted
     summarize(runner)
     return code, bundle
@@ -149,25 +156,26 @@ def _say_process(runner: Runner) -> None:
     # Pass names, reasons and the program's own error text are user text in rich markup:
     # each goes through text.rich (a "[/]" in a step name once raised MarkupError and the
     # remaining processes never ran).
-    entry = runner.manifest["repeat"]["processes"][-1]
-    turns = entry.get("lockstep")
-    name = rich(entry["pass"])
+    entry = RepeatProcess.from_json(repeat_of(runner.manifest)["processes"][-1])
+    turns = entry.lockstep
+    name = rich(entry.pass_)
     if turns is not None and not turns.get("turns"):
         runner.say(f"[yellow]{name}[/]: took no turns ({rich(turns.get('free_after') or 'no step marker reached it')}): "
                    "left out of the lockstep pairs; mark the steps with perfdoctor.region or record_function")
     elif turns is not None and turns.get("free_after"):
         runner.say(f"{name}: lockstep for {rich(turns['turns'])} steps, then alone: {rich(turns['free_after'])}")
-    if entry.get("excluded"):
-        runner.say(f"[yellow]{name}[/]: left out of the statistics: {rich(entry['excluded'])}")
-    elif entry["step_latency_ms"]:
-        ms = sorted(entry["step_latency_ms"])
+    if entry.excluded:
+        runner.say(f"[yellow]{name}[/]: left out of the statistics: {rich(entry.excluded)}")
+    elif entry.step_latency_ms:
+        ms = sorted(entry.step_latency_ms)
         runner.say(f"{name}: p50 {ms[len(ms) // 2]:.3f} ms over {len(ms)} steady steps")
 
 
 def reopen(bundle: Path, options: RunOptions, console: Console) -> Runner:
     """A Runner on a finished bundle, to add light processes to it."""
     runner = Runner(options, console, bundle=bundle)
-    runner.manifest = json.loads((bundle / bundles.MANIFEST).read_text())
+    path = bundle / bundles.MANIFEST
+    runner.manifest = Manifest.from_json(json.loads(path.read_text()), str(path), clean=False)
     return runner
 
 
@@ -186,7 +194,7 @@ def compare_programs(a: RunOptions, b: RunOptions, repeat: int, console: Console
         named = replace(options, name=f"{options.name or target_name(options.target)}-{tag}")
         code, bundle = execute(named, console)
         sides.append((code, reopen(bundle, named, console)))
-        if sides[-1][1].manifest.get("status") == "interrupted":
+        if sides[-1][1].manifest.status == "interrupted":
             break
     if len(sides) < 2:
         return sides[0][0], sides[0][1].bundle, None
@@ -208,8 +216,8 @@ def compare_programs(a: RunOptions, b: RunOptions, repeat: int, console: Console
     for runner, side in zip(runners, "AB"):
         # processes k of A and B ran side by side: diff and gate compare them pair by pair
         repeat_of(runner.manifest).update(requested=repeat, pairing={"id": pair_id, "side": side, "lockstep": lockstep})
-        if interrupted and runner.manifest.get("status") == "done":
-            runner.manifest["status"] = "interrupted"
+        if interrupted and runner.manifest.status == "done":
+            runner.manifest.status = "interrupted"
         summarize(runner)
     code = next((c for c, _ in sides if c), 128 + interrupted if interrupted else 0)
     return code, runners[0].bundle, runners[1].bundle

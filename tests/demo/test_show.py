@@ -363,7 +363,7 @@ def test_demo_live_on_the_gpu(tmp_path: Path) -> None:
     """On the H200 (scripts/gpu-check): eager, graph, fused and megakernel live (elsewhere
     the megakernel is skipped, saying why); graph beats eager."""
     from perfdoctor.engine.megakernel import unsupported_gpu
-    from perfdoctor.record.run import gpu_present
+    from perfdoctor.record.tools import gpu_present
 
     if not gpu_present():
         pytest.skip("needs an NVIDIA GPU")

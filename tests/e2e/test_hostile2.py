@@ -316,17 +316,17 @@ def test_a_damaged_cubin_is_not_reused(tmp_path: Path) -> None:
 
 
 def test_a_rank_that_died_without_results_is_the_one_blamed() -> None:
-    from perfdoctor.bundle.protocol import PassResults
+    from perfdoctor.bundle.protocol import Manifest, PassResults
     from perfdoctor.record import launch
 
     survivor = PassResults(exit_code=1, program_error="RuntimeError: peer gone", ended_at_ns=5)
-    manifest: dict = {}
+    manifest = Manifest()
     launch.record_pass(manifest, "light", {0: survivor, 1: None})  # rank 1: os._exit(5), nothing written
     assert launch.failed_rank(manifest, "light") == (1, None)  # named; its code is torchrun's
-    manifest = {}
+    manifest = Manifest()
     launch.record_pass(manifest, "light", {0: survivor, 1: PassResults(exit_code=3, ended_at_ns=2)})
     assert launch.failed_rank(manifest, "light") == (1, 3)  # the earlier end, with its code
-    manifest = {}
+    manifest = Manifest()
     launch.record_pass(manifest, "light", {0: None, 1: None})  # nobody wrote: no rank singled out
     assert launch.failed_rank(manifest, "light") is None
 

@@ -59,19 +59,19 @@ def test_a_rank_that_dies_silently_is_named_with_its_own_code(tmp_path: Path, de
 
 
 def test_the_first_silent_rank_by_torchruns_clock_and_not_one_it_stopped() -> None:
-    from perfdoctor.bundle.protocol import PassResults
+    from perfdoctor.bundle.protocol import Manifest, PassResults
     from perfdoctor.record import launch
 
     writer = PassResults(exit_code=1, program_error="RuntimeError: peer gone", ended_at_ns=5)
     seen = {1: {"exit_code": -15, "time_s": 100}, 2: {"exit_code": -9, "time_s": 101}, 3: {"exit_code": 5, "time_s": 102}}
-    manifest: dict = {}
+    manifest = Manifest()
     launch.record_pass(manifest, "light", {0: writer, 1: None, 2: None, 3: None}, seen)
     assert launch.failed_rank(manifest, "light") == (2, -9)  # rank 1 was stopped by torchrun (SIGTERM): not the cause
-    assert manifest["ranks"]["2"]["passes"]["light"]["status"].endswith("killed by signal 9, as torchrun saw it)")
-    manifest = {}
+    assert manifest.ranks["2"]["passes"]["light"]["status"].endswith("killed by signal 9, as torchrun saw it)")
+    manifest = Manifest()
     launch.record_pass(manifest, "light", {0: writer, 1: None}, {})  # torchrun said nothing: named, its code unknown
     assert launch.failed_rank(manifest, "light") == (1, None)
-    manifest = {}  # a rank that died before it made its folder is still one of the job
+    manifest = Manifest()  # a rank that died before it made its folder is still one of the job
     launch.record_pass(manifest, "light", {0: writer}, {4: {"exit_code": 3, "time_s": 1}})
     assert launch.failed_rank(manifest, "light") == (4, 3)
 

@@ -73,9 +73,9 @@ def test_every_valid_trace_is_read_and_analysed(trace: Path) -> None:
 
 
 def _nsys_present() -> bool:
-    from perfdoctor.collectors import nsys_run
+    from perfdoctor.record.tools import find_tool
 
-    return nsys_run.find_nsys() is not None
+    return find_tool("nsys") is not None
 
 
 @pytest.mark.parametrize("trace", [t for t in corpus() if t.name in NOT_READ], ids=_name)

@@ -11,7 +11,7 @@ import pytest
 from conftest import run_cli
 from perfdoctor import __version__
 from perfdoctor.record.doctor import render
-from perfdoctor.record.run import gpu_present
+from perfdoctor.record.tools import gpu_present
 
 no_gpu_here = pytest.mark.skipif(gpu_present(), reason="checks the CPU-only output; this machine has a GPU")
 

@@ -21,7 +21,7 @@ import pytest
 from perfdoctor import api
 from perfdoctor.collectors.bundle import load_bundle
 from perfdoctor.declare import DECLARE_PREFIX, declaration_name, parse_declaration
-from perfdoctor.record.run import gpu_present
+from perfdoctor.record.tools import gpu_present
 
 PROGRAMS = Path(__file__).parents[1] / "programs"
 ROOT = Path(__file__).parents[2]
@@ -277,7 +277,8 @@ def test_api_reports_outermost_regions_and_steps():
 def test_choose_step_prefers_pattern_then_api_then_most_frequent():
     # run's scout makes the choice analyze makes (analysis.steps.choose_step), through find_step
     from perfdoctor.bundle.protocol import PassResults
-    from perfdoctor.record.run import RunOptions, find_step
+    from perfdoctor.record.light import find_step
+    from perfdoctor.record.options import RunOptions
 
     def results(latency, api_counts):
         series = {n: {"host_start_ns": list(range(len(v))), "gpu_start_ns": None, "gpu_end_ns": list(range(len(v)))} for n, v in latency.items()}
@@ -325,12 +326,13 @@ def test_nvml_peak_and_samples(tmp_path):
 
 def test_find_nsys_honours_env(tmp_path, monkeypatch):
     from perfdoctor.collectors import nsys_run
+    from perfdoctor.record.tools import find_tool
 
     fake = tmp_path / "nsys"
     fake.write_text("#!/bin/sh\n")
     fake.chmod(0o755)
     monkeypatch.setenv("NSYS", str(fake))
-    assert nsys_run.find_nsys() == str(fake)
+    assert find_tool("nsys") == str(fake)
     cmd = nsys_run.profile_command(str(fake), tmp_path / "r", capture_range=True, gpu_metrics_device="0")
     assert "--sample=none" in cmd and "--capture-range=cudaProfilerApi" in cmd and "--gpu-metrics-devices=0" in cmd
 
@@ -484,7 +486,7 @@ def test_nested_serving_ranges_are_one_step_in_the_traced_passes():
 
 
 def test_module_steps_choose_the_outermost_repeating_call():
-    from perfdoctor.record.run import choose_module
+    from perfdoctor.record.light import choose_module
 
     def series(n):
         return {"host_start_ns": list(range(n)), "gpu_start_ns": None, "gpu_end_ns": list(range(1, n + 1))}
@@ -736,7 +738,8 @@ def test_find_step_times_loop_ranges_as_iterations_and_merges_serving_ranges():
     # next, the last fetch (StopIteration) starts no iteration; serving ranges of one engine
     # (SGLang also writes vLLM-style names around its own) become one series in time order
     from perfdoctor.bundle.protocol import PassResults
-    from perfdoctor.record.run import RunOptions, find_step
+    from perfdoctor.record.light import find_step
+    from perfdoctor.record.options import RunOptions
 
     fetch = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
     results = PassResults(series={fetch: {"host_start_ns": [0, 100, 250, 330], "gpu_start_ns": None, "gpu_end_ns": [2, 103, 251, 331]}})
@@ -796,7 +799,7 @@ def test_ncu_replays_each_distinct_launch_of_the_step_once():
 
 def test_ncu_plan_says_what_the_pass_replays():
     from perfdoctor.collectors.ncu import KernelSet
-    from perfdoctor.record.run import ncu_plan
+    from perfdoctor.record.passes import ncu_plan
 
     assert ncu_plan(KernelSet(("a", "b"), 3), "torch", 2000) == (
         "each distinct launch (kernel, grid, block) of the step once: up to 3 launches of 2 kernels, from the torch pass")
@@ -805,6 +808,7 @@ def test_ncu_plan_says_what_the_pass_replays():
 
 
 def test_progress_line_and_time_left():
+    from perfdoctor.bundle.protocol import LightPass
     from perfdoctor.record.progress import Expected, Ticks, duration, expected_of, line, time_left_s
 
     light = Expected(steps=40, step_s=0.5, total_s=30.0)
@@ -823,8 +827,8 @@ def test_progress_line_and_time_left():
     ticks.add(30, at_s=40.0)
     assert time_left_s(ticks, 40.0, light) is None and time_left_s(Ticks(), 1.0, None) is None
     assert duration(59.6) == "1 min 0 s"
-    assert expected_of({"steps_seen": 3, "step_latency_ms": [30.0, 10.0, 20.0]}, 4.0) == Expected(3, 0.02, 4.0)
-    assert expected_of({"steps_seen": 0, "step_latency_ms": []}, 4.0) is None and expected_of(None, None) is None
+    assert expected_of(LightPass(steps_seen=3, step_latency_ms=[30.0, 10.0, 20.0]), 4.0) == Expected(3, 0.02, 4.0)
+    assert expected_of(LightPass(steps_seen=0, step_latency_ms=[]), 4.0) is None and expected_of(None, None) is None
 
 
 def test_step_ticks_reach_only_the_pipe_perfdoctor_run_made():

@@ -1,0 +1,225 @@
+"""The light pass's scout: from the bootstrap's :class:`~perfdoctor.bundle.protocol.PassResults`,
+the step (:func:`find_step`), its steady state and the window the traced passes use
+(:func:`light_summary`, the manifest's ``light_pass``), and the NVML counters over the
+steady steps."""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from perfdoctor.analysis import steady, steps
+from perfdoctor.bundle.protocol import LightPass, PassResults
+from perfdoctor.collectors import nvml
+from perfdoctor.names import ranges as rangenames
+from perfdoctor.record.options import DEFAULT_WARMUP, RunOptions
+
+# Below this many steps the scout does not move the window: the reference steady_start
+# compares against (the median of the second half) then rests on four steps or fewer, and a
+# noisy loop (an 8-step CPU loop on a shared machine put its steady start anywhere in 0-4
+# over three runs) would move the window at random.
+SCOUT_MIN_STEPS = 10
+
+
+def choose_module(modules: dict[str, dict[str, Any]]) -> tuple[int, str] | None:
+    """The outermost repeating module call: the shallowest depth (0, then 1) whose most
+    frequent class completed at least two calls, and that class. Depth 1 wins only when no
+    depth-0 call repeats (a wrapper module whose one call runs the whole loop)."""
+    for depth in sorted(modules, key=int):
+        counts = {name: len(s["gpu_end_ns"]) for name, s in modules[depth].items()}
+        name = max(counts, key=lambda n: counts[n], default=None)  # ties: the first seen
+        if name is not None and counts[name] >= 2:
+            return int(depth), name
+    return None
+
+
+def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, str | None, dict[str, Any] | None, bool]:
+    """(step name, how it was found, the module step, whether its series was rewritten: timed
+    as the loop iteration or merged from serving ranges) from the light pass's results.
+
+    The choice is :func:`perfdoctor.analysis.steps.choose_step`, the one ``analyze`` makes on
+    a trace: the user's markers (``--step``, perfdoctor.region/step, ``--step-fn``), serving
+    ranges, calls of a torch.compile-d function, ..., the outermost repeating module call
+    last. A name that marks the loop iteration (a compiled call, torch's data loader or
+    optimizer range, a module call) gets a series timed as the iteration, written back into
+    ``results.series``."""
+    series = results.step_series()
+    counts = {name: len(s["gpu_end_ns"]) for name, s in series.items()}
+    api_counts = results.step_counts or {}
+    if options.step is not None:
+        user = [n for n in counts if n == options.step or fnmatch.fnmatchcase(n, options.step)]
+        if not user:
+            return None, None, None, False
+    else:
+        user = [n for n in api_counts if counts.get(n)]
+    modules: dict[str, int] = {}
+    found = choose_module(results.modules or {}) if options.step is None and options.step_fn is None else None
+    if found is not None:
+        modules[found[1]] = len(results.modules[str(found[0])][found[1]]["gpu_end_ns"])  # type: ignore[index]
+    choice = steps.choose_step(counts, user=user, modules=modules)
+    if choice is None:
+        return None, None, None, False
+    name = choice.name
+    if choice.kind == "user":
+        how = "--step" if options.step is not None else "--step-fn" if options.step_fn is not None else (
+            "perfdoctor.region" if name in api_counts else "range")
+        return name, how, None, False
+    if choice.kind == "serving":
+        series[name] = serving_series(series)
+        results.series = series
+        return name, choice.how, None, True
+    module = None
+    if choice.kind == "module":
+        depth = found[0]  # type: ignore[index]
+        calls = results.modules[str(depth)][name]  # type: ignore[index]
+        path = (results.module_classes or {}).get(name, name)
+        module = {"name": name, "depth": depth, "class": path, "span": "the loop iteration: each call and the host work until the next call"}
+    else:
+        calls = series[name]
+    if choice.iteration:
+        # The step is the loop iteration: the call and the host work until the next one
+        # (on the H200 an HF generate spent ~0.5 ms per token between forward calls).
+        # Without CUDA (host clock) the next call's host start marks the iteration's end.
+        starts = calls["gpu_start_ns"] if calls.get("gpu_start_ns") is not None else calls["host_start_ns"]
+        ends = steady.iteration_ends_ns(starts, calls["gpu_end_ns"], stop_at_pauses=choice.kind != "loop").tolist()
+        timed = {**calls, "gpu_end_ns": ends}
+        if choice.kind == "loop":
+            # torch's own range is only a part of the iteration (the batch's fetch): the last
+            # one has no next start to end its iteration, so it is left out
+            timed = {k: (v[:-1] if isinstance(v, list) else v) for k, v in timed.items()}
+        if module is None:
+            # the calls as measured stay in raw/light.json beside the iteration (a module
+            # step's are under "modules"): a later reading can re-derive the iteration
+            results.call_series = {**(results.call_series or {}), name: calls}
+        series[name] = timed
+        results.series = series
+    how = choice.how if module is None else f"module: {name.removesuffix('.forward')}"
+    return name, how, module, choice.iteration
+
+
+def serving_series(series: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """One series from the serving ranges of one engine (the most frequent): the names
+    differ step by step, the steps are one loop. SGLang also writes a vLLM-style range
+    around each of its own, so one engine's names only, or each step would count twice."""
+    by_engine: dict[str, list[str]] = {}
+    for name in series:
+        parsed = rangenames.parse_serving(name)
+        if parsed is not None:
+            by_engine.setdefault(parsed[0], []).append(name)
+    names = max(by_engine.values(), key=lambda ns: sum(len(series[n]["host_start_ns"]) for n in ns))
+    rows = sorted(
+        (h, (series[n]["gpu_start_ns"] or [None] * len(series[n]["host_start_ns"]))[i], series[n]["gpu_end_ns"][i])
+        for n in names
+        for i, h in enumerate(series[n]["host_start_ns"][: len(series[n]["gpu_end_ns"])])
+    )
+    cuda = any(series[n]["gpu_start_ns"] is not None for n in names)
+    return {
+        "host_start_ns": [r[0] for r in rows],
+        "gpu_start_ns": [r[1] for r in rows] if cuda else None,
+        "gpu_end_ns": [r[2] for r in rows],
+    }
+
+
+def light_summary(results: PassResults, options: RunOptions) -> LightPass:
+    """``manifest.light_pass`` from the light pass's results: the scout's report.
+
+    The step (and how it was found), its critical-path times, where its steady state starts
+    (:func:`perfdoctor.analysis.steady.steady_start`) and the warm-up the traced passes skip: the
+    user's ``--warmup`` when given, else the steady state's start.
+    """
+    name, how, module, rewritten = find_step(results, options)
+    clock = results.step_end_clock
+    summary = LightPass(
+        step_name=name,
+        how=how,
+        step_end_clock=clock,
+        timing=(
+            "critical path per step: end of its GPU work minus the later of its host start and the previous "
+            "step's GPU end (CUDA events, no sync added), no tracer"
+            if clock == "cuda-event"
+            else "host start to host end (the program used no GPU), no tracer"
+        ),
+        steps_seen=0,
+        warmup_explicit=options.warmup is not None,
+        module=module,
+        iteration=rewritten or None,  # raw/light.json then carries the rewritten series
+    )
+    if name is None:
+        summary = replace(
+            summary,
+            reason="no step seen (annotate with perfdoctor.region, or pass --step / --step-fn; no record_function/NVTX "
+            "range and no torch.nn.Module call repeated)",
+            steady_start=0, steady_reason="no step", warmup=options.warmup or 0, step_latency_ms=[],
+        )
+    else:
+        s = results.series[name]  # type: ignore[index]
+        cp = steady.critical_path_ns(s["host_start_ns"], s["gpu_end_ns"])
+        found = steady.steady_start(cp, steady.paused_before(s["host_start_ns"], s["gpu_end_ns"], s.get("gpu_start_ns")))
+        if options.warmup is not None:
+            warmup, why = options.warmup, "--warmup"
+        elif len(cp) >= SCOUT_MIN_STEPS:
+            warmup, why = found.start, "the steady state's start"
+        else:
+            warmup, why = DEFAULT_WARMUP, f"fewer than {SCOUT_MIN_STEPS} steps: too few to place the window by the steady state"
+        threads = (results.worker_steps or {}).get(name, 0)
+        summary = replace(
+            summary,
+            warmup_reason=why,
+            steps_seen=len(cp),
+            steady_start=found.start,
+            steady_reason=found.reason,
+            warmup=warmup,
+            step_latency_ms=[round(v / 1e6, 6) for v in cp[warmup:].tolist()],
+            step_thread="worker" if threads else "main",
+        )
+    if options.tokens_per_step is not None:
+        summary.declared = {"tokens": options.tokens_per_step, "source": "--tokens-per-step"}
+    elif name is not None and (results.declared or {}).get(name):
+        summary.declared = {**results.declared[name], "source": "the program"}  # type: ignore[index]
+    summary.timing_error = results.timing_error or None
+    return summary
+
+
+def steady_steps(results: PassResults, light: LightPass) -> list[tuple[int, int]]:
+    """The critical-path interval of every steady step: ``[max(h[k], g[k-1]), g[k]]`` from
+    the light pass's warm-up on (the time the steps occupied; pauses between them are not in it)."""
+    name = light.step_name
+    if name is None:
+        return []
+    s = results.series[name]  # type: ignore[index]
+    h, g = s["host_start_ns"], s["gpu_end_ns"]
+    first = light.warmup or 0
+    return [(max(h[k], g[k - 1]) if k else h[k], g[k]) for k in range(first, len(g))]
+
+
+def steady_counters(samples_file: Path, steps: list[tuple[int, int]]) -> tuple[dict[str, Any], str | None]:
+    """``light_pass.counters``: each GPM metric over exactly the steady steps (see
+    :func:`perfdoctor.collectors.nvml.steps_mean`); plus why there are none."""
+    if not steps:
+        return {}, "no steady steps"
+    if not samples_file.exists():
+        return {}, "the light pass had no NVML sampler"
+    intervals = nvml.read_intervals(samples_file)
+    if not intervals:
+        return {}, "no GPM samples (GPM unsupported here, or the pass ended before two samples)"
+    out = {}
+    for metric in ("dram_bw_util", "sm_occupancy", "sm_util"):
+        if metric in intervals:
+            out[metric] = {"source": "nvml-gpm", **nvml.steps_mean(intervals[metric], steps)}
+    return out, None
+
+
+def window_means(samples_file: Path, steps: list[tuple[int, int]]) -> dict[str, Any]:
+    """Plain mean of each NVML metric's samples stamped inside the steady steps' span (kept
+    for readers of perfdoctor 0.1 bundles; ``counters`` is the time-weighted GPM value).
+    perf_counter and the sampler's CLOCK_MONOTONIC are the same clock on Linux."""
+    if not samples_file.exists() or not steps:
+        return {}
+    table = nvml.read_samples(samples_file)
+    inside = table[(table["time_ns"] >= steps[0][0]) & (table["time_ns"] <= steps[-1][1])]
+    return {
+        metric: {"mean": float(group["value"].mean()), "samples": int(len(group)), "source": str(group["source"].iloc[0])}
+        for metric, group in inside.groupby("metric")
+    }

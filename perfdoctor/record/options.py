@@ -1,0 +1,44 @@
+"""What ``perfdoctor run`` was asked to do: :class:`RunOptions`, and the collectors it knows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from perfdoctor.errors import UsageError
+from perfdoctor.record import launch
+
+COLLECTORS = ("torch", "nvml", "nsys", "ncu")
+DEFAULT_WARMUP = 1  # steps skipped before the traced window when no light pass found the steady state
+
+
+@dataclass
+class RunOptions:
+    """What ``perfdoctor run`` was asked to do (validated by :func:`options_from_cli`)."""
+
+    target: list[str]  # ["script.py", *args] or ["-m", "module", *args]
+    collect: list[str] | None = None  # None: every available collector
+    light: bool = True
+    warmup: int | None = None  # None: the light pass's steady-state start (DEFAULT_WARMUP without it)
+    steps: int = 10  # 0: every step after the warm-up
+    step: str | None = None
+    step_fn: str | None = None
+    out: Path = Path("perfdoctor-runs")
+    name: str | None = None
+    ncu_steps: int = 1
+    ncu_kernels: int = 2000
+    nvml_interval_ms: int = 50
+    quiet: bool = False
+    tokens_per_step: float | None = None
+    ranks: launch.Launch | None = None  # a torchrun job: every rank under the bootstrap (perfdoctor.record.launch)
+    timeout_s: float | None = None  # a pass still running after this long is stopped (a hung rank)
+
+
+def parse_collect(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    names = [c.strip() for c in text.split(",") if c.strip()]
+    unknown = [c for c in names if c not in COLLECTORS]
+    if unknown or not names:
+        raise UsageError(f"--collect: unknown collector {', '.join(unknown) or repr(text)}; choose from {','.join(COLLECTORS)}")
+    return names
