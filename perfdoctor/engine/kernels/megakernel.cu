@@ -617,13 +617,17 @@ __device__ __forceinline__ float swiglu(float gate, float up) {
 
 // Attention task `at` (see attn_task): query heads [at.h0, at.h0 + gh) of KV head at.kv
 // (S = 1: one head; S > 1: the whole group, gh = NQ / NKV) over the cached chunks [at.c0,
-// at.c1) of positions [0, pos] (see the file comment). The
+// at.c1) of positions [0, pos] (see the file comment). v4.9: `attention` below runs S = 1
+// with v4.7's owner code, line for line (v4.8 ran it through this function's two-item
+// loop: the slot released only after the reductions, q reloaded per item, twice the
+// code); this function runs S > 1 (attention calls it). The
 // cached K/V rows [0, pos) arrive through the ring, one BLOCK_S-position chunk per slot (K,
 // then V at byte BLOCK_S * D * 2), streamed by the producer with the weights: they do not
 // depend on this step, so they are in shared memory before the QKV stage completes.
 // Position pos (this step's row) comes from the QKV output. `it`: the ring position.
-// c, s: this thread's RoPE cos and sin at pos, index tid % (D / 2) (loaded before the wait:
-// they depend on pos only). tr: this stage's trace words (thread 0, with a trace), else null.
+// c, s (attention, S = 1): this thread's RoPE cos and sin at pos, tid < D / 2 (loaded
+// before the wait: they depend on pos only; attention_grouped loads them for every thread,
+// index tid % (D / 2)). tr: this stage's trace words (thread 0, with a trace), else null.
 //
 // D is a template parameter (16, 32, 64 or 128) so that every loop below is unrolled
 // without run-time guards: a guarded loop compiles to one branch per 16-byte load, and
@@ -658,11 +662,18 @@ __device__ __forceinline__ float swiglu(float gate, float up) {
 // merged output, written after the merger's reads; tags grow by one per layer and launch,
 // as qkv's, so a stale partial never carries the awaited tag.
 template <int D>
-__device__ void attention(const Params& p, int layer, const AttnTask& at, int pos, float c, float s, Shared& sh,
-                          const unsigned char* ring, int& it, long long* tr, unsigned tag) {
+__device__ __forceinline__ void attention_grouped(const Params& p, int layer, int pos, Shared& sh, const unsigned char* ring,
+                                                  int& it, long long* tr, unsigned tag) {
+  // The task again (a few integer divisions per layer, S > 1 only): the kernel's copy of
+  // its seven words kept live to here cost 8 bytes of spills.
+  const AttnTask at = attn_task(p, pos);
   constexpr int half = D / 2, LP = D / 8, PPI = 32 / LP, SPLIT = BLOCK_S / QPC, NIT = SPLIT / PPI, PW = D + 1;
   static_assert(NIT >= 1, "a quarter holds at least one step of positions");
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, j = lane % LP, pp = lane / LP;
+  // This thread's RoPE cos and sin at pos, pair tid % (D / 2) (the group's q heads take
+  // threads x = tid + k NC); loaded here, not by the kernel, which keeps v4.7's tid < D / 2.
+  const float c = __bfloat162float(p.cos[(long long)pos * half + tid % half]);
+  const float s = __bfloat162float(p.sin[(long long)pos * half + tid % half]);
   const int group = p.NQ / p.NKV, kv = at.kv, gh = at.gh, hq0 = kv * group + at.h0;
   const int length = pos + 1;
   const unsigned long long* row = p.table + layer * NPTR;
@@ -865,6 +876,159 @@ __device__ void attention(const Params& p, int layer, const AttnTask& at, int po
   }
 }
 
+// S = 1 (short context, and every position of the no-split row): one query head hq over
+// all its chunks, v4.7's owner code (the same SASS loop: the slot released right after the
+// P V loads, before the shuffle reduction). S > 1: attention_grouped.
+template <int D>
+__device__ void attention(const Params& p, int layer, const AttnTask& at, int pos, float c, float s, Shared& sh,
+                          const unsigned char* ring, int& it, long long* tr, unsigned tag) {
+  if (at.S > 1) {  // grouped tasks over position splits, and their merge
+    attention_grouped<D>(p, layer, pos, sh, ring, it, tr, tag);
+    return;
+  }
+  constexpr int half = D / 2, LP = D / 8, PPI = 32 / LP, SPLIT = BLOCK_S / QPC, NIT = SPLIT / PPI;
+  static_assert(NIT >= 1, "a split holds at least one step of positions");
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, j = lane % LP, pp = lane / LP;
+  const int group = p.NQ / p.NKV, kv = at.kv, hq = kv * group + at.h0;  // S = 1: one query head, all chunks
+  const int length = pos + 1;
+  const unsigned long long* row = p.table + layer * NPTR;
+  bf16* kc = reinterpret_cast<bf16*>(row[K_CACHE]) + kv * p.stride_head;
+  bf16* vc = reinterpret_cast<bf16*>(row[V_CACHE]) + kv * p.stride_head;
+  const unsigned* qkv_w = reinterpret_cast<const unsigned*>(p.qkv);  // FLAGS: tagged words
+  if (tid < half) {  // RoPE of q and of this step's k, each product rounded as `rope_pair`
+    const int q = hq * D, k = (p.NQ + kv) * D;
+    float qa, qb, ka, kb;
+    if (FLAGS) {  // all four loads out before the first spin
+      const unsigned w0 = ld_volatile(qkv_w + q + tid), w1 = ld_volatile(qkv_w + q + tid + half);
+      const unsigned w2 = ld_volatile(qkv_w + k + tid), w3 = ld_volatile(qkv_w + k + tid + half);
+      qa = w0 >> 16 == tag ? lo(w0) : await_word(qkv_w + q + tid, tag);
+      qb = w1 >> 16 == tag ? lo(w1) : await_word(qkv_w + q + tid + half, tag);
+      ka = w2 >> 16 == tag ? lo(w2) : await_word(qkv_w + k + tid, tag);
+      kb = w3 >> 16 == tag ? lo(w3) : await_word(qkv_w + k + tid + half, tag);
+    } else {
+      qa = __bfloat162float(__ldcg(p.qkv + q + tid)), qb = __bfloat162float(__ldcg(p.qkv + q + tid + half));
+      ka = __bfloat162float(__ldcg(p.qkv + k + tid)), kb = __bfloat162float(__ldcg(p.qkv + k + tid + half));
+    }
+    const float ra = bf(bf(qa * c) - bf(qb * s)), rb = bf(bf(qb * c) + bf(qa * s));
+    sh.q[0][tid] = bf(ra * p.scale);  // the eager model scales q in its dtype
+    sh.q[0][tid + half] = bf(rb * p.scale);
+    sh.k_new[tid] = __float2bfloat16(bf(ka * c) - bf(kb * s));
+    sh.k_new[tid + half] = __float2bfloat16(bf(kb * c) + bf(ka * s));
+  }
+  if (tid < D) {
+    const int v = (p.NQ + p.NKV + kv) * D + tid;
+    sh.v_new[tid] = FLAGS ? __float2bfloat16(await_word(qkv_w + v, tag)) : __ldcg(p.qkv + v);
+  }
+  consumers_sync();
+  if (tr) tr[4] = now_ns();
+  float qf[8];  // this lane's 8 dims of q
+#pragma unroll
+  for (int e = 0; e < 8; ++e) qf[e] = sh.q[0][8 * j + e];
+  // Every warp waits for and releases every slot (the ring's empty barrier counts all warps).
+  float run_m = -INFINITY, run_l = 0.f, run_acc[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) run_acc[e] = 0.f;
+  const int nchunks = (length + BLOCK_S - 1) / BLOCK_S;
+  for (int ch = 0; ch < nchunks; ++ch, ++it) {
+    const int slot = it % NSTAGE;
+    mbar_wait_timed(&sh.full[slot], (it / NSTAGE) & 1, tr != nullptr, &sh.wait_cycles);
+    const int qq = (warp - QPC * ch % CWARPS + CWARPS) % CWARPS;  // this warp's split of the chunk
+    const int s0 = ch * BLOCK_S + qq * SPLIT;
+    if (qq >= QPC || s0 >= length) {  // none, or past the last position
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&sh.empty[slot]);
+      continue;
+    }
+    const bf16* ks = reinterpret_cast<const bf16*>(ring + slot * TILE_BYTES);
+    const bf16* vs = ks + BLOCK_S * D;
+    const int c0 = ch * BLOCK_S;  // the slot's first position
+    // Scores of the whole chunk (positions past `length` masked; rows at or past pos read
+    // this step's row, which is finite, so a masked product is 0, never NaN).
+    float sc[NIT];
+#pragma unroll
+    for (int i = 0; i < NIT; ++i) {
+      const int ps = s0 + PPI * i + pp;
+      const bf16* kr = ps < pos ? ks + (ps - c0) * D : sh.k_new;
+      const uint4 k8 = *reinterpret_cast<const uint4*>(kr + 8 * j);
+      const unsigned* u = reinterpret_cast<const unsigned*>(&k8);
+      float d0 = 0.f, d1 = 0.f;
+      d0 = fmaf(lo(u[0]), qf[0], d0); d1 = fmaf(hi(u[0]), qf[1], d1);
+      d0 = fmaf(lo(u[1]), qf[2], d0); d1 = fmaf(hi(u[1]), qf[3], d1);
+      d0 = fmaf(lo(u[2]), qf[4], d0); d1 = fmaf(hi(u[2]), qf[5], d1);
+      d0 = fmaf(lo(u[3]), qf[6], d0); d1 = fmaf(hi(u[3]), qf[7], d1);
+      sc[i] = d0 + d1;
+    }
+    float m = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < NIT; ++i) {
+#pragma unroll
+      for (int o = 1; o < LP; o <<= 1) sc[i] += __shfl_xor_sync(0xffffffffu, sc[i], o);  // the row's LP lanes
+      const int ps = s0 + PPI * i + pp;
+      sc[i] = ps < length ? bf(sc[i]) : -INFINITY;
+      m = fmaxf(m, sc[i]);
+    }
+#pragma unroll
+    for (int o = LP; o < 32; o <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));  // finite: s0 is live
+    float l = 0.f, acc[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[e] = 0.f;
+#pragma unroll
+    for (int i = 0; i < NIT; ++i) {  // P V: this lane's positions, its 8 dims
+      const float e_ = __expf(sc[i] - m);
+      l += e_;
+      const float pi = bf(e_);
+      const int ps = s0 + PPI * i + pp;
+      const bf16* vr = ps < pos ? vs + (ps - c0) * D : sh.v_new;
+      const uint4 v8 = *reinterpret_cast<const uint4*>(vr + 8 * j);
+      const unsigned* u = reinterpret_cast<const unsigned*>(&v8);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        acc[2 * e] = fmaf(pi, lo(u[e]), acc[2 * e]);
+        acc[2 * e + 1] = fmaf(pi, hi(u[e]), acc[2 * e + 1]);
+      }
+    }
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&sh.empty[slot]);
+#pragma unroll
+    for (int o = LP; o < 32; o <<= 1) {  // sum over the chunk's position groups
+      l += __shfl_xor_sync(0xffffffffu, l, o);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[e] += __shfl_xor_sync(0xffffffffu, acc[e], o);
+    }
+    const float new_m = fmaxf(run_m, m);
+    const float w = __expf(m - new_m), alpha = __expf(run_m - new_m);  // alpha 0 on the first
+    run_l = run_l * alpha + w * l;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) run_acc[e] = run_acc[e] * alpha + w * acc[e];
+    run_m = new_m;
+  }
+  if (lane == 0) { sh.wm[warp] = run_m; sh.wl[warp] = run_l; }
+  if (pp == 0) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) sh.wacc[warp][8 * j + e] = run_acc[e];
+  }
+  consumers_sync();
+  if (tid < D) {  // merge the warps' runs in warp order (a warp without a live split: -inf)
+    float m = -INFINITY, l = 0.f, acc = 0.f;
+    for (int w = 0; w < CWARPS; ++w) {
+      if (sh.wm[w] == -INFINITY) continue;
+      const float new_m = fmaxf(m, sh.wm[w]);
+      const float a = __expf(m - new_m), b = __expf(sh.wm[w] - new_m);
+      l = l * a + b * sh.wl[w];
+      acc = acc * a + b * sh.wacc[w][tid];
+      m = new_m;
+    }
+    if (FLAGS) st_volatile(reinterpret_cast<unsigned*>(p.attn) + hq * D + tid, tagged(tag, bf(acc / l)));
+    else p.attn[hq * D + tid] = __float2bfloat16(acc / l);
+    // One head of the group appends this step's K/V row, last: the stores' addresses need
+    // the pointer table (a global load), and before the chunks they held warps 0-1 back.
+    if (hq % group == 0) {
+      kc[(long long)pos * p.stride_pos + tid] = sh.k_new[tid];
+      vc[(long long)pos * p.stride_pos + tid] = sh.v_new[tid];
+    }
+  }
+}
+
 // ---- the producer's tile sequence --------------------------------------------------
 
 // One ring slot's worth: up to two contiguous ranges (a weight tile: one; a K/V chunk: K
@@ -992,10 +1156,10 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) megakernel(const __gri
         gv[c] = norm && j < kc ? reinterpret_cast<const uint4*>(row[head ? FINAL_NORM : s == 0 ? ATTN_NORM : MLP_NORM])[j]
                                : make_uint4(0, 0, 0, 0);
       }
-      float rc = 0.f, rs = 0.f;  // attention: this thread's RoPE cos / sin at pos (pair tid % (D / 2))
-      if (attn_stage) {
-        rc = __bfloat162float(p.cos[(long long)pos * (p.D / 2) + tid % (p.D / 2)]);
-        rs = __bfloat162float(p.sin[(long long)pos * (p.D / 2) + tid % (p.D / 2)]);
+      float rc = 0.f, rs = 0.f;  // attention, S = 1: this thread's RoPE cos / sin at pos (attention_grouped loads its own)
+      if (attn_stage && tid < p.D / 2) {
+        rc = __bfloat162float(p.cos[(long long)pos * (p.D / 2) + tid]);
+        rs = __bfloat162float(p.sin[(long long)pos * (p.D / 2) + tid]);
       }
       const unsigned tag = tag_of(p, epoch, layer);
       // FLAGS: the stages whose inputs are tagged wait on the data (all but down: gate/up's
