@@ -14,7 +14,6 @@ them as ranks).
 
 from __future__ import annotations
 
-import shutil
 import sqlite3
 import subprocess
 import tempfile
@@ -26,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.collectors.checks import finish
+from perfdoctor.collectors.tools import find_tool
 from perfdoctor.errors import UsageError
 from perfdoctor.io import gunzip_to, regular_file
 from perfdoctor.profile import (
@@ -39,13 +39,6 @@ from perfdoctor.profile import (
     parse_declarations,
 )
 
-NSYS_CANDIDATES = (
-    "/opt/nvidia/nsight-systems*/bin/nsys",
-    "/opt/nvidia/nsight-systems*/*/bin/nsys",
-    "/opt/nvidia/nsight-systems*/*/target-linux-x64/nsys",
-    "/usr/local/cuda*/bin/nsys",
-    "/opt/nvidia/nsight-compute*/*/host/target-linux-x64/nsys",
-)
 NVTX_RANGE_TYPES = ("NvtxPushPopRange", "NvtxStartEndRange")
 # The numbers nsys writes for the enumerations it also names in its ENUM_* tables (its
 # SQLite export schema): used when an export lacks the table, so a pageable copy does not
@@ -75,27 +68,9 @@ NSYS_ACTIVITIES = {**ACTIVITY_COLUMNS, "process": "int64"}  # the Profile's colu
 PID_SHIFT = 24  # globalTid = (hardware, VM, pid) << 24 | tid; globalPid = the same with tid 0
 
 
-def find_nsys() -> str | None:
-    """The nsys binary: ``$NSYS``, PATH, then the usual install folders (Nsight Compute ships one)."""
-    import glob
-    import os
-
-    env = os.environ.get("NSYS")
-    if env and Path(env).is_file():
-        return env
-    found = shutil.which("nsys")
-    if found:
-        return found
-    for pattern in NSYS_CANDIDATES:
-        hits = sorted(glob.glob(pattern), reverse=True)
-        if hits:
-            return hits[0]
-    return None
-
-
 def export_sqlite(rep: Path, out: Path) -> Path:
     """Run ``nsys export --type sqlite`` on a ``.nsys-rep``."""
-    nsys = find_nsys()
+    nsys = find_tool("nsys")
     if nsys is None:
         raise UsageError(f"{rep}: reading .nsys-rep needs nsys (not found on PATH, $NSYS or /opt/nvidia); export it with `nsys export --type sqlite`")
     done = subprocess.run(

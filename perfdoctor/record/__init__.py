@@ -5,7 +5,7 @@ unmodified, pass by pass, into a run bundle.
                  code, metrics.json; ``python -m perfdoctor.record.run`` is its entry
 - ``options``    what ``perfdoctor run`` was asked (RunOptions, the collectors)
 - ``target``     the program's command line, checked before it runs
-- ``tools``      the GPU and one ``find_tool`` for nsys and ncu: what a collector needs here
+- ``tools``      the GPU, and which collectors can run here (nsys and ncu by ``collectors.tools``)
 - ``passes``     one function per pass (light, torch, nsys, ncu), in order
 - ``runner``     one pass as a process: start, signals, --timeout, progress, its results back
 - ``light``      the light pass's scout: the step, its steady state, the traced window

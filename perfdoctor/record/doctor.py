@@ -94,7 +94,8 @@ def _calibration(gpus: dict[str, Any]) -> dict[str, Any]:
 
 def gather() -> dict[str, Any]:
     """Everything ``perfdoctor doctor`` reports, as JSON-ready data."""
-    from perfdoctor.record.tools import availability, find_tool, where_looked
+    from perfdoctor.collectors.tools import find_tool, where_looked
+    from perfdoctor.record.tools import availability
 
     gpus = _gpus()
     return {

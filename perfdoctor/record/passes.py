@@ -18,7 +18,7 @@ from perfdoctor.record import launch
 from perfdoctor.record.light import light_summary, steady_counters, steady_steps, window_means
 from perfdoctor.record.options import DEFAULT_WARMUP
 from perfdoctor.record.runner import PassResult, Runner
-from perfdoctor.record.tools import find_tool
+from perfdoctor.collectors.tools import find_tool
 from perfdoctor.text import rich as esc  # program arguments, paths and step names are untrusted
 
 

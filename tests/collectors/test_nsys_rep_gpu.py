@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli
-from perfdoctor.collectors.nsys import find_nsys
+from perfdoctor.collectors.tools import find_tool
 
 pytestmark = pytest.mark.gpu
 
@@ -32,7 +32,7 @@ def test_analyze_reads_nsys_rep(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    nsys = find_nsys()
+    nsys = find_tool("nsys")
     if nsys is None:
         pytest.skip("nsys not found (PATH, $NSYS, /opt/nvidia)")
     prog = tmp_path / "prog.py"

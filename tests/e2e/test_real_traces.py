@@ -73,7 +73,7 @@ def test_every_valid_trace_is_read_and_analysed(trace: Path) -> None:
 
 
 def _nsys_present() -> bool:
-    from perfdoctor.record.tools import find_tool
+    from perfdoctor.collectors.tools import find_tool
 
     return find_tool("nsys") is not None
 

@@ -326,7 +326,7 @@ def test_nvml_peak_and_samples(tmp_path):
 
 def test_find_nsys_honours_env(tmp_path, monkeypatch):
     from perfdoctor.collectors import nsys_run
-    from perfdoctor.record.tools import find_tool
+    from perfdoctor.collectors.tools import find_tool
 
     fake = tmp_path / "nsys"
     fake.write_text("#!/bin/sh\n")
