@@ -187,11 +187,13 @@ def steady_start(critical_path: np.ndarray | list[int], paused: np.ndarray | Non
     ]
     after = regimes[-1][1] + 1 if regimes else 0
     start = next((i for i in settled if i >= after), settled[0])
+    why_kept = "the slower runs past the middle of the run with no pause: the program's own variation, not a warm-up"
     if regimes and float(np.median(cp[:start])) <= WARMUP_FACTOR * reference:
         # what the regimes would leave out is not slower as a whole: a noisy loop's slow
         # stretches among fast ones (ViT-small b1 on the H200: 51 steps at a 3.27 ms median
         # against 3.09 after them), not a warm-up
-        after, start = 0, settled[0]
+        regimes, after, start = [], 0, settled[0]
+        why_kept = "the steps before the last slow stretch are no slower as a whole: slow stretches among fast steps, not a warm-up"
     kept = [r for r in found if r[1] >= after]
     regimes_kept = ""
     if kept:
@@ -203,7 +205,7 @@ def steady_start(critical_path: np.ndarray | list[int], paused: np.ndarray | Non
         slow_ms, rest_ms = float(np.median(cp[inside])) / 1e6, float(np.median(cp[start:][~inside[start:]])) / 1e6
         regimes_kept = (
             f"; the run has two regimes, both kept: steps {kept[0][0]}-{kept[-1][1]} mostly at {slow_ms:.4g} ms (median), the "
-            f"others at {rest_ms:.4g} ms; the slower runs past the middle of the run with no pause: the program's own variation, not a warm-up"
+            f"others at {rest_ms:.4g} ms; {why_kept}"
         )
     if start == 0:
         return Steady(0, "no warm-up: the first steps are as fast as the rest" + regimes_kept)

@@ -164,6 +164,7 @@ def test_slow_windows_in_steps_not_slower_as_a_whole_are_not_a_warm_up() -> None
     cp = _ms([30.0] + [3.1] * 19 + ([4.2, 4.2, 3.1] * 7) + [3.1] * 69)
     s = steady.steady_start(cp)
     assert s.start == 1 and s.slow_stretch is None, s
+    assert "both kept" in s.reason and "no slower as a whole" in s.reason
 
 
 def test_paused_before_marks_the_step_after_a_pause() -> None:
