@@ -762,8 +762,8 @@ def _raws(args: list[Args], field: str) -> np.ndarray:
     raws = list(map(attrgetter(field), args))
     if raws.count(_NO_RAW) == len(raws):
         # No op of the span carries it (an absent field is the one default object): no
-        # per-op copy. HF 80 MB records no shapes: its 164k ops' three fields cost 0.055 s
-        # of the decode's CPU this way, 0.015 s now.
+        # per-op copy. HF 80 MB records no shapes: its 164k ops' three fields took 0.057 s
+        # of the decode's CPU that way, 0.019 s this way (median of 10, one process).
         return np.full(len(raws), b"", dtype=object)
     values = list(map(bytes, raws))
     seen: dict[bytes, bytes] = {}
