@@ -328,7 +328,7 @@ _early: dict[str, Loading] = {}
 def start_early(path: str | Path) -> None:
     """Begin :func:`start_loading` on a Kineto trace before the command that will load it
     has parsed its command line: ``perfdoctor analyze`` calls this with the path it reads
-    from its arguments ahead of click (:func:`perfdoctor.cli.analyze.start_early`), and
+    from its arguments ahead of click (:func:`perfdoctor.cli.early.start_early`), and
     the ~0.1 s of the argument parser's imports then run while the forked decoders work.
     A path that cannot be loaded is left for start_loading to refuse, in the command's
     own order; a load never asked for is stopped by :func:`drop_early`."""

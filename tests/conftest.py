@@ -26,14 +26,14 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300, env: dict
 
 
 def run_cli_inprocess(*args: object, env: dict | None = None, **_: object) -> subprocess.CompletedProcess:
-    """``perfdoctor ARGS`` in this process, through the real ``perfdoctor.cli.main`` (its exit
+    """``perfdoctor ARGS`` in this process, through the real ``perfdoctor.cli.commands.main`` (its exit
     code mapping and one-line errors included): the same result shape as :func:`run_cli`,
     without a new interpreter (about a second of imports per call). Tests about the process
     itself (a closed pipe, signals, the torch-free import path) keep :func:`run_cli`."""
     import contextlib
     import io
 
-    from perfdoctor.cli import main
+    from perfdoctor.cli.commands import main
 
     argv = [str(a) for a in args]
     out, err = io.StringIO(), io.StringIO()

@@ -30,7 +30,7 @@ def cli(*args, env: dict | None = None) -> subprocess.CompletedProcess:
 
 
 def cli_inprocess(*args, env: dict | None = None) -> subprocess.CompletedProcess:
-    """``perfdoctor ARGS`` through the real ``perfdoctor.cli.main`` in this process (same
+    """``perfdoctor ARGS`` through the real ``perfdoctor.cli.commands.main`` in this process (same
     result shape as :func:`cli`, no interpreter start-up)."""
     return run_cli_inprocess(*args, env=env)
 

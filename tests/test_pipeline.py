@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 import perfdoctor
 from conftest import FIXTURES
-from perfdoctor.cli import app
+from perfdoctor.cli.commands import app
 from perfdoctor.errors import UsageError
 from perfdoctor.pipeline import Diagnosis, diagnose, pack_files
 

@@ -1,164 +1,35 @@
-"""The ``perfdoctor`` command line: the app, assembled from one module per command.
+"""The ``perfdoctor`` command line: :func:`program`, the executable; the app and its
+:func:`~perfdoctor.cli.commands.main` are :mod:`perfdoctor.cli.commands`.
 
-Each command is a thin layer over the domain modules: load, measure and diagnose
-(:func:`perfdoctor.pipeline.diagnose`), then print or write (``perfdoctor.reports``). The
-options several commands share are declared once, in :mod:`perfdoctor.cli.options`. Bad
-input raises :class:`~perfdoctor.errors.UsageError`, which :func:`main` turns into one line
-on stderr and exit code 2.
+This module imports neither typer nor any command: ``perfdoctor analyze`` begins reading its
+trace (:mod:`perfdoctor.cli.early`) before the app is imported, so typer's and the command
+modules' imports run while the trace's decoders work.
 
 May import every room.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import os
 import sys
 import threading
-from typing import Any, List, Optional
-
-import typer
-
-try:  # typer >= 0.20 vendors click; older typers use click itself
-    from typer._click import exceptions as click_exceptions
-except ImportError:  # pragma: no cover
-    from click import exceptions as click_exceptions
-
-# Every command module is imported to build the app, before a large trace's decoders fork
-# (:func:`perfdoctor.pipeline.start_loading`): what a command alone needs (rich, its domain
-# module) is imported in its body, so it loads in the decoders' shadow or not at all.
-from perfdoctor.cli.analyze import analyze_command, start_early
-from perfdoctor.cli.calibrate import calibrate_command
-from perfdoctor.cli.compare import compare_command
-from perfdoctor.cli.demo import demo_command
-from perfdoctor.cli.diff import diff_command
-from perfdoctor.cli.doctor import doctor_command, root_callback
-from perfdoctor.cli.gate import gate_command
-from perfdoctor.cli.report import report_command
-from perfdoctor.cli.rules import rules_app
-from perfdoctor.cli.run import run_command
-from perfdoctor.console import install_pipe_guard, leave
-from perfdoctor.errors import UsageError
-from perfdoctor.text import clean
-
-app = typer.Typer(
-    help=(
-        "A doctor for GPU inference performance: profile a program or read a trace, measure "
-        "what matters for low latency, and rank the fixes by the time they win back."
-    ),
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    # Plain click help: it wraps whole words at the terminal's width (80 columns and a pipe
-    # too) and shows no type noise (<bool>, <list[str]>); rich's boxed panels squeezed the
-    # help text into a third of the width and cut option text with "…".
-    rich_markup_mode=None,
-)
-
-
-app.callback()(root_callback)  # the root group (a group even with one command), with --version
-app.command("analyze")(analyze_command)
-# Everything after the script (or -m module) belongs to the target program.
-app.command("run", context_settings={"allow_interspersed_args": False})(run_command)
-app.command("demo")(demo_command)
-app.command("calibrate")(calibrate_command)
-app.command("report")(report_command)
-app.command("diff")(diff_command)
-app.command("gate")(gate_command)
-app.command("compare-programs")(compare_command)
-app.add_typer(rules_app, name="rules")
-app.command("doctor")(doctor_command)
-
-
-def _click_error(exc: click_exceptions.ClickException) -> str:
-    """A click usage error as one line: ``no such option --foo (see perfdoctor analyze --help)``."""
-    message = " ".join(exc.format_message().split()).rstrip(".")
-    if message[:1].isupper() and message[1:2].islower():
-        message = message[0].lower() + message[1:]
-    ctx = getattr(exc, "ctx", None)
-    if ctx is not None:
-        message += f" (see {ctx.command_path} --help)"
-    return message
-
-
-# A value's metavar, where the option names none: click's plain words, not typer's type
-# notation ("<int range>", "<list[str]>"). Typer's parameters differ between versions: a
-# click parameter type (``param.type.name``: "integer", "float range", "path", ...) in the
-# typers that use click itself, a ``display_type`` ("<int range>", "<list[Path]>") in the
-# ones that vendor it (0.29).
-METAVARS = {"integer": "N", "int": "N", "float": "NUM", "path": "PATH", "Path": "PATH", "filename": "PATH", "file": "PATH",
-            "directory": "DIR", "dir": "DIR"}
-
-
-def _metavar(param: Any) -> str | None:
-    kind = getattr(param, "type", None)
-    if kind is not None:
-        name = getattr(kind, "name", "text")
-    else:
-        name = param.display_type(None).strip("<>").removeprefix("list[").removesuffix("]")
-    if name == "choice":
-        return None  # click lists the choices itself
-    return METAVARS.get(name.split(" ")[0], "TEXT")
-
-
-def plain_help(command: Any) -> Any:
-    """Every option of ``command`` (and its subcommands) that names no metavar gets a plain
-    one (N, NUM, PATH, TEXT); arguments show no type after their name."""
-    for param in command.params:
-        if param.param_type_name == "argument":
-            param.display_type_rich = lambda ctx: None  # type: ignore[method-assign]
-        elif param.metavar is None and not getattr(param, "is_flag", False):
-            param.metavar = _metavar(param)
-    for sub in getattr(command, "commands", {}).values():
-        plain_help(sub)
-    return command
-
-
-def main(argv: Optional[List[str]] = None) -> None:
-    """Entry point: run the app; bad input (ours or click's) is one line on stderr and exit
-    code 2. A closed stdout does not change the exit code (see ``docs/safety.md``)."""
-    install_pipe_guard()
-    try:
-        code = plain_help(typer.main.get_command(app)).main(args=argv, prog_name="perfdoctor", standalone_mode=False)
-    except UsageError as exc:
-        _fail(str(exc))
-    except click_exceptions.NoArgsIsHelpError as exc:  # `perfdoctor` / `perfdoctor rules`: the help
-        print(exc.ctx.get_help() if exc.ctx else str(exc), file=sys.stderr)
-        sys.exit(2)
-    except click_exceptions.ClickException as exc:
-        _fail(_click_error(exc), exc.exit_code if exc.exit_code else 2)
-    except typer.Abort:
-        _fail("aborted", 130)
-    except OSError as exc:
-        if exc.errno not in _FULL:
-            raise
-        _fail(f"cannot write the output ({exc.strerror})")  # `> /dev/full`, a full disk under stdout
-    try:
-        sys.stdout.flush()
-    except OSError as exc:
-        if exc.errno not in _FULL:
-            raise
-        _fail(f"cannot write the output ({exc.strerror})")
-    sys.exit(code if isinstance(code, int) else 0)
-
-
-# Writing stdout failed for lack of room, not for a bug: one line, exit 2.
-_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
 
 
 def program() -> None:
-    """The ``perfdoctor`` executable (and ``python -m perfdoctor``): :func:`main` on the
-    process's own arguments, then :func:`perfdoctor.console.leave` with its exit status,
-    which skips the interpreter's teardown (0.1-0.2 s after a large analysis, time a user
-    waits for nothing). A thread still running is waited for the ordinary way.
+    """The ``perfdoctor`` executable (and ``python -m perfdoctor``): :func:`.commands.main`
+    on the process's own arguments, then :func:`perfdoctor.console.leave` with its exit
+    status, which skips the interpreter's teardown (0.1-0.2 s after a large analysis, time a
+    user waits for nothing). A thread still running is waited for the ordinary way.
 
-    ``perfdoctor analyze`` begins reading its trace before click parses the command line
-    (:func:`perfdoctor.cli.analyze.start_early`)."""
+    ``perfdoctor analyze`` begins reading its trace before the app is imported and click
+    parses the command line (:func:`perfdoctor.cli.early.start_early`)."""
+    if sys.argv[1:2] == ["analyze"]:
+        from perfdoctor.cli.early import start_early
+
+        start_early(sys.argv[2:])
+    from perfdoctor.cli.commands import main
+    from perfdoctor.console import leave
     from perfdoctor.pipeline import drop_early
 
-    if sys.argv[1:2] == ["analyze"]:
-        start_early(sys.argv[2:])
     try:
         main()
         code: object = 0
@@ -169,13 +40,3 @@ def program() -> None:
     if threading.active_count() > 1:
         sys.exit(code)
     leave(code)
-
-
-def _fail(message: str, code: int = 2) -> None:
-    try:
-        sys.stdout.flush()
-    except OSError:  # stdout is what failed: drop what it holds, the message goes to stderr
-        with contextlib.suppress(OSError, ValueError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    print(f"error: {clean(message)}", file=sys.stderr)
-    sys.exit(code)

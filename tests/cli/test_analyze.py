@@ -225,7 +225,7 @@ def test_cpu_only_trace_is_valid_input_with_gpu_metrics_absent(cpu_trace: Path, 
 def test_analysis_path_does_not_import_torch() -> None:
     code = (
         "import sys\n"
-        "from perfdoctor.cli import main\n"
+        "from perfdoctor.cli.commands import main\n"
         f"sys.argv = ['perfdoctor', 'analyze', {str(FIXTURES / 'h200-llama1b-eager-5steps.kineto.json.gz')!r}]\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
@@ -271,8 +271,8 @@ def test_python_frames_are_kept_for_call_sites_but_never_steps(tmp_path: Path) -
 def test_trace_argument_steps_over_every_option_value_as_click_does() -> None:
     import typer
 
-    from perfdoctor.cli import app
-    from perfdoctor.cli.analyze import FLAGS, trace_argument
+    from perfdoctor.cli.commands import app
+    from perfdoctor.cli.early import FLAGS, trace_argument
 
     command = typer.main.get_command(app).commands["analyze"]
     flags = {name for p in command.params if getattr(p, "is_flag", False) for name in p.opts}

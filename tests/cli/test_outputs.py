@@ -66,7 +66,7 @@ def test_help_metavars_come_from_click_types_too() -> None:
     display_type: the plain metavars come from the type's name there."""
     import click
 
-    from perfdoctor.cli import _metavar
+    from perfdoctor.cli.commands import _metavar
 
     class ClickParam:
         def __init__(self, kind: click.ParamType) -> None:

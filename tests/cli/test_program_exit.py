@@ -46,7 +46,7 @@ def test_output_exit_status_and_atexit_survive_the_fast_exit(tmp_path: Path) -> 
     assert json.loads(out.read_text())["metrics"]["steps"]["value"] == 5
     # The same report as main() followed by the interpreter's ordinary exit (nothing lost at
     # the end of a buffered pipe).
-    ordinary = f"import sys\nfrom perfdoctor.cli import main\nsys.argv = ['perfdoctor', 'analyze', {str(TRACE)!r}]\nmain()\n"
+    ordinary = f"import sys\nfrom perfdoctor.cli.commands import main\nsys.argv = ['perfdoctor', 'analyze', {str(TRACE)!r}]\nmain()\n"
     r2 = subprocess.run([sys.executable, "-c", ordinary], capture_output=True, text=True, timeout=120)
     assert r2.returncode == 0 and r.stdout.replace("atexit ran\n", "") == r2.stdout
 

@@ -72,12 +72,36 @@ def test_a_false_cut_falls_back_to_one_process(tmp_path: Path, monkeypatch: pyte
 
 
 def test_a_child_that_fails_gives_no_result():
-    def boom() -> bytes:
+    def boom():
+        yield b"sent before it failed"
         raise ValueError("in the child")
 
-    with forked.children([boom, lambda: b"fine"]) as (bad, good):
+    with forked.children([boom, lambda: [b"fine"]]) as (bad, good):
         assert bad.result() is None
-        assert good.result() == b"fine"
+        assert good.result() == [b"fine"]
+
+
+def test_a_child_sends_each_piece_as_it_is_made_and_the_parent_takes_them_without_waiting():
+    """The child's first pieces are read while it still works (they do not wait for its
+    end), whatever their size (a pipe holds 64 KB), and none is read twice."""
+    import os
+
+    go_on = os.pipe()
+
+    def pieces():
+        yield b"a" * (1 << 20)
+        yield b""
+        os.read(go_on[0], 1)  # waits for the parent
+        yield b"c" * 3
+
+    with forked.children([pieces]) as (child,):
+        early: list[bytes] = []
+        while len(early) < 2:
+            early += child.ready()
+        assert early == [b"a" * (1 << 20), b""]
+        assert child.ready() == []
+        os.write(go_on[1], b"x")
+        assert child.result() == [b"c" * 3]
 
 
 def test_an_uncollected_child_is_stopped_and_reaped():
@@ -85,7 +109,7 @@ def test_an_uncollected_child_is_stopped_and_reaped():
     import time
 
     with pytest.raises(RuntimeError):
-        with forked.children([lambda: time.sleep(60) or b""]) as (child,):
+        with forked.children([lambda: [time.sleep(60)]]) as (child,):
             raise RuntimeError("the parent gave up")
     with pytest.raises(ChildProcessError):
         os.waitpid(child.pid, os.WNOHANG)  # already reaped: no zombie left
@@ -103,19 +127,19 @@ def test_tickets_are_handed_out_once_each_and_a_faster_process_takes_more():
 
     with forked.Tickets(200) as tickets:
 
-        def slow_child() -> bytes:
+        def slow_child():
             taken = []
             while (i := tickets.take()) is not None:
                 taken.append(i)
                 time.sleep(0.01)
-            return pickle.dumps(taken)
+            yield pickle.dumps(taken)
 
         with forked.children([slow_child]) as (child,):
             mine = []
             while (i := tickets.take()) is not None:
                 mine.append(i)
                 time.sleep(0.001)
-            theirs = pickle.loads(child.result())
+            theirs = pickle.loads(*child.result())
     assert sorted(mine + theirs) == list(range(200))  # every number once, none twice
     assert len(mine) > 2 * len(theirs) > 0
     with pytest.raises(ValueError):

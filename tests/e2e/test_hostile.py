@@ -4,7 +4,7 @@ traceback; no input is ever overwritten; nothing hangs (subprocesses have timeou
 no NaN verdict; untrusted text is inert in the terminal, Markdown, HTML, JUnit and GitHub
 outputs. See docs/safety.md.
 
-Most checks run the real ``perfdoctor.cli.main`` in-process (fast); the ones that could
+Most checks run the real ``perfdoctor.cli.commands.main`` in-process (fast); the ones that could
 hang or need a real process (FIFO, /dev/zero, gzip bomb, a closed pipe) run a subprocess
 with a timeout.
 """
