@@ -382,10 +382,6 @@ def test_bad_pack_is_one_line_naming_file_line_and_field(tmp_path: Path, lines, 
 
 
 def test_bad_pack_exits_2_with_one_line_from_the_real_cli(tmp_path: Path) -> None:
-    from perfdoctor import cli
-
-    if "report" not in {c.name for c in cli.app.registered_commands}:
-        pytest.skip("`perfdoctor report` is not wired into perfdoctor.cli yet")
     path = _pack(tmp_path, _edit("comparator", '"=<"'))
     r = run_cli("report", FIXTURES / EAGER, "--rules", path)
     assert r.returncode == 2
