@@ -38,17 +38,11 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.analysis import steady
-from perfdoctor.bundle.layout import CLOCK_SYNC_RANGE, MANIFEST, NCU_CSV, NSYS_SQLITE, RAW, TORCH_TRACE
+from perfdoctor.bundle.layout import CLOCK_SYNC_RANGE, NCU_CSV, NSYS_SQLITE, RAW, TORCH_TRACE
 from perfdoctor.bundle.protocol import LightPass, Manifest, PassResults
 from perfdoctor.errors import UsageError
 from perfdoctor.io import read_capped, read_json, regular_file
 from perfdoctor.profile import BundleFacts, LightSteps, Profile
-
-
-def read_manifest(bundle: Path) -> dict[str, Any]:
-    if not os.path.lexists(bundle / MANIFEST):
-        raise UsageError(f"{bundle}: not a perfdoctor run bundle (no {MANIFEST})")
-    return read_json(bundle / MANIFEST)  # a regular file, capped, nesting bounded: else one line
 
 
 def _read_json(path: Path) -> dict[str, Any]:
