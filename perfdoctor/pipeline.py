@@ -35,7 +35,7 @@ from perfdoctor.io import regular_file
 if TYPE_CHECKING:  # the heavy modules load when diagnose runs, not at import
     from perfdoctor.analysis.metrics import Analysis
     from perfdoctor.analysis.ranks import CrossRank
-    from perfdoctor.bundle.protocol import PassResults
+    from perfdoctor.bundle.protocol import Manifest, PassResults
     from perfdoctor.profile import Profile
     from perfdoctor.rules.engine import Finding, RuleSet
 
@@ -55,7 +55,7 @@ class Source:
     per-rank traces (``traces``)."""
 
     path: Path
-    manifest: dict[str, Any] | None = None
+    manifest: Manifest | None = None
     traces: list[Path] = field(default_factory=list)
     results: dict[str, PassResults] = field(default_factory=dict)  # per pass, raw/<pass>.json
     _nsys: tuple[Profile, dict[int, Profile]] | None = field(default=None, repr=False, compare=False)
@@ -83,7 +83,7 @@ class Source:
         if self.nsys:
             n = len(self.nsys_views()[1])
             return list(range(n)) if n > 1 else []
-        return sorted(int(k) for k in (self.manifest or {}).get("ranks") or {})
+        return sorted(int(k) for k in self.manifest.ranks or {}) if self.manifest is not None else []
 
     @property
     def several(self) -> bool:
@@ -147,7 +147,7 @@ class Diagnosis:
     findings: list[Finding] | None
     packs: list[str] = field(default_factory=list)  # the rule packs evaluated, in order
     label: str = ""
-    manifest: dict[str, Any] | None = None
+    manifest: Manifest | None = None
     pass_env: dict[str, Any] = field(default_factory=dict)
     rank: int | None = None
     cross_rank: CrossRank | None = None
@@ -275,6 +275,7 @@ def pass_env(bundle: Path, rank: int | None, results: dict[str, PassResults] | N
     when none did or their results are damaged (a side file must not hide the trace).
     ``results``: the bundle's pass results as :func:`open` read them, for ``rank`` None (a
     rank's are in its own folder)."""
+    from perfdoctor.bundle.protocol import PassResults
     from perfdoctor.io import read_json
 
     raw = bundle / "raw" / (f"rank{rank}" if rank is not None else "")
@@ -284,10 +285,9 @@ def pass_env(bundle: Path, rank: int | None, results: dict[str, PassResults] | N
             env = results[name].environment if name in results else None
         else:
             try:
-                doc = read_json(path) if path.is_file() else None
+                env = PassResults.from_json(read_json(path), str(path)).environment if path.is_file() else None
             except UsageError:
                 continue
-            env = doc.get("environment") if isinstance(doc, dict) else None
         if isinstance(env, dict) and env.get("torch"):
             return env
     return {}

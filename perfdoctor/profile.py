@@ -105,10 +105,12 @@ class BundleFacts:
     reason: str | None = None  # why there is no trace (activities_from None)
     exit_code: int | None = None
     status: str | None = None  # "interrupted", "timed out", ...
-    # each pass's name, exit code and uncaught error: a report says first that the run crashed
+    # The manifest's JSON, read through perfdoctor.bundle.protocol's classes (a floor above
+    # this one). Each pass as the manifest lists it (a PassRun's): a report says first that
+    # the run crashed.
     passes: tuple[dict[str, Any], ...] = ()
-    light_pass: dict[str, Any] | None = None  # the manifest's summary (how the step was found); time is Profile.light
-    rank: dict[str, Any] | None = None  # a multi-rank bundle: the manifest's entry of this rank, with world_size
+    light_pass: dict[str, Any] | None = None  # a LightPass's: how the step was found; time is Profile.light
+    rank: dict[str, Any] | None = None  # a multi-rank bundle: the manifest's entry of this rank
 
 
 @dataclass(frozen=True)

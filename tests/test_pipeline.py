@@ -122,10 +122,11 @@ def test_a_folder_of_ranks_is_every_rank_through_the_door(tmp_path: Path) -> Non
 
 
 def test_paired_ranks_rank_by_rank_else_the_lowest(tmp_path: Path) -> None:
+    from perfdoctor.bundle.protocol import Manifest
     from perfdoctor.pipeline import Source, open as open_source, paired_ranks
 
     def bundle(*ranks: int) -> Source:
-        return Source(tmp_path, {"ranks": {str(k): {} for k in ranks}})
+        return Source(tmp_path, Manifest(ranks={str(k): {} for k in ranks}))
 
     trace = Source(EAGER)
     assert paired_ranks(bundle(0, 1), bundle(0, 1)) == {0: (0, 0), 1: (1, 1)}

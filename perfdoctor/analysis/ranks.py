@@ -69,6 +69,7 @@ from perfdoctor.io import read_maybe_gzip
 from perfdoctor.analysis.metrics import Analysis, Metric, analyze
 from perfdoctor.analysis.steps import AUTO_STEP
 from perfdoctor.analysis.timeline import union_per_group
+from perfdoctor.bundle.protocol import Collector, Manifest
 from perfdoctor.names import families
 from perfdoctor.names.codes import equals
 from perfdoctor.profile import Profile
@@ -245,7 +246,7 @@ def trace_files(folder: Path) -> list[Path]:
     return sorted({p for pattern in TRACE_GLOB for p in folder.glob(pattern) if p.is_file()})
 
 
-def load_profiles(path: Path, manifest: dict[str, Any] | None = None) -> tuple[dict[int, Profile], int | None, str, list[str]]:
+def load_profiles(path: Path, manifest: Manifest | None = None) -> tuple[dict[int, Profile], int | None, str, list[str]]:
     """(profile per rank, world size, source, warnings) of a multi-rank bundle or trace folder.
     ``manifest``: the bundle's, already read and checked (:func:`perfdoctor.pipeline.open`)."""
     from perfdoctor.collectors import torch_profiler
@@ -257,16 +258,16 @@ def load_profiles(path: Path, manifest: dict[str, Any] | None = None) -> tuple[d
 
         manifest = manifest if manifest is not None else check_bundle(path)
         profiles = {}
-        for key in sorted(manifest.get("ranks") or {}, key=int):
+        for key in sorted(manifest.ranks or {}, key=int):
             profile = load_bundle(path, rank=int(key), manifest=manifest)  # checked once: not read again per rank
             if profile.origin.bundle.activities_from is None:
                 warnings.append(f"rank {key}: no trace ({profile.origin.bundle.reason}): left out of the view")
             else:
                 profiles[int(key)] = profile
         if not profiles:
-            torch = ((manifest.get("collectors") or {}).get("torch") or {}).get("status")
-            raise UsageError(f"{path}: no rank has a trace to analyse (torch collector: {torch}; exit code {manifest.get('exit_code')})")
-        return profiles, manifest.get("world_size"), "bundle", warnings
+            torch = Collector.from_json((manifest.collectors or {}).get("torch") or {}).status
+            raise UsageError(f"{path}: no rank has a trace to analyse (torch collector: {torch}; exit code {manifest.exit_code})")
+        return profiles, manifest.world_size, "bundle", warnings
     files = trace_files(path)
     loaded = [torch_profiler.load(f) for f in files]
     ranks, world, warnings = number_ranks(path, [(f.name, p.origin.distributed) for f, p in zip(files, loaded)])

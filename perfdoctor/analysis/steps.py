@@ -28,6 +28,7 @@ from perfdoctor.names import api as apinames
 from perfdoctor.analysis import ownership
 
 from perfdoctor.analysis import serving
+from perfdoctor.bundle.protocol import LightPass
 from perfdoctor.errors import UsageError
 from perfdoctor.declare import DECLARE_PREFIX
 from perfdoctor.names.codes import equals, factorize, starts_with
@@ -259,9 +260,9 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
         (ranges["name"] == recorded).any() or ranges["name"].map(lambda n: fnmatch.fnmatchcase(n, recorded)).any()
     ):
         pattern = recorded  # a run bundle remembers the step its run traced
-        light_pass = bundle.light_pass or {}
-        run_how = light_pass.get("how")
-        span = (light_pass.get("module") or {}).get("span")  # an automatic module step is the loop iteration
+        light_pass = LightPass.from_json(bundle.light_pass or {})
+        run_how = light_pass.how
+        span = (light_pass.module or {}).get("span")  # an automatic module step is the loop iteration
         module_step = bool(span)
         run_how = f"{run_how}; timed as {span}" if run_how and span else run_how
         how = f"recorded by the run: ranges named {recorded!r}" + (f" ({run_how})" if run_how else "")

@@ -11,14 +11,12 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import Any
-
 from perfdoctor.bundle.layout import MANIFEST, PASSES, RAW
 from perfdoctor.bundle.protocol import Manifest, PassResults
 from perfdoctor.errors import UsageError
 
 
-def read_valid_manifest(bundle: str | Path) -> dict[str, Any]:
+def read_valid_manifest(bundle: str | Path) -> Manifest:
     """A bundle's manifest: read safely (regular file, capped, BOM accepted), parsed and
     shape-checked (strings cleaned); a missing or malformed one is a UsageError."""
     from perfdoctor.io import read_json
@@ -27,16 +25,16 @@ def read_valid_manifest(bundle: str | Path) -> dict[str, Any]:
     path = bundle / MANIFEST
     if not os.path.lexists(path):
         raise UsageError(f"{bundle}: not a perfdoctor run bundle (no {MANIFEST})")
-    return Manifest.from_json(read_json(path), str(path)).to_json()
+    return Manifest.from_json(read_json(path), str(path))
 
 
-def check_bundle(bundle: Path) -> dict[str, Any]:
+def check_bundle(bundle: Path) -> Manifest:
     """Check a bundle directory before it is read: its manifest (present, regular, valid,
     well shaped), every raw file a regular file, the pass results well shaped."""
     return read_bundle(bundle)[0]
 
 
-def read_bundle(bundle: Path) -> tuple[dict[str, Any], dict[str, PassResults]]:
+def read_bundle(bundle: Path) -> tuple[Manifest, dict[str, PassResults]]:
     """:func:`check_bundle`'s manifest, and the pass results it checked (``raw/<pass>.json``,
     per pass that wrote one), so that the reading does not read them again."""
     from perfdoctor.io import read_json, regular_file

@@ -413,3 +413,8 @@ class Manifest(_Document):
         light = doc.get("light_pass")
         doc = clean_deep(doc) if clean else doc
         return cls._build(doc, light_pass=None if light is None else LightPass.from_json(doc["light_pass"], where))
+
+    def rank_light_pass(self, rank: str) -> LightPass | None:
+        """The light pass of ``rank`` (a key of ``ranks``), checked as the run's own is."""
+        doc = (self.ranks or {})[rank].get("light_pass")
+        return None if doc is None else LightPass.from_json(doc, name=f"ranks.{rank}.light_pass")

@@ -38,17 +38,11 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.analysis import steady
-from perfdoctor.bundle.layout import CLOCK_SYNC_RANGE, MANIFEST, NCU_CSV, NSYS_SQLITE, RAW, TORCH_TRACE
-from perfdoctor.bundle.protocol import PassResults
+from perfdoctor.bundle.layout import CLOCK_SYNC_RANGE, NCU_CSV, NSYS_SQLITE, RAW, TORCH_TRACE
+from perfdoctor.bundle.protocol import LightPass, Manifest, PassResults
 from perfdoctor.errors import UsageError
 from perfdoctor.io import read_capped, read_json, regular_file
 from perfdoctor.profile import BundleFacts, LightSteps, Profile
-
-
-def read_manifest(bundle: Path) -> dict[str, Any]:
-    if not os.path.lexists(bundle / MANIFEST):
-        raise UsageError(f"{bundle}: not a perfdoctor run bundle (no {MANIFEST})")
-    return read_json(bundle / MANIFEST)  # a regular file, capped, nesting bounded: else one line
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -62,6 +56,16 @@ def _read_json(path: Path) -> dict[str, Any]:
     except UsageError:
         return {}
     return doc if isinstance(doc, dict) else {}
+
+
+def _pass_results(raw: Path, name: str, results: dict[str, PassResults] | None) -> PassResults:
+    """``raw/<name>.json``: as read_bundle checked it, else (a rank's own, or not given)
+    read here; empty when it is missing or damaged."""
+    read = (results or {}).get(name)
+    if read is not None:
+        return read
+    path = raw / f"{name}.json"
+    return PassResults.from_json(_read_json(path), str(path))
 
 
 def _present(path: Path) -> bool:
@@ -110,7 +114,7 @@ def _int_array(values: Any) -> np.ndarray | None:
     return np.asarray(values[:n], dtype=np.int64)
 
 
-def read_light(results: dict[str, Any], light_pass: dict[str, Any], warnings: list[str]) -> LightSteps | None:
+def read_light(results: PassResults, light_pass: LightPass, warnings: list[str]) -> LightSteps | None:
     """The light pass's step series as :class:`LightSteps`, or None when there is none.
 
     ``results`` is ``raw/light.json``; ``light_pass`` the manifest's ``light_pass``. Two
@@ -127,18 +131,18 @@ def read_light(results: dict[str, Any], light_pass: dict[str, Any], warnings: li
     ``light_pass.counters`` (``{metric: {"value", "source", "samples", "dropped_nan",
     "start_ns", "end_ns"}}``) are hardware counters averaged over the steady steps.
     """
-    name = light_pass.get("step_name")
+    name = light_pass.step_name
     if not name:
         return None
     gpu_start: np.ndarray | None = None
-    series = (results.get("series") or {}).get(name)
+    series = (results.series or {}).get(name)
     if isinstance(series, dict):
         host = _int_array(series.get("host_start_ns"))
         end = _int_array(series.get("gpu_end_ns"))
         if series.get("gpu_start_ns") is not None:
             gpu_start = _int_array(series.get("gpu_start_ns"))
     else:
-        spans = (results.get("spans_ns") or {}).get(name)
+        spans = (results.spans_ns or {}).get(name)
         pairs = spans if isinstance(spans, list) and all(isinstance(p, list) and len(p) == 2 for p in spans) else None
         host = _int_array([p[0] for p in pairs]) if pairs is not None else None
         end = _int_array([p[1] for p in pairs]) if pairs is not None else None
@@ -152,19 +156,19 @@ def read_light(results: dict[str, Any], light_pass: dict[str, Any], warnings: li
     gpu_start = gpu_start[:n] if gpu_start is not None else None
     if host.size == 0:
         return None
-    clock = str(results.get("step_end_clock") or light_pass.get("step_end_clock") or "cuda-event")
-    if light_pass.get("warmup_explicit") and isinstance(light_pass.get("warmup"), int):
+    clock = str(results.step_end_clock or light_pass.step_end_clock or "cuda-event")
+    if light_pass.warmup_explicit and isinstance(light_pass.warmup, int):
         # the user's --warmup wins over the rule; the runner averaged the counters from it too
-        start = int(light_pass["warmup"])
+        start = int(light_pass.warmup)
         reason = f"--warmup {start} (given by the user)"
-    elif isinstance(light_pass.get("steady_start"), int):
-        start = int(light_pass["steady_start"])
-        reason = str(light_pass.get("steady_reason") or f"the run left out the first {start} steps as warm-up")
+    elif isinstance(light_pass.steady_start, int):
+        start = int(light_pass.steady_start)
+        reason = str(light_pass.steady_reason or f"the run left out the first {start} steps as warm-up")
     else:
         found = steady.steady_start(steady.critical_path_ns(host, end), steady.paused_before(host, end, gpu_start))
         start, reason = found.start, found.reason
     start = min(max(start, 0), host.size - 1)
-    counters = light_pass.get("counters") if isinstance(light_pass.get("counters"), dict) else {}
+    counters = light_pass.counters if isinstance(light_pass.counters, dict) else {}
     return LightSteps(
         name=str(name),
         host_start_ns=host,
@@ -178,13 +182,13 @@ def read_light(results: dict[str, Any], light_pass: dict[str, Any], warnings: li
 
 
 def _merge_run_declaration(
-    traced: dict[str, dict[str, float]] | None, light_pass: dict[str, Any]
+    traced: dict[str, dict[str, float]] | None, light_pass: LightPass
 ) -> dict[str, dict[str, float]] | None:
     """The trace's declarations (``traced``) with the tokens and bytes per step the run knew
     (``light_pass.declared``): the user's ``perfdoctor run --tokens-per-step`` overrides what
     the trace declares; the program's own declaration fills in what the trace lacks (a trace
     window that missed it)."""
-    name, declared = light_pass.get("step_name"), light_pass.get("declared")
+    name, declared = light_pass.step_name, light_pass.declared
     if not name or not isinstance(declared, dict):
         return traced
     values = {k: float(v) for k, v in declared.items() if k in ("tokens", "bytes") and isinstance(v, (int, float))}
@@ -198,7 +202,7 @@ def _merge_run_declaration(
     return merged
 
 
-def load_bundle(bundle: str | Path, rank: int | None = None, manifest: dict[str, Any] | None = None,
+def load_bundle(bundle: str | Path, rank: int | None = None, manifest: Manifest | None = None,
                 results: dict[str, PassResults] | None = None) -> Profile:
     """Everything a run collected, as one Profile (see the module docstring).
 
@@ -217,7 +221,7 @@ def load_bundle(bundle: str | Path, rank: int | None = None, manifest: dict[str,
         manifest = read_valid_manifest(bundle)  # read safely and shape-checked: one UsageError if not
     raw = bundle / RAW
     warnings: list[str] = []
-    ranks = manifest.get("ranks") or {}
+    ranks = manifest.ranks or {}
     if rank is None and ranks:
         rank = min(int(k) for k in ranks)
         warnings.append(f"a {len(ranks)}-rank bundle: rank {rank} loaded (perfdoctor analyze shows every rank)")
@@ -225,14 +229,14 @@ def load_bundle(bundle: str | Path, rank: int | None = None, manifest: dict[str,
         if str(rank) not in ranks:
             raise UsageError(f"{bundle}: no rank {rank} in this bundle (ranks: {', '.join(sorted(ranks, key=int)) or 'none'})")
         raw = raw / f"rank{rank}"
-        manifest = {**manifest, "light_pass": ranks[str(rank)].get("light_pass")}
+        light_pass = manifest.rank_light_pass(str(rank))
         results = None
+    else:
+        light_pass = manifest.light_pass
     profile, pass_name = _activity_source(raw, warnings)
 
     if pass_name is not None:
-        path = raw / f"{pass_name}.json"
-        read = (results or {}).get(pass_name)
-        offset = _clock_offset(profile, read if read is not None else PassResults.from_json(_read_json(path), str(path)))
+        offset = _clock_offset(profile, _pass_results(raw, pass_name, results))
         samples_file = raw / f"nvml-{pass_name}.jsonl"
         if _present(samples_file):
             if offset is None:
@@ -245,12 +249,12 @@ def load_bundle(bundle: str | Path, rank: int | None = None, manifest: dict[str,
     if _present(raw / NCU_CSV):
         profile.counters = ncu.parse_csv(read_capped(raw / NCU_CSV).decode("utf-8", "replace"))
 
-    gpu = manifest.get("gpu") or {}
+    gpu = manifest.gpu or {}
     for key, value in gpu.items():
         profile.device.setdefault(key, value)
     if "peak_dram_bw_gbps" in gpu and "peak_source" not in profile.device:
         profile.device["peak_source"] = gpu.get("peak_source", "nvml")
-    calibration = manifest.get("calibration")
+    calibration = manifest.calibration
     if calibration:
         profile.device["measured_dram_bw_gbps"] = calibration.get("dram_read_gbps")
         profile.device["measured_bf16_tflops"] = calibration.get("bf16_matmul_tflops")
@@ -258,10 +262,8 @@ def load_bundle(bundle: str | Path, rank: int | None = None, manifest: dict[str,
 
     # why there is no trace: the warnings so far (the light pass's are about its timing)
     reason = None if pass_name else "; ".join(warnings) or "no trace in the bundle (see the collectors' statuses)"
-    light_pass = manifest.get("light_pass") if isinstance(manifest.get("light_pass"), dict) else None
     if light_pass is not None:
-        read = (results or {}).get("light")
-        profile.light = read_light(read.to_json() if read is not None else _read_json(raw / "light.json"), light_pass, warnings)
+        profile.light = read_light(_pass_results(raw, "light", results), light_pass, warnings)
     origin = profile.origin
     profile.origin = replace(
         origin,
@@ -271,15 +273,14 @@ def load_bundle(bundle: str | Path, rank: int | None = None, manifest: dict[str,
         # The trace's own (events skipped while reading it), then the bundle's.
         warnings=origin.warnings + tuple(w for w in warnings if w not in origin.warnings),
         bundle=BundleFacts(
-            step=manifest.get("step"),  # the step name the run traced (its --step, or found)
+            step=manifest.step,  # the step name the run traced (its --step, or found)
             activities_from=pass_name,
             reason=reason,
-            exit_code=manifest.get("exit_code"),
-            status=manifest.get("status"),
-            passes=tuple({k: p.get(k) for k in ("name", "exit_code", "program_error")}
-                         for p in manifest.get("passes") or [] if isinstance(p, dict)),
-            light_pass=light_pass,  # the manifest's summary, for the report; time comes from profile.light
-            rank={**ranks[str(rank)], "world_size": manifest.get("world_size")} if rank is not None else None,
+            exit_code=manifest.exit_code,
+            status=manifest.status,
+            passes=tuple(p for p in manifest.passes or [] if isinstance(p, dict)),
+            light_pass=light_pass.to_json() if light_pass is not None else None,
+            rank=ranks[str(rank)] if rank is not None else None,
         ),
     )
     return profile

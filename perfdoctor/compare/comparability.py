@@ -51,6 +51,7 @@ import numpy as np
 from perfdoctor.names import api as apinames
 from perfdoctor.analysis.serving import STEP_NAME as SERVING_STEP
 from perfdoctor.analysis.steps import AUTO_STEP, PROFILER_STEP_GLOB, union_ns
+from perfdoctor.bundle.protocol import Manifest
 
 if TYPE_CHECKING:
     from perfdoctor.pipeline import Diagnosis
@@ -198,12 +199,12 @@ def run_facts(run: Diagnosis) -> dict[str, Any]:
     profile, steps = run.profile, run.analysis.steps
     versions = profile.origin.versions or {}
     device = profile.device
-    man = run.manifest or {}
-    man_versions = man.get("versions") if isinstance(man.get("versions"), dict) else {}
+    man = run.manifest or Manifest()
+    man_versions = man.extra.get("versions") if isinstance(man.extra.get("versions"), dict) else {}
     declared = (profile.origin.declared or {}).get(steps.name or "", {})
     window = window_facts(run.analysis)  # vendor, world size, workload, the steps' window
-    if man.get("world_size"):  # a multi-rank bundle's manifest knows its ranks even where its traces do not say
-        window["world_size"] = man["world_size"]
+    if man.world_size:  # a multi-rank bundle's manifest knows its ranks even where its traces do not say
+        window["world_size"] = man.world_size
     return window | {
         "gpu": device.get("name"),
         "driver": device.get("driver_version"),

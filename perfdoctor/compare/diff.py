@@ -271,7 +271,7 @@ def diff_runs(before: Diagnosis, after: Diagnosis, noise_floor: float | None = N
     samples = compare_step_samples(sb, sa, noise_floor)
     facts_before, facts_after = run_facts(before), run_facts(after)
     mismatches, unknown = check_comparable(facts_before, facts_after)
-    processes = compare_runs(before.manifest, after.manifest) if before.manifest and after.manifest else {}
+    processes = compare_runs(before.manifest, after.manifest) if before.manifest is not None and after.manifest is not None else {}
     metrics = compare_metrics(before.analysis, after.analysis, samples) + light_metrics(sb, sa, samples)
     for m in metrics:
         # Repeated bundles: a latency percentile's verdict is the one over processes (the

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from perfdoctor.bundle.protocol import Manifest, RepeatProcess
 from perfdoctor.errors import UsageError
 from perfdoctor.compare.stats import LogRatioInterval, paired_log_ratio, t_ppf, welch_log_ratio
 
@@ -53,12 +54,12 @@ ONE_PROCESS_NOTE = (
 )
 
 
-def _all_processes(manifest: dict[str, Any], where: str) -> list[list[float] | None]:
+def _all_processes(manifest: Manifest, where: str) -> list[list[float] | None]:
     """Every process in run order: its steady step latencies, or None when it is excluded
     or has no steps. A ``repeat`` of the wrong shape is a UsageError naming the field."""
-    repeat = manifest.get("repeat")
+    repeat = manifest.repeat
     if repeat is None:
-        lat = (manifest.get("light_pass") or {}).get("step_latency_ms")
+        lat = manifest.light_pass.step_latency_ms if manifest.light_pass is not None else None
         return [list(lat)] if lat else []
     if not isinstance(repeat, dict) or not isinstance(repeat.get("processes"), list):
         raise UsageError(f"{where}: field 'repeat.processes': expected a list of processes")
@@ -66,7 +67,8 @@ def _all_processes(manifest: dict[str, Any], where: str) -> list[list[float] | N
     for i, proc in enumerate(repeat["processes"]):
         if not isinstance(proc, dict):
             raise UsageError(f"{where}: field 'repeat.processes[{i}]': expected a JSON object")
-        lat = None if proc.get("excluded") else proc.get("step_latency_ms")
+        process = RepeatProcess.from_json(proc)
+        lat = None if process.excluded else process.step_latency_ms
         ok = lat is None or isinstance(lat, list) and all(
             isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0 for x in lat
         )
@@ -77,28 +79,29 @@ def _all_processes(manifest: dict[str, Any], where: str) -> list[list[float] | N
 
 
 def process_latencies(manifest: dict[str, Any], where: str = "manifest.json") -> list[list[float]]:
-    """Each included process's steady step latencies (ms), from a bundle manifest.
+    """Each included process's steady step latencies (ms), from a bundle manifest as JSON
+    (``perfdoctor run --repeat``'s own, as it writes it).
 
     A bundle without ``repeat`` is its light pass alone (one process, or none when it has no
     light pass).
     """
-    return [lat for lat in _all_processes(manifest, where) if lat is not None]
+    return [lat for lat in _all_processes(Manifest.from_json(manifest, where, clean=False), where) if lat is not None]
 
 
-def pairing(manifest_before: dict[str, Any], manifest_after: dict[str, Any]) -> dict[str, Any] | None:
+def pairing(manifest_before: Manifest, manifest_after: Manifest) -> dict[str, Any] | None:
     """The ``repeat.pairing`` of the ``compare-programs`` run both bundles come from (their
     processes ran interleaved, pair k side by side; ``lockstep``: at once, taking turns), or None."""
-    pb, pa = ((m.get("repeat") or {}).get("pairing") if isinstance(m.get("repeat"), dict) else None
+    pb, pa = (m.repeat.get("pairing") if isinstance(m.repeat, dict) else None
               for m in (manifest_before, manifest_after))
     if isinstance(pb, dict) and isinstance(pa, dict) and pb.get("id") and pb.get("id") == pa.get("id") and pb.get("side") != pa.get("side"):
         return pb
     return None
 
 
-def _took_turns(manifest: dict[str, Any]) -> list[bool]:
+def _took_turns(manifest: Manifest) -> list[bool]:
     """Per process: did it run in lockstep (took at least one turn)?"""
-    return [isinstance(p, dict) and isinstance(p.get("lockstep"), dict) and bool(p["lockstep"].get("turns"))
-            for p in manifest["repeat"]["processes"]]
+    turns = (RepeatProcess.from_json(p).lockstep for p in manifest.repeat["processes"])  # type: ignore[index]
+    return [isinstance(t, dict) and bool(t.get("turns")) for t in turns]
 
 
 def pair_kind(lockstep: bool) -> str:
@@ -187,7 +190,7 @@ def compare_processes(metric: str, before: list[float], after: list[float], leve
     return ProcessComparison(metric, before, after, i, verdict, f"{ci}: {why}", paired, paired and lockstep)
 
 
-def compare_runs(manifest_before: dict[str, Any], manifest_after: dict[str, Any]) -> dict[str, ProcessComparison]:
+def compare_runs(manifest_before: Manifest, manifest_after: Manifest) -> dict[str, ProcessComparison]:
     """Every process metric both bundles can give (empty when either side has no process).
     Bundles of one ``compare-programs`` run are compared pair by pair (a pair with an
     excluded process is left out; of a ``--lockstep`` run, only the pairs that took turns);

@@ -519,7 +519,8 @@ def live_runs(console: Console, progress: Console, variants: list[tuple[str, lis
 
 def live_cpu(console: Console, progress: Console, out: Path, steps: int, tokens: int) -> int:
     """A short perfdoctor run of the tiny engine on this CPU: collection works here."""
-    from perfdoctor.collectors.bundle import read_manifest
+    from perfdoctor.bundle.manifest import read_valid_manifest
+    from perfdoctor.bundle.protocol import Collector
     from perfdoctor.record.options import RunOptions
     from perfdoctor.record.run import execute
 
@@ -552,12 +553,12 @@ def live_cpu(console: Console, progress: Console, out: Path, steps: int, tokens:
         console.print(Text(f"live step latency on this CPU: p50 {median(light):.3g} ms (light pass, no tracer, {len(light)} steps)", style="bold"))
     else:
         console.print(Text("live step latency: the light pass saw no step", style="yellow"))
-    manifest = read_manifest(bundle)
+    manifest = read_valid_manifest(bundle)
     t = Table(title="collectors on this machine", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     t.add_column("collector", no_wrap=True)
     t.add_column("status", overflow="fold")
-    for name, entry in (manifest.get("collectors") or {}).items():
-        status = str(entry.get("status"))
+    for name, entry in (manifest.collectors or {}).items():
+        status = str(Collector.from_json(entry).status)
         if len(status) > 110:  # nsys's list of folders searched: perfdoctor doctor prints it
             status = status[: status.find(" (", 20)] + " (perfdoctor doctor lists where it looked)" if " (" in status[20:] else status
         t.add_row(name, Text(status, style="green" if status == "ok" else "dim"))
@@ -644,10 +645,13 @@ def trim_differences(src: Path, dst: Path, label: str) -> list[str]:
 
 
 def _trim_nvml(path: Path, dst: Path, raw: Path) -> tuple[int, int]:
+    from perfdoctor.bundle.protocol import PassResults
+    from perfdoctor.errors import UsageError
+
     lines = path.read_text().splitlines()
     try:
-        sync = json.loads((raw / "torch.json").read_text())["clock_sync"]["monotonic_ns"]
-    except (OSError, ValueError, KeyError, TypeError):
+        sync = (PassResults.from_json(json.loads((raw / "torch.json").read_text())).clock_sync or {})["monotonic_ns"]
+    except (OSError, ValueError, KeyError, TypeError, UsageError):
         sync = None
     span = _trace_span_ns(raw / "torch-trace.json.gz")
     if sync is None or span is None:
@@ -675,14 +679,15 @@ def write_headline(root: Path, mode: str, runs: list[tuple[str, list[str]]], pai
     when and how they were recorded (from their manifests) and the numbers (:func:`measure`)."""
     from perfdoctor import __version__
     from perfdoctor.bundle.layout import SCHEMA as BUNDLE_SCHEMA
-    from perfdoctor.collectors.bundle import read_manifest
+    from perfdoctor.bundle.manifest import read_valid_manifest
+    from perfdoctor.bundle.protocol import Collector
     from perfdoctor.analysis.metrics import SCHEMA as METRICS_SCHEMA
 
-    manifests = {label: read_manifest(root / label) for label, _ in runs}
+    manifests = {label: read_valid_manifest(root / label) for label, _ in runs}
     first = manifests[runs[0][0]]
-    gpu = first.get("gpu") or {}
-    env = first.get("environment") or {}
-    options = first.get("options") or {}
+    gpu = first.gpu or {}
+    env = first.environment or {}
+    options = first.options or {}
     numbers, _, _ = measure(root, [label for label, _ in runs], pairs)
     trimmed = {}
     for label, _ in runs:
@@ -693,7 +698,7 @@ def write_headline(root: Path, mode: str, runs: list[tuple[str, list[str]]], pai
     headline = {
         "schema": HEADLINE_SCHEMA,
         "mode": mode,
-        "recorded_at": first.get("started_at") or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "recorded_at": first.started_at or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "perfdoctor": env.get("perfdoctor") or __version__,
         "bundle_schema": BUNDLE_SCHEMA,
         "metrics_schema": METRICS_SCHEMA,
@@ -707,7 +712,7 @@ def write_headline(root: Path, mode: str, runs: list[tuple[str, list[str]]], pai
         "warmup": options.get("warmup"),
         "steps": options.get("steps"),
         "collectors": {
-            label: sorted(k for k, v in (m.get("collectors") or {}).items() if (v or {}).get("status") == "ok")
+            label: sorted(k for k, v in (m.collectors or {}).items() if Collector.from_json(v).status == "ok")
             for label, m in manifests.items()
         },
         "trimmed": trimmed,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from perfdoctor.analysis.metrics import Analysis, Metric
+from perfdoctor.bundle.protocol import PassRun
 from perfdoctor.reports.format import num, value
 from perfdoctor.rules.engine import NOT_APPLICABLE, NOT_JUDGED, Finding, verdict
 
@@ -84,8 +85,8 @@ def run_failure(analysis: Analysis) -> str | None:
     b = analysis.profile.origin.bundle
     if b is None:
         return None
-    crashed = [p for p in b.passes if p.get("exit_code") not in (0, None)]
-    error = next((p["program_error"] for p in crashed if p.get("program_error")), None)
+    crashed = [p for p in map(PassRun.from_json, b.passes) if p.exit_code not in (0, None)]
+    error = next((p.program_error for p in crashed if p.program_error), None)
     why = f" ({error})" if error else ""
     code = b.exit_code
     if b.status in ("interrupted", "timed out"):
@@ -94,7 +95,7 @@ def run_failure(analysis: Analysis) -> str | None:
         return f"the program exited with code {code}{why}"
     if crashed:
         p = crashed[0]
-        return f"the {p.get('name', '?')} pass crashed (exit code {p['exit_code']}){why}"
+        return f"the {p.name or '?'} pass crashed (exit code {p.exit_code}){why}"
     return None
 
 

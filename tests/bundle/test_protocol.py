@@ -110,21 +110,19 @@ ALLOWED: dict[str, set[str]] = {
     "perfdoctor/record/doctor.py": {"calibration", "collectors", "reason", "schema"},
     "perfdoctor/record/launch.py": {"device", "ended_at_ns", "exit_code", "how", "light_pass", "module", "options", "passes", "rank", "status", "world_size"},
     "perfdoctor/record/repeats.py": {"lockstep"},
-    # collectors/bundle.py reads the manifest as a dict into Profile.origin's BundleFacts:
-    # moves when the bundle facts read Manifest/LightPass (house plan step 3).
-    "perfdoctor/collectors/bundle.py": {"calibration", "counters", "declared", "exit_code", "gpu", "light_pass", "passes", "ranks", "series", "spans_ns", "status", "steady_reason", "steady_start", "step", "step_end_clock", "step_name", "warmup", "warmup_explicit", "world_size"},
-    # The same words as keys of other documents (metrics.json, rules, the
-    # baseline store, engine configs, ranks.json), and readers of the manifest through
-    # Profile.origin's BundleFacts dicts or the pipeline.
+    # The same words as keys of other documents (metrics.json, rules, the baseline store,
+    # engine configs, ranks.json, gate.json, the demo's headline.json, Kineto's
+    # distributedInfo), not of the manifest: the readers below read it through
+    # Manifest, LightPass, PassRun, Collector, RepeatProcess and PassResults.
     "perfdoctor/analysis/attribution.py": {"reason", "step", "steps"},
     "perfdoctor/analysis/bounds.py": {"reason", "step", "steps"},
     "perfdoctor/analysis/capture.py": {"launch"},
     "perfdoctor/analysis/cpu.py": {"step_latency_ms", "steps"},
     "perfdoctor/analysis/hostgaps.py": {"step"},
     "perfdoctor/analysis/metrics.py": {"declared", "device", "reason", "schema", "steady_reason", "steady_start", "step", "step_name", "steps"},
-    "perfdoctor/analysis/ranks.py": {"collectors", "device", "exit_code", "rank", "ranks", "schema", "status", "step", "world_size"},
+    # ranks.json and distributedInfo; "device": a rank's manifest entry (no class yet, as in record/launch.py)
+    "perfdoctor/analysis/ranks.py": {"device", "rank", "ranks", "schema", "step", "world_size"},
     "perfdoctor/analysis/serving.py": {"steps"},
-    "perfdoctor/analysis/steps.py": {"how", "module"},
     "perfdoctor/analysis/timeline.py": {"step"},
     "perfdoctor/bundle/store.py": {"reason", "schema"},
     "perfdoctor/cli/diff.py": {"ranks", "schema"},
@@ -133,19 +131,21 @@ ALLOWED: dict[str, set[str]] = {
     "perfdoctor/collectors/nvml.py": {"reason"},
     "perfdoctor/compare/comparability.py": {"gpu", "step_name", "steps", "tokens_per_step", "world_size"},
     "perfdoctor/compare/diff.py": {"schema"},
-    "perfdoctor/compare/processes.py": {"light_pass", "lockstep", "reason", "repeat", "step_latency_ms"},
+    # "lockstep": of repeat.pairing (no class yet, as in record/repeats.py); "reason": ProcessComparison's JSON
+    "perfdoctor/compare/processes.py": {"lockstep", "reason"},
     "perfdoctor/compare/samples.py": {"step_latency_ms"},
     "perfdoctor/compare/stats.py": {"reason"},
     "perfdoctor/declare.py": {"step"},
-    "perfdoctor/demo/show.py": {"clock_sync", "collectors", "command", "device", "environment", "gpu", "options", "pass", "schema", "started_at", "status", "steps", "warmup"},
+    # headline.json, run_numbers' verdict; "steps" and "warmup" also of RunOptions' JSON (record/options.py)
+    "perfdoctor/demo/show.py": {"collectors", "command", "device", "pass", "schema", "status", "steps", "warmup"},
     "perfdoctor/engine/fused.py": {"device"},
     "perfdoctor/engine/kernels/decode_attention.py": {"device"},
     "perfdoctor/engine/megakernel.py": {"device"},
-    "perfdoctor/pipeline.py": {"environment", "ranks", "world_size"},
+    "perfdoctor/pipeline.py": {"world_size"},  # an nsys process's Origin.distributed, as Kineto's
     "perfdoctor/reports/attribution.py": {"steps"},
-    "perfdoctor/reports/common.py": {"exit_code", "pass", "program_error"},
+    "perfdoctor/reports/common.py": {"pass"},  # the findings' verdict counts
     "perfdoctor/reports/diff_report.py": {"schema"},
-    "perfdoctor/reports/gate_report.py": {"exit_code", "pass", "reason", "schema", "status"},
+    "perfdoctor/reports/gate_report.py": {"exit_code", "pass", "reason", "schema", "status"},  # gate.json and its checks
     "perfdoctor/reports/html.py": {"device", "rank", "step"},
     "perfdoctor/reports/json.py": {"device", "schema", "step_name", "steps"},
     "perfdoctor/reports/markdown.py": {"pass"},
