@@ -200,7 +200,6 @@ def run_facts(run: Diagnosis) -> dict[str, Any]:
     versions = profile.origin.versions or {}
     device = profile.device
     man = run.manifest or Manifest()
-    man_versions = man.extra.get("versions") if isinstance(man.extra.get("versions"), dict) else {}
     declared = (profile.origin.declared or {}).get(steps.name or "", {})
     window = window_facts(run.analysis)  # vendor, world size, workload, the steps' window
     if man.world_size:  # a multi-rank bundle's manifest knows its ranks even where its traces do not say
@@ -209,8 +208,8 @@ def run_facts(run: Diagnosis) -> dict[str, Any]:
         "gpu": device.get("name"),
         "driver": device.get("driver_version"),
         "cuda_driver": versions.get("cuda_driver_version") or device.get("cuda_driver_version"),
-        "cuda_runtime": versions.get("cuda_runtime_version") or man_versions.get("cuda") or run.pass_env.get("cuda"),
-        "torch": versions.get("torch") or man_versions.get("torch") or run.pass_env.get("torch"),
+        "cuda_runtime": versions.get("cuda_runtime_version") or run.pass_env.get("cuda"),
+        "torch": versions.get("torch") or run.pass_env.get("torch"),
         "step_name": steps.name,
         "tokens_per_step": _tokens_per_step(run, declared),
     }
