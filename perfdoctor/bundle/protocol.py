@@ -7,10 +7,10 @@ bootstrap, what the bootstrap answers, and the manifest the reader gets.
   read back by ``perfdoctor run`` and by :mod:`perfdoctor.collectors.bundle`;
 - :class:`LightPass`    the manifest's ``light_pass``: the light pass's scout report;
 - :class:`PassRun`, :class:`Collector`, :class:`TimedOut`, :class:`FailedRank`,
-  :class:`RepeatProcess`, :class:`Rank`, :class:`RankStatus`  an entry of the manifest
-  (``passes``, ``collectors``, ``timed_out``, ``failed_rank``, ``repeat.processes``,
-  ``ranks``, ``ranks.<k>.passes``), which keeps them as JSON: its readers take what a
-  damaged entry still holds;
+  :class:`RepeatProcess`, :class:`Pairing`, :class:`Rank`, :class:`RankStatus`  an entry of
+  the manifest (``passes``, ``collectors``, ``timed_out``, ``failed_rank``,
+  ``repeat.processes``, ``repeat.pairing``, ``ranks``, ``ranks.<k>.passes``), which keeps
+  them as JSON: its readers take what a damaged entry still holds;
 - :class:`Manifest`     ``manifest.json``.
 
 Each field is one JSON key, spelled here only (a test checks that no other module spells
@@ -340,6 +340,19 @@ class RepeatProcess(_Entry):
     lockstep: dict[str, Any] | None = None  # perfdoctor.record.lockstep.Turns.summary()
     excluded: str | None = None  # why it is left out of the statistics
     step_latency_ms: list[float] | None = None  # from the warm-up on, when not excluded
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Pairing(_Entry):
+    """The manifest's ``repeat.pairing``: which ``compare-programs`` run the bundle is one side of
+    (:func:`perfdoctor.record.repeats.compare_programs`; :func:`perfdoctor.compare.processes.pairing`)."""
+
+    WHAT: ClassVar[str] = "repeat.pairing"
+
+    id: str | None = None  # the same in both bundles of one run
+    side: str | None = None  # "A" or "B"
+    lockstep: bool | None = None  # its processes ran at once with the other side's, taking turns
     extra: dict[str, Any] = field(default_factory=dict)
 
 

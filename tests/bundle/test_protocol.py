@@ -12,7 +12,7 @@ import pytest
 
 from perfdoctor.bundle import layout, protocol
 from perfdoctor.bundle.protocol import (Collector, FailedRank, LightPass, Manifest, PassConfig, PassResults, PassRun,
-                                        Rank, RankStatus, RepeatProcess, TimedOut)
+                                        Pairing, Rank, RankStatus, RepeatProcess, TimedOut)
 from perfdoctor.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,7 +23,7 @@ FIXTURES = sorted((ROOT / "tests" / "fixtures").rglob("manifest.json"))
 DOCUMENTS = (PassConfig, PassResults, LightPass, Manifest)
 # Entries the manifest keeps as JSON; their own keys (name, files, kernels, ...) are words too
 # common across the package's other documents for the grep test to police.
-ENTRIES = (PassRun, Collector, TimedOut, FailedRank, RepeatProcess, Rank, RankStatus)
+ENTRIES = (PassRun, Collector, TimedOut, FailedRank, RepeatProcess, Pairing, Rank, RankStatus)
 KEYS = frozenset().union(*(protocol.keys(cls) for cls in DOCUMENTS))
 
 
@@ -89,6 +89,8 @@ def test_the_recorded_bundles_read_through_the_protocol(manifest):
         assert Collector.from_json(entry).to_json() == entry and Collector.from_json(entry).extra == {}
     for entry in (m.repeat or {}).get("processes", []):
         assert RepeatProcess.from_json(entry).to_json() == entry
+    if (m.repeat or {}).get("pairing") is not None:
+        assert Pairing.from_json(m.repeat["pairing"]).to_json() == m.repeat["pairing"]
     for entry in (m.ranks or {}).values():
         assert Rank.from_json(entry).to_json() == entry
         for status in entry["passes"].values():
@@ -133,11 +135,10 @@ def test_a_manifest_of_the_wrong_shape_is_one_error_naming_the_field():
 # module no longer spells fails the test, so the list only shrinks.
 ALLOWED: dict[str, set[str]] = {
     # record/ builds the Manifest, its entries and the LightPass, and reads PassResults; what
-    # it still spells are the keys of repeat.pairing (no class yet), of the rank facts a
-    # PassConfig carries, of the torchrun facts and failures, Launch.to_json and doctor's own JSON.
+    # it still spells are the keys of the rank facts a PassConfig carries, of the torchrun
+    # facts and failures, Launch.to_json and doctor's own JSON.
     "perfdoctor/record/doctor.py": {"calibration", "collectors", "reason", "schema"},
     "perfdoctor/record/launch.py": {"exit_code", "how", "module", "options", "rank", "world_size"},
-    "perfdoctor/record/repeats.py": {"lockstep"},
     # The same words as keys of other documents (metrics.json, rules, the baseline store,
     # engine configs, ranks.json, gate.json, the demo's headline.json, Kineto's
     # distributedInfo), not of the manifest: the readers below read it through
@@ -159,8 +160,7 @@ ALLOWED: dict[str, set[str]] = {
     "perfdoctor/collectors/nvml.py": {"reason"},
     "perfdoctor/compare/comparability.py": {"gpu", "step_name", "steps", "tokens_per_step", "world_size"},
     "perfdoctor/compare/diff.py": {"schema"},
-    # "lockstep": of repeat.pairing (no class yet, as in record/repeats.py); "reason": ProcessComparison's JSON
-    "perfdoctor/compare/processes.py": {"lockstep", "reason"},
+    "perfdoctor/compare/processes.py": {"reason"},  # ProcessComparison's JSON
     "perfdoctor/compare/samples.py": {"step_latency_ms"},
     "perfdoctor/compare/stats.py": {"reason"},
     "perfdoctor/declare.py": {"step"},
