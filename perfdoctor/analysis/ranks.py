@@ -69,7 +69,7 @@ from perfdoctor.io import read_maybe_gzip
 from perfdoctor.analysis.metrics import Analysis, Metric, analyze
 from perfdoctor.analysis.steps import AUTO_STEP
 from perfdoctor.analysis.timeline import union_per_group
-from perfdoctor.bundle.protocol import Collector, Manifest
+from perfdoctor.bundle.protocol import Collector, Manifest, Rank
 from perfdoctor.names import families
 from perfdoctor.names.codes import equals
 from perfdoctor.profile import Profile
@@ -314,8 +314,8 @@ def nsys_ranks(procs: dict[int, Profile]) -> tuple[dict[int, Profile], int | Non
 
 
 def _device(profile: Profile) -> str | None:
-    rank = (profile.origin.bundle.rank if profile.origin.bundle is not None else None) or {}
-    return rank.get("device") or profile.device.get("name")  # a bundle's rank, else the trace's GPU
+    rank = Rank.from_json((profile.origin.bundle.rank if profile.origin.bundle is not None else None) or {})
+    return rank.device or profile.device.get("name")  # a bundle's rank, else the trace's GPU
 
 
 def cross_rank(

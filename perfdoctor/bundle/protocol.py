@@ -7,9 +7,10 @@ bootstrap, what the bootstrap answers, and the manifest the reader gets.
   read back by ``perfdoctor run`` and by :mod:`perfdoctor.collectors.bundle`;
 - :class:`LightPass`    the manifest's ``light_pass``: the light pass's scout report;
 - :class:`PassRun`, :class:`Collector`, :class:`TimedOut`, :class:`FailedRank`,
-  :class:`RepeatProcess`  an entry of the manifest (``passes``, ``collectors``, ``timed_out``,
-  ``failed_rank``, ``repeat.processes``), which keeps them as JSON: its readers take what a
-  damaged entry still holds;
+  :class:`RepeatProcess`, :class:`Pairing`, :class:`Rank`, :class:`RankStatus`  an entry of
+  the manifest (``passes``, ``collectors``, ``timed_out``, ``failed_rank``,
+  ``repeat.processes``, ``repeat.pairing``, ``ranks``, ``ranks.<k>.passes``), which keeps
+  them as JSON: its readers take what a damaged entry still holds;
 - :class:`Manifest`     ``manifest.json``.
 
 Each field is one JSON key, spelled here only (a test checks that no other module spells
@@ -343,6 +344,67 @@ class RepeatProcess(_Entry):
 
 
 @dataclass
+class Pairing(_Entry):
+    """The manifest's ``repeat.pairing``: which ``compare-programs`` run the bundle is one side of
+    (:func:`perfdoctor.record.repeats.compare_programs`; :func:`perfdoctor.compare.processes.pairing`)."""
+
+    WHAT: ClassVar[str] = "repeat.pairing"
+
+    id: str | None = None  # the same in both bundles of one run
+    side: str | None = None  # "A" or "B"
+    lockstep: bool | None = None  # its processes ran at once with the other side's, taking turns
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+NO_RESULTS = "no results"  # how a RankStatus begins when the rank died before writing its results
+
+
+@dataclass
+class RankStatus(_Entry):
+    """How one rank ended one pass (a rank's ``passes``, :func:`perfdoctor.record.launch.rank_status`).
+
+    Two shapes, each with its own nulls: a rank that wrote its results has ``ended_at_ns``
+    (null from a bootstrap that did not say); one that died before writing them (``status``
+    begins with :data:`NO_RESULTS`) has the exit code and time torchrun saw instead, null
+    when torchrun did not say. (A "no results" status from before ``torchrun_time_s`` was
+    written gains it as null when rewritten.)"""
+
+    KEPT: ClassVar[frozenset[str]] = frozenset({"status", "exit_code"})
+    WHAT: ClassVar[str] = "a rank's status in a pass"
+
+    status: str | None = None  # ok, exited N, raised ..., terminated (...), no results (...)
+    exit_code: int | None = None
+    ended_at_ns: int | None = None  # PassResults.ended_at_ns
+    torchrun_time_s: int | None = None  # when torchrun saw the rank fail, in whole seconds
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def no_results(self) -> bool:
+        """The rank died before its bootstrap wrote its results."""
+        return str(self.status).startswith(NO_RESULTS)
+
+    def _kept(self) -> frozenset[str]:
+        return self.KEPT | {"torchrun_time_s" if self.no_results() else "ended_at_ns"}
+
+
+@dataclass
+class Rank(_Entry):
+    """A rank of a torchrun job (the manifest's ``ranks.<k>``): its facts from the first
+    results it wrote (PassConfig.rank's keys, its device), its status per pass and its own
+    light pass. A rank that never wrote results has only ``rank`` and ``passes``."""
+
+    WHAT: ClassVar[str] = "an entry of ranks"
+
+    rank: int | None = None
+    local_rank: int | None = None
+    world_size: int | None = None
+    host: str | None = None
+    device: str | None = None  # PassResults.device
+    passes: dict[str, dict[str, Any]] = field(default_factory=dict)  # per pass: a RankStatus's JSON
+    light_pass: dict[str, Any] | None = None  # a LightPass's JSON (Manifest.rank_light_pass)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class Manifest(_Document):
     """``manifest.json``: the run, its passes and collectors, the device and the light pass."""
 
@@ -365,7 +427,7 @@ class Manifest(_Document):
     gpu_error: str | None = None
     calibration: dict[str, Any] | None = None  # perfdoctor calibrate's measurements of this GPU
     timed_out: dict[str, Any] | None = None  # a TimedOut's JSON
-    ranks: dict[str, dict[str, Any]] | None = None  # per rank number: its facts, statuses and light_pass
+    ranks: dict[str, dict[str, Any]] | None = None  # per rank number: a Rank's JSON
     light_pass: LightPass | None = None
     nvml_errors: list[str] | None = None
     failed_rank: dict[str, Any] | None = None  # a FailedRank's JSON
@@ -416,5 +478,5 @@ class Manifest(_Document):
 
     def rank_light_pass(self, rank: str) -> LightPass | None:
         """The light pass of ``rank`` (a key of ``ranks``), checked as the run's own is."""
-        doc = (self.ranks or {})[rank].get("light_pass")
+        doc = Rank.from_json((self.ranks or {})[rank]).light_pass
         return None if doc is None else LightPass.from_json(doc, name=f"ranks.{rank}.light_pass")

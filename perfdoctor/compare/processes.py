@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from perfdoctor.bundle.protocol import Manifest, RepeatProcess
+from perfdoctor.bundle.protocol import Manifest, Pairing, RepeatProcess
 from perfdoctor.errors import UsageError
 from perfdoctor.compare.stats import LogRatioInterval, paired_log_ratio, t_ppf, welch_log_ratio
 
@@ -88,14 +88,14 @@ def process_latencies(manifest: dict[str, Any], where: str = "manifest.json") ->
     return [lat for lat in _all_processes(Manifest.from_json(manifest, where, clean=False), where) if lat is not None]
 
 
-def pairing(manifest_before: Manifest, manifest_after: Manifest) -> dict[str, Any] | None:
+def pairing(manifest_before: Manifest, manifest_after: Manifest) -> Pairing | None:
     """The ``repeat.pairing`` of the ``compare-programs`` run both bundles come from (their
     processes ran interleaved, pair k side by side; ``lockstep``: at once, taking turns), or None."""
-    pb, pa = (m.repeat.get("pairing") if isinstance(m.repeat, dict) else None
-              for m in (manifest_before, manifest_after))
-    if isinstance(pb, dict) and isinstance(pa, dict) and pb.get("id") and pb.get("id") == pa.get("id") and pb.get("side") != pa.get("side"):
-        return pb
-    return None
+    docs = [m.repeat.get("pairing") if isinstance(m.repeat, dict) else None for m in (manifest_before, manifest_after)]
+    if not all(isinstance(doc, dict) for doc in docs):
+        return None
+    pb, pa = (Pairing.from_json(doc) for doc in docs)
+    return pb if pb.id and pb.id == pa.id and pb.side != pa.side else None
 
 
 def _took_turns(manifest: Manifest) -> list[bool]:
@@ -199,7 +199,7 @@ def compare_runs(manifest_before: Manifest, manifest_after: Manifest) -> dict[st
     pb, pa = _all_processes(manifest_before, wb), _all_processes(manifest_after, wa)
     pair = pairing(manifest_before, manifest_after)
     paired = pair is not None and len(pb) == len(pa)
-    lockstep = paired and bool(pair.get("lockstep"))
+    lockstep = paired and bool(pair.lockstep)
     if paired:
         keep = [True] * len(pb)
         if lockstep:

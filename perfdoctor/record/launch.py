@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from perfdoctor.bundle.layout import write_json_atomic
-from perfdoctor.bundle.protocol import LightPass, Manifest, PassConfig, PassResults
+from perfdoctor.bundle.protocol import NO_RESULTS, LightPass, Manifest, PassConfig, PassResults, Rank, RankStatus
 from perfdoctor.errors import UsageError
 
 LAUNCHER = ("-m", "torch.distributed.run")
@@ -237,7 +237,7 @@ def torchrun_failures(raw: Path, pass_name: str) -> dict[int, dict[str, Any]]:
     return out
 
 
-def rank_status(results: PassResults | None, torchrun: dict[str, Any] | None = None) -> dict[str, Any]:
+def rank_status(results: PassResults | None, torchrun: dict[str, Any] | None = None) -> RankStatus:
     """One rank's end in one pass, from its results: ``ok``, ``exited N``, ``raised ...``,
     ``terminated`` (SIGTERM: torchrun stopping it after another rank failed, or the
     timeout) or ``no results`` (it died before the bootstrap could write: killed), with the
@@ -246,9 +246,9 @@ def rank_status(results: PassResults | None, torchrun: dict[str, Any] | None = N
         seen = torchrun or {}
         code = seen.get("exit_code")
         how = "unknown exit" if code is None else f"killed by signal {-code}" if code < 0 else f"exit {code}"
-        return {"status": f"no results (the rank died before writing them: {how}, as torchrun saw it)" if torchrun else
-                "no results (the rank died before writing them: killed, or it never started)",
-                "exit_code": code, "torchrun_time_s": seen.get("time_s")}
+        return RankStatus(f"{NO_RESULTS} (the rank died before writing them: {how}, as torchrun saw it)" if torchrun else
+                          f"{NO_RESULTS} (the rank died before writing them: killed, or it never started)",
+                          code, torchrun_time_s=seen.get("time_s"))
     code = results.exit_code
     if results.terminated:
         status = "terminated (SIGTERM: torchrun stopped it after another rank failed, or the run timed out)"
@@ -258,7 +258,7 @@ def rank_status(results: PassResults | None, torchrun: dict[str, Any] | None = N
         status = f"exited {code}"
     else:
         status = "ok"
-    return {"status": status, "exit_code": code, "ended_at_ns": results.ended_at_ns}
+    return RankStatus(status, code, ended_at_ns=results.ended_at_ns)
 
 
 def record_pass(manifest: Manifest, pass_name: str, per_rank: dict[int, PassResults | None],
@@ -272,13 +272,13 @@ def record_pass(manifest: Manifest, pass_name: str, per_rank: dict[int, PassResu
     for rank in torchrun.keys() - per_rank.keys():  # died before making its folder
         per_rank = {**per_rank, rank: None}
     for rank, results in per_rank.items():
-        entry = ranks.setdefault(str(rank), {"rank": rank})
-        for key, value in ((results and results.rank) or {}).items():
-            entry.setdefault(key, value)
-        if results and results.device:
-            entry.setdefault("device", results.device)
-        entry.setdefault("passes", {})[pass_name] = rank_status(results, torchrun.get(rank))
-    sizes = {e.get("world_size") for e in ranks.values() if isinstance(e.get("world_size"), int)}
+        # what the entry holds stays: the facts are those of the first results the rank wrote
+        entry = Rank.from_json({**((results and results.rank) or {}), **ranks.get(str(rank), Rank(rank).to_json())})
+        if results and results.device and entry.device is None:
+            entry.device = results.device
+        entry.passes[pass_name] = rank_status(results, torchrun.get(rank)).to_json()
+        ranks[str(rank)] = entry.to_json()
+    sizes = {size for size in (Rank.from_json(e).world_size for e in ranks.values()) if isinstance(size, int)}
     if len(sizes) == 1:
         manifest.world_size = sizes.pop()
 
@@ -296,14 +296,14 @@ def failed_rank(manifest: Manifest, pass_name: str) -> tuple[int, int | None] | 
     failed = []
     silent = []
     for key, entry in (manifest.ranks or {}).items():
-        status = (entry.get("passes") or {}).get(pass_name) or {}
-        if str(status.get("status", "")).startswith("no results"):
-            code, seen = status.get("exit_code"), status.get("torchrun_time_s")
+        status = RankStatus.from_json((Rank.from_json(entry).passes or {}).get(pass_name) or {})
+        code = status.exit_code
+        if status.no_results():
+            seen = status.torchrun_time_s
             silent.append((code == -signal.SIGTERM, seen is None, seen or 0, int(key), code))
             continue
-        code = status.get("exit_code")
-        if isinstance(code, int) and code != 0 and not str(status.get("status", "")).startswith("terminated"):
-            failed.append((status.get("ended_at_ns") or 0, int(key), code))
+        if isinstance(code, int) and code != 0 and not str(status.status).startswith("terminated"):
+            failed.append((status.ended_at_ns or 0, int(key), code))
     if silent and len(silent) < len(manifest.ranks or {}):
         return min(silent)[3:]
     return min(failed)[1:] if failed else None
@@ -330,7 +330,9 @@ def rank_lights(
             steady_reason=f"rank 0's window: warm-up {warmup} ({first.warmup_reason or 'rank 0'}), the same steps on every rank",
             warmup_reason="rank 0's, so every rank's steady steps are the same steps",
         )
-        manifest.ranks[str(rank)]["light_pass"] = summary.to_json()  # type: ignore[index]
+        entry = Rank.from_json(manifest.ranks[str(rank)])  # type: ignore[index]
+        entry.light_pass = summary.to_json()
+        manifest.ranks[str(rank)] = entry.to_json()  # type: ignore[index]
         if summary.module:  # the module step's series joins the named ones (see passes.light_pass)
             write_json_atomic(raw / RANK_DIR.format(rank) / "light.json", results.to_json())
 

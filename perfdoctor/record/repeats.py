@@ -44,7 +44,7 @@ from typing import Any
 from rich.console import Console
 
 from perfdoctor.bundle import layout as bundles
-from perfdoctor.bundle.protocol import LightPass, Manifest, PassConfig, PassRun, RepeatProcess
+from perfdoctor.bundle.protocol import LightPass, Manifest, Pairing, PassConfig, PassRun, RepeatProcess
 from perfdoctor.compare.processes import PROCESS_METRICS, per_process, process_latencies, spread
 from perfdoctor.record.lockstep import Pair, pick_cpu
 from perfdoctor.record.light import light_summary
@@ -215,7 +215,7 @@ def compare_programs(a: RunOptions, b: RunOptions, repeat: int, console: Console
     pair_id = uuid.uuid4().hex
     for runner, side in zip(runners, "AB"):
         # processes k of A and B ran side by side: diff and gate compare them pair by pair
-        repeat_of(runner.manifest).update(requested=repeat, pairing={"id": pair_id, "side": side, "lockstep": lockstep})
+        repeat_of(runner.manifest).update(requested=repeat, pairing=Pairing(pair_id, side, lockstep).to_json())
         if interrupted and runner.manifest.status == "done":
             runner.manifest.status = "interrupted"
         summarize(runner)

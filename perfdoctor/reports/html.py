@@ -44,6 +44,7 @@ from perfdoctor.rules.evidence import Evidence, kernel_families
 from perfdoctor.analysis import steady
 from perfdoctor.analysis.steps import is_launch, is_sync
 from perfdoctor.bundle.layout import NSYS_REP, RAW, TORCH_TRACE
+from perfdoctor.bundle.protocol import Rank
 
 WIDTH = 1100  # drawing width of the wide plots, px
 LABEL_W = 150  # left margin for lane labels
@@ -593,8 +594,8 @@ def raw_traces(analysis: Analysis) -> list[tuple[str, str]]:
     path = Path(origin.path)
     perfetto = "Perfetto: open https://ui.perfetto.dev and drop this file on it (it reads Kineto JSON, gzipped or not)"
     if origin.bundle is not None:
-        rank = origin.bundle.rank or {}
-        raw = path / RAW / (f"rank{rank['rank']}" if "rank" in rank else "")
+        rank = Rank.from_json(origin.bundle.rank or {}).rank
+        raw = path / RAW / (f"rank{rank}" if rank is not None else "")
         kineto, reps = [raw / TORCH_TRACE], [raw / NSYS_REP]
     elif origin.source == "kineto":
         return [(str(path), perfetto)]
