@@ -78,14 +78,13 @@ def _all_processes(manifest: Manifest, where: str) -> list[list[float] | None]:
     return out
 
 
-def process_latencies(manifest: dict[str, Any], where: str = "manifest.json") -> list[list[float]]:
-    """Each included process's steady step latencies (ms), from a bundle manifest as JSON
-    (``perfdoctor run --repeat``'s own, as it writes it).
+def process_latencies(manifest: Manifest, where: str = "manifest.json") -> list[list[float]]:
+    """Each included process's steady step latencies (ms), from a bundle manifest.
 
     A bundle without ``repeat`` is its light pass alone (one process, or none when it has no
     light pass).
     """
-    return [lat for lat in _all_processes(Manifest.from_json(manifest, where, clean=False), where) if lat is not None]
+    return [lat for lat in _all_processes(manifest, where) if lat is not None]
 
 
 def pairing(manifest_before: Manifest, manifest_after: Manifest) -> Pairing | None:

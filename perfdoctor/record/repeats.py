@@ -116,7 +116,7 @@ def summarize(runner: Runner) -> None:
     repeat = runner.manifest.repeat
     if repeat is None:
         return
-    latencies = process_latencies(runner.manifest.to_json())
+    latencies = process_latencies(runner.manifest)
     summary = {metric: spread(per_process(latencies, q)) for metric, q in PROCESS_METRICS.items()}
     excluded = sum(bool(RepeatProcess.from_json(p).excluded) for p in repeat["processes"])
     repeat["summary"] = summary

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from perfdoctor.bundle.protocol import Manifest
 from perfdoctor.errors import UsageError
 from perfdoctor.compare.processes import (
     ONE_PROCESS_NOTE, compare_processes, judge_budget, per_process, process_latencies, processes_needed,
@@ -124,15 +125,18 @@ def test_processes_needed_is_enough_and_no_more() -> None:
 
 
 def test_process_latencies_reads_repeat_and_refuses_bad_shapes() -> None:
+    def latencies(doc: dict) -> list[list[float]]:
+        return process_latencies(Manifest.from_json(doc, clean=False))
+
     lp = {"light_pass": {"step_latency_ms": [1.0, 2.0, 3.0]}}
-    assert process_latencies(lp) == [[1.0, 2.0, 3.0]]
-    assert process_latencies({}) == []
+    assert latencies(lp) == [[1.0, 2.0, 3.0]]
+    assert latencies({}) == []
     m = {"repeat": {"processes": [{"step_latency_ms": [1.0, 3.0]}, {"excluded": "exit 1"}, {"step_latency_ms": [2.0]}]}}
-    assert per_process(process_latencies(m), 50) == [2.0, 2.0]
+    assert per_process(latencies(m), 50) == [2.0, 2.0]
     for bad in ({"repeat": []}, {"repeat": {"processes": [3]}}, {"repeat": {"processes": [{"step_latency_ms": ["x"]}]}},
                 {"repeat": {"processes": [{"step_latency_ms": [float("nan")]}]}}):
         with pytest.raises(UsageError, match="repeat"):
-            process_latencies(bad)
+            latencies(bad)
 
 
 # --------------------------------------------------------------------------- real runs
