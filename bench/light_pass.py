@@ -27,6 +27,8 @@ The module-call step (issue 29 item 6: the light pass slowed ResNet-50 at batch 
 the H200), CPU or GPU, no NVML:
 
     python bench/light_pass.py --calls [--device cpu]     # per module call, in one process
+    python bench/light_pass.py --alternate 2000 [--device cpu] [--trees vit_small]
+    python bench/light_pass.py --edges 2000 [--device cpu]
     python bench/light_pass.py --program [--device cpu] [--pairs 20]
 
 `--calls`: tests/programs/real/image_infer.py's models (ResNet-50, ViT-small; tiny inputs
@@ -38,6 +40,11 @@ difference from narrowed is what the step's events cost). On CUDA it first times
 operations: a record into a new event, into a pooled one, a settle. One process and interleaved rounds, so what differs between
 processes (±25 % on the H200 for host-paced programs) cancels; the table gives ns per module
 step over plain (and as a share of plain), the median over rounds of each round's difference.
+`--alternate PAIRS`: the shipped light pass against plain forward by forward, in one process
+(``alternating_costs`` says why): the mean difference per step ± its standard error, which
+resolves tenths of a percent in a few thousand forwards where rounds seconds apart did not.
+`--edges STEPS`: where a synchronous loop's own timer and the light pass's span part
+(``edge_costs``): the timer's start to the span's start, the span's end to the timer's end.
 `--program`: image_infer.py at batch 1 alone and under `perfdoctor run --collect nvml` (the
 light pass only), in pairs taken back to back (alone then light, light then alone in turn, so
 drift hits both alike); the ratio of the program's own ms/step per pair, median and quartiles
@@ -94,22 +101,12 @@ REAL = ROOT / "tests" / "programs" / "real"
 CALL_MODES = ("plain", "scouting", "narrowed", "host clock")
 
 
-def module_call_costs(device: str, rounds: int, only: list[str]) -> list[dict]:
-    """ns per module call over plain, scouting and narrowed, per model (see the docstring)."""
-    import types
-
+def call_models(device: str, only: list[str]) -> dict:
+    """The --calls / --alternate module trees, by label: (model on `device`, input)."""
     import torch
 
     sys.path.insert(0, str(REAL))
     from image_infer import resnet50, vit_small
-
-    from perfdoctor.record.bootstrap.main import ModuleSteps, Timer
-
-    class HostTimer(Timer):
-        """The light pass's timer without CUDA events: what the wrapper costs on its own."""
-
-        def mark(self, host_ns: int) -> int:
-            return host_ns
 
     class Noop(torch.nn.Module):
         def forward(self, x):
@@ -131,12 +128,27 @@ def module_call_costs(device: str, rounds: int, only: list[str]) -> list[dict]:
     models = {"noop tree": (Tree(), torch.zeros(1)),
               "resnet50": (resnet50(), torch.randn(1, 3, size, size)),
               "vit_small": (vit_small(img_size=size), torch.randn(1, 3, size, size))}
-    models = {k: v for k, v in models.items() if k in only}
+    return {k: (m.to(device).eval(), x.to(device)) for k, (m, x) in models.items() if k in only}
+
+
+def module_call_costs(device: str, rounds: int, only: list[str]) -> list[dict]:
+    """ns per module call over plain, scouting and narrowed, per model (see the docstring)."""
+    import types
+
+    import torch
+
+    from perfdoctor.record.bootstrap.main import ModuleSteps, Timer
+
+    class HostTimer(Timer):
+        """The light pass's timer without CUDA events: what the wrapper costs on its own."""
+
+        def mark(self, host_ns: int) -> int:
+            return host_ns
+
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     out = []
     with torch.inference_mode():
-        for label, (model, x) in models.items():
-            model, x = model.to(device).eval(), x.to(device)
+        for label, (model, x) in call_models(device, only).items():
             calls = [0]
             counting = torch.nn.Module.__call__
 
@@ -172,6 +184,119 @@ def module_call_costs(device: str, rounds: int, only: list[str]) -> list[dict]:
             out.append(row)
             print(json.dumps(row), flush=True)
     return out
+
+
+def alternating_costs(device: str, pairs: int, only: list[str]) -> list[dict]:
+    """The light pass's cost per step, forward by forward: the shipped ModuleSteps (a real
+    Timer, CUDA events on a GPU) scouts and narrows once; then each pair of forwards runs one
+    plain (the step class's own ``__call__`` taken away: torch's path) and one through the
+    narrowed wrapper, in a random order, each timed from an idle GPU to its synchronize.
+
+    Why forward by forward: a host-paced program on the H200 changes speed within a second
+    (0.2 s measurements differed by 8-18 % from round to round, run 5), so differences of
+    measurements seconds apart needed thousands of rounds to resolve 1 %. Two forwards a
+    millisecond apart share the regime; the toggle (a class attribute set or deleted, the
+    same in both directions) is outside the timed span. The synchronize after each forward
+    shows all of the wrapper's cost, even what a program that runs ahead of the GPU would
+    hide: an upper bound. The mean difference counts the settle every 128 steps."""
+    import types
+
+    import torch
+
+    from perfdoctor.record.bootstrap.main import ModuleSteps, Timer, module_step_name
+
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    out = []
+    with torch.inference_mode():
+        for label, (model, x) in call_models(device, only).items():
+            steps = ModuleSteps(types.SimpleNamespace(timer=Timer()))
+            for _ in range(ModuleSteps.SCOUT_CALLS + 1):
+                model(x)
+            if steps.scouting or not steps.own:
+                raise SystemExit(f"{label}: the light pass did not narrow to a step class")
+            own = [(cls, ours) for cls, mine, ours in steps.own if mine is None]
+            if len(own) != len(steps.own):
+                raise SystemExit(f"{label}: a step class has a __call__ of its own; not toggled here")
+
+            def light(on: bool) -> None:
+                for cls, ours in own:
+                    if on:
+                        cls.__call__ = ours
+                    elif "__call__" in cls.__dict__:
+                        del cls.__call__
+
+            for _ in range(20):  # both paths warm
+                for on in (False, True):
+                    light(on)
+                    model(x)
+            sync()
+            times: dict[bool, list[int]] = {False: [], True: []}
+            for _ in range(pairs):
+                for on in random.sample((False, True), 2):
+                    light(on)
+                    t0 = time.perf_counter_ns()
+                    model(x)
+                    sync()
+                    times[on].append(time.perf_counter_ns() - t0)
+            light(False)
+            steps.uninstall()
+            diffs = [(a - b) / 1e3 for a, b in zip(times[True], times[False])]
+            plain = statistics.median(times[False]) / 1e3
+            mean, sd = statistics.fmean(diffs), statistics.stdev(diffs)
+            row = {"model": label, "device": device, "pairs": pairs, "plain_us": plain,
+                   "steps_timed": steps.times[0].count(module_step_name(own[0][0])) if len(own) == 1 else None,
+                   "mean_us": mean, "stderr_us": sd / len(diffs) ** 0.5, "median_us": statistics.median(diffs),
+                   "mean_share": mean / plain, "stderr_share": sd / len(diffs) ** 0.5 / plain}
+            out.append(row)
+            print(json.dumps(row), flush=True)
+    return out
+
+
+def edge_costs(device: str, steps: int) -> dict:
+    """Where a synchronous step's own timer and the light pass's span part: the program's
+    ``perf_counter`` pair around ``perfdoctor.region`` (one small kernel and a synchronize
+    inside, as tests/programs/gpu_decode.py does), against a real light-pass Session's span
+    for the same step (its host start to its end event on the host clock). Medians in us of
+    ``before`` (the timer's start to the span's start: the region's entry and the session's
+    bookkeeping ahead of the clock), ``after`` (the span's end to the timer's end: the end
+    event's landing relative to the host, the bookkeeping after it, the region's exit) and
+    the same step with no session at all."""
+    import torch
+
+    from perfdoctor import api
+    from perfdoctor.bundle.protocol import PassConfig
+    from perfdoctor.record.bootstrap.main import Session
+
+    x = torch.zeros(1024, device=device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+    def run(n: int) -> list[tuple[int, int]]:
+        out = []
+        for _ in range(n):
+            t0 = time.perf_counter_ns()
+            with api.region("edge_step", tokens=1):
+                x.add_(1)
+                sync()
+            out.append((t0, time.perf_counter_ns()))
+        return out
+
+    run(50)
+    alone = run(steps)
+    session = Session(PassConfig(pass_="light"))
+    api.subscribe(session)
+    try:
+        run(50)
+        timed = run(steps)
+    finally:
+        api._listeners.remove(session)
+    series = session.times.series()[0]["edge_step"]
+    host, end = series["host_start_ns"][-steps:], series["gpu_end_ns"][-steps:]
+    med = lambda v: statistics.median(v) / 1e3  # noqa: E731
+    return {"device": device, "steps": steps,
+            "alone_us": med([b - a for a, b in alone]), "own_us": med([b - a for a, b in timed]),
+            "span_us": med([e - h for h, e in zip(host, end)]),
+            "before_us": med([h - a for (a, _), h in zip(timed, host)]),
+            "after_us": med([b - e for (_, b), e in zip(timed, end)])}
 
 
 def event_costs(n: int = 2000) -> dict[str, float]:
@@ -255,6 +380,16 @@ def module_main(args: argparse.Namespace) -> None:
         for r in report["calls"]:
             cell = lambda m: f"{r[m]['us_per_step']:+.1f} ({r[m]['us_per_step'] / r['plain_us']:+.1%})"  # noqa: E731
             print(f"{r['model']:11}{r['module_calls']:>6}{r['plain_us']:>10.1f}" + "".join(f"{cell(m):>24}" for m in CALL_MODES[1:]))
+    if args.edges:
+        report["edges"] = e = edge_costs(args.device, args.edges)
+        print(f"edges, us per step (median of {e['steps']}): alone {e['alone_us']:.1f}, own timer {e['own_us']:.1f}, "
+              f"light span {e['span_us']:.1f}; timer start -> span start {e['before_us']:.1f}, span end -> timer end {e['after_us']:.1f}")
+    if args.alternate:
+        report["alternate"] = alternating_costs(args.device, args.alternate, args.trees.split(","))
+        print(f"\n{'model':11}{'pairs':>7}{'plain us':>10}{'light - plain, mean us/step':>32}{'median':>9}")
+        for r in report["alternate"]:
+            cost = f"{r['mean_us']:+.1f} ± {r['stderr_us']:.1f} ({r['mean_share']:+.2%} ± {r['stderr_share']:.2%})"
+            print(f"{r['model']:11}{r['pairs']:>7}{r['plain_us']:>10.1f}{cost:>32}{r['median_us']:>+9.1f}")
     if args.program:
         with tempfile.TemporaryDirectory() as tmp:
             report["program"] = [program_pairs(args.device, args.pairs, m, Path(tmp)) for m in args.models.split(",")]
@@ -268,6 +403,10 @@ def module_main(args: argparse.Namespace) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--calls", action="store_true", help="the module-call step's cost per call, in one process")
+    p.add_argument("--alternate", type=int, default=0, metavar="PAIRS",
+                   help="the light pass's cost per step, plain and narrowed forwards alternating (PAIRS pairs)")
+    p.add_argument("--edges", type=int, default=0, metavar="STEPS",
+                   help="a synchronous step's own timer against the light pass's span: where they part")
     p.add_argument("--program", action="store_true", help="image_infer.py at batch 1, alone vs light pass, in pairs")
     p.add_argument("--device", default="cuda", help="--calls / --program: cuda or cpu")
     p.add_argument("--rounds", type=int, default=15, help="--calls: interleaved rounds")
@@ -282,7 +421,7 @@ def main() -> None:
     p.add_argument("--no-pin", dest="pin", action="store_false", help="leave the processes where the OS puts them")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args()
-    if args.calls or args.program:
+    if args.calls or args.alternate or args.edges or args.program:
         module_main(args)
         return
     modes = ["alone", *(m for m in args.modes.split(",") if m in MODES and m != "alone")]
