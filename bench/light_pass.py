@@ -131,19 +131,31 @@ def call_models(device: str, only: list[str]) -> dict:
     return {k: (m.to(device).eval(), x.to(device)) for k, (m, x) in models.items() if k in only}
 
 
+def timer(kind: str):
+    """A light-pass Timer: "events" (as shipped: a CUDA event at each step's start and end),
+    "host clock" (no events: what the bookkeeping costs alone), "end event" (the host time
+    at the start, an event at the end: what the start event costs, by difference)."""
+    from perfdoctor.record.bootstrap.main import Timer
+
+    class Partial(Timer):
+        marks = 0
+
+        def mark(self, host_ns: int):
+            self.marks += 1  # a step's marks alternate start, end
+            if kind == "host clock" or (kind == "end event" and self.marks % 2):
+                return host_ns
+            return super().mark(host_ns)
+
+    return Timer() if kind == "events" else Partial()
+
+
 def module_call_costs(device: str, rounds: int, only: list[str]) -> list[dict]:
     """ns per module call over plain, scouting and narrowed, per model (see the docstring)."""
     import types
 
     import torch
 
-    from perfdoctor.record.bootstrap.main import ModuleSteps, Timer
-
-    class HostTimer(Timer):
-        """The light pass's timer without CUDA events: what the wrapper costs on its own."""
-
-        def mark(self, host_ns: int) -> int:
-            return host_ns
+    from perfdoctor.record.bootstrap.main import ModuleSteps
 
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     out = []
@@ -163,8 +175,7 @@ def module_call_costs(device: str, rounds: int, only: list[str]) -> list[dict]:
             per_round: dict[str, list[float]] = {mode: [] for mode in CALL_MODES}
             for _ in range(rounds):
                 for mode in random.sample(list(per_round), len(per_round)):
-                    timer = HostTimer() if mode == "host clock" else Timer()
-                    steps = None if mode == "plain" else ModuleSteps(types.SimpleNamespace(timer=timer))
+                    steps = None if mode == "plain" else ModuleSteps(types.SimpleNamespace(timer=timer("host clock" if mode == "host clock" else "events")))
                     if mode == "scouting":
                         steps.scouting = False  # never narrows: every call through the wrapper
                     for _ in range(ModuleSteps.SCOUT_CALLS + 1):  # past the scout (or the same calls plain)
@@ -186,69 +197,83 @@ def module_call_costs(device: str, rounds: int, only: list[str]) -> list[dict]:
     return out
 
 
+# --alternate's variants: (label, a synchronize after each forward, the Timer's kind)
+ALTERNATE = (("events, sync", True, "events"), ("events", False, "events"),
+             ("end event", False, "end event"), ("host clock", False, "host clock"))
+
+
 def alternating_costs(device: str, pairs: int, only: list[str]) -> list[dict]:
-    """The light pass's cost per step, forward by forward: the shipped ModuleSteps (a real
-    Timer, CUDA events on a GPU) scouts and narrows once; then each pair of forwards runs one
-    plain (the step class's own ``__call__`` taken away: torch's path) and one through the
-    narrowed wrapper, in a random order, each timed from an idle GPU to its synchronize.
+    """The light pass's cost per step, forward by forward: the shipped ModuleSteps scouts and
+    narrows once per variant; then each pair of forwards runs one plain (the step class's own
+    ``__call__`` taken away: torch's path) and one through the narrowed wrapper, in a random
+    order, each timed on the host.
 
     Why forward by forward: a host-paced program on the H200 changes speed within a second
     (0.2 s measurements differed by 8-18 % from round to round, run 5), so differences of
     measurements seconds apart needed thousands of rounds to resolve 1 %. Two forwards a
     millisecond apart share the regime; the toggle (a class attribute set or deleted, the
-    same in both directions) is outside the timed span. The synchronize after each forward
-    shows all of the wrapper's cost, even what a program that runs ahead of the GPU would
-    hide: an upper bound. The mean difference counts the settle every 128 steps."""
+    same in both directions) is outside the timed span. The mean difference counts the
+    settle every 128 steps.
+
+    Variants (ALTERNATE): "events, sync" times each forward to a synchronize after it, from an
+    idle GPU (all of the step's cost shows, also what a program that runs ahead of the GPU
+    hides: an upper bound); the others time the forward's host side as image_infer.py's loop
+    runs it (no synchronize inside; one after each pair, untimed), with the shipped Timer,
+    with an event at the end only, and with no events (the wrapper's bookkeeping alone)."""
     import types
 
     import torch
 
-    from perfdoctor.record.bootstrap.main import ModuleSteps, Timer, module_step_name
+    from perfdoctor.record.bootstrap.main import ModuleSteps
 
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    gpu_sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     out = []
     with torch.inference_mode():
         for label, (model, x) in call_models(device, only).items():
-            steps = ModuleSteps(types.SimpleNamespace(timer=Timer()))
-            for _ in range(ModuleSteps.SCOUT_CALLS + 1):
-                model(x)
-            if steps.scouting or not steps.own:
-                raise SystemExit(f"{label}: the light pass did not narrow to a step class")
-            own = [(cls, ours) for cls, mine, ours in steps.own if mine is None]
-            if len(own) != len(steps.own):
-                raise SystemExit(f"{label}: a step class has a __call__ of its own; not toggled here")
-
-            def light(on: bool) -> None:
-                for cls, ours in own:
-                    if on:
-                        cls.__call__ = ours
-                    elif "__call__" in cls.__dict__:
-                        del cls.__call__
-
-            for _ in range(20):  # both paths warm
-                for on in (False, True):
-                    light(on)
+            for variant, sync_each, kind in ALTERNATE:
+                steps = ModuleSteps(types.SimpleNamespace(timer=timer(kind)))
+                for _ in range(ModuleSteps.SCOUT_CALLS + 1):
                     model(x)
-            sync()
-            times: dict[bool, list[int]] = {False: [], True: []}
-            for _ in range(pairs):
-                for on in random.sample((False, True), 2):
-                    light(on)
-                    t0 = time.perf_counter_ns()
-                    model(x)
-                    sync()
-                    times[on].append(time.perf_counter_ns() - t0)
-            light(False)
-            steps.uninstall()
-            diffs = [(a - b) / 1e3 for a, b in zip(times[True], times[False])]
-            plain = statistics.median(times[False]) / 1e3
-            mean, sd = statistics.fmean(diffs), statistics.stdev(diffs)
-            row = {"model": label, "device": device, "pairs": pairs, "plain_us": plain,
-                   "steps_timed": steps.times[0].count(module_step_name(own[0][0])) if len(own) == 1 else None,
-                   "mean_us": mean, "stderr_us": sd / len(diffs) ** 0.5, "median_us": statistics.median(diffs),
-                   "mean_share": mean / plain, "stderr_share": sd / len(diffs) ** 0.5 / plain}
-            out.append(row)
-            print(json.dumps(row), flush=True)
+                if steps.scouting or not steps.own:
+                    raise SystemExit(f"{label}: the light pass did not narrow to a step class")
+                own = [(cls, ours) for cls, mine, ours in steps.own if mine is None]
+                if len(own) != len(steps.own):
+                    raise SystemExit(f"{label}: a step class has a __call__ of its own; not toggled here")
+
+                def light(on: bool) -> None:
+                    for cls, ours in own:
+                        if on:
+                            cls.__call__ = ours
+                        elif "__call__" in cls.__dict__:
+                            del cls.__call__
+
+                for _ in range(20):  # both paths warm
+                    for on in (False, True):
+                        light(on)
+                        model(x)
+                gpu_sync()
+                times: dict[bool, list[int]] = {False: [], True: []}
+                for _ in range(pairs):
+                    for on in random.sample((False, True), 2):
+                        light(on)
+                        t0 = time.perf_counter_ns()
+                        model(x)
+                        if sync_each:
+                            gpu_sync()
+                        times[on].append(time.perf_counter_ns() - t0)
+                    if not sync_each:
+                        gpu_sync()
+                light(False)
+                steps.uninstall()
+                diffs = [(a - b) / 1e3 for a, b in zip(times[True], times[False])]
+                plain = statistics.median(times[False]) / 1e3
+                mean, sd = statistics.fmean(diffs), statistics.stdev(diffs)
+                row = {"model": label, "variant": variant, "device": device, "pairs": pairs, "plain_us": plain,
+                       "steps_timed": sum(steps.times[0].count(n) for n in steps.classes),
+                       "mean_us": mean, "stderr_us": sd / len(diffs) ** 0.5, "median_us": statistics.median(diffs),
+                       "mean_share": mean / plain, "stderr_share": sd / len(diffs) ** 0.5 / plain}
+                out.append(row)
+                print(json.dumps(row), flush=True)
     return out
 
 
@@ -265,7 +290,7 @@ def edge_costs(device: str, steps: int) -> dict:
 
     from perfdoctor import api
     from perfdoctor.bundle.protocol import PassConfig
-    from perfdoctor.record.bootstrap.main import Session
+    from perfdoctor.record.bootstrap.main import Session, StepTimes
 
     x = torch.zeros(1024, device=device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
@@ -280,23 +305,25 @@ def edge_costs(device: str, steps: int) -> dict:
             out.append((t0, time.perf_counter_ns()))
         return out
 
-    run(50)
-    alone = run(steps)
-    session = Session(PassConfig(pass_="light"))
-    api.subscribe(session)
-    try:
-        run(50)
-        timed = run(steps)
-    finally:
-        api._listeners.remove(session)
-    series = session.times.series()[0]["edge_step"]
-    host, end = series["host_start_ns"][-steps:], series["gpu_end_ns"][-steps:]
     med = lambda v: statistics.median(v) / 1e3  # noqa: E731
-    return {"device": device, "steps": steps,
-            "alone_us": med([b - a for a, b in alone]), "own_us": med([b - a for a, b in timed]),
-            "span_us": med([e - h for h, e in zip(host, end)]),
-            "before_us": med([h - a for (a, _), h in zip(timed, host)]),
-            "after_us": med([b - e for (_, b), e in zip(timed, end)])}
+    run(50)
+    out = {"device": device, "steps": steps, "alone_us": med([b - a for a, b in run(steps)])}
+    for kind in ("events", "end event", "host clock"):
+        session = Session(PassConfig(pass_="light"))
+        session.timer = timer(kind)
+        session.times = StepTimes(session.timer)
+        api.subscribe(session)
+        try:
+            run(50)
+            timed = run(steps)
+        finally:
+            api._listeners.remove(session)
+        series = session.times.series()[0]["edge_step"]
+        host, end = series["host_start_ns"][-steps:], series["gpu_end_ns"][-steps:]
+        out[kind] = {"own_us": med([b - a for a, b in timed]), "span_us": med([e - h for h, e in zip(host, end)]),
+                     "before_us": med([h - a for (a, _), h in zip(timed, host)]),
+                     "after_us": med([b - e for (_, b), e in zip(timed, end)])}
+    return out
 
 
 def event_costs(n: int = 2000) -> dict[str, float]:
@@ -382,14 +409,17 @@ def module_main(args: argparse.Namespace) -> None:
             print(f"{r['model']:11}{r['module_calls']:>6}{r['plain_us']:>10.1f}" + "".join(f"{cell(m):>24}" for m in CALL_MODES[1:]))
     if args.edges:
         report["edges"] = e = edge_costs(args.device, args.edges)
-        print(f"edges, us per step (median of {e['steps']}): alone {e['alone_us']:.1f}, own timer {e['own_us']:.1f}, "
-              f"light span {e['span_us']:.1f}; timer start -> span start {e['before_us']:.1f}, span end -> timer end {e['after_us']:.1f}")
+        print(f"edges, us per step (median of {e['steps']}): alone {e['alone_us']:.1f}")
+        for kind in ("events", "end event", "host clock"):
+            k = e[kind]
+            print(f"  light pass, {kind:10}: own timer {k['own_us']:.1f} (+{k['own_us'] - e['alone_us']:.1f}), span {k['span_us']:.1f}; "
+                  f"timer start -> span start {k['before_us']:.1f}, span end -> timer end {k['after_us']:.1f}")
     if args.alternate:
         report["alternate"] = alternating_costs(args.device, args.alternate, args.trees.split(","))
-        print(f"\n{'model':11}{'pairs':>7}{'plain us':>10}{'light - plain, mean us/step':>32}{'median':>9}")
+        print(f"\n{'model':11}{'variant':14}{'pairs':>7}{'plain us':>10}{'light - plain, mean us/step':>32}{'median':>9}")
         for r in report["alternate"]:
             cost = f"{r['mean_us']:+.1f} ± {r['stderr_us']:.1f} ({r['mean_share']:+.2%} ± {r['stderr_share']:.2%})"
-            print(f"{r['model']:11}{r['pairs']:>7}{r['plain_us']:>10.1f}{cost:>32}{r['median_us']:>+9.1f}")
+            print(f"{r['model']:11}{r['variant']:14}{r['pairs']:>7}{r['plain_us']:>10.1f}{cost:>32}{r['median_us']:>+9.1f}")
     if args.program:
         with tempfile.TemporaryDirectory() as tmp:
             report["program"] = [program_pairs(args.device, args.pairs, m, Path(tmp)) for m in args.models.split(",")]
