@@ -36,7 +36,7 @@ import pandas as pd
 from perfdoctor.analysis.metrics import Analysis
 from perfdoctor.reports import attribution, common
 from perfdoctor.reports.format import html as e, value  # e: element text and attribute values
-from perfdoctor.reports.summary import workload_lines
+from perfdoctor.reports.summary import uneven_steps_lines, workload_lines
 from perfdoctor.reports.json import document
 from perfdoctor.rules.engine import Finding
 from perfdoctor.names.kernels import label as short_name
@@ -693,6 +693,7 @@ def render(findings: Sequence[Finding], analysis: Analysis, packs: Sequence[str]
         "<h1>perfdoctor report</h1>",
         f'<p class="src">{e(common.source_line(analysis))}</p>',
         f'<p class="muted">Step time: {e(analysis.time_source)}</p>',
+        *[f'<p class="muted">{e(line)}</p>' for line in uneven_steps_lines(analysis)],
         *[f'<p class="muted">{e(line)}</p>' for line in workload_lines(analysis)],
         f'<div class="verdict {common.outcome(findings, analysis)}">{e(verdict)}</div>',
         attribution.html(analysis),

@@ -13,7 +13,7 @@ from typing import Sequence
 from perfdoctor.analysis.metrics import Analysis
 from perfdoctor.reports import attribution, bounds, common
 from perfdoctor.reports.format import md_cell, md_text
-from perfdoctor.reports.summary import workload_lines
+from perfdoctor.reports.summary import uneven_steps_lines, workload_lines
 from perfdoctor.rules.engine import Finding
 from perfdoctor.rules.evidence import Evidence
 from perfdoctor.text import clean_block
@@ -80,6 +80,7 @@ def render(findings: Sequence[Finding], analysis: Analysis) -> str:
         "",
         f"<sub>{md_cell(common.source_line(analysis))}</sub>",
         f"<sub>step time: {md_cell(analysis.time_source)}</sub>",
+        *[f"<sub>{md_cell(line)}</sub>" for line in uneven_steps_lines(analysis)],
         *[f"<sub>{md_cell(line)}</sub>" for line in workload_lines(analysis)],
         "",
         *attribution.markdown(analysis),

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from perfdoctor.analysis.metrics import Analysis
 from perfdoctor.reports.common import fmt_metric
-from perfdoctor.reports.format import num
+from perfdoctor.reports.format import num, value
 from perfdoctor.text import clean
 from perfdoctor.text import rich as esc  # untrusted text in rich markup (a table title)
 
@@ -157,9 +157,31 @@ def workload_lines(analysis: Analysis) -> list[str]:
     return lines
 
 
+# The median and the mean step further apart than this: the report gives both.
+UNEVEN = 0.05
+
+
+def uneven_steps_lines(analysis: Analysis) -> list[str]:
+    """The mean step beside the median when they part by more than UNEVEN: a program's own
+    "ms per iteration" is a timer around its loop, a mean (1 / ``steps_per_s``), and on
+    uneven steps (a training loop that waits for its DataLoader every few iterations: 47 ms
+    steps and 150-190 ms ones, on the H200) the median is not what that timer reads. Only
+    for the light pass's steps: the program's timer runs untraced too (a trace's steps are
+    stretched by its tracer, and few)."""
+    p50, rate = analysis.value("step_latency_ms_p50"), analysis.value("steps_per_s")
+    if analysis.light is None or not p50 or not rate:
+        return []
+    mean = 1e3 / rate
+    if abs(mean / p50 - 1) <= UNEVEN:
+        return []
+    return [f"uneven steps: median {value(p50, 'ms')}, mean {value(mean, 'ms')} (1 / steps_per_s): "
+            "a timer around the whole loop reads the mean"]
+
+
 def header_lines(analysis: Analysis) -> list[str]:
     """How the steps were found, where step time comes from, and what to watch out for."""
     lines = [f"step time: {analysis.time_source}"]  # how the steps were found: the head line says (render_summary)
+    lines.extend(uneven_steps_lines(analysis))
     lines.extend(workload_lines(analysis))
     first = analysis.first_step_note()
     if first:

@@ -1,0 +1,45 @@
+"""The mean step beside the median when the light pass's steps are uneven (a training loop
+that waits for its DataLoader every few iterations): a program's own "ms per iteration" is
+a mean, and the report must give the number it can be checked against."""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from pathlib import Path
+
+from perfdoctor import pipeline
+from perfdoctor.reports.summary import UNEVEN, uneven_steps_lines
+
+DATA = Path(pipeline.__file__).parent / "demo" / "data"  # the recorded H200 bundles
+
+
+def with_rate(analysis, steps_per_s: float):
+    """The demo's analysis with another untraced step rate (the median left as measured)."""
+    m = analysis.metrics["steps_per_s"]
+    analysis.metrics["steps_per_s"] = dataclasses.replace(m, value=steps_per_s)
+    return analysis
+
+
+def test_even_steps_say_nothing_and_uneven_ones_give_the_mean():
+    analysis = pipeline.diagnose(DATA / "eager").analysis
+    p50 = analysis.value("step_latency_ms_p50")
+    rate = analysis.value("steps_per_s")
+    assert analysis.light is not None and p50 and rate
+    # The recorded eager engine: its median and its mean (1 / rate) within 5 % of each other.
+    assert abs(1e3 / rate / p50 - 1) <= UNEVEN
+    assert uneven_steps_lines(analysis) == []
+    # Mean 1.47x the median, as train_loop.py with 4 workers on the H200 (46.7 vs 68.8 ms).
+    lines = uneven_steps_lines(with_rate(analysis, 1e3 / (p50 * 1.47)))
+    assert len(lines) == 1
+    assert f"median {p50:.3g} ms" in lines[0] and f"mean {p50 * 1.47:.3g} ms" in lines[0]
+
+
+def test_a_trace_alone_gets_no_line():
+    # Traced steps are stretched by the tracer: the program's untimed loop is not comparable.
+    from conftest import FIXTURES
+
+    analysis = pipeline.diagnose(FIXTURES / "h200-decode-eager-5steps.kineto.json.gz").analysis
+    cp = analysis.timeline.critical_path_ms()
+    assert abs(statistics.fmean(cp) / statistics.median(cp) - 1) > UNEVEN  # uneven, yet
+    assert analysis.light is None and uneven_steps_lines(analysis) == []
