@@ -13,7 +13,8 @@ from pathlib import Path
 
 import torch
 
-from perfdoctor.record.bootstrap.main import ModuleSteps, Timer
+from perfdoctor.record.bootstrap.clock import Timer
+from perfdoctor.record.bootstrap.main import ModuleSteps
 
 ROOT = Path(__file__).parents[2]
 TORCH_CALL = torch.nn.Module.__call__
