@@ -291,7 +291,7 @@ def edge_costs(device: str, steps: int) -> dict:
     from perfdoctor import api
     from perfdoctor.bundle.protocol import PassConfig
     from perfdoctor.record.bootstrap.clock import StepTimes
-    from perfdoctor.record.bootstrap.main import Session
+    from perfdoctor.record.bootstrap.session import Session
 
     x = torch.zeros(1024, device=device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)

@@ -463,7 +463,7 @@ def test_nested_serving_ranges_are_one_step_in_the_traced_passes():
     import gzip
 
     from perfdoctor.bundle.protocol import PassConfig
-    from perfdoctor.record.bootstrap.main import Session
+    from perfdoctor.record.bootstrap.session import Session
 
     marks = []
     for path in SGLANG:
@@ -832,7 +832,7 @@ def test_progress_line_and_time_left():
 
 
 def test_step_ticks_reach_only_the_pipe_perfdoctor_run_made():
-    from perfdoctor.record.bootstrap.main import progress_pipe
+    from perfdoctor.record.bootstrap.session import progress_pipe
 
     r, w = os.pipe()
     other_r, other_w = os.pipe()
