@@ -155,7 +155,7 @@ def module_call_costs(device: str, rounds: int, only: list[str]) -> list[dict]:
 
     import torch
 
-    from perfdoctor.record.bootstrap.main import ModuleSteps
+    from perfdoctor.record.bootstrap.steps import ModuleSteps
 
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     out = []
@@ -224,7 +224,7 @@ def alternating_costs(device: str, pairs: int, only: list[str]) -> list[dict]:
 
     import torch
 
-    from perfdoctor.record.bootstrap.main import ModuleSteps
+    from perfdoctor.record.bootstrap.steps import ModuleSteps
 
     gpu_sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     out = []
