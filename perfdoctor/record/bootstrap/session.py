@@ -2,9 +2,9 @@
 the trace window (the torch profiler, nsys's capture range, ncu's NVTX range), sends step
 ticks to ``perfdoctor run`` and writes the pass's results at the end.
 
-Every hook of the bootstrap (:mod:`.ranges`, :mod:`.steps`, :mod:`perfdoctor.api`'s
-listeners) reports to the session; the session imports none of them, so the hooks can be
-read apart from it and it apart from them.
+The hooks (:mod:`.ranges`, :mod:`.steps` and :mod:`perfdoctor.api`'s step listeners) call
+the session; it imports neither hook module (they import it), and reaches the module steps
+only through the ``ModuleSteps`` that main hands it as ``Session.modules``.
 """
 
 from __future__ import annotations

@@ -2,10 +2,11 @@
 ``torch.compile``-d functions (:func:`install_compiled_steps`) and of ``--step-fn
 module:function`` (:func:`install_step_fn`).
 
-Each wraps the program's own code at the one place its calls pass through and reports the
-calls to the :class:`~perfdoctor.record.bootstrap.session.Session` as steps or ranges;
-together because they are the three ways the bootstrap finds a step in a program that
-declared none.
+Each wraps the one callable those calls go through (``nn.Module.__call__``,
+``torch.compile``'s result, the named function) and reports them to the
+:class:`~perfdoctor.record.bootstrap.session.Session`, directly or through
+:mod:`perfdoctor.api`, as steps or ranges. Together because each makes steps of calls the
+program did not mark itself.
 """
 
 from __future__ import annotations
