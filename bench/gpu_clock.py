@@ -1,6 +1,6 @@
 """How far the light pass's GPU clock puts an event from the host time it happened at.
 
-The light pass (perfdoctor/record/bootstrap/main.py, ``GpuClock``) puts a CUDA event on the
+The light pass (perfdoctor/record/bootstrap/clock.py, ``GpuClock``) puts a CUDA event on the
 host clock as ``t0 + ref.elapsed_time(event)``, where ``t0`` is read after a
 ``synchronize()`` and *before* the reference event is recorded: the reference's GPU time is
 later than ``t0`` by the time the record takes to reach the idle GPU, and every event it
@@ -73,7 +73,7 @@ def main() -> None:
     args = p.parse_args()
     import torch
 
-    from perfdoctor.record.bootstrap.main import GpuClock
+    from perfdoctor.record.bootstrap.clock import GpuClock
 
     torch.ones(1, device="cuda")
     clock = GpuClock(torch)  # the shipped anchoring, through the shipped code

@@ -135,7 +135,7 @@ def timer(kind: str):
     """A light-pass Timer: "events" (as shipped: a CUDA event at each step's start and end),
     "host clock" (no events: what the bookkeeping costs alone), "end event" (the host time
     at the start, an event at the end: what the start event costs, by difference)."""
-    from perfdoctor.record.bootstrap.main import Timer
+    from perfdoctor.record.bootstrap.clock import Timer
 
     class Partial(Timer):
         marks = 0
@@ -155,7 +155,7 @@ def module_call_costs(device: str, rounds: int, only: list[str]) -> list[dict]:
 
     import torch
 
-    from perfdoctor.record.bootstrap.main import ModuleSteps
+    from perfdoctor.record.bootstrap.steps import ModuleSteps
 
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     out = []
@@ -224,7 +224,7 @@ def alternating_costs(device: str, pairs: int, only: list[str]) -> list[dict]:
 
     import torch
 
-    from perfdoctor.record.bootstrap.main import ModuleSteps
+    from perfdoctor.record.bootstrap.steps import ModuleSteps
 
     gpu_sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     out = []
@@ -290,7 +290,8 @@ def edge_costs(device: str, steps: int) -> dict:
 
     from perfdoctor import api
     from perfdoctor.bundle.protocol import PassConfig
-    from perfdoctor.record.bootstrap.main import Session, StepTimes
+    from perfdoctor.record.bootstrap.clock import StepTimes
+    from perfdoctor.record.bootstrap.session import Session
 
     x = torch.zeros(1024, device=device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
@@ -332,7 +333,7 @@ def event_costs(n: int = 2000) -> dict[str, float]:
     completed one (the query and elapsed time of GpuClock.settle)."""
     import torch
 
-    from perfdoctor.record.bootstrap.main import GpuClock
+    from perfdoctor.record.bootstrap.clock import GpuClock
 
     torch.zeros(1, device="cuda")
     clock = GpuClock(torch)

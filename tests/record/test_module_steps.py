@@ -1,4 +1,4 @@
-"""The light pass's module-call step (perfdoctor.record.bootstrap.main.ModuleSteps): after
+"""The light pass's module-call step (perfdoctor.record.bootstrap.steps.ModuleSteps): after
 its scout, submodule calls are back on torch's own ``Module.__call__`` (issue 29 item 6,
 "the light pass disturbs nothing"), and the step still has one entry per forward."""
 
@@ -13,7 +13,8 @@ from pathlib import Path
 
 import torch
 
-from perfdoctor.record.bootstrap.main import ModuleSteps, Timer
+from perfdoctor.record.bootstrap.clock import Timer
+from perfdoctor.record.bootstrap.steps import ModuleSteps
 
 ROOT = Path(__file__).parents[2]
 TORCH_CALL = torch.nn.Module.__call__

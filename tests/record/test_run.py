@@ -463,7 +463,7 @@ def test_nested_serving_ranges_are_one_step_in_the_traced_passes():
     import gzip
 
     from perfdoctor.bundle.protocol import PassConfig
-    from perfdoctor.record.bootstrap.main import Session
+    from perfdoctor.record.bootstrap.session import Session
 
     marks = []
     for path in SGLANG:
@@ -608,13 +608,13 @@ class FakeCuda:
 
 
 def test_light_pass_gpu_bookkeeping_with_fake_events():
-    from perfdoctor.record.bootstrap import main as bootstrap
+    from perfdoctor.record.bootstrap import clock
 
     fake = FakeCuda()
-    timer = bootstrap.Timer()
-    timer.clock = bootstrap.GpuClock(fake)
+    timer = clock.Timer()
+    timer.clock = clock.GpuClock(fake)
     made_before_the_steps = fake.created
-    times = bootstrap.StepTimes(timer)
+    times = clock.StepTimes(timer)
     for i in range(300):
         fake.capturing = i == 150  # one step inside a CUDA graph capture
         times.start("step")
@@ -629,7 +629,7 @@ def test_light_pass_gpu_bookkeeping_with_fake_events():
     assert s["gpu_end_ns"][1] - s["gpu_end_ns"][0] == 1_000_000  # 1 ms of fake GPU time per step
     # The pool is made before the first step and settled events go back to it: no step
     # creates an event (creating one on the H200 is what a short run paid per step).
-    assert made_before_the_steps >= bootstrap.GpuClock.POOL
+    assert made_before_the_steps >= clock.GpuClock.POOL
     assert fake.created == made_before_the_steps
 
 
@@ -640,7 +640,7 @@ def test_stream_recorder_reads_the_current_stream_every_time_and_falls_back():
     kept, and a torch whose private API differs gets the public Event.record."""
     import types
 
-    from perfdoctor.record.bootstrap import main as bootstrap
+    from perfdoctor.record.bootstrap import clock
 
     made, recorded = [], []
 
@@ -663,7 +663,7 @@ def test_stream_recorder_reads_the_current_stream_every_time_and_falls_back():
                                  _CudaEventBase=base),
         cuda=types.SimpleNamespace(Stream=Stream, Event=Event),
     )
-    record = bootstrap.stream_recorder(fake)
+    record = clock.stream_recorder(fake)
     recorded.clear()
     e = Event()
     for sid in (0, 0, 3, 3, 0):
@@ -676,11 +676,11 @@ def test_stream_recorder_reads_the_current_stream_every_time_and_falls_back():
         raise TypeError("record() takes 1 argument")
 
     fake._C._CudaEventBase = types.SimpleNamespace(record=broken)
-    record = bootstrap.stream_recorder(fake)
+    record = clock.stream_recorder(fake)
     record(e)
     assert e.public == 1  # the public path
     del fake._C._cuda_getCurrentStream
-    record = bootstrap.stream_recorder(fake)
+    record = clock.stream_recorder(fake)
     record(e)
     assert e.public == 2
 
@@ -832,7 +832,7 @@ def test_progress_line_and_time_left():
 
 
 def test_step_ticks_reach_only_the_pipe_perfdoctor_run_made():
-    from perfdoctor.record.bootstrap.main import progress_pipe
+    from perfdoctor.record.bootstrap.session import progress_pipe
 
     r, w = os.pipe()
     other_r, other_w = os.pipe()

@@ -149,11 +149,11 @@ def test_light_pass_event_record_is_fast_and_on_the_current_stream():
     that moment, as Event.record does."""
     import time
 
-    from perfdoctor.record.bootstrap import main as bootstrap
+    from perfdoctor.record.bootstrap import clock
 
     torch.ones(1, device="cuda")
     torch.cuda.synchronize()
-    fast_record = bootstrap.stream_recorder(torch)
+    fast_record = clock.stream_recorder(torch)
     e = torch.cuda.Event(enable_timing=True)
 
     def per_call(f, n=20000):

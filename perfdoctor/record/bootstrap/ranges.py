@@ -1,0 +1,204 @@
+"""The program's own ranges (``record_function``, the ``nvtx`` package, ``torch.cuda.nvtx``):
+:func:`hook_ranges` reports them to the :class:`~perfdoctor.record.bootstrap.session.Session`
+and mirrors each kind into the tool that only sees the other.
+
+Its own module because the hooks share one piece of state, the ranges open on each thread
+(:class:`_Mirror`), and nothing else of the bootstrap.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from perfdoctor import api
+from perfdoctor.record.bootstrap.session import Session
+
+
+@dataclass
+class _Open:
+    """A range open on this thread, as hook_ranges sees it.
+
+    ``echo``: the same name as the range just outside it (one range annotated twice, e.g.
+    record_function and NVTX with one name): not a range of its own, not counted again.
+    ``skipped``: an NVTX push not passed on, because our record_function mirror already
+    pushed the identical NVTX range. ``mirrored``: a record_function we also pushed to NVTX.
+    """
+
+    kind: str
+    name: str
+    echo: bool
+    skipped: bool
+    handle: Any = None
+    mirrored: bool = False
+
+
+def hook_ranges(session: Session, nvtx_to_torch: bool, torch_to_nvtx: bool) -> None:
+    """Follow ``record_function`` and NVTX ranges (``nvtx`` package, ``torch.cuda.nvtx``):
+    report them to the session (steps matching ``--step``, light-pass timing) and, as the
+    pass needs, mirror NVTX into the torch profiler or record_function into NVTX, so each
+    tool sees the ranges of both kinds.
+
+    On a CPU-only torch, ``torch.cuda.nvtx`` raises (as it does without perfdoctor), so there
+    the ``nvtx`` package is the only NVTX source; with no NVTX tool attached its calls are
+    no-ops, and this mirror is how its ranges reach the torch trace.
+    """
+    mirror = _Mirror(session, api.marks(), nvtx_to_torch)
+    if mirror.marks.rf_class is not None:
+        _hook_record_function(mirror, torch_to_nvtx)
+    _hook_nvtx_package(mirror)
+    _hook_torch_nvtx(mirror)
+
+
+class _Mirror:
+    """The ranges open on each thread, shared by the hooks of :func:`hook_ranges`."""
+
+    def __init__(self, session: Session, marks: Any, nvtx_to_torch: bool) -> None:
+        self.session = session
+        self.marks = marks
+        self.nvtx_to_torch = nvtx_to_torch
+        self.local = threading.local()
+
+    def opened(self) -> list[_Open]:
+        if not hasattr(self.local, "items"):
+            self.local.items = []
+        return self.local.items
+
+    def nvtx_enter(self, name: str) -> bool:
+        """Before an NVTX push; False when the push itself must be skipped."""
+        items = self.opened()
+        outer = items[-1] if items else None
+        echo = outer is not None and outer.name == name
+        # Our record_function -> NVTX mirror already pushed this very range for nsys/ncu.
+        skip = echo and outer.kind == "rf" and outer.mirrored  # type: ignore[union-attr]
+        entry = _Open("nvtx", name, echo, skip)
+        if not echo:
+            self.session.range_start(name)
+            if self.nvtx_to_torch and self.marks.rf_class is not None:
+                entry.handle = self.marks.rf_class(name)
+                self.marks.rf_enter(entry.handle)
+        items.append(entry)
+        return not skip
+
+    def nvtx_leave(self) -> _Open | None:
+        items = self.opened()
+        index = next((i for i in range(len(items) - 1, -1, -1) if items[i].kind == "nvtx"), None)
+        return None if index is None else items.pop(index)
+
+    def nvtx_left(self, entry: _Open | None) -> None:
+        if entry is None or entry.echo:
+            return
+        if entry.handle is not None:
+            self.marks.rf_exit(entry.handle, None, None, None)
+        self.session.range_end(entry.name)
+
+    def nvtx_pop(self, original: Any, *args: Any, **kwargs: Any) -> Any:
+        entry = self.nvtx_leave()
+        result = None if entry is not None and entry.skipped else original(*args, **kwargs)
+        self.nvtx_left(entry)
+        return result
+
+
+def _hook_record_function(mirror: _Mirror, torch_to_nvtx: bool) -> None:
+    """record_function's enter and exit report the range, and push it to NVTX when asked."""
+    session, marks = mirror.session, mirror.marks
+    rf = marks.rf_class
+    rf_enter, rf_exit = marks.rf_enter, marks.rf_exit
+    push = marks.nvtx_push if torch_to_nvtx else None
+    pop = marks.nvtx_pop if torch_to_nvtx else None
+
+    def enter(self: Any) -> Any:
+        items = mirror.opened()
+        echo = bool(items) and items[-1].name == self.name
+        if not echo:
+            session.range_start(self.name)
+        result = rf_enter(self)
+        entry = _Open("rf", self.name, echo, False, handle=id(self))
+        if push is not None and not echo:
+            push(self.name)
+            entry.mirrored = True
+        items.append(entry)
+        return result
+
+    def exit_(self: Any, *exc: Any) -> Any:
+        items = mirror.opened()
+        index = next((i for i in range(len(items) - 1, -1, -1) if items[i].handle == id(self)), None)
+        entry = items.pop(index) if index is not None else _Open("rf", self.name, False, False)
+        if entry.mirrored:
+            pop()  # type: ignore[misc]
+        result = rf_exit(self, *exc)
+        if not entry.echo:
+            session.range_end(self.name)
+        return result
+
+    rf.__enter__, rf.__exit__ = enter, exit_
+
+
+def _hook_nvtx_package(mirror: _Mirror) -> None:
+    """The ``nvtx`` package's push_range/pop_range and annotate go through the mirror."""
+    try:
+        import nvtx
+        import nvtx.nvtx as nvtx_impl
+    except ImportError:
+        return
+    orig_push, orig_pop = nvtx.push_range, nvtx.pop_range
+
+    def push_range(message: str | None = None, *args: Any, **kwargs: Any) -> Any:
+        if mirror.nvtx_enter(message or ""):
+            return orig_push(message, *args, **kwargs)
+        return None
+
+    def pop_range(*args: Any, **kwargs: Any) -> Any:
+        return mirror.nvtx_pop(orig_pop, *args, **kwargs)
+
+    nvtx.push_range = nvtx_impl.push_range = push_range
+    nvtx.pop_range = nvtx_impl.pop_range = pop_range
+    annotate = nvtx.annotate
+    a_enter, a_exit, a_call = annotate.__enter__, annotate.__exit__, annotate.__call__
+
+    def annotate_enter(self: Any) -> Any:
+        if mirror.nvtx_enter(self.init_args[0] or ""):
+            a_enter(self)
+        return self
+
+    def annotate_exit(self: Any, *exc: Any) -> Any:
+        return mirror.nvtx_pop(a_exit, self, *exc)
+
+    def annotate_call(self: Any, func: Any) -> Any:
+        inner = a_call(self, func)
+        label = self.init_args[0] or func.__name__
+
+        @functools.wraps(func)
+        def mirrored(*args: Any, **kwargs: Any) -> Any:
+            # inner pushes its own NVTX range: ours only follows it, never skips it.
+            mirror.nvtx_enter(label)
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                mirror.nvtx_left(mirror.nvtx_leave())
+
+        return mirrored
+
+    annotate.__enter__, annotate.__exit__, annotate.__call__ = annotate_enter, annotate_exit, annotate_call
+
+
+def _hook_torch_nvtx(mirror: _Mirror) -> None:
+    """``torch.cuda.nvtx.range_push``/``range_pop`` go through the mirror."""
+    torch = sys.modules.get("torch")
+    # A CUDA build, asked without torch.cuda.is_available(), which would initialize the CUDA
+    # driver before the program does: the bootstrap should change nothing the program does.
+    if torch is None or not hasattr(torch._C, "_nvtx"):
+        return
+    tnvtx = torch.cuda.nvtx
+    t_push, t_pop = tnvtx.range_push, tnvtx.range_pop
+
+    def range_push(msg: str) -> Any:
+        return t_push(msg) if mirror.nvtx_enter(msg) else 0
+
+    def range_pop() -> Any:
+        return mirror.nvtx_pop(t_pop)
+
+    tnvtx.range_push, tnvtx.range_pop = range_push, range_pop

@@ -1,0 +1,401 @@
+"""One pass's state inside the program: :class:`Session` counts the steps, opens and closes
+the trace window (the torch profiler, nsys's capture range, ncu's NVTX range), sends step
+ticks to ``perfdoctor run`` and writes the pass's results at the end.
+
+The hooks (:mod:`.ranges`, :mod:`.steps` and :mod:`perfdoctor.api`'s step listeners) call
+the session; it imports neither hook module (they import it), and reaches the module steps
+only through the ``ModuleSteps`` that main hands it as ``Session.modules``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+import threading
+import time
+from typing import Any
+
+from perfdoctor import api
+from perfdoctor.bundle.layout import CLOCK_SYNC_RANGE, NCU_RANGE
+from perfdoctor.bundle.protocol import PassConfig, PassResults
+from perfdoctor.declare import DECLARE_PREFIX, parse_declaration
+from perfdoctor.names import ranges as rangenames
+from perfdoctor.record.bootstrap.clock import StepTimes, Timer
+from perfdoctor.record.launch import rank_device
+from perfdoctor.record.lockstep import Turns
+
+
+def progress_pipe(fd: int | None, identity: list[int] | None = None) -> int | None:
+    """The fd ``perfdoctor run`` reads step ticks from, if it is still that pipe here: a
+    FIFO, with the (device, inode) ``perfdoctor run`` saw (under nsys or ncu the number may
+    name another file, or nothing)."""
+    try:
+        st = os.fstat(fd) if fd is not None else None
+    except OSError:
+        return None
+    if st is None or not stat.S_ISFIFO(st.st_mode) or (identity is not None and [st.st_dev, st.st_ino] != list(identity)):
+        return None
+    return fd
+
+
+def on_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+class Session:
+    """State of one pass: which step we are in, the tracer, what to write at the end."""
+
+    def __init__(self, config: PassConfig) -> None:
+        self.config = config
+        self.mode: str = config.pass_
+        self.warmup: int = int(config.warmup or 0)
+        self.steps: int = int(config.steps or 0)  # 0: all steps after the warm-up
+        self.pattern: str | None = config.step
+        self.timer = Timer()
+        self.times = StepTimes(self.timer)
+        self.counts: dict[str, int] = {}
+        self.serving_depth: dict[tuple[int | None, str | None], int] = {}  # open serving ranges per thread
+        self.worker_steps: dict[str, int] = {}  # per step name: steps that ran off the main thread
+        self.declarations: dict[str, None] = {}  # declaration ranges seen (perfdoctor.declare ...)
+        self.window_name: str | None = None  # the step name that opened the window
+        self.window_state = "before"  # before -> open -> closed
+        self.whole_program = False
+        self.trace_scope: str | None = None  # why the trace is not just the window, when it is not
+        self.profiler: Any = None
+        self.trace_error: str | None = None
+        self.clock_sync: dict[str, int] | None = None
+        self.finished = False
+        self.lock = threading.RLock()
+        self.progress_fd = progress_pipe(config.progress_fd, config.progress_pipe)
+        self.unsent_ticks = 0
+        self.last_tick_ns = 0
+        # steps.ModuleSteps, when main installs one (typed Any: steps imports this module, not the reverse)
+        self.modules: Any = None
+        self.program_error: str | None = None  # an exception the program did not catch
+        self.exit_code: int | None = None  # the program's exit status, as far as it is known here
+        self.terminated = False  # SIGTERM ended it (torchrun stopping the ranks, perfdoctor's timeout)
+        # A forked child of the program runs the program's code, not ours: it must leave
+        # the parent's collection alone (its inherited profiler, the results file, the tick pipe).
+        self.pid = os.getpid()
+        self.main_ident = threading.main_thread().ident
+        self.disabled = False
+        self.inherited_profiler = False
+        self.profiler_used = False
+        # compare-programs --lockstep: steps taken in turn with another program (perfdoctor.record.lockstep)
+        self.turns = Turns(config.lockstep) if config.lockstep and self.mode == "light" else None
+        os.register_at_fork(after_in_child=self.forked)
+
+    def forked(self) -> None:
+        self.disabled = True
+        self.progress_fd = None
+        # The torch profiler's library (Kineto) does not survive a fork: a child that exits
+        # normally hangs in its C++ exit-time destructors (seen: ~ConfigLoader waiting on a
+        # condition variable of the parent's Kineto thread). See leave().
+        # Its threads outlive a stopped profiler, so any profiler start before the fork counts.
+        self.inherited_profiler = self.profiler_used
+        if self.modules is not None:
+            self.modules.uninstall()
+
+    def matches(self, name: str) -> bool:
+        # "serving step" (the light pass chose the serving ranges): every one of them
+        return self.pattern is not None and rangenames.matches_step(name, self.pattern)
+
+    def family_step(self, name: str, opening: bool) -> str | None:
+        """The step a serving range opens or closes, or None when it is nested in another
+        serving range of the same thread (SGLang writes a vLLM-style
+        ``execute_32_context_0(...)_generation_32(...)`` around each ``step[DECODE bs=32]``:
+        one iteration, one step). The serving ranges are one family whose names change
+        step by step, so the step is counted under the family's name: counted per name,
+        the window would open on the first range and never reach its warm-up or its end."""
+        key = (threading.get_ident(), self.pattern)
+        depth = self.serving_depth.get(key, 0)
+        self.serving_depth[key] = depth + 1 if opening else max(depth - 1, 0)
+        outermost = depth == 0 if opening else depth == 1
+        return self.pattern if outermost else None
+
+    # -- api.StepListener: perfdoctor.region / perfdoctor.step / --step-fn --
+
+    def step_start(self, name: str) -> None:
+        if not self.disabled and (self.pattern is None or self.matches(name)):
+            self.begin_step(name)
+
+    def step_end(self, name: str) -> None:
+        if not self.disabled and (self.pattern is None or self.matches(name)):
+            self.end_step(name)
+
+    def declared(self, name: str) -> None:
+        """A new declaration goes straight into a running trace; nothing else to do."""
+
+    # -- record_function / NVTX ranges (see ranges.hook_ranges) --
+
+    def range_start(self, name: str) -> None:
+        if self.disabled:
+            return
+        if self.matches(name):
+            if self.pattern != rangenames.SERVING_STEP:
+                self.begin_step(name)
+            elif (step := self.family_step(name, opening=True)) is not None:
+                self.begin_step(step)
+        elif name.startswith(DECLARE_PREFIX):
+            self.declarations[name] = None
+        elif self.mode == "light" and not name.startswith("perfdoctor."):
+            self.start_timing(name)  # the light pass times every range: the step may be any
+            if threading.get_ident() != self.main_ident:
+                self.worker_steps[name] = self.worker_steps.get(name, 0) + 1
+
+    def range_end(self, name: str) -> None:
+        if self.disabled:
+            return
+        if self.matches(name):
+            if self.pattern != rangenames.SERVING_STEP:
+                self.end_step(name)
+            elif (step := self.family_step(name, opening=False)) is not None:
+                self.end_step(step)
+        elif self.mode == "light" and not name.startswith("perfdoctor."):
+            self.end_timing(name)
+
+    def start_timing(self, name: str) -> None:
+        """The light pass: a step or range starts (after waiting for its lockstep turn, so
+        the wait lies before the step's clock)."""
+        if self.turns is not None:
+            self.turns.acquire()
+        self.times.start(name)
+
+    def end_timing(self, name: str) -> None:
+        self.times.end(name)
+        if self.turns is not None:
+            self.turns.release()
+        self.stop_module_timing(name)
+
+    def stop_module_timing(self, name: str) -> None:
+        """A range or a perfdoctor step repeats: it is the step (module calls come last in
+        the order of metrics.md), so the light pass stops timing module calls. Not a
+        library's range (``nccl:_all_gather_base`` inside every forward of a sharded model)
+        nor a warm-up range: those are never the step."""
+        if (
+            self.modules is not None
+            and self.modules.active
+            and self.times.count(name) >= 2
+            and rangenames.kind(name) not in (rangenames.LIBRARY, rangenames.WARMUP)
+        ):
+            self.modules.uninstall()
+
+    # -- steps --
+
+    def begin_step(self, name: str) -> None:
+        with self.lock:
+            index = self.counts.get(name, 0)
+            self.counts[name] = index + 1
+            if threading.get_ident() != self.main_ident:
+                self.worker_steps[name] = self.worker_steps.get(name, 0) + 1
+            if self.window_state == "before" and index == self.warmup:
+                self.window_name = name
+                self.open_window()
+            if self.mode == "ncu" and name == self.window_name and self.in_ncu_window(index):
+                # torch.cuda.nvtx: the default NVTX domain, which ncu's filter names.
+                sys.modules["torch"].cuda.nvtx.range_push(NCU_RANGE)
+        if self.mode == "light":
+            self.start_timing(name)
+
+    def end_step(self, name: str) -> None:
+        if self.mode == "light":
+            self.end_timing(name)
+        with self.lock:
+            index = self.counts.get(name, 1) - 1
+            if self.mode == "ncu" and name == self.window_name and self.in_ncu_window(index):
+                sys.modules["torch"].cuda.nvtx.range_pop()
+            last = self.warmup + self.steps
+            if self.window_state == "open" and name == self.window_name and self.steps and index + 1 >= last:
+                self.close_window()
+        self.tick()
+
+    def tick(self, flush: bool = False) -> None:
+        """Tell ``perfdoctor run`` a step ended: one byte per step, written at most every
+        0.1 s (a write per step would be a syscall inside every step of the program)."""
+        if self.progress_fd is None:
+            return
+        self.unsent_ticks += not flush
+        now = time.perf_counter_ns()
+        if self.unsent_ticks and (flush or now - self.last_tick_ns >= 100_000_000):
+            try:
+                os.write(self.progress_fd, b"." * self.unsent_ticks)
+            except OSError:
+                self.progress_fd = None
+            self.unsent_ticks, self.last_tick_ns = 0, now
+
+    def in_ncu_window(self, index: int) -> bool:
+        return self.warmup <= index < self.warmup + int(self.config.ncu_steps or 1)
+
+    # -- the window --
+
+    def open_window(self) -> None:
+        self.window_state = "open"
+        if self.mode == "torch":
+            if on_main_thread():
+                self.stop_profiler(export=False)  # a whole-program trace started "just in case"
+                self.start_profiler()
+            elif self.profiler is not None:
+                # Kineto must start and stop on the thread that registered it (a start on a
+                # worker thread crashed a CUDA program with SIGSEGV): keep the trace that
+                # began on the main thread at program start, covering every thread.
+                self.trace_scope = "the whole program: the steps ran on a worker thread, and the profiler only starts and stops on the main thread"
+                self.redeclare()
+            else:
+                self.trace_error = "the steps ran on a worker thread and no trace was started on the main thread"
+        elif self.mode == "nsys" and self.config.capture_range:
+            sys.modules["torch"].cuda.profiler.start()
+            self.mark_clock()
+            self.redeclare()
+
+    def close_window(self) -> None:
+        self.window_state = "closed"
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()  # the last step's kernels finish inside the trace
+        if self.mode == "torch":
+            if on_main_thread():
+                self.stop_profiler(export=True)
+            # else: stopped and exported on the main thread when the program ends
+        elif self.mode == "nsys" and self.config.capture_range:
+            sys.modules["torch"].cuda.profiler.stop()
+
+    def mark_clock(self) -> None:
+        """A tiny range whose start we also read on CLOCK_MONOTONIC: it lets the bundle put
+        NVML samples (taken by another process) on the trace's clock."""
+        mono = time.monotonic_ns()
+        m = api.marks()
+        m.pop(m.push(CLOCK_SYNC_RANGE))
+        self.clock_sync = {"monotonic_ns": mono}
+
+    def redeclare(self) -> None:
+        """Every step declaration seen so far, again, into the trace that just started: a
+        window that opens after the program declared its steps must still carry them."""
+        api.redeclare()
+        m = api.marks()
+        for name in self.declarations:
+            m.pop(m.push(name))
+
+    def start_profiler(self) -> None:
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(ProfilerActivity.CUDA)
+        extra: dict[str, Any] = {}
+        if self.config.step_thread != "main":
+            # Steps on a worker thread (or not known to be on the main one): record the ops
+            # of every thread, not just the one that starts the profiler.
+            try:
+                from torch._C._profiler import _ExperimentalConfig
+
+                extra["experimental_config"] = _ExperimentalConfig(profile_all_threads=True)
+            except (ImportError, TypeError):  # an older torch: the main thread only
+                pass
+        self.profiler = profile(activities=activities, record_shapes=True, **extra)
+        self.profiler_used = True
+        self.profiler.start()
+        self.mark_clock()
+        self.redeclare()
+
+    def stop_profiler(self, export: bool) -> None:
+        if self.profiler is None:
+            return
+        prof, self.profiler = self.profiler, None
+        try:
+            prof.stop()
+            if export:
+                prof.export_chrome_trace(self.config.trace)
+        except Exception as exc:  # noqa: BLE001 - the reason goes into the manifest
+            self.trace_error = f"{type(exc).__name__}: {exc}"
+
+    # -- lifecycle --
+
+    def begin(self) -> None:
+        """Before the program: with no step known in advance, or a step that may run on a
+        worker thread, trace the whole program from the main thread until (and unless) a
+        step opens the window on the main thread."""
+        if self.tokens_per_step() is not None:
+            api._declare(self.pattern, self.tokens_per_step(), None)  # type: ignore[arg-type]
+        if self.mode == "torch" and (not self.config.windowed or self.config.step_thread != "main"):
+            self.whole_program = True
+            self.start_profiler()
+        elif self.mode == "nsys" and not self.config.capture_range:
+            self.mark_clock()
+
+    def tokens_per_step(self) -> float | None:
+        tokens = self.config.tokens_per_step
+        return float(tokens) if tokens is not None and self.pattern and self.mode != "light" else None
+
+    def finish(self) -> None:
+        """Close open steps, stop tracing, export, write results. Runs exactly once, and
+        only in the process perfdoctor started (never in a forked child)."""
+        with self.lock:
+            if self.finished or self.disabled or os.getpid() != self.pid:
+                return
+            self.finished = True
+        if self.modules is not None:
+            self.modules.uninstall()
+        api.end_step()
+        self.tick(flush=True)
+        if self.mode == "torch":
+            self.stop_profiler(export=self.window_state != "before" or self.whole_program)
+        elif self.mode == "nsys" and self.window_state == "open" and self.config.capture_range:
+            sys.modules["torch"].cuda.profiler.stop()
+        self.write_results()
+
+    def write_results(self) -> None:
+        torch = sys.modules.get("torch")
+        env: dict[str, Any] = {}
+        if torch is not None:
+            env = {"torch": torch.__version__, "cuda": torch.version.cuda, "cuda_available": torch.cuda.is_available()}
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                env["device_name"] = torch.cuda.get_device_name()
+        results = PassResults(
+            pass_=self.mode,
+            pid=self.pid,
+            step_counts=self.counts,
+            worker_steps=self.worker_steps,
+            window_step=self.window_name,
+            window_state=self.window_state,
+            whole_program=self.whole_program and self.window_state == "before",
+            trace_scope=self.trace_scope,
+            trace_error=self.trace_error,
+            clock_sync=self.clock_sync,
+            environment=env,
+            program_error=self.program_error,
+            exit_code=self.exit_code,
+            terminated=self.terminated,
+            ended_at_ns=time.time_ns(),  # wall clock: which rank of a job failed first
+        )
+        if self.config.rank:  # a rank of a torchrun job (perfdoctor.record.launch)
+            results.rank = self.config.rank
+            results.device = rank_device(torch)
+        if self.turns is not None:
+            results.lockstep = self.turns.summary()
+        if self.mode == "light":
+            results.series, error = self.times.series()
+            results.step_end_clock = "cuda-event" if self.timer.clock is not None else "host"
+            results.declared = self.declared_steps()
+            if self.modules is not None:
+                results.modules, module_error = self.modules.series()
+                results.module_classes = self.modules.classes
+                error = error or module_error
+            results.timing_error = error
+        try:
+            with open(self.config.results, "w") as f:
+                json.dump(results.to_json(), f)
+        except OSError as exc:  # the bundle is gone (the program removed it) or unwritable: perfdoctor run says so
+            print(f"perfdoctor: this pass's results could not be written ({exc.strerror or exc}: {exc.filename})", file=sys.stderr)
+
+    def declared_steps(self) -> dict[str, dict[str, float]]:
+        """Per step name, the tokens and bytes the program declared (perfdoctor.region's
+        arguments, or ``perfdoctor.declare`` ranges such as the bundled engine's)."""
+        out = {name: dict(values) for name, values in api._declarations.items()}
+        for text in self.declarations:
+            parsed = parse_declaration(text)
+            if parsed is not None:
+                out.setdefault(parsed[0], {}).update(parsed[1])
+        return out
