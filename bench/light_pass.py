@@ -329,8 +329,9 @@ def edge_costs(device: str, steps: int) -> dict:
 
 def event_costs(n: int = 2000) -> dict[str, float]:
     """us per light-pass event operation on the current CUDA stream: a record into a new
-    event (torch creates the CUDA event then), a record into a pooled one, and settling a
-    completed one (the query and elapsed time of GpuClock.settle)."""
+    event (torch creates the CUDA event then), a record into a pooled one, settling a
+    completed one (the query and elapsed time of GpuClock.settle), the capture check each
+    mark makes, and a record right after kernel launches (a step's end event)."""
     import torch
 
     from perfdoctor.record.bootstrap.clock import GpuClock
@@ -354,6 +355,21 @@ def event_costs(n: int = 2000) -> dict[str, float]:
     t0 = time.perf_counter_ns()
     clock.settle(marks, 0)
     out["settle_us"] = (time.perf_counter_ns() - t0) / n / 1e3
+    t0 = time.perf_counter_ns()
+    for _ in range(n):
+        clock.capturing()
+    out["capture_check_us"] = (time.perf_counter_ns() - t0) / n / 1e3
+    # A record behind queued work, as a step's end event lands behind its kernels: each
+    # record after 20 small launches, timed alone (the launches are not).
+    x, spent = torch.zeros(1024, device="cuda"), 0
+    for event in fresh[: n // 10]:
+        for _ in range(20):
+            x.add_(1)
+        t0 = time.perf_counter_ns()
+        clock.record(event)
+        spent += time.perf_counter_ns() - t0
+    torch.cuda.synchronize()
+    out["record_behind_launches_us"] = spent / (n // 10) / 1e3
     return out
 
 
@@ -399,11 +415,11 @@ def program_pairs(device: str, pairs: int, model: str, work: Path) -> dict:
 
 def module_main(args: argparse.Namespace) -> None:
     report: dict = {"args": {k: str(v) for k, v in vars(args).items()}}
+    if args.device == "cuda" and (args.calls or args.edges):
+        report["events"] = event_costs()
+        print("CUDA events, us each: " + ", ".join(f"{k} {v:.2f}" for k, v in report["events"].items()))
     if args.calls:
         report["calls"] = module_call_costs(args.device, args.rounds, args.trees.split(","))
-        if args.device == "cuda":
-            report["events"] = event_costs()
-            print("CUDA events, us each: " + ", ".join(f"{k} {v:.2f}" for k, v in report["events"].items()))
         print(f"\n{'model':11}{'calls':>6}{'plain us':>10}" + "".join(f"{m + ' us/step':>24}" for m in CALL_MODES[1:]))
         for r in report["calls"]:
             cell = lambda m: f"{r[m]['us_per_step']:+.1f} ({r[m]['us_per_step'] / r['plain_us']:+.1%})"  # noqa: E731
