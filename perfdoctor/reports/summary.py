@@ -157,8 +157,10 @@ def workload_lines(analysis: Analysis) -> list[str]:
     return lines
 
 
-# The median and the mean step further apart than this: the report gives both.
-UNEVEN = 0.05
+# The median and the mean step further apart than this: the report gives both. Below the 5 %
+# a user's check of a median against a mean timer allows (train_loop.py without workers on
+# the H200: median 320.4 ms, mean 304.5, the program's own 297.7).
+UNEVEN = 0.03
 
 
 def uneven_steps_lines(analysis: Analysis) -> list[str]:
