@@ -202,7 +202,7 @@ ALTERNATE = (("events, sync", True, "events"), ("events", False, "events"),
              ("end event", False, "end event"), ("host clock", False, "host clock"))
 
 
-def alternating_costs(device: str, pairs: int, only: list[str]) -> list[dict]:
+def alternating_costs(device: str, pairs: int, only: list[str], variants: list[str] | None = None) -> list[dict]:
     """The light pass's cost per step, forward by forward: the shipped ModuleSteps scouts and
     narrows once per variant; then each pair of forwards runs one plain (the step class's own
     ``__call__`` taken away: torch's path) and one through the narrowed wrapper, in a random
@@ -230,7 +230,7 @@ def alternating_costs(device: str, pairs: int, only: list[str]) -> list[dict]:
     out = []
     with torch.inference_mode():
         for label, (model, x) in call_models(device, only).items():
-            for variant, sync_each, kind in ALTERNATE:
+            for variant, sync_each, kind in (v for v in ALTERNATE if variants is None or v[0] in variants):
                 steps = ModuleSteps(types.SimpleNamespace(timer=timer(kind)))
                 for _ in range(ModuleSteps.SCOUT_CALLS + 1):
                     model(x)
@@ -432,7 +432,8 @@ def module_main(args: argparse.Namespace) -> None:
             print(f"  light pass, {kind:10}: own timer {k['own_us']:.1f} (+{k['own_us'] - e['alone_us']:.1f}), span {k['span_us']:.1f}; "
                   f"timer start -> span start {k['before_us']:.1f}, span end -> timer end {k['after_us']:.1f}")
     if args.alternate:
-        report["alternate"] = alternating_costs(args.device, args.alternate, args.trees.split(","))
+        report["alternate"] = alternating_costs(args.device, args.alternate, args.trees.split(","),
+                                                args.variants.split(",") if args.variants else None)
         print(f"\n{'model':11}{'variant':14}{'pairs':>7}{'plain us':>10}{'light - plain, mean us/step':>32}{'median':>9}")
         for r in report["alternate"]:
             cost = f"{r['mean_us']:+.1f} ± {r['stderr_us']:.1f} ({r['mean_share']:+.2%} ± {r['stderr_share']:.2%})"
@@ -454,6 +455,7 @@ def main() -> None:
                    help="the light pass's cost per step, plain and narrowed forwards alternating (PAIRS pairs)")
     p.add_argument("--edges", type=int, default=0, metavar="STEPS",
                    help="a synchronous step's own timer against the light pass's span: where they part")
+    p.add_argument("--variants", default="", help=f"--alternate: which of {', '.join(v[0] for v in ALTERNATE)} (default: all)")
     p.add_argument("--program", action="store_true", help="image_infer.py at batch 1, alone vs light pass, in pairs")
     p.add_argument("--device", default="cuda", help="--calls / --program: cuda or cpu")
     p.add_argument("--rounds", type=int, default=15, help="--calls: interleaved rounds")
