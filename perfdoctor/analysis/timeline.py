@@ -251,6 +251,8 @@ class Timeline:
     host_gaps: pd.DataFrame | None = None  # hostgaps.gap_hosts of these steps, computed on first use
     # rules.estimates._launch_gaps of these gaps, computed on first use (three estimates read it per analysis)
     launch_gaps: np.ndarray | None = field(default=None, repr=False, compare=False)
+    # rules.estimates._waiting of these gaps, computed on first use (the sync-wait estimate and the launch gaps read it)
+    waiting_gaps: np.ndarray | None = field(default=None, repr=False, compare=False)
     # attribution.activity_part_codes of these activities, computed on first use (the attribution and the bounds read it)
     part_codes: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
 
