@@ -195,3 +195,79 @@ def test_waits_by_codes_are_the_object_compares(analysis, monkeypatch) -> None:
         assert got[0].keys() == want[0].keys()
         for p in want[0]:
             np.testing.assert_array_equal(got[0][p], want[0][p], err_msg=p)
+
+
+def _queue_delay_by_pandas(profile, table, activity_step):
+    """serving.queue_delay as it was (main 9eee2cb): pandas' sort, drop_duplicates and a Series of every call's id."""
+    acts, calls = profile.activities, profile.calls
+    step = np.asarray(activity_step, dtype=np.int64)
+    n = len(table)
+    first_gpu = np.full(n, -1, dtype=np.int64)
+    first_corr = np.full(n, -1, dtype=np.int64)
+    mine = np.flatnonzero(step >= 0)
+    if mine.size:
+        a = pd.DataFrame({"s": step[mine], "start": acts["start_ns"].to_numpy()[mine], "corr": acts["correlation"].to_numpy()[mine]})
+        first = a.sort_values(["s", "start"], kind="stable").drop_duplicates("s")
+        first = first[first["s"] < n]
+        first_gpu[first["s"].to_numpy()] = first["start"].to_numpy()
+        first_corr[first["s"].to_numpy()] = first["corr"].to_numpy()
+    launch_at = pd.Series(pd.array(calls["start_ns"].to_numpy(), dtype="Int64"), index=calls["correlation"].to_numpy())
+    launch_at = launch_at[~launch_at.index.duplicated(keep="first") & (launch_at.index >= 0)]
+    host_start = (table["host_start_ns"] if "host_start_ns" in table else table["start_ns"]).to_numpy(np.int64)
+    has = first_gpu >= 0
+    out = pd.DataFrame(index=table.index)
+    out["first_gpu_ns"] = pd.array(np.where(has, first_gpu, 0), dtype="Int64")
+    out.loc[~has, "first_gpu_ns"] = pd.NA
+    out["launch_ns"] = launch_at.reindex(np.where(has, first_corr, -1)).to_numpy()
+    out["queue_delay_ns"] = out["first_gpu_ns"] - out["launch_ns"]
+    out["host_to_gpu_ns"] = out["first_gpu_ns"] - pd.array(host_start, dtype="Int64")
+    return out
+
+
+def test_queue_delay_is_the_pandas_one(analysis) -> None:
+    from perfdoctor.analysis.serving import queue_delay
+
+    p, steps = analysis.profile, analysis.steps
+    pd.testing.assert_frame_equal(queue_delay(p, steps.table, steps.activity_step), _queue_delay_by_pandas(p, steps.table, steps.activity_step))
+
+
+def test_queue_delay_ties_repeated_ids_and_missing_launches() -> None:
+    from perfdoctor.analysis.serving import queue_delay
+    from perfdoctor.profile import Profile
+
+    rng = np.random.default_rng(11)
+    for _ in range(50):
+        n_acts, n_calls, n_steps = int(rng.integers(0, 40)), int(rng.integers(0, 40)), int(rng.integers(1, 6))
+        acts = pd.DataFrame({"start_ns": rng.integers(0, 20, n_acts), "correlation": rng.integers(-1, 15, n_acts)})
+        calls = pd.DataFrame({"start_ns": rng.integers(0, 20, n_calls), "correlation": rng.integers(-1, 15, n_calls)})
+        p = Profile(activities=acts, calls=calls)
+        table = pd.DataFrame({"host_start_ns": rng.integers(0, 5, n_steps)})
+        step = rng.integers(-1, n_steps + 1, n_acts)  # a step past the table too
+        pd.testing.assert_frame_equal(queue_delay(p, table, step), _queue_delay_by_pandas(p, table, step))
+
+
+def test_frame_never_shares_memory_with_its_data() -> None:
+    """profile.frame wraps each column without a copy, relying on the DataFrame to copy them
+    into its blocks: a change to the caller's arrays never reaches the table."""
+    from perfdoctor.profile import frame
+    from perfdoctor.schema import CALL_COLUMNS
+
+    data = {"name": np.array(["a", "b"], dtype=object), "start_ns": np.array([1, 2], dtype=np.int64),
+            "end_ns": np.array([3, 4], dtype=np.int64), "tid": np.array([0, 0], dtype=np.int64)}
+    t = frame(CALL_COLUMNS, data)
+    data["name"][0], data["start_ns"][0] = "changed", 99
+    assert t["name"].tolist() == ["a", "b"] and t["start_ns"].tolist() == [1, 2] and t["correlation"].tolist() == [-1, -1]
+    for col, values in data.items():
+        assert not np.shares_memory(t[col].to_numpy(), values), col
+
+
+def test_has_role_is_classify_column(analysis) -> None:
+    from perfdoctor.names.api import ROLES, classify, has_role
+
+    names = pd.concat([analysis.profile.calls["name"], pd.Series([None, np.nan, "cudaStreamBeginCapture", "cudaGraphLaunch"], dtype=object)],
+                      ignore_index=True)
+    table = classify(names)
+    for role in ROLES:
+        np.testing.assert_array_equal(has_role(names, role), table[role].to_numpy(), err_msg=role)
+    with pytest.raises(ValueError):
+        has_role(names, "base")
