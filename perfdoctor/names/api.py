@@ -161,6 +161,14 @@ def _role(names: pd.Series | np.ndarray | list[str], role: str) -> np.ndarray:
     return per_unique[codes]
 
 
+def has_role(names: pd.Series | np.ndarray | list[str], role: str) -> np.ndarray:
+    """Which names have ``role`` (one of :data:`ROLES`): :func:`classify`'s column of it as a
+    boolean array, without building the whole table (a row per name, ten columns)."""
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}: one of {', '.join(ROLES)}")
+    return _role(names, role)
+
+
 def is_launch(names: pd.Series | np.ndarray | list[str]) -> np.ndarray:
     """Calls that enqueue a kernel or replay a graph (boolean array aligned with ``names``)."""
     return _role(names, "launch")
