@@ -135,7 +135,7 @@ def device_idle(step_gaps: pd.DataFrame, device_gaps: pd.DataFrame) -> pd.DataFr
     out["step"] = step_gaps["step"].to_numpy()[rows]
     out["window_start_ns"] = step_gaps["window_start_ns"].to_numpy()[rows]
     # Overlapping steps can share an idle piece: it is counted once, in the earliest step.
-    first_step = pd.Series(pieces).groupby(pieces).transform("size").to_numpy() == 1
+    first_step = np.bincount(pieces)[pieces] == 1 if pieces.size else np.ones(0, dtype=bool)  # pieces are >= 0: a bincount is groupby's size
     if not first_step.all():
         order = np.lexsort((out["step"].to_numpy(), pieces))
         keep = np.zeros(len(out), dtype=bool)

@@ -120,6 +120,16 @@ def kernel_families(analysis: Analysis) -> Evidence:
     return ev
 
 
+def _first_start(corr: np.ndarray, start: np.ndarray, wanted: int) -> Any:
+    """The start of the first call (in table order) with correlation id ``wanted``; None
+    when none has it or the id is negative (no launch). For the ten largest gaps: a compare
+    over the ids each, not a Series of every call's id built by hashing them."""
+    if wanted < 0:
+        return None
+    at = np.flatnonzero(corr == wanted)
+    return start[at[0]] if at.size else None
+
+
 def largest_gaps(analysis: Analysis) -> Evidence:
     """The longest bubbles, what ran around them, and what the host was doing meanwhile.
 
@@ -140,7 +150,7 @@ def largest_gaps(analysis: Analysis) -> Evidence:
     total = gaps["length_ns"].sum() / _steps(analysis) / 1e6
     ev.note = f"{len(gaps) / _steps(analysis):.0f} gaps per step, {total:.3g} ms per step in total"
     calls = analysis.profile.calls
-    by_corr = calls[calls["correlation"] >= 0].drop_duplicates("correlation").set_index("correlation")["start_ns"]
+    c_corr = calls["correlation"].to_numpy(np.int64)
     c_start = calls["start_ns"].to_numpy()
     c_end = calls["end_ns"].to_numpy()
     c_name = calls["name"].to_numpy()
@@ -148,7 +158,7 @@ def largest_gaps(analysis: Analysis) -> Evidence:
     # columns zipped, not itertuples: that builds a namedtuple class per call (~2 ms, per rank of a folder)
     cols = ("step", "start_ns", "end_ns", "window_start_ns", "length_ns", "before", "after", "after_correlation")
     for step, start_ns, end_ns, window_start_ns, length_ns, before, after, correlation in zip(*(top[c] for c in cols)):
-        launched = by_corr.get(correlation)
+        launched = _first_start(c_corr, c_start, correlation)
         issued = "unknown" if launched is None else f"{(int(launched) - int(start_ns)) / 1e3:+.1f} µs"
         overlap = (c_start < end_ns) & (c_end > start_ns)
         counted = Counter(base_name(pd.Series(c_name[overlap], dtype=object)))

@@ -271,3 +271,16 @@ def test_has_role_is_classify_column(analysis) -> None:
         np.testing.assert_array_equal(has_role(names, role), table[role].to_numpy(), err_msg=role)
     with pytest.raises(ValueError):
         has_role(names, "base")
+
+
+def test_first_start_is_the_first_call_by_id(analysis) -> None:
+    from perfdoctor.rules.evidence import _first_start
+
+    calls = analysis.profile.calls
+    by_corr = calls[calls["correlation"] >= 0].drop_duplicates("correlation").set_index("correlation")["start_ns"]
+    corr, start = calls["correlation"].to_numpy(np.int64), calls["start_ns"].to_numpy()
+    wanted = np.r_[analysis.timeline.gaps["after_correlation"].to_numpy(np.int64)[:200], -1, 10**12]
+    repeated = calls.loc[calls["correlation"].duplicated(keep=False), "correlation"].to_numpy(np.int64)[:20]
+    for w in np.r_[wanted, repeated]:
+        got, want = _first_start(corr, start, w), by_corr.get(w)
+        assert (got is None and want is None) or int(got) == int(want), w
