@@ -155,7 +155,7 @@ def classify(names: pd.Series | np.ndarray | list[str]) -> pd.DataFrame:
 
 
 def _role(names: pd.Series | np.ndarray | list[str], role: str) -> np.ndarray:
-    codes, uniques = factorize(names)
+    codes, uniques = factorize(names, copy=False)  # only read
     i = ROLES.index(role)
     per_unique = np.fromiter((isinstance(u, str) and roles(u)[i] for u in uniques), dtype=bool, count=len(uniques))
     return per_unique[codes]

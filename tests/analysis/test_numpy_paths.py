@@ -284,3 +284,16 @@ def test_first_start_is_the_first_call_by_id(analysis) -> None:
     for w in np.r_[wanted, repeated]:
         got, want = _first_start(corr, start, w), by_corr.get(w)
         assert (got is None and want is None) or int(got) == int(want), w
+
+
+def test_factorize_without_copy_is_the_remembered_answer() -> None:
+    names = np.array(["a", "b", "a", "c"] * 10, dtype=object)
+    codes, uniques = factorize(names)
+    shared, shared_uniques = factorize(names, copy=False)
+    again, _ = factorize(names, copy=False)
+    np.testing.assert_array_equal(shared, codes)
+    assert shared_uniques.tolist() == uniques.tolist() == ["a", "b", "c"]
+    assert again is shared  # handed out as kept: read only
+    codes[:] = 0  # a copy (the default) is the caller's own
+    np.testing.assert_array_equal(factorize(names)[0], shared)
+    assert factorize(names)[0] is not shared
