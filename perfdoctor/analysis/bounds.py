@@ -47,8 +47,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from perfdoctor.analysis.attribution import BUSY_PARTS, LABELS, activity_parts, kernel_part
+from perfdoctor.analysis.attribution import BUSY_PARTS, LABELS, activity_part_codes, kernel_part, part_is
 from perfdoctor.analysis.ownership import containing
+from perfdoctor.names.codes import factorize
 from perfdoctor.names.families import family
 
 LATENCY_NS = 10_000  # a kernel with less work than this at the ceilings spends much of its time in ramp-up and tail
@@ -545,6 +546,23 @@ def _verdict(c: dict[str, Any], peaks: Peaks) -> tuple[str | None, float | None,
     return bound, util, None
 
 
+def _heaviest_dtype(dur: np.ndarray, codes: np.ndarray, dtypes: np.ndarray) -> str:
+    """The dtype (not "") with the most time in ``dur``, its rows' dtypes ``dtypes[codes]``;
+    a tie goes to the least dtype; "" for none: what ``pd.Series(dur).groupby(dtypes[codes]).sum()``
+    without "" and its ``idxmax`` gave (a missing dtype, which groupby drops, is never it),
+    at a bincount's cost instead of a groupby's per kernel class. ``dur`` holds whole
+    nanoseconds, so its sums are exact in either order (below 2**53 ns)."""
+    weights = np.bincount(codes, weights=dur, minlength=len(dtypes))
+    present = np.bincount(codes, minlength=len(dtypes)) > 0  # groupby has only the dtypes of these rows
+    best, most = "", 0.0
+    for name, w, here in zip(dtypes.tolist(), weights.tolist(), present.tolist()):
+        if not here or name is None or name != name or name == "" or not (w == w):  # None, NaN, "" (and a NaN weight, as idxmax skips it)
+            continue
+        if not best or w > most or (w == most and name < best):
+            best, most = name, w
+    return str(best)
+
+
 def class_bounds(analysis) -> Bounds:
     """The bounds of every kernel class of ``analysis``'s steps (module docstring)."""
     t = analysis.timeline
@@ -554,7 +572,7 @@ def class_bounds(analysis) -> Bounds:
         return Bounds([], None, 0, reason=analysis.steps.reason or "no step launched GPU work")
     profile = analysis.profile
     peaks = peaks_of(profile.device)
-    part = activity_parts(t)
+    parts, part_of = activity_part_codes(t)  # the part of activity i: parts[part_of[i]]
     dur = (acts["end_ns"] - acts["start_ns"]).to_numpy(np.float64)
     kinds = acts["kind"].to_numpy(dtype=object)
     is_kernel = kinds == "kernel"
@@ -603,8 +621,8 @@ def class_bounds(analysis) -> Bounds:
         # transpose a convolution launches is not the convolution); any other op to all of its
         # kernels of the classes costed from generic bytes. Shared by duration among them.
         flop_op = f_known[owner]
-        in_flop_class = np.isin(part[rows], FLOP_CLASSES)
-        takes = np.where(flop_op, in_flop_class, np.isin(part[rows], GENERIC_CLASSES))
+        in_flop_class = np.isin(parts, FLOP_CLASSES)[part_of[rows]]
+        takes = np.where(flop_op, in_flop_class, np.isin(parts, GENERIC_CLASSES)[part_of[rows]])
         rows, owner = rows[takes], owner[takes]
         share = pd.Series(dur[rows]).groupby(owner).transform("sum").to_numpy()
         w = np.zeros(len(rows))
@@ -617,8 +635,9 @@ def class_bounds(analysis) -> Bounds:
         dtype[rows[is_costed]] = c_dtype[owner[is_costed]]
     ncu = _ncu_by_class(profile)
     out: list[ClassBound] = []
+    dtype_of, dtypes = factorize(dtype)  # the dtypes numbered once: each class weighs them by code (_heaviest_dtype)
     for p in BUSY_PARTS:
-        m = (part == p) & ~host_copy
+        m = part_is(t, p) & ~host_copy
         if not m.any():
             continue
         time_ns = dur[m].sum()
@@ -651,9 +670,7 @@ def class_bounds(analysis) -> Bounds:
             c["flop_why"] = ("no FLOPs from shapes for its kernels (their launching ops are not GEMM, convolution or "
                              "attention ops with recorded shapes and strides)") if p in FLOP_CLASSES else None
         bound, util, reason = _verdict(c, peaks)
-        weights = pd.Series(dur[m]).groupby(dtype[m]).sum()
-        weights = weights[weights.index != ""]
-        dt = str(weights.idxmax()) if not weights.empty else ""
+        dt = _heaviest_dtype(dur[m], dtype_of[m], dtypes)
         intensity = (c["tflops"] / c["tbps"]) if c["tflops"] is not None and c["tbps"] else None
         note = None
         if p in FLOP_CLASSES and dt in DTYPE_LABEL and DTYPE_LABEL[dt] in ("fp32", "fp64") and peaks.tflops:

@@ -44,12 +44,12 @@ def capture_windows(profile: Profile) -> pd.DataFrame:
     cols = ["tid", "begin_ns", "end_ns", "launches"]
     if calls.empty:
         return pd.DataFrame(columns=cols)
-    roles = apinames.classify(calls["name"])
-    begins = calls[roles["capture_begin"].to_numpy()].sort_values("start_ns", kind="stable")
+    names = calls["name"]  # its roles one boolean array each (apinames.has_role), not classify's whole table
+    begins = calls[apinames.has_role(names, "capture_begin")].sort_values("start_ns", kind="stable")
     if begins.empty:
         return pd.DataFrame(columns=cols)
-    ends = calls[roles["capture_end"].to_numpy()].sort_values("start_ns", kind="stable")
-    launch = calls[roles["launch"].to_numpy()]
+    ends = calls[apinames.has_role(names, "capture_end")].sort_values("start_ns", kind="stable")
+    launch = calls[apinames.has_role(names, "launch")]
     rows = []
     for tid, b in begins.groupby("tid", sort=False):
         e = ends[ends["tid"] == tid]
@@ -109,9 +109,8 @@ class GraphState:
 def trace_state(profile: Profile) -> GraphState:
     """Classify the whole trace (see :data:`TRACE_KINDS`)."""
     calls, acts = profile.calls, profile.activities
-    roles = apinames.classify(calls["name"]) if not calls.empty else None
-    launches = int(roles["launch"].sum()) if roles is not None else 0
-    graph_launches = int(roles["graph_launch"].sum()) if roles is not None else 0
+    launches = int(apinames.has_role(calls["name"], "launch").sum()) if not calls.empty else 0
+    graph_launches = int(apinames.has_role(calls["name"], "graph_launch").sum()) if not calls.empty else 0
     kernels = int(equals(acts["kind"], "kernel").sum())
     rep = replayed(profile)
     replayed_kernels = int((rep & equals(acts["kind"], "kernel")).sum()) if len(rep) else 0
@@ -181,9 +180,9 @@ def step_states(
     c_step = np.asarray(call_step, dtype=np.int64)
     is_kernel = equals(acts["kind"], "kernel") & (a_step >= 0)
     rep = replayed(profile) & is_kernel
-    roles = apinames.classify(calls["name"])
+    launch, graph_launch = (apinames.has_role(calls["name"], r) for r in ("launch", "graph_launch"))
     owned = c_step >= 0
-    cap = in_capture(profile) & owned & roles["launch"].to_numpy()
+    cap = in_capture(profile) & owned & launch
 
     def count(mask: np.ndarray, steps: np.ndarray) -> np.ndarray:
         return np.bincount(steps[mask], minlength=n)[:n].astype(np.int64)
@@ -191,8 +190,8 @@ def step_states(
     out = pd.DataFrame(index=table.index)
     out["kernels"] = count(is_kernel, a_step)
     out["replayed_kernels"] = count(rep, a_step)
-    out["launches"] = count(roles["launch"].to_numpy() & owned, c_step)
-    out["graph_launches"] = count(roles["graph_launch"].to_numpy() & owned, c_step)
+    out["launches"] = count(launch & owned, c_step)
+    out["graph_launches"] = count(graph_launch & owned, c_step)
     out["capture_launches"] = count(cap, c_step)
     share = np.where(out["kernels"] > 0, out["replayed_kernels"] / out["kernels"].clip(lower=1), 0.0)
     state = np.select(

@@ -130,6 +130,21 @@ def totals(per_step: pd.DataFrame) -> dict:
     return out
 
 
+def _first_calls(calls: pd.DataFrame, wanted: np.ndarray) -> pd.Series:
+    """The start of the first call (in the table's order) of each correlation id in ``wanted``
+    that is ≥ 0 and has one, as an Int64 Series indexed by id: what the whole table's
+    first-call-per-id Series gives for those ids (its ``reindex`` the same), found by a sorted
+    search over the few ids wanted instead of hashing every call's id (~4 ms on HF 80 MB)."""
+    ids = np.unique(wanted[wanted >= 0])
+    corr = calls["correlation"].to_numpy(np.int64)
+    if ids.size == 0 or corr.size == 0:
+        return pd.Series(pd.array([], dtype="Int64"), index=np.zeros(0, dtype=np.int64))
+    at = np.minimum(np.searchsorted(ids, corr), ids.size - 1)
+    rows = np.flatnonzero(ids[at] == corr)  # the calls of a wanted id, in table order
+    found, first = np.unique(at[rows], return_index=True)
+    return pd.Series(pd.array(calls["start_ns"].to_numpy()[rows[first]], dtype="Int64"), index=ids[found])
+
+
 def queue_delay(profile: Profile, table: pd.DataFrame, activity_step: pd.Series | np.ndarray) -> pd.DataFrame:
     """Per step: how long the step's first GPU activity waited after the host launched it.
 
@@ -146,13 +161,15 @@ def queue_delay(profile: Profile, table: pd.DataFrame, activity_step: pd.Series 
     first_corr = np.full(n, -1, dtype=np.int64)
     mine = np.flatnonzero(step >= 0)
     if mine.size:
-        a = pd.DataFrame({"s": step[mine], "start": acts["start_ns"].to_numpy()[mine], "corr": acts["correlation"].to_numpy()[mine]})
-        first = a.sort_values(["s", "start"], kind="stable").drop_duplicates("s")
-        first = first[first["s"] < n]
-        first_gpu[first["s"].to_numpy()] = first["start"].to_numpy()
-        first_corr[first["s"].to_numpy()] = first["corr"].to_numpy()
-    launch_at = pd.Series(pd.array(calls["start_ns"].to_numpy(), dtype="Int64"), index=calls["correlation"].to_numpy())
-    launch_at = launch_at[~launch_at.index.duplicated(keep="first") & (launch_at.index >= 0)]
+        # each step's first activity by start (the first in the table among equal starts): a stable
+        # sort by step, then start, and each step's first row, as pandas' sort_values and drop_duplicates did
+        s_, start, corr = step[mine], acts["start_ns"].to_numpy()[mine], acts["correlation"].to_numpy()[mine]
+        order = np.lexsort((start, s_))
+        lead = order[np.r_[True, s_[order][1:] != s_[order][:-1]]]
+        lead = lead[s_[lead] < n]
+        first_gpu[s_[lead]] = start[lead]
+        first_corr[s_[lead]] = corr[lead]
+    launch_at = _first_calls(calls, np.where(first_gpu >= 0, first_corr, -1))
     host_start = (table["host_start_ns"] if "host_start_ns" in table else table["start_ns"]).to_numpy(np.int64)
     has = first_gpu >= 0
     out = pd.DataFrame(index=table.index)

@@ -485,6 +485,17 @@ def _as_text(names: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     return uniques, codes
 
 
+def first_by_correlation(acts: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct correlations of ``acts`` (sorted) and the name of each one's first
+    activity by start (the first in the table among equal starts): the lookup table that
+    ``acts.sort_values("start_ns", kind="stable").drop_duplicates("correlation")
+    .set_index("correlation")["name"]`` is, as two arrays (a sorted search instead of pandas'
+    sort, drop and map: ~5 ms less on HF 80 MB's 47k activities)."""
+    order = np.argsort(acts["start_ns"].to_numpy(np.int64), kind="stable")
+    corrs, first = np.unique(acts["correlation"].to_numpy(np.int64)[order], return_index=True)
+    return corrs, acts["name"].to_numpy(dtype=object)[order[first]]
+
+
 def automatic_ranges(profile: Profile) -> tuple[pd.DataFrame, str]:
     """Step ranges for a trace without markers, and how they were found (or why not).
 
@@ -506,17 +517,20 @@ def automatic_ranges(profile: Profile) -> tuple[pd.DataFrame, str]:
     mine = calls[calls["tid"] == tid].sort_values("start_ns", kind="stable")
     launch = mine[is_launch(mine["name"])]
     # what each launch ran: its first GPU activity's name (a graph launch: its first kernel)
-    first_act = acts[["start_ns", "correlation", "name"]].sort_values("start_ns", kind="stable").drop_duplicates("correlation").set_index("correlation")["name"]
-    kernel = launch["correlation"].map(first_act)
-    launch = launch[kernel.notna().to_numpy()]
-    kernel = kernel[kernel.notna()]
+    corrs, kernel_of = first_by_correlation(acts)
+    l_corr = launch["correlation"].to_numpy(np.int64)
+    at = np.minimum(np.searchsorted(corrs, l_corr), corrs.size - 1)
+    kernel = np.where(corrs[at] == l_corr, kernel_of[at], None)  # None: no activity of that correlation
+    ran = ~pd.isna(kernel)
+    launch = launch[ran]
     if len(launch) < 2:
         return empty, "fewer than two launches with GPU work"
-    kernel_names, codes = _as_text(kernel)
+    kernel_names, codes = _as_text(pd.Series(kernel[ran], dtype=object))
     l_start = launch["start_ns"].to_numpy(np.int64)
     l_end = launch["end_ns"].to_numpy(np.int64)
-    with_work = mine[mine["correlation"].isin(acts["correlation"]).to_numpy() & (mine["correlation"] >= 0).to_numpy()]
-    work_starts = np.sort(with_work["start_ns"].to_numpy(np.int64))
+    m_corr = mine["correlation"].to_numpy(np.int64)
+    has_work = corrs[np.minimum(np.searchsorted(corrs, m_corr), corrs.size - 1)] == m_corr  # not np.isin: its table spans the ids' range
+    work_starts = np.sort(mine["start_ns"].to_numpy(np.int64)[has_work & (m_corr >= 0)])
 
     syncs = mine[is_sync(mine["name"])]
     if not syncs.empty:

@@ -155,10 +155,18 @@ def classify(names: pd.Series | np.ndarray | list[str]) -> pd.DataFrame:
 
 
 def _role(names: pd.Series | np.ndarray | list[str], role: str) -> np.ndarray:
-    codes, uniques = factorize(names)
+    codes, uniques = factorize(names, copy=False)  # only read
     i = ROLES.index(role)
     per_unique = np.fromiter((isinstance(u, str) and roles(u)[i] for u in uniques), dtype=bool, count=len(uniques))
     return per_unique[codes]
+
+
+def has_role(names: pd.Series | np.ndarray | list[str], role: str) -> np.ndarray:
+    """Which names have ``role`` (one of :data:`ROLES`): :func:`classify`'s column of it as a
+    boolean array, without building the whole table (a row per name, ten columns)."""
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}: one of {', '.join(ROLES)}")
+    return _role(names, role)
 
 
 def is_launch(names: pd.Series | np.ndarray | list[str]) -> np.ndarray:

@@ -33,10 +33,14 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-def factorize(names: pd.Series | np.ndarray | list[Any]) -> tuple[np.ndarray, np.ndarray]:
+def factorize(names: pd.Series | np.ndarray | list[Any], copy: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """``(codes, uniques)`` with ``uniques[codes]`` equal to ``names``, uniques in order of
     first appearance (as :func:`pandas.factorize` numbers them); a missing name is a unique
-    of its own, never code -1."""
+    of its own, never code -1.
+
+    ``copy=False``: a remembered answer is handed out as it is kept, not copied, for a
+    caller that only reads it (indexes with the codes): the tests of a role or a prefix,
+    26 and more per analysis, each a copy of a code per row otherwise."""
     import pandas as pd
 
     arr = names.to_numpy(dtype=object) if isinstance(names, pd.Series) else np.asarray(names, dtype=object)
@@ -47,7 +51,7 @@ def factorize(names: pd.Series | np.ndarray | list[Any]) -> tuple[np.ndarray, np
     if arr.size == 0:
         return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=object)
     addresses = _addresses(arr)
-    known = _Remembered.lookup(addresses)
+    known = _Remembered.lookup(addresses, copy)
     if known is not None:
         return known
     by_object, _ = pd.factorize(addresses)  # integers: hashed fast, numbered by first appearance
@@ -70,14 +74,14 @@ class _Remembered:
     lock = threading.Lock()
 
     @classmethod
-    def lookup(cls, addresses: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    def lookup(cls, addresses: np.ndarray, copy: bool = True) -> tuple[np.ndarray, np.ndarray] | None:
         key = (addresses.size, int(addresses[0]), int(addresses[-1]))
         with cls.lock:
             found = cls.answers.get(key)
             if found is None or not np.array_equal(found[1], addresses):
                 return None
             cls.answers.move_to_end(key)
-            return found[2].copy(), found[3].copy()
+            return (found[2].copy(), found[3].copy()) if copy else (found[2], found[3])
 
     @classmethod
     def keep(cls, arr: np.ndarray, addresses: np.ndarray, codes: np.ndarray, uniques: np.ndarray) -> None:
@@ -141,7 +145,7 @@ def starts_with(column: pd.Series, prefix: str) -> np.ndarray:
     tested once (:func:`factorize`): a trace with Python stacks has ~300k range rows and a
     few thousand names, and pandas calls ``startswith`` on every row. A missing value (or
     anything not a string) starts with nothing, as with ``na=False``."""
-    codes, uniques = factorize(column)
+    codes, uniques = factorize(column, copy=False)  # only read
     hit = np.fromiter((isinstance(u, str) and u.startswith(prefix) for u in uniques), dtype=bool, count=len(uniques))
     return hit[codes]
 
@@ -168,7 +172,7 @@ def per_name(names: pd.Series, fn: Callable[[Any], Any]) -> pd.Series:
     """``names.map(fn)``, with ``fn`` called once per distinct name (same index as ``names``)."""
     import pandas as pd
 
-    codes, uniques = factorize(names)
+    codes, uniques = factorize(names, copy=False)  # only read
     per_unique = np.empty(len(uniques), dtype=object)
     per_unique[:] = [fn(u) for u in uniques]
     return pd.Series(per_unique[codes], index=names.index, dtype=object)

@@ -104,9 +104,9 @@ def _launch_gaps_of(analysis: Analysis) -> np.ndarray:
     gaps = analysis.timeline.gaps
     keep = ~gaps["after_sync"].to_numpy(dtype=bool) & ~_waiting(analysis)  # host syncs' time (sync_wait_time)
     h = gap_hosts(analysis)  # computed once per analysis, kept on the timeline
-    busy = h[(h["host"] == "busy") & (h["where"] == BETWEEN)]
-    if not busy.empty:
-        keep &= ~np.isin(gaps["start_ns"].to_numpy(np.int64), busy["start_ns"].to_numpy(np.int64))  # a gap is known by its start
+    busy = h["start_ns"].to_numpy(np.int64)[equals(h["host"], "busy") & equals(h["where"], BETWEEN)]
+    if busy.size:
+        keep &= ~np.isin(gaps["start_ns"].to_numpy(np.int64), busy)  # a gap is known by its start
     return keep
 
 
@@ -203,12 +203,17 @@ def sync_wait_time(analysis: Analysis, threshold: float | None, params: dict[str
 
 
 def _waiting(analysis: Analysis) -> np.ndarray:
-    """Which gaps of the timeline the host spent inside a synchronizing call (hostgaps "waiting")."""
+    """Which gaps of the timeline the host spent inside a synchronizing call (hostgaps "waiting").
+    Computed once per Timeline (the sync-wait estimate and the launch gaps both read it; a copy
+    returned each time)."""
     from perfdoctor.analysis.hostgaps import BETWEEN, gap_hosts
 
-    h = gap_hosts(analysis)
-    w = h[(h["host"] == "waiting") & (h["where"] == BETWEEN)]
-    return np.isin(analysis.timeline.gaps["start_ns"].to_numpy(np.int64), w["start_ns"].to_numpy(np.int64))  # a gap is known by its start
+    timeline = analysis.timeline
+    if timeline.waiting_gaps is None:
+        h = gap_hosts(analysis)
+        waiting = h["start_ns"].to_numpy(np.int64)[equals(h["host"], "waiting") & equals(h["where"], BETWEEN)]
+        timeline.waiting_gaps = np.isin(timeline.gaps["start_ns"].to_numpy(np.int64), waiting)  # a gap is known by its start
+    return timeline.waiting_gaps.copy()
 
 
 def pageable_copy_time(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
