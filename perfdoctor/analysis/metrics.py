@@ -71,6 +71,7 @@ METRICS: dict[str, tuple[str, bool | None]] = {
     "host_lead_ms_p50": ("ms", None),
     "host_before_gpu_ms_p50": ("ms", False),
     "host_before_gpu_ratio": ("ratio", False),
+    "slow_step_time_ratio": ("ratio", False),
     "traced_step_latency_ms_p50": ("ms", False),
     "steps_per_s": ("1/s", True),
     "tokens_per_s": ("1/s", True),
@@ -466,6 +467,24 @@ def _latency(c: _Context, q: int, light: steady.SteadySeries | None) -> Metric:
     if c.no_steps:
         return c.absent(key, c.no_steps)
     return c.have(key, np.percentile(c.timeline.critical_path_ms(), q))
+
+
+def _slow_step_time_ratio(c: _Context, light: steady.SteadySeries | None) -> Metric:
+    """The share of the untraced steps' time spent beyond the median step
+    (:func:`perfdoctor.analysis.steady.slow_steps`): what uneven steps cost the run. The
+    light pass's steady state only: a trace's few steps include its warm-up and are
+    stretched by its tracer."""
+    key = "slow_step_time_ratio"
+    if light is None or not light.critical_path_ms.size:
+        return c.absent(key, "needs the light pass's steady steps (perfdoctor run): a trace's few steps include "
+                             "its warm-up and are stretched by the tracer")
+    s = steady.slow_steps(light.critical_path_ms)
+    if s.total_ms <= 0:
+        return c.absent(key, "the steps' critical-path time is 0")
+    note = f"{s.slow} of {s.steps} steps slower than {steady.WARMUP_FACTOR:g}x the median {s.median_ms:.4g} ms"
+    if s.slow:
+        note += f" ({s.slow_min_ms:.4g}-{s.slow_max_ms:.4g} ms)"
+    return c.have(key, s.beyond_ms / s.total_ms, source="light", note=note)
 
 
 def _traced_step_latency_ms_p50(c: _Context) -> Metric:
@@ -870,6 +889,7 @@ def analyze(
     for q in (50, 90, 99):
         m[f"step_latency_ms_p{q}"] = _latency(c, q, light)
     m["traced_step_latency_ms_p50"] = _traced_step_latency_ms_p50(c)
+    m["slow_step_time_ratio"] = _slow_step_time_ratio(c, light)
     m["profiler_overhead_ratio"] = _profiler_overhead_ratio(c, m["traced_step_latency_ms_p50"], m["step_latency_ms_p50"])
     c.overhead = m["profiler_overhead_ratio"].value
     m["host_lead_ms_p50"] = _host_lead_ms_p50(c, light)

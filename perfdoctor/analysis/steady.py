@@ -317,6 +317,32 @@ def cadence(
 
 
 @dataclass(frozen=True)
+class SlowSteps:
+    """The steps of a steady series slower than its median, and what they cost: each step's
+    time beyond the median step, summed (``beyond_ms``). Uneven steps — a training loop whose
+    DataLoader falls behind every few iterations (train_loop.py with 4 workers on the H200:
+    ~47 ms iterations and 150-190 ms ones) — put much of a run's time where the median step
+    does not look: a program's own "ms per iteration" (a mean) counts it, the median does not."""
+
+    steps: int
+    median_ms: float
+    total_ms: float  # Σ critical path
+    beyond_ms: float  # Σ max(0, critical path − median)
+    slow: int  # steps slower than WARMUP_FACTOR × the median (the ones worth naming)
+    slow_min_ms: float | None
+    slow_max_ms: float | None
+
+
+def slow_steps(critical_path_ms: np.ndarray) -> SlowSteps:
+    """:class:`SlowSteps` of a steady series (ms per step)."""
+    cp = np.asarray(critical_path_ms, dtype=np.float64)
+    med = float(np.median(cp)) if cp.size else 0.0
+    slow = cp[cp > WARMUP_FACTOR * med] if cp.size else cp
+    return SlowSteps(int(cp.size), med, float(cp.sum()), float(np.clip(cp - med, 0, None).sum()), int(slow.size),
+                     float(slow.min()) if slow.size else None, float(slow.max()) if slow.size else None)
+
+
+@dataclass(frozen=True)
 class SteadySeries:
     """A step series over its steady state: what the metrics of a light pass are made of."""
 

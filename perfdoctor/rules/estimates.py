@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import pandas as pd
 
+from perfdoctor.analysis import steady
 from perfdoctor.analysis.attribution import is_layout_conversion
 from perfdoctor.analysis.metrics import Analysis, Metric
 from perfdoctor.names.codes import equals, per_name
@@ -410,6 +411,24 @@ def norm_elementwise_time(analysis: Analysis, threshold: float | None, params: d
                         f"× {saved:g} that the fix removes = {ms:.4g} ms")
 
 
+def slow_step_time(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
+    """The untraced steps' time beyond the median step, per step (Σ max(0, step − median) / steps,
+    the light pass's steady state) × ``saved``: what the run wins when its slow steps run at
+    the median step's pace. Counted against the mean step (1 / steps_per_s), like every estimate's
+    steps/s: the median step does not hold this time."""
+    light = analysis.light_series
+    if light is None or not light.critical_path_ms.size:
+        return Estimate(None, "needs the light pass's steady steps (perfdoctor run)")
+    s = steady.slow_steps(light.critical_path_ms)
+    saved = float(params.get("saved", 1.0))
+    per_step = s.beyond_ms / s.steps
+    slow = f"{s.slow} of {s.steps} steps slower than {steady.WARMUP_FACTOR:g}x the median {s.median_ms:.4g} ms"
+    if s.slow:
+        slow += f" ({s.slow_min_ms:.4g}-{s.slow_max_ms:.4g} ms)"
+    return Estimate(per_step * saved, f"{slow}: the steps' time beyond the median, {s.beyond_ms:.4g} ms / {s.steps} steps "
+                                      f"= {per_step:.4g} ms per step (light pass) × {saved:g} that the fix removes")
+
+
 ESTIMATES: dict[str, tuple[Callable[[Analysis, float | None, dict[str, Any], Mapping[str, Metric]], Estimate], tuple[str, ...]]] = {
     # kind: (function, parameters it reads)
     "idle_between_kernels": (idle_between_kernels, ("residual_gap_us",)),
@@ -428,4 +447,5 @@ ESTIMATES: dict[str, tuple[Callable[[Analysis, float | None, dict[str, Any], Map
     "data_loading_time": (_part_time(("data_loading",), "GPU waiting for the DataLoader"), ("saved",)),
     "host_late_time": (_part_time(("host_late",), "GPU waiting for the host to issue work"), ("saved",)),
     "straggler_delay": (straggler_delay, ()),
+    "slow_step_time": (slow_step_time, ("saved",)),
 }

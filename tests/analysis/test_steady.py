@@ -464,3 +464,14 @@ def test_a_data_loader_iteration_is_never_cut_at_a_pause() -> None:
     starts, ends = [0, 100, 400, 500], [2, 102, 402, 502]
     assert steady.iteration_ends_ns(starts, ends, stop_at_pauses=False).tolist() == [100, 400, 500, 502]
     assert steady.iteration_ends_ns(starts, ends).tolist() == [100, 102, 500, 502]
+
+
+def test_slow_steps_counts_the_time_beyond_the_median_step():
+    # Four 10 ms steps and a 40 ms one: 30 ms of the 80 lie beyond the median pace.
+    s = steady.slow_steps(np.array([10.0, 10.0, 40.0, 10.0, 10.0]))
+    assert (s.steps, s.median_ms, s.total_ms, s.beyond_ms) == (5, 10.0, 80.0, 30.0)
+    assert (s.slow, s.slow_min_ms, s.slow_max_ms) == (1, 40.0, 40.0)
+    # Steps faster than the median cost nothing; 1.25x the median is not yet "slow".
+    even = steady.slow_steps(np.array([8.0, 10.0, 12.5]))
+    assert even.beyond_ms == 2.5 and even.slow == 0 and even.slow_min_ms is None
+    assert steady.slow_steps(np.array([])).steps == 0

@@ -66,12 +66,12 @@ def test_a_crashed_program_is_crashed_in_every_format(crashed: Path, tmp_path: P
 
 def test_a_clean_run_with_most_checks_not_evaluated_is_inconclusive_not_pass(tmp_path: Path) -> None:
     bundle = record(tmp_path, crash=False)
-    # A CPU run: only the latency check can be evaluated; a threshold it meets makes it the
-    # one pass among 28 checks, 27 not evaluated.
+    # A CPU run: only the light pass's checks can be evaluated (the latency, with a threshold
+    # it meets, and the steps' evenness): two passes among 33 checks, 31 not evaluated.
     r = run_cli("analyze", bundle, "--threshold", "p99-latency=100000")
     assert r.returncode == 0, r.stderr
     first = r.stdout.splitlines()[0]
-    assert re.match(r"INCONCLUSIVE: too little evidence, 0 of (\d+) checks fail, 1 pass, (\d+) not evaluated", first), first
+    assert re.match(r"INCONCLUSIVE: too little evidence, 0 of (\d+) checks fail, 2 pass, (\d+) not evaluated", first), first
     page = run_cli("report", bundle, "--threshold", "p99-latency=100000", "-f", "html").stdout
     assert 'class="verdict inconclusive"' in page and 'class="verdict pass"' not in page
     assert "not a CPU-only run" not in r.stderr  # said only where the run had a GPU

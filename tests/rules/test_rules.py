@@ -40,6 +40,8 @@ SEED_IDS = {
     "straggler",
     # issue 28: remedies the field uses, cited from the PyTorch docs by title and section
     "layout-transforms", "norm-elementwise", "data-loading", "host-late-launches",
+    # issue 29: uneven steps (a DataLoader behind every few iterations), from the light pass
+    "uneven-steps",
 }
 LAUNCH_RULES = {"memory-bubbles", "launch-rate", "launches-per-step", "short-kernels", "kernel-share"}
 # What telling someone "use CUDA graphs" looks like in a remediation.

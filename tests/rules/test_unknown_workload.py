@@ -61,7 +61,14 @@ def test_a_dataloader_loop_without_a_trace_is_training_and_p99_does_not_fail(tmp
     assert TRAIN_STEP in w.text
     f = _p99(d)
     assert f.status == "not_evaluated" and f.reason.startswith("not applicable: ") and "training" in f.reason
-    assert not any(x.status == "fail" for x in d.findings)
+    # What does fail is what this H200 loop (4 DataLoader workers) has: uneven steps, whose slow
+    # ones waited for the loader. The only failure, a warning, estimated from the series itself.
+    failed = [x for x in d.findings if x.status == "fail"]
+    assert [x.rule_id for x in failed] == ["uneven-steps"]
+    steady = np.asarray(TRAIN_MS[d.analysis.light.steady_start:])
+    beyond = np.clip(steady - np.median(steady), 0, None)
+    assert failed[0].estimate.ms_per_step == pytest.approx(beyond.sum() / steady.size, rel=1e-6)
+    assert d.analysis.value("slow_step_time_ratio") == pytest.approx(beyond.sum() / steady.sum(), rel=1e-6)
 
 
 @pytest.mark.parametrize("step", ["decode_step", "Optimizer.zero_grad#SGD.zero_grad"])
