@@ -470,8 +470,9 @@ def _latency(c: _Context, q: int, light: steady.SteadySeries | None) -> Metric:
 
 
 def _slow_step_time_ratio(c: _Context, light: steady.SteadySeries | None) -> Metric:
-    """The share of the untraced steps' time spent beyond the median step
-    (:func:`perfdoctor.analysis.steady.slow_steps`): what uneven steps cost the run. The
+    """The share of the untraced steps' time spent beyond the median step by more than the
+    light pass's resolution (:func:`perfdoctor.analysis.steady.slow_steps`): what uneven steps
+    cost the run. The
     light pass's steady state only: a trace's few steps include its warm-up and are
     stretched by its tracer."""
     key = "slow_step_time_ratio"

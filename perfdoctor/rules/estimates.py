@@ -412,8 +412,8 @@ def norm_elementwise_time(analysis: Analysis, threshold: float | None, params: d
 
 
 def slow_step_time(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
-    """The untraced steps' time beyond the median step, per step (Σ max(0, step − median) / steps,
-    the light pass's steady state) × ``saved``: what the run wins when its slow steps run at
+    """The untraced steps' time beyond the median step, per step (Σ max(0, step − median −
+    RESOLUTION_MS) / steps, the light pass's steady state) × ``saved``: what the run wins when its slow steps run at
     the median step's pace. Counted against the mean step (1 / steps_per_s), like every estimate's
     steps/s: the median step does not hold this time."""
     light = analysis.light_series
@@ -425,7 +425,7 @@ def slow_step_time(analysis: Analysis, threshold: float | None, params: dict[str
     slow = f"{s.slow} of {s.steps} steps slower than {steady.WARMUP_FACTOR:g}x the median {s.median_ms:.4g} ms"
     if s.slow:
         slow += f" ({s.slow_min_ms:.4g}-{s.slow_max_ms:.4g} ms)"
-    return Estimate(per_step * saved, f"{slow}: the steps' time beyond the median, {s.beyond_ms:.4g} ms / {s.steps} steps "
+    return Estimate(per_step * saved, f"{slow}: the steps' time beyond the median (past the light pass's {steady.RESOLUTION_MS:g} ms resolution), {s.beyond_ms:.4g} ms / {s.steps} steps "
                                       f"= {per_step:.4g} ms per step (light pass) × {saved:g} that the fix removes")
 
 

@@ -467,11 +467,18 @@ def test_a_data_loader_iteration_is_never_cut_at_a_pause() -> None:
 
 
 def test_slow_steps_counts_the_time_beyond_the_median_step():
-    # Four 10 ms steps and a 40 ms one: 30 ms of the 80 lie beyond the median pace.
+    # Four 10 ms steps and a 40 ms one: 30 ms of the 80 lie beyond the median pace, less the
+    # light pass's resolution (0.05 ms).
     s = steady.slow_steps(np.array([10.0, 10.0, 40.0, 10.0, 10.0]))
-    assert (s.steps, s.median_ms, s.total_ms, s.beyond_ms) == (5, 10.0, 80.0, 30.0)
+    assert (s.steps, s.median_ms, s.total_ms) == (5, 10.0, 80.0)
+    assert s.beyond_ms == pytest.approx(30.0 - steady.RESOLUTION_MS)
     assert (s.slow, s.slow_min_ms, s.slow_max_ms) == (1, 40.0, 40.0)
     # Steps faster than the median cost nothing; 1.25x the median is not yet "slow".
     even = steady.slow_steps(np.array([8.0, 10.0, 12.5]))
-    assert even.beyond_ms == 2.5 and even.slow == 0 and even.slow_min_ms is None
+    assert even.beyond_ms == pytest.approx(2.5 - steady.RESOLUTION_MS) and even.slow == 0 and even.slow_min_ms is None
+    # Microsecond steps: a 100 us step among 57 us ones is 43 us past the median, within the
+    # resolution: neither slow nor counted; a 200 us one is slow.
+    tiny = steady.slow_steps(np.array([0.057] * 9 + [0.1]))
+    assert tiny.beyond_ms == 0 and tiny.slow == 0
+    assert steady.slow_steps(np.array([0.057] * 9 + [0.2])).slow == 1
     assert steady.slow_steps(np.array([])).steps == 0

@@ -145,7 +145,6 @@ ALLOWED: dict[str, set[str]] = {
     # Manifest, LightPass, PassRun, Collector, RepeatProcess and PassResults.
     "perfdoctor/analysis/attribution.py": {"reason", "step", "steps"},
     "perfdoctor/analysis/bounds.py": {"reason", "step", "steps"},
-    "perfdoctor/analysis/capture.py": {"launch"},
     "perfdoctor/analysis/cpu.py": {"step_latency_ms", "steps"},
     "perfdoctor/analysis/hostgaps.py": {"step"},
     "perfdoctor/analysis/metrics.py": {"declared", "device", "reason", "schema", "steady_reason", "steady_start", "step", "step_name", "steps"},

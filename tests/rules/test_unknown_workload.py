@@ -66,7 +66,7 @@ def test_a_dataloader_loop_without_a_trace_is_training_and_p99_does_not_fail(tmp
     failed = [x for x in d.findings if x.status == "fail"]
     assert [x.rule_id for x in failed] == ["uneven-steps"]
     steady = np.asarray(TRAIN_MS[d.analysis.light.steady_start:])
-    beyond = np.clip(steady - np.median(steady), 0, None)
+    beyond = np.clip(steady - np.median(steady) - 0.05, 0, None)  # beyond the light pass's 50 us resolution
     assert failed[0].estimate.ms_per_step == pytest.approx(beyond.sum() / steady.size, rel=1e-6)
     assert d.analysis.value("slow_step_time_ratio") == pytest.approx(beyond.sum() / steady.sum(), rel=1e-6)
 
