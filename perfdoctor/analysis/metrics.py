@@ -472,9 +472,8 @@ def _latency(c: _Context, q: int, light: steady.SteadySeries | None) -> Metric:
 def _slow_step_time_ratio(c: _Context, light: steady.SteadySeries | None) -> Metric:
     """The share of the untraced steps' time spent beyond the median step by more than the
     light pass's resolution (:func:`perfdoctor.analysis.steady.slow_steps`): what uneven steps
-    cost the run. The
-    light pass's steady state only: a trace's few steps include its warm-up and are
-    stretched by its tracer."""
+    cost the run. The light pass's steady state only: a trace's few steps include its
+    warm-up and are stretched by its tracer."""
     key = "slow_step_time_ratio"
     if light is None or not light.critical_path_ms.size:
         return c.absent(key, "needs the light pass's steady steps (perfdoctor run): a trace's few steps include "
@@ -482,10 +481,7 @@ def _slow_step_time_ratio(c: _Context, light: steady.SteadySeries | None) -> Met
     s = steady.slow_steps(light.critical_path_ms)
     if s.total_ms <= 0:
         return c.absent(key, "the steps' critical-path time is 0")
-    note = f"{s.slow} of {s.steps} steps slower than {steady.WARMUP_FACTOR:g}x the median {s.median_ms:.4g} ms"
-    if s.slow:
-        note += f" ({s.slow_min_ms:.4g}-{s.slow_max_ms:.4g} ms)"
-    return c.have(key, s.beyond_ms / s.total_ms, source="light", note=note)
+    return c.have(key, s.beyond_ms / s.total_ms, source="light", note=s.summary)
 
 
 def _traced_step_latency_ms_p50(c: _Context) -> Metric:

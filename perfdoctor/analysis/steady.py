@@ -332,6 +332,12 @@ class SlowSteps:
     slow_min_ms: float | None
     slow_max_ms: float | None
 
+    @property
+    def summary(self) -> str:
+        """``5 of 22 steps slower than 1.25x the median 46.71 ms (58.75-202 ms)``."""
+        text = f"{self.slow} of {self.steps} steps slower than {WARMUP_FACTOR:g}x the median {self.median_ms:.4g} ms"
+        return text + (f" ({self.slow_min_ms:.4g}-{self.slow_max_ms:.4g} ms)" if self.slow else "")
+
 
 # What a light-pass step's time can be trusted to: its two CUDA events and bookkeeping cost
 # ~40 us per step on the H200 host and the clock mapping is within ±8 us (docs/performance.md,

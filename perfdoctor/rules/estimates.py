@@ -413,19 +413,17 @@ def norm_elementwise_time(analysis: Analysis, threshold: float | None, params: d
 
 def slow_step_time(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
     """The untraced steps' time beyond the median step, per step (Σ max(0, step − median −
-    RESOLUTION_MS) / steps, the light pass's steady state) × ``saved``: what the run wins when its slow steps run at
-    the median step's pace. Counted against the mean step (1 / steps_per_s), like every estimate's
-    steps/s: the median step does not hold this time."""
+    RESOLUTION_MS) / steps, the light pass's steady state) × ``saved``: what the run wins when
+    its slow steps run at the median step's pace. Counted against the mean step (1 /
+    steps_per_s), like every estimate's steps/s: the median step does not hold this time."""
     light = analysis.light_series
     if light is None or not light.critical_path_ms.size:
         return Estimate(None, "needs the light pass's steady steps (perfdoctor run)")
     s = steady.slow_steps(light.critical_path_ms)
     saved = float(params.get("saved", 1.0))
     per_step = s.beyond_ms / s.steps
-    slow = f"{s.slow} of {s.steps} steps slower than {steady.WARMUP_FACTOR:g}x the median {s.median_ms:.4g} ms"
-    if s.slow:
-        slow += f" ({s.slow_min_ms:.4g}-{s.slow_max_ms:.4g} ms)"
-    return Estimate(per_step * saved, f"{slow}: the steps' time beyond the median (past the light pass's {steady.RESOLUTION_MS:g} ms resolution), {s.beyond_ms:.4g} ms / {s.steps} steps "
+    return Estimate(per_step * saved, f"{s.summary}: the steps' time beyond the median (past the light pass's "
+                                      f"{steady.RESOLUTION_MS:g} ms resolution), {s.beyond_ms:.4g} ms / {s.steps} steps "
                                       f"= {per_step:.4g} ms per step (light pass) × {saved:g} that the fix removes")
 
 
