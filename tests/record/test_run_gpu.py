@@ -19,6 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from perfdoctor.pipeline import diagnose
+from perfdoctor.reports.summary import UNEVEN, uneven_steps_lines
+
 torch = pytest.importorskip("torch")
 
 pytestmark = [
@@ -294,8 +297,19 @@ def test_acceptance_engine_numbers_are_the_programs_own(tmp_path, variant, token
     assert (lp["step_name"], lp["how"]) == ("decode_step", "perfdoctor.region")
     assert lp["warmup"] == lp["steady_start"] and not lp["warmup_explicit"]
     # This branch's own number: the light pass's critical path over the steady steps.
-    assert statistics.median(lp["step_latency_ms"]) == pytest.approx(own_ms, rel=0.05)
-    assert got["step_latency_ms_p50"] == pytest.approx(own_ms, rel=0.05)
+    assert statistics.median(lp["step_latency_ms"]) == pytest.approx(got["step_latency_ms_p50"], rel=1e-9)
+    # The engine's ms/token is a mean (seconds / tokens), perfdoctor's p50 a median: the same
+    # number on even steps. On uneven ones the report prints the mean step beside the median
+    # (reports.summary.uneven_steps_lines), and that is what a user holds against the engine's
+    # print: the host-bound eager loop at 256 tokens read p50 9.718 ms, mean 10.393, its own
+    # 10.328 on 2026-12-02 (a median 6 % under a mean timer, the mean 0.6 % over it).
+    mean_ms = 1e3 / got["steps_per_s"]
+    uneven = uneven_steps_lines(diagnose(bundle).analysis)
+    assert bool(uneven) == (abs(mean_ms / got["step_latency_ms_p50"] - 1) > UNEVEN)
+    if uneven:
+        assert mean_ms == pytest.approx(own_ms, rel=0.05), uneven
+    else:
+        assert got["step_latency_ms_p50"] == pytest.approx(own_ms, rel=0.05)
     assert got["tokens_per_s"] == pytest.approx(own_tps, rel=0.05)
     assert got["dram_bw_util"] == pytest.approx(own_pct / 100, abs=0.03)
     if variant in ("graph", "fused", "megakernel"):
