@@ -413,9 +413,10 @@ def norm_elementwise_time(analysis: Analysis, threshold: float | None, params: d
 
 def slow_step_time(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
     """The untraced steps' time beyond the median step, per step (Σ max(0, step − median −
-    RESOLUTION_MS) / steps, the light pass's steady state) × ``saved``: what the run wins when
-    its slow steps run at the median step's pace. Counted against the mean step (1 /
-    steps_per_s), like every estimate's steps/s: the median step does not hold this time."""
+    0.05 ms, the light pass's resolution) / steps, over the light pass's steady state) × saved:
+    what the run wins when its slow steps run at the median step's pace. Counted against the
+    mean step (1 / steps_per_s), like every estimate's steps/s: the median step does not hold
+    this time."""
     light = analysis.light_series
     if light is None or not light.critical_path_ms.size:
         return Estimate(None, "needs the light pass's steady steps (perfdoctor run)")
