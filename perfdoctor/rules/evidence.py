@@ -20,6 +20,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from perfdoctor.analysis import steady
 from perfdoctor.analysis.hostgaps import PYTHON_SOURCE, user_frames  # which Python frames are the user's
 from perfdoctor.analysis.metrics import SHORT_KERNEL_NS, Analysis
 from perfdoctor.names.codes import equals, tally
@@ -308,6 +309,25 @@ def step_latencies(analysis: Analysis) -> Evidence:
     return ev
 
 
+def slow_untraced_steps(analysis: Analysis) -> Evidence:
+    """The light pass's slowest steady steps: the steps ``uneven-steps`` is about. The traced
+    window is a few steps and may hold none of them (train_loop.py with 4 workers: 9 traced
+    iterations of at most 104 ms, while the untraced run had 5 of 22 at 59-202 ms)."""
+    ev = Evidence("slow_untraced_steps", "Slowest untraced steps (light pass, steady state)",
+                  ["step", "latency ms", "× median", "beyond the median ms"])
+    light, series = analysis.light, analysis.light_series
+    if light is None or series is None or not series.critical_path_ms.size:
+        ev.note = "no light pass (perfdoctor run times every step untraced)"
+        return ev
+    cp = series.critical_path_ms
+    s = steady.slow_steps(cp)
+    for i in np.argsort(-cp, kind="stable")[:TOP]:
+        ev.rows.append([int(light.steady_start + i), _r(cp[i]), _r(cp[i] / s.median_ms) if s.median_ms else "—",
+                        _r(max(0.0, cp[i] - s.median_ms))])
+    ev.note = f"{s.summary}; step numbers count from the run's first step"
+    return ev
+
+
 def nvml_series(analysis: Analysis) -> Evidence:
     ev = Evidence("nvml_series", "Sampled GPU metrics during the run", ["metric", "source", "samples", "min", "median", "max"])
     s = analysis.profile.samples
@@ -475,6 +495,7 @@ EVIDENCE: dict[str, Callable[[Analysis], Evidence]] = {
     "gemm_kernels": gemm_kernels,
     "attention_kernels": attention_kernels,
     "step_latencies": step_latencies,
+    "slow_untraced_steps": slow_untraced_steps,
     "nvml_series": nvml_series,
     "launch_summary": launch_summary,
     "bandwidth_budget": bandwidth_budget,

@@ -69,6 +69,13 @@ def test_a_dataloader_loop_without_a_trace_is_training_and_p99_does_not_fail(tmp
     beyond = np.clip(steady - np.median(steady) - 0.05, 0, None)  # beyond the light pass's 50 us resolution
     assert failed[0].estimate.ms_per_step == pytest.approx(beyond.sum() / steady.size, rel=1e-6)
     assert d.analysis.value("slow_step_time_ratio") == pytest.approx(beyond.sum() / steady.sum(), rel=1e-6)
+    # Its evidence names the untraced slow steps, by their number in the run, slowest first.
+    (ev,) = [e for e in failed[0].evidence if e.kind == "slow_untraced_steps"]
+    start = d.analysis.light.steady_start
+    order = np.argsort(-steady, kind="stable")[:len(ev.rows)]
+    assert [row[0] for row in ev.rows] == [start + int(i) for i in order]
+    assert [row[1] for row in ev.rows] == pytest.approx([steady[i] for i in order], rel=5e-3)  # 3 significant digits
+    assert ev.rows[0][1] == pytest.approx(max(TRAIN_MS[start:]), rel=5e-3)
 
 
 @pytest.mark.parametrize("step", ["decode_step", "Optimizer.zero_grad#SGD.zero_grad"])
