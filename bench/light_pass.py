@@ -131,6 +131,13 @@ def call_models(device: str, only: list[str]) -> dict:
     return {k: (m.to(device).eval(), x.to(device)) for k, (m, x) in models.items() if k in only}
 
 
+def device_sync(device: str):
+    """``torch.cuda.synchronize`` on a GPU, nothing on the CPU (each timed forward ends on it)."""
+    import torch
+
+    return torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+
 def timer(kind: str):
     """A light-pass Timer: "events" (as shipped: a CUDA event at each step's start and end),
     "host clock" (no events: what the bookkeeping costs alone), "end event" (the host time
@@ -157,7 +164,7 @@ def module_call_costs(device: str, rounds: int, only: list[str]) -> list[dict]:
 
     from perfdoctor.record.bootstrap.steps import ModuleSteps
 
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sync = device_sync(device)
     out = []
     with torch.inference_mode():
         for label, (model, x) in call_models(device, only).items():
@@ -198,7 +205,7 @@ def module_call_costs(device: str, rounds: int, only: list[str]) -> list[dict]:
 
 
 # --alternate's variants: (label, a synchronize after each forward, the Timer's kind)
-ALTERNATE = (("events, sync", True, "events"), ("events", False, "events"),
+ALTERNATE = (("events+sync", True, "events"), ("events", False, "events"),
              ("end event", False, "end event"), ("host clock", False, "host clock"))
 
 
@@ -215,7 +222,7 @@ def alternating_costs(device: str, pairs: int, only: list[str], variants: list[s
     same in both directions) is outside the timed span. The mean difference counts the
     settle every 128 steps.
 
-    Variants (ALTERNATE): "events, sync" times each forward to a synchronize after it, from an
+    Variants (ALTERNATE): "events+sync" times each forward to a synchronize after it, from an
     idle GPU (all of the step's cost shows, also what a program that runs ahead of the GPU
     hides: an upper bound); the others time the forward's host side as image_infer.py's loop
     runs it (no synchronize inside; one after each pair, untimed), with the shipped Timer,
@@ -226,7 +233,7 @@ def alternating_costs(device: str, pairs: int, only: list[str], variants: list[s
 
     from perfdoctor.record.bootstrap.steps import ModuleSteps
 
-    gpu_sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    gpu_sync = device_sync(device)
     out = []
     with torch.inference_mode():
         for label, (model, x) in call_models(device, only).items():
@@ -294,7 +301,7 @@ def edge_costs(device: str, steps: int) -> dict:
     from perfdoctor.record.bootstrap.session import Session
 
     x = torch.zeros(1024, device=device)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sync = device_sync(device)
 
     def run(n: int) -> list[tuple[int, int]]:
         out = []
