@@ -477,6 +477,9 @@ def main() -> None:
     p.add_argument("--no-pin", dest="pin", action="store_false", help="leave the processes where the OS puts them")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args()
+    unknown = set(args.variants.split(",") if args.variants else ()) - {v[0] for v in ALTERNATE}
+    if unknown:
+        p.error(f"--variants: unknown {', '.join(sorted(unknown))} (known: {', '.join(v[0] for v in ALTERNATE)})")
     if args.calls or args.alternate or args.edges or args.program:
         module_main(args)
         return
