@@ -101,6 +101,9 @@ REAL = ROOT / "tests" / "programs" / "real"
 CALL_MODES = ("plain", "scouting", "narrowed", "host clock")
 
 
+TREES = ("noop tree", "resnet50", "vit_small")  # call_models' labels
+
+
 def call_models(device: str, only: list[str]) -> dict:
     """The --calls / --alternate module trees, by label: (model on `device`, input)."""
     import torch
@@ -125,7 +128,7 @@ def call_models(device: str, only: list[str]) -> dict:
     size = 224 if device == "cuda" else 32
     if device == "cpu":
         torch.set_num_threads(1)  # a host-paced program: one thread, as a GPU program's host side
-    models = {"noop tree": (Tree(), torch.zeros(1)),
+    models = {TREES[0]: (Tree(), torch.zeros(1)),
               "resnet50": (resnet50(), torch.randn(1, 3, size, size)),
               "vit_small": (vit_small(img_size=size), torch.randn(1, 3, size, size))}
     return {k: (m.to(device).eval(), x.to(device)) for k, (m, x) in models.items() if k in only}
@@ -139,19 +142,17 @@ def device_sync(device: str):
 
 
 def timer(kind: str):
-    """A light-pass Timer: "events" (as shipped: a CUDA event at each step's start and end),
-    "host clock" (no events: what the bookkeeping costs alone), "end event" (the host time
-    at the start, an event at the end: what the start event costs, by difference)."""
+    """A light-pass Timer: "events" (as shipped: a CUDA event at each step's end, and at its
+    start unless the stream is idle), "two events" (an event at the start too, always: the
+    Timer before 2026-12-02 21:30 UTC), "end event" (the host time at the start, an event at
+    the end), "host clock" (no events: what the bookkeeping costs alone)."""
     from perfdoctor.record.bootstrap.clock import Timer
 
     class Partial(Timer):
-        marks = 0
-
-        def mark(self, host_ns: int):
-            self.marks += 1  # a step's marks alternate start, end
-            if kind == "host clock" or (kind == "end event" and self.marks % 2):
+        def mark(self, host_ns: int, start: bool = False):
+            if kind == "host clock" or (kind == "end event" and start):
                 return host_ns
-            return super().mark(host_ns)
+            return super().mark(host_ns, start=start and kind != "two events")
 
     return Timer() if kind == "events" else Partial()
 
@@ -204,8 +205,11 @@ def module_call_costs(device: str, rounds: int, only: list[str]) -> list[dict]:
     return out
 
 
+# --edges' Timers (see timer())
+EDGE_KINDS = ("events", "two events", "end event", "host clock")
+
 # --alternate's variants: (label, a synchronize after each forward, the Timer's kind)
-ALTERNATE = (("events+sync", True, "events"), ("events", False, "events"),
+ALTERNATE = (("events+sync", True, "events"), ("events", False, "events"), ("two events", False, "two events"),
              ("end event", False, "end event"), ("host clock", False, "host clock"))
 
 
@@ -226,7 +230,8 @@ def alternating_costs(device: str, pairs: int, only: list[str], variants: list[s
     idle GPU (all of the step's cost shows, also what a program that runs ahead of the GPU
     hides: an upper bound); the others time the forward's host side as image_infer.py's loop
     runs it (no synchronize inside; one after each pair, untimed), with the shipped Timer,
-    with an event at the end only, and with no events (the wrapper's bookkeeping alone)."""
+    with an event at the start too (the Timer before the idle-stream start), with an event at
+    the end only, and with no events (the wrapper's bookkeeping alone)."""
     import types
 
     import torch
@@ -316,7 +321,7 @@ def edge_costs(device: str, steps: int) -> dict:
     med = lambda v: statistics.median(v) / 1e3  # noqa: E731
     run(50)
     out = {"device": device, "steps": steps, "alone_us": med([b - a for a, b in run(steps)])}
-    for kind in ("events", "end event", "host clock"):
+    for kind in EDGE_KINDS:
         session = Session(PassConfig(pass_="light"))
         session.timer = timer(kind)
         session.times = StepTimes(session.timer)
@@ -338,7 +343,8 @@ def event_costs(n: int = 2000) -> dict[str, float]:
     """us per light-pass event operation on the current CUDA stream: a record into a new
     event (torch creates the CUDA event then), a record into a pooled one, settling a
     completed one (the query and elapsed time of GpuClock.settle), the capture check each
-    mark makes, and a record right after kernel launches (a step's end event)."""
+    mark makes, the idle-stream query each step's start makes, and a record right after
+    kernel launches (a step's end event)."""
     import torch
 
     from perfdoctor.record.bootstrap.clock import GpuClock
@@ -366,6 +372,10 @@ def event_costs(n: int = 2000) -> dict[str, float]:
     for _ in range(n):
         clock.capturing()
     out["capture_check_us"] = (time.perf_counter_ns() - t0) / n / 1e3
+    t0 = time.perf_counter_ns()
+    for _ in range(n):
+        clock.idle()
+    out["idle_query_us"] = (time.perf_counter_ns() - t0) / n / 1e3
     # A record behind queued work, as a step's end event lands behind its kernels: each
     # record after 20 small launches, timed alone (the launches are not).
     x, spent = torch.zeros(1024, device="cuda"), 0
@@ -434,7 +444,7 @@ def module_main(args: argparse.Namespace) -> None:
     if args.edges:
         report["edges"] = e = edge_costs(args.device, args.edges)
         print(f"edges, us per step (median of {e['steps']}): alone {e['alone_us']:.1f}")
-        for kind in ("events", "end event", "host clock"):
+        for kind in EDGE_KINDS:
             k = e[kind]
             print(f"  light pass, {kind:10}: own timer {k['own_us']:.1f} (+{k['own_us'] - e['alone_us']:.1f}), span {k['span_us']:.1f}; "
                   f"timer start -> span start {k['before_us']:.1f}, span end -> timer end {k['after_us']:.1f}")
@@ -466,7 +476,7 @@ def main() -> None:
     p.add_argument("--program", action="store_true", help="image_infer.py at batch 1, alone vs light pass, in pairs")
     p.add_argument("--device", default="cuda", help="--calls / --program: cuda or cpu")
     p.add_argument("--rounds", type=int, default=15, help="--calls: interleaved rounds")
-    p.add_argument("--trees", default="noop tree,resnet50,vit_small", help="--calls: which module trees")
+    p.add_argument("--trees", default=",".join(TREES), help=f"--calls / --alternate: which of {', '.join(TREES)}")
     p.add_argument("--pairs", type=int, default=20, help="--program: process pairs")
     p.add_argument("--models", default="resnet50,vit_small", help="--program: image_infer.py --model values")
     p.add_argument("--trials", type=int, default=5)
@@ -480,6 +490,9 @@ def main() -> None:
     unknown = set(args.variants.split(",") if args.variants else ()) - {v[0] for v in ALTERNATE}
     if unknown:
         p.error(f"--variants: unknown {', '.join(sorted(unknown))} (known: {', '.join(v[0] for v in ALTERNATE)})")
+    unknown = set(args.trees.split(",")) - set(TREES)
+    if unknown:
+        p.error(f"--trees: unknown {', '.join(sorted(unknown))} (known: {', '.join(TREES)})")
     if args.calls or args.alternate or args.edges or args.program:
         module_main(args)
         return

@@ -579,6 +579,7 @@ class FakeCuda:
     def __init__(self) -> None:
         self.now_ms = 0.0
         self.capturing = False
+        self.idle = False  # the current stream has nothing left to run
         self.created = 0
         fake = self
 
@@ -602,6 +603,7 @@ class FakeCuda:
 
         self.Event = Event
         self.synchronize = lambda: None
+        self.current_stream = lambda: type("Stream", (), {"query": staticmethod(lambda: fake.idle)})
         self.is_current_stream_capturing = lambda: fake.capturing
         self._C = type("C", (), {"_cuda_isCurrentStreamCapturing": staticmethod(lambda: fake.capturing)})
         self.cuda = self
@@ -633,16 +635,44 @@ def test_light_pass_gpu_bookkeeping_with_fake_events():
     assert fake.created == made_before_the_steps
 
 
-def test_stream_recorder_reads_the_current_stream_every_time_and_falls_back():
-    """The light pass's event record without Event.record's Python stream lookup, against a
-    labelled stand-in for torch's private CUDA API (the real one: test_run_gpu.py on the
-    H200): every record goes to the stream current at that moment, the Stream objects are
-    kept, and a torch whose private API differs gets the public Event.record."""
+def test_a_step_starting_on_an_idle_stream_records_no_start_event():
+    """A step that starts while the stream has nothing left to run takes its host start as
+    its GPU start (an event recorded there would complete at once); on a busy stream it
+    records one. Its end always does."""
+    from perfdoctor.record.bootstrap import clock
+
+    fake = FakeCuda()
+    timer = clock.Timer()
+    timer.clock = clock.GpuClock(fake)
+    times = clock.StepTimes(timer)
+    records = []
+    for i in range(10):
+        fake.idle = i % 2 == 0
+        before = fake.now_ms
+        times.start("step")
+        records.append(fake.now_ms > before)  # the fake's clock moves at each record
+        times.end("step")
+    series, error = times.series()
+    assert error is None
+    s = series["step"]
+    assert records == [i % 2 == 1 for i in range(10)]
+    idle = [s["gpu_start_ns"][i] == s["host_start_ns"][i] for i in range(10)]
+    assert idle == [i % 2 == 0 for i in range(10)]
+    assert all(isinstance(v, int) for v in s["gpu_start_ns"] + s["gpu_end_ns"])
+
+
+def test_stream_ops_read_the_current_stream_every_time_and_fall_back():
+    """The light pass's event record and stream query without torch's Python lookup of the
+    current stream, against a labelled stand-in for torch's private CUDA API (the real one:
+    test_run_gpu.py on the H200): every record and query goes to the stream current at that
+    moment, the Stream objects are kept, and a torch whose private API differs gets the
+    public Event.record and current_stream().query()."""
     import types
 
     from perfdoctor.record.bootstrap import clock
 
-    made, recorded = [], []
+    made, recorded, queried = [], [], []
+    busy = {3}  # streams with work left
 
     class Stream:
         def __init__(self, stream_id: int, device_index: int, device_type: int) -> None:
@@ -657,32 +687,47 @@ def test_stream_recorder_reads_the_current_stream_every_time_and_falls_back():
             self.public += 1
 
     current = [0]
-    base = types.SimpleNamespace(record=lambda event, stream: recorded.append((event, stream.id)))
+
+    def query(stream):
+        queried.append(stream.id)
+        return stream.id not in busy
+
     fake = types.SimpleNamespace(
         _C=types.SimpleNamespace(_cuda_getDevice=lambda: 0, _cuda_getCurrentStream=lambda d: (current[0], d, 1),
-                                 _CudaEventBase=base),
-        cuda=types.SimpleNamespace(Stream=Stream, Event=Event),
+                                 _CudaEventBase=types.SimpleNamespace(record=lambda event, stream: recorded.append((event, stream.id))),
+                                 _CudaStreamBase=types.SimpleNamespace(query=query)),
+        cuda=types.SimpleNamespace(Stream=Stream, Event=Event,
+                                   current_stream=lambda: types.SimpleNamespace(query=lambda: current[0] not in busy, public=True)),
     )
-    record = clock.stream_recorder(fake)
+    record, idle = clock.stream_ops(fake)
     recorded.clear()
+    queried.clear()
     e = Event()
+    idles = []
     for sid in (0, 0, 3, 3, 0):
         current[0] = sid
         record(e)
+        idles.append(idle())
     assert [r[1] for r in recorded] == [0, 0, 3, 3, 0] and e.public == 0
+    assert queried == [0, 0, 3, 3, 0] and idles == [True, True, False, False, True]
     assert sorted(made) == [0, 3]  # one Stream object per stream (the scratch record made 0)
 
     def broken(event, stream):
         raise TypeError("record() takes 1 argument")
 
     fake._C._CudaEventBase = types.SimpleNamespace(record=broken)
-    record = clock.stream_recorder(fake)
+    record, idle = clock.stream_ops(fake)
     record(e)
     assert e.public == 1  # the public path
-    del fake._C._cuda_getCurrentStream
-    record = clock.stream_recorder(fake)
+    asked = len(queried)
+    current[0] = 3
+    assert idle() is False and len(queried) == asked  # the public query, not the private one
+    del fake._C._CudaStreamBase
+    record, idle = clock.stream_ops(fake)
     record(e)
-    assert e.public == 2
+    assert e.public == 2 and idle() is False
+    current[0] = 0
+    assert idle() is True
 
 
 def test_nvml_sampler_gpm_intervals_with_a_fake_nvml(tmp_path, monkeypatch):

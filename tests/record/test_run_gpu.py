@@ -146,17 +146,18 @@ def test_gpm_and_ncu_agree_in_direction(big_run, big_gpm, small_run):
 
 
 def test_light_pass_event_record_is_fast_and_on_the_current_stream():
-    """The light pass records two CUDA events per step. ``stream_recorder`` skips
-    Event.record's Python stream lookup (H200, 2026-12-02: Event.record 8.3-10.8 us, the
-    fast path 2.6 us in a prototype): it must be faster and record on the stream current at
-    that moment, as Event.record does."""
+    """The light pass records a CUDA event at each step's end, and at its start unless the
+    stream is idle. ``stream_ops`` skips torch's Python stream lookup (H200, 2026-12-02:
+    Event.record 8.3-10.8 us, the fast path 2.6 us in a prototype): its record must be
+    faster and land on the stream current at that moment, as Event.record does; its idle
+    query must say what ``current_stream().query()`` says, on that stream."""
     import time
 
     from perfdoctor.record.bootstrap import clock
 
     torch.ones(1, device="cuda")
     torch.cuda.synchronize()
-    fast_record = clock.stream_recorder(torch)
+    fast_record, idle = clock.stream_ops(torch)
     e = torch.cuda.Event(enable_timing=True)
 
     def per_call(f, n=20000):
@@ -169,19 +170,60 @@ def test_light_pass_event_record_is_fast_and_on_the_current_stream():
 
     fast = min(per_call(lambda: fast_record(e)) for _ in range(3))
     plain = min(per_call(e.record) for _ in range(3))
+    torch.cuda.synchronize()
+    query_ns = min(per_call(idle) for _ in range(3))
+    idle_default = idle()
     # On a side stream held by a long kernel, the event completes only after that kernel:
-    # it was recorded on the side stream, not on the default one.
+    # it was recorded on the side stream, not on the default one; the side stream is busy
+    # and the default one idle.
     side = torch.cuda.Stream()
     a = torch.randn(4096, 4096, device="cuda")
     with torch.cuda.stream(side):
         for _ in range(20):
             a = a @ a / 64
         fast_record(e)
+        side_idle = idle()
+    default_idle_meanwhile = idle()
     queued = not e.query()
     e.synchronize()
-    record(test="event-record", fast_ns=fast, plain_ns=plain, queued_on_side_stream=queued)
+    record(test="event-record", fast_ns=fast, plain_ns=plain, query_ns=query_ns, queued_on_side_stream=queued)
     assert fast < 0.6 * plain
     assert queued
+    assert idle_default and default_idle_meanwhile and not side_idle
+
+
+def test_light_pass_takes_no_start_event_on_an_idle_stream():
+    """A host-paced loop (a synchronize after each step) starts every step on an idle
+    stream: its GPU starts are its host starts and the steps take one event each; a
+    GPU-bound loop (no synchronize, long kernels) queues its steps: their GPU starts are
+    events, later than their host starts, and each one is the previous step's end or
+    later."""
+    from perfdoctor.record.bootstrap import clock
+
+    torch.ones(1, device="cuda")
+    torch.cuda.synchronize()
+    timer = clock.Timer()
+    paced, queued = clock.StepTimes(timer), clock.StepTimes(timer)
+    a = torch.randn(4096, 4096, device="cuda")
+    for _ in range(20):
+        paced.start("step")
+        b = a @ a
+        paced.end("step")
+        torch.cuda.synchronize()
+    for _ in range(20):
+        queued.start("step")
+        for _ in range(5):
+            b = a @ a
+        queued.end("step")
+    torch.cuda.synchronize()
+    p, _ = paced.series()
+    q, _ = queued.series()
+    p, q = p["step"], q["step"]
+    assert p["gpu_start_ns"] == p["host_start_ns"]
+    later = [g - h for g, h in zip(q["gpu_start_ns"][1:], q["host_start_ns"][1:])]
+    record(test="idle-start", queued_start_after_host_ms_min=min(later) / 1e6, steps=len(later))
+    assert min(later) > 0
+    assert all(s >= e - 50_000 for s, e in zip(q["gpu_start_ns"][1:], q["gpu_end_ns"][:-1]))  # 50 us: the clock's resolution
 
 
 def test_light_pass_latency_matches_the_program_alone(tmp_path):

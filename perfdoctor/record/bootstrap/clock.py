@@ -2,10 +2,11 @@
 and finished its work, with no synchronization inside the program's steps.
 
 :class:`StepTimes` keeps one series per step name, on a :class:`Timer` that every series
-shares; :class:`GpuClock` puts CUDA events on the host clock and :func:`stream_recorder`
-records them cheaply. A module of its own because this is the one path the light pass adds to
-every step of the program (two marks a step), and it needs nothing of the session: the
-standard library, and torch only once the program has imported it and initialised CUDA.
+shares; :class:`GpuClock` puts CUDA events on the host clock and :func:`stream_ops` records
+them (and asks whether the stream is idle) cheaply. A module of its own because this is the
+one path the light pass adds to every step of the program (two marks a step), and it needs
+nothing of the session: the standard library, and torch only once the program has imported
+it and initialised CUDA.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class GpuClock:
         # The C function behind torch.cuda.is_current_stream_capturing(), without its
         # Python wrapper: it runs twice per step.
         self.capturing_now = getattr(torch._C, "_cuda_isCurrentStreamCapturing", torch.cuda.is_current_stream_capturing)
-        self.record = stream_recorder(torch)
+        self.record, self.idle = stream_ops(torch)
         self.pool = [torch.cuda.Event(enable_timing=True) for _ in range(self.POOL)]
         for event in self.pool:
             self.record(event)  # creates it
@@ -62,6 +63,17 @@ class GpuClock:
         self.record(event)
         return event
 
+    def start(self, host_ns: int) -> Any:
+        """A step's start: ``host_ns`` itself when the stream has nothing left to run, else
+        a CUDA event. An event recorded on an idle stream completes at once, so its time
+        is the host's (a few us of launch latency later), and there it cost the most:
+        4.5-7 us of host time (the GPU's front end woken for one event), where the stream
+        query costs ~1. The case is the host-paced program — the one where the light
+        pass's host time is the program's time (ViT-small at batch 1: the two events were
+        30 of the light pass's 42 us per 2.3 ms step on the H200). A GPU-bound program,
+        whose host cost hides behind the GPU, still gets its event."""
+        return host_ns if self.idle() else self.mark()
+
     def resolve(self, event: Any, complete: bool = False) -> int:
         if not complete:
             event.synchronize()
@@ -80,41 +92,53 @@ class GpuClock:
         return len(marks)
 
 
-def stream_recorder(torch: Any) -> Any:
-    """``event.record()`` on the current stream, without ``Event.record``'s Python lookup
-    of that stream: ``torch.cuda.current_stream()`` builds a ``Stream`` object through
+def stream_ops(torch: Any) -> tuple[Any, Any]:
+    """``(record, idle)`` on the current stream: ``record(event)`` is ``event.record()`` and
+    ``idle()`` is ``torch.cuda.current_stream().query()``, without their Python lookup of
+    that stream: ``torch.cuda.current_stream()`` builds a ``Stream`` object through
     ``_get_device_index`` on every call. Measured on the H200 host (2026-12-02, torch
     2.11): ``Event.record()`` 8.3-10.8 us, this 2.6 us; a light-pass step (two records)
     cost 43.7 us, ~1.3 % of a 3.4 ms ResNet-50 forward at batch 1. The current stream is
     still read on every call (a program may switch streams), only its ``Stream`` object is
     kept. Tried once on a scratch event; any difference in torch's private API falls back
-    to ``Event.record``."""
+    to the public calls."""
 
-    def plain(event: Any) -> None:
+    def plain_record(event: Any) -> None:
         event.record()
+
+    def plain_idle() -> bool:
+        return bool(torch.cuda.current_stream().query())
 
     C = torch._C
     device = getattr(C, "_cuda_getDevice", None)
     current = getattr(C, "_cuda_getCurrentStream", None)
     record = getattr(getattr(C, "_CudaEventBase", None), "record", None)
-    if device is None or current is None or record is None:
-        return plain
+    query = getattr(getattr(C, "_CudaStreamBase", None), "query", None)
+    if device is None or current is None or record is None or query is None:
+        return plain_record, plain_idle
     streams: dict[Any, Any] = {}
 
-    def fast(event: Any) -> None:
+    def stream() -> Any:
         key = current(device())  # (stream id, device index, device type)
-        stream = streams.get(key)
-        if stream is None:
+        found = streams.get(key)
+        if found is None:
             if len(streams) > 64:  # a program that makes a stream per request
                 streams.clear()
-            stream = streams[key] = torch.cuda.Stream(stream_id=key[0], device_index=key[1], device_type=key[2])
-        record(event, stream)
+            found = streams[key] = torch.cuda.Stream(stream_id=key[0], device_index=key[1], device_type=key[2])
+        return found
+
+    def fast_record(event: Any) -> None:
+        record(event, stream())
+
+    def fast_idle() -> bool:
+        return bool(query(stream()))
 
     try:
-        fast(torch.cuda.Event(enable_timing=True))
+        fast_record(torch.cuda.Event(enable_timing=True))
+        fast_idle()
     except Exception:  # noqa: BLE001 - another torch's private API: the public path
-        return plain
-    return fast
+        return plain_record, plain_idle
+    return fast_record, fast_idle
 
 
 CAPTURED = "captured"  # a step mark taken while the stream was capturing a CUDA graph
@@ -140,8 +164,9 @@ class Timer:
                 self.clock = GpuClock(torch)
         return self.clock
 
-    def mark(self, host_ns: int) -> Any:
-        """What a step records now: a CUDA event; the host time before the program uses
+    def mark(self, host_ns: int, start: bool = False) -> Any:
+        """What a step records now: a CUDA event (at a step's start, the host time when the
+        stream is idle: :meth:`GpuClock.start`); the host time before the program uses
         CUDA; CAPTURED inside a CUDA graph capture."""
         clock = self.clock or self.gpu_clock()
         if clock is None:
@@ -151,7 +176,7 @@ class Timer:
             return host_ns
         if clock.capturing():
             return CAPTURED
-        return clock.mark()
+        return clock.start(host_ns) if start else clock.mark()
 
     def ended(self) -> None:
         self.unsettled += 1
@@ -164,8 +189,9 @@ class Timer:
 class StepTimes:
     """Per step name: host start, GPU start and GPU end of every step.
 
-    At a step's start: the host time, then a CUDA event (the stream reaching the step); at
-    its end: a CUDA event (the stream finishing the step's work). Before the program has
+    At a step's start: the host time, then a CUDA event (the stream reaching the step; the
+    host time again when the stream is idle); at its end: a CUDA event (the stream finishing
+    the step's work). Before the program has
     initialised CUDA there are no events: the GPU start of such a step is its host start (no
     GPU work was queued, so the stream was idle) and its end is the host end.
     """
@@ -184,7 +210,7 @@ class StepTimes:
             self.host[name], self.gpu_start[name], self.gpu_end[name] = [], [], []
             self.done[name] = [0, 0]
         self.host[name].append(now)
-        self.gpu_start[name].append(self.timer.mark(now))
+        self.gpu_start[name].append(self.timer.mark(now, start=True))
 
     def end(self, name: str) -> None:
         ends = self.gpu_end.get(name)
