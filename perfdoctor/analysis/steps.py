@@ -86,8 +86,9 @@ def choose_step(
        that repeat alike), else to the name seen first. After ProfilerStep: torch's DDP
        writes a ``DistributedDataParallel.forward`` range inside each ProfilerStep;
     6. ``replays``: one CUDA/HIP graph replayed that often, once per period of the loop
-       (:func:`graph_replays`), seen twice. After the user's ranges: a range around each
-       replay (``decode_step``) also holds the work that feeds it;
+       (:func:`graph_replays` in a trace, :func:`one_graph` over the light pass's replays of
+       each ``torch.cuda.CUDAGraph``), seen twice. After the user's ranges: a range around
+       each replay (``decode_step``) also holds the work that feeds it;
     7. the training iteration, marked by torch's loop ranges (the data loader's
        ``__next__``, else ``Optimizer.zero_grad``, else ``Optimizer.step``), seen twice;
     8. the outermost repeating module call (``modules``: its name and calls, at least two).
@@ -247,7 +248,8 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
     """The ranges that are steps: ``pattern`` (or the step a run bundle recorded), else
     :func:`choose_step` over the trace's ranges and CUDA/HIP graph replays, else the
     automatic step. A name that marks the loop iteration (a compiled-graph call, torch's
-    loop ranges, a module step) gives steps from one occurrence to the next.
+    loop ranges, a module step, the replays of a run's CUDA graph) gives steps from one
+    occurrence to the next.
 
     Returns (step name, ranges, reason when none, how they were found).
     """
@@ -284,7 +286,7 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
             common = ranges["name"].value_counts().head(5).index.tolist()
             hint = f"; ranges in this trace: {', '.join(map(repr, common))}" if common else "; this trace has no ranges"
             raise UsageError(f"--step {pattern!r} matches no range{hint}")
-        if module_step or rangenames.kind(pattern) in (rangenames.COMPILED, rangenames.LOOP):
+        if module_step or rangenames.kind(pattern) in (rangenames.COMPILED, rangenames.LOOP, rangenames.REPLAY):
             # a marker of the iteration, not the iteration (run's scout times it so too): the
             # model's forward leaves out the host work of HF generate's loop between forwards
             # (logits processors, stopping criteria: 1.6 ms of a 20 ms token on the H200)
@@ -353,6 +355,19 @@ GRAPH_REPLAY = "(CUDA/HIP graph replay)"
 ONE_GRAPH_SHARE = 0.9
 
 
+def one_graph(replays: Mapping[str, int], total: int | None = None) -> str | None:
+    """The graph whose replays can be the step, from each graph's replay count: the most
+    replayed, when it was replayed at least twice and makes up ``ONE_GRAPH_SHARE`` of all
+    ``total`` replays (default: the sum of the counts); else None. The same rule for a
+    trace's graph launches (:func:`graph_replays`) and for the light pass's replays of each
+    ``torch.cuda.CUDAGraph`` (:func:`perfdoctor.record.light.find_step`)."""
+    graph = max(replays, key=lambda g: replays[g], default=None)  # ties: the first counted
+    if graph is None:
+        return None
+    n = replays[graph]
+    return graph if n >= 2 and n >= ONE_GRAPH_SHARE * (sum(replays.values()) if total is None else total) else None
+
+
 def _replays_per_unit(replays: pd.DataFrame, units: pd.DataFrame) -> float:
     """Median number of ``replays`` starting inside each of ``units`` (the repeating unit of
     GPU work, :func:`automatic_ranges`); 1 when there are no units to count in. A graph is
@@ -383,10 +398,10 @@ def graph_replays(profile: Profile) -> pd.DataFrame:
     which = which.dropna()
     if which.empty:
         return empty
-    counts = which.astype(str).value_counts()
-    if counts.iloc[0] < 2 or counts.iloc[0] < ONE_GRAPH_SHARE * len(graph):
+    step_graph = one_graph(which.astype(str).value_counts().to_dict(), len(graph))
+    if step_graph is None:
         return empty
-    mine = graph.loc[which.index[which.astype(str) == counts.index[0]]]
+    mine = graph.loc[which.index[which.astype(str) == step_graph]]
     return pd.DataFrame(
         {"name": GRAPH_REPLAY, "start_ns": mine["start_ns"].to_numpy(np.int64), "end_ns": mine["end_ns"].to_numpy(np.int64),
          "tid": mine["tid"].to_numpy(np.int64), "source": "graph_replay"}

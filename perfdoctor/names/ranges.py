@@ -12,6 +12,10 @@ not import pandas there). :func:`kind` puts every range name in one class:
     (:data:`COMPILED_PREFIX`). With CUDA graphs each call is one replay.
 ``profiler_step``
     ``ProfilerStep#N`` (torch.profiler's schedule).
+``replay``
+    the replays of one ``torch.cuda.CUDAGraph`` as ``perfdoctor run``'s light pass names them
+    (:data:`REPLAY_PREFIX` and the graph's ordinal, :func:`replay_name`): evidence for the
+    step only through their count (``choose_step``'s ``replays``), never as a range of its own.
 ``loop``
     a range torch opens once per training-loop iteration around its own library code:
     ``enumerate(DataLoader)#<Iter>.__next__``, ``Optimizer.zero_grad#<Opt>.zero_grad``,
@@ -36,6 +40,7 @@ from functools import lru_cache
 SERVING = "serving"
 COMPILED = "compiled"
 PROFILER_STEP = "profiler_step"
+REPLAY = "replay"
 LOOP = "loop"
 LIBRARY = "library"
 WARMUP = "warmup"
@@ -48,6 +53,10 @@ SERVING_STEP = "serving step"
 # (the torch profiler writes no range around them when it is not running).
 COMPILED_PREFIX = "torch.compile: "
 COMPILED_FX = "## Call CompiledFxGraph "
+# How the light pass names the replays of a hand-captured CUDA graph (``g.replay()``): one
+# name per graph object, numbered by first replay, so one graph's replays can be counted
+# apart from another's (vLLM's piecewise graphs replay many graphs per iteration).
+REPLAY_PREFIX = "CUDAGraph.replay #"
 
 # Ranges that libraries open around their own calls: never the user's step. On the H200 an
 # unannotated Hugging Face generate under nsys came out as "3 steps of
@@ -147,6 +156,8 @@ def kind(name: str) -> str:
         return COMPILED
     if _PROFILER_STEP.match(name):
         return PROFILER_STEP
+    if name.startswith(REPLAY_PREFIX):
+        return REPLAY
     if name.startswith(LOOP_PREFIXES):
         return LOOP
     if is_library(name):
@@ -164,3 +175,9 @@ def loop_rank(name: str) -> int:
 def compiled_name(qualname: str) -> str:
     """The light pass's step name for the calls of a torch.compile-d function."""
     return f"{COMPILED_PREFIX}{qualname}"
+
+
+def replay_name(ordinal: int) -> str:
+    """The light pass's range name for the replays of the ``ordinal``-th CUDA graph replayed
+    (1 for the first)."""
+    return f"{REPLAY_PREFIX}{ordinal}"

@@ -41,10 +41,10 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
 
     The choice is :func:`perfdoctor.analysis.steps.choose_step`, the one ``analyze`` makes on
     a trace: the user's markers (``--step``, perfdoctor.region/step, ``--step-fn``), serving
-    ranges, calls of a torch.compile-d function, ..., the outermost repeating module call
-    last. A name that marks the loop iteration (a compiled call, torch's data loader or
-    optimizer range, a module call) gets a series timed as the iteration, written back into
-    ``results.series``."""
+    ranges, calls of a torch.compile-d function, ..., the replays of one CUDA graph, ...,
+    the outermost repeating module call last. A name that marks the loop iteration (a
+    compiled call, a graph's replays, torch's data loader or optimizer range, a module call)
+    gets a series timed as the iteration, written back into ``results.series``."""
     series = results.step_series()
     counts = {name: len(s["gpu_end_ns"]) for name, s in series.items()}
     api_counts = results.step_counts or {}
@@ -58,10 +58,13 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
     found = choose_module(results.modules or {}) if options.step is None and options.step_fn is None else None
     if found is not None:
         modules[found[1]] = len(results.modules[str(found[0])][found[1]]["gpu_end_ns"])  # type: ignore[index]
-    choice = steps.choose_step(counts, user=user, modules=modules)
+    # one series per CUDA graph replayed (the bootstrap's GraphReplays): its replays are the
+    # step when that graph is (nearly) every replay, as a trace's graph launches are
+    graph = steps.one_graph({n: c for n, c in counts.items() if rangenames.kind(n) == rangenames.REPLAY})
+    choice = steps.choose_step(counts, user=user, modules=modules, replays=counts[graph] if graph else 0)
     if choice is None:
         return None, None, None, False
-    name = choice.name
+    name = graph if choice.name == steps.GRAPH_REPLAY else choice.name
     if choice.kind == "user":
         how = "--step" if options.step is not None else "--step-fn" if options.step_fn is not None else (
             "perfdoctor.region" if name in api_counts else "range")

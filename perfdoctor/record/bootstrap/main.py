@@ -25,7 +25,8 @@ and a results JSON written before the process ends, so the bundle stays readable
 This module is the entry point: it reads CONFIG, installs the hooks and runs the program
 (:func:`main`). The hooks and the state live beside it: :mod:`.session` (the pass's state and
 its results), :mod:`.clock` (the light pass's step timing), :mod:`.ranges` (range hooks and
-mirroring) and :mod:`.steps` (module calls, compiled functions and ``--step-fn`` as steps).
+mirroring) and :mod:`.steps` (module calls, compiled functions, CUDA graph replays and
+``--step-fn`` as steps).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from perfdoctor.bundle.protocol import PassConfig
 from perfdoctor.console import leave
 from perfdoctor.record.bootstrap.ranges import hook_ranges
 from perfdoctor.record.bootstrap.session import Session
-from perfdoctor.record.bootstrap.steps import ModuleSteps, install_compiled_steps, install_step_fn
+from perfdoctor.record.bootstrap.steps import ModuleSteps, install_compiled_steps, install_graph_replays, install_step_fn
 from perfdoctor.record.launch import rank_config
 
 
@@ -124,6 +125,7 @@ def main(argv: list[str]) -> None:
         install_step_fn(config.step_fn, main_module)
     if "torch" in sys.modules:
         install_compiled_steps(session)
+        session.replays = install_graph_replays(session)
         if config.module_step and session.mode != "light":
             session.modules = ModuleSteps(session, mark=config.module_step)
         elif session.mode == "light" and not config.step and not config.step_fn:

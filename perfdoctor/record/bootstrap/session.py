@@ -73,6 +73,7 @@ class Session:
         self.last_tick_ns = 0
         # steps.ModuleSteps, when main installs one (typed Any: steps imports this module, not the reverse)
         self.modules: Any = None
+        self.replays: Any = None  # steps.GraphReplays, likewise
         self.program_error: str | None = None  # an exception the program did not catch
         self.exit_code: int | None = None  # the program's exit status, as far as it is known here
         self.terminated = False  # SIGTERM ended it (torchrun stopping the ranks, perfdoctor's timeout)
@@ -95,8 +96,14 @@ class Session:
         # condition variable of the parent's Kineto thread). See leave().
         # Its threads outlive a stopped profiler, so any profiler start before the fork counts.
         self.inherited_profiler = self.profiler_used
+        self.uninstall_hooks()
+
+    def uninstall_hooks(self) -> None:
+        """The program's module calls and graph replays go straight to torch again."""
         if self.modules is not None:
             self.modules.uninstall()
+        if self.replays is not None:
+            self.replays.uninstall()
 
     def matches(self, name: str) -> bool:
         # "serving step" (the light pass chose the serving ranges): every one of them
@@ -173,12 +180,14 @@ class Session:
         """A range or a perfdoctor step repeats: it is the step (module calls come last in
         the order of metrics.md), so the light pass stops timing module calls. Not a
         library's range (``nccl:_all_gather_base`` inside every forward of a sharded model)
-        nor a warm-up range: those are never the step."""
+        nor a warm-up range: those are never the step. Nor a CUDA graph's replays: they are
+        the step only when one graph is nearly all of them, and a module compiled with
+        ``mode="reduce-overhead"`` replays its graphs inside each of its calls."""
         if (
             self.modules is not None
             and self.modules.active
             and self.times.count(name) >= 2
-            and rangenames.kind(name) not in (rangenames.LIBRARY, rangenames.WARMUP)
+            and rangenames.kind(name) not in (rangenames.LIBRARY, rangenames.WARMUP, rangenames.REPLAY)
         ):
             self.modules.uninstall()
 
@@ -336,8 +345,7 @@ class Session:
             if self.finished or self.disabled or os.getpid() != self.pid:
                 return
             self.finished = True
-        if self.modules is not None:
-            self.modules.uninstall()
+        self.uninstall_hooks()
         api.end_step()
         self.tick(flush=True)
         if self.mode == "torch":

@@ -1,9 +1,10 @@
 """Steps the program does not mark: calls of ``nn.Module``s (:class:`ModuleSteps`), of
-``torch.compile``-d functions (:func:`install_compiled_steps`) and of ``--step-fn
-module:function`` (:func:`install_step_fn`).
+``torch.compile``-d functions (:func:`install_compiled_steps`), replays of a CUDA graph the
+program captured itself (:class:`GraphReplays`) and calls of ``--step-fn module:function``
+(:func:`install_step_fn`).
 
 Each wraps the one callable those calls go through (``nn.Module.__call__``,
-``torch.compile``'s result, the named function) and reports them to the
+``torch.compile``'s result, ``torch.cuda.CUDAGraph.replay``, the named function) and reports them to the
 :class:`~perfdoctor.record.bootstrap.session.Session`, directly or through
 :mod:`perfdoctor.api`, as steps or ranges. Together because each makes steps of calls the
 program did not mark itself.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import functools
 import sys
 import threading
+import weakref
 from typing import Any
 
 from perfdoctor import api
@@ -252,6 +254,84 @@ def install_compiled_steps(session: Session) -> None:
         return wrap(model, original(model, *args, **kwargs))
 
     torch.compile = compile_
+
+
+# --- replays of a hand-captured CUDA graph as steps ---------------------------------------
+
+
+class GraphReplays:
+    """``torch.cuda.CUDAGraph.replay``, wrapped: each replay is a range named after its graph
+    (``CUDAGraph.replay #<n>``, :func:`perfdoctor.names.ranges.replay_name`, ``n`` the graph's
+    ordinal by first replay).
+
+    A program that captures its model in a CUDA graph itself (``with torch.cuda.graph(g):
+    static_out = model(static_in)``, then ``static_in.copy_(x); g.replay()`` per iteration:
+    PyTorch's CUDA Graphs docs, "whole network capture") calls no module in its loop, and the
+    forwards of its warm-up and capture are not steps. Light pass: one series per graph
+    object, so the scout can tell one graph replayed once per iteration (the step) from
+    vLLM's piecewise graphs or a torch.compile graph with breaks (many graphs per iteration:
+    none is the step; :func:`perfdoctor.analysis.steps.one_graph`). Traced passes, installed
+    only when the light pass chose a graph's replays: each replay of that graph becomes a
+    perfdoctor region, so the trace's steps are those replays. Runs once per replay: a weak
+    dictionary lookup and the session's range calls; nothing at all when ``session.disabled``
+    (a forked child).
+    """
+
+    def __init__(self, session: Session, graph_class: type) -> None:
+        self.graph_class = graph_class
+        self.own = graph_class.__dict__.get("replay")  # None: inherited, to be inherited again
+        self.original = original = graph_class.replay
+        self.names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> its name; a freed graph is forgotten
+        self.naming = threading.Lock()
+        self.graphs = 0  # graphs named so far: an ordinal is never reused, even after its graph is freed
+        names, name_of, light, region = self.names, self.name_of, session.mode == "light", api.region
+
+        def replay(graph: Any) -> Any:
+            if session.disabled:
+                return original(graph)
+            name = names.get(graph) or name_of(graph)
+            if light:
+                session.range_start(name)
+                try:
+                    return original(graph)
+                finally:
+                    session.range_end(name)
+            if session.matches(name):
+                with region(name):
+                    return original(graph)
+            return original(graph)
+
+        self.wrapper = functools.wraps(original)(replay)
+        graph_class.replay = self.wrapper
+
+    def name_of(self, graph: Any) -> str:
+        """A graph's name, given at its first replay."""
+        with self.naming:
+            name = self.names.get(graph)
+            if name is None:
+                self.graphs += 1
+                name = self.names[graph] = rangenames.replay_name(self.graphs)
+            return name
+
+    def uninstall(self) -> None:
+        if self.graph_class.__dict__.get("replay") is self.wrapper:  # not if someone replaced it since
+            if self.own is None:
+                del self.graph_class.replay
+            else:
+                self.graph_class.replay = self.own
+
+
+def install_graph_replays(session: Session) -> GraphReplays | None:
+    """Wrap ``torch.cuda.CUDAGraph.replay`` (:class:`GraphReplays`) in the light pass, and in a
+    traced pass whose step is a graph's replays; elsewhere leave it alone (no cost)."""
+    import torch
+
+    graph_class = getattr(torch.cuda, "CUDAGraph", None)
+    if graph_class is None or not hasattr(graph_class, "replay"):
+        return None
+    if session.mode != "light" and rangenames.kind(session.pattern or "") != rangenames.REPLAY:
+        return None
+    return GraphReplays(session, graph_class)
 
 
 # --- --step-fn ---------------------------------------------------------------------------
