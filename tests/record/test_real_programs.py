@@ -1,4 +1,4 @@
-"""``perfdoctor run`` with default step options on two real programs (tests/programs/real/,
+"""``perfdoctor run`` with default step options on real programs (tests/programs/real/,
 written the way their authors write them), CPU, tiny sizes: the light pass must find one
 step per token / per training iteration, and its steps over the stretch the program timed
 must add up to the program's own number, printed in the same process (its RESULT line).
@@ -71,3 +71,17 @@ def test_train_loop_steps_per_iteration_not_per_batch_fetch(tmp_path: Path) -> N
     assert ms[-iters:].mean() == pytest.approx(result["ms_per_iter"], rel=0.05)
     # far longer than the fetch the old choice timed (1.4 ms of ~90 ms on this box)
     assert np.median(ms) > 10 * 1.4
+
+
+def test_graph_infer_cpu_smoke_mode_runs_the_same_loop_without_the_graph(tmp_path: Path) -> None:
+    # CUDA graphs need CUDA: on the CPU the program runs its loop with an eager forward
+    # where the replay would be, so its arguments and output are tested here (the replay
+    # step itself: tests/record/test_run_gpu.py on the H200). Its step is then the forward.
+    iters, warmup = 4, 2
+    light, series, result = _run(
+        tmp_path, "graph_infer.py", "--device", "cpu", "--model", "resnet18", "--batch", "2", "--img-size", "64",
+        "--iters", str(iters), "--warmup", str(warmup),
+    )
+    assert (result["program"], result["graph"], result["iters"]) == ("graph_infer", False, iters)
+    assert light["step_name"] == "ResNet.forward"
+    assert light["steps_seen"] == iters + warmup

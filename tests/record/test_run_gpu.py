@@ -413,3 +413,36 @@ def test_acceptance_hf_generate_every_collector_in_three_minutes(tmp_path):
         assert re.search(rf"^{name} pass: \d+ steps, [\d.]+ s, exit 0$", done.stderr, re.M), (name, done.stderr[-3000:])
     ks = ncu.kernel_set(load_trace(bundle / "raw" / "torch-trace.json.gz").kernels)
     assert 0 < m["collectors"]["ncu"]["kernels"] <= ks.launches, (m["collectors"]["ncu"], ks.launches)
+
+
+def test_hand_captured_graph_replays_are_the_step(tmp_path):
+    """tests/programs/real/graph_infer.py at batch 1 (PyTorch's CUDA Graphs docs, "whole
+    network capture"): its loop calls no module, only ``g.replay()``. The light pass's step
+    is that graph's replays, one per timed iteration, timed as the loop iteration; its
+    numbers are the program's own (its RESULT line printed inside the light pass, the first
+    pass); the traced pass finds the same replays in its trace, one per step."""
+    iters = 200
+    program = Path(__file__).parents[1] / "programs" / "real" / "graph_infer.py"
+    done, bundle = run(tmp_path, "--collect", "torch,nvml", str(program), "--batch", "1", "--warmup", "10",
+                       "--iters", str(iters), timeout=300)
+    own = re.search(r"^RESULT (\{.*\})$", done.stdout, re.M)  # the first: the light pass's process
+    assert done.returncode == 0 and own, (done.stdout[-2000:], done.stderr[-3000:])
+    own_ms = json.loads(own.group(1))["ms_per_step"]
+    m = manifest(bundle)
+    metrics = json.loads((bundle / "metrics.json").read_text())
+    got = {k: metric(metrics["metrics"], k) for k in ("step_latency_ms_p50", "steps_per_s", "steps", "gpu_idle_ratio")}
+    record(test="graph-infer-b1", own_ms=own_ms, **got, **light_numbers(m), trace_step=metrics["step_name"],
+           trace_how=metrics["steps_how"], collectors=",".join(f"{k}:{v['status'][:40]}" for k, v in m["collectors"].items()))
+    lp = m["light_pass"]
+    # the program's first replayed graph (the capture replays nothing): not the warm-up forwards
+    assert lp["step_name"] == "CUDAGraph.replay #1", (lp["step_name"], lp["how"])
+    assert lp["how"].startswith(f"one CUDA/HIP graph replayed {lp['steps_seen']}x, timed as the loop iteration")
+    assert iters - 1 <= lp["steps_seen"] <= iters
+    assert got["step_latency_ms_p50"] == pytest.approx(own_ms, rel=0.05)
+    assert 1e3 / got["steps_per_s"] == pytest.approx(own_ms, rel=0.05)
+    # the trace: the run's step, recorded, each step one replay and the loop's work to the next
+    assert m["collectors"]["torch"]["status"] == "ok"
+    assert metrics["step_name"] == "CUDAGraph.replay #1"
+    assert metrics["steps_how"].startswith("recorded by the run: ranges named 'CUDAGraph.replay #1'")
+    assert got["steps"] >= 2
+    assert all(s["kernels"] > 50 for s in metrics["steps"])  # ResNet-50's captured forward in every step
