@@ -151,13 +151,16 @@ def test_light_pass_times_each_graphs_replays_as_its_own_series(fake_graph) -> N
     assert len(session.times.series()[0][SECOND]["gpu_end_ns"]) == 5
 
 
-def test_a_disabled_session_sees_no_replay(fake_graph) -> None:
+def test_a_forked_child_sees_no_replay(fake_graph) -> None:
     session = Session(PassConfig(pass_="light"))
     session.replays = install_graph_replays(session)
+    a = FakeGraph("a")
+    bound = a.replay  # taken before the fork: still our wrapper, which must stay out of the way
     try:
-        session.disabled = True  # a forked child
-        FakeGraph("a").replay()
-        FakeGraph("a").replay()
+        session.forked()  # what os.fork's after-child hook does
+        assert FakeGraph.__dict__["replay"] is fake_graph
+        a.replay()
+        bound()
     finally:
         session.uninstall_hooks()
     assert FakeGraph.replayed == ["a", "a"]
