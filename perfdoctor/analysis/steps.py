@@ -89,7 +89,7 @@ def choose_step(
        (:func:`graph_replays` in a trace, :func:`one_graph` over the light pass's replays of
        each ``torch.cuda.CUDAGraph``), seen twice. After the user's ranges: a range around
        each replay (``decode_step``) also holds the work that feeds it;
-    7. the training iteration, marked by torch's loop ranges (the data loader's
+    7. the training (or evaluation) iteration, marked by torch's loop ranges (the data loader's
        ``__next__``, else ``Optimizer.zero_grad``, else ``Optimizer.step``), seen twice;
     8. the outermost repeating module call (``modules``: its name and calls, at least two).
 
@@ -126,7 +126,9 @@ def choose_step(
     loop = sorted((n for n in by_kind.get(rangenames.LOOP, ()) if counts[n] >= 2), key=rangenames.loop_rank)
     if loop:
         name = loop[0]
-        how = f"the training iteration: torch's {name!r} ({counts[name]}x), timed as {ITERATION}"
+        # the data loader's range marks an evaluation loop's iteration as well as a training one's
+        what = "the loop iteration over a DataLoader" if rangenames.loop_rank(name) == 0 else "the training iteration"
+        how = f"{what}: torch's {name!r} ({counts[name]}x), timed as {ITERATION}"
         return Choice("loop", name, how, True)
     for name, n in (modules or {}).items():
         if n >= 2:

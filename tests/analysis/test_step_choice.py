@@ -96,6 +96,10 @@ def test_order_of_evidence() -> None:
     # a library range, never a warm-up range
     c = choose_step(counts)
     assert (c.kind, c.name, c.iteration) == ("loop", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", True)
+    # the data loader marks an evaluation loop's iteration too: the report does not call it training
+    assert c.how.startswith("the loop iteration over a DataLoader: ")
+    c = choose_step({"Optimizer.zero_grad#SGD.zero_grad": 14, "Optimizer.step#SGD.step": 14})
+    assert (c.name, c.how.split(":")[0]) == ("Optimizer.zero_grad#SGD.zero_grad", "the training iteration")
     # a module seen 14 times comes after them; a range the user wrote comes before
     assert choose_step(counts, modules={"ResNet.forward": 14}).kind == "loop"
     assert choose_step({**counts, "train_step": 14}).name == "train_step"
