@@ -59,7 +59,7 @@ class Observation:
 @dataclass
 class CpuView:
     """The CPU breakdown of the steps. Tables are per step (means over ``steps``):
-    ``ops``: name, calls, self_ms, total_ms, self_share (of the step's host time), largest
+    ``ops``: name, calls, self_ms, total_ms, self_share (of the mean step's host time), largest
     self time first, the operators after the first ``top`` summed into one last row (``rest``
     True, named "(N others)", its total NaN: nested operators would count twice);
     ``modules``: the same columns for the ranges."""
@@ -165,10 +165,13 @@ def breakdown(profile: Profile, steps: pd.DataFrame, top: int = 10) -> CpuView |
     step_ms = (s1 - s0) / 1e6
     total = end - start
     self_ns = np.maximum(total - child_ns(start, end, tid), 0)
-    p50 = float(np.median(step_ms))
+    # Every per-step figure below is a mean over the steps (their sums / n), so a share is
+    # of the mean step: against the median, a few tracer-stretched steps (a loaded CPU: p50
+    # 8.4 ms, p90 188 ms) made one operator "417 % of the step".
+    mean = float(step_ms.mean())
     sel_op, sel_mod = inside & is_op, inside & ~is_op
-    op_table = _table(names[sel_op], self_ns[sel_op], total[sel_op], n, p50, top)
-    mod_table = _table(names[sel_mod], self_ns[sel_mod], total[sel_mod], n, p50, top)
+    op_table = _table(names[sel_op], self_ns[sel_op], total[sel_op], n, mean, top)
+    mod_table = _table(names[sel_mod], self_ns[sel_mod], total[sel_mod], n, mean, top)
     # Time in no operator on any thread (an operator on the autograd thread is work too):
     # the interpreter between operators, or work the profiler does not record.
     covered = union_per_group(np.maximum(start[sel_op], s0[k[sel_op]]), np.minimum(end[sel_op], s1[k[sel_op]]), k[sel_op], n)
@@ -179,39 +182,40 @@ def breakdown(profile: Profile, steps: pd.DataFrame, top: int = 10) -> CpuView |
     data_ms = float(dtime[dk >= 0].sum()) / 1e6 / n
     view = CpuView(steps=n, step_ms=step_ms, ops=op_table, modules=mod_table,
                    op_self_ms=float(self_ns[sel_op].sum()) / 1e6 / n, outside_ops_ms=outside, data_loading_ms=data_ms)
-    view.observations = observations(view, p50)
+    view.observations = observations(view, mean)
     return view
 
 
-def observations(view: CpuView, step_p50_ms: float) -> list[Observation]:
-    """What the breakdown shows, each only where its evidence holds (thresholds above)."""
+def observations(view: CpuView, step_ms: float) -> list[Observation]:
+    """What the breakdown shows, each only where its evidence holds (thresholds above), as
+    shares of ``step_ms``, the mean step (the figures are means over the steps)."""
     found: list[Observation] = []
-    if step_p50_ms <= 0:
+    if step_ms <= 0:
         return found
     ops = view.ops[~view.ops["rest"]]
     if len(ops):
         lead = ops.iloc[0]
-        if lead["self_ms"] >= DOMINANT_SHARE * step_p50_ms:
+        if lead["self_ms"] >= DOMINANT_SHARE * step_ms:
             found.append(Observation(
                 "dominant-op", f"One operator is most of the step: {lead['name']}",
                 f"{lead['name']}: {lead['self_ms']:.4g} ms self time per step ({lead['self_share'] * 100:.0f} % of the "
-                f"{step_p50_ms:.4g} ms step, p50), {lead['calls']:.4g} calls",
+                f"{step_ms:.4g} ms step, mean), {lead['calls']:.4g} calls",
                 "the step gets faster only if this operator does: fewer or smaller calls, a lower precision, "
                 "more intra-op threads (torch.set_num_threads), or torch.compile to fuse what surrounds it",
                 float(lead["self_ms"])))
-    if view.data_loading_ms >= DATA_LOADING_SHARE * step_p50_ms:
+    if view.data_loading_ms >= DATA_LOADING_SHARE * step_ms:
         found.append(Observation(
             "data-loading", "The step waits for its data (DataLoader)",
-            f"DataLoader __next__: {view.data_loading_ms:.4g} ms per step ({view.data_loading_ms / step_p50_ms * 100:.0f} % "
-            f"of the {step_p50_ms:.4g} ms step, p50)",
+            f"DataLoader __next__: {view.data_loading_ms:.4g} ms per step ({view.data_loading_ms / step_ms * 100:.0f} % "
+            f"of the {step_ms:.4g} ms step, mean)",
             "load in worker processes (DataLoader(num_workers=N), persistent_workers=True, prefetch_factor) so "
             "batches are ready when the step asks",
             view.data_loading_ms))
-    if view.outside_ops_ms >= OUTSIDE_OPS_SHARE * step_p50_ms:
+    if view.outside_ops_ms >= OUTSIDE_OPS_SHARE * step_ms:
         found.append(Observation(
             "outside-ops", "Much of the step runs in no operator (Python between ops, or work the profiler does not record)",
             f"{view.outside_ops_ms:.4g} ms per step in no torch operator on any thread "
-            f"({view.outside_ops_ms / step_p50_ms * 100:.0f} % of the {step_p50_ms:.4g} ms step, p50)",
+            f"({view.outside_ops_ms / step_ms * 100:.0f} % of the {step_ms:.4g} ms step, mean)",
             "the operators are not what sets the step time: a trace with Python stacks (torch.profiler.profile("
             "with_stack=True)) names the lines; batch per-element Python work into fewer, larger tensor operations, "
             "or torch.compile the step",

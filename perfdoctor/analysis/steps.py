@@ -62,6 +62,12 @@ class Choice:
     iteration: bool
 
 
+# DataLoader batches per optimizer step from which the optimizer's step is the training
+# iteration (gradient accumulation over 2 or more batches; 1.9, not 2: the loader's last
+# fetch, which raises StopIteration, and an epoch's remainder)
+ACCUMULATION = 1.9
+
+
 def choose_step(
     counts: Mapping[str, int],
     user: Collection[str] = (),
@@ -91,6 +97,8 @@ def choose_step(
        each replay (``decode_step``) also holds the work that feeds it;
     7. the training (or evaluation) iteration, marked by torch's loop ranges (the data loader's
        ``__next__``, else ``Optimizer.zero_grad``, else ``Optimizer.step``), seen twice;
+       with gradient accumulation (``ACCUMULATION`` or more fetches per ``Optimizer.step``)
+       the optimizer's step marks it;
     8. the outermost repeating module call (``modules``: its name and calls, at least two).
 
     ``counts``: every range name seen and how often. Library ranges (NCCL, cub, dynamo's
@@ -126,6 +134,16 @@ def choose_step(
     loop = sorted((n for n in by_kind.get(rangenames.LOOP, ()) if counts[n] >= 2), key=rangenames.loop_rank)
     if loop:
         name = loop[0]
+        stepped = [n for n in loop if n.startswith(rangenames.OPTIMIZER_STEP_PREFIX)]
+        if rangenames.loop_rank(name) == 0 and stepped:
+            opt = max(stepped, key=lambda n: counts[n])
+            if counts[name] >= ACCUMULATION * counts[opt]:
+                # gradient accumulation: the iteration is the optimizer's step over several
+                # batches (what HF Trainer and nanoGPT count as a step and time); per batch,
+                # every k-th step would carry the optimizer and read as "uneven"
+                how = (f"the training iteration: torch's {opt!r} ({counts[opt]}x), one per "
+                       f"{counts[name] / counts[opt]:.3g} DataLoader batches (gradient accumulation), timed as {ITERATION}")
+                return Choice("loop", opt, how, True)
         # the data loader's range marks an evaluation loop's iteration as well as a training one's
         what = "the loop iteration over a DataLoader" if rangenames.loop_rank(name) == 0 else "the training iteration"
         how = f"{what}: torch's {name!r} ({counts[name]}x), timed as {ITERATION}"

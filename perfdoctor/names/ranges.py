@@ -70,7 +70,8 @@ LIBRARY_PREFIXES = (
 
 # torch's loop markers, best first: the data loader's fetch opens the iteration (``for batch
 # in loader``), zero_grad and step come later in it.
-LOOP_PREFIXES = ("enumerate(DataLoader)#", "Optimizer.zero_grad#", "Optimizer.step#")
+OPTIMIZER_STEP_PREFIX = "Optimizer.step#"
+LOOP_PREFIXES = ("enumerate(DataLoader)#", "Optimizer.zero_grad#", OPTIMIZER_STEP_PREFIX)
 
 _PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
 _WARMUP = re.compile(r"(?:^|[^a-z])warm_?up(?:[^a-z]|$)", re.IGNORECASE)

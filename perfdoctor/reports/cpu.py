@@ -20,10 +20,10 @@ NO_GPU = "GPU metrics and checks: absent, no GPU ran in this trace (no GPU activ
 
 
 def headline(view: CpuView) -> str:
-    p50 = view.latency()["p50"]
-    share = view.op_self_ms / p50 if p50 else 0.0
-    return (f"{value(p50, 'ms')} per step (traced step ranges, p50, {view.steps} steps): operators {value(view.op_self_ms, 'ms')} "
-            f"self time ({value(share, 'ratio')}), no operator running {value(view.outside_ops_ms, 'ms')}")
+    mean = float(view.step_ms.mean())  # the figures are means over the steps: so is the step they share
+    share = view.op_self_ms / mean if mean else 0.0
+    return (f"{value(mean, 'ms')} per step (traced step ranges, mean of {view.steps} steps): operators "
+            f"{value(view.op_self_ms, 'ms')} self time ({value(share, 'ratio')}), no operator running {value(view.outside_ops_ms, 'ms')}")
 
 
 def _latency(view: CpuView) -> str:

@@ -100,6 +100,14 @@ def test_order_of_evidence() -> None:
     assert c.how.startswith("the loop iteration over a DataLoader: ")
     c = choose_step({"Optimizer.zero_grad#SGD.zero_grad": 14, "Optimizer.step#SGD.step": 14})
     assert (c.name, c.how.split(":")[0]) == ("Optimizer.zero_grad#SGD.zero_grad", "the training iteration")
+    # gradient accumulation: one optimizer step per 4 fetches (the last fetch raises
+    # StopIteration) is the iteration; one per fetch, or a GAN's two optimizers, is not
+    loader = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    c = choose_step({loader: 41, "Optimizer.step#AdamW.step": 10, "Optimizer.zero_grad#AdamW.zero_grad": 10})
+    assert (c.kind, c.name, c.iteration) == ("loop", "Optimizer.step#AdamW.step", True)
+    assert "one per 4.1 DataLoader batches (gradient accumulation)" in c.how
+    assert choose_step({loader: 21, "Optimizer.step#AdamW.step": 20}).name == loader
+    assert choose_step({loader: 21, "Optimizer.step#Adam.step": 20, "Optimizer.step#SGD.step": 20}).name == loader
     # a module seen 14 times comes after them; a range the user wrote comes before
     assert choose_step(counts, modules={"ResNet.forward": 14}).kind == "loop"
     assert choose_step({**counts, "train_step": 14}).name == "train_step"

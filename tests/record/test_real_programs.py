@@ -73,6 +73,22 @@ def test_train_loop_steps_per_iteration_not_per_batch_fetch(tmp_path: Path) -> N
     assert np.median(ms) > 10 * 1.4
 
 
+def test_train_loop_with_gradient_accumulation_steps_per_optimizer_step(tmp_path: Path) -> None:
+    iters, warmup, accum = 4, 1, 3
+    light, series, result = _run(
+        tmp_path, "train_loop.py", "--device", "cpu", "--model", "resnet18", "--batch", "2", "--img-size", "64",
+        "--iters", str(iters), "--warmup", str(warmup), "--accum-steps", str(accum),
+    )
+    # one optimizer step per 3 fetches: the iteration is the optimizer's step, from one to
+    # the next (the last has no next: 5 steps, 4 iterations), not the batch, whose every
+    # third one carries the optimizer and would read as uneven steps
+    assert light["step_name"] == "Optimizer.step#SGD.step"
+    assert "(gradient accumulation)" in light["how"]
+    assert light["steps_seen"] == iters + warmup - 1
+    ms = _step_ms(series)
+    assert ms[-(iters - 1):].mean() == pytest.approx(result["ms_per_iter"], rel=0.1)
+
+
 def test_graph_infer_cpu_smoke_mode_runs_the_same_loop_without_the_graph(tmp_path: Path) -> None:
     # CUDA graphs need CUDA: on the CPU the program runs its loop with an eager forward
     # where the replay would be, so its arguments and output are tested here (the replay

@@ -19,7 +19,7 @@ def test_analyze_of_a_cpu_trace_shows_the_operators_not_rows_of_dashes() -> None
     r = run_cli("analyze", CPU_MLP, "--json", "-")
     assert r.returncode == 0, r.stderr
     out = r.stderr.splitlines()  # --json -: the JSON on stdout, the report on stderr
-    assert out[1].startswith("Where the step went (CPU): ") and "traced step ranges, p50, 5 steps" in out[1]
+    assert out[1].startswith("Where the step went (CPU): ") and "traced step ranges, mean of 5 steps" in out[1]
     assert sum(NO_GPU in line for line in out) == 1
     assert not any("—" in line.split("│")[1] for line in out if line.count("│") >= 2)  # no cell of "—"
     assert "absent, not zero" not in r.stderr  # the GPU metrics are not listed one by one

@@ -3,9 +3,13 @@
 __getitem__ does real CPU work per image, like a JPEG decode + random-resized-crop + flip +
 normalise: it draws a random uint8 HxWx3 image with numpy, crops, flips and normalises it.
 Standard loop: DataLoader, AMP, SGD, zero_grad / backward / step; times itself.
+``--accum-steps K``: gradient accumulation as PyTorch's AMP recipe and HF Trainer write it
+(loss / K, backward every batch, scaler.step / update / zero_grad every K-th); an iteration
+is then one optimizer step over K batches, and --iters / --warmup count those.
 
     python train_loop.py                                  # resnet50, batch 128, AMP, cuda
     python train_loop.py --num-workers 4 --pin-memory
+    python train_loop.py --batch 32 --accum-steps 4
     python train_loop.py --device cpu --model resnet18 --batch 4 --img-size 64 --iters 4 --warmup 1
 """
 import argparse
@@ -62,6 +66,7 @@ def main():
     parser.add_argument("--img-size", type=int, default=224)
     parser.add_argument("--iters", type=int, default=30, help="timed iterations")
     parser.add_argument("--warmup", type=int, default=5, help="iterations before the timer starts")
+    parser.add_argument("--accum-steps", type=int, default=1, help="batches per optimizer step (gradient accumulation)")
     parser.add_argument("--num-workers", "-j", type=int, default=0)
     parser.add_argument("--pin-memory", action="store_true")
     parser.add_argument("--amp", action=argparse.BooleanOptionalAction, default=True)
@@ -87,12 +92,16 @@ def main():
     amp_dtype = torch.float16 if cuda else torch.bfloat16
     scaler = torch.amp.GradScaler(device.type, enabled=args.amp and cuda)
 
+    if args.accum_steps < 1:
+        parser.error("--accum-steps must be at least 1")
+    accum = args.accum_steps
     total_iters = args.warmup + args.iters
-    dataset = SyntheticImageNet(total_iters * args.batch, img_size=args.img_size)
+    total_batches = total_iters * accum
+    dataset = SyntheticImageNet(total_batches * args.batch, img_size=args.img_size)
     loader = DataLoader(dataset, batch_size=args.batch, shuffle=True, num_workers=args.num_workers,
                         pin_memory=args.pin_memory, drop_last=True, persistent_workers=args.num_workers > 0)
     print(f"=> training {args.model}, batch {args.batch}, {args.img_size}px, workers {args.num_workers}, "
-          f"pin_memory {args.pin_memory}, amp {args.amp}, {device}")
+          f"pin_memory {args.pin_memory}, amp {args.amp}, accumulation {accum}, {device}")
 
     def sync():
         if cuda:
@@ -103,7 +112,7 @@ def main():
     t0 = None
     for i, (images, target) in enumerate(loader):
         data_time = time.perf_counter() - end
-        if i == args.warmup:
+        if i == args.warmup * accum:
             sync()
             t0 = time.perf_counter()
         images = images.to(device, non_blocking=True)
@@ -115,25 +124,33 @@ def main():
             output = model(images)
             loss = criterion(output, target)
 
-        optimizer.zero_grad(set_to_none=True)
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
+        if accum == 1:
+            optimizer.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            scaler.scale(loss / accum).backward()
+            if (i + 1) % accum == 0:
+                scaler.step(optimizer)
+                scaler.update()
+                optimizer.zero_grad(set_to_none=True)
 
-        if i % args.print_freq == 0 or i == total_iters - 1:
-            print(f"Epoch: [0][{i:>4}/{total_iters}]  Time {time.perf_counter() - end:.3f}  "
+        if i % (args.print_freq * accum) == 0 or i == total_batches - 1:
+            print(f"Epoch: [0][{i:>4}/{total_batches}]  Time {time.perf_counter() - end:.3f}  "
                   f"Data {data_time:.3f}  Loss {loss.item():.4f}")
         end = time.perf_counter()
     sync()
     elapsed = time.perf_counter() - t0
 
     ms_per_iter = elapsed / args.iters * 1e3
-    images_per_s = args.batch * args.iters / elapsed
-    print(f"Train: {images_per_s:.1f} images/s, {ms_per_iter:.2f} ms/iter over {args.iters} iterations")
+    images_per_s = args.batch * accum * args.iters / elapsed
+    print(f"Train: {images_per_s:.1f} images/s, {ms_per_iter:.2f} ms/iter over {args.iters} iterations"
+          + (f" of {accum} batches" if accum > 1 else ""))
     print("RESULT " + json.dumps({"program": "train_loop", "model": args.model, "step": "training iteration",
                                   "ms_per_step": round(ms_per_iter, 4), "ms_per_iter": round(ms_per_iter, 4),
                                   "images_per_s": round(images_per_s, 2), "batch": args.batch,
-                                  "num_workers": args.num_workers, "pin_memory": args.pin_memory, "amp": args.amp,
+                                  "accum_steps": accum, "num_workers": args.num_workers, "pin_memory": args.pin_memory, "amp": args.amp,
                                   "iters": args.iters, "device": str(device)}))
 
 
