@@ -52,6 +52,10 @@ def report_load_warnings(profile: Any) -> None:
         warn(f"{where}: no trace: {why} — the GPU metrics are absent, not zero{cpu}")
 
 
+# The width of text perfdoctor lays out itself, in columns (the demo, `perfdoctor doctor`):
+# a terminal's classic width, so neither wraps in one.
+LAYOUT_WIDTH = 80
+
 # Wide enough for any line a report prints; tables do not expand, so each is only as wide
 # as its content. (Full-width rules would span it: reports print headings as text.)
 UNBOUNDED_WIDTH = 100_000

@@ -44,6 +44,9 @@ RANGE_COLUMNS: dict[str, str] = {
     "tid": "int64",
     "source": "object",
 }
+# ranges.source of the DataLoader's __next__ (perfdoctor.collectors.kineto_events keeps it with
+# its times, so the step attribution and the CPU breakdown can say how long a step waited for data)
+DATA_LOADER_SOURCE = "data_loader"
 SAMPLE_COLUMNS: dict[str, str] = {
     "time_ns": "int64",
     "metric": "object",

@@ -146,3 +146,38 @@ def test_test_modules_have_distinct_names() -> None:
     for path in sorted((ROOT / "tests").rglob("test_*.py")):
         seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
     assert not {name: paths for name, paths in seen.items() if len(paths) > 1}
+
+
+def literal_constants(path: Path) -> dict[str, str]:
+    """A module's top-level constants whose value is a literal (a string, a number, or a
+    tuple/frozenset of them): name -> the value's AST dump."""
+    out = {}
+    for node in ast.parse(path.read_text()).body:
+        target, value = (node.targets[0], node.value) if isinstance(node, ast.Assign) and len(node.targets) == 1 else (
+            (node.target, node.value) if isinstance(node, ast.AnnAssign) and node.value is not None else (None, None))
+        if not isinstance(target, ast.Name) or not target.id.isupper():
+            continue
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "frozenset" and value.args:
+            value = value.args[0]
+        literal = isinstance(value, ast.Constant) or (
+            isinstance(value, (ast.Tuple, ast.Set, ast.List)) and all(isinstance(e, ast.Constant) for e in value.elts))
+        if literal:
+            out[target.id] = ast.dump(value)
+    return out
+
+
+def test_each_constant_is_defined_once() -> None:
+    """One constant, one definition (house plan step 3): the same name given the same literal
+    in two modules is a copy that can drift (NEEDS_RANKS and DATA_LOADER_SOURCE were); the
+    others import it. An alias (``X = other.X``) is not a literal and not counted."""
+    seen: dict[tuple[str, str], list[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for name, value in literal_constants(path).items():
+            seen.setdefault((name, value), []).append(str(path.relative_to(PACKAGE)))
+    assert not {name: paths for (name, _), paths in seen.items() if len(paths) > 1}
+
+
+def test_the_constant_finder_sees_literals_not_aliases(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text('A = "x"\nB: int = 3\nC = ("a", "b")\nD = frozenset({"a"})\nE = other.E\nf = 1\nG = compute()\n')
+    assert set(literal_constants(module)) == {"A", "B", "C", "D"}

@@ -51,6 +51,7 @@ from perfdoctor.analysis.steps import is_sync
 from perfdoctor.analysis.timeline import union_per_group
 from perfdoctor.names.codes import equals, factorize
 from perfdoctor.names.families import is_log_softmax
+from perfdoctor.schema import DATA_LOADER_SOURCE
 
 # Kernel classes, in the order that wins an overlap (see the module docstring).
 BUSY_PARTS = (
@@ -80,7 +81,6 @@ _FAMILY_PART = {
     "gemm": "gemm", "conv": "convolution", "attention": "attention", "softmax": "attention", "norm": "normalisation",
     "elementwise": "elementwise", "reduction": "reduction_sampling", "communication": "communication", "other": "other",
 }
-DATA_LOADER_SOURCE = "data_loader"  # ranges.source of the DataLoader's __next__ (collectors/kineto_events.py)
 # A sync call that waits on a collective (c10d's wait, NCCL's stream sync through ProcessGroup)
 _COMM_CALL = re.compile(r"nccl|rccl|c10d|ProcessGroup|all_?reduce|all_?gather|barrier", re.I)
 ADD_UP_TOLERANCE = 0.01  # the contract: parts add up to the step within 1 %

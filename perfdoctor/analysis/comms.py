@@ -29,6 +29,11 @@ import pandas as pd
 from perfdoctor.names import families
 from perfdoctor.profile import Profile
 
+# Why a cross-rank metric is absent for one process (the rules' inputs and the cross-rank
+# view say it alike); here because both load this module, and the view's module does not
+# load with every rule evaluation.
+NEEDS_RANKS = "needs several ranks of one job (perfdoctor run --nproc-per-node N, or a folder of per-rank traces)"
+
 COLUMNS = ("comm_ns", "busy_ns", "compute_ns", "overlap_ns", "exposed_ns", "comm_share", "overlap", "collectives", "mean_collective_us")
 
 

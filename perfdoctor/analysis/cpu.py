@@ -24,9 +24,9 @@ import pandas as pd
 from perfdoctor.declare import DECLARE_PREFIX
 from perfdoctor.analysis.steps import ran_no_gpu
 from perfdoctor.analysis.timeline import union_per_group
+from perfdoctor.schema import DATA_LOADER_SOURCE
 from perfdoctor.profile import Profile
 
-DATA_LOADER_SOURCE = "data_loader"  # ranges.source of the DataLoader's __next__ (collectors/kineto_events.py)
 MODULE_SOURCES = ("record_function", "python")  # user ranges and Python frames ("nn.Module: Linear_0")
 
 # When an observation is worth a reader's time (the evidence in the trace must hold):

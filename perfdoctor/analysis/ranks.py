@@ -88,7 +88,6 @@ COMM_KERNELS = "communication kernels (GPU)"
 # Up to this many ranks every rank gets the full analysis and its findings (~0.07 s of CPU
 # each); a folder of more shares one analysis among the ranks of one structure (grouped_view).
 FULL_VIEW_RANKS = 64
-NEEDS_RANKS = "needs several ranks of one job (perfdoctor run --nproc-per-node N, or a folder of per-rank traces)"
 
 
 @dataclass
@@ -651,7 +650,7 @@ def find_straggler(
     it cannot be told (one rank, no steps, or no rank waits in a collective)."""
     ranks = sorted(per_step)
     if len(ranks) < 2:
-        return None, NEEDS_RANKS
+        return None, comms.NEEDS_RANKS
     n = min(len(per_step[r]) for r in ranks)
     if n == 0:
         return None, "a rank has no traced steps"

@@ -34,7 +34,8 @@ from perfdoctor.collectors.forked import Tickets, children, usable_cpus
 from perfdoctor.collectors.json_chunks import PLACEHOLDER, ArraySlices, SliceError, array_slices
 from perfdoctor.errors import UsageError
 from perfdoctor.names.codes import factorize_strings
-from perfdoctor.schema import ACTIVITY_COLUMNS, CALL_COLUMNS, OP_COLUMNS, RANGE_COLUMNS, filled
+from perfdoctor.names.ranges import PROFILER_STEP_NAME
+from perfdoctor.schema import ACTIVITY_COLUMNS, CALL_COLUMNS, DATA_LOADER_SOURCE, OP_COLUMNS, RANGE_COLUMNS, filled
 
 # Kineto's category names, and the spellings older PyTorch versions wrote (1.8-1.10:
 # "Kernel", "Memcpy", "Memset", "Runtime", "Operator"): one trace format, read either way.
@@ -58,7 +59,6 @@ KNOWN_HOST_CATEGORIES = frozenset({
 RANGE_PROFILER = "cuda_profiler_range"
 UNREAD_DEVICE_WORK = {RANGE_PROFILER: "CUPTI range-profiler events (cuda_profiler_range)"}
 UNREAD_DEVICE_PREFIXES = {"mtia_": "MTIA device events"}
-PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
 # The DataLoader's iterator, a CPU op torch.profiler records around every batch
 # ("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"): kept with its times (source
 # "data_loader") so the step attribution can say how long the GPU waited for data.
@@ -518,7 +518,7 @@ class Events:
         self.op_counts.update(names)
         known, distinct = self._is_step, set(names)
         for n in distinct.difference(known):
-            known[n] = PROFILER_STEP.match(n) is not None or DATALOADER_NEXT.search(n) is not None
+            known[n] = PROFILER_STEP_NAME.match(n) is not None or DATALOADER_NEXT.search(n) is not None
         keep = np.fromiter(map(known.__getitem__, names), dtype=bool, count=len(names)) if any(known[n] for n in distinct) else None
         if keep is None:
             self.ops.append((ts, dur, ops))
@@ -796,10 +796,10 @@ def _range_sources(taken: _Taken) -> _Taken:
     if not taken.events:
         return taken
     _, codes, uniques = _names(taken.events)
-    is_step = _by_name(codes, uniques, lambda n: PROFILER_STEP.match(n) is not None).astype(bool)
+    is_step = _by_name(codes, uniques, lambda n: PROFILER_STEP_NAME.match(n) is not None).astype(bool)
     is_loader = _by_name(codes, uniques, lambda n: DATALOADER_NEXT.search(n) is not None).astype(bool)
     cats = taken.cats
-    labels = np.array(["", "profiler_step", "record_function", "python", "data_loader"], dtype=object)  # one object per label (see _labels)
+    labels = np.array(["", "profiler_step", "record_function", "python", DATA_LOADER_SOURCE], dtype=object)  # one object per label (see _labels)
     source = labels[np.select([is_step, is_loader, cats == "user_annotation", cats == "python_function"], [1, 4, 2, 3], default=0)]
     kept = taken.subset(source != "")
     kept.cats = source[source != ""]

@@ -34,6 +34,7 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
+from perfdoctor.console import LAYOUT_WIDTH
 from perfdoctor.io import write_json
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ DEMO_DATA_ENV = "PERFDOCTOR_DEMO_DATA"  # a folder to read the recording from in
 HEADLINE = "headline.json"
 HEADLINE_SCHEMA = "perfdoctor.demo-headline/1"
 STEP = "decode_step"
-WIDTH = 80  # the demo's output is laid out for 80 columns
+WIDTH = LAYOUT_WIDTH  # the demo's output is laid out for 80 columns
 DETAILED = 3  # failing findings shown with their estimate and fix; the rest get one line each
 
 VARIANT_NOTES = {

@@ -73,7 +73,7 @@ LIBRARY_PREFIXES = (
 OPTIMIZER_STEP_PREFIX = "Optimizer.step#"
 LOOP_PREFIXES = ("enumerate(DataLoader)#", "Optimizer.zero_grad#", OPTIMIZER_STEP_PREFIX)
 
-_PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
+PROFILER_STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
 _WARMUP = re.compile(r"(?:^|[^a-z])warm_?up(?:[^a-z]|$)", re.IGNORECASE)
 
 # vLLM's gpu_model_runner. Older: execute_context_<c>(<ct>)_generation_<g>(<gt>), where a
@@ -155,7 +155,7 @@ def kind(name: str) -> str:
         return SERVING
     if name.startswith((COMPILED_FX, COMPILED_PREFIX)):
         return COMPILED
-    if _PROFILER_STEP.match(name):
+    if PROFILER_STEP_NAME.match(name):
         return PROFILER_STEP
     if name.startswith(REPLAY_PREFIX):
         return REPLAY

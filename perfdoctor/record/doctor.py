@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from perfdoctor import __version__
+from perfdoctor.console import LAYOUT_WIDTH as WIDTH
 
-WIDTH = 80
 LABEL = 13  # width of the label column
 
 

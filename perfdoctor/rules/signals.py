@@ -17,6 +17,7 @@ import pandas as pd
 
 from perfdoctor.analysis.metrics import METRIC_UNITS, Analysis, Metric
 from perfdoctor.analysis.ownership import containing
+from perfdoctor.analysis.comms import NEEDS_RANKS
 from perfdoctor.names.families import is_log_softmax
 from perfdoctor.names.codes import equals, factorize
 from perfdoctor.names.kernels import family, per_name
@@ -26,7 +27,6 @@ if TYPE_CHECKING:  # the cross-rank view's module loads with a multi-rank job, n
     from perfdoctor.analysis.ranks import CrossRank
 
 DATALOADER_PREFIX = LOOP_PREFIXES[0]  # enumerate(DataLoader)#<Iter>.__next__
-NEEDS_RANKS = "needs several ranks of one job (perfdoctor run --nproc-per-node N, or a folder of per-rank traces)"
 
 
 def step_activities(analysis: Analysis) -> pd.DataFrame:
