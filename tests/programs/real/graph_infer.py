@@ -23,17 +23,12 @@ from functools import partial
 
 import torch
 
-from image_infer import MODELS  # noqa: E402  (beside this script)
+from image_infer import add_model_args, create_model  # noqa: E402  (beside this script)
 
 
 def main():
     parser = argparse.ArgumentParser(description="PyTorch inference benchmark, CUDA graph replay")
-    parser.add_argument("--model", default="resnet50", choices=sorted(MODELS))
-    parser.add_argument("--batch", "-b", type=int, default=1)
-    parser.add_argument("--img-size", type=int, default=224)
-    parser.add_argument("--amp", action="store_true", help="torch.autocast (float16 on cuda, bfloat16 on cpu)")
-    parser.add_argument("--amp-dtype", default=None, choices=["float16", "bfloat16"])
-    parser.add_argument("--channels-last", action="store_true", help="model and input in NHWC")
+    add_model_args(parser, batch=1)
     parser.add_argument("--warmup", type=int, default=10, help="eager forwards on a side stream before the capture")
     parser.add_argument("--iters", type=int, default=100, help="timed replays")
     parser.add_argument("--device", default="cuda", help="cuda, or cpu: the same loop without the graph (smoke test)")
@@ -43,16 +38,7 @@ def main():
     cuda = device.type == "cuda"
     if cuda and not torch.cuda.is_available():
         raise SystemExit("graph_infer.py: CUDA graphs need a CUDA GPU, and torch sees none (--device cpu runs the loop without the graph)")
-    if cuda:
-        torch.backends.cudnn.benchmark = True
-    torch.manual_seed(42)
-
-    kwargs = {"img_size": args.img_size} if args.model.startswith("vit") else {}
-    model = MODELS[args.model](**kwargs)
-    n_params = sum(p.numel() for p in model.parameters())
-    model = model.to(device).eval()
-    if args.channels_last:
-        model = model.to(memory_format=torch.channels_last)
+    model, n_params = create_model(args, device)
     amp_dtype = getattr(torch, args.amp_dtype) if args.amp_dtype else (torch.float16 if cuda else torch.bfloat16)
     # the autocast cache must be off for a forward captured in a graph (CUDA Graphs docs)
     autocast = partial(torch.autocast, device_type=device.type, dtype=amp_dtype, enabled=args.amp, cache_enabled=False)

@@ -114,16 +114,35 @@ def vit_tiny(img_size=224, **kwargs):
 MODELS = {"resnet50": resnet50, "resnet18": resnet18, "vit_small": vit_small, "vit_tiny": vit_tiny}
 
 
-# ---------------------------------------------------------------------------- benchmark
-
-def main():
-    parser = argparse.ArgumentParser(description="PyTorch inference benchmark")
+def add_model_args(parser, batch):
+    """The model and input options this benchmark and graph_infer.py share (timm's names)."""
     parser.add_argument("--model", default="resnet50", choices=sorted(MODELS))
-    parser.add_argument("--batch", "-b", type=int, default=256)
+    parser.add_argument("--batch", "-b", type=int, default=batch)
     parser.add_argument("--img-size", type=int, default=224)
     parser.add_argument("--amp", action="store_true", help="torch.autocast (float16 on cuda, bfloat16 on cpu)")
     parser.add_argument("--amp-dtype", default=None, choices=["float16", "bfloat16"])
     parser.add_argument("--channels-last", action="store_true", help="model and input in NHWC")
+
+
+def create_model(args, device):
+    """(model in eval mode on ``device``, its parameter count), as timm's benchmark.py makes it."""
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True
+    torch.manual_seed(42)
+    kwargs = {"img_size": args.img_size} if args.model.startswith("vit") else {}
+    model = MODELS[args.model](**kwargs)
+    n_params = sum(p.numel() for p in model.parameters())
+    model = model.to(device).eval()
+    if args.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    return model, n_params
+
+
+# ---------------------------------------------------------------------------- benchmark
+
+def main():
+    parser = argparse.ArgumentParser(description="PyTorch inference benchmark")
+    add_model_args(parser, batch=256)
     parser.add_argument("--torchcompile-mode", default=None, help="torch.compile(model, mode=...), e.g. reduce-overhead")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--iters", type=int, default=50)
@@ -132,16 +151,7 @@ def main():
 
     device = torch.device(args.device)
     cuda = device.type == "cuda"
-    if cuda:
-        torch.backends.cudnn.benchmark = True
-    torch.manual_seed(42)
-
-    kwargs = {"img_size": args.img_size} if args.model.startswith("vit") else {}
-    model = MODELS[args.model](**kwargs)
-    n_params = sum(p.numel() for p in model.parameters())
-    model = model.to(device).eval()
-    if args.channels_last:
-        model = model.to(memory_format=torch.channels_last)
+    model, n_params = create_model(args, device)
     if args.torchcompile_mode:
         model = torch.compile(model, mode=args.torchcompile_mode)
     amp_dtype = getattr(torch, args.amp_dtype) if args.amp_dtype else (torch.float16 if cuda else torch.bfloat16)
