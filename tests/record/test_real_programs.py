@@ -85,8 +85,10 @@ def test_train_loop_with_gradient_accumulation_steps_per_optimizer_step(tmp_path
     assert light["step_name"] == "Optimizer.step#SGD.step"
     assert "(gradient accumulation)" in light["how"]
     assert light["steps_seen"] == iters + warmup - 1
+    # the program times from the batch after the warm-up's optimizer step to its last one:
+    # the light pass's 4 iterations, from the first optimizer step to the last
     ms = _step_ms(series)
-    assert ms[-(iters - 1):].mean() == pytest.approx(result["ms_per_iter"], rel=0.1)
+    assert ms[-iters:].mean() == pytest.approx(result["ms_per_iter"], rel=0.05)
 
 
 def test_graph_infer_cpu_smoke_mode_runs_the_same_loop_without_the_graph(tmp_path: Path) -> None:
