@@ -339,8 +339,8 @@ class SlowSteps:
         return text + (f" ({self.slow_min_ms:.4g}-{self.slow_max_ms:.4g} ms)" if self.slow else "")
 
 
-# What a light-pass step's time can be trusted to: its two CUDA events and bookkeeping cost
-# ~40 us per step on the H200 host and the clock mapping is within ±8 us (docs/performance.md,
+# What a light-pass step's time can be trusted to: its CUDA events and bookkeeping cost
+# 35-50 us per step on the H200 host and the clock mapping is within ±8 us (docs/performance.md,
 # seventh reading). A step is slow only by more than this: 57 us CPU steps on a loaded 2-core
 # machine jittered past 10 % of the run otherwise, a "slow step" no fix can win back.
 RESOLUTION_MS = 0.05
