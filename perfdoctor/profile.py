@@ -81,8 +81,9 @@ class LightSteps:
     Arrays are int64 ns on CLOCK_MONOTONIC. ``gpu_start_ns`` is None when the pass did not
     record it (bundles of perfdoctor 0.1). ``clock`` is ``"cuda-event"`` (GPU times from CUDA
     events, no sync added) or ``"host"`` (a program without GPU work: host end). The steady
-    state starts at ``steady_start`` (:func:`perfdoctor.analysis.steady.steady_start`, or the user's
-    ``--warmup``), for the reason in ``steady_reason``. ``counters``: per metric, hardware
+    state starts at ``steady_start`` (decided by the run: :func:`perfdoctor.analysis.steady.steady_start`,
+    or the user's ``--warmup``), for the reason in ``steady_reason``; None where the bundle does
+    not say (perfdoctor 0.1), and the analysis decides it. ``counters``: per metric, hardware
     counters averaged over exactly the steady steps: ``{"value", "source", "samples",
     "dropped_nan", "start_ns", "end_ns"}``.
     """
@@ -92,7 +93,7 @@ class LightSteps:
     gpu_end_ns: np.ndarray
     gpu_start_ns: np.ndarray | None = None
     clock: str = "cuda-event"
-    steady_start: int = 0
+    steady_start: int | None = None
     steady_reason: str = ""
     counters: dict[str, dict[str, Any]] = field(default_factory=dict)
 

@@ -37,7 +37,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from perfdoctor.analysis import steady
 from perfdoctor.bundle.layout import CLOCK_SYNC_RANGE, NCU_CSV, NSYS_SQLITE, RAW, TORCH_TRACE
 from perfdoctor.bundle.protocol import LightPass, Manifest, PassResults
 from perfdoctor.errors import UsageError
@@ -127,7 +126,7 @@ def read_light(results: PassResults, light_pass: LightPass, warnings: list[str])
     The step is the manifest's ``light_pass.step_name``. Where the steady state starts:
     the user's explicit ``--warmup`` (``warmup_explicit: true`` and ``warmup``); else the
     manifest's ``light_pass.steady_start`` (with ``steady_reason``) when the runner wrote
-    it; else :func:`perfdoctor.analysis.steady.steady_start` on the critical path (0.1 bundles).
+    it; else None (0.1 bundles): the analysis decides it (the loader reads, it does not cut).
     ``light_pass.counters`` (``{metric: {"value", "source", "samples", "dropped_nan",
     "start_ns", "end_ns"}}``) are hardware counters averaged over the steady steps.
     """
@@ -165,9 +164,8 @@ def read_light(results: PassResults, light_pass: LightPass, warnings: list[str])
         start = int(light_pass.steady_start)
         reason = str(light_pass.steady_reason or f"the run left out the first {start} steps as warm-up")
     else:
-        found = steady.steady_start(steady.critical_path_ns(host, end), steady.paused_before(host, end, gpu_start))
-        start, reason = found.start, found.reason
-    start = min(max(start, 0), host.size - 1)
+        start, reason = None, ""
+    start = min(max(start, 0), host.size - 1) if start is not None else None
     counters = light_pass.counters if isinstance(light_pass.counters, dict) else {}
     return LightSteps(
         name=str(name),
