@@ -36,6 +36,9 @@ def parse_args():
     p.add_argument("--generations", type=int, default=3)
     p.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default=None,
                    help="default: bfloat16 on cuda, float32 on cpu")
+    p.add_argument("--compile", action="store_true",
+                   help="the transformers docs' recipe: a static KV cache and model.forward = torch.compile(model.forward, "
+                        "mode='reduce-overhead', fullgraph=True)")
     p.add_argument("--device", default="cuda")
     return p.parse_args()
 
@@ -66,6 +69,9 @@ def main():
     model = model.to(dtype).eval()
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model: {n_params / 1e9:.2f} B parameters, {dtype}, {device} (built in {time.perf_counter() - t0:.1f} s)")
+    if args.compile:
+        model.generation_config.cache_implementation = "static"
+        model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
 
     input_ids = torch.randint(3, config.vocab_size, (args.batch, args.prompt_len), device=device)
     attention_mask = torch.ones_like(input_ids)
