@@ -70,8 +70,10 @@ class GpuClock:
         4.5-7 us of host time (the GPU's front end woken for one event), where the stream
         query costs ~1. The case is the host-paced program — the one where the light
         pass's host time is the program's time (ViT-small at batch 1: the two events were
-        30 of the light pass's 42 us per 2.3 ms step on the H200). A GPU-bound program,
-        whose host cost hides behind the GPU, still gets its event."""
+        30 of the light pass's 42 us per 2.3 ms step on the H200; with this, 6-19 us less
+        per step, docs/performance.md, eighth reading). A GPU-bound program, whose host cost
+        hides behind the GPU, still gets its event. The query is made only outside a capture
+        of the current stream (Timer.mark checks first), as the settle's event queries are."""
         return host_ns if self.idle() else self.mark()
 
     def resolve(self, event: Any, complete: bool = False) -> int:
@@ -191,9 +193,9 @@ class StepTimes:
 
     At a step's start: the host time, then a CUDA event (the stream reaching the step; the
     host time again when the stream is idle); at its end: a CUDA event (the stream finishing
-    the step's work). Before the program has
-    initialised CUDA there are no events: the GPU start of such a step is its host start (no
-    GPU work was queued, so the stream was idle) and its end is the host end.
+    the step's work). Before the program has initialised CUDA there are no events: the GPU
+    start of such a step is its host start (no GPU work was queued, so the stream was idle)
+    and its end is the host end.
     """
 
     def __init__(self, timer: Timer) -> None:
