@@ -21,7 +21,7 @@ from perfdoctor.names import ranges as rangenames
 from perfdoctor.pipeline import load_trace
 from perfdoctor.profile import BundleFacts
 from perfdoctor.record.bootstrap.session import Session
-from perfdoctor.record.bootstrap.steps import install_graph_replays
+from perfdoctor.record.bootstrap.steps import ModuleSteps, install_graph_replays, module_step_name
 from perfdoctor.record.light import find_step
 from perfdoctor.record.options import RunOptions
 
@@ -149,6 +149,33 @@ def test_light_pass_times_each_graphs_replays_as_its_own_series(fake_graph) -> N
     assert FakeGraph.__dict__["replay"] is fake_graph
     a.replay()
     assert len(session.times.series()[0][SECOND]["gpu_end_ns"]) == 5
+
+
+def test_a_replay_inside_a_module_call_is_not_a_series(fake_graph) -> None:
+    """A module compiled with mode="reduce-overhead" replays its graph inside each of its
+    calls: the module call stays the step (as before replays were timed), and its steps
+    take no second pair of marks."""
+    session = Session(PassConfig(pass_="light"))
+    session.modules = ModuleSteps(session)
+    session.replays = install_graph_replays(session)
+    graph = FakeGraph("g")
+
+    class Graphed(torch.nn.Module):
+        def forward(self, x):
+            graph.replay()
+            return x
+
+    model = Graphed()
+    try:
+        for _ in range(ModuleSteps.SCOUT_CALLS + 3):  # scouting, then narrowed
+            model(torch.zeros(1))
+        graph.replay()  # outside any module call: timed
+    finally:
+        session.uninstall_hooks()
+    series, _ = session.times.series()
+    assert {n: len(s["gpu_end_ns"]) for n, s in series.items()} == {FIRST: 1}
+    calls = session.modules.series()[0]["0"][module_step_name(Graphed)]
+    assert len(calls["gpu_end_ns"]) == ModuleSteps.SCOUT_CALLS + 3
 
 
 def test_a_forked_child_sees_no_replay(fake_graph) -> None:

@@ -270,7 +270,9 @@ class GraphReplays:
     forwards of its warm-up and capture are not steps. Light pass: one series per graph
     object, so the scout can tell one graph replayed once per iteration (the step) from
     vLLM's piecewise graphs or a torch.compile graph with breaks (many graphs per iteration:
-    none is the step; :func:`perfdoctor.analysis.steps.one_graph`). Traced passes, installed
+    none is the step; :func:`perfdoctor.analysis.steps.one_graph`). A replay inside a module
+    call is not timed: the module's call is the step (``OptimizedModule.forward`` of a module
+    compiled with ``mode="reduce-overhead"``). Traced passes, installed
     only when the light pass chose a graph's replays: each replay of that graph becomes a
     perfdoctor region, so the trace's steps are those replays. Runs once per replay: a weak
     dictionary lookup and the session's range calls; nothing at all when ``session.disabled``
@@ -291,6 +293,12 @@ class GraphReplays:
                 return original(graph)
             name = names.get(graph) or name_of(graph)
             if light:
+                modules = session.modules
+                if modules is not None and modules.local.depth:
+                    # inside a module call (a module compiled with mode="reduce-overhead"
+                    # replays its graph inside each call): that call is the step, named for
+                    # the user's model, and a second series would cost every step two events
+                    return original(graph)
                 session.range_start(name)
                 try:
                     return original(graph)
