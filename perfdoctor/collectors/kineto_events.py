@@ -652,10 +652,11 @@ def _names(taken: _Taken) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _merged_codes(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """The codes and uniques of consecutive parts' names factorized part by part, as
-    :func:`.factorize_strings` of all their names gives them: uniques in order of first
-    appearance (the first object of each), codes into them (a part's unique that none of
-    its codes points at is kept too, and points nowhere)."""
+    """The codes and uniques of consecutive parts' names factorized part by part, joined:
+    uniques in order of first appearance over the parts (the first object of each), codes
+    into them — :func:`.factorize_strings` of all the names, when each part's uniques are
+    its rows' names. A part's unique that none of its rows has (a ProfilerStep#N name, see
+    :meth:`Events._cpu_ops`) is numbered too, and no code points at it."""
     index: dict[str, int] = {}
     codes = []
     for part_codes, uniques in parts:

@@ -1,5 +1,5 @@
 """The decoders' shortcuts in building a span's columns (docs/performance.md, "hf 80 MB — the
-decode's op names factorized once"), each checked against the code it replaced: the CPU
+CPU ops' names hashed once"), each checked against the code it replaced: the CPU
 ops' names factorized once per slice and merged per span (it was: counted, made a set, then
 factorized again over the span), and the shared zero-length columns of an empty category."""
 
@@ -53,20 +53,22 @@ def test_op_names_factorized_once_are_the_counted_and_refactorized_ones(path) ->
 def test_merged_codes_are_factorize_strings_of_all_the_names(seed: int) -> None:
     rng = np.random.default_rng(seed)
     vocabulary = [f"aten::op{i}" for i in range(40)]
-    names, parts = [], []
+    names, parts, with_step = [], [], []
     for _ in range(rng.integers(1, 8)):
         part = [vocabulary[i] for i in rng.integers(0, 1 + rng.integers(0, 40), rng.integers(0, 50))]
-        codes, uniques = factorize_strings(part + ["ProfilerStep#1"])  # a unique no row of the part keeps
-        parts.append((codes[: len(part)], uniques))
+        parts.append(factorize_strings(part))
+        codes, uniques = factorize_strings(part + ["ProfilerStep#1"])  # as _cpu_ops keeps a slice with a step
+        with_step.append((codes[: len(part)], uniques))
         names += part
-    codes, uniques = ke._merged_codes(parts)
     want_codes, want_uniques = factorize_strings(names)
-    np.testing.assert_array_equal(uniques[codes], np.asarray(names, dtype=object).reshape(-1))
-    # the same numbering, where the merged uniques add the names no row has after the others'
-    kept = [u for u in uniques.tolist() if u in set(names)]
-    assert kept == want_uniques.tolist()
-    remap = {u: i for i, u in enumerate(kept)}
-    np.testing.assert_array_equal(np.array([remap[u] for u in uniques[codes]], dtype=np.intp).reshape(-1), want_codes)
+    codes, uniques = ke._merged_codes(parts)
+    np.testing.assert_array_equal(codes, want_codes)
+    assert uniques.tolist() == want_uniques.tolist()
+    assert all(a is b for a, b in zip(uniques, want_uniques))  # the first object of each name
+    # with a unique no row has: the same names row by row, and the same order of the others
+    codes, uniques = ke._merged_codes(with_step)
+    np.testing.assert_array_equal(uniques[codes], np.asarray(names + [None], dtype=object)[:-1])
+    assert [u for u in uniques.tolist() if u != "ProfilerStep#1"] == want_uniques.tolist()
 
 
 def test_shared_empty_columns_are_filled_ones() -> None:
