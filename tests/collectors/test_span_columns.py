@@ -1,12 +1,14 @@
 """The decoders' shortcuts in building a span's columns (docs/performance.md, "hf 80 MB — the
 CPU ops' names hashed once"), each checked against the code it replaced: the CPU
 ops' names factorized once per slice and merged per span (it was: counted, made a set, then
-factorized again over the span), and the shared zero-length columns of an empty category."""
+factorized again over the span), an op's three shape fields copied and deduplicated as one
+key (it was: each field on its own), and the shared zero-length columns of an empty category."""
 
 from __future__ import annotations
 
 from collections import Counter
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -69,6 +71,41 @@ def test_merged_codes_are_factorize_strings_of_all_the_names(seed: int) -> None:
     codes, uniques = ke._merged_codes(with_step)
     np.testing.assert_array_equal(uniques[codes], np.asarray(names + [None], dtype=object)[:-1])
     assert [u for u in uniques.tolist() if u != "ProfilerStep#1"] == want_uniques.tolist()
+
+
+def _replaced_raws(args: list, field: str) -> np.ndarray:
+    """What _ops computed per shape field before: each op's field copied out, equal ones as one object."""
+    values = [bytes(getattr(a, field)) for a in args]
+    seen: dict = {}
+    return np.array([seen.setdefault(v, v) for v in values] + [None], dtype=object)[:-1]
+
+
+def _check_shapes(args: list) -> None:
+    got = ke._shapes(args)
+    assert list(got) == list(ke.SHAPE_COLUMNS)
+    for col, field in ke.SHAPE_COLUMNS.items():
+        want = _replaced_raws(args, field)
+        assert got[col].dtype == object and got[col].tolist() == want.tolist()
+        assert len({id(v) for v in got[col]}) == len(set(want.tolist()))  # equal values are one object
+
+
+@pytest.mark.parametrize("path", TRACES, ids=lambda p: p.name.split(".")[0])
+def test_shapes_by_op_are_the_fields_one_by_one(path) -> None:
+    raw = read_maybe_gzip(path)
+    doc = ke.decode_whole(raw, path).doc
+    args = [e.args or ke._NO_ARGS for e in doc.traceEvents if e.ph == "X" and e.cat in ke.CPU_OP_CATEGORIES]
+    _check_shapes(args)
+
+
+def test_shapes_of_ops_with_some_fields_absent() -> None:
+    decoder = msgspec.json.Decoder(list[ke.Args])
+    args = decoder.decode(
+        b'[{"Input Dims": [[1, 2], []], "Input type": ["float", ""]}, {"Concrete Inputs": ["", "3"]},'
+        b' {}, {"Input Dims": [[1, 2], []], "Input type": ["float", ""]}, {"Input Dims": [[1,2],[]]},'
+        b' {"Input Dims": [], "Input type": [], "Concrete Inputs": []}, {"Input type": ["float", ""]}]'
+    )
+    _check_shapes(args)
+    _check_shapes(decoder.decode(b"[{}, {}]"))
 
 
 def test_shared_empty_columns_are_filled_ones() -> None:
