@@ -418,6 +418,9 @@ class _Taken:
     dur: np.ndarray
     events: list[Event]
     cats: np.ndarray | None = None  # each event's category, where several are joined
+    # The events' names factorized already, codes and uniques (the CPU ops', by Events._cpu_ops:
+    # their uniques may hold a ProfilerStep#N name, which went to the ranges, that no row has).
+    coded: "tuple[np.ndarray, np.ndarray] | None" = None
 
     def subset(self, keep: np.ndarray) -> "_Taken":
         idx = np.flatnonzero(keep)
@@ -472,6 +475,7 @@ class Events:
         self.op_counts: Counter[str] = Counter()
         self.step_ops: list[tuple[np.ndarray, np.ndarray, list[Event]]] = []  # ProfilerStep#N logged as a CPU op
         self.ops: list[tuple[np.ndarray, np.ndarray, list[Event]]] = []  # every other CPU op: the operator breakdown, and the shapes bounds costs
+        self.op_names: list[tuple[np.ndarray, np.ndarray]] = []  # each part of ops: its names' codes and uniques
         self.thread_names: list[str] = []  # every name a thread was given ("pt_autograd_0", then "python3")
         self.timed = 0
         self.dropped = 0
@@ -514,21 +518,32 @@ class Events:
                 self.parts.setdefault(name, []).append((ts[idx], dur[idx], picked))
 
     def _cpu_ops(self, ts: np.ndarray, dur: np.ndarray, ops: list[Event]) -> None:
-        names = list(map(_NAME, ops))
-        self.op_counts.update(names)
-        known, distinct = self._is_step, set(names)
-        for n in distinct.difference(known):
-            known[n] = PROFILER_STEP_NAME.match(n) is not None or DATALOADER_NEXT.search(n) is not None
-        keep = np.fromiter(map(known.__getitem__, names), dtype=bool, count=len(names)) if any(known[n] for n in distinct) else None
-        if keep is None:
+        # The names factorized once: counted (by code) and tested (per distinct name) here,
+        # and kept for the ops table's name column (_joined). They used to be hashed three
+        # times: counted, made a set, factorized.
+        codes, uniques = factorize_strings(list(map(_NAME, ops)))
+        distinct = uniques.tolist()
+        self.op_counts.update(dict(zip(distinct, np.bincount(codes).tolist())))  # first seen first, as counting each name
+        known = self._is_step
+        for n in distinct:
+            if n not in known:
+                known[n] = PROFILER_STEP_NAME.match(n) is not None or DATALOADER_NEXT.search(n) is not None
+        step = np.fromiter(map(known.__getitem__, distinct), dtype=bool, count=len(distinct))
+        if not step.any():
             self.ops.append((ts, dur, ops))
+            self.op_names.append((codes, uniques))
             return
+        keep = step[codes]
         idx = np.flatnonzero(keep)
         self.step_ops.append((ts[idx], dur[idx], [ops[i] for i in idx.tolist()]))
         rest = np.flatnonzero(~keep)
         self.ops.append((ts[rest], dur[rest], [ops[i] for i in rest.tolist()]))
+        self.op_names.append((codes[rest], uniques))  # uniques: the steps' names too, which no row of ops has
 
-    def _joined(self, parts: list[tuple[np.ndarray, np.ndarray, list[Event]]], cat: str) -> _Taken:
+    def _joined(
+        self, parts: list[tuple[np.ndarray, np.ndarray, list[Event]]], cat: str, coded: list[tuple[np.ndarray, np.ndarray]] | None = None
+    ) -> _Taken:
+        """The parts as one :class:`_Taken`; ``coded``: each part's names factorized."""
         if not parts:
             return _Taken(np.zeros(0), np.zeros(0), [], np.zeros(0, dtype=object))
         events = [e for p in parts for e in p[2]]
@@ -537,6 +552,7 @@ class Events:
             np.concatenate([p[1] for p in parts]),
             events,
             np.full(len(events), cat, dtype=object),
+            _merged_codes(coded) if coded else None,
         )
 
     def columns(self) -> "SpanTables":
@@ -551,9 +567,9 @@ class Events:
                 _host_rows(_range_sources(taken), _ranges)
                 for taken in (self.taken("user_annotation"), self.steps_in_ops(), self.taken("python_function"))
             ],
-            ops=_host_rows(self._joined(self.ops, OPS_SOURCE), _ops),
+            ops=_host_rows(self._joined(self.ops, OPS_SOURCE, self.op_names), _ops),
         )
-        self.parts, self.step_ops, self.ops = {}, [], []
+        self.parts, self.step_ops, self.ops, self.op_names = {}, [], [], []
         return self.tables
 
     @staticmethod
@@ -628,11 +644,25 @@ def _dims_text(v: Dims) -> str:
     return ",".join(str(int(x)) if isinstance(x, float) and x.is_integer() else str(x) for x in v)
 
 
-def _names(events: list[Event]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _names(taken: _Taken) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each event's name, the same string object for equal names, with the name codes and
     the distinct names (every test of a name runs once per distinct name)."""
-    codes, uniques = factorize_strings(list(map(_NAME, events)))  # Event.name is typed str
+    codes, uniques = taken.coded or factorize_strings(list(map(_NAME, taken.events)))  # Event.name is typed str
     return uniques[codes], codes, uniques
+
+
+def _merged_codes(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """The codes and uniques of consecutive parts' names factorized part by part, joined:
+    uniques in order of first appearance over the parts (the first object of each), codes
+    into them — :func:`.factorize_strings` of all the names, when each part's uniques are
+    its rows' names. A part's unique that none of its rows has (a ProfilerStep#N name, see
+    :meth:`Events._cpu_ops`) is numbered too, and no code points at it."""
+    index: dict[str, int] = {}
+    codes = []
+    for part_codes, uniques in parts:
+        to = np.fromiter((index.setdefault(u, len(index)) for u in uniques.tolist()), dtype=np.intp, count=len(uniques))
+        codes.append(to[part_codes])
+    return np.concatenate(codes), np.fromiter(index, dtype=object, count=len(index))
 
 
 def _by_name(codes: np.ndarray, uniques: np.ndarray, test: Any) -> np.ndarray:
@@ -649,14 +679,22 @@ def _labels(which: np.ndarray, yes: str, no: str) -> np.ndarray:
 
 Columns = dict[str, np.ndarray]  # a table's columns (perfdoctor.schema), every one the same length
 
+# The columns of a category no event of a span has, made once: every span has several such
+# (three of the six activity spellings, most call categories; on HF 80 MB ~80 zero-length
+# arrays a span, 9 spans: ~700 np.full calls and as many arrays pickled). Sharing them is
+# safe: an array of no elements holds nothing to write, and :func:`.kineto_tables.joined`
+# concatenates every span's columns into new arrays.
+_NO_ACTIVITIES, _NO_CALLS, _NO_OPS, _NO_RANGES = (filled(c) for c in (ACTIVITY_COLUMNS, CALL_COLUMNS, OP_COLUMNS, RANGE_COLUMNS))
+_NO_THREADS = np.zeros(0, dtype=np.int64)
+
 
 def _activities(taken: _Taken, kind: str) -> Columns:
     events = taken.events
     if not events:
-        return filled(ACTIVITY_COLUMNS)
+        return _NO_ACTIVITIES
     start, end = taken.start_end()
     args = [a if a is not None else _NO_ARGS for a in map(_ARGS, events)]
-    names, codes, uniques = _names(events)
+    names, codes, uniques = _names(taken)
     data: dict[str, Any] = {
         "kind": np.full(len(events), kind, dtype=object),
         "start_ns": start,
@@ -707,6 +745,8 @@ HostRows = tuple[Columns, np.ndarray, np.ndarray]  # a table of host events, and
 def _host_rows(taken: _Taken, table: Any) -> HostRows:
     """``table(taken)`` (its ``tid`` column left for :func:`.kineto_tables.joined`), with
     each row's Kineto ``pid`` and ``tid``."""
+    if not taken.events:
+        return table(taken), _NO_THREADS, _NO_THREADS
     return table(taken), _thread_keys(list(map(_PID, taken.events))), _thread_keys(list(map(_TID, taken.events)))
 
 
@@ -739,9 +779,9 @@ class SpanTables:
 
 def _calls(taken: _Taken) -> Columns:
     if not taken.events:
-        return filled(CALL_COLUMNS)
+        return _NO_CALLS
     start, end = taken.start_end()
-    names, _, _ = _names(taken.events)
+    names, _, _ = _names(taken)
     args = map(_ARGS, taken.events)
     return filled(
         CALL_COLUMNS,
@@ -754,27 +794,40 @@ def _calls(taken: _Taken) -> Columns:
     )
 
 
-def _raws(args: list[Args], field: str) -> np.ndarray:
-    """The unparsed ``field`` of each op's arguments as bytes, equal ones as one object:
-    every step repeats the same few hundred argument lists, and a forked decoder's pickle
-    (:class:`SlicedDecode`) sends a repeated object once (3.7 of a 5 MB span's pickle,
-    eager 80 MB, before; and as many bytes objects in the parent's memory)."""
-    raws = list(map(attrgetter(field), args))
-    if raws.count(_NO_RAW) == len(raws):
-        # No op of the span carries it (an absent field is the one default object): no
+SHAPE_COLUMNS = {"dims": "input_dims", "types": "input_type", "concrete": "concrete"}  # the ops table's columns of the shapes: Args' fields
+
+
+def _shapes(args: list[Args]) -> Columns:
+    """The unparsed shape fields (:data:`SHAPE_COLUMNS`) of each op's arguments as bytes,
+    equal ones as one object: every step repeats the same few hundred argument lists, and a
+    forked decoder's pickle (:class:`SlicedDecode`) sends a repeated object once (3.7 of a
+    5 MB span's pickle, eager 80 MB, before; and as many bytes objects in the parent's
+    memory)."""
+    raws = [list(map(attrgetter(field), args)) for field in SHAPE_COLUMNS.values()]
+    if all(r.count(_NO_RAW) == len(r) for r in raws):
+        # No op of the span carries them (an absent field is the one default object): no
         # per-op copy. HF 80 MB records no shapes: its 164k ops' three fields took 0.057 s
         # of the decode's CPU that way, 0.019 s this way (median of 10, one process).
-        return np.full(len(raws), b"", dtype=object)
-    values = list(map(bytes, raws))
-    seen: dict[bytes, bytes] = {}
-    return np.fromiter(map(seen.setdefault, values, values), dtype=object, count=len(values))
+        return {col: np.full(len(args), b"", dtype=object) for col in SHAPE_COLUMNS}
+    # An op's three fields as one key, copied out and hashed once, each distinct key split
+    # back into its fields: eager 80 MB's 9 spans 95-103 -> 43-48 ms (least of 5), against a
+    # copy and a hash per field. The separator is unambiguous: msgspec rejects a NUL byte
+    # anywhere in JSON, so no Raw holds one.
+    codes, keys = factorize_strings(list(map(b"\0".join, zip(*raws))))  # bytes hash and compare as str does
+    fields = [k.split(b"\0") for k in keys.tolist()]
+    columns = {}
+    for i, col in enumerate(SHAPE_COLUMNS):
+        seen: dict[bytes, bytes] = {}
+        distinct = np.fromiter((seen.setdefault(f[i], f[i]) for f in fields), dtype=object, count=len(fields))
+        columns[col] = distinct[codes]
+    return columns
 
 
 def _ops(taken: _Taken) -> Columns:
     if not taken.events:
-        return filled(OP_COLUMNS)
+        return _NO_OPS
     start, end = taken.start_end()
-    names, _, _ = _names(taken.events)
+    names, _, _ = _names(taken)
     args = [a if a is not None else _NO_ARGS for a in map(_ARGS, taken.events)]
     return filled(
         OP_COLUMNS,
@@ -782,9 +835,7 @@ def _ops(taken: _Taken) -> Columns:
             "name": names,
             "start_ns": start,
             "end_ns": end,
-            "dims": _raws(args, "input_dims"),
-            "types": _raws(args, "input_type"),
-            "concrete": _raws(args, "concrete"),
+            **_shapes(args),
         },
     )
 
@@ -795,7 +846,7 @@ def _range_sources(taken: _Taken) -> _Taken:
     the line that issued a sync); each with its source in ``cats``."""
     if not taken.events:
         return taken
-    _, codes, uniques = _names(taken.events)
+    _, codes, uniques = _names(taken)
     is_step = _by_name(codes, uniques, lambda n: PROFILER_STEP_NAME.match(n) is not None).astype(bool)
     is_loader = _by_name(codes, uniques, lambda n: DATALOADER_NEXT.search(n) is not None).astype(bool)
     cats = taken.cats
@@ -808,7 +859,7 @@ def _range_sources(taken: _Taken) -> _Taken:
 
 def _ranges(taken: _Taken) -> Columns:
     if not taken.events:
-        return filled(RANGE_COLUMNS)
+        return _NO_RANGES
     start, end = taken.start_end()
-    names, _, _ = _names(taken.events)
+    names, _, _ = _names(taken)
     return filled(RANGE_COLUMNS, {"name": names, "start_ns": start, "end_ns": end, "source": taken.cats})

@@ -1,0 +1,117 @@
+"""The decoders' shortcuts in building a span's columns (docs/performance.md, "hf 80 MB — the
+CPU ops' names hashed once"), each checked against the code it replaced: the CPU
+ops' names factorized once per slice and merged per span (it was: counted, made a set, then
+factorized again over the span), an op's three shape fields copied and deduplicated as one
+key (it was: each field on its own), and the shared zero-length columns of an empty category."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import msgspec
+import numpy as np
+import pytest
+
+from conftest import FIXTURES
+from perfdoctor.collectors import kineto_events as ke
+from perfdoctor.io import read_maybe_gzip
+from perfdoctor.names.codes import factorize_strings
+from perfdoctor.schema import ACTIVITY_COLUMNS, CALL_COLUMNS, OP_COLUMNS, RANGE_COLUMNS, filled
+
+TRACES = sorted(FIXTURES.glob("*.kineto.json.gz")) + sorted((FIXTURES / "wild").glob("*.kineto.json.gz"))
+
+
+def _replaced_op_names(events: list, origin: int) -> tuple[Counter, list[str]]:
+    """What Events._cpu_ops and _ops computed before: every timed CPU op's name counted one
+    by one, and the names of the ops that are no step's (ProfilerStep#N, the DataLoader)."""
+    ops = [e for e in events if e.ph == "X" and e.cat in ke.CPU_OP_CATEGORIES]
+    ts = ke._floats_of((e.ts for e in ops), len(ops)) - origin
+    timed = ke.timed_mask(ts, ke._floats_of((e.dur for e in ops), len(ops)))
+    counts: Counter = Counter()
+    rest = []
+    for e in (e for e, t in zip(ops, timed) if t):
+        counts[e.name] += 1
+        if not (ke.PROFILER_STEP_NAME.match(e.name) or ke.DATALOADER_NEXT.search(e.name)):
+            rest.append(e.name)
+    return counts, rest
+
+
+@pytest.mark.parametrize("path", TRACES, ids=lambda p: p.name.split(".")[0])
+def test_op_names_factorized_once_are_the_counted_and_refactorized_ones(path) -> None:
+    raw = read_maybe_gzip(path)
+    doc = ke.decode_whole(raw, path).doc
+    events = ke.Events(ke.time_origin(raw))
+    for at in range(0, len(doc.traceEvents), 997):  # many slices, as the sliced decode adds them
+        events.add(doc.traceEvents[at : at + 997])
+    counts, rest = _replaced_op_names(doc.traceEvents, events.origin)
+    assert list(events.op_counts.items()) == list(counts.items())  # the same counts, first seen first
+    ops = events.columns().ops[0]
+    assert ops["name"].tolist() == rest
+    codes, uniques = factorize_strings(rest)
+    np.testing.assert_array_equal(ops["name"], uniques[codes] if rest else np.zeros(0, dtype=object))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_merged_codes_are_factorize_strings_of_all_the_names(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    vocabulary = [f"aten::op{i}" for i in range(40)]
+    names, parts, with_step = [], [], []
+    for _ in range(rng.integers(1, 8)):
+        part = [vocabulary[i] for i in rng.integers(0, 1 + rng.integers(0, 40), rng.integers(0, 50))]
+        parts.append(factorize_strings(part))
+        codes, uniques = factorize_strings(part + ["ProfilerStep#1"])  # as _cpu_ops keeps a slice with a step
+        with_step.append((codes[: len(part)], uniques))
+        names += part
+    want_codes, want_uniques = factorize_strings(names)
+    codes, uniques = ke._merged_codes(parts)
+    np.testing.assert_array_equal(codes, want_codes)
+    assert uniques.tolist() == want_uniques.tolist()
+    assert all(a is b for a, b in zip(uniques, want_uniques))  # the first object of each name
+    # with a unique no row has: the same names row by row, and the same order of the others
+    codes, uniques = ke._merged_codes(with_step)
+    np.testing.assert_array_equal(uniques[codes], np.asarray(names + [None], dtype=object)[:-1])
+    assert [u for u in uniques.tolist() if u != "ProfilerStep#1"] == want_uniques.tolist()
+
+
+def _replaced_raws(args: list, field: str) -> np.ndarray:
+    """What _ops computed per shape field before: each op's field copied out, equal ones as one object."""
+    values = [bytes(getattr(a, field)) for a in args]
+    seen: dict = {}
+    return np.array([seen.setdefault(v, v) for v in values] + [None], dtype=object)[:-1]
+
+
+def _check_shapes(args: list) -> None:
+    got = ke._shapes(args)
+    assert list(got) == list(ke.SHAPE_COLUMNS)
+    for col, field in ke.SHAPE_COLUMNS.items():
+        want = _replaced_raws(args, field)
+        assert got[col].dtype == object and got[col].tolist() == want.tolist()
+        assert len({id(v) for v in got[col]}) == len(set(want.tolist()))  # equal values are one object
+
+
+@pytest.mark.parametrize("path", TRACES, ids=lambda p: p.name.split(".")[0])
+def test_shapes_by_op_are_the_fields_one_by_one(path) -> None:
+    raw = read_maybe_gzip(path)
+    doc = ke.decode_whole(raw, path).doc
+    args = [e.args or ke._NO_ARGS for e in doc.traceEvents if e.ph == "X" and e.cat in ke.CPU_OP_CATEGORIES]
+    _check_shapes(args)
+
+
+def test_shapes_of_ops_with_some_fields_absent() -> None:
+    decoder = msgspec.json.Decoder(list[ke.Args])
+    args = decoder.decode(
+        b'[{"Input Dims": [[1, 2], []], "Input type": ["float", ""]}, {"Concrete Inputs": ["", "3"]},'
+        b' {}, {"Input Dims": [[1, 2], []], "Input type": ["float", ""]}, {"Input Dims": [[1,2],[]]},'
+        b' {"Input Dims": [], "Input type": [], "Concrete Inputs": []}, {"Input type": ["float", ""]}]'
+    )
+    _check_shapes(args)
+    _check_shapes(decoder.decode(b"[{}, {}]"))
+
+
+def test_shared_empty_columns_are_filled_ones() -> None:
+    for shared, columns in ((ke._NO_ACTIVITIES, ACTIVITY_COLUMNS), (ke._NO_CALLS, CALL_COLUMNS), (ke._NO_OPS, OP_COLUMNS), (ke._NO_RANGES, RANGE_COLUMNS)):
+        want = filled(columns)
+        assert list(shared) == list(want)
+        for col, arr in shared.items():
+            assert arr.dtype == want[col].dtype and arr.size == 0
+    assert ke._NO_THREADS.dtype == np.int64 and ke._NO_THREADS.size == 0
