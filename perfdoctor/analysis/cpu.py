@@ -73,6 +73,12 @@ class CpuView:
     data_loading_ms: float  # per step, the DataLoader's __next__
     observations: list[Observation] = field(default_factory=list)
 
+    @property
+    def mean_ms(self) -> float:
+        """The mean step: every per-step figure of the view is a mean over the steps (their
+        sums / n), so a share is of this step, not of the median one."""
+        return float(self.step_ms.mean())
+
     def latency(self) -> dict[str, float]:
         v = self.step_ms
         return {"min": float(v.min()), "p50": float(np.percentile(v, 50)), "p90": float(np.percentile(v, 90)),
@@ -168,7 +174,7 @@ def breakdown(profile: Profile, steps: pd.DataFrame, top: int = 10) -> CpuView |
     # Every per-step figure below is a mean over the steps (their sums / n), so a share is
     # of the mean step: against the median, a few tracer-stretched steps (a loaded CPU: p50
     # 8.4 ms, p90 188 ms) made one operator "417 % of the step".
-    mean = float(step_ms.mean())
+    mean = float(step_ms.mean())  # the tables' share of CpuView.mean_ms, before the view exists
     sel_op, sel_mod = inside & is_op, inside & ~is_op
     op_table = _table(names[sel_op], self_ns[sel_op], total[sel_op], n, mean, top)
     mod_table = _table(names[sel_mod], self_ns[sel_mod], total[sel_mod], n, mean, top)
@@ -182,13 +188,14 @@ def breakdown(profile: Profile, steps: pd.DataFrame, top: int = 10) -> CpuView |
     data_ms = float(dtime[dk >= 0].sum()) / 1e6 / n
     view = CpuView(steps=n, step_ms=step_ms, ops=op_table, modules=mod_table,
                    op_self_ms=float(self_ns[sel_op].sum()) / 1e6 / n, outside_ops_ms=outside, data_loading_ms=data_ms)
-    view.observations = observations(view, mean)
+    view.observations = observations(view)
     return view
 
 
-def observations(view: CpuView, step_ms: float) -> list[Observation]:
+def observations(view: CpuView) -> list[Observation]:
     """What the breakdown shows, each only where its evidence holds (thresholds above), as
-    shares of ``step_ms``, the mean step (the figures are means over the steps)."""
+    shares of the mean step (:attr:`CpuView.mean_ms`)."""
+    step_ms = view.mean_ms
     found: list[Observation] = []
     if step_ms <= 0:
         return found

@@ -278,6 +278,15 @@ def paused_before(
     return out
 
 
+
+def series_steady_start(
+    host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int], gpu_start: np.ndarray | list[int] | None = None
+) -> Steady:
+    """:func:`steady_start` of a light-pass series: its critical path, its pauses left out.
+    Decided once, by ``perfdoctor run`` (:func:`perfdoctor.record.light.light_summary`), or by
+    the analysis for a perfdoctor 0.1 bundle, which did not store it."""
+    return steady_start(critical_path_ns(host_start, gpu_end), paused_before(host_start, gpu_end, gpu_start))
+
 @dataclass(frozen=True)
 class Cadence:
     """The completion rate of a step series, pauses left out."""

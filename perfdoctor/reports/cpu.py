@@ -20,7 +20,7 @@ NO_GPU = "GPU metrics and checks: absent, no GPU ran in this trace (no GPU activ
 
 
 def headline(view: CpuView) -> str:
-    mean = float(view.step_ms.mean())  # the figures are means over the steps: so is the step they share
+    mean = view.mean_ms
     share = view.op_self_ms / mean if mean else 0.0
     return (f"{value(mean, 'ms')} per step (traced step ranges, mean of {view.steps} steps): operators "
             f"{value(view.op_self_ms, 'ms')} self time ({value(share, 'ratio')}), no operator running {value(view.outside_ops_ms, 'ms')}")
