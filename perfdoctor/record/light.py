@@ -125,6 +125,21 @@ def serving_series(series: dict[str, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _no_step(options: RunOptions) -> str:
+    if options.step is not None:
+        return (
+            f"no step seen: no range named {options.step!r} completed (a record_function, NVTX or "
+            "perfdoctor.region name; without --step perfdoctor chooses the step)"
+        )
+    if options.step_fn is not None:
+        return f"no step seen: {options.step_fn} was never called"
+    return (
+        "no step seen: no record_function/NVTX range, torch.compile-d function, CUDA graph replay or "
+        "torch.nn.Module call repeated; name it with --step-fn __main__:FUNCTION (the function the loop calls "
+        "once per step), --step RANGE, or perfdoctor.region in the code"
+    )
+
+
 def light_summary(results: PassResults, options: RunOptions) -> LightPass:
     """``manifest.light_pass`` from the light pass's results: the scout's report.
 
@@ -152,8 +167,7 @@ def light_summary(results: PassResults, options: RunOptions) -> LightPass:
     if name is None:
         summary = replace(
             summary,
-            reason="no step seen (annotate with perfdoctor.region, or pass --step / --step-fn; no record_function/NVTX "
-            "range and no torch.nn.Module call repeated)",
+            reason=_no_step(options),
             steady_start=0, steady_reason="no step", warmup=options.warmup or 0, step_latency_ms=[],
         )
     else:

@@ -119,6 +119,8 @@ def light_pass(plan: Plan) -> None:
             f"light pass: step {esc(repr(light.step_name))} ({esc(light.how)}) seen {light.steps_seen} times, "
             f"steady from step {light.steady_start}{p50}"
         )
+    elif light.reason:
+        runner.say(f"light pass: {esc(light.reason)}")  # else the bundle's step is silently the trace's guess
     light.nvml_sampled = s is not None
     if s is not None:
         steps = steady_steps(result.results, light)

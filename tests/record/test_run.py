@@ -167,6 +167,23 @@ def test_step_fn(tmp_path, spec, name):
     assert (m["step_name"], m["metrics"]["steps"]["value"]) == (name, 4)
 
 
+@pytest.mark.parametrize(
+    ("args", "program", "says"),
+    [
+        # plain functions, no module, range or compiled call: the user is told how to name the step
+        ((), "plain_fn.py", "no step seen: no record_function/NVTX range, torch.compile-d function, CUDA graph replay"),
+        (("--step", "nothing"), "cpu_steps.py", "no range named 'nothing' completed (a record_function, NVTX or"),
+        (("--step-fn", "__main__:nothing"), "plain_fn.py", "no step seen: __main__:nothing was never called"),
+    ],
+)
+def test_a_light_pass_without_a_step_says_why_on_the_console(tmp_path, args, program, says):
+    done = perfdoctor_run("--collect", "nvml", *args, str(PROGRAMS / program), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (line,) = [x for x in done.stderr.splitlines() if x.startswith("light pass: no step seen")]
+    assert says in line
+    assert manifest(only_bundle(tmp_path))["light_pass"]["reason"] == line.removeprefix("light pass: ")
+
+
 def test_module_target_and_exit_code_are_the_programs(tmp_path):
     # -m: everything after the module name is the module's, options included.
     done = subprocess.run(
