@@ -109,6 +109,75 @@ def iteration_ends_ns(
     return g
 
 
+def loop_iterations(
+    calls: dict, ends_of_passes: dict | None = None, training_marks: np.ndarray | list[int] | None = None,
+    opens: bool = True,
+) -> dict:
+    """The loop iterations a torch loop range marks (the data loader's ``__next__``,
+    ``Optimizer.step``), as a series: each from one range's start to the next's
+    (:func:`iteration_ends_ns`, no pauses: the rest of the body is the iteration, however
+    uneven), the last one left out (no next start ends it).
+
+    ``ends_of_passes``: the data loader fetches that raised StopIteration (the light pass's
+    ``exhausted``, a series). When the range opens the iteration (``opens``: the fetch),
+    each ends the iteration before it and begins none: without them the last batch of an
+    epoch ran to the next epoch's first fetch, through everything between (an evaluation
+    loop: one step of 27 ms among 4 ms ones). When it does not (the optimizer's step ends
+    a group of accumulated batches), the iteration across an end of pass is left out: it
+    holds the epoch's tail, whatever ran between epochs and the next epoch's first group.
+
+    ``training_marks``: host starts of the optimizer's ``step`` and ``zero_grad`` in a run
+    that trains: only the iterations holding one are kept, so an evaluation loop's batches
+    (the same range name, another loader: PyTorch's ImageNet example validates after each
+    epoch) are not training steps. Kept whole when fewer than two iterations hold one."""
+    n = len(calls["gpu_end_ns"])
+    ends_of_passes = ends_of_passes or {"host_start_ns": [], "gpu_start_ns": None, "gpu_end_ns": []}
+    m = len(ends_of_passes["gpu_end_ns"])
+    host = np.concatenate((_ns(calls["host_start_ns"][:n]), _ns(ends_of_passes["host_start_ns"][:m])))
+    starts = np.concatenate(tuple(
+        _ns(s["gpu_start_ns"][:k]) if s.get("gpu_start_ns") is not None else _ns(s["host_start_ns"][:k])
+        for s, k in ((calls, n), (ends_of_passes, m))
+    ))
+    gpu_end = np.concatenate((_ns(calls["gpu_end_ns"]), _ns(ends_of_passes["gpu_end_ns"])))
+    order = np.argsort(host, kind="stable")
+    ends = iteration_ends_ns(starts[order], gpu_end[order], stop_at_pauses=False)
+    mine = order < n
+    keep = mine.copy()
+    keep[-1:] = False  # the last range has no next start
+    if not opens:
+        keep[:-1] &= mine[1:]  # not across an end of pass
+    if training_marks is not None and len(training_marks):
+        bounds = np.append(host[order][1:], np.iinfo(np.int64).max)
+        marks = np.sort(_ns(training_marks))
+        holds = np.searchsorted(marks, host[order], side="left") < np.searchsorted(marks, bounds, side="left")
+        if np.count_nonzero(keep & holds) >= 2:
+            keep &= holds
+    index = order[keep]
+    gpu_start = calls.get("gpu_start_ns")
+    return {
+        "host_start_ns": [int(calls["host_start_ns"][i]) for i in index],
+        "gpu_start_ns": [gpu_start[i] for i in index] if gpu_start is not None else None,
+        "gpu_end_ns": ends[keep].tolist(),
+    }
+
+
+def training_batches(fetch_host_ns: list[int], ends_of_passes_host_ns: list[int], training_marks: list[int]) -> int:
+    """How many of a data loader range's fetches trained: in each pass over a loader (up to
+    a fetch that raised StopIteration), those up to its last training mark — not an
+    evaluation loop's batches, whether a pass of their own (after a full epoch) or after the
+    training batches in one (an epoch ended by ``break``). For the batches-per-optimizer-
+    step ratio. All of them when no pass holds a mark."""
+    fetches, ends, marks = np.sort(_ns(fetch_host_ns)), np.sort(_ns(ends_of_passes_host_ns)), np.sort(_ns(training_marks))
+    first = np.concatenate(([np.iinfo(np.int64).min], ends))  # each pass: (previous end, its end]
+    last = np.append(ends, np.iinfo(np.int64).max)
+    held = np.searchsorted(marks, last, side="right")  # marks up to each pass's end
+    trained = np.searchsorted(marks, first, side="right") < held
+    if not trained.any():
+        return int(fetches.size)
+    last_mark = marks[held[trained] - 1]
+    return int((np.searchsorted(fetches, last_mark, side="right") - np.searchsorted(fetches, first[trained], side="right")).sum())
+
+
 def pauses(idle_before: np.ndarray, step_ns: np.ndarray) -> np.ndarray:
     """Which of the times between steps are pauses: longer than a median step AND much
     longer than the program's usual time between steps. A loop that always spends 2 ms on

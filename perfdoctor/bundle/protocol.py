@@ -177,6 +177,9 @@ class PassResults(_Document):
     modules: dict[str, dict[str, dict[str, Any]]] | None = None  # per depth, module calls' series
     module_classes: dict[str, str] | None = None  # module step name -> module.Class
     timing_error: str | None = None  # why some steps are missing
+    # the light pass: per data loader range name, its fetches that raised StopIteration (the
+    # end of each pass over a loader), as a series; they are not in ``series``
+    exhausted: dict[str, dict[str, Any]] | None = None
     # the calls as measured, when series holds the iteration: added by perfdoctor run after
     # the bootstrap wrote the rest, so last on disk
     call_series: dict[str, dict[str, Any]] | None = None

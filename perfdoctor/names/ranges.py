@@ -71,7 +71,8 @@ LIBRARY_PREFIXES = (
 # torch's loop markers, best first: the data loader's fetch opens the iteration (``for batch
 # in loader``), zero_grad and step come later in it.
 OPTIMIZER_STEP_PREFIX = "Optimizer.step#"
-LOOP_PREFIXES = ("enumerate(DataLoader)#", "Optimizer.zero_grad#", OPTIMIZER_STEP_PREFIX)
+DATA_LOADER_PREFIX = "enumerate(DataLoader)#"
+LOOP_PREFIXES = (DATA_LOADER_PREFIX, "Optimizer.zero_grad#", OPTIMIZER_STEP_PREFIX)
 
 PROFILER_STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
 _WARMUP = re.compile(r"(?:^|[^a-z])warm_?up(?:[^a-z]|$)", re.IGNORECASE)

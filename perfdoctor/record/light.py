@@ -47,6 +47,10 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
     gets a series timed as the iteration, written back into ``results.series``."""
     series = results.step_series()
     counts = {name: len(s["gpu_end_ns"]) for name, s in series.items()}
+    ends_of_passes, marks = _loader_passes(results, series)
+    for name in counts:
+        if name.startswith(rangenames.DATA_LOADER_PREFIX) and marks:
+            counts[name] = steady.training_batches(series[name]["host_start_ns"], ends_of_passes["host_start_ns"], marks)
     api_counts = results.step_counts or {}
     if options.step is not None:
         user = [n for n in counts if n == options.step or fnmatch.fnmatchcase(n, options.step)]
@@ -81,17 +85,19 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
         module = {"name": name, "depth": depth, "class": path, "span": "the loop iteration: each call and the host work until the next call"}
     else:
         calls = series[name]
-    if choice.iteration:
+    if choice.kind == "loop":
+        # torch's own range is only a part of the iteration (the batch's fetch, the
+        # optimizer's step): each runs to the next, or to the end of the loader's pass
+        fetch = name.startswith(rangenames.DATA_LOADER_PREFIX)
+        timed = steady.loop_iterations(calls, ends_of_passes, marks if fetch else None, opens=fetch)
+    elif choice.iteration:
         # The step is the loop iteration: the call and the host work until the next one
         # (on the H200 an HF generate spent ~0.5 ms per token between forward calls).
         # Without CUDA (host clock) the next call's host start marks the iteration's end.
         starts = calls["gpu_start_ns"] if calls.get("gpu_start_ns") is not None else calls["host_start_ns"]
-        ends = steady.iteration_ends_ns(starts, calls["gpu_end_ns"], stop_at_pauses=choice.kind != "loop").tolist()
+        ends = steady.iteration_ends_ns(starts, calls["gpu_end_ns"]).tolist()
         timed = {**calls, "gpu_end_ns": ends}
-        if choice.kind == "loop":
-            # torch's own range is only a part of the iteration (the batch's fetch): the last
-            # one has no next start to end its iteration, so it is left out
-            timed = {k: (v[:-1] if isinstance(v, list) else v) for k, v in timed.items()}
+    if choice.iteration:
         if module is None:
             # the calls as measured stay in raw/light.json beside the iteration (a module
             # step's are under "modules"): a later reading can re-derive the iteration
@@ -100,6 +106,24 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
         results.series = series
     how = choice.how if module is None else f"module: {name.removesuffix('.forward')}"
     return name, how, module, choice.iteration
+
+
+def _loader_passes(results: PassResults, series: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], list[int]]:
+    """(the data loader fetches that raised StopIteration, every loader's, as one series;
+    the host starts of the optimizer's step and zero_grad: the marks of a training
+    iteration)."""
+    ended = list((results.exhausted or {}).values())
+    ends_of_passes = {
+        "host_start_ns": [h for s in ended for h in s["host_start_ns"][: len(s["gpu_end_ns"])]],
+        "gpu_start_ns": [g for s in ended for g in s["gpu_start_ns"][: len(s["gpu_end_ns"])]]
+        if ended and all(s.get("gpu_start_ns") is not None for s in ended) else None,
+        "gpu_end_ns": [e for s in ended for e in s["gpu_end_ns"]],
+    }
+    marks = [
+        h for name, s in series.items()
+        if name.startswith(rangenames.LOOP_PREFIXES[1:]) for h in s["host_start_ns"][: len(s["gpu_end_ns"])]
+    ]
+    return ends_of_passes, marks
 
 
 def serving_series(series: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -482,3 +482,65 @@ def test_slow_steps_counts_the_time_beyond_the_median_step():
     assert tiny.beyond_ms == 0 and tiny.slow == 0
     assert steady.slow_steps(np.array([0.057] * 9 + [0.2])).slow == 1
     assert steady.slow_steps(np.array([])).steps == 0
+
+
+# ---- torch loop ranges: the data loader's passes, the training iterations --------------
+
+
+def _series(starts, ends=None):
+    return {"host_start_ns": list(starts), "gpu_start_ns": None, "gpu_end_ns": list(ends if ends is not None else [s + 1 for s in starts])}
+
+
+def test_loop_iterations_end_at_the_end_of_a_pass_and_leave_evaluation_batches_out() -> None:
+    # two epochs of 3 training batches (fetches at 0, 10, 20 | 100, 110, 120), each followed by
+    # an evaluation loop of 2 batches (fetches 40, 45 | 140, 145); every loader's pass ends
+    # with a fetch that raised StopIteration (30 | 50 | 130 | 150); the optimizer steps at
+    # 5, 15, 25, 105, 115, 125
+    fetches = _series([0, 10, 20, 40, 45, 100, 110, 120, 140, 145])
+    ended = _series([30, 50, 130, 150])
+    marks = [5, 15, 25, 105, 115, 125]
+    out = steady.loop_iterations(fetches, ended, marks)
+    # each training batch runs to the next fetch, the last of an epoch to its loader's end
+    assert out["host_start_ns"] == [0, 10, 20, 100, 110, 120]
+    assert out["gpu_end_ns"] == [10, 20, 30, 110, 120, 130]
+    assert steady.training_batches(fetches["host_start_ns"], ended["host_start_ns"], marks) == 6
+    # before: the last batch of an epoch ran through the evaluation loop (20 -> 40), and the
+    # evaluation batches were steps
+    assert steady.loop_iterations(fetches, None, None)["gpu_end_ns"][:4] == [10, 20, 40, 45]
+
+
+def test_an_epoch_ended_by_break_keeps_its_training_batches_only() -> None:
+    # `if i == 2: break`: the third fetch (20) returned a batch that never trained; the
+    # training loader is never exhausted, the evaluation loader is (fetches 30, 35, end 40)
+    fetches = _series([0, 10, 20, 30, 35, 100, 110, 120, 130, 135])
+    ended = _series([40, 140])
+    marks = [5, 15, 105, 115]
+    out = steady.loop_iterations(fetches, ended, marks)
+    assert out["host_start_ns"] == [0, 10, 100, 110]
+    assert out["gpu_end_ns"] == [10, 20, 110, 120]
+    # batches per optimizer step: 4 of 4, not the 10 fetches of each pass
+    assert steady.training_batches(fetches["host_start_ns"], ended["host_start_ns"], marks) == 4
+
+
+def test_gradient_accumulation_counts_every_batch_and_its_steps_do_not_span_an_epoch_end() -> None:
+    # 2 epochs of 4 batches, the optimizer every 2nd batch (steps at 15, 35 | 115, 135)
+    fetches = _series([0, 10, 20, 30, 100, 110, 120, 130])
+    ended = _series([40, 140])
+    steps = _series([15, 35, 115, 135])
+    assert steady.training_batches(fetches["host_start_ns"], ended["host_start_ns"], steps["host_start_ns"]) == 8
+    # an optimizer step ends its group: from one to the next is a group, the one across the
+    # epoch's end (35 -> 115: the tail, the gap, the next epoch's first group) is left out
+    out = steady.loop_iterations(steps, ended, opens=False)
+    assert out["host_start_ns"] == [15, 115]
+    assert out["gpu_end_ns"] == [35, 135]
+
+
+def test_loop_iterations_without_ends_of_passes_or_marks_are_the_plain_iterations() -> None:
+    calls = {"host_start_ns": [0, 10, 25], "gpu_start_ns": [2, 12, 30], "gpu_end_ns": [8, 20, 40]}
+    out = steady.loop_iterations(calls)
+    want = steady.iteration_ends_ns(calls["gpu_start_ns"], calls["gpu_end_ns"], stop_at_pauses=False)[:-1].tolist()
+    assert out == {"host_start_ns": [0, 10], "gpu_start_ns": [2, 12], "gpu_end_ns": want}
+    # marks in fewer than two iterations: the loop is kept whole (an evaluation-only loop
+    # of a program that stepped an optimizer once elsewhere)
+    assert steady.loop_iterations(calls, None, [11])["host_start_ns"] == [0, 10]
+    assert steady.training_batches([0, 10, 25], [], []) == 3

@@ -123,3 +123,24 @@ def test_graph_infer_cpu_smoke_mode_runs_the_same_loop_without_the_graph(tmp_pat
     assert (result["program"], result["graph"], result["iters"]) == ("graph_infer", False, iters)
     assert light["step_name"] == "ResNet.forward"
     assert light["steps_seen"] == iters + warmup
+
+
+@pytest.mark.parametrize("max_iters", [None, 5])
+def test_train_and_validate_each_epoch_steps_per_training_iteration_only(tmp_path: Path, max_iters: int | None) -> None:
+    # PyTorch's ImageNet example: for epoch: train(); validate(). Both loaders' fetches carry
+    # one range name; the evaluation batches and the time between epochs are not training
+    # steps. With --max-iters the epoch ends by `break` (the loader never raises StopIteration).
+    epochs, batches, val = 2, 8, 6
+    extra = ("--max-iters", str(max_iters)) if max_iters else ()
+    light, series, result = _run(
+        tmp_path, "train_eval.py", "--epochs", str(epochs), "--batches", str(batches), "--val-batches", str(val),
+        "--width", "256", *extra,
+    )
+    per_epoch = max_iters or batches
+    assert result["iters"] == epochs * per_epoch
+    assert light["step_name"] == "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    assert light["steps_seen"] == epochs * per_epoch
+    assert f"({epochs * per_epoch}x)" in light["how"] and "gradient accumulation" not in light["how"]
+    # every training iteration, each from its fetch to the next (the last of an epoch: to
+    # its loader's end, or to the fetch `break` left), is the program's batch time
+    assert _step_ms(series).mean() == pytest.approx(result["ms_per_iter"], rel=0.05)

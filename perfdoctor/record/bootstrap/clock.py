@@ -226,6 +226,19 @@ class StepTimes:
     def count(self, name: str) -> int:
         return len(self.gpu_end.get(name, ()))
 
+    def move_last(self, name: str, to: StepTimes) -> None:
+        """The last completed step of ``name`` becomes ``to``'s, marks and all (its events
+        settle there)."""
+        if not self.gpu_end.get(name) or len(self.host[name]) != len(self.gpu_end[name]):
+            return  # nothing completed, or one still open (nested): leave the series whole
+        if name not in to.host:
+            to.host[name], to.gpu_start[name], to.gpu_end[name] = [], [], []
+            to.done[name] = [0, 0]
+        for mine, theirs in ((self.host, to.host), (self.gpu_start, to.gpu_start), (self.gpu_end, to.gpu_end)):
+            theirs[name].append(mine[name].pop())
+        done = self.done[name]
+        done[0], done[1] = min(done[0], len(self.gpu_start[name])), min(done[1], len(self.gpu_end[name]))
+
     def settle(self, clock: GpuClock) -> None:
         for name, done in list(self.done.items()):  # another thread may add a name meanwhile
             done[0] = clock.settle(self.gpu_start[name], done[0])

@@ -131,7 +131,9 @@ def _hook_record_function(mirror: _Mirror, torch_to_nvtx: bool) -> None:
             pop()  # type: ignore[misc]
         result = rf_exit(self, *exc)
         if not entry.echo:
-            session.range_end(self.name)
+            # a data loader's __next__ that raised StopIteration fetched no batch: it ends a
+            # pass over the loader (an epoch, or an evaluation loop) and begins no iteration
+            session.range_end(self.name, exhausted=bool(exc) and exc[0] is StopIteration)
         return result
 
     rf.__enter__, rf.__exit__ = enter, exit_

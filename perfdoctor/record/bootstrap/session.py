@@ -55,6 +55,7 @@ class Session:
         self.pattern: str | None = config.step
         self.timer = Timer()
         self.times = StepTimes(self.timer)
+        self.exhausted = StepTimes(self.timer)  # data loader fetches that raised StopIteration
         self.counts: dict[str, int] = {}
         self.serving_depth: dict[tuple[int | None, str | None], int] = {}  # open serving ranges per thread
         self.worker_steps: dict[str, int] = {}  # per step name: steps that ran off the main thread
@@ -152,7 +153,7 @@ class Session:
             if threading.get_ident() != self.main_ident:
                 self.worker_steps[name] = self.worker_steps.get(name, 0) + 1
 
-    def range_end(self, name: str) -> None:
+    def range_end(self, name: str, exhausted: bool = False) -> None:
         if self.disabled:
             return
         if self.matches(name):
@@ -162,6 +163,8 @@ class Session:
                 self.end_step(step)
         elif self.mode == "light" and not name.startswith("perfdoctor."):
             self.end_timing(name)
+            if exhausted and name.startswith(rangenames.DATA_LOADER_PREFIX):
+                self.times.move_last(name, self.exhausted)
 
     def start_timing(self, name: str) -> None:
         """The light pass: a step or range starts (after waiting for its lockstep turn, so
@@ -385,6 +388,9 @@ class Session:
             results.lockstep = self.turns.summary()
         if self.mode == "light":
             results.series, error = self.times.series()
+            exhausted, exhausted_error = self.exhausted.series()
+            results.exhausted = exhausted or None
+            error = error or exhausted_error
             results.step_end_clock = "cuda-event" if self.timer.clock is not None else "host"
             results.declared = self.declared_steps()
             if self.modules is not None:

@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""The main loop of PyTorch's ImageNet example: ``for epoch: train(...); validate(...)``, each
+over its own DataLoader, timed by an ``AverageMeter`` of batch times (``end =
+time.time()`` at each iteration's end). An MLP on synthetic features, so it runs anywhere;
+``--max-iters N`` ends each training epoch after N batches (``if i == N: break``), as
+benchmark scripts do.
+
+    python train_eval.py                          # 3 epochs of 32 batches, 8 validation batches each
+    python train_eval.py --max-iters 10 --device cuda
+"""
+import argparse
+import json
+import time
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class AverageMeter:
+    def __init__(self):
+        self.sum, self.count = 0.0, 0
+
+    def update(self, val, n=1):
+        self.sum += val * n
+        self.count += n
+
+    @property
+    def avg(self):
+        return self.sum / max(self.count, 1)
+
+
+def train(loader, model, criterion, optimizer, epoch, args, batch_time):
+    model.train()
+    end = time.time()
+    for i, (x, y) in enumerate(loader):
+        if i == args.max_iters:
+            break
+        x, y = x.to(args.device, non_blocking=True), y.to(args.device, non_blocking=True)
+        loss = criterion(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if args.device != "cpu":
+            torch.cuda.synchronize()
+        batch_time.update(time.time() - end)
+        end = time.time()
+        if i % args.print_freq == 0:
+            print(f"Epoch: [{epoch}][{i}/{len(loader)}]\tTime {batch_time.avg:.4f}\tLoss {loss.item():.4f}")
+
+
+def validate(loader, model, args):
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for x, y in loader:
+            correct += (model(x.to(args.device)).argmax(1) == y.to(args.device)).sum().item()
+    return 100.0 * correct / len(loader.dataset)
+
+
+def main():
+    p = argparse.ArgumentParser(description="ImageNet-example training loop with validation (synthetic data)")
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--batches", type=int, default=32, help="training batches per epoch")
+    p.add_argument("--val-batches", type=int, default=8)
+    p.add_argument("--max-iters", type=int, default=-1, help="end each training epoch after this many batches")
+    p.add_argument("--batch-size", "-b", type=int, default=64)
+    p.add_argument("--width", type=int, default=1024)
+    p.add_argument("--print-freq", type=int, default=10)
+    p.add_argument("--device", default="cpu")
+    args = p.parse_args()
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, args.width), nn.ReLU(), nn.Linear(args.width, args.width), nn.ReLU(),
+                          nn.Linear(args.width, 10)).to(args.device)
+    criterion = nn.CrossEntropyLoss()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def data(batches):
+        n = batches * args.batch_size
+        return TensorDataset(torch.randn(n, 256), torch.randint(0, 10, (n,)))
+
+    train_loader = DataLoader(data(args.batches), batch_size=args.batch_size, shuffle=True)
+    val_loader = DataLoader(data(args.val_batches), batch_size=args.batch_size)
+    batch_time = AverageMeter()
+    for epoch in range(args.epochs):
+        train(train_loader, model, criterion, optimizer, epoch, args, batch_time)
+        print(f" * Acc@1 {validate(val_loader, model, args):.3f}")
+    print(f"Train: {batch_time.avg * 1e3:.3f} ms/iter over {batch_time.count} iterations")
+    print("RESULT " + json.dumps({"program": "train_eval", "step": "training iteration", "iters": batch_time.count,
+                                  "ms_per_iter": batch_time.avg * 1e3, "ms_per_step": batch_time.avg * 1e3,
+                                  "epochs": args.epochs}))
+
+
+if __name__ == "__main__":
+    main()
