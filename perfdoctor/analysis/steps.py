@@ -38,7 +38,7 @@ from perfdoctor.profile import Profile
 
 LAUNCH_PREFIXES = apinames.LAUNCH_PREFIXES  # CUDA, driver and HIP launches (graph launches too)
 SYNC_NAMES = apinames.SYNC_NAMES
-PROFILER_STEP_GLOB = "ProfilerStep#*"
+PROFILER_STEP_GLOB = rangenames.PROFILER_STEP_GLOB
 AUTO_STEP = "(automatic step)"
 NO_BOUNDARY = -1  # the first unit of a trace: nothing before it ended
 ITERATION = "the loop iteration: from one occurrence to the next"  # how iteration steps are timed

@@ -75,6 +75,7 @@ DATA_LOADER_PREFIX = "enumerate(DataLoader)#"
 LOOP_PREFIXES = (DATA_LOADER_PREFIX, "Optimizer.zero_grad#", OPTIMIZER_STEP_PREFIX)
 
 PROFILER_STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
+PROFILER_STEP_GLOB = "ProfilerStep#*"  # the step of torch.profiler's steps, one name each
 _WARMUP = re.compile(r"(?:^|[^a-z])warm_?up(?:[^a-z]|$)", re.IGNORECASE)
 
 # vLLM's gpu_model_runner. Older: execute_context_<c>(<ct>)_generation_<g>(<gt>), where a

@@ -77,6 +77,12 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
         series[name] = serving_series(series)
         results.series = series
         return name, choice.how, None, True
+    if choice.kind == "profiler_step":
+        # the program's own torch.profiler: ProfilerStep#0, #1, ... one after another, each
+        # from one prof.step() to the next: the loop iteration already
+        series[name] = merged_series([s for n, s in series.items() if rangenames.kind(n) == rangenames.PROFILER_STEP])
+        results.series = series
+        return name, choice.how, None, True
     module = None
     if choice.kind == "module":
         depth = found[0]  # type: ignore[index]
@@ -126,6 +132,21 @@ def _loader_passes(results: PassResults, series: dict[str, dict[str, Any]]) -> t
     return ends_of_passes, marks
 
 
+def merged_series(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One series from several (their steps in host-start order)."""
+    rows = sorted(
+        (h, (s["gpu_start_ns"] or [None] * len(s["host_start_ns"]))[i], s["gpu_end_ns"][i])
+        for s in parts
+        for i, h in enumerate(s["host_start_ns"][: len(s["gpu_end_ns"])])
+    )
+    cuda = any(s["gpu_start_ns"] is not None for s in parts)
+    return {
+        "host_start_ns": [r[0] for r in rows],
+        "gpu_start_ns": [r[1] for r in rows] if cuda else None,
+        "gpu_end_ns": [r[2] for r in rows],
+    }
+
+
 def serving_series(series: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """One series from the serving ranges of one engine (the most frequent): the names
     differ step by step, the steps are one loop. SGLang also writes a vLLM-style range
@@ -136,17 +157,7 @@ def serving_series(series: dict[str, dict[str, Any]]) -> dict[str, Any]:
         if parsed is not None:
             by_engine.setdefault(parsed[0], []).append(name)
     names = max(by_engine.values(), key=lambda ns: sum(len(series[n]["host_start_ns"]) for n in ns))
-    rows = sorted(
-        (h, (series[n]["gpu_start_ns"] or [None] * len(series[n]["host_start_ns"]))[i], series[n]["gpu_end_ns"][i])
-        for n in names
-        for i, h in enumerate(series[n]["host_start_ns"][: len(series[n]["gpu_end_ns"])])
-    )
-    cuda = any(series[n]["gpu_start_ns"] is not None for n in names)
-    return {
-        "host_start_ns": [r[0] for r in rows],
-        "gpu_start_ns": [r[1] for r in rows] if cuda else None,
-        "gpu_end_ns": [r[2] for r in rows],
-    }
+    return merged_series([series[n] for n in names])
 
 
 def _no_step(options: RunOptions) -> str:

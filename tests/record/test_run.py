@@ -184,6 +184,34 @@ def test_a_light_pass_without_a_step_says_why_on_the_console(tmp_path, args, pro
     assert manifest(only_bundle(tmp_path))["light_pass"]["reason"] == line.removeprefix("light pass: ")
 
 
+@pytest.mark.parametrize("mode", ["schedule", "plain", "legacy"])
+def test_a_program_that_runs_its_own_torch_profiler_keeps_it_and_its_trace_is_the_passs(tmp_path, mode):
+    # Kineto traces once per process: with perfdoctor's profiler running, the program's own
+    # (the profiler recipe's schedule + tensorboard_trace_handler) died of SIGSEGV. Now
+    # perfdoctor's steps aside, and the program's trace is the torch pass's.
+    done = perfdoctor_run(str(PROGRAMS / "own_profiler.py"), "--mode", mode, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (result,) = [json.loads(m) for m in re.findall(r"^RESULT (\{.*\})$", done.stdout, re.M)]
+    assert result["own_traces"] if mode == "schedule" else result["own_table_has_mm"]
+    if mode == "schedule":  # its on_trace_ready wrote its trace in both passes
+        assert len(list((tmp_path / "own-traces").iterdir())) == 2
+    bundle = only_bundle(tmp_path)
+    m = manifest(bundle)
+    assert m["collectors"]["torch"]["status"] == "ok"
+    (torch_pass,) = [p for p in m["passes"] if p["name"] == "torch"]
+    assert torch_pass["trace_scope"].startswith("the program's own torch profiler trace")
+    if mode == "schedule":
+        # torch.profiler's steps are the step: ProfilerStep#0..#20, the last one opened by the
+        # 20th prof.step() and closed by the with block; the trace is the schedule's 3 active
+        assert m["light_pass"]["step_name"] == "ProfilerStep#*" and m["light_pass"]["steps_seen"] == 21
+        assert metrics(bundle)["metrics"]["steps"]["value"] == 3
+    else:
+        # no prof.step(): the iteration is the optimizer's; the trace holds the 3 profiled ones
+        assert m["light_pass"]["step_name"] == "Optimizer.zero_grad#SGD.zero_grad"
+        ops = load_bundle(bundle).ops
+        assert (ops["name"] == "aten::addmm").sum() == 3 * 2  # two Linear forwards a step
+
+
 def test_module_target_and_exit_code_are_the_programs(tmp_path):
     # -m: everything after the module name is the module's, options included.
     done = subprocess.run(

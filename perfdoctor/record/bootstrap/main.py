@@ -124,6 +124,8 @@ def main(argv: list[str]) -> None:
         main_module = target[1] if target[0] == "-m" else os.path.splitext(os.path.basename(target[0]))[0]
         install_step_fn(config.step_fn, main_module)
     if "torch" in sys.modules:
+        if session.mode == "torch":
+            session.guard_program_profiler()
         install_compiled_steps(session)
         session.replays = install_graph_replays(session)
         if config.module_step and session.mode != "light":

@@ -65,6 +65,9 @@ class Session:
         self.whole_program = False
         self.trace_scope: str | None = None  # why the trace is not just the window, when it is not
         self.profiler: Any = None
+        self.program_profiler: Any = None  # the program's own torch profiler, once it began tracing
+        self.program_trace_kept = False
+        self.own_tracer_call = False  # perfdoctor's own profiler is starting (its _prepare_trace)
         self.trace_error: str | None = None
         self.clock_sync: dict[str, int] | None = None
         self.finished = False
@@ -110,6 +113,13 @@ class Session:
         # "serving step" (the light pass chose the serving ranges): every one of them
         return self.pattern is not None and rangenames.matches_step(name, self.pattern)
 
+    def step_key(self, name: str) -> str:
+        """The name a matching range's step is counted under: torch.profiler's steps are
+        one loop whose every step has a name of its own (ProfilerStep#0, #1, ...), counted
+        under the glob, as the light pass's series is; counted per name, the window would
+        never reach its warm-up."""
+        return self.pattern if self.pattern == rangenames.PROFILER_STEP_GLOB else name
+
     def family_step(self, name: str, opening: bool) -> str | None:
         """The step a serving range opens or closes, or None when it is nested in another
         serving range of the same thread (SGLang writes a vLLM-style
@@ -143,7 +153,7 @@ class Session:
             return
         if self.matches(name):
             if self.pattern != rangenames.SERVING_STEP:
-                self.begin_step(name)
+                self.begin_step(self.step_key(name))
             elif (step := self.family_step(name, opening=True)) is not None:
                 self.begin_step(step)
         elif name.startswith(DECLARE_PREFIX):
@@ -158,7 +168,7 @@ class Session:
             return
         if self.matches(name):
             if self.pattern != rangenames.SERVING_STEP:
-                self.end_step(name)
+                self.end_step(self.step_key(name))
             elif (step := self.family_step(name, opening=False)) is not None:
                 self.end_step(step)
         elif self.mode == "light" and not name.startswith("perfdoctor."):
@@ -306,9 +316,15 @@ class Session:
                 extra["experimental_config"] = _ExperimentalConfig(profile_all_threads=True)
             except (ImportError, TypeError):  # an older torch: the main thread only
                 pass
+        if self.program_profiler is not None:
+            return  # the program traces itself: its trace is the pass's (guard_program_profiler)
         self.profiler = profile(activities=activities, record_shapes=True, **extra)
         self.profiler_used = True
-        self.profiler.start()
+        self.own_tracer_call = True
+        try:
+            self.profiler.start()
+        finally:
+            self.own_tracer_call = False
         self.mark_clock()
         self.redeclare()
 
@@ -322,6 +338,70 @@ class Session:
                 prof.export_chrome_trace(self.config.trace)
         except Exception as exc:  # noqa: BLE001 - the reason goes into the manifest
             self.trace_error = f"{type(exc).__name__}: {exc}"
+
+    def guard_program_profiler(self) -> None:
+        """Kineto keeps one profiling session per process: a program that runs its own
+        torch profiler (the tutorial's ``with profile(schedule=...) as prof: ... prof.step()``)
+        crashed under perfdoctor's (SIGSEGV, torch 2.13 on the CPU). So perfdoctor's tracer
+        steps aside: when the program's profiler begins tracing, perfdoctor stops its own
+        and starts none after, and the program's first trace becomes the pass's — with the
+        program's own activities and schedule, which the manifest's trace scope says. Both
+        torch.profiler.profile and torch.autograd.profiler.profile go through the hooked
+        methods. A trace saves once, so the program's own export (on_trace_ready) is copied,
+        and one the program never exports is saved when it has ended."""
+        from torch.autograd import profiler as autograd_profiler
+
+        cls = autograd_profiler.profile
+        prepare, export = cls._prepare_trace, cls.export_chrome_trace
+        session = self
+
+        def _prepare_trace(prof: Any) -> Any:
+            if not session.own_tracer_call and session.program_profiler is None:
+                session.program_profiler = prof
+                session.stop_profiler(export=False)
+                session.trace_scope = (
+                    "the program's own torch profiler trace (its activities and schedule): Kineto traces once per "
+                    "process, so perfdoctor's tracer stepped aside"
+                )
+            return prepare(prof)
+
+        def export_chrome_trace(prof: Any, path: Any, *args: Any, **kwargs: Any) -> Any:
+            result = export(prof, path, *args, **kwargs)
+            if prof is session.program_profiler and not session.program_trace_kept:
+                session.keep_program_trace(str(path))
+            return result
+
+        cls._prepare_trace, cls.export_chrome_trace = _prepare_trace, export_chrome_trace
+
+    def keep_program_trace(self, path: str) -> None:
+        """A trace file of the program's profiler, copied (gzipped) where the pass's goes."""
+        import gzip
+        import shutil
+
+        self.program_trace_kept = True
+        try:
+            with open(path, "rb") as src:
+                gz = src.read(2) == b"\x1f\x8b"
+                src.seek(0)
+                with open(self.config.trace, "wb") if gz else gzip.open(self.config.trace, "wb", compresslevel=1) as dst:
+                    shutil.copyfileobj(src, dst)
+        except Exception as exc:  # noqa: BLE001 - the reason goes into the manifest
+            self.trace_error = f"the program's own torch profiler trace could not be kept: {type(exc).__name__}: {exc}"
+
+    def save_program_trace(self) -> None:
+        """At the end: the trace of a program's profiler that the program never exported."""
+        prof = self.program_profiler
+        if prof is None or self.program_trace_kept:
+            return
+        part = self.config.trace + ".part.json"
+        try:
+            prof.export_chrome_trace(part)  # copied by the hook above
+        except Exception as exc:  # noqa: BLE001 - the reason goes into the manifest
+            self.trace_error = (f"the program's own torch profiler trace could not be kept (perfdoctor's tracer "
+                                f"stepped aside for it): {type(exc).__name__}: {exc}")
+        finally:
+            if os.path.exists(part):
+                os.remove(part)
 
     # -- lifecycle --
 
@@ -353,6 +433,7 @@ class Session:
         self.tick(flush=True)
         if self.mode == "torch":
             self.stop_profiler(export=self.window_state != "before" or self.whole_program)
+            self.save_program_trace()
         elif self.mode == "nsys" and self.window_state == "open" and self.config.capture_range:
             sys.modules["torch"].cuda.profiler.stop()
         self.write_results()

@@ -1,0 +1,56 @@
+"""A training loop that profiles itself, as PyTorch's profiler recipe writes it.
+
+``--mode schedule``: ``with torch.profiler.profile(schedule=..., on_trace_ready=
+tensorboard_trace_handler(DIR)) as prof:`` around the loop, ``prof.step()`` per step.
+``--mode plain``: ``with torch.profiler.profile() as prof:`` around a few steps, then
+``print(prof.key_averages().table(...))`` (no trace exported).
+``--mode legacy``: the same with ``torch.autograd.profiler.profile()``.
+Prints ``RESULT {json}`` with its step count and what its profiler gave it."""
+
+import argparse
+import json
+import os
+
+import torch
+import torch.nn as nn
+
+p = argparse.ArgumentParser()
+p.add_argument("--mode", choices=["schedule", "plain", "legacy"], default="schedule")
+p.add_argument("--steps", type=int, default=20)
+p.add_argument("--trace-dir", default="own-traces")
+args = p.parse_args()
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 10))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(32, 128), torch.randint(0, 10, (32,))
+
+
+def train_step():
+    loss = nn.functional.cross_entropy(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+
+result = {"steps": args.steps, "mode": args.mode}
+if args.mode == "schedule":
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        schedule=torch.profiler.schedule(wait=1, warmup=1, active=3, repeat=1),
+        on_trace_ready=torch.profiler.tensorboard_trace_handler(args.trace_dir),
+    ) as prof:
+        for _ in range(args.steps):
+            train_step()
+            prof.step()
+    result["own_traces"] = sorted(os.listdir(args.trace_dir))
+else:
+    for _ in range(args.steps - 3):
+        train_step()
+    make = torch.profiler.profile if args.mode == "plain" else torch.autograd.profiler.profile
+    with make() as prof:
+        for _ in range(3):
+            train_step()
+    table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=5)
+    result["own_table_has_mm"] = "aten::mm" in table or "aten::addmm" in table
+print("RESULT " + json.dumps(result))
