@@ -531,6 +531,16 @@ def first_by_correlation(acts: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return corrs, acts["name"].to_numpy(dtype=object)[order[first]]
 
 
+def unit_signatures(families: np.ndarray, cut: np.ndarray) -> np.ndarray:
+    """The units' codes, numbered by first appearance, equal units (the same sequence of
+    family codes) one code: ``families`` (integer codes, one per launch) cut at ``cut``
+    (:func:`numpy.split`'s indices). Each unit keyed by its codes' bytes, which are equal
+    exactly when the sequences are (one dtype, so one width): a tuple per unit made one
+    numpy scalar per launch and hashed each (HF 80 MB's 46k launches in 132 units: 2.4 ms,
+    0.2 ms this way)."""
+    return pd.factorize(pd.Series([c.tobytes() for c in np.split(families, cut)], dtype=object))[0]
+
+
 def automatic_ranges(profile: Profile) -> tuple[pd.DataFrame, str]:
     """Step ranges for a trace without markers, and how they were found (or why not).
 
@@ -582,7 +592,7 @@ def automatic_ranges(profile: Profile) -> tuple[pd.DataFrame, str]:
             # unrolled variants as the context length changes parity (seen in HF generate
             # on the H200), which would make every other token look different.
             fam = pd.factorize(pd.Series([family(u) for u in kernel_names], dtype=object))[0][codes]
-            signature = pd.factorize(pd.Series([tuple(c) for c in np.split(fam, cut)]))[0]
+            signature = unit_signatures(fam, cut)
             offset = max(0, signature.size - MAX_SEQUENCE)
             region = repeating_region(signature[offset:])
             if region is not None:

@@ -14,7 +14,7 @@ from perfdoctor.analysis import attribution, hostgaps
 from perfdoctor.analysis.attribution import BUSY_PARTS, activity_part_codes, activity_parts, kernel_part, part_is
 from perfdoctor.analysis.bounds import FLOP_CLASSES, _heaviest_dtype
 from perfdoctor.analysis.metrics import analyze
-from perfdoctor.analysis.steps import first_by_correlation, is_sync
+from perfdoctor.analysis.steps import first_by_correlation, is_sync, unit_signatures
 from perfdoctor.analysis.timeline import SEGMENTS_BY_LOOP, group_cummax
 from perfdoctor.names.codes import equals, factorize
 from perfdoctor.pipeline import load_trace
@@ -297,3 +297,17 @@ def test_factorize_without_copy_is_the_remembered_answer() -> None:
     codes[:] = 0  # a copy (the default) is the caller's own
     np.testing.assert_array_equal(factorize(names)[0], shared)
     assert factorize(names)[0] is not shared
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_unit_signatures_are_the_tuples_factorized(seed: int) -> None:
+    """Units keyed by their codes' bytes number as the tuples of their codes did: units that
+    repeat, units one a prefix of another, one-launch units, codes above 255 (several bytes)."""
+    rng = np.random.default_rng(seed)
+    patterns = [rng.integers(0, rng.choice([3, 300]), rng.integers(1, 12)) for _ in range(5)]
+    patterns.append(patterns[0][:-1] if len(patterns[0]) > 1 else patterns[0])  # a prefix of another unit
+    units = [patterns[i] for i in rng.integers(0, len(patterns), rng.integers(1, 60))]
+    families = np.concatenate(units).astype(np.intp)
+    cut = np.cumsum([len(u) for u in units])[:-1]
+    replaced = pd.factorize(pd.Series([tuple(c) for c in np.split(families, cut)]))[0]
+    np.testing.assert_array_equal(unit_signatures(families, cut), replaced)

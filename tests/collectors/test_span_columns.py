@@ -2,7 +2,9 @@
 CPU ops' names hashed once"), each checked against the code it replaced: the CPU
 ops' names factorized once per slice and merged per span (it was: counted, made a set, then
 factorized again over the span), an op's three shape fields copied and deduplicated as one
-key (it was: each field on its own), and the shared zero-length columns of an empty category."""
+key (it was: each field on its own), and the shared zero-length columns of an empty category;
+an event's times read straight from the events (docs/results/speed-2026-12-03; it was: each
+slice's values listed first)."""
 
 from __future__ import annotations
 
@@ -25,8 +27,8 @@ def _replaced_op_names(events: list, origin: int) -> tuple[Counter, list[str]]:
     """What Events._cpu_ops and _ops computed before: every timed CPU op's name counted one
     by one, and the names of the ops that are no step's (ProfilerStep#N, the DataLoader)."""
     ops = [e for e in events if e.ph == "X" and e.cat in ke.CPU_OP_CATEGORIES]
-    ts = ke._floats_of((e.ts for e in ops), len(ops)) - origin
-    timed = ke.timed_mask(ts, ke._floats_of((e.dur for e in ops), len(ops)))
+    ts = ke._floats_of(ops, ke._TS) - origin
+    timed = ke.timed_mask(ts, ke._floats_of(ops, ke._DUR))
     counts: Counter = Counter()
     rest = []
     for e in (e for e, t in zip(ops, timed) if t):
@@ -115,3 +117,37 @@ def test_shared_empty_columns_are_filled_ones() -> None:
         for col, arr in shared.items():
             assert arr.dtype == want[col].dtype and arr.size == 0
     assert ke._NO_THREADS.dtype == np.int64 and ke._NO_THREADS.size == 0
+
+
+def _replaced_floats_of(values: list, n: int) -> np.ndarray:
+    """Events.add's times before: the values listed, then read (each a NaN where float() fails)."""
+    values = list(values)
+    try:
+        return np.fromiter(values, dtype=np.float64, count=n)
+    except (TypeError, ValueError):
+        return np.fromiter(map(ke._float_or_nan, values), dtype=np.float64, count=n)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [],
+        [1, 2.5, 3],
+        [1700000000123456, 1.5, None, 7],  # a missing ts: NaN
+        [None, None],
+        ["12.5", 3, "x", True, float("inf"), -4],  # strings that spell a number or not, a bool, an infinity
+        [2**70, 1],  # an int beyond int64 (a float, as float() reads it)
+    ],
+)
+def test_floats_read_from_the_events_are_the_listed_ones(values: list) -> None:
+    events = [ke.Event(ph="X", ts=v, dur=v) for v in values]
+    got = ke._floats_of(events, ke._TS)
+    np.testing.assert_array_equal(got, _replaced_floats_of([e.ts for e in events], len(events)))
+    assert got.dtype == np.float64 and got.shape == (len(values),)
+
+
+@pytest.mark.parametrize("path", TRACES, ids=lambda p: p.name.split(".")[0])
+def test_floats_of_a_trace_are_the_listed_ones(path) -> None:
+    events = [e for e in ke.decode_whole(read_maybe_gzip(path), path).doc.traceEvents if e.ph == "X"]
+    for field in (ke._TS, ke._DUR):
+        np.testing.assert_array_equal(ke._floats_of(events, field), _replaced_floats_of(map(field, events), len(events)))
