@@ -5,6 +5,7 @@ tensorboard_trace_handler(DIR)) as prof:`` around the loop, ``prof.step()`` per 
 ``--mode plain``: ``with torch.profiler.profile() as prof:`` around a few steps, then
 ``print(prof.key_averages().table(...))`` (no trace exported).
 ``--mode legacy``: the same with ``torch.autograd.profiler.profile()``.
+``--device cuda``: the same on the GPU, the profilers with their CUDA activities.
 Prints ``RESULT {json}`` with its step count and what its profiler gave it."""
 
 import argparse
@@ -18,12 +19,15 @@ p = argparse.ArgumentParser()
 p.add_argument("--mode", choices=["schedule", "plain", "legacy"], default="schedule")
 p.add_argument("--steps", type=int, default=20)
 p.add_argument("--trace-dir", default="own-traces")
+p.add_argument("--device", default="cpu")
 args = p.parse_args()
 
 torch.manual_seed(0)
-model = nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 10))
+model = nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 10)).to(args.device)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-x, y = torch.randn(32, 128), torch.randint(0, 10, (32,))
+x, y = torch.randn(32, 128, device=args.device), torch.randint(0, 10, (32,), device=args.device)
+cuda = args.device.startswith("cuda")
+activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
 
 
 def train_step():
@@ -36,7 +40,7 @@ def train_step():
 result = {"steps": args.steps, "mode": args.mode}
 if args.mode == "schedule":
     with torch.profiler.profile(
-        activities=[torch.profiler.ProfilerActivity.CPU],
+        activities=activities,
         schedule=torch.profiler.schedule(wait=1, warmup=1, active=3, repeat=1),
         on_trace_ready=torch.profiler.tensorboard_trace_handler(args.trace_dir),
     ) as prof:
@@ -47,7 +51,10 @@ if args.mode == "schedule":
 else:
     for _ in range(args.steps - 3):
         train_step()
-    make = torch.profiler.profile if args.mode == "plain" else torch.autograd.profiler.profile
+    if args.mode == "plain":
+        make = lambda: torch.profiler.profile(activities=activities)  # noqa: E731
+    else:
+        make = lambda: torch.autograd.profiler.profile(use_device="cuda" if cuda else None)  # noqa: E731
     with make() as prof:
         for _ in range(3):
             train_step()
