@@ -75,11 +75,14 @@ SHAPES: dict[str, MegaShape] = {
     "16-warps": replace(TUNED, consumer_warps=16),  # 2 warps per row
     "16-warps-3x64KB": replace(TUNED, tile_bytes=65536, stages=3, consumer_warps=16),  # 16 rows
     "4-warps-12x16KB": replace(TUNED, tile_bytes=16384, stages=12, consumer_warps=4),
-    # v4.8 attention splits (chunks per split; tuned 3): most tasks, more merges / fewer
-    "split-1": replace(TUNED, attn_split=1),
-    "split-2": replace(TUNED, attn_split=2),
-    "split-8": replace(TUNED, attn_split=8),
+    # v4.8 attention splits (chunks per split; tuned 3): most tasks, more merges / fewer. They
+    # split from the first chunk their target allows (attn_split_after 0), as when measured
+    # in v4.8, so that they show the split's cost at short context too
+    "split-1": replace(TUNED, attn_split=1, attn_split_after=0),
+    "split-2": replace(TUNED, attn_split=2, attn_split_after=0),
+    "split-8": replace(TUNED, attn_split=8, attn_split_after=0),
     "no-split": replace(TUNED, attn_split=1 << 20),  # S = 1 at every position: v4.7's per-head owners (the A/B)
+    "v4.9": replace(TUNED, attn_split_after=0),  # v4.9's tuned: S = 2 from 192 positions (tuned splits from 1,024)
 }
 
 

@@ -82,7 +82,10 @@ class MegaShape:
 
     `attn_split`: cached 64-position chunks per attention split, the target: a KV head's
     chunks are cut into S = min(SMAX, ctas / kv_heads, ceil(chunks / attn_split)) splits,
-    each a task of its own CTA (`attention_tasks`; a run-time parameter, the same cubin).
+    each a task of its own CTA (`attention_tasks`). `attn_split_after`: S = 1 (v4.7's
+    per-head owners, no merge) while a KV head has at most this many chunks; 0 splits
+    from the first chunk the target allows (v4.8/v4.9). Both are run-time parameters (the
+    same cubin).
     """
 
     tile_bytes: int = 32768
@@ -91,7 +94,10 @@ class MegaShape:
     in_flight: int = 2  # bulk copies outstanding per producer at most; 0: up to `stages`
     tiles_per_step: int = 1
     flags: bool = True  # run 24: 0.711 ms against 0.783 with counters
-    attn_split: int = 3  # v4.8: S = 1 below 192 positions (no merge), 6 at 1,000, 13 from 2,304
+    attn_split: int = 3  # with attn_split_after 16: S = 6 at 1,024-1,151 positions, 13 from 2,304
+    # v4.10: S = 1 up to 16 chunks (1,023 positions). v4.9's run: the split lost below ~1,000
+    # positions (S = 2 at 192-272: ~45 us a step), tied at 1,000 (0.800 ms both), won at 4,000
+    attn_split_after: int = 16
 
     def defines(self, head_dim: int) -> dict[str, int]:
         """The kernel's -D defines for a model of `head_dim` (one attention<D> is built)."""
@@ -129,14 +135,19 @@ class AttnTask:
     c1: int
 
 
-def attention_splits(pos: int, ctas: int, kv_heads: int, attn_split: int) -> int:
-    """S, the position splits of each KV head's chunks at position `pos` (the kernel's attn_task)."""
+def attention_splits(pos: int, ctas: int, kv_heads: int, attn_split: int, attn_split_after: int) -> int:
+    """S, the position splits of each KV head's chunks at position `pos` (the kernel's
+    attn_task): 1 while the n = pos // 64 + 1 chunks are at most `attn_split_after`, else
+    min(SMAX, ctas // kv_heads, ceil(n / attn_split)) (at least 1)."""
     n = pos // BLOCK_S + 1
+    if n <= attn_split_after:
+        return 1
     smax = max(1, min(SMAX, ctas // kv_heads))
     return max(1, min(smax, -(-n // attn_split)))
 
 
-def attention_tasks(pos: int, ctas: int, q_heads: int, kv_heads: int, attn_split: int) -> list[AttnTask]:
+def attention_tasks(pos: int, ctas: int, q_heads: int, kv_heads: int, attn_split: int,
+                    attn_split_after: int) -> list[AttnTask]:
     """The attention tasks of a step at position `pos`, as the kernel's `attn_task` deals
     them: with S = 1 one task per query head (v4.7's owners: CTA floor(hq G / q_heads)),
     with S > 1 task t = kv S + j (the whole group) on CTA floor(t G / T), T = kv_heads S <=
@@ -144,7 +155,7 @@ def attention_tasks(pos: int, ctas: int, q_heads: int, kv_heads: int, attn_split
     per CTA, as the kernel does (CTA b: task ceil(b T / G) if below ceil((b + 1) T / G)), so
     a test can hold it against the dealing it describes."""
     n = pos // BLOCK_S + 1
-    S = attention_splits(pos, ctas, kv_heads, attn_split)
+    S = attention_splits(pos, ctas, kv_heads, attn_split, attn_split_after)
     group = q_heads // kv_heads
     HS = group if S == 1 else 1  # head subsets per KV head
     gh = group // HS
@@ -206,6 +217,8 @@ def plan(config: ModelConfig, shape: MegaShape = TUNED) -> dict[str, WeightStage
                        f"q_heads a multiple of kv_heads, at most {GMAX} query heads per KV head")
     if shape.attn_split < 1:
         raise BadInput(f"megakernel: attn_split must be at least 1 chunk, got {shape.attn_split}")
+    if not 0 <= shape.attn_split_after < 2**31:
+        raise BadInput(f"megakernel: attn_split_after must be 0 to 2**31 - 1 chunks, got {shape.attn_split_after}")
     out = {}
     for name, (rows, cols) in mats.items():
         if cols % 8 or cols > MAXK:
@@ -239,7 +252,7 @@ class _Params(ctypes.Structure):
         ("rows", ctypes.c_int * 5),
         ("stride_head", ctypes.c_longlong), ("stride_pos", ctypes.c_longlong),
         ("eps", ctypes.c_float), ("scale", ctypes.c_float), ("round_twice", ctypes.c_int),
-        ("attn_split", ctypes.c_int),
+        ("attn_split", ctypes.c_int), ("attn_split_after", ctypes.c_int),
     ]
 
 
@@ -324,7 +337,7 @@ class MegaKernels:
             rows=(ctypes.c_int * 5)(*[self.stages[s].rows_per_tile for s in WEIGHT_STAGES]),
             stride_head=k_cache.stride(0), stride_pos=k_cache.stride(1),
             eps=c.rms_eps, scale=c.head_dim**-0.5, round_twice=int(rms_norm_rounds_twice(device, dtype)),
-            attn_split=shape.attn_split,
+            attn_split=shape.attn_split, attn_split_after=shape.attn_split_after,
         )
 
     def counter_values(self) -> list[int]:

@@ -82,26 +82,30 @@ def test_plan_refuses_what_the_kernel_cannot_copy():
         plan(replace(_odd_config(), q_heads=10, kv_heads=2))
     with pytest.raises(BadInput, match="attn_split"):
         plan(_odd_config(), MegaShape(attn_split=0))
+    with pytest.raises(BadInput, match="attn_split_after"):  # a C int in the kernel's Params
+        plan(_odd_config(), MegaShape(attn_split_after=-1))
 
 
 # ---- attention tasks (v4.8): the dealing and the split-and-merge arithmetic ------------------
 
 
 @pytest.mark.parametrize("heads", [(32, 8), (6, 2), (4, 1), (3, 3)], ids=lambda h: f"{h[0]}q{h[1]}kv")
+@pytest.mark.parametrize("attn_split_after", [0, 16])
 @pytest.mark.parametrize("attn_split", [1, 2, 3, 4, 100])
-@pytest.mark.parametrize("pos", [0, 1, 63, 64, 65, 127, 128, 144, 191, 192, 1000, 2047, 4000, 8191])
-def test_attention_tasks_cover_every_chunk_once(pos, attn_split, heads):
+@pytest.mark.parametrize("pos", [0, 1, 63, 64, 65, 127, 128, 144, 191, 192, 1000, 1023, 1024, 2047, 4000, 8191])
+def test_attention_tasks_cover_every_chunk_once(pos, attn_split, attn_split_after, heads):
     """At every position the kernel's per-CTA dealing gives each (query head, split) to
     exactly one CTA, at most one task per CTA, and each KV head's splits cover its n = pos //
-    64 + 1 chunks in order, none empty; S is within [1, min(13, G / NKV, n)]. With S = 1 a
-    task is one query head on v4.7's owner CTA, floor(hq G / NQ); with S > 1 the group."""
+    64 + 1 chunks in order, none empty; S is within [1, min(13, G / NKV, n)], 1 while n <=
+    attn_split_after. With S = 1 a task is one query head on v4.7's owner CTA, floor(hq G /
+    NQ); with S > 1 the group."""
     ctas, (q_heads, kv_heads) = 132, heads
     group = q_heads // kv_heads
-    tasks = attention_tasks(pos, ctas, q_heads, kv_heads, attn_split)
+    tasks = attention_tasks(pos, ctas, q_heads, kv_heads, attn_split, attn_split_after)
     n = pos // BLOCK_S + 1
-    S = attention_splits(pos, ctas, kv_heads, attn_split)
+    S = attention_splits(pos, ctas, kv_heads, attn_split, attn_split_after)
     assert 1 <= S <= min(SMAX, ctas // kv_heads, n)
-    assert S == min(SMAX, ctas // kv_heads, -(-n // attn_split))
+    assert S == (1 if n <= attn_split_after else min(SMAX, ctas // kv_heads, -(-n // attn_split)))
     assert len({t.cta for t in tasks}) == len(tasks) == kv_heads * S * (group if S == 1 else 1)
     covered = sorted((t.kv * group + h, t.j) for t in tasks for h in range(t.h0, t.h0 + t.heads))
     assert covered == [(hq, j) for hq in range(q_heads) for j in range(S)]
@@ -120,14 +124,63 @@ def test_attention_tasks_cover_every_chunk_once(pos, attn_split, heads):
 
 
 def test_attention_splits_of_llama_1b():
-    """What the v4.8 prediction assumes for Llama-3.2-1B on 132 SMs (8 KV heads): v4.7's 32
-    per-head owners below 192 positions (no merge), 6 splits of <= 3 chunks at ~1,000, 13
-    of <= 5 chunks at 4,000."""
-    split = TUNED.attn_split
-    assert [attention_splits(p, 132, 8, split) for p in (16, 144, 191, 192, 272, 1000, 4000)] == [1, 1, 1, 2, 2, 6, 13]
-    for pos, tasks, most in ((144, 32, 3), (1000, 48, 3), (4000, 104, 5)):
-        got = attention_tasks(pos, 132, 32, 8, split)
+    """What the v4.10 prediction assumes for Llama-3.2-1B on 132 SMs (8 KV heads), tuned:
+    v4.7's 32 per-head owners (no merge) up to 16 chunks (1,023 positions), then 6 splits of
+    <= 3 chunks at 1,024, 13 of <= 5 chunks at 4,000; and v4.9's rule (attn_split_after 0,
+    the bench's `v4.9` shape): 2 splits from 192 positions, 6 at 1,000."""
+    split, after = TUNED.attn_split, TUNED.attn_split_after
+    assert after == 16
+    at = (16, 144, 191, 192, 272, 1000, 1023, 1024, 1151, 1152, 2303, 2304, 4000)
+    assert [attention_splits(p, 132, 8, split, after) for p in at] == [1, 1, 1, 1, 1, 1, 1, 6, 6, 7, 12, 13, 13]
+    assert [attention_splits(p, 132, 8, split, 0) for p in at] == [1, 1, 1, 2, 2, 6, 6, 6, 6, 7, 12, 13, 13]
+    for pos, after, tasks, most in ((144, 16, 32, 3), (1000, 16, 32, 16), (1024, 16, 48, 3), (4000, 16, 104, 5),
+                                    (272, 0, 16, 3), (1000, 0, 48, 3)):
+        got = attention_tasks(pos, 132, 32, 8, split, after)
         assert (len(got), max(t.c1 - t.c0 for t in got)) == (tasks, most)
+
+
+@pytest.mark.parametrize("attn_split", [1, 3, 8])
+@pytest.mark.parametrize("attn_split_after", [1, 5, 16, 40])
+def test_attention_splits_only_after_the_threshold(attn_split, attn_split_after):
+    """v4.10's rule against v4.9's at every chunk count up to 8,192 positions: S = 1 while
+    the n chunks are at most attn_split_after, and v4.9's S (attn_split_after 0) beyond; the
+    tasks beyond the threshold are v4.9's exactly, those below v4.7's owners."""
+    for pos in range(0, 8192, BLOCK_S):
+        n = pos // BLOCK_S + 1
+        old, new = (attention_splits(pos, 132, 8, attn_split, a) for a in (0, attn_split_after))
+        assert new == (1 if n <= attn_split_after else old), (pos, n)
+        tasks = attention_tasks(pos, 132, 32, 8, attn_split, attn_split_after)
+        if n > attn_split_after:
+            assert tasks == attention_tasks(pos, 132, 32, 8, attn_split, 0)
+        else:
+            assert tasks == attention_tasks(pos, 132, 32, 8, 1 << 20, 0)  # no-split's dealing
+
+
+def test_params_mirror_the_kernels_struct():
+    """_Params must be the kernel's `struct Params` field for field (names, order, kinds):
+    a field out of place would hand the kernel another word (attn_split_after read as
+    something else would still run correctly, with a rule nobody chose)."""
+    import ctypes
+    import re
+
+    from perfdoctor.engine.megakernel import SOURCE, _Params
+
+    body = re.search(r"struct Params \{[^\n]*\n(.*?)\n\};", SOURCE.read_text(), re.S).group(1)
+    body = re.sub(r"//[^\n]*", "", body)
+    fields = []
+    for decl in filter(None, (d.strip() for d in body.split(";"))):
+        ctype, names = re.match(r"((?:const\s+)?(?:unsigned long long|long long|unsigned|int|float|bf16)\s*\*?)\s*(.*)", decl).groups()
+        for name in (x.strip() for x in names.split(",")):
+            m = re.fullmatch(r"(\w+)(?:\[(\d+)\])?", name)
+            kind = "ptr" if "*" in ctype else ctype.replace("const", "").strip()
+            fields.append((m.group(1), kind, int(m.group(2) or 1)))
+    kinds = {ctypes.c_void_p: "ptr", ctypes.c_int: "int", ctypes.c_longlong: "long long", ctypes.c_float: "float"}
+    mine = []
+    for name, t in _Params._fields_:
+        count = getattr(t, "_length_", 1)
+        mine.append((name, kinds[getattr(t, "_type_", t) if count > 1 else t], count))
+    assert mine == fields
+    assert fields[-2:] == [("attn_split", "int", 1), ("attn_split_after", "int", 1)]
 
 
 def _bf(x: torch.Tensor) -> torch.Tensor:
@@ -221,7 +274,7 @@ def _kernel_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, splits:
 @pytest.mark.parametrize("pos", [0, 1, 63, 64, 65, 1000, 4000])
 def test_split_attention_matches_unsplit(pos):
     """The split-and-merge arithmetic of the grouped tasks, at the splits the kernel deals
-    (Llama-3.2-1B's heads, 132 CTAs, attn_split 1 and the tuned 3), against softmax
+    (Llama-3.2-1B's heads, 132 CTAs, attn_split 1 and 3 from the first chunk), against softmax
     attention in fp64 (within the bf16 rounding of scores and probabilities), against the
     same arithmetic in one split, and against the S = 1 path (v4.7's per-head owner, its
     warps' rotating runs): all only re-associate fp32 sums of the same bf16-rounded
@@ -238,9 +291,9 @@ def test_split_attention_matches_unsplit(pos):
     torch.testing.assert_close(owner, one, rtol=1e-5, atol=1e-6)
     assert (_bf(owner) != _bf(one)).float().mean() <= 0.02
     for split in (1, TUNED.attn_split):
-        tasks = sorted((t for t in attention_tasks(pos, 132, 32, 8, split) if t.kv == 0 and t.h0 == 0), key=lambda t: t.j)
+        tasks = sorted((t for t in attention_tasks(pos, 132, 32, 8, split, 0) if t.kv == 0 and t.h0 == 0), key=lambda t: t.j)
         got = _kernel_attention(q, k, v, [(t.c0, t.c1) for t in tasks])
-        assert len(tasks) == attention_splits(pos, 132, 8, split)
+        assert len(tasks) == attention_splits(pos, 132, 8, split, 0)
         torch.testing.assert_close(got, one, rtol=1e-5, atol=1e-6)
         # rounded to bf16 as the kernel stores it: equal but where fp32 sits on a boundary
         assert (_bf(got) != _bf(one)).float().mean() <= 0.02
@@ -300,9 +353,13 @@ def _step_tol(ref: torch.Tensor) -> dict[str, float]:
 
 MEGA_CASES = [
     pytest.param("tiny", 64, TUNED, id="tiny"),
-    pytest.param("odd", 200, TUNED, id="odd"),  # 200 positions: 4 attention chunks, the last partial (2 splits at 199)
-    # one chunk per split: at position 256 five splits (one merge batch of 4), the last holding only pos
-    pytest.param("odd", 257, MegaShape(attn_split=1), id="odd-split-1"),
+    pytest.param("odd", 200, TUNED, id="odd"),  # 200 positions: 4 attention chunks, the last partial (S = 1 at 199)
+    pytest.param("odd", 200, MegaShape(attn_split_after=0), id="odd-v4.9"),  # v4.9's rule: 2 splits at 199
+    # tuned's first split: 17 chunks at position 1024, 6 splits (n > attn_split_after = 16)
+    pytest.param("odd", 1025, TUNED, id="odd-first-split"),
+    # one chunk per split from the first chunk: at position 256 five splits (one merge batch
+    # of 4), the last holding only pos
+    pytest.param("odd", 257, MegaShape(attn_split=1, attn_split_after=0), id="odd-split-1"),
     # 13 splits of 4 KB ring slots at position 2047 (two merge batches), the ring wrapping
     pytest.param("odd", 2048, MegaShape(tile_bytes=4096, stages=2, attn_split=1), id="odd-split-1-small-ring"),
     # 4 KB tiles (one K/V chunk of head_dim 16) in a 2-stage ring: the ring wraps every
@@ -392,7 +449,8 @@ def test_megakernel_step(config_name, ctx, shape):
 def test_megakernel_replays_identically(shape):
     """A race (a read before its producer's write is visible) shows as outputs that change
     between runs on the same input; the kernel's arithmetic order is fixed, so 50 replays of
-    the captured step at one position must give bit-identical logits."""
+    the captured step at one position must give bit-identical logits. Positions 300 (S = 1,
+    the per-head owners) and 1100 (18 chunks: 6 splits and their merge)."""
     from perfdoctor.engine.megakernel import MegaKernels, MegaStep
     from perfdoctor.engine.model import Transformer
     from perfdoctor.engine.weights import model_weights
@@ -401,15 +459,48 @@ def test_megakernel_replays_identically(shape):
     model = Transformer.from_hf_state_dict(config, weights, 2048)
     mk = MegaKernels(model, shape)
     step = MegaStep(mk)
-    token, pos = torch.tensor([17], device=DEVICE), torch.tensor([300], device=DEVICE)
-    with torch.inference_mode():
-        step(token, pos)
-        first = mk.logits.clone()
-        tokens = set()
-        for _ in range(50):
-            tokens.add(step(token, pos).item())
-            assert torch.equal(mk.logits, first), "logits changed between replays: a race"
-    assert len(tokens) == 1
+    for at in (300, 1100):
+        token, pos = torch.tensor([17], device=DEVICE), torch.tensor([at], device=DEVICE)
+        with torch.inference_mode():
+            step(token, pos)
+            first = mk.logits.clone()
+            tokens = set()
+            for _ in range(50):
+                tokens.add(step(token, pos).item())
+                assert torch.equal(mk.logits, first), f"logits changed between replays at position {at}: a race"
+        assert len(tokens) == 1
+
+
+@needs_hopper
+def test_kernel_deals_attention_as_attention_tasks():
+    """The kernel's attn_task and its mirror attention_tasks agree: in a traced step the CTAs
+    that stamp attention work (inputs-ready non-zero) are the mirror's, in every layer, on
+    both sides of tuned's threshold (16 chunks: 1023 S = 1, 1024 S = 6) and under v4.9's
+    rule (attn_split_after 0: 1023 already split)."""
+    from perfdoctor.engine.megakernel import MegaKernels
+    from perfdoctor.engine.model import Transformer
+    from perfdoctor.engine.weights import random_hf_state_dict
+
+    config = _odd_config()
+    model = Transformer.from_hf_state_dict(config, random_hf_state_dict(config, seed=1, device=DEVICE, dtype=torch.bfloat16),
+                                           1100)
+    seen = {}
+    for shape in (TUNED, MegaShape(attn_split_after=0)):
+        mk = MegaKernels(model, shape, trace=True)
+        for at in (1023, 1024):
+            mk.trace_buffer.zero_()
+            with torch.inference_mode():
+                mk(torch.tensor([3], device=DEVICE), torch.tensor([at], device=DEVICE))
+            torch.cuda.synchronize()
+            want = {t.cta for t in attention_tasks(at, mk.ctas, config.q_heads, config.kv_heads, shape.attn_split,
+                                                    shape.attn_split_after)}
+            for layer in range(config.layers):
+                got = set(torch.nonzero(mk.trace_buffer[:, 5 * layer + 1, 1]).flatten().tolist())
+                assert got == want, (shape.attn_split_after, at, layer)
+            seen[shape.attn_split_after, at] = len(want)
+        del mk
+    # S = 1: one task per query head; S = 6 (17 or 16 chunks, 3 per split): one per (KV head, split)
+    assert seen == {(16, 1023): 6, (16, 1024): 12, (0, 1023): 12, (0, 1024): 12}
 
 
 def test_trace_detail_split_by_hand():

@@ -141,6 +141,7 @@ struct Params {  // mirrored by perfdoctor.engine.megakernel._Params (same order
   float eps, scale;
   int round_twice;
   int attn_split;  // cached chunks per attention split (target): S = min(smax, ceil(chunks / attn_split))
+  int attn_split_after;  // S = 1 while a KV head has at most this many cached chunks (see attn_task)
 };
 
 // ---- small device helpers -----------------------------------------------------------
@@ -396,7 +397,8 @@ __device__ __forceinline__ WStage weight_stage(const Params& p, int g) {
 // This CTA's attention task (the same every layer of a launch: it depends on pos only).
 // The n = pos / BLOCK_S + 1 chunks of cached positions (the last holds pos, this step's
 // row) of each KV head are cut into S contiguous splits, split j the chunks [j n / S,
-// (j + 1) n / S) (none empty: S <= n), S = min(smax, ceil(n / attn_split)), smax =
+// (j + 1) n / S) (none empty: S <= n), S = 1 while n <= attn_split_after (v4.10: 16, the
+// split lost below ~1,000 positions), else S = min(smax, ceil(n / attn_split)), smax =
 // min(SMAX, G / NKV). With S = 1 (short context) a task is one query head over all the
 // chunks, as the per-head owners of v4.7 were (the same CTAs, work and rounding: no merge,
 // 32 CTAs); with S > 1 a task is the whole GQA group of a KV head over one split (each K/V
@@ -414,7 +416,7 @@ struct AttnTask {
 __device__ __forceinline__ AttnTask attn_task(const Params& p, int pos) {
   const int b = blockIdx.x, G = gridDim.x, n = pos / BLOCK_S + 1, group = p.NQ / p.NKV;
   const int smax = max(1, min(SMAX, G / p.NKV));
-  const int S = max(1, min(smax, (n + p.attn_split - 1) / p.attn_split));
+  const int S = n <= p.attn_split_after ? 1 : max(1, min(smax, (n + p.attn_split - 1) / p.attn_split));
   const int HS = S == 1 ? group : 1;  // head subsets per KV head
   const int T = p.NKV * HS * S, t = (b * T + G - 1) / G;
   AttnTask a{-1, 0, group / HS, 0, S, 0, 0};
@@ -876,9 +878,9 @@ __device__ __forceinline__ void attention_grouped(const Params& p, int layer, in
   }
 }
 
-// S = 1 (short context, and every position of the no-split row): one query head hq over
-// all its chunks, v4.7's owner code (the same SASS loop: the slot released right after the
-// P V loads, before the shuffle reduction). S > 1: attention_grouped.
+// S = 1 (up to attn_split_after chunks, and every position of the no-split row): one query
+// head hq over all its chunks, v4.7's owner code (the same SASS loop: the slot released
+// right after the P V loads, before the shuffle reduction). S > 1: attention_grouped.
 template <int D>
 __device__ void attention(const Params& p, int layer, const AttnTask& at, int pos, float c, float s, Shared& sh,
                           const unsigned char* ring, int& it, long long* tr, unsigned tag) {
