@@ -246,7 +246,8 @@ def steady_start(critical_path: np.ndarray | list[int], paused: np.ndarray | Non
     settled = [i for i in range(n - run + 1) if fast[i : i + run].all()]
     if not settled:
         return Steady(0, "no steady run found (the steps never settle): all used")
-    found = [r for r in _slow_regimes(~fast, REGIME_WINDOW) if r[0] < n // 2]
+    every = _slow_regimes(~fast, REGIME_WINDOW)
+    found = [r for r in every if r[0] < n // 2]
     # A regime past the middle with no pause is the program's variation, and so are the
     # slow regimes before it that no pause ended (one drift, its edges cut by noise).
     late = next((r for r in found if r[1] >= n // 2 and not _ends_at_pause(r[1], paused)), None)
@@ -263,6 +264,13 @@ def steady_start(critical_path: np.ndarray | list[int], paused: np.ndarray | Non
         # against 3.09 after them), not a warm-up
         regimes, after, start = [], 0, settled[0]
         why_kept = "the steps before the last slow stretch are no slower as a whole: slow stretches among fast steps, not a warm-up"
+    back = [r for r in every if r[0] >= start]
+    if regimes and back and float(np.median(cp[:start])) <= WARMUP_FACTOR * float(np.median(np.concatenate([cp[a : b + 1] for a, b in back]))):
+        # the program falls back to that speed after the would-be warm-up: its own variation
+        # (a host-paced training loop on the H200 ran steps 16-85 at ~2.05 ms, 86-121 at ~1.5,
+        # 122-135 at ~2.1 and the rest at ~1.5: cutting the first 86 read 0.90 of its mean)
+        regimes, after, start = [], 0, settled[0]
+        why_kept = f"the program runs as slowly again later (steps {back[0][0]}-{back[-1][1]}): its own variation, not a warm-up"
     kept = [r for r in found if r[1] >= after]
     regimes_kept = ""
     if kept:

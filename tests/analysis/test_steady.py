@@ -156,6 +156,30 @@ def test_a_host_paced_benchmark_drifting_between_two_speeds_matches_its_own_time
     assert 1e3 / series.cadence.steps_per_s == pytest.approx(own, rel=0.01)
 
 
+def test_a_slow_stretch_the_program_falls_back_to_later_is_not_a_warm_up() -> None:
+    # the first half slow, then fast, then as slow again, then fast: cutting the first half
+    # would leave the later slow stretch in and read the fast speed alone
+    cp = _ms([50.0] + [2.1] * 59 + [1.5] * 30 + [2.1] * 15 + [1.5] * 45)
+    s = steady.steady_start(cp)
+    assert s.start <= 5 and s.slow_stretch is None, s  # the first kept stretch's centred edge
+    assert "runs as slowly again later (steps 90-104)" in s.reason
+    # a true warm-up, much slower than the slow stretch that comes back, is still cut
+    cp = _ms([50.0] + [6.0] * 59 + [1.5] * 30 + [2.1] * 15 + [1.5] * 45)
+    assert steady.steady_start(cp).start == 60
+
+
+def test_a_training_loop_that_validates_each_epoch_reads_its_own_mean_on_the_h200() -> None:
+    # tests/fixtures/series/train-eval-mlp-h200.json: host-paced iterations at ~2 ms and ~1.5 ms
+    # in turns; steps 16-85 slow ended in the first half (and at the first epoch's end),
+    # 122-135 slow again. Cutting the first 86 read 0.90 of the program's mean (0.84 at p50).
+    d = json.loads((FIXTURES / "series" / "train-eval-mlp-h200.json").read_text())
+    h, gs, g = d["host_start_ns"], d["gpu_start_ns"], d["gpu_end_ns"]
+    s = steady.series_steady_start(h, g, gs)
+    assert s.start <= 4 and s.slow_stretch is None, s
+    cp = steady.critical_path_ns(h, g)
+    assert float(np.mean(cp[s.start :])) / 1e6 == pytest.approx(d["own_ms_per_step"], rel=0.03)
+
+
 def test_slow_windows_in_steps_not_slower_as_a_whole_are_not_a_warm_up() -> None:
     # A noisy host-paced loop (ViT-small b1 on the H200, 2026-12-02 run 6: "steps 0-50 at
     # 3.271 ms (median), then 3.09" were left out as warm-up): a stretch in the first half

@@ -19,9 +19,11 @@ from torch.utils.data import DataLoader, TensorDataset
 
 class AverageMeter:
     def __init__(self):
-        self.sum, self.count = 0.0, 0
+        self.sum, self.count, self.first = 0.0, 0, None
 
     def update(self, val, n=1):
+        if self.first is None:
+            self.first = val  # the run's first batch: CUDA start-up and the loader's first fetch
         self.sum += val * n
         self.count += n
 
@@ -89,6 +91,8 @@ def main():
     print(f"Train: {batch_time.avg * 1e3:.3f} ms/iter over {batch_time.count} iterations")
     print("RESULT " + json.dumps({"program": "train_eval", "step": "training iteration", "iters": batch_time.count,
                                   "ms_per_iter": batch_time.avg * 1e3, "ms_per_step": batch_time.avg * 1e3,
+                                  "ms_first_iter": (batch_time.first or 0.0) * 1e3,
+                                  "ms_per_iter_after_first": (batch_time.sum - (batch_time.first or 0.0)) / max(batch_time.count - 1, 1) * 1e3,
                                   "epochs": args.epochs}))
 
 
