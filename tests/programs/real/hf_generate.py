@@ -38,7 +38,9 @@ def parse_args():
                    help="default: bfloat16 on cuda, float32 on cpu")
     p.add_argument("--compile", action="store_true",
                    help="the transformers docs' recipe: a static KV cache and model.forward = torch.compile(model.forward, "
-                        "mode='reduce-overhead', fullgraph=True)")
+                        "mode='reduce-overhead', fullgraph=True), generate's own compilation turned off")
+    p.add_argument("--auto-compile", action="store_true",
+                   help="transformers 5's way: a static KV cache only; on CUDA generate compiles the forward itself")
     p.add_argument("--device", default="cuda")
     return p.parse_args()
 
@@ -69,9 +71,15 @@ def main():
     model = model.to(dtype).eval()
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model: {n_params / 1e9:.2f} B parameters, {dtype}, {device} (built in {time.perf_counter() - t0:.1f} s)")
-    if args.compile:
+    if args.compile or args.auto_compile:
         model.generation_config.cache_implementation = "static"
+    if args.compile:
         model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+        # On CUDA, transformers 5 also compiles the forward inside generate when the cache
+        # is static; over the recipe's compiled forward the two CUDA graphs overwrote each
+        # other's outputs (transformers 5.17 on the H200: "accessing tensor output of
+        # CUDAGraphs that has been overwritten by a subsequent run")
+        model.generation_config.disable_compile = True
 
     input_ids = torch.randint(3, config.vocab_size, (args.batch, args.prompt_len), device=device)
     attention_mask = torch.ones_like(input_ids)
