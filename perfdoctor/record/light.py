@@ -79,7 +79,8 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
         return name, choice.how, None, True
     if choice.kind == "profiler_step":
         # the program's own torch.profiler: ProfilerStep#0, #1, ... one after another, each
-        # from one prof.step() to the next: the loop iteration already
+        # from one prof.step() to the next: the loop iteration already (the one the
+        # profiler's exit closed is in results.profiler_exit, not here: no iteration)
         series[name] = merged_series([s for n, s in series.items() if rangenames.kind(n) == rangenames.PROFILER_STEP])
         results.series = series
         return name, choice.how, None, True
