@@ -162,20 +162,29 @@ def loop_iterations(
 
 
 def training_batches(fetch_host_ns: list[int], ends_of_passes_host_ns: list[int], training_marks: list[int]) -> int:
-    """How many of a data loader range's fetches trained: in each pass over a loader (up to
-    a fetch that raised StopIteration), those up to its last training mark — not an
-    evaluation loop's batches, whether a pass of their own (after a full epoch) or after the
-    training batches in one (an epoch ended by ``break``). For the batches-per-optimizer-
-    step ratio. All of them when no pass holds a mark."""
+    """How many of a data loader range's fetches trained, for the batches-per-optimizer-step
+    ratio and the count the step's how says. A fetch whose iteration (to the next fetch, or
+    to its pass's end: a fetch that raised StopIteration) holds a training mark closes a
+    group: the fetches since the previous group or the pass's start. ``training_marks``: the
+    optimizer's steps (else its zero_grad), so a group is the batches of one optimizer step.
+    A loop fetches as many batches per step in every group (1, or its gradient
+    accumulation): the median group. A group that holds more also fetched batches that never
+    trained, from an evaluation loop that did not exhaust its loader, so no end of pass
+    parts them: Lightning's sanity check before the first step (with its validation at each
+    epoch's end: 71 counted for 64 steps before). Fetches after a pass's last group (an
+    evaluation loop after the training batches, a batch ``break`` left) close none. All of
+    them when no iteration holds a mark."""
     fetches, ends, marks = np.sort(_ns(fetch_host_ns)), np.sort(_ns(ends_of_passes_host_ns)), np.sort(_ns(training_marks))
-    first = np.concatenate(([np.iinfo(np.int64).min], ends))  # each pass: (previous end, its end]
-    last = np.append(ends, np.iinfo(np.int64).max)
-    held = np.searchsorted(marks, last, side="right")  # marks up to each pass's end
-    trained = np.searchsorted(marks, first, side="right") < held
-    if not trained.any():
+    passes = np.searchsorted(ends, fetches, side="left")  # each fetch's pass: ends before it
+    bound = np.minimum(np.append(fetches[1:], np.iinfo(np.int64).max),
+                       np.append(ends, np.iinfo(np.int64).max)[passes])  # its iteration's end
+    closes = np.flatnonzero(np.searchsorted(marks, fetches, side="left") < np.searchsorted(marks, bound, side="left"))
+    if closes.size == 0:
         return int(fetches.size)
-    last_mark = marks[held[trained] - 1]
-    return int((np.searchsorted(fetches, last_mark, side="right") - np.searchsorted(fetches, first[trained], side="right")).sum())
+    begins = np.maximum(np.r_[0, closes[:-1] + 1], np.searchsorted(passes, passes[closes], side="left"))
+    size = closes - begins + 1
+    per_step = np.sort(size)[(size.size - 1) // 2]
+    return int(np.minimum(size, per_step).sum())
 
 
 def pauses(idle_before: np.ndarray, step_ns: np.ndarray) -> np.ndarray:

@@ -306,6 +306,8 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
             common = ranges["name"].value_counts().head(5).index.tolist()
             hint = f"; ranges in this trace: {', '.join(map(repr, common))}" if common else "; this trace has no ranges"
             raise UsageError(f"--step {pattern!r} matches no range{hint}")
+        if equals(matched["source"], "profiler_step").all():
+            matched = profiler_steps(profile, matched)
         if module_step or rangenames.kind(pattern) in (rangenames.COMPILED, rangenames.LOOP, rangenames.REPLAY):
             # a marker of the iteration, not the iteration (run's scout times it so too): the
             # model's forward leaves out the host work of HF generate's loop between forwards
@@ -342,7 +344,7 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
             kinds = ", ".join(sorted(set(serving.parse(served["name"])["kind"].astype(str))))
             return serving.STEP_NAME, served, None, f"serving step ranges (vLLM/SGLang names: {kinds})"
         if choice.kind == "profiler_step":
-            return PROFILER_STEP_GLOB, ranges[equals(ranges["source"], "profiler_step")], None, choice.how
+            return PROFILER_STEP_GLOB, profiler_steps(profile, ranges[equals(ranges["source"], "profiler_step")]), None, choice.how
         if choice.name == GRAPH_REPLAY and not automatic()[0].empty:
             # one replay per period of the loop: that period, which also holds the eager
             # work around the replay (the inputs' copies before it), is the better-cut step
@@ -365,6 +367,29 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
         f"with GPU work, no training-loop range, and no repeating unit of GPU work ({auto_how}) (use --step NAME)",
         "",
     )
+
+
+def profiler_steps(profile: Profile, rows: pd.DataFrame) -> pd.DataFrame:
+    """The ``ProfilerStep#N`` ranges that are steps: ``rows`` but the one torch.profiler's
+    exit closed (:mod:`perfdoctor.names.ranges`, ``profiler_step``). A trace does not say
+    which call closed a range; that one is the last of two or more, and nothing starts
+    inside it: no CPU op, no API call, no range but Python frames, on any thread. (A
+    schedule's trace is saved by the ``prof.step()`` that closes its last active step,
+    which holds that step's work: kept.) ``perfdoctor run``'s light pass sees the exit close
+    it and keeps it out of its series."""
+    if len(rows) < 2:
+        return rows
+    last = rows.index[int(np.argmax(rows["start_ns"].to_numpy(np.int64)))]
+    lo, hi = int(rows.at[last, "start_ns"]), int(rows.at[last, "end_ns"])
+    others = profile.ranges[~equals(profile.ranges["source"], "python")]
+    for table in (profile.ops, profile.calls, others):
+        starts = table["start_ns"].to_numpy(np.int64)
+        inside = (starts >= lo) & (starts <= hi)
+        if table is others:
+            inside &= table.index.to_numpy() != last
+        if inside.any():
+            return rows
+    return rows.drop(index=last)
 
 
 GRAPH_REPLAY = "(CUDA/HIP graph replay)"

@@ -11,7 +11,13 @@ not import pandas there). :func:`kind` puts every range name in one class:
     ``torch.compile``-d function as ``perfdoctor run``'s light pass names it
     (:data:`COMPILED_PREFIX`). With CUDA graphs each call is one replay.
 ``profiler_step``
-    ``ProfilerStep#N`` (torch.profiler's schedule).
+    ``ProfilerStep#N`` (torch.profiler's schedule). ``start()`` opens #0, each
+    ``prof.step()`` closes #k and opens #k+1, and ``stop()`` (the ``with`` block's exit)
+    closes the last: in the recipe's loop (``work(); prof.step()``) the range the last
+    ``prof.step()`` opened, after the last iteration, holding none. That one is not a step
+    (N iterations, N steps): the light pass's bootstrap sees ``stop()`` close it
+    (:mod:`perfdoctor.record.bootstrap.ranges`), a trace shows it as the last one with
+    nothing inside (:func:`perfdoctor.analysis.steps.profiler_steps`).
 ``replay``
     the replays of one ``torch.cuda.CUDAGraph`` as ``perfdoctor run``'s light pass names them
     (:data:`REPLAY_PREFIX` and the graph's ordinal, :func:`replay_name`): evidence for the

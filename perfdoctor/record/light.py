@@ -48,9 +48,11 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
     series = results.step_series()
     counts = {name: len(s["gpu_end_ns"]) for name, s in series.items()}
     ends_of_passes, marks = _loader_passes(results, series)
+    # the optimizer's steps group the batches (a zero_grad may open a group, not end it)
+    stepped = _hosts(series, (rangenames.OPTIMIZER_STEP_PREFIX,)) or marks
     for name in counts:
         if name.startswith(rangenames.DATA_LOADER_PREFIX) and marks:
-            counts[name] = steady.training_batches(series[name]["host_start_ns"], ends_of_passes["host_start_ns"], marks)
+            counts[name] = steady.training_batches(series[name]["host_start_ns"], ends_of_passes["host_start_ns"], stepped)
     api_counts = results.step_counts or {}
     if options.step is not None:
         user = [n for n in counts if n == options.step or fnmatch.fnmatchcase(n, options.step)]
@@ -79,7 +81,8 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
         return name, choice.how, None, True
     if choice.kind == "profiler_step":
         # the program's own torch.profiler: ProfilerStep#0, #1, ... one after another, each
-        # from one prof.step() to the next: the loop iteration already
+        # from one prof.step() to the next: the loop iteration already (the one the
+        # profiler's exit closed is in results.profiler_exit, not here: no iteration)
         series[name] = merged_series([s for n, s in series.items() if rangenames.kind(n) == rangenames.PROFILER_STEP])
         results.series = series
         return name, choice.how, None, True
@@ -125,11 +128,12 @@ def _loader_passes(results: PassResults, series: dict[str, dict[str, Any]]) -> t
         if ended and all(s.get("gpu_start_ns") is not None for s in ended) else None,
         "gpu_end_ns": [e for s in ended for e in s["gpu_end_ns"]],
     }
-    marks = [
-        h for name, s in series.items()
-        if name.startswith(rangenames.LOOP_PREFIXES[1:]) for h in s["host_start_ns"][: len(s["gpu_end_ns"])]
-    ]
-    return ends_of_passes, marks
+    return ends_of_passes, _hosts(series, rangenames.LOOP_PREFIXES[1:])
+
+
+def _hosts(series: dict[str, dict[str, Any]], prefixes: tuple[str, ...]) -> list[int]:
+    """The host starts of the completed ranges whose names start with one of ``prefixes``."""
+    return [h for name, s in series.items() if name.startswith(prefixes) for h in s["host_start_ns"][: len(s["gpu_end_ns"])]]
 
 
 def merged_series(parts: list[dict[str, Any]]) -> dict[str, Any]:

@@ -559,6 +559,20 @@ def test_gradient_accumulation_counts_every_batch_and_its_steps_do_not_span_an_e
     assert out["gpu_end_ns"] == [35, 135]
 
 
+def test_training_batches_leave_out_an_evaluation_loop_that_did_not_end_its_pass() -> None:
+    # Lightning's fit: a sanity check of 2 validation batches (fetches 0, 5) before training,
+    # 4 training batches (10..40, optimizer steps at 12..42), 3 validation batches at the
+    # epoch's end (50, 55, 60), 4 more (70..100, steps at 72..102); no loader raises
+    # StopIteration, so all are one pass. 8 trained (13 before: every fetch up to the last step)
+    fetches = [0, 5, 10, 20, 30, 40, 50, 55, 60, 70, 80, 90, 100]
+    assert steady.training_batches(fetches, [], [12, 22, 32, 42, 72, 82, 92, 102]) == 8
+    # with gradient accumulation over 2 batches (steps at 22, 42 | 82, 102): the groups hold
+    # 4, 2, 5, 2 fetches; a step takes 2 batches, so 8 trained
+    assert steady.training_batches(fetches, [], [22, 42, 82, 102]) == 8
+    # a last group short of the rest (an epoch's remainder stepped): every batch trained
+    assert steady.training_batches([0, 10, 20, 30, 40], [], [15, 35, 45]) == 5
+
+
 def test_loop_iterations_without_ends_of_passes_or_marks_are_the_plain_iterations() -> None:
     calls = {"host_start_ns": [0, 10, 25], "gpu_start_ns": [2, 12, 30], "gpu_end_ns": [8, 20, 40]}
     out = steady.loop_iterations(calls)

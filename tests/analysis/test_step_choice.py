@@ -239,6 +239,25 @@ def test_data_loading_before_the_gpu_work_belongs_to_the_step(tmp_path: Path) ->
     assert float(np.median(before)) > 0.8 * float(np.median(loader))
 
 
+def test_the_profilerstep_the_profilers_exit_closed_is_not_a_step() -> None:
+    """hta/amd_trace (a toy training loop on an MI250): torch.profiler opens ProfilerStep#k+1
+    in every ``prof.step()`` and the profiler's exit closes the last one. Its #1 holds the
+    iteration; #2 is the range the last ``prof.step()`` opened and the exit closed: no host
+    event starts inside it. One step (two before: #2 was counted)."""
+    path = TRACES / "hta" / "amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+    events = _events(path)
+    host = [e for e in events if e.get("ph") == "X" and e.get("cat") not in GPU_CATS + ("gpu_user_annotation",)]
+    one, two = _ranges(events, "ProfilerStep#1"), _ranges(events, "ProfilerStep#2")
+    assert len(one) == len(two) == 1 and one[0][1] < two[0][0]
+    assert sum(1 for e in host if one[0][0] <= e["ts"] <= one[0][1]) > 1  # the iteration's ops and calls
+    assert [e["name"] for e in host if two[0][0] <= e["ts"] <= two[0][1]] == ["ProfilerStep#2"]
+    s = find_steps(load_trace(path))
+    assert s.name == "ProfilerStep#*" and s.count == 1
+    assert s.table["host_start_ns"].iloc[0] / 1e3 == pytest.approx(one[0][0], abs=1e-3)
+    # asked for by name (--step, or the step a run recorded): the same rule
+    assert find_steps(load_trace(path), "ProfilerStep#*").count == 1
+
+
 def test_a_runs_module_step_is_timed_as_the_loop_iteration_in_the_trace() -> None:
     """A bundle whose run chose a module call (HF generate's model forward) times it as the
     loop iteration in the light pass; the trace must too: the step runs from one call to the

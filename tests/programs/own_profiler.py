@@ -2,6 +2,9 @@
 
 ``--mode schedule``: ``with torch.profiler.profile(schedule=..., on_trace_ready=
 tensorboard_trace_handler(DIR)) as prof:`` around the loop, ``prof.step()`` per step.
+``--mode exit``: the same, with a schedule whose active steps outlast the loop: the trace
+is saved by the ``with`` block's exit, and holds ProfilerStep#1..#N (#0 was warm-up), #N
+the range the last ``prof.step()`` opened and the exit closed, with no iteration in it.
 ``--mode plain``: ``with torch.profiler.profile() as prof:`` around a few steps, then
 ``print(prof.key_averages().table(...))`` (no trace exported).
 ``--mode legacy``: the same with ``torch.autograd.profiler.profile()``.
@@ -16,7 +19,7 @@ import torch
 import torch.nn as nn
 
 p = argparse.ArgumentParser()
-p.add_argument("--mode", choices=["schedule", "plain", "legacy"], default="schedule")
+p.add_argument("--mode", choices=["schedule", "exit", "plain", "legacy"], default="schedule")
 p.add_argument("--steps", type=int, default=20)
 p.add_argument("--trace-dir", default="own-traces")
 p.add_argument("--device", default="cpu")
@@ -38,10 +41,11 @@ def train_step():
 
 
 result = {"steps": args.steps, "mode": args.mode}
-if args.mode == "schedule":
+if args.mode in ("schedule", "exit"):
+    active = dict(wait=1, warmup=1, active=3, repeat=1) if args.mode == "schedule" else dict(wait=0, warmup=1, active=args.steps)
     with torch.profiler.profile(
         activities=activities,
-        schedule=torch.profiler.schedule(wait=1, warmup=1, active=3, repeat=1),
+        schedule=torch.profiler.schedule(**active),
         on_trace_ready=torch.profiler.tensorboard_trace_handler(args.trace_dir),
     ) as prof:
         for _ in range(args.steps):

@@ -125,13 +125,16 @@ def test_graph_infer_cpu_smoke_mode_runs_the_same_loop_without_the_graph(tmp_pat
     assert light["steps_seen"] == iters + warmup
 
 
-@pytest.mark.parametrize("max_iters", [None, 5])
-def test_train_and_validate_each_epoch_steps_per_training_iteration_only(tmp_path: Path, max_iters: int | None) -> None:
+@pytest.mark.parametrize(("max_iters", "sanity"), [(None, 0), (5, 0), (None, 2)])
+def test_train_and_validate_each_epoch_steps_per_training_iteration_only(tmp_path: Path, max_iters: int | None, sanity: int) -> None:
     # PyTorch's ImageNet example: for epoch: train(); validate(). Both loaders' fetches carry
     # one range name; the evaluation batches and the time between epochs are not training
     # steps. With --max-iters the epoch ends by `break` (the loader never raises StopIteration).
+    # With --sanity-val, Lightning's sanity check: 2 validation batches before training, the
+    # loop stopped without exhausting its loader, so they share a pass with the first epoch's
+    # training batches: the how said "(18x)" over 16 steps (Lightning's fit: 71x over 64).
     epochs, batches, val = 2, 8, 6
-    extra = ("--max-iters", str(max_iters)) if max_iters else ()
+    extra = (("--max-iters", str(max_iters)) if max_iters else ()) + (("--sanity-val", str(sanity)) if sanity else ())
     light, series, result = _run(
         tmp_path, "train_eval.py", "--epochs", str(epochs), "--batches", str(batches), "--val-batches", str(val),
         "--width", "256", *extra,

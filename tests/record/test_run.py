@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import run_cli_inprocess
 from perfdoctor import api
 from perfdoctor.collectors.bundle import load_bundle
 from perfdoctor.declare import DECLARE_PREFIX, declaration_name, parse_declaration
@@ -184,7 +185,7 @@ def test_a_light_pass_without_a_step_says_why_on_the_console(tmp_path, args, pro
     assert manifest(only_bundle(tmp_path))["light_pass"]["reason"] == line.removeprefix("light pass: ")
 
 
-@pytest.mark.parametrize("mode", ["schedule", "plain", "legacy"])
+@pytest.mark.parametrize("mode", ["schedule", "exit", "plain", "legacy"])
 def test_a_program_that_runs_its_own_torch_profiler_keeps_it_and_its_trace_is_the_passs(tmp_path, mode):
     # Kineto traces once per process: with perfdoctor's profiler running, the program's own
     # (the profiler recipe's schedule + tensorboard_trace_handler) died of SIGSEGV. Now
@@ -192,19 +193,28 @@ def test_a_program_that_runs_its_own_torch_profiler_keeps_it_and_its_trace_is_th
     done = perfdoctor_run(str(PROGRAMS / "own_profiler.py"), "--mode", mode, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     (result,) = [json.loads(m) for m in re.findall(r"^RESULT (\{.*\})$", done.stdout, re.M)]
-    assert result["own_traces"] if mode == "schedule" else result["own_table_has_mm"]
-    if mode == "schedule":  # its on_trace_ready wrote its trace in both passes
+    scheduled = mode in ("schedule", "exit")
+    assert result["own_traces"] if scheduled else result["own_table_has_mm"]
+    if scheduled:  # its on_trace_ready wrote its trace in both passes
         assert len(list((tmp_path / "own-traces").iterdir())) == 2
     bundle = only_bundle(tmp_path)
     m = manifest(bundle)
     assert m["collectors"]["torch"]["status"] == "ok"
     (torch_pass,) = [p for p in m["passes"] if p["name"] == "torch"]
     assert torch_pass["trace_scope"].startswith("the program's own torch profiler trace")
-    if mode == "schedule":
+    if scheduled:
         # torch.profiler's steps are the step: ProfilerStep#0..#20, the last one opened by the
-        # 20th prof.step() and closed by the with block; the trace is the schedule's 3 active
-        assert m["light_pass"]["step_name"] == "ProfilerStep#*" and m["light_pass"]["steps_seen"] == 21
-        assert metrics(bundle)["metrics"]["steps"]["value"] == 3
+        # 20th prof.step() and closed by the with block, with no iteration in it: 20 steps,
+        # the program's 20 iterations (21 before: the exit's range counted as a step)
+        assert m["light_pass"]["step_name"] == "ProfilerStep#*" and m["light_pass"]["steps_seen"] == result["steps"] == 20
+        assert "ProfilerStep#20" in json.loads((bundle / "raw" / "light.json").read_text())["profiler_exit"]
+        # the trace: the schedule's 3 active steps; or, its exit saving it, #1..#20 of which
+        # #20 holds nothing (#0 was warm-up): 19 iterations, in the bundle and alone
+        traced = 3 if mode == "schedule" else 19
+        assert metrics(bundle)["metrics"]["steps"]["value"] == traced
+        own = sorted((tmp_path / "own-traces").iterdir())[-1]
+        alone = run_cli_inprocess("analyze", own, "--json", "-")
+        assert json.loads(alone.stdout)["metrics"]["steps"]["value"] == traced
     else:
         # no prof.step(): the iteration is the optimizer's; the trace holds the 3 profiled ones
         assert m["light_pass"]["step_name"] == "Optimizer.zero_grad#SGD.zero_grad"

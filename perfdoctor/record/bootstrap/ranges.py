@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfdoctor import api
+from perfdoctor.names import ranges as rangenames
 from perfdoctor.record.bootstrap.session import Session
 
 
@@ -49,6 +50,7 @@ def hook_ranges(session: Session, nvtx_to_torch: bool, torch_to_nvtx: bool) -> N
     mirror = _Mirror(session, api.marks(), nvtx_to_torch)
     if mirror.marks.rf_class is not None:
         _hook_record_function(mirror, torch_to_nvtx)
+        _hook_profiler_stop(mirror)
     _hook_nvtx_package(mirror)
     _hook_torch_nvtx(mirror)
 
@@ -133,10 +135,35 @@ def _hook_record_function(mirror: _Mirror, torch_to_nvtx: bool) -> None:
         if not entry.echo:
             # a data loader's __next__ that raised StopIteration fetched no batch: it ends a
             # pass over the loader (an epoch, or an evaluation loop) and begins no iteration
-            session.range_end(self.name, exhausted=bool(exc) and exc[0] is StopIteration)
+            session.range_end(
+                self.name, exhausted=bool(exc) and exc[0] is StopIteration,
+                profiler_exit=getattr(mirror.local, "profiler_stop", False) and rangenames.kind(self.name) == rangenames.PROFILER_STEP,
+            )
         return result
 
     rf.__enter__, rf.__exit__ = enter, exit_
+
+
+def _hook_profiler_stop(mirror: _Mirror) -> None:
+    """torch.profiler's ``profile.stop`` (the ``with`` block's exit) marks the range it
+    closes: ``start()`` opens ProfilerStep#0, each ``prof.step()`` closes #k and opens #k+1,
+    and ``stop()`` closes the last one — in the recipe's loop (``work(); prof.step()``) the
+    range the last ``prof.step()`` opened after the loop's last iteration, which holds none:
+    not a step (:mod:`perfdoctor.names.ranges`, ``profiler_step``)."""
+    profiler = getattr(sys.modules.get("torch.profiler.profiler"), "profile", None)
+    if profiler is None:
+        return
+    stop = profiler.stop
+
+    def stop_(self: Any, *args: Any, **kwargs: Any) -> Any:
+        outer = getattr(mirror.local, "profiler_stop", False)
+        mirror.local.profiler_stop = True
+        try:
+            return stop(self, *args, **kwargs)
+        finally:
+            mirror.local.profiler_stop = outer
+
+    profiler.stop = stop_
 
 
 def _hook_nvtx_package(mirror: _Mirror) -> None:

@@ -56,6 +56,7 @@ class Session:
         self.timer = Timer()
         self.times = StepTimes(self.timer)
         self.exhausted = StepTimes(self.timer)  # data loader fetches that raised StopIteration
+        self.profiler_exit = StepTimes(self.timer)  # ProfilerStep#N ranges torch.profiler's exit closed
         self.counts: dict[str, int] = {}
         self.serving_depth: dict[tuple[int | None, str | None], int] = {}  # open serving ranges per thread
         self.worker_steps: dict[str, int] = {}  # per step name: steps that ran off the main thread
@@ -163,18 +164,26 @@ class Session:
             if threading.get_ident() != self.main_ident:
                 self.worker_steps[name] = self.worker_steps.get(name, 0) + 1
 
-    def range_end(self, name: str, exhausted: bool = False) -> None:
+    def range_end(self, name: str, exhausted: bool = False, profiler_exit: bool = False) -> None:
+        """A range closes. ``exhausted``: a data loader's fetch that raised StopIteration;
+        ``profiler_exit``: a ProfilerStep#N that torch.profiler's exit closed. Neither is a
+        step: the light pass keeps each apart from ``series``."""
         if self.disabled:
             return
         if self.matches(name):
             if self.pattern != rangenames.SERVING_STEP:
-                self.end_step(self.step_key(name))
+                key = self.step_key(name)
+                self.end_step(key, step=not profiler_exit)
+                if profiler_exit and self.mode == "light":
+                    self.times.move_last(key, self.profiler_exit)
             elif (step := self.family_step(name, opening=False)) is not None:
                 self.end_step(step)
         elif self.mode == "light" and not name.startswith("perfdoctor."):
             self.end_timing(name)
             if exhausted and name.startswith(rangenames.DATA_LOADER_PREFIX):
                 self.times.move_last(name, self.exhausted)
+            elif profiler_exit:
+                self.times.move_last(name, self.profiler_exit)
 
     def start_timing(self, name: str) -> None:
         """The light pass: a step or range starts (after waiting for its lockstep turn, so
@@ -221,7 +230,9 @@ class Session:
         if self.mode == "light":
             self.start_timing(name)
 
-    def end_step(self, name: str) -> None:
+    def end_step(self, name: str, step: bool = True) -> None:
+        """A step ends (``step``: False for a range that began as one and holds no step, the
+        ProfilerStep#N the profiler's exit closed: no tick for it)."""
         if self.mode == "light":
             self.end_timing(name)
         with self.lock:
@@ -231,7 +242,8 @@ class Session:
             last = self.warmup + self.steps
             if self.window_state == "open" and name == self.window_name and self.steps and index + 1 >= last:
                 self.close_window()
-        self.tick()
+        if step:
+            self.tick()
 
     def tick(self, flush: bool = False) -> None:
         """Tell ``perfdoctor run`` a step ended: one byte per step, written at most every
@@ -471,7 +483,9 @@ class Session:
             results.series, error = self.times.series()
             exhausted, exhausted_error = self.exhausted.series()
             results.exhausted = exhausted or None
-            error = error or exhausted_error
+            profiler_exit, exit_error = self.profiler_exit.series()
+            results.profiler_exit = profiler_exit or None
+            error = error or exhausted_error or exit_error
             results.step_end_clock = "cuda-event" if self.timer.clock is not None else "host"
             results.declared = self.declared_steps()
             if self.modules is not None:

@@ -3,7 +3,9 @@
 over its own DataLoader, timed by an ``AverageMeter`` of batch times (``end =
 time.time()`` at each iteration's end). An MLP on synthetic features, so it runs anywhere;
 ``--max-iters N`` ends each training epoch after N batches (``if i == N: break``), as
-benchmark scripts do.
+benchmark scripts do. ``--sanity-val N`` validates N batches before training, as Lightning's
+``Trainer.fit`` does (its sanity check, ``num_sanity_val_steps=2``): that loop stops after N
+batches, so its loader never raises StopIteration.
 
     python train_eval.py                          # 3 epochs of 32 batches, 8 validation batches each
     python train_eval.py --max-iters 10 --device cuda
@@ -51,13 +53,16 @@ def train(loader, model, criterion, optimizer, epoch, args, batch_time):
             print(f"Epoch: [{epoch}][{i}/{len(loader)}]\tTime {batch_time.avg:.4f}\tLoss {loss.item():.4f}")
 
 
-def validate(loader, model, args):
+def validate(loader, model, args, batches=None):
     model.eval()
-    correct = 0
+    correct = seen = 0
     with torch.no_grad():
-        for x, y in loader:
+        for i, (x, y) in enumerate(loader):
             correct += (model(x.to(args.device)).argmax(1) == y.to(args.device)).sum().item()
-    return 100.0 * correct / len(loader.dataset)
+            seen += len(y)
+            if i + 1 == batches:
+                break
+    return 100.0 * correct / max(seen, 1)
 
 
 def main():
@@ -66,6 +71,7 @@ def main():
     p.add_argument("--batches", type=int, default=32, help="training batches per epoch")
     p.add_argument("--val-batches", type=int, default=8)
     p.add_argument("--max-iters", type=int, default=-1, help="end each training epoch after this many batches")
+    p.add_argument("--sanity-val", type=int, default=0, help="validation batches before training (Lightning's sanity check)")
     p.add_argument("--batch-size", "-b", type=int, default=64)
     p.add_argument("--width", type=int, default=1024)
     p.add_argument("--print-freq", type=int, default=10)
@@ -85,6 +91,8 @@ def main():
     train_loader = DataLoader(data(args.batches), batch_size=args.batch_size, shuffle=True)
     val_loader = DataLoader(data(args.val_batches), batch_size=args.batch_size)
     batch_time = AverageMeter()
+    if args.sanity_val:
+        print(f" * sanity check Acc@1 {validate(val_loader, model, args, batches=args.sanity_val):.3f}")
     for epoch in range(args.epochs):
         train(train_loader, model, criterion, optimizer, epoch, args, batch_time)
         print(f" * Acc@1 {validate(val_loader, model, args):.3f}")
