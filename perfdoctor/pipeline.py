@@ -101,9 +101,10 @@ def open(path: str | Path) -> Source:  # noqa: A001 - the door's name in the hou
         raise UsageError(f"{path}: no such file or directory")
     if not path.is_dir():
         return Source(path)
+    from perfdoctor.bundle.layout import MANIFEST
     from perfdoctor.bundle.manifest import read_bundle
 
-    if not (path / "manifest.json").exists():
+    if not (path / MANIFEST).exists():
         from perfdoctor.analysis.ranks import trace_files
 
         if traces := trace_files(path):
@@ -275,10 +276,11 @@ def pass_env(bundle: Path, rank: int | None, results: dict[str, PassResults] | N
     when none did or their results are damaged (a side file must not hide the trace).
     ``results``: the bundle's pass results as :func:`open` read them, for ``rank`` None (a
     rank's are in its own folder)."""
+    from perfdoctor.bundle.layout import RAW
     from perfdoctor.bundle.protocol import PassResults
     from perfdoctor.io import read_json
 
-    raw = bundle / "raw" / (f"rank{rank}" if rank is not None else "")
+    raw = bundle / RAW / (f"rank{rank}" if rank is not None else "")
     for name in ("torch", "light", "nsys"):
         path = raw / f"{name}.json"
         if rank is None and results is not None:

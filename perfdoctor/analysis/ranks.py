@@ -69,6 +69,7 @@ from perfdoctor.io import read_maybe_gzip
 from perfdoctor.analysis.metrics import Analysis, Metric, analyze
 from perfdoctor.analysis.steps import AUTO_STEP
 from perfdoctor.analysis.timeline import union_per_group
+from perfdoctor.bundle.layout import MANIFEST
 from perfdoctor.bundle.protocol import Collector, Manifest, Rank
 from perfdoctor.names import families
 from perfdoctor.names.codes import equals
@@ -251,7 +252,7 @@ def load_profiles(path: Path, manifest: Manifest | None = None) -> tuple[dict[in
     from perfdoctor.collectors import torch_profiler
 
     warnings: list[str] = []
-    if manifest is not None or (path / "manifest.json").exists():
+    if manifest is not None or (path / MANIFEST).exists():
         from perfdoctor.collectors.bundle import load_bundle
         from perfdoctor.bundle.manifest import check_bundle
 
@@ -325,7 +326,7 @@ def cross_rank(
     returns it), then measure across them. A folder of more than :data:`FULL_VIEW_RANKS`
     traces: :func:`grouped_view`."""
     path = Path(path)
-    if loaded is None and not (path / "manifest.json").exists() and len(files := trace_files(path)) > FULL_VIEW_RANKS:
+    if loaded is None and not (path / MANIFEST).exists() and len(files := trace_files(path)) > FULL_VIEW_RANKS:
         return grouped_view(path, files, step, tokens_per_step, workload)
     profiles, world, source, warnings = loaded if loaded is not None else load_profiles(path)
     if not profiles:

@@ -36,7 +36,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
-from perfdoctor.bundle.layout import SCHEMA
+from perfdoctor.bundle.layout import MANIFEST, SCHEMA
 from perfdoctor.errors import UsageError
 from perfdoctor.text import clean_deep
 
@@ -249,7 +249,7 @@ class LightPass(_Document):
         return self.KEPT | {"gpm_interval_ms"} if self.nvml_sampled else self.KEPT
 
     @classmethod
-    def from_json(cls, doc: Any, where: str = "manifest.json", name: str = "light_pass") -> LightPass:
+    def from_json(cls, doc: Any, where: str = MANIFEST, name: str = "light_pass") -> LightPass:
         _expect(isinstance(doc, dict), where, name, "a JSON object")
         lat = doc.get("step_latency_ms")
         _expect(lat is None or (isinstance(lat, list) and all(_is_number(x) and x >= 0 for x in lat)), where,
@@ -264,7 +264,7 @@ class _Entry(_Document):
     WHAT: ClassVar[str]  # what it is, for the error
 
     @classmethod
-    def from_json(cls: type[D], doc: Any, where: str = "manifest.json") -> D:
+    def from_json(cls: type[D], doc: Any, where: str = MANIFEST) -> D:
         return cls._build(_object(doc, where, cls.WHAT))  # type: ignore[attr-defined]
 
 
@@ -446,7 +446,7 @@ class Manifest(_Document):
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_json(cls, doc: Any, where: str = "manifest.json", clean: bool = True) -> Manifest:
+    def from_json(cls, doc: Any, where: str = MANIFEST, clean: bool = True) -> Manifest:
         """The manifest when it has the shape the readers rely on, strings cleaned
         (:func:`perfdoctor.text.clean_deep`); ``clean=False``: as written, for ``perfdoctor
         run --repeat`` adding to its own bundle, which then loses nothing."""

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from perfdoctor.bundle.layout import MANIFEST
 from perfdoctor.bundle.protocol import Manifest, Pairing, RepeatProcess
 from perfdoctor.errors import UsageError
 from perfdoctor.compare.stats import LogRatioInterval, paired_log_ratio, t_ppf, welch_log_ratio
@@ -78,7 +79,7 @@ def _all_processes(manifest: Manifest, where: str) -> list[list[float] | None]:
     return out
 
 
-def process_latencies(manifest: Manifest, where: str = "manifest.json") -> list[list[float]]:
+def process_latencies(manifest: Manifest, where: str = MANIFEST) -> list[list[float]]:
     """Each included process's steady step latencies (ms), from a bundle manifest.
 
     A bundle without ``repeat`` is its light pass alone (one process, or none when it has no
@@ -194,7 +195,7 @@ def compare_runs(manifest_before: Manifest, manifest_after: Manifest) -> dict[st
     Bundles of one ``compare-programs`` run are compared pair by pair (a pair with an
     excluded process is left out; of a ``--lockstep`` run, only the pairs that took turns);
     any others, side against side."""
-    wb, wa = "baseline manifest.json", "manifest.json"
+    wb, wa = f"baseline {MANIFEST}", MANIFEST
     pb, pa = _all_processes(manifest_before, wb), _all_processes(manifest_after, wa)
     pair = pairing(manifest_before, manifest_after)
     paired = pair is not None and len(pb) == len(pa)

@@ -34,6 +34,7 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
+from perfdoctor.bundle.layout import MANIFEST, RAW, TORCH_TRACE
 from perfdoctor.console import LAYOUT_WIDTH
 from perfdoctor.io import write_json
 
@@ -248,7 +249,7 @@ def find_recording(root: Path | None = None) -> tuple[Recording | None, str | No
     if not isinstance(headline, dict) or headline.get("schema") != HEADLINE_SCHEMA:
         return None, f"{path}: not a {HEADLINE_SCHEMA} file; re-record with scripts/record-demo"
     rec = Recording(root, headline)
-    missing = [label for label in rec.labels if not (root / label / "manifest.json").is_file()]
+    missing = [label for label in rec.labels if not (root / label / MANIFEST).is_file()]
     if missing:
         return None, f"{root}: the recording lacks the bundle(s) {', '.join(missing)}"
     return rec, None
@@ -602,19 +603,19 @@ def trim_bundle(src: Path, dst: Path) -> list[str]:
     it loads). Returns what was left out.
     """
     dropped: list[str] = []
-    (dst / "raw").mkdir(parents=True, exist_ok=True)
-    for name in ("manifest.json", "metrics.json"):
+    (dst / RAW).mkdir(parents=True, exist_ok=True)
+    for name in (MANIFEST, "metrics.json"):
         if (src / name).exists():
             shutil.copy2(src / name, dst / name)
-    for path in sorted((src / "raw").iterdir()):
-        rel = f"raw/{path.name}"
+    for path in sorted((src / RAW).iterdir()):
+        rel = f"{RAW}/{path.name}"
         if not path.is_file() or path.name.endswith(DROP_SUFFIXES):
             dropped.append(rel)
         elif path.name.startswith("nvml-") and path.name.endswith(".jsonl"):
             if path.name != "nvml-torch.jsonl":
                 dropped.append(rel)
                 continue
-            kept, total = _trim_nvml(path, dst / rel, src / "raw")
+            kept, total = _trim_nvml(path, dst / rel, src / RAW)
             if kept < total:
                 dropped.append(f"{rel}: {total - kept} of {total} samples outside the traced window")
         elif path.name.endswith(".json.gz"):
@@ -654,7 +655,7 @@ def _trim_nvml(path: Path, dst: Path, raw: Path) -> tuple[int, int]:
         sync = (PassResults.from_json(json.loads((raw / "torch.json").read_text())).clock_sync or {})["monotonic_ns"]
     except (OSError, ValueError, KeyError, TypeError, UsageError):
         sync = None
-    span = _trace_span_ns(raw / "torch-trace.json.gz")
+    span = _trace_span_ns(raw / TORCH_TRACE)
     if sync is None or span is None:
         dst.write_text("\n".join(lines) + "\n")
         return len(lines), len(lines)

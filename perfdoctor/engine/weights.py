@@ -17,6 +17,7 @@ from torch import Tensor
 
 from perfdoctor.engine.config import BadInput, ModelConfig, from_hf_dict, named_config, to_hf_dict
 from perfdoctor.engine.model import hf_parameter_shapes
+from perfdoctor.io import write_json
 
 def random_hf_state_dict(
     config: ModelConfig, seed: int, device: torch.device | str, dtype: torch.dtype
@@ -70,7 +71,7 @@ def save_hf_folder(folder: str | Path, config: ModelConfig, state: dict[str, Ten
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(to_hf_dict(config), indent=2) + "\n")
+    write_json(folder / "config.json", to_hf_dict(config))
     tensors = {name: state[name].contiguous() for name in hf_parameter_shapes(config)}
     save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
 
