@@ -185,6 +185,19 @@ def test_a_light_pass_without_a_step_says_why_on_the_console(tmp_path, args, pro
     assert manifest(only_bundle(tmp_path))["light_pass"]["reason"] == line.removeprefix("light pass: ")
 
 
+@pytest.mark.parametrize("thread", [False, True], ids=["main", "thread"])
+def test_a_program_that_leaves_by_os_exit_keeps_both_passes(tmp_path, thread):
+    # os._exit skips finally blocks and atexit: the light pass said "no step seen" and the
+    # torch pass "no trace written"; its forked child (a DataLoader worker's way out) must
+    # not write the parent's results
+    done = perfdoctor_run("--collect", "torch", str(PROGRAMS / "os_exit.py"), "12", *(["--thread"] if thread else []), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    m = manifest(only_bundle(tmp_path))
+    assert m["collectors"]["torch"]["status"] == "ok", m["collectors"]["torch"]
+    assert m["light_pass"]["step_name"] == "Linear.forward"
+    assert m["light_pass"]["steps_seen"] == 12
+
+
 @pytest.mark.parametrize("mode", ["schedule", "exit", "plain", "legacy"])
 def test_a_program_that_runs_its_own_torch_profiler_keeps_it_and_its_trace_is_the_passs(tmp_path, mode):
     # Kineto traces once per process: with perfdoctor's profiler running, the program's own

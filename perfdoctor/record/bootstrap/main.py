@@ -37,6 +37,7 @@ import os
 import runpy
 import signal
 import sys
+import threading
 import time
 import traceback
 from typing import Any
@@ -101,6 +102,25 @@ def install_signals(session: Session) -> None:
         signal.signal(signal.SIGINT, on_int)
 
 
+def install_os_exit(session: Session) -> None:
+    """``os._exit`` finishes the session first: it skips ``finally`` blocks and atexit, so a
+    program that leaves by it (to skip a slow teardown, or from a worker pool's shutdown)
+    lost both passes — the light pass said "no step seen" and the torch pass "no trace
+    written". Only in the process perfdoctor started: a forked child (a DataLoader worker
+    ends by ``os._exit``) goes straight out, as :meth:`Session.finish` checks."""
+    real = os._exit
+
+    def _exit(code: int) -> None:
+        if os.getpid() == session.pid and not session.finished:
+            session.exit_code = code
+            if threading.current_thread() is threading.main_thread():  # signal() works there only
+                signal.signal(signal.SIGINT, signal.SIG_IGN)  # let the export finish
+            session.finish()
+        real(code)
+
+    os._exit = _exit
+
+
 def main(argv: list[str]) -> None:
     if len(argv) < 3:
         raise SystemExit("usage: python -m perfdoctor.record.bootstrap.main CONFIG.json (SCRIPT | -m MODULE) [ARGS...]")
@@ -119,6 +139,7 @@ def main(argv: list[str]) -> None:
     api.subscribe(session)
     hook_ranges(session, nvtx_to_torch=session.mode == "torch", torch_to_nvtx=session.mode in ("nsys", "ncu"))
     install_signals(session)
+    install_os_exit(session)
     prepare_target(target)
     if config.step_fn:
         main_module = target[1] if target[0] == "-m" else os.path.splitext(os.path.basename(target[0]))[0]
