@@ -1,9 +1,11 @@
 """A loop of module calls that leaves by ``os._exit`` (as programs do to skip a slow
 teardown), optionally from a thread; a forked child that also leaves by ``os._exit``
-(as a DataLoader worker does). Prints ``RESULT {json}`` with its step count."""
+(as a DataLoader worker does). ``--kill``: SIGKILL instead (the out-of-memory killer's
+way), which no program or bootstrap outlives. Prints ``RESULT {json}`` with its step count."""
 
 import json
 import os
+import signal
 import sys
 import threading
 
@@ -21,6 +23,8 @@ if pid == 0:
     os._exit(0)  # the child: must not write the parent's results
 os.waitpid(pid, 0)
 print("RESULT " + json.dumps({"steps": steps}), flush=True)
+if "--kill" in sys.argv:
+    os.kill(os.getpid(), signal.SIGKILL)
 if from_thread:
     threading.Thread(target=os._exit, args=(0,)).start()
     threading.Event().wait()

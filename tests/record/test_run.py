@@ -198,6 +198,14 @@ def test_a_program_that_leaves_by_os_exit_keeps_both_passes(tmp_path, thread):
     assert m["light_pass"]["steps_seen"] == 12
 
 
+def test_a_killed_program_s_light_pass_says_it_was_killed_not_that_nothing_repeated(tmp_path):
+    done = perfdoctor_run("--collect", "nvml", str(PROGRAMS / "os_exit.py"), "12", "--kill", cwd=tmp_path)
+    assert done.returncode == 128 + 9, done.stderr[-3000:]
+    (line,) = [x for x in done.stderr.splitlines() if x.startswith("light pass: no step seen")]
+    assert "killed by signal 9" in line and "out-of-memory" in line, line
+    assert manifest(only_bundle(tmp_path))["light_pass"]["reason"] == line.removeprefix("light pass: ")
+
+
 @pytest.mark.parametrize("mode", ["schedule", "exit", "plain", "legacy"])
 def test_a_program_that_runs_its_own_torch_profiler_keeps_it_and_its_trace_is_the_passs(tmp_path, mode):
     # Kineto traces once per process: with perfdoctor's profiler running, the program's own
