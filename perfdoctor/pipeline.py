@@ -155,6 +155,16 @@ class Diagnosis:
     rank_findings: dict[int, list[Finding]] = field(default_factory=dict)
 
 
+class NoTrace(UsageError):
+    """A run bundle (or one rank of one) whose passes left no trace to analyse, raised by
+    :func:`diagnose` asked ``traced=True`` before any analysis: ``reason`` says why (the
+    bundle's :attr:`perfdoctor.profile.BundleFacts.reason`)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 def load_ruleset(rules: Iterable[str | Path] | None = (), thresholds: Iterable[str] | None = ()) -> RuleSet:
     """The seed pack, then ``rules`` layered on it, then ``RULE_ID=VALUE`` overrides."""
     from perfdoctor.rules.engine import load_rules
@@ -173,6 +183,7 @@ def diagnose(
     warnings: bool = True,
     workload: str | None = None,
     rank: int | None = None,
+    traced: bool = False,
 ) -> Diagnosis:
     """Load ``path`` (Kineto trace, nsys export, run bundle or folder of per-rank traces, or
     a :class:`Source` that :func:`open` made of one), analyse it and evaluate rules.
@@ -188,6 +199,8 @@ def diagnose(
     ``rank``: that rank of a multi-rank bundle or process of an nsys export (``Source.ranks``);
     None: every rank of several (:attr:`Source.several`), each analysed and its rules given
     the view across them (:attr:`Diagnosis.cross_rank`).
+    ``traced``: a run bundle's one timeline without a trace (only the light pass's, or none)
+    is not analysed: :class:`NoTrace` says why (``perfdoctor run`` writes no metrics.json then).
 
     A Kineto trace's decoders start first (:func:`start_loading`), then the rule packs load
     (importing the analysis) while they decode; anything else is read after them. Either
@@ -212,6 +225,8 @@ def diagnose(
     # one rank of a bundle: its load warnings are not printed, as the every-rank view never did (nor diff and gate)
     if warnings and not (rank is not None and source.manifest is not None):
         report_load_warnings(profile)
+    if traced and profile.origin.bundle is not None and profile.origin.bundle.activities_from is None:
+        raise NoTrace(str(profile.origin.bundle.reason))  # load_bundle always says why
     analysis = analyze(profile, step=step, tokens_per_step=tokens_per_step, workload=workload)
     pid = profile.origin.process if source.nsys and rank is not None else None
     facts = dict(

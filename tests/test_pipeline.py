@@ -168,3 +168,77 @@ def test_a_bundle_s_pass_results_are_read_once_through_the_door(monkeypatch) -> 
     d = diagnose(bundle, rules=None)
     assert opened["torch.json"] == 1 and opened["light.json"] == 1
     assert d.pass_env.get("torch") and d.profile.light is not None
+
+
+def _run_metrics(bundle: Path, monkeypatch) -> tuple[list[dict], int, int]:
+    """``perfdoctor run``'s last step on ``bundle``, as the runner calls it: the door's
+    calls (their keywords), the analyses run and the manifest reads."""
+    import json
+    import types
+
+    import perfdoctor.analysis.metrics as metrics
+    import perfdoctor.io
+    from perfdoctor import pipeline
+    from perfdoctor.bundle.layout import write_json_atomic
+    from perfdoctor.bundle.protocol import Manifest
+    from perfdoctor.record.run import write_metrics
+
+    runner = types.SimpleNamespace(bundle=bundle, manifest=Manifest.from_json(json.loads((bundle / "manifest.json").read_text())),
+                                   say=lambda text: None)
+    runner.save = lambda: write_json_atomic(bundle / "manifest.json", runner.manifest.to_json())
+    calls: list[dict] = []
+    analyses, reads = [0], [0]
+    diagnose_, analyze, read_capped = pipeline.diagnose, metrics.analyze, perfdoctor.io.read_capped
+
+    def counting_diagnose(*args, **kwargs):
+        calls.append(kwargs)
+        return diagnose_(*args, **kwargs)
+
+    def counting_analyze(*args, **kwargs):
+        analyses[0] += 1
+        return analyze(*args, **kwargs)
+
+    def counting_read(path, *args, **kwargs):
+        reads[0] += Path(path).name == "manifest.json"
+        return read_capped(path, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "diagnose", counting_diagnose)
+    monkeypatch.setattr(metrics, "analyze", counting_analyze)
+    monkeypatch.setattr(perfdoctor.io, "read_capped", counting_read)
+    write_metrics(runner)
+    monkeypatch.undo()
+    return calls, analyses[0], reads[0]
+
+
+def test_run_s_metrics_json_is_the_door_s_analysis(tmp_path: Path, monkeypatch) -> None:
+    """``perfdoctor run`` writes metrics.json through pipeline.diagnose, as every command gets
+    its analysis (house plan, step 2): once, without rules, the manifest read once."""
+    import json
+    import shutil
+
+    from perfdoctor.io import dumps_json
+
+    bundle = tmp_path / "megakernel"
+    shutil.copytree(Path(perfdoctor.__file__).parent / "demo" / "data" / "megakernel", bundle)
+    (bundle / "metrics.json").unlink()
+    calls, analyses, reads = _run_metrics(bundle, monkeypatch)
+    assert len(calls) == 1 and calls[0]["rules"] is None and calls[0]["traced"] and analyses == 1 and reads == 1
+    step = json.loads((bundle / "manifest.json").read_text())["step"]
+    expected = diagnose(bundle, step=step, rules=None, warnings=False).analysis.to_json()
+    assert (bundle / "metrics.json").read_text() == dumps_json(expected)
+
+
+def test_run_writes_no_metrics_json_for_a_bundle_without_a_trace(tmp_path: Path, monkeypatch) -> None:
+    """The door says there is no trace before any analysis: the manifest says why, as before the door."""
+    import json
+    import shutil
+
+    from perfdoctor.collectors.bundle import NO_TRACE
+
+    bundle = tmp_path / "megakernel"
+    shutil.copytree(Path(perfdoctor.__file__).parent / "demo" / "data" / "megakernel", bundle)
+    (bundle / "metrics.json").unlink()
+    (bundle / "raw" / "torch-trace.json.gz").unlink()
+    calls, analyses, _ = _run_metrics(bundle, monkeypatch)
+    assert len(calls) == 1 and analyses == 0 and not (bundle / "metrics.json").exists()
+    assert json.loads((bundle / "manifest.json").read_text())["metrics_error"] == NO_TRACE

@@ -200,6 +200,15 @@ def _merge_run_declaration(
     return merged
 
 
+# A bundle's reason for having no trace when no loader said why (BundleFacts.reason).
+NO_TRACE = "no trace in the bundle (see the collectors' statuses)"
+
+
+def picked_rank(ranks: int, rank: int) -> str:
+    """What :func:`load_bundle` asked for no rank of a multi-rank bundle says it loaded."""
+    return f"a {ranks}-rank bundle: rank {rank} loaded (perfdoctor analyze shows every rank)"
+
+
 def load_bundle(bundle: str | Path, rank: int | None = None, manifest: Manifest | None = None,
                 results: dict[str, PassResults] | None = None) -> Profile:
     """Everything a run collected, as one Profile (see the module docstring).
@@ -222,7 +231,7 @@ def load_bundle(bundle: str | Path, rank: int | None = None, manifest: Manifest 
     ranks = manifest.ranks or {}
     if rank is None and ranks:
         rank = min(int(k) for k in ranks)
-        warnings.append(f"a {len(ranks)}-rank bundle: rank {rank} loaded (perfdoctor analyze shows every rank)")
+        warnings.append(picked_rank(len(ranks), rank))
     if rank is not None:
         if str(rank) not in ranks:
             raise UsageError(f"{bundle}: no rank {rank} in this bundle (ranks: {', '.join(sorted(ranks, key=int)) or 'none'})")
@@ -259,7 +268,7 @@ def load_bundle(bundle: str | Path, rank: int | None = None, manifest: Manifest 
         profile.device["measured_source"] = f"perfdoctor calibrate ({calibration.get('measured_at', '?')})"
 
     # why there is no trace: the warnings so far (the light pass's are about its timing)
-    reason = None if pass_name else "; ".join(warnings) or "no trace in the bundle (see the collectors' statuses)"
+    reason = None if pass_name else "; ".join(warnings) or NO_TRACE
     if light_pass is not None:
         profile.light = read_light(_pass_results(raw, "light", results), light_pass, warnings)
     origin = profile.origin

@@ -147,21 +147,32 @@ def cached_calibration(gpu: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def write_metrics(runner: Runner) -> None:
-    """metrics.json from the bundle, when the analysis can run on what was collected."""
+    """metrics.json from the bundle, when the analysis can run on what was collected: the
+    door's analysis (:func:`perfdoctor.pipeline.diagnose`, as every command's), without rules
+    (metrics.json holds no findings) and without the load's warnings on the terminal."""
     try:
-        from perfdoctor.analysis.metrics import analyze
+        import perfdoctor.analysis.metrics  # noqa: F401 - the analysis's dependencies, else no metrics.json
     except ImportError:
         return
-    from perfdoctor.collectors.bundle import load_bundle
+    from perfdoctor import pipeline
+    from perfdoctor.collectors.bundle import NO_TRACE, picked_rank
 
     try:
-        profile = load_bundle(runner.bundle)
-        if profile.origin.bundle.activities_from is None:
-            runner.manifest.metrics_error = profile.origin.bundle.reason
-            runner.save()
-            return
-        analysis = analyze(profile, step=runner.manifest.step)
-        bundles.write_json_atomic(runner.bundle / "metrics.json", analysis.to_json())
+        # open() checks the bundle as analyze does: one whose raw/ the program left a dangling
+        # link or a FIFO in gets the reason in metrics_error, not metrics analyze would refuse
+        source = pipeline.open(runner.bundle)
+        # A multi-rank bundle: metrics.json is its lowest rank's, as load_bundle picks it when
+        # asked for no rank (the view across ranks is ranks.json: launch.write_cross_rank).
+        # The door asked for no rank would analyse every rank and diagnose the report rank.
+        rank = min(source.ranks) if source.ranks else None
+        d = pipeline.diagnose(source, step=runner.manifest.step, rules=None, warnings=False, rank=rank, traced=True)
+        bundles.write_json_atomic(runner.bundle / "metrics.json", d.analysis.to_json())
+    except pipeline.NoTrace as exc:
+        why = exc.reason
+        if rank is not None:  # as load_bundle asked for no rank says it: the rank it picked comes first
+            why = "; ".join([picked_rank(len(source.ranks), rank)] + ([] if why == NO_TRACE else [why]))
+        runner.manifest.metrics_error = why
+        runner.save()
     except Exception as exc:  # noqa: BLE001 - the bundle stays; analyze can be rerun on it
         runner.manifest.metrics_error = f"{type(exc).__name__}: {exc}"
         runner.save()

@@ -73,6 +73,19 @@ def test_bundle_has_every_rank(job):
     assert m["launch"]["how"] == ("--nproc-per-node" if n == 2 else "torchrun command line")
 
 
+def test_metrics_json_is_the_lowest_rank_s_analysis(job, monkeypatch):
+    """perfdoctor run's metrics.json of a job: rank 0's, through the door (ranks.json is the view across ranks)."""
+    from perfdoctor.io import dumps_json
+    from perfdoctor.pipeline import diagnose
+
+    _, cwd, bundle = job
+    step = json.loads((bundle / "manifest.json").read_text())["step"]
+    monkeypatch.chdir(cwd)  # the run named its bundle from there: metrics.json's meta.path
+    rank0 = diagnose(bundle.relative_to(cwd), step=step, rules=None, rank=0).analysis.to_json()
+    assert (bundle / "metrics.json").read_text() == dumps_json(rank0)
+    assert (bundle / "ranks.json").is_file()
+
+
 def test_per_rank_metrics_match_the_programs_own_timers(job):
     n, cwd, bundle = job
     view = cross_rank(bundle)

@@ -56,6 +56,9 @@ def test_a_rank_that_dies_silently_is_named_with_its_own_code(tmp_path: Path, de
     assert m["failed_rank"] == {"rank": dead, "exit_code": code}
     status = m["ranks"][str(dead)]["passes"]["light"]
     assert status["exit_code"] == code and status["status"].startswith("no results") and f"exit {code}" in status["status"]
+    # no rank traced (--collect nvml): no metrics.json, and the reason names the rank it would be of
+    assert not (only_bundle(tmp_path) / "metrics.json").exists()
+    assert m["metrics_error"] == "a 2-rank bundle: rank 0 loaded (perfdoctor analyze shows every rank)"
 
 
 def test_the_first_silent_rank_by_torchruns_clock_and_not_one_it_stopped() -> None:
