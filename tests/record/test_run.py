@@ -189,11 +189,13 @@ def test_a_light_pass_without_a_step_says_why_on_the_console(tmp_path, args, pro
 def test_a_program_that_leaves_by_os_exit_keeps_both_passes(tmp_path, thread):
     # os._exit skips finally blocks and atexit: the light pass said "no step seen" and the
     # torch pass "no trace written"; its forked child (a DataLoader worker's way out) must
-    # not write the parent's results
+    # not write the parent's results. From a thread the profiler cannot be stopped (Kineto
+    # crashed there): no trace, and the collector says why
     done = perfdoctor_run("--collect", "torch", str(PROGRAMS / "os_exit.py"), "12", *(["--thread"] if thread else []), cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     m = manifest(only_bundle(tmp_path))
-    assert m["collectors"]["torch"]["status"] == "ok", m["collectors"]["torch"]
+    torch_status = m["collectors"]["torch"]["status"]
+    assert ("os._exit from a thread" in torch_status) if thread else torch_status == "ok", torch_status
     assert m["light_pass"]["step_name"] == "Linear.forward"
     assert m["light_pass"]["steps_seen"] == 12
 

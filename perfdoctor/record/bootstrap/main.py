@@ -107,15 +107,18 @@ def install_os_exit(session: Session) -> None:
     program that leaves by it (to skip a slow teardown, or from a worker pool's shutdown)
     lost both passes — the light pass said "no step seen" and the torch pass "no trace
     written". Only in the process perfdoctor started: a forked child (a DataLoader worker
-    ends by ``os._exit``) goes straight out, as :meth:`Session.finish` checks."""
+    ends by ``os._exit``) goes straight out, as :meth:`Session.finish` checks. From another
+    thread the results are written but the torch profiler is left running: stopped there,
+    Kineto crashed the program (SIGSEGV, 1 run in 3 on the CPU machine)."""
     real = os._exit
 
     def _exit(code: int) -> None:
         if os.getpid() == session.pid and not session.finished:
             session.exit_code = code
-            if threading.current_thread() is threading.main_thread():  # signal() works there only
+            main = threading.current_thread() is threading.main_thread()
+            if main:  # signal() works there only
                 signal.signal(signal.SIGINT, signal.SIG_IGN)  # let the export finish
-            session.finish()
+            session.finish(trace=main)
         real(code)
 
     os._exit = _exit

@@ -433,9 +433,11 @@ class Session:
         tokens = self.config.tokens_per_step
         return float(tokens) if tokens is not None and self.pattern and self.mode != "light" else None
 
-    def finish(self) -> None:
+    def finish(self, trace: bool = True) -> None:
         """Close open steps, stop tracing, export, write results. Runs exactly once, and
-        only in the process perfdoctor started (never in a forked child)."""
+        only in the process perfdoctor started (never in a forked child). ``trace`` False:
+        leave the torch profiler alone (stopped from a thread other than the one that
+        started it, Kineto crashed: SIGSEGV), the results say why there is no trace."""
         with self.lock:
             if self.finished or self.disabled or os.getpid() != self.pid:
                 return
@@ -443,7 +445,9 @@ class Session:
         self.uninstall_hooks()
         api.end_step()
         self.tick(flush=True)
-        if self.mode == "torch":
+        if self.mode == "torch" and not trace:
+            self.trace_error = "the program left by os._exit from a thread other than its main one, where the profiler cannot be stopped: no trace"
+        elif self.mode == "torch":
             self.stop_profiler(export=self.window_state != "before" or self.whole_program)
             self.save_program_trace()
         elif self.mode == "nsys" and self.window_state == "open" and self.config.capture_range:
