@@ -17,7 +17,7 @@ kernels and is not mistaken for an idle GPU.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,7 +27,7 @@ from perfdoctor.names import api as apinames
 
 from perfdoctor.analysis import ownership
 
-from perfdoctor.analysis import serving
+from perfdoctor.analysis import serving, steady
 from perfdoctor.bundle.protocol import LightPass
 from perfdoctor.errors import UsageError
 from perfdoctor.declare import DECLARE_PREFIX
@@ -154,6 +154,45 @@ def choose_step(
     return None
 
 
+def training_loop(hosts: Mapping[str, Sequence[int]], ends_of_passes: Sequence[int] = ()) -> tuple[dict[str, int], list[int]]:
+    """The training iteration's facts, one rule for a trace (:func:`choose_step_ranges`) and
+    for the light pass (:func:`perfdoctor.record.light.find_step`), from ``hosts``: the host
+    starts of each torch loop range (data loader fetches, ``Optimizer.step``/``zero_grad``).
+
+    Returns (per data loader range, the fetches that trained: ``steady.training_batches``,
+    for ``choose_step``'s counts; the host starts of the optimizer's step and zero_grad, the
+    marks an iteration must hold to be a training step: ``steady.loop_iterations``).
+    ``ends_of_passes``: the fetches that raised StopIteration, which the light pass sees. A
+    trace does not say which fetch raised: it records that fetch as one more range of the
+    same name, and what it has instead is that no optimizer mark follows it before the next
+    fetch (the iteration it would begin holds none: an evaluation loop's first batch, the
+    next epoch's), as for an evaluation batch; the iteration before it ends at it, as at an
+    end of pass. No marks (no training): no counts, every fetch is an iteration."""
+    marks = sorted(h for n, hs in hosts.items() if n.startswith(rangenames.LOOP_PREFIXES[1:]) for h in hs)
+    if not marks:
+        return {}, []
+    # the optimizer's steps group the batches (a zero_grad may open a group, not end it)
+    stepped = [h for n, hs in hosts.items() if n.startswith(rangenames.OPTIMIZER_STEP_PREFIX) for h in hs] or marks
+    counts = {
+        n: steady.training_batches(list(hs), list(ends_of_passes), stepped)
+        for n, hs in hosts.items() if n.startswith(rangenames.DATA_LOADER_PREFIX)
+    }
+    return counts, marks
+
+
+def training_iterations(fetches: pd.DataFrame, marks: Sequence[int]) -> pd.DataFrame:
+    """:func:`iteration_ranges` of data loader fetch ranges, those that begin no training
+    iteration left out: ``steady.loop_iterations``'s rule (the light pass's), which keeps the
+    iterations holding one of ``marks`` (:func:`training_loop`) when two or more do."""
+    timed = iteration_ranges(fetches)
+    if not len(marks) or timed.empty:
+        return timed
+    f = _outermost(fetches)
+    calls = {"host_start_ns": f["start_ns"].to_numpy(np.int64), "gpu_start_ns": None, "gpu_end_ns": f["end_ns"].to_numpy(np.int64)}
+    kept = steady.loop_iterations(calls, training_marks=marks)["host_start_ns"]
+    return timed[timed["start_ns"].isin(kept)]
+
+
 def iteration_ranges(marks: pd.DataFrame) -> pd.DataFrame:
     """Step ranges from the ranges that mark a loop iteration: per thread, from the start of
     one to the start of the next (the last one's iteration has no known end: left out).
@@ -274,6 +313,8 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
     Returns (step name, ranges, reason when none, how they were found).
     """
     ranges = _candidate_ranges(profile)
+    loops = ranges[starts_with(ranges["name"], rangenames.LOOP_PREFIXES)]
+    trained, training = training_loop({n: g.to_numpy(np.int64) for n, g in loops.groupby("name", sort=False)["start_ns"]})
     bundle = profile.origin.bundle
     recorded = bundle.step if bundle is not None else None
     how = f"ranges named {pattern!r} (--step)" if pattern else ""
@@ -312,7 +353,8 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
             # a marker of the iteration, not the iteration (run's scout times it so too): the
             # model's forward leaves out the host work of HF generate's loop between forwards
             # (logits processors, stopping criteria: 1.6 ms of a 20 ms token on the H200)
-            timed = iteration_ranges(matched)
+            fetch = pattern.startswith(rangenames.DATA_LOADER_PREFIX)
+            timed = training_iterations(matched, training) if fetch else iteration_ranges(matched)
             if not timed.empty:
                 return pattern, timed, None, how if (module_step or ITERATION in how) else f"{how}, timed as {ITERATION}"
         return pattern, matched, None, how
@@ -329,7 +371,7 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
     if not replays.empty and _replays_per_unit(replays, automatic()[0]) > 1:
         # vLLM's piecewise graphs: one replay per piece of the model, many per iteration
         replays = replays.iloc[0:0]
-    counts = ranges["name"].value_counts(sort=False).to_dict()
+    counts = {**ranges["name"].value_counts(sort=False).to_dict(), **trained}  # a loader's training fetches, as run counts them
     lengths = (ranges["end_ns"] - ranges["start_ns"]).groupby(ranges["name"]).sum().to_dict()
     cpu = ran_no_gpu(profile)  # no GPU work for a range to have: a CPU program's repeating range is its step
     choice = choose_step(
@@ -351,7 +393,9 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
             found, auto_how = automatic()
             return AUTO_STEP, found, None, f"{auto_how}; one CUDA/HIP graph replay per step"
         marks = replays if choice.name == GRAPH_REPLAY else ranges[ranges["name"] == choice.name]
-        if choice.iteration:
+        if choice.kind == "loop" and choice.name.startswith(rangenames.DATA_LOADER_PREFIX):
+            marks = training_iterations(marks, training)  # not an evaluation loop's batches
+        elif choice.iteration:
             marks = iteration_ranges(marks)
         else:
             marks = _outermost(marks)

@@ -47,12 +47,12 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
     gets a series timed as the iteration, written back into ``results.series``."""
     series = results.step_series()
     counts = {name: len(s["gpu_end_ns"]) for name, s in series.items()}
-    ends_of_passes, marks = _loader_passes(results, series)
-    # the optimizer's steps group the batches (a zero_grad may open a group, not end it)
-    stepped = _hosts(series, (rangenames.OPTIMIZER_STEP_PREFIX,)) or marks
-    for name in counts:
-        if name.startswith(rangenames.DATA_LOADER_PREFIX) and marks:
-            counts[name] = steady.training_batches(series[name]["host_start_ns"], ends_of_passes["host_start_ns"], stepped)
+    ends_of_passes = _loader_passes(results)
+    # the training fetches and marks: the same rule as analyze's on a trace
+    trained, marks = steps.training_loop(
+        {n: s["host_start_ns"][: len(s["gpu_end_ns"])] for n, s in series.items() if n.startswith(rangenames.LOOP_PREFIXES)},
+        ends_of_passes["host_start_ns"])
+    counts.update(trained)
     api_counts = results.step_counts or {}
     if options.step is not None:
         user = [n for n in counts if n == options.step or fnmatch.fnmatchcase(n, options.step)]
@@ -117,10 +117,8 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
     return name, how, module, choice.iteration
 
 
-def _loader_passes(results: PassResults, series: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], list[int]]:
-    """(the data loader fetches that raised StopIteration, every loader's, as one series;
-    the host starts of the optimizer's step and zero_grad: the marks of a training
-    iteration)."""
+def _loader_passes(results: PassResults) -> dict[str, Any]:
+    """The data loader fetches that raised StopIteration, every loader's, as one series."""
     ended = list((results.exhausted or {}).values())
     ends_of_passes = {
         "host_start_ns": [h for s in ended for h in s["host_start_ns"][: len(s["gpu_end_ns"])]],
@@ -128,12 +126,7 @@ def _loader_passes(results: PassResults, series: dict[str, dict[str, Any]]) -> t
         if ended and all(s.get("gpu_start_ns") is not None for s in ended) else None,
         "gpu_end_ns": [e for s in ended for e in s["gpu_end_ns"]],
     }
-    return ends_of_passes, _hosts(series, rangenames.LOOP_PREFIXES[1:])
-
-
-def _hosts(series: dict[str, dict[str, Any]], prefixes: tuple[str, ...]) -> list[int]:
-    """The host starts of the completed ranges whose names start with one of ``prefixes``."""
-    return [h for name, s in series.items() if name.startswith(prefixes) for h in s["host_start_ns"][: len(s["gpu_end_ns"])]]
+    return ends_of_passes
 
 
 def merged_series(parts: list[dict[str, Any]]) -> dict[str, Any]:

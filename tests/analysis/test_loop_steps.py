@@ -1,0 +1,79 @@
+"""A training loop that validates each epoch (PyTorch's ImageNet example: ``for epoch:
+train(loader); validate(val_loader)``), traced by the real torch profiler on CPU: ``analyze``
+counts its training iterations only, as ``perfdoctor run``'s light pass does
+(``analysis.steps.training_loop``). The validation batches' fetches carry the same range name
+(``enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__``), and so does each fetch that
+raised StopIteration; neither begins a training iteration."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from perfdoctor.analysis.steps import find_steps  # noqa: E402
+from perfdoctor.pipeline import load_trace  # noqa: E402
+
+FETCH = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+
+
+def _train_validate(path: Path, epochs: int = 2, batches: int = 6, val_batches: int = 4, start_at: int = 2, stop_at: int = 1) -> int:
+    """Runs the loop and writes the trace of a window of it: the profiler starts in epoch 0's
+    training batch ``start_at`` (after its fetch) and stops in the last epoch's validation batch
+    ``stop_at``. Returns the program's own count of the training iterations in the window that
+    the window also ends (each ends at the next fetch: the next batch's, or the one that raised
+    StopIteration at the end of the pass, both traced)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def loader(n: int) -> torch.utils.data.DataLoader:
+        data = torch.utils.data.TensorDataset(torch.randn(n * 8, 32), torch.randint(0, 10, (n * 8,)))
+        return torch.utils.data.DataLoader(data, batch_size=8, shuffle=True)
+
+    train_loader, val_loader = loader(batches), loader(val_batches)
+    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+    tracing, traced = False, 0
+    for epoch in range(epochs):
+        model.train()
+        for i, (x, y) in enumerate(train_loader):
+            if epoch == 0 and i == start_at:
+                prof.start()
+                tracing = True
+            elif tracing:
+                traced += 1  # began at a fetch in the window; its end (the next fetch) is in it too
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        model.eval()
+        with torch.no_grad():
+            for j, (x, y) in enumerate(val_loader):
+                model(x).argmax(1)
+                if epoch == epochs - 1 and j == stop_at:
+                    prof.stop()
+                    tracing = False
+    prof.export_chrome_trace(str(path))
+    return traced
+
+
+def test_a_validating_training_loop_steps_on_its_training_iterations_only(tmp_path: Path) -> None:
+    path = tmp_path / "train_eval.json"
+    trained = _train_validate(path)
+    # the window: training batches 3-5 of epoch 0, 6 of epoch 1 (9), and, fetched with the same
+    # range name, 2 ends of a training pass, 4 + 2 validation batches and 1 end of a validation pass
+    assert trained == 9
+    s = find_steps(load_trace(path))
+    assert s.name == FETCH
+    assert s.count == trained  # was 17: every fetch in the window but the last
+    assert f"({trained}x)" in s.how  # was "(18x)"
+    assert s.how.startswith("the loop iteration over a DataLoader: ")
+    # each step, a fetch to the next, holds its batch's one optimizer step
+    doc = json.loads(path.read_text())
+    opt = sorted(e["ts"] * 1e3 for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("name") == "Optimizer.step#SGD.step")
+    held = np.searchsorted(opt, s.table["host_end_ns"].to_numpy(), side="right") - np.searchsorted(opt, s.table["host_start_ns"].to_numpy())
+    assert held.tolist() == [1] * trained
