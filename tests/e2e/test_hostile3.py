@@ -33,14 +33,15 @@ def only_bundle(cwd: Path) -> Path:
 
 # --------------------------------------------------------------------------- 8. multi-rank blame
 
-# Rank DEAD leaves at once (no results, no traceback: os._exit, as an OOM kill would); the
-# others wait in a collective for it and fail there, later.
+# Rank DEAD leaves at once (no results, no traceback, as an OOM kill would: posix._exit, the
+# process's own exit — perfdoctor's os._exit writes the results first); the others wait in
+# a collective for it and fail there, later.
 DIES = """
-import os, sys, time
+import posix, sys, time
 import torch, torch.distributed as dist
 dist.init_process_group("gloo")
 if dist.get_rank() == int(sys.argv[1]):
-    os._exit(int(sys.argv[2]))
+    posix._exit(int(sys.argv[2]))
 time.sleep(0.5)
 dist.all_reduce(torch.ones(4))
 """
