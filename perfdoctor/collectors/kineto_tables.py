@@ -51,6 +51,15 @@ def profile_of(path: Path, doc: Header, events: list[Events], invalid: tuple[int
             f"{path}: all {total.untimed_gpu} GPU activities lack a valid 'ts' or 'dur' (missing, negative or out of range); "
             "the trace is damaged"
         )
+    read = set(ACTIVITY_CATEGORIES) | set(CALL_CATEGORIES) | set(RANGE_CATEGORIES) | KNOWN_HOST_CATEGORIES
+    if not any(counts.get(c) for c in read) and not _unread_device_work(counts):
+        # a Chrome trace of another profiler (TensorFlow's or JAX's: XLA ops with no 'cat'):
+        # read as Kineto it gave "0 steps" and exit 0, a silent empty answer
+        listed = ", ".join(f"{clean(str(c))!r} x{n}" if c else f"none x{n}" for c, n in sorted(counts.items(), key=lambda kv: -kv[1])[:4])
+        raise UsageError(
+            f"{path}: none of its {total.timed} timed events is of a kind perfdoctor reads (categories: {listed}): not a "
+            "PyTorch profiler (Kineto) trace; perfdoctor reads torch.profiler and Nsight Systems traces, not TensorFlow's or JAX's"
+        )
     unread_work = _unread_device_work(counts)  # said in a warning; the metrics it leaves unmeasured name it too
     if not gpu_timed and counts.get(RANGE_PROFILER):
         # Its kernels are folded into range events: no step, launch or idle can be measured,
@@ -61,7 +70,6 @@ def profile_of(path: Path, doc: Header, events: list[Events], invalid: tuple[int
     versions = {
         k: getattr(doc, k) for k in ("cuda_driver_version", "cuda_runtime_version", "cupti_version") if getattr(doc, k) is not None
     }
-    read = set(ACTIVITY_CATEGORIES) | set(CALL_CATEGORIES) | set(RANGE_CATEGORIES) | KNOWN_HOST_CATEGORIES
     warnings = _skipped(total, invalid) + ([f"not read: {unread_work} (device work perfdoctor does not read)"] if unread_work else [])
     origin = Origin(
         source="kineto", path=str(path), versions=versions, declared=parse_declarations(ranges),

@@ -156,6 +156,18 @@ def test_empty_trace(tmp_path: Path) -> None:
     assert_usage_error(run_cli_inprocess("analyze", bad), "empty trace")
 
 
+def test_a_chrome_trace_of_another_profiler_is_refused_by_what_it_holds(tmp_path: Path) -> None:
+    # TensorFlow's / JAX's profiler: process names, XLA ops with no 'cat'; read as Kineto it
+    # gave "0 steps" and exit 0
+    events = [{"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/device:GPU:0"}}]
+    for i in range(20):
+        events += [{"ph": "X", "pid": 2, "tid": 1, "ts": 1000 + 100 * i, "dur": 80, "name": "jit_train_step"},
+                   {"ph": "X", "pid": 1, "tid": 3, "ts": 1010 + 100 * i, "dur": 50, "name": "fusion.12"}]
+    bad = tmp_path / "jax.trace.json"
+    bad.write_text(json.dumps({"displayTimeUnit": "ns", "traceEvents": events}))
+    assert_usage_error(run_cli_inprocess("analyze", bad), "none of its 40 timed events is of a kind perfdoctor reads (categories: none x40)")
+
+
 def test_not_sqlite(tmp_path: Path) -> None:
     bad = tmp_path / "report.sqlite"
     bad.write_bytes(b"definitely not sqlite" * 100)
