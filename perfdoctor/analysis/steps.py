@@ -19,6 +19,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -414,26 +415,33 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
 
 
 def profiler_steps(profile: Profile, rows: pd.DataFrame) -> pd.DataFrame:
-    """The ``ProfilerStep#N`` ranges that are steps: ``rows`` but the one torch.profiler's
-    exit closed (:mod:`perfdoctor.names.ranges`, ``profiler_step``). A trace does not say
-    which call closed a range; that one is the last of two or more, and nothing starts
-    inside it: no CPU op, no API call, no range but Python frames, on any thread. (A
-    schedule's trace is saved by the ``prof.step()`` that closes its last active step,
-    which holds that step's work: kept.) ``perfdoctor run``'s light pass sees the exit close
-    it and keeps it out of its series."""
+    """The ``ProfilerStep#N`` ranges that are steps: ``rows`` but one at either end that
+    holds no iteration (:mod:`perfdoctor.names.ranges`, ``profiler_step``): the last, which
+    torch.profiler's exit closed after the loop's last ``prof.step()``, or the first, from
+    the profiler's start to a ``prof.step()`` at the top of the loop. A trace does not say
+    which call closed a range; such a one is the first or last of three or more, and
+    nothing starts inside it: no CPU op, no API call, no range but Python frames, on any
+    thread. (A schedule's trace is saved by the ``prof.step()`` that closes its last active
+    step, which holds that step's work: kept.) ``perfdoctor run``'s light pass sees the exit
+    close it and keeps it out of its series (:func:`perfdoctor.record.light.profiler_series`)."""
     if len(rows) < 2:
         return rows
-    last = rows.index[int(np.argmax(rows["start_ns"].to_numpy(np.int64)))]
-    lo, hi = int(rows.at[last, "start_ns"]), int(rows.at[last, "end_ns"])
+    starts = rows["start_ns"].to_numpy(np.int64)
     others = profile.ranges[~equals(profile.ranges["source"], "python")]
-    for table in (profile.ops, profile.calls, others):
-        starts = table["start_ns"].to_numpy(np.int64)
-        inside = (starts >= lo) & (starts <= hi)
-        if table is others:
-            inside &= table.index.to_numpy() != last
-        if inside.any():
-            return rows
-    return rows.drop(index=last)
+    ends = [rows.index[int(np.argmax(starts))]] + ([rows.index[int(np.argmin(starts))]] if len(rows) >= 3 else [])
+
+    def empty(i: Any) -> bool:
+        lo, hi = int(rows.at[i, "start_ns"]), int(rows.at[i, "end_ns"])
+        for table in (profile.ops, profile.calls, others):
+            begun = table["start_ns"].to_numpy(np.int64)
+            inside = (begun >= lo) & (begun <= hi)
+            if table is others:
+                inside &= table.index.to_numpy() != i
+            if inside.any():
+                return False
+        return True
+
+    return rows.drop(index=[i for i in ends if empty(i)])
 
 
 GRAPH_REPLAY = "(CUDA/HIP graph replay)"

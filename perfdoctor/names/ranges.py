@@ -17,7 +17,9 @@ not import pandas there). :func:`kind` puts every range name in one class:
     ``prof.step()`` opened, after the last iteration, holding none. That one is not a step
     (N iterations, N steps): the light pass's bootstrap sees ``stop()`` close it
     (:mod:`perfdoctor.record.bootstrap.ranges`), a trace shows it as the last one with
-    nothing inside (:func:`perfdoctor.analysis.steps.profiler_steps`).
+    nothing inside (:func:`perfdoctor.analysis.steps.profiler_steps`). With ``prof.step()``
+    at the top of the loop it is #0 that holds none, and the exit's range the last iteration
+    (:func:`perfdoctor.record.light.profiler_series`).
 ``replay``
     the replays of one ``torch.cuda.CUDAGraph`` as ``perfdoctor run``'s light pass names them
     (:data:`REPLAY_PREFIX` and the graph's ordinal, :func:`replay_name`): evidence for the

@@ -10,6 +10,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from perfdoctor.analysis import steady, steps
 from perfdoctor.bundle.protocol import LightPass, PassResults
 from perfdoctor.collectors import nvml
@@ -83,7 +85,7 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
         # the program's own torch.profiler: ProfilerStep#0, #1, ... one after another, each
         # from one prof.step() to the next: the loop iteration already (the one the
         # profiler's exit closed is in results.profiler_exit, not here: no iteration)
-        series[name] = merged_series([s for n, s in series.items() if rangenames.kind(n) == rangenames.PROFILER_STEP])
+        series[name] = profiler_series(series, results)
         results.series = series
         return name, choice.how, None, True
     module = None
@@ -127,6 +129,31 @@ def _loader_passes(results: PassResults) -> dict[str, Any]:
         "gpu_end_ns": [e for s in ended for e in s["gpu_end_ns"]],
     }
     return ends_of_passes
+
+
+def profiler_series(series: dict[str, dict[str, Any]], results: PassResults) -> dict[str, Any]:
+    """The ProfilerStep#N ranges of ``series`` as one series of loop iterations. The range
+    the profiler's exit closed (``results.profiler_exit``) is left out
+    (:mod:`perfdoctor.names.ranges`, ``profiler_step``) —
+    unless the program calls ``prof.step()`` at the top of its loop: then #0, from the
+    profiler's start to the first ``prof.step()``, holds no iteration and the range the exit
+    closed holds the last one (N iterations, N steps either way). #0 is taken for empty when
+    no other range or module call the light pass timed starts in it while most later steps
+    hold one (a loop of plain tensor code shows nothing either way: the exit's range is
+    left out, as in the recipe's loop)."""
+    merged = merged_series([s for n, s in series.items() if rangenames.kind(n) == rangenames.PROFILER_STEP])
+    exited = list((results.profiler_exit or {}).values())
+    seen = [h for n, s in series.items() if rangenames.kind(n) != rangenames.PROFILER_STEP for h in s["host_start_ns"]]
+    seen += [h for depth in (results.modules or {}).values() for s in depth.values() for h in s["host_start_ns"]]
+    starts = merged["host_start_ns"]
+    if not exited or len(starts) < 3:
+        return merged
+    step_of = np.searchsorted(np.asarray(starts, dtype=np.int64), np.asarray(seen, dtype=np.int64), side="right") - 1
+    held = np.bincount(step_of[step_of >= 0], minlength=len(starts))  # starts before #0 belong to no step
+    if held[0] or (held[1:] > 0).sum() * 2 <= len(starts) - 1:
+        return merged
+    rest = {key: values[1:] if values is not None else None for key, values in merged.items()}
+    return merged_series([rest, *exited])
 
 
 def merged_series(parts: list[dict[str, Any]]) -> dict[str, Any]:

@@ -258,6 +258,31 @@ def test_the_profilerstep_the_profilers_exit_closed_is_not_a_step() -> None:
     assert find_steps(load_trace(path), "ProfilerStep#*").count == 1
 
 
+@pytest.mark.parametrize("top", [False, True], ids=["step-at-the-end", "step-at-the-top"])
+def test_a_profiler_loop_reads_one_step_per_iteration_wherever_it_calls_prof_step(tmp_path: Path, top: bool) -> None:
+    """A real CPU trace of ``with torch.profiler.profile(schedule=...) as prof:`` (every step
+    active, the trace saved at the exit) around 6 iterations:
+    ``prof.step()`` after each (the recipe; #6 the exit closed, empty) or before each (#0,
+    from the start to the first ``prof.step()``, empty; #6 holds the last iteration)."""
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Linear(32, 32)
+    x = torch.randn(4, 32)
+    every = torch.profiler.schedule(wait=0, warmup=0, active=100)  # ProfilerStep ranges need a schedule
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], schedule=every) as prof:
+        for _ in range(6):
+            if top:
+                prof.step()
+            model(x).sum().backward()
+            if not top:
+                prof.step()
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    names = [e["name"] for e in json.loads(path.read_text())["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")]
+    assert sorted(set(names)) == [f"ProfilerStep#{k}" for k in range(7)]  # 7 ranges, 6 iterations
+    s = find_steps(load_trace(path))
+    assert s.name == "ProfilerStep#*" and s.count == 6, s.count
+
+
 def test_a_runs_module_step_is_timed_as_the_loop_iteration_in_the_trace() -> None:
     """A bundle whose run chose a module call (HF generate's model forward) times it as the
     loop iteration in the light pass; the trace must too: the step runs from one call to the

@@ -5,6 +5,8 @@ tensorboard_trace_handler(DIR)) as prof:`` around the loop, ``prof.step()`` per 
 ``--mode exit``: the same, with a schedule whose active steps outlast the loop: the trace
 is saved by the ``with`` block's exit, and holds ProfilerStep#1..#N (#0 was warm-up), #N
 the range the last ``prof.step()`` opened and the exit closed, with no iteration in it.
+``--mode top``: as ``exit``, with ``prof.step()`` at the top of each iteration: #0 holds
+none, #N (closed by the exit) the last.
 ``--mode plain``: ``with torch.profiler.profile() as prof:`` around a few steps, then
 ``print(prof.key_averages().table(...))`` (no trace exported).
 ``--mode legacy``: the same with ``torch.autograd.profiler.profile()``.
@@ -19,7 +21,7 @@ import torch
 import torch.nn as nn
 
 p = argparse.ArgumentParser()
-p.add_argument("--mode", choices=["schedule", "exit", "plain", "legacy"], default="schedule")
+p.add_argument("--mode", choices=["schedule", "exit", "top", "plain", "legacy"], default="schedule")
 p.add_argument("--steps", type=int, default=20)
 p.add_argument("--trace-dir", default="own-traces")
 p.add_argument("--device", default="cpu")
@@ -41,7 +43,7 @@ def train_step():
 
 
 result = {"steps": args.steps, "mode": args.mode}
-if args.mode in ("schedule", "exit"):
+if args.mode in ("schedule", "exit", "top"):
     active = dict(wait=1, warmup=1, active=3, repeat=1) if args.mode == "schedule" else dict(wait=0, warmup=1, active=args.steps)
     with torch.profiler.profile(
         activities=activities,
@@ -49,8 +51,11 @@ if args.mode in ("schedule", "exit"):
         on_trace_ready=torch.profiler.tensorboard_trace_handler(args.trace_dir),
     ) as prof:
         for _ in range(args.steps):
+            if args.mode == "top":
+                prof.step()
             train_step()
-            prof.step()
+            if args.mode != "top":
+                prof.step()
     result["own_traces"] = sorted(os.listdir(args.trace_dir))
 else:
     for _ in range(args.steps - 3):

@@ -208,7 +208,7 @@ def test_a_killed_program_s_light_pass_says_it_was_killed_not_that_nothing_repea
     assert manifest(only_bundle(tmp_path))["light_pass"]["reason"] == line.removeprefix("light pass: ")
 
 
-@pytest.mark.parametrize("mode", ["schedule", "exit", "plain", "legacy"])
+@pytest.mark.parametrize("mode", ["schedule", "exit", "top", "plain", "legacy"])
 def test_a_program_that_runs_its_own_torch_profiler_keeps_it_and_its_trace_is_the_passs(tmp_path, mode):
     # Kineto traces once per process: with perfdoctor's profiler running, the program's own
     # (the profiler recipe's schedule + tensorboard_trace_handler) died of SIGSEGV. Now
@@ -216,7 +216,7 @@ def test_a_program_that_runs_its_own_torch_profiler_keeps_it_and_its_trace_is_th
     done = perfdoctor_run(str(PROGRAMS / "own_profiler.py"), "--mode", mode, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     (result,) = [json.loads(m) for m in re.findall(r"^RESULT (\{.*\})$", done.stdout, re.M)]
-    scheduled = mode in ("schedule", "exit")
+    scheduled = mode in ("schedule", "exit", "top")
     assert result["own_traces"] if scheduled else result["own_table_has_mm"]
     if scheduled:  # its on_trace_ready wrote its trace in both passes
         assert len(list((tmp_path / "own-traces").iterdir())) == 2
@@ -230,10 +230,14 @@ def test_a_program_that_runs_its_own_torch_profiler_keeps_it_and_its_trace_is_th
         # 20th prof.step() and closed by the with block, with no iteration in it: 20 steps,
         # the program's 20 iterations (21 before: the exit's range counted as a step)
         assert m["light_pass"]["step_name"] == "ProfilerStep#*" and m["light_pass"]["steps_seen"] == result["steps"] == 20
-        assert "ProfilerStep#20" in json.loads((bundle / "raw" / "light.json").read_text())["profiler_exit"]
+        light = json.loads((bundle / "raw" / "light.json").read_text())
+        exited = light["profiler_exit"]["ProfilerStep#20"]["host_start_ns"][0]
+        # prof.step() at the top of the loop: #0 holds no iteration and #20 the last one
+        assert (light["series"]["ProfilerStep#*"]["host_start_ns"][-1] == exited) is (mode == "top")
         # the trace: the schedule's 3 active steps; or, its exit saving it, #1..#20 of which
-        # #20 holds nothing (#0 was warm-up): 19 iterations, in the bundle and alone
-        traced = 3 if mode == "schedule" else 19
+        # #20 holds nothing (#0 was warm-up): 19 iterations, in the bundle and alone; at the
+        # top of the loop #1..#20 hold the 20 iterations (#0, empty, was warm-up)
+        traced = {"schedule": 3, "exit": 19, "top": 20}[mode]
         assert metrics(bundle)["metrics"]["steps"]["value"] == traced
         own = sorted((tmp_path / "own-traces").iterdir())[-1]
         alone = run_cli_inprocess("analyze", own, "--json", "-")
