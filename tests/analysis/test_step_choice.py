@@ -258,6 +258,7 @@ def test_the_profilerstep_the_profilers_exit_closed_is_not_a_step() -> None:
     assert find_steps(load_trace(path), "ProfilerStep#*").count == 1
 
 
+@pytest.mark.filterwarnings("ignore:Profiler won't be using warmup")  # every step active, on purpose
 @pytest.mark.parametrize("top", [False, True], ids=["step-at-the-end", "step-at-the-top"])
 def test_a_profiler_loop_reads_one_step_per_iteration_wherever_it_calls_prof_step(tmp_path: Path, top: bool) -> None:
     """A real CPU trace of ``with torch.profiler.profile(schedule=...) as prof:`` (every step
