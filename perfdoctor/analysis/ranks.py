@@ -99,10 +99,22 @@ class RankRun:
     source: str
     analysis: Analysis
     device: str | None = None
+    # the rank's metrics as it alone measures them, before the view filled its communication
+    # ones from host collectives (fill_host_comm): what a run's metrics.json holds
+    own_metrics: dict[str, Metric] | None = field(default=None, repr=False, compare=False)
 
     @property
     def profile(self) -> Profile:
         return self.analysis.profile
+
+    def own_json(self) -> dict[str, Any]:
+        """The rank's analysis document with its own metrics (:attr:`own_metrics`), as the
+        door's one-rank analysis writes it (``perfdoctor run``'s metrics.json of a multi-rank
+        job, from the same load as ranks.json). The other parts do not read the filled
+        metrics (the attribution reads only the step latency), so they are the same."""
+        doc = self.analysis.to_json()
+        own = self.own_metrics if self.own_metrics is not None else self.analysis.metrics
+        return {**doc, "metrics": {k: m.to_json() for k, m in own.items()}}
 
 
 @dataclass
@@ -356,6 +368,7 @@ def full_stats(run: RankRun) -> RankStats:
     """:class:`RankStats` of a fully analysed rank (with host collectives, its communication
     metrics filled from them: :func:`fill_host_comm`)."""
     per, source = rank_steps(run.analysis)
+    run.own_metrics = dict(run.analysis.metrics)  # fill_host_comm replaces entries, never changes a Metric
     fill_host_comm(run.analysis, per, source)
     return RankStats(per, source, collective_table(run.analysis), run.analysis.metrics["step_latency_ms_p50"].value, run.device)
 

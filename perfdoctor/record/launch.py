@@ -43,11 +43,14 @@ import subprocess
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from perfdoctor.bundle.layout import write_json_atomic
 from perfdoctor.bundle.protocol import NO_RESULTS, LightPass, Manifest, PassConfig, PassResults, Rank, RankStatus
 from perfdoctor.errors import UsageError
+
+if TYPE_CHECKING:  # the analysis is not imported here: the bootstrap imports this module in every rank
+    from perfdoctor.analysis.ranks import CrossRank
 
 LAUNCHER = ("-m", "torch.distributed.run")
 RANK_DIR = "rank{}"
@@ -361,18 +364,10 @@ def unsupported(reasons: dict[str, str | None]) -> dict[str, str | None]:
     return {c: reasons.get(c) or why.format(c) for c in ("nsys", "ncu")}
 
 
-def write_cross_rank(bundle: Path) -> str | None:
+def write_cross_rank(bundle: Path, view: CrossRank) -> None:
     """``ranks.json`` (``perfdoctor.ranks/1``, :mod:`perfdoctor.analysis.ranks`) beside the rank-0
-    ``metrics.json``; the reason it could not be written, else None (analyze can redo it)."""
-    try:
-        from perfdoctor.analysis.ranks import cross_rank
-    except ImportError as exc:  # the analysis extras are missing: the bundle is still whole
-        return f"{type(exc).__name__}: {exc}"
-    try:
-        doc = cross_rank(bundle).to_json()
-    except Exception as exc:  # noqa: BLE001 - a rank without a trace, a damaged trace: analyze says more
-        return f"{type(exc).__name__}: {exc}"
+    ``metrics.json``: the view across ranks the door measured
+    (:attr:`perfdoctor.pipeline.Diagnosis.cross_rank`, :func:`perfdoctor.record.run.write_metrics`)."""
     from perfdoctor.io import write_json
 
-    write_json(bundle / "ranks.json", doc)
-    return None
+    write_json(bundle / "ranks.json", view.to_json())

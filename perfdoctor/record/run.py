@@ -35,7 +35,7 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
@@ -48,6 +48,10 @@ from perfdoctor.record.passes import run_passes
 from perfdoctor.record.runner import Runner, shell_code
 from perfdoctor.record.tools import availability
 from perfdoctor.text import rich as esc  # program arguments, paths and step names are untrusted
+
+if TYPE_CHECKING:  # the analysis loads when the run is over, not at import
+    from perfdoctor.analysis.ranks import CrossRank
+    from perfdoctor.pipeline import Source
 
 
 def environment() -> dict[str, Any]:
@@ -131,10 +135,7 @@ def execute(options: RunOptions, console: Console) -> tuple[int, Path]:
         (p.window_step for p in passes if p.window_step), None
     )
     runner.save()
-    write_metrics(runner)
-    if options.ranks is not None and (why := launch.write_cross_rank(runner.bundle)):
-        manifest.ranks_error = why
-        runner.save()
+    write_metrics(runner, several=options.ranks is not None)
     return code, runner.bundle
 
 
@@ -146,13 +147,20 @@ def cached_calibration(gpu: dict[str, Any] | None) -> dict[str, Any] | None:
     return load_calibration(gpu["uuid"])
 
 
-def write_metrics(runner: Runner) -> None:
+def write_metrics(runner: Runner, several: bool = False) -> None:
     """metrics.json from the bundle, when the analysis can run on what was collected: the
     door's analysis (:func:`perfdoctor.pipeline.diagnose`, as every command's), without rules
-    (metrics.json holds no findings) and without the load's warnings on the terminal."""
+    (metrics.json holds no findings) and without the load's warnings on the terminal.
+
+    ``several`` (a multi-rank job): also ranks.json, the view across ranks
+    (:func:`perfdoctor.record.launch.write_cross_rank`), its reason in ``ranks_error`` when
+    there is none. Both from one :func:`~perfdoctor.pipeline.open` and one diagnosis of every
+    rank: metrics.json is the lowest rank's own analysis in it, so no rank is loaded twice."""
     try:
         import perfdoctor.analysis.metrics  # noqa: F401 - the analysis's dependencies, else no metrics.json
-    except ImportError:
+    except ImportError as exc:
+        if several:  # the bundle is still whole; analyze can redo both once they are installed
+            ranks_failed(runner, exc)
         return
     from perfdoctor import pipeline
     from perfdoctor.collectors.bundle import NO_TRACE, picked_rank
@@ -161,12 +169,26 @@ def write_metrics(runner: Runner) -> None:
         # open() checks the bundle as analyze does: one whose raw/ the program left a dangling
         # link or a FIFO in gets the reason in metrics_error, not metrics analyze would refuse
         source = pipeline.open(runner.bundle)
+    except Exception as exc:  # noqa: BLE001 - the bundle stays; analyze can be rerun on it
+        metrics_failed(runner, exc)
+        if several:  # the view reads the same bundle
+            ranks_failed(runner, exc)
+        return
+    rank = None
+    try:
         # A multi-rank bundle: metrics.json is its lowest rank's, as load_bundle picks it when
-        # asked for no rank (the view across ranks is ranks.json: launch.write_cross_rank).
-        # The door asked for no rank would analyse every rank and diagnose the report rank.
+        # asked for no rank (the view across ranks is ranks.json).
         rank = min(source.ranks) if source.ranks else None
-        d = pipeline.diagnose(source, step=runner.manifest.step, rules=None, warnings=False, rank=rank, traced=True)
-        bundles.write_json_atomic(runner.bundle / "metrics.json", d.analysis.to_json())
+        view = every_rank(runner, source) if several else None
+        run = next((r for r in view.runs if r.rank == rank), None) if view is not None else None
+        if run is not None:
+            # analysed on the step the one-rank door would use: the view's first rank on the
+            # bundle's step (Origin.bundle.step), which load_bundle takes from manifest.step
+            doc = run.own_json()
+        else:  # a single-process run; the lowest rank without a trace (NoTrace says why); no view
+            d = pipeline.diagnose(source, step=runner.manifest.step, rules=None, warnings=False, rank=rank, traced=True)
+            doc = d.analysis.to_json()
+        bundles.write_json_atomic(runner.bundle / "metrics.json", doc)
     except pipeline.NoTrace as exc:
         why = exc.reason
         if rank is not None:  # as load_bundle asked for no rank says it: the rank it picked comes first
@@ -174,9 +196,37 @@ def write_metrics(runner: Runner) -> None:
         runner.manifest.metrics_error = why
         runner.save()
     except Exception as exc:  # noqa: BLE001 - the bundle stays; analyze can be rerun on it
-        runner.manifest.metrics_error = f"{type(exc).__name__}: {exc}"
-        runner.save()
-        runner.say(f"[yellow]metrics not written[/]: {esc(exc)}")
+        metrics_failed(runner, exc)
+
+
+def every_rank(runner: Runner, source: Source) -> CrossRank | None:
+    """The door's diagnosis of every rank of ``source`` (a :class:`perfdoctor.pipeline.Source`),
+    without rules: its view across ranks written to ranks.json and returned; None, with the
+    reason in ``ranks_error``, when it cannot be measured (a rank without a trace, a damaged
+    trace: analyze says more)."""
+    from perfdoctor import pipeline
+    from perfdoctor.analysis import ranks
+
+    try:
+        if not source.ranks:  # no rank registered: the view's own refusal (no rank has a trace)
+            ranks.load_profiles(source.path, source.manifest)
+        view = pipeline.diagnose(source, rules=None, warnings=False).cross_rank
+        launch.write_cross_rank(runner.bundle, view)
+    except Exception as exc:  # noqa: BLE001 - metrics.json is still read from the lowest rank alone
+        ranks_failed(runner, exc)
+        return None
+    return view
+
+
+def metrics_failed(runner: Runner, exc: BaseException) -> None:
+    runner.manifest.metrics_error = f"{type(exc).__name__}: {exc}"
+    runner.save()
+    runner.say(f"[yellow]metrics not written[/]: {esc(exc)}")
+
+
+def ranks_failed(runner: Runner, exc: BaseException) -> None:
+    runner.manifest.ranks_error = f"{type(exc).__name__}: {exc}"
+    runner.save()
 
 
 def main() -> None:

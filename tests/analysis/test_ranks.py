@@ -86,6 +86,58 @@ def test_metrics_json_is_the_lowest_rank_s_analysis(job, monkeypatch):
     assert (bundle / "ranks.json").is_file()
 
 
+def test_run_s_ranks_json_and_metrics_json_come_from_one_diagnosis(job, tmp_path, monkeypatch):
+    """metrics.json and ranks.json re-derived in process from the job's raw files: byte-equal
+    to what perfdoctor run wrote, from one open and one diagnosis of every rank (house plan,
+    step 2), each rank loaded and analysed once (rank 0 was read twice before)."""
+    import collections
+    import shutil
+    import types
+
+    import perfdoctor.analysis.ranks as ranks
+    import perfdoctor.collectors.bundle as collected
+    from perfdoctor import pipeline
+    from perfdoctor.bundle.layout import write_json_atomic
+    from perfdoctor.bundle.protocol import Manifest
+    from perfdoctor.record.run import write_metrics
+
+    n, cwd, bundle = job
+    copy = tmp_path / "runs" / bundle.name
+    shutil.copytree(bundle / "raw", copy / "raw")
+    monkeypatch.chdir(tmp_path)  # the bundle named relative to where it ran, as perfdoctor run names it
+    rel = copy.relative_to(tmp_path)
+    runner = types.SimpleNamespace(bundle=rel, manifest=Manifest.from_json(json.loads((bundle / "manifest.json").read_text()),
+                                                                            clean=False), say=lambda text: None)
+    runner.manifest.metrics_error = runner.manifest.ranks_error = None
+    runner.save = lambda: write_json_atomic(rel / "manifest.json", runner.manifest.to_json())
+    runner.save()  # as perfdoctor run saves it before the analysis
+    loads, analyses, diagnoses = collections.Counter(), [0], []
+    load_bundle, analyze, diagnose = collected.load_bundle, ranks.analyze, pipeline.diagnose
+
+    def counting_load(path, rank=None, **kw):
+        loads[rank] += 1
+        return load_bundle(path, rank=rank, **kw)
+
+    def counting_analyze(*args, **kw):
+        analyses[0] += 1
+        return analyze(*args, **kw)
+
+    def counting_diagnose(*args, **kw):
+        diagnoses.append(kw)
+        return diagnose(*args, **kw)
+
+    monkeypatch.setattr(collected, "load_bundle", counting_load)
+    monkeypatch.setattr(ranks, "analyze", counting_analyze)
+    monkeypatch.setattr(pipeline, "diagnose", counting_diagnose)
+    write_metrics(runner, several=True)
+    monkeypatch.undo()
+    assert runner.manifest.metrics_error is None and runner.manifest.ranks_error is None, runner.manifest
+    for name in ("metrics.json", "ranks.json", "manifest.json"):
+        assert (copy / name).read_bytes() == (bundle / name).read_bytes(), name
+    assert dict(loads) == {k: 1 for k in range(n)} and analyses[0] == n
+    assert diagnoses == [dict(rules=None, warnings=False)]
+
+
 def test_per_rank_metrics_match_the_programs_own_timers(job):
     n, cwd, bundle = job
     view = cross_rank(bundle)
