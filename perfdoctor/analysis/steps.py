@@ -419,8 +419,8 @@ def profiler_steps(profile: Profile, rows: pd.DataFrame) -> pd.DataFrame:
     holds no iteration (:mod:`perfdoctor.names.ranges`, ``profiler_step``): the last, which
     torch.profiler's exit closed after the loop's last ``prof.step()``, or the first, from
     the profiler's start to a ``prof.step()`` at the top of the loop. A trace does not say
-    which call closed a range; such a one is the first or last of three or more, and
-    nothing starts inside it: no CPU op, no API call, no range but Python frames, on any
+    which call closed a range; such a one is the last of two or more, or the first of
+    three or more, and nothing starts inside it: no CPU op, no API call, no range but Python frames, on any
     thread. (A schedule's trace is saved by the ``prof.step()`` that closes its last active
     step, which holds that step's work: kept.) ``perfdoctor run``'s light pass sees the exit
     close it and keeps it out of its series (:func:`perfdoctor.record.light.profiler_series`)."""

@@ -122,13 +122,12 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
 def _loader_passes(results: PassResults) -> dict[str, Any]:
     """The data loader fetches that raised StopIteration, every loader's, as one series."""
     ended = list((results.exhausted or {}).values())
-    ends_of_passes = {
+    return {
         "host_start_ns": [h for s in ended for h in s["host_start_ns"][: len(s["gpu_end_ns"])]],
         "gpu_start_ns": [g for s in ended for g in s["gpu_start_ns"][: len(s["gpu_end_ns"])]]
         if ended and all(s.get("gpu_start_ns") is not None for s in ended) else None,
         "gpu_end_ns": [e for s in ended for e in s["gpu_end_ns"]],
     }
-    return ends_of_passes
 
 
 def profiler_series(series: dict[str, dict[str, Any]], results: PassResults) -> dict[str, Any]:
@@ -143,11 +142,11 @@ def profiler_series(series: dict[str, dict[str, Any]], results: PassResults) -> 
     left out, as in the recipe's loop)."""
     merged = merged_series([s for n, s in series.items() if rangenames.kind(n) == rangenames.PROFILER_STEP])
     exited = list((results.profiler_exit or {}).values())
-    seen = [h for n, s in series.items() if rangenames.kind(n) != rangenames.PROFILER_STEP for h in s["host_start_ns"]]
-    seen += [h for depth in (results.modules or {}).values() for s in depth.values() for h in s["host_start_ns"]]
     starts = merged["host_start_ns"]
     if not exited or len(starts) < 3:
         return merged
+    seen = [h for n, s in series.items() if rangenames.kind(n) != rangenames.PROFILER_STEP for h in s["host_start_ns"]]
+    seen += [h for depth in (results.modules or {}).values() for s in depth.values() for h in s["host_start_ns"]]
     step_of = np.searchsorted(np.asarray(starts, dtype=np.int64), np.asarray(seen, dtype=np.int64), side="right") - 1
     held = np.bincount(step_of[step_of >= 0], minlength=len(starts))  # starts before #0 belong to no step
     if held[0] or (held[1:] > 0).sum() * 2 <= len(starts) - 1:

@@ -110,10 +110,9 @@ def light_pass(plan: Plan) -> None:
     if light.step_name is None and result.results.pid is None:
         # the bootstrap writes what it saw at the program's exit: a program killed (SIGKILL,
         # a crash) never got there, and "no module call repeated" would be a wrong reason
-        code = result.exit_code
-        how = f"was killed by signal {-code}" if code is not None and code < 0 else f"ended (exit {code})"
-        oom = " (SIGKILL: often the out-of-memory killer)" if code == -9 else ""
-        light.reason = f"no step seen: the program {how}{oom} before the light pass could write what it saw, at its exit"
+        oom = " (SIGKILL: often the out-of-memory killer)" if result.exit_code == -signal.SIGKILL else ""
+        light.reason = (f"no step seen: {program_failure(result) or 'the program ended'}{oom} before the light pass could "
+                        "write what it saw, at its exit")
     if options.ranks is not None:
         launch.rank_lights(manifest, result.ranks, lambda r, w: light_summary(r, replace(options, warmup=w)), light, raw)
     if light.iteration:
