@@ -142,17 +142,23 @@ def device_sync(device: str):
 
 
 def timer(kind: str):
-    """A light-pass Timer: "events" (as shipped: a CUDA event at each step's end, and at its
-    start unless the stream is idle), "two events" (an event at the start too, always: the
-    Timer before 2026-12-02 21:30 UTC), "end event" (the host time at the start, an event at
-    the end), "host clock" (no events: what the bookkeeping costs alone)."""
+    """A light-pass Timer: "events" (as shipped: a CUDA event at each step's start and end,
+    unless the stream is idle there), "busy end" (an event at every end: the Timer of
+    2026-12-02 21:30 UTC to 2026-12-03 09:30 UTC), "two events" (an event at both edges,
+    always: the Timer before that), "end event" (the host time at the start, an event at the
+    end), "host clock" (no events: what the bookkeeping costs alone)."""
     from perfdoctor.record.bootstrap.clock import Timer
 
     class Partial(Timer):
-        def mark(self, host_ns: int, start: bool = False):
+        def mark(self, host_ns: int):
+            start = sys._getframe(1).f_code.co_name == "start"  # StepTimes.start or .end (~0.1 us)
             if kind == "host clock" or (kind == "end event" and start):
                 return host_ns
-            return super().mark(host_ns, start=start and kind != "two events")
+            always = kind in ("two events", "end event") or (kind == "busy end" and not start)
+            clock = self.clock or self.gpu_clock()
+            if always and clock is not None and not clock.capturing():
+                return clock.mark()
+            return super().mark(host_ns)
 
     return Timer() if kind == "events" else Partial()
 
@@ -206,10 +212,11 @@ def module_call_costs(device: str, rounds: int, only: list[str]) -> list[dict]:
 
 
 # --edges' Timers (see timer())
-EDGE_KINDS = ("events", "two events", "end event", "host clock")
+EDGE_KINDS = ("events", "busy end", "two events", "end event", "host clock")
 
 # --alternate's variants: (label, a synchronize after each forward, the Timer's kind)
-ALTERNATE = (("events+sync", True, "events"), ("events", False, "events"), ("two events", False, "two events"),
+ALTERNATE = (("events+sync", True, "events"), ("events", False, "events"), ("busy end", False, "busy end"),
+             ("two events", False, "two events"),
              ("end event", False, "end event"), ("host clock", False, "host clock"))
 
 

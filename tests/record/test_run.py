@@ -717,29 +717,39 @@ def test_light_pass_gpu_bookkeeping_with_fake_events():
     assert fake.created == made_before_the_steps
 
 
-def test_a_step_starting_on_an_idle_stream_records_no_start_event():
+def test_a_step_edge_on_an_idle_stream_records_no_event():
     """A step that starts while the stream has nothing left to run takes its host start as
-    its GPU start (an event recorded there would complete at once); on a busy stream it
-    records one. Its end always does."""
+    its GPU start (an event recorded there would complete at once); one that ends on an idle
+    stream takes its host end as its GPU end (the stream finished the step's work before it).
+    On a busy stream each edge records an event."""
+    import time
+
     from perfdoctor.record.bootstrap import clock
 
     fake = FakeCuda()
     timer = clock.Timer()
     timer.clock = clock.GpuClock(fake)
     times = clock.StepTimes(timer)
-    records = []
-    for i in range(10):
-        fake.idle = i % 2 == 0
+    idle_start = [i % 2 == 0 for i in range(12)]
+    idle_end = [i % 3 == 0 for i in range(12)]
+    records, host_ends = [], []
+    for i in range(12):
+        fake.idle = idle_start[i]
         before = fake.now_ms
         times.start("step")
-        records.append(fake.now_ms > before)  # the fake's clock moves at each record
+        started = fake.now_ms
+        fake.idle = idle_end[i]
+        before_end = time.perf_counter_ns()
         times.end("step")
+        host_ends.append((before_end, time.perf_counter_ns()))
+        records.append((started > before, fake.now_ms > started))  # the fake's clock moves at each record
     series, error = times.series()
     assert error is None
     s = series["step"]
-    assert records == [i % 2 == 1 for i in range(10)]
-    idle = [s["gpu_start_ns"][i] == s["host_start_ns"][i] for i in range(10)]
-    assert idle == [i % 2 == 0 for i in range(10)]
+    assert records == [(not a, not b) for a, b in zip(idle_start, idle_end)]
+    assert [s["gpu_start_ns"][i] == s["host_start_ns"][i] for i in range(12)] == idle_start
+    # An idle end is the host's clock read inside end(); a busy one the event's time.
+    assert [lo <= s["gpu_end_ns"][i] <= hi for i, (lo, hi) in enumerate(host_ends)] == idle_end
     assert all(isinstance(v, int) for v in s["gpu_start_ns"] + s["gpu_end_ns"])
 
 

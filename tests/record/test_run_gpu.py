@@ -192,24 +192,34 @@ def test_light_pass_event_record_is_fast_and_on_the_current_stream():
     assert idle_default and default_idle_meanwhile and not side_idle
 
 
-def test_light_pass_takes_no_start_event_on_an_idle_stream():
+def test_light_pass_takes_no_event_on_an_idle_stream():
     """A host-paced loop (a synchronize after each step) starts every step on an idle
-    stream: its GPU starts are its host starts and the steps take one event each; a
-    GPU-bound loop (no synchronize, long kernels) queues its steps: their GPU starts are
-    events, later than their host starts, and each one is the previous step's end or
-    later."""
+    stream: its GPU starts are its host starts; a step that synchronizes before it returns
+    ends on an idle stream: its GPU end is its host end; a GPU-bound loop (no synchronize,
+    long kernels) queues its steps: their GPU starts are events, later than their host
+    starts, and each one is the previous step's end or later."""
+    import time
+
     from perfdoctor.record.bootstrap import clock
 
     torch.ones(1, device="cuda")
     torch.cuda.synchronize()
     timer = clock.Timer()
-    paced, queued = clock.StepTimes(timer), clock.StepTimes(timer)
+    paced, synced, queued = clock.StepTimes(timer), clock.StepTimes(timer), clock.StepTimes(timer)
     a = torch.randn(4096, 4096, device="cuda")
     for _ in range(20):
         paced.start("step")
         b = a @ a
         paced.end("step")
         torch.cuda.synchronize()
+    host_ends = []
+    for _ in range(20):
+        synced.start("step")
+        b = a @ a
+        torch.cuda.synchronize()
+        before = time.perf_counter_ns()
+        synced.end("step")
+        host_ends.append((before, time.perf_counter_ns()))
     for _ in range(20):
         queued.start("step")
         for _ in range(5):
@@ -217,9 +227,12 @@ def test_light_pass_takes_no_start_event_on_an_idle_stream():
         queued.end("step")
     torch.cuda.synchronize()
     p, _ = paced.series()
+    y, _ = synced.series()
     q, _ = queued.series()
-    p, q = p["step"], q["step"]
+    p, y, q = p["step"], y["step"], q["step"]
     assert p["gpu_start_ns"] == p["host_start_ns"]
+    assert all(e - h > 50_000 for h, e in zip(p["host_start_ns"], p["gpu_end_ns"]))  # a busy end: the matmul's event
+    assert all(lo <= e <= hi for e, (lo, hi) in zip(y["gpu_end_ns"], host_ends))
     later = [g - h for g, h in zip(q["gpu_start_ns"][1:], q["host_start_ns"][1:])]
     record(test="idle-start", queued_start_after_host_ms_min=min(later) / 1e6, steps=len(later))
     assert min(later) > 0

@@ -63,17 +63,21 @@ class GpuClock:
         self.record(event)
         return event
 
-    def start(self, host_ns: int) -> Any:
-        """A step's start: ``host_ns`` itself when the stream has nothing left to run, else
-        a CUDA event. An event recorded on an idle stream completes at once, so its time
-        is the host's (a few us of launch latency later), and there it cost the most:
-        4.5-7 us of host time (the GPU's front end woken for one event), where the stream
-        query costs ~1. The case is the host-paced program — the one where the light
-        pass's host time is the program's time (ViT-small at batch 1: the two events were
-        30 of the light pass's 42 us per 2.3 ms step on the H200; with this, 6-19 us less
-        per step, docs/performance.md, eighth reading). A GPU-bound program, whose host cost
-        hides behind the GPU, still gets its event. The query is made only outside a capture
-        of the current stream (Timer.mark checks first), as the settle's event queries are."""
+    def at(self, host_ns: int) -> Any:
+        """A step's edge, start or end: ``host_ns`` itself when the stream has nothing left
+        to run, else a CUDA event. An event recorded on an idle stream completes at once, so
+        its time is the host's (a few us of launch latency later), and there it cost the
+        most: 4.5-7 us of host time at a start and ~10 at an end (the GPU's front end woken
+        for one event), where the stream query costs ~1. At a start the host time is exact:
+        the step's work begins after it. At an end it is a bound the event's time exceeded:
+        the stream finished the step's work before the query, and the program could not go
+        on before its host returned, so the step's critical path ends there. The case is the
+        host-paced program — the one where the light pass's host time is the program's time
+        (ViT-small at batch 1: the two events were 30 of the light pass's 42 us per 2.3 ms
+        step on the H200; the start's query saved 6-19 us, docs/performance.md, eighth
+        reading). A GPU-bound program, whose host cost hides behind the GPU, still gets its
+        events. The query is made only outside a capture of the current stream (Timer.mark
+        checks first), as the settle's event queries are."""
         return host_ns if self.idle() else self.mark()
 
     def resolve(self, event: Any, complete: bool = False) -> int:
@@ -166,9 +170,9 @@ class Timer:
                 self.clock = GpuClock(torch)
         return self.clock
 
-    def mark(self, host_ns: int, start: bool = False) -> Any:
-        """What a step records now: a CUDA event (at a step's start, the host time when the
-        stream is idle: :meth:`GpuClock.start`); the host time before the program uses
+    def mark(self, host_ns: int) -> Any:
+        """What a step records at its start or end now: a CUDA event, or the host time when
+        the stream is idle (:meth:`GpuClock.at`); the host time before the program uses
         CUDA; CAPTURED inside a CUDA graph capture."""
         clock = self.clock or self.gpu_clock()
         if clock is None:
@@ -178,7 +182,7 @@ class Timer:
             return host_ns
         if clock.capturing():
             return CAPTURED
-        return clock.start(host_ns) if start else clock.mark()
+        return clock.at(host_ns)
 
     def ended(self) -> None:
         self.unsettled += 1
@@ -191,9 +195,9 @@ class Timer:
 class StepTimes:
     """Per step name: host start, GPU start and GPU end of every step.
 
-    At a step's start: the host time, then a CUDA event (the stream reaching the step; the
-    host time again when the stream is idle); at its end: a CUDA event (the stream finishing
-    the step's work). Before the program has initialised CUDA there are no events: the GPU
+    At a step's start: the host time, then a CUDA event (the stream reaching the step); at its
+    end: a CUDA event (the stream finishing the step's work); at either, the host time again
+    when the stream is idle (:meth:`GpuClock.at`). Before the program has initialised CUDA there are no events: the GPU
     start of such a step is its host start (no GPU work was queued, so the stream was idle)
     and its end is the host end.
     """
@@ -212,7 +216,7 @@ class StepTimes:
             self.host[name], self.gpu_start[name], self.gpu_end[name] = [], [], []
             self.done[name] = [0, 0]
         self.host[name].append(now)
-        self.gpu_start[name].append(self.timer.mark(now, start=True))
+        self.gpu_start[name].append(self.timer.mark(now))
 
     def end(self, name: str) -> None:
         ends = self.gpu_end.get(name)
