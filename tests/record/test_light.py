@@ -365,3 +365,32 @@ def test_idle_estimates_never_exceed_the_untraced_idle_time(tmp_path: Path) -> N
     b = analyze(load_trace(eager), step="decode_step")
     traced = {f.rule_id: f for f in evaluate(load_rules(()), b)}["memory-bubbles"].recovered_ms
     assert traced > cap and traced <= float(np.median(b.timeline.with_gpu["idle_ns"])) / 1e6
+
+
+def test_a_modules_eager_calls_join_its_compiled_ones_unless_they_wrap_them():
+    """transformers' generate: compiled decode calls and an eager prefill of the same forward
+    are one series in host order; an eager call with a compiled call inside (``model(x)``
+    over a compiled ``model.forward``) is its wrapper and is left out."""
+    from perfdoctor.record.light import with_eager_calls
+
+    compiled = {"host_start_ns": [110, 120, 130, 210, 220], "gpu_start_ns": [111, 121, 131, 211, 221],
+                "gpu_end_ns": [118, 128, 138, 218, 228]}
+    eager = {"host_start_ns": [100, 200, 300], "gpu_start_ns": [101, 201, 301], "gpu_end_ns": [109, 209, 340]}
+    eager_wrapping = {"host_start_ns": [219], "gpu_start_ns": [219], "gpu_end_ns": [229]}  # around the call at 220
+    name = "torch.compile: Net.forward"
+
+    def join(calls, eager_calls):
+        return with_eager_calls(name, calls, {"0": {"Net.forward": eager_calls}} if eager_calls else {})
+
+    merged, how = join(compiled, {k: eager[k] + eager_wrapping[k] for k in eager})
+    assert how == ", with its 3 eager calls (a prefill: the same forward, not compiled)"
+    assert merged["host_start_ns"] == [100, 110, 120, 130, 200, 210, 220, 300]
+    assert merged["gpu_end_ns"] == [109, 118, 128, 138, 209, 218, 228, 340]
+    assert merged["gpu_start_ns"] == [101, 111, 121, 131, 201, 211, 221, 301]
+    assert join(compiled, None) == (compiled, "")
+    assert join(compiled, eager_wrapping) == (compiled, "")
+    assert with_eager_calls("decode_one_token", compiled, {"0": {"decode_one_token": eager}}) == (compiled, "")
+    # a CPU run: no GPU starts on either side
+    cpu = {k: (None if k == "gpu_start_ns" else v) for k, v in compiled.items()}
+    merged, how = join(cpu, {k: (None if k == "gpu_start_ns" else v) for k, v in eager.items()})
+    assert "3 eager calls" in how and merged["gpu_start_ns"] is None and len(merged["host_start_ns"]) == 8

@@ -77,6 +77,28 @@ def test_hf_generate_with_the_docs_compile_recipe_steps_per_compiled_forward(tmp
     assert 0.5 * own < ms.sum() <= own
 
 
+def test_hf_generate_compiling_its_own_decode_steps_per_forward_prefill_included(tmp_path: Path) -> None:
+    tokens, generations = 16, 2
+    light, series, result = _run(
+        tmp_path, "hf_generate.py", "--device", "cpu", "--layers", "2", "--dim", "64", "--heads", "4", "--kv-heads", "2",
+        "--ffn-dim", "128", "--vocab", "256", "--tokens", str(tokens), "--generations", str(generations),
+        "--auto-compile", "--compile-backend", "eager",
+    )
+    # transformers 5's generate compiles the model's __call__ (at that moment perfdoctor's
+    # wrapper) for its decode steps and runs each prefill eager: one step per forward,
+    # named after the model as its module calls are, tokens - 1 compiled and 1 eager per
+    # generate (before: the wrapper's name, and the prefills fell between steps as pauses)
+    assert light["step_name"] == "torch.compile: LlamaForCausalLM.forward"
+    assert light["steps_seen"] == (generations + 1) * tokens
+    assert f"with its {generations + 1} eager calls (a prefill" in light["how"]
+    assert result["tokens"] == generations * tokens
+    # the eager calls, as the light pass timed them, are each generate's first step
+    (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    eager = json.loads((bundle / "raw" / "light.json").read_text())["modules"]["0"]["LlamaForCausalLM.forward"]
+    at = [series["host_start_ns"].index(h) for h in eager["host_start_ns"]]
+    assert at == [k * tokens for k in range(generations + 1)]
+
+
 def test_train_loop_steps_per_iteration_not_per_batch_fetch(tmp_path: Path) -> None:
     iters, warmup = 6, 2
     light, series, result = _run(

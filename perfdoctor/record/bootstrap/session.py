@@ -79,6 +79,10 @@ class Session:
         # steps.ModuleSteps, when main installs one (typed Any: steps imports this module, not the reverse)
         self.modules: Any = None
         self.replays: Any = None  # steps.GraphReplays, likewise
+        # compiled calls of a whole module (steps.install_compiled_steps): once one repeats,
+        # the light pass keeps timing that module's eager calls (stop_module_timing)
+        self.compiled_modules: set[str] = set()
+        self.keep_modules = False
         self.program_error: str | None = None  # an exception the program did not catch
         self.exit_code: int | None = None  # the program's exit status, as far as it is known here
         self.terminated = False  # SIGTERM ended it (torchrun stopping the ranks, perfdoctor's timeout)
@@ -204,14 +208,25 @@ class Session:
         library's range (``nccl:_all_gather_base`` inside every forward of a sharded model)
         nor a warm-up range: those are never the step. Nor a CUDA graph's replays: they are
         the step only when one graph is nearly all of them, and a module compiled with
-        ``mode="reduce-overhead"`` replays its graphs inside each of its calls."""
+        ``mode="reduce-overhead"`` replays its graphs inside each of its calls. A module's
+        compiled ``__call__`` narrows module timing instead of ending it: its eager calls
+        are the same step."""
         if (
             self.modules is not None
             and self.modules.active
+            and not self.keep_modules
             and self.times.count(name) >= 2
             and rangenames.kind(name) not in (rangenames.LIBRARY, rangenames.WARMUP, rangenames.REPLAY)
         ):
-            self.modules.uninstall()
+            if name in self.compiled_modules:
+                # A module's compiled call (transformers' generate compiles the model's
+                # __call__ for the decode steps and runs the prefill eager): its eager calls
+                # are the same step, so its class stays timed — narrowed, at one wrapper per
+                # eager call of a depth-0 class; a compiled call runs no Module.__call__.
+                self.keep_modules = True
+                self.modules.narrow()
+            else:
+                self.modules.uninstall()
 
     # -- steps --
 

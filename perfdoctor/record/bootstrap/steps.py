@@ -204,6 +204,11 @@ class ModuleSteps:
 # --- calls of torch.compile-d functions as steps ----------------------------------------
 
 
+# the names a module's whole call goes by: torch's Module.__call__ (an alias of
+# _wrapped_call_impl), its _call_impl, perfdoctor's wrappers
+MODULE_CALLS = ("__call__", "_wrapped_call_impl", "_call_impl")
+
+
 def install_compiled_steps(session: Session) -> None:
     """``torch.compile``, wrapped: every call of a compiled *function* is a range named
     ``torch.compile: <qualname>`` (:func:`perfdoctor.names.ranges.compiled_name`).
@@ -227,7 +232,23 @@ def install_compiled_steps(session: Session) -> None:
     def wrap(fn: Any, compiled: Any) -> Any:
         if isinstance(compiled, module_class) or not callable(compiled):
             return compiled
-        name = rangenames.compiled_name(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "function"))
+        owner = getattr(fn, "__self__", None)
+        if isinstance(owner, module_class):
+            # A module's bound method, named after the module's class as its module calls
+            # are: ``model.forward`` (the transformers docs' recipe), or ``model.__call__``
+            # (transformers 5's generate compiles that for its decode steps): the latter's
+            # function is whatever ``Module.__call__`` is at the time, in a run perfdoctor's
+            # own wrapper, whose name differs between the passes.
+            method = getattr(fn, "__name__", "forward")
+            whole = method in MODULE_CALLS
+            name = rangenames.compiled_name(f"{type(owner).__qualname__}.{'forward' if whole else method}")
+            if whole:
+                # its eager calls (generate's prefill) bypass the compiled one: the same
+                # forward, so the light pass keeps timing them (Session.stop_module_timing).
+                # Not for a compiled ``forward``: ``model(x)`` runs it inside a module call.
+                session.compiled_modules.add(name)
+        else:
+            name = rangenames.compiled_name(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "function"))
 
         @functools.wraps(compiled)
         def call(*args: Any, **kwargs: Any) -> Any:

@@ -18,7 +18,7 @@ import json
 import time
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import CompileConfig, LlamaConfig, LlamaForCausalLM
 
 
 def parse_args():
@@ -37,10 +37,13 @@ def parse_args():
     p.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default=None,
                    help="default: bfloat16 on cuda, float32 on cpu")
     p.add_argument("--compile", action="store_true",
-                   help="the transformers docs' recipe: a static KV cache and model.forward = torch.compile(model.forward, "
-                        "mode='reduce-overhead', fullgraph=True), generate's own compilation turned off")
+                   help="the transformers 4 docs' recipe: a static KV cache and model.forward = torch.compile(model.forward, "
+                        "mode='reduce-overhead', fullgraph=True), generate's own compilation turned off (dies on "
+                        "transformers 5.17 on CUDA: see below)")
     p.add_argument("--auto-compile", action="store_true",
-                   help="transformers 5's way: a static KV cache only; on CUDA generate compiles the forward itself")
+                   help="transformers 5's way: a static KV cache only; generate compiles the forward of its decode steps "
+                        "(on CUDA by itself; on a CPU a CompileConfig asks for it)")
+    p.add_argument("--compile-backend", default="inductor", help="--auto-compile on a CPU: torch.compile's backend")
     p.add_argument("--device", default="cuda")
     return p.parse_args()
 
@@ -76,10 +79,17 @@ def main():
     if args.compile:
         model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
         # On CUDA, transformers 5 also compiles the forward inside generate when the cache
-        # is static; over the recipe's compiled forward the two CUDA graphs overwrote each
-        # other's outputs (transformers 5.17 on the H200: "accessing tensor output of
-        # CUDAGraphs that has been overwritten by a subsequent run")
+        # is static: off, or the two compilations stack. Even so the recipe dies on
+        # transformers 5.17 on the H200 ("accessing tensor output of CUDAGraphs that has been
+        # overwritten by a subsequent run", in the static cache's index_copy_): transformers 5
+        # creates the static cache's tensors lazily, inside the first compiled forward
+        # (its prefill), so they are CUDA-graph outputs. --auto-compile is the way there.
         model.generation_config.disable_compile = True
+    if args.auto_compile and device.type != "cuda":
+        # generate compiles on CUDA, XPU and TPU only; this private flag asks for it anywhere
+        compile_config = CompileConfig(backend=args.compile_backend)
+        compile_config._compile_all_devices = True
+        model.generation_config.compile_config = compile_config
 
     input_ids = torch.randint(3, config.vocab_size, (args.batch, args.prompt_len), device=device)
     attention_mask = torch.ones_like(input_ids)
