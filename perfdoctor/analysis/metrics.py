@@ -538,7 +538,10 @@ def _steps_per_s(c: _Context, light: steady.SteadySeries | None) -> Metric:
         cad = light.cadence
         if cad.steps_per_s is None:
             return c.absent("steps_per_s", f"light pass: {cad.reason}")
-        note = f"{cad.pauses} pause(s) between steps left out" if cad.pauses else None
+        note = None
+        if cad.pauses:
+            note = (f"{cad.pauses} pause(s) between steps left out: {cad.paused_ms:.1f} ms of intervals, the program's "
+                    f"work between its steps (a prefill or an encoder per generate, I/O); with them {cad.with_pauses_per_s:.4g} /s")
         return c.have("steps_per_s", cad.steps_per_s, source="light", note=note)
     if c.no_steps:
         return c.absent("steps_per_s", c.no_steps)

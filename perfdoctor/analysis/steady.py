@@ -381,6 +381,11 @@ class Cadence:
     intervals: int  # completion-to-completion intervals counted
     pauses: int  # intervals left out as pauses
     reason: str | None = None  # why steps_per_s is None
+    # the rate with the pauses in (every interval of the series): what a timer around the
+    # whole loop reads when the pauses are work of the program's own (a prefill or an
+    # encoder per generate(), generate's set-up), so a user can check either number
+    with_pauses_per_s: float | None = None
+    paused_ms: float = 0.0  # the intervals left out (each pause and the step after it), summed
 
 
 def cadence(
@@ -404,11 +409,15 @@ def cadence(
     if h.size < 2:
         return Cadence(None, 0, 0, "needs at least two steps")
     paused = paused_before(h, g, gpu_start)[1:]
-    kept = np.diff(g)[~paused]
+    intervals = np.diff(g)
+    kept = intervals[~paused]
     total = int(kept.sum())
     if kept.size == 0 or total <= 0:
         return Cadence(None, 0, int(paused.sum()), "no back-to-back steps with a positive interval")
-    return Cadence(kept.size / (total / 1e9), int(kept.size), int(paused.sum()))
+    if not paused.any():
+        return Cadence(kept.size / (total / 1e9), int(kept.size), 0)
+    return Cadence(kept.size / (total / 1e9), int(kept.size), int(paused.sum()),
+                   with_pauses_per_s=intervals.size / (int(intervals.sum()) / 1e9), paused_ms=float(intervals[paused].sum()) / 1e6)
 
 
 @dataclass(frozen=True)

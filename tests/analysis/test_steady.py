@@ -61,6 +61,10 @@ def test_cadence_leaves_out_pauses_longer_than_a_median_step() -> None:
     c = steady.cadence(h, g)
     assert (c.intervals, c.pauses) == (2, 1)
     assert c.steps_per_s == pytest.approx(2 / 20e-9)
+    # with the pause in: every interval, (n - 1) / (last end - first end), what a timer
+    # around the whole loop reads; the interval left out is the 80 ns one
+    assert c.with_pauses_per_s == pytest.approx(3 / 100e-9)
+    assert c.paused_ms == pytest.approx(80e-6)
 
 
 def test_cadence_back_to_back_equals_the_contract_rate() -> None:
@@ -68,6 +72,7 @@ def test_cadence_back_to_back_equals_the_contract_rate() -> None:
     g = [10, 20, 30, 40]
     c = steady.cadence(h, g)
     assert c.pauses == 0 and c.steps_per_s == pytest.approx(3 / 30e-9)  # (n-1) / (last - first)
+    assert c.with_pauses_per_s is None and c.paused_ms == 0  # nothing left out: one rate
 
 
 def test_cadence_needs_two_steps() -> None:
