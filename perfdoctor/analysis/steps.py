@@ -155,6 +155,45 @@ def choose_step(
     return None
 
 
+# The share of an instance's gaps (between two of its calls in a row) that must hold a call
+# of another instance for its calls to enclose that one's: more than half, so that a model
+# called twice per iteration (A A B: half of A's gaps hold B) never encloses the model
+# called once, and a few gaps without (an assisted generate's last iterations may verify
+# with no draft: the draft has no room left) do not break the rhythm.
+ENCLOSES = 0.5
+
+
+def iteration_instance(instances: Sequence[int]) -> int | None:
+    """Which instance of one module class marks the loop iteration, from the instance of
+    each of the class's depth-0 calls in call order (their ordinals,
+    :class:`perfdoctor.record.bootstrap.steps.Instances`); None when none does, and then the
+    class's calls are the step, as with one instance.
+
+    An instance that repeats (two calls or more) encloses another when that one is called
+    between more than ``ENCLOSES`` of its consecutive calls. The iteration's mark encloses
+    every other repeating instance called at least as often, and there is one: assisted
+    generation's target (one verifying forward per iteration) encloses its draft (several
+    forwards per iteration), not the other way round. Of those, the one called most often:
+    a model called once per run of the loop (an evaluation before and after it) encloses
+    the loop too, but it is an outer loop. Two models called alike (a teacher and its
+    student) enclose each other: the first called. Two models each in a loop of its own,
+    one after the other, enclose none: None."""
+    at = np.asarray(instances, dtype=np.int64)
+    ordinals, counts = np.unique(at, return_counts=True)
+    calls = {int(o): np.flatnonzero(at == o) for o, n in zip(ordinals, counts) if n >= 2}
+
+    def encloses(mine: np.ndarray, other: np.ndarray) -> bool:
+        between = np.searchsorted(other, mine[1:]) - np.searchsorted(other, mine[:-1])
+        return bool(np.mean(between > 0) > ENCLOSES)
+
+    marks = [
+        o for o, mine in calls.items()
+        if (rest := [c for p, c in calls.items() if p != o and c.size >= mine.size]) and all(encloses(mine, c) for c in rest)
+    ]
+    # the most calls; a tie goes to the first called (ordinals are in order of first call)
+    return max(marks, key=lambda o: (calls[o].size, -o), default=None)
+
+
 def training_loop(hosts: Mapping[str, Sequence[int]], ends_of_passes: Sequence[int] = ()) -> tuple[dict[str, int], list[int]]:
     """The training iteration's facts, one rule for a trace (:func:`choose_step_ranges`) and
     for the light pass (:func:`perfdoctor.record.light.find_step`), from ``hosts``: the host

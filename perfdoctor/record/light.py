@@ -6,6 +6,7 @@ steady steps."""
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,38 @@ def choose_module(modules: dict[str, dict[str, Any]]) -> tuple[int, str] | None:
     return None
 
 
+def module_step(modules: dict[str, dict[str, Any]], classes: dict[str, str]) -> tuple[str, dict[str, Any], dict[str, Any], str] | None:
+    """The module step: (its name, its calls, the traced passes' mark, ``light_pass.module``,
+    and how it was found), or None. The class is :func:`choose_module`'s. When two of its
+    instances or more repeat at depth 0 (their calls carry ``instance``) and one of them
+    marks the loop iteration (:func:`perfdoctor.analysis.steps.iteration_instance`: in
+    assisted generation the target, whose one forward per iteration verifies the draft's
+    several), the step is that instance's calls alone, named ``Class#k.forward`` (k: its
+    ordinal by first call, which the traced passes count alike); merged with the draft's,
+    the steps were one per forward of either model, uneven, many times the iterations."""
+    found = choose_module(modules)
+    if found is None:
+        return None
+    depth, name = found
+    calls = modules[str(depth)][name]
+    module = {"name": name, "depth": depth, "class": classes.get(name, name), "span": "the loop iteration: each call and the host work until the next call"}
+    cls = name.removesuffix(".forward")
+    instances = calls.get("instance")
+    instance = steps.iteration_instance(instances) if instances else None
+    if instance is None:
+        return name, series_rows(calls, range(len(calls["gpu_end_ns"]))), module, f"module: {cls}"
+    step = f"{cls}#{instance}.forward"
+    mine = [i for i, k in enumerate(instances) if k == instance]
+    how = (f"module: {cls}#{instance}: the {cls} instance (#{instance} by first call) whose {len(mine)} calls enclose "
+           f"the {len(instances) - len(mine)} calls of its other instances at depth 0: the loop iteration")
+    return step, series_rows(calls, mine), {**module, "name": step, "instance": instance}, how
+
+
+def series_rows(series: dict[str, Any], rows: Sequence[int]) -> dict[str, Any]:
+    """The steps ``rows`` of ``series``, as a series."""
+    return {k: [series[k][i] for i in rows] if series.get(k) is not None else None for k in ("host_start_ns", "gpu_start_ns", "gpu_end_ns")}
+
+
 def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, str | None, dict[str, Any] | None, bool]:
     """(step name, how it was found, the module step, whether its series was rewritten: timed
     as the loop iteration or merged from serving ranges) from the light pass's results.
@@ -62,10 +95,9 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
             return None, None, None, False
     else:
         user = [n for n in api_counts if counts.get(n)]
-    modules: dict[str, int] = {}
-    found = choose_module(results.modules or {}) if options.step is None and options.step_fn is None else None
-    if found is not None:
-        modules[found[1]] = len(results.modules[str(found[0])][found[1]]["gpu_end_ns"])  # type: ignore[index]
+    automatic = options.step is None and options.step_fn is None
+    found = module_step(results.modules or {}, results.module_classes or {}) if automatic else None
+    modules = {found[0]: len(found[1]["gpu_end_ns"])} if found is not None else {}
     # one series per CUDA graph replayed (the bootstrap's GraphReplays): its replays are the
     # step when that graph is (nearly) every replay, as a trace's graph launches are
     graph = steps.one_graph({n: c for n, c in counts.items() if rangenames.kind(n) == rangenames.REPLAY})
@@ -90,10 +122,7 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
         return name, choice.how, None, True
     module = None
     if choice.kind == "module":
-        depth = found[0]  # type: ignore[index]
-        calls = results.modules[str(depth)][name]  # type: ignore[index]
-        path = (results.module_classes or {}).get(name, name)
-        module = {"name": name, "depth": depth, "class": path, "span": "the loop iteration: each call and the host work until the next call"}
+        _, calls, module, how = found  # type: ignore[misc]
     else:
         calls, prefill = with_eager_calls(name, series[name], results.modules) if choice.kind == "compiled" else (series[name], "")
     if choice.kind == "loop":
@@ -115,8 +144,7 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
             results.call_series = {**(results.call_series or {}), name: calls}
         series[name] = timed
         results.series = series
-    how = choice.how + prefill if module is None else f"module: {name.removesuffix('.forward')}"
-    return name, how, module, choice.iteration
+    return name, choice.how + prefill if module is None else how, module, choice.iteration
 
 
 def with_eager_calls(name: str, calls: dict[str, Any], modules: dict[str, Any] | None) -> tuple[dict[str, Any], str]:
@@ -140,8 +168,7 @@ def with_eager_calls(name: str, calls: dict[str, Any], modules: dict[str, Any] |
             rows.append(i)
     if not rows:
         return calls, ""
-    picked = {k: [eager[k][i] for i in rows] if eager.get(k) is not None else None for k in ("host_start_ns", "gpu_start_ns", "gpu_end_ns")}
-    return merged_series([calls, picked]), f", with its {len(rows)} eager call{'s' if len(rows) > 1 else ''} (a prefill: the same forward, not compiled)"
+    return merged_series([calls, series_rows(eager, rows)]), f", with its {len(rows)} eager call{'s' if len(rows) > 1 else ''} (a prefill: the same forward, not compiled)"
 
 
 def _loader_passes(results: PassResults) -> dict[str, Any]:

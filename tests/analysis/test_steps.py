@@ -16,7 +16,7 @@ import pytest
 from conftest import FIXTURES
 from perfdoctor.pipeline import load_trace
 from perfdoctor.analysis.metrics import analyze
-from perfdoctor.analysis.steps import AUTO_STEP, find_steps, repeating_region
+from perfdoctor.analysis.steps import AUTO_STEP, find_steps, iteration_instance, repeating_region
 from perfdoctor.profile import BundleFacts
 
 CASES = [
@@ -68,6 +68,28 @@ def test_a_layer_is_not_a_step_the_outermost_repetition_is() -> None:
 
 def test_no_repetition_means_no_automatic_step() -> None:
     assert repeating_region(np.arange(50)) is None
+
+
+def test_the_instance_that_encloses_the_others_calls_marks_the_iteration() -> None:
+    # each depth-0 call of one class, by its instance's ordinal (by first call)
+    draft, target = 1, 2
+    # assisted generation: the draft drafts (its own prefill first), the target verifies;
+    # the last iterations verify without a draft (no room left), a second generate follows
+    generate = [draft] * 5 + [target] + ([draft] * 4 + [target]) * 6 + [target, target]
+    assert iteration_instance(generate * 2) == target
+    # a model called twice per iteration never marks it, whichever is called first (half of
+    # its gaps hold the other's call: not more than half)
+    assert iteration_instance([1, 1, 2] * 6) == 2
+    assert iteration_instance([1, 2, 2] * 6) == 1
+    # a teacher and its student, called alike: the first called
+    assert iteration_instance([1, 2] * 6) == 1
+    # an evaluation before and after the loop encloses it too, but it is an outer loop
+    assert iteration_instance([1] + [2, 3, 3, 3] * 5 + [1]) == 2
+    # two models each in a loop of its own, one after the other: none marks the other's iteration
+    assert iteration_instance([1] * 10 + [2] * 5) is None
+    # one instance that repeats (a model, a loss module made anew each iteration): the class
+    assert iteration_instance([1] * 8) is None
+    assert iteration_instance([1, 2, 1, 3, 1, 4, 1, 5]) is None
 
 
 def test_library_ranges_are_never_the_step() -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from perfdoctor import api
 from perfdoctor.record.bootstrap.clock import Timer
 from perfdoctor.record.bootstrap.steps import ModuleSteps
 
@@ -115,6 +116,60 @@ def test_a_class_with_its_own_call_gets_it_back_and_subclasses_are_not_timed_as_
     finally:
         steps.uninstall()
     assert Own.__call__ is own_call and vars(Own)["__call__"] is own_call
+
+
+class Regions:
+    """A perfdoctor.api listener: the regions a traced pass's ModuleSteps opens."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def step_start(self, name: str) -> None:
+        self.names.append(name)
+
+    def step_end(self, name: str) -> None:
+        pass
+
+    def declared(self, name: str) -> None:
+        pass
+
+
+def test_two_instances_of_one_class_are_told_apart_and_a_traced_pass_marks_the_chosen_one() -> None:
+    draft, target, x = Net(), Net(), torch.zeros(2)
+    iterations = 4
+
+    def loop() -> None:  # assisted generation's rhythm: the draft 3 times, the target once
+        for _ in range(iterations):
+            for _ in range(3):
+                draft(x)
+            target(x)
+            Loss()(x)  # a module made anew each time: many instances, each called once
+
+    steps = ModuleSteps(types.SimpleNamespace(timer=Timer()))
+    try:
+        loop()  # scouting, then narrowed (the draft's fifth call)
+        assert torch.nn.Module.__call__ is TORCH_CALL
+        series, _ = steps.series()
+    finally:
+        steps.uninstall()
+    # each Net call's instance, by ordinal in order of first call, beside its times
+    assert series["0"]["Net.forward"]["instance"] == [1, 1, 1, 2] * iterations
+    assert len(series["0"]["Net.forward"]["gpu_end_ns"]) == 4 * iterations
+    # one Loss call per instance: no two instances repeat, so the class reads as it always did
+    assert "instance" not in series["0"]["Loss.forward"] and len(series["0"]["Loss.forward"]["gpu_end_ns"]) == iterations
+
+    # a traced pass: the same program, the light pass's step the second instance of Net
+    draft, target = Net(), Net()
+    regions = Regions()
+    api.subscribe(regions)
+    steps = ModuleSteps(types.SimpleNamespace(timer=Timer()), mark={"name": "Net#2.forward", "depth": 0, "instance": 2,
+                                                                      "class": f"{Net.__module__}.{Net.__qualname__}"})
+    try:
+        loop()
+    finally:
+        steps.uninstall()
+        api._listeners.remove(regions)
+    assert regions.names == ["Net#2.forward"] * iterations
 
 
 def test_perfdoctor_run_of_an_unmodified_program_finds_one_step_per_forward(tmp_path: Path) -> None:

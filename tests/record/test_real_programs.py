@@ -99,6 +99,30 @@ def test_hf_generate_compiling_its_own_decode_steps_per_forward_prefill_included
     assert at == [k * tokens for k in range(generations + 1)]
 
 
+def test_hf_assisted_generation_steps_per_target_forward_not_per_forward_of_either_model(tmp_path: Path) -> None:
+    tokens, generations = 32, 2
+    light, series, result = _run(
+        tmp_path, "hf_assisted.py", "--device", "cpu", "--layers", "4", "--draft-layers", "1", "--dim", "64", "--heads", "4",
+        "--kv-heads", "2", "--ffn-dim", "128", "--vocab", "256", "--tokens", str(tokens), "--generations", str(generations),
+        "--draft-tokens", "4", "--confidence", "0",
+    )
+    # target and draft are both LlamaForCausalLM at depth 0: the step is the target's
+    # forward (the second instance called: the draft drafts first), one per iteration of
+    # generate's assisted loop, in the warm-up generate and the timed ones (before: one
+    # step per forward of either model, 96 for 21 iterations, p50 a draft's forward)
+    assert light["step_name"] == "LlamaForCausalLM#2.forward" and light["module"]["instance"] == 2
+    assert light["steps_seen"] == result["warmup_forwards"]["target"] + result["target_forwards"]
+    assert result["draft_forwards"] > result["target_forwards"]
+    # the timed generates' iterations, each from one target forward to the next (the last:
+    # its own end), against their own time: all of it but each generate's setup and the
+    # draft's first drafts before its first target forward (0.93 here alone); as for
+    # hf_generate.py above, a preempted gap on this box reads as a pause and ends that
+    # iteration at its call, so the lower bound is loose
+    ms = _step_ms(series)[-result["target_forwards"]:]
+    own = sum(result["ms_each"])
+    assert 0.5 * own < ms.sum() <= own
+
+
 def test_train_loop_steps_per_iteration_not_per_batch_fetch(tmp_path: Path) -> None:
     iters, warmup = 6, 2
     light, series, result = _run(

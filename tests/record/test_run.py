@@ -579,6 +579,38 @@ def test_module_steps_choose_the_outermost_repeating_call():
     assert choose_module({"0": {"Once.forward": series(1)}, "1": {}}) is None
 
 
+def test_of_two_instances_of_one_model_class_the_one_that_encloses_the_others_is_the_step():
+    from perfdoctor.bundle.protocol import PassResults
+    from perfdoctor.record.light import find_step
+    from perfdoctor.record.options import RunOptions
+
+    # assisted generation: per iteration 3 draft forwards (1 ms each), then 1 target forward
+    # (2 ms), all LlamaForCausalLM at depth 0, each 0.5 ms of the loop's own work after the last
+    order = ([1] * 3 + [2]) * 6
+    starts, ends, now = [], [], 0
+    for k in order:
+        starts.append(now)
+        ends.append(now + k * 1_000_000)
+        now = ends[-1] + 500_000
+    calls = {"host_start_ns": starts, "gpu_start_ns": None, "gpu_end_ns": ends}
+    classes = {"LlamaForCausalLM.forward": "transformers.LlamaForCausalLM"}
+    results = PassResults(series={}, modules={"0": {"LlamaForCausalLM.forward": {**calls, "instance": order}}}, module_classes=classes)
+    name, how, module, rewritten = find_step(results, RunOptions(target=["x.py"]))
+    assert name == "LlamaForCausalLM#2.forward" and rewritten
+    assert module == {"name": name, "depth": 0, "class": "transformers.LlamaForCausalLM", "instance": 2,
+                      "span": "the loop iteration: each call and the host work until the next call"}
+    assert how.startswith("module: LlamaForCausalLM#2: ") and "whose 6 calls enclose the 18 calls of its other instances" in how
+    # each step from one target forward to the next (the last: its own end)
+    step = results.series[name]
+    assert step["host_start_ns"] == starts[3::4]
+    assert [e - h for h, e in zip(step["host_start_ns"], step["gpu_end_ns"])] == [7_000_000] * 5 + [2_000_000]
+    # one instance that repeats: the class, as before, with no instance to mark
+    results = PassResults(series={}, modules={"0": {"LlamaForCausalLM.forward": dict(calls)}}, module_classes=classes)
+    name, how, module, _ = find_step(results, RunOptions(target=["x.py"]))
+    assert (name, how, "instance" in module) == ("LlamaForCausalLM.forward", "module: LlamaForCausalLM", False)
+    assert len(results.series[name]["gpu_end_ns"]) == len(order)
+
+
 # --- issue 12: programs that are hard to run ----------------------------------------------
 
 

@@ -248,6 +248,12 @@ class StepTimes:
             done[0] = clock.settle(self.gpu_start[name], done[0])
             done[1] = clock.settle(self.gpu_end[name], done[1])
 
+    def kept(self, name: str) -> list[int]:
+        """The positions of ``name``'s steps that :meth:`series` keeps: completed, and not
+        inside a CUDA graph capture (such a step ran no work: it is not a step)."""
+        n = min(len(self.host[name]), len(self.gpu_end[name]))
+        return [i for i in range(n) if self.gpu_start[name][i] is not CAPTURED and self.gpu_end[name][i] is not CAPTURED]
+
     def series(self) -> tuple[dict[str, dict[str, Any]], str | None]:
         """Per name ``{"host_start_ns", "gpu_start_ns", "gpu_end_ns"}`` on the host clock
         (CLOCK_MONOTONIC), completed steps only; ``gpu_start_ns`` is None when the program
@@ -261,9 +267,7 @@ class StepTimes:
 
         try:
             for name, host in self.host.items():
-                n = min(len(host), len(self.gpu_end[name]))
-                # A step inside a CUDA graph capture ran no work: it is not a step.
-                keep = [i for i in range(n) if self.gpu_start[name][i] is not CAPTURED and self.gpu_end[name][i] is not CAPTURED]
+                keep = self.kept(name)
                 out[name] = {
                     "host_start_ns": [host[i] for i in keep],
                     "gpu_start_ns": [ns(self.gpu_start[name][i]) for i in keep] if clock is not None else None,
