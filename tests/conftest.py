@@ -1,4 +1,6 @@
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +25,45 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300, env: dict
         timeout=timeout,
         env={**os.environ, "COLUMNS": "200", **(env or {})},
     )
+
+
+REAL_PROGRAMS = Path(__file__).parent / "programs" / "real"
+# A user's way to trace a whole script: the torch profiler (CPU activities) around it
+_TRACED = """import os, runpy, sys
+import torch
+out, program = sys.argv[1], sys.argv[2]
+sys.argv, sys.path[0] = sys.argv[2:], os.path.dirname(program)
+with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+    runpy.run_path(program, run_name="__main__")
+prof.export_chrome_trace(out)
+"""
+
+
+def program_result(stdout: str) -> dict:
+    """The ``RESULT {json}`` line a real program (tests/programs/real) prints: its own facts."""
+    return json.loads(re.search(r"^RESULT (\{.*\})$", stdout, re.M).group(1))
+
+
+def trace_program(out: Path, program: str, *args: str, timeout: float = 240) -> dict:
+    """The real program ``tests/programs/real/PROGRAM`` run whole under the torch profiler
+    (CPU activities), its trace written to ``out``; returns its RESULT."""
+    r = subprocess.run([sys.executable, "-c", _TRACED, str(out), str(REAL_PROGRAMS / program), *args],
+                       capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return program_result(r.stdout)
+
+
+def own_step_ms(iteration_ms, optimizer_ms, per_epoch: int):
+    """train_eval.py's own optimizer-step times (``step_time``: from the end of one optimizer
+    step to the end of the next, each epoch's first left out) from the iterations perfdoctor
+    read (from the start of one optimizer step to the start of the next, each epoch's last to
+    its training pass's end): the same span, shifted by the two steps' own durations
+    (``optimizer_ms``, each ``Optimizer.step`` range); each epoch's last iteration left out."""
+    import numpy as np
+
+    it, opt = np.asarray(iteration_ms, dtype=float), np.asarray(optimizer_ms, dtype=float)
+    shifted = it[:-1] + opt[1 : it.size] - opt[: it.size - 1]
+    return np.delete(shifted, np.arange(per_epoch - 1, shifted.size, per_epoch))
 
 
 def run_cli_inprocess(*args: object, env: dict | None = None, **_: object) -> subprocess.CompletedProcess:

@@ -111,20 +111,20 @@ def iteration_ends_ns(
 
 def loop_iterations(
     calls: dict, ends_of_passes: dict | None = None, training_marks: np.ndarray | list[int] | None = None,
-    opens: bool = True,
 ) -> dict:
     """The loop iterations a torch loop range marks (the data loader's ``__next__``,
     ``Optimizer.step``), as a series: each from one range's start to the next's
     (:func:`iteration_ends_ns`, no pauses: the rest of the body is the iteration, however
     uneven), the last one left out (no next start ends it).
 
-    ``ends_of_passes``: the data loader fetches that raised StopIteration (the light pass's
-    ``exhausted``, a series). When the range opens the iteration (``opens``: the fetch),
-    each ends the iteration before it and begins none: without them the last batch of an
-    epoch ran to the next epoch's first fetch, through everything between (an evaluation
-    loop: one step of 27 ms among 4 ms ones). When it does not (the optimizer's step ends
-    a group of accumulated batches), the iteration across an end of pass is left out: it
-    holds the epoch's tail, whatever ran between epochs and the next epoch's first group.
+    ``ends_of_passes``: the data loader fetches that end a pass (a series), each of which
+    ends the iteration before it and begins none. For the fetch's own range, the fetches
+    that raised StopIteration (the light pass's ``exhausted``): without them the last batch
+    of an epoch ran to the next epoch's first fetch, through everything between (an
+    evaluation loop: one step of 27 ms among 4 ms ones). For the optimizer's step, which
+    ends a group of accumulated batches, the fetch that ended its training pass
+    (:func:`training_pass_ends`): without it the epoch's last step ran through the
+    evaluation loop to the next epoch's first step.
 
     ``training_marks``: host starts of the optimizer's ``step`` and ``zero_grad`` in a run
     that trains: only the iterations holding one are kept, so an evaluation loop's batches
@@ -144,8 +144,6 @@ def loop_iterations(
     mine = order < n
     keep = mine.copy()
     keep[-1:] = False  # the last range has no next start
-    if not opens:
-        keep[:-1] &= mine[1:]  # not across an end of pass
     if training_marks is not None and len(training_marks):
         bounds = np.append(host[order][1:], np.iinfo(np.int64).max)
         marks = np.sort(_ns(training_marks))
@@ -159,6 +157,33 @@ def loop_iterations(
         "gpu_start_ns": [gpu_start[i] for i in index] if gpu_start is not None else None,
         "gpu_end_ns": ends[keep].tolist(),
     }
+
+
+def training_pass_ends(mark_host_ns: np.ndarray | list[int], fetch_host_ns: np.ndarray | list[int]) -> np.ndarray:
+    """Positions in ``fetch_host_ns`` of the fetches that end a training pass, for a loop
+    range that closes an iteration rather than opening it (``mark_host_ns``: the optimizer's
+    steps, one per group of accumulated batches; ``fetch_host_ns``: every data loader fetch,
+    the ones that raised StopIteration too). Between two steps of one pass the loop fetches
+    one group: the median count (the upper one: an epoch's remainder, stepped at its end,
+    holds fewer; one fetch at least: two optimizers stepping each batch have none between
+    them). More fetches than that between two steps, or any after the last, means the pass
+    ended in between (a ``break``, or the fetch that raised StopIteration) and other loops
+    ran (a validation, the next epoch's first group): the first fetch after the step ends its
+    iteration. A trace does not tell a ``break``'s fetch, nor one that raised, from any
+    other, and the light pass does not see a ``break``: this is the rule both read from the
+    same facts. With a pass a whole number of groups long that fetch is the one that ended
+    it (a remainder's batches, which no step of that epoch took, are left out of the
+    iteration as :func:`training_batches` leaves them out of the groups)."""
+    marks, fetches = np.sort(_ns(mark_host_ns)), _ns(fetch_host_ns)
+    order = np.argsort(fetches, kind="stable")
+    if marks.size == 0 or fetches.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    first = np.searchsorted(fetches[order], marks, side="right")  # each step's next fetch
+    between = np.diff(np.append(first, fetches.size))  # fetches to the next step (the last: to the end)
+    inner = np.sort(between[:-1])
+    group = max(int(inner[inner.size // 2]), 1) if inner.size else 1
+    ended = np.append(between[:-1] > group, between[-1] > 0)
+    return order[first[ended]]
 
 
 def training_batches(fetch_host_ns: list[int], ends_of_passes_host_ns: list[int], training_marks: list[int]) -> int:

@@ -220,6 +220,21 @@ def training_loop(hosts: Mapping[str, Sequence[int]], ends_of_passes: Sequence[i
     return counts, marks
 
 
+def loop_ranges(marks: pd.DataFrame, fetches: pd.DataFrame, training: Sequence[int]) -> pd.DataFrame:
+    """Step ranges from torch's loop range ``marks`` (the one name chosen or named by
+    ``--step``), each the loop iteration, by the light pass's rules
+    (:func:`perfdoctor.record.light.loop_series`): a fetch's by :func:`training_iterations`;
+    the optimizer's step's to the next, or to the fetch that ended its training pass
+    (``steady.training_pass_ends`` over ``fetches``, every data loader range), never across
+    the evaluation loop or the epochs' gap that follow."""
+    if str(marks["name"].iloc[0]).startswith(rangenames.DATA_LOADER_PREFIX):
+        return training_iterations(marks, training)
+    f = _outermost(fetches)
+    ends = f.iloc[steady.training_pass_ends(marks["start_ns"].to_numpy(np.int64), f["start_ns"].to_numpy(np.int64))]
+    timed = iteration_ranges(pd.concat([marks, ends]))
+    return timed[timed.index.isin(marks.index)]
+
+
 def training_iterations(fetches: pd.DataFrame, marks: Sequence[int]) -> pd.DataFrame:
     """:func:`iteration_ranges` of data loader fetch ranges, those that begin no training
     iteration left out: ``steady.loop_iterations``'s rule (the light pass's), which keeps the
@@ -355,6 +370,7 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
     ranges = _candidate_ranges(profile)
     loops = ranges[starts_with(ranges["name"], rangenames.LOOP_PREFIXES)]
     trained, training = training_loop({n: g.to_numpy(np.int64) for n, g in loops.groupby("name", sort=False)["start_ns"]})
+    fetches = loops[starts_with(loops["name"], rangenames.DATA_LOADER_PREFIX)]
     bundle = profile.origin.bundle
     recorded = bundle.step if bundle is not None else None
     how = f"ranges named {pattern!r} (--step)" if pattern else ""
@@ -389,12 +405,13 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
             raise UsageError(f"--step {pattern!r} matches no range{hint}")
         if equals(matched["source"], "profiler_step").all():
             matched = profiler_steps(profile, matched)
-        if module_step or rangenames.kind(pattern) in (rangenames.COMPILED, rangenames.LOOP, rangenames.REPLAY):
+        marker = rangenames.kind(pattern)
+        if module_step or marker in (rangenames.COMPILED, rangenames.LOOP, rangenames.REPLAY):
             # a marker of the iteration, not the iteration (run's scout times it so too): the
             # model's forward leaves out the host work of HF generate's loop between forwards
             # (logits processors, stopping criteria: 1.6 ms of a 20 ms token on the H200)
-            fetch = pattern.startswith(rangenames.DATA_LOADER_PREFIX)
-            timed = training_iterations(matched, training) if fetch else iteration_ranges(matched)
+            loop = marker == rangenames.LOOP
+            timed = loop_ranges(matched, fetches, training) if loop else iteration_ranges(matched)
             if not timed.empty:
                 return pattern, timed, None, how if (module_step or ITERATION in how) else f"{how}, timed as {ITERATION}"
         return pattern, matched, None, how
@@ -433,8 +450,8 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
             found, auto_how = automatic()
             return AUTO_STEP, found, None, f"{auto_how}; one CUDA/HIP graph replay per step"
         marks = replays if choice.name == GRAPH_REPLAY else ranges[ranges["name"] == choice.name]
-        if choice.kind == "loop" and choice.name.startswith(rangenames.DATA_LOADER_PREFIX):
-            marks = training_iterations(marks, training)  # not an evaluation loop's batches
+        if choice.kind == "loop":
+            marks = loop_ranges(marks, fetches, training)  # not an evaluation loop's batches
         elif choice.iteration:
             marks = iteration_ranges(marks)
         else:

@@ -126,10 +126,7 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
     else:
         calls, prefill = with_eager_calls(name, series[name], results.modules) if choice.kind == "compiled" else (series[name], "")
     if choice.kind == "loop":
-        # torch's own range is only a part of the iteration (the batch's fetch, the
-        # optimizer's step): each runs to the next, or to the end of the loader's pass
-        fetch = name.startswith(rangenames.DATA_LOADER_PREFIX)
-        timed = steady.loop_iterations(calls, ends_of_passes, marks if fetch else None, opens=fetch)
+        timed = loop_series(name, calls, series, ends_of_passes, marks)
     elif choice.iteration:
         # The step is the loop iteration: the call and the host work until the next one
         # (on the H200 an HF generate spent ~0.5 ms per token between forward calls).
@@ -169,6 +166,22 @@ def with_eager_calls(name: str, calls: dict[str, Any], modules: dict[str, Any] |
     if not rows:
         return calls, ""
     return merged_series([calls, series_rows(eager, rows)]), f", with its {len(rows)} eager call{'s' if len(rows) > 1 else ''} (a prefill: the same forward, not compiled)"
+
+
+def loop_series(
+    name: str, calls: dict[str, Any], series: dict[str, dict[str, Any]], exhausted: dict[str, Any], marks: list[int]
+) -> dict[str, Any]:
+    """The iterations torch's loop range ``name`` marks (``calls``, its series). The range is
+    only a part of the iteration (the batch's fetch, the optimizer's step): each runs to the
+    next, or to the end of its pass. A fetch's pass ends at a fetch that raised StopIteration
+    (``exhausted``), and ``marks`` (:func:`perfdoctor.analysis.steps.training_loop`) keep its
+    training iterations; the optimizer's step's pass ends at the first fetch after the pass's
+    last step (:func:`perfdoctor.analysis.steady.training_pass_ends`, over every fetch)."""
+    if name.startswith(rangenames.DATA_LOADER_PREFIX):
+        return steady.loop_iterations(calls, exhausted, marks)
+    fetches = merged_series([s for n, s in series.items() if n.startswith(rangenames.DATA_LOADER_PREFIX)] + [exhausted])
+    at = steady.training_pass_ends(calls["host_start_ns"][: len(calls["gpu_end_ns"])], fetches["host_start_ns"])
+    return steady.loop_iterations(calls, series_rows(fetches, at.tolist()))
 
 
 def _loader_passes(results: PassResults) -> dict[str, Any]:

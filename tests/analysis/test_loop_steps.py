@@ -3,7 +3,9 @@ train(loader); validate(val_loader)``), traced by the real torch profiler on CPU
 counts its training iterations only, as ``perfdoctor run``'s light pass does
 (``analysis.steps.training_loop``). The validation batches' fetches carry the same range name
 (``enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__``), and so does each fetch that
-raised StopIteration; neither begins a training iteration."""
+raised StopIteration; neither begins a training iteration. Gradient accumulation's optimizer
+steps too, on whole-program traces of the real programs (tests/programs/real), read against
+their own facts."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from conftest import own_step_ms, trace_program
 
 torch = pytest.importorskip("torch")
 
@@ -77,3 +81,35 @@ def test_a_validating_training_loop_steps_on_its_training_iterations_only(tmp_pa
     opt = sorted(e["ts"] * 1e3 for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("name") == "Optimizer.step#SGD.step")
     held = np.searchsorted(opt, s.table["host_end_ns"].to_numpy(), side="right") - np.searchsorted(opt, s.table["host_start_ns"].to_numpy())
     assert held.tolist() == [1] * trained
+
+
+def _fetches_held(path: Path, table) -> list[int]:
+    """Per step, the data loader fetches that start inside it."""
+    doc = json.loads(path.read_text())
+    f = np.sort([e["ts"] * 1e3 for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("name") == FETCH])
+    return (np.searchsorted(f, table["host_end_ns"].to_numpy(), side="right") - np.searchsorted(f, table["host_start_ns"].to_numpy())).tolist()
+
+
+@pytest.mark.parametrize("max_iters", [6, None])
+def test_gradient_accumulation_with_validation_steps_per_optimizer_step_never_across_it(tmp_path: Path, max_iters: int | None) -> None:
+    # train(); validate() each epoch, the optimizer every 3rd batch, each epoch ended by
+    # `break` or by its loader's end: before, each epoch's last optimizer step ran to the next
+    # epoch's first through the break's fetch, the validation and the next epoch's first
+    # batches (9 fetches), and the run's last had no next (3 steps of 4)
+    path = tmp_path / "accum.json"
+    extra = ("--max-iters", str(max_iters)) if max_iters else ()
+    accum, batches = 3, 9
+    result = trace_program(path, "train_eval.py", "--epochs", "2", "--batches", str(batches), "--val-batches", "4",
+                           "--width", "256", "--accum-steps", str(accum), *extra)
+    per_epoch = (max_iters or batches) // accum
+    assert result["optimizer_steps"] == 2 * per_epoch
+    profile = load_trace(path)
+    s = find_steps(profile)
+    assert s.name == "Optimizer.step#SGD.step" and "(gradient accumulation)" in s.how
+    assert s.count == result["optimizer_steps"]
+    # each its group's fetches; the epoch's last ends at the fetch that ended its training pass
+    assert _fetches_held(path, s.table) == ([accum] * (per_epoch - 1) + [0]) * 2
+    ms = (s.table["host_end_ns"] - s.table["host_start_ns"] + 1).to_numpy() / 1e6
+    opt = profile.ranges[profile.ranges["name"] == s.name].sort_values("start_ns")
+    own = own_step_ms(ms, (opt["end_ns"] - opt["start_ns"]).to_numpy() / 1e6, per_epoch)
+    assert own.mean() == pytest.approx(result["ms_per_optimizer_step"], rel=0.05)

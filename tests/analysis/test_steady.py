@@ -551,17 +551,45 @@ def test_an_epoch_ended_by_break_keeps_its_training_batches_only() -> None:
     assert steady.training_batches(fetches["host_start_ns"], ended["host_start_ns"], marks) == 4
 
 
-def test_gradient_accumulation_counts_every_batch_and_its_steps_do_not_span_an_epoch_end() -> None:
+def _pass_ends(steps: list[int], fetches: list[int]) -> dict:
+    """The fetches that end the training passes of ``steps``, as a series (the light pass's way)."""
+    return _series([fetches[i] for i in steady.training_pass_ends(steps, fetches)])
+
+
+def test_gradient_accumulation_counts_every_batch_and_its_steps_end_with_their_pass() -> None:
     # 2 epochs of 4 batches, the optimizer every 2nd batch (steps at 15, 35 | 115, 135)
     fetches = _series([0, 10, 20, 30, 100, 110, 120, 130])
     ended = _series([40, 140])
     steps = _series([15, 35, 115, 135])
     assert steady.training_batches(fetches["host_start_ns"], ended["host_start_ns"], steps["host_start_ns"]) == 8
-    # an optimizer step ends its group: from one to the next is a group, the one across the
-    # epoch's end (35 -> 115: the tail, the gap, the next epoch's first group) is left out
-    out = steady.loop_iterations(steps, ended, opens=False)
-    assert out["host_start_ns"] == [15, 115]
-    assert out["gpu_end_ns"] == [35, 135]
+    # an optimizer step ends its group: from one to the next is a group; the epoch's last runs
+    # to the fetch that ended its pass (35 -> 40), not through the gap and the next epoch's
+    # first group (to 115), and is one of the program's 4 steps (before: left out, 2 steps)
+    ends = _pass_ends(steps["host_start_ns"], fetches["host_start_ns"] + ended["host_start_ns"])
+    assert ends["host_start_ns"] == [40, 140]
+    out = steady.loop_iterations(steps, ends)
+    assert out["host_start_ns"] == [15, 35, 115, 135]
+    assert out["gpu_end_ns"] == [35, 40, 135, 140]
+
+
+def test_an_optimizer_step_never_spans_the_validation_after_a_break() -> None:
+    # train_eval.py --max-iters 4 --accum-steps 2: steps at 15, 35 | 115, 135; each epoch's
+    # 5th fetch (40 | 140) meets `break`, then 2 validation batches (50, 60 | 150, 160) and the
+    # fetch that raised StopIteration (70 | 170). Whether the light pass knows which fetches
+    # raised (kept apart) or a trace does not (one more fetch each), the break's fetch ends
+    # the epoch's last step: before, 35 ran to 115 through the validation
+    fetches, raised, steps = [0, 10, 20, 30, 40, 50, 60, 100, 110, 120, 130, 140, 150, 160], [70, 170], [15, 35, 115, 135]
+    ends = _pass_ends(steps, fetches + raised)
+    assert ends["host_start_ns"] == _pass_ends(steps, sorted(fetches + raised))["host_start_ns"] == [40, 140]
+    out = steady.loop_iterations(_series(steps), ends)
+    assert out["gpu_end_ns"] == [35, 40, 135, 140]
+    # a group is the median count of fetches between steps: an epoch's remainder stepped at
+    # its end (steps after 4, 4 and 2 batches) is no end of pass; the run's last step ends at
+    # the fetch after it, none after it: no iteration
+    assert steady.training_pass_ends([35, 75, 95], [0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100]).tolist() == [10]
+    assert steady.training_pass_ends([5, 15], [0, 10]).tolist() == []
+    # two optimizers stepping each batch (a GAN's, one name): no fetch between them is no end
+    assert steady.training_pass_ends([5, 6, 15, 16, 25, 26], [0, 10, 20]).tolist() == []
 
 
 def test_training_batches_leave_out_an_evaluation_loop_that_did_not_end_its_pass() -> None:

@@ -12,16 +12,15 @@ median against the program's mean.
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import run_cli
+from conftest import REAL_PROGRAMS as REAL, own_step_ms, program_result, run_cli
 
 torch = pytest.importorskip("torch")
-REAL = Path(__file__).resolve().parents[1] / "programs" / "real"
+FETCH = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 
 
 def _run(tmp_path: Path, program: str, *args: str) -> tuple[dict, dict, dict]:
@@ -31,8 +30,7 @@ def _run(tmp_path: Path, program: str, *args: str) -> tuple[dict, dict, dict]:
     (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     light = json.loads((bundle / "manifest.json").read_text())["light_pass"]
     series = json.loads((bundle / "raw" / "light.json").read_text())["series"][light["step_name"]]
-    result = json.loads(re.search(r"^RESULT (\{.*\})$", r.stdout, re.M).group(1))
-    return light, series, result
+    return light, series, program_result(r.stdout)
 
 
 def _step_ms(series: dict) -> np.ndarray:
@@ -131,7 +129,7 @@ def test_train_loop_steps_per_iteration_not_per_batch_fetch(tmp_path: Path) -> N
     )
     # the data loader's __next__ marks the iteration: 9 fetches (the last raises
     # StopIteration) for 8 iterations, each from one fetch's start to the next
-    assert light["step_name"] == "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    assert light["step_name"] == FETCH
     assert light["steps_seen"] == iters + warmup
     ms = _step_ms(series)
     assert ms[-iters:].mean() == pytest.approx(result["ms_per_iter"], rel=0.05)
@@ -146,15 +144,16 @@ def test_train_loop_with_gradient_accumulation_steps_per_optimizer_step(tmp_path
         "--iters", str(iters), "--warmup", str(warmup), "--accum-steps", str(accum),
     )
     # one optimizer step per 3 fetches: the iteration is the optimizer's step, from one to
-    # the next (the last has no next: 5 steps, 4 iterations), not the batch, whose every
-    # third one carries the optimizer and would read as uneven steps
+    # the next, not the batch, whose every third one carries the optimizer and would read as
+    # uneven steps; the last runs to the fetch that ended the loader's pass (StopIteration):
+    # the program's 5 optimizer steps (before: 4, the last left out)
     assert light["step_name"] == "Optimizer.step#SGD.step"
     assert "(gradient accumulation)" in light["how"]
-    assert light["steps_seen"] == iters + warmup - 1
+    assert light["steps_seen"] == iters + warmup
     # the program times from the batch after the warm-up's optimizer step to its last one:
-    # the light pass's 4 iterations, from the first optimizer step to the last
+    # the light pass's 4 iterations from the first optimizer step to the last
     ms = _step_ms(series)
-    assert ms[-iters:].mean() == pytest.approx(result["ms_per_iter"], rel=0.05)
+    assert ms[warmup - 1 : warmup - 1 + iters].mean() == pytest.approx(result["ms_per_iter"], rel=0.05)
 
 
 def test_graph_infer_cpu_smoke_mode_runs_the_same_loop_without_the_graph(tmp_path: Path) -> None:
@@ -187,9 +186,40 @@ def test_train_and_validate_each_epoch_steps_per_training_iteration_only(tmp_pat
     )
     per_epoch = max_iters or batches
     assert result["iters"] == epochs * per_epoch
-    assert light["step_name"] == "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    assert light["step_name"] == FETCH
     assert light["steps_seen"] == epochs * per_epoch
     assert f"({epochs * per_epoch}x)" in light["how"] and "gradient accumulation" not in light["how"]
     # every training iteration, each from its fetch to the next (the last of an epoch: to
     # its loader's end, or to the fetch `break` left), is the program's batch time
     assert _step_ms(series).mean() == pytest.approx(result["ms_per_iter"], rel=0.05)
+
+
+@pytest.mark.parametrize("max_iters", [9, None])
+def test_gradient_accumulation_with_validation_each_epoch_steps_per_optimizer_step(tmp_path: Path, max_iters: int | None) -> None:
+    # train(); validate() each epoch, the optimizer every 3rd batch: the iteration is the
+    # optimizer's step. Each epoch's last runs to the fetch that
+    # ended its training pass (`break`'s, or the one that raised StopIteration) and never
+    # through the validation; before, it was left out at the validation loader's end (one
+    # step per epoch fewer: 4 of 6, 6 of 8)
+    epochs, batches, val, accum = 2, 12, 4, 3
+    extra = ("--max-iters", str(max_iters)) if max_iters else ()
+    light, series, result = _run(
+        tmp_path, "train_eval.py", "--epochs", str(epochs), "--batches", str(batches), "--val-batches", str(val),
+        "--width", "256", "--accum-steps", str(accum), *extra,
+    )
+    per_epoch = (max_iters or batches) // accum
+    assert result["optimizer_steps"] == epochs * per_epoch
+    assert light["step_name"] == "Optimizer.step#SGD.step"
+    assert light["steps_seen"] == result["optimizer_steps"]
+    # no step holds a validation batch: at most its group's fetches, the epoch's last none
+    (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    raw = json.loads((bundle / "raw" / "light.json").read_text())
+    fetches = np.sort(raw["series"][FETCH]["host_start_ns"] + raw["exhausted"][FETCH]["host_start_ns"])
+    held = np.searchsorted(fetches, series["gpu_end_ns"]) - np.searchsorted(fetches, series["host_start_ns"])
+    assert held.tolist() == ([accum] * (per_epoch - 1) + [0]) * epochs
+    # the others, each from one optimizer step to the next, are the program's own steps
+    # (the optimizer steps as the light pass timed them: beside the iterations)
+    calls = raw["call_series"]["Optimizer.step#SGD.step"]
+    own = own_step_ms(_step_ms(series), _step_ms(calls), per_epoch)
+    assert own.mean() == pytest.approx(result["ms_per_optimizer_step"], rel=0.05)
+

@@ -5,7 +5,10 @@ time.time()`` at each iteration's end). An MLP on synthetic features, so it runs
 ``--max-iters N`` ends each training epoch after N batches (``if i == N: break``), as
 benchmark scripts do. ``--sanity-val N`` validates N batches before training, as Lightning's
 ``Trainer.fit`` does (its sanity check, ``num_sanity_val_steps=2``): that loop stops after N
-batches, so its loader never raises StopIteration.
+batches, so its loader never raises StopIteration. ``--accum-steps K``: gradient accumulation as
+PyTorch's AMP recipe writes it (loss / K, backward every batch, step and zero_grad every K-th
+batch of an epoch); ``step_time`` times each optimizer step from the previous one's end (not an
+epoch's first: it follows the epoch's first batches, not a step).
 
     python train_eval.py                          # 3 epochs of 32 batches, 8 validation batches each
     python train_eval.py --max-iters 10 --device cuda
@@ -34,23 +37,35 @@ class AverageMeter:
         return self.sum / max(self.count, 1)
 
 
-def train(loader, model, criterion, optimizer, epoch, args, batch_time):
+def train(loader, model, criterion, optimizer, epoch, args, batch_time, step_time):
     model.train()
-    end = time.time()
+    end = stepped = time.time()
+    steps = 0
     for i, (x, y) in enumerate(loader):
         if i == args.max_iters:
             break
         x, y = x.to(args.device, non_blocking=True), y.to(args.device, non_blocking=True)
         loss = criterion(model(x), y)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        if args.accum_steps == 1:
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        else:
+            (loss / args.accum_steps).backward()
+            if (i + 1) % args.accum_steps == 0:
+                optimizer.step()
+                optimizer.zero_grad()
         if args.device != "cpu":
             torch.cuda.synchronize()
         batch_time.update(time.time() - end)
         end = time.time()
+        if (i + 1) % args.accum_steps == 0:
+            if steps:
+                step_time.update(end - stepped)
+            steps, stepped = steps + 1, end
         if i % args.print_freq == 0:
             print(f"Epoch: [{epoch}][{i}/{len(loader)}]\tTime {batch_time.avg:.4f}\tLoss {loss.item():.4f}")
+    return steps
 
 
 def validate(loader, model, args, batches=None):
@@ -72,11 +87,14 @@ def main():
     p.add_argument("--val-batches", type=int, default=8)
     p.add_argument("--max-iters", type=int, default=-1, help="end each training epoch after this many batches")
     p.add_argument("--sanity-val", type=int, default=0, help="validation batches before training (Lightning's sanity check)")
+    p.add_argument("--accum-steps", type=int, default=1, help="batches per optimizer step (gradient accumulation)")
     p.add_argument("--batch-size", "-b", type=int, default=64)
     p.add_argument("--width", type=int, default=1024)
     p.add_argument("--print-freq", type=int, default=10)
     p.add_argument("--device", default="cpu")
     args = p.parse_args()
+    if args.accum_steps < 1:
+        p.error("--accum-steps must be at least 1")
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(256, args.width), nn.ReLU(), nn.Linear(args.width, args.width), nn.ReLU(),
@@ -90,11 +108,12 @@ def main():
 
     train_loader = DataLoader(data(args.batches), batch_size=args.batch_size, shuffle=True)
     val_loader = DataLoader(data(args.val_batches), batch_size=args.batch_size)
-    batch_time = AverageMeter()
+    batch_time, step_time = AverageMeter(), AverageMeter()
     if args.sanity_val:
         print(f" * sanity check Acc@1 {validate(val_loader, model, args, batches=args.sanity_val):.3f}")
+    optimizer_steps = 0
     for epoch in range(args.epochs):
-        train(train_loader, model, criterion, optimizer, epoch, args, batch_time)
+        optimizer_steps += train(train_loader, model, criterion, optimizer, epoch, args, batch_time, step_time)
         print(f" * Acc@1 {validate(val_loader, model, args):.3f}")
     print(f"Train: {batch_time.avg * 1e3:.3f} ms/iter over {batch_time.count} iterations")
     after_first = (batch_time.sum - (batch_time.first or 0.0)) / max(batch_time.count - 1, 1) * 1e3
@@ -104,7 +123,9 @@ def main():
     print("RESULT " + json.dumps({"program": "train_eval", "step": "training iteration", "iters": batch_time.count,
                                   "ms_per_iter": batch_time.avg * 1e3, "ms_per_step": after_first,
                                   "ms_first_iter": (batch_time.first or 0.0) * 1e3,
-                                  "ms_per_iter_after_first": after_first, "epochs": args.epochs}))
+                                  "ms_per_iter_after_first": after_first, "epochs": args.epochs,
+                                  "accum_steps": args.accum_steps, "optimizer_steps": optimizer_steps,
+                                  "ms_per_optimizer_step": step_time.avg * 1e3}))
 
 
 if __name__ == "__main__":
