@@ -207,7 +207,8 @@ def training_loop(hosts: Mapping[str, Sequence[int]], ends_of_passes: Sequence[i
     same name, and what it has instead is that no optimizer mark follows it before the next
     fetch (the iteration it would begin holds none: an evaluation loop's first batch, the
     next epoch's), as for an evaluation batch; the iteration before it ends at it, as at an
-    end of pass. No marks (no training): no counts, every fetch is an iteration."""
+    end of pass. No marks (no training): no counts, and in a trace a fetch that raised is
+    told apart by the work after it (:func:`training_iterations`)."""
     marks = sorted(h for n, hs in hosts.items() if n.startswith(rangenames.LOOP_PREFIXES[1:]) for h in hs)
     if not marks:
         return {}, []
@@ -220,7 +221,22 @@ def training_loop(hosts: Mapping[str, Sequence[int]], ends_of_passes: Sequence[i
     return counts, marks
 
 
-def loop_ranges(marks: pd.DataFrame, fetches: pd.DataFrame, training: Sequence[int]) -> pd.DataFrame:
+# The ops that create a data loader's iterator: ``_BaseDataLoaderIter.__init__`` draws its
+# base seed, ``torch.empty((), dtype=torch.int64).random_(generator=...).item()``
+# (torch/utils/data/dataloader.py), between a pass's last fetch and the next pass's first
+LOADER_ITERATOR_OPS = frozenset({"aten::empty", "aten::random_", "aten::item", "aten::_local_scalar_dense"})
+
+
+def loop_work(profile: Profile) -> pd.DataFrame:
+    """The host work a loop iteration over a data loader does besides fetching (its model's):
+    every CPU op and launch call (start_ns, tid), less the ops that create a loader's
+    iterator (:data:`LOADER_ITERATOR_OPS`)."""
+    ops = profile.ops[~profile.ops["name"].isin(LOADER_ITERATOR_OPS)]
+    launches = profile.calls[is_launch(profile.calls["name"])]
+    return pd.concat([t[["start_ns", "tid"]] for t in (ops, launches)], ignore_index=True)
+
+
+def loop_ranges(marks: pd.DataFrame, fetches: pd.DataFrame, training: Sequence[int], work: pd.DataFrame | None) -> pd.DataFrame:
     """Step ranges from torch's loop range ``marks`` (the one name chosen or named by
     ``--step``), each the loop iteration, by the light pass's rules
     (:func:`perfdoctor.record.light.loop_series`): a fetch's by :func:`training_iterations`;
@@ -228,24 +244,45 @@ def loop_ranges(marks: pd.DataFrame, fetches: pd.DataFrame, training: Sequence[i
     (``steady.training_pass_ends`` over ``fetches``, every data loader range), never across
     the evaluation loop or the epochs' gap that follow."""
     if str(marks["name"].iloc[0]).startswith(rangenames.DATA_LOADER_PREFIX):
-        return training_iterations(marks, training)
+        return training_iterations(marks, training, work)
     f = _outermost(fetches)
     ends = f.iloc[steady.training_pass_ends(marks["start_ns"].to_numpy(np.int64), f["start_ns"].to_numpy(np.int64))]
     timed = iteration_ranges(pd.concat([marks, ends]))
     return timed[timed.index.isin(marks.index)]
 
 
-def training_iterations(fetches: pd.DataFrame, marks: Sequence[int]) -> pd.DataFrame:
+def training_iterations(fetches: pd.DataFrame, marks: Sequence[int], work: pd.DataFrame | None) -> pd.DataFrame:
     """:func:`iteration_ranges` of data loader fetch ranges, those that begin no training
     iteration left out: ``steady.loop_iterations``'s rule (the light pass's), which keeps the
-    iterations holding one of ``marks`` (:func:`training_loop`) when two or more do."""
+    iterations holding one of ``marks`` (:func:`training_loop`) when two or more do.
+
+    Without marks (an evaluation loop), a fetch whose iteration holds no ``work``
+    (:func:`loop_work`) between its end and the next fetch begins none, when two or more
+    do: it fetched no batch. That is how a trace tells the fetch that raised StopIteration at
+    a pass's end, which the light pass is told (its ``exhausted``): nothing but the next
+    pass's iterator creation runs before the next pass's first fetch (a ``for epoch: for x in
+    loader: model(x)`` loop read 3 passes of 5 batches as 17 steps)."""
     timed = iteration_ranges(fetches)
-    if not len(marks) or timed.empty:
+    if timed.empty:
         return timed
+    if not len(marks):
+        return timed if work is None else timed[_hold_work(timed, fetches.loc[timed.index, "end_ns"], work)]
     f = _outermost(fetches)
     calls = {"host_start_ns": f["start_ns"].to_numpy(np.int64), "gpu_start_ns": None, "gpu_end_ns": f["end_ns"].to_numpy(np.int64)}
     kept = steady.loop_iterations(calls, training_marks=marks)["host_start_ns"]
     return timed[timed["start_ns"].isin(kept)]
+
+
+def _hold_work(timed: pd.DataFrame, fetch_end: pd.Series, work: pd.DataFrame) -> np.ndarray:
+    """Which iterations hold ``work`` on their thread between their fetch's end and their own
+    end; all of them when fewer than two do (a trace without ops or launches says nothing)."""
+    held = np.zeros(len(timed), dtype=bool)
+    ends, tids = fetch_end.to_numpy(np.int64), timed["tid"].to_numpy()
+    for tid in np.unique(tids):
+        mine = tids == tid
+        w = np.sort(work.loc[work["tid"] == tid, "start_ns"].to_numpy(np.int64))
+        held[mine] = np.searchsorted(w, timed["end_ns"].to_numpy(np.int64)[mine], side="right") > np.searchsorted(w, ends[mine], side="right")
+    return held if np.count_nonzero(held) >= 2 else np.ones(len(timed), dtype=bool)
 
 
 def iteration_ranges(marks: pd.DataFrame) -> pd.DataFrame:
@@ -371,6 +408,9 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
     loops = ranges[starts_with(ranges["name"], rangenames.LOOP_PREFIXES)]
     trained, training = training_loop({n: g.to_numpy(np.int64) for n, g in loops.groupby("name", sort=False)["start_ns"]})
     fetches = loops[starts_with(loops["name"], rangenames.DATA_LOADER_PREFIX)]
+    work = loop_work(profile) if not fetches.empty else None
+    # an evaluation loop's fetches, those that fetched a batch (a training loop's: trained), as run counts them
+    fetched = {n: len(training_iterations(g, [], work)) for n, g in fetches.groupby("name", sort=False) if n not in trained}
     bundle = profile.origin.bundle
     recorded = bundle.step if bundle is not None else None
     how = f"ranges named {pattern!r} (--step)" if pattern else ""
@@ -411,7 +451,7 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
             # model's forward leaves out the host work of HF generate's loop between forwards
             # (logits processors, stopping criteria: 1.6 ms of a 20 ms token on the H200)
             loop = marker == rangenames.LOOP
-            timed = loop_ranges(matched, fetches, training) if loop else iteration_ranges(matched)
+            timed = loop_ranges(matched, fetches, training, work) if loop else iteration_ranges(matched)
             if not timed.empty:
                 return pattern, timed, None, how if (module_step or ITERATION in how) else f"{how}, timed as {ITERATION}"
         return pattern, matched, None, how
@@ -428,7 +468,7 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
     if not replays.empty and _replays_per_unit(replays, automatic()[0]) > 1:
         # vLLM's piecewise graphs: one replay per piece of the model, many per iteration
         replays = replays.iloc[0:0]
-    counts = {**ranges["name"].value_counts(sort=False).to_dict(), **trained}  # a loader's training fetches, as run counts them
+    counts = {**ranges["name"].value_counts(sort=False).to_dict(), **trained, **fetched}  # a loader's batches, as run counts them
     lengths = (ranges["end_ns"] - ranges["start_ns"]).groupby(ranges["name"]).sum().to_dict()
     cpu = ran_no_gpu(profile)  # no GPU work for a range to have: a CPU program's repeating range is its step
     choice = choose_step(
@@ -451,7 +491,7 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
             return AUTO_STEP, found, None, f"{auto_how}; one CUDA/HIP graph replay per step"
         marks = replays if choice.name == GRAPH_REPLAY else ranges[ranges["name"] == choice.name]
         if choice.kind == "loop":
-            marks = loop_ranges(marks, fetches, training)  # not an evaluation loop's batches
+            marks = loop_ranges(marks, fetches, training, work)  # not an evaluation loop's batches
         elif choice.iteration:
             marks = iteration_ranges(marks)
         else:

@@ -3,9 +3,9 @@ train(loader); validate(val_loader)``), traced by the real torch profiler on CPU
 counts its training iterations only, as ``perfdoctor run``'s light pass does
 (``analysis.steps.training_loop``). The validation batches' fetches carry the same range name
 (``enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__``), and so does each fetch that
-raised StopIteration; neither begins a training iteration. Gradient accumulation's optimizer
-steps too, on whole-program traces of the real programs (tests/programs/real), read against
-their own facts."""
+raised StopIteration; neither begins a training iteration. The same for an evaluation-only loop
+and for gradient accumulation's optimizer steps, on whole-program traces of the real programs
+(tests/programs/real), read against their own facts."""
 
 from __future__ import annotations
 
@@ -88,6 +88,24 @@ def _fetches_held(path: Path, table) -> list[int]:
     doc = json.loads(path.read_text())
     f = np.sort([e["ts"] * 1e3 for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("name") == FETCH])
     return (np.searchsorted(f, table["host_end_ns"].to_numpy(), side="right") - np.searchsorted(f, table["host_start_ns"].to_numpy())).tolist()
+
+
+def test_an_evaluation_loop_over_several_passes_steps_on_its_batches_only(tmp_path: Path) -> None:
+    # 3 passes of 6 batches, no optimizer: 21 fetches, each pass's last raised StopIteration.
+    # A trace does not say which did; the iteration one would begin holds nothing but the next
+    # pass's iterator creation (its seed draw), no model work: it fetched no batch. Before: 20
+    # steps, two of them each pass's end to the next pass's first fetch.
+    path = tmp_path / "eval.json"
+    result = trace_program(path, "eval_loop.py", "--passes", "3", "--batches", "6", "--width", "256")
+    assert (result["batches"], result["passes"]) == (18, 3)
+    s = find_steps(load_trace(path))
+    assert s.name == FETCH
+    assert s.count == result["batches"]
+    assert f"({result['batches']}x)" in s.how
+    assert _fetches_held(path, s.table) == [1] * result["batches"]
+    # each from its fetch to the next: the program's batch times (each from the previous batch's end)
+    ms = (s.table["host_end_ns"] - s.table["host_start_ns"]).to_numpy() / 1e6
+    assert ms.mean() == pytest.approx(result["ms_per_batch"], rel=0.1)
 
 
 @pytest.mark.parametrize("max_iters", [6, None])

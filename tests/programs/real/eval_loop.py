@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""Evaluation only, several passes over one DataLoader: the ``validate()`` of PyTorch's
+ImageNet example (``model.eval()``, ``torch.no_grad()``, an ``AverageMeter`` of batch times,
+``end = time.time()`` at each batch's end), run ``--passes`` times as a benchmark of a
+model's evaluation repeats it. No optimizer. An MLP on synthetic features, so it runs
+anywhere; each pass runs its loader to the end (StopIteration).
+
+    python eval_loop.py                           # 3 passes of 16 batches
+    python eval_loop.py --passes 5 --device cuda
+"""
+import argparse
+import json
+import time
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class AverageMeter:
+    def __init__(self):
+        self.sum, self.count, self.first = 0.0, 0, None
+
+    def update(self, val, n=1):
+        if self.first is None:
+            self.first = val  # the run's first batch: CUDA start-up and the loader's first fetch
+        self.sum += val * n
+        self.count += n
+
+    @property
+    def avg(self):
+        return self.sum / max(self.count, 1)
+
+
+def validate(loader, model, args, batch_time):
+    model.eval()
+    correct = seen = 0
+    end = time.time()
+    with torch.no_grad():
+        for x, y in loader:
+            x, y = x.to(args.device, non_blocking=True), y.to(args.device, non_blocking=True)
+            correct += (model(x).argmax(1) == y).sum().item()
+            seen += len(y)
+            batch_time.update(time.time() - end)
+            end = time.time()
+    return 100.0 * correct / max(seen, 1)
+
+
+def main():
+    p = argparse.ArgumentParser(description="Evaluation loop over a DataLoader, several passes (synthetic data)")
+    p.add_argument("--passes", type=int, default=3)
+    p.add_argument("--batches", type=int, default=16, help="batches per pass")
+    p.add_argument("--batch-size", "-b", type=int, default=64)
+    p.add_argument("--width", type=int, default=1024)
+    p.add_argument("--device", default="cpu")
+    args = p.parse_args()
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, args.width), nn.ReLU(), nn.Linear(args.width, args.width), nn.ReLU(),
+                          nn.Linear(args.width, 10)).to(args.device)
+    n = args.batches * args.batch_size
+    loader = DataLoader(TensorDataset(torch.randn(n, 256), torch.randint(0, 10, (n,))), batch_size=args.batch_size)
+    batch_time = AverageMeter()
+    for i in range(args.passes):
+        print(f" * pass {i} Acc@1 {validate(loader, model, args, batch_time):.3f}")
+    print(f"Eval: {batch_time.avg * 1e3:.3f} ms/batch over {batch_time.count} batches")
+    after_first = (batch_time.sum - (batch_time.first or 0.0)) / max(batch_time.count - 1, 1) * 1e3
+    print("RESULT " + json.dumps({"program": "eval_loop", "step": "evaluation batch", "batches": batch_time.count,
+                                  "passes": args.passes, "ms_per_batch": batch_time.avg * 1e3, "ms_per_step": after_first,
+                                  "ms_first_batch": (batch_time.first or 0.0) * 1e3}))
+
+
+if __name__ == "__main__":
+    main()
