@@ -78,7 +78,7 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
     a trace: the user's markers (``--step``, perfdoctor.region/step, ``--step-fn``), serving
     ranges, calls of a torch.compile-d function, ..., the replays of one CUDA graph, ...,
     the outermost repeating module call last. A name that marks the loop iteration (a
-    compiled call, a graph's replays, torch's data loader or optimizer range, a module call)
+    compiled call, a graph's replays, torch's loop ranges, chosen or named, a module call)
     gets a series timed as the iteration, written back into ``results.series``."""
     series = results.step_series()
     counts = {name: len(s["gpu_end_ns"]) for name, s in series.items()}
@@ -108,7 +108,10 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
     if choice.kind == "user":
         how = "--step" if options.step is not None else "--step-fn" if options.step_fn is not None else (
             "perfdoctor.region" if name in api_counts else "range")
-        return name, how, None, False
+        if rangenames.kind(name) != rangenames.LOOP:
+            return name, how, None, False
+        # named, as chosen (and in analyze): a --step fetch was timed alone, not its iteration
+        choice = steps.Choice("loop", name, f"{how}, timed as {steps.ITERATION}", True)
     if choice.kind == "serving":
         series[name] = serving_series(series)
         results.series = series

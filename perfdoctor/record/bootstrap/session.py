@@ -171,23 +171,24 @@ class Session:
     def range_end(self, name: str, exhausted: bool = False, profiler_exit: bool = False) -> None:
         """A range closes. ``exhausted``: a data loader's fetch that raised StopIteration;
         ``profiler_exit``: a ProfilerStep#N that torch.profiler's exit closed. Neither is a
-        step: the light pass keeps each apart from ``series``."""
+        step, the step named by ``--step`` or not: the light pass keeps each apart from
+        ``series`` (a fetch named by --step: its pass's end, as when the step is chosen)."""
         if self.disabled:
             return
+        exhausted = exhausted and name.startswith(rangenames.DATA_LOADER_PREFIX)
+        apart = self.exhausted if exhausted else self.profiler_exit if profiler_exit else None
         if self.matches(name):
             if self.pattern != rangenames.SERVING_STEP:
                 key = self.step_key(name)
-                self.end_step(key, step=not profiler_exit)
-                if profiler_exit and self.mode == "light":
-                    self.times.move_last(key, self.profiler_exit)
+                self.end_step(key, step=apart is None)
+                if apart is not None and self.mode == "light":
+                    self.times.move_last(key, apart)
             elif (step := self.family_step(name, opening=False)) is not None:
                 self.end_step(step)
         elif self.mode == "light" and not name.startswith("perfdoctor."):
             self.end_timing(name)
-            if exhausted and name.startswith(rangenames.DATA_LOADER_PREFIX):
-                self.times.move_last(name, self.exhausted)
-            elif profiler_exit:
-                self.times.move_last(name, self.profiler_exit)
+            if apart is not None:
+                self.times.move_last(name, apart)
 
     def start_timing(self, name: str) -> None:
         """The light pass: a step or range starts (after waiting for its lockstep turn, so
