@@ -1,6 +1,8 @@
-"""One sanitiser for untrusted text: names and paths that come from traces, bundles,
-rule packs or the command line, on their way to a terminal, Markdown, HTML, JUnit or
-GitHub Actions.
+"""Text a person reads, made once: one sanitiser for untrusted text, and one formatter
+per kind of number.
+
+**Untrusted text**: names and paths that come from traces, bundles, rule packs or the
+command line, on their way to a terminal, Markdown, HTML, JUnit or GitHub Actions.
 
 :func:`clean` is the base every output uses: it removes terminal escape sequences (CSI,
 OSC, DCS, ...), C0 and C1 control characters and Unicode bidi overrides, makes line
@@ -16,6 +18,16 @@ functions add what that format needs on top:
 
 Markdown and HTML escaping belong to the reports: :mod:`perfdoctor.reports.format`
 (``md_cell``, ``md_text``, ``html``), applied to :func:`clean`-ed text.
+
+**Numbers**: every output (analyze's terminal, report's Markdown and HTML, diff, gate's
+messages in the terminal, JSON and JUnit, the demo) and every sentence below them (the
+analysis' notes, the rules' evidence and estimates, compare's reasons, ``run``'s progress)
+words a number through one of :func:`value`, :func:`num`, :func:`count`,
+:func:`duration_us`, :func:`percent`, :func:`relative` and :func:`nbytes`, so one number
+reads the same everywhere (``memory_bubble_ratio`` is ``91.7 %`` in each,
+``kernels_per_step`` ``863``, a step ``25.1 ms``). They live here, on the bottom floor, and
+not in reports/, because analysis/, rules/ and compare/ (below reports/) write sentences
+with numbers too. The numeric JSON values stay numbers; only words come from here.
 """
 
 from __future__ import annotations
@@ -119,3 +131,67 @@ def clean_deep(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return [clean_deep(v) for v in obj]
     return obj
+
+
+# Numbers as words (the module docstring's second half). The JSON values stay numbers.
+
+
+def num(v: float) -> str:
+    """3 significant digits, no exponent for everyday magnitudes: ``0.25``, ``37.4``, ``1,980``."""
+    # From 100 up, whole numbers: ".3g" would print 999.6 as "1e+03".
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
+def count(x: float, signed: bool = False) -> str:
+    """A count: whole as ``863`` or ``4,590``; a per-step mean that is not whole keeps its
+    fraction (``863.5``, ``0.02``: a rare sync must not read as 0). ``signed``: ``+0``, ``-1``."""
+    sign = "+" if signed else ""
+    if abs(x - round(x)) < 1e-9:
+        return f"{x:{sign},.0f}"
+    return f"{x:{sign},.1f}" if abs(x) >= 100 else f"{x:{sign}.3g}"
+
+
+def duration_us(us: float, signed: bool = False) -> str:
+    """A duration given in µs, in µs below a millisecond: ``4 µs``, ``12.3 ms``;
+    ``signed``: ``+12.3 ms``, ``-4 µs``."""
+    text = f"{num(abs(us) / 1e3)} ms" if abs(us) >= 1000 else f"{num(abs(us))} µs"
+    return (("+" if us > 0 else "-") + text) if signed and us else text
+
+
+def percent(x: float) -> str:
+    """A share or a ratio in percent: ``91.7 %``, ``50.0 %``."""
+    # below 1 % the digits that matter are after the point: 0.0042 is 0.42 %, not 0.4 %
+    return f"{x * 100:.3g} %" if abs(x) < 0.01 and x != 0 else f"{x * 100:.1f} %"
+
+
+def relative(x: float, places: int = 1) -> str:
+    """A relative change, signed, in percent: ``+3.1%``, ``-75.2%``. A budget's check shows
+    ``places=2``: a +5.04 % rise that fails a +5 % budget must not read ``+5.0%``."""
+    return f"{x:+.{places}%}"
+
+
+def nbytes(v: float) -> str:
+    """Bytes in decimal units: ``1.2 GB``, ``512 B``."""
+    for suffix, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(v) >= scale:
+            return f"{v / scale:.3g} {suffix}"
+    return f"{v:.0f} B"
+
+
+def value(v: float | None, unit: str) -> str:
+    """A metric's value in its unit, for people: ratios as %, counts whole, bytes and rates
+    scaled, absent as ``—``."""
+    if v is None:
+        return "—"
+    v = float(v)
+    if unit == "ratio":
+        return percent(v)
+    if unit == "bytes":
+        return nbytes(v)
+    if unit == "flag":
+        return "yes" if v else "no"
+    if unit == "count":
+        return count(v)
+    if unit == "1/s":
+        return f"{num(v)} /s"
+    return f"{num(v)} {unit}".rstrip()

@@ -389,7 +389,7 @@ def short_how(text: str) -> str:
 def diff_renderable(diff: Any) -> RenderableType:
     """The diff, compact: the latency verdict as a speed-up, key metrics, findings."""
     from perfdoctor.reports.diff_report import fmt_change, kernel_summary
-    from perfdoctor.reports.format import value
+    from perfdoctor.text import value
 
     name = latency_sample(diff)
     c = diff.samples.get(name)

@@ -14,7 +14,7 @@ from rich.text import Text
 
 from perfdoctor.analysis.attribution import BUSY_PARTS, LABELS, PARTS, Attribution
 from perfdoctor.reports import cpu
-from perfdoctor.reports.format import num, value
+from perfdoctor.text import num, value
 
 TITLE = "Where the step went"
 BAR = 30  # characters of the terminal's share bar

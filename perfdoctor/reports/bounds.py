@@ -13,7 +13,7 @@ from rich.text import Text
 
 from perfdoctor.analysis.attribution import LABELS
 from perfdoctor.analysis.bounds import Bounds, ClassBound
-from perfdoctor.reports.format import num, value
+from perfdoctor.text import num, value
 
 TITLE = "What bounds each kernel class"
 COLUMNS = ("class", "ms/step", "TB/s", "TFLOP/s", "FLOP/B", "bound", "of its ceiling")

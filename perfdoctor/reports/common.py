@@ -10,7 +10,7 @@ from typing import Sequence
 
 from perfdoctor.analysis.metrics import Analysis, Metric
 from perfdoctor.bundle.protocol import PassRun
-from perfdoctor.reports.format import num, value
+from perfdoctor.text import num, value
 from perfdoctor.rules.engine import NOT_APPLICABLE, NOT_JUDGED, Finding, verdict
 
 

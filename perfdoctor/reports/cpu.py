@@ -12,8 +12,8 @@ from rich.table import Table
 from rich.text import Text
 
 from perfdoctor.analysis.cpu import CpuView
-from perfdoctor.reports.format import count, md_cell, num, value
-from perfdoctor.text import clean
+from perfdoctor.reports.format import md_cell
+from perfdoctor.text import clean, count, num, value
 
 TITLE = "Where the step went (CPU)"
 NO_GPU = "GPU metrics and checks: absent, no GPU ran in this trace (no GPU activity, no CUDA call)"

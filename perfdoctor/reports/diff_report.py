@@ -16,7 +16,8 @@ from perfdoctor.compare.diff import SCHEMA, Diff, MetricChange
 from perfdoctor.compare.kernels import KernelDiff
 from perfdoctor.compare.processes import ONE_PROCESS_NOTE
 from perfdoctor.compare.samples import LIGHT_SAMPLE, SAMPLE_UNITS
-from perfdoctor.reports.format import count, duration_us, md_cell, relative, value
+from perfdoctor.reports.format import md_cell
+from perfdoctor.text import count, duration_us, relative, value
 
 KERNEL_ROWS = 15  # the kernel table shows the largest movers; JSON has every row
 LEAD_LINES = 3  # a headline, not a table: the full kernel and copy tables follow

@@ -16,8 +16,8 @@ from perfdoctor.analysis.metrics import HIGHER_IS_BETTER
 from perfdoctor.compare.gate import EXIT_INCONCLUSIVE, SCHEMA, Check, GateResult
 from perfdoctor.io import dumps_json
 from perfdoctor.reports.diff_report import document as diff_document, kernel_summary, verdict
-from perfdoctor.reports.format import md_cell, relative, value
-from perfdoctor.text import NEWLINE_MARK, github_data, github_property
+from perfdoctor.reports.format import md_cell
+from perfdoctor.text import NEWLINE_MARK, github_data, github_property, relative, value
 from perfdoctor.text import xml as xml_text
 
 MAX_ANNOTATIONS = 10  # GitHub shows only the first few per step anyway; more is noise

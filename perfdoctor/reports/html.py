@@ -35,7 +35,8 @@ import pandas as pd
 
 from perfdoctor.analysis.metrics import Analysis
 from perfdoctor.reports import attribution, common
-from perfdoctor.reports.format import html as e, value  # e: element text and attribute values
+from perfdoctor.reports.format import html as e  # e: element text and attribute values
+from perfdoctor.text import value
 from perfdoctor.reports.summary import uneven_steps_lines, workload_lines
 from perfdoctor.reports.json import document
 from perfdoctor.rules.engine import Finding

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from perfdoctor.analysis.metrics import Analysis
 from perfdoctor.reports.common import fmt_metric
-from perfdoctor.reports.format import num, value
+from perfdoctor.text import num, value
 from perfdoctor.text import clean
 from perfdoctor.text import rich as esc  # untrusted text in rich markup (a table title)
 

@@ -20,7 +20,7 @@ from perfdoctor.compare.diff import diff_runs
 from perfdoctor.pipeline import diagnose
 from perfdoctor.compare.gate import evaluate_gate, parse_budget
 from perfdoctor.reports.diff_report import document, lead_lines, render_markdown, verdict
-from perfdoctor.reports.format import count
+from perfdoctor.text import count
 
 WILD = FIXTURES / "wild"
 GRAPH = FIXTURES / "h200-decode-graph-10steps.kineto.json.gz"

@@ -9,7 +9,7 @@ import json
 import re
 
 from conftest import FIXTURES, run_cli
-from perfdoctor.reports.format import num
+from perfdoctor.text import num
 
 CPU_MLP = FIXTURES / "cpu-mlp-5steps.kineto.json.gz"
 NO_GPU = "GPU metrics and checks: absent, no GPU ran in this trace"

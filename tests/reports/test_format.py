@@ -2,9 +2,9 @@
 
 The real commands on a real trace (``analyze``, ``report --format md/html/json``, ``diff``
 with ``--md``/``--json``, ``gate`` with ``--json``/``--junit``) against
-:func:`perfdoctor.reports.format.value` of the number they all measured. Before
-``reports/format.py``, ``memory_bubble_ratio`` printed as 91.70 % (analyze's table), 91.7 %
-(findings) and 0.917 (diff and gate).
+:func:`perfdoctor.text.value` of the number they all measured. Before one formatter,
+``memory_bubble_ratio`` printed as 91.70 % (analyze's table), 91.7 % (findings) and 0.917
+(diff and gate).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import re
 import pytest
 
 from conftest import FIXTURES, run_cli_inprocess
-from perfdoctor.reports.format import count, duration_us, html, md_cell, md_text, nbytes, relative, value
+from perfdoctor.reports.format import html, md_cell, md_text
+from perfdoctor.text import count, duration_us, nbytes, relative, value
 
 BEFORE = FIXTURES / "h200-decode-eager-5steps.kineto.json.gz"
 AFTER = FIXTURES / "h200-decode-eager-5steps-rerun.kineto.json.gz"
@@ -76,7 +77,7 @@ def test_one_text_per_number_in_every_output(outputs, key, unit):
 
 
 def test_json_values_stay_numbers(outputs):
-    """findings.json keeps the number; only its words come from format.value."""
+    """findings.json keeps the number; only its words come from text.value."""
     doc = json.loads(outputs["report json"])
     f = next(f for f in doc["findings"] if f["metric"] == "memory_bubble_ratio")
     assert isinstance(f["value"], float) and 0 < f["value"] < 1
