@@ -23,8 +23,9 @@ Markdown and HTML escaping belong to the reports: :mod:`perfdoctor.reports.forma
 messages in the terminal, JSON and JUnit, the demo) and every sentence below them (the
 analysis' notes, the rules' evidence and estimates, compare's reasons, ``run``'s progress)
 words a number through one of :func:`value`, :func:`num`, :func:`count`,
-:func:`duration_us`, :func:`percent`, :func:`relative` and :func:`nbytes`, so one number
-reads the same everywhere (``memory_bubble_ratio`` is ``91.7 %`` in each,
+:func:`duration_us`, :func:`percent`, :func:`relative`, :func:`nbytes`, :func:`times`,
+:func:`ratio` / :func:`interval` and :func:`setting`, so one number reads the same
+everywhere (``memory_bubble_ratio`` is ``91.7 %`` in each,
 ``kernels_per_step`` ``863``, a step ``25.1 ms``). They live here, on the bottom floor, and
 not in reports/, because analysis/, rules/ and compare/ (below reports/) write sentences
 with numbers too. The numeric JSON values stay numbers; only words come from here.
@@ -136,10 +137,13 @@ def clean_deep(obj: Any) -> Any:
 # Numbers as words (the module docstring's second half). The JSON values stay numbers.
 
 
-def num(v: float) -> str:
-    """3 significant digits, no exponent for everyday magnitudes: ``0.25``, ``37.4``, ``1,980``."""
-    # From 100 up, whole numbers: ".3g" would print 999.6 as "1e+03".
-    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+def num(v: float, signed: bool = False, digits: int = 3) -> str:
+    """3 significant digits, no exponent for everyday magnitudes: ``0.25``, ``37.4``, ``1,980``;
+    ``signed``: ``+0.5``, ``-1,980``; ``digits=4`` where a 4th digit decides (a change
+    against a budget): ``2.004``."""
+    sign = "+" if signed else ""
+    # Whole numbers from 10 ** (digits - 1) up: ".3g" would print 999.6 as "1e+03".
+    return f"{v:{sign},.0f}" if abs(v) >= 10 ** (digits - 1) else f"{v:{sign}.{digits}g}"
 
 
 def count(x: float, signed: bool = False) -> str:
@@ -170,12 +174,38 @@ def relative(x: float, places: int = 1) -> str:
     return f"{x:+.{places}%}"
 
 
-def nbytes(v: float) -> str:
-    """Bytes in decimal units: ``1.2 GB``, ``512 B``."""
-    for suffix, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+def nbytes(v: float, binary: bool = False) -> str:
+    """Bytes in decimal units: ``1.2 GB``, ``512 B``; ``binary`` for what is sized in powers
+    of two (a GPU's memory, the input cap): ``2 GiB``, ``150 GiB``."""
+    units = (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)) if binary else (("GB", 1e9), ("MB", 1e6), ("kB", 1e3))
+    for suffix, scale in units:
         if abs(v) >= scale:
             return f"{v / scale:.3g} {suffix}"
     return f"{v:.0f} B"
+
+
+def times(x: float) -> str:
+    """How many times one amount is another, 3 significant digits: ``3.2x``, ``1.27x``."""
+    return f"{num(x)}x"
+
+
+def ratio(x: float) -> str:
+    """An after/before ratio near 1, three decimals: ``1.013``. A 0.1 % move shows, and a
+    budget's bound reads on the same grid (``1.050``), where 3 significant digits would
+    round 1.0049 to ``1``."""
+    return f"{x:.3f}"
+
+
+def interval(r: float, low: float, high: float, level: float) -> str:
+    """An after/before ratio and its confidence interval: ``1.013x, 95% CI 1.002–1.024``."""
+    return f"{ratio(r)}x, {level:.0%} CI {ratio(low)}–{ratio(high)}"
+
+
+def setting(v: float) -> str:
+    """A number someone set (a rule's threshold or parameter, a budget, an option, a
+    constant) with the digits it was given: ``0.05``, ``1.5``, ``2``. Not rounded as a
+    measurement is: a speed-up of 1.0625 reads ``1.0625``, not ``1.06``."""
+    return f"{v:g}"
 
 
 def value(v: float | None, unit: str) -> str:

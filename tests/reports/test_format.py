@@ -16,7 +16,7 @@ import pytest
 
 from conftest import FIXTURES, run_cli_inprocess
 from perfdoctor.reports.format import html, md_cell, md_text
-from perfdoctor.text import count, duration_us, nbytes, relative, value
+from perfdoctor.text import count, duration_us, interval, nbytes, num, percent, ratio, relative, setting, times, value
 
 BEFORE = FIXTURES / "h200-decode-eager-5steps.kineto.json.gz"
 AFTER = FIXTURES / "h200-decode-eager-5steps-rerun.kineto.json.gz"
@@ -96,6 +96,20 @@ def test_the_rules():
     assert duration_us(2_500_000) == "2,500 ms"  # the lead lines said "2.5e+03 ms"
     # a relative change: diff's change column, and a budget's check with two places
     assert relative(0.0313) == "+3.1%" and relative(-0.7524) == "-75.2%" and relative(0.0504, 2) == "+5.04%"
+
+
+def test_the_rules_of_the_words_below_the_reports():
+    """The formatters the analysis' notes, the rules' evidence and estimates, compare's reasons
+    and run's lines use: one per concept, each with its reason in text.py."""
+    assert percent(0.526) == "52.6 %" == value(0.526, "ratio") and percent(0.00277) == "0.277 %"
+    assert num(0.5, signed=True) == "+0.5" and num(-1980, signed=True) == "-1,980"
+    assert num(2.004, signed=True, digits=4) == "+2.004" and num(2.004, signed=True) == "+2"  # against a budget of 2
+    assert nbytes(2 * 1024**3, binary=True) == "2 GiB" and nbytes(1000, binary=True) == "1000 B"
+    assert times(3.21) == "3.21x" and times(1.2) == "1.2x"
+    # an after/before ratio on the grid of its budget: 1.0049 is not 1
+    assert ratio(1.0049) == "1.005" and ratio(1.05) == "1.050"
+    assert interval(1.0134, 1.0021, 1.0243, 0.95) == "1.013x, 95% CI 1.002–1.024"
+    assert setting(0.85) == "0.85" and setting(2.0) == "2" and setting(1.0625) == "1.0625"  # as written, not rounded
 
 
 def test_one_escaping_for_untrusted_text():
