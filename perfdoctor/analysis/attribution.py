@@ -52,6 +52,7 @@ from perfdoctor.analysis.timeline import union_per_group
 from perfdoctor.names.codes import equals, factorize
 from perfdoctor.names.families import is_log_softmax
 from perfdoctor.schema import DATA_LOADER_SOURCE
+from perfdoctor.text import value
 
 # Kernel classes, in the order that wins an overlap (see the module docstring).
 BUSY_PARTS = (
@@ -324,10 +325,10 @@ def attribute(analysis) -> Attribution:
     else:
         scale = step_ms / busy_ms
         head = {p: mean[p] * scale if p in BUSY_PARTS else 0.0 for p in PARTS}
-        note = (f"the traced steps' mean GPU busy time ({busy_ms:.4g} ms) exceeds the "
-                f"{'untraced' if untraced else 'median traced'} step ({step_ms:.4g} ms): the busy parts are scaled to the step")
+        note = (f"the traced steps' mean GPU busy time ({value(busy_ms, 'ms')}) exceeds the "
+                f"{'untraced' if untraced else 'median traced'} step ({value(step_ms, 'ms')}): the busy parts are scaled to the step")
     if untraced and note is None:
-        note = (f"GPU busy per class: mean of {len(per) - warmup.start} traced steps; waiting: the untraced step {step_ms:.4g} ms less the busy "
+        note = (f"GPU busy per class: mean of {len(per) - warmup.start} traced steps; waiting: the untraced step {value(step_ms, 'ms')} less the busy "
                 f"time, split as in the traced steps (the tracer stretches host gaps, not kernels)")
     if warmup.start:
         ids = per["step"].astype(int).tolist()

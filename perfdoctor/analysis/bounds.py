@@ -51,6 +51,7 @@ from perfdoctor.analysis.attribution import BUSY_PARTS, LABELS, activity_part_co
 from perfdoctor.analysis.ownership import containing
 from perfdoctor.names.codes import factorize
 from perfdoctor.names.families import family
+from perfdoctor.text import percent, setting, value
 
 LATENCY_NS = 10_000  # a kernel with less work than this at the ceilings spends much of its time in ramp-up and tail
 MIN_COVERAGE = 0.5  # costed kernels must cover this share of a class's time for a verdict
@@ -482,12 +483,12 @@ class Bounds:
         judged = sum(c.time_ms for c in self.classes if c.bound is not None)
         share = sum(c.time_ms for c in mem) / judged if judged else 0.0
         if share < MIN_MEMORY_SHARE:
-            return None, (f"the memory-bound classes ({', '.join(LABELS[c.part] for c in mem)}) are {share:.0%} of the judged kernel "
-                          f"time (under {MIN_MEMORY_SHARE:.0%}): DRAM bandwidth is not what bounds these kernels")
+            return None, (f"the memory-bound classes ({', '.join(LABELS[c.part] for c in mem)}) are {percent(share)} of the judged kernel "
+                          f"time (under {percent(MIN_MEMORY_SHARE)}): DRAM bandwidth is not what bounds these kernels")
         time_s = sum(c.time_ms * c.coverage for c in mem) / 1e3
         moved = sum(c.tbps * 1e12 * c.time_ms * c.coverage / 1e3 for c in mem)
-        what = ", ".join(f"{LABELS[c.part]} {c.tbps:.3g} TB/s" for c in mem)
-        return float(moved / time_s / (self.peaks.bw_gbps * 1e9)), f"memory-bound classes ({what}) against {self.peaks.bw_gbps:.4g} GB/s, {self.peaks.bw_source}"
+        what = ", ".join(f"{LABELS[c.part]} {value(c.tbps, 'TB/s')}" for c in mem)
+        return float(moved / time_s / (self.peaks.bw_gbps * 1e9)), f"memory-bound classes ({what}) against {value(self.peaks.bw_gbps, 'GB/s')}, {self.peaks.bw_source}"
 
     def memory_bound_gap_ms(self, target: float) -> tuple[float | None, str]:
         """Per step, the memory-bound classes' kernel time beyond what their bytes need at
@@ -500,8 +501,8 @@ class Bounds:
             ms = c.time_ms * c.coverage
             floor = ms * c.tbps * 1e3 / (self.peaks.bw_gbps * target)  # the same bytes at target × ceiling
             gap += max(ms - floor, 0.0)
-        return gap, (f"Σ over the memory-bound classes of (kernel time − its bytes / ({target:g} × {self.peaks.bw_gbps:.4g} GB/s)) "
-                     f"per step = {gap:.3g} ms")
+        return gap, (f"Σ over the memory-bound classes of (kernel time − its bytes / ({setting(target)} × {value(self.peaks.bw_gbps, 'GB/s')})) "
+                     f"per step = {value(gap, 'ms')}")
 
     def to_json(self) -> dict[str, Any]:
         if self.reason:
@@ -524,12 +525,12 @@ def _verdict(c: dict[str, Any], peaks: Peaks) -> tuple[str | None, float | None,
     if c["tbps"] is None:
         return None, None, c["why"] or "no bytes known for its kernels"
     if c["coverage"] < MIN_COVERAGE:
-        return None, None, f"bytes known for only {c['coverage']:.0%} of its kernel time (under {MIN_COVERAGE:.0%})"
+        return None, None, f"bytes known for only {percent(c['coverage'])} of its kernel time (under {percent(MIN_COVERAGE)})"
     if not peaks.bw_gbps:
         return None, None, peaks.bw_source
     bw = c["tbps"] * 1e3 / peaks.bw_gbps
     if bw > IMPLAUSIBLE and c["bytes_source"] != "ncu":
-        return None, None, (f"its bytes from shapes give {c['tbps']:.3g} TB/s, above the {peaks.bw_gbps / 1e3:.3g} TB/s ceiling: "
+        return None, None, (f"its bytes from shapes give {value(c['tbps'], 'TB/s')}, above the {value(peaks.bw_gbps / 1e3, 'TB/s')} ceiling: "
                             "its ops read only part of their tensors (indices, caches, L2 reuse); not judged")
     if c["tflops"] is None or not peaks.tflops:
         if c["part"] in FLOP_CLASSES:
@@ -682,7 +683,7 @@ def class_bounds(analysis) -> Bounds:
             dtype=DTYPE_LABEL.get(dt, dt), reason=reason, note=note,
         ))
     if host_copy.any():
-        notes.append(f"host copies ({dur[host_copy].sum() / 1e6 / steps:.3g} ms per step) cross PCIe, not DRAM: left out of memcpy / memset")
+        notes.append(f"host copies ({value(dur[host_copy].sum() / 1e6 / steps, 'ms')} per step) cross PCIe, not DRAM: left out of memcpy / memset")
     return Bounds(out, peaks, steps, notes=notes)
 
 

@@ -26,6 +26,7 @@ from perfdoctor.analysis.steps import ran_no_gpu
 from perfdoctor.analysis.timeline import union_per_group
 from perfdoctor.schema import DATA_LOADER_SOURCE
 from perfdoctor.profile import Profile
+from perfdoctor.text import count, percent, value
 
 MODULE_SOURCES = ("record_function", "python")  # user ranges and Python frames ("nn.Module: Linear_0")
 
@@ -205,24 +206,24 @@ def observations(view: CpuView) -> list[Observation]:
         if lead["self_ms"] >= DOMINANT_SHARE * step_ms:
             found.append(Observation(
                 "dominant-op", f"One operator is most of the step: {lead['name']}",
-                f"{lead['name']}: {lead['self_ms']:.4g} ms self time per step ({lead['self_share'] * 100:.0f} % of the "
-                f"{step_ms:.4g} ms step, mean), {lead['calls']:.4g} calls",
+                f"{lead['name']}: {value(lead['self_ms'], 'ms')} self time per step ({percent(lead['self_share'])} of the "
+                f"{value(step_ms, 'ms')} step, mean), {count(lead['calls'])} calls",
                 "the step gets faster only if this operator does: fewer or smaller calls, a lower precision, "
                 "more intra-op threads (torch.set_num_threads), or torch.compile to fuse what surrounds it",
                 float(lead["self_ms"])))
     if view.data_loading_ms >= DATA_LOADING_SHARE * step_ms:
         found.append(Observation(
             "data-loading", "The step waits for its data (DataLoader)",
-            f"DataLoader __next__: {view.data_loading_ms:.4g} ms per step ({view.data_loading_ms / step_ms * 100:.0f} % "
-            f"of the {step_ms:.4g} ms step, mean)",
+            f"DataLoader __next__: {value(view.data_loading_ms, 'ms')} per step ({percent(view.data_loading_ms / step_ms)} "
+            f"of the {value(step_ms, 'ms')} step, mean)",
             "load in worker processes (DataLoader(num_workers=N), persistent_workers=True, prefetch_factor) so "
             "batches are ready when the step asks",
             view.data_loading_ms))
     if view.outside_ops_ms >= OUTSIDE_OPS_SHARE * step_ms:
         found.append(Observation(
             "outside-ops", "Much of the step runs in no operator (Python between ops, or work the profiler does not record)",
-            f"{view.outside_ops_ms:.4g} ms per step in no torch operator on any thread "
-            f"({view.outside_ops_ms / step_ms * 100:.0f} % of the {step_ms:.4g} ms step, mean)",
+            f"{value(view.outside_ops_ms, 'ms')} per step in no torch operator on any thread "
+            f"({percent(view.outside_ops_ms / step_ms)} of the {value(step_ms, 'ms')} step, mean)",
             "the operators are not what sets the step time: a trace with Python stacks (torch.profiler.profile("
             "with_stack=True)) names the lines; batch per-element Python work into fewer, larger tensor operations, "
             "or torch.compile the step",

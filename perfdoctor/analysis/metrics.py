@@ -41,6 +41,7 @@ from perfdoctor.profile import LightSteps, Profile
 from perfdoctor.analysis.steps import Steps, find_steps, is_launch, is_sync, union_ns
 from perfdoctor.analysis.timeline import Timeline, build
 from perfdoctor.analysis.timeline import union_per_group as timeline_union
+from perfdoctor.text import count, num, percent, times, value
 
 SCHEMA = "perfdoctor.metrics/2"
 # Above this traced/untraced step-time ratio the tracer visibly stretched host gaps: the
@@ -192,7 +193,7 @@ class Analysis:
         med = float(np.median(cp))
         if med > 0 and cp[0] > SLOW_FIRST_STEP * med:
             return (
-                f"the first step took {cp[0]:.4g} ms, {cp[0] / med:.1f}x the median {med:.4g} ms: likely warm-up "
+                f"the first step took {value(cp[0], 'ms')}, {times(cp[0] / med)} the median {value(med, 'ms')}: likely warm-up "
                 "(first calls, compilation, allocation); it is included in these metrics — profile after warm-up "
                 "or use perfdoctor run, whose light pass finds the steady state"
             )
@@ -332,7 +333,7 @@ class _Context:
         """For metrics made of host gaps in the trace that the light pass cannot correct."""
         if self.overhead is not None and self.overhead > OVERHEAD_NOTE_RATIO:
             return (
-                f"measured under the tracer, which stretched step time {self.overhead:.2f}x "
+                f"measured under the tracer, which stretched step time {times(self.overhead)} "
                 "(profiler_overhead_ratio): host gaps are inflated, so this is not the untraced value"
             )
         return None
@@ -383,16 +384,16 @@ def _gpu_idle_ratio(c: _Context, light_p50: Metric) -> Metric:
     trace and the step time from the untraced pass: 1 − median(busy) / light p50."""
     if c.light is not None and light_p50.value and not c.no_steps:
         busy_ms = float(np.median(c.windows["busy_ns"].to_numpy(np.float64))) / 1e6
-        value = float(np.clip(1.0 - busy_ms / light_p50.value, 0.0, 1.0))
+        idle = float(np.clip(1.0 - busy_ms / light_p50.value, 0.0, 1.0))
         note = None
         if c.overhead is not None and c.overhead > OVERHEAD_NOTE_RATIO:
             traced = _union_ratio(c, "gpu_idle_ratio", None).value
             note = (
-                f"corrected for the tracer (it stretched step time {c.overhead:.2f}x): GPU busy {busy_ms:.4g} ms per step "
-                f"from the trace / untraced step {light_p50.value:.4g} ms"
-                + (f"; the traced timeline alone says {1 - traced:.1%}" if traced is not None else "")
+                f"corrected for the tracer (it stretched step time {times(c.overhead)}): GPU busy {value(busy_ms, 'ms')} per step "
+                f"from the trace / untraced step {value(light_p50.value, 'ms')}"
+                + (f"; the traced timeline alone says {percent(1 - traced)}" if traced is not None else "")
             )
-        return c.have("gpu_idle_ratio", value, source=f"{c.source}+light", note=note)
+        return c.have("gpu_idle_ratio", idle, source=f"{c.source}+light", note=note)
     busy = _union_ratio(c, "gpu_idle_ratio", None)
     if busy.value is None:
         return busy
@@ -415,7 +416,7 @@ def _kernel_time_ratio(c: _Context, light_p50: Metric) -> Metric:
         busy = timeline_union(k["start_ns"].to_numpy(np.int64), k["end_ns"].to_numpy(np.int64), k["step"].to_numpy(np.int64), n)
         busy_ms = float(np.median(busy[c.windows.index.to_numpy()])) / 1e6
         return c.have("kernel_time_ratio", float(np.clip(busy_ms / light_p50.value, 0.0, 1.0)), source=f"{c.source}+light",
-                      note=f"kernel busy {busy_ms:.4g} ms per step from the trace / untraced step {light_p50.value:.4g} ms")
+                      note=f"kernel busy {value(busy_ms, 'ms')} per step from the trace / untraced step {value(light_p50.value, 'ms')}")
     return _with_tracer_note(c, _union_ratio(c, "kernel_time_ratio", ("kernel",)))
 
 
@@ -447,7 +448,7 @@ def _launch_rate_per_s(c: _Context, per_step: Metric, steps_per_s: Metric) -> Me
         return c.absent("launch_rate_per_s", c.no_calls)
     if steps_per_s.source == "light" and steps_per_s.value and per_step.value is not None:
         return c.have("launch_rate_per_s", per_step.value * steps_per_s.value, source=f"{c.source}+light",
-                      note=f"{per_step.value:.4g} launches per step × {steps_per_s.value:.4g} untraced steps/s")
+                      note=f"{count(per_step.value)} launches per step × {num(steps_per_s.value)} untraced steps/s")
     t = c.steps.table
     host_s = (t["host_end_ns"] - t["host_start_ns"]).sum() / 1e9
     if host_s <= 0:
@@ -540,8 +541,8 @@ def _steps_per_s(c: _Context, light: steady.SteadySeries | None) -> Metric:
             return c.absent("steps_per_s", f"light pass: {cad.reason}")
         note = None
         if cad.pauses:
-            note = (f"{cad.pauses} pause(s) between steps left out: {cad.paused_ms:.1f} ms of intervals, the program's "
-                    f"work between its steps (a prefill or an encoder per generate, I/O); with them {cad.with_pauses_per_s:.4g} /s")
+            note = (f"{cad.pauses} pause(s) between steps left out: {value(cad.paused_ms, 'ms')} of intervals, the program's "
+                    f"work between its steps (a prefill or an encoder per generate, I/O); with them {value(cad.with_pauses_per_s, '1/s')}")
         return c.have("steps_per_s", cad.steps_per_s, source="light", note=note)
     if c.no_steps:
         return c.absent("steps_per_s", c.no_steps)
@@ -702,7 +703,7 @@ def _dram_bw_util(c: _Context, peak: Metric, p50: Metric) -> Metric:
                 "ratio",
                 "model",
                 note=f"declared bytes per step / {'untraced' if p50.source == 'light' else 'traced'} step time "
-                f"({p50.value:.4g} ms) / peak",
+                f"({value(p50.value, 'ms')}) / peak",
             )
         )
     counters = c.profile.counters
@@ -718,10 +719,10 @@ def _dram_bw_util(c: _Context, peak: Metric, p50: Metric) -> Metric:
                     note="per-kernel efficiency: DRAM bytes / kernel time, gaps between kernels excluded",
                 )
             )
-    value, source, reason = _counter(c, "dram_bw_util")
-    if value is not None and np.isfinite(value):
-        found.append(Metric(value, "ratio", source))
-        c.dram_counter = Metric(value, "ratio", source)  # the bubbles read the counter, never the model
+    util, source, reason = _counter(c, "dram_bw_util")
+    if util is not None and np.isfinite(util):
+        found.append(Metric(util, "ratio", source))
+        c.dram_counter = Metric(util, "ratio", source)  # the bubbles read the counter, never the model
     elif reason:
         reasons.append(reason)
     found = [m for m in found if m.value is not None and np.isfinite(m.value)]
@@ -870,7 +871,7 @@ def _serving_tokens_per_s(c: _Context, steps_per_s: Metric, light: steady.Steady
         return c.absent("tokens_per_s", "the serving step names carry no token counts")
     return c.have(
         "tokens_per_s", tot["tokens_per_s"],
-        note=f"{tot['tokens']:.0f} tokens over {tot['steps']} serving steps (token counts from the step names), traced step time",
+        note=f"{count(tot['tokens'])} tokens over {tot['steps']} serving steps (token counts from the step names), traced step time",
     )
 
 

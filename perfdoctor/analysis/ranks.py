@@ -74,6 +74,7 @@ from perfdoctor.bundle.protocol import Collector, Manifest, Rank
 from perfdoctor.names import families
 from perfdoctor.names.codes import equals
 from perfdoctor.profile import Profile
+from perfdoctor.text import percent
 
 # Ranges c10d's backends record around a collective: "gloo:all_reduce", "nccl:all_reduce",
 # "mpi:broadcast", "ucc:...", "xccl:..." (ProcessGroup's profiling titles).
@@ -202,7 +203,7 @@ class CrossRank:
         for key, unit in CROSS_RANK_METRICS.items():
             out[key] = Metric(None, unit, src, reason=self.straggler_reason or "no straggler measured")
         if s is not None:
-            note = f"rank {s.rank} is the straggler in {s.step_share:.0%} of the steps"
+            note = f"rank {s.rank} is the straggler in {percent(s.step_share)} of the steps"
             out["straggler_delay_ms"] = Metric(round(s.delay_ms, 6), "ms", src, note=note)
             out["straggler_delay_ratio"] = Metric(round(s.delay_ratio, 6), "ratio", src, note=note)
         p50 = [v for v in self.step_p50.values() if v is not None]

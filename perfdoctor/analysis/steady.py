@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from perfdoctor.text import num, setting, value
+
 # A step more than this factor slower than the steady median counts as warm-up when it
 # comes before the steady run (first calls, compilation, graph capture, cache allocation).
 WARMUP_FACTOR = 1.25
@@ -315,14 +317,14 @@ def steady_start(critical_path: np.ndarray | list[int], paused: np.ndarray | Non
         inside[:start] = False
         slow_ms, rest_ms = float(np.median(cp[inside])) / 1e6, float(np.median(cp[start:][~inside[start:]])) / 1e6
         regimes_kept = (
-            f"; the run has two regimes, both kept: steps {kept[0][0]}-{kept[-1][1]} mostly at {slow_ms:.4g} ms (median), the "
-            f"others at {rest_ms:.4g} ms; {why_kept}"
+            f"; the run has two regimes, both kept: steps {kept[0][0]}-{kept[-1][1]} mostly at {value(slow_ms, 'ms')} (median), the "
+            f"others at {value(rest_ms, 'ms')}; {why_kept}"
         )
     if start == 0:
         return Steady(0, "no warm-up: the first steps are as fast as the rest" + regimes_kept)
     why = (
-        f"left out the first {start} steps as warm-up: slower than {WARMUP_FACTOR:g}x the steady "
-        f"median ({reference / 1e6:.4g} ms) before {run} steady steps in a row"
+        f"left out the first {start} steps as warm-up: slower than {setting(WARMUP_FACTOR)}x the steady "
+        f"median ({value(reference / 1e6, 'ms')}) before {run} steady steps in a row"
     )
     # two regimes to speak of: a slow regime left out, and more warm-up than one window of it
     # (a cold start of a few steps is just a warm-up)
@@ -330,7 +332,7 @@ def steady_start(critical_path: np.ndarray | list[int], paused: np.ndarray | Non
     if stretch is not None:
         slow_ms = float(np.median(cp[:start])) / 1e6
         why += (
-            f"; the run has two regimes: steps 0-{start - 1} at {slow_ms:.4g} ms (median), then {reference / 1e6:.4g} ms: "
+            f"; the run has two regimes: steps 0-{start - 1} at {value(slow_ms, 'ms')} (median), then {value(reference / 1e6, 'ms')}: "
             f"the steady state is the later one (a timer over both averages them)"
         )
     return Steady(start, why + regimes_kept, stretch)
@@ -366,9 +368,9 @@ def device_warmup(critical_path: np.ndarray | list[int], gpu_busy: np.ndarray | 
     steps = "the first step" if start == 1 else f"the first {start} steps"
     return Steady(
         start,
-        f"{steps} ({float(np.sum(cp[:start])) / 1e6:.4g} ms of critical path, {float(np.sum(busy[:start])) / 1e6:.4g} ms of GPU work) "
-        f"before the steady state of both the step time ({float(np.median(cp[start:])) / 1e6:.4g} ms) and the GPU work "
-        f"({float(np.median(busy[start:])) / 1e6:.4g} ms per step)",
+        f"{steps} ({value(float(np.sum(cp[:start])) / 1e6, 'ms')} of critical path, {value(float(np.sum(busy[:start])) / 1e6, 'ms')} of GPU work) "
+        f"before the steady state of both the step time ({value(float(np.median(cp[start:])) / 1e6, 'ms')}) and the GPU work "
+        f"({value(float(np.median(busy[start:])) / 1e6, 'ms')} per step)",
     )
 
 
@@ -463,9 +465,9 @@ class SlowSteps:
 
     @property
     def summary(self) -> str:
-        """``5 of 22 steps slower than 1.25x the median 46.71 ms (58.75-202 ms)``."""
-        text = f"{self.slow} of {self.steps} steps slower than {WARMUP_FACTOR:g}x the median {self.median_ms:.4g} ms"
-        return text + (f" ({self.slow_min_ms:.4g}-{self.slow_max_ms:.4g} ms)" if self.slow else "")
+        """``5 of 22 steps slower than 1.25x the median 46.7 ms (58.8-202 ms)``."""
+        text = f"{self.slow} of {self.steps} steps slower than {setting(WARMUP_FACTOR)}x the median {value(self.median_ms, 'ms')}"
+        return text + (f" ({num(self.slow_min_ms)}-{value(self.slow_max_ms, 'ms')})" if self.slow else "")
 
 
 # What a light-pass step's time can be trusted to: its CUDA events and bookkeeping cost

@@ -36,6 +36,7 @@ from perfdoctor.names.codes import equals, factorize, starts_with
 from perfdoctor.names.kernels import family, per_name
 from perfdoctor.names import ranges as rangenames
 from perfdoctor.profile import Profile
+from perfdoctor.text import count
 
 LAUNCH_PREFIXES = apinames.LAUNCH_PREFIXES  # CUDA, driver and HIP launches (graph launches too)
 SYNC_NAMES = apinames.SYNC_NAMES
@@ -143,7 +144,7 @@ def choose_step(
                 # batches (what HF Trainer and nanoGPT count as a step and time); per batch,
                 # every k-th step would carry the optimizer and read as "uneven"
                 how = (f"the training iteration: torch's {opt!r} ({counts[opt]}x), one per "
-                       f"{counts[name] / counts[opt]:.3g} DataLoader batches (gradient accumulation), timed as {ITERATION}")
+                       f"{count(counts[name] / counts[opt])} DataLoader batches (gradient accumulation), timed as {ITERATION}")
                 return Choice("loop", opt, how, True)
         # the data loader's range marks an evaluation loop's iteration as well as a training one's
         what = "the loop iteration over a DataLoader" if rangenames.loop_rank(name) == 0 else "the training iteration"
