@@ -56,7 +56,7 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, packaged as tomli
     import tomli as tomllib  # type: ignore[no-redef]
 
 from perfdoctor.errors import UsageError
-from perfdoctor.text import clean, clean_block
+from perfdoctor.text import clean, clean_block, percent, setting, value
 from perfdoctor.analysis.metrics import Analysis, Metric
 from perfdoctor.rules.estimates import ESTIMATES, Estimate
 from perfdoctor.rules.evidence import EVIDENCE, Evidence
@@ -182,7 +182,7 @@ def _stake_severity(analysis: Analysis, finding: "Finding") -> None:
     share = ms / step
     cap = "info" if share < STAKE_INFO else "warning" if share < STAKE_WARNING else None
     if cap is not None and SEVERITY_RANK[finding.severity] > SEVERITY_RANK[cap]:
-        note = f"severity {finding.severity} → {cap}: {ms:.3g} ms of a {step:.4g} ms step ({share:.1%}) is at stake"
+        note = f"severity {finding.severity} → {cap}: {value(ms, 'ms')} of a {value(step, 'ms')} step ({percent(share)}) is at stake"
         finding.severity = cap
         finding.reason = f"{finding.reason}; {note}" if finding.reason else note
 
@@ -344,7 +344,7 @@ class Rule:
         """``memory_bubble_ratio < 0.15`` — the condition under which the rule passes."""
         if self.advisory:
             return "advisory (no threshold)"
-        return f"{self.metrics[0]} {self.comparator} {self.threshold:g}"
+        return f"{self.metrics[0]} {self.comparator} {setting(self.threshold)}"
 
 
 @dataclass

@@ -24,6 +24,7 @@ from perfdoctor.analysis.attribution import is_layout_conversion
 from perfdoctor.analysis.metrics import Analysis, Metric
 from perfdoctor.names.codes import equals, per_name
 from perfdoctor.rules.signals import attention_softmax, model_bytes_per_step, step_activities
+from perfdoctor.text import count, duration_us, num, setting, value
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ def exposed_comm(analysis: Analysis, threshold: float | None, params: dict[str, 
     if ms is None:
         m = analysis.metrics.get("exposed_comm_ms_per_step")
         return Estimate(None, f"needs exposed_comm_ms_per_step ({m.reason if m is not None else 'not computed'})")
-    return Estimate(ms, f"median over steps of |communication| − |communication ∩ compute| = {ms:.3g} ms")
+    return Estimate(ms, f"median over steps of |communication| − |communication ∩ compute| = {value(ms, 'ms')}")
 
 
 def straggler_delay(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
@@ -71,7 +72,7 @@ def straggler_delay(analysis: Analysis, threshold: float | None, params: dict[st
     ms = values["straggler_delay_ms"].value  # the job's, not in the rank's Analysis
     if ms is None:
         return Estimate(None, "needs straggler_delay_ms (several ranks of one job)")
-    return Estimate(ms, f"the straggler's median busy time − the other ranks' = {ms:.3g} ms the others wait per step")
+    return Estimate(ms, f"the straggler's median busy time − the other ranks' = {value(ms, 'ms')} the others wait per step")
 
 
 def idle_between_kernels(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
@@ -158,7 +159,7 @@ def _gap_sum(analysis: Analysis, keep: np.ndarray, residual_us: float, which: st
     length = gaps["length_ns"].to_numpy(dtype=np.float64)
     won = np.clip(length[keep] - residual_us * 1e3, 0, None)
     ms = _per_step_ms(analysis, won, gaps["step"].to_numpy()[keep])
-    formula = f"median over steps of Σ max(0, gap − {residual_us:g} µs) {which} = {ms:.3g} ms"
+    formula = f"median over steps of Σ max(0, gap − {duration_us(residual_us)}) {which} = {value(ms, 'ms')}"
     cap = untraced_idle_ms(analysis)
     how = "the untraced idle time per step (light step − GPU busy)"
     if cap is not None and of is not None:
@@ -166,11 +167,11 @@ def _gap_sum(analysis: Analysis, keep: np.ndarray, residual_us: float, which: st
         whole = _per_step_ms(analysis, length[of], step[of])  # medians per step, as the estimate: an outlier step does not set the share
         share = min(1.0, _per_step_ms(analysis, length[keep & of], step[keep & of]) / whole) if whole > 0 else 0.0
         cap *= share
-        how += f" × {share:.3g}, this part's share of the traced gaps"
+        how += f" × {num(share)}, this part's share of the traced gaps"
     if cap is not None and ms > cap:
         # The gaps were measured under the tracer, which stretches host gaps; the step's
         # idle time without it is the most a fix can win back.
-        formula += f", capped at {how} = {cap:.3g} ms"
+        formula += f", capped at {how} = {value(cap, 'ms')}"
         ms = cap
     return Estimate(ms, formula)
 
@@ -200,7 +201,7 @@ def sync_wait_time(analysis: Analysis, threshold: float | None, params: dict[str
     gaps = analysis.timeline.gaps
     gaps = gaps[gaps["after_sync"].to_numpy(dtype=bool) | _waiting(analysis)]
     ms = _per_step_ms(analysis, gaps["length_ns"].to_numpy(dtype=np.float64), gaps["step"].to_numpy())
-    return Estimate(ms, f"median over steps of the GPU idle gaps in which a synchronizing call returned or was in flight = {ms:.3g} ms")
+    return Estimate(ms, f"median over steps of the GPU idle gaps in which a synchronizing call returned or was in flight = {value(ms, 'ms')}")
 
 
 def _waiting(analysis: Analysis) -> np.ndarray:
@@ -224,7 +225,7 @@ def pageable_copy_time(analysis: Analysis, threshold: float | None, params: dict
     if st.empty:
         return Estimate(None, "needs steps with GPU work")
     ms = _median_ms(st["pageable_ns"].to_numpy()) * (1 - 1 / speedup)
-    return Estimate(ms, f"median pageable copy time per step × (1 − 1/{speedup:g}, pinned copies being {speedup:g}× faster) = {ms:.3g} ms")
+    return Estimate(ms, f"median pageable copy time per step × (1 − 1/{setting(speedup)}, pinned copies being {setting(speedup)}× faster) = {value(ms, 'ms')}")
 
 
 def memcpy_time(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
@@ -233,7 +234,7 @@ def memcpy_time(analysis: Analysis, threshold: float | None, params: dict[str, A
     if st.empty:
         return Estimate(None, "needs steps with GPU work")
     ms = _median_ms(st["copy_ns"].to_numpy())
-    return Estimate(ms, f"median copy + memset time per step = {ms:.3g} ms")
+    return Estimate(ms, f"median copy + memset time per step = {value(ms, 'ms')}")
 
 
 def bandwidth_gap(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
@@ -263,7 +264,7 @@ def bandwidth_gap(analysis: Analysis, threshold: float | None, params: dict[str,
     sps = analysis.value("steps_per_s")
     if m.source == "model" and nbytes and peak:
         floor_ns = nbytes / (peak * threshold)  # bytes / (GB/s) = ns
-        how = f"declared bytes / (peak × {threshold:g})"
+        how = f"declared bytes / (peak × {setting(threshold)})"
     elif analysis.light is not None and sps:
         floor_ns = util * 1e9 / sps / threshold
         how = "dram_bw_util × untraced step period / target"
@@ -274,8 +275,8 @@ def bandwidth_gap(analysis: Analysis, threshold: float | None, params: dict[str,
     ms = _median_ms(np.clip(st["busy_ns"].to_numpy(dtype=np.float64) - floor_ns, 0, None))
     return Estimate(
         ms,
-        f"median over steps of (GPU busy time − {how}) = busy − {floor_ns / 1e6:.3g} ms "
-        f"(the step's bytes at {threshold:g} of peak) = {ms:.3g} ms; idle gaps are counted by the bubble rules",
+        f"median over steps of (GPU busy time − {how}) = busy − {value(floor_ns / 1e6, 'ms')} "
+        f"(the step's bytes at {setting(threshold)} of peak) = {value(ms, 'ms')}; idle gaps are counted by the bubble rules",
     )
 
 
@@ -286,7 +287,7 @@ def fp32_gemm_time(analysis: Analysis, threshold: float | None, params: dict[str
     k = k[k["precision"] == "fp32"]
     per_step = (k["end_ns"] - k["start_ns"]).groupby(k["step"]).sum().reindex(range(analysis.steps.count), fill_value=0)
     ms = _median_ms(per_step.to_numpy()) * (1 - 1 / speedup)
-    return Estimate(ms, f"median fp32 GEMM time per step × (1 − 1/{speedup:g}) = {ms:.3g} ms")
+    return Estimate(ms, f"median fp32 GEMM time per step × (1 − 1/{setting(speedup)}) = {value(ms, 'ms')}")
 
 
 def softmax_time(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
@@ -304,7 +305,7 @@ def softmax_time(analysis: Analysis, threshold: float | None, params: dict[str, 
         return Estimate(None, "needs steps with GPU work")
     per_step = (k["end_ns"] - k["start_ns"]).groupby(k["step"]).sum().reindex(range(analysis.steps.count), fill_value=0)
     ms = _median_ms(per_step.to_numpy())
-    return Estimate(ms, f"median softmax kernel time per step (the pass fused attention removes; its GEMMs stay) = {ms:.3g} ms")
+    return Estimate(ms, f"median softmax kernel time per step (the pass fused attention removes; its GEMMs stay) = {value(ms, 'ms')}")
 
 
 def host_busy_gaps(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
@@ -314,11 +315,11 @@ def host_busy_gaps(analysis: Analysis, threshold: float | None, params: dict[str
     b = busy_summary(analysis)
     if b.ratio is None:
         return Estimate(None, b.reason or "needs Python stacks")
-    sites = "; ".join(f"{site} {ms:.3g} ms" for site, ms in b.sites[:3]) or "no user frame named"
+    sites = "; ".join(f"{site} {value(ms, 'ms')}" for site, ms in b.sites[:3]) or "no user frame named"
     return Estimate(
         b.ms_per_step,
         f"median per step of the idle time while the host ran Python, clipped to the step's critical path less GPU busy "
-        f"= {b.ms_per_step:.3g} ms (per step: {sites})",
+        f"= {value(b.ms_per_step, 'ms')} (per step: {sites})",
     )
 
 
@@ -332,7 +333,7 @@ def _part_time(parts: tuple[str, ...], what: str) -> Callable[[Analysis, float |
             return Estimate(None, f"needs the step attribution ({a.reason})")
         saved = float(params.get("saved", 1.0))
         ms = sum(a.step[p] for p in parts)
-        return Estimate(ms * saved, f"{what} {ms:.4g} ms per step (attribution, {a.source}) × {saved:g} that the fix removes")
+        return Estimate(ms * saved, f"{what} {value(ms, 'ms')} per step (attribution, {a.source}) × {setting(saved)} that the fix removes")
 
     # `rules explain` prints an estimate's docstring: each made here says what it counts.
     estimate.__doc__ = f"The step attribution's {what} per step × saved (the share the fix removes, 1.0 by default)."
@@ -367,7 +368,7 @@ def nchw_fed(analysis: Analysis, min_conv_share: float = 0.0) -> str | None:
     conversions = int(per_name(k["name"], is_layout_conversion).to_numpy(dtype=bool).sum()) if conv else 0
     if conv == 0 or conversions < conv:
         return None
-    return f"{conversions / n:.3g} NCHW<->NHWC conversions per step around {conv / n:.3g} convolution kernels"
+    return f"{count(conversions / n)} NCHW<->NHWC conversions per step around {count(conv / n)} convolution kernels"
 
 
 def layout_time(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
@@ -381,14 +382,14 @@ def layout_time(analysis: Analysis, threshold: float | None, params: dict[str, A
     saved = float(params.get("saved", 1.0))
     share = float(params.get("nchw_penalty", 0.0))
     ms = a.step["layout_transform"] * saved
-    formula = f"layout transforms {a.step['layout_transform']:.4g} ms per step (attribution, {a.source}) × {saved:g}"
+    formula = f"layout transforms {value(a.step['layout_transform'], 'ms')} per step (attribution, {a.source}) × {setting(saved)}"
     fed = nchw_fed(analysis, float(params.get("min_conv_share", 0.0))) if share else None
     if fed:
         nchw = sum(a.step[p] for p in NCHW_PARTS)
         ms += share * nchw
-        formula += (f" + {share:g} × {nchw:.4g} ms of convolution + GEMM + normalisation, the NCHW penalty "
+        formula += (f" + {setting(share)} × {value(nchw, 'ms')} of convolution + GEMM + normalisation, the NCHW penalty "
                     f"channels-last also removes ({fed})")
-    return Estimate(ms, f"{formula} = {ms:.4g} ms")
+    return Estimate(ms, f"{formula} = {value(ms, 'ms')}")
 
 
 def norm_elementwise_time(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
@@ -402,13 +403,13 @@ def norm_elementwise_time(analysis: Analysis, threshold: float | None, params: d
     share = float(params.get("nchw_penalty", 0.0))
     norm, elem = a.step["normalisation"], a.step["elementwise"]
     fed = nchw_fed(analysis, float(params.get("min_conv_share", 0.0))) if share else None
-    what = f"normalisation {norm:.4g}"
+    what = f"normalisation {value(norm, 'ms')}"
     if fed:
-        what += f" × (1 − {share:g}, the NCHW penalty layout-transforms counts: {fed})"
+        what += f" × (1 − {setting(share)}, the NCHW penalty layout-transforms counts: {fed})"
         norm *= 1 - share
     ms = (norm + elem) * saved
-    return Estimate(ms, f"({what} + elementwise {elem:.4g}) ms per step (attribution, {a.source}) "
-                        f"× {saved:g} that the fix removes = {ms:.4g} ms")
+    return Estimate(ms, f"({what} + elementwise {value(elem, 'ms')}) per step (attribution, {a.source}) "
+                        f"× {setting(saved)} that the fix removes = {value(ms, 'ms')}")
 
 
 def slow_step_time(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
@@ -424,8 +425,8 @@ def slow_step_time(analysis: Analysis, threshold: float | None, params: dict[str
     saved = float(params.get("saved", 1.0))
     per_step = s.beyond_ms / s.steps
     return Estimate(per_step * saved, f"{s.summary}: the steps' time beyond the median (past the light pass's "
-                                      f"{steady.RESOLUTION_MS:g} ms resolution), {s.beyond_ms:.4g} ms / {s.steps} steps "
-                                      f"= {per_step:.4g} ms per step (light pass) × {saved:g} that the fix removes")
+                                      f"{value(steady.RESOLUTION_MS, 'ms')} resolution), {value(s.beyond_ms, 'ms')} / {s.steps} steps "
+                                      f"= {value(per_step, 'ms')} per step (light pass) × {setting(saved)} that the fix removes")
 
 
 ESTIMATES: dict[str, tuple[Callable[[Analysis, float | None, dict[str, Any], Mapping[str, Metric]], Estimate], tuple[str, ...]]] = {

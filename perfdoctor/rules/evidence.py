@@ -28,6 +28,7 @@ from perfdoctor.names.kernels import family, gemm_precision, label, labels
 from perfdoctor.rules.signals import model_bytes_per_step, step_kernel_families, step_activities
 from perfdoctor.analysis.steps import base_name, is_launch, is_sync
 from perfdoctor.analysis.timeline import kernel_table
+from perfdoctor.text import count, duration_us, num, percent, times, value
 
 TOP = 8  # rows per evidence table: enough to act on, short enough for a PR comment
 
@@ -101,7 +102,7 @@ def top_kernels(analysis: Analysis) -> Evidence:
         ev.note = "no kernels inside the steps"
         return ev
     ev.rows = [
-        [r.kernel, r.family, _r(r.per_step), _r(r.mean_ns / 1e3), _r(r.ms_per_step), f"{r.share:.1%}"]
+        [r.kernel, r.family, _r(r.per_step), _r(r.mean_ns / 1e3), _r(r.ms_per_step), percent(r.share)]
         for r in g.head(TOP).itertuples()
     ]
     return ev
@@ -117,7 +118,7 @@ def kernel_families(analysis: Analysis) -> Evidence:
     g = tally(analysis.timeline.families, dur).sort_values("total", ascending=False)
     total = max(1, int(g["total"].sum()))
     n = _steps(analysis)
-    ev.rows = [[f, _r(r["total"] / n / 1e6), f"{r['total'] / total:.1%}", _r(r["count"] / n)] for f, r in g.iterrows()]
+    ev.rows = [[f, _r(r["total"] / n / 1e6), percent(r["total"] / total), _r(r["count"] / n)] for f, r in g.iterrows()]
     return ev
 
 
@@ -149,7 +150,7 @@ def largest_gaps(analysis: Analysis) -> Evidence:
         ev.note = "no gaps between GPU activities inside the steps"
         return ev
     total = gaps["length_ns"].sum() / _steps(analysis) / 1e6
-    ev.note = f"{len(gaps) / _steps(analysis):.0f} gaps per step, {total:.3g} ms per step in total"
+    ev.note = f"{count(len(gaps) / _steps(analysis))} gaps per step, {value(total, 'ms')} per step in total"
     calls = analysis.profile.calls
     c_corr = calls["correlation"].to_numpy(np.int64)
     c_start = calls["start_ns"].to_numpy()
@@ -160,7 +161,7 @@ def largest_gaps(analysis: Analysis) -> Evidence:
     cols = ("step", "start_ns", "end_ns", "window_start_ns", "length_ns", "before", "after", "after_correlation")
     for step, start_ns, end_ns, window_start_ns, length_ns, before, after, correlation in zip(*(top[c] for c in cols)):
         launched = _first_start(c_corr, c_start, correlation)
-        issued = "unknown" if launched is None else f"{(int(launched) - int(start_ns)) / 1e3:+.1f} µs"
+        issued = "unknown" if launched is None else duration_us((int(launched) - int(start_ns)) / 1e3, signed=True)
         overlap = (c_start < end_ns) & (c_end > start_ns)
         counted = Counter(base_name(pd.Series(c_name[overlap], dtype=object)))
         host = ", ".join(f"{n} ×{c}" if c > 1 else n for n, c in counted.most_common(3)) or "none (host between CUDA calls)"
@@ -379,7 +380,7 @@ def bandwidth_budget(analysis: Analysis) -> Evidence:
         ]
         p50 = analysis.value("step_latency_ms_p50")
         if p50:
-            ev.rows.append(["measured step p50, ms (× floor)", f"{_r(p50)} ({p50 / floor_ms:.1f}×)"])
+            ev.rows.append(["measured step p50, ms (× floor)", f"{num(p50)} ({times(p50 / floor_ms)})"])
     else:
         ev.note = "the step declares no bytes (perfdoctor.declare): the floor cannot be computed"
     return ev
@@ -480,7 +481,7 @@ def host_in_gaps(analysis: Analysis) -> Evidence:
     for r in h[h["host"] == "busy"].head(TOP).itertuples():
         ev.rows.append([int(r.step), r.where, _r(r.length_ns / 1e3), _r(r.busy_ns / 1e3), r.site or "— (library frames only)"])
     counts = h["host"].value_counts()
-    ev.note = f"idle intervals ≥ {MIN_GAP_US:g} µs: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in ("busy", "waiting", "launching", "unknown"))
+    ev.note = f"idle intervals ≥ {duration_us(MIN_GAP_US)}: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in ("busy", "waiting", "launching", "unknown"))
     return ev
 
 

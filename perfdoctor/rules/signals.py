@@ -22,6 +22,7 @@ from perfdoctor.names.families import is_log_softmax
 from perfdoctor.names.codes import equals, factorize
 from perfdoctor.names.kernels import family, per_name
 from perfdoctor.names.ranges import LOOP_PREFIXES
+from perfdoctor.text import count, value
 
 if TYPE_CHECKING:  # the cross-rank view's module loads with a multi-rank job, not with every rule evaluation
     from perfdoctor.analysis.ranks import CrossRank
@@ -143,8 +144,8 @@ def host_busy_gap_ratio(analysis: Analysis) -> Metric:
     b = busy_summary(analysis)
     if b.ratio is None:
         return Metric(None, "ratio", "python-stacks", reason=b.reason)
-    top = f"; top call site {b.sites[0][0]} ({b.sites[0][1]:.3g} ms per step)" if b.sites else ""
-    return Metric(b.ratio, "ratio", "python-stacks", note=f"{b.ms_per_step:.3g} ms per step (median){top}")
+    top = f"; top call site {b.sites[0][0]} ({value(b.sites[0][1], 'ms')} per step)" if b.sites else ""
+    return Metric(b.ratio, "ratio", "python-stacks", note=f"{value(b.ms_per_step, 'ms')} per step (median){top}")
 
 
 def _attribution_share(parts: tuple[str, ...], of: str, meaning: str) -> Callable[[Analysis], Metric]:
@@ -159,7 +160,7 @@ def _attribution_share(parts: tuple[str, ...], of: str, meaning: str) -> Callabl
         if whole <= 0:
             return Metric(None, "ratio", "attribution", reason=f"the step has no {'time' if of == 'step' else 'GPU busy time'}")
         ms = sum(a.step[p] for p in parts)
-        return Metric(ms / whole, "ratio", f"attribution ({a.source})", note=f"{ms:.4g} ms per step of {whole:.4g} ms {meaning}")
+        return Metric(ms / whole, "ratio", f"attribution ({a.source})", note=f"{value(ms, 'ms')} per step of {value(whole, 'ms')} {meaning}")
 
     return read
 
@@ -181,7 +182,7 @@ def eager_launches_per_step(analysis: Analysis) -> Metric:
         return Metric(None, "count", "trace", reason="no step replays a CUDA graph")
     eager = int((launch & ~graph).sum())
     return Metric(eager / n, "count", analysis.profile.origin.source or "trace",
-                  note=f"{graph.sum() / n:.4g} graph launches and {eager / n:.4g} eager launches per step")
+                  note=f"{count(graph.sum() / n)} graph launches and {count(eager / n)} eager launches per step")
 
 
 def memory_bound_bw_util(analysis: Analysis) -> Metric:
@@ -242,7 +243,7 @@ def data_loading_seen(analysis: Analysis) -> Metric:
         return Metric(1.0, "flag", "ranges", note=f"a DataLoader range: {hit[:80]}")
     a = analysis.attribution
     if not a.reason and a.step.get("data_loading", 0.0) > 0:
-        return Metric(1.0, "flag", "attribution", note=f"{a.step['data_loading']:.4g} ms per step waiting for data loading")
+        return Metric(1.0, "flag", "attribution", note=f"{value(a.step['data_loading'], 'ms')} per step waiting for data loading")
     if not names and profile.activities.empty and profile.ops.empty:
         return Metric(None, "flag", "ranges", reason="no trace and no light pass to read")
     return Metric(0.0, "flag", "ranges", note="no DataLoader range and no data-loading time in the steps")
