@@ -52,6 +52,7 @@ from perfdoctor.names import api as apinames
 from perfdoctor.analysis.serving import STEP_NAME as SERVING_STEP
 from perfdoctor.analysis.steps import AUTO_STEP, PROFILER_STEP_GLOB, union_ns
 from perfdoctor.bundle.protocol import Manifest
+from perfdoctor.text import percent
 
 if TYPE_CHECKING:
     from perfdoctor.pipeline import Diagnosis
@@ -156,7 +157,7 @@ def _coverage_text(facts: dict[str, Any]) -> str:
     n = facts.get("steps", 0)
     if cov is None:
         return f"no steps ({facts.get('step_kind')})"
-    return f"{cov:.1%} of the profiled span inside {n} step{'s' if n != 1 else ''}"
+    return f"{percent(cov)} of the profiled span inside {n} step{'s' if n != 1 else ''}"
 
 
 def window_mismatches(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[str, Any, Any, str, tuple[str, ...]]]:

@@ -62,6 +62,7 @@ from perfdoctor.compare.samples import LIGHT_PREFIX, SAMPLED_METRICS
 from perfdoctor.errors import UsageError
 from perfdoctor.analysis.metrics import METRIC_UNITS
 from perfdoctor.compare.processes import ProcessComparison, judge_budget
+from perfdoctor.text import setting
 
 if TYPE_CHECKING:
     from perfdoctor.pipeline import Diagnosis
@@ -91,7 +92,7 @@ class Budget:
 
     def describe(self) -> str:
         way = "rises" if self.sign > 0 else "falls"
-        size = f"{self.amount:g} %" if self.relative else f"{self.amount:g} {METRIC_UNITS[self.metric]}"
+        size = f"{setting(self.amount)} %" if self.relative else f"{setting(self.amount)} {METRIC_UNITS[self.metric]}"
         return f"fails if {self.metric} {way} by more than {size}"
 
 

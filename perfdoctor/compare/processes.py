@@ -43,6 +43,7 @@ from perfdoctor.bundle.layout import MANIFEST
 from perfdoctor.bundle.protocol import Manifest, Pairing, RepeatProcess
 from perfdoctor.errors import UsageError
 from perfdoctor.compare.stats import LogRatioInterval, paired_log_ratio, t_ppf, welch_log_ratio
+from perfdoctor.text import interval, ratio
 
 LEVEL = 0.95
 MIN_PROCESSES = 2  # a spread over processes needs two of them per side
@@ -180,7 +181,7 @@ def compare_processes(metric: str, before: list[float], after: list[float], leve
         return ProcessComparison(metric, before, after, None, "inconclusive", f"inconclusive — {why}")
     i = paired_log_ratio(before, after, level) if paired else welch_log_ratio(before, after, level)
     what = f"{i.n_before} {pair_kind(lockstep)} pairs" if paired else f"{i.n_before} vs {i.n_after} processes"
-    ci = f"{i.ratio:.3f}x ({i.level:.0%} CI {i.low:.3f}–{i.high:.3f}, {what})"
+    ci = f"{interval(i.ratio, i.low, i.high, i.level)} over {what}"
     if i.low > 1.0:
         verdict, why = "regressed", "the interval lies above 1"
     elif i.high < 1.0:
@@ -251,19 +252,19 @@ def judge_budget(comp: ProcessComparison, bound: float, sign: int, budget_text: 
     """
     i = comp.interval
     assert i is not None
-    ci = f"{i.ratio:.3f}x, {i.level:.0%} CI {i.low:.3f}–{i.high:.3f} over {i.n_before} vs {i.n_after} processes"
+    ci = f"{interval(i.ratio, i.low, i.high, i.level)} over {i.n_before} vs {i.n_after} processes"
     beyond = i.low > bound if sign > 0 else i.high < bound
     within = i.high <= bound if sign > 0 else i.low >= bound
     if beyond:
-        return BudgetJudgement("fail", "regressed", f"regressed past its budget: {ci}, all beyond {bound:.3f} ({budget_text})")
+        return BudgetJudgement("fail", "regressed", f"regressed past its budget: {ci}, all beyond {ratio(bound)} ({budget_text})")
     if within:
         better = i.high < 1.0 if sign > 0 else i.low > 1.0
         verdict = "improved" if better else "no significant change"
-        return BudgetJudgement("pass", verdict, f"within budget: {ci}, all on the allowed side of {bound:.3f} ({verdict})")
+        return BudgetJudgement("pass", verdict, f"within budget: {ci}, all on the allowed side of {ratio(bound)} ({verdict})")
     n = processes_needed(i, bound, paired=comp.paired)
     more = f"about {n} processes per side would decide it at this spread" if n else "the ratio sits on the budget"
     return BudgetJudgement(
         "pass", "inconclusive — too few processes for the budget",
-        f"inconclusive — too few processes for the budget: {ci} straddles {bound:.3f}; not failed, since the interval "
+        f"inconclusive — too few processes for the budget: {ci} straddles {ratio(bound)}; not failed, since the interval "
         f"does not lie beyond the budget ({more})",
     )

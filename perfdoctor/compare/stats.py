@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from perfdoctor.text import num, ratio as ratio_text, relative, setting
+
 # Like scipy's "auto" method: the exact distribution when there are no ties and the smaller
 # sample has at most 8 values. The exact counts cost ~ min(m,n)^2 * max(m,n) big-integer
 # operations, so beyond EXACT_MAX_PAIRS pairs the normal approximation (already accurate
@@ -229,17 +231,17 @@ def compare_samples(
     test = mann_whitney_u(after, before)
     if test.p_value >= alpha:
         verdict = "no significant change"
-        reason = f"p = {test.p_value:.3g} ≥ {alpha} (Mann-Whitney U, {nb} vs {na} samples)"
+        reason = f"p = {num(test.p_value)} ≥ {setting(alpha)} (Mann-Whitney U, {nb} vs {na} samples)"
     else:
         # Direction from the medians; with a significant rank test they agree with U.
         verdict = "lower" if test.u < nb * na / 2.0 else "higher"
-        reason = f"p = {test.p_value:.3g} < {alpha} (Mann-Whitney U, {nb} vs {na} samples)"
+        reason = f"p = {num(test.p_value)} < {setting(alpha)} (Mann-Whitney U, {nb} vs {na} samples)"
         ratio = med_a / med_b if med_b and med_a else None
         # Symmetric in direction: 1.25x slower and 1/1.25x faster are the same distance.
         if noise_floor > 0 and ratio is not None and max(ratio, 1.0 / ratio) <= 1.0 + noise_floor:
             verdict = "no significant change"
-            reason = (f"p = {test.p_value:.3g} < {alpha} within the runs, but the median moved {ratio - 1.0:+.1%}, "
-                      f"inside the run-to-run noise floor (a factor {1.0 + noise_floor:.2f} either way)")
+            reason = (f"p = {num(test.p_value)} < {setting(alpha)} within the runs, but the median moved {relative(ratio - 1.0)}, "
+                      f"inside the run-to-run noise floor (a factor {ratio_text(1.0 + noise_floor)} either way)")
     return Comparison(nb, na, med_b, med_a, test.p_value, test.method, interval, verdict, reason, noise_floor)
 
 
