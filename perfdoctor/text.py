@@ -24,8 +24,8 @@ messages in the terminal, JSON and JUnit, the demo) and every sentence below the
 analysis' notes, the rules' evidence and estimates, compare's reasons, ``run``'s progress)
 words a number through one of :func:`value`, :func:`num`, :func:`count`,
 :func:`duration_us`, :func:`percent`, :func:`relative`, :func:`nbytes`, :func:`times`,
-:func:`ratio` / :func:`interval` and :func:`setting`, so one number reads the same
-everywhere (``memory_bubble_ratio`` is ``91.7 %`` in each,
+:func:`ratio` / :func:`interval`, :func:`setting` and :func:`tick`, so one number reads the
+same everywhere (``memory_bubble_ratio`` is ``91.7 %`` in each,
 ``kernels_per_step`` ``863``, a step ``25.1 ms``). They live here, on the bottom floor, and
 not in reports/, because analysis/, rules/ and compare/ (below reports/) write sentences
 with numbers too. The numeric JSON values stay numbers; only words come from here.
@@ -206,6 +206,15 @@ def setting(v: float) -> str:
     constant) with the digits it was given: ``0.05``, ``1.5``, ``2``. Not rounded as a
     measurement is: a speed-up of 1.0625 reads ``1.0625``, not ``1.06``."""
     return f"{v:g}"
+
+
+def tick(v: float) -> str:
+    """An axis tick's label: the digits that tell round neighbours apart (``12.25``, ``0.125``,
+    ``12,345``), where :func:`num`'s 3 would print ticks 12.25 and 12.5 apart as ``12.2``
+    and ``12.5``."""
+    if v == 0:
+        return "0"
+    return f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.4g}" if abs(v) >= 1e-3 else f"{v:.2g}"
 
 
 def value(v: float | None, unit: str) -> str:

@@ -37,6 +37,7 @@ from rich.text import Text
 from perfdoctor.bundle.layout import MANIFEST, RAW, TORCH_TRACE
 from perfdoctor.console import LAYOUT_WIDTH
 from perfdoctor.io import write_json
+from perfdoctor.text import interval, num, value
 
 if TYPE_CHECKING:
     from perfdoctor.pipeline import Diagnosis
@@ -287,15 +288,15 @@ def latency_line(a: Diagnosis) -> Text:
     light = light_latencies(a)
     parts = []
     if light:
-        parts.append(f"step latency p50 {median(light):.3g} ms (light pass, no tracer, {len(light)} steps)")
+        parts.append(f"step latency p50 {value(median(light), 'ms')} (light pass, no tracer, {len(light)} steps)")
     # Under the v2 contract step_latency_ms_p50 is the light pass's own number when there is
     # one; the traced pass's is traced_step_latency_ms_p50.
     traced = a.analysis.value("traced_step_latency_ms_p50") if light else a.analysis.value("step_latency_ms_p50")
     if traced is not None:
-        parts.append(f"traced {traced:.3g} ms" if light else f"step latency p50 {traced:.3g} ms (traced)")
+        parts.append(f"traced {value(traced, 'ms')}" if light else f"step latency p50 {value(traced, 'ms')} (traced)")
     tps = a.analysis.value("tokens_per_s")
     if tps is not None:
-        parts.append(f"{tps:,.0f} tokens/s")
+        parts.append(value(tps, "tokens/s"))
     return Text("; ".join(parts) or "no step latency measured")
 
 
@@ -389,7 +390,6 @@ def short_how(text: str) -> str:
 def diff_renderable(diff: Any) -> RenderableType:
     """The diff, compact: the latency verdict as a speed-up, key metrics, findings."""
     from perfdoctor.reports.diff_report import fmt_change, kernel_summary
-    from perfdoctor.text import value
 
     name = latency_sample(diff)
     c = diff.samples.get(name)
@@ -401,7 +401,7 @@ def diff_renderable(diff: Any) -> RenderableType:
         parts.append(Text(f"{what}: not measured on both sides"))
     else:
         ratio = c.median_before / c.median_after if c.median_after else float("inf")
-        line = Text(f"{what}: {c.median_before:.3g} → {c.median_after:.3g} ms per step, ", style="bold")
+        line = Text(f"{what}: {num(c.median_before)} → {value(c.median_after, 'ms')} per step, ", style="bold")
         if c.verdict in ("lower", "higher"):
             line.append(speedup_words(ratio), style="bold green" if ratio >= 1 else "bold red")
         else:
@@ -409,10 +409,10 @@ def diff_renderable(diff: Any) -> RenderableType:
         parts.append(line)
         stats = [f"{c.n_before} vs {c.n_after} steps"]
         if c.p_value is not None:
-            stats.append(f"Mann-Whitney p = {c.p_value:.2g}")
+            stats.append(f"Mann-Whitney p = {num(c.p_value)}")
         iv = c.interval
         if iv is not None:
-            stats.append(f"{iv.level:.0%} CI of after/before {iv.low:.3g}–{iv.high:.3g}")
+            stats.append(f"after/before {interval(iv.ratio, iv.low, iv.high, iv.level)}")
         parts.append(indented(", ".join(stats), style="dim"))
         if c.verdict == "inconclusive":
             parts.append(indented(c.reason, style="dim"))
@@ -552,7 +552,7 @@ def live_cpu(console: Console, progress: Console, out: Path, steps: int, tokens:
     a = analyse("cpu", bundle)
     light = light_latencies(a)
     if light:
-        console.print(Text(f"live step latency on this CPU: p50 {median(light):.3g} ms (light pass, no tracer, {len(light)} steps)", style="bold"))
+        console.print(Text(f"live step latency on this CPU: p50 {value(median(light), 'ms')} (light pass, no tracer, {len(light)} steps)", style="bold"))
     else:
         console.print(Text("live step latency: the light pass saw no step", style="yellow"))
     manifest = read_valid_manifest(bundle)

@@ -1,8 +1,9 @@
 """Every word and number a person reads: the findings and the analysis as terminal text,
 Markdown, HTML and JSON; diffs and gates worded.
 
-- ``format``       untrusted text as Markdown or HTML (``md_cell``, ``md_text``, ``html``); a
-                   number as text is :mod:`perfdoctor.text`'s (``value``, ``count``, ``duration_us``, ...)
+- ``format``       untrusted text as Markdown or HTML (``md_cell``, ``md_text``, ``html``), a
+                   coordinate in SVG (``svg_number``); a number as text is :mod:`perfdoctor.text`'s
+                   (``value``, ``count``, ``duration_us``, ...)
 - ``terminal``, ``summary``, ``markdown``, ``html``, ``json``  one formatter per output
   (``json.document``: findings.json)
 - ``common``       what every findings report says, worded once

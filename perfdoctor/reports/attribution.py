@@ -14,6 +14,7 @@ from rich.text import Text
 
 from perfdoctor.analysis.attribution import BUSY_PARTS, LABELS, PARTS, Attribution
 from perfdoctor.reports import cpu
+from perfdoctor.reports.format import svg_number as at  # a coordinate in the SVG
 from perfdoctor.text import num, value
 
 TITLE = "Where the step went"
@@ -78,21 +79,21 @@ def markdown(analysis) -> list[str]:
 
 
 def _bar(y: float, parts: dict[str, float], total: float, scale: float, x0: float, label: str) -> list[str]:
-    out = [f'<text x="2" y="{y + 11:.1f}" font-size="10">{escape(label)}</text>']
+    out = [f'<text x="2" y="{at(y + 11, 1)}" font-size="10">{escape(label)}</text>']
     x = x0
     for p in PARTS:
         w = parts.get(p, 0.0) * scale
         if w <= 0:
             continue
         tip = f"{LABELS[p]}: {value(parts[p], 'ms')} ({value(parts[p] / total, 'ratio')})" if total else LABELS[p]
-        out.append(f'<rect x="{x:.2f}" y="{y:.1f}" width="{w:.2f}" height="14" fill="{COLOURS[p]}"><title>{escape(tip)}</title></rect>')
+        out.append(f'<rect x="{at(x, 2)}" y="{at(y, 1)}" width="{at(w, 2)}" height="14" fill="{COLOURS[p]}"><title>{escape(tip)}</title></rect>')
         x += w
     return out
 
 
 def _svg(body: list[str], width: float, height: float, label: str) -> str:
     return (f'<svg class="pd-attribution" role="img" aria-label="{escape(label)}" width="100%" '
-            f'style="max-width:{width:.0f}px" viewBox="0 0 {width:.0f} {height:.0f}" xmlns="http://www.w3.org/2000/svg">'
+            f'style="max-width:{at(width, 0)}px" viewBox="0 0 {at(width, 0)} {at(height, 0)}" xmlns="http://www.w3.org/2000/svg">'
             + "".join(body) + "</svg>")
 
 

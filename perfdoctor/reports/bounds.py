@@ -13,7 +13,7 @@ from rich.text import Text
 
 from perfdoctor.analysis.attribution import LABELS
 from perfdoctor.analysis.bounds import Bounds, ClassBound
-from perfdoctor.text import num, value
+from perfdoctor.text import duration_us, num, value
 
 TITLE = "What bounds each kernel class"
 COLUMNS = ("class", "ms/step", "TB/s", "TFLOP/s", "FLOP/B", "bound", "of its ceiling")
@@ -25,9 +25,9 @@ def ceilings(b: Bounds) -> str:
     p = b.peaks
     if p is None:
         return "no ceilings"
-    bw = f"{p.bw_gbps / 1e3:.3g} TB/s ({p.bw_source})" if p.bw_gbps else f"bandwidth {p.bw_source}"
-    fl = f"{p.tflops:.4g} TFLOP/s ({p.tflops_source})" if p.tflops else f"matmul rate {p.tflops_source}"
-    ridge = f"; ridge {p.ridge:.0f} FLOP/B" if p.ridge else ""
+    bw = f"{value(p.bw_gbps / 1e3, 'TB/s')} ({p.bw_source})" if p.bw_gbps else f"bandwidth {p.bw_source}"
+    fl = f"{value(p.tflops, 'TFLOP/s')} ({p.tflops_source})" if p.tflops else f"matmul rate {p.tflops_source}"
+    ridge = f"; ridge {value(p.ridge, 'FLOP/B')}" if p.ridge else ""
     return f"ceilings: {bw}, {fl}{ridge}"
 
 
@@ -36,16 +36,12 @@ def short_ceilings(b: Bounds) -> str:
     p = b.peaks
     if p is None or not (p.bw_gbps or p.tflops):
         return "no ceilings: " + (p.bw_source if p else "unknown")
-    bw = f"{p.bw_gbps / 1e3:.3g} TB/s" if p.bw_gbps else "bandwidth unknown"
-    fl = f"{p.tflops:.4g} TFLOP/s bf16" if p.tflops else "matmul rate unknown"
+    bw = value(p.bw_gbps / 1e3, "TB/s") if p.bw_gbps else "bandwidth unknown"
+    fl = f"{value(p.tflops, 'TFLOP/s')} bf16" if p.tflops else "matmul rate unknown"
     a, c = p.bw_source.split(" (")[0], p.tflops_source.split(" (")[0]
     where = a if a == c else f"{a}; {c}"
-    ridge = f"; ridge {p.ridge:.0f} FLOP/B" if p.ridge else ""
+    ridge = f"; ridge {value(p.ridge, 'FLOP/B')}" if p.ridge else ""
     return f"{bw}, {fl}: {where}{ridge}"
-
-
-def _num(v: float | None, fmt: str) -> str:
-    return "—" if v is None else format(v, fmt)
 
 
 def _of(c: ClassBound) -> str:
@@ -56,7 +52,7 @@ def _of(c: ClassBound) -> str:
 
 def _bound(c: ClassBound) -> str:
     """memory / compute / latency (with its median kernel's time and work at the ceilings)."""
-    return f"latency ({c.median_us:.2g} µs kernels, {c.work_us:.2g} µs of work)" if c.bound == "latency" else str(c.bound)
+    return f"latency ({duration_us(c.median_us)} kernels, {duration_us(c.work_us)} of work)" if c.bound == "latency" else str(c.bound)
 
 
 def judged(b: Bounds) -> list[ClassBound]:
@@ -65,7 +61,8 @@ def judged(b: Bounds) -> list[ClassBound]:
 
 
 def rows(b: Bounds) -> list[tuple[str, ...]]:
-    return [(LABELS[c.part], num(c.time_ms), _num(c.tbps, ".3g"), _num(c.tflops, ".3g"), _num(c.intensity, ".3g"),
+    # value(v, ""): the number alone (the column names the unit), or "—" where there is none
+    return [(LABELS[c.part], num(c.time_ms), value(c.tbps, ""), value(c.tflops, ""), value(c.intensity, ""),
              _bound(c) if c.bound else "not judged", _of(c) if c.bound else (c.reason or "")) for c in judged(b)]
 
 

@@ -1,7 +1,7 @@
 """What every findings report says, worded once: values with units, the verdict, estimates.
 
 The terminal, Markdown, HTML and JSON reports differ in layout only; the sentences come from
-here and the numbers from :mod:`perfdoctor.reports.format`, so the four never disagree.
+here and the numbers from :mod:`perfdoctor.text`, so the four never disagree.
 """
 
 from __future__ import annotations
@@ -20,6 +20,13 @@ def fmt_metric(m: Metric) -> str:
     if m.alternatives:
         text += " (" + ", ".join(f"{a['source']} says {value(a['value'], m.unit)}" for a in m.alternatives) + ")"
     return text
+
+
+def cell(v: object) -> object:
+    """An evidence table's cell for a person: a number through :func:`num` (the rows keep
+    floats for findings.json, and ``str`` would print 863 kernels per step as ``863.0``),
+    anything else as it is."""
+    return num(v) if isinstance(v, float) else v
 
 
 def unit_of(finding: Finding) -> str:

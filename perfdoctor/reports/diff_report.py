@@ -13,11 +13,12 @@ from typing import Any
 
 from perfdoctor.console import stdout_console
 from perfdoctor.compare.diff import SCHEMA, Diff, MetricChange
-from perfdoctor.compare.kernels import KernelDiff
+from perfdoctor.compare.kernels import KernelChange, KernelDiff
 from perfdoctor.compare.processes import ONE_PROCESS_NOTE
 from perfdoctor.compare.samples import LIGHT_SAMPLE, SAMPLE_UNITS
+from perfdoctor.compare.stats import LogRatioInterval
 from perfdoctor.reports.format import md_cell
-from perfdoctor.text import count, duration_us, relative, value
+from perfdoctor.text import count, duration_us, interval, num, ratio, relative, value
 
 KERNEL_ROWS = 15  # the kernel table shows the largest movers; JSON has every row
 LEAD_LINES = 3  # a headline, not a table: the full kernel and copy tables follow
@@ -33,7 +34,7 @@ def fmt_change(m: MetricChange) -> str:
         return "0"
     if m.change_rel is not None:
         return relative(m.change_rel)
-    return f"{m.change:+.3g} (from 0)"
+    return f"{num(m.change, signed=True)} (from 0)"
 
 
 def direction(m: MetricChange) -> str:
@@ -90,9 +91,9 @@ def _step_verdict(diff: Diff) -> str:
     if c.verdict == "no significant change":
         return f"{what}: no significant change ({c.reason})"
     word = "improved" if c.verdict == "lower" else "regressed"
-    ratio = c.interval
-    size = f" ({ratio.ratio:.3g}x, {ratio.level:.0%} CI {ratio.low:.3g}–{ratio.high:.3g})" if ratio else ""
-    return f"{what} {word}: median {c.median_before:.4g} → {c.median_after:.4g} ms{size}, {c.reason}"
+    i = c.interval
+    size = f" ({interval(i.ratio, i.low, i.high, i.level)})" if i else ""
+    return f"{what} {word}: median {value(c.median_before, 'ms')} → {value(c.median_after, 'ms')}{size}, {c.reason}"
 
 
 def lead_lines(diff: Diff) -> list[str]:
@@ -173,15 +174,13 @@ def _sample_rows(diff: Diff) -> list[tuple[str, str, str, str, str, str]]:
     rows = []
     for name, c in diff.samples.items():
         unit = SAMPLE_UNITS.get(name, "")
-        iv = c.interval
-        ratio = f"{iv.ratio:.3g}x [{iv.low:.3g}, {iv.high:.3g}]" if iv else "—"
-        p = f"{c.p_value:.3g}" if c.p_value is not None else "—"
+        p = num(c.p_value) if c.p_value is not None else "—"
         rows.append(
             (
                 name,
                 f"{c.n_before} / {c.n_after}",
                 f"{value(c.median_before, unit)} → {value(c.median_after, unit)}",
-                ratio,
+                _ratio_cell(c.interval),
                 p,
                 _short_verdict(c),
             )
@@ -206,11 +205,20 @@ def _process_rows(diff: Diff) -> list[list[str]]:
     """One row per process metric of repeated bundles: processes, values, ratio [CI], verdict."""
     rows = []
     for key, c in diff.processes.items():
-        values = f"{' '.join(f'{v:.4g}' for v in c.before)} → {' '.join(f'{v:.4g}' for v in c.after)}"
-        i = c.interval
-        ratio = f"{i.ratio:.3f}x [{i.low:.3f}, {i.high:.3f}]" if i else "—"
-        rows.append([key, f"{len(c.before)} / {len(c.after)}", values, ratio, c.verdict])
+        values = f"{' '.join(num(v) for v in c.before)} → {' '.join(num(v) for v in c.after)}"
+        rows.append([key, f"{len(c.before)} / {len(c.after)}", values, _ratio_cell(c.interval), c.verdict])
     return rows
+
+
+def _ratio_cell(i: LogRatioInterval | None) -> str:
+    """An after/before ratio and its interval in a table whose header names the level."""
+    return f"{ratio(i.ratio)}x [{ratio(i.low)}, {ratio(i.high)}]" if i else "—"
+
+
+def _kernel_times(r: KernelChange) -> tuple[str, str]:
+    """A kernel row's time per step before → after, and its change: durations as the lead
+    lines word them."""
+    return f"{duration_us(r.time_us_before)} → {duration_us(r.time_us_after)}", duration_us(r.time_change_us, signed=True)
 
 
 def render_markdown(diff: Diff) -> str:
@@ -257,11 +265,11 @@ def render_markdown(diff: Diff) -> str:
 
     k = diff.kernels
     out += ["", "### Kernels", "", md_cell(kernel_summary(k)), ""]
-    out += [f"| kernel (normalized) | status | count/{k.per} | time/{k.per} (µs) | Δ time (µs) |", "|---|---|---|---|---|"]
+    out += [f"| kernel (normalized) | status | count/{k.per} | time/{k.per} | Δ time |", "|---|---|---|---|---|"]
     for r in k.rows[:KERNEL_ROWS]:
         out.append(
             f"| <code>{md_cell(short(r.name))}</code> | {r.status} | {count(r.count_before)} → {count(r.count_after)} "
-            f"| {r.time_us_before:,.1f} → {r.time_us_after:,.1f} | {r.time_change_us:+,.1f} |"
+            f"| {' | '.join(_kernel_times(r))} |"
         )
     if len(k.rows) > KERNEL_ROWS:
         out.append(f"\n{len(k.rows) - KERNEL_ROWS} more kernel names in the JSON output.")
@@ -360,12 +368,11 @@ def print_terminal(diff: Diff, console=None) -> None:
     kt = Table(title=f"kernels: {escape(kernel_summary(k))}", title_justify="left", box=box.SIMPLE_HEAD)
     kt.add_column("kernel (normalized)", overflow="fold")
     kt.add_column("status")
-    for col in (f"count/{k.per}", f"time/{k.per} µs", "Δ µs"):
+    for col in (f"count/{k.per}", f"time/{k.per}", "Δ time"):
         kt.add_column(col, justify="right", overflow="fold")
     for r in k.rows[:KERNEL_ROWS]:
         kt.add_row(escape(r.name), r.status,  # whole: the column folds on a terminal
-                   f"{count(r.count_before)} → {count(r.count_after)}",
-                   f"{r.time_us_before:,.1f} → {r.time_us_after:,.1f}", f"{r.time_change_us:+,.1f}")
+                   f"{count(r.count_before)} → {count(r.count_after)}", *_kernel_times(r))
     console.print(kt)
     if diff.findings is not None:
         console.print("[bold]findings[/] (rules on both runs)")

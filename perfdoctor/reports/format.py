@@ -1,8 +1,8 @@
-"""Where untrusted text becomes Markdown or HTML: once.
+"""Where untrusted text becomes Markdown or HTML, and a coordinate SVG markup: once.
 
 Numbers become words in :mod:`perfdoctor.text` (``value``, ``num``, ``count``,
-``duration_us``, ``percent``, ``relative``, ``nbytes``): the analysis, the rules and compare
-word numbers too, and they sit below reports/.
+``duration_us``, ``percent``, ...): the analysis, the rules and compare word numbers too, and
+they sit below reports/.
 """
 
 from __future__ import annotations
@@ -27,3 +27,10 @@ def md_text(text: object) -> str:
 def html(text: object) -> str:
     """Untrusted text for HTML element text and quoted attribute values."""
     return escape(clean(text), quote=True)
+
+
+def svg_number(v: float, places: int = 2) -> str:
+    """A coordinate or a size in SVG markup (``x``, ``width``, ``viewBox``, a polyline's
+    points): a position for the browser, not a word for a person, so fixed places rather than
+    a formatter of :mod:`perfdoctor.text`."""
+    return f"{v:.{places}f}"

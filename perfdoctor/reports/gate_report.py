@@ -16,8 +16,9 @@ from perfdoctor.analysis.metrics import HIGHER_IS_BETTER
 from perfdoctor.compare.gate import EXIT_INCONCLUSIVE, SCHEMA, Check, GateResult
 from perfdoctor.io import dumps_json
 from perfdoctor.reports.diff_report import document as diff_document, kernel_summary, verdict
+from perfdoctor.reports.common import condition as pass_condition, unit_of
 from perfdoctor.reports.format import md_cell
-from perfdoctor.text import NEWLINE_MARK, github_data, github_property, relative, value
+from perfdoctor.text import NEWLINE_MARK, github_data, github_property, num, relative, setting, value
 from perfdoctor.text import xml as xml_text
 
 MAX_ANNOTATIONS = 10  # GitHub shows only the first few per step anyway; more is noise
@@ -91,13 +92,14 @@ def _budget_message(c: Check) -> str:
     sign = "+" if b.sign > 0 else "-"
     change = f"{value(d['baseline'], d['unit'])} → {value(d['value'], d['unit'])}"
     if b.relative and d["baseline"] == 0:
-        change += " (baseline 0: relative change undefined; absolute change " f"{d['change']:+.4g})"
+        change += f" (baseline 0: relative change undefined; absolute change {num(d['change'], signed=True)})"
         if c.outcome != "within":
             change += f" — any move from 0 exceeds a relative budget; use an absolute budget ({b.metric}:{sign}N) to allow some"
     elif b.relative:
-        change += f" ({relative(d['change_rel'], 2)}, budget {sign}{b.amount:g} %)"
+        change += f" ({relative(d['change_rel'], 2)}, budget {sign}{setting(b.amount)} %)"
     else:
-        change += f" ({d['change']:+.4g}, budget {sign}{b.amount:g})"
+        # 4 digits, as relative's 2 places: a change that fails the budget must not read as it
+        change += f" ({num(d['change'], signed=True, digits=4)}, budget {sign}{setting(b.amount)})"
     if d["measured_as"] != b.metric:
         change += " [light timing pass, no tracer]"
     note = ""
@@ -124,11 +126,11 @@ def _rule_message(c: Check) -> str:
         return f"not evaluated: {c.why}"
     if c.outcome not in ("pass", "fail", "not gating"):
         return f"advisory (no threshold): {f.title}"
-    condition = (f"{f.metric} = {f.value:.4g}, passes when {f.comparator} {f.threshold:g}"
+    condition = (f"{f.metric} = {value(f.value, unit_of(f))}, passes when {pass_condition(f)}"
                  if f.value is not None and f.comparator is not None else "")
     if c.outcome == "pass":
         return f"{f.title}: {condition}"
-    recovered = f" (fixing it should win back ~{f.recovered_ms:.3g} ms per step)" if f.recovered_ms else ""
+    recovered = f" (fixing it should win back ~{value(f.recovered_ms, 'ms')} per step)" if f.recovered_ms else ""
     text = f"{f.title} [{f.severity}]: {condition}{recovered}"
     if c.outcome == "not gating":
         return f"not gating (severity {f.severity} < --min-severity {c.min_severity}): {text}"

@@ -35,8 +35,8 @@ import pandas as pd
 
 from perfdoctor.analysis.metrics import Analysis
 from perfdoctor.reports import attribution, common
-from perfdoctor.reports.format import html as e  # e: element text and attribute values
-from perfdoctor.text import value
+from perfdoctor.reports.format import html as e, svg_number as at  # e: element text and attribute values; at: a coordinate
+from perfdoctor.text import count, duration_us, num, percent, tick, value
 from perfdoctor.reports.summary import uneven_steps_lines, workload_lines
 from perfdoctor.reports.json import document
 from perfdoctor.rules.engine import Finding
@@ -146,23 +146,23 @@ def script_json(obj: Any) -> str:
 
 def _svg(width: float, height: float, body: list[str], label: str) -> str:
     return (
-        f'<svg class="pd-plot" role="img" aria-label="{e(label)}" width="100%" style="max-width:{width:.0f}px" '
-        f'viewBox="0 0 {width:.0f} {height:.0f}" preserveAspectRatio="xMinYMin meet" xmlns="http://www.w3.org/2000/svg">' + "".join(body) + "</svg>"
+        f'<svg class="pd-plot" role="img" aria-label="{e(label)}" width="100%" style="max-width:{at(width, 0)}px" '
+        f'viewBox="0 0 {at(width, 0)} {at(height, 0)}" preserveAspectRatio="xMinYMin meet" xmlns="http://www.w3.org/2000/svg">' + "".join(body) + "</svg>"
     )
 
 
 def _rect(x: float, y: float, w: float, h: float, cls: str, title: str | None = None) -> str:
     tip = f"<title>{e(title)}</title>" if title else ""
-    return f'<rect class="{cls}" x="{x:.2f}" y="{y:.2f}" width="{max(w, 0.6):.2f}" height="{h:.2f}">{tip}</rect>'
+    return f'<rect class="{cls}" x="{at(x, 2)}" y="{at(y, 2)}" width="{at(max(w, 0.6), 2)}" height="{at(h, 2)}">{tip}</rect>'
 
 
 def _text(x: float, y: float, s: str, anchor: str = "start", cls: str = "") -> str:
     c = f' class="{cls}"' if cls else ""
-    return f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}"{c}>{e(s)}</text>'
+    return f'<text x="{at(x, 1)}" y="{at(y, 1)}" text-anchor="{anchor}"{c}>{e(s)}</text>'
 
 
 def _line(x1: float, y1: float, x2: float, y2: float, cls: str) -> str:
-    return f'<line class="{cls}" x1="{x1:.2f}" y1="{y1:.2f}" x2="{x2:.2f}" y2="{y2:.2f}"/>'
+    return f'<line class="{cls}" x1="{at(x1, 2)}" y1="{at(y1, 2)}" x2="{at(x2, 2)}" y2="{at(y2, 2)}"/>'
 
 
 def _ticks(lo: float, hi: float, most: int = 10) -> list[float]:
@@ -179,20 +179,13 @@ def _ticks(lo: float, hi: float, most: int = 10) -> list[float]:
     return [float(v) + 0.0 for v in np.arange(first, hi + step * 1e-9, step)]  # + 0.0: no "-0" label
 
 
-def _num(v: float) -> str:
-    """A tick or value label without exponent notation (1980, 0.25, 12,345)."""
-    if v == 0:
-        return "0"
-    return f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.4g}" if abs(v) >= 1e-3 else f"{v:.2g}"
-
-
 def _axis(y: float, t0: int, t1: int, x0: float, width: float) -> list[str]:
     """A time axis in ms relative to ``t0`` with ~8 ticks."""
     span_ms = (t1 - t0) / 1e6
     out = [_line(x0, y, x0 + width, y, "axis")]
-    for tick in _ticks(0.0, span_ms, 10):
-        x = x0 + tick / span_ms * width if span_ms > 0 else x0
-        out += [_line(x, y, x, y + 4, "axis"), _text(x, y + 15, f"{tick:.4g} ms", "middle")]
+    for t in _ticks(0.0, span_ms, 10):
+        x = x0 + t / span_ms * width if span_ms > 0 else x0
+        out += [_line(x, y, x, y + 4, "axis"), _text(x, y + 15, f"{tick(t)} ms", "middle")]
     return out
 
 
@@ -262,7 +255,7 @@ def timeline_overview(analysis: Analysis) -> str | None:
     for idx, r in chosen.iterrows():
         lat = r["critical_path_ns"] / 1e6  # the timeline's step latency (critical path)
         body.append(_rect(x(r["host_start_ns"]), y + 2, (r["host_end_ns"] - r["host_start_ns"]) * scale, LANE_H - 4, "stepr",
-                          f"step {idx} ({analysis.steps.name}): host {(r['host_end_ns'] - r['host_start_ns']) / 1e6:.3g} ms, latency {lat:.3g} ms"))
+                          f"step {idx} ({analysis.steps.name}): host {value((r['host_end_ns'] - r['host_start_ns']) / 1e6, 'ms')}, latency {value(lat, 'ms')}"))
         body.append(_text(x(r["host_start_ns"]) + 3, y + 15, f"step {idx}"))
     y += LANE_H
 
@@ -271,7 +264,7 @@ def timeline_overview(analysis: Analysis) -> str | None:
         sel = calls[mask.to_numpy()]
         for s, _end, n, _ in _merge_px(sel["start_ns"].to_numpy(), sel["end_ns"].to_numpy(), scale, 1.0):
             title = f"{n} {'launch' if cls == 'launch' else 'synchronizing'} call{'s' if n > 1 else ''}"
-            body.append(f'<line class="{cls}" x1="{x(s):.2f}" y1="{y + 4}" x2="{x(s):.2f}" y2="{y + LANE_H - 4}"><title>{e(title)}</title></line>')
+            body.append(f'<line class="{cls}" x1="{at(x(s), 2)}" y1="{y + 4}" x2="{at(x(s), 2)}" y2="{y + LANE_H - 4}"><title>{e(title)}</title></line>')
     y += LANE_H
 
     for device, stream in lanes:
@@ -279,10 +272,10 @@ def timeline_overview(analysis: Analysis) -> str | None:
         body.append(_text(LABEL_W - 6, y + 15, f"GPU {device} stream {stream}", "end"))
         for kind, group in lane.groupby("kind"):
             for s, t, n, busy in _merge_px(group["start_ns"].to_numpy(), group["end_ns"].to_numpy(), scale):
-                title = f"{n} {kind}{'s' if n > 1 else ''}, {busy / 1e3:.4g} µs busy in {(t - s) / 1e3:.4g} µs"
+                title = f"{n} {kind}{'s' if n > 1 else ''}, {duration_us(busy / 1e3)} busy in {duration_us((t - s) / 1e3)}"
                 if n == 1:
                     name = group.loc[(group["start_ns"] == s), "name"]
-                    title = f"{short_name(str(name.iloc[0])) if len(name) else kind}: {(t - s) / 1e3:.4g} µs"
+                    title = f"{short_name(str(name.iloc[0])) if len(name) else kind}: {duration_us((t - s) / 1e3)}"
                 body.append(_rect(x(s), y + 3, (t - s) * scale, LANE_H - 6, KIND_CLASS.get(kind, "k"), title))
         y += LANE_H
 
@@ -298,7 +291,7 @@ def timeline_overview(analysis: Analysis) -> str | None:
         idle = 1.0 - min(1.0, busy[col] / col_ns)
         if idle > 0.02:
             h = (LANE_H - 4) * idle
-            body.append(f'<rect class="idle" x="{LABEL_W + col}" y="{y + LANE_H - 2 - h:.2f}" width="1" height="{h:.2f}"/>')
+            body.append(f'<rect class="idle" x="{LABEL_W + col}" y="{at(y + LANE_H - 2 - h, 2)}" width="1" height="{at(h, 2)}"/>')
     y += LANE_H + 4
     body += _axis(y, t0, t1, LABEL_W, WIDTH)
     return _svg(LABEL_W + WIDTH + 20, y + 24, body, "timeline of whole steps")
@@ -357,14 +350,14 @@ def timeline_detail(analysis: Analysis) -> str | None:
     body.append(_text(LABEL_W - 6, y_host + 15, "CUDA calls (host)", "end"))
     for r in calls[(calls["end_ns"] >= t0) & (calls["start_ns"] <= t1)].itertuples():
         cls = "sync" if is_sync(pd.Series([r.name])).iloc[0] else "launch"
-        body.append(f'<line class="{cls}" x1="{x(r.start_ns):.2f}" y1="{y_host + 4}" x2="{x(r.start_ns):.2f}" '
-                    f'y2="{y_host + LANE_H - 4}"><title>{e(r.name)} at {(r.start_ns - t0) / 1e3:.4g} µs</title></line>')
+        body.append(f'<line class="{cls}" x1="{at(x(r.start_ns), 2)}" y1="{y_host + 4}" x2="{at(x(r.start_ns), 2)}" '
+                    f'y2="{y_host + LANE_H - 4}"><title>{e(r.name)} at {duration_us((r.start_ns - t0) / 1e3)}</title></line>')
     body.append(_text(LABEL_W - 6, y_gpu + 15, f"GPU, step {step}", "end"))
     by_corr = launches.drop_duplicates("correlation").set_index("correlation")["start_ns"]
     for r in sl.itertuples():
         label = short_name(r.name) if r.kind == "kernel" else f"{r.kind} {r.copy_kind} {r.host_mem}".strip()
         w = (r.end_ns - r.start_ns) * scale
-        body.append(_rect(x(r.start_ns), y_gpu + 3, w, LANE_H - 6, KIND_CLASS.get(r.kind, "k"), f"{label}: {(r.end_ns - r.start_ns) / 1e3:.4g} µs"))
+        body.append(_rect(x(r.start_ns), y_gpu + 3, w, LANE_H - 6, KIND_CLASS.get(r.kind, "k"), f"{label}: {duration_us((r.end_ns - r.start_ns) / 1e3)}"))
         if r.correlation in by_corr.index:
             body.append(_line(x(by_corr[r.correlation]), y_host + LANE_H - 4, x(r.start_ns), y_gpu + 3, "link"))
     body.append(_text(LABEL_W - 6, y_gap + 15, "gaps (bubbles)", "end"))
@@ -373,8 +366,8 @@ def timeline_detail(analysis: Analysis) -> str | None:
     for r in gaps.itertuples():
         w = r.length_ns * scale
         body.append(_rect(x(r.start_ns), y_gap + 3, w, LANE_H - 6, "gap",
-                          f"gap {r.length_ns / 1e3:.4g} µs{' after a host sync' if r.after_sync else ''}"))
-        label = f"{r.length_ns / 1e3:.3g} µs"
+                          f"gap {duration_us(r.length_ns / 1e3)}{' after a host sync' if r.after_sync else ''}"))
+        label = duration_us(r.length_ns / 1e3)
         if _fits(label, w):  # inside its own gap, so labels never overlap; the tooltip has every length
             body.append(_text(x(r.start_ns) + w / 2, y_gap + 15, label, "middle"))
     y = y_gap + LANE_H + 4
@@ -392,12 +385,12 @@ def families_chart(analysis: Analysis) -> str | None:
     top = max(float(r[1]) for r in rows) or 1.0
     bar_w, left = 620.0, 170.0
     body: list[str] = []
-    for i, (fam, ms, share, count) in enumerate(rows):
+    for i, (fam, ms, share, n) in enumerate(rows):
         y = 6 + i * 24
         body.append(_text(left - 8, y + 14, fam, "end"))
         cls = {"memcpy": "c", "memset": "s"}.get(fam, "bar")
-        body.append(_rect(left, y + 2, float(ms) / top * bar_w, 16, cls, f"{fam}: {ms} ms per step, {share} of GPU time, {count} per step"))
-        body.append(_text(left + float(ms) / top * bar_w + 6, y + 14, f"{ms} ms / step ({share})"))
+        body.append(_rect(left, y + 2, float(ms) / top * bar_w, 16, cls, f"{fam}: {value(ms, 'ms')} per step, {share} of GPU time, {count(n)} per step"))
+        body.append(_text(left + float(ms) / top * bar_w + 6, y + 14, f"{value(ms, 'ms')} / step ({share})"))
     return _svg(left + bar_w + 200, 12 + len(rows) * 24, body, "GPU time by kernel family")
 
 
@@ -426,7 +419,7 @@ def gauges(analysis: Analysis, findings: Sequence[Finding]) -> tuple[str, list[s
         y = 8 + i * 52
         thr, origin = _threshold(findings, rule_id, default)
         body.append(_text(left - 8, y + 16, label, "end"))
-        body.append(_rect(left, y + 4, bar_w, 16, "peak", "100 % = device peak" + (f" ({peak_gbps:,.0f} GB/s)" if peak_gbps else "")))
+        body.append(_rect(left, y + 4, bar_w, 16, "peak", "100 % = device peak" + (f" ({value(peak_gbps, 'GB/s')})" if peak_gbps else "")))
         key = next((k for k in keys if analysis.value(k) is not None), None)
         if key is None:
             m = analysis.metrics.get(keys[0])
@@ -435,14 +428,14 @@ def gauges(analysis: Analysis, findings: Sequence[Finding]) -> tuple[str, list[s
         else:
             m = analysis.metrics[key]
             v = float(m.value)
-            extra = f" = {v * peak_gbps:,.0f} of {peak_gbps:,.0f} GB/s" if peak_gbps and key == "dram_bw_util" else ""
+            extra = f" = {num(v * peak_gbps)} of {value(peak_gbps, 'GB/s')}" if peak_gbps and key == "dram_bw_util" else ""
             body.append(_rect(left, y + 4, min(v, 1.0) * bar_w, 16, "bar", f"{key} {value(v, 'ratio')}{extra} ({m.source})"))
             body.append(_text(left, y + 38, f"{key} = {value(v, 'ratio')} of peak{extra} [{m.source}]" + (f" — {m.note}" if m.note else "")))
         tx = left + min(thr, 1.0) * bar_w
         tip = f"target {value(thr, 'ratio')} ({origin})"
-        body.append(f'<line class="thr" x1="{tx:.1f}" y1="{y}" x2="{tx:.1f}" y2="{y + 24}"><title>{e(tip)}</title></line>')
-        body.append(_text(tx + 4, y + 2, f"target {thr * 100:.0f} %"))
-        body.append(_text(left + bar_w + 6, y + 16, "peak" + (f" {peak_gbps:,.0f} GB/s" if peak_gbps and key == "dram_bw_util" else "")))
+        body.append(f'<line class="thr" x1="{at(tx, 1)}" y1="{y}" x2="{at(tx, 1)}" y2="{y + 24}"><title>{e(tip)}</title></line>')
+        body.append(_text(tx + 4, y + 2, f"target {percent(thr)}"))
+        body.append(_text(left + bar_w + 6, y + 16, "peak" + (f" {value(peak_gbps, 'GB/s')}" if peak_gbps and key == "dram_bw_util" else "")))
     return _svg(left + bar_w + 220, 8 + len(rows) * 52, body, "bandwidth and occupancy against targets"), notes
 
 
@@ -491,14 +484,14 @@ def nvml_charts(analysis: Analysis, findings: Sequence[Finding]) -> list[str]:
         if len(t) < 2 or t[-1] <= t[0]:
             continue
         t, v = _bin_series(t, v, int(w))
-        unit, factor, percent = series_unit(metric)
+        unit, factor, in_percent = series_unit(metric)
         v = v * factor
         finite = v[np.isfinite(v)]
         if finite.size == 0:
             continue
         vmin, vmax = float(finite.min()), float(finite.max())
         flat = vmax - vmin <= 1e-9 * max(abs(vmax), 1.0)
-        if percent:
+        if in_percent:
             lo, hi = 0.0, 100.0
         elif flat:
             lo, hi = vmin - 1.0, vmax + 1.0  # the line in the middle of the plot
@@ -511,23 +504,23 @@ def nvml_charts(analysis: Analysis, findings: Sequence[Finding]) -> list[str]:
         body = [_line(left, top + h, left + w, top + h, "axis"), _line(left, top, left, top + h, "axis")]
         suffix = f" {unit}" if unit and not unit.startswith("throttled") else ""
         if flat:
-            body.append(_text(left - 6, Y(vmin) + 4, f"{_num(vmin)}{suffix}", "end"))
+            body.append(_text(left - 6, Y(vmin) + 4, f"{tick(vmin)}{suffix}", "end"))
         else:
-            for tick in _ticks(lo, hi, 4):
-                body += _y_tick(left, Y(tick), top + h, f"{_num(tick)}{suffix}")
-        for tick in _ticks(s0, s1, 8):
-            body += [_line(X(tick), top + h, X(tick), top + h + 4, "axis"), _text(X(tick), top + h + 15, f"{_num(tick)} s", "middle")]
+            for mark in _ticks(lo, hi, 4):
+                body += _y_tick(left, Y(mark), top + h, f"{tick(mark)}{suffix}")
+        for mark in _ticks(s0, s1, 8):
+            body += [_line(X(mark), top + h, X(mark), top + h + 4, "axis"), _text(X(mark), top + h + 15, f"{tick(mark)} s", "middle")]
         if span is not None:
             a, b = X(max((span[0] - run_start) / 1e9, s0)), X(min((span[1] - run_start) / 1e9, s1))
             if b > a:
-                body.append(f'<rect x="{a:.1f}" y="{top}" width="{b - a:.1f}" height="{h}" fill="#eaeef2"><title>profiled steps</title></rect>')
-        pts = " ".join(f"{X(px):.1f},{Y(py):.1f}" for px, py in zip(sec, v) if np.isfinite(py))
+                body.append(f'<rect x="{at(a, 1)}" y="{top}" width="{at(b - a, 1)}" height="{h}" fill="#eaeef2"><title>profiled steps</title></rect>')
+        pts = " ".join(f"{at(X(px), 1)},{at(Y(py), 1)}" for px, py in zip(sec, v) if np.isfinite(py))
         body.append(f'<polyline class="series" points="{pts}"><title>{e(metric)} ({e(source)})</title></polyline>')
         if metric in SERIES_TARGETS:
             rule = "dram-bandwidth" if metric == "dram_bw_util" else "sm-occupancy"
             thr, _ = _threshold(findings, rule, SERIES_TARGETS[metric])
-            body += [_line(left, Y(thr * 100), left + w, Y(thr * 100), "thr"), _text(left + w + 4, Y(thr * 100) + 4, f"target {thr * 100:.0f} %")]
-        said = "flat (its value is on the axis)" if flat else f"{_num(vmin)} to {_num(vmax)}{suffix}"
+            body += [_line(left, Y(thr * 100), left + w, Y(thr * 100), "thr"), _text(left + w + 4, Y(thr * 100) + 4, f"target {percent(thr)}")]
+        said = "flat (its value is on the axis)" if flat else f"{num(vmin)} to {num(vmax)}{suffix}"
         body.append(_text(left, 14, f"{metric} [{source}]{f' in {unit}' if unit else ''}: {said}; {len(g)} samples, shaded = profiled steps"))
         body.append(_text(left + w / 2, top + h + 30, "seconds from the run start (the first NVML sample)", "middle"))
         out.append(_svg(left + w + 90, top + h + 38, body, f"{metric} over time"))
@@ -559,18 +552,18 @@ def step_latency_chart(analysis: Analysis) -> str | None:
     X = lambda i: left + i / (ms.size - 1) * w  # noqa: E731 - one-line coordinate maps
     Y = lambda val: top + (1 - val / hi) * h  # noqa: E731
     body = [_line(left, top + h, left + w, top + h, "axis"), _line(left, top, left, top + h, "axis")]
-    for tick in _ticks(0.0, hi, 5):
-        body += _y_tick(left, Y(tick), top + h, f"{_num(tick)} ms")
-    for tick in _ticks(0.0, ms.size - 1, 10):
-        if float(tick).is_integer():
-            body += [_line(X(tick), top + h, X(tick), top + h + 4, "axis"), _text(X(tick), top + h + 15, f"{tick:.0f}", "middle")]
+    for t in _ticks(0.0, hi, 5):
+        body += _y_tick(left, Y(t), top + h, f"{tick(t)} ms")
+    for t in _ticks(0.0, ms.size - 1, 10):
+        if float(t).is_integer():
+            body += [_line(X(t), top + h, X(t), top + h + 4, "axis"), _text(X(t), top + h + 15, tick(t), "middle")]
     if first_steady > 0:
         xs = X(first_steady)
-        body.append(f'<rect x="{left:.1f}" y="{top}" width="{xs - left:.1f}" height="{h}" fill="#eaeef2"><title>warm-up: steps 0 to {first_steady - 1}</title></rect>')
+        body.append(f'<rect x="{at(left, 1)}" y="{top}" width="{at(xs - left, 1)}" height="{h}" fill="#eaeef2"><title>warm-up: steps 0 to {first_steady - 1}</title></rect>')
         body += [_line(xs, top, xs, top + h, "link"), _text(xs + 4, top + 12, f"steady from step {first_steady}")]
-    pts = " ".join(f"{X(i):.1f},{Y(val):.1f}" for i, val in enumerate(ms))
+    pts = " ".join(f"{at(X(i), 1)},{at(Y(val), 1)}" for i, val in enumerate(ms))
     body.append(f'<polyline class="series" points="{pts}"><title>step latency per step ({e(where)})</title></polyline>')
-    body += [f'<circle cx="{X(i):.1f}" cy="{Y(val):.1f}" r="2" fill="#4e79a7"><title>step {i}: {val:.4g} ms</title></circle>'
+    body += [f'<circle cx="{at(X(i), 1)}" cy="{at(Y(val), 1)}" r="2" fill="#4e79a7"><title>step {i}: {value(val, "ms")}</title></circle>'
              for i, val in enumerate(ms) if ms.size <= 200]
     label_y: list[float] = []
     for name, val in (("p50", p50), ("p99", p99)):
@@ -581,7 +574,7 @@ def step_latency_chart(analysis: Analysis) -> str | None:
         if any(abs(ly - other) < 15 for other in label_y):  # p99 next to p50: its label goes above
             ly = min(label_y) - 15
         label_y.append(ly)
-        body += [_line(left, y, left + w, y, "thr"), _text(left + w + 4, ly, f"{name} {_num(val)} ms")]
+        body += [_line(left, y, left + w, y, "thr"), _text(left + w + 4, ly, f"{name} {value(val, 'ms')}")]
     body.append(_text(left, 14, f"step latency per step ({where}); {ms.size} steps"))
     body.append(_text(left + w / 2, top + h + 30, "step", "middle"))
     return _svg(left + w + 110, top + h + 38, body, "step latency per step")
@@ -630,7 +623,7 @@ def _evidence_html(ev: Evidence) -> str:
     parts = [f"<h4>{e(ev.title)}</h4>"]
     if ev.rows:
         parts.append("<table><tr>" + "".join(f"<th>{e(c)}</th>" for c in ev.columns) + "</tr>")
-        parts += ["<tr>" + "".join(f"<td>{e(v)}</td>" for v in row) + "</tr>" for row in ev.rows]
+        parts += ["<tr>" + "".join(f"<td>{e(common.cell(v))}</td>" for v in row) + "</tr>" for row in ev.rows]
         parts.append("</table>")
     if ev.note:
         parts.append(f'<p class="muted">{e(ev.note)}</p>')

@@ -26,7 +26,7 @@ def _table(e: Evidence) -> list[str]:
     if e.rows:
         out.append("| " + " | ".join(md_cell(c) for c in e.columns) + " |")
         out.append("|" + "---|" * len(e.columns))
-        out.extend("| " + " | ".join(md_cell(v) for v in row) + " |" for row in e.rows)
+        out.extend("| " + " | ".join(md_cell(common.cell(v)) for v in row) + " |" for row in e.rows)
         out.append("")
     if e.note:
         out += [f"_{md_text(e.note)}_", ""]

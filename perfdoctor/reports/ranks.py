@@ -9,17 +9,20 @@ ranked findings of the rank that waits most (where communication problems show).
 
 from __future__ import annotations
 
+from typing import Callable
+
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from perfdoctor.analysis.ranks import FULL_VIEW_RANKS
 from perfdoctor.pipeline import Diagnosis
-from perfdoctor.text import clean
+from perfdoctor.text import clean, count, num, percent, value
 
 
-def _num(v: object, digits: int = 4) -> str:
-    return "—" if v is None or (isinstance(v, float) and v != v) else f"{float(v):.{digits}g}"  # type: ignore[arg-type]
+def _cell(v: object, word: Callable[[float], str] = num) -> str:
+    """A table cell: ``word`` of the number, or ``—`` where there is none (None, NaN)."""
+    return "—" if v is None or (isinstance(v, float) and v != v) else word(float(v))  # type: ignore[arg-type]
 
 
 def rank_table(d: Diagnosis) -> Table:
@@ -33,14 +36,14 @@ def rank_table(d: Diagnosis) -> Table:
     rows = view.table()
     if len(rows) > FULL_VIEW_RANKS:  # thousands of rows read as nothing (and take ~1 ms each): the ranks analysed in full
         rows = rows[rows["rank"].isin([r.rank for r in view.runs])]
-        t.caption = f"the {len(rows)} ranks analysed in full; the other {len(view.per_step) - len(rows):,} are in --json (\"ranks\")"
+        t.caption = f"the {len(rows)} ranks analysed in full; the other {count(len(view.per_step) - len(rows))} are in --json (\"ranks\")"
         t.caption_justify = "left"
     for row in rows.to_dict("records"):
         style = "bold yellow" if row["rank"] == straggler else None
         t.add_row(
-            str(row["rank"]), clean(str(row["device"] or "—")), _num(row["step_ms_p50"]), _num(row["traced_step_ms_p50"]),
-            _num(row["busy_ms_p50"]), _num(row["comm_ms_p50"]), _num(row["exposed_comm_ms_p50"]),
-            _num(row["comm_overlap"], 2), _num(row["collectives_per_step"]), _num(row["mean_collective_us"]), style=style,
+            str(row["rank"]), clean(str(row["device"] or "—")), _cell(row["step_ms_p50"]), _cell(row["traced_step_ms_p50"]),
+            _cell(row["busy_ms_p50"]), _cell(row["comm_ms_p50"]), _cell(row["exposed_comm_ms_p50"]),
+            _cell(row["comm_overlap"], percent), _cell(row["collectives_per_step"], count), _cell(row["mean_collective_us"]), style=style,
         )
     return t
 
@@ -53,16 +56,17 @@ def straggler_lines(d: Diagnosis) -> list[str]:
         lines.append(f"straggler: none measured ({clean(view.straggler_reason or '')})")
         return lines
     lines.append(
-        f"straggler: rank {s.rank}, works {s.delay_ms:.3g} ms longer per step than the others "
-        f"({s.busy_ms:.3g} vs {s.others_busy_ms:.3g} ms busy; {s.delay_ratio:.1%} of the step; the busiest rank in {s.step_share:.0%} of the steps)"
+        f"straggler: rank {s.rank}, works {value(s.delay_ms, 'ms')} longer per step than the others "
+        f"({value(s.busy_ms, 'ms')} vs {value(s.others_busy_ms, 'ms')} busy; {percent(s.delay_ratio)} of the step; "
+        f"the busiest rank in {percent(s.step_share)} of the steps)"
     )
     if s.collective is not None:
         c = s.collective
         who = f"rank{'s' if len(c.waiting_ranks) > 1 else ''} {', '.join(str(r) for r in c.waiting_ranks)}"
         if len(c.waiting_ranks) > 12:  # a job of thousands of ranks: their count, not a list
-            who = f"{len(c.waiting_ranks):,} ranks" + (" (every other)" if len(c.waiting_ranks) == len(view.per_step) - 1 else "")
+            who = f"{count(len(c.waiting_ranks))} ranks" + (" (every other)" if len(c.waiting_ranks) == len(view.per_step) - 1 else "")
         lines.append(
-            f"waits for it: {clean(c.name)} (#{c.index + 1} of {c.per_step} collectives per step) takes {c.wait_ms:.3g} ms longer "
+            f"waits for it: {clean(c.name)} (#{c.index + 1} of {c.per_step} collectives per step) takes {value(c.wait_ms, 'ms')} longer "
             f"on {who} than on rank {s.rank}"
         )
     return lines

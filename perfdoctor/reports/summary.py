@@ -19,8 +19,7 @@ from rich.text import Text
 
 from perfdoctor.analysis.metrics import Analysis
 from perfdoctor.reports.common import fmt_metric
-from perfdoctor.text import num, value
-from perfdoctor.text import clean
+from perfdoctor.text import clean, count, num, percent, value
 from perfdoctor.text import rich as esc  # untrusted text in rich markup (a table title)
 
 
@@ -107,7 +106,7 @@ def kernels_table(analysis: Analysis, n: int = 10) -> Table | None:
     t.add_column("mean µs", justify="right")
     t.add_column("share", justify="right")
     for r in k.itertuples():
-        t.add_row(Text(r.kernel), r.family, f"{r.per_step:.1f}", f"{r.ms_per_step:.3f}", f"{r.mean_ns / 1e3:.1f}", f"{r.share * 100:.1f} %")
+        t.add_row(Text(r.kernel), r.family, count(r.per_step), num(r.ms_per_step), num(r.mean_ns / 1e3), percent(r.share))
     return t
 
 
@@ -136,8 +135,8 @@ def serving_lines(analysis: Analysis) -> list[str]:
     for kind, v in tot.items():
         if kind == "all" or not v["steps"]:
             continue
-        rate = f", {v['tokens_per_s']:,.0f} tokens/s, {v['ms_per_token']:.4g} ms/token" if np.isfinite(v["tokens_per_s"]) else ""
-        parts.append(f"{kind} {v['steps']} steps, {v['tokens']:.0f} tokens{rate}")
+        rate = f", {value(v['tokens_per_s'], 'tokens/s')}, {value(v['ms_per_token'], 'ms')}/token" if np.isfinite(v["tokens_per_s"]) else ""
+        parts.append(f"{kind} {v['steps']} steps, {count(v['tokens'])} tokens{rate}")
     return [f"serving (traced): {'; '.join(parts)}"] if parts else []
 
 

@@ -33,7 +33,7 @@ def _evidence_table(e: Evidence) -> RenderableType:
         # Names from the trace are untrusted text: Text(...) never interprets rich markup.
         t.add_column(Text(clean(col)), overflow="fold")
     for row in e.rows:
-        t.add_row(*(Text(clean(v)) for v in row))
+        t.add_row(*(Text(clean(common.cell(v))) for v in row))
     parts: list[RenderableType] = [t] if e.rows else [Text(e.title, style="bold")]
     if e.note:
         parts.append(Text(e.note, style="dim"))

@@ -20,6 +20,7 @@ import pytest
 from perfdoctor.pipeline import load_trace
 from perfdoctor.analysis.metrics import analyze
 from perfdoctor.rules.engine import evaluate, load_rules
+from perfdoctor.text import count
 from tests.rules.test_rules import GRAPH_ADVICE  # what "use CUDA graphs" looks like in a remediation
 
 WILD = Path(__file__).parents[1] / "fixtures" / "wild"
@@ -351,7 +352,7 @@ def test_serving_header_line_per_kind():
     line = next(l for l in header_lines(a) if l.startswith("serving (traced): "))
     decode = sum(_tokens(n) for n in facts["steps"] if "DECODE" in n or "generation" in n)
     prefill = sum(_tokens(n) for n in facts["steps"] if "PREFILL" in n)
-    assert f"decode 10 steps, {decode} tokens" in line and f"prefill 2 steps, {prefill} tokens" in line
+    assert f"decode 10 steps, {count(decode)} tokens" in line and f"prefill 2 steps, {count(prefill)} tokens" in line
 
 
 # --- item 11: every failing rule estimates its time or says why ---------------------------------------

@@ -32,6 +32,7 @@ from perfdoctor.reports import html, json as json_report, markdown, terminal
 from perfdoctor.reports.bundle import write_reports
 from perfdoctor.cli.report import report_command
 from perfdoctor.rules.engine import Finding, evaluate, load_rules
+from perfdoctor.text import value
 
 EAGER = FIXTURES / "h200-llama1b-eager-5steps.kineto.json.gz"
 DEMO_EAGER = Path(__file__).parents[2] / "perfdoctor" / "demo" / "data" / "eager"  # a real H200 run bundle, NVML samples included
@@ -221,13 +222,14 @@ def test_html_charts_have_time_axes_units_a_step_latency_plot_and_the_trace_view
     assert "flat" in charts["sm_clock_mhz"]
     power = samples[samples["metric"] == "power_w"]["value"]
     assert power.nunique() > 1 and re.search(r">\d[\d.]* W</text>", charts["power_w"])
-    assert re.search(r">(100|50) %</text>", charts["dram_bw_util"]) and "target 85 %" in charts["dram_bw_util"]
+    assert re.search(r">(100|50) %</text>", charts["dram_bw_util"]) and "target 85.0 %" in charts["dram_bw_util"]
     # The step latency: the light pass's 54 steps, steady from step 4 (the manifest's cut), p50 / p99 lines.
     light = a.light
     assert light is not None and light.steady_start == 4
     svg = html.step_latency_chart(a)
     assert svg.count("<circle") == light.count and "steady from step 4" in svg
-    assert f"p50 {a.value('step_latency_ms_p50'):.4g} ms" in svg and f"p99 {a.value('step_latency_ms_p99'):.4g} ms" in svg
+    # p50 and p99 read as the metrics do everywhere else
+    assert f"p50 {value(a.value('step_latency_ms_p50'), 'ms')}" in svg and f"p99 {value(a.value('step_latency_ms_p99'), 'ms')}" in svg
     # The viewers: Perfetto for a Kineto trace, nsys-ui for an Nsight Systems report.
     assert html.raw_traces(a) == [(str(DEMO_EAGER / "raw" / "torch-trace.json.gz"),
                                    "Perfetto: open https://ui.perfetto.dev and drop this file on it (it reads Kineto JSON, gzipped or not)")]
