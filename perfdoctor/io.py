@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Iterable
 
 from perfdoctor.errors import UsageError
+from perfdoctor.text import nbytes
 
 MAX_BYTES_ENV = "PERFDOCTOR_MAX_TRACE_BYTES"
 DEFAULT_MAX_BYTES = 2 * 1024**3  # 2 GiB: real Kineto traces run to hundreds of MB
@@ -67,16 +68,9 @@ def max_input_bytes() -> int:
     return value
 
 
-def _human(n: int) -> str:
-    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if n >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{n} bytes"
-
-
 def _too_big(path: Path, cap: int, what: str) -> UsageError:
     return UsageError(
-        f"{path}: {what} more than {_human(cap)} (the input cap); to read it, raise the cap, "
+        f"{path}: {what} more than {nbytes(cap, binary=True)} (the input cap); to read it, raise the cap, "
         f"e.g. {MAX_BYTES_ENV}={2 * cap}"
     )
 

@@ -23,9 +23,9 @@ Markdown and HTML escaping belong to the reports: :mod:`perfdoctor.reports.forma
 messages in the terminal, JSON and JUnit, the demo) and every sentence below them (the
 analysis' notes, the rules' evidence and estimates, compare's reasons, ``run``'s progress)
 words a number through one of :func:`value`, :func:`num`, :func:`count`,
-:func:`duration_us`, :func:`percent`, :func:`relative`, :func:`nbytes`, :func:`times`,
-:func:`ratio` / :func:`interval`, :func:`setting` and :func:`tick`, so one number reads the
-same everywhere (``memory_bubble_ratio`` is ``91.7 %`` in each,
+:func:`duration_us`, :func:`elapsed`, :func:`percent`, :func:`relative`, :func:`nbytes`,
+:func:`times`, :func:`ratio` / :func:`interval`, :func:`setting` and :func:`tick`, so one
+number reads the same everywhere (``memory_bubble_ratio`` is ``91.7 %`` in each,
 ``kernels_per_step`` ``863``, a step ``25.1 ms``). They live here, on the bottom floor, and
 not in reports/, because analysis/, rules/ and compare/ (below reports/) write sentences
 with numbers too. The numeric JSON values stay numbers; only words come from here.
@@ -160,6 +160,12 @@ def duration_us(us: float, signed: bool = False) -> str:
     ``signed``: ``+12.3 ms``, ``-4 µs``."""
     text = f"{num(abs(us) / 1e3)} ms" if abs(us) >= 1000 else f"{num(abs(us))} µs"
     return (("+" if us > 0 else "-") + text) if signed and us else text
+
+
+def elapsed(seconds: float) -> str:
+    """Wall-clock time as a person waits it, in whole seconds: ``42 s``, ``3 min 5 s``."""
+    s = int(round(seconds))
+    return f"{s} s" if s < 60 else f"{s // 60} min {s % 60} s"
 
 
 def percent(x: float) -> str:

@@ -7,6 +7,7 @@ import typer
 
 from perfdoctor.record.calibrate import MATMUL_N, READ_SIZES_MB, calibrate, save_calibration
 from perfdoctor.errors import UsageError
+from perfdoctor.text import percent, value
 
 
 def calibrate_command(
@@ -45,12 +46,12 @@ def calibrate_command(
         uuid = f"GPU-{torch.cuda.get_device_properties(device).uuid}"  # NVML's spelling
     path = save_calibration(uuid, entry)
     peak = entry.get("theoretical_dram_gbps")
-    of_peak = f" ({entry['dram_read_gbps'] / peak:.0%} of the theoretical {peak:.0f} GB/s, NVML)" if peak else ""
+    of_peak = f" ({percent(entry['dram_read_gbps'] / peak)} of the theoretical {value(peak, 'GB/s')}, NVML)" if peak else ""
     # The numbers whether or not they were cached (the conditional once took the whole
     # message: an unwritable cache printed "not cached" and no measurement).
     where = f"cached in {path}" if path is not None else "not cached (see the warning above)"
     Console().print(
-        f"DRAM read (measured): {entry['dram_read_gbps']:.0f} GB/s{of_peak}\n"
-        f"bf16 matmul (measured): {entry['bf16_matmul_tflops']:.0f} TFLOP/s\n{where}",
+        f"DRAM read (measured): {value(entry['dram_read_gbps'], 'GB/s')}{of_peak}\n"
+        f"bf16 matmul (measured): {value(entry['bf16_matmul_tflops'], 'TFLOP/s')}\n{where}",
         highlight=False, markup=False, soft_wrap=True,  # a long cache path stays one line
     )

@@ -11,7 +11,7 @@ import typer
 from perfdoctor.cli import options
 from perfdoctor.console import stdout_console
 from perfdoctor.pipeline import load_ruleset as _load
-from perfdoctor.text import clean
+from perfdoctor.text import clean, setting
 
 rules_app = typer.Typer(help="The rules perfdoctor checks: list them, explain one.", no_args_is_help=True)
 
@@ -87,7 +87,7 @@ def explain_rule(
         c.print(Text.assemble(("evidence: ", "bold"), ", ".join(r.evidence)))
     if r.estimate:
         fn = ESTIMATES[r.estimate.kind][0]
-        params = ", ".join(f"{k}={v:g}" for k, v in r.estimate.params)
+        params = ", ".join(f"{k}={setting(v)}" for k, v in r.estimate.params)
         c.print(Text.assemble(("estimate: ", "bold"), f"{r.estimate.kind}({params}) — ", inspect.getdoc(fn).split("\n\n")[0]))
     else:
         c.print(Text.assemble(("estimate: ", "bold"), "none (ranked after failures with an estimate)"))
@@ -106,4 +106,4 @@ def explain_rule(
             for line in _fix_lines(v.remediation):
                 c.print(Text(line))
         if v.estimate:
-            c.print(Text(f"  estimate: {v.estimate.kind}({', '.join(f'{k}={x:g}' for k, x in v.estimate.params)})"))
+            c.print(Text(f"  estimate: {v.estimate.kind}({', '.join(f'{k}={setting(x)}' for k, x in v.estimate.params)})"))

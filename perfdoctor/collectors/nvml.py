@@ -28,6 +28,7 @@ import pandas as pd
 
 from perfdoctor.io import read_capped
 from perfdoctor.profile import SAMPLE_COLUMNS, frame
+from perfdoctor.text import value
 
 # GPM metric ids (nvmlGpmMetricId_t), named as perfdoctor samples.
 GPM_METRICS = {10: "dram_bw_util", 3: "sm_occupancy", 2: "sm_util"}
@@ -325,17 +326,17 @@ def steps_mean(intervals: list[tuple[int, int, float]], steps: list[tuple[int, i
     start, end = covered[0][0], covered[-1][1]
     used = dropped = inside = 0
     weight = total = 0.0
-    for t0, t1, value in intervals:
+    for t0, t1, v in intervals:
         w = _overlap(t0, t1, covered)
         if w <= 0:
             continue
-        if value != value:  # NaN
+        if v != v:  # NaN
             dropped += 1
             continue
         used += 1
         inside += start <= t0 and t1 <= end
         weight += w
-        total += w * value
+        total += w * v
     entry: dict[str, Any] = {"samples": used, "dropped_nan": dropped, "start_ns": start, "end_ns": end,
                              "covered_ns": sum(e - s for s, e in covered)}
     if used == 0:
@@ -344,7 +345,7 @@ def steps_mean(intervals: list[tuple[int, int, float]], steps: list[tuple[int, i
                            else "no GPM sample overlaps the steady steps")
     elif inside == 0:
         entry["value"] = None
-        entry["reason"] = (f"the steady steps span {(end - start) / 1e6:.1f} ms, shorter than one GPM interval: "
+        entry["reason"] = (f"the steady steps span {value((end - start) / 1e6, 'ms')}, shorter than one GPM interval: "
                            "no sample lies inside them")
     else:
         entry["value"] = total / weight

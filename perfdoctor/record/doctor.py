@@ -17,6 +17,7 @@ from typing import Any
 
 from perfdoctor import __version__
 from perfdoctor.console import LAYOUT_WIDTH as WIDTH
+from perfdoctor.text import nbytes, value
 
 LABEL = 13  # width of the label column
 
@@ -140,13 +141,13 @@ def render(facts: dict[str, Any]) -> str:
     g = facts["gpus"]
     if g["devices"]:
         for d in g["devices"]:
-            mem = f", {d['memory_bytes'] / 2**30:.0f} GiB" if d.get("memory_bytes") else ""
+            mem = f", {nbytes(d['memory_bytes'], binary=True)}" if d.get("memory_bytes") else ""
             driver = f", driver {d['driver_version']}" if d.get("driver_version") else ""
             lines.append(_line(f"GPU {d['index']}", f"{d.get('name', '?')}{driver}{mem}" + (f" ({d['error']})" if d.get("error") else "")))
             lines.append(_line("  GPM", str(d.get("gpm"))))
             peak = d.get("peak_dram_bw_gbps")
             if peak:
-                lines.append(_line("  peak DRAM", f"{peak:,.0f} GB/s (NVML memory clock × bus width)"))
+                lines.append(_line("  peak DRAM", f"{value(peak, 'GB/s')} (NVML memory clock × bus width)"))
     else:
         why = "no NVIDIA GPU on this machine (no /proc/driver/nvidia/gpus, no /dev/nvidiaN)" if not g["present"] else "an NVIDIA device is present but NVML lists no GPU"
         lines.append(_line("GPU", f"none: {why}"))

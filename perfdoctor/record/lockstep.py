@@ -30,6 +30,8 @@ import select
 import threading
 from typing import Any
 
+from perfdoctor.text import setting
+
 PATIENCE_S = 120.0  # the longest wait for a turn before running free (the other program hangs)
 TOKEN = b"t"
 
@@ -94,7 +96,7 @@ class Turns:
             self.stop(f"the turn pipe failed: {exc.strerror or exc}")
             return
         if got is None:
-            self.stop(f"no turn within {PATIENCE_S:g} s: the other program stopped stepping")
+            self.stop(f"no turn within {setting(PATIENCE_S)} s: the other program stopped stepping")
         elif not got:
             self.stop("the other program ended")
         else:

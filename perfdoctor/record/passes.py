@@ -20,6 +20,7 @@ from perfdoctor.record.options import DEFAULT_WARMUP
 from perfdoctor.record.runner import PassResult, Runner
 from perfdoctor.collectors.tools import find_tool
 from perfdoctor.text import rich as esc  # program arguments, paths and step names are untrusted
+from perfdoctor.text import value
 
 
 def pass_entry(result: PassResult) -> dict[str, Any]:
@@ -120,7 +121,7 @@ def light_pass(plan: Plan) -> None:
         bundles.write_json_atomic(raw / "light.json", result.results.to_json())
     if light.step_name is not None:
         ms = sorted(light.step_latency_ms or [])
-        p50 = f", p50 {ms[len(ms) // 2]:.3f} ms" if ms else ""
+        p50 = f", p50 {value(ms[len(ms) // 2], 'ms')}" if ms else ""
         runner.say(
             f"light pass: step {esc(repr(light.step_name))} ({esc(light.how)}) seen {light.steps_seen} times, "
             f"steady from step {light.steady_start}{p50}"

@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass, field
 
 from perfdoctor.bundle.protocol import LightPass
+from perfdoctor.text import elapsed
 
 PERIOD_S = 10.0  # a progress line this often when stderr is a log (CI): often enough to see it move
 PERIOD_ENV = "PERFDOCTOR_PROGRESS_S"  # another period, in seconds (a test's short program)
@@ -65,19 +66,13 @@ def time_left_s(ticks: Ticks, elapsed_s: float, expected: Expected | None) -> fl
     return (expected.steps - ticks.done) * (pace if pace is not None else expected.step_s)
 
 
-def duration(seconds: float) -> str:
-    """``42 s``, ``3 min 5 s``."""
-    s = int(round(seconds))
-    return f"{s} s" if s < 60 else f"{s // 60} min {s % 60} s"
-
-
 def line(name: str, ticks: Ticks, elapsed_s: float, expected: Expected | None) -> str:
     """``torch pass: 12 of 40 steps, 9 s elapsed, about 21 s left``."""
     of = f" of {expected.steps}" if expected is not None and expected.steps > 0 else ""
     steps = f"{ticks.done}{of} steps, " if ticks.done or of else ""
     left = time_left_s(ticks, elapsed_s, expected)
-    eta = f", about {duration(left)} left" if left is not None else ""
-    return f"{name} pass: {steps}{duration(elapsed_s)} elapsed{eta}"
+    eta = f", about {elapsed(left)} left" if left is not None else ""
+    return f"{name} pass: {steps}{elapsed(elapsed_s)} elapsed{eta}"
 
 
 def period_s() -> float:

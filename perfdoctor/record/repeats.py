@@ -53,7 +53,7 @@ from perfdoctor.record.passes import pass_entry, program_failure
 from perfdoctor.record.run import execute
 from perfdoctor.record.runner import Runner
 from perfdoctor.record.target import target_name
-from perfdoctor.text import rich
+from perfdoctor.text import rich, value
 
 
 def _first_process(manifest: Manifest) -> dict[str, Any]:
@@ -168,7 +168,7 @@ def _say_process(runner: Runner) -> None:
         runner.say(f"[yellow]{name}[/]: left out of the statistics: {rich(entry.excluded)}")
     elif entry.step_latency_ms:
         ms = sorted(entry.step_latency_ms)
-        runner.say(f"{name}: p50 {ms[len(ms) // 2]:.3f} ms over {len(ms)} steady steps")
+        runner.say(f"{name}: p50 {value(ms[len(ms) // 2], 'ms')} over {len(ms)} steady steps")
 
 
 def reopen(bundle: Path, options: RunOptions, console: Console) -> Runner:

@@ -28,6 +28,7 @@ from perfdoctor.record import launch, progress
 from perfdoctor.record.options import RunOptions
 from perfdoctor.record.target import target_name
 from perfdoctor.text import rich as esc  # program arguments, paths and step names are untrusted
+from perfdoctor.text import setting, value
 
 TAIL_CHARS = 2000
 TIMEOUT_GRACE_S = 10  # after --timeout's SIGTERM, the ranks have this long to write their results
@@ -181,7 +182,7 @@ class Runner:
         code = result.exit_code
         how = f"exit {code}" if code is None or code >= 0 else f"killed by signal {-code}"
         counted = f"{result.steps} steps, " if result.steps else ""
-        self.say(f"[bold]{name}[/] pass: {counted}{result.seconds:.1f} s, {how}")
+        self.say(f"[bold]{name}[/] pass: {counted}{value(result.seconds, 's')}, {how}")
         return result
 
     def program(self, name: str, config: PassConfig) -> list[str]:
@@ -242,7 +243,7 @@ class Runner:
             return child.wait(timeout=self.options.timeout_s)
         except subprocess.TimeoutExpired:
             self.manifest.timed_out = TimedOut(pass_=name, after_s=self.options.timeout_s).to_json()
-            self.say(f"[yellow]{name} pass: still running after --timeout {self.options.timeout_s:g} s: stopping it[/]")
+            self.say(f"[yellow]{name} pass: still running after --timeout {setting(self.options.timeout_s)} s: stopping it[/]")
             stop(signal.SIGTERM)
             try:
                 return child.wait(timeout=TIMEOUT_GRACE_S)

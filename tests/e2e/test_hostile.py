@@ -310,7 +310,7 @@ def test_a_gzip_bomb_stops_at_the_cap(tmp_path: Path) -> None:
 
 
 def test_the_cap_can_be_raised(trace: Path) -> None:
-    assert_usage(incli("analyze", trace, env={"PERFDOCTOR_MAX_TRACE_BYTES": "1000"}), "more than 1000 bytes")
+    assert_usage(incli("analyze", trace, env={"PERFDOCTOR_MAX_TRACE_BYTES": "1000"}), "more than 1000 B")
     code, _, err = incli("analyze", trace, env={"PERFDOCTOR_MAX_TRACE_BYTES": str(1 << 30)})
     assert code == 0, err
 

@@ -246,7 +246,7 @@ def test_calibrate_prints_its_numbers_and_one_warning(tmp_path: Path, monkeypatc
     result = CliRunner().invoke(app, ["--sizes-mb", "8"])
     assert result.exit_code == 0 and result.exception is None, result.output
     out = result.stdout
-    assert "DRAM read (measured): 4100 GB/s (85% of the theoretical 4800 GB/s, NVML)" in out
+    assert "DRAM read (measured): 4,100 GB/s (85.4 % of the theoretical 4,800 GB/s, NVML)" in out
     assert "bf16 matmul (measured): 700 TFLOP/s" in out
     warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
     if cache == "unwritable":

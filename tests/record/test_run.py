@@ -983,7 +983,8 @@ def test_ncu_plan_says_what_the_pass_replays():
 
 def test_progress_line_and_time_left():
     from perfdoctor.bundle.protocol import LightPass
-    from perfdoctor.record.progress import Expected, Ticks, duration, expected_of, line, time_left_s
+    from perfdoctor.record.progress import Expected, Ticks, expected_of, line, time_left_s
+    from perfdoctor.text import elapsed
 
     light = Expected(steps=40, step_s=0.5, total_s=30.0)
     ticks = Ticks()
@@ -1000,7 +1001,7 @@ def test_progress_line_and_time_left():
     assert line("ncu", Ticks(), 125.0, Expected(40, 4.0, 160.0)) == "ncu pass: 0 of 40 steps, 2 min 5 s elapsed, about 35 s left"
     ticks.add(30, at_s=40.0)
     assert time_left_s(ticks, 40.0, light) is None and time_left_s(Ticks(), 1.0, None) is None
-    assert duration(59.6) == "1 min 0 s"
+    assert elapsed(59.6) == "1 min 0 s"
     assert expected_of(LightPass(steps_seen=3, step_latency_ms=[30.0, 10.0, 20.0]), 4.0) == Expected(3, 0.02, 4.0)
     assert expected_of(LightPass(steps_seen=0, step_latency_ms=[]), 4.0) is None and expected_of(None, None) is None
 

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import FIXTURES, run_cli_inprocess
 from perfdoctor.reports.format import html, md_cell, md_text
-from perfdoctor.text import count, duration_us, interval, nbytes, num, percent, ratio, relative, setting, tick, times, value
+from perfdoctor.text import count, duration_us, elapsed, interval, nbytes, num, percent, ratio, relative, setting, tick, times, value
 
 BEFORE = FIXTURES / "h200-decode-eager-5steps.kineto.json.gz"
 AFTER = FIXTURES / "h200-decode-eager-5steps-rerun.kineto.json.gz"
@@ -111,6 +111,7 @@ def test_the_rules_of_the_words_below_the_reports():
     assert interval(1.0134, 1.0021, 1.0243, 0.95) == "1.013x, 95% CI 1.002–1.024"
     assert setting(0.85) == "0.85" and setting(2.0) == "2" and setting(1.0625) == "1.0625"  # as written, not rounded
     assert tick(12.25) == "12.25" and tick(12_345.0) == "12,345" and tick(0.0) == "0"
+    assert elapsed(42.4) == "42 s" and elapsed(125) == "2 min 5 s"
 
 
 def test_one_escaping_for_untrusted_text():
