@@ -28,7 +28,8 @@ words a number through one of :func:`value`, :func:`num`, :func:`count`,
 number reads the same everywhere (``memory_bubble_ratio`` is ``91.7 %`` in each,
 ``kernels_per_step`` ``863``, a step ``25.1 ms``). They live here, on the bottom floor, and
 not in reports/, because analysis/, rules/ and compare/ (below reports/) write sentences
-with numbers too. The numeric JSON values stay numbers; only words come from here.
+with numbers too. The numeric JSON values stay numbers; only words come from here
+(``tests/test_number_text.py`` finds a number formatted anywhere else).
 """
 
 from __future__ import annotations
