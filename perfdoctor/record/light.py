@@ -219,8 +219,7 @@ def profiler_series(series: dict[str, dict[str, Any]], results: PassResults) -> 
     held = np.bincount(step_of[step_of >= 0], minlength=len(starts))  # starts before #0 belong to no step
     if held[0] or (held[1:] > 0).sum() * 2 <= len(starts) - 1:
         return merged
-    rest = {key: values[1:] if values is not None else None for key, values in merged.items()}
-    return merged_series([rest, *exited])
+    return merged_series([series_rows(merged, range(1, len(starts))), *exited])
 
 
 def merged_series(parts: list[dict[str, Any]]) -> dict[str, Any]:

@@ -195,11 +195,11 @@ class Timer:
 class StepTimes:
     """Per step name: host start, GPU start and GPU end of every step.
 
-    At a step's start: the host time, then a CUDA event (the stream reaching the step); at its
-    end: a CUDA event (the stream finishing the step's work); at either, the host time again
-    when the stream is idle (:meth:`GpuClock.at`). Before the program has initialised CUDA there are no events: the GPU
-    start of such a step is its host start (no GPU work was queued, so the stream was idle)
-    and its end is the host end.
+    At a step's start: the host time, then a CUDA event (the stream reaching the step); at
+    its end: a CUDA event (the stream finishing the step's work); at either, the host time
+    again when the stream is idle (:meth:`GpuClock.at`). Before the program has initialised
+    CUDA there are no events: the GPU start of such a step is its host start (no GPU work
+    was queued, so the stream was idle) and its end is the host end.
     """
 
     def __init__(self, timer: Timer) -> None:
