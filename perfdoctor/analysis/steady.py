@@ -77,7 +77,8 @@ def host_lead_ns(host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[
 
 
 def iteration_ends_ns(
-    gpu_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int], stop_at_pauses: bool = True
+    gpu_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int], stop_at_pauses: bool = True,
+    joined: list[bool] | None = None,
 ) -> np.ndarray:
     """GPU ends of steps that are calls inside a loop, extended to the whole iteration.
 
@@ -93,7 +94,9 @@ def iteration_ends_ns(
     compiled decode loop's next generation): that time belongs to no iteration, and the
     cadence leaves it out. ``stop_at_pauses=False`` where the call is only the head of the
     loop's body (torch's DataLoader fetch): the time to the next fetch is the iteration
-    itself, however uneven (a loaded CPU made some 3x the median).
+    itself, however uneven (a loaded CPU made some 3x the median). ``joined[k]``: the time
+    between call ``k`` and the next holds known work of the iteration (an assisted
+    generate's draft forwards between two verifying calls): never a pause.
     """
     g = _ns(gpu_end).copy()
     if g.size > 1 and gpu_start is not None:
@@ -107,6 +110,8 @@ def iteration_ends_ns(
         if stop_at_pauses:
             calls = np.where(known[:-1], ends - begun[:-1], 0)  # each call's own span
             paused = pauses(after, calls + after)
+            if joined is not None:
+                paused &= ~np.asarray(joined, dtype=bool)
         g[:-1] = np.where(known[1:] & ~paused, np.maximum(ends, nxt), ends)
     return g
 

@@ -38,15 +38,21 @@ def choose_module(modules: dict[str, dict[str, Any]]) -> tuple[int, str] | None:
     return None
 
 
-def module_step(modules: dict[str, dict[str, Any]], classes: dict[str, str]) -> tuple[str, dict[str, Any], dict[str, Any], str] | None:
+def module_step(
+    modules: dict[str, dict[str, Any]], classes: dict[str, str]
+) -> tuple[str, dict[str, Any], dict[str, Any], str, list[bool] | None] | None:
     """The module step: (its name, its calls, the traced passes' mark, ``light_pass.module``,
-    and how it was found), or None. The class is :func:`choose_module`'s. When two of its
+    how it was found, and which of its iterations hold the other instances' calls), or None. The class is :func:`choose_module`'s. When two of its
     instances or more repeat at depth 0 (their calls carry ``instance``) and one of them
     marks the loop iteration (:func:`perfdoctor.analysis.steps.iteration_instance`: in
     assisted generation the target, whose one forward per iteration verifies the draft's
     several), the step is that instance's calls alone, named ``Class#k.forward`` (k: its
     ordinal by first call, which the traced passes count alike); merged with the draft's,
-    the steps were one per forward of either model, uneven, many times the iterations."""
+    the steps were one per forward of either model, uneven, many times the iterations. An
+    iteration holding the other instances' calls (the draft's forwards before the next
+    verify) is never cut at a pause: that work is the iteration's, and its length varies
+    (transformers changes the number of draft tokens as they are accepted), so the pause
+    rule cut the longer ones at the target's own end (0.49 of the program's time, once)."""
     found = choose_module(modules)
     if found is None:
         return None
@@ -57,12 +63,13 @@ def module_step(modules: dict[str, dict[str, Any]], classes: dict[str, str]) -> 
     instances = calls.get("instance")
     instance = steps.iteration_instance(instances) if instances else None
     if instance is None:
-        return name, series_rows(calls, range(len(calls["gpu_end_ns"]))), module, f"module: {cls}"
+        return name, series_rows(calls, range(len(calls["gpu_end_ns"]))), module, f"module: {cls}", None
     step = f"{cls}#{instance}.forward"
     mine = [i for i, k in enumerate(instances) if k == instance]
     how = (f"module: {cls}#{instance}: the {cls} instance (#{instance} by first call) whose {len(mine)} calls enclose "
            f"the {len(instances) - len(mine)} calls of its other instances at depth 0: the loop iteration")
-    return step, series_rows(calls, mine), {**module, "name": step, "instance": instance}, how
+    joined = (np.diff(mine) > 1).tolist()  # another instance's call between this one and the next
+    return step, series_rows(calls, mine), {**module, "name": step, "instance": instance}, how, joined
 
 
 def series_rows(series: dict[str, Any], rows: Sequence[int]) -> dict[str, Any]:
@@ -123,9 +130,9 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
         series[name] = profiler_series(series, results)
         results.series = series
         return name, choice.how, None, True
-    module = None
+    module, joined = None, None
     if choice.kind == "module":
-        _, calls, module, how = found  # type: ignore[misc]
+        _, calls, module, how, joined = found  # type: ignore[misc]
     else:
         calls, prefill = with_eager_calls(name, series[name], results.modules) if choice.kind == "compiled" else (series[name], "")
     if choice.kind == "loop":
@@ -135,7 +142,7 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
         # (on the H200 an HF generate spent ~0.5 ms per token between forward calls).
         # Without CUDA (host clock) the next call's host start marks the iteration's end.
         starts = calls["gpu_start_ns"] if calls.get("gpu_start_ns") is not None else calls["host_start_ns"]
-        ends = steady.iteration_ends_ns(starts, calls["gpu_end_ns"]).tolist()
+        ends = steady.iteration_ends_ns(starts, calls["gpu_end_ns"], joined=joined).tolist()
         timed = {**calls, "gpu_end_ns": ends}
     if choice.iteration:
         if module is None:

@@ -615,3 +615,14 @@ def test_loop_iterations_without_ends_of_passes_or_marks_are_the_plain_iteration
     # of a program that stepped an optimizer once elsewhere)
     assert steady.loop_iterations(calls, None, [11])["host_start_ns"] == [0, 10]
     assert steady.training_batches([0, 10, 25], [], []) == 3
+
+
+def test_a_joined_gap_is_never_a_pause() -> None:
+    # Calls of 10 ns, 5 ns of host work after each but one, where 100 ns of the iteration's
+    # own work (an assisted generate's draft forwards) came before the next call: a pause by
+    # the rule, unless the caller knows that gap holds the iteration's work.
+    gs = [0, 15, 30, 145, 160]
+    ge = [10, 25, 40, 155, 170]
+    assert steady.iteration_ends_ns(gs, ge).tolist() == [15, 30, 40, 160, 170]
+    joined = [False, False, True, False]
+    assert steady.iteration_ends_ns(gs, ge, joined=joined).tolist() == [15, 30, 145, 160, 170]
