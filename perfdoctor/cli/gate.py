@@ -57,6 +57,7 @@ def gate_command(
     """
     from perfdoctor.compare.gate import EXIT_USAGE, INCONCLUSIVE_POLICIES, evaluate_gate, merge_gates, parse_budget, rule_checks
     from perfdoctor import pipeline
+    from perfdoctor.reports.diff_report import refusal
     from perfdoctor.reports.gate_report import document as gate_document, github_annotations, junit_xml, print_result, summary_markdown
 
     if inconclusive is not None and inconclusive not in INCONCLUSIVE_POLICIES:
@@ -98,7 +99,7 @@ def gate_command(
         for line in github_annotations(result):
             print(line)
     if result.refused is not None:
-        raise UsageError(f"no verdict: the baseline is {result.refused} (pass --step NAME or --workload KIND where they differ, or compare runs of one kind)")
+        raise UsageError(f"no verdict: the baseline is {refusal(result.refused)} (pass --step NAME or --workload KIND where they differ, or compare runs of one kind)")
     if result.exit_code == EXIT_USAGE:
         raise UsageError(f"no check could be evaluated ({len(result.checks)} skipped; see the reasons above)")
     if baseline_record is not None:  # which baseline was used, always said; store fields are user text

@@ -15,7 +15,10 @@
                      of ``Check`` (status, outcome, numbers), ``rule_checks``, ``merge_gates`` (one gate
                      over every rank; which ranks pair up is :func:`perfdoctor.pipeline.paired_ranks`)
 
-compare/ returns numbers and reasons; reports.diff_report and reports.gate_report word them.
+compare/ returns numbers and reasons — a verdict code, ``stats.Why``, a ``Mismatch``'s field,
+``diff.Missing``, ``diff.NotComparable``, ``processes.BudgetJudgement`` — and imports no
+formatter of perfdoctor.text; reports.diff_report and reports.gate_report word them
+(tests/compare/test_words.py).
 
 May import: pipeline, rules, analysis, collectors, bundle, profile, names, io, text, errors.
 """

@@ -52,7 +52,6 @@ from perfdoctor.names import api as apinames
 from perfdoctor.analysis.serving import STEP_NAME as SERVING_STEP
 from perfdoctor.analysis.steps import AUTO_STEP, PROFILER_STEP_GLOB, union_ns
 from perfdoctor.bundle.protocol import Manifest
-from perfdoctor.text import percent
 
 if TYPE_CHECKING:
     from perfdoctor.pipeline import Diagnosis
@@ -68,14 +67,8 @@ COVERAGE_TOLERANCE = 0.10
 # source is the light timing pass: a different step coverage changes what they measure.
 SPAN_METRICS = ("gpu_idle_ratio", "kernel_time_ratio", "memcpy_time_ratio", "memory_bubble_ratio", "steps_per_s", "tokens_per_s")
 
-WINDOW_FIELDS = {
-    "vendor": "different GPU vendors: the diff measures the hardware and its software stack, not your change",
-    "world_size": "different world sizes: each rank does a different share of the job, not comparable",
-    "workload": "different workload kinds: a training step and an inference step are different work (--workload sets one)",
-    "step_kind": "the steps were found differently: the runs do not measure the same window",
-    "step_coverage": "the steps cover different fractions of the profiled span: ratios such as gpu_idle_ratio "
-    "count different windows",
-}
+# The facts of the window; why each mismatch matters is worded by perfdoctor.reports.diff_report.
+WINDOW_FIELDS = ("vendor", "world_size", "workload", "step_kind", "step_coverage")
 
 
 def step_kind(analysis: Any) -> str:
@@ -152,17 +145,17 @@ def window_facts(analysis: Any) -> dict[str, Any]:
     }
 
 
-def _coverage_text(facts: dict[str, Any]) -> str:
-    cov = facts.get("step_coverage")
-    n = facts.get("steps", 0)
-    if cov is None:
-        return f"no steps ({facts.get('step_kind')})"
-    return f"{percent(cov)} of the profiled span inside {n} step{'s' if n != 1 else ''}"
+@dataclass(frozen=True)
+class Coverage:
+    """A side of a step-coverage mismatch: the fraction of the profiled span inside its steps."""
+
+    fraction: float
+    steps: int
 
 
-def window_mismatches(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[str, Any, Any, str, tuple[str, ...]]]:
+def window_mismatches(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[str, Any, Any, tuple[str, ...]]]:
     """Differences between two :func:`window_facts` that make numbers meaningless:
-    (field, before, after, message, metrics) — ``metrics`` empty when the whole diff is
+    (field, before, after, metrics) — ``metrics`` empty when the whole diff is
     (blocking), else the metrics it makes not comparable (:data:`SPAN_METRICS`).
 
     A fact unknown on a side is not a mismatch (the caller lists it as unknown). The step
@@ -174,13 +167,13 @@ def window_mismatches(before: dict[str, Any], after: dict[str, Any]) -> list[tup
     for key in ("vendor", "world_size", "workload"):
         b, a = before.get(key), after.get(key)
         if b is not None and a is not None and b != a:
-            out.append((key, b, a, WINDOW_FIELDS[key], ()))
+            out.append((key, b, a, ()))
     kb, ka = before.get("step_kind"), after.get("step_kind")
     if kb != ka and WHOLE_TRACE in (kb, ka):
-        out.append(("step_kind", kb, ka, WINDOW_FIELDS["step_kind"] + " (one side has no steps: use --step NAME)", ()))
+        out.append(("step_kind", kb, ka, ()))
     cb, ca = before.get("step_coverage"), after.get("step_coverage")
     if cb is not None and ca is not None and abs(cb - ca) > COVERAGE_TOLERANCE:
-        out.append(("step_coverage", _coverage_text(before), _coverage_text(after), WINDOW_FIELDS["step_coverage"], SPAN_METRICS))
+        out.append(("step_coverage", Coverage(cb, before.get("steps", 0)), Coverage(ca, after.get("steps", 0)), SPAN_METRICS))
     return out
 
 
@@ -226,56 +219,54 @@ def _tokens_per_step(run: Diagnosis, declared: dict[str, Any]) -> float | None:
 
 @dataclass
 class Mismatch:
+    """A fact that differs between the runs (its field says why it matters:
+    :func:`perfdoctor.reports.diff_report.mismatch_why` words it)."""
+
     field: str
-    before: Any
+    before: Any  # the fact's value; a Coverage for step_coverage
     after: Any
-    message: str
     blocking: bool = False  # the runs are not comparable: no verdict (perfdoctor.compare.comparability)
     metrics: tuple[str, ...] = ()  # not blocking, but these metrics are not comparable (different step coverage)
 
-    def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+
+@dataclass(frozen=True)
+class UnknownFact:
+    """A fact known on one side only (None: unknown), said rather than assumed equal."""
+
+    field: str
+    before: Any
+    after: Any
 
 
-COMPARABILITY_FIELDS = {
-    "gpu": "different GPU models: the diff measures the hardware, not your change",
-    "driver": "different NVIDIA drivers: launch latency and clocks can differ",
-    "cuda_driver": "different CUDA driver versions: launch latency and kernels can differ",
-    "cuda_runtime": "different CUDA runtimes: libraries pick different kernels",
-    "torch": "different torch versions: operators and kernels can differ",
-    "step_name": "different step ranges: the runs may not measure the same unit of work",
-    "tokens_per_step": "different tokens per step: per-step numbers are not comparable",
-}
+COMPARABILITY_FIELDS = ("gpu", "driver", "cuda_driver", "cuda_runtime", "torch", "step_name", "tokens_per_step")
 
 
 # Mismatches of these fields make the runs not comparable (blocking), the others warn.
 BLOCKING_FIELDS = frozenset({"gpu"}) | frozenset(WINDOW_FIELDS) - {"step_coverage"}
 
 
-def check_comparable(fb: dict[str, Any], fa: dict[str, Any]) -> tuple[list[Mismatch], list[str]]:
+def check_comparable(fb: dict[str, Any], fa: dict[str, Any]) -> tuple[list[Mismatch], list[UnknownFact]]:
     """Mismatched facts of two runs (their :func:`run_facts`), and facts unknown on one or
     both sides (said, not assumed equal).
 
     Blocking mismatches (:data:`BLOCKING_FIELDS`) come first: the window facts of
     :func:`window_mismatches`, then the GPU model.
     """
-    mismatches = [Mismatch(k, b, a, m, blocking=not keys, metrics=keys) for k, b, a, m, keys in window_mismatches(fb, fa)]
+    mismatches = [Mismatch(k, b, a, blocking=not keys, metrics=keys) for k, b, a, keys in window_mismatches(fb, fa)]
     unknown = []
-    for key in ("vendor", "world_size"):
+    for key in ("vendor", "world_size", *COMPARABILITY_FIELDS):
         b, a = fb.get(key), fa.get(key)
         if (b is None) != (a is None):
-            unknown.append(f"{key}: before {b if b is not None else 'unknown'}, after {a if a is not None else 'unknown'}")
-    for key, message in COMPARABILITY_FIELDS.items():
+            unknown.append(UnknownFact(key, b, a))
+    for key in COMPARABILITY_FIELDS:
         b, a = fb.get(key), fa.get(key)
         if b is None or a is None:
-            if b is not None or a is not None:
-                unknown.append(f"{key}: before {b if b is not None else 'unknown'}, after {a if a is not None else 'unknown'}")
             continue
         if isinstance(b, float) or isinstance(a, float):
             same = np.isclose(float(b), float(a), rtol=1e-6)
         else:
             same = str(b) == str(a)
         if not same:
-            mismatches.append(Mismatch(key, b, a, message, blocking=key in BLOCKING_FIELDS))
+            mismatches.append(Mismatch(key, b, a, blocking=key in BLOCKING_FIELDS))
     mismatches.sort(key=lambda m: (not m.blocking, not m.metrics))
     return mismatches, unknown

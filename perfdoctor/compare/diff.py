@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from perfdoctor.analysis.metrics import HIGHER_IS_BETTER, METRIC_UNITS, Analysis, jsonable
-from perfdoctor.compare.comparability import Mismatch, check_comparable, run_facts
+from perfdoctor.analysis.metrics import HIGHER_IS_BETTER, METRIC_UNITS, Analysis
+from perfdoctor.compare.comparability import Mismatch, UnknownFact, check_comparable, run_facts
 from perfdoctor.compare.kernels import KernelDiff, compare_kernels
 from perfdoctor.compare.lead import CopyChange, compare_copies
 from perfdoctor.compare.processes import ProcessComparison, compare_runs
-from perfdoctor.compare.samples import LIGHT_PREFIX, LIGHT_SAMPLE, SAMPLE_UNITS, SAMPLED_METRICS, compare_step_samples, step_samples
+from perfdoctor.compare.samples import LIGHT_PREFIX, LIGHT_SAMPLE, SAMPLED_METRICS, compare_step_samples, step_samples
 from perfdoctor.compare.stats import Comparison
 
 if TYPE_CHECKING:
@@ -49,6 +49,15 @@ NOT_COMPARABLE = "not comparable"  # the verdict of every metric row when the ru
 # --------------------------------------------------------------------------- metrics
 
 
+@dataclass(frozen=True)
+class Missing:
+    """Why a metric is absent on a side: the analysis's own reason (its words: analysis/ keeps
+    its notes as sentences), and which side (None: neither side has it)."""
+
+    side: str | None  # "before" | "after" | None
+    reason: str
+
+
 @dataclass
 class MetricChange:
     key: str
@@ -63,13 +72,12 @@ class MetricChange:
     # | "inconclusive — need more steps" (| "higher/lower (significant)" when no direction)
     verdict: str | None
     sample: str | None  # the step sample behind the verdict
-    reason: str | None = None  # why absent, or why inconclusive
+    # why absent (Missing), why inconclusive (the sample's Comparison), or the judgement over
+    # processes (ProcessComparison); perfdoctor.reports.diff_report.reason words it
+    reason: Missing | Comparison | ProcessComparison | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
-
-def _metric_status(before: float | None, after: float | None, better: bool | None) -> str:
+def metric_status(before: float | None, after: float | None, better: bool | None) -> str:
     if before is None and after is None:
         return "absent"
     if before is None:
@@ -112,19 +120,20 @@ def compare_metrics(before: Analysis, after: Analysis, comparisons: dict[str, Co
         better = HIGHER_IS_BETTER.get(key)
         change = a - b if a is not None and b is not None else None
         change_rel = change / abs(b) if change is not None and b != 0 else None
-        status = _metric_status(b, a, better)
+        status = metric_status(b, a, better)
         verdict, sample = (None, None)
         if b is not None and a is not None:
             verdict, sample = _metric_verdict(key, comparisons, better)
-        reason = None
+        reason: Missing | Comparison | None = None
         if status == "absent":
-            reason = (mb.reason if mb is not None else None) or (ma.reason if ma is not None else None)
+            why = (mb.reason if mb is not None else None) or (ma.reason if ma is not None else None)
+            reason = Missing(None, why) if why else None
         elif status == "added":
-            reason = f"before: {mb.reason}" if mb is not None and mb.reason else None
+            reason = Missing("before", mb.reason) if mb is not None and mb.reason else None
         elif status == "removed":
-            reason = f"after: {ma.reason}" if ma is not None and ma.reason else None
+            reason = Missing("after", ma.reason) if ma is not None and ma.reason else None
         elif verdict and verdict.startswith("inconclusive"):
-            reason = comparisons[sample].reason
+            reason = comparisons[sample]
         rows.append(MetricChange(key, unit, b, a, change, change_rel, better, status, verdict, sample, reason))
     return rows
 
@@ -160,6 +169,16 @@ def compare_findings(before: Diagnosis, after: Diagnosis) -> FindingsDiff | None
 # --------------------------------------------------------------------------- the diff
 
 
+@dataclass(frozen=True)
+class NotComparable:
+    """Why numbers are not compared, for :func:`perfdoctor.reports.diff_report.refusal` to word:
+    the mismatches behind it, for the whole diff (``metric`` None: the blocking ones) or for
+    one metric."""
+
+    mismatches: tuple[Mismatch, ...]
+    metric: str | None = None
+
+
 @dataclass
 class Diff:
     before: str
@@ -168,12 +187,12 @@ class Diff:
     samples: dict[str, Comparison]
     kernels: KernelDiff
     mismatches: list[Mismatch]
-    unknown_facts: list[str]
+    unknown_facts: list[UnknownFact]
     facts_before: dict[str, Any]
     facts_after: dict[str, Any]
     findings: FindingsDiff | None
     copies: list[CopyChange] = field(default_factory=list)  # copies and memsets per step (perfdoctor.compare.lead)
-    not_comparable_metrics: dict[str, str] = field(default_factory=dict)  # metric -> why it is not compared
+    not_comparable_metrics: dict[str, NotComparable] = field(default_factory=dict)  # metric -> why it is not compared
     # over processes (perfdoctor.compare.processes), when both runs are bundles with light passes
     processes: dict[str, ProcessComparison] = field(default_factory=dict)
 
@@ -192,12 +211,9 @@ class Diff:
         """The mismatches that make a verdict meaningless (empty: the runs are comparable)."""
         return [m for m in self.mismatches if m.blocking]
 
-    def not_comparable(self) -> str | None:
-        """``not comparable: <field>: before X, after Y (why); ...`` when the whole diff is
-        (blocking mismatches), else None."""
-        if not self.blocking:
-            return None
-        return "not comparable: " + "; ".join(f"{m.field}: before {m.before}, after {m.after} ({m.message})" for m in self.blocking)
+    def not_comparable(self) -> NotComparable | None:
+        """The blocking mismatches when the whole diff is not comparable (no verdict), else None."""
+        return NotComparable(tuple(self.blocking)) if self.blocking else None
 
     @property
     def latency_sample(self) -> str:
@@ -210,27 +226,6 @@ class Diff:
     def scoped(self) -> list[Mismatch]:
         """Mismatches that make some metrics, not the whole diff, not comparable."""
         return [m for m in self.mismatches if m.metrics and not m.blocking]
-
-    def to_json(self) -> dict[str, Any]:
-        return jsonable(
-            {
-                "schema": SCHEMA,
-                "before": self.before,
-                "after": self.after,
-                "comparable": self.comparable,
-                "not_comparable": self.not_comparable(),
-                "not_comparable_metrics": self.not_comparable_metrics,
-                "mismatches": [m.to_json() for m in self.mismatches],
-                "unknown_facts": self.unknown_facts,
-                "facts": {"before": self.facts_before, "after": self.facts_after},
-                "metrics": {m.key: m.to_json() for m in self.metrics},
-                "samples": {k: dict(c.to_json(), unit=SAMPLE_UNITS.get(k)) for k, c in self.samples.items()},
-                "kernels": self.kernels.to_json(),
-                "copies": [c.to_json() for c in self.copies],
-                "findings": self.findings.to_json() if self.findings else None,
-                "processes": {k: c.to_json() for k, c in self.processes.items()},
-            }
-        )
 
 
 def light_metrics(before: dict[str, np.ndarray], after: dict[str, np.ndarray], comparisons: dict[str, Comparison]) -> list[MetricChange]:
@@ -254,8 +249,8 @@ def light_metrics(before: dict[str, np.ndarray], after: dict[str, np.ndarray], c
             MetricChange(
                 key=f"{LIGHT_PREFIX}step_latency_ms_p{q}", unit="ms", before=b, after=a, change=a - b,
                 change_rel=(a - b) / b if b else None, higher_is_better=False,
-                status=_metric_status(b, a, False), verdict=verdict, sample=LIGHT_SAMPLE,
-                reason=comp.reason if comp.verdict == "inconclusive" else None,
+                status=metric_status(b, a, False), verdict=verdict, sample=LIGHT_SAMPLE,
+                reason=comp if comp.verdict == "inconclusive" else None,
             )
         )
     return rows
@@ -278,7 +273,7 @@ def diff_runs(before: Diagnosis, after: Diagnosis, noise_floor: float | None = N
         # values stay the first process's, as in its metrics.json).
         over = processes.get(m.key.removeprefix(LIGHT_PREFIX))
         if over is not None and over.repeated and m.verdict is not None:
-            m.verdict, m.sample, m.reason = over.verdict, "processes", over.reason
+            m.verdict, m.sample, m.reason = over.verdict, "processes", over
     excluded = _not_comparable_metrics(before.analysis, after.analysis, mismatches, metrics)
     for m in metrics:  # the numbers stay; a judgement on unlike windows would mislead
         if m.key in excluded and (m.verdict is not None or m.status in ("better", "worse")):
@@ -300,19 +295,19 @@ def diff_runs(before: Diagnosis, after: Diagnosis, noise_floor: float | None = N
     )
 
 
-def _not_comparable_metrics(before: Analysis, after: Analysis, mismatches: list[Mismatch], rows: list[MetricChange]) -> dict[str, str]:
+def _not_comparable_metrics(before: Analysis, after: Analysis, mismatches: list[Mismatch],
+                            rows: list[MetricChange]) -> dict[str, NotComparable]:
     """Metric key -> why it is not compared: every metric under a blocking mismatch; the
     span metrics under a coverage mismatch, unless both sides took them from the light
     timing pass (no span: the coverage of the traced window does not enter them)."""
-    blocking = [m for m in mismatches if m.blocking]
+    blocking = tuple(m for m in mismatches if m.blocking)
     if blocking:
-        why = "; ".join(f"{m.field} differs" for m in blocking)
-        return {r.key: why for r in rows}
+        return {r.key: NotComparable(blocking, r.key) for r in rows}
     out = {}
     for m in mismatches:
         for key in m.metrics:
             sources = [a.metrics[key].source for a in (before, after) if key in a.metrics]
             if sources and all("light" in (s or "") for s in sources):
                 continue
-            out[key] = f"{m.field} differs: before {m.before}, after {m.after}"
+            out[key] = NotComparable((m,), key)
     return out

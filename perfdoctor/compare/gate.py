@@ -52,17 +52,18 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from perfdoctor.compare.diff import Diff, MetricChange, diff_runs
+from perfdoctor.compare.comparability import Mismatch
+from perfdoctor.compare.diff import Diff, MetricChange, Missing, NotComparable, diff_runs, metric_status
 from perfdoctor.compare.samples import LIGHT_PREFIX, SAMPLED_METRICS
+from perfdoctor.compare.stats import Comparison
 from perfdoctor.errors import UsageError
-from perfdoctor.analysis.metrics import METRIC_UNITS
-from perfdoctor.compare.processes import ProcessComparison, judge_budget
-from perfdoctor.text import setting
+from perfdoctor.analysis.metrics import HIGHER_IS_BETTER, METRIC_UNITS
+from perfdoctor.compare.processes import BudgetJudgement, ProcessComparison, judge_budget
 
 if TYPE_CHECKING:
     from perfdoctor.pipeline import Diagnosis
@@ -89,11 +90,6 @@ class Budget:
     amount: float  # >= 0, percent when relative, metric units otherwise
     relative: bool
     text: str  # as the user wrote it (normalized whitespace), names the check
-
-    def describe(self) -> str:
-        way = "rises" if self.sign > 0 else "falls"
-        size = f"{setting(self.amount)} %" if self.relative else f"{setting(self.amount)} {METRIC_UNITS[self.metric]}"
-        return f"fails if {self.metric} {way} by more than {size}"
 
 
 def parse_budget(text: str) -> Budget:
@@ -126,8 +122,9 @@ def parse_budget(text: str) -> Budget:
 
 @dataclass
 class Check:
-    """One check's status, what decided it and its numbers; :func:`perfdoctor.reports.gate_report.message`
-    words it (gate.json, JUnit, the summary and the terminal say the same sentence)."""
+    """One check's status, what decided it and its numbers; :mod:`perfdoctor.reports.gate_report`
+    words it (``message``: gate.json, JUnit, the summary and the terminal say the same sentence)
+    and lays out its numbers (``details``, as gate.json has them)."""
 
     name: str  # what JUnit and the summary call it, e.g. "budget step_latency_ms_p99:+5%"
     kind: str  # "budget" | "rule"
@@ -136,9 +133,13 @@ class Check:
     # "untested" (over it, too few steps to test) | "regressed" | "not finite" | "absent" | "added"
     # | "removed" | "not comparable" | "processes". A rule: its finding's status, or "not gating".
     outcome: str
-    details: dict[str, Any] = field(default_factory=dict)  # the numbers, as gate.json has them
-    why: str | None = None  # the reason from below: the metric's, the test's, the processes', the refusal, the finding's
+    # the reason from below: the metric's (Missing), the processes' (a ProcessComparison that could
+    # not judge, or the BudgetJudgement over them), the refusal (NotComparable); a rule's is its finding's
+    why: Missing | ProcessComparison | BudgetJudgement | NotComparable | None = None
     budget: Budget | None = None  # what a budget check checked
+    measured: MetricChange | None = None  # a budget: the metric as compared, baseline (before) → run (after)
+    significance: Comparison | None = None  # a budget over it on a sampled metric: the test of measured.sample
+    processes: ProcessComparison | None = None  # a budget judged over processes: their comparison
     finding: Finding | None = None  # what a rule check checked
     min_severity: str | None = None  # a rule check: the severity from which a failing rule gates
 
@@ -158,23 +159,14 @@ def evaluate_budget(budget: Budget, diff: Diff) -> Check:
     light = LIGHT_PREFIX + budget.metric
     m: MetricChange = diff.metric(light) if diff.has_metric(light) else diff.metric(budget.metric)
     name = f"budget {budget.text}"
-    details: dict[str, Any] = {
-        "metric": budget.metric,
-        "measured_as": m.key,
-        "budget": budget.describe(),
-        "baseline": m.before,
-        "value": m.after,
-        "change": m.change,
-        "change_rel": m.change_rel,
-        "unit": m.unit,
-    }
     if m.status in ("absent", "added", "removed"):
-        return Check(name, "budget", "skip", m.status, details, why=m.reason, budget=budget)
+        assert m.reason is None or isinstance(m.reason, Missing)
+        return Check(name, "budget", "skip", m.status, why=m.reason, budget=budget, measured=m)
 
     assert m.before is not None and m.after is not None and m.change is not None
     if not all(math.isfinite(v) for v in (m.before, m.after, m.change)):
         # Fail closed: a NaN compares false with everything, so it would pass any budget.
-        return Check(name, "budget", "fail", "not finite", details, budget=budget)
+        return Check(name, "budget", "fail", "not finite", budget=budget, measured=m)
     moved = budget.sign * m.change  # > 0: moved the way the budget guards against
     if budget.relative and m.before == 0:
         over = moved > 0  # any move from 0 is an unbounded relative change
@@ -183,22 +175,21 @@ def evaluate_budget(budget: Budget, diff: Diff) -> Check:
     else:
         over = moved > budget.amount
     # bundles, but not repeated on both sides: the processes say why they could not judge
-    why = over_processes.reason if over_processes is not None else None
+    why = over_processes
     if not over:
-        return Check(name, "budget", "pass", "within", details, why=why, budget=budget)
+        return Check(name, "budget", "pass", "within", why=why, budget=budget, measured=m)
 
     if m.sample is not None:
-        sample, sample_sign = m.sample, SAMPLED_METRICS.get(m.key, (m.sample, +1))[1]
-        comp = diff.samples.get(sample)
+        sample_sign = SAMPLED_METRICS.get(m.key, (m.sample, +1))[1]
+        comp = diff.samples.get(m.sample)
         if comp is not None:
-            details["significance"] = dict(comp.to_json(), sample=sample)
             if comp.verdict == "inconclusive":
-                return Check(name, "budget", "fail", "untested", details, why=why, budget=budget)
+                return Check(name, "budget", "fail", "untested", why=why, budget=budget, measured=m, significance=comp)
             metric_rose = (comp.verdict == "higher") == (sample_sign > 0)
             significant = comp.verdict != "no significant change" and metric_rose == (budget.sign > 0)
             return Check(name, "budget", "fail" if significant else "pass", "regressed" if significant else "noise",
-                         details, why=why, budget=budget)
-    return Check(name, "budget", "fail", "regressed", details, why=why, budget=budget)
+                         why=why, budget=budget, measured=m, significance=comp)
+    return Check(name, "budget", "fail", "regressed", why=why, budget=budget, measured=m)
 
 
 def process_budget(budget: Budget, comp: ProcessComparison) -> Check:
@@ -211,21 +202,13 @@ def process_budget(budget: Budget, comp: ProcessComparison) -> Check:
     base = float(np.exp(np.mean(np.log(comp.before))))
     value = base * i.ratio
     allowed = budget.amount / 100.0 if budget.relative else budget.amount / base
-    judgement = judge_budget(comp, 1.0 + budget.sign * allowed, budget.sign, budget.text)
-    details: dict[str, Any] = {
-        "metric": budget.metric,
-        "measured_as": f"{budget.metric} per process, light pass (no tracer); geometric mean over processes",
-        "budget": budget.describe(),
-        "baseline": base,
-        "value": value,
-        "change": value - base,
-        "change_rel": i.ratio - 1.0,
-        "unit": METRIC_UNITS[budget.metric],
-        "verdict": judgement.verdict,
-        "processes": comp.to_json(),
-    }
+    judgement = judge_budget(comp, 1.0 + budget.sign * allowed, budget.sign)
+    better = HIGHER_IS_BETTER.get(budget.metric)
+    measured = MetricChange(budget.metric, METRIC_UNITS[budget.metric], base, value, value - base, i.ratio - 1.0,
+                            better, metric_status(base, value, better), judgement.verdict, "processes", comp)
     status = "inconclusive" if judgement.verdict.startswith("inconclusive") else judgement.status
-    return Check(f"budget {budget.text}", "budget", status, "processes", details, why=judgement.message, budget=budget)
+    return Check(f"budget {budget.text}", "budget", status, "processes", why=judgement, budget=budget,
+                 measured=measured, processes=comp)
 
 
 def rule_checks(findings: list[Finding], min_severity: str) -> list[Check]:
@@ -241,14 +224,12 @@ def rule_checks(findings: list[Finding], min_severity: str) -> list[Check]:
         raise UsageError(f"--min-severity {min_severity!r}: use one of {', '.join(SEVERITIES)}")
     checks = []
     for f in findings:
-        details = {"rule": f.rule_id, "severity": f.severity, "metric": f.metric, "value": f.value,
-                   "comparator": f.comparator, "threshold": f.threshold, "citation": f.citation}
         if f.status == "fail":
             gating = SEVERITY_RANK[f.severity] >= SEVERITY_RANK[min_severity]
             status, outcome = ("fail", "fail") if gating else ("skip", "not gating")
         else:  # a pass passes; a rule not evaluated (never a pass) or advisory is skipped
             status, outcome = "pass" if f.status == "pass" else "skip", f.status
-        checks.append(Check(f"rule {f.rule_id}", "rule", status, outcome, details, why=f.reason, finding=f, min_severity=min_severity))
+        checks.append(Check(f"rule {f.rule_id}", "rule", status, outcome, finding=f, min_severity=min_severity))
     return checks
 
 
@@ -260,9 +241,9 @@ class GateResult:
     run: str
     baseline: str | None
     checks: list[Check]
-    warnings: list[str]
+    warnings: list[Mismatch]  # facts that differ between baseline and run (each warned about)
     diff: Diff | None
-    refused: str | None = None  # "not comparable: ..." when the baseline cannot be compared with the run
+    refused: NotComparable | None = None  # why, when the baseline cannot be compared with the run
     inconclusive_policy: str | None = None  # None: its own exit code; "pass" / "fail": counted as that
 
     @property
@@ -314,20 +295,15 @@ def evaluate_gate(
     refused = diff.not_comparable() if diff is not None else None
     checks = []
     for b in budgets if diff is not None else []:
-        why = refused or (f"not comparable: {diff.not_comparable_metrics[b.metric]}" if b.metric in diff.not_comparable_metrics else None)
+        why = refused or diff.not_comparable_metrics.get(b.metric)
         if why:
-            checks.append(Check(f"budget {b.text}", "budget", "skip", "not comparable", {"metric": b.metric}, why=why, budget=b))
+            checks.append(Check(f"budget {b.text}", "budget", "skip", "not comparable", why=why, budget=b))
         else:
             checks.append(evaluate_budget(b, diff))
     checks += rules or []
     if refused is None and checks and all(c.status == "skip" for c in checks) and any(c.outcome == "not comparable" for c in checks):
         refused = next(c.why for c in checks if c.outcome == "not comparable")
-    warnings = []
-    if diff is not None:
-        warnings = [
-            f"{'not comparable' if m.blocking or m.metrics else 'not like for like'} — {m.field}: baseline {m.before}, run {m.after} ({m.message})"
-            for m in diff.mismatches
-        ]
+    warnings = list(diff.mismatches) if diff is not None else []
     return GateResult(run.label, baseline.label if baseline else None, checks, warnings, diff, refused)
 
 

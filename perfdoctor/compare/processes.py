@@ -43,17 +43,12 @@ from perfdoctor.bundle.layout import MANIFEST
 from perfdoctor.bundle.protocol import Manifest, Pairing, RepeatProcess
 from perfdoctor.errors import UsageError
 from perfdoctor.compare.stats import LogRatioInterval, paired_log_ratio, t_ppf, welch_log_ratio
-from perfdoctor.text import interval, ratio
 
 LEVEL = 0.95
 MIN_PROCESSES = 2  # a spread over processes needs two of them per side
 # Metrics one process gives one value of (its percentile of steady step latencies), and
 # which percentile. Other metrics keep their per-step comparison.
 PROCESS_METRICS: dict[str, float] = {"step_latency_ms_p50": 50, "step_latency_ms_p90": 90, "step_latency_ms_p99": 99}
-ONE_PROCESS_NOTE = (
-    "one process per side: process-to-process noise cannot be told apart from a change "
-    "(perfdoctor run --repeat N gives a confidence interval over processes)"
-)
 
 
 def _all_processes(manifest: Manifest, where: str) -> list[list[float] | None]:
@@ -105,11 +100,6 @@ def _took_turns(manifest: Manifest) -> list[bool]:
     return [isinstance(t, dict) and bool(t.get("turns")) for t in turns]
 
 
-def pair_kind(lockstep: bool) -> str:
-    """How the two processes of a compared pair ran: at once taking turns, or one after the other."""
-    return "lockstep" if lockstep else "interleaved"
-
-
 def per_process(latencies: list[list[float]], q: float) -> list[float]:
     """The ``q`` percentile of each process's steps (linear interpolation, as the metrics)."""
     return [float(np.percentile(lat, q)) for lat in latencies]
@@ -137,36 +127,21 @@ def _median(v: np.ndarray) -> float:
 
 @dataclass(frozen=True)
 class ProcessComparison:
-    """One metric compared over processes: the values, the interval and a verdict."""
+    """One metric compared over processes: the values, the interval and a verdict. Why is
+    in the numbers: fewer than :data:`MIN_PROCESSES` on a side (one, or none), else where the
+    interval lies against 1; :func:`perfdoctor.reports.diff_report.process_reason` words it."""
 
     metric: str
     before: list[float]  # one value per process
     after: list[float]
     interval: LogRatioInterval | None  # None below MIN_PROCESSES on a side
     verdict: str  # "regressed" | "improved" | "no significant change" | "inconclusive"
-    reason: str
     paired: bool = False  # before[k] and after[k] ran side by side (compare-programs)
     lockstep: bool = False  # ... at once, on one CPU, taking turns step by step
 
     @property
     def repeated(self) -> bool:
         return self.interval is not None
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "metric": self.metric,
-            "unit": "process",
-            "before": spread(self.before),
-            "after": spread(self.after),
-            "verdict": self.verdict,
-            "reason": self.reason,
-            "test": f"paired t-interval on log ratios of {pair_kind(self.lockstep)} process pairs" if self.paired
-            else "welch t-interval on log per-process values",
-        }
-        if self.interval is not None:
-            i = self.interval
-            out["ratio"] = {"value": i.ratio, "low": i.low, "high": i.high, "level": i.level, "df": i.df, "se_log": i.se_log}
-        return out
 
 
 def compare_processes(metric: str, before: list[float], after: list[float], level: float = LEVEL,
@@ -177,18 +152,10 @@ def compare_processes(metric: str, before: list[float], after: list[float], leve
     ``after[k]`` ran side by side, and the interval is the paired one (what drifts between
     pairs cancels; ``lockstep``: the pairs ran at once, taking turns); else Welch's."""
     if min(len(before), len(after)) < MIN_PROCESSES:
-        why = ONE_PROCESS_NOTE if min(len(before), len(after)) == 1 else "no process with steps on one side"
-        return ProcessComparison(metric, before, after, None, "inconclusive", f"inconclusive — {why}")
+        return ProcessComparison(metric, before, after, None, "inconclusive")
     i = paired_log_ratio(before, after, level) if paired else welch_log_ratio(before, after, level)
-    what = f"{i.n_before} {pair_kind(lockstep)} pairs" if paired else f"{i.n_before} vs {i.n_after} processes"
-    ci = f"{interval(i.ratio, i.low, i.high, i.level)} over {what}"
-    if i.low > 1.0:
-        verdict, why = "regressed", "the interval lies above 1"
-    elif i.high < 1.0:
-        verdict, why = "improved", "the interval lies below 1"
-    else:
-        verdict, why = "no significant change", "the interval contains 1"
-    return ProcessComparison(metric, before, after, i, verdict, f"{ci}: {why}", paired, paired and lockstep)
+    verdict = "regressed" if i.low > 1.0 else "improved" if i.high < 1.0 else "no significant change"
+    return ProcessComparison(metric, before, after, i, verdict, paired, paired and lockstep)
 
 
 def compare_runs(manifest_before: Manifest, manifest_after: Manifest) -> dict[str, ProcessComparison]:
@@ -234,14 +201,22 @@ def processes_needed(interval: LogRatioInterval, bound: float, level: float = LE
     return None
 
 
+INCONCLUSIVE_BUDGET = "inconclusive — too few processes for the budget"
+
+
 @dataclass(frozen=True)
 class BudgetJudgement:
+    """A budget judged over processes, for :func:`perfdoctor.reports.gate_report.message` to word."""
+
     status: str  # "pass" | "fail"
-    verdict: str  # "regressed" | "improved" | "no significant change" | "inconclusive — too few processes for the budget"
-    message: str
+    verdict: str  # "regressed" | "improved" | "no significant change" | INCONCLUSIVE_BUDGET
+    where: str  # where the interval lies against the bound: "beyond" | "within" | "straddles"
+    bound: float  # the ratio after/before the budget allows
+    interval: LogRatioInterval
+    needed: int | None = None  # straddles: processes per side that would decide it (processes_needed)
 
 
-def judge_budget(comp: ProcessComparison, bound: float, sign: int, budget_text: str) -> BudgetJudgement:
+def judge_budget(comp: ProcessComparison, bound: float, sign: int) -> BudgetJudgement:
     """A budget on a process metric: ``bound`` is the ratio after/before the budget allows
     (1.05 for ``+5%``; 0.95 for ``-5%``), ``sign`` +1 when a rise is the regression.
 
@@ -252,19 +227,11 @@ def judge_budget(comp: ProcessComparison, bound: float, sign: int, budget_text: 
     """
     i = comp.interval
     assert i is not None
-    ci = f"{interval(i.ratio, i.low, i.high, i.level)} over {i.n_before} vs {i.n_after} processes"
     beyond = i.low > bound if sign > 0 else i.high < bound
     within = i.high <= bound if sign > 0 else i.low >= bound
     if beyond:
-        return BudgetJudgement("fail", "regressed", f"regressed past its budget: {ci}, all beyond {ratio(bound)} ({budget_text})")
+        return BudgetJudgement("fail", "regressed", "beyond", bound, i)
     if within:
         better = i.high < 1.0 if sign > 0 else i.low > 1.0
-        verdict = "improved" if better else "no significant change"
-        return BudgetJudgement("pass", verdict, f"within budget: {ci}, all on the allowed side of {ratio(bound)} ({verdict})")
-    n = processes_needed(i, bound, paired=comp.paired)
-    more = f"about {n} processes per side would decide it at this spread" if n else "the ratio sits on the budget"
-    return BudgetJudgement(
-        "pass", "inconclusive — too few processes for the budget",
-        f"inconclusive — too few processes for the budget: {ci} straddles {ratio(bound)}; not failed, since the interval "
-        f"does not lie beyond the budget ({more})",
-    )
+        return BudgetJudgement("pass", "improved" if better else "no significant change", "within", bound, i)
+    return BudgetJudgement("pass", INCONCLUSIVE_BUDGET, "straddles", bound, i, processes_needed(i, bound, paired=comp.paired))

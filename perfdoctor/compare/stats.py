@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from enum import Enum
 
 import numpy as np
-
-from perfdoctor.text import num, ratio as ratio_text, relative, setting
 
 # Like scipy's "auto" method: the exact distribution when there are no ties and the smaller
 # sample has at most 8 values. The exact counts cost ~ min(m,n)^2 * max(m,n) big-integer
@@ -154,9 +153,21 @@ def bootstrap_median_ratio(
     return RatioInterval(float(np.median(after)) / base, float(low), float(high), level, resamples)
 
 
+class Why(Enum):
+    """Why :func:`compare_samples` reached its verdict; the numbers behind it are the
+    :class:`Comparison`'s, and :func:`perfdoctor.reports.diff_report.sample_reason` words them."""
+
+    NO_SAMPLES = "no samples"  # a side has none
+    SINGLE_STEP = "single step"  # a side has one: no spread, so noise cannot be told from change
+    TOO_FEW = "too few"  # fewer than min_samples on a side
+    NOT_SIGNIFICANT = "not significant"  # p >= alpha
+    SIGNIFICANT = "significant"  # p < alpha, beyond the noise floor
+    WITHIN_NOISE = "within noise"  # p < alpha, but the median moved less than the noise floor
+
+
 @dataclass(frozen=True)
 class Comparison:
-    """Verdict on two samples of a quantity (e.g. step latency in ms)."""
+    """Verdict on two samples of a quantity (e.g. step latency in ms), why, and the numbers."""
 
     n_before: int
     n_after: int
@@ -166,30 +177,10 @@ class Comparison:
     method: str | None
     interval: RatioInterval | None
     verdict: str  # "lower" | "higher" | "no significant change" | "inconclusive"
-    reason: str  # one sentence a user reads: why this verdict
+    why: Why
     noise_floor: float = 0.0  # relative median shift treated as run-to-run noise
-
-    def to_json(self) -> dict:
-        out = {
-            "n_before": self.n_before,
-            "n_after": self.n_after,
-            "median_before": self.median_before,
-            "median_after": self.median_after,
-            "p_value": self.p_value,
-            "test": f"mann-whitney-u ({self.method})" if self.method else None,
-            "verdict": self.verdict,
-            "reason": self.reason,
-            "noise_floor": self.noise_floor,
-        }
-        if self.interval is not None:
-            out["median_ratio"] = {
-                "value": self.interval.ratio,
-                "low": self.interval.low,
-                "high": self.interval.high,
-                "level": self.interval.level,
-                "resamples": self.interval.resamples,
-            }
-        return out
+    alpha: float = ALPHA  # the significance level the p-value was held to
+    min_samples: int = MIN_SAMPLES  # per side, for a test at all
 
 
 def compare_samples(
@@ -214,35 +205,23 @@ def compare_samples(
     med_a = float(np.median(after)) if na else None
 
     if nb == 0 or na == 0:
-        side = "before" if nb == 0 else "after"
-        return Comparison(nb, na, med_b, med_a, None, None, None, "inconclusive",
-                          f"inconclusive — no samples on the {side} side")
+        return Comparison(nb, na, med_b, med_a, None, None, None, "inconclusive", Why.NO_SAMPLES, alpha=alpha, min_samples=min_samples)
     interval = bootstrap_median_ratio(before, after) if med_b and med_b > 0 else None
     if min(nb, na) < min_samples:
-        if min(nb, na) == 1:
-            side = "before" if nb == 1 else "after"
-            reason = (f"inconclusive — need more steps: the {side} side has a single step, "
-                      "which has no spread, so noise cannot be told from change")
-        else:
-            reason = (f"inconclusive — need more steps: {nb} before and {na} after, "
-                      f"at least {min_samples} per side are needed for a test")
-        return Comparison(nb, na, med_b, med_a, None, None, interval, "inconclusive", reason)
+        why = Why.SINGLE_STEP if min(nb, na) == 1 else Why.TOO_FEW
+        return Comparison(nb, na, med_b, med_a, None, None, interval, "inconclusive", why, alpha=alpha, min_samples=min_samples)
 
     test = mann_whitney_u(after, before)
     if test.p_value >= alpha:
-        verdict = "no significant change"
-        reason = f"p = {num(test.p_value)} ≥ {setting(alpha)} (Mann-Whitney U, {nb} vs {na} samples)"
+        verdict, why = "no significant change", Why.NOT_SIGNIFICANT
     else:
         # Direction from the medians; with a significant rank test they agree with U.
-        verdict = "lower" if test.u < nb * na / 2.0 else "higher"
-        reason = f"p = {num(test.p_value)} < {setting(alpha)} (Mann-Whitney U, {nb} vs {na} samples)"
+        verdict, why = ("lower" if test.u < nb * na / 2.0 else "higher"), Why.SIGNIFICANT
         ratio = med_a / med_b if med_b and med_a else None
         # Symmetric in direction: 1.25x slower and 1/1.25x faster are the same distance.
         if noise_floor > 0 and ratio is not None and max(ratio, 1.0 / ratio) <= 1.0 + noise_floor:
-            verdict = "no significant change"
-            reason = (f"p = {num(test.p_value)} < {setting(alpha)} within the runs, but the median moved {relative(ratio - 1.0)}, "
-                      f"inside the run-to-run noise floor (a factor {ratio_text(1.0 + noise_floor)} either way)")
-    return Comparison(nb, na, med_b, med_a, test.p_value, test.method, interval, verdict, reason, noise_floor)
+            verdict, why = "no significant change", Why.WITHIN_NOISE
+    return Comparison(nb, na, med_b, med_a, test.p_value, test.method, interval, verdict, why, noise_floor, alpha, min_samples)
 
 
 # --------------------------------------------------------------------------- over processes

@@ -389,14 +389,14 @@ def short_how(text: str) -> str:
 
 def diff_renderable(diff: Any) -> RenderableType:
     """The diff, compact: the latency verdict as a speed-up, key metrics, findings."""
-    from perfdoctor.reports.diff_report import fmt_change, kernel_summary
+    from perfdoctor.reports.diff_report import fact, fmt_change, kernel_summary, sample_reason
 
     name = latency_sample(diff)
     c = diff.samples.get(name)
     what = "step latency (light pass, no tracer)" if name.startswith("light") else "step latency (traced)"
     parts: list[RenderableType] = []
     if diff.mismatches:
-        parts.append(Text("NOT LIKE FOR LIKE: " + "; ".join(f"{m.field}: {m.before} vs {m.after}" for m in diff.mismatches), style="bold red"))
+        parts.append(Text("NOT LIKE FOR LIKE: " + "; ".join(f"{m.field}: {fact(m.before)} vs {fact(m.after)}" for m in diff.mismatches), style="bold red"))
     if c is None or c.median_before is None or c.median_after is None:
         parts.append(Text(f"{what}: not measured on both sides"))
     else:
@@ -415,7 +415,7 @@ def diff_renderable(diff: Any) -> RenderableType:
             stats.append(f"after/before {interval(iv.ratio, iv.low, iv.high, iv.level)}")
         parts.append(indented(", ".join(stats), style="dim"))
         if c.verdict == "inconclusive":
-            parts.append(indented(c.reason, style="dim"))
+            parts.append(indented(sample_reason(c), style="dim"))
     t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     t.add_column("metric (↑/↓ better)", no_wrap=True)
     for col in ("before", "after", "change"):

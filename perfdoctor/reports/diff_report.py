@@ -11,14 +11,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from perfdoctor.analysis.metrics import jsonable
 from perfdoctor.console import stdout_console
-from perfdoctor.compare.diff import SCHEMA, Diff, MetricChange
+from perfdoctor.compare.comparability import Coverage, Mismatch, UnknownFact
+from perfdoctor.compare.diff import SCHEMA, Diff, MetricChange, Missing, NotComparable
 from perfdoctor.compare.kernels import KernelChange, KernelDiff
-from perfdoctor.compare.processes import ONE_PROCESS_NOTE
+from perfdoctor.compare.processes import ProcessComparison, spread
 from perfdoctor.compare.samples import LIGHT_SAMPLE, SAMPLE_UNITS
-from perfdoctor.compare.stats import LogRatioInterval
+from perfdoctor.compare.stats import Comparison, LogRatioInterval, Why
 from perfdoctor.reports.format import md_cell
-from perfdoctor.text import count, duration_us, interval, num, ratio, relative, value
+from perfdoctor.text import count, duration_us, interval, num, percent, ratio, relative, setting, value
 
 KERNEL_ROWS = 15  # the kernel table shows the largest movers; JSON has every row
 LEAD_LINES = 3  # a headline, not a table: the full kernel and copy tables follow
@@ -54,12 +56,180 @@ def short(name: str, width: int = NAME_WIDTH) -> str:
     return name if len(name) <= width else name[: width - 1] + "…"
 
 
+# --------------------------------------------------------------------------- reasons
+#
+# compare/ hands up numbers and reasons (a Why, a mismatch's field, where an interval lies);
+# each becomes a sentence here, once, for the terminal, Markdown, diff.json and gate.json.
+
+# Why a mismatched fact matters, by field: the window facts (compare.comparability.WINDOW_FIELDS)
+# first, then the stack (COMPARABILITY_FIELDS).
+MISMATCH_WHY = {
+    "vendor": "different GPU vendors: the diff measures the hardware and its software stack, not your change",
+    "world_size": "different world sizes: each rank does a different share of the job, not comparable",
+    "workload": "different workload kinds: a training step and an inference step are different work (--workload sets one)",
+    "step_kind": "the steps were found differently: the runs do not measure the same window (one side has no steps: use --step NAME)",
+    "step_coverage": "the steps cover different fractions of the profiled span: ratios such as gpu_idle_ratio "
+    "count different windows",
+    "gpu": "different GPU models: the diff measures the hardware, not your change",
+    "driver": "different NVIDIA drivers: launch latency and clocks can differ",
+    "cuda_driver": "different CUDA driver versions: launch latency and kernels can differ",
+    "cuda_runtime": "different CUDA runtimes: libraries pick different kernels",
+    "torch": "different torch versions: operators and kernels can differ",
+    "step_name": "different step ranges: the runs may not measure the same unit of work",
+    "tokens_per_step": "different tokens per step: per-step numbers are not comparable",
+}
+
+ONE_PROCESS_NOTE = (
+    "one process per side: process-to-process noise cannot be told apart from a change "
+    "(perfdoctor run --repeat N gives a confidence interval over processes)"
+)
+
+
+def fact(v: Any) -> Any:
+    """A side of a mismatch as the lines and diff.json show it: a step coverage worded, any
+    other fact as it is."""
+    if isinstance(v, Coverage):
+        return f"{percent(v.fraction)} of the profiled span inside {v.steps} step{'s' if v.steps != 1 else ''}"
+    return v
+
+
+def mismatch_why(m: Mismatch) -> str:
+    """Why a mismatch of this fact matters."""
+    return MISMATCH_WHY[m.field]
+
+
+def unknown_fact(u: UnknownFact) -> str:
+    """``world_size: before 1, after unknown``."""
+    return f"{u.field}: before {u.before if u.before is not None else 'unknown'}, after {u.after if u.after is not None else 'unknown'}"
+
+
+def excluded(nc: NotComparable) -> str:
+    """Why a metric is not compared (diff.json's ``not_comparable_metrics``): ``gpu differs``
+    under a blocking mismatch, ``step_coverage differs: before X, after Y`` under a scoped one."""
+    return "; ".join(f"{m.field} differs" if m.blocking else f"{m.field} differs: before {fact(m.before)}, after {fact(m.after)}"
+                     for m in nc.mismatches)
+
+
+def refusal(nc: NotComparable) -> str:
+    """``not comparable: <field>: before X, after Y (why); ...`` for the whole diff; for one
+    metric, ``not comparable: `` and :func:`excluded`."""
+    if nc.metric is not None:
+        return f"not comparable: {excluded(nc)}"
+    return "not comparable: " + "; ".join(f"{m.field}: before {fact(m.before)}, after {fact(m.after)} ({mismatch_why(m)})"
+                                          for m in nc.mismatches)
+
+
+def sample_reason(c: Comparison) -> str:
+    """One sentence a user reads: why a step sample's comparison has its verdict."""
+    nb, na = c.n_before, c.n_after
+    if c.why is Why.NO_SAMPLES:
+        return f"inconclusive — no samples on the {'before' if nb == 0 else 'after'} side"
+    if c.why is Why.SINGLE_STEP:
+        return (f"inconclusive — need more steps: the {'before' if nb == 1 else 'after'} side has a single step, "
+                "which has no spread, so noise cannot be told from change")
+    if c.why is Why.TOO_FEW:
+        return f"inconclusive — need more steps: {nb} before and {na} after, at least {c.min_samples} per side are needed for a test"
+    assert c.p_value is not None
+    if c.why is Why.NOT_SIGNIFICANT:
+        return f"p = {num(c.p_value)} ≥ {setting(c.alpha)} (Mann-Whitney U, {nb} vs {na} samples)"
+    if c.why is Why.SIGNIFICANT:
+        return f"p = {num(c.p_value)} < {setting(c.alpha)} (Mann-Whitney U, {nb} vs {na} samples)"
+    assert c.median_before and c.median_after
+    moved = c.median_after / c.median_before - 1.0
+    return (f"p = {num(c.p_value)} < {setting(c.alpha)} within the runs, but the median moved {relative(moved)}, "
+            f"inside the run-to-run noise floor (a factor {ratio(1.0 + c.noise_floor)} either way)")
+
+
+def _pair_kind(lockstep: bool) -> str:
+    """How the two processes of a compared pair ran: at once taking turns, or one after the other."""
+    return "lockstep" if lockstep else "interleaved"
+
+
+def process_reason(c: ProcessComparison) -> str:
+    """Why a comparison over processes has its verdict: too few processes, or the interval of
+    the ratio after/before against 1."""
+    i = c.interval
+    if i is None:
+        why = ONE_PROCESS_NOTE if min(len(c.before), len(c.after)) == 1 else "no process with steps on one side"
+        return f"inconclusive — {why}"
+    what = f"{i.n_before} {_pair_kind(c.lockstep)} pairs" if c.paired else f"{i.n_before} vs {i.n_after} processes"
+    where = {"regressed": "lies above 1", "improved": "lies below 1"}.get(c.verdict, "contains 1")
+    return f"{interval(i.ratio, i.low, i.high, i.level)} over {what}: the interval {where}"
+
+
+def reason(r: Missing | Comparison | ProcessComparison | NotComparable | None) -> str | None:
+    """Any reason compare/ hands up, as its sentence (None: no reason)."""
+    if r is None:
+        return None
+    if isinstance(r, Missing):
+        return f"{r.side}: {r.reason}" if r.side else r.reason
+    if isinstance(r, Comparison):
+        return sample_reason(r)
+    if isinstance(r, ProcessComparison):
+        return process_reason(r)
+    return refusal(r)
+
+
+def sample_json(c: Comparison) -> dict[str, Any]:
+    """A step sample's comparison as diff.json and gate.json have it."""
+    out: dict[str, Any] = {
+        "n_before": c.n_before,
+        "n_after": c.n_after,
+        "median_before": c.median_before,
+        "median_after": c.median_after,
+        "p_value": c.p_value,
+        "test": f"mann-whitney-u ({c.method})" if c.method else None,
+        "verdict": c.verdict,
+        "reason": sample_reason(c),
+        "noise_floor": c.noise_floor,
+    }
+    if c.interval is not None:
+        i = c.interval
+        out["median_ratio"] = {"value": i.ratio, "low": i.low, "high": i.high, "level": i.level, "resamples": i.resamples}
+    return out
+
+
+def process_json(c: ProcessComparison) -> dict[str, Any]:
+    """A metric compared over processes as diff.json and gate.json have it."""
+    out: dict[str, Any] = {
+        "metric": c.metric,
+        "unit": "process",
+        "before": spread(c.before),
+        "after": spread(c.after),
+        "verdict": c.verdict,
+        "reason": process_reason(c),
+        "test": f"paired t-interval on log ratios of {_pair_kind(c.lockstep)} process pairs" if c.paired
+        else "welch t-interval on log per-process values",
+    }
+    if c.interval is not None:
+        i = c.interval
+        out["ratio"] = {"value": i.ratio, "low": i.low, "high": i.high, "level": i.level, "df": i.df, "se_log": i.se_log}
+    return out
+
+
 def document(diff: Diff) -> dict[str, Any]:
-    """diff.json (schema perfdoctor.diff/1): the diff's numbers, its verdict line third after
-    the labels (where diff.json has always had it: a dict keeps a key's first place), and the
-    lines it leads with."""
+    """diff.json (schema perfdoctor.diff/1): the diff's numbers and reasons worded, its verdict
+    line third after the labels (where diff.json has always had it), and the lines it leads with."""
+    refused = diff.not_comparable()
+    body = jsonable(
+        {
+            "comparable": diff.comparable,
+            "not_comparable": refusal(refused) if refused is not None else None,
+            "not_comparable_metrics": {k: excluded(nc) for k, nc in diff.not_comparable_metrics.items()},
+            "mismatches": [{"field": m.field, "before": fact(m.before), "after": fact(m.after), "message": mismatch_why(m),
+                            "blocking": m.blocking, "metrics": m.metrics} for m in diff.mismatches],
+            "unknown_facts": [unknown_fact(u) for u in diff.unknown_facts],
+            "facts": {"before": diff.facts_before, "after": diff.facts_after},
+            "metrics": {m.key: dict(m.__dict__, reason=reason(m.reason)) for m in diff.metrics},
+            "samples": {k: dict(sample_json(c), unit=SAMPLE_UNITS.get(k)) for k, c in diff.samples.items()},
+            "kernels": diff.kernels.to_json(),
+            "copies": [c.to_json() for c in diff.copies],
+            "findings": diff.findings.to_json() if diff.findings else None,
+            "processes": {k: process_json(c) for k, c in diff.processes.items()},
+        }
+    )
     head = {"schema": SCHEMA, "before": diff.before, "after": diff.after, "verdict": verdict(diff)}
-    return {**head, **diff.to_json(), "lead": lead_lines(diff)}
+    return {**head, **body, "lead": lead_lines(diff)}
 
 
 def verdict(diff: Diff) -> str:
@@ -70,12 +240,12 @@ def verdict(diff: Diff) -> str:
     :attr:`~perfdoctor.compare.diff.Diff.latency_sample`. A bundle of one process says it
     cannot tell process noise from a change.
     """
-    refusal = diff.not_comparable()
-    if refusal is not None:
-        return f"no verdict — {refusal}"
+    refused = diff.not_comparable()
+    if refused is not None:
+        return f"no verdict — {refusal(refused)}"
     p50 = diff.processes.get("step_latency_ms_p50")
     if p50 is not None and p50.repeated:
-        return f"step latency p50 over processes (light pass, no tracer): {p50.verdict}, {p50.reason}"
+        return f"step latency p50 over processes (light pass, no tracer): {p50.verdict}, {process_reason(p50)}"
     note = f"; {ONE_PROCESS_NOTE}" if p50 is not None else ""
     return _step_verdict(diff) + note
 
@@ -87,13 +257,13 @@ def _step_verdict(diff: Diff) -> str:
     if c is None:
         return f"{what}: not measured (no steps on one side)"
     if c.verdict == "inconclusive":
-        return f"{what}: {c.reason}"
+        return f"{what}: {sample_reason(c)}"
     if c.verdict == "no significant change":
-        return f"{what}: no significant change ({c.reason})"
+        return f"{what}: no significant change ({sample_reason(c)})"
     word = "improved" if c.verdict == "lower" else "regressed"
     i = c.interval
     size = f" ({interval(i.ratio, i.low, i.high, i.level)})" if i else ""
-    return f"{what} {word}: median {value(c.median_before, 'ms')} → {value(c.median_after, 'ms')}{size}, {c.reason}"
+    return f"{what} {word}: median {value(c.median_before, 'ms')} → {value(c.median_after, 'ms')}{size}, {sample_reason(c)}"
 
 
 def lead_lines(diff: Diff) -> list[str]:
@@ -142,23 +312,24 @@ def kernel_summary(k: KernelDiff) -> str:
 
 def comparability_lines(diff: Diff) -> list[str]:
     """The non-blocking mismatches and the unknown facts (blocking ones: :func:`not_comparable_lines`)."""
-    lines = [
-        f"{m.field}: before {m.before!s}, after {m.after!s} — {m.message}"
-        for m in diff.mismatches if not m.blocking and not m.metrics
-    ]
-    lines += [f"unknown {u}" for u in diff.unknown_facts]
+    lines = [_mismatch_line(m) for m in diff.mismatches if not m.blocking and not m.metrics]
+    lines += [f"unknown {unknown_fact(u)}" for u in diff.unknown_facts]
     return lines
 
 
 def not_comparable_lines(diff: Diff) -> list[str]:
     """One line per mismatch that makes numbers not comparable: blocking ones (no verdict),
     then those that exclude some metrics (which ones, said)."""
-    lines = [f"{m.field}: before {m.before!s}, after {m.after!s} — {m.message}" for m in diff.blocking]
+    lines = [_mismatch_line(m) for m in diff.blocking]
     for m in diff.scoped:
         keys = [k for k in m.metrics if k in diff.not_comparable_metrics]
         if keys:
-            lines.append(f"{m.field}: before {m.before!s}, after {m.after!s} — {m.message}; not compared: {', '.join(keys)}")
+            lines.append(f"{_mismatch_line(m)}; not compared: {', '.join(keys)}")
     return lines
+
+
+def _mismatch_line(m: Mismatch) -> str:
+    return f"{m.field}: before {fact(m.before)!s}, after {fact(m.after)!s} — {mismatch_why(m)}"
 
 
 def not_comparable_title(diff: Diff) -> str | None:

@@ -180,10 +180,7 @@ ALLOWED: dict[str, set[str]] = {
     "perfdoctor/collectors/nsys.py": {"device"},
     "perfdoctor/collectors/nvml.py": {"reason"},
     "perfdoctor/compare/comparability.py": {"gpu", "step_name", "steps", "tokens_per_step", "world_size"},
-    "perfdoctor/compare/diff.py": {"schema"},
-    "perfdoctor/compare/processes.py": {"reason"},  # ProcessComparison's JSON
     "perfdoctor/compare/samples.py": {"step_latency_ms"},
-    "perfdoctor/compare/stats.py": {"reason"},
     "perfdoctor/declare.py": {"step"},
     # headline.json, run_numbers' verdict; "steps" and "warmup" also of RunOptions' JSON (record/options.py)
     "perfdoctor/demo/show.py": {"collectors", "command", "device", "pass", "schema", "status", "steps", "warmup"},
@@ -193,8 +190,9 @@ ALLOWED: dict[str, set[str]] = {
     "perfdoctor/pipeline.py": {"world_size"},  # an nsys process's Origin.distributed, as Kineto's
     "perfdoctor/reports/attribution.py": {"steps"},
     "perfdoctor/reports/common.py": {"pass"},  # the findings' verdict counts
-    "perfdoctor/reports/diff_report.py": {"schema"},
-    "perfdoctor/reports/gate_report.py": {"exit_code", "pass", "reason", "schema", "status"},  # gate.json and its checks
+    # diff.json's reasons, and why each mismatched fact matters (MISMATCH_WHY, by fact)
+    "perfdoctor/reports/diff_report.py": {"gpu", "reason", "schema", "step_name", "tokens_per_step", "world_size"},
+    "perfdoctor/reports/gate_report.py": {"exit_code", "pass", "schema", "status"},  # gate.json and its checks
     "perfdoctor/reports/html.py": {"device", "step"},  # the activity table's columns
     "perfdoctor/reports/json.py": {"device", "schema", "step_name", "steps"},
     "perfdoctor/reports/markdown.py": {"pass"},

@@ -19,7 +19,7 @@ from conftest import FIXTURES, run_cli_inprocess
 from perfdoctor.compare.diff import diff_runs
 from perfdoctor.pipeline import diagnose
 from perfdoctor.compare.gate import evaluate_gate, parse_budget
-from perfdoctor.reports.diff_report import document, lead_lines, render_markdown, verdict
+from perfdoctor.reports.diff_report import document, lead_lines, mismatch_why, render_markdown, verdict
 from perfdoctor.text import count
 
 WILD = FIXTURES / "wild"
@@ -258,7 +258,7 @@ def test_workload_kind_mismatch_and_the_override():
     train = WILD / "h200-train.kineto.json.gz"
     d = diff_runs(diagnose(train, rules=None), diagnose(train, workload="inference", rules=None))
     assert [(m.field, m.before, m.after) for m in d.blocking] == [("workload", "training", "inference")]
-    assert "--workload" in d.blocking[0].message
+    assert "--workload" in mismatch_why(d.blocking[0])
     both = diff_runs(diagnose(train, workload="inference", rules=None), diagnose(train, workload="inference", rules=None))
     assert not both.blocking and both.facts_before["workload"] == "inference"
 
@@ -290,7 +290,7 @@ def test_whole_trace_window_against_steps_is_not_comparable():
     with_steps = diagnose(FIXTURES / "h200-matmul-20steps.nsys.sqlite.gz", rules=None)
     d = diff_runs(no_steps, with_steps)
     assert ("step_kind", "whole trace", "automatic") in [(m.field, m.before, m.after) for m in d.blocking]
-    assert "--step" in next(m.message for m in d.blocking if m.field == "step_kind")
+    assert "--step" in next(mismatch_why(m) for m in d.blocking if m.field == "step_kind")
 
 
 def test_copies_lead_when_they_changed():

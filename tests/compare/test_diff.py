@@ -21,8 +21,8 @@ from perfdoctor.compare.diff import diff_runs
 from perfdoctor.pipeline import Diagnosis, diagnose
 from perfdoctor.analysis.metrics import analyze
 from perfdoctor.errors import UsageError
-from perfdoctor.reports.diff_report import kernel_summary, render_markdown, verdict
-from perfdoctor.compare.stats import bootstrap_median_ratio, compare_samples, mann_whitney_u
+from perfdoctor.reports.diff_report import document, kernel_summary, render_markdown, sample_reason, verdict
+from perfdoctor.compare.stats import Why, bootstrap_median_ratio, compare_samples, mann_whitney_u
 
 EAGER5 = FIXTURES / "h200-llama1b-eager-5steps.kineto.json.gz"
 STEP = "decode_step"
@@ -90,9 +90,9 @@ def test_verdicts_and_too_few_steps() -> None:
     same = compare_samples(slow, list(reversed(slow)))
     assert same.verdict == "no significant change" and same.p_value == 1.0
     few = compare_samples(slow[:3], fast[:3])
-    assert few.verdict == "inconclusive" and "need more steps" in few.reason and few.p_value is None
+    assert (few.verdict, few.why, few.p_value) == ("inconclusive", Why.TOO_FEW, None) and "need more steps" in sample_reason(few)
     one = compare_samples([40.0], fast)
-    assert one.verdict == "inconclusive" and "single step" in one.reason
+    assert (one.verdict, one.why) == ("inconclusive", Why.SINGLE_STEP) and "single step" in sample_reason(one)
     assert compare_samples([], fast).verdict == "inconclusive"
 
 
@@ -103,7 +103,8 @@ def test_noise_floor_is_symmetric_and_only_hides_small_shifts() -> None:
     assert compare_samples(base, up).verdict == "higher"
     for other in (up, down):
         c = compare_samples(base, other, noise_floor=0.25)
-        assert c.verdict == "no significant change" and "noise floor" in c.reason and c.p_value < 0.05
+        assert (c.verdict, c.why) == ("no significant change", Why.WITHIN_NOISE) and c.p_value < 0.05
+        assert "noise floor" in sample_reason(c)
     assert compare_samples(base, [v * 1.3 for v in base], noise_floor=0.25).verdict == "higher"
     assert compare_samples(base, [v / 1.3 for v in base], noise_floor=0.25).verdict == "lower"
 
@@ -214,7 +215,7 @@ def test_missing_steps_make_latency_inconclusive(eager5) -> None:
 
 def test_json_and_markdown_outputs(eager5, slow_path) -> None:
     d = diff_runs(eager5, diagnose(slow_path, step=STEP, rules=None))
-    doc = json.loads(json.dumps(d.to_json()))
+    doc = json.loads(json.dumps(document(d)))
     assert doc["schema"] == "perfdoctor.diff/1"
     assert doc["metrics"]["step_latency_ms_p50"]["verdict"] == "regressed"
     assert doc["samples"]["step_latency_ms"]["p_value"] < 0.05

@@ -20,13 +20,16 @@ from perfdoctor.compare.diff import diff_runs
 from perfdoctor.pipeline import Diagnosis, diagnose
 from perfdoctor.errors import UsageError
 from perfdoctor.compare.gate import (
+    Budget,
     Check,
     GateResult,
     evaluate_budget,
     evaluate_gate,
     parse_budget,
 )
-from perfdoctor.reports.gate_report import github_annotations, junit_xml, message, summary_markdown
+from perfdoctor.compare.comparability import Mismatch
+from perfdoctor.compare.diff import NotComparable
+from perfdoctor.reports.gate_report import budget_text, details, github_annotations, junit_xml, message, summary_markdown
 from perfdoctor.analysis.metrics import Metric
 
 EAGER5 = FIXTURES / "h200-llama1b-eager-5steps.kineto.json.gz"
@@ -102,9 +105,9 @@ def test_bad_budgets_are_usage_errors(text: str, message: str) -> None:
         parse_budget(text)
 
 
-def test_budget_describes_itself() -> None:
-    assert parse_budget("dram_bw_util:-0.05").describe() == "fails if dram_bw_util falls by more than 0.05 ratio"
-    assert parse_budget("step_latency_ms_p99:+5%").describe() == "fails if step_latency_ms_p99 rises by more than 5 %"
+def test_budget_is_worded_as_what_it_allows() -> None:
+    assert budget_text(parse_budget("dram_bw_util:-0.05")) == "fails if dram_bw_util falls by more than 0.05 ratio"
+    assert budget_text(parse_budget("step_latency_ms_p99:+5%")) == "fails if step_latency_ms_p99 rises by more than 5 %"
 
 
 # --------------------------------------------------------------------------- budget verdicts
@@ -154,7 +157,7 @@ def test_step_metric_over_budget_but_not_significant_passes(eager5) -> None:
     run = with_metrics(eager5, "run", step_latency_ms_p50=eager5.analysis.value("step_latency_ms_p50") * 1.2)
     c = check("step_latency_ms_p50:+5%", eager5, run)
     assert (c.status, c.outcome) == ("pass", "noise") and "not a significant change" in message(c)
-    assert c.details["significance"]["p_value"] == 1.0
+    assert details(c)["significance"]["p_value"] == 1.0
 
 
 def test_step_metric_with_too_few_steps_is_judged_by_the_budget_alone(eager5) -> None:
@@ -182,12 +185,12 @@ def test_latency_budgets_use_the_light_pass_of_bundles(tmp_path) -> None:
     slow = diagnose(crafted_bundle(EAGER5, tmp_path / "slow", light_ms=[v * 1.1 for v in light], torch="2.11"), step=STEP, rules=None)
     c = check("step_latency_ms_p50:+5%", base, slow)
     assert c.status == "fail" and "light timing pass" in message(c), message(c)
-    assert c.details["measured_as"] == "light_step_latency_ms_p50"
-    assert c.details["baseline"] == pytest.approx(4.005)  # median of the light pass
+    assert details(c)["measured_as"] == "light_step_latency_ms_p50"
+    assert details(c)["baseline"] == pytest.approx(4.005)  # median of the light pass
     assert check("step_latency_ms_p50:+15%", base, slow).status == "pass"
     assert check("step_latency_ms_p50:+5%", slow, base).status == "pass"
     # traced metrics without a light-pass twin are judged as before
-    assert check("launches_per_step:+0", base, slow).details["measured_as"] == "launches_per_step"
+    assert details(check("launches_per_step:+0", base, slow))["measured_as"] == "launches_per_step"
 
 
 def test_budgets_need_a_baseline(eager5) -> None:
@@ -198,12 +201,24 @@ def test_budgets_need_a_baseline(eager5) -> None:
 # --------------------------------------------------------------------------- outputs
 
 
+def _budget(metric: str) -> Budget:
+    return Budget(metric, +1, 5.0, True, f"{metric}:+5%")
+
+
+def _refused(before: str) -> NotComparable:
+    """A refusal for a budget on ``m``: its facts are trace text, carried through untrusted."""
+    return NotComparable((Mismatch("step_coverage", before, "H200"),), "m")
+
+
 def _result(n_fail: int, n_pass: int = 1, n_skip: int = 1) -> GateResult:
     # the outputs word what they are given: a refusal's reason carries untrusted text through
-    checks = [Check(f"budget m{i}:+5%", "budget", "fail", "not comparable", {"i": i}, why=f"m{i} rose 10%, 100% of: a,b\nc") for i in range(n_fail)]
-    checks += [Check(f"budget ok{i}:+5%", "budget", "pass", "not comparable", {}, why="within") for i in range(n_pass)]
-    checks += [Check(f"budget gone{i}:+5%", "budget", "skip", "not comparable", {}, why="removed") for i in range(n_skip)]
-    return GateResult("run.json.gz", "base.json.gz", checks, ["not like for like — gpu: A100 vs H200"], None)
+    checks = [Check(f"budget m{i}:+5%", "budget", "fail", "not comparable", why=_refused(f"m{i} rose 10%, 100% of: a,b\nc"),
+                    budget=_budget(f"m{i}")) for i in range(n_fail)]
+    checks += [Check(f"budget ok{i}:+5%", "budget", "pass", "not comparable", why=_refused("within"), budget=_budget(f"ok{i}"))
+               for i in range(n_pass)]
+    checks += [Check(f"budget gone{i}:+5%", "budget", "skip", "not comparable", why=_refused("removed"), budget=_budget(f"gone{i}"))
+               for i in range(n_skip)]
+    return GateResult("run.json.gz", "base.json.gz", checks, [Mismatch("gpu", "A100", "H200")], None)
 
 
 def test_junit_has_one_testcase_per_check() -> None:
@@ -218,7 +233,8 @@ def test_junit_has_one_testcase_per_check() -> None:
 
 
 def test_junit_survives_control_characters_and_markup() -> None:
-    r = GateResult("r", None, [Check("rule <x>\x01", "budget", "fail", "not comparable", {}, why="a & b \x07")], [], None)
+    r = GateResult("r", None, [Check("rule <x>\x01", "budget", "fail", "not comparable", why=_refused("a & b \x07"),
+                                     budget=_budget("m"))], [], None)
     root = ET.fromstring(junit_xml(r).split("\n", 1)[1])
     assert root.find("./testsuite/testcase").get("name") == "rule <x>?"
 
@@ -230,7 +246,8 @@ def test_github_annotations_are_capped_and_escaped() -> None:
     assert lines[0].startswith("::warning")
     assert lines[-1].startswith("::notice") and "5 more" in lines[-1]
     # workflow-command escaping: %, newlines in data; also ':' and ',' in properties
-    assert "::error title=budget m0%3A+5%25::m0 rose 10%25, 100%25 of: a,b%0Ac: the budget is not judged" in lines
+    assert ("::error title=budget m0%3A+5%25::not comparable: step_coverage differs: before m0 rose 10%25, 100%25 of: a,b%0Ac, "
+            "after H200: the budget is not judged") in lines
 
 
 def test_summary_lists_failures_first() -> None:

@@ -19,8 +19,9 @@ import pytest
 from perfdoctor.bundle.protocol import Manifest
 from perfdoctor.errors import UsageError
 from perfdoctor.compare.processes import (
-    ONE_PROCESS_NOTE, compare_processes, judge_budget, per_process, process_latencies, processes_needed,
+    compare_processes, judge_budget, per_process, process_latencies, processes_needed,
 )
+from perfdoctor.reports.diff_report import ONE_PROCESS_NOTE, process_reason
 from perfdoctor.compare.stats import betainc, paired_log_ratio, t_cdf, t_ppf, welch_log_ratio
 from tests.conftest import run_cli, run_cli_inprocess
 
@@ -90,23 +91,23 @@ def test_verdicts_over_processes() -> None:
     assert compare_processes("step_latency_ms_p50", base, [v * 0.8 for v in base]).verdict == "improved"
     assert compare_processes("step_latency_ms_p50", base, [10.1, 9.9, 10.0, 10.2, 10.0]).verdict == "no significant change"
     one = compare_processes("step_latency_ms_p50", [10.0], [12.0])
-    assert one.verdict == "inconclusive" and ONE_PROCESS_NOTE in one.reason and not one.repeated
+    assert one.verdict == "inconclusive" and ONE_PROCESS_NOTE in process_reason(one) and not one.repeated
 
 
 def test_budget_fails_only_beyond_the_interval() -> None:
     base = [10.0, 10.2, 9.9, 10.1, 10.0]
     slow = compare_processes("step_latency_ms_p50", base, [v * 1.2 for v in base])
-    assert judge_budget(slow, 1.10, +1, "x:+10%").status == "fail"
-    within = judge_budget(slow, 1.30, +1, "x:+30%")
+    assert judge_budget(slow, 1.10, +1).status == "fail"
+    within = judge_budget(slow, 1.30, +1)
     assert (within.status, within.verdict) == ("pass", "no significant change")
-    faster = judge_budget(compare_processes("step_latency_ms_p50", base, [v * 0.8 for v in base]), 1.05, +1, "x:+5%")
+    faster = judge_budget(compare_processes("step_latency_ms_p50", base, [v * 0.8 for v in base]), 1.05, +1)
     assert (faster.status, faster.verdict) == ("pass", "improved")
     # A noisy 1.1x: its interval straddles a 10 % budget, so it is not failed, and says so.
     noisy = compare_processes("step_latency_ms_p50", [10.0, 11.5, 9.0], [12.0, 10.0, 11.3])
-    straddle = judge_budget(noisy, 1.10, +1, "x:+10%")
-    assert straddle.status == "pass" and straddle.verdict.startswith("inconclusive — too few processes")
+    straddle = judge_budget(noisy, 1.10, +1)
+    assert (straddle.status, straddle.where) == ("pass", "straddles") and straddle.verdict.startswith("inconclusive — too few processes")
     # a '-' budget guards against a fall
-    assert judge_budget(compare_processes("m", base, [v * 0.8 for v in base]), 0.9, -1, "x:-10%").status == "fail"
+    assert judge_budget(compare_processes("m", base, [v * 0.8 for v in base]), 0.9, -1).status == "fail"
 
 
 def test_processes_needed_is_enough_and_no_more() -> None:
