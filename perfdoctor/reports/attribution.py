@@ -5,7 +5,6 @@ and the JSON block. The numbers are the analysis's; this module only words and d
 
 from __future__ import annotations
 
-from html import escape
 from typing import Any
 
 from rich.console import Group, RenderableType
@@ -14,7 +13,7 @@ from rich.text import Text
 
 from perfdoctor.analysis.attribution import BUSY_PARTS, LABELS, PARTS, Attribution
 from perfdoctor.reports import cpu
-from perfdoctor.reports.format import svg_number as at  # a coordinate in the SVG
+from perfdoctor.reports.format import html as html_text, md_cell, svg_number as at  # at: a coordinate in the SVG
 from perfdoctor.text import num, value
 
 TITLE = "Where the step went"
@@ -66,33 +65,33 @@ def terminal(analysis, blank_after: bool = True) -> RenderableType:
 def markdown(analysis) -> list[str]:
     a = analysis.attribution
     if a.reason and analysis.cpu is not None:
-        return [f"### {cpu.TITLE}", "", escape(cpu.headline(analysis.cpu)), "", *cpu.markdown(analysis.cpu)]
+        return [f"### {cpu.TITLE}", "", md_cell(cpu.headline(analysis.cpu)), "", *cpu.markdown(analysis.cpu)]
     if a.reason:
-        return [f"**{TITLE}:** not available — {escape(a.reason)}", ""]
-    out = [f"### {TITLE}", "", f"{escape(headline(a))}", "", "| part | ms/step | share |", "|---|---:|---:|"]
-    out += [f"| {escape(label)} | {num(ms)} | {value(share, 'ratio')} |" for label, ms, share in _rows(a)]
+        return [f"**{TITLE}:** not available — {md_cell(a.reason)}", ""]
+    out = [f"### {TITLE}", "", f"{md_cell(headline(a))}", "", "| part | ms/step | share |", "|---|---:|---:|"]
+    out += [f"| {md_cell(label)} | {num(ms)} | {value(share, 'ratio')} |" for label, ms, share in _rows(a)]
     if a.sites:
-        out += ["", "Host Python call sites: " + "; ".join(f"`{escape(s)}` {value(ms, 'ms')}" for s, ms in a.sites[:3])]
+        out += ["", "Host Python call sites: " + "; ".join(f"<code>{md_cell(s)}</code> {value(ms, 'ms')}" for s, ms in a.sites[:3])]
     if a.note:
-        out += ["", f"<sub>{escape(a.note)}</sub>"]
+        out += ["", f"<sub>{md_cell(a.note)}</sub>"]
     return out + [""]
 
 
 def _bar(y: float, parts: dict[str, float], total: float, scale: float, x0: float, label: str) -> list[str]:
-    out = [f'<text x="2" y="{at(y + 11, 1)}" font-size="10">{escape(label)}</text>']
+    out = [f'<text x="2" y="{at(y + 11, 1)}" font-size="10">{html_text(label)}</text>']
     x = x0
     for p in PARTS:
         w = parts.get(p, 0.0) * scale
         if w <= 0:
             continue
         tip = f"{LABELS[p]}: {value(parts[p], 'ms')} ({value(parts[p] / total, 'ratio')})" if total else LABELS[p]
-        out.append(f'<rect x="{at(x, 2)}" y="{at(y, 1)}" width="{at(w, 2)}" height="14" fill="{COLOURS[p]}"><title>{escape(tip)}</title></rect>')
+        out.append(f'<rect x="{at(x, 2)}" y="{at(y, 1)}" width="{at(w, 2)}" height="14" fill="{COLOURS[p]}"><title>{html_text(tip)}</title></rect>')
         x += w
     return out
 
 
 def _svg(body: list[str], width: float, height: float, label: str) -> str:
-    return (f'<svg class="pd-attribution" role="img" aria-label="{escape(label)}" width="100%" '
+    return (f'<svg class="pd-attribution" role="img" aria-label="{html_text(label)}" width="100%" '
             f'style="max-width:{at(width, 0)}px" viewBox="0 0 {at(width, 0)} {at(height, 0)}" xmlns="http://www.w3.org/2000/svg">'
             + "".join(body) + "</svg>")
 
@@ -104,8 +103,8 @@ def html(analysis) -> str:
     if a.reason and analysis.cpu is not None:  # no GPU ran: the step went to CPU operators
         return cpu.html(analysis.cpu)
     if a.reason:
-        return f'<p class="muted"><b>{TITLE}:</b> not available: {escape(a.reason)}</p>'
-    rows = "".join(f"<tr><td>{escape(label)}</td><td>{num(ms)}</td><td>{value(share, 'ratio')}</td></tr>" for label, ms, share in _rows(a))
+        return f'<p class="muted"><b>{TITLE}:</b> not available: {html_text(a.reason)}</p>'
+    rows = "".join(f"<tr><td>{html_text(label)}</td><td>{num(ms)}</td><td>{value(share, 'ratio')}</td></tr>" for label, ms, share in _rows(a))
     steps = a.per_step.head(50)
     longest = max([a.step_ms, *steps["step_ms"].tolist()])
     width, x0 = 760.0, 70.0
@@ -115,11 +114,11 @@ def html(analysis) -> str:
     for i, r in enumerate(steps.itertuples(index=False)):
         body += _bar(2 + 18 * i, {p: getattr(r, p) for p in PARTS}, r.step_ms, scale, x0, f"#{r.step}")
     per_step = _svg(body, width, 6 + 18 * len(steps), f"{TITLE}: one stacked bar per step")
-    legend = "".join(f'<span><i style="background:{COLOURS[p]}"></i>{escape(LABELS[p])}</span>' for p in PARTS if a.step[p] > 0)
-    note = f'<p class="muted">{escape(a.note)}</p>' if a.note else ""
+    legend = "".join(f'<span><i style="background:{COLOURS[p]}"></i>{html_text(LABELS[p])}</span>' for p in PARTS if a.step[p] > 0)
+    note = f'<p class="muted">{html_text(a.note)}</p>' if a.note else ""
     top = ", ".join(f"{LABELS[p]} {value(ms, 'ms')}" for p, ms in a.largest(3))
     # Compact (a line, a bar, a fold) so the timeline below stays in the first screen.
-    return (f'<section class="pd-where"><p><b>{TITLE}:</b> {escape(headline(a))}. Largest: {escape(top)}.</p>{head}'
+    return (f'<section class="pd-where"><p><b>{TITLE}:</b> {html_text(headline(a))}. Largest: {html_text(top)}.</p>{head}'
             f"<details><summary>every part, its colour, and one bar per traced step</summary>"
             f'<p class="legend">{legend}</p><table><tr><th>part</th><th>ms/step</th><th>share</th></tr>{rows}</table>'
             f"{per_step}{note}</details></section>")

@@ -5,7 +5,6 @@ only words them.
 
 from __future__ import annotations
 
-from html import escape
 
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -13,6 +12,7 @@ from rich.text import Text
 
 from perfdoctor.analysis.attribution import LABELS
 from perfdoctor.analysis.bounds import Bounds, ClassBound
+from perfdoctor.reports.format import md_cell
 from perfdoctor.text import duration_us, num, value
 
 TITLE = "What bounds each kernel class"
@@ -102,12 +102,12 @@ def terminal(analysis) -> RenderableType:
 def markdown(analysis) -> list[str]:
     b = analysis.bounds
     if b.reason or not b.classes:
-        return [f"**{TITLE}:** not available — {escape(b.reason or 'no kernels')}", ""]
-    out = [f"### {TITLE}", "", escape(ceilings(b)), ""]
+        return [f"**{TITLE}:** not available — {md_cell(b.reason or 'no kernels')}", ""]
+    out = [f"### {TITLE}", "", md_cell(ceilings(b)), ""]
     if judged(b):
         out += ["| " + " | ".join(COLUMNS) + " |", "|---|---:|---:|---:|---:|---|---|"]
-        out += ["| " + " | ".join(escape(x) for x in r) + " |" for r in rows(b)]
+        out += ["| " + " | ".join(md_cell(x) for x in r) + " |" for r in rows(b)]
     reasons = _reasons(b)
     if reasons:
-        out += ["", "<sub>" + escape("; ".join(reasons)) + "</sub>"]
+        out += ["", "<sub>" + md_cell("; ".join(reasons)) + "</sub>"]
     return out + [""]

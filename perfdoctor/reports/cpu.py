@@ -4,7 +4,6 @@ terminal tables, Markdown, HTML and the JSON block. GPU metrics are said absent 
 
 from __future__ import annotations
 
-from html import escape
 import numpy as np
 import pandas as pd
 from rich.console import Group, RenderableType
@@ -12,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from perfdoctor.analysis.cpu import CpuView
-from perfdoctor.reports.format import md_cell
+from perfdoctor.reports.format import html as html_text, md_cell
 from perfdoctor.text import clean, count, num, value
 
 TITLE = "Where the step went (CPU)"
@@ -78,7 +77,7 @@ def _tables(view: CpuView) -> list[tuple[str, str, pd.DataFrame]]:
 
 def markdown(view: CpuView) -> list[str]:
     """The CPU section of the Markdown report, after the attribution's headline."""
-    out = [f"<sub>{escape(NO_GPU)}</sub>", "",
+    out = [f"<sub>{md_cell(NO_GPU)}</sub>", "",
            "Step latency ms (traced): " + _latency(view), ""]
     for title, first, df in _tables(view):
         out += [f"**{title}**", "", f"| {first} | " + " | ".join(COLUMNS) + " |", "|---|" + "---:|" * len(COLUMNS)]
@@ -86,24 +85,24 @@ def markdown(view: CpuView) -> list[str]:
                 for row in _rows(df)]  # names from the trace: cleaned (_rows), then no table-breaking character
         out.append("")
     for o in view.observations:
-        out.append(f"- **{escape(o.title)}** — {escape(o.evidence)}; what to do: {escape(o.advice)}")
+        out.append(f"- **{md_cell(o.title)}** — {md_cell(o.evidence)}; what to do: {md_cell(o.advice)}")
     return out + ([""] if view.observations else [])
 
 
 def html(view: CpuView) -> str:
     """The CPU section of the HTML report (the attribution's place): the Markdown's numbers,
     from the same row builder, every name from the trace escaped."""
-    out = [f'<section class="pd-where"><p><b>{escape(TITLE)}:</b> {escape(headline(view))}</p>',
-           f'<p class="muted">{escape(NO_GPU)}</p>',
-           "<p>Step latency ms (traced): " + escape(_latency(view)) + "</p>"]
+    out = [f'<section class="pd-where"><p><b>{html_text(TITLE)}:</b> {html_text(headline(view))}</p>',
+           f'<p class="muted">{html_text(NO_GPU)}</p>',
+           "<p>Step latency ms (traced): " + html_text(_latency(view)) + "</p>"]
     for title, first, df in _tables(view):
-        out.append(f"<h3>{escape(title)}</h3><table><tr><th>{escape(first)}</th>"
-                   + "".join(f"<th>{escape(c)}</th>" for c in COLUMNS) + "</tr>")
-        out += ["<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in _rows(df)]
+        out.append(f"<h3>{html_text(title)}</h3><table><tr><th>{html_text(first)}</th>"
+                   + "".join(f"<th>{html_text(c)}</th>" for c in COLUMNS) + "</tr>")
+        out += ["<tr>" + "".join(f"<td>{html_text(c)}</td>" for c in row) + "</tr>" for row in _rows(df)]
         out.append("</table>")
     if view.data_loading_ms:
         out.append(f'<p class="muted">DataLoader __next__: {value(view.data_loading_ms, "ms")} per step</p>')
     if view.observations:
-        out.append("<ul>" + "".join(f"<li><b>{escape(o.title)}</b> — {escape(o.evidence)}; what to do: {escape(o.advice)}</li>"
+        out.append("<ul>" + "".join(f"<li><b>{html_text(o.title)}</b> — {html_text(o.evidence)}; what to do: {html_text(o.advice)}</li>"
                                     for o in view.observations) + "</ul>")
     return "".join(out) + "</section>"
