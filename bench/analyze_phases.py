@@ -50,7 +50,7 @@ CHILD = textwrap.dedent(
 )
 
 PHASES = {  # phase: functions (file suffix, function name) whose cumulative time it is
-    "command": [("cli/analyze.py", "analyze_command")],
+    "command": [("cli/analyze_run.py", "run_analyze")],
     "start_loading": [("perfdoctor/pipeline.py", "start_loading")],
     "result": [("collectors/torch_profiler.py", "result"), ("collectors/nsys.py", "load_views"), ("perfdoctor/pipeline.py", "_load_bundle")],
     "rules": [("perfdoctor/pipeline.py", "load_ruleset")],

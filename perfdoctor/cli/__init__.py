@@ -2,16 +2,20 @@
 :func:`~perfdoctor.cli.commands.main` are :mod:`perfdoctor.cli.commands`.
 
 This module imports neither typer nor any command: ``perfdoctor analyze`` begins reading its
-trace (:mod:`perfdoctor.cli.early`) before the app is imported, so typer's and the command
-modules' imports run while the trace's decoders work.
+trace (:mod:`perfdoctor.cli.early`) before the app is imported, and a plain analyze command
+line runs without the app (typer) at all.
 
 May import every room.
 """
 
 from __future__ import annotations
 
+import errno
 import sys
 import threading
+from typing import Any, Dict
+
+from perfdoctor.cli.exits import fail, finish
 
 
 def program() -> None:
@@ -21,17 +25,23 @@ def program() -> None:
     user waits for nothing). A thread still running is waited for the ordinary way.
 
     ``perfdoctor analyze`` begins reading its trace before the app is imported and click
-    parses the command line (:func:`perfdoctor.cli.early.start_early`)."""
+    parses the command line (:func:`perfdoctor.cli.early.start_early`); on a plain command
+    line it runs without them (:func:`_analyze_plainly`)."""
+    plain = None
     if sys.argv[1:2] == ["analyze"]:
         from perfdoctor.cli.early import start_early
 
-        start_early(sys.argv[2:])
-    from perfdoctor.cli.commands import main
+        plain = start_early(sys.argv[2:])
     from perfdoctor.console import leave
     from perfdoctor.pipeline import drop_early
 
     try:
-        main()
+        if plain is not None:
+            finish(lambda: _analyze_plainly(plain))
+        else:
+            from perfdoctor.cli.commands import main
+
+            main()
         code: object = 0
     except SystemExit as exc:
         code = exc.code
@@ -40,3 +50,22 @@ def program() -> None:
     if threading.active_count() > 1:
         sys.exit(code)
     leave(code)
+
+
+def _analyze_plainly(arguments: Dict[str, Any]) -> Any:
+    """:func:`perfdoctor.cli.analyze_run.run_analyze` with the arguments typer would have
+    given it, and what click's main does around a command (``typer.core._main``): Ctrl-C is
+    exit code 130, an EOFError a blank line and "aborted" (130), a closed stderr exit code 1."""
+    from perfdoctor.cli.analyze_run import run_analyze
+
+    try:
+        return run_analyze(**arguments)
+    except KeyboardInterrupt:
+        return 130
+    except EOFError:
+        print(file=sys.stderr)
+        fail("aborted", 130)
+    except OSError as exc:
+        if exc.errno != errno.EPIPE:
+            raise
+        sys.exit(1)

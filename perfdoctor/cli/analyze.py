@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Optional
+from typing import List, Optional
 
 import typer
 
 from perfdoctor.cli import options
-from perfdoctor.cli import outputs
-from perfdoctor.io import check_outputs
-
-if TYPE_CHECKING:
-    from perfdoctor.pipeline import Diagnosis
+from perfdoctor.cli.analyze_run import run_analyze
 
 def analyze_command(
     path: Path = typer.Argument(..., help="A Kineto trace (.json, .json.gz), an Nsight Systems export (.sqlite, .nsys-rep), a run bundle (several ranks too), or a folder of per-rank traces (*.pt.trace.json[.gz], as tensorboard_trace_handler writes them)."),
@@ -32,44 +28,5 @@ def analyze_command(
 
     Several ranks (a bundle of perfdoctor run --nproc-per-node, or a folder of per-rank traces): a table per rank, the straggler and the collective that waits for it, then the findings; --json writes perfdoctor.ranks/1.
     """
-    from perfdoctor.pipeline import diagnose
-
-    check_outputs(outputs.files([json_out]), [path, *rules])  # never write over an input
-    # The report's modules (rich) import before diagnose: a large trace's decoders are at work
-    # by now (program() began its load before the command line was parsed).
-    from perfdoctor.reports.summary import gaps_owner, render_summary
-    from perfdoctor.reports import attribution, bounds
-    from perfdoctor.reports.common import named_not_evaluated
-    from perfdoctor.reports.terminal import brief_renderable, findings_renderable, verdict_text
-
-    d = diagnose(path, step=step, tokens_per_step=tokens_per_step, rules=rules, thresholds=threshold, workload=workload)
-    if d.cross_rank is not None:  # several ranks: a multi-rank bundle, a folder of per-rank traces, an nsys export of several processes
-        _report_ranks(d, json_out)
-        return
-    console = outputs.report_console(json_out)
-    if brief:
-        console.print(brief_renderable(d.findings, d.analysis, f"perfdoctor analyze {path}"))
-        if json_out is not None:
-            outputs.emit_json(json_out, d.analysis.to_json())
-            outputs.wrote(json_out)
-        return
-    console.print(verdict_text(d.findings, d.analysis))  # the verdict first: a crash is the first thing read
-    console.print(attribution.terminal(d.analysis, blank_after=False))  # then where the step went
-    console.print(bounds.terminal(d.analysis))  # and what bounds each kernel class
-    # One gap table: the summary's, unless a finding prints the same table as its evidence.
-    render_summary(d.analysis, console, gaps_shown_by=gaps_owner(d.findings), named_below=named_not_evaluated(d.findings))
-    console.print(findings_renderable(d.findings, d.analysis, with_verdict=False, top=top or None), crop=False)  # code is never cropped
-    if json_out is not None:
-        outputs.emit_json(json_out, d.analysis.to_json())
-        outputs.wrote(json_out)
-
-
-def _report_ranks(d: Diagnosis, json_out: Optional[Path]) -> None:
-    from perfdoctor.reports.ranks import render_ranks
-
-    render_ranks(d, outputs.report_console(json_out))
-    if json_out is not None:
-        payload = d.cross_rank.to_json()
-        payload["findings"] = {str(r): [f.to_json() for f in found] for r, found in d.rank_findings.items()}
-        outputs.emit_json(json_out, payload)
-        outputs.wrote(json_out)
+    run_analyze(path, step=step, json_out=json_out, tokens_per_step=tokens_per_step, rules=rules, threshold=threshold,
+                workload=workload, top=top, brief=brief)

@@ -12,9 +12,6 @@ May import every room.
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import os
 import sys
 from typing import Any, List, Optional
 
@@ -37,10 +34,8 @@ from perfdoctor.cli.doctor import doctor_command, root_callback
 from perfdoctor.cli.gate import gate_command
 from perfdoctor.cli.report import report_command
 from perfdoctor.cli.rules import rules_app
+from perfdoctor.cli.exits import fail, finish
 from perfdoctor.cli.run import run_command
-from perfdoctor.console import install_pipe_guard
-from perfdoctor.errors import UsageError
-from perfdoctor.text import clean
 
 app = typer.Typer(
     help=(
@@ -116,42 +111,18 @@ def plain_help(command: Any) -> Any:
 
 
 def main(argv: Optional[List[str]] = None) -> None:
-    """Entry point: run the app; bad input (ours or click's) is one line on stderr and exit
-    code 2. A closed stdout does not change the exit code (see ``docs/safety.md``)."""
-    install_pipe_guard()
+    """Entry point: run the app (:func:`perfdoctor.cli.exits.finish` maps its outcome to the exit
+    code); click's usage errors are one line on stderr and exit code 2."""
+    finish(lambda: _click_main(argv))
+
+
+def _click_main(argv: Optional[List[str]]) -> Any:
     try:
-        code = plain_help(typer.main.get_command(app)).main(args=argv, prog_name="perfdoctor", standalone_mode=False)
-    except UsageError as exc:
-        _fail(str(exc))
+        return plain_help(typer.main.get_command(app)).main(args=argv, prog_name="perfdoctor", standalone_mode=False)
     except click_exceptions.NoArgsIsHelpError as exc:  # `perfdoctor` / `perfdoctor rules`: the help
         print(exc.ctx.get_help() if exc.ctx else str(exc), file=sys.stderr)
         sys.exit(2)
     except click_exceptions.ClickException as exc:
-        _fail(_click_error(exc), exc.exit_code if exc.exit_code else 2)
+        fail(_click_error(exc), exc.exit_code if exc.exit_code else 2)
     except typer.Abort:
-        _fail("aborted", 130)
-    except OSError as exc:
-        if exc.errno not in _FULL:
-            raise
-        _fail(f"cannot write the output ({exc.strerror})")  # `> /dev/full`, a full disk under stdout
-    try:
-        sys.stdout.flush()
-    except OSError as exc:
-        if exc.errno not in _FULL:
-            raise
-        _fail(f"cannot write the output ({exc.strerror})")
-    sys.exit(code if isinstance(code, int) else 0)
-
-
-# Writing stdout failed for lack of room, not for a bug: one line, exit 2.
-_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
-
-
-def _fail(message: str, code: int = 2) -> None:
-    try:
-        sys.stdout.flush()
-    except OSError:  # stdout is what failed: drop what it holds, the message goes to stderr
-        with contextlib.suppress(OSError, ValueError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    print(f"error: {clean(message)}", file=sys.stderr)
-    sys.exit(code)
+        fail("aborted", 130)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -280,19 +281,81 @@ def test_python_frames_are_kept_for_call_sites_but_never_steps(tmp_path: Path) -
         analyze(profile, step="*: work")
 
 
-def test_trace_argument_steps_over_every_option_value_as_click_does() -> None:
+def _analyze_command() -> Any:
     import typer
 
     from perfdoctor.cli.commands import app
-    from perfdoctor.cli.early import FLAGS, trace_argument
 
-    command = typer.main.get_command(app).commands["analyze"]
-    flags = {name for p in command.params if getattr(p, "is_flag", False) for name in p.opts}
-    assert flags | {"--help"} == FLAGS
-    assert trace_argument(["t.json"]) == "t.json"
-    assert trace_argument(["--json", "m.json", "--brief", "--top=2", "--rules", "p.toml", "t.json"]) == "t.json"
-    assert trace_argument(["--step", "decode*", "--", "-odd.json"]) == "-odd.json"
-    assert trace_argument(["--json", "m.json"]) is None
+    return typer.main.get_command(app).commands["analyze"]
+
+
+def test_plain_options_are_the_commands_own() -> None:
+    """early.OPTIONS, what analyze's command line is read by without typer: every option of
+    the command click builds, with its keyword, and its type (a list: repeatable)."""
+    import typing
+
+    from perfdoctor.cli.analyze import analyze_command
+    from perfdoctor.cli.early import OPTIONS
+
+    hints = typing.get_type_hints(analyze_command)
+    read = {}
+    for param in _analyze_command().params:
+        if param.param_type_name == "argument":
+            continue
+        kind = hints[param.name]
+        if typing.get_origin(kind) is typing.Union:
+            (kind,) = [k for k in typing.get_args(kind) if k is not type(None)]
+        if typing.get_origin(kind) is list:
+            kind = list(typing.get_args(kind))
+        assert param.multiple == isinstance(kind, list) and getattr(param, "is_flag", False) == (kind is bool)
+        (opt,) = param.opts
+        read[opt] = (param.name, kind)
+    assert read == OPTIONS
+
+
+TOKENS = ["t.json", "u.json", "-", "--", "", "--json", "m.json", "--json=-", "--json=", "--step", "decode*", "--step=a=b",
+          "--brief", "--brief=1", "--top", "0", "3", "01", "-1", "1e3", "--top=2", "--tokens-per-step", "1.5", ".5", "1.",
+          "inf", "nan", "1_0", "+1", " 2", "--rules", "seed", "p.toml", "--threshold", "a=1", "--workload", "inference",
+          "--help", "-h", "--bogus", "--rule", "-x", "\udcff.json", "\u0663", "123456789012345678901"]
+
+
+def _listed(arguments: dict) -> dict:
+    return {k: list(v) if isinstance(v, (list, tuple)) else v for k, v in arguments.items()}
+
+
+def test_plain_arguments_are_what_typer_gives_analyze(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every command line early.plain_arguments reads, typer reads alike: the same keyword
+    arguments for run_analyze (the options left out at its defaults), types included; what
+    it does not read is typer's (random command lines from tokens that reach every branch)."""
+    import inspect
+    import random
+
+    import perfdoctor.cli.analyze
+    from perfdoctor.cli.analyze_run import run_analyze
+    from perfdoctor.cli.early import plain_arguments
+
+    defaults = {k: p.default for k, p in inspect.signature(run_analyze).parameters.items() if p.default is not p.empty}
+    given: list = []
+    monkeypatch.setattr(perfdoctor.cli.analyze, "run_analyze", lambda path, **kw: given.append({"path": path, **kw}))
+    command = _analyze_command()
+    rng = random.Random(0)
+    lines = [["t.json", "--json", "m.json"], ["--json", "-", "t.json", "--brief", "--top=0"], ["--step", "--brief", "t.json"],
+             ["--rules", "seed", "--rules", "p.toml", "t.json", "--threshold", "a=1", "--tokens-per-step", "2.50"],
+             ["--top", "2", "--top", "3", "--", "-"], ["--json=", "t.json", "--workload", "inference"]]
+    lines += [[rng.choice(TOKENS) for _ in range(rng.randint(1, 6))] for _ in range(1500)]
+    plain = 0
+    for args in lines:
+        read = plain_arguments(args)
+        if read is None:
+            continue
+        plain += 1
+        given.clear()
+        command.main(args=args, prog_name="perfdoctor analyze", standalone_mode=False)
+        typer_gave, plain_gives = _listed(given[0]), _listed({**defaults, **read})
+        assert typer_gave == plain_gives, args
+        assert {k: type(v) for k, v in typer_gave.items()} == {k: type(v) for k, v in plain_gives.items()}, args
+    assert plain > 200
+    assert all(plain_arguments(args) is not None for args in lines[:6])
 
 
 def test_a_load_begun_early_that_no_command_takes_is_dropped(tmp_path: Path) -> None:
