@@ -286,17 +286,27 @@ def _hold_work(timed: pd.DataFrame, fetch_end: pd.Series, work: pd.DataFrame) ->
     return held if np.count_nonzero(held) >= 2 else np.ones(len(timed), dtype=bool)
 
 
-def iteration_ranges(marks: pd.DataFrame) -> pd.DataFrame:
+def iteration_ranges(marks: pd.DataFrame, waits: pd.DataFrame | None = None) -> pd.DataFrame:
     """Step ranges from the ranges that mark a loop iteration: per thread, from the start of
     one to the start of the next (the last one's iteration has no known end: left out).
-    Each ends 1 ns before the next begins, so a call at that instant belongs to one step."""
+    Each ends 1 ns before the next begins, so a call at that instant belongs to one step —
+    or where its thread began to wait for another thread before the next (``waits``: the
+    :data:`perfdoctor.names.ranges.WAIT_RANGE` ranges of ``perfdoctor run``'s traced passes,
+    by ``steady.waits_between``, the light pass's rule): a server's worker idle between
+    requests, not serving (its own range kept whole)."""
     marks = _outermost(marks).sort_values(["tid", "start_ns"], kind="stable")
     parts = []
     for _, m in marks.groupby("tid", sort=False):
         if len(m) < 2:
             continue
         part = m.iloc[:-1].copy()
-        part["end_ns"] = m["start_ns"].to_numpy(np.int64)[1:] - 1
+        end = m["start_ns"].to_numpy(np.int64)[1:] - 1
+        if waits is not None and not waits.empty:
+            w = {"tid": waits["tid"].to_numpy(np.int64), "start_ns": waits["start_ns"].to_numpy(np.int64),
+                 "end_ns": waits["end_ns"].to_numpy(np.int64)}
+            idle = steady.waits_between(m["start_ns"].to_numpy(np.int64), m["tid"].to_numpy(np.int64), w)[0][:-1]
+            end = np.where(idle >= 0, np.maximum(part["end_ns"].to_numpy(np.int64), np.minimum(end, idle - 1)), end)
+        part["end_ns"] = end
         parts.append(part)
     if not parts:
         return marks.iloc[0:0]
@@ -406,6 +416,7 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
     Returns (step name, ranges, reason when none, how they were found).
     """
     ranges = _candidate_ranges(profile)
+    waits = profile.ranges[equals(profile.ranges["name"], rangenames.WAIT_RANGE)]  # perfdoctor run's traced passes mark them
     loops = ranges[starts_with(ranges["name"], rangenames.LOOP_PREFIXES)]
     trained, training = training_loop({n: g.to_numpy(np.int64) for n, g in loops.groupby("name", sort=False)["start_ns"]})
     fetches = loops[starts_with(loops["name"], rangenames.DATA_LOADER_PREFIX)]
@@ -452,7 +463,7 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
             # model's forward leaves out the host work of HF generate's loop between forwards
             # (logits processors, stopping criteria: 1.6 ms of a 20 ms token on the H200)
             loop = marker == rangenames.LOOP
-            timed = loop_ranges(matched, fetches, training, work) if loop else iteration_ranges(matched)
+            timed = loop_ranges(matched, fetches, training, work) if loop else iteration_ranges(matched, waits)
             if not timed.empty:
                 return pattern, timed, None, how if (module_step or ITERATION in how) else f"{how}, timed as {ITERATION}"
         return pattern, matched, None, how
@@ -494,7 +505,7 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
         if choice.kind == "loop":
             marks = loop_ranges(marks, fetches, training, work)  # not an evaluation loop's batches
         elif choice.iteration:
-            marks = iteration_ranges(marks)
+            marks = iteration_ranges(marks, waits)
         else:
             marks = _outermost(marks)
         if not marks.empty:

@@ -183,6 +183,9 @@ class PassResults(_Document):
     # the light pass: per ProfilerStep#N name, the range torch.profiler's exit closed (the
     # last prof.step() opened it after the loop's last iteration), as a series; not in ``series``
     profiler_exit: dict[str, dict[str, Any]] | None = None
+    # the light pass: every thread's waits for another thread ({"tid", "start_ns", "end_ns"}:
+    # perfdoctor.record.bootstrap.waits), which lie between a worker's steps, not in them
+    waits: dict[str, list[int]] | None = None
     # the calls as measured, when series holds the iteration: added by perfdoctor run after
     # the bootstrap wrote the rest, so last on disk
     call_series: dict[str, dict[str, Any]] | None = None

@@ -73,8 +73,8 @@ def module_step(
 
 
 def series_rows(series: dict[str, Any], rows: Sequence[int]) -> dict[str, Any]:
-    """The steps ``rows`` of ``series``, as a series."""
-    return {k: [series[k][i] for i in rows] if series.get(k) is not None else None for k in ("host_start_ns", "gpu_start_ns", "gpu_end_ns")}
+    """The steps ``rows`` of ``series``, as a series (each step's thread too)."""
+    return {k: [series[k][i] for i in rows] if series.get(k) is not None else None for k in ("host_start_ns", "gpu_start_ns", "gpu_end_ns", "tid")}
 
 
 def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, str | None, dict[str, Any] | None, bool]:
@@ -141,9 +141,12 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
         # The step is the loop iteration: the call and the host work until the next one
         # (on the H200 an HF generate spent ~0.5 ms per token between forward calls).
         # Without CUDA (host clock) the next call's host start marks the iteration's end.
+        # A wait for another thread between two calls ends the iteration (a server's worker
+        # blocked on its request queue is idle, not serving): each step's waited_ns say so.
         starts = calls["gpu_start_ns"] if calls.get("gpu_start_ns") is not None else calls["host_start_ns"]
-        ends = steady.iteration_ends_ns(starts, calls["gpu_end_ns"], joined=joined).tolist()
-        timed = {**calls, "gpu_end_ns": ends}
+        idle_from, waited = steady.waits_between(calls["host_start_ns"], calls.get("tid"), results.waits)
+        ends = steady.iteration_ends_ns(starts, calls["gpu_end_ns"], joined=joined, idle_from=idle_from).tolist()
+        timed = {**calls, "gpu_end_ns": ends, "waited_ns": waited.tolist()}
     if choice.iteration:
         if module is None:
             # the calls as measured stay in raw/light.json beside the iteration (a module
@@ -305,7 +308,7 @@ def light_summary(results: PassResults, options: RunOptions) -> LightPass:
     else:
         s = results.series[name]  # type: ignore[index]
         cp = steady.critical_path_ns(s["host_start_ns"], s["gpu_end_ns"])
-        found = steady.series_steady_start(s["host_start_ns"], s["gpu_end_ns"], s.get("gpu_start_ns"))
+        found = steady.series_steady_start(s["host_start_ns"], s["gpu_end_ns"], s.get("gpu_start_ns"), s.get("waited_ns"))
         if options.warmup is not None:
             warmup, why = options.warmup, "--warmup"
         elif len(cp) >= SCOUT_MIN_STEPS:

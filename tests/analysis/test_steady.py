@@ -626,3 +626,22 @@ def test_a_joined_gap_is_never_a_pause() -> None:
     assert steady.iteration_ends_ns(gs, ge).tolist() == [15, 30, 40, 160, 170]
     joined = [False, False, True, False]
     assert steady.iteration_ends_ns(gs, ge, joined=joined).tolist() == [15, 30, 145, 160, 170]
+
+
+def test_a_workers_waits_for_another_thread_end_its_iterations_and_are_pauses_of_its_rate() -> None:
+    # a server's worker: calls of 0.1 ms at 0, 1, 2, 3 ms; it waits on its queue from 0.2 ms
+    # after each call to 0.1 ms before the next (another thread's wait, at 0.5-0.9 ms, is not its)
+    h, g = [0, 1_000_000, 2_000_000, 3_000_000], [100_000, 1_100_000, 2_100_000, 3_100_000]
+    waits = {"tid": [7, 7, 7, 8], "start_ns": [200_000, 1_200_000, 2_200_000, 500_000],
+             "end_ns": [900_000, 1_900_000, 2_900_000, 900_000]}
+    idle, waited = steady.waits_between(h, [7] * 4, waits)
+    assert idle.tolist() == [200_000, 1_200_000, 2_200_000, -1] and waited.tolist() == [0, 700_000, 700_000, 700_000]
+    ends = steady.iteration_ends_ns(h, g, idle_from=idle)
+    assert ends.tolist() == [200_000, 1_200_000, 2_200_000, 3_100_000]  # before: each ran to the next call
+    c = steady.cadence(h, ends, h, waited)
+    # every interval holds a 0.7 ms wait: left out, the rest kept (0.3, 0.3 and 0.2 ms: the
+    # last step has no wait after it, its iteration its own call)
+    assert (c.pauses, c.waits, c.intervals) == (3, 3, 3) and c.steps_per_s == pytest.approx(3 / 0.8e-3)
+    assert c.waited_ms == pytest.approx(2.1) and c.with_pauses_per_s == pytest.approx(3 / 2.9e-3)
+    # without the waits (a trace of another tool, an older bundle) nothing changes
+    assert steady.waits_between(h, None, waits)[0].tolist() == [-1] * 4

@@ -246,3 +246,41 @@ def test_a_data_loader_fetch_named_by_step_is_timed_as_its_iteration_in_run_and_
     assert steps.count == traced["iters"] == light["steps_seen"]
     ms = (steps.table["host_end_ns"] - steps.table["host_start_ns"]).to_numpy() / 1e6
     assert ms.mean() == pytest.approx(traced["ms_per_iter"], rel=0.05)
+
+
+@pytest.mark.parametrize("pool", [False, True])
+def test_threaded_server_steps_are_the_requests_service_not_the_workers_waits(tmp_path: Path, pool: bool) -> None:
+    # a request queue, a worker thread (or a one-worker ThreadPoolExecutor) running the
+    # model's forward per request, requests arriving at random from the main thread. The
+    # step is the forward, timed as the loop iteration: before, each iteration ran to the
+    # next request's forward, through the time the worker sat blocked on its queue (a p50
+    # of 3.7 ms for requests the program served in 0.93 ms); a wait for another thread ends it
+    args = ("--device", "cpu", "--threads", "1", "--requests", "40", "--width", "512", "--rate", "200", *(("--pool",) if pool else ()))
+    r = run_cli("run", "--collect", "torch", "--out", tmp_path, REAL / "threaded_server.py", *args, timeout=240)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    light = json.loads((bundle / "manifest.json").read_text())["light_pass"]
+    raw = json.loads((bundle / "raw" / "light.json").read_text())
+    series, result = raw["series"][light["step_name"]], program_result(r.stdout)
+    assert light["step_name"] == "Sequential.forward" and light["step_thread"] == "worker"
+    assert light["steps_seen"] == result["requests"]
+    # the requests the program timed, each its forward and the host work after it until the
+    # worker waited (or the next request, already queued, began), against its own timer
+    ms = _step_ms(series)[result["warmup"]:]
+    own = np.array(result["ms_each"][result["warmup"]:])
+    assert ms.mean() == pytest.approx(own.mean(), rel=0.1)
+    # and the waits, which the program's own timer leaves out, are pauses of steps_per_s
+    waited = np.array(series["waited_ns"])
+    assert (waited > 0).sum() > result["requests"] // 2
+    # the traced pass ran the worker's steps too (all threads traced), its steps cut at the
+    # same waits: no step holds one, so none holds the time between requests
+    profile = load_trace(bundle)
+    steps = find_steps(profile)
+    assert steps.name == "Sequential.forward" and steps.count == result["requests"] - 1  # the last: no next start
+    t = steps.table
+    waits = profile.ranges[(profile.ranges["name"] == "perfdoctor.wait") & profile.ranges["tid"].isin(t["tid"])]  # the worker's
+    assert len(waits) >= (waited > 0).sum() // 2
+    inside = [((waits["start_ns"] >= a) & (waits["start_ns"] <= b)).sum() for a, b in zip(t["host_start_ns"], t["host_end_ns"])]
+    assert sum(inside) == 0
+    traced = (t["host_end_ns"] - t["host_start_ns"]).to_numpy() / 1e6
+    assert np.median(traced) < 3 * np.median(own)  # the tracer slows a step, a wait would be ~5 ms

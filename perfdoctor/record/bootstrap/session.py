@@ -79,6 +79,7 @@ class Session:
         # steps.ModuleSteps, when main installs one (typed Any: steps imports this module, not the reverse)
         self.modules: Any = None
         self.replays: Any = None  # steps.GraphReplays, likewise
+        self.waits: Any = None  # waits.Waits, in the light pass
         # compiled calls of a whole module (steps.install_compiled_steps): once one repeats,
         # the light pass keeps timing that module's eager calls (stop_module_timing)
         self.compiled_modules: set[str] = set()
@@ -113,6 +114,8 @@ class Session:
             self.modules.uninstall()
         if self.replays is not None:
             self.replays.uninstall()
+        if self.waits is not None:
+            self.waits.uninstall()
 
     def matches(self, name: str) -> bool:
         # "serving step" (the light pass chose the serving ranges): every one of them
@@ -165,8 +168,6 @@ class Session:
             self.declarations[name] = None
         elif self.mode == "light" and not name.startswith("perfdoctor."):
             self.start_timing(name)  # the light pass times every range: the step may be any
-            if threading.get_ident() != self.main_ident:
-                self.worker_steps[name] = self.worker_steps.get(name, 0) + 1
 
     def range_end(self, name: str, exhausted: bool = False, profiler_exit: bool = False) -> None:
         """A range closes. ``exhausted``: a data loader's fetch that raised StopIteration;
@@ -508,10 +509,15 @@ class Session:
             error = error or exhausted_error or exit_error
             results.step_end_clock = "cuda-event" if self.timer.clock is not None else "host"
             results.declared = self.declared_steps()
+            # the steps off the main thread, each step's thread as timed (module calls too:
+            # a server's worker runs its model's forward)
+            results.worker_steps = self.times.off_thread(self.main_ident)
             if self.modules is not None:
                 results.modules, module_error = self.modules.series()
                 results.module_classes = self.modules.classes
+                results.worker_steps.update(self.modules.times[0].off_thread(self.main_ident))
                 error = error or module_error
+            results.waits = self.waits.series() if self.waits is not None else None
             results.timing_error = error
         try:
             with open(self.config.results, "w") as f:
