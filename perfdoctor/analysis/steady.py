@@ -232,14 +232,17 @@ def waits_between(
     """The waits for another thread between the steps of a series, from the light pass's
     ``waits`` (``{"tid", "start_ns", "end_ns"}``, every thread's: :mod:`perfdoctor.record.bootstrap.waits`)
     and each step's thread ``tid``. Per step ``k``: when its thread began waiting after the
-    step began and before step ``k + 1`` began (-1: it did not; the last step: -1), and how
-    long step ``k`` waited since step ``k − 1`` began (ns; 0 for the first). A server's
-    worker blocks on its request queue between requests: idle, not the step's work nor the
-    program's (:func:`iteration_ends_ns`, :func:`paused_before`)."""
+    step began and before step ``k + 1`` began (-1: it did not; the last step: -1); how long
+    step ``k`` waited since step ``k − 1`` began (ns; 0 for the first); and when its thread
+    resumed, the end of the last of those waits (-1: none). A server's worker blocks on its
+    request queue between requests: idle, not the step's work nor the program's
+    (:func:`iteration_ends_ns`, :func:`paused_before`); the work after it, before the call
+    (taking the request, moving its input), is the next request's."""
     h = _ns(host_start)
     idle_from, waited = np.full(h.size, -1, dtype=np.int64), np.zeros(h.size, dtype=np.int64)
+    resumed = np.full(h.size, -1, dtype=np.int64)
     if tid is None or not waits or h.size < 2:
-        return idle_from, waited
+        return idle_from, waited, resumed
     t, w_tid = _ns(tid)[: h.size], _ns(waits.get("tid", []))
     w_start, w_end = _ns(waits.get("start_ns", [])), _ns(waits.get("end_ns", []))
     for thread in np.unique(t):
@@ -253,7 +256,8 @@ def waits_between(
             if hi > lo:
                 idle_from[k] = starts[lo]
                 waited[k + 1] = int(np.clip(np.minimum(ends[lo:hi], h[k + 1]) - starts[lo:hi], 0, None).sum())
-    return idle_from, waited
+                resumed[k + 1] = min(int(ends[lo:hi].max()), int(h[k + 1]))
+    return idle_from, waited, resumed
 
 
 def pauses(idle_before: np.ndarray, step_ns: np.ndarray) -> np.ndarray:

@@ -293,7 +293,8 @@ def iteration_ranges(marks: pd.DataFrame, waits: pd.DataFrame | None = None) -> 
     or where its thread began to wait for another thread before the next (``waits``: the
     :data:`perfdoctor.names.ranges.WAIT_RANGE` ranges of ``perfdoctor run``'s traced passes,
     by ``steady.waits_between``, the light pass's rule): a server's worker idle between
-    requests, not serving (its own range kept whole)."""
+    requests, not serving (its own range kept whole); the next then begins where the wait
+    ended (taking the request is its service)."""
     marks = _outermost(marks).sort_values(["tid", "start_ns"], kind="stable")
     parts = []
     for _, m in marks.groupby("tid", sort=False):
@@ -304,8 +305,9 @@ def iteration_ranges(marks: pd.DataFrame, waits: pd.DataFrame | None = None) -> 
         if waits is not None and not waits.empty:
             w = {"tid": waits["tid"].to_numpy(np.int64), "start_ns": waits["start_ns"].to_numpy(np.int64),
                  "end_ns": waits["end_ns"].to_numpy(np.int64)}
-            idle = steady.waits_between(m["start_ns"].to_numpy(np.int64), m["tid"].to_numpy(np.int64), w)[0][:-1]
-            end = np.where(idle >= 0, np.maximum(part["end_ns"].to_numpy(np.int64), np.minimum(end, idle - 1)), end)
+            idle, _, resumed = steady.waits_between(m["start_ns"].to_numpy(np.int64), m["tid"].to_numpy(np.int64), w)
+            end = np.where(idle[:-1] >= 0, np.maximum(part["end_ns"].to_numpy(np.int64), np.minimum(end, idle[:-1] - 1)), end)
+            part["start_ns"] = np.where(resumed[:-1] >= 0, resumed[:-1], part["start_ns"].to_numpy(np.int64))
         part["end_ns"] = end
         parts.append(part)
     if not parts:

@@ -141,12 +141,14 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
         # The step is the loop iteration: the call and the host work until the next one
         # (on the H200 an HF generate spent ~0.5 ms per token between forward calls).
         # Without CUDA (host clock) the next call's host start marks the iteration's end.
-        # A wait for another thread between two calls ends the iteration (a server's worker
-        # blocked on its request queue is idle, not serving): each step's waited_ns say so.
+        # A wait for another thread between two calls ends the iteration, and the next begins
+        # where the thread resumed (a server's worker blocked on its request queue is idle,
+        # not serving; taking the next request is its service): each step's waited_ns say so.
         starts = calls["gpu_start_ns"] if calls.get("gpu_start_ns") is not None else calls["host_start_ns"]
-        idle_from, waited = steady.waits_between(calls["host_start_ns"], calls.get("tid"), results.waits)
+        idle_from, waited, resumed = steady.waits_between(calls["host_start_ns"], calls.get("tid"), results.waits)
         ends = steady.iteration_ends_ns(starts, calls["gpu_end_ns"], joined=joined, idle_from=idle_from).tolist()
-        timed = {**calls, "gpu_end_ns": ends, "waited_ns": waited.tolist()}
+        began = np.where(resumed >= 0, resumed, np.asarray(calls["host_start_ns"], dtype=np.int64)).tolist()
+        timed = {**calls, "host_start_ns": began, "gpu_end_ns": ends, "waited_ns": waited.tolist()}
     if choice.iteration:
         if module is None:
             # the calls as measured stay in raw/light.json beside the iteration (a module

@@ -634,8 +634,9 @@ def test_a_workers_waits_for_another_thread_end_its_iterations_and_are_pauses_of
     h, g = [0, 1_000_000, 2_000_000, 3_000_000], [100_000, 1_100_000, 2_100_000, 3_100_000]
     waits = {"tid": [7, 7, 7, 8], "start_ns": [200_000, 1_200_000, 2_200_000, 500_000],
              "end_ns": [900_000, 1_900_000, 2_900_000, 900_000]}
-    idle, waited = steady.waits_between(h, [7] * 4, waits)
+    idle, waited, resumed = steady.waits_between(h, [7] * 4, waits)
     assert idle.tolist() == [200_000, 1_200_000, 2_200_000, -1] and waited.tolist() == [0, 700_000, 700_000, 700_000]
+    assert resumed.tolist() == [-1, 900_000, 1_900_000, 2_900_000]  # where the next request's service begins
     ends = steady.iteration_ends_ns(h, g, idle_from=idle)
     assert ends.tolist() == [200_000, 1_200_000, 2_200_000, 3_100_000]  # before: each ran to the next call
     c = steady.cadence(h, ends, h, waited)
