@@ -241,15 +241,35 @@ def loop_ranges(marks: pd.DataFrame, fetches: pd.DataFrame, training: Sequence[i
     """Step ranges from torch's loop range ``marks`` (the one name chosen or named by
     ``--step``), each the loop iteration, by the light pass's rules
     (:func:`perfdoctor.record.light.loop_series`): a fetch's by :func:`training_iterations`;
-    the optimizer's step's to the next, or to the fetch that ended its training pass
-    (``steady.training_pass_ends`` over ``fetches``, every data loader range), never across
-    the evaluation loop or the epochs' gap that follow."""
+    the optimizer's step's over its group, from its first fetch to the first fetch after the
+    step (``steady.step_groups`` over ``fetches``, every data loader range, those that
+    fetched no batch the ends of passes: :func:`pass_ends`), never across the evaluation
+    loop or the epochs' gap before it; without fetches, from one step to the next."""
     if str(marks["name"].iloc[0]).startswith(rangenames.DATA_LOADER_PREFIX):
         return training_iterations(marks, training, work)
     f = _outermost(fetches)
-    ends = f.iloc[steady.training_pass_ends(marks["start_ns"].to_numpy(np.int64), f["start_ns"].to_numpy(np.int64))]
-    timed = iteration_ranges(pd.concat([marks, ends]))
-    return timed[timed.index.isin(marks.index)]
+    if f.empty:
+        return iteration_ranges(marks)
+    m = _outermost(marks)
+    at, first, after = steady.step_groups(m["start_ns"].to_numpy(np.int64), f["start_ns"].to_numpy(np.int64), pass_ends(f, work))
+    timed = m.iloc[at].copy()
+    timed["start_ns"] = f["start_ns"].to_numpy(np.int64)[first]
+    timed["end_ns"] = f["start_ns"].to_numpy(np.int64)[after] - 1
+    return timed.sort_values("start_ns", kind="stable")
+
+
+def pass_ends(fetches: pd.DataFrame, work: pd.DataFrame | None) -> np.ndarray:
+    """Per data loader fetch (``fetches``, outermost, in start order): it fetched no batch
+    and ended a pass — its iteration holds no ``work`` (:func:`loop_work`) on its thread
+    after it, when two or more do. A trace does not say which fetch raised StopIteration
+    (the light pass is told) nor which one a ``break`` left: this is what it shows of both."""
+    ended = np.zeros(len(fetches), dtype=bool)
+    timed = iteration_ranges(fetches)
+    if work is None or timed.empty:
+        return ended
+    held = _hold_work(timed, fetches.loc[timed.index, "end_ns"], work)
+    ended[fetches.index.get_indexer(timed.index)] = ~held
+    return ended
 
 
 def training_iterations(fetches: pd.DataFrame, marks: Sequence[int], work: pd.DataFrame | None) -> pd.DataFrame:
@@ -420,9 +440,15 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
     ranges = _candidate_ranges(profile)
     waits = profile.ranges[equals(profile.ranges["name"], rangenames.WAIT_RANGE)]  # perfdoctor run's traced passes mark them
     loops = ranges[starts_with(ranges["name"], rangenames.LOOP_PREFIXES)]
-    trained, training = training_loop({n: g.to_numpy(np.int64) for n, g in loops.groupby("name", sort=False)["start_ns"]})
     fetches = loops[starts_with(loops["name"], rangenames.DATA_LOADER_PREFIX)]
     work = loop_work(profile) if not fetches.empty else None
+    # the fetches that ended a pass, kept apart from the others as the light pass keeps the
+    # ones that raised StopIteration: the batches per optimizer step are counted per pass
+    f = _outermost(fetches)
+    ended = f[pass_ends(f, work)]
+    trained, training = training_loop(
+        {n: g.to_numpy(np.int64) for n, g in loops.drop(index=ended.index).groupby("name", sort=False)["start_ns"]},
+        ended["start_ns"].to_numpy(np.int64))
     # an evaluation loop's fetches, those that fetched a batch (a training loop's: trained), as run counts them
     fetched = {n: len(training_iterations(g, [], work)) for n, g in fetches.groupby("name", sort=False) if n not in trained}
     bundle = profile.origin.bundle

@@ -187,16 +187,28 @@ def loop_series(
     name: str, calls: dict[str, Any], series: dict[str, dict[str, Any]], exhausted: dict[str, Any], marks: list[int]
 ) -> dict[str, Any]:
     """The iterations torch's loop range ``name`` marks (``calls``, its series). The range is
-    only a part of the iteration (the batch's fetch, the optimizer's step): each runs to the
-    next, or to the end of its pass. A fetch's pass ends at a fetch that raised StopIteration
-    (``exhausted``), and ``marks`` (:func:`perfdoctor.analysis.steps.training_loop`) keep its
-    training iterations; the optimizer's step's pass ends at the first fetch after the pass's
-    last step (:func:`perfdoctor.analysis.steady.training_pass_ends`, over every fetch)."""
+    only a part of the iteration (the batch's fetch, the optimizer's step). A fetch's runs to
+    the next, or to the end of its pass: a fetch that raised StopIteration (``exhausted``);
+    ``marks`` (:func:`perfdoctor.analysis.steps.training_loop`) keep its training iterations.
+    The optimizer's step closes its iteration: from its group's first fetch to the first
+    fetch after it (:func:`perfdoctor.analysis.steady.step_groups`, over every fetch, the
+    exhausted ones the ends of passes); without fetches, from one step to the next."""
     if name.startswith(rangenames.DATA_LOADER_PREFIX):
         return steady.loop_iterations(calls, exhausted, marks)
-    fetches = merged_series([s for n, s in series.items() if n.startswith(rangenames.DATA_LOADER_PREFIX)] + [exhausted])
-    at = steady.training_pass_ends(calls["host_start_ns"][: len(calls["gpu_end_ns"])], fetches["host_start_ns"])
-    return steady.loop_iterations(calls, series_rows(fetches, at.tolist()))
+    parts = [s for n, s in series.items() if n.startswith(rangenames.DATA_LOADER_PREFIX)] + [exhausted]
+    fetches = merged_series(parts)
+    if not fetches["host_start_ns"]:
+        return steady.loop_iterations(calls)
+    ended = set(exhausted["host_start_ns"])
+    n = len(calls["gpu_end_ns"])
+    at, first, after = steady.step_groups(calls["host_start_ns"][:n], fetches["host_start_ns"], [h in ended for h in fetches["host_start_ns"]])
+    reached = fetches["gpu_start_ns"] or fetches["host_start_ns"]  # the stream reaching the next fetch: the iteration's end
+    return {
+        "host_start_ns": [fetches["host_start_ns"][i] for i in first],
+        "gpu_start_ns": [fetches["gpu_start_ns"][i] for i in first] if fetches["gpu_start_ns"] is not None else None,
+        "gpu_end_ns": [max(int(calls["gpu_end_ns"][k]), int(reached[j] if reached[j] is not None else fetches["host_start_ns"][j]))
+                       for k, j in zip(at, after)],
+    }
 
 
 def _loader_passes(results: PassResults) -> dict[str, Any]:

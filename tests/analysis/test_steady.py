@@ -551,45 +551,52 @@ def test_an_epoch_ended_by_break_keeps_its_training_batches_only() -> None:
     assert steady.training_batches(fetches["host_start_ns"], ended["host_start_ns"], marks) == 4
 
 
-def _pass_ends(steps: list[int], fetches: list[int]) -> dict:
-    """The fetches that end the training passes of ``steps``, as a series (the light pass's way)."""
-    return _series([fetches[i] for i in steady.training_pass_ends(steps, fetches)])
+def _groups(steps: list[int], fetches: list[int], ended: list[int]) -> list[tuple[int, int]]:
+    """Each optimizer step's iteration as (its group's first fetch, the first fetch after it)."""
+    every = sorted(fetches + ended)
+    _, first, after = steady.step_groups(steps, every, [f in ended for f in every])
+    return [(every[a], every[b]) for a, b in zip(first, after)]
 
 
-def test_gradient_accumulation_counts_every_batch_and_its_steps_end_with_their_pass() -> None:
+def test_gradient_accumulation_counts_every_batch_and_its_steps_are_their_groups() -> None:
     # 2 epochs of 4 batches, the optimizer every 2nd batch (steps at 15, 35 | 115, 135)
     fetches = _series([0, 10, 20, 30, 100, 110, 120, 130])
     ended = _series([40, 140])
     steps = _series([15, 35, 115, 135])
     assert steady.training_batches(fetches["host_start_ns"], ended["host_start_ns"], steps["host_start_ns"]) == 8
-    # an optimizer step ends its group: from one to the next is a group; the epoch's last runs
-    # to the fetch that ended its pass (35 -> 40), not through the gap and the next epoch's
-    # first group (to 115), and is one of the program's 4 steps (before: left out, 2 steps)
-    ends = _pass_ends(steps["host_start_ns"], fetches["host_start_ns"] + ended["host_start_ns"])
-    assert ends["host_start_ns"] == [40, 140]
-    out = steady.loop_iterations(steps, ends)
-    assert out["host_start_ns"] == [15, 35, 115, 135]
-    assert out["gpu_end_ns"] == [35, 40, 135, 140]
+    # an optimizer step closes its group: its iteration runs from the group's first fetch to
+    # the first fetch after the step (the next group's, or its pass's end: 35 -> 40), never
+    # through the gap between the epochs (before: 15 to 35, 35 to 40, each epoch's first
+    # group in no step)
+    assert _groups(steps["host_start_ns"], fetches["host_start_ns"], ended["host_start_ns"]) == [(0, 20), (20, 40), (100, 120), (120, 140)]
 
 
 def test_an_optimizer_step_never_spans_the_validation_after_a_break() -> None:
     # train_eval.py --max-iters 4 --accum-steps 2: steps at 15, 35 | 115, 135; each epoch's
     # 5th fetch (40 | 140) meets `break`, then 2 validation batches (50, 60 | 150, 160) and the
-    # fetch that raised StopIteration (70 | 170). Whether the light pass knows which fetches
-    # raised (kept apart) or a trace does not (one more fetch each), the break's fetch ends
-    # the epoch's last step: before, 35 ran to 115 through the validation
+    # fetch that raised StopIteration (70 | 170). The break's fetch ends the epoch's last step,
+    # and the next epoch's first group begins after the validation's end of pass: before,
+    # 35 ran to 115 through the validation
     fetches, raised, steps = [0, 10, 20, 30, 40, 50, 60, 100, 110, 120, 130, 140, 150, 160], [70, 170], [15, 35, 115, 135]
-    ends = _pass_ends(steps, fetches + raised)
-    assert ends["host_start_ns"] == _pass_ends(steps, sorted(fetches + raised))["host_start_ns"] == [40, 140]
-    out = steady.loop_iterations(_series(steps), ends)
-    assert out["gpu_end_ns"] == [35, 40, 135, 140]
-    # a group is the median count of fetches between steps: an epoch's remainder stepped at
-    # its end (steps after 4, 4 and 2 batches) is no end of pass; the run's last step ends at
-    # the fetch after it, none after it: no iteration
-    assert steady.training_pass_ends([35, 75, 95], [0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100]).tolist() == [10]
-    assert steady.training_pass_ends([5, 15], [0, 10]).tolist() == []
-    # two optimizers stepping each batch (a GAN's, one name): no fetch between them is no end
-    assert steady.training_pass_ends([5, 6, 15, 16, 25, 26], [0, 10, 20]).tolist() == []
+    assert _groups(steps, fetches, raised) == [(0, 20), (20, 40), (100, 120), (120, 140)]
+    # not told which fetch raised (a trace that shows no end of pass), a group is the median
+    # count of fetches between steps: the same iterations
+    assert _groups(steps, fetches + raised, []) == [(0, 20), (20, 40), (100, 120), (120, 140)]
+    # an epoch's remainder stepped at its end (after 4, 4 and 2 batches) is a short group; the
+    # run's last step, no fetch after it, has no iteration
+    assert _groups([35, 75, 95], [0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100], []) == [(0, 40), (40, 80), (80, 100)]
+    assert _groups([5, 15], [0, 10], []) == [(0, 10)]
+
+
+def test_one_optimizer_step_per_epoch_is_its_epochs_batches() -> None:
+    # train_eval.py --batches 4 --accum-steps 4: each epoch's 4 batches (0..30 | 100..130),
+    # its step (35 | 135), the fetch that raised (40 | 140), 2 validation batches and their
+    # end of pass (50, 60, 70 | 150, 160, 170). Every span between two steps ends a pass: the
+    # group is the fetches after its last end. Before: each step ran to the next, through the
+    # validation and the next epoch, and the last was its own optimizer step
+    fetches, raised, steps = [0, 10, 20, 30, 50, 60, 100, 110, 120, 130, 150, 160], [40, 70, 140, 170], [35, 135]
+    assert _groups(steps, fetches, raised) == [(0, 40), (100, 140)]
+    assert steady.training_batches(fetches, raised, steps) == 8
 
 
 def test_training_batches_leave_out_an_evaluation_loop_that_did_not_end_its_pass() -> None:

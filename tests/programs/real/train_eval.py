@@ -25,12 +25,14 @@ from torch.utils.data import DataLoader, TensorDataset
 class AverageMeter:
     def __init__(self):
         self.sum, self.count, self.first = 0.0, 0, None
+        self.each = []  # every value, for RESULT
 
     def update(self, val, n=1):
         if self.first is None:
             self.first = val  # the run's first batch: CUDA start-up and the loader's first fetch
         self.sum += val * n
         self.count += n
+        self.each.append(val)
 
     @property
     def avg(self):
@@ -125,7 +127,8 @@ def main():
                                   "ms_first_iter": (batch_time.first or 0.0) * 1e3,
                                   "ms_per_iter_after_first": after_first, "epochs": args.epochs,
                                   "accum_steps": args.accum_steps, "optimizer_steps": optimizer_steps,
-                                  "ms_per_optimizer_step": step_time.avg * 1e3}))
+                                  "ms_per_optimizer_step": step_time.avg * 1e3,
+                                  "ms_each_iter": [v * 1e3 for v in batch_time.each]}))
 
 
 if __name__ == "__main__":
