@@ -125,6 +125,7 @@ def iteration_ends_ns(
 
 def loop_iterations(
     calls: dict, ends_of_passes: dict | None = None, training_marks: np.ndarray | list[int] | None = None,
+    work_ns: np.ndarray | list[int] | None = None,
 ) -> dict:
     """The loop iterations a torch loop range marks (the data loader's ``__next__``,
     ``Optimizer.step``), as a series: each from one range's start to the next's
@@ -141,7 +142,12 @@ def loop_iterations(
     ``training_marks``: host starts of the optimizer's ``step`` and ``zero_grad`` in a run
     that trains: only the iterations holding one are kept, so an evaluation loop's batches
     (the same range name, another loader: PyTorch's ImageNet example validates after each
-    epoch) are not training steps. Kept whole when fewer than two iterations hold one."""
+    epoch) are not training steps. Kept whole when fewer than two iterations hold one.
+
+    ``work_ns``: without training marks (an evaluation loop), the host starts of the loop's
+    work (the light pass's depth-0 module calls): an iteration that holds none after its
+    fetch's end (``calls["host_end_ns"]``) begins none (:func:`holds_work`): its fetch was
+    the one a ``break`` left, its batch unused (a trace's rule, on its ops)."""
     n = len(calls["gpu_end_ns"])
     ends_of_passes = ends_of_passes or {"host_start_ns": [], "gpu_start_ns": None, "gpu_end_ns": []}
     m = len(ends_of_passes["gpu_end_ns"])
@@ -162,6 +168,11 @@ def loop_iterations(
         holds = np.searchsorted(marks, host[order], side="left") < np.searchsorted(marks, bounds, side="left")
         if np.count_nonzero(keep & holds) >= 2:
             keep &= holds
+    elif work_ns is not None and calls.get("host_end_ns") is not None:
+        fetched = np.concatenate((_ns(calls["host_end_ns"][:n]), host[n:]))[order]  # an end of pass fetched nothing
+        held = holds_work(fetched, np.append(host[order][1:], np.iinfo(np.int64).max), work_ns)
+        if np.count_nonzero(keep & held) >= 2:
+            keep &= held
     index = order[keep]
     gpu_start = calls.get("gpu_start_ns")
     return {
@@ -169,6 +180,18 @@ def loop_iterations(
         "gpu_start_ns": [gpu_start[i] for i in index] if gpu_start is not None else None,
         "gpu_end_ns": ends[keep].tolist(),
     }
+
+
+def holds_work(after_ns: np.ndarray | list[int], until_ns: np.ndarray | list[int], work_ns: np.ndarray | list[int]) -> np.ndarray:
+    """Per loop iteration, whether any of ``work_ns`` (host starts of the loop's work: a
+    trace's ops and launches on the iteration's thread, the light pass's module calls) lies
+    after its fetch's end ``after_ns`` and by its end ``until_ns`` (its callers keep every
+    iteration when fewer than two hold work: nothing then says which work is the loop's). An
+    evaluation loop's iteration that holds none fetched no batch it used: the fetch that
+    raised StopIteration, or the one a ``break`` at the top of the loop left (``if i == n:
+    break``)."""
+    w = np.sort(_ns(work_ns))
+    return np.searchsorted(w, _ns(until_ns), side="right") > np.searchsorted(w, _ns(after_ns), side="right")
 
 
 def step_groups(

@@ -296,13 +296,13 @@ def training_iterations(fetches: pd.DataFrame, marks: Sequence[int], work: pd.Da
 
 def _hold_work(timed: pd.DataFrame, fetch_end: pd.Series, work: pd.DataFrame) -> np.ndarray:
     """Which iterations hold ``work`` on their thread between their fetch's end and their own
-    end; all of them when fewer than two do (a trace without ops or launches says nothing)."""
+    end (``steady.holds_work``, the light pass's rule, per thread); all of them when fewer
+    than two do (a trace without ops or launches says nothing)."""
     held = np.zeros(len(timed), dtype=bool)
     ends, tids = fetch_end.to_numpy(np.int64), timed["tid"].to_numpy()
     for tid in np.unique(tids):
         mine = tids == tid
-        w = np.sort(work.loc[work["tid"] == tid, "start_ns"].to_numpy(np.int64))
-        held[mine] = np.searchsorted(w, timed["end_ns"].to_numpy(np.int64)[mine], side="right") > np.searchsorted(w, ends[mine], side="right")
+        held[mine] = steady.holds_work(ends[mine], timed["end_ns"].to_numpy(np.int64)[mine], work.loc[work["tid"] == tid, "start_ns"])
     return held if np.count_nonzero(held) >= 2 else np.ones(len(timed), dtype=bool)
 
 

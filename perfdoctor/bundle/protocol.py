@@ -175,6 +175,9 @@ class PassResults(_Document):
     step_end_clock: str | None = None  # "cuda-event" or "host"
     declared: dict[str, dict[str, float]] | None = None  # per step name, the tokens and bytes declared
     modules: dict[str, dict[str, dict[str, Any]]] | None = None  # per depth, module calls' series
+    # once a loop range (a data loader's fetch) is the step: the host start of every depth-0
+    # module call after, untimed — the work a loop's iteration holds
+    module_work_ns: list[int] | None = None
     module_classes: dict[str, str] | None = None  # module step name -> module.Class
     timing_error: str | None = None  # why some steps are missing
     # the light pass: per data loader range name, its fetches that raised StopIteration (the

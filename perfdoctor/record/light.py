@@ -95,6 +95,12 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
         {n: s["host_start_ns"][: len(s["gpu_end_ns"])] for n, s in series.items() if n.startswith(rangenames.LOOP_PREFIXES)},
         ends_of_passes["host_start_ns"])
     counts.update(trained)
+    # the loop's work: its model's calls at depth 0, timed until a loop range repeated, noted after
+    work = [h for s in ((results.modules or {}).get("0") or {}).values() for h in s["host_start_ns"]] + (results.module_work_ns or [])
+    # an evaluation loop's fetches, those whose iteration held the loop's work: as analyze
+    # counts them, not the one a `break` left
+    counts.update({n: len(steady.loop_iterations(s, ends_of_passes, None, work)["host_start_ns"])
+                   for n, s in series.items() if n.startswith(rangenames.DATA_LOADER_PREFIX) and n not in trained})
     api_counts = results.step_counts or {}
     if options.step is not None:
         user = [n for n in counts if n == options.step or fnmatch.fnmatchcase(n, options.step)]
@@ -136,7 +142,7 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
     else:
         calls, prefill = with_eager_calls(name, series[name], results.modules) if choice.kind == "compiled" else (series[name], "")
     if choice.kind == "loop":
-        timed = loop_series(name, calls, series, ends_of_passes, marks)
+        timed = loop_series(name, calls, series, ends_of_passes, marks, work)
     elif choice.iteration:
         # The step is the loop iteration: the call and the host work until the next one
         # (on the H200 an HF generate spent ~0.5 ms per token between forward calls).
@@ -184,17 +190,19 @@ def with_eager_calls(name: str, calls: dict[str, Any], modules: dict[str, Any] |
 
 
 def loop_series(
-    name: str, calls: dict[str, Any], series: dict[str, dict[str, Any]], exhausted: dict[str, Any], marks: list[int]
+    name: str, calls: dict[str, Any], series: dict[str, dict[str, Any]], exhausted: dict[str, Any], marks: list[int],
+    work_ns: list[int] | None = None,
 ) -> dict[str, Any]:
     """The iterations torch's loop range ``name`` marks (``calls``, its series). The range is
     only a part of the iteration (the batch's fetch, the optimizer's step). A fetch's runs to
     the next, or to the end of its pass: a fetch that raised StopIteration (``exhausted``);
-    ``marks`` (:func:`perfdoctor.analysis.steps.training_loop`) keep its training iterations.
+    ``marks`` (:func:`perfdoctor.analysis.steps.training_loop`) keep its training iterations,
+    and without them ``work_ns`` (the model's calls) those that held the loop's work.
     The optimizer's step closes its iteration: from its group's first fetch to the first
     fetch after it (:func:`perfdoctor.analysis.steady.step_groups`, over every fetch, the
     exhausted ones the ends of passes); without fetches, from one step to the next."""
     if name.startswith(rangenames.DATA_LOADER_PREFIX):
-        return steady.loop_iterations(calls, exhausted, marks)
+        return steady.loop_iterations(calls, exhausted, marks, work_ns)
     parts = [s for n, s in series.items() if n.startswith(rangenames.DATA_LOADER_PREFIX)] + [exhausted]
     fetches = merged_series(parts)
     if not fetches["host_start_ns"]:

@@ -653,3 +653,16 @@ def test_a_workers_waits_for_another_thread_end_its_iterations_and_are_pauses_of
     assert c.waited_ms == pytest.approx(2.1) and c.with_pauses_per_s == pytest.approx(3 / 2.9e-3)
     # without the waits (a trace of another tool, an older bundle) nothing changes
     assert steady.waits_between(h, None, waits)[0].tolist() == [-1] * 4
+
+
+def test_an_evaluation_loops_fetch_that_a_break_left_begins_no_iteration() -> None:
+    # `for i, x in enumerate(loader): if i == 2: break; model(x)`, twice: fetches at 0, 10,
+    # 20 (break) | 30, 40, 50 (break), each 2 long; the model's calls at 3, 13 | 33, 43. The
+    # break's fetch holds no work after it (its iteration runs into the next pass): no step
+    fetches = {**_series([0, 10, 20, 30, 40, 50]), "host_end_ns": [2, 12, 22, 32, 42, 52]}
+    out = steady.loop_iterations(fetches, None, None, [3, 13, 33, 43])
+    assert out["host_start_ns"] == [0, 10, 30, 40]
+    # the work inside a fetch (a transform that is a module) is not the loop's: the same
+    assert steady.loop_iterations(fetches, None, None, [1, 3, 13, 21, 33, 43])["host_start_ns"] == [0, 10, 30, 40]
+    # without work seen (a loop of no module), every iteration, as before
+    assert steady.loop_iterations(fetches, None, None, [])["host_start_ns"] == [0, 10, 20, 30, 40]

@@ -317,3 +317,22 @@ def test_one_optimizer_step_per_epoch_is_the_epochs_batches(tmp_path: Path, max_
     ms = (steps.table["host_end_ns"] - steps.table["host_start_ns"] + 1).to_numpy() / 1e6
     own = np.array(traced["ms_each_iter"]).reshape(epochs, per_epoch).sum(axis=1)
     assert ms[1:].sum() == pytest.approx(own[1:].sum(), rel=0.05)
+
+
+@pytest.mark.parametrize("max_batches", [None, 4])
+def test_an_evaluation_loop_ended_by_break_steps_on_its_batches_in_run_and_analyze(tmp_path: Path, max_batches: int | None) -> None:
+    # eval_loop.py's passes, each to its loader's end or ended by `if i == n: break` at the
+    # top of the loop: that fetch returned a batch the loop never used. Before, run's light
+    # pass counted it as a step (17 for 15 batches, the fetch's iteration running into the
+    # next pass) while analyze did not: the light pass now sees the loop's work (its model's
+    # calls) as a trace sees its ops, and both keep the iterations holding work only
+    passes, batches = 3, 6
+    args = ("--passes", str(passes), "--batches", str(batches), "--width", "256", *(("--max-batches", str(max_batches)) if max_batches else ()))
+    light, series, result = _run(tmp_path / "run", "eval_loop.py", *args)
+    assert result["batches"] == passes * (max_batches or batches)
+    assert light["step_name"] == FETCH and f"({result['batches']}x)" in light["how"]
+    assert light["steps_seen"] == result["batches"]
+    assert _step_ms(series).mean() == pytest.approx(result["ms_per_batch"], rel=0.05)
+    traced = trace_program(tmp_path / "trace.json", "eval_loop.py", *args)
+    steps = find_steps(load_trace(tmp_path / "trace.json"))
+    assert steps.name == FETCH and steps.count == traced["batches"] == light["steps_seen"]

@@ -227,6 +227,11 @@ class Session:
                 # eager call of a depth-0 class; a compiled call runs no Module.__call__.
                 self.keep_modules = True
                 self.modules.narrow()
+            elif rangenames.kind(name) == rangenames.LOOP:
+                # torch's loop ranges: the step is the loop iteration, and whether one holds
+                # the model's work tells a fetch that `break` left (no batch used) from others
+                self.keep_modules = True
+                self.modules.keep_work()
             else:
                 self.modules.uninstall()
 
@@ -516,6 +521,7 @@ class Session:
                 results.modules, module_error = self.modules.series()
                 results.module_classes = self.modules.classes
                 results.worker_steps.update(self.modules.times[0].off_thread(self.main_ident))
+                results.module_work_ns = self.modules.work_ns or None
                 error = error or module_error
             results.waits = self.waits.series() if self.waits is not None else None
             results.timing_error = error
