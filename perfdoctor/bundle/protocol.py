@@ -120,6 +120,7 @@ class PassConfig(_Document):
     tokens_per_step: float | None = None
     ranks: bool | None = None  # each rank writes into raw/rank<k>/ (perfdoctor.record.launch)
     step_thread: str | None = None  # "main" or "worker": where the light pass saw the step run
+    trains: bool | None = None  # the light pass saw the optimizer's marks: a fetch step ticks on its iteration's
     module_step: dict[str, Any] | None = None  # the light pass's module step: {"name", "depth", "class", "span"}
     windowed: bool | None = None  # the window is known before the program runs
     trace: str | None = None  # torch: where to export the Kineto trace
@@ -245,6 +246,7 @@ class LightPass(_Document):
     warmup: int | None = None  # the warm-up the traced passes skip
     step_latency_ms: list[float] | None = None  # critical path of each step from the warm-up on
     step_thread: str | None = None  # "main" or "worker"
+    trains: bool | None = None  # the program ran an optimizer's step or zero_grad (torch's loop ranges)
     declared: dict[str, Any] | None = None  # {"tokens", ..., "source"}
     timing_error: str | None = None
     nvml_sampled: bool | None = None

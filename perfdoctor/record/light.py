@@ -347,6 +347,7 @@ def light_summary(results: PassResults, options: RunOptions) -> LightPass:
             warmup=warmup,
             step_latency_ms=[round(v / 1e6, 6) for v in cp[warmup:].tolist()],
             step_thread="worker" if threads else "main",
+            trains=any(n.startswith(rangenames.LOOP_PREFIXES[1:]) for n in results.series or {}) or None,
         )
     if options.tokens_per_step is not None:
         summary.declared = {"tokens": options.tokens_per_step, "source": "--tokens-per-step"}

@@ -336,3 +336,26 @@ def test_an_evaluation_loop_ended_by_break_steps_on_its_batches_in_run_and_analy
     traced = trace_program(tmp_path / "trace.json", "eval_loop.py", *args)
     steps = find_steps(load_trace(tmp_path / "trace.json"))
     assert steps.name == FETCH and steps.count == traced["batches"] == light["steps_seen"]
+
+
+@pytest.mark.parametrize("sanity", [0, 2])
+def test_the_progress_count_of_a_fetch_named_by_step_is_the_training_iterations(tmp_path: Path, sanity: int) -> None:
+    # --step names the fetch of a loop that validates each epoch (and, with --sanity-val, 2
+    # validation batches before training): the passes' live count ("torch pass: 12 of 16
+    # steps") counted every fetch's end, the validation's too: "28 of 16 steps". A fetch now
+    # ticks when its iteration's optimizer mark comes, as the report counts training
+    # iterations; the traced pass knows from the start that the run trains, the light pass
+    # from its first mark (so it still counts a sanity check's batches before it)
+    epochs, batches, val = 2, 8, 6
+    args = ("--epochs", str(epochs), "--batches", str(batches), "--val-batches", str(val), "--width", "256",
+            *(("--sanity-val", str(sanity)) if sanity else ()))
+    r = run_cli("run", "--collect", "torch", "--step", FETCH, "--out", tmp_path, REAL / "train_eval.py", *args, timeout=240)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    ticked = {p["name"]: p["steps"] for p in manifest["passes"]}
+    result = program_result(r.stdout)
+    assert manifest["light_pass"]["steps_seen"] == result["iters"] == epochs * batches
+    assert ticked["torch"] == result["iters"]
+    assert ticked["light"] == result["iters"] + sanity
+    assert f"torch pass: {result['iters']} steps" in r.stderr

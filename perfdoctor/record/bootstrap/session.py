@@ -76,6 +76,13 @@ class Session:
         self.progress_fd = progress_pipe(config.progress_fd, config.progress_pipe)
         self.unsent_ticks = 0
         self.last_tick_ns = 0
+        # A data loader's fetch as the step of a run that trains: the report counts the
+        # training iterations, not the validation's batches nor a fetch that ended a pass
+        # (analysis.steps.training_loop), so once an optimizer mark was seen (a traced pass:
+        # from the start, the light pass saw them) a fetch's tick waits for its iteration's
+        # mark (untallied: the fetch whose iteration holds none yet)
+        self.trained = bool(config.trains)
+        self.untallied: str | None = None
         # steps.ModuleSteps, when main installs one (typed Any: steps imports this module, not the reverse)
         self.modules: Any = None
         self.replays: Any = None  # steps.GraphReplays, likewise
@@ -159,6 +166,8 @@ class Session:
     def range_start(self, name: str) -> None:
         if self.disabled:
             return
+        if name.startswith(rangenames.LOOP_PREFIXES[1:]):
+            self.tally_mark()
         if self.matches(name):
             if self.pattern != rangenames.SERVING_STEP:
                 self.begin_step(self.step_key(name))
@@ -264,7 +273,17 @@ class Session:
             last = self.warmup + self.steps
             if self.window_state == "open" and name == self.window_name and self.steps and index + 1 >= last:
                 self.close_window()
-        if step:
+        if step and self.trained and name.startswith(rangenames.DATA_LOADER_PREFIX):
+            self.untallied = name  # ticked by its iteration's optimizer mark, if one comes
+        elif step:
+            self.tick()
+
+    def tally_mark(self) -> None:
+        """An optimizer's ``step`` or ``zero_grad`` begins: the fetch whose iteration it is in
+        is a training step (one tick); from now on only such fetches tick."""
+        self.trained = True
+        if self.untallied is not None:
+            self.untallied = None
             self.tick()
 
     def tick(self, flush: bool = False) -> None:
