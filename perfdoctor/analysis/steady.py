@@ -201,8 +201,8 @@ def step_groups(
     optimizer's step, one per group of accumulated batches (``mark_host_ns``), over every
     data loader fetch (``fetch_host_ns``; ``pass_ends``: which of them fetched no batch and
     ended a pass — the one that raised StopIteration, which the light pass is told; in a
-    trace one whose iteration holds no work, :func:`perfdoctor.analysis.steps.training_iterations`'s
-    test). A step's iteration is its group: from the group's first fetch to the first fetch
+    trace one whose iteration holds no work, :func:`perfdoctor.analysis.steps.pass_ends`). A
+    step's iteration is its group: from the group's first fetch to the first fetch
     after the step (the next group's, or its pass's end). The group is the fetches since the
     previous step after the last end of pass among them (an evaluation loop's batches, the
     previous epoch's end, lie before it), at most as many as a group holds: the upper median

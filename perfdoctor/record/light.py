@@ -144,17 +144,7 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
     if choice.kind == "loop":
         timed = loop_series(name, calls, series, ends_of_passes, marks, work)
     elif choice.iteration:
-        # The step is the loop iteration: the call and the host work until the next one
-        # (on the H200 an HF generate spent ~0.5 ms per token between forward calls).
-        # Without CUDA (host clock) the next call's host start marks the iteration's end.
-        # A wait for another thread between two calls ends the iteration, and the next begins
-        # where the thread resumed (a server's worker blocked on its request queue is idle,
-        # not serving; taking the next request is its service): each step's waited_ns say so.
-        starts = calls["gpu_start_ns"] if calls.get("gpu_start_ns") is not None else calls["host_start_ns"]
-        idle_from, waited, resumed = steady.waits_between(calls["host_start_ns"], calls.get("tid"), results.waits)
-        ends = steady.iteration_ends_ns(starts, calls["gpu_end_ns"], joined=joined, idle_from=idle_from).tolist()
-        began = np.where(resumed >= 0, resumed, np.asarray(calls["host_start_ns"], dtype=np.int64)).tolist()
-        timed = {**calls, "host_start_ns": began, "gpu_end_ns": ends, "waited_ns": waited.tolist()}
+        timed = call_iterations(calls, joined, results.waits)
     if choice.iteration:
         if module is None:
             # the calls as measured stay in raw/light.json beside the iteration (a module
@@ -163,6 +153,21 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
         series[name] = timed
         results.series = series
     return name, choice.how + prefill if module is None else how, module, choice.iteration
+
+
+def call_iterations(calls: dict[str, Any], joined: list[bool] | None, waits: dict[str, list[int]] | None) -> dict[str, Any]:
+    """The loop iterations of a step found as a call: the call and the host work until the
+    next one (on the H200 an HF generate spent ~0.5 ms per token between forward calls).
+    Without CUDA (host clock) the next call's host start marks the iteration's end. A wait
+    for another thread between two calls (``waits``, the light pass's) ends the iteration,
+    and the next begins where the thread resumed (a server's worker blocked on its request
+    queue is idle, not serving; taking the next request is its service): each step's
+    ``waited_ns`` say so."""
+    starts = calls["gpu_start_ns"] if calls.get("gpu_start_ns") is not None else calls["host_start_ns"]
+    idle_from, waited, resumed = steady.waits_between(calls["host_start_ns"], calls.get("tid"), waits)
+    ends = steady.iteration_ends_ns(starts, calls["gpu_end_ns"], joined=joined, idle_from=idle_from).tolist()
+    began = np.where(resumed >= 0, resumed, np.asarray(calls["host_start_ns"], dtype=np.int64)).tolist()
+    return {**calls, "host_start_ns": began, "gpu_end_ns": ends, "waited_ns": waited.tolist()}
 
 
 def with_eager_calls(name: str, calls: dict[str, Any], modules: dict[str, Any] | None) -> tuple[dict[str, Any], str]:
