@@ -85,13 +85,16 @@ class LightSteps:
     or the user's ``--warmup``), for the reason in ``steady_reason``; None where the bundle does
     not say (perfdoctor 0.1), and the analysis decides it. ``counters``: per metric, hardware
     counters averaged over exactly the steady steps: ``{"value", "source", "samples",
-    "dropped_nan", "start_ns", "end_ns"}``.
+    "dropped_nan", "start_ns", "end_ns"}``. ``waited_ns``: per step, how long its thread waited
+    for another thread since the previous step (a server's worker for the next request:
+    :func:`perfdoctor.analysis.steady.waits_between`); None when the run did not say.
     """
 
     name: str
     host_start_ns: np.ndarray
     gpu_end_ns: np.ndarray
     gpu_start_ns: np.ndarray | None = None
+    waited_ns: np.ndarray | None = None
     clock: str = "cuda-event"
     steady_start: int | None = None
     steady_reason: str = ""

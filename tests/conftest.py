@@ -53,19 +53,6 @@ def trace_program(out: Path, program: str, *args: str, timeout: float = 240) -> 
     return program_result(r.stdout)
 
 
-def own_step_ms(iteration_ms, optimizer_ms, per_epoch: int):
-    """train_eval.py's own optimizer-step times (``step_time``: from the end of one optimizer
-    step to the end of the next, each epoch's first left out) from the iterations perfdoctor
-    read (from the start of one optimizer step to the start of the next, each epoch's last to
-    its training pass's end): the same span, shifted by the two steps' own durations
-    (``optimizer_ms``, each ``Optimizer.step`` range); each epoch's last iteration left out."""
-    import numpy as np
-
-    it, opt = np.asarray(iteration_ms, dtype=float), np.asarray(optimizer_ms, dtype=float)
-    shifted = it[:-1] + opt[1 : it.size] - opt[: it.size - 1]
-    return np.delete(shifted, np.arange(per_epoch - 1, shifted.size, per_epoch))
-
-
 def run_cli_inprocess(*args: object, env: dict | None = None, **_: object) -> subprocess.CompletedProcess:
     """``perfdoctor ARGS`` in this process, through the real ``perfdoctor.cli.commands.main`` (its exit
     code mapping and one-line errors included): the same result shape as :func:`run_cli`,

@@ -350,13 +350,13 @@ def _usable_light(light: LightSteps | None, steps: Steps) -> tuple[LightSteps | 
     if light.steady_start is None:
         # a perfdoctor 0.1 bundle did not store where its steady state starts: the same rule
         # the run applies today, once, here
-        found = steady.series_steady_start(light.host_start_ns, light.gpu_end_ns, light.gpu_start_ns)
+        found = steady.series_steady_start(light.host_start_ns, light.gpu_end_ns, light.gpu_start_ns, light.waited_ns)
         light = dataclasses.replace(light, steady_start=min(found.start, light.count - 1), steady_reason=found.reason)
     return light, None
 
 
 def _light_series(light: LightSteps) -> steady.SteadySeries:
-    return steady.steady_series(light.host_start_ns, light.gpu_end_ns, light.steady_start, light.gpu_start_ns)
+    return steady.steady_series(light.host_start_ns, light.gpu_end_ns, light.steady_start, light.gpu_start_ns, light.waited_ns)
 
 
 def _steps(c: _Context) -> Metric:
@@ -541,8 +541,14 @@ def _steps_per_s(c: _Context, light: steady.SteadySeries | None) -> Metric:
             return c.absent("steps_per_s", f"light pass: {cad.reason}")
         note = None
         if cad.pauses:
-            note = (f"{cad.pauses} pause(s) between steps left out: {value(cad.paused_ms, 'ms')} of intervals, the program's "
-                    f"work between its steps (a prefill or an encoder per generate, I/O); with them {value(cad.with_pauses_per_s, '1/s')}")
+            said = []
+            if cad.pauses > cad.waits:
+                said.append(f"{cad.pauses - cad.waits} pause(s) between steps left out: {value(cad.paused_ms - cad.waited_ms, 'ms')} "
+                            "of intervals, the program's work between its steps (a prefill or an encoder per generate, I/O)")
+            if cad.waits:
+                said.append(f"{cad.waits} wait(s) for another thread left out: {value(cad.waited_ms, 'ms')} in which the step's "
+                            "thread was idle (a server's worker waiting for requests)")
+            note = f"{'; '.join(said)}; with them {value(cad.with_pauses_per_s, '1/s')}"
         return c.have("steps_per_s", cad.steps_per_s, source="light", note=note)
     if c.no_steps:
         return c.absent("steps_per_s", c.no_steps)

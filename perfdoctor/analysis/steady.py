@@ -78,7 +78,7 @@ def host_lead_ns(host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[
 
 def iteration_ends_ns(
     gpu_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int], stop_at_pauses: bool = True,
-    joined: list[bool] | None = None,
+    joined: list[bool] | None = None, idle_from: np.ndarray | None = None,
 ) -> np.ndarray:
     """GPU ends of steps that are calls inside a loop, extended to the whole iteration.
 
@@ -96,7 +96,11 @@ def iteration_ends_ns(
     loop's body (torch's DataLoader fetch): the time to the next fetch is the iteration
     itself, however uneven (a loaded CPU made some 3x the median). ``joined[k]``: the time
     between call ``k`` and the next holds known work of the iteration (an assisted
-    generate's draft forwards between two verifying calls): never a pause.
+    generate's draft forwards between two verifying calls): never a pause. ``idle_from[k]``
+    (host ns, -1 for none): when the call's thread began waiting for another thread before
+    the next call (:func:`waits_between`: a server's worker blocked on its request queue):
+    the iteration ends there at the latest, its own GPU work aside — the wait is no work of
+    the program's.
     """
     g = _ns(gpu_end).copy()
     if g.size > 1 and gpu_start is not None:
@@ -105,6 +109,9 @@ def iteration_ends_ns(
         known = np.array([v is not None for v in gpu_start], dtype=bool)
         begun = np.array([int(v) if v is not None else 0 for v in gpu_start], dtype=np.int64)
         nxt, ends = begun[1:], g[:-1]
+        if idle_from is not None:
+            idle = _ns(idle_from)[: nxt.size]
+            nxt = np.where(idle >= 0, np.minimum(nxt, idle), nxt)
         after = np.where(known[1:], np.maximum(nxt - ends, 0), 0)  # host work to the next call
         paused = np.zeros(after.size, dtype=bool)
         if stop_at_pauses:
@@ -118,6 +125,7 @@ def iteration_ends_ns(
 
 def loop_iterations(
     calls: dict, ends_of_passes: dict | None = None, training_marks: np.ndarray | list[int] | None = None,
+    work_ns: np.ndarray | list[int] | None = None,
 ) -> dict:
     """The loop iterations a torch loop range marks (the data loader's ``__next__``,
     ``Optimizer.step``), as a series: each from one range's start to the next's
@@ -128,15 +136,18 @@ def loop_iterations(
     ends the iteration before it and begins none. For the fetch's own range, the fetches
     that raised StopIteration (the light pass's ``exhausted``): without them the last batch
     of an epoch ran to the next epoch's first fetch, through everything between (an
-    evaluation loop: one step of 27 ms among 4 ms ones). For the optimizer's step, which
-    ends a group of accumulated batches, the fetch that ended its training pass
-    (:func:`training_pass_ends`): without it the epoch's last step ran through the
-    evaluation loop to the next epoch's first step.
+    evaluation loop: one step of 27 ms among 4 ms ones). (The optimizer's step, which
+    closes a group of accumulated batches, is timed over its group: :func:`step_groups`.)
 
     ``training_marks``: host starts of the optimizer's ``step`` and ``zero_grad`` in a run
     that trains: only the iterations holding one are kept, so an evaluation loop's batches
     (the same range name, another loader: PyTorch's ImageNet example validates after each
-    epoch) are not training steps. Kept whole when fewer than two iterations hold one."""
+    epoch) are not training steps. Kept whole when fewer than two iterations hold one.
+
+    ``work_ns``: without training marks (an evaluation loop), the host starts of the loop's
+    work (the light pass's depth-0 module calls): an iteration that holds none after its
+    fetch's end (``calls["host_end_ns"]``) begins none (:func:`holds_work`): its fetch was
+    the one a ``break`` left, its batch unused (a trace's rule, on its ops)."""
     n = len(calls["gpu_end_ns"])
     ends_of_passes = ends_of_passes or {"host_start_ns": [], "gpu_start_ns": None, "gpu_end_ns": []}
     m = len(ends_of_passes["gpu_end_ns"])
@@ -157,6 +168,11 @@ def loop_iterations(
         holds = np.searchsorted(marks, host[order], side="left") < np.searchsorted(marks, bounds, side="left")
         if np.count_nonzero(keep & holds) >= 2:
             keep &= holds
+    elif work_ns is not None and calls.get("host_end_ns") is not None:
+        fetched = np.concatenate((_ns(calls["host_end_ns"][:n]), host[n:]))[order]  # an end of pass fetched nothing
+        held = holds_work(fetched, np.append(host[order][1:], np.iinfo(np.int64).max), work_ns)
+        if np.count_nonzero(keep & held) >= 2:
+            keep &= held
     index = order[keep]
     gpu_start = calls.get("gpu_start_ns")
     return {
@@ -166,31 +182,63 @@ def loop_iterations(
     }
 
 
-def training_pass_ends(mark_host_ns: np.ndarray | list[int], fetch_host_ns: np.ndarray | list[int]) -> np.ndarray:
-    """Positions in ``fetch_host_ns`` of the fetches that end a training pass, for a loop
-    range that closes an iteration rather than opening it (``mark_host_ns``: the optimizer's
-    steps, one per group of accumulated batches; ``fetch_host_ns``: every data loader fetch,
-    the ones that raised StopIteration too). Between two steps of one pass the loop fetches
-    one group: the median count (the upper one: an epoch's remainder, stepped at its end,
-    holds fewer; one fetch at least: two optimizers stepping each batch have none between
-    them). More fetches than that between two steps, or any after the last, means the pass
-    ended in between (a ``break``, or the fetch that raised StopIteration) and other loops
-    ran (a validation, the next epoch's first group): the first fetch after the step ends its
-    iteration. A trace does not tell a ``break``'s fetch, nor one that raised, from any
-    other, and the light pass does not see a ``break``: this is the rule both read from the
-    same facts. With a pass a whole number of groups long that fetch is the one that ended
-    it (a remainder's batches, which no step of that epoch took, are left out of the
-    iteration as :func:`training_batches` leaves them out of the groups)."""
-    marks, fetches = np.sort(_ns(mark_host_ns)), _ns(fetch_host_ns)
-    order = np.argsort(fetches, kind="stable")
+def holds_work(after_ns: np.ndarray | list[int], until_ns: np.ndarray | list[int], work_ns: np.ndarray | list[int]) -> np.ndarray:
+    """Per loop iteration, whether any of ``work_ns`` (host starts of the loop's work: a
+    trace's ops and launches on the iteration's thread, the light pass's module calls) lies
+    after its fetch's end ``after_ns`` and by its end ``until_ns`` (its callers keep every
+    iteration when fewer than two hold work: nothing then says which work is the loop's). An
+    evaluation loop's iteration that holds none fetched no batch it used: the fetch that
+    raised StopIteration, or the one a ``break`` at the top of the loop left (``if i == n:
+    break``)."""
+    w = np.sort(_ns(work_ns))
+    return np.searchsorted(w, _ns(until_ns), side="right") > np.searchsorted(w, _ns(after_ns), side="right")
+
+
+def step_groups(
+    mark_host_ns: np.ndarray | list[int], fetch_host_ns: np.ndarray | list[int], pass_ends: np.ndarray | list[bool]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The iterations of a loop range that closes one rather than opening it: the
+    optimizer's step, one per group of accumulated batches (``mark_host_ns``), over every
+    data loader fetch (``fetch_host_ns``; ``pass_ends``: which of them fetched no batch and
+    ended a pass — the one that raised StopIteration, which the light pass is told; in a
+    trace one whose iteration holds no work, :func:`perfdoctor.analysis.steps.pass_ends`). A
+    step's iteration is its group: from the group's first fetch to the first fetch
+    after the step (the next group's, or its pass's end). The group is the fetches since the
+    previous step after the last end of pass among them (an evaluation loop's batches, the
+    previous epoch's end, lie before it), at most as many as a group holds: the upper median
+    count between two steps with no end of pass between them (an epoch's remainder, stepped
+    at its end, holds fewer; a sanity check's batches before the first group, which ended
+    no pass, are left out by it), or, when every step ends a pass (one optimizer step per
+    epoch), the upper median of the fetches after the last end. Before, each step ran to
+    the next: an epoch's last through the validation (cut at its pass's end, it held only
+    the optimizer's step), its first group in no step, and with one step per epoch every
+    step held the validation and the next epoch (train_eval.py: 17.9 ms against the
+    program's 14 ms, the last 0.26 ms).
+
+    Returns, per step kept (one with a group before it and a fetch after it), its position
+    in ``mark_host_ns`` and the positions in ``fetch_host_ns`` of its group's first fetch and
+    of the first fetch after it. The first step of a record that begins inside its group (a
+    trace's window) is left out: its group is not whole."""
+    marks, fetches = _ns(mark_host_ns), _ns(fetch_host_ns)
+    empty = np.zeros(0, dtype=np.int64)
     if marks.size == 0 or fetches.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    first = np.searchsorted(fetches[order], marks, side="right")  # each step's next fetch
-    between = np.diff(np.append(first, fetches.size))  # fetches to the next step (the last: to the end)
-    inner = np.sort(between[:-1])
-    group = max(int(inner[inner.size // 2]), 1) if inner.size else 1
-    ended = np.append(between[:-1] > group, between[-1] > 0)
-    return order[first[ended]]
+        return empty, empty, empty
+    by_mark, order = np.argsort(marks, kind="stable"), np.argsort(fetches, kind="stable")
+    f, ended = fetches[order], np.asarray(pass_ends, dtype=bool)[order]
+    after = np.searchsorted(f, marks[by_mark], side="right")  # each step's next fetch
+    prev = np.r_[0, after[:-1]]  # the first fetch after the previous step
+    last_end = np.maximum.accumulate(np.where(ended, np.arange(f.size), -1))  # the last end of pass up to each fetch
+    last = np.where(after > 0, last_end[np.maximum(after - 1, 0)], -1)
+    lo = np.maximum(prev, last + 1)
+    span = after - lo
+    clean = last < prev  # no end of pass since the previous step
+    clean[0] = False  # nothing before the first step says where its group began
+    pool = np.sort(span[clean] if clean.any() else span)
+    group = max(int(pool[pool.size // 2]), 1)
+    first = np.maximum(lo, after - group)
+    keep = (after < f.size) & (after > first)
+    keep[0] &= last[0] >= 0 or span[0] >= group
+    return by_mark[keep], order[first[keep]], order[after[keep]]
 
 
 def training_batches(fetch_host_ns: list[int], ends_of_passes_host_ns: list[int], training_marks: list[int]) -> int:
@@ -217,6 +265,40 @@ def training_batches(fetch_host_ns: list[int], ends_of_passes_host_ns: list[int]
     size = closes - begins + 1
     per_step = np.sort(size)[(size.size - 1) // 2]
     return int(np.minimum(size, per_step).sum())
+
+
+def waits_between(
+    host_start: np.ndarray | list[int], tid: np.ndarray | list[int] | None, waits: dict | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The waits for another thread between the steps of a series, from the light pass's
+    ``waits`` (``{"tid", "start_ns", "end_ns"}``, every thread's: :mod:`perfdoctor.record.bootstrap.waits`)
+    and each step's thread ``tid``. Per step ``k``: when its thread began waiting after the
+    step began and before step ``k + 1`` began (-1: it did not; the last step: -1); how long
+    step ``k`` waited since step ``k − 1`` began (ns; 0 for the first); and when its thread
+    resumed, the end of the last of those waits (-1: none). A server's worker blocks on its
+    request queue between requests: idle, not the step's work nor the program's
+    (:func:`iteration_ends_ns`, :func:`paused_before`); the work after it, before the call
+    (taking the request, moving its input), is the next request's."""
+    h = _ns(host_start)
+    idle_from, waited = np.full(h.size, -1, dtype=np.int64), np.zeros(h.size, dtype=np.int64)
+    resumed = np.full(h.size, -1, dtype=np.int64)
+    if tid is None or not waits or h.size < 2:
+        return idle_from, waited, resumed
+    t, w_tid = _ns(tid)[: h.size], _ns(waits.get("tid", []))
+    w_start, w_end = _ns(waits.get("start_ns", [])), _ns(waits.get("end_ns", []))
+    for thread in np.unique(t):
+        mine = np.flatnonzero(w_tid == thread)
+        if mine.size == 0:
+            continue
+        order = mine[np.argsort(w_start[mine], kind="stable")]
+        starts, ends = w_start[order], w_end[order]
+        for k in np.flatnonzero(t[:-1] == thread):
+            lo, hi = np.searchsorted(starts, [h[k], h[k + 1]], side="left")
+            if hi > lo:
+                idle_from[k] = starts[lo]
+                waited[k + 1] = int(np.clip(np.minimum(ends[lo:hi], h[k + 1]) - starts[lo:hi], 0, None).sum())
+                resumed[k + 1] = min(int(ends[lo:hi].max()), int(h[k + 1]))
+    return idle_from, waited, resumed
 
 
 def pauses(idle_before: np.ndarray, step_ns: np.ndarray) -> np.ndarray:
@@ -380,30 +462,47 @@ def device_warmup(critical_path: np.ndarray | list[int], gpu_busy: np.ndarray | 
 
 
 def paused_before(
-    host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int], gpu_start: np.ndarray | list[int] | None = None
+    host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int], gpu_start: np.ndarray | list[int] | None = None,
+    waited: np.ndarray | list[int] | None = None,
 ) -> np.ndarray:
     """Per step, whether a pause (:func:`pauses`) came before it: the time from the previous
     step's GPU end to the step's start (the later of its host start and ``gpu_start``, the
-    stream reaching it, where known; see :func:`cadence`). The first step has none."""
+    stream reaching it, where known; see :func:`cadence`), or its thread waited for another
+    thread since the previous step (``waited``, ns: :func:`waits_between`) longer than a
+    light-pass step can be trusted to (``RESOLUTION_MS``): a server idle between requests,
+    however regular its waits. The first step has none."""
+    idle, waits = _pauses_and_waits(host_start, gpu_end, gpu_start, waited)
+    return idle | waits
+
+
+def _pauses_and_waits(
+    host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int], gpu_start: np.ndarray | list[int] | None,
+    waited: np.ndarray | list[int] | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per step: a pause of the program's own came before it (:func:`pauses` over the time
+    between steps less the waits), and its thread waited for another thread before it."""
     h, g = _ns(host_start), _ns(gpu_end)
-    out = np.zeros(h.size, dtype=bool)
+    idle, waits = np.zeros(h.size, dtype=bool), np.zeros(h.size, dtype=bool)
     if h.size < 2:
-        return out
+        return idle, waits
     began = h
     if gpu_start is not None:
         began = np.maximum(h, np.array([h[i] if v is None else int(v) for i, v in enumerate(gpu_start)], dtype=np.int64))
-    out[1:] = pauses(began[1:] - g[:-1], critical_path_ns(h, g))
-    return out
+    wait = np.zeros(h.size - 1, dtype=np.int64) if waited is None else _ns(waited)[1 : h.size]
+    idle[1:] = pauses(began[1:] - g[:-1] - wait, critical_path_ns(h, g))
+    waits[1:] = wait > RESOLUTION_MS * 1e6
+    return idle, waits
 
 
 
 def series_steady_start(
-    host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int], gpu_start: np.ndarray | list[int] | None = None
+    host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int], gpu_start: np.ndarray | list[int] | None = None,
+    waited: np.ndarray | list[int] | None = None,
 ) -> Steady:
     """:func:`steady_start` of a light-pass series: its critical path, its pauses left out.
     Decided once, by ``perfdoctor run`` (:func:`perfdoctor.record.light.light_summary`), or by
     the analysis for a perfdoctor 0.1 bundle, which did not store it."""
-    return steady_start(critical_path_ns(host_start, gpu_end), paused_before(host_start, gpu_end, gpu_start))
+    return steady_start(critical_path_ns(host_start, gpu_end), paused_before(host_start, gpu_end, gpu_start, waited))
 
 @dataclass(frozen=True)
 class Cadence:
@@ -417,11 +516,15 @@ class Cadence:
     # whole loop reads when the pauses are work of the program's own (a prefill or an
     # encoder per generate(), generate's set-up), so a user can check either number
     with_pauses_per_s: float | None = None
-    paused_ms: float = 0.0  # the intervals left out (each pause and the step after it), summed
+    paused_ms: float = 0.0  # the time left out (each pause and the step after it; a wait alone), summed
+    # of those, the waits of the step's thread for another thread (a server's worker for requests)
+    waits: int = 0
+    waited_ms: float = 0.0
 
 
 def cadence(
-    host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int], gpu_start: np.ndarray | list[int] | None = None
+    host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int], gpu_start: np.ndarray | list[int] | None = None,
+    waited: np.ndarray | list[int] | None = None,
 ) -> Cadence:
     """Steps per second: completion-to-completion intervals ``g[k] − g[k−1]`` summed over
     the steps the program issued back to back. An interval whose step started more than a
@@ -436,20 +539,31 @@ def cadence(
     between two steps long before the GPU runs it, so the host sees no pause at all; the
     stream reaches the next step only after the prefill's kernels. (The H200 decode loop of
     2026-12-02, which does synchronise, lost its pauses in :func:`iteration_ends_ns`
-    instead: 24.5 ms prefills inside three iterations, the rate 19 % under its own timer.)"""
+    instead: 24.5 ms prefills inside three iterations, the rate 19 % under its own timer.)
+
+    ``waited`` (ns per step, :func:`waits_between`): the step's thread waited for another
+    thread before it (a server's worker for the next request). Only the wait is left out of
+    that interval, not the step after it: when every request waits, the steps are still the
+    server's work, and the rate is the rate it serves at."""
     h, g = _ns(host_start), _ns(gpu_end)
     if h.size < 2:
         return Cadence(None, 0, 0, "needs at least two steps")
-    paused = paused_before(h, g, gpu_start)[1:]
     intervals = np.diff(g)
-    kept = intervals[~paused]
+    wait = np.zeros(intervals.size, dtype=np.int64) if waited is None else np.clip(_ns(waited)[1 : h.size], 0, intervals.clip(0))
+    idle, waits = (p[1:] for p in _pauses_and_waits(h, g, gpu_start, waited))
+    waits &= ~idle  # a pause of the program's own leaves the whole interval out
+    busy = np.where(waits, intervals - wait, intervals)
+    kept = busy[~idle]
     total = int(kept.sum())
+    paused = int(idle.sum() + waits.sum())
     if kept.size == 0 or total <= 0:
-        return Cadence(None, 0, int(paused.sum()), "no back-to-back steps with a positive interval")
-    if not paused.any():
+        return Cadence(None, 0, paused, "no back-to-back steps with a positive interval")
+    if not paused:
         return Cadence(kept.size / (total / 1e9), int(kept.size), 0)
-    return Cadence(kept.size / (total / 1e9), int(kept.size), int(paused.sum()),
-                   with_pauses_per_s=intervals.size / (int(intervals.sum()) / 1e9), paused_ms=float(intervals[paused].sum()) / 1e6)
+    waited_ms = float(wait[waits].sum()) / 1e6
+    return Cadence(kept.size / (total / 1e9), int(kept.size), paused,
+                   with_pauses_per_s=intervals.size / (int(intervals.sum()) / 1e9),
+                   paused_ms=float(intervals[idle].sum()) / 1e6 + waited_ms, waits=int(waits.sum()), waited_ms=waited_ms)
 
 
 @dataclass(frozen=True)
@@ -507,6 +621,7 @@ def steady_series(
     gpu_end: np.ndarray | list[int],
     start: int,
     gpu_start: np.ndarray | list[int] | None = None,
+    waited: np.ndarray | list[int] | None = None,
 ) -> SteadySeries:
     """The series from step ``start`` on. The critical path of the first steady step still
     uses the step before it (it may have been queued behind the last warm-up step), so it
@@ -517,4 +632,5 @@ def steady_series(
     cp = critical_path_ns(h, g)[k:] / 1e6
     # host_lead_ns[i] belongs to step i + 1: the steady steps from k are entries k - 1 on.
     lead = host_lead_ns(h, g)[max(k - 1, 0) :] / 1e6
-    return SteadySeries(cp.astype(np.float64), lead.astype(np.float64), cadence(h[k:], g[k:], None if gpu_start is None else _ns(gpu_start)[k:]))
+    return SteadySeries(cp.astype(np.float64), lead.astype(np.float64), cadence(
+        h[k:], g[k:], None if gpu_start is None else _ns(gpu_start)[k:], None if waited is None else _ns(waited)[k:]))

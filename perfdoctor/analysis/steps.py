@@ -241,15 +241,35 @@ def loop_ranges(marks: pd.DataFrame, fetches: pd.DataFrame, training: Sequence[i
     """Step ranges from torch's loop range ``marks`` (the one name chosen or named by
     ``--step``), each the loop iteration, by the light pass's rules
     (:func:`perfdoctor.record.light.loop_series`): a fetch's by :func:`training_iterations`;
-    the optimizer's step's to the next, or to the fetch that ended its training pass
-    (``steady.training_pass_ends`` over ``fetches``, every data loader range), never across
-    the evaluation loop or the epochs' gap that follow."""
+    the optimizer's step's over its group, from its first fetch to the first fetch after the
+    step (``steady.step_groups`` over ``fetches``, every data loader range, those that
+    fetched no batch the ends of passes: :func:`pass_ends`), never across the evaluation
+    loop or the epochs' gap before it; without fetches, from one step to the next."""
     if str(marks["name"].iloc[0]).startswith(rangenames.DATA_LOADER_PREFIX):
         return training_iterations(marks, training, work)
     f = _outermost(fetches)
-    ends = f.iloc[steady.training_pass_ends(marks["start_ns"].to_numpy(np.int64), f["start_ns"].to_numpy(np.int64))]
-    timed = iteration_ranges(pd.concat([marks, ends]))
-    return timed[timed.index.isin(marks.index)]
+    if f.empty:
+        return iteration_ranges(marks)
+    m = _outermost(marks)
+    at, first, after = steady.step_groups(m["start_ns"].to_numpy(np.int64), f["start_ns"].to_numpy(np.int64), pass_ends(f, work))
+    timed = m.iloc[at].copy()
+    timed["start_ns"] = f["start_ns"].to_numpy(np.int64)[first]
+    timed["end_ns"] = f["start_ns"].to_numpy(np.int64)[after] - 1
+    return timed.sort_values("start_ns", kind="stable")
+
+
+def pass_ends(fetches: pd.DataFrame, work: pd.DataFrame | None) -> np.ndarray:
+    """Per data loader fetch (``fetches``, outermost, in start order): it fetched no batch
+    and ended a pass — its iteration holds no ``work`` (:func:`loop_work`) on its thread
+    after it, when two or more do. A trace does not say which fetch raised StopIteration
+    (the light pass is told) nor which one a ``break`` left: this is what it shows of both."""
+    ended = np.zeros(len(fetches), dtype=bool)
+    timed = iteration_ranges(fetches)
+    if work is None or timed.empty:
+        return ended
+    held = _hold_work(timed, fetches.loc[timed.index, "end_ns"], work)
+    ended[fetches.index.get_indexer(timed.index)] = ~held
+    return ended
 
 
 def training_iterations(fetches: pd.DataFrame, marks: Sequence[int], work: pd.DataFrame | None) -> pd.DataFrame:
@@ -276,27 +296,39 @@ def training_iterations(fetches: pd.DataFrame, marks: Sequence[int], work: pd.Da
 
 def _hold_work(timed: pd.DataFrame, fetch_end: pd.Series, work: pd.DataFrame) -> np.ndarray:
     """Which iterations hold ``work`` on their thread between their fetch's end and their own
-    end; all of them when fewer than two do (a trace without ops or launches says nothing)."""
+    end (``steady.holds_work``, the light pass's rule, per thread); all of them when fewer
+    than two do (a trace without ops or launches says nothing)."""
     held = np.zeros(len(timed), dtype=bool)
     ends, tids = fetch_end.to_numpy(np.int64), timed["tid"].to_numpy()
     for tid in np.unique(tids):
         mine = tids == tid
-        w = np.sort(work.loc[work["tid"] == tid, "start_ns"].to_numpy(np.int64))
-        held[mine] = np.searchsorted(w, timed["end_ns"].to_numpy(np.int64)[mine], side="right") > np.searchsorted(w, ends[mine], side="right")
+        held[mine] = steady.holds_work(ends[mine], timed["end_ns"].to_numpy(np.int64)[mine], work.loc[work["tid"] == tid, "start_ns"])
     return held if np.count_nonzero(held) >= 2 else np.ones(len(timed), dtype=bool)
 
 
-def iteration_ranges(marks: pd.DataFrame) -> pd.DataFrame:
+def iteration_ranges(marks: pd.DataFrame, waits: pd.DataFrame | None = None) -> pd.DataFrame:
     """Step ranges from the ranges that mark a loop iteration: per thread, from the start of
     one to the start of the next (the last one's iteration has no known end: left out).
-    Each ends 1 ns before the next begins, so a call at that instant belongs to one step."""
+    Each ends 1 ns before the next begins, so a call at that instant belongs to one step —
+    or where its thread began to wait for another thread before the next (``waits``: the
+    :data:`perfdoctor.names.ranges.WAIT_RANGE` ranges of ``perfdoctor run``'s traced passes,
+    by ``steady.waits_between``, the light pass's rule): a server's worker idle between
+    requests, not serving (its own range kept whole); the next then begins where the wait
+    ended (taking the request is its service)."""
     marks = _outermost(marks).sort_values(["tid", "start_ns"], kind="stable")
     parts = []
     for _, m in marks.groupby("tid", sort=False):
         if len(m) < 2:
             continue
         part = m.iloc[:-1].copy()
-        part["end_ns"] = m["start_ns"].to_numpy(np.int64)[1:] - 1
+        end = m["start_ns"].to_numpy(np.int64)[1:] - 1
+        if waits is not None and not waits.empty:
+            w = {"tid": waits["tid"].to_numpy(np.int64), "start_ns": waits["start_ns"].to_numpy(np.int64),
+                 "end_ns": waits["end_ns"].to_numpy(np.int64)}
+            idle, _, resumed = steady.waits_between(m["start_ns"].to_numpy(np.int64), m["tid"].to_numpy(np.int64), w)
+            end = np.where(idle[:-1] >= 0, np.maximum(part["end_ns"].to_numpy(np.int64), np.minimum(end, idle[:-1] - 1)), end)
+            part["start_ns"] = np.where(resumed[:-1] >= 0, resumed[:-1], part["start_ns"].to_numpy(np.int64))
+        part["end_ns"] = end
         parts.append(part)
     if not parts:
         return marks.iloc[0:0]
@@ -406,10 +438,17 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
     Returns (step name, ranges, reason when none, how they were found).
     """
     ranges = _candidate_ranges(profile)
+    waits = profile.ranges[equals(profile.ranges["name"], rangenames.WAIT_RANGE)]  # perfdoctor run's traced passes mark them
     loops = ranges[starts_with(ranges["name"], rangenames.LOOP_PREFIXES)]
-    trained, training = training_loop({n: g.to_numpy(np.int64) for n, g in loops.groupby("name", sort=False)["start_ns"]})
     fetches = loops[starts_with(loops["name"], rangenames.DATA_LOADER_PREFIX)]
     work = loop_work(profile) if not fetches.empty else None
+    # the fetches that ended a pass, kept apart from the others as the light pass keeps the
+    # ones that raised StopIteration: the batches per optimizer step are counted per pass
+    f = _outermost(fetches)
+    ended = f[pass_ends(f, work)]
+    trained, training = training_loop(
+        {n: g.to_numpy(np.int64) for n, g in loops.drop(index=ended.index).groupby("name", sort=False)["start_ns"]},
+        ended["start_ns"].to_numpy(np.int64))
     # an evaluation loop's fetches, those that fetched a batch (a training loop's: trained), as run counts them
     fetched = {n: len(training_iterations(g, [], work)) for n, g in fetches.groupby("name", sort=False) if n not in trained}
     bundle = profile.origin.bundle
@@ -452,7 +491,7 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
             # model's forward leaves out the host work of HF generate's loop between forwards
             # (logits processors, stopping criteria: 1.6 ms of a 20 ms token on the H200)
             loop = marker == rangenames.LOOP
-            timed = loop_ranges(matched, fetches, training, work) if loop else iteration_ranges(matched)
+            timed = loop_ranges(matched, fetches, training, work) if loop else iteration_ranges(matched, waits)
             if not timed.empty:
                 return pattern, timed, None, how if (module_step or ITERATION in how) else f"{how}, timed as {ITERATION}"
         return pattern, matched, None, how
@@ -494,7 +533,7 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
         if choice.kind == "loop":
             marks = loop_ranges(marks, fetches, training, work)  # not an evaluation loop's batches
         elif choice.iteration:
-            marks = iteration_ranges(marks)
+            marks = iteration_ranges(marks, waits)
         else:
             marks = _outermost(marks)
         if not marks.empty:

@@ -120,6 +120,7 @@ class PassConfig(_Document):
     tokens_per_step: float | None = None
     ranks: bool | None = None  # each rank writes into raw/rank<k>/ (perfdoctor.record.launch)
     step_thread: str | None = None  # "main" or "worker": where the light pass saw the step run
+    trains: bool | None = None  # the light pass saw the optimizer's marks: a fetch step ticks on its iteration's
     module_step: dict[str, Any] | None = None  # the light pass's module step: {"name", "depth", "class", "span"}
     windowed: bool | None = None  # the window is known before the program runs
     trace: str | None = None  # torch: where to export the Kineto trace
@@ -175,6 +176,9 @@ class PassResults(_Document):
     step_end_clock: str | None = None  # "cuda-event" or "host"
     declared: dict[str, dict[str, float]] | None = None  # per step name, the tokens and bytes declared
     modules: dict[str, dict[str, dict[str, Any]]] | None = None  # per depth, module calls' series
+    # once a loop range (a data loader's fetch) is the step: the host start of every depth-0
+    # module call after, untimed — the work a loop's iteration holds
+    module_work_ns: list[int] | None = None
     module_classes: dict[str, str] | None = None  # module step name -> module.Class
     timing_error: str | None = None  # why some steps are missing
     # the light pass: per data loader range name, its fetches that raised StopIteration (the
@@ -183,6 +187,9 @@ class PassResults(_Document):
     # the light pass: per ProfilerStep#N name, the range torch.profiler's exit closed (the
     # last prof.step() opened it after the loop's last iteration), as a series; not in ``series``
     profiler_exit: dict[str, dict[str, Any]] | None = None
+    # the light pass: every thread's waits for another thread ({"tid", "start_ns", "end_ns"}:
+    # perfdoctor.record.bootstrap.waits), which lie between a worker's steps, not in them
+    waits: dict[str, list[int]] | None = None
     # the calls as measured, when series holds the iteration: added by perfdoctor run after
     # the bootstrap wrote the rest, so last on disk
     call_series: dict[str, dict[str, Any]] | None = None
@@ -239,6 +246,7 @@ class LightPass(_Document):
     warmup: int | None = None  # the warm-up the traced passes skip
     step_latency_ms: list[float] | None = None  # critical path of each step from the warm-up on
     step_thread: str | None = None  # "main" or "worker"
+    trains: bool | None = None  # the program ran an optimizer's step or zero_grad (torch's loop ranges)
     declared: dict[str, Any] | None = None  # {"tokens", ..., "source"}
     timing_error: str | None = None
     nvml_sampled: bool | None = None

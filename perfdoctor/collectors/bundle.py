@@ -120,7 +120,9 @@ def read_light(results: PassResults, light_pass: LightPass, warnings: list[str])
     formats of light.json:
 
     * perfdoctor ≥ 0.2: ``"series": {step: {"host_start_ns": [...], "gpu_start_ns": [...]
-      or null, "gpu_end_ns": [...]}}`` and ``"step_end_clock": "cuda-event" | "host"``;
+      or null, "gpu_end_ns": [...], "waited_ns": [...] (a step timed as the loop iteration:
+      its thread's waits for another thread before it)}}`` and ``"step_end_clock":
+      "cuda-event" | "host"``;
     * perfdoctor 0.1: ``"spans_ns": {step: [[host_start, gpu_end], ...]}``.
 
     The step is the manifest's ``light_pass.step_name``. Where the steady state starts:
@@ -134,12 +136,15 @@ def read_light(results: PassResults, light_pass: LightPass, warnings: list[str])
     if not name:
         return None
     gpu_start: np.ndarray | None = None
+    waited: np.ndarray | None = None
     series = (results.series or {}).get(name)
     if isinstance(series, dict):
         host = _int_array(series.get("host_start_ns"))
         end = _int_array(series.get("gpu_end_ns"))
         if series.get("gpu_start_ns") is not None:
             gpu_start = _int_array(series.get("gpu_start_ns"))
+        if series.get("waited_ns") is not None:
+            waited = _int_array(series.get("waited_ns"))
     else:
         spans = (results.spans_ns or {}).get(name)
         pairs = spans if isinstance(spans, list) and all(isinstance(p, list) and len(p) == 2 for p in spans) else None
@@ -153,6 +158,7 @@ def read_light(results: PassResults, light_pass: LightPass, warnings: list[str])
         warnings.append(f"light.json: {name!r} has {n} complete steps of {max(host.size, end.size)} (the rest were not timed)")
     host, end = host[:n], end[:n]
     gpu_start = gpu_start[:n] if gpu_start is not None else None
+    waited = waited[:n] if waited is not None and waited.size >= n else None
     if host.size == 0:
         return None
     clock = str(results.step_end_clock or light_pass.step_end_clock or "cuda-event")
@@ -172,6 +178,7 @@ def read_light(results: PassResults, light_pass: LightPass, warnings: list[str])
         host_start_ns=host,
         gpu_end_ns=end,
         gpu_start_ns=gpu_start,
+        waited_ns=waited,
         clock=clock,
         steady_start=start,
         steady_reason=reason,

@@ -35,6 +35,10 @@ not import pandas there). :func:`kind` puts every range name in one class:
     autograd bookkeeping): it repeats and may own GPU work, but it is never the step.
 ``warmup``
     a range whose name says it is warm-up (PARAM/HTA ``[param|model|0|0|0|warmup|forward]``).
+``wait``
+    :data:`WAIT_RANGE`: ``perfdoctor run``'s traced passes mark a thread's waits for another
+    thread with it (:mod:`perfdoctor.record.bootstrap.waits`): never a step, it ends the
+    iteration of a call before it (:func:`perfdoctor.analysis.steps.iteration_ranges`).
 ``range``
     anything else: a range the user (or the framework on the user's behalf) named.
 """
@@ -52,7 +56,12 @@ REPLAY = "replay"
 LOOP = "loop"
 LIBRARY = "library"
 WARMUP = "warmup"
+WAIT = "wait"
 RANGE = "range"
+
+# How perfdoctor run's traced passes mark a thread's wait for another thread (a server's
+# worker blocked on its request queue)
+WAIT_RANGE = "perfdoctor.wait"
 
 # The serving family's step name (Steps.name, the step a run records): every serving range.
 SERVING_STEP = "serving step"
@@ -161,6 +170,8 @@ def kind(name: str) -> str:
     """The class of a range name (see the module docstring)."""
     if not isinstance(name, str):
         return LIBRARY
+    if name == WAIT_RANGE:
+        return WAIT
     if parse_serving(name) is not None:
         return SERVING
     if name.startswith((COMPILED_FX, COMPILED_PREFIX)):

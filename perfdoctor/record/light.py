@@ -73,8 +73,8 @@ def module_step(
 
 
 def series_rows(series: dict[str, Any], rows: Sequence[int]) -> dict[str, Any]:
-    """The steps ``rows`` of ``series``, as a series."""
-    return {k: [series[k][i] for i in rows] if series.get(k) is not None else None for k in ("host_start_ns", "gpu_start_ns", "gpu_end_ns")}
+    """The steps ``rows`` of ``series``, as a series (each step's thread too)."""
+    return {k: [series[k][i] for i in rows] if series.get(k) is not None else None for k in ("host_start_ns", "gpu_start_ns", "gpu_end_ns", "tid")}
 
 
 def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, str | None, dict[str, Any] | None, bool]:
@@ -95,6 +95,12 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
         {n: s["host_start_ns"][: len(s["gpu_end_ns"])] for n, s in series.items() if n.startswith(rangenames.LOOP_PREFIXES)},
         ends_of_passes["host_start_ns"])
     counts.update(trained)
+    # the loop's work: its model's calls at depth 0, timed until a loop range repeated, noted after
+    work = [h for s in ((results.modules or {}).get("0") or {}).values() for h in s["host_start_ns"]] + (results.module_work_ns or [])
+    # an evaluation loop's fetches, those whose iteration held the loop's work: as analyze
+    # counts them, not the one a `break` left
+    counts.update({n: len(steady.loop_iterations(s, ends_of_passes, None, work)["host_start_ns"])
+                   for n, s in series.items() if n.startswith(rangenames.DATA_LOADER_PREFIX) and n not in trained})
     api_counts = results.step_counts or {}
     if options.step is not None:
         user = [n for n in counts if n == options.step or fnmatch.fnmatchcase(n, options.step)]
@@ -136,14 +142,9 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
     else:
         calls, prefill = with_eager_calls(name, series[name], results.modules) if choice.kind == "compiled" else (series[name], "")
     if choice.kind == "loop":
-        timed = loop_series(name, calls, series, ends_of_passes, marks)
+        timed = loop_series(name, calls, series, ends_of_passes, marks, work)
     elif choice.iteration:
-        # The step is the loop iteration: the call and the host work until the next one
-        # (on the H200 an HF generate spent ~0.5 ms per token between forward calls).
-        # Without CUDA (host clock) the next call's host start marks the iteration's end.
-        starts = calls["gpu_start_ns"] if calls.get("gpu_start_ns") is not None else calls["host_start_ns"]
-        ends = steady.iteration_ends_ns(starts, calls["gpu_end_ns"], joined=joined).tolist()
-        timed = {**calls, "gpu_end_ns": ends}
+        timed = call_iterations(calls, joined, results.waits)
     if choice.iteration:
         if module is None:
             # the calls as measured stay in raw/light.json beside the iteration (a module
@@ -152,6 +153,21 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
         series[name] = timed
         results.series = series
     return name, choice.how + prefill if module is None else how, module, choice.iteration
+
+
+def call_iterations(calls: dict[str, Any], joined: list[bool] | None, waits: dict[str, list[int]] | None) -> dict[str, Any]:
+    """The loop iterations of a step found as a call: the call and the host work until the
+    next one (on the H200 an HF generate spent ~0.5 ms per token between forward calls).
+    Without CUDA (host clock) the next call's host start marks the iteration's end. A wait
+    for another thread between two calls (``waits``, the light pass's) ends the iteration,
+    and the next begins where the thread resumed (a server's worker blocked on its request
+    queue is idle, not serving; taking the next request is its service): each step's
+    ``waited_ns`` say so."""
+    starts = calls["gpu_start_ns"] if calls.get("gpu_start_ns") is not None else calls["host_start_ns"]
+    idle_from, waited, resumed = steady.waits_between(calls["host_start_ns"], calls.get("tid"), waits)
+    ends = steady.iteration_ends_ns(starts, calls["gpu_end_ns"], joined=joined, idle_from=idle_from).tolist()
+    began = np.where(resumed >= 0, resumed, np.asarray(calls["host_start_ns"], dtype=np.int64)).tolist()
+    return {**calls, "host_start_ns": began, "gpu_end_ns": ends, "waited_ns": waited.tolist()}
 
 
 def with_eager_calls(name: str, calls: dict[str, Any], modules: dict[str, Any] | None) -> tuple[dict[str, Any], str]:
@@ -179,19 +195,33 @@ def with_eager_calls(name: str, calls: dict[str, Any], modules: dict[str, Any] |
 
 
 def loop_series(
-    name: str, calls: dict[str, Any], series: dict[str, dict[str, Any]], exhausted: dict[str, Any], marks: list[int]
+    name: str, calls: dict[str, Any], series: dict[str, dict[str, Any]], exhausted: dict[str, Any], marks: list[int],
+    work_ns: list[int] | None = None,
 ) -> dict[str, Any]:
     """The iterations torch's loop range ``name`` marks (``calls``, its series). The range is
-    only a part of the iteration (the batch's fetch, the optimizer's step): each runs to the
-    next, or to the end of its pass. A fetch's pass ends at a fetch that raised StopIteration
-    (``exhausted``), and ``marks`` (:func:`perfdoctor.analysis.steps.training_loop`) keep its
-    training iterations; the optimizer's step's pass ends at the first fetch after the pass's
-    last step (:func:`perfdoctor.analysis.steady.training_pass_ends`, over every fetch)."""
+    only a part of the iteration (the batch's fetch, the optimizer's step). A fetch's runs to
+    the next, or to the end of its pass: a fetch that raised StopIteration (``exhausted``);
+    ``marks`` (:func:`perfdoctor.analysis.steps.training_loop`) keep its training iterations,
+    and without them ``work_ns`` (the model's calls) those that held the loop's work.
+    The optimizer's step closes its iteration: from its group's first fetch to the first
+    fetch after it (:func:`perfdoctor.analysis.steady.step_groups`, over every fetch, the
+    exhausted ones the ends of passes); without fetches, from one step to the next."""
     if name.startswith(rangenames.DATA_LOADER_PREFIX):
-        return steady.loop_iterations(calls, exhausted, marks)
-    fetches = merged_series([s for n, s in series.items() if n.startswith(rangenames.DATA_LOADER_PREFIX)] + [exhausted])
-    at = steady.training_pass_ends(calls["host_start_ns"][: len(calls["gpu_end_ns"])], fetches["host_start_ns"])
-    return steady.loop_iterations(calls, series_rows(fetches, at.tolist()))
+        return steady.loop_iterations(calls, exhausted, marks, work_ns)
+    parts = [s for n, s in series.items() if n.startswith(rangenames.DATA_LOADER_PREFIX)] + [exhausted]
+    fetches = merged_series(parts)
+    if not fetches["host_start_ns"]:
+        return steady.loop_iterations(calls)
+    ended = set(exhausted["host_start_ns"])
+    n = len(calls["gpu_end_ns"])
+    at, first, after = steady.step_groups(calls["host_start_ns"][:n], fetches["host_start_ns"], [h in ended for h in fetches["host_start_ns"]])
+    reached = fetches["gpu_start_ns"] or fetches["host_start_ns"]  # the stream reaching the next fetch: the iteration's end
+    return {
+        "host_start_ns": [fetches["host_start_ns"][i] for i in first],
+        "gpu_start_ns": [fetches["gpu_start_ns"][i] for i in first] if fetches["gpu_start_ns"] is not None else None,
+        "gpu_end_ns": [max(int(calls["gpu_end_ns"][k]), int(reached[j] if reached[j] is not None else fetches["host_start_ns"][j]))
+                       for k, j in zip(at, after)],
+    }
 
 
 def _loader_passes(results: PassResults) -> dict[str, Any]:
@@ -305,7 +335,7 @@ def light_summary(results: PassResults, options: RunOptions) -> LightPass:
     else:
         s = results.series[name]  # type: ignore[index]
         cp = steady.critical_path_ns(s["host_start_ns"], s["gpu_end_ns"])
-        found = steady.series_steady_start(s["host_start_ns"], s["gpu_end_ns"], s.get("gpu_start_ns"))
+        found = steady.series_steady_start(s["host_start_ns"], s["gpu_end_ns"], s.get("gpu_start_ns"), s.get("waited_ns"))
         if options.warmup is not None:
             warmup, why = options.warmup, "--warmup"
         elif len(cp) >= SCOUT_MIN_STEPS:
@@ -322,6 +352,7 @@ def light_summary(results: PassResults, options: RunOptions) -> LightPass:
             warmup=warmup,
             step_latency_ms=[round(v / 1e6, 6) for v in cp[warmup:].tolist()],
             step_thread="worker" if threads else "main",
+            trains=any(n.startswith(rangenames.LOOP_PREFIXES[1:]) for n in results.series or {}) or None,
         )
     if options.tokens_per_step is not None:
         summary.declared = {"tokens": options.tokens_per_step, "source": "--tokens-per-step"}

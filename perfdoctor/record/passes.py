@@ -144,7 +144,7 @@ def light_pass(plan: Plan) -> None:
     if light.step_name is not None:
         # The later passes window on the step the light pass found, inside its steady state.
         plan.base = replace(plan.base, step=light.step_name, warmup=light.warmup or 0, step_thread=light.step_thread,
-                            module_step=light.module or None)
+                            module_step=light.module or None, trains=light.trains)
         plan.windowed = True
     runner.save()
     plan.record(result, None)

@@ -551,45 +551,52 @@ def test_an_epoch_ended_by_break_keeps_its_training_batches_only() -> None:
     assert steady.training_batches(fetches["host_start_ns"], ended["host_start_ns"], marks) == 4
 
 
-def _pass_ends(steps: list[int], fetches: list[int]) -> dict:
-    """The fetches that end the training passes of ``steps``, as a series (the light pass's way)."""
-    return _series([fetches[i] for i in steady.training_pass_ends(steps, fetches)])
+def _groups(steps: list[int], fetches: list[int], ended: list[int]) -> list[tuple[int, int]]:
+    """Each optimizer step's iteration as (its group's first fetch, the first fetch after it)."""
+    every = sorted(fetches + ended)
+    _, first, after = steady.step_groups(steps, every, [f in ended for f in every])
+    return [(every[a], every[b]) for a, b in zip(first, after)]
 
 
-def test_gradient_accumulation_counts_every_batch_and_its_steps_end_with_their_pass() -> None:
+def test_gradient_accumulation_counts_every_batch_and_its_steps_are_their_groups() -> None:
     # 2 epochs of 4 batches, the optimizer every 2nd batch (steps at 15, 35 | 115, 135)
     fetches = _series([0, 10, 20, 30, 100, 110, 120, 130])
     ended = _series([40, 140])
     steps = _series([15, 35, 115, 135])
     assert steady.training_batches(fetches["host_start_ns"], ended["host_start_ns"], steps["host_start_ns"]) == 8
-    # an optimizer step ends its group: from one to the next is a group; the epoch's last runs
-    # to the fetch that ended its pass (35 -> 40), not through the gap and the next epoch's
-    # first group (to 115), and is one of the program's 4 steps (before: left out, 2 steps)
-    ends = _pass_ends(steps["host_start_ns"], fetches["host_start_ns"] + ended["host_start_ns"])
-    assert ends["host_start_ns"] == [40, 140]
-    out = steady.loop_iterations(steps, ends)
-    assert out["host_start_ns"] == [15, 35, 115, 135]
-    assert out["gpu_end_ns"] == [35, 40, 135, 140]
+    # an optimizer step closes its group: its iteration runs from the group's first fetch to
+    # the first fetch after the step (the next group's, or its pass's end: 35 -> 40), never
+    # through the gap between the epochs (before: 15 to 35, 35 to 40, each epoch's first
+    # group in no step)
+    assert _groups(steps["host_start_ns"], fetches["host_start_ns"], ended["host_start_ns"]) == [(0, 20), (20, 40), (100, 120), (120, 140)]
 
 
 def test_an_optimizer_step_never_spans_the_validation_after_a_break() -> None:
     # train_eval.py --max-iters 4 --accum-steps 2: steps at 15, 35 | 115, 135; each epoch's
     # 5th fetch (40 | 140) meets `break`, then 2 validation batches (50, 60 | 150, 160) and the
-    # fetch that raised StopIteration (70 | 170). Whether the light pass knows which fetches
-    # raised (kept apart) or a trace does not (one more fetch each), the break's fetch ends
-    # the epoch's last step: before, 35 ran to 115 through the validation
+    # fetch that raised StopIteration (70 | 170). The break's fetch ends the epoch's last step,
+    # and the next epoch's first group begins after the validation's end of pass: before,
+    # 35 ran to 115 through the validation
     fetches, raised, steps = [0, 10, 20, 30, 40, 50, 60, 100, 110, 120, 130, 140, 150, 160], [70, 170], [15, 35, 115, 135]
-    ends = _pass_ends(steps, fetches + raised)
-    assert ends["host_start_ns"] == _pass_ends(steps, sorted(fetches + raised))["host_start_ns"] == [40, 140]
-    out = steady.loop_iterations(_series(steps), ends)
-    assert out["gpu_end_ns"] == [35, 40, 135, 140]
-    # a group is the median count of fetches between steps: an epoch's remainder stepped at
-    # its end (steps after 4, 4 and 2 batches) is no end of pass; the run's last step ends at
-    # the fetch after it, none after it: no iteration
-    assert steady.training_pass_ends([35, 75, 95], [0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100]).tolist() == [10]
-    assert steady.training_pass_ends([5, 15], [0, 10]).tolist() == []
-    # two optimizers stepping each batch (a GAN's, one name): no fetch between them is no end
-    assert steady.training_pass_ends([5, 6, 15, 16, 25, 26], [0, 10, 20]).tolist() == []
+    assert _groups(steps, fetches, raised) == [(0, 20), (20, 40), (100, 120), (120, 140)]
+    # not told which fetch raised (a trace that shows no end of pass), a group is the median
+    # count of fetches between steps: the same iterations
+    assert _groups(steps, fetches + raised, []) == [(0, 20), (20, 40), (100, 120), (120, 140)]
+    # an epoch's remainder stepped at its end (after 4, 4 and 2 batches) is a short group; the
+    # run's last step, no fetch after it, has no iteration
+    assert _groups([35, 75, 95], [0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100], []) == [(0, 40), (40, 80), (80, 100)]
+    assert _groups([5, 15], [0, 10], []) == [(0, 10)]
+
+
+def test_one_optimizer_step_per_epoch_is_its_epochs_batches() -> None:
+    # train_eval.py --batches 4 --accum-steps 4: each epoch's 4 batches (0..30 | 100..130),
+    # its step (35 | 135), the fetch that raised (40 | 140), 2 validation batches and their
+    # end of pass (50, 60, 70 | 150, 160, 170). Every span between two steps ends a pass: the
+    # group is the fetches after its last end. Before: each step ran to the next, through the
+    # validation and the next epoch, and the last was its own optimizer step
+    fetches, raised, steps = [0, 10, 20, 30, 50, 60, 100, 110, 120, 130, 150, 160], [40, 70, 140, 170], [35, 135]
+    assert _groups(steps, fetches, raised) == [(0, 40), (100, 140)]
+    assert steady.training_batches(fetches, raised, steps) == 8
 
 
 def test_training_batches_leave_out_an_evaluation_loop_that_did_not_end_its_pass() -> None:
@@ -626,3 +633,36 @@ def test_a_joined_gap_is_never_a_pause() -> None:
     assert steady.iteration_ends_ns(gs, ge).tolist() == [15, 30, 40, 160, 170]
     joined = [False, False, True, False]
     assert steady.iteration_ends_ns(gs, ge, joined=joined).tolist() == [15, 30, 145, 160, 170]
+
+
+def test_a_workers_waits_for_another_thread_end_its_iterations_and_are_pauses_of_its_rate() -> None:
+    # a server's worker: calls of 0.1 ms at 0, 1, 2, 3 ms; it waits on its queue from 0.2 ms
+    # after each call to 0.1 ms before the next (another thread's wait, at 0.5-0.9 ms, is not its)
+    h, g = [0, 1_000_000, 2_000_000, 3_000_000], [100_000, 1_100_000, 2_100_000, 3_100_000]
+    waits = {"tid": [7, 7, 7, 8], "start_ns": [200_000, 1_200_000, 2_200_000, 500_000],
+             "end_ns": [900_000, 1_900_000, 2_900_000, 900_000]}
+    idle, waited, resumed = steady.waits_between(h, [7] * 4, waits)
+    assert idle.tolist() == [200_000, 1_200_000, 2_200_000, -1] and waited.tolist() == [0, 700_000, 700_000, 700_000]
+    assert resumed.tolist() == [-1, 900_000, 1_900_000, 2_900_000]  # where the next request's service begins
+    ends = steady.iteration_ends_ns(h, g, idle_from=idle)
+    assert ends.tolist() == [200_000, 1_200_000, 2_200_000, 3_100_000]  # before: each ran to the next call
+    c = steady.cadence(h, ends, h, waited)
+    # every interval holds a 0.7 ms wait: left out, the rest kept (0.3, 0.3 and 0.2 ms: the
+    # last step has no wait after it, its iteration its own call)
+    assert (c.pauses, c.waits, c.intervals) == (3, 3, 3) and c.steps_per_s == pytest.approx(3 / 0.8e-3)
+    assert c.waited_ms == pytest.approx(2.1) and c.with_pauses_per_s == pytest.approx(3 / 2.9e-3)
+    # without the waits (a trace of another tool, an older bundle) nothing changes
+    assert steady.waits_between(h, None, waits)[0].tolist() == [-1] * 4
+
+
+def test_an_evaluation_loops_fetch_that_a_break_left_begins_no_iteration() -> None:
+    # `for i, x in enumerate(loader): if i == 2: break; model(x)`, twice: fetches at 0, 10,
+    # 20 (break) | 30, 40, 50 (break), each 2 long; the model's calls at 3, 13 | 33, 43. The
+    # break's fetch holds no work after it (its iteration runs into the next pass): no step
+    fetches = {**_series([0, 10, 20, 30, 40, 50]), "host_end_ns": [2, 12, 22, 32, 42, 52]}
+    out = steady.loop_iterations(fetches, None, None, [3, 13, 33, 43])
+    assert out["host_start_ns"] == [0, 10, 30, 40]
+    # the work inside a fetch (a transform that is a module) is not the loop's: the same
+    assert steady.loop_iterations(fetches, None, None, [1, 3, 13, 21, 33, 43])["host_start_ns"] == [0, 10, 30, 40]
+    # without work seen (a loop of no module), every iteration, as before
+    assert steady.loop_iterations(fetches, None, None, [])["host_start_ns"] == [0, 10, 20, 30, 40]

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REAL_PROGRAMS as REAL, own_step_ms, program_result, run_cli, trace_program
+from conftest import REAL_PROGRAMS as REAL, program_result, run_cli, trace_program
 from perfdoctor.analysis.steps import find_steps
 from perfdoctor.pipeline import load_trace
 
@@ -146,17 +146,17 @@ def test_train_loop_with_gradient_accumulation_steps_per_optimizer_step(tmp_path
         tmp_path, "train_loop.py", "--device", "cpu", "--model", "resnet18", "--batch", "2", "--img-size", "64",
         "--iters", str(iters), "--warmup", str(warmup), "--accum-steps", str(accum),
     )
-    # one optimizer step per 3 fetches: the iteration is the optimizer's step, from one to
-    # the next, not the batch, whose every third one carries the optimizer and would read as
-    # uneven steps; the last runs to the fetch that ended the loader's pass (StopIteration):
-    # the program's 5 optimizer steps (before: 4, the last left out)
+    # one optimizer step per 3 fetches: the iteration is the optimizer's step over its group,
+    # not the batch, whose every third one carries the optimizer and would read as uneven
+    # steps; the last runs to the fetch that ended the loader's pass (StopIteration): the
+    # program's 5 optimizer steps
     assert light["step_name"] == "Optimizer.step#SGD.step"
     assert "(gradient accumulation)" in light["how"]
     assert light["steps_seen"] == iters + warmup
     # the program times from the batch after the warm-up's optimizer step to its last one:
-    # the light pass's 4 iterations from the first optimizer step to the last
+    # the light pass's 4 groups after the warm-up's
     ms = _step_ms(series)
-    assert ms[warmup - 1 : warmup - 1 + iters].mean() == pytest.approx(result["ms_per_iter"], rel=0.05)
+    assert ms[warmup : warmup + iters].mean() == pytest.approx(result["ms_per_iter"], rel=0.05)
 
 
 def test_graph_infer_cpu_smoke_mode_runs_the_same_loop_without_the_graph(tmp_path: Path) -> None:
@@ -202,10 +202,11 @@ def test_gradient_accumulation_with_validation_each_epoch_steps_per_optimizer_st
     tmp_path: Path, max_iters: int | None, step: str | None
 ) -> None:
     # train(); validate() each epoch, the optimizer every 3rd batch: the iteration is the
-    # optimizer's step, chosen or named by --step. Each epoch's last runs to the fetch that
-    # ended its training pass (`break`'s, or the one that raised StopIteration) and never
-    # through the validation; before, it was left out at the validation loader's end (one
-    # step per epoch fewer: 4 of 6, 6 of 8)
+    # optimizer's step over its group, chosen or named by --step. Each epoch's last runs to
+    # the fetch that ended its training pass (`break`'s, or the one that raised StopIteration)
+    # and never through the validation, and its first begins at the epoch's first batch
+    # (before this branch: from one step to the next, the epoch's last cut at its pass's end,
+    # holding no batch, and the epoch's first group in no step)
     epochs, batches, val, accum = 2, 12, 4, 3
     extra = ("--max-iters", str(max_iters)) if max_iters else ()
     light, series, result = _run(
@@ -216,17 +217,19 @@ def test_gradient_accumulation_with_validation_each_epoch_steps_per_optimizer_st
     assert result["optimizer_steps"] == epochs * per_epoch
     assert light["step_name"] == "Optimizer.step#SGD.step"
     assert light["steps_seen"] == result["optimizer_steps"]
-    # no step holds a validation batch: at most its group's fetches, the epoch's last none
+    # each step holds its group's fetches, no validation batch (before: the epoch's last none)
     (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     raw = json.loads((bundle / "raw" / "light.json").read_text())
     fetches = np.sort(raw["series"][FETCH]["host_start_ns"] + raw["exhausted"][FETCH]["host_start_ns"])
     held = np.searchsorted(fetches, series["gpu_end_ns"]) - np.searchsorted(fetches, series["host_start_ns"])
-    assert held.tolist() == ([accum] * (per_epoch - 1) + [0]) * epochs
-    # the others, each from one optimizer step to the next, are the program's own steps
-    # (the optimizer steps as the light pass timed them: beside the iterations)
-    calls = raw["call_series"]["Optimizer.step#SGD.step"]
-    own = own_step_ms(_step_ms(series), _step_ms(calls), per_epoch)
-    assert own.mean() == pytest.approx(result["ms_per_optimizer_step"], rel=0.05)
+    assert held.tolist() == [accum] * (per_epoch * epochs)
+    # each one's batches are the program's own: their batch times summed, and its step times
+    # (from one step's end to the next, each epoch's first left out) on average
+    ms = _step_ms(series)
+    own = np.array(result["ms_each_iter"]).reshape(-1, accum).sum(axis=1)
+    assert ms.sum() == pytest.approx(own.sum(), rel=0.05)
+    later = np.delete(ms, np.arange(0, ms.size, per_epoch))
+    assert later.mean() == pytest.approx(result["ms_per_optimizer_step"], rel=0.05)
 
 
 def test_a_data_loader_fetch_named_by_step_is_timed_as_its_iteration_in_run_and_analyze(tmp_path: Path) -> None:
@@ -246,3 +249,113 @@ def test_a_data_loader_fetch_named_by_step_is_timed_as_its_iteration_in_run_and_
     assert steps.count == traced["iters"] == light["steps_seen"]
     ms = (steps.table["host_end_ns"] - steps.table["host_start_ns"]).to_numpy() / 1e6
     assert ms.mean() == pytest.approx(traced["ms_per_iter"], rel=0.05)
+
+
+@pytest.mark.parametrize("pool", [False, True])
+def test_threaded_server_steps_are_the_requests_service_not_the_workers_waits(tmp_path: Path, pool: bool) -> None:
+    # a request queue, a worker thread (or a one-worker ThreadPoolExecutor) running the
+    # model's forward per request, requests arriving at random from the main thread. The
+    # step is the forward, timed as the loop iteration: before, each iteration ran to the
+    # next request's forward, through the time the worker sat blocked on its queue (a p50
+    # of 3.7 ms for requests the program served in 0.93 ms); a wait for another thread ends it
+    args = ("--device", "cpu", "--threads", "1", "--requests", "40", "--width", "512", "--rate", "200", *(("--pool",) if pool else ()))
+    r = run_cli("run", "--collect", "torch", "--out", tmp_path, REAL / "threaded_server.py", *args, timeout=240)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    light = json.loads((bundle / "manifest.json").read_text())["light_pass"]
+    raw = json.loads((bundle / "raw" / "light.json").read_text())
+    series, result = raw["series"][light["step_name"]], program_result(r.stdout)
+    assert light["step_name"] == "Sequential.forward" and light["step_thread"] == "worker"
+    assert light["steps_seen"] == result["requests"]
+    # the requests the program timed, each from where the worker resumed (it took the
+    # request) to where it waited again (or the next request, already queued, began),
+    # against its own timer
+    ms = _step_ms(series)[result["warmup"]:]
+    own = np.array(result["ms_each"][result["warmup"]:])
+    assert ms.mean() == pytest.approx(own.mean(), rel=0.05)
+    # and the waits, which the program's own timer leaves out, are pauses of steps_per_s
+    waited = np.array(series["waited_ns"])
+    assert (waited > 0).sum() > result["requests"] // 2
+    # the traced pass ran the worker's steps too (all threads traced), its steps cut at the
+    # same waits: no step holds one, so none holds the time between requests
+    profile = load_trace(bundle)
+    steps = find_steps(profile)
+    assert steps.name == "Sequential.forward" and steps.count == result["requests"] - 1  # the last: no next start
+    t = steps.table
+    waits = profile.ranges[(profile.ranges["name"] == "perfdoctor.wait") & profile.ranges["tid"].isin(t["tid"])]  # the worker's
+    assert len(waits) >= (waited > 0).sum() // 2
+    inside = [((waits["start_ns"] >= a) & (waits["start_ns"] <= b)).sum() for a, b in zip(t["host_start_ns"], t["host_end_ns"])]
+    assert sum(inside) == 0
+    traced = (t["host_end_ns"] - t["host_start_ns"]).to_numpy() / 1e6
+    assert np.median(traced) < 3 * np.median(own)  # the tracer slows a step, a wait would be ~5 ms
+
+
+@pytest.mark.parametrize("max_iters", [None, 4])
+def test_one_optimizer_step_per_epoch_is_the_epochs_batches(tmp_path: Path, max_iters: int | None) -> None:
+    # train(); validate() each epoch with the accumulation as long as the epoch: one optimizer
+    # step per epoch. Each step's iteration is its epoch's batches; before, it ran from one
+    # epoch's step to the next, through the validation and the next epoch's batches, and the
+    # last was its optimizer step alone (a trace of 4: 17.9, 21.2, 16.0 and 0.26 ms for
+    # epochs the program ran in ~14 ms); a trace also said "one per 7 DataLoader batches"
+    epochs, batches, val = 4, 4, 2
+    per_epoch = max_iters or batches
+    args = ("--epochs", str(epochs), "--batches", str(batches), "--val-batches", str(val), "--width", "512",
+            "--accum-steps", str(per_epoch), *(("--max-iters", str(max_iters)) if max_iters else ()))
+    light, series, result = _run(tmp_path / "run", "train_eval.py", *args)
+    assert result["optimizer_steps"] == epochs
+    assert light["step_name"] == "Optimizer.step#SGD.step" and f"one per {per_epoch} DataLoader batches" in light["how"]
+    assert light["steps_seen"] == epochs
+    own = np.array(result["ms_each_iter"]).reshape(epochs, per_epoch).sum(axis=1)
+    # each epoch after the first (the first also holds the start-up) against its own batches
+    assert _step_ms(series)[1:] == pytest.approx(own[1:], rel=0.1)
+    assert _step_ms(series)[1:].sum() == pytest.approx(own[1:].sum(), rel=0.05)
+    # the same program traced whole, read by analyze
+    traced = trace_program(tmp_path / "trace.json", "train_eval.py", *args)
+    steps = find_steps(load_trace(tmp_path / "trace.json"))
+    assert steps.name == "Optimizer.step#SGD.step" and steps.count == traced["optimizer_steps"]
+    assert f"one per {per_epoch} DataLoader batches" in steps.how
+    ms = (steps.table["host_end_ns"] - steps.table["host_start_ns"] + 1).to_numpy() / 1e6
+    own = np.array(traced["ms_each_iter"]).reshape(epochs, per_epoch).sum(axis=1)
+    assert ms[1:].sum() == pytest.approx(own[1:].sum(), rel=0.05)
+
+
+@pytest.mark.parametrize("max_batches", [None, 4])
+def test_an_evaluation_loop_ended_by_break_steps_on_its_batches_in_run_and_analyze(tmp_path: Path, max_batches: int | None) -> None:
+    # eval_loop.py's passes, each to its loader's end or ended by `if i == n: break` at the
+    # top of the loop: that fetch returned a batch the loop never used. Before, run's light
+    # pass counted it as a step (17 for 15 batches, the fetch's iteration running into the
+    # next pass) while analyze did not: the light pass now sees the loop's work (its model's
+    # calls) as a trace sees its ops, and both keep the iterations holding work only
+    passes, batches = 3, 6
+    args = ("--passes", str(passes), "--batches", str(batches), "--width", "256", *(("--max-batches", str(max_batches)) if max_batches else ()))
+    light, series, result = _run(tmp_path / "run", "eval_loop.py", *args)
+    assert result["batches"] == passes * (max_batches or batches)
+    assert light["step_name"] == FETCH and f"({result['batches']}x)" in light["how"]
+    assert light["steps_seen"] == result["batches"]
+    assert _step_ms(series).mean() == pytest.approx(result["ms_per_batch"], rel=0.05)
+    traced = trace_program(tmp_path / "trace.json", "eval_loop.py", *args)
+    steps = find_steps(load_trace(tmp_path / "trace.json"))
+    assert steps.name == FETCH and steps.count == traced["batches"] == light["steps_seen"]
+
+
+@pytest.mark.parametrize("sanity", [0, 2])
+def test_the_progress_count_of_a_fetch_named_by_step_is_the_training_iterations(tmp_path: Path, sanity: int) -> None:
+    # --step names the fetch of a loop that validates each epoch (and, with --sanity-val, 2
+    # validation batches before training): the passes' live count ("torch pass: 12 of 16
+    # steps") counted every fetch's end, the validation's too: "28 of 16 steps". A fetch now
+    # ticks when its iteration's optimizer mark comes, as the report counts training
+    # iterations; the traced pass knows from the start that the run trains, the light pass
+    # from its first mark (so it still counts a sanity check's batches before it)
+    epochs, batches, val = 2, 8, 6
+    args = ("--epochs", str(epochs), "--batches", str(batches), "--val-batches", str(val), "--width", "256",
+            *(("--sanity-val", str(sanity)) if sanity else ()))
+    r = run_cli("run", "--collect", "torch", "--step", FETCH, "--out", tmp_path, REAL / "train_eval.py", *args, timeout=240)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    ticked = {p["name"]: p["steps"] for p in manifest["passes"]}
+    result = program_result(r.stdout)
+    assert manifest["light_pass"]["steps_seen"] == result["iters"] == epochs * batches
+    assert ticked["torch"] == result["iters"]
+    assert ticked["light"] == result["iters"] + sanity
+    assert f"torch pass: {result['iters']} steps" in r.stderr

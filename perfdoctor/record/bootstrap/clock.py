@@ -12,6 +12,7 @@ it and initialised CUDA.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from typing import Any
 
@@ -193,7 +194,7 @@ class Timer:
 
 
 class StepTimes:
-    """Per step name: host start, GPU start and GPU end of every step.
+    """Per step name: host start, GPU start and GPU end of every step, and the thread it ran on.
 
     At a step's start: the host time, then a CUDA event (the stream reaching the step); at
     its end: a CUDA event (the stream finishing the step's work); at either, the host time
@@ -208,21 +209,30 @@ class StepTimes:
         self.host: dict[str, list[int]] = {}
         self.gpu_start: dict[str, list[Any]] = {}
         self.gpu_end: dict[str, list[Any]] = {}
+        # the thread of each step: which waits for another thread lie between its steps
+        # (perfdoctor.record.bootstrap.waits), and whether it ran off the main thread
+        self.tid: dict[str, list[int]] = {}
+        # the host time each step ended: what a loop's iteration holds after its fetch
+        # (perfdoctor.analysis.steady.holds_work), whatever the GPU end
+        self.host_end: dict[str, list[int]] = {}
         self.done: dict[str, list[int]] = {}  # per name: [gpu_start, gpu_end] settled up to
 
     def start(self, name: str) -> None:
         now = time.perf_counter_ns()
         if name not in self.host:
-            self.host[name], self.gpu_start[name], self.gpu_end[name] = [], [], []
+            self.host[name], self.gpu_start[name], self.gpu_end[name], self.tid[name], self.host_end[name] = [], [], [], [], []
             self.done[name] = [0, 0]
         self.host[name].append(now)
+        self.tid[name].append(threading.get_ident())
         self.gpu_start[name].append(self.timer.mark(now))
 
     def end(self, name: str) -> None:
         ends = self.gpu_end.get(name)
         if ends is None:
             return  # an end without a start (a range opened before the hooks)
-        mark = self.timer.mark(time.perf_counter_ns())
+        now = time.perf_counter_ns()
+        mark = self.timer.mark(now)
+        self.host_end[name].append(now)
         ends.append(mark)
         if not isinstance(mark, (int, str)):
             self.timer.ended()
@@ -236,9 +246,10 @@ class StepTimes:
         if not self.gpu_end.get(name) or len(self.host[name]) != len(self.gpu_end[name]):
             return  # nothing completed, or one still open (nested): leave the series whole
         if name not in to.host:
-            to.host[name], to.gpu_start[name], to.gpu_end[name] = [], [], []
+            to.host[name], to.gpu_start[name], to.gpu_end[name], to.tid[name], to.host_end[name] = [], [], [], [], []
             to.done[name] = [0, 0]
-        for mine, theirs in ((self.host, to.host), (self.gpu_start, to.gpu_start), (self.gpu_end, to.gpu_end)):
+        for mine, theirs in ((self.host, to.host), (self.gpu_start, to.gpu_start), (self.gpu_end, to.gpu_end), (self.tid, to.tid),
+                             (self.host_end, to.host_end)):
             theirs[name].append(mine[name].pop())
         done = self.done[name]
         done[0], done[1] = min(done[0], len(self.gpu_start[name])), min(done[1], len(self.gpu_end[name]))
@@ -254,11 +265,15 @@ class StepTimes:
         n = min(len(self.host[name]), len(self.gpu_end[name]))
         return [i for i in range(n) if self.gpu_start[name][i] is not CAPTURED and self.gpu_end[name][i] is not CAPTURED]
 
+    def off_thread(self, ident: int | None) -> dict[str, int]:
+        """Per name, its steps that ran on a thread other than ``ident`` (the main one)."""
+        return {name: n for name, tids in self.tid.items() if (n := sum(t != ident for t in tids))}
+
     def series(self) -> tuple[dict[str, dict[str, Any]], str | None]:
-        """Per name ``{"host_start_ns", "gpu_start_ns", "gpu_end_ns"}`` on the host clock
-        (CLOCK_MONOTONIC), completed steps only; ``gpu_start_ns`` is None when the program
-        never used CUDA. Plus why some are missing (e.g. the program died of a CUDA error,
-        so its events never complete)."""
+        """Per name ``{"host_start_ns", "gpu_start_ns", "gpu_end_ns", "tid", "host_end_ns"}`` on the host
+        clock (CLOCK_MONOTONIC), completed steps only; ``gpu_start_ns`` is None when the
+        program never used CUDA. Plus why some are missing (e.g. the program died of a CUDA
+        error, so its events never complete)."""
         clock = self.timer.clock
         out: dict[str, dict[str, Any]] = {}
 
@@ -272,6 +287,8 @@ class StepTimes:
                     "host_start_ns": [host[i] for i in keep],
                     "gpu_start_ns": [ns(self.gpu_start[name][i]) for i in keep] if clock is not None else None,
                     "gpu_end_ns": [ns(self.gpu_end[name][i]) for i in keep],
+                    "tid": [self.tid[name][i] for i in keep],
+                    "host_end_ns": [self.host_end[name][i] for i in keep],
                 }
         except Exception as exc:  # noqa: BLE001 - said in the manifest
             return out, f"{type(exc).__name__}: {exc}"

@@ -48,6 +48,7 @@ from perfdoctor.console import leave
 from perfdoctor.record.bootstrap.ranges import hook_ranges
 from perfdoctor.record.bootstrap.session import Session
 from perfdoctor.record.bootstrap.steps import ModuleSteps, install_compiled_steps, install_graph_replays, install_step_fn
+from perfdoctor.record.bootstrap.waits import Waits
 from perfdoctor.record.launch import rank_config
 
 
@@ -143,6 +144,7 @@ def main(argv: list[str]) -> None:
     hook_ranges(session, nvtx_to_torch=session.mode == "torch", torch_to_nvtx=session.mode in ("nsys", "ncu"))
     install_signals(session)
     install_os_exit(session)
+    session.waits = Waits(session)
     prepare_target(target)
     if config.step_fn:
         main_module = target[1] if target[0] == "-m" else os.path.splitext(os.path.basename(target[0]))[0]

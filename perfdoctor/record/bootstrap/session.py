@@ -76,9 +76,17 @@ class Session:
         self.progress_fd = progress_pipe(config.progress_fd, config.progress_pipe)
         self.unsent_ticks = 0
         self.last_tick_ns = 0
+        # A data loader's fetch as the step of a run that trains: the report counts the
+        # training iterations, not the validation's batches nor a fetch that ended a pass
+        # (analysis.steps.training_loop), so once an optimizer mark was seen (a traced pass:
+        # from the start, the light pass saw them) a fetch's tick waits for its iteration's
+        # mark (untallied: the fetch whose iteration holds none yet)
+        self.trained = bool(config.trains)
+        self.untallied: str | None = None
         # steps.ModuleSteps, when main installs one (typed Any: steps imports this module, not the reverse)
         self.modules: Any = None
         self.replays: Any = None  # steps.GraphReplays, likewise
+        self.waits: Any = None  # waits.Waits, in the light pass
         # compiled calls of a whole module (steps.install_compiled_steps): once one repeats,
         # the light pass keeps timing that module's eager calls (stop_module_timing)
         self.compiled_modules: set[str] = set()
@@ -113,6 +121,8 @@ class Session:
             self.modules.uninstall()
         if self.replays is not None:
             self.replays.uninstall()
+        if self.waits is not None:
+            self.waits.uninstall()
 
     def matches(self, name: str) -> bool:
         # "serving step" (the light pass chose the serving ranges): every one of them
@@ -156,6 +166,8 @@ class Session:
     def range_start(self, name: str) -> None:
         if self.disabled:
             return
+        if name.startswith(rangenames.LOOP_PREFIXES[1:]):
+            self.tally_mark()
         if self.matches(name):
             if self.pattern != rangenames.SERVING_STEP:
                 self.begin_step(self.step_key(name))
@@ -165,8 +177,6 @@ class Session:
             self.declarations[name] = None
         elif self.mode == "light" and not name.startswith("perfdoctor."):
             self.start_timing(name)  # the light pass times every range: the step may be any
-            if threading.get_ident() != self.main_ident:
-                self.worker_steps[name] = self.worker_steps.get(name, 0) + 1
 
     def range_end(self, name: str, exhausted: bool = False, profiler_exit: bool = False) -> None:
         """A range closes. ``exhausted``: a data loader's fetch that raised StopIteration;
@@ -226,6 +236,11 @@ class Session:
                 # eager call of a depth-0 class; a compiled call runs no Module.__call__.
                 self.keep_modules = True
                 self.modules.narrow()
+            elif rangenames.kind(name) == rangenames.LOOP:
+                # torch's loop ranges: the step is the loop iteration, and whether one holds
+                # the model's work tells a fetch that `break` left (no batch used) from others
+                self.keep_modules = True
+                self.modules.keep_work()
             else:
                 self.modules.uninstall()
 
@@ -258,7 +273,17 @@ class Session:
             last = self.warmup + self.steps
             if self.window_state == "open" and name == self.window_name and self.steps and index + 1 >= last:
                 self.close_window()
-        if step:
+        if step and self.trained and name.startswith(rangenames.DATA_LOADER_PREFIX):
+            self.untallied = name  # ticked by its iteration's optimizer mark, if one comes
+        elif step:
+            self.tick()
+
+    def tally_mark(self) -> None:
+        """An optimizer's ``step`` or ``zero_grad`` begins: the fetch whose iteration it is in
+        is a training step (one tick); from now on only such fetches tick."""
+        self.trained = True
+        if self.untallied is not None:
+            self.untallied = None
             self.tick()
 
     def tick(self, flush: bool = False) -> None:
@@ -508,10 +533,16 @@ class Session:
             error = error or exhausted_error or exit_error
             results.step_end_clock = "cuda-event" if self.timer.clock is not None else "host"
             results.declared = self.declared_steps()
+            # the steps off the main thread, each step's thread as timed (module calls too:
+            # a server's worker runs its model's forward)
+            results.worker_steps = self.times.off_thread(self.main_ident)
             if self.modules is not None:
                 results.modules, module_error = self.modules.series()
                 results.module_classes = self.modules.classes
+                results.worker_steps.update(self.modules.times[0].off_thread(self.main_ident))
+                results.module_work_ns = self.modules.work_ns or None
                 error = error or module_error
+            results.waits = self.waits.series() if self.waits is not None else None
             results.timing_error = error
         try:
             with open(self.config.results, "w") as f:

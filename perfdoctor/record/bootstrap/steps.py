@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import sys
 import threading
+import time
 import weakref
 from collections import Counter
 from typing import Any
@@ -131,6 +132,11 @@ class ModuleSteps:
         self.instances = Instances()
         # per depth-0 step name: the instance (its ordinal) of each call, beside times[0]'s
         self.called: dict[str, list[int]] = {}
+        # once a loop range is the step (keep_work): the host start of each depth-0 call, not
+        # timed — the work of the loop's iterations, which tells a fetch that fetched a batch
+        # from one a `break` left (perfdoctor.analysis.steady.holds_work)
+        self.work_only = False
+        self.work_ns: list[int] = []
         # Under torch.compile (dynamo tracing a forward) the wrapper must be invisible: a
         # thread-local or a clock read there would break the graph. 0.15 us per call.
         self.compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
@@ -221,10 +227,18 @@ class ModuleSteps:
         by torch.compile go straight to ``inner``."""
         local, series, compiling = self.local, self.times[0], self.compiling
         called, ordinals, add = self.called.setdefault(name, []), self.instances.ordinals, self.instances.add
+        work, clock, this = self.work_ns, time.perf_counter_ns, self
 
         def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
             if local.depth or type(module) is not cls or compiling():
                 return inner(module, *args, **kwargs)
+            if this.work_only:
+                work.append(clock())
+                local.depth = 1
+                try:
+                    return inner(module, *args, **kwargs)
+                finally:
+                    local.depth = 0
             called.append(ordinals.get(id(module)) or add(module))
             series.start(name)
             local.depth = 1  # a step class called inside this call is not a step
@@ -235,6 +249,13 @@ class ModuleSteps:
                 series.end(name)
 
         return __call__
+
+    def keep_work(self) -> None:
+        """A loop range repeats (a data loader's fetch): it is the step, so module calls are
+        timed no more, but each depth-0 call's start is noted (``work_ns``): narrowed, one
+        wrapper and a list append per call of the loop's model."""
+        self.work_only = True
+        self.narrow()
 
     def uninstall(self) -> None:
         self.active = False

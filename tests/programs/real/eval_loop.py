@@ -37,7 +37,9 @@ def validate(loader, model, args, batch_time):
     correct = seen = 0
     end = time.time()
     with torch.no_grad():
-        for x, y in loader:
+        for i, (x, y) in enumerate(loader):
+            if i == args.max_batches:
+                break
             x, y = x.to(args.device, non_blocking=True), y.to(args.device, non_blocking=True)
             correct += (model(x).argmax(1) == y).sum().item()
             seen += len(y)
@@ -50,6 +52,7 @@ def main():
     p = argparse.ArgumentParser(description="Evaluation loop over a DataLoader, several passes (synthetic data)")
     p.add_argument("--passes", type=int, default=3)
     p.add_argument("--batches", type=int, default=16, help="batches per pass")
+    p.add_argument("--max-batches", type=int, default=-1, help="end each pass after this many batches")
     p.add_argument("--batch-size", "-b", type=int, default=64)
     p.add_argument("--width", type=int, default=1024)
     p.add_argument("--device", default="cpu")
