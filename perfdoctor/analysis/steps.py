@@ -77,6 +77,7 @@ def choose_step(
     works: Callable[[str], bool] = lambda name: True,
     totals: Mapping[str, float] | None = None,
     replays: int = 0,
+    compiled_starts: Mapping[str, Sequence[int]] | None = None,
 ) -> Choice | None:
     """The step, by the order of evidence (docs/metrics.md, "Step"), the same for a trace
     (:func:`find_steps`) and for ``perfdoctor run``'s light pass (its scout,
@@ -88,6 +89,9 @@ def choose_step(
        is enough;
     3. compiled-graph calls, one per iteration (``## Call CompiledFxGraph`` ranges, the calls
        of a ``torch.compile``-d function): the most frequent, seen twice;
+       — of several compiled functions, the one whose calls enclose the others'
+       (:func:`iteration_call` over ``compiled_starts``, their calls' host starts): a
+       speculative decode's verifying forward, not its draft's k tokens;
     4. ``ProfilerStep#N``;
     5. the most frequent other range seen twice for which ``works(name)`` (it has GPU
        work); a tie goes to the longer total time in ``totals`` (the outer of two ranges
@@ -118,7 +122,7 @@ def choose_step(
         return Choice("serving", serving.STEP_NAME, "serving step ranges (vLLM/SGLang names)", False)
     compiled = [n for n in by_kind.get(rangenames.COMPILED, ()) if counts[n] >= 2]
     if compiled:
-        name = max(compiled, key=lambda n: counts[n])
+        name = iteration_call({n: (compiled_starts or {}).get(n, ()) for n in compiled}) or max(compiled, key=lambda n: counts[n])
         how = f"compiled-graph calls {name!r} ({counts[name]}x), timed as {ITERATION}"
         return Choice("compiled", name, how, True)
     if by_kind.get(rangenames.PROFILER_STEP):
@@ -178,14 +182,21 @@ def iteration_instance(instances: Sequence[int]) -> int | None:
     a model called once per run of the loop (an evaluation before and after it) encloses
     the loop too, but it is an outer loop. Two models called alike (a teacher and its
     student) enclose each other: the first called. Two models each in a loop of its own,
-    one after the other, enclose none: None."""
+    one after the other, enclose none: None.
+
+    An instance called once per run of a loop that another repeats through (a prefill before
+    each generation's decode calls) encloses it too, with no third to outrank it: it marks
+    an outer loop, not the iteration, when it runs no more often than the other runs per
+    gap between two of its calls (``mine.size ** 2 <= other.size``: 3 generations of 31
+    decode calls), while an iteration's mark repeats more often than its few inner calls (a
+    speculative decode's 26 verifying forwards, 4 drafts each: 104)."""
     at = np.asarray(instances, dtype=np.int64)
     ordinals, counts = np.unique(at, return_counts=True)
     calls = {int(o): np.flatnonzero(at == o) for o, n in zip(ordinals, counts) if n >= 2}
 
     def encloses(mine: np.ndarray, other: np.ndarray) -> bool:
         between = np.searchsorted(other, mine[1:]) - np.searchsorted(other, mine[:-1])
-        return bool(np.mean(between > 0) > ENCLOSES)
+        return bool(np.mean(between > 0) > ENCLOSES) and mine.size ** 2 > other.size
 
     marks = [
         o for o, mine in calls.items()
@@ -193,6 +204,49 @@ def iteration_instance(instances: Sequence[int]) -> int | None:
     ]
     # the most calls; a tie goes to the first called (ordinals are in order of first call)
     return max(marks, key=lambda o: (calls[o].size, -o), default=None)
+
+
+def iteration_call(starts: Mapping[str, Sequence[int]]) -> str | None:
+    """Which of several repeating functions (``starts``: each one's calls' host starts) marks
+    the loop iteration: :func:`iteration_instance`'s rule over their calls in time order,
+    each function an ordinal by its first call. gpt-fast's speculative decode compiles
+    ``decode_one_token`` (the draft's k tokens) and ``model_forward`` (the target verifying
+    them in one call): the most frequent compiled function was the draft's token, k steps
+    per iteration. None when none encloses the others (one function: the caller's choice)."""
+    names = sorted((n for n, h in starts.items() if len(h) >= 2), key=lambda n: min(starts[n]))
+    if len(names) < 2:
+        return None
+    calls = sorted((h, k) for k, n in enumerate(names) for h in starts[n])
+    mark = iteration_instance([k for _, k in calls])
+    return None if mark is None else names[mark]
+
+
+def others_between(mine: Sequence[int], others: Sequence[int]) -> list[bool]:
+    """For each two consecutive calls ``mine`` (host starts, in order), whether one of
+    ``others`` starts between them: known work of the iteration, never a pause
+    (:func:`perfdoctor.analysis.steady.iteration_ends_ns`'s ``joined``)."""
+    at, other = np.asarray(mine, dtype=np.int64), np.sort(np.asarray(others, dtype=np.int64))
+    return (np.searchsorted(other, at[1:]) > np.searchsorted(other, at[:-1])).tolist()
+
+
+def iteration_begins(mine: Sequence[int], others: Sequence[int]) -> np.ndarray:
+    """Which calls ``mine`` (host starts, in order) of the function marking the iteration
+    (:func:`iteration_call`) begin one: the first, and each after a call of ``others``. A
+    second call with none between is the same iteration's (gpt-fast's speculative decode,
+    every draft token accepted, runs ``model_forward`` once more, on the draft, to fill its
+    cache: 41 calls for 26 iterations)."""
+    if not len(others):
+        return np.ones(len(mine), dtype=bool)
+    return np.r_[True, others_between(mine, others)].astype(bool)
+
+
+def _iteration_marks(marks: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
+    """The compiled-call ``marks`` that begin an iteration (:func:`iteration_begins`), against
+    the other compiled functions' calls in ``ranges``."""
+    kinds = per_name(ranges["name"], rangenames.kind)
+    others = ranges.loc[(kinds == rangenames.COMPILED).to_numpy() & (ranges["name"] != marks["name"].iloc[0]).to_numpy(), "start_ns"]
+    marks = marks.sort_values("start_ns", kind="stable")
+    return marks[iteration_begins(marks["start_ns"].to_numpy(np.int64), others.to_numpy(np.int64))]
 
 
 def training_loop(hosts: Mapping[str, Sequence[int]], ends_of_passes: Sequence[int] = ()) -> tuple[dict[str, int], list[int]]:
@@ -491,6 +545,8 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
             # model's forward leaves out the host work of HF generate's loop between forwards
             # (logits processors, stopping criteria: 1.6 ms of a 20 ms token on the H200)
             loop = marker == rangenames.LOOP
+            if marker == rangenames.COMPILED:
+                matched = _iteration_marks(matched, ranges)
             timed = loop_ranges(matched, fetches, training, work) if loop else iteration_ranges(matched, waits)
             if not timed.empty:
                 return pattern, timed, None, how if (module_step or ITERATION in how) else f"{how}, timed as {ITERATION}"
@@ -511,9 +567,10 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
     counts = {**ranges["name"].value_counts(sort=False).to_dict(), **trained, **fetched}  # a loader's batches, as run counts them
     lengths = (ranges["end_ns"] - ranges["start_ns"]).groupby(ranges["name"]).sum().to_dict()
     cpu = ran_no_gpu(profile)  # no GPU work for a range to have: a CPU program's repeating range is its step
+    compiled = ranges[per_name(ranges["name"], rangenames.kind) == rangenames.COMPILED]
     choice = choose_step(
         counts, works=lambda n: cpu or _has_gpu_work(ranges[ranges["name"] == n], launch_calls, profile), totals=lengths,
-        replays=len(replays)
+        replays=len(replays), compiled_starts={n: g.to_numpy(np.int64) for n, g in compiled.groupby("name", sort=False)["start_ns"]}
     )
     if choice is not None and cpu and choice.kind == "range":
         choice = Choice("range", choice.name, f"ranges named {choice.name!r}: the most frequent range, no GPU ran ({counts[choice.name]}x)", False)
@@ -533,7 +590,7 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
         if choice.kind == "loop":
             marks = loop_ranges(marks, fetches, training, work)  # not an evaluation loop's batches
         elif choice.iteration:
-            marks = iteration_ranges(marks, waits)
+            marks = iteration_ranges(_iteration_marks(marks, ranges) if choice.name != GRAPH_REPLAY else marks, waits)
         else:
             marks = _outermost(marks)
         if not marks.empty:

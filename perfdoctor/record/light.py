@@ -114,7 +114,8 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
     # one series per CUDA graph replayed (the bootstrap's GraphReplays): its replays are the
     # step when that graph is (nearly) every replay, as a trace's graph launches are
     graph = steps.one_graph({n: c for n, c in counts.items() if rangenames.kind(n) == rangenames.REPLAY})
-    choice = steps.choose_step(counts, user=user, modules=modules, replays=counts[graph] if graph else 0)
+    compiled = {n: s["host_start_ns"][: len(s["gpu_end_ns"])] for n, s in series.items() if rangenames.kind(n) == rangenames.COMPILED}
+    choice = steps.choose_step(counts, user=user, modules=modules, replays=counts[graph] if graph else 0, compiled_starts=compiled)
     if choice is None:
         return None, None, None, False
     name = graph if choice.name == steps.GRAPH_REPLAY else choice.name
@@ -141,6 +142,12 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
         _, calls, module, how, joined = found  # type: ignore[misc]
     else:
         calls, prefill = with_eager_calls(name, series[name], results.modules) if choice.kind == "compiled" else (series[name], "")
+    if choice.kind == "compiled":
+        # another compiled function's calls between two of the step's (a speculative decode's
+        # draft tokens between two verifying forwards) are the iteration's work, never a pause
+        others = [h for n, hs in compiled.items() if n != name for h in hs]
+        calls = series_rows(calls, np.flatnonzero(steps.iteration_begins(calls["host_start_ns"], others)).tolist())
+        joined = steps.others_between(calls["host_start_ns"], others)
     if choice.kind == "loop":
         timed = loop_series(name, calls, series, ends_of_passes, marks, work)
     elif choice.iteration:

@@ -20,7 +20,7 @@ import pytest
 
 from perfdoctor.analysis import serving
 from perfdoctor.analysis.metrics import analyze
-from perfdoctor.analysis.steps import choose_step, find_steps
+from perfdoctor.analysis.steps import choose_step, find_steps, iteration_begins, iteration_call
 from perfdoctor.pipeline import load_trace
 from perfdoctor.profile import BundleFacts
 
@@ -310,3 +310,22 @@ def test_a_runs_module_step_is_timed_as_the_loop_iteration_in_the_trace() -> Non
     # without the run's module step the same ranges are user ranges: each call alone
     plain = find_steps(load_trace(path))
     assert plain.count == 5
+
+
+def test_the_compiled_function_whose_calls_enclose_the_others_marks_the_iteration() -> None:
+    # gpt-fast's speculative decode: 4 draft tokens (decode_one_token), then one verify
+    # (model_forward), 10 iterations; the verify is the step, not the 40 draft tokens
+    draft = [10 * i + k for i in range(10) for k in range(4)]
+    verify = [10 * i + 5 for i in range(10)]
+    starts = {"torch.compile: decode_one_token": draft, "torch.compile: model_forward": verify}
+    assert iteration_call(starts) == "torch.compile: model_forward"
+    counts = {n: len(h) for n, h in starts.items()}
+    assert choose_step(counts, compiled_starts=starts).name == "torch.compile: model_forward"
+    assert choose_step(counts).name == "torch.compile: decode_one_token"  # without the starts: the most frequent
+    # a compiled prefill before each generation's 30 decode calls encloses them too, but it
+    # runs no more often than they run per generation: an outer loop, the decode call is the step
+    prefill = [100 * g for g in range(3)]
+    decode = [100 * g + 1 + k for g in range(3) for k in range(30)]
+    assert iteration_call({"torch.compile: prefill": prefill, "torch.compile: decode_one_token": decode}) is None
+    # every draft accepted: model_forward runs again at once (the draft's cache fill), the same iteration
+    assert iteration_begins([5, 6, 15, 25, 26], [1, 2, 11, 12, 21, 22]).tolist() == [True, False, True, True, False]
