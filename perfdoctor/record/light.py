@@ -143,11 +143,7 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
     else:
         calls, prefill = with_eager_calls(name, series[name], results.modules) if choice.kind == "compiled" else (series[name], "")
     if choice.kind == "compiled":
-        # another compiled function's calls between two of the step's (a speculative decode's
-        # draft tokens between two verifying forwards) are the iteration's work, never a pause
-        others = [h for n, hs in compiled.items() if n != name for h in hs]
-        calls = series_rows(calls, np.flatnonzero(steps.iteration_begins(calls["host_start_ns"], others)).tolist())
-        joined = steps.others_between(calls["host_start_ns"], others)
+        calls, joined = compiled_iterations(calls, [h for n, hs in compiled.items() if n != name for h in hs])
     if choice.kind == "loop":
         timed = loop_series(name, calls, series, ends_of_passes, marks, work)
     elif choice.iteration:
@@ -160,6 +156,15 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
         series[name] = timed
         results.series = series
     return name, choice.how + prefill if module is None else how, module, choice.iteration
+
+
+def compiled_iterations(calls: dict[str, Any], others: list[int]) -> tuple[dict[str, Any], list[bool]]:
+    """The compiled calls that begin an iteration (:func:`perfdoctor.analysis.steps.iteration_begins`:
+    not the draft's cache fill right after a speculative decode's verify), and which
+    iterations hold the other compiled functions' calls (``others``, host starts: the
+    draft's tokens before the next verify): the iteration's work, never a pause."""
+    calls = series_rows(calls, np.flatnonzero(steps.iteration_begins(calls["host_start_ns"], others)).tolist())
+    return calls, steps.others_between(calls["host_start_ns"], others)
 
 
 def call_iterations(calls: dict[str, Any], joined: list[bool] | None, waits: dict[str, list[int]] | None) -> dict[str, Any]:
