@@ -36,6 +36,7 @@ import pandas as pd
 from perfdoctor.analysis.metrics import Analysis
 from perfdoctor.reports import attribution, common
 from perfdoctor.reports.format import html as e, svg_number as at  # e: element text and attribute values; at: a coordinate
+from perfdoctor.reports.estimates import formula
 from perfdoctor.text import count, duration_us, num, percent, tick, value
 from perfdoctor.reports.summary import uneven_steps_lines, workload_lines
 from perfdoctor.reports.json import document
@@ -640,7 +641,7 @@ def _finding_html(f: Finding, analysis: Analysis, shown_before: dict[tuple[str, 
         out.append(f'<p class="muted">{e(f.reason)}</p>')
     est = common.estimate_line(f, analysis)
     if est:
-        out.append(f'<p class="est">{e(est)}</p><p class="muted">{e(f.estimate.formula)}</p>')
+        out.append(f'<p class="est">{e(est)}</p><p class="muted">{e(formula(f.estimate))}</p>')
     if common.no_estimate_line(f):
         out.append(f'<p class="muted">{e(common.no_estimate_line(f))}</p>')
     if common.overlap_line(f):

@@ -13,6 +13,7 @@ from typing import Sequence
 from perfdoctor.analysis.metrics import Analysis
 from perfdoctor.reports import attribution, bounds, common
 from perfdoctor.reports.format import md_cell, md_text
+from perfdoctor.reports.estimates import formula
 from perfdoctor.reports.summary import uneven_steps_lines, workload_lines
 from perfdoctor.rules.engine import Finding
 from perfdoctor.rules.evidence import Evidence
@@ -48,9 +49,9 @@ def _finding(f: Finding, analysis: Analysis, shown_before: dict[tuple[str, str],
         out.append(f"- **Note:** {md_text(f.reason)}")
     est = common.estimate_line(f, analysis)
     if est:
-        out.append(f"- **Estimate:** {md_text(est)}. _{md_text(f.estimate.formula)}_")
+        out.append(f"- **Estimate:** {md_text(est)}. _{md_text(formula(f.estimate))}_")
     if common.no_estimate_line(f):
-        out.append(f"- **Estimate:** none. {md_text(f.estimate_reason)}")
+        out.append(f"- **Estimate:** none. {md_text(common.estimate_reason(f))}")
     if common.overlap_line(f):
         out.append(f"- {md_text(common.overlap_line(f))}")
     out.append(f"- **Cite:** {md_text(f.citation)}")

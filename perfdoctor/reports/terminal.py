@@ -20,6 +20,7 @@ from rich.text import Text
 from perfdoctor.analysis.metrics import Analysis
 from perfdoctor.reports import attribution, bounds, common
 from perfdoctor.reports.code import Code
+from perfdoctor.reports.estimates import formula
 from perfdoctor.rules.engine import Finding
 from perfdoctor.rules.evidence import Evidence
 from perfdoctor.text import clean
@@ -58,7 +59,7 @@ def _finding(f: Finding, analysis: Analysis, shown_before: dict[tuple[str, str],
     est = common.estimate_line(f, analysis)
     if est:
         lines.append(Text(f"Estimate: {est}", style="green"))
-        lines.append(Text(f"  {f.estimate.formula}", style="dim"))
+        lines.append(Text(f"  {formula(f.estimate)}", style="dim"))
     if common.no_estimate_line(f):
         lines.append(Text(common.no_estimate_line(f), style="dim"))
     named = {s.rule_id for s in same}
