@@ -11,6 +11,7 @@ from typing import Sequence
 from perfdoctor.analysis.metrics import Analysis, Metric
 from perfdoctor.bundle.protocol import PassRun
 from perfdoctor.text import num, value
+from perfdoctor.reports import evidence
 from perfdoctor.reports.estimates import needs
 from perfdoctor.rules.engine import NOT_APPLICABLE, NOT_JUDGED, Finding, verdict
 
@@ -24,9 +25,11 @@ def fmt_metric(m: Metric) -> str:
 
 
 def cell(v: object) -> object:
-    """An evidence table's cell for a person: a number through :func:`num` (the rows keep
+    """An evidence table's cell for a person: a number with a meaning as findings.json words
+    it (:func:`perfdoctor.reports.evidence.cell`), a number through :func:`num` (the rows keep
     floats for findings.json, and ``str`` would print 863 kernels per step as ``863.0``),
     anything else as it is."""
+    v = evidence.cell(v)
     return num(v) if isinstance(v, float) else v
 
 

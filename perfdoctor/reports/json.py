@@ -13,6 +13,7 @@ from perfdoctor.io import dumps_json
 from perfdoctor.reports import attribution
 from perfdoctor.reports.common import estimate_reason, outcome, verdict_line
 from perfdoctor.reports.estimates import formula
+from perfdoctor.reports.evidence import evidence_json
 from perfdoctor.rules.engine import Finding, verdict
 
 SCHEMA = "perfdoctor.findings/1"
@@ -79,7 +80,7 @@ def finding_json(f: Finding) -> dict[str, Any]:
         },
         "estimate_reason": estimate_reason(f),
         "projected": f.projected or None,
-        "evidence": [e.to_json() for e in f.evidence],
+        "evidence": [evidence_json(e) for e in f.evidence],
         "remediation": None if f.remediation is None else f.remediation.to_json(),
     }
 
