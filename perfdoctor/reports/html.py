@@ -387,7 +387,8 @@ def families_chart(analysis: Analysis) -> str | None:
     top = max(float(r[1]) for r in rows) or 1.0
     bar_w, left = 620.0, 170.0
     body: list[str] = []
-    for i, (fam, ms, share, n) in enumerate(rows):
+    for i, (fam, ms, of, n) in enumerate(rows):
+        share = words.cell(of)  # the share as the table and findings.json say it
         y = 6 + i * 24
         body.append(_text(left - 8, y + 14, fam, "end"))
         cls = {"memcpy": "c", "memset": "s"}.get(fam, "bar")
