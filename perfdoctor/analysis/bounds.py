@@ -51,7 +51,7 @@ from perfdoctor.analysis.attribution import BUSY_PARTS, LABELS, activity_part_co
 from perfdoctor.analysis.ownership import containing
 from perfdoctor.names.codes import factorize
 from perfdoctor.names.families import family
-from perfdoctor.text import percent, setting, value
+from perfdoctor.text import percent, value
 
 LATENCY_NS = 10_000  # a kernel with less work than this at the ceilings spends much of its time in ramp-up and tail
 MIN_COVERAGE = 0.5  # costed kernels must cover this share of a class's time for a verdict
@@ -490,19 +490,19 @@ class Bounds:
         what = ", ".join(f"{LABELS[c.part]} {value(c.tbps, 'TB/s')}" for c in mem)
         return float(moved / time_s / (self.peaks.bw_gbps * 1e9)), f"memory-bound classes ({what}) against {value(self.peaks.bw_gbps, 'GB/s')}, {self.peaks.bw_source}"
 
-    def memory_bound_gap_ms(self, target: float) -> tuple[float | None, str]:
+    def memory_bound_gap_ms(self, target: float) -> float | None:
         """Per step, the memory-bound classes' kernel time beyond what their bytes need at
-        ``target`` × the bandwidth ceiling (each class's costed time; never below 0)."""
+        ``target`` × the bandwidth ceiling (each class's costed time; never below 0); None
+        without memory-bound classes or a bandwidth ceiling."""
         mem = [c for c in self.classes if c.bound == "memory" and c.tbps]
         if not mem or not (self.peaks and self.peaks.bw_gbps) or not target:
-            return None, "needs memory-bound classes and a bandwidth ceiling"
+            return None
         gap = 0.0
         for c in mem:
             ms = c.time_ms * c.coverage
             floor = ms * c.tbps * 1e3 / (self.peaks.bw_gbps * target)  # the same bytes at target × ceiling
             gap += max(ms - floor, 0.0)
-        return gap, (f"Σ over the memory-bound classes of (kernel time − its bytes / ({setting(target)} × {value(self.peaks.bw_gbps, 'GB/s')})) "
-                     f"per step = {value(gap, 'ms')}")
+        return gap
 
     def to_json(self) -> dict[str, Any]:
         if self.reason:

@@ -54,11 +54,12 @@ def run_analyze(path: Path, step: Optional[str] = None, json_out: Optional[Path]
 
 
 def _report_ranks(d: Diagnosis, json_out: Optional[Path]) -> None:
+    from perfdoctor.reports.json import finding_json
     from perfdoctor.reports.ranks import render_ranks
 
     render_ranks(d, outputs.report_console(json_out))
     if json_out is not None:
         payload = d.cross_rank.to_json()
-        payload["findings"] = {str(r): [f.to_json() for f in found] for r, found in d.rank_findings.items()}
+        payload["findings"] = {str(r): [finding_json(f) for f in found] for r, found in d.rank_findings.items()}
         outputs.emit_json(json_out, payload)
         outputs.wrote(json_out)

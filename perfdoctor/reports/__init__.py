@@ -7,6 +7,8 @@ Markdown, HTML and JSON; diffs and gates worded.
 - ``terminal``, ``summary``, ``markdown``, ``html``, ``json``  one formatter per output
   (``json.document``: findings.json)
 - ``common``       what every findings report says, worded once
+- ``estimates``    an estimate's formula, and why a failure has none (rules/ hands up the numbers)
+- ``evidence``     an evidence table's title, note and worded cells (``evidence_json``: its findings.json entry)
 - ``attribution``, ``bounds``, ``cpu``  the sections on where step time went, what bounds
                    each kernel class, a CPU-only run's operators
 - ``code``         a fix's code snippet on a console

@@ -11,6 +11,8 @@ from typing import Sequence
 from perfdoctor.analysis.metrics import Analysis, Metric
 from perfdoctor.bundle.protocol import PassRun
 from perfdoctor.text import num, value
+from perfdoctor.reports import evidence
+from perfdoctor.reports.estimates import needs
 from perfdoctor.rules.engine import NOT_APPLICABLE, NOT_JUDGED, Finding, verdict
 
 
@@ -23,9 +25,11 @@ def fmt_metric(m: Metric) -> str:
 
 
 def cell(v: object) -> object:
-    """An evidence table's cell for a person: a number through :func:`num` (the rows keep
+    """An evidence table's cell for a person: a number with a meaning as findings.json words
+    it (:func:`perfdoctor.reports.evidence.cell`), a number through :func:`num` (the rows keep
     floats for findings.json, and ``str`` would print 863 kernels per step as ``863.0``),
     anything else as it is."""
+    v = evidence.cell(v)
     return num(v) if isinstance(v, float) else v
 
 
@@ -72,11 +76,17 @@ def estimate_line(finding: Finding, analysis: Analysis) -> str | None:
     return text
 
 
+def estimate_reason(finding: Finding) -> str | None:
+    """Why a failure has no estimate (what its estimator needed, or the pack's word), or None."""
+    return None if finding.estimate_reason is None else needs(finding.estimate_reason)
+
+
 def no_estimate_line(finding: Finding) -> str | None:
     """``No estimate: <why>`` for a failure that cannot say what fixing it wins back."""
-    if finding.status != "fail" or finding.recovered_ms is not None or not finding.estimate_reason:
+    why = estimate_reason(finding)
+    if finding.status != "fail" or finding.recovered_ms is not None or not why:
         return None
-    return f"No estimate: {finding.estimate_reason}"
+    return f"No estimate: {why}"
 
 
 def overlap_line(finding: Finding) -> str | None:

@@ -36,6 +36,8 @@ import pandas as pd
 from perfdoctor.analysis.metrics import Analysis
 from perfdoctor.reports import attribution, common
 from perfdoctor.reports.format import html as e, svg_number as at  # e: element text and attribute values; at: a coordinate
+from perfdoctor.reports.estimates import formula
+from perfdoctor.reports import evidence as words
 from perfdoctor.text import count, duration_us, num, percent, tick, value
 from perfdoctor.reports.summary import uneven_steps_lines, workload_lines
 from perfdoctor.reports.json import document
@@ -385,7 +387,8 @@ def families_chart(analysis: Analysis) -> str | None:
     top = max(float(r[1]) for r in rows) or 1.0
     bar_w, left = 620.0, 170.0
     body: list[str] = []
-    for i, (fam, ms, share, n) in enumerate(rows):
+    for i, (fam, ms, of, n) in enumerate(rows):
+        share = words.cell(of)  # the share as the table and findings.json say it
         y = 6 + i * 24
         body.append(_text(left - 8, y + 14, fam, "end"))
         cls = {"memcpy": "c", "memset": "s"}.get(fam, "bar")
@@ -620,13 +623,14 @@ def _bin_series(t: np.ndarray, v: np.ndarray, bins: int) -> tuple[np.ndarray, np
 # --- findings -------------------------------------------------------------------------------
 
 def _evidence_html(ev: Evidence) -> str:
-    parts = [f"<h4>{e(ev.title)}</h4>"]
+    parts = [f"<h4>{e(words.title(ev))}</h4>"]
     if ev.rows:
         parts.append("<table><tr>" + "".join(f"<th>{e(c)}</th>" for c in ev.columns) + "</tr>")
         parts += ["<tr>" + "".join(f"<td>{e(common.cell(v))}</td>" for v in row) + "</tr>" for row in ev.rows]
         parts.append("</table>")
-    if ev.note:
-        parts.append(f'<p class="muted">{e(ev.note)}</p>')
+    note = words.note(ev)
+    if note:
+        parts.append(f'<p class="muted">{e(note)}</p>')
     return "".join(parts)
 
 
@@ -640,7 +644,7 @@ def _finding_html(f: Finding, analysis: Analysis, shown_before: dict[tuple[str, 
         out.append(f'<p class="muted">{e(f.reason)}</p>')
     est = common.estimate_line(f, analysis)
     if est:
-        out.append(f'<p class="est">{e(est)}</p><p class="muted">{e(f.estimate.formula)}</p>')
+        out.append(f'<p class="est">{e(est)}</p><p class="muted">{e(formula(f.estimate))}</p>')
     if common.no_estimate_line(f):
         out.append(f'<p class="muted">{e(common.no_estimate_line(f))}</p>')
     if common.overlap_line(f):
@@ -648,7 +652,7 @@ def _finding_html(f: Finding, analysis: Analysis, shown_before: dict[tuple[str, 
     out.append(f'<p class="muted">Cite: {e(f.citation)}</p>')
     for ev in f.evidence:
         owner = shown_before.get((f.rule_id, ev.kind))
-        out.append(f'<p class="muted">{e(ev.title)}: see <a href="#finding-{e(owner)}">{e(owner)}</a></p>' if owner else _evidence_html(ev))
+        out.append(f'<p class="muted">{e(words.title(ev))}: see <a href="#finding-{e(owner)}">{e(owner)}</a></p>' if owner else _evidence_html(ev))
     if f.remediation:
         out.append("<h4>Fix</h4><ol>" + "".join(f"<li>{e(s)}</li>" for s in f.remediation.steps) + "</ol>")
         if f.remediation.snippet:

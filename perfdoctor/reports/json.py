@@ -11,7 +11,9 @@ from typing import Any, Sequence
 from perfdoctor.analysis.metrics import Analysis, jsonable
 from perfdoctor.io import dumps_json
 from perfdoctor.reports import attribution
-from perfdoctor.reports.common import outcome, verdict_line
+from perfdoctor.reports.common import estimate_reason, outcome, verdict_line
+from perfdoctor.reports.estimates import formula
+from perfdoctor.reports.evidence import evidence_json
 from perfdoctor.rules.engine import Finding, verdict
 
 SCHEMA = "perfdoctor.findings/1"
@@ -44,7 +46,42 @@ def document(findings: Sequence[Finding], analysis: Analysis, packs: Sequence[st
         "rule_packs": list(packs),
         # the sources the findings cite, once (titles, sections, the original titles)
         "sources": {c.source.id: c.source.to_json() for f in findings for c in f.cites},
-        "findings": [f.to_json() for f in findings],
+        "findings": [finding_json(f) for f in findings],
+    }
+
+
+def finding_json(f: Finding) -> dict[str, Any]:
+    """One entry of ``findings.json`` (schema in docs/rules.md). Written here, where the
+    findings are worded, not by the Finding: its estimate is numbers and a reason code, and
+    the formula and the reason the entry carries are the sentences every report prints."""
+    return {
+        "id": f.rule_id,
+        "title": f.title,
+        "status": f.status,
+        "severity": f.severity,
+        "rank": f.rank,
+        "metric": f.metric,
+        "value": f.value,
+        "comparator": f.comparator,
+        "threshold": f.threshold,
+        "threshold_origin": f.threshold_origin or None,
+        "values": {k: m.to_json() for k, m in f.values.items()},
+        "citation": f.citation,
+        "citations": [c.to_json() for c in f.cites],
+        "reason": f.reason,
+        "context": f.context,
+        "estimate": None
+        if f.estimate is None
+        else {
+            "kind": f.estimate_kind,
+            "recovered_ms_per_step": f.estimate.ms_per_step,
+            "formula": formula(f.estimate),
+            "overlaps": f.overlaps,
+        },
+        "estimate_reason": estimate_reason(f),
+        "projected": f.projected or None,
+        "evidence": [evidence_json(e) for e in f.evidence],
+        "remediation": None if f.remediation is None else f.remediation.to_json(),
     }
 
 

@@ -13,6 +13,8 @@ from typing import Sequence
 from perfdoctor.analysis.metrics import Analysis
 from perfdoctor.reports import attribution, bounds, common
 from perfdoctor.reports.format import md_cell, md_text
+from perfdoctor.reports.estimates import formula
+from perfdoctor.reports import evidence as words
 from perfdoctor.reports.summary import uneven_steps_lines, workload_lines
 from perfdoctor.rules.engine import Finding
 from perfdoctor.rules.evidence import Evidence
@@ -22,14 +24,15 @@ MAX_CHARS = 60_000  # GitHub rejects comments over 65,536 characters
 
 
 def _table(e: Evidence) -> list[str]:
-    out = [f"**{md_cell(e.title)}**", ""]
+    out = [f"**{md_cell(words.title(e))}**", ""]
     if e.rows:
         out.append("| " + " | ".join(md_cell(c) for c in e.columns) + " |")
         out.append("|" + "---|" * len(e.columns))
         out.extend("| " + " | ".join(md_cell(common.cell(v)) for v in row) + " |" for row in e.rows)
         out.append("")
-    if e.note:
-        out += [f"_{md_text(e.note)}_", ""]
+    note = words.note(e)
+    if note:
+        out += [f"_{md_text(note)}_", ""]
     return out
 
 
@@ -48,9 +51,9 @@ def _finding(f: Finding, analysis: Analysis, shown_before: dict[tuple[str, str],
         out.append(f"- **Note:** {md_text(f.reason)}")
     est = common.estimate_line(f, analysis)
     if est:
-        out.append(f"- **Estimate:** {md_text(est)}. _{md_text(f.estimate.formula)}_")
+        out.append(f"- **Estimate:** {md_text(est)}. _{md_text(formula(f.estimate))}_")
     if common.no_estimate_line(f):
-        out.append(f"- **Estimate:** none. {md_text(f.estimate_reason)}")
+        out.append(f"- **Estimate:** none. {md_text(common.estimate_reason(f))}")
     if common.overlap_line(f):
         out.append(f"- {md_text(common.overlap_line(f))}")
     out.append(f"- **Cite:** {md_text(f.citation)}")
@@ -61,7 +64,7 @@ def _finding(f: Finding, analysis: Analysis, shown_before: dict[tuple[str, str],
     details: list[str] = []
     for e in f.evidence:
         owner = shown_before.get((f.rule_id, e.kind))
-        details += [f"_{md_cell(e.title)}: see `{owner}` above._", ""] if owner else _table(e)
+        details += [f"_{md_cell(words.title(e))}: see `{owner}` above._", ""] if owner else _table(e)
     if f.remediation and f.remediation.snippet:
         details += _snippet(f.remediation.snippet) + [""]
     if details:

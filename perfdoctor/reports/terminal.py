@@ -20,6 +20,8 @@ from rich.text import Text
 from perfdoctor.analysis.metrics import Analysis
 from perfdoctor.reports import attribution, bounds, common
 from perfdoctor.reports.code import Code
+from perfdoctor.reports.estimates import formula
+from perfdoctor.reports import evidence as words
 from perfdoctor.rules.engine import Finding
 from perfdoctor.rules.evidence import Evidence
 from perfdoctor.text import clean
@@ -28,15 +30,16 @@ SEVERITY_STYLE = {"critical": "bold white on red", "error": "bold red", "warning
 
 
 def _evidence_table(e: Evidence) -> RenderableType:
-    t = Table(title=Text(clean(e.title)), title_justify="left", title_style="bold", show_edge=False, pad_edge=False)
+    t = Table(title=Text(clean(words.title(e))), title_justify="left", title_style="bold", show_edge=False, pad_edge=False)
     for col in e.columns:
         # Names from the trace are untrusted text: Text(...) never interprets rich markup.
         t.add_column(Text(clean(col)), overflow="fold")
     for row in e.rows:
         t.add_row(*(Text(clean(common.cell(v))) for v in row))
-    parts: list[RenderableType] = [t] if e.rows else [Text(e.title, style="bold")]
-    if e.note:
-        parts.append(Text(e.note, style="dim"))
+    parts: list[RenderableType] = [t] if e.rows else [Text(words.title(e), style="bold")]
+    note = words.note(e)
+    if note:
+        parts.append(Text(note, style="dim"))
     return Group(*parts)
 
 
@@ -58,7 +61,7 @@ def _finding(f: Finding, analysis: Analysis, shown_before: dict[tuple[str, str],
     est = common.estimate_line(f, analysis)
     if est:
         lines.append(Text(f"Estimate: {est}", style="green"))
-        lines.append(Text(f"  {f.estimate.formula}", style="dim"))
+        lines.append(Text(f"  {formula(f.estimate)}", style="dim"))
     if common.no_estimate_line(f):
         lines.append(Text(common.no_estimate_line(f), style="dim"))
     named = {s.rule_id for s in same}
@@ -69,7 +72,7 @@ def _finding(f: Finding, analysis: Analysis, shown_before: dict[tuple[str, str],
     lines.append(Text(f"Cite: {f.citation}", style="dim"))
     for e in f.evidence:
         owner = shown_before.get((f.rule_id, e.kind))
-        lines.append(Text(f"{e.title}: see {owner} above", style="dim") if owner else Padding(_evidence_table(e), (0, 0, 0, 2), expand=False))
+        lines.append(Text(f"{words.title(e)}: see {owner} above", style="dim") if owner else Padding(_evidence_table(e), (0, 0, 0, 2), expand=False))
     if f.remediation is not None:
         lines.append(Text("Fix:", style="bold"))
         for i, step in enumerate(f.remediation.steps, start=1):

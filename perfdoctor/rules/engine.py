@@ -58,7 +58,7 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, packaged as tomli
 from perfdoctor.errors import UsageError
 from perfdoctor.text import clean, clean_block, percent, setting, value
 from perfdoctor.analysis.metrics import Analysis, Metric
-from perfdoctor.rules.estimates import ESTIMATES, Estimate
+from perfdoctor.rules.estimates import ESTIMATES, Estimate, Need, Unavailable
 from perfdoctor.rules.evidence import EVIDENCE, Evidence
 from perfdoctor.rules.signals import KNOWN_INPUTS, inputs
 
@@ -754,7 +754,7 @@ class Finding:
     remediation: Remediation | None = None
     estimate: Estimate | None = None
     estimate_kind: str | None = None
-    estimate_reason: str | None = None  # a failure without an estimate: why it cannot give one
+    estimate_reason: Unavailable | None = None  # a failure without an estimate: why it cannot give one
     projected: dict[str, float] = field(default_factory=dict)
     reason: str | None = None
     context: list[str] = field(default_factory=list)  # conditions that selected a variant
@@ -770,38 +770,6 @@ class Finding:
     def value(self) -> float | None:
         m = self.values.get(self.metric or "")
         return None if m is None else m.value
-
-    def to_json(self) -> dict[str, Any]:
-        """One entry of ``findings.json`` (schema in docs/rules.md)."""
-        return {
-            "id": self.rule_id,
-            "title": self.title,
-            "status": self.status,
-            "severity": self.severity,
-            "rank": self.rank,
-            "metric": self.metric,
-            "value": self.value,
-            "comparator": self.comparator,
-            "threshold": self.threshold,
-            "threshold_origin": self.threshold_origin or None,
-            "values": {k: m.to_json() for k, m in self.values.items()},
-            "citation": self.citation,
-            "citations": [c.to_json() for c in self.cites],
-            "reason": self.reason,
-            "context": self.context,
-            "estimate": None
-            if self.estimate is None
-            else {
-                "kind": self.estimate_kind,
-                "recovered_ms_per_step": self.estimate.ms_per_step,
-                "formula": self.estimate.formula,
-                "overlaps": self.overlaps,
-            },
-            "estimate_reason": self.estimate_reason,
-            "projected": self.projected or None,
-            "evidence": [e.to_json() for e in self.evidence],
-            "remediation": None if self.remediation is None else self.remediation.to_json(),
-        }
 
 
 def _not_evaluated(rule: Rule, values: dict[str, Metric]) -> str:
@@ -931,15 +899,12 @@ def evaluate_rule(rule: Rule, analysis: Analysis, values: dict[str, Metric], evi
         finding.estimate_kind = spec.kind
         finding.projected = _projection(analysis, finding.estimate.ms_per_step)
         _stake_severity(analysis, finding)
-        if finding.estimate.ms_per_step is None:
-            finding.estimate_reason = finding.estimate.formula  # the estimator says what it needed
+        if isinstance(finding.estimate.how, Unavailable):
+            finding.estimate_reason = finding.estimate.how  # the estimator says what it needed
     elif finding.status == "fail":
-        finding.estimate_reason = rule.no_estimate or NO_ESTIMATE_DEFAULT
+        # A failing rule always says what fixing it wins back, or why it cannot (issue 20, item 11).
+        finding.estimate_reason = Unavailable(Need.FORMULA, rule.no_estimate or None)
     return finding
-
-
-# A failing rule always says what fixing it wins back, or why it cannot (issue 20, item 11).
-NO_ESTIMATE_DEFAULT = "the rule pack gives this rule no formula for the time it costs (add [rule.estimate] or no_estimate)"
 
 
 def _collect(kind: str, analysis: Analysis, memo: dict[str, Evidence] | None) -> Evidence:

@@ -2,7 +2,8 @@
 
 The report ranks failures by these numbers, so each one is a formula a reader can check
 against the trace, not a model. Every estimator returns the milliseconds per step and the
-formula in words with the numbers it used. Parameters (``residual_gap_us``, ``speedup``)
+numbers of its formula (one dataclass per formula below), which
+:mod:`perfdoctor.reports.estimates` words: a number becomes text in reports/ only. Parameters (``residual_gap_us``, ``speedup``)
 come from the rule's ``[rule.estimate]`` table, so a pack can restate an assumption. Each
 also gets the values the rules read (:func:`perfdoctor.rules.signals.inputs`): a number of
 the whole job, as the straggler's delay, is one of them and in no rank's Analysis.
@@ -13,8 +14,9 @@ additive; the engine marks findings that share an estimate as overlapping.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Union
 
 import numpy as np
 import pandas as pd
@@ -24,13 +26,169 @@ from perfdoctor.analysis.attribution import is_layout_conversion
 from perfdoctor.analysis.metrics import Analysis, Metric
 from perfdoctor.names.codes import equals, per_name
 from perfdoctor.rules.signals import attention_softmax, model_bytes_per_step, step_activities
-from perfdoctor.text import count, duration_us, num, setting, value
+
+
+class Need(enum.Enum):
+    """What an estimate cannot be made without."""
+
+    GPU_STEPS = "gpu_steps"  # steps with GPU work
+    EXPOSED_COMM = "exposed_comm"  # the exposed_comm_ms_per_step metric
+    RANKS = "ranks"  # several ranks of one job
+    ATTRIBUTION = "attribution"  # the step attribution
+    DRAM_BW = "dram_bw"  # dram_bw_util and steps with GPU work
+    LIGHT_STEPS = "light_steps"  # the light pass's steady steps
+    PYTHON_STACKS = "python_stacks"  # Python stacks in the trace
+    FORMULA = "formula"  # the pack gives the rule no estimate: the finding's, not an estimator's
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    """No estimate: what it needs, and ``why`` it is missing as its source said it (the
+    analysis's reason, which analysis/ still words; the pack's ``no_estimate``), if any."""
+
+    need: Need
+    why: str | None = None
+
+
+class Of(enum.Enum):
+    """What a median per step is of."""
+
+    EXPOSED_COMM = "exposed_comm"  # |communication| − |communication ∩ compute|
+    STRAGGLER = "straggler"  # the straggler's busy time − the other ranks'
+    SYNC_WAIT = "sync_wait"  # the idle gaps in which a synchronizing call returned or was in flight
+    COPIES = "copies"  # copy + memset time
+    SOFTMAX = "softmax"  # softmax kernel time
+    PAGEABLE = "pageable"  # pageable copy time, × the part pinned memory saves
+    FP32_GEMM = "fp32_gemm"  # fp32 GEMM time, × the part bf16 saves
+
+
+@dataclass(frozen=True)
+class Median:
+    """The median per step of ``of``, × (1 − 1/``speedup``) where the fix makes it faster."""
+
+    of: Of
+    ms: float
+    speedup: float | None = None
+
+
+class Gaps(enum.Enum):
+    """Which gaps a gap sum adds up."""
+
+    BETWEEN = "between"  # between the step's GPU activities (after a sync, or with the host in Python, excluded)
+    IN_REPLAY = "in_replay"  # between two kernels of a replayed graph
+    BESIDE_GRAPHS = "beside_graphs"  # next to the eager work beside the graphs
+
+
+@dataclass(frozen=True)
+class GapSum:
+    """Median over steps of Σ max(0, gap − ``residual_us``) over ``gaps`` (``ms``), capped at
+    the untraced idle time per step (× ``share`` for a part of the gaps) where it exceeds
+    it: ``cap_ms`` is then the estimate."""
+
+    gaps: Gaps
+    residual_us: float
+    ms: float
+    cap_ms: float | None = None
+    share: float | None = None
+
+
+class Floor(enum.Enum):
+    """Where a step's bandwidth floor came from (:func:`bandwidth_gap`)."""
+
+    DECLARED = "declared"  # declared bytes / (peak × target)
+    LIGHT = "light"  # dram_bw_util × untraced step period / target
+    SPAN = "span"  # dram_bw_util × |S| / steps / target
+
+
+@dataclass(frozen=True)
+class BandwidthGap:
+    """Median over steps of (GPU busy time − the step's bytes at ``target`` of peak, ``floor_ms``)."""
+
+    floor: Floor
+    target: float
+    floor_ms: float
+    ms: float
+
+
+@dataclass(frozen=True)
+class BoundsGap:
+    """Σ over the memory-bound classes of (kernel time − its bytes at ``target`` × ``bw_gbps``)."""
+
+    target: float
+    bw_gbps: float
+    ms: float
+
+
+@dataclass(frozen=True)
+class HostBusy:
+    """Idle time per step while the host ran Python, and the call sites that took it (ms per step)."""
+
+    ms: float
+    sites: tuple[tuple[str, float], ...]
+
+
+@dataclass(frozen=True)
+class PartTime:
+    """The attribution's ``what`` (a label of its parts) per step, × ``saved``."""
+
+    what: str
+    ms: float
+    source: str
+    saved: float
+
+
+@dataclass(frozen=True)
+class NchwFed:
+    """Per step, the NCHW<->NHWC conversions around the convolution kernels (:func:`nchw_fed`)."""
+
+    conversions: float
+    convolutions: float
+
+
+@dataclass(frozen=True)
+class LayoutTime:
+    """Layout transforms per step × ``saved``, plus ``penalty`` × the NCHW classes' time
+    (``nchw_ms``) where the step is ``fed`` NCHW tensors."""
+
+    transforms_ms: float
+    source: str
+    saved: float
+    ms: float
+    penalty: float = 0.0
+    nchw_ms: float = 0.0
+    fed: NchwFed | None = None
+
+
+@dataclass(frozen=True)
+class NormElementwise:
+    """(normalisation × (1 − ``penalty`` where ``fed``) + elementwise) per step × ``saved``."""
+
+    norm_ms: float
+    elementwise_ms: float
+    source: str
+    saved: float
+    ms: float
+    penalty: float = 0.0
+    fed: NchwFed | None = None
+
+
+@dataclass(frozen=True)
+class SlowStepTime:
+    """The light pass's slow steps: their time beyond the median, per step, × ``saved``."""
+
+    slow: steady.SlowSteps
+    per_step_ms: float
+    saved: float
+
+
+# An estimate's formula with its numbers, worded by perfdoctor.reports.estimates.formula.
+Formula = Union[Unavailable, Median, GapSum, BandwidthGap, BoundsGap, HostBusy, PartTime, LayoutTime, NormElementwise, SlowStepTime]
 
 
 @dataclass(frozen=True)
 class Estimate:
     ms_per_step: float | None
-    formula: str
+    how: Formula
 
 
 def _median_ms(values_ns: np.ndarray) -> float:
@@ -62,8 +220,8 @@ def exposed_comm(analysis: Analysis, threshold: float | None, params: dict[str, 
     ms = analysis.value("exposed_comm_ms_per_step")
     if ms is None:
         m = analysis.metrics.get("exposed_comm_ms_per_step")
-        return Estimate(None, f"needs exposed_comm_ms_per_step ({m.reason if m is not None else 'not computed'})")
-    return Estimate(ms, f"median over steps of |communication| − |communication ∩ compute| = {value(ms, 'ms')}")
+        return Estimate(None, Unavailable(Need.EXPOSED_COMM, m.reason if m is not None else None))
+    return Estimate(ms, Median(Of.EXPOSED_COMM, ms))
 
 
 def straggler_delay(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
@@ -71,8 +229,8 @@ def straggler_delay(analysis: Analysis, threshold: float | None, params: dict[st
     other rank waits for it in a collective (``straggler_delay_ms``, :mod:`perfdoctor.analysis.ranks`)."""
     ms = values["straggler_delay_ms"].value  # the job's, not in the rank's Analysis
     if ms is None:
-        return Estimate(None, "needs straggler_delay_ms (several ranks of one job)")
-    return Estimate(ms, f"the straggler's median busy time − the other ranks' = {value(ms, 'ms')} the others wait per step")
+        return Estimate(None, Unavailable(Need.RANKS))
+    return Estimate(ms, Median(Of.STRAGGLER, ms))
 
 
 def idle_between_kernels(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
@@ -86,9 +244,8 @@ def idle_between_kernels(analysis: Analysis, threshold: float | None, params: di
     host-busy-in-gaps rule's time; a graph replays kernels, not the Python between them.
     """
     if analysis.steps.count == 0:
-        return Estimate(None, "needs steps with GPU work")
-    return _gap_sum(analysis, _launch_gaps(analysis), float(params.get("residual_gap_us", 2.0)),
-                    "over the gaps between the step's GPU activities (gaps after a host sync or with the host running Python excluded)")
+        return Estimate(None, Unavailable(Need.GPU_STEPS))
+    return _gap_sum(analysis, _launch_gaps(analysis), float(params.get("residual_gap_us", 2.0)), Gaps.BETWEEN)
 
 
 def _launch_gaps(analysis: Analysis) -> np.ndarray:
@@ -132,10 +289,9 @@ def graph_replay_gaps(analysis: Analysis, threshold: float | None, params: dict[
     is the floor short of a megakernel, and the gaps next to the eager work beside the
     graphs are :func:`beside_graph_gaps`'."""
     if analysis.steps.count == 0:
-        return Estimate(None, "needs steps with GPU work")
+        return Estimate(None, Unavailable(Need.GPU_STEPS))
     launch = _launch_gaps(analysis)
-    return _gap_sum(analysis, launch & _inside_replay(analysis), float(params.get("residual_gap_us", 0.0)),
-                    "over the gaps between two kernels of a replayed graph", of=launch)
+    return _gap_sum(analysis, launch & _inside_replay(analysis), float(params.get("residual_gap_us", 0.0)), Gaps.IN_REPLAY, of=launch)
 
 
 def beside_graph_gaps(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
@@ -143,13 +299,12 @@ def beside_graph_gaps(analysis: Analysis, threshold: float | None, params: dict[
     around the eager launches left beside the graphs, what capturing them wins (added to
     :func:`graph_replay_gaps`, not overlapping it)."""
     if analysis.steps.count == 0:
-        return Estimate(None, "needs steps with GPU work")
+        return Estimate(None, Unavailable(Need.GPU_STEPS))
     launch = _launch_gaps(analysis)
-    return _gap_sum(analysis, launch & ~_inside_replay(analysis), float(params.get("residual_gap_us", 2.0)),
-                    "over the gaps next to the eager work beside the graphs (gaps after a host sync or with the host running Python excluded)", of=launch)
+    return _gap_sum(analysis, launch & ~_inside_replay(analysis), float(params.get("residual_gap_us", 2.0)), Gaps.BESIDE_GRAPHS, of=launch)
 
 
-def _gap_sum(analysis: Analysis, keep: np.ndarray, residual_us: float, which: str, of: np.ndarray | None = None) -> Estimate:
+def _gap_sum(analysis: Analysis, keep: np.ndarray, residual_us: float, which: Gaps, of: np.ndarray | None = None) -> Estimate:
     """Median over steps of Σ max(0, gap − residual) over the gaps ``keep`` selects, capped
     at the untraced idle time per step. With ``of`` (the gaps that ``keep`` is one part of),
     the cap is that idle time × the part's share of the traced gap time in ``of`` (medians
@@ -159,21 +314,18 @@ def _gap_sum(analysis: Analysis, keep: np.ndarray, residual_us: float, which: st
     length = gaps["length_ns"].to_numpy(dtype=np.float64)
     won = np.clip(length[keep] - residual_us * 1e3, 0, None)
     ms = _per_step_ms(analysis, won, gaps["step"].to_numpy()[keep])
-    formula = f"median over steps of Σ max(0, gap − {duration_us(residual_us)}) {which} = {value(ms, 'ms')}"
     cap = untraced_idle_ms(analysis)
-    how = "the untraced idle time per step (light step − GPU busy)"
+    share = None
     if cap is not None and of is not None:
         step = gaps["step"].to_numpy()
         whole = _per_step_ms(analysis, length[of], step[of])  # medians per step, as the estimate: an outlier step does not set the share
         share = min(1.0, _per_step_ms(analysis, length[keep & of], step[keep & of]) / whole) if whole > 0 else 0.0
         cap *= share
-        how += f" × {num(share)}, this part's share of the traced gaps"
     if cap is not None and ms > cap:
         # The gaps were measured under the tracer, which stretches host gaps; the step's
         # idle time without it is the most a fix can win back.
-        formula += f", capped at {how} = {value(cap, 'ms')}"
-        ms = cap
-    return Estimate(ms, formula)
+        return Estimate(cap, GapSum(which, residual_us, ms, cap, share))
+    return Estimate(ms, GapSum(which, residual_us, ms))
 
 
 def untraced_idle_ms(analysis: Analysis) -> float | None:
@@ -197,11 +349,11 @@ def sync_wait_time(analysis: Analysis, threshold: float | None, params: dict[str
     that has to run anyway).
     """
     if analysis.steps.count == 0:
-        return Estimate(None, "needs steps with GPU work")
+        return Estimate(None, Unavailable(Need.GPU_STEPS))
     gaps = analysis.timeline.gaps
     gaps = gaps[gaps["after_sync"].to_numpy(dtype=bool) | _waiting(analysis)]
     ms = _per_step_ms(analysis, gaps["length_ns"].to_numpy(dtype=np.float64), gaps["step"].to_numpy())
-    return Estimate(ms, f"median over steps of the GPU idle gaps in which a synchronizing call returned or was in flight = {value(ms, 'ms')}")
+    return Estimate(ms, Median(Of.SYNC_WAIT, ms))
 
 
 def _waiting(analysis: Analysis) -> np.ndarray:
@@ -223,18 +375,18 @@ def pageable_copy_time(analysis: Analysis, threshold: float | None, params: dict
     speedup = float(params.get("speedup", 2.0))
     st = analysis.timeline.with_gpu
     if st.empty:
-        return Estimate(None, "needs steps with GPU work")
+        return Estimate(None, Unavailable(Need.GPU_STEPS))
     ms = _median_ms(st["pageable_ns"].to_numpy()) * (1 - 1 / speedup)
-    return Estimate(ms, f"median pageable copy time per step × (1 − 1/{setting(speedup)}, pinned copies being {setting(speedup)}× faster) = {value(ms, 'ms')}")
+    return Estimate(ms, Median(Of.PAGEABLE, ms, speedup))
 
 
 def memcpy_time(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
     """Copy and memset time inside a step: what keeping the data on the device removes."""
     st = analysis.timeline.with_gpu
     if st.empty:
-        return Estimate(None, "needs steps with GPU work")
+        return Estimate(None, Unavailable(Need.GPU_STEPS))
     ms = _median_ms(st["copy_ns"].to_numpy())
-    return Estimate(ms, f"median copy + memset time per step = {value(ms, 'ms')}")
+    return Estimate(ms, Median(Of.COPIES, ms))
 
 
 def bandwidth_gap(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
@@ -251,33 +403,29 @@ def bandwidth_gap(analysis: Analysis, threshold: float | None, params: dict[str,
     kernels (weights streamed continuously, fewer bytes) win on top of removing bubbles.
     """
     if analysis.bounds.memory_bound_bw_util()[0] is not None:  # what the rule judged: the memory-bound classes
-        ms, how = analysis.bounds.memory_bound_gap_ms(threshold or 0.0)
+        ms = analysis.bounds.memory_bound_gap_ms(threshold or 0.0)
         if ms is not None:
-            return Estimate(ms, how + "; idle gaps and compute-bound time are other rules'")
+            return Estimate(ms, BoundsGap(threshold or 0.0, analysis.bounds.peaks.bw_gbps, ms))
     m = analysis.metrics.get("dram_bw_util")
     util = None if m is None else m.value
     span = analysis.steps.span
     if util is None or not threshold or span is None or analysis.steps.count == 0:
-        return Estimate(None, "needs dram_bw_util and steps with GPU work")
+        return Estimate(None, Unavailable(Need.DRAM_BW))
     peak = analysis.value("peak_dram_bw_gbps")
     nbytes = model_bytes_per_step(analysis).value
     sps = analysis.value("steps_per_s")
     if m.source == "model" and nbytes and peak:
         floor_ns = nbytes / (peak * threshold)  # bytes / (GB/s) = ns
-        how = f"declared bytes / (peak × {setting(threshold)})"
+        floor = Floor.DECLARED
     elif analysis.light is not None and sps:
         floor_ns = util * 1e9 / sps / threshold
-        how = "dram_bw_util × untraced step period / target"
+        floor = Floor.LIGHT
     else:
         floor_ns = util * (span[1] - span[0]) / analysis.steps.count / threshold
-        how = "dram_bw_util × |S| / steps / target"
+        floor = Floor.SPAN
     st = analysis.timeline.with_gpu
     ms = _median_ms(np.clip(st["busy_ns"].to_numpy(dtype=np.float64) - floor_ns, 0, None))
-    return Estimate(
-        ms,
-        f"median over steps of (GPU busy time − {how}) = busy − {value(floor_ns / 1e6, 'ms')} "
-        f"(the step's bytes at {setting(threshold)} of peak) = {value(ms, 'ms')}; idle gaps are counted by the bubble rules",
-    )
+    return Estimate(ms, BandwidthGap(floor, threshold, floor_ns / 1e6, ms))
 
 
 def fp32_gemm_time(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
@@ -287,7 +435,7 @@ def fp32_gemm_time(analysis: Analysis, threshold: float | None, params: dict[str
     k = k[k["precision"] == "fp32"]
     per_step = (k["end_ns"] - k["start_ns"]).groupby(k["step"]).sum().reindex(range(analysis.steps.count), fill_value=0)
     ms = _median_ms(per_step.to_numpy()) * (1 - 1 / speedup)
-    return Estimate(ms, f"median fp32 GEMM time per step × (1 − 1/{setting(speedup)}) = {value(ms, 'ms')}")
+    return Estimate(ms, Median(Of.FP32_GEMM, ms, speedup))
 
 
 def softmax_time(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
@@ -302,10 +450,10 @@ def softmax_time(analysis: Analysis, threshold: float | None, params: dict[str, 
     k = acts[equals(acts["kind"], "kernel")]
     k = k[attention_softmax(k)]
     if analysis.steps.count == 0:
-        return Estimate(None, "needs steps with GPU work")
+        return Estimate(None, Unavailable(Need.GPU_STEPS))
     per_step = (k["end_ns"] - k["start_ns"]).groupby(k["step"]).sum().reindex(range(analysis.steps.count), fill_value=0)
     ms = _median_ms(per_step.to_numpy())
-    return Estimate(ms, f"median softmax kernel time per step (the pass fused attention removes; its GEMMs stay) = {value(ms, 'ms')}")
+    return Estimate(ms, Median(Of.SOFTMAX, ms))
 
 
 def host_busy_gaps(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
@@ -314,13 +462,8 @@ def host_busy_gaps(analysis: Analysis, threshold: float | None, params: dict[str
 
     b = busy_summary(analysis)
     if b.ratio is None:
-        return Estimate(None, b.reason or "needs Python stacks")
-    sites = "; ".join(f"{site} {value(ms, 'ms')}" for site, ms in b.sites[:3]) or "no user frame named"
-    return Estimate(
-        b.ms_per_step,
-        f"median per step of the idle time while the host ran Python, clipped to the step's critical path less GPU busy "
-        f"= {value(b.ms_per_step, 'ms')} (per step: {sites})",
-    )
+        return Estimate(None, Unavailable(Need.PYTHON_STACKS, b.reason))
+    return Estimate(b.ms_per_step, HostBusy(b.ms_per_step, tuple(b.sites[:3])))
 
 
 def _part_time(parts: tuple[str, ...], what: str) -> Callable[[Analysis, float | None, dict[str, Any], Mapping[str, Metric]], Estimate]:
@@ -330,10 +473,10 @@ def _part_time(parts: tuple[str, ...], what: str) -> Callable[[Analysis, float |
     def estimate(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
         a = analysis.attribution
         if a.reason:
-            return Estimate(None, f"needs the step attribution ({a.reason})")
+            return Estimate(None, Unavailable(Need.ATTRIBUTION, a.reason))
         saved = float(params.get("saved", 1.0))
         ms = sum(a.step[p] for p in parts)
-        return Estimate(ms * saved, f"{what} {value(ms, 'ms')} per step (attribution, {a.source}) × {setting(saved)} that the fix removes")
+        return Estimate(ms * saved, PartTime(what, ms, a.source, saved))
 
     # `rules explain` prints an estimate's docstring: each made here says what it counts.
     estimate.__doc__ = f"The step attribution's {what} per step × saved (the share the fix removes, 1.0 by default)."
@@ -346,7 +489,7 @@ def _part_time(parts: tuple[str, ...], what: str) -> Callable[[Analysis, float |
 NCHW_PARTS = ("convolution", "gemm", "normalisation")
 
 
-def nchw_fed(analysis: Analysis, min_conv_share: float = 0.0) -> str | None:
+def nchw_fed(analysis: Analysis, min_conv_share: float = 0.0) -> NchwFed | None:
     """Whether the step feeds NCHW tensors through NHWC kernels, and the evidence: cuDNN's
     NCHW<->NHWC conversions, at least one per convolution kernel (each NHWC convolution of
     an NCHW model converts its input, its output back, and its filter). Then channels-last
@@ -368,7 +511,7 @@ def nchw_fed(analysis: Analysis, min_conv_share: float = 0.0) -> str | None:
     conversions = int(per_name(k["name"], is_layout_conversion).to_numpy(dtype=bool).sum()) if conv else 0
     if conv == 0 or conversions < conv:
         return None
-    return f"{count(conversions / n)} NCHW<->NHWC conversions per step around {count(conv / n)} convolution kernels"
+    return NchwFed(conversions / n, conv / n)
 
 
 def layout_time(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
@@ -378,18 +521,16 @@ def layout_time(analysis: Analysis, threshold: float | None, params: dict[str, A
     measured share (the pack cites the measurement), not a model of cuDNN."""
     a = analysis.attribution
     if a.reason:
-        return Estimate(None, f"needs the step attribution ({a.reason})")
+        return Estimate(None, Unavailable(Need.ATTRIBUTION, a.reason))
     saved = float(params.get("saved", 1.0))
     share = float(params.get("nchw_penalty", 0.0))
     ms = a.step["layout_transform"] * saved
-    formula = f"layout transforms {value(a.step['layout_transform'], 'ms')} per step (attribution, {a.source}) × {setting(saved)}"
     fed = nchw_fed(analysis, float(params.get("min_conv_share", 0.0))) if share else None
-    if fed:
-        nchw = sum(a.step[p] for p in NCHW_PARTS)
-        ms += share * nchw
-        formula += (f" + {setting(share)} × {value(nchw, 'ms')} of convolution + GEMM + normalisation, the NCHW penalty "
-                    f"channels-last also removes ({fed})")
-    return Estimate(ms, f"{formula} = {value(ms, 'ms')}")
+    if fed is None:
+        return Estimate(ms, LayoutTime(a.step["layout_transform"], a.source, saved, ms))
+    nchw = sum(a.step[p] for p in NCHW_PARTS)
+    ms += share * nchw
+    return Estimate(ms, LayoutTime(a.step["layout_transform"], a.source, saved, ms, share, nchw, fed))
 
 
 def norm_elementwise_time(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
@@ -398,18 +539,14 @@ def norm_elementwise_time(analysis: Analysis, threshold: float | None, params: d
     normalisation, counted by :func:`layout_time`): the two findings' estimates add up."""
     a = analysis.attribution
     if a.reason:
-        return Estimate(None, f"needs the step attribution ({a.reason})")
+        return Estimate(None, Unavailable(Need.ATTRIBUTION, a.reason))
     saved = float(params.get("saved", 1.0))
     share = float(params.get("nchw_penalty", 0.0))
     norm, elem = a.step["normalisation"], a.step["elementwise"]
     fed = nchw_fed(analysis, float(params.get("min_conv_share", 0.0))) if share else None
-    what = f"normalisation {value(norm, 'ms')}"
-    if fed:
-        what += f" × (1 − {setting(share)}, the NCHW penalty layout-transforms counts: {fed})"
-        norm *= 1 - share
-    ms = (norm + elem) * saved
-    return Estimate(ms, f"({what} + elementwise {value(elem, 'ms')}) per step (attribution, {a.source}) "
-                        f"× {setting(saved)} that the fix removes = {value(ms, 'ms')}")
+    kept = norm * (1 - share) if fed else norm
+    ms = (kept + elem) * saved
+    return Estimate(ms, NormElementwise(norm, elem, a.source, saved, ms, share if fed else 0.0, fed))
 
 
 def slow_step_time(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
@@ -420,13 +557,11 @@ def slow_step_time(analysis: Analysis, threshold: float | None, params: dict[str
     this time."""
     light = analysis.light_series
     if light is None or not light.critical_path_ms.size:
-        return Estimate(None, "needs the light pass's steady steps (perfdoctor run)")
+        return Estimate(None, Unavailable(Need.LIGHT_STEPS))
     s = steady.slow_steps(light.critical_path_ms)
     saved = float(params.get("saved", 1.0))
     per_step = s.beyond_ms / s.steps
-    return Estimate(per_step * saved, f"{s.summary}: the steps' time beyond the median (past the light pass's "
-                                      f"{value(steady.RESOLUTION_MS, 'ms')} resolution), {value(s.beyond_ms, 'ms')} / {s.steps} steps "
-                                      f"= {value(per_step, 'ms')} per step (light pass) × {setting(saved)} that the fix removes")
+    return Estimate(per_step * saved, SlowStepTime(s, per_step, saved))
 
 
 ESTIMATES: dict[str, tuple[Callable[[Analysis, float | None, dict[str, Any], Mapping[str, Metric]], Estimate], tuple[str, ...]]] = {

@@ -12,10 +12,10 @@ with the step latency.
 
 from __future__ import annotations
 
-import re
+import enum
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Union
 
 import numpy as np
 import pandas as pd
@@ -28,26 +28,101 @@ from perfdoctor.names.kernels import family, gemm_precision, label, labels
 from perfdoctor.rules.signals import model_bytes_per_step, step_kernel_families, step_activities
 from perfdoctor.analysis.steps import base_name, is_launch, is_sync
 from perfdoctor.analysis.timeline import kernel_table
-from perfdoctor.text import count, duration_us, num, percent, times, value
 
 TOP = 8  # rows per evidence table: enough to act on, short enough for a PR comment
 
 
+class Note(enum.Enum):
+    """What an evidence table says beside (or instead of) its rows."""
+
+    NO_SHORT_KERNELS = "no_short_kernels"
+    NO_KERNELS = "no_kernels"
+    NO_GPU_ACTIVITY = "no_gpu_activity"
+    NO_GAPS = "no_gaps"
+    NO_SYNC_CALLS = "no_sync_calls"
+    NO_STACKS = "no_stacks"  # the sync calls' sites: how to find them without Python stacks
+    NO_PAGEABLE_COPIES = "no_pageable_copies"
+    NO_COPIES = "no_copies"
+    NO_GEMMS = "no_gemms"
+    NO_ATTENTION = "no_attention"
+    NO_GPU_STEPS = "no_gpu_steps"
+    LIGHT_HEADLINE = "light_headline"  # the traced steps are not the headline's (the light pass's)
+    NO_LIGHT_PASS = "no_light_pass"
+    NO_NVML = "no_nvml"
+    NO_LAUNCHES = "no_launches"
+    NO_PEAK = "no_peak"
+    NO_BYTES = "no_bytes"
+    NO_STEPS = "no_steps"
+    NO_COMM = "no_comm"
+    NO_CAPTURE = "no_capture"
+    NO_LAUNCHING_CALL = "no_launching_call"
+
+
+@dataclass(frozen=True)
+class GapCount:
+    """The gaps between GPU activities: how many per step, and their time per step."""
+
+    per_step: float
+    ms_per_step: float
+
+
+@dataclass(frozen=True)
+class HostIntervals:
+    """The idle intervals of at least ``min_gap_us``, counted by what the host did in them."""
+
+    min_gap_us: float
+    counts: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
+class Share:
+    """A cell: a share of a whole (a percentage in words)."""
+
+    of: float
+
+
+@dataclass(frozen=True)
+class Lead:
+    """A cell: when the launch after a gap was issued, µs after (+) or before (−) the gap began."""
+
+    us: float
+
+
+@dataclass(frozen=True)
+class AgainstFloor:
+    """A cell: the measured step time and its multiple of the step's bandwidth floor."""
+
+    ms: float
+    floor_ms: float
+
+
+class Tier(enum.Enum):
+    """The seed's model-size tier for a device's peak bandwidth (the low-latency tutorial §7.1)."""
+
+    LARGE = "large"  # ≥ 600 GB/s
+    MEDIUM = "medium"  # 300-600 GB/s
+    SMALL = "small"  # < 300 GB/s
+
+
+# An evidence cell that is a number with a meaning, worded by perfdoctor.reports.evidence.cell
+# (findings.json and every table alike); other cells are names, counts and rounded floats.
+Cell = Union[Share, Lead, AgainstFloor, Tier]
+
+
+# What a table says beside its rows, worded by perfdoctor.reports.evidence.note; a str is the
+# analysis's own reason (analysis/ still words its reasons), a SlowSteps the light pass's slow steps.
+Said = Union[Note, GapCount, HostIntervals, steady.SlowSteps, str]
+
+
 @dataclass
 class Evidence:
-    """One small table: ``rows`` are lists aligned with ``columns``; ``note`` says what is missing."""
+    """One small table: ``rows`` are lists aligned with ``columns``; ``note`` says what is
+    missing, or what the rows leave out (reports/evidence.py gives it its title and words)."""
 
     kind: str
-    title: str
     columns: list[str]
     rows: list[list[Any]] = field(default_factory=list)
-    note: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"kind": self.kind, "title": self.title, "columns": self.columns, "rows": self.rows}
-        if self.note:
-            out["note"] = self.note
-        return out
+    note: Said | None = None
 
 
 def _steps(analysis: Analysis) -> int:
@@ -85,9 +160,9 @@ def _kernel_table(kernels: pd.DataFrame, analysis: Analysis) -> pd.DataFrame:
 def top_short_kernels(analysis: Analysis) -> Evidence:
     k = analysis.timeline.step_kernels
     k = k[(k["end_ns"] - k["start_ns"]) < SHORT_KERNEL_NS]
-    ev = Evidence("top_short_kernels", "Most repeated short kernels (< 10 µs) per step", ["kernel", "per step", "mean µs", "ms / step"])
+    ev = Evidence("top_short_kernels", ["kernel", "per step", "mean µs", "ms / step"])
     if k.empty:
-        ev.note = "no kernels shorter than 10 µs inside the steps"
+        ev.note = Note.NO_SHORT_KERNELS
         return ev
     g = _kernel_table(k, analysis).sort_values(["count", "total"], ascending=False, kind="stable").head(TOP)
     ev.rows = [[label, _r(r["per_step"]), _r(r["mean"] / 1e3), _r(r["ms_per_step"])] for label, r in g.iterrows()]
@@ -96,13 +171,13 @@ def top_short_kernels(analysis: Analysis) -> Evidence:
 
 def top_kernels(analysis: Analysis) -> Evidence:
     """The timeline's kernel table: the same rows the terminal summary shows."""
-    ev = Evidence("top_kernels", "Kernels by time per step", ["kernel", "family", "per step", "mean µs", "ms / step", "share"])
+    ev = Evidence("top_kernels", ["kernel", "family", "per step", "mean µs", "ms / step", "share"])
     g = analysis.timeline.kernels
     if g.empty:
-        ev.note = "no kernels inside the steps"
+        ev.note = Note.NO_KERNELS
         return ev
     ev.rows = [
-        [r.kernel, r.family, _r(r.per_step), _r(r.mean_ns / 1e3), _r(r.ms_per_step), percent(r.share)]
+        [r.kernel, r.family, _r(r.per_step), _r(r.mean_ns / 1e3), _r(r.ms_per_step), Share(float(r.share))]
         for r in g.head(TOP).itertuples()
     ]
     return ev
@@ -110,15 +185,15 @@ def top_kernels(analysis: Analysis) -> Evidence:
 
 def kernel_families(analysis: Analysis) -> Evidence:
     acts = step_activities(analysis)
-    ev = Evidence("kernel_families", "GPU time by kernel family per step", ["family", "ms / step", "share", "activities / step"])
+    ev = Evidence("kernel_families", ["family", "ms / step", "share", "activities / step"])
     if acts.empty:
-        ev.note = "no GPU activity inside the steps"
+        ev.note = Note.NO_GPU_ACTIVITY
         return ev
     dur = acts["end_ns"].to_numpy(np.int64) - acts["start_ns"].to_numpy(np.int64)
     g = tally(analysis.timeline.families, dur).sort_values("total", ascending=False)
     total = max(1, int(g["total"].sum()))
     n = _steps(analysis)
-    ev.rows = [[f, _r(r["total"] / n / 1e6), percent(r["total"] / total), _r(r["count"] / n)] for f, r in g.iterrows()]
+    ev.rows = [[f, _r(r["total"] / n / 1e6), Share(float(r["total"] / total)), _r(r["count"] / n)] for f, r in g.iterrows()]
     return ev
 
 
@@ -142,15 +217,14 @@ def largest_gaps(analysis: Analysis) -> Evidence:
     """
     ev = Evidence(
         "largest_gaps",
-        "Largest gaps between GPU activities inside steps",
         ["step", "at ms", "gap µs", "before", "after", "next launch issued", "host calls during gap"],
     )
     gaps = analysis.timeline.gaps
     if gaps.empty:
-        ev.note = "no gaps between GPU activities inside the steps"
+        ev.note = Note.NO_GAPS
         return ev
     total = gaps["length_ns"].sum() / _steps(analysis) / 1e6
-    ev.note = f"{count(len(gaps) / _steps(analysis))} gaps per step, {value(total, 'ms')} per step in total"
+    ev.note = GapCount(len(gaps) / _steps(analysis), total)
     calls = analysis.profile.calls
     c_corr = calls["correlation"].to_numpy(np.int64)
     c_start = calls["start_ns"].to_numpy()
@@ -161,7 +235,7 @@ def largest_gaps(analysis: Analysis) -> Evidence:
     cols = ("step", "start_ns", "end_ns", "window_start_ns", "length_ns", "before", "after", "after_correlation")
     for step, start_ns, end_ns, window_start_ns, length_ns, before, after, correlation in zip(*(top[c] for c in cols)):
         launched = _first_start(c_corr, c_start, correlation)
-        issued = "unknown" if launched is None else duration_us((int(launched) - int(start_ns)) / 1e3, signed=True)
+        issued = "unknown" if launched is None else Lead((int(launched) - int(start_ns)) / 1e3)
         overlap = (c_start < end_ns) & (c_end > start_ns)
         counted = Counter(base_name(pd.Series(c_name[overlap], dtype=object)))
         host = ", ".join(f"{n} ×{c}" if c > 1 else n for n, c in counted.most_common(3)) or "none (host between CUDA calls)"
@@ -196,12 +270,12 @@ def python_call_site(frames: pd.DataFrame, tid: int, t_ns: int) -> str | None:
 
 def sync_calls(analysis: Analysis) -> Evidence:
     """Synchronizing calls per step, with the Python line that issued them when the trace has stacks."""
-    ev = Evidence("sync_calls", "Host calls that wait for the GPU, inside steps", ["call", "per step", "mean µs", "ms / step", "Python call sites"])
+    ev = Evidence("sync_calls", ["call", "per step", "mean µs", "ms / step", "Python call sites"])
     calls = analysis.profile.calls
     in_step = calls[(analysis.steps.call_step.to_numpy() >= 0)]
     s = in_step[is_sync(in_step["name"])]
     if s.empty:
-        ev.note = "no synchronizing calls inside the steps"
+        ev.note = Note.NO_SYNC_CALLS
         return ev
     s = s.assign(dur=s["end_ns"] - s["start_ns"], name=base_name(s["name"]))
     frames = analysis.profile.ranges
@@ -219,10 +293,7 @@ def sync_calls(analysis: Analysis) -> Evidence:
     if not sites:
         # Without Python frames the call site of an .item() is not in the trace: say how
         # to find it rather than leaving the user to guess.
-        ev.note = (
-            "this trace has no Python stacks; find the call sites with "
-            "torch.profiler.profile(with_stack=True) or torch.cuda.set_sync_debug_mode('warn')"
-        )
+        ev.note = Note.NO_STACKS
     return ev
 
 
@@ -232,21 +303,21 @@ def _copies(analysis: Analysis) -> pd.DataFrame:
 
 
 def pageable_copies(analysis: Analysis) -> Evidence:
-    ev = Evidence("pageable_copies", "Copies from or to pageable host memory, per step", ["direction", "per step", "MB / step", "ms / step", "GB/s"])
+    ev = Evidence("pageable_copies", ["direction", "per step", "MB / step", "ms / step", "GB/s"])
     c = _copies(analysis)
     c = c[c["host_mem"] == "pageable"]
     if c.empty:
-        ev.note = "no pageable copies inside the steps"
+        ev.note = Note.NO_PAGEABLE_COPIES
         return ev
     ev.rows = _copy_rows(c, analysis, ["copy_kind"])
     return ev
 
 
 def memcpys(analysis: Analysis) -> Evidence:
-    ev = Evidence("memcpys", "All copies inside steps", ["direction", "host memory", "per step", "MB / step", "ms / step", "GB/s"])
+    ev = Evidence("memcpys", ["direction", "host memory", "per step", "MB / step", "ms / step", "GB/s"])
     c = _copies(analysis)
     if c.empty:
-        ev.note = "no copies inside the steps"
+        ev.note = Note.NO_COPIES
         return ev
     ev.rows = _copy_rows(c.assign(host_mem=c["host_mem"].replace("", "-")), analysis, ["copy_kind", "host_mem"])
     return ev
@@ -266,9 +337,9 @@ def _copy_rows(c: pd.DataFrame, analysis: Analysis, keys: list[str]) -> list[lis
 
 def gemm_kernels(analysis: Analysis) -> Evidence:
     k = analysis.timeline.gemm_kernels
-    ev = Evidence("gemm_kernels", "GEMM kernels and the precision their names state", ["kernel", "precision", "per step", "ms / step"])
+    ev = Evidence("gemm_kernels", ["kernel", "precision", "per step", "ms / step"])
     if k.empty:
-        ev.note = "no GEMM kernels inside the steps"
+        ev.note = Note.NO_GEMMS
         return ev
     g = _kernel_table(k, analysis).sort_values("total", ascending=False).head(TOP)
     ev.rows = [[label, gemm_precision(r["name"]), _r(r["per_step"]), _r(r["ms_per_step"])] for label, r in g.iterrows()]
@@ -278,9 +349,9 @@ def gemm_kernels(analysis: Analysis) -> Evidence:
 def attention_kernels(analysis: Analysis) -> Evidence:
     k = analysis.timeline.step_kernels
     k = k[step_kernel_families(analysis).isin(("attention", "softmax"))]
-    ev = Evidence("attention_kernels", "Attention and softmax kernels per step", ["kernel", "family", "per step", "ms / step"])
+    ev = Evidence("attention_kernels", ["kernel", "family", "per step", "ms / step"])
     if k.empty:
-        ev.note = "no attention or softmax kernels inside the steps"
+        ev.note = Note.NO_ATTENTION
         return ev
     g = _kernel_table(k, analysis).sort_values("total", ascending=False).head(TOP)
     ev.rows = [[label, family(r["name"]), _r(r["per_step"]), _r(r["ms_per_step"])] for label, r in g.iterrows()]
@@ -291,12 +362,11 @@ def step_latencies(analysis: Analysis) -> Evidence:
     """The slowest steps by critical-path time, from the timeline's step table."""
     ev = Evidence(
         "step_latencies",
-        "Slowest steps (critical path)",
         ["step", "latency ms", "host lead ms", "host before first GPU work ms", "GPU busy ms", "GPU idle in window ms"],
     )
     st = analysis.timeline.with_gpu
     if st.empty:
-        ev.note = "no steps with GPU work"
+        ev.note = Note.NO_GPU_STEPS
         return ev
     for idx, r in st.nlargest(TOP, "critical_path_ns").iterrows():
         lead = r["host_lead_ns"]
@@ -306,7 +376,7 @@ def step_latencies(analysis: Analysis) -> Evidence:
              _r(r["busy_ns"] / 1e6), _r(r["idle_ns"] / 1e6)]
         )
     if analysis.light is not None:
-        ev.note = "traced steps; the headline step latency comes from the light (untraced) pass"
+        ev.note = Note.LIGHT_HEADLINE
     return ev
 
 
@@ -314,26 +384,26 @@ def slow_untraced_steps(analysis: Analysis) -> Evidence:
     """The light pass's slowest steady steps: the steps ``uneven-steps`` is about. The traced
     window is a few steps and may hold none of them (train_loop.py with 4 workers: 9 traced
     iterations of at most 104 ms, while the untraced run had 5 of 22 at 59-202 ms)."""
-    ev = Evidence("slow_untraced_steps", "Slowest untraced steps (light pass, steady state)",
+    ev = Evidence("slow_untraced_steps",
                   ["step", "latency ms", "× median", "beyond the median ms"])
     light, series = analysis.light, analysis.light_series
     if light is None or series is None or not series.critical_path_ms.size:
-        ev.note = "no light pass (perfdoctor run times every step untraced)"
+        ev.note = Note.NO_LIGHT_PASS
         return ev
     cp = series.critical_path_ms
     s = steady.slow_steps(cp)
     for i in np.argsort(-cp, kind="stable")[:TOP]:
         ev.rows.append([int(light.steady_start + i), _r(cp[i]), _r(cp[i] / s.median_ms) if s.median_ms else "—",
                         _r(max(0.0, cp[i] - s.median_ms))])
-    ev.note = f"{s.summary}; step numbers count from the run's first step"
+    ev.note = s
     return ev
 
 
 def nvml_series(analysis: Analysis) -> Evidence:
-    ev = Evidence("nvml_series", "Sampled GPU metrics during the run", ["metric", "source", "samples", "min", "median", "max"])
+    ev = Evidence("nvml_series", ["metric", "source", "samples", "min", "median", "max"])
     s = analysis.profile.samples
     if s.empty:
-        ev.note = "no NVML samples (perfdoctor run collects them)"
+        ev.note = Note.NO_NVML
         return ev
     for (metric, source), g in s.groupby(["metric", "source"]):
         v = g["value"].to_numpy(dtype=float)
@@ -343,12 +413,12 @@ def nvml_series(analysis: Analysis) -> Evidence:
 
 def launch_summary(analysis: Analysis) -> Evidence:
     """Launch calls per step by API name: shows at a glance whether steps are graph-replayed."""
-    ev = Evidence("launch_summary", "Launch calls inside steps", ["call", "per step", "mean µs"])
+    ev = Evidence("launch_summary", ["call", "per step", "mean µs"])
     calls = analysis.profile.calls
     in_step = calls[analysis.steps.call_step.to_numpy() >= 0]
     launches = in_step[is_launch(in_step["name"])]
     if launches.empty:
-        ev.note = "no launch calls inside the steps"
+        ev.note = Note.NO_LAUNCHES
         return ev
     g = tally(base_name(launches["name"]), launches["end_ns"].to_numpy(np.int64) - launches["start_ns"].to_numpy(np.int64))
     g = g.assign(mean=g["total"] / g["count"]).sort_values("count", ascending=False)
@@ -358,17 +428,12 @@ def launch_summary(analysis: Analysis) -> Evidence:
 
 def bandwidth_budget(analysis: Analysis) -> Evidence:
     """The seed's model-size tier for this device (the low-latency tutorial §7.1) and the bandwidth floor of a step."""
-    ev = Evidence("bandwidth_budget", "Bandwidth budget of one step", ["quantity", "value"])
+    ev = Evidence("bandwidth_budget", ["quantity", "value"])
     peak = analysis.value("peak_dram_bw_gbps")
     if not peak:
-        ev.note = "the device peak bandwidth is unknown"
+        ev.note = Note.NO_PEAK
         return ev
-    if peak >= 600:
-        tier = "≥ 600 GB/s: supports 13B-parameter models (low-latency MegaKernel tutorial, §7.1 Adapting to the hardware)"
-    elif peak >= 300:
-        tier = "300-600 GB/s: 7B-parameter models recommended (low-latency MegaKernel tutorial, §7.1 Adapting to the hardware)"
-    else:
-        tier = "< 300 GB/s: below the seed's tiers; prefer models well under 7B (low-latency MegaKernel tutorial, §7.1 Adapting to the hardware)"
+    tier = Tier.LARGE if peak >= 600 else Tier.MEDIUM if peak >= 300 else Tier.SMALL
     ev.rows = [["device peak GB/s", _r(peak)], ["seed tier", tier]]
     nbytes = model_bytes_per_step(analysis).value
     if nbytes:
@@ -380,9 +445,9 @@ def bandwidth_budget(analysis: Analysis) -> Evidence:
         ]
         p50 = analysis.value("step_latency_ms_p50")
         if p50:
-            ev.rows.append(["measured step p50, ms (× floor)", f"{num(p50)} ({times(p50 / floor_ms)})"])
+            ev.rows.append(["measured step p50, ms (× floor)", AgainstFloor(p50, floor_ms)])
     else:
-        ev.note = "the step declares no bytes (perfdoctor.declare): the floor cannot be computed"
+        ev.note = Note.NO_BYTES
     return ev
 
 
@@ -394,16 +459,15 @@ def comm_timeline(analysis: Analysis) -> Evidence:
 
     ev = Evidence(
         "comm_timeline",
-        "Communication per step",
         ["step", "comm ms", "share of busy", "overlap", "exposed ms", "collectives", "mean collective µs"],
     )
     if analysis.steps.count == 0:
-        ev.note = "no steps"
+        ev.note = Note.NO_STEPS
         return ev
     per = comms.step_metrics(analysis.profile, analysis.steps.table, analysis.steps.activity_step)
     per = per[per["collectives"] > 0]
     if per.empty:
-        ev.note = "no communication kernels in the steps"
+        ev.note = Note.NO_COMM
         return ev
     for idx, r in per.nlargest(TOP, "exposed_ns").iterrows():
         ev.rows.append([
@@ -415,11 +479,11 @@ def comm_timeline(analysis: Analysis) -> Evidence:
 
 def top_collectives(analysis: Analysis) -> Evidence:
     """Communication kernels inside the steps grouped by readable name."""
-    ev = Evidence("top_collectives", "Communication kernels in the steps", ["kernel", "per step", "mean µs", "ms per step"])
+    ev = Evidence("top_collectives", ["kernel", "per step", "mean µs", "ms per step"])
     k = analysis.timeline.step_kernels
     k = k[step_kernel_families(analysis).to_numpy() == "communication"] if not k.empty else k
     if k.empty:
-        ev.note = "no communication kernels in the steps"
+        ev.note = Note.NO_COMM
         return ev
     dur = (k["end_ns"] - k["start_ns"]).to_numpy(np.int64)
     n = _steps(analysis)
@@ -436,10 +500,10 @@ def capture_windows(analysis: Analysis) -> Evidence:
     launches recorded graph nodes instead of running."""
     from perfdoctor.analysis import capture
 
-    ev = Evidence("capture_windows", "CUDA-graph stream captures", ["thread", "at ms", "length ms", "launches recorded"])
+    ev = Evidence("capture_windows", ["thread", "at ms", "length ms", "launches recorded"])
     w = capture.capture_windows(analysis.profile)
     if w.empty:
-        ev.note = "no stream capture in the trace"
+        ev.note = Note.NO_CAPTURE
         return ev
     t0 = int(analysis.profile.calls["start_ns"].min())
     for r in w.head(TOP).itertuples():
@@ -451,14 +515,14 @@ def step_queue_delays(analysis: Analysis) -> Evidence:
     """Per step: how long its first GPU activity waited after the host launched it."""
     from perfdoctor.analysis import serving
 
-    ev = Evidence("step_queue_delays", "Queue delay of each step's first GPU work", ["step", "name", "queue delay ms", "host start → GPU ms"])
+    ev = Evidence("step_queue_delays", ["step", "name", "queue delay ms", "host start → GPU ms"])
     if analysis.steps.count == 0:
-        ev.note = "no steps"
+        ev.note = Note.NO_STEPS
         return ev
     q = serving.queue_delay(analysis.profile, analysis.steps.table, analysis.steps.activity_step)
     q = q[q["queue_delay_ns"].notna()]
     if q.empty:
-        ev.note = "no step's first GPU activity has its launching call in the trace"
+        ev.note = Note.NO_LAUNCHING_CALL
         return ev
     q = q.assign(d=q["queue_delay_ns"].astype("float64")).nlargest(TOP, "d")
     names = analysis.steps.table["name"]
@@ -471,7 +535,7 @@ def host_in_gaps(analysis: Analysis) -> Evidence:
     (:mod:`perfdoctor.analysis.hostgaps`)."""
     from perfdoctor.analysis.hostgaps import MIN_GAP_US, busy_summary, gap_hosts
 
-    ev = Evidence("host_in_gaps", "What the host ran while the GPU had nothing to do (Python stacks)",
+    ev = Evidence("host_in_gaps",
                   ["step", "where", "idle µs", "host busy µs", "call site"])
     b = busy_summary(analysis)
     if b.ratio is None:
@@ -481,7 +545,7 @@ def host_in_gaps(analysis: Analysis) -> Evidence:
     for r in h[h["host"] == "busy"].head(TOP).itertuples():
         ev.rows.append([int(r.step), r.where, _r(r.length_ns / 1e3), _r(r.busy_ns / 1e3), r.site or "— (library frames only)"])
     counts = h["host"].value_counts()
-    ev.note = f"idle intervals ≥ {duration_us(MIN_GAP_US)}: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in ("busy", "waiting", "launching", "unknown"))
+    ev.note = HostIntervals(MIN_GAP_US, tuple((k, int(counts.get(k, 0))) for k in ("busy", "waiting", "launching", "unknown")))
     return ev
 
 

@@ -196,7 +196,7 @@ def test_the_dram_rule_reads_the_memory_bound_classes(tmp_path: Path):
     d = pipeline.diagnose(_trace(tmp_path))
     m = memory_bound_bw_util(d.analysis)
     assert m.source == "bounds" and m.value == pytest.approx(d.analysis.bounds.of("elementwise").util)
-    gap, _ = d.analysis.bounds.memory_bound_gap_ms(0.85)
+    gap = d.analysis.bounds.memory_bound_gap_ms(0.85)
     elem = d.analysis.bounds.of("elementwise")
     assert gap == pytest.approx(0.050 - 0.050 * elem.util / 0.85)  # its 50 µs less its bytes at 85 % of 3.35 TB/s
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from perfdoctor.pipeline import load_trace
+from perfdoctor.reports.estimates import formula
 from perfdoctor.analysis.hostgaps import BUSY_SHARE, MIN_GAP_US, busy_summary, gap_hosts, not_working_ns
 from perfdoctor.analysis.metrics import analyze
 from perfdoctor.rules.engine import evaluate, load_rules
@@ -129,7 +130,7 @@ def test_summary_rule_estimate_and_evidence_name_it(framed):
     assert b.ms_per_step == 0.0 <= float(not_working_ns(a)[1])
     ev = host_in_gaps(a)
     assert ev.rows[0][0] == 1 and ev.rows[0][-1] == PREPROCESS
-    assert PREPROCESS in f.estimate.formula  # the finding names the call site, not generic advice
+    assert PREPROCESS in formula(f.estimate)  # the finding names the call site, not generic advice
     assert any(e.kind == "host_in_gaps" and e.rows[0][-1] == PREPROCESS for e in f.evidence)
 
 
@@ -159,7 +160,7 @@ def check_preprocessing_is_named(trace: Path, facts: dict) -> None:
     b = busy_summary(a)
     assert b.sites and "record_wild_traces.py(" in b.sites[0][0] and b.sites[0][0].endswith(": " + facts["preprocess_function"]), b.sites
     f = next(f for f in evaluate(load_rules(), a) if f.rule_id == "host-busy-in-gaps")
-    assert f.status == "fail" and f.recovered_ms > 0.5 * facts["preprocess_ms_median"], (f.value, f.estimate.formula)
+    assert f.status == "fail" and f.recovered_ms > 0.5 * facts["preprocess_ms_median"], (f.value, formula(f.estimate))
     assert f.recovered_ms <= float(not_working_ns(a).max()) / 1e6
 
 

@@ -28,6 +28,7 @@ import pandas as pd
 import pytest
 
 from perfdoctor.analysis import ranks
+from perfdoctor.reports.json import finding_json
 from perfdoctor.analysis.metrics import analyze
 from perfdoctor.analysis.ranks import STEP_COLUMNS, collective_table, find_straggler, rank_steps
 from perfdoctor.collectors import torch_profiler
@@ -111,7 +112,7 @@ def test_per_rank_analysis_and_findings_equal_the_single_rank_pipeline(together,
         own = a.to_json()
         assert per_rank[str(k)] == json.loads(json.dumps({**own, "metrics": {**own["metrics"], **cross}})), f"rank {k}"
         assert "straggler_delay_ms" not in a.metrics  # the view is the rules' input, never written into a rank
-        assert [f.to_json() for f in together.rank_findings[k]] == [f.to_json() for f in findings], f"rank {k}"
+        assert [finding_json(f) for f in together.rank_findings[k]] == [finding_json(f) for f in findings], f"rank {k}"
     assert together.findings is together.rank_findings[together.rank]  # the Diagnosis is the report rank's
 
 
@@ -156,7 +157,7 @@ def assert_same_view(grouped, full) -> None:
     assert {k: v for k, v in gj.items() if k != "per_rank"} == {k: v for k, v in fj.items() if k != "per_rank"}
     for k, analysis in gj["per_rank"].items():
         assert analysis == fj["per_rank"][k], f"rank {k}"
-        assert [x.to_json() for x in grouped.rank_findings[int(k)]] == [x.to_json() for x in full.rank_findings[int(k)]], f"rank {k}"
+        assert [finding_json(x) for x in grouped.rank_findings[int(k)]] == [finding_json(x) for x in full.rank_findings[int(k)]], f"rank {k}"
     assert grouped.rank == full.rank
 
 

@@ -194,12 +194,12 @@ ALLOWED: dict[str, set[str]] = {
     "perfdoctor/reports/diff_report.py": {"gpu", "reason", "schema", "step_name", "tokens_per_step", "world_size"},
     "perfdoctor/reports/gate_report.py": {"exit_code", "pass", "schema", "status"},  # gate.json and its checks
     "perfdoctor/reports/html.py": {"device", "step"},  # the activity table's columns
-    "perfdoctor/reports/json.py": {"device", "schema", "step_name", "steps"},
+    "perfdoctor/reports/json.py": {"device", "rank", "reason", "schema", "status", "step_name", "steps"},  # findings.json and its entries
     "perfdoctor/reports/markdown.py": {"pass"},
     "perfdoctor/reports/ranks.py": {"device", "rank"},
     "perfdoctor/reports/summary.py": {"steps"},
     "perfdoctor/reports/terminal.py": {"pass"},
-    "perfdoctor/rules/engine.py": {"pass", "rank", "reason", "schema", "status", "steps"},
+    "perfdoctor/rules/engine.py": {"pass", "schema", "status", "steps"},
     "perfdoctor/rules/estimates.py": {"step"},
     "perfdoctor/schema.py": {"device"},
 }

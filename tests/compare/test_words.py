@@ -13,11 +13,9 @@ once, for the terminal, Markdown, JUnit, diff.json and gate.json. Three checks k
 
 from __future__ import annotations
 
-import ast
-import dataclasses
-import importlib
-import re
 from pathlib import Path
+
+from words_helpers import composed_in, imports_of, text_fields, unlisted
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPARE = ROOT / "perfdoctor" / "compare"
@@ -82,65 +80,19 @@ COMPOSED: dict[tuple[str, str], str] = {  # (module, function) -> why its compos
 }
 
 
-def _composed(tree: ast.AST) -> list[tuple[str, int]]:
-    """(enclosing function, line) of every string composed outside a ``raise``."""
-    found: list[tuple[str, int]] = []
-
-    def visit(node: ast.AST, function: str) -> None:
-        if isinstance(node, ast.Raise):
-            return
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            function = node.name
-        if isinstance(node, ast.JoinedStr):
-            found.append((function, node.lineno))
-            return
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("join", "format") \
-                and isinstance(node.func.value, ast.Constant) and isinstance(node.func.value.value, str):
-            found.append((function, node.lineno))
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and any(
-                isinstance(s, ast.Constant) and isinstance(s.value, str) for s in (node.left, node.right)):
-            found.append((function, node.lineno))
-        for child in ast.iter_child_nodes(node):
-            visit(child, function)
-
-    visit(tree, "")
-    return found
-
-
-def _text(annotation: str) -> bool:
-    """Does a field of this annotation hold text (a key of a dict is a name, not text)?"""
-    return "str" in re.sub(r"dict\[str, ", "dict[", annotation)
-
-
 def test_compare_does_not_word_numbers() -> None:
-    importing = []
-    for path in sorted(COMPARE.glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in getattr(node, "names", [])] \
-                if isinstance(node, ast.Import) else []
-            if any(n == "perfdoctor.text" for n in names):
-                importing.append(path.name)
+    importing = [path.name for path in sorted(COMPARE.glob("*.py")) if imports_of(path, "perfdoctor.text")]
     assert not importing, f"compare/ words no number: return it, and word it in reports/ ({importing})"
 
 
 def test_every_text_field_of_compare_is_a_label_a_code_or_a_name() -> None:
-    fields = set()
-    for path in sorted(COMPARE.glob("*.py")):
-        module = importlib.import_module(f"perfdoctor.compare.{path.stem}")
-        for obj in vars(module).values():
-            if dataclasses.is_dataclass(obj) and obj.__module__ == module.__name__:
-                fields |= {f"{obj.__name__}.{f.name}" for f in dataclasses.fields(obj) if _text(str(f.type))}
-    new, stale = sorted(fields - set(STR_FIELDS)), sorted(set(STR_FIELDS) - fields)
+    new, stale = unlisted(text_fields("perfdoctor.compare", sorted(COMPARE.glob("*.py"))), STR_FIELDS)
     assert not new, f"a text field in compare/ (a sentence belongs in reports/; a label, code or name: list it): {new}"
     assert not stale, f"no longer a text field: remove from STR_FIELDS: {stale}"
 
 
 def test_compare_composes_names_not_sentences() -> None:
-    found = {}
-    for path in sorted(COMPARE.glob("*.py")):
-        for function, line in _composed(ast.parse(path.read_text(encoding="utf-8"))):
-            found.setdefault((path.name, function), []).append(line)
-    new = {k: v for k, v in found.items() if k not in COMPOSED}
-    assert not new, f"a string composed in compare/: word it in reports/, or list a name or key here: {new}"
-    stale = sorted(set(COMPOSED) - set(found))
+    found = composed_in(sorted(COMPARE.glob("*.py")))
+    new, stale = unlisted(found, COMPOSED)
+    assert not new, f"a string composed in compare/: word it in reports/, or list a name or key here: { {k: found[k] for k in new} }"
     assert not stale, f"composes nothing now: remove from COMPOSED: {stale}"

@@ -18,6 +18,9 @@ import numpy as np
 import pytest
 
 from perfdoctor.pipeline import load_trace
+from perfdoctor.reports.common import estimate_reason
+from perfdoctor.reports.estimates import NO_FORMULA, formula
+from perfdoctor.reports.json import finding_json
 from perfdoctor.analysis.metrics import analyze
 from perfdoctor.rules.engine import evaluate, load_rules
 from perfdoctor.text import count
@@ -267,12 +270,12 @@ def test_estimates_never_exceed_step_idle_and_gaps_agree(path):
     idle_ms = a.timeline.steps["idle_ns"].astype("float64").fillna(0).clip(lower=0).to_numpy() / 1e6
     for f in findings:
         if f.estimate is not None and f.estimate_kind in ("idle_between_kernels", "sync_wait_time") and f.estimate.ms_per_step is not None:
-            assert f.estimate.ms_per_step <= float(np.median(idle_ms)) + 1e-9, (f.rule_id, f.estimate.formula)
+            assert f.estimate.ms_per_step <= float(np.median(idle_ms)) + 1e-9, (f.rule_id, formula(f.estimate))
         if f.estimate is not None and f.estimate_kind == "host_busy_gaps" and f.estimate.ms_per_step is not None:
             # host work can also sit before a step's first GPU work: capped by the critical path less GPU busy
             t = a.timeline.steps
             not_working = (t["critical_path_ns"].astype("float64") - t["busy_ns"].astype("float64")).fillna(0).clip(lower=0) / 1e6
-            assert f.estimate.ms_per_step <= float(np.median(not_working)) + 1e-9, f.estimate.formula
+            assert f.estimate.ms_per_step <= float(np.median(not_working)) + 1e-9, formula(f.estimate)
     # the gap evidence (what analyze and the reports print) is the timeline's gap table
     from perfdoctor.rules.evidence import largest_gaps
 
@@ -362,8 +365,8 @@ def test_every_failure_estimates_its_time_or_says_why(path):
     a, findings = _analysis(str(path))
     fails = [f for f in findings if f.status == "fail"]
     for f in fails:
-        assert f.recovered_ms is not None or f.estimate_reason, f.rule_id
-        assert f.to_json()["estimate_reason"] == f.estimate_reason
+        assert f.recovered_ms is not None or estimate_reason(f), f.rule_id
+        assert finding_json(f)["estimate_reason"] == estimate_reason(f)
     # like with like: estimated failures by ms per step, then the ones that say why they have none
     with_ms = [f.recovered_ms for f in fails if f.recovered_ms is not None]
     assert with_ms == sorted(with_ms, reverse=True)
@@ -398,13 +401,13 @@ def test_a_failure_without_an_estimate_says_why_in_every_report():
     a, findings = _analysis(str(FIX / "h200-decode-eager-5steps.kineto.json.gz"))
     f = next(f for f in findings if f.rule_id == "p99-latency")
     assert f.status == "fail" and f.recovered_ms is None
-    assert f.estimate_reason.startswith("the p99 is the step time of the slowest 1 % of steps")
-    assert f"**Estimate:** none. {f.estimate_reason}" in markdown.render(findings, a)
+    assert estimate_reason(f).startswith("the p99 is the step time of the slowest 1 % of steps")
+    assert f"**Estimate:** none. {estimate_reason(f)}" in markdown.render(findings, a)
     assert "No estimate: the p99 is the step time" in html.render(findings, a)
 
 
 def test_pack_rule_states_its_no_estimate_or_gets_the_default(tmp_path):
-    from perfdoctor.rules.engine import NO_ESTIMATE_DEFAULT, evaluate, load_rules
+    from perfdoctor.rules.engine import evaluate, load_rules
 
     pack = tmp_path / "team.toml"
     common = 'metric = "kernels_per_step"\ncomparator = "<"\nthreshold = 1\nseverity = "error"\ncitation = "team"\n'
@@ -415,8 +418,8 @@ def test_pack_rule_states_its_no_estimate_or_gets_the_default(tmp_path):
     )
     a, _ = _analysis(str(WILD / "h200-threads.kineto.json.gz"))
     found = {f.rule_id: f for f in evaluate(load_rules([pack]), a)}
-    assert found["few-kernels"].status == "fail" and found["few-kernels"].estimate_reason == "kernel counts cost no fixed time"
-    assert found["few-kernels-2"].estimate_reason == NO_ESTIMATE_DEFAULT
+    assert found["few-kernels"].status == "fail" and estimate_reason(found["few-kernels"]) == "kernel counts cost no fixed time"
+    assert estimate_reason(found["few-kernels-2"]) == NO_FORMULA
     bad = tmp_path / "bad.toml"
     bad.write_text(f'[[rule]]\nid = "x"\ntitle = "X"\n{common}no_estimate = 3\n[rule.remediation]\nsteps = ["Fuse."]\n')
     with pytest.raises(Exception, match="no_estimate"):

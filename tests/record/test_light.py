@@ -18,6 +18,7 @@ import pytest
 
 from conftest import FIXTURES, run_cli
 from perfdoctor.pipeline import load_trace
+from perfdoctor.reports.estimates import formula
 from perfdoctor.analysis.metrics import Metric, analyze
 from perfdoctor.profile import frame, SAMPLE_COLUMNS
 from perfdoctor.rules.engine import evaluate, load_rules
@@ -253,7 +254,7 @@ def test_bandwidth_estimate_uses_the_declared_bytes_when_the_model_is_the_headli
     want = float(np.median(np.clip(busy - floor_ns, 0, None))) / 1e6
     est = bandwidth_gap(a, 0.85, {}, {})
     assert est.ms_per_step == pytest.approx(want, rel=1e-12) and want > 0
-    assert "declared bytes" in est.formula
+    assert "declared bytes" in formula(est)
 
 
 def test_a_bundle_with_only_the_light_pass_still_gives_step_time(tmp_path: Path) -> None:
@@ -360,7 +361,7 @@ def test_idle_estimates_never_exceed_the_untraced_idle_time(tmp_path: Path) -> N
     assert 0 < cap < 12.0
     bubbles = {f.rule_id: f for f in evaluate(load_rules(()), a)}["memory-bubbles"]
     assert bubbles.recovered_ms == pytest.approx(cap)
-    assert "capped at the untraced idle time" in bubbles.estimate.formula
+    assert "capped at the untraced idle time" in formula(bubbles.estimate)
     # Without a light pass the traced gaps stand (their sum is at most the traced idle).
     b = analyze(load_trace(eager), step="decode_step")
     traced = {f.rule_id: f for f in evaluate(load_rules(()), b)}["memory-bubbles"].recovered_ms

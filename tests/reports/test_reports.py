@@ -426,3 +426,15 @@ def test_a_snippet_is_never_cropped_nor_wrapped_and_with_colour_is_highlighted(w
     coloured = shown(Code(source, indent=4), force_terminal=True, color_system="standard")
     assert [line.rstrip() for line in _re.sub(r"\x1b\[[0-9;]*m", "", coloured).splitlines()] == expected
     assert "\x1b[" in coloured and "CUDAGraph" in coloured
+
+
+def test_the_families_chart_says_each_share_as_the_evidence_table_does():
+    """The chart draws the kernel_families evidence, whose share cells are numbers handed up
+    by rules/ (evidence.Share): it words them as the table and findings.json do."""
+    from perfdoctor.reports.evidence import cell
+    from perfdoctor.rules.evidence import kernel_families
+
+    a, _ = eager()
+    svg = html.families_chart(a)
+    shares = [cell(row[2]) for row in kernel_families(a).rows]
+    assert shares and all(isinstance(s, str) and s.endswith("%") and f"({s})" in svg for s in shares)

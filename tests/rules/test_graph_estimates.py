@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from perfdoctor.pipeline import diagnose
-from perfdoctor.rules.estimates import beside_graph_gaps, graph_replay_gaps, idle_between_kernels
+from perfdoctor.rules.estimates import Gaps, beside_graph_gaps, graph_replay_gaps, idle_between_kernels
 
 ROOT = Path(__file__).resolve().parents[2]
 GRAPH = ROOT / "perfdoctor" / "demo" / "data" / "graph"
@@ -47,8 +47,8 @@ def _hand_inside_replay_ms(d) -> float:
 
 def test_inside_replay_gaps_against_a_hand_count(graph):
     got = graph_replay_gaps(graph.analysis, None, {"residual_gap_us": 0.0}, {})
-    assert "two kernels of a replayed graph" in got.formula
-    uncapped = float(got.formula.split(" = ")[1].split(" ms")[0])
+    assert got.how.gaps is Gaps.IN_REPLAY
+    uncapped = got.how.ms
     assert uncapped == pytest.approx(_hand_inside_replay_ms(graph), rel=0.02)
 
 

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from conftest import FIXTURES, run_cli
 from perfdoctor.pipeline import load_trace
+from perfdoctor.reports.estimates import formula
 from perfdoctor.errors import UsageError
 from perfdoctor.analysis.metrics import Analysis, analyze
 from perfdoctor.profile import ACTIVITY_COLUMNS, CALL_COLUMNS, RANGE_COLUMNS, Origin, Profile, frame
@@ -456,7 +457,7 @@ def test_estimates_follow_their_stated_formulas_on_a_crafted_profile() -> None:
     assert idle_between_kernels(a, None, {"residual_gap_us": 0.0}, {}).ms_per_step == pytest.approx((0.001 + 0.040) / 2)
     # sync_wait_time: only step 0's 20 µs gap follows a sync.
     assert sync_wait_time(a, None, {}, {}).ms_per_step == pytest.approx(0.020 / 2)
-    assert "2 µs" in est.formula
+    assert "2 µs" in formula(est)
     syncs = sync_calls(a)
     assert syncs.rows == [["cudaStreamSynchronize", 0.5, 8.0, 0.004, "decode.py(42): step ×1"]]
     assert syncs.note is None

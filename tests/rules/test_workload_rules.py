@@ -12,7 +12,7 @@ from conftest import SHARED_TRACES
 from perfdoctor.analysis.workload import Workload
 from perfdoctor.pipeline import diagnose
 from perfdoctor.rules.engine import Finding, _stake_severity, load_rules, not_applicable
-from perfdoctor.rules.estimates import Estimate
+from perfdoctor.rules.estimates import Estimate, Median, Of
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = SHARED_TRACES
@@ -53,7 +53,7 @@ def test_layout_rule_applies_to_an_image_model_and_not_to_decode():
 
 def _finding(ms: float, severity: str = "error") -> Finding:
     f = Finding(rule_id="memory-bubbles", title="t", status="fail", severity=severity, citation="c")
-    f.estimate = Estimate(ms, "formula")
+    f.estimate = Estimate(ms, Median(Of.COPIES, ms))
     return f
 
 
