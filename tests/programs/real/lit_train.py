@@ -94,7 +94,8 @@ def fit(model, train_loader, val_loader, args, device):
             if global_step % args.val_every == 0:
                 model.eval()
                 with torch.no_grad():
-                    out = [model.validation_step(b, i) for i, b in enumerate(val_loader)]
+                    # the batch moved to the device, as Lightning's trainer does before each *_step
+                    out = [model.validation_step([t.to(device, non_blocking=True) for t in b], i) for i, b in enumerate(val_loader)]
                 print(f"  val_loss {sum(o[0].item() for o in out) / len(out):.4f} "
                       f"val_acc {sum(o[1].item() for o in out) / len(out):.3f}")
                 model.train()
