@@ -291,24 +291,27 @@ def loop_work(profile: Profile) -> pd.DataFrame:
     return pd.concat([t[["start_ns", "tid"]] for t in (ops, launches)], ignore_index=True)
 
 
-def loop_ranges(marks: pd.DataFrame, fetches: pd.DataFrame, training: Sequence[int], work: pd.DataFrame | None) -> pd.DataFrame:
+def loop_ranges(
+    marks: pd.DataFrame, fetches: pd.DataFrame, ends: np.ndarray, training: Sequence[int], work: pd.DataFrame | None
+) -> pd.DataFrame:
     """Step ranges from torch's loop range ``marks`` (the one name chosen or named by
     ``--step``), each the loop iteration, by the light pass's rules
     (:func:`perfdoctor.record.light.loop_series`): a fetch's by :func:`training_iterations`;
     the optimizer's step's over its group, from its first fetch to the first fetch after the
-    step (``steady.step_groups`` over ``fetches``, every data loader range, those that
-    fetched no batch the ends of passes: :func:`pass_ends`), never across the evaluation
-    loop or the epochs' gap before it; without fetches, from one step to the next."""
+    step (``steady.step_groups`` over ``fetches``, every data loader range, outermost, and
+    ``ends``, those that fetched no batch, the ends of passes: :func:`pass_ends`), never
+    across the evaluation loop or the epochs' gap before it; without fetches, from one step
+    to the next."""
     if str(marks["name"].iloc[0]).startswith(rangenames.DATA_LOADER_PREFIX):
         return training_iterations(marks, training, work)
-    f = _outermost(fetches)
-    if f.empty:
+    if fetches.empty:
         return iteration_ranges(marks)
     m = _outermost(marks)
-    at, first, after = steady.step_groups(m["start_ns"].to_numpy(np.int64), f["start_ns"].to_numpy(np.int64), pass_ends(f, work))
+    starts = fetches["start_ns"].to_numpy(np.int64)
+    at, first, after = steady.step_groups(m["start_ns"].to_numpy(np.int64), starts, ends)
     timed = m.iloc[at].copy()
-    timed["start_ns"] = f["start_ns"].to_numpy(np.int64)[first]
-    timed["end_ns"] = f["start_ns"].to_numpy(np.int64)[after] - 1
+    timed["start_ns"] = starts[first]
+    timed["end_ns"] = starts[after] - 1
     return timed.sort_values("start_ns", kind="stable")
 
 
@@ -370,15 +373,14 @@ def iteration_ranges(marks: pd.DataFrame, waits: pd.DataFrame | None = None) -> 
     requests, not serving (its own range kept whole); the next then begins where the wait
     ended (taking the request is its service)."""
     marks = _outermost(marks).sort_values(["tid", "start_ns"], kind="stable")
+    w = None if waits is None or waits.empty else {c: waits[c].to_numpy(np.int64) for c in ("tid", "start_ns", "end_ns")}
     parts = []
     for _, m in marks.groupby("tid", sort=False):
         if len(m) < 2:
             continue
         part = m.iloc[:-1].copy()
         end = m["start_ns"].to_numpy(np.int64)[1:] - 1
-        if waits is not None and not waits.empty:
-            w = {"tid": waits["tid"].to_numpy(np.int64), "start_ns": waits["start_ns"].to_numpy(np.int64),
-                 "end_ns": waits["end_ns"].to_numpy(np.int64)}
+        if w is not None:
             idle, _, resumed = steady.waits_between(m["start_ns"].to_numpy(np.int64), m["tid"].to_numpy(np.int64), w)
             end = np.where(idle[:-1] >= 0, np.maximum(part["end_ns"].to_numpy(np.int64), np.minimum(end, idle[:-1] - 1)), end)
             part["start_ns"] = np.where(resumed[:-1] >= 0, resumed[:-1], part["start_ns"].to_numpy(np.int64))
@@ -499,7 +501,8 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
     # the fetches that ended a pass, kept apart from the others as the light pass keeps the
     # ones that raised StopIteration: the batches per optimizer step are counted per pass
     f = _outermost(fetches)
-    ended = f[pass_ends(f, work)]
+    ends = pass_ends(f, work)  # decided once: loop_ranges cuts an optimizer step's group at them too
+    ended = f[ends]
     trained, training = training_loop(
         {n: g.to_numpy(np.int64) for n, g in loops.drop(index=ended.index).groupby("name", sort=False)["start_ns"]},
         ended["start_ns"].to_numpy(np.int64))
@@ -547,7 +550,7 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
             loop = marker == rangenames.LOOP
             if marker == rangenames.COMPILED:
                 matched = _iteration_marks(matched, ranges)
-            timed = loop_ranges(matched, fetches, training, work) if loop else iteration_ranges(matched, waits)
+            timed = loop_ranges(matched, f, ends, training, work) if loop else iteration_ranges(matched, waits)
             if not timed.empty:
                 return pattern, timed, None, how if (module_step or ITERATION in how) else f"{how}, timed as {ITERATION}"
         return pattern, matched, None, how
@@ -588,7 +591,7 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
             return AUTO_STEP, found, None, f"{auto_how}; one CUDA/HIP graph replay per step"
         marks = replays if choice.name == GRAPH_REPLAY else ranges[ranges["name"] == choice.name]
         if choice.kind == "loop":
-            marks = loop_ranges(marks, fetches, training, work)  # not an evaluation loop's batches
+            marks = loop_ranges(marks, f, ends, training, work)  # not an evaluation loop's batches
         elif choice.iteration:
             marks = iteration_ranges(_iteration_marks(marks, ranges) if choice.name != GRAPH_REPLAY else marks, waits)
         else:
