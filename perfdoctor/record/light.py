@@ -41,8 +41,9 @@ def choose_module(modules: dict[str, dict[str, Any]]) -> tuple[int, str] | None:
 def module_step(
     modules: dict[str, dict[str, Any]], classes: dict[str, str]
 ) -> tuple[str, dict[str, Any], dict[str, Any], str, list[bool] | None] | None:
-    """The module step: (its name, its calls, the traced passes' mark, ``light_pass.module``,
-    how it was found, and which of its iterations hold the other instances' calls), or None. The class is :func:`choose_module`'s. When two of its
+    """The module step: (its name, its calls, its ``light_pass.module`` entry (the traced
+    passes' mark), how it was found, and which of its iterations hold the other instances'
+    calls), or None. The class is :func:`choose_module`'s. When two of its
     instances or more repeat at depth 0 (their calls carry ``instance``) and one of them
     marks the loop iteration (:func:`perfdoctor.analysis.steps.iteration_instance`: in
     assisted generation the target, whose one forward per iteration verifies the draft's
