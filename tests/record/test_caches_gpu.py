@@ -71,10 +71,11 @@ def no_traceback(done: subprocess.CompletedProcess) -> None:
 
 def printed_measurement(done: subprocess.CompletedProcess) -> dict[str, float]:
     """The two numbers ``calibrate`` printed on stdout."""
-    dram = re.search(r"^DRAM read \(measured\): (\d+) GB/s", done.stdout, re.M)
-    mm = re.search(r"^bf16 matmul \(measured\): (\d+) TFLOP/s", done.stdout, re.M)
+    # text.value writes thousands with a comma ("3,923 GB/s")
+    dram = re.search(r"^DRAM read \(measured\): ([\d,]+) GB/s", done.stdout, re.M)
+    mm = re.search(r"^bf16 matmul \(measured\): ([\d,]+) TFLOP/s", done.stdout, re.M)
     assert dram and mm, done.stdout + done.stderr[-2000:]
-    return {"dram_read_gbps": float(dram[1]), "bf16_matmul_tflops": float(mm[1])}
+    return {"dram_read_gbps": float(dram[1].replace(",", "")), "bf16_matmul_tflops": float(mm[1].replace(",", ""))}
 
 
 def cache_file(xdg: Path) -> Path:
