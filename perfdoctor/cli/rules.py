@@ -25,12 +25,14 @@ def list_rules(
     from rich.table import Table
     from rich.text import Text
 
+    from perfdoctor.reports.common import rule_condition
+
     ruleset = _load(rules, threshold)
     t = Table(title=Text(clean(f"{len(ruleset)} rules from {', '.join(ruleset.packs)}")), title_justify="left")
     for col in ("id", "severity", "passes when", "citation"):
         t.add_column(col, overflow="fold")
     for r in ruleset:
-        t.add_row(r.id, r.severity, r.condition(), Text(r.citation))
+        t.add_row(r.id, r.severity, rule_condition(r), Text(r.citation))
     stdout_console().print(t)
 
 
@@ -56,6 +58,7 @@ def explain_rule(
     from rich.text import Text
 
     from perfdoctor.reports.code import Code
+    from perfdoctor.reports.common import rule_condition
     from perfdoctor.rules.engine import PREDICATES
     from perfdoctor.rules.estimates import ESTIMATES
     from perfdoctor.rules.signals import KNOWN_INPUTS, meaning
@@ -65,7 +68,7 @@ def explain_rule(
     c.print(Text(f"{r.id} — {r.title}", style="bold"))
     if r.description:
         c.print(Text(r.description))
-    c.print(Text.assemble(("passes when: ", "bold"), r.condition(), (f"   [{r.threshold_origin}]" if r.threshold_origin else "", "dim")))
+    c.print(Text.assemble(("passes when: ", "bold"), rule_condition(r), (f"   [{r.threshold_origin}]" if r.threshold_origin else "", "dim")))
     c.print(Text.assemble(("severity: ", "bold"), r.severity, ("   defined in: ", "bold"), r.origin))
     for key in r.metrics + r.show:
         role = "reads" if key in r.metrics else "shows"

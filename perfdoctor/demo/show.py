@@ -357,11 +357,11 @@ def report_renderable(a: Diagnosis, detailed: int = DETAILED, table: bool = True
 
 def not_evaluated_table(findings: Sequence[Any]) -> Table:
     """Rules not evaluated, one row per way of collecting what they need."""
+    from perfdoctor.reports.common import how_to_collect
+
     groups: dict[str, list[str]] = {}
     for f in findings:
-        reason = f.reason or "no reason given"
-        how = reason.split("; collect it with ", 1)[1] if "; collect it with " in reason else reason
-        groups.setdefault(short_how(how), []).append(f.rule_id)
+        groups.setdefault(short_how(how_to_collect(f)), []).append(f.rule_id)
     t = Table(
         title="not evaluated (never counted as passed)",
         title_justify="left",

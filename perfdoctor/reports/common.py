@@ -10,10 +10,11 @@ from typing import Sequence
 
 from perfdoctor.analysis.metrics import Analysis, Metric
 from perfdoctor.bundle.protocol import PassRun
-from perfdoctor.text import num, value
+from perfdoctor.text import num, percent, setting, value
 from perfdoctor.reports import evidence
 from perfdoctor.reports.estimates import needs
-from perfdoctor.rules.engine import NOT_APPLICABLE, NOT_JUDGED, Finding, verdict
+from perfdoctor.rules.engine import Finding, Rule, verdict
+from perfdoctor.rules.reasons import Fallback, Lowered, Missing, OffWorkload, Reason, Suppressed
 
 
 def fmt_metric(m: Metric) -> str:
@@ -46,6 +47,14 @@ def condition(finding: Finding) -> str:
     return f"{finding.comparator} {value(finding.threshold, unit)}"
 
 
+def rule_condition(rule: Rule) -> str:
+    """``memory_bubble_ratio < 0.15`` — the condition under which the rule passes, as its pack
+    sets it (`rules list`, `rules explain`)."""
+    if rule.advisory:
+        return "advisory (no threshold)"
+    return f"{rule.metrics[0]} {rule.comparator} {setting(rule.threshold)}"
+
+
 def measured(finding: Finding) -> str:
     """``memory_bubble_ratio = 94.1 %`` (+ the metric's note, e.g. "lower bound: ...")."""
     if finding.metric is None:
@@ -58,6 +67,59 @@ def measured(finding: Finding) -> str:
 def context_values(finding: Finding) -> str:
     """The other values the rule shows: ``launches_per_step = 945, kernels_per_step = 945``."""
     return ", ".join(f"{k} = {fmt_metric(m)}" for k, m in finding.values.items() if k != finding.metric)
+
+
+NOT_APPLICABLE = "not applicable: "
+NOT_JUDGED = "not judged: "  # a workload rule on a trace whose workload is unknown
+
+
+def _missing_why(r: Missing) -> str:
+    """Why the metric is absent, as it follows the metric's name: ``needs KEY (WHY)``."""
+    why = (r.why or "not collected").rstrip(".")
+    return why.removeprefix("needs ")  # the metric's reason often starts so
+
+
+def _scope(r: OffWorkload) -> tuple[str, str, str]:
+    """(prefix, what the rule is for, what the trace is) of a rule for another workload: the
+    last part is what a row of several such rules says once (:func:`not_evaluated_rows`)."""
+    w, kinds = r.workload, "/".join(r.rule)
+    if not r.judged:
+        return NOT_JUDGED, f"{kinds}-only rule", f"the workload is unknown ({w.text.removeprefix('unknown: ')}); --workload training|inference sets it"
+    if w.kind == "training" and "training" not in r.rule:
+        # an inference task's rule on a training trace: "inference-only", naming the tasks
+        tasks = "" if r.rule == ("inference",) else f" (a rule for {kinds})"
+        return NOT_APPLICABLE, "inference-only rule", f"this trace is {w.text}{tasks}"
+    return NOT_APPLICABLE, f"{kinds}-only rule", f"this trace is {w.text} (task {w.task_text})"
+
+
+def reason_words(r: Reason) -> str:
+    """One reason of a finding (:mod:`perfdoctor.rules.reasons`) as every report says it."""
+    if isinstance(r, Missing):
+        collect = f"; collect it with {r.collect}" if r.collect else ""
+        return f"needs {' or '.join(r.keys)} ({_missing_why(r)}){collect}"
+    if isinstance(r, OffWorkload):
+        prefix, rule, trace = _scope(r)
+        return f"{prefix}{rule}; {trace}"
+    if isinstance(r, Suppressed):
+        return f"{NOT_APPLICABLE}{r.by} failed ({r.title})"
+    if isinstance(r, Fallback):
+        return f"uses {r.used} because {r.preferred} is absent: {r.why or 'not collected'}"
+    if isinstance(r, Lowered):
+        return f"severity {r.was} → {r.to}: {value(r.ms, 'ms')} of a {value(r.step_ms, 'ms')} step ({percent(r.ms / r.step_ms)}) is at stake"
+    raise TypeError(f"no words for the reason {r!r}")
+
+
+def finding_reason(finding: Finding) -> str | None:
+    """Why the finding is not evaluated, or what changed its metric or severity; None: nothing."""
+    return "; ".join(reason_words(r) for r in finding.reasons) or None
+
+
+def how_to_collect(finding: Finding) -> str:
+    """What a not-evaluated finding would need: the pack's way to collect its metric, else its reason."""
+    r = finding.reasons[0] if finding.reasons else None
+    if isinstance(r, Missing) and r.collect:
+        return r.collect
+    return finding_reason(finding) or "no reason given"
 
 
 def estimate_line(finding: Finding, analysis: Analysis) -> str | None:
@@ -217,73 +279,56 @@ def not_evaluated_view(missing: Sequence[Finding], no_gpu: bool) -> tuple[list[s
     """What the reports say of the checks not evaluated: where no GPU ran, the ids of the
     checks of GPU work (that one fact is their reason, said once); then one row per cause
     of the others (:func:`not_evaluated_rows`)."""
-    gpu = [f for f in missing if no_gpu and about_gpu(f.reason or "")]
+    gpu = [f for f in missing if no_gpu and about_gpu(finding_reason(f) or "")]
     return [f.rule_id for f in gpu], not_evaluated_rows([f for f in missing if f not in gpu])
 
 
-def _split_reason(reason: str) -> tuple[str, str, str]:
-    """A not-evaluated reason, ``needs KEY (WHY); collect it with HOW`` (rules.engine), as
-    (KEY, WHY, HOW); a reason of another shape is its own WHY."""
-    if not reason.startswith("needs ") or " (" not in reason:
-        return "", reason, ""
-    key, rest = reason[len("needs "):].split(" (", 1)
-    depth, end = 1, -1
-    for i, ch in enumerate(rest):  # the WHY ends at the parenthesis that closes the first
-        depth += {"(": 1, ")": -1}.get(ch, 0)
-        if depth == 0:
-            end = i
-            break
-    if end < 0:
-        return "", reason, ""
-    how = rest[end + 1:]
-    return key, rest[:end], how[len("; collect it with "):] if how.startswith("; collect it with ") else how
+Row = tuple[list[str], str, "tuple[str, str, str] | None"]  # rule ids, reason, the scope of a rule for another workload
 
 
 def not_evaluated_rows(missing: Sequence[Finding]) -> list[tuple[list[str], str]]:
     """(rule ids, reason) per cause: rules whose metrics are missing for one reason share a
     row (each metric named, each way to collect said once, a way that another contains
-    dropped), in the order of their first rule."""
+    dropped), in the order of their first rule; rules for other workloads than this trace's
+    share one (:func:`_merge_scoped`)."""
     groups: dict[str, list[tuple[str, str, str]]] = {}
+    scopes: dict[str, tuple[str, str, str]] = {}
     for f in missing:
-        key, why, how = _split_reason(f.reason or "")
+        r = f.reasons[0] if f.reasons else None
+        if isinstance(r, Missing):
+            key, why, how = " or ".join(r.keys), _missing_why(r), r.collect
+        else:
+            key, why, how = "", finding_reason(f) or "", ""
+            if isinstance(r, OffWorkload):
+                scopes[why] = _scope(r)
         groups.setdefault(why, []).append((f.rule_id, key, how))
-    rows = []
+    rows: list[Row] = []
     for why, members in groups.items():
         ids = [m[0] for m in members]
-        if len(members) == 1 and members[0][1]:
-            rows.append((ids, next(f.reason or "" for f in missing if f.rule_id == ids[0])))
-            continue
         keys = list(dict.fromkeys(m[1] for m in members if m[1]))
         hows = list(dict.fromkeys(m[2] for m in members if m[2]))
         hows = [h for h in hows if not any(h != o and h in o for o in hows)]
         text = (f"needs {', '.join(keys)} ({why})" if keys else why) + (f"; collect it with {' / '.join(hows)}" if hows else "")
-        rows.append((ids, text))
-    return _not_applicable_rows(rows)
-
-
-def _not_applicable_rows(rows: list[tuple[list[str], str]]) -> list[tuple[list[str], str]]:
-    """Rules not applicable for one workload evidence ("not applicable: KIND rule; this
-    trace is ...", rules.engine) in one row, each kind named with its rules; likewise the
-    rules not judged on an unknown workload ("not judged: KIND rule; the workload is unknown ...")."""
+        rows.append((ids, text, scopes.get(why)))
     for prefix in (NOT_APPLICABLE, NOT_JUDGED):
-        rows = _merge_prefixed(rows, prefix)
-    return rows
+        rows = _merge_scoped(rows, prefix)
+    return [(ids, text) for ids, text, _ in rows]
 
 
-def _merge_prefixed(rows: list[tuple[list[str], str]], prefix: str) -> list[tuple[list[str], str]]:
-    na = [(ids, r[len(prefix):].split("; ", 1)) for ids, r in rows if r.startswith(prefix) and "; " in r]
-    if len(na) < 2 or len({why for _, (_, why) in na}) > 1:
+def _merge_scoped(rows: list[Row], prefix: str) -> list[Row]:
+    """Rules not applicable for one workload evidence ("not applicable: KIND rule; this trace
+    is ...") in one row, each kind named with its rules; likewise the rules not judged on an
+    unknown workload ("not judged: KIND rule; the workload is unknown ...")."""
+    scoped = [(ids, scope) for ids, _, scope in rows if scope is not None and scope[0] == prefix]
+    if len(scoped) < 2 or len({trace for _, (_, _, trace) in scoped}) > 1:
         return rows
-    kinds = "; ".join(f"{kind} ({', '.join(ids)})" for ids, (kind, _) in na)
-    merged = ([i for ids, _ in na for i in ids], f"{prefix}{kinds}; {na[0][1][1]}")
-    first = next(k for k, (_, r) in enumerate(rows) if r.startswith(prefix) and "; " in r)
-    rest = [row for row in rows if not (row[1].startswith(prefix) and "; " in row[1])]
+    kinds = "; ".join(f"{rule} ({', '.join(ids)})" for ids, (_, rule, _) in scoped)
+    merged: Row = ([i for ids, _ in scoped for i in ids], f"{prefix}{kinds}; {scoped[0][1][2]}", None)
+    first = next(k for k, (_, _, scope) in enumerate(rows) if scope is not None and scope[0] == prefix)
+    rest = [row for row in rows if not (row[2] is not None and row[2][0] == prefix)]
     return rest[:first] + [merged] + rest[first:]
 
 
 def named_not_evaluated(findings: Sequence[Finding]) -> set[str]:
     """The metric keys the not-evaluated checks name as missing (each said there, with why)."""
-    keys: set[str] = set()
-    for f in by_status(findings, "not_evaluated"):
-        keys.update(k for k in _split_reason(f.reason or "")[0].split(" or ") if k)
-    return keys
+    return {k for f in by_status(findings, "not_evaluated") for r in f.reasons[:1] if isinstance(r, Missing) for k in r.keys}

@@ -21,7 +21,7 @@ from perfdoctor.reports.diff_report import (
     document as diff_document, fact, kernel_summary, mismatch_why, process_json, reason, refusal, sample_json,
     sample_reason, verdict,
 )
-from perfdoctor.reports.common import condition as pass_condition, unit_of
+from perfdoctor.reports.common import condition as pass_condition, finding_reason, unit_of
 from perfdoctor.reports.format import md_cell
 from perfdoctor.text import NEWLINE_MARK, github_data, github_property, interval, num, ratio, relative, setting, value
 from perfdoctor.text import xml as xml_text
@@ -195,7 +195,7 @@ def _rule_message(c: Check) -> str:
     f = c.finding
     assert f is not None
     if c.outcome == "not_evaluated":
-        return f"not evaluated: {f.reason}"
+        return f"not evaluated: {finding_reason(f)}"
     if c.outcome not in ("pass", "fail", "not gating"):
         return f"advisory (no threshold): {f.title}"
     condition = (f"{f.metric} = {value(f.value, unit_of(f))}, passes when {pass_condition(f)}"

@@ -640,8 +640,8 @@ def _finding_html(f: Finding, analysis: Analysis, shown_before: dict[tuple[str, 
            f"<p><b>{e(common.measured(f))}</b> — target {e(common.condition(f))} <span class=\"muted\">({e(f.threshold_origin)})</span></p>"]
     if common.context_values(f):
         out.append(f'<p class="muted">{e(common.context_values(f))}</p>')
-    if f.reason:
-        out.append(f'<p class="muted">{e(f.reason)}</p>')
+    if common.finding_reason(f):
+        out.append(f'<p class="muted">{e(common.finding_reason(f))}</p>')
     est = common.estimate_line(f, analysis)
     if est:
         out.append(f'<p class="est">{e(est)}</p><p class="muted">{e(formula(f.estimate))}</p>')
@@ -750,7 +750,7 @@ def render(findings: Sequence[Finding], analysis: Analysis, packs: Sequence[str]
     missing = common.by_status(findings, "not_evaluated")
     if missing:
         parts.append("<h2>Not evaluated</h2><p class=\"muted\">Never counted as passed.</p><table><tr><th>rule</th><th>why / how to collect</th></tr>")
-        parts += [f"<tr><td>{e(f.rule_id)}</td><td>not evaluated — {e(f.reason)}</td></tr>" for f in missing]
+        parts += [f"<tr><td>{e(f.rule_id)}</td><td>not evaluated — {e(common.finding_reason(f))}</td></tr>" for f in missing]
         parts.append("</table>")
     data = finite(document(findings, analysis, packs))  # NaN/inf → null: the page's JSON is strict
     parts += [

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 from perfdoctor.analysis.metrics import Analysis, jsonable
 from perfdoctor.io import dumps_json
 from perfdoctor.reports import attribution
-from perfdoctor.reports.common import estimate_reason, outcome, verdict_line
+from perfdoctor.reports.common import estimate_reason, finding_reason, outcome, verdict_line
 from perfdoctor.reports.estimates import formula
 from perfdoctor.reports.evidence import evidence_json
 from perfdoctor.rules.engine import Finding, verdict
@@ -68,7 +68,7 @@ def finding_json(f: Finding) -> dict[str, Any]:
         "values": {k: m.to_json() for k, m in f.values.items()},
         "citation": f.citation,
         "citations": [c.to_json() for c in f.cites],
-        "reason": f.reason,
+        "reason": finding_reason(f),
         "context": f.context,
         "estimate": None
         if f.estimate is None

@@ -47,8 +47,8 @@ def _finding(f: Finding, analysis: Analysis, shown_before: dict[tuple[str, str],
     out.append(f"- **Measured:** {md_text(common.measured(f))} — target {md_cell(common.condition(f))} ({md_text(f.threshold_origin)})")
     if common.context_values(f):
         out.append(f"- **Also:** {md_text(common.context_values(f))}")
-    if f.reason:
-        out.append(f"- **Note:** {md_text(f.reason)}")
+    if common.finding_reason(f):
+        out.append(f"- **Note:** {md_text(common.finding_reason(f))}")
     est = common.estimate_line(f, analysis)
     if est:
         out.append(f"- **Estimate:** {md_text(est)}. _{md_text(formula(f.estimate))}_")

@@ -56,8 +56,8 @@ def _finding(f: Finding, analysis: Analysis, shown_before: dict[tuple[str, str],
     lines.append(body)
     if common.context_values(f):
         lines.append(Text(common.context_values(f), style="dim"))
-    if f.reason:
-        lines.append(Text(f.reason, style="dim"))
+    if common.finding_reason(f):
+        lines.append(Text(common.finding_reason(f), style="dim"))
     est = common.estimate_line(f, analysis)
     if est:
         lines.append(Text(f"Estimate: {est}", style="green"))

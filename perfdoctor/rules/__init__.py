@@ -9,7 +9,8 @@
 them; ``signals`` computes rule inputs beyond the metric contract and takes a multi-rank
 job's cross-rank numbers (``evaluate(rules, analysis, cross_rank)``); ``evidence`` collects
 the rows of the trace that explain a failure; ``estimates`` says how much time per step
-a fix should win back; ``kernels`` makes kernel names readable; ``cli`` holds the
+a fix should win back; ``reasons`` says why a finding is not evaluated (codes and
+numbers, worded in reports/); ``kernels`` makes kernel names readable; ``cli`` holds the
 ``rules`` and ``report`` commands. The pack format and findings.json: docs/rules.md.
 
 May import: analysis, collectors, profile, names, io, text, errors.

@@ -56,10 +56,11 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, packaged as tomli
     import tomli as tomllib  # type: ignore[no-redef]
 
 from perfdoctor.errors import UsageError
-from perfdoctor.text import clean, clean_block, percent, setting, value
+from perfdoctor.text import clean, clean_block
 from perfdoctor.analysis.metrics import Analysis, Metric
 from perfdoctor.rules.estimates import ESTIMATES, Estimate, Need, Unavailable
 from perfdoctor.rules.evidence import EVIDENCE, Evidence
+from perfdoctor.rules.reasons import Fallback, Lowered, Missing, OffWorkload, Reason, Suppressed
 from perfdoctor.rules.signals import KNOWN_INPUTS, inputs
 
 if TYPE_CHECKING:
@@ -182,9 +183,8 @@ def _stake_severity(analysis: Analysis, finding: "Finding") -> None:
     share = ms / step
     cap = "info" if share < STAKE_INFO else "warning" if share < STAKE_WARNING else None
     if cap is not None and SEVERITY_RANK[finding.severity] > SEVERITY_RANK[cap]:
-        note = f"severity {finding.severity} → {cap}: {value(ms, 'ms')} of a {value(step, 'ms')} step ({percent(share)}) is at stake"
+        finding.reasons.append(Lowered(finding.severity, cap, ms, step))
         finding.severity = cap
-        finding.reason = f"{finding.reason}; {note}" if finding.reason else note
 
 
 # --- the rule model ---------------------------------------------------------------------
@@ -339,12 +339,6 @@ class Rule:
     @property
     def advisory(self) -> bool:
         return self.comparator is None
-
-    def condition(self) -> str:
-        """``memory_bubble_ratio < 0.15`` — the condition under which the rule passes."""
-        if self.advisory:
-            return "advisory (no threshold)"
-        return f"{self.metrics[0]} {self.comparator} {setting(self.threshold)}"
 
 
 @dataclass
@@ -756,7 +750,9 @@ class Finding:
     estimate_kind: str | None = None
     estimate_reason: Unavailable | None = None  # a failure without an estimate: why it cannot give one
     projected: dict[str, float] = field(default_factory=dict)
-    reason: str | None = None
+    # why it is not evaluated (one reason), or what changed its metric or severity (rules.reasons;
+    # worded by perfdoctor.reports.common.finding_reason)
+    reasons: list[Reason] = field(default_factory=list)
     context: list[str] = field(default_factory=list)  # conditions that selected a variant
     overlaps: list[str] = field(default_factory=list)  # findings whose estimate counts the same time
     rank: int | None = None
@@ -772,15 +768,9 @@ class Finding:
         return None if m is None else m.value
 
 
-def _not_evaluated(rule: Rule, values: dict[str, Metric]) -> str:
-    key = rule.metrics[0]
-    m = values.get(key)
-    why = (m.reason if m is not None and m.reason else "not collected").rstrip(".")
-    why = why[len("needs "):] if why.startswith("needs ") else why  # the metric's reason often starts so
-    if len(rule.metrics) > 1:
-        key = " or ".join(rule.metrics)
-    collect = f"; collect it with {rule.collect}" if rule.collect else ""
-    return f"needs {key} ({why}){collect}"
+def _not_evaluated(rule: Rule, values: dict[str, Metric]) -> Missing:
+    m = values.get(rule.metrics[0])
+    return Missing(rule.metrics, m.reason if m is not None and m.reason else None, rule.collect)
 
 
 def _projection(analysis: Analysis, recovered_ms: float | None) -> dict[str, float]:
@@ -809,11 +799,7 @@ def _usable(m: Metric | None) -> bool:
     return m is not None and m.value is not None and bool(np.isfinite(m.value))
 
 
-NOT_APPLICABLE = "not applicable: "
-NOT_JUDGED = "not judged: "  # a workload rule on a trace whose workload is unknown
-
-
-def not_applicable(rule: Rule, analysis: Analysis) -> str | None:
+def not_applicable(rule: Rule, analysis: Analysis) -> OffWorkload | None:
     """Why ``rule`` does not apply to this trace's workload (None when it does).
 
     A rule declared for inference (decode, KV cache, request batching, a 10 ms p99 target)
@@ -830,14 +816,7 @@ def not_applicable(rule: Rule, analysis: Analysis) -> str | None:
 
     if any(workloads.applies(k, w) for k in rule.workload):
         return None
-    if w.kind == "unknown":
-        return (f"{NOT_JUDGED}{'/'.join(rule.workload)}-only rule; the workload is unknown ({w.text.removeprefix('unknown: ')}); "
-                "--workload training|inference sets it")
-    if w.kind == "training" and "training" not in rule.workload:
-        # an inference task's rule on a training trace: "inference-only", naming the tasks
-        tasks = "" if rule.workload == ("inference",) else f" (a rule for {'/'.join(rule.workload)})"
-        return f"{NOT_APPLICABLE}inference-only rule; this trace is {w.text}{tasks}"
-    return f"{NOT_APPLICABLE}{'/'.join(rule.workload)}-only rule; this trace is {w.text} (task {w.task_text})"
+    return OffWorkload(rule.workload, w)
 
 
 def evaluate_rule(rule: Rule, analysis: Analysis, values: dict[str, Metric], evidence: dict[str, Evidence] | None = None) -> Finding:
@@ -874,14 +853,14 @@ def evaluate_rule(rule: Rule, analysis: Analysis, values: dict[str, Metric], evi
         context=context,
     )
     why_not = not_applicable(rule, analysis)
-    if why_not and why_not.startswith(NOT_JUDGED) and metric is None:
+    if why_not is not None and not why_not.judged and metric is None:
         why_not = None  # nothing to judge anyway: say what is missing (below)
-    if why_not:
-        finding.reason = why_not
+    if why_not is not None:
+        finding.reasons = [why_not]
         finding.values = {}
         return finding
     if metric is None:
-        finding.reason = _not_evaluated(rule, values)
+        finding.reasons = [_not_evaluated(rule, values)]
         return finding
     if rule.advisory:
         finding.status = "advisory"
@@ -890,7 +869,8 @@ def evaluate_rule(rule: Rule, analysis: Analysis, values: dict[str, Metric], evi
         finding.status = "pass" if passed else "fail"
     if metric != rule.metrics[0]:
         # A fallback metric is used: say which, and what the preferred one needed.
-        finding.reason = f"uses {metric} because {rule.metrics[0]} is absent: {values[rule.metrics[0]].reason if rule.metrics[0] in values else 'not collected'}"
+        preferred = values.get(rule.metrics[0])
+        finding.reasons = [Fallback(metric, rule.metrics[0], None if preferred is None else preferred.reason)]
     if finding.status in ("fail", "advisory"):
         finding.evidence = [_collect(kind, analysis, evidence) for kind in rule.evidence]
     if finding.status == "fail" and spec is not None:
@@ -979,17 +959,17 @@ def evaluate(rules: RuleSet, analysis: Analysis, cross_rank: CrossRank | None = 
     values = {**inputs(analysis, cross_rank), **workload_values(analysis)}
     evidence: dict[str, Evidence] = {}
     findings = [evaluate_rule(rule, analysis, values, evidence) for rule in rules]
-    suppressed: dict[str, str] = {}
+    suppressed: dict[str, Suppressed] = {}
     for f in findings:
         if f.status == "fail":
             for rid in rules.rules[f.rule_id].suppresses:
-                suppressed.setdefault(rid, f"{NOT_APPLICABLE}{f.rule_id} failed ({f.title})")
+                suppressed.setdefault(rid, Suppressed(f.rule_id, f.title))
     for i, f in enumerate(findings):
         if f.rule_id in suppressed and f.status != "not_evaluated":
             findings[i] = Finding(
                 rule_id=f.rule_id, title=f.title, status="not_evaluated", severity=f.severity, citation=f.citation, cites=f.cites,
                 metric=f.metric, comparator=f.comparator, threshold=f.threshold, threshold_origin=f.threshold_origin,
-                remediation=f.remediation, context=f.context, reason=suppressed[f.rule_id],
+                remediation=f.remediation, context=f.context, reasons=[suppressed[f.rule_id]],
             )
     return rank(findings)
 

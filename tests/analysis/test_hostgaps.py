@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from perfdoctor.pipeline import load_trace
+from perfdoctor.reports.common import finding_reason
 from perfdoctor.reports.estimates import formula
 from perfdoctor.analysis.hostgaps import BUSY_SHARE, MIN_GAP_US, busy_summary, gap_hosts, not_working_ns
 from perfdoctor.analysis.metrics import analyze
@@ -146,7 +147,7 @@ def test_sync_calls_and_synchronous_copies_carry_their_call_site(framed):
 def test_without_stacks_the_rule_says_how_to_get_them():
     a = analyze(load_trace(SERVE))
     f = next(f for f in evaluate(load_rules(), a) if f.rule_id == "host-busy-in-gaps")
-    assert f.status == "not_evaluated" and "with_stack=True" in f.reason
+    assert f.status == "not_evaluated" and "with_stack=True" in finding_reason(f)
 
 
 def check_preprocessing_is_named(trace: Path, facts: dict) -> None:

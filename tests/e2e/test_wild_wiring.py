@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from perfdoctor.pipeline import load_trace
-from perfdoctor.reports.common import estimate_reason
+from perfdoctor.reports.common import estimate_reason, finding_reason
 from perfdoctor.reports.estimates import NO_FORMULA, formula
 from perfdoctor.reports.json import finding_json
 from perfdoctor.analysis.metrics import analyze
@@ -100,7 +100,7 @@ def test_training_gets_no_inference_advice(name):
     by_id = {f.rule_id: f for f in findings}
     for rid in ("p99-latency", "batching", "launches-per-step", "launch-rate", "queue-delay", "small-collectives"):
         assert by_id[rid].status == "not_evaluated", rid
-        assert by_id[rid].reason.startswith("not applicable: inference-only rule; this trace is training"), by_id[rid].reason
+        assert finding_reason(by_id[rid]).startswith("not applicable: inference-only rule; this trace is training"), finding_reason(by_id[rid])
     assert not DECODE_ADVICE.search(_advice(findings)), DECODE_ADVICE.search(_advice(findings))
     assert any("training" in f.context for f in findings if f.status == "fail")
 
@@ -110,14 +110,14 @@ def test_inference_gets_no_gradient_bucketing_advice(name):
     a, findings = _analysis(str(WILD / f"{name}.kineto.json.gz"))
     assert a.workload.kind == "inference"
     f = next(f for f in findings if f.rule_id == "gradient-bucketing")
-    assert f.status == "not_evaluated" and f.reason.startswith("not applicable: training-only rule; this trace is inference")
+    assert f.status == "not_evaluated" and finding_reason(f).startswith("not applicable: training-only rule; this trace is inference")
     assert not BUCKET_ADVICE.search(_advice(findings))
 
 
 def test_workload_override():
     a, findings = _analysis(str(WILD / "h200-threads.kineto.json.gz"), "training")
     assert a.workload.kind == "training" and "--workload" in a.workload.text
-    assert next(f for f in findings if f.rule_id == "p99-latency").reason.startswith("not applicable")
+    assert finding_reason(next(f for f in findings if f.rule_id == "p99-latency")).startswith("not applicable")
     with pytest.raises(Exception):
         analyze(load_trace(WILD / "h200-threads.kineto.json.gz"), workload="serving")
 
@@ -159,7 +159,7 @@ def test_capture_trace_is_recognised_and_timing_rules_not_evaluated():
     by_id = {f.rule_id: f for f in findings}
     assert by_id["capture-trace"].status == "fail"
     for rid in ("memory-bubbles", "launch-rate", "launches-per-step", "p99-latency", "short-kernels"):
-        assert by_id[rid].status == "not_evaluated" and by_id[rid].reason.startswith("not applicable: capture-trace"), rid
+        assert by_id[rid].status == "not_evaluated" and finding_reason(by_id[rid]).startswith("not applicable: capture-trace"), rid
     from perfdoctor.reports.summary import header_lines
 
     assert any("timing rules do not apply" in line for line in header_lines(a))
@@ -435,7 +435,7 @@ def test_a_loss_softmax_is_not_unfused_attention(name):
     assert softmaxes and all(re.search(r"softmax_warp_\w+<float, float, float, \d+, true,", n) for n in softmaxes)
     a, findings = _analysis(str(path))
     f = next(f for f in findings if f.rule_id == "attention")
-    assert f.status == "not_evaluated" and "no attention pattern" in f.reason
+    assert f.status == "not_evaluated" and "no attention pattern" in finding_reason(f)
     # the eager decode's plain softmaxes between GEMMs still are
     a, findings = _analysis(str(FIX / "h200-decode-eager-5steps.kineto.json.gz"))
     assert next(f for f in findings if f.rule_id == "attention").status == "fail"

@@ -18,6 +18,7 @@ import pytest
 
 from conftest import FIXTURES, run_cli
 from perfdoctor.pipeline import load_trace
+from perfdoctor.reports.common import finding_reason
 from perfdoctor.reports.estimates import formula
 from perfdoctor.analysis.metrics import Metric, analyze
 from perfdoctor.profile import frame, SAMPLE_COLUMNS
@@ -214,7 +215,7 @@ def test_a_nan_counter_series_is_absent_with_a_reason_and_its_rule_not_evaluated
     # No rule is evaluated on the NaN counter: a rule reading dram_bw_util is not evaluated,
     # and dram-bandwidth judges the memory-bound kernel classes (issue 28: bytes from this
     # trace's recorded shapes against the card's peak), which the counter does not enter.
-    on_bw = [f for f in findings.values() if f.metric is None and "dram_bw_util" in (f.reason or "")]
+    on_bw = [f for f in findings.values() if f.metric is None and "dram_bw_util" in (finding_reason(f) or "")]
     assert all(f.status == "not_evaluated" for f in on_bw)
     bw = findings["dram-bandwidth"]
     assert bw.metric == "memory_bound_bw_util" and bw.value is not None and np.isfinite(bw.value)

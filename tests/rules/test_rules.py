@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from conftest import FIXTURES, run_cli
 from perfdoctor.pipeline import load_trace
+from perfdoctor.reports.common import finding_reason, rule_condition
 from perfdoctor.reports.estimates import formula
 from perfdoctor.errors import UsageError
 from perfdoctor.analysis.metrics import Analysis, analyze
@@ -72,9 +73,9 @@ def test_seed_pack_has_every_documented_rule_with_a_citation() -> None:
         assert r.citation.startswith(r.cites[0].source.title), r.id
         assert r.remediation.steps, r.id
         assert r.threshold_origin.startswith("seed default") or r.advisory, r.id
-    assert load_rules().get("dram-bandwidth").condition() == "memory_bound_bw_util >= 0.85"
-    assert load_rules().get("memory-bubbles").condition() == "memory_bubble_ratio < 0.15"
-    assert load_rules().get("p99-latency").condition() == "step_latency_ms_p99 < 10"
+    assert rule_condition(load_rules().get("dram-bandwidth")) == "memory_bound_bw_util >= 0.85"
+    assert rule_condition(load_rules().get("memory-bubbles")) == "memory_bubble_ratio < 0.15"
+    assert rule_condition(load_rules().get("p99-latency")) == "step_latency_ms_p99 < 10"
     assert {r.id for r in rules if r.advisory} == {"model-fits-bandwidth", "batching"}
 
 
@@ -240,12 +241,12 @@ def test_missing_metric_is_not_evaluated_with_how_to_collect_never_pass() -> Non
     bare = {f.rule_id: f for f in evaluate(load_rules(), fixture_analysis("h200-decode-eager-5steps.kineto.json.gz", "decode_step"))}
     dram = bare["dram-bandwidth"]
     assert dram.status == "not_evaluated" and dram.metric is None
-    assert dram.reason.startswith("needs memory_bound_bw_util") and "collect it with" in dram.reason
+    assert finding_reason(dram).startswith("needs memory_bound_bw_util") and "collect it with" in finding_reason(dram)
     for rule_id in ("cache-hit", "warp-efficiency", "throttling", "pcie"):
         assert by_id[rule_id].status == "not_evaluated", rule_id
     # A fallback metric is used and said.
     occ = by_id["sm-occupancy"]
-    assert occ.metric == "achieved_occupancy_est" and "sm_occupancy is absent" in occ.reason
+    assert occ.metric == "achieved_occupancy_est" and "sm_occupancy is absent" in finding_reason(occ)
     # Ranking: failures, then advisory, pass, not evaluated.
     order = [f.status for f in findings]
     assert order == sorted(order, key=["fail", "advisory", "pass", "not_evaluated"].index)

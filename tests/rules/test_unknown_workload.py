@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from perfdoctor.pipeline import diagnose
+from perfdoctor.reports.common import finding_reason
 from perfdoctor.rules.engine import load_rules
 
 # --- a training loop without a readable trace (train_r50_w4_pin, H200 2026-12-02) ----------
@@ -60,7 +61,7 @@ def test_a_dataloader_loop_without_a_trace_is_training_and_p99_does_not_fail(tmp
     assert (w.kind, w.task, w.confidence) == ("training", "training", "low")
     assert TRAIN_STEP in w.text
     f = _p99(d)
-    assert f.status == "not_evaluated" and f.reason.startswith("not applicable: ") and "training" in f.reason
+    assert f.status == "not_evaluated" and finding_reason(f).startswith("not applicable: ") and "training" in finding_reason(f)
     # What does fail is what this H200 loop (4 DataLoader workers) has: uneven steps, whose slow
     # ones waited for the loader. The only failure, a warning, estimated from the series itself.
     failed = [x for x in d.findings if x.status == "fail"]
@@ -87,7 +88,7 @@ def test_p99_is_not_judged_on_an_unknown_workload(tmp_path: Path, step: str):
         return
     assert d.analysis.workload.kind == "unknown"
     assert f.status == "not_evaluated"
-    assert f.reason.startswith("not judged: llm-decode/serving-only rule; the workload is unknown")
+    assert finding_reason(f).startswith("not judged: llm-decode/serving-only rule; the workload is unknown")
     # every workload-gated rule is treated alike: none fails or advises on an unknown workload
     gated = {r.id for r in load_rules() if r.workload}
     assert all(x.status == "not_evaluated" for x in d.findings if x.rule_id in gated)
