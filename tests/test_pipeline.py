@@ -35,6 +35,24 @@ def test_diagnose_is_load_analyze_and_rules(eager: Diagnosis) -> None:
     assert eager.packs == ["seed (built in)"]
 
 
+def test_diagnose_is_defined_once_and_what_it_replaced_is_gone() -> None:
+    """``grep -rn "def diagnose" perfdoctor`` finds one line (house plan step 2's acceptance),
+    and no module defines diff.Run, load_run, diagnose_run or diagnose_ranks (demo/show.analyse
+    is left: it names a bundle's Diagnosis for the demo, through the door)."""
+    import ast
+
+    package = Path(perfdoctor.__file__).parent
+    defined: dict[str, list[str]] = {}
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                defined.setdefault(node.name, []).append(path.relative_to(package).as_posix())
+    assert defined["diagnose"] == ["pipeline.py"], defined["diagnose"]
+    assert not [n for n in ("load_run", "diagnose_run", "diagnose_ranks") if n in defined]
+    assert "compare/diff.py" not in defined.get("Run", []) and not (package / "compare" / "rankdiff.py").exists()
+    assert defined["merge_gates"] == ["compare/gate.py"]
+
+
 def test_diagnose_without_rules_has_no_findings() -> None:
     d = diagnose(EAGER, step=STEP, rules=None)
     assert d.findings is None and d.packs == []
