@@ -88,6 +88,9 @@ class LightSteps:
     "dropped_nan", "start_ns", "end_ns"}``. ``waited_ns``: per step, how long its thread waited
     for another thread since the previous step (a server's worker for the next request:
     :func:`perfdoctor.analysis.steady.waits_between`); None when the run did not say.
+    ``pass_ended``: per step, whether a data loader's pass ended between the previous step
+    and it (an evaluation pass, the epoch's end: :func:`perfdoctor.analysis.steady.step_groups`);
+    None when the run did not say.
     """
 
     name: str
@@ -95,6 +98,7 @@ class LightSteps:
     gpu_end_ns: np.ndarray
     gpu_start_ns: np.ndarray | None = None
     waited_ns: np.ndarray | None = None
+    pass_ended: np.ndarray | None = None
     clock: str = "cuda-event"
     steady_start: int | None = None
     steady_reason: str = ""

@@ -350,13 +350,14 @@ def _usable_light(light: LightSteps | None, steps: Steps) -> tuple[LightSteps | 
     if light.steady_start is None:
         # a perfdoctor 0.1 bundle did not store where its steady state starts: the same rule
         # the run applies today, once, here
-        found = steady.series_steady_start(light.host_start_ns, light.gpu_end_ns, light.gpu_start_ns, light.waited_ns)
+        found = steady.series_steady_start(light.host_start_ns, light.gpu_end_ns, light.gpu_start_ns, light.waited_ns, light.pass_ended)
         light = dataclasses.replace(light, steady_start=min(found.start, light.count - 1), steady_reason=found.reason)
     return light, None
 
 
 def _light_series(light: LightSteps) -> steady.SteadySeries:
-    return steady.steady_series(light.host_start_ns, light.gpu_end_ns, light.steady_start, light.gpu_start_ns, light.waited_ns)
+    return steady.steady_series(light.host_start_ns, light.gpu_end_ns, light.steady_start, light.gpu_start_ns, light.waited_ns,
+                                light.pass_ended)
 
 
 def _steps(c: _Context) -> Metric:
@@ -542,9 +543,13 @@ def _steps_per_s(c: _Context, light: steady.SteadySeries | None) -> Metric:
         note = None
         if cad.pauses:
             said = []
-            if cad.pauses > cad.waits:
-                said.append(f"{cad.pauses - cad.waits} pause(s) between steps left out: {value(cad.paused_ms - cad.waited_ms, 'ms')} "
+            if cad.pauses > cad.waits + cad.pass_ends:
+                own = cad.paused_ms - cad.waited_ms - cad.pass_end_ms
+                said.append(f"{cad.pauses - cad.waits - cad.pass_ends} pause(s) between steps left out: {value(own, 'ms')} "
                             "of intervals, the program's work between its steps (a prefill or an encoder per generate, I/O)")
+            if cad.pass_ends:
+                said.append(f"{cad.pass_ends} pass end(s) between steps left out: {value(cad.pass_end_ms, 'ms')} from the step "
+                            "before to the step after — an evaluation pass or the epoch's end (a data loader's pass ended)")
             if cad.waits:
                 said.append(f"{cad.waits} wait(s) for another thread left out: {value(cad.waited_ms, 'ms')} in which the step's "
                             "thread was idle (a server's worker waiting for requests)")

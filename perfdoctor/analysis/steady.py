@@ -18,7 +18,9 @@ For step ``k`` with host start ``h[k]`` and the end of its GPU work ``g[k]``:
 * **pause** before step ``k``: ``max(h[k], gs[k]) − g[k−1]`` (``gs[k]``: the stream
   reaching the step, when known) when it is longer than the median step and
   ``PAUSE_FACTOR`` times the usual gap between steps — time in which the program did
-  something other than steps (a prefill, I/O, a new request), left out of the step rate.
+  something other than steps (a prefill, I/O, a new request), left out of the step rate;
+  and before a step after the end of a data loader pass (``pass_ended``: an evaluation
+  pass or the epoch's end lies between the two), whatever its length.
 """
 
 from __future__ import annotations
@@ -147,7 +149,12 @@ def loop_iterations(
     ``work_ns``: without training marks (an evaluation loop), the host starts of the loop's
     work (the light pass's depth-0 module calls): an iteration that holds none after its
     fetch's end (``calls["host_end_ns"]``) begins none (:func:`holds_work`): its fetch was
-    the one a ``break`` left, its batch unused (a trace's rule, on its ops)."""
+    the one a ``break`` left, its batch unused (a trace's rule, on its ops).
+
+    With ``ends_of_passes`` given, the series also says per iteration kept whether a pass
+    ended between the previous one kept and it (``pass_ended``; the first: False): what
+    lies there (an evaluation pass, the epoch's end) is no step's, a pause of the rate
+    whatever its length (:func:`cadence`)."""
     n = len(calls["gpu_end_ns"])
     ends_of_passes = ends_of_passes or {"host_start_ns": [], "gpu_start_ns": None, "gpu_end_ns": []}
     m = len(ends_of_passes["gpu_end_ns"])
@@ -175,11 +182,24 @@ def loop_iterations(
             keep &= held
     index = order[keep]
     gpu_start = calls.get("gpu_start_ns")
-    return {
+    out = {
         "host_start_ns": [int(calls["host_start_ns"][i]) for i in index],
         "gpu_start_ns": [gpu_start[i] for i in index] if gpu_start is not None else None,
         "gpu_end_ns": ends[keep].tolist(),
     }
+    if m:
+        at = np.flatnonzero(keep)
+        out["pass_ended"] = _ended_between(~mine, at + 1, at).tolist()
+    return out
+
+
+def _ended_between(ended: np.ndarray, after: np.ndarray, begins: np.ndarray) -> np.ndarray:
+    """Per step of a series, whether a pass ended between the previous step and it: whether
+    one of the fetches (in host order; ``ended``: it ended a pass) from the previous step's
+    ``after`` (the first fetch past it) to the step's ``begins`` (its first fetch),
+    excluded, did. The first step: False (no step before it in the series)."""
+    seen = np.r_[0, np.cumsum(np.asarray(ended, dtype=np.int64))]
+    return np.r_[False, seen[begins[1:]] > seen[after[:-1]]] if begins.size else np.zeros(0, dtype=bool)
 
 
 def holds_work(after_ns: np.ndarray | list[int], until_ns: np.ndarray | list[int], work_ns: np.ndarray | list[int]) -> np.ndarray:
@@ -196,7 +216,7 @@ def holds_work(after_ns: np.ndarray | list[int], until_ns: np.ndarray | list[int
 
 def step_groups(
     mark_host_ns: np.ndarray | list[int], fetch_host_ns: np.ndarray | list[int], pass_ends: np.ndarray | list[bool]
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The iterations of a loop range that closes one rather than opening it: the
     optimizer's step, one per group of accumulated batches (``mark_host_ns``), over every
     data loader fetch (``fetch_host_ns``; ``pass_ends``: which of them fetched no batch and
@@ -216,13 +236,16 @@ def step_groups(
     program's 14 ms, the last 0.26 ms).
 
     Returns, per step kept (one with a group before it and a fetch after it), its position
-    in ``mark_host_ns`` and the positions in ``fetch_host_ns`` of its group's first fetch and
-    of the first fetch after it. The first step of a record that begins inside its group (a
-    trace's window) is left out: its group is not whole."""
+    in ``mark_host_ns``, the positions in ``fetch_host_ns`` of its group's first fetch and
+    of the first fetch after it, and whether a pass ended between the previous step kept and
+    its group (the first: False): the time there (a validation, the epoch's end) is no
+    step's, a pause of the rate (:func:`cadence`'s ``pass_ended``). The first step of a
+    record that begins inside its group (a trace's window) is left out: its group is not
+    whole."""
     marks, fetches = _ns(mark_host_ns), _ns(fetch_host_ns)
     empty = np.zeros(0, dtype=np.int64)
     if marks.size == 0 or fetches.size == 0:
-        return empty, empty, empty
+        return empty, empty, empty, np.zeros(0, dtype=bool)
     by_mark, order = np.argsort(marks, kind="stable"), np.argsort(fetches, kind="stable")
     f, ended = fetches[order], np.asarray(pass_ends, dtype=bool)[order]
     after = np.searchsorted(f, marks[by_mark], side="right")  # each step's next fetch
@@ -238,7 +261,7 @@ def step_groups(
     first = np.maximum(lo, after - group)
     keep = (after < f.size) & (after > first)
     keep[0] &= last[0] >= 0 or span[0] >= group
-    return by_mark[keep], order[first[keep]], order[after[keep]]
+    return by_mark[keep], order[first[keep]], order[after[keep]], _ended_between(ended, after[keep], first[keep])
 
 
 def training_batches(fetch_host_ns: list[int], ends_of_passes_host_ns: list[int], training_marks: list[int]) -> int:
@@ -463,46 +486,57 @@ def device_warmup(critical_path: np.ndarray | list[int], gpu_busy: np.ndarray | 
 
 def paused_before(
     host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int], gpu_start: np.ndarray | list[int] | None = None,
-    waited: np.ndarray | list[int] | None = None,
+    waited: np.ndarray | list[int] | None = None, pass_ended: np.ndarray | list[bool] | None = None,
 ) -> np.ndarray:
     """Per step, whether a pause (:func:`pauses`) came before it: the time from the previous
     step's GPU end to the step's start (the later of its host start and ``gpu_start``, the
     stream reaching it, where known; see :func:`cadence`), or its thread waited for another
     thread since the previous step (``waited``, ns: :func:`waits_between`) longer than a
     light-pass step can be trusted to (``RESOLUTION_MS``): a server idle between requests,
-    however regular its waits. The first step has none."""
-    idle, waits = _pauses_and_waits(host_start, gpu_end, gpu_start, waited)
-    return idle | waits
+    however regular its waits, or a data loader's pass ended since the previous step
+    (``pass_ended``: :func:`step_groups`, :func:`loop_iterations`), whatever the time
+    between them: an evaluation pass or the epoch's end. The first step has none."""
+    idle, waits, ends = _pauses_and_waits(host_start, gpu_end, gpu_start, waited, pass_ended)
+    return idle | waits | ends
 
 
 def _pauses_and_waits(
     host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int], gpu_start: np.ndarray | list[int] | None,
-    waited: np.ndarray | list[int] | None,
-) -> tuple[np.ndarray, np.ndarray]:
+    waited: np.ndarray | list[int] | None, pass_ended: np.ndarray | list[bool] | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per step: a pause of the program's own came before it (:func:`pauses` over the time
-    between steps less the waits), and its thread waited for another thread before it."""
+    between steps less the waits, the times after an end of pass neither pauses nor counted
+    in the usual time between steps), its thread waited for another thread before it, and a
+    pass ended before it (``pass_ended``, as given; never the first step)."""
     h, g = _ns(host_start), _ns(gpu_end)
-    idle, waits = np.zeros(h.size, dtype=bool), np.zeros(h.size, dtype=bool)
+    idle, waits, ends = np.zeros(h.size, dtype=bool), np.zeros(h.size, dtype=bool), np.zeros(h.size, dtype=bool)
     if h.size < 2:
-        return idle, waits
-    began = h
-    if gpu_start is not None:
-        began = np.maximum(h, np.array([h[i] if v is None else int(v) for i, v in enumerate(gpu_start)], dtype=np.int64))
+        return idle, waits, ends
+    began = _began(h, gpu_start)
     wait = np.zeros(h.size - 1, dtype=np.int64) if waited is None else _ns(waited)[1 : h.size]
-    idle[1:] = pauses(began[1:] - g[:-1] - wait, critical_path_ns(h, g))
-    waits[1:] = wait > RESOLUTION_MS * 1e6
-    return idle, waits
+    if pass_ended is not None:
+        ends[1:] = np.asarray(pass_ended, dtype=bool)[1 : h.size]
+    free = ~ends[1:]
+    idle[1:][free] = pauses((began[1:] - g[:-1] - wait)[free], critical_path_ns(h, g))
+    waits[1:] = (wait > RESOLUTION_MS * 1e6) & free
+    return idle, waits, ends
 
+
+def _began(h: np.ndarray, gpu_start: np.ndarray | list[int] | None) -> np.ndarray:
+    """Per step, when it started: the later of its host start and the stream reaching it."""
+    if gpu_start is None:
+        return h
+    return np.maximum(h, np.array([h[i] if v is None else int(v) for i, v in enumerate(list(gpu_start)[: h.size])], dtype=np.int64))
 
 
 def series_steady_start(
     host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int], gpu_start: np.ndarray | list[int] | None = None,
-    waited: np.ndarray | list[int] | None = None,
+    waited: np.ndarray | list[int] | None = None, pass_ended: np.ndarray | list[bool] | None = None,
 ) -> Steady:
     """:func:`steady_start` of a light-pass series: its critical path, its pauses left out.
     Decided once, by ``perfdoctor run`` (:func:`perfdoctor.record.light.light_summary`), or by
     the analysis for a perfdoctor 0.1 bundle, which did not store it."""
-    return steady_start(critical_path_ns(host_start, gpu_end), paused_before(host_start, gpu_end, gpu_start, waited))
+    return steady_start(critical_path_ns(host_start, gpu_end), paused_before(host_start, gpu_end, gpu_start, waited, pass_ended))
 
 @dataclass(frozen=True)
 class Cadence:
@@ -520,11 +554,15 @@ class Cadence:
     # of those, the waits of the step's thread for another thread (a server's worker for requests)
     waits: int = 0
     waited_ms: float = 0.0
+    # of those, the ends of a data loader's pass between two steps (an evaluation pass, the
+    # epoch's end), and the time from the step before to the step after, summed
+    pass_ends: int = 0
+    pass_end_ms: float = 0.0
 
 
 def cadence(
     host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int], gpu_start: np.ndarray | list[int] | None = None,
-    waited: np.ndarray | list[int] | None = None,
+    waited: np.ndarray | list[int] | None = None, pass_ended: np.ndarray | list[bool] | None = None,
 ) -> Cadence:
     """Steps per second: completion-to-completion intervals ``g[k] − g[k−1]`` summed over
     the steps the program issued back to back. An interval whose step started more than a
@@ -544,26 +582,37 @@ def cadence(
     ``waited`` (ns per step, :func:`waits_between`): the step's thread waited for another
     thread before it (a server's worker for the next request). Only the wait is left out of
     that interval, not the step after it: when every request waits, the steps are still the
-    server's work, and the rate is the rate it serves at."""
+    server's work, and the rate is the rate it serves at.
+
+    ``pass_ended`` (per step, :func:`step_groups`, :func:`loop_iterations`): a data loader's
+    pass ended between the previous step and it (an evaluation pass, the epoch's end): the
+    time from the previous step's end to the step's start is left out, whatever its length
+    (a validation shorter than a step is no step's either: train_eval.py with one optimizer
+    step per epoch on the H200 read 86.1 ms per step for the program's 71.4), and the step
+    after it is kept: with one step per epoch every interval follows an end of pass."""
     h, g = _ns(host_start), _ns(gpu_end)
     if h.size < 2:
         return Cadence(None, 0, 0, "needs at least two steps")
     intervals = np.diff(g)
     wait = np.zeros(intervals.size, dtype=np.int64) if waited is None else np.clip(_ns(waited)[1 : h.size], 0, intervals.clip(0))
-    idle, waits = (p[1:] for p in _pauses_and_waits(h, g, gpu_start, waited))
+    idle, waits, ends = (p[1:] for p in _pauses_and_waits(h, g, gpu_start, waited, pass_ended))
     waits &= ~idle  # a pause of the program's own leaves the whole interval out
-    busy = np.where(waits, intervals - wait, intervals)
+    between = np.zeros(intervals.size, dtype=np.int64)
+    if ends.any():
+        between = np.clip(_began(h, gpu_start)[1:] - g[:-1], 0, intervals.clip(0))  # the pass's time: from the step before to the step
+    busy = np.where(ends, intervals - between, np.where(waits, intervals - wait, intervals))
     kept = busy[~idle]
     total = int(kept.sum())
-    paused = int(idle.sum() + waits.sum())
+    paused = int(idle.sum() + waits.sum() + ends.sum())
     if kept.size == 0 or total <= 0:
         return Cadence(None, 0, paused, "no back-to-back steps with a positive interval")
     if not paused:
         return Cadence(kept.size / (total / 1e9), int(kept.size), 0)
-    waited_ms = float(wait[waits].sum()) / 1e6
+    waited_ms, pass_end_ms = float(wait[waits].sum()) / 1e6, float(between[ends].sum()) / 1e6
     return Cadence(kept.size / (total / 1e9), int(kept.size), paused,
                    with_pauses_per_s=intervals.size / (int(intervals.sum()) / 1e9),
-                   paused_ms=float(intervals[idle].sum()) / 1e6 + waited_ms, waits=int(waits.sum()), waited_ms=waited_ms)
+                   paused_ms=float(intervals[idle].sum()) / 1e6 + waited_ms + pass_end_ms, waits=int(waits.sum()), waited_ms=waited_ms,
+                   pass_ends=int(ends.sum()), pass_end_ms=pass_end_ms)
 
 
 @dataclass(frozen=True)
@@ -622,6 +671,7 @@ def steady_series(
     start: int,
     gpu_start: np.ndarray | list[int] | None = None,
     waited: np.ndarray | list[int] | None = None,
+    pass_ended: np.ndarray | list[bool] | None = None,
 ) -> SteadySeries:
     """The series from step ``start`` on. The critical path of the first steady step still
     uses the step before it (it may have been queued behind the last warm-up step), so it
@@ -633,4 +683,5 @@ def steady_series(
     # host_lead_ns[i] belongs to step i + 1: the steady steps from k are entries k - 1 on.
     lead = host_lead_ns(h, g)[max(k - 1, 0) :] / 1e6
     return SteadySeries(cp.astype(np.float64), lead.astype(np.float64), cadence(
-        h[k:], g[k:], None if gpu_start is None else _ns(gpu_start)[k:], None if waited is None else _ns(waited)[k:]))
+        h[k:], g[k:], None if gpu_start is None else _ns(gpu_start)[k:], None if waited is None else _ns(waited)[k:],
+        None if pass_ended is None else np.asarray(pass_ended, dtype=bool)[k:]))

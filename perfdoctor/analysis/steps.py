@@ -308,7 +308,7 @@ def loop_ranges(
         return iteration_ranges(marks)
     m = _outermost(marks)
     starts = fetches["start_ns"].to_numpy(np.int64)
-    at, first, after = steady.step_groups(m["start_ns"].to_numpy(np.int64), starts, ends)
+    at, first, after, _ = steady.step_groups(m["start_ns"].to_numpy(np.int64), starts, ends)  # a trace's rate counts every step
     timed = m.iloc[at].copy()
     timed["start_ns"] = starts[first]
     timed["end_ns"] = starts[after] - 1

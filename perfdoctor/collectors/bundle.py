@@ -113,6 +113,14 @@ def _int_array(values: Any) -> np.ndarray | None:
     return np.asarray(values[:n], dtype=np.int64)
 
 
+def _bool_array(values: Any) -> np.ndarray | None:
+    """The leading run of booleans of a list, or None when it is not a list."""
+    if not isinstance(values, list):
+        return None
+    n = next((i for i, v in enumerate(values) if not isinstance(v, bool)), len(values))
+    return np.asarray(values[:n], dtype=bool)
+
+
 def read_light(results: PassResults, light_pass: LightPass, warnings: list[str]) -> LightSteps | None:
     """The light pass's step series as :class:`LightSteps`, or None when there is none.
 
@@ -121,7 +129,8 @@ def read_light(results: PassResults, light_pass: LightPass, warnings: list[str])
 
     * perfdoctor ≥ 0.2: ``"series": {step: {"host_start_ns": [...], "gpu_start_ns": [...]
       or null, "gpu_end_ns": [...], "waited_ns": [...] (a step timed as the loop iteration:
-      its thread's waits for another thread before it)}}`` and ``"step_end_clock":
+      its thread's waits for another thread before it), "pass_ended": [...] (a loop
+      range's iteration: a data loader's pass ended since the previous step)}}`` and ``"step_end_clock":
       "cuda-event" | "host"``;
     * perfdoctor 0.1: ``"spans_ns": {step: [[host_start, gpu_end], ...]}``.
 
@@ -137,6 +146,7 @@ def read_light(results: PassResults, light_pass: LightPass, warnings: list[str])
         return None
     gpu_start: np.ndarray | None = None
     waited: np.ndarray | None = None
+    ended: np.ndarray | None = None
     series = (results.series or {}).get(name)
     if isinstance(series, dict):
         host = _int_array(series.get("host_start_ns"))
@@ -145,6 +155,7 @@ def read_light(results: PassResults, light_pass: LightPass, warnings: list[str])
             gpu_start = _int_array(series.get("gpu_start_ns"))
         if series.get("waited_ns") is not None:
             waited = _int_array(series.get("waited_ns"))
+        ended = _bool_array(series.get("pass_ended"))
     else:
         spans = (results.spans_ns or {}).get(name)
         pairs = spans if isinstance(spans, list) and all(isinstance(p, list) and len(p) == 2 for p in spans) else None
@@ -159,6 +170,7 @@ def read_light(results: PassResults, light_pass: LightPass, warnings: list[str])
     host, end = host[:n], end[:n]
     gpu_start = gpu_start[:n] if gpu_start is not None else None
     waited = waited[:n] if waited is not None and waited.size >= n else None
+    ended = ended[:n] if ended is not None and ended.size >= n else None
     if host.size == 0:
         return None
     clock = str(results.step_end_clock or light_pass.step_end_clock or "cuda-event")
@@ -179,6 +191,7 @@ def read_light(results: PassResults, light_pass: LightPass, warnings: list[str])
         gpu_end_ns=end,
         gpu_start_ns=gpu_start,
         waited_ns=waited,
+        pass_ended=ended,
         clock=clock,
         steady_start=start,
         steady_reason=reason,

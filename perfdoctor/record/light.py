@@ -218,7 +218,9 @@ def loop_series(
     and without them ``work_ns`` (the model's calls) those that held the loop's work.
     The optimizer's step closes its iteration: from its group's first fetch to the first
     fetch after it (:func:`perfdoctor.analysis.steady.step_groups`, over every fetch, the
-    exhausted ones the ends of passes); without fetches, from one step to the next."""
+    exhausted ones the ends of passes); without fetches, from one step to the next. Each
+    step says whether a pass ended between the step before and it (``pass_ended``: an
+    evaluation pass, the epoch's end), a pause of the rate whatever its length."""
     if name.startswith(rangenames.DATA_LOADER_PREFIX):
         return steady.loop_iterations(calls, exhausted, marks, work_ns)
     parts = [s for n, s in series.items() if n.startswith(rangenames.DATA_LOADER_PREFIX)] + [exhausted]
@@ -227,13 +229,15 @@ def loop_series(
         return steady.loop_iterations(calls)
     ended = set(exhausted["host_start_ns"])
     n = len(calls["gpu_end_ns"])
-    at, first, after = steady.step_groups(calls["host_start_ns"][:n], fetches["host_start_ns"], [h in ended for h in fetches["host_start_ns"]])
+    at, first, after, pass_ended = steady.step_groups(
+        calls["host_start_ns"][:n], fetches["host_start_ns"], [h in ended for h in fetches["host_start_ns"]])
     reached = fetches["gpu_start_ns"] or fetches["host_start_ns"]  # the stream reaching the next fetch: the iteration's end
     return {
         "host_start_ns": [fetches["host_start_ns"][i] for i in first],
         "gpu_start_ns": [fetches["gpu_start_ns"][i] for i in first] if fetches["gpu_start_ns"] is not None else None,
         "gpu_end_ns": [max(int(calls["gpu_end_ns"][k]), int(reached[j] if reached[j] is not None else fetches["host_start_ns"][j]))
                        for k, j in zip(at, after)],
+        "pass_ended": pass_ended.tolist(),
     }
 
 
@@ -348,7 +352,8 @@ def light_summary(results: PassResults, options: RunOptions) -> LightPass:
     else:
         s = results.series[name]  # type: ignore[index]
         cp = steady.critical_path_ns(s["host_start_ns"], s["gpu_end_ns"])
-        found = steady.series_steady_start(s["host_start_ns"], s["gpu_end_ns"], s.get("gpu_start_ns"), s.get("waited_ns"))
+        found = steady.series_steady_start(s["host_start_ns"], s["gpu_end_ns"], s.get("gpu_start_ns"), s.get("waited_ns"),
+                                           s.get("pass_ended"))
         if options.warmup is not None:
             warmup, why = options.warmup, "--warmup"
         elif len(cp) >= SCOUT_MIN_STEPS:

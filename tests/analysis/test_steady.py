@@ -75,6 +75,48 @@ def test_cadence_back_to_back_equals_the_contract_rate() -> None:
     assert c.with_pauses_per_s is None and c.paused_ms == 0  # nothing left out: one rate
 
 
+def test_cadence_leaves_out_a_pass_between_steps_however_short() -> None:
+    # Three epochs of 2 steps of 10 ms, back to back; between epochs a 4 ms validation (a pass
+    # ended): shorter than a median step, so no pause by the time rule.
+    h = _ms([0, 10, 24, 34, 48, 58])
+    g = _ms([10, 20, 34, 44, 58, 68])
+    ended = [False, False, True, False, True, False]
+    # before (no flag): every interval, 5 / (68 - 10 ms) = 86.2/s, 11.6 ms per step
+    assert steady.cadence(h, g).pauses == 0 and steady.cadence(h, g).steps_per_s == pytest.approx(5 / 58e-3)
+    # intervals 10, 14, 10, 14, 10 ms; the two after an end of pass lose the 4 ms gap (the
+    # validation), their steps kept: 5 / 50 ms = 100/s, the 10 ms a step takes
+    c = steady.cadence(h, g, None, None, ended)
+    assert (c.intervals, c.pauses, c.pass_ends, c.waits) == (5, 2, 2, 0)
+    assert c.steps_per_s == pytest.approx(100.0)
+    assert c.pass_end_ms == pytest.approx(8.0) and c.paused_ms == pytest.approx(8.0)
+    assert c.with_pauses_per_s == pytest.approx(5 / 58e-3)  # what a timer around the epochs reads
+    # the steady state's cut: the flags are sliced with the steps (from step 2: intervals 10,
+    # 14, 10 ms, the middle one after a pass: 3 / 30 ms)
+    assert steady.steady_series(h, g, 2, None, None, ended).cadence.steps_per_s == pytest.approx(100.0)
+    # and the steady-state rule sees them as pauses
+    assert steady.paused_before(h, g, None, None, ended).tolist() == ended
+    assert steady.paused_before(h, g).tolist() == [False] * 6
+
+
+def test_cadence_with_one_step_per_epoch_keeps_every_step() -> None:
+    # one optimizer step per epoch: every interval follows an end of pass. Steps of 10 ms with
+    # a 4 ms validation before each but the first: 2 / 20 ms (before: 2 / 28 ms = 14 ms per step)
+    h, g = _ms([0, 14, 28]), _ms([10, 24, 38])
+    c = steady.cadence(h, g, None, None, [False, True, True])
+    assert (c.intervals, c.pass_ends) == (2, 2) and c.steps_per_s == pytest.approx(100.0)
+    # a pass longer than a step: as every gap is one, it was the usual gap, no pause (2 / 80
+    # ms: 40 ms per 10 ms step); now its time alone is left out (steps of 10 ms, validations
+    # of 30 ms)
+    h, g = _ms([0, 40, 80]), _ms([10, 50, 90])
+    assert steady.cadence(h, g).steps_per_s == pytest.approx(25.0)
+    c = steady.cadence(h, g, None, None, [False, True, True])
+    assert c.steps_per_s == pytest.approx(100.0) and c.pass_end_ms == pytest.approx(60.0)
+    # on a GPU the step begins at the later of its host start and the stream reaching it
+    c = steady.cadence(h, g, _ms([1, 42, 81]), None, [False, True, True])
+    # (42 - 10 and 81 - 50 ms: intervals of 40 ms less 32 and 31)
+    assert c.pass_end_ms == pytest.approx(32.0 + 31.0) and c.steps_per_s == pytest.approx(2 / 17e-3)
+
+
 def test_cadence_needs_two_steps() -> None:
     c = steady.cadence([0], [5])
     assert c.steps_per_s is None and c.reason
@@ -536,6 +578,11 @@ def test_loop_iterations_end_at_the_end_of_a_pass_and_leave_evaluation_batches_o
     # before: the last batch of an epoch ran through the evaluation loop (20 -> 40), and the
     # evaluation batches were steps
     assert steady.loop_iterations(fetches, None, None)["gpu_end_ns"][:4] == [10, 20, 40, 45]
+    # the second epoch's first batch (100) comes after the first epoch's end of pass (30) and
+    # the evaluation loop's (50): a pass ended between it and the step before (20), no other
+    assert out["pass_ended"] == [False, False, False, True, False, False]
+    # without the ends of passes nothing is said
+    assert "pass_ended" not in steady.loop_iterations(fetches, None, marks)
 
 
 def test_an_epoch_ended_by_break_keeps_its_training_batches_only() -> None:
@@ -554,8 +601,14 @@ def test_an_epoch_ended_by_break_keeps_its_training_batches_only() -> None:
 def _groups(steps: list[int], fetches: list[int], ended: list[int]) -> list[tuple[int, int]]:
     """Each optimizer step's iteration as (its group's first fetch, the first fetch after it)."""
     every = sorted(fetches + ended)
-    _, first, after = steady.step_groups(steps, every, [f in ended for f in every])
+    _, first, after, _ = steady.step_groups(steps, every, [f in ended for f in every])
     return [(every[a], every[b]) for a, b in zip(first, after)]
+
+
+def _pass_ended(steps: list[int], fetches: list[int], ended: list[int]) -> list[bool]:
+    """Per optimizer step kept, whether a pass ended between the step before and its group."""
+    every = sorted(fetches + ended)
+    return steady.step_groups(steps, every, [f in ended for f in every])[3].tolist()
 
 
 def test_gradient_accumulation_counts_every_batch_and_its_steps_are_their_groups() -> None:
@@ -569,6 +622,8 @@ def test_gradient_accumulation_counts_every_batch_and_its_steps_are_their_groups
     # through the gap between the epochs (before: 15 to 35, 35 to 40, each epoch's first
     # group in no step)
     assert _groups(steps["host_start_ns"], fetches["host_start_ns"], ended["host_start_ns"]) == [(0, 20), (20, 40), (100, 120), (120, 140)]
+    # the epoch's end (40) lies between the second step's iteration and the third's only
+    assert _pass_ended(steps["host_start_ns"], fetches["host_start_ns"], ended["host_start_ns"]) == [False, False, True, False]
 
 
 def test_an_optimizer_step_never_spans_the_validation_after_a_break() -> None:
@@ -579,6 +634,8 @@ def test_an_optimizer_step_never_spans_the_validation_after_a_break() -> None:
     # 35 ran to 115 through the validation
     fetches, raised, steps = [0, 10, 20, 30, 40, 50, 60, 100, 110, 120, 130, 140, 150, 160], [70, 170], [15, 35, 115, 135]
     assert _groups(steps, fetches, raised) == [(0, 20), (20, 40), (100, 120), (120, 140)]
+    # the validation's end of pass (70) between the epochs; the break's fetch (40) ended none
+    assert _pass_ended(steps, fetches, raised) == [False, False, True, False]
     # not told which fetch raised (a trace that shows no end of pass), a group is the median
     # count of fetches between steps: the same iterations
     assert _groups(steps, fetches + raised, []) == [(0, 20), (20, 40), (100, 120), (120, 140)]
@@ -597,6 +654,9 @@ def test_one_optimizer_step_per_epoch_is_its_epochs_batches() -> None:
     fetches, raised, steps = [0, 10, 20, 30, 50, 60, 100, 110, 120, 130, 150, 160], [40, 70, 140, 170], [35, 135]
     assert _groups(steps, fetches, raised) == [(0, 40), (100, 140)]
     assert steady.training_batches(fetches, raised, steps) == 8
+    # the training pass's end (40), the validation and its end (70) lie between the two
+    assert _pass_ended(steps, fetches, raised) == [False, True]
+    assert _pass_ended([], fetches, raised) == [] and _pass_ended(steps, [], []) == []
 
 
 def test_training_batches_leave_out_an_evaluation_loop_that_did_not_end_its_pass() -> None:
