@@ -34,3 +34,30 @@ def test_the_traces_warnings_and_the_bundles_are_both_kept(tmp_path: Path) -> No
     done = run_cli_inprocess("analyze", b)
     assert done.returncode == 0, done.stderr
     assert "skipped 1 events" in done.stderr and "no readable step series" in done.stderr, done.stderr
+
+
+def test_a_light_series_says_which_steps_follow_an_end_of_pass_and_an_older_one_reads_as_before() -> None:
+    """raw/light.json's per-step ``pass_ended`` (a loop range's steps: a data loader's pass
+    ended since the previous step) reaches LightSteps and the rate; a bundle written before
+    it has none, and its rate is what it was."""
+    import pytest
+
+    from perfdoctor.analysis import steady
+    from perfdoctor.bundle.protocol import LightPass, PassResults
+    from perfdoctor.collectors.bundle import read_light
+
+    ms = 1_000_000
+    series = {"host_start_ns": [0, 10 * ms, 24 * ms, 34 * ms], "gpu_start_ns": None, "gpu_end_ns": [10 * ms, 20 * ms, 34 * ms, 44 * ms]}
+    light_pass = LightPass(step_name="Optimizer.step#SGD.step", steady_start=0, step_end_clock="host")
+    warnings: list[str] = []
+    now = read_light(PassResults(series={"Optimizer.step#SGD.step": {**series, "pass_ended": [False, False, True, False]}}), light_pass, warnings)
+    before = read_light(PassResults(series={"Optimizer.step#SGD.step": series}), light_pass, warnings)
+    assert not warnings and now is not None and before is not None
+    assert now.pass_ended.tolist() == [False, False, True, False] and before.pass_ended is None
+    rate = steady.steady_series(now.host_start_ns, now.gpu_end_ns, 0, None, None, now.pass_ended).cadence
+    assert rate.steps_per_s == pytest.approx(100.0) and rate.pass_ends == 1  # 3 steps of 10 ms, the 4 ms between two left out
+    old = steady.steady_series(before.host_start_ns, before.gpu_end_ns, 0).cadence
+    assert old.steps_per_s == pytest.approx(3 / 34e-3) and old.pass_ends == 0
+    # a damaged or short flag list is not used
+    short = read_light(PassResults(series={"Optimizer.step#SGD.step": {**series, "pass_ended": [False, True]}}), light_pass, warnings)
+    assert short is not None and short.pass_ended is None
