@@ -7,6 +7,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from conftest import run_cli_inprocess
 
 DEMO = Path(__file__).resolve().parents[2] / "perfdoctor" / "demo" / "data" / "fused"
@@ -40,8 +42,6 @@ def test_a_light_series_says_which_steps_follow_an_end_of_pass_and_an_older_one_
     """raw/light.json's per-step ``pass_ended`` (a loop range's steps: a data loader's pass
     ended since the previous step) reaches LightSteps and the rate; a bundle written before
     it has none, and its rate is what it was."""
-    import pytest
-
     from perfdoctor.analysis import steady
     from perfdoctor.bundle.protocol import LightPass, PassResults
     from perfdoctor.collectors.bundle import read_light
