@@ -338,6 +338,19 @@ def test_an_evaluation_loop_ended_by_break_steps_on_its_batches_in_run_and_analy
     assert steps.name == FETCH and steps.count == traced["batches"] == light["steps_seen"]
 
 
+def test_an_evaluation_loop_ended_by_break_steps_on_its_batches_with_the_fetch_named_by_step(tmp_path: Path) -> None:
+    # the same loop, its fetch named by --step: the light pass timed no module call then, so
+    # nothing told the fetch `break` left from the others, and it counted as a step (14 for
+    # 12 batches: each pass's break fetch but the last, which has no next fetch)
+    passes, batches, max_batches = 3, 6, 4
+    args = ("--passes", str(passes), "--batches", str(batches), "--width", "256", "--max-batches", str(max_batches))
+    light, series, result = _run(tmp_path, "eval_loop.py", *args, step=FETCH)
+    assert result["batches"] == passes * max_batches
+    assert light["step_name"] == FETCH and light["how"].startswith("--step, timed as the loop iteration")
+    assert light["steps_seen"] == result["batches"]
+    assert _step_ms(series).mean() == pytest.approx(result["ms_per_batch"], rel=0.05)
+
+
 @pytest.mark.parametrize("sanity", [0, 2])
 def test_the_progress_count_of_a_fetch_named_by_step_is_the_training_iterations(tmp_path: Path, sanity: int) -> None:
     # --step names the fetch of a loop that validates each epoch (and, with --sanity-val, 2

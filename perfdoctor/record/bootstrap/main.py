@@ -45,6 +45,7 @@ from typing import Any
 from perfdoctor import api
 from perfdoctor.bundle.protocol import PassConfig
 from perfdoctor.console import leave
+from perfdoctor.names import ranges as rangenames
 from perfdoctor.record.bootstrap.ranges import hook_ranges
 from perfdoctor.record.bootstrap.session import Session
 from perfdoctor.record.bootstrap.steps import ModuleSteps, install_compiled_steps, install_graph_replays, install_step_fn
@@ -156,7 +157,9 @@ def main(argv: list[str]) -> None:
         session.replays = install_graph_replays(session)
         if config.module_step and session.mode != "light":
             session.modules = ModuleSteps(session, mark=config.module_step)
-        elif session.mode == "light" and not config.step and not config.step_fn:
+        elif session.mode == "light" and not config.step_fn and (not config.step or config.step.startswith(rangenames.DATA_LOADER_PREFIX)):
+            # a data loader's fetch named by --step is timed as the loop iteration, as when it
+            # is chosen: the module calls tell the fetch a `break` left (no work after it)
             session.modules = ModuleSteps(session)
     terminated = False
     try:
