@@ -240,6 +240,158 @@ def iteration_begins(mine: Sequence[int], others: Sequence[int]) -> np.ndarray:
     return np.r_[True, others_between(mine, others)].astype(bool)
 
 
+# --- a module called several times per iteration -------------------------------------------
+# (call_groups: the rule's reasoning is in its docstring)
+MAX_GROUP = 4  # calls per step at most: classifier-free guidance 2, InstructPix2Pix's 3
+BACK_TO_BACK_NS = 50_000  # a group's calls: only a Python statement between them (4-36 us seen on a loaded CPU)
+GROUP_SEPARATION = 8.0  # the loop's work between groups against the gaps inside them, medians
+GROUP_SHARE = 0.75  # the calls that must fall in back-to-back runs of exactly k
+MIN_GROUPS = 3  # such runs, at least
+SHORT_GROUP_COST = 1.5  # a group closed before its k-th call, against one gap read against its class
+GROUP_CLIP = 64.0  # gaps longer than this many times the first quartile weigh as that long in the split
+
+
+@dataclass(frozen=True)
+class CallGroups:
+    """A module step of ``calls`` calls per loop iteration (:func:`call_groups`): ``sizes``,
+    each group's number of calls in call order (they sum to the calls), mostly ``calls``."""
+
+    calls: int
+    sizes: list[int]
+
+    def firsts(self) -> list[int]:
+        """The position of each group's first call."""
+        return np.r_[0, np.cumsum(self.sizes)[:-1]].astype(int).tolist()
+
+    def lasts(self) -> list[int]:
+        """The position of each group's last call."""
+        return (np.cumsum(self.sizes) - 1).astype(int).tolist()
+
+    def runs(self) -> list[list[int]]:
+        """``sizes`` run-length encoded, ``[[size, times], ...]``: what a traced pass follows
+        (:class:`perfdoctor.record.bootstrap.steps.ModuleSteps`)."""
+        out: list[list[int]] = []
+        for s in self.sizes:
+            if out and out[-1][0] == s:
+                out[-1][1] += 1
+            else:
+                out.append([int(s), 1])
+        return out
+
+
+def _two_classes(log_gaps: np.ndarray) -> float:
+    """The threshold (in log ns) that splits ``log_gaps`` into two classes with the largest
+    variance between them (Otsu's): the gaps inside groups and the gaps between them. The
+    gaps are first clipped at ``GROUP_CLIP`` times their first quartile (inside the short
+    class whenever k > 1): a few very long gaps (a pipeline's text encoding and image
+    decoding between its loops, or on a loaded CPU 2-10 ms stalls, once 2.2 s) otherwise
+    made a class of their own, and the loop's work fell in with the back-to-back gaps."""
+    x = np.sort(np.minimum(log_gaps, np.quantile(log_gaps, 0.25) + np.log(GROUP_CLIP)))
+    n = x.size
+    s = np.arange(1, n)
+    c = np.cumsum(x)[:-1]
+    mu0, mu1 = c / s, (x.sum() - c) / (n - s)
+    between = s * (n - s) * (mu0 - mu1) ** 2
+    i = int(np.argmax(between))
+    return float((x[i] + x[i + 1]) / 2)
+
+
+def call_groups(host_start: Sequence[int], host_end: Sequence[int], tid: Sequence[int] | None = None) -> CallGroups | None:
+    """The calls of the outermost repeating module (its depth-0 calls in call order: host
+    start and host end of each, and its thread) grouped k > 1 per loop iteration, or None
+    (one call per iteration: the step is the call, as before).
+
+    Nothing marks the iteration when the module step is the last evidence (:func:`choose_step`,
+    8.): a loop that calls one model several times per iteration (classifier-free guidance
+    written as two UNet calls, unconditional then conditional, and then the scheduler's
+    update; a siamese network's two branches) read as k steps per iteration at 1/k of the
+    time each. What the light pass knows of the loop is the host gaps between the calls,
+    from each call's end to the next one's start. Two calls in one iteration run back to
+    back: between them only the Python of one statement (4-36 us here on a loaded 2-core
+    CPU); between iterations runs the loop's own work (the guidance mix, the scheduler's
+    step, a progress bar, a sync: 0.1-0.5 ms on that CPU). So the period is in the work
+    between calls, and this rule asks for it there, not in the noise of the gaps' lengths:
+
+    1. the gaps (same thread only: a thread change always ends a group) fall in two classes
+       (:func:`_two_classes`, in log time), whose medians lie ``GROUP_SEPARATION`` apart, and
+       the short class is back to back, a median of ``BACK_TO_BACK_NS`` at most. A decode
+       loop's gaps hold its per-token work (sampling, stopping checks: 0.5 ms on the H200
+       for HF generate), so a decode loop that stalls every N tokens (a log line, a
+       checkpoint) has no back-to-back class and stays one step per token, however regular
+       the stall; a loop whose gaps are all alike (noise, prefill and decode) has no two
+       classes;
+    2. the runs of calls joined by short gaps have one size k, 2 to ``MAX_GROUP``, for
+       ``GROUP_SHARE`` of the calls and ``MIN_GROUPS`` runs at least: the period repeats
+       inside the loop. A tight loop with nothing between calls (a benchmark's ``for _ in
+       range(n): model(x)``) is one long run per loop, more than ``MAX_GROUP`` calls, and
+       not a period; random gaps give runs of every size (most often 1);
+    3. the groups are then cut by that period, not gap by gap: the cut with the fewest
+       disagreements with the two classes (a long gap inside a group, a short one between
+       groups, each 1) where a group closed before its k-th call costs ``SHORT_GROUP_COST``
+       (dynamic programming over the calls). One back-to-back gap slowed past the threshold
+       (a preemption, a garbage collection: one of 24 gaps in a warm-up on this CPU was
+       387 us) then splits no group, while a stray call (an extra call before a loop) is
+       its own short group and the period goes on after it.
+
+    Left out: a tight loop (nothing between calls) that stalls every 2 to 4 calls reads as
+    groups; the calls' inputs, which would tell a model fed its own output (one step per
+    call) from one fed the same inputs twice, are not recorded."""
+    h = np.asarray(host_start, dtype=np.int64)
+    e = np.asarray(host_end, dtype=np.int64)
+    n = h.size
+    if n < 2 * MIN_GROUPS:
+        return None
+    gaps = np.maximum(h[1:] - e[:-1], 1)
+    outer = np.zeros(n - 1, dtype=bool) if tid is None else np.asarray(tid)[1:] != np.asarray(tid)[:-1]
+    inner = np.log(gaps[~outer].astype(float))
+    if inner.size < 2 or np.ptp(inner) == 0:
+        return None
+    cut = _two_classes(inner)
+    short = (np.log(gaps.astype(float)) <= cut) & ~outer
+    lo, hi = gaps[short], gaps[~short & ~outer]
+    if lo.size == 0 or hi.size == 0 or np.median(lo) > BACK_TO_BACK_NS or np.median(hi) < GROUP_SEPARATION * np.median(lo):
+        return None
+    breaks = np.flatnonzero(~short) + 1  # runs of calls joined by short gaps
+    runs = np.diff(np.r_[0, breaks, n])
+    sizes, counts = np.unique(runs, return_counts=True)
+    weight = sizes * counts
+    k = int(sizes[int(np.argmax(weight))])  # the size most calls' runs have
+    if not 2 <= k <= MAX_GROUP or counts[sizes == k][0] < MIN_GROUPS or weight[sizes == k][0] < GROUP_SHARE * n:
+        return None
+    return CallGroups(k, _cut_groups(short, outer, k))
+
+
+def _cut_groups(short: np.ndarray, outer: np.ndarray, k: int) -> list[int]:
+    """Group sizes (at most ``k`` calls each) for calls whose gaps are ``short`` (back to
+    back) or not, a group never across an ``outer`` gap, with the fewest disagreements:
+    :func:`call_groups`, 3. State: the calls in the open group less one."""
+    inf = float("inf")
+    cost = [0.0] + [inf] * (k - 1)
+    back: list[list[int]] = []  # per gap, per state after it: the state before it
+    for s, o in zip(short.tolist(), outer.tolist()):
+        new, came = [inf] * k, [0] * k
+        if not o:
+            for p in range(k - 1):
+                new[p + 1], came[p + 1] = cost[p] + (0.0 if s else 1.0), p
+        split = [cost[p] + (1.0 if s else 0.0) + (SHORT_GROUP_COST if p < k - 1 else 0.0) for p in range(k)]
+        p = int(np.argmin(split))
+        new[0], came[0] = split[p], p
+        cost = new
+        back.append(came)
+    final = [cost[p] + (SHORT_GROUP_COST if p < k - 1 else 0.0) for p in range(k)]
+    state = int(np.argmin(final))
+    sizes, size = [], 1
+    for came in reversed(back):
+        if state == 0:
+            sizes.append(size)
+            size = 1
+        else:
+            size += 1
+        state = came[state]
+    sizes.append(size)
+    return sizes[::-1]
+
+
 def _iteration_marks(marks: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
     """The compiled-call ``marks`` that begin an iteration (:func:`iteration_begins`), against
     the other compiled functions' calls in ``ranges``."""
