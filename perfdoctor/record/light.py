@@ -53,7 +53,15 @@ def module_step(
     iteration holding the other instances' calls (the draft's forwards before the next
     verify) is never cut at a pause: that work is the iteration's, and its length varies
     (transformers changes the number of draft tokens as they are accepted), so the pause
-    rule cut the longer ones at the target's own end (0.49 of the program's time, once)."""
+    rule cut the longer ones at the target's own end (0.49 of the program's time, once).
+
+    One instance called k times per iteration, back to back, then the loop's own work
+    (classifier-free guidance as two UNet calls before the scheduler's step): the step is
+    each group of k calls (:func:`perfdoctor.analysis.steps.call_groups`), timed from its
+    first call as the iteration, and the entry says so (``calls_per_step``, and ``groups``:
+    the group sizes in call order, run-length encoded, which the traced passes follow to mark
+    each group's first call only); one step per call read 2 steps per denoising step at half
+    its time."""
     found = choose_module(modules)
     if found is None:
         return None
@@ -64,13 +72,29 @@ def module_step(
     instances = calls.get("instance")
     instance = steps.iteration_instance(instances) if instances else None
     if instance is None:
-        return name, series_rows(calls, range(len(calls["gpu_end_ns"]))), module, f"module: {cls}", None
+        rows = series_rows(calls, range(len(calls["gpu_end_ns"])))
+        groups = steps.call_groups(calls["host_start_ns"][: len(calls["gpu_end_ns"])],
+                                   calls.get("host_end_ns") or calls["gpu_end_ns"], calls.get("tid"))
+        if groups is None:
+            return name, rows, module, f"module: {cls}", None
+        k = groups.calls
+        how = (f"module: {cls}, {k} calls per step: called {k} times back to back, then the loop's own work "
+               f"({len(groups.sizes)} groups of its {len(calls['gpu_end_ns'])} calls)")
+        span = f"the loop iteration: each group of {k} calls back to back and the host work until the next group"
+        return name, grouped_series(rows, groups), {**module, "span": span, "calls_per_step": k, "groups": groups.runs()}, how, None
     step = f"{cls}#{instance}.forward"
     mine = [i for i, k in enumerate(instances) if k == instance]
     how = (f"module: {cls}#{instance}: the {cls} instance (#{instance} by first call) whose {len(mine)} calls enclose "
            f"the {len(instances) - len(mine)} calls of its other instances at depth 0: the loop iteration")
     joined = (np.diff(mine) > 1).tolist()  # another instance's call between this one and the next
     return step, series_rows(calls, mine), {**module, "name": step, "instance": instance}, how, joined
+
+
+def grouped_series(calls: dict[str, Any], groups: steps.CallGroups) -> dict[str, Any]:
+    """One step per group of calls (:func:`perfdoctor.analysis.steps.call_groups`): its first
+    call's host and GPU start and thread, its last call's GPU end."""
+    first, last = series_rows(calls, groups.firsts()), series_rows(calls, groups.lasts())
+    return {**first, "gpu_end_ns": last["gpu_end_ns"]}
 
 
 def series_rows(series: dict[str, Any], rows: Sequence[int]) -> dict[str, Any]:

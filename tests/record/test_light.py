@@ -396,3 +396,29 @@ def test_a_modules_eager_calls_join_its_compiled_ones_unless_they_wrap_them():
     cpu = {k: (None if k == "gpu_start_ns" else v) for k, v in compiled.items()}
     merged, how = join(cpu, {k: (None if k == "gpu_start_ns" else v) for k, v in eager.items()})
     assert "3 eager calls" in how and merged["gpu_start_ns"] is None and len(merged["host_start_ns"]) == 8
+
+
+def test_a_model_called_twice_back_to_back_per_iteration_is_one_module_step_per_pair():
+    """Classifier-free guidance as two UNet calls per denoising step: the light pass's
+    module step is each pair (its first call's start, its last call's end), named as the
+    class's calls are, and the module entry tells the traced passes the groups to mark."""
+    from perfdoctor.record.light import module_step
+
+    us = 1_000
+    starts, ends, t = [], [], 0
+    for i in range(16):
+        t += 10 * us if i % 2 else 300 * us  # back to back within a pair, the scheduler between pairs
+        starts.append(t)
+        t += 2_000 * us
+        ends.append(t)
+    calls = {"host_start_ns": starts, "gpu_start_ns": None, "gpu_end_ns": ends, "tid": [1] * 16, "host_end_ns": ends}
+    name, series, module, how, joined = module_step({"0": {"UNet.forward": calls}}, {"UNet.forward": "diffusers.UNet"})
+    assert name == "UNet.forward" and joined is None
+    assert series["host_start_ns"] == starts[::2] and series["gpu_end_ns"] == ends[1::2]
+    assert module["calls_per_step"] == 2 and module["groups"] == [[2, 8]] and module["class"] == "diffusers.UNet"
+    assert how.startswith("module: UNet, 2 calls per step") and "group of 2 calls" in module["span"]
+    # one call per iteration: the calls, as before, and no groups in the entry
+    one = {k: (v[::2] if isinstance(v, list) else v) for k, v in calls.items()}
+    name, series, module, how, _ = module_step({"0": {"UNet.forward": one}}, {})
+    assert series["host_start_ns"] == starts[::2] and series["gpu_end_ns"] == ends[::2]
+    assert "calls_per_step" not in module and how == "module: UNet"

@@ -172,6 +172,29 @@ def test_two_instances_of_one_class_are_told_apart_and_a_traced_pass_marks_the_c
     assert regions.names == ["Net#2.forward"] * iterations
 
 
+def test_a_traced_pass_marks_only_the_first_call_of_each_group_the_light_pass_found() -> None:
+    # the light pass read the model's calls two per iteration (classifier-free guidance), a
+    # stray single call before the loop; a traced pass marks each group's first call, one
+    # region per step, and past the light pass's groups goes on two by two
+    net, x = Net(), torch.zeros(2)
+    regions = Regions()
+    api.subscribe(regions)
+    mark = {"name": "Net.forward", "depth": 0, "class": f"{Net.__module__}.{Net.__qualname__}", "calls_per_step": 2,
+            "groups": [[1, 1], [2, 3]]}
+    steps = ModuleSteps(types.SimpleNamespace(timer=Timer()), mark=mark)
+    marked = []
+    try:
+        for i in range(11):
+            before = len(regions.names)
+            net(x)
+            marked.append(len(regions.names) > before)
+    finally:
+        steps.uninstall()
+        api._listeners.remove(regions)
+    assert marked == [True, True, False, True, False, True, False, True, False, True, False]
+    assert regions.names == ["Net.forward"] * 6
+
+
 def test_perfdoctor_run_of_an_unmodified_program_finds_one_step_per_forward(tmp_path: Path) -> None:
     """The real thing: image_infer.py (10 forwards of a tiny ResNet-18) under `perfdoctor run`."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}

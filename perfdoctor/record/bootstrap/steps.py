@@ -103,9 +103,9 @@ class ModuleSteps:
     different steps, and the light pass may choose one (``series``).
 
     Traced passes (``mark``): the calls of one class at one depth (of one instance of it,
-    when the light pass chose one) become a perfdoctor region of that name
-    (record_function for the torch profiler, NVTX for nsys and ncu), so the tools see the
-    step the light pass chose.
+    when the light pass chose one; each group's first call, when it grouped them k per
+    iteration) become a perfdoctor region of that name (record_function for the torch
+    profiler, NVTX for nsys and ncu), so the tools see the step the light pass chose.
     """
 
     DEPTHS = 2
@@ -181,10 +181,16 @@ class ModuleSteps:
 
     def mark_call(self, mark: dict[str, Any]) -> Any:
         """A traced pass's ``Module.__call__``: the calls of the light pass's module step
-        (its class at its depth; its instance, when it chose one) become a region."""
+        (its class at its depth; its instance, when it chose one) become a region. When the
+        light pass grouped the calls k per iteration (``groups``: the group sizes in call
+        order, run-length encoded, :func:`perfdoctor.analysis.steps.call_groups`), only each
+        group's first call does: one region per step, which the window counts and a trace
+        reads as the iteration's mark. The program calls the same way in every pass (as
+        :class:`Instances` assumes); past the light pass's last group, groups of k."""
         original, local, compiling, region = self.original, self.local, self.compiling, api.region
         step_depth, path, step_name, instance = int(mark["depth"]), mark["class"], mark["name"], mark.get("instance")
         ordinals, add = self.instances.ordinals, self.instances.add
+        first = self.group_firsts(mark)
         this = self
 
         def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
@@ -196,7 +202,8 @@ class ModuleSteps:
             local.depth = depth + 1
             try:
                 if (depth == step_depth and this.active and module_class_path(type(module)) == path
-                        and (instance is None or (ordinals.get(id(module)) or add(module)) == instance)):
+                        and (instance is None or (ordinals.get(id(module)) or add(module)) == instance)
+                        and (first is None or first())):
                     with region(step_name):
                         return original(module, *args, **kwargs)
                 return original(module, *args, **kwargs)
@@ -204,6 +211,28 @@ class ModuleSteps:
                 local.depth = depth
 
         return __call__
+
+    @staticmethod
+    def group_firsts(mark: dict[str, Any]) -> Any:
+        """For a module step of several calls per iteration (``mark["groups"]``), a function
+        called once per call of the step's module that says whether this call begins a
+        group; None for one call per step."""
+        runs, k = mark.get("groups"), int(mark.get("calls_per_step") or 1)
+        if not runs or k < 2:
+            return None
+        sizes = (int(size) for size, times in runs for _ in range(int(times)))
+        left = [0]  # calls still to come in the open group
+        lock = threading.Lock()
+
+        def first() -> bool:
+            with lock:
+                if left[0] > 0:
+                    left[0] -= 1
+                    return False
+                left[0] = next(sizes, k) - 1
+                return True
+
+        return first
 
     def narrow(self) -> None:
         """End of the scout: torch's own ``Module.__call__`` again, and a timing ``__call__``
