@@ -121,7 +121,7 @@ class PassConfig(_Document):
     ranks: bool | None = None  # each rank writes into raw/rank<k>/ (perfdoctor.record.launch)
     step_thread: str | None = None  # "main" or "worker": where the light pass saw the step run
     trains: bool | None = None  # the light pass saw the optimizer's marks: a fetch step ticks on its iteration's
-    module_step: dict[str, Any] | None = None  # the light pass's module step: {"name", "depth", "class", "span"}
+    module_step: dict[str, Any] | None = None  # the light pass's module step: {"name", "depth", "class", "span"; "instance"; "calls_per_step", "groups"}
     windowed: bool | None = None  # the window is known before the program runs
     trace: str | None = None  # torch: where to export the Kineto trace
     capture_range: bool | None = None  # nsys: bracket the window with cudaProfilerStart/Stop
@@ -238,7 +238,7 @@ class LightPass(_Document):
     timing: str | None = None  # what a step's time is, in words
     steps_seen: int | None = None
     warmup_explicit: bool | None = None  # --warmup given
-    module: dict[str, Any] | None = None  # a module step: {"name", "depth", "class", "span"}
+    module: dict[str, Any] | None = None  # a module step: {"name", "depth", "class", "span"; "instance"; "calls_per_step", "groups": light.module_step}
     iteration: bool | None = None  # raw/light.json carries the series rewritten as the loop iteration
     reason: str | None = None  # why there is no step
     warmup_reason: str | None = None
