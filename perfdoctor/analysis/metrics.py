@@ -551,7 +551,7 @@ def _steps_per_s(c: _Context, light: steady.SteadySeries | None) -> Metric:
                 said.append(f"{cad.pass_ends} pass end(s) between steps left out: {value(cad.pass_end_ms, 'ms')} from the step "
                             "before to the step after — an evaluation pass or the epoch's end (a data loader's pass ended)")
             if cad.waits:
-                said.append(f"{cad.waits} wait(s) for another thread left out: {value(cad.waited_ms, 'ms')} in which the step's "
+                said.append(f"{cad.waits} wait(s) for another thread or for I/O left out: {value(cad.waited_ms, 'ms')} in which the step's "
                             "thread was idle (a server's worker waiting for requests)")
             note = f"{'; '.join(said)}; with them {value(cad.with_pauses_per_s, '1/s')}"
         return c.have("steps_per_s", cad.steps_per_s, source="light", note=note)

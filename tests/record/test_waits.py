@@ -1,0 +1,150 @@
+"""perfdoctor.record.bootstrap.waits in this process: which waits the light pass times, on
+which thread, and that a poll (a zero timeout, a non-blocking call) and a forked child's
+calls are not waits. Each test installs :class:`Waits` and uninstalls it."""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
+
+import pytest
+
+from perfdoctor.record.bootstrap.waits import Waits
+
+NAP = 0.02  # s: a wait this long is well over the timer's noise
+
+
+@pytest.fixture
+def waits():
+    session = SimpleNamespace(mode="light", disabled=False)
+    w = Waits(session)
+    w.session = session
+    try:
+        yield w
+    finally:
+        w.uninstall()
+
+
+def _long(w: Waits, tid: int | None = None) -> list[int]:
+    """The waits of thread ``tid`` (any: None) of at least half a nap, in ns."""
+    s = w.series() or {"tid": [], "start_ns": [], "end_ns": []}
+    return [e - b for t, b, e in zip(s["tid"], s["start_ns"], s["end_ns"]) if (tid is None or t == tid) and e - b >= NAP * 5e8]
+
+
+def _later(fn) -> threading.Thread:
+    def run():
+        time.sleep(NAP)
+        fn()
+    t = threading.Thread(target=run)
+    t.start()
+    return t
+
+
+def test_event_wait_queue_get_and_a_pools_work_queue_are_waits(waits: Waits) -> None:
+    me = threading.get_ident()
+    event = threading.Event()
+    _later(event.set)
+    assert event.wait()
+    q: queue.Queue = queue.Queue()
+    _later(lambda: q.put(1))
+    assert q.get() == 1
+    assert len(_long(waits, me)) == 2  # Event.wait and Queue.get go through Condition.wait
+    # a ThreadPoolExecutor's worker blocks in its SimpleQueue (a subclass now) between tasks
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        worker = pool.submit(threading.get_ident).result()
+        time.sleep(NAP)
+        pool.submit(int).result()
+    assert len(_long(waits, worker)) >= 1
+    assert isinstance(queue.SimpleQueue(), queue.SimpleQueue) and queue.SimpleQueue[int] is not None
+
+
+def test_a_zero_timeout_is_a_poll_not_a_wait(waits: Waits) -> None:
+    # ThreadPoolExecutor.submit polls its idle semaphore (Condition.wait(0)) on the submitting
+    # thread: a step that submits work must not end there
+    cond = threading.Condition()
+    with cond:
+        cond.wait(0)
+    sq = queue.SimpleQueue()
+    with pytest.raises(queue.Empty):
+        sq.get(timeout=0)
+    with pytest.raises(queue.Empty):
+        sq.get(block=False)
+    threading.Semaphore(0).acquire(timeout=0)
+    assert waits.series() is None
+
+
+def test_an_event_loops_select_is_a_wait_of_its_thread_once_it_has_slept(waits: Waits) -> None:
+    me = threading.get_ident()
+
+    # a loop driven step by step, awaiting nothing: its select(0) polls are no waits, so a
+    # step's iteration keeps the host work around run_until_complete
+    async def step() -> int:
+        await asyncio.sleep(0)
+        return 1
+
+    loop = asyncio.new_event_loop()
+    try:
+        assert sum(loop.run_until_complete(step()) for _ in range(20)) == 20
+    finally:
+        loop.close()
+    assert waits.series() is None
+
+    # an asyncio server's worker awaiting an empty queue: the loop sleeps in its selector;
+    # from then on each return to the loop (select(0): other coroutines are ready) ends the
+    # worker's work there too
+    async def serve() -> int:
+        q: asyncio.Queue = asyncio.Queue()
+        asyncio.get_running_loop().call_later(NAP, q.put_nowait, 1)
+        got = await q.get()
+        for _ in range(50):
+            await asyncio.sleep(0)
+        return got
+
+    assert asyncio.run(serve()) == 1
+    assert len(_long(waits, me)) == 1
+    assert len(waits.series()["tid"]) >= 50
+
+    # run_in_executor: the loop's thread waits in select while the executor's thread works
+    async def offload() -> int:
+        return await asyncio.get_running_loop().run_in_executor(None, time.sleep, NAP) or 2
+
+    assert asyncio.run(offload()) == 2
+    assert len(_long(waits, me)) == 2
+
+
+def test_a_blocking_sockets_recv_and_accept_are_waits_a_nonblocking_ones_not(waits: Waits) -> None:
+    a, b = socket.socketpair()
+    with a, b:
+        _later(lambda: b.sendall(b"x"))
+        assert a.recv(1) == b"x"
+        assert len(_long(waits)) == 1
+        a.setblocking(False)
+        n = len(waits.series()["tid"])
+        with pytest.raises(BlockingIOError):
+            a.recv(1)
+        assert len(waits.series()["tid"]) == n
+    server = socket.create_server(("127.0.0.1", 0))
+    with server:
+        port = server.getsockname()[1]
+        _later(lambda: socket.create_connection(("127.0.0.1", port)).close())
+        conn, _ = server.accept()
+        conn.close()
+    assert len(_long(waits)) == 2
+
+
+def test_uninstall_restores_everything_and_a_forked_child_times_nothing(waits: Waits) -> None:
+    waits.session.disabled = True  # what Session.forked sets
+    q: queue.Queue = queue.Queue()
+    _later(lambda: q.put(1))
+    q.get()
+    assert waits.series() is None
+    waits.uninstall()
+    waits.uninstall()  # twice: a forked child's finish uninstalls again
+    assert "recv" not in socket.socket.__dict__ and socket.socket.accept.__module__ == "socket"
+    assert queue.SimpleQueue.__module__ == "_queue" and threading.Condition.wait.__module__ == "threading"
+    assert asyncio.selector_events.BaseSelectorEventLoop.__init__.__module__ == "asyncio.selector_events"
