@@ -296,9 +296,11 @@ def waits_between(
     """The waits for another thread between the steps of a series, from the light pass's
     ``waits`` (``{"tid", "start_ns", "end_ns"}``, every thread's: :mod:`perfdoctor.record.bootstrap.waits`)
     and each step's thread ``tid``. Per step ``k``: when its thread began waiting after the
-    step began and before step ``k + 1`` began (-1: it did not; the last step: -1); how long
-    step ``k`` waited since step ``k − 1`` began (ns; 0 for the first); and when its thread
-    resumed, the end of the last of those waits (-1: none). A server's worker blocks on its
+    step began and before that thread's next step began (-1: it did not; a thread's last
+    step: -1); how long step ``k`` waited since its thread's step before began (ns; 0 for a
+    thread's first); and when its thread resumed, the end of the last of those waits (-1:
+    none). Each thread's steps are its own series: a pool of several workers interleaves
+    theirs. A server's worker blocks on its
     request queue between requests: idle, not the step's work nor the program's
     (:func:`iteration_ends_ns`, :func:`paused_before`); the work after it, before the call
     (taking the request, moving its input), is the next request's."""
@@ -315,12 +317,13 @@ def waits_between(
             continue
         order = mine[np.argsort(w_start[mine], kind="stable")]
         starts, ends = w_start[order], w_end[order]
-        for k in np.flatnonzero(t[:-1] == thread):
-            lo, hi = np.searchsorted(starts, [h[k], h[k + 1]], side="left")
+        own = np.flatnonzero(t == thread)
+        for k, nxt in zip(own[:-1], own[1:]):
+            lo, hi = np.searchsorted(starts, [h[k], h[nxt]], side="left")
             if hi > lo:
                 idle_from[k] = starts[lo]
-                waited[k + 1] = int(np.clip(np.minimum(ends[lo:hi], h[k + 1]) - starts[lo:hi], 0, None).sum())
-                resumed[k + 1] = min(int(ends[lo:hi].max()), int(h[k + 1]))
+                waited[nxt] = int(np.clip(np.minimum(ends[lo:hi], h[nxt]) - starts[lo:hi], 0, None).sum())
+                resumed[nxt] = min(int(ends[lo:hi].max()), int(h[nxt]))
     return idle_from, waited, resumed
 
 

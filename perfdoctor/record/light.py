@@ -199,10 +199,22 @@ def call_iterations(calls: dict[str, Any], joined: list[bool] | None, waits: dic
     for another thread between two calls (``waits``, the light pass's) ends the iteration,
     and the next begins where the thread resumed (a server's worker blocked on its request
     queue is idle, not serving; taking the next request is its service): each step's
-    ``waited_ns`` say so."""
+    ``waited_ns`` say so. Calls on several threads (a pool of workers) are iterations of each
+    thread's loop: each ends at its own thread's next call."""
     starts = calls["gpu_start_ns"] if calls.get("gpu_start_ns") is not None else calls["host_start_ns"]
     idle_from, waited, resumed = steady.waits_between(calls["host_start_ns"], calls.get("tid"), waits)
-    ends = steady.iteration_ends_ns(starts, calls["gpu_end_ns"], joined=joined, idle_from=idle_from).tolist()
+    tid = calls.get("tid")
+    n = len(calls["gpu_end_ns"])
+    threads = np.unique(np.asarray(tid[:n], dtype=np.int64)) if tid is not None and len(tid) >= n else np.empty(0)
+    if threads.size > 1:
+        t, ends_ns = np.asarray(tid[:n], dtype=np.int64), np.asarray(calls["gpu_end_ns"], dtype=np.int64).copy()
+        for thread in threads:
+            rows = np.flatnonzero(t == thread)
+            # joined (known work between a call and the series' next) is the series', not a thread's
+            ends_ns[rows] = steady.iteration_ends_ns([starts[i] for i in rows], ends_ns[rows], idle_from=idle_from[rows])
+        ends = ends_ns.tolist()
+    else:
+        ends = steady.iteration_ends_ns(starts, calls["gpu_end_ns"], joined=joined, idle_from=idle_from).tolist()
     began = np.where(resumed >= 0, resumed, np.asarray(calls["host_start_ns"], dtype=np.int64)).tolist()
     return {**calls, "host_start_ns": began, "gpu_end_ns": ends, "waited_ns": waited.tolist()}
 

@@ -726,3 +726,33 @@ def test_an_evaluation_loops_fetch_that_a_break_left_begins_no_iteration() -> No
     assert steady.loop_iterations(fetches, None, None, [1, 3, 13, 21, 33, 43])["host_start_ns"] == [0, 10, 30, 40]
     # without work seen (a loop of no module), every iteration, as before
     assert steady.loop_iterations(fetches, None, None, [])["host_start_ns"] == [0, 10, 20, 30, 40]
+
+
+def test_a_pools_workers_steps_are_each_threads_own_series() -> None:
+    # two workers of a pool, their 0.5 ms calls interleaved: thread 7 at 0, 2, 4 ms, thread 8
+    # at 1, 3, 5 ms; each waits on the work queue from 0.6 ms after its call to 0.1 ms
+    # before its next. Before, thread 7's step 0 "resumed" on thread 7's wait for step 1 (8's)
+    h = [0, 1_000_000, 2_000_000, 3_000_000, 4_000_000, 5_000_000]
+    tid = [7, 8, 7, 8, 7, 8]
+    waits = {"tid": [7, 7, 8, 8], "start_ns": [600_000, 2_600_000, 1_600_000, 3_600_000],
+             "end_ns": [1_900_000, 3_900_000, 2_900_000, 4_900_000]}
+    idle, waited, resumed = steady.waits_between(h, tid, waits)
+    assert idle.tolist() == [600_000, 1_600_000, 2_600_000, 3_600_000, -1, -1]
+    assert waited.tolist() == [0, 0, 1_300_000, 1_300_000, 1_300_000, 1_300_000]
+    assert resumed.tolist() == [-1, -1, 1_900_000, 2_900_000, 3_900_000, 4_900_000]
+    # one thread alone reads as before
+    assert steady.waits_between(h[::2], tid[::2], waits)[1].tolist() == [0, 1_300_000, 1_300_000]
+
+
+def test_the_light_pass_ends_a_pool_workers_iteration_at_its_own_threads_next_call() -> None:
+    from perfdoctor.record.light import call_iterations
+
+    # the pool above on a CPU (host clock): each call's iteration ends where its thread began
+    # to wait, never at the other thread's next call (1 ms: the other worker's request)
+    h = [0, 1_000_000, 2_000_000, 3_000_000, 4_000_000, 5_000_000]
+    calls = {"host_start_ns": h, "gpu_start_ns": None, "gpu_end_ns": [t + 500_000 for t in h], "tid": [7, 8, 7, 8, 7, 8]}
+    waits = {"tid": [7, 7, 8, 8], "start_ns": [600_000, 2_600_000, 1_600_000, 3_600_000],
+             "end_ns": [1_900_000, 3_900_000, 2_900_000, 4_900_000]}
+    it = call_iterations(calls, None, waits)
+    assert it["host_start_ns"] == [0, 1_000_000, 1_900_000, 2_900_000, 3_900_000, 4_900_000]
+    assert it["gpu_end_ns"] == [600_000, 1_600_000, 2_600_000, 3_600_000, 4_500_000, 5_500_000]
