@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""A training loop with no DataLoader, as benchmark and research scripts write one: every
+step makes its batch with ``torch.randn`` / ``torch.randint`` on the device, then
+``torch.autocast`` + ``GradScaler`` (the AMP recipe: ``scale(loss).backward()``,
+``unscale_`` before ``clip_grad_norm_``, ``scaler.step``, ``scaler.update``), an AdamW
+optimizer and a cosine LR scheduler stepped every step, ``zero_grad(set_to_none=True)``,
+and a log line with ``loss.item()`` every ``--log-every`` steps. ``for step in
+range(steps)``; the first ``--warmup`` steps are left out of the timing. A small
+transformer-ish MLP classifier on random features.
+
+    python amp_train.py                                # CUDA, fp16 autocast
+    python amp_train.py --device cpu --dtype bfloat16  # CPU
+"""
+import argparse
+import json
+import math
+import time
+
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self, dim, width, depth, classes):
+        super().__init__()
+        self.inp = nn.Linear(dim, width)
+        self.layers = nn.ModuleList([nn.Sequential(nn.LayerNorm(width), nn.Linear(width, 4 * width), nn.GELU(),
+                                                   nn.Linear(4 * width, width)) for _ in range(depth)])
+        self.out = nn.Linear(width, classes)
+
+    def forward(self, x):
+        h = self.inp(x)
+        for layer in self.layers:
+            h = h + layer(h)
+        return self.out(h)
+
+
+def sync(device):
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def main():
+    p = argparse.ArgumentParser(description="AMP training loop on random batches, no DataLoader")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"])
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--dim", type=int, default=512)
+    p.add_argument("--width", type=int, default=1024)
+    p.add_argument("--depth", type=int, default=4)
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--clip", type=float, default=1.0)
+    args = p.parse_args()
+
+    torch.manual_seed(0)
+    device_type = "cuda" if args.device.startswith("cuda") else "cpu"
+    dtype = getattr(torch, args.dtype)
+    model = Net(args.dim, args.width, args.depth, 100).to(args.device)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * s / args.steps)))
+    scaler = torch.amp.GradScaler(device_type, enabled=args.dtype == "float16")
+    loss_fn = nn.CrossEntropyLoss()
+
+    model.train()
+    t_start = None
+    for step in range(args.steps):
+        if step == args.warmup:
+            sync(args.device)
+            t_start = time.perf_counter()
+        x = torch.randn(args.batch, args.dim, device=args.device)
+        y = torch.randint(0, 100, (args.batch,), device=args.device)
+        with torch.autocast(device_type=device_type, dtype=dtype):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
+        scaler.step(opt)
+        scaler.update()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        if step % args.log_every == 0:
+            print(f"step {step:5d} | loss {loss.item():.4f} | grad norm {grad_norm.item():.3f} | lr {sched.get_last_lr()[0]:.2e}")
+    sync(args.device)
+    elapsed = time.perf_counter() - t_start
+    timed = args.steps - args.warmup
+    ms = elapsed / timed * 1e3
+    print(f"{timed} steps in {elapsed:.2f} s: {ms:.2f} ms/step, {args.batch * timed / elapsed:.0f} samples/s")
+    print("RESULT " + json.dumps({"program": "amp_train", "step": "training step", "steps": args.steps,
+                                  "warmup": args.warmup, "timed_steps": timed, "ms_per_step": ms, "ms_per_iter": ms,
+                                  "samples_per_s": args.batch * timed / elapsed}))
+
+
+if __name__ == "__main__":
+    main()
