@@ -439,9 +439,10 @@ def steady_start(critical_path: np.ndarray | list[int], paused: np.ndarray | Non
             # by one (batches sorted longest first, as sentence-transformers' encode sorts
             # them) has no drop: only the steps slower than each of the next few are cold
             # (embed_retrieval.py: 5 of 32 length-sorted batches left out, the rate 0.81 of
-            # the program's own mean). Each of the next half window, not the next few: on a
-            # loaded box one step of the decline 1.25x the next three was seen
-            cliff = next((i for i in range(start, 0, -1) if cp[i - 1] > WARMUP_FACTOR * float(cp[i : i + REGIME_WINDOW // 2].max())), 0)
+            # the program's own mean). Every step before the drop slower than each of the next
+            # half window: on a loaded box one step of the decline 1.25x the next three was
+            # seen, and a lone spike just before the regime (22.7 ms among 7-13) 1.25x the next five
+            cliff = next((i for i in range(start, 0, -1) if float(cp[:i].min()) > WARMUP_FACTOR * float(cp[i : i + REGIME_WINDOW // 2].max())), 0)
             if cliff < start:
                 regimes_kept += (
                     f"; steps {cliff}-{start - 1} before it get faster step by step, no drop between them and it: "
@@ -453,7 +454,7 @@ def steady_start(critical_path: np.ndarray | list[int], paused: np.ndarray | Non
     why = (
         f"left out the first {start} steps as warm-up: slower than {setting(WARMUP_FACTOR)}x the steady "
         f"median ({value(reference / 1e6, 'ms')}) before {run} steady steps in a row"
-    ) if not trend else f"left out the first {start} steps as warm-up: slower than {setting(WARMUP_FACTOR)}x each of the {REGIME_WINDOW // 2} steps after them"
+    ) if not trend else f"left out the first {start} steps as warm-up: each slower than {setting(WARMUP_FACTOR)}x each of the {REGIME_WINDOW // 2} steps after them"
     # two regimes to speak of: a slow regime left out, and more warm-up than one window of it
     # (a cold start of a few steps is just a warm-up)
     stretch = (0, start - 1) if regimes and start >= max(after, REGIME_WINDOW) else None
