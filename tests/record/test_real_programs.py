@@ -437,9 +437,12 @@ def test_spec_decode_compiled_steps_per_verifying_call_not_per_draft_token(tmp_p
     assert light["steps_seen"] == result["warmup_iters"] + result["iters"]
     # each iteration from one verify to the next holds the next one's drafts: the same time
     # per iteration as the program's (drafts, then verify); the last of a generation ends at
-    # its own end (the next generation's prefills are a pause)
+    # its own end (the next generation's prefills are a pause). 10 %: the iteration also
+    # holds the loop's host work between the program's timed calls, which a loaded 2-core
+    # box stretches (9 % at load 6, 2026-12-03; within 5 % alone); the draft's token as the
+    # step would read a quarter of it
     ms = _step_ms(series)[-result["iters"]:]
-    assert ms.mean() == pytest.approx(result["ms_per_step"], rel=0.05)
+    assert ms.mean() == pytest.approx(result["ms_per_step"], rel=0.10)
 
 
 def test_spec_decode_eager_steps_per_target_forward(tmp_path: Path) -> None:
