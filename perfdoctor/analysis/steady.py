@@ -193,6 +193,58 @@ def loop_iterations(
     return out
 
 
+def optimizer_iterations(calls: dict, others: dict, work_ns: np.ndarray | list[int] | None = None) -> dict:
+    """The training iterations of a loop with no data loader (``for step in range(n)``, a
+    batch made on the device), marked by the optimizer's ``zero_grad`` or ``step``
+    (``calls``, the one chosen): :func:`loop_iterations` (from one mark to the next), and
+    the iteration each end of the series leaves out, one per optimizer step.
+
+    ``others``: the optimizer's other marks (``step`` when ``zero_grad`` is chosen; none
+    when only ``step`` is seen, ``model.zero_grad()`` being no optimizer range), a series;
+    ``work_ns``: host starts of the loop's work (the light pass's depth-0 module calls).
+    Between two marks lie ``k`` of the other marks and ``w`` calls of work (medians over
+    the series: an iteration's make-up). Before the first mark, ``k`` other marks (the
+    optimizer's step before a ``zero_grad`` that ends the iteration, as ``amp_train.py``
+    writes it) and ``w`` calls of work are an iteration too, the first: from the earliest
+    of its last ``w`` calls and ``k`` marks to the first mark (before, 23 steps for 24
+    iterations). After the last mark, ``k`` other marks (a ``zero_grad`` before the optimizer's
+    step: at the iteration's start, the common shape, or after the forward) are the last
+    iteration, to the end of its optimizer step (the host work after it is unknown). With
+    ``k`` = 0 (only the optimizer's step, which always closes the iteration) only the first
+    is added. Without work known, neither: nothing says where the first began."""
+    out = loop_iterations(calls)
+    n = len(calls["gpu_end_ns"])
+    m = len(others["gpu_end_ns"]) if others else 0
+    work = np.sort(_ns(work_ns if work_ns is not None else []))
+    if n < 2 or work.size == 0:
+        return out
+    h = _ns(calls["host_start_ns"][:n])
+    order = np.argsort(_ns(others["host_start_ns"][:m]), kind="stable") if m else np.zeros(0, dtype=np.int64)
+    oh = _ns(others["host_start_ns"][:m])[order] if m else np.zeros(0, dtype=np.int64)
+    oe = _ns(others["gpu_end_ns"][:m])[order] if m else np.zeros(0, dtype=np.int64)
+    k = int(np.median(np.diff(np.searchsorted(oh, h))))
+    w = int(np.median(np.diff(np.searchsorted(work, h))))
+    if w < 1:
+        return out
+    gpu_start = calls.get("gpu_start_ns")
+    rows = {key: list(out[key]) if out.get(key) is not None else None for key in ("host_start_ns", "gpu_start_ns", "gpu_end_ns")}
+    o0, w0 = int(np.searchsorted(oh, h[0])), int(np.searchsorted(work, h[0]))
+    if o0 >= k and w0 >= w:
+        begin = int(min(work[w0 - w], oh[o0 - k] if k else work[w0 - w]))
+        first = gpu_start[0] if gpu_start is not None and gpu_start[0] is not None else int(h[0])
+        rows["host_start_ns"].insert(0, begin)
+        if rows["gpu_start_ns"] is not None:
+            rows["gpu_start_ns"].insert(0, begin)
+        rows["gpu_end_ns"].insert(0, int(max(first, oe[o0 - 1] if o0 else first)))
+    o1 = int(np.searchsorted(oh, h[-1]))
+    if k and m - o1 >= k:
+        rows["host_start_ns"].append(int(h[-1]))
+        if rows["gpu_start_ns"] is not None:
+            rows["gpu_start_ns"].append(gpu_start[n - 1])
+        rows["gpu_end_ns"].append(int(max(oe[o1 + k - 1], _ns(calls["gpu_end_ns"])[-1])))
+    return rows
+
+
 def _ended_between(ended: np.ndarray, after: np.ndarray, begins: np.ndarray) -> np.ndarray:
     """Per step of a series, whether a pass ended between the previous step and it: whether
     one of the fetches (in host order; ``ended``: it ended a pass) from the previous step's

@@ -256,13 +256,18 @@ def loop_series(
     fetch after it (:func:`perfdoctor.analysis.steady.step_groups`, over every fetch, the
     exhausted ones the ends of passes); without fetches, from one step to the next. Each
     step says whether a pass ended between the step before and it (``pass_ended``: an
-    evaluation pass, the epoch's end), a pause of the rate whatever its length."""
+    evaluation pass, the epoch's end), a pause of the rate whatever its length. Without
+    fetches (``for step in range(n)``), :func:`perfdoctor.analysis.steady.optimizer_iterations`:
+    one per optimizer step, ``zero_grad`` at the iteration's start or its end."""
     if name.startswith(rangenames.DATA_LOADER_PREFIX):
         return steady.loop_iterations(calls, exhausted, marks, work_ns)
     parts = [s for n, s in series.items() if n.startswith(rangenames.DATA_LOADER_PREFIX)] + [exhausted]
     fetches = merged_series(parts)
     if not fetches["host_start_ns"]:
-        return steady.loop_iterations(calls)
+        # no data loader: one iteration per optimizer step, the first (or last) one the
+        # series' marks leave out included
+        others = merged_series([s for n, s in series.items() if n != name and n.startswith(rangenames.LOOP_PREFIXES[1:])])
+        return steady.optimizer_iterations(calls, others, work_ns)
     ended = set(exhausted["host_start_ns"])
     n = len(calls["gpu_end_ns"])
     at, first, after, pass_ended = steady.step_groups(

@@ -659,6 +659,38 @@ def test_one_optimizer_step_per_epoch_is_its_epochs_batches() -> None:
     assert _pass_ended([], fetches, raised) == [] and _pass_ended(steps, [], []) == []
 
 
+def test_a_loop_without_a_data_loader_has_one_iteration_per_optimizer_step() -> None:
+    # for step in range(4), no DataLoader: a forward (work) at 0, 10, 20, 30, the optimizer's
+    # step at 6, 16, 26, 36 (each 2 long), zero_grad at the iteration's end: 8, 18, 28, 38
+    work = [0, 10, 20, 30]
+    opt = _series([6, 16, 26, 36], [8, 18, 28, 38])
+    out = steady.optimizer_iterations(_series([8, 18, 28, 38]), opt, work)
+    # the first iteration, before any zero_grad, from its forward to the first zero_grad
+    # (before: 3 steps for 4 iterations, from one zero_grad to the next)
+    assert out["host_start_ns"] == [0, 8, 18, 28]
+    assert out["gpu_end_ns"] == [8, 18, 28, 38]
+    assert steady.loop_iterations(_series([8, 18, 28, 38]))["host_start_ns"] == [8, 18, 28]
+    # zero_grad at the iteration's start (the common shape): 0, 10, 20, 30, the forward at
+    # 1, 11, 21, 31: the last iteration runs from its zero_grad to its optimizer step's end
+    out = steady.optimizer_iterations(_series([0, 10, 20, 30]), opt, [1, 11, 21, 31])
+    assert out["host_start_ns"] == [0, 10, 20, 30]
+    assert out["gpu_end_ns"] == [10, 20, 30, 38]
+    # zero_grad after the forward (forward 0, zero_grad 2, backward, step 6): the same
+    out = steady.optimizer_iterations(_series([2, 12, 22, 32]), opt, work)
+    assert out["host_start_ns"] == [2, 12, 22, 32]
+    assert out["gpu_end_ns"] == [12, 22, 32, 38]
+    # model.zero_grad() (no optimizer range): the optimizer's step marks the iteration; a
+    # forward before the loop (-50: a sanity check) is no part of the first iteration
+    out = steady.optimizer_iterations(opt, _series([]), [-50, 0, 10, 20, 30])
+    assert out["host_start_ns"] == [0, 6, 16, 26]
+    assert out["gpu_end_ns"] == [6, 16, 26, 36]
+    # an evaluation after the loop (forwards at 50, 60), no optimizer step: no iteration
+    out = steady.optimizer_iterations(_series([0, 10, 20, 30]), opt, [1, 11, 21, 31, 50, 60])
+    assert len(out["host_start_ns"]) == 4
+    # no work known: nothing says where the first iteration began, today's reading
+    assert steady.optimizer_iterations(_series([8, 18, 28, 38]), opt, [])["host_start_ns"] == [8, 18, 28]
+
+
 def test_training_batches_leave_out_an_evaluation_loop_that_did_not_end_its_pass() -> None:
     # Lightning's fit: a sanity check of 2 validation batches (fetches 0, 5) before training,
     # 4 training batches (10..40, optimizer steps at 12..42), 3 validation batches at the

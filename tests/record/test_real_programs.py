@@ -624,19 +624,23 @@ def test_compile_default_mode_image_inference_steps_per_batch(tmp_path: Path) ->
     assert ms.sum() == pytest.approx(own.sum(), rel=0.15)
 
 
-def test_amp_training_without_a_data_loader_steps_per_iteration(tmp_path: Path) -> None:
+@pytest.mark.parametrize("zero_grad", ["end", "start", "model"])
+def test_amp_training_without_a_data_loader_steps_per_iteration(tmp_path: Path, zero_grad: str) -> None:
     # for step in range(n): random batch, autocast, GradScaler, clip_grad_norm_, scheduler,
-    # zero_grad at the iteration's end, .item() every 5 steps. The step is zero_grad's
-    # iteration: from one zero_grad to the next, i.e. the next iteration's work. The first
-    # iteration, before any zero_grad, is in no step: 23 steps for 24 iterations (a reading
-    # left one short: the count, not the time)
+    # .item() every 5 steps; zero_grad(set_to_none=True) at the iteration's end (as the
+    # program is written), zero_grad() at its start, or model.zero_grad() (no optimizer
+    # range: the optimizer's step marks the iteration). One step per optimizer step: before,
+    # zero_grad's iterations ran from one to the next and the first (the last, zero_grad
+    # first) was in no step: 23 steps for 24 iterations
     steps, warmup = 24, 4
     light, series, result = _run(tmp_path, "amp_train.py", "--device", "cpu", "--dtype", "bfloat16", "--batch", "32",
                                   "--dim", "64", "--width", "128", "--depth", "2", "--steps", str(steps), "--warmup", str(warmup),
-                                  "--log-every", "5")
-    assert light["step_name"] == "Optimizer.zero_grad#AdamW.zero_grad"
-    assert light["steps_seen"] == steps - 1
+                                  "--log-every", "5", "--zero-grad", zero_grad)
+    assert light["step_name"] == ("Optimizer.step#AdamW.step" if zero_grad == "model" else "Optimizer.zero_grad#AdamW.zero_grad")
+    assert light["steps_seen"] == result["steps"] == steps
     assert _step_ms(series)[-result["timed_steps"]:].mean() == pytest.approx(result["ms_per_step"], rel=0.05)
+    rate = _steps_per_s(tmp_path)
+    assert 1e3 / rate.value == pytest.approx(result["ms_per_step"], rel=0.15)
 
 
 def test_top_p_sampling_to_eos_with_a_list_kv_cache_steps_per_forward(tmp_path: Path) -> None:

@@ -53,6 +53,9 @@ def main():
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--clip", type=float, default=1.0)
+    p.add_argument("--zero-grad", default="end", choices=["end", "start", "model"],
+                   help="opt.zero_grad(set_to_none=True) at the iteration's end (default) or start; "
+                        "model: model.zero_grad() at the start (no optimizer range)")
     args = p.parse_args()
 
     torch.manual_seed(0)
@@ -70,6 +73,10 @@ def main():
         if step == args.warmup:
             sync(args.device)
             t_start = time.perf_counter()
+        if args.zero_grad == "start":
+            opt.zero_grad()
+        elif args.zero_grad == "model":
+            model.zero_grad()
         x = torch.randn(args.batch, args.dim, device=args.device)
         y = torch.randint(0, 100, (args.batch,), device=args.device)
         with torch.autocast(device_type=device_type, dtype=dtype):
@@ -80,7 +87,8 @@ def main():
         scaler.step(opt)
         scaler.update()
         sched.step()
-        opt.zero_grad(set_to_none=True)
+        if args.zero_grad == "end":
+            opt.zero_grad(set_to_none=True)
         if step % args.log_every == 0:
             print(f"step {step:5d} | loss {loss.item():.4f} | grad norm {grad_norm.item():.3f} | lr {sched.get_last_lr()[0]:.2e}")
     sync(args.device)
