@@ -90,7 +90,9 @@ class LightSteps:
     :func:`perfdoctor.analysis.steady.waits_between`); None when the run did not say.
     ``pass_ended``: per step, whether a data loader's pass ended between the previous step
     and it (an evaluation pass, the epoch's end: :func:`perfdoctor.analysis.steady.step_groups`);
-    None when the run did not say.
+    None when the run did not say. ``compiled_ns``: per step, how long torch.compile compiled
+    inside it (:func:`perfdoctor.analysis.steady.compiled_during`); None when nothing compiled
+    in a step or the run did not say.
     """
 
     name: str
@@ -99,6 +101,7 @@ class LightSteps:
     gpu_start_ns: np.ndarray | None = None
     waited_ns: np.ndarray | None = None
     pass_ended: np.ndarray | None = None
+    compiled_ns: np.ndarray | None = None
     clock: str = "cuda-event"
     steady_start: int | None = None
     steady_reason: str = ""

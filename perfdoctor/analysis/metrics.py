@@ -357,7 +357,7 @@ def _usable_light(light: LightSteps | None, steps: Steps) -> tuple[LightSteps | 
 
 def _light_series(light: LightSteps) -> steady.SteadySeries:
     return steady.steady_series(light.host_start_ns, light.gpu_end_ns, light.steady_start, light.gpu_start_ns, light.waited_ns,
-                                light.pass_ended)
+                                light.pass_ended, light.compiled_ns)
 
 
 def _steps(c: _Context) -> Metric:
@@ -470,7 +470,9 @@ def _latency(c: _Context, q: int, light: steady.SteadySeries | None) -> Metric:
     """Critical-path step time percentile: the light pass's steady state, else the trace."""
     key = f"step_latency_ms_p{q}"
     if light is not None and light.critical_path_ms.size:
-        return c.have(key, np.percentile(light.critical_path_ms, q), source="light")
+        compiled = light.cadence.compiles
+        note = f"{compiled} step(s) that compiled (torch.compile inside the loop) left out" if compiled else None
+        return c.have(key, np.percentile(light.critical_path_ms, q), source="light", note=note)
     if c.no_steps:
         return c.absent(key, c.no_steps)
     return c.have(key, np.percentile(c.timeline.critical_path_ms(), q))
@@ -543,9 +545,12 @@ def _steps_per_s(c: _Context, light: steady.SteadySeries | None) -> Metric:
         note = None
         if cad.pauses:
             said = []
-            if cad.pauses > cad.waits + cad.pass_ends:
-                own = cad.paused_ms - cad.waited_ms - cad.pass_end_ms
-                said.append(f"{cad.pauses - cad.waits - cad.pass_ends} pause(s) between steps left out: {value(own, 'ms')} "
+            if cad.compiles:
+                said.append(f"{cad.compiles} step(s) compiled: {value(cad.compiled_ms, 'ms')} left out — torch.compile compiling "
+                            "again inside the loop (a new input shape), no steady work of the program's")
+            if cad.pauses > cad.waits + cad.pass_ends + cad.compiles:
+                own = cad.paused_ms - cad.waited_ms - cad.pass_end_ms - cad.compiled_ms
+                said.append(f"{cad.pauses - cad.waits - cad.pass_ends - cad.compiles} pause(s) between steps left out: {value(own, 'ms')} "
                             "of intervals, the program's work between its steps (a prefill or an encoder per generate, I/O)")
             if cad.pass_ends:
                 said.append(f"{cad.pass_ends} pass end(s) between steps left out: {value(cad.pass_end_ms, 'ms')} from the step "
@@ -554,6 +559,9 @@ def _steps_per_s(c: _Context, light: steady.SteadySeries | None) -> Metric:
                 said.append(f"{cad.waits} wait(s) for another thread or for I/O left out: {value(cad.waited_ms, 'ms')} in which the step's "
                             "thread was idle (a server's worker waiting for requests)")
             note = f"{'; '.join(said)}; with them {value(cad.with_pauses_per_s, '1/s')}"
+        elif cad.compiles_kept:
+            note = (f"{cad.compiles_kept} steady step(s) compiled, kept: half the steady steps or more compile, "
+                    "recompiling is the program's steady work")
         return c.have("steps_per_s", cad.steps_per_s, source="light", note=note)
     if c.no_steps:
         return c.absent("steps_per_s", c.no_steps)

@@ -25,7 +25,7 @@ For step ``k`` with host start ``h[k]`` and the end of its GPU work ``g[k]``:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -379,6 +379,25 @@ def waits_between(
     return idle_from, waited, resumed
 
 
+def compiled_during(
+    host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int], compiles: dict | None
+) -> np.ndarray:
+    """Per step, how long torch.compile compiled inside it (ns, 0 for none): the overlap of
+    each compilation of ``compiles`` (``{"start_ns", "end_ns"}``, host ns: the light pass's
+    :class:`perfdoctor.record.bootstrap.steps.Compiles`) with the step's host start to its
+    end. A step that compiled (dynamo compiling again for a last, smaller batch) is no
+    steady work of the program's: :func:`steady_series` leaves it out."""
+    h, g = _ns(host_start), _ns(gpu_end)
+    out = np.zeros(h.size, dtype=np.int64)
+    if not compiles or h.size == 0:
+        return out
+    cs, ce = _ns(compiles.get("start_ns", [])), _ns(compiles.get("end_ns", []))
+    n = min(cs.size, ce.size)
+    for a, b in zip(cs[:n].tolist(), ce[:n].tolist()):
+        out += np.clip(np.minimum(g, b) - np.maximum(h, a), 0, None)
+    return out
+
+
 def pauses(idle_before: np.ndarray, step_ns: np.ndarray) -> np.ndarray:
     """Which of the times between steps are pauses: longer than a median step AND much
     longer than the program's usual time between steps. A loop that always spends 2 ms on
@@ -629,11 +648,18 @@ class Cadence:
     # epoch's end), and the time from the step before to the step after, summed
     pass_ends: int = 0
     pass_end_ms: float = 0.0
+    # of those, the steps that compiled (torch.compile compiling again inside the loop):
+    # each such step's interval, summed; ``compiles_kept``: steps that compiled but were
+    # kept, because most steady steps compile (recompiling is then the program's work)
+    compiles: int = 0
+    compiled_ms: float = 0.0
+    compiles_kept: int = 0
 
 
 def cadence(
     host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int], gpu_start: np.ndarray | list[int] | None = None,
     waited: np.ndarray | list[int] | None = None, pass_ended: np.ndarray | list[bool] | None = None,
+    compiled: np.ndarray | list[bool] | None = None,
 ) -> Cadence:
     """Steps per second: completion-to-completion intervals ``g[k] − g[k−1]`` summed over
     the steps the program issued back to back. An interval whose step started more than a
@@ -660,13 +686,19 @@ def cadence(
     time from the previous step's end to the step's start is left out, whatever its length
     (a validation shorter than a step is no step's either: train_eval.py with one optimizer
     step per epoch on the H200 read 86.1 ms per step for the program's 71.4), and the step
-    after it is kept: with one step per epoch every interval follows an end of pass."""
+    after it is kept: with one step per epoch every interval follows an end of pass.
+
+    ``compiled`` (per step, :func:`compiled_during`): torch.compile compiled inside the
+    step: its whole interval is left out (the compilation is no steady work of the program's)."""
     h, g = _ns(host_start), _ns(gpu_end)
     if h.size < 2:
         return Cadence(None, 0, 0, "needs at least two steps")
     intervals = np.diff(g)
     wait = np.zeros(intervals.size, dtype=np.int64) if waited is None else np.clip(_ns(waited)[1 : h.size], 0, intervals.clip(0))
     idle, waits, ends = (p[1:] for p in _pauses_and_waits(h, g, gpu_start, waited, pass_ended))
+    comp = np.zeros(intervals.size, dtype=bool) if compiled is None else np.asarray(compiled, dtype=bool)[1 : h.size]
+    comp &= ~idle  # a pause before it says it already
+    idle, ends = idle | comp, ends & ~comp
     waits &= ~idle  # a pause of the program's own leaves the whole interval out
     between = np.zeros(intervals.size, dtype=np.int64)
     if ends.any():
@@ -683,7 +715,8 @@ def cadence(
     return Cadence(kept.size / (total / 1e9), int(kept.size), paused,
                    with_pauses_per_s=intervals.size / (int(intervals.sum()) / 1e9),
                    paused_ms=float(intervals[idle].sum()) / 1e6 + waited_ms + pass_end_ms, waits=int(waits.sum()), waited_ms=waited_ms,
-                   pass_ends=int(ends.sum()), pass_end_ms=pass_end_ms)
+                   pass_ends=int(ends.sum()), pass_end_ms=pass_end_ms, compiles=int(comp.sum()),
+                   compiled_ms=float(intervals[comp].sum()) / 1e6)
 
 
 @dataclass(frozen=True)
@@ -743,16 +776,32 @@ def steady_series(
     gpu_start: np.ndarray | list[int] | None = None,
     waited: np.ndarray | list[int] | None = None,
     pass_ended: np.ndarray | list[bool] | None = None,
+    compiled_ns: np.ndarray | list[int] | None = None,
 ) -> SteadySeries:
     """The series from step ``start`` on. The critical path of the first steady step still
     uses the step before it (it may have been queued behind the last warm-up step), so it
     is computed over the whole series and then cut; the cadence counts intervals between
-    steady steps only."""
+    steady steps only.
+
+    ``compiled_ns`` (per step, :func:`compiled_during`): a steady step that compiled is
+    left out of the critical paths (the p50) and of the cadence, as a warm-up step is
+    (compile_infer.py: dynamo compiling again for the first pass's last, smaller batch, 514
+    ms among 1.1 ms batches, read the rate 40x slow) — unless half the steady steps or more
+    compiled: recompiling is then the program's steady work, kept (``compiles_kept``)."""
     h, g = _ns(host_start), _ns(gpu_end)
     k = min(max(int(start), 0), max(h.size - 1, 0))
     cp = critical_path_ns(h, g)[k:] / 1e6
     # host_lead_ns[i] belongs to step i + 1: the steady steps from k are entries k - 1 on.
     lead = host_lead_ns(h, g)[max(k - 1, 0) :] / 1e6
-    return SteadySeries(cp.astype(np.float64), lead.astype(np.float64), cadence(
+    compiled = None if compiled_ns is None else _ns(compiled_ns)[k : h.size] > 0
+    kept_compiles = 0
+    if compiled is not None and (not compiled.any() or compiled.sum() * 2 >= compiled.size):
+        kept_compiles, compiled = int(compiled.sum()), None
+    cad = cadence(
         h[k:], g[k:], None if gpu_start is None else _ns(gpu_start)[k:], None if waited is None else _ns(waited)[k:],
-        None if pass_ended is None else np.asarray(pass_ended, dtype=bool)[k:]))
+        None if pass_ended is None else np.asarray(pass_ended, dtype=bool)[k:], compiled)
+    if compiled is not None:
+        cp = cp[~compiled]
+    elif kept_compiles:
+        cad = replace(cad, compiles_kept=kept_compiles)
+    return SteadySeries(cp.astype(np.float64), lead.astype(np.float64), cad)

@@ -191,6 +191,10 @@ class PassResults(_Document):
     # the light pass: every thread's waits for another thread ({"tid", "start_ns", "end_ns"}:
     # perfdoctor.record.bootstrap.waits), which lie between a worker's steps, not in them
     waits: dict[str, list[int]] | None = None
+    # the light pass: when torch.compile's dynamo compiled ({"start_ns", "end_ns"}, host ns:
+    # perfdoctor.record.bootstrap.steps.Compiles); None when nothing compiled or the torch
+    # has no compile callbacks
+    compiles: dict[str, list[int]] | None = None
     # the calls as measured, when series holds the iteration: added by perfdoctor run after
     # the bootstrap wrote the rest, so last on disk
     call_series: dict[str, dict[str, Any]] | None = None

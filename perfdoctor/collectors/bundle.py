@@ -130,7 +130,8 @@ def read_light(results: PassResults, light_pass: LightPass, warnings: list[str])
     * perfdoctor ≥ 0.2: ``"series": {step: {"host_start_ns": [...], "gpu_start_ns": [...]
       or null, "gpu_end_ns": [...], "waited_ns": [...] (a step timed as the loop iteration:
       its thread's waits for another thread before it), "pass_ended": [...] (a loop
-      range's iteration: a data loader's pass ended since the previous step)}}`` and ``"step_end_clock":
+      range's iteration: a data loader's pass ended since the previous step), "compiled_ns": [...]
+      (torch.compile compiled inside the step; only when one did)}}`` and ``"step_end_clock":
       "cuda-event" | "host"``;
     * perfdoctor 0.1: ``"spans_ns": {step: [[host_start, gpu_end], ...]}``.
 
@@ -147,6 +148,7 @@ def read_light(results: PassResults, light_pass: LightPass, warnings: list[str])
     gpu_start: np.ndarray | None = None
     waited: np.ndarray | None = None
     ended: np.ndarray | None = None
+    compiled: np.ndarray | None = None
     series = (results.series or {}).get(name)
     if isinstance(series, dict):
         host = _int_array(series.get("host_start_ns"))
@@ -156,6 +158,8 @@ def read_light(results: PassResults, light_pass: LightPass, warnings: list[str])
         if series.get("waited_ns") is not None:
             waited = _int_array(series.get("waited_ns"))
         ended = _bool_array(series.get("pass_ended"))
+        if series.get("compiled_ns") is not None:
+            compiled = _int_array(series.get("compiled_ns"))
     else:
         spans = (results.spans_ns or {}).get(name)
         pairs = spans if isinstance(spans, list) and all(isinstance(p, list) and len(p) == 2 for p in spans) else None
@@ -171,6 +175,7 @@ def read_light(results: PassResults, light_pass: LightPass, warnings: list[str])
     gpu_start = gpu_start[:n] if gpu_start is not None else None
     waited = waited[:n] if waited is not None and waited.size >= n else None
     ended = ended[:n] if ended is not None and ended.size >= n else None
+    compiled = compiled[:n] if compiled is not None and compiled.size >= n else None
     if host.size == 0:
         return None
     clock = str(results.step_end_clock or light_pass.step_end_clock or "cuda-event")
@@ -192,6 +197,7 @@ def read_light(results: PassResults, light_pass: LightPass, warnings: list[str])
         gpu_start_ns=gpu_start,
         waited_ns=waited,
         pass_ended=ended,
+        compiled_ns=compiled,
         clock=clock,
         steady_start=start,
         steady_reason=reason,

@@ -392,6 +392,11 @@ def light_summary(results: PassResults, options: RunOptions) -> LightPass:
         )
     else:
         s = results.series[name]  # type: ignore[index]
+        compiled = steady.compiled_during(s["host_start_ns"], s["gpu_end_ns"], results.compiles)
+        if compiled.any():
+            # the steps torch.compile compiled in: the analysis leaves them out of the steady
+            # steps' rate and p50 (perfdoctor run rewrites raw/light.json with them)
+            s["compiled_ns"] = compiled.tolist()
         cp = steady.critical_path_ns(s["host_start_ns"], s["gpu_end_ns"])
         found = steady.series_steady_start(s["host_start_ns"], s["gpu_end_ns"], s.get("gpu_start_ns"), s.get("waited_ns"),
                                            s.get("pass_ended"))

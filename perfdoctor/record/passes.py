@@ -116,8 +116,9 @@ def light_pass(plan: Plan) -> None:
                         "write what it saw, at its exit")
     if options.ranks is not None:
         launch.rank_lights(manifest, result.ranks, lambda r, w: light_summary(r, replace(options, warmup=w)), light, raw)
-    if light.iteration:
-        # the chosen series, timed as the loop iteration, joins the named steps, where readers look
+    if light.iteration or "compiled_ns" in ((result.results.series or {}).get(light.step_name or "") or {}):
+        # the chosen series, timed as the loop iteration (or its steps that compiled noted),
+        # joins the named steps, where readers look
         bundles.write_json_atomic(raw / "light.json", result.results.to_json())
     if light.step_name is not None:
         ms = sorted(light.step_latency_ms or [])

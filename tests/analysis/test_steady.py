@@ -691,6 +691,27 @@ def test_a_loop_without_a_data_loader_has_one_iteration_per_optimizer_step() -> 
     assert steady.optimizer_iterations(_series([8, 18, 28, 38]), opt, [])["host_start_ns"] == [8, 18, 28]
 
 
+def test_steps_that_compiled_leave_the_rate_and_the_p50_unless_most_steps_compile() -> None:
+    # steps of 10 ms back to back (0-10, 10-20, ...); torch.compile compiled from 33 to 37
+    # (inside the 4th step) and from 95 to 200 (the 10th's end and after: 5 ns of it inside)
+    h = [10 * k for k in range(10)]
+    g = [10 * (k + 1) for k in range(10)]
+    g[3] = 38  # the step that compiled
+    compiled = steady.compiled_during(h, g, {"start_ns": [33, 95], "end_ns": [37, 200]})
+    assert compiled.tolist() == [0, 0, 0, 4, 0, 0, 0, 0, 0, 5]
+    assert steady.compiled_during(h, g, None).tolist() == [0] * 10
+    s = steady.steady_series(h, g, 0, compiled_ns=[0, 0, 0, 4, 0, 0, 0, 0, 0, 0])
+    # the 4th step's interval (30 -> 38) left out, and its critical path
+    assert s.cadence.compiles == 1 and s.cadence.compiled_ms == pytest.approx(8e-6)
+    assert s.cadence.intervals == 8 and s.critical_path_ms.size == 9
+    # half the steps compile or more: recompiling is the program's steady work, kept
+    s = steady.steady_series(h, g, 0, compiled_ns=[1] * 5 + [0] * 5)
+    assert s.cadence.compiles == 0 and s.cadence.compiles_kept == 5 and s.critical_path_ms.size == 10
+    # from the steady start on only: a compiling warm-up step is no steady step anyway
+    s = steady.steady_series(h, g, 4, compiled_ns=[1, 1, 1, 1] + [0] * 6)
+    assert s.cadence.compiles == 0 and s.cadence.compiles_kept == 0 and s.critical_path_ms.size == 6
+
+
 def test_training_batches_leave_out_an_evaluation_loop_that_did_not_end_its_pass() -> None:
     # Lightning's fit: a sanity check of 2 validation batches (fetches 0, 5) before training,
     # 4 training batches (10..40, optimizer steps at 12..42), 3 validation batches at the

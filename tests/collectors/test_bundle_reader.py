@@ -61,3 +61,32 @@ def test_a_light_series_says_which_steps_follow_an_end_of_pass_and_an_older_one_
     # a damaged or short flag list is not used
     short = read_light(PassResults(series={"Optimizer.step#SGD.step": {**series, "pass_ended": [False, True]}}), light_pass, warnings)
     assert short is not None and short.pass_ended is None
+
+
+def test_a_light_series_says_which_steps_compiled_and_an_older_one_reads_as_before() -> None:
+    """raw/light.json's per-step ``compiled_ns`` (torch.compile compiled inside the step)
+    reaches LightSteps, and the steps that compiled leave the rate and the p50; a bundle
+    written before it (or a run where nothing compiled) has none, and reads as before."""
+    from perfdoctor.analysis import steady
+    from perfdoctor.bundle.protocol import LightPass, PassResults
+    from perfdoctor.collectors.bundle import read_light
+
+    ms = 1_000_000
+    # 6 batches of 1 ms back to back, the 4th compiled again for 500 ms
+    ends = [1, 2, 3, 504, 505, 506]
+    series = {"host_start_ns": [(e - 1) * ms if e != 504 else 3 * ms for e in ends], "gpu_start_ns": None, "gpu_end_ns": [e * ms for e in ends]}
+    light_pass = LightPass(step_name="enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", steady_start=0, step_end_clock="host")
+    name = light_pass.step_name
+    warnings: list[str] = []
+    now = read_light(PassResults(series={name: {**series, "compiled_ns": [0, 0, 0, 499 * ms, 0, 0]}}), light_pass, warnings)
+    before = read_light(PassResults(series={name: series}), light_pass, warnings)
+    assert not warnings and now is not None and before is not None
+    assert now.compiled_ns.tolist() == [0, 0, 0, 499 * ms, 0, 0] and before.compiled_ns is None
+    s = steady.steady_series(now.host_start_ns, now.gpu_end_ns, 0, None, None, None, now.compiled_ns)
+    assert s.cadence.steps_per_s == pytest.approx(1000.0) and s.cadence.compiles == 1 and s.cadence.compiled_ms == pytest.approx(501)
+    assert s.critical_path_ms.tolist() == [1, 1, 1, 1, 1]  # the 501 ms step left out of the p50's steps
+    old = steady.steady_series(before.host_start_ns, before.gpu_end_ns, 0)
+    assert old.cadence.steps_per_s == pytest.approx(5 / 505e-3) and old.cadence.compiles == 0 and old.critical_path_ms.size == 6
+    # a damaged or short list is not used
+    short = read_light(PassResults(series={name: {**series, "compiled_ns": [0, 1]}}), light_pass, warnings)
+    assert short is not None and short.compiled_ns is None

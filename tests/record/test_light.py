@@ -422,3 +422,33 @@ def test_a_model_called_twice_back_to_back_per_iteration_is_one_module_step_per_
     name, series, module, how, _ = module_step({"0": {"UNet.forward": one}}, {})
     assert series["host_start_ns"] == starts[::2] and series["gpu_end_ns"] == ends[::2]
     assert "calls_per_step" not in module and how == "module: UNet"
+
+
+def test_the_light_pass_notes_each_dynamo_compilation_once_however_often_installed() -> None:
+    """The bootstrap's Compiles: dynamo's compile-time callbacks (torch 2.13's
+    ``torch._dynamo.callback``), installed at every torch.compile call but registered once,
+    note one start and end per compilation: the first call, a new shape's, none for a call
+    that compiles nothing."""
+    torch = pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    from torch._dynamo.callback import callback_handler
+
+    from perfdoctor.record.bootstrap.steps import Compiles
+
+    compiles = Compiles(SimpleNamespace(disabled=False))
+    compiles.install()
+    compiles.install()
+    try:
+        assert callback_handler.start_callbacks.count(compiles.started) == 1
+        f = torch.compile(lambda x: x * 2 + 1, backend="eager")
+        f(torch.ones(3))
+        f(torch.ones(3))
+        assert len(compiles.series()["start_ns"]) == 1
+        f(torch.ones(5))  # a new shape: dynamo compiles again
+        s = compiles.series()
+        assert len(s["start_ns"]) == 2 and all(a <= b for a, b in zip(s["start_ns"], s["end_ns"]))
+    finally:
+        callback_handler.remove_start_callback(compiles.started)
+        callback_handler.remove_end_callback(compiles.ended)
+        torch._dynamo.reset()

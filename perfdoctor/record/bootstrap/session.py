@@ -87,6 +87,7 @@ class Session:
         self.modules: Any = None
         self.replays: Any = None  # steps.GraphReplays, likewise
         self.waits: Any = None  # waits.Waits, in the light pass
+        self.compiles: Any = None  # steps.Compiles, in the light pass once torch.compile is called
         # compiled calls of a whole module (steps.install_compiled_steps): once one repeats,
         # the light pass keeps timing that module's eager calls (stop_module_timing)
         self.compiled_modules: set[str] = set()
@@ -543,6 +544,7 @@ class Session:
                 results.module_work_ns = self.modules.work_ns or None
                 error = error or module_error
             results.waits = self.waits.series() if self.waits is not None else None
+            results.compiles = self.compiles.series() if self.compiles is not None else None
             results.timing_error = error
         try:
             with open(self.config.results, "w") as f:

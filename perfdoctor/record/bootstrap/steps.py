@@ -387,12 +387,60 @@ def install_compiled_steps(session: Session) -> None:
 
     @functools.wraps(original)
     def compile_(model: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if light and not session.disabled:
+            if session.compiles is None:
+                session.compiles = Compiles(session)
+            session.compiles.install()
         if model is None:  # torch.compile(mode=...) as a decorator factory
             decorate = original(None, *args, **kwargs)
             return lambda fn: wrap(fn, decorate(fn))
         return wrap(model, original(model, *args, **kwargs))
 
     torch.compile = compile_
+
+
+class Compiles:
+    """Light pass: when torch.compile's dynamo compiled, from its compile-time callbacks
+    (``torch._dynamo.callback.callback_handler``'s start and end callbacks: the outermost
+    compilation of a frame, a lazily compiled backward, a CUDA graph's recording), in host
+    ns on the steps' clock. A step that compiled (a recompilation for a new batch size
+    inside the loop) is no steady work of the program's: the analysis leaves it out of the
+    rate and the p50 (:func:`perfdoctor.analysis.steady.compiled_during`).
+
+    Installed at the first ``torch.compile`` call only (nothing compiles before one: no cost
+    to a program that never compiles; the callbacks run at compile time only), and again at
+    each later call in case the program's ``torch._dynamo.reset()`` cleared them. The
+    handler is torch 2.13's (checked here); older torch had it too, its callbacks once
+    called with no argument and now with a ``CallbackArgs`` (both accepted; which versions:
+    not checked here). A torch without it: nothing is noted, and compiling steps stay in the
+    steady state as before."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.start_ns: list[int] = []
+        self.end_ns: list[int] = []
+
+    def install(self) -> None:
+        try:
+            from torch._dynamo.callback import callback_handler
+        except Exception:  # an older torch: no compile callbacks
+            return
+        if self.started not in getattr(callback_handler, "start_callbacks", ()):
+            callback_handler.register_start_callback(self.started)
+            callback_handler.register_end_callback(self.ended)
+
+    def started(self, *args: Any) -> None:
+        if not self.session.disabled:
+            self.start_ns.append(time.perf_counter_ns())
+
+    def ended(self, *args: Any) -> None:
+        if not self.session.disabled and len(self.end_ns) < len(self.start_ns):
+            self.end_ns.append(time.perf_counter_ns())
+
+    def series(self) -> dict[str, list[int]] | None:
+        """``{"start_ns", "end_ns"}`` of every compilation, or None when none ended."""
+        n = min(len(self.start_ns), len(self.end_ns))
+        return {"start_ns": self.start_ns[:n], "end_ns": self.end_ns[:n]} if n else None
 
 
 # --- replays of a hand-captured CUDA graph as steps ---------------------------------------
