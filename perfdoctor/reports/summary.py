@@ -233,6 +233,6 @@ def render_summary(analysis: Analysis, console: Console, gaps_shown_by: str | No
 def gaps_owner(findings: Sequence) -> str | None:
     """The first printed finding (failing or advisory) whose evidence has the largest gaps."""
     for f in findings:
-        if f.status in ("fail", "advisory") and any(e.kind == "largest_gaps" for e in f.evidence):
+        if f.status in ("fail", "advisory") and "largest_gaps" in f.evidence_kinds:
             return f.rule_id
     return None

@@ -730,6 +730,42 @@ def _override(ruleset: RuleSet, spec: str) -> None:
 
 # --- evaluation -------------------------------------------------------------------------
 
+class _Later:
+    """The evidence tables of one finding, not collected yet: ``kinds`` of ``analysis``,
+    through the evaluation's ``memo`` (:func:`_collect`)."""
+
+    __slots__ = ("kinds", "analysis", "memo")
+
+    def __init__(self, kinds: Sequence[str], analysis: Analysis, memo: dict[str, Evidence] | None) -> None:
+        self.kinds, self.analysis, self.memo = tuple(kinds), analysis, memo
+
+    def collect(self) -> list[Evidence]:
+        return [_collect(kind, self.analysis, self.memo) for kind in self.kinds]
+
+
+class _Tables:
+    """:attr:`Finding.evidence`: the tables, collected when first read. A report shows the
+    tables of the findings it prints in full (``perfdoctor analyze``: the first cause and
+    the advice; its JSON none), and HF 80 MB's eleven failures asked for ten kinds, ~19 ms of
+    its ~30 ms of evidence never shown. Each table is what an evaluation collecting it at
+    once would have given (the analysis it reads does not change; the memo hands each
+    finding its own copy, whichever reads first)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = f"_{name}"
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return ()  # the field's default (made a list by __set__)
+        value = obj.__dict__[self.slot]
+        if type(value) is _Later:
+            value = obj.__dict__[self.slot] = value.collect()
+        return value
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        obj.__dict__[self.slot] = [] if value == () else value
+
+
 @dataclass
 class Finding:
     """The outcome of one rule on one analysis."""
@@ -744,7 +780,7 @@ class Finding:
     comparator: str | None = None
     threshold: float | None = None
     threshold_origin: str = ""
-    evidence: list[Evidence] = field(default_factory=list)
+    evidence: list[Evidence] = _Tables()  # type: ignore[assignment]  # collected on first read
     remediation: Remediation | None = None
     estimate: Estimate | None = None
     estimate_kind: str | None = None
@@ -757,6 +793,12 @@ class Finding:
     overlaps: list[str] = field(default_factory=list)  # findings whose estimate counts the same time
     rank: int | None = None
     cites: tuple[Cite, ...] = ()  # the citation as data, original words included (findings.json)
+
+    @property
+    def evidence_kinds(self) -> tuple[str, ...]:
+        """The kinds of :attr:`evidence`, in order, without collecting tables not read yet."""
+        pending = self.__dict__["_evidence"]
+        return pending.kinds if type(pending) is _Later else tuple(e.kind for e in pending)
 
     @property
     def recovered_ms(self) -> float | None:
@@ -872,7 +914,7 @@ def evaluate_rule(rule: Rule, analysis: Analysis, values: dict[str, Metric], evi
         preferred = values.get(rule.metrics[0])
         finding.reasons = [Fallback(metric, rule.metrics[0], None if preferred is None else preferred.reason)]
     if finding.status in ("fail", "advisory"):
-        finding.evidence = [_collect(kind, analysis, evidence) for kind in rule.evidence]
+        finding.evidence = _Later(rule.evidence, analysis, evidence)  # type: ignore[assignment]
     if finding.status == "fail" and spec is not None:
         fn = ESTIMATES[spec.kind][0]
         finding.estimate = fn(analysis, rule.threshold, dict(spec.params), values)

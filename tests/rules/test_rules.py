@@ -477,3 +477,25 @@ def test_kernel_names_are_readable_and_classified() -> None:
     assert gemm_precision("sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize128x128x8") == "fp32"
     assert gemm_precision("nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT") == "unknown"
     assert gemm_precision("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n") == "low"
+
+
+@pytest.mark.parametrize("name", [EAGER, *fixtures_matching("*pageable*.kineto.json*")[:1]])
+def test_evidence_collected_when_read_is_the_evidence_collected_at_once(name: str) -> None:
+    """A finding's evidence tables are collected when first read (a report reads those of
+    the findings it prints): they are the tables of each rule's kinds, collected straight
+    from the analysis, read in any order; their kinds are known before."""
+    from perfdoctor.rules.engine import _Later
+    from perfdoctor.rules.evidence import EVIDENCE
+
+    a = fixture_analysis(name, None)
+    rules = load_rules()
+    findings = [f for f in evaluate(rules, a) if f.status in ("fail", "advisory")]
+    assert any(rules.rules[f.rule_id].evidence for f in findings)
+    assert all(type(f.__dict__["_evidence"]) is _Later for f in findings if rules.rules[f.rule_id].evidence)
+    for f in reversed(findings):  # not the order of the rules: each reads its own copy anyway
+        kinds = tuple(rules.rules[f.rule_id].evidence)
+        assert f.evidence_kinds == kinds
+        assert f.evidence == [EVIDENCE[k](a) for k in kinds]
+        assert f.evidence_kinds == kinds and f.evidence is f.evidence
+    shared = [f.evidence[0] for f in findings if f.evidence_kinds[:1] == ("top_short_kernels",)]
+    assert len({id(e) for e in shared}) == len(shared)  # never one table object for two findings
