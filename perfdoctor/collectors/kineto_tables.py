@@ -126,9 +126,8 @@ def joined(spans: list[SpanTables]) -> tuple[pd.DataFrame, pd.DataFrame, pd.Data
     table built once from its joined columns, with thread ids numbered over the whole trace
     (:func:`_thread_ids`; the ops last, so a thread keeps the id the calls and ranges gave it)."""
     parts = [s.activities[i] for i in range(len(ACTIVITY_CATEGORIES)) for s in spans]
-    data = {col: np.concatenate([p[col] for p in parts]) for col in ACTIVITY_COLUMNS}
-    order = np.argsort(data["start_ns"], kind="stable")
-    activities = frame(ACTIVITY_COLUMNS, {col: values[order] for col, values in data.items()})
+    order = np.argsort(np.concatenate([p["start_ns"] for p in parts]), kind="stable")
+    activities = _table(ACTIVITY_COLUMNS, {col: [p[col] for p in parts] for col in ACTIVITY_COLUMNS}, order)
     calls = [s.calls[i] for i in range(len(CALL_CATEGORIES)) for s in spans]
     ranges = [s.ranges[i] for i in range(3) for s in spans]
     ops = [s.ops for s in spans]
@@ -140,9 +139,46 @@ def joined(spans: list[SpanTables]) -> tuple[pd.DataFrame, pd.DataFrame, pd.Data
 
 
 def _with_tids(parts: list[HostRows], tids: np.ndarray, columns: dict[str, str]) -> pd.DataFrame:
-    data = {col: np.concatenate([p[0][col] for p in parts]) for col in columns if col != "tid"}
-    data["tid"] = tids
-    return frame(columns, data)
+    return _table(columns, {col: [tids] if col == "tid" else [p[0][col] for p in parts] for col in columns})
+
+
+def _table(columns: dict[str, str], pieces: dict[str, list[np.ndarray]], order: np.ndarray | None = None) -> pd.DataFrame:
+    """:func:`perfdoctor.profile.frame` of each column's ``pieces`` joined (its rows taken
+    in ``order``, when given): where pandas builds a frame from its blocks
+    (``create_dataframe_from_blocks``, pandas >= 3) and every piece has its column's dtype,
+    each column is joined straight into its row of the block the constructor would have
+    stacked it in (one block per dtype, in the order the columns first have it), not joined
+    and then copied into the block: HF 80 MB's tables are ~17 MB, written once instead of
+    twice (~4k fewer pages first touched). Else the frame of the joined columns, as before."""
+    dtypes = {col: np.dtype(dtype) for col, dtype in columns.items()}
+    create = _block_frames()
+    if create is None or any(p.dtype != dtypes[col] or p.ndim != 1 for col, ps in pieces.items() for p in ps):
+        data = {col: np.concatenate(ps) for col, ps in pieces.items()}
+        return frame(columns, data if order is None else {col: values[order] for col, values in data.items()})
+    n = sum(len(p) for p in next(iter(pieces.values())))
+    names = list(columns)
+    groups: dict[np.dtype, list[int]] = {}
+    for i, col in enumerate(names):
+        groups.setdefault(dtypes[col], []).append(i)
+    blocks = []
+    for dtype, at in groups.items():
+        values = np.empty((len(at), n), dtype=dtype)
+        for row, i in zip(values, at):
+            if order is None:
+                np.concatenate(pieces[names[i]], out=row)
+            else:
+                np.take(np.concatenate(pieces[names[i]]), order, out=row)
+        blocks.append((values, np.array(at, dtype=np.intp)))
+    return create(blocks, pd.RangeIndex(n), pd.Index(names))
+
+
+def _block_frames() -> Any:
+    """pandas' ``create_dataframe_from_blocks`` (pandas >= 3), else None."""
+    try:
+        from pandas.api.internals import create_dataframe_from_blocks
+    except ImportError:
+        return None
+    return create_dataframe_from_blocks
 
 
 def _thread_ids(pids: np.ndarray, tids: np.ndarray) -> np.ndarray:

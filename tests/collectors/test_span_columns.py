@@ -151,3 +151,36 @@ def test_floats_of_a_trace_are_the_listed_ones(path) -> None:
     events = [e for e in ke.decode_whole(read_maybe_gzip(path), path).doc.traceEvents if e.ph == "X"]
     for field in (ke._TS, ke._DUR):
         np.testing.assert_array_equal(ke._floats_of(events, field), _replaced_floats_of(map(field, events), len(events)))
+
+
+def _blocks(df) -> list:
+    return [(str(b.dtype), b.mgr_locs.as_array.tolist(), b.values.flags["C_CONTIGUOUS"]) for b in df._mgr.blocks]
+
+
+@pytest.mark.parametrize("order", [False, True])
+@pytest.mark.parametrize("sizes", [(0,), (3,), (5, 0, 2), (1, 1, 1, 4)])
+def test_tables_joined_into_their_blocks_are_the_frames_of_the_joined_columns(sizes: tuple[int, ...], order: bool) -> None:
+    """kineto_tables._table (each column joined straight into its block, pandas >= 3)
+    against what it replaced: the frame of the joined columns, rows taken in ``order`` —
+    the same values, dtypes, index, columns and blocks; and the frame itself where a
+    piece's dtype is not its column's (then it is what it always was)."""
+    import pandas as pd
+
+    from perfdoctor.collectors import kineto_tables as kt
+    from perfdoctor.profile import frame
+
+    rng = np.random.default_rng(sum(sizes) + order)
+    names = np.array(["aten::mm", "kernel", "", "x" * 300], dtype=object)
+    for columns in (ACTIVITY_COLUMNS, CALL_COLUMNS, RANGE_COLUMNS, OP_COLUMNS):
+        spans = [filled(columns, {c: (names[rng.integers(0, 4, n)] if t == "object" else rng.integers(-5, 5, n).astype(t))
+                                  for c, t in columns.items()}) for n in sizes]
+        taken = rng.permutation(sum(sizes)) if order else None
+        joined = {c: np.concatenate([s[c] for s in spans]) for c in columns}
+        want = frame(columns, joined if taken is None else {c: v[taken] for c, v in joined.items()})
+        got = kt._table(columns, {c: [s[c] for s in spans] for c in columns}, taken)
+        pd.testing.assert_frame_equal(got, want, check_exact=True)
+        assert got.columns.equals(want.columns) and got.columns.dtype == want.columns.dtype and got.index.equals(want.index)
+        assert _blocks(got) == _blocks(want)
+        odd = dict(spans[0], start_ns=spans[0]["start_ns"].astype(np.int32))  # not the column's dtype: the constructor converts it
+        mixed = kt._table(columns, {c: [odd[c], *(s[c] for s in spans[1:])] for c in columns}, taken)
+        pd.testing.assert_frame_equal(mixed, want, check_exact=True)
