@@ -811,7 +811,10 @@ def _shapes(args: list[Args]) -> Columns:
         # No op of the span carries them (an absent field is the one default object): no
         # per-op copy. HF 80 MB records no shapes: its 164k ops' three fields took 0.057 s
         # of the decode's CPU that way, 0.019 s this way (median of 10, one process).
-        return {col: np.full(len(args), b"", dtype=object) for col in SHAPE_COLUMNS}
+        # One array for the three columns, as the empty categories share theirs (_NO_OPS): a
+        # forked decoder's pickle sends it once, not three times (HF 80 MB's 164k ops).
+        absent = np.full(len(args), b"", dtype=object)
+        return dict.fromkeys(SHAPE_COLUMNS, absent)
     # An op's three fields as one key, copied out and hashed once, each distinct key split
     # back into its fields: eager 80 MB's 9 spans 95-103 -> 43-48 ms (least of 5), against a
     # copy and a hash per field. The separator is unambiguous: msgspec rejects a NUL byte
