@@ -189,8 +189,11 @@ def _thread_ids(pids: np.ndarray, tids: np.ndarray) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     pid, _ = pd.factorize(_as_keys(pids), use_na_sentinel=False)
     tid, uniques = pd.factorize(_as_keys(tids), use_na_sentinel=False)
-    codes, _ = pd.factorize(pid.astype(np.int64) * max(len(uniques), 1) + tid)  # the pair, numbered by first appearance
-    return codes.astype(np.int64)
+    key = pid.astype(np.int64, copy=False)  # the pair, numbered by first appearance; computed in place (213k rows on HF 80 MB)
+    key *= max(len(uniques), 1)
+    key += tid
+    codes, _ = pd.factorize(key)
+    return codes.astype(np.int64, copy=False)
 
 
 def _as_keys(values: np.ndarray) -> np.ndarray | pd.Series:
