@@ -48,7 +48,7 @@ import pandas as pd
 
 from perfdoctor.analysis import hostgaps, steady
 from perfdoctor.analysis.steps import is_sync
-from perfdoctor.analysis.timeline import union_per_group
+from perfdoctor.analysis.timeline import sorted_union_per_group
 from perfdoctor.names.codes import equals, factorize
 from perfdoctor.names.families import is_log_softmax
 from perfdoctor.schema import DATA_LOADER_SOURCE
@@ -209,9 +209,18 @@ def _busy(analysis, windows: pd.DataFrame, lo: np.ndarray, hi: np.ndarray) -> di
     out: dict[str, np.ndarray] = {}
     covered = np.zeros(n, dtype=np.int64)
     mask = np.zeros(len(acts), dtype=bool)
+    # Sorted once: a growing subset taken in this order is in the order union_per_group
+    # sorts it in (a stable sort), so each class costs a selection, not a sort; a class
+    # with no activity adds nothing (HF 80 MB: 4 of the 10 classes).
+    order = np.lexsort((s, g))
     for p in BUSY_PARTS:
-        mask |= ok & part_is(t, p)
-        union = union_per_group(s[mask], e[mask], g[mask], n)
+        added = ok & part_is(t, p)
+        if not added.any():
+            out[p] = np.zeros(n, dtype=np.int64)
+            continue
+        mask |= added
+        rows = order[mask[order]]
+        union = sorted_union_per_group(s[rows], e[rows], g[rows], n)
         out[p] = union - covered  # what this class adds to the classes before it
         covered = union
     return out

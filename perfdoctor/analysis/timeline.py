@@ -155,11 +155,18 @@ def _mark_after_sync(gaps: pd.DataFrame, sync_ends: np.ndarray) -> pd.DataFrame:
 
 def union_per_group(starts: np.ndarray, ends: np.ndarray, group: np.ndarray, n: int) -> np.ndarray:
     """Per group 0..n-1, the length of the union of its intervals."""
-    out = np.zeros(n, dtype=np.int64)
     if starts.size == 0:
-        return out
+        return np.zeros(n, dtype=np.int64)
     order = np.lexsort((starts, group))
-    g, s, e = group[order], starts[order], ends[order]
+    return sorted_union_per_group(starts[order], ends[order], group[order], n)
+
+
+def sorted_union_per_group(s: np.ndarray, e: np.ndarray, g: np.ndarray, n: int) -> np.ndarray:
+    """:func:`union_per_group` of intervals already in its order: by group, then start
+    (ties in their order of before)."""
+    out = np.zeros(n, dtype=np.int64)
+    if s.size == 0:
+        return out
     reach = group_cummax(e, g)
     previous = np.r_[np.iinfo(np.int64).min, reach[:-1]]
     previous[np.r_[True, g[1:] != g[:-1]]] = np.iinfo(np.int64).min

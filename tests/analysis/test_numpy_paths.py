@@ -311,3 +311,54 @@ def test_unit_signatures_are_the_tuples_factorized(seed: int) -> None:
     cut = np.cumsum([len(u) for u in units])[:-1]
     replaced = pd.factorize(pd.Series([tuple(c) for c in np.split(families, cut)]))[0]
     np.testing.assert_array_equal(unit_signatures(families, cut), replaced)
+
+
+def _busy_sorting_each_class(analysis, windows, lo, hi) -> dict:
+    """attribution._busy as it was: each class's union sorted again (union_per_group)."""
+    from perfdoctor.analysis.timeline import union_per_group
+
+    t = analysis.timeline
+    acts = t.activities
+    n = len(windows)
+    where = pd.Series(np.arange(n), index=windows.index).reindex(acts["step"].to_numpy()).to_numpy()
+    ok = ~np.isnan(where)
+    g = np.where(ok, where, 0).astype(np.int64)
+    s = np.clip(acts["start_ns"].to_numpy(np.int64), lo[g], hi[g])
+    e = np.clip(acts["end_ns"].to_numpy(np.int64), lo[g], hi[g])
+    out, covered, mask = {}, np.zeros(n, dtype=np.int64), np.zeros(len(acts), dtype=bool)
+    for p in BUSY_PARTS:
+        mask |= ok & part_is(t, p)
+        union = union_per_group(s[mask], e[mask], g[mask], n)
+        out[p] = union - covered
+        covered = union
+    return out
+
+
+def test_busy_sorted_once_is_each_class_sorted_again(analysis) -> None:
+    t = analysis.timeline.steps
+    w = t[t["gpu_start_ns"].notna() & t["critical_path_ns"].notna()]
+    if w.empty:
+        pytest.skip("no step with GPU work")
+    hi = w["gpu_end_ns"].astype("int64").to_numpy()
+    lo = hi - w["critical_path_ns"].astype("int64").to_numpy()
+    for window in ((lo, hi), (lo + (hi - lo) // 3, hi - (hi - lo) // 3)):  # whole windows, and windows clipping activities
+        got, want = attribution._busy(analysis, w, *window), _busy_sorting_each_class(analysis, w, *window)
+        assert list(got) == list(want)
+        for p in want:
+            assert got[p].dtype == want[p].dtype
+            np.testing.assert_array_equal(got[p], want[p])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_sorted_union_of_a_stable_sorted_subset_is_the_union(seed: int) -> None:
+    from perfdoctor.analysis.timeline import sorted_union_per_group, union_per_group
+
+    rng = np.random.default_rng(seed)
+    size, n = 3000, 7
+    s = rng.integers(0, 400, size)  # many ties
+    e = s + rng.integers(0, 60, size)
+    g = rng.integers(0, n, size)
+    order = np.lexsort((s, g))
+    for mask in (rng.random(size) < 0.3, np.ones(size, dtype=bool), np.zeros(size, dtype=bool)):
+        rows = order[mask[order]]
+        np.testing.assert_array_equal(sorted_union_per_group(s[rows], e[rows], g[rows], n), union_per_group(s[mask], e[mask], g[mask], n))
