@@ -34,6 +34,7 @@ from __future__ import annotations
 import re
 import sysconfig
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -101,10 +102,11 @@ class Intervals:
     prefix sums so that the covered length of many windows is two searchsorted calls."""
 
     def __init__(self, table: pd.DataFrame) -> None:
-        order = np.argsort(table["start_ns"].to_numpy(np.int64), kind="stable")
-        self.table = table.iloc[order]
-        self.start = self.table["start_ns"].to_numpy(np.int64)
-        self.end = self.table["end_ns"].to_numpy(np.int64)
+        start = table["start_ns"].to_numpy(np.int64)
+        order = np.argsort(start, kind="stable")
+        self._unsorted = table
+        self.start = start[order]
+        self.end = table["end_ns"].to_numpy(np.int64)[order]
         self.row = order  # position in the original table: "first" means first there
         self.longest = int((self.end - self.start).max()) if self.start.size else 0
         reach = np.maximum.accumulate(self.end) if self.start.size else self.end
@@ -112,6 +114,12 @@ class Intervals:
         self.block_start = self.start[opens]
         self.block_end = reach[np.r_[np.flatnonzero(opens)[1:] - 1, len(reach) - 1]] if opens.any() else reach[:0]
         self.before = np.r_[0, np.cumsum(self.block_end - self.block_start)]
+
+    @cached_property
+    def table(self) -> pd.DataFrame:
+        """The rows in start order (sorted when first read: the covered length needs only
+        the times, and a thread's calls are most of a trace's calls)."""
+        return self._unsorted.iloc[self.row]
 
     def _upto(self, x: np.ndarray) -> np.ndarray:
         k = np.searchsorted(self.block_start, x, side="right") - 1
@@ -185,7 +193,7 @@ def _gap_hosts(analysis) -> pd.DataFrame:
             continue
         # Frames that begin inside the step: the loop's enclosing frames cover every
         # interval and name nothing. Time inside CUDA calls is the driver's, not Python's.
-        cuda = Intervals(calls[(calls["tid"] == t).to_numpy()]).covered(lo[rest], until[rest])
+        cuda = Intervals(calls[["start_ns", "end_ns"]][(calls["tid"] == t).to_numpy()]).covered(lo[rest], until[rest])
         mine = frames[(frames["tid"] == t).to_numpy()]
         for st in np.unique(step[rest]):
             here = rest[step[rest] == st]
