@@ -131,6 +131,13 @@ def _addresses(arr: np.ndarray) -> np.ndarray:
     return np.frombuffer((ctypes.c_int64 * arr.size).from_address(arr.ctypes.data), dtype=np.int64).copy()
 
 
+def one_object(values: np.ndarray) -> bool:
+    """Whether every element of the object array ``values`` (not empty) is the very same
+    object: told by their addresses (:func:`_addresses`), not a Python call per element."""
+    at = _addresses(values)
+    return bool((at == at[0]).all())
+
+
 def equals(column: pd.Series | np.ndarray, value: str) -> np.ndarray:
     """``column == value`` as a boolean array, for an object column of names or labels
     (``kind``, ``host_mem``, families): numpy compares an object array about 4x faster

@@ -362,3 +362,17 @@ def test_sorted_union_of_a_stable_sorted_subset_is_the_union(seed: int) -> None:
     for mask in (rng.random(size) < 0.3, np.ones(size, dtype=bool), np.zeros(size, dtype=bool)):
         rows = order[mask[order]]
         np.testing.assert_array_equal(sorted_union_per_group(s[rows], e[rows], g[rows], n), union_per_group(s[mask], e[mask], g[mask], n))
+
+
+def test_any_shaped_is_shaped_ops_any(analysis) -> None:
+    from perfdoctor.analysis.bounds import any_shaped, shaped_ops
+    from perfdoctor.names.codes import one_object
+
+    ops = analysis.profile.ops
+    assert any_shaped(ops) == bool(shaped_ops(ops).any())
+    for dims in ([b""] * 5, [b"", b"[[1]]", b""], [b"[[1]]"] * 3, [b"[]", b"[]"]):  # one object per row, or several
+        table = pd.DataFrame({"dims": pd.Series(dims, dtype=object)})
+        assert any_shaped(table) == bool(shaped_ops(table).any())
+    word = b"shape"
+    assert one_object(np.array([word] * 4, dtype=object))
+    assert not one_object(np.array([word, bytes(bytearray(word))], dtype=object))  # equal, but two objects
