@@ -44,7 +44,7 @@ import pandas as pd
 from perfdoctor.names import families
 
 from perfdoctor.analysis import steady
-from perfdoctor.names.kernels import gemm_precision, label
+from perfdoctor.names.kernels import family as kernel_family, gemm_precision, label
 from perfdoctor.names.codes import equals, factorize, per_name
 from perfdoctor.profile import Profile
 from perfdoctor.analysis.steps import Steps, is_sync
@@ -236,7 +236,9 @@ def kernel_table(activities: pd.DataFrame, steps: int) -> pd.DataFrame:
     g = g.sort_values(["total_ns", "count"], ascending=False, kind="stable").reset_index(drop=True)
     # families.py: communication / attention / norm / softmax / conv / gemm / memory /
     # reduction / elementwise / other (NCCL, Triton and ROCm names included)
-    g["family"] = g["name"].map(families.family)
+    # with the kind, as every other caller asks (names.kernels.family): lru_cache keys family(n)
+    # and family(n, "kernel") apart, and each miss is ~0.1 ms of regexes over a long name
+    g["family"] = g["name"].map(kernel_family)
     g["per_step"] = g["count"] / steps
     g["ms_per_step"] = g["total_ns"] / steps / 1e6
     g["share"] = g["total_ns"] / g["total_ns"].sum()
