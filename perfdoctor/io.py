@@ -23,19 +23,21 @@ Outputs
 
 from __future__ import annotations
 
-import gzip
-import json
 import math
 import mmap
 import os
 import stat
-import tempfile
 import zlib
 from pathlib import Path
 from typing import Any, BinaryIO, Iterable
 
 from perfdoctor.errors import UsageError
 from perfdoctor.text import nbytes
+
+# _late: gzip, json and tempfile (with shutil, random, bz2, lzma) are imported where they are
+# used, not with this module: ``perfdoctor analyze`` imports it before its decoders fork, and
+# the ~3 ms of those imports then held the fork back; pandas imports them anyway afterwards,
+# while the decoders work.
 
 MAX_BYTES_ENV = "PERFDOCTOR_MAX_TRACE_BYTES"
 DEFAULT_MAX_BYTES = 2 * 1024**3  # 2 GiB: real Kineto traces run to hundreds of MB
@@ -124,6 +126,8 @@ def read_capped(path: str | Path) -> bytes:
 def _gunzip_chunks(path: Path, fh: BinaryIO) -> Iterable[bytes]:
     """Decompressed chunks of a gzip stream (all members), capped: never more than one
     byte past the cap is decompressed, so a bomb is refused as soon as it passes it."""
+    import gzip  # here, not with the module: see _late below
+
     cap = max_input_bytes()
     total = 0
     try:
@@ -210,6 +214,8 @@ def gunzip_to(path: str | Path, out: Path) -> None:
 def read_json(path: str | Path) -> Any:
     """A small JSON file (capped; BOM accepted); malformed or too deeply nested → UsageError."""
     path = Path(path)
+    import json  # (see _late below)
+
     data = read_capped(path)
     if data.startswith(UTF8_BOM):
         data = data[len(UTF8_BOM):]
@@ -341,6 +347,8 @@ def write_bytes(path: str | Path, data: bytes, follow_links: bool = True) -> Non
             with open(target, "wb") as fh:
                 fh.write(data)
             return
+        import tempfile  # (see _late below)
+
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         try:
             with os.fdopen(fd, "wb") as fh:
@@ -405,6 +413,8 @@ def finite(obj: Any) -> Any:
 
 def dumps_json(payload: Any) -> str:
     """Strict, indented JSON text (UTF-8 characters kept; NaN/inf → null), newline-terminated."""
+    import json  # (see _late below)
+
     return json.dumps(finite(payload), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 import gc
 import os
 import signal
-import tempfile
 import threading
 import warnings
 from contextlib import contextmanager
@@ -130,6 +129,8 @@ def _scratch() -> BinaryIO:
     has ``memfd_create`` (Linux), else a temporary file."""
     if hasattr(os, "memfd_create"):
         return open(os.memfd_create("perfdoctor-pieces", os.MFD_CLOEXEC), "w+b")
+    import tempfile  # only here: the decoders fork before it would be needed (perfdoctor.io, _late)
+
     return tempfile.TemporaryFile()
 
 
