@@ -444,7 +444,8 @@ def loop_work(profile: Profile) -> pd.DataFrame:
 
 
 def loop_ranges(
-    marks: pd.DataFrame, fetches: pd.DataFrame, ends: np.ndarray, training: Sequence[int], work: pd.DataFrame | None
+    marks: pd.DataFrame, fetches: pd.DataFrame, ends: np.ndarray, training: Sequence[int], work: pd.DataFrame | None,
+    others: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Step ranges from torch's loop range ``marks`` (the one name chosen or named by
     ``--step``), each the loop iteration, by the light pass's rules
@@ -453,11 +454,11 @@ def loop_ranges(
     step (``steady.step_groups`` over ``fetches``, every data loader range, outermost, and
     ``ends``, those that fetched no batch, the ends of passes: :func:`pass_ends`), never
     across the evaluation loop or the epochs' gap before it; without fetches, from one step
-    to the next."""
+    to the next, one per optimizer step: :func:`optimizer_ranges`."""
     if str(marks["name"].iloc[0]).startswith(rangenames.DATA_LOADER_PREFIX):
         return training_iterations(marks, training, work)
     if fetches.empty:
-        return iteration_ranges(marks)
+        return optimizer_ranges(marks, others, work)
     m = _outermost(marks)
     starts = fetches["start_ns"].to_numpy(np.int64)
     at, first, after, _ = steady.step_groups(m["start_ns"].to_numpy(np.int64), starts, ends)  # a trace's rate counts every step
@@ -465,6 +466,46 @@ def loop_ranges(
     timed["start_ns"] = starts[first]
     timed["end_ns"] = starts[after] - 1
     return timed.sort_values("start_ns", kind="stable")
+
+
+def optimizer_ranges(marks: pd.DataFrame, others: pd.DataFrame | None, work: pd.DataFrame | None) -> pd.DataFrame:
+    """Step ranges of a training loop with no data loader (``for step in range(n)``) from
+    the optimizer's marks (``marks``: its ``zero_grad`` or ``step``, the one chosen): one per
+    optimizer step, by the light pass's rule (``steady.optimizer_iterations``): from one mark
+    to the next (:func:`iteration_ranges`), and the iteration before the first mark
+    (``zero_grad`` at the iteration's end) or after the last (``zero_grad`` at its start)
+    when the trace holds it whole. ``others``: the optimizer's other marks (the ``step``
+    ranges beside the ``zero_grad`` chosen); ``work``: the loop's work, :func:`loop_work`
+    (the trace's ops and launches on the marks' thread outside the optimizer's ranges, where
+    the light pass has its depth-0 module calls): an iteration's make-up in marks and work,
+    counted between two marks, says where the first begins. The first ends 1 ns before the
+    first mark, as the others end before the next; the last at its optimizer step's end."""
+    timed = iteration_ranges(marks)
+    m = _outermost(marks)
+    if timed.empty or work is None or m["tid"].nunique() > 1:
+        return timed
+    tid = m["tid"].iloc[0]
+    o = m.iloc[0:0] if others is None else others[(others["name"] != m["name"].iloc[0]).to_numpy()
+                                                  & starts_with(others["name"], rangenames.LOOP_PREFIXES[1:])]
+    o = _outermost(o[o["tid"] == tid]) if not o.empty else o
+    calls = {"host_start_ns": m["start_ns"].to_numpy(np.int64), "gpu_start_ns": None, "gpu_end_ns": m["end_ns"].to_numpy(np.int64)}
+    other = {"host_start_ns": o["start_ns"].to_numpy(np.int64), "gpu_start_ns": None, "gpu_end_ns": o["end_ns"].to_numpy(np.int64)}
+    # the work outside the optimizer's ranges: its first step, which makes its state, has
+    # more ops than the others (amp_train.py: 804 against 684 per iteration, 394 outside)
+    at = np.sort(work.loc[work["tid"] == tid, "start_ns"].to_numpy(np.int64))
+    opt = pd.concat([m, o])
+    inside = np.zeros(at.size + 1, dtype=np.int64)
+    np.add.at(inside, np.searchsorted(at, opt["start_ns"].to_numpy(np.int64)), 1)
+    np.add.at(inside, np.searchsorted(at, opt["end_ns"].to_numpy(np.int64), side="right"), -1)
+    found = steady.optimizer_iterations(calls, other, at[np.cumsum(inside)[:-1] == 0])
+    starts, ends = np.asarray(found["host_start_ns"], dtype=np.int64), np.asarray(found["gpu_end_ns"], dtype=np.int64)
+    first, last = m["start_ns"].iloc[0], m["start_ns"].iloc[-1]
+    rows = [timed]
+    if starts.size and starts[0] < first:  # the iteration before the first mark
+        rows.insert(0, m.iloc[:1].assign(start_ns=starts[0], end_ns=first - 1))
+    if starts.size and starts[-1] == last:  # the one after the last
+        rows.append(m.iloc[-1:].assign(end_ns=max(int(ends[-1]), int(m["end_ns"].iloc[-1]))))
+    return pd.concat(rows) if len(rows) > 1 else timed
 
 
 def pass_ends(fetches: pd.DataFrame, work: pd.DataFrame | None) -> np.ndarray:
@@ -649,7 +690,7 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
     waits = profile.ranges[equals(profile.ranges["name"], rangenames.WAIT_RANGE)]  # perfdoctor run's traced passes mark them
     loops = ranges[starts_with(ranges["name"], rangenames.LOOP_PREFIXES)]
     fetches = loops[starts_with(loops["name"], rangenames.DATA_LOADER_PREFIX)]
-    work = loop_work(profile) if not fetches.empty else None
+    work = loop_work(profile) if not loops.empty else None  # a loop with no data loader: to find its first or last iteration
     # the fetches that ended a pass, kept apart from the others as the light pass keeps the
     # ones that raised StopIteration: the batches per optimizer step are counted per pass
     f = _outermost(fetches)
@@ -702,7 +743,7 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
             loop = marker == rangenames.LOOP
             if marker == rangenames.COMPILED:
                 matched = _iteration_marks(matched, ranges)
-            timed = loop_ranges(matched, f, ends, training, work) if loop else iteration_ranges(matched, waits)
+            timed = loop_ranges(matched, f, ends, training, work, loops) if loop else iteration_ranges(matched, waits)
             if not timed.empty:
                 return pattern, timed, None, how if (module_step or ITERATION in how) else f"{how}, timed as {ITERATION}"
         return pattern, matched, None, how
@@ -743,7 +784,7 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
             return AUTO_STEP, found, None, f"{auto_how}; one CUDA/HIP graph replay per step"
         marks = replays if choice.name == GRAPH_REPLAY else ranges[ranges["name"] == choice.name]
         if choice.kind == "loop":
-            marks = loop_ranges(marks, f, ends, training, work)  # not an evaluation loop's batches
+            marks = loop_ranges(marks, f, ends, training, work, loops)  # not an evaluation loop's batches
         elif choice.iteration:
             marks = iteration_ranges(_iteration_marks(marks, ranges) if choice.name != GRAPH_REPLAY else marks, waits)
         else:

@@ -426,6 +426,23 @@ def light_summary(results: PassResults, options: RunOptions) -> LightPass:
     return summary
 
 
+def window_warmup(results: PassResults, light: LightPass) -> int:
+    """The calls of the step's range the traced passes let run before their window opens:
+    the light pass's warm-up in steps, less the steps its series holds before the range's
+    first call. A training loop with no data loader whose marks close the iteration
+    (``zero_grad`` at its end, or only the optimizer's ``step``) has one
+    (``steady.optimizer_iterations``: the iteration before the first mark), and step ``k``
+    begins at call ``k - 1``: counted in calls, the window opened one step late (amp_train.py:
+    the trace's 21 steps for the light pass's 22 steady ones)."""
+    warmup = light.warmup or 0
+    calls = (results.call_series or {}).get(light.step_name or "")
+    s = (results.series or {}).get(light.step_name or "")
+    if not warmup or not calls or not s or not calls.get("host_start_ns") or not s.get("host_start_ns"):
+        return warmup
+    first = min(calls["host_start_ns"])
+    return max(0, warmup - sum(h < first for h in s["host_start_ns"][:warmup]))
+
+
 def steady_steps(results: PassResults, light: LightPass) -> list[tuple[int, int]]:
     """The critical-path interval of every steady step: ``[max(h[k], g[k-1]), g[k]]`` from
     the light pass's warm-up on (the time the steps occupied; pauses between them are not in it)."""

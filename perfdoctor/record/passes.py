@@ -15,7 +15,7 @@ from perfdoctor.bundle import layout as bundles
 from perfdoctor.bundle.protocol import Collector, PassConfig, PassResults, PassRun
 from perfdoctor.collectors import ncu, nsys_run, nvml
 from perfdoctor.record import launch
-from perfdoctor.record.light import light_summary, steady_counters, steady_steps, window_means
+from perfdoctor.record.light import light_summary, steady_counters, steady_steps, window_means, window_warmup
 from perfdoctor.record.options import DEFAULT_WARMUP
 from perfdoctor.record.runner import PassResult, Runner
 from perfdoctor.collectors.tools import find_tool
@@ -144,7 +144,7 @@ def light_pass(plan: Plan) -> None:
         plan.nvml_error(f"light: {s.error}")
     if light.step_name is not None:
         # The later passes window on the step the light pass found, inside its steady state.
-        plan.base = replace(plan.base, step=light.step_name, warmup=light.warmup or 0, step_thread=light.step_thread,
+        plan.base = replace(plan.base, step=light.step_name, warmup=window_warmup(result.results, light), step_thread=light.step_thread,
                             module_step=light.module or None, trains=light.trains)
         plan.windowed = True
     runner.save()

@@ -133,3 +133,39 @@ def test_gradient_accumulation_with_validation_steps_per_optimizer_step_never_ac
     assert ms.sum() == pytest.approx(own.sum(), rel=0.05)
     later = np.delete(ms, np.arange(0, ms.size, per_epoch))  # the program times each epoch's first apart
     assert later.mean() == pytest.approx(result["ms_per_optimizer_step"], rel=0.05)
+
+
+@pytest.mark.parametrize("zero_grad", ["end", "start", "model"])
+def test_a_training_loop_without_a_data_loader_steps_per_optimizer_step(tmp_path: Path, zero_grad: str) -> None:
+    # amp_train.py, traced whole: for step in range(n), the batch made on the device,
+    # zero_grad at the iteration's end (as written), at its start, or model.zero_grad() (no
+    # optimizer range: its step marks the iteration). One step per optimizer step, the light
+    # pass's rule (steady.optimizer_iterations) on the trace's ops: before, from one mark to
+    # the next, the first iteration (end, model) or the last (start) was in no step: 23 of 24
+    path = tmp_path / "amp.json"
+    result = trace_program(path, "amp_train.py", "--device", "cpu", "--dtype", "bfloat16", "--batch", "8", "--dim", "16",
+                           "--width", "32", "--depth", "1", "--steps", "12", "--warmup", "2", "--log-every", "5",
+                           "--zero-grad", zero_grad)
+    profile = load_trace(path)
+    s = find_steps(profile)
+    assert s.name == ("Optimizer.step#AdamW.step" if zero_grad == "model" else "Optimizer.zero_grad#AdamW.zero_grad")
+    assert s.count == result["steps"] == 12
+    # each holds one iteration: its batch (one randn), its forward (the trace's linears, a
+    # twelfth of them) and one optimizer step (but below). The first begins where its last ops outside
+    # the optimizer's ranges, as many as an iteration's, begin (model.zero_grad: a few of the
+    # model's setup ops too, as many as an iteration runs after its optimizer step)
+    ops = profile.ops
+    starts, ends = s.table["host_start_ns"].to_numpy(np.int64), s.table["host_end_ns"].to_numpy(np.int64)
+
+    def held(at: np.ndarray) -> list[int]:
+        at = np.sort(at)
+        return (np.searchsorted(at, ends, side="right") - np.searchsorted(at, starts)).tolist()
+
+    assert held(ops.loc[ops["name"] == "aten::randn", "start_ns"].to_numpy(np.int64)) == [1] * 12
+    linear = ops.loc[ops["name"] == "aten::linear", "start_ns"].to_numpy(np.int64)
+    assert held(linear) == [len(linear) // 12] * 12
+    r = profile.ranges
+    # (model.zero_grad: the optimizer's steps are the marks, each step from one to the next,
+    # the first to the first mark: the last optimizer step falls in no step)
+    stepped = [0] + [1] * 11 if zero_grad == "model" else [1] * 12
+    assert held(r.loc[r["name"] == "Optimizer.step#AdamW.step", "start_ns"].to_numpy(np.int64)) == stepped

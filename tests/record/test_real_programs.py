@@ -652,6 +652,50 @@ def test_amp_training_without_a_data_loader_steps_per_iteration(tmp_path: Path, 
     assert 1e3 / rate.value == pytest.approx(result["ms_per_step"], rel=0.15)
 
 
+def _held(starts: np.ndarray, ends: np.ndarray, at) -> list[int]:
+    """Per step (host start, end: inclusive), the starts ``at`` inside it."""
+    at = np.sort(np.asarray(at, dtype=np.int64))
+    return (np.searchsorted(at, ends, side="right") - np.searchsorted(at, starts)).tolist()
+
+
+@pytest.mark.parametrize("zero_grad", ["end", "start", "model"])
+def test_amp_training_without_a_data_loader_analyze_reads_the_light_pass_steady_steps(tmp_path: Path, zero_grad: str) -> None:
+    # the trace side's rule is the light pass's (steady.optimizer_iterations): analyze on the
+    # bundle's trace reads the light pass's steady steps, each cut where the light pass cuts
+    # it. Before: with zero_grad at the end (or only the optimizer's step) the window opened
+    # one step late (counted in calls, the light pass's step k beginning at call k - 1) and
+    # with zero_grad first the trace's last iteration was in no step: 21 steps for 22
+    zero, step = "Optimizer.zero_grad#AdamW.zero_grad", "Optimizer.step#AdamW.step"
+    r = run_cli("run", "--collect", "torch", "--steps", "0", "--out", tmp_path, REAL / "amp_train.py", "--device", "cpu",
+                "--dtype", "bfloat16", "--batch", "32", "--dim", "64", "--width", "128", "--depth", "2", "--steps", "24",
+                "--warmup", "4", "--log-every", "5", "--zero-grad", zero_grad, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    light = json.loads((bundle / "manifest.json").read_text())["light_pass"]
+    raw = json.loads((bundle / "raw" / "light.json").read_text())
+    name = light["step_name"]
+    series = raw["series"][name]
+    # the light pass's steady steps: each from its start to the next's (the last: its end), 1 ns before
+    h = np.array(series["host_start_ns"], dtype=np.int64)
+    ends = np.append(h[1:], series["gpu_end_ns"][-1])[light["warmup"]:] - 1
+    h = h[light["warmup"]:]
+    calls = {n: (raw["call_series"][n] if n == name else raw["series"][n])["host_start_ns"] for n in (zero, step) if n in raw["series"]}
+    light_marks = [tuple(z) for z in zip(*(_held(h, ends, calls[n]) for n in sorted(calls)))]
+    work = raw["module_work_ns"] + [t for s in raw["modules"]["0"].values() for t in s["host_start_ns"]]
+    assert _held(h, ends, work) == [2] * len(h)  # the forward and the loss: one iteration each
+    profile = load_trace(bundle)
+    found = find_steps(profile)
+    assert found.name == name
+    t, rg, ops = found.table, profile.ranges, profile.ops
+    ts, te = t["host_start_ns"].to_numpy(np.int64), t["host_end_ns"].to_numpy(np.int64)
+    trace_marks = [tuple(z) for z in zip(*(_held(ts, te, rg.loc[rg["name"] == n, "start_ns"]) for n in sorted(calls)))]
+    assert found.count == len(h) == light["steps_seen"] - light["warmup"]
+    assert trace_marks == light_marks
+    linear = _held(ts, te, ops.loc[ops["name"] == "aten::linear", "start_ns"])
+    assert _held(ts, te, ops.loc[ops["name"] == "aten::randn", "start_ns"]) == [1] * found.count
+    assert linear == [linear[0]] * found.count and linear[0] > 0
+
+
 def test_top_p_sampling_to_eos_with_a_list_kv_cache_steps_per_forward(tmp_path: Path) -> None:
     # per generation a prefill forward, then one forward per sampled token (host top-p,
     # multinomial), stopping at EOS: generations of different lengths, every forward a step

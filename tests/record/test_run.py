@@ -938,6 +938,34 @@ def test_find_step_times_loop_ranges_as_iterations_and_merges_serving_ranges():
     assert results.series[name] == {"host_start_ns": [0, 10, 50], "gpu_start_ns": None, "gpu_end_ns": [8, 30, 70]}
 
 
+def test_the_traced_window_opens_at_the_call_that_begins_the_light_pass_steady_step():
+    # a training loop with no data loader, zero_grad at the iteration's end: the light pass's
+    # series holds the iteration before the first zero_grad (steady.optimizer_iterations),
+    # so its step k begins at the call k - 1, and a window counted in calls opens there
+    from perfdoctor.bundle.protocol import LightPass, PassResults
+    from perfdoctor.record.light import find_step, window_warmup
+    from perfdoctor.record.options import RunOptions
+
+    zero, step = "Optimizer.zero_grad#AdamW.zero_grad", "Optimizer.step#AdamW.step"
+    n, period = 8, 100
+    def marks(at: int, k: int = n) -> dict:
+        return {"host_start_ns": [i * period + at for i in range(k)], "gpu_start_ns": None, "gpu_end_ns": [i * period + at + 5 for i in range(k)]}
+    for shape, zero_at, leading in (("end", 90, 1), ("start", 0, 0)):
+        results = PassResults(series={zero: marks(zero_at), step: marks(70)}, modules={"0": {"Net.forward": marks(10)}})
+        name, *_ = find_step(results, RunOptions(target=["x.py"]))
+        assert name == zero and len(results.series[zero]["host_start_ns"]) == n, shape
+        for warmup in (0, 3):
+            w = window_warmup(results, LightPass(step_name=name, warmup=warmup))
+            assert w == max(0, warmup - leading), shape
+            if warmup:  # the window's first call begins the light pass's step `warmup`
+                assert results.call_series[zero]["host_start_ns"][w] == results.series[zero]["host_start_ns"][warmup]
+    # a data loader's steps begin at their fetches: the window as before
+    fetch = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    results = PassResults(series={fetch: marks(0)})
+    name, *_ = find_step(results, RunOptions(target=["x.py"]))
+    assert window_warmup(results, LightPass(step_name=name, warmup=3)) == 3
+
+
 # --- issue 32, item 9: a default run finishes in bounded time and says how long -----------------
 
 
