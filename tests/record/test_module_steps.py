@@ -172,6 +172,45 @@ def test_two_instances_of_one_class_are_told_apart_and_a_traced_pass_marks_the_c
     assert regions.names == ["Net#2.forward"] * iterations
 
 
+def test_a_torchscript_module_is_named_after_the_class_it_was_scripted_from() -> None:
+    # torch.jit.script / trace make every model a RecursiveScriptModule: named so, two
+    # scripted models were one step (rec_jit.py read RecursiveScriptModule.forward)
+    net, loss, x = torch.jit.script(Net()), torch.jit.script(Loss()), torch.zeros(2)
+    steps = ModuleSteps(types.SimpleNamespace(timer=Timer()))
+    try:
+        for _ in range(ModuleSteps.SCOUT_CALLS + 3):  # scouting, then narrowed
+            loss(net(x))
+        counts = entries(steps)["0"]
+    finally:
+        steps.uninstall()
+    assert counts == {"Net.forward": ModuleSteps.SCOUT_CALLS + 3, "Loss.forward": ModuleSteps.SCOUT_CALLS + 3}
+    assert steps.classes["Net.forward"] == "torch.jit._script.RecursiveScriptModule"
+    # a traced pass marks the chosen one only
+    regions = Regions()
+    api.subscribe(regions)
+    steps = ModuleSteps(types.SimpleNamespace(timer=Timer()), mark={"name": "Net.forward", "depth": 0,
+                                                                      "class": "torch.jit._script.RecursiveScriptModule"})
+    try:
+        for _ in range(3):
+            loss(net(x))
+    finally:
+        steps.uninstall()
+        api._listeners.remove(regions)
+    assert regions.names == ["Net.forward"] * 3
+    # the eager Net called first (torch.jit.trace runs it): its name is taken, and the
+    # scripted one keeps its class's name, a step of its own
+    eager = Net()
+    steps = ModuleSteps(types.SimpleNamespace(timer=Timer()))
+    try:
+        eager(x)
+        for _ in range(ModuleSteps.SCOUT_CALLS + 3):
+            net(x)
+        counts = entries(steps)["0"]
+    finally:
+        steps.uninstall()
+    assert counts == {"Net.forward": 1, "RecursiveScriptModule.forward": ModuleSteps.SCOUT_CALLS + 3}
+
+
 def test_a_traced_pass_marks_only_the_first_call_of_each_group_the_light_pass_found() -> None:
     # the light pass read the model's calls two per iteration (classifier-free guidance), a
     # stray single call before the loop; a traced pass marks each group's first call, one

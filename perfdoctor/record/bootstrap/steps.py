@@ -29,8 +29,32 @@ from perfdoctor.record.bootstrap.session import Session
 # --- module calls as steps ---------------------------------------------------------------
 
 
-def module_step_name(cls: type) -> str:
+def module_step_name(cls: type, module: Any = None, classes: dict[str, str] | None = None) -> str:
+    """``Class.forward``; a TorchScript module (``torch.jit.script``/``trace``: every one a
+    ``RecursiveScriptModule``) by the class it was made from, its ``original_name``
+    (rec_jit.py: ``DLRM.forward``), unless another class already goes by that name
+    (``classes``: step name -> class path; ``torch.jit.trace`` calls the eager ``DLRM``
+    first): then ``RecursiveScriptModule.forward``, as before, two steps never one."""
+    if module is not None and scripted(cls):
+        original = getattr(module, "original_name", "")
+        name = f"{original}.forward"
+        if original and (classes is None or classes.get(name, module_class_path(cls)) == module_class_path(cls)):
+            return name
     return f"{cls.__qualname__}.forward"
+
+
+def scripted_as(module: Any, step_name: str) -> bool:
+    """Whether the TorchScript ``module`` is the one the light pass named ``step_name``
+    (``DLRM.forward``, ``DLRM#2.forward`` for a second instance; its class's name when
+    another class had its original name)."""
+    base = step_name.removesuffix(".forward").split("#")[0]
+    return base in (type(module).__qualname__, getattr(module, "original_name", ""))
+
+
+def scripted(cls: type) -> bool:
+    """A TorchScript module's class (``torch.jit``'s ``RecursiveScriptModule``): one class for
+    every scripted model, told apart by each instance's ``original_name``."""
+    return cls.__module__.startswith("torch.jit") and isinstance(getattr(cls, "original_name", None), property)
 
 
 def module_class_path(cls: type) -> str:
@@ -161,7 +185,9 @@ class ModuleSteps:
             cls = type(module)
             name = names.get(cls)
             if name is None:
-                name = names[cls] = module_step_name(cls)
+                name = module_step_name(cls, module, classes)
+                if not scripted(cls):  # a scripted module's name is its instance's: not cached by class
+                    names[cls] = name
                 classes.setdefault(name, module_class_path(cls))
             if depth == 0:
                 tops.setdefault(cls, name)
@@ -202,6 +228,7 @@ class ModuleSteps:
             local.depth = depth + 1
             try:
                 if (depth == step_depth and this.active and module_class_path(type(module)) == path
+                        and (not scripted(type(module)) or scripted_as(module, step_name))
                         and (instance is None or (ordinals.get(id(module)) or add(module)) == instance)
                         and (first is None or first())):
                     with region(step_name):
@@ -258,6 +285,8 @@ class ModuleSteps:
         called, ordinals, add = self.called.setdefault(name, []), self.instances.ordinals, self.instances.add
         work, clock, this = self.work_ns, time.perf_counter_ns, self
 
+        by_instance = scripted(cls)  # TorchScript: each instance's name, its original_name
+
         def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
             if local.depth or type(module) is not cls or compiling():
                 return inner(module, *args, **kwargs)
@@ -268,14 +297,18 @@ class ModuleSteps:
                     return inner(module, *args, **kwargs)
                 finally:
                     local.depth = 0
-            called.append(ordinals.get(id(module)) or add(module))
-            series.start(name)
+            step = name
+            if by_instance:
+                step = module_step_name(cls, module, this.classes)
+                this.classes.setdefault(step, module_class_path(cls))
+            (this.called.setdefault(step, []) if by_instance else called).append(ordinals.get(id(module)) or add(module))
+            series.start(step)
             local.depth = 1  # a step class called inside this call is not a step
             try:
                 return inner(module, *args, **kwargs)
             finally:
                 local.depth = 0
-                series.end(name)
+                series.end(step)
 
         return __call__
 
