@@ -433,7 +433,10 @@ def window_warmup(results: PassResults, light: LightPass) -> int:
     (``zero_grad`` at its end, or only the optimizer's ``step``) has one
     (``steady.optimizer_iterations``: the iteration before the first mark), and step ``k``
     begins at call ``k - 1``: counted in calls, the window opened one step late (amp_train.py:
-    the trace's 21 steps for the light pass's 22 steady ones)."""
+    the trace's 21 steps for the light pass's 22 steady ones). So does an optimizer step over
+    its group of fetches (gradient accumulation), each beginning at its group's first fetch,
+    before its call (train_eval.py --accum-steps 3: the trace's 2 steps for 3 steady ones,
+    now 3, each its 3 fetches)."""
     warmup = light.warmup or 0
     calls = (results.call_series or {}).get(light.step_name or "")
     s = (results.series or {}).get(light.step_name or "")
