@@ -959,8 +959,17 @@ def test_the_traced_window_opens_at_the_call_that_begins_the_light_pass_steady_s
             assert w == max(0, warmup - leading), shape
             if warmup:  # the window's first call begins the light pass's step `warmup`
                 assert results.call_series[zero]["host_start_ns"][w] == results.series[zero]["host_start_ns"][warmup]
-    # a data loader's steps begin at their fetches: the window as before
+    # gradient accumulation: each optimizer step from its group's first fetch, before its
+    # call: the window opens at the call before, after which the group's fetches come
     fetch = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    fetches = [g * period + i * 20 for g in range(n) for i in range(3)]
+    results = PassResults(series={fetch: {"host_start_ns": fetches, "gpu_start_ns": None, "gpu_end_ns": [f + 5 for f in fetches]},
+                                  step: marks(70)})
+    name, *_ = find_step(results, RunOptions(target=["x.py"]))
+    assert name == step and results.series[step]["host_start_ns"][3] == 3 * period
+    w = window_warmup(results, LightPass(step_name=name, warmup=3))
+    assert w == 2 and results.call_series[step]["host_start_ns"][w] < 3 * period < results.call_series[step]["host_start_ns"][w + 1]
+    # a data loader's steps begin at their fetches: the window as before
     results = PassResults(series={fetch: marks(0)})
     name, *_ = find_step(results, RunOptions(target=["x.py"]))
     assert window_warmup(results, LightPass(step_name=name, warmup=3)) == 3
