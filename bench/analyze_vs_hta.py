@@ -17,10 +17,12 @@ each, interleaved over the traces, and prints each one's median and best wall ti
 the 3 s budget (issue 29). Traces of a format perfdoctor refuses by name exit 2: timed too.
 
 Each measurement is one fresh process, timed from the outside: wall, CPU (its children's
-included) and peak RSS from ``wait4`` (the largest single process of the tree), and the
-peak of the RSS and PSS summed over the process and its children, sampled every 20 ms from
+included) and peak RSS from ``wait4`` (the largest single process of the tree); then, in a
+second fresh process of its own (the sampler slows what it watches: ``measure``), the peak
+of the RSS and PSS summed over the process and its children, sampled every 20 ms from
 ``/proc`` (perfdoctor decodes a large trace in one forked process per CPU; PSS counts a
-page the processes share — the file's bytes, the libraries — once):
+page the processes share — the file's bytes, the libraries — once). Until 2026-12-03 one
+run gave both, so the walls and ratios recorded before then include the sampler:
 
 - ``perfdoctor``: ``perfdoctor analyze TRACE --json metrics.json`` — every metric, the
   terminal summary and the ranked findings, exactly what a user runs;
@@ -121,14 +123,18 @@ WRAPPER = textwrap.dedent(
     def sample(pid, done):
         while not done.wait(0.02):
             peak[:] = [max(a, b) for a, b in zip(peak, memory(pid))]
+    sampled = sys.argv[1] == "sampled"
     t0 = time.perf_counter()
-    p = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p = subprocess.Popen(sys.argv[2:], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     done = threading.Event()
     sampler = threading.Thread(target=sample, args=(p.pid, done), daemon=True)
-    sampler.start()
+    if sampled:
+        sampler.start()
     pid, status, ru = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t0
-    done.set(); sampler.join()
+    done.set()
+    if sampled:
+        sampler.join()
     out = p.stdout.read().decode(); err = p.stderr.read().decode()
     print(json.dumps({"wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "peak_rss_mb": ru.ru_maxrss / 1024,
                       "tree_rss_mb": peak[0], "tree_pss_mb": peak[1], "status": status, "out": out[-500:], "err": err[-2000:]}))
@@ -136,12 +142,17 @@ WRAPPER = textwrap.dedent(
 )
 
 
-def measure(argv: list[str], allowed: tuple[int, ...] = (0,), pythonpath: str | None = None) -> dict[str, float | str]:
-    """One fresh process, timed by a wrapper that ``wait4``s it: its own wall, CPU and peak RSS.
-    ``allowed``: the exit codes that are not a failure of the bench; ``pythonpath``: the
-    checkout it imports perfdoctor from (default: the environment's)."""
+def measure(argv: list[str], allowed: tuple[int, ...] = (0,), pythonpath: str | None = None, sampled: bool = False) -> dict[str, float | str]:
+    """One fresh process, timed by a wrapper that ``wait4``s it: its own wall, CPU and peak RSS;
+    ``sampled``: also the tree's RSS and PSS, read from ``/proc`` every 20 ms — in a run of its
+    own, never the timed one: reading ``smaps_rollup`` walks the process's page tables under
+    its memory map's lock, so the sampler slows the process it watches, and most a short one
+    that faults in many pages (perfdoctor on hf 80 MB: ~58k faults in ~0.7 s). ``allowed``:
+    the exit codes that are not a failure of the bench; ``pythonpath``: the checkout it imports
+    perfdoctor from (default: the environment's)."""
     env = {**os.environ, "COLUMNS": "120", **({"PYTHONPATH": pythonpath} if pythonpath else {})}
-    done = subprocess.run([sys.executable, "-c", WRAPPER, *argv], capture_output=True, text=True, env=env)
+    mode = "sampled" if sampled else "timed"
+    done = subprocess.run([sys.executable, "-c", WRAPPER, mode, *argv], capture_output=True, text=True, env=env)
     r = json.loads(done.stdout)
     code = os.waitstatus_to_exitcode(r["status"])
     if code not in allowed:
@@ -267,7 +278,10 @@ def main() -> None:
             runs = {tool: [] for tool in tools}
             for _ in range(args.repeats):  # interleaved, so a burst of load hits every tool alike
                 for tool, (argv, path) in tools.items():
-                    runs[tool].append(measure(argv, pythonpath=path))
+                    # the time from a run with no sampler, the tree's memory from one of its own
+                    timed, sampled = measure(argv, pythonpath=path), measure(argv, pythonpath=path, sampled=True)
+                    runs[tool].append({**timed, "tree_rss_mb": sampled["tree_rss_mb"], "tree_pss_mb": sampled["tree_pss_mb"],
+                                       "sampled_wall_s": sampled["wall_s"]})
             results[f"{shape}-{size}"] = {
                 "shape": shape,
                 "trace": str(trace),
@@ -277,6 +291,7 @@ def main() -> None:
                 "tools": {
                     tool: {
                         "wall_s": statistics.median(r["wall_s"] for r in rs),
+                        "sampled_wall_s": statistics.median(r["sampled_wall_s"] for r in rs),  # with the sampler
                         "cpu_s": statistics.median(r["cpu_s"] for r in rs),
                         "peak_rss_mb": statistics.median(r["peak_rss_mb"] for r in rs),
                         "tree_rss_mb": statistics.median(r["tree_rss_mb"] for r in rs),
@@ -331,6 +346,8 @@ def main() -> None:
             f"{q['hta_over_perfdoctor_rss']:.1f}x peak RSS ({q['hta_over_perfdoctor_tree_rss']:.1f}x summed over processes); {floors}; "
             f"load {r['load_before'][0]:.1f} → {r['load_after'][0]:.1f}"
         )
+        print(f"{key:<11}      with the memory sampler running (as recorded before 2026-12-03): perfdoctor "
+              f"{pd_['sampled_wall_s']:.2f} s, HTA {hta['sampled_wall_s']:.2f} s, {hta['sampled_wall_s'] / pd_['sampled_wall_s']:.1f}x")
         if "hta_over_baseline_wall" in q:
             print(f"{key:<11}      HTA/perfdoctor-baseline {q['hta_over_baseline_wall']:.1f}x wall")
         for note in hta["notes"]:
