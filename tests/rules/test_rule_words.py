@@ -75,6 +75,7 @@ FINDING_FIELDS: dict[str, str] = {  # Finding.field -> what it holds (rules/engi
 
 EVALUATION_COMPOSED: dict[str, str] = {  # function of rules/engine.py's evaluation -> why its composed strings are not sentences
     "_fill_top_finding": "a remediation step's {top_finding}: the top finding's id and title (pack text into pack text)",
+    "__set_name__": "the lazy evidence descriptor's slot, an attribute name (`_evidence`)",
 }
 
 COMPOSED: dict[tuple[str, str], str] = {  # (module, function) -> why its composed strings are not sentences
