@@ -527,7 +527,7 @@ def test_encoder_decoder_greedy_decode_steps_per_decoder_token(tmp_path: Path) -
     # first with the prompt); the encoder between utterances is a pause, in no token's step
     light, series, result = _run(tmp_path, "encdec_greedy.py", "--device", "cpu", "--dim", "64", "--heads", "4",
                                   "--enc-layers", "2", "--dec-layers", "2", "--frames", "200", "--vocab", "512",
-                                  "--tokens", "16", "--utterances", "2")
+                                  "--tokens", "16", "--utterances", "2", env={"OMP_NUM_THREADS": "1"})
     assert light["step_name"] == "TextDecoder.forward"
     assert light["steps_seen"] == result["warmup_tokens"] + result["tokens"]
     assert _step_ms(series)[-result["tokens"]:].mean() == pytest.approx(result["ms_per_step"], rel=0.05)
@@ -737,7 +737,8 @@ def test_torchscript_recommendation_inference_steps_per_request_batch(tmp_path: 
     # no_grad nested; each batch made on the host: the scripted module's call is the step
     # (TorchScript runs its submodules without Python: one call per batch)
     light, series, result = _run(tmp_path, "rec_jit.py", "--device", "cpu", "--jit", jit, "--batch", "64", "--tables", "4",
-                                  "--rows", "1000", "--dim", "16", "--batches", "12", "--warmup", "3")
+                                  "--rows", "1000", "--dim", "16", "--batches", "12", "--warmup", "3",
+                                  env={"OMP_NUM_THREADS": "1"})
     # named after the scripted class (before: RecursiveScriptModule.forward); traced, the
     # eager DLRM that torch.jit.trace called first has that name: the scripted one keeps its class's
     assert light["step_name"] == ("DLRM.forward" if jit == "script" else "RecursiveScriptModule.forward")
