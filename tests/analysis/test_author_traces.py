@@ -1,0 +1,243 @@
+"""Traces users already have, written by their own profiler code (probe 7): the real programs
+``tests/programs/real/prof_train.py`` and ``prof_infer.py`` profile themselves the ways their
+authors do (the profiler recipe's ``schedule(wait=1, warmup=1, active=3, repeat=2)`` with
+``tensorboard_trace_handler``, nested ``record_function`` markers, one ``train_step`` marker
+and no ``prof.step()``, ``with_stack``/``record_shapes``/``profile_memory``, an HF
+``TrainerCallback`` calling ``prof.step()`` in ``on_step_end``, ``export_chrome_trace`` of an
+unscheduled ``profile()``, Lightning's ``PyTorchProfiler`` range names, a greedy decode loop
+marked ``decode_step``, a scheduled DataLoader evaluation loop), on CPU with the real torch
+profiler. ``perfdoctor analyze`` on each file they write is read against the program's own
+facts: the iterations inside the profiled window and their time by its own
+``time.perf_counter()`` (CPU traces: host time; ``cpu.step_latency_ms`` and ``steps[]``'s host
+ranges, as ``step_latency_ms_p50`` is a GPU critical path and absent without a GPU).
+
+The step time is compared as the window's total, each trace's steps summed against the
+program's own iterations summed, within 25 % (and 1.5 ms). The program times each
+iteration's work, from the previous ``prof.step()``'s return to its own call: a ProfilerStep#N
+range opens inside one ``prof.step()`` and closes inside the next, so it holds that work and
+two pieces of the profiler's ``step()``, and no range holds the rest of ``step()`` between two
+ranges (~0.07 ms; once 4.2 ms, its ``schedule_fn`` frame stalled on this shared 2-core
+machine, which a start-to-start timer counted and the trace's steps rightly did not).
+
+The readings found wrong are ``xfail(strict=True)`` with the numbers and the diagnosis."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REAL_PROGRAMS, program_result, run_cli, run_cli_inprocess
+
+torch = pytest.importorskip("torch")
+
+TIME_SHARE, TIME_SLACK_MS = 0.25, 1.5
+
+
+def _program(tmp: Path, program: str, style: str, *args: str) -> tuple[dict, Path]:
+    """Runs the program with its profiler; returns its RESULT and its trace folder."""
+    out = tmp / style
+    r = subprocess.run([sys.executable, str(REAL_PROGRAMS / program), "--style", style, "--out", str(out), *args],
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    return program_result(r.stdout), out
+
+
+def _analyze(path: Path, tmp: Path, inprocess: bool = True) -> tuple[dict, str]:
+    """``perfdoctor analyze PATH --json M``: (M, the report's text)."""
+    m = tmp / f"m-{path.name}.json"
+    r = (run_cli_inprocess if inprocess else run_cli)("analyze", path, "--json", m)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    return json.loads(m.read_text()), r.stdout
+
+
+def _host_ms(m: dict) -> list[float]:
+    return [(s["host_end_ns"] - s["host_start_ns"]) / 1e6 for s in m["steps"]]
+
+
+def _check_window(m: dict, text: str, step_name: str, iterations: int, own_ms_per_step: float, workload: str) -> None:
+    """One trace file read right: its step, their count, their time against the program's own,
+    the workload, and for a CPU-only trace no GPU check evaluated, none failing."""
+    assert m["step_name"] == step_name, m["steps_how"]
+    assert m["metrics"]["steps"]["value"] == iterations
+    assert m["cpu"]["steps"] == iterations
+    ms = _host_ms(m)
+    assert len(ms) == iterations
+    own, read = own_ms_per_step * iterations, sum(ms)
+    assert abs(read - own) <= TIME_SHARE * own + TIME_SLACK_MS, (read, own, ms)
+    assert m["workload"]["kind"] == workload, m["workload"]
+    # a CPU trace: the GPU metrics absent with their reason, never a GPU number
+    assert m["metrics"]["step_latency_ms_p50"]["value"] is None and m["metrics"]["gpu_idle_ratio"]["value"] is None
+    assert "no GPU ran" in text
+    assert re.search(r"\b0 of \d+ checks fail", text), text[:400]
+
+
+def _trace_files(folder: Path) -> list[Path]:
+    return sorted(folder.iterdir(), key=lambda p: p.stat().st_mtime)
+
+
+# --- torch.profiler.schedule + tensorboard_trace_handler: one file per cycle ----------------------
+
+
+SCHEDULED = {  # style: the step analyze must find in each file
+    "schedule": "ProfilerStep#*",
+    "markers": "ProfilerStep#*",  # forward/backward/optimizer nested inside: not the step
+    "full": "ProfilerStep#*",  # with_stack, record_shapes, profile_memory
+    "hf": "ProfilerStep#*",  # on_step_end: one per optimizer step (2 micro-batches each)
+    "lightning": "ProfilerStep#*",  # [LightningModule]Model.training_step etc. nested
+}
+
+
+@pytest.mark.parametrize("style", list(SCHEDULED))
+def test_each_file_of_a_scheduled_profile(style, tmp_path):
+    """``schedule(wait=1, warmup=1, active=3, repeat=2)``: two files, each holding the 3
+    active iterations of its cycle as ProfilerStep#2..4 and #7..9; each file alone reads 3
+    steps, their time the program's own over those 3 iterations (seen: e.g. schedule
+    20.65 ms read for 20.68 own over one window, hf 53.5 for 53.5)."""
+    res, out = _program(tmp_path, "prof_train.py", style, "--iters", "10")
+    files = _trace_files(out)
+    assert len(files) == 2 == len(res["per_trace"])
+    for f, own in zip(files, res["per_trace"]):
+        m, text = _analyze(f, tmp_path)
+        _check_window(m, text, SCHEDULED[style], own["iterations"], own["ms_per_step"], "training")
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "a folder of the files tensorboard_trace_handler wrote for ONE process (schedule repeat=2: two "
+    "windows, same worker name and pid, no distributedInfo, disjoint in time) is read as two ranks: "
+    "analysis/ranks.load_profiles -> number_ranks numbers every file a rank ('no distributedInfo rank: "
+    "taken as rank 1 by file order'), a ranks/1 view of 2 ranks x 3 steps (schedule: rank 0 6.91 ms, "
+    "rank 1 17.7 ms 'traced'), where the program ran 6 iterations in one process. Fix: group the folder's "
+    "files by worker (the '<host>_<pid>' prefix tensorboard_trace_handler writes, or the trace's pid) and "
+    "read one worker's files as successive windows of one timeline (steps concatenated); ranks only "
+    "where the files are different processes"))
+def test_folder_of_one_process_two_windows(tmp_path):
+    res, out = _program(tmp_path, "prof_train.py", "schedule", "--iters", "10")
+    assert res["traced_iterations"] == 6
+    m, _ = _analyze(out, tmp_path, inprocess=False)
+    if m["schema"] == "perfdoctor.ranks/1":  # one process: at most one 'rank', holding every step
+        assert len(m["ranks"]) == 1, [r["rank"] for r in m["ranks"]]
+        m = next(iter(m["per_rank"].values()))
+    assert m["metrics"]["steps"]["value"] == 6
+
+
+# --- one marker per iteration, no prof.step(); an unscheduled export ---------------------------
+
+
+@pytest.mark.parametrize("style", ["marker", "nested"])
+def test_train_step_marker_without_prof_step(style, tmp_path):
+    """``with record_function("train_step")`` per iteration, ``profile()`` around the loop,
+    ``export_chrome_trace``: the 12 markers are the steps (no GPU: the most frequent range);
+    ``nested``: forward/backward/optimizer ranges inside each, as many: the outermost."""
+    res, out = _program(tmp_path, "prof_train.py", style)
+    m, text = _analyze(out / f"{style}.json", tmp_path, inprocess=style == "nested")
+    _check_window(m, text, "train_step", res["traced_iterations"], res["ms_per_step"], "training")
+    assert res["traced_iterations"] == 12
+
+
+@pytest.fixture(scope="module")
+def export_trace(tmp_path_factory) -> tuple[dict, Path]:
+    """``profile()`` around a 12-iteration loop, no schedule, ``export_chrome_trace``."""
+    res, out = _program(tmp_path_factory.mktemp("export"), "prof_train.py", "export", "--depth", "3", "--width", "128")
+    return res, out / "export.json"
+
+
+def test_export_without_schedule_counts_iterations(export_trace, tmp_path):
+    """No ProfilerStep and no user range: the training loop is found from torch's optimizer
+    ranges, one step per iteration (12), their total the program's own."""
+    res, path = export_trace
+    m, text = _analyze(path, tmp_path)
+    assert m["step_name"].startswith("Optimizer."), m["steps_how"]
+    _check_window(m, text, m["step_name"], 12, res["ms_per_step"], "training")
+
+
+def _forward_starts(path: Path, per_forward: int) -> list[float]:
+    """The host start (µs) of each iteration's forward: its first ``aten::linear`` (the model
+    calls ``per_forward`` of them per forward; backward and the optimizer call none)."""
+    events = json.loads(path.read_text())["traceEvents"]
+    lin = sorted(e["ts"] for e in events if e.get("ph") == "X" and e.get("name") == "aten::linear")
+    return lin[::per_forward]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "the steps start at Optimizer.zero_grad, mid-iteration: the loop is the old PyTorch quickstart's "
+    "(forward, loss, zero_grad, backward, step), and analysis/steps.optimizer_ranges times the iteration "
+    "'from one mark to the next' (iteration_ranges on the zero_grad marks): step k = [zero_grad k, "
+    "zero_grad k+1), holding iteration k's backward and step and iteration k+1's forward; iteration 0's "
+    "forward is in no step (count and mean right: 12 steps, 147.5 ms against the program's 149.4, but a "
+    "slow forward is charged to the step before: seen 20.8 ms read for an iteration of 12.6). Fix: when "
+    "the loop's work (loop_work) runs between the previous Optimizer.step's end and a zero_grad, begin "
+    "the iteration at that work's first op (the step's boundary is the previous optimizer step's end), "
+    "as optimizer_iterations already does for the first iteration"))
+def test_export_without_schedule_steps_hold_their_forward(export_trace, tmp_path):
+    _, path = export_trace
+    m, _ = _analyze(path, tmp_path)
+    fwd = _forward_starts(path, 4)  # depth 3: 3 hidden Linear + the head
+    assert len(fwd) == len(m["steps"]) == 12
+    # every step holds its own iteration's forward (ns in steps[], µs in the trace)
+    held = [s["host_start_ns"] <= f * 1e3 < s["host_end_ns"] for s, f in zip(m["steps"], fwd)]
+    assert all(held), held
+
+
+# --- with_stack=True: Python frames around record_function ranges --------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "with_stack=True: the optimizer's Python frame 'torch/optim/optimizer.py(N): wrapper' is the first row "
+    "of 'Modules and ranges per step, by self time' (2.47 ms self of 2.51 total, 43 % of the step) though "
+    "its self time in the trace is ~0.04 ms: analysis/cpu.child_ns assumes strict nesting, and "
+    "record_function's range 'Optimizer.step#AdamW.step' begins inside the 'autograd/profiler.py: __enter__' "
+    "frame (28.8-87.6 us into the wrapper, the range from 52.9) and ends inside '__exit__': the sweep "
+    "makes __enter__ its parent (__enter__'s self clamps to 0) and the wrapper never loses the range's "
+    "1.26 ms. Fix: in child_ns, charge an event to the innermost stack entry that ENCLOSES it (end >= its "
+    "end), skipping frames it only overlaps (the shortest-enclosing-event rule tests/analysis/test_cpu.py's "
+    "reference uses)"))
+def test_with_stack_frames_self_time(tmp_path):
+    _, out = _program(tmp_path, "prof_train.py", "full", "--iters", "5", "--repeat", "1")
+    (f,) = _trace_files(out)
+    m, _ = _analyze(f, tmp_path)  # its steps and times: test_each_file_of_a_scheduled_profile[full]
+    rows = {r["name"]: r for r in m["cpu"]["modules_per_step"] if not r["rest"]}
+    wrapper = [r for n, r in rows.items() if re.match(r"torch/optim/optimizer\.py\(\d+\): wrapper$", n)]
+    # in the trace the wrapper's own time is its record_function bookkeeping: a few % of it
+    assert all(r["self_ms"] <= 0.25 * r["total_ms"] for r in wrapper), wrapper
+
+
+# --- a Lightning PyTorchProfiler without a schedule ----------------------------------------------
+
+
+def test_lightning_ranges_without_schedule(tmp_path):
+    """Lightning's range names, every batch profiled, no ProfilerStep: the step is the
+    batch's ``run_training_batch`` (12), not a hook inside it."""
+    res, out = _program(tmp_path, "prof_train.py", "lightning-export")
+    m, text = _analyze(out / "lightning.pt.trace.json", tmp_path)
+    assert m["step_name"] == "run_training_batch"
+    # run_training_batch leaves out the fetch (train_dataloader_next) the program times: a few us
+    _check_window(m, text, "run_training_batch", 12, res["ms_per_step"], "training")
+
+
+# --- inference --------------------------------------------------------------------------------
+
+
+def test_decode_step_marker(tmp_path):
+    """A greedy generate loop, ``record_function("decode_step")`` per token (the prefill
+    outside): 2 generations x 12 tokens = 24 steps, the program's own time, inference."""
+    res, out = _program(tmp_path, "prof_infer.py", "decode")
+    m, text = _analyze(out / "decode.json", tmp_path)
+    _check_window(m, text, "decode_step", 24, res["ms_per_step"], "inference")
+    assert res["traced_iterations"] == 24
+
+
+def test_scheduled_eval_loop(tmp_path):
+    """``validate()`` over a DataLoader with ``schedule(wait=1, warmup=1, active=3, repeat=2)``:
+    each file 3 evaluation batches (their fetch inside ProfilerStep#N), inference."""
+    res, out = _program(tmp_path, "prof_infer.py", "eval", "--width", "512")
+    files = _trace_files(out)
+    assert len(files) == 2 == len(res["per_trace"])
+    for f, own in zip(files, res["per_trace"]):
+        m, text = _analyze(f, tmp_path)
+        _check_window(m, text, "ProfilerStep#*", own["iterations"], own["ms_per_step"], "inference")
