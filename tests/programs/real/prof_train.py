@@ -72,6 +72,7 @@ p.add_argument("--width", type=int, default=256)
 p.add_argument("--batch", type=int, default=64)
 p.add_argument("--depth", type=int, default=3)
 p.add_argument("--accum", type=int, default=2, help="hf: micro-batches per optimizer step")
+p.add_argument("--gzip", action="store_true", help="tensorboard_trace_handler(use_gzip=True): .pt.trace.json.gz files")
 p.add_argument("--threads", type=int, default=1)
 args = p.parse_args()
 
@@ -115,7 +116,7 @@ tracing = {ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE}
 if args.style in ("schedule", "markers", "full"):
     body = marked_iteration if args.style == "markers" else plain_iteration
     extra = dict(with_stack=True, record_shapes=True, profile_memory=True) if args.style == "full" else {}
-    with profile(activities=[ProfilerActivity.CPU], schedule=sched, on_trace_ready=tensorboard_trace_handler(args.out), **extra) as prof:
+    with profile(activities=[ProfilerActivity.CPU], schedule=sched, on_trace_ready=tensorboard_trace_handler(args.out, use_gzip=args.gzip), **extra) as prof:
         for i in range(args.iters):
             action = sched(i)
             t0 = time.perf_counter()
@@ -149,7 +150,7 @@ elif args.style == "hf":
         loss.backward()
         return loss.detach()
 
-    with profile(activities=[ProfilerActivity.CPU], schedule=sched, on_trace_ready=tensorboard_trace_handler(args.out)) as prof:
+    with profile(activities=[ProfilerActivity.CPU], schedule=sched, on_trace_ready=tensorboard_trace_handler(args.out, use_gzip=args.gzip)) as prof:
         callbacks, state = [ProfCallback(prof)], State()
         it = iter(lambda: None, 1)  # an endless batch source
         for step in range(args.iters):
