@@ -247,6 +247,21 @@ def test_with_stack_frames_self_time(stack_trace, tmp_path):
     assert all(r["self_ms"] <= 0.25 * r["total_ms"] for r in wrapper), wrapper
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "the same analysis/cpu.child_ns misreading on the user's own frame: the markers style with "
+    "with_stack=True (record_function('forward'/'backward'/'optimizer') inside marked_iteration) puts "
+    "'prof_train.py(N): marked_iteration' first in 'Modules and ranges per step, by self time' with 5.38 ms "
+    "self of 5.43 total: each of its three ranges begins inside a record_function __enter__ frame and ends "
+    "inside __exit__, so none is subtracted from the function; its true self time is the Python between "
+    "them. The report then says 'a trace with Python stacks ... names the lines' of a trace that has them"))
+def test_with_stack_user_frame_around_markers(tmp_path):
+    _, out = _program(tmp_path, "prof_train.py", "markers", "--iters", "5", "--repeat", "1", "--stack")
+    (f,) = _trace_files(out)
+    m, _ = _analyze(f, tmp_path)
+    rows = [r for r in m["cpu"]["modules_per_step"] if not r["rest"] and re.search(r"\): marked_iteration$", r["name"])]
+    assert all(r["self_ms"] <= 0.25 * r["total_ms"] for r in rows), rows
+
+
 # --- a Lightning PyTorchProfiler without a schedule ----------------------------------------------
 
 

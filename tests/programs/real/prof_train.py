@@ -73,6 +73,7 @@ p.add_argument("--batch", type=int, default=64)
 p.add_argument("--depth", type=int, default=3)
 p.add_argument("--accum", type=int, default=2, help="hf: micro-batches per optimizer step")
 p.add_argument("--gzip", action="store_true", help="tensorboard_trace_handler(use_gzip=True): .pt.trace.json.gz files")
+p.add_argument("--stack", action="store_true", help="with_stack=True in the schedule and markers styles too")
 p.add_argument("--threads", type=int, default=1)
 args = p.parse_args()
 
@@ -115,7 +116,7 @@ tracing = {ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE}
 
 if args.style in ("schedule", "markers", "full"):
     body = marked_iteration if args.style == "markers" else plain_iteration
-    extra = dict(with_stack=True, record_shapes=True, profile_memory=True) if args.style == "full" else {}
+    extra = dict(with_stack=True, record_shapes=True, profile_memory=True) if args.style == "full" else dict(with_stack=args.stack)
     with profile(activities=[ProfilerActivity.CPU], schedule=sched, on_trace_ready=tensorboard_trace_handler(args.out, use_gzip=args.gzip), **extra) as prof:
         for i in range(args.iters):
             action = sched(i)
