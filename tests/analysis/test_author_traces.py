@@ -147,11 +147,12 @@ def test_folder_of_one_process_two_windows(tmp_path):
 # --- one marker per iteration, no prof.step(); an unscheduled export ---------------------------
 
 
-@pytest.mark.parametrize("style", ["marker", "nested"])
+@pytest.mark.parametrize("style", ["marker", "nested", "legacy"])
 def test_train_step_marker_without_prof_step(style, tmp_path):
     """``with record_function("train_step")`` per iteration, ``profile()`` around the loop,
     ``export_chrome_trace``: the 12 markers are the steps (no GPU: the most frequent range);
-    ``nested``: forward/backward/optimizer ranges inside each, as many: the outermost."""
+    ``nested``: forward/backward/optimizer ranges inside each, as many: the outermost;
+    ``legacy``: the same marker under ``torch.autograd.profiler.profile()``."""
     res, out = _program(tmp_path, "prof_train.py", style)
     m, text = _analyze(out / f"{style}.json", tmp_path, inprocess=style == "nested")
     _check_window(m, text, "train_step", res["traced_iterations"], res["ms_per_step"], "training")

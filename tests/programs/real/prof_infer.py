@@ -44,6 +44,7 @@ p.add_argument("--generations", type=int, default=2)
 p.add_argument("--batches", type=int, default=12)
 p.add_argument("--batch", type=int, default=32)
 p.add_argument("--width", type=int, default=256)
+p.add_argument("--workers", type=int, default=0, help="eval: DataLoader(num_workers=N)")
 p.add_argument("--threads", type=int, default=1)
 args = p.parse_args()
 
@@ -114,7 +115,7 @@ if args.style == "decode":
 else:  # eval
     model = nn.Sequential(nn.Linear(args.width, args.width), nn.ReLU(), nn.Linear(args.width, args.width), nn.ReLU(), nn.Linear(args.width, 10))
     ds = TensorDataset(torch.randn(args.batches * args.batch, args.width), torch.randint(0, 10, (args.batches * args.batch,)))
-    loader = DataLoader(ds, batch_size=args.batch, shuffle=False, num_workers=0)
+    loader = DataLoader(ds, batch_size=args.batch, shuffle=False, num_workers=args.workers)
     sched = schedule(wait=1, warmup=1, active=3, repeat=2)
     tracing = {ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE}
     model.eval()

@@ -15,6 +15,8 @@ perfdoctor anywhere: the traces are the files the author's own profiler code wri
   ``with profile() as prof:`` around the whole loop, ``prof.export_chrome_trace(PATH)``.
 * ``nested``: ``marker`` with ``markers``' forward/backward/optimizer ranges inside each
   ``train_step`` (four ranges of one count per iteration).
+* ``legacy``: ``marker`` under the autograd profiler of old code,
+  ``with torch.autograd.profiler.profile() as prof:``, ``prof.export_chrome_trace(PATH)``.
 * ``full``: ``schedule`` with ``with_stack=True, record_shapes=True, profile_memory=True``
   (python frames, shapes and memory events: a bigger trace).
 * ``hf``: HF-Trainer style: a ``TrainerCallback``-shaped object whose ``on_step_end``
@@ -61,7 +63,7 @@ import torch.nn as nn
 from torch.profiler import ProfilerAction, ProfilerActivity, profile, record_function, schedule, tensorboard_trace_handler
 
 p = argparse.ArgumentParser()
-p.add_argument("--style", choices=["schedule", "markers", "marker", "full", "hf", "export", "lightning", "lightning-export", "nested"], default="schedule")
+p.add_argument("--style", choices=["schedule", "markers", "marker", "full", "hf", "export", "lightning", "lightning-export", "nested", "legacy"], default="schedule")
 p.add_argument("--out", default="prof-train-traces", help="the trace folder (tensorboard_trace_handler) or file's folder")
 p.add_argument("--iters", type=int, default=12)
 p.add_argument("--wait", type=int, default=1)
@@ -179,12 +181,13 @@ elif args.style == "hf":
             periods.append((t2 - t0) * 1e3)
             traced.append(action in tracing)
 
-elif args.style in ("export", "marker", "nested"):
+elif args.style in ("export", "marker", "nested", "legacy"):
     path = os.path.join(args.out, f"{args.style}.json")
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    legacy = args.style == "legacy"  # old code: torch.autograd.profiler.profile(), a train_step marker
+    with (torch.autograd.profiler.profile() if legacy else profile(activities=[ProfilerActivity.CPU])) as prof:
         for i in range(args.iters):
             t0 = time.perf_counter()
-            if args.style in ("marker", "nested"):
+            if args.style in ("marker", "nested", "legacy"):
                 with record_function("train_step"):
                     (marked_iteration if args.style == "nested" else plain_iteration)(i)
             else:
@@ -250,7 +253,7 @@ for ms, t in zip(ms_each, traced):
         cur = []
 if cur:
     runs.append(cur)
-if args.style in ("export", "marker", "nested", "lightning-export"):
+if args.style in ("export", "marker", "nested", "legacy", "lightning-export"):
     runs = [mine]
 print(f"{args.style}: {len(mine)} traced iterations, {sum(mine) / max(len(mine), 1):.3f} ms each; traces: {files}")
 print("RESULT " + json.dumps({
