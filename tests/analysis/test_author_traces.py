@@ -12,12 +12,15 @@ facts: the iterations inside the profiled window and their time by its own
 ranges, as ``step_latency_ms_p50`` is a GPU critical path and absent without a GPU).
 
 The step time is compared as the window's total, each trace's steps summed against the
-program's own iterations summed, within 25 % (and 1.5 ms). The program times each
-iteration's work, from the previous ``prof.step()``'s return to its own call: a ProfilerStep#N
-range opens inside one ``prof.step()`` and closes inside the next, so it holds that work and
-two pieces of the profiler's ``step()``, and no range holds the rest of ``step()`` between two
-ranges (~0.07 ms; once 4.2 ms, its ``schedule_fn`` frame stalled on this shared 2-core
-machine, which a start-to-start timer counted and the trace's steps rightly did not).
+program's own iterations summed, within 25 % (and 1.5 ms) of two timers that bracket it. A
+ProfilerStep#N range opens inside one ``prof.step()`` and closes inside the next, so it holds
+the iteration's work (the program's ``ms_each``: from the previous ``prof.step()``'s return to
+its own call) and pieces of two ``step()`` calls, and lies inside the iteration's span (from
+the previous ``prof.step()`` call to its own). On this shared 2-core machine the process
+stalls for milliseconds now and then, and in ``step()`` too: once 4.2 ms between two ranges
+(its ``schedule_fn`` frame), which no range holds; twice ~4 ms inside a range before the
+iteration's first fetch, which its work does not hold (seen: 15.68 ms read for 11.26 of work).
+So the read total is bounded below by the work and above by the spans.
 
 The readings found wrong are ``xfail(strict=True)`` with the numbers and the diagnosis."""
 
@@ -62,16 +65,19 @@ def _host_ms(m: dict) -> list[float]:
     return [(s["host_end_ns"] - s["host_start_ns"]) / 1e6 for s in m["steps"]]
 
 
-def _check_window(m: dict, text: str, step_name: str, iterations: int, own_ms_per_step: float, workload: str) -> None:
-    """One trace file read right: its step, their count, their time against the program's own,
-    the workload, and for a CPU-only trace no GPU check evaluated, none failing."""
+def _check_window(m: dict, text: str, step_name: str, own: dict, workload: str) -> None:
+    """One trace file read right: its step, their count (``own["iterations"]``), their time
+    against the program's own (``own``: a RESULT's ``per_trace`` entry), the workload, and for
+    a CPU-only trace no GPU check evaluated, none failing."""
     assert m["step_name"] == step_name, m["steps_how"]
+    iterations = own["iterations"]
     assert m["metrics"]["steps"]["value"] == iterations
     assert m["cpu"]["steps"] == iterations
     ms = _host_ms(m)
     assert len(ms) == iterations
-    own, read = own_ms_per_step * iterations, sum(ms)
-    assert abs(read - own) <= TIME_SHARE * own + TIME_SLACK_MS, (read, own, ms)
+    work, read = own["ms_per_step"] * iterations, sum(ms)
+    span = own.get("span_ms", work)  # each range inside its iteration's span (prof.step() calls)
+    assert (1 - TIME_SHARE) * work - TIME_SLACK_MS <= read <= (1 + TIME_SHARE) * span + TIME_SLACK_MS, (read, work, span, ms)
     assert m["workload"]["kind"] == workload, m["workload"]
     # a CPU trace: the GPU metrics absent with their reason, never a GPU number
     assert m["metrics"]["step_latency_ms_p50"]["value"] is None and m["metrics"]["gpu_idle_ratio"]["value"] is None
@@ -106,7 +112,7 @@ def test_each_file_of_a_scheduled_profile(style, tmp_path):
     assert len(files) == 2 == len(res["per_trace"])
     for f, own in zip(files, res["per_trace"]):
         m, text = _analyze(f, tmp_path)
-        _check_window(m, text, SCHEDULED[style], own["iterations"], own["ms_per_step"], "training")
+        _check_window(m, text, SCHEDULED[style], own, "training")
 
 
 def test_hf_trainer_profiler_callback(tmp_path):
@@ -122,7 +128,7 @@ def test_hf_trainer_profiler_callback(tmp_path):
     assert res["optimizer_steps"] == 10 and len(files) == 2 == len(res["per_trace"])
     for f, own in zip(files, res["per_trace"]):
         m, text = _analyze(f, tmp_path)
-        _check_window(m, text, "ProfilerStep#*", own["iterations"], own["ms_per_step"], "training")
+        _check_window(m, text, "ProfilerStep#*", own, "training")
 
 
 @pytest.mark.xfail(strict=True, reason=(
@@ -155,7 +161,7 @@ def test_train_step_marker_without_prof_step(style, tmp_path):
     ``legacy``: the same marker under ``torch.autograd.profiler.profile()``."""
     res, out = _program(tmp_path, "prof_train.py", style)
     m, text = _analyze(out / f"{style}.json", tmp_path, inprocess=style == "nested")
-    _check_window(m, text, "train_step", res["traced_iterations"], res["ms_per_step"], "training")
+    _check_window(m, text, "train_step", res["per_trace"][0], "training")
     assert res["traced_iterations"] == 12
 
 
@@ -172,7 +178,8 @@ def test_export_without_schedule_counts_iterations(export_trace, tmp_path):
     res, path = export_trace
     m, text = _analyze(path, tmp_path)
     assert m["step_name"].startswith("Optimizer."), m["steps_how"]
-    _check_window(m, text, m["step_name"], 12, res["ms_per_step"], "training")
+    assert res["per_trace"][0]["iterations"] == 12
+    _check_window(m, text, m["step_name"], res["per_trace"][0], "training")
 
 
 def _forward_starts(path: Path, per_forward: int) -> list[float]:
@@ -273,7 +280,8 @@ def test_lightning_ranges_without_schedule(tmp_path):
     m, text = _analyze(out / "lightning.pt.trace.json", tmp_path)
     assert m["step_name"] == "run_training_batch"
     # run_training_batch leaves out the fetch (train_dataloader_next) the program times: a few us
-    _check_window(m, text, "run_training_batch", 12, res["ms_per_step"], "training")
+    assert res["per_trace"][0]["iterations"] == 12
+    _check_window(m, text, "run_training_batch", res["per_trace"][0], "training")
 
 
 # --- inference --------------------------------------------------------------------------------
@@ -284,7 +292,8 @@ def test_decode_step_marker(tmp_path):
     outside): 2 generations x 12 tokens = 24 steps, the program's own time, inference."""
     res, out = _program(tmp_path, "prof_infer.py", "decode")
     m, text = _analyze(out / "decode.json", tmp_path)
-    _check_window(m, text, "decode_step", 24, res["ms_per_step"], "inference")
+    assert res["per_trace"][0]["iterations"] == 24
+    _check_window(m, text, "decode_step", res["per_trace"][0], "inference")
     assert res["traced_iterations"] == 24
 
 
@@ -296,4 +305,59 @@ def test_scheduled_eval_loop(tmp_path):
     assert len(files) == 2 == len(res["per_trace"])
     for f, own in zip(files, res["per_trace"]):
         m, text = _analyze(f, tmp_path)
-        _check_window(m, text, "ProfilerStep#*", own["iterations"], own["ms_per_step"], "inference")
+        _check_window(m, text, "ProfilerStep#*", own, "inference")
+
+
+# --- a scheduled evaluation loop whose DataLoader already uses worker processes -----------------
+
+
+@pytest.fixture(scope="module")
+def worker_eval(tmp_path_factory) -> tuple[dict, list[Path]]:
+    """``prof_infer.py --style eval`` over ``DataLoader(num_workers=2)``, each sample 'decoded'
+    for 0.3 ms in the workers (9.6 ms a batch of 32 per worker): the step waits for its data,
+    the fetch ``enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__``."""
+    res, out = _program(tmp_path_factory.mktemp("workers"), "prof_infer.py", "eval", "--width", "512", "--workers", "2",
+                        "--decode-ms", "0.3")
+    return res, _trace_files(out)
+
+
+def test_worker_eval_loop_steps(worker_eval, tmp_path):
+    """Each file: 3 evaluation batches (the fetch's wait for the workers inside), the
+    program's own time (seen: 3 x [14.85, 5.52, 13.72] ms for its [14.8, 5.46, 13.68])."""
+    res, files = worker_eval
+    assert len(files) == 2 == len(res["per_trace"])
+    for f, own in zip(files, res["per_trace"]):
+        m, text = _analyze(f, tmp_path)
+        _check_window(m, text, "ProfilerStep#*", own, "inference")
+        assert "_MultiProcessingDataLoaderIter" in f.read_text()
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "the wait for the DataLoader's workers is reported twice: cpu.breakdown's outside_ops_ms (step - union of "
+    "the operators) holds the DataLoader __next__ ranges' time, which data_loading_ms reports too: seen outside "
+    "10.37 + data 9.15 ms per step in an 11.37 ms step (op self 1.0), so next to 'The step waits for its data' "
+    "comes 'Much of the step runs in no operator (Python between ops ...)' at 91 % with Python/torch.compile "
+    "advice, where the Python between ops is 1.2 ms (11 %, under the 25 % threshold). Fix: in breakdown, take "
+    "the data loader ranges' union out of `outside` (time in no operator and in no fetch)"))
+def test_worker_eval_fetch_wait_not_counted_twice(worker_eval, tmp_path):
+    _, files = worker_eval
+    for f in files:
+        m, _ = _analyze(f, tmp_path)
+        c, mean = m["cpu"], sum(_host_ms(m)) / len(m["steps"])
+        assert c["outside_ops_ms_per_step"] + c["data_loading_ms_per_step"] <= 1.02 * mean + 0.05, (c["outside_ops_ms_per_step"], c["data_loading_ms_per_step"], mean)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "the data-loading observation's advice is 'load in worker processes (DataLoader(num_workers=N), ...)' for "
+    "a fetch named enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__, a loader already in 2 worker "
+    "processes: cpu.observations writes one fixed text. Fix: read the iterator's class in the range name "
+    "(_SingleProcess... -> num_workers; _MultiProcessing... -> the workers cannot keep up: more workers, "
+    "cheaper per-sample work, persistent_workers/prefetch_factor)"))
+def test_worker_eval_advice_knows_workers(worker_eval, tmp_path):
+    _, files = worker_eval
+    advice = []
+    for f in files:
+        m, _ = _analyze(f, tmp_path)
+        advice += [o["advice"] for o in m["cpu"]["observations"] if o["kind"] == "data-loading"]
+    assert advice, "the wait for the workers is a data-loading observation"
+    assert not any(a.startswith("load in worker processes") for a in advice), advice

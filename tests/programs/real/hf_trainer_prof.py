@@ -12,7 +12,7 @@ range holds, see ``prof_train.py``), for the steps whose profiler action was ``R
 ``RECORD_AND_SAVE``.
 
 Prints ``RESULT {json}``: ``traced_iterations``, ``ms_per_step``, ``ms_each``, ``traces``,
-``per_trace`` (as ``prof_train.py``), ``optimizer_steps``, ``accum``.
+``per_trace`` (with ``span_ms``, as ``prof_train.py``), ``optimizer_steps``, ``accum``.
 
     python hf_trainer_prof.py --out /tmp/hf --max-steps 10
 """
@@ -57,7 +57,7 @@ trainer = Trainer(model=MLP(args.width), args=targs, train_dataset=data)
 
 sched = schedule(wait=1, warmup=1, active=3, repeat=2)
 tracing = {ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE}
-ms_each, traced = [], []
+ms_each, spans, traced = [], [], []
 
 
 class ProfCallback(TrainerCallback):  # the recipe's callback
@@ -72,13 +72,15 @@ class Timer(ProfCallback):  # the program's own timer around the recipe's prof.s
     t0 = None
 
     def on_train_begin(self, args, state, control, **kwargs):
-        self.t0 = time.perf_counter()
+        self.t0 = self.last = time.perf_counter()
 
     def on_step_end(self, args, state, control, **kwargs):
         t1 = time.perf_counter()
         action = sched(self.prof.step_num)
         super().on_step_end(args, state, control, **kwargs)
         ms_each.append((t1 - self.t0) * 1e3)  # the first also holds the trainer's set-up: not traced
+        spans.append((t1 - self.last) * 1e3)  # from the previous prof.step() call to this one
+        self.last = t1
         traced.append(action in tracing)
         self.t0 = time.perf_counter()
 
@@ -91,9 +93,9 @@ with profile(activities=[ProfilerActivity.CPU], schedule=sched, on_trace_ready=t
 files = sorted(os.listdir(args.out), key=lambda f: os.path.getmtime(os.path.join(args.out, f)))
 mine = [ms for ms, t in zip(ms_each, traced) if t]
 runs, cur = [], []
-for ms, t in zip(ms_each, traced):
+for ms, span, t in zip(ms_each, spans, traced):
     if t:
-        cur.append(ms)
+        cur.append((ms, span))
     elif cur:
         runs.append(cur)
         cur = []
@@ -103,5 +105,6 @@ print(f"hf trainer: {len(ms_each)} optimizer steps, {len(mine)} traced, {sum(min
 print("RESULT " + json.dumps({
     "program": "hf_trainer_prof", "step": "optimizer step", "optimizer_steps": len(ms_each), "accum": args.accum,
     "traced_iterations": len(mine), "ms_per_step": sum(mine) / max(len(mine), 1), "ms_each": mine,
-    "traces": files, "per_trace": [{"iterations": len(r), "ms_per_step": sum(r) / len(r)} for r in runs],
+    "traces": files,
+    "per_trace": [{"iterations": len(r), "ms_per_step": sum(m for m, _ in r) / len(r), "span_ms": sum(sp for _, sp in r)} for r in runs],
 }))

@@ -17,7 +17,8 @@ Each step (a decode token; an evaluation batch) is timed by ``time.perf_counter(
 ``prof.step()`` returned) to the call of its own ``prof.step()`` (see ``prof_train.py``).
 
 Prints ``RESULT {json}``: ``traced_iterations`` (steps in the trace files), ``ms_per_step``
-(their mean by the program's timer), ``ms_each``, ``traces``, ``per_trace``.
+(their mean by the program's timer), ``ms_each``, ``traces``, ``per_trace`` (with
+``span_ms``: see ``prof_train.py``; decode: the markers' insides).
 
     python prof_infer.py --style decode --out /tmp/inf
 """
@@ -45,6 +46,7 @@ p.add_argument("--batches", type=int, default=12)
 p.add_argument("--batch", type=int, default=32)
 p.add_argument("--width", type=int, default=256)
 p.add_argument("--workers", type=int, default=0, help="eval: DataLoader(num_workers=N)")
+p.add_argument("--decode-ms", type=float, default=0.0, help="eval: each sample's 'decode' in the Dataset (a sleep), ms")
 p.add_argument("--threads", type=int, default=1)
 args = p.parse_args()
 
@@ -90,6 +92,20 @@ class GPT(nn.Module):
         return self.head(self.ln(x[:, -1])), new
 
 
+class Decoded(torch.utils.data.Dataset):
+    """Each sample 'decoded' as an image dataset would (a fixed wait per sample)."""
+
+    def __init__(self, ds, seconds):
+        self.ds, self.seconds = ds, seconds
+
+    def __len__(self):
+        return len(self.ds)
+
+    def __getitem__(self, i):
+        time.sleep(self.seconds)
+        return self.ds[i]
+
+
 if args.style == "decode":
     model = GPT().eval()
     path = os.path.join(args.out, "decode.json")
@@ -109,32 +125,37 @@ if args.style == "decode":
                 traced.append(True)
             text = torch.cat(out, 1).tolist()
     prof.export_chrome_trace(path)
-    runs = [ms_each]
+    runs = [[(ms, ms) for ms in ms_each]]
     steps_per = {"tokens_per_generation": args.tokens, "generations": args.generations}
 
 else:  # eval
     model = nn.Sequential(nn.Linear(args.width, args.width), nn.ReLU(), nn.Linear(args.width, args.width), nn.ReLU(), nn.Linear(args.width, 10))
     ds = TensorDataset(torch.randn(args.batches * args.batch, args.width), torch.randint(0, 10, (args.batches * args.batch,)))
+    if args.decode_ms:
+        ds = Decoded(ds, args.decode_ms / 1e3)
     loader = DataLoader(ds, batch_size=args.batch, shuffle=False, num_workers=args.workers)
     sched = schedule(wait=1, warmup=1, active=3, repeat=2)
     tracing = {ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE}
     model.eval()
     correct = 0
     with torch.no_grad(), profile(activities=[ProfilerActivity.CPU], schedule=sched, on_trace_ready=tensorboard_trace_handler(args.out)) as prof:
-        t0 = time.perf_counter()
+        t0 = last = time.perf_counter()
+        spans = []
         for i, (x, y) in enumerate(loader):
             action = sched(i)
             correct += (model(x).argmax(1) == y).sum().item()
             t1 = time.perf_counter()
             prof.step()
             ms_each.append((t1 - t0) * 1e3)  # the fetch and the batch, not prof.step() (see prof_train.py)
+            spans.append((t1 - last) * 1e3)  # from the previous prof.step() call to this one
+            last = t1
             traced.append(action in tracing)
             t0 = time.perf_counter()
     mine = [ms for ms, t in zip(ms_each, traced) if t]
     runs, cur = [], []
-    for ms, t in zip(ms_each, traced):
+    for ms, span, t in zip(ms_each, spans, traced):
         if t:
-            cur.append(ms)
+            cur.append((ms, span))
         elif cur:
             runs.append(cur)
             cur = []
@@ -148,5 +169,6 @@ print(f"{args.style}: {len(ms_each)} traced steps, {sum(ms_each) / max(len(ms_ea
 print("RESULT " + json.dumps({
     "program": "prof_infer", "style": args.style, "step": "decode token" if args.style == "decode" else "evaluation batch",
     "traced_iterations": len(ms_each), "ms_per_step": sum(ms_each) / max(len(ms_each), 1), "ms_each": ms_each,
-    "traces": files, "per_trace": [{"iterations": len(r), "ms_per_step": sum(r) / len(r)} for r in runs], **steps_per,
+    "traces": files, **steps_per,
+    "per_trace": [{"iterations": len(r), "ms_per_step": sum(m for m, _ in r) / len(r), "span_ms": sum(sp for _, sp in r)} for r in runs],
 }))

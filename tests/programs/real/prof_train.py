@@ -48,8 +48,10 @@ profiler's own ``step()`` between two ProfilerStep ranges: ~0.07 ms, but once 4.
 
 Prints ``RESULT {json}``: ``traced_iterations`` (in the trace files), ``ms_per_step``
 (their mean ``ms_each``), ``ms_each``, ``period_ms_each`` (traced, in order), ``traces``
-(the files written, in order) and per trace file ``per_trace`` (its iterations and mean
-``ms_each``).
+(the files written, in order) and per trace file ``per_trace``: its iterations, their mean
+``ms_each`` and ``span_ms``, their spans summed, each iteration's from the previous
+iteration's ``prof.step()`` call to its own (each ProfilerStep#N range lies inside its span,
+but for the first statement of the ``prof.step()`` that closes it).
 
     python prof_train.py --style schedule --out /tmp/tr
 """
@@ -113,6 +115,7 @@ def marked_iteration(i):
 
 
 ms_each, periods, traced, saves = [], [], [], []
+starts, calls = [], []  # per iteration: its start, and its prof.step() call (its end where there is none)
 sched = schedule(wait=args.wait, warmup=args.warmup, active=args.active, repeat=args.repeat)
 tracing = {ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE}
 
@@ -131,6 +134,8 @@ if args.style in ("schedule", "markers", "full"):
                 saves.append(t2 - t1)  # the trace written inside this prof.step(): not the iteration's
             ms_each.append((t1 - t0) * 1e3)
             periods.append((t2 - t0) * 1e3)
+            starts.append(t0)
+            calls.append(t1)
             traced.append(action in tracing)
 
 elif args.style == "hf":
@@ -179,6 +184,8 @@ elif args.style == "hf":
                 saves.append(t2 - t1)
             ms_each.append((t1 - t0) * 1e3)
             periods.append((t2 - t0) * 1e3)
+            starts.append(t0)
+            calls.append(t1)
             traced.append(action in tracing)
 
 elif args.style in ("export", "marker", "nested", "legacy"):
@@ -192,8 +199,11 @@ elif args.style in ("export", "marker", "nested", "legacy"):
                     (marked_iteration if args.style == "nested" else plain_iteration)(i)
             else:
                 plain_iteration(i)
-            ms_each.append((time.perf_counter() - t0) * 1e3)
+            t1 = time.perf_counter()
+            ms_each.append((t1 - t0) * 1e3)
             periods.append(ms_each[-1])
+            starts.append(t0)
+            calls.append(t1)
             traced.append(True)
     prof.export_chrome_trace(path)
 
@@ -237,30 +247,36 @@ else:  # lightning
                 saves.append(t2 - t1)
             ms_each.append((t1 - t0) * 1e3)
             periods.append((t2 - t0) * 1e3)
+            starts.append(t0)
+            calls.append(t1)
             traced.append(whole or action in tracing)
     if whole:
         prof.export_chrome_trace(os.path.join(args.out, "lightning.pt.trace.json"))
 
 files = sorted(os.listdir(args.out), key=lambda f: os.path.getmtime(os.path.join(args.out, f)))
 mine = [ms for ms, t in zip(ms_each, traced) if t]
+# an iteration's span: from the previous iteration's prof.step() call to its own (the whole
+# previous prof.step() included: it holds the ProfilerStep range's start)
+spans = [(c - (calls[k - 1] if k else starts[0])) * 1e3 for k, c in enumerate(calls)]
 # per trace file: consecutive runs of traced iterations, in order (one file per cycle)
 runs, cur = [], []
-for ms, t in zip(ms_each, traced):
+for ms, span, t in zip(ms_each, spans, traced):
     if t:
-        cur.append(ms)
+        cur.append((ms, span))
     elif cur:
         runs.append(cur)
         cur = []
 if cur:
     runs.append(cur)
 if args.style in ("export", "marker", "nested", "legacy", "lightning-export"):
-    runs = [mine]
+    runs = [[r for run in runs for r in run]]
 print(f"{args.style}: {len(mine)} traced iterations, {sum(mine) / max(len(mine), 1):.3f} ms each; traces: {files}")
 print("RESULT " + json.dumps({
     "program": "prof_train", "style": args.style, "step": "training iteration",
     "iterations": args.iters, "traced_iterations": len(mine),
     "ms_per_step": sum(mine) / max(len(mine), 1), "ms_each": mine,
     "period_ms_each": [ms for ms, t in zip(periods, traced) if t],
-    "traces": files, "per_trace": [{"iterations": len(r), "ms_per_step": sum(r) / len(r)} for r in runs],
+    "traces": files,
+    "per_trace": [{"iterations": len(r), "ms_per_step": sum(m for m, _ in r) / len(r), "span_ms": sum(sp for _, sp in r)} for r in runs],
     "save_ms": [s * 1e3 for s in saves],
 }))
