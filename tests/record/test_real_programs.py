@@ -875,3 +875,152 @@ def test_padded_text_training_steps_per_batch(tmp_path: Path, prefetcher: bool) 
     assert _step_ms(series).mean() == pytest.approx(np.mean(result["ms_each"]), rel=0.1)
     rate = _steps_per_s(tmp_path)
     assert 1e3 / rate.value == pytest.approx(result["ms_per_step"], rel=0.15)
+
+
+# Issue 29, sixth probe: more shapes named nowhere (truncated BPTT with no optimizer and no
+# DataLoader, an accelerate-style accumulation loop whose loader fetches one batch ahead,
+# detection over lists of variable-size images through a logging generator, a streaming
+# encoder's chunk loop calling a method, a background preprocessing thread feeding the
+# training through a queue.Queue, a tqdm-wrapped validation under inference_mode).
+
+_LSTM_WRONG = pytest.mark.xfail(strict=True, reason=(
+    "word_language_model: no optimizer, no DataLoader, so analysis/steps.py's choose_step takes rule 8 (the outermost "
+    "repeating module call, 'RNNModel.forward') and counts every call: the 76 training batches and the 10 forwards of "
+    "each epoch's evaluate() under torch.no_grad() (batch 10), 86 steps for the program's 76; the light pass records no "
+    "grad mode per module call, so nothing tells the validation's calls apart. The rate's 1e3/steps_per_s read 2.56 ms "
+    "for the program's 2.86 ms/batch (the 0.7 ms no-grad forwards pull it down)"))
+
+
+@_LSTM_WRONG
+def test_truncated_bptt_lstm_without_optimizer_steps_per_training_batch(tmp_path: Path) -> None:
+    # PyTorch's word_language_model: batchify, get_batch(i) slicing bptt tokens, the hidden
+    # state detached per batch, model.zero_grad(), clip_grad_norm_, p.data.add_ by hand (no
+    # optimizer), evaluate() after each epoch with the same model under no_grad. The step
+    # is one training batch (one BPTT segment), as the program's ms/batch times it
+    light, series, result = _run(tmp_path, "lstm_lm.py", "--device", "cpu", "--emsize", "64", "--nhid", "64", "--ntokens", "1000",
+                                  "--train-tokens", "6000", "--val-tokens", "1000", "--batch-size", "8", "--bptt", "20",
+                                  "--epochs", "2", "--log-interval", "10", env={"OMP_NUM_THREADS": "1"})
+    assert result["batches"] == 76 and result["val_batches"] == 10
+    assert light["step_name"] == "RNNModel.forward"
+    assert light["steps_seen"] == result["batches"]
+    assert _step_ms(series).sum() == pytest.approx(sum(result["ms_each"]), rel=0.1)
+    rate = _steps_per_s(tmp_path)
+    assert 1e3 / rate.value == pytest.approx(result["ms_per_step"], rel=0.1)
+
+
+_ACCEL_WRONG = pytest.mark.xfail(strict=True, reason=(
+    "accelerate's DataLoaderShard fetches one batch ahead, so each epoch's StopIteration fetch comes BEFORE its last "
+    "micro-batch trains, and the epoch's last optimizer step (synced at end_of_dataloader, 2 batches) comes after that "
+    "end of pass: analysis/steady.py's step_groups cuts a step's group at the last end of pass before it (lo = last + 1), "
+    "leaving that step an empty group (after == first), and drops it. 4 steps for the program's 6 (both epochs' last "
+    "steps gone); the how says 'one per 2.5 DataLoader batches' (training_batches) for 20 batches over 6 steps; the "
+    "rate's 1e3/steps_per_s 44.5 ms for the program's 41.6 (its 4 steps are whole groups, right alone)"))
+
+
+@_ACCEL_WRONG
+def test_accelerate_style_gradient_accumulation_steps_per_optimizer_step(tmp_path: Path) -> None:
+    # run_glue_no_trainer's loop: `with accelerator.accumulate(model)`, accelerator.backward,
+    # clip when sync_gradients, optimizer.step() / lr_scheduler.step() / zero_grad() on every
+    # batch (no-ops unless gradients sync), an evaluation after each epoch; 10 batches per
+    # epoch, accumulation 4: optimizer steps after 4, 8 and the loader's last batch. The
+    # step is the optimizer step (the Trainer's global_step), as the program times it
+    light, series, result = _run(tmp_path, "accel_train.py", "--device", "cpu", "--layers", "2", "--dim", "64", "--heads", "4",
+                                  "--vocab", "2000", "--max-len", "64", "--batch-size", "8", "--samples", "80",
+                                  "--eval-samples", "24", "--accum", "4", "--epochs", "2", env={"OMP_NUM_THREADS": "1"})
+    assert result["optimizer_steps"] == 6 and result["micro_batches"] == 20
+    assert light["step_name"] == "Optimizer.step#AdamW.step" and "(gradient accumulation)" in light["how"]
+    assert light["steps_seen"] == result["optimizer_steps"]
+    assert _step_ms(series).sum() == pytest.approx(sum(result["ms_each"]), rel=0.1)
+    rate = _steps_per_s(tmp_path)
+    assert 1e3 / rate.value == pytest.approx(result["ms_per_step"], rel=0.15)
+
+
+def test_detection_over_lists_of_variable_size_images_through_log_every_steps_per_batch(tmp_path: Path) -> None:
+    # torchvision's references/detection evaluate(): @torch.inference_mode(), collate_fn
+    # tuple(zip(*batch)), MetricLogger.log_every (a generator around the loader) and a list
+    # of images of different sizes per model call (resized and padded inside the model,
+    # postprocessed per image with a host NMS loop). One step per batch, its fetch, forward
+    # and the outputs' move to the CPU: the program's per-batch times
+    light, series, result = _run(tmp_path, "detect_infer.py", "--device", "cpu", "--min-size", "128", "--max-size", "224",
+                                  "--images", "24", "--batch-size", "2", "--width", "16", "--print-freq", "4",
+                                  env={"OMP_NUM_THREADS": "1"})
+    assert result["batches"] == 12
+    assert light["step_name"] == FETCH
+    assert light["steps_seen"] == result["batches"]
+    ms = _step_ms(series)
+    assert ms[result["warmup"]:].mean() == pytest.approx(result["ms_per_step"], rel=0.1)
+    rate = _steps_per_s(tmp_path)
+    assert 1e3 / rate.value == pytest.approx(result["ms_per_step"], rel=0.15)
+
+
+def test_streaming_encoder_chunk_loop_steps_per_chunk(tmp_path: Path) -> None:
+    # WeNet's forward_chunk_by_chunk: the loop over chunks calls the encoder's forward_chunk
+    # METHOD (no module call of the encoder), which calls the subsampling and each layer,
+    # the attention and conv caches carried; a host CTC greedy step per chunk. No model
+    # call marks the chunk: the step is the first layer's instance, whose calls enclose the
+    # other layer's, one per chunk, each up to the next (the chunk's work)
+    light, series, result = _run(tmp_path, "stream_encode.py", "--device", "cpu", "--dim", "64", "--heads", "4", "--layers", "2",
+                                  "--frames", "1200", "--chunk", "16", "--utterances", "3", "--vocab", "500",
+                                  env={"OMP_NUM_THREADS": "1"})
+    assert result["chunks_each"] == [19, 19, 19]
+    assert light["step_name"] == "ConformerEncoderLayer#1.forward"
+    assert light["steps_seen"] == result["chunks"]
+    # the second utterance's chunks, each to the next layer-1 call (its last: the third's
+    # first), against the program's own time for them
+    assert _step_ms(series)[19:38].sum() == pytest.approx(result["ms_each_utterance"][1], rel=0.1)
+    rate = _steps_per_s(tmp_path)
+    assert 1e3 / rate.value == pytest.approx(result["ms_per_step"], rel=0.15)
+
+
+def test_background_thread_preprocessing_through_a_queue_steps_per_training_batch(tmp_path: Path) -> None:
+    # prefetch_generator's BackgroundGenerator: a thread making each batch with numpy
+    # (spectrograms) into a queue.Queue, the main thread's for loop a blocking get(); no
+    # DataLoader; zero_grad / forward / backward / step per batch. One step per batch on the
+    # main thread, the get() that waited for the producer inside it. The rate is not checked
+    # here: on this box its steady state is read wrong now and then (the test below)
+    light, series, result = _run(tmp_path, "prefetch_train.py", "--device", "cpu", "--batch", "16", "--batches", "12",
+                                  "--epochs", "2", "--width", "16", "--log-every", "6", env={"OMP_NUM_THREADS": "1"})
+    assert result["batches"] == 24
+    assert light["step_name"] == "Optimizer.zero_grad#Adam.zero_grad" and light["step_thread"] == "main"
+    assert light["steps_seen"] == result["batches"]
+    # each from one zero_grad to the next (the last: its own end) holds the program's
+    # batches but the first one's fetch and model set-up
+    assert _step_ms(series)[1:].sum() == pytest.approx(sum(result["ms_each"][1:]), rel=0.1)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "analysis/steady.py's steady_start on a series recorded by the test above (tests/fixtures/light/"
+    "prefetch-train-cpu-epochs.json): each epoch's batches run slow while its producer thread runs (~76-94 ms) and fast "
+    "once it has finished (~37-53 ms). Epoch 1's slow steps 5-11 form a slow regime (REGIME_WINDOW 11, mostly slow) that "
+    "ends in the first half, so it is taken as warm-up; epoch 2's slow steps 12-18 (4 of 7 slow) form no regime, so the "
+    "'back' check (the program as slow again later) does not see them, and the first settled run after the regime is at "
+    "19: 19 of 24 steps left out, the steady state the fast tail of epoch 2, 46.4 ms for the program's 65.8 ms/batch "
+    "(the same program read right, 1-4 steps left out and the rate within 8 %, in 7 of 9 runs here)"))
+def test_background_thread_preprocessing_steady_state_keeps_every_epochs_producer_bound_batches() -> None:
+    from perfdoctor.analysis import steady
+
+    d = json.loads((Path(__file__).parents[1] / "fixtures" / "light" / "prefetch-train-cpu-epochs.json").read_text())
+    h, g = d["host_start_ns"], d["gpu_end_ns"]
+    found = steady.series_steady_start(h, g, d["gpu_start_ns"])
+    # the first batch (the producer's first batch, the model's first call) may be warm-up;
+    # the slow start of each epoch is the program's own, every epoch
+    assert found.start <= 2
+    rate = steady.steady_series(h, g, found.start, d["gpu_start_ns"]).cadence.steps_per_s
+    assert 1e3 / rate == pytest.approx(d["own_ms_per_step"], rel=0.15)
+
+
+def test_tqdm_wrapped_segmentation_validation_steps_per_batch(tmp_path: Path) -> None:
+    # for images, masks in tqdm(val_loader) under inference_mode, three passes (a bar each):
+    # the fetch through tqdm's generator marks the batch; each holds the forward, the
+    # upsampling and the host confusion matrix; the passes' ends are no step
+    passes, per_pass = 3, 8
+    light, series, result = _run(tmp_path, "seg_eval.py", "--device", "cpu", "--size", "64", "--batch", "4", "--images", "32",
+                                  "--width", "8", "--passes", str(passes), env={"OMP_NUM_THREADS": "1"})
+    assert result["batches"] == passes * per_pass
+    assert light["step_name"] == FETCH
+    assert light["steps_seen"] == result["batches"]
+    ms = _step_ms(series)
+    for k in range(1, passes):
+        assert ms[k * per_pass:(k + 1) * per_pass].sum() == pytest.approx(result["ms_each_pass"][k], rel=0.15)
+    rate = _steps_per_s(tmp_path)
+    assert 1e3 / rate.value == pytest.approx(result["ms_per_step"], rel=0.15)
