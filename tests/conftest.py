@@ -7,6 +7,12 @@ from pathlib import Path
 
 import pytest
 
+# Two test workers share the two cores (CI and the dev VM): torch's intra-op pool (two threads
+# in each worker and in each program a test runs) oversubscribed them, and a CPU program's
+# preempted gaps of 5-14 ms between ~1 ms steps read as pauses (CI 12-03: rec_jit 0.68 ms per
+# step for the program's 1.07). One thread each; the programs inherit it.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 FIXTURES = Path(__file__).parent / "fixtures"
 # The shared trace corpus lives beside the repository (../shared/traces); a worktree one level
 # further down (/work/wt/NAME) finds the same corpus two levels up. Tests on it skip without it.

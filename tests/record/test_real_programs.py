@@ -629,7 +629,8 @@ def test_compile_default_mode_image_inference_steps_per_batch(tmp_path: Path) ->
     # ones) stayed in the steady state, the rate 44x slower than the program's steady pass
     assert [i for i, c in enumerate(series["compiled_ns"]) if c] == [batches - 1]
     rate = _steps_per_s(tmp_path)
-    assert "1 step(s) compiled" in rate.note
+    # left out with a note; or, where a stalled first pass moved the steady start past it, as warm-up
+    assert "1 step(s) compiled" in (rate.note or "") or light["steady_start"] > batches - 1, (rate.note, light["steady_start"])
     assert 1e3 / rate.value == pytest.approx(result["ms_per_step"], rel=0.15)
 
 
