@@ -993,30 +993,15 @@ def test_background_thread_preprocessing_through_a_queue_steps_per_training_batc
     assert _step_ms(series)[1:].sum() == pytest.approx(sum(result["ms_each"][1:]), rel=0.1)
 
 
-_STEADY_PREFETCH = pytest.mark.xfail(strict=True, reason=(
-    "analysis/steady.py's steady_start on a series recorded by the test above (tests/fixtures/light/"
-    "prefetch-train-cpu-epochs.json): each epoch's batches run slow while its producer thread runs (~76-94 ms) and fast "
-    "once it has finished (~37-53 ms). Epoch 1's slow steps 5-11 form a slow regime (REGIME_WINDOW 11, mostly slow) that "
-    "ends in the first half, so it is taken as warm-up; epoch 2's slow steps 12-18 (4 of 7 slow) form no regime, so the "
-    "'back' check (the program as slow again later) does not see them, and the first settled run after the regime is at "
-    "19: 19 of 24 steps left out, the steady state the fast tail of epoch 2, 46.4 ms for the program's 65.8 ms/batch "
-    "(the same program read right, 1-4 steps left out and the rate within 8 %, in 7 of 9 runs here)"))
-_STEADY_DETECT = pytest.mark.xfail(strict=True, reason=(
-    "analysis/steady.py's steady_start on detect_infer.py's 12 batches recorded by scripts/real-programs-check --cpu on "
-    "the loaded box (tests/fixtures/light/detect-infer-cpu-loaded.json): steps 1-3 at 124-140 ms, 4-8 at 178-232 ms "
-    "(the box's load), 9-11 at 77-95 ms. The reference (the second half's median) is 135 ms; the only window of "
-    "REGIME_WINDOW 11 steps with most of them slow makes a one-step 'regime' (5, 5) in the first half, taken as warm-up, "
-    "so the steady start moves from the settled run at 1 to the next one, 9: 9 of 12 steps left out, 1e3/steps_per_s "
-    "93.6 ms for the program's 153.1 ms/batch (start 1 or 2: 153.2 / 155.6)"))
-
-
-@pytest.mark.parametrize("fixture", [pytest.param("prefetch-train-cpu-epochs", marks=_STEADY_PREFETCH),
-                                     pytest.param("detect-infer-cpu-loaded", marks=_STEADY_DETECT)])
+@pytest.mark.parametrize("fixture", ["prefetch-train-cpu-epochs", "detect-infer-cpu-loaded"])
 def test_short_uneven_series_steady_state_is_not_their_last_steps(fixture: str) -> None:
     # Light-pass series of two of the programs above, kept as read on this box: the steady
     # state must not leave out most of a short series for a slow stretch in its middle
     # (prefetch_train.py: each epoch's producer-bound batches, the program's own, every
     # epoch; detect_infer.py: the box's load). The first batch or two may be warm-up.
+    # Before: a slow stretch ending in the first half was a warm-up, and the start moved to
+    # the next settled run: 19 of 24 steps left out (46.4 ms for the program's 65.8), 9 of 12
+    # (93.6 ms for 153.1); a warm-up of most of the run is not one (steady.steady_start)
     from perfdoctor.analysis import steady
 
     d = json.loads((Path(__file__).parents[1] / "fixtures" / "light" / f"{fixture}.json").read_text())
