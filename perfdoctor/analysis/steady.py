@@ -211,23 +211,40 @@ def optimizer_iterations(calls: dict, others: dict, work_ns: np.ndarray | list[i
     step: at the iteration's start, the common shape, or after the forward) are the last
     iteration, to the end of its optimizer step (the host work after it is unknown). With
     ``k`` = 0 (only the optimizer's step, which always closes the iteration) only the first
-    is added. Without work known, neither: nothing says where the first began."""
+    is added. Without work known, neither: nothing says where the first began.
+
+    When most of the other marks run inside the marks' own ranges (``optimizer.step(closure)``,
+    the closure calling ``zero_grad``: LBFGS, Lightning), the step holds the iteration's
+    forward and backward: each mark is an iteration, the last one to its own end (before,
+    19 steps for 20 by a zero_grad's 1 per closure; work is not needed: a trace's work
+    leaves out what runs inside the optimizer's ranges)."""
     out = loop_iterations(calls)
     n = len(calls["gpu_end_ns"])
     m = len(others["gpu_end_ns"]) if others else 0
-    work = np.sort(_ns(work_ns if work_ns is not None else []))
-    if n < 2 or work.size == 0:
-        return out
     h = _ns(calls["host_start_ns"][:n])
     order = np.argsort(_ns(others["host_start_ns"][:m]), kind="stable") if m else np.zeros(0, dtype=np.int64)
     oh = _ns(others["host_start_ns"][:m])[order] if m else np.zeros(0, dtype=np.int64)
     oe = _ns(others["gpu_end_ns"][:m])[order] if m else np.zeros(0, dtype=np.int64)
+    gpu_start = calls.get("gpu_start_ns")
+    rows = {key: list(out[key]) if out.get(key) is not None else None for key in ("host_start_ns", "gpu_start_ns", "gpu_end_ns")}
+
+    def with_last(end_ns: int) -> dict:  # the iteration the last mark begins, to ``end_ns``
+        rows["host_start_ns"].append(int(h[-1]))
+        if rows["gpu_start_ns"] is not None:
+            rows["gpu_start_ns"].append(gpu_start[n - 1])
+        rows["gpu_end_ns"].append(end_ns)
+        return rows
+
+    # on the host's clock: a GPU end reaches past the next iteration's host start when the host runs ahead
+    if n >= 2 and m and np.mean(within(oh, h, _ns((calls.get("host_end_ns") or calls["gpu_end_ns"])[:n]))) > 0.5:
+        return with_last(int(_ns(calls["gpu_end_ns"])[-1]))
+    work = np.sort(_ns(work_ns if work_ns is not None else []))
+    if n < 2 or work.size == 0:
+        return out
     k = int(np.median(np.diff(np.searchsorted(oh, h))))
     w = int(np.median(np.diff(np.searchsorted(work, h))))
     if w < 1:
         return out
-    gpu_start = calls.get("gpu_start_ns")
-    rows = {key: list(out[key]) if out.get(key) is not None else None for key in ("host_start_ns", "gpu_start_ns", "gpu_end_ns")}
     o0, w0 = int(np.searchsorted(oh, h[0])), int(np.searchsorted(work, h[0]))
     if o0 >= k and w0 >= w:
         begin = int(min(work[w0 - w], oh[o0 - k] if k else work[w0 - w]))
@@ -238,11 +255,16 @@ def optimizer_iterations(calls: dict, others: dict, work_ns: np.ndarray | list[i
         rows["gpu_end_ns"].insert(0, int(max(first, oe[o0 - 1] if o0 else first)))
     o1 = int(np.searchsorted(oh, h[-1]))
     if k and m - o1 >= k:
-        rows["host_start_ns"].append(int(h[-1]))
-        if rows["gpu_start_ns"] is not None:
-            rows["gpu_start_ns"].append(gpu_start[n - 1])
-        rows["gpu_end_ns"].append(int(max(oe[o1 + k - 1], _ns(calls["gpu_end_ns"])[-1])))
+        return with_last(int(max(oe[o1 + k - 1], _ns(calls["gpu_end_ns"])[-1])))
     return rows
+
+
+def within(at_ns: np.ndarray | list[int], starts_ns: np.ndarray | list[int], ends_ns: np.ndarray | list[int]) -> np.ndarray:
+    """Per time of ``at_ns``, whether it lies inside one of the ranges ``[starts_ns, ends_ns]``
+    (in start order, one after another: one name's calls on one thread)."""
+    at, starts, ends = _ns(at_ns), _ns(starts_ns), _ns(ends_ns)
+    i = np.searchsorted(starts, at, side="right") - 1
+    return (i >= 0) & (at <= ends[np.maximum(i, 0)]) if starts.size else np.zeros(at.size, dtype=bool)
 
 
 def _ended_between(ended: np.ndarray, after: np.ndarray, begins: np.ndarray) -> np.ndarray:

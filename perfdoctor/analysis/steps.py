@@ -428,6 +428,38 @@ def training_loop(hosts: Mapping[str, Sequence[int]], ends_of_passes: Sequence[i
     return counts, marks
 
 
+def other_optimizers(names: Collection[str]) -> set[str]:
+    """With one optimizer's steps named apart among ``names`` (``Optimizer.step#Adam#2.step``,
+    :func:`perfdoctor.names.ranges.optimizer_instance`: the light pass found they mark the
+    iteration, ``perfdoctor run``'s traced passes mark them so), the other optimizer ranges:
+    the other optimizers' steps (under torch's name) and every ``zero_grad`` (torch's range
+    does not say whose it is). They mark no iteration: the work of one."""
+    if not any(rangenames.parse_optimizer_instance(n) for n in names):
+        return set()
+    return {n for n in names if n.startswith(rangenames.LOOP_PREFIXES[1:]) and rangenames.parse_optimizer_instance(n) is None}
+
+
+def enclosed_marks(spans: Mapping[str, tuple[Sequence[int], Sequence[int]]]) -> set[str]:
+    """The torch loop ranges (``spans``: per name, its calls' host starts and ends) most of
+    whose calls start inside a call of another one: ``optimizer.step(closure)`` whose closure
+    calls ``optimizer.zero_grad()`` (LBFGS, which calls it several times per step; Lightning).
+    They mark no iteration: the range around them does, and rule 7 of :func:`choose_step`,
+    which prefers ``zero_grad``, read one step per closure call (a PINN under LBFGS: 119
+    steps for 20)."""
+    loops = {n: (np.asarray(s, dtype=np.int64), np.asarray(e, dtype=np.int64)) for n, (s, e) in spans.items()
+             if rangenames.kind(n) == rangenames.LOOP and len(s)}
+    enclosed = set()
+    for name, (starts, _) in loops.items():
+        inside = np.zeros(starts.size, dtype=bool)
+        for other, (s, e) in loops.items():
+            if other != name:
+                order = np.argsort(s, kind="stable")
+                inside |= steady.within(starts, s[order], e[order])
+        if np.mean(inside) > 0.5:
+            enclosed.add(name)
+    return enclosed
+
+
 # The ops that create a data loader's iterator: ``_BaseDataLoaderIter.__init__`` draws its
 # base seed, ``torch.empty((), dtype=torch.int64).random_(generator=...).item()``
 # (torch/utils/data/dataloader.py), between a pass's last fetch and the next pass's first
@@ -761,6 +793,10 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
         # vLLM's piecewise graphs: one replay per piece of the model, many per iteration
         replays = replays.iloc[0:0]
     counts = {**ranges["name"].value_counts(sort=False).to_dict(), **trained, **fetched}  # a loader's batches, as run counts them
+    apart = other_optimizers(counts)
+    apart |= enclosed_marks({n: (g["start_ns"], g["end_ns"]) for n, g in loops.groupby("name", sort=False) if n not in apart})
+    for name in apart:
+        del counts[name]
     lengths = (ranges["end_ns"] - ranges["start_ns"]).groupby(ranges["name"]).sum().to_dict()
     cpu = ran_no_gpu(profile)  # no GPU work for a range to have: a CPU program's repeating range is its step
     compiled = ranges[per_name(ranges["name"], rangenames.kind) == rangenames.COMPILED]

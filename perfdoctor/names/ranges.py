@@ -194,6 +194,23 @@ def loop_rank(name: str) -> int:
     return next(i for i, p in enumerate(LOOP_PREFIXES) if name.startswith(p))
 
 
+# one optimizer's steps among those of its class (``Optimizer.step#Adam#2.step``): torch names
+# each step's range after the optimizer's class only, so a GAN's two Adams share one name
+_OPTIMIZER_INSTANCE = re.compile(r"^Optimizer\.step#(.+)#(\d+)\.step$")
+
+
+def optimizer_instance(name: str, ordinal: int) -> str:
+    """The step name of the ``ordinal``-th optimizer (by first step) among those whose steps
+    torch names ``name`` (``Optimizer.step#Adam.step``, 2: ``Optimizer.step#Adam#2.step``)."""
+    return f"{name.removesuffix('.step')}#{ordinal}.step"
+
+
+def parse_optimizer_instance(name: str) -> tuple[str, int] | None:
+    """(torch's range name, the ordinal) of an :func:`optimizer_instance` name, else None."""
+    m = _OPTIMIZER_INSTANCE.match(name)
+    return (f"{OPTIMIZER_STEP_PREFIX}{m.group(1)}.step", int(m.group(2))) if m else None
+
+
 def compiled_name(qualname: str) -> str:
     """The light pass's step name for the calls of a torch.compile-d function."""
     return f"{COMPILED_PREFIX}{qualname}"

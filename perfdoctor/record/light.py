@@ -112,7 +112,14 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
     the outermost repeating module call last. A name that marks the loop iteration (a
     compiled call, a graph's replays, torch's loop ranges, chosen or named, a module call)
     gets a series timed as the iteration, written back into ``results.series``."""
+    automatic = options.step is None and options.step_fn is None
     series = results.step_series()
+    apart: set[str] = set()  # loop ranges that mark no iteration: another optimizer's steps, a closure's zero_grad
+    if automatic:
+        series = optimizer_instance(series)
+        apart = steps.other_optimizers(series)
+        apart |= steps.enclosed_marks({n: (s["host_start_ns"][: len(s["gpu_end_ns"])], s.get("host_end_ns") or s["gpu_end_ns"])
+                                       for n, s in series.items() if n not in apart})
     counts = {name: len(s["gpu_end_ns"]) for name, s in series.items()}
     ends_of_passes = _loader_passes(results)
     # the training fetches and marks: the same rule as analyze's on a trace
@@ -133,17 +140,20 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
             return None, None, None, False
     else:
         user = [n for n in api_counts if counts.get(n)]
-    automatic = options.step is None and options.step_fn is None
     found = module_step(results.modules or {}, results.module_classes or {}) if automatic else None
     modules = {found[0]: len(found[1]["gpu_end_ns"])} if found is not None else {}
     # one series per CUDA graph replayed (the bootstrap's GraphReplays): its replays are the
     # step when that graph is (nearly) every replay, as a trace's graph launches are
     graph = steps.one_graph({n: c for n, c in counts.items() if rangenames.kind(n) == rangenames.REPLAY})
     compiled = {n: s["host_start_ns"][: len(s["gpu_end_ns"])] for n, s in series.items() if rangenames.kind(n) == rangenames.COMPILED}
-    choice = steps.choose_step(counts, user=user, modules=modules, replays=counts[graph] if graph else 0, compiled_starts=compiled)
+    choice = steps.choose_step({n: c for n, c in counts.items() if n not in apart}, user=user, modules=modules,
+                               replays=counts[graph] if graph else 0, compiled_starts=compiled)
     if choice is None:
         return None, None, None, False
     name = graph if choice.name == steps.GRAPH_REPLAY else choice.name
+    if (split := rangenames.parse_optimizer_instance(name)) is not None:
+        choice = replace(choice, how=f"{choice.how}; the steps of one optimizer (#{split[1]} by first step) of those torch names "
+                                     f"{split[0]!r}, which enclose the others' {counts[split[0]]}")
     if choice.kind == "user":
         how = "--step" if options.step is not None else "--step-fn" if options.step_fn is not None else (
             "perfdoctor.region" if name in api_counts else "range")
@@ -181,6 +191,28 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
         series[name] = timed
         results.series = series
     return name, choice.how + prefill if module is None else how, module, choice.iteration
+
+
+def optimizer_instance(series: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Two optimizers of one class step under one range name (a GAN's critic and generator,
+    both Adam: ``Optimizer.step#Adam.step`` k + 1 times per iteration). When a name's steps
+    carry their optimizer (``instance``, the bootstrap's ``OptimizerSteps``) and one of them
+    marks the loop iteration (:func:`perfdoctor.analysis.steps.iteration_instance`: the
+    generator, stepped once per iteration, encloses the critic's k steps; stepped alike,
+    the first stepped), its steps become a series of their own,
+    ``Optimizer.step#Adam#2.step`` (:func:`perfdoctor.names.ranges.optimizer_instance`, which
+    the traced passes mark), and the name keeps the others' steps: the iteration's work
+    (:func:`perfdoctor.analysis.steps.other_optimizers`)."""
+    for name, s in series.items():
+        instances = s.get("instance") if name.startswith(rangenames.OPTIMIZER_STEP_PREFIX) else None
+        ordinal = steps.iteration_instance(instances) if instances else None
+        if ordinal is not None:
+            mine = np.asarray(instances) == ordinal
+            # every per-step list (host_end_ns too: steady.optimizer_iterations reads it), not a None
+            others, marks = ({k: [x for x, m in zip(v, mine) if m == keep] if isinstance(v, list) else v for k, v in s.items()}
+                             for keep in (False, True))
+            return {**series, name: others, rangenames.optimizer_instance(name, ordinal): marks}
+    return series
 
 
 def compiled_iterations(calls: dict[str, Any], others: list[int]) -> tuple[dict[str, Any], list[bool]]:

@@ -691,6 +691,32 @@ def test_a_loop_without_a_data_loader_has_one_iteration_per_optimizer_step() -> 
     assert steady.optimizer_iterations(_series([8, 18, 28, 38]), opt, [])["host_start_ns"] == [8, 18, 28]
 
 
+def test_an_optimizer_step_with_a_closure_holds_its_iteration() -> None:
+    # optimizer.step(closure) at 0, 10, 20, 30 (each 8 long), the closure's zero_grad inside
+    # it at 1, 11, 21, 31 (Adam: one call per step), no work known (a trace's work leaves out
+    # what runs inside the optimizer's ranges): each step to the next, the last to its end
+    step = _series([0, 10, 20, 30], [8, 18, 28, 38])
+    out = steady.optimizer_iterations(step, _series([1, 11, 21, 31]), [])
+    assert out["host_start_ns"] == [0, 10, 20, 30] and out["gpu_end_ns"] == [10, 20, 30, 38]
+    # LBFGS: several closure calls per step, the last step fewer (it converged): the same
+    out = steady.optimizer_iterations(step, _series([1, 3, 5, 11, 13, 15, 21, 23, 25, 31]), [])
+    assert out["host_start_ns"] == [0, 10, 20, 30] and out["gpu_end_ns"] == [10, 20, 30, 38]
+    # on a GPU, zero_grad at the iteration's start (0, 10, 20, 30), a forward (1, 11, ...), the
+    # step at 6, 16, ...: its GPU end (12) lies past the next zero_grad (10) when the host runs
+    # ahead, its host end (7) does not: no closure, the step closes its iteration
+    gpu = {**_series([6, 16, 26, 36], [12, 22, 32, 42]), "host_end_ns": [7, 17, 27, 37]}
+    out = steady.optimizer_iterations(gpu, _series([0, 10, 20, 30]), [1, 11, 21, 31])
+    assert out["host_start_ns"] == [0, 6, 16, 26]
+
+
+def test_within_says_which_times_lie_inside_one_of_the_ranges() -> None:
+    # ranges [10, 20] and [30, 40]: their ends included, the gap between them and before
+    # the first outside
+    assert steady.within([5, 10, 15, 20, 25, 30, 40, 45], [10, 30], [20, 40]).tolist() == [
+        False, True, True, True, False, True, True, False]
+    assert steady.within([5], [], []).tolist() == [False]
+
+
 def test_steps_that_compiled_leave_the_rate_and_the_p50_unless_most_steps_compile() -> None:
     # steps of 10 ms back to back (0-10, 10-20, ...); torch.compile compiled from 33 to 37
     # (inside the 4th step) and from 95 to 200 (the 10th's end and after: 5 ns of it inside)

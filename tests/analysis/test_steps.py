@@ -16,7 +16,8 @@ import pytest
 from conftest import FIXTURES
 from perfdoctor.pipeline import load_trace
 from perfdoctor.analysis.metrics import analyze
-from perfdoctor.analysis.steps import AUTO_STEP, find_steps, iteration_instance, repeating_region
+from perfdoctor.analysis.steps import AUTO_STEP, enclosed_marks, find_steps, iteration_instance, other_optimizers, repeating_region
+from perfdoctor.names import ranges as rangenames
 from perfdoctor.profile import BundleFacts
 
 CASES = [
@@ -68,6 +69,32 @@ def test_a_layer_is_not_a_step_the_outermost_repetition_is() -> None:
 
 def test_no_repetition_means_no_automatic_step() -> None:
     assert repeating_region(np.arange(50)) is None
+
+
+ZERO_GRAD, STEP = "Optimizer.zero_grad#LBFGS.zero_grad", "Optimizer.step#LBFGS.step"
+
+
+def test_a_loop_range_run_inside_another_marks_no_iteration() -> None:
+    # optimizer.step(closure) over [0, 8], [10, 18], [20, 28]; the closure's zero_grad inside
+    # each (at 1, 3 | 11 | 21, 23), or outside, at the iteration's start (at 9, 19, 29)
+    step = ([0, 10, 20], [8, 18, 28])
+    assert enclosed_marks({STEP: step, ZERO_GRAD: ([1, 3, 11, 21, 23], [2, 4, 12, 22, 24])}) == {ZERO_GRAD}
+    assert enclosed_marks({STEP: step, ZERO_GRAD: ([9, 19, 29], [9, 19, 29])}) == set()
+    # one of three inside (a zero_grad after the loop's last step, say) is not most of them
+    assert enclosed_marks({STEP: step, ZERO_GRAD: ([1, 9, 19], [2, 9, 19])}) == set()
+    # other ranges are never marks: a user range around the whole loop encloses nothing
+    assert enclosed_marks({"train": ([-1], [100]), STEP: step}) == set()
+
+
+def test_one_optimizers_steps_named_apart_leave_the_other_optimizer_ranges_no_mark() -> None:
+    fetch = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    zero_grad, step = "Optimizer.zero_grad#Adam.zero_grad", "Optimizer.step#Adam.step"
+    mine = rangenames.optimizer_instance(step, 2)
+    assert mine == "Optimizer.step#Adam#2.step" and rangenames.parse_optimizer_instance(mine) == (step, 2)
+    assert rangenames.parse_optimizer_instance(step) is None
+    # the data loader's fetch still marks the iteration (it comes first); a user range is none
+    assert other_optimizers([fetch, zero_grad, step, mine, "train"]) == {zero_grad, step}
+    assert other_optimizers([fetch, zero_grad, step]) == set()
 
 
 def test_the_instance_that_encloses_the_others_calls_marks_the_iteration() -> None:

@@ -752,11 +752,6 @@ def test_torchscript_recommendation_inference_steps_per_request_batch(tmp_path: 
 # search / top-k sampling over a left-padded batch, an HF pipeline over a list.
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "two optimizers of one class share one range name: rule 7 of analysis/steps.py (choose_step's loop ranges) takes "
-    "'Optimizer.step#Adam.step' as the iteration, critic + 1 per iteration: 5 critic steps: 180 steps for the program's "
-    "30, p50 1.42 ms and 1e3/steps_per_s 1.43 ms for its 8.5 ms/iteration; 1 critic step (DCGAN's D step, G step): 60 "
-    "for 30, 0.76 ms for 1.9"))
 @pytest.mark.parametrize("critic", [5, 1])
 def test_wgan_gp_two_optimizers_steps_per_iteration_not_per_optimizer_step(tmp_path: Path, critic: int) -> None:
     # WGAN-GP toy loop, no DataLoader: per iteration 5 critic steps (each with a gradient
@@ -828,13 +823,6 @@ def test_hf_pipeline_over_a_list_steps_per_batch(tmp_path: Path) -> None:
     assert 1e3 / rate.value == pytest.approx(result["ms_per_step"], rel=0.15)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "optimizer.step(closure), the closure doing optimizer.zero_grad(): rule 7 of analysis/steps.py's choose_step takes "
-    "Optimizer.zero_grad (before Optimizer.step) though each zero_grad runs inside a step's range. LBFGS calls the "
-    "closure 6 times per step (max_iter 5): 'Optimizer.zero_grad#LBFGS.zero_grad' 120x, 119 steps for the program's 20, "
-    "p50 4.89 ms and 1e3/steps_per_s 4.58 ms for its 29.2 ms/iteration. Adam (one closure call per step): 19 steps for "
-    "20: analysis/steady.py's optimizer_iterations adds the last iteration only when k of the other marks (the "
-    "Optimizer.step ranges) start after the last zero_grad, and here every step starts before its own zero_grad"))
 @pytest.mark.parametrize("optimizer", ["lbfgs", "adam"])
 def test_pinn_with_a_closure_steps_per_optimizer_step_not_per_closure_call(tmp_path: Path, optimizer: str) -> None:
     # a PINN for Burgers' equation: the residual's derivatives by autograd.grad

@@ -48,7 +48,9 @@ from perfdoctor.console import leave
 from perfdoctor.names import ranges as rangenames
 from perfdoctor.record.bootstrap.ranges import hook_ranges
 from perfdoctor.record.bootstrap.session import Session
-from perfdoctor.record.bootstrap.steps import ModuleSteps, install_compiled_steps, install_graph_replays, install_step_fn
+from perfdoctor.record.bootstrap.steps import (
+    ModuleSteps, install_compiled_steps, install_graph_replays, install_optimizer_steps, install_step_fn,
+)
 from perfdoctor.record.bootstrap.waits import Waits
 from perfdoctor.record.launch import rank_config
 
@@ -155,6 +157,7 @@ def main(argv: list[str]) -> None:
             session.guard_program_profiler()
         install_compiled_steps(session)
         session.replays = install_graph_replays(session)
+        session.optimizers = install_optimizer_steps(session)
         if config.module_step and session.mode != "light":
             session.modules = ModuleSteps(session, mark=config.module_step)
         elif session.mode == "light" and not config.step_fn and (not config.step or config.step.startswith(rangenames.DATA_LOADER_PREFIX)):

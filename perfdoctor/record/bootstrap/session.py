@@ -86,6 +86,7 @@ class Session:
         # steps.ModuleSteps, when main installs one (typed Any: steps imports this module, not the reverse)
         self.modules: Any = None
         self.replays: Any = None  # steps.GraphReplays, likewise
+        self.optimizers: Any = None  # steps.OptimizerSteps, likewise
         self.waits: Any = None  # waits.Waits, in the light pass
         self.compiles: Any = None  # steps.Compiles, in the light pass once torch.compile is called
         # compiled calls of a whole module (steps.install_compiled_steps): once one repeats,
@@ -124,6 +125,8 @@ class Session:
             self.replays.uninstall()
         if self.waits is not None:
             self.waits.uninstall()
+        if self.optimizers is not None:
+            self.optimizers.uninstall()
 
     def matches(self, name: str) -> bool:
         # "serving step" (the light pass chose the serving ranges): every one of them
@@ -527,6 +530,8 @@ class Session:
             results.lockstep = self.turns.summary()
         if self.mode == "light":
             results.series, error = self.times.series()
+            if self.optimizers is not None:
+                self.optimizers.annotate(results.series, self.times)
             exhausted, exhausted_error = self.exhausted.series()
             results.exhausted = exhausted or None
             profiler_exit, exit_error = self.profiler_exit.series()

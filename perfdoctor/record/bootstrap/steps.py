@@ -562,6 +562,91 @@ def install_graph_replays(session: Session) -> GraphReplays | None:
     return GraphReplays(session, graph_class)
 
 
+# --- one optimizer's steps ----------------------------------------------------------------
+
+
+class OptimizerSteps:
+    """Which optimizer made each ``Optimizer.step#Class.step`` range: torch names the range
+    after the optimizer's class only, so a GAN's two Adams (the critic's, stepped k times
+    per iteration, and the generator's, once) share one name and read as k + 1 steps per
+    iteration. Through torch's global step hooks, which ``Optimizer.profile_hook_step`` runs
+    inside that range: a Python call per optimizer step, nothing per module or op.
+
+    Light pass: each step's optimizer, by its ordinal within its class by first step
+    (:class:`Instances`), beside the session's timing of the range (``annotate``), for the
+    light pass to choose the optimizer whose steps mark the iteration. Traced passes whose
+    step is one optimizer's (``Optimizer.step#Adam#2.step``,
+    :func:`perfdoctor.names.ranges.optimizer_instance`): its steps become a perfdoctor region
+    of that name, from the pre-hook to the post-hook, so the tools see that step. The
+    program steps its optimizers in the same order in every pass, as :class:`Instances`
+    assumes of modules."""
+
+    def __init__(self, session: Session, hooks: Any) -> None:
+        self.instances = Instances()
+        self.called: dict[str, list[int]] = {}  # per range name: each step's optimizer, by ordinal
+        self.local = threading.local()  # traced passes: the region the pre-hook opened
+        mark = rangenames.parse_optimizer_instance(session.pattern or "")
+        ordinals, add, called, local, region = self.instances.ordinals, self.instances.add, self.called, self.local, api.region
+
+        def noted(optimizer: Any, args: Any, kwargs: Any) -> None:
+            if not session.disabled:
+                called.setdefault(optimizer_range(optimizer), []).append(ordinals.get(id(optimizer)) or add(optimizer))
+
+        def opened(optimizer: Any, args: Any, kwargs: Any) -> None:
+            if not session.disabled and (optimizer_range(optimizer), ordinals.get(id(optimizer)) or add(optimizer)) == mark:
+                local.region = (id(optimizer), region(session.pattern))
+                local.region[1].__enter__()
+
+        def closed(optimizer: Any, args: Any, kwargs: Any) -> None:
+            # only the marked optimizer's own step closes it (an optimizer that steps an
+            # inner one, as Lookahead does, runs the inner's hooks inside its own)
+            open_region = getattr(local, "region", None)
+            if open_region is not None and open_region[0] == id(optimizer):
+                local.region = None
+                open_region[1].__exit__(None, None, None)
+
+        if session.mode == "light":
+            self.handles = [hooks.register_optimizer_step_pre_hook(noted)]
+        elif mark is not None:
+            self.handles = [hooks.register_optimizer_step_pre_hook(opened), hooks.register_optimizer_step_post_hook(closed)]
+        else:
+            self.handles = []
+
+    def annotate(self, series: dict[str, dict[str, Any]], times: StepTimes) -> None:
+        """The light pass's ``series`` of each optimizer range stepped by two optimizers or
+        more that each stepped twice or more gets ``instance``: each kept step's optimizer
+        (a range timed without its hook's note, which never happens in torch, leaves the name
+        as it was)."""
+        for name, called in self.called.items():
+            if name in series and len(called) == len(times.host.get(name, ())):
+                ordinals = [called[i] for i in times.kept(name)]
+                if sum(n >= 2 for n in Counter(ordinals).values()) >= 2:
+                    series[name]["instance"] = ordinals
+
+    def uninstall(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []
+
+
+def optimizer_range(optimizer: Any) -> str:
+    """torch's range name for ``optimizer``'s steps (``Optimizer.profile_hook_step``'s)."""
+    return f"{rangenames.OPTIMIZER_STEP_PREFIX}{type(optimizer).__name__}.step"
+
+
+def install_optimizer_steps(session: Session) -> OptimizerSteps | None:
+    """:class:`OptimizerSteps` in the light pass, and in a traced pass whose step is one
+    optimizer's; elsewhere nothing (no cost). None with a torch too old for global
+    optimizer hooks (before 2.0): there the steps stay one series per class."""
+    from torch.optim import optimizer as hooks  # the module (torch.optim's own attribute of that name is gone)
+
+    if not hasattr(hooks, "register_optimizer_step_post_hook"):
+        return None
+    if session.mode != "light" and rangenames.parse_optimizer_instance(session.pattern or "") is None:
+        return None
+    return OptimizerSteps(session, hooks)
+
+
 # --- --step-fn ---------------------------------------------------------------------------
 
 
