@@ -46,6 +46,15 @@ def test_critical_path_host_running_ahead_is_the_completion_interval() -> None:
     assert steady.host_lead_ns(h, g).tolist() == [9, 18]
 
 
+def test_critical_path_of_a_step_that_ran_beside_the_one_before_is_its_own_span() -> None:
+    # Two pool workers: step 1 (thread B, 5-40) started and ended inside step 0 (thread A,
+    # 0-60); queued behind it would read 40 - 60 = -20. Step 2 (A again, 70-100) is queued
+    # behind nothing: 30. Step 3 (B, 80-110) ended after step 2: behind it, 110 - 100.
+    h = [0, 5, 70, 80]
+    g = [60, 40, 100, 110]
+    assert steady.critical_path_ns(h, g).tolist() == [60, 35, 30, 10]
+
+
 def test_critical_path_of_empty_and_single_series() -> None:
     assert steady.critical_path_ns([], []).size == 0
     assert steady.critical_path_ns([5], [12]).tolist() == [7]
