@@ -143,6 +143,11 @@ def loop_iterations(
     of an epoch ran to the next epoch's first fetch, through everything between (an
     evaluation loop: one step of 27 ms among 4 ms ones). (The optimizer's step, which
     closes a group of accumulated batches, is timed over its group: :func:`step_groups`.)
+    An end of pass whose iteration holds the loop's work (a training mark, else the work
+    below) begins that iteration after all: a prefetcher (Apex's ``data_prefetcher``)
+    fetches batch k+1 before training batch k, so the pass's last batch trains after the
+    fetch that found the loader exhausted, up to the next fetch (the prefetcher's next
+    ``next()`` raises again): text_train.py --prefetcher read 30 steps for its 32 batches.
 
     ``training_marks``: host starts of the optimizer's ``step`` and ``zero_grad`` in a run
     that trains: only the iterations holding one are kept, so an evaluation loop's batches
@@ -170,29 +175,33 @@ def loop_iterations(
     order = np.argsort(host, kind="stable")
     ends = iteration_ends_ns(starts[order], gpu_end[order], stop_at_pauses=False)
     mine = order < n
-    keep = mine.copy()
-    keep[-1:] = False  # the last range has no next start
+    begins = np.ones(order.size, dtype=bool)
+    begins[-1:] = False  # the last range has no next start
+    keep = mine & begins
     if training_marks is not None and len(training_marks):
         bounds = np.append(host[order][1:], np.iinfo(np.int64).max)
         marks = np.sort(_ns(training_marks))
         holds = np.searchsorted(marks, host[order], side="left") < np.searchsorted(marks, bounds, side="left")
         if np.count_nonzero(keep & holds) >= 2:
-            keep &= holds
+            keep = begins & holds  # an end of pass too, when a prefetcher's last batch trains after it
     elif work_ns is not None and calls.get("host_end_ns") is not None:
         fetched = np.concatenate((_ns(calls["host_end_ns"][:n]), host[n:]))[order]  # an end of pass fetched nothing
         held = holds_work(fetched, np.append(host[order][1:], np.iinfo(np.int64).max), work_ns)
         if np.count_nonzero(keep & held) >= 2:
-            keep &= held
+            keep = begins & held
     index = order[keep]
     gpu_start = calls.get("gpu_start_ns")
+    if gpu_start is not None:
+        gpu_start = list(gpu_start[:n]) + list(ends_of_passes.get("gpu_start_ns") or [None] * m)[:m]
     out = {
-        "host_start_ns": [int(calls["host_start_ns"][i]) for i in index],
+        "host_start_ns": host[index].tolist(),
         "gpu_start_ns": [gpu_start[i] for i in index] if gpu_start is not None else None,
         "gpu_end_ns": ends[keep].tolist(),
     }
     if m:
         at = np.flatnonzero(keep)
-        out["pass_ended"] = _ended_between(~mine, at + 1, at).tolist()
+        # from the previous step's own fetch on: an end of pass that began a step ended its pass too
+        out["pass_ended"] = _ended_between(~mine, at, at).tolist()
     return out
 
 
@@ -353,8 +362,14 @@ def training_batches(fetch_host_ns: list[int], ends_of_passes_host_ns: list[int]
     parts them: Lightning's sanity check before the first step (with its validation at each
     epoch's end: 71 counted for 64 steps before). Fetches after a pass's last group (an
     evaluation loop after the training batches, a batch ``break`` left) close none. All of
-    them when no iteration holds a mark."""
+    them when no iteration holds a mark. An end of pass followed by a mark before the next
+    fetch or end counts as a fetch (:func:`loop_iterations`: a prefetcher trains the pass's
+    last batch after the fetch that found the loader exhausted)."""
     fetches, ends, marks = np.sort(_ns(fetch_host_ns)), np.sort(_ns(ends_of_passes_host_ns)), np.sort(_ns(training_marks))
+    every = np.sort(np.r_[fetches, ends])
+    nxt = np.append(every[1:], np.iinfo(np.int64).max)[np.searchsorted(every, ends, side="right") - 1]
+    trains = np.searchsorted(marks, ends, side="left") < np.searchsorted(marks, nxt, side="left")
+    fetches, ends = np.sort(np.r_[fetches, ends[trains]]), ends[~trains]
     passes = np.searchsorted(ends, fetches, side="left")  # each fetch's pass: ends before it
     bound = np.minimum(np.append(fetches[1:], np.iinfo(np.int64).max),
                        np.append(ends, np.iinfo(np.int64).max)[passes])  # its iteration's end

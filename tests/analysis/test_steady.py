@@ -607,6 +607,27 @@ def test_an_epoch_ended_by_break_keeps_its_training_batches_only() -> None:
     assert steady.training_batches(fetches["host_start_ns"], ended["host_start_ns"], marks) == 4
 
 
+
+def test_a_prefetchers_last_batch_trains_after_the_end_of_its_pass() -> None:
+    # Apex's data_prefetcher, two epochs of 4 batches: it fetches batch k+1 (F) before
+    # training batch k (T, its optimizer marks): F0 0, F1 10, T0 12, F2 20, T1 22, F3 30,
+    # T2 32, then the fetch that raises StopIteration (40), T3 42, and the prefetcher's next
+    # next() raising again (50); the next epoch 100 later
+    fetches = _series([0, 10, 20, 30, 100, 110, 120, 130])
+    ended = _series([40, 50, 140, 150])
+    marks = [12, 22, 32, 42, 112, 122, 132, 142]
+    out = steady.loop_iterations(fetches, ended, marks)
+    # the iteration from the first end of pass holds T3: a step, to the second end (before:
+    # no step, 6 for 8 batches); F0's iteration holds no mark: none
+    assert out["host_start_ns"] == [10, 20, 30, 40, 110, 120, 130, 140]
+    assert out["gpu_end_ns"] == [20, 30, 40, 50, 120, 130, 140, 150]
+    # the epoch's end lies between the step begun at 40 and the next epoch's first
+    assert out["pass_ended"] == [False, False, False, False, True, False, False, False]
+    assert steady.training_batches(fetches["host_start_ns"], ended["host_start_ns"], marks) == 8
+    # the evaluation loop's prefetcher: its model's calls (3 after each batch's fetch) hold the work
+    calls = {**_series([0, 10, 20, 30]), "host_end_ns": [2, 12, 22, 32]}
+    assert steady.loop_iterations(calls, _series([40, 50]), None, [13, 23, 33, 43])["host_start_ns"] == [10, 20, 30, 40]
+
 def _groups(steps: list[int], fetches: list[int], ended: list[int]) -> list[tuple[int, int]]:
     """Each optimizer step's iteration as (its group's first fetch, the first fetch after it)."""
     every = sorted(fetches + ended)

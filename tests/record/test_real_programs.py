@@ -842,19 +842,15 @@ def test_pinn_with_a_closure_steps_per_optimizer_step_not_per_closure_call(tmp_p
     assert 1e3 / rate.value == pytest.approx(result["ms_per_step"], rel=0.15)
 
 
-_PREFETCH_WRONG = pytest.mark.xfail(strict=True, reason=(
-    "Apex's data_prefetcher fetches batch k+1 before training batch k, so each epoch's fetches go F0 F1 T0 F2 T1 ... "
-    "F16(StopIteration) T15: analysis/steady.py's loop_iterations drops F0->F1 (no training mark: right) and lets the "
-    "StopIteration fetch begin no iteration, so T15 after it is in no step: 30 steps for the program's 32 batches "
-    "(2 epochs of 16); the mean step (13.1 ms for 13.2) is right"))
-
-
-@pytest.mark.parametrize("prefetcher", [False, pytest.param(True, marks=_PREFETCH_WRONG)])
+@pytest.mark.parametrize("prefetcher", [False, True])
 def test_padded_text_training_steps_per_batch(tmp_path: Path, prefetcher: bool) -> None:
     # variable-length sequences, a collate_fn padding each batch, pin_memory (on CUDA),
     # non_blocking copies, a Transformer encoder classifier; --prefetcher: Apex's
     # data_prefetcher (`while batch is not None`, the next batch fetched inside next()),
-    # without its side stream on a CPU. One step per training batch, 16 per epoch
+    # without its side stream on a CPU. One step per training batch, 16 per epoch; with the
+    # prefetcher each epoch's fetches go F0 F1 T0 F2 T1 ... F16(StopIteration) T15
+    # F17(StopIteration again): the last batch's step begins at the end of its pass (before:
+    # 30 steps for 32)
     light, series, result = _run(tmp_path, "text_train.py", "--device", "cpu", "--dim", "64", "--heads", "4", "--layers", "1",
                                   "--vocab", "1000", "--samples", "256", "--batch", "16", "--max-len", "64", "--epochs", "2",
                                   *(("--prefetcher",) if prefetcher else ()), env={"OMP_NUM_THREADS": "1"})
