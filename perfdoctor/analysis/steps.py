@@ -254,7 +254,9 @@ GROUP_CLIP = 64.0  # gaps longer than this many times the first quartile weigh a
 @dataclass(frozen=True)
 class CallGroups:
     """A module step of ``calls`` calls per loop iteration (:func:`call_groups`): ``sizes``,
-    each group's number of calls in call order (they sum to the calls), mostly ``calls``."""
+    each group's number of calls in call order (they sum to the calls), mostly ``calls``.
+    Of :func:`site_groups`, the sizes vary and ``calls`` is 1: one call per step past the
+    groups known (a traced pass's calls after the light pass's last group)."""
 
     calls: int
     sizes: list[int]
@@ -390,6 +392,57 @@ def _cut_groups(short: np.ndarray, outer: np.ndarray, k: int) -> list[int]:
         state = came[state]
     sizes.append(size)
     return sizes[::-1]
+
+
+# --- a module called from several places per iteration ------------------------------------
+
+
+def iteration_site(sites: Sequence[int]) -> int | None:
+    """Which call site of one module marks the loop iteration, from the site of each of its
+    depth-0 calls in call order (ordinals by first call: the place in the program that made
+    the call, :class:`perfdoctor.record.bootstrap.steps.ModuleSteps`); None when none does,
+    and then every call is a step, as with one site.
+
+    A continuous-batching server prefills each newly admitted request with a forward of its
+    own, then runs one decode forward over the running batch: per scheduler iteration the
+    decode's site once and the prefill's 0 to n times (cont_batch.py: 47 iterations, 24
+    prefills; a step per forward read 71). The site called most often marks the iteration
+    (of two called alike, the one first called last: the loop body's last call closes it,
+    classifier-free guidance written as two calls) when each other site's calls lie inside
+    its loop: more than ``ENCLOSES`` of them between its first call and its last (not a
+    warm-up loop before it), and more than its calls per gap between two of theirs, the
+    outer-loop test of :func:`iteration_instance` (``other.size ** 2 > mine.size``): a
+    prefill once per generation before a run of decode calls (HF generate's ``_prefill``, a
+    hand-written ``generate()``) marks an outer loop, and its call is a step of its own, the
+    generation's first token. (Two models read the other way, the one called less often
+    marking the iteration: an assisted generate's draft is a helper called several times
+    in every iteration; a site called less often is work only some iterations do.)"""
+    at = np.asarray(sites, dtype=np.int64)
+    ordinals, counts = np.unique(at, return_counts=True)
+    if ordinals.size < 2:
+        return None
+    mark = int(max(zip(counts.tolist(), ordinals.tolist()))[1])  # ordinals are in order of first call
+    mine = np.flatnonzero(at == mark)
+    for o in ordinals[ordinals != mark]:
+        theirs = np.flatnonzero(at == o)
+        inside = np.mean((theirs > mine[0]) & (theirs < mine[-1]))
+        if inside <= ENCLOSES or theirs.size ** 2 <= mine.size:
+            return None
+    return mark
+
+
+def site_groups(sites: Sequence[int]) -> CallGroups | None:
+    """A module's calls (their sites in call order, :func:`iteration_site`) grouped one per
+    loop iteration: each group the calls since the previous call of the marking site, up to
+    and with its next call (an iteration's prefills, then its decode); calls after the last
+    one, a group of their own. None when no site marks the iteration."""
+    mark = iteration_site(sites)
+    if mark is None:
+        return None
+    bounds = np.r_[0, np.flatnonzero(np.asarray(sites) == mark) + 1]
+    if bounds[-1] < len(sites):
+        bounds = np.r_[bounds, len(sites)]
+    return CallGroups(1, np.diff(bounds).astype(int).tolist())
 
 
 def _iteration_marks(marks: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:

@@ -61,7 +61,11 @@ def module_step(
     first call as the iteration, and the entry says so (``calls_per_step``, and ``groups``:
     the group sizes in call order, run-length encoded, which the traced passes follow to mark
     each group's first call only); one step per call read 2 steps per denoising step at half
-    its time."""
+    its time. Else, one instance called from several places in its loop, one of which marks
+    the iteration (:func:`perfdoctor.analysis.steps.site_groups`: a continuous-batching
+    server's decode, once per iteration, after the prefills of the requests it admitted):
+    the step is each group of calls up to and with that place's call, ``groups`` saying so
+    (one step per forward read 71 for 47 scheduler iterations)."""
     found = choose_module(modules)
     if found is None:
         return None
@@ -75,6 +79,13 @@ def module_step(
         rows = series_rows(calls, range(len(calls["gpu_end_ns"])))
         groups = steps.call_groups(calls["host_start_ns"][: len(calls["gpu_end_ns"])],
                                    calls.get("host_end_ns") or calls["gpu_end_ns"], calls.get("tid"))
+        sited = steps.site_groups(calls["site"]) if groups is None and calls.get("site") else None
+        if sited is not None:
+            how = (f"module: {cls}, one step per iteration of its loop ({len(sited.sizes)} for its {len(calls['gpu_end_ns'])} "
+                   "calls): the call from the place that calls it once per iteration, with the calls from its other places since the one before")
+            span = ("the loop iteration: the calls from the other places, then the one from the place that marks it, and the host "
+                    "work until the next iteration's first call")
+            return name, grouped_series(rows, sited), {**module, "span": span, "groups": sited.runs()}, how, None
         if groups is None:
             return name, rows, module, f"module: {cls}", None
         k = groups.calls

@@ -16,7 +16,8 @@ import pytest
 from conftest import FIXTURES
 from perfdoctor.pipeline import load_trace
 from perfdoctor.analysis.metrics import analyze
-from perfdoctor.analysis.steps import AUTO_STEP, enclosed_marks, find_steps, iteration_instance, other_optimizers, repeating_region
+from perfdoctor.analysis.steps import (AUTO_STEP, enclosed_marks, find_steps, iteration_instance, iteration_site, other_optimizers,
+                                      repeating_region, site_groups)
 from perfdoctor.names import ranges as rangenames
 from perfdoctor.profile import BundleFacts
 
@@ -118,6 +119,33 @@ def test_the_instance_that_encloses_the_others_calls_marks_the_iteration() -> No
     assert iteration_instance([1] * 8) is None
     assert iteration_instance([1, 2, 1, 3, 1, 4, 1, 5]) is None
 
+
+
+def test_the_site_called_in_every_iteration_marks_it_when_the_others_are_inside_its_loop() -> None:
+    # each depth-0 call of one module, by its call site's ordinal (by first call)
+    prefill, decode = 1, 2
+    # a continuous-batching loop: 4 requests admitted in the first iteration, then one every
+    # other iteration; each iteration's prefills, then its one decode
+    server = [prefill] * 4 + [decode] + ([decode] + [prefill, decode]) * 8 + [decode] * 3
+    assert iteration_site(server) == decode
+    groups = site_groups(server)
+    assert groups.sizes == [5] + [1, 2] * 8 + [1] * 3 and groups.calls == 1
+    # a call after the last decode (a request admitted as the loop ends): a group of its own
+    assert site_groups(server + [prefill]).sizes == groups.sizes + [1]
+    # a generate loop: its prefill once per generation marks an outer loop (3 calls, 3 ** 2
+    # <= 15 decodes): every call a step
+    assert iteration_site(([prefill] + [decode] * 5) * 3) is None
+    # a warm-up loop before the timed loop (image_infer.py's two `model(x)`): not inside it
+    assert iteration_site([1] * 10 + [2] * 20) is None
+    # two calls per iteration from two places (classifier-free guidance): the body's last
+    # call closes the iteration
+    assert iteration_site([1, 2] * 6) == 2
+    assert site_groups([1, 2] * 6).sizes == [2] * 6
+    # one site (the common case), or a site called once: no mark
+    assert iteration_site([1] * 8) is None and site_groups([1] * 8) is None
+    assert iteration_site([1] * 4 + [2] + [1] * 4) is None
+    # a third site outside the loop (a last call after it) is enough for none
+    assert iteration_site(server + [3]) is None
 
 def test_library_ranges_are_never_the_step() -> None:
     p = load_trace(FIXTURES / "h200-decode-eager-5steps.kineto.json.gz")

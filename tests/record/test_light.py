@@ -424,6 +424,31 @@ def test_a_model_called_twice_back_to_back_per_iteration_is_one_module_step_per_
     assert "calls_per_step" not in module and how == "module: UNet"
 
 
+
+def test_a_model_called_from_two_places_in_its_loop_is_one_module_step_per_iteration():
+    """A continuous-batching loop: per iteration the prefills of the requests it admitted
+    (site 1: 2 in the first iteration, then one every other), then one decode (site 2), 0.3
+    ms of loop work between any two calls (no back-to-back groups). The light pass's module
+    step is each iteration: from its first call's start to its decode's end."""
+    from perfdoctor.record.light import module_step
+
+    us = 1_000
+    sites = [1, 1, 2] + [2, 1, 2] * 5 + [2]
+    starts = [k * 1_000 * us for k in range(len(sites))]
+    ends = [h + 700 * us for h in starts]
+    calls = {"host_start_ns": starts, "gpu_start_ns": None, "gpu_end_ns": ends, "tid": [1] * len(sites), "host_end_ns": ends,
+             "site": sites}
+    name, series, module, how, joined = module_step({"0": {"GPT.forward": calls}}, {})
+    assert name == "GPT.forward" and joined is None
+    # groups [1, 1, 2], [2], [1, 2], ..., [2]: 12 iterations for 19 calls
+    assert series["host_start_ns"] == [starts[i] for i in [0, 3, 4, 6, 7, 9, 10, 12, 13, 15, 16, 18]]
+    assert series["gpu_end_ns"] == [ends[i] for i in [2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18]]
+    assert module["groups"] == [[3, 1]] + [[1, 1], [2, 1]] * 5 + [[1, 1]]
+    assert "calls_per_step" not in module and "12 for its 19 calls" in how
+    # one place only: a step per call, as before
+    one = {k: v for k, v in calls.items() if k != "site"}
+    assert module_step({"0": {"GPT.forward": one}}, {})[3] == "module: GPT"
+
 def test_the_light_pass_notes_each_dynamo_compilation_once_however_often_installed() -> None:
     """The bootstrap's Compiles: dynamo's compile-time callbacks (torch 2.13's
     ``torch._dynamo.callback``), installed at every torch.compile call but registered once,

@@ -234,6 +234,45 @@ def test_a_traced_pass_marks_only_the_first_call_of_each_group_the_light_pass_fo
     assert regions.names == ["Net.forward"] * 6
 
 
+
+def test_each_call_notes_its_call_site_and_a_traced_pass_follows_the_groups_by_site() -> None:
+    # a continuous-batching loop's rhythm: per iteration a prefill call for each newly
+    # admitted request (2 in the first, then one every other iteration), then one decode call
+    net, x = Net(), torch.zeros(2)
+    admitted = [2, 0, 1, 0, 1, 0, 1, 0]
+
+    def loop() -> None:
+        for n in admitted:
+            for _ in range(n):
+                net(x)  # the prefill's place
+            net(x)  # the decode's
+
+    steps = ModuleSteps(types.SimpleNamespace(timer=Timer()))
+    try:
+        loop()  # scouting, then narrowed: the sites noted on both paths
+        series, _ = steps.series()
+    finally:
+        steps.uninstall()
+    prefill, decode = 1, 2  # ordinals by first call
+    want = [site for n in admitted for site in [prefill] * n + [decode]]
+    assert series["0"]["Net.forward"]["site"] == want and len(series["0"]["Net.forward"]["gpu_end_ns"]) == len(want)
+    # a traced pass given the light pass's groups by site (sizes that vary, no calls_per_step):
+    # each group's first call, then one call per step past the groups
+    regions = Regions()
+    api.subscribe(regions)
+    mark = {"name": "Net.forward", "depth": 0, "class": f"{Net.__module__}.{Net.__qualname__}", "groups": [[3, 1], [1, 1], [2, 1]]}
+    steps = ModuleSteps(types.SimpleNamespace(timer=Timer()), mark=mark)
+    marked = []
+    try:
+        for _ in range(8):
+            before = len(regions.names)
+            net(x)
+            marked.append(len(regions.names) > before)
+    finally:
+        steps.uninstall()
+        api._listeners.remove(regions)
+    assert marked == [True, False, False, True, True, False, True, True]
+
 def test_perfdoctor_run_of_an_unmodified_program_finds_one_step_per_forward(tmp_path: Path) -> None:
     """The real thing: image_infer.py (10 forwards of a tiny ResNet-18) under `perfdoctor run`."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}

@@ -99,6 +99,32 @@ class Instances:
         self.refs.pop(key, None)
 
 
+class Sites:
+    """Each place in the program that calls a module at depth 0 (the caller's code object and
+    instruction), an ordinal by its first call (1 for the first): a continuous-batching loop
+    calls its model from two places, an admitted request's prefill and the batch's decode,
+    and the light pass tells which marks the iteration
+    (:func:`perfdoctor.analysis.steps.iteration_site`). A code object is known by its ``id()``
+    while it lives: the functions of a running loop do.
+
+    On the hot path ``of(sys._getframe(1))``: a frame read, a tuple and a dict read per
+    depth-0 call, 0.45-0.6 us on this 2-core CPU box under load (the instance's note: 0.1-0.25
+    us in the same run), once per model call, not per submodule."""
+
+    def __init__(self) -> None:
+        self.ordinals: dict[tuple[int, int], int] = {}
+        self.lock = threading.Lock()
+
+    def of(self, frame: Any) -> int:
+        """The ordinal of the call site ``frame`` (the caller's) is at, given now if it has none."""
+        key = (id(frame.f_code), frame.f_lasti)
+        ordinal = self.ordinals.get(key)
+        if ordinal is None:
+            with self.lock:  # two threads may meet here
+                ordinal = self.ordinals.setdefault(key, len(self.ordinals) + 1)
+        return ordinal
+
+
 class ModuleSteps:
     """``torch.nn.Module.__call__``, wrapped thinly: a program with no step markers at all
     has as its step the outermost repeating module call (metrics.md, "Automatic step").
@@ -124,7 +150,9 @@ class ModuleSteps:
     Each depth-0 call also notes its module's instance (:class:`Instances`: a dict read and
     a list append, +75 ns per call narrowed on this CPU box, over ~1.4 us for the wrapper):
     two instances of one class in one loop (assisted generation's draft and target) are
-    different steps, and the light pass may choose one (``series``).
+    different steps, and the light pass may choose one (``series``). And its call site
+    (:class:`Sites`): one model called from two places in one loop (a server's prefills and
+    decodes) may have one of them mark the iteration.
 
     Traced passes (``mark``): the calls of one class at one depth (of one instance of it,
     when the light pass chose one; each group's first call, when it grouped them k per
@@ -156,6 +184,8 @@ class ModuleSteps:
         self.instances = Instances()
         # per depth-0 step name: the instance (its ordinal) of each call, beside times[0]'s
         self.called: dict[str, list[int]] = {}
+        self.sites = Sites()
+        self.sited: dict[str, list[int]] = {}  # per depth-0 step name: each call's site, beside times[0]'s
         # once a loop range is the step (keep_work): the host start of each depth-0 call, not
         # timed — the work of the loop's iterations, which tells a fetch that fetched a batch
         # from one a `break` left (perfdoctor.analysis.steady.holds_work)
@@ -172,6 +202,7 @@ class ModuleSteps:
         per class, depth 0's instances noted."""
         original, local, times, names, classes, tops = self.original, self.local, self.times, self.names, self.classes, self.tops
         called, ordinals, add, compiling = self.called, self.instances.ordinals, self.instances.add, self.compiling
+        sited, site, frame = self.sited, self.sites.of, sys._getframe
         deepest, scout = self.DEPTHS, self.SCOUT_CALLS
         this = self
 
@@ -192,6 +223,7 @@ class ModuleSteps:
             if depth == 0:
                 tops.setdefault(cls, name)
                 called.setdefault(name, []).append(ordinals.get(id(module)) or add(module))
+                sited.setdefault(name, []).append(site(frame(1)))
             series = times[depth]
             series.start(name)
             local.depth = depth + 1
@@ -209,10 +241,12 @@ class ModuleSteps:
         """A traced pass's ``Module.__call__``: the calls of the light pass's module step
         (its class at its depth; its instance, when it chose one) become a region. When the
         light pass grouped the calls k per iteration (``groups``: the group sizes in call
-        order, run-length encoded, :func:`perfdoctor.analysis.steps.call_groups`), only each
+        order, run-length encoded, :func:`perfdoctor.analysis.steps.call_groups`; or by their
+        call sites, :func:`perfdoctor.analysis.steps.site_groups`, sizes that vary), only each
         group's first call does: one region per step, which the window counts and a trace
         reads as the iteration's mark. The program calls the same way in every pass (as
-        :class:`Instances` assumes); past the light pass's last group, groups of k."""
+        :class:`Instances` assumes); past the light pass's last group, groups of k (1 for
+        groups by site)."""
         original, local, compiling, region = self.original, self.local, self.compiling, api.region
         step_depth, path, step_name, instance = int(mark["depth"]), mark["class"], mark["name"], mark.get("instance")
         ordinals, add = self.instances.ordinals, self.instances.add
@@ -245,7 +279,7 @@ class ModuleSteps:
         called once per call of the step's module that says whether this call begins a
         group; None for one call per step."""
         runs, k = mark.get("groups"), int(mark.get("calls_per_step") or 1)
-        if not runs or k < 2:
+        if not runs:
             return None
         sizes = (int(size) for size, times in runs for _ in range(int(times)))
         left = [0]  # calls still to come in the open group
@@ -283,6 +317,7 @@ class ModuleSteps:
         by torch.compile go straight to ``inner``."""
         local, series, compiling = self.local, self.times[0], self.compiling
         called, ordinals, add = self.called.setdefault(name, []), self.instances.ordinals, self.instances.add
+        sited, site, frame = self.sited.setdefault(name, []), self.sites.of, sys._getframe
         work, clock, this = self.work_ns, time.perf_counter_ns, self
 
         by_instance = scripted(cls)  # TorchScript: each instance's name, its original_name
@@ -302,6 +337,7 @@ class ModuleSteps:
                 step = module_step_name(cls, module, this.classes)
                 this.classes.setdefault(step, module_class_path(cls))
             (this.called.setdefault(step, []) if by_instance else called).append(ordinals.get(id(module)) or add(module))
+            (this.sited.setdefault(step, []) if by_instance else sited).append(site(frame(1)))
             series.start(step)
             local.depth = 1  # a step class called inside this call is not a step
             try:
@@ -338,7 +374,9 @@ class ModuleSteps:
         more that each made two calls or more (that repeat) also has ``instance``: each
         call's instance, by ordinal (:class:`Instances`), for the light pass to tell which
         one marks the loop iteration (:func:`perfdoctor.analysis.steps.iteration_instance`);
-        a class with one such instance, the common case, reads as it always did."""
+        a class with one such instance, the common case, reads as it always did. One called
+        from two places or more also has ``site``: each call's site, by ordinal
+        (:class:`Sites`, :func:`perfdoctor.analysis.steps.iteration_site`)."""
         out: dict[str, dict[str, Any]] = {}
         error = None
         for depth, times in enumerate(self.times):
@@ -349,6 +387,11 @@ class ModuleSteps:
                 ordinals = [called[i] for i in self.times[0].kept(name)]
                 if sum(n >= 2 for n in Counter(ordinals).values()) >= 2:
                     out["0"][name]["instance"] = ordinals
+        for name, sited in self.sited.items():
+            if name in out["0"]:
+                sites = [sited[i] for i in self.times[0].kept(name)]
+                if len(set(sites)) >= 2:
+                    out["0"][name]["site"] = sites
         return out, error
 
 
