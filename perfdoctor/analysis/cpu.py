@@ -8,9 +8,9 @@ step ranges; and the observations the evidence supports (one operator dominating
 loader, time outside any operator). Pure: a Profile and its step table in, a
 :class:`CpuView` out (:func:`breakdown`); the words are in :mod:`perfdoctor.reports.cpu`.
 
-Nesting is per host thread: an event is inside the nearest earlier event of its thread that
-has not ended when it starts (events sorted by start, the longer first), as the profiler
-builds its event tree. Each operator and range is counted in the step its start falls in.
+Nesting is per host thread: an event is inside the innermost earlier event of its thread
+that encloses it (events sorted by start, the longer first; :func:`child_ns`), as the
+profiler builds its event tree. Each operator and range is counted in the step its start falls in.
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ import pandas as pd
 
 from perfdoctor.declare import DECLARE_PREFIX
 from perfdoctor.analysis.steps import ran_no_gpu
+from perfdoctor.analysis.hostgaps import PYTHON_SOURCE
 from perfdoctor.analysis.timeline import union_per_group
+from perfdoctor.names.codes import equals
 from perfdoctor.schema import DATA_LOADER_SOURCE
 from perfdoctor.profile import Profile
 from perfdoctor.text import count, percent, value
@@ -40,6 +42,22 @@ DATA_LOADING_SHARE = 0.05
 # Host time outside every operator (Python between ops, or work the profiler does not
 # record) above a quarter of the step: interpretation, not computation, sets the step time.
 OUTSIDE_OPS_SHARE = 0.25
+
+# The iterator class torch names in the fetch's range ("enumerate(DataLoader)#_MultiProcessing
+# DataLoaderIter.__next__"): with it the batches already come from worker processes.
+MULTIPROCESS_ITER = "_MultiProcessingDataLoaderIter"
+NO_WORKERS_ADVICE = ("load in worker processes (DataLoader(num_workers=N), persistent_workers=True, prefetch_factor) so "
+                     "batches are ready when the step asks")
+# With workers the step waits for them: they make batches slower than it uses them. The trace
+# holds only this process, so it cannot say which of their costs is the larger.
+WORKERS_ADVICE = ("the DataLoader already loads in worker processes and the step still waits for them: they make batches "
+                  "slower than the step uses them. Make each sample cheaper (the Dataset's __getitem__ and transforms: "
+                  "profile one worker, or move the per-sample work to batched tensor ops), or add workers (num_workers, "
+                  "while CPU cores are free); prefetch_factor only absorbs bursts, persistent_workers=True saves the "
+                  "workers' start at each epoch, pin_memory=True the copy to a GPU")
+# Where the Python between operators is: a trace with stacks has the frames already.
+RECORD_STACKS = "a trace with Python stacks (torch.profiler.profile(with_stack=True)) names the lines"
+STACKS_NAME_LINES = "the Python frames among the modules and ranges, by self time, name the lines"
 
 
 @dataclass(frozen=True)
@@ -70,8 +88,12 @@ class CpuView:
     ops: pd.DataFrame
     modules: pd.DataFrame
     op_self_ms: float  # Σ operator self time per step (all threads)
-    outside_ops_ms: float  # per step, the time no operator runs on any thread
+    outside_ops_ms: float  # per step, the time no operator runs on any thread, nor a DataLoader fetch
     data_loading_ms: float  # per step, the DataLoader's __next__
+    # the fetch's iterator runs worker processes (_MultiProcessingDataLoaderIter): the advice
+    # cannot be "use workers"
+    loader_workers: bool = False
+    has_stacks: bool = False  # Python frames in the trace (with_stack=True): the module table names the lines
     observations: list[Observation] = field(default_factory=list)
 
     @property
@@ -101,7 +123,14 @@ def is_cpu_only(profile: Profile) -> bool:
 
 
 def child_ns(start: np.ndarray, end: np.ndarray, tid: np.ndarray) -> np.ndarray:
-    """Per event, the summed duration of the events directly inside it (same thread)."""
+    """Per event, the time the events directly inside it (same thread) cover: each event is
+    charged to the innermost earlier event that encloses it (starts no later, ends no
+    earlier). Events need not nest strictly: with ``with_stack=True`` a ``record_function``
+    range opens inside the ``__enter__`` frame and closes inside ``__exit__``, so the frame
+    it only overlaps is skipped and the function around both loses the range's time
+    (charged to ``__enter__``, whose self time clamps to 0, it left the optimizer's wrapper
+    2.47 of its 2.51 ms as self time). Such children overlap each other (``__enter__`` and
+    the range): their union is taken, not their sum, which would count the overlap twice."""
     n = len(start)
     child = np.zeros(n, dtype=np.int64)
     if not n:
@@ -109,15 +138,22 @@ def child_ns(start: np.ndarray, end: np.ndarray, tid: np.ndarray) -> np.ndarray:
     order = np.lexsort((-(end - start), start, tid))  # by thread, then start, the enclosing (longer) first
     s, e, t = start.tolist(), end.tolist(), tid.tolist()
     acc = [0] * n
-    stack: list[int] = []
+    reach = [np.iinfo(np.int64).min] * n  # per event, the latest end among its children so far (they come by start)
+    stack: list[int] = []  # open events by start; one only overlapped may stay below the top after it ended
     thread = None
     for i in order.tolist():
         if t[i] != thread:
             stack, thread = [], t[i]
         while stack and e[stack[-1]] <= s[i]:
             stack.pop()
-        if stack:
-            acc[stack[-1]] += e[i] - s[i]
+        # the top encloses i under strict nesting: one step; else down past the events i outlives
+        j = len(stack) - 1
+        while j >= 0 and e[stack[j]] < e[i]:
+            j -= 1
+        if j >= 0:
+            p = stack[j]
+            acc[p] += max(e[i] - max(s[i], reach[p]), 0)
+            reach[p] = max(reach[p], e[i])
         stack.append(i)
     child[:] = acc
     return child
@@ -181,14 +217,21 @@ def breakdown(profile: Profile, steps: pd.DataFrame, top: int = 10) -> CpuView |
     mod_table = _table(names[sel_mod], self_ns[sel_mod], total[sel_mod], n, mean, top)
     # Time in no operator on any thread (an operator on the autograd thread is work too):
     # the interpreter between operators, or work the profiler does not record.
-    covered = union_per_group(np.maximum(start[sel_op], s0[k[sel_op]]), np.minimum(end[sel_op], s1[k[sel_op]]), k[sel_op], n)
-    outside = float(np.mean(np.maximum((s1 - s0) - covered, 0))) / 1e6
+    # Nor in the DataLoader's fetch: its wait (for worker processes, which the trace does not
+    # hold) is data loading, said once (seen 10.37 ms "no operator" + 9.15 ms data loading in
+    # an 11.37 ms step).
     dl = r[r["source"] == DATA_LOADER_SOURCE]
-    dk = _step_of(dl["start_ns"].to_numpy(np.int64), s0, s1)
-    dtime = (dl["end_ns"] - dl["start_ns"]).to_numpy(np.int64)
-    data_ms = float(dtime[dk >= 0].sum()) / 1e6 / n
-    view = CpuView(steps=n, step_ms=step_ms, ops=op_table, modules=mod_table,
-                   op_self_ms=float(self_ns[sel_op].sum()) / 1e6 / n, outside_ops_ms=outside, data_loading_ms=data_ms)
+    d0, d1 = dl["start_ns"].to_numpy(np.int64), dl["end_ns"].to_numpy(np.int64)
+    dk = _step_of(d0, s0, s1)
+    a, b, g = (np.concatenate([start[sel_op], d0[dk >= 0]]), np.concatenate([end[sel_op], d1[dk >= 0]]),
+               np.concatenate([k[sel_op], dk[dk >= 0]]))
+    covered = union_per_group(np.maximum(a, s0[g]), np.minimum(b, s1[g]), g, n)
+    outside = float(np.mean(np.maximum((s1 - s0) - covered, 0))) / 1e6
+    data_ms = float((d1 - d0)[dk >= 0].sum()) / 1e6 / n
+    workers = bool(dl["name"][dk >= 0].str.contains(MULTIPROCESS_ITER, regex=False, na=False).any())
+    view = CpuView(steps=n, step_ms=step_ms, ops=op_table, modules=mod_table, op_self_ms=float(self_ns[sel_op].sum()) / 1e6 / n,
+                   outside_ops_ms=outside, data_loading_ms=data_ms, loader_workers=workers,
+                   has_stacks=bool(equals(r["source"], PYTHON_SOURCE).any()))
     view.observations = observations(view)
     return view
 
@@ -214,18 +257,17 @@ def observations(view: CpuView) -> list[Observation]:
     if view.data_loading_ms >= DATA_LOADING_SHARE * step_ms:
         found.append(Observation(
             "data-loading", "The step waits for its data (DataLoader)",
-            f"DataLoader __next__: {value(view.data_loading_ms, 'ms')} per step ({percent(view.data_loading_ms / step_ms)} "
+            f"DataLoader __next__{f' ({MULTIPROCESS_ITER}: worker processes)' if view.loader_workers else ''}: "
+            f"{value(view.data_loading_ms, 'ms')} per step ({percent(view.data_loading_ms / step_ms)} "
             f"of the {value(step_ms, 'ms')} step, mean)",
-            "load in worker processes (DataLoader(num_workers=N), persistent_workers=True, prefetch_factor) so "
-            "batches are ready when the step asks",
+            WORKERS_ADVICE if view.loader_workers else NO_WORKERS_ADVICE,
             view.data_loading_ms))
     if view.outside_ops_ms >= OUTSIDE_OPS_SHARE * step_ms:
         found.append(Observation(
             "outside-ops", "Much of the step runs in no operator (Python between ops, or work the profiler does not record)",
-            f"{value(view.outside_ops_ms, 'ms')} per step in no torch operator on any thread "
+            f"{value(view.outside_ops_ms, 'ms')} per step in no torch operator on any thread{' and no DataLoader fetch' if view.data_loading_ms else ''} "
             f"({percent(view.outside_ops_ms / step_ms)} of the {value(step_ms, 'ms')} step, mean)",
-            "the operators are not what sets the step time: a trace with Python stacks (torch.profiler.profile("
-            "with_stack=True)) names the lines; batch per-element Python work into fewer, larger tensor operations, "
-            "or torch.compile the step",
+            f"the operators are not what sets the step time: {STACKS_NAME_LINES if view.has_stacks else RECORD_STACKS}; "
+            "batch per-element Python work into fewer, larger tensor operations, or torch.compile the step",
             view.outside_ops_ms))
     return found

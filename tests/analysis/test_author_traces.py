@@ -237,16 +237,6 @@ def test_with_stack_cpu_trace_not_told_to_record_stacks(stack_trace, tmp_path):
     assert "with_stack=True" not in text
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "with_stack=True: the optimizer's Python frame 'torch/optim/optimizer.py(N): wrapper' is the first row "
-    "of 'Modules and ranges per step, by self time' (2.47 ms self of 2.51 total, 43 % of the step) though "
-    "its self time in the trace is ~0.04 ms: analysis/cpu.child_ns assumes strict nesting, and "
-    "record_function's range 'Optimizer.step#AdamW.step' begins inside the 'autograd/profiler.py: __enter__' "
-    "frame (28.8-87.6 us into the wrapper, the range from 52.9) and ends inside '__exit__': the sweep "
-    "makes __enter__ its parent (__enter__'s self clamps to 0) and the wrapper never loses the range's "
-    "1.26 ms. Fix: in child_ns, charge an event to the innermost stack entry that ENCLOSES it (end >= its "
-    "end), skipping frames it only overlaps (the shortest-enclosing-event rule tests/analysis/test_cpu.py's "
-    "reference uses)"))
 def test_with_stack_frames_self_time(stack_trace, tmp_path):
     m, _ = _analyze(stack_trace, tmp_path)  # its steps and times: test_each_file_of_a_scheduled_profile[full]
     rows = {r["name"]: r for r in m["cpu"]["modules_per_step"] if not r["rest"]}
@@ -255,13 +245,6 @@ def test_with_stack_frames_self_time(stack_trace, tmp_path):
     assert all(r["self_ms"] <= 0.25 * r["total_ms"] for r in wrapper), wrapper
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the same analysis/cpu.child_ns misreading on the user's own frame: the markers style with "
-    "with_stack=True (record_function('forward'/'backward'/'optimizer') inside marked_iteration) puts "
-    "'prof_train.py(N): marked_iteration' first in 'Modules and ranges per step, by self time' with 5.38 ms "
-    "self of 5.43 total: each of its three ranges begins inside a record_function __enter__ frame and ends "
-    "inside __exit__, so none is subtracted from the function; its true self time is the Python between "
-    "them. The report then says 'a trace with Python stacks ... names the lines' of a trace that has them"))
 def test_with_stack_user_frame_around_markers(tmp_path):
     _, out = _program(tmp_path, "prof_train.py", "markers", "--iters", "5", "--repeat", "1", "--stack")
     (f,) = _trace_files(out)
@@ -332,13 +315,6 @@ def test_worker_eval_loop_steps(worker_eval, tmp_path):
         assert "_MultiProcessingDataLoaderIter" in f.read_text()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the wait for the DataLoader's workers is reported twice: cpu.breakdown's outside_ops_ms (step - union of "
-    "the operators) holds the DataLoader __next__ ranges' time, which data_loading_ms reports too: seen outside "
-    "10.37 + data 9.15 ms per step in an 11.37 ms step (op self 1.0), so next to 'The step waits for its data' "
-    "comes 'Much of the step runs in no operator (Python between ops ...)' at 91 % with Python/torch.compile "
-    "advice, where the Python between ops is 1.2 ms (11 %, under the 25 % threshold). Fix: in breakdown, take "
-    "the data loader ranges' union out of `outside` (time in no operator and in no fetch)"))
 def test_worker_eval_fetch_wait_not_counted_twice(worker_eval, tmp_path):
     _, files = worker_eval
     for f in files:
@@ -347,12 +323,6 @@ def test_worker_eval_fetch_wait_not_counted_twice(worker_eval, tmp_path):
         assert c["outside_ops_ms_per_step"] + c["data_loading_ms_per_step"] <= 1.02 * mean + 0.05, (c["outside_ops_ms_per_step"], c["data_loading_ms_per_step"], mean)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the data-loading observation's advice is 'load in worker processes (DataLoader(num_workers=N), ...)' for "
-    "a fetch named enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__, a loader already in 2 worker "
-    "processes: cpu.observations writes one fixed text. Fix: read the iterator's class in the range name "
-    "(_SingleProcess... -> num_workers; _MultiProcessing... -> the workers cannot keep up: more workers, "
-    "cheaper per-sample work, persistent_workers/prefetch_factor)"))
 def test_worker_eval_advice_knows_workers(worker_eval, tmp_path):
     _, files = worker_eval
     advice = []

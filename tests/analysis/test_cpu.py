@@ -10,6 +10,8 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from conftest import FIXTURES
@@ -21,23 +23,25 @@ CPU_MLP = FIXTURES / "cpu-mlp-5steps.kineto.json.gz"  # tests/programs/cpu_steps
 RANK_NON_GPU = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "hta" / "rank_non_gpu__rank_non_gpu.json.gz"
 
 
-def _raw(path: Path, step: str) -> tuple[list[tuple[float, float]], list[dict]]:
-    """The step ranges (start, end µs) and the events of the host's tree (name, ts, end,
-    tid, op: a CPU op, else a record_function range or a Python frame) of the trace."""
+def _raw(path: Path, step: str) -> tuple[list[tuple[float, float]], list[dict], list[tuple[float, float]]]:
+    """The step ranges (start, end µs), the events of the host's tree (name, ts, end,
+    tid, op: a CPU op, else a record_function range or a Python frame) and the DataLoader's
+    fetches (start, end µs) of the trace."""
     events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
     x = [e for e in events if e.get("ph") == "X" and isinstance(e.get("dur"), (int, float))]
     is_step = (lambda e: e["name"].startswith("ProfilerStep#")) if step == "ProfilerStep" else (lambda e: e["name"] == step)
     steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in x if is_step(e))
     ops = [{"name": e["name"], "ts": e["ts"], "end": e["ts"] + e["dur"], "tid": (e["pid"], e["tid"]), "op": e.get("cat") == "cpu_op"}
            for e in x if e.get("cat") in ("cpu_op", "user_annotation", "python_function") and not is_step(e) and "DataLoader" not in e["name"]]
-    return steps, ops
+    fetches = [(e["ts"], e["ts"] + e["dur"]) for e in x if e["name"].startswith("enumerate(DataLoader)#")]
+    return steps, ops, fetches
 
 
 def _expected(path: Path, step: str) -> tuple[dict[str, dict[str, float]], list[float], list[float]]:
     """Per operator name, calls, self and total ms per step; each step's ms; each step's ms
-    in no operator on any thread. A range inside an operator is a child of it, as in the
+    in no operator on any thread and no DataLoader fetch (its wait is data loading). A range inside an operator is a child of it, as in the
     profiler's own event tree (key_averages' self time)."""
-    steps, ops = _raw(path, step)
+    steps, ops, fetches = _raw(path, step)
     by_tid = defaultdict(list)
     for o in ops:
         by_tid[o["tid"]].append(o)
@@ -60,7 +64,8 @@ def _expected(path: Path, step: str) -> tuple[dict[str, dict[str, float]], list[
             row["total_ms"] += (o["end"] - o["ts"]) / 1e3 / n
             row["self_ms"] += max(o["end"] - o["ts"] - child[id(o)], 0) / 1e3 / n
         covered, reach = 0.0, s0
-        for a, b in sorted((max(o["ts"], s0), min(o["end"], s1)) for o in inside):
+        busy = [(o["ts"], o["end"]) for o in inside] + [f for f in fetches if s0 <= f[0] < s1]
+        for a, b in sorted((max(a, s0), min(b, s1)) for a, b in busy):
             if b > reach:
                 covered += b - max(a, reach)
                 reach = b
@@ -133,3 +138,48 @@ def test_a_trace_of_device_work_perfdoctor_does_not_read_is_not_a_cpu_run() -> N
         pytest.skip(f"{mtia} not here")
     d = diagnose(mtia)  # MTIA device events, unread: its repeating host ranges are no CPU step
     assert d.analysis.cpu is None and d.analysis.steps.name is None
+
+
+def test_an_event_is_charged_to_the_innermost_event_that_encloses_it() -> None:
+    """with_stack=True: a record_function range opens inside the ``__enter__`` frame and
+    closes inside ``__exit__``: it is the wrapper's child, not ``__enter__``'s, and the op
+    inside it the range's; the wrapper loses the time its children cover, once. Another
+    thread's events are never children."""
+    #                 wrapper __enter__ range  op  __exit__  other thread
+    start = np.array([0, 10, 25, 40, 80, 5], dtype=np.int64)
+    end = np.array([100, 30, 85, 50, 90, 95], dtype=np.int64)
+    tid = np.array([0, 0, 0, 0, 0, 1], dtype=np.int64)
+    # the wrapper's children cover [10, 30) ∪ [25, 85) ∪ [80, 90) = [10, 90): 80, not their sum 90
+    assert cpu.child_ns(start, end, tid).tolist() == [80, 0, 10, 0, 0, 0]
+    # strictly nested, and one after another: the sweep's usual case
+    start, end = np.array([0, 0, 2, 6, 10], dtype=np.int64), np.array([10, 5, 4, 9, 12], dtype=np.int64)
+    assert cpu.child_ns(start, end, np.zeros(5, dtype=np.int64)).tolist() == [5 + 3, 2, 0, 0, 0]
+
+
+def _one_step(fetch: str) -> cpu.CpuView:
+    """One 100 ns step: an op at [10, 30), the DataLoader's fetch at [20, 60) (a collate op
+    inside it would be both), a record_function range at [70, 90) holding no op."""
+    from perfdoctor.profile import OP_COLUMNS, RANGE_COLUMNS, Profile, frame
+
+    profile = Profile(
+        ops=frame(OP_COLUMNS, {"name": ["aten::mm"], "start_ns": [10], "end_ns": [30], "tid": [0]}),
+        ranges=frame(RANGE_COLUMNS, {"name": ["step", fetch, "log"], "start_ns": [0, 20, 70], "end_ns": [100, 60, 90],
+                                     "tid": [0, 0, 0], "source": ["record_function", "data_loader", "record_function"]}))
+    steps = pd.DataFrame({"name": ["step"], "tid": [0], "host_start_ns": [0], "host_end_ns": [100]})
+    return cpu.breakdown(profile, steps)
+
+
+def test_the_fetch_is_data_loading_not_time_in_no_operator() -> None:
+    view = _one_step("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__")
+    # in no op and no fetch: [0, 10) and [60, 100) (the range holds no op): 50 ns
+    assert view.outside_ops_ms == pytest.approx(50e-6) and view.data_loading_ms == pytest.approx(40e-6)
+    assert not view.loader_workers and not view.has_stacks
+    (data,) = [o for o in view.observations if o.kind == "data-loading"]
+    assert data.advice == cpu.NO_WORKERS_ADVICE
+
+
+def test_a_loader_with_workers_is_not_told_to_use_workers() -> None:
+    view = _one_step("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__")
+    assert view.loader_workers
+    (data,) = [o for o in view.observations if o.kind == "data-loading"]
+    assert data.advice == cpu.WORKERS_ADVICE and cpu.MULTIPROCESS_ITER in data.evidence
