@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.names.codes import equals, per_name
-from perfdoctor.analysis.steps import is_launch, is_sync
+from perfdoctor.analysis.steps import is_launch, is_sync, ran_no_gpu
 
 PYTHON_SOURCE = "python"  # ranges.source of Python frames (Kineto python_function events)
 USER_FRAME = re.compile(r"\.py\(\d+\)")  # "file.py(42): fn"
@@ -241,7 +241,11 @@ class BusySummary:
 def busy_summary(analysis) -> BusySummary:
     """Share of the steps' idle time the host spent running Python (neither waiting nor
     launching), the median busy time per step (clipped to :func:`not_working_ns`), and the
-    call sites that took it."""
+    call sites that took it. Without a GPU there is no GPU idle time to read: that reason
+    comes first (a reason about the GPU, so the reports count the rule among the checks of GPU
+    work), never advice to record stacks the trace may well have."""
+    if ran_no_gpu(analysis.profile):
+        return BusySummary(None, 0.0, reason="no GPU ran in this trace (no GPU activity, no CUDA call): no GPU idle time to explain")
     frames = analysis.profile.ranges
     if not equals(frames["source"], PYTHON_SOURCE).any():
         return BusySummary(None, 0.0, reason="the trace has no Python stacks (record with torch.profiler.profile(with_stack=True))")

@@ -222,14 +222,6 @@ def stack_trace(tmp_path_factory) -> Path:
     return f
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a CPU-only trace recorded WITH Python stacks is told 'host-busy-in-gaps: needs host_busy_gap_ratio (no "
-    "idle time inside the steps); collect it with a trace with Python stacks: torch.profiler.profile(..., "
-    "with_stack=True)': it has them, and the rule reads GPU idle gaps, which a run without a GPU cannot have "
-    "(without stacks the reason is 'the trace has no Python stacks', the same advice). "
-    "analysis/hostgaps.busy_summary checks for Python frames, then for idle time, never whether a GPU ran; "
-    "its reasons name no GPU, so reports/common.not_evaluated_view (GPU_WORDS) does not count it among the "
-    "'checks of GPU work'. Fix: busy_summary returns a 'no GPU ran' reason first when steps.ran_no_gpu"))
 def test_with_stack_cpu_trace_not_told_to_record_stacks(stack_trace, tmp_path):
     _, text = _analyze(stack_trace, tmp_path)
     no_gpu = next(line for line in text.splitlines() if line.startswith("Not evaluated: no GPU ran"))

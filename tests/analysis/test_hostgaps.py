@@ -224,3 +224,13 @@ def test_gap_hosts_runs_once_per_analysis(monkeypatch, tmp_path) -> None:
     found = evaluate(load_rules(), a)
     assert any(f.rule_id == "host-busy" for f in found) or host_in_gaps(a).rows
     assert len(calls) == 1
+
+
+def test_a_cpu_only_trace_has_no_gpu_idle_time_to_explain() -> None:
+    """No GPU ran: the reason is that (a GPU reason, so the reports count the rule among the
+    checks of GPU work), not the advice to record Python stacks."""
+    from conftest import FIXTURES
+    from perfdoctor.reports.common import about_gpu
+
+    b = busy_summary(analyze(load_trace(FIXTURES / "cpu-mlp-5steps.kineto.json.gz")))
+    assert b.ratio is None and "no GPU ran" in b.reason and about_gpu(b.reason) and "with_stack" not in b.reason
