@@ -87,7 +87,8 @@ class Source:
 
     @property
     def several(self) -> bool:
-        """Several ranks of one job: :func:`diagnose` analyses each and the view across them."""
+        """Several ranks of one job: :func:`diagnose` analyses each and the view across them
+        (a folder of traces that turns out to be one process's windows is read as one trace)."""
         return bool(self.traces) or bool(self.ranks)
 
 
@@ -216,9 +217,14 @@ def diagnose(
     else:
         if ruleset is None and rules is not None:
             ruleset = load_ruleset(rules, thresholds)
-        if rank is None and source.several:
-            return _every_rank(source, step, tokens_per_step, workload, ruleset)
-        profile = _one_rank(source, rank)
+        loaded = _every_profile(source) if rank is None and source.several else None
+        if source.traces and loaded is not None and len(loaded[0]) == 1:
+            # a folder of one process's profiler windows: one timeline (ranks.load_profiles), not ranks
+            profile = next(iter(loaded[0].values()))
+        elif rank is None and source.several:
+            return _every_rank(source, loaded, step, tokens_per_step, workload, ruleset)
+        else:
+            profile = _one_rank(source, rank)
     from perfdoctor.analysis.metrics import analyze
     from perfdoctor.rules.engine import evaluate
 
@@ -261,19 +267,27 @@ def _one_rank(source: Source, rank: int | None) -> Profile:
     return load_bundle(source.path, rank=rank, manifest=source.manifest, results=source.results)
 
 
-def _every_rank(source: Source, step: str | None, tokens_per_step: float | None, workload: str | None,
-                ruleset: RuleSet | None) -> Diagnosis:
-    """Every rank of ``source`` analysed, the view across them
-    (:func:`perfdoctor.analysis.ranks.cross_rank`), then the rules of each fully analysed
-    rank, which read the view's metrics beside the rank's own."""
+def _every_profile(source: Source) -> tuple[dict[int, Profile], int | None, str, list[str]] | None:
+    """The timelines of a source of several (:func:`perfdoctor.analysis.ranks.load_profiles`),
+    or None for a folder of many traces, one per worker, which
+    :func:`perfdoctor.analysis.ranks.cross_rank` reads grouped."""
+    from perfdoctor.analysis import ranks
+
+    if source.nsys:
+        return ranks.nsys_ranks(source.nsys_views()[1])
+    if source.manifest is None and ranks.many_ranks(source.traces):
+        return None
+    return ranks.load_profiles(source.path, source.manifest)
+
+
+def _every_rank(source: Source, loaded: tuple[dict[int, Profile], int | None, str, list[str]] | None, step: str | None,
+                tokens_per_step: float | None, workload: str | None, ruleset: RuleSet | None) -> Diagnosis:
+    """Every rank of ``source`` (``loaded``: :func:`_every_profile`) analysed, the view
+    across them (:func:`perfdoctor.analysis.ranks.cross_rank`), then the rules of each fully
+    analysed rank, which read the view's metrics beside the rank's own."""
     from perfdoctor.analysis import ranks
     from perfdoctor.rules.engine import evaluate
 
-    loaded = None  # a folder of traces: cross_rank reads it (grouped when there are many)
-    if source.nsys:
-        loaded = ranks.nsys_ranks(source.nsys_views()[1])
-    elif source.manifest is not None:
-        loaded = ranks.load_profiles(source.path, source.manifest)
     view = ranks.cross_rank(source.path, step=step, tokens_per_step=tokens_per_step, workload=workload, loaded=loaded)
     found = {run.rank: evaluate(ruleset, run.analysis, view) for run in view.runs} if ruleset is not None else {}
     report = ranks.report_rank(view)

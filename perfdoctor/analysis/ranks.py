@@ -2,7 +2,9 @@
 
 Input: a multi-rank run bundle (:mod:`perfdoctor.record.launch`: ``raw/rank<k>/``), or a folder
 of per-rank Kineto traces as ``torch.profiler.tensorboard_trace_handler`` writes them
-(``<worker>.<ts>.pt.trace.json[.gz]``; the rank is the trace's ``distributedInfo.rank``).
+(``<worker>.<ts>.pt.trace.json[.gz]``; the rank is the trace's ``distributedInfo.rank``),
+where one process's files (one worker, one rank, disjoint in time: the windows of a
+``schedule`` with ``repeat``) are first joined into one timeline (:func:`load_profiles`).
 Every rank is analysed on its own (:func:`perfdoctor.analysis.metrics.analyze`, on the step rank 0
 uses). Then, step ``i`` of every rank being the same step of the job (the same traced
 window):
@@ -53,9 +55,9 @@ one per group, the straggler, the report rank, the fastest and the slowest.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Hashable, Iterable, NamedTuple
 
 import msgspec
 import numpy as np
@@ -80,6 +82,7 @@ from perfdoctor.text import percent
 # "mpi:broadcast", "ucc:...", "xccl:..." (ProcessGroup's profiling titles).
 HOST_COLLECTIVE = re.compile(r"^(gloo|nccl|mpi|ucc|xccl):")
 TRACE_GLOB = ("*.pt.trace.json", "*.pt.trace.json.gz")
+WINDOW_FILE = re.compile(r"^(?P<worker>.+)\.\d+\.pt\.trace\.json(?:\.gz)?$")  # <worker>.<time>.pt.trace.json[.gz]
 STEP_COLUMNS = ("step_ms", "comm_ms", "exposed_ms", "busy_ms", "overlap", "collectives", "mean_collective_us")
 CROSS_RANK_METRICS = {
     "straggler_delay_ms": "ms",
@@ -260,8 +263,10 @@ def trace_files(folder: Path) -> list[Path]:
 
 
 def load_profiles(path: Path, manifest: Manifest | None = None) -> tuple[dict[int, Profile], int | None, str, list[str]]:
-    """(profile per rank, world size, source, warnings) of a multi-rank bundle or trace folder.
-    ``manifest``: the bundle's, already read and checked (:func:`perfdoctor.pipeline.open`)."""
+    """(profile per rank, world size, source, warnings) of a multi-rank bundle or trace folder
+    (a folder's rank: one process, its windows joined, :func:`timelines`; a folder of one
+    process gives one). ``manifest``: the bundle's, already read and checked
+    (:func:`perfdoctor.pipeline.open`)."""
     from perfdoctor.collectors import torch_profiler
 
     warnings: list[str] = []
@@ -283,8 +288,118 @@ def load_profiles(path: Path, manifest: Manifest | None = None) -> tuple[dict[in
         return profiles, manifest.world_size, "bundle", warnings
     files = trace_files(path)
     loaded = [torch_profiler.load(f) for f in files]
-    ranks, world, warnings = number_ranks(path, [(f.name, p.origin.distributed) for f, p in zip(files, loaded)])
-    return dict(sorted(zip(ranks, loaded))), world, "trace folder", warnings
+    keys = [(worker_of(f.name), p.origin.distributed.get("rank")) for f, p in zip(files, loaded)]
+    runs = timelines(keys, [absolute_extent(p) for p in loaded])
+    profiles = [loaded[r[0]] if len(r) == 1 else join_windows([loaded[i] for i in r]) for r in runs]
+    ranks, world, warnings = number_ranks(path, [(files[r[0]].name, p.origin.distributed) for r, p in zip(runs, profiles)])
+    return dict(sorted(zip(ranks, profiles))), world, "trace folder", warnings
+
+
+def many_ranks(files: list[Path]) -> bool:
+    """A folder :func:`grouped_view` reads: more than :data:`FULL_VIEW_RANKS` traces, each
+    the only one of its worker (the windows of one process are joined into one timeline by
+    :func:`load_profiles`, which reads every file)."""
+    return len(files) > FULL_VIEW_RANKS and len({worker_of(f.name) for f in files}) == len(files)
+
+
+def worker_of(name: str) -> str:
+    """The worker that wrote a trace file: ``tensorboard_trace_handler`` names each file
+    ``<worker>.<time>.pt.trace.json[.gz]`` (the worker ``<host>_<pid>`` unless the user named
+    it); any other name is its own worker."""
+    found = WINDOW_FILE.match(name)
+    return found["worker"] if found else name
+
+
+def timelines(keys: list[Hashable], extents: list[tuple[int, int]]) -> list[list[int]]:
+    """Which files of a folder are one process's timeline (by position): the files of one
+    key (their worker and ``distributedInfo`` rank) are its successive profiler windows (a
+    ``schedule`` with ``repeat``) when, in time order (``extents``: each file's first and
+    last time on the process's clock), each ends before the next begins; files of one key
+    that overlap in time are different processes, each its own. Timelines in the order of
+    their first file, each in time order."""
+    groups: dict[Hashable, list[int]] = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(key, []).append(i)
+    out: list[list[int]] = []
+    for members in groups.values():
+        order = sorted(members, key=lambda i: extents[i])
+        if all(extents[a][1] <= extents[b][0] for a, b in zip(order, order[1:])):
+            out.append(order)
+        else:
+            out.extend([i] for i in members)
+    return sorted(out, key=min)
+
+
+TIMED = {"activities": ("start_ns", "end_ns"), "calls": ("start_ns", "end_ns"), "ranges": ("start_ns", "end_ns"),
+         "ops": ("start_ns", "end_ns"), "samples": ("time_ns",)}  # the Profile's tables with times, and their time columns
+CORRELATED = ("activities", "calls", "counters")  # the tables a correlation id links
+
+
+def extent(profile: Profile) -> tuple[int, int]:
+    """The first and the last time of a Profile (ns, its own origin); (0, 0) with none."""
+    lo = [int(getattr(profile, t)[c].min()) for t, cols in TIMED.items() for c in cols[:1] if len(getattr(profile, t))]
+    hi = [int(getattr(profile, t)[c].max()) for t, cols in TIMED.items() for c in cols[-1:] if len(getattr(profile, t))]
+    return (min(lo), max(hi)) if lo else (0, 0)
+
+
+def absolute_extent(profile: Profile) -> tuple[int, int]:
+    """:func:`extent` on the trace's own clock (each file's times are taken from its first
+    event's: :attr:`perfdoctor.profile.Origin.time_origin_ns`), so one process's files compare."""
+    at = profile.origin.time_origin_ns or 0
+    lo, hi = extent(profile)
+    return lo + at, hi + at
+
+
+def join_windows(windows: list[Profile]) -> Profile:
+    """One process's profiler windows (in time order, disjoint) as one timeline, laid end to
+    end: each window's times shifted so that it begins where the previous one's last event
+    ends. The time between windows was not traced (the schedule's wait and warmup
+    iterations): kept, it would be a span with no step, no GPU work and no host event, read
+    as GPU idle time (gpu_idle_ratio's span S) and a gap between steps; left out, every step,
+    gap and span is one the trace recorded. Correlation ids are offset per window, so a
+    launch links only to its own window's GPU work."""
+    first = windows[0]
+    parts: dict[str, list[pd.DataFrame]] = {t: [] for t in (*TIMED, "counters")}
+    at, corr = None, 0
+    for w in windows:
+        lo, hi = extent(w)
+        shift = 0 if at is None else at - lo
+        at = hi + shift
+        top = 0
+        for t in parts:
+            df = getattr(w, t)
+            moved = {c: df[c] + shift for c in TIMED.get(t, ())}
+            if t in CORRELATED:
+                c = df["correlation"]
+                moved["correlation"] = c.where(c < 0, c + corr)
+                top = max(top, int(c.max()) + 1 if len(c) else 0)
+            parts[t].append(df.assign(**moved))
+        corr += top
+    origins = [w.origin for w in windows]
+    spans = [absolute_extent(w) for w in windows]
+    untraced = sum(b[0] - a[1] for a, b in zip(spans, spans[1:]))
+    names = [Path(o.path).name if o.path else "?" for o in origins]
+    note = (f"{len(windows)} profiler windows of one process ({', '.join(names)}) read as one timeline, laid end to end: "
+            f"the {untraced / 1e9:.3g} s between them was not traced")
+    origin = replace(
+        first.origin,
+        declared={k: v for o in origins for k, v in (o.declared or {}).items()} if any(o.declared is not None for o in origins) else None,
+        thread_names=tuple(dict.fromkeys(n for o in origins for n in o.thread_names)),
+        op_counts=_summed(o.op_counts for o in origins),
+        unread_categories=_summed(o.unread_categories for o in origins),
+        unread_device_work=next((o.unread_device_work for o in origins if o.unread_device_work), None),
+        warnings=tuple(w for o in origins for w in o.warnings) + (note,),
+    )
+    tables = {t: pd.concat(p, ignore_index=True) for t, p in parts.items()}
+    return Profile(**tables, device=next((w.device for w in windows if w.device), first.device), origin=origin)
+
+
+def _summed(counts: Iterable[dict[str, int]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for c in counts:
+        for k, v in c.items():
+            out[k] = out.get(k, 0) + v
+    return out
 
 
 def number_ranks(path: Path, found: list[tuple[str, dict[str, Any]]]) -> tuple[list[int], int | None, list[str]]:
@@ -339,7 +454,7 @@ def cross_rank(
     returns it), then measure across them. A folder of more than :data:`FULL_VIEW_RANKS`
     traces: :func:`grouped_view`."""
     path = Path(path)
-    if loaded is None and not (path / MANIFEST).exists() and len(files := trace_files(path)) > FULL_VIEW_RANKS:
+    if loaded is None and not (path / MANIFEST).exists() and many_ranks(files := trace_files(path)):
         return grouped_view(path, files, step, tokens_per_step, workload)
     profiles, world, source, warnings = loaded if loaded is not None else load_profiles(path)
     if not profiles:

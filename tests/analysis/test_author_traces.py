@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -131,15 +132,6 @@ def test_hf_trainer_profiler_callback(tmp_path):
         _check_window(m, text, "ProfilerStep#*", own, "training")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a folder of the files tensorboard_trace_handler wrote for ONE process (schedule repeat=2: two "
-    "windows, same worker name and pid, no distributedInfo, disjoint in time) is read as two ranks: "
-    "analysis/ranks.load_profiles -> number_ranks numbers every file a rank ('no distributedInfo rank: "
-    "taken as rank 1 by file order'), a ranks/1 view of 2 ranks x 3 steps (schedule: rank 0 6.91 ms, "
-    "rank 1 17.7 ms 'traced'), where the program ran 6 iterations in one process. Fix: group the folder's "
-    "files by worker (the '<host>_<pid>' prefix tensorboard_trace_handler writes, or the trace's pid) and "
-    "read one worker's files as successive windows of one timeline (steps concatenated); ranks only "
-    "where the files are different processes"))
 def test_folder_of_one_process_two_windows(tmp_path):
     res, out = _program(tmp_path, "prof_train.py", "schedule", "--iters", "10")
     assert res["traced_iterations"] == 6
@@ -148,6 +140,22 @@ def test_folder_of_one_process_two_windows(tmp_path):
         assert len(m["ranks"]) == 1, [r["rank"] for r in m["ranks"]]
         m = next(iter(m["per_rank"].values()))
     assert m["metrics"]["steps"]["value"] == 6
+
+
+def test_folder_of_two_processes_two_windows_each(tmp_path):
+    """Two runs of the program (two processes, each its own '<host>_<pid>' worker) write their
+    two windows into one folder: two ranks, each one timeline of its process's two windows
+    (6 steps), never four ranks nor one timeline."""
+    folder = tmp_path / "both"
+    folder.mkdir()
+    for k in range(2):
+        res, out = _program(tmp_path / f"p{k}", "prof_train.py", "schedule", "--iters", "10")
+        assert res["traced_iterations"] == 6 and len(res["traces"]) == 2
+        for f in out.iterdir():
+            shutil.copy(f, folder / f.name)
+    m, _ = _analyze(folder, tmp_path, inprocess=False)
+    assert m["schema"] == "perfdoctor.ranks/1" and len(m["ranks"]) == 2, m.get("ranks")
+    assert [r["metrics"]["steps"]["value"] for r in m["per_rank"].values()] == [6, 6]
 
 
 # --- one marker per iteration, no prof.step(); an unscheduled export ---------------------------

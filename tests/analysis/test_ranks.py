@@ -281,6 +281,44 @@ def test_find_straggler_known_case():
     assert find_straggler({0: per[0]})[0] is None
 
 
+def test_the_worker_of_a_trace_file():
+    """tensorboard_trace_handler's ``<worker>.<time>.pt.trace.json[.gz]``; a host name with dots stays whole."""
+    assert ranks.worker_of("vm_4867.1796323248277929153.pt.trace.json") == "vm_4867"
+    assert ranks.worker_of("ip-10-0-0-1.ec2.internal_77.1700000000123.pt.trace.json.gz") == "ip-10-0-0-1.ec2.internal_77"
+    assert ranks.worker_of("rank3.pt.trace.json") == "rank3.pt.trace.json"  # no time: a name of its own
+
+
+def test_timelines_join_one_process_s_disjoint_windows_only():
+    """Files 0, 2 (worker a) one after the other: one timeline in time order; 1 and 3 (worker
+    b, 3 first): one; 4 and 5 (worker c) overlap in time: two processes; 6 (worker a, another
+    distributedInfo rank): its own."""
+    keys = [("a", None), ("b", None), ("a", None), ("b", None), ("c", None), ("c", None), ("a", 1)]
+    extents = [(0, 10), (0, 30), (15, 20), (-50, -40), (0, 10), (5, 20), (30, 40)]
+    assert ranks.timelines(keys, extents) == [[0, 2], [3, 1], [4], [5], [6]]
+
+
+def test_join_windows_lays_them_end_to_end():
+    """Two windows of one process (each on its own origin, the second 1 s after the first's
+    end): the second begins where the first's last event ends; its correlation ids follow
+    the first's; the untraced second is said."""
+    from perfdoctor.profile import ACTIVITY_COLUMNS, CALL_COLUMNS, RANGE_COLUMNS, Origin, Profile, frame
+
+    def window(origin_ns, name, step):
+        return Profile(
+            activities=frame(ACTIVITY_COLUMNS, {"kind": ["kernel"], "start_ns": [150], "end_ns": [400], "name": ["k"], "correlation": [7]}),
+            calls=frame(CALL_COLUMNS, {"name": ["cudaLaunchKernel"], "start_ns": [120], "end_ns": [140], "tid": [0], "correlation": [7]}),
+            ranges=frame(RANGE_COLUMNS, {"name": [step], "start_ns": [100], "end_ns": [300], "tid": [0], "source": ["profiler_step"]}),
+            origin=Origin(source="kineto", path=f"/t/{name}", time_origin_ns=origin_ns, op_counts={"aten::mm": 2}))
+
+    joined = ranks.join_windows([window(10_000, "w.1.pt.trace.json", "ProfilerStep#2"), window(10_000 + 400 + 10**9, "w.2.pt.trace.json", "ProfilerStep#7")])
+    assert joined.ranges["start_ns"].tolist() == [100, 400] and joined.ranges["end_ns"].tolist() == [300, 600]
+    assert joined.activities["start_ns"].tolist() == [150, 450] and joined.activities["end_ns"].tolist() == [400, 700]
+    assert joined.calls["start_ns"].tolist() == [120, 420]
+    assert joined.calls["correlation"].tolist() == joined.activities["correlation"].tolist() == [7, 15]
+    assert joined.origin.op_counts == {"aten::mm": 4} and joined.origin.path == "/t/w.1.pt.trace.json"
+    assert "2 profiler windows of one process" in joined.origin.warnings[-1] and "the 1 s between them" in joined.origin.warnings[-1]
+
+
 @pytest.fixture(scope="module")
 def balanced(tmp_path_factory):
     """The 2-rank job without its straggler: what a fix of the slow rank would give."""
