@@ -106,10 +106,14 @@ def open(path: str | Path) -> Source:  # noqa: A001 - the door's name in the hou
     from perfdoctor.bundle.manifest import read_bundle
 
     if not (path / MANIFEST).exists():
-        from perfdoctor.analysis.ranks import trace_files
+        from perfdoctor.analysis.ranks import TRACE_GLOB, trace_files
 
         if traces := trace_files(path):
             return Source(path, traces=traces)
+        # neither kind of folder: say both what it lacks (a folder of exported traces
+        # named otherwise, marker.json, is not a broken bundle)
+        raise UsageError(f"{path}: no trace found: no {' or '.join(TRACE_GLOB)} file in this folder, and no {MANIFEST} "
+                         "(not a perfdoctor run bundle)")
     manifest, results = read_bundle(path)
     return Source(path, manifest, results=results)
 

@@ -373,3 +373,12 @@ def test_a_load_begun_early_that_no_command_takes_is_dropped(tmp_path: Path) -> 
     assert r.returncode == 0, r.stderr
     r2 = run_cli("analyze", "--json", str(trace), str(trace))  # the output would overwrite the input
     assert r2.returncode == 2 and r2.stderr.count("\n") == 1, r2.stderr
+
+
+def test_a_folder_with_no_trace_says_which_files_it_looked_for(tmp_path: Path) -> None:
+    """A folder of exported traces named otherwise (marker.json): not "not a perfdoctor run
+    bundle (no manifest.json)" alone, but the trace globs it looked for; exit 2, one line."""
+    (tmp_path / "marker.json").write_text("{}")
+    r = run_cli_inprocess("analyze", tmp_path)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "no *.pt.trace.json or *.pt.trace.json.gz file" in r.stderr and "manifest.json" in r.stderr
