@@ -136,26 +136,31 @@ def child_ns(start: np.ndarray, end: np.ndarray, tid: np.ndarray) -> np.ndarray:
     if not n:
         return child
     order = np.lexsort((-(end - start), start, tid))  # by thread, then start, the enclosing (longer) first
-    s, e, t = start.tolist(), end.tolist(), tid.tolist()
-    acc = [0] * n
-    reach = [np.iinfo(np.int64).min] * n  # per event, the latest end among its children so far (they come by start)
-    stack: list[int] = []  # open events by start; one only overlapped may stay below the top after it ended
+    acc = [0] * n  # by position in that order
+    reach = [-(1 << 63)] * n  # per event, the latest end among its children so far (they come by start)
+    stack: list[int] = []  # open events (positions); one only overlapped may stay below the top after it ended
+    ends: list[int] = []  # their ends, beside them: the sweep reads nothing else of the stack
     thread = None
-    for i in order.tolist():
-        if t[i] != thread:
-            stack, thread = [], t[i]
-        while stack and e[stack[-1]] <= s[i]:
+    for k, (si, ei, ti) in enumerate(zip(start[order].tolist(), end[order].tolist(), tid[order].tolist())):
+        if ti != thread:
+            stack, ends, thread = [], [], ti
+        while ends and ends[-1] <= si:
             stack.pop()
-        # the top encloses i under strict nesting: one step; else down past the events i outlives
-        j = len(stack) - 1
-        while j >= 0 and e[stack[j]] < e[i]:
-            j -= 1
-        if j >= 0:
-            p = stack[j]
-            acc[p] += max(e[i] - max(s[i], reach[p]), 0)
-            reach[p] = max(reach[p], e[i])
-        stack.append(i)
-    child[:] = acc
+            ends.pop()
+        if ends:
+            j = len(ends) - 1
+            # the top encloses k under strict nesting; else down past the events k outlives
+            while j >= 0 and ends[j] < ei:
+                j -= 1
+            if j >= 0:
+                p = stack[j]
+                r = reach[p]
+                if ei > r:  # the part of k no earlier child of p covered (children come by start)
+                    acc[p] += ei - (si if si > r else r)
+                    reach[p] = ei
+        stack.append(k)
+        ends.append(ei)
+    child[order] = acc
     return child
 
 

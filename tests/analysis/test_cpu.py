@@ -151,6 +151,7 @@ def test_an_event_is_charged_to_the_innermost_event_that_encloses_it() -> None:
     tid = np.array([0, 0, 0, 0, 0, 1], dtype=np.int64)
     # the wrapper's children cover [10, 30) ∪ [25, 85) ∪ [80, 90) = [10, 90): 80, not their sum 90
     assert cpu.child_ns(start, end, tid).tolist() == [80, 0, 10, 0, 0, 0]
+    assert cpu.child_ns(start - 10**6, end - 10**6, tid).tolist() == [80, 0, 10, 0, 0, 0]  # before the trace's origin alike
     # strictly nested, and one after another: the sweep's usual case
     start, end = np.array([0, 0, 2, 6, 10], dtype=np.int64), np.array([10, 5, 4, 9, 12], dtype=np.int64)
     assert cpu.child_ns(start, end, np.zeros(5, dtype=np.int64)).tolist() == [5 + 3, 2, 0, 0, 0]
