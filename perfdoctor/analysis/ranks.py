@@ -73,6 +73,7 @@ from perfdoctor.analysis.steps import AUTO_STEP
 from perfdoctor.analysis.timeline import union_per_group
 from perfdoctor.bundle.layout import MANIFEST
 from perfdoctor.bundle.protocol import Collector, Manifest, Rank
+from perfdoctor.text import value
 from perfdoctor.names import families
 from perfdoctor.names.codes import equals
 from perfdoctor.profile import Profile
@@ -380,7 +381,7 @@ def join_windows(windows: list[Profile]) -> Profile:
     untraced = sum(b[0] - a[1] for a, b in zip(spans, spans[1:]))
     names = [Path(o.path).name if o.path else "?" for o in origins]
     note = (f"{len(windows)} profiler windows of one process ({', '.join(names)}) read as one timeline, laid end to end: "
-            f"the {untraced / 1e9:.3g} s between them was not traced")
+            f"the {value(untraced / 1e9, 's')} between them was not traced")
     origin = replace(
         first.origin,
         declared={k: v for o in origins for k, v in (o.declared or {}).items()} if any(o.declared is not None for o in origins) else None,

@@ -113,6 +113,25 @@ def series_rows(series: dict[str, Any], rows: Sequence[int]) -> dict[str, Any]:
     return {k: [series[k][i] for i in rows] if series.get(k) is not None else None for k in ("host_start_ns", "gpu_start_ns", "gpu_end_ns", "tid")}
 
 
+def _range_counts(series: dict[str, dict[str, Any]], results: PassResults) -> tuple[dict[str, int], dict[str, Any], list[int], list[int]]:
+    """(steps per range name, as the step choice counts them; the data loader's ends of
+    passes; the training marks; the loop's work) of the light pass's series."""
+    counts = {name: len(s["gpu_end_ns"]) for name, s in series.items()}
+    ends_of_passes = _loader_passes(results)
+    # the training fetches and marks: the same rule as analyze's on a trace
+    trained, marks = steps.training_loop(
+        {n: s["host_start_ns"][: len(s["gpu_end_ns"])] for n, s in series.items() if n.startswith(rangenames.LOOP_PREFIXES)},
+        ends_of_passes["host_start_ns"])
+    counts.update(trained)
+    # the loop's work: its model's calls at depth 0, timed until a loop range repeated, noted after
+    work = [h for s in ((results.modules or {}).get("0") or {}).values() for h in s["host_start_ns"]] + (results.module_work_ns or [])
+    # an evaluation loop's fetches, those whose iteration held the loop's work: as analyze
+    # counts them, not the one a `break` left
+    counts.update({n: len(steady.loop_iterations(s, ends_of_passes, None, work)["host_start_ns"])
+                   for n, s in series.items() if n.startswith(rangenames.DATA_LOADER_PREFIX) and n not in trained})
+    return counts, ends_of_passes, marks, work
+
+
 def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, str | None, dict[str, Any] | None, bool]:
     """(step name, how it was found, the module step, whether its series was rewritten: timed
     as the loop iteration or merged from serving ranges) from the light pass's results.
@@ -131,19 +150,7 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
         apart = steps.other_optimizers(series)
         apart |= steps.enclosed_marks({n: (s["host_start_ns"][: len(s["gpu_end_ns"])], s.get("host_end_ns") or s["gpu_end_ns"])
                                        for n, s in series.items() if n not in apart})
-    counts = {name: len(s["gpu_end_ns"]) for name, s in series.items()}
-    ends_of_passes = _loader_passes(results)
-    # the training fetches and marks: the same rule as analyze's on a trace
-    trained, marks = steps.training_loop(
-        {n: s["host_start_ns"][: len(s["gpu_end_ns"])] for n, s in series.items() if n.startswith(rangenames.LOOP_PREFIXES)},
-        ends_of_passes["host_start_ns"])
-    counts.update(trained)
-    # the loop's work: its model's calls at depth 0, timed until a loop range repeated, noted after
-    work = [h for s in ((results.modules or {}).get("0") or {}).values() for h in s["host_start_ns"]] + (results.module_work_ns or [])
-    # an evaluation loop's fetches, those whose iteration held the loop's work: as analyze
-    # counts them, not the one a `break` left
-    counts.update({n: len(steady.loop_iterations(s, ends_of_passes, None, work)["host_start_ns"])
-                   for n, s in series.items() if n.startswith(rangenames.DATA_LOADER_PREFIX) and n not in trained})
+    counts, ends_of_passes, marks, work = _range_counts(series, results)
     api_counts = results.step_counts or {}
     if options.step is not None:
         user = [n for n in counts if n == options.step or fnmatch.fnmatchcase(n, options.step)]

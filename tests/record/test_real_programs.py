@@ -1045,7 +1045,9 @@ def test_hand_written_kv_cache_decode_with_eos_stop_steps_per_forward(tmp_path: 
     # hf_generate.py, a preempted gap between two forwards on this loaded box (4.5-14 ms
     # among 0.6 ms forwards, seen in the program alone with gc disabled too) reads as a
     # pause and ends that step at its call, so the lower bound is loose (0.84 of batch 1
-    # seen); the step's name and count are what this test is for
+    # seen); the step's name and count are what this test is for. Above: a batch's last step
+    # runs to the next batch's first call where the set-up between them is too short to
+    # read as a pause (+2.4 % seen in the full suite)
     light, series, result = _run(tmp_path, "hf_manual_decode.py", "--device", "cpu", "--layers", "2", "--dim", "64", "--heads", "4",
                                   "--kv-heads", "2", "--ffn-dim", "128", "--vocab", "256", "--max-new-tokens", "32",
                                   "--batches", "3", env={"OMP_NUM_THREADS": "1"})
@@ -1055,5 +1057,5 @@ def test_hand_written_kv_cache_decode_with_eos_stop_steps_per_forward(tmp_path: 
     ms = _step_ms(series)
     end = 0
     for n, own in zip(result["forwards_each"], result["ms_each_batch"]):
-        assert 0.5 * own < ms[end:end + n].sum() <= 1.02 * own
+        assert 0.5 * own < ms[end:end + n].sum() <= 1.1 * own
         end += n
