@@ -327,20 +327,34 @@ def step_groups(
     its group (the first: False): the time there (a validation, the epoch's end) is no
     step's, a pause of the rate (:func:`cadence`'s ``pass_ended``). The first step of a
     record that begins inside its group (a trace's window) is left out: its group is not
-    whole."""
+    whole.
+
+    An end of pass with a step after it and before the next fetch is a fetch of that step's
+    group (:func:`loop_iterations`' rule for a prefetcher): accelerate's ``DataLoaderShard``
+    fetches one batch ahead, so the epoch's last group (synced at the loader's end) trains
+    and steps after the fetch that raised; cut there, that step's group was empty and it was
+    left out (accel_train.py: 4 steps for its 6 optimizer steps)."""
     marks, fetches = _ns(mark_host_ns), _ns(fetch_host_ns)
     empty = np.zeros(0, dtype=np.int64)
     if marks.size == 0 or fetches.size == 0:
         return empty, empty, empty, np.zeros(0, dtype=bool)
     by_mark, order = np.argsort(marks, kind="stable"), np.argsort(fetches, kind="stable")
-    f, ended = fetches[order], np.asarray(pass_ends, dtype=bool)[order]
+    f, raised = fetches[order], np.asarray(pass_ends, dtype=bool)[order]
+    # an end of pass followed by a step before the next fetch trained that step's last batch
+    # (a loader that fetches one ahead, accelerate's DataLoaderShard: the epoch's last step
+    # comes after the fetch that raised): a fetch of its group, not its pass's end
+    trained = raised & holds_work(f, np.append(f[1:], np.iinfo(np.int64).max) - 1, marks)
+    ended = raised & ~trained
     after = np.searchsorted(f, marks[by_mark], side="right")  # each step's next fetch
     prev = np.r_[0, after[:-1]]  # the first fetch after the previous step
     last_end = np.maximum.accumulate(np.where(ended, np.arange(f.size), -1))  # the last end of pass up to each fetch
     last = np.where(after > 0, last_end[np.maximum(after - 1, 0)], -1)
     lo = np.maximum(prev, last + 1)
     span = after - lo
-    clean = last < prev  # no end of pass since the previous step
+    # no end of pass since the previous step, and not its pass's last group (a remainder:
+    # closed by the pass's end, or trained after it)
+    seen = np.r_[0, np.cumsum(trained)]
+    clean = (last < prev) & ~np.r_[raised, False][after] & (seen[after] == seen[prev])
     clean[0] = False  # nothing before the first step says where its group began
     pool = np.sort(span[clean] if clean.any() else span)
     group = max(int(pool[pool.size // 2]), 1)

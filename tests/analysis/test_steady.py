@@ -898,3 +898,21 @@ def test_a_warm_up_drop_before_a_kept_regime_still_ends_the_warm_up() -> None:
     cp = _ms([200.0, 90.0, 60.0] + _noisy(14.4, 13, 1) + _noisy(20.0, 16, 2) + _noisy(14.4, 16, 3))
     plain = steady.steady_start(cp)
     assert plain.start == 3
+
+
+def test_a_loader_that_fetches_ahead_steps_its_last_group_after_the_end_of_its_pass() -> None:
+    # accelerate's DataLoaderShard, 2 epochs of 6 batches, the optimizer every 4th and at the
+    # loader's end: it fetches batch k+1 before yielding batch k, so the epoch's fetches are
+    # 0, 10, 20, 30, 40 (step after batch 3: 45), 50, the fetch that raised at 60 and then
+    # batch 5 trains and steps (65); the evaluation's loader (70, raised 80) and the next
+    # epoch 100 later
+    fetches = [0, 10, 20, 30, 40, 50, 70, 100, 110, 120, 130, 140, 150, 170]
+    raised, steps = [60, 80, 160, 180], [45, 65, 145, 165]
+    # the last step's group is 50 and the end of pass at 60, to the evaluation's first fetch
+    # (before: that end cut it, the group empty, the step left out: 2 steps for 4); the
+    # epoch's remainders (2 batches) do not set the group's size: the first group holds all
+    # 5 fetches before its step, batch 0's too
+    assert _groups(steps, fetches, raised) == [(0, 50), (50, 70), (100, 150), (150, 170)]
+    # the evaluation's end of pass (80) between the epochs, not the training loader's (60)
+    assert _pass_ended(steps, fetches, raised) == [False, False, True, False]
+

@@ -891,16 +891,6 @@ def test_truncated_bptt_lstm_without_optimizer_steps_per_training_batch(tmp_path
     assert 1e3 / rate.value == pytest.approx(result["ms_per_step"], rel=0.1)
 
 
-_ACCEL_WRONG = pytest.mark.xfail(strict=True, reason=(
-    "accelerate's DataLoaderShard fetches one batch ahead, so each epoch's StopIteration fetch comes BEFORE its last "
-    "micro-batch trains, and the epoch's last optimizer step (synced at end_of_dataloader, 2 batches) comes after that "
-    "end of pass: analysis/steady.py's step_groups cuts a step's group at the last end of pass before it (lo = last + 1), "
-    "leaving that step an empty group (after == first), and drops it. 4 steps for the program's 6 (both epochs' last "
-    "steps gone); the how says 'one per 2.5 DataLoader batches' (training_batches) for 20 batches over 6 steps; the "
-    "rate's 1e3/steps_per_s 44.5 ms for the program's 41.6 (its 4 steps are whole groups, right alone)"))
-
-
-@_ACCEL_WRONG
 def test_accelerate_style_gradient_accumulation_steps_per_optimizer_step(tmp_path: Path) -> None:
     # run_glue_no_trainer's loop: `with accelerator.accumulate(model)`, accelerator.backward,
     # clip when sync_gradients, optimizer.step() / lr_scheduler.step() / zero_grad() on every
