@@ -253,6 +253,9 @@ def optimizer_iterations(calls: dict, others: dict, work_ns: np.ndarray | list[i
     work = np.sort(_ns(work_ns if work_ns is not None else []))
     if n < 2 or work.size == 0:
         return out
+    begins = mark_groups(h, work)
+    if begins is not None:
+        return _group_iterations(h, _ns(calls["gpu_end_ns"][:n]), oh, oe, work, begins, gpu_start is not None)
     k = int(np.median(np.diff(np.searchsorted(oh, h))))
     w = int(np.median(np.diff(np.searchsorted(work, h))))
     if w < 1:
@@ -269,6 +272,73 @@ def optimizer_iterations(calls: dict, others: dict, work_ns: np.ndarray | list[i
     if k and m - o1 >= k:
         return with_last(int(max(oe[o1 + k - 1], _ns(calls["gpu_end_ns"])[-1])))
     return rows
+
+
+# A gap between two optimizer marks holding this many times the usual gap's work calls (its
+# first quartile, at least 1) holds work of the loop outside the optimizer's: ppo_train.py's
+# rollout, 35 module calls against 2 per minibatch update; a plain loop's gaps hold alike
+OUTER_CALLS = 4.0
+# The share of the loop's work calls such gaps must hold for the optimizer's marks to be an
+# inner loop of the iteration: its rollout runs the model far more often than its updates
+# (ppo_train.py's test config 85 %; CleanRL's defaults, 128 steps against 16 updates, 89 %),
+# a periodic evaluation less than the training between two (nanoGPT's shakespeare_char
+# config, 400 forwards every 250 iterations of one: 62 %, its sum)
+OUTER_SHARE = 0.75
+
+
+def mark_groups(mark_ns: np.ndarray | list[int], work_ns: np.ndarray | list[int]) -> np.ndarray | None:
+    """Which optimizer marks (host starts, in order) begin a loop iteration when each
+    iteration holds several, or None (one per mark, as before).
+
+    CleanRL's PPO steps one optimizer per minibatch, epochs x minibatches times per
+    iteration, after a rollout under ``no_grad`` (the model called once per environment
+    step): every k-th gap between two marks holds the rollout, many times the work calls
+    (``work_ns``: the light pass's module calls, a trace's ops) of the others. Read one step
+    per mark, ppo_train.py gave 24 steps for its 6 iterations. Grouped when the gaps holding
+    ``OUTER_CALLS`` times the usual work or more part the marks into groups of one size k >=
+    2 (the first and the last group no larger: a record may cut them) and hold more than
+    ``OUTER_SHARE`` of the work calls between the first mark and the last. Not by time:
+    those gaps held 52-63 % of it in ppo_train.py on this loaded box, the updates slowed
+    more than the rollout, while their calls are the program's own, the same every run.
+    Gradient accumulation and a plain loop have gaps alike (k = 1)."""
+    h, w = _ns(mark_ns), np.sort(_ns(work_ns))
+    if h.size < 3:
+        return None
+    calls = np.diff(np.searchsorted(w, h))
+    outer = calls >= OUTER_CALLS * max(float(np.quantile(calls, 0.25)), 1.0)
+    begins = np.r_[0, np.flatnonzero(outer) + 1]
+    sizes = np.diff(np.r_[begins, h.size])
+    inner = sizes[1:-1]
+    if inner.size == 0 or inner.min() < 2 or np.ptp(inner) or max(sizes[0], sizes[-1]) > inner[0]:
+        return None
+    return begins if int(calls[outer].sum()) > OUTER_SHARE * int(calls.sum()) else None
+
+
+def _group_iterations(h: np.ndarray, e: np.ndarray, oh: np.ndarray, oe: np.ndarray, work: np.ndarray, begins: np.ndarray,
+                      with_gpu_start: bool) -> dict:
+    """The iterations of :func:`mark_groups`' groups of marks (``h``, ``e``: the chosen marks'
+    host starts and GPU ends; ``oh``, ``oe``: the optimizer's other marks'; ``work``: the
+    loop's work, sorted). Each begins at the first work call after the previous group's last
+    mark (the rollout's first forward: the program's iteration begins there) and ends where
+    the next begins; the first at as many calls before its first mark as the others hold
+    there; the last at its last mark's end (the host work after it is unknown). A group the
+    record cuts (a trace's window: the first without those calls before it, the last with
+    fewer marks than the others) is left out."""
+    marks_h, marks_e = np.r_[h, oh], np.r_[e, oe]
+    order = np.argsort(marks_h, kind="stable")
+    marks_h, marks_e = marks_h[order], marks_e[order]
+    firsts = h[begins]
+    before = np.searchsorted(marks_h, firsts[1:], side="left") - 1  # each group's previous mark, the one before it
+    starts = np.minimum(work[np.minimum(np.searchsorted(work, marks_h[before], side="right"), work.size - 1)], firsts[1:])
+    lead = np.searchsorted(work, firsts[1:]) - np.searchsorted(work, starts)  # calls from a group's start to its first mark
+    w0, need = int(np.searchsorted(work, firsts[0])), int(np.median(lead))
+    starts = np.r_[work[w0 - need] if need <= w0 else firsts[0], starts]
+    last = np.searchsorted(marks_h, np.r_[firsts[1:], np.iinfo(np.int64).max], side="left") - 1  # each group's last mark
+    ends = np.maximum(np.maximum.accumulate(marks_e)[last], np.r_[starts[1:], 0])
+    sizes = np.diff(np.r_[begins, h.size])
+    whole = np.r_[need <= w0, np.ones(begins.size - 2, dtype=bool), sizes[-1] == sizes[1]]
+    return {"host_start_ns": starts[whole].tolist(), "gpu_start_ns": starts[whole].tolist() if with_gpu_start else None,
+            "gpu_end_ns": ends[whole].tolist()}
 
 
 def within(at_ns: np.ndarray | list[int], starts_ns: np.ndarray | list[int], ends_ns: np.ndarray | list[int]) -> np.ndarray:

@@ -582,8 +582,13 @@ def optimizer_ranges(marks: pd.DataFrame, others: pd.DataFrame | None, work: pd.
     inside = np.zeros(at.size + 1, dtype=np.int64)
     np.add.at(inside, np.searchsorted(at, opt["start_ns"].to_numpy(np.int64)), 1)
     np.add.at(inside, np.searchsorted(at, opt["end_ns"].to_numpy(np.int64), side="right"), -1)
-    found = steady.optimizer_iterations(calls, other, at[np.cumsum(inside)[:-1] == 0])
+    outside = at[np.cumsum(inside)[:-1] == 0]
+    found = steady.optimizer_iterations(calls, other, outside)
     starts, ends = np.asarray(found["host_start_ns"], dtype=np.int64), np.asarray(found["gpu_end_ns"], dtype=np.int64)
+    if (begins := steady.mark_groups(calls["host_start_ns"], outside)) is not None:
+        # several marks per iteration (a rollout, then minibatch updates): each group's first mark, over its iteration
+        firsts = calls["host_start_ns"][begins]
+        return m.iloc[begins[np.searchsorted(firsts, starts)]].assign(start_ns=starts, end_ns=np.r_[starts[1:] - 1, ends[-1:]])
     first, last = m["start_ns"].iloc[0], m["start_ns"].iloc[-1]
     rows = [timed]
     if starts.size and starts[0] < first:  # the iteration before the first mark

@@ -916,3 +916,31 @@ def test_a_loader_that_fetches_ahead_steps_its_last_group_after_the_end_of_its_p
     # the evaluation's end of pass (80) between the epochs, not the training loader's (60)
     assert _pass_ended(steps, fetches, raised) == [False, False, True, False]
 
+
+def test_an_iteration_of_several_optimizer_steps_after_a_rollout_is_one_step() -> None:
+    # CleanRL's PPO, 3 iterations 20 apart: a rollout of 10 forwards (0..9), then 2
+    # minibatch updates, each a forward (10, 13), zero_grad (11, 14) and the optimizer's
+    # step (12, 15). Between two zero_grads 1 call, or 11 across the rollout (10 + the next
+    # update's forward): 22 of the 25 calls between the first mark and the last
+    work = [i + 20 * k for k in range(3) for i in (*range(10), 10, 13)]
+    zero_grad = [11, 14, 31, 34, 51, 54]
+    assert steady.mark_groups(zero_grad, work).tolist() == [0, 2, 4]
+    out = steady.optimizer_iterations(_series(zero_grad, zero_grad), _series([12, 15, 32, 35, 52, 55]), work)
+    # each from its rollout's first forward (the first work after the previous group's last
+    # mark, 15 -> 20) to the next; the first from as many calls before its first mark as the
+    # others hold (11: from 0), the last to its last step's end (before: 6 steps, one per
+    # zero_grad, each update's the next rollout's too)
+    assert out["host_start_ns"] == [0, 20, 40]
+    assert out["gpu_end_ns"] == [20, 40, 56]
+    # a trace's window from the first rollout's 6th forward to the last update's zero_grad:
+    # the first group without its whole rollout and the last without its second update are
+    # cut, left out
+    out = steady.optimizer_iterations(_series(zero_grad[:-1], zero_grad[:-1]), _series([12, 15, 32, 35, 52]), work[5:])
+    assert out["host_start_ns"] == [20] and out["gpu_end_ns"] == [40]
+    # a plain loop (one forward between two marks), gradient accumulation (4 alike): none
+    assert steady.mark_groups([1, 11, 21, 31], [0, 10, 20, 30]) is None
+    assert steady.mark_groups([9, 19, 29, 39], [0, 2, 4, 6, 10, 12, 14, 16, 20, 22, 24, 26, 30, 32, 34, 36]) is None
+    # a training loop evaluating every 4 steps (10 forwards, 40..49 and 90..99): 22 of the 31
+    # calls between the first mark and the last, not three quarters: a pause, not the loop
+    train = [0, 10, 20, 30, 50, 60, 70, 80, 100, 110, 120, 130]
+    assert steady.mark_groups([t + 2 for t in train], sorted(train + list(range(40, 50)) + list(range(90, 100)))) is None

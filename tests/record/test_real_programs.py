@@ -1001,14 +1001,6 @@ def test_tqdm_wrapped_segmentation_validation_steps_per_batch(tmp_path: Path) ->
     assert 1e3 / rate.value == pytest.approx(result["ms_per_step"], rel=0.15)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "CleanRL's PPO: per iteration a rollout (16 env steps, each an actor and a critic call under no_grad, the env "
-    "stepped in numpy), GAE, then 2 epochs x 2 minibatches of zero_grad/backward/step. Rule 7 of analysis/steps.py's "
-    "choose_step takes 'Optimizer.zero_grad#Adam.zero_grad' and, with no DataLoader, steps.optimizer_ranges / "
-    "steady.optimizer_iterations time each from one zero_grad to the next: 24 steps for the program's 6 iterations, "
-    "every 4th holding the next iteration's rollout (33-56 ms among 7-15 ms ones); p50 13.7 ms, 1e3/steps_per_s "
-    "17.9 ms for the program's 78.2 ms per iteration (as gan_train.py's critic steps: the optimizer's rhythm inside "
-    "the iteration is not the iteration)"))
 def test_ppo_steps_per_iteration_not_per_minibatch_update(tmp_path: Path) -> None:
     # CleanRL's ppo.py: the Agent has no forward (get_action_and_value calls self.actor and
     # self.critic), the rollout under no_grad, the update's minibatches each an optimizer
