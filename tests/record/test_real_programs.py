@@ -726,10 +726,15 @@ def test_length_sorted_embedding_batches_are_the_programs_trend_not_warm_up(tmp_
                                   env={"OMP_NUM_THREADS": "1"})  # in the full suite two threads' stalls read as a regime (start 22)
     assert light["step_name"] == "Encoder.forward"
     assert light["steps_seen"] == result["batches"] == 32
-    assert light["steady_start"] <= result["warmup"]
+    ms, start = _step_ms(series), light["steady_start"]
+    if start > result["warmup"]:
+        # a loaded box can slow the first steps past the program's own warm-up (CI, 2026-12-03:
+        # 14.3 16.8 16.1 14.6 10.8 | 6.9 6.3 5.9 ... ms, start 5): more is left out only behind a
+        # drop, each step left out slower than 1.25x each of the next five, never the trend's steps
+        assert ms[result["warmup"]:start].min() > 1.25 * ms[start:start + 5].max()
     # the program's timed batches, each from its forward to the next (this batch's top-k,
     # the next one's padding): on this loaded box the rate's intervals wander as much
-    assert _step_ms(series)[result["warmup"]:].mean() == pytest.approx(result["ms_per_step"], rel=0.1)
+    assert ms[result["warmup"]:].mean() == pytest.approx(result["ms_per_step"], rel=0.1)
 
 
 @pytest.mark.parametrize("jit", ["script", "trace"])
