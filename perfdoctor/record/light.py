@@ -40,10 +40,19 @@ def choose_module(modules: dict[str, dict[str, Any]]) -> tuple[int, str] | None:
 
 def module_step(
     modules: dict[str, dict[str, Any]], classes: dict[str, str]
-) -> tuple[str, dict[str, Any], dict[str, Any], str, list[bool] | None] | None:
+) -> tuple[str, dict[str, Any], dict[str, Any], str, list[bool] | None, tuple[list[int], list[bool]] | None] | None:
     """The module step: (its name, its calls, its ``light_pass.module`` entry (the traced
-    passes' mark), how it was found, and which of its iterations hold the other instances'
-    calls), or None. The class is :func:`choose_module`'s. When two of its
+    passes' mark), how it was found, which of its iterations hold the other instances'
+    calls, and which of its calls are the steps), or None. The class is
+    :func:`choose_module`'s.
+
+    Called with grad enabled and disabled (``grad``), when one mode's calls are the steps
+    (:func:`perfdoctor.analysis.steps.grad_mode_steps`: a training loop's, an evaluation
+    under ``no_grad`` after each epoch): the last element, their positions and per one
+    whether an end of pass (the other mode's calls) lies before it. The calls are timed as
+    iterations all together, so the last training call before an evaluation ends where the
+    evaluation's first call begins; the entry says which mode (``grad``), which the traced
+    passes mark alone. Else, when two of its
     instances or more repeat at depth 0 (their calls carry ``instance``) and one of them
     marks the loop iteration (:func:`perfdoctor.analysis.steps.iteration_instance`: in
     assisted generation the target, whose one forward per iteration verifies the draft's
@@ -73,6 +82,14 @@ def module_step(
     calls = modules[str(depth)][name]
     module = {"name": name, "depth": depth, "class": classes.get(name, name), "span": "the loop iteration: each call and the host work until the next call"}
     cls = name.removesuffix(".forward")
+    moded = steps.grad_mode_steps(calls["grad"]) if calls.get("grad") else None
+    if moded is not None:
+        grad, mine, ended = moded
+        n, what, runs = len(calls["gpu_end_ns"]), "enabled" if grad else "disabled", int(ended.sum())
+        how = (f"module: {cls}, its {len(mine)} calls with grad {what} of its {n}: the other {n - len(mine)} end a pass "
+               f"({runs} run{'s' if runs != 1 else ''} between them)")
+        rows = series_rows(calls, range(n))
+        return name, rows, {**module, "grad": grad}, how, None, (mine.tolist(), ended.tolist())
     instances = calls.get("instance")
     instance = steps.iteration_instance(instances) if instances else None
     if instance is None:
@@ -85,20 +102,20 @@ def module_step(
                    "calls): the call from the place that calls it once per iteration, with the calls from its other places since the one before")
             span = ("the loop iteration: the calls from the other places, then the one from the place that marks it, and the host "
                     "work until the next iteration's first call")
-            return name, grouped_series(rows, sited), {**module, "span": span, "groups": sited.runs()}, how, None
+            return name, grouped_series(rows, sited), {**module, "span": span, "groups": sited.runs()}, how, None, None
         if groups is None:
-            return name, rows, module, f"module: {cls}", None
+            return name, rows, module, f"module: {cls}", None, None
         k = groups.calls
         how = (f"module: {cls}, {k} calls per step: called {k} times back to back, then the loop's own work "
                f"({len(groups.sizes)} groups of its {len(calls['gpu_end_ns'])} calls)")
         span = f"the loop iteration: each group of {k} calls back to back and the host work until the next group"
-        return name, grouped_series(rows, groups), {**module, "span": span, "calls_per_step": k, "groups": groups.runs()}, how, None
+        return name, grouped_series(rows, groups), {**module, "span": span, "calls_per_step": k, "groups": groups.runs()}, how, None, None
     step = f"{cls}#{instance}.forward"
     mine = [i for i, k in enumerate(instances) if k == instance]
     how = (f"module: {cls}#{instance}: the {cls} instance (#{instance} by first call) whose {len(mine)} calls enclose "
            f"the {len(instances) - len(mine)} calls of its other instances at depth 0: the loop iteration")
     joined = (np.diff(mine) > 1).tolist()  # another instance's call between this one and the next
-    return step, series_rows(calls, mine), {**module, "name": step, "instance": instance}, how, joined
+    return step, series_rows(calls, mine), {**module, "name": step, "instance": instance}, how, joined, None
 
 
 def grouped_series(calls: dict[str, Any], groups: steps.CallGroups) -> dict[str, Any]:
@@ -159,7 +176,7 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
     else:
         user = [n for n in api_counts if counts.get(n)]
     found = module_step(results.modules or {}, results.module_classes or {}) if automatic else None
-    modules = {found[0]: len(found[1]["gpu_end_ns"])} if found is not None else {}
+    modules = {found[0]: len(found[5][0] if found[5] else found[1]["gpu_end_ns"])} if found is not None else {}
     # one series per CUDA graph replayed (the bootstrap's GraphReplays): its replays are the
     # step when that graph is (nearly) every replay, as a trace's graph launches are
     graph = steps.one_graph({n: c for n, c in counts.items() if rangenames.kind(n) == rangenames.REPLAY})
@@ -190,9 +207,9 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
         series[name] = profiler_series(series, results)
         results.series = series
         return name, choice.how, None, True
-    module, joined = None, None
+    module, joined, moded = None, None, None
     if choice.kind == "module":
-        _, calls, module, how, joined = found  # type: ignore[misc]
+        _, calls, module, how, joined, moded = found  # type: ignore[misc]
     else:
         calls, prefill = with_eager_calls(name, series[name], results.modules) if choice.kind == "compiled" else (series[name], "")
     if choice.kind == "compiled":
@@ -201,6 +218,8 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
         timed = loop_series(name, calls, series, ends_of_passes, marks, work)
     elif choice.iteration:
         timed = call_iterations(calls, joined, results.waits)
+    if moded is not None:
+        timed = {**{k: [v[i] for i in moded[0]] if isinstance(v, list) else v for k, v in timed.items()}, "pass_ended": moded[1]}
     if choice.iteration:
         if module is None:
             # the calls as measured stay in raw/light.json beside the iteration (a module

@@ -16,8 +16,8 @@ import pytest
 from conftest import FIXTURES
 from perfdoctor.pipeline import load_trace
 from perfdoctor.analysis.metrics import analyze
-from perfdoctor.analysis.steps import (AUTO_STEP, enclosed_marks, find_steps, iteration_instance, iteration_site, other_optimizers,
-                                      repeating_region, site_groups)
+from perfdoctor.analysis.steps import (AUTO_STEP, enclosed_marks, find_steps, grad_mode_steps, iteration_instance, iteration_site,
+                                      other_optimizers, repeating_region, site_groups)
 from perfdoctor.names import ranges as rangenames
 from perfdoctor.profile import BundleFacts
 
@@ -146,6 +146,30 @@ def test_the_site_called_in_every_iteration_marks_it_when_the_others_are_inside_
     assert iteration_site([1] * 4 + [2] + [1] * 4) is None
     # a third site outside the loop (a last call after it) is enough for none
     assert iteration_site(server + [3]) is None
+
+
+def test_the_calls_of_the_grad_mode_most_calls_ran_in_are_the_steps_the_other_modes_runs_end_passes() -> None:
+    t, f = True, False
+    # word_language_model: 4 training calls per epoch, then an evaluation of 2 under no_grad
+    mode, mine, ended = grad_mode_steps([t] * 4 + [f] * 2 + [t] * 4 + [f] * 2)
+    assert mode is True
+    assert mine.tolist() == [0, 1, 2, 3, 6, 7, 8, 9]
+    assert ended.tolist() == [False] * 4 + [True] + [False] * 3  # epoch 2's first: after a run
+    # an evaluation before training (a sanity check) ends nothing: no step before it
+    mode, mine, ended = grad_mode_steps([f] * 2 + [t] * 5)
+    assert mine.tolist() == [2, 3, 4, 5, 6] and not ended.any()
+    # an inference loop whose warm-up ran with grad enabled: its no-grad calls
+    mode, mine, ended = grad_mode_steps([t] * 2 + [f] * 6)
+    assert mode is False and mine.tolist() == [2, 3, 4, 5, 6, 7] and not ended.any()
+    # a tie: the grad-enabled calls
+    assert grad_mode_steps([t] * 3 + [f] * 3)[0] is True
+    # one mode only (an inference program, a training one): every call a step
+    assert grad_mode_steps([f] * 6) is None and grad_mode_steps([t] * 6) is None
+    # a no-grad forward in every training step (3 of 3 gaps hold one; 2 of 4 still ends passes)
+    assert grad_mode_steps([t, f] * 4) is None
+    assert grad_mode_steps([t, f, t, t, f, t, t]) is not None
+    # the mode's calls once: nothing repeats
+    assert grad_mode_steps([f, t]) is None
 
 def test_library_ranges_are_never_the_step() -> None:
     p = load_trace(FIXTURES / "h200-decode-eager-5steps.kineto.json.gz")

@@ -412,14 +412,14 @@ def test_a_model_called_twice_back_to_back_per_iteration_is_one_module_step_per_
         t += 2_000 * us
         ends.append(t)
     calls = {"host_start_ns": starts, "gpu_start_ns": None, "gpu_end_ns": ends, "tid": [1] * 16, "host_end_ns": ends}
-    name, series, module, how, joined = module_step({"0": {"UNet.forward": calls}}, {"UNet.forward": "diffusers.UNet"})
-    assert name == "UNet.forward" and joined is None
+    name, series, module, how, joined, moded = module_step({"0": {"UNet.forward": calls}}, {"UNet.forward": "diffusers.UNet"})
+    assert name == "UNet.forward" and joined is None and moded is None
     assert series["host_start_ns"] == starts[::2] and series["gpu_end_ns"] == ends[1::2]
     assert module["calls_per_step"] == 2 and module["groups"] == [[2, 8]] and module["class"] == "diffusers.UNet"
     assert how.startswith("module: UNet, 2 calls per step") and "group of 2 calls" in module["span"]
     # one call per iteration: the calls, as before, and no groups in the entry
     one = {k: (v[::2] if isinstance(v, list) else v) for k, v in calls.items()}
-    name, series, module, how, _ = module_step({"0": {"UNet.forward": one}}, {})
+    name, series, module, how, _, _ = module_step({"0": {"UNet.forward": one}}, {})
     assert series["host_start_ns"] == starts[::2] and series["gpu_end_ns"] == ends[::2]
     assert "calls_per_step" not in module and how == "module: UNet"
 
@@ -438,7 +438,7 @@ def test_a_model_called_from_two_places_in_its_loop_is_one_module_step_per_itera
     ends = [h + 700 * us for h in starts]
     calls = {"host_start_ns": starts, "gpu_start_ns": None, "gpu_end_ns": ends, "tid": [1] * len(sites), "host_end_ns": ends,
              "site": sites}
-    name, series, module, how, joined = module_step({"0": {"GPT.forward": calls}}, {})
+    name, series, module, how, joined, _ = module_step({"0": {"GPT.forward": calls}}, {})
     assert name == "GPT.forward" and joined is None
     # groups [1, 1, 2], [2], [1, 2], ..., [2]: 12 iterations for 19 calls
     assert series["host_start_ns"] == [starts[i] for i in [0, 3, 4, 6, 7, 9, 10, 12, 13, 15, 16, 18]]
@@ -448,6 +448,34 @@ def test_a_model_called_from_two_places_in_its_loop_is_one_module_step_per_itera
     # one place only: a step per call, as before
     one = {k: v for k, v in calls.items() if k != "site"}
     assert module_step({"0": {"GPT.forward": one}}, {})[3] == "module: GPT"
+
+
+def test_a_model_trained_and_evaluated_under_no_grad_is_one_module_step_per_training_call():
+    """word_language_model's shape: 4 training calls (grad enabled) per epoch, each 1 ms
+    apart, then an evaluation of 2 calls under no_grad, twice. The steps are the training
+    calls, each to the next call of either mode; epoch 2's first says a pass ended before
+    it, and the traced passes mark the grad-enabled calls."""
+    from perfdoctor.bundle.protocol import PassResults
+    from perfdoctor.record.light import find_step, module_step
+    from perfdoctor.record.options import RunOptions
+
+    ms = 1_000_000
+    grad = ([True] * 4 + [False] * 2) * 2
+    starts = [k * ms for k in range(len(grad))]
+    ends = [h + ms // 2 for h in starts]
+    calls = {"host_start_ns": starts, "gpu_start_ns": None, "gpu_end_ns": ends, "tid": [1] * len(grad), "host_end_ns": ends,
+             "grad": grad, "site": [1, 1, 1, 1, 2, 2] * 2}
+    name, series, module, how, joined, moded = module_step({"0": {"RNNModel.forward": calls}}, {})
+    assert name == "RNNModel.forward" and module["grad"] is True and "groups" not in module
+    assert moded == ([0, 1, 2, 3, 6, 7, 8, 9], [False] * 4 + [True] + [False] * 3)
+    assert how == "module: RNNModel, its 8 calls with grad enabled of its 12: the other 4 end a pass (1 run between them)"
+    results = PassResults(series={}, modules={"0": {"RNNModel.forward": calls}}, module_classes={})
+    name, _, _, iteration = find_step(results, RunOptions(target=["x.py"]))
+    timed = results.series[name]
+    assert iteration and timed["host_start_ns"] == [starts[i] for i in moded[0]]
+    # each to the next call: the last before the evaluation to the evaluation's first call
+    assert timed["gpu_end_ns"] == [starts[i] for i in [1, 2, 3, 4, 7, 8, 9, 10]]
+    assert timed["pass_ended"] == moded[1]
 
 def test_the_light_pass_notes_each_dynamo_compilation_once_however_often_installed() -> None:
     """The bootstrap's Compiles: dynamo's compile-time callbacks (torch 2.13's

@@ -273,6 +273,50 @@ def test_each_call_notes_its_call_site_and_a_traced_pass_follows_the_groups_by_s
         api._listeners.remove(regions)
     assert marked == [True, False, False, True, True, False, True, True]
 
+def test_each_call_notes_its_grad_mode_and_a_traced_pass_marks_the_chosen_modes_calls() -> None:
+    # training calls, then an evaluation under no_grad, twice: the mode noted on the
+    # scouting path and after narrowing; one mode only: nothing noted
+    net, x = Net(), torch.zeros(2)
+    want = ([True] * 4 + [False] * 2) * 2
+
+    def loop() -> None:
+        for grad in want:
+            with torch.set_grad_enabled(grad):
+                net(x)
+
+    steps = ModuleSteps(types.SimpleNamespace(timer=Timer()))
+    try:
+        loop()
+        series, _ = steps.series()
+    finally:
+        steps.uninstall()
+    assert series["0"]["Net.forward"]["grad"] == want
+    steps = ModuleSteps(types.SimpleNamespace(timer=Timer()))
+    try:
+        for _ in range(8):
+            net(x)
+        series, _ = steps.series()
+    finally:
+        steps.uninstall()
+    assert "grad" not in series["0"]["Net.forward"]
+    # a traced pass told the steps are the grad-enabled calls marks those alone
+    regions = Regions()
+    api.subscribe(regions)
+    mark = {"name": "Net.forward", "depth": 0, "class": f"{Net.__module__}.{Net.__qualname__}", "grad": True}
+    steps = ModuleSteps(types.SimpleNamespace(timer=Timer()), mark=mark)
+    marked = []
+    try:
+        for grad in want:
+            before = len(regions.names)
+            with torch.set_grad_enabled(grad):
+                net(x)
+            marked.append(len(regions.names) > before)
+    finally:
+        steps.uninstall()
+        api._listeners.remove(regions)
+    assert marked == want
+
+
 def test_perfdoctor_run_of_an_unmodified_program_finds_one_step_per_forward(tmp_path: Path) -> None:
     """The real thing: image_infer.py (10 forwards of a tiny ResNet-18) under `perfdoctor run`."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}

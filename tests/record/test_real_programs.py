@@ -871,15 +871,6 @@ def test_padded_text_training_steps_per_batch(tmp_path: Path, prefetcher: bool) 
 # encoder's chunk loop calling a method, a background preprocessing thread feeding the
 # training through a queue.Queue, a tqdm-wrapped validation under inference_mode).
 
-_LSTM_WRONG = pytest.mark.xfail(strict=True, reason=(
-    "word_language_model: no optimizer, no DataLoader, so analysis/steps.py's choose_step takes rule 8 (the outermost "
-    "repeating module call, 'RNNModel.forward') and counts every call: the 76 training batches and the 10 forwards of "
-    "each epoch's evaluate() under torch.no_grad() (batch 10), 86 steps for the program's 76; the light pass records no "
-    "grad mode per module call, so nothing tells the validation's calls apart. The rate's 1e3/steps_per_s read 2.56 ms "
-    "for the program's 2.86 ms/batch (the 0.7 ms no-grad forwards pull it down)"))
-
-
-@_LSTM_WRONG
 def test_truncated_bptt_lstm_without_optimizer_steps_per_training_batch(tmp_path: Path) -> None:
     # PyTorch's word_language_model: batchify, get_batch(i) slicing bptt tokens, the hidden
     # state detached per batch, model.zero_grad(), clip_grad_norm_, p.data.add_ by hand (no
