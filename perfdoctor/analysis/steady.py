@@ -341,6 +341,59 @@ def _group_iterations(h: np.ndarray, e: np.ndarray, oh: np.ndarray, oe: np.ndarr
             "gpu_end_ns": ends[whole].tolist()}
 
 
+def closed_by_steps(calls: dict, others: dict, work_ns: np.ndarray | list[int]) -> dict | None:
+    """The training iterations of a loop with no data loader whose ``zero_grad`` marks
+    (``calls``) fall inside them, where :func:`optimizer_iterations` has them begin: the
+    loop's work (``work_ns``, host starts) runs between an optimizer step's end (``others``)
+    and the next mark, in the median iteration. The old
+    PyTorch quickstart's loop (forward, loss, ``zero_grad``, backward, step): from one mark
+    to the next, step k held iteration k's backward and step and iteration k+1's forward,
+    iteration 0's forward in none, and a slow forward read as the step before (prof_train.py
+    export: 20.8 ms for an iteration of 12.6). Each iteration then runs from the previous
+    optimizer step's host end (the stream reaching it: that step's GPU end) to the end of
+    its own (the first from the earliest of the last as many calls of work before its mark
+    as the median iteration holds there, after any gap among them longer than the median
+    iteration; none when fewer), one per mark followed by a step
+    before the next mark. Returns the series with ``mark``: each iteration's mark's position
+    in ``calls``; None for another shape (a mark at the iteration's start or end)."""
+    n, m = len(calls["gpu_end_ns"]), len(others["gpu_end_ns"]) if others else 0
+    work = np.sort(_ns(work_ns))
+    if n < 2 or m == 0 or work.size == 0:
+        return None
+    h = _ns(calls["host_start_ns"][:n])
+    order = np.argsort(_ns(others["host_start_ns"][:m]), kind="stable")
+    oh = _ns(others["host_start_ns"][:m])[order]
+    oend = _ns((others.get("host_end_ns") or others["gpu_end_ns"])[:m])[order]
+    oe = _ns(others["gpu_end_ns"][:m])[order]
+    # per mark: the optimizer step that closes its iteration (the first after it, before the next mark)
+    q = np.searchsorted(oh, h, side="right")
+    closes = (q < m) & (oh[np.minimum(q, m - 1)] < np.r_[h[1:], np.iinfo(np.int64).max])
+    before = np.r_[False, closes[:-1]]  # a step between the mark before and this one
+    prev = np.minimum(np.r_[0, q[:-1]], m - 1)  # where ``before``: that step
+    after = np.searchsorted(work, h) - np.searchsorted(work, oend[prev], side="right")
+    if not before.any() or int(np.median(after[before])) < 1:
+        return None
+    held = int(np.median(after[before]))
+    at = np.searchsorted(work, h[0])
+    since = np.searchsorted(work, oend[q[0] - 1], side="right") if q[0] > 0 else 0  # after a step before the first mark
+    starts = np.where(before, oend[prev], 0)
+    # after the last gap in that work longer than the median iteration (one step's end to
+    # the next's): PARAM's linear benchmark ran 6 ops 1 s before its first iteration (that
+    # step read 1022 ms); a first forward is slow, its stretch 5x the others' (prof_train.py)
+    first = work[at - held:at] if at - since >= held else work[:0]
+    cut = np.flatnonzero(np.diff(first) > np.median(np.diff(oend))) + 1 if m > 1 else np.zeros(0, dtype=np.int64)
+    if first.size:
+        starts[0] = first[cut[-1] if cut.size else 0]
+    keep = closes & np.r_[first.size > 0, before[1:]]
+    cuda = calls.get("gpu_start_ns") is not None
+    return {
+        "host_start_ns": starts[keep].tolist(),
+        "gpu_start_ns": np.where(before, oe[prev], starts)[keep].tolist() if cuda else None,
+        "gpu_end_ns": oe[np.minimum(q, m - 1)][keep].tolist(),
+        "mark": np.flatnonzero(keep).tolist(),
+    }
+
+
 def within(at_ns: np.ndarray | list[int], starts_ns: np.ndarray | list[int], ends_ns: np.ndarray | list[int]) -> np.ndarray:
     """Per time of ``at_ns``, whether it lies inside one of the ranges ``[starts_ns, ends_ns]``
     (in start order, one after another: one name's calls on one thread)."""

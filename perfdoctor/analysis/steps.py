@@ -593,7 +593,10 @@ def optimizer_ranges(marks: pd.DataFrame, others: pd.DataFrame | None, work: pd.
     (the trace's ops and launches on the marks' thread outside the optimizer's ranges, where
     the light pass has its depth-0 module calls): an iteration's make-up in marks and work,
     counted between two marks, says where the first begins. The first ends 1 ns before the
-    first mark, as the others end before the next; the last at its optimizer step's end."""
+    first mark, as the others end before the next; the last at its optimizer step's end.
+    Marks that fall inside the iterations (the loop's work between an optimizer step's end
+    and the next mark: ``steady.closed_by_steps``) give one step per mark from the previous
+    optimizer step's end to its own's, each ending 1 ns before the next begins."""
     timed = iteration_ranges(marks)
     m = _outermost(marks)
     if timed.empty or work is None or m["tid"].nunique() > 1:
@@ -612,6 +615,11 @@ def optimizer_ranges(marks: pd.DataFrame, others: pd.DataFrame | None, work: pd.
     np.add.at(inside, np.searchsorted(at, opt["start_ns"].to_numpy(np.int64)), 1)
     np.add.at(inside, np.searchsorted(at, opt["end_ns"].to_numpy(np.int64), side="right"), -1)
     outside = at[np.cumsum(inside)[:-1] == 0]
+    closed = steady.closed_by_steps(calls, other, outside) if str(m["name"].iloc[0]).startswith(rangenames.LOOP_PREFIXES[1]) else None
+    if closed is not None:  # the marks fall inside the iterations: each from the step before to its own step's end
+        starts = np.asarray(closed["host_start_ns"], dtype=np.int64)
+        ends = np.minimum(np.asarray(closed["gpu_end_ns"], dtype=np.int64), np.r_[starts[1:] - 1, np.iinfo(np.int64).max])
+        return m.iloc[closed["mark"]].assign(start_ns=starts, end_ns=ends)
     found = steady.optimizer_iterations(calls, other, outside)
     starts, ends = np.asarray(found["host_start_ns"], dtype=np.int64), np.asarray(found["gpu_end_ns"], dtype=np.int64)
     if (begins := steady.mark_groups(calls["host_start_ns"], outside)) is not None:

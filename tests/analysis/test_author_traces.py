@@ -198,16 +198,6 @@ def _forward_starts(path: Path, per_forward: int) -> list[float]:
     return lin[::per_forward]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the steps start at Optimizer.zero_grad, mid-iteration: the loop is the old PyTorch quickstart's "
-    "(forward, loss, zero_grad, backward, step), and analysis/steps.optimizer_ranges times the iteration "
-    "'from one mark to the next' (iteration_ranges on the zero_grad marks): step k = [zero_grad k, "
-    "zero_grad k+1), holding iteration k's backward and step and iteration k+1's forward; iteration 0's "
-    "forward is in no step (count and mean right: 12 steps, 147.5 ms against the program's 149.4, but a "
-    "slow forward is charged to the step before: seen 20.8 ms read for an iteration of 12.6). Fix: when "
-    "the loop's work (loop_work) runs between the previous Optimizer.step's end and a zero_grad, begin "
-    "the iteration at that work's first op (the step's boundary is the previous optimizer step's end), "
-    "as optimizer_iterations already does for the first iteration"))
 def test_export_without_schedule_steps_hold_their_forward(export_trace, tmp_path):
     _, path = export_trace
     m, _ = _analyze(path, tmp_path)

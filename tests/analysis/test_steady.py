@@ -706,6 +706,7 @@ def test_a_loop_without_a_data_loader_has_one_iteration_per_optimizer_step() -> 
     assert out["host_start_ns"] == [0, 10, 20, 30]
     assert out["gpu_end_ns"] == [10, 20, 30, 38]
     # zero_grad after the forward (forward 0, zero_grad 2, backward, step 6): the same
+    # (steady.closed_by_steps, where a zero_grad is chosen, has them begin at the forward)
     out = steady.optimizer_iterations(_series([2, 12, 22, 32]), opt, work)
     assert out["host_start_ns"] == [2, 12, 22, 32]
     assert out["gpu_end_ns"] == [12, 22, 32, 38]
@@ -719,6 +720,41 @@ def test_a_loop_without_a_data_loader_has_one_iteration_per_optimizer_step() -> 
     assert len(out["host_start_ns"]) == 4
     # no work known: nothing says where the first iteration began, today's reading
     assert steady.optimizer_iterations(_series([8, 18, 28, 38]), opt, [])["host_start_ns"] == [8, 18, 28]
+
+
+def test_marks_inside_the_iterations_give_iterations_closed_by_the_optimizer_steps() -> None:
+    # forward (work) at 5, 27, 47, zero_grad at 10, 30, 50, the step at 20-25, 40-45, 60-65
+    zero_grad, step = _series([10, 30, 50], [11, 31, 51]), _series([20, 40, 60], [25, 45, 65])
+    out = steady.closed_by_steps(zero_grad, step, [5, 27, 47])
+    assert out == {"host_start_ns": [5, 25, 45], "gpu_start_ns": None, "gpu_end_ns": [25, 45, 65], "mark": [0, 1, 2]}
+    # optimizer_iterations' loop (forward 0, zero_grad 2, step 6-8): from the step before's
+    # end, the first from its forward (before: from one zero_grad to the next, [2, 12),
+    # holding the next iteration's forward, the first forward in none)
+    out = steady.closed_by_steps(_series([2, 12, 22, 32]), _series([6, 16, 26, 36], [8, 18, 28, 38]), [0, 10, 20, 30])
+    assert out["host_start_ns"] == [0, 8, 18, 28] and out["gpu_end_ns"] == [8, 18, 28, 38]
+    # on a GPU: the step's host end begins the next iteration, its GPU end ends the one before
+    # (the stream reaching the next: it finished that step)
+    gpu = {**_series([20, 40, 60], [28, 48, 68]), "host_end_ns": [25, 45, 65]}
+    out = steady.closed_by_steps({**zero_grad, "gpu_start_ns": [10, 30, 50]}, gpu, [5, 27, 47])
+    assert out["host_start_ns"] == [5, 25, 45] and out["gpu_start_ns"] == [5, 28, 48] and out["gpu_end_ns"] == [28, 48, 68]
+    # two calls of work per iteration (a model and its loss): the first iteration from the
+    # earliest, after a gap longer than the median iteration (20: a warm-up long before is
+    # not in it); a record that begins after the first forward (a trace's window) leaves it out
+    out = steady.closed_by_steps(zero_grad, step, [-8, 7, 26, 27, 46, 47])
+    assert out["host_start_ns"] == [-8, 25, 45]
+    out = steady.closed_by_steps(zero_grad, step, [-1000, 7, 26, 27, 46, 47])
+    assert out["host_start_ns"] == [7, 25, 45]
+    out = steady.closed_by_steps(zero_grad, step, [5, 26, 27, 46, 47])
+    assert out["host_start_ns"] == [25, 45] and out["mark"] == [1, 2]
+    # the last mark with no step after it (the record ends): no iteration
+    assert steady.closed_by_steps(_series([10, 30, 50, 70]), step, [5, 27, 47, 67])["mark"] == [0, 1, 2]
+    # zero_grad at the iteration's start (forward after it) or its end: another shape
+    assert steady.closed_by_steps(_series([10, 30, 50]), step, [12, 32, 52]) is None
+    assert steady.closed_by_steps(_series([30, 50]), step, [5, 35]) is None
+    # no work, one mark, no step: nothing known
+    assert steady.closed_by_steps(zero_grad, step, []) is None
+    assert steady.closed_by_steps(_series([10]), step, [5]) is None
+    assert steady.closed_by_steps(zero_grad, _series([]), [5, 27, 47]) is None
 
 
 def test_an_optimizer_step_with_a_closure_holds_its_iteration() -> None:

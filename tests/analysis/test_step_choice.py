@@ -195,19 +195,30 @@ def test_training_iteration_from_torch_loop_ranges(name: str, marker: str, apart
     iterations = [(a, b) for a, b in zip(starts[:-1], starts[1:])]  # start to next start, µs
     s = find_steps(load_trace(path))
     assert s.name == marker
+    first = 0
     if marker.startswith("Optimizer."):
-        # no data loader: one step per optimizer step (steady.optimizer_iterations, the light
-        # pass's rule). PARAM's linear loop runs forward, zero_grad, backward, step: after
-        # the last zero_grad, its backward and optimizer step are the last iteration, to the
-        # step's end (before: in no step, 39 steps for 40 optimizer steps)
-        (last,) = _ranges(events, "Optimizer.step#SGD.step")[-1:]
-        iterations.append((starts[-1], last[1]))
-    assert s.count == len(iterations) == len(marks) - (not marker.startswith("Optimizer."))
-    np.testing.assert_allclose(s.table["host_start_ns"].to_numpy() / 1e3, [a for a, _ in iterations], atol=1e-3)
-    np.testing.assert_allclose((s.table["host_end_ns"].to_numpy()[: len(starts) - 1] + 1) / 1e3, starts[1:], atol=1e-3)
-    np.testing.assert_allclose(s.table["host_end_ns"].to_numpy()[len(starts) - 1:] / 1e3, [b for _, b in iterations[len(starts) - 1:]], atol=1e-3)
+        # no data loader: one step per optimizer step. PARAM's linear loop runs forward,
+        # zero_grad, backward, step: the forward lies between a step's end and the next
+        # zero_grad, so each iteration runs from the step before's end to its own step's end
+        # (steady.closed_by_steps, the light pass's rule); the first from its forward, before
+        # the first zero_grad, checked apart. Before: from one zero_grad to the next, each
+        # holding the next iteration's forward, the first forward in none
+        steps = _ranges(events, "Optimizer.step#SGD.step")
+        assert len(steps) == len(marks)
+        iterations = [(a[1], b[1]) for a, b in zip(steps[:-1], steps[1:])]
+        first = 1
+    assert s.count == len(iterations) + first == len(marks) - (not marker.startswith("Optimizer."))
+    table = s.table.iloc[first:]
+    np.testing.assert_allclose(table["host_start_ns"].to_numpy() / 1e3, [a for a, _ in iterations], atol=1e-3)
+    np.testing.assert_allclose((table["host_end_ns"].to_numpy()[:-1] + 1) / 1e3, [a for a, _ in iterations[1:]], atol=1e-3)
+    if first:
+        assert table["host_end_ns"].iloc[-1] / 1e3 == pytest.approx(iterations[-1][1], abs=1e-3)
+        # the first: its forward, the first zero_grad, up to the next one's start
+        assert s.table["host_start_ns"].iloc[0] / 1e3 < starts[0] and (s.table["host_end_ns"].iloc[0] + 1) / 1e3 == pytest.approx(iterations[0][0], abs=1e-3)
+    else:
+        np.testing.assert_allclose((table["host_end_ns"].to_numpy()[-1:] + 1) / 1e3, starts[-1:], atol=1e-3)
     hand = _windows(events, iterations)
-    np.testing.assert_allclose(_gpu_ms(s), [(b - a) / 1e3 for a, b in hand], atol=1e-3)
+    np.testing.assert_allclose(_gpu_ms(s)[first:], [(b - a) / 1e3 for a, b in hand], atol=1e-3)
     if apart_ms is not None:
         # the PARAM linear benchmark: iterations 25 ms apart, optimizer ranges of 1-2 ms
         assert float(np.median(np.diff(starts))) / 1e3 == pytest.approx(apart_ms, abs=1.0)
