@@ -229,7 +229,9 @@ def optimizer_iterations(calls: dict, others: dict, work_ns: np.ndarray | list[i
     the closure calling ``zero_grad``: LBFGS, Lightning), the step holds the iteration's
     forward and backward: each mark is an iteration, the last one to its own end (before,
     19 steps for 20 by a zero_grad's 1 per closure; work is not needed: a trace's work
-    leaves out what runs inside the optimizer's ranges)."""
+    leaves out what runs inside the optimizer's ranges). Several marks per iteration
+    (:func:`mark_groups`): one iteration per group, with ``mark``, each group's first mark's
+    position in ``calls``."""
     out = loop_iterations(calls)
     n = len(calls["gpu_end_ns"])
     m = len(others["gpu_end_ns"]) if others else 0
@@ -323,7 +325,8 @@ def _group_iterations(h: np.ndarray, e: np.ndarray, oh: np.ndarray, oe: np.ndarr
     the next begins; the first at as many calls before its first mark as the others hold
     there; the last at its last mark's end (the host work after it is unknown). A group the
     record cuts (a trace's window: the first without those calls before it, the last with
-    fewer marks than the others) is left out."""
+    fewer marks than the others) is left out. ``mark``: each iteration's first mark's position
+    in ``h``."""
     marks_h, marks_e = np.r_[h, oh], np.r_[e, oe]
     order = np.argsort(marks_h, kind="stable")
     marks_h, marks_e = marks_h[order], marks_e[order]
@@ -338,7 +341,16 @@ def _group_iterations(h: np.ndarray, e: np.ndarray, oh: np.ndarray, oe: np.ndarr
     sizes = np.diff(np.r_[begins, h.size])
     whole = np.r_[need <= w0, np.ones(begins.size - 2, dtype=bool), sizes[-1] == sizes[1]]
     return {"host_start_ns": starts[whole].tolist(), "gpu_start_ns": starts[whole].tolist() if with_gpu_start else None,
-            "gpu_end_ns": ends[whole].tolist()}
+            "gpu_end_ns": ends[whole].tolist(), "mark": begins[whole].tolist()}
+
+
+def optimizer_loop(calls: dict, others: dict, work_ns: np.ndarray | list[int] | None, zero_grad: bool) -> dict:
+    """The training iterations of a loop with no data loader marked by the optimizer's
+    ``calls`` (``zero_grad`` ones when ``zero_grad``): :func:`closed_by_steps` where the marks
+    fall inside the iterations, else :func:`optimizer_iterations`. ``mark``, when present:
+    each iteration's mark's position in ``calls``."""
+    closed = closed_by_steps(calls, others, work_ns if work_ns is not None else []) if zero_grad else None
+    return closed if closed is not None else optimizer_iterations(calls, others, work_ns)
 
 
 def closed_by_steps(calls: dict, others: dict, work_ns: np.ndarray | list[int]) -> dict | None:
@@ -355,12 +367,16 @@ def closed_by_steps(calls: dict, others: dict, work_ns: np.ndarray | list[int]) 
     as the median iteration holds there, after any gap among them longer than the median
     iteration; none when fewer), one per mark followed by a step
     before the next mark. Returns the series with ``mark``: each iteration's mark's position
-    in ``calls``; None for another shape (a mark at the iteration's start or end)."""
+    in ``calls``; None for another shape (a mark at the iteration's start or end, several
+    marks per iteration: :func:`mark_groups`, CleanRL's PPO zeroing after each minibatch's
+    forward, 24 steps read for its 6 iterations)."""
     n, m = len(calls["gpu_end_ns"]), len(others["gpu_end_ns"]) if others else 0
     work = np.sort(_ns(work_ns))
     if n < 2 or m == 0 or work.size == 0:
         return None
     h = _ns(calls["host_start_ns"][:n])
+    if mark_groups(h, work) is not None:
+        return None
     order = np.argsort(_ns(others["host_start_ns"][:m]), kind="stable")
     oh = _ns(others["host_start_ns"][:m])[order]
     oend = _ns((others.get("host_end_ns") or others["gpu_end_ns"])[:m])[order]

@@ -615,17 +615,13 @@ def optimizer_ranges(marks: pd.DataFrame, others: pd.DataFrame | None, work: pd.
     np.add.at(inside, np.searchsorted(at, opt["start_ns"].to_numpy(np.int64)), 1)
     np.add.at(inside, np.searchsorted(at, opt["end_ns"].to_numpy(np.int64), side="right"), -1)
     outside = at[np.cumsum(inside)[:-1] == 0]
-    closed = steady.closed_by_steps(calls, other, outside) if str(m["name"].iloc[0]).startswith(rangenames.LOOP_PREFIXES[1]) else None
-    if closed is not None:  # the marks fall inside the iterations: each from the step before to its own step's end
-        starts = np.asarray(closed["host_start_ns"], dtype=np.int64)
-        ends = np.minimum(np.asarray(closed["gpu_end_ns"], dtype=np.int64), np.r_[starts[1:] - 1, np.iinfo(np.int64).max])
-        return m.iloc[closed["mark"]].assign(start_ns=starts, end_ns=ends)
-    found = steady.optimizer_iterations(calls, other, outside)
+    found = steady.optimizer_loop(calls, other, outside, str(m["name"].iloc[0]).startswith(rangenames.LOOP_PREFIXES[1]))
     starts, ends = np.asarray(found["host_start_ns"], dtype=np.int64), np.asarray(found["gpu_end_ns"], dtype=np.int64)
-    if (begins := steady.mark_groups(calls["host_start_ns"], outside)) is not None:
-        # several marks per iteration (a rollout, then minibatch updates): each group's first mark, over its iteration
-        firsts = calls["host_start_ns"][begins]
-        return m.iloc[begins[np.searchsorted(firsts, starts)]].assign(start_ns=starts, end_ns=np.r_[starts[1:] - 1, ends[-1:]])
+    if found.get("mark") is not None:
+        # the marks fall inside the iterations (zero_grad after the forward: each from the step
+        # before to its own step's end), or several mark one (a rollout, then minibatch
+        # updates: each group's first mark, over its iteration); each up to the next
+        return m.iloc[found["mark"]].assign(start_ns=starts, end_ns=np.minimum(ends, np.r_[starts[1:] - 1, np.iinfo(np.int64).max]))
     first, last = m["start_ns"].iloc[0], m["start_ns"].iloc[-1]
     rows = [timed]
     if starts.size and starts[0] < first:  # the iteration before the first mark

@@ -326,9 +326,8 @@ def loop_series(
     exhausted ones the ends of passes); without fetches, from one step to the next. Each
     step says whether a pass ended between the step before and it (``pass_ended``: an
     evaluation pass, the epoch's end), a pause of the rate whatever its length. Without
-    fetches (``for step in range(n)``), :func:`perfdoctor.analysis.steady.optimizer_iterations`:
-    one per optimizer step, ``zero_grad`` at the iteration's start or its end; a
-    ``zero_grad`` inside it (after the forward), :func:`perfdoctor.analysis.steady.closed_by_steps`."""
+    fetches (``for step in range(n)``), :func:`perfdoctor.analysis.steady.optimizer_loop`:
+    one per optimizer step (or group of them), wherever ``zero_grad`` falls in it."""
     if name.startswith(rangenames.DATA_LOADER_PREFIX):
         return steady.loop_iterations(calls, exhausted, marks, work_ns)
     parts = [s for n, s in series.items() if n.startswith(rangenames.DATA_LOADER_PREFIX)] + [exhausted]
@@ -337,10 +336,8 @@ def loop_series(
         # no data loader: one iteration per optimizer step, the first (or last) one the
         # series' marks leave out included
         others = merged_series([s for n, s in series.items() if n != name and n.startswith(rangenames.LOOP_PREFIXES[1:])])
-        closed = steady.closed_by_steps(calls, others, work_ns or []) if name.startswith(rangenames.LOOP_PREFIXES[1]) else None
-        if closed is not None:
-            return {k: v for k, v in closed.items() if k != "mark"}
-        return steady.optimizer_iterations(calls, others, work_ns)
+        found = steady.optimizer_loop(calls, others, work_ns, name.startswith(rangenames.LOOP_PREFIXES[1]))
+        return {k: v for k, v in found.items() if k != "mark"}
     ended = set(exhausted["host_start_ns"])
     n = len(calls["gpu_end_ns"])
     at, first, after, pass_ended = steady.step_groups(
