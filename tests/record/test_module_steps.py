@@ -4,11 +4,13 @@ its scout, submodule calls are back on torch's own ``Module.__call__`` (issue 29
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
 import sys
 import types
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -134,6 +136,24 @@ class Regions:
         pass
 
 
+def _traced(mark: dict, calls: list[Callable[[], object]]) -> tuple[list[bool], list[str]]:
+    """A traced pass's ModuleSteps given the light pass's ``mark``: per call, whether it
+    opened a region; and the regions' names."""
+    regions = Regions()
+    api.subscribe(regions)
+    steps = ModuleSteps(types.SimpleNamespace(timer=Timer()), mark=mark)
+    marked = []
+    try:
+        for call in calls:
+            before = len(regions.names)
+            call()
+            marked.append(len(regions.names) > before)
+    finally:
+        steps.uninstall()
+        api._listeners.remove(regions)
+    return marked, regions.names
+
+
 def test_two_instances_of_one_class_are_told_apart_and_a_traced_pass_marks_the_chosen_one() -> None:
     draft, target, x = Net(), Net(), torch.zeros(2)
     iterations = 4
@@ -160,16 +180,8 @@ def test_two_instances_of_one_class_are_told_apart_and_a_traced_pass_marks_the_c
 
     # a traced pass: the same program, the light pass's step the second instance of Net
     draft, target = Net(), Net()
-    regions = Regions()
-    api.subscribe(regions)
-    steps = ModuleSteps(types.SimpleNamespace(timer=Timer()), mark={"name": "Net#2.forward", "depth": 0, "instance": 2,
-                                                                      "class": f"{Net.__module__}.{Net.__qualname__}"})
-    try:
-        loop()
-    finally:
-        steps.uninstall()
-        api._listeners.remove(regions)
-    assert regions.names == ["Net#2.forward"] * iterations
+    _, names = _traced({"name": "Net#2.forward", "depth": 0, "instance": 2, "class": f"{Net.__module__}.{Net.__qualname__}"}, [loop])
+    assert names == ["Net#2.forward"] * iterations
 
 
 def test_a_torchscript_module_is_named_after_the_class_it_was_scripted_from() -> None:
@@ -186,17 +198,9 @@ def test_a_torchscript_module_is_named_after_the_class_it_was_scripted_from() ->
     assert counts == {"Net.forward": ModuleSteps.SCOUT_CALLS + 3, "Loss.forward": ModuleSteps.SCOUT_CALLS + 3}
     assert steps.classes["Net.forward"] == "torch.jit._script.RecursiveScriptModule"
     # a traced pass marks the chosen one only
-    regions = Regions()
-    api.subscribe(regions)
-    steps = ModuleSteps(types.SimpleNamespace(timer=Timer()), mark={"name": "Net.forward", "depth": 0,
-                                                                      "class": "torch.jit._script.RecursiveScriptModule"})
-    try:
-        for _ in range(3):
-            loss(net(x))
-    finally:
-        steps.uninstall()
-        api._listeners.remove(regions)
-    assert regions.names == ["Net.forward"] * 3
+    marked, names = _traced({"name": "Net.forward", "depth": 0, "class": "torch.jit._script.RecursiveScriptModule"},
+                            [lambda: loss(net(x))] * 3)
+    assert marked == [True] * 3 and names == ["Net.forward"] * 3
     # the eager Net called first (torch.jit.trace runs it): its name is taken, and the
     # scripted one keeps its class's name, a step of its own
     eager = Net()
@@ -216,23 +220,11 @@ def test_a_traced_pass_marks_only_the_first_call_of_each_group_the_light_pass_fo
     # stray single call before the loop; a traced pass marks each group's first call, one
     # region per step, and past the light pass's groups goes on two by two
     net, x = Net(), torch.zeros(2)
-    regions = Regions()
-    api.subscribe(regions)
     mark = {"name": "Net.forward", "depth": 0, "class": f"{Net.__module__}.{Net.__qualname__}", "calls_per_step": 2,
             "groups": [[1, 1], [2, 3]]}
-    steps = ModuleSteps(types.SimpleNamespace(timer=Timer()), mark=mark)
-    marked = []
-    try:
-        for i in range(11):
-            before = len(regions.names)
-            net(x)
-            marked.append(len(regions.names) > before)
-    finally:
-        steps.uninstall()
-        api._listeners.remove(regions)
+    marked, names = _traced(mark, [lambda: net(x)] * 11)
     assert marked == [True, True, False, True, False, True, False, True, False, True, False]
-    assert regions.names == ["Net.forward"] * 6
-
+    assert names == ["Net.forward"] * 6
 
 
 def test_each_call_notes_its_call_site_and_a_traced_pass_follows_the_groups_by_site() -> None:
@@ -258,20 +250,10 @@ def test_each_call_notes_its_call_site_and_a_traced_pass_follows_the_groups_by_s
     assert series["0"]["Net.forward"]["site"] == want and len(series["0"]["Net.forward"]["gpu_end_ns"]) == len(want)
     # a traced pass given the light pass's groups by site (sizes that vary, no calls_per_step):
     # each group's first call, then one call per step past the groups
-    regions = Regions()
-    api.subscribe(regions)
     mark = {"name": "Net.forward", "depth": 0, "class": f"{Net.__module__}.{Net.__qualname__}", "groups": [[3, 1], [1, 1], [2, 1]]}
-    steps = ModuleSteps(types.SimpleNamespace(timer=Timer()), mark=mark)
-    marked = []
-    try:
-        for _ in range(8):
-            before = len(regions.names)
-            net(x)
-            marked.append(len(regions.names) > before)
-    finally:
-        steps.uninstall()
-        api._listeners.remove(regions)
+    marked, _ = _traced(mark, [lambda: net(x)] * 8)
     assert marked == [True, False, False, True, True, False, True, True]
+
 
 def test_each_call_notes_its_grad_mode_and_a_traced_pass_marks_the_chosen_modes_calls() -> None:
     # training calls, then an evaluation under no_grad, twice: the mode noted on the
@@ -300,20 +282,12 @@ def test_each_call_notes_its_grad_mode_and_a_traced_pass_marks_the_chosen_modes_
         steps.uninstall()
     assert "grad" not in series["0"]["Net.forward"]
     # a traced pass told the steps are the grad-enabled calls marks those alone
-    regions = Regions()
-    api.subscribe(regions)
-    mark = {"name": "Net.forward", "depth": 0, "class": f"{Net.__module__}.{Net.__qualname__}", "grad": True}
-    steps = ModuleSteps(types.SimpleNamespace(timer=Timer()), mark=mark)
-    marked = []
-    try:
-        for grad in want:
-            before = len(regions.names)
-            with torch.set_grad_enabled(grad):
-                net(x)
-            marked.append(len(regions.names) > before)
-    finally:
-        steps.uninstall()
-        api._listeners.remove(regions)
+    def call(grad: bool) -> None:
+        with torch.set_grad_enabled(grad):
+            net(x)
+
+    marked, _ = _traced({"name": "Net.forward", "depth": 0, "class": f"{Net.__module__}.{Net.__qualname__}", "grad": True},
+                        [functools.partial(call, grad) for grad in want])
     assert marked == want
 
 
