@@ -22,6 +22,13 @@ from perfdoctor.analysis.steps import find_steps
 from perfdoctor.pipeline import load_trace
 
 torch = pytest.importorskip("torch")
+# Each test compares a reading with the program's own timer, both from one run. With two test
+# workers on two cores, the other worker's load now and then stretches a run's steps or the
+# gaps between them (preempted 5-14 ms gaps between ~1 ms steps read as pauses): one of 68
+# failed in each of three full suites, a different one each time, every one passing alone.
+# A failed assertion runs the test once more, a new run of the program; a wrong reading
+# fails both (pytest reports the rerun as R).
+pytestmark = pytest.mark.flaky(reruns=1, only_rerun=["AssertionError"])
 FETCH = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 
 
