@@ -967,7 +967,13 @@ def test_an_iteration_of_several_optimizer_steps_after_a_rollout_is_one_step() -
     # others hold (11: from 0), the last to its last step's end (before: 6 steps, one per
     # zero_grad, each update's the next rollout's too)
     assert out["host_start_ns"] == [0, 20, 40]
-    assert out["gpu_end_ns"] == [20, 40, 56]
+    assert out["gpu_end_ns"] == [20, 40, 56] and out["mark"] == [0, 2, 4]
+    # zero_grad after each update's forward is the quickstart's shape too (x10, each optimizer
+    # step 120-125, the next forward at 130), but grouped: the choice both run and analyze make
+    # reads the groups (before: 6 iterations, one per update)
+    marks, steps = _series([10 * t for t in zero_grad]), _series([10 * t for t in (12, 15, 32, 35, 52, 55)], [10 * t + 5 for t in (12, 15, 32, 35, 52, 55)])
+    assert steady.closed_by_steps(marks, steps, [10 * t for t in work]) is None
+    assert steady.optimizer_loop(marks, steps, [10 * t for t in work], zero_grad=True)["host_start_ns"] == [0, 200, 400]
     # a trace's window from the first rollout's 6th forward to the last update's zero_grad:
     # the first group without its whole rollout and the last without its second update are
     # cut, left out
