@@ -515,22 +515,33 @@ def training_batches(fetch_host_ns: list[int], ends_of_passes_host_ns: list[int]
     parts them: Lightning's sanity check before the first step (with its validation at each
     epoch's end: 71 counted for 64 steps before). Fetches after a pass's last group (an
     evaluation loop after the training batches, a batch ``break`` left) close none. All of
-    them when no iteration holds a mark. An end of pass followed by a mark before the next
-    fetch or end counts as a fetch (:func:`loop_iterations`: a prefetcher trains the pass's
-    last batch after the fetch that found the loader exhausted)."""
+    them when no iteration holds a mark.
+
+    An end of pass followed by a mark before the next fetch or end closes that mark's group
+    (:func:`loop_iterations`: a prefetcher trains the pass's last batch after the fetch that
+    found the loader exhausted) but fetched no batch: its loader fetches one ahead, so in its
+    pass each group's batches are the fetches before the one its mark follows. Counted as a
+    fetch, it read one batch more per pass than trained, unless the median group happened to
+    cut the pass's first (its batch fetched ahead): accel_train.py, accumulation 4 counted
+    across epochs (groups 4, 4, 2 | 2, 4, 4), read 21 for its 20 micro-batches."""
     fetches, ends, marks = np.sort(_ns(fetch_host_ns)), np.sort(_ns(ends_of_passes_host_ns)), np.sort(_ns(training_marks))
     every = np.sort(np.r_[fetches, ends])
     nxt = np.append(every[1:], np.iinfo(np.int64).max)[np.searchsorted(every, ends, side="right") - 1]
     trains = np.searchsorted(marks, ends, side="left") < np.searchsorted(marks, nxt, side="left")
-    fetches, ends = np.sort(np.r_[fetches, ends[trains]]), ends[~trains]
+    batch = np.r_[np.ones(fetches.size, dtype=bool), np.zeros(int(trains.sum()), dtype=bool)]  # a fetch, not an end
+    fetches = np.r_[fetches, ends[trains]]
+    order = np.argsort(fetches, kind="stable")
+    fetches, batch, ends = fetches[order], batch[order], ends[~trains]
     passes = np.searchsorted(ends, fetches, side="left")  # each fetch's pass: ends before it
     bound = np.minimum(np.append(fetches[1:], np.iinfo(np.int64).max),
                        np.append(ends, np.iinfo(np.int64).max)[passes])  # its iteration's end
     closes = np.flatnonzero(np.searchsorted(marks, fetches, side="left") < np.searchsorted(marks, bound, side="left"))
     if closes.size == 0:
         return int(fetches.size)
+    closes = closes - np.isin(passes[closes], passes[~batch])  # a pass fetched one ahead: each group's last batch is one fetch back
     begins = np.maximum(np.r_[0, closes[:-1] + 1], np.searchsorted(passes, passes[closes], side="left"))
-    size = closes - begins + 1
+    seen = np.r_[0, np.cumsum(batch)]
+    size = seen[closes + 1] - seen[begins]  # the batches, not the ends of passes among them
     per_step = np.sort(size)[(size.size - 1) // 2]
     return int(np.minimum(size, per_step).sum())
 

@@ -953,6 +953,26 @@ def test_a_loader_that_fetches_ahead_steps_its_last_group_after_the_end_of_its_p
     assert _pass_ended(steps, fetches, raised) == [False, False, True, False]
 
 
+def test_a_loader_that_fetches_ahead_trains_as_many_batches_as_it_fetched() -> None:
+    # accel_train.py's test config: 2 epochs of 10 batches, accumulation 4 counted across
+    # epochs (steps after batches 3, 7, 9 | 11, 15, 19: groups of 4, 4, 2 | 2, 4, 4), its
+    # DataLoaderShard fetching batch k+1 (10 apart) before batch k trains (k's step 5 after
+    # k+1's fetch), the fetch that raised at 100 before batch 9 trains; then 3 evaluation
+    # batches (200..220, raised 230), the next epoch 1000 later. The program's RESULT: 20
+    # micro-batches. Before: 21, the raised fetch counted as a batch and the second epoch's
+    # first group (3 fetches: 2 batches and the next one fetched ahead) kept whole
+    fetches, raised, steps = [], [], []
+    for epoch, stepped in enumerate(((3, 7, 9), (1, 5, 9))):
+        base = 1000 * epoch
+        fetches += [base + 10 * k for k in range(10)] + [base + 200, base + 210, base + 220]
+        raised += [base + 100, base + 230]
+        steps += [base + 10 * (k + 1) + 5 for k in stepped]
+    assert steady.training_batches(fetches, raised, steps) == 20
+    # no evaluation loop: no end of pass but the training loader's own, each followed by its step
+    train = [f for f in fetches if f % 1000 < 200]
+    assert steady.training_batches(train, [r for r in raised if r % 1000 == 100], steps) == 20
+
+
 def test_an_iteration_of_several_optimizer_steps_after_a_rollout_is_one_step() -> None:
     # CleanRL's PPO, 3 iterations 20 apart: a rollout of 10 forwards (0..9), then 2
     # minibatch updates, each a forward (10, 13), zero_grad (11, 14) and the optimizer's

@@ -20,6 +20,7 @@ import pytest
 from conftest import REAL_PROGRAMS as REAL, program_result, run_cli, trace_program
 from perfdoctor.analysis.steps import find_steps
 from perfdoctor.pipeline import load_trace
+from perfdoctor.text import count
 
 torch = pytest.importorskip("torch")
 # Each test compares a reading with the program's own timer, both from one run. With two test
@@ -905,6 +906,9 @@ def test_accelerate_style_gradient_accumulation_steps_per_optimizer_step(tmp_pat
                                   "--eval-samples", "24", "--accum", "4", "--epochs", "2", env={"OMP_NUM_THREADS": "1"})
     assert result["optimizer_steps"] == 6 and result["micro_batches"] == 20
     assert light["step_name"] == "Optimizer.step#AdamW.step" and "(gradient accumulation)" in light["how"]
+    # its micro-batches per optimizer step, 20 / 6 (before: 3.5, the fetch that raised
+    # counted as a batch: steady.training_batches)
+    assert f"one per {count(result['micro_batches'] / result['optimizer_steps'])} DataLoader batches" in light["how"]
     assert light["steps_seen"] == result["optimizer_steps"]
     assert _step_ms(series).sum() == pytest.approx(sum(result["ms_each"]), rel=0.1)
     rate = _steps_per_s(tmp_path)
