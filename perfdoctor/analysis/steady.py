@@ -231,7 +231,7 @@ def optimizer_iterations(calls: dict, others: dict, work_ns: np.ndarray | list[i
     19 steps for 20 by a zero_grad's 1 per closure; work is not needed: a trace's work
     leaves out what runs inside the optimizer's ranges). Several marks per iteration
     (:func:`mark_groups`): one iteration per group, with ``mark``, each group's first mark's
-    position in ``calls``."""
+    position in ``calls``, and ``group``, the marks per iteration."""
     out = loop_iterations(calls)
     n = len(calls["gpu_end_ns"])
     m = len(others["gpu_end_ns"]) if others else 0
@@ -326,7 +326,8 @@ def _group_iterations(h: np.ndarray, e: np.ndarray, oh: np.ndarray, oe: np.ndarr
     there; the last at its last mark's end (the host work after it is unknown). A group the
     record cuts (a trace's window: the first without those calls before it, the last with
     fewer marks than the others) is left out. ``mark``: each iteration's first mark's position
-    in ``h``."""
+    in ``h``; ``group``: the marks of a whole group (the step's how says them: ppo_train.py's
+    read "24x", its optimizer's steps, for its 6 iterations of 4)."""
     marks_h, marks_e = np.r_[h, oh], np.r_[e, oe]
     order = np.argsort(marks_h, kind="stable")
     marks_h, marks_e = marks_h[order], marks_e[order]
@@ -341,14 +342,15 @@ def _group_iterations(h: np.ndarray, e: np.ndarray, oh: np.ndarray, oe: np.ndarr
     sizes = np.diff(np.r_[begins, h.size])
     whole = np.r_[need <= w0, np.ones(begins.size - 2, dtype=bool), sizes[-1] == sizes[1]]
     return {"host_start_ns": starts[whole].tolist(), "gpu_start_ns": starts[whole].tolist() if with_gpu_start else None,
-            "gpu_end_ns": ends[whole].tolist(), "mark": begins[whole].tolist()}
+            "gpu_end_ns": ends[whole].tolist(), "mark": begins[whole].tolist(), "group": int(sizes[1])}
 
 
 def optimizer_loop(calls: dict, others: dict, work_ns: np.ndarray | list[int] | None, zero_grad: bool) -> dict:
     """The training iterations of a loop with no data loader marked by the optimizer's
     ``calls`` (``zero_grad`` ones when ``zero_grad``): :func:`closed_by_steps` where the marks
     fall inside the iterations, else :func:`optimizer_iterations`. ``mark``, when present:
-    each iteration's mark's position in ``calls``."""
+    each iteration's mark's position in ``calls``; ``group``, when several mark one
+    iteration (:func:`mark_groups`): how many."""
     closed = closed_by_steps(calls, others, work_ns if work_ns is not None else []) if zero_grad else None
     return closed if closed is not None else optimizer_iterations(calls, others, work_ns)
 

@@ -78,6 +78,7 @@ def choose_step(
     totals: Mapping[str, float] | None = None,
     replays: int = 0,
     compiled_starts: Mapping[str, Sequence[int]] | None = None,
+    groups: Mapping[str, tuple[int, int]] | None = None,
 ) -> Choice | None:
     """The step, by the order of evidence (docs/metrics.md, "Step"), the same for a trace
     (:func:`find_steps`) and for ``perfdoctor run``'s light pass (its scout,
@@ -104,7 +105,10 @@ def choose_step(
     7. the training (or evaluation) iteration, marked by torch's loop ranges (the data loader's
        ``__next__``, else ``Optimizer.zero_grad``, else ``Optimizer.step``), seen twice;
        with gradient accumulation (``ACCUMULATION`` or more fetches per ``Optimizer.step``)
-       the optimizer's step marks it;
+       the optimizer's step marks it; ``groups``: per optimizer range whose marks come several
+       per iteration, the loop's own work between the groups (a loop with no data loader:
+       ``steady.mark_groups``, CleanRL's PPO updates after each rollout), the iterations
+       they mark and the marks per iteration, which the how says;
     8. the outermost repeating module call (``modules``: its name and calls, at least two).
 
     ``counts``: every range name seen and how often. Library ranges (NCCL, cub, dynamo's
@@ -153,6 +157,10 @@ def choose_step(
         # the data loader's range marks an evaluation loop's iteration as well as a training one's
         what = "the loop iteration over a DataLoader" if rangenames.loop_rank(name) == 0 else "the training iteration"
         how = f"{what}: torch's {name!r} ({counts[name]}x), timed as {ITERATION}"
+        if name in (groups or {}):
+            iterations, per = groups[name]  # type: ignore[index]
+            how = (f"{what}: torch's {name!r} ({counts[name]}x), {count(per)} per iteration after the loop's own work "
+                   f"(an inner loop of optimizer steps: {count(iterations)} iterations), timed as {ITERATION}")
         return Choice("loop", name, how, True)
     for name, n in (modules or {}).items():
         if n >= 2:
@@ -599,8 +607,32 @@ def optimizer_ranges(marks: pd.DataFrame, others: pd.DataFrame | None, work: pd.
     optimizer step's end to its own's, each ending 1 ns before the next begins."""
     timed = iteration_ranges(marks)
     m = _outermost(marks)
-    if timed.empty or work is None or m["tid"].nunique() > 1:
+    found = optimizer_loop(marks, others, work) if not timed.empty else None
+    if found is None:
         return timed
+    starts, ends = np.asarray(found["host_start_ns"], dtype=np.int64), np.asarray(found["gpu_end_ns"], dtype=np.int64)
+    if found.get("mark") is not None:
+        # the marks fall inside the iterations (zero_grad after the forward: each from the step
+        # before to its own step's end), or several mark one (a rollout, then minibatch
+        # updates: each group's first mark, over its iteration); each up to the next
+        return m.iloc[found["mark"]].assign(start_ns=starts, end_ns=np.minimum(ends, np.r_[starts[1:] - 1, np.iinfo(np.int64).max]))
+    first, last = m["start_ns"].iloc[0], m["start_ns"].iloc[-1]
+    rows = [timed]
+    if starts.size and starts[0] < first:  # the iteration before the first mark
+        rows.insert(0, m.iloc[:1].assign(start_ns=starts[0], end_ns=first - 1))
+    if starts.size and starts[-1] == last:  # the one after the last
+        rows.append(m.iloc[-1:].assign(end_ns=max(int(ends[-1]), int(m["end_ns"].iloc[-1]))))
+    return pd.concat(rows) if len(rows) > 1 else timed
+
+
+def optimizer_loop(marks: pd.DataFrame, others: pd.DataFrame | None, work: pd.DataFrame | None) -> dict | None:
+    """``steady.optimizer_loop`` over a trace's optimizer ``marks`` (one name; ``others``: the
+    loop ranges, the optimizer's other marks among them; ``work``: :func:`loop_work`) on
+    their thread, or None (no work, marks on several threads): :func:`optimizer_ranges`'
+    iterations, and the groups :func:`choose_step_ranges` tells ``choose_step``."""
+    m = _outermost(marks)
+    if m.empty or work is None or m["tid"].nunique() > 1:
+        return None
     tid = m["tid"].iloc[0]
     o = m.iloc[0:0] if others is None else others[(others["name"] != m["name"].iloc[0]).to_numpy()
                                                   & starts_with(others["name"], rangenames.LOOP_PREFIXES[1:])]
@@ -615,20 +647,7 @@ def optimizer_ranges(marks: pd.DataFrame, others: pd.DataFrame | None, work: pd.
     np.add.at(inside, np.searchsorted(at, opt["start_ns"].to_numpy(np.int64)), 1)
     np.add.at(inside, np.searchsorted(at, opt["end_ns"].to_numpy(np.int64), side="right"), -1)
     outside = at[np.cumsum(inside)[:-1] == 0]
-    found = steady.optimizer_loop(calls, other, outside, str(m["name"].iloc[0]).startswith(rangenames.LOOP_PREFIXES[1]))
-    starts, ends = np.asarray(found["host_start_ns"], dtype=np.int64), np.asarray(found["gpu_end_ns"], dtype=np.int64)
-    if found.get("mark") is not None:
-        # the marks fall inside the iterations (zero_grad after the forward: each from the step
-        # before to its own step's end), or several mark one (a rollout, then minibatch
-        # updates: each group's first mark, over its iteration); each up to the next
-        return m.iloc[found["mark"]].assign(start_ns=starts, end_ns=np.minimum(ends, np.r_[starts[1:] - 1, np.iinfo(np.int64).max]))
-    first, last = m["start_ns"].iloc[0], m["start_ns"].iloc[-1]
-    rows = [timed]
-    if starts.size and starts[0] < first:  # the iteration before the first mark
-        rows.insert(0, m.iloc[:1].assign(start_ns=starts[0], end_ns=first - 1))
-    if starts.size and starts[-1] == last:  # the one after the last
-        rows.append(m.iloc[-1:].assign(end_ns=max(int(ends[-1]), int(m["end_ns"].iloc[-1]))))
-    return pd.concat(rows) if len(rows) > 1 else timed
+    return steady.optimizer_loop(calls, other, outside, str(m["name"].iloc[0]).startswith(rangenames.LOOP_PREFIXES[1]))
 
 
 def pass_ends(fetches: pd.DataFrame, work: pd.DataFrame | None) -> np.ndarray:
@@ -888,12 +907,17 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
     apart |= enclosed_marks({n: (g["start_ns"], g["end_ns"]) for n, g in loops.groupby("name", sort=False) if n not in apart})
     for name in apart:
         del counts[name]
+    # an optimizer's marks in groups, each iteration's work before them (a PPO rollout): as loop_ranges times them
+    found = {n: optimizer_loop(g, loops, work) for n, g in loops.groupby("name", sort=False)
+             if n in counts and n.startswith(rangenames.LOOP_PREFIXES[1:]) and f.empty}
+    groups = {n: (len(x["host_start_ns"]), x["group"]) for n, x in found.items() if x is not None and x.get("group")}
     lengths = (ranges["end_ns"] - ranges["start_ns"]).groupby(ranges["name"]).sum().to_dict()
     cpu = ran_no_gpu(profile)  # no GPU work for a range to have: a CPU program's repeating range is its step
     compiled = ranges[per_name(ranges["name"], rangenames.kind) == rangenames.COMPILED]
     choice = choose_step(
         counts, works=lambda n: cpu or _has_gpu_work(ranges[ranges["name"] == n], launch_calls, profile), totals=lengths,
-        replays=len(replays), compiled_starts={n: g.to_numpy(np.int64) for n, g in compiled.groupby("name", sort=False)["start_ns"]}
+        replays=len(replays), compiled_starts={n: g.to_numpy(np.int64) for n, g in compiled.groupby("name", sort=False)["start_ns"]},
+        groups=groups,
     )
     if choice is not None and cpu and choice.kind == "range":
         choice = Choice("range", choice.name, f"ranges named {choice.name!r}: the most frequent range, no GPU ran ({counts[choice.name]}x)", False)

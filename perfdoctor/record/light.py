@@ -130,9 +130,13 @@ def series_rows(series: dict[str, Any], rows: Sequence[int]) -> dict[str, Any]:
     return {k: [series[k][i] for i in rows] if series.get(k) is not None else None for k in ("host_start_ns", "gpu_start_ns", "gpu_end_ns", "tid")}
 
 
-def _range_counts(series: dict[str, dict[str, Any]], results: PassResults) -> tuple[dict[str, int], dict[str, Any], list[int], list[int]]:
+def _range_counts(
+    series: dict[str, dict[str, Any]], results: PassResults
+) -> tuple[dict[str, int], dict[str, Any], list[int], list[int], dict[str, tuple[int, int]]]:
     """(steps per range name, as the step choice counts them; the data loader's ends of
-    passes; the training marks; the loop's work) of the light pass's series."""
+    passes; the training marks; the loop's work; per optimizer range whose marks come
+    several per iteration, the iterations and the marks in each: ``choose_step``'s
+    ``groups``) of the light pass's series."""
     counts = {name: len(s["gpu_end_ns"]) for name, s in series.items()}
     ends_of_passes = _loader_passes(results)
     # the training fetches and marks: the same rule as analyze's on a trace
@@ -146,7 +150,12 @@ def _range_counts(series: dict[str, dict[str, Any]], results: PassResults) -> tu
     # counts them, not the one a `break` left
     counts.update({n: len(steady.loop_iterations(s, ends_of_passes, None, work)["host_start_ns"])
                    for n, s in series.items() if n.startswith(rangenames.DATA_LOADER_PREFIX) and n not in trained})
-    return counts, ends_of_passes, marks, work
+    # an optimizer's marks in groups, each iteration's work before them (a PPO rollout): as
+    # loop_series times them
+    loader = bool(_fetches(series, ends_of_passes)["host_start_ns"])
+    found = {n: optimizer_loop(n, s, series, work) for n, s in series.items() if n.startswith(rangenames.LOOP_PREFIXES[1:]) and not loader}
+    groups = {n: (len(f["host_start_ns"]), f["group"]) for n, f in found.items() if f.get("group")}
+    return counts, ends_of_passes, marks, work, groups
 
 
 def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, str | None, dict[str, Any] | None, bool]:
@@ -167,7 +176,7 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
         apart = steps.other_optimizers(series)
         apart |= steps.enclosed_marks({n: (s["host_start_ns"][: len(s["gpu_end_ns"])], s.get("host_end_ns") or s["gpu_end_ns"])
                                        for n, s in series.items() if n not in apart})
-    counts, ends_of_passes, marks, work = _range_counts(series, results)
+    counts, ends_of_passes, marks, work, groups = _range_counts(series, results)
     api_counts = results.step_counts or {}
     if options.step is not None:
         user = [n for n in counts if n == options.step or fnmatch.fnmatchcase(n, options.step)]
@@ -182,7 +191,7 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
     graph = steps.one_graph({n: c for n, c in counts.items() if rangenames.kind(n) == rangenames.REPLAY})
     compiled = {n: s["host_start_ns"][: len(s["gpu_end_ns"])] for n, s in series.items() if rangenames.kind(n) == rangenames.COMPILED}
     choice = steps.choose_step({n: c for n, c in counts.items() if n not in apart}, user=user, modules=modules,
-                               replays=counts[graph] if graph else 0, compiled_starts=compiled)
+                               replays=counts[graph] if graph else 0, compiled_starts=compiled, groups=groups)
     if choice is None:
         return None, None, None, False
     name = graph if choice.name == steps.GRAPH_REPLAY else choice.name
@@ -330,14 +339,11 @@ def loop_series(
     one per optimizer step (or group of them), wherever ``zero_grad`` falls in it."""
     if name.startswith(rangenames.DATA_LOADER_PREFIX):
         return steady.loop_iterations(calls, exhausted, marks, work_ns)
-    parts = [s for n, s in series.items() if n.startswith(rangenames.DATA_LOADER_PREFIX)] + [exhausted]
-    fetches = merged_series(parts)
+    fetches = _fetches(series, exhausted)
     if not fetches["host_start_ns"]:
         # no data loader: one iteration per optimizer step, the first (or last) one the
         # series' marks leave out included
-        others = merged_series([s for n, s in series.items() if n != name and n.startswith(rangenames.LOOP_PREFIXES[1:])])
-        found = steady.optimizer_loop(calls, others, work_ns, name.startswith(rangenames.LOOP_PREFIXES[1]))
-        return {k: v for k, v in found.items() if k != "mark"}
+        return {k: v for k, v in optimizer_loop(name, calls, series, work_ns).items() if k not in ("mark", "group")}
     ended = set(exhausted["host_start_ns"])
     n = len(calls["gpu_end_ns"])
     at, first, after, pass_ended = steady.step_groups(
@@ -350,6 +356,19 @@ def loop_series(
                        for k, j in zip(at, after)],
         "pass_ended": pass_ended.tolist(),
     }
+
+
+def _fetches(series: dict[str, dict[str, Any]], exhausted: dict[str, Any]) -> dict[str, Any]:
+    """Every data loader fetch as one series, those that raised StopIteration (``exhausted``) too."""
+    return merged_series([s for n, s in series.items() if n.startswith(rangenames.DATA_LOADER_PREFIX)] + [exhausted])
+
+
+def optimizer_loop(name: str, calls: dict[str, Any], series: dict[str, dict[str, Any]], work_ns: list[int] | None) -> dict[str, Any]:
+    """The iterations of a loop with no data loader that the optimizer's range ``name`` marks
+    (``calls``): :func:`perfdoctor.analysis.steady.optimizer_loop`, the optimizer's other
+    ranges in ``series`` its other marks."""
+    others = merged_series([s for n, s in series.items() if n != name and n.startswith(rangenames.LOOP_PREFIXES[1:])])
+    return steady.optimizer_loop(calls, others, work_ns, name.startswith(rangenames.LOOP_PREFIXES[1]))
 
 
 def _loader_passes(results: PassResults) -> dict[str, Any]:

@@ -1019,6 +1019,11 @@ def test_ppo_steps_per_iteration_not_per_minibatch_update(tmp_path: Path) -> Non
                                   env={"OMP_NUM_THREADS": "1"})
     assert result["optimizer_steps"] == 4 * iters
     assert light["steps_seen"] == result["iterations"] == iters
+    # its how says what the step is: the optimizer's 4 steps per iteration, its 6 iterations
+    # (before: "(24x)" alone, the optimizer's steps)
+    per = count(result["optimizer_steps"] / result["iterations"])
+    assert f"({result['optimizer_steps']}x), {per} per iteration" in light["how"]
+    assert f"{count(result['iterations'])} iterations" in light["how"]
     assert _step_ms(series)[1:].mean() == pytest.approx(result["ms_per_iter"], rel=0.1)
     rate = _steps_per_s(tmp_path)
     assert 1e3 / rate.value == pytest.approx(result["ms_per_step"], rel=0.15)
