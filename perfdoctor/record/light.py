@@ -517,22 +517,30 @@ def light_summary(results: PassResults, options: RunOptions) -> LightPass:
 
 def window_warmup(results: PassResults, light: LightPass) -> int:
     """The calls of the step's range the traced passes let run before their window opens:
-    the light pass's warm-up in steps, less the steps its series holds before the range's
-    first call. A training loop with no data loader whose marks close the iteration
-    (``zero_grad`` at its end, or only the optimizer's ``step``) has one
-    (``steady.optimizer_iterations``: the iteration before the first mark), and step ``k``
-    begins at call ``k - 1``: counted in calls, the window opened one step late (amp_train.py:
-    the trace's 21 steps for the light pass's 22 steady ones). So does an optimizer step over
-    its group of fetches (gradient accumulation), each beginning at its group's first fetch,
-    before its call (train_eval.py --accum-steps 3: the trace's 2 steps for 3 steady ones,
-    now 3, each its 3 fetches)."""
-    warmup = light.warmup or 0
-    calls = (results.call_series or {}).get(light.step_name or "")
-    s = (results.series or {}).get(light.step_name or "")
-    if not warmup or not calls or not s or not calls.get("host_start_ns") or not s.get("host_start_ns"):
+    for torch's loop ranges, which mark a point of the loop iteration the light pass times,
+    the last call (of those the traced passes count: a fetch that raised StopIteration too)
+    at or before the start of the light pass's step ``warmup``, the warm-up in steps; for
+    other ranges (a call, its iteration from it on) the warm-up itself.
+
+    A training loop with no data loader whose marks close the iteration (``zero_grad`` at its
+    end, or only the optimizer's ``step``) has one before its first mark
+    (``steady.optimizer_iterations``), and step ``k`` begins at call ``k - 1``: counted in
+    calls, the window opened one step late (amp_train.py: the trace's 21 steps for the light
+    pass's 22 steady ones). So does an optimizer step over its group of fetches (gradient
+    accumulation), each beginning at its group's first fetch, before its call (train_eval.py
+    --accum-steps 3: the trace's 2 steps for 3 steady ones, now 3, each its 3 fetches). Marks
+    in groups (``steady.mark_groups``: CleanRL's PPO, 4 zero_grads per iteration after its
+    rollout) begin each step after the previous group's last mark: the window opens at that
+    mark, call 11 for step 3 (counted in steps less the one before the first mark, it opened
+    at call 2, inside iteration 0's updates)."""
+    warmup, name = light.warmup or 0, light.step_name or ""
+    calls = (results.call_series or {}).get(name)
+    s = (results.series or {}).get(name)
+    if not warmup or rangenames.kind(name) != rangenames.LOOP or not calls or len((s or {}).get("host_start_ns") or []) <= warmup:
         return warmup
-    first = min(calls["host_start_ns"])
-    return max(0, warmup - sum(h < first for h in s["host_start_ns"][:warmup]))
+    raised = ((results.exhausted or {}).get(name) or {}).get("host_start_ns") or []
+    counted = np.sort(np.asarray([*calls["host_start_ns"], *raised], dtype=np.int64))
+    return max(0, int(np.searchsorted(counted, s["host_start_ns"][warmup], side="right")) - 1)  # type: ignore[index]
 
 
 def steady_steps(results: PassResults, light: LightPass) -> list[tuple[int, int]]:

@@ -975,6 +975,42 @@ def test_the_traced_window_opens_at_the_call_that_begins_the_light_pass_steady_s
     assert window_warmup(results, LightPass(step_name=name, warmup=3)) == 3
 
 
+def test_the_traced_window_of_a_ppo_iteration_opens_at_the_mark_before_its_rollout():
+    # CleanRL's PPO, 8 iterations 100 apart: a rollout of 10 forwards (0..9), then 4 minibatch
+    # updates, each a forward, zero_grad and the optimizer's step (20, 22, 24; 35, ...). The
+    # light pass's step is the iteration (steady.mark_groups), from the rollout's first forward;
+    # the traced passes count zero_grads, 4 per iteration: its step 3 begins after zero_grad
+    # 11, group 2's last, so a window counted in marks opens there (before: at 2, the warm-up
+    # counted in steps, less the one before the first mark: inside iteration 0's updates)
+    from perfdoctor.bundle.protocol import LightPass, PassResults
+    from perfdoctor.record.light import find_step, window_warmup
+    from perfdoctor.record.options import RunOptions
+
+    zero, step = "Optimizer.zero_grad#Adam.zero_grad", "Optimizer.step#Adam.step"
+    n, per = 8, 4
+
+    def at(offsets: list[int]) -> dict:
+        starts = [100 * k + o for k in range(n) for o in offsets]
+        return {"host_start_ns": starts, "gpu_start_ns": None, "gpu_end_ns": [t + 1 for t in starts]}
+
+    updates = [20 + 15 * j for j in range(per)]
+    results = PassResults(series={zero: at([u + 2 for u in updates]), step: at([u + 4 for u in updates])},
+                          modules={"0": {"Net.forward": at(list(range(10)) + updates)}})
+    name, how, *_ = find_step(results, RunOptions(target=["x.py"]))
+    assert name == zero and results.series[zero]["host_start_ns"] == [100 * k for k in range(n)]
+    assert f"({n * per}x), {per} per iteration" in how and f"{n} iterations" in how
+    w = window_warmup(results, LightPass(step_name=name, warmup=3))
+    calls = results.call_series[zero]["host_start_ns"]
+    assert w == 3 * per - 1 and calls[w] < results.series[zero]["host_start_ns"][3] < calls[w + 1]
+    # a training loader's fetches: the traced passes count every one, the validation's and
+    # those that raised StopIteration (30, 50 | 130, 150) too: step 4 (110) is their 9th
+    fetch = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    results = PassResults(series={fetch: at([0, 10, 20, 40, 45]), step: at([5, 15, 25])}, exhausted={fetch: at([30, 50])})
+    name, *_ = find_step(results, RunOptions(target=["x.py"]))
+    assert name == fetch and results.series[fetch]["host_start_ns"][:6] == [0, 10, 20, 100, 110, 120]
+    assert window_warmup(results, LightPass(step_name=name, warmup=4)) == 8
+
+
 # --- issue 32, item 9: a default run finishes in bounded time and says how long -----------------
 
 
