@@ -154,18 +154,24 @@ def choose_step(
                 how = (f"the training iteration: torch's {opt!r} ({counts[opt]}x), one per "
                        f"{count(counts[name] / counts[opt])} DataLoader batches (gradient accumulation), timed as {ITERATION}")
                 return Choice("loop", opt, how, True)
-        # the data loader's range marks an evaluation loop's iteration as well as a training one's
-        what = "the loop iteration over a DataLoader" if rangenames.loop_rank(name) == 0 else "the training iteration"
-        how = f"{what}: torch's {name!r} ({counts[name]}x), timed as {ITERATION}"
-        if name in (groups or {}):
-            iterations, per = groups[name]  # type: ignore[index]
-            how = (f"{what}: torch's {name!r} ({counts[name]}x), {count(per)} per iteration after the loop's own work "
-                   f"(an inner loop of optimizer steps: {count(iterations)} iterations), timed as {ITERATION}")
-        return Choice("loop", name, how, True)
+        return Choice("loop", name, _loop_how(name, counts[name], (groups or {}).get(name)), True)
     for name, n in (modules or {}).items():
         if n >= 2:
             return Choice("module", name, f"module: {name.removesuffix('.forward')}", True)
     return None
+
+
+def _loop_how(name: str, seen: int, grouped: tuple[int, int] | None) -> str:
+    """How torch's loop range ``name``, seen ``seen`` times, marks the step: each one an
+    iteration, or ``grouped`` (the iterations, the marks per iteration: ``choose_step``'s
+    ``groups``) several of them one."""
+    # the data loader's range marks an evaluation loop's iteration as well as a training one's
+    what = "the loop iteration over a DataLoader" if rangenames.loop_rank(name) == 0 else "the training iteration"
+    if grouped is None:
+        return f"{what}: torch's {name!r} ({seen}x), timed as {ITERATION}"
+    iterations, per = grouped
+    return (f"{what}: torch's {name!r} ({seen}x), {count(per)} per iteration after the loop's own work "
+            f"(an inner loop of optimizer steps: {count(iterations)} iterations), timed as {ITERATION}")
 
 
 # The share of an instance's gaps (between two of its calls in a row) that must hold a call
@@ -650,6 +656,16 @@ def optimizer_loop(marks: pd.DataFrame, others: pd.DataFrame | None, work: pd.Da
     return steady.optimizer_loop(calls, other, outside, str(m["name"].iloc[0]).startswith(rangenames.LOOP_PREFIXES[1]))
 
 
+def optimizer_groups(loops: pd.DataFrame, work: pd.DataFrame | None, names: Collection[str]) -> dict[str, tuple[int, int]]:
+    """Per optimizer range of ``names`` among a trace's ``loops`` (torch's loop ranges, none a
+    data loader's) whose marks come several per iteration, each iteration's work before them
+    (a PPO rollout: ``steady.mark_groups``): the iterations :func:`loop_ranges` times and the
+    marks in each, ``choose_step``'s ``groups``."""
+    found = {n: optimizer_loop(g, loops, work) for n, g in loops.groupby("name", sort=False)
+             if n in names and n.startswith(rangenames.LOOP_PREFIXES[1:])}
+    return {n: (len(x["host_start_ns"]), x["group"]) for n, x in found.items() if x is not None and x.get("group")}
+
+
 def pass_ends(fetches: pd.DataFrame, work: pd.DataFrame | None) -> np.ndarray:
     """Per data loader fetch (``fetches``, outermost, in start order): it fetched no batch
     and ended a pass — its iteration holds no ``work`` (:func:`loop_work`) on its thread
@@ -907,17 +923,13 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
     apart |= enclosed_marks({n: (g["start_ns"], g["end_ns"]) for n, g in loops.groupby("name", sort=False) if n not in apart})
     for name in apart:
         del counts[name]
-    # an optimizer's marks in groups, each iteration's work before them (a PPO rollout): as loop_ranges times them
-    found = {n: optimizer_loop(g, loops, work) for n, g in loops.groupby("name", sort=False)
-             if n in counts and n.startswith(rangenames.LOOP_PREFIXES[1:]) and f.empty}
-    groups = {n: (len(x["host_start_ns"]), x["group"]) for n, x in found.items() if x is not None and x.get("group")}
     lengths = (ranges["end_ns"] - ranges["start_ns"]).groupby(ranges["name"]).sum().to_dict()
     cpu = ran_no_gpu(profile)  # no GPU work for a range to have: a CPU program's repeating range is its step
     compiled = ranges[per_name(ranges["name"], rangenames.kind) == rangenames.COMPILED]
     choice = choose_step(
         counts, works=lambda n: cpu or _has_gpu_work(ranges[ranges["name"] == n], launch_calls, profile), totals=lengths,
         replays=len(replays), compiled_starts={n: g.to_numpy(np.int64) for n, g in compiled.groupby("name", sort=False)["start_ns"]},
-        groups=groups,
+        groups=optimizer_groups(loops, work, counts) if f.empty else None,
     )
     if choice is not None and cpu and choice.kind == "range":
         choice = Choice("range", choice.name, f"ranges named {choice.name!r}: the most frequent range, no GPU ran ({counts[choice.name]}x)", False)
