@@ -153,7 +153,7 @@ def _range_counts(
     # an optimizer's marks in groups, each iteration's work before them (a PPO rollout): as
     # loop_series times them
     loader = bool(_fetches(series, ends_of_passes)["host_start_ns"])
-    found = {n: optimizer_loop(n, s, series, work) for n, s in series.items() if n.startswith(rangenames.LOOP_PREFIXES[1:]) and not loader}
+    found = {} if loader else {n: optimizer_loop(n, s, series, work) for n, s in series.items() if n.startswith(rangenames.LOOP_PREFIXES[1:])}
     groups = {n: (len(f["host_start_ns"]), f["group"]) for n, f in found.items() if f.get("group")}
     return counts, ends_of_passes, marks, work, groups
 
@@ -531,8 +531,9 @@ def window_warmup(results: PassResults, light: LightPass) -> int:
     --accum-steps 3: the trace's 2 steps for 3 steady ones, now 3, each its 3 fetches). Marks
     in groups (``steady.mark_groups``: CleanRL's PPO, 4 zero_grads per iteration after its
     rollout) begin each step after the previous group's last mark: the window opens at that
-    mark, call 11 for step 3 (counted in steps less the one before the first mark, it opened
-    at call 2, inside iteration 0's updates)."""
+    mark (ppo_train.py --num-steps 64 traced on CPU, warm-up 1: at call 3, its 10 calls
+    holding iterations 1 and 2 whole; counted in steps less the one before the first mark,
+    at call 0, after iteration 0's rollout, and they held iteration 1 alone)."""
     warmup, name = light.warmup or 0, light.step_name or ""
     calls = (results.call_series or {}).get(name)
     s = (results.series or {}).get(name)
