@@ -535,6 +535,88 @@ def other_optimizers(names: Collection[str]) -> set[str]:
     return {n for n in names if n.startswith(rangenames.LOOP_PREFIXES[1:]) and rangenames.parse_optimizer_instance(n) is None}
 
 
+# An optimizer range's steps searched for a period (the last ones), and the whole periods a
+# trace must hold for the period to tell its optimizers apart (a few steps of noise repeat too)
+OPTIMIZER_SEQUENCE = 2_000
+OPTIMIZER_REPEATS = 3
+
+
+def optimizer_ordinals(signatures: Sequence[int]) -> np.ndarray | None:
+    """Which optimizer made each step of one torch range name, from each step's signature
+    (the ops inside it, :func:`step_signatures`), in step order: per step its optimizer's
+    ordinal by first step (1 for the first), or None when the signatures tell none apart.
+
+    A plain trace names the steps of a GAN's two Adams alike, ``Optimizer.step#Adam.step``,
+    where ``perfdoctor run`` tells them apart by torch's optimizer hooks (the light pass's
+    ``instance``). The ops inside a step run once per parameter (torch's for-loop Adam on a
+    CPU: 26 per parameter), so the critic's 10 parameters and the generator's 8 give two
+    signatures, 260 and 208 ops, in a fixed pattern per iteration: gan_train.py's 5 critic
+    steps, then the generator's (period 6), or one each (period 2). Each optimizer's first
+    step also makes its state (390 and 312 ops): the pattern holds from the second period on.
+    So the steps are the period's positions (:func:`repeating_region`, the outermost), those
+    with one signature one optimizer, when the pattern has two signatures or more, holds
+    over ``OPTIMIZER_REPEATS`` periods and every step after the first period. One optimizer
+    (a signature that does not change) or ops that vary (LBFGS's closure calls, as many as
+    its line search takes): None. Left out: two optimizers whose steps run the same ops (a
+    foreach or fused step launches one op per kind over all parameters)."""
+    sig = np.asarray(signatures, dtype=np.int64)
+    n = sig.size
+    offset = max(0, n - OPTIMIZER_SEQUENCE)
+    region = repeating_region(sig[offset:])
+    if region is None:
+        return None
+    period, start, stop = region
+    position = (np.arange(n) - start - offset) % period
+    pattern = sig[start + offset:start + offset + period]
+    if period < 2 or stop - start < OPTIMIZER_REPEATS * period or (sig[period:] != pattern[position[period:]]).any():
+        return None
+    label = pd.factorize(pattern[position])[0]  # numbered by first step
+    return label + 1 if label.max() >= 1 else None
+
+
+def step_signatures(marks: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
+    """Per range of ``marks`` (one name, in start order), a code of the op names inside it on
+    its thread, in order: equal codes exactly when the sequences are (:func:`unit_signatures`)."""
+    ops = ops.sort_values(["tid", "start_ns"], kind="stable")
+    codes = pd.factorize(ops["name"])[0]
+    o_tid, o_start = ops["tid"].to_numpy(), ops["start_ns"].to_numpy(np.int64)
+    keys = []
+    for tid, start, end in zip(marks["tid"].to_numpy(), marks["start_ns"].to_numpy(np.int64), marks["end_ns"].to_numpy(np.int64)):
+        lo, hi = np.searchsorted(o_tid, tid, side="left"), np.searchsorted(o_tid, tid, side="right")
+        a, b = lo + np.searchsorted(o_start[lo:hi], start, side="left"), lo + np.searchsorted(o_start[lo:hi], end, side="right")
+        keys.append(codes[a:b].tobytes())
+    return pd.factorize(pd.Series(keys, dtype=object))[0]
+
+
+def optimizer_instances(ranges: pd.DataFrame, ops: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """For a trace whose optimizer ranges name no optimizer apart (a plain torch.profiler
+    trace), the steps of the optimizer that marks the loop iteration, renamed as ``perfdoctor
+    run``'s light pass names their series (``Optimizer.step#Adam#2.step``,
+    :func:`perfdoctor.names.ranges.optimizer_instance`; torch's name keeps the others' steps,
+    the iteration's work), and how they were found; the rule is
+    the light pass's (:func:`iteration_instance`) over the optimizers
+    :func:`optimizer_ordinals` tells apart. Empty and "" when there are none: one optimizer
+    per class, or ops that tell none apart. A plain trace of gan_train.py read 180 steps for
+    its 30 iterations, one per step of either optimizer."""
+    names = ranges["name"].drop_duplicates()
+    steps_of = [n for n in names if str(n).startswith(rangenames.OPTIMIZER_STEP_PREFIX)]
+    if ops.empty or any(rangenames.parse_optimizer_instance(n) for n in steps_of):
+        return ranges.iloc[0:0], ""
+    for name in steps_of:
+        marks = _outermost(ranges[ranges["name"] == name])
+        if len(marks) < 2 * OPTIMIZER_REPEATS:
+            continue
+        ordinals = optimizer_ordinals(step_signatures(marks, ops))
+        mark = iteration_instance(ordinals) if ordinals is not None else None
+        if mark is None:
+            continue
+        mine = marks[ordinals == mark]
+        how = (f"; the steps of one optimizer (#{mark} by first step, told apart by the ops inside its steps: "
+               f"{ordinals.max()} optimizers in a fixed pattern) of those torch names {name!r}, which enclose the others' {len(marks) - len(mine)}")
+        return mine.assign(name=rangenames.optimizer_instance(name, int(mark))), how
+    return ranges.iloc[0:0], ""
+
+
 def enclosed_marks(spans: Mapping[str, tuple[Sequence[int], Sequence[int]]]) -> set[str]:
     """The torch loop ranges (``spans``: per name, its calls' host starts and ends) most of
     whose calls start inside a call of another one: ``optimizer.step(closure)`` whose closure
@@ -845,6 +927,11 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
     Returns (step name, ranges, reason when none, how they were found).
     """
     ranges = _candidate_ranges(profile)
+    # as run's light pass names them; --step names a range as the trace has it
+    instance, instance_how = optimizer_instances(ranges, profile.ops) if not pattern else (ranges.iloc[0:0], "")
+    if not instance.empty:
+        ranges = ranges.copy()
+        ranges.loc[instance.index, "name"] = instance["name"]
     waits = profile.ranges[equals(profile.ranges["name"], rangenames.WAIT_RANGE)]  # perfdoctor run's traced passes mark them
     loops = ranges[starts_with(ranges["name"], rangenames.LOOP_PREFIXES)]
     fetches = loops[starts_with(loops["name"], rangenames.DATA_LOADER_PREFIX)]
@@ -953,7 +1040,7 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
         else:
             marks = _outermost(marks)
         if not marks.empty:
-            return choice.name, marks, None, choice.how
+            return choice.name, marks, None, choice.how + (instance_how if choice.name in set(instance["name"]) else "")
     found, auto_how = automatic()
     if not found.empty:
         return AUTO_STEP, found, None, auto_how

@@ -17,7 +17,7 @@ from conftest import FIXTURES
 from perfdoctor.pipeline import load_trace
 from perfdoctor.analysis.metrics import analyze
 from perfdoctor.analysis.steps import (AUTO_STEP, enclosed_marks, find_steps, grad_mode_steps, iteration_instance, iteration_site,
-                                      other_optimizers, repeating_region, site_groups)
+                                      optimizer_ordinals, other_optimizers, repeating_region, site_groups)
 from perfdoctor.names import ranges as rangenames
 from perfdoctor.profile import BundleFacts
 
@@ -96,6 +96,27 @@ def test_one_optimizers_steps_named_apart_leave_the_other_optimizer_ranges_no_ma
     # the data loader's fetch still marks the iteration (it comes first); a user range is none
     assert other_optimizers([fetch, zero_grad, step, mine, "train"]) == {zero_grad, step}
     assert other_optimizers([fetch, zero_grad, step]) == set()
+
+
+def test_two_optimizers_of_one_class_told_apart_by_the_ops_inside_their_steps() -> None:
+    # gan_train.py in a plain trace: the critic's first step (state made: 390 ops), 4 more
+    # (260), the generator's first (312), then 5 critic steps and one generator step (208)
+    # per iteration; the generator's steps enclose the critic's: they mark the iteration
+    critic, first_c, gen, first_g = 0, 1, 2, 3
+    sig = [first_c] + [critic] * 4 + [first_g] + ([critic] * 5 + [gen]) * 29
+    ordinals = optimizer_ordinals(sig)
+    assert ordinals.tolist() == ([1] * 5 + [2]) * 30
+    assert iteration_instance(ordinals) == 2
+    # one each (DCGAN's rhythm): alike, the first stepped marks it
+    ordinals = optimizer_ordinals([first_c, first_g] + [critic, gen] * 29)
+    assert ordinals.tolist() == [1, 2] * 30 and iteration_instance(ordinals) == 1
+    # one optimizer; ops that vary with no fixed pattern (LBFGS's closure calls); a pattern
+    # that breaks after the first period; too few periods: nothing told apart
+    assert optimizer_ordinals([first_c] + [critic] * 40) is None
+    rng = np.random.default_rng(0)
+    assert optimizer_ordinals(rng.integers(0, 5, 60)) is None
+    assert optimizer_ordinals(([critic] * 5 + [gen]) * 10 + [critic] * 3 + [gen] + ([critic] * 5 + [gen]) * 10) is None
+    assert optimizer_ordinals([critic, gen] * 2) is None
 
 
 def test_the_instance_that_encloses_the_others_calls_marks_the_iteration() -> None:

@@ -780,6 +780,25 @@ def test_wgan_gp_two_optimizers_steps_per_iteration_not_per_optimizer_step(tmp_p
     assert 1e3 / rate.value == pytest.approx(result["ms_per_step"], rel=0.15)
 
 
+@pytest.mark.parametrize("critic", [5, 1])
+def test_wgan_gp_traced_whole_steps_per_iteration_not_per_optimizer_step(tmp_path: Path, critic: int) -> None:
+    # the same loop under a plain torch.profiler, read by analyze: both optimizers' steps are
+    # Optimizer.step#Adam.step there (run tells them apart by torch's optimizer hooks), and
+    # one step per optimizer step read 180 (60) steps for the 30 iterations. The ops inside
+    # each step tell the two Adams apart (10 and 8 parameters); the iteration is then the
+    # marking optimizer's, as run reads it
+    iters, warmup = 30, 5
+    args = ("--device", "cpu", "--dim", "64", "--batch", "64", "--critic-iters", str(critic), "--iters", str(iters), "--warmup", str(warmup))
+    traced = trace_program(tmp_path / "trace.json", "gan_train.py", *args)
+    steps = find_steps(load_trace(tmp_path / "trace.json"))
+    assert steps.count == traced["iters"] == iters, steps.how
+    assert steps.name == f"Optimizer.step#Adam#{2 if critic > 1 else 1}.step"
+    # each from the marking optimizer's step to its next: the traced run's iterations after
+    # its warm-up, as its own timer (under the tracer too) reads them
+    ms = (steps.table["host_end_ns"] - steps.table["host_start_ns"]).to_numpy() / 1e6
+    assert ms[warmup:].sum() == pytest.approx(sum(traced["ms_each"][warmup:]), rel=0.1)
+
+
 def test_continuous_batching_steps_per_scheduler_iteration_not_per_forward(tmp_path: Path) -> None:
     # vLLM's loop in plain PyTorch: each iteration admits waiting requests (one prefill
     # forward each) and runs one decode forward over the running batch; requests end at
