@@ -914,6 +914,32 @@ def test_truncated_bptt_lstm_without_optimizer_steps_per_training_batch(tmp_path
     assert 1e3 / rate.value == pytest.approx(result["ms_per_step"], rel=0.1)
 
 
+def test_truncated_bptt_lstm_traced_whole_the_step_before_an_evaluation_is_its_own_batch(tmp_path: Path) -> None:
+    # the same program traced whole (--steps 0), read by analyze: the run marks the model's
+    # calls with grad enabled alone, so the epoch's last training step ran from its call to
+    # the next epoch's first, through the evaluation's 5 batches under no_grad (10.3 ms for
+    # the program's 3.8). Each step against the traced pass's own timer for its batch
+    args = ("--device", "cpu", "--emsize", "64", "--nhid", "64", "--ntokens", "1000", "--train-tokens", "6000", "--val-tokens", "1000",
+            "--batch-size", "8", "--bptt", "20", "--epochs", "2", "--log-interval", "10")
+    r = run_cli("run", "--collect", "torch", "--steps", "0", "--out", tmp_path, REAL / "lstm_lm.py", *args, timeout=240,
+                env={"OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    warmup = json.loads((bundle / "raw" / "torch.config.json").read_text())["warmup"]
+    traced = program_result((bundle / "raw" / "torch.log").read_text())
+    assert traced["batches"] == 76 and traced["val_batches"] == 10
+    steps = find_steps(load_trace(bundle))
+    assert steps.name == "RNNModel.forward" and steps.count == traced["batches"] - warmup - 1  # the last: no next call
+    ms = (steps.table["host_end_ns"] - steps.table["host_start_ns"]).to_numpy() / 1e6
+    own = np.array(traced["ms_each"][warmup:warmup + steps.count])  # each from its call to the next, as its batch
+    per_epoch = traced["batches_per_epoch"]
+    before = [k * per_epoch - 1 - warmup for k in range(1, traced["epochs"]) if 0 <= k * per_epoch - 1 - warmup < steps.count]
+    assert before, "the traced window holds an evaluation"
+    for i in before:
+        assert abs(ms[i] - own[i]) <= 0.25 * own[i] + 1.5, (i, ms[i], own[i])
+    assert ms[1:].sum() == pytest.approx(own[1:].sum(), rel=0.1)  # the first: the tracer started in it
+
+
 def test_accelerate_style_gradient_accumulation_steps_per_optimizer_step(tmp_path: Path) -> None:
     # run_glue_no_trainer's loop: `with accelerator.accumulate(model)`, accelerator.backward,
     # clip when sync_gradients, optimizer.step() / lr_scheduler.step() / zero_grad() on every
