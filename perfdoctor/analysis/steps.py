@@ -576,7 +576,7 @@ def optimizer_ordinals(signatures: Sequence[int]) -> np.ndarray | None:
 
 def step_signatures(marks: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
     """Per range of ``marks`` (one name, in start order), a code of the op names inside it on
-    its thread, in order: equal codes exactly when the sequences are (:func:`unit_signatures`)."""
+    its thread, in order: equal codes exactly when the sequences are (:func:`_sequence_codes`)."""
     ops = ops.sort_values(["tid", "start_ns"], kind="stable")
     codes = pd.factorize(ops["name"])[0]
     o_tid, o_start = ops["tid"].to_numpy(), ops["start_ns"].to_numpy(np.int64)
@@ -584,8 +584,8 @@ def step_signatures(marks: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
     for tid, start, end in zip(marks["tid"].to_numpy(), marks["start_ns"].to_numpy(np.int64), marks["end_ns"].to_numpy(np.int64)):
         lo, hi = np.searchsorted(o_tid, tid, side="left"), np.searchsorted(o_tid, tid, side="right")
         a, b = lo + np.searchsorted(o_start[lo:hi], start, side="left"), lo + np.searchsorted(o_start[lo:hi], end, side="right")
-        keys.append(codes[a:b].tobytes())
-    return pd.factorize(pd.Series(keys, dtype=object))[0]
+        keys.append(codes[a:b])
+    return _sequence_codes(keys)
 
 
 def optimizer_instances(ranges: pd.DataFrame, ops: pd.DataFrame) -> tuple[pd.DataFrame, str]:
@@ -1291,7 +1291,13 @@ def unit_signatures(families: np.ndarray, cut: np.ndarray) -> np.ndarray:
     exactly when the sequences are (one dtype, so one width): a tuple per unit made one
     numpy scalar per launch and hashed each (HF 80 MB's 46k launches in 132 units: 2.4 ms,
     0.2 ms this way)."""
-    return pd.factorize(pd.Series([c.tobytes() for c in np.split(families, cut)], dtype=object))[0]
+    return _sequence_codes(np.split(families, cut))
+
+
+def _sequence_codes(sequences: Sequence[np.ndarray]) -> np.ndarray:
+    """A code per integer array (one dtype), numbered by first appearance, equal arrays one
+    code: each keyed by its bytes, equal exactly when the sequences are."""
+    return pd.factorize(pd.Series([c.tobytes() for c in sequences], dtype=object))[0]
 
 
 def automatic_ranges(profile: Profile) -> tuple[pd.DataFrame, str]:
