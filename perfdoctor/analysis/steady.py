@@ -83,7 +83,7 @@ def host_lead_ns(host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[
 
 def iteration_ends_ns(
     gpu_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int], stop_at_pauses: bool = True,
-    joined: list[bool] | None = None, idle_from: np.ndarray | None = None,
+    joined: list[bool] | None = None, idle_from: np.ndarray | None = None, run_delay: list[int] | None = None,
 ) -> np.ndarray:
     """GPU ends of steps that are calls inside a loop, extended to the whole iteration.
 
@@ -105,7 +105,11 @@ def iteration_ends_ns(
     (host ns, -1 for none): when the call's thread began waiting for another thread before
     the next call (:func:`waits_between`: a server's worker blocked on its request queue):
     the iteration ends there at the latest, its own GPU work aside — the wait is no work of
-    the program's.
+    the program's. ``run_delay[k]`` (ns, the light pass's: the thread's time waiting for a
+    CPU at each call's start, :class:`perfdoctor.record.bootstrap.clock.RunQueue`): what
+    other processes took between call ``k`` and the next is no pause of the program's, so
+    the pause rule sees the time after a call without it (the whole iteration's wait: a
+    pause is long however it was interrupted).
     """
     g = _ns(gpu_end).copy()
     if g.size > 1 and gpu_start is not None:
@@ -121,6 +125,8 @@ def iteration_ends_ns(
         paused = np.zeros(after.size, dtype=bool)
         if stop_at_pauses:
             calls = np.where(known[:-1], ends - begun[:-1], 0)  # each call's own span
+            if run_delay is not None:
+                after = np.maximum(after - np.clip(np.diff(_ns(run_delay)), 0, None), 0)
             paused = pauses(after, calls + after)
             if joined is not None:
                 paused &= ~np.asarray(joined, dtype=bool)

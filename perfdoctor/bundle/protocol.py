@@ -170,8 +170,10 @@ class PassResults(_Document):
     rank: dict[str, Any] | None = None  # a rank of a torchrun job: the config's rank
     device: str | None = None  # that rank's device
     lockstep: dict[str, Any] | None = None  # perfdoctor.record.lockstep.Turns.summary()
-    # the light pass: per step name, {"host_start_ns", "gpu_start_ns", "gpu_end_ns"}, and for a
-    # step timed as the loop iteration "waited_ns" (a call's) or "pass_ended" (a loop range's)
+    # the light pass: per step name, {"host_start_ns", "gpu_start_ns", "gpu_end_ns", "tid",
+    # "host_end_ns", "run_delay_ns"} (the last: the thread's time waiting for a CPU at each start,
+    # or None), and for a step timed as the loop iteration "waited_ns" (a call's) or
+    # "pass_ended" (a loop range's)
     series: dict[str, dict[str, Any]] | None = None
     spans_ns: dict[str, list[list[int]]] | None = None  # perfdoctor 0.1's series: [[host start, GPU end], ...]
     step_end_clock: str | None = None  # "cuda-event" or "host"

@@ -42,8 +42,8 @@ def module_step(
     modules: dict[str, dict[str, Any]], classes: dict[str, str]
 ) -> tuple[str, dict[str, Any], dict[str, Any], str, list[bool] | None, tuple[list[int], list[bool]] | None] | None:
     """The module step: (its name, its calls, its ``light_pass.module`` entry (the traced
-    passes' mark), how it was found, which of its iterations hold the other instances'
-    calls, and which of its calls are the steps), or None. The class is
+    passes' mark), how it was found, which of its iterations hold known work (the other
+    instances' calls, the other grad mode's), and which of its calls are the steps), or None. The class is
     :func:`choose_module`'s.
 
     Called with grad enabled and disabled (``grad``), when one mode's calls are the steps
@@ -52,8 +52,9 @@ def module_step(
     whether an end of pass (the other mode's calls) lies before it. The calls are timed as
     iterations all together, so the last training call before an evaluation ends where the
     evaluation's first call begins; the entry says which mode (``grad``), which the traced
-    passes mark alone. Else, when two of its
-    instances or more repeat at depth 0 (their calls carry ``instance``) and one of them
+    passes mark alone. No gap is a pause by its length: a garbage collection (60-80 ms) before
+    a backward read as one, the step its forward alone (lstm_lm.py: 196 ms for the program's 252).
+    Else, when two of its instances or more repeat at depth 0 (their calls carry ``instance``) and one of them
     marks the loop iteration (:func:`perfdoctor.analysis.steps.iteration_instance`: in
     assisted generation the target, whose one forward per iteration verifies the draft's
     several), the step is that instance's calls alone, named ``Class#k.forward`` (k: its
@@ -89,7 +90,8 @@ def module_step(
         how = (f"module: {cls}, its {len(mine)} calls with grad {what} of its {n}: the other {n - len(mine)} end a pass "
                f"({runs} run{'s' if runs != 1 else ''} between them)")
         rows = series_rows(calls, range(n))
-        return name, rows, {**module, "grad": grad}, how, None, (mine.tolist(), ended.tolist())
+        # joined: each gap is the step's own work or the other mode's pass, never a pause by length
+        return name, rows, {**module, "grad": grad}, how, [True] * (n - 1), (mine.tolist(), ended.tolist())
     instances = calls.get("instance")
     instance = steps.iteration_instance(instances) if instances else None
     if instance is None:
@@ -127,7 +129,8 @@ def grouped_series(calls: dict[str, Any], groups: steps.CallGroups) -> dict[str,
 
 def series_rows(series: dict[str, Any], rows: Sequence[int]) -> dict[str, Any]:
     """The steps ``rows`` of ``series``, as a series (each step's thread too)."""
-    return {k: [series[k][i] for i in rows] if series.get(k) is not None else None for k in ("host_start_ns", "gpu_start_ns", "gpu_end_ns", "tid")}
+    return {k: [series[k][i] for i in rows] if series.get(k) is not None else None
+            for k in ("host_start_ns", "gpu_start_ns", "gpu_end_ns", "tid", "run_delay_ns")}
 
 
 def _range_counts(
@@ -278,21 +281,24 @@ def call_iterations(calls: dict[str, Any], joined: list[bool] | None, waits: dic
     and the next begins where the thread resumed (a server's worker blocked on its request
     queue is idle, not serving; taking the next request is its service): each step's
     ``waited_ns`` say so. Calls on several threads (a pool of workers) are iterations of each
-    thread's loop: each ends at its own thread's next call."""
+    thread's loop: each ends at its own thread's next call. The time another process took
+    the CPU from the thread (``run_delay_ns``) never makes a pause of the program's."""
     starts = calls["gpu_start_ns"] if calls.get("gpu_start_ns") is not None else calls["host_start_ns"]
     idle_from, waited, resumed = steady.waits_between(calls["host_start_ns"], calls.get("tid"), waits)
     tid = calls.get("tid")
     n = len(calls["gpu_end_ns"])
+    delay = (calls.get("run_delay_ns") or [])[:n] or None  # each start's wait for a CPU (RunQueue): no pause
     threads = np.unique(np.asarray(tid[:n], dtype=np.int64)) if tid is not None and len(tid) >= n else np.empty(0)
     if threads.size > 1:
         t, ends_ns = np.asarray(tid[:n], dtype=np.int64), np.asarray(calls["gpu_end_ns"], dtype=np.int64).copy()
         for thread in threads:
             rows = np.flatnonzero(t == thread)
             # joined (known work between a call and the series' next) is the series', not a thread's
-            ends_ns[rows] = steady.iteration_ends_ns([starts[i] for i in rows], ends_ns[rows], idle_from=idle_from[rows])
+            ends_ns[rows] = steady.iteration_ends_ns([starts[i] for i in rows], ends_ns[rows], idle_from=idle_from[rows],
+                                                     run_delay=[delay[i] for i in rows] if delay else None)
         ends = ends_ns.tolist()
     else:
-        ends = steady.iteration_ends_ns(starts, calls["gpu_end_ns"], joined=joined, idle_from=idle_from).tolist()
+        ends = steady.iteration_ends_ns(starts, calls["gpu_end_ns"], joined=joined, idle_from=idle_from, run_delay=delay).tolist()
     began = np.where(resumed >= 0, resumed, np.asarray(calls["host_start_ns"], dtype=np.int64)).tolist()
     return {**calls, "host_start_ns": began, "gpu_end_ns": ends, "waited_ns": waited.tolist()}
 

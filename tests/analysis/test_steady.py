@@ -453,6 +453,20 @@ def test_module_call_series_spans_the_iteration() -> None:
     assert steady.iteration_ends_ns([1, 2], [50, 90]).tolist() == [50, 90]
 
 
+def test_time_another_process_took_between_two_calls_is_no_pause() -> None:
+    # Calls every 100 ns, 40 long; after call 3 the next comes 660 ns after its end: a pause
+    # (longer than a step, many times the usual 60), so call 3 keeps its own end. When the
+    # thread waited 600 of those ns for a CPU (the run delay at each call's start), the
+    # program did nothing else there: the iteration runs to the next call.
+    starts = [0, 100, 200, 300, 1000, 1100]
+    ends = [s + 40 for s in starts]
+    assert steady.iteration_ends_ns(starts, ends).tolist() == [100, 200, 300, 340, 1100, 1140]
+    delayed = steady.iteration_ends_ns(starts, ends, run_delay=[0, 0, 5, 5, 605, 605])
+    assert delayed.tolist() == [100, 200, 300, 1000, 1100, 1140]
+    # waited for a CPU only part of it, 100 of 660: still a pause of the program's own
+    assert steady.iteration_ends_ns(starts, ends, run_delay=[0, 0, 0, 0, 100, 100]).tolist()[3] == 340
+
+
 def test_hf_generate_steps_are_as_long_as_the_programs_tokens() -> None:
     """On the real HF series the forward alone is 12.3 ms, 11 % under the program's own
     13.77 ms/token; the iteration (forward + the host work to the next forward) is the token."""

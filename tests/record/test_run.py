@@ -16,9 +16,10 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from conftest import run_cli_inprocess
+from conftest import program_result, run_cli_inprocess
 from perfdoctor import api
 from perfdoctor.collectors.bundle import load_bundle
 from perfdoctor.declare import DECLARE_PREFIX, declaration_name, parse_declaration
@@ -749,6 +750,40 @@ def test_light_pass_gpu_bookkeeping_with_fake_events():
     assert fake.created == made_before_the_steps
 
 
+def test_each_step_start_reads_its_threads_wait_for_a_cpu():
+    """RunQueue: each thread reads its own schedstat (a file opened by that thread), the
+    series carries the readings as ns, and a system without the file gives None, never a
+    wrong number."""
+    import threading
+
+    from perfdoctor.record.bootstrap import clock
+
+    timer = clock.Timer()
+    if not timer.run_queue.ok:
+        pytest.skip("no /proc/thread-self/schedstat here")
+    times = clock.StepTimes(timer)
+    for _ in range(3):
+        times.start("main")
+        times.end("main")
+    worker = threading.Thread(target=lambda: (times.start("worker"), times.end("worker")))
+    worker.start()
+    worker.join()
+    series, error = times.series()
+    assert error is None
+    delays = series["main"]["run_delay_ns"]
+    assert len(delays) == 3 and all(isinstance(d, int) for d in delays) and delays == sorted(delays)
+    assert isinstance(series["worker"]["run_delay_ns"][0], int)
+    assert len(timer.run_queue.fds) == 2  # one file per thread
+    # this thread's reading is its run delay (field 2), at most what the file says after it
+    (first,) = clock.run_delays_ns([timer.run_queue.read(threading.get_ident())])
+    assert 0 <= first <= int(Path("/proc/thread-self/schedstat").read_text().split()[1])
+    timer.run_queue.ok = False
+    times.start("main")
+    times.end("main")
+    assert times.series()[0]["main"]["run_delay_ns"] is None
+    assert clock.run_delays_ns([b"1 2 3\n", b"garbage"]) is None and clock.run_delays_ns([b"1 2 3\n"]) == [2]
+
+
 def test_a_step_edge_on_an_idle_stream_records_no_event():
     """A step that starts while the stream has nothing left to run takes its host start as
     its GPU start (an event recorded there would complete at once); one that ends on an idle
@@ -1109,3 +1144,57 @@ def test_a_cpu_run_shows_progress_on_stderr_and_says_why_ncu_is_absent(tmp_path,
     assert any(m.group(4) for m in torch_lines)  # an estimate of the time left, from the light pass's step time
     m = manifest(only_bundle(tmp_path))
     assert m["collectors"]["ncu"]["status"].startswith("unavailable: ")
+
+
+# A loop's own host work between two model calls (a sampler's, here in pure Python), the
+# loop timing each iteration itself: the shape of a generate loop on a CPU.
+_SAMPLING_LOOP = """import json, sys, time
+import torch
+model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64))
+x, ms_each = torch.randn(4, 64), []
+with torch.no_grad():
+    for i in range(120):
+        t = time.perf_counter()
+        y = model(x)
+        acc = 0
+        for k in range(30000):  # the sampler: ~2 ms of the host's own work after each call
+            acc += k * k % 7
+        ms_each.append((time.perf_counter() - t) * 1e3)
+print("RESULT " + json.dumps({"ms_each": ms_each}))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or not os.path.exists("/proc/thread-self/schedstat"),
+                    reason="needs Linux's CPU affinity and per-thread schedstat")
+def test_a_busy_neighbour_on_the_programs_cpu_stretches_its_steps_and_cuts_none(tmp_path: Path) -> None:
+    # The loop above with a busy process on its one CPU: the scheduler takes the CPU from it
+    # for a few ms at a time, now in a call, now in the host work after it. A gap stretched so
+    # read as a pause (longer than a step, many times the usual), and its step kept the call
+    # alone. The light pass reads each thread's time waiting for a CPU, which is no pause.
+    cpu = min(os.sched_getaffinity(0))
+
+    def pinned() -> None:
+        os.sched_setaffinity(0, {cpu})
+
+    program = tmp_path / "sampling_loop.py"
+    program.write_text(_SAMPLING_LOOP)
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=pinned)
+    try:
+        r = subprocess.run([sys.executable, "-m", "perfdoctor", "run", "--collect", "nvml", "--out", str(tmp_path / "runs"), str(program)],
+                           capture_output=True, text=True, timeout=240, preexec_fn=pinned,
+                           env={**os.environ, "COLUMNS": "200", "OMP_NUM_THREADS": "1"})
+    finally:
+        busy.kill()
+        busy.wait()
+    assert r.returncode == 0, r.stderr[-2000:]
+    own = np.array(program_result(r.stdout)["ms_each"])
+    (bundle,) = (tmp_path / "runs").iterdir()
+    light = json.loads((bundle / "manifest.json").read_text())["light_pass"]
+    series = json.loads((bundle / "raw" / "light.json").read_text())["series"][light["step_name"]]
+    assert light["step_name"] == "Sequential.forward" and light["steps_seen"] == own.size
+    delay = np.array(series["run_delay_ns"])
+    assert (delay[-1] - delay[0]) / 1e6 > 0.2 * own.sum()  # the neighbour did take the CPU
+    ms = (np.array(series["gpu_end_ns"]) - np.array(series["host_start_ns"])) / 1e6
+    # each iteration from its call to the next: the program's own per-iteration time, the
+    # last one's end aside (its own call's end: nothing follows it)
+    assert ms[:-1].sum() == pytest.approx(own[1:].sum(), rel=0.1)

@@ -11,6 +11,7 @@ it and initialised CUDA.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -151,6 +152,48 @@ def stream_ops(torch: Any) -> tuple[Any, Any]:
 CAPTURED = "captured"  # a step mark taken while the stream was capturing a CUDA graph
 
 
+class RunQueue:
+    """How long each thread has waited for a CPU while runnable: Linux's per-thread
+    ``schedstat``, its second field (ns on a run queue). Another process's load stretches
+    the time between two of the program's calls without the program doing anything else
+    there; the step series subtract it before calling that time a pause
+    (:func:`perfdoctor.analysis.steady.iteration_ends_ns`). A 2-core box under two busy
+    loops stretched 2 ms gaps of a training loop to 15 ms, and the backward in them was
+    left out of the step. One ``pread`` of a file held open per thread, ~1.3 us; the raw
+    bytes are kept and read after the run. None where the file is missing (not Linux)."""
+
+    PATH = "/proc/thread-self/schedstat"
+
+    def __init__(self) -> None:
+        self.fds: dict[int, int] = {}
+        self.ok = os.path.exists(self.PATH)
+
+    def read(self, ident: int) -> bytes | None:
+        if not self.ok:
+            return None
+        fd = self.fds.get(ident)
+        try:
+            if fd is None:
+                fd = self.fds[ident] = os.open(self.PATH, os.O_RDONLY)
+            return os.pread(fd, 64, 0)
+        except OSError:
+            # a thread's ident reused after it ended: the file held open was the old thread's
+            self.fds.pop(ident, None)
+            try:
+                fd = self.fds[ident] = os.open(self.PATH, os.O_RDONLY)
+                return os.pread(fd, 64, 0)
+            except OSError:
+                return None
+
+
+def run_delays_ns(raw: list[bytes | None]) -> list[int] | None:
+    """:class:`RunQueue` readings as ns, or None when one is missing."""
+    try:
+        return [int(r.split()[1]) for r in raw]  # type: ignore[union-attr]
+    except (AttributeError, IndexError, ValueError):
+        return None
+
+
 class Timer:
     """The light pass's clock, shared by every step series: host ns, plus a CUDA event once
     the program has initialised CUDA (never before: the bootstrap must not initialise it)."""
@@ -161,6 +204,7 @@ class Timer:
         self.clock: GpuClock | None = None
         self.series: list[StepTimes] = []
         self.unsettled = 0
+        self.run_queue = RunQueue()
 
     def gpu_clock(self) -> GpuClock | None:
         if self.clock is None:
@@ -216,14 +260,19 @@ class StepTimes:
         # (perfdoctor.analysis.steady.holds_work), whatever the GPU end
         self.host_end: dict[str, list[int]] = {}
         self.done: dict[str, list[int]] = {}  # per name: [gpu_start, gpu_end] settled up to
+        # the thread's time waiting for a CPU when each step started (RunQueue's raw reading)
+        self.delay: dict[str, list[bytes | None]] = {}
 
     def start(self, name: str) -> None:
         now = time.perf_counter_ns()
         if name not in self.host:
             self.host[name], self.gpu_start[name], self.gpu_end[name], self.tid[name], self.host_end[name] = [], [], [], [], []
+            self.delay[name] = []
             self.done[name] = [0, 0]
+        ident = threading.get_ident()
         self.host[name].append(now)
-        self.tid[name].append(threading.get_ident())
+        self.tid[name].append(ident)
+        self.delay[name].append(self.timer.run_queue.read(ident))
         self.gpu_start[name].append(self.timer.mark(now))
 
     def end(self, name: str) -> None:
@@ -247,9 +296,10 @@ class StepTimes:
             return  # nothing completed, or one still open (nested): leave the series whole
         if name not in to.host:
             to.host[name], to.gpu_start[name], to.gpu_end[name], to.tid[name], to.host_end[name] = [], [], [], [], []
+            to.delay[name] = []
             to.done[name] = [0, 0]
         for mine, theirs in ((self.host, to.host), (self.gpu_start, to.gpu_start), (self.gpu_end, to.gpu_end), (self.tid, to.tid),
-                             (self.host_end, to.host_end)):
+                             (self.host_end, to.host_end), (self.delay, to.delay)):
             theirs[name].append(mine[name].pop())
         done = self.done[name]
         done[0], done[1] = min(done[0], len(self.gpu_start[name])), min(done[1], len(self.gpu_end[name]))
@@ -270,10 +320,11 @@ class StepTimes:
         return {name: n for name, tids in self.tid.items() if (n := sum(t != ident for t in tids))}
 
     def series(self) -> tuple[dict[str, dict[str, Any]], str | None]:
-        """Per name ``{"host_start_ns", "gpu_start_ns", "gpu_end_ns", "tid", "host_end_ns"}`` on the host
-        clock (CLOCK_MONOTONIC), completed steps only; ``gpu_start_ns`` is None when the
-        program never used CUDA. Plus why some are missing (e.g. the program died of a CUDA
-        error, so its events never complete)."""
+        """Per name ``{"host_start_ns", "gpu_start_ns", "gpu_end_ns", "tid", "host_end_ns",
+        "run_delay_ns"}`` on the host clock (CLOCK_MONOTONIC), completed steps only;
+        ``gpu_start_ns`` is None when the program never used CUDA, ``run_delay_ns``
+        (:class:`RunQueue`, at each start) when the system does not say. Plus why some are
+        missing (e.g. the program died of a CUDA error, so its events never complete)."""
         clock = self.timer.clock
         out: dict[str, dict[str, Any]] = {}
 
@@ -289,6 +340,7 @@ class StepTimes:
                     "gpu_end_ns": [ns(self.gpu_end[name][i]) for i in keep],
                     "tid": [self.tid[name][i] for i in keep],
                     "host_end_ns": [self.host_end[name][i] for i in keep],
+                    "run_delay_ns": run_delays_ns([self.delay[name][i] for i in keep]),
                 }
         except Exception as exc:  # noqa: BLE001 - said in the manifest
             return out, f"{type(exc).__name__}: {exc}"
