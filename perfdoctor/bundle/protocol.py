@@ -254,6 +254,9 @@ class LightPass(_Document):
     step_latency_ms: list[float] | None = None  # critical path of each step from the warm-up on
     step_thread: str | None = None  # "main" or "worker"
     trains: bool | None = None  # the program ran an optimizer's step or zero_grad (torch's loop ranges)
+    # a step of several of its range's occurrences (an optimizer's marks in groups, steady.mark_groups):
+    # how many; the traced passes' window and progress count occurrences
+    marks_per_step: int | None = None
     declared: dict[str, Any] | None = None  # {"tokens", ..., "source"}
     timing_error: str | None = None
     nvml_sampled: bool | None = None

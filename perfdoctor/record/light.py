@@ -349,7 +349,8 @@ def loop_series(
     if not fetches["host_start_ns"]:
         # no data loader: one iteration per optimizer step, the first (or last) one the
         # series' marks leave out included
-        return {k: v for k, v in optimizer_loop(name, calls, series, work_ns).items() if k not in ("mark", "group")}
+        # "group" (marks per iteration) stays for light_summary: the traced passes count marks
+        return {k: v for k, v in optimizer_loop(name, calls, series, work_ns).items() if k != "mark"}
     ended = set(exhausted["host_start_ns"])
     n = len(calls["gpu_end_ns"])
     at, first, after, pass_ended = steady.step_groups(
@@ -487,6 +488,7 @@ def light_summary(results: PassResults, options: RunOptions) -> LightPass:
         )
     else:
         s = results.series[name]  # type: ignore[index]
+        summary.marks_per_step = s.pop("group", None)
         compiled = steady.compiled_during(s["host_start_ns"], s["gpu_end_ns"], results.compiles)
         if compiled.any():
             # the steps torch.compile compiled in: the analysis leaves them out of the steady

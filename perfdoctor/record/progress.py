@@ -35,13 +35,20 @@ class Ticks:
     """Steps done in a pass as the ticks arrive (a reader thread adds, the display reads):
     the count, and (seconds into the pass, count) at each batch of the last
     :data:`PACE_WINDOW_S` seconds, so that the pace leaves out the program's start-up and
-    any stall behind it."""
+    any stall behind it. A tick is one occurrence of the step's range; ``per`` of them make a
+    step where the light pass found them in groups (``light_pass.marks_per_step``: CleanRL's
+    PPO, 4 optimizer steps per iteration, ticked 24 for its 6 steps)."""
 
-    done: int = 0
+    per: int = 1
+    marks: int = 0
     recent: list[tuple[float, int]] = field(default_factory=list)
 
+    @property
+    def done(self) -> int:
+        return self.marks // self.per
+
     def add(self, n: int, at_s: float) -> None:
-        self.done += n
+        self.marks += n
         self.recent = [(t, d) for t, d in self.recent if t >= at_s - PACE_WINDOW_S] + [(at_s, self.done)]
 
     def pace_s(self) -> float | None:

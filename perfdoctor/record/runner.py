@@ -152,7 +152,7 @@ class Runner:
         result = PassResult(name, [*wrapper, *self.program(name, config)])
         first = not self.manifest.passes
         log = None if first else self.raw / f"{name}.log"
-        ticks = progress.Ticks()
+        ticks = progress.Ticks(per=(not first and self.manifest.light_pass and self.manifest.light_pass.marks_per_step) or 1)
         start = time.monotonic()
 
         def count_steps() -> None:

@@ -1069,9 +1069,27 @@ def test_ppo_steps_per_iteration_not_per_minibatch_update(tmp_path: Path) -> Non
     per = count(result["optimizer_steps"] / result["iterations"])
     assert f"({result['optimizer_steps']}x), {per} per iteration" in light["how"]
     assert f"{count(result['iterations'])} iterations" in light["how"]
+    assert light["marks_per_step"] == 4
     assert _step_ms(series)[1:].mean() == pytest.approx(result["ms_per_iter"], rel=0.1)
     rate = _steps_per_s(tmp_path)
     assert 1e3 / rate.value == pytest.approx(result["ms_per_step"], rel=0.15)
+
+
+def test_ppo_traced_pass_counts_iterations_not_optimizer_steps(tmp_path: Path) -> None:
+    # The traced pass ticks once per occurrence of the step's range: the console said "torch
+    # pass: 24 steps" for the light pass's 6, and --steps 2 traced 2 zero_grads, half an
+    # iteration. Both now count iterations of 4 marks
+    args = ("--device", "cpu", "--num-envs", "4", "--num-steps", "64", "--iterations", "6", "--update-epochs", "2", "--num-minibatches", "2")
+    r = run_cli("run", "--collect", "torch", "--steps", "2", "--out", tmp_path, REAL / "ppo_train.py", *args, timeout=240,
+                env={"OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    light = json.loads((bundle / "manifest.json").read_text())["light_pass"]
+    assert light["steps_seen"] == program_result(r.stdout)["iterations"] == 6 and light["marks_per_step"] == 4
+    torch_pass = json.loads((bundle / "raw" / "torch.config.json").read_text())
+    assert torch_pass["steps"] == 2 * 4
+    said = r.stdout + r.stderr
+    assert "torch pass: 6 steps" in said and "24 steps" not in said, said[-1500:]
 
 
 def test_hand_written_kv_cache_decode_with_eos_stop_steps_per_forward(tmp_path: Path) -> None:

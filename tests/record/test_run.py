@@ -1110,6 +1110,10 @@ def test_progress_line_and_time_left():
     ticks.add(30, at_s=40.0)
     assert time_left_s(ticks, 40.0, light) is None and time_left_s(Ticks(), 1.0, None) is None
     assert elapsed(59.6) == "1 min 0 s"
+    # a step of 4 ticks (an optimizer's 4 steps per PPO iteration): 10 ticks are 2 steps done
+    grouped = Ticks(per=4)
+    grouped.add(10, at_s=5.0)
+    assert grouped.done == 2 and line("torch", grouped, 5.0, None) == "torch pass: 2 steps, 5 s elapsed"
     assert expected_of(LightPass(steps_seen=3, step_latency_ms=[30.0, 10.0, 20.0]), 4.0) == Expected(3, 0.02, 4.0)
     assert expected_of(LightPass(steps_seen=0, step_latency_ms=[]), 4.0) is None and expected_of(None, None) is None
 
