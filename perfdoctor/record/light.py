@@ -9,7 +9,7 @@ import fnmatch
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -26,6 +26,17 @@ from perfdoctor.record.options import DEFAULT_WARMUP, RunOptions
 SCOUT_MIN_STEPS = 10
 
 
+class ModuleStep(NamedTuple):
+    """What :func:`module_step` found."""
+
+    name: str
+    calls: dict[str, Any]  # its series: one entry per step (a group's first call, as the entry says)
+    entry: dict[str, Any]  # its ``light_pass.module`` entry, which the traced passes mark by
+    how: str
+    joined: list[bool] | None  # per iteration: it holds known work (never a pause by its length)
+    moded: tuple[list[int], list[bool]] | None  # one grad mode's calls: their positions, a pass ended before each
+
+
 def choose_module(modules: dict[str, dict[str, Any]]) -> tuple[int, str] | None:
     """The outermost repeating module call: the shallowest depth (0, then 1) whose most
     frequent class completed at least two calls, and that class. Depth 1 wins only when no
@@ -38,17 +49,12 @@ def choose_module(modules: dict[str, dict[str, Any]]) -> tuple[int, str] | None:
     return None
 
 
-def module_step(
-    modules: dict[str, dict[str, Any]], classes: dict[str, str]
-) -> tuple[str, dict[str, Any], dict[str, Any], str, list[bool] | None, tuple[list[int], list[bool]] | None] | None:
-    """The module step: (its name, its calls, its ``light_pass.module`` entry (the traced
-    passes' mark), how it was found, which of its iterations hold known work (the other
-    instances' calls, the other grad mode's), and which of its calls are the steps), or None. The class is
-    :func:`choose_module`'s.
+def module_step(modules: dict[str, dict[str, Any]], classes: dict[str, str]) -> ModuleStep | None:
+    """The module step (:class:`ModuleStep`), or None. The class is :func:`choose_module`'s.
 
     Called with grad enabled and disabled (``grad``), when one mode's calls are the steps
     (:func:`perfdoctor.analysis.steps.grad_mode_steps`: a training loop's, an evaluation
-    under ``no_grad`` after each epoch): the last element, their positions and per one
+    under ``no_grad`` after each epoch): ``moded``, their positions and per one
     whether an end of pass (the other mode's calls) lies before it. The calls are timed as
     iterations all together, so the last training call before an evaluation ends where the
     evaluation's first call begins; the entry says which mode (``grad``), which the traced
@@ -91,7 +97,7 @@ def module_step(
                f"({runs} run{'s' if runs != 1 else ''} between them)")
         rows = series_rows(calls, range(n))
         # joined: each gap is the step's own work or the other mode's pass, never a pause by length
-        return name, rows, {**module, "grad": grad}, how, [True] * (n - 1), (mine.tolist(), ended.tolist())
+        return ModuleStep(name, rows, {**module, "grad": grad}, how, [True] * (n - 1), (mine.tolist(), ended.tolist()))
     instances = calls.get("instance")
     instance = steps.iteration_instance(instances) if instances else None
     if instance is None:
@@ -104,20 +110,21 @@ def module_step(
                    "calls): the call from the place that calls it once per iteration, with the calls from its other places since the one before")
             span = ("the loop iteration: the calls from the other places, then the one from the place that marks it, and the host "
                     "work until the next iteration's first call")
-            return name, grouped_series(rows, sited), {**module, "span": span, "groups": sited.runs()}, how, None, None
+            return ModuleStep(name, grouped_series(rows, sited), {**module, "span": span, "groups": sited.runs()}, how, None, None)
         if groups is None:
-            return name, rows, module, f"module: {cls}", None, None
+            return ModuleStep(name, rows, module, f"module: {cls}", None, None)
         k = groups.calls
         how = (f"module: {cls}, {k} calls per step: called {k} times back to back, then the loop's own work "
                f"({len(groups.sizes)} groups of its {len(calls['gpu_end_ns'])} calls)")
         span = f"the loop iteration: each group of {k} calls back to back and the host work until the next group"
-        return name, grouped_series(rows, groups), {**module, "span": span, "calls_per_step": k, "groups": groups.runs()}, how, None, None
+        return ModuleStep(name, grouped_series(rows, groups), {**module, "span": span, "calls_per_step": k, "groups": groups.runs()}, how,
+                          None, None)
     step = f"{cls}#{instance}.forward"
     mine = [i for i, k in enumerate(instances) if k == instance]
     how = (f"module: {cls}#{instance}: the {cls} instance (#{instance} by first call) whose {len(mine)} calls enclose "
            f"the {len(instances) - len(mine)} calls of its other instances at depth 0: the loop iteration")
     joined = (np.diff(mine) > 1).tolist()  # another instance's call between this one and the next
-    return step, series_rows(calls, mine), {**module, "name": step, "instance": instance}, how, joined, None
+    return ModuleStep(step, series_rows(calls, mine), {**module, "name": step, "instance": instance}, how, joined, None)
 
 
 def grouped_series(calls: dict[str, Any], groups: steps.CallGroups) -> dict[str, Any]:
@@ -135,11 +142,10 @@ def series_rows(series: dict[str, Any], rows: Sequence[int]) -> dict[str, Any]:
 
 def _range_counts(
     series: dict[str, dict[str, Any]], results: PassResults
-) -> tuple[dict[str, int], dict[str, Any], list[int], list[int], dict[str, tuple[int, int]]]:
+) -> tuple[dict[str, int], dict[str, Any], list[int], list[int], dict[str, dict[str, Any]]]:
     """(steps per range name, as the step choice counts them; the data loader's ends of
-    passes; the training marks; the loop's work; per optimizer range whose marks come
-    several per iteration, the iterations and the marks in each: ``choose_step``'s
-    ``groups``) of the light pass's series."""
+    passes; the training marks; the loop's work; without a data loader, per optimizer
+    range, its iterations as :func:`loop_series` times them) of the light pass's series."""
     counts = {name: len(s["gpu_end_ns"]) for name, s in series.items()}
     ends_of_passes = _loader_passes(results)
     # the training fetches and marks: the same rule as analyze's on a trace
@@ -156,9 +162,8 @@ def _range_counts(
     # an optimizer's marks in groups, each iteration's work before them (a PPO rollout): as
     # loop_series times them
     loader = bool(_fetches(series, ends_of_passes)["host_start_ns"])
-    found = {} if loader else {n: optimizer_loop(n, s, series, work) for n, s in series.items() if n.startswith(rangenames.LOOP_PREFIXES[1:])}
-    groups = {n: (len(f["host_start_ns"]), f["group"]) for n, f in found.items() if f.get("group")}
-    return counts, ends_of_passes, marks, work, groups
+    loops = {} if loader else {n: optimizer_loop(n, s, series, work) for n, s in series.items() if n.startswith(rangenames.LOOP_PREFIXES[1:])}
+    return counts, ends_of_passes, marks, work, loops
 
 
 def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, str | None, dict[str, Any] | None, bool]:
@@ -179,7 +184,8 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
         apart = steps.other_optimizers(series)
         apart |= steps.enclosed_marks({n: (s["host_start_ns"][: len(s["gpu_end_ns"])], s.get("host_end_ns") or s["gpu_end_ns"])
                                        for n, s in series.items() if n not in apart})
-    counts, ends_of_passes, marks, work, groups = _range_counts(series, results)
+    counts, ends_of_passes, marks, work, loops = _range_counts(series, results)
+    groups = {n: (len(f["host_start_ns"]), f["group"]) for n, f in loops.items() if f.get("group")}
     api_counts = results.step_counts or {}
     if options.step is not None:
         user = [n for n in counts if n == options.step or fnmatch.fnmatchcase(n, options.step)]
@@ -188,7 +194,7 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
     else:
         user = [n for n in api_counts if counts.get(n)]
     found = module_step(results.modules or {}, results.module_classes or {}) if automatic else None
-    modules = {found[0]: len(found[5][0] if found[5] else found[1]["gpu_end_ns"])} if found is not None else {}
+    modules = {found.name: len(found.moded[0] if found.moded else found.calls["gpu_end_ns"])} if found is not None else {}
     # one series per CUDA graph replayed (the bootstrap's GraphReplays): its replays are the
     # step when that graph is (nearly) every replay, as a trace's graph launches are
     graph = steps.one_graph({n: c for n, c in counts.items() if rangenames.kind(n) == rangenames.REPLAY})
@@ -227,7 +233,7 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
     if choice.kind == "compiled":
         calls, joined = compiled_iterations(calls, [h for n, hs in compiled.items() if n != name for h in hs])
     if choice.kind == "loop":
-        timed = loop_series(name, calls, series, ends_of_passes, marks, work)
+        timed = loop_series(name, calls, series, ends_of_passes, marks, work, loops.get(name))
     elif choice.iteration:
         timed = call_iterations(calls, joined, results.waits)
     if moded is not None:
@@ -329,7 +335,7 @@ def with_eager_calls(name: str, calls: dict[str, Any], modules: dict[str, Any] |
 
 def loop_series(
     name: str, calls: dict[str, Any], series: dict[str, dict[str, Any]], exhausted: dict[str, Any], marks: list[int],
-    work_ns: list[int] | None = None,
+    work_ns: list[int] | None = None, loop: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The iterations torch's loop range ``name`` marks (``calls``, its series). The range is
     only a part of the iteration (the batch's fetch, the optimizer's step). A fetch's runs to
@@ -342,7 +348,8 @@ def loop_series(
     step says whether a pass ended between the step before and it (``pass_ended``: an
     evaluation pass, the epoch's end), a pause of the rate whatever its length. Without
     fetches (``for step in range(n)``), :func:`perfdoctor.analysis.steady.optimizer_loop`:
-    one per optimizer step (or group of them), wherever ``zero_grad`` falls in it."""
+    one per optimizer step (or group of them), wherever ``zero_grad`` falls in it (``loop``:
+    that result, when the step choice has it already)."""
     if name.startswith(rangenames.DATA_LOADER_PREFIX):
         return steady.loop_iterations(calls, exhausted, marks, work_ns)
     fetches = _fetches(series, exhausted)
@@ -350,7 +357,8 @@ def loop_series(
         # no data loader: one iteration per optimizer step, the first (or last) one the
         # series' marks leave out included
         # "group" (marks per iteration) stays for light_summary: the traced passes count marks
-        return {k: v for k, v in optimizer_loop(name, calls, series, work_ns).items() if k != "mark"}
+        loop = loop if loop is not None else optimizer_loop(name, calls, series, work_ns)
+        return {k: v for k, v in loop.items() if k != "mark"}
     ended = set(exhausted["host_start_ns"])
     n = len(calls["gpu_end_ns"])
     at, first, after, pass_ended = steady.step_groups(
