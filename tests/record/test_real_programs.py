@@ -1092,6 +1092,23 @@ def test_ppo_traced_pass_counts_iterations_not_optimizer_steps(tmp_path: Path) -
     assert "torch pass: 6 steps" in said and "24 steps" not in said, said[-1500:]
 
 
+def test_a_compiled_training_step_decorated_with_arguments_is_one_step_per_call(tmp_path: Path) -> None:
+    # The PyTorch 2 recipe: forward, backward, optimizer step and zero_grad in one function
+    # under @torch.compile(backend=...). torch's decorator factory calls torch.compile again
+    # (through the light pass's wrapper): each call was two nested ranges, 48 steps read for
+    # 24 calls, each half a call long. One step per call, as the program times them
+    steps, warmup = 24, 4
+    light, series, result = _run(tmp_path, "compiled_train_step.py", "--device", "cpu", "--backend", "eager", "--batch", "64",
+                                  "--dim", "128", "--width", "512", "--steps", str(steps), "--warmup", str(warmup),
+                                  env={"OMP_NUM_THREADS": "1"})
+    assert light["step_name"] == "torch.compile: main.<locals>.train_step"  # its __qualname__
+    assert light["steps_seen"] == result["steps"] == steps
+    # each from its call to the next: the program's call, and the next batch's two randn
+    assert _step_ms(series)[warmup:-1].sum() == pytest.approx(sum(result["ms_each"][warmup:-1]), rel=0.15)
+    rate = _steps_per_s(tmp_path)
+    assert 1e3 / rate.value == pytest.approx(result["ms_per_step"], rel=0.15)
+
+
 def test_hand_written_kv_cache_decode_with_eos_stop_steps_per_forward(tmp_path: Path) -> None:
     # greedy decoding by hand around LlamaForCausalLM: a left-padded batch, a prefill, then
     # `while True` feeding one token per sequence back with past_key_values (a DynamicCache)

@@ -420,6 +420,7 @@ class ModuleSteps:
 # the names a module's whole call goes by: torch's Module.__call__ (an alias of
 # _wrapped_call_impl), its _call_impl, perfdoctor's wrappers
 MODULE_CALLS = ("__call__", "_wrapped_call_impl", "_call_impl")
+RANGED = "_perfdoctor_compiled_range"  # a compiled function's call already wrapped in its range
 
 
 def install_compiled_steps(session: Session) -> None:
@@ -443,7 +444,10 @@ def install_compiled_steps(session: Session) -> None:
     light = session.mode == "light"
 
     def wrap(fn: Any, compiled: Any) -> Any:
-        if isinstance(compiled, module_class) or not callable(compiled):
+        if isinstance(compiled, module_class) or not callable(compiled) or getattr(compiled, RANGED, False):
+            # torch's decorator factory (``@torch.compile(mode=...)``) calls torch.compile
+            # again, through this wrapper: that call's range is the one (before: two nested
+            # ranges per call, 80 steps for a training loop's 40)
             return compiled
         owner = getattr(fn, "__self__", None)
         if isinstance(owner, module_class):
@@ -478,6 +482,7 @@ def install_compiled_steps(session: Session) -> None:
                     return compiled(*args, **kwargs)
             return compiled(*args, **kwargs)
 
+        setattr(call, RANGED, True)
         return call
 
     @functools.wraps(original)
