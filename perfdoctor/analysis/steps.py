@@ -96,8 +96,7 @@ def choose_step(
     4. ``ProfilerStep#N``;
     5. the most frequent other range seen twice for which ``works(name)`` (it has GPU
        work); a tie goes to the longer total time in ``totals`` (the outer of two ranges
-       that repeat alike), else to the name seen first. After ProfilerStep: torch's DDP
-       writes a ``DistributedDataParallel.forward`` range inside each ProfilerStep;
+       that repeat alike), else to the name seen first;
     6. ``replays``: one CUDA/HIP graph replayed that often, once per period of the loop
        (:func:`graph_replays` in a trace, :func:`one_graph` over the light pass's replays of
        each ``torch.cuda.CUDAGraph``), seen twice. After the user's ranges: a range around
@@ -109,7 +108,10 @@ def choose_step(
        per iteration, the loop's own work between the groups (a loop with no data loader:
        ``steady.mark_groups``, CleanRL's PPO updates after each rollout), the iterations
        they mark and the marks per iteration, which the how says;
-    8. the outermost repeating module call (``modules``: its name and calls, at least two).
+    8. torch's parallel wrapper's forward range (``DistributedDataParallel.forward``: a
+       model's forward, inside each iteration and each ProfilerStep), seen twice, with GPU
+       work;
+    9. the outermost repeating module call (``modules``: its name and calls, at least two).
 
     ``counts``: every range name seen and how often. Library ranges (NCCL, cub, dynamo's
     own) and warm-up ranges are never the step. None when nothing qualifies.
@@ -155,6 +157,10 @@ def choose_step(
                        f"{count(counts[name] / counts[opt])} DataLoader batches (gradient accumulation), timed as {ITERATION}")
                 return Choice("loop", opt, how, True)
         return Choice("loop", name, _loop_how(name, counts[name], (groups or {}).get(name)), True)
+    wrapped = sorted((n for n in by_kind.get(rangenames.WRAPPER, ()) if counts[n] >= 2 and works(n)), key=lambda n: -counts[n])
+    if wrapped:
+        name = wrapped[0]
+        return Choice("range", name, f"ranges named {name!r}: torch's parallel wrapper around the model's forward ({counts[name]}x)", False)
     for name, n in (modules or {}).items():
         if n >= 2:
             return Choice("module", name, f"module: {name.removesuffix('.forward')}", True)

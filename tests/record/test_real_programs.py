@@ -1109,6 +1109,41 @@ def test_a_compiled_training_step_decorated_with_arguments_is_one_step_per_call(
     assert 1e3 / rate.value == pytest.approx(result["ms_per_step"], rel=0.15)
 
 
+def _free_port() -> str:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
+DDP_ARGS = ("--device", "cpu", "--batch", "32", "--dim", "128", "--width", "256", "--classes", "10", "--batches", "20", "--epochs", "2")
+
+
+def test_ddp_training_steps_per_batch_not_per_ddp_forward(tmp_path: Path) -> None:
+    # torchrun's script in one process (gloo): DistributedDataParallel's forward runs inside
+    # torch's own "DistributedDataParallel.forward" range, which ranked as a user's range
+    # ahead of the training loop: 40 steps of the forward alone (p50 0.11 ms of a 0.6 ms
+    # batch). One step per batch, as the program times them
+    light, series, result = _run(tmp_path, "ddp_train.py", *DDP_ARGS, env={"OMP_NUM_THREADS": "1", "MASTER_PORT": _free_port()})
+    assert result["batches"] == 40 and result["world_size"] == 1
+    assert light["step_name"] == FETCH
+    assert light["steps_seen"] == result["batches"]
+    # each from its fetch to the next (the last: to its own end); the program's from the
+    # batch before's end: the first (its clock started before the loader) left out
+    assert _step_ms(series)[1:].sum() == pytest.approx(sum(result["ms_each"][1:]), rel=0.1)
+
+
+def test_ddp_training_traced_whole_steps_per_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the same script under a plain torch.profiler, read by analyze: the same choice
+    monkeypatch.setenv("MASTER_PORT", _free_port())
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    traced = trace_program(tmp_path / "trace.json", "ddp_train.py", *DDP_ARGS)
+    steps = find_steps(load_trace(tmp_path / "trace.json"))
+    assert steps.name == FETCH, steps.how
+    assert steps.count == traced["batches"] == 40
+
+
 def test_hand_written_kv_cache_decode_with_eos_stop_steps_per_forward(tmp_path: Path) -> None:
     # greedy decoding by hand around LlamaForCausalLM: a left-padded batch, a prefill, then
     # `while True` feeding one token per sequence back with past_key_values (a DynamicCache)
