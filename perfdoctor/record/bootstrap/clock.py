@@ -160,9 +160,12 @@ class RunQueue:
     (:func:`perfdoctor.analysis.steady.iteration_ends_ns`). A 2-core box under two busy
     loops stretched 2 ms gaps of a training loop to 15 ms, and the backward in them was
     left out of the step. One ``pread`` of a file held open per thread, ~1.3 us; the raw
-    bytes are kept and read after the run. None where the file is missing (not Linux)."""
+    bytes are kept and read after the run. None where the file is missing (not Linux).
+    At most :data:`OPEN` files: a server that starts a thread per request would otherwise
+    hold one per thread it ever ran, and run the program out of file descriptors."""
 
     PATH = "/proc/thread-self/schedstat"
+    OPEN = 64
 
     def __init__(self) -> None:
         self.fds: dict[int, int] = {}
@@ -174,16 +177,29 @@ class RunQueue:
         fd = self.fds.get(ident)
         try:
             if fd is None:
-                fd = self.fds[ident] = os.open(self.PATH, os.O_RDONLY)
+                fd = self.open(ident)
             return os.pread(fd, 64, 0)
         except OSError:
             # a thread's ident reused after it ended: the file held open was the old thread's
-            self.fds.pop(ident, None)
+            self.close(ident)
             try:
-                fd = self.fds[ident] = os.open(self.PATH, os.O_RDONLY)
-                return os.pread(fd, 64, 0)
+                return os.pread(self.open(ident), 64, 0)
             except OSError:
                 return None
+
+    def open(self, ident: int) -> int:
+        if len(self.fds) >= self.OPEN:
+            self.close(next(iter(self.fds)))  # the longest held: its thread most likely ended
+        fd = self.fds[ident] = os.open(self.PATH, os.O_RDONLY)
+        return fd
+
+    def close(self, ident: int) -> None:
+        fd = self.fds.pop(ident, None)
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
 
 def run_delays_ns(raw: list[bytes | None]) -> list[int] | None:
