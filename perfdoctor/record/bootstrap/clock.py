@@ -161,14 +161,18 @@ class RunQueue:
     loops stretched 2 ms gaps of a training loop to 15 ms, and the backward in them was
     left out of the step. One ``pread`` of a file held open per thread, ~1.3 us; the raw
     bytes are kept and read after the run. None where the file is missing (not Linux).
-    At most :data:`OPEN` files: a server that starts a thread per request would otherwise
-    hold one per thread it ever ran, and run the program out of file descriptors."""
+    At most :data:`OPEN` files, for as many threads (a thread past them reads None): a
+    server that started a thread per request would otherwise run the program out of file
+    descriptors. CPython reuses a thread's ident after it ends, and the new thread reopens
+    the file (the old one reads ESRCH). A file is only ever read and closed by the live
+    thread of its ident, so the reads take no lock; opening does (the count)."""
 
     PATH = "/proc/thread-self/schedstat"
     OPEN = 64
 
     def __init__(self) -> None:
         self.fds: dict[int, int] = {}
+        self.lock = threading.Lock()
         self.ok = os.path.exists(self.PATH)
 
     def read(self, ident: int) -> bytes | None:
@@ -176,25 +180,27 @@ class RunQueue:
             return None
         fd = self.fds.get(ident)
         try:
-            if fd is None:
-                fd = self.open(ident)
+            if fd is None and (fd := self.open(ident)) is None:
+                return None
             return os.pread(fd, 64, 0)
         except OSError:
             # a thread's ident reused after it ended: the file held open was the old thread's
             self.close(ident)
             try:
-                return os.pread(self.open(ident), 64, 0)
+                return os.pread(fd, 64, 0) if (fd := self.open(ident)) is not None else None
             except OSError:
                 return None
 
-    def open(self, ident: int) -> int:
-        if len(self.fds) >= self.OPEN:
-            self.close(next(iter(self.fds)))  # the longest held: its thread most likely ended
-        fd = self.fds[ident] = os.open(self.PATH, os.O_RDONLY)
-        return fd
+    def open(self, ident: int) -> int | None:
+        with self.lock:
+            if len(self.fds) >= self.OPEN:
+                return None
+            fd = self.fds[ident] = os.open(self.PATH, os.O_RDONLY)
+            return fd
 
     def close(self, ident: int) -> None:
-        fd = self.fds.pop(ident, None)
+        with self.lock:
+            fd = self.fds.pop(ident, None)
         if fd is not None:
             try:
                 os.close(fd)
