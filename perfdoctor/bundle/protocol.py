@@ -182,6 +182,7 @@ class PassResults(_Document):
     # once a loop range (a data loader's fetch) is the step: the host start of every depth-0
     # module call after, untimed — the work a loop's iteration holds
     module_work_ns: list[int] | None = None
+    module_work_grad: list[bool] | None = None  # each of those calls: grad enabled
     module_classes: dict[str, str] | None = None  # module step name -> module.Class
     timing_error: str | None = None  # why some steps are missing
     # the light pass: per data loader range name, its fetches that raised StopIteration (the

@@ -153,8 +153,7 @@ def _range_counts(
         {n: s["host_start_ns"][: len(s["gpu_end_ns"])] for n, s in series.items() if n.startswith(rangenames.LOOP_PREFIXES)},
         ends_of_passes["host_start_ns"])
     counts.update(trained)
-    # the loop's work: its model's calls at depth 0, timed until a loop range repeated, noted after
-    work = [h for s in ((results.modules or {}).get("0") or {}).values() for h in s["host_start_ns"]] + (results.module_work_ns or [])
+    work = loop_work(results)[0]
     # an evaluation loop's fetches, those whose iteration held the loop's work: as analyze
     # counts them, not the one a `break` left
     counts.update({n: len(steady.loop_iterations(s, ends_of_passes, None, work)["host_start_ns"])
@@ -164,6 +163,16 @@ def _range_counts(
     loader = bool(_fetches(series, ends_of_passes)["host_start_ns"])
     loops = {} if loader else {n: optimizer_loop(n, s, series, work) for n, s in series.items() if n.startswith(rangenames.LOOP_PREFIXES[1:])}
     return counts, ends_of_passes, marks, work, loops
+
+
+def loop_work(results: PassResults) -> tuple[list[int], list[bool]]:
+    """The loop's work: its model's calls at depth 0 (timed until a loop range repeated, their
+    host starts noted after), and each one's grad mode (enabled where the series does not say)."""
+    timed = ((results.modules or {}).get("0") or {}).values()
+    work = [h for s in timed for h in s["host_start_ns"]] + (results.module_work_ns or [])
+    grad = [g for s in timed for g in (s.get("grad") or [True] * len(s["host_start_ns"]))]
+    noted = results.module_work_grad or [True] * len(results.module_work_ns or [])
+    return work, grad + noted
 
 
 def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, str | None, dict[str, Any] | None, bool]:
@@ -233,7 +242,7 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
     if choice.kind == "compiled":
         calls, joined = compiled_iterations(calls, [h for n, hs in compiled.items() if n != name for h in hs])
     if choice.kind == "loop":
-        timed = loop_series(name, calls, series, ends_of_passes, marks, work, loops.get(name))
+        timed = loop_series(name, calls, series, ends_of_passes, marks, work, loops.get(name), loop_work(results)[1])
     elif choice.iteration:
         timed = call_iterations(calls, joined, results.waits)
     if moded is not None:
@@ -335,7 +344,7 @@ def with_eager_calls(name: str, calls: dict[str, Any], modules: dict[str, Any] |
 
 def loop_series(
     name: str, calls: dict[str, Any], series: dict[str, dict[str, Any]], exhausted: dict[str, Any], marks: list[int],
-    work_ns: list[int] | None = None, loop: dict[str, Any] | None = None,
+    work_ns: list[int] | None = None, loop: dict[str, Any] | None = None, work_grad: list[bool] | None = None,
 ) -> dict[str, Any]:
     """The iterations torch's loop range ``name`` marks (``calls``, its series). The range is
     only a part of the iteration (the batch's fetch, the optimizer's step). A fetch's runs to
@@ -349,7 +358,9 @@ def loop_series(
     evaluation pass, the epoch's end), a pause of the rate whatever its length. Without
     fetches (``for step in range(n)``), :func:`perfdoctor.analysis.steady.optimizer_loop`:
     one per optimizer step (or group of them), wherever ``zero_grad`` falls in it (``loop``:
-    that result, when the step choice has it already)."""
+    that result, when the step choice has it already); a step that held an evaluation pass
+    before its training (``work_grad``: each work call's grad mode,
+    :func:`perfdoctor.analysis.steady.evaluation_passes`) begins after it, ``pass_ended``."""
     if name.startswith(rangenames.DATA_LOADER_PREFIX):
         return steady.loop_iterations(calls, exhausted, marks, work_ns)
     fetches = _fetches(series, exhausted)
@@ -358,7 +369,16 @@ def loop_series(
         # series' marks leave out included
         # "group" (marks per iteration) stays for light_summary: the traced passes count marks
         loop = loop if loop is not None else optimizer_loop(name, calls, series, work_ns)
-        return {k: v for k, v in loop.items() if k != "mark"}
+        timed = {k: v for k, v in loop.items() if k != "mark"}
+        if work_ns and work_grad and len(work_grad) == len(work_ns):
+            begins, ended = steady.evaluation_passes(timed["host_start_ns"], work_ns, work_grad)
+            if ended.any():
+                moved = begins != np.asarray(timed["host_start_ns"], dtype=np.int64)
+                timed["host_start_ns"] = begins.tolist()
+                if timed.get("gpu_start_ns") is not None:  # the stream idle at the moved start: its host time
+                    timed["gpu_start_ns"] = np.where(moved, begins, np.asarray(timed["gpu_start_ns"], dtype=np.int64)).tolist()
+                timed["pass_ended"] = ended.tolist()
+        return timed
     ended = set(exhausted["host_start_ns"])
     n = len(calls["gpu_end_ns"])
     at, first, after, pass_ended = steady.step_groups(

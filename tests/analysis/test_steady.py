@@ -467,6 +467,25 @@ def test_time_another_process_took_between_two_calls_is_no_pause() -> None:
     assert steady.iteration_ends_ns(starts, ends, run_delay=[0, 0, 0, 0, 100, 100]).tolist()[3] == 340
 
 
+def test_an_evaluation_before_an_iterations_training_is_left_out_of_its_step() -> None:
+    # Steps (optimizer marks' iterations) begin at 0, 100, 200, 300, 400; the model's calls
+    # are 4 training forwards per step, and step 2 first holds 3 calls under no_grad (an
+    # evaluation): it begins at its first training forward after them, a pass ended before it
+    starts = [0, 100, 200, 300, 400]
+    train = [[s + 10 * j for j in range(4)] for s in starts]
+    train[2] = [240, 250, 260, 270]
+    work = [h for calls in train for h in calls] + [205, 215, 225]  # in any order
+    grad = [True] * 20 + [False] * 3
+    begins, ended = steady.evaluation_passes(starts, work, grad)
+    assert begins.tolist() == [0, 100, 240, 300, 400] and ended.tolist() == [False, False, True, False, False]
+    # no_grad calls in every iteration (a rollout before each update, a teacher's forward):
+    # the iteration's own, nothing moves
+    rollout = [s + j for s in starts for j in range(3)] + [s + 50 for s in starts]
+    moded = [False] * 15 + [True] * 5
+    begins, ended = steady.evaluation_passes(starts, rollout, moded)
+    assert begins.tolist() == starts and not ended.any()
+
+
 def test_hf_generate_steps_are_as_long_as_the_programs_tokens() -> None:
     """On the real HF series the forward alone is 12.3 ms, 11 % under the program's own
     13.77 ms/token; the iteration (forward + the host work to the next forward) is the token."""

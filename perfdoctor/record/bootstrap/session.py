@@ -547,6 +547,7 @@ class Session:
                 results.module_classes = self.modules.classes
                 results.worker_steps.update(self.modules.times[0].off_thread(self.main_ident))
                 results.module_work_ns = self.modules.work_ns or None
+                results.module_work_grad = self.modules.work_grad or None
                 error = error or module_error
             results.waits = self.waits.series() if self.waits is not None else None
             results.compiles = self.compiles.series() if self.compiles is not None else None

@@ -196,6 +196,7 @@ class ModuleSteps:
         # from one a `break` left (perfdoctor.analysis.steady.holds_work)
         self.work_only = False
         self.work_ns: list[int] = []
+        self.work_grad: list[bool] = []  # each one's grad mode: an evaluation's calls among the training's
         # Under torch.compile (dynamo tracing a forward) the wrapper must be invisible: a
         # thread-local or a clock read there would break the graph. 0.15 us per call.
         self.compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
@@ -329,7 +330,7 @@ class ModuleSteps:
         called, ordinals, add = self.called.setdefault(name, []), self.instances.ordinals, self.instances.add
         sited, site, frame = self.sited.setdefault(name, []), self.sites.of, sys._getframe
         graded, grad_enabled = self.grads.setdefault(name, []), self.grad_enabled
-        work, clock, this = self.work_ns, time.perf_counter_ns, self
+        work, work_grad, clock, this = self.work_ns, self.work_grad, time.perf_counter_ns, self
 
         by_instance = scripted(cls)  # TorchScript: each instance's name, its original_name
 
@@ -338,6 +339,7 @@ class ModuleSteps:
                 return inner(module, *args, **kwargs)
             if this.work_only:
                 work.append(clock())
+                work_grad.append(grad_enabled())
                 local.depth = 1
                 try:
                     return inner(module, *args, **kwargs)
