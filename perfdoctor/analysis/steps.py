@@ -157,9 +157,9 @@ def choose_step(
                        f"{count(counts[name] / counts[opt])} DataLoader batches (gradient accumulation), timed as {ITERATION}")
                 return Choice("loop", opt, how, True)
         return Choice("loop", name, _loop_how(name, counts[name], (groups or {}).get(name)), True)
-    wrapped = sorted((n for n in by_kind.get(rangenames.WRAPPER, ()) if counts[n] >= 2 and works(n)), key=lambda n: -counts[n])
+    wrapped = [n for n in by_kind.get(rangenames.WRAPPER, ()) if counts[n] >= 2 and works(n)]
     if wrapped:
-        name = wrapped[0]
+        name = max(wrapped, key=lambda n: counts[n])  # the first seen of a tie, as ranked ranges
         return Choice("range", name, f"ranges named {name!r}: torch's parallel wrapper around the model's forward ({counts[name]}x)", False)
     for name, n in (modules or {}).items():
         if n >= 2:

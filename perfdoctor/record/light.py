@@ -141,11 +141,12 @@ def series_rows(series: dict[str, Any], rows: Sequence[int]) -> dict[str, Any]:
 
 
 def _range_counts(
-    series: dict[str, dict[str, Any]], results: PassResults
-) -> tuple[dict[str, int], dict[str, Any], list[int], list[int], dict[str, dict[str, Any]]]:
+    series: dict[str, dict[str, Any]], results: PassResults, work: list[int]
+) -> tuple[dict[str, int], dict[str, Any], list[int], dict[str, dict[str, Any]]]:
     """(steps per range name, as the step choice counts them; the data loader's ends of
-    passes; the training marks; the loop's work; without a data loader, per optimizer
-    range, its iterations as :func:`loop_series` times them) of the light pass's series."""
+    passes; the training marks; without a data loader, per optimizer range, its iterations
+    as :func:`loop_series` times them) of the light pass's series and the loop's ``work``
+    (:func:`loop_work`)."""
     counts = {name: len(s["gpu_end_ns"]) for name, s in series.items()}
     ends_of_passes = _loader_passes(results)
     # the training fetches and marks: the same rule as analyze's on a trace
@@ -153,7 +154,6 @@ def _range_counts(
         {n: s["host_start_ns"][: len(s["gpu_end_ns"])] for n, s in series.items() if n.startswith(rangenames.LOOP_PREFIXES)},
         ends_of_passes["host_start_ns"])
     counts.update(trained)
-    work = loop_work(results)[0]
     # an evaluation loop's fetches, those whose iteration held the loop's work: as analyze
     # counts them, not the one a `break` left
     counts.update({n: len(steady.loop_iterations(s, ends_of_passes, None, work)["host_start_ns"])
@@ -162,7 +162,7 @@ def _range_counts(
     # loop_series times them
     loader = bool(_fetches(series, ends_of_passes)["host_start_ns"])
     loops = {} if loader else {n: optimizer_loop(n, s, series, work) for n, s in series.items() if n.startswith(rangenames.LOOP_PREFIXES[1:])}
-    return counts, ends_of_passes, marks, work, loops
+    return counts, ends_of_passes, marks, loops
 
 
 def loop_work(results: PassResults) -> tuple[list[int], list[bool]]:
@@ -179,12 +179,11 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
     """(step name, how it was found, the module step, whether its series was rewritten: timed
     as the loop iteration or merged from serving ranges) from the light pass's results.
 
-    The choice is :func:`perfdoctor.analysis.steps.choose_step`, the one ``analyze`` makes on
-    a trace: the user's markers (``--step``, perfdoctor.region/step, ``--step-fn``), serving
-    ranges, calls of a torch.compile-d function, ..., the replays of one CUDA graph, ...,
-    the outermost repeating module call last. A name that marks the loop iteration (a
-    compiled call, a graph's replays, torch's loop ranges, chosen or named, a module call)
-    gets a series timed as the iteration, written back into ``results.series``."""
+    The choice is :func:`perfdoctor.analysis.steps.choose_step`, the one ``analyze`` makes on a
+    trace: the user's markers (``--step``, perfdoctor.region/step, ``--step-fn``), serving ranges,
+    calls of a torch.compile-d function, ..., the replays of one CUDA graph, ..., the outermost
+    repeating module call. A name that marks the loop iteration (a compiled call, a graph's
+    replays, torch's loop ranges chosen or named, a module call) gets, in ``results.series``, a series timed as the iteration."""
     automatic = options.step is None and options.step_fn is None
     series = results.step_series()
     apart: set[str] = set()  # loop ranges that mark no iteration: another optimizer's steps, a closure's zero_grad
@@ -193,7 +192,8 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
         apart = steps.other_optimizers(series)
         apart |= steps.enclosed_marks({n: (s["host_start_ns"][: len(s["gpu_end_ns"])], s.get("host_end_ns") or s["gpu_end_ns"])
                                        for n, s in series.items() if n not in apart})
-    counts, ends_of_passes, marks, work, loops = _range_counts(series, results)
+    work, work_grad = loop_work(results)
+    counts, ends_of_passes, marks, loops = _range_counts(series, results, work)
     groups = {n: (len(f["host_start_ns"]), f["group"]) for n, f in loops.items() if f.get("group")}
     api_counts = results.step_counts or {}
     if options.step is not None:
@@ -242,7 +242,7 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
     if choice.kind == "compiled":
         calls, joined = compiled_iterations(calls, [h for n, hs in compiled.items() if n != name for h in hs])
     if choice.kind == "loop":
-        timed = loop_series(name, calls, series, ends_of_passes, marks, work, loops.get(name), loop_work(results)[1])
+        timed = loop_series(name, calls, series, ends_of_passes, marks, work, loops.get(name), work_grad)
     elif choice.iteration:
         timed = call_iterations(calls, joined, results.waits)
     if moded is not None:
