@@ -198,6 +198,20 @@ def test_a_slow_stretch_past_the_middle_of_a_loop_that_never_pauses_is_kept() ->
     assert steady.steady_start(cp).start == s.start
 
 
+def test_a_warm_up_far_slower_than_a_later_drift_across_the_middle_is_still_cut() -> None:
+    # HF generate on the H200 (2026-12-04): a warm-up call of 32 tokens at ~70 ms, then three
+    # timed calls at ~20 ms with a 28 ms stretch across the middle of the run. That stretch is
+    # the program's variation, kept; the warm-up before it is not the same drift (70 > 1.25 x
+    # 28 = 35 ms) and is cut. The rule before read steady from step 1: 24.8 tokens/s for 44.2.
+    cp = _ms(_noisy(70.0, 32, 1) + _noisy(20.0, 23, 2) + _noisy(28.0, 21, 3) + _noisy(20.0, 52, 4))
+    s = steady.steady_start(cp)
+    assert 32 <= s.start <= 34 and s.slow_stretch == (0, s.start - 1), s
+    assert "both kept" in s.reason  # the stretch across the middle stays in
+    # a stretch before the drift at the drift's own speed is still the same drift, kept
+    cp = _ms([200.0] + _noisy(28.0, 31, 1) + _noisy(20.0, 23, 2) + _noisy(28.0, 21, 3) + _noisy(20.0, 52, 4))
+    assert steady.steady_start(cp).start <= 1
+
+
 def test_a_host_paced_benchmark_drifting_between_two_speeds_matches_its_own_timer() -> None:
     # ViT-small at batch 1 on the H200 (tests/fixtures/series/vit-small-b1-h200.json): one
     # loop, steps 24-70 mostly at ~4.0 ms, the rest at ~3.1, the program's timer over both
