@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from perfdoctor.names import ranges as rangenames
 from perfdoctor.names.codes import equals, factorize
 from perfdoctor.profile import Profile
 
@@ -71,8 +72,7 @@ _PREFILL = re.compile(r"prefill|context_encoding|extend", re.I)
 # "fprop" is cuDNN's convolution forward, but not in its fused attention (sdpa_..._flash_fprop)
 _VISION = re.compile(r"conv(?:olution)?\d?d|cudnn_convolution|nchwToNhwc|nhwcToNchw|implicit_?gemm|(?<!flash_)fprop|max_pool|adaptive_avg_pool", re.I)
 
-_BACKWARD_OP = re.compile(r"^autograd::engine::evaluate_function: |Backward\d*$")
-_EVALUATE = "autograd::engine::evaluate_function: "
+_BACKWARD_OP = re.compile(rf"^{re.escape(rangenames.BACKWARD_OP_PREFIX)}|Backward\d*$")
 _OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")
 _AUTOGRAD_THREAD = re.compile(r"pt_autograd", re.I)
 _BACKWARD_KERNEL = re.compile(r"backward|_grad_input|grad_weight|GammaBetaBackward|_bwd_|bwd_kernel|dgrad|wgrad", re.I)
@@ -145,7 +145,7 @@ def classify(
     for k, v in ops.items():
         names[k] = names.get(k, 0) + v
 
-    evaluate = sum(v for k, v in names.items() if k.startswith(_EVALUATE))
+    evaluate = sum(v for k, v in names.items() if k.startswith(rangenames.BACKWARD_OP_PREFIX))
     backward = evaluate or sum(v for k, v in names.items() if _BACKWARD_OP.search(k))
     optimizer = sorted(k for k in names if _OPTIMIZER_STEP.match(k))
     tnames = list(thread_names.values()) if isinstance(thread_names, Mapping) else list(thread_names or [])

@@ -97,6 +97,8 @@ WRAPPER_RANGES = frozenset({"DistributedDataParallel.forward", "DataParallel.for
 # torch's loop markers, best first: the data loader's fetch opens the iteration (``for batch
 # in loader``), zero_grad and step come later in it.
 OPTIMIZER_STEP_PREFIX = "Optimizer.step#"
+# an op of the backward pass: each autograd node's evaluation, its own ops inside it
+BACKWARD_OP_PREFIX = "autograd::engine::evaluate_function: "
 DATA_LOADER_PREFIX = "enumerate(DataLoader)#"
 LOOP_PREFIXES = (DATA_LOADER_PREFIX, "Optimizer.zero_grad#", OPTIMIZER_STEP_PREFIX)
 

@@ -1092,6 +1092,20 @@ def test_ppo_traced_pass_counts_iterations_not_optimizer_steps(tmp_path: Path) -
     assert "torch pass: 6 steps" in said and "24 steps" not in said, said[-1500:]
 
 
+def test_ppo_traced_whole_reads_one_step_per_iteration(tmp_path: Path) -> None:
+    # The same program traced whole on the CPU, read by analyze: its 16 rollout steps per 4
+    # minibatch updates held 70 % of the trace's ops between two zero_grads, under the 75 %
+    # that tells an inner loop of optimizer steps, because the CPU runs each update's
+    # backward on the loop's thread (a GPU on autograd's): 24 steps for 6 iterations. Its
+    # forward ops alone, as the light pass counts calls, hold 80 %: each iteration is a step
+    traced = trace_program(tmp_path / "trace.json", "ppo_train.py", "--device", "cpu", "--num-envs", "4", "--num-steps", "16",
+                           "--iterations", "6", "--update-epochs", "2", "--num-minibatches", "2")
+    steps = find_steps(load_trace(tmp_path / "trace.json"))
+    assert steps.name.startswith("Optimizer.zero_grad#") and steps.count == traced["iterations"] == 6
+    ms = (steps.table["host_end_ns"] - steps.table["host_start_ns"]).to_numpy() / 1e6
+    assert ms == pytest.approx(traced["ms_each"], rel=0.1)  # the program's own timer, iteration by iteration
+
+
 def test_a_compiled_training_step_decorated_with_arguments_is_one_step_per_call(tmp_path: Path) -> None:
     # The PyTorch 2 recipe: forward, backward, optimizer step and zero_grad in one function
     # under @torch.compile(backend=...). torch's decorator factory calls torch.compile again
