@@ -768,7 +768,12 @@ def optimizer_ranges(marks: pd.DataFrame, others: pd.DataFrame | None, work: pd.
         rows.insert(0, m.iloc[:1].assign(start_ns=starts[0], end_ns=first - 1))
     if starts.size and starts[-1] == last:  # the one after the last
         rows.append(m.iloc[-1:].assign(end_ns=max(int(ends[-1]), int(m["end_ns"].iloc[-1]))))
-    return pd.concat(rows) if len(rows) > 1 else timed
+    out = pd.concat(rows) if len(rows) > 1 else timed
+    # an evaluation before an iteration's training is no part of it (the light pass's
+    # steady.evaluation_passes, by the backward where a trace has no grad modes)
+    mine = work[(work["tid"] == m["tid"].iloc[0]).to_numpy()]
+    return out.assign(start_ns=steady.evaluation_starts(out["start_ns"].to_numpy(np.int64), out["end_ns"].to_numpy(np.int64),
+                                                        mine["start_ns"].to_numpy(np.int64), mine["backward"].to_numpy()))
 
 
 def optimizer_loop(marks: pd.DataFrame, others: pd.DataFrame | None, work: pd.DataFrame | None) -> dict | None:

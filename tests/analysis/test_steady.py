@@ -500,6 +500,34 @@ def test_an_evaluation_before_an_iterations_training_is_left_out_of_its_step() -
     assert begins.tolist() == starts and not ended.any()
 
 
+def _traced_iterations(forward_ops: dict[int, list[int]]) -> tuple[list[int], list[int], list[int], list[bool]]:
+    """Iterations [0, 99] ... [400, 499], each 4 forward ops (or ``forward_ops[start]``), then
+    3 ops of its backward: starts, ends, the ops' starts (reversed: any order), backward."""
+    starts = [0, 100, 200, 300, 400]
+    work, backward = [], []
+    for s in starts:
+        forward = forward_ops.get(s, [s + 10 * j for j in range(4)])
+        work += forward + [s + 80, s + 85, s + 90]
+        backward += [False] * len(forward) + [True] * 3
+    return starts, [s + 99 for s in starts], work[::-1], backward[::-1]
+
+
+def test_a_traced_evaluation_before_an_iterations_training_is_left_out_by_its_backward() -> None:
+    # Iteration 2 first runs 6 forward ops of an evaluation (no_grad, which a trace does not
+    # mark): 10 before its backward against the usual 4 (>= 4 + half of 4), so it begins 4 ops
+    # before its backward, at 260, its training forward's first op. Iteration 3 runs one op
+    # more (a log line's .item()): its own
+    starts, ends, work, backward = _traced_iterations({200: [205, 215, 225, 235, 245, 255, 260, 265, 270, 275],
+                                                       300: [300, 305, 310, 320, 330]})
+    assert steady.evaluation_starts(starts, ends, work, backward).tolist() == [0, 100, 260, 300, 400]
+    # more forward work than usual in half the iterations or more is theirs: nothing moves
+    more = {s: [s + 5 * j for j in range(10)] for s in (0, 200, 400)}
+    assert steady.evaluation_starts(*_traced_iterations(more)).tolist() == [0, 100, 200, 300, 400]
+    # no backward in a trace (an inference loop): nothing to tell by
+    starts, ends, work, _ = _traced_iterations({200: list(range(205, 280, 5))})
+    assert steady.evaluation_starts(starts, ends, work, [False] * len(work)).tolist() == starts
+
+
 def test_hf_generate_steps_are_as_long_as_the_programs_tokens() -> None:
     """On the real HF series the forward alone is 12.3 ms, 11 % under the program's own
     13.77 ms/token; the iteration (forward + the host work to the next forward) is the token."""
