@@ -479,6 +479,21 @@ def closed_by_steps(calls: dict, others: dict, work_ns: np.ndarray | list[int]) 
     }
 
 
+def spent_before(at_ns: np.ndarray | list[int], starts_ns: np.ndarray | list[int], ends_ns: np.ndarray | list[int]) -> np.ndarray:
+    """Per time of ``at_ns``, how much of the ranges ``[starts_ns, ends_ns]`` (in start
+    order, one after another) lies before it, in ns: a running total whose differences say
+    how much of them fell between two times (the light pass's full garbage collections
+    between two steps, :func:`iteration_ends_ns`' ``run_delay``)."""
+    at, starts, ends = _ns(at_ns), _ns(starts_ns), _ns(ends_ns)
+    if not starts.size:
+        return np.zeros(at.size, dtype=np.int64)
+    done = np.r_[0, np.cumsum(ends - starts)]
+    i = np.searchsorted(starts, at, side="right")  # ranges begun by each time
+    last = np.maximum(i - 1, 0)
+    partial = np.where(i > 0, np.clip(at - starts[last], 0, ends[last] - starts[last]), 0)
+    return done[last] * (i > 0) + partial
+
+
 def within(at_ns: np.ndarray | list[int], starts_ns: np.ndarray | list[int], ends_ns: np.ndarray | list[int]) -> np.ndarray:
     """Per time of ``at_ns``, whether it lies inside one of the ranges ``[starts_ns, ends_ns]``
     (in start order, one after another: one name's calls on one thread)."""

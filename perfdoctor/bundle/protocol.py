@@ -198,6 +198,9 @@ class PassResults(_Document):
     # perfdoctor.record.bootstrap.steps.Compiles); None when nothing compiled or the torch
     # has no compile callbacks
     compiles: dict[str, list[int]] | None = None
+    # the light pass: Python's full garbage collections ({"start_ns", "end_ns"}, host ns:
+    # perfdoctor.record.bootstrap.clock.FullCollections); None when none ran
+    full_gcs: dict[str, list[int]] | None = None
     # the calls as measured, when series holds the iteration: added by perfdoctor run after
     # the bootstrap wrote the rest, so last on disk
     call_series: dict[str, dict[str, Any]] | None = None

@@ -244,7 +244,7 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
     if choice.kind == "loop":
         timed = loop_series(name, calls, series, ends_of_passes, marks, work, loops.get(name), work_grad)
     elif choice.iteration:
-        timed = call_iterations(calls, joined, results.waits)
+        timed = call_iterations(calls, joined, results.waits, results.full_gcs)
     if moded is not None:
         timed = {**{k: [v[i] for i in moded[0]] if isinstance(v, list) else v for k, v in timed.items()}, "pass_ended": moded[1]}
     if choice.iteration:
@@ -288,7 +288,8 @@ def compiled_iterations(calls: dict[str, Any], others: list[int]) -> tuple[dict[
     return calls, steps.others_between(calls["host_start_ns"], others)
 
 
-def call_iterations(calls: dict[str, Any], joined: list[bool] | None, waits: dict[str, list[int]] | None) -> dict[str, Any]:
+def call_iterations(calls: dict[str, Any], joined: list[bool] | None, waits: dict[str, list[int]] | None,
+                    full_gcs: dict[str, list[int]] | None = None) -> dict[str, Any]:
     """The loop iterations of a step found as a call: the call and the host work until the
     next one (on the H200 an HF generate spent ~0.5 ms per token between forward calls).
     Without CUDA (host clock) the next call's host start marks the iteration's end. A wait
@@ -297,12 +298,20 @@ def call_iterations(calls: dict[str, Any], joined: list[bool] | None, waits: dic
     queue is idle, not serving; taking the next request is its service): each step's
     ``waited_ns`` say so. Calls on several threads (a pool of workers) are iterations of each
     thread's loop: each ends at its own thread's next call. The time another process took
-    the CPU from the thread (``run_delay_ns``) never makes a pause of the program's."""
+    the CPU from the thread (``run_delay_ns``) never makes a pause of the program's, nor
+    does a full garbage collection between two calls (``full_gcs``: the program's own
+    allocations' cost, which its own timer counts)."""
     starts = calls["gpu_start_ns"] if calls.get("gpu_start_ns") is not None else calls["host_start_ns"]
     idle_from, waited, resumed = steady.waits_between(calls["host_start_ns"], calls.get("tid"), waits)
     tid = calls.get("tid")
     n = len(calls["gpu_end_ns"])
     delay = (calls.get("run_delay_ns") or [])[:n] or None  # each start's wait for a CPU (RunQueue): no pause
+    if full_gcs and n:
+        # the collections between each call's end and the next call's start, as a running total beside the waits
+        spent = lambda at: steady.spent_before(at, full_gcs["start_ns"], full_gcs["end_ns"])  # noqa: E731
+        gaps = spent(calls["host_start_ns"][1:n]) - spent(calls["gpu_end_ns"][: n - 1])
+        collected = np.r_[0, np.cumsum(np.clip(gaps, 0, None))]
+        delay = (collected + np.asarray(delay, dtype=np.int64) if delay else collected).tolist()
     threads = np.unique(np.asarray(tid[:n], dtype=np.int64)) if tid is not None and len(tid) >= n else np.empty(0)
     if threads.size > 1:
         t, ends_ns = np.asarray(tid[:n], dtype=np.int64), np.asarray(calls["gpu_end_ns"], dtype=np.int64).copy()

@@ -850,6 +850,14 @@ def test_an_optimizer_step_with_a_closure_holds_its_iteration() -> None:
     assert out["host_start_ns"] == [0, 6, 16, 26]
 
 
+def test_spent_before_is_the_running_total_of_the_ranges_before_each_time() -> None:
+    # ranges [10, 15] (5 ns) and [20, 30] (10 ns): before 0 and 10 nothing, at 12 two of the
+    # first, at 15 and 18 all 5 of it, at 25 five more, at 40 all 15
+    got = steady.spent_before([0, 10, 12, 15, 18, 25, 40], [10, 20], [15, 30])
+    assert got.tolist() == [0, 0, 2, 5, 5, 10, 15]
+    assert steady.spent_before([5, 6], [], []).tolist() == [0, 0]
+
+
 def test_within_says_which_times_lie_inside_one_of_the_ranges() -> None:
     # ranges [10, 20] and [30, 40]: their ends included, the gap between them and before
     # the first outside

@@ -750,6 +750,28 @@ def test_light_pass_gpu_bookkeeping_with_fake_events():
     assert fake.created == made_before_the_steps
 
 
+def test_full_collections_are_recorded_young_ones_not():
+    """FullCollections: each full collection's host start and end (a gc.collect() of
+    generation 2, and of generation 0, which it leaves out), none after uninstall."""
+    import gc
+
+    from perfdoctor.record.bootstrap import clock
+
+    full = clock.FullCollections()
+    try:
+        before = time.perf_counter_ns()
+        gc.collect(0)
+        gc.collect()
+        after = time.perf_counter_ns()
+        got = full.series()
+        assert got is not None and len(got["start_ns"]) == len(got["end_ns"]) == 1
+        assert before <= got["start_ns"][0] <= got["end_ns"][0] <= after
+    finally:
+        full.uninstall()
+    gc.collect()
+    assert full.series() == got and full.seen not in gc.callbacks
+
+
 def test_each_step_start_reads_its_threads_wait_for_a_cpu():
     """RunQueue: each thread reads its own schedstat (a file opened by that thread), the
     series carries the readings as ns, and a system without the file gives None, never a

@@ -46,6 +46,7 @@ from perfdoctor import api
 from perfdoctor.bundle.protocol import PassConfig
 from perfdoctor.console import leave
 from perfdoctor.names import ranges as rangenames
+from perfdoctor.record.bootstrap.clock import FullCollections
 from perfdoctor.record.bootstrap.ranges import hook_ranges
 from perfdoctor.record.bootstrap.session import Session
 from perfdoctor.record.bootstrap.steps import (
@@ -148,6 +149,8 @@ def main(argv: list[str]) -> None:
     install_signals(session)
     install_os_exit(session)
     session.waits = Waits(session)
+    if session.mode == "light":
+        session.full_gcs = FullCollections()
     prepare_target(target)
     if config.step_fn:
         main_module = target[1] if target[0] == "-m" else os.path.splitext(os.path.basename(target[0]))[0]

@@ -89,6 +89,7 @@ class Session:
         self.optimizers: Any = None  # steps.OptimizerSteps, likewise
         self.waits: Any = None  # waits.Waits, in the light pass
         self.compiles: Any = None  # steps.Compiles, in the light pass once torch.compile is called
+        self.full_gcs: Any = None  # clock.FullCollections, in the light pass
         # compiled calls of a whole module (steps.install_compiled_steps): once one repeats,
         # the light pass keeps timing that module's eager calls (stop_module_timing)
         self.compiled_modules: set[str] = set()
@@ -125,6 +126,8 @@ class Session:
             self.replays.uninstall()
         if self.waits is not None:
             self.waits.uninstall()
+        if self.full_gcs is not None:
+            self.full_gcs.uninstall()
         if self.optimizers is not None:
             self.optimizers.uninstall()
 
@@ -551,6 +554,7 @@ class Session:
                 error = error or module_error
             results.waits = self.waits.series() if self.waits is not None else None
             results.compiles = self.compiles.series() if self.compiles is not None else None
+            results.full_gcs = self.full_gcs.series() if self.full_gcs is not None else None
             results.timing_error = error
         try:
             with open(self.config.results, "w") as f:
