@@ -92,7 +92,9 @@ class LightSteps:
     and it (an evaluation pass, the epoch's end: :func:`perfdoctor.analysis.steady.step_groups`);
     None when the run did not say. ``compiled_ns``: per step, how long torch.compile compiled
     inside it (:func:`perfdoctor.analysis.steady.compiled_during`); None when nothing compiled
-    in a step or the run did not say.
+    in a step or the run did not say. ``gc_ns``: per step, how long Python's full garbage
+    collections ran inside it (:class:`perfdoctor.record.bootstrap.clock.FullCollections`); None
+    when none ran in a step or the run did not say.
     """
 
     name: str
@@ -102,6 +104,7 @@ class LightSteps:
     waited_ns: np.ndarray | None = None
     pass_ended: np.ndarray | None = None
     compiled_ns: np.ndarray | None = None
+    gc_ns: np.ndarray | None = None
     clock: str = "cuda-event"
     steady_start: int | None = None
     steady_reason: str = ""

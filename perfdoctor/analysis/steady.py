@@ -1083,6 +1083,7 @@ class SteadySeries:
     critical_path_ms: np.ndarray  # per steady step
     host_lead_ms: np.ndarray  # per steady step that has a predecessor
     cadence: Cadence
+    steps: np.ndarray | None = None  # each critical path's step (its index in the whole series)
 
 
 def steady_series(
@@ -1116,8 +1117,9 @@ def steady_series(
     cad = cadence(
         h[k:], g[k:], None if gpu_start is None else _ns(gpu_start)[k:], None if waited is None else _ns(waited)[k:],
         None if pass_ended is None else np.asarray(pass_ended, dtype=bool)[k:], compiled)
+    steps = np.arange(k, k + cp.size)
     if compiled is not None:
-        cp = cp[~compiled]
+        cp, steps = cp[~compiled], steps[~compiled]
     elif kept_compiles:
         cad = replace(cad, compiles_kept=kept_compiles)
-    return SteadySeries(cp.astype(np.float64), lead.astype(np.float64), cad)
+    return SteadySeries(cp.astype(np.float64), lead.astype(np.float64), cad, steps)

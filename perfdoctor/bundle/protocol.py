@@ -173,7 +173,8 @@ class PassResults(_Document):
     # the light pass: per step name, {"host_start_ns", "gpu_start_ns", "gpu_end_ns", "tid",
     # "host_end_ns", "run_delay_ns"} (the last: the thread's time waiting for a CPU at each start,
     # or None), and for a step timed as the loop iteration "waited_ns" (a call's) or
-    # "pass_ended" (a loop range's)
+    # "pass_ended" (a loop range's); perfdoctor run adds "compiled_ns" and "gc_ns" to the step's
+    # (perfdoctor.record.light.noted_steps)
     series: dict[str, dict[str, Any]] | None = None
     spans_ns: dict[str, list[list[int]]] | None = None  # perfdoctor 0.1's series: [[host start, GPU end], ...]
     step_end_clock: str | None = None  # "cuda-event" or "host"

@@ -131,7 +131,8 @@ def read_light(results: PassResults, light_pass: LightPass, warnings: list[str])
       or null, "gpu_end_ns": [...], "waited_ns": [...] (a step timed as the loop iteration:
       its thread's waits for another thread before it), "pass_ended": [...] (a loop
       range's iteration: a data loader's pass ended since the previous step), "compiled_ns": [...]
-      (torch.compile compiled inside the step; only when one did)}}`` and ``"step_end_clock":
+      (torch.compile compiled inside the step; only when one did), "gc_ns": [...] (Python's full
+      garbage collections inside the step; only when one ran)}}`` and ``"step_end_clock":
       "cuda-event" | "host"``;
     * perfdoctor 0.1: ``"spans_ns": {step: [[host_start, gpu_end], ...]}``.
 
@@ -149,6 +150,7 @@ def read_light(results: PassResults, light_pass: LightPass, warnings: list[str])
     waited: np.ndarray | None = None
     ended: np.ndarray | None = None
     compiled: np.ndarray | None = None
+    collected: np.ndarray | None = None
     series = (results.series or {}).get(name)
     if isinstance(series, dict):
         host = _int_array(series.get("host_start_ns"))
@@ -160,6 +162,8 @@ def read_light(results: PassResults, light_pass: LightPass, warnings: list[str])
         ended = _bool_array(series.get("pass_ended"))
         if series.get("compiled_ns") is not None:
             compiled = _int_array(series.get("compiled_ns"))
+        if series.get("gc_ns") is not None:
+            collected = _int_array(series.get("gc_ns"))
     else:
         spans = (results.spans_ns or {}).get(name)
         pairs = spans if isinstance(spans, list) and all(isinstance(p, list) and len(p) == 2 for p in spans) else None
@@ -176,6 +180,7 @@ def read_light(results: PassResults, light_pass: LightPass, warnings: list[str])
     waited = waited[:n] if waited is not None and waited.size >= n else None
     ended = ended[:n] if ended is not None and ended.size >= n else None
     compiled = compiled[:n] if compiled is not None and compiled.size >= n else None
+    collected = collected[:n] if collected is not None and collected.size >= n else None
     if host.size == 0:
         return None
     clock = str(results.step_end_clock or light_pass.step_end_clock or "cuda-event")
@@ -198,6 +203,7 @@ def read_light(results: PassResults, light_pass: LightPass, warnings: list[str])
         waited_ns=waited,
         pass_ended=ended,
         compiled_ns=compiled,
+        gc_ns=collected,
         clock=clock,
         steady_start=start,
         steady_reason=reason,

@@ -526,11 +526,7 @@ def light_summary(results: PassResults, options: RunOptions) -> LightPass:
     else:
         s = results.series[name]  # type: ignore[index]
         summary.marks_per_step = s.pop("group", None)
-        compiled = steady.compiled_during(s["host_start_ns"], s["gpu_end_ns"], results.compiles)
-        if compiled.any():
-            # the steps torch.compile compiled in: the analysis leaves them out of the steady
-            # steps' rate and p50 (perfdoctor run rewrites raw/light.json with them)
-            s["compiled_ns"] = compiled.tolist()
+        noted_steps(s, results)
         cp = steady.critical_path_ns(s["host_start_ns"], s["gpu_end_ns"])
         found = steady.series_steady_start(s["host_start_ns"], s["gpu_end_ns"], s.get("gpu_start_ns"), s.get("waited_ns"),
                                            s.get("pass_ended"))
@@ -558,6 +554,25 @@ def light_summary(results: PassResults, options: RunOptions) -> LightPass:
         summary.declared = {**results.declared[name], "source": "the program"}  # type: ignore[index]
     summary.timing_error = results.timing_error or None
     return summary
+
+
+# what noted_steps adds to the chosen series: perfdoctor run rewrites raw/light.json with them
+NOTED = ("compiled_ns", "gc_ns")
+
+
+def noted_steps(series: dict[str, Any], results: PassResults) -> None:
+    """Per step of the chosen ``series``, in place: how long torch.compile compiled inside it
+    (``compiled_ns``: the analysis leaves such steps out of the steady steps' rate and p50)
+    and how long Python's full garbage collections ran inside it (``gc_ns``: what
+    uneven-steps' evidence names), each only when some step has any."""
+    compiled = steady.compiled_during(series["host_start_ns"], series["gpu_end_ns"], results.compiles)
+    if compiled.any():
+        series["compiled_ns"] = compiled.tolist()
+    if results.full_gcs:
+        spent = lambda at: steady.spent_before(at, results.full_gcs["start_ns"], results.full_gcs["end_ns"])  # noqa: E731
+        collected = spent(series["gpu_end_ns"]) - spent(series["host_start_ns"][: len(series["gpu_end_ns"])])
+        if collected.any():
+            series["gc_ns"] = np.clip(collected, 0, None).tolist()
 
 
 def window_warmup(results: PassResults, light: LightPass) -> int:

@@ -15,7 +15,7 @@ from perfdoctor.bundle import layout as bundles
 from perfdoctor.bundle.protocol import Collector, PassConfig, PassResults, PassRun
 from perfdoctor.collectors import ncu, nsys_run, nvml
 from perfdoctor.record import launch
-from perfdoctor.record.light import light_summary, steady_counters, steady_steps, window_means, window_warmup
+from perfdoctor.record.light import NOTED, light_summary, steady_counters, steady_steps, window_means, window_warmup
 from perfdoctor.record.options import DEFAULT_WARMUP
 from perfdoctor.record.runner import PassResult, Runner
 from perfdoctor.collectors.tools import find_tool
@@ -116,8 +116,8 @@ def light_pass(plan: Plan) -> None:
                         "write what it saw, at its exit")
     if options.ranks is not None:
         launch.rank_lights(manifest, result.ranks, lambda r, w: light_summary(r, replace(options, warmup=w)), light, raw)
-    if light.iteration or "compiled_ns" in ((result.results.series or {}).get(light.step_name or "") or {}):
-        # the chosen series, timed as the loop iteration (or its steps that compiled noted),
+    if light.iteration or set(NOTED) & set((result.results.series or {}).get(light.step_name or "") or {}):
+        # the chosen series, timed as the loop iteration (or its steps noted: noted_steps),
         # joins the named steps, where readers look
         bundles.write_json_atomic(raw / "light.json", result.results.to_json())
     if light.step_name is not None:

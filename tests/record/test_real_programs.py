@@ -1106,6 +1106,18 @@ def test_full_garbage_collections_between_batches_are_the_programs_time_not_paus
     w = result["warmup"]
     assert _step_ms(series)[w:].sum() == pytest.approx(sum(result["ms_each"][w:]), rel=0.05)
     assert 1e3 / _steps_per_s(tmp_path).value == pytest.approx(result["ms_per_step"], rel=0.05)
+    # uneven-steps' evidence says what made the slow steps slow: the collection in each, by
+    # hand from the recorded collections and the step's span
+    from perfdoctor.analysis.metrics import analyze
+    from perfdoctor.rules.engine import evaluate, load_rules
+
+    (finding,) = [f for f in evaluate(load_rules(()), analyze(load_trace(bundle))) if f.rule_id == "uneven-steps"]
+    (ev,) = [e for e in finding.evidence if e.kind == "slow_untraced_steps"]
+    assert ev.columns[-1] == "full GC ms"
+    for step, ms, _, beyond, gc_ms in ev.rows[:2]:
+        start, end = series["host_start_ns"][step], series["gpu_end_ns"][step]
+        inside = sum(min(b, end) - max(a, start) for a, b in zip(collected["start_ns"], collected["end_ns"]) if a < end and b > start)
+        assert gc_ms == pytest.approx(inside / 1e6, rel=0.01) and gc_ms == pytest.approx(beyond, rel=0.2)
 
 
 def test_ppo_traced_whole_reads_one_step_per_iteration(tmp_path: Path) -> None:
