@@ -110,7 +110,8 @@ def choose_step(
        they mark and the marks per iteration, which the how says;
     8. torch's parallel wrapper's forward range (``DistributedDataParallel.forward``: a
        model's forward, inside each iteration and each ProfilerStep), seen twice, with GPU
-       work;
+       work, timed as the loop iteration (a module call's is: an inference loop's host work
+       on the batch and its result is the iteration's);
     9. the outermost repeating module call (``modules``: its name and calls, at least two).
 
     ``counts``: every range name seen and how often. Library ranges (NCCL, cub, dynamo's
@@ -160,7 +161,8 @@ def choose_step(
     wrapped = [n for n in by_kind.get(rangenames.WRAPPER, ()) if counts[n] >= 2 and works(n)]
     if wrapped:
         name = max(wrapped, key=lambda n: counts[n])  # the first seen of a tie, as ranked ranges
-        return Choice("range", name, f"ranges named {name!r}: torch's parallel wrapper around the model's forward ({counts[name]}x)", False)
+        how = f"ranges named {name!r}: torch's parallel wrapper around the model's forward ({counts[name]}x), timed as {ITERATION}"
+        return Choice("range", name, how, True)
     for name, n in (modules or {}).items():
         if n >= 2:
             return Choice("module", name, f"module: {name.removesuffix('.forward')}", True)
@@ -1086,7 +1088,7 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
         replays=len(replays), compiled_starts={n: g.to_numpy(np.int64) for n, g in compiled.groupby("name", sort=False)["start_ns"]},
         groups=optimizer_groups(loops, work, counts) if f.empty else None,
     )
-    if choice is not None and cpu and choice.kind == "range":
+    if choice is not None and cpu and choice.kind == "range" and not choice.iteration:
         choice = Choice("range", choice.name, f"ranges named {choice.name!r}: the most frequent range, no GPU ran ({counts[choice.name]}x)", False)
     if choice is not None:
         if choice.kind == "serving":

@@ -1216,6 +1216,21 @@ def test_ddp_training_traced_whole_steps_per_batch(tmp_path: Path, monkeypatch: 
     assert steps.count == traced["batches"] == 40
 
 
+def test_ddp_forward_benchmark_steps_are_the_loop_iteration(tmp_path: Path) -> None:
+    # A DDP model's forward benchmarked (no DataLoader, no optimizer): the step is DDP's own
+    # forward range, which timed the forward alone: p50 0.67 ms for the program's 0.78 per
+    # batch (its input's creation and the host work on its result left out). Timed as the
+    # loop iteration, as a module call is
+    light, series, result = _run(tmp_path, "ddp_infer.py", "--device", "cpu", "--batches", "60",
+                                 env={"OMP_NUM_THREADS": "1", "MASTER_PORT": _free_port()})
+    assert light["step_name"] == "DistributedDataParallel.forward" and light["how"].endswith("timed as the loop iteration: from one occurrence to the next")
+    assert light["steps_seen"] == result["batches"] == 60
+    w = result["warmup"]
+    # each from its forward to the next (the program's from its input's creation: the same time, shifted)
+    assert _step_ms(series)[w:-1].sum() == pytest.approx(sum(result["ms_each"][w + 1 :]), rel=0.05)
+    assert 1e3 / _steps_per_s(tmp_path).value == pytest.approx(result["ms_per_step"], rel=0.1)
+
+
 def test_hand_written_kv_cache_decode_with_eos_stop_steps_per_forward(tmp_path: Path) -> None:
     # greedy decoding by hand around LlamaForCausalLM: a left-padded batch, a prefill, then
     # `while True` feeding one token per sequence back with past_key_values (a DynamicCache)
