@@ -37,15 +37,18 @@ class ModuleStep(NamedTuple):
     moded: tuple[list[int], list[bool]] | None  # one grad mode's calls: their positions, a pass ended before each
 
 
-def choose_module(modules: dict[str, dict[str, Any]]) -> tuple[int, str] | None:
-    """The outermost repeating module call: the shallowest depth (0, then 1) whose most
-    frequent class completed at least two calls, and that class. Depth 1 wins only when no
-    depth-0 call repeats (a wrapper module whose one call runs the whole loop)."""
+def choose_module(modules: dict[str, dict[str, Any]]) -> tuple[int, str, bool] | None:
+    """The outermost repeating module call: the shallowest depth (0, then 1) where a class
+    completed at least two calls, and of its repeating classes the one whose calls mark the
+    loop iteration (:func:`perfdoctor.analysis.steps.iteration_call`: a two-stage pipeline's
+    detector, once per frame, encloses its classifier's calls, one per object found; the
+    third item True), else the most frequent. Depth 1 wins only when no depth-0 call
+    repeats (a wrapper module whose one call runs the whole loop)."""
     for depth in sorted(modules, key=int):
-        counts = {name: len(s["gpu_end_ns"]) for name, s in modules[depth].items()}
-        name = max(counts, key=lambda n: counts[n], default=None)  # ties: the first seen
-        if name is not None and counts[name] >= 2:
-            return int(depth), name
+        starts = {name: s["host_start_ns"][: len(s["gpu_end_ns"])] for name, s in modules[depth].items() if len(s["gpu_end_ns"]) >= 2}
+        if starts:
+            marked = steps.iteration_call(starts)
+            return int(depth), marked or max(starts, key=lambda n: len(starts[n])), marked is not None  # ties: the first seen
     return None
 
 
@@ -85,7 +88,7 @@ def module_step(modules: dict[str, dict[str, Any]], classes: dict[str, str]) -> 
     found = choose_module(modules)
     if found is None:
         return None
-    depth, name = found
+    depth, name, encloses = found
     calls = modules[str(depth)][name]
     module = {"name": name, "depth": depth, "class": classes.get(name, name), "span": "the loop iteration: each call and the host work until the next call"}
     cls = name.removesuffix(".forward")
@@ -112,7 +115,7 @@ def module_step(modules: dict[str, dict[str, Any]], classes: dict[str, str]) -> 
                     "work until the next iteration's first call")
             return ModuleStep(name, grouped_series(rows, sited), {**module, "span": span, "groups": sited.runs()}, how, None, None)
         if groups is None:
-            return ModuleStep(name, rows, module, f"module: {cls}", None, None)
+            return _call_step(name, rows, module, modules[str(depth)] if encloses else None)
         k = groups.calls
         how = (f"module: {cls}, {k} calls per step: called {k} times back to back, then the loop's own work "
                f"({len(groups.sizes)} groups of its {len(calls['gpu_end_ns'])} calls)")
@@ -125,6 +128,18 @@ def module_step(modules: dict[str, dict[str, Any]], classes: dict[str, str]) -> 
            f"the {len(instances) - len(mine)} calls of its other instances at depth 0: the loop iteration")
     joined = (np.diff(mine) > 1).tolist()  # another instance's call between this one and the next
     return ModuleStep(step, series_rows(calls, mine), {**module, "name": step, "instance": instance}, how, joined, None)
+
+
+def _call_step(name: str, rows: dict[str, Any], module: dict[str, Any], enclosed: dict[str, dict[str, Any]] | None) -> ModuleStep:
+    """A module step of one step per call of the class. ``enclosed``: the classes at its depth,
+    when its calls enclose theirs (:func:`choose_module`: a detector's classifier, called per
+    object found): their calls between two of its are the iteration's work, never a pause."""
+    cls = name.removesuffix(".forward")
+    if enclosed is None:
+        return ModuleStep(name, rows, module, f"module: {cls}", None, None)
+    others = [h for n, s in enclosed.items() if n != name for h in s["host_start_ns"]]
+    how = f"module: {cls}, whose calls enclose the other repeating classes' at depth {module['depth']}: the loop iteration"
+    return ModuleStep(name, rows, module, how, steps.others_between(rows["host_start_ns"][: len(rows["gpu_end_ns"])], others), None)
 
 
 def grouped_series(calls: dict[str, Any], groups: steps.CallGroups) -> dict[str, Any]:

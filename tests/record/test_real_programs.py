@@ -985,17 +985,18 @@ def test_streaming_encoder_chunk_loop_steps_per_chunk(tmp_path: Path) -> None:
     # WeNet's forward_chunk_by_chunk: the loop over chunks calls the encoder's forward_chunk
     # METHOD (no module call of the encoder), which calls the subsampling and each layer,
     # the attention and conv caches carried; a host CTC greedy step per chunk. No model
-    # call marks the chunk: the step is the first layer's instance, whose calls enclose the
-    # other layer's, one per chunk, each up to the next (the chunk's work)
+    # call marks the chunk: the step is the subsampling's call, once per chunk, whose calls
+    # enclose the layers' (before: the first layer's instance, whose calls enclose the
+    # other layer's), each up to the next (the chunk's work)
     light, series, result = _run(tmp_path, "stream_encode.py", "--device", "cpu", "--dim", "64", "--heads", "4", "--layers", "2",
                                   "--frames", "1200", "--chunk", "16", "--utterances", "3", "--vocab", "500",
                                   env={"OMP_NUM_THREADS": "1"})
     assert result["chunks_each"] == [19, 19, 19]
-    assert light["step_name"] == "ConformerEncoderLayer#1.forward"
+    assert light["step_name"] == "Conv2dSubsampling4.forward"
     assert light["steps_seen"] == result["chunks"]
-    # the second utterance's chunks, each to the next layer-1 call (its last: the third's
-    # first, through the third's set-up and first subsampling, where the program's holds
-    # the second's own), against the program's own time for them (1.13 seen on this box)
+    # the second utterance's chunks, each to the next subsampling call (its last: the
+    # third's first, through the third's set-up, where the program's holds the second's
+    # own), against the program's own time for them
     assert _step_ms(series)[19:38].sum() == pytest.approx(result["ms_each_utterance"][1], rel=0.15)
     rate = _steps_per_s(tmp_path)
     assert 1e3 / rate.value == pytest.approx(result["ms_per_step"], rel=0.15)
@@ -1228,6 +1229,20 @@ def test_ddp_forward_benchmark_steps_are_the_loop_iteration(tmp_path: Path) -> N
     w = result["warmup"]
     # each from its forward to the next (the program's from its input's creation: the same time, shifted)
     assert _step_ms(series)[w:-1].sum() == pytest.approx(sum(result["ms_each"][w + 1 :]), rel=0.05)
+    assert 1e3 / _steps_per_s(tmp_path).value == pytest.approx(result["ms_per_step"], rel=0.1)
+
+
+def test_two_stage_ocr_steps_per_page_not_per_recognised_line(tmp_path: Path) -> None:
+    # A text detector once per page, then the recogniser once per line found (1-6 a page),
+    # both called from the loop: the most frequent class was the step, one per line (105
+    # steps for 30 pages, each a line's recognition). The detector's calls enclose the
+    # recogniser's: one step per page, the page's lines inside it
+    light, series, result = _run(tmp_path, "ocr_pipeline.py", "--device", "cpu", "--pages", "30", env={"OMP_NUM_THREADS": "1"})
+    assert light["step_name"] == "TextDetector.forward" and "enclose" in light["how"]
+    assert light["steps_seen"] == result["pages"] == 30 and result["lines"] > 30
+    w = result["warmup"]
+    # each from its detection to the next (the page's image made before it: the same work, shifted by that)
+    assert _step_ms(series)[w:-1].sum() == pytest.approx(sum(result["ms_each"][w:-1]), rel=0.05)
     assert 1e3 / _steps_per_s(tmp_path).value == pytest.approx(result["ms_per_step"], rel=0.1)
 
 

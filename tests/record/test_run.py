@@ -575,9 +575,19 @@ def test_module_steps_choose_the_outermost_repeating_call():
         return {"host_start_ns": list(range(n)), "gpu_start_ns": None, "gpu_end_ns": list(range(1, n + 1))}
 
     # A wrapper module whose one call runs the whole loop: its depth-1 call repeats.
-    assert choose_module({"0": {"Runner.forward": series(1)}, "1": {"Llama.forward": series(9), "Linear.forward": series(3)}}) == (1, "Llama.forward")
-    assert choose_module({"0": {"Llama.forward": series(9)}, "1": {"Linear.forward": series(18)}}) == (0, "Llama.forward")
+    assert choose_module({"0": {"Runner.forward": series(1)}, "1": {"Llama.forward": series(9), "Linear.forward": series(3)}}) == (1, "Llama.forward", False)
+    assert choose_module({"0": {"Llama.forward": series(9)}, "1": {"Linear.forward": series(18)}}) == (0, "Llama.forward", False)
     assert choose_module({"0": {"Once.forward": series(1)}, "1": {}}) is None
+    # two classes at depth 0: the one called once per iteration, whose calls enclose the
+    # other's (a detector, then its classifier once per object: 2, 3, 1 objects), marks it
+    det = {"host_start_ns": [0, 10, 20], "gpu_start_ns": None, "gpu_end_ns": [1, 11, 21]}
+    cls = {"host_start_ns": [2, 4, 12, 14, 16, 22], "gpu_start_ns": None, "gpu_end_ns": [3, 5, 13, 15, 17, 23]}
+    assert choose_module({"0": {"Classifier.forward": cls, "Detector.forward": det}}) == (0, "Detector.forward", True)
+    # a model called once per run of the loop (an encoder per utterance, 2 of them, before
+    # 9 decoder calls each) marks an outer loop, not the iteration: the decoder, most frequent
+    enc = {"host_start_ns": [0, 100], "gpu_start_ns": None, "gpu_end_ns": [1, 101]}
+    dec = {"host_start_ns": [*range(2, 11), *range(102, 111)], "gpu_start_ns": None, "gpu_end_ns": [*range(3, 12), *range(103, 112)]}
+    assert choose_module({"0": {"Encoder.forward": enc, "Decoder.forward": dec}}) == (0, "Decoder.forward", False)
 
 
 def test_of_two_instances_of_one_model_class_the_one_that_encloses_the_others_is_the_step():
