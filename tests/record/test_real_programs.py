@@ -318,12 +318,14 @@ def test_async_server_steps_are_the_requests_service_not_the_event_loops_idle(tm
     assert light["step_thread"] == ("worker" if executor else "main")
     # the requests the program timed, against its own timer (the median: on this shared box
     # a request now and then takes 10x, in both timers). A step also holds the worker's
-    # resumption (the loop's last callbacks before it): 0.03-0.04 ms of 0.9-1.1 ms alone,
-    # 0.10 of 0.80 ms (12 %) once with another test beside it on the 2 cores
+    # resumption (the loop's last callbacks before it) or, in the executor, its hand-back
+    # (the future's result set, the loop woken: the GIL taken back from the loop's thread):
+    # 0.03-0.04 ms of 0.9-1.1 ms alone, 0.07-0.10 ms of 0.5-0.8 ms with another test beside
+    # it on the 2 cores (15 % once): up to 0.1 ms a request beyond 15 % is that
     ms = _step_ms(series)[result["warmup"]:]
     own = np.array(result["ms_each"][result["warmup"]:])
-    assert np.median(ms) == pytest.approx(np.median(own), rel=0.15)
-    assert ms.mean() == pytest.approx(own.mean(), rel=0.15)
+    assert np.median(ms) == pytest.approx(np.median(own), rel=0.15, abs=0.1)
+    assert ms.mean() == pytest.approx(own.mean(), rel=0.15, abs=0.1)
     assert (np.array(series["waited_ns"]) > 0).sum() > result["requests"] // 2
     # the rate leaves the waits out and says so
     from perfdoctor.pipeline import diagnose
