@@ -387,21 +387,24 @@ EVALUATION_SHARE = 0.5
 
 
 def evaluation_starts(starts: np.ndarray | list[int], ends: np.ndarray | list[int], work_ns: np.ndarray | list[int],
-                      backward: np.ndarray | list[bool]) -> np.ndarray:
+                      backward_ns: np.ndarray | list[int]) -> np.ndarray:
     """A trace's :func:`evaluation_passes`: it has no grad modes, but it has the backward.
-    Per training iteration (host ``starts`` and ``ends``), the loop's work before the first
-    op of its backward (``work_ns``, ``backward``: a trace's ops and launches on the loop's
-    thread, :func:`perfdoctor.analysis.steps.loop_work`). One holding ``EVALUATION_SHARE``
-    of the usual (the median) or more beyond it holds an evaluation before its training: it
-    begins the usual count before its backward. Only when such iterations are fewer than
-    half. nanoGPT's train.py traced whole on the CPU: the iterations holding
-    ``estimate_loss()`` read 54.6 and 51.7 ms for the program's 27.6 and 24.0."""
+    Per training iteration (host ``starts`` and ``ends``), the loop's forward work before the
+    first op of its backward (``work_ns``: a trace's ops and launches on the loop's thread,
+    none of the backward's; ``backward_ns``: the backward's ops on any thread: a GPU's run on
+    autograd's own, :func:`perfdoctor.analysis.steps.loop_work`). One holding
+    ``EVALUATION_SHARE`` of the usual (the median) or more beyond it holds an evaluation
+    before its training: it begins the usual count before its backward. Only when such
+    iterations are fewer than half. nanoGPT's train.py traced whole on the CPU: the
+    iterations holding ``estimate_loss()`` read 54.6 and 51.7 ms for the program's 27.6 and 24.0."""
     s, e = _ns(starts).copy(), _ns(ends)
-    order = np.argsort(_ns(work_ns), kind="stable")
-    w, b = _ns(work_ns)[order], np.asarray(backward, dtype=bool)[order]
-    lo, hi = np.searchsorted(w, s), np.searchsorted(w, e, side="right")
-    before = np.array([int(np.argmax(b[i:j])) if b[i:j].any() else -1 for i, j in zip(lo, hi)], dtype=np.int64)
-    known = before >= 0
+    w, bwd = np.sort(_ns(work_ns)), np.sort(_ns(backward_ns))
+    if not bwd.size:
+        return s
+    first = bwd[np.minimum(np.searchsorted(bwd, s), bwd.size - 1)]  # each iteration's first backward op, if inside it
+    known = (first >= s) & (first <= e)
+    lo = np.searchsorted(w, s)
+    before = np.searchsorted(w, first) - lo
     if int(known.sum()) < 3:
         return s
     usual = int(np.median(before[known]))

@@ -773,9 +773,10 @@ def optimizer_ranges(marks: pd.DataFrame, others: pd.DataFrame | None, work: pd.
     out = pd.concat(rows) if len(rows) > 1 else timed
     # an evaluation before an iteration's training is no part of it (the light pass's
     # steady.evaluation_passes, by the backward where a trace has no grad modes)
-    mine = work[(work["tid"] == m["tid"].iloc[0]).to_numpy()]
+    backward = work["backward"].to_numpy()
+    forward = work[(work["tid"] == m["tid"].iloc[0]).to_numpy() & ~backward]
     return out.assign(start_ns=steady.evaluation_starts(out["start_ns"].to_numpy(np.int64), out["end_ns"].to_numpy(np.int64),
-                                                        mine["start_ns"].to_numpy(np.int64), mine["backward"].to_numpy()))
+                                                        forward["start_ns"].to_numpy(np.int64), work.loc[backward, "start_ns"].to_numpy(np.int64)))
 
 
 def optimizer_loop(marks: pd.DataFrame, others: pd.DataFrame | None, work: pd.DataFrame | None) -> dict | None:

@@ -500,16 +500,16 @@ def test_an_evaluation_before_an_iterations_training_is_left_out_of_its_step() -
     assert begins.tolist() == starts and not ended.any()
 
 
-def _traced_iterations(forward_ops: dict[int, list[int]]) -> tuple[list[int], list[int], list[int], list[bool]]:
+def _traced_iterations(forward_ops: dict[int, list[int]]) -> tuple[list[int], list[int], list[int], list[int]]:
     """Iterations [0, 99] ... [400, 499], each 4 forward ops (or ``forward_ops[start]``), then
-    3 ops of its backward: starts, ends, the ops' starts (reversed: any order), backward."""
+    3 ops of its backward: starts, ends, the forward ops' starts and the backward's (each
+    reversed: any order)."""
     starts = [0, 100, 200, 300, 400]
-    work, backward = [], []
+    forward, backward = [], []
     for s in starts:
-        forward = forward_ops.get(s, [s + 10 * j for j in range(4)])
-        work += forward + [s + 80, s + 85, s + 90]
-        backward += [False] * len(forward) + [True] * 3
-    return starts, [s + 99 for s in starts], work[::-1], backward[::-1]
+        forward += forward_ops.get(s, [s + 10 * j for j in range(4)])
+        backward += [s + 80, s + 85, s + 90]
+    return starts, [s + 99 for s in starts], forward[::-1], backward[::-1]
 
 
 def test_a_traced_evaluation_before_an_iterations_training_is_left_out_by_its_backward() -> None:
@@ -525,7 +525,10 @@ def test_a_traced_evaluation_before_an_iterations_training_is_left_out_by_its_ba
     assert steady.evaluation_starts(*_traced_iterations(more)).tolist() == [0, 100, 200, 300, 400]
     # no backward in a trace (an inference loop): nothing to tell by
     starts, ends, work, _ = _traced_iterations({200: list(range(205, 280, 5))})
-    assert steady.evaluation_starts(starts, ends, work, [False] * len(work)).tolist() == starts
+    assert steady.evaluation_starts(starts, ends, work, []).tolist() == starts
+    # the backward on another thread (autograd's, on a GPU): the same, by its first op's time
+    starts, ends, work, backward = _traced_iterations({200: [205, 215, 225, 235, 245, 255, 260, 265, 270, 275]})
+    assert steady.evaluation_starts(starts, ends, work, [b + 1 for b in backward]).tolist() == [0, 100, 260, 300, 400]
 
 
 def test_hf_generate_steps_are_as_long_as_the_programs_tokens() -> None:
