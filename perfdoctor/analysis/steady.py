@@ -497,6 +497,13 @@ def spent_before(at_ns: np.ndarray | list[int], starts_ns: np.ndarray | list[int
     return done[last] * (i > 0) + partial
 
 
+def spent_between(from_ns: np.ndarray | list[int], to_ns: np.ndarray | list[int], ranges: dict[str, list[int]]) -> np.ndarray:
+    """Per pair of times, how much of ``ranges`` (``{"start_ns", "end_ns"}``, in start order:
+    the light pass's full garbage collections) lies between ``from_ns`` and ``to_ns``, in ns."""
+    spent = spent_before(to_ns, ranges["start_ns"], ranges["end_ns"]) - spent_before(from_ns, ranges["start_ns"], ranges["end_ns"])
+    return np.clip(spent, 0, None)
+
+
 def within(at_ns: np.ndarray | list[int], starts_ns: np.ndarray | list[int], ends_ns: np.ndarray | list[int]) -> np.ndarray:
     """Per time of ``at_ns``, whether it lies inside one of the ranges ``[starts_ns, ends_ns]``
     (in start order, one after another: one name's calls on one thread)."""

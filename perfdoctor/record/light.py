@@ -323,9 +323,7 @@ def call_iterations(calls: dict[str, Any], joined: list[bool] | None, waits: dic
     delay = (calls.get("run_delay_ns") or [])[:n] or None  # each start's wait for a CPU (RunQueue): no pause
     if full_gcs and n:
         # the collections between each call's end and the next call's start, as a running total beside the waits
-        spent = lambda at: steady.spent_before(at, full_gcs["start_ns"], full_gcs["end_ns"])  # noqa: E731
-        gaps = spent(calls["host_start_ns"][1:n]) - spent(calls["gpu_end_ns"][: n - 1])
-        collected = np.r_[0, np.cumsum(np.clip(gaps, 0, None))]
+        collected = np.r_[0, np.cumsum(steady.spent_between(calls["gpu_end_ns"][: n - 1], calls["host_start_ns"][1:n], full_gcs))]
         delay = (collected + np.asarray(delay, dtype=np.int64) if delay else collected).tolist()
     threads = np.unique(np.asarray(tid[:n], dtype=np.int64)) if tid is not None and len(tid) >= n else np.empty(0)
     if threads.size > 1:
@@ -584,10 +582,9 @@ def noted_steps(series: dict[str, Any], results: PassResults) -> None:
     if compiled.any():
         series["compiled_ns"] = compiled.tolist()
     if results.full_gcs:
-        spent = lambda at: steady.spent_before(at, results.full_gcs["start_ns"], results.full_gcs["end_ns"])  # noqa: E731
-        collected = spent(series["gpu_end_ns"]) - spent(series["host_start_ns"][: len(series["gpu_end_ns"])])
+        collected = steady.spent_between(series["host_start_ns"][: len(series["gpu_end_ns"])], series["gpu_end_ns"], results.full_gcs)
         if collected.any():
-            series["gc_ns"] = np.clip(collected, 0, None).tolist()
+            series["gc_ns"] = collected.tolist()
 
 
 def window_warmup(results: PassResults, light: LightPass) -> int:

@@ -859,6 +859,8 @@ def test_spent_before_is_the_running_total_of_the_ranges_before_each_time() -> N
     got = steady.spent_before([0, 10, 12, 15, 18, 25, 40], [10, 20], [15, 30])
     assert got.tolist() == [0, 0, 2, 5, 5, 10, 15]
     assert steady.spent_before([5, 6], [], []).tolist() == [0, 0]
+    # between 0 and 15 all of the first (5); between 12 and 40, 3 of it and all 10 of the second
+    assert steady.spent_between([0, 12], [15, 40], {"start_ns": [10, 20], "end_ns": [15, 30]}).tolist() == [5, 13]
 
 
 def test_within_says_which_times_lie_inside_one_of_the_ranges() -> None:
