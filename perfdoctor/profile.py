@@ -91,7 +91,7 @@ class LightSteps:
     ``pass_ended``: per step, whether a data loader's pass ended between the previous step
     and it (an evaluation pass, the epoch's end: :func:`perfdoctor.analysis.steady.step_groups`);
     None when the run did not say. ``compiled_ns``: per step, how long torch.compile compiled
-    inside it (:func:`perfdoctor.analysis.steady.compiled_during`); None when nothing compiled
+    inside it (:func:`perfdoctor.analysis.steady.time_inside`); None when nothing compiled
     in a step or the run did not say. ``gc_ns``: per step, how long Python's full garbage
     collections ran inside it (:class:`perfdoctor.record.bootstrap.clock.FullCollections`); None
     when none ran in a step or the run did not say.

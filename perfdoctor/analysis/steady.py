@@ -482,28 +482,6 @@ def closed_by_steps(calls: dict, others: dict, work_ns: np.ndarray | list[int]) 
     }
 
 
-def spent_before(at_ns: np.ndarray | list[int], starts_ns: np.ndarray | list[int], ends_ns: np.ndarray | list[int]) -> np.ndarray:
-    """Per time of ``at_ns``, how much of the ranges ``[starts_ns, ends_ns]`` (in start
-    order, one after another) lies before it, in ns: a running total whose differences say
-    how much of them fell between two times (the light pass's full garbage collections
-    between two steps, :func:`iteration_ends_ns`' ``run_delay``)."""
-    at, starts, ends = _ns(at_ns), _ns(starts_ns), _ns(ends_ns)
-    if not starts.size:
-        return np.zeros(at.size, dtype=np.int64)
-    done = np.r_[0, np.cumsum(ends - starts)]
-    i = np.searchsorted(starts, at, side="right")  # ranges begun by each time
-    last = np.maximum(i - 1, 0)
-    partial = np.where(i > 0, np.clip(at - starts[last], 0, ends[last] - starts[last]), 0)
-    return done[last] * (i > 0) + partial
-
-
-def spent_between(from_ns: np.ndarray | list[int], to_ns: np.ndarray | list[int], ranges: dict[str, list[int]]) -> np.ndarray:
-    """Per pair of times, how much of ``ranges`` (``{"start_ns", "end_ns"}``, in start order:
-    the light pass's full garbage collections) lies between ``from_ns`` and ``to_ns``, in ns."""
-    spent = spent_before(to_ns, ranges["start_ns"], ranges["end_ns"]) - spent_before(from_ns, ranges["start_ns"], ranges["end_ns"])
-    return np.clip(spent, 0, None)
-
-
 def within(at_ns: np.ndarray | list[int], starts_ns: np.ndarray | list[int], ends_ns: np.ndarray | list[int]) -> np.ndarray:
     """Per time of ``at_ns``, whether it lies inside one of the ranges ``[starts_ns, ends_ns]``
     (in start order, one after another: one name's calls on one thread)."""
@@ -677,19 +655,22 @@ def waits_between(
     return idle_from, waited, resumed
 
 
-def compiled_during(
-    host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int], compiles: dict | None
+def time_inside(
+    begins: np.ndarray | list[int], ends: np.ndarray | list[int], ranges: dict | None
 ) -> np.ndarray:
-    """Per step, how long torch.compile compiled inside it (ns, 0 for none): the overlap of
-    each compilation of ``compiles`` (``{"start_ns", "end_ns"}``, host ns: the light pass's
-    :class:`perfdoctor.record.bootstrap.steps.Compiles`) with the step's host start to its
-    end. A step that compiled (dynamo compiling again for a last, smaller batch) is no
-    steady work of the program's: :func:`steady_series` leaves it out."""
-    h, g = _ns(host_start), _ns(gpu_end)
+    """Per span from ``begins[k]`` to ``ends[k]`` (host ns), how much of ``ranges``
+    (``{"start_ns", "end_ns"}``, host ns) lies inside it: the sum of each range's overlap
+    with it (ns, 0 for none). The light pass's ranges: when torch.compile compiled
+    (:class:`perfdoctor.record.bootstrap.steps.Compiles`; a step that compiled, dynamo
+    compiling again for a last, smaller batch, is no steady work of the program's:
+    :func:`steady_series` leaves it out), and when Python's collector ran a full collection
+    (:class:`perfdoctor.record.bootstrap.clock.FullCollections`: one between two calls is
+    no pause, :func:`perfdoctor.record.light.call_iterations`)."""
+    h, g = _ns(begins), _ns(ends)
     out = np.zeros(h.size, dtype=np.int64)
-    if not compiles or h.size == 0:
+    if not ranges or h.size == 0:
         return out
-    cs, ce = _ns(compiles.get("start_ns", [])), _ns(compiles.get("end_ns", []))
+    cs, ce = _ns(ranges.get("start_ns", [])), _ns(ranges.get("end_ns", []))
     n = min(cs.size, ce.size)
     for a, b in zip(cs[:n].tolist(), ce[:n].tolist()):
         out += np.clip(np.minimum(g, b) - np.maximum(h, a), 0, None)
@@ -1014,7 +995,7 @@ def cadence(
     step per epoch on the H200 read 86.1 ms per step for the program's 71.4), and the step
     after it is kept: with one step per epoch every interval follows an end of pass.
 
-    ``compiled`` (per step, :func:`compiled_during`): torch.compile compiled inside the
+    ``compiled`` (per step, :func:`time_inside` of the compilations): torch.compile compiled inside the
     step: its whole interval is left out (the compilation is no steady work of the program's)."""
     h, g = _ns(host_start), _ns(gpu_end)
     if h.size < 2:
@@ -1110,7 +1091,7 @@ def steady_series(
     is computed over the whole series and then cut; the cadence counts intervals between
     steady steps only.
 
-    ``compiled_ns`` (per step, :func:`compiled_during`): a steady step that compiled is
+    ``compiled_ns`` (per step, :func:`time_inside` of the compilations): a steady step that compiled is
     left out of the critical paths (the p50) and of the cadence, as a warm-up step is
     (compile_infer.py: dynamo compiling again for the first pass's last, smaller batch, 514
     ms among 1.1 ms batches, read the rate 40x slow) — unless half the steady steps or more

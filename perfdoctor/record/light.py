@@ -323,7 +323,7 @@ def call_iterations(calls: dict[str, Any], joined: list[bool] | None, waits: dic
     delay = (calls.get("run_delay_ns") or [])[:n] or None  # each start's wait for a CPU (RunQueue): no pause
     if full_gcs and n:
         # the collections between each call's end and the next call's start, as a running total beside the waits
-        collected = np.r_[0, np.cumsum(steady.spent_between(calls["gpu_end_ns"][: n - 1], calls["host_start_ns"][1:n], full_gcs))]
+        collected = np.r_[0, np.cumsum(steady.time_inside(calls["gpu_end_ns"][: n - 1], calls["host_start_ns"][1:n], full_gcs))]
         delay = (collected + np.asarray(delay, dtype=np.int64) if delay else collected).tolist()
     threads = np.unique(np.asarray(tid[:n], dtype=np.int64)) if tid is not None and len(tid) >= n else np.empty(0)
     if threads.size > 1:
@@ -578,11 +578,11 @@ def noted_steps(series: dict[str, Any], results: PassResults) -> None:
     (``compiled_ns``: the analysis leaves such steps out of the steady steps' rate and p50)
     and how long Python's full garbage collections ran inside it (``gc_ns``: what
     uneven-steps' evidence names), each only when some step has any."""
-    compiled = steady.compiled_during(series["host_start_ns"], series["gpu_end_ns"], results.compiles)
+    compiled = steady.time_inside(series["host_start_ns"], series["gpu_end_ns"], results.compiles)
     if compiled.any():
         series["compiled_ns"] = compiled.tolist()
     if results.full_gcs:
-        collected = steady.spent_between(series["host_start_ns"][: len(series["gpu_end_ns"])], series["gpu_end_ns"], results.full_gcs)
+        collected = steady.time_inside(series["host_start_ns"][: len(series["gpu_end_ns"])], series["gpu_end_ns"], results.full_gcs)
         if collected.any():
             series["gc_ns"] = collected.tolist()
 

@@ -853,14 +853,15 @@ def test_an_optimizer_step_with_a_closure_holds_its_iteration() -> None:
     assert out["host_start_ns"] == [0, 6, 16, 26]
 
 
-def test_spent_before_is_the_running_total_of_the_ranges_before_each_time() -> None:
-    # ranges [10, 15] (5 ns) and [20, 30] (10 ns): before 0 and 10 nothing, at 12 two of the
-    # first, at 15 and 18 all 5 of it, at 25 five more, at 40 all 15
-    got = steady.spent_before([0, 10, 12, 15, 18, 25, 40], [10, 20], [15, 30])
+def test_time_inside_sums_each_ranges_overlap_with_each_span() -> None:
+    # ranges [10, 15] (5 ns) and [20, 30] (10 ns): from 0 to 0 and 10 nothing, to 12 two of the
+    # first, to 15 and 18 all 5 of it, to 25 five more, to 40 all 15
+    ranges = {"start_ns": [10, 20], "end_ns": [15, 30]}
+    got = steady.time_inside([0] * 7, [0, 10, 12, 15, 18, 25, 40], ranges)
     assert got.tolist() == [0, 0, 2, 5, 5, 10, 15]
-    assert steady.spent_before([5, 6], [], []).tolist() == [0, 0]
+    assert steady.time_inside([5, 6], [6, 7], {"start_ns": [], "end_ns": []}).tolist() == [0, 0]
     # between 0 and 15 all of the first (5); between 12 and 40, 3 of it and all 10 of the second
-    assert steady.spent_between([0, 12], [15, 40], {"start_ns": [10, 20], "end_ns": [15, 30]}).tolist() == [5, 13]
+    assert steady.time_inside([0, 12], [15, 40], ranges).tolist() == [5, 13]
 
 
 def test_within_says_which_times_lie_inside_one_of_the_ranges() -> None:
@@ -877,9 +878,9 @@ def test_steps_that_compiled_leave_the_rate_and_the_p50_unless_most_steps_compil
     h = [10 * k for k in range(10)]
     g = [10 * (k + 1) for k in range(10)]
     g[3] = 38  # the step that compiled
-    compiled = steady.compiled_during(h, g, {"start_ns": [33, 95], "end_ns": [37, 200]})
+    compiled = steady.time_inside(h, g, {"start_ns": [33, 95], "end_ns": [37, 200]})
     assert compiled.tolist() == [0, 0, 0, 4, 0, 0, 0, 0, 0, 5]
-    assert steady.compiled_during(h, g, None).tolist() == [0] * 10
+    assert steady.time_inside(h, g, None).tolist() == [0] * 10
     s = steady.steady_series(h, g, 0, compiled_ns=[0, 0, 0, 4, 0, 0, 0, 0, 0, 0])
     # the 4th step's interval (30 -> 38) left out, and its critical path
     assert s.cadence.compiles == 1 and s.cadence.compiled_ms == pytest.approx(8e-6)

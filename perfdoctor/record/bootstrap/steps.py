@@ -507,7 +507,7 @@ class Compiles:
     compilation of a frame, a lazily compiled backward, a CUDA graph's recording), in host
     ns on the steps' clock. A step that compiled (a recompilation for a new batch size
     inside the loop) is no steady work of the program's: the analysis leaves it out of the
-    rate and the p50 (:func:`perfdoctor.analysis.steady.compiled_during`).
+    rate and the p50 (:func:`perfdoctor.analysis.steady.time_inside`).
 
     Installed at the first ``torch.compile`` call only (nothing compiles before one: no cost
     to a program that never compiles; the callbacks run at compile time only), and again at
