@@ -713,7 +713,7 @@ class FakeCuda:
                 fake.created += 1
                 self.t = None
 
-            def record(self) -> None:
+            def record(self, stream: object = None) -> None:
                 fake.now_ms += 0.5
                 self.t = fake.now_ms
 
@@ -900,7 +900,7 @@ def test_stream_ops_read_the_current_stream_every_time_and_fall_back():
         def __init__(self, enable_timing: bool = False) -> None:
             self.public = 0
 
-        def record(self) -> None:
+        def record(self, stream: object = None) -> None:
             self.public += 1
 
     current = [0]
@@ -916,15 +916,16 @@ def test_stream_ops_read_the_current_stream_every_time_and_fall_back():
         cuda=types.SimpleNamespace(Stream=Stream, Event=Event,
                                    current_stream=lambda: types.SimpleNamespace(query=lambda: current[0] not in busy, public=True)),
     )
-    record, idle = clock.stream_ops(fake)
+    stream, record, query = clock.stream_ops(fake)
     recorded.clear()
     queried.clear()
     e = Event()
     idles = []
     for sid in (0, 0, 3, 3, 0):
         current[0] = sid
-        record(e)
-        idles.append(idle())
+        on = stream()
+        record(e, on)
+        idles.append(query(on))
     assert [r[1] for r in recorded] == [0, 0, 3, 3, 0] and e.public == 0
     assert queried == [0, 0, 3, 3, 0] and idles == [True, True, False, False, True]
     assert sorted(made) == [0, 3]  # one Stream object per stream (the scratch record made 0)
@@ -933,18 +934,20 @@ def test_stream_ops_read_the_current_stream_every_time_and_fall_back():
         raise TypeError("record() takes 1 argument")
 
     fake._C._CudaEventBase = types.SimpleNamespace(record=broken)
-    record, idle = clock.stream_ops(fake)
-    record(e)
+    stream, record, query = clock.stream_ops(fake)
+    on = stream()
+    assert getattr(on, "public", False)  # torch.cuda.current_stream()'s
+    record(e, on)
     assert e.public == 1  # the public path
     asked = len(queried)
     current[0] = 3
-    assert idle() is False and len(queried) == asked  # the public query, not the private one
+    assert query(stream()) is False and len(queried) == asked  # the public query, not the private one
     del fake._C._CudaStreamBase
-    record, idle = clock.stream_ops(fake)
-    record(e)
-    assert e.public == 2 and idle() is False
+    stream, record, query = clock.stream_ops(fake)
+    record(e, stream())
+    assert e.public == 2 and query(stream()) is False
     current[0] = 0
-    assert idle() is True
+    assert query(stream()) is True
 
 
 def test_nvml_sampler_gpm_intervals_with_a_fake_nvml(tmp_path, monkeypatch):

@@ -158,8 +158,14 @@ def test_light_pass_event_record_is_fast_and_on_the_current_stream():
 
     torch.ones(1, device="cuda")
     torch.cuda.synchronize()
-    fast_record, idle = clock.stream_ops(torch)
+    stream, record_on, query = clock.stream_ops(torch)
     e = torch.cuda.Event(enable_timing=True)
+
+    def fast_record(event):
+        record_on(event, stream())
+
+    def idle():
+        return query(stream())
 
     def per_call(f, n=20000):
         for _ in range(200):

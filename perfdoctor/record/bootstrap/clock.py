@@ -44,7 +44,7 @@ class GpuClock:
         # The C function behind torch.cuda.is_current_stream_capturing(), without its
         # Python wrapper: it runs twice per step.
         self.capturing_now = getattr(torch._C, "_cuda_isCurrentStreamCapturing", torch.cuda.is_current_stream_capturing)
-        self.record, self.idle = stream_ops(torch)
+        self.stream, self.record_on, self.query = stream_ops(torch)
         self.pool = [torch.cuda.Event(enable_timing=True) for _ in range(self.POOL)]
         for event in self.pool:
             self.record(event)  # creates it
@@ -55,33 +55,62 @@ class GpuClock:
         torch.cuda.synchronize()
         self.t0_ns = time.perf_counter_ns()
         self.record(self.ref)
+        self.edge = self.edges()
 
     def capturing(self) -> bool:
         """The current stream is capturing a CUDA graph: an event recorded now would be a
         graph node, not a time (and querying one would fail the capture)."""
         return bool(self.capturing_now())
 
+    def record(self, event: Any) -> None:
+        self.record_on(event, self.stream())
+
+    def idle(self) -> bool:
+        """The current stream has nothing left to run."""
+        return bool(self.query(self.stream()))
+
     def mark(self) -> Any:
         event = self.pool.pop() if self.pool else self.torch.cuda.Event(enable_timing=True)
         self.record(event)
         return event
 
-    def at(self, host_ns: int) -> Any:
-        """A step's edge, start or end: ``host_ns`` itself when the stream has nothing left
-        to run, else a CUDA event. An event recorded on an idle stream completes at once, so
-        its time is the host's (a few us of launch latency later), and there it cost the
-        most: 4.5-7 us of host time at a start and ~10 at an end (the GPU's front end woken
-        for one event), where the stream query costs ~1. At a start the host time is exact:
-        the step's work begins after it. At an end it is a bound the event's time exceeded:
-        the stream finished the step's work before the query, and the program could not go
-        on before its host returned, so the step's critical path ends there. The case is the
-        host-paced program — the one where the light pass's host time is the program's time
+    def edges(self) -> Any:
+        """``edge(host_ns)``: what a step records at its start or end, the one function the
+        light pass adds to each edge of every step once CUDA is up. CAPTURED inside a CUDA
+        graph capture of the current stream (an event there would be a graph node, and a
+        query would fail the capture); ``host_ns`` itself when the stream has nothing left
+        to run; else a CUDA event recorded on it.
+
+        Why no event on an idle stream: one recorded there completes at once, so its time
+        is the host's (a few us of launch latency later), and there it cost the most:
+        4.5-7 us of host time at a start and ~10 at an end (the GPU's front end woken for
+        one event), where the stream query costs ~1. At a start the host time is exact: the
+        step's work begins after it. At an end it is a bound the event's time exceeded: the
+        stream finished the step's work before the query, and the program could not go on
+        before its host returned, so the step's critical path ends there. The case is the
+        host-paced program, the one where the light pass's host time is the program's time
         (ViT-small at batch 1: the two events were 30 of the light pass's 42 us per 2.3 ms
         step on the H200; the start's query saved 6-19 us, docs/performance.md, eighth
         reading). A GPU-bound program, whose host cost hides behind the GPU, still gets its
-        events. The query is made only outside a capture of the current stream (Timer.mark
-        checks first), as the settle's event queries are."""
-        return host_ns if self.idle() else self.mark()
+        events.
+
+        One closure, its names bound once, the stream looked up once for the query and the
+        record, where Timer.mark went through four methods and two closures: see
+        :meth:`StepTimes.lane` for why and what it saved."""
+        capturing, stream, query, record, pool = self.capturing_now, self.stream, self.query, self.record_on, self.pool
+        event_of = self.torch.cuda.Event
+
+        def edge(host_ns: int) -> Any:
+            if capturing():
+                return CAPTURED
+            on = stream()
+            if query(on):
+                return host_ns
+            event = pool.pop() if pool else event_of(enable_timing=True)
+            record(event, on)
+            return event
+
+        return edge
 
     def resolve(self, event: Any, complete: bool = False) -> int:
         if not complete:
@@ -101,30 +130,31 @@ class GpuClock:
         return len(marks)
 
 
-def stream_ops(torch: Any) -> tuple[Any, Any]:
-    """``(record, idle)`` on the current stream: ``record(event)`` is ``event.record()`` and
-    ``idle()`` is ``torch.cuda.current_stream().query()``, without their Python lookup of
-    that stream: ``torch.cuda.current_stream()`` builds a ``Stream`` object through
-    ``_get_device_index`` on every call. Measured on the H200 host (2026-12-02, torch
-    2.11): ``Event.record()`` 8.3-10.8 us, this 2.6 us; a light-pass step (two records)
-    cost 43.7 us, ~1.3 % of a 3.4 ms ResNet-50 forward at batch 1. The current stream is
-    still read on every call (a program may switch streams), only its ``Stream`` object is
-    kept. Tried once on a scratch event; any difference in torch's private API falls back
-    to the public calls."""
+def stream_ops(torch: Any) -> tuple[Any, Any, Any]:
+    """``(stream, record, query)``: ``stream()`` the current stream, ``record(event, stream)``
+    and ``query(stream)`` (True: it has nothing left to run), without torch's Python lookup
+    of the current stream: ``torch.cuda.current_stream()`` builds a ``Stream`` object
+    through ``_get_device_index`` on every call. Measured on the H200 host (2026-12-02,
+    torch 2.11): ``Event.record()`` 8.3-10.8 us, this 2.6 us; a light-pass step (two
+    records) cost 43.7 us, ~1.3 % of a 3.4 ms ResNet-50 forward at batch 1. The current
+    stream is still read on every call (a program may switch streams), only its ``Stream``
+    object is kept. Tried once on a scratch event; any difference in torch's private API
+    falls back to the public calls."""
 
-    def plain_record(event: Any) -> None:
-        event.record()
+    def plain_record(event: Any, stream: Any) -> None:
+        event.record(stream)
 
-    def plain_idle() -> bool:
-        return bool(torch.cuda.current_stream().query())
+    def plain_query(stream: Any) -> bool:
+        return stream.query()
 
+    plain = (torch.cuda.current_stream, plain_record, plain_query)
     C = torch._C
     device = getattr(C, "_cuda_getDevice", None)
     current = getattr(C, "_cuda_getCurrentStream", None)
     record = getattr(getattr(C, "_CudaEventBase", None), "record", None)
     query = getattr(getattr(C, "_CudaStreamBase", None), "query", None)
     if device is None or current is None or record is None or query is None:
-        return plain_record, plain_idle
+        return plain
     streams: dict[Any, Any] = {}
 
     def stream() -> Any:
@@ -136,18 +166,13 @@ def stream_ops(torch: Any) -> tuple[Any, Any]:
             found = streams[key] = torch.cuda.Stream(stream_id=key[0], device_index=key[1], device_type=key[2])
         return found
 
-    def fast_record(event: Any) -> None:
-        record(event, stream())
-
-    def fast_idle() -> bool:
-        return bool(query(stream()))
-
     try:
-        fast_record(torch.cuda.Event(enable_timing=True))
-        fast_idle()
+        on = stream()
+        record(torch.cuda.Event(enable_timing=True), on)
+        query(on)
     except Exception:  # noqa: BLE001 - another torch's private API: the public path
-        return plain_record, plain_idle
-    return fast_record, fast_idle
+        return plain
+    return stream, record, query
 
 
 CAPTURED = "captured"  # a step mark taken while the stream was capturing a CUDA graph
@@ -255,7 +280,11 @@ def run_delays_ns(raw: list[bytes | None]) -> list[int] | None:
 
 class Timer:
     """The light pass's clock, shared by every step series: host ns, plus a CUDA event once
-    the program has initialised CUDA (never before: the bootstrap must not initialise it)."""
+    the program has initialised CUDA (never before: the bootstrap must not initialise it).
+
+    ``mark(host_ns)`` is what a step records at its start or end: the host time before the
+    program uses CUDA, CAPTURED when CUDA is up but a capture keeps the clock from being
+    set up, then :meth:`GpuClock.edges`'s ``edge`` itself, called with no method in between."""
 
     SETTLE_EVERY = 128  # step ends between settling the CUDA events of finished steps
 
@@ -264,6 +293,7 @@ class Timer:
         self.series: list[StepTimes] = []
         self.unsettled = 0
         self.run_queue = RunQueue()
+        self.mark: Any = self.first_marks
 
     def gpu_clock(self) -> GpuClock | None:
         if self.clock is None:
@@ -274,19 +304,16 @@ class Timer:
                 self.clock = GpuClock(torch)
         return self.clock
 
-    def mark(self, host_ns: int) -> Any:
-        """What a step records at its start or end now: a CUDA event, or the host time when
-        the stream is idle (:meth:`GpuClock.at`); the host time before the program uses
-        CUDA; CAPTURED inside a CUDA graph capture."""
+    def first_marks(self, host_ns: int) -> Any:
+        """``mark`` until the GPU clock is set up, which then becomes its ``edge``."""
         clock = self.clock or self.gpu_clock()
         if clock is None:
             torch = sys.modules.get("torch")
             if torch is not None and torch.cuda.is_initialized():
                 return CAPTURED  # CUDA is up but capturing: gpu_clock() declined
             return host_ns
-        if clock.capturing():
-            return CAPTURED
-        return clock.at(host_ns)
+        self.mark = clock.edge
+        return clock.edge(host_ns)
 
     def ended(self) -> None:
         self.unsettled += 1
@@ -301,7 +328,7 @@ class StepTimes:
 
     At a step's start: the host time, then a CUDA event (the stream reaching the step); at
     its end: a CUDA event (the stream finishing the step's work); at either, the host time
-    again when the stream is idle (:meth:`GpuClock.at`). Before the program has initialised
+    again when the stream is idle (:meth:`GpuClock.edges`). Before the program has initialised
     CUDA there are no events: the GPU start of such a step is its host start (no GPU work
     was queued, so the stream was idle) and its end is the host end.
     """
@@ -321,29 +348,60 @@ class StepTimes:
         self.done: dict[str, list[int]] = {}  # per name: [gpu_start, gpu_end] settled up to
         # the thread's time waiting for a CPU when each step started (RunQueue's raw reading)
         self.delay: dict[str, list[bytes | None]] = {}
+        self.lanes: dict[str, tuple[Any, Any]] = {}  # per name: its lane()
+
+    def lane(self, name: str) -> tuple[Any, Any]:
+        """``(start, end)``: functions of no argument that record one start and one end of
+        ``name``'s steps, its lists and the clock bound once. A caller whose step keeps its
+        name (a narrowed module step, :class:`perfdoctor.record.bootstrap.steps.ModuleSteps`)
+        holds them and calls them directly: each step then enters four Python functions of
+        the light pass's (these two and the clock's edge, twice), where the methods, the
+        run-queue read and the clock's edge took up to fourteen. After a host-paced
+        program's forward has filled the CPU's caches with its own path, each function
+        entered, each driver call and each system call costs far more than it does in a loop
+        of its own: on the H200, inside ViT-small b1's forward, a ``pread`` 8-17 us, two
+        stream queries ~10-20, where a loop of them reads 0.89 and ~0.8 each. These lanes
+        and the one edge took 3.5-17 us a step off ViT-small b1's ~2.4 ms, median 15, in
+        five processes (docs/performance.md, fifteenth reading)."""
+        found = self.lanes.get(name)
+        if found is not None:
+            return found
+        host, gpu_start, gpu_end, tid, host_end, delay = [], [], [], [], [], []  # type: ignore[var-annotated]
+        self.host[name], self.gpu_start[name], self.gpu_end[name], self.tid[name] = host, gpu_start, gpu_end, tid
+        self.host_end[name], self.delay[name], self.done[name] = host_end, delay, [0, 0]
+        timer, queue = self.timer, self.timer.run_queue
+        clock, ident_of, fds, pread, read = time.perf_counter_ns, threading.get_ident, queue.fds, os.pread, queue.read
+
+        def start() -> None:
+            now = clock()
+            ident = ident_of()
+            host.append(now)
+            tid.append(ident)
+            fd = fds.get(ident) if queue.ok else None
+            try:
+                delay.append(read(ident) if fd is None else pread(fd, 64, 0))
+            except OSError:  # the file held open was an ended thread's of the same ident
+                delay.append(read(ident))
+            gpu_start.append(timer.mark(now))
+
+        def end() -> None:
+            now = clock()
+            mark = timer.mark(now)
+            host_end.append(now)
+            gpu_end.append(mark)
+            if type(mark) is not int and type(mark) is not str:  # an event (CAPTURED is a str)
+                timer.ended()
+
+        found = self.lanes[name] = (start, end)
+        return found
 
     def start(self, name: str) -> None:
-        now = time.perf_counter_ns()
-        if name not in self.host:
-            self.host[name], self.gpu_start[name], self.gpu_end[name], self.tid[name], self.host_end[name] = [], [], [], [], []
-            self.delay[name] = []
-            self.done[name] = [0, 0]
-        ident = threading.get_ident()
-        self.host[name].append(now)
-        self.tid[name].append(ident)
-        self.delay[name].append(self.timer.run_queue.read(ident))
-        self.gpu_start[name].append(self.timer.mark(now))
+        self.lane(name)[0]()
 
     def end(self, name: str) -> None:
-        ends = self.gpu_end.get(name)
-        if ends is None:
-            return  # an end without a start (a range opened before the hooks)
-        now = time.perf_counter_ns()
-        mark = self.timer.mark(now)
-        self.host_end[name].append(now)
-        ends.append(mark)
-        if not isinstance(mark, (int, str)):
-            self.timer.ended()
+        found = self.lanes.get(name)
+        if found is not None:  # else an end without a start (a range opened before the hooks)
+            found[1]()
 
     def count(self, name: str) -> int:
         return len(self.gpu_end.get(name, ()))
@@ -353,10 +411,7 @@ class StepTimes:
         settle there)."""
         if not self.gpu_end.get(name) or len(self.host[name]) != len(self.gpu_end[name]):
             return  # nothing completed, or one still open (nested): leave the series whole
-        if name not in to.host:
-            to.host[name], to.gpu_start[name], to.gpu_end[name], to.tid[name], to.host_end[name] = [], [], [], [], []
-            to.delay[name] = []
-            to.done[name] = [0, 0]
+        to.lane(name)
         for mine, theirs in ((self.host, to.host), (self.gpu_start, to.gpu_start), (self.gpu_end, to.gpu_end), (self.tid, to.tid),
                              (self.host_end, to.host_end), (self.delay, to.delay)):
             theirs[name].append(mine[name].pop())

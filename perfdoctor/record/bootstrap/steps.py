@@ -333,6 +333,8 @@ class ModuleSteps:
         work, work_grad, clock, this = self.work_ns, self.work_grad, time.perf_counter_ns, self
 
         by_instance = scripted(cls)  # TorchScript: each instance's name, its original_name
+        # the step's own (start, end), held: no method and no dict between the call and its marks
+        fixed = None if by_instance else series.lane(name)
 
         def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
             if local.depth or type(module) is not cls or compiling():
@@ -345,20 +347,25 @@ class ModuleSteps:
                     return inner(module, *args, **kwargs)
                 finally:
                     local.depth = 0
-            step = name
-            if by_instance:
+            if fixed is None:
                 step = module_step_name(cls, module, this.classes)
                 this.classes.setdefault(step, module_class_path(cls))
-            (this.called.setdefault(step, []) if by_instance else called).append(ordinals.get(id(module)) or add(module))
-            (this.sited.setdefault(step, []) if by_instance else sited).append(site(frame(1)))
-            (this.grads.setdefault(step, []) if by_instance else graded).append(grad_enabled())
-            series.start(step)
+                this.called.setdefault(step, []).append(ordinals.get(id(module)) or add(module))
+                this.sited.setdefault(step, []).append(site(frame(1)))
+                this.grads.setdefault(step, []).append(grad_enabled())
+                start, end = series.lane(step)
+            else:
+                called.append(ordinals.get(id(module)) or add(module))
+                sited.append(site(frame(1)))
+                graded.append(grad_enabled())
+                start, end = fixed
+            start()
             local.depth = 1  # a step class called inside this call is not a step
             try:
                 return inner(module, *args, **kwargs)
             finally:
                 local.depth = 0
-                series.end(step)
+                end()
 
         return __call__
 
