@@ -830,11 +830,53 @@ def test_each_step_start_reads_its_threads_wait_for_a_cpu():
     # this thread's reading is its run delay (field 2), at most what the file says after it
     (first,) = clock.run_delays_ns([timer.run_queue.read(threading.get_ident())])
     assert 0 <= first <= int(Path("/proc/thread-self/schedstat").read_text().split()[1])
-    timer.run_queue.ok = False
+    off = clock.Timer()
+    off.run_queue.ok = False
+    times = clock.StepTimes(off)
     times.start("main")
     times.end("main")
     assert times.series()[0]["main"]["run_delay_ns"] is None
     assert clock.run_delays_ns([b"1 2 3\n", b"garbage"]) is None and clock.run_delays_ns([b"1 2 3\n"]) == [2]
+
+
+def test_a_lane_reads_the_run_queue_every_few_ms_and_after_gaps():
+    """RunQueue.EVERY_NS: a lane reads its thread's wait for a CPU at a start when it last
+    read it EVERY_NS ago or more, or after a gap of GAP_NS since its last step ended; the
+    starts between come back interpolated in host time, per thread, and a thread with no
+    reading at all makes the series None."""
+    from perfdoctor.record.bootstrap import clock
+
+    timer = clock.Timer()
+    if not timer.run_queue.ok:
+        pytest.skip("no /proc/thread-self/schedstat here")
+    reads = []
+    real = timer.run_queue.read
+    timer.run_queue.fds.clear()
+    timer.run_queue.read = lambda ident: reads.append(ident) or real(ident)  # the first read of a thread opens its file
+    times = clock.StepTimes(timer)
+    start, end = times.lane("step")
+    t0 = time.perf_counter_ns()
+    for _ in range(50):  # 50 back-to-back steps well under EVERY_NS: the first start reads
+        start()
+        end()
+    quick = time.perf_counter_ns() - t0
+    raw = times.delay["step"]
+    assert quick < clock.RunQueue.EVERY_NS and raw[0] is not None and raw[1:].count(None) == 49
+    time.sleep(clock.RunQueue.GAP_NS / 1e9 * 1.5)  # a gap: the next start reads
+    start()
+    end()
+    assert raw[-1] is not None
+    series = times.series()[0]["step"]["run_delay_ns"]
+    assert len(series) == 51 and all(isinstance(v, int) for v in series) and series == sorted(series)
+    assert len(reads) == 1  # the first start opened the file through read(); the later read held it open
+
+    # the interpolation itself: linear in host time between a thread's readings, held after the last
+    raw = [b"0 100 0", None, None, b"0 400 0", None, b"0 50 0", None]
+    at = [0, 10, 20, 30, 40, 0, 5]
+    tid = [1, 1, 1, 1, 1, 2, 2]
+    assert clock.run_delays_ns(raw, at, tid) == [100, 200, 300, 400, 400, 50, 50]
+    assert clock.run_delays_ns([None, b"0 7 0"], [0, 1], [1, 2]) is None  # thread 1 never read
+    assert clock.run_delays_ns([b"0 7 0", None]) is None  # no host times to place it by
 
 
 def test_a_step_edge_on_an_idle_stream_records_no_event():
