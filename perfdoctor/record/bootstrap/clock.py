@@ -393,8 +393,9 @@ class StepTimes:
         ``name``'s steps, its lists and the clock bound once. A caller whose step keeps its
         name (a narrowed module step, :class:`perfdoctor.record.bootstrap.steps.ModuleSteps`)
         holds them and calls them directly: each step then enters four Python functions of
-        the light pass's (these two and the clock's edge, twice), where the methods, the
-        run-queue read and the clock's edge took up to fourteen. After a host-paced
+        the light pass's (these two and the clock's edge, twice; RunQueue.read too on a
+        start that reads, RunQueue.EVERY_NS), where the methods, the run-queue read and the
+        clock's edge took up to fourteen. After a host-paced
         program's forward has filled the CPU's caches with its own path, each function
         entered, each driver call and each system call costs far more than it does in a loop
         of its own: on the H200, inside ViT-small b1's forward, a ``pread`` 8-17 us, two
@@ -408,7 +409,7 @@ class StepTimes:
         self.host[name], self.gpu_start[name], self.gpu_end[name], self.tid[name] = host, gpu_start, gpu_end, tid
         self.host_end[name], self.delay[name], self.done[name] = host_end, delay, [0, 0]
         timer, queue = self.timer, self.timer.run_queue
-        clock, ident_of, fds, pread, read = time.perf_counter_ns, threading.get_ident, queue.fds, os.pread, queue.read
+        clock, ident_of, read = time.perf_counter_ns, threading.get_ident, queue.read
         every, gap, read_at = queue.EVERY_NS, queue.GAP_NS, {}  # read_at: per thread, when this lane last read it
 
         def start() -> None:
@@ -418,11 +419,7 @@ class StepTimes:
             tid.append(ident)
             if queue.ok and (now - read_at.get(ident, now - every) >= every or (host_end and now - host_end[-1] >= gap)):
                 read_at[ident] = now
-                fd = fds.get(ident)
-                try:
-                    delay.append(read(ident) if fd is None else pread(fd, 64, 0))
-                except OSError:  # the file held open was an ended thread's of the same ident
-                    delay.append(read(ident))
+                delay.append(read(ident))
             else:
                 delay.append(None)  # interpolated (run_delays_ns)
             gpu_start.append(timer.mark(now))
