@@ -376,3 +376,32 @@ def test_any_shaped_is_shaped_ops_any(analysis) -> None:
     word = b"shape"
     assert one_object(np.array([word] * 4, dtype=object))
     assert not one_object(np.array([word, bytes(bytearray(word))], dtype=object))  # equal, but two objects
+
+
+def _largest_per_pair_by_pandas(gaps: pd.DataFrame, top: int) -> tuple[list[int], list[int]]:
+    ranked = gaps.assign(row=np.arange(len(gaps))).sort_values(["length_ns", "row"], ascending=[False, True])
+    reps = ranked.drop_duplicates(["before", "after"]).head(top)
+    steps = [gaps.loc[(gaps["before"] == r.before) & (gaps["after"] == r.after) & (gaps["length_ns"] >= 0.5 * r.length_ns), "step"].nunique()
+             for r in reps.itertuples()]
+    return reps.index.tolist(), steps
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_largest_gap_per_pair_is_the_sorted_drop_duplicates(seed: int) -> None:
+    """evidence._largest_per_pair (the m longest, m grown) against sorting every gap: ties,
+    a pair that fills the longest hundreds (m grows), fewer pairs than rows, one gap."""
+    from perfdoctor.rules.evidence import TOP, _largest_per_pair
+
+    rng = np.random.default_rng(seed)
+    n = [1, 5, 300, 2000, 2000, 5000][seed]
+    names = np.array([f"k{i}" for i in range(6 if seed != 4 else 40)], dtype=object)
+    length = rng.integers(1, 50, n) * 1000  # many ties
+    before, after = names[rng.integers(0, len(names), n)], names[rng.integers(0, len(names), n)]
+    if seed >= 3:  # one pair holds the 600 longest: the first guesses of m see one pair only
+        before[:600], after[:600], length[:600] = "sync", "next", 10**6 + rng.integers(0, 3, 600)
+    gaps = pd.DataFrame({"step": rng.integers(0, 9, n), "length_ns": length, "before": pd.array(before, dtype="str"),
+                         "after": pd.array(after, dtype="str")})
+    got = _largest_per_pair(gaps)
+    rows, steps = _largest_per_pair_by_pandas(gaps, TOP)
+    assert got.index.tolist() == rows
+    assert got["steps"].tolist() == steps

@@ -289,9 +289,15 @@ def test_estimates_never_exceed_step_idle_and_gaps_agree(path):
         for e in f.evidence:
             if e.kind == "largest_gaps":
                 assert e.rows == ev.rows, f.rule_id
-    top = gaps.nlargest(len(ev.rows), "length_ns")
+    # one row per (before, after) pair: its longest gap (ties: the first in the table), the
+    # longest first, and the steps with a gap between the same two at least half as long
+    top = (gaps.assign(row=np.arange(len(gaps))).sort_values(["length_ns", "row"], ascending=[False, True])
+           .drop_duplicates(["before", "after"]).head(len(ev.rows)))
     assert [r[0] for r in ev.rows] == top["step"].astype(int).tolist()
     assert [r[2] for r in ev.rows] == pytest.approx((top["length_ns"] / 1e3).tolist(), rel=5e-3, abs=1e-3)  # rows show 3 significant digits
+    same = [(gaps["before"] == b) & (gaps["after"] == f) & (gaps["length_ns"] >= n / 2) for b, f, n in zip(top["before"], top["after"], top["length_ns"])]
+    assert [r[5] for r in ev.rows] == [gaps.loc[m, "step"].nunique() for m in same]
+    assert len(ev.rows) == min(8, len(gaps.drop_duplicates(["before", "after"])))
     for key, m in a.metrics.items():
         assert m.value is None or np.isfinite(m.value), key
 
