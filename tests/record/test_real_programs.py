@@ -1272,3 +1272,40 @@ def test_hand_written_kv_cache_decode_with_eos_stop_steps_per_forward(tmp_path: 
     for n, own in zip(result["forwards_each"], result["ms_each_batch"]):
         assert 0.5 * own < ms[end:end + n].sum() <= 1.1 * own
         end += n
+
+
+def test_mixture_of_experts_generate_steps_per_forward(tmp_path: Path) -> None:
+    # transformers' MixtralForCausalLM (8 experts, 2 a token: the router picks them per token,
+    # so the experts' calls vary from token to token) under generate: one step per forward,
+    # the prefill included, as for the dense model
+    tokens, generations = 16, 2
+    light, series, result = _run(tmp_path, "moe_generate.py", "--device", "cpu", "--layers", "2", "--dim", "64", "--heads", "4",
+                                  "--kv-heads", "2", "--ffn-dim", "128", "--vocab", "256", "--tokens", str(tokens),
+                                  "--generations", str(generations), env={"OMP_NUM_THREADS": "1"})
+    assert light["step_name"] == "MixtralForCausalLM.forward"
+    assert light["steps_seen"] == (generations + 1) * tokens == (generations + 1) * result["tokens"] / generations
+    # the timed generates' forwards, each up to the next (each generate's last: its own end),
+    # against the program's time for them (generate's set-up before its first forward and
+    # after its last is outside the steps; loose below for a preempted gap read as a pause)
+    own = result["ms_per_token"] * result["tokens"]
+    assert 0.5 * own < _step_ms(series)[tokens:].sum() <= 1.02 * own
+
+
+def test_tutorial_translation_greedy_decode_steps_per_token_not_per_decoder_call(tmp_path: Path) -> None:
+    # PyTorch's nn.Transformer translation tutorial: per sentence model.encode, then per token
+    # model.decode (a method, not forward: no module call spans the token) on the whole
+    # prefix, model.generator, torch.max, .item(). The token embedding's calls enclose the
+    # rest of each iteration (the decoder, the generator): one step per token, plus one per
+    # sentence for its encode (the source's embedding is the same class)
+    light, series, result = _run(tmp_path, "translate_greedy.py", "--device", "cpu", "--dim", "64", "--heads", "4", "--layers",
+                                  "2", "--ffn", "128", "--vocab", "500", "--sentences", "6", env={"OMP_NUM_THREADS": "1"})
+    assert light["step_name"] == "TokenEmbedding.forward" and "enclose" in light["how"]
+    each = result["tokens_each"]
+    assert light["steps_seen"] == sum(each) + len(each)
+    # the timed sentences' steps (an encode, then its tokens), each up to the next, add up to
+    # the program's time for each sentence
+    ms = _step_ms(series)
+    end = sum(n + 1 for n in each[: result["warmup"]])
+    for n, own in zip(each[result["warmup"]:], result["ms_each"]):
+        assert 0.9 * own < ms[end:end + n + 1].sum() <= 1.05 * own
+        end += n + 1
