@@ -83,7 +83,8 @@ def note(e: Evidence) -> str | None:
     if isinstance(n, Note):
         return NOTES[n]
     if isinstance(n, GapCount):
-        return f"{count(n.per_step)} gaps per step, {value(n.ms_per_step, 'ms')} per step in total"
+        return (f"{count(n.per_step)} gaps per step, {value(n.ms_per_step, 'ms')} per step in total; one row per pair of "
+                "activities around a gap, its longest; in steps: the steps with a gap between the same two at least half as long")
     if isinstance(n, HostIntervals):
         return f"idle intervals ≥ {duration_us(n.min_gap_us)}: " + ", ".join(f"{c} {k}" for k, c in n.counts)
     if isinstance(n, steady.SlowSteps):
