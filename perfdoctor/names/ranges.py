@@ -9,7 +9,9 @@ not import pandas there). :func:`kind` puts every range name in one class:
     one call of a compiled graph: inductor's ``## Call CompiledFxGraph <key> ##`` (the torch
     profiler writes it around every call of a ``torch.compile``-d graph) or the call of a
     ``torch.compile``-d function as ``perfdoctor run``'s light pass names it
-    (:data:`COMPILED_PREFIX`). With CUDA graphs each call is one replay.
+    (:data:`COMPILED_PREFIX`), or of a model an AOTInductor package holds
+    (:data:`AOTI_PREFIX`: ``torch._inductor.aoti_load_package``'s model, no ``nn.Module``).
+    With CUDA graphs each call is one replay.
 ``profiler_step``
     ``ProfilerStep#N`` (torch.profiler's schedule). ``start()`` opens #0, each
     ``prof.step()`` closes #k and opens #k+1, and ``stop()`` (the ``with`` block's exit)
@@ -75,6 +77,9 @@ SERVING_STEP = "serving step"
 # How the light pass of ``perfdoctor run`` names the calls of a torch.compile-d function
 # (the torch profiler writes no range around them when it is not running).
 COMPILED_PREFIX = "torch.compile: "
+# ... and the calls of each model loaded from an AOTInductor package (its calls run compiled
+# C++: no module call, no Python frame of the model), numbered by first call
+AOTI_PREFIX = "AOTInductor: model #"
 COMPILED_FX = "## Call CompiledFxGraph "
 # How the light pass names the replays of a hand-captured CUDA graph (``g.replay()``): one
 # name per graph object, numbered by first replay, so one graph's replays can be counted
@@ -185,7 +190,7 @@ def kind(name: str) -> str:
         return WAIT
     if parse_serving(name) is not None:
         return SERVING
-    if name.startswith((COMPILED_FX, COMPILED_PREFIX)):
+    if name.startswith((COMPILED_FX, COMPILED_PREFIX, AOTI_PREFIX)):
         return COMPILED
     if PROFILER_STEP_NAME.match(name):
         return PROFILER_STEP
@@ -227,6 +232,12 @@ def parse_optimizer_instance(name: str) -> tuple[str, int] | None:
 def compiled_name(qualname: str) -> str:
     """The light pass's step name for the calls of a torch.compile-d function."""
     return f"{COMPILED_PREFIX}{qualname}"
+
+
+def aoti_name(ordinal: int) -> str:
+    """The light pass's step name for the calls of the ``ordinal``-th AOTInductor model
+    called (1 for the first)."""
+    return f"{AOTI_PREFIX}{ordinal}"
 
 
 def replay_name(ordinal: int) -> str:

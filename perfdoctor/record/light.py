@@ -500,8 +500,8 @@ def _no_step(options: RunOptions) -> str:
     if options.step_fn is not None:
         return f"no step seen: {options.step_fn} was never called"
     return (
-        "no step seen: no record_function/NVTX range, torch.compile-d function, CUDA graph replay or "
-        "torch.nn.Module call repeated; name it with --step-fn __main__:FUNCTION (the function the loop calls "
+        "no step seen: no record_function/NVTX range, torch.compile-d function, CUDA graph replay, "
+        "AOTInductor model call or torch.nn.Module call repeated; name it with --step-fn __main__:FUNCTION (the function the loop calls "
         "once per step), --step RANGE, or perfdoctor.region in the code"
     )
 

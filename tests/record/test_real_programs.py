@@ -1309,3 +1309,16 @@ def test_tutorial_translation_greedy_decode_steps_per_token_not_per_decoder_call
     for n, own in zip(each[result["warmup"]:], result["ms_each"]):
         assert 0.9 * own < ms[end:end + n + 1].sum() <= 1.05 * own
         end += n + 1
+
+
+def test_aoti_package_calls_are_the_step(tmp_path: Path) -> None:
+    # PyTorch's AOTInductor docs: torch.export, aoti_compile_and_package, aoti_load_package,
+    # then the loaded model called per batch. It is no nn.Module and its calls run compiled
+    # C++: before, "no step seen". Its calls are the step, timed as the loop iteration (the
+    # next batch's input made between two calls: the program times the call alone)
+    light, series, result = _run(tmp_path, "aoti_infer.py", "--device", "cpu", "--width", "256", "--batch", "8", "--iters", "40",
+                                  "--package", str(tmp_path / "mlp.pt2"), env={"OMP_NUM_THREADS": "1"})
+    assert light["step_name"] == "AOTInductor: model #1"
+    assert light["steps_seen"] == result["warmup"] + result["iters"]
+    ms, own = _step_ms(series)[result["warmup"]:-1], np.array(result["ms_each"][:-1])
+    assert own.sum() <= ms.sum() <= 2 * own.sum()

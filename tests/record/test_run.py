@@ -173,7 +173,7 @@ def test_step_fn(tmp_path, spec, name):
     ("args", "program", "says"),
     [
         # plain functions, no module, range or compiled call: the user is told how to name the step
-        ((), "plain_fn.py", "no step seen: no record_function/NVTX range, torch.compile-d function, CUDA graph replay"),
+        ((), "plain_fn.py", "no step seen: no record_function/NVTX range, torch.compile-d function, CUDA graph replay, AOTInductor model"),
         (("--step", "nothing"), "cpu_steps.py", "no range named 'nothing' completed (a record_function, NVTX or"),
         (("--step-fn", "__main__:nothing"), "plain_fn.py", "no step seen: __main__:nothing was never called"),
     ],

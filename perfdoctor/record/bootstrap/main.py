@@ -50,7 +50,7 @@ from perfdoctor.record.bootstrap.clock import FullCollections
 from perfdoctor.record.bootstrap.ranges import hook_ranges
 from perfdoctor.record.bootstrap.session import Session
 from perfdoctor.record.bootstrap.steps import (
-    ModuleSteps, install_compiled_steps, install_graph_replays, install_optimizer_steps, install_step_fn,
+    ModuleSteps, install_aoti_steps, install_compiled_steps, install_graph_replays, install_optimizer_steps, install_step_fn,
 )
 from perfdoctor.record.bootstrap.waits import Waits
 from perfdoctor.record.launch import rank_config
@@ -159,6 +159,7 @@ def main(argv: list[str]) -> None:
         if session.mode == "torch":
             session.guard_program_profiler()
         install_compiled_steps(session)
+        install_aoti_steps(session)
         session.replays = install_graph_replays(session)
         session.optimizers = install_optimizer_steps(session)
         if config.module_step and session.mode != "light":

@@ -1,10 +1,12 @@
 """Steps the program does not mark: calls of ``nn.Module``s (:class:`ModuleSteps`), of
-``torch.compile``-d functions (:func:`install_compiled_steps`), replays of a CUDA graph the
-program captured itself (:class:`GraphReplays`) and calls of ``--step-fn module:function``
+``torch.compile``-d functions (:func:`install_compiled_steps`), of models loaded from an
+AOTInductor package (:func:`install_aoti_steps`), replays of a CUDA graph the program
+captured itself (:class:`GraphReplays`) and calls of ``--step-fn module:function``
 (:func:`install_step_fn`).
 
 Each wraps the one callable those calls go through (``nn.Module.__call__``,
-``torch.compile``'s result, ``torch.cuda.CUDAGraph.replay``, the named function) and reports them to the
+``torch.compile``'s result, ``AOTICompiledModel.__call__``, ``torch.cuda.CUDAGraph.replay``,
+the named function) and reports them to the
 :class:`~perfdoctor.record.bootstrap.session.Session`, directly or through
 :mod:`perfdoctor.api`, as steps or ranges. Together because each makes steps of calls the
 program did not mark itself.
@@ -13,6 +15,9 @@ program did not mark itself.
 from __future__ import annotations
 
 import functools
+import importlib.abc
+import importlib.machinery
+import itertools
 import sys
 import threading
 import time
@@ -480,16 +485,7 @@ def install_compiled_steps(session: Session) -> None:
         def call(*args: Any, **kwargs: Any) -> Any:
             if session.disabled or compiling():
                 return compiled(*args, **kwargs)  # traced by torch.compile: stay out of its graph
-            if light:
-                session.range_start(name)
-                try:
-                    return compiled(*args, **kwargs)
-                finally:
-                    session.range_end(name)
-            if session.matches(name):
-                with api.region(name):
-                    return compiled(*args, **kwargs)
-            return compiled(*args, **kwargs)
+            return ranged(session, light, name, compiled, *args, **kwargs)
 
         setattr(call, RANGED, True)
         return call
@@ -506,6 +502,93 @@ def install_compiled_steps(session: Session) -> None:
         return wrap(model, original(model, *args, **kwargs))
 
     torch.compile = compile_
+
+
+def ranged(session: Session, light: bool, name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` as a step candidate named ``name``: timed as a range in the
+    light pass; in a traced pass a perfdoctor region when it is the step, else left alone."""
+    if light:
+        session.range_start(name)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            session.range_end(name)
+    if session.matches(name):
+        with api.region(name):
+            return fn(*args, **kwargs)
+    return fn(*args, **kwargs)
+
+
+# --- calls of a model loaded from an AOTInductor package as steps -------------------------
+
+
+AOTI_MODULE = "torch.export.pt2_archive._package"  # where torch 2.13 defines AOTICompiledModel
+
+
+def install_aoti_steps(session: Session) -> None:
+    """``AOTICompiledModel.__call__``, wrapped: every call of a model loaded from an
+    AOTInductor package (``torch._inductor.aoti_load_package``, PyTorch's AOTInductor docs)
+    is a range named after the model (``AOTInductor: model #<n>``,
+    :func:`perfdoctor.names.ranges.aoti_name`, ``n`` by first call), timed and marked as a
+    ``torch.compile``-d function's calls are. Its calls run compiled C++: no module call and
+    no range (aoti_infer.py read "no step seen"). The class's module loads with the package
+    (importing it costs the program time): wrapped then, through an import hook that looks
+    for that one name, or now if the program already imported it."""
+    module = sys.modules.get(AOTI_MODULE)
+    if module is not None:
+        _wrap_aoti(session, module)
+    else:
+        sys.meta_path.insert(0, _AfterImport(AOTI_MODULE, lambda m: _wrap_aoti(session, m)))
+
+
+def _wrap_aoti(session: Session, module: Any) -> None:
+    model_class = getattr(module, "AOTICompiledModel", None)
+    if model_class is None or getattr(model_class.__call__, RANGED, False):
+        return
+    original = model_class.__call__
+    names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its name; a freed one is forgotten
+    naming, ordinals = threading.Lock(), itertools.count(1)  # an ordinal is never reused
+    light = session.mode == "light"
+
+    def name_of(model: Any) -> str:
+        with naming:
+            name = names.get(model)
+            if name is None:
+                name = names[model] = rangenames.aoti_name(next(ordinals))
+            return name
+
+    @functools.wraps(original)
+    def call(model: Any, *args: Any, **kwargs: Any) -> Any:
+        if session.disabled:
+            return original(model, *args, **kwargs)
+        return ranged(session, light, names.get(model) or name_of(model), original, model, *args, **kwargs)
+
+    setattr(call, RANGED, True)
+    model_class.__call__ = call
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``then(module)`` once the module named ``name`` has been executed, the first time
+    the program imports it; then leaves ``sys.meta_path``."""
+
+    def __init__(self, name: str, then: Any) -> None:
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        execute, then = spec.loader.exec_module, self.then
+
+        def exec_module(module: Any) -> None:
+            execute(module)
+            then(module)
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
 
 
 class Compiles:
