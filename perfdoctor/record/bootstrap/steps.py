@@ -577,10 +577,10 @@ class _AfterImport(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
         if fullname != self.name:
             return None
-        sys.meta_path.remove(self)
         spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
+            return None  # the other finders' (this one stays: removing it now would skip the next finder)
+        sys.meta_path.remove(self)  # importlib stops at the spec returned
         execute, then = spec.loader.exec_module, self.then
 
         def exec_module(module: Any) -> None:
