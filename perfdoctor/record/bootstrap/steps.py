@@ -522,7 +522,8 @@ def ranged(session: Session, light: bool, name: str, fn: Any, *args: Any, **kwar
 # --- calls of a model loaded from an AOTInductor package as steps -------------------------
 
 
-AOTI_MODULE = "torch.export.pt2_archive._package"  # where torch 2.13 defines AOTICompiledModel
+# where torch defines AOTICompiledModel: since the PT2 archive (2.13 here), and before it
+AOTI_MODULES = ("torch.export.pt2_archive._package", "torch._inductor.package.package")
 
 
 def install_aoti_steps(session: Session) -> None:
@@ -534,11 +535,12 @@ def install_aoti_steps(session: Session) -> None:
     no range (aoti_infer.py read "no step seen"). The class's module loads with the package
     (importing it costs the program time): wrapped then, through an import hook that looks
     for that one name, or now if the program already imported it."""
-    module = sys.modules.get(AOTI_MODULE)
-    if module is not None:
-        _wrap_aoti(session, module)
-    else:
-        sys.meta_path.insert(0, _AfterImport(AOTI_MODULE, lambda m: _wrap_aoti(session, m)))
+    for name in AOTI_MODULES:  # the class wrapped once, whichever module holds or imports it
+        module = sys.modules.get(name)
+        if module is not None:
+            _wrap_aoti(session, module)
+        else:
+            sys.meta_path.insert(0, _AfterImport(name, lambda m: _wrap_aoti(session, m)))
 
 
 def _wrap_aoti(session: Session, module: Any) -> None:
