@@ -1,6 +1,9 @@
-"""The light pass's AOTInductor hook (record.bootstrap.steps.install_aoti_steps) when the
-program imported the package's module before the bootstrap ran: wrapped at once, and once
-(the run through an import hook: tests/record/test_real_programs.py, aoti_infer.py)."""
+"""The bootstrap's wrappers of calls no module call or range marks, on CPU: the AOTInductor
+hook (record.bootstrap.steps.install_aoti_steps) when the program imported the package's
+module before the bootstrap ran (wrapped at once, and once; the run through an import hook:
+tests/record/test_real_programs.py, aoti_infer.py), and the graph replays' wrapper, which
+shares its naming and its range with it, on a stand-in graph class (the real replays:
+tests/record/test_run_gpu.py)."""
 
 from __future__ import annotations
 
@@ -14,9 +17,10 @@ pytest.importorskip("torch")
 
 
 class _Session:
-    mode, disabled = "light", False
+    disabled, modules = False, None
 
-    def __init__(self) -> None:
+    def __init__(self, mode: str = "light", pattern: str | None = None) -> None:
+        self.mode, self.pattern = mode, pattern
         self.ranges: list[tuple[str, str]] = []
 
     def range_start(self, name: str) -> None:
@@ -55,3 +59,40 @@ def test_the_import_hook_waits_for_its_module_only() -> None:
     finally:
         if hook in sys.meta_path:
             sys.meta_path.remove(hook)
+
+
+def test_a_traced_pass_stepping_on_something_else_wraps_no_model() -> None:
+    module = pytest.importorskip(steps.AOTI_MODULES[0])
+    call, before = module.AOTICompiledModel.__call__, list(sys.meta_path)
+    steps.install_aoti_steps(_Session("torch", pattern="Transformer.forward"))
+    assert module.AOTICompiledModel.__call__ is call and sys.meta_path == before
+
+
+class _Graph:
+    def replay(self) -> str:
+        return "replayed"
+
+
+class _Depth:
+    depth = 0
+
+
+class _Modules:
+    local = _Depth()
+
+
+def test_graph_replays_are_named_by_first_replay_and_timed_outside_module_calls() -> None:
+    session = _Session()
+    session.modules = _Modules()
+    replays = steps.GraphReplays(session, _Graph)
+    try:
+        a, b = _Graph(), _Graph()
+        session.modules.local.depth = 1  # inside a module call: named, not timed
+        assert b.replay() == "replayed" and session.ranges == []
+        session.modules.local.depth = 0
+        assert a.replay() == b.replay() == a.replay() == "replayed"
+        names = ["CUDAGraph.replay #2", "CUDAGraph.replay #1", "CUDAGraph.replay #2"]
+        assert session.ranges == [e for n in names for e in (("start", n), ("end", n))]
+    finally:
+        replays.uninstall()
+    assert _Graph.replay is not replays.wrapper

@@ -519,6 +519,24 @@ def ranged(session: Session, light: bool, name: str, fn: Any, *args: Any, **kwar
     return fn(*args, **kwargs)
 
 
+class FirstUseNames:
+    """Objects named by first use, ``name(n)`` for the n-th (1 for the first): the replays of
+    each CUDA graph, the calls of each AOTInductor model. Weakly keyed, so a freed object is
+    forgotten, and an ordinal is never reused. A caller's hot path reads ``names`` first and
+    calls this only for an object not named yet."""
+
+    def __init__(self, name: Any) -> None:
+        self.names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self.name, self.lock, self.ordinals = name, threading.Lock(), itertools.count(1)
+
+    def __call__(self, obj: Any) -> str:
+        with self.lock:
+            name = self.names.get(obj)
+            if name is None:
+                name = self.names[obj] = self.name(next(self.ordinals))
+            return name
+
+
 # --- calls of a model loaded from an AOTInductor package as steps -------------------------
 
 
@@ -534,7 +552,11 @@ def install_aoti_steps(session: Session) -> None:
     ``torch.compile``-d function's calls are. Its calls run compiled C++: no module call and
     no range (aoti_infer.py read "no step seen"). The class's module loads with the package
     (importing it costs the program time): wrapped then, through an import hook that looks
-    for that one name, or now if the program already imported it."""
+    for that one name, or now if the program already imported it. Like graph replays, only in
+    the light pass and in a traced pass whose step is such a model's calls; elsewhere no hook
+    and no cost."""
+    if session.mode != "light" and not (session.pattern or "").startswith(rangenames.AOTI_PREFIX):
+        return
     for name in AOTI_MODULES:  # the class wrapped once, whichever module holds or imports it
         module = sys.modules.get(name)
         if module is not None:
@@ -548,16 +570,8 @@ def _wrap_aoti(session: Session, module: Any) -> None:
     if model_class is None or getattr(model_class.__call__, RANGED, False):
         return
     original = model_class.__call__
-    names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its name; a freed one is forgotten
-    naming, ordinals = threading.Lock(), itertools.count(1)  # an ordinal is never reused
-    light = session.mode == "light"
-
-    def name_of(model: Any) -> str:
-        with naming:
-            name = names.get(model)
-            if name is None:
-                name = names[model] = rangenames.aoti_name(next(ordinals))
-            return name
+    name_of = FirstUseNames(rangenames.aoti_name)
+    names, light = name_of.names, session.mode == "light"
 
     @functools.wraps(original)
     def call(model: Any, *args: Any, **kwargs: Any) -> Any:
@@ -664,14 +678,13 @@ class GraphReplays:
         self.graph_class = graph_class
         self.own = graph_class.__dict__.get("replay")  # None: inherited, to be inherited again
         self.original = original = graph_class.replay
-        self.names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> its name; a freed graph is forgotten
-        self.naming = threading.Lock()
-        self.graphs = 0  # graphs named so far: an ordinal is never reused, even after its graph is freed
-        names, name_of, light, region = self.names, self.name_of, session.mode == "light", api.region
+        self.name_of = name_of = FirstUseNames(rangenames.replay_name)  # a graph's name, given at its first replay
+        names, light = name_of.names, session.mode == "light"
 
         def replay(graph: Any) -> Any:
             if session.disabled:
                 return original(graph)
+            # named at its first replay, timed or not: the passes number the graphs alike
             name = names.get(graph) or name_of(graph)
             if light:
                 modules = session.modules
@@ -680,27 +693,10 @@ class GraphReplays:
                     # replays its graph inside each call): that call is the step, named for
                     # the user's model, and a second series would cost every step two events
                     return original(graph)
-                session.range_start(name)
-                try:
-                    return original(graph)
-                finally:
-                    session.range_end(name)
-            if session.matches(name):
-                with region(name):
-                    return original(graph)
-            return original(graph)
+            return ranged(session, light, name, original, graph)
 
         self.wrapper = functools.wraps(original)(replay)
         graph_class.replay = self.wrapper
-
-    def name_of(self, graph: Any) -> str:
-        """A graph's name, given at its first replay."""
-        with self.naming:
-            name = self.names.get(graph)
-            if name is None:
-                self.graphs += 1
-                name = self.names[graph] = rangenames.replay_name(self.graphs)
-            return name
 
     def uninstall(self) -> None:
         if self.graph_class.__dict__.get("replay") is self.wrapper:  # not if someone replaced it since
