@@ -51,6 +51,7 @@ from perfdoctor.analysis.attribution import BUSY_PARTS, LABELS, activity_part_co
 from perfdoctor.analysis.ownership import containing
 from perfdoctor.names.codes import factorize, one_object
 from perfdoctor.names.families import family
+from perfdoctor.schema import repeated
 from perfdoctor.text import percent, value
 
 LATENCY_NS = 10_000  # a kernel with less work than this at the ceilings spends much of its time in ramp-up and tail
@@ -591,8 +592,8 @@ def class_bounds(analysis) -> Bounds:
     is_kernel = kinds == "kernel"
     byts = np.full(len(acts), np.nan)
     flops = np.full(len(acts), np.nan)
-    dtype = np.full(len(acts), "", dtype=object)
-    src = np.full(len(acts), "", dtype=object)
+    dtype = repeated("", len(acts))
+    src = repeated("", len(acts))
     notes: list[str] = []
     # memcpy / memset activities: their own byte counts (device copies read and write them).
     copy_kind = acts["copy_kind"].to_numpy(dtype=object)

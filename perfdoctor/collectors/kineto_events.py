@@ -35,7 +35,7 @@ from perfdoctor.collectors.json_chunks import PLACEHOLDER, ArraySlices, SliceErr
 from perfdoctor.errors import UsageError
 from perfdoctor.names.codes import factorize_strings
 from perfdoctor.names.ranges import PROFILER_STEP_NAME
-from perfdoctor.schema import ACTIVITY_COLUMNS, CALL_COLUMNS, DATA_LOADER_SOURCE, OP_COLUMNS, RANGE_COLUMNS, filled
+from perfdoctor.schema import ACTIVITY_COLUMNS, CALL_COLUMNS, DATA_LOADER_SOURCE, OP_COLUMNS, RANGE_COLUMNS, filled, repeated
 
 # Kineto's category names, and the spellings older PyTorch versions wrote (1.8-1.10:
 # "Kernel", "Memcpy", "Memset", "Runtime", "Operator"): one trace format, read either way.
@@ -554,7 +554,7 @@ class Events:
             np.concatenate([p[0] for p in parts]),
             np.concatenate([p[1] for p in parts]),
             events,
-            np.full(len(events), cat, dtype=object),
+            repeated(cat, len(events)),
             _merged_codes(coded) if coded else None,
         )
 
@@ -699,7 +699,7 @@ def _activities(taken: _Taken, kind: str) -> Columns:
     args = [a if a is not None else _NO_ARGS for a in map(_ARGS, events)]
     names, codes, uniques = _names(taken)
     data: dict[str, Any] = {
-        "kind": np.full(len(events), kind, dtype=object),
+        "kind": repeated(kind, len(events)),
         "start_ns": start,
         "end_ns": end,
         "device": _ints([a.device for a in args]),
@@ -813,7 +813,7 @@ def _shapes(args: list[Args]) -> Columns:
         # of the decode's CPU that way, 0.019 s this way (median of 10, one process).
         # One array for the three columns, as the empty categories share theirs (_NO_OPS): a
         # forked decoder's pickle sends it once, not three times (HF 80 MB's 164k ops).
-        absent = np.full(len(args), b"", dtype=object)
+        absent = repeated(b"", len(args))
         return dict.fromkeys(SHAPE_COLUMNS, absent)
     # An op's three fields as one key, copied out and hashed once, each distinct key split
     # back into its fields: eager 80 MB's 9 spans 95-103 -> 43-48 ms (least of 5), against a

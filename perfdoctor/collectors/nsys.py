@@ -28,6 +28,7 @@ from perfdoctor.collectors.checks import finish
 from perfdoctor.collectors.tools import find_tool
 from perfdoctor.errors import UsageError
 from perfdoctor.io import gunzip_to, regular_file
+from perfdoctor.schema import repeated
 from perfdoctor.profile import (
     ACTIVITY_COLUMNS,
     CALL_COLUMNS,
@@ -279,7 +280,7 @@ def _thread_names(con: sqlite3.Connection, tables: set[str], strings: pd.Series)
 def _activity_columns(t: pd.DataFrame, kind: str) -> dict[str, np.ndarray]:
     """The columns every CUPTI activity table shares, in Profile terms."""
     return {
-        "kind": np.full(len(t), kind, dtype=object),
+        "kind": repeated(kind, len(t)),
         "start_ns": t["start"].to_numpy(np.int64),
         "end_ns": t["end"].to_numpy(np.int64),
         "device": _i64(t["deviceId"]),
@@ -361,7 +362,7 @@ def _memset(con: sqlite3.Connection, tables: set[str], warnings: list[str]) -> p
         NSYS_ACTIVITIES,
         {
             **_activity_columns(m, "memset"),
-            "name": np.full(len(m), "Memset", dtype=object),
+            "name": repeated("Memset", len(m)),
             "bytes": m["bytes"].to_numpy(np.float64),
         },
     )
@@ -405,7 +406,7 @@ def _ranges(con: sqlite3.Connection, tables: set[str], strings: pd.Series, warni
             "start_ns": r["start"].to_numpy(np.int64),
             "end_ns": r["end"].to_numpy(np.int64),
             "tid": _i64(r["globalTid"]),
-            "source": np.full(len(r), "nvtx", dtype=object),
+            "source": repeated("nvtx", len(r)),
         },
     )
 
@@ -428,9 +429,9 @@ def _gpu_metrics(con: sqlite3.Connection, tables: set[str]) -> pd.DataFrame:
         SAMPLE_COLUMNS,
         {
             "time_ns": g["timestamp"].to_numpy(np.int64),
-            "metric": np.full(len(g), "dram_bw_util", dtype=object),
+            "metric": repeated("dram_bw_util", len(g)),
             "value": g["value"].to_numpy(np.float64) / 100.0,
-            "source": np.full(len(g), "nsys-gpu-metrics", dtype=object),
+            "source": repeated("nsys-gpu-metrics", len(g)),
         },
     )
 
