@@ -141,7 +141,8 @@ def _activity_part_codes(timeline) -> tuple[np.ndarray, np.ndarray]:
     if acts.empty:
         return np.zeros(0, dtype=object), np.zeros(0, dtype=np.intp)
     (names, name_of), (kinds, kind_of), (fams, fam_of) = (factorize(c) for c in (acts["name"], acts["kind"], timeline.families))
-    triples, row = np.unique((names * len(kind_of) + kinds) * len(fam_of) + fams, return_inverse=True)
+    # numbered by hashing (pandas), not by np.unique's sort: 0.2 against 2.4 ms on HF 80 MB
+    row, triples = pd.factorize((names * len(kind_of) + kinds) * len(fam_of) + fams)
     name, rest = np.divmod(triples, len(kind_of) * len(fam_of))
     kind, fam = np.divmod(rest, len(fam_of))
     parts = np.array([kernel_part(*t) for t in zip(name_of[name], kind_of[kind], fam_of[fam])], dtype=object)

@@ -140,11 +140,16 @@ def one_object(values: np.ndarray) -> bool:
 
 def equals(column: pd.Series | np.ndarray, value: str) -> np.ndarray:
     """``column == value`` as a boolean array, for an object column of names or labels
-    (``kind``, ``host_mem``, families): numpy compares an object array about 4x faster
-    than pandas, which checks every element for a missing value first. A missing value
+    (``kind``, ``host_mem``, families). The value is compared with the column's few distinct
+    objects (:func:`factorize`, remembered per column), not with every row: one analysis
+    tests the same columns ~25 times (HF 80 MB's 47k activities: 0.07 against 0.47 ms a
+    test; numpy's compare of every row was itself ~4x faster than pandas'). A missing value
     (None, NaN) equals no string, as in pandas."""
     arr = column.to_numpy() if hasattr(column, "to_numpy") else column  # a Series (or Index), else an array
-    return np.asarray(arr == value, dtype=bool)
+    if arr.dtype != object or arr.size == 0:
+        return np.asarray(arr == value, dtype=bool)
+    codes, uniques = factorize(arr, copy=False)  # only read
+    return np.asarray(uniques == value, dtype=bool)[codes]
 
 
 def starts_with(column: pd.Series, prefix: str) -> np.ndarray:
