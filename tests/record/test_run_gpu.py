@@ -498,3 +498,31 @@ def test_hand_captured_graph_replays_are_the_step(tmp_path):
     assert "timed as the loop iteration" in metrics["steps_how"]
     assert got["steps"] >= 2
     assert all(s["kernels"] > 50 for s in metrics["steps"])  # ResNet-50's captured forward in every step
+
+
+@pytest.mark.parametrize("capture", ["whole", "partial"])
+def test_graphed_training_iterations_are_the_step(tmp_path, capture):
+    """tests/programs/real/graphed_train.py (PyTorch's CUDA-graphs docs,
+    ``make_graphed_callables``; MLPerf's training loops): forward and backward replay graphs,
+    the loss and the optimizer run eager; ``partial`` replays two forward and two backward
+    graphs per iteration, which of them decided on the host by ``.item()`` mid-step. One
+    step per training iteration, its time the program's own (its RESULT line printed in
+    the light pass), never one step per replayed graph."""
+    iters, warmup = 100, 10
+    program = Path(__file__).parents[1] / "programs" / "real" / "graphed_train.py"
+    done, bundle = run(tmp_path, "--collect", "torch", str(program), "--capture", capture, "--warmup", str(warmup),
+                       "--iters", str(iters), timeout=300)
+    own = re.search(r"^RESULT (\{.*\})$", done.stdout, re.M)  # the first: the light pass's process
+    assert done.returncode == 0 and own, (done.stdout[-2000:], done.stderr[-3000:])
+    own_ms = json.loads(own.group(1))["ms_per_step"]
+    m = manifest(bundle)
+    metrics = json.loads((bundle / "metrics.json").read_text())
+    got = {k: metric(metrics["metrics"], k) for k in ("step_latency_ms_p50", "steps_per_s", "steps", "gpu_idle_ratio")}
+    record(test=f"graphed-train-{capture}", own_ms=own_ms, **got, **light_numbers(m), trace_step=metrics["step_name"],
+           trace_how=metrics["steps_how"])
+    lp = m["light_pass"]
+    # one step per iteration (the warm-up's included, less the one the first step starts at)
+    assert iters <= lp["steps_seen"] <= iters + warmup, (lp["step_name"], lp["how"], lp["steps_seen"])
+    assert got["step_latency_ms_p50"] == pytest.approx(own_ms, rel=0.05)
+    assert 1e3 / got["steps_per_s"] == pytest.approx(own_ms, rel=0.05)
+    assert got["steps"] >= 2
