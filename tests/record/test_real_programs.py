@@ -149,6 +149,20 @@ def test_train_loop_steps_per_iteration_not_per_batch_fetch(tmp_path: Path) -> N
     assert np.median(ms) > 10 * 1.4
 
 
+def test_compiled_train_loop_steps_per_iteration_not_per_compiled_call(tmp_path: Path) -> None:
+    iters, warmup = 6, 2
+    light, series, result = _run(
+        tmp_path, "train_loop.py", "--device", "cpu", "--model", "resnet18", "--batch", "4", "--img-size", "64",
+        "--iters", str(iters), "--warmup", str(warmup), "--compile", "default", "--compile-backend", "eager",
+    )
+    # model = torch.compile(model): its calls are a compiled function's, one per batch, and the
+    # loader's fetch still marks the iteration, which also holds the backward and the optimizer
+    assert light["step_name"] == FETCH, (light["step_name"], light["how"])
+    assert light["steps_seen"] == iters + warmup
+    ms = _step_ms(series)
+    assert ms[-iters:].mean() == pytest.approx(result["ms_per_iter"], rel=0.05)
+
+
 def test_train_loop_with_gradient_accumulation_steps_per_optimizer_step(tmp_path: Path) -> None:
     iters, warmup, accum = 4, 1, 3
     light, series, result = _run(

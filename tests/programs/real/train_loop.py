@@ -6,10 +6,14 @@ Standard loop: DataLoader, AMP, SGD, zero_grad / backward / step; times itself.
 ``--accum-steps K``: gradient accumulation as PyTorch's AMP recipe and HF Trainer write it
 (loss / K, backward every batch, scaler.step / update / zero_grad every K-th); an iteration
 is then one optimizer step over K batches, and --iters / --warmup count those.
+``--compile MODE``: PyTorch 2's one line, ``model = torch.compile(model, mode=...)``
+(``reduce-overhead``: the forward and the backward replayed as CUDA graphs by cudagraph
+trees; ``--compile-backend eager``: a CPU smoke test), the warm-up iterations compiling.
 
     python train_loop.py                                  # resnet50, batch 128, AMP, cuda
     python train_loop.py --num-workers 4 --pin-memory
     python train_loop.py --batch 32 --accum-steps 4
+    python train_loop.py --model resnet18 --compile reduce-overhead
     python train_loop.py --device cpu --model resnet18 --batch 4 --img-size 64 --iters 4 --warmup 1
 """
 import argparse
@@ -71,6 +75,9 @@ def main():
     parser.add_argument("--pin-memory", action="store_true")
     parser.add_argument("--amp", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--channels-last", action="store_true")
+    parser.add_argument("--compile", default="none", choices=["none", "default", "reduce-overhead", "max-autotune"],
+                        help="torch.compile(model, mode=...)")
+    parser.add_argument("--compile-backend", default="inductor", help="torch.compile's backend (eager: a CPU smoke test)")
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--momentum", type=float, default=0.9)
     parser.add_argument("--weight-decay", type=float, default=1e-4)
@@ -87,6 +94,8 @@ def main():
     model = MODELS[args.model]().to(device)
     if args.channels_last:
         model = model.to(memory_format=torch.channels_last)
+    if args.compile != "none":
+        model = torch.compile(model, mode=None if args.compile == "default" else args.compile, backend=args.compile_backend)
     criterion = nn.CrossEntropyLoss().to(device)
     optimizer = torch.optim.SGD(model.parameters(), args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
     amp_dtype = torch.float16 if cuda else torch.bfloat16
@@ -101,7 +110,7 @@ def main():
     loader = DataLoader(dataset, batch_size=args.batch, shuffle=True, num_workers=args.num_workers,
                         pin_memory=args.pin_memory, drop_last=True, persistent_workers=args.num_workers > 0)
     print(f"=> training {args.model}, batch {args.batch}, {args.img_size}px, workers {args.num_workers}, "
-          f"pin_memory {args.pin_memory}, amp {args.amp}, accumulation {accum}, {device}")
+          f"pin_memory {args.pin_memory}, amp {args.amp}, accumulation {accum}, compile {args.compile}, {device}")
 
     def sync():
         if cuda:
@@ -150,7 +159,7 @@ def main():
     print("RESULT " + json.dumps({"program": "train_loop", "model": args.model, "step": "training iteration",
                                   "ms_per_step": round(ms_per_iter, 4), "ms_per_iter": round(ms_per_iter, 4),
                                   "images_per_s": round(images_per_s, 2), "batch": args.batch,
-                                  "accum_steps": accum, "num_workers": args.num_workers, "pin_memory": args.pin_memory, "amp": args.amp,
+                                  "accum_steps": accum, "compile": args.compile, "num_workers": args.num_workers, "pin_memory": args.pin_memory, "amp": args.amp,
                                   "iters": args.iters, "device": str(device)}))
 
 
