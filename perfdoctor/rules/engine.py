@@ -135,6 +135,19 @@ def _persistent(values: dict[str, Metric]) -> bool:
     return m is not None and m.value is not None and 1 <= m.value <= PERSISTENT_KERNELS
 
 
+# Compiled: at least this share of the steps' kernels is torch.compile's own (a model compiled
+# whole runs its GEMMs and convolutions in cuBLAS/cuDNN and most of the rest in inductor's
+# kernels: ~40-90 %); below it, a few compiled helpers beside an eager model.
+COMPILED_KERNELS = 0.2
+
+
+def _compiled(values: dict[str, Metric]) -> bool:
+    """The steps run torch.compile's generated kernels: ``compiled_kernel_ratio`` >= :data:`COMPILED_KERNELS`.
+    "torch.compile the model" is then the advice the program has already taken."""
+    m = values.get("compiled_kernel_ratio")
+    return m is not None and m.value is not None and m.value >= COMPILED_KERNELS
+
+
 def _workload_is(kind: str) -> Callable[[dict[str, Metric]], bool]:
     def pred(values: dict[str, Metric]) -> bool:
         m = values.get(f"workload_{kind}")
@@ -146,6 +159,7 @@ def _workload_is(kind: str) -> Callable[[dict[str, Metric]], bool]:
 PREDICATES: dict[str, tuple[Callable[[dict[str, Metric]], bool], str]] = {
     "graphed": (_graphed, "steps are CUDA-graph replays (steps_graphed: most steps own a recognised graph launch replaying ≥ 50 % of their kernels)"),
     "persistent": (_persistent, f"the step is one persistent kernel (1 <= step_kernels_p50 <= {PERSISTENT_KERNELS}, kernel_time_ratio >= {PERSISTENT_BUSY}, not a capture: a megakernel)"),
+    "compiled": (_compiled, f"the steps run torch.compile's kernels (compiled_kernel_ratio >= {COMPILED_KERNELS}: inductor's triton_* kernels by count)"),
     "training": (_workload_is("training"), "the trace is training (backward ops, an optimizer step or an autograd thread: perfdoctor.analysis.workload)"),
     "inference": (_workload_is("inference"), "the trace is inference (no backward op, no optimizer step)"),
     "unrecognised": (_workload_is("unrecognised"), "the trace is inference whose task was not recognised (Workload.task 'inference': "

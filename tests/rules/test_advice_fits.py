@@ -241,3 +241,41 @@ def test_a_variant_severity_must_be_a_severity(tmp_path: Path):
     pack.write_text('[[rule]]\nid = "launch-rate"\n[[rule.variant]]\nwhen = "unrecognised"\nseverity = "fatal"\n')
     with pytest.raises(UsageError, match="severity"):
         load_rules([pack])
+
+
+TRITON_EXAMPLE = SHARED / "hta" / "triton_example__triton_example.json.gz"  # a torch.compile'd model (HTA's example)
+COMPILE_ADVICE = re.compile(r"^torch\.compile the|with torch\.compile|torch\.compile the model")
+
+
+def _kernel_names(path: Path) -> list[str]:
+    with gzip.open(path, "rt") as fh:
+        events = json.load(fh)["traceEvents"]
+    return [str(e.get("name", "")) for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"]
+
+
+@need_shared
+def test_a_compiled_model_is_not_told_to_torch_compile_the_model():
+    """A trace whose steps run torch.compile's own kernels (inductor names them triton_*) has
+    taken the advice "torch.compile the model": short-kernels and norm-elementwise say what is
+    left (graph breaks, max-autotune) instead. An eager trace still gets the advice."""
+    names = _kernel_names(TRITON_EXAMPLE)
+    assert sum(n.startswith("triton_") for n in names) > len(names) / 2  # read from the raw events
+    d = diagnose(TRITON_EXAMPLE, warnings=False)
+    k = d.analysis.timeline.step_kernels["name"]
+    share = sum(str(n).startswith("triton_") for n in k) / len(k)  # the steps' own kernels, counted by hand
+    from perfdoctor.rules.signals import compiled_kernel_ratio
+
+    assert compiled_kernel_ratio(d.analysis).value == pytest.approx(share)
+    fired = {f.rule_id: f for f in _failed(d)}
+    assert {"short-kernels", "norm-elementwise"} <= set(fired), sorted(fired)
+    for rid in ("short-kernels", "norm-elementwise"):
+        f = fired[rid]
+        assert "compiled" in f.context
+        assert f.remediation.steps[0].startswith("The model is already compiled"), f.remediation.steps
+        assert not any(COMPILE_ADVICE.search(s) for s in f.remediation.steps), f.remediation.steps
+        assert "max-autotune" in f.remediation.snippet
+
+    eager = diagnose(VLLM_EAGER, warnings=False)
+    f = next(f for f in _failed(eager) if f.rule_id == "short-kernels")
+    assert "compiled" not in f.context
+    assert not f.remediation.steps[0].startswith("The model is already compiled")
