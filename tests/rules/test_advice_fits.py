@@ -279,3 +279,30 @@ def test_a_compiled_model_is_not_told_to_torch_compile_the_model():
     f = next(f for f in _failed(eager) if f.rule_id == "short-kernels")
     assert "compiled" not in f.context
     assert not f.remediation.steps[0].startswith("The model is already compiled")
+
+
+WORKERS_0 = SHARED / "wild" / "kineto__tb_resnet50_num_workers_0.pt.trace.json.gz"  # TensorBoard plugin's sample: num_workers=0
+
+
+def _data_loading_steps(path: Path) -> list[str]:
+    f = next(f for f in _failed(diagnose(path, warnings=False)) if f.rule_id == "data-loading")
+    return list(f.remediation.steps)
+
+
+@need_shared
+def test_a_loader_with_workers_is_not_told_to_use_worker_processes(tmp_path):
+    """The DataLoader's range names its iterator: _SingleProcessDataLoaderIter (num_workers=0) is
+    told to load in worker processes; the same trace with the iterator the workers hand out
+    (_MultiProcessingDataLoaderIter, everything else unchanged) is told that its workers are too
+    slow, not to add what it has."""
+    raw = gzip.open(WORKERS_0, "rb").read()
+    assert raw.count(b"_SingleProcessDataLoaderIter") >= 2 and b"_MultiProcessingDataLoaderIter" not in raw
+    single = _data_loading_steps(WORKERS_0)
+    assert single[0].startswith("Load and augment in worker processes")
+    assert not any("already loads in worker processes" in s for s in single)
+    multi_path = tmp_path / "workers.pt.trace.json.gz"
+    multi_path.write_bytes(gzip.compress(raw.replace(b"_SingleProcessDataLoaderIter", b"_MultiProcessingDataLoaderIter")))
+    multi = _data_loading_steps(multi_path)
+    assert multi[0].startswith("The DataLoader already loads in worker processes")
+    assert not any(s.startswith("Load and augment in worker processes") for s in multi)
+    assert single[1:] == multi[1:]  # pinned memory, GPU decode: the same for both
