@@ -306,3 +306,7 @@ def test_a_loader_with_workers_is_not_told_to_use_worker_processes(tmp_path):
     assert multi[0].startswith("The DataLoader already loads in worker processes")
     assert not any(s.startswith("Load and augment in worker processes") for s in multi)
     assert single[1:] == multi[1:]  # pinned memory, GPU decode: the same for both
+    # pin_memory is advised because this trace's host-to-device copies are pageable (its memcpy
+    # events' names); a loader that pins (pageable_memcpy_bytes 0) is not told to pin
+    assert b"Memcpy HtoD (Pageable -> Device)" in raw
+    assert any(s.startswith("pin_memory=True") for s in single)
