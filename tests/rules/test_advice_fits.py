@@ -310,3 +310,16 @@ def test_a_loader_with_workers_is_not_told_to_use_worker_processes(tmp_path):
     # events' names); a loader that pins (pageable_memcpy_bytes 0) is not told to pin
     assert b"Memcpy HtoD (Pageable -> Device)" in raw
     assert any(s.startswith("pin_memory=True") for s in single)
+
+
+XDIT = SHARED / "tracelens" / "inference__xdit_sd_3.5__profile_trace_rank_0.json.gz"  # xDiT's SD 3.5, its transformer compiled
+
+
+@need_shared
+def test_a_compiled_denoiser_is_told_to_graph_it_not_to_compile_it():
+    names = _kernel_names(XDIT)
+    assert sum(n.startswith("triton_") for n in names) > len(names) / 4  # inductor's kernels, read from the raw events
+    f = next(f for f in _failed(diagnose(XDIT, warnings=False)) if f.rule_id == "memory-bubbles")
+    assert {"compiled", "diffusion"} <= set(f.context)
+    assert f.remediation.steps[0].startswith("The denoiser is already compiled: capture its calls in CUDA graphs")
+    assert not any(s.startswith("Compile the denoiser") for s in f.remediation.steps)
