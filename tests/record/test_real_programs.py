@@ -336,15 +336,15 @@ def test_async_server_steps_are_the_requests_service_not_the_event_loops_idle(tm
     # (the future's result set, the loop woken: the GIL taken back from the loop's thread):
     # 0.03-0.04 ms of 0.9-1.1 ms alone, 0.07-0.10 ms of 0.5-0.8 ms with another test beside
     # it on the 2 cores (15 % once): up to 0.1 ms a request beyond 15 % is that
-    # The means leave out each timer's two longest requests: with the executor, a request's
-    # hand-back waits for the GIL from the loop's thread, and on a loaded 2-core box one of
-    # them now and then stalls for several ms in perfdoctor's step only (CI 2026-12-04, twice:
-    # the steps' mean 1.70 against the program's 1.42 ms, ~10 ms more over the run, while the
-    # medians agreed within 15 %)
     ms = _step_ms(series)[result["warmup"]:]
     own = np.array(result["ms_each"][result["warmup"]:])
     assert np.median(ms) == pytest.approx(np.median(own), rel=0.15, abs=0.1)
-    assert np.sort(ms)[:-2].mean() == pytest.approx(np.sort(own)[:-2].mean(), rel=0.15, abs=0.1)
+    # The mean holds every request's hand-back too. With the executor it waits for the GIL from
+    # the loop's thread, and on the loaded 2-core CI box (2026-12-04, two of four runs) that came to
+    # 0.28-0.30 ms a request in perfdoctor's step alone (means 1.70 / 1.61 against the program's
+    # 1.42 / 1.33 ms, the medians within 15 %): up to 0.35 ms a request beyond 15 % is that.
+    # An event loop's idle in the step (the bug this test was written for) is ~4 ms a request.
+    assert ms.mean() == pytest.approx(own.mean(), rel=0.15, abs=0.35 if executor else 0.1)
     assert (np.array(series["waited_ns"]) > 0).sum() > result["requests"] // 2
     # the rate leaves the waits out and says so
     from perfdoctor.pipeline import diagnose
