@@ -43,10 +43,11 @@ DECODE_WORDS = re.compile(r"decode[ _](?:step|loop)|per token|rmsnorm|rotary|meg
 need_shared = pytest.mark.skipif(not SHARED.is_dir(), reason=f"the shared traces ({SHARED}) are not here")
 
 
-def _names(path: Path) -> list[str]:
+def _names(path: Path, cat: str | None = None) -> list[str]:
+    """The names of the trace's complete events (of category ``cat`` only, when given)."""
     with gzip.open(path, "rt") as fh:
         events = json.load(fh)["traceEvents"]
-    return [str(e.get("name", "")) for e in events if e.get("ph") == "X"]
+    return [str(e.get("name", "")) for e in events if e.get("ph") == "X" and (cat is None or e.get("cat") == cat)]
 
 
 def _decoder_named(names: list[str]) -> bool:
@@ -247,18 +248,12 @@ TRITON_EXAMPLE = SHARED / "hta" / "triton_example__triton_example.json.gz"  # a 
 COMPILE_ADVICE = re.compile(r"^torch\.compile the|with torch\.compile|torch\.compile the model")
 
 
-def _kernel_names(path: Path) -> list[str]:
-    with gzip.open(path, "rt") as fh:
-        events = json.load(fh)["traceEvents"]
-    return [str(e.get("name", "")) for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"]
-
-
 @need_shared
 def test_a_compiled_model_is_not_told_to_torch_compile_the_model():
     """A trace whose steps run torch.compile's own kernels (inductor names them triton_*) has
     taken the advice "torch.compile the model": short-kernels and norm-elementwise say what is
     left (graph breaks, max-autotune) instead. An eager trace still gets the advice."""
-    names = _kernel_names(TRITON_EXAMPLE)
+    names = _names(TRITON_EXAMPLE, "kernel")
     assert sum(n.startswith("triton_") for n in names) > len(names) / 2  # read from the raw events
     d = diagnose(TRITON_EXAMPLE, warnings=False)
     k = d.analysis.timeline.step_kernels["name"]
@@ -317,7 +312,7 @@ XDIT = SHARED / "tracelens" / "inference__xdit_sd_3.5__profile_trace_rank_0.json
 
 @need_shared
 def test_a_compiled_denoiser_is_told_to_graph_it_not_to_compile_it():
-    names = _kernel_names(XDIT)
+    names = _names(XDIT, "kernel")
     assert sum(n.startswith("triton_") for n in names) > len(names) / 4  # inductor's kernels, read from the raw events
     f = next(f for f in _failed(diagnose(XDIT, warnings=False)) if f.rule_id == "memory-bubbles")
     assert {"compiled", "diffusion"} <= set(f.context)
