@@ -660,7 +660,14 @@ def test_compile_default_mode_image_inference_steps_per_batch(tmp_path: Path) ->
     rate = _steps_per_s(tmp_path)
     # left out with a note; or, where a stalled first pass moved the steady start past it, as warm-up
     assert "1 step(s) compiled" in (rate.note or "") or light["steady_start"] > batches - 1, (rate.note, light["steady_start"])
-    assert 1e3 / rate.value == pytest.approx(result["ms_per_step"], rel=0.15)
+    # the rate is over the steady steps, from steady_start (the first pass's batches ran
+    # slower, up to 2x, where it began there), the compiled one left out: the program's own
+    # times of the same batches, and each batch's fetch, which its timer leaves out (7-15 %
+    # more in 8 runs, two at a time on this 2-core box). Before, against the last pass's mean
+    # alone and within 15 %: 1.82 against 1.46 ms once
+    k = np.arange(len(result["ms_each"]))
+    steady = np.array(result["ms_each"])[(k >= light["steady_start"]) & (k != batches - 1)]
+    assert 1.0 < 1e3 / rate.value / steady.mean() < 1.3
 
 
 @pytest.mark.parametrize("zero_grad", ["end", "start", "model"])
@@ -840,19 +847,23 @@ def test_continuous_batching_steps_per_scheduler_iteration_not_per_forward(tmp_p
 def test_hf_beam_search_and_top_k_sampling_over_a_padded_batch_steps_per_forward(tmp_path: Path, mode: str) -> None:
     # generate(num_beams=4) or generate(do_sample=True, top_k=50) over 4 left-padded prompts
     # of different lengths: one model forward per generated position (the prefill included),
-    # in the warm-up and the 3 timed generates; each timed generate's forwards, each up to
-    # the next (the last: its own end), hold all of it but its setup and beam finalisation
-    # (0.93 of it here alone; as for hf_generate.py, a preempted gap reads as a pause)
+    # in the warm-up and the 3 timed generates. Each timed generate's forwards start inside
+    # its span (the program's perf_counter_ns, the light pass's clock) and, each up to the
+    # next, hold all of it but its setup and beam finalisation (0.95 of it here alone). A
+    # generate's last forward runs on to the next generate's first, past the span's end (by
+    # the next one's setup, 1-2 ms): it is cut there.
     tokens, generations = 16, 3
     light, series, result = _run(tmp_path, "hf_beam.py", "--mode", mode, "--device", "cpu", "--layers", "2", "--dim", "64",
                                   "--heads", "4", "--kv-heads", "2", "--ffn-dim", "128", "--vocab", "256", "--tokens", str(tokens),
                                   "--generations", str(generations), env={"OMP_NUM_THREADS": "1"})
     assert light["step_name"] == "LlamaForCausalLM.forward"
     assert light["steps_seen"] == result["warmup_forwards"] + result["forwards"]
-    ms = _step_ms(series)
-    end = len(ms)
-    for n, own in zip(reversed(result["forwards_each"]), reversed(result["ms_each_generate"])):
-        assert 0.5 * own < ms[end - n:end].sum() <= own
+    starts, ends = np.array(series["host_start_ns"]), np.array(series["gpu_end_ns"])
+    end = len(ends)
+    for n, (t0, t1) in zip(reversed(result["forwards_each"]), reversed(result["perf_counter_ns_each_generate"])):
+        s, e = starts[end - n:end], ends[end - n:end]
+        assert t0 < s[0] and s[-1] < t1
+        assert 0.75 * (t1 - t0) < (np.minimum(e, t1) - s).sum() <= t1 - t0
         end -= n
 
 

@@ -85,14 +85,16 @@ def main():
         run()  # warm-up
         sync()
         warm = forwards[0]
-        times, fwd_each, new_tokens = [], [], 0
+        times, spans_ns, fwd_each, new_tokens = [], [], [], 0
         for i in range(args.generations):
             f0 = forwards[0]
-            t0 = time.perf_counter()
+            t0 = time.perf_counter_ns()
             out = run()
             sync()
-            dt = time.perf_counter() - t0
+            t1 = time.perf_counter_ns()
+            dt = (t1 - t0) / 1e9
             times.append(dt)
+            spans_ns.append((t0, t1))
             fwd_each.append(forwards[0] - f0)
             gen = out[:, width:]
             n = int(((gen != 0) & (gen != args.eos)).sum()) + int((gen == args.eos).any(1).sum())
@@ -104,7 +106,8 @@ def main():
     print("RESULT " + json.dumps({"program": "hf_beam", "mode": args.mode, "step": "one forward (a generated position, the prefill included)",
                                   "ms_per_step": ms, "ms_per_forward": ms, "tokens_per_s": new_tokens / sum(times),
                                   "warmup_forwards": warm, "forwards": sum(fwd_each), "forwards_each": fwd_each,
-                                  "ms_each_generate": [t * 1e3 for t in times], "batch": args.batch}))
+                                  "ms_each_generate": [t * 1e3 for t in times], "perf_counter_ns_each_generate": spans_ns,
+                                  "batch": args.batch}))
 
 
 if __name__ == "__main__":
