@@ -166,6 +166,9 @@ class PassResults(_Document):
     program_error: str | None = None  # an exception the program did not catch
     exit_code: int | None = None
     terminated: bool | None = None  # SIGTERM ended it
+    # the multiprocessing processes the program started, "module.function (start method)" ->
+    # how many (DataLoader and compile workers left out): work perfdoctor does not see
+    children: dict[str, int] | None = None
     ended_at_ns: int | None = None  # wall clock: which rank of a job failed first
     rank: dict[str, Any] | None = None  # a rank of a torchrun job: the config's rank
     device: str | None = None  # that rank's device
@@ -221,7 +224,18 @@ class PassResults(_Document):
         _expect(mono is None or (isinstance(mono, int) and not isinstance(mono, bool) and abs(mono) < 2**62), where,
                 "clock_sync.monotonic_ns", "an integer")
         _expect(doc.get("environment") is None or isinstance(doc.get("environment"), dict), where, "environment", "a JSON object")
+        children = doc.get("children")
+        _expect(children is None or (isinstance(children, dict) and all(type(n) is int for n in children.values())), where,
+                "children", "a JSON object of counts")
         return cls._build(doc)
+
+    def children_note(self) -> str | None:
+        """What the program ran in processes of its own (``children``), which no pass saw."""
+        if not self.children:
+            return None
+        started = ", ".join(f"{work} x{n}" for work, n in self.children.items())
+        return (f"the program ran work in child processes ({started}), and perfdoctor times and traces only the "
+                "process it starts")
 
     def step_series(self) -> dict[str, dict[str, Any]]:
         """Per name, the light pass's step series; from the ``spans_ns`` of older bundles too."""

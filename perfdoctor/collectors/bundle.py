@@ -302,7 +302,10 @@ def load_bundle(bundle: str | Path, rank: int | None = None, manifest: Manifest 
     # why there is no trace: the warnings so far (the light pass's are about its timing)
     reason = None if pass_name else "; ".join(warnings) or NO_TRACE
     if light_pass is not None:
-        profile.light = read_light(_pass_results(raw, "light", results), light_pass, warnings)
+        light = _pass_results(raw, "light", results)
+        profile.light = read_light(light, light_pass, warnings)
+        if light.children:
+            warnings.append(f"{light.children_note()}: their work is in no pass of this bundle")
     origin = profile.origin
     profile.origin = replace(
         origin,

@@ -491,7 +491,13 @@ def serving_series(series: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return merged_series([series[n] for n in names])
 
 
-def _no_step(options: RunOptions) -> str:
+def _no_step(options: RunOptions, children: str | None = None) -> str:
+    if children:
+        return (
+            f"no step seen: {children}; call that function in the main process (one GPU: as the child would "
+            "run it, e.g. worker(0, ...) instead of mp.spawn(worker, ...)), or launch the ranks with torchrun: "
+            "perfdoctor run -- torchrun --nproc-per-node N SCRIPT"
+        )
     if options.step is not None:
         return (
             f"no step seen: no range named {options.step!r} completed (a record_function, NVTX or "
@@ -533,7 +539,7 @@ def light_summary(results: PassResults, options: RunOptions) -> LightPass:
     if name is None:
         summary = replace(
             summary,
-            reason=_no_step(options),
+            reason=_no_step(options, results.children_note()),
             steady_start=0, steady_reason="no step", warmup=options.warmup or 0, step_latency_ms=[],
         )
     else:

@@ -46,6 +46,8 @@ def filled(cls: type) -> object:
             values[f.name] = 3
         elif f.name in ("gpu", "calibration", "collectors", "ranks", "environment", "clock_sync"):
             values[f.name] = {}
+        elif f.name == "children":
+            values[f.name] = {"__main__.worker (spawn)": 2}
         else:
             values[f.name] = f"value of {f.name}"
     return cls(**values)
@@ -151,6 +153,11 @@ def test_a_manifest_of_the_wrong_shape_is_one_error_naming_the_field():
         PassConfig.from_json({"results": "x.json"})
     with pytest.raises(UsageError, match="clock_sync.monotonic_ns"):
         PassResults.from_json({"clock_sync": {"monotonic_ns": "soon"}})
+    for children in (["__main__.worker"], {"__main__.worker (spawn)": "2"}):
+        with pytest.raises(UsageError, match="field 'children'"):
+            PassResults.from_json({"children": children})
+    assert PassResults.from_json({"children": {"w (spawn)": 2}}).children_note() == (
+        "the program ran work in child processes (w (spawn) x2), and perfdoctor times and traces only the process it starts")
 
 
 # Keys that cannot move this round, per module. Each entry must still be needed: a key a

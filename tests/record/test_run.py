@@ -1300,3 +1300,32 @@ def test_a_busy_neighbour_on_the_programs_cpu_stretches_its_steps_and_cuts_none(
     # each iteration from its call to the next: the program's own per-iteration time, the
     # last one's end aside (its own call's end: nothing follows it)
     assert ms[:-1].sum() == pytest.approx(own[1:].sum(), rel=0.1)
+
+
+def test_process_work_names_what_a_child_runs_and_leaves_the_loop_s_helpers_out():
+    # what the light pass reports as work in child processes: the target (torch's spawn:
+    # the function it wraps), by start method; DataLoader workers and inductor's compile pool
+    # are the program's own loop, not its work moved out of sight
+    import importlib
+    import multiprocessing
+    from concurrent.futures.process import _process_worker
+
+    from torch._inductor.async_compile import _async_compile_initializer
+    from torch.utils.data._utils.worker import _worker_loop
+
+    from perfdoctor.record.bootstrap.main import process_work
+
+    class Server(multiprocessing.Process):
+        def run(self) -> None:
+            pass
+
+    wrap = importlib.import_module("torch.multiprocessing.spawn")._wrap
+    default = multiprocessing.get_all_start_methods()[0]
+    spawn = multiprocessing.get_context("spawn")
+    assert process_work(spawn.Process(target=wrap, args=(print, 0, (), None))) == "builtins.print (spawn)"
+    assert process_work(multiprocessing.get_context("forkserver").Process(target=print)) == "builtins.print (forkserver)"
+    assert process_work(Server()) == f"{__name__}.test_process_work_names_what_a_child_runs_and_leaves_the_loop_s_helpers_out.<locals>.Server.run ({default})"
+    assert process_work(multiprocessing.Process(target=_worker_loop)) is None
+    assert process_work(multiprocessing.Process(target=_process_worker, args=(None, None, _async_compile_initializer, (), None))) is None
+    assert process_work(multiprocessing.Process(target=_process_worker, args=(None, None, None, (), None))) == (
+        f"concurrent.futures.process._process_worker ({default})")

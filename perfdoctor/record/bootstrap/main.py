@@ -129,6 +129,59 @@ def install_os_exit(session: Session) -> None:
     os._exit = _exit
 
 
+# Process targets that are part of the program's own loop, not its work moved elsewhere:
+# DataLoader workers (their fetches are the loader's steps) and torch's compile workers.
+HELPER_TARGETS = ("torch.utils.data._utils.worker._worker_loop", "torch._inductor.")
+START_METHODS = {"SpawnProcess": "spawn", "ForkProcess": "fork", "ForkServerProcess": "forkserver"}
+
+
+def process_work(process: Any) -> str | None:
+    """What a multiprocessing process about to start will run, as ``module.function (method)``,
+    or None for a helper of the program's own loop (:data:`HELPER_TARGETS`).
+    ``torch.multiprocessing.spawn`` starts its ``_wrap(fn, i, args, queue)``: the work is ``fn``."""
+    target, args = getattr(process, "_target", None), getattr(process, "_args", ())
+    module = getattr(target, "__module__", None) or ""
+    if getattr(target, "__qualname__", None) == "_wrap" and module.startswith("torch.multiprocessing") and args:
+        target = args[0]
+    elif module == "concurrent.futures.process" and len(args) > 2 and getattr(args[2], "__module__", None):
+        # a ProcessPoolExecutor's worker (call queue, result queue, initializer, ...): inductor's
+        # pool, with worker_start_method="fork", is known by its initializer
+        if args[2].__module__.startswith(HELPER_TARGETS):
+            return None
+    if target is None:
+        name = f"{type(process).__module__}.{type(process).__qualname__}.run"
+    else:
+        name = f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', repr(target))}"
+    if name.startswith(HELPER_TARGETS):
+        return None
+    method = START_METHODS.get(type(process).__name__)
+    if method is None:  # the default context's Process
+        import multiprocessing
+
+        method = multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]  # the first: the default
+    return f"{name.replace('__mp_main__.', '__main__.')} ({method})"
+
+
+def watch_children(session: Session) -> None:
+    """Count the processes the program starts through ``multiprocessing`` (``Process``,
+    ``torch.multiprocessing.spawn``, ``Pool``, ``ProcessPoolExecutor``) by what they run.
+    perfdoctor times and traces the process it started; a program whose model runs in such a
+    child (the DDP tutorial's ``mp.spawn``, a serving worker) shows nothing here, and the light
+    pass says why (:func:`perfdoctor.record.light.light_summary`) instead of "no step seen" alone."""
+    from multiprocessing.process import BaseProcess
+
+    real = BaseProcess.start
+
+    def start(self: Any) -> None:
+        if os.getpid() == session.pid:
+            work = process_work(self)
+            if work is not None:
+                session.children[work] = session.children.get(work, 0) + 1
+        real(self)
+
+    BaseProcess.start = start  # type: ignore[method-assign]
+
+
 def main(argv: list[str]) -> None:
     if len(argv) < 3:
         raise SystemExit("usage: python -m perfdoctor.record.bootstrap.main CONFIG.json (SCRIPT | -m MODULE) [ARGS...]")
@@ -148,6 +201,7 @@ def main(argv: list[str]) -> None:
     hook_ranges(session, nvtx_to_torch=session.mode == "torch", torch_to_nvtx=session.mode in ("nsys", "ncu"))
     install_signals(session)
     install_os_exit(session)
+    watch_children(session)
     session.waits = Waits(session)
     if session.mode == "light":
         session.full_gcs = FullCollections()

@@ -94,6 +94,7 @@ class Session:
         # the light pass keeps timing that module's eager calls (stop_module_timing)
         self.compiled_modules: set[str] = set()
         self.keep_modules = False
+        self.children: dict[str, int] = {}  # multiprocessing processes started, by what they run (main.watch_children)
         self.program_error: str | None = None  # an exception the program did not catch
         self.exit_code: int | None = None  # the program's exit status, as far as it is known here
         self.terminated = False  # SIGTERM ended it (torchrun stopping the ranks, perfdoctor's timeout)
@@ -524,6 +525,7 @@ class Session:
             program_error=self.program_error,
             exit_code=self.exit_code,
             terminated=self.terminated,
+            children=self.children or None,
             ended_at_ns=time.time_ns(),  # wall clock: which rank of a job failed first
         )
         if self.config.rank:  # a rank of a torchrun job (perfdoctor.record.launch)
