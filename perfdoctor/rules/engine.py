@@ -88,7 +88,7 @@ RULE_FIELDS = {
 WORKLOADS = ("training", "inference", "any", "serving", "diffusion", "llm-prefill", "llm-decode", "vision")
 VARIANT_FIELDS = {"when", "title", "remediation", "estimate", "severity"}
 REMEDIATION_FIELDS = {"steps", "snippet"}
-STEP_FIELDS = {"text", "needs"}  # a step given only where a condition holds: { text = "...", needs = "KEY [OP NUMBER]" }
+STEP_FIELDS = {"text", "needs"}  # a step given only where a condition holds: { text = "...", needs = "KEY [OP NUMBER]" | "[not] CONDITION" }
 REQUIRED = ("title", "metric", "severity", "remediation")  # and a citation: `cite` or `citation`
 SOURCE_FIELDS = {"id", "title", "short", "original_title", "url", "sections"}
 CITE_FIELDS = {"source", "section", "says", "original"}
@@ -230,14 +230,26 @@ class Remediation:
 
 # A step's condition: `KEY` (the input is measured and not 0: a flag that is 1, a share above
 # 0) or `KEY OP NUMBER` (the input is measured and the comparison holds). An input that is
-# absent never holds: a step that names a cause needs the trace to show it.
+# absent never holds: a step that names a cause needs the trace to show it. Or a variant's
+# condition, `CONDITION` or `not CONDITION` (PREDICATES: `not compiled`), so a threshold the
+# engine owns is written once, not copied into the packs as a number.
 STEP_NEEDS = re.compile(r"^\s*([a-z][a-z0-9_]*)\s*(?:(<=|>=|==|<|>)\s*(-?[0-9]+(?:\.[0-9]+)?(?:[eE]-?[0-9]+)?))?\s*$")
+STEP_CONDITION = re.compile(r"^\s*(not\s+)?([a-z][a-z0-9-]*)\s*$")
+
+
+def _step_condition(condition: str) -> tuple[bool, str] | None:
+    """(negated, name) where ``condition`` names a variant condition (:data:`PREDICATES`)."""
+    m = STEP_CONDITION.match(condition)
+    return (m.group(1) is not None, m.group(2)) if m is not None and m.group(2) in PREDICATES else None
 
 
 def step_holds(condition: str, values: dict[str, Metric]) -> bool:
     """Whether a remediation step's ``needs`` condition holds (``""`` always does)."""
     if not condition:
         return True
+    named = _step_condition(condition)
+    if named is not None:
+        return PREDICATES[named[1]][0](values) != named[0]
     m = STEP_NEEDS.match(condition)
     if m is None:
         return False
@@ -495,10 +507,14 @@ def _step(raw: Any, field: str) -> tuple[str, str]:
     _known_fields(raw, STEP_FIELDS, f"{field}.")
     _need(isinstance(raw.get("text"), str) and raw["text"].strip() != "", f"{field}.text", "required: a non-empty string")
     needs = raw.get("needs", "")
-    _need(isinstance(needs, str), f"{field}.needs", "expected a string: KEY or KEY OP NUMBER")
-    if needs:
+    _need(isinstance(needs, str), f"{field}.needs", "expected a string: KEY, KEY OP NUMBER or [not] CONDITION")
+    named = _step_condition(needs) if needs else None
+    if named is not None:
+        needs = f"not {named[1]}" if named[0] else named[1]
+    elif needs:
         m = STEP_NEEDS.match(needs)
-        _need(m is not None, f"{field}.needs", f"{needs!r}: expected KEY or KEY OP NUMBER (OP one of {' '.join(COMPARATORS)})")
+        _need(m is not None, f"{field}.needs", f"{needs!r}: expected KEY or KEY OP NUMBER (OP one of {' '.join(COMPARATORS)}), "
+              f"or [not] CONDITION (one of {', '.join(PREDICATES)})")
         if m.group(1) not in KNOWN_INPUTS:
             raise _PackError(f"{field}.needs", f"unknown metric {m.group(1)!r}{_suggest(m.group(1), KNOWN_INPUTS)} (see docs/rules.md for the list)")
         needs = " ".join(x for x in m.groups() if x is not None)

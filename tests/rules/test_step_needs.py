@@ -123,6 +123,17 @@ def test_step_conditions():
     assert not step_holds("missing < 0.3", values)
 
 
+def test_a_step_may_need_a_variant_condition_or_its_negation():
+    # `compiled` is the engine's threshold on compiled_kernel_ratio (COMPILED_KERNELS): a
+    # step names it instead of copying the number into the pack
+    from perfdoctor.rules.engine import COMPILED_KERNELS
+
+    for ratio, compiled in ((COMPILED_KERNELS, True), (COMPILED_KERNELS / 2, False), (0.0, False)):
+        values = {"compiled_kernel_ratio": Metric(ratio, "ratio", "t")}
+        assert step_holds("compiled", values) is compiled and step_holds("not compiled", values) is not compiled
+        assert step_holds("  not   compiled ", values) is not compiled
+
+
 PACK = '''
 [[rule]]
 id = "demo-needs"
@@ -137,6 +148,7 @@ steps = [
     "always",
     { text = "only with batch norm", needs = "batch_norm_in_steps" },
     { text = "only with many convolutions", needs = "convolution_ratio >= 0.5" },
+    { text = "only uncompiled", needs = "not  compiled" },
 ]
 '''
 
@@ -151,9 +163,11 @@ def test_a_pack_step_with_needs_is_chosen_by_the_values(tmp_path: Path):
         values = {"gpu_idle_ratio": Metric(0.9, "ratio", "t"), **{k: Metric(v, "ratio", "t") for k, v in vals.items()}}
         return list(evaluate_rule(rule, analysis, values, {}).remediation.steps)
 
-    assert steps() == ["always"]
-    assert steps(batch_norm_in_steps=1.0, convolution_ratio=0.2) == ["always", "only with batch norm"]
-    assert steps(batch_norm_in_steps=0.0, convolution_ratio=0.6) == ["always", "only with many convolutions"]
+    assert steps(compiled_kernel_ratio=0.9) == ["always"]
+    assert steps(batch_norm_in_steps=1.0, convolution_ratio=0.2, compiled_kernel_ratio=0.9) == ["always", "only with batch norm"]
+    assert steps(batch_norm_in_steps=0.0, convolution_ratio=0.6, compiled_kernel_ratio=0.9) == ["always", "only with many convolutions"]
+    assert steps(compiled_kernel_ratio=0.0) == ["always", "only uncompiled"]
+    assert rule.remediation.conditions()[-1] == "not compiled"  # as `rules explain` prints it
 
 
 @pytest.mark.parametrize(
@@ -161,6 +175,8 @@ def test_a_pack_step_with_needs_is_chosen_by_the_values(tmp_path: Path):
     [
         ('[{ text = "x", needs = "batch_norm_in_stepz" }, "y"]', "unknown metric 'batch_norm_in_stepz'"),
         ('[{ text = "x", needs = "convolution_ratio >> 1" }, "y"]', "expected KEY or KEY OP NUMBER"),
+        ('[{ text = "x", needs = "not compild" }, "y"]', "or [not] CONDITION (one of graphed, persistent, compiled"),
+        ('[{ text = "x", needs = "not convolution_ratio" }, "y"]', "or [not] CONDITION"),
         ('[{ text = "x", needs = "batch_norm_in_steps" }]', "at least one step must be given always"),
         ('[{ text = "x", when = "vision" }, "y"]', "unknown field"),
     ],
