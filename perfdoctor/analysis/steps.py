@@ -153,9 +153,12 @@ def choose_step(
             if counts[name] >= ACCUMULATION * counts[opt]:
                 # gradient accumulation: the iteration is the optimizer's step over several
                 # batches (what HF Trainer and nanoGPT count as a step and time); per batch,
-                # every k-th step would carry the optimizer and read as "uneven"
+                # every k-th step would carry the optimizer and read as "uneven". The counts
+                # alone cannot tell it from loaders zipped (FixMatch's labeled and unlabeled
+                # batches, one step per pair): the same step, so the text names both
                 how = (f"the training iteration: torch's {opt!r} ({counts[opt]}x), one per "
-                       f"{count(counts[name] / counts[opt])} DataLoader batches (gradient accumulation), timed as {ITERATION}")
+                       f"{count(counts[name] / counts[opt])} DataLoader batches (gradient accumulation, or several loaders read "
+                       f"per step), timed as {ITERATION}")
                 return Choice("loop", opt, how, True)
         return Choice("loop", name, _loop_how(name, counts[name], (groups or {}).get(name)), True)
     wrapped = [n for n in by_kind.get(rangenames.WRAPPER, ()) if counts[n] >= 2 and works(n)]

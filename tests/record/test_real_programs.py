@@ -207,7 +207,7 @@ def test_train_loop_with_gradient_accumulation_steps_per_optimizer_step(tmp_path
     # steps; the last runs to the fetch that ended the loader's pass (StopIteration): the
     # program's 5 optimizer steps
     assert light["step_name"] == "Optimizer.step#SGD.step"
-    assert "(gradient accumulation)" in light["how"]
+    assert "(gradient accumulation, or several loaders read per step)" in light["how"]
     assert light["steps_seen"] == iters + warmup
     # the program times from the batch after the warm-up's optimizer step to its last one:
     # the light pass's 4 groups after the warm-up's
@@ -1015,7 +1015,7 @@ def test_accelerate_style_gradient_accumulation_steps_per_optimizer_step(tmp_pat
                                   "--vocab", "2000", "--max-len", "64", "--batch-size", "8", "--samples", "80",
                                   "--eval-samples", "24", "--accum", "4", "--epochs", "2", env={"OMP_NUM_THREADS": "1"})
     assert result["optimizer_steps"] == 6 and result["micro_batches"] == 20
-    assert light["step_name"] == "Optimizer.step#AdamW.step" and "(gradient accumulation)" in light["how"]
+    assert light["step_name"] == "Optimizer.step#AdamW.step" and "(gradient accumulation, or several loaders read per step)" in light["how"]
     # its micro-batches per optimizer step, 20 / 6 (before: 3.5, the fetch that raised
     # counted as a batch: steady.training_batches)
     assert f"one per {count(result['micro_batches'] / result['optimizer_steps'])} DataLoader batches" in light["how"]
