@@ -1,3 +1,4 @@
+import contextlib
 import json
 import os
 import re
@@ -21,16 +22,21 @@ SHARED_TRACES = next((p for p in (_ROOT.parent / "shared" / "traces", _ROOT.pare
                      _ROOT.parent / "shared" / "traces")
 
 
-def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run the real `perfdoctor` command in a subprocess (python -m, so the venv's package is used)."""
-    return subprocess.run(
-        [sys.executable, "-m", "perfdoctor", *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=timeout,
-        env={**os.environ, "COLUMNS": "200", **(env or {})},
-    )
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300, env: dict | None = None,
+            stdin: str | Path | None = None) -> subprocess.CompletedProcess:
+    """Run the real `perfdoctor` command in a subprocess (python -m, so the venv's package is used).
+    ``stdin``: text written to its stdin through a pipe, or a file (a Path) it reads as stdin."""
+    with contextlib.ExitStack() as stack:
+        given = {"input": stdin} if isinstance(stdin, str) else {"stdin": stack.enter_context(open(stdin))} if stdin else {}
+        return subprocess.run(
+            [sys.executable, "-m", "perfdoctor", *map(str, args)],
+            capture_output=True,
+            text=True,
+            cwd=cwd,
+            timeout=timeout,
+            env={**os.environ, "COLUMNS": "200", **(env or {})},
+            **given,
+        )
 
 
 REAL_PROGRAMS = Path(__file__).parent / "programs" / "real"

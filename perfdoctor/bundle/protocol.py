@@ -132,6 +132,7 @@ class PassConfig(_Document):
     progress_fd: int | None = None  # the step-tick pipe's write end
     progress_pipe: list[int] | None = None  # that pipe's (device, inode), to recognise it
     rank: dict[str, Any] | None = None  # set inside a rank: {"rank", "local_rank", "world_size", "host"}
+    stdin_record: str | None = None  # the first pass: keep what the program reads from a piped stdin here (record.stdin)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod

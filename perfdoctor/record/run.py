@@ -116,6 +116,8 @@ def execute(options: RunOptions, console: Console) -> tuple[int, Path]:
         manifest.status = f"error: {type(exc).__name__}: {exc}"
         runner.save()
         raise
+    finally:
+        runner.stdin.close()
     passes = [PassRun.from_json(p) for p in manifest.passes]
     first = passes[0].exit_code if passes else None
     code = 128 + runner.interrupted if runner.interrupted and first in (None, 0) else shell_code(first)

@@ -26,6 +26,7 @@ from perfdoctor.collectors import nvml
 from perfdoctor.errors import UsageError
 from perfdoctor.record import launch, progress
 from perfdoctor.record.options import RunOptions
+from perfdoctor.record.stdin import ReplayedStdin
 from perfdoctor.record.target import target_name
 from perfdoctor.text import rich as esc  # program arguments, paths and step names are untrusted
 from perfdoctor.text import setting, value
@@ -55,6 +56,7 @@ class Runner:
         self.console = console
         self.child: subprocess.Popen[bytes] | None = None
         self.interrupted: int | None = None  # the signal that stopped the run
+        self.stdin = ReplayedStdin(replay=options.ranks is None)  # the same input for every pass
         self.bundle = bundle or bundles.new_bundle_dir(options.out, options.name or target_name(options.target))
         self.raw = self.bundle / bundles.RAW
         self.manifest = Manifest()  # execute's, or the reopened bundle's
@@ -136,10 +138,17 @@ class Runner:
         ``name``: a repeated light pass ``light-2`` runs in mode ``light``). ``keep_fds`` go
         to the program (its lockstep pipes) and are closed here once it started.
 
-        The first pass owns the terminal (the program's stdin, stdout and stderr); later
-        passes read no stdin and write the program's and the tool's output to
-        ``raw/<pass>.log``, so the program's output appears once.
+        The first pass owns the terminal (the program's stdout and stderr); later passes
+        write the program's and the tool's output to ``raw/<pass>.log``, so the program's
+        output appears once. Every pass reads the same stdin (:class:`ReplayedStdin`; a
+        terminal's: the first pass only).
         """
+        first = not self.manifest.passes
+        with self.stdin.for_pass(first) as (stdin, record):
+            return self._run_pass(name, wrapper, replace(config, stdin_record=record), sampler, mode, keep_fds, first, stdin)
+
+    def _run_pass(self, name: str, wrapper: list[str], config: PassConfig, sampler: nvml.Sampler | None, mode: str | None,
+                  keep_fds: tuple[int, ...], first: bool, stdin: Any) -> PassResult:
         read_fd, write_fd = os.pipe()
         results = self.raw / f"{name}.json"
         # Under a tool the pipe may not reach the program, and its fd number may then name
@@ -150,7 +159,6 @@ class Runner:
         config = replace(config, pass_=mode or name, results=str(results.resolve()), progress_fd=tick_fd,
                          progress_pipe=[pipe.st_dev, pipe.st_ino])
         result = PassResult(name, [*wrapper, *self.program(name, config)])
-        first = not self.manifest.passes
         log = None if first else self.raw / f"{name}.log"
         ticks = progress.Ticks(per=(not first and self.manifest.light_pass and self.manifest.light_pass.marks_per_step) or 1)
         start = time.monotonic()
@@ -166,7 +174,7 @@ class Runner:
             sampler.start()
         try:
             with open(log if log else os.devnull, "wb") as out, self.live(name, first, ticks, start):
-                redirect: dict[str, Any] = {} if first else {"stdin": subprocess.DEVNULL, "stdout": out, "stderr": subprocess.STDOUT}
+                redirect: dict[str, Any] = {"stdin": stdin} if first else {"stdin": stdin, "stdout": out, "stderr": subprocess.STDOUT}
                 self.spawn(result, redirect, write_fd, ((write_fd,) if tick_fd is not None else ()) + keep_fds, keep_fds)
         finally:
             self.child = None
@@ -183,6 +191,12 @@ class Runner:
         how = f"exit {code}" if code is None or code >= 0 else f"killed by signal {-code}"
         counted = f"{result.steps} steps, " if result.steps else ""
         self.say(f"[bold]{name}[/] pass: {counted}{value(result.seconds, 's')}, {how}")
+        if not first and code and code > 0 and not self.interrupted and PassRun.from_json(self.manifest.passes[0]).exit_code == 0:
+            # the same program ran to its end in the first pass: what changed is what that run left behind
+            error = result.results.program_error or (result.stderr_tail.strip().splitlines() or [""])[-1]
+            self.say(f"[yellow]{name} pass: the program failed here{f' ({esc(error[:300])})' if error else ''} but ran to its end in "
+                     f"the first pass: something an earlier pass left (a file or folder it made, a port it holds) may stop a "
+                     f"second run; its output: {esc(log)}[/]")
         return result
 
     def program(self, name: str, config: PassConfig) -> list[str]:

@@ -13,13 +13,14 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import program_result, run_cli_inprocess
+from conftest import program_result, run_cli, run_cli_inprocess
 from perfdoctor import api
 from perfdoctor.collectors.bundle import load_bundle
 from perfdoctor.declare import DECLARE_PREFIX, declaration_name, parse_declaration
@@ -1329,3 +1330,49 @@ def test_process_work_names_what_a_child_runs_and_leaves_the_loop_s_helpers_out(
     assert process_work(multiprocessing.Process(target=_process_worker, args=(None, None, _async_compile_initializer, (), None))) is None
     assert process_work(multiprocessing.Process(target=_process_worker, args=(None, None, None, (), None))) == (
         f"concurrent.futures.process._process_worker ({default})")
+
+
+STDIN_PROGRAM = """import sys, json, torch
+lines = [l for l in sys.stdin if l.strip()]
+layer = torch.nn.Linear(16, 16)
+with torch.no_grad():
+    for line in lines:
+        layer(torch.full((4, 16), float(len(line))))
+print("RESULT " + json.dumps({"lines": len(lines), "first": lines[0].strip() if lines else None}))
+"""
+
+
+@pytest.mark.parametrize("given", ["pipe", "file"])
+def test_every_pass_reads_the_stdin_the_first_one_read(tmp_path: Path, given: str):
+    # `cat prompts.txt | perfdoctor run infer.py` (or `< prompts.txt`): the traced pass read an
+    # empty stdin, ran no step and left no trace, silently. Now it reads the same lines
+    prog = tmp_path / "from_stdin.py"
+    prog.write_text(STDIN_PROGRAM)
+    text = "".join(f"prompt {i} {'x' * i}\n" for i in range(30))
+    (tmp_path / "prompts.txt").write_text(text)
+    out = tmp_path / "runs"
+    records = set(Path(tempfile.gettempdir()).glob("perfdoctor-stdin-*"))
+    r = run_cli("run", "--collect", "torch", "--out", out, prog, env={"OMP_NUM_THREADS": "1"},
+                stdin=text if given == "pipe" else tmp_path / "prompts.txt")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert program_result(r.stdout) == {"lines": 30, "first": "prompt 0"}
+    (bundle,) = out.iterdir()
+    assert program_result((bundle / "raw" / "torch.log").read_text()) == {"lines": 30, "first": "prompt 0"}
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert manifest["light_pass"]["steps_seen"] == 30
+    assert manifest["collectors"]["torch"]["status"] == "ok"
+    assert set(Path(tempfile.gettempdir()).glob("perfdoctor-stdin-*")) <= records  # the recorded input is deleted
+
+
+def test_a_traced_pass_stopped_by_what_the_first_pass_left_says_so(tmp_path: Path):
+    # a training script that makes its run folder with os.makedirs (no exist_ok): the light
+    # pass made it, the torch pass died of FileExistsError, and the run said only "exit 1"
+    prog = tmp_path / "makes_its_folder.py"
+    prog.write_text("import os, sys, torch\nos.makedirs(sys.argv[1])\nlayer = torch.nn.Linear(8, 8)\n"
+                    "for _ in range(20):\n    layer(torch.ones(2, 8)).sum().backward()\n")
+    out = tmp_path / "runs"
+    r = run_cli("run", "--collect", "torch", "--out", out, prog, tmp_path / "exp1", env={"OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]  # the program's exit code: the first pass's
+    said = " ".join(r.stderr.split())
+    assert "torch pass: the program failed here (FileExistsError: [Errno 17] File exists:" in said
+    assert "but ran to its end in the first pass: something an earlier pass left" in said

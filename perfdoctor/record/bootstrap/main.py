@@ -54,6 +54,7 @@ from perfdoctor.record.bootstrap.steps import (
 )
 from perfdoctor.record.bootstrap.waits import Waits
 from perfdoctor.record.launch import rank_config
+from perfdoctor.record.stdin import record_stdin
 
 
 class Terminated(BaseException):
@@ -205,6 +206,8 @@ def main(argv: list[str]) -> None:
     session.waits = Waits(session)
     if session.mode == "light":
         session.full_gcs = FullCollections()
+    if config.stdin_record:
+        record_stdin(config.stdin_record)
     prepare_target(target)
     if config.step_fn:
         main_module = target[1] if target[0] == "-m" else os.path.splitext(os.path.basename(target[0]))[0]
