@@ -1231,8 +1231,13 @@ def test_nanogpt_loop_steps_per_iteration_its_evaluations_left_out(tmp_path: Pat
     ms, own = _step_ms(series), np.array(result["ms_each"])
     assert ms[[10, 20]].sum() == pytest.approx(own[[10, 20]].sum(), rel=0.15)
     assert ms[1:].sum() == pytest.approx(own[1:].sum(), rel=0.1)
+    # the rate is over the steady steps: against the program's times of the same iterations.
+    # Against its mean of all but the first, it failed twice in a loaded full-suite run (28.6
+    # against 45.3 ms): the early iterations, slowed by the other test worker, were left out
+    # as warm-up, and the rest ran faster once it was done
     rate = _steps_per_s(tmp_path)
-    assert 1e3 / rate.value == pytest.approx(result["ms_per_step"], rel=0.1)
+    steady = own[max(1, light["steady_start"]):]
+    assert 1e3 / rate.value == pytest.approx(steady.mean(), rel=0.1), (rate.note, light["steady_start"], own.round(1).tolist())
 
 
 def test_nanogpt_traced_whole_leaves_its_evaluations_out_of_the_steps(tmp_path: Path) -> None:
