@@ -175,7 +175,10 @@ def watch_children(session: Session) -> None:
 
     def start(self: Any) -> None:
         if os.getpid() == session.pid:
-            work = process_work(self)
+            try:
+                work = process_work(self)
+            except Exception:  # noqa: BLE001 - an odd target must not stop the program's process
+                work = "a process (its target could not be named)"
             if work is not None:
                 session.children[work] = session.children.get(work, 0) + 1
         real(self)
