@@ -87,16 +87,19 @@ class _Recorded(io.RawIOBase):
     def __init__(self, out: IO[bytes]) -> None:
         super().__init__()
         self.raw = io.FileIO(0, "rb", closefd=False)
-        self.out = out
+        self.out: IO[bytes] | None = out
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: Any) -> int | None:
         n = self.raw.readinto(buffer)
-        if n:
-            self.out.write(memoryview(buffer)[:n])
-            self.out.flush()  # a program that dies mid-run still leaves what it read
+        if n and self.out is not None:
+            try:
+                self.out.write(memoryview(buffer)[:n])
+                self.out.flush()  # a program that dies mid-run still leaves what it read
+            except OSError:  # a full disk stops the copy, never the program's read
+                self.out = None
         return n
 
     def fileno(self) -> int:
@@ -111,9 +114,13 @@ def record_stdin(path: str) -> None:
     it takes in ``path`` (:class:`ReplayedStdin`). A program that reads fd 0 itself
     (``os.read(0, ...)``) bypasses it: its later passes read what ``sys.stdin`` took."""
     old = sys.stdin
+    try:
+        out = open(path, "ab")  # noqa: SIM115 - for the program's life
+    except OSError:
+        return  # the later passes then read what was recorded: nothing
     if old is None:
         return
-    buffered = io.BufferedReader(_Recorded(open(path, "ab")))  # noqa: SIM115 - for the program's life
+    buffered = io.BufferedReader(_Recorded(out))
     # newline as CPython opens stdin: "\n" (no translation) but on Windows
     sys.stdin = io.TextIOWrapper(buffered, encoding=old.encoding, errors=old.errors, newline=None if os.name == "nt" else "\n",
                                  line_buffering=old.line_buffering)
