@@ -114,12 +114,12 @@ def record_stdin(path: str) -> None:
     it takes in ``path`` (:class:`ReplayedStdin`). A program that reads fd 0 itself
     (``os.read(0, ...)``) bypasses it: its later passes read what ``sys.stdin`` took."""
     old = sys.stdin
+    if old is None:
+        return
     try:
         out = open(path, "ab")  # noqa: SIM115 - for the program's life
     except OSError:
         return  # the later passes then read what was recorded: nothing
-    if old is None:
-        return
     buffered = io.BufferedReader(_Recorded(out))
     # newline as CPython opens stdin: "\n" (no translation) but on Windows
     sys.stdin = io.TextIOWrapper(buffered, encoding=old.encoding, errors=old.errors, newline=None if os.name == "nt" else "\n",
