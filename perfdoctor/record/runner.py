@@ -191,8 +191,9 @@ class Runner:
         how = f"exit {code}" if code is None or code >= 0 else f"killed by signal {-code}"
         counted = f"{result.steps} steps, " if result.steps else ""
         self.say(f"[bold]{name}[/] pass: {counted}{value(result.seconds, 's')}, {how}")
-        if not first and code and code > 0 and not self.interrupted and PassRun.from_json(self.manifest.passes[0]).exit_code == 0:
-            # the same program ran to its end in the first pass: what changed is what that run left behind
+        if not (first or wrapper or self.interrupted) and code and code > 0 and PassRun.from_json(self.manifest.passes[0]).exit_code == 0:
+            # the same program ran to its end in the first pass: what changed is what that run
+            # left behind (under nsys or ncu the status may be the tool's own: not said there)
             error = result.results.program_error or (result.stderr_tail.strip().splitlines() or [""])[-1]
             self.say(f"[yellow]{name} pass: the program failed here{f' ({esc(error[:300])})' if error else ''} but ran to its end in "
                      f"the first pass: something an earlier pass left (a file or folder it made, a port it holds) may stop a "
