@@ -304,8 +304,8 @@ def load_bundle(bundle: str | Path, rank: int | None = None, manifest: Manifest 
     if light_pass is not None:
         light = _pass_results(raw, "light", results)
         profile.light = read_light(light, light_pass, warnings)
-        if light.children:
-            warnings.append(f"{light.children_note()}: their work is in no pass of this bundle")
+        if children := light.children_note():
+            warnings.append(f"{children}: their work is in no pass of this bundle")
     origin = profile.origin
     profile.origin = replace(
         origin,

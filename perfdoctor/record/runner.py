@@ -174,7 +174,7 @@ class Runner:
             sampler.start()
         try:
             with open(log if log else os.devnull, "wb") as out, self.live(name, first, ticks, start):
-                redirect: dict[str, Any] = {"stdin": stdin} if first else {"stdin": stdin, "stdout": out, "stderr": subprocess.STDOUT}
+                redirect: dict[str, Any] = {"stdin": stdin, **({} if first else {"stdout": out, "stderr": subprocess.STDOUT})}
                 self.spawn(result, redirect, write_fd, ((write_fd,) if tick_fd is not None else ()) + keep_fds, keep_fds)
         finally:
             self.child = None

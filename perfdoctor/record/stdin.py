@@ -41,13 +41,14 @@ class ReplayedStdin:
         self.fd = fd
         self.offset = 0
         self.record: IO[bytes] | None = None  # a pipe's bytes the first pass read (deleted when closed)
-        self.kind = "inherit" if replay else "terminal"
+        # first-only (not replayed, or a terminal), file, pipe, or inherit (anything else)
+        self.kind = "inherit" if replay else "first-only"
+        if not replay:
+            return
         with contextlib.suppress(OSError):
-            if not replay:
-                return
             st = os.fstat(fd)
             if os.isatty(fd):
-                self.kind = "terminal"
+                self.kind = "first-only"
             elif stat.S_ISREG(st.st_mode):
                 self.kind = "file"
                 self.offset = os.lseek(fd, 0, os.SEEK_CUR)
@@ -67,7 +68,7 @@ class ReplayedStdin:
         if self.kind == "file":
             os.lseek(self.fd, self.offset, os.SEEK_SET)
             yield None, None
-        elif self.kind == "terminal":
+        elif self.kind == "first-only":
             yield (None if first else subprocess.DEVNULL), None
         elif self.kind == "pipe" and first:
             self.record = tempfile.NamedTemporaryFile(prefix="perfdoctor-stdin-")  # noqa: SIM115 - for the run's life

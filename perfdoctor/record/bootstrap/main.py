@@ -144,11 +144,10 @@ def process_work(process: Any) -> str | None:
     module = getattr(target, "__module__", None) or ""
     if getattr(target, "__qualname__", None) == "_wrap" and module.startswith("torch.multiprocessing") and args:
         target = args[0]
-    elif module == "concurrent.futures.process" and len(args) > 2 and getattr(args[2], "__module__", None):
+    elif module == "concurrent.futures.process" and len(args) > 2 and (getattr(args[2], "__module__", None) or "").startswith(HELPER_TARGETS):
         # a ProcessPoolExecutor's worker (call queue, result queue, initializer, ...): inductor's
         # pool, with worker_start_method="fork", is known by its initializer
-        if args[2].__module__.startswith(HELPER_TARGETS):
-            return None
+        return None
     if target is None:
         name = f"{type(process).__module__}.{type(process).__qualname__}.run"
     else:
