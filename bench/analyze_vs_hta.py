@@ -228,9 +228,11 @@ def main() -> None:
     # Every tool runs from compiled bytecode, as an installed package does: pip compiled
     # HTA's; perfdoctor's own may be stale here (PYTHONDONTWRITEBYTECODE is set on the CPU
     # machine), which would add recompiling its changed modules to every fresh process.
+    # The baseline tree too: a copy made with `git archive` has no bytecode at all.
     import perfdoctor
 
-    subprocess.run([py, "-m", "compileall", "-q", str(Path(perfdoctor.__file__).parent)], check=True)
+    for package in (Path(perfdoctor.__file__).parent, *([Path(args.baseline) / "perfdoctor"] if args.baseline else [])):
+        subprocess.run([py, "-m", "compileall", "-q", str(package)], check=True)
     args.work.mkdir(parents=True, exist_ok=True)
     started = dt.datetime.now(dt.timezone.utc)
     corpus = None if args.corpus == "none" else Path(args.corpus)
