@@ -52,6 +52,7 @@ from perfdoctor.record.options import RunOptions
 from perfdoctor.record.passes import pass_entry, program_failure
 from perfdoctor.record.run import execute
 from perfdoctor.record.runner import Runner
+from perfdoctor.record.stdin import ReplayedStdin
 from perfdoctor.record.target import target_name
 from perfdoctor.text import rich, value
 
@@ -136,14 +137,15 @@ def run_repeated(options: RunOptions, repeat: int, console: Console) -> tuple[in
     """``perfdoctor run --repeat N``: every pass once (:func:`perfdoctor.record.run.execute`), then
     N - 1 more light processes into the same bundle. Returns (exit code, bundle): the
     program's, as for one run, or 128 + N when signal N stopped the repeats."""
-    code, bundle = execute(options, console)
-    runner = reopen(bundle, options, console)
-    with runner.forwarding_signals():
-        for _ in range(repeat - 1):
-            if runner.interrupted or code != 0:  # a failed program: its repeats would fail alike
-                break
-            add_process(runner)
-            _say_process(runner)
+    with ReplayedStdin(replay=options.ranks is None) as stdin:  # every process reads what the first read
+        code, bundle = execute(options, console, stdin)
+        runner = reopen(bundle, options, console, stdin)
+        with runner.forwarding_signals():
+            for _ in range(repeat - 1):
+                if runner.interrupted or code != 0:  # a failed program: its repeats would fail alike
+                    break
+                add_process(runner)
+                _say_process(runner)
     repeat_of(runner.manifest)["requested"] = repeat
     if runner.interrupted:
         runner.manifest.status = "interrupted"
@@ -171,9 +173,10 @@ def _say_process(runner: Runner) -> None:
         runner.say(f"{name}: p50 {value(ms[len(ms) // 2], 'ms')} over {len(ms)} steady steps")
 
 
-def reopen(bundle: Path, options: RunOptions, console: Console) -> Runner:
-    """A Runner on a finished bundle, to add light processes to it."""
-    runner = Runner(options, console, bundle=bundle)
+def reopen(bundle: Path, options: RunOptions, console: Console, stdin: ReplayedStdin | None = None) -> Runner:
+    """A Runner on a finished bundle, to add light processes to it (reading ``stdin``: the
+    command's, which its first pass read)."""
+    runner = Runner(options, console, bundle=bundle, stdin=stdin)
     path = bundle / bundles.MANIFEST
     runner.manifest = Manifest.from_json(json.loads(path.read_text()), str(path), clean=False)
     return runner
@@ -189,11 +192,18 @@ def compare_programs(a: RunOptions, b: RunOptions, repeat: int, console: Console
     ``lockstep``: after the passes, ``repeat`` more pairs of light processes, the two of a
     pair at once on one CPU taking turns step by step (:mod:`perfdoctor.record.lockstep`); those
     pairs are what diff and gate compare."""
+    # B, and every further process, reads the stdin A's first pass read: one input for both
+    with ReplayedStdin(replay=a.ranks is None and b.ranks is None) as stdin:
+        return _compare_programs(a, b, repeat, console, lockstep, stdin)
+
+
+def _compare_programs(a: RunOptions, b: RunOptions, repeat: int, console: Console, lockstep: bool,
+                      stdin: ReplayedStdin) -> tuple[int, Path, Path | None]:
     sides = []
     for options, tag in ((a, "A"), (b, "B")):
         named = replace(options, name=f"{options.name or target_name(options.target)}-{tag}")
-        code, bundle = execute(named, console)
-        sides.append((code, reopen(bundle, named, console)))
+        code, bundle = execute(named, console, stdin)
+        sides.append((code, reopen(bundle, named, console, stdin)))
         if sides[-1][1].manifest.status == "interrupted":
             break
     if len(sides) < 2:

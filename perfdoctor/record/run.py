@@ -46,6 +46,7 @@ from perfdoctor.record import launch
 from perfdoctor.record.options import COLLECTORS, RunOptions
 from perfdoctor.record.passes import run_passes
 from perfdoctor.record.runner import Runner, shell_code
+from perfdoctor.record.stdin import ReplayedStdin
 from perfdoctor.record.tools import availability
 from perfdoctor.text import rich as esc  # program arguments, paths and step names are untrusted
 
@@ -76,9 +77,10 @@ def collector_status(reason: str | None, selected: bool) -> dict[str, Any]:
     return Collector(status="pending" if selected else "unavailable: not selected (--collect)").to_json()
 
 
-def execute(options: RunOptions, console: Console) -> tuple[int, Path]:
-    """Run every pass; returns (exit code, bundle directory)."""
-    runner = Runner(options, console)
+def execute(options: RunOptions, console: Console, stdin: ReplayedStdin | None = None) -> tuple[int, Path]:
+    """Run every pass; returns (exit code, bundle directory). ``stdin``: the command's, when
+    more passes than this run's read it (:func:`perfdoctor.record.repeats.run_repeated`)."""
+    runner = Runner(options, console, stdin=stdin)
     reasons = availability()
     if options.ranks is not None:
         reasons.update(launch.unsupported(reasons))
@@ -117,7 +119,8 @@ def execute(options: RunOptions, console: Console) -> tuple[int, Path]:
         runner.save()
         raise
     finally:
-        runner.stdin.close()
+        if stdin is None:
+            runner.stdin.close()
     passes = [PassRun.from_json(p) for p in manifest.passes]
     first = passes[0].exit_code if passes else None
     code = 128 + runner.interrupted if runner.interrupted and first in (None, 0) else shell_code(first)

@@ -50,13 +50,15 @@ class PassResult:
 class Runner:
     """Runs the passes, keeps the manifest current, and turns signals into a clean stop."""
 
-    def __init__(self, options: RunOptions, console: Console, bundle: Path | None = None) -> None:
-        """A new bundle under ``options.out``; or ``bundle``, an existing one to add passes to."""
+    def __init__(self, options: RunOptions, console: Console, bundle: Path | None = None, stdin: ReplayedStdin | None = None) -> None:
+        """A new bundle under ``options.out``; or ``bundle``, an existing one to add passes to.
+        ``stdin``: the command's, shared by its runners (else one of its own; its owner
+        closes it)."""
         self.options = options
         self.console = console
         self.child: subprocess.Popen[bytes] | None = None
         self.interrupted: int | None = None  # the signal that stopped the run
-        self.stdin = ReplayedStdin(replay=options.ranks is None)  # the same input for every pass
+        self.stdin = stdin or ReplayedStdin(replay=options.ranks is None)  # the same input for every pass
         self.bundle = bundle or bundles.new_bundle_dir(options.out, options.name or target_name(options.target))
         self.raw = self.bundle / bundles.RAW
         self.manifest = Manifest()  # execute's, or the reopened bundle's

@@ -37,10 +37,13 @@ class ReplayedStdin:
 
     def __init__(self, fd: int = 0, replay: bool = True) -> None:
         """``replay`` False: the first pass's alone, whatever it is (a torchrun job: every
-        rank would record into one file)."""
+        rank would record into one file). One object serves every pass of a command: ``run
+        --repeat N``'s further processes, and both programs of ``compare-programs``, which
+        read what A's first pass read."""
         self.fd = fd
         self.offset = 0
         self.record: IO[bytes] | None = None  # a pipe's bytes the first pass read (deleted when closed)
+        self.closed = False
         # first-only (not replayed, or a terminal), file, pipe, or inherit (anything else)
         self.kind = "inherit" if replay else "first-only"
         if not replay:
@@ -55,8 +58,15 @@ class ReplayedStdin:
             elif stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode):
                 self.kind = "pipe"
 
+    def __enter__(self) -> "ReplayedStdin":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         """Delete the recorded input (also done when this object is collected)."""
+        self.closed = True
         if self.record is not None:
             self.record.close()
             self.record = None
@@ -64,19 +74,21 @@ class ReplayedStdin:
     @contextlib.contextmanager
     def for_pass(self, first: bool) -> Iterator[tuple[Any, str | None]]:
         """(what ``subprocess.Popen``'s ``stdin`` is for one pass, None: perfdoctor's own;
-        the file the bootstrap records the program's reads into, or None)."""
+        the file the bootstrap records the program's reads into, or None). ``first``: the
+        pass owns the terminal (a bundle's first pass); a pipe is recorded by the first pass
+        that reads it, and replayed to every later one."""
         if self.kind == "file":
             os.lseek(self.fd, self.offset, os.SEEK_SET)
             yield None, None
         elif self.kind == "first-only":
             yield (None if first else subprocess.DEVNULL), None
-        elif self.kind == "pipe" and first:
-            self.record = tempfile.NamedTemporaryFile(prefix="perfdoctor-stdin-")  # noqa: SIM115 - for the run's life
-            yield None, self.record.name
         elif self.kind == "pipe" and self.record is not None:
             with open(self.record.name, "rb") as recorded:
                 yield recorded, None
-        elif self.kind == "pipe":  # passes added to a finished run (--repeat): its first pass's input is gone
+        elif self.kind == "pipe" and not self.closed:
+            self.record = tempfile.NamedTemporaryFile(prefix="perfdoctor-stdin-")  # noqa: SIM115 - for the command's life
+            yield None, self.record.name
+        elif self.kind == "pipe":  # passes added after the command's end: the first pass's input is gone
             yield subprocess.DEVNULL, None
         else:
             yield None, None

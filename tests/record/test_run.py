@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -1350,9 +1349,9 @@ def test_every_pass_reads_the_stdin_the_first_one_read(tmp_path: Path, given: st
     prog.write_text(STDIN_PROGRAM)
     text = "".join(f"prompt {i} {'x' * i}\n" for i in range(30))
     (tmp_path / "prompts.txt").write_text(text)
-    out = tmp_path / "runs"
-    records = set(Path(tempfile.gettempdir()).glob("perfdoctor-stdin-*"))
-    r = run_cli("run", "--collect", "torch", "--out", out, prog, env={"OMP_NUM_THREADS": "1"},
+    out, tmp = tmp_path / "runs", tmp_path / "tmp"  # perfdoctor's own temporary folder: no other test's files in it
+    tmp.mkdir()
+    r = run_cli("run", "--collect", "torch", "--out", out, prog, env={"OMP_NUM_THREADS": "1", "TMPDIR": str(tmp)},
                 stdin=text if given == "pipe" else tmp_path / "prompts.txt")
     assert r.returncode == 0, r.stderr[-2000:]
     assert program_result(r.stdout) == {"lines": 30, "first": "prompt 0"}
@@ -1361,7 +1360,28 @@ def test_every_pass_reads_the_stdin_the_first_one_read(tmp_path: Path, given: st
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert manifest["light_pass"]["steps_seen"] == 30
     assert manifest["collectors"]["torch"]["status"] == "ok"
-    assert set(Path(tempfile.gettempdir()).glob("perfdoctor-stdin-*")) <= records  # the recorded input is deleted
+    assert not list(tmp.glob("perfdoctor-stdin-*"))  # the recorded input is deleted
+
+
+@pytest.mark.parametrize("command", ["run", "compare-programs"])
+def test_every_process_of_a_repeated_run_reads_the_piped_stdin(tmp_path: Path, command: str):
+    # `cat prompts.txt | perfdoctor run --repeat 3 infer.py`: the further processes read
+    # nothing, ran no step and were left out ("its step was None"); compare-programs' B read
+    # what A had left of the pipe (nothing) and compared A against an empty run
+    prog = tmp_path / "from_stdin.py"
+    prog.write_text(STDIN_PROGRAM)
+    text = "".join(f"prompt {i}\n" for i in range(30))
+    out, tmp = tmp_path / "runs", tmp_path / "tmp"
+    tmp.mkdir()
+    args = ["--repeat", "2", "--collect", "nvml", "--out", out, prog] if command == "run" else ["--repeat", "2", "--out", out, "--", prog, prog]
+    r = run_cli(command, *args, env={"OMP_NUM_THREADS": "1", "TMPDIR": str(tmp)}, stdin=text)
+    assert r.returncode == 0, r.stderr[-2000:]
+    bundles = sorted(out.iterdir())
+    assert len(bundles) == (1 if command == "run" else 2)
+    for bundle in bundles:
+        processes = json.loads((bundle / "manifest.json").read_text())["repeat"]["processes"]
+        assert [(p["pass"], p["steps_seen"], p.get("excluded")) for p in processes] == [("light", 30, None), ("light-2", 30, None)]
+    assert not list(tmp.glob("perfdoctor-stdin-*"))  # the recorded input is deleted
 
 
 def test_a_traced_pass_stopped_by_what_the_first_pass_left_says_so(tmp_path: Path):
