@@ -47,6 +47,14 @@ def _fix_lines(remediation) -> list[str]:
     ]
 
 
+def _snippet_text(remediation) -> str:
+    """A fix's snippet as `rules explain` prints it: each part that has a condition after a
+    comment naming it."""
+    if not remediation.snippet_parts:
+        return remediation.snippet
+    return "\n".join(f"# [only where {cond}]\n{code}" if cond else code for code, cond in remediation.snippet_parts)
+
+
 @rules_app.command("explain")
 def explain_rule(
     rule_id: str = typer.Argument(..., help="Rule id, e.g. memory-bubbles (see `perfdoctor rules list`)."),
@@ -98,7 +106,7 @@ def explain_rule(
     for line in _fix_lines(r.remediation):
         c.print(Text(line))
     if r.remediation.snippet:
-        c.print(Code(r.remediation.snippet), crop=False)  # code is never cropped
+        c.print(Code(_snippet_text(r.remediation)), crop=False)  # code is never cropped
     for v in r.variants:
         c.print(Text(f"when {v.when} ({PREDICATES[v.when][1]}):", style="bold"))
         if v.title:

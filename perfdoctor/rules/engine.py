@@ -89,6 +89,7 @@ WORKLOADS = ("training", "inference", "any", "serving", "diffusion", "llm-prefil
 VARIANT_FIELDS = {"when", "title", "remediation", "estimate", "severity"}
 REMEDIATION_FIELDS = {"steps", "snippet"}
 STEP_FIELDS = {"text", "needs"}  # a step given only where a condition holds: { text = "...", needs = "KEY [OP NUMBER]" | "[not] CONDITION" }
+SNIPPET_FIELDS = {"code", "needs"}  # a snippet's part likewise: { code = "...", needs = "..." }
 REQUIRED = ("title", "metric", "severity", "remediation")  # and a citation: `cite` or `citation`
 SOURCE_FIELDS = {"id", "title", "short", "original_title", "url", "sections"}
 CITE_FIELDS = {"source", "section", "says", "original"}
@@ -207,11 +208,14 @@ def _stake_severity(analysis: Analysis, finding: "Finding") -> None:
 class Remediation:
     """A rule's fix. ``needs`` (empty, or one entry per step, ``""`` = always) is each step's
     condition on the rule inputs (:func:`step_holds`): a step that names a cause (batch-norm
-    folding, DataLoader workers) is given only where the trace shows that cause."""
+    folding, DataLoader workers) is given only where the trace shows that cause.
+    ``snippet_parts``: the snippet's parts with their conditions, where any has one (the
+    snippet is then every part; a finding's, those whose condition holds)."""
 
     steps: tuple[str, ...]
     snippet: str = ""
     needs: tuple[str, ...] = ()
+    snippet_parts: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"steps": list(self.steps), "snippet": self.snippet}
@@ -221,11 +225,12 @@ class Remediation:
         return self.needs or ("",) * len(self.steps)
 
     def for_values(self, values: dict[str, Metric]) -> "Remediation":
-        """The steps whose condition holds on ``values`` (a finding's remediation)."""
-        if not any(self.needs):
+        """The steps and snippet parts whose condition holds on ``values`` (a finding's remediation)."""
+        if not any(self.needs) and not self.snippet_parts:
             return self
-        steps = tuple(s for s, cond in zip(self.steps, self.needs) if step_holds(cond, values))
-        return Remediation(steps, self.snippet)
+        steps = tuple(s for s, cond in zip(self.steps, self.conditions()) if step_holds(cond, values))
+        snippet = "\n".join(code for code, cond in self.snippet_parts if step_holds(cond, values)) if self.snippet_parts else self.snippet
+        return Remediation(steps, snippet)
 
 
 # A step's condition: `KEY` (the input is measured and not 0: a flag that is 1, a share above
@@ -498,14 +503,15 @@ def _source(raw: Any) -> Source:
                   clean(raw.get("original_title", "").strip()), clean(raw.get("url", "").strip()), tuple(rows))
 
 
-def _step(raw: Any, field: str) -> tuple[str, str]:
+def _step(raw: Any, field: str, key: str = "text") -> tuple[str, str]:
     """One remediation step: a string, or ``{ text = "...", needs = "KEY [OP NUMBER]" }``
-    (given only where the condition holds on the rule inputs: :func:`step_holds`)."""
+    (given only where the condition holds on the rule inputs: :func:`step_holds`); a
+    snippet's part likewise, its text under ``key`` "code"."""
     if isinstance(raw, str):
         return raw, ""
-    _need(isinstance(raw, dict), field, 'expected a string or a table { text = "...", needs = "KEY" }')
-    _known_fields(raw, STEP_FIELDS, f"{field}.")
-    _need(isinstance(raw.get("text"), str) and raw["text"].strip() != "", f"{field}.text", "required: a non-empty string")
+    _need(isinstance(raw, dict), field, f'expected a string or a table {{ {key} = "...", needs = "KEY" }}')
+    _known_fields(raw, STEP_FIELDS if key == "text" else SNIPPET_FIELDS, f"{field}.")
+    _need(isinstance(raw.get(key), str) and raw[key].strip() != "", f"{field}.{key}", "required: a non-empty string")
     needs = raw.get("needs", "")
     _need(isinstance(needs, str), f"{field}.needs", "expected a string: KEY, KEY OP NUMBER or [not] CONDITION")
     named = _step_condition(needs) if needs else None
@@ -518,7 +524,7 @@ def _step(raw: Any, field: str) -> tuple[str, str]:
         if m.group(1) not in KNOWN_INPUTS:
             raise _PackError(f"{field}.needs", f"unknown metric {m.group(1)!r}{_suggest(m.group(1), KNOWN_INPUTS)} (see docs/rules.md for the list)")
         needs = " ".join(x for x in m.groups() if x is not None)
-    return raw["text"], needs
+    return raw[key], needs
 
 
 def _remediation(raw: Any, field: str, sources: dict[str, Source]) -> Remediation:
@@ -531,11 +537,14 @@ def _remediation(raw: Any, field: str, sources: dict[str, Source]) -> Remediatio
     _need(bool(pairs), f"{field}.steps", "at least one step is required")
     _need(any(not cond for _, cond in pairs), f"{field}.steps", "at least one step must be given always (without 'needs')")
     snippet = raw.get("snippet", "")
-    _need(isinstance(snippet, str), f"{field}.snippet", "expected a string")
+    _need(isinstance(snippet, (str, list)), f"{field}.snippet", 'expected a string, or a list of parts: strings or { code = "...", needs = "KEY" }')
     # Pack text reaches terminals and reports: made inert here, once (perfdoctor.text).
     steps = tuple(_with_refs(clean_block(x), f"{field}.steps", sources) for x, _ in pairs)
     needs = tuple(cond for _, cond in pairs)
-    return Remediation(steps, clean_block(snippet.strip("\n")), needs if any(needs) else ())
+    parts = [_step(x, f"{field}.snippet", "code") for x in snippet] if isinstance(snippet, list) else [(snippet, "")]
+    parts = [(clean_block(code.strip("\n")), cond) for code, cond in parts]
+    conditional = tuple(parts) if any(cond for _, cond in parts) else ()
+    return Remediation(steps, "\n".join(code for code, _ in parts), needs if any(needs) else (), conditional)
 
 
 def _estimate(raw: Any, field: str) -> EstimateSpec:

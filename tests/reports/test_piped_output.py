@@ -36,7 +36,9 @@ def test_a_piped_analyze_prints_every_fix_snippet_whole() -> None:
     out = r.stdout.splitlines()
     pack = tomllib.loads((ROOT / "perfdoctor" / "rules" / "packs" / "seed.toml").read_text())
     remedies = [r.get("remediation", {}) for rule in pack["rule"] for r in (rule, *rule.get("variant", []))]
-    snippets = [r["snippet"] for r in remedies if r.get("snippet")]
+    # a snippet in parts (some with a condition): each part, as printed, is a block of its own
+    parts = [p for r in remedies for p in (r["snippet"] if isinstance(r.get("snippet"), list) else [r.get("snippet", "")])]
+    snippets = [p if isinstance(p, str) else p["code"] for p in parts if p]
     text = "\n".join(line.rstrip() for line in out)
     blocks = ["\n".join(("    " + line.expandtabs(4)).rstrip() for line in snippet.strip("\n").splitlines()) for snippet in snippets]
     shown = [block for block in blocks if block in text]

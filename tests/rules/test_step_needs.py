@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SHARED_TRACES
+from conftest import SHARED_TRACES, run_cli_inprocess
 from perfdoctor.errors import UsageError
 from perfdoctor.analysis.metrics import Metric
 from perfdoctor.pipeline import diagnose
@@ -95,6 +95,28 @@ def test_norm_elementwise_folds_batch_norm_only_where_it_runs(vit, resnet):
     assert any("torch.compile" in s for s in steps["vit"])  # the unconditional step stays
 
 
+def test_snippets_follow_the_steps_conditions():
+    """A snippet's parts have conditions as steps do: failed on purpose (thresholds 0), the
+    ViT's layout-transforms snippet has no channels-last (one patch-embedding convolution)
+    and its norm-elementwise snippet no batch-norm folding; the ResNet's have both. Before,
+    every model was shown the channels-last code, whatever its steps said."""
+    shown = {}
+    for name, path in (("vit", VIT), ("resnet", RESNET)):
+        d = diagnose(path, warnings=False, thresholds=["layout-transforms=0", "norm-elementwise=0"])
+        raw = _raw(path)
+        for rule in ("layout-transforms", "norm-elementwise"):
+            f = next(f for f in d.findings if f.rule_id == rule)
+            assert f.status == "fail"
+            shown[name, rule] = (f.remediation.snippet, " ".join(f.remediation.steps))
+        snippet, steps = shown[name, "layout-transforms"]
+        assert ("channels_last" in snippet) == (raw["conv_share"] >= 0.10) == ("channels-last" in steps)
+        assert "torch.compile(model)" in snippet  # the part given always
+        snippet, steps = shown[name, "norm-elementwise"]
+        assert ("fuse_modules" in snippet) == raw["batch_norm"] == ("batch norm" in steps)
+        assert snippet.startswith("model = torch.compile(model.eval())")
+    assert shown["vit", "layout-transforms"][0] != shown["resnet", "layout-transforms"][0]
+
+
 @pytest.mark.skipif(not SHARED_TRACES.is_dir(), reason=f"the shared traces ({SHARED_TRACES}) are not here")
 @pytest.mark.parametrize(
     "name",
@@ -168,6 +190,50 @@ def test_a_pack_step_with_needs_is_chosen_by_the_values(tmp_path: Path):
     assert steps(batch_norm_in_steps=0.0, convolution_ratio=0.6, compiled_kernel_ratio=0.9) == ["always", "only with many convolutions"]
     assert steps(compiled_kernel_ratio=0.0) == ["always", "only uncompiled"]
     assert rule.remediation.conditions()[-1] == "not compiled"  # as `rules explain` prints it
+
+
+SNIPPET = """snippet = [
+    "always()",
+    { code = '''
+with_bn()
+''', needs = "batch_norm_in_steps" },
+    { code = "uncompiled()", needs = "not compiled" },
+]
+"""
+
+
+def test_a_pack_snippet_part_with_needs_is_chosen_by_the_values(tmp_path: Path):
+    path = tmp_path / "p.toml"
+    path.write_text(PACK + SNIPPET)
+    rule = load_rules([path], seed=False).get("demo-needs")
+    analysis = type("A", (), {"workload": None})()
+
+    def snippet(**vals: float) -> str:
+        values = {"gpu_idle_ratio": Metric(0.9, "ratio", "t"), **{k: Metric(v, "ratio", "t") for k, v in vals.items()}}
+        return evaluate_rule(rule, analysis, values, {}).remediation.snippet
+
+    assert rule.remediation.snippet == "always()\nwith_bn()\nuncompiled()"  # the rule's own: every part
+    assert snippet(compiled_kernel_ratio=0.9) == "always()"
+    assert snippet(batch_norm_in_steps=1.0, compiled_kernel_ratio=0.0) == "always()\nwith_bn()\nuncompiled()"
+    assert snippet(batch_norm_in_steps=1.0, compiled_kernel_ratio=0.9) == "always()\nwith_bn()"
+    explained = run_cli_inprocess("rules", "explain", "demo-needs", "--rules", path)
+    assert explained.returncode == 0 and "# [only where batch_norm_in_steps]\nwith_bn()" in explained.stdout
+
+
+@pytest.mark.parametrize(
+    "snippet,message",
+    [
+        ('[{ code = "x", needs = "batch_norm_in_stepz" }]', "field 'remediation.snippet.needs': unknown metric 'batch_norm_in_stepz'"),
+        ('[{ text = "x", needs = "compiled" }]', "unknown field"),
+        ('[{ code = "", needs = "compiled" }]', "field 'remediation.snippet.code': required"),
+        ("3", "field 'remediation.snippet': expected a string, or a list of parts"),
+    ],
+)
+def test_bad_snippet_parts_are_refused(tmp_path: Path, snippet: str, message: str):
+    path = tmp_path / "p.toml"
+    path.write_text(PACK + f"snippet = {snippet}\n")
+    with pytest.raises(UsageError, match=re.escape(message)):
+        load_rules([path], seed=False)
 
 
 @pytest.mark.parametrize(
