@@ -128,9 +128,10 @@ def test_training_input_pipeline_advice_follows_the_dataloader(name: str):
     path = SHARED_TRACES / name
     d = diagnose(path, warnings=False)
     assert d.analysis.workload.kind == "training"
-    steps = _bubbles(d).remediation.steps
-    assert any("DataLoader(" in s for s in steps) == _raw(path)["dataloader"]
+    steps, snippet = _bubbles(d).remediation.steps, _bubbles(d).remediation.snippet
+    assert any("DataLoader(" in s for s in steps) == _raw(path)["dataloader"] == ("DataLoader(" in snippet)  # the snippet's part too
     assert any("autograd thread" in s for s in steps)  # the unconditional steps stay
+    assert "fused=True" in snippet  # and the snippet's
 
 
 # --- the mechanism itself, on made-up values and packs ------------------------------------
