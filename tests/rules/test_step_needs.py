@@ -221,35 +221,31 @@ def test_a_pack_snippet_part_with_needs_is_chosen_by_the_values(tmp_path: Path):
     assert explained.returncode == 0 and "# [only where batch_norm_in_steps]\nwith_bn()" in explained.stdout
 
 
-@pytest.mark.parametrize(
-    "snippet,message",
-    [
-        ('[{ code = "x", needs = "batch_norm_in_stepz" }]', "field 'remediation.snippet.needs': unknown metric 'batch_norm_in_stepz'"),
-        ('[{ text = "x", needs = "compiled" }]', "unknown field"),
-        ('[{ code = "", needs = "compiled" }]', "field 'remediation.snippet.code': required"),
-        ("3", "field 'remediation.snippet': expected a string, or a list of parts"),
-    ],
-)
-def test_bad_snippet_parts_are_refused(tmp_path: Path, snippet: str, message: str):
-    path = tmp_path / "p.toml"
-    path.write_text(PACK + f"snippet = {snippet}\n")
-    with pytest.raises(UsageError, match=re.escape(message)):
-        load_rules([path], seed=False)
+def _with_steps(steps: str) -> str:
+    return re.sub(r"steps = \[.*?\n\]", f"steps = {steps}", PACK, flags=re.S)
+
+
+def _with_snippet(snippet: str) -> str:
+    return PACK + f"snippet = {snippet}\n"
 
 
 @pytest.mark.parametrize(
-    "steps,message",
+    "pack,message",
     [
-        ('[{ text = "x", needs = "batch_norm_in_stepz" }, "y"]', "unknown metric 'batch_norm_in_stepz'"),
-        ('[{ text = "x", needs = "convolution_ratio >> 1" }, "y"]', "expected KEY or KEY OP NUMBER"),
-        ('[{ text = "x", needs = "not compild" }, "y"]', "or [not] CONDITION (one of graphed, persistent, compiled"),
-        ('[{ text = "x", needs = "not convolution_ratio" }, "y"]', "or [not] CONDITION"),
-        ('[{ text = "x", needs = "batch_norm_in_steps" }]', "at least one step must be given always"),
-        ('[{ text = "x", when = "vision" }, "y"]', "unknown field"),
+        (_with_steps('[{ text = "x", needs = "batch_norm_in_stepz" }, "y"]'), "unknown metric 'batch_norm_in_stepz'"),
+        (_with_steps('[{ text = "x", needs = "convolution_ratio >> 1" }, "y"]'), "expected KEY or KEY OP NUMBER"),
+        (_with_steps('[{ text = "x", needs = "not compild" }, "y"]'), "or [not] CONDITION (one of graphed, persistent, compiled"),
+        (_with_steps('[{ text = "x", needs = "not convolution_ratio" }, "y"]'), "or [not] CONDITION"),
+        (_with_steps('[{ text = "x", needs = "batch_norm_in_steps" }]'), "at least one step must be given always"),
+        (_with_steps('[{ text = "x", when = "vision" }, "y"]'), "unknown field"),
+        (_with_snippet('[{ code = "x", needs = "batch_norm_in_stepz" }]'), "field 'remediation.snippet.needs': unknown metric 'batch_norm_in_stepz'"),
+        (_with_snippet('[{ text = "x", needs = "compiled" }]'), "unknown field"),
+        (_with_snippet('[{ code = "", needs = "compiled" }]'), "field 'remediation.snippet.code': required"),
+        (_with_snippet("3"), "field 'remediation.snippet': expected a string, or a list of parts"),
     ],
 )
-def test_bad_step_conditions_are_refused(tmp_path: Path, steps: str, message: str):
+def test_bad_step_and_snippet_conditions_are_refused(tmp_path: Path, pack: str, message: str):
     path = tmp_path / "p.toml"
-    path.write_text(re.sub(r"steps = \[.*?\n\]", f"steps = {steps}", PACK, flags=re.S))
+    path.write_text(pack)
     with pytest.raises(UsageError, match=re.escape(message)):
         load_rules([path], seed=False)
