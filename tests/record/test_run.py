@@ -1384,6 +1384,35 @@ def test_every_process_of_a_repeated_run_reads_the_piped_stdin(tmp_path: Path, c
     assert not list(tmp.glob("perfdoctor-stdin-*"))  # the recorded input is deleted
 
 
+WARNINGS_ARE_ERRORS = """import warnings
+warnings.simplefilter("error")  # the author makes every warning fatal, perfdoctor's included
+import json, torch
+model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 4))
+opt = torch.optim.Adam(model.parameters())
+x, y = torch.randn(32, 64), torch.randint(0, 4, (32,))
+for _ in range(30):
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+print("RESULT " + json.dumps({"iterations": 30}))
+"""
+
+
+def test_a_program_that_makes_every_warning_an_error_runs_in_every_pass(tmp_path: Path):
+    # warnings.simplefilter("error") (or python -W error) turns any warning the bootstrap, the
+    # light pass's timers or the torch profiler raise inside the program into its exception:
+    # the program must run in every pass as it runs alone
+    prog = tmp_path / "strict.py"
+    prog.write_text(WARNINGS_ARE_ERRORS)
+    r = run_cli("run", "--collect", "torch", "--out", tmp_path / "runs", prog, env={"OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert program_result(r.stdout) == {"iterations": 30}
+    (bundle,) = (tmp_path / "runs").iterdir()
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert [(p["name"], p["exit_code"]) for p in manifest["passes"]] == [("light", 0), ("torch", 0)]
+    assert manifest["light_pass"]["steps_seen"] == 30 and manifest["collectors"]["torch"]["status"] == "ok"
+
+
 def test_a_traced_pass_stopped_by_what_the_first_pass_left_says_so(tmp_path: Path):
     # a training script that makes its run folder with os.makedirs (no exist_ok): the light
     # pass made it, the torch pass died of FileExistsError, and the run said only "exit 1"
