@@ -227,7 +227,9 @@ def optimizer_iterations(calls: dict, others: dict, work_ns: np.ndarray | list[i
     of its last ``w`` calls and ``k`` marks to the first mark (before, 23 steps for 24
     iterations). After the last mark, ``k`` other marks (a ``zero_grad`` before the optimizer's
     step: at the iteration's start, the common shape, or after the forward) are the last
-    iteration, to the end of its optimizer step (the host work after it is unknown). With
+    iteration, to the end of its optimizer step (the host work after it is unknown); where
+    the first mark has fewer than ``k`` before it, inside its own iteration (each new
+    optimizer's first step, a zero_grad before it: Reptile), that many fewer. With
     ``k`` = 0 (only the optimizer's step, which always closes the iteration) only the first
     is added. Without work known, neither: nothing says where the first began.
 
@@ -276,9 +278,13 @@ def optimizer_iterations(calls: dict, others: dict, work_ns: np.ndarray | list[i
         if rows["gpu_start_ns"] is not None:
             rows["gpu_start_ns"].insert(0, begin)
         rows["gpu_end_ns"].insert(0, int(max(first, oe[o0 - 1] if o0 else first)))
+    # after the last mark, its iteration's other marks: k, less those an iteration has before
+    # its mark where the first mark falls inside its iteration after fewer than k (a lead-in:
+    # Reptile's zero_grad before each new optimizer's first step, 1 of 9)
     o1 = int(np.searchsorted(oh, h[-1]))
-    if k and m - o1 >= k:
-        return with_last(int(max(oe[o1 + k - 1], _ns(calls["gpu_end_ns"])[-1])))
+    after = k - (o0 if o0 < k else 0)
+    if k and after and m - o1 >= after:
+        return with_last(int(max(oe[o1 + after - 1], _ns(calls["gpu_end_ns"])[-1])))
     return rows
 
 

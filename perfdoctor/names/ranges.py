@@ -213,20 +213,27 @@ def loop_rank(name: str) -> int:
 
 
 # one optimizer's steps among those of its class (``Optimizer.step#Adam#2.step``): torch names
-# each step's range after the optimizer's class only, so a GAN's two Adams share one name
-_OPTIMIZER_INSTANCE = re.compile(r"^Optimizer\.step#(.+)#(\d+)\.step$")
+# each step's range after the optimizer's class only, so a GAN's two Adams share one name.
+# Ordinal NEW_OPTIMIZER (``Optimizer.step#SGD#new.step``): the first step of each optimizer of
+# the class, where the program makes a new one per outer iteration (Reptile, MAML, test-time
+# adaptation: a copy of the model and an SGD per task, a few steps, then the meta-update).
+_OPTIMIZER_INSTANCE = re.compile(r"^Optimizer\.step#(.+)#(\d+|new)\.step$")
+NEW_OPTIMIZER = 0
 
 
 def optimizer_instance(name: str, ordinal: int) -> str:
     """The step name of the ``ordinal``-th optimizer (by first step) among those whose steps
-    torch names ``name`` (``Optimizer.step#Adam.step``, 2: ``Optimizer.step#Adam#2.step``)."""
-    return f"{name.removesuffix('.step')}#{ordinal}.step"
+    torch names ``name`` (``Optimizer.step#Adam.step``, 2: ``Optimizer.step#Adam#2.step``;
+    :data:`NEW_OPTIMIZER`: ``Optimizer.step#Adam#new.step``)."""
+    return f"{name.removesuffix('.step')}#{ordinal or 'new'}.step"
 
 
 def parse_optimizer_instance(name: str) -> tuple[str, int] | None:
     """(torch's range name, the ordinal) of an :func:`optimizer_instance` name, else None."""
     m = _OPTIMIZER_INSTANCE.match(name)
-    return (f"{OPTIMIZER_STEP_PREFIX}{m.group(1)}.step", int(m.group(2))) if m else None
+    if m is None:
+        return None
+    return f"{OPTIMIZER_STEP_PREFIX}{m.group(1)}.step", NEW_OPTIMIZER if m.group(2) == "new" else int(m.group(2))
 
 
 def compiled_name(qualname: str) -> str:

@@ -229,8 +229,7 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
         return None, None, None, False
     name = graph if choice.name == steps.GRAPH_REPLAY else choice.name
     if (split := rangenames.parse_optimizer_instance(name)) is not None:
-        choice = replace(choice, how=f"{choice.how}; the steps of one optimizer (#{split[1]} by first step) of those torch names "
-                                     f"{split[0]!r}, which enclose the others' {counts[split[0]]}")
+        choice = replace(choice, how=f"{choice.how}; {_optimizer_how(name, split, counts)}")
     if choice.kind == "user":
         how = "--step" if options.step is not None else "--step-fn" if options.step_fn is not None else (
             "perfdoctor.region" if name in api_counts else "range")
@@ -272,6 +271,15 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
     return name, choice.how + prefill if module is None else how, module, choice.iteration
 
 
+def _optimizer_how(name: str, split: tuple[str, int], counts: dict[str, int]) -> str:
+    """What the step choice says of one optimizer's steps named apart (:func:`optimizer_instance`)."""
+    torch_name, ordinal = split
+    if ordinal == rangenames.NEW_OPTIMIZER:
+        return (f"the first step of each optimizer torch names {torch_name!r}: the program makes a new one per outer iteration "
+                f"({counts[name]}), whose other {counts[torch_name]} steps are their inner loops (Reptile, MAML, test-time adaptation)")
+    return f"the steps of one optimizer (#{ordinal} by first step) of those torch names {torch_name!r}, which enclose the others' {counts[torch_name]}"
+
+
 def optimizer_instance(series: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Two optimizers of one class step under one range name (a GAN's critic and generator,
     both Adam: ``Optimizer.step#Adam.step`` k + 1 times per iteration). When a name's steps
@@ -285,8 +293,11 @@ def optimizer_instance(series: dict[str, dict[str, Any]]) -> dict[str, dict[str,
     for name, s in series.items():
         instances = s.get("instance") if name.startswith(rangenames.OPTIMIZER_STEP_PREFIX) else None
         ordinal = steps.iteration_instance(instances) if instances else None
+        if ordinal is None and instances and steps.optimizer_lives(instances):
+            ordinal = rangenames.NEW_OPTIMIZER  # a new optimizer per outer iteration: each one's first step marks it
         if ordinal is not None:
-            mine = np.asarray(instances) == ordinal
+            at = np.asarray(instances)
+            mine = at == ordinal if ordinal != rangenames.NEW_OPTIMIZER else np.r_[True, at[1:] != at[:-1]]
             # every per-step list (host_end_ns too: steady.optimizer_iterations reads it), not a None
             others, marks = ({k: [x for x, m in zip(v, mine) if m == keep] if isinstance(v, list) else v for k, v in s.items()}
                              for keep in (False, True))

@@ -138,3 +138,84 @@ def test_a_step_with_a_closure_is_the_iteration_not_the_zero_grad_inside_it() ->
     assert (name, rewritten) == ("Optimizer.step#LBFGS.step", True)
     # each step to the next, the last to its own end
     assert results.series[name] == _series(at, [100, 200, 300, 380])
+
+
+def _reptile_loop(tasks: int, inner: int, times: StepTimes | None = None) -> None:
+    """Reptile's outer loop: per task a copy of the weights and a new SGD on it, ``inner``
+    steps, then the new optimizer dropped (the next one may take its freed id)."""
+    weights = torch.nn.Parameter(torch.zeros(3))
+    for _ in range(tasks):
+        copy = torch.nn.Parameter(weights.detach().clone())
+        copy.grad = torch.ones(3)
+        opt = torch.optim.SGD([copy], lr=0.1)
+        for _ in range(inner):
+            if times is not None:
+                times.start(STEP)
+            opt.step()
+            if times is not None:
+                times.end(STEP)
+        del opt
+
+
+def test_a_new_optimizer_per_outer_iteration_is_noted_and_its_first_steps_marked() -> None:
+    from torch.optim import optimizer as hooks
+
+    session = types.SimpleNamespace(mode="light", disabled=False, pattern=None)
+    steps, times = OptimizerSteps(session, hooks), StepTimes(Timer())
+    try:
+        _reptile_loop(5, 3, times)
+        series, _ = times.series()
+        steps.annotate(series, times)
+    finally:
+        steps.uninstall()
+    # a freed optimizer is forgotten: the next one (the same id, often) is a new ordinal
+    assert series[STEP]["instance"] == [1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4, 5, 5, 5]
+    regions = Regions()
+    api.subscribe(regions)
+    steps = OptimizerSteps(types.SimpleNamespace(mode="torch", disabled=False, pattern="Optimizer.step#SGD#new.step"), hooks)
+    try:
+        _reptile_loop(5, 3)
+    finally:
+        steps.uninstall()
+        api._listeners.remove(regions)
+    assert regions.names == ["Optimizer.step#SGD#new.step"] * 5  # each new optimizer's first step, no other
+
+
+def test_optimizer_lives() -> None:
+    from perfdoctor.analysis.steps import LIFE_STEPS, LIVES, optimizer_lives
+
+    def lives(*sizes: int) -> list[int]:
+        return [k + 1 for k, n in enumerate(sizes) for _ in range(n)]
+
+    assert optimizer_lives(lives(*[5] * 60))  # Reptile: 60 tasks of 5 steps
+    assert optimizer_lives(lives(*[LIFE_STEPS] * LIVES)) and optimizer_lives(lives(1, 5, 5, 5, 12))  # the median
+    assert not optimizer_lives(lives(*[5] * (LIVES - 1)))  # too few to be a loop
+    assert not optimizer_lives(lives(*[32] * 5))  # k folds: each trains for many steps, its steps the iteration
+    assert not optimizer_lives([1, 1, 1, 1, 2] * 20)  # a GAN's two optimizers alternate
+    assert not optimizer_lives(lives(5, 5, 5) + [1, 1] + lives(5, 5, 5)[10:])  # the first steps again later
+    assert not optimizer_lives([])
+
+
+def test_reptile_steps_once_per_outer_iteration_at_each_new_optimizers_first_step() -> None:
+    # 5 outer iterations 100 apart: a deepcopy at 0, then per inner step (3) a zero_grad at
+    # 10 + 20j, a forward at 12 + 20j and the step at 18 + 20j (2 long), the meta-update at
+    # 80; each outer iteration's optimizer a new one. Before: 15 steps, one per inner step
+    n, inner = 5, 3
+    at = [100 * k + 18 + 20 * j for k in range(n) for j in range(inner)]
+    zero_grad = [h - 8 for h in at]
+    forwards = [h - 6 for h in at]
+    results = PassResults(
+        series={STEP: {**_series(at, [h + 2 for h in at]), "instance": [k + 1 for k in range(n) for _ in range(inner)]},
+                "Optimizer.zero_grad#SGD.zero_grad": _series(zero_grad, [z + 1 for z in zero_grad])},
+        modules={"0": {"MLP.forward": _series(forwards, [f + 3 for f in forwards])}},
+    )
+    name, how, module, rewritten = find_step(results, RunOptions(target=["x.py"]))
+    assert (name, module, rewritten) == ("Optimizer.step#SGD#new.step", None, True)
+    assert "a new one per outer iteration (5), whose other 10 steps are their inner loops" in how
+    # from one new optimizer's first step to the next's; the last to its last inner step's end
+    # (the zero_grad before each first step: 1 of the 5 other marks between two)
+    assert results.series[name] == _series([18, 118, 218, 318, 418], [118, 218, 318, 418, 460])
+    # four optimizers of 32 steps each (k folds): the inner steps stay the iteration
+    at = [1000 * k + 10 * j for k in range(4) for j in range(32)]
+    results = PassResults(series={STEP: {**_series(at, [h + 2 for h in at]), "instance": [k + 1 for k in range(4) for _ in range(32)]}})
+    assert find_step(results, RunOptions(target=["x.py"]))[0] == STEP

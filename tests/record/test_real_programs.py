@@ -19,7 +19,7 @@ import pytest
 
 from conftest import REAL_PROGRAMS as REAL, program_result, run_cli, trace_program
 from perfdoctor.analysis.steps import find_steps
-from perfdoctor.pipeline import load_trace
+from perfdoctor.pipeline import diagnose, load_trace
 from perfdoctor.text import count
 
 torch = pytest.importorskip("torch")
@@ -843,6 +843,34 @@ def test_wgan_gp_traced_whole_steps_per_iteration_not_per_optimizer_step(tmp_pat
     # its warm-up, as its own timer (under the tracer too) reads them
     ms = (steps.table["host_end_ns"] - steps.table["host_start_ns"]).to_numpy() / 1e6
     assert ms[warmup:].sum() == pytest.approx(sum(traced["ms_each"][warmup:]), rel=0.1)
+
+
+def test_reptile_steps_once_per_outer_iteration_not_per_inner_step(tmp_path: Path) -> None:
+    # Reptile (the paper's sine example as PyTorch ports write it): per outer iteration a
+    # deepcopy of the model, a new SGD on it, 5 inner steps, a hand-written meta-update; an
+    # evaluation every 20. Before: the step was the inner zero_grad, 300 steps of 0.38 ms for
+    # the program's 60 outer iterations of 3.6 ms. Each outer iteration's optimizer is a new
+    # one (the bootstrap's optimizer hooks): its first step marks the iteration
+    iterations, inner = 60, 5
+    r = run_cli("run", "--collect", "torch", "--out", tmp_path, REAL / "reptile.py", "--device", "cpu", "--iterations", str(iterations),
+                "--inner-steps", str(inner), timeout=240, env={"OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    result = program_result(r.stdout)
+    (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    light = json.loads((bundle / "manifest.json").read_text())["light_pass"]
+    assert light["step_name"] == "Optimizer.step#SGD#new.step"
+    assert light["steps_seen"] == result["iterations"] == iterations
+    # each from one task's first inner step to the next task's: the program's iterations,
+    # shifted by a part of one; the last ends at its last inner step (its meta-update unseen)
+    ms = _step_ms(json.loads((bundle / "raw" / "light.json").read_text())["series"][light["step_name"]])
+    own = np.array(result["ms_each"])
+    assert ms[1:-1].sum() == pytest.approx(own[2:].sum(), rel=0.1)
+    assert 0.5 * own[-1] < ms[-1] <= 1.05 * own[-1]
+    rate = _steps_per_s(tmp_path)
+    assert 1e3 / rate.value == pytest.approx(own[max(1, light["steady_start"]):].mean(), rel=0.15)
+    # the torch pass marked each new optimizer's first step, and analyze steps on them
+    d = diagnose(bundle, warnings=False)
+    assert d.analysis.steps.name == "Optimizer.step#SGD#new.step" and d.analysis.steps.count >= 5, d.analysis.steps.how
 
 
 def test_continuous_batching_steps_per_scheduler_iteration_not_per_forward(tmp_path: Path) -> None:

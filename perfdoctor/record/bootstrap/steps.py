@@ -750,7 +750,12 @@ class OptimizerSteps:
                 called.setdefault(optimizer_range(optimizer), []).append(ordinals.get(id(optimizer)) or add(optimizer))
 
         def opened(optimizer: Any, args: Any, kwargs: Any) -> None:
-            if not session.disabled and (optimizer_range(optimizer), ordinals.get(id(optimizer)) or add(optimizer)) == mark:
+            if session.disabled:
+                return
+            known = ordinals.get(id(optimizer))
+            ordinal = known or add(optimizer)
+            # the marked optimizer's steps, or (NEW_OPTIMIZER) each optimizer's first step
+            if optimizer_range(optimizer) == mark[0] and (ordinal == mark[1] or mark[1] == rangenames.NEW_OPTIMIZER and known is None):
                 local.region = (id(optimizer), region(session.pattern))
                 local.region[1].__enter__()
 
