@@ -18,6 +18,7 @@ import argparse
 import copy
 import json
 import math
+import random
 import time
 
 import torch
@@ -42,8 +43,6 @@ def main():
     p.add_argument("--eval-every", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     args = p.parse_args()
-    import random
-
     rng = random.Random(0)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(1, args.hidden), nn.Tanh(), nn.Linear(args.hidden, args.hidden), nn.Tanh(),
