@@ -117,6 +117,48 @@ def test_snippets_follow_the_steps_conditions():
     assert shown["vit", "layout-transforms"][0] != shown["resnet", "layout-transforms"][0]
 
 
+@pytest.mark.parametrize("bias", [True, False])
+def test_bias_advice_only_where_a_convolution_before_a_batch_norm_has_one(tmp_path: Path, bias: bool):
+    """The training variant of norm-elementwise says "bias=False" only where a convolution
+    with a bias runs right before a batch norm: torchvision's ResNet-50 (every such
+    convolution bias=False) was told to remove a bias it does not have. A small CNN trained
+    under torch.profiler(record_shapes=True) on this CPU, its bias counted from the raw
+    events (aten::convolution's third input)."""
+    import torch
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, bias=bias), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                                torch.nn.Conv2d(8, 8, 3, bias=True), torch.nn.Flatten(), torch.nn.LazyLinear(4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(4, 3, 16, 16), torch.randint(0, 4, (4,))
+    model(x)  # the lazy layer's shape
+    path = tmp_path / "trace.json"
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True,
+                                schedule=torch.profiler.schedule(wait=0, warmup=1, active=4, repeat=1),
+                                on_trace_ready=lambda p: p.export_chrome_trace(str(path))) as prof:
+        for _ in range(5):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            prof.step()
+    convs = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("name") == "aten::convolution"]
+    assert {len(e["args"]["Input Dims"][2]) > 0 for e in convs} == {True, bias}  # the second convolution's bias, no BN after it
+    d = diagnose(path, warnings=False, thresholds=["norm-elementwise=0"])
+    assert d.analysis.workload.kind == "training"
+    f = next(f for f in d.findings if f.rule_id == "norm-elementwise")
+    assert any("bias=False" in s for s in f.remediation.steps) == bias
+    assert any("torch.compile" in s for s in f.remediation.steps)  # the unconditional steps stay
+
+
+def test_torchvision_resnet_has_no_bias_before_its_batch_norms(resnet):
+    from perfdoctor.rules.signals import conv_bias_before_bn
+
+    with gzip.open(RESNET, "rt") as fh:
+        convs = [e for e in json.load(fh)["traceEvents"] if e.get("name") == "aten::convolution"]
+    assert convs and all(e["args"]["Input Dims"][2] == [] for e in convs)
+    m = conv_bias_before_bn(resnet.analysis)
+    assert m.value == 0.0 and f"none of {len(convs)} convolutions" in m.note
+
+
 @pytest.mark.skipif(not SHARED_TRACES.is_dir(), reason=f"the shared traces ({SHARED_TRACES}) are not here")
 @pytest.mark.parametrize(
     "name",
