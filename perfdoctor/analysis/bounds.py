@@ -337,7 +337,9 @@ def op_cost(name: str, dims: Any, types: Any, concrete: Any = ()) -> Cost | None
         return None
 
 
-def _parse(raw: Any) -> Any:
+def parse_recorded(raw: Any) -> Any:
+    """A recorded shape field of the ops table (``dims``, ``types``, ``concrete``: its JSON
+    text), parsed; None where absent or not JSON."""
     if not isinstance(raw, (bytes, str)) or not raw:
         return None
     try:
@@ -620,7 +622,7 @@ def class_bounds(analysis) -> Bounds:
         # without a Python loop per launcher.
         args = list(zip(*(profile.ops[k].to_numpy(dtype=object)[launchers].tolist() for k in ("name", "dims", "types", "concrete"))))
         distinct = {a: i for i, a in enumerate(dict.fromkeys(args))}
-        costs = [op_cost(name, _parse(dims), _parse(types), _parse(concrete)) for name, dims, types, concrete in distinct]
+        costs = [op_cost(name, parse_recorded(dims), parse_recorded(types), parse_recorded(concrete)) for name, dims, types, concrete in distinct]
         which = np.fromiter(map(distinct.__getitem__, args), dtype=np.intp, count=len(args))  # per launcher: its entry in costs
         rows, owner = kidx[linked], np.searchsorted(launchers, op_of[linked])  # owner: index in launchers
         # Each array per distinct cost, then per launcher (``[which]``).

@@ -9,7 +9,6 @@ contract metrics, and a missing one is "not evaluated", never a pass.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import TYPE_CHECKING, Callable
 
@@ -240,7 +239,7 @@ def conv_bias_before_bn(analysis: Analysis) -> Metric:
     next of the two ops after an aten::convolution is an aten::batch_norm), 0 when the
     convolutions' shapes are recorded and none does: what "bias=False" advice needs. A
     ResNet-50 from torchvision has no such bias and was told to remove it."""
-    from perfdoctor.analysis.bounds import shaped_ops
+    from perfdoctor.analysis.bounds import parse_recorded, shaped_ops
 
     ops = analysis.profile.ops
     conv = equals(ops["name"], CONV_OP) if not ops.empty else np.zeros(0, dtype=bool)
@@ -252,23 +251,17 @@ def conv_bias_before_bn(analysis: Analysis) -> Metric:
     order = pick[np.lexsort((ops["start_ns"].to_numpy()[pick], ops["tid"].to_numpy()[pick]))]
     is_conv, tid = conv[order], ops["tid"].to_numpy()[order]
     before = np.flatnonzero(is_conv[:-1] & ~is_conv[1:] & (tid[:-1] == tid[1:]))  # a convolution, then a batch norm
-    dims = ops["dims"].to_numpy(dtype=object)[order[before]]
-    codes, distinct = factorize(dims)
-    biased = np.array([_has_bias(d) for d in distinct], dtype=bool)[codes] if len(distinct) else np.zeros(0, dtype=bool)
-    n = int(biased.sum())
     if not before.size:
         return Metric(0.0, "flag", "cpu-ops", note="no convolution runs right before a batch norm")
+    codes, distinct = factorize(ops["dims"].to_numpy(dtype=object)[order[before]])
+    n = int(np.array([_has_bias(parse_recorded(d)) for d in distinct], dtype=bool)[codes].sum())
     if n:
         return Metric(1.0, "flag", "cpu-ops", note=f"{count(n)} of {count(before.size)} convolutions before a batch norm have a bias")
     return Metric(0.0, "flag", "cpu-ops", note=f"none of {count(before.size)} convolutions before a batch norm has a bias")
 
 
-def _has_bias(dims: object) -> bool:
+def _has_bias(inputs: object) -> bool:
     """Whether a recorded aten::convolution's third input (its bias) has a shape."""
-    try:
-        inputs = json.loads(dims) if isinstance(dims, (bytes, str)) and dims else None
-    except ValueError:
-        return False
     return isinstance(inputs, list) and len(inputs) > 2 and isinstance(inputs[2], list) and len(inputs[2]) > 0
 
 
