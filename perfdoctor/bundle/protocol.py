@@ -145,6 +145,10 @@ class PassConfig(_Document):
 
 # --- the pass results ----------------------------------------------------------------------
 
+# A ``children`` key's end for a program the program's own code started through ``subprocess``
+# (``python train.py (a program)``), where the others are multiprocessing processes.
+CHILD_PROGRAM = " (a program)"
+
 
 @dataclass
 class PassResults(_Document):
@@ -168,7 +172,8 @@ class PassResults(_Document):
     exit_code: int | None = None
     terminated: bool | None = None  # SIGTERM ended it
     # the multiprocessing processes the program started, "module.function (start method)" ->
-    # how many (DataLoader and compile workers left out): work perfdoctor does not see
+    # how many (DataLoader and compile workers left out), and the programs its own code started
+    # ("python train.py (a program)", CHILD_PROGRAM): work perfdoctor does not see
     children: dict[str, int] | None = None
     ended_at_ns: int | None = None  # wall clock: which rank of a job failed first
     rank: dict[str, Any] | None = None  # a rank of a torchrun job: the config's rank
@@ -229,6 +234,11 @@ class PassResults(_Document):
         _expect(children is None or (isinstance(children, dict) and all(type(n) is int for n in children.values())), where,
                 "children", "a JSON object of counts")
         return cls._build(doc)
+
+    def child_programs_only(self) -> bool:
+        """Whether every child the program started is a program (``subprocess``), none a
+        ``multiprocessing`` process."""
+        return bool(self.children) and all(work.endswith(CHILD_PROGRAM) for work in self.children)
 
     def children_note(self) -> str | None:
         """What the program ran in processes of its own (``children``), which no pass saw."""

@@ -502,7 +502,9 @@ def serving_series(series: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return merged_series([series[n] for n in names])
 
 
-def _no_step(options: RunOptions, children: str | None = None) -> str:
+def _no_step(options: RunOptions, children: str | None = None, programs_only: bool = False) -> str:
+    if children and programs_only:
+        return f"no step seen: {children}; run the program that does the work under perfdoctor itself: perfdoctor run SCRIPT ARGS"
     if children:
         return (
             f"no step seen: {children}; call that function in the main process (one GPU: as the child would "
@@ -550,7 +552,7 @@ def light_summary(results: PassResults, options: RunOptions) -> LightPass:
     if name is None:
         summary = replace(
             summary,
-            reason=_no_step(options, results.children_note()),
+            reason=_no_step(options, results.children_note(), results.child_programs_only()),
             steady_start=0, steady_reason="no step", warmup=options.warmup or 0, step_latency_ms=[],
         )
     else:

@@ -1331,6 +1331,46 @@ def test_process_work_names_what_a_child_runs_and_leaves_the_loop_s_helpers_out(
         f"concurrent.futures.process._process_worker ({default})")
 
 
+def test_program_work_names_the_python_program_a_subprocess_runs():
+    from perfdoctor.record.bootstrap.main import program_work
+
+    assert program_work([sys.executable, "train.py", "--epochs", "2"]) == f"{Path(sys.executable).name} train.py"
+    assert program_work(["python3", "-u", "-m", "pkg.train"]) == "python3 -m pkg.train"
+    assert program_work("python train.py --lr 0.1") == "python train.py"  # a shell string
+    assert program_work([Path("/usr/bin/python3.11"), Path("run.py")]) == "python3.11 run.py"
+    assert program_work(["torchrun", "--nproc-per-node", "2", "train.py"]) == "torchrun"
+    assert program_work(["git", "rev-parse", "HEAD"]) is None and program_work("nvidia-smi -q") is None and program_work([]) is None
+
+
+LAUNCHER = """import subprocess, sys
+sys.exit(subprocess.run([sys.executable, sys.argv[1]]).returncode)  # set up, then run the training script
+"""
+TRAINS_AND_ASKS_GIT = """import subprocess, torch
+subprocess.run(["git", "--version"], capture_output=True)  # the commit for the log: not the program's work
+layer = torch.nn.Linear(8, 8)
+for _ in range(20):
+    layer(torch.ones(2, 8)).sum().backward()
+"""
+
+
+def test_a_launcher_that_runs_the_training_script_is_named_not_missed(tmp_path: Path):
+    # launch.py runs `python train.py` through subprocess: the light pass saw no step and said
+    # to name one with --step-fn; the work was in another program
+    (tmp_path / "train.py").write_text(TRAINS_AND_ASKS_GIT)
+    (tmp_path / "launch.py").write_text(LAUNCHER)
+    r = run_cli("run", "--collect", "nvml", "--out", tmp_path / "runs", tmp_path / "launch.py", tmp_path / "train.py")
+    assert r.returncode == 0, r.stderr[-2000:]
+    said = " ".join(r.stderr.split())
+    assert f"no step seen: the program ran work in child processes ({Path(sys.executable).name} {tmp_path / 'train.py'} (a program) x1)" in said
+    assert "run the program that does the work under perfdoctor itself: perfdoctor run SCRIPT ARGS" in said
+    # the training script run alone: its step, and its git call counted as no child
+    r = run_cli("run", "--collect", "nvml", "--out", tmp_path / "alone", tmp_path / "train.py")
+    assert r.returncode == 0, r.stderr[-2000:]
+    (bundle,) = (tmp_path / "alone").iterdir()
+    assert json.loads((bundle / "raw" / "light.json").read_text()).get("children") is None
+    assert json.loads((bundle / "manifest.json").read_text())["light_pass"]["steps_seen"] == 20
+
+
 STDIN_PROGRAM = """import sys, json, torch
 lines = [l for l in sys.stdin if l.strip()]
 layer = torch.nn.Linear(16, 16)

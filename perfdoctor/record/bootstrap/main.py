@@ -43,7 +43,7 @@ import traceback
 from typing import Any
 
 from perfdoctor import api
-from perfdoctor.bundle.protocol import PassConfig
+from perfdoctor.bundle.protocol import CHILD_PROGRAM, PassConfig
 from perfdoctor.console import leave
 from perfdoctor.names import ranges as rangenames
 from perfdoctor.record.bootstrap.clock import FullCollections
@@ -162,14 +162,72 @@ def process_work(process: Any) -> str | None:
     return f"{name.replace('__mp_main__.', '__main__.')} ({method})"
 
 
+# The programs that run a Python program's work (an interpreter, torch's and its peers'
+# launchers), counted when the program starts one; git, nvidia-smi or ffmpeg are not its model.
+PYTHON_LAUNCHERS = ("python", "torchrun", "accelerate", "deepspeed")
+
+
+def program_work(args: Any) -> str | None:
+    """What a program started through ``subprocess`` runs, from its command line (a list or a
+    shell string): a Python interpreter's script or module (``python train.py``, ``python -m
+    pkg.train``), a launcher's name (``torchrun``); None for any other program."""
+    if isinstance(args, (str, bytes)):
+        words = os.fsdecode(args).split()
+    elif isinstance(args, os.PathLike):
+        words = [os.fsdecode(os.fspath(args))]
+    else:
+        words = [os.fsdecode(os.fspath(a)) if isinstance(a, (str, bytes, os.PathLike)) else str(a) for a in args]
+    exe = os.path.basename(words[0]) if words else ""
+    if not exe.startswith(PYTHON_LAUNCHERS):
+        return None
+    if not exe.startswith("python"):
+        return exe
+    rest = iter(words[1:])
+    for word in rest:
+        if word == "-m":
+            return f"{exe} -m {next(rest, '')}".rstrip()
+        if not word.startswith("-"):
+            return f"{exe} {word}"
+    return exe
+
+
+def _program_frame() -> bool:
+    """Whether the code starting a subprocess (the first caller outside ``subprocess``) is the
+    program's own, not the standard library's or an installed package's (a compiler that
+    torch's inductor or Triton runs)."""
+    import sysconfig
+
+    libraries = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")})
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_globals.get("__name__") == "subprocess":
+        frame = frame.f_back
+    return frame is not None and not frame.f_code.co_filename.startswith(libraries)
+
+
 def watch_children(session: Session) -> None:
     """Count the processes the program starts through ``multiprocessing`` (``Process``,
-    ``torch.multiprocessing.spawn``, ``Pool``, ``ProcessPoolExecutor``) by what they run.
-    perfdoctor times and traces the process it started; a program whose model runs in such a
-    child (the DDP tutorial's ``mp.spawn``, a serving worker) shows nothing here, and the light
-    pass says why (:func:`perfdoctor.record.light.light_summary`) instead of "no step seen" alone."""
+    ``torch.multiprocessing.spawn``, ``Pool``, ``ProcessPoolExecutor``) by what they run, and
+    the Python programs its own code starts through ``subprocess`` (a launcher that runs
+    ``python train.py``; :data:`PYTHON_LAUNCHERS`, :data:`perfdoctor.bundle.protocol.CHILD_PROGRAM`). perfdoctor times and traces
+    the process it started; a program whose model runs in such a child (the DDP tutorial's
+    ``mp.spawn``, a serving worker, a launched script) shows nothing here, and the light pass
+    says why (:func:`perfdoctor.record.light.light_summary`) instead of "no step seen" alone."""
+    import subprocess
     from multiprocessing.process import BaseProcess
 
+    real_popen = subprocess.Popen.__init__
+
+    def popen(self: Any, args: Any, *more: Any, **kw: Any) -> None:
+        if os.getpid() == session.pid:
+            try:
+                work = program_work(args) if _program_frame() else None
+            except Exception:  # noqa: BLE001 - an odd command line must not stop the program's call
+                work = None
+            if work is not None:
+                session.children[work + CHILD_PROGRAM] = session.children.get(work + CHILD_PROGRAM, 0) + 1
+        real_popen(self, args, *more, **kw)
+
+    subprocess.Popen.__init__ = popen  # type: ignore[method-assign]
     real = BaseProcess.start
 
     def start(self: Any) -> None:
