@@ -289,7 +289,10 @@ def optimizer_instance(series: dict[str, dict[str, Any]]) -> dict[str, dict[str,
     the first stepped), its steps become a series of their own,
     ``Optimizer.step#Adam#2.step`` (:func:`perfdoctor.names.ranges.optimizer_instance`, which
     the traced passes mark), and the name keeps the others' steps: the iteration's work
-    (:func:`perfdoctor.analysis.steps.other_optimizers`)."""
+    (:func:`perfdoctor.analysis.steps.other_optimizers`). Where one optimizer after another
+    steps a few times each (:func:`perfdoctor.analysis.steps.optimizer_lives`: a new one per
+    outer iteration, Reptile's), each one's first step is the series,
+    ``Optimizer.step#SGD#new.step``."""
     for name, s in series.items():
         instances = s.get("instance") if name.startswith(rangenames.OPTIMIZER_STEP_PREFIX) else None
         ordinal = steps.iteration_instance(instances) if instances else None
