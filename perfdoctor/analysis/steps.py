@@ -238,6 +238,13 @@ LIFE_STEPS = 10
 LIVES = 4
 
 
+def first_steps(instances: Sequence[int]) -> np.ndarray:
+    """Which steps are the first of a run of one optimizer's (``instances``: each step's
+    optimizer, in step order): with :func:`optimizer_lives`, each new optimizer's first step."""
+    at = np.asarray(instances, dtype=np.int64)
+    return np.r_[True, at[1:] != at[:-1]] if at.size else np.zeros(0, dtype=bool)
+
+
 def optimizer_lives(instances: Sequence[int]) -> bool:
     """Whether each of a loop's optimizers lives for one outer iteration (``instances``: each
     step's optimizer, by ordinal of first step, in step order): every optimizer's steps one
@@ -249,7 +256,7 @@ def optimizer_lives(instances: Sequence[int]) -> bool:
     at = np.asarray(instances, dtype=np.int64)
     if at.size == 0:
         return False
-    firsts = np.flatnonzero(np.r_[True, at[1:] != at[:-1]])
+    firsts = np.flatnonzero(first_steps(at))
     lives = at[firsts]
     if lives.size < LIVES or np.unique(lives).size != lives.size:
         return False

@@ -299,8 +299,7 @@ def optimizer_instance(series: dict[str, dict[str, Any]]) -> dict[str, dict[str,
         if ordinal is None and instances and steps.optimizer_lives(instances):
             ordinal = rangenames.NEW_OPTIMIZER  # a new optimizer per outer iteration: each one's first step marks it
         if ordinal is not None:
-            at = np.asarray(instances)
-            mine = at == ordinal if ordinal != rangenames.NEW_OPTIMIZER else np.r_[True, at[1:] != at[:-1]]
+            mine = np.asarray(instances) == ordinal if ordinal != rangenames.NEW_OPTIMIZER else steps.first_steps(instances)
             # every per-step list (host_end_ns too: steady.optimizer_iterations reads it), not a None
             others, marks = ({k: [x for x, m in zip(v, mine) if m == keep] if isinstance(v, list) else v for k, v in s.items()}
                              for keep in (False, True))

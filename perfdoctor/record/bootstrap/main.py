@@ -174,9 +174,9 @@ def program_work(args: Any) -> str | None:
     if isinstance(args, (str, bytes)):
         words = os.fsdecode(args).split()
     elif isinstance(args, os.PathLike):
-        words = [os.fsdecode(os.fspath(args))]
+        words = [os.fsdecode(args)]
     else:
-        words = [os.fsdecode(os.fspath(a)) if isinstance(a, (str, bytes, os.PathLike)) else str(a) for a in args]
+        words = [os.fsdecode(a) if isinstance(a, (str, bytes, os.PathLike)) else str(a) for a in args]
     exe = os.path.basename(words[0]) if words else ""
     if not exe.startswith(PYTHON_LAUNCHERS):
         return None
@@ -215,6 +215,10 @@ def watch_children(session: Session) -> None:
     import subprocess
     from multiprocessing.process import BaseProcess
 
+    def note(work: str | None) -> None:
+        if work is not None:
+            session.children[work] = session.children.get(work, 0) + 1
+
     real_popen = subprocess.Popen.__init__
 
     def popen(self: Any, args: Any, *more: Any, **kw: Any) -> None:
@@ -223,8 +227,7 @@ def watch_children(session: Session) -> None:
                 work = program_work(args) if _program_frame() else None
             except Exception:  # noqa: BLE001 - an odd command line must not stop the program's call
                 work = None
-            if work is not None:
-                session.children[work + CHILD_PROGRAM] = session.children.get(work + CHILD_PROGRAM, 0) + 1
+            note(None if work is None else work + CHILD_PROGRAM)
         real_popen(self, args, *more, **kw)
 
     subprocess.Popen.__init__ = popen  # type: ignore[method-assign]
@@ -233,11 +236,9 @@ def watch_children(session: Session) -> None:
     def start(self: Any) -> None:
         if os.getpid() == session.pid:
             try:
-                work = process_work(self)
+                note(process_work(self))
             except Exception:  # noqa: BLE001 - an odd target must not stop the program's process
-                work = "a process (its target could not be named)"
-            if work is not None:
-                session.children[work] = session.children.get(work, 0) + 1
+                note("a process (its target could not be named)")
         real(self)
 
     BaseProcess.start = start  # type: ignore[method-assign]
