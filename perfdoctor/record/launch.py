@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from perfdoctor.bundle.layout import write_json_atomic
 from perfdoctor.bundle.protocol import NO_RESULTS, LightPass, Manifest, PassConfig, PassResults, Rank, RankStatus
 from perfdoctor.errors import UsageError
+from perfdoctor.record.target import parse_target
 
 if TYPE_CHECKING:  # the analysis is not imported here: the bootstrap imports this module in every rank
     from perfdoctor.analysis.ranks import CrossRank
@@ -159,9 +160,7 @@ def from_command(argv: list[str]) -> tuple[Launch, list[str]]:
     if facts["module"]:
         target = ["-m", facts["script"], *facts["args"]]
     else:
-        if not Path(facts["script"]).is_file():
-            raise UsageError(f"{facts['script']}: no such script")
-        target = [facts["script"], *facts["args"]]
+        target = parse_target([facts["script"], *facts["args"]], module=False)
     return Launch(options, facts["nproc_per_node"], facts["nnodes"], "torchrun command line"), target
 
 

@@ -24,7 +24,39 @@ def parse_target(args: list[str], module: bool) -> list[str]:
     script = Path(args[0])
     if not script.is_file():
         raise UsageError(f"{script}: no such script")
+    if (why := not_a_program(script)) is not None:
+        raise UsageError(f"{script}: {why}")
     return list(args)
+
+
+SHELLS = ("sh", "bash", "zsh", "dash", "ksh", "fish")
+
+
+def not_a_program(script: Path) -> str | None:
+    """Why ``script`` is plainly not a Python program, else None. Python would run a
+    notebook's or a trace's JSON as code and stop at its first ``null`` with a NameError
+    traceback, and a shell script at its first line, after perfdoctor had started its
+    passes; these are told apart by the name and the first line only, so anything Python
+    itself runs (a script with any suffix or none, a zipapp) still runs."""
+    from perfdoctor.pipeline import KINETO_SUFFIXES, NSYS_SUFFIXES  # the suffixes analyze reads
+
+    name = script.name.lower()
+    if name.endswith(".ipynb"):
+        return (f"a Jupyter notebook, not a Python script: export it first (jupyter nbconvert --to script {script}),"
+                " then perfdoctor run the .py it writes")
+    if name.endswith(KINETO_SUFFIXES + NSYS_SUFFIXES):
+        return f"a trace, not a program: perfdoctor analyze {script}"
+    try:
+        with open(script, "rb") as fh:
+            first = fh.readline(256)
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    words = first[2:].decode(errors="replace").split() if first.startswith(b"#!") else []
+    interpreter = Path(words[1] if words[:1] == ["/usr/bin/env"] and len(words) > 1 else words[0]).name if words else ""
+    if interpreter in SHELLS or name.endswith(".sh"):
+        return ("a shell script: perfdoctor runs Python programs; run the Python command it starts instead "
+                "(perfdoctor run train.py ARGS, or perfdoctor run -- torchrun ... train.py)")
+    return None
 
 
 CHECK_IMPORT = """

@@ -266,6 +266,14 @@ def test_launch_usage_errors(tmp_path, args, message):
     assert not (tmp_path / "runs").exists()
 
 
+def test_torchrun_of_a_shell_script_is_named_as_a_plain_run_names_it(tmp_path):
+    script = tmp_path / "setup.sh"
+    script.write_text("#!/bin/sh\npython train.py\n")
+    done = run_cli_inprocess("run", "-q", "--out", tmp_path / "runs", "--", "torchrun", "--nproc-per-node", "2", str(script))
+    assert done.returncode == 2 and "setup.sh: a shell script" in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (tmp_path / "runs").exists()
+
+
 def test_find_straggler_known_case():
     """Three ranks; rank 2 works 5 ms more per step, ranks 0 and 1 wait for it in collective #2."""
     def steps(busy, waits):

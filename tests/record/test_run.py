@@ -308,6 +308,45 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     assert not (tmp_path / "runs").exists()
 
 
+NOTEBOOK = {  # what Jupyter writes: Python would run it as code and stop at "null" with a traceback
+    "cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+               "source": ["import torch\n", "for _ in range(3):\n", "    torch.ones(4).sum()\n"]}],
+    "metadata": {"kernelspec": {"name": "python3"}}, "nbformat": 4, "nbformat_minor": 5,
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("explore.ipynb", json.dumps(NOTEBOOK), "a Jupyter notebook, not a Python script: export it first (jupyter nbconvert --to script explore.ipynb)"),
+        ("cpu.kineto.json.gz", (ROOT / "tests/fixtures/cpu-mlp-5steps.kineto.json.gz").read_bytes(), "a trace, not a program: perfdoctor analyze cpu.kineto.json.gz"),
+        ("train.sh", "#!/bin/bash\npython x.py --epochs 1\n", "train.sh: a shell script"),
+        ("launch", "#!/usr/bin/env bash\nexec python x.py\n", "launch: a shell script"),
+    ],
+)
+def test_a_file_that_is_no_python_program_is_named_before_anything_runs(tmp_path, name, content, message):
+    (tmp_path / "x.py").write_text("print('hi')\n")
+    (tmp_path / name).write_bytes(content if isinstance(content, bytes) else content.encode())
+    done = perfdoctor_run(name, cwd=tmp_path)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert message in done.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_what_python_runs_still_runs_a_script_without_suffix_and_a_zipapp(tmp_path):
+    """The check goes by name and first line only: a python shebang without a suffix, and a
+    zipapp (a zip file: no Python source to read), run as python runs them."""
+    (tmp_path / "tool").write_text("#!/usr/bin/env python3\nprint('ran tool')\n")
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "__main__.py").write_text("print('ran zipapp')\n")
+    subprocess.run([sys.executable, "-m", "zipapp", str(app), "-o", str(tmp_path / "app.pyz")], check=True)
+    for script, said in (("tool", "ran tool"), ("app.pyz", "ran zipapp")):
+        done = perfdoctor_run("--no-light", "--collect", "torch", script, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert said in done.stdout
+
+
 # --- parts ---------------------------------------------------------------------------
 
 
