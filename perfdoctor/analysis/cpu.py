@@ -26,6 +26,7 @@ from perfdoctor.analysis.steps import ran_no_gpu
 from perfdoctor.analysis.hostgaps import PYTHON_SOURCE
 from perfdoctor.analysis.timeline import union_per_group
 from perfdoctor.names.codes import equals
+from perfdoctor.names.ranges import WAIT_RANGE
 from perfdoctor.schema import DATA_LOADER_SOURCE
 from perfdoctor.profile import Profile
 from perfdoctor.text import count, percent, value
@@ -42,6 +43,10 @@ DATA_LOADING_SHARE = 0.05
 # Host time outside every operator (Python between ops, or work the profiler does not
 # record) above a quarter of the step: interpretation, not computation, sets the step time.
 OUTSIDE_OPS_SHARE = 0.25
+# The step's thread waiting for work done elsewhere (a pool's futures, a queue) above 5 % of
+# the step: the DataLoader's bound (the step's input made elsewhere is data loading by
+# another name).
+WAITS_SHARE = DATA_LOADING_SHARE
 
 # The iterator class torch names in the fetch's range ("enumerate(DataLoader)#_MultiProcessing
 # DataLoaderIter.__next__"): with it the batches already come from worker processes.
@@ -55,6 +60,15 @@ WORKERS_ADVICE = ("the DataLoader already loads in worker processes and the step
                   "profile one worker, or move the per-sample work to batched tensor ops), or add workers (num_workers, "
                   "while CPU cores are free); prefetch_factor only absorbs bursts, persistent_workers=True saves the "
                   "workers' start at each epoch, pin_memory=True the copy to a GPU")
+# The step's thread blocked on another thread or process (perfdoctor run's traced passes
+# mark Condition.wait, a SimpleQueue's get, a blocking socket read: record/bootstrap/waits.py).
+# Another process's work is in no trace of this one; a thread's operators are, and count as
+# operators, not as the wait.
+WAITS_ADVICE = ("the step's time is spent where that work runs: another process (a ProcessPoolExecutor, a "
+                "multiprocessing Pool) is in no trace of this one, so profile it there. If it prepares the step's input, "
+                "overlap it with the step (submit the next batch's work before running this one, as a DataLoader with "
+                "workers prefetches), or make it cheaper or wider (more workers while CPU cores are free); a deliberate "
+                "pause (a rate limit, Event.wait(timeout)) is no cost to remove")
 # Where the Python between operators is: a trace with stacks has the frames already.
 RECORD_STACKS = "a trace with Python stacks (torch.profiler.profile(with_stack=True)) names the lines"
 STACKS_NAME_LINES = "the Python frames among the modules and ranges, by self time, name the lines"
@@ -64,7 +78,7 @@ STACKS_NAME_LINES = "the Python frames among the modules and ranges, by self tim
 class Observation:
     """One thing the breakdown shows, with the numbers that show it."""
 
-    kind: str  # "dominant-op" | "data-loading" | "outside-ops"
+    kind: str  # "dominant-op" | "data-loading" | "waits" | "outside-ops"
     title: str
     evidence: str
     advice: str
@@ -88,8 +102,11 @@ class CpuView:
     ops: pd.DataFrame
     modules: pd.DataFrame
     op_self_ms: float  # Σ operator self time per step (all threads)
-    outside_ops_ms: float  # per step, the time no operator runs on any thread, nor a DataLoader fetch
+    outside_ops_ms: float  # per step, the time no operator runs on any thread, nor a DataLoader fetch, nor a wait
     data_loading_ms: float  # per step, the DataLoader's __next__
+    # per step, the step's thread waiting for another thread or process (perfdoctor.wait ranges)
+    # while no operator runs on any thread and no DataLoader fetch is open
+    waits_ms: float = 0.0
     # the fetch's iterator runs worker processes (_MultiProcessingDataLoaderIter): the advice
     # cannot be "use workers"
     loader_workers: bool = False
@@ -114,6 +131,7 @@ class CpuView:
         return {"steps": self.steps, "step_latency_ms": self.latency(), "ops_per_step": rows(self.ops),
                 "modules_per_step": rows(self.modules), "op_self_ms_per_step": self.op_self_ms,
                 "outside_ops_ms_per_step": self.outside_ops_ms, "data_loading_ms_per_step": self.data_loading_ms,
+                "waits_ms_per_step": self.waits_ms,
                 "observations": [o.to_json() for o in self.observations]}
 
 
@@ -231,14 +249,28 @@ def breakdown(profile: Profile, steps: pd.DataFrame, top: int = 10) -> CpuView |
     a, b, g = (np.concatenate([start[sel_op], d0[dk >= 0]]), np.concatenate([end[sel_op], d1[dk >= 0]]),
                np.concatenate([k[sel_op], dk[dk >= 0]]))
     covered = union_per_group(np.maximum(a, s0[g]), np.minimum(b, s1[g]), g, n)
-    outside = float(np.mean(np.maximum((s1 - s0) - covered, 0))) / 1e6
+    # The waits count where nothing above covers them: what they add to the union.
+    w0, w1, wk = _waits(r, st["tid"].to_numpy(np.int64), s0, s1)
+    a, b, g = np.concatenate([a, w0]), np.concatenate([b, w1]), np.concatenate([g, wk])
+    waited = union_per_group(np.maximum(a, s0[g]), np.minimum(b, s1[g]), g, n)
+    outside = float(np.mean(np.maximum((s1 - s0) - waited, 0))) / 1e6
     data_ms = float((d1 - d0)[dk >= 0].sum()) / 1e6 / n
     workers = bool(dl["name"][dk >= 0].str.contains(MULTIPROCESS_ITER, regex=False, na=False).any())
     view = CpuView(steps=n, step_ms=step_ms, ops=op_table, modules=mod_table, op_self_ms=float(self_ns[sel_op].sum()) / 1e6 / n,
-                   outside_ops_ms=outside, data_loading_ms=data_ms, loader_workers=workers,
+                   outside_ops_ms=outside, data_loading_ms=data_ms, waits_ms=float(np.mean(waited - covered)) / 1e6, loader_workers=workers,
                    has_stacks=bool(equals(r["source"], PYTHON_SOURCE).any()))
     view.observations = observations(view)
     return view
+
+
+def _waits(ranges: pd.DataFrame, step_tid: np.ndarray, s0: np.ndarray, s1: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The waits (start, end, step) that start inside a step on the step's own thread: another
+    thread's wait (a prefetch thread blocked on its queue) is not the step's."""
+    w = ranges[equals(ranges["name"], WAIT_RANGE)]
+    w0, w1 = w["start_ns"].to_numpy(np.int64), w["end_ns"].to_numpy(np.int64)
+    wk = _step_of(w0, s0, s1)
+    mine = (wk >= 0) & (w["tid"].to_numpy(np.int64) == step_tid[np.clip(wk, 0, None)])
+    return w0[mine], w1[mine], wk[mine]
 
 
 def observations(view: CpuView) -> list[Observation]:
@@ -267,10 +299,17 @@ def observations(view: CpuView) -> list[Observation]:
             f"of the {value(step_ms, 'ms')} step, mean)",
             WORKERS_ADVICE if view.loader_workers else NO_WORKERS_ADVICE,
             view.data_loading_ms))
+    if view.waits_ms >= WAITS_SHARE * step_ms:
+        found.append(Observation(
+            "waits", "The step waits for other threads or processes (a pool's results, a queue)",
+            f"the step's thread blocked (perfdoctor.wait) while no operator ran on any thread: {value(view.waits_ms, 'ms')} "
+            f"per step ({percent(view.waits_ms / step_ms)} of the {value(step_ms, 'ms')} step, mean)",
+            WAITS_ADVICE, view.waits_ms))
     if view.outside_ops_ms >= OUTSIDE_OPS_SHARE * step_ms:
         found.append(Observation(
             "outside-ops", "Much of the step runs in no operator (Python between ops, or work the profiler does not record)",
-            f"{value(view.outside_ops_ms, 'ms')} per step in no torch operator on any thread{' and no DataLoader fetch' if view.data_loading_ms else ''} "
+            f"{value(view.outside_ops_ms, 'ms')} per step in no torch operator on any thread{' and no DataLoader fetch' if view.data_loading_ms else ''}"
+            f"{', not waiting' if view.waits_ms else ''} "
             f"({percent(view.outside_ops_ms / step_ms)} of the {value(step_ms, 'ms')} step, mean)",
             f"the operators are not what sets the step time: {STACKS_NAME_LINES if view.has_stacks else RECORD_STACKS}; "
             "batch per-element Python work into fewer, larger tensor operations, or torch.compile the step",

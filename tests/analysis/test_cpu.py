@@ -184,3 +184,31 @@ def test_a_loader_with_workers_is_not_told_to_use_workers() -> None:
     assert view.loader_workers
     (data,) = [o for o in view.observations if o.kind == "data-loading"]
     assert data.advice == cpu.WORKERS_ADVICE and cpu.MULTIPROCESS_ITER in data.evidence
+
+
+def test_the_step_threads_wait_is_its_own_part_not_time_in_no_operator() -> None:
+    """One 100 ns step on thread 0: an op at [10, 30) on thread 0, another at [60, 70) on
+    thread 1 (a worker thread's op is work), the step's thread waiting at [25, 80) (the
+    part under the ops is theirs: the wait adds [30, 60) and [70, 80), 40 ns), a DataLoader
+    fetch at [85, 95) (data loading, never the wait's), and a wait on thread 1 at [0, 100)
+    (another thread's: not the step's)."""
+    from perfdoctor.profile import OP_COLUMNS, RANGE_COLUMNS, Profile, frame
+
+    wait, fetch = "perfdoctor.wait", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    profile = Profile(
+        ops=frame(OP_COLUMNS, {"name": ["aten::mm", "aten::add"], "start_ns": [10, 60], "end_ns": [30, 70], "tid": [0, 1]}),
+        ranges=frame(RANGE_COLUMNS, {"name": ["step", wait, fetch, wait], "start_ns": [0, 25, 85, 0], "end_ns": [100, 80, 95, 100],
+                                     "tid": [0, 0, 0, 1], "source": ["record_function", "record_function", "data_loader", "record_function"]}))
+    steps = pd.DataFrame({"name": ["step"], "tid": [0], "host_start_ns": [0], "host_end_ns": [100]})
+    view = cpu.breakdown(profile, steps)
+    assert view.waits_ms == pytest.approx(40e-6) and view.data_loading_ms == pytest.approx(10e-6)
+    # in no op, no fetch, no wait: [0, 10), [80, 85), [95, 100)
+    assert view.outside_ops_ms == pytest.approx(20e-6)
+    (waits,) = [o for o in view.observations if o.kind == "waits"]
+    assert waits.advice == cpu.WAITS_ADVICE and waits.ms_per_step == view.waits_ms
+    assert view.to_json()["waits_ms_per_step"] == view.waits_ms
+    # without the waits (a trace not recorded by perfdoctor run) that time is in no operator
+    plain = Profile(ops=profile.ops, ranges=profile.ranges[profile.ranges["name"] != wait].reset_index(drop=True))
+    bare = cpu.breakdown(plain, steps)
+    assert bare.waits_ms == 0 and bare.outside_ops_ms == pytest.approx(60e-6)
+    assert "waits" not in [o.kind for o in bare.observations]

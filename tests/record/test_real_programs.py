@@ -12,6 +12,7 @@ median against the program's mean.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -1403,3 +1404,27 @@ def test_aoti_package_calls_are_the_step(tmp_path: Path) -> None:
     assert light["steps_seen"] == result["warmup"] + result["iters"]
     ms, own = _step_ms(series)[result["warmup"]:-1], np.array(result["ms_each"][:-1])
     assert own.sum() <= ms.sum() <= 2 * own.sum()
+
+
+def test_a_step_that_waits_for_a_process_pool_says_so(tmp_path: Path) -> None:
+    # A training loop fed by ProcessPoolExecutor.map (log-mel features in numpy): the step's
+    # thread blocks on the pool's futures while the work runs in processes no trace holds.
+    # Before, the CPU breakdown called that time "in no operator (Python between ops)" and
+    # advised torch.compile; the traced pass marks the waits (Condition.wait), so the time
+    # is the program's own wait for the pool, told apart from the Python between operators
+    iterations = 16
+    r = run_cli("run", "--collect", "torch", "--out", tmp_path, REAL / "pool_train.py", "--device", "cpu", "--batch", "16",
+                "--workers", "2", "--iters", str(iterations), timeout=240, env={"OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    traced = json.loads(re.findall(r"^RESULT (\{.*\})$", r.stdout, re.M)[-1])  # the torch pass's own timer
+    (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    light = json.loads((bundle / "manifest.json").read_text())["light_pass"]
+    assert light["steps_seen"] == iterations
+    view = diagnose(bundle, warnings=False).analysis.cpu
+    assert view is not None
+    # the traced steps' waits against the program's own time in pool.map (which also holds
+    # the submitting and the collecting, a few percent of it)
+    assert view.waits_ms == pytest.approx(traced["wait_ms_per_step"], rel=0.35), (view.waits_ms, traced["wait_ms_per_step"])
+    assert view.waits_ms + view.outside_ops_ms <= view.mean_ms
+    kinds = [o.kind for o in view.observations]
+    assert "waits" in kinds and "outside-ops" not in kinds, [(o.kind, o.evidence) for o in view.observations]
