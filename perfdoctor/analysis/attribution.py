@@ -12,7 +12,8 @@ nanosecond of that window is either
   :func:`perfdoctor.analysis.hostgaps.gap_hosts`: a DataLoader ``__next__`` range in flight
   (data loading, taken first: it is what the host is doing whatever else it calls), a
   synchronizing call in flight or returning inside the gap (host sync; on a collective's
-  call, communication wait), Python
+  call, communication wait; the host inside a copy call, which from pageable memory blocks
+  while the driver stages the bytes, is host sync for the time the call covers), Python
   frames that began in the step (host Python, with call sites), the host issuing the next
   launch late with nothing else in flight (host late, between the step's GPU work; before
   its first GPU work the same is host preparation: host before launch), launch cadence (gaps shorter than
@@ -48,6 +49,7 @@ import pandas as pd
 
 from perfdoctor.analysis import hostgaps, steady
 from perfdoctor.analysis.steps import is_sync
+from perfdoctor.names.api import is_copy
 from perfdoctor.analysis.timeline import sorted_union_per_group
 from perfdoctor.names.codes import equals, factorize
 from perfdoctor.names.families import is_log_softmax
@@ -271,6 +273,16 @@ def _waits(h: pd.DataFrame, analysis, windows: pd.DataFrame, lo: np.ndarray, hi:
     returned[unknown_at] = np.searchsorted(sync_ends, e[unknown_at], side="right") > np.searchsorted(sync_ends, s[unknown_at], side="left")
     is_host["waiting"] = is_host["waiting"] | (is_host["unknown"] & returned)  # relabelled "waiting"
     is_host["unknown"] = is_host["unknown"] & ~returned
+    # The host inside a copy call in what is left unknown: a pageable source is staged by the
+    # driver while cudaMemcpyAsync blocks (h200-pageable-sync: 0.23 of the 0.30 ms before
+    # each step's first GPU work), the copy's own host side, not host preparation.
+    copies = calls[is_copy(calls["name"])] if not calls.empty else calls
+    if not copies.empty and unknown_at.size:
+        in_copy = np.zeros(len(h), dtype=np.int64)
+        still = unknown_at[~returned[unknown_at]]
+        in_copy[still] = np.minimum(hostgaps.Intervals(copies).covered(s[still], e[still]), rest[still])
+        np.add.at(out["host_sync"], g, in_copy)
+        rest = rest - in_copy
     lead = equals(h["where"], hostgaps.LEAD_IN)
     late = {"host_late": ~lead, "host_before_launch": lead}  # where the host's unexplained time goes
     for label, part in (("waiting", "host_sync"), ("launching", "launch_cadence"), ("short", "launch_cadence")):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from perfdoctor.analysis import steady
 from perfdoctor.rules.estimates import (
-    BandwidthGap, BoundsGap, Estimate, Floor, Formula, GapSum, Gaps, HostBusy, LayoutTime, Median, NchwFed, Need,
+    BandwidthGap, BoundsGap, Estimate, Floor, Formula, GapSum, Gaps, HiddenPart, HostBusy, LayoutTime, Median, NchwFed, Need,
     NormElementwise, Of, PartTime, SlowStepTime, Unavailable,
 )
 from perfdoctor.text import count, duration_us, num, setting, value
@@ -120,6 +120,9 @@ def how(f: Formula) -> str:
         return _host(f)
     if isinstance(f, PartTime):
         return f"{f.what} {_ms(f.ms)} per step (attribution, {f.source}) × {setting(f.saved)} that the fix removes"
+    if isinstance(f, HiddenPart):
+        return (f"{f.what} {_ms(f.ms)} per step (attribution, {f.source}), made ahead: hidden behind the rest of the step, "
+                f"{_ms(f.rest_ms)}, at most, × {setting(f.saved)} that the fix removes")
     if isinstance(f, LayoutTime):
         return _layout(f)
     if isinstance(f, NormElementwise):

@@ -138,6 +138,18 @@ class PartTime:
 
 
 @dataclass(frozen=True)
+class HiddenPart:
+    """The attribution's ``what`` per step (``ms``), of which making it ahead hides at most
+    ``rest_ms``, the rest of the step it would overlap; × ``saved``."""
+
+    what: str
+    ms: float
+    rest_ms: float
+    source: str
+    saved: float
+
+
+@dataclass(frozen=True)
 class NchwFed:
     """Per step, the NCHW<->NHWC conversions around the convolution kernels (:func:`nchw_fed`)."""
 
@@ -182,7 +194,7 @@ class SlowStepTime:
 
 
 # An estimate's formula with its numbers, worded by perfdoctor.reports.estimates.formula.
-Formula = Union[Unavailable, Median, GapSum, BandwidthGap, BoundsGap, HostBusy, PartTime, LayoutTime, NormElementwise, SlowStepTime]
+Formula = Union[Unavailable, Median, GapSum, BandwidthGap, BoundsGap, HostBusy, PartTime, HiddenPart, LayoutTime, NormElementwise, SlowStepTime]
 
 
 @dataclass(frozen=True)
@@ -483,6 +495,20 @@ def _part_time(parts: tuple[str, ...], what: str) -> Callable[[Analysis, float |
     return estimate
 
 
+def host_before_launch_time(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
+    """The GPU's wait for the host before the step's first launch, per step, at most the rest
+    of the step (min(wait, step − wait)) × saved: made ahead, the next step's input overlaps
+    this step's remaining work and hides behind no more than it. A step that is nearly all
+    host work (GPU busy 0.01 %) wins almost nothing by preparing ahead."""
+    a = analysis.attribution
+    if a.reason:
+        return Estimate(None, Unavailable(Need.ATTRIBUTION, a.reason))
+    saved = float(params.get("saved", 1.0))
+    wait = a.step["host_before_launch"]
+    rest = max(a.step_ms - wait, 0.0)
+    return Estimate(min(wait, rest) * saved, HiddenPart("GPU waiting for the host before the step's first launch", wait, rest, a.source, saved))
+
+
 # The classes that run slower on NCHW tensors than in channels-last: cuDNN's convolutions
 # (direct and the 1x1 ones it runs as GEMMs) and batch norms (why: :func:`nchw_fed`; the
 # share they lose is the pack's ``nchw_penalty``).
@@ -581,6 +607,7 @@ ESTIMATES: dict[str, tuple[Callable[[Analysis, float | None, dict[str, Any], Map
     "norm_elementwise_time": (norm_elementwise_time, ("saved", "nchw_penalty", "min_conv_share")),
     "data_loading_time": (_part_time(("data_loading",), "GPU waiting for the DataLoader"), ("saved",)),
     "host_late_time": (_part_time(("host_late",), "GPU waiting for the host to issue work"), ("saved",)),
+    "host_before_launch_time": (host_before_launch_time, ("saved",)),
     "straggler_delay": (straggler_delay, ()),
     "slow_step_time": (slow_step_time, ("saved",)),
 }

@@ -350,6 +350,7 @@ SIGNALS: dict[str, tuple[str, Callable[[Analysis], Metric], str]] = {
     "data_loading_seen": ("flag", data_loading_seen, "1 = a DataLoader range (trace or light-pass step) or data-loading time in the attribution, 0 = none seen"),
     "data_loading_ratio": ("ratio", _attribution_share(("data_loading",), "step", "of the step"), "share of the step the GPU waited for the DataLoader"),
     "host_late_ratio": ("ratio", _attribution_share(("host_late",), "step", "of the step"), "share of the step the GPU waited for the host to issue work, nothing else in flight"),
+    "host_before_launch_ratio": ("ratio", _attribution_share(("host_before_launch",), "step", "of the step"), "share of the step the GPU waited, before the step's first launch, for host work no DataLoader, sync or Python frame explains"),
     "eager_launches_per_step": ("count", eager_launches_per_step, "launches per step that are not graph replays, where steps replay graphs"),
 }
 

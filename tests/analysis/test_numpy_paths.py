@@ -16,6 +16,7 @@ from perfdoctor.analysis.bounds import FLOP_CLASSES, _heaviest_dtype
 from perfdoctor.analysis.metrics import analyze
 from perfdoctor.analysis.steps import first_by_correlation, is_sync, unit_signatures
 from perfdoctor.analysis.timeline import SEGMENTS_BY_LOOP, group_cummax
+from perfdoctor.names.api import is_copy
 from perfdoctor.names.codes import equals, factorize
 from perfdoctor.pipeline import load_trace
 from perfdoctor.rules.evidence import grouped
@@ -119,7 +120,8 @@ def test_first_by_correlation_ties_and_order() -> None:
 
 
 def _waits_by_object_compares(h, analysis, windows, lo, hi, idle, first=0):
-    """attribution._waits as it was (main 9eee2cb): every label an object compare per interval."""
+    """attribution._waits as it was (main 9eee2cb), with the copy calls' time as host sync
+    (2026-12-05): every label an object compare per interval."""
     n = len(windows)
     out = {p: np.zeros(n, dtype=np.int64) for p in attribution.WAIT_PARTS}
     sites: dict[str, float] = {}
@@ -149,6 +151,13 @@ def _waits_by_object_compares(h, analysis, windows, lo, hi, idle, first=0):
     sync_ends = np.sort(calls.loc[is_sync(calls["name"]).to_numpy(), "end_ns"].to_numpy(np.int64)) if not calls.empty else np.zeros(0, np.int64)
     returned = np.searchsorted(sync_ends, e, side="right") > np.searchsorted(sync_ends, s, side="left")
     host = np.where((host == "unknown") & returned, "waiting", host)
+    copies = calls[is_copy(calls["name"])] if not calls.empty else calls  # the host inside a copy call: host sync (2026-12-05)
+    in_copy = np.zeros(len(h), dtype=np.int64)
+    if not copies.empty:
+        unknown = host == "unknown"
+        in_copy[unknown] = np.minimum(hostgaps.Intervals(copies).covered(s[unknown], e[unknown]), rest[unknown])
+    np.add.at(out["host_sync"], g, in_copy)
+    rest = rest - in_copy
     lead = h["where"].to_numpy(dtype=object) == hostgaps.LEAD_IN
     late = np.where(lead, "host_before_launch", "host_late")
     for label, part in (("waiting", "host_sync"), ("launching", "launch_cadence"), ("short", "launch_cadence")):

@@ -68,7 +68,7 @@ def test_a_clean_run_with_most_checks_not_evaluated_is_inconclusive_not_pass(tmp
     bundle = record(tmp_path, crash=False)
     # A CPU run: only the light pass's checks can be evaluated (the latency and the steps'
     # evenness, each with a threshold it meets: 57 us CPU steps on a loaded machine can be
-    # uneven or slow): two passes among 33 checks, 31 not evaluated.
+    # uneven or slow): two passes among 34 checks, 32 not evaluated.
     r = run_cli("analyze", bundle, "--threshold", "p99-latency=100000", "--threshold", "uneven-steps=1.01")
     assert r.returncode == 0, r.stderr
     first = r.stdout.splitlines()[0]

@@ -39,6 +39,8 @@ STR_FIELDS: dict[str, str] = {  # Class.field -> what it holds
     "Unavailable.why": "the reason its source gave: the analysis's (analysis/ keeps its reasons as sentences) or the pack's no_estimate",
     "PartTime.what": "a label of the attribution's parts (`rules explain` prints it in the estimate's docstring)",
     "PartTime.source": "the attribution's source: light, or the trace's loader",
+    "HiddenPart.what": "a label of the attribution's parts",
+    "HiddenPart.source": "the attribution's source: light, or the trace's loader",
     "LayoutTime.source": "the attribution's source",
     "NormElementwise.source": "the attribution's source",
     "HostBusy.sites": "Python call sites, file.py(line): fn",

@@ -42,8 +42,9 @@ SEED_IDS = {
     "straggler",
     # issue 28: remedies the field uses, cited from the PyTorch docs by title and section
     "layout-transforms", "norm-elementwise", "data-loading", "host-late-launches",
-    # issue 29: uneven steps (a DataLoader behind every few iterations), from the light pass
-    "uneven-steps",
+    # issue 29: uneven steps (a DataLoader behind every few iterations), from the light pass;
+    # the host's work before each step's first launch that no DataLoader names (item 3)
+    "uneven-steps", "host-before-launch",
 }
 LAUNCH_RULES = {"memory-bubbles", "launch-rate", "launches-per-step", "short-kernels", "kernel-share"}
 # What telling someone "use CUDA graphs" looks like in a remediation.
