@@ -1013,10 +1013,15 @@ def rank(findings: list[Finding]) -> list[Finding]:
 
 
 TOP_FINDING = "{top_finding}"
+# A step naming the best-ranked other failure, where none fails: no check names what sets
+# the step time, so the step's own breakdown is where to look.
+NO_TOP_FINDING = ("No other check fails to name what sets the step time: cut the largest part of where the step went "
+                  "(the breakdown above); the tail moves with the median.")
 
 
 def _fill_top_finding(fails: list[Finding]) -> None:
-    """Replace ``{top_finding}`` in remediation steps by the best-ranked *other* failure.
+    """Replace ``{top_finding}`` in remediation steps by the best-ranked *other* failure; a
+    step that names it is :data:`NO_TOP_FINDING` where no other check fails.
 
     Some fixes are "whatever ranks first" (a p99 above target is fixed by fixing what sets
     the step time), which only the ranking knows.
@@ -1025,8 +1030,10 @@ def _fill_top_finding(fails: list[Finding]) -> None:
         if f.remediation is None or not any(TOP_FINDING in step for step in f.remediation.steps):
             continue
         other = next((g for g in fails if g is not f), None)
-        text = f"{other.rule_id} ({other.title})" if other is not None else "the other findings (none fails)"
-        steps = tuple(step.replace(TOP_FINDING, text) for step in f.remediation.steps)
+        if other is None:
+            steps = tuple(NO_TOP_FINDING if TOP_FINDING in step else step for step in f.remediation.steps)
+        else:
+            steps = tuple(step.replace(TOP_FINDING, f"{other.rule_id} ({other.title})") for step in f.remediation.steps)
         f.remediation = replace(f.remediation, steps=steps)
 
 

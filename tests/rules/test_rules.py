@@ -10,6 +10,7 @@ pack is one line naming file, line and field.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from perfdoctor.errors import UsageError
 from perfdoctor.analysis.metrics import Analysis, analyze
 from perfdoctor.profile import ACTIVITY_COLUMNS, CALL_COLUMNS, RANGE_COLUMNS, Origin, Profile, frame
 from perfdoctor.cli.rules import rules_app
-from perfdoctor.rules.engine import evaluate, load_rules
+from perfdoctor.rules.engine import NO_TOP_FINDING, _fill_top_finding, evaluate, load_rules
 from perfdoctor.rules.estimates import idle_between_kernels, sync_wait_time
 from perfdoctor.rules.evidence import sync_calls
 from perfdoctor.names.kernels import family, gemm_precision, label as short_name
@@ -282,6 +283,12 @@ def test_failures_are_ranked_by_recovered_time_then_severity() -> None:
     # The p99 fix is "whatever ranks first": filled in from the ranking.
     p99 = next(f for f in fails if f.rule_id == "p99-latency")
     assert f"Fix the top-ranked finding first, {fails[0].rule_id} ({fails[0].title})" in p99.remediation.steps[0]
+    # Alone (a CPU encoder over the 10 ms p99, nothing else failing), the step that would name
+    # the top finding says where to look instead, not "fix the other findings (none fails)"
+    alone = replace(p99, remediation=load_rules().get("p99-latency").remediation)
+    _fill_top_finding([alone])
+    assert alone.remediation.steps[0] == NO_TOP_FINDING and "{top_finding}" not in " ".join(alone.remediation.steps)
+    assert alone.remediation.steps[1:] == p99.remediation.steps[1:]
 
 
 # --- overrides ------------------------------------------------------------------------------
