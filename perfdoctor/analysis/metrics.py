@@ -564,8 +564,8 @@ def _steps_per_s(c: _Context, light: steady.SteadySeries | None) -> Metric:
                 said.append(f"{cad.pass_ends} pass end(s) between steps left out: {value(cad.pass_end_ms, 'ms')} from the step "
                             "before to the step after — an evaluation pass or the epoch's end (a data loader's pass ended)")
             if cad.waits:
-                said.append(f"{cad.waits} wait(s) for another thread or for I/O left out: {value(cad.waited_ms, 'ms')} in which the step's "
-                            "thread was idle (a server's worker waiting for requests)")
+                said.append(f"{cad.waits} wait(s) for another thread, for I/O or in time.sleep left out: {value(cad.waited_ms, 'ms')} in "
+                            "which the step's thread was idle (a server's worker waiting for requests, a loop paced to a rate)")
             note = f"{'; '.join(said)}; with them {value(cad.with_pauses_per_s, '1/s')}"
         elif cad.compiles_kept:
             note = (f"{cad.compiles_kept} steady step(s) compiled, kept: half the steady steps or more compile, "

@@ -118,11 +118,12 @@ def test_an_event_loops_select_is_a_wait_of_its_thread_once_it_has_slept(waits: 
 
 
 def test_a_blocking_sockets_recv_and_accept_are_waits_a_nonblocking_ones_not(waits: Waits) -> None:
+    me = threading.get_ident()  # the sender's time.sleep is its own thread's wait
     a, b = socket.socketpair()
     with a, b:
         _later(lambda: b.sendall(b"x"))
         assert a.recv(1) == b"x"
-        assert len(_long(waits)) == 1
+        assert len(_long(waits, me)) == 1
         a.setblocking(False)
         n = len(waits.series()["tid"])
         with pytest.raises(BlockingIOError):
@@ -134,7 +135,27 @@ def test_a_blocking_sockets_recv_and_accept_are_waits_a_nonblocking_ones_not(wai
         _later(lambda: socket.create_connection(("127.0.0.1", port)).close())
         conn, _ = server.accept()
         conn.close()
-    assert len(_long(waits)) == 2
+    assert len(_long(waits, me)) == 2
+
+
+def test_time_sleep_is_a_wait_of_its_thread_a_zero_or_bad_one_not(waits: Waits) -> None:
+    """A loop paced to a rate sleeps between its steps (a camera's frames): idle, not work.
+    sleep(0) is a yield, and anything but a positive number reaches time.sleep unchanged,
+    its own error included."""
+    from time import sleep  # bound after the install, as a program's own import is
+
+    me = threading.get_ident()
+    time.sleep(NAP)
+    sleep(NAP)
+    assert len(_long(waits, me)) == 2
+    n = len(waits.series()["tid"])
+    time.sleep(0)
+    with pytest.raises(ValueError, match="must be non-negative"):
+        time.sleep(-1)
+    with pytest.raises(TypeError):
+        time.sleep("1")
+    assert len(waits.series()["tid"]) == n
+    assert time.sleep.__name__ == "sleep" and time.sleep.__doc__.startswith("sleep(seconds)")
 
 
 def test_uninstall_restores_everything_and_a_forked_child_times_nothing(waits: Waits) -> None:
@@ -147,4 +168,5 @@ def test_uninstall_restores_everything_and_a_forked_child_times_nothing(waits: W
     waits.uninstall()  # twice: a forked child's finish uninstalls again
     assert "recv" not in socket.socket.__dict__ and socket.socket.accept.__module__ == "socket"
     assert queue.SimpleQueue.__module__ == "_queue" and threading.Condition.wait.__module__ == "threading"
+    assert type(time.sleep).__name__ == "builtin_function_or_method"
     assert asyncio.selector_events.BaseSelectorEventLoop.__init__.__module__ == "asyncio.selector_events"
