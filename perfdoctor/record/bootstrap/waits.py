@@ -76,16 +76,14 @@ def _timed(call: Any, blocks: Any, begin: Any, finish: Any) -> Any:
 
 
 class Waits:
-    """The waits of every thread. Light pass: three lists (thread, start, end in host ns on
+    """The waits of every thread. Light pass: one list of (thread, start, end in host ns on
     the steps' clock), appended by the thread that waited (a list append is atomic), read
     once at the end. Traced passes: each wait is a range named
     :data:`perfdoctor.names.ranges.WAIT_RANGE` on its thread, so a trace shows it too. A
     forked child (``disabled``) is left alone."""
 
     def __init__(self, session: Any) -> None:
-        self.tid: list[int] = []
-        self.start_ns: list[int] = []
-        self.end_ns: list[int] = []
+        self.timed: list[tuple[int, int, int]] = []  # (thread, start, end): one append per wait, whole
         self.condition_wait = original = threading.Condition.wait
         self.simple_queue = simple = queue.SimpleQueue
         self.loop_init = loop_init = selector_events.BaseSelectorEventLoop.__init__
@@ -143,10 +141,9 @@ class Waits:
 
     def ended(self, began: int) -> None:
         """A wait that began at ``began`` (host ns) ends now (light pass)."""
-        end = time.perf_counter_ns()
-        self.tid.append(threading.get_ident())
-        self.start_ns.append(began)
-        self.end_ns.append(end)
+        # One append of the three: three appends from two threads could interleave, and
+        # the lists pair one thread's start with another's end.
+        self.timed.append((threading.get_ident(), began, time.perf_counter_ns()))
 
     @staticmethod
     def push() -> Any:
@@ -158,8 +155,11 @@ class Waits:
 
     def series(self) -> dict[str, list[int]] | None:
         """``{"tid", "start_ns", "end_ns"}`` of every wait, or None when there was none."""
-        n = min(len(self.tid), len(self.start_ns), len(self.end_ns))
-        return {"tid": self.tid[:n], "start_ns": self.start_ns[:n], "end_ns": self.end_ns[:n]} if n else None
+        timed = list(self.timed)
+        if not timed:
+            return None
+        tid, start, end = (list(column) for column in zip(*timed))
+        return {"tid": tid, "start_ns": start, "end_ns": end}
 
     def uninstall(self) -> None:
         time.sleep = self.time_sleep
