@@ -26,7 +26,7 @@ from perfdoctor.analysis.steps import ran_no_gpu
 from perfdoctor.analysis.hostgaps import PYTHON_SOURCE
 from perfdoctor.analysis.timeline import union_per_group
 from perfdoctor.names.codes import equals
-from perfdoctor.names.ranges import WAIT_RANGE
+from perfdoctor.names.ranges import WAIT_RANGE, WORKED_RANGE
 from perfdoctor.schema import DATA_LOADER_SOURCE
 from perfdoctor.profile import Profile
 from perfdoctor.text import count, percent, value
@@ -216,7 +216,7 @@ def breakdown(profile: Profile, steps: pd.DataFrame, top: int = 10) -> CpuView |
     s0, s1 = st["host_start_ns"].to_numpy(np.int64), st["host_end_ns"].to_numpy(np.int64)
     ops, r = profile.ops, profile.ranges
     mods = r[r["source"].isin(MODULE_SOURCES) & ~r["name"].str.startswith(DECLARE_PREFIX, na=False)]
-    mods = mods[~mods["name"].isin(set(st["name"]))]  # the step range itself is the step, not a module in it
+    mods = mods[~mods["name"].isin(set(st["name"]) | {WORKED_RANGE})]  # the step range itself is the step, not a module in it (nor a wait's marker)
     # One event tree of ranges and operators: a module's self time is what its operators leave.
     start = np.concatenate([ops["start_ns"].to_numpy(np.int64), mods["start_ns"].to_numpy(np.int64)])
     end = np.concatenate([ops["end_ns"].to_numpy(np.int64), mods["end_ns"].to_numpy(np.int64)])

@@ -628,7 +628,10 @@ def waits_between(
     host_start: np.ndarray | list[int], tid: np.ndarray | list[int] | None, waits: dict | None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The waits for another thread between the steps of a series, from the light pass's
-    ``waits`` (``{"tid", "start_ns", "end_ns"}``, every thread's: :mod:`perfdoctor.record.bootstrap.waits`)
+    ``waits`` (``{"tid", "start_ns", "end_ns"}``, every thread's: :mod:`perfdoctor.record.bootstrap.waits`;
+    those with ``worked`` 1, during which the rest of the process worked, are the step's own
+    wait for its input from a thread beside it, and left out here where one thread runs the
+    steps)
     and each step's thread ``tid``. Per step ``k``: when its thread began waiting after the
     step began and before that thread's next step began (-1: it did not; a thread's last
     step: -1); how long step ``k`` waited since its thread's step before began (ns; 0 for a
@@ -645,6 +648,13 @@ def waits_between(
         return idle_from, waited, resumed
     t, w_tid = _ns(tid)[: h.size], _ns(waits.get("tid", []))
     w_start, w_end = _ns(waits.get("start_ns", [])), _ns(waits.get("end_ns", []))
+    worked = waits.get("worked")
+    if worked is not None and len(worked) and np.unique(t).size == 1:
+        # the rest of the process worked meanwhile: a wait for the step's input, not idle. With
+        # several threads running the step (a pool's workers) another worker's work is no
+        # producer's: every wait stays idle
+        idle = _ns(worked)[: w_tid.size] == 0
+        w_tid, w_start, w_end = w_tid[idle], w_start[idle], w_end[idle]
     for thread in np.unique(t):
         mine = np.flatnonzero(w_tid == thread)
         if mine.size == 0:

@@ -900,6 +900,22 @@ def _hold_work(timed: pd.DataFrame, fetch_end: pd.Series, work: pd.DataFrame) ->
     return held if np.count_nonzero(held) >= 2 else np.ones(len(timed), dtype=bool)
 
 
+def traced_waits(ranges: pd.DataFrame) -> pd.DataFrame:
+    """The :data:`~perfdoctor.names.ranges.WAIT_RANGE` ranges of ``perfdoctor run``'s traced
+    passes, ``worked`` 1 for those with a :data:`~perfdoctor.names.ranges.WORKED_RANGE`
+    inside them on their thread (the rest of the process worked meanwhile), as the light
+    pass's waits carry it (:func:`perfdoctor.analysis.steady.waits_between` reads it)."""
+    waits = ranges[equals(ranges["name"], rangenames.WAIT_RANGE)].assign(worked=0)
+    worked = ranges[equals(ranges["name"], rangenames.WORKED_RANGE)]
+    if waits.empty or worked.empty:
+        return waits
+    busy = np.zeros(len(waits), dtype=bool)
+    w_tid, w0, w1 = (waits[c].to_numpy(np.int64) for c in ("tid", "start_ns", "end_ns"))
+    for tid, at in zip(worked["tid"].to_numpy(np.int64).tolist(), worked["start_ns"].to_numpy(np.int64).tolist()):
+        busy |= (w_tid == tid) & (w0 <= at) & (at <= w1)
+    return waits.assign(worked=busy.astype(np.int64))
+
+
 def iteration_ranges(marks: pd.DataFrame, waits: pd.DataFrame | None = None) -> pd.DataFrame:
     """Step ranges from the ranges that mark a loop iteration: per thread, from the start of
     one to the start of the next (the last one's iteration has no known end: left out).
@@ -911,6 +927,8 @@ def iteration_ranges(marks: pd.DataFrame, waits: pd.DataFrame | None = None) -> 
     ended (taking the request is its service)."""
     marks = _outermost(marks).sort_values(["tid", "start_ns"], kind="stable")
     w = None if waits is None or waits.empty else {c: waits[c].to_numpy(np.int64) for c in ("tid", "start_ns", "end_ns")}
+    if w is not None and "worked" in waits and marks["tid"].nunique() == 1:  # one thread runs the step (steady.waits_between)
+        w["worked"] = waits["worked"].to_numpy(np.int64)
     parts = []
     for _, m in marks.groupby("tid", sort=False):
         if len(m) < 2:
@@ -1036,7 +1054,7 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
     if not instance.empty:
         ranges = ranges.copy()
         ranges.loc[instance.index, "name"] = instance["name"]
-    waits = profile.ranges[equals(profile.ranges["name"], rangenames.WAIT_RANGE)]  # perfdoctor run's traced passes mark them
+    waits = traced_waits(profile.ranges)  # perfdoctor run's traced passes mark them
     loops = ranges[starts_with(ranges["name"], rangenames.LOOP_PREFIXES)]
     fetches = loops[starts_with(loops["name"], rangenames.DATA_LOADER_PREFIX)]
     work = loop_work(profile) if not loops.empty else None  # a loop with no data loader: to find its first or last iteration

@@ -201,8 +201,10 @@ class PassResults(_Document):
     # the light pass: per ProfilerStep#N name, the range torch.profiler's exit closed (the
     # last prof.step() opened it after the loop's last iteration), as a series; not in ``series``
     profiler_exit: dict[str, dict[str, Any]] | None = None
-    # the light pass: every thread's waits for another thread ({"tid", "start_ns", "end_ns"}:
-    # perfdoctor.record.bootstrap.waits), which lie between a worker's steps, not in them
+    # the light pass: every thread's waits for another thread, for I/O or in time.sleep
+    # ({"tid", "start_ns", "end_ns", "worked"}: perfdoctor.record.bootstrap.waits), which lie
+    # between a worker's steps, not in them, unless the rest of the process worked meanwhile
+    # (worked 1: a producer beside it)
     waits: dict[str, list[int]] | None = None
     # the light pass: when torch.compile's dynamo compiled ({"start_ns", "end_ns"}, host ns:
     # perfdoctor.record.bootstrap.steps.Compiles); None when nothing compiled or the torch

@@ -949,6 +949,23 @@ def test_a_workers_waits_for_another_thread_end_its_iterations_and_are_pauses_of
     assert steady.waits_between(h, None, waits)[0].tolist() == [-1] * 4
 
 
+def test_a_wait_while_the_rest_of_the_process_worked_is_the_steps_own() -> None:
+    # the worker above, but its second wait is for a producer thread that worked meanwhile
+    # (worked 1): the step's own wait for its input, kept in its iteration; the others as before
+    h = [0, 1_000_000, 2_000_000, 3_000_000]
+    waits = {"tid": [7, 7, 7], "start_ns": [200_000, 1_200_000, 2_200_000], "end_ns": [900_000, 1_900_000, 2_900_000],
+             "worked": [0, 1, 0]}
+    idle, waited, resumed = steady.waits_between(h, [7] * 4, waits)
+    assert idle.tolist() == [200_000, -1, 2_200_000, -1] and waited.tolist() == [0, 700_000, 0, 700_000]
+    assert resumed.tolist() == [-1, 900_000, -1, 2_900_000]
+    # every wait worked: none is idle, as with no waits at all
+    busy = {**waits, "worked": [1, 1, 1]}
+    assert [a.tolist() for a in steady.waits_between(h, [7] * 4, busy)] == [a.tolist() for a in steady.waits_between(h, [7] * 4, None)]
+    # two workers of a pool run the step: the other's work is no producer's, every wait idle
+    pool = {"tid": [7, 7, 8], "start_ns": [200_000, 2_200_000, 1_200_000], "end_ns": [900_000, 2_900_000, 1_900_000], "worked": [1, 1, 1]}
+    assert steady.waits_between(h, [7, 8, 7, 8], pool)[0].tolist() == [200_000, 1_200_000, -1, -1]
+
+
 def test_an_evaluation_loops_fetch_that_a_break_left_begins_no_iteration() -> None:
     # `for i, x in enumerate(loader): if i == 2: break; model(x)`, twice: fetches at 0, 10,
     # 20 (break) | 30, 40, 50 (break), each 2 long; the model's calls at 3, 13 | 33, 43. The

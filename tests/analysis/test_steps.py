@@ -217,3 +217,23 @@ def test_how_the_step_was_found_is_said() -> None:
     p = load_trace(eager)
     p.origin = replace(p.origin, bundle=BundleFacts(step="decode_step"))
     assert analyze(p).steps.how.startswith("recorded by the run")
+
+
+def test_a_traced_wait_with_the_worked_marker_inside_is_no_idle_wait() -> None:
+    """The traced passes mark a wait during which the rest of the process worked with a
+    marker inside it, at its end, on its thread: that wait is the step's, not idle (the light
+    pass's ``worked``). Another thread's marker, or one outside the wait, changes nothing."""
+    import pandas as pd
+
+    from perfdoctor.analysis.steps import traced_waits
+
+    w, m = rangenames.WAIT_RANGE, rangenames.WORKED_RANGE
+    ranges = pd.DataFrame({
+        "name": [w, m, w, m, w, m],
+        "tid": [1, 1, 1, 2, 1, 1],
+        "start_ns": [0, 95, 200, 290, 400, 600],
+        "end_ns": [100, 95, 300, 290, 500, 600],
+    })
+    assert traced_waits(ranges)[["start_ns", "worked"]].values.tolist() == [[0, 1], [200, 0], [400, 0]]
+    assert traced_waits(ranges[ranges["name"] == w])["worked"].tolist() == [0, 0, 0]  # no marker: every wait idle
+    assert rangenames.kind(m) == rangenames.kind(w) == rangenames.WAIT  # never a step

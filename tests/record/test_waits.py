@@ -170,3 +170,31 @@ def test_uninstall_restores_everything_and_a_forked_child_times_nothing(waits: W
     assert queue.SimpleQueue.__module__ == "_queue" and threading.Condition.wait.__module__ == "threading"
     assert type(time.sleep).__name__ == "builtin_function_or_method"
     assert asyncio.selector_events.BaseSelectorEventLoop.__init__.__module__ == "asyncio.selector_events"
+
+
+def test_a_wait_while_another_thread_works_is_marked_worked_one_while_it_sleeps_not(waits: Waits) -> None:
+    """The consumer of a producer thread waits on its queue while the producer works (~1
+    CPU): worked 1, the step's own wait for its input. A server's worker waits while the rest
+    sleeps: worked 0. A wait under WORKED_MIN_NS is never worked (its CPU time is mostly the
+    wrapper's own)."""
+    me = threading.get_ident()
+
+    def burn() -> None:  # pure Python holds the GIL: the waiting thread uses no CPU meanwhile
+        deadline = time.perf_counter() + 2 * NAP
+        while time.perf_counter() < deadline:
+            pass
+
+    q: queue.Queue = queue.Queue()
+    producer = threading.Thread(target=lambda: (burn(), q.put(1)))
+    producer.start()
+    q.get()
+    producer.join()
+    _later(lambda: q.put(2))  # the other thread sleeps, then puts
+    q.get()
+    s = waits.series()
+    mine = [(e - b, w) for t, b, e, w in zip(s["tid"], s["start_ns"], s["end_ns"], s["worked"]) if t == me and e - b >= NAP * 5e8]
+    assert [w for _, w in mine] == [1, 0], mine
+    q.put(3)
+    q.get()  # no wait at all: the item is there
+    threading.Event().wait(0.0001)  # 0.1 ms: under the floor
+    assert waits.series()["worked"][-1] == 0

@@ -58,6 +58,23 @@ from perfdoctor.names import ranges as rangenames
 SOCKET_WAITS = ("recv", "recv_into", "recvfrom", "recvfrom_into", "accept")
 
 
+def worked(began: tuple[int, int, bool], end_ns: int) -> bool:
+    """Whether the rest of the process worked during a wait from ``began`` (host ns, process
+    CPU ns, another Python thread running) to ``end_ns``: another Python thread was running
+    when it began, and the process used at least :data:`~perfdoctor.names.ranges.WORKED_SHARE`
+    of a CPU over a wait of at least :data:`~perfdoctor.names.ranges.WORKED_MIN_NS` (a
+    shorter one's CPU time is mostly the wrapper's own). A waiting thread uses none: the CPU
+    time is its producer's (a thread decoding the next batch, torch's threads running its
+    ops). The running thread is needed too: torch's OpenMP threads spin after each op (a CPU
+    server with two intra-op threads: 85 of 126 idle waits used half a CPU), and they are no
+    Python thread. A server's worker waits while its request generator sleeps in a wait; a
+    producer process (a ProcessPoolExecutor) works outside this process, so such a wait
+    reads as idle."""
+    wall = end_ns - began[0]
+    return (began[2] and wall >= rangenames.WORKED_MIN_NS
+            and time.process_time_ns() - began[1] >= rangenames.WORKED_SHARE * wall)
+
+
 def _timed(call: Any, blocks: Any, begin: Any, finish: Any) -> Any:
     """``call``, timed as a wait (``begin()`` before it, ``finish(began)`` after) whenever
     ``blocks(*args, **kwargs)`` says that call may block; its name and docstring kept."""
@@ -83,13 +100,14 @@ class Waits:
     forked child (``disabled``) is left alone."""
 
     def __init__(self, session: Any) -> None:
-        self.timed: list[tuple[int, int, int]] = []  # (thread, start, end): one append per wait, whole
+        self.timed: list[tuple[int, int, int, int]] = []  # (thread, start, end, worked): one append per wait, whole
+        self.waiting: set[int] = set()  # the threads inside a wait now
         self.condition_wait = original = threading.Condition.wait
         self.simple_queue = simple = queue.SimpleQueue
         self.loop_init = loop_init = selector_events.BaseSelectorEventLoop.__init__
         self.socket_methods = {m: socket.socket.__dict__.get(m) for m in SOCKET_WAITS}
         self.time_sleep = sleep = time.sleep
-        begin, finish = (time.perf_counter_ns, self.ended) if session.mode == "light" else (self.push, self.pop)
+        begin, finish = (self.began, self.ended) if session.mode == "light" else (self.push, self.pop)
 
         wait = _timed(original, lambda condition, timeout=None: not session.disabled and (timeout is None or timeout > 0), begin, finish)
         # a non-blocking socket never waits; anything but a positive time goes to time.sleep
@@ -139,27 +157,43 @@ class Waits:
         for m in SOCKET_WAITS:
             setattr(socket.socket, m, _timed(getattr(socket.socket, m), socket_blocks, begin, finish))
 
-    def ended(self, began: int) -> None:
-        """A wait that began at ``began`` (host ns) ends now (light pass)."""
-        # One append of the three: three appends from two threads could interleave, and
-        # the lists pair one thread's start with another's end.
-        self.timed.append((threading.get_ident(), began, time.perf_counter_ns()))
+    def began(self) -> tuple[int, int, bool]:
+        """When a wait begins: the host clock, the process's CPU time (every thread's), and
+        whether another Python thread is running (in no wait of these): a producer works
+        through the wait, a server's request generator sleeps in one."""
+        me = threading.get_ident()
+        running = threading.active_count() - len(self.waiting - {me}) > 1
+        self.waiting.add(me)
+        return time.perf_counter_ns(), time.process_time_ns(), running
 
-    @staticmethod
-    def push() -> Any:
-        return api.marks().push(rangenames.WAIT_RANGE)
+    def ended(self, began: tuple[int, int, bool]) -> None:
+        """A wait that began at ``began`` ends now (light pass)."""
+        end = time.perf_counter_ns()
+        me = threading.get_ident()
+        self.waiting.discard(me)
+        # One append of the four: appends from two threads could interleave, and pair one
+        # thread's start with another's end.
+        self.timed.append((me, began[0], end, int(worked(began, end))))
 
-    @staticmethod
-    def pop(handle: Any) -> None:
-        api.marks().pop(handle)
+    def push(self) -> tuple[Any, tuple[int, int, bool]]:
+        return api.marks().push(rangenames.WAIT_RANGE), self.began()
+
+    def pop(self, token: tuple[Any, tuple[int, int, bool]]) -> None:
+        handle, began = token
+        self.waiting.discard(threading.get_ident())
+        marks = api.marks()
+        if worked(began, time.perf_counter_ns()):
+            marks.pop(marks.push(rangenames.WORKED_RANGE))
+        marks.pop(handle)
 
     def series(self) -> dict[str, list[int]] | None:
-        """``{"tid", "start_ns", "end_ns"}`` of every wait, or None when there was none."""
+        """``{"tid", "start_ns", "end_ns", "worked"}`` of every wait (worked: 1 where the
+        rest of the process worked meanwhile, :func:`worked`), or None when there was none."""
         timed = list(self.timed)
         if not timed:
             return None
-        tid, start, end = (list(column) for column in zip(*timed))
-        return {"tid": tid, "start_ns": start, "end_ns": end}
+        tid, start, end, busy = (list(column) for column in zip(*timed))
+        return {"tid": tid, "start_ns": start, "end_ns": end, "worked": busy}
 
     def uninstall(self) -> None:
         time.sleep = self.time_sleep
