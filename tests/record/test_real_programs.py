@@ -1495,7 +1495,9 @@ def test_a_cpu_servers_idle_waits_stay_idle_while_torchs_openmp_threads_spin(tmp
                                  "--width", "512", "--rate", "200")
     (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     waits = json.loads((bundle / "raw" / "light.json").read_text())["waits"]
-    assert sum(waits["worked"]) <= len(waits["worked"]) // 10, waits["worked"]
+    # the worker's own (the request generator's sleeps, while the worker computes, did work beside them)
+    worker = [w for t, w in zip(waits["tid"], waits["worked"]) if t in set(series["tid"])]
+    assert len(worker) >= 30 and sum(worker) <= len(worker) // 10, worker
     ms = _step_ms(series)[result["warmup"]:]
     own = np.array(result["ms_each"][result["warmup"]:])
     assert np.median(ms) == pytest.approx(np.median(own), rel=0.15, abs=0.1)
