@@ -61,7 +61,7 @@ WORKERS_ADVICE = ("the DataLoader already loads in worker processes and the step
                   "while CPU cores are free); prefetch_factor only absorbs bursts, persistent_workers=True saves the "
                   "workers' start at each epoch, pin_memory=True the copy to a GPU")
 # The step's thread blocked on another thread or process (perfdoctor run's traced passes
-# mark Condition.wait, a SimpleQueue's get, a blocking socket read: record/bootstrap/waits.py).
+# mark Condition.wait, a SimpleQueue's get, a blocking socket read, time.sleep: record/bootstrap/waits.py).
 # Another process's work is in no trace of this one; a thread's operators are, and count as
 # operators, not as the wait.
 WAITS_ADVICE = ("the step's time is spent where that work runs: another process (a ProcessPoolExecutor, a "

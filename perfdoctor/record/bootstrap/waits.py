@@ -94,10 +94,11 @@ def _timed(call: Any, blocks: Any, begin: Any, finish: Any) -> Any:
 
 class Waits:
     """The waits of every thread. Light pass: one list of (thread, start, end in host ns on
-    the steps' clock), appended by the thread that waited (a list append is atomic), read
-    once at the end. Traced passes: each wait is a range named
-    :data:`perfdoctor.names.ranges.WAIT_RANGE` on its thread, so a trace shows it too. A
-    forked child (``disabled``) is left alone."""
+    the steps' clock, :func:`worked`), appended by the thread that waited (a list append is
+    atomic), read once at the end. Traced passes: each wait is a range named
+    :data:`perfdoctor.names.ranges.WAIT_RANGE` on its thread, so a trace shows it too, with
+    :data:`~perfdoctor.names.ranges.WORKED_RANGE` inside it where it worked. A forked child
+    (``disabled``) is left alone."""
 
     def __init__(self, session: Any) -> None:
         self.timed: list[tuple[int, int, int, int]] = []  # (thread, start, end, worked): one append per wait, whole
