@@ -64,7 +64,8 @@ WORKERS_ADVICE = ("the DataLoader already loads in worker processes and the step
 # mark Condition.wait, a SimpleQueue's get, a blocking socket read, time.sleep: record/bootstrap/waits.py).
 # Another process's work is in no trace of this one; a thread's operators are, and count as
 # operators, not as the wait.
-WAITS_ADVICE = ("the step's time is spent where that work runs: another process (a ProcessPoolExecutor, a "
+WAITS_ADVICE = ("the step's time is spent where that work runs: another thread of this process (a producer filling a "
+                "queue) is in this trace, its operators beside the step's; another process (a ProcessPoolExecutor, a "
                 "multiprocessing Pool) is in no trace of this one, so profile it there. If it prepares the step's input, "
                 "overlap it with the step (submit the next batch's work before running this one, as a DataLoader with "
                 "workers prefetches), or make it cheaper or wider (more workers while CPU cores are free); a deliberate "
