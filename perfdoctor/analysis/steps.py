@@ -911,8 +911,17 @@ def traced_waits(ranges: pd.DataFrame) -> pd.DataFrame:
         return waits
     busy = np.zeros(len(waits), dtype=bool)
     w_tid, w0, w1 = (waits[c].to_numpy(np.int64) for c in ("tid", "start_ns", "end_ns"))
-    for tid, at in zip(worked["tid"].to_numpy(np.int64).tolist(), worked["start_ns"].to_numpy(np.int64).tolist()):
-        busy |= (w_tid == tid) & (w0 <= at) & (at <= w1)
+    m_tid, m_at = worked["tid"].to_numpy(np.int64), worked["start_ns"].to_numpy(np.int64)
+    for tid in np.unique(m_tid):
+        # a thread is in one wait at a time: a marker's wait is its thread's last begun at or before it
+        mine = np.flatnonzero(w_tid == tid)
+        if not mine.size:
+            continue
+        mine = mine[np.argsort(w0[mine], kind="stable")]
+        at = m_at[m_tid == tid]
+        k = np.searchsorted(w0[mine], at, side="right") - 1
+        hit = mine[np.clip(k, 0, None)]
+        busy[hit[(k >= 0) & (at <= w1[hit])]] = True
     return waits.assign(worked=busy.astype(np.int64))
 
 
@@ -926,19 +935,23 @@ def iteration_ranges(marks: pd.DataFrame, waits: pd.DataFrame | None = None) -> 
     requests, not serving (its own range kept whole); the next then begins where the wait
     ended (taking the request is its service)."""
     marks = _outermost(marks).sort_values(["tid", "start_ns"], kind="stable")
-    w = None if waits is None or waits.empty else {c: waits[c].to_numpy(np.int64) for c in ("tid", "start_ns", "end_ns")}
-    if w is not None and "worked" in waits and marks["tid"].nunique() == 1:  # one thread runs the step (steady.waits_between)
-        w["worked"] = waits["worked"].to_numpy(np.int64)
+    idle = resumed = None
+    if waits is not None and not waits.empty:
+        # one call over every thread's marks (each thread's steps are its own series there),
+        # so that it judges whether one thread runs the steps (worked waits: steady.waits_between)
+        w = {c: waits[c].to_numpy(np.int64) for c in ("tid", "start_ns", "end_ns", "worked") if c in waits}
+        idle, _, resumed = steady.waits_between(marks["start_ns"].to_numpy(np.int64), marks["tid"].to_numpy(np.int64), w)
     parts = []
-    for _, m in marks.groupby("tid", sort=False):
+    at = 0
+    for _, m in marks.groupby("tid", sort=False):  # marks sorted by thread: each group's rows are contiguous
+        rows, at = slice(at, at + len(m) - 1), at + len(m)  # its steps but the last
         if len(m) < 2:
             continue
         part = m.iloc[:-1].copy()
         end = m["start_ns"].to_numpy(np.int64)[1:] - 1
-        if w is not None:
-            idle, _, resumed = steady.waits_between(m["start_ns"].to_numpy(np.int64), m["tid"].to_numpy(np.int64), w)
-            end = np.where(idle[:-1] >= 0, np.maximum(part["end_ns"].to_numpy(np.int64), np.minimum(end, idle[:-1] - 1)), end)
-            part["start_ns"] = np.where(resumed[:-1] >= 0, resumed[:-1], part["start_ns"].to_numpy(np.int64))
+        if idle is not None:
+            end = np.where(idle[rows] >= 0, np.maximum(part["end_ns"].to_numpy(np.int64), np.minimum(end, idle[rows] - 1)), end)
+            part["start_ns"] = np.where(resumed[rows] >= 0, resumed[rows], part["start_ns"].to_numpy(np.int64))
         part["end_ns"] = end
         parts.append(part)
     if not parts:

@@ -237,3 +237,21 @@ def test_a_traced_wait_with_the_worked_marker_inside_is_no_idle_wait() -> None:
     assert traced_waits(ranges)[["start_ns", "worked"]].values.tolist() == [[0, 1], [200, 0], [400, 0]]
     assert traced_waits(ranges[ranges["name"] == w])["worked"].tolist() == [0, 0, 0]  # no marker: every wait idle
     assert rangenames.kind(m) == rangenames.kind(w) == rangenames.WAIT  # never a step
+
+
+def test_iteration_ranges_keep_a_worked_wait_in_the_step_of_one_thread_only() -> None:
+    """One thread's calls at 0, 100, 200 with a worked wait at [50, 90) between the first two:
+    the step's own wait, kept (the first step runs to the next call). Two threads calling the
+    step (a pool's workers): another worker's work is no producer's, the same wait ends the
+    first step at 49 (steady.waits_between's one rule, called once over every thread)."""
+    import pandas as pd
+
+    from perfdoctor.analysis.steps import iteration_ranges
+
+    calls = pd.DataFrame({"name": ["f"] * 3, "tid": [1, 1, 1], "start_ns": [0, 100, 200], "end_ns": [10, 110, 210]})
+    waits = pd.DataFrame({"tid": [1], "start_ns": [50], "end_ns": [90], "worked": [1]})
+    assert iteration_ranges(calls, waits)[["start_ns", "end_ns"]].values.tolist() == [[0, 99], [100, 199]]
+    pool = pd.concat([calls, pd.DataFrame({"name": ["f"] * 2, "tid": [2, 2], "start_ns": [30, 130], "end_ns": [40, 140]})])
+    got = iteration_ranges(pool, waits)
+    assert got[got["tid"] == 1][["start_ns", "end_ns"]].values.tolist() == [[0, 49], [90, 199]]
+    assert iteration_ranges(calls, waits.assign(worked=0))[["start_ns", "end_ns"]].values.tolist() == [[0, 49], [90, 199]]
