@@ -73,7 +73,8 @@ WAIT_RANGE = "perfdoctor.wait"
 # ... and, inside a wait at its end, that the rest of the process worked meanwhile (at least
 # WORKED_SHARE of a CPU over a wait of at least WORKED_MIN_NS): the thread waited for work
 # done beside it (a producer thread filling its queue: ~1 CPU, under half of one on the
-# loaded 2-CPU CI box), which is its step's, not idle. A server's worker waits while the rest sleeps;
+# loaded 2-CPU CI box; a process pool's workers, their CPU time counted too), which is its
+# step's, not idle. A server's worker waits while the rest sleeps;
 # threaded_server.py's request generator makes each request in-process, and under the
 # tracer that work filled half of some 0.2-1 ms waits: hence the 1 ms floor. The light pass
 # records the same verdict per wait (record/bootstrap/waits.py).

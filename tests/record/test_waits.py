@@ -5,6 +5,7 @@ calls are not waits. Each test installs :class:`Waits` and uninstalls it."""
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import queue
 import socket
 import threading
@@ -199,3 +200,30 @@ def test_a_wait_while_another_thread_works_is_marked_worked_one_while_it_sleeps_
     q.get()  # no wait at all: the item is there
     threading.Event().wait(0.0001)  # 0.1 ms: under the floor
     assert waits.series()["worked"][-1] == 0
+
+
+def _spin(seconds: float) -> None:
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        pass
+
+
+@pytest.mark.parametrize("child, expected", [(_spin, 1), (time.sleep, 0)])
+def test_a_wait_while_a_child_process_works_is_marked_worked(waits: Waits, child, expected: int) -> None:
+    """A process pool's consumer waits for its result while the worker process computes it:
+    this process uses no CPU meanwhile, its child does (worked 1). A child that sleeps meanwhile
+    (an idle pool's worker) does not (0). No other Python thread runs here: only the child's
+    CPU time can count."""
+    ctx = multiprocessing.get_context("fork")
+    proc = ctx.Process(target=child, args=(4 * NAP,))
+    proc.start()
+    waits.child_started(proc.pid)  # what the bootstrap's multiprocessing hook does
+    try:
+        threading.Event().wait(3 * NAP)
+    finally:
+        proc.join()
+    s = waits.series()
+    assert s["tid"][-1] == threading.get_ident() and s["worked"][-1] == expected
+    # the child has exited: its file is closed on the next read, and a wait with no child is idle
+    threading.Event().wait(NAP)
+    assert waits.children == [] and waits.series()["worked"][-1] == 0

@@ -222,7 +222,8 @@ def watch_children(session: Session) -> None:
     """Count the processes the program starts through ``multiprocessing`` (``Process``,
     ``torch.multiprocessing.spawn``, ``Pool``, ``ProcessPoolExecutor``) by what they run, and
     the Python programs its own code starts through ``subprocess`` (a launcher that runs
-    ``python train.py``; :data:`PYTHON_LAUNCHERS`, :data:`perfdoctor.bundle.protocol.CHILD_PROGRAM`). perfdoctor times and traces
+    ``python train.py``; :data:`PYTHON_LAUNCHERS`, :data:`perfdoctor.bundle.protocol.CHILD_PROGRAM`), and give
+    :class:`Waits` the ``multiprocessing`` ones' pids. perfdoctor times and traces
     the process it started; a program whose model runs in such a child (the DDP tutorial's
     ``mp.spawn``, a serving worker, a launched script) shows nothing here, and the light pass
     says why (:func:`perfdoctor.record.light.light_summary`) instead of "no step seen" alone."""
@@ -248,12 +249,15 @@ def watch_children(session: Session) -> None:
     real = BaseProcess.start
 
     def start(self: Any) -> None:
-        if os.getpid() == session.pid:
+        mine = os.getpid() == session.pid
+        if mine:
             try:
                 note(process_work(self))
             except Exception:  # noqa: BLE001 - an odd target must not stop the program's process
                 note("a process (its target could not be named)")
         real(self)
+        if mine and session.waits is not None:
+            session.waits.child_started(self.pid)  # its work counts toward our waits (a producer process)
 
     BaseProcess.start = start  # type: ignore[method-assign]
 

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import asyncio.selector_events as selector_events
 import numbers
+import os
 import queue
 import socket
 import threading
@@ -56,23 +57,6 @@ from perfdoctor.names import ranges as rangenames
 
 # socket.socket's calls that block until a peer sends or connects
 SOCKET_WAITS = ("recv", "recv_into", "recvfrom", "recvfrom_into", "accept")
-
-
-def worked(began: tuple[int, int, bool], end_ns: int) -> bool:
-    """Whether the rest of the process worked during a wait from ``began`` (host ns, process
-    CPU ns, another Python thread running) to ``end_ns``: another Python thread was running
-    when it began, and the process used at least :data:`~perfdoctor.names.ranges.WORKED_SHARE`
-    of a CPU over a wait of at least :data:`~perfdoctor.names.ranges.WORKED_MIN_NS` (a
-    shorter one's CPU time is mostly the wrapper's own). A waiting thread uses none: the CPU
-    time is its producer's (a thread decoding the next batch, torch's threads running its
-    ops). The running thread is needed too: torch's OpenMP threads spin after each op (a CPU
-    server with two intra-op threads: 85 of 126 idle waits used half a CPU), and they are no
-    Python thread. A server's worker waits while its request generator sleeps in a wait; a
-    producer process (a ProcessPoolExecutor) works outside this process, so such a wait
-    reads as idle."""
-    wall = end_ns - began[0]
-    return (began[2] and wall >= rangenames.WORKED_MIN_NS
-            and time.process_time_ns() - began[1] >= rangenames.WORKED_SHARE * wall)
 
 
 def _timed(call: Any, blocks: Any, begin: Any, finish: Any) -> Any:
@@ -94,7 +78,7 @@ def _timed(call: Any, blocks: Any, begin: Any, finish: Any) -> Any:
 
 class Waits:
     """The waits of every thread. Light pass: one list of (thread, start, end in host ns on
-    the steps' clock, :func:`worked`), appended by the thread that waited (a list append is
+    the steps' clock, :meth:`Waits.worked`), appended by the thread that waited (a list append is
     atomic), read once at the end. Traced passes: each wait is a range named
     :data:`perfdoctor.names.ranges.WAIT_RANGE` on its thread, so a trace shows it too, with
     :data:`~perfdoctor.names.ranges.WORKED_RANGE` inside it where it worked. A forked child
@@ -103,6 +87,8 @@ class Waits:
     def __init__(self, session: Any) -> None:
         self.timed: list[tuple[int, int, int, int]] = []  # (thread, start, end, worked): one append per wait, whole
         self.waiting: set[int] = set()  # the threads inside a wait now
+        self.children: list[int] = []  # /proc/<pid>/schedstat of the program's child processes, open
+        self.dropping = threading.Lock()
         self.condition_wait = original = threading.Condition.wait
         self.simple_queue = simple = queue.SimpleQueue
         self.loop_init = loop_init = selector_events.BaseSelectorEventLoop.__init__
@@ -158,38 +144,94 @@ class Waits:
         for m in SOCKET_WAITS:
             setattr(socket.socket, m, _timed(getattr(socket.socket, m), socket_blocks, begin, finish))
 
-    def began(self) -> tuple[int, int, bool]:
-        """When a wait begins: the host clock, the process's CPU time (every thread's), and
-        whether another Python thread is running (in no wait of these): a producer works
-        through the wait, a server's request generator sleeps in one."""
+    def began(self) -> tuple[int, int, bool, bool]:
+        """When a wait begins: the host clock, the CPU time of whatever may work meanwhile
+        (:meth:`cpu_ns`), whether another Python thread is running (in no wait of these) and
+        whether a child process is alive: a producer works through the wait (a thread, or a
+        process pool's workers), a server's request generator sleeps in one."""
         running = threading.active_count() - 1 > len(self.waiting)  # this thread is in none yet
+        children = bool(self.children)
         self.waiting.add(threading.get_ident())
-        # the process's CPU clock is a system call (~0.6 us): read only where it can matter
-        return time.perf_counter_ns(), time.process_time_ns() if running else 0, running
+        return time.perf_counter_ns(), self.cpu_ns(running, children), running, children
 
-    def ended(self, began: tuple[int, int, bool]) -> None:
+    def cpu_ns(self, running: bool, children: bool) -> int:
+        """The process's CPU time (every thread's) where another Python thread runs, plus its
+        children's; 0 where neither: each read is a system call (~0.6 us), made only where it
+        can matter."""
+        return (time.process_time_ns() if running else 0) + (self.children_cpu_ns() if children else 0)
+
+    def child_started(self, pid: int | None) -> None:
+        """A process the program started (``multiprocessing``: a ``Pool``'s or a
+        ``ProcessPoolExecutor``'s workers): its CPU time counts toward the waits of this one.
+        Its ``schedstat`` stays open, read by ``pread`` (one system call, the file's offset
+        untouched), and refers to that process alone, whatever reuses its pid. Not Linux: the
+        waits for a producer process read as idle."""
+        if pid is None:
+            return
+        try:
+            self.children.append(os.open(f"/proc/{pid}/schedstat", os.O_RDONLY | os.O_CLOEXEC))
+        except OSError:
+            pass
+
+    def children_cpu_ns(self) -> int:
+        """The CPU time of the live children (their main threads, where a pool's worker runs
+        its tasks), ns; an exited child is dropped (its time leaves the sum: a wait it ends
+        in reads as idle)."""
+        total = 0
+        for fd in list(self.children):
+            try:
+                total += int(os.pread(fd, 64, 0).split()[0])
+            except (OSError, ValueError, IndexError):
+                self.drop(fd)
+        return total
+
+    def drop(self, fd: int) -> None:
+        with self.dropping:  # two threads may find the same child gone: close it once
+            if fd in self.children:
+                self.children.remove(fd)
+                os.close(fd)
+
+    def worked(self, began: tuple[int, int, bool, bool], end_ns: int) -> bool:
+        """Whether the rest of the process worked during a wait from ``began`` (host ns, CPU ns,
+        another Python thread running, a child process alive: :meth:`began`) to ``end_ns``:
+        another Python thread was running or a child process was alive when it began, and
+        they used at least :data:`~perfdoctor.names.ranges.WORKED_SHARE` of a CPU over a wait
+        of at least :data:`~perfdoctor.names.ranges.WORKED_MIN_NS` (a shorter one's CPU time
+        is mostly the wrapper's own). A waiting thread uses none: the CPU time is its
+        producer's (a thread decoding the next batch, a process pool's workers making the next
+        features). This process's own CPU time counts only where another Python thread runs:
+        torch's OpenMP threads spin after each op (a CPU server with two intra-op threads: 85
+        of 126 idle waits used half a CPU), and they are no Python thread. A server's worker
+        waits while its request generator sleeps in a wait, and an idle pool's workers wait
+        for tasks."""
+        wall = end_ns - began[0]
+        if not (began[2] or began[3]) or wall < rangenames.WORKED_MIN_NS:
+            return False  # the CPU clock is read only where it can count
+        return self.cpu_ns(began[2], began[3]) - began[1] >= rangenames.WORKED_SHARE * wall
+
+    def ended(self, began: tuple[int, int, bool, bool]) -> None:
         """A wait that began at ``began`` ends now (light pass)."""
         end = time.perf_counter_ns()
         me = threading.get_ident()
         self.waiting.discard(me)
         # One append of the four: appends from two threads could interleave, and pair one
         # thread's start with another's end.
-        self.timed.append((me, began[0], end, int(worked(began, end))))
+        self.timed.append((me, began[0], end, int(self.worked(began, end))))
 
-    def push(self) -> tuple[Any, tuple[int, int, bool]]:
+    def push(self) -> tuple[Any, tuple[int, int, bool, bool]]:
         return api.marks().push(rangenames.WAIT_RANGE), self.began()
 
-    def pop(self, token: tuple[Any, tuple[int, int, bool]]) -> None:
+    def pop(self, token: tuple[Any, tuple[int, int, bool, bool]]) -> None:
         handle, began = token
         self.waiting.discard(threading.get_ident())
         marks = api.marks()
-        if worked(began, time.perf_counter_ns()):
+        if self.worked(began, time.perf_counter_ns()):
             marks.pop(marks.push(rangenames.WORKED_RANGE))
         marks.pop(handle)
 
     def series(self) -> dict[str, list[int]] | None:
         """``{"tid", "start_ns", "end_ns", "worked"}`` of every wait (worked: 1 where the
-        rest of the process worked meanwhile, :func:`worked`), or None when there was none."""
+        rest of the process worked meanwhile, :meth:`worked`), or None when there was none."""
         timed = list(self.timed)
         if not timed:
             return None
@@ -197,6 +239,8 @@ class Waits:
         return {"tid": tid, "start_ns": start, "end_ns": end, "worked": busy}
 
     def uninstall(self) -> None:
+        for fd in list(self.children):
+            self.drop(fd)
         time.sleep = self.time_sleep
         threading.Condition.wait = self.condition_wait  # type: ignore[method-assign]
         queue.SimpleQueue = self.simple_queue  # type: ignore[misc]
