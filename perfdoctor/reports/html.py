@@ -39,7 +39,7 @@ from perfdoctor.reports.format import html as e, svg_number as at  # e: element 
 from perfdoctor.reports.estimates import formula
 from perfdoctor.reports import evidence as words
 from perfdoctor.text import count, duration_us, num, percent, tick, value
-from perfdoctor.reports.summary import uneven_steps_lines, workload_lines
+from perfdoctor.reports.summary import trace_window_lines, uneven_steps_lines, workload_lines
 from perfdoctor.reports.json import document
 from perfdoctor.rules.engine import Finding
 from perfdoctor.names.kernels import label as short_name
@@ -691,7 +691,7 @@ def render(findings: Sequence[Finding], analysis: Analysis, packs: Sequence[str]
         "<h1>perfdoctor report</h1>",
         f'<p class="src">{e(common.source_line(analysis))}</p>',
         f'<p class="muted">Step time: {e(analysis.time_source)}</p>',
-        *[f'<p class="muted">{e(line)}</p>' for line in uneven_steps_lines(analysis)],
+        *[f'<p class="muted">{e(line)}</p>' for line in uneven_steps_lines(analysis) + trace_window_lines(analysis)],
         *[f'<p class="muted">{e(line)}</p>' for line in workload_lines(analysis)],
         f'<div class="verdict {common.outcome(findings, analysis)}">{e(verdict)}</div>',
         attribution.html(analysis),

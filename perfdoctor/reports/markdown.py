@@ -15,7 +15,7 @@ from perfdoctor.reports import attribution, bounds, common
 from perfdoctor.reports.format import md_cell, md_text
 from perfdoctor.reports.estimates import formula
 from perfdoctor.reports import evidence as words
-from perfdoctor.reports.summary import uneven_steps_lines, workload_lines
+from perfdoctor.reports.summary import trace_window_lines, uneven_steps_lines, workload_lines
 from perfdoctor.rules.engine import Finding
 from perfdoctor.rules.evidence import Evidence
 from perfdoctor.text import clean_block
@@ -83,7 +83,7 @@ def render(findings: Sequence[Finding], analysis: Analysis) -> str:
         "",
         f"<sub>{md_cell(common.source_line(analysis))}</sub>",
         f"<sub>step time: {md_cell(analysis.time_source)}</sub>",
-        *[f"<sub>{md_cell(line)}</sub>" for line in uneven_steps_lines(analysis)],
+        *[f"<sub>{md_cell(line)}</sub>" for line in uneven_steps_lines(analysis) + trace_window_lines(analysis)],
         *[f"<sub>{md_cell(line)}</sub>" for line in workload_lines(analysis)],
         "",
         *attribution.markdown(analysis),

@@ -179,10 +179,33 @@ def uneven_steps_lines(analysis: Analysis) -> list[str]:
             "a timer around the whole loop reads the mean"]
 
 
+# The traced steps shorter than this share of the untraced ones: the trace window is not the
+# steady state. A tracer adds time (profiler_overhead_ratio 1.03-2.32 for ten of twelve real
+# programs on the H200, 2026-12-05); the other two traced another regime: prefetch_train.py's
+# window took the batches its producer made during the first, slow iteration (9 ms steps
+# among 85-90 ms ones: 0.38), and paced_infer.py's frames, late after the profiler's 3.7 s
+# start, ran back to back without their sleeps (0.59).
+FASTER_TRACE = 0.7
+
+
+def trace_window_lines(analysis: Analysis) -> list[str]:
+    """A warning when the traced steps ran much faster than the untraced ones: the
+    breakdowns below describe the window, which the light pass's steady state is not."""
+    ratio = analysis.metrics.get("profiler_overhead_ratio")
+    if ratio is None or ratio.value is None or not 0 < ratio.value < FASTER_TRACE:
+        return []
+    traced, light = analysis.value("traced_step_latency_ms_p50"), analysis.value("step_latency_ms_p50")
+    return [f"trace window: its steps took {ratio.value:.2f}x the untraced steps' time (p50 {value(traced, 'ms')} "
+            f"against {value(light, 'ms')}): the traced steps are not the steady state the light pass timed (a producer "
+            "had run ahead, a backlog drained, late work ran back to back), so the breakdowns describe the window; "
+            "perfdoctor run --warmup N traces later steps"]
+
+
 def header_lines(analysis: Analysis) -> list[str]:
     """How the steps were found, where step time comes from, and what to watch out for."""
     lines = [f"step time: {analysis.time_source}"]  # how the steps were found: the head line says (render_summary)
     lines.extend(uneven_steps_lines(analysis))
+    lines.extend(trace_window_lines(analysis))
     lines.extend(workload_lines(analysis))
     first = analysis.first_step_note()
     if first:

@@ -1,6 +1,7 @@
 """The mean step beside the median when the light pass's steps are uneven (a training loop
 that waits for its DataLoader every few iterations): a program's own "ms per iteration" is
-a mean, and the report must give the number it can be checked against."""
+a mean, and the report must give the number it can be checked against. And a warning when
+the traced steps ran much faster than the untraced ones: the window is another regime."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import statistics
 from pathlib import Path
 
 from perfdoctor import pipeline
-from perfdoctor.reports.summary import UNEVEN, uneven_steps_lines
+from perfdoctor.reports.summary import FASTER_TRACE, UNEVEN, header_lines, trace_window_lines, uneven_steps_lines
 
 DATA = Path(pipeline.__file__).parent / "demo" / "data"  # the recorded H200 bundles
 
@@ -43,3 +44,20 @@ def test_a_trace_alone_gets_no_line():
     cp = analysis.timeline.critical_path_ms()
     assert abs(statistics.fmean(cp) / statistics.median(cp) - 1) > UNEVEN  # uneven, yet
     assert analysis.light is None and uneven_steps_lines(analysis) == []
+
+
+def test_a_trace_window_faster_than_the_untraced_steps_is_named():
+    analysis = pipeline.diagnose(DATA / "eager").analysis
+    ratio = analysis.metrics["profiler_overhead_ratio"]
+    assert ratio.value > 1 and trace_window_lines(analysis) == []  # the recorded eager engine: the tracer adds time
+    # prefetch_train.py on the H200 (2026-12-05): its window took the batches its producer made
+    # during the slow first iteration, 22.5 ms traced against 59.2 ms untraced
+    light = analysis.value("step_latency_ms_p50")
+    analysis.metrics["profiler_overhead_ratio"] = dataclasses.replace(ratio, value=0.38)
+    traced = analysis.metrics["traced_step_latency_ms_p50"]
+    analysis.metrics["traced_step_latency_ms_p50"] = dataclasses.replace(traced, value=0.38 * light)
+    (line,) = trace_window_lines(analysis)
+    assert line.startswith("trace window: its steps took 0.38x") and f"p50 {0.38 * light:.3g} ms against {light:.3g} ms" in line
+    assert line in header_lines(analysis)
+    analysis.metrics["profiler_overhead_ratio"] = dataclasses.replace(ratio, value=FASTER_TRACE + 0.01)
+    assert trace_window_lines(analysis) == []
