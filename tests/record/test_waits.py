@@ -227,3 +227,22 @@ def test_a_wait_while_a_child_process_works_is_marked_worked(waits: Waits, child
     # the child has exited: its file is closed on the next read, and a wait with no child is idle
     threading.Event().wait(NAP)
     assert waits.children == [] and waits.series()["worked"][-1] == 0
+
+
+def test_the_children_read_stay_bounded_and_the_exited_ones_are_dropped(waits: Waits, monkeypatch) -> None:
+    """A program that starts a process per task keeps at most MAX_CHILDREN files open: the
+    exited children are dropped to make room, the live ones kept."""
+    monkeypatch.setattr(Waits, "MAX_CHILDREN", 2)
+    ctx = multiprocessing.get_context("fork")
+    live = ctx.Process(target=time.sleep, args=(10 * NAP,))
+    live.start()
+    waits.child_started(live.pid)
+    for _ in range(3):  # each exits before the next starts
+        done = ctx.Process(target=int)
+        done.start()
+        waits.child_started(done.pid)
+        done.join()
+    assert len(waits.children) == 2  # the live one and the last, its exit not yet read
+    live.join()
+    waits.children_cpu_ns()
+    assert waits.children == []

@@ -86,13 +86,13 @@ def run_target(target: list[str]) -> None:
 def collect_imports() -> None:
     """Start the program with no garbage-collection debt. Importing torch, perfdoctor's own
     modules and (the torch pass) the profiler's before the program leaves ~160k objects
-    (~290k) counted toward the next full collection; alone, a program pays that debt where its own allocations put it, and the
-    light pass's few extra allocations per step moved it into the loop: an evaluation loop
-    that alone ran no collection in its 192 batches held a 60-100 ms full one in a batch
-    under the light pass (its own mean 0.77 ms against 0.42 alone, on the CPU). Collected
-    before the first step (and before :class:`FullCollections` listens), the debt is paid
-    outside the program's time; the collections its own allocations cause come as they
-    would."""
+    (~290k) counted toward the next full collection; alone, a program pays that debt where
+    its own allocations put it, and the light pass's few extra allocations per step moved it
+    into the loop: an evaluation loop that alone ran no collection in its 192 batches held a
+    60-100 ms full one in a batch under the light pass (its own mean 0.77 ms against 0.42
+    alone, on the CPU). Collected before the first step (and before :class:`FullCollections`
+    listens), the debt is paid outside the program's time; the collections its own
+    allocations cause come as they would."""
     gc.collect()
 
 

@@ -395,7 +395,7 @@ class Session:
         sympy, torch.distributed: ~890 modules, 126k objects) and loads Kineto: 1.7 s on this
         2-CPU box, 2 s under load, where a later start takes 0.3 ms. Left to the window's
         opening, that time fell inside the program's step: a loop paced to 30 fps held a 1 s
-        frame, and a producer ran ahead meanwhile (a ``Pool.imap`` made every batch, and the
+        frame (3.7 s on the H200, CUDA's start included), and a producer ran ahead meanwhile (a ``Pool.imap`` made every batch, and the
         window saw no wait for one). CPU activity only: CUDA's profiling interface would
         initialise CUDA, which the program may still configure (``CUDA_VISIBLE_DEVICES`` set
         in its own code)."""

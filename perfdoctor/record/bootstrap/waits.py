@@ -84,6 +84,11 @@ class Waits:
     :data:`~perfdoctor.names.ranges.WORKED_RANGE` inside it where it worked. A forked child
     (``disabled``) is left alone."""
 
+    # Children whose CPU time is read at most (a file each, open): a program that starts a
+    # process per task, joining each, must not run out of file descriptors; the exited ones
+    # are dropped first.
+    MAX_CHILDREN = 64
+
     def __init__(self, session: Any) -> None:
         self.timed: list[tuple[int, int, int, int]] = []  # (thread, start, end, worked): one append per wait, whole
         self.waiting: set[int] = set()  # the threads inside a wait now
@@ -168,6 +173,10 @@ class Waits:
         waits for a producer process read as idle."""
         if pid is None:
             return
+        if len(self.children) >= self.MAX_CHILDREN:
+            self.children_cpu_ns()  # drops the exited ones
+            if len(self.children) >= self.MAX_CHILDREN:
+                return
         try:
             self.children.append(os.open(f"/proc/{pid}/schedstat", os.O_RDONLY | os.O_CLOEXEC))
         except OSError:
