@@ -19,7 +19,7 @@ from rich.text import Text
 
 from perfdoctor.analysis.metrics import Analysis
 from perfdoctor.reports.common import fmt_metric
-from perfdoctor.text import clean, count, num, percent, value
+from perfdoctor.text import clean, count, num, percent, times, value
 from perfdoctor.text import rich as esc  # untrusted text in rich markup (a table title)
 
 
@@ -195,7 +195,7 @@ def trace_window_lines(analysis: Analysis) -> list[str]:
     if ratio is None or ratio.value is None or not 0 < ratio.value < FASTER_TRACE:
         return []
     traced, light = analysis.value("traced_step_latency_ms_p50"), analysis.value("step_latency_ms_p50")
-    return [f"trace window: its steps took {ratio.value:.2f}x the untraced steps' time (p50 {value(traced, 'ms')} "
+    return [f"trace window: its steps took {times(ratio.value)} the untraced steps' time (p50 {value(traced, 'ms')} "
             f"against {value(light, 'ms')}): the traced steps are not the steady state the light pass timed (a producer "
             "had run ahead, a backlog drained, late work ran back to back), so the breakdowns describe the window; "
             "perfdoctor run --warmup N traces later steps"]
