@@ -608,7 +608,31 @@ def noted_steps(series: dict[str, Any], results: PassResults) -> None:
             series["gc_ns"] = collected.tolist()
 
 
-def window_warmup(results: PassResults, light: LightPass) -> int:
+# The traced window opens past a leading run of steady steps faster than this share of the
+# steady median (see window_start).
+TYPICAL = 0.8
+
+
+def window_start(cp: np.ndarray, warmup: int, steps: int) -> int:
+    """The step the traced window opens at: the steady state's start (``warmup``), or later,
+    past a leading run of steps faster than :data:`TYPICAL` of the steady median. The steady
+    state leaves out slower first steps only; faster ones are a transient too: a producer's
+    queue, filled during a slow first iteration, drained first (prefetch_train.py on the
+    H200: four steps of 4-8 ms before the 59 ms ones, and a window from step 1 held those
+    four of its ten, traced p50 22.5 ms against 59.2). The first step from which
+    :data:`~perfdoctor.analysis.steady.SETTLED_RUN` in a row reach it, where a window of
+    ``steps`` (0: all the rest) still fits; else ``warmup``."""
+    run = steady.SETTLED_RUN
+    if len(cp) - warmup < run:
+        return warmup
+    typical = cp[warmup:] >= TYPICAL * np.median(cp[warmup:])
+    for k in range(len(cp) - warmup - max(steps, run) + 1):
+        if typical[k:k + run].all():
+            return warmup + k
+    return warmup
+
+
+def window_warmup(results: PassResults, light: LightPass, steps: int = 0) -> int:
     """The calls of the step's range the traced passes let run before their window opens:
     for torch's loop ranges, which mark a point of the loop iteration the light pass times,
     the last call (of those the traced passes count: a fetch that raised StopIteration too)
@@ -626,10 +650,15 @@ def window_warmup(results: PassResults, light: LightPass) -> int:
     rollout) begin each step after the previous group's last mark: the window opens at that
     mark (ppo_train.py --num-steps 64 traced on CPU, warm-up 1: at call 3, its 10 calls
     holding iterations 1 and 2 whole; counted in steps less the one before the first mark,
-    at call 0, after iteration 0's rollout, and they held iteration 1 alone)."""
+    at call 0, after iteration 0's rollout, and they held iteration 1 alone).
+
+    The warm-up in steps is the light pass's, moved past fast leading steps
+    (:func:`window_start`, for a window of ``steps``) unless the user gave ``--warmup``."""
     warmup, name = light.warmup or 0, light.step_name or ""
     calls = (results.call_series or {}).get(name)
     s = (results.series or {}).get(name)
+    if s and not light.warmup_explicit:
+        warmup = window_start(steady.critical_path_ns(s["host_start_ns"], s["gpu_end_ns"]), warmup, steps)
     if not warmup or rangenames.kind(name) != rangenames.LOOP or not calls or len((s or {}).get("host_start_ns") or []) <= warmup:
         return warmup
     raised = ((results.exhausted or {}).get(name) or {}).get("host_start_ns") or []

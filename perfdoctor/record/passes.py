@@ -145,7 +145,7 @@ def light_pass(plan: Plan) -> None:
     if light.step_name is not None:
         # The later passes window on the step the light pass found, inside its steady state.
         # --steps counts steps; the traced passes count the step range's occurrences
-        plan.base = replace(plan.base, step=light.step_name, warmup=window_warmup(result.results, light), step_thread=light.step_thread,
+        plan.base = replace(plan.base, step=light.step_name, warmup=window_warmup(result.results, light, plan.base.steps), step_thread=light.step_thread,
                             steps=plan.base.steps * (light.marks_per_step or 1),
                             module_step=light.module or None, trains=light.trains)
         plan.windowed = True

@@ -1147,6 +1147,35 @@ def test_the_traced_window_opens_at_the_call_that_begins_the_light_pass_steady_s
     assert window_warmup(results, LightPass(step_name=name, warmup=3)) == 3
 
 
+# prefetch_train.py's light pass on the H200 (2026-12-05), ms per step: the first iteration,
+# four on batches its producer made meanwhile, then the steady ones
+PREFETCHED = [521.4, 7.7, 5.3, 4.6, 4.3, 42.8, 58.7, 59.3, 59.3, 59.4, 72.3, 59.2, 61.1, 59.0, 59.7, 60.3, 59.5, 61.3, 60.2,
+              61.1, 57.8, 58.2, 59.8, 59.0, 60.3, 61.8, 56.9, 56.2, 56.2, 56.1, 57.2, 57.5, 57.8, 56.9, 57.3, 57.1, 60.7, 60.9]
+
+
+def test_the_traced_window_opens_past_fast_leading_steps():
+    # The steady state (from step 1) leaves out slower first steps only: a window of 10 from
+    # step 1 held the four prefetched batches, a traced p50 of 22.5 ms against 59.2 untraced.
+    # It opens at step 6 now, the first of three in a row at 0.8 of the steady median or more
+    from perfdoctor.bundle.protocol import LightPass, PassResults
+    from perfdoctor.record.light import TYPICAL, window_start, window_warmup
+
+    cp = np.array(PREFETCHED)
+    median = np.median(cp[1:])
+    first = next(k for k in range(1, len(cp)) if (cp[k:k + 3] >= TYPICAL * median).all())
+    assert first == 6 and window_start(cp, 1, 10) == 6 and window_start(cp, 1, 0) == 6
+    assert window_start(cp, 1, len(cp) - 2) == 1  # no window of that many fits after them: as before
+    assert window_start(cp[6:], 0, 10) == 0  # no fast lead: the steady start
+    assert window_start(np.array([5.0, 1.0, 9.0, 1.0, 9.0, 1.0, 9.0]), 1, 2) == 1  # never three in a row: as before
+    # through the traced passes' warm-up, in steps of a call series (a module step) ...
+    at = np.concatenate([[0.0], np.cumsum(cp)]) * 1e6
+    series = {"host_start_ns": at[:-1].astype(int).tolist(), "gpu_start_ns": None, "gpu_end_ns": at[1:].astype(int).tolist()}
+    results = PassResults(series={"Net.forward": series})
+    assert window_warmup(results, LightPass(step_name="Net.forward", warmup=1), 10) == 6
+    # ... and never past a warm-up the user gave
+    assert window_warmup(results, LightPass(step_name="Net.forward", warmup=1, warmup_explicit=True), 10) == 1
+
+
 def test_the_traced_window_of_a_ppo_iteration_opens_at_the_mark_before_its_rollout():
     # CleanRL's PPO, 8 iterations 100 apart: a rollout of 10 forwards (0..9), then 4 minibatch
     # updates, each a forward, zero_grad and the optimizer's step (20, 22, 24; 35, ...). The
