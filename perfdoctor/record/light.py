@@ -613,23 +613,21 @@ def noted_steps(series: dict[str, Any], results: PassResults) -> None:
 TYPICAL = 0.8
 
 
-def window_start(cp: np.ndarray, warmup: int, steps: int) -> int:
-    """The step the traced window opens at: the steady state's start (``warmup``), or later,
-    past a leading run of steps faster than :data:`TYPICAL` of the steady median. The steady
-    state leaves out slower first steps only; faster ones are a transient too: a producer's
-    queue, filled during a slow first iteration, drained first (prefetch_train.py on the
-    H200: four steps of 4-8 ms before the 59 ms ones, and a window from step 1 held those
-    four of its ten, traced p50 22.5 ms against 59.2). The first step from which
+def window_start(steady_ms: Sequence[float], steps: int) -> int:
+    """How many of the light pass's steady steps (``steady_ms``, its ``step_latency_ms``) the
+    traced window lets run past the steady state's start: 0, or those of a leading run of
+    steps faster than :data:`TYPICAL` of the steady median. The steady state leaves out
+    slower first steps only; faster ones are a transient too: a producer's queue, filled
+    during a slow first iteration, drained first (prefetch_train.py on the H200: four steps
+    of 4-8 ms before the 59 ms ones, and a window from step 1 held those four of its ten,
+    traced p50 22.5 ms against 59.2). Up to the first step from which
     :data:`~perfdoctor.analysis.steady.SETTLED_RUN` in a row reach it, where a window of
-    ``steps`` (0: all the rest) still fits; else ``warmup``."""
-    run = steady.SETTLED_RUN
-    if len(cp) - warmup < run:
-        return warmup
-    typical = cp[warmup:] >= TYPICAL * np.median(cp[warmup:])
-    for k in range(len(cp) - warmup - max(steps, run) + 1):
-        if typical[k:k + run].all():
-            return warmup + k
-    return warmup
+    ``steps`` (0: all the rest) still fits; else 0."""
+    cp, run = np.asarray(steady_ms, dtype=np.float64), steady.SETTLED_RUN
+    if cp.size < run:
+        return 0
+    typical = cp >= TYPICAL * np.median(cp)
+    return next((k for k in range(cp.size - max(steps, run) + 1) if typical[k:k + run].all()), 0)
 
 
 def window_warmup(results: PassResults, light: LightPass, steps: int = 0) -> int:
@@ -657,8 +655,8 @@ def window_warmup(results: PassResults, light: LightPass, steps: int = 0) -> int
     warmup, name = light.warmup or 0, light.step_name or ""
     calls = (results.call_series or {}).get(name)
     s = (results.series or {}).get(name)
-    if s and not light.warmup_explicit:
-        warmup = window_start(steady.critical_path_ns(s["host_start_ns"], s["gpu_end_ns"]), warmup, steps)
+    if not light.warmup_explicit:
+        warmup += window_start(light.step_latency_ms or [], steps)
     if not warmup or rangenames.kind(name) != rangenames.LOOP or not calls or len((s or {}).get("host_start_ns") or []) <= warmup:
         return warmup
     raised = ((results.exhausted or {}).get(name) or {}).get("host_start_ns") or []

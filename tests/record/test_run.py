@@ -1161,19 +1161,22 @@ def test_the_traced_window_opens_past_fast_leading_steps():
     from perfdoctor.record.light import TYPICAL, window_start, window_warmup
 
     cp = np.array(PREFETCHED)
-    median = np.median(cp[1:])
+    steady_ms = cp[1:]  # the light pass's step_latency_ms: from its steady start, step 1
+    median = np.median(steady_ms)
     first = next(k for k in range(1, len(cp)) if (cp[k:k + 3] >= TYPICAL * median).all())
-    assert first == 6 and window_start(cp, 1, 10) == 6 and window_start(cp, 1, 0) == 6
-    assert window_start(cp, 1, len(cp) - 2) == 1  # no window of that many fits after them: as before
-    assert window_start(cp[6:], 0, 10) == 0  # no fast lead: the steady start
-    assert window_start(np.array([5.0, 1.0, 9.0, 1.0, 9.0, 1.0, 9.0]), 1, 2) == 1  # never three in a row: as before
+    assert first == 6 and 1 + window_start(steady_ms, 10) == 6 and 1 + window_start(steady_ms, 0) == 6
+    assert 1 + window_start(steady_ms, len(cp) - 2) == 1  # no window of that many fits after them: as before
+    assert window_start(cp[6:], 10) == 0  # no fast lead: the steady start
+    assert window_start(np.array([1.0, 9.0, 1.0, 9.0, 1.0, 9.0]), 2) == 0  # never three in a row: as before
     # through the traced passes' warm-up, in steps of a call series (a module step) ...
     at = np.concatenate([[0.0], np.cumsum(cp)]) * 1e6
     series = {"host_start_ns": at[:-1].astype(int).tolist(), "gpu_start_ns": None, "gpu_end_ns": at[1:].astype(int).tolist()}
     results = PassResults(series={"Net.forward": series})
-    assert window_warmup(results, LightPass(step_name="Net.forward", warmup=1), 10) == 6
+    light = LightPass(step_name="Net.forward", warmup=1, step_latency_ms=steady_ms.tolist())
+    assert window_warmup(results, light, 10) == 6
     # ... and never past a warm-up the user gave
-    assert window_warmup(results, LightPass(step_name="Net.forward", warmup=1, warmup_explicit=True), 10) == 1
+    assert window_warmup(results, LightPass(step_name="Net.forward", warmup=1, warmup_explicit=True,
+                                            step_latency_ms=steady_ms.tolist()), 10) == 1
 
 
 def test_the_traced_window_of_a_ppo_iteration_opens_at_the_mark_before_its_rollout():
