@@ -812,14 +812,18 @@ def test_torchscript_recommendation_inference_steps_per_request_batch(tmp_path: 
     # no_grad nested; each batch made on the host: the scripted module's call is the step
     # (TorchScript runs its submodules without Python: one call per batch)
     light, series, result = _run(tmp_path, "rec_jit.py", "--device", "cpu", "--jit", jit, "--batch", "64", "--tables", "4",
-                                  "--rows", "1000", "--dim", "16", "--batches", "12", "--warmup", "3",
+                                  "--rows", "1000", "--dim", "16", "--batches", "30", "--warmup", "3",
                                   env={"OMP_NUM_THREADS": "1"})
     # named after the scripted class (before: RecursiveScriptModule.forward); traced, the
     # eager DLRM that torch.jit.trace called first has that name: the scripted one keeps its class's
     assert light["step_name"] == ("DLRM.forward" if jit == "script" else "RecursiveScriptModule.forward")
     assert light["steps_seen"] == result["warmup"] + result["batches"]
-    # each from its call to the next: the next batch's making instead of this one's
-    assert _step_ms(series)[-result["batches"]:].mean() == pytest.approx(result["ms_per_step"], rel=0.1)
+    # each from its call to the next: the next batch's making instead of this one's. Medians:
+    # the program's timer and the steps are shifted by one batch's making, so a preemption
+    # there (2 ms batches on a loaded 2-core CI box) lands in one and not the other; a mean
+    # over 12 batches read 1.69 against the program's 2.46 ms that way
+    timed = result["ms_each"][result["warmup"]:]
+    assert np.median(_step_ms(series)[-result["batches"]:]) == pytest.approx(np.median(timed), rel=0.1)
 
 
 # Issue 29, fifth probe: a GAN's two optimizers, a continuous-batching server loop, HF beam
