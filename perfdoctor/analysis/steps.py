@@ -193,11 +193,12 @@ def _loop_how(name: str, seen: int, grouped: tuple[int, int] | None) -> str:
 ENCLOSES = 0.5
 
 
-def iteration_instance(instances: Sequence[int]) -> int | None:
+def iteration_instance(instances: Sequence[int], closing: bool = False) -> int | None:
     """Which instance of one module class marks the loop iteration, from the instance of
     each of the class's depth-0 calls in call order (their ordinals,
     :class:`perfdoctor.record.bootstrap.steps.Instances`); None when none does, and then the
-    class's calls are the step, as with one instance.
+    class's calls are the step, as with one instance. ``closing``: the instances are
+    optimizers, whose steps close the iteration, so a tie goes to the last stepped.
 
     An instance that repeats (two calls or more) encloses another when that one is called
     between more than ``ENCLOSES`` of its consecutive calls. The iteration's mark encloses
@@ -206,7 +207,11 @@ def iteration_instance(instances: Sequence[int]) -> int | None:
     forwards per iteration), not the other way round. Of those, the one called most often:
     a model called once per run of the loop (an evaluation before and after it) encloses
     the loop too, but it is an outer loop. Two models called alike (a teacher and its
-    student) enclose each other: the first called. Two models each in a loop of its own,
+    student) enclose each other: the first called. Two optimizers stepped alike (the
+    seq2seq tutorial's encoder and decoder optimizers, a DCGAN's critic and generator): the
+    last stepped, whose step ends the iteration; with the first, from one of its steps to
+    the next held the other's step of the iteration before, and the iteration's forward
+    and backward before its first step were in no step. Two models each in a loop of its own,
     one after the other, enclose none: None.
 
     An instance called once per run of a loop that another repeats through (a prefill before
@@ -227,8 +232,9 @@ def iteration_instance(instances: Sequence[int]) -> int | None:
         o for o, mine in calls.items()
         if (rest := [c for p, c in calls.items() if p != o and c.size >= mine.size]) and all(encloses(mine, c) for c in rest)
     ]
-    # the most calls; a tie goes to the first called (ordinals are in order of first call)
-    return max(marks, key=lambda o: (calls[o].size, -o), default=None)
+    # the most calls; a tie goes to the first called (ordinals are in order of first call),
+    # or for optimizers to the last
+    return max(marks, key=lambda o: (calls[o].size, o if closing else -o), default=None)
 
 
 # A new optimizer per outer iteration: Reptile's and MAML's inner loops take 1-10 steps on a
@@ -650,7 +656,7 @@ def optimizer_instances(ranges: pd.DataFrame, ops: pd.DataFrame) -> tuple[pd.Dat
         if len(marks) < 2 * OPTIMIZER_REPEATS:
             continue
         ordinals = optimizer_ordinals(step_signatures(marks, ops))
-        mark = iteration_instance(ordinals) if ordinals is not None else None
+        mark = iteration_instance(ordinals, closing=True) if ordinals is not None else None
         if mark is None:
             continue
         mine = marks[ordinals == mark]

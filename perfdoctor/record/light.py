@@ -286,7 +286,7 @@ def optimizer_instance(series: dict[str, dict[str, Any]]) -> dict[str, dict[str,
     carry their optimizer (``instance``, the bootstrap's ``OptimizerSteps``) and one of them
     marks the loop iteration (:func:`perfdoctor.analysis.steps.iteration_instance`: the
     generator, stepped once per iteration, encloses the critic's k steps; stepped alike,
-    the first stepped), its steps become a series of their own,
+    the last stepped, which ends the iteration), its steps become a series of their own,
     ``Optimizer.step#Adam#2.step`` (:func:`perfdoctor.names.ranges.optimizer_instance`, which
     the traced passes mark), and the name keeps the others' steps: the iteration's work
     (:func:`perfdoctor.analysis.steps.other_optimizers`). Where one optimizer after another
@@ -295,7 +295,7 @@ def optimizer_instance(series: dict[str, dict[str, Any]]) -> dict[str, dict[str,
     ``Optimizer.step#SGD#new.step``."""
     for name, s in series.items():
         instances = s.get("instance") if name.startswith(rangenames.OPTIMIZER_STEP_PREFIX) else None
-        ordinal = steps.iteration_instance(instances) if instances else None
+        ordinal = steps.iteration_instance(instances, closing=True) if instances else None
         if ordinal is None and instances and steps.optimizer_lives(instances):
             ordinal = rangenames.NEW_OPTIMIZER  # a new optimizer per outer iteration: each one's first step marks it
         if ordinal is not None:

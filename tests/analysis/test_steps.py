@@ -107,9 +107,11 @@ def test_two_optimizers_of_one_class_told_apart_by_the_ops_inside_their_steps() 
     ordinals = optimizer_ordinals(sig)
     assert ordinals.tolist() == ([1] * 5 + [2]) * 30
     assert iteration_instance(ordinals) == 2
-    # one each (DCGAN's rhythm): alike, the first stepped marks it
+    # one each (DCGAN's rhythm): alike, the last stepped marks it (its step ends the
+    # iteration), where of two models called alike the first does
     ordinals = optimizer_ordinals([first_c, first_g] + [critic, gen] * 29)
-    assert ordinals.tolist() == [1, 2] * 30 and iteration_instance(ordinals) == 1
+    assert ordinals.tolist() == [1, 2] * 30 and iteration_instance(ordinals, closing=True) == 2
+    assert iteration_instance(ordinals) == 1
     # one optimizer; ops that vary with no fixed pattern (LBFGS's closure calls); a pattern
     # that breaks after the first period; too few periods: nothing told apart
     assert optimizer_ordinals([first_c] + [critic] * 40) is None

@@ -217,6 +217,7 @@ class ModuleSteps:
         sited, site, frame = self.sited, self.sites.of, sys._getframe
         grads, grad_enabled = self.grads, self.grad_enabled
         deepest, scout = self.DEPTHS, self.SCOUT_CALLS
+        work, work_grad, clock = self.work_ns, self.work_grad, time.perf_counter_ns
         this = self
 
         def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
@@ -238,6 +239,9 @@ class ModuleSteps:
                 called.setdefault(name, []).append(ordinals.get(id(module)) or add(module))
                 sited.setdefault(name, []).append(site(frame(1)))
                 grads.setdefault(name, []).append(grad_enabled())
+                if this.work_only:  # a loop range is the step already (keep_work)
+                    work.append(clock())
+                    work_grad.append(grads[name][-1])
             series = times[depth]
             series.start(name)
             local.depth = depth + 1
@@ -377,9 +381,14 @@ class ModuleSteps:
     def keep_work(self) -> None:
         """A loop range repeats (a data loader's fetch): it is the step, so module calls are
         timed no more, but each depth-0 call's start is noted (``work_ns``): narrowed, one
-        wrapper and a list append per call of the loop's model."""
+        wrapper and a list append per call of the loop's model. A range that repeats before
+        any module call (the seq2seq tutorial's ``encoder_optimizer.zero_grad()`` and
+        ``decoder_optimizer.zero_grad()`` at the top of the first iteration) leaves the scout
+        on, noting the work, until a class has its scouting calls: narrowed then, it would
+        wrap no class, and the light pass saw no work at all."""
         self.work_only = True
-        self.narrow()
+        if self.tops:
+            self.narrow()
 
     def uninstall(self) -> None:
         self.active = False
