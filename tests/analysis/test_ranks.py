@@ -238,11 +238,11 @@ def test_a_failed_rank_gives_its_exit_code_and_a_readable_bundle(tmp_path):
 
 
 def test_a_hung_rank_is_stopped_by_the_timeout(tmp_path):
-    done = perfdoctor("run", "-q", "--out", "runs", "--timeout", "20", "--nproc-per-node", "2", str(JOB), "--steps", "6",
+    done = perfdoctor("run", "-q", "--out", "runs", "--timeout", "12", "--nproc-per-node", "2", str(JOB), "--steps", "6",
                       "--hang-rank", "1", cwd=tmp_path, timeout=120)
     assert done.returncode == 124, done.stderr[-2000:]
     m = json.loads((bundle_of(tmp_path) / "manifest.json").read_text())
-    assert m["status"] == "timed out" and m["timed_out"] == {"pass": "light", "after_s": 20.0}
+    assert m["status"] == "timed out" and m["timed_out"] == {"pass": "light", "after_s": 12.0}
     assert m["ranks"]["1"]["passes"]["light"]["status"].startswith("terminated")
     assert m["collectors"]["torch"]["status"] == "failed: not run, an earlier pass timed out (--timeout)"
     analyzed = run_cli_inprocess("analyze", bundle_of(tmp_path))

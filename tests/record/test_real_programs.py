@@ -703,27 +703,6 @@ def test_compile_default_mode_image_inference_steps_per_batch(tmp_path: Path) ->
     assert 1.0 < 1e3 / rate.value / steady.mean() < 1.3
 
 
-@pytest.mark.parametrize("zero_grad", ["end", "start", "model"])
-def test_amp_training_without_a_data_loader_steps_per_iteration(tmp_path: Path, zero_grad: str) -> None:
-    # for step in range(n): random batch, autocast, GradScaler, clip_grad_norm_, scheduler,
-    # .item() every 5 steps; zero_grad(set_to_none=True) at the iteration's end (as the
-    # program is written), zero_grad() at its start, or model.zero_grad() (no optimizer
-    # range: the optimizer's step marks the iteration). One step per optimizer step: before,
-    # zero_grad's iterations ran from one to the next and the first (the last, zero_grad
-    # first) was in no step: 23 steps for 24 iterations
-    steps, warmup = 24, 4
-    light, series, result = _run(tmp_path, "amp_train.py", "--device", "cpu", "--dtype", "bfloat16", "--batch", "32",
-                                  "--dim", "64", "--width", "128", "--depth", "2", "--steps", str(steps), "--warmup", str(warmup),
-                                  "--log-every", "5", "--zero-grad", zero_grad, env={"OMP_NUM_THREADS": "1"})
-    # (one intra-op thread, as the other CPU programs here: in the full suite, beside the other
-    # worker, two threads stretched the 2 ms iteration to 20 ms and the rate's gaps into pauses)
-    assert light["step_name"] == ("Optimizer.step#AdamW.step" if zero_grad == "model" else "Optimizer.zero_grad#AdamW.zero_grad")
-    assert light["steps_seen"] == result["steps"] == steps
-    assert _step_ms(series)[-result["timed_steps"]:].mean() == pytest.approx(result["ms_per_step"], rel=0.05)
-    rate = _steps_per_s(tmp_path)
-    assert 1e3 / rate.value == pytest.approx(result["ms_per_step"], rel=0.15)
-
-
 def _held(starts: np.ndarray, ends: np.ndarray, at) -> list[int]:
     """Per step (host start, end: inclusive), the starts ``at`` inside it."""
     at = np.sort(np.asarray(at, dtype=np.int64))
@@ -731,22 +710,38 @@ def _held(starts: np.ndarray, ends: np.ndarray, at) -> list[int]:
 
 
 @pytest.mark.parametrize("zero_grad", ["end", "start", "model"])
-def test_amp_training_without_a_data_loader_analyze_reads_the_light_pass_steady_steps(tmp_path: Path, zero_grad: str) -> None:
-    # the trace side's rule is the light pass's (steady.optimizer_iterations): analyze on the
-    # bundle's trace reads the light pass's steady steps, each cut where the light pass cuts
-    # it. Before: with zero_grad at the end (or only the optimizer's step) the window opened
-    # one step late (counted in calls, the light pass's step k beginning at call k - 1) and
-    # with zero_grad first the trace's last iteration was in no step: 21 steps for 22
+def test_amp_training_without_a_data_loader_steps_per_iteration_in_run_and_analyze(tmp_path: Path, zero_grad: str) -> None:
+    # for step in range(n): random batch, autocast, GradScaler, clip_grad_norm_, scheduler,
+    # .item() every 5 steps; zero_grad(set_to_none=True) at the iteration's end (as the
+    # program is written), zero_grad() at its start, or model.zero_grad() (no optimizer
+    # range: the optimizer's step marks the iteration). One step per optimizer step: before,
+    # zero_grad's iterations ran from one to the next and the first (the last, zero_grad
+    # first) was in no step: 23 steps for 24 iterations. One intra-op thread, as the other
+    # CPU programs here: in the full suite, beside the other worker, two threads stretched
+    # the 2 ms iteration to 20 ms and the rate's gaps into pauses
     zero, step = "Optimizer.zero_grad#AdamW.zero_grad", "Optimizer.step#AdamW.step"
+    steps, warmup = 24, 4
     r = run_cli("run", "--collect", "torch", "--steps", "0", "--out", tmp_path, REAL / "amp_train.py", "--device", "cpu",
-                "--dtype", "bfloat16", "--batch", "32", "--dim", "64", "--width", "128", "--depth", "2", "--steps", "24",
-                "--warmup", "4", "--log-every", "5", "--zero-grad", zero_grad, timeout=300)
+                "--dtype", "bfloat16", "--batch", "32", "--dim", "64", "--width", "128", "--depth", "2", "--steps", str(steps),
+                "--warmup", str(warmup), "--log-every", "5", "--zero-grad", zero_grad, timeout=300, env={"OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
     (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     light = json.loads((bundle / "manifest.json").read_text())["light_pass"]
     raw = json.loads((bundle / "raw" / "light.json").read_text())
     name = light["step_name"]
     series = raw["series"][name]
+    # the light pass (its program printed the RESULT on the terminal; the torch pass's is in its log)
+    result = program_result(r.stdout)
+    assert name == (step if zero_grad == "model" else zero)
+    assert light["steps_seen"] == result["steps"] == steps
+    assert _step_ms(series)[-result["timed_steps"]:].mean() == pytest.approx(result["ms_per_step"], rel=0.05)
+    rate = _steps_per_s(tmp_path)
+    assert 1e3 / rate.value == pytest.approx(result["ms_per_step"], rel=0.15)
+    # the trace side's rule is the light pass's (steady.optimizer_iterations): analyze on the
+    # bundle's trace reads the light pass's steady steps, each cut where the light pass cuts
+    # it. Before: with zero_grad at the end (or only the optimizer's step) the window opened
+    # one step late (counted in calls, the light pass's step k beginning at call k - 1) and
+    # with zero_grad first the trace's last iteration was in no step: 21 steps for 22
     # the light pass's steady steps: each from its start to the next's (the last: its end), 1 ns
     # before; those the window can hold (it opens at a call: with the steady state from step
     # 0, the iteration before the first mark is in no trace)
