@@ -829,8 +829,9 @@ def optimizer_loop(marks: pd.DataFrame, others: pd.DataFrame | None, work: pd.Da
     if m.empty or work is None or m["tid"].nunique() > 1:
         return None
     tid = m["tid"].iloc[0]
-    o = m.iloc[0:0] if others is None else others[(others["name"] != m["name"].iloc[0]).to_numpy()
-                                                  & starts_with(others["name"], rangenames.LOOP_PREFIXES[1:])]
+    name = str(m["name"].iloc[0])
+    o = m.iloc[0:0] if others is None else others[(others["name"] != name).to_numpy()
+                                                  & starts_with(others["name"], rangenames.optimizer_others(name))]
     o = _outermost(o[o["tid"] == tid]) if not o.empty else o
     calls = {"host_start_ns": m["start_ns"].to_numpy(np.int64), "gpu_start_ns": None, "gpu_end_ns": m["end_ns"].to_numpy(np.int64)}
     other = {"host_start_ns": o["start_ns"].to_numpy(np.int64), "gpu_start_ns": None, "gpu_end_ns": o["end_ns"].to_numpy(np.int64)}
@@ -845,7 +846,7 @@ def optimizer_loop(marks: pd.DataFrame, others: pd.DataFrame | None, work: pd.Da
     np.add.at(inside, np.searchsorted(at, opt["start_ns"].to_numpy(np.int64)), 1)
     np.add.at(inside, np.searchsorted(at, opt["end_ns"].to_numpy(np.int64), side="right"), -1)
     outside = at[np.cumsum(inside)[:-1] == 0]
-    return steady.optimizer_loop(calls, other, outside, str(m["name"].iloc[0]).startswith(rangenames.LOOP_PREFIXES[1]))
+    return steady.optimizer_loop(calls, other, outside, name.startswith(rangenames.LOOP_PREFIXES[1]))
 
 
 def optimizer_groups(loops: pd.DataFrame, work: pd.DataFrame | None, names: Collection[str]) -> dict[str, tuple[int, int]]:

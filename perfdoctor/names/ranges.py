@@ -118,6 +118,15 @@ BACKWARD_OP_PREFIX = "autograd::engine::evaluate_function: "
 DATA_LOADER_PREFIX = "enumerate(DataLoader)#"
 LOOP_PREFIXES = (DATA_LOADER_PREFIX, "Optimizer.zero_grad#", OPTIMIZER_STEP_PREFIX)
 
+
+def optimizer_others(mark: str) -> tuple[str, ...]:
+    """The prefixes of the optimizer ranges that are the other marks of a loop iteration
+    marked by the optimizer range ``mark`` (``steady.optimizer_loop``'s ``others``): for a
+    ``zero_grad``, the optimizers' steps, which close the iteration (another optimizer's
+    ``zero_grad`` closes nothing: taken for a step, a loop zeroing an SGD and an Adam at
+    its start read 39 steps for 40); for a step, every other optimizer range."""
+    return (OPTIMIZER_STEP_PREFIX,) if mark.startswith(LOOP_PREFIXES[1]) else LOOP_PREFIXES[1:]
+
 PROFILER_STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
 PROFILER_STEP_GLOB = "ProfilerStep#*"  # the step of torch.profiler's steps, one name each
 _WARMUP = re.compile(r"(?:^|[^a-z])warm_?up(?:[^a-z]|$)", re.IGNORECASE)

@@ -437,7 +437,7 @@ def optimizer_loop(name: str, calls: dict[str, Any], series: dict[str, dict[str,
     """The iterations of a loop with no data loader that the optimizer's range ``name`` marks
     (``calls``): :func:`perfdoctor.analysis.steady.optimizer_loop`, the optimizer's other
     ranges in ``series`` its other marks."""
-    others = merged_series([s for n, s in series.items() if n != name and n.startswith(rangenames.LOOP_PREFIXES[1:])])
+    others = merged_series([s for n, s in series.items() if n != name and n.startswith(rangenames.optimizer_others(name))])
     return steady.optimizer_loop(calls, others, work_ns, name.startswith(rangenames.LOOP_PREFIXES[1]))
 
 

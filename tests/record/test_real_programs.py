@@ -859,18 +859,24 @@ def test_wgan_gp_traced_whole_steps_per_iteration_not_per_optimizer_step(tmp_pat
     assert ms[warmup:].sum() == pytest.approx(sum(traced["ms_each"][warmup:]), rel=0.1)
 
 
-def test_seq2seq_tutorial_two_optimizers_stepped_alike_one_step_per_pair_in_run_and_analyze(tmp_path: Path) -> None:
+@pytest.mark.parametrize("decoder", ["sgd", "adam"])
+def test_seq2seq_tutorial_two_optimizers_one_step_per_pair_in_run_and_analyze(tmp_path: Path, decoder: str) -> None:
     # the seq2seq translation tutorial's trainIters: per sentence pair both optimizers'
     # zero_grad (before any module call), the encoder per input token, the decoder per output
-    # token (3-10 of each, teacher forcing at random), then both optimizers' steps. Before: the
-    # second zero_grad ended the module scout before any module call, so the light pass saw no
-    # work, and the first optimizer's steps marked the iteration: 39 steps for 40 pairs, the
-    # first pair's forward in none (and, with work seen, a last step of the two steps alone).
-    # The last optimizer stepped marks it, in run and in a plain trace alike
+    # token (3-10 of each, teacher forcing at random), then both optimizers' steps. Two SGDs
+    # (the tutorial's) before: the second zero_grad ended the module scout before any module
+    # call, so the light pass saw no work, and the first optimizer's steps marked the
+    # iteration: 39 steps for 40 pairs, the first pair's forward in none (and, with work seen,
+    # a last step of the two steps alone); the last optimizer stepped marks it now. An SGD and
+    # an Adam: the SGD's zero_grad marks it, and the Adam's zero_grad, taken for an optimizer
+    # step closing the iteration, read 39 steps; now only steps close it. In run and in a
+    # plain trace alike
     iters, warmup = 40, 5
-    args = ("--device", "cpu", "--iters", str(iters), "--warmup", str(warmup), "--hidden", "64", "--vocab", "300")
+    args = ("--device", "cpu", "--iters", str(iters), "--warmup", str(warmup), "--hidden", "64", "--vocab", "300",
+            "--decoder-optim", decoder)
+    name = "Optimizer.step#SGD#2.step" if decoder == "sgd" else "Optimizer.zero_grad#SGD.zero_grad"
     light, series, result = _run(tmp_path / "run", "seq2seq_train.py", *args, env={"OMP_NUM_THREADS": "1"})
-    assert light["step_name"] == "Optimizer.step#SGD#2.step"
+    assert light["step_name"] == name
     assert light["steps_seen"] == result["iters"] == iters
     # each pair's train() call as the program times it: 2-12 ms with the sentences' lengths
     ms, own = _step_ms(series)[warmup:], np.array(result["ms_each"][warmup:])
@@ -878,7 +884,7 @@ def test_seq2seq_tutorial_two_optimizers_stepped_alike_one_step_per_pair_in_run_
     assert np.corrcoef(ms, own)[0, 1] > 0.8
     traced = trace_program(tmp_path / "trace.json", "seq2seq_train.py", *args)
     steps = find_steps(load_trace(tmp_path / "trace.json"))
-    assert (steps.name, steps.count) == ("Optimizer.step#SGD#2.step", iters), steps.how
+    assert (steps.name, steps.count) == (name, iters), steps.how
     ms = (steps.table["host_end_ns"] - steps.table["host_start_ns"]).to_numpy()[warmup:] / 1e6
     assert ms.sum() == pytest.approx(sum(traced["ms_each"][warmup:]), rel=0.1)
 

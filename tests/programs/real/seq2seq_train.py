@@ -5,9 +5,9 @@ pairs (no DataLoader, batch 1) and ``train`` runs, per pair, ``encoder_optimizer
 and ``decoder_optimizer.zero_grad()``, the ``EncoderRNN`` (a GRU) once per input token, the
 ``AttnDecoderRNN`` once per output token (teacher forcing half of the time, else its own
 greedy guess until EOS), ``loss.backward()``, then ``encoder_optimizer.step()`` and
-``decoder_optimizer.step()``; two SGD optimizers of one class. Sentences are random token ids
-of random lengths (no download). Each pair's ``train`` call is timed; the first ``--warmup``
-left out.
+``decoder_optimizer.step()``; two SGD optimizers of one class (``--decoder-optim adam``: an Adam
+for the decoder, two classes). Sentences are random token ids of random lengths (no
+download). Each pair's ``train`` call is timed; the first ``--warmup`` left out.
 
     python seq2seq_train.py                               # CUDA
     python seq2seq_train.py --device cpu --iters 30      # CPU
@@ -110,6 +110,7 @@ def main():
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--teacher-forcing", type=float, default=0.5)
+    p.add_argument("--decoder-optim", choices=("sgd", "adam"), default="sgd")
     p.add_argument("--print-every", type=int, default=50)
     args = p.parse_args()
     random.seed(0)
@@ -118,7 +119,10 @@ def main():
     encoder = EncoderRNN(args.vocab, args.hidden).to(device)
     decoder = AttnDecoderRNN(args.hidden, args.vocab, args.max_length).to(device)
     encoder_optimizer = optim.SGD(encoder.parameters(), lr=args.lr)
-    decoder_optimizer = optim.SGD(decoder.parameters(), lr=args.lr)
+    if args.decoder_optim == "adam":
+        decoder_optimizer = optim.Adam(decoder.parameters(), lr=args.lr / 10)
+    else:
+        decoder_optimizer = optim.SGD(decoder.parameters(), lr=args.lr)
     training_pairs = [random_pair(args.vocab, args.max_length, device) for _ in range(args.iters)]
     criterion = nn.NLLLoss()
     ms_each, print_loss_total = [], 0.0
