@@ -211,7 +211,7 @@ def loop_iterations(
     return out
 
 
-def optimizer_iterations(calls: dict, others: dict, work_ns: np.ndarray | list[int] | None = None) -> dict:
+def optimizer_iterations(calls: dict, others: dict, work_ns: np.ndarray | list[int] | None = None, closing: bool = False) -> dict:
     """The training iterations of a loop with no data loader (``for step in range(n)``, a
     batch made on the device), marked by the optimizer's ``zero_grad`` or ``step``
     (``calls``, the one chosen): :func:`loop_iterations` (from one mark to the next), and
@@ -232,6 +232,15 @@ def optimizer_iterations(calls: dict, others: dict, work_ns: np.ndarray | list[i
     optimizer's first step, a zero_grad before it: Reptile), that many fewer. With
     ``k`` = 0 (only the optimizer's step, which always closes the iteration) only the first
     is added. Without work known, neither: nothing says where the first began.
+
+    ``closing``: the marks are an optimizer's steps, which end their iterations
+    (``rangenames.closes_iteration``). Before the first one there may be fewer than ``k``
+    other marks: a ``zero_grad`` after each step (or a second one at the top of the loop) is
+    the iteration before's, and SAM zeroes after its first ascent step and after the
+    update. The first iteration is then its ``w`` calls of work, from the mark just before
+    them (a ``zero_grad`` at the loop's top) if one is, and the last mark ends the last
+    iteration (before: 30 steps for 30 iterations, the first one's forward in none and the
+    last the trailing zero_grad alone).
 
     When most of the other marks run inside the marks' own ranges (``optimizer.step(closure)``,
     the closure calling ``zero_grad``: LBFGS, Lightning), the step holds the iteration's
@@ -271,13 +280,21 @@ def optimizer_iterations(calls: dict, others: dict, work_ns: np.ndarray | list[i
     if w < 1:
         return out
     o0, w0 = int(np.searchsorted(oh, h[0])), int(np.searchsorted(work, h[0]))
-    if o0 >= k and w0 >= w:
-        begin = int(min(work[w0 - w], oh[o0 - k] if k else work[w0 - w]))
+    ahead = closing and o0 < k and w0 >= w  # an optimizer step's first iteration, fewer marks before it
+    if (o0 >= k or ahead) and w0 >= w:
+        if ahead:  # from its work, or the mark just before it (a zero_grad at the loop's top)
+            j = int(np.searchsorted(oh, work[w0 - w]))
+            lead = j > 0 and (w0 == w or oh[j - 1] > work[w0 - w - 1])
+            begin = int(oh[j - 1] if lead else work[w0 - w])
+        else:
+            begin = int(min(work[w0 - w], oh[o0 - k] if k else work[w0 - w]))
         first = gpu_start[0] if gpu_start is not None and gpu_start[0] is not None else int(h[0])
         rows["host_start_ns"].insert(0, begin)
         if rows["gpu_start_ns"] is not None:
             rows["gpu_start_ns"].insert(0, begin)
         rows["gpu_end_ns"].insert(0, int(max(first, oe[o0 - 1] if o0 else first)))
+        if ahead:
+            return rows
     # after the last mark, its iteration's other marks: k, less those an iteration has before
     # its mark where the first mark falls inside its iteration after fewer than k (a lead-in:
     # Reptile's zero_grad before each new optimizer's first step, 1 of 9)
@@ -421,14 +438,15 @@ def evaluation_starts(starts: np.ndarray | list[int], ends: np.ndarray | list[in
     return s
 
 
-def optimizer_loop(calls: dict, others: dict, work_ns: np.ndarray | list[int] | None, zero_grad: bool) -> dict:
+def optimizer_loop(calls: dict, others: dict, work_ns: np.ndarray | list[int] | None, zero_grad: bool, closing: bool = False) -> dict:
     """The training iterations of a loop with no data loader marked by the optimizer's
-    ``calls`` (``zero_grad`` ones when ``zero_grad``): :func:`closed_by_steps` where the marks
+    ``calls`` (``zero_grad`` ones when ``zero_grad``; steps that end their iterations when
+    ``closing``): :func:`closed_by_steps` where the marks
     fall inside the iterations, else :func:`optimizer_iterations`. ``mark``, when present:
     each iteration's mark's position in ``calls``; ``group``, when several mark one
     iteration (:func:`mark_groups`): how many."""
     closed = closed_by_steps(calls, others, work_ns if work_ns is not None else []) if zero_grad else None
-    return closed if closed is not None else optimizer_iterations(calls, others, work_ns)
+    return closed if closed is not None else optimizer_iterations(calls, others, work_ns, closing)
 
 
 def closed_by_steps(calls: dict, others: dict, work_ns: np.ndarray | list[int]) -> dict | None:

@@ -68,6 +68,10 @@ class Choice:
 # iteration (gradient accumulation over 2 or more batches; 1.9, not 2: the loader's last
 # fetch, which raises StopIteration, and an epoch's remainder)
 ACCUMULATION = 1.9
+# zero_grad calls per optimizer step from which the step marks the iteration, not zero_grad:
+# a loop that zeroes at its top and again after the step, SAM's first_step(zero_grad=True) and
+# second_step(zero_grad=True) (before: one step per zero_grad, 59 for 30 iterations)
+ZERO_GRADS = 1.9
 
 
 def choose_step(
@@ -103,8 +107,9 @@ def choose_step(
        each replay (``decode_step``) also holds the work that feeds it;
     7. the training (or evaluation) iteration, marked by torch's loop ranges (the data loader's
        ``__next__``, else ``Optimizer.zero_grad``, else ``Optimizer.step``), seen twice;
-       with gradient accumulation (``ACCUMULATION`` or more fetches per ``Optimizer.step``)
-       the optimizer's step marks it; ``groups``: per optimizer range whose marks come several
+       with gradient accumulation (``ACCUMULATION`` or more fetches per ``Optimizer.step``),
+       or ``ZERO_GRADS`` or more ``zero_grad`` calls per step, the optimizer's step marks
+       it; ``groups``: per optimizer range whose marks come several
        per iteration, the loop's own work between the groups (a loop with no data loader:
        ``steady.mark_groups``, CleanRL's PPO updates after each rollout), the iterations
        they mark and the marks per iteration, which the how says;
@@ -148,6 +153,8 @@ def choose_step(
     if loop:
         name = loop[0]
         stepped = [n for n in loop if n.startswith(rangenames.OPTIMIZER_STEP_PREFIX)]
+        if rangenames.loop_rank(name) == 1 and stepped and counts[name] >= ZERO_GRADS * max(counts[n] for n in stepped):
+            name = max(stepped, key=lambda n: counts[n])  # zero_grad twice per step: the step marks the iteration
         if rangenames.loop_rank(name) == 0 and stepped:
             opt = max(stepped, key=lambda n: counts[n])
             if counts[name] >= ACCUMULATION * counts[opt]:
@@ -846,7 +853,7 @@ def optimizer_loop(marks: pd.DataFrame, others: pd.DataFrame | None, work: pd.Da
     np.add.at(inside, np.searchsorted(at, opt["start_ns"].to_numpy(np.int64)), 1)
     np.add.at(inside, np.searchsorted(at, opt["end_ns"].to_numpy(np.int64), side="right"), -1)
     outside = at[np.cumsum(inside)[:-1] == 0]
-    return steady.optimizer_loop(calls, other, outside, name.startswith(rangenames.LOOP_PREFIXES[1]))
+    return steady.optimizer_loop(calls, other, outside, name.startswith(rangenames.LOOP_PREFIXES[1]), rangenames.closes_iteration(name))
 
 
 def optimizer_groups(loops: pd.DataFrame, work: pd.DataFrame | None, names: Collection[str]) -> dict[str, tuple[int, int]]:

@@ -119,6 +119,15 @@ DATA_LOADER_PREFIX = "enumerate(DataLoader)#"
 LOOP_PREFIXES = (DATA_LOADER_PREFIX, "Optimizer.zero_grad#", OPTIMIZER_STEP_PREFIX)
 
 
+def closes_iteration(name: str) -> bool:
+    """Whether the optimizer range ``name`` ends its loop iteration: a step does (the update
+    comes after the forward and the backward), a ``zero_grad`` may stand anywhere, and the
+    first step of each new optimizer (``#new``, :func:`optimizer_instance`) opens its inner
+    loop (Reptile's)."""
+    split = parse_optimizer_instance(name)
+    return name.startswith(OPTIMIZER_STEP_PREFIX) and (split is None or split[1] != NEW_OPTIMIZER)
+
+
 def optimizer_others(mark: str) -> tuple[str, ...]:
     """The prefixes of the optimizer ranges that are the other marks of a loop iteration
     marked by the optimizer range ``mark`` (``steady.optimizer_loop``'s ``others``): for a

@@ -438,7 +438,7 @@ def optimizer_loop(name: str, calls: dict[str, Any], series: dict[str, dict[str,
     (``calls``): :func:`perfdoctor.analysis.steady.optimizer_loop`, the optimizer's other
     ranges in ``series`` its other marks."""
     others = merged_series([s for n, s in series.items() if n != name and n.startswith(rangenames.optimizer_others(name))])
-    return steady.optimizer_loop(calls, others, work_ns, name.startswith(rangenames.LOOP_PREFIXES[1]))
+    return steady.optimizer_loop(calls, others, work_ns, name.startswith(rangenames.LOOP_PREFIXES[1]), rangenames.closes_iteration(name))
 
 
 def _loader_passes(results: PassResults) -> dict[str, Any]:

@@ -800,6 +800,25 @@ def test_a_loop_without_a_data_loader_has_one_iteration_per_optimizer_step() -> 
     assert steady.optimizer_iterations(_series([8, 18, 28, 38]), opt, [])["host_start_ns"] == [8, 18, 28]
 
 
+def test_an_optimizer_step_ends_its_iteration_though_fewer_marks_come_before_the_first() -> None:
+    # zero_grad at the top (0, 10, 20, 30) and again after the step (8, 18, 28, 38), a forward
+    # at 1, 11, 21, 31, the optimizer's step (the mark, closing) at 6, 16, 26, 36: two zero_grads
+    # between two steps, one before the first. The first iteration is its forward and the
+    # zero_grad before it; the last step ends the last (before: the first in none, and a
+    # fourth step of the trailing zero_grad alone)
+    steps, zero_grads = _series([6, 16, 26, 36], [8, 18, 28, 38]), _series([0, 8, 10, 18, 20, 28, 30, 38])
+    out = steady.optimizer_iterations(steps, zero_grads, [1, 11, 21, 31], closing=True)
+    assert out["host_start_ns"] == [0, 6, 16, 26] and out["gpu_end_ns"][0] == 6
+    # a forward before the loop (-50, a sanity check) is no part of the first; SAM zeroes only
+    # after work (first_step after the first backward, second_step after the update): the
+    # first iteration from its first forward
+    out = steady.optimizer_iterations(steps, zero_grads, [-50, 1, 11, 21, 31], closing=True)
+    assert out["host_start_ns"] == [0, 6, 16, 26]
+    sam = _series([3, 8, 13, 18, 23, 28, 33, 38])  # the step at 6, 16, ... (base SGD), zero_grads after each pass
+    out = steady.optimizer_iterations(steps, sam, [1, 4, 11, 14, 21, 24, 31, 34], closing=True)
+    assert out["host_start_ns"] == [1, 6, 16, 26] and len(out["gpu_end_ns"]) == 4
+
+
 def test_marks_inside_the_iterations_give_iterations_closed_by_the_optimizer_steps() -> None:
     # forward (work) at 5, 27, 47, zero_grad at 10, 30, 50, the step at 20-25, 40-45, 60-65
     zero_grad, step = _series([10, 30, 50], [11, 31, 51]), _series([20, 40, 60], [25, 45, 65])

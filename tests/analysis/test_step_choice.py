@@ -100,6 +100,12 @@ def test_order_of_evidence() -> None:
     assert c.how.startswith("the loop iteration over a DataLoader: ")
     c = choose_step({"Optimizer.zero_grad#SGD.zero_grad": 14, "Optimizer.step#SGD.step": 14})
     assert (c.name, c.how.split(":")[0]) == ("Optimizer.zero_grad#SGD.zero_grad", "the training iteration")
+    # zero_grad twice per step (at the top and after the step; SAM's two, under its own class's
+    # name, the base SGD stepping): the step marks the iteration; once per step, or one more
+    # (a zero_grad before the loop), zero_grad still does
+    assert choose_step({"Optimizer.zero_grad#SGD.zero_grad": 28, "Optimizer.step#SGD.step": 14}).name == "Optimizer.step#SGD.step"
+    assert choose_step({"Optimizer.zero_grad#SAM.zero_grad": 60, "Optimizer.step#SGD.step": 30}).name == "Optimizer.step#SGD.step"
+    assert choose_step({"Optimizer.zero_grad#SGD.zero_grad": 15, "Optimizer.step#SGD.step": 14}).name == "Optimizer.zero_grad#SGD.zero_grad"
     # gradient accumulation: one optimizer step per 4 fetches (the last fetch raises
     # StopIteration) is the iteration; one per fetch, or a GAN's two optimizers, is not
     loader = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"

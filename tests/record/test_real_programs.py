@@ -709,12 +709,14 @@ def _held(starts: np.ndarray, ends: np.ndarray, at) -> list[int]:
     return (np.searchsorted(at, ends, side="right") - np.searchsorted(at, starts)).tolist()
 
 
-@pytest.mark.parametrize("zero_grad", ["end", "start", "model"])
+@pytest.mark.parametrize("zero_grad", ["end", "start", "both", "model"])
 def test_amp_training_without_a_data_loader_steps_per_iteration_in_run_and_analyze(tmp_path: Path, zero_grad: str) -> None:
     # for step in range(n): random batch, autocast, GradScaler, clip_grad_norm_, scheduler,
     # .item() every 5 steps; zero_grad(set_to_none=True) at the iteration's end (as the
     # program is written), zero_grad() at its start, or model.zero_grad() (no optimizer
-    # range: the optimizer's step marks the iteration). One step per optimizer step: before,
+    # range: the optimizer's step marks the iteration), or zero_grad() at the start and
+    # again at the end (both: the step marks it; before, one step per zero_grad, 47 for 24).
+    # One step per optimizer step: before,
     # zero_grad's iterations ran from one to the next and the first (the last, zero_grad
     # first) was in no step: 23 steps for 24 iterations. One intra-op thread, as the other
     # CPU programs here: in the full suite, beside the other worker, two threads stretched
@@ -732,7 +734,7 @@ def test_amp_training_without_a_data_loader_steps_per_iteration_in_run_and_analy
     series = raw["series"][name]
     # the light pass (its program printed the RESULT on the terminal; the torch pass's is in its log)
     result = program_result(r.stdout)
-    assert name == (step if zero_grad == "model" else zero)
+    assert name == (step if zero_grad in ("model", "both") else zero)
     assert light["steps_seen"] == result["steps"] == steps
     assert _step_ms(series)[-result["timed_steps"]:].mean() == pytest.approx(result["ms_per_step"], rel=0.05)
     rate = _steps_per_s(tmp_path)
@@ -885,6 +887,25 @@ def test_seq2seq_tutorial_two_optimizers_one_step_per_pair_in_run_and_analyze(tm
     traced = trace_program(tmp_path / "trace.json", "seq2seq_train.py", *args)
     steps = find_steps(load_trace(tmp_path / "trace.json"))
     assert (steps.name, steps.count) == (name, iters), steps.how
+    ms = (steps.table["host_end_ns"] - steps.table["host_start_ns"]).to_numpy()[warmup:] / 1e6
+    assert ms.sum() == pytest.approx(sum(traced["ms_each"][warmup:]), rel=0.1)
+
+
+def test_sam_two_zero_grads_per_batch_one_step_per_batch_in_run_and_analyze(tmp_path: Path) -> None:
+    # davda54/sam's loop: per batch two forward-backward passes, first_step(zero_grad=True)
+    # and second_step(zero_grad=True); torch's ranges show SAM's zero_grad twice per batch
+    # and the base SGD's step once (SAM.step is never called). Before: one step per zero_grad,
+    # 59 steps of ~1 ms for 30 batches of 2 ms; the base optimizer's step marks the batch
+    iters, warmup = 30, 5
+    args = ("--device", "cpu", "--iters", str(iters), "--warmup", str(warmup), "--batch", "64", "--features", "64",
+            "--width", "128", "--depth", "2", "--classes", "10")
+    light, series, result = _run(tmp_path / "run", "sam_train.py", *args, env={"OMP_NUM_THREADS": "1"})
+    assert light["step_name"] == "Optimizer.step#SGD.step"
+    assert light["steps_seen"] == result["iters"] == iters
+    assert _step_ms(series)[warmup:].sum() == pytest.approx(sum(result["ms_each"][warmup:]), rel=0.1)
+    traced = trace_program(tmp_path / "trace.json", "sam_train.py", *args)
+    steps = find_steps(load_trace(tmp_path / "trace.json"))
+    assert (steps.name, steps.count) == ("Optimizer.step#SGD.step", iters), steps.how
     ms = (steps.table["host_end_ns"] - steps.table["host_start_ns"]).to_numpy()[warmup:] / 1e6
     assert ms.sum() == pytest.approx(sum(traced["ms_each"][warmup:]), rel=0.1)
 

@@ -53,9 +53,9 @@ def main():
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--clip", type=float, default=1.0)
-    p.add_argument("--zero-grad", default="end", choices=["end", "start", "model"],
+    p.add_argument("--zero-grad", default="end", choices=["end", "start", "both", "model"],
                    help="opt.zero_grad(set_to_none=True) at the iteration's end (default) or start; "
-                        "model: model.zero_grad() at the start (no optimizer range)")
+                        "both: at the start and again at the end; model: model.zero_grad() at the start (no optimizer range)")
     args = p.parse_args()
 
     torch.manual_seed(0)
@@ -73,7 +73,7 @@ def main():
         if step == args.warmup:
             sync(args.device)
             t_start = time.perf_counter()
-        if args.zero_grad == "start":
+        if args.zero_grad in ("start", "both"):
             opt.zero_grad()
         elif args.zero_grad == "model":
             model.zero_grad()
@@ -87,7 +87,7 @@ def main():
         scaler.step(opt)
         scaler.update()
         sched.step()
-        if args.zero_grad == "end":
+        if args.zero_grad in ("end", "both"):
             opt.zero_grad(set_to_none=True)
         if step % args.log_every == 0:
             print(f"step {step:5d} | loss {loss.item():.4f} | grad norm {grad_norm.item():.3f} | lr {sched.get_last_lr()[0]:.2e}")
