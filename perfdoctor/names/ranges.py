@@ -136,6 +136,7 @@ def optimizer_others(mark: str) -> tuple[str, ...]:
     its start read 39 steps for 40); for a step, every other optimizer range."""
     return (OPTIMIZER_STEP_PREFIX,) if mark.startswith(LOOP_PREFIXES[1]) else LOOP_PREFIXES[1:]
 
+
 PROFILER_STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
 PROFILER_STEP_GLOB = "ProfilerStep#*"  # the step of torch.profiler's steps, one name each
 _WARMUP = re.compile(r"(?:^|[^a-z])warm_?up(?:[^a-z]|$)", re.IGNORECASE)
