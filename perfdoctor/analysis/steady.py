@@ -155,7 +155,7 @@ def loop_iterations(
     fetch that found the loader exhausted, up to the next fetch (the prefetcher's next
     ``next()`` raises again): text_train.py --prefetcher read 30 steps for its 32 batches.
 
-    ``training_marks``: host starts of the optimizer's ``step`` and ``zero_grad`` in a run
+    ``training_marks``: host starts of the optimizer's steps (else its ``zero_grad``) in a run
     that trains: only the iterations holding one are kept, so an evaluation loop's batches
     (the same range name, another loader: PyTorch's ImageNet example validates after each
     epoch) are not training steps. Kept whole when fewer than two iterations hold one.

@@ -559,8 +559,12 @@ def training_loop(hosts: Mapping[str, Sequence[int]], ends_of_passes: Sequence[i
     starts of each torch loop range (data loader fetches, ``Optimizer.step``/``zero_grad``).
 
     Returns (per data loader range, the fetches that trained: ``steady.training_batches``,
-    for ``choose_step``'s counts; the host starts of the optimizer's step and zero_grad, the
-    marks an iteration must hold to be a training step: ``steady.loop_iterations``).
+    for ``choose_step``'s counts; the host starts of the optimizer's steps, else of its
+    zero_grad, the marks an iteration must hold to be a training step:
+    ``steady.loop_iterations``). Not a zero_grad beside steps: the transfer learning
+    tutorial calls ``optimizer.zero_grad()`` on every batch of its 'val' phase too (forward
+    only), and its 36 training batches read 54 steps, the validation's among them. (An
+    iteration whose step AMP's ``GradScaler`` skipped, found inf, is none then.)
     ``ends_of_passes``: the fetches that raised StopIteration, which the light pass sees. A
     trace does not say which fetch raised: it records that fetch as one more range of the
     same name, and what it has instead is that no optimizer mark follows it before the next
@@ -571,13 +575,14 @@ def training_loop(hosts: Mapping[str, Sequence[int]], ends_of_passes: Sequence[i
     marks = sorted(h for n, hs in hosts.items() if n.startswith(rangenames.LOOP_PREFIXES[1:]) for h in hs)
     if not marks:
         return {}, []
-    # the optimizer's steps group the batches (a zero_grad may open a group, not end it)
-    stepped = [h for n, hs in hosts.items() if n.startswith(rangenames.OPTIMIZER_STEP_PREFIX) for h in hs] or marks
+    # the optimizer's steps group the batches and mark them (a zero_grad may open a group, not
+    # end it, and may zero an evaluation's batch)
+    stepped = sorted(h for n, hs in hosts.items() if n.startswith(rangenames.OPTIMIZER_STEP_PREFIX) for h in hs) or marks
     counts = {
         n: steady.training_batches(list(hs), list(ends_of_passes), stepped)
         for n, hs in hosts.items() if n.startswith(rangenames.DATA_LOADER_PREFIX)
     }
-    return counts, marks
+    return counts, stepped
 
 
 def other_optimizers(names: Collection[str]) -> set[str]:

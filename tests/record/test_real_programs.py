@@ -910,6 +910,27 @@ def test_sam_two_zero_grads_per_batch_one_step_per_batch_in_run_and_analyze(tmp_
     assert ms.sum() == pytest.approx(sum(traced["ms_each"][warmup:]), rel=0.1)
 
 
+def test_transfer_learning_tutorial_val_batches_that_zero_grad_are_no_training_steps(tmp_path: Path) -> None:
+    # the transfer learning tutorial's train_model: per epoch a 'train' and a 'val' phase over
+    # their DataLoaders, optimizer.zero_grad() on every batch of both, backward and step in
+    # 'train' only. Before: a zero_grad was a training mark, so the validation batches were
+    # training steps too: 54 steps for 36 training batches, the 1.4 ms forwards among the 4 ms
+    # iterations, in run and in analyze; the optimizer's steps mark the training batches now
+    epochs, train, val = 3, 12, 6
+    args = ("--device", "cpu", "--epochs", str(epochs), "--train-batches", str(train), "--val-batches", str(val), "--batch-size", "8",
+            "--img-size", "32", "--width", "8")
+    light, series, result = _run(tmp_path / "run", "transfer_train.py", *args, env={"OMP_NUM_THREADS": "1"})
+    assert light["step_name"] == FETCH
+    assert light["steps_seen"] == result["train_batches"] == epochs * train
+    # each training batch as the program times it (its fetch included), the first epoch left out
+    assert _step_ms(series)[train:].sum() == pytest.approx(sum(result["ms_each"][train:]), rel=0.1)
+    traced = trace_program(tmp_path / "trace.json", "transfer_train.py", *args)
+    steps = find_steps(load_trace(tmp_path / "trace.json"))
+    assert (steps.name, steps.count) == (FETCH, epochs * train), steps.how
+    ms = (steps.table["host_end_ns"] - steps.table["host_start_ns"]).to_numpy()[train:] / 1e6
+    assert ms.sum() == pytest.approx(sum(traced["ms_each"][train:]), rel=0.1)
+
+
 def test_reptile_steps_once_per_outer_iteration_not_per_inner_step(tmp_path: Path) -> None:
     # Reptile (the paper's sine example as PyTorch ports write it): per outer iteration a
     # deepcopy of the model, a new SGD on it, 5 inner steps, a hand-written meta-update; an
