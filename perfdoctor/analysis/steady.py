@@ -280,8 +280,8 @@ def optimizer_iterations(calls: dict, others: dict, work_ns: np.ndarray | list[i
     if w < 1:
         return out
     o0, w0 = int(np.searchsorted(oh, h[0])), int(np.searchsorted(work, h[0]))
-    ahead = closing and o0 < k and w0 >= w  # an optimizer step's first iteration, fewer marks before it
-    if (o0 >= k or ahead) and w0 >= w:
+    if w0 >= w and (o0 >= k or closing):
+        ahead = o0 < k  # an optimizer step's first iteration, with fewer marks before it
         if ahead:  # from its work, or the mark just before it (a zero_grad at the loop's top)
             j = int(np.searchsorted(oh, work[w0 - w]))
             lead = j > 0 and (w0 == w or oh[j - 1] > work[w0 - w - 1])

@@ -152,21 +152,20 @@ def choose_step(
     loop = sorted((n for n in by_kind.get(rangenames.LOOP, ()) if counts[n] >= 2), key=rangenames.loop_rank)
     if loop:
         name = loop[0]
-        stepped = [n for n in loop if n.startswith(rangenames.OPTIMIZER_STEP_PREFIX)]
-        if rangenames.loop_rank(name) == 1 and stepped and counts[name] >= ZERO_GRADS * max(counts[n] for n in stepped):
-            name = max(stepped, key=lambda n: counts[n])  # zero_grad twice per step: the step marks the iteration
-        if rangenames.loop_rank(name) == 0 and stepped:
-            opt = max(stepped, key=lambda n: counts[n])
-            if counts[name] >= ACCUMULATION * counts[opt]:
-                # gradient accumulation: the iteration is the optimizer's step over several
-                # batches (what HF Trainer and nanoGPT count as a step and time); per batch,
-                # every k-th step would carry the optimizer and read as "uneven". The counts
-                # alone cannot tell it from loaders zipped (FixMatch's labeled and unlabeled
-                # batches, one step per pair): the same step, so the text names both
-                how = (f"the training iteration: torch's {opt!r} ({counts[opt]}x), one per "
-                       f"{count(counts[name] / counts[opt])} DataLoader batches (gradient accumulation, or several loaders read "
-                       f"per step), timed as {ITERATION}")
-                return Choice("loop", opt, how, True)
+        # the most frequent optimizer step
+        opt = max((n for n in loop if n.startswith(rangenames.OPTIMIZER_STEP_PREFIX)), key=lambda n: counts[n], default=None)
+        if opt is not None and rangenames.loop_rank(name) == 1 and counts[name] >= ZERO_GRADS * counts[opt]:
+            name = opt  # zero_grad twice per step: the step marks the iteration
+        if opt is not None and rangenames.loop_rank(name) == 0 and counts[name] >= ACCUMULATION * counts[opt]:
+            # gradient accumulation: the iteration is the optimizer's step over several
+            # batches (what HF Trainer and nanoGPT count as a step and time); per batch,
+            # every k-th step would carry the optimizer and read as "uneven". The counts
+            # alone cannot tell it from loaders zipped (FixMatch's labeled and unlabeled
+            # batches, one step per pair): the same step, so the text names both
+            how = (f"the training iteration: torch's {opt!r} ({counts[opt]}x), one per "
+                   f"{count(counts[name] / counts[opt])} DataLoader batches (gradient accumulation, or several loaders read "
+                   f"per step), timed as {ITERATION}")
+            return Choice("loop", opt, how, True)
         return Choice("loop", name, _loop_how(name, counts[name], (groups or {}).get(name)), True)
     wrapped = [n for n in by_kind.get(rangenames.WRAPPER, ()) if counts[n] >= 2 and works(n)]
     if wrapped:

@@ -51,6 +51,14 @@ def _step_ms(series: dict) -> np.ndarray:
     return (np.array(series["gpu_end_ns"]) - np.array(series["host_start_ns"])) / 1e6
 
 
+def _traced(tmp_path: Path, program: str, *args: str):
+    """(the steps analyze finds in a plain torch.profiler trace of the program run whole, each
+    one's host time in ms, the program's RESULT in that run)."""
+    traced = trace_program(tmp_path / "trace.json", program, *args)
+    steps = find_steps(load_trace(tmp_path / "trace.json"))
+    return steps, (steps.table["host_end_ns"] - steps.table["host_start_ns"]).to_numpy() / 1e6, traced
+
+
 def test_compiled_decode_steps_per_token_not_per_prefill(tmp_path: Path) -> None:
     tokens = 12
     light, series, result = _run(
@@ -851,13 +859,11 @@ def test_wgan_gp_traced_whole_steps_per_iteration_not_per_optimizer_step(tmp_pat
     # marking optimizer's, as run reads it
     iters, warmup = 30, 5
     args = ("--device", "cpu", "--dim", "64", "--batch", "64", "--critic-iters", str(critic), "--iters", str(iters), "--warmup", str(warmup))
-    traced = trace_program(tmp_path / "trace.json", "gan_train.py", *args)
-    steps = find_steps(load_trace(tmp_path / "trace.json"))
+    steps, ms, traced = _traced(tmp_path, "gan_train.py", *args)
     assert steps.count == traced["iters"] == iters, steps.how
     assert steps.name == "Optimizer.step#Adam#2.step"  # the generator's: it ends the iteration
     # each from the marking optimizer's step to its next: the traced run's iterations after
     # its warm-up, as its own timer (under the tracer too) reads them
-    ms = (steps.table["host_end_ns"] - steps.table["host_start_ns"]).to_numpy() / 1e6
     assert ms[warmup:].sum() == pytest.approx(sum(traced["ms_each"][warmup:]), rel=0.1)
 
 
@@ -884,11 +890,9 @@ def test_seq2seq_tutorial_two_optimizers_one_step_per_pair_in_run_and_analyze(tm
     ms, own = _step_ms(series)[warmup:], np.array(result["ms_each"][warmup:])
     assert ms.sum() == pytest.approx(own.sum(), rel=0.1)
     assert np.corrcoef(ms, own)[0, 1] > 0.8
-    traced = trace_program(tmp_path / "trace.json", "seq2seq_train.py", *args)
-    steps = find_steps(load_trace(tmp_path / "trace.json"))
+    steps, ms, traced = _traced(tmp_path, "seq2seq_train.py", *args)
     assert (steps.name, steps.count) == (name, iters), steps.how
-    ms = (steps.table["host_end_ns"] - steps.table["host_start_ns"]).to_numpy()[warmup:] / 1e6
-    assert ms.sum() == pytest.approx(sum(traced["ms_each"][warmup:]), rel=0.1)
+    assert ms[warmup:].sum() == pytest.approx(sum(traced["ms_each"][warmup:]), rel=0.1)
 
 
 def test_sam_two_zero_grads_per_batch_one_step_per_batch_in_run_and_analyze(tmp_path: Path) -> None:
@@ -903,11 +907,9 @@ def test_sam_two_zero_grads_per_batch_one_step_per_batch_in_run_and_analyze(tmp_
     assert light["step_name"] == "Optimizer.step#SGD.step"
     assert light["steps_seen"] == result["iters"] == iters
     assert _step_ms(series)[warmup:].sum() == pytest.approx(sum(result["ms_each"][warmup:]), rel=0.1)
-    traced = trace_program(tmp_path / "trace.json", "sam_train.py", *args)
-    steps = find_steps(load_trace(tmp_path / "trace.json"))
+    steps, ms, traced = _traced(tmp_path, "sam_train.py", *args)
     assert (steps.name, steps.count) == ("Optimizer.step#SGD.step", iters), steps.how
-    ms = (steps.table["host_end_ns"] - steps.table["host_start_ns"]).to_numpy()[warmup:] / 1e6
-    assert ms.sum() == pytest.approx(sum(traced["ms_each"][warmup:]), rel=0.1)
+    assert ms[warmup:].sum() == pytest.approx(sum(traced["ms_each"][warmup:]), rel=0.1)
 
 
 def test_transfer_learning_tutorial_val_batches_that_zero_grad_are_no_training_steps(tmp_path: Path) -> None:
@@ -924,11 +926,9 @@ def test_transfer_learning_tutorial_val_batches_that_zero_grad_are_no_training_s
     assert light["steps_seen"] == result["train_batches"] == epochs * train
     # each training batch as the program times it (its fetch included), the first epoch left out
     assert _step_ms(series)[train:].sum() == pytest.approx(sum(result["ms_each"][train:]), rel=0.1)
-    traced = trace_program(tmp_path / "trace.json", "transfer_train.py", *args)
-    steps = find_steps(load_trace(tmp_path / "trace.json"))
+    steps, ms, traced = _traced(tmp_path, "transfer_train.py", *args)
     assert (steps.name, steps.count) == (FETCH, epochs * train), steps.how
-    ms = (steps.table["host_end_ns"] - steps.table["host_start_ns"]).to_numpy()[train:] / 1e6
-    assert ms.sum() == pytest.approx(sum(traced["ms_each"][train:]), rel=0.1)
+    assert ms[train:].sum() == pytest.approx(sum(traced["ms_each"][train:]), rel=0.1)
 
 
 def test_reptile_steps_once_per_outer_iteration_not_per_inner_step(tmp_path: Path) -> None:
@@ -1291,11 +1291,9 @@ def test_ppo_traced_whole_reads_one_step_per_iteration(tmp_path: Path) -> None:
     # that tells an inner loop of optimizer steps, because the CPU runs each update's
     # backward on the loop's thread (a GPU on autograd's): 24 steps for 6 iterations. Its
     # forward ops alone, as the light pass counts calls, hold 80 %: each iteration is a step
-    traced = trace_program(tmp_path / "trace.json", "ppo_train.py", "--device", "cpu", "--num-envs", "4", "--num-steps", "16",
-                           "--iterations", "6", "--update-epochs", "2", "--num-minibatches", "2")
-    steps = find_steps(load_trace(tmp_path / "trace.json"))
+    steps, ms, traced = _traced(tmp_path, "ppo_train.py", "--device", "cpu", "--num-envs", "4", "--num-steps", "16",
+                                "--iterations", "6", "--update-epochs", "2", "--num-minibatches", "2")
     assert steps.name.startswith("Optimizer.zero_grad#") and steps.count == traced["iterations"] == 6
-    ms = (steps.table["host_end_ns"] - steps.table["host_start_ns"]).to_numpy() / 1e6
     assert ms == pytest.approx(traced["ms_each"], rel=0.1)  # the program's own timer, iteration by iteration
 
 
@@ -1343,11 +1341,9 @@ def test_nanogpt_traced_whole_leaves_its_evaluations_out_of_the_steps(tmp_path: 
     # The same loop traced whole, read by analyze: a trace has no grad modes, but the
     # evaluation's forwards come before the iteration's backward with no backward of their
     # own. The iterations holding estimate_loss() read 54.6 and 51.7 ms for 27.6 and 24.0
-    traced = trace_program(tmp_path / "trace.json", "nanogpt_train.py", "--device", "cpu", "--block", "32", "--batch", "8",
-                           "--vocab", "256", "--dim", "64", "--heads", "4", "--layers", "2", "--max-iters", "30")
-    steps = find_steps(load_trace(tmp_path / "trace.json"))
+    steps, ms, traced = _traced(tmp_path, "nanogpt_train.py", "--device", "cpu", "--block", "32", "--batch", "8",
+                                "--vocab", "256", "--dim", "64", "--heads", "4", "--layers", "2", "--max-iters", "30")
     assert steps.name == "Optimizer.zero_grad#AdamW.zero_grad" and steps.count == traced["iters"] == 30
-    ms = (steps.table["host_end_ns"] - steps.table["host_start_ns"]).to_numpy() / 1e6
     assert ms == pytest.approx(traced["ms_each"], rel=0.1)  # the program's own timer, iteration by iteration
 
 
