@@ -744,7 +744,12 @@ def test_amp_training_without_a_data_loader_steps_per_iteration_in_run_and_analy
     result = program_result(r.stdout)
     assert name == (step if zero_grad in ("model", "both") else zero)
     assert light["steps_seen"] == result["steps"] == steps
-    assert _step_ms(series)[-result["timed_steps"]:].mean() == pytest.approx(result["ms_per_step"], rel=0.05)
+    # medians: the light steps begin at a mark, the program's at its loop's top, so one
+    # preemption can land in one and not the other (means over 20 read 6.61 against 7.08 ms
+    # twice in a loaded clean-clone CI run)
+    own = np.array(result["ms_each"])
+    assert len(own) == result["timed_steps"]
+    assert np.median(_step_ms(series)[-len(own):]) == pytest.approx(np.median(own), rel=0.05)
     rate = _steps_per_s(tmp_path)
     assert 1e3 / rate.value == pytest.approx(result["ms_per_step"], rel=0.15)
     # the trace side's rule is the light pass's (steady.optimizer_iterations): analyze on the

@@ -5,7 +5,8 @@ step makes its batch with ``torch.randn`` / ``torch.randint`` on the device, the
 ``unscale_`` before ``clip_grad_norm_``, ``scaler.step``, ``scaler.update``), an AdamW
 optimizer and a cosine LR scheduler stepped every step, ``zero_grad(set_to_none=True)``,
 and a log line with ``loss.item()`` every ``--log-every`` steps. ``for step in
-range(steps)``; the first ``--warmup`` steps are left out of the timing. A small
+range(steps)``; the first ``--warmup`` steps are left out of the timing; each timed step's
+time is nanoGPT's ``dt``, from one iteration's top to the next's (the last to the final sync). A small
 transformer-ish MLP classifier on random features.
 
     python amp_train.py                                # CUDA, fp16 autocast
@@ -68,11 +69,12 @@ def main():
     loss_fn = nn.CrossEntropyLoss()
 
     model.train()
-    t_start = None
+    tops = []
     for step in range(args.steps):
         if step == args.warmup:
             sync(args.device)
-            t_start = time.perf_counter()
+        if step >= args.warmup:
+            tops.append(time.perf_counter())
         if args.zero_grad in ("start", "both"):
             opt.zero_grad()
         elif args.zero_grad == "model":
@@ -92,12 +94,14 @@ def main():
         if step % args.log_every == 0:
             print(f"step {step:5d} | loss {loss.item():.4f} | grad norm {grad_norm.item():.3f} | lr {sched.get_last_lr()[0]:.2e}")
     sync(args.device)
-    elapsed = time.perf_counter() - t_start
+    tops.append(time.perf_counter())
+    elapsed = tops[-1] - tops[0]
     timed = args.steps - args.warmup
     ms = elapsed / timed * 1e3
     print(f"{timed} steps in {elapsed:.2f} s: {ms:.2f} ms/step, {args.batch * timed / elapsed:.0f} samples/s")
     print("RESULT " + json.dumps({"program": "amp_train", "step": "training step", "steps": args.steps,
                                   "warmup": args.warmup, "timed_steps": timed, "ms_per_step": ms, "ms_per_iter": ms,
+                                  "ms_each": [(b - a) * 1e3 for a, b in zip(tops, tops[1:])],
                                   "samples_per_s": args.batch * timed / elapsed}))
 
 
