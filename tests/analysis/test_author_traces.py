@@ -121,9 +121,7 @@ def test_hf_trainer_profiler_callback(tmp_path):
     with the recipe's ``TrainerCallback`` calling ``prof.step()`` in ``on_step_end``: each
     file's ProfilerSteps are the optimizer steps of its window (3), at the program's own time
     (seen: [2.64, 6.46, 7.51] ms read for its [2.61, 6.44, 7.49]). The Trainer needs
-    ``accelerate``, which the project's environment lacks: skipped there."""
-    pytest.importorskip("accelerate")
-    pytest.importorskip("transformers")
+    ``accelerate``: in the test extra (before 2026-12-05 it was not, and this test skipped)."""
     res, out = _program(tmp_path, "hf_trainer_prof.py", "", "--max-steps", "10")
     files = [f for f in _trace_files(out) if f.name.endswith(".pt.trace.json")]
     assert res["optimizer_steps"] == 10 and len(files) == 2 == len(res["per_trace"])

@@ -1129,6 +1129,43 @@ def test_accelerate_style_gradient_accumulation_steps_per_optimizer_step(tmp_pat
     assert 1e3 / rate.value == pytest.approx(result["ms_per_step"], rel=0.15)
 
 
+def test_hf_trainer_with_evaluations_steps_per_optimizer_step_in_run_and_analyze(tmp_path: Path) -> None:
+    # transformers' own Trainer as its fine-tuning docs use it (no profiler): a BERT
+    # classifier, DataCollatorWithPadding, gradient_accumulation_steps=2, an evaluation with
+    # compute_metrics every 4 optimizer steps (after steps 4, 8, 12 and 16). The step is the
+    # optimizer step (its two micro-batches, their fetch included), not the evaluation after
+    # it: each step against the program's TrainerCallback timer (on_step_begin to on_step_end)
+    accum, every = 2, 4
+    r = run_cli("run", "--collect", "torch", "--out", tmp_path, REAL / "hf_trainer.py", "--device", "cpu", "--layers", "2",
+                "--dim", "64", "--heads", "4", "--samples", "256", "--batch", "8", "--accum", str(accum), "--eval-steps",
+                str(every), timeout=300, env={"OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    light = json.loads((bundle / "manifest.json").read_text())["light_pass"]
+    series = json.loads((bundle / "raw" / "light.json").read_text())["series"][light["step_name"]]
+    result = program_result(r.stdout)
+    assert result["optimizer_steps"] == 256 // 8 // accum == len(result["ms_each"])
+    assert light["step_name"] == "Optimizer.step#AdamW.step" and light["steps_seen"] == result["optimizer_steps"]
+    # medians: the first step's allocations, and the steps whose iteration holds an evaluation
+    own = np.array(result["ms_each"][1:])
+    ms = _step_ms(series)[1:]
+    assert np.median(ms) == pytest.approx(np.median(own), rel=0.1)
+    # the rate leaves out the three evaluations between steps (the fourth follows the last)
+    rate = _steps_per_s(tmp_path)
+    assert "3 pass end(s) between steps left out" in rate.note, rate.note
+    assert 1e3 / rate.value == pytest.approx(result["ms_per_step"], rel=0.15)
+    # the trace: the same step, each holding its two micro-batches' forwards (BERT's three
+    # embedding lookups each) and none of the evaluations' (which the window holds too)
+    profile = load_trace(bundle)
+    found = find_steps(profile)
+    assert found.name == light["step_name"] and found.count >= every + 1
+    t, ops = found.table, profile.ops
+    at = ops.loc[ops["name"] == "aten::embedding", "start_ns"]
+    ts, te = t["host_start_ns"].to_numpy(np.int64), t["host_end_ns"].to_numpy(np.int64)
+    assert _held(ts, te, at) == [3 * accum] * found.count
+    assert len(at) > 3 * accum * found.count  # an evaluation was traced, outside every step
+
+
 def test_detection_over_lists_of_variable_size_images_through_log_every_steps_per_batch(tmp_path: Path) -> None:
     # torchvision's references/detection evaluate(): @torch.inference_mode(), collate_fn
     # tuple(zip(*batch)), MetricLogger.log_every (a generator around the loader) and a list
