@@ -165,10 +165,11 @@ def loop_iterations(
     fetch's end (``calls["host_end_ns"]``) begins none (:func:`holds_work`): its fetch was
     the one a ``break`` left, its batch unused (a trace's rule, on its ops).
 
-    With ``ends_of_passes`` given, the series also says per iteration kept whether a pass
-    ended between the previous one kept and it (``pass_ended``; the first: False): what
-    lies there (an evaluation pass, the epoch's end) is no step's, a pause of the rate
-    whatever its length (:func:`cadence`)."""
+    With ``ends_of_passes`` given, or training marks that leave out fetches between two
+    training batches (another loop's: an evaluation pass), the series also says per
+    iteration kept whether a pass ended between the previous one kept and it
+    (``pass_ended``; the first: False): what lies there (an evaluation pass, the epoch's
+    end) is no step's, a pause of the rate whatever its length (:func:`cadence`)."""
     n = len(calls["gpu_end_ns"])
     ends_of_passes = ends_of_passes or {"host_start_ns": [], "gpu_start_ns": None, "gpu_end_ns": []}
     m = len(ends_of_passes["gpu_end_ns"])
@@ -181,6 +182,7 @@ def loop_iterations(
     order = np.argsort(host, kind="stable")
     ends = iteration_ends_ns(starts[order], gpu_end[order], stop_at_pauses=False)
     mine = order < n
+    ended = ~mine
     begins = np.ones(order.size, dtype=bool)
     begins[-1:] = False  # the last range has no next start
     keep = mine & begins
@@ -190,6 +192,10 @@ def loop_iterations(
         holds = np.searchsorted(marks, host[order], side="left") < np.searchsorted(marks, bounds, side="left")
         if np.count_nonzero(keep & holds) >= 2:
             keep = begins & holds  # an end of pass too, when a prefetcher's last batch trains after it
+            # fetches that train nothing between two that do are another loop's: an
+            # evaluation pass, ended by its length, not StopIteration (Lightning's loops stop
+            # at len(loader) and never exhaust it)
+            ended = ended | (mine & begins & ~holds)
     elif work_ns is not None and calls.get("host_end_ns") is not None:
         fetched = np.concatenate((_ns(calls["host_end_ns"][:n]), host[n:]))[order]  # an end of pass fetched nothing
         held = holds_work(fetched, np.append(host[order][1:], np.iinfo(np.int64).max), work_ns)
@@ -204,10 +210,10 @@ def loop_iterations(
         "gpu_start_ns": [gpu_start[i] for i in index] if gpu_start is not None else None,
         "gpu_end_ns": ends[keep].tolist(),
     }
-    if m:
+    if ended.any():
         at = np.flatnonzero(keep)
         # from the previous step's own fetch on: an end of pass that began a step ended its pass too
-        out["pass_ended"] = _ended_between(~mine, at, at).tolist()
+        out["pass_ended"] = _ended_between(ended, at, at).tolist()
     return out
 
 

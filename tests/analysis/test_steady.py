@@ -668,8 +668,11 @@ def test_loop_iterations_end_at_the_end_of_a_pass_and_leave_evaluation_batches_o
     # the second epoch's first batch (100) comes after the first epoch's end of pass (30) and
     # the evaluation loop's (50): a pass ended between it and the step before (20), no other
     assert out["pass_ended"] == [False, False, False, True, False, False]
-    # without the ends of passes nothing is said
-    assert "pass_ended" not in steady.loop_iterations(fetches, None, marks)
+    # without the ends of passes (Lightning's loops stop at the loader's length, never
+    # exhausting it) the evaluation's fetches, which train nothing, say the same
+    assert steady.loop_iterations(fetches, None, marks)["pass_ended"] == [False, False, False, True, False, False]
+    # without either nothing is said
+    assert "pass_ended" not in steady.loop_iterations(fetches, None, None)
 
 
 def test_an_epoch_ended_by_break_keeps_its_training_batches_only() -> None:
