@@ -552,7 +552,9 @@ def _iteration_marks(marks: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
     return marks[iteration_begins(marks["start_ns"].to_numpy(np.int64), others.to_numpy(np.int64))]
 
 
-def training_loop(hosts: Mapping[str, Sequence[int]], ends_of_passes: Sequence[int] = ()) -> tuple[dict[str, int], list[int]]:
+def training_loop(
+    hosts: Mapping[str, Sequence[int]], ends_of_passes: Sequence[int] = (), evaluating: Sequence[int] = ()
+) -> tuple[dict[str, int], list[int]]:
     """The training iteration's facts, one rule for a trace (:func:`choose_step_ranges`) and
     for the light pass (:func:`perfdoctor.record.light.find_step`), from ``hosts``: the host
     starts of each torch loop range (data loader fetches, ``Optimizer.step``/``zero_grad``).
@@ -570,15 +572,18 @@ def training_loop(hosts: Mapping[str, Sequence[int]], ends_of_passes: Sequence[i
     fetch (the iteration it would begin holds none: an evaluation loop's first batch, the
     next epoch's), as for an evaluation batch; the iteration before it ends at it, as at an
     end of pass. No marks (no training): no counts, and in a trace a fetch that raised is
-    told apart by the work after it (:func:`training_iterations`)."""
+    told apart by the work after it (:func:`training_iterations`). ``evaluating``: the
+    fetches whose iteration trains nothing (``steady.evaluation_fetches``), counted as ends of
+    passes: no training batch, and none of a group."""
     marks = sorted(h for n, hs in hosts.items() if n.startswith(rangenames.LOOP_PREFIXES[1:]) for h in hs)
     if not marks:
         return {}, []
     # the optimizer's steps group the batches and mark them (a zero_grad may open a group, not
     # end it, and may zero an evaluation's batch)
     stepped = sorted(h for n, hs in hosts.items() if n.startswith(rangenames.OPTIMIZER_STEP_PREFIX) for h in hs) or marks
+    apart = set(evaluating)
     counts = {
-        n: steady.training_batches(list(hs), list(ends_of_passes), stepped)
+        n: steady.training_batches([h for h in hs if h not in apart], [*ends_of_passes, *(h for h in hs if h in apart)], stepped)
         for n, hs in hosts.items() if n.startswith(rangenames.DATA_LOADER_PREFIX)
     }
     return counts, stepped
@@ -1092,11 +1097,20 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
     # the fetches that ended a pass, kept apart from the others as the light pass keeps the
     # ones that raised StopIteration: the batches per optimizer step are counted per pass
     f = _outermost(fetches)
-    ends = pass_ends(f, work)  # decided once: loop_ranges cuts an optimizer step's group at them too
+    ends = pass_ends(f, work)
     ended = f[ends]
+    # an evaluation loop's fetches under the training loader's name (Lightning's validation),
+    # which train nothing: ends of passes to the training groups, as in the light pass
+    evaluating = np.zeros(len(f), dtype=bool)
+    if work is not None:
+        order = np.argsort(f["start_ns"].to_numpy(np.int64), kind="stable")
+        evaluating[order] = steady.evaluation_fetches(
+            f["start_ns"].to_numpy(np.int64)[order], work["start_ns"], work.loc[work["backward"], "start_ns"])
+        evaluating &= ~ends
+    parted = ends | evaluating  # decided once: loop_ranges cuts an optimizer step's group at them too
     trained, training = training_loop(
         {n: g.to_numpy(np.int64) for n, g in loops.drop(index=ended.index).groupby("name", sort=False)["start_ns"]},
-        ended["start_ns"].to_numpy(np.int64))
+        ended["start_ns"].to_numpy(np.int64), f.loc[evaluating, "start_ns"].to_numpy(np.int64))
     # an evaluation loop's fetches, those that fetched a batch (a training loop's: trained), as run counts them
     fetched = {n: len(training_iterations(g, [], work)) for n, g in fetches.groupby("name", sort=False) if n not in trained}
     bundle = profile.origin.bundle
@@ -1141,7 +1155,7 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
             loop = marker == rangenames.LOOP
             if marker == rangenames.COMPILED:
                 matched = _iteration_marks(matched, ranges)
-            timed = loop_ranges(matched, f, ends, training, work, loops) if loop else iteration_ranges(matched, waits)
+            timed = loop_ranges(matched, f, parted, training, work, loops) if loop else iteration_ranges(matched, waits)
             if moded and not timed.empty:
                 timed = own_work_ends(timed, _outermost(matched), work if work is not None else loop_work(profile))
             if not timed.empty:
@@ -1189,7 +1203,7 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
             return AUTO_STEP, found, None, f"{auto_how}; one CUDA/HIP graph replay per step"
         marks = replays if choice.name == GRAPH_REPLAY else ranges[ranges["name"] == choice.name]
         if choice.kind == "loop":
-            marks = loop_ranges(marks, f, ends, training, work, loops)  # not an evaluation loop's batches
+            marks = loop_ranges(marks, f, parted, training, work, loops)  # not an evaluation loop's batches
         elif choice.iteration:
             marks = iteration_ranges(_iteration_marks(marks, ranges) if choice.name != GRAPH_REPLAY else marks, waits)
         else:

@@ -156,18 +156,18 @@ def series_rows(series: dict[str, Any], rows: Sequence[int]) -> dict[str, Any]:
 
 
 def _range_counts(
-    series: dict[str, dict[str, Any]], results: PassResults, work: list[int]
+    series: dict[str, dict[str, Any]], results: PassResults, work: list[int], work_grad: list[bool]
 ) -> tuple[dict[str, int], dict[str, Any], list[int], dict[str, dict[str, Any]]]:
     """(steps per range name, as the step choice counts them; the data loader's ends of
     passes; the training marks; without a data loader, per optimizer range, its iterations
     as :func:`loop_series` times them) of the light pass's series and the loop's ``work``
-    (:func:`loop_work`)."""
+    (:func:`loop_work`, with each call's grad mode)."""
     counts = {name: len(s["gpu_end_ns"]) for name, s in series.items()}
     ends_of_passes = _loader_passes(results)
     # the training fetches and marks: the same rule as analyze's on a trace
     trained, marks = steps.training_loop(
         {n: s["host_start_ns"][: len(s["gpu_end_ns"])] for n, s in series.items() if n.startswith(rangenames.LOOP_PREFIXES)},
-        ends_of_passes["host_start_ns"])
+        ends_of_passes["host_start_ns"], _evaluation_fetches(series, ends_of_passes, work, work_grad))
     counts.update(trained)
     # an evaluation loop's fetches, those whose iteration held the loop's work: as analyze
     # counts them, not the one a `break` left
@@ -208,7 +208,7 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
         apart |= steps.enclosed_marks({n: (s["host_start_ns"][: len(s["gpu_end_ns"])], s.get("host_end_ns") or s["gpu_end_ns"])
                                        for n, s in series.items() if n not in apart})
     work, work_grad = loop_work(results)
-    counts, ends_of_passes, marks, loops = _range_counts(series, results, work)
+    counts, ends_of_passes, marks, loops = _range_counts(series, results, work, work_grad)
     groups = {n: (len(f["host_start_ns"]), f["group"]) for n, f in loops.items() if f.get("group")}
     api_counts = results.step_counts or {}
     if options.step is not None:
@@ -414,7 +414,7 @@ def loop_series(
                     timed["gpu_start_ns"] = np.where(moved, begins, np.asarray(timed["gpu_start_ns"], dtype=np.int64)).tolist()
                 timed["pass_ended"] = ended.tolist()
         return timed
-    ended = set(exhausted["host_start_ns"])
+    ended = set(exhausted["host_start_ns"]) | set(_evaluation_fetches(series, exhausted, work_ns or [], work_grad or []))
     n = len(calls["gpu_end_ns"])
     at, first, after, pass_ended = steady.step_groups(
         calls["host_start_ns"][:n], fetches["host_start_ns"], [h in ended for h in fetches["host_start_ns"]])
@@ -426,6 +426,18 @@ def loop_series(
                        for k, j in zip(at, after)],
         "pass_ended": pass_ended.tolist(),
     }
+
+
+def _evaluation_fetches(series: dict[str, dict[str, Any]], exhausted: dict[str, Any], work: list[int], work_grad: list[bool]) -> list[int]:
+    """Host starts of the data loader fetches whose iteration holds the loop's ``work`` and
+    none with grad enabled (``work_grad``): an evaluation loop's under the training loader's
+    range name (:func:`perfdoctor.analysis.steady.evaluation_fetches`)."""
+    if len(work_grad) != len(work):
+        return []
+    every = _fetches(series, exhausted)["host_start_ns"]
+    flags = steady.evaluation_fetches(every, work, [w for w, g in zip(work, work_grad) if g])
+    ended = set(exhausted["host_start_ns"])
+    return [h for h, e in zip(every, flags) if e and h not in ended]
 
 
 def _fetches(series: dict[str, dict[str, Any]], exhausted: dict[str, Any]) -> dict[str, Any]:

@@ -756,6 +756,38 @@ def test_an_optimizer_step_never_spans_the_validation_after_a_break() -> None:
     assert _groups([5, 15], [0, 10], []) == [(0, 10)]
 
 
+def test_a_validation_that_never_exhausts_its_loader_parts_two_groups() -> None:
+    # Lightning, accumulate_grad_batches=2, a validation of 2 batches every 4 training
+    # batches: fetches 0, 10 (step 15), 20, 30 (step 35), validation 40, 45, then 50, 60
+    # (step 65), 70, 80 (step 85), a fetch at 90 after; Lightning's loops stop at the
+    # loaders' lengths, so no fetch raises StopIteration
+    fetches, steps = [0, 10, 20, 30, 40, 45, 50, 60, 70, 80, 90], [15, 35, 65, 85]
+    assert _groups(steps, fetches, []) == [(0, 20), (20, 40), (50, 70), (70, 90)]
+    # the validation's fetches are in no group: a pass ended before the third (before: no
+    # pass ended anywhere, and the validation was inside the rate's intervals)
+    assert _pass_ended(steps, fetches, []) == [False, False, True, False]
+
+
+def test_evaluation_fetches_hold_work_and_none_that_trains() -> None:
+    # fetches at 0, 10 (training: a grad call at 2, 12), 20, 30 (validation: no-grad calls at
+    # 22, 32), 40 (a fetch with no work after it), 50 (training: 52)
+    fetches, work, grad = [0, 10, 20, 30, 40, 50], [2, 12, 22, 32, 52], [2, 12, 52]
+    assert steady.evaluation_fetches(fetches, work, grad).tolist() == [False, False, True, True, False, False]
+    assert not steady.evaluation_fetches(fetches, work, []).any()  # nothing trains: nothing said
+    # Lightning, accumulation 2, validation after every optimizer step: fetches 0, 10 (step
+    # 15), validation 20, 25, then 30, 40 (step 45), validation 50, 55, then 60, 70 (step 75),
+    # 80: counted as ends of passes the validation's fetches leave groups of 2 (before: each
+    # group held the validation before it, and the first, shorter, was left out)
+    fetches, steps = [0, 10, 20, 25, 30, 40, 50, 55, 60, 70, 80], [15, 45, 75]
+    evaluating = [20, 25, 50, 55]
+    assert _groups(steps, fetches, []) == [(20, 50), (50, 80)]
+    apart = [f in evaluating for f in fetches]
+    _, first, after, ended = steady.step_groups(steps, fetches, apart)
+    assert [(fetches[a], fetches[b]) for a, b in zip(first, after)] == [(0, 20), (30, 50), (60, 80)]
+    assert ended.tolist() == [False, True, True]
+    assert steady.training_batches([f for f in fetches if f not in evaluating], evaluating, steps) == 6
+
+
 def test_one_optimizer_step_per_epoch_is_its_epochs_batches() -> None:
     # train_eval.py --batches 4 --accum-steps 4: each epoch's 4 batches (0..30 | 100..130),
     # its step (35 | 135), the fetch that raised (40 | 140), 2 validation batches and their

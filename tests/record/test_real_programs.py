@@ -1166,44 +1166,54 @@ def test_hf_trainer_with_evaluations_steps_per_optimizer_step_in_run_and_analyze
     assert len(at) > 3 * accum * found.count  # an evaluation was traced, outside every step
 
 
-def test_lightning_fit_with_validations_steps_per_training_batch_in_run_and_analyze(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("accum", "every"), [(1, 4), (2, 2)])
+def test_lightning_fit_with_validations_steps_per_training_batch_in_run_and_analyze(tmp_path: Path, accum: int, every: int) -> None:
     # PyTorch Lightning itself: Trainer.fit with its sanity check (2 validation batches
-    # first), a validation every 4 training batches (val_check_interval), AdamW and a
-    # step-wise OneCycleLR; 2 epochs of 16 batches. Lightning's loops stop at len(loader)
-    # and never exhaust it, so no fetch raises StopIteration: the validations between
-    # training batches were "pauses" of the rate, kept inside it when short. Each now says
-    # a pass ended before the batch after it, as the HF Trainer's and the ImageNet example's do
-    batches, every = 32, 4
+    # first), a validation every `every` training batches (val_check_interval), AdamW and a
+    # step-wise OneCycleLR; 2 epochs of 16 batches; accum 2: accumulate_grad_batches=2 with
+    # bf16-mixed autocast, one step per optimizer step, a validation after each. Lightning's
+    # loops stop at len(loader) and never exhaust it, so no fetch raises StopIteration:
+    # - the validations between training batches were "pauses" of the rate, kept inside it
+    #   when short; each now says a pass ended before the step after it, as the HF
+    #   Trainer's and the ImageNet example's do;
+    # - with accumulation each optimizer step's group held the validation's 2 batches
+    #   ("one per 4 DataLoader batches", 9.0 ms per step for the program's 5.2, in run and
+    #   in analyze; with a validation every 2 steps, in a traced window of as many groups
+    #   of 2 as of 4 too): a fetch whose iteration trains nothing is no group's
+    batches = 32
+    extra = ("--accum", "2", "--precision", "bf16-mixed") if accum == 2 else ()
     r = run_cli("run", "--collect", "torch", "--out", tmp_path, REAL / "lightning_fit.py", "--accelerator", "cpu", "--width", "256",
-                "--features", "64", "--samples", "1024", "--val-samples", "128", "--batch", "64", "--val-every", str(every),
+                "--features", "64", "--samples", "1024", "--val-samples", "128", "--batch", "64", "--val-every", str(every), *extra,
                 timeout=300, env={"OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
     (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     light = json.loads((bundle / "manifest.json").read_text())["light_pass"]
     series = json.loads((bundle / "raw" / "light.json").read_text())["series"][light["step_name"]]
     result = program_result(r.stdout)
-    assert result["batches"] == result["optimizer_steps"] == batches
-    assert light["step_name"] == FETCH and light["steps_seen"] == batches  # not the validations' fetches
-    assert series["pass_ended"] == [k > 0 and k % every == 0 for k in range(batches)]
+    steps = batches // accum
+    assert result["batches"] == batches and result["optimizer_steps"] == steps
+    assert light["step_name"] == (FETCH if accum == 1 else "Optimizer.step#AdamW.step")
+    assert light["steps_seen"] == steps  # not the validations' fetches
+    assert accum == 1 or f"one per {accum} DataLoader batches" in light["how"]
+    assert series["pass_ended"] == [k > 0 and k % (every // accum) == 0 for k in range(steps)]
     # each batch's span in the program (its start to the next batch's, or to the validation
-    # after it): the light steps add up to them. Sums and means, not medians: a full garbage
-    # collection of the ~400k objects Lightning's imports leave (~0.2 s) lands in one step
-    # or another, in both
-    span = np.array(result["span_each"])
-    assert span.size == batches
+    # after it), its optimizer step's: the light steps add up to them. Sums and means, not
+    # medians: a full garbage collection of the ~400k objects Lightning's imports leave
+    # (~0.2 s) lands in one step or another, in both
+    span = np.array(result["span_each"]).reshape(steps, accum).sum(axis=1)
     assert _step_ms(series).sum() == pytest.approx(span.sum(), rel=0.1)
     rate = _steps_per_s(tmp_path)
     assert "pass end(s) between steps left out" in rate.note and "pause" not in rate.note, rate.note
     assert 1e3 / rate.value == pytest.approx(span[light["steady_start"]:].mean(), rel=0.1)
-    # the trace: the same step, each holding its batch's forward (3 Linear layers) and none of
-    # the validations' forwards, which the traced window holds too
+    # the trace: the same step, each holding its batches' forwards (3 Linear layers each) and
+    # none of the validations' forwards, which the traced window holds too
     profile = load_trace(bundle)
     found = find_steps(profile)
-    assert found.name == FETCH and found.count >= every
+    assert found.name == light["step_name"] and found.count >= every // accum
     t, ops = found.table, profile.ops
     at = ops.loc[ops["name"] == "aten::addmm", "start_ns"]
-    assert _held(t["host_start_ns"].to_numpy(np.int64), t["host_end_ns"].to_numpy(np.int64), at) == [3] * found.count
-    assert len(at) > 3 * found.count
+    assert _held(t["host_start_ns"].to_numpy(np.int64), t["host_end_ns"].to_numpy(np.int64), at) == [3 * accum] * found.count
+    assert len(at) > 3 * accum * found.count
 
 
 def test_detection_over_lists_of_variable_size_images_through_log_every_steps_per_batch(tmp_path: Path) -> None:
