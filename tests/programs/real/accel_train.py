@@ -12,11 +12,10 @@ each epoch an evaluation over ``eval_dataloader`` under ``torch.no_grad()``.
 lengths padded per batch by a collate function (``DataCollatorWithPadding``'s output),
 AdamW, ``get_scheduler("linear", ...)``.
 
-accelerate is not installed here, so the few pieces of it the loop touches are written
-below with accelerate's behaviour: ``AcceleratedOptimizer.step`` / ``zero_grad`` only when
-gradients sync; ``backward`` divides the loss by ``gradient_accumulation_steps``; the prepared
-DataLoader (accelerate's ``DataLoaderShard``) fetches one batch ahead to know the last one,
-where gradients sync whatever the count.
+accelerate's own ``Accelerator`` (needs ``accelerate``): its ``AcceleratedOptimizer.step`` /
+``zero_grad`` act only when gradients sync; ``backward`` divides the loss by
+``gradient_accumulation_steps``; the prepared DataLoader (``DataLoaderShard``) fetches one
+batch ahead to know the last one, where gradients sync whatever the count.
 
 Its own timer: ``time.perf_counter()`` at each optimizer step's end (``completed_steps``
 incremented), each step from the previous one's end (an epoch's first from the epoch's
@@ -26,133 +25,15 @@ start), the evaluation timed apart; ``ms_per_step`` the mean after the first ste
     python accel_train.py --device cpu --layers 2 --dim 64 --heads 4 --batch-size 8 --samples 80 --accum 4
 """
 import argparse
-import contextlib
 import json
 import math
 import random
 import time
 
 import torch
+from accelerate import Accelerator
 from torch.utils.data import DataLoader, Dataset
 from transformers import BertConfig, BertForSequenceClassification, get_scheduler
-
-
-# --- the parts of accelerate this loop uses (accelerate 1.x's behaviour, one process) ---
-
-class GradientState:
-    def __init__(self, num_steps):
-        self.num_steps = num_steps
-        self.sync_gradients = True
-        self.end_of_dataloader = False
-
-
-class DataLoaderShard(DataLoader):
-    """accelerate.data_loader.DataLoaderShard: the batches on the device, one fetched ahead."""
-
-    def __init__(self, dataset, device=None, gradient_state=None, **kwargs):
-        super().__init__(dataset, **kwargs)
-        self.device = device
-        self.gradient_state = gradient_state
-
-    def __iter__(self):
-        self.gradient_state.end_of_dataloader = False
-        dataloader_iter = super().__iter__()
-        # We iterate one batch ahead to check when we are at the end
-        try:
-            current_batch = next(dataloader_iter)
-        except StopIteration:
-            return
-        while True:
-            try:
-                current_batch = {k: v.to(self.device, non_blocking=True) for k, v in current_batch.items()}
-                next_batch = next(dataloader_iter)
-                yield current_batch
-                current_batch = next_batch
-            except StopIteration:
-                self.gradient_state.end_of_dataloader = True
-                yield current_batch
-                break
-
-
-class AcceleratedOptimizer(torch.optim.Optimizer):
-    def __init__(self, optimizer, gradient_state):
-        self.optimizer = optimizer
-        self.gradient_state = gradient_state
-
-    @property
-    def param_groups(self):
-        return self.optimizer.param_groups
-
-    def zero_grad(self, set_to_none=None):
-        if self.gradient_state.sync_gradients:
-            self.optimizer.zero_grad(set_to_none=set_to_none if set_to_none is not None else True)
-
-    def step(self, closure=None):
-        if self.gradient_state.sync_gradients:
-            self.optimizer.step(closure)
-
-
-class AcceleratedScheduler:
-    def __init__(self, scheduler, gradient_state):
-        self.scheduler = scheduler
-        self.gradient_state = gradient_state
-
-    def step(self, *args, **kwargs):
-        if self.gradient_state.sync_gradients:
-            self.scheduler.step(*args, **kwargs)
-
-    def get_last_lr(self):
-        return self.scheduler.get_last_lr()
-
-
-class Accelerator:
-    def __init__(self, gradient_accumulation_steps=1, device=None):
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        self.gradient_accumulation_steps = gradient_accumulation_steps
-        self.gradient_state = GradientState(gradient_accumulation_steps)
-        self.step = 0
-
-    @property
-    def sync_gradients(self):
-        return self.gradient_state.sync_gradients
-
-    def prepare(self, *objs):
-        out = []
-        for obj in objs:
-            if isinstance(obj, torch.nn.Module):
-                obj = obj.to(self.device)
-            elif isinstance(obj, torch.optim.Optimizer):
-                obj = AcceleratedOptimizer(obj, self.gradient_state)
-            elif isinstance(obj, torch.optim.lr_scheduler.LRScheduler):
-                obj = AcceleratedScheduler(obj, self.gradient_state)
-            elif isinstance(obj, DataLoader):
-                obj = DataLoaderShard(obj.dataset, device=self.device, gradient_state=self.gradient_state,
-                                      batch_size=obj.batch_size, shuffle=isinstance(obj.sampler, torch.utils.data.RandomSampler),
-                                      collate_fn=obj.collate_fn, num_workers=obj.num_workers, pin_memory=obj.pin_memory,
-                                      drop_last=obj.drop_last)
-            out.append(obj)
-        return tuple(out)
-
-    @contextlib.contextmanager
-    def accumulate(self, *models):
-        self.step += 1
-        self.gradient_state.sync_gradients = (self.step % self.gradient_accumulation_steps == 0
-                                              or self.gradient_state.end_of_dataloader)
-        yield  # one process: no DDP no_sync() to enter
-
-    def backward(self, loss, **kwargs):
-        loss = loss / self.gradient_accumulation_steps
-        loss.backward(**kwargs)
-
-    def clip_grad_norm_(self, parameters, max_norm, norm_type=2):
-        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
-
-    def wait_for_everyone(self):
-        if self.device.type == "cuda":
-            torch.cuda.synchronize()
-
-    def print(self, *args, **kwargs):
-        print(*args, **kwargs)
 
 
 # --- the script ---
@@ -201,11 +82,11 @@ def main():
     p.add_argument("--lr", "--learning_rate", type=float, default=5e-5)
     p.add_argument("--warmup-steps", type=int, default=0)
     p.add_argument("--max-grad-norm", type=float, default=1.0)
-    p.add_argument("--device", default=None)
+    p.add_argument("--device", default=None, help="cpu: Accelerator(cpu=True); else the device accelerate finds")
     args = p.parse_args()
 
     torch.manual_seed(42)
-    accelerator = Accelerator(gradient_accumulation_steps=args.accum, device=args.device)
+    accelerator = Accelerator(gradient_accumulation_steps=args.accum, cpu=args.device == "cpu")
     config = BertConfig(vocab_size=args.vocab, hidden_size=args.dim, num_hidden_layers=args.layers,
                         num_attention_heads=args.heads, intermediate_size=4 * args.dim,
                         max_position_embeddings=max(512, args.max_len), num_labels=2)
