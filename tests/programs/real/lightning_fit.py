@@ -12,7 +12,8 @@ Its own timer, a ``Callback`` as users write one: each training batch from
 ``on_train_batch_start`` to ``on_train_batch_end`` (``ms_each``: the batch's fetch and
 Lightning's loop between batches are outside it), and its span, from its start to the next
 batch's start, or to the validation or the training's end after it (``span_each``: the
-training's time, validations left out; ``ms_per_step`` their mean, the first left out).
+training's time, validations left out; ``ms_per_step`` their mean per optimizer step, its
+``--accum`` batches, the first step left out).
 
     python lightning_fit.py                      # the accelerator Lightning finds (CUDA)
     python lightning_fit.py --accelerator cpu --width 256 --samples 2048 --batch 64 --val-every 8
@@ -121,11 +122,14 @@ def main():
     trainer.fit(model, train, val)
     wall = time.perf_counter() - t0
     span = timer.span[1:]  # the first batch's allocations left out
+    # per optimizer step: its accumulate_grad_batches batches' spans (the first step left out)
+    steps = [sum(timer.span[i:i + args.accum]) for i in range(0, len(timer.span), args.accum)][1:]
     print(f"{len(timer.ms)} training batches, {trainer.global_step} optimizer steps, {sum(span) / len(span):.2f} ms per "
           f"batch ({1e3 * len(span) / sum(span):.1f} it/s); fit {wall:.1f} s")
-    print("RESULT " + json.dumps({"program": "lightning_fit", "step": "training batch", "batches": len(timer.ms),
-                                  "optimizer_steps": trainer.global_step, "accum": args.accum, "ms_each": timer.ms,
-                                  "span_each": timer.span, "ms_per_step": sum(span) / len(span), "fit_s": wall}))
+    print("RESULT " + json.dumps({"program": "lightning_fit", "step": "training batch" if args.accum == 1 else "optimizer step",
+                                  "batches": len(timer.ms), "optimizer_steps": trainer.global_step, "accum": args.accum,
+                                  "ms_each": timer.ms, "span_each": timer.span, "ms_per_step": sum(steps) / len(steps),
+                                  "ms_per_batch": sum(span) / len(span), "fit_s": wall}))
 
 
 if __name__ == "__main__":
