@@ -63,9 +63,12 @@ def subscribe(listener: StepListener) -> None:
 
 
 class _Marks:
-    """The original range functions, resolved once (before anyone patches them)."""
+    """The original range functions, resolved once (before anyone patches them); those of
+    ``earlier`` kept (resolved again when torch shows up, after perfdoctor run's light pass
+    may have hooked the ``nvtx`` package: bound to the hook, a region's NVTX range was one
+    more step)."""
 
-    def __init__(self) -> None:
+    def __init__(self, earlier: _Marks | None = None) -> None:
         torch = sys.modules.get("torch")
         self.rf_class: Any = None
         if torch is not None:
@@ -78,6 +81,9 @@ class _Marks:
             self.rf_exit = record_function.__exit__
         self.nvtx_push: Callable[[str], Any] | None = None
         self.nvtx_pop: Callable[[], Any] | None = None
+        if earlier is not None and earlier.nvtx_push is not None:
+            self.nvtx_push, self.nvtx_pop = earlier.nvtx_push, earlier.nvtx_pop
+            return
         try:
             import nvtx
 
@@ -113,7 +119,7 @@ def marks() -> _Marks:
     ``import torch`` does not leave the profiler blind for the rest of the run."""
     global _marks
     if _marks is None or (_marks.rf_class is None and "torch" in sys.modules):
-        _marks = _Marks()
+        _marks = _Marks(_marks)
     return _marks
 
 

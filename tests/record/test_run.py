@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -125,6 +126,29 @@ def test_light_pass_latency_is_the_programs_own(tmp_path):
     assert light["step_name"] == "decode_step" and len(light["step_latency_ms"]) == len(own) == 10
     light_p50, own_p50 = sorted(light["step_latency_ms"])[5], sorted(own)[5]
     assert light_p50 >= 20 and abs(light_p50 / own_p50 - 1) < 0.05
+
+
+def test_the_light_pass_leaves_torchs_import_to_the_program(tmp_path):
+    # The light pass imported torch before the program (to hook its ranges first), which
+    # moved Python's full collections: Lightning's last import-time one (0.2 s) landed in a
+    # training step. Now the program imports torch, and the hooks follow right after it:
+    # `from torch.profiler import record_function` binds the hooked one, whose ranges are steps
+    program = tmp_path / "late.py"
+    program.write_text(textwrap.dedent("""
+        import sys
+        print("torch before the program:", "torch" in sys.modules)
+        from torch.profiler import record_function
+        import torch
+        x = torch.randn(64, 64)
+        for _ in range(8):
+            with record_function("late_step"):
+                x = torch.tanh(x @ x)
+    """))
+    done = perfdoctor_run("--collect", "nvml", str(program), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "torch before the program: False" in done.stdout
+    light = manifest(only_bundle(tmp_path))["light_pass"]
+    assert light["step_name"] == "late_step" and light["steps_seen"] == 8
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import functools
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from perfdoctor import api
 from perfdoctor.names import ranges as rangenames
@@ -37,7 +37,7 @@ class _Open:
     mirrored: bool = False
 
 
-def hook_ranges(session: Session, nvtx_to_torch: bool, torch_to_nvtx: bool) -> None:
+def hook_ranges(session: Session, nvtx_to_torch: bool, torch_to_nvtx: bool) -> Callable[[], None]:
     """Follow ``record_function`` and NVTX ranges (``nvtx`` package, ``torch.cuda.nvtx``):
     report them to the session (steps matching ``--step``, light-pass timing) and, as the
     pass needs, mirror NVTX into the torch profiler or record_function into NVTX, so each
@@ -46,13 +46,24 @@ def hook_ranges(session: Session, nvtx_to_torch: bool, torch_to_nvtx: bool) -> N
     On a CPU-only torch, ``torch.cuda.nvtx`` raises (as it does without perfdoctor), so there
     the ``nvtx`` package is the only NVTX source; with no NVTX tool attached its calls are
     no-ops, and this mirror is how its ranges reach the torch trace.
+
+    Returns the hooking of torch's own ranges: done here when torch is imported already,
+    else the caller's to run once the program imports it (the light pass leaves that import
+    to the program, :func:`perfdoctor.record.bootstrap.main.when_imported`).
     """
     mirror = _Mirror(session, api.marks(), nvtx_to_torch)
-    if mirror.marks.rf_class is not None:
-        _hook_record_function(mirror, torch_to_nvtx)
-        _hook_profiler_stop(mirror)
     _hook_nvtx_package(mirror)
-    _hook_torch_nvtx(mirror)
+
+    def torch_ranges() -> None:
+        mirror.marks = api.marks()  # resolved again, torch imported
+        if mirror.marks.rf_class is not None:
+            _hook_record_function(mirror, torch_to_nvtx)
+            _hook_profiler_stop(mirror)
+        _hook_torch_nvtx(mirror)
+
+    if "torch" in sys.modules:
+        torch_ranges()
+    return torch_ranges
 
 
 class _Mirror:
