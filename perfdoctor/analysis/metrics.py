@@ -559,7 +559,8 @@ def _steps_per_s(c: _Context, light: steady.SteadySeries | None) -> Metric:
             if cad.pauses > cad.waits + cad.pass_ends + cad.compiles:
                 own = cad.paused_ms - cad.waited_ms - cad.pass_end_ms - cad.compiled_ms
                 said.append(f"{cad.pauses - cad.waits - cad.pass_ends - cad.compiles} pause(s) between steps left out: {value(own, 'ms')} "
-                            "of intervals, the program's work between its steps (a prefill or an encoder per generate, I/O)")
+                            "of intervals, the program's work between its steps (an evaluation, a checkpoint, a prefill or an encoder per "
+                            "generate, I/O)")
             if cad.pass_ends:
                 said.append(f"{cad.pass_ends} pass end(s) between steps left out: {value(cad.pass_end_ms, 'ms')} from the step "
                             "before to the step after — an evaluation pass or the epoch's end (a data loader's pass ended)")
