@@ -151,6 +151,23 @@ def test_the_light_pass_leaves_torchs_import_to_the_program(tmp_path):
     assert light["step_name"] == "late_step" and light["steps_seen"] == 8
 
 
+def test_the_light_pass_of_a_program_without_torch_never_imports_it(tmp_path):
+    # before, the light pass imported torch whatever the program (1-2 s and ~170k objects)
+    program = tmp_path / "plain.py"
+    program.write_text(textwrap.dedent("""
+        import atexit, sys
+        def step():
+            return sum(range(20000))
+        for _ in range(20):
+            step()
+        atexit.register(lambda: print("torch at exit:", "torch" in sys.modules))
+    """))
+    done = perfdoctor_run("--collect", "nvml", "--step-fn", "__main__:step", str(program), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "torch at exit: False" in done.stdout
+    assert manifest(only_bundle(tmp_path))["light_pass"]["steps_seen"] == 20
+
+
 @pytest.fixture(scope="module")
 def region_run(tmp_path_factory):
     cwd = tmp_path_factory.mktemp("region")
