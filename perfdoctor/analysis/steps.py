@@ -1103,9 +1103,9 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
     # which train nothing: ends of passes to the training groups, as in the light pass
     evaluating = np.zeros(len(f), dtype=bool)
     if work is not None:
-        order = np.argsort(f["start_ns"].to_numpy(np.int64), kind="stable")
-        evaluating[order] = steady.evaluation_fetches(
-            f["start_ns"].to_numpy(np.int64)[order], work["start_ns"], work.loc[work["backward"], "start_ns"])
+        starts = f["start_ns"].to_numpy(np.int64)
+        order = np.argsort(starts, kind="stable")
+        evaluating[order] = steady.evaluation_fetches(starts[order], work["start_ns"], work.loc[work["backward"], "start_ns"])
         evaluating &= ~ends
     parted = ends | evaluating  # decided once: loop_ranges cuts an optimizer step's group at them too
     trained, training = training_loop(

@@ -341,8 +341,9 @@ def main(argv: list[str]) -> None:
     # program binds them (`from torch.cuda.nvtx import range_push`) and the tracer's set-up
     # is paid before the program; the light pass hooks them as the program imports torch
     # (when_imported), which leaves Python's collections where they fall alone.
-    later = session.mode == "light" and "torch" not in sys.modules and importlib.util.find_spec("torch") is not None
-    if not later and importlib.util.find_spec("torch") is not None:
+    found = "torch" not in sys.modules and importlib.util.find_spec("torch") is not None
+    later = found and session.mode == "light"
+    if found and not later:
         import torch  # noqa: F401
 
     api.marks()  # bind the original range functions before hook_ranges patches them
