@@ -51,7 +51,7 @@ class Choice:
     """Which evidence is the step (:func:`choose_step`).
 
     ``kind``: ``user`` (the user's markers), ``serving``, ``compiled``, ``profiler_step``,
-    ``range``, ``loop`` or ``module``. ``name``: the range (or module step) name;
+    ``range``, ``loop``, ``module`` or ``backward``. ``name``: the range (or module step) name;
     :data:`perfdoctor.analysis.serving.STEP_NAME` for the serving family. ``iteration``: the
     name marks the loop iteration rather than spanning the step, so a step runs from one
     occurrence to the next (a compiled call returns before its token is done, the data
@@ -117,7 +117,11 @@ def choose_step(
        model's forward, inside each iteration and each ProfilerStep), seen twice, with GPU
        work, timed as the loop iteration (a module call's is: an inference loop's host work
        on the batch and its result is the iteration's);
-    9. the outermost repeating module call (``modules``: its name and calls, at least two).
+    9. the outermost repeating module call (``modules``: its name and calls, at least two);
+    10. the calls of ``torch.autograd.backward`` (:data:`perfdoctor.names.ranges.BACKWARD_RANGE`,
+        ``perfdoctor run`` names them), seen twice: a training loop written with no
+        optimizer, no module and no data loader (makemore's by hand), timed as the loop
+        iteration from one backward to the next.
 
     ``counts``: every range name seen and how often. Library ranges (NCCL, cub, dynamo's
     own) and warm-up ranges are never the step. None when nothing qualifies.
@@ -175,6 +179,12 @@ def choose_step(
     for name, n in (modules or {}).items():
         if n >= 2:
             return Choice("module", name, f"module: {name.removesuffix('.forward')}", True)
+    backward = [n for n in by_kind.get(rangenames.BACKWARD, ()) if counts[n] >= 2]
+    if backward:
+        name = backward[0]
+        how = (f"the training iteration: each {name}() call ({counts[name]}x; no optimizer, data loader or module "
+               f"call marks it), timed as {ITERATION}")
+        return Choice("backward", name, how, True)
     return None
 
 
@@ -1148,7 +1158,7 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
         if equals(matched["source"], "profiler_step").all():
             matched = profiler_steps(profile, matched)
         marker = rangenames.kind(pattern)
-        if module_step or marker in (rangenames.COMPILED, rangenames.LOOP, rangenames.REPLAY):
+        if module_step or marker in (rangenames.COMPILED, rangenames.LOOP, rangenames.REPLAY, rangenames.BACKWARD):
             # a marker of the iteration, not the iteration (run's scout times it so too): the
             # model's forward leaves out the host work of HF generate's loop between forwards
             # (logits processors, stopping criteria: 1.6 ms of a 20 ms token on the H200)

@@ -32,6 +32,11 @@ not import pandas there). :func:`kind` puts every range name in one class:
     ``Optimizer.step#<Opt>.step``. Each marks the iteration; none of them *is* it (the
     ``__next__`` of the data loader is the time to fetch one batch, 1.4 ms of a 90 ms
     iteration in tests/programs/real/train_loop.py).
+``backward``
+    :data:`BACKWARD_RANGE`: ``perfdoctor run`` names each call of ``torch.autograd.backward``
+    (``loss.backward()``) so: once per iteration of a training loop, the mark of last resort
+    of one written with no optimizer, no module and no data loader (Karpathy's makemore, a
+    tutorial's polynomial fit: plain tensors, an update by hand).
 ``wrapper``
     torch's parallel wrapper around the model's forward (:data:`WRAPPER_RANGES`:
     ``DistributedDataParallel.forward``, ``DataParallel.forward``): a part of the training
@@ -61,6 +66,7 @@ COMPILED = "compiled"
 PROFILER_STEP = "profiler_step"
 REPLAY = "replay"
 LOOP = "loop"
+BACKWARD = "backward"
 LIBRARY = "library"
 WRAPPER = "wrapper"
 WARMUP = "warmup"
@@ -96,6 +102,10 @@ COMPILED_FX = "## Call CompiledFxGraph "
 # name per graph object, numbered by first replay, so one graph's replays can be counted
 # apart from another's (vLLM's piecewise graphs replay many graphs per iteration).
 REPLAY_PREFIX = "CUDAGraph.replay #"
+
+# How perfdoctor run names each call of ``torch.autograd.backward`` (``Tensor.backward`` calls
+# it): torch's profiler writes no range around it, only each autograd node's evaluation.
+BACKWARD_RANGE = "torch.autograd.backward"
 
 # Ranges that libraries open around their own calls: never the user's step. On the H200 an
 # unannotated Hugging Face generate under nsys came out as "3 steps of
@@ -228,6 +238,8 @@ def kind(name: str) -> str:
         return REPLAY
     if name.startswith(LOOP_PREFIXES):
         return LOOP
+    if name == BACKWARD_RANGE:
+        return BACKWARD
     if name in WRAPPER_RANGES:
         return WRAPPER
     if is_library(name):

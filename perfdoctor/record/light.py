@@ -233,10 +233,11 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
     if choice.kind == "user":
         how = "--step" if options.step is not None else "--step-fn" if options.step_fn is not None else (
             "perfdoctor.region" if name in api_counts else "range")
-        if rangenames.kind(name) != rangenames.LOOP:
+        marker = rangenames.kind(name)
+        if marker not in (rangenames.LOOP, rangenames.BACKWARD):
             return name, how, None, False
         # named, as chosen (and in analyze): a --step fetch was timed alone, not its iteration
-        choice = steps.Choice("loop", name, f"{how}, timed as {steps.ITERATION}", True)
+        choice = steps.Choice(marker, name, f"{how}, timed as {steps.ITERATION}", True)
     if choice.kind == "serving":
         series[name] = serving_series(series)
         results.series = series
@@ -534,7 +535,7 @@ def _no_step(options: RunOptions, children: str | None = None, programs_only: bo
         return f"no step seen: {options.step_fn} was never called"
     return (
         "no step seen: no record_function/NVTX range, torch.compile-d function, CUDA graph replay, "
-        "AOTInductor model call or torch.nn.Module call repeated; name it with --step-fn __main__:FUNCTION (the function the loop calls "
+        "AOTInductor model call, torch.nn.Module call or backward() call repeated; name it with --step-fn __main__:FUNCTION (the function the loop calls "
         "once per step), --step RANGE, or perfdoctor.region in the code"
     )
 

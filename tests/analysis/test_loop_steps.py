@@ -187,3 +187,19 @@ def test_ppo_traced_whole_steps_per_iteration_and_its_how_says_so(tmp_path: Path
     per = count(result["optimizer_steps"] / result["iterations"])
     assert f"({result['optimizer_steps']}x), {per} per iteration" in s.how
     assert f"{count(result['iterations'])} iterations" in s.how
+
+
+def test_backward_calls_mark_the_iteration_only_when_nothing_else_does() -> None:
+    # perfdoctor run names each torch.autograd.backward call (rangenames.BACKWARD_RANGE): the
+    # mark of last resort, for a loop with no optimizer, module call or data loader
+    # (makemore's by hand); anything else that marks the loop comes first
+    from perfdoctor.analysis.steps import choose_step
+    from perfdoctor.names.ranges import BACKWARD_RANGE
+
+    c = choose_step({BACKWARD_RANGE: 300})
+    assert (c.kind, c.name, c.iteration) == ("backward", BACKWARD_RANGE, True)
+    assert "300x" in c.how
+    assert choose_step({BACKWARD_RANGE: 1}) is None  # no iteration to time: from one to the next
+    assert choose_step({BACKWARD_RANGE: 30}, modules={"MLP.forward": 30}).kind == "module"  # the nn version's forward
+    assert choose_step({BACKWARD_RANGE: 30, "Optimizer.zero_grad#SGD.zero_grad": 30}).kind == "loop"
+    assert choose_step({BACKWARD_RANGE: 30, "train_step": 30}).name == "train_step"

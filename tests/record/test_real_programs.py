@@ -1109,6 +1109,38 @@ def test_truncated_bptt_lstm_traced_whole_the_step_before_an_evaluation_is_its_o
     assert ms[1:].sum() == pytest.approx(own[1:].sum(), rel=0.1)  # the first: the tracer started in it
 
 
+def test_makemore_by_hand_no_optimizer_module_or_loader_steps_per_backward_in_run_and_analyze(tmp_path: Path) -> None:
+    # Karpathy's makemore MLP: top-level code, plain tensors with requires_grad, a minibatch by
+    # randint, loss.backward(), p.data += -lr * p.grad: nothing for the light pass to mark and
+    # no function to name with --step-fn (before: "no step seen", analyze none). One step per
+    # backward call, from one to the next, against the program's own timer of each iteration
+    steps, warmup = 200, 20
+    r = run_cli("run", "--collect", "torch", "--steps", "0", "--out", tmp_path, REAL / "scratch_mlp.py", "--device", "cpu",
+                "--steps", str(steps), "--warmup", str(warmup), "--names", "4000", timeout=240, env={"OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    light = json.loads((bundle / "manifest.json").read_text())["light_pass"]
+    name = light["step_name"]
+    assert name == "torch.autograd.backward"
+    series = json.loads((bundle / "raw" / "light.json").read_text())["series"][name]
+    result = program_result(r.stdout)
+    assert light["steps_seen"] == steps
+    own = np.array(result["ms_each"])
+    assert np.median(_step_ms(series)[-len(own):]) == pytest.approx(np.median(own), rel=0.1)
+    assert 1e3 / _steps_per_s(tmp_path).value == pytest.approx(result["ms_per_step"], rel=0.15)
+    # the trace: each step one backward (the loss's node evaluated once) and one forward (its
+    # one tanh), so per iteration, never per autograd node nor across two
+    profile = load_trace(bundle)
+    found = find_steps(profile)
+    traced_from = json.loads((bundle / "raw" / "torch.config.json").read_text())["warmup"]
+    assert found.name == name and found.count == steps - traced_from - 1  # the last: no next backward
+    ops = profile.ops
+    for what in ("autograd::engine::evaluate_function: NllLossBackward0", "aten::tanh"):
+        at = np.sort(ops.loc[ops["name"] == what, "start_ns"].to_numpy(np.int64))
+        held = np.searchsorted(at, found.table["host_end_ns"], side="right") - np.searchsorted(at, found.table["host_start_ns"])
+        assert (held == 1).all(), (what, np.unique(held, return_counts=True))
+
+
 def test_accelerate_style_gradient_accumulation_steps_per_optimizer_step(tmp_path: Path) -> None:
     # run_glue_no_trainer's loop: `with accelerator.accumulate(model)`, accelerator.backward,
     # clip when sync_gradients, optimizer.step() / lr_scheduler.step() / zero_grad() on every

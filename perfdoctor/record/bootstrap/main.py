@@ -53,7 +53,8 @@ from perfdoctor.record.bootstrap.clock import FullCollections
 from perfdoctor.record.bootstrap.ranges import hook_ranges
 from perfdoctor.record.bootstrap.session import Session
 from perfdoctor.record.bootstrap.steps import (
-    ModuleSteps, install_aoti_steps, install_compiled_steps, install_graph_replays, install_optimizer_steps, install_step_fn,
+    ModuleSteps, install_aoti_steps, install_backward_calls, install_compiled_steps, install_graph_replays, install_optimizer_steps,
+    install_step_fn,
 )
 from perfdoctor.record.bootstrap.waits import Waits
 from perfdoctor.record.launch import rank_config
@@ -145,7 +146,7 @@ def when_imported(name: str, then: Callable[[], None]) -> None:
 def hook_torch(session: Session, config: PassConfig, torch_ranges: Callable[[], None] | None) -> None:
     """What follows torch: its ranges (``torch_ranges``, :func:`hook_ranges`'s, unless
     hooked already), compiled functions, AOTInductor models, CUDA graph replays, optimizer
-    steps and module calls as steps, and (the torch pass) the program's own profiler."""
+    steps, backward calls and module calls as steps, and (the torch pass) the program's own profiler."""
     if torch_ranges is not None:
         torch_ranges()
     if session.mode == "torch":
@@ -154,6 +155,7 @@ def hook_torch(session: Session, config: PassConfig, torch_ranges: Callable[[], 
     install_aoti_steps(session)
     session.replays = install_graph_replays(session)
     session.optimizers = install_optimizer_steps(session)
+    session.backwards = install_backward_calls(session)
     if config.module_step and session.mode != "light":
         session.modules = ModuleSteps(session, mark=config.module_step)
     elif session.mode == "light" and not config.step_fn and (not config.step or config.step.startswith(rangenames.DATA_LOADER_PREFIX)):

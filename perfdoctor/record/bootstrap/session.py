@@ -87,6 +87,7 @@ class Session:
         self.modules: Any = None
         self.replays: Any = None  # steps.GraphReplays, likewise
         self.optimizers: Any = None  # steps.OptimizerSteps, likewise
+        self.backwards: Any = None  # steps.BackwardCalls, likewise
         self.waits: Any = None  # waits.Waits, in the light pass
         self.compiles: Any = None  # steps.Compiles, in the light pass once torch.compile is called
         self.full_gcs: Any = None  # clock.FullCollections, in the light pass
@@ -131,6 +132,8 @@ class Session:
             self.full_gcs.uninstall()
         if self.optimizers is not None:
             self.optimizers.uninstall()
+        if self.backwards is not None:
+            self.backwards.uninstall()
 
     def matches(self, name: str) -> bool:
         # "serving step" (the light pass chose the serving ranges): every one of them
@@ -227,7 +230,9 @@ class Session:
         library's range (``nccl:_all_gather_base`` inside every forward of a sharded model)
         nor a warm-up range: those are never the step. Nor a CUDA graph's replays: they are
         the step only when one graph is nearly all of them, and a module compiled with
-        ``mode="reduce-overhead"`` replays its graphs inside each of its calls. A module's
+        ``mode="reduce-overhead"`` replays its graphs inside each of its calls. Nor the
+        backward calls: they come after module calls (a model's forward is the step of a
+        loop that updates its parameters by hand). A module's
         compiled ``__call__`` narrows module timing instead of ending it: its eager calls
         are the same step."""
         if (
@@ -235,7 +240,7 @@ class Session:
             and self.modules.active
             and not self.keep_modules
             and self.times.count(name) >= 2
-            and rangenames.kind(name) not in (rangenames.LIBRARY, rangenames.WARMUP, rangenames.REPLAY)
+            and rangenames.kind(name) not in (rangenames.LIBRARY, rangenames.WARMUP, rangenames.REPLAY, rangenames.BACKWARD)
         ):
             if name in self.compiled_modules:
                 # A module's compiled call (transformers' generate compiles the model's

@@ -728,6 +728,50 @@ def install_graph_replays(session: Session) -> GraphReplays | None:
     return GraphReplays(session, graph_class)
 
 
+# --- backward calls as steps -------------------------------------------------------------
+
+
+class BackwardCalls:
+    """``torch.autograd.backward``, wrapped (``Tensor.backward`` calls it): each call is a range
+    named :data:`perfdoctor.names.ranges.BACKWARD_RANGE`.
+
+    A training loop written by hand (Karpathy's makemore: plain tensors with
+    ``requires_grad``, ``loss.backward()``, ``p.data += -lr * p.grad``) has no optimizer,
+    module or data loader to mark its iteration, and often no function around it to name
+    with ``--step-fn``; its one backward per iteration marks it, last in the order of
+    evidence. Light pass: timed like any range (one wrapper call per backward, nothing per
+    autograd node). Traced passes: installed only when the light pass chose it, each call a
+    perfdoctor region. Inside a ``torch.compile``-d function the call is left to dynamo."""
+
+    def __init__(self, session: Session, autograd: Any, compiling: Any) -> None:
+        self.autograd = autograd
+        self.original = original = autograd.backward
+        light, name = session.mode == "light", rangenames.BACKWARD_RANGE
+
+        @functools.wraps(original)
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            if session.disabled or compiling():
+                return original(*args, **kwargs)
+            return ranged(session, light, name, original, *args, **kwargs)
+
+        self.wrapper = backward
+        autograd.backward = backward
+
+    def uninstall(self) -> None:
+        if self.autograd.backward is self.wrapper:  # not if someone replaced it since
+            self.autograd.backward = self.original
+
+
+def install_backward_calls(session: Session) -> BackwardCalls | None:
+    """:class:`BackwardCalls` in the light pass, and in a traced pass whose step they are."""
+    import torch
+
+    if session.mode != "light" and rangenames.kind(session.pattern or "") != rangenames.BACKWARD:
+        return None
+    compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
+    return BackwardCalls(session, torch.autograd, compiling)
+
+
 # --- one optimizer's steps ----------------------------------------------------------------
 
 
