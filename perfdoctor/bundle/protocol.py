@@ -198,6 +198,9 @@ class PassResults(_Document):
     # the light pass: per data loader range name, its fetches that raised StopIteration (the
     # end of each pass over a loader), as a series; they are not in ``series``
     exhausted: dict[str, dict[str, Any]] | None = None
+    # the light pass: per data loader range name, the host starts of its fetches that yielded
+    # their pass's last batch (a loop that stops at len(loader) raises no StopIteration)
+    last_batches: dict[str, list[int]] | None = None
     # the light pass: per ProfilerStep#N name, the range torch.profiler's exit closed (the
     # last prof.step() opened it after the loop's last iteration), as a series; not in ``series``
     profiler_exit: dict[str, dict[str, Any]] | None = None

@@ -455,14 +455,23 @@ def optimizer_loop(name: str, calls: dict[str, Any], series: dict[str, dict[str,
 
 
 def _loader_passes(results: PassResults) -> dict[str, Any]:
-    """The data loader fetches that raised StopIteration, every loader's, as one series."""
+    """The ends of passes over the data loaders, every loader's, as one series: the fetches
+    that raised StopIteration, and where a loop stopped at its loader's length, the end of
+    the training work of the pass's last batch (:func:`perfdoctor.analysis.steady.last_batch_ends`)."""
     ended = list((results.exhausted or {}).values())
-    return {
-        "host_start_ns": [h for s in ended for h in s["host_start_ns"][: len(s["gpu_end_ns"])]],
-        "gpu_start_ns": [g for s in ended for g in s["gpu_start_ns"][: len(s["gpu_end_ns"])]]
-        if ended and all(s.get("gpu_start_ns") is not None for s in ended) else None,
-        "gpu_end_ns": [e for s in ended for e in s["gpu_end_ns"]],
-    }
+    if results.last_batches:
+        series = results.series or {}
+        marks = [s for n, s in series.items() if n.startswith(rangenames.LOOP_PREFIXES[1:]) or rangenames.kind(n) == rangenames.BACKWARD]
+        ends = steady.last_batch_ends(
+            [h for hs in results.last_batches.values() for h in hs],
+            [h for n, s in series.items() if n.startswith(rangenames.DATA_LOADER_PREFIX) for h in s["host_start_ns"]],
+            [h for s in ended for h in s["host_start_ns"]],
+            {k: [v for s in marks for v in s.get(k) or []] for k in ("host_start_ns", "host_end_ns", "gpu_end_ns")},
+        )
+        if ends["host_start_ns"]:
+            cuda = any(s.get("gpu_start_ns") is not None for s in series.values())
+            ended.append(ends if cuda else {**ends, "gpu_start_ns": None})
+    return merged_series(ended) if ended else {"host_start_ns": [], "gpu_start_ns": None, "gpu_end_ns": []}
 
 
 def profiler_series(series: dict[str, dict[str, Any]], results: PassResults) -> dict[str, Any]:

@@ -1166,3 +1166,27 @@ def test_an_iteration_of_several_optimizer_steps_after_a_rollout_is_one_step() -
     # calls between the first mark and the last, not three quarters: a pause, not the loop
     train = [0, 10, 20, 30, 50, 60, 70, 80, 100, 110, 120, 130]
     assert steady.mark_groups([t + 2 for t in train], sorted(train + list(range(40, 50)) + list(range(90, 100)))) is None
+
+
+def test_a_pass_that_ends_at_its_loaders_length_ends_where_its_last_batch_trained() -> None:
+    # Lightning's loop: fetches at 0, 10, 20 (the pass's last batch), then a checkpoint, the
+    # next pass's fetches at 40, 50; each iteration an optimizer step (start +2, end +8, its
+    # GPU end 1 later) with a backward inside it (+3 to +6). The last batch's training ends
+    # at 28 (its GPU at 29): the end of pass lies there, not at the next fetch (40)
+    fetches = [0, 10, 20, 40, 50]
+    marks = {"host_start_ns": [2, 12, 22, 42, 52, 3, 13, 23, 43, 53], "host_end_ns": [8, 18, 28, 48, 58, 6, 16, 26, 46, 56],
+             "gpu_end_ns": [9, 19, 29, 49, 59, 7, 17, 27, 47, 57]}
+    ends = steady.last_batch_ends([20], fetches, [], marks)
+    assert ends == {"host_start_ns": [28], "gpu_start_ns": [29], "gpu_end_ns": [29]}
+    # as a fetch that raised StopIteration there would: the iteration of fetch 20 ends at 29,
+    # the next step begins a new pass
+    it = steady.loop_iterations({"host_start_ns": fetches, "gpu_start_ns": fetches, "gpu_end_ns": [1, 11, 21, 41, 51]},
+                                {"host_start_ns": ends["host_start_ns"], "gpu_start_ns": ends["gpu_start_ns"], "gpu_end_ns": ends["gpu_end_ns"]})
+    assert it["host_start_ns"] == [0, 10, 20, 40] and it["gpu_end_ns"] == [10, 20, 29, 50]
+    assert it["pass_ended"] == [False, False, False, True]
+    # a pass whose iterator raised StopIteration before the next fetch (a plain for loop, a
+    # prefetcher) has its end already; an iteration with no training mark (an evaluation
+    # loop) leaves it unknown; the run's last pass ends at its last mark too
+    assert steady.last_batch_ends([20], fetches, [30], marks)["host_start_ns"] == []
+    assert steady.last_batch_ends([20], fetches, [], {"host_start_ns": [2], "host_end_ns": [8], "gpu_end_ns": [9]})["host_start_ns"] == []
+    assert steady.last_batch_ends([50], fetches, [], marks)["host_start_ns"] == [58]

@@ -1251,6 +1251,34 @@ def test_lightning_fit_with_validations_steps_per_training_batch_in_run_and_anal
     assert len(at) > 3 * accum * found.count
 
 
+def test_lightning_fit_with_its_defaults_ends_each_epochs_last_step_before_its_checkpoint(tmp_path: Path) -> None:
+    # Lightning with its own defaults (a logger, the progress bar, ModelCheckpoint) and no
+    # validation loader: the checkpoint is saved at each training epoch's end. Its loop stops
+    # at len(loader), so no fetch raises StopIteration: the epoch's last batch ran on through
+    # the save to the next epoch's first fetch (8.7 ms among 2.8 ms steps) and the run's last
+    # batch was in no step (47 steps for 48 batches). Now the fetch that yielded its pass's
+    # last batch ends its step where its training ended (the optimizer's step), and the
+    # next epoch's first step says a pass ended before it
+    per_epoch, epochs = 16, 3
+    r = run_cli("run", "--collect", "nvml", "--out", tmp_path, REAL / "lightning_fit.py", "--accelerator", "cpu", "--width", "256",
+                "--features", "64", "--samples", str(64 * per_epoch), "--batch", "64", "--epochs", str(epochs), "--val-every", "0",
+                "--defaults", timeout=300, env={"OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    light = json.loads((bundle / "manifest.json").read_text())["light_pass"]
+    series = json.loads((bundle / "raw" / "light.json").read_text())["series"][light["step_name"]]
+    result = program_result(r.stdout)
+    assert result["batches"] == per_epoch * epochs
+    assert light["step_name"] == FETCH and light["steps_seen"] == result["batches"]
+    assert series["pass_ended"] == [k > 0 and k % per_epoch == 0 for k in range(result["batches"])]
+    # each step against the program's span of its batch (to the next batch's start, or to
+    # the epoch's end: its callback runs before ModelCheckpoint's)
+    ms, span = _step_ms(series), np.array(result["span_each"])
+    for k in range(per_epoch - 1, result["batches"], per_epoch):
+        assert abs(ms[k] - span[k]) <= 0.5 * np.median(span) + 1.0, (k, ms[k], span[k], np.median(span))
+    assert ms.sum() == pytest.approx(span.sum(), rel=0.1)
+
+
 def test_detection_over_lists_of_variable_size_images_through_log_every_steps_per_batch(tmp_path: Path) -> None:
     # torchvision's references/detection evaluate(): @torch.inference_mode(), collate_fn
     # tuple(zip(*batch)), MetricLogger.log_every (a generator around the loader) and a list

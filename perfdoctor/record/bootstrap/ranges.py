@@ -122,6 +122,7 @@ def _hook_record_function(mirror: _Mirror, torch_to_nvtx: bool) -> None:
     rf_enter, rf_exit = marks.rf_enter, marks.rf_exit
     push = marks.nvtx_push if torch_to_nvtx else None
     pop = marks.nvtx_pop if torch_to_nvtx else None
+    light = session.mode == "light"
 
     def enter(self: Any) -> Any:
         items = mirror.opened()
@@ -146,13 +147,28 @@ def _hook_record_function(mirror: _Mirror, torch_to_nvtx: bool) -> None:
         if not entry.echo:
             # a data loader's __next__ that raised StopIteration fetched no batch: it ends a
             # pass over the loader (an epoch, or an evaluation loop) and begins no iteration
+            raised = bool(exc) and exc[0] is not None
             session.range_end(
-                self.name, exhausted=bool(exc) and exc[0] is StopIteration,
+                self.name, exhausted=raised and exc[0] is StopIteration,
                 profiler_exit=getattr(mirror.local, "profiler_stop", False) and rangenames.kind(self.name) == rangenames.PROFILER_STEP,
+                last_batch=light and not raised and self.name.startswith(rangenames.DATA_LOADER_PREFIX) and _yielded_all(sys._getframe(1)),
             )
         return result
 
     rf.__enter__, rf.__exit__ = enter, exit_
+
+
+def _yielded_all(frame: Any) -> bool:
+    """Whether the data loader iterator whose ``__next__`` is ``frame`` (its fetch range closes
+    inside it, after counting the batch) has just yielded its pass's last batch: a loop that
+    stops at ``len(loader)`` (Lightning's) never calls it again to raise StopIteration, so
+    this is the only sign that its pass ended. False for a loader of no length (an iterable
+    dataset) or anything unexpected."""
+    it = frame.f_locals.get("self") if frame is not None else None
+    try:
+        return it._num_yielded >= len(it)  # type: ignore[union-attr]
+    except Exception:  # noqa: BLE001 - not a sized torch data loader iterator
+        return False
 
 
 def _hook_profiler_stop(mirror: _Mirror) -> None:

@@ -56,6 +56,7 @@ class Session:
         self.timer = Timer()
         self.times = StepTimes(self.timer)
         self.exhausted = StepTimes(self.timer)  # data loader fetches that raised StopIteration
+        self.last_batches: dict[str, list[int]] = {}  # host starts of the fetches that yielded a pass's last batch
         self.profiler_exit = StepTimes(self.timer)  # ProfilerStep#N ranges torch.profiler's exit closed
         self.counts: dict[str, int] = {}
         self.serving_depth: dict[tuple[int | None, str | None], int] = {}  # open serving ranges per thread
@@ -189,11 +190,13 @@ class Session:
         elif self.mode == "light" and not name.startswith("perfdoctor."):
             self.start_timing(name)  # the light pass times every range: the step may be any
 
-    def range_end(self, name: str, exhausted: bool = False, profiler_exit: bool = False) -> None:
+    def range_end(self, name: str, exhausted: bool = False, profiler_exit: bool = False, last_batch: bool = False) -> None:
         """A range closes. ``exhausted``: a data loader's fetch that raised StopIteration;
         ``profiler_exit``: a ProfilerStep#N that torch.profiler's exit closed. Neither is a
         step, the step named by ``--step`` or not: the light pass keeps each apart from
-        ``series`` (a fetch named by --step: its pass's end, as when the step is chosen)."""
+        ``series`` (a fetch named by --step: its pass's end, as when the step is chosen).
+        ``last_batch``: a data loader's fetch that yielded its pass's last batch; the light
+        pass notes its host start (``last_batches``)."""
         if self.disabled:
             return
         exhausted = exhausted and name.startswith(rangenames.DATA_LOADER_PREFIX)
@@ -210,6 +213,8 @@ class Session:
             self.end_timing(name)
             if apart is not None:
                 self.times.move_last(name, apart)
+        if last_batch and self.times.host.get(name):
+            self.last_batches.setdefault(name, []).append(self.times.host[name][-1])
 
     def start_timing(self, name: str) -> None:
         """The light pass: a step or range starts (after waiting for its lockstep turn, so
@@ -563,6 +568,7 @@ class Session:
                 self.optimizers.annotate(results.series, self.times)
             exhausted, exhausted_error = self.exhausted.series()
             results.exhausted = exhausted or None
+            results.last_batches = self.last_batches or None
             profiler_exit, exit_error = self.profiler_exit.series()
             results.profiler_exit = profiler_exit or None
             error = error or exhausted_error or exit_error

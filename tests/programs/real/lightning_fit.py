@@ -11,7 +11,7 @@ pass every ``--val-every`` training batches. ``--accum``: ``accumulate_grad_batc
 Its own timer, a ``Callback`` as users write one: each training batch from
 ``on_train_batch_start`` to ``on_train_batch_end`` (``ms_each``: the batch's fetch and
 Lightning's loop between batches are outside it), and its span, from its start to the next
-batch's start, or to the validation or the training's end after it (``span_each``: the
+batch's start, or to the validation, the epoch's end or the training's end after it (``span_each``: the
 training's time, validations left out; ``ms_per_step`` their mean per optimizer step, its
 ``--accum`` batches, the first step left out).
 
@@ -20,6 +20,8 @@ training's time, validations left out; ``ms_per_step`` their mean per optimizer 
 """
 import argparse
 import json
+import os
+import tempfile
 import time
 
 import lightning as L
@@ -82,6 +84,9 @@ class BatchTimer(L.Callback):
     def on_validation_start(self, trainer, pl_module):
         self._close()
 
+    def on_train_epoch_end(self, trainer, pl_module):
+        self._close()  # before ModelCheckpoint's (Lightning runs checkpoint callbacks last)
+
     def on_train_end(self, trainer, pl_module):
         self._close()
 
@@ -97,9 +102,11 @@ def main():
     p.add_argument("--val-samples", type=int, default=4096)
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--val-every", type=int, default=64, help="val_check_interval, in training batches")
+    p.add_argument("--val-every", type=int, default=64, help="val_check_interval, in training batches (0: no validation loader)")
     p.add_argument("--accum", type=int, default=1, help="accumulate_grad_batches")
     p.add_argument("--workers", type=int, default=0)
+    p.add_argument("--defaults", action="store_true",
+                   help="Lightning's own defaults: a logger, a checkpoint per validation or epoch, the progress bar, the summary")
     args = p.parse_args()
     L.seed_everything(0, verbose=False)
 
@@ -115,11 +122,12 @@ def main():
     steps = args.epochs * -(-len(train) // args.accum)
     model = Classifier(args.features, args.width, args.classes, 1e-3, steps)
     timer = BatchTimer(sync=torch.cuda.is_available() and args.accelerator != "cpu")
+    quiet = {} if args.defaults else dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     trainer = L.Trainer(max_epochs=args.epochs, accelerator=args.accelerator, devices=1, precision=args.precision,
-                        val_check_interval=args.val_every, accumulate_grad_batches=args.accum, callbacks=[timer],
-                        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+                        val_check_interval=args.val_every or None, accumulate_grad_batches=args.accum, callbacks=[timer],
+                        default_root_dir=os.path.join(tempfile.gettempdir(), "lightning-fit"), **quiet)
     t0 = time.perf_counter()
-    trainer.fit(model, train, val)
+    trainer.fit(model, train, val if args.val_every else None)
     wall = time.perf_counter() - t0
     span = timer.span[1:]  # the first batch's allocations left out
     # per optimizer step: its accumulate_grad_batches batches' spans (the first step left out)
