@@ -94,7 +94,8 @@ class LightSteps:
     inside it (:func:`perfdoctor.analysis.steady.time_inside`); None when nothing compiled
     in a step or the run did not say. ``gc_ns``: per step, how long Python's full garbage
     collections ran inside it (:class:`perfdoctor.record.bootstrap.clock.FullCollections`); None
-    when none ran in a step or the run did not say.
+    when none ran in a step or the run did not say. ``save_ns``: likewise the program's
+    ``torch.save`` calls (:class:`perfdoctor.record.bootstrap.clock.TimedCalls`).
     """
 
     name: str
@@ -105,6 +106,7 @@ class LightSteps:
     pass_ended: np.ndarray | None = None
     compiled_ns: np.ndarray | None = None
     gc_ns: np.ndarray | None = None
+    save_ns: np.ndarray | None = None
     clock: str = "cuda-event"
     steady_start: int | None = None
     steady_reason: str = ""

@@ -1170,6 +1170,19 @@ def slow_steps(critical_path_ms: np.ndarray) -> SlowSteps:
                      float(slow.min()) if slow.size else None, float(slow.max()) if slow.size else None)
 
 
+def held_share(critical_path_ms: np.ndarray, held_ms: np.ndarray) -> float | None:
+    """The share of a steady series' time beyond the median (``slow_steps``' measure) that
+    ``held_ms`` (per step: time inside it spent in one thing, torch.save calls) accounts for,
+    each step's at most its own time beyond the median; None when no step runs beyond it."""
+    cp = np.asarray(critical_path_ms, dtype=np.float64)
+    if not cp.size:
+        return None
+    beyond = np.clip(cp - float(np.median(cp)) - RESOLUTION_MS, 0, None)
+    if beyond.sum() <= 0:
+        return None
+    return float(np.minimum(np.asarray(held_ms, dtype=np.float64), beyond).sum() / beyond.sum())
+
+
 @dataclass(frozen=True)
 class SteadySeries:
     """A step series over its steady state: what the metrics of a light pass are made of."""

@@ -182,7 +182,7 @@ class PassResults(_Document):
     # the light pass: per step name, {"host_start_ns", "gpu_start_ns", "gpu_end_ns", "tid",
     # "host_end_ns", "run_delay_ns"} (the last: the thread's time waiting for a CPU at each start,
     # or None), and for a step timed as the loop iteration "waited_ns" (a call's) or
-    # "pass_ended" (a loop range's); perfdoctor run adds "compiled_ns" and "gc_ns" to the step's
+    # "pass_ended" (a loop range's); perfdoctor run adds "compiled_ns", "gc_ns" and "save_ns" to the step's
     # (perfdoctor.record.light.noted_steps)
     series: dict[str, dict[str, Any]] | None = None
     spans_ns: dict[str, list[list[int]]] | None = None  # perfdoctor 0.1's series: [[host start, GPU end], ...]
@@ -216,6 +216,9 @@ class PassResults(_Document):
     # the light pass: Python's full garbage collections ({"start_ns", "end_ns"}, host ns:
     # perfdoctor.record.bootstrap.clock.FullCollections); None when none ran
     full_gcs: dict[str, list[int]] | None = None
+    # the light pass: the program's torch.save calls ({"start_ns", "end_ns"}, host ns:
+    # perfdoctor.record.bootstrap.clock.TimedCalls); None when it saved nothing
+    saves: dict[str, list[int]] | None = None
     # the calls as measured, when series holds the iteration: added by perfdoctor run after
     # the bootstrap wrote the rest, so last on disk
     call_series: dict[str, dict[str, Any]] | None = None

@@ -132,7 +132,8 @@ def read_light(results: PassResults, light_pass: LightPass, warnings: list[str])
       its thread's waits for another thread before it), "pass_ended": [...] (a loop
       range's iteration: a data loader's pass ended since the previous step), "compiled_ns": [...]
       (torch.compile compiled inside the step; only when one did), "gc_ns": [...] (Python's full
-      garbage collections inside the step; only when one ran)}}`` and ``"step_end_clock":
+      garbage collections inside the step; only when one ran), "save_ns": [...] (the program's
+      torch.save calls inside the step; only when one saved)}}`` and ``"step_end_clock":
       "cuda-event" | "host"``;
     * perfdoctor 0.1: ``"spans_ns": {step: [[host_start, gpu_end], ...]}``.
 
@@ -151,6 +152,7 @@ def read_light(results: PassResults, light_pass: LightPass, warnings: list[str])
     ended: np.ndarray | None = None
     compiled: np.ndarray | None = None
     collected: np.ndarray | None = None
+    saved: np.ndarray | None = None
     series = (results.series or {}).get(name)
     if isinstance(series, dict):
         host = _int_array(series.get("host_start_ns"))
@@ -164,6 +166,8 @@ def read_light(results: PassResults, light_pass: LightPass, warnings: list[str])
             compiled = _int_array(series.get("compiled_ns"))
         if series.get("gc_ns") is not None:
             collected = _int_array(series.get("gc_ns"))
+        if series.get("save_ns") is not None:
+            saved = _int_array(series.get("save_ns"))
     else:
         spans = (results.spans_ns or {}).get(name)
         pairs = spans if isinstance(spans, list) and all(isinstance(p, list) and len(p) == 2 for p in spans) else None
@@ -181,6 +185,7 @@ def read_light(results: PassResults, light_pass: LightPass, warnings: list[str])
     ended = ended[:n] if ended is not None and ended.size >= n else None
     compiled = compiled[:n] if compiled is not None and compiled.size >= n else None
     collected = collected[:n] if collected is not None and collected.size >= n else None
+    saved = saved[:n] if saved is not None and saved.size >= n else None
     if host.size == 0:
         return None
     clock = str(results.step_end_clock or light_pass.step_end_clock or "cuda-event")
@@ -204,6 +209,7 @@ def read_light(results: PassResults, light_pass: LightPass, warnings: list[str])
         pass_ended=ended,
         compiled_ns=compiled,
         gc_ns=collected,
+        save_ns=saved,
         clock=clock,
         steady_start=start,
         steady_reason=reason,

@@ -613,21 +613,23 @@ def light_summary(results: PassResults, options: RunOptions) -> LightPass:
 
 
 # what noted_steps adds to the chosen series: perfdoctor run rewrites raw/light.json with them
-NOTED = ("compiled_ns", "gc_ns")
+NOTED = ("compiled_ns", "gc_ns", "save_ns")
 
 
 def noted_steps(series: dict[str, Any], results: PassResults) -> None:
     """Per step of the chosen ``series``, in place: how long torch.compile compiled inside it
-    (``compiled_ns``: the analysis leaves such steps out of the steady steps' rate and p50)
-    and how long Python's full garbage collections ran inside it (``gc_ns``: what
-    uneven-steps' evidence names), each only when some step has any."""
+    (``compiled_ns``: the analysis leaves such steps out of the steady steps' rate and p50),
+    how long Python's full garbage collections ran inside it (``gc_ns``) and how long the
+    program's ``torch.save`` calls (``save_ns``: a checkpoint) — what uneven-steps' evidence
+    names — each only when some step has any."""
     compiled = steady.time_inside(series["host_start_ns"], series["gpu_end_ns"], results.compiles)
     if compiled.any():
         series["compiled_ns"] = compiled.tolist()
-    if results.full_gcs:
-        collected = steady.time_inside(series["host_start_ns"][: len(series["gpu_end_ns"])], series["gpu_end_ns"], results.full_gcs)
-        if collected.any():
-            series["gc_ns"] = collected.tolist()
+    for key, spans in (("gc_ns", results.full_gcs), ("save_ns", results.saves)):
+        if spans:
+            held = steady.time_inside(series["host_start_ns"][: len(series["gpu_end_ns"])], series["gpu_end_ns"], spans)
+            if held.any():
+                series[key] = held.tolist()
 
 
 # The traced window opens past a leading run of steady steps faster than this share of the

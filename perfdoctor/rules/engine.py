@@ -58,6 +58,7 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, packaged as tomli
 from perfdoctor.errors import UsageError
 from perfdoctor.text import clean, clean_block
 from perfdoctor.analysis.metrics import Analysis, Metric
+from perfdoctor.analysis.steady import held_share
 from perfdoctor.rules.estimates import ESTIMATES, Estimate, Need, Unavailable
 from perfdoctor.rules.evidence import EVIDENCE, Evidence
 from perfdoctor.rules.reasons import Fallback, Lowered, Missing, OffWorkload, Reason, Suppressed
@@ -149,6 +150,18 @@ def _compiled(values: dict[str, Metric]) -> bool:
     return m is not None and m.value is not None and m.value >= COMPILED_KERNELS
 
 
+# Checkpointing: at least this share of the slow steps' time beyond the median is the
+# program's torch.save calls inside them (slow_step_save_ratio)
+SAVES_EXPLAIN = 0.5
+
+
+def _checkpointing(values: dict[str, Metric]) -> bool:
+    """The slow steps are slow because they save: ``slow_step_save_ratio`` >= :data:`SAVES_EXPLAIN`.
+    "Find what the slow steps wait for" is then answered already."""
+    m = values.get("slow_step_save_ratio")
+    return m is not None and m.value is not None and m.value >= SAVES_EXPLAIN
+
+
 def _workload_is(kind: str) -> Callable[[dict[str, Metric]], bool]:
     def pred(values: dict[str, Metric]) -> bool:
         m = values.get(f"workload_{kind}")
@@ -161,6 +174,8 @@ PREDICATES: dict[str, tuple[Callable[[dict[str, Metric]], bool], str]] = {
     "graphed": (_graphed, "steps are CUDA-graph replays (steps_graphed: most steps own a recognised graph launch replaying ≥ 50 % of their kernels)"),
     "persistent": (_persistent, f"the step is one persistent kernel (1 <= step_kernels_p50 <= {PERSISTENT_KERNELS}, kernel_time_ratio >= {PERSISTENT_BUSY}, not a capture: a megakernel)"),
     "compiled": (_compiled, f"the steps run torch.compile's kernels (compiled_kernel_ratio >= {COMPILED_KERNELS}: inductor's triton_* kernels by count)"),
+    "checkpointing": (_checkpointing, f"torch.save calls inside the slow steps account for their time beyond the median "
+                      f"(slow_step_save_ratio >= {SAVES_EXPLAIN})"),
     "training": (_workload_is("training"), "the trace is training (backward ops, an optimizer step or an autograd thread: perfdoctor.analysis.workload)"),
     "inference": (_workload_is("inference"), "the trace is inference (no backward op, no optimizer step)"),
     "unrecognised": (_workload_is("unrecognised"), "the trace is inference whose task was not recognised (Workload.task 'inference': "
@@ -183,6 +198,19 @@ def workload_values(analysis: Analysis) -> dict[str, Metric]:
     out.update({f"workload_{k}": Metric(1.0 if task == k else 0.0, "flag", src) for k in TASK_CONDITIONS})
     out["workload_unrecognised"] = Metric(1.0 if kind == "inference" and task == "inference" else 0.0, "flag", src)
     return out
+
+
+def light_values(analysis: Analysis) -> dict[str, Metric]:
+    """Inputs of the ``checkpointing`` condition, from the light pass (none without one, or
+    when no steady step called torch.save): ``slow_step_save_ratio``, the share of the steady
+    steps' time beyond the median that the program's torch.save calls inside them account
+    for (:func:`perfdoctor.analysis.steady.held_share`). A rule input, not a metric of the
+    contract: most runs save nothing, and an absent metric for them would be noise."""
+    light, series = analysis.light, analysis.light_series
+    if light is None or light.save_ns is None or series is None or series.steps is None:
+        return {}
+    share = held_share(series.critical_path_ms, light.save_ns[series.steps] / 1e6)
+    return {} if share is None else {"slow_step_save_ratio": Metric(share, "ratio", "light")}
 
 
 # Severity follows the time at stake: a failure whose estimate wins back less than these
@@ -1045,7 +1073,7 @@ def evaluate(rules: RuleSet, analysis: Analysis, cross_rank: CrossRank | None = 
     A failed rule with ``suppresses`` (the capture-trace rule) makes the rules it names not
     applicable: on a capture, timing rules describe the capture, not the workload.
     """
-    values = {**inputs(analysis, cross_rank), **workload_values(analysis)}
+    values = {**inputs(analysis, cross_rank), **workload_values(analysis), **light_values(analysis)}
     evidence: dict[str, Evidence] = {}
     findings = [evaluate_rule(rule, analysis, values, evidence) for rule in rules]
     suppressed: dict[str, Suppressed] = {}

@@ -419,11 +419,12 @@ def slow_untraced_steps(analysis: Analysis) -> Evidence:
     window is a few steps and may hold none of them (train_loop.py with 4 workers: 9 traced
     iterations of at most 104 ms, while the untraced run had 5 of 22 at 59-202 ms). Where
     Python's full garbage collections ran inside steps, how long in each (predict_dump.py's
-    slow batches: 75-160 ms of collection each, the rest of them a median batch)."""
+    slow batches: 75-160 ms of collection each, the rest of them a median batch), and how long
+    the program's ``torch.save`` calls ran in each (a checkpoint saved every N steps)."""
     light, series = analysis.light, analysis.light_series
-    collected = light.gc_ns if light is not None else None
-    ev = Evidence("slow_untraced_steps",
-                  ["step", "latency ms", "× median", "beyond the median ms", *(["full GC ms"] if collected is not None else [])])
+    held = [(c, v) for c, v in (("full GC ms", light.gc_ns if light is not None else None),
+                                ("torch.save ms", light.save_ns if light is not None else None)) if v is not None]
+    ev = Evidence("slow_untraced_steps", ["step", "latency ms", "× median", "beyond the median ms", *(c for c, _ in held)])
     if light is None or series is None or not series.critical_path_ms.size:
         ev.note = Note.NO_LIGHT_PASS
         return ev
@@ -432,7 +433,7 @@ def slow_untraced_steps(analysis: Analysis) -> Evidence:
     for i in np.argsort(-cp, kind="stable")[:TOP]:
         step = int(series.steps[i])
         ev.rows.append([step, _r(cp[i]), _r(cp[i] / s.median_ms) if s.median_ms else "—", _r(max(0.0, cp[i] - s.median_ms)),
-                        *([_r(collected[step] / 1e6)] if collected is not None else [])])
+                        *(_r(v[step] / 1e6) for _, v in held)])
     ev.note = s
     return ev
 

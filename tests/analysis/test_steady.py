@@ -1190,3 +1190,13 @@ def test_a_pass_that_ends_at_its_loaders_length_ends_where_its_last_batch_traine
     assert steady.last_batch_ends([20], fetches, [30], marks)["host_start_ns"] == []
     assert steady.last_batch_ends([20], fetches, [], {"host_start_ns": [2], "host_end_ns": [8], "gpu_end_ns": [9]})["host_start_ns"] == []
     assert steady.last_batch_ends([50], fetches, [], marks)["host_start_ns"] == [58]
+
+
+def test_the_share_of_the_time_beyond_the_median_a_cause_holds() -> None:
+    # steps 10, 10, 10, 30, 50 ms: median 10, beyond it (less 0.05 ms) 19.95 and 39.95 ms.
+    # A save of 25 ms in the 30 ms step counts its 19.95 beyond the median, one of 30 in the
+    # 50 ms step its 30: (19.95 + 30) / 59.9
+    cp = np.array([10.0, 10.0, 10.0, 30.0, 50.0])
+    assert steady.held_share(cp, np.array([0, 0, 0, 25.0, 30.0])) == pytest.approx((19.95 + 30) / 59.9)
+    assert steady.held_share(cp, np.zeros(5)) == 0.0
+    assert steady.held_share(np.full(4, 10.0), np.full(4, 5.0)) is None  # nothing beyond the median

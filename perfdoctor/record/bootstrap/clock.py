@@ -11,6 +11,7 @@ it and initialised CUDA.
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import sys
@@ -277,6 +278,44 @@ class FullCollections:
         """``{"start_ns", "end_ns"}`` of every full collection that ended; None when none did."""
         n = len(self.end_ns)
         return {"start_ns": self.start_ns[:n], "end_ns": self.end_ns[:n]} if n else None
+
+
+class TimedCalls:
+    """When each call of ``owner.attr`` ran, host ns: the light pass wraps ``torch.save`` so,
+    because a checkpoint saved inside a step is what makes that step slow (a loop saving
+    every N steps; transformers' Trainer saves its optimizer's state with it every
+    ``save_steps``), and uneven-steps' evidence names it as it names full collections. One
+    wrapper call and two clock reads per save; nothing else. At most :data:`KEPT` calls."""
+
+    KEPT = 100_000
+
+    def __init__(self, owner: Any, attr: str) -> None:
+        self.owner, self.attr = owner, attr
+        self.calls: list[tuple[int, int]] = []  # (start, end): one append per call, whatever the threads
+        self.original = original = getattr(owner, attr)
+        calls, clock = self.calls, time.perf_counter_ns
+
+        @functools.wraps(original)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if len(calls) >= self.KEPT:
+                return original(*args, **kwargs)
+            begun = clock()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                calls.append((begun, clock()))
+
+        self.wrapper = timed
+        setattr(owner, attr, timed)
+
+    def uninstall(self) -> None:
+        if getattr(self.owner, self.attr, None) is self.wrapper:  # not if someone replaced it since
+            setattr(self.owner, self.attr, self.original)
+
+    def series(self) -> dict[str, list[int]] | None:
+        """``{"start_ns", "end_ns"}`` of every call that returned or raised; None when none did."""
+        calls = sorted(self.calls)
+        return {"start_ns": [a for a, _ in calls], "end_ns": [b for _, b in calls]} if calls else None
 
 
 def run_delays_ns(raw: list[bytes | None], at_ns: list[int] | None = None, tid: list[int] | None = None) -> list[int] | None:

@@ -49,7 +49,7 @@ from perfdoctor import api
 from perfdoctor.bundle.protocol import CHILD_PROGRAM, PassConfig
 from perfdoctor.console import leave
 from perfdoctor.names import ranges as rangenames
-from perfdoctor.record.bootstrap.clock import FullCollections
+from perfdoctor.record.bootstrap.clock import FullCollections, TimedCalls
 from perfdoctor.record.bootstrap.ranges import hook_ranges
 from perfdoctor.record.bootstrap.session import Session
 from perfdoctor.record.bootstrap.steps import (
@@ -156,6 +156,8 @@ def hook_torch(session: Session, config: PassConfig, torch_ranges: Callable[[], 
     session.replays = install_graph_replays(session)
     session.optimizers = install_optimizer_steps(session)
     session.backwards = install_backward_calls(session)
+    if session.mode == "light":
+        session.saves = TimedCalls(sys.modules["torch"], "save")
     if config.module_step and session.mode != "light":
         session.modules = ModuleSteps(session, mark=config.module_step)
     elif session.mode == "light" and not config.step_fn and (not config.step or config.step.startswith(rangenames.DATA_LOADER_PREFIX)):

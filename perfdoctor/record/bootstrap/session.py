@@ -92,6 +92,7 @@ class Session:
         self.waits: Any = None  # waits.Waits, in the light pass
         self.compiles: Any = None  # steps.Compiles, in the light pass once torch.compile is called
         self.full_gcs: Any = None  # clock.FullCollections, in the light pass
+        self.saves: Any = None  # clock.TimedCalls of torch.save, in the light pass
         # compiled calls of a whole module (steps.install_compiled_steps): once one repeats,
         # the light pass keeps timing that module's eager calls (stop_module_timing)
         self.compiled_modules: set[str] = set()
@@ -135,6 +136,8 @@ class Session:
             self.optimizers.uninstall()
         if self.backwards is not None:
             self.backwards.uninstall()
+        if self.saves is not None:
+            self.saves.uninstall()
 
     def matches(self, name: str) -> bool:
         # "serving step" (the light pass chose the serving ranges): every one of them
@@ -587,6 +590,7 @@ class Session:
             results.waits = self.waits.series() if self.waits is not None else None
             results.compiles = self.compiles.series() if self.compiles is not None else None
             results.full_gcs = self.full_gcs.series() if self.full_gcs is not None else None
+            results.saves = self.saves.series() if self.saves is not None else None
             results.timing_error = error
         try:
             with open(self.config.results, "w") as f:
