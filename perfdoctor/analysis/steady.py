@@ -217,23 +217,26 @@ def loop_iterations(
     return out
 
 
-def last_batch_ends(
+def training_ends(
     last_ns: np.ndarray | list[int], fetch_ns: np.ndarray | list[int], raised_ns: np.ndarray | list[int], marks: dict,
 ) -> dict:
-    """Ends of passes over a data loader that no fetch tells: a loop that stops at the
-    loader's length (Lightning's) never calls its iterator again to raise StopIteration, so
-    the iteration of each pass's last batch ran on through the epoch's end (a checkpoint's
-    save: 8.7 ms among 2.8 ms steps in ``lightning_fit.py``) to the next epoch's first fetch.
+    """Ends of training passes over a data loader that no fetch tells, each where its last
+    batch's training ended. A loop that stops at the loader's length (Lightning's) never calls
+    its iterator again to raise StopIteration, so the iteration of each pass's last batch ran
+    on through the epoch's end (a checkpoint's save: 8.7 ms among 2.8 ms steps in
+    ``lightning_fit.py``) to the next epoch's first fetch; and through an evaluation loop's
+    set-up to its first fetch.
 
-    ``last_ns``: host starts of the fetches that yielded their pass's last batch;
-    ``fetch_ns``: every fetch's; ``raised_ns``: the fetches that raised StopIteration — a
-    pass whose iterator raised before the next fetch has its end already (a plain ``for``
-    loop, a prefetcher's). ``marks``: the training marks as a series (the optimizer's ranges
-    and the backward calls: ``host_start_ns``, ``host_end_ns``, ``gpu_end_ns``). For each
-    other last batch whose iteration holds a mark: an end of pass where the latest of them
-    ended, as a fetch that raised right after it would be (a series: ``host_start_ns`` its
-    host end, ``gpu_start_ns`` and ``gpu_end_ns`` its GPU end). Without a mark (an evaluation
-    loop) the pass's end stays unknown."""
+    ``last_ns``: host starts of the fetches of those last batches (one that yielded its
+    pass's last batch, one that an evaluation loop's fetches follow); ``fetch_ns``: every
+    fetch's; ``raised_ns``: the fetches that raised StopIteration — a pass whose iterator
+    raised before the next fetch has its end already (a plain ``for`` loop, a prefetcher's).
+    ``marks``: the training marks as a series (the optimizer's ranges and the backward
+    calls: ``host_start_ns``, ``host_end_ns``, ``gpu_end_ns``). For each other last batch
+    whose iteration holds a mark: an end of pass where the latest of them ended, as a fetch
+    that raised right after it would be (a series: ``host_start_ns`` its host end,
+    ``gpu_start_ns`` and ``gpu_end_ns`` its GPU end). Without a mark (an evaluation loop)
+    the pass's end stays unknown."""
     fetches, raised = np.sort(_ns(fetch_ns)), np.sort(_ns(raised_ns))
     start, end, gpu = _ns(marks.get("host_start_ns") or []), _ns(marks.get("host_end_ns") or []), marks.get("gpu_end_ns") or []
     host_at, gpu_at = [], []

@@ -163,7 +163,7 @@ def _range_counts(
     as :func:`loop_series` times them) of the light pass's series and the loop's ``work``
     (:func:`loop_work`, with each call's grad mode)."""
     counts = {name: len(s["gpu_end_ns"]) for name, s in series.items()}
-    ends_of_passes = _loader_passes(results)
+    ends_of_passes = _loader_passes(results, work, work_grad)
     # the training fetches and marks: the same rule as analyze's on a trace
     trained, marks = steps.training_loop(
         {n: s["host_start_ns"][: len(s["gpu_end_ns"])] for n, s in series.items() if n.startswith(rangenames.LOOP_PREFIXES)},
@@ -454,24 +454,31 @@ def optimizer_loop(name: str, calls: dict[str, Any], series: dict[str, dict[str,
     return steady.optimizer_loop(calls, others, work_ns, name.startswith(rangenames.LOOP_PREFIXES[1]), rangenames.closes_iteration(name))
 
 
-def _loader_passes(results: PassResults) -> dict[str, Any]:
+def _loader_passes(results: PassResults, work: list[int], work_grad: list[bool]) -> dict[str, Any]:
     """The ends of passes over the data loaders, every loader's, as one series: the fetches
-    that raised StopIteration, and where a loop stopped at its loader's length, the end of
-    the training work of the pass's last batch (:func:`perfdoctor.analysis.steady.last_batch_ends`)."""
+    that raised StopIteration, and where no fetch raised right after a pass's last training
+    batch, the end of that batch's training work (:func:`perfdoctor.analysis.steady.training_ends`):
+    a loop that stopped at its loader's length (the fetch that yielded the pass's last batch)
+    or a training pass that an evaluation loop's fetches follow (:func:`_evaluation_fetches`:
+    Lightning's validation every N batches, whose set-up before its first fetch, 2 ms of a
+    12 ms optimizer step on the H200, is no training step's)."""
     ended = list((results.exhausted or {}).values())
-    if results.last_batches:
-        series = results.series or {}
+    series = results.series or {}
+    fetches = sorted(h for n, s in series.items() if n.startswith(rangenames.DATA_LOADER_PREFIX) for h in s["host_start_ns"])
+    before = [h for hs in (results.last_batches or {}).values() for h in hs]
+    evaluating = set(_evaluation_fetches(series, merged_series(ended) if ended else _NO_PASSES, work, work_grad))
+    before += [a for a, b in zip(fetches, fetches[1:]) if b in evaluating and a not in evaluating]
+    if before:
         marks = [s for n, s in series.items() if n.startswith(rangenames.LOOP_PREFIXES[1:]) or rangenames.kind(n) == rangenames.BACKWARD]
-        ends = steady.last_batch_ends(
-            [h for hs in results.last_batches.values() for h in hs],
-            [h for n, s in series.items() if n.startswith(rangenames.DATA_LOADER_PREFIX) for h in s["host_start_ns"]],
-            [h for s in ended for h in s["host_start_ns"]],
-            {k: [v for s in marks for v in s.get(k) or []] for k in ("host_start_ns", "host_end_ns", "gpu_end_ns")},
-        )
+        ends = steady.training_ends(before, fetches, [h for s in ended for h in s["host_start_ns"]],
+                                    {k: [v for s in marks for v in s.get(k) or []] for k in ("host_start_ns", "host_end_ns", "gpu_end_ns")})
         if ends["host_start_ns"]:
             cuda = any(s.get("gpu_start_ns") is not None for s in series.values())
             ended.append(ends if cuda else {**ends, "gpu_start_ns": None})
-    return merged_series(ended) if ended else {"host_start_ns": [], "gpu_start_ns": None, "gpu_end_ns": []}
+    return merged_series(ended) if ended else _NO_PASSES
+
+
+_NO_PASSES = {"host_start_ns": [], "gpu_start_ns": None, "gpu_end_ns": []}
 
 
 def profiler_series(series: dict[str, dict[str, Any]], results: PassResults) -> dict[str, Any]:

@@ -1176,7 +1176,7 @@ def test_a_pass_that_ends_at_its_loaders_length_ends_where_its_last_batch_traine
     fetches = [0, 10, 20, 40, 50]
     marks = {"host_start_ns": [2, 12, 22, 42, 52, 3, 13, 23, 43, 53], "host_end_ns": [8, 18, 28, 48, 58, 6, 16, 26, 46, 56],
              "gpu_end_ns": [9, 19, 29, 49, 59, 7, 17, 27, 47, 57]}
-    ends = steady.last_batch_ends([20], fetches, [], marks)
+    ends = steady.training_ends([20], fetches, [], marks)
     assert ends == {"host_start_ns": [28], "gpu_start_ns": [29], "gpu_end_ns": [29]}
     # as a fetch that raised StopIteration there would: the iteration of fetch 20 ends at 29,
     # the next step begins a new pass
@@ -1187,9 +1187,9 @@ def test_a_pass_that_ends_at_its_loaders_length_ends_where_its_last_batch_traine
     # a pass whose iterator raised StopIteration before the next fetch (a plain for loop, a
     # prefetcher) has its end already; an iteration with no training mark (an evaluation
     # loop) leaves it unknown; the run's last pass ends at its last mark too
-    assert steady.last_batch_ends([20], fetches, [30], marks)["host_start_ns"] == []
-    assert steady.last_batch_ends([20], fetches, [], {"host_start_ns": [2], "host_end_ns": [8], "gpu_end_ns": [9]})["host_start_ns"] == []
-    assert steady.last_batch_ends([50], fetches, [], marks)["host_start_ns"] == [58]
+    assert steady.training_ends([20], fetches, [30], marks)["host_start_ns"] == []
+    assert steady.training_ends([20], fetches, [], {"host_start_ns": [2], "host_end_ns": [8], "gpu_end_ns": [9]})["host_start_ns"] == []
+    assert steady.training_ends([50], fetches, [], marks)["host_start_ns"] == [58]
 
 
 def test_the_share_of_the_time_beyond_the_median_a_cause_holds() -> None:
