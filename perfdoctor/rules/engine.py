@@ -143,23 +143,19 @@ def _persistent(values: dict[str, Metric]) -> bool:
 COMPILED_KERNELS = 0.2
 
 
-def _compiled(values: dict[str, Metric]) -> bool:
-    """The steps run torch.compile's generated kernels: ``compiled_kernel_ratio`` >= :data:`COMPILED_KERNELS`.
-    "torch.compile the model" is then the advice the program has already taken."""
-    m = values.get("compiled_kernel_ratio")
-    return m is not None and m.value is not None and m.value >= COMPILED_KERNELS
-
-
 # Checkpointing: at least this share of the slow steps' time beyond the median is the
 # program's torch.save calls inside them (slow_step_save_ratio)
 SAVES_EXPLAIN = 0.5
 
 
-def _checkpointing(values: dict[str, Metric]) -> bool:
-    """The slow steps are slow because they save: ``slow_step_save_ratio`` >= :data:`SAVES_EXPLAIN`.
-    "Find what the slow steps wait for" is then answered already."""
-    m = values.get("slow_step_save_ratio")
-    return m is not None and m.value is not None and m.value >= SAVES_EXPLAIN
+def _at_least(key: str, floor: float) -> Callable[[dict[str, Metric]], bool]:
+    """A condition that holds when the input ``key`` is present and at least ``floor``."""
+
+    def pred(values: dict[str, Metric]) -> bool:
+        m = values.get(key)
+        return m is not None and m.value is not None and m.value >= floor
+
+    return pred
 
 
 def _workload_is(kind: str) -> Callable[[dict[str, Metric]], bool]:
@@ -173,8 +169,10 @@ def _workload_is(kind: str) -> Callable[[dict[str, Metric]], bool]:
 PREDICATES: dict[str, tuple[Callable[[dict[str, Metric]], bool], str]] = {
     "graphed": (_graphed, "steps are CUDA-graph replays (steps_graphed: most steps own a recognised graph launch replaying ≥ 50 % of their kernels)"),
     "persistent": (_persistent, f"the step is one persistent kernel (1 <= step_kernels_p50 <= {PERSISTENT_KERNELS}, kernel_time_ratio >= {PERSISTENT_BUSY}, not a capture: a megakernel)"),
-    "compiled": (_compiled, f"the steps run torch.compile's kernels (compiled_kernel_ratio >= {COMPILED_KERNELS}: inductor's triton_* kernels by count)"),
-    "checkpointing": (_checkpointing, f"torch.save calls inside the slow steps account for their time beyond the median "
+    # "torch.compile the model" is then the advice the program has already taken
+    "compiled": (_at_least("compiled_kernel_ratio", COMPILED_KERNELS), f"the steps run torch.compile's kernels (compiled_kernel_ratio >= {COMPILED_KERNELS}: inductor's triton_* kernels by count)"),
+    # "find what the slow steps wait for" is then answered already
+    "checkpointing": (_at_least("slow_step_save_ratio", SAVES_EXPLAIN), f"torch.save calls inside the slow steps account for their time beyond the median "
                       f"(slow_step_save_ratio >= {SAVES_EXPLAIN})"),
     "training": (_workload_is("training"), "the trace is training (backward ops, an optimizer step or an autograd thread: perfdoctor.analysis.workload)"),
     "inference": (_workload_is("inference"), "the trace is inference (no backward op, no optimizer step)"),

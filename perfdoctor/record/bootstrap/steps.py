@@ -66,6 +66,13 @@ def module_class_path(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+def is_compiling(torch: Any) -> Any:
+    """torch's ``torch.compiler.is_compiling`` (true while dynamo traces a function), or a
+    function that says False on a torch without it: a wrapper of perfdoctor's calls it to stay
+    out of a graph being compiled."""
+    return getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
+
+
 class _Depth(threading.local):
     depth = 0  # module calls open on this thread (counted up to the depth that matters)
 
@@ -204,7 +211,7 @@ class ModuleSteps:
         self.work_grad: list[bool] = []  # each one's grad mode: an evaluation's calls among the training's
         # Under torch.compile (dynamo tracing a forward) the wrapper must be invisible: a
         # thread-local or a clock read there would break the graph. 0.15 us per call.
-        self.compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
+        self.compiling = is_compiling(torch)
         self.grad_enabled = torch.is_grad_enabled  # a C function: no Python frame per call
         self.wrapper = self.scout_call() if mark is None else self.mark_call(mark)
         torch.nn.Module.__call__ = self.wrapper
@@ -463,7 +470,7 @@ def install_compiled_steps(session: Session) -> None:
 
     original = torch.compile
     module_class = torch.nn.Module
-    compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
+    compiling = is_compiling(torch)
     light = session.mode == "light"
 
     def wrap(fn: Any, compiled: Any) -> Any:
@@ -768,7 +775,7 @@ def install_backward_calls(session: Session) -> BackwardCalls | None:
 
     if session.mode != "light" and rangenames.kind(session.pattern or "") != rangenames.BACKWARD:
         return None
-    compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
+    compiling = is_compiling(torch)
     return BackwardCalls(session, torch.autograd, compiling)
 
 
