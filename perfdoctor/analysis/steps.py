@@ -1187,6 +1187,9 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
     counts = {**ranges["name"].value_counts(sort=False).to_dict(), **trained, **fetched}  # a loader's batches, as run counts them
     apart = other_optimizers(counts)
     apart |= enclosed_marks({n: (g["start_ns"], g["end_ns"]) for n, g in loops.groupby("name", sort=False) if n not in apart})
+    profiled, opt = ranges[equals(ranges["source"], "profiler_step")], loops[starts_with(loops["name"], rangenames.OPTIMIZER_STEP_PREFIX)]
+    if cuts_iterations(profiled["start_ns"], profiled["end_ns"], opt["start_ns"], opt["end_ns"]):
+        apart |= {n for n in counts if rangenames.kind(n) == rangenames.PROFILER_STEP}
     for name in apart:
         del counts[name]
     lengths = (ranges["end_ns"] - ranges["start_ns"]).groupby(ranges["name"]).sum().to_dict()
@@ -1230,6 +1233,25 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
         f"with GPU work, no training-loop range, and no repeating unit of GPU work ({auto_how}) (use --step NAME)",
         "",
     )
+
+
+def cuts_iterations(step_starts: Sequence[int], step_ends: Sequence[int], opt_starts: Sequence[int], opt_ends: Sequence[int]) -> bool:
+    """Whether torch.profiler's steps (``ProfilerStep#N``, host starts and ends) end inside
+    the optimizer's steps (``Optimizer.step#…``, host starts and ends), most of those within
+    them: the profiler stepped in the middle of each training iteration, so its steps are not
+    iterations. Lightning's PyTorchProfiler steps it at the end of each ``training_step``,
+    which runs inside ``Optimizer.step`` (the closure), and at the end of each
+    ``validation_step``, so that its steps also count validation batches (a fit's trace: 34
+    ProfilerSteps for 30 training iterations, the one after a validation 1.1 ms for 2.4).
+    The loop's ranges mark the iterations then. The same rule for a trace and the light pass."""
+    ends = np.sort(np.asarray(step_ends, dtype=np.int64))
+    lo, hi = np.asarray(opt_starts, dtype=np.int64), np.asarray(opt_ends, dtype=np.int64)
+    if not ends.size or not lo.size:
+        return False
+    within = (lo >= np.min(np.asarray(step_starts, dtype=np.int64))) & (hi <= ends[-1])  # in the profiled steps
+    first_after = np.minimum(np.searchsorted(ends, lo, side="right"), ends.size - 1)
+    cut = within & (ends[first_after] > lo) & (ends[first_after] < hi)
+    return 2 * int(cut.sum()) > int(within.sum())
 
 
 def profiler_steps(profile: Profile, rows: pd.DataFrame) -> pd.DataFrame:

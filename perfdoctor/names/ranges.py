@@ -117,6 +117,11 @@ LIBRARY_PREFIXES = (
     "torch-compiled region", "cudagraphnode", "fsdp::", "fullyshardeddataparallel.",
     # torch.distributed's backends' collectives (gloo:all_reduce once per DDP backward)
     "gloo:", "c10d::", "mpi:", "ucc:",
+    # Lightning's PyTorchProfiler: ``[pl][profile]<hook>`` around each hook and part of its
+    # loops, ``[pl][module]<class>: <name>`` around each module's forward. Taken for ranges of
+    # the user's, its model's forward (``[pl][module]…Sequential: net``, 0.24 ms of a 2.4 ms
+    # iteration) was the step of a fit's trace; its loops' torch ranges mark the iteration.
+    "[pl][",
 )
 WRAPPER_RANGES = frozenset({"DistributedDataParallel.forward", "DataParallel.forward"})
 

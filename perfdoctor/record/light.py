@@ -6,7 +6,7 @@ steady steps."""
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -207,6 +207,7 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
         apart = steps.other_optimizers(series)
         apart |= steps.enclosed_marks({n: (s["host_start_ns"][: len(s["gpu_end_ns"])], s.get("host_end_ns") or s["gpu_end_ns"])
                                        for n, s in series.items() if n not in apart})
+        apart |= _profiler_cuts(series)
     work, work_grad = loop_work(results)
     counts, ends_of_passes, marks, loops = _range_counts(series, results, work, work_grad)
     groups = {n: (len(f["host_start_ns"]), f["group"]) for n, f in loops.items() if f.get("group")}
@@ -270,6 +271,20 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
         series[name] = timed
         results.series = series
     return name, choice.how + prefill if module is None else how, module, choice.iteration
+
+
+def _profiler_cuts(series: dict[str, dict[str, Any]]) -> set[str]:
+    """The ProfilerStep#N names of ``series`` when the program's profiler steps in the middle
+    of its training iterations (:func:`perfdoctor.analysis.steps.cuts_iterations`:
+    Lightning's PyTorchProfiler), else none."""
+    def spans(kind: Callable[[str], bool]) -> tuple[list[int], list[int]]:
+        parts = [s for n, s in series.items() if kind(n)]
+        return ([h for s in parts for h in s["host_start_ns"][: len(s["gpu_end_ns"])]],
+                [e for s in parts for e in (s.get("host_end_ns") or s["gpu_end_ns"])])
+
+    profiled = {n for n in series if rangenames.kind(n) == rangenames.PROFILER_STEP}
+    opt = spans(lambda n: n.startswith(rangenames.OPTIMIZER_STEP_PREFIX))
+    return profiled if profiled and steps.cuts_iterations(*spans(profiled.__contains__), *opt) else set()
 
 
 def _optimizer_how(name: str, split: tuple[str, int], counts: dict[str, int]) -> str:

@@ -255,6 +255,46 @@ def test_lightning_ranges_without_schedule(tmp_path):
     _check_window(m, text, "run_training_batch", res["per_trace"][0], "training")
 
 
+# --- Lightning's own PyTorchProfiler, as lightning itself writes it ------------------------------
+
+
+def test_lightning_profiler_trace_reads_its_training_iterations(tmp_path):
+    """The real Lightning (``lightning_fit.py --profile``: ``Trainer(profiler=PyTorchProfiler(
+    dirpath, filename, schedule))``) steps the profiler at the end of each ``training_step``,
+    inside ``Optimizer.step`` (the closure), and of each ``validation_step``; it names its hooks
+    ``[pl][profile]…`` and each module's forward ``[pl][module]…``. Read as ProfilerSteps, the
+    fit's trace held 26 steps for its 22 training batches (the validation batches, and the
+    step after each validation cut short); without them, the step was the model's forward
+    (``[pl][module]…Sequential: net``, a tenth of the iteration). The steps are the training
+    iterations, checked by hand against the trace: each training batch's fetch (a
+    ``[pl][profile]run_training_batch`` follows it) to the next fetch."""
+    r = subprocess.run([sys.executable, str(REAL_PROGRAMS / "lightning_fit.py"), "--accelerator", "cpu", "--width", "256",
+                        "--features", "64", "--samples", "2048", "--val-samples", "128", "--batch", "64", "--val-every", "8",
+                        "--epochs", "1", "--profile", str(tmp_path / "prof"), "--profile-steps", "20"],
+                       capture_output=True, text=True, timeout=180, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = program_result(r.stdout)
+    (trace,) = (tmp_path / "prof").glob("*training_step*.pt.trace.json")
+    events = [e for e in json.loads(trace.read_text())["traceEvents"] if e.get("ph") == "X"]
+    fetches = sorted(e["ts"] for e in events if e["name"].startswith("enumerate(DataLoader)#"))
+    batches = [e["ts"] for e in events if e["name"] == "[pl][profile]run_training_batch"]
+    validations = [e["ts"] for e in events if e["name"].endswith("SingleDeviceStrategy.validation_step")]
+    assert validations and sum(e["name"].startswith("ProfilerStep#") for e in events) > len(batches)  # the case at hand
+    by_hand = [(a, b) for a, b in zip(fetches, fetches[1:]) if any(a < t < b for t in batches)]
+    m, text = _analyze(trace, tmp_path)
+    assert m["step_name"].startswith("enumerate(DataLoader)#"), m["steps_how"]
+    assert m["metrics"]["steps"]["value"] == len(by_hand) == len(m["steps"])
+    read = sorted((s["host_start_ns"], s["host_end_ns"]) for s in m["steps"])
+    for (a, b), (start, end) in zip(by_hand, read):  # µs in the trace; ns from perfdoctor's own origin
+        assert abs((start - m["steps"][0]["host_start_ns"]) / 1e3 - (a - by_hand[0][0])) < 1 and abs((end - start) / 1e3 - (b - a)) < 2
+    assert not any(a < t < b for a, b in by_hand for t in validations)  # no validation batch in a step
+    # the program's own timer (a Callback, its profiled and unprofiled batches): the median batch
+    ms = sorted(_host_ms(m))
+    own = sorted(res["span_each"])
+    assert abs(ms[len(ms) // 2] - own[len(own) // 2]) <= TIME_SHARE * own[len(own) // 2] + TIME_SLACK_MS, (ms, own)
+    assert m["workload"]["kind"] == "training"
+
+
 # --- inference --------------------------------------------------------------------------------
 
 

@@ -16,7 +16,7 @@ import pytest
 from conftest import FIXTURES
 from perfdoctor.pipeline import load_trace
 from perfdoctor.analysis.metrics import analyze
-from perfdoctor.analysis.steps import (AUTO_STEP, enclosed_marks, find_steps, grad_mode_steps, iteration_instance, iteration_site,
+from perfdoctor.analysis.steps import (AUTO_STEP, cuts_iterations, enclosed_marks, find_steps, grad_mode_steps, iteration_instance, iteration_site,
                                       optimizer_ordinals, other_optimizers, repeating_region, site_groups)
 from perfdoctor.names import ranges as rangenames
 from perfdoctor.profile import BundleFacts
@@ -204,11 +204,31 @@ def test_library_ranges_are_never_the_step() -> None:
     assert find_steps(p, "cub::*").count == 5
 
 
-@pytest.mark.parametrize("name", ["ncclAllReduce", "cudnn:conv", "cuBLASLt gemm", "thrust::sort"])
+@pytest.mark.parametrize("name", ["ncclAllReduce", "cudnn:conv", "cuBLASLt gemm", "thrust::sort",
+                                  # Lightning's PyTorchProfiler: its model's forward, one of its hooks
+                                  "[pl][module]torch.nn.modules.container.Sequential: net", "[pl][profile]run_training_batch"])
 def test_other_library_range_names_are_skipped(name: str) -> None:
     p = load_trace(FIXTURES / "h200-decode-eager-5steps.kineto.json.gz")
     p.ranges.loc[p.ranges["name"] == "decode_step", "name"] = name
     assert analyze(p).steps.name == AUTO_STEP
+
+
+def test_profiler_steps_that_end_inside_the_optimizer_steps_are_no_iterations() -> None:
+    """Lightning steps the profiler at each ``training_step``'s end, inside ``Optimizer.step``
+    (its closure): each ProfilerStep ends inside an optimizer step. The recipe's
+    ``prof.step()`` at the loop's end, or HF's ``on_step_end``, ends each after it."""
+    ends = np.array([100, 200, 300, 400])
+    starts = np.r_[0, ends[:-1]]
+    lightning = (ends - 30, ends + 40)  # the closure: forward, profiler step, backward, update
+    recipe = (ends - 30, ends - 10)
+    assert cuts_iterations(starts, ends, *lightning)
+    assert not cuts_iterations(starts, ends, *recipe)
+    # most of them decide: one step of four cut (a profiler's stop inside the last) is not it
+    mixed = (np.r_[recipe[0][:3], lightning[0][3:]], np.r_[recipe[1][:3], lightning[1][3:]])
+    assert not cuts_iterations(starts, ends, *mixed)
+    assert not cuts_iterations(starts, ends, [], []) and not cuts_iterations([], [], *lightning)
+    # optimizer steps outside the profiled window say nothing
+    assert not cuts_iterations(starts, ends, np.r_[recipe[0], 500, 600], np.r_[recipe[1], 560, 660])
 
 
 def test_how_the_step_was_found_is_said() -> None:

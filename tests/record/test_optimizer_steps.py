@@ -219,3 +219,28 @@ def test_reptile_steps_once_per_outer_iteration_at_each_new_optimizers_first_ste
     at = [1000 * k + 10 * j for k in range(4) for j in range(32)]
     results = PassResults(series={STEP: {**_series(at, [h + 2 for h in at]), "instance": [k + 1 for k in range(4) for _ in range(32)]}})
     assert find_step(results, RunOptions(target=["x.py"]))[0] == STEP
+
+
+def test_a_profiler_stepped_inside_the_optimizers_steps_marks_no_iteration() -> None:
+    # Lightning's PyTorchProfiler: each training_step runs inside Optimizer.step (its
+    # closure, 10..90 of each 100) and the profiler steps at its end (50): ProfilerStep#k
+    # from one such end to the next. The data loader's fetch (0..5) opens each iteration.
+    n = 6
+    fetch, opt = [100 * k for k in range(n)], [100 * k + 10 for k in range(n)]
+    profiled = {f"ProfilerStep#{k}": _series([100 * k - 50], [100 * k + 50]) for k in range(1, n)}
+    forwards = [100 * k + 20 for k in range(n)]
+    results = PassResults(
+        series={"enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__": _series(fetch, [f + 5 for f in fetch]),
+                STEP: _series(opt, [o + 80 for o in opt]), **profiled},
+        modules={"0": {"MLP.forward": _series(forwards, [f + 10 for f in forwards])}},
+    )
+    name, _, _, rewritten = find_step(results, RunOptions(target=["x.py"]))
+    # before: 'ProfilerStep#*', each from the middle of one iteration to the middle of the next
+    assert (name, rewritten) == ("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", True)
+    assert results.series[name]["host_start_ns"][:n - 1] == fetch[:n - 1]
+    # stepped at each iteration's end (the recipe's prof.step()), its steps are the iterations
+    results = PassResults(
+        series={STEP: _series(opt, [o + 30 for o in opt]),
+                **{f"ProfilerStep#{k}": _series([100 * k - 50], [100 * k + 50]) for k in range(1, n)}},
+    )
+    assert find_step(results, RunOptions(target=["x.py"]))[0] == "ProfilerStep#*"

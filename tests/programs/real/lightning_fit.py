@@ -6,7 +6,16 @@ with ``self.log``, ``configure_optimizers`` returning an AdamW and a step-wise
 ``L.Trainer(max_epochs=..., val_check_interval=..., ...).fit(model, train_loader,
 val_loader)``: Lightning's sanity check (2 validation batches) before training, a validation
 pass every ``--val-every`` training batches. ``--accum``: ``accumulate_grad_batches``;
-``--precision bf16-mixed``: autocast. No profiler, no perfdoctor. Needs ``lightning``.
+``--precision bf16-mixed``: autocast. No perfdoctor. Needs ``lightning``.
+
+``--profile DIR``: Lightning's own profiler, as its docs' "Find bottlenecks in your code"
+write it, ``L.Trainer(..., profiler=PyTorchProfiler(dirpath=DIR, filename="fit"))``
+(``--profile-steps N``: with ``schedule=torch.profiler.schedule(wait=1, warmup=1,
+active=N)``; 0, Lightning's default schedule). It writes a trace per loop into DIR
+(``fit-fit-[Strategy]SingleDeviceStrategy.training_step.<id>.pt.trace.json``, and one for
+``validation_step``): ``[pl][profile]<hook>`` ranges around each hook, ``[pl][module]`` ranges
+around each module's forward, and a ``ProfilerStep#N`` per ``training_step`` and per
+``validation_step``, stepped at each one's end.
 
 Its own timer, a ``Callback`` as users write one: each training batch from
 ``on_train_batch_start`` to ``on_train_batch_end`` (``ms_each``: the batch's fetch and
@@ -25,6 +34,7 @@ import tempfile
 import time
 
 import lightning as L
+from lightning.pytorch.profilers import PyTorchProfiler
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -105,6 +115,8 @@ def main():
     p.add_argument("--val-every", type=int, default=64, help="val_check_interval, in training batches (0: no validation loader)")
     p.add_argument("--accum", type=int, default=1, help="accumulate_grad_batches")
     p.add_argument("--workers", type=int, default=0)
+    p.add_argument("--profile", metavar="DIR", help="Lightning's PyTorchProfiler, its traces written to DIR")
+    p.add_argument("--profile-steps", type=int, default=0, help="the profiler schedule's active steps (0: Lightning's default)")
     p.add_argument("--defaults", action="store_true",
                    help="Lightning's own defaults: a logger, a checkpoint per validation or epoch, the progress bar, the summary")
     args = p.parse_args()
@@ -123,6 +135,9 @@ def main():
     model = Classifier(args.features, args.width, args.classes, 1e-3, steps)
     timer = BatchTimer(sync=torch.cuda.is_available() and args.accelerator != "cpu")
     quiet = {} if args.defaults else dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    if args.profile:
+        schedule = torch.profiler.schedule(wait=1, warmup=1, active=args.profile_steps) if args.profile_steps else None
+        quiet["profiler"] = PyTorchProfiler(dirpath=args.profile, filename="fit", schedule=schedule)
     trainer = L.Trainer(max_epochs=args.epochs, accelerator=args.accelerator, devices=1, precision=args.precision,
                         val_check_interval=args.val_every or None, accumulate_grad_batches=args.accum, callbacks=[timer],
                         default_root_dir=os.path.join(tempfile.gettempdir(), "lightning-fit"), **quiet)
