@@ -49,6 +49,8 @@ def run_command(
     Example: perfdoctor run --step decode_step --steps 20 infer.py --tokens 128
 
     Several ranks: perfdoctor run --nproc-per-node 2 train.py, or perfdoctor run -- torchrun --nproc-per-node 2 train.py (then perfdoctor analyze BUNDLE shows every rank and the straggler).
+
+    Hugging Face's launcher as written: perfdoctor run -- accelerate launch [--mixed_precision bf16 ...] train.py ARGS (accelerate reads its options and config; the program gets the environment it sets).
     """
     from perfdoctor.record.repeats import run_repeated
     from perfdoctor.record.options import RunOptions, parse_collect
@@ -127,15 +129,21 @@ def python_line(args: list[str], module: bool) -> tuple[list[str], bool]:
 
 
 def run_launch(args: list[str], module: bool, nproc_per_node: Optional[int]) -> tuple[Optional[Launch], list[str]]:
-    """(how the ranks start, the target): a torchrun line after ``--``, ``--nproc-per-node``,
-    or a single process (no launch)."""
-    from perfdoctor.record.launch import from_command, from_nproc, is_torchrun_line
+    """(how the ranks start, the target): a torchrun line after ``--``, an ``accelerate
+    launch`` line (its environment set here), ``--nproc-per-node``, or a single process (no launch)."""
+    from perfdoctor.record.launch import from_accelerate, from_command, from_nproc, is_accelerate_line, is_torchrun_line
     from perfdoctor.record.target import parse_target
 
-    if is_torchrun_line(args) is not None:
+    if is_torchrun_line(args) is not None or is_accelerate_line(args) is not None:
         if nproc_per_node is not None or module:
-            raise UsageError("give either a torchrun command line or --nproc-per-node/-m, not both")
-        return from_command(args)
+            raise UsageError("give either a torchrun or accelerate launch command line or --nproc-per-node/-m, not both")
+        if is_torchrun_line(args) is not None:
+            return from_command(args)
+        launch, target, env = from_accelerate(args)
+        # what accelerate's launcher gives the program (ACCELERATE_MIXED_PRECISION, ...): every
+        # pass's process inherits it from here
+        os.environ.update(env)
+        return launch, target
     args, module = python_line(args, module)
     target = parse_target(args, module)
     return (from_nproc(nproc_per_node) if nproc_per_node is not None else None), target

@@ -7,7 +7,12 @@ Two ways in, one launch:
 * ``perfdoctor run -- torchrun [TORCHRUN OPTIONS] SCRIPT ARGS`` (or ``python -m
   torch.distributed.run ...``) keeps the user's own launch line: its options are read with
   torchrun's own argument parser, in a separate interpreter (perfdoctor's process never
-  imports torch), so every option torchrun knows is understood the way torchrun reads it.
+  imports torch), so every option torchrun knows is understood the way torchrun reads it;
+* ``perfdoctor run -- accelerate launch [OPTIONS] SCRIPT ARGS`` (Hugging Face's examples'
+  line) is read by accelerate's own parser and launch code, its config file too
+  (:func:`from_accelerate`): one process is a plain run with the environment accelerate gives
+  the program (``ACCELERATE_MIXED_PRECISION``, ...), several on this machine (``--multi_gpu``,
+  FSDP) are torchrun's ``--standalone --nproc-per-node N`` with that environment.
 
 Either way each pass runs ``torch.distributed.run [OPTIONS] -m perfdoctor.record.bootstrap.main
 CONFIG SCRIPT ARGS`` with perfdoctor's interpreter: torchrun starts one bootstrap per rank
@@ -70,6 +75,35 @@ opts = argv[: len(argv) - len(a.training_script_args) - 1]
 print(json.dumps({"options": opts, "script": a.training_script, "args": a.training_script_args,
                   "module": bool(a.module), "no_python": bool(a.no_python),
                   "nproc_per_node": str(a.nproc_per_node), "nnodes": str(a.nnodes)}))
+"""
+
+# Read the user's ``accelerate launch`` line with accelerate's own parser and launch code:
+# prints what its launcher would run (one process: the program and the environment accelerate
+# gives it; several on this machine: torchrun's process count and the environment), as JSON.
+# Exit 3: a bad option (argparse said why on stderr); 4: --help; 5: a launch perfdoctor cannot
+# run (stdout says why).
+PARSE_ACCELERATE = """
+import json, os, sys
+before = dict(os.environ)
+from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+from accelerate.utils.launch import prepare_multi_gpu_env, prepare_simple_launcher_cmd_env
+try:
+    args, defaults, _ = _validate_launch_command(launch_command_parser().parse_args(sys.argv[1:]))
+except SystemExit as exc:
+    sys.exit(3 if exc.code else 4)
+gpu = not args.cpu
+why = ("DeepSpeed's launcher" if args.use_deepspeed and gpu else "a TPU" if args.tpu and gpu else
+       "several machines" if args.num_machines > 1 else "--no_python" if args.no_python else
+       "an mpirun hostfile" if args.mpirun_hostfile else "SageMaker" if defaults is not None and
+       str(defaults.compute_environment).endswith("SAGEMAKER") else None)
+if why:
+    print(why)
+    sys.exit(5)
+several = gpu and (args.multi_gpu or args.use_fsdp or args.use_megatron_lm)
+env = prepare_multi_gpu_env(args) if several else prepare_simple_launcher_cmd_env(args)[1]
+print(json.dumps({"env": {k: v for k, v in env.items() if before.get(k) != v and k not in ("MASTER_ADDR", "MASTER_PORT")},
+                  "script": args.training_script, "args": args.training_script_args, "module": bool(args.module),
+                  "nproc_per_node": str(args.num_processes) if several else None}))
 """
 
 # torchrun itself, which also writes down every failed rank's exit code (torchrun's own
@@ -135,6 +169,50 @@ def is_torchrun_line(argv: list[str]) -> int | None:
     if len(argv) >= 3 and os.path.basename(argv[0]).startswith("python") and argv[1:3] == list(LAUNCHER):
         return 3
     return None
+
+
+def is_accelerate_line(argv: list[str]) -> int | None:
+    """Where ``accelerate launch``'s options start in ``argv`` (``accelerate launch ...``,
+    ``accelerate-launch ...`` or ``python -m accelerate.commands.launch ...``), or None."""
+    name = os.path.basename(argv[0]) if argv else ""
+    if name == "accelerate" and argv[1:2] == ["launch"]:
+        return 2
+    if name == "accelerate-launch":
+        return 1
+    if len(argv) >= 3 and name.startswith("python") and argv[1:3] == ["-m", "accelerate.commands.launch"]:
+        return 3
+    return None
+
+
+def from_accelerate(argv: list[str]) -> tuple[Launch | None, list[str], dict[str, str]]:
+    """The user's ``accelerate launch [OPTIONS] SCRIPT ARGS`` line (Hugging Face's examples
+    run so) as (launch, target, environment): accelerate's own parser and launch code read it,
+    its config file too, in a separate interpreter. One process (its simple launcher: the
+    program under this Python with ``ACCELERATE_*`` variables) is no launch; several on this
+    machine (``--multi_gpu``, FSDP) are torchrun's, as accelerate starts them. The
+    environment is what accelerate adds for the program."""
+    start = is_accelerate_line(argv)
+    assert start is not None
+    try:
+        done = subprocess.run([sys.executable, "-c", PARSE_ACCELERATE, *argv[start:]], capture_output=True, text=True,
+                              timeout=120, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UsageError(f"the accelerate launch options could not be read ({exc})") from None
+    if done.returncode == 4:
+        raise UsageError("the accelerate launch line asks for its help: run accelerate launch --help itself")
+    if done.returncode == 5:
+        raise UsageError(f"accelerate launch with {done.stdout.strip()}: perfdoctor runs one process, or torchrun's ranks "
+                         "on this machine (perfdoctor run -- torchrun --nproc-per-node N SCRIPT ARGS)")
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines()
+        if "No module named 'accelerate" in done.stderr:
+            lines = ["accelerate is not installed for this interpreter"]
+        raise UsageError(f"accelerate launch options: {(lines or ['unreadable'])[-1].partition('error: ')[2] or lines[-1]}")
+    facts = json.loads(done.stdout.strip().splitlines()[-1])
+    target = ["-m", facts["script"], *facts["args"]] if facts["module"] else parse_target([facts["script"], *facts["args"]], module=False)
+    n = facts["nproc_per_node"]
+    launch = Launch(["--standalone", "--nproc-per-node", n], n, how="accelerate launch") if n is not None else None
+    return launch, target, facts["env"]
 
 
 def from_command(argv: list[str]) -> tuple[Launch, list[str]]:

@@ -258,6 +258,12 @@ def test_a_hung_rank_is_stopped_by_the_timeout(tmp_path):
         (["--", "torchrun", "--nproc-per-node", "2", "missing.py"], "missing.py: no such script"),
         (["--", "torchrun", "--bogus-option", "1", str(JOB)], "torchrun options"),
         (["--", "torchrun", "--help"], "run torchrun --help itself"),
+        # Hugging Face's launcher, read by accelerate's own parser
+        (["--", "accelerate", "launch", "--bogus-option", str(JOB)], "accelerate launch options: unrecognized arguments: --bogus-option"),
+        (["--", "accelerate", "launch", "--help"], "run accelerate launch --help itself"),
+        (["--", "accelerate", "launch", "--cpu", "missing.py"], "missing.py: no such script"),
+        (["--", "accelerate", "launch", "--num_machines", "2", "--main_process_ip", "10.0.0.1", str(JOB)], "accelerate launch with several machines"),
+        (["--nproc-per-node", "2", "--", "accelerate", "launch", str(JOB)], "not both"),
     ],
 )
 def test_launch_usage_errors(tmp_path, args, message):

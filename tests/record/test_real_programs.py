@@ -34,11 +34,13 @@ pytestmark = pytest.mark.flaky(reruns=1, only_rerun=["AssertionError"])
 FETCH = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 
 
-def _run(tmp_path: Path, program: str, *args: str, step: str | None = None, env: dict | None = None) -> tuple[dict, dict, dict]:
+def _run(tmp_path: Path, program: str, *args: str, step: str | None = None, env: dict | None = None,
+         launcher: tuple[str, ...] = ()) -> tuple[dict, dict, dict]:
     """(light_pass of the manifest, the chosen step's series, the program's RESULT); ``step``:
-    perfdoctor's --step; ``env``: the program's environment's additions."""
-    r = run_cli("run", "--collect", "nvml", *(("--step", step) if step else ()), "--out", tmp_path, REAL / program, *args, timeout=240,
-                env=env)
+    perfdoctor's --step; ``env``: the program's environment's additions; ``launcher``: the
+    command line before the program (``accelerate launch ...``), after ``--``."""
+    r = run_cli("run", "--collect", "nvml", *(("--step", step) if step else ()), "--out", tmp_path, *(("--", *launcher) if launcher else ()),
+                REAL / program, *args, timeout=240, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     light = json.loads((bundle / "manifest.json").read_text())["light_pass"]
@@ -1146,10 +1148,15 @@ def test_accelerate_style_gradient_accumulation_steps_per_optimizer_step(tmp_pat
     # clip when sync_gradients, optimizer.step() / lr_scheduler.step() / zero_grad() on every
     # batch (no-ops unless gradients sync), an evaluation after each epoch; 10 batches per
     # epoch, accumulation 4: optimizer steps after 4, 8 and the loader's last batch. The
-    # step is the optimizer step (the Trainer's global_step), as the program times it
+    # step is the optimizer step (the Trainer's global_step), as the program times it.
+    # Launched as HF's examples are, `accelerate launch --mixed_precision bf16 ...`: the
+    # program gets the precision accelerate's launcher gives it (before: "accelerate: no
+    # such script")
     light, series, result = _run(tmp_path, "accel_train.py", "--device", "cpu", "--layers", "2", "--dim", "64", "--heads", "4",
                                   "--vocab", "2000", "--max-len", "64", "--batch-size", "8", "--samples", "80",
-                                  "--eval-samples", "24", "--accum", "4", "--epochs", "2", env={"OMP_NUM_THREADS": "1"})
+                                  "--eval-samples", "24", "--accum", "4", "--epochs", "2", env={"OMP_NUM_THREADS": "1"},
+                                  launcher=("accelerate", "launch", "--cpu", "--num_processes", "1", "--mixed_precision", "bf16"))
+    assert result["mixed_precision"] == "bf16"
     assert result["optimizer_steps"] == 6 and result["micro_batches"] == 20
     assert light["step_name"] == "Optimizer.step#AdamW.step" and "(gradient accumulation, or several loaders read per step)" in light["how"]
     # its micro-batches per optimizer step, 20 / 6 (before: 3.5, the fetch that raised

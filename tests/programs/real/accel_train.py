@@ -157,7 +157,8 @@ def main():
                                   "ms_per_step": round(ms_per_step, 4), "optimizer_steps": completed_steps,
                                   "micro_batches": micro_batches, "eval_batches": eval_batches, "accum": args.accum,
                                   "ms_per_micro_batch": round(sum(ms_each) / micro_batches, 4),
-                                  "ms_each": [round(m, 4) for m in ms_each], "device": str(accelerator.device)}))
+                                  "ms_each": [round(m, 4) for m in ms_each], "device": str(accelerator.device),
+                                  "mixed_precision": accelerator.mixed_precision}))
 
 
 if __name__ == "__main__":
