@@ -4,6 +4,7 @@ before anything runs, and the name its bundle gets."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,11 @@ def parse_target(args: list[str], module: bool) -> list[str]:
         return ["-m", *args]
     script = Path(args[0])
     if not script.is_file():
+        if os.sep not in args[0] and shutil.which(args[0]) is not None:
+            # a launcher (deepspeed, mpirun, a console script): it starts Python, perfdoctor
+            # cannot follow it into the program
+            raise UsageError(f"{script}: a command, not a Python script: give perfdoctor the script it runs (perfdoctor run "
+                             "SCRIPT ARGS, -m MODULE, or a torchrun or accelerate launch line after --)")
         raise UsageError(f"{script}: no such script")
     if (why := not_a_program(script)) is not None:
         raise UsageError(f"{script}: {why}")

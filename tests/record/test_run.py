@@ -336,6 +336,8 @@ def test_killed_run_leaves_a_readable_bundle(tmp_path, sig):
     [
         (["--collect", "torch,gpuz", "x.py"], "unknown collector gpuz"),
         (["missing.py"], "missing.py: no such script"),
+        # a launcher on PATH that is neither torchrun nor accelerate (deepspeed, mpirun): named as one
+        (["--", "ls", "x.py"], "ls: a command, not a Python script"),
         (["--step-fn", "nocolon", "x.py"], "expected module:function"),
         ([], "nothing to run"),
     ],
