@@ -235,11 +235,11 @@ def training_ends(
     calls: ``host_start_ns``, ``host_end_ns``, ``gpu_end_ns``). For each other last batch
     whose iteration holds a mark: an end of pass where the latest of them ended, as a fetch
     that raised right after it would be (a series: ``host_start_ns`` its host end,
-    ``gpu_start_ns`` and ``gpu_end_ns`` its GPU end). Without a mark (an evaluation loop)
-    the pass's end stays unknown."""
+    ``gpu_start_ns`` and ``gpu_end_ns`` its GPU end; ``last_ns``, the fetch whose iteration it
+    ends). Without a mark (an evaluation loop) the pass's end stays unknown."""
     fetches, raised = np.sort(_ns(fetch_ns)), np.sort(_ns(raised_ns))
     start, end, gpu = _ns(marks.get("host_start_ns") or []), _ns(marks.get("host_end_ns") or []), marks.get("gpu_end_ns") or []
-    host_at, gpu_at = [], []
+    host_at, gpu_at, of = [], [], []
     for last in np.unique(_ns(last_ns)):
         i = np.searchsorted(fetches, last, side="right")
         nxt = fetches[i] if i < fetches.size else np.iinfo(np.int64).max
@@ -249,7 +249,8 @@ def training_ends(
         if inside.size:
             host_at.append(int(end[inside].max()))
             gpu_at.append(max(int(gpu[k]) for k in inside))
-    return {"host_start_ns": host_at, "gpu_start_ns": gpu_at, "gpu_end_ns": gpu_at}
+            of.append(int(last))
+    return {"host_start_ns": host_at, "gpu_start_ns": gpu_at, "gpu_end_ns": gpu_at, "last_ns": of}
 
 
 def optimizer_iterations(calls: dict, others: dict, work_ns: np.ndarray | list[int] | None = None, closing: bool = False) -> dict:

@@ -1177,7 +1177,7 @@ def test_a_pass_that_ends_at_its_loaders_length_ends_where_its_last_batch_traine
     marks = {"host_start_ns": [2, 12, 22, 42, 52, 3, 13, 23, 43, 53], "host_end_ns": [8, 18, 28, 48, 58, 6, 16, 26, 46, 56],
              "gpu_end_ns": [9, 19, 29, 49, 59, 7, 17, 27, 47, 57]}
     ends = steady.training_ends([20], fetches, [], marks)
-    assert ends == {"host_start_ns": [28], "gpu_start_ns": [29], "gpu_end_ns": [29]}
+    assert ends == {"host_start_ns": [28], "gpu_start_ns": [29], "gpu_end_ns": [29], "last_ns": [20]}
     # as a fetch that raised StopIteration there would: the iteration of fetch 20 ends at 29,
     # the next step begins a new pass
     it = steady.loop_iterations({"host_start_ns": fetches, "gpu_start_ns": fetches, "gpu_end_ns": [1, 11, 21, 41, 51]},
