@@ -310,6 +310,42 @@ def test_module_target_and_exit_code_are_the_programs(tmp_path):
     assert len(load_bundle(bundle).ranges) > 0
 
 
+CHILD_TERMINATED = """
+import json, multiprocessing as mp, os, signal, sys, time
+
+def child(ready):
+    ready.set()
+    try:
+        time.sleep(30)
+    finally:  # runs only where SIGTERM became an exception
+        print("child unwound", flush=True)
+
+if __name__ == "__main__":
+    ctx = mp.get_context("fork")
+    ready = ctx.Event()
+    p = ctx.Process(target=child, args=(ready,))
+    p.start()
+    ready.wait(30)
+    p.terminate()  # what Pool.terminate() does to its workers: SIGTERM
+    p.join(30)
+    print("RESULT " + json.dumps({"exitcode": p.exitcode}))
+"""
+
+
+def test_a_forked_child_dies_of_sigterm_as_without_perfdoctor(tmp_path):
+    # multiprocessing's Pool.terminate() (a `with Pool() as pool:` block's exit) ends its
+    # workers by SIGTERM. The forked workers inherited the bootstrap's handler, which raised
+    # an exception wherever they were: once inside the task queue's lock, which hung the
+    # pool's shutdown and the program (pool_classify.py --workers 3 on the CPU); else a
+    # "Process ForkPoolWorker-1: Traceback ... Terminated" in the program's output
+    (tmp_path / "prog.py").write_text(CHILD_TERMINATED)
+    done = perfdoctor_run("-q", "--collect", "nvml", "prog.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = [json.loads(line[7:]) for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert results and all(r["exitcode"] == -signal.SIGTERM for r in results), done.stdout
+    assert "child unwound" not in done.stdout and "Terminated" not in done.stderr
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_killed_run_leaves_a_readable_bundle(tmp_path, sig):
     ready = tmp_path / "ready"
