@@ -170,8 +170,8 @@ def install_signals(session: Session) -> None:
     """SIGTERM becomes an exception in the main thread (SIGINT already is), so the program's
     own ``finally`` blocks and ours run. ``perfdoctor run`` forwards the signals it gets, so
     one Ctrl-C can arrive twice (from the terminal and forwarded): a repeat within half a
-    second of the first is dropped instead of interrupting the unwinding. A forked child
-    inherits the handlers: there the signals do what they do without perfdoctor."""
+    second of the first is dropped instead of interrupting the unwinding. A forked child gets
+    the signals' own behaviour back (:meth:`Session.forked`)."""
     last: dict[int, float] = {}
 
     def repeated(signum: int) -> bool:
@@ -181,25 +181,18 @@ def install_signals(session: Session) -> None:
         return again or session.finished
 
     def on_term(signum: int, frame: Any) -> None:
-        if os.getpid() != session.pid:
-            # a forked child (a multiprocessing Pool's worker, which Pool.terminate() ends by
-            # SIGTERM) dies of it, as without perfdoctor: an exception raised wherever it was
-            # (one was inside its task queue's lock) hung the pool's shutdown, and the program
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
-            return
         if not repeated(signum):
             raise Terminated()
 
     def on_int(signum: int, frame: Any) -> None:
-        if os.getpid() != session.pid:
-            signal.default_int_handler(signum, frame)  # a forked child: Python's own behaviour
         if not repeated(signum):
             raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_term)
+    session.signal_handlers[signal.SIGTERM] = (on_term, signal.SIG_DFL)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, on_int)
+        session.signal_handlers[signal.SIGINT] = (on_int, signal.default_int_handler)
 
 
 def install_os_exit(session: Session) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import sys
 import threading
@@ -110,9 +111,19 @@ class Session:
         self.profiler_used = False
         # compare-programs --lockstep: steps taken in turn with another program (perfdoctor.record.lockstep)
         self.turns = Turns(config.lockstep) if config.lockstep and self.mode == "light" else None
+        # the handlers install_signals set, per signal (ours, the signal's own behaviour)
+        self.signal_handlers: dict[int, tuple[Any, Any]] = {}
         os.register_at_fork(after_in_child=self.forked)
 
     def forked(self) -> None:
+        # A forked child (a multiprocessing Pool's worker, which Pool.terminate() ends by
+        # SIGTERM) dies of the signal, as without perfdoctor. A Python-level handler runs only
+        # between bytecodes: one that arrived just before the worker blocked on its task
+        # queue's lock waited there for ever, and so did the pool's shutdown and the program
+        # (pool_classify.py --workers 3: 1 run in 6-15 hung); or it raised inside that lock.
+        for signum, (ours, own) in self.signal_handlers.items():
+            if signal.getsignal(signum) is ours:
+                signal.signal(signum, own)
         self.disabled = True
         self.progress_fd = None
         # The torch profiler's library (Kineto) does not survive a fork: a child that exits
