@@ -762,6 +762,22 @@ def waits_between(
     return idle_from, waited, resumed
 
 
+def fed_between(host_start: np.ndarray | list[int], tid: np.ndarray | list[int] | None, waits: dict | None) -> np.ndarray:
+    """Per step of a series: whether its thread waited, between it and its thread's next
+    step, while the rest of the process worked (``waits``' ``worked``, the light pass's: a
+    producer making the next input, a process pool's workers tokenizing the next batch). That
+    wait is the iteration's own, however long: a pool of 4 workers delivers its batches 4 at a
+    time, and the one batch in 4 that waits ~120 ms for them is no pause of the loop's
+    (:func:`iteration_ends_ns`' ``joined``). :func:`waits_between` over the worked waits alone."""
+    h = _ns(host_start)
+    worked = (waits or {}).get("worked")
+    if worked is None or not len(worked):
+        return np.zeros(h.size, dtype=bool)
+    keep = _ns(worked) == 1
+    fed = {k: _ns(waits.get(k, []))[: keep.size][keep] for k in ("tid", "start_ns", "end_ns")}
+    return waits_between(h, tid, fed)[0] >= 0
+
+
 def time_inside(
     begins: np.ndarray | list[int], ends: np.ndarray | list[int], ranges: dict | None
 ) -> np.ndarray:

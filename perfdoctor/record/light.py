@@ -340,8 +340,10 @@ def call_iterations(calls: dict[str, Any], joined: list[bool] | None, waits: dic
     for another thread between two calls (``waits``, the light pass's) ends the iteration,
     and the next begins where the thread resumed (a server's worker blocked on its request
     queue is idle, not serving; taking the next request is its service): each step's
-    ``waited_ns`` say so. Calls on several threads (a pool of workers) are iterations of each
-    thread's loop: each ends at its own thread's next call. The time another process took
+    ``waited_ns`` say so; a wait while the rest of the process worked (a producer, a process
+    pool's workers: ``steady.fed_between``) is the iteration's own, never a pause. Calls on
+    several threads (a pool of workers) are iterations of each thread's loop: each ends at its
+    own thread's next call. The time another process took
     the CPU from the thread (``run_delay_ns``) never makes a pause of the program's, nor
     does a full garbage collection between two calls (``full_gcs``: the program's own
     allocations' cost, which its own timer counts)."""
@@ -364,6 +366,9 @@ def call_iterations(calls: dict[str, Any], joined: list[bool] | None, waits: dic
                                                      run_delay=[delay[i] for i in rows] if delay else None)
         ends = ends_ns.tolist()
     else:
+        # a wait for the next input while its producer worked is the iteration's, never a pause
+        fed = steady.fed_between(calls["host_start_ns"], tid, waits)[: max(n - 1, 0)]
+        joined = (np.asarray(joined[: fed.size], dtype=bool) | fed).tolist() if joined is not None else fed.tolist()
         ends = steady.iteration_ends_ns(starts, calls["gpu_end_ns"], joined=joined, idle_from=idle_from, run_delay=delay).tolist()
     began = np.where(resumed >= 0, resumed, np.asarray(calls["host_start_ns"], dtype=np.int64)).tolist()
     return {**calls, "host_start_ns": began, "gpu_end_ns": ends, "waited_ns": waited.tolist()}

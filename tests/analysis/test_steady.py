@@ -1063,6 +1063,31 @@ def test_the_light_pass_ends_a_pool_workers_iteration_at_its_own_threads_next_ca
     assert it["gpu_end_ns"] == [600_000, 1_600_000, 2_600_000, 3_600_000, 4_500_000, 5_500_000]
 
 
+def test_a_wait_while_a_process_pool_worked_is_the_iterations_not_a_pause() -> None:
+    from perfdoctor.record.light import call_iterations
+
+    # pool_classify.py on the H100: 4 workers deliver their batches 4 at a time, so the
+    # main thread's forward (0.5 ms) is followed by ~0.5 ms of host work three times in four
+    # and once by a ~120 ms wait in imap's next() while the workers tokenize (worked: 1).
+    # That wait is 3x the usual time between calls: read as a pause, each such iteration
+    # ended at its forward (p50 0.70 ms for the program's 39 ms mean)
+    h, t = [], 0
+    for k in range(16):
+        h.append(t)
+        t += 1_000_000 if k % 4 != 3 else 121_000_000
+    calls = {"host_start_ns": h, "gpu_start_ns": None, "gpu_end_ns": [x + 500_000 for x in h], "tid": [7] * len(h)}
+    waits = {"tid": [7] * 4, "start_ns": [h[k] + 600_000 for k in (3, 7, 11, 15)],
+             "end_ns": [h[k] + 120_800_000 for k in (3, 7, 11, 15)], "worked": [1, 1, 1, 0]}
+    it = call_iterations(calls, None, waits)
+    ms = [(e - s) / 1e6 for s, e in zip(it["host_start_ns"], it["gpu_end_ns"])]
+    assert ms[:15] == [1.0, 1.0, 1.0, 121.0] * 3 + [1.0, 1.0, 1.0]
+    assert steady.fed_between(h, calls["tid"], waits).tolist() == [k % 4 == 3 and k < 12 for k in range(16)]
+    # an idle wait (worked 0: a server's worker blocked on its request queue) still ends it
+    waits["worked"] = [0, 0, 0, 0]
+    it = call_iterations(calls, None, waits)
+    assert [(e - s) / 1e6 for s, e in zip(it["host_start_ns"], it["gpu_end_ns"])][3] == 0.6
+
+
 def test_batches_sorted_longest_first_get_faster_step_by_step_and_are_no_warm_up() -> None:
     # embed_retrieval.py (sentence-transformers' encode sorts its inputs longest first): 32
     # batches of 8 queries, 128 down to 8 tokens, on this CPU box. The later steps are a kept

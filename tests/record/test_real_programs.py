@@ -1765,7 +1765,7 @@ def _fed_loop(tmp_path: Path, program: str, step: str, batches: int, *args: str)
     raw = json.loads((bundle / "raw" / "light.json").read_text())
     series = raw["series"][step]
     worked = [w for t, w in zip(raw["waits"]["tid"], raw["waits"]["worked"]) if t == series["tid"][0]]
-    assert sum(worked) >= batches // 2, worked
+    assert len(worked) >= batches // 4 and 2 * sum(worked) >= len(worked), worked  # most of the step thread's waits
     d = diagnose(bundle, warnings=False)
     assert 1e3 / d.analysis.metrics["steps_per_s"].value == pytest.approx(result["ms_per_step"], rel=0.15)
     return result, _step_ms(series)[3:-1], np.array(result["ms_each"][4:]), d
@@ -1789,9 +1789,14 @@ def test_a_loop_fed_by_a_process_pool_steps_at_the_pools_pace(tmp_path: Path) ->
     # pool is the slower side: each batch waits in imap's next() (a Condition.wait). The
     # work is in the pool's processes, so this process used no CPU meanwhile and the waits
     # read as idle: p50 0.43 ms and 2,275 steps/s for a loop at 10.4 ms per batch. The live
-    # children's CPU time counts toward the wait now.
-    _, ms, own, d = _fed_loop(tmp_path, "pool_classify.py", "TextClassificationModel.forward", 40, "--batch", "16", "--workers", "1")
-    # the pool's results come in bursts on this 2-CPU box (0.2-40 ms a batch): the sum, not the median
+    # children's CPU time counts toward the wait now. Three workers deliver their batches
+    # together: one batch in three waits long for the next burst. Those waits read as pauses
+    # between iterations (3x the usual time between calls), so each such step ended at its
+    # forward: the sum 5.9-15 ms for the program's 153-179 over five runs (on the H100, 4
+    # workers: p50 0.70 ms for the program's 39 ms mean); they are the loop's own now
+    # (steady.fed_between), as the program's timer counts them
+    _, ms, own, d = _fed_loop(tmp_path, "pool_classify.py", "TextClassificationModel.forward", 40, "--batch", "16", "--workers", "3")
+    # the pool's results come in bursts (0.1-25 ms a batch): the sum, not the median
     assert ms.sum() == pytest.approx(own.sum(), rel=0.15)
     # the traced window holds the waits too (before the profiler was started ahead of the
     # program, its first start, ~1 s inside the first traced step, let imap's unbounded
