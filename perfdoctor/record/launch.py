@@ -193,13 +193,7 @@ def from_accelerate(argv: list[str]) -> tuple[Launch | None, list[str], dict[str
     environment is what accelerate adds for the program."""
     start = is_accelerate_line(argv)
     assert start is not None
-    try:
-        done = subprocess.run([sys.executable, "-c", PARSE_ACCELERATE, *argv[start:]], capture_output=True, text=True,
-                              timeout=120, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise UsageError(f"the accelerate launch options could not be read ({exc})") from None
-    if done.returncode == 4:
-        raise UsageError("the accelerate launch line asks for its help: run accelerate launch --help itself")
+    done = _read_options(PARSE_ACCELERATE, argv[start:], "accelerate launch")
     if done.returncode == 5:
         raise UsageError(f"accelerate launch with {done.stdout.strip()}: perfdoctor runs one process, or torchrun's ranks "
                          "on this machine (perfdoctor run -- torchrun --nproc-per-node N SCRIPT ARGS)")
@@ -209,10 +203,30 @@ def from_accelerate(argv: list[str]) -> tuple[Launch | None, list[str], dict[str
             lines = ["accelerate is not installed for this interpreter"]
         raise UsageError(f"accelerate launch options: {(lines or ['unreadable'])[-1].partition('error: ')[2] or lines[-1]}")
     facts = json.loads(done.stdout.strip().splitlines()[-1])
-    target = ["-m", facts["script"], *facts["args"]] if facts["module"] else parse_target([facts["script"], *facts["args"]], module=False)
     n = facts["nproc_per_node"]
     launch = Launch(["--standalone", "--nproc-per-node", n], n, how="accelerate launch") if n is not None else None
-    return launch, target, facts["env"]
+    return launch, _target(facts), facts["env"]
+
+
+def _read_options(parser: str, argv: list[str], launcher: str) -> subprocess.CompletedProcess[str]:
+    """A launcher's options read by its own parser (``parser``, a snippet that prints the
+    facts as JSON) in a separate interpreter: perfdoctor's process imports neither torch nor
+    accelerate. Its exit status 4 (the line asks for the launcher's help) is said here."""
+    try:
+        done = subprocess.run([sys.executable, "-c", parser, *argv], capture_output=True, text=True, timeout=120,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UsageError(f"the {launcher} options could not be read ({exc})") from None
+    if done.returncode == 4:
+        raise UsageError(f"the {launcher} line asks for its help: run {launcher} --help itself")
+    return done
+
+
+def _target(facts: dict[str, Any]) -> list[str]:
+    """The program a launcher's line runs (its script or ``-m`` module, and their arguments)."""
+    if facts["module"]:
+        return ["-m", facts["script"], *facts["args"]]
+    return parse_target([facts["script"], *facts["args"]], module=False)
 
 
 def from_command(argv: list[str]) -> tuple[Launch, list[str]]:
@@ -221,13 +235,7 @@ def from_command(argv: list[str]) -> tuple[Launch, list[str]]:
     if start is None:
         shown = " ".join(argv[:3]) or "nothing"
         raise UsageError(f"perfdoctor run -- {shown}: expected a torchrun (or python -m torch.distributed.run) command line")
-    try:
-        done = subprocess.run([sys.executable, "-c", PARSE_TORCHRUN, *argv[start:]], capture_output=True, text=True,
-                              timeout=120, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise UsageError(f"the torchrun options could not be read ({exc})") from None
-    if done.returncode == 4:
-        raise UsageError("the torchrun line asks for torchrun's help: run torchrun --help itself")
+    done = _read_options(PARSE_TORCHRUN, argv[start:], "torchrun")
     if done.returncode != 0:
         lines = done.stderr.strip().splitlines() or ["torch is not installed for this interpreter?"]
         raise UsageError(f"torchrun options: {lines[-1].partition('error: ')[2] or lines[-1]}")
@@ -235,11 +243,7 @@ def from_command(argv: list[str]) -> tuple[Launch, list[str]]:
     if facts["no_python"]:
         raise UsageError("torchrun --no-python: perfdoctor can only run Python programs under its bootstrap")
     options = [o for o in facts["options"] if o not in ("-m", "--module")]
-    if facts["module"]:
-        target = ["-m", facts["script"], *facts["args"]]
-    else:
-        target = parse_target([facts["script"], *facts["args"]], module=False)
-    return Launch(options, facts["nproc_per_node"], facts["nnodes"], "torchrun command line"), target
+    return Launch(options, facts["nproc_per_node"], facts["nnodes"], "torchrun command line"), _target(facts)
 
 
 # --- inside each rank (the bootstrap) ------------------------------------------------------------
