@@ -201,13 +201,10 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
     replays, torch's loop ranges chosen or named, a module call) gets, in ``results.series``, a series timed as the iteration."""
     automatic = options.step is None and options.step_fn is None
     series = results.step_series()
-    apart: set[str] = set()  # loop ranges that mark no iteration: another optimizer's steps, a closure's zero_grad
+    apart: set[str] = set()
     if automatic:
         series = optimizer_instance(series)
-        apart = steps.other_optimizers(series)
-        apart |= steps.enclosed_marks({n: (s["host_start_ns"][: len(s["gpu_end_ns"])], s.get("host_end_ns") or s["gpu_end_ns"])
-                                       for n, s in series.items() if n not in apart})
-        apart |= _profiler_cuts(series)
+        apart = _marking_none(series)
     work, work_grad = loop_work(results)
     counts, ends_of_passes, marks, loops = _range_counts(series, results, work, work_grad)
     groups = {n: (len(f["host_start_ns"]), f["group"]) for n, f in loops.items() if f.get("group")}
@@ -271,6 +268,16 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
         series[name] = timed
         results.series = series
     return name, choice.how + prefill if module is None else how, module, choice.iteration
+
+
+def _marking_none(series: dict[str, dict[str, Any]]) -> set[str]:
+    """The ranges of ``series`` that mark no iteration: another optimizer's steps, a
+    closure's zero_grad (:func:`perfdoctor.analysis.steps.enclosed_marks`), the program's own
+    profiler's steps where it steps mid-iteration (:func:`_profiler_cuts`)."""
+    apart = steps.other_optimizers(series)
+    apart |= steps.enclosed_marks({n: (s["host_start_ns"][: len(s["gpu_end_ns"])], s.get("host_end_ns") or s["gpu_end_ns"])
+                                   for n, s in series.items() if n not in apart})
+    return apart | _profiler_cuts(series)
 
 
 def _profiler_cuts(series: dict[str, dict[str, Any]]) -> set[str]:
