@@ -144,7 +144,7 @@ COMPILED_KERNELS = 0.2
 
 
 # Checkpointing: at least this share of the slow steps' time beyond the median is the
-# program's torch.save calls inside them (slow_step_save_ratio)
+# program's checkpoint saves inside them (slow_step_save_ratio)
 SAVES_EXPLAIN = 0.5
 
 
@@ -172,7 +172,7 @@ PREDICATES: dict[str, tuple[Callable[[dict[str, Metric]], bool], str]] = {
     # "torch.compile the model" is then the advice the program has already taken
     "compiled": (_at_least("compiled_kernel_ratio", COMPILED_KERNELS), f"the steps run torch.compile's kernels (compiled_kernel_ratio >= {COMPILED_KERNELS}: inductor's triton_* kernels by count)"),
     # "find what the slow steps wait for" is then answered already
-    "checkpointing": (_at_least("slow_step_save_ratio", SAVES_EXPLAIN), f"torch.save calls inside the slow steps account for their time beyond the median "
+    "checkpointing": (_at_least("slow_step_save_ratio", SAVES_EXPLAIN), f"checkpoint saves (torch.save, safetensors' save_file) inside the slow steps account for their time beyond the median "
                       f"(slow_step_save_ratio >= {SAVES_EXPLAIN})"),
     "training": (_workload_is("training"), "the trace is training (backward ops, an optimizer step or an autograd thread: perfdoctor.analysis.workload)"),
     "inference": (_workload_is("inference"), "the trace is inference (no backward op, no optimizer step)"),
@@ -200,8 +200,8 @@ def workload_values(analysis: Analysis) -> dict[str, Metric]:
 
 def light_values(analysis: Analysis) -> dict[str, Metric]:
     """Inputs of the ``checkpointing`` condition, from the light pass (none without one, or
-    when no steady step called torch.save): ``slow_step_save_ratio``, the share of the steady
-    steps' time beyond the median that the program's torch.save calls inside them account
+    when no steady step saved a checkpoint): ``slow_step_save_ratio``, the share of the steady
+    steps' time beyond the median that the program's checkpoint saves inside them account
     for (:func:`perfdoctor.analysis.steady.held_share`). A rule input, not a metric of the
     contract: most runs save nothing, and an absent metric for them would be noise."""
     light, series = analysis.light, analysis.light_series

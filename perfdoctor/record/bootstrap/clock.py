@@ -281,23 +281,29 @@ class FullCollections:
 
 
 class TimedCalls:
-    """When each call of ``owner.attr`` ran, host ns: the light pass wraps ``torch.save`` so,
-    because a checkpoint saved inside a step is what makes that step slow (a loop saving
-    every N steps; transformers' Trainer saves its optimizer's state with it every
+    """When each call of ``owner.attr`` ran, host ns: the light pass wraps the functions that
+    save a checkpoint so (``torch.save``; :meth:`add`: safetensors' ``save_file``, which
+    transformers' Trainer saves its model with), because a checkpoint saved inside a step is
+    what makes that step slow (a loop saving every N steps; the Trainer every
     ``save_steps``), and uneven-steps' evidence names it as it names full collections. One
-    wrapper call and two clock reads per save; nothing else. At most :data:`KEPT` calls."""
+    wrapper call and two clock reads per save; nothing else. At most :data:`KEPT` calls, of
+    every function wrapped."""
 
     KEPT = 100_000
 
     def __init__(self, owner: Any, attr: str) -> None:
-        self.owner, self.attr = owner, attr
         self.calls: list[tuple[int, int]] = []  # (start, end): one append per call, whatever the threads
-        self.original = original = getattr(owner, attr)
-        calls, clock = self.calls, time.perf_counter_ns
+        self.wrapped: list[tuple[Any, str, Any, Any]] = []  # (owner, attr, original, wrapper)
+        self.add(owner, attr)
+
+    def add(self, owner: Any, attr: str) -> None:
+        """Times the calls of ``owner.attr`` too (into the same calls)."""
+        original = getattr(owner, attr)
+        calls, clock, kept = self.calls, time.perf_counter_ns, self.KEPT
 
         @functools.wraps(original)
         def timed(*args: Any, **kwargs: Any) -> Any:
-            if len(calls) >= self.KEPT:
+            if len(calls) >= kept:
                 return original(*args, **kwargs)
             begun = clock()
             try:
@@ -305,12 +311,13 @@ class TimedCalls:
             finally:
                 calls.append((begun, clock()))
 
-        self.wrapper = timed
+        self.wrapped.append((owner, attr, original, timed))
         setattr(owner, attr, timed)
 
     def uninstall(self) -> None:
-        if getattr(self.owner, self.attr, None) is self.wrapper:  # not if someone replaced it since
-            setattr(self.owner, self.attr, self.original)
+        for owner, attr, original, wrapper in self.wrapped:
+            if getattr(owner, attr, None) is wrapper:  # not if someone replaced it since
+                setattr(owner, attr, original)
 
     def series(self) -> dict[str, list[int]] | None:
         """``{"start_ns", "end_ns"}`` of every call that returned or raised; None when none did."""

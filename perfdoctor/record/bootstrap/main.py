@@ -101,7 +101,7 @@ def collect_imports() -> None:
 
 
 def when_imported(name: str, then: Callable[[], None]) -> None:
-    """Run ``then`` once the top-level module ``name`` is imported, right after its body ran,
+    """Run ``then`` once the module ``name`` is imported, right after its body ran,
     before the importing statement goes on (so ``from torch.cuda.nvtx import range_push``
     binds what ``then`` hooked).
 
@@ -365,6 +365,14 @@ def main(argv: list[str]) -> None:
     collect_imports()
     if session.mode == "light":
         session.full_gcs = FullCollections()
+
+        def time_safetensors_saves() -> None:
+            # safetensors' save_file (transformers' Trainer saves its model with it): the
+            # module imports torch first, so torch.save's timer is there (hook_torch) to take it
+            if session.saves is not None:
+                session.saves.add(sys.modules["safetensors.torch"], "save_file")
+
+        when_imported("safetensors.torch", time_safetensors_saves)
     if config.stdin_record:
         record_stdin(config.stdin_record)
     prepare_target(target)

@@ -6,7 +6,9 @@ step makes its batch with ``torch.randn`` / ``torch.randint`` on the device, the
 optimizer and a cosine LR scheduler stepped every step, ``zero_grad(set_to_none=True)``,
 and a log line with ``loss.item()`` every ``--log-every`` steps; ``--save-every N``: a
 checkpoint (``torch.save`` of the model's, the optimizer's and the scaler's state) after every
-N-th step, inside the loop, as pretraining scripts save one every N steps. ``for step in
+N-th step, inside the loop, as pretraining scripts save one every N steps (``--save-format
+safetensors``: the model's weights alone with ``safetensors.torch.save_file``, as fine-tuning
+scripts save them). ``for step in
 range(steps)``; the first ``--warmup`` steps are left out of the timing; each timed step's
 time is nanoGPT's ``dt``, from one iteration's top to the next's (the last to the final sync). A small
 transformer-ish MLP classifier on random features.
@@ -62,6 +64,8 @@ def main():
                    help="opt.zero_grad(set_to_none=True) at the iteration's end (default) or start; "
                         "both: at the start and again at the end; model: model.zero_grad() at the start (no optimizer range)")
     p.add_argument("--save-every", type=int, default=0, help="torch.save a checkpoint after every N-th step (0: never)")
+    p.add_argument("--save-format", default="torch", choices=["torch", "safetensors"],
+                   help="torch: torch.save of model, optimizer and scaler state; safetensors: save_file of the model's weights")
     p.add_argument("--out-dir", default=os.path.join(tempfile.gettempdir(), "amp-train-ckpt"))
     args = p.parse_args()
 
@@ -101,8 +105,12 @@ def main():
             print(f"step {step:5d} | loss {loss.item():.4f} | grad norm {grad_norm.item():.3f} | lr {sched.get_last_lr()[0]:.2e}")
         if args.save_every and (step + 1) % args.save_every == 0:
             os.makedirs(args.out_dir, exist_ok=True)
-            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "scaler": scaler.state_dict(), "step": step},
-                       os.path.join(args.out_dir, "ckpt.pt"))
+            if args.save_format == "safetensors":
+                from safetensors.torch import save_file
+                save_file(model.state_dict(), os.path.join(args.out_dir, "model.safetensors"))
+            else:
+                torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "scaler": scaler.state_dict(), "step": step},
+                           os.path.join(args.out_dir, "ckpt.pt"))
     sync(args.device)
     tops.append(time.perf_counter())
     elapsed = tops[-1] - tops[0]
