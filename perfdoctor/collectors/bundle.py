@@ -121,6 +121,11 @@ def _bool_array(values: Any) -> np.ndarray | None:
     return np.asarray(values[:n], dtype=bool)
 
 
+# the per-step ns a light-pass series may carry, each a LightSteps field of that name: a
+# call's wait for another thread, and what perfdoctor run notes (record.light.noted_steps)
+PER_STEP_NS = ("waited_ns", "compiled_ns", "gc_ns", "save_ns")
+
+
 def read_light(results: PassResults, light_pass: LightPass, warnings: list[str]) -> LightSteps | None:
     """The light pass's step series as :class:`LightSteps`, or None when there is none.
 
@@ -148,26 +153,16 @@ def read_light(results: PassResults, light_pass: LightPass, warnings: list[str])
     if not name:
         return None
     gpu_start: np.ndarray | None = None
-    waited: np.ndarray | None = None
     ended: np.ndarray | None = None
-    compiled: np.ndarray | None = None
-    collected: np.ndarray | None = None
-    saved: np.ndarray | None = None
+    noted: dict[str, np.ndarray | None] = {}  # PER_STEP_NS the series carries
     series = (results.series or {}).get(name)
     if isinstance(series, dict):
         host = _int_array(series.get("host_start_ns"))
         end = _int_array(series.get("gpu_end_ns"))
         if series.get("gpu_start_ns") is not None:
             gpu_start = _int_array(series.get("gpu_start_ns"))
-        if series.get("waited_ns") is not None:
-            waited = _int_array(series.get("waited_ns"))
         ended = _bool_array(series.get("pass_ended"))
-        if series.get("compiled_ns") is not None:
-            compiled = _int_array(series.get("compiled_ns"))
-        if series.get("gc_ns") is not None:
-            collected = _int_array(series.get("gc_ns"))
-        if series.get("save_ns") is not None:
-            saved = _int_array(series.get("save_ns"))
+        noted = {k: _int_array(series.get(k)) for k in PER_STEP_NS if series.get(k) is not None}
     else:
         spans = (results.spans_ns or {}).get(name)
         pairs = spans if isinstance(spans, list) and all(isinstance(p, list) and len(p) == 2 for p in spans) else None
@@ -181,11 +176,8 @@ def read_light(results: PassResults, light_pass: LightPass, warnings: list[str])
         warnings.append(f"light.json: {name!r} has {n} complete steps of {max(host.size, end.size)} (the rest were not timed)")
     host, end = host[:n], end[:n]
     gpu_start = gpu_start[:n] if gpu_start is not None else None
-    waited = waited[:n] if waited is not None and waited.size >= n else None
     ended = ended[:n] if ended is not None and ended.size >= n else None
-    compiled = compiled[:n] if compiled is not None and compiled.size >= n else None
-    collected = collected[:n] if collected is not None and collected.size >= n else None
-    saved = saved[:n] if saved is not None and saved.size >= n else None
+    per_step = {k: v[:n] for k, v in noted.items() if v is not None and v.size >= n}  # a shorter one is none
     if host.size == 0:
         return None
     clock = str(results.step_end_clock or light_pass.step_end_clock or "cuda-event")
@@ -205,11 +197,8 @@ def read_light(results: PassResults, light_pass: LightPass, warnings: list[str])
         host_start_ns=host,
         gpu_end_ns=end,
         gpu_start_ns=gpu_start,
-        waited_ns=waited,
         pass_ended=ended,
-        compiled_ns=compiled,
-        gc_ns=collected,
-        save_ns=saved,
+        **per_step,
         clock=clock,
         steady_start=start,
         steady_reason=reason,
