@@ -134,10 +134,11 @@ def run_launch(args: list[str], module: bool, nproc_per_node: Optional[int]) -> 
     from perfdoctor.record.launch import from_accelerate, from_command, from_nproc, is_accelerate_line, is_torchrun_line
     from perfdoctor.record.target import parse_target
 
-    if is_torchrun_line(args) is not None or is_accelerate_line(args) is not None:
+    torchrun = is_torchrun_line(args) is not None
+    if torchrun or is_accelerate_line(args) is not None:
         if nproc_per_node is not None or module:
             raise UsageError("give either a torchrun or accelerate launch command line or --nproc-per-node/-m, not both")
-        if is_torchrun_line(args) is not None:
+        if torchrun:
             return from_command(args)
         launch, target, env = from_accelerate(args)
         # what accelerate's launcher gives the program (ACCELERATE_MIXED_PRECISION, ...): every
