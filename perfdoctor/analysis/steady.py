@@ -480,18 +480,20 @@ def evaluation_starts(starts: np.ndarray | list[int], ends: np.ndarray | list[in
     return s
 
 
-def optimizer_loop(calls: dict, others: dict, work_ns: np.ndarray | list[int] | None, zero_grad: bool, closing: bool = False) -> dict:
+def optimizer_loop(calls: dict, others: dict, work_ns: np.ndarray | list[int] | None, zero_grad: bool, closing: bool = False,
+                   work_end_ns: np.ndarray | list[int] | None = None) -> dict:
     """The training iterations of a loop with no data loader marked by the optimizer's
     ``calls`` (``zero_grad`` ones when ``zero_grad``; steps that end their iterations when
     ``closing``): :func:`closed_by_steps` where the marks
     fall inside the iterations, else :func:`optimizer_iterations`. ``mark``, when present:
     each iteration's mark's position in ``calls``; ``group``, when several mark one
-    iteration (:func:`mark_groups`): how many."""
-    closed = closed_by_steps(calls, others, work_ns if work_ns is not None else []) if zero_grad else None
+    iteration (:func:`mark_groups`): how many. ``work_end_ns``: the work's host ends, where
+    known (a trace's ops), in ``work_ns``'s order."""
+    closed = closed_by_steps(calls, others, work_ns if work_ns is not None else [], work_end_ns) if zero_grad else None
     return closed if closed is not None else optimizer_iterations(calls, others, work_ns, closing)
 
 
-def closed_by_steps(calls: dict, others: dict, work_ns: np.ndarray | list[int]) -> dict | None:
+def closed_by_steps(calls: dict, others: dict, work_ns: np.ndarray | list[int], work_end_ns: np.ndarray | list[int] | None = None) -> dict | None:
     """The training iterations of a loop with no data loader whose ``zero_grad`` marks
     (``calls``) fall inside them, where :func:`optimizer_iterations` has them begin: the
     loop's work (``work_ns``, host starts) runs between an optimizer step's end (``others``)
@@ -504,14 +506,18 @@ def closed_by_steps(calls: dict, others: dict, work_ns: np.ndarray | list[int]) 
     its own (the first from the earliest of the last as many calls of work before its mark
     as the median iteration holds there, after any gap among them longer than the median
     iteration; none when fewer), one per mark followed by a step
-    before the next mark. Returns the series with ``mark``: each iteration's mark's position
+    before the next mark. A gap runs from the end of the work before it where
+    ``work_end_ns`` gives the ends (a trace's ops, nested: the first ``aten::linear``'s
+    ``aten::t`` ran 1 ms, and its next op began 1 ms after it), else from its start. Returns the series with ``mark``: each iteration's mark's position
     in ``calls``; None for another shape (a mark at the iteration's start or end, several
     marks per iteration: :func:`mark_groups`, CleanRL's PPO zeroing after each minibatch's
     forward, 24 steps read for its 6 iterations)."""
     n, m = len(calls["gpu_end_ns"]), len(others["gpu_end_ns"]) if others else 0
-    work = np.sort(_ns(work_ns))
+    order = np.argsort(_ns(work_ns), kind="stable")
+    work = _ns(work_ns)[order]
     if n < 2 or m == 0 or work.size == 0:
         return None
+    reach = np.maximum.accumulate(_ns(work_end_ns)[order]) if work_end_ns is not None else work  # busy until
     h = _ns(calls["host_start_ns"][:n])
     if mark_groups(h, work) is not None:
         return None
@@ -535,7 +541,8 @@ def closed_by_steps(calls: dict, others: dict, work_ns: np.ndarray | list[int]) 
     # the next's): PARAM's linear benchmark ran 6 ops 1 s before its first iteration (that
     # step read 1022 ms); a first forward is slow, its stretch 5x the others' (prof_train.py)
     first = work[at - held:at] if at - since >= held else work[:0]
-    cut = np.flatnonzero(np.diff(first) > np.median(np.diff(oend))) + 1 if m > 1 else np.zeros(0, dtype=np.int64)
+    idle = first[1:] - reach[at - held:at][:-1] if first.size else first  # from the work before's end
+    cut = np.flatnonzero(idle > np.median(np.diff(oend))) + 1 if m > 1 else np.zeros(0, dtype=np.int64)
     if first.size:
         starts[0] = first[cut[-1] if cut.size else 0]
     keep = closes & np.r_[first.size > 0, before[1:]]

@@ -892,13 +892,15 @@ def optimizer_loop(marks: pd.DataFrame, others: pd.DataFrame | None, work: pd.Da
     # and outside the backward, as on a GPU, where it runs on autograd's thread: the light
     # pass counts forward calls. CleanRL's PPO on the CPU, 16 rollout steps per 4 updates:
     # the rollout's gaps held 70 % of all the ops, 80 % of the forward ones (mark_groups)
-    at = np.sort(work.loc[(work["tid"] == tid).to_numpy() & ~work["backward"].to_numpy(), "start_ns"].to_numpy(np.int64))
+    mine = work[(work["tid"] == tid).to_numpy() & ~work["backward"].to_numpy()].sort_values("start_ns", kind="stable")
+    at, end = mine["start_ns"].to_numpy(np.int64), mine["end_ns"].to_numpy(np.int64)
     opt = pd.concat([m, o])
     inside = np.zeros(at.size + 1, dtype=np.int64)
     np.add.at(inside, np.searchsorted(at, opt["start_ns"].to_numpy(np.int64)), 1)
     np.add.at(inside, np.searchsorted(at, opt["end_ns"].to_numpy(np.int64), side="right"), -1)
-    outside = at[np.cumsum(inside)[:-1] == 0]
-    return steady.optimizer_loop(calls, other, outside, name.startswith(rangenames.LOOP_PREFIXES[1]), rangenames.closes_iteration(name))
+    outside = np.cumsum(inside)[:-1] == 0
+    return steady.optimizer_loop(calls, other, at[outside], name.startswith(rangenames.LOOP_PREFIXES[1]), rangenames.closes_iteration(name),
+                                 end[outside])
 
 
 def optimizer_groups(loops: pd.DataFrame, work: pd.DataFrame | None, names: Collection[str]) -> dict[str, tuple[int, int]]:

@@ -876,6 +876,12 @@ def test_marks_inside_the_iterations_give_iterations_closed_by_the_optimizer_ste
     assert out["host_start_ns"] == [-8, 25, 45]
     out = steady.closed_by_steps(zero_grad, step, [-1000, 7, 26, 27, 46, 47])
     assert out["host_start_ns"] == [7, 25, 45]
+    # ... unless that work ran until the next began (its ends known: a trace's first forward,
+    # one slow op, 1 ms of it with no other op starting): no gap, the first from it
+    ends = [6, 9, 26, 28, 46, 48]
+    assert steady.closed_by_steps(zero_grad, step, [-1000, 7, 26, 27, 46, 47], ends)["host_start_ns"] == [-1000, 25, 45]
+    ends[0] = -990  # it ended long before the next: a gap
+    assert steady.closed_by_steps(zero_grad, step, [-1000, 7, 26, 27, 46, 47], ends)["host_start_ns"] == [7, 25, 45]
     out = steady.closed_by_steps(zero_grad, step, [5, 26, 27, 46, 47])
     assert out["host_start_ns"] == [25, 45] and out["mark"] == [1, 2]
     # the last mark with no step after it (the record ends): no iteration
