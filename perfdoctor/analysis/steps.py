@@ -121,7 +121,9 @@ def choose_step(
     10. the calls of ``torch.autograd.backward`` (:data:`perfdoctor.names.ranges.BACKWARD_RANGE`,
         ``perfdoctor run`` names them), seen twice: a training loop written with no
         optimizer, no module and no data loader (makemore's by hand), timed as the loop
-        iteration from one backward to the next.
+        iteration from one backward to the next; else the outermost calls of
+        ``torch.autograd.grad`` (:data:`perfdoctor.names.ranges.GRAD_RANGE`: ``torch.func.grad``
+        in a loop written the JAX way), alike.
 
     ``counts``: every range name seen and how often. Library ranges (NCCL, cub, dynamo's
     own) and warm-up ranges are never the step. None when nothing qualifies.
@@ -181,7 +183,9 @@ def choose_step(
             return Choice("module", name, f"module: {name.removesuffix('.forward')}", True)
     backward = [n for n in by_kind.get(rangenames.BACKWARD, ()) if counts[n] >= 2]
     if backward:
-        name = backward[0]
+        # backward() before autograd.grad: a gradient penalty's or a PDE residual's grad
+        # calls come several per iteration, inside a loop whose backward() marks it
+        name = min(backward, key=lambda n: n != rangenames.BACKWARD_RANGE)
         how = (f"the training iteration: each {name}() call ({counts[name]}x; no optimizer, data loader or module "
                f"call marks it), timed as {ITERATION}")
         return Choice("backward", name, how, True)

@@ -36,7 +36,8 @@ not import pandas there). :func:`kind` puts every range name in one class:
     :data:`BACKWARD_RANGE`: ``perfdoctor run`` names each call of ``torch.autograd.backward``
     (``loss.backward()``) so: once per iteration of a training loop, the mark of last resort
     of one written with no optimizer, no module and no data loader (Karpathy's makemore, a
-    tutorial's polynomial fit: plain tensors, an update by hand).
+    tutorial's polynomial fit: plain tensors, an update by hand); :data:`GRAD_RANGE`, each
+    outermost call of ``torch.autograd.grad`` (``torch.func.grad``'s), after it.
 ``wrapper``
     torch's parallel wrapper around the model's forward (:data:`WRAPPER_RANGES`:
     ``DistributedDataParallel.forward``, ``DataParallel.forward``): a part of the training
@@ -106,6 +107,10 @@ REPLAY_PREFIX = "CUDAGraph.replay #"
 # How perfdoctor run names each call of ``torch.autograd.backward`` (``Tensor.backward`` calls
 # it): torch's profiler writes no range around it, only each autograd node's evaluation.
 BACKWARD_RANGE = "torch.autograd.backward"
+# ... and of ``torch.autograd.grad``, which ``torch.func.grad`` calls: a loop written the JAX
+# way (a model that is a function of a parameter dict, ``grad_and_value``, an update by
+# ``tree_map``) has nothing else that repeats per iteration
+GRAD_RANGE = "torch.autograd.grad"
 
 # Ranges that libraries open around their own calls: never the user's step. On the H200 an
 # unannotated Hugging Face generate under nsys came out as "3 steps of
@@ -243,7 +248,7 @@ def kind(name: str) -> str:
         return REPLAY
     if name.startswith(LOOP_PREFIXES):
         return LOOP
-    if name == BACKWARD_RANGE:
+    if name in (BACKWARD_RANGE, GRAD_RANGE):
         return BACKWARD
     if name in WRAPPER_RANGES:
         return WRAPPER

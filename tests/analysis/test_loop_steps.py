@@ -203,3 +203,10 @@ def test_backward_calls_mark_the_iteration_only_when_nothing_else_does() -> None
     assert choose_step({BACKWARD_RANGE: 30}, modules={"MLP.forward": 30}).kind == "module"  # the nn version's forward
     assert choose_step({BACKWARD_RANGE: 30, "Optimizer.zero_grad#SGD.zero_grad": 30}).kind == "loop"
     assert choose_step({BACKWARD_RANGE: 30, "train_step": 30}).name == "train_step"
+    # torch.autograd.grad's calls (torch.func.grad's, rangenames.GRAD_RANGE) alike, after
+    # backward(): a gradient penalty's grad calls come several per backward's iteration
+    from perfdoctor.names.ranges import GRAD_RANGE
+
+    assert (choose_step({GRAD_RANGE: 60}).kind, choose_step({GRAD_RANGE: 60}).name) == ("backward", GRAD_RANGE)
+    assert choose_step({GRAD_RANGE: 150, BACKWARD_RANGE: 30}).name == BACKWARD_RANGE
+    assert choose_step({GRAD_RANGE: 60}, modules={"MLP.forward": 60}).kind == "module"

@@ -966,6 +966,35 @@ def test_reptile_steps_once_per_outer_iteration_not_per_inner_step(tmp_path: Pat
     assert d.analysis.steps.name == "Optimizer.step#SGD#new.step" and d.analysis.steps.count >= 5, d.analysis.steps.how
 
 
+FUNC_STYLES = {  # func_train.py's style: its tiny CPU arguments, the step the light pass must choose
+    "pure": (["--iters", "60", "--batch", "32", "--size", "16"], "torch.autograd.grad"),
+    "pure-penalty": (["--iters", "60", "--batch", "32", "--size", "16", "--input-penalty", "0.1"], "torch.autograd.grad"),
+    "dpsgd": (["--iters", "30", "--batch", "8", "--size", "12"], "SimpleCNN.forward"),
+    "maml": (["--iters", "16", "--tasks", "2", "--classes", "3", "--shots", "2", "--size", "12", "--inner-steps", "2",
+              "--warmup", "3"], "Optimizer.zero_grad#Adam.zero_grad"),
+}
+
+
+@pytest.mark.parametrize("style", list(FUNC_STYLES))
+def test_torch_func_training_steps_once_per_iteration(tmp_path: Path, style: str) -> None:
+    # Training written with torch.func: "pure", the JAX way (a model that is a function of a
+    # parameter dict, grad_and_value, an update by tree_map: no module, optimizer, data loader
+    # or backward() call; before: "no step seen"), its one torch.autograd.grad call per
+    # iteration marks it, with an input-gradient penalty by an inner grad too (the inner
+    # transform's call, which comes first, is part of the outer's: not 2 steps per iteration); "dpsgd", per-sample gradients by vmap(grad(...)) over
+    # functional_call(model, ...): the model's one (batched) call; "maml", functorch's MAML:
+    # the inner loop's grad calls inside each outer iteration, whose optimizer marks it
+    args, step = FUNC_STYLES[style]
+    light, series, result = _run(tmp_path, "func_train.py", "--style", style.split("-")[0], "--device", "cpu", *args,
+                                  env={"OMP_NUM_THREADS": "1"})
+    assert light["step_name"] == step, light["how"]
+    assert light["steps_seen"] == result["iterations"]
+    # each from one mark to the next: the program's iterations shifted by a part of one (the
+    # last ends at its mark's end), the first two (the first call's imports) left out
+    ms, own = _step_ms(series), np.array(result["ms_each"])
+    assert ms[2:-1].sum() == pytest.approx(own[3:].sum(), rel=0.1)
+
+
 def test_continuous_batching_steps_per_scheduler_iteration_not_per_forward(tmp_path: Path) -> None:
     # vLLM's loop in plain PyTorch: each iteration admits waiting requests (one prefill
     # forward each) and runs one decode forward over the running batch; requests end at

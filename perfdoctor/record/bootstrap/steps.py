@@ -739,34 +739,66 @@ def install_graph_replays(session: Session) -> GraphReplays | None:
 
 
 class BackwardCalls:
-    """``torch.autograd.backward``, wrapped (``Tensor.backward`` calls it): each call is a range
-    named :data:`perfdoctor.names.ranges.BACKWARD_RANGE`.
+    """``torch.autograd.backward`` (``Tensor.backward`` calls it) and ``torch.autograd.grad``
+    (``torch.func.grad`` calls it), wrapped: each outermost call is a range named
+    :data:`perfdoctor.names.ranges.BACKWARD_RANGE` or :data:`~perfdoctor.names.ranges.GRAD_RANGE`.
 
     A training loop written by hand (Karpathy's makemore: plain tensors with
-    ``requires_grad``, ``loss.backward()``, ``p.data += -lr * p.grad``) has no optimizer,
-    module or data loader to mark its iteration, and often no function around it to name
-    with ``--step-fn``; its one backward per iteration marks it, last in the order of
-    evidence. Light pass: timed like any range (one wrapper call per backward, nothing per
-    autograd node). Traced passes: installed only when the light pass chose it, each call a
-    perfdoctor region. Inside a ``torch.compile``-d function the call is left to dynamo."""
+    ``requires_grad``, ``loss.backward()``, ``p.data += -lr * p.grad``; the JAX way: a
+    model that is a function of a parameter dict, ``torch.func.grad_and_value``, an update by
+    ``tree_map``) has no optimizer, module or data loader to mark its iteration, and often
+    no function around it to name with ``--step-fn``; its one backward per iteration marks
+    it, last in the order of evidence. A call inside another (a Hessian's grad of a grad,
+    reentrant checkpointing's backward inside the backward, on autograd's thread on a GPU) is
+    part of the outer one: no range of its own, so each range is one outermost call; so is
+    a grad call of an inner ``torch.func`` transform (``grad(lambda x: grad(f)(x).sum())``: the
+    inner one's call comes first, while the outer's transform runs, with two Grad levels on
+    functorch's stack). Light
+    pass: timed like any range (one wrapper call per call, nothing per autograd node).
+    Traced passes: installed only when the light pass chose one, each call a perfdoctor
+    region. Inside a ``torch.compile``-d function the call is left to dynamo."""
 
     def __init__(self, session: Session, autograd: Any, compiling: Any) -> None:
         self.autograd = autograd
-        self.original = original = autograd.backward
-        light, name = session.mode == "light", rangenames.BACKWARD_RANGE
+        self.originals = {"backward": autograd.backward, "grad": autograd.grad}
+        self.wrappers: dict[str, Any] = {}
+        self.depth = 0  # outer calls running: across threads, as the engine's own thread calls back
+        light = session.mode == "light"
+        for attr, name, inner in (("backward", rangenames.BACKWARD_RANGE, _never), ("grad", rangenames.GRAD_RANGE, _inner_grad)):
+            self.wrappers[attr] = self._wrapper(session, light, name, self.originals[attr], compiling, inner)
+            setattr(autograd, attr, self.wrappers[attr])
 
+    def _wrapper(self, session: Session, light: bool, name: str, original: Any, compiling: Any, inner: Any) -> Any:
         @functools.wraps(original)
-        def backward(*args: Any, **kwargs: Any) -> Any:
-            if session.disabled or compiling():
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if session.disabled or self.depth or compiling() or inner():
                 return original(*args, **kwargs)
-            return ranged(session, light, name, original, *args, **kwargs)
+            self.depth += 1
+            try:
+                return ranged(session, light, name, original, *args, **kwargs)
+            finally:
+                self.depth -= 1
 
-        self.wrapper = backward
-        autograd.backward = backward
+        return call
 
     def uninstall(self) -> None:
-        if self.autograd.backward is self.wrapper:  # not if someone replaced it since
-            self.autograd.backward = self.original
+        for attr, wrapper in self.wrappers.items():
+            if getattr(self.autograd, attr) is wrapper:  # not if someone replaced it since
+                setattr(self.autograd, attr, self.originals[attr])
+
+
+def _never() -> bool:
+    return False
+
+
+def _inner_grad() -> bool:
+    """Whether a ``torch.autograd.grad`` call is an inner ``torch.func`` grad transform's:
+    two or more Grad levels on functorch's interpreter stack (None outside any transform)."""
+    import torch
+
+    get_stack = getattr(torch._C._functorch, "get_interpreter_stack", None)  # torch >= 2.1
+    stack = get_stack() if get_stack is not None else None
+    return bool(stack) and sum(i.key() == torch._C._functorch.TransformType.Grad for i in stack) >= 2
 
 
 def install_backward_calls(session: Session) -> BackwardCalls | None:
