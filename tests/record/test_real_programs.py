@@ -995,6 +995,24 @@ def test_torch_func_training_steps_once_per_iteration(tmp_path: Path, style: str
     assert ms[2:-1].sum() == pytest.approx(own[3:].sum(), rel=0.1)
 
 
+def test_dqn_steps_once_per_update_period(tmp_path: Path) -> None:
+    # CleanRL's DQN: one loop over environment steps, an epsilon-greedy forward on some of
+    # them, and after the learning starts an update (zero_grad, backward, Adam) every 10th:
+    # the repeating unit is the update with its 10 environment steps, from one zero_grad to
+    # the next, as the program times it (its forwards per environment step come and go with
+    # epsilon; the exploration before the learning starts is no step)
+    args = ("--device", "cpu", "--total-timesteps", "2000", "--learning-starts", "1000")
+    light, series, result = _run(tmp_path, "dqn_train.py", *args, env={"OMP_NUM_THREADS": "1"})
+    assert light["step_name"] == "Optimizer.zero_grad#Adam.zero_grad", light["how"]
+    assert light["steps_seen"] == result["updates"] == 99
+    ms, own = _step_ms(series), np.array(result["ms_update_periods"])
+    assert ms[1:-1].sum() == pytest.approx(own[1:].sum(), rel=0.1)
+    # a plain torch.profiler trace of the whole run reads the same steps
+    steps, ms, traced = _traced(tmp_path, "dqn_train.py", *args)
+    assert (steps.name, steps.count) == ("Optimizer.zero_grad#Adam.zero_grad", traced["updates"]), steps.how
+    assert ms[1:-1].sum() == pytest.approx(sum(traced["ms_update_periods"][1:]), rel=0.1)
+
+
 def test_continuous_batching_steps_per_scheduler_iteration_not_per_forward(tmp_path: Path) -> None:
     # vLLM's loop in plain PyTorch: each iteration admits waiting requests (one prefill
     # forward each) and runs one decode forward over the running batch; requests end at
