@@ -211,6 +211,18 @@ def _loop_how(name: str, seen: int, grouped: tuple[int, int] | None) -> str:
 # called once, and a few gaps without (an assisted generate's last iterations may verify
 # with no draft: the draft has no room left) do not break the rhythm.
 ENCLOSES = 0.5
+# Optimizers: more than this share, so that a rhythm of exactly half (every 2nd gap, whose
+# count a run's length tips over or under 0.5 by one gap) is never read so; such a delayed
+# rhythm (TD3's and SAC's policy delay) has its own rule, DELAYED of the gaps at least
+# (a little less than half for the gaps a trace's window cuts)
+ENCLOSES_STEPS, DELAYED = 0.55, 0.45
+SAME_CALLS = 0.02  # optimizers stepped as often as each other, within this share of the calls,
+PERIOD_CALLS = 2  # or this many (the run's end cuts a period: SAC's critics lead by their 2)
+
+
+def same_calls(calls: int) -> float:
+    """How many fewer calls than ``calls`` are as many, for :func:`iteration_instance`."""
+    return max(SAME_CALLS * calls, PERIOD_CALLS)
 
 
 def iteration_instance(instances: Sequence[int], closing: bool = False) -> int | None:
@@ -244,17 +256,31 @@ def iteration_instance(instances: Sequence[int], closing: bool = False) -> int |
     ordinals, counts = np.unique(at, return_counts=True)
     calls = {int(o): np.flatnonzero(at == o) for o, n in zip(ordinals, counts) if n >= 2}
 
-    def encloses(mine: np.ndarray, other: np.ndarray) -> bool:
+    def encloses(mine: np.ndarray, other: np.ndarray, share: float) -> bool:
         between = np.searchsorted(other, mine[1:]) - np.searchsorted(other, mine[:-1])
-        return bool(np.mean(between > 0) > ENCLOSES) and mine.size ** 2 > other.size
+        return bool(np.mean(between > 0) > share) and mine.size ** 2 > other.size
 
-    marks = [
-        o for o, mine in calls.items()
-        if (rest := [c for p, c in calls.items() if p != o and c.size >= mine.size]) and all(encloses(mine, c) for c in rest)
-    ]
+    def marks(share: float, slack: Callable[[int], float] = lambda n: 0) -> list[int]:
+        return [o for o, mine in calls.items()
+                if (rest := [c for p, c in calls.items() if p != o and c.size >= mine.size - slack(mine.size)])
+                and all(encloses(mine, c, share) for c in rest)]
+
     # the most calls; a tie goes to the first called (ordinals are in order of first call),
     # or for optimizers to the last
-    return max(marks, key=lambda o: (calls[o].size, o if closing else -o), default=None)
+    found = max(marks(ENCLOSES_STEPS if closing else ENCLOSES), key=lambda o: (calls[o].size, o if closing else -o), default=None)
+    if found is None and closing:
+        # a delayed rhythm: CleanRL's SAC steps its critics' Adam every environment step, and
+        # every 2nd step its actor's and its temperature's Adams twice each (q | q a t a t):
+        # each holds the others in half of its gaps, one gap more or less with the run's
+        # length (before: 1195 steps of any of the three for 399 iterations, or the actor's
+        # pairs as 2-step iterations, by the parity of the run's length). Of those stepped
+        # about as often as the most stepped, the first one stepped begins the iteration:
+        # the critics' (TD3's actor, stepped once every 2nd step, encloses its critics' steps:
+        # two environment steps per iteration there)
+        held = marks(DELAYED, same_calls)
+        most = max((calls[o].size for o in held), default=0)
+        found = min((o for o in held if calls[o].size >= most - same_calls(most)), default=None)
+    return found
 
 
 # A new optimizer per outer iteration: Reptile's and MAML's inner loops take 1-10 steps on a

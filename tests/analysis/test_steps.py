@@ -112,6 +112,16 @@ def test_two_optimizers_of_one_class_told_apart_by_the_ops_inside_their_steps() 
     ordinals = optimizer_ordinals([first_c, first_g] + [critic, gen] * 29)
     assert ordinals.tolist() == [1, 2] * 30 and iteration_instance(ordinals, closing=True) == 2
     assert iteration_instance(ordinals) == 1
+    # TD3's policy delay (the critics every environment step, the actor every 2nd): the
+    # actor's steps hold the critics' in every gap, two environment steps per iteration
+    assert iteration_instance([1] + [1, 2, 1] * 20, closing=True) == 2
+    # SAC's (the critics every step, the actor's and the temperature's Adams twice every 2nd
+    # step: q | q a t a t): each holds the others in half of its gaps, give or take the one
+    # that the run's length adds; the critics' steps mark the environment step, whatever
+    # the length (before: the actor's pairs or nothing, by the parity of the steps)
+    sac = [1] + [1, 2, 3, 2, 3, 1] * 30
+    for n in range(len(sac) - 6, len(sac) + 1):
+        assert iteration_instance(sac[:n], closing=True) == 1, n
     # one optimizer; ops that vary with no fixed pattern (LBFGS's closure calls); a pattern
     # that breaks after the first period; too few periods: nothing told apart
     assert optimizer_ordinals([first_c] + [critic] * 40) is None

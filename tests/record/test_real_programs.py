@@ -1013,6 +1013,34 @@ def test_dqn_steps_once_per_update_period(tmp_path: Path) -> None:
     assert ms[1:-1].sum() == pytest.approx(sum(traced["ms_update_periods"][1:]), rel=0.1)
 
 
+@pytest.mark.parametrize("timesteps", [600, 601])
+def test_sac_steps_once_per_environment_step_whatever_the_parity(tmp_path: Path, timesteps: int) -> None:
+    # CleanRL's SAC: three Adams (the critics' every environment step, the actor's and the
+    # temperature's twice every 2nd step). Before: 1195 steps of any of the three for 399
+    # environment steps, or the actor's pairs as 2-step iterations, by the run's length's
+    # parity. Now the critics' steps mark the environment step: one step per step trained,
+    # give or take the first and the last, every other one holding the two actor updates
+    light, series, result = _run(tmp_path, "sac_train.py", "--device", "cpu", "--total-timesteps", str(timesteps),
+                                 "--learning-starts", "200", "--hidden", "32", "--batch-size", "32", env={"OMP_NUM_THREADS": "1"})
+    assert light["step_name"] == "Optimizer.step#Adam#1.step", light["how"]
+    assert abs(light["steps_seen"] - result["q_updates"]) <= 1 and result["q_updates"] == timesteps - 201
+    ms, own = _step_ms(series)[2:-2], np.array(result["ms_each"][203:-2])
+    assert ms.mean() == pytest.approx(own.mean(), rel=0.1)
+    # every 2nd step holds the actor's updates: the steps alternate short and long
+    short, long = np.median(ms[0::2]), np.median(ms[1::2])
+    assert max(short, long) > 1.5 * min(short, long)
+
+
+def test_sac_in_a_plain_trace_steps_once_per_environment_step(tmp_path: Path) -> None:
+    # the same loop traced whole by torch.profiler: its three Adams told apart by the ops
+    # inside their steps (optimizer_ordinals), the critics' marking the environment step
+    steps, ms, traced = _traced(tmp_path, "sac_train.py", "--device", "cpu", "--total-timesteps", "500", "--learning-starts", "200",
+                                "--hidden", "32", "--batch-size", "32")
+    assert steps.name == "Optimizer.step#Adam#1.step", steps.how
+    assert abs(steps.count - traced["q_updates"]) <= 1
+    assert ms[2:-2].mean() == pytest.approx(np.mean(traced["ms_each"][203:-2]), rel=0.1)
+
+
 def test_continuous_batching_steps_per_scheduler_iteration_not_per_forward(tmp_path: Path) -> None:
     # vLLM's loop in plain PyTorch: each iteration admits waiting requests (one prefill
     # forward each) and runs one decode forward over the running batch; requests end at
