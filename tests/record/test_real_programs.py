@@ -1041,6 +1041,19 @@ def test_sac_in_a_plain_trace_steps_once_per_environment_step(tmp_path: Path) ->
     assert ms[2:-2].mean() == pytest.approx(np.mean(traced["ms_each"][203:-2]), rel=0.1)
 
 
+def test_lightning_fabric_steps_once_per_optimizer_step(tmp_path: Path) -> None:
+    # litgpt's loop on Lightning Fabric: setup() wraps the model, optimizer and loader,
+    # fabric.backward per micro-batch under no_backward_sync, clip_gradients, step, zero_grad
+    # every 2nd micro-batch: one step per optimizer step, its two micro-batches and fetches
+    pytest.importorskip("lightning")
+    light, series, result = _run(tmp_path, "fabric_train.py", "--device", "cpu", "--precision", "32-true", "--layers", "2",
+                                 "--dim", "64", "--heads", "4", "--vocab", "512", "--block", "32", "--micro-batch", "4",
+                                 "--steps", "12", "--accum", "2", "--warmup", "2", env={"OMP_NUM_THREADS": "1"})
+    assert light["step_name"] == "Optimizer.step#AdamW.step", light["how"]
+    assert light["steps_seen"] == result["optimizer_steps"] == 12
+    assert _step_ms(series)[2:].sum() == pytest.approx(sum(result["ms_each"][2:]), rel=0.1)
+
+
 def test_continuous_batching_steps_per_scheduler_iteration_not_per_forward(tmp_path: Path) -> None:
     # vLLM's loop in plain PyTorch: each iteration admits waiting requests (one prefill
     # forward each) and runs one decode forward over the running batch; requests end at
