@@ -95,7 +95,7 @@ class LightSteps:
     in a step or the run did not say. ``gc_ns``: per step, how long Python's full garbage
     collections ran inside it (:class:`perfdoctor.record.bootstrap.clock.FullCollections`); None
     when none ran in a step or the run did not say. ``save_ns``: likewise the program's
-    checkpoint saves (``torch.save``, safetensors' ``save_file``) (:class:`perfdoctor.record.bootstrap.clock.TimedCalls`).
+    checkpoint saves (``torch.save``, safetensors' ``save_file``, DCP's ``save``) (:class:`perfdoctor.record.bootstrap.clock.TimedCalls`).
     """
 
     name: str

@@ -216,7 +216,7 @@ class PassResults(_Document):
     # the light pass: Python's full garbage collections ({"start_ns", "end_ns"}, host ns:
     # perfdoctor.record.bootstrap.clock.FullCollections); None when none ran
     full_gcs: dict[str, list[int]] | None = None
-    # the light pass: the program's checkpoint saves, torch.save and safetensors' save_file ({"start_ns", "end_ns"}, host ns:
+    # the light pass: the program's checkpoint saves, torch.save, safetensors' save_file, DCP's save ({"start_ns", "end_ns"}, host ns:
     # perfdoctor.record.bootstrap.clock.TimedCalls); None when it saved nothing
     saves: dict[str, list[int]] | None = None
     # the calls as measured, when series holds the iteration: added by perfdoctor run after

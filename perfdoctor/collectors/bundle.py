@@ -138,7 +138,7 @@ def read_light(results: PassResults, light_pass: LightPass, warnings: list[str])
       range's iteration: a data loader's pass ended since the previous step), "compiled_ns": [...]
       (torch.compile compiled inside the step; only when one did), "gc_ns": [...] (Python's full
       garbage collections inside the step; only when one ran), "save_ns": [...] (the program's
-      checkpoint saves (torch.save, safetensors' save_file) inside the step; only when one saved)}}`` and ``"step_end_clock":
+      checkpoint saves (torch.save, safetensors' save_file, DCP's save) inside the step; only when one saved)}}`` and ``"step_end_clock":
       "cuda-event" | "host"``;
     * perfdoctor 0.1: ``"spans_ns": {step: [[host_start, gpu_end], ...]}``.
 

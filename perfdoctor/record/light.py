@@ -654,7 +654,7 @@ def noted_steps(series: dict[str, Any], results: PassResults) -> None:
     """Per step of the chosen ``series``, in place: how long torch.compile compiled inside it
     (``compiled_ns``: the analysis leaves such steps out of the steady steps' rate and p50),
     how long Python's full garbage collections ran inside it (``gc_ns``) and how long the
-    program's checkpoint saves ran (``torch.save``, safetensors' ``save_file``: ``save_ns``) — what uneven-steps' evidence
+    program's checkpoint saves ran (``torch.save``, safetensors' ``save_file``, DCP's ``save``: ``save_ns``) — what uneven-steps' evidence
     names — each only when some step has any."""
     compiled = steady.time_inside(series["host_start_ns"], series["gpu_end_ns"], results.compiles)
     if compiled.any():

@@ -172,7 +172,7 @@ PREDICATES: dict[str, tuple[Callable[[dict[str, Metric]], bool], str]] = {
     # "torch.compile the model" is then the advice the program has already taken
     "compiled": (_at_least("compiled_kernel_ratio", COMPILED_KERNELS), f"the steps run torch.compile's kernels (compiled_kernel_ratio >= {COMPILED_KERNELS}: inductor's triton_* kernels by count)"),
     # "find what the slow steps wait for" is then answered already
-    "checkpointing": (_at_least("slow_step_save_ratio", SAVES_EXPLAIN), f"checkpoint saves (torch.save, safetensors' save_file) inside the slow steps account for their time beyond the median "
+    "checkpointing": (_at_least("slow_step_save_ratio", SAVES_EXPLAIN), f"checkpoint saves (torch.save, safetensors' save_file, DCP's save) inside the slow steps account for their time beyond the median "
                       f"(slow_step_save_ratio >= {SAVES_EXPLAIN})"),
     "training": (_workload_is("training"), "the trace is training (backward ops, an optimizer step or an autograd thread: perfdoctor.analysis.workload)"),
     "inference": (_workload_is("inference"), "the trace is inference (no backward op, no optimizer step)"),

@@ -420,8 +420,8 @@ def slow_untraced_steps(analysis: Analysis) -> Evidence:
     iterations of at most 104 ms, while the untraced run had 5 of 22 at 59-202 ms). Where
     Python's full garbage collections ran inside steps, how long in each (predict_dump.py's
     slow batches: 75-160 ms of collection each, the rest of them a median batch), and how long
-    the program's checkpoint saves ran in each (``torch.save``, safetensors' ``save_file``: a
-    checkpoint saved every N steps)."""
+    the program's checkpoint saves ran in each (``torch.save``, safetensors' ``save_file``,
+    torch.distributed.checkpoint's ``save``: a checkpoint saved every N steps)."""
     light, series = analysis.light, analysis.light_series
     held = [(c, v) for c, v in (("full GC ms", light.gc_ns if light is not None else None),
                                 ("checkpoint save ms", light.save_ns if light is not None else None)) if v is not None]

@@ -283,33 +283,38 @@ class FullCollections:
 class TimedCalls:
     """When each call of ``owner.attr`` ran, host ns: the light pass wraps the functions that
     save a checkpoint so (``torch.save``; :meth:`add`: safetensors' ``save_file``, which
-    transformers' Trainer saves its model with), because a checkpoint saved inside a step is
-    what makes that step slow (a loop saving every N steps; the Trainer every
-    ``save_steps``), and uneven-steps' evidence names it as it names full collections. One
-    wrapper call and two clock reads per save; nothing else. At most :data:`KEPT` calls, of
-    every function wrapped."""
+    transformers' Trainer saves its model with, and torch.distributed.checkpoint's ``save``
+    and ``async_save``, torchtitan's), because a checkpoint saved inside a step is what
+    makes that step slow (a loop saving every N steps; the Trainer every ``save_steps``),
+    and uneven-steps' evidence names it as it names full collections. One wrapper call and
+    two clock reads per save; nothing else. A call inside another (DCP's writer saves the
+    non-tensor items with ``torch.save``) is part of it, not counted twice. At most
+    :data:`KEPT` calls, of every function wrapped."""
 
     KEPT = 100_000
 
     def __init__(self, owner: Any, attr: str) -> None:
         self.calls: list[tuple[int, int]] = []  # (start, end): one append per call, whatever the threads
         self.wrapped: list[tuple[Any, str, Any, Any]] = []  # (owner, attr, original, wrapper)
+        self.running = [0]  # timed calls running now, over every thread (a save's writer threads)
         self.add(owner, attr)
 
     def add(self, owner: Any, attr: str) -> None:
         """Times the calls of ``owner.attr`` too (into the same calls)."""
         original = getattr(owner, attr)
-        calls, clock, kept = self.calls, time.perf_counter_ns, self.KEPT
+        calls, clock, kept, running = self.calls, time.perf_counter_ns, self.KEPT, self.running
 
         @functools.wraps(original)
         def timed(*args: Any, **kwargs: Any) -> Any:
-            if len(calls) >= kept:
+            if len(calls) >= kept or running[0]:
                 return original(*args, **kwargs)
+            running[0] += 1
             begun = clock()
             try:
                 return original(*args, **kwargs)
             finally:
                 calls.append((begun, clock()))
+                running[0] -= 1
 
         self.wrapped.append((owner, attr, original, timed))
         setattr(owner, attr, timed)

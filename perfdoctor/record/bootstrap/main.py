@@ -32,6 +32,7 @@ mirroring) and :mod:`.steps` (module calls, compiled functions, CUDA graph repla
 
 from __future__ import annotations
 
+import functools
 import gc
 import importlib.abc
 import importlib.util
@@ -98,6 +99,21 @@ def collect_imports() -> None:
     allocations cause come as they would. (The light pass leaves torch's import to the
     program, :func:`when_imported`: its debt is then the program's, as alone.)"""
     gc.collect()
+
+
+# The checkpoint saves timed beside torch.save, once their module is imported: safetensors'
+# (transformers' Trainer saves its model with it), torch.distributed.checkpoint's (torchtitan's)
+CHECKPOINT_SAVES = (("safetensors.torch", ("save_file",)), ("torch.distributed.checkpoint", ("save", "async_save")))
+
+
+def time_saves(session: Session, module: str, names: tuple[str, ...]) -> None:
+    """The light pass's timer of checkpoint saves (torch.save's, :class:`TimedCalls`) takes
+    ``module``'s functions ``names`` too. Both modules import torch first, so the timer is
+    there (hook_torch) to take them."""
+    if session.saves is not None:
+        for name in names:
+            if hasattr(sys.modules[module], name):  # async_save: torch >= 2.3
+                session.saves.add(sys.modules[module], name)
 
 
 def when_imported(name: str, then: Callable[[], None]) -> None:
@@ -366,13 +382,8 @@ def main(argv: list[str]) -> None:
     if session.mode == "light":
         session.full_gcs = FullCollections()
 
-        def time_safetensors_saves() -> None:
-            # safetensors' save_file (transformers' Trainer saves its model with it): the
-            # module imports torch first, so torch.save's timer is there (hook_torch) to take it
-            if session.saves is not None:
-                session.saves.add(sys.modules["safetensors.torch"], "save_file")
-
-        when_imported("safetensors.torch", time_safetensors_saves)
+        for module, names in CHECKPOINT_SAVES:
+            when_imported(module, functools.partial(time_saves, session, module, names))
     if config.stdin_record:
         record_stdin(config.stdin_record)
     prepare_target(target)

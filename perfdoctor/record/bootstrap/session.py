@@ -93,7 +93,7 @@ class Session:
         self.waits: Any = None  # waits.Waits, in the light pass
         self.compiles: Any = None  # steps.Compiles, in the light pass once torch.compile is called
         self.full_gcs: Any = None  # clock.FullCollections, in the light pass
-        self.saves: Any = None  # clock.TimedCalls of torch.save (and safetensors' save_file), in the light pass
+        self.saves: Any = None  # clock.TimedCalls of torch.save (and safetensors' save_file, DCP's save), in the light pass
         # compiled calls of a whole module (steps.install_compiled_steps): once one repeats,
         # the light pass keeps timing that module's eager calls (stop_module_timing)
         self.compiled_modules: set[str] = set()

@@ -8,7 +8,8 @@ and a log line with ``loss.item()`` every ``--log-every`` steps; ``--save-every 
 checkpoint (``torch.save`` of the model's, the optimizer's and the scaler's state) after every
 N-th step, inside the loop, as pretraining scripts save one every N steps (``--save-format
 safetensors``: the model's weights alone with ``safetensors.torch.save_file``, as fine-tuning
-scripts save them). ``for step in
+scripts save them; ``dcp``: the model's and the optimizer's state with
+``torch.distributed.checkpoint.save`` into a folder per step, as torchtitan saves them). ``for step in
 range(steps)``; the first ``--warmup`` steps are left out of the timing; each timed step's
 time is nanoGPT's ``dt``, from one iteration's top to the next's (the last to the final sync). A small
 transformer-ish MLP classifier on random features.
@@ -64,8 +65,9 @@ def main():
                    help="opt.zero_grad(set_to_none=True) at the iteration's end (default) or start; "
                         "both: at the start and again at the end; model: model.zero_grad() at the start (no optimizer range)")
     p.add_argument("--save-every", type=int, default=0, help="torch.save a checkpoint after every N-th step (0: never)")
-    p.add_argument("--save-format", default="torch", choices=["torch", "safetensors"],
-                   help="torch: torch.save of model, optimizer and scaler state; safetensors: save_file of the model's weights")
+    p.add_argument("--save-format", default="torch", choices=["torch", "safetensors", "dcp"],
+                   help="torch: torch.save of model, optimizer and scaler state; safetensors: save_file of the model's weights; "
+                        "dcp: torch.distributed.checkpoint.save of model and optimizer state")
     p.add_argument("--out-dir", default=os.path.join(tempfile.gettempdir(), "amp-train-ckpt"))
     args = p.parse_args()
 
@@ -108,6 +110,9 @@ def main():
             if args.save_format == "safetensors":
                 from safetensors.torch import save_file
                 save_file(model.state_dict(), os.path.join(args.out_dir, "model.safetensors"))
+            elif args.save_format == "dcp":
+                import torch.distributed.checkpoint as dcp
+                dcp.save({"model": model.state_dict(), "optimizer": opt.state_dict()}, checkpoint_id=os.path.join(args.out_dir, f"step-{step}"))
             else:
                 torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "scaler": scaler.state_dict(), "step": step},
                            os.path.join(args.out_dir, "ckpt.pt"))
