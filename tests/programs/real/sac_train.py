@@ -12,7 +12,7 @@ with CleanRL's ``SPS`` every ``--log-every`` steps. Three Adam optimizers step a
 rates. Pendulum-v1's equations vectorised in numpy (gym is not installed here).
 
 Its own timer: ``time.perf_counter()`` per environment step: RESULT's ``ms_each`` (every
-step), ``ms_per_step`` (their mean after the learning starts), ``sps`` over the training
+step; ``warmup``: those before the learning starts), ``ms_per_step`` (their mean after), ``sps`` over the training
 phase, ``q_updates``, ``actor_updates``.
 
     python sac_train.py                            # CleanRL's sizes, shortened: 1 env, 10000 steps
@@ -220,6 +220,6 @@ for global_step in range(args.total_timesteps):
 
 trained = times[args.learning_starts + 1:]
 print("RESULT " + json.dumps({
-    "ms_each": times, "ms_per_step": float(np.mean(trained)), "sps": round((len(trained) - 1) / (time.time() - train_start), 1),
+    "ms_each": times, "warmup": args.learning_starts + 1, "ms_per_step": float(np.mean(trained)), "sps": round((len(trained) - 1) / (time.time() - train_start), 1),
     "q_updates": q_updates, "actor_updates": actor_updates, "learning_starts": args.learning_starts,
     "env_steps": args.total_timesteps, "device": args.device}))
