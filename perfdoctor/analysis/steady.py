@@ -1171,12 +1171,15 @@ class SlowSteps:
     slow: int  # steps slower than WARMUP_FACTOR × the median (the ones worth naming)
     slow_min_ms: float | None
     slow_max_ms: float | None
+    period: int | None = None  # the slow ones every k-th step (slow_period), where on a schedule
 
     @property
     def summary(self) -> str:
-        """``5 of 22 steps slower than 1.25x the median 46.7 ms (58.8-202 ms)``."""
+        """``5 of 22 steps slower than 1.25x the median 46.7 ms (58.8-202 ms)``, and
+        ``, one every 4 steps`` where they come on a schedule."""
         text = f"{self.slow} of {self.steps} steps slower than {setting(WARMUP_FACTOR)}x the median {value(self.median_ms, 'ms')}"
-        return text + (f" ({num(self.slow_min_ms)}-{value(self.slow_max_ms, 'ms')})" if self.slow else "")
+        text += f" ({num(self.slow_min_ms)}-{value(self.slow_max_ms, 'ms')})" if self.slow else ""
+        return text + (f", one every {self.period} steps" if self.period else "")
 
 
 # What a light-pass step's time can be trusted to: its CUDA events and bookkeeping cost
@@ -1194,7 +1197,29 @@ def slow_steps(critical_path_ms: np.ndarray) -> SlowSteps:
     slow = cp[(cp > WARMUP_FACTOR * med) & (cp > med + RESOLUTION_MS)] if cp.size else cp
     beyond = float(np.clip(cp - med - RESOLUTION_MS, 0, None).sum())
     return SlowSteps(int(cp.size), med, float(cp.sum()), beyond, int(slow.size),
-                     float(slow.min()) if slow.size else None, float(slow.max()) if slow.size else None)
+                     float(slow.min()) if slow.size else None, float(slow.max()) if slow.size else None, slow_period(cp))
+
+
+# Slow steps that come on a schedule: at least this many, this share of the intervals
+# between them one period, which is at least 2 steps (every step slow is no schedule)
+PERIODIC_SLOW, PERIODIC_SHARE = 3, 0.8
+
+
+def slow_period(critical_path_ms: np.ndarray) -> int | None:
+    """The period, in steps, of a steady series' slow steps (``slow_steps``' measure) where
+    they come on a schedule: the loop's own work every k-th step (``if step % k == 0``: a log
+    line that syncs, an evaluation, SAC's delayed policy update, a checkpoint); None where
+    they come at random or too few."""
+    cp = np.asarray(critical_path_ms, dtype=np.float64)
+    if cp.size < 2 * PERIODIC_SLOW:
+        return None
+    med = float(np.median(cp))
+    at = np.flatnonzero((cp > WARMUP_FACTOR * med) & (cp > med + RESOLUTION_MS))
+    if at.size < PERIODIC_SLOW:
+        return None
+    gaps, counts = np.unique(np.diff(at), return_counts=True)
+    k = int(gaps[np.argmax(counts)])
+    return k if k >= 2 and counts.max() >= PERIODIC_SHARE * (at.size - 1) else None
 
 
 def held_share(critical_path_ms: np.ndarray, held_ms: np.ndarray) -> float | None:

@@ -213,11 +213,12 @@ def _loop_how(name: str, seen: int, grouped: tuple[int, int] | None) -> str:
 ENCLOSES = 0.5
 # Optimizers: more than this share, so that a rhythm of exactly half (every 2nd gap, whose
 # count a run's length tips over or under 0.5 by one gap) is never read so; such a delayed
-# rhythm (TD3's and SAC's policy delay) has its own rule, DELAYED of the gaps at least
-# (a little less than half for the gaps a trace's window cuts)
-ENCLOSES_STEPS, DELAYED = 0.55, 0.45
+# rhythm (TD3's and SAC's policy delay) has its own rule: the gaps that hold the other's
+# steps come at a fixed interval, this share of them at least, DELAYED_GAPS of them or more
+ENCLOSES_STEPS = 0.55
+DELAYED_SHARE, DELAYED_GAPS = 0.8, 3
 SAME_CALLS = 0.02  # optimizers stepped as often as each other, within this share of the calls,
-PERIOD_CALLS = 2  # or this many (the run's end cuts a period: SAC's critics lead by their 2)
+PERIOD_CALLS = 8  # or this many (the run's end cuts a period: SAC's critics lead by their k, up to 8)
 
 
 def same_calls(calls: int) -> float:
@@ -260,24 +261,32 @@ def iteration_instance(instances: Sequence[int], closing: bool = False) -> int |
         between = np.searchsorted(other, mine[1:]) - np.searchsorted(other, mine[:-1])
         return bool(np.mean(between > 0) > share) and mine.size ** 2 > other.size
 
-    def marks(share: float, slack: Callable[[int], float] = lambda n: 0) -> list[int]:
+    def delayed(mine: np.ndarray, other: np.ndarray, share: float) -> bool:
+        held = np.flatnonzero(np.searchsorted(other, mine[1:]) > np.searchsorted(other, mine[:-1]))
+        if held.size < DELAYED_GAPS:
+            return False
+        _, every = np.unique(np.diff(held), return_counts=True)
+        return bool(every.max() >= share * (held.size - 1))
+
+    def marks(holds: Callable[[np.ndarray, np.ndarray, float], bool], share: float, slack: Callable[[int], float] = lambda n: 0) -> list[int]:
         return [o for o, mine in calls.items()
                 if (rest := [c for p, c in calls.items() if p != o and c.size >= mine.size - slack(mine.size)])
-                and all(encloses(mine, c, share) for c in rest)]
+                and all(holds(mine, c, share) for c in rest)]
 
     # the most calls; a tie goes to the first called (ordinals are in order of first call),
     # or for optimizers to the last
-    found = max(marks(ENCLOSES_STEPS if closing else ENCLOSES), key=lambda o: (calls[o].size, o if closing else -o), default=None)
+    found = max(marks(encloses, ENCLOSES_STEPS if closing else ENCLOSES), key=lambda o: (calls[o].size, o if closing else -o), default=None)
     if found is None and closing:
         # a delayed rhythm: CleanRL's SAC steps its critics' Adam every environment step, and
-        # every 2nd step its actor's and its temperature's Adams twice each (q | q a t a t):
-        # each holds the others in half of its gaps, one gap more or less with the run's
-        # length (before: 1195 steps of any of the three for 399 iterations, or the actor's
-        # pairs as 2-step iterations, by the parity of the run's length). Of those stepped
-        # about as often as the most stepped, the first one stepped begins the iteration:
-        # the critics' (TD3's actor, stepped once every 2nd step, encloses its critics' steps:
-        # two environment steps per iteration there)
-        held = marks(DELAYED, same_calls)
+        # every k-th step (policy_frequency, 2 by default) its actor's and its temperature's
+        # Adams k times each (q | q a t a t): each holds the others in 1/k of its gaps, one
+        # gap more or less with the run's length (before: 1195 steps of any of the three for
+        # 399 iterations, or the actor's pairs as 2-step iterations, by the parity of the
+        # run's length), those gaps at a fixed interval. Of those stepped about as often as
+        # the most stepped, the first one stepped begins the iteration: the critics'. (TD3's
+        # actor, stepped once every 2nd step, encloses its critics' steps: two environment
+        # steps per iteration there)
+        held = marks(delayed, DELAYED_SHARE, same_calls)
         most = max((calls[o].size for o in held), default=0)
         found = min((o for o in held if calls[o].size >= most - same_calls(most)), default=None)
     return found

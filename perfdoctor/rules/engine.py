@@ -58,7 +58,7 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, packaged as tomli
 from perfdoctor.errors import UsageError
 from perfdoctor.text import clean, clean_block
 from perfdoctor.analysis.metrics import Analysis, Metric
-from perfdoctor.analysis.steady import held_share
+from perfdoctor.analysis.steady import PERIODIC_SHARE, PERIODIC_SLOW, held_share, slow_period
 from perfdoctor.rules.estimates import ESTIMATES, Estimate, Need, Unavailable
 from perfdoctor.rules.evidence import EVIDENCE, Evidence
 from perfdoctor.rules.reasons import Fallback, Lowered, Missing, OffWorkload, Reason, Suppressed
@@ -171,6 +171,9 @@ PREDICATES: dict[str, tuple[Callable[[dict[str, Metric]], bool], str]] = {
     "persistent": (_persistent, f"the step is one persistent kernel (1 <= step_kernels_p50 <= {PERSISTENT_KERNELS}, kernel_time_ratio >= {PERSISTENT_BUSY}, not a capture: a megakernel)"),
     # "torch.compile the model" is then the advice the program has already taken
     "compiled": (_at_least("compiled_kernel_ratio", COMPILED_KERNELS), f"the steps run torch.compile's kernels (compiled_kernel_ratio >= {COMPILED_KERNELS}: inductor's triton_* kernels by count)"),
+    # the slow steps come every k-th step: the loop's own scheduled work, not a random stall
+    "periodic": (_at_least("slow_step_period", 2), "the steady steps' slow ones come on a schedule, every k-th step "
+                 f"(slow_step_period: at least {PERIODIC_SHARE:.0%} of the intervals between {PERIODIC_SLOW} or more slow steps one period)"),
     # "find what the slow steps wait for" is then answered already
     "checkpointing": (_at_least("slow_step_save_ratio", SAVES_EXPLAIN), f"checkpoint saves (torch.save, safetensors' save_file, DCP's save) inside the slow steps account for their time beyond the median "
                       f"(slow_step_save_ratio >= {SAVES_EXPLAIN})"),
@@ -199,16 +202,22 @@ def workload_values(analysis: Analysis) -> dict[str, Metric]:
 
 
 def light_values(analysis: Analysis) -> dict[str, Metric]:
-    """Inputs of the ``checkpointing`` condition, from the light pass (none without one, or
-    when no steady step saved a checkpoint): ``slow_step_save_ratio``, the share of the steady
+    """Inputs of the ``periodic`` and ``checkpointing`` conditions, from the light pass (none
+    without one): ``slow_step_period``, the period in steps of the steady steps' slow ones
+    where they come on a schedule (:func:`perfdoctor.analysis.steady.slow_period`), and, when
+    a steady step saved a checkpoint, ``slow_step_save_ratio``, the share of the steady
     steps' time beyond the median that the program's checkpoint saves inside them account
-    for (:func:`perfdoctor.analysis.steady.held_share`). A rule input, not a metric of the
-    contract: most runs save nothing, and an absent metric for them would be noise."""
+    for (:func:`perfdoctor.analysis.steady.held_share`). Rule inputs, not metrics of the
+    contract: most runs have neither, and an absent metric for them would be noise."""
     light, series = analysis.light, analysis.light_series
-    if light is None or light.save_ns is None or series is None or series.steps is None:
+    if light is None or series is None:
         return {}
+    period = slow_period(series.critical_path_ms)
+    out = {} if period is None else {"slow_step_period": Metric(float(period), "steps", "light")}
+    if light.save_ns is None or series.steps is None:
+        return out
     share = held_share(series.critical_path_ms, light.save_ns[series.steps] / 1e6)
-    return {} if share is None else {"slow_step_save_ratio": Metric(share, "ratio", "light")}
+    return out if share is None else {**out, "slow_step_save_ratio": Metric(share, "ratio", "light")}
 
 
 # Severity follows the time at stake: a failure whose estimate wins back less than these

@@ -1231,3 +1231,23 @@ def test_the_share_of_the_time_beyond_the_median_a_cause_holds() -> None:
     assert steady.held_share(cp, np.array([0, 0, 0, 25.0, 30.0])) == pytest.approx((19.95 + 30) / 59.9)
     assert steady.held_share(cp, np.zeros(5)) == 0.0
     assert steady.held_share(np.full(4, 10.0), np.full(4, 5.0)) is None  # nothing beyond the median
+
+
+def test_slow_steps_on_a_schedule_have_a_period() -> None:
+    # the loop's own work every k-th step (a log line's sync, a delayed update, a save):
+    # the slow steps at a fixed interval, most of them; at random, or too few: none
+    assert steady.slow_period(np.array([1.0, 1.0, 3.0] * 10)) == 3
+    cp = np.ones(50)
+    cp[[9, 19, 29, 39, 49]] = 5.0
+    assert steady.slow_period(cp) == 10
+    assert "one every 10 steps" in steady.slow_steps(cp).summary
+    cp[29] = 1.0
+    cp[33] = 5.0  # one of four intervals off the schedule: 2 of 3 the period, under 80 %
+    assert steady.slow_period(cp) is None
+    rng = np.random.default_rng(0)
+    cp = np.ones(60)
+    cp[rng.choice(60, 8, replace=False)] = 3.0
+    assert steady.slow_period(cp) is None
+    assert steady.slow_period(np.array([1.0] * 20 + [3.0, 1.0, 3.0])) is None  # two slow steps
+    assert steady.slow_period(np.full(30, 3.0)) is None  # none slower than the median
+    assert "every" not in steady.slow_steps(np.ones(30)).summary

@@ -117,11 +117,15 @@ def test_two_optimizers_of_one_class_told_apart_by_the_ops_inside_their_steps() 
     assert iteration_instance([1] + [1, 2, 1] * 20, closing=True) == 2
     # SAC's (the critics every step, the actor's and the temperature's Adams twice every 2nd
     # step: q | q a t a t): each holds the others in half of its gaps, give or take the one
-    # that the run's length adds; the critics' steps mark the environment step, whatever
-    # the length (before: the actor's pairs or nothing, by the parity of the steps)
-    sac = [1] + [1, 2, 3, 2, 3, 1] * 30
-    for n in range(len(sac) - 6, len(sac) + 1):
-        assert iteration_instance(sac[:n], closing=True) == 1, n
+    # that the run's length adds, those gaps at a fixed interval; the critics' steps mark
+    # the environment step, whatever the length (before: the actor's pairs or nothing, by
+    # the parity of the steps) and the delay
+    for k in (2, 3, 4):  # its policy_frequency: every k-th step, k actor and temperature steps
+        sac = [1] + ([1] * (k - 1) + [2, 3] * k + [1]) * 30
+        for n in range(len(sac) - 3 * k, len(sac) + 1):
+            assert iteration_instance(sac[:n], closing=True) == 1, (k, n)
+    # two optimizers each in a loop of its own, one after the other: still none
+    assert iteration_instance([1] * 30 + [2] * 30, closing=True) is None
     # one optimizer; ops that vary with no fixed pattern (LBFGS's closure calls); a pattern
     # that breaks after the first period; too few periods: nothing told apart
     assert optimizer_ordinals([first_c] + [critic] * 40) is None

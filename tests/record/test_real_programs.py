@@ -1031,6 +1031,24 @@ def test_sac_steps_once_per_environment_step_whatever_the_parity(tmp_path: Path,
     assert max(short, long) > 1.5 * min(short, long)
 
 
+def test_sac_with_a_longer_policy_delay_names_its_slow_steps_as_scheduled(tmp_path: Path) -> None:
+    # policy_frequency 3: every 3rd environment step holds 3 actor and 3 temperature updates
+    # (q | q | q a t a t a t). The critics' steps still mark the environment step (before:
+    # every Adam zero_grad, 1191 steps for 399); uneven-steps names the slow steps as the
+    # loop's own scheduled work, one every 3 steps (before: the DataLoader, GC or swapping)
+    from perfdoctor.analysis.metrics import analyze
+    from perfdoctor.rules.engine import evaluate, load_rules
+
+    light, series, result = _run(tmp_path, "sac_train.py", "--device", "cpu", "--total-timesteps", "600", "--learning-starts", "200",
+                                 "--hidden", "32", "--batch-size", "32", "--policy-frequency", "3", env={"OMP_NUM_THREADS": "1"})
+    assert light["step_name"] == "Optimizer.step#Adam#1.step", light["how"]
+    assert abs(light["steps_seen"] - result["q_updates"]) <= 1
+    (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    (finding,) = [f for f in evaluate(load_rules(()), analyze(load_trace(bundle))) if f.rule_id == "uneven-steps"]
+    assert finding.status == "fail" and finding.title.startswith("Uneven steps: every k-th step is slow")
+    assert "one every 3 steps" in finding.values["slow_step_time_ratio"].note
+
+
 def test_sac_in_a_plain_trace_steps_once_per_environment_step(tmp_path: Path) -> None:
     # the same loop traced whole by torch.profiler: its three Adams told apart by the ops
     # inside their steps (optimizer_ordinals), the critics' marking the environment step
