@@ -395,17 +395,24 @@ def failed_rank(manifest: Manifest, pass_name: str) -> tuple[int, int | None] | 
 
 def rank_lights(
     manifest: Manifest, per_rank: dict[int, PassResults | None], summarize: Callable[[PassResults, int], LightPass],
-    first: LightPass, raw: Path,
+    first: LightPass, raw: Path, carries: Callable[[LightPass, PassResults], bool], primary: PassResults | None = None,
 ) -> None:
     """``ranks.<k>.light_pass``: each rank's light-pass summary over the window every rank
     shares: rank 0's warm-up (``first`` is rank 0's summary), so step ``i`` of the steady
     state is the same step on every rank. The rank's own steady start is kept as
-    ``own_steady_start``. ``summarize(results, warmup)`` is :func:`perfdoctor.record.light.light_summary`."""
+    ``own_steady_start``. ``summarize(results, warmup)`` is :func:`perfdoctor.record.light.light_summary`;
+    where it rewrote the rank's series (``carries``: :func:`perfdoctor.record.light.carries_series`),
+    the rank's light.json is written again with it, as rank 0's raw/light.json is (before,
+    only for a module step: DDP's fetch ranges were each rank's step, 0.15 ms of a 3 ms
+    iteration). ``primary``: the results ``first`` summarized (rank 0's, the pass's own),
+    whose series that summary rewrote already: ``first`` is its summary (summarized again,
+    the rewritten series chose another step: DistributedDataParallel.forward for the
+    optimizer step, and the ranks table had no step time for rank 0)."""
     warmup = int(first.warmup or 0)
     for rank, results in per_rank.items():
         if results is None:
             continue
-        own = summarize(results, warmup)
+        own = first if results is primary else summarize(results, warmup)
         summary = replace(
             own,
             own_steady_start=own.steady_start,
@@ -417,7 +424,7 @@ def rank_lights(
         entry = Rank.from_json(manifest.ranks[str(rank)])  # type: ignore[index]
         entry.light_pass = summary.to_json()
         manifest.ranks[str(rank)] = entry.to_json()  # type: ignore[index]
-        if summary.module:  # the module step's series joins the named ones (see passes.light_pass)
+        if carries(summary, results):  # the iteration's series joins the named ones (see passes.light_pass)
             write_json_atomic(raw / RANK_DIR.format(rank) / "light.json", results.to_json())
 
 

@@ -650,6 +650,13 @@ def light_summary(results: PassResults, options: RunOptions) -> LightPass:
 NOTED = ("compiled_ns", "gc_ns", "save_ns")
 
 
+def carries_series(light: LightPass, results: PassResults) -> bool:
+    """Whether :func:`light_summary` rewrote the chosen series (timed as the loop iteration)
+    or noted its steps (:func:`noted_steps`) in ``results``: the pass's light.json (each
+    rank's too) is then written again, so that readers find the series the summary timed."""
+    return bool(light.iteration) or bool(set(NOTED) & set((results.series or {}).get(light.step_name or "") or {}))
+
+
 def noted_steps(series: dict[str, Any], results: PassResults) -> None:
     """Per step of the chosen ``series``, in place: how long torch.compile compiled inside it
     (``compiled_ns``: the analysis leaves such steps out of the steady steps' rate and p50),

@@ -15,7 +15,7 @@ from perfdoctor.bundle import layout as bundles
 from perfdoctor.bundle.protocol import Collector, PassConfig, PassResults, PassRun
 from perfdoctor.collectors import ncu, nsys_run, nvml
 from perfdoctor.record import launch
-from perfdoctor.record.light import NOTED, light_summary, steady_counters, steady_steps, window_means, window_warmup
+from perfdoctor.record.light import carries_series, light_summary, steady_counters, steady_steps, window_means, window_warmup
 from perfdoctor.record.options import DEFAULT_WARMUP
 from perfdoctor.record.runner import PassResult, Runner
 from perfdoctor.collectors.tools import find_tool
@@ -115,8 +115,9 @@ def light_pass(plan: Plan) -> None:
         light.reason = (f"no step seen: {program_failure(result) or 'the program ended'}{oom} before the light pass could "
                         "write what it saw, at its exit")
     if options.ranks is not None:
-        launch.rank_lights(manifest, result.ranks, lambda r, w: light_summary(r, replace(options, warmup=w)), light, raw)
-    if light.iteration or set(NOTED) & set((result.results.series or {}).get(light.step_name or "") or {}):
+        launch.rank_lights(manifest, result.ranks, lambda r, w: light_summary(r, replace(options, warmup=w)), light, raw, carries_series,
+                           result.results)
+    if carries_series(light, result.results):
         # the chosen series, timed as the loop iteration (or its steps noted: noted_steps),
         # joins the named steps, where readers look
         bundles.write_json_atomic(raw / "light.json", result.results.to_json())
