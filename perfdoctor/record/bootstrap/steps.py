@@ -748,15 +748,14 @@ class BackwardCalls:
     model that is a function of a parameter dict, ``torch.func.grad_and_value``, an update by
     ``tree_map``) has no optimizer, module or data loader to mark its iteration, and often
     no function around it to name with ``--step-fn``; its one backward per iteration marks
-    it, last in the order of evidence. A call inside another (a Hessian's grad of a grad,
-    reentrant checkpointing's backward inside the backward, on autograd's thread on a GPU) is
-    part of the outer one: no range of its own, so each range is one outermost call; so is
-    a grad call of an inner ``torch.func`` transform (``grad(lambda x: grad(f)(x).sum())``: the
-    inner one's call comes first, while the outer's transform runs, with two Grad levels on
-    functorch's stack). Light
-    pass: timed like any range (one wrapper call per call, nothing per autograd node).
-    Traced passes: installed only when the light pass chose one, each call a perfdoctor
-    region. Inside a ``torch.compile``-d function the call is left to dynamo."""
+    it, last in the order of evidence. A call inside another (reentrant checkpointing's
+    backward inside the backward, on autograd's thread on a GPU) is part of the outer one: no
+    range of its own, so each range is one outermost call. So is the call of an inner
+    ``torch.func`` grad transform (``grad(lambda x: grad(f)(x).sum())``: the inner one's call
+    comes first, while the outer's transform runs, with two Grad levels on functorch's
+    stack). Light pass: timed like any range (one wrapper call per call, nothing per autograd
+    node). Traced passes: installed only when the light pass chose one, each call a
+    perfdoctor region. Inside a ``torch.compile``-d function the call is left to dynamo."""
 
     def __init__(self, session: Session, autograd: Any, compiling: Any) -> None:
         self.autograd = autograd
