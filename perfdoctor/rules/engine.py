@@ -56,7 +56,7 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, packaged as tomli
     import tomli as tomllib  # type: ignore[no-redef]
 
 from perfdoctor.errors import UsageError
-from perfdoctor.text import clean, clean_block, percent
+from perfdoctor.text import clean, clean_block
 from perfdoctor.analysis.metrics import Analysis, Metric
 from perfdoctor.analysis.steady import PERIODIC_SHARE, PERIODIC_SLOW, held_share, slow_period
 from perfdoctor.rules.estimates import ESTIMATES, Estimate, Need, Unavailable
@@ -173,7 +173,7 @@ PREDICATES: dict[str, tuple[Callable[[dict[str, Metric]], bool], str]] = {
     "compiled": (_at_least("compiled_kernel_ratio", COMPILED_KERNELS), f"the steps run torch.compile's kernels (compiled_kernel_ratio >= {COMPILED_KERNELS}: inductor's triton_* kernels by count)"),
     # the slow steps come every k-th step: the loop's own scheduled work, not a random stall
     "periodic": (_at_least("slow_step_period", 2), "the steady steps' slow ones come on a schedule, every k-th step "
-                 f"(slow_step_period: at least {percent(PERIODIC_SHARE)} of the intervals between {PERIODIC_SLOW} or more slow steps one period)"),
+                 f"(slow_step_period: at least {PERIODIC_SHARE} of the intervals between {PERIODIC_SLOW} or more slow steps one period)"),
     # "find what the slow steps wait for" is then answered already
     "checkpointing": (_at_least("slow_step_save_ratio", SAVES_EXPLAIN), f"checkpoint saves (torch.save, safetensors' save_file, DCP's save) inside the slow steps account for their time beyond the median "
                       f"(slow_step_save_ratio >= {SAVES_EXPLAIN})"),
