@@ -1194,10 +1194,17 @@ def slow_steps(critical_path_ms: np.ndarray) -> SlowSteps:
     more than RESOLUTION_MS."""
     cp = np.asarray(critical_path_ms, dtype=np.float64)
     med = float(np.median(cp)) if cp.size else 0.0
-    slow = cp[(cp > WARMUP_FACTOR * med) & (cp > med + RESOLUTION_MS)] if cp.size else cp
+    at = _slow_at(cp, med)
+    slow = cp[at]
     beyond = float(np.clip(cp - med - RESOLUTION_MS, 0, None).sum())
     return SlowSteps(int(cp.size), med, float(cp.sum()), beyond, int(slow.size),
-                     float(slow.min()) if slow.size else None, float(slow.max()) if slow.size else None, slow_period(cp))
+                     float(slow.min()) if slow.size else None, float(slow.max()) if slow.size else None, _period(cp.size, at))
+
+
+def _slow_at(cp: np.ndarray, median_ms: float) -> np.ndarray:
+    """Which steps of ``cp`` (ms) are slow: slower than WARMUP_FACTOR x the median, by more
+    than RESOLUTION_MS (their indices, in order)."""
+    return np.flatnonzero((cp > WARMUP_FACTOR * median_ms) & (cp > median_ms + RESOLUTION_MS))
 
 
 # Slow steps that come on a schedule: at least this many, this share of the intervals
@@ -1211,11 +1218,12 @@ def slow_period(critical_path_ms: np.ndarray) -> int | None:
     line that syncs, an evaluation, SAC's delayed policy update, a checkpoint); None where
     they come at random or too few."""
     cp = np.asarray(critical_path_ms, dtype=np.float64)
-    if cp.size < 2 * PERIODIC_SLOW:
-        return None
-    med = float(np.median(cp))
-    at = np.flatnonzero((cp > WARMUP_FACTOR * med) & (cp > med + RESOLUTION_MS))
-    if at.size < PERIODIC_SLOW:
+    return _period(cp.size, _slow_at(cp, float(np.median(cp)))) if cp.size else None
+
+
+def _period(steps: int, at: np.ndarray) -> int | None:
+    """:func:`slow_period` of a series of ``steps`` steps whose slow ones are ``at``."""
+    if steps < 2 * PERIODIC_SLOW or at.size < PERIODIC_SLOW:
         return None
     gaps, counts = np.unique(np.diff(at), return_counts=True)
     k = int(gaps[np.argmax(counts)])

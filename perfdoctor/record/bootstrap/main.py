@@ -381,7 +381,6 @@ def main(argv: list[str]) -> None:
     collect_imports()
     if session.mode == "light":
         session.full_gcs = FullCollections()
-
         for module, names in CHECKPOINT_SAVES:
             when_imported(module, functools.partial(time_saves, session, module, names))
     if config.stdin_record:
