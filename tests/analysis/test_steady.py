@@ -250,6 +250,28 @@ def test_a_training_loop_that_validates_each_epoch_reads_its_own_mean_on_the_h20
     assert float(np.mean(cp[s.start :])) / 1e6 == pytest.approx(d["own_ms_per_step"], rel=0.03)
 
 
+def test_a_short_wait_for_a_bursty_producer_ends_no_warm_up() -> None:
+    # pool_classify.py (a loop fed by a multiprocessing Pool in bursts) on the loaded CI box:
+    # its light-pass steps, back to back, and the step thread's idle waits before steps 4, 12,
+    # 24 and 31. Half the steps take the next batch of a burst (~0.15 ms), the others wait for
+    # the next burst. The 0.09 ms wait before step 24, near the end of a stretch of mostly slow
+    # steps, made the stretch a call of its own ended by a pause: 28 steps were cut as warm-up,
+    # 4.4 ms per step read for the program's 7.92 (its timer: the mean iteration after 3)
+    cp = _ms([9.23, 0.31, 32.79, 0.27, 0.75, 19.31, 4.0, 7.92, 20.05, 7.38, 0.17, 0.13, 11.02, 9.15, 4.0, 16.11, 23.89, 0.18,
+              15.88, 0.19, 0.12, 15.74, 0.16, 0.12, 13.06, 6.5, 0.17, 27.85, 0.18, 0.12, 0.12, 15.94, 0.16, 3.82, 10.82, 9.24,
+              0.19, 7.95, 0.17, 0.11])
+    h = np.r_[0, np.cumsum(cp)[:-1]]
+    waited = np.zeros(cp.size, dtype=np.int64)
+    waited[[4, 12, 24, 31]] = _ms([3.68, 0.1, 0.09, 3.66])
+    s = steady.series_steady_start(h, h + cp, None, waited)
+    assert s.start <= 1 and s.slow_stretch is None, s
+    c = steady.steady_series(h, h + cp, s.start, None, waited).cadence
+    assert 1e3 / c.steps_per_s == pytest.approx(7.92, rel=0.1)
+    # a wait longer than a step is still a pause: the stretch ended by it is a call of its own
+    waited[24] = _ms([5.0])[0]
+    assert steady.series_steady_start(h, h + cp, None, waited).start == 28
+
+
 def test_slow_windows_in_steps_not_slower_as_a_whole_are_not_a_warm_up() -> None:
     # A noisy host-paced loop (ViT-small b1 on the H200, 2026-12-02 run 6: "steps 0-50 at
     # 3.271 ms (median), then 3.09" were left out as warm-up): a stretch in the first half
