@@ -416,7 +416,8 @@ def _two_classes(log_gaps: np.ndarray) -> float:
     return float((x[i] + x[i + 1]) / 2)
 
 
-def call_groups(host_start: Sequence[int], host_end: Sequence[int], tid: Sequence[int] | None = None) -> CallGroups | None:
+def call_groups(host_start: Sequence[int], host_end: Sequence[int], tid: Sequence[int] | None = None,
+                waited: Sequence[int] | None = None) -> CallGroups | None:
     """The calls of the outermost repeating module (its depth-0 calls in call order: host
     start and host end of each, and its thread) grouped k > 1 per loop iteration, or None
     (one call per iteration: the step is the call, as before).
@@ -453,6 +454,14 @@ def call_groups(host_start: Sequence[int], host_end: Sequence[int], tid: Sequenc
        387 us) then splits no group, while a stray call (an extra call before a loop) is
        its own short group and the period goes on after it.
 
+    ``waited`` (ns per gap, where known): the time the calls' thread waited for another
+    thread or process in each gap (the light pass's waits). It is no work of the loop's and
+    says nothing of the period, so it is taken out of the gap: a loop fed by a process pool
+    in bursts (pool_classify.py, 3 workers) takes a burst's batches back to back and waits
+    for the next burst; the waits made runs of 2 calls, and the CI box once read 22 steps of
+    two batches for its 40. Less the waits, its gaps are 10-140 us of its own Python: one
+    class, one step per call.
+
     Left out: a tight loop (nothing between calls) that stalls every 2 to 4 calls reads as
     groups; the calls' inputs, which would tell a model fed its own output (one step per
     call) from one fed the same inputs twice, are not recorded."""
@@ -461,7 +470,7 @@ def call_groups(host_start: Sequence[int], host_end: Sequence[int], tid: Sequenc
     n = h.size
     if n < 2 * MIN_GROUPS:
         return None
-    gaps = np.maximum(h[1:] - e[:-1], 1)
+    gaps = np.maximum(h[1:] - e[:-1] - (0 if waited is None else np.asarray(waited, dtype=np.int64)[: n - 1]), 1)
     outer = np.zeros(n - 1, dtype=bool) if tid is None else np.asarray(tid)[1:] != np.asarray(tid)[:-1]
     inner = np.log(gaps[~outer].astype(float))
     if inner.size < 2 or np.ptp(inner) == 0:

@@ -52,7 +52,7 @@ def choose_module(modules: dict[str, dict[str, Any]]) -> tuple[int, str, bool] |
     return None
 
 
-def module_step(modules: dict[str, dict[str, Any]], classes: dict[str, str]) -> ModuleStep | None:
+def module_step(modules: dict[str, dict[str, Any]], classes: dict[str, str], waits: dict[str, list[int]] | None = None) -> ModuleStep | None:
     """The module step (:class:`ModuleStep`), or None. The class is :func:`choose_module`'s.
 
     Called with grad enabled and disabled (``grad``), when one mode's calls are the steps
@@ -106,7 +106,7 @@ def module_step(modules: dict[str, dict[str, Any]], classes: dict[str, str]) -> 
     if instance is None:
         rows = series_rows(calls, range(len(calls["gpu_end_ns"])))
         groups = steps.call_groups(calls["host_start_ns"][: len(calls["gpu_end_ns"])],
-                                   calls.get("host_end_ns") or calls["gpu_end_ns"], calls.get("tid"))
+                                   calls.get("host_end_ns") or calls["gpu_end_ns"], calls.get("tid"), _waited_between(calls, waits))
         sited = steps.site_groups(calls["site"]) if groups is None and calls.get("site") else None
         if sited is not None:
             how = (f"module: {cls}, one step per iteration of its loop ({len(sited.sizes)} for its {len(calls['gpu_end_ns'])} "
@@ -128,6 +128,25 @@ def module_step(modules: dict[str, dict[str, Any]], classes: dict[str, str]) -> 
            f"the {len(instances) - len(mine)} calls of its other instances at depth 0: the loop iteration")
     joined = (np.diff(mine) > 1).tolist()  # another instance's call between this one and the next
     return ModuleStep(step, series_rows(calls, mine), {**module, "name": step, "instance": instance}, how, joined, None)
+
+
+def _waited_between(calls: dict[str, Any], waits: dict[str, list[int]] | None) -> np.ndarray | None:
+    """Per gap between two calls (one's host end to the next's host start), the time the
+    calls' thread waited for another thread or process there (the light pass's ``waits``,
+    worked or not), or None where the waits or the threads are not known."""
+    tid = calls.get("tid")
+    n = len(calls["gpu_end_ns"])
+    if not waits or tid is None or len(tid) < n or n < 2:
+        return None
+    h, e, t = (np.asarray(v[:n], dtype=np.int64) for v in (calls["host_start_ns"], calls.get("host_end_ns") or calls["gpu_end_ns"], tid))
+    w_tid = np.asarray(waits.get("tid", []), dtype=np.int64)
+    out = np.zeros(n - 1, dtype=np.int64)
+    for thread in np.unique(t):
+        gap = np.flatnonzero((t[:-1] == thread) & (t[1:] == thread))
+        mine = w_tid == thread
+        ranges = {k: np.asarray(waits[k], dtype=np.int64)[: w_tid.size][mine] for k in ("start_ns", "end_ns")}
+        out[gap] = steady.time_inside(e[gap], h[gap + 1], ranges)
+    return out
 
 
 def _call_step(name: str, rows: dict[str, Any], module: dict[str, Any], enclosed: dict[str, dict[str, Any]] | None) -> ModuleStep:
@@ -215,7 +234,7 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
             return None, None, None, False
     else:
         user = [n for n in api_counts if counts.get(n)]
-    found = module_step(results.modules or {}, results.module_classes or {}) if automatic else None
+    found = module_step(results.modules or {}, results.module_classes or {}, results.waits) if automatic else None
     modules = {found.name: len(found.moded[0] if found.moded else found.calls["gpu_end_ns"])} if found is not None else {}
     # one series per CUDA graph replayed (the bootstrap's GraphReplays): its replays are the
     # step when that graph is (nearly) every replay, as a trace's graph launches are

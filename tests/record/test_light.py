@@ -425,6 +425,33 @@ def test_a_model_called_twice_back_to_back_per_iteration_is_one_module_step_per_
 
 
 
+def test_a_loop_fed_in_bursts_is_one_module_step_per_call_where_its_thread_waited_between_bursts():
+    """A loop fed by a process pool in bursts of two: two batches back to back, then a wait
+    in the pool's next() for the next burst. The gaps look like classifier-free guidance's,
+    but the long ones are the thread's waits for the pool (the light pass's waits), no work
+    of the loop's: one step per call. The same gaps with the loop's own work in them (no
+    waits, or another thread's) stay pairs."""
+    from perfdoctor.record.light import module_step
+
+    us = 1_000
+    starts, ends, t, waits = [], [], 0, {"tid": [], "start_ns": [], "end_ns": [], "worked": []}
+    for i in range(16):
+        if i % 2 == 0 and i:  # the next burst: 20 us of the loop's Python, a 3 ms wait, 20 us more
+            waits["tid"].append(1), waits["start_ns"].append(t + 20 * us), waits["end_ns"].append(t + 3_020 * us), waits["worked"].append(1)
+            t += 3_040 * us
+        else:
+            t += 20 * us
+        starts.append(t)
+        t += 1_000 * us
+        ends.append(t)
+    calls = {"host_start_ns": starts, "gpu_start_ns": None, "gpu_end_ns": ends, "tid": [1] * 16, "host_end_ns": ends}
+    name, series, module, how, _, _ = module_step({"0": {"TextClassificationModel.forward": calls}}, {}, waits)
+    assert series["host_start_ns"] == starts and "calls_per_step" not in module and how == "module: TextClassificationModel"
+    assert module_step({"0": {"TextClassificationModel.forward": calls}}, {}, None).entry["calls_per_step"] == 2
+    other = {**waits, "tid": [2] * len(waits["tid"])}
+    assert module_step({"0": {"TextClassificationModel.forward": calls}}, {}, other).entry["calls_per_step"] == 2
+
+
 def test_a_model_called_from_two_places_in_its_loop_is_one_module_step_per_iteration():
     """A continuous-batching loop: per iteration the prefills of the requests it admitted
     (site 1: 2 in the first iteration, then one every other), then one decode (site 2), 0.3
