@@ -1883,9 +1883,16 @@ def test_a_step_that_waits_for_a_process_pool_says_so(tmp_path: Path) -> None:
     assert light["steps_seen"] == iterations
     view = diagnose(bundle, warnings=False).analysis.cpu
     assert view is not None
-    # the traced steps' waits against the program's own time in pool.map (which also holds
-    # the submitting and the collecting, a few percent of it)
-    assert view.waits_ms == pytest.approx(traced["wait_ms_per_step"], rel=0.35), (view.waits_ms, traced["wait_ms_per_step"])
+    # the traced steps' waits against the program's own time in pool.map. That also holds
+    # the submitting and the collecting, on a CPU or waiting for one: ~2.4 ms on a CPU of
+    # 9 ms here, and on the loaded CI box the wait read 6.72 ms of an 11.03 ms pool.map.
+    # The traced waits hold some of those (a woken thread waits for a CPU inside its wait),
+    # so the program's own time in pool.map bounds them from above, and less all of those
+    # from below (quiet: 8.6 ms between 5.0 and 9.0; three busy loops beside it: 15.7-19.2 ms
+    # between 11.2-14.0 and 18.5-20.6)
+    wall = traced["wait_ms_per_step"]
+    blocked = wall - traced["busy_ms_per_step"] - traced["runnable_ms_per_step"]
+    assert 0.8 * blocked <= view.waits_ms <= 1.1 * wall, (view.waits_ms, traced)
     assert view.waits_ms + view.outside_ops_ms <= view.mean_ms
     kinds = [o.kind for o in view.observations]
     assert "waits" in kinds and "outside-ops" not in kinds, [(o.kind, o.evidence) for o in view.observations]

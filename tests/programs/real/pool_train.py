@@ -7,9 +7,12 @@ features are stacked into a tensor, then one training step (a small CNN, cross-e
 AdamW). The step waits for the pool: its time is spent in other processes.
 
 Its own timer: ``time.perf_counter()`` per iteration, and around ``pool.map`` (the wait
-for the features: submitting, the workers' work, collecting); RESULT's ``ms_each``,
-``wait_ms_each``, ``ms_per_step`` and ``wait_ms_per_step`` (their means after
-``--warmup``).
+for the features: submitting, the workers' work, collecting), and, on Linux, this thread's
+time in ``pool.map`` on a CPU and waiting for one (``/proc/thread-self/schedstat``: the
+submitting and collecting, and the box's load; no wait for the pool); RESULT's
+``ms_each``, ``wait_ms_each``, ``ms_per_step`` and ``wait_ms_per_step`` (their means after
+``--warmup``), and ``busy_ms_per_step`` (the CPU time in ``pool.map``) and
+``runnable_ms_per_step`` (the time waiting for a CPU in it), their means too.
 
     python pool_train.py                              # 64 utterances a batch, 4 workers, cuda
     python pool_train.py --device cpu --batch 8 --workers 2 --iters 16
@@ -18,6 +21,7 @@ import argparse
 import json
 import time
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -53,6 +57,15 @@ def features(seed):
     return np.log(power @ FILTERS.T + 1e-6).astype(np.float32), int(rng.integers(12))
 
 
+def sched_ms():
+    """This thread's time on a CPU and waiting for one so far (ms), where Linux says."""
+    stat = Path("/proc/thread-self/schedstat")
+    if not stat.exists():
+        return 0.0, 0.0
+    on_cpu, runnable = stat.read_text().split()[:2]
+    return int(on_cpu) / 1e6, int(runnable) / 1e6
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--device", default="cuda")
@@ -70,12 +83,12 @@ def main():
     ).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     loss_fn = nn.CrossEntropyLoss()
-    ms_each, wait_each = [], []
+    ms_each, wait_each, busy_each, runnable_each = [], [], [], []
     with ProcessPoolExecutor(args.workers) as pool:
         for it in range(args.iters):
-            t0 = time.perf_counter()
+            t0, (b0, r0) = time.perf_counter(), sched_ms()
             made = list(pool.map(features, range(it * args.batch, (it + 1) * args.batch)))
-            t1 = time.perf_counter()
+            t1, (b1, r1) = time.perf_counter(), sched_ms()
             x = torch.from_numpy(np.stack([f for f, _ in made])).unsqueeze(1).to(device)
             y = torch.tensor([label for _, label in made], device=device)
             loss = loss_fn(model(x), y)
@@ -88,11 +101,15 @@ def main():
             t2 = time.perf_counter()
             ms_each.append((t2 - t0) * 1e3)
             wait_each.append((t1 - t0) * 1e3)
+            busy_each.append(b1 - b0)
+            runnable_each.append(r1 - r0)
             if it % 10 == 0:
                 print(f"iter {it}: loss {loss.item():.3f}, {ms_each[-1]:.1f} ms ({wait_each[-1]:.1f} ms waiting for features)")
     steady, waits = ms_each[args.warmup:], wait_each[args.warmup:]
     result = {"iterations": args.iters, "ms_each": ms_each, "wait_ms_each": wait_each,
-              "ms_per_step": sum(steady) / len(steady), "wait_ms_per_step": sum(waits) / len(waits)}
+              "ms_per_step": sum(steady) / len(steady), "wait_ms_per_step": sum(waits) / len(waits),
+              "busy_ms_per_step": sum(busy_each[args.warmup:]) / len(waits),
+              "runnable_ms_per_step": sum(runnable_each[args.warmup:]) / len(waits)}
     print(f"{result['ms_per_step']:.1f} ms/iter, {result['wait_ms_per_step']:.1f} ms of it waiting for the pool")
     print("RESULT " + json.dumps(result))
 
