@@ -1646,7 +1646,13 @@ def test_checkpoints_saved_inside_steps_are_named_as_what_makes_them_slow(tmp_pa
     analysis = analyze(load_trace(bundle))
     values = light_values(analysis)
     assert values["slow_step_save_ratio"].value >= 0.5 and PREDICATES["checkpointing"][0](values)
-    (finding,) = [f for f in evaluate(load_rules(()), analysis) if f.rule_id == "uneven-steps"]
+    # an assertion, not an unpacking, so that the module's one rerun covers it: with two busy
+    # loops beside it on the 2-core VM the saves explained 0.27-0.48 of the time beyond the
+    # median in 4 of 4 runs (every step time-shared, 12-17 of 35 slow), and on the loaded CI
+    # box uneven-steps once did not fire at all
+    found = [f for f in evaluate(load_rules(()), analysis) if f.rule_id == "uneven-steps"]
+    assert len(found) == 1, [f.rule_id for f in evaluate(load_rules(()), analysis)]
+    (finding,) = found
     assert finding.title == "Uneven steps: the steps that save a checkpoint"
     assert "checkpoint" in finding.remediation.steps[0]
     if save_format == "torch":
