@@ -306,6 +306,19 @@ def gather(raw: Path, pass_name: str) -> dict[int, PassResults | None]:
     return out
 
 
+def ended_ranks(raw: Path, pass_name: str) -> tuple[list[int], list[int]]:
+    """(the ranks whose program ended in ``pass_name``: their results are written, those
+    still running), of the ranks that started (their ``raw/rank<k>``)."""
+    ended, running = [], []
+    for rank, folder in rank_dirs(raw).items():
+        try:
+            done = stat.S_ISREG(os.stat(folder / f"{pass_name}.json").st_mode)
+        except OSError:
+            done = False
+        (ended if done else running).append(rank)
+    return ended, running
+
+
 def torchrun_failures(raw: Path, pass_name: str) -> dict[int, dict[str, Any]]:
     """Per rank torchrun saw fail in ``pass_name``: its exit code (negative: killed by that
     signal) and when, in whole seconds (:data:`RUN_TORCHRUN`); ``{}`` when none failed."""

@@ -15,6 +15,12 @@ from perfdoctor.text import elapsed
 
 PERIOD_S = 10.0  # a progress line this often when stderr is a log (CI): often enough to see it move
 PERIOD_ENV = "PERFDOCTOR_PROGRESS_S"  # another period, in seconds (a test's short program)
+# A rank still running this long after another rank's program ended is named (once a pass):
+# ranks of one job end within a few seconds of each other, and one blocked in a collective
+# that a rank which left never joins waits forever (the DDP tutorial's destroy_process_group
+# on gloo, torch 2.13: ~1 run in 3 under the profiler on the 2-core VM)
+STRAGGLER_S = 30.0
+STRAGGLER_ENV = "PERFDOCTOR_STRAGGLER_S"  # another wait, in seconds (a test's short program)
 
 
 @dataclass(frozen=True)
@@ -82,13 +88,40 @@ def line(name: str, ticks: Ticks, elapsed_s: float, expected: Expected | None) -
     return f"{name} pass: {steps}{elapsed(elapsed_s)} elapsed{eta}"
 
 
+def _seconds(env: str, default: float) -> float:
+    """``$env`` when it is a positive number of seconds, else ``default``."""
+    try:
+        v = float(os.environ.get(env, ""))
+    except ValueError:
+        return default
+    return v if v > 0 else default
+
+
 def period_s() -> float:
     """:data:`PERIOD_S`, or ``$PERFDOCTOR_PROGRESS_S`` when it is a positive number."""
-    try:
-        v = float(os.environ.get(PERIOD_ENV, ""))
-    except ValueError:
-        return PERIOD_S
-    return v if v > 0 else PERIOD_S
+    return _seconds(PERIOD_ENV, PERIOD_S)
+
+
+def straggler_s() -> float:
+    """:data:`STRAGGLER_S`, or ``$PERFDOCTOR_STRAGGLER_S`` when it is a positive number."""
+    return _seconds(STRAGGLER_ENV, STRAGGLER_S)
+
+
+def straggler_note(running: list[int], ended: list[int], after_s: float) -> str:
+    """What to say of a multi-rank job whose ranks ``running`` still run ``after_s`` seconds
+    after the programs of ranks ``ended`` ended (``running`` empty: every rank's did, and the
+    job has not exited)."""
+    def ranks(ks: list[int]) -> str:
+        return f"rank{'s' if len(ks) > 1 else ''} {', '.join(map(str, ks))}"
+
+    stop = ("Ctrl-C stops the job and keeps the bundle (torchrun kills a rank that does not stop within 30 s); "
+            "--timeout S stops a pass by itself")
+    if not running:
+        return (f"every rank's program ended {elapsed(after_s)} ago and the job is still running: a rank stuck in its exit "
+                f"(a process group torn down while another rank still used it). {stop}")
+    return (f"{ranks(running)} still running {elapsed(after_s)} after {ranks(ended)} ended: a rank waiting in a collective for "
+            f"a rank that has left waits forever (destroy_process_group on one rank while another still runs a collective, or a "
+            f"rank that left its loop early). {stop}")
 
 
 def expected_of(light: LightPass | None, total_s: float | None) -> Expected | None:

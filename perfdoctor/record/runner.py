@@ -33,6 +33,7 @@ from perfdoctor.text import setting, value
 
 TAIL_CHARS = 2000
 TIMEOUT_GRACE_S = 10  # after --timeout's SIGTERM, the ranks have this long to write their results
+RANK_POLL_S = 1.0  # how often a multi-rank job's ranks are looked at for one that runs on alone
 
 
 @dataclass
@@ -257,7 +258,7 @@ class Runner:
                 os.killpg(child.pid, sig) if self.options.ranks is not None else child.send_signal(sig)
 
         try:
-            return child.wait(timeout=self.options.timeout_s)
+            return self._wait_watching_ranks(child, name) if self.options.ranks is not None else child.wait(timeout=self.options.timeout_s)
         except subprocess.TimeoutExpired:
             self.manifest.timed_out = TimedOut(pass_=name, after_s=self.options.timeout_s).to_json()
             self.say(f"[yellow]{name} pass: still running after --timeout {setting(self.options.timeout_s)} s: stopping it[/]")
@@ -267,6 +268,30 @@ class Runner:
             except subprocess.TimeoutExpired:
                 stop(signal.SIGKILL)
                 return child.wait()
+
+    def _wait_watching_ranks(self, child: subprocess.Popen[bytes], name: str) -> int:
+        """``child.wait(timeout=--timeout)`` for a multi-rank job, saying once when a rank runs
+        on :func:`perfdoctor.record.progress.straggler_s` after another rank's program ended
+        (or the job after every rank's did): a rank blocked for good in a collective looks
+        like a run that never ends."""
+        deadline = None if self.options.timeout_s is None else time.monotonic() + self.options.timeout_s
+        first_end, said = None, False
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired(child.args, self.options.timeout_s or 0)
+            try:
+                return child.wait(timeout=RANK_POLL_S if left is None else min(RANK_POLL_S, left))
+            except subprocess.TimeoutExpired:
+                pass
+            if said:
+                continue
+            ended, running = launch.ended_ranks(self.raw, name)
+            now = time.monotonic()
+            first_end = first_end if first_end is not None or not ended else now
+            if first_end is not None and now - first_end >= progress.straggler_s():
+                self.say(f"[yellow]{name} pass: {esc(progress.straggler_note(running, ended, now - first_end))}[/]")
+                said = True
 
 
 def shell_code(returncode: int | None) -> int:

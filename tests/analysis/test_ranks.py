@@ -24,8 +24,8 @@ SLOW_MS = {2: 30.0, 4: 40.0}  # the straggler's extra sleep per step
 SLOW_RANK = {2: 1, 4: 2}
 
 
-def perfdoctor(*args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+def perfdoctor(*args: str, cwd: Path, timeout: float = 240, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), **(env or {})}
     return subprocess.run([sys.executable, "-m", "perfdoctor", *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout)
 
 
@@ -247,6 +247,27 @@ def test_a_hung_rank_is_stopped_by_the_timeout(tmp_path):
     assert m["collectors"]["torch"]["status"] == "failed: not run, an earlier pass timed out (--timeout)"
     analyzed = run_cli_inprocess("analyze", bundle_of(tmp_path))
     assert analyzed.returncode == 2 and "no rank has a trace" in analyzed.stderr and len(analyzed.stderr.strip().splitlines()) == 1
+
+
+def test_a_rank_left_running_after_the_others_ended_is_named_while_the_run_waits(tmp_path):
+    # rank 1 sleeps on after its last step while rank 0's program ends: before, the run
+    # waited on it with nothing said (the DDP tutorial on gloo under the profiler: forever,
+    # ~1 run in 3). It is named once the wait passes the straggler time (2 s here)
+    done = perfdoctor("run", "--out", "runs", "--timeout", "20", "--nproc-per-node", "2", str(JOB), "--steps", "4",
+                      "--linger-rank", "1", cwd=tmp_path, timeout=120, env={"PERFDOCTOR_STRAGGLER_S": "2"})
+    assert done.returncode == 124, done.stderr[-2000:]
+    said = [line for line in (done.stdout + done.stderr).splitlines() if "still running" in line and "ended" in line]
+    assert len(said) == 1 and said[0].startswith("light pass: rank 1 still running") and "after rank 0 ended" in said[0], said
+    assert "--timeout S" in said[0]
+    m = json.loads((bundle_of(tmp_path) / "manifest.json").read_text())
+    assert m["ranks"]["0"]["passes"]["light"]["status"] == "ok" and m["timed_out"]["pass"] == "light"
+
+
+def test_what_is_said_of_ranks_left_running() -> None:
+    from perfdoctor.record.progress import straggler_note
+
+    assert straggler_note([1, 3], [0, 2], 95).startswith("ranks 1, 3 still running 1 min 35 s after ranks 0, 2 ended")
+    assert straggler_note([], [0, 1], 30).startswith("every rank's program ended 30 s ago and the job is still running")
 
 
 @pytest.mark.parametrize(

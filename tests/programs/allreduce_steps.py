@@ -11,7 +11,9 @@ longer in theirs). With ``--timers DIR`` each run appends one JSON line to
 ``DIR/rank<k>.jsonl``: per step, the whole step, the compute before the all-reduce and the
 all-reduce itself (perf_counter ns), the program's own view for tests to compare with
 perfdoctor's. ``--fail-rank R`` makes rank R exit 3 after its first step; ``--hang-rank R``
-makes it sleep forever there (a hung rank).
+makes it sleep forever there (a hung rank); ``--linger-rank R`` makes it sleep forever after
+its last step, while the other ranks' programs end (a rank left behind, as one blocked in a
+collective its peers left never returns).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ def main() -> None:
     p.add_argument("--slow-ms", type=float, default=0.0)
     p.add_argument("--fail-rank", type=int, default=-1)
     p.add_argument("--hang-rank", type=int, default=-1)
+    p.add_argument("--linger-rank", type=int, default=-1)
     p.add_argument("--timers", default=None)
     p.add_argument("--backend", default="gloo", help="gloo (CPU tensors) or nccl (one GPU per rank)")
     a = p.parse_args()
@@ -70,6 +73,8 @@ def main() -> None:
             raise SystemExit(3)
         if i == 0 and rank == a.hang_rank:
             time.sleep(3600)
+    if rank == a.linger_rank:
+        time.sleep(3600)
     if a.timers:
         os.makedirs(a.timers, exist_ok=True)
         with open(os.path.join(a.timers, f"rank{rank}.jsonl"), "a") as f:
