@@ -56,6 +56,15 @@ def program_result(stdout: str) -> dict:
     return json.loads(re.search(r"^RESULT (\{.*\})$", stdout, re.M).group(1))
 
 
+def program_results(stdout: str) -> list[dict]:
+    """Every ``RESULT {json}`` of several processes writing to one stdout (a job's ranks), in
+    order. Read from each ``RESULT `` on, not line by line: one process's line ran into the
+    next's where their writes interleaved (a rank's RESULT, then another's log line, on one
+    line of the output, once in a loaded run)."""
+    decoder = json.JSONDecoder()
+    return [decoder.raw_decode(stdout, m.end())[0] for m in re.finditer(r"RESULT (?=\{)", stdout)]
+
+
 def trace_program(out: Path, program: str, *args: str, timeout: float = 240) -> dict:
     """The real program ``tests/programs/real/PROGRAM`` run whole under the torch profiler
     (CPU activities), its trace written to ``out``; returns its RESULT."""

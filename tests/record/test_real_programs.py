@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REAL_PROGRAMS as REAL, program_result, run_cli, trace_program
+from conftest import REAL_PROGRAMS as REAL, program_result, program_results, run_cli, trace_program
 from perfdoctor.analysis.steps import find_steps
 from perfdoctor.pipeline import Diagnosis, diagnose, load_trace
 from perfdoctor.text import count
@@ -1289,7 +1289,7 @@ def _check_ranks(tmp_path: Path, stdout: str) -> None:
     """Two ranks of accel_train.py ACCEL_TINY, each its 10 of the 20 batches: every rank's light
     pass on the optimizer step (accumulation 2), timed as the loop iteration, in its
     raw/rank<k>/light.json and in the ranks table, against the rank's own timer."""
-    results = [json.loads(line[7:]) for line in stdout.splitlines() if line.startswith("RESULT ")]
+    results = program_results(stdout)
     assert len(results) == 2 and all(x["optimizer_steps"] == 5 for x in results)
     (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     manifest = json.loads((bundle / "manifest.json").read_text())

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import program_result, run_cli, run_cli_inprocess
+from conftest import program_result, program_results, run_cli, run_cli_inprocess
 from perfdoctor import api
 from perfdoctor.collectors.bundle import load_bundle
 from perfdoctor.declare import DECLARE_PREFIX, declaration_name, parse_declaration
@@ -341,7 +341,7 @@ def test_a_forked_child_dies_of_sigterm_as_without_perfdoctor(tmp_path):
     (tmp_path / "prog.py").write_text(CHILD_TERMINATED)
     done = perfdoctor_run("-q", "--collect", "nvml", "prog.py", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
-    results = [json.loads(line[7:]) for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    results = program_results(done.stdout)
     assert results and all(r["exitcode"] == -signal.SIGTERM for r in results), done.stdout
     assert "child unwound" not in done.stdout and "Terminated" not in done.stderr
 

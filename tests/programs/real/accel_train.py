@@ -158,7 +158,7 @@ def main():
                                   "micro_batches": micro_batches, "eval_batches": eval_batches, "accum": args.accum,
                                   "ms_per_micro_batch": round(sum(ms_each) / micro_batches, 4),
                                   "ms_each": [round(m, 4) for m in ms_each], "device": str(accelerator.device),
-                                  "mixed_precision": accelerator.mixed_precision}))
+                                  "mixed_precision": accelerator.mixed_precision}), flush=True)
 
 
 if __name__ == "__main__":
