@@ -276,7 +276,9 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
     if choice.kind == "loop":
         timed = loop_series(name, calls, series, ends_of_passes, marks, work, loops.get(name), work_grad)
     elif choice.iteration:
-        timed = call_iterations(calls, joined, results.waits, results.full_gcs)
+        # one instance of several marking the iteration: its calls are one loop's, whatever
+        # thread runs them (an ensemble fanned out to a thread pool per batch)
+        timed = call_iterations(calls, joined, results.waits, results.full_gcs, one_loop=bool(module and "instance" in module))
     if moded is not None:
         timed = {**{k: [v[i] for i in moded[0]] if isinstance(v, list) else v for k, v in timed.items()}, "pass_ended": moded[1]}
     if choice.iteration:
@@ -359,7 +361,7 @@ def compiled_iterations(calls: dict[str, Any], others: list[int]) -> tuple[dict[
 
 
 def call_iterations(calls: dict[str, Any], joined: list[bool] | None, waits: dict[str, list[int]] | None,
-                    full_gcs: dict[str, list[int]] | None = None) -> dict[str, Any]:
+                    full_gcs: dict[str, list[int]] | None = None, one_loop: bool = False) -> dict[str, Any]:
     """The loop iterations of a step found as a call: the call and the host work until the
     next one (on the H200 an HF generate spent ~0.5 ms per token between forward calls).
     Without CUDA (host clock) the next call's host start marks the iteration's end. A wait
@@ -369,14 +371,20 @@ def call_iterations(calls: dict[str, Any], joined: list[bool] | None, waits: dic
     ``waited_ns`` say so; a wait while the rest of the process worked (a producer, a process
     pool's workers: ``steady.fed_between``) is the iteration's own, never a pause. Calls on
     several threads (a pool of workers) are iterations of each thread's loop: each ends at its
-    own thread's next call. The time another process took
+    own thread's next call, unless ``one_loop``: one instance of several that marks the
+    iteration of the loop that calls them all (:func:`module_step`), whichever threads run
+    it, its calls one series. An ensemble of 4 LSTMs fanned out by ``ThreadPoolExecutor.map`` per batch
+    (ensemble_threads.py) ran instance #1 on one pool thread or another: each call ended at
+    its thread's next, p50 0.93 ms for the program's 2.3 ms per batch. The time another process took
     the CPU from the thread (``run_delay_ns``) never makes a pause of the program's, nor
     does a full garbage collection between two calls (``full_gcs``: the program's own
     allocations' cost, which its own timer counts)."""
     starts = calls["gpu_start_ns"] if calls.get("gpu_start_ns") is not None else calls["host_start_ns"]
-    idle_from, waited, resumed = steady.waits_between(calls["host_start_ns"], calls.get("tid"), waits)
-    tid = calls.get("tid")
     n = len(calls["gpu_end_ns"])
+    tid = calls.get("tid")
+    if one_loop and tid is not None and len(set(tid[:n])) > 1:
+        tid = None  # one loop's calls on the threads of a pool: no thread's waits are the loop's
+    idle_from, waited, resumed = steady.waits_between(calls["host_start_ns"], tid, waits)
     delay = (calls.get("run_delay_ns") or [])[:n] or None  # each start's wait for a CPU (RunQueue): no pause
     if full_gcs and n:
         # the collections between each call's end and the next call's start, as a running total beside the waits
@@ -645,7 +653,9 @@ def light_summary(results: PassResults, options: RunOptions) -> LightPass:
             warmup, why = found.start, "the steady state's start"
         else:
             warmup, why = DEFAULT_WARMUP, f"fewer than {SCOUT_MIN_STEPS} steps: too few to place the window by the steady state"
-        threads = (results.worker_steps or {}).get(name, 0)
+        # an instance's step (Class#k.forward) counts its calls off the main thread as the class's
+        called = name.replace(f"#{module['instance']}.forward", ".forward") if module and "instance" in module else name
+        threads = (results.worker_steps or {}).get(called, 0)
         summary = replace(
             summary,
             warmup_reason=why,

@@ -1960,6 +1960,30 @@ def _fed_loop(tmp_path: Path, program: str, step: str, batches: int, *args: str)
     return result, _step_ms(series)[3:-1], np.array(result["ms_each"][4:]), d
 
 
+def test_an_ensemble_fanned_out_to_a_thread_pool_steps_once_per_batch(tmp_path: Path) -> None:
+    # four LSTM classifiers, each called on the batch by ThreadPoolExecutor.map. The light pass
+    # chose one instance's calls (they enclose the others'), but timed them as a pool of
+    # workers' calls, each to its own thread's next: p50 0.93 ms for the program's 2.3 ms per
+    # batch. Its calls are the loop's iterations whichever pool thread runs them. The traced
+    # pass failed ("the steps ran on a worker thread and no trace was started on the main
+    # thread"): the calls off the main thread were counted under the class's name
+    r = run_cli("run", "--collect", "torch", "--out", tmp_path, REAL / "ensemble_threads.py", "--device", "cpu", "--batches", "40",
+                timeout=240, env={"OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    result = program_result(r.stdout)
+    (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    light = manifest["light_pass"]
+    assert re.fullmatch(r"LSTMClassifier#\d\.forward", light["step_name"]) and light["steps_seen"] == 40, light["how"]
+    series = json.loads((bundle / "raw" / "light.json").read_text())["series"][light["step_name"]]
+    assert len(set(series["tid"])) > 1 and light["step_thread"] == "worker"  # the calls ran on several pool threads
+    ms, own = _step_ms(series)[3:-1], np.array(result["ms_each"][4:])
+    assert np.median(ms) == pytest.approx(np.median(own), rel=0.15)
+    assert ms.sum() == pytest.approx(own[: ms.size].sum(), rel=0.15)
+    assert manifest["collectors"]["torch"]["status"] == "ok"
+    assert diagnose(bundle, warnings=False).analysis.cpu.steps >= 10  # the trace's steps, one per batch
+
+
 def test_a_loop_fed_by_a_producer_thread_steps_at_the_producers_pace(tmp_path: Path) -> None:
     # A background thread decodes batches into a queue.Queue; the main loop takes each off
     # the queue and runs the forward. The producer is the slower side: each batch waits on
