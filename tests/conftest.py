@@ -52,8 +52,9 @@ prof.export_chrome_trace(out)
 
 
 def program_result(stdout: str) -> dict:
-    """The ``RESULT {json}`` line a real program (tests/programs/real) prints: its own facts."""
-    return json.loads(re.search(r"^RESULT (\{.*\})$", stdout, re.M).group(1))
+    """The ``RESULT {json}`` line a real program (tests/programs/real) prints: its own facts
+    (the first, where it printed several: :func:`program_results`)."""
+    return program_results(stdout)[0]
 
 
 def program_results(stdout: str) -> list[dict]:

@@ -1883,7 +1883,7 @@ def test_a_step_that_waits_for_a_process_pool_says_so(tmp_path: Path) -> None:
     r = run_cli("run", "--collect", "torch", "--out", tmp_path, REAL / "pool_train.py", "--device", "cpu", "--batch", "16",
                 "--workers", "2", "--iters", str(iterations), timeout=240, env={"OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
-    traced = json.loads(re.findall(r"^RESULT (\{.*\})$", r.stdout, re.M)[-1])  # the torch pass's own timer
+    traced = program_results(r.stdout)[-1]  # the torch pass's own timer
     (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     light = json.loads((bundle / "manifest.json").read_text())["light_pass"]
     assert light["steps_seen"] == iterations

@@ -257,7 +257,7 @@ def test_a_program_that_runs_its_own_torch_profiler_keeps_it_and_its_trace_is_th
     # perfdoctor's steps aside, and the program's trace is the torch pass's.
     done = perfdoctor_run(str(PROGRAMS / "own_profiler.py"), "--mode", mode, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    (result,) = [json.loads(m) for m in re.findall(r"^RESULT (\{.*\})$", done.stdout, re.M)]
+    (result,) = program_results(done.stdout)
     scheduled = mode in ("schedule", "exit", "top")
     assert result["own_traces"] if scheduled else result["own_table_has_mm"]
     if scheduled:  # its on_trace_ready wrote its trace in both passes
