@@ -360,7 +360,8 @@ def iteration_begins(mine: Sequence[int], others: Sequence[int]) -> np.ndarray:
 
 # --- a module called several times per iteration -------------------------------------------
 # (call_groups: the rule's reasoning is in its docstring)
-MAX_GROUP = 4  # calls per step at most: classifier-free guidance 2, InstructPix2Pix's 3
+MAX_GROUP = 4  # calls per step at most, but for windows of one input: classifier-free guidance 2, InstructPix2Pix's 3
+MAX_WINDOWS = 1024  # windows of one input per step at most: the cut costs calls x k (1.3 s at k = 1000 for 10^4 calls)
 BACK_TO_BACK_NS = 50_000  # a group's calls: only a Python statement between them (4-36 us seen on a loaded CPU)
 GROUP_SEPARATION = 8.0  # the loop's work between groups against the gaps inside them, medians
 GROUP_SHARE = 0.75  # the calls that must fall in back-to-back runs of exactly k
@@ -378,6 +379,7 @@ class CallGroups:
 
     calls: int
     sizes: list[int]
+    windows: bool = False  # the calls of a group took windows of one input (call_groups' ``window``)
 
     def firsts(self) -> list[int]:
         """The position of each group's first call."""
@@ -417,7 +419,7 @@ def _two_classes(log_gaps: np.ndarray) -> float:
 
 
 def call_groups(host_start: Sequence[int], host_end: Sequence[int], tid: Sequence[int] | None = None,
-                waited: Sequence[int] | None = None) -> CallGroups | None:
+                waited: Sequence[int] | None = None, window: Sequence[bool] | None = None) -> CallGroups | None:
     """The calls of the outermost repeating module (its depth-0 calls in call order: host
     start and host end of each, and its thread) grouped k > 1 per loop iteration, or None
     (one call per iteration: the step is the call, as before).
@@ -441,9 +443,9 @@ def call_groups(host_start: Sequence[int], host_end: Sequence[int], tid: Sequenc
        checkpoint) has no back-to-back class and stays one step per token, however regular
        the stall; a loop whose gaps are all alike (noise, prefill and decode) has no two
        classes;
-    2. the runs of calls joined by short gaps have one size k, 2 to ``MAX_GROUP``, for
-       ``GROUP_SHARE`` of the calls and ``MIN_GROUPS`` runs at least: the period repeats
-       inside the loop. A tight loop with nothing between calls (a benchmark's ``for _ in
+    2. the runs of calls joined by short gaps have one size k, 2 to ``MAX_GROUP`` (more for
+       windows of one input, below), for ``GROUP_SHARE`` of the calls and ``MIN_GROUPS``
+       runs at least: the period repeats inside the loop. A tight loop with nothing between calls (a benchmark's ``for _ in
        range(n): model(x)``) is one long run per loop, more than ``MAX_GROUP`` calls, and
        not a period; random gaps give runs of every size (most often 1);
     3. the groups are then cut by that period, not gap by gap: the cut with the fewest
@@ -462,9 +464,22 @@ def call_groups(host_start: Sequence[int], host_end: Sequence[int], tid: Sequenc
     two batches, for its 40. Less the waits, its gaps are mostly its own Python (median 28-41
     us, 80 % under 100 us over 39 runs), no second class: one step per call.
 
+    ``window`` (per call, where known): whether the call took another window of the previous
+    call's input (a tensor of the same shape on the same storage at another place, the light
+    pass's :class:`~perfdoctor.record.bootstrap.steps.Windows`). A group of more than
+    ``MAX_GROUP`` calls, or one whose calls are not back to back, is a step only with that
+    evidence: runs of window-joined calls of the same size k as the gaps' for
+    ``GROUP_SHARE`` of the calls. mmsegmentation's sliding-window inference calls its model
+    on 9 crops of each image, the stitching between them (adding each crop's padded logits
+    into the image's: 33-90 us on this CPU, where it computes), the mask to the host between
+    images (2-4 ms): one step per window read 270 steps of 0.26 ms for 30 images at 4.28
+    ms. A benchmark's block (timeit's ``number``) calls on one tensor, a loop over slices of
+    one preloaded tensor that logs every 10th batch never changes input between its runs:
+    one step per call, as before.
+
     Left out: a tight loop (nothing between calls) that stalls every 2 to 4 calls reads as
-    groups; the calls' inputs, which would tell a model fed its own output (one step per
-    call) from one fed the same inputs twice, are not recorded."""
+    groups; whether a model is fed its own output (one step per call) or the same inputs
+    twice is not recorded, only windows."""
     h = np.asarray(host_start, dtype=np.int64)
     e = np.asarray(host_end, dtype=np.int64)
     n = h.size
@@ -478,16 +493,34 @@ def call_groups(host_start: Sequence[int], host_end: Sequence[int], tid: Sequenc
     cut = _two_classes(inner)
     short = (np.log(gaps.astype(float)) <= cut) & ~outer
     lo, hi = gaps[short], gaps[~short & ~outer]
-    if lo.size == 0 or hi.size == 0 or np.median(lo) > BACK_TO_BACK_NS or np.median(hi) < GROUP_SEPARATION * np.median(lo):
+    if lo.size == 0 or hi.size == 0 or np.median(hi) < GROUP_SEPARATION * np.median(lo):
         return None
-    breaks = np.flatnonzero(~short) + 1  # runs of calls joined by short gaps
-    runs = np.diff(np.r_[0, breaks, n])
+    k = _period(np.diff(np.r_[0, np.flatnonzero(~short) + 1, n]), n)  # of the runs of calls joined by short gaps
+    gaps_alone = k is not None and k <= MAX_GROUP and np.median(lo) <= BACK_TO_BACK_NS
+    if k is None or not gaps_alone and (k > MAX_WINDOWS or _period(_window_runs(window, outer), n) != k):
+        return None
+    return CallGroups(k, _cut_groups(short, outer, k), not gaps_alone)
+
+
+def _period(runs: np.ndarray, n: int) -> int | None:
+    """The size k > 1 that most of ``n`` calls' runs have, when ``MIN_GROUPS`` runs at least
+    and ``GROUP_SHARE`` of the calls have it; else None."""
+    if runs.size == 0:
+        return None
     sizes, counts = np.unique(runs, return_counts=True)
     weight = sizes * counts
-    k = int(sizes[int(np.argmax(weight))])  # the size most calls' runs have
-    if not 2 <= k <= MAX_GROUP or counts[sizes == k][0] < MIN_GROUPS or weight[sizes == k][0] < GROUP_SHARE * n:
-        return None
-    return CallGroups(k, _cut_groups(short, outer, k))
+    i = int(np.argmax(weight))
+    k = int(sizes[i])
+    return k if k >= 2 and counts[i] >= MIN_GROUPS and weight[i] >= GROUP_SHARE * n else None
+
+
+def _window_runs(window: Sequence[bool] | None, outer: np.ndarray) -> np.ndarray:
+    """The sizes of the runs of calls each of which took another window of the one before's
+    input (on the same thread); none where the windows are not known."""
+    if window is None or len(window) < outer.size + 1:
+        return np.zeros(0, dtype=int)
+    joined = np.asarray(window[1: outer.size + 1], dtype=bool) & ~outer
+    return np.diff(np.r_[0, np.flatnonzero(~joined) + 1, outer.size + 1])
 
 
 def _cut_groups(short: np.ndarray, outer: np.ndarray, k: int) -> list[int]:

@@ -106,7 +106,8 @@ def module_step(modules: dict[str, dict[str, Any]], classes: dict[str, str], wai
     if instance is None:
         rows = series_rows(calls, range(len(calls["gpu_end_ns"])))
         groups = steps.call_groups(calls["host_start_ns"][: len(calls["gpu_end_ns"])],
-                                   calls.get("host_end_ns") or calls["gpu_end_ns"], calls.get("tid"), _waited_between(calls, waits))
+                                   calls.get("host_end_ns") or calls["gpu_end_ns"], calls.get("tid"), _waited_between(calls, waits),
+                                   calls.get("window"))
         sited = steps.site_groups(calls["site"]) if groups is None and calls.get("site") else None
         if sited is not None:
             how = (f"module: {cls}, one step per iteration of its loop ({len(sited.sizes)} for its {len(calls['gpu_end_ns'])} "
@@ -117,9 +118,10 @@ def module_step(modules: dict[str, dict[str, Any]], classes: dict[str, str], wai
         if groups is None:
             return _call_step(name, rows, module, modules[str(depth)] if encloses else None)
         k = groups.calls
-        how = (f"module: {cls}, {k} calls per step: called {k} times back to back, then the loop's own work "
+        each = "on windows of one input" if groups.windows else "back to back"
+        how = (f"module: {cls}, {k} calls per step: called {k} times {each}, then the loop's own work "
                f"({len(groups.sizes)} groups of its {len(calls['gpu_end_ns'])} calls)")
-        span = f"the loop iteration: each group of {k} calls back to back and the host work until the next group"
+        span = f"the loop iteration: each group of {k} calls {each} and the host work until the next group"
         return ModuleStep(name, grouped_series(rows, groups), {**module, "span": span, "calls_per_step": k, "groups": groups.runs()}, how,
                           None, None)
     step = f"{cls}#{instance}.forward"

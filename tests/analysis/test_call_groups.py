@@ -140,3 +140,42 @@ def test_a_benchmark_loop_of_back_to_back_calls_is_no_group() -> None:
 
 def test_too_few_calls_are_no_group() -> None:
     assert call_groups(*series(cfg_gaps(2))) is None
+
+
+def windowed(sizes: list[int]) -> list[bool]:
+    """Per call, whether it took another window of the previous call's input: groups of
+    ``sizes`` calls, each group on an input of its own."""
+    return [i > 0 for size in sizes for i in range(size)]
+
+
+def test_windows_of_one_input_are_one_step_however_many() -> None:
+    # the light pass's calls of slide_infer.py on this CPU, 9 crops per image: the stitching
+    # between crops is computed here (75-90 us, past BACK_TO_BACK_NS), the mask to the host
+    # between images 3.8-4.7 ms, 30 images
+    rng = np.random.default_rng(1)
+    gaps = []
+    for i in range(30):
+        gaps += [int(rng.uniform(74, 120) * US) for _ in range(8)] + ([int(rng.uniform(3_800, 4_700) * US)] if i < 29 else [])
+    starts, ends = series(gaps, call_ns=600 * US)
+    groups = call_groups(starts, ends, None, None, windowed([9] * 30))
+    assert groups is not None and groups.calls == 9 and groups.sizes == [9] * 30 and groups.windows
+    # the same calls, their inputs unknown or not windows: one step per call, as before
+    assert call_groups(starts, ends) is None
+    assert call_groups(starts, ends, None, None, [False] * 270) is None
+
+
+def test_windows_whose_gaps_show_no_period_are_no_group() -> None:
+    # windows of one input are evidence only where the gaps agree: a loop over slices of one
+    # preloaded tensor (every call a window of the last) that logs every 10th batch, and
+    # windows joined in runs of 9 while the gaps' runs (not back to back) are of 3
+    gaps = [20 * US + (3_000 * US if i % 10 == 9 else 0) for i in range(99)]
+    assert call_groups(*series(gaps), None, None, [False] + [True] * 99) is None
+    gaps = [80 * US + (3_000 * US if i % 3 == 2 else 0) for i in range(89)]
+    assert call_groups(*series(gaps), None, None, windowed([9] * 10)) is None
+
+
+def test_back_to_back_groups_of_a_few_need_no_windows() -> None:
+    # classifier-free guidance: the latent is the same tensor in both calls (no window of
+    # it); the gaps alone make the groups, and say so
+    groups = call_groups(*series(cfg_gaps(8, 2)), None, None, [False] * 16)
+    assert groups is not None and groups.calls == 2 and not groups.windows

@@ -291,6 +291,49 @@ def test_each_call_notes_its_grad_mode_and_a_traced_pass_marks_the_chosen_modes_
     assert marked == want
 
 
+def test_each_call_notes_whether_it_took_another_window_of_the_last_calls_input() -> None:
+    # per image 4 crops of one shape (views at other places), on the scouting path and after
+    # narrowing; each image made and freed in turn, so the next may take its memory; under
+    # inference_mode (views without a _base) too
+    net = Net()
+
+    def image(mode: object) -> None:
+        with mode:
+            img = torch.randn(1, 8, 8)
+            for y in (0, 4):
+                for x in (0, 4):
+                    net(img[:, y:y + 4, x:x + 4])
+
+    steps = ModuleSteps(types.SimpleNamespace(timer=Timer()))
+    try:
+        for mode in [torch.no_grad(), torch.inference_mode()] * 2:
+            image(mode)
+        series, _ = steps.series()
+    finally:
+        steps.uninstall()
+    assert series["0"]["Net.forward"]["window"] == [False, True, True, True] * 4
+    # one tensor every call (a benchmark), slices of one buffer of another shape first (a
+    # decode loop's prefill, then its tokens) and fresh tensors: windows only where the
+    # slices' shape holds; none at all, nothing noted
+    x, tokens = torch.zeros(2), torch.zeros(1, 12)
+    steps = ModuleSteps(types.SimpleNamespace(timer=Timer()))
+    try:
+        for t in [x, x, x, tokens[:, 0:4], tokens[:, 4:5], tokens[:, 5:6], torch.zeros(2), torch.zeros(2)]:
+            net(t)
+        series, _ = steps.series()
+    finally:
+        steps.uninstall()
+    assert series["0"]["Net.forward"]["window"] == [False] * 5 + [True, False, False]
+    steps = ModuleSteps(types.SimpleNamespace(timer=Timer()))
+    try:
+        for _ in range(8):
+            net(x)
+        series, _ = steps.series()
+    finally:
+        steps.uninstall()
+    assert "window" not in series["0"]["Net.forward"]
+
+
 def test_perfdoctor_run_of_an_unmodified_program_finds_one_step_per_forward(tmp_path: Path) -> None:
     """The real thing: image_infer.py (10 forwards of a tiny ResNet-18) under `perfdoctor run`."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}

@@ -1984,18 +1984,21 @@ def test_an_ensemble_fanned_out_to_a_thread_pool_steps_once_per_batch(tmp_path: 
     assert diagnose(bundle, warnings=False).analysis.cpu.steps >= 10  # the trace's steps, one per batch
 
 
-@pytest.mark.xfail(strict=True, reason="known: one step per window. call_groups takes at most MAX_GROUP (4) calls a group, so "
-                   "that a benchmark's blocks of back-to-back calls stay one step per call")
 def test_sliding_window_inference_steps_once_per_image(tmp_path: Path) -> None:
     # mmsegmentation's slide_inference: 9 windows per image, the model called on each with
     # 33-40 us of stitching between them and ~1.9 ms between images (the division, argmax,
     # the mask to the host). Read as 270 steps of one window, p50 0.257 ms, for the
     # program's 4.28 ms per image: the period is plain in the gaps, but a block of 9 calls
-    # looks like timeit's number=9 block of one benchmarked call
+    # looked like timeit's number=9 block of one benchmarked call. The calls' inputs tell
+    # them apart: 9 windows of one image's storage, then the next image's
     light, series, result = _run(tmp_path, "slide_infer.py", "--device", "cpu", "--size", "160", "--crop", "64", "--stride", "48",
                                  "--images", "30", env={"OMP_NUM_THREADS": "1"})
     assert result["windows"] == 9
-    assert light["steps_seen"] == result["images"], light["how"]
+    assert light["steps_seen"] == result["images"] and light["module"]["calls_per_step"] == 9, light["how"]
+    assert "9 times on windows of one input" in light["how"]
+    ms, own = _step_ms(series)[3:-1], np.array(result["ms_each"][3:-1])
+    assert np.median(ms) == pytest.approx(np.median(own), rel=0.15)
+    assert ms.sum() == pytest.approx(own.sum(), rel=0.15)
 
 
 def test_a_loop_fed_by_a_producer_thread_steps_at_the_producers_pace(tmp_path: Path) -> None:

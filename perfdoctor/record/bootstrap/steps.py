@@ -137,6 +137,45 @@ class Sites:
         return ordinal
 
 
+class Windows:
+    """Whether each depth-0 call of a class takes as its first argument another window of
+    the previous call's input: a tensor of the same shape on the same storage, at another
+    place (``data_ptr()``). mmsegmentation's sliding-window inference calls its model on 9
+    crops of one image (``img[:, :, y1:y2, x1:x2]``), then on the next image's: the light
+    pass groups such calls one step per input (:func:`perfdoctor.analysis.steps.call_groups`),
+    where a benchmark's calls on one tensor, or a loop's on slices of one preloaded batch
+    tensor, never change input between their groups. The shape too: a decode loop that
+    slices its token buffer (Meta's Llama ``generate``: ``tokens[:, prev_pos:cur_pos]``)
+    calls the prefill on a longer window than each token's.
+
+    The storage, not ``_base``: views under ``torch.inference_mode()`` have no ``_base``.
+    The previous call's storage is held by a weak reference (torch keeps one Python object
+    per live storage), so that a freed image whose memory the next one takes is no window
+    of it; a new reference only when the storage changes. On the hot path ``of(name,
+    args)``: a tuple index, a type check, three C getters, a dict read and write, 0.2-0.3 us
+    on this 2-core CPU box: once per model call, not per submodule."""
+
+    def __init__(self, tensor: type) -> None:
+        self.tensor = tensor
+        # per step name: (weak ref to the previous input's storage, its shape, its data_ptr)
+        self.last: dict[str, tuple[Any, Any, int]] = {}
+
+    def of(self, name: str, args: tuple[Any, ...]) -> bool:
+        x = args[0] if args else None
+        if type(x) is not self.tensor:
+            self.last.pop(name, None)
+            return False
+        try:
+            storage, shape, ptr = x.untyped_storage(), x.shape, x.data_ptr()
+        except Exception:  # a tensor with no storage of its own (sparse, nested): no window
+            self.last.pop(name, None)
+            return False
+        last = self.last.get(name)
+        same = last is not None and last[0]() is storage
+        self.last[name] = (last[0] if same else weakref.ref(storage), shape, ptr)
+        return same and ptr != last[2] and shape == last[1]
+
+
 class ModuleSteps:
     """``torch.nn.Module.__call__``, wrapped thinly: a program with no step markers at all
     has as its step the outermost repeating module call (metrics.md, "Automatic step").
@@ -168,7 +207,9 @@ class ModuleSteps:
     (``torch.is_grad_enabled()``, a C call and a list append: 32 ns per call narrowed, 50
     while scouting, timeit on this CPU box; 0.2 % of a 14 us step): a training loop with no optimizer and no data loader evaluates the same model
     under ``no_grad`` after each epoch, and its training calls are the steps
-    (:func:`perfdoctor.analysis.steps.grad_mode_steps`).
+    (:func:`perfdoctor.analysis.steps.grad_mode_steps`). And whether its first argument is
+    another window of the previous call's input (:class:`Windows`, 0.3 us per call): a
+    sliding-window inference's crops of one image are one step.
 
     Traced passes (``mark``): the calls of one class at one depth (of one instance of it,
     when the light pass chose one; each group's first call, when it grouped them k per
@@ -203,6 +244,8 @@ class ModuleSteps:
         self.sites = Sites()
         self.sited: dict[str, list[int]] = {}  # per depth-0 step name: each call's site, beside times[0]'s
         self.grads: dict[str, list[bool]] = {}  # per depth-0 step name: each call's grad mode, beside times[0]'s
+        self.windows = Windows(torch.Tensor)
+        self.windowed: dict[str, list[bool]] = {}  # per depth-0 step name: each call's Windows.of, beside times[0]'s
         # once a loop range is the step (keep_work): the host start of each depth-0 call, not
         # timed — the work of the loop's iterations, which tells a fetch that fetched a batch
         # from one a `break` left (perfdoctor.analysis.steady.holds_work)
@@ -223,6 +266,7 @@ class ModuleSteps:
         called, ordinals, add, compiling = self.called, self.instances.ordinals, self.instances.add, self.compiling
         sited, site, frame = self.sited, self.sites.of, sys._getframe
         grads, grad_enabled = self.grads, self.grad_enabled
+        windowed, window = self.windowed, self.windows.of
         deepest, scout = self.DEPTHS, self.SCOUT_CALLS
         work, work_grad, clock = self.work_ns, self.work_grad, time.perf_counter_ns
         this = self
@@ -246,6 +290,7 @@ class ModuleSteps:
                 called.setdefault(name, []).append(ordinals.get(id(module)) or add(module))
                 sited.setdefault(name, []).append(site(frame(1)))
                 grads.setdefault(name, []).append(grad_enabled())
+                windowed.setdefault(name, []).append(window(name, args))
                 if this.work_only:  # a loop range is the step already (keep_work)
                     work.append(clock())
                     work_grad.append(grads[name][-1])
@@ -346,6 +391,7 @@ class ModuleSteps:
         called, ordinals, add = self.called.setdefault(name, []), self.instances.ordinals, self.instances.add
         sited, site, frame = self.sited.setdefault(name, []), self.sites.of, sys._getframe
         graded, grad_enabled = self.grads.setdefault(name, []), self.grad_enabled
+        windowed, window = self.windowed.setdefault(name, []), self.windows.of
         work, work_grad, clock, this = self.work_ns, self.work_grad, time.perf_counter_ns, self
 
         by_instance = scripted(cls)  # TorchScript: each instance's name, its original_name
@@ -369,11 +415,13 @@ class ModuleSteps:
                 this.called.setdefault(step, []).append(ordinals.get(id(module)) or add(module))
                 this.sited.setdefault(step, []).append(site(frame(1)))
                 this.grads.setdefault(step, []).append(grad_enabled())
+                this.windowed.setdefault(step, []).append(window(step, args))
                 start, end = series.lane(step)
             else:
                 called.append(ordinals.get(id(module)) or add(module))
                 sited.append(site(frame(1)))
                 graded.append(grad_enabled())
+                windowed.append(window(name, args))
                 start, end = fixed
             start()
             local.depth = 1  # a step class called inside this call is not a step
@@ -420,7 +468,9 @@ class ModuleSteps:
         from two places or more also has ``site``: each call's site, by ordinal
         (:class:`Sites`, :func:`perfdoctor.analysis.steps.iteration_site`). One called with grad
         enabled and disabled also has ``grad``: each call's mode
-        (:func:`perfdoctor.analysis.steps.grad_mode_steps`)."""
+        (:func:`perfdoctor.analysis.steps.grad_mode_steps`). One called on windows of one
+        input also has ``window``: per call, whether it took another window of the previous
+        call's input (:class:`Windows`, :func:`perfdoctor.analysis.steps.call_groups`)."""
         out: dict[str, dict[str, Any]] = {}
         error = None
         for depth, times in enumerate(self.times):
@@ -441,6 +491,11 @@ class ModuleSteps:
                 modes = [grads[i] for i in self.times[0].kept(name)]
                 if len(set(modes)) == 2:
                     out["0"][name]["grad"] = modes
+        for name, windowed in self.windowed.items():
+            if name in out["0"]:
+                kept = [windowed[i] for i in self.times[0].kept(name)]
+                if any(kept):
+                    out["0"][name]["window"] = kept
         return out, error
 
 

@@ -52,7 +52,7 @@ def main():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(),
                           nn.Conv2d(32, args.classes, 1)).to(device).eval()
-    images = torch.randn(args.images, 1, 3, args.size, args.size)
+    images = [torch.randn(1, 3, args.size, args.size) for _ in range(args.images)]  # as decoded, one tensor each
     ms_each = []
     with torch.no_grad():
         for img in images:
