@@ -466,16 +466,16 @@ def call_groups(host_start: Sequence[int], host_end: Sequence[int], tid: Sequenc
 
     ``window`` (per call, where known): whether the call took another window of the previous
     call's input (a tensor of the same shape on the same storage at another place, the light
-    pass's :class:`~perfdoctor.record.bootstrap.steps.Windows`). A group of more than
-    ``MAX_GROUP`` calls, or one whose calls are not back to back, is a step only with that
-    evidence: runs of window-joined calls of the same size k as the gaps' for
-    ``GROUP_SHARE`` of the calls. mmsegmentation's sliding-window inference calls its model
-    on 9 crops of each image, the stitching between them (adding each crop's padded logits
-    into the image's: 33-90 us on this CPU, where it computes), the mask to the host between
-    images (2-4 ms): one step per window read 270 steps of 0.26 ms for 30 images at 4.28
-    ms. A benchmark's block (timeit's ``number``) calls on one tensor, a loop over slices of
-    one preloaded tensor that logs every 10th batch never changes input between its runs:
-    one step per call, as before.
+    pass's :class:`~perfdoctor.record.bootstrap.steps.Windows`). Where runs of window-joined
+    calls have one size k and the input changes across the longer gaps
+    (:func:`_window_groups`), each run is a step, however many calls and whatever work
+    between them; that comes first. mmsegmentation's sliding-window inference calls its
+    model on 9 crops of each image, the stitching between them (adding each crop's padded
+    logits into the image's: 33-90 us on this CPU, where it computes; 60-90 us of launches
+    on the H100), the mask to the host between images (2-4 ms): one step per window read
+    270 steps of 0.26 ms for 30 images at 4.28 ms. A benchmark's block (timeit's
+    ``number``) calls on one tensor, a loop over slices of one preloaded tensor that logs
+    every 10th batch never changes input between its runs: the gaps' rule, as before.
 
     Left out: a tight loop (nothing between calls) that stalls every 2 to 4 calls reads as
     groups; whether a model is fed its own output (one step per call) or the same inputs
@@ -487,19 +487,39 @@ def call_groups(host_start: Sequence[int], host_end: Sequence[int], tid: Sequenc
         return None
     gaps = np.maximum(h[1:] - e[:-1] - (0 if waited is None else np.asarray(waited, dtype=np.int64)[: n - 1]), 1)
     outer = np.zeros(n - 1, dtype=bool) if tid is None else np.asarray(tid)[1:] != np.asarray(tid)[:-1]
+    windows = _window_groups(gaps, outer, window)
+    if windows is not None:
+        return windows
     inner = np.log(gaps[~outer].astype(float))
     if inner.size < 2 or np.ptp(inner) == 0:
         return None
     cut = _two_classes(inner)
     short = (np.log(gaps.astype(float)) <= cut) & ~outer
     lo, hi = gaps[short], gaps[~short & ~outer]
-    if lo.size == 0 or hi.size == 0 or np.median(hi) < GROUP_SEPARATION * np.median(lo):
+    if lo.size == 0 or hi.size == 0 or np.median(lo) > BACK_TO_BACK_NS or np.median(hi) < GROUP_SEPARATION * np.median(lo):
         return None
     k = _period(np.diff(np.r_[0, np.flatnonzero(~short) + 1, n]), n)  # of the runs of calls joined by short gaps
-    gaps_alone = k is not None and k <= MAX_GROUP and np.median(lo) <= BACK_TO_BACK_NS
-    if k is None or not gaps_alone and (k > MAX_WINDOWS or _period(_window_runs(window, outer), n) != k):
+    return None if k is None or k > MAX_GROUP else CallGroups(k, _cut_groups(short, outer, k))
+
+
+def _window_groups(gaps: np.ndarray, outer: np.ndarray, window: Sequence[bool] | None) -> CallGroups | None:
+    """:func:`call_groups` by the calls' windows of one input: the runs of window-joined
+    calls (on one thread) have one size k, 2 to ``MAX_WINDOWS``, by :func:`_period`, and
+    ``GROUP_SHARE`` of the gaps where the input changes are ``GROUP_SEPARATION`` times the
+    median gap between windows. The median, not a class of the gaps: a loaded CPU preempts
+    some of a group's 8 gaps for a millisecond, which split its runs of short gaps (20 of 30
+    images in runs of 9, 9 of 270 gaps over 0.5 ms). A decode loop over slices of its token
+    buffer changes input after its prefill too, with a token's work between: no."""
+    if window is None or len(window) < outer.size + 1:
         return None
-    return CallGroups(k, _cut_groups(short, outer, k), not gaps_alone)
+    joined = np.asarray(window[1: outer.size + 1], dtype=bool) & ~outer
+    k = _period(np.diff(np.r_[0, np.flatnonzero(~joined) + 1, outer.size + 1]), outer.size + 1)
+    changed = gaps[~joined & ~outer]
+    if k is None or k > MAX_WINDOWS or changed.size == 0:
+        return None
+    if np.mean(changed >= GROUP_SEPARATION * np.median(gaps[joined])) < GROUP_SHARE:
+        return None
+    return CallGroups(k, _cut_groups(joined, outer, k), True)
 
 
 def _period(runs: np.ndarray, n: int) -> int | None:
@@ -512,15 +532,6 @@ def _period(runs: np.ndarray, n: int) -> int | None:
     i = int(np.argmax(weight))
     k = int(sizes[i])
     return k if k >= 2 and counts[i] >= MIN_GROUPS and weight[i] >= GROUP_SHARE * n else None
-
-
-def _window_runs(window: Sequence[bool] | None, outer: np.ndarray) -> np.ndarray:
-    """The sizes of the runs of calls each of which took another window of the one before's
-    input (on the same thread); none where the windows are not known."""
-    if window is None or len(window) < outer.size + 1:
-        return np.zeros(0, dtype=int)
-    joined = np.asarray(window[1: outer.size + 1], dtype=bool) & ~outer
-    return np.diff(np.r_[0, np.flatnonzero(~joined) + 1, outer.size + 1])
 
 
 def _cut_groups(short: np.ndarray, outer: np.ndarray, k: int) -> list[int]:
