@@ -25,7 +25,7 @@ from perfdoctor.analysis import steady
 from perfdoctor.analysis.attribution import is_layout_conversion
 from perfdoctor.analysis.metrics import Analysis, Metric
 from perfdoctor.names.codes import equals, per_name
-from perfdoctor.rules.signals import attention_softmax, model_bytes_per_step, step_activities
+from perfdoctor.rules.signals import attention_softmax, convolution_layout_share, model_bytes_per_step, step_activities
 
 
 class Need(enum.Enum):
@@ -523,13 +523,12 @@ def nchw_fed(analysis: Analysis, min_conv_share: float = 0.0) -> NchwFed | None:
     kernels, which are faster: the convolutions of an NCHW model are picked among fewer
     algorithms (1x1 ones as NCHW GEMMs) and its batch norm runs an NCHW kernel. None when
     the step has no convolution or converts less often (a channels-last model converting
-    its input once), and None where the convolutions are less than ``min_conv_share`` of
-    the GPU busy time: a transformer with one patch-embedding convolution (ViT, TimeSformer)
-    converts around it, but its GEMMs are linear layers that channels-last does not touch."""
-    if min_conv_share > 0:
-        a = analysis.attribution
-        if a.reason or a.busy_ms <= 0 or a.step["convolution"] / a.busy_ms < min_conv_share:
-            return None
+    its input once), and None where the convolutions with their conversions
+    (:func:`convolution_layout_share`) are less than ``min_conv_share`` of the GPU busy time:
+    a transformer with one patch-embedding convolution (ViT, TimeSformer) converts around
+    it, but its GEMMs are linear layers that channels-last does not touch."""
+    if min_conv_share > 0 and (convolution_layout_share(analysis) or 0.0) < min_conv_share:
+        return None
     t = analysis.timeline
     k = t.step_kernels
     n = max(analysis.steps.count, 1)
