@@ -93,6 +93,16 @@ def test_an_image_model_gets_no_decode_snippet():
     assert not [f.rule_id for f in _failed(report) if DECODE_WORDS.search(_advice(f))]
 
 
+@pytest.mark.parametrize("trace,want,not_want", [("vit_small_b1", "the matmuls", "convolutions"), ("resnet50_b1", "convolutions", "matmuls")])
+def test_an_image_model_s_fusion_advice_names_what_its_kernels_sit_between(trace: str, want: str, not_want: str):
+    """ViT-small has one patch convolution; its short kernels sit between linear layers'
+    GEMMs. short-kernels told it the kernels "between convolutions" fuse."""
+    report = diagnose(RUN / f"{trace}-trace.json.gz", warnings=False)
+    for rule_id in ("short-kernels", "memory-bubbles"):
+        f = next(f for f in report.findings if f.rule_id == rule_id)
+        assert f.status == "fail" and want in _advice(f) and not_want not in _advice(f), (rule_id, _advice(f))
+
+
 def test_decode_keeps_the_decode_wording():
     report = diagnose(DEMO / "eager", warnings=False)
     assert report.analysis.workload.task == "llm-decode"
