@@ -96,6 +96,8 @@ class LightSteps:
     collections ran inside it (:class:`perfdoctor.record.bootstrap.clock.FullCollections`); None
     when none ran in a step or the run did not say. ``save_ns``: likewise the program's
     checkpoint saves (``torch.save``, safetensors' ``save_file``, DCP's ``save``) (:class:`perfdoctor.record.bootstrap.clock.TimedCalls`).
+    ``windows_per_step``: where each step is one input's windows (the model called on windows
+    of one input, :func:`perfdoctor.analysis.steps.call_groups`), how many; None otherwise.
     """
 
     name: str
@@ -111,6 +113,7 @@ class LightSteps:
     steady_start: int | None = None
     steady_reason: str = ""
     counters: dict[str, dict[str, Any]] = field(default_factory=dict)
+    windows_per_step: int | None = None
 
     @property
     def count(self) -> int:

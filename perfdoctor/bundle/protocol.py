@@ -282,7 +282,7 @@ class LightPass(_Document):
     timing: str | None = None  # what a step's time is, in words
     steps_seen: int | None = None
     warmup_explicit: bool | None = None  # --warmup given
-    module: dict[str, Any] | None = None  # a module step: {"name", "depth", "class", "span"; "instance"; "calls_per_step", "groups": light.module_step}
+    module: dict[str, Any] | None = None  # a module step: {"name", "depth", "class", "span"; "instance"; "calls_per_step", "groups", "windows": light.module_step}
     iteration: bool | None = None  # raw/light.json carries the series rewritten as the loop iteration
     reason: str | None = None  # why there is no step
     warmup_reason: str | None = None

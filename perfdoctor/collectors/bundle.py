@@ -192,6 +192,8 @@ def read_light(results: PassResults, light_pass: LightPass, warnings: list[str])
         start, reason = None, ""
     start = min(max(start, 0), host.size - 1) if start is not None else None
     counters = light_pass.counters if isinstance(light_pass.counters, dict) else {}
+    module = light_pass.module if isinstance(light_pass.module, dict) else {}
+    windows = module.get("calls_per_step") if module.get("windows") is True else None
     return LightSteps(
         name=str(name),
         host_start_ns=host,
@@ -203,6 +205,7 @@ def read_light(results: PassResults, light_pass: LightPass, warnings: list[str])
         steady_start=start,
         steady_reason=reason,
         counters={k: v for k, v in counters.items() if isinstance(v, dict)},
+        windows_per_step=int(windows) if isinstance(windows, int) and windows > 1 else None,
     )
 
 

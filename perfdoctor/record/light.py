@@ -122,8 +122,9 @@ def module_step(modules: dict[str, dict[str, Any]], classes: dict[str, str], wai
         how = (f"module: {cls}, {k} calls per step: called {k} times {each}, then the loop's own work "
                f"({len(groups.sizes)} groups of its {len(calls['gpu_end_ns'])} calls)")
         span = f"the loop iteration: each group of {k} calls {each} and the host work until the next group"
-        return ModuleStep(name, grouped_series(rows, groups), {**module, "span": span, "calls_per_step": k, "groups": groups.runs()}, how,
-                          None, None)
+        windows = {"windows": True} if groups.windows else {}
+        return ModuleStep(name, grouped_series(rows, groups), {**module, "span": span, "calls_per_step": k, "groups": groups.runs(), **windows},
+                          how, None, None)
     step = f"{cls}#{instance}.forward"
     mine = [i for i, k in enumerate(instances) if k == instance]
     how = (f"module: {cls}#{instance}: the {cls} instance (#{instance} by first call) whose {len(mine)} calls enclose "

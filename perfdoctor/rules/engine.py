@@ -174,6 +174,10 @@ PREDICATES: dict[str, tuple[Callable[[dict[str, Metric]], bool], str]] = {
     # the slow steps come every k-th step: the loop's own scheduled work, not a random stall
     "periodic": (_at_least("slow_step_period", 2), "the steady steps' slow ones come on a schedule, every k-th step "
                  f"(slow_step_period: at least {PERIODIC_SHARE} of the intervals between {PERIODIC_SLOW} or more slow steps one period)"),
+    # each step is the model's calls on windows of one input (sliding-window inference): a
+    # batch of them is one launch's work
+    "windowed": (_at_least("windows_per_step", 2), "each step calls the model on windows of one input, one after another (windows_per_step: "
+                 "the light pass's calls per step on views of one input's storage, perfdoctor.analysis.steps.call_groups)"),
     # "find what the slow steps wait for" is then answered already
     "checkpointing": (_at_least("slow_step_save_ratio", SAVES_EXPLAIN), f"checkpoint saves (torch.save, safetensors' save_file, DCP's save) inside the slow steps account for their time beyond the median "
                       f"(slow_step_save_ratio >= {SAVES_EXPLAIN})"),
@@ -202,9 +206,10 @@ def workload_values(analysis: Analysis) -> dict[str, Metric]:
 
 
 def light_values(analysis: Analysis) -> dict[str, Metric]:
-    """Inputs of the ``periodic`` and ``checkpointing`` conditions, from the light pass (none
-    without one): ``slow_step_period``, the period in steps of the steady steps' slow ones
-    where they come on a schedule (:func:`perfdoctor.analysis.steady.slow_period`), and, when
+    """Inputs of the ``periodic``, ``windowed`` and ``checkpointing`` conditions, from the light
+    pass (none without one): ``slow_step_period``, the period in steps of the steady steps' slow ones
+    where they come on a schedule (:func:`perfdoctor.analysis.steady.slow_period`);
+    ``windows_per_step``, where each step is the model's calls on windows of one input; and, when
     a steady step saved a checkpoint, ``slow_step_save_ratio``, the share of the steady
     steps' time beyond the median that the program's checkpoint saves inside them account
     for (:func:`perfdoctor.analysis.steady.held_share`). Rule inputs, not metrics of the
@@ -214,6 +219,8 @@ def light_values(analysis: Analysis) -> dict[str, Metric]:
         return {}
     period = slow_period(series.critical_path_ms)
     out = {} if period is None else {"slow_step_period": Metric(float(period), "steps", "light")}
+    if light.windows_per_step:
+        out["windows_per_step"] = Metric(float(light.windows_per_step), "count", "light")
     if light.save_ns is None or series.steps is None:
         return out
     share = held_share(series.critical_path_ms, light.save_ns[series.steps] / 1e6)

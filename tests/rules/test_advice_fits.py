@@ -21,11 +21,13 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 
 from conftest import SHARED_TRACES
+from perfdoctor.analysis.steps import call_groups
 from perfdoctor.pipeline import diagnose
 from perfdoctor.reports.estimates import formula
 
@@ -101,6 +103,31 @@ def test_an_image_model_s_fusion_advice_names_what_its_kernels_sit_between(trace
     for rule_id in ("short-kernels", "memory-bubbles"):
         f = next(f for f in report.findings if f.rule_id == rule_id)
         assert f.status == "fail" and want in _advice(f) and not_want not in _advice(f), (rule_id, _advice(f))
+
+
+SLIDE_BUNDLE = ROOT / "docs" / "results" / "h100-2026-12-05d" / "slide_seg_512-bundle"
+
+
+def test_sliding_window_inference_is_told_to_batch_its_windows(tmp_path: Path):
+    """mmsegmentation's slide_inference on the H100: 25 crops per image, each a forward of a
+    few small kernels; the GPU idles for most of the step. The fix is the windows in one
+    batch, before CUDA graphs. The bundle was recorded before the run wrote ``windows`` into
+    its module step: its own light series says so, read by today's rule, and the manifest
+    gets what the run writes now."""
+    light = json.loads((SLIDE_BUNDLE / "raw" / "light.json").read_text())
+    calls = light["modules"]["0"]["Sequential.forward"]
+    groups = call_groups(calls["host_start_ns"], calls["host_end_ns"], calls["tid"], None, calls["window"])
+    assert groups is not None and groups.windows and groups.sizes == [25] * 40
+    bundle = tmp_path / "bundle"
+    shutil.copytree(SLIDE_BUNDLE, bundle)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["light_pass"]["module"]["windows"] = True
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    for path, windowed in [(bundle, True), (SLIDE_BUNDLE, False)]:
+        report = diagnose(path, warnings=False)
+        mb = next(f for f in report.findings if f.rule_id == "memory-bubbles")
+        assert mb.status == "fail" and mb.rank == 1
+        assert ("stack the windows into one batch" in mb.remediation.steps[0]) == windowed, mb.remediation.steps[0]
 
 
 def test_decode_keeps_the_decode_wording():
