@@ -361,7 +361,9 @@ def iteration_begins(mine: Sequence[int], others: Sequence[int]) -> np.ndarray:
 # --- a module called several times per iteration -------------------------------------------
 # (call_groups: the rule's reasoning is in its docstring)
 MAX_GROUP = 4  # calls per step at most, but for windows of one input: classifier-free guidance 2, InstructPix2Pix's 3
-MAX_WINDOWS = 1024  # windows of one input per step at most: the cut costs calls x k (1.3 s at k = 1000 for 10^4 calls)
+# windows of one input per step at most: a segmentation slide's 4-25, tiled diffusion's views; a
+# pass over one preloaded tensor's hundreds of chunks is an inference loop (the cut costs calls x k)
+MAX_WINDOWS = 256
 BACK_TO_BACK_NS = 50_000  # a group's calls: only a Python statement between them (4-36 us seen on a loaded CPU)
 GROUP_SEPARATION = 8.0  # the loop's work between groups against the gaps inside them, medians
 GROUP_SHARE = 0.75  # the calls that must fall in back-to-back runs of exactly k
@@ -465,8 +467,8 @@ def call_groups(host_start: Sequence[int], host_end: Sequence[int], tid: Sequenc
     us, 80 % under 100 us over 39 runs), no second class: one step per call.
 
     ``window`` (per call, where known): whether the call took another window of the previous
-    call's input (a tensor of the same shape on the same storage at another place, the light
-    pass's :class:`~perfdoctor.record.bootstrap.steps.Windows`). Where runs of window-joined
+    call's input (a tensor of the same shape on the same storage at another place, grad
+    disabled: the light pass's :class:`~perfdoctor.record.bootstrap.steps.Windows`). Where runs of window-joined
     calls have one size k and the input changes across the longer gaps
     (:func:`_window_groups`), each run is a step, however many calls and whatever work
     between them; that comes first. mmsegmentation's sliding-window inference calls its

@@ -314,24 +314,27 @@ def test_each_call_notes_whether_it_took_another_window_of_the_last_calls_input(
     assert series["0"]["Net.forward"]["window"] == [False, True, True, True] * 4
     # one tensor every call (a benchmark), slices of one buffer of another shape first (a
     # decode loop's prefill, then its tokens) and fresh tensors: windows only where the
-    # slices' shape holds; none at all, nothing noted
+    # slices' shape holds; none at all, or with grad enabled (truncated backpropagation
+    # through time trains one window per iteration), nothing noted
     x, tokens = torch.zeros(2), torch.zeros(1, 12)
     steps = ModuleSteps(types.SimpleNamespace(timer=Timer()))
     try:
-        for t in [x, x, x, tokens[:, 0:4], tokens[:, 4:5], tokens[:, 5:6], torch.zeros(2), torch.zeros(2)]:
-            net(t)
+        with torch.no_grad():
+            for t in [x, x, x, tokens[:, 0:4], tokens[:, 4:5], tokens[:, 5:6], torch.zeros(2), torch.zeros(2)]:
+                net(t)
         series, _ = steps.series()
     finally:
         steps.uninstall()
     assert series["0"]["Net.forward"]["window"] == [False] * 5 + [True, False, False]
-    steps = ModuleSteps(types.SimpleNamespace(timer=Timer()))
-    try:
-        for _ in range(8):
-            net(x)
-        series, _ = steps.series()
-    finally:
-        steps.uninstall()
-    assert "window" not in series["0"]["Net.forward"]
+    for inputs in ([x] * 8, [tokens[:, i:i + 1] for i in range(8)]):
+        steps = ModuleSteps(types.SimpleNamespace(timer=Timer()))
+        try:
+            for t in inputs:
+                net(t)
+            series, _ = steps.series()
+        finally:
+            steps.uninstall()
+        assert "window" not in series["0"]["Net.forward"]
 
 
 def test_perfdoctor_run_of_an_unmodified_program_finds_one_step_per_forward(tmp_path: Path) -> None:

@@ -140,13 +140,15 @@ class Sites:
 class Windows:
     """Whether each depth-0 call of a class takes as its first argument another window of
     the previous call's input: a tensor of the same shape on the same storage, at another
-    place (``data_ptr()``). mmsegmentation's sliding-window inference calls its model on 9
+    place (``data_ptr()``), with grad disabled. mmsegmentation's sliding-window inference calls its model on 9
     crops of one image (``img[:, :, y1:y2, x1:x2]``), then on the next image's: the light
     pass groups such calls one step per input (:func:`perfdoctor.analysis.steps.call_groups`),
     where a benchmark's calls on one tensor, or a loop's on slices of one preloaded batch
     tensor, never change input between their groups. The shape too: a decode loop that
     slices its token buffer (Meta's Llama ``generate``: ``tokens[:, prev_pos:cur_pos]``)
-    calls the prefill on a longer window than each token's.
+    calls the prefill on a longer window than each token's. Grad disabled: a training loop
+    over windows of one tensor (truncated backpropagation through time: ``source[i:i+bptt]``)
+    trains one window per iteration.
 
     The storage, not ``_base``: views under ``torch.inference_mode()`` have no ``_base``.
     The previous call's storage is held by a weak reference (torch keeps one Python object
@@ -155,8 +157,8 @@ class Windows:
     args)``: a tuple index, a type check, three C getters, a dict read and write, 0.2-0.3 us
     on this 2-core CPU box: once per model call, not per submodule."""
 
-    def __init__(self, tensor: type) -> None:
-        self.tensor = tensor
+    def __init__(self, tensor: type, grad_enabled: Any) -> None:
+        self.tensor, self.grad_enabled = tensor, grad_enabled
         # per step name: (weak ref to the previous input's storage, its shape, its data_ptr)
         self.last: dict[str, tuple[Any, Any, int]] = {}
 
@@ -173,7 +175,7 @@ class Windows:
         last = self.last.get(name)
         same = last is not None and last[0]() is storage
         self.last[name] = (last[0] if same else weakref.ref(storage), shape, ptr)
-        return same and ptr != last[2] and shape == last[1]
+        return same and ptr != last[2] and shape == last[1] and not self.grad_enabled()
 
 
 class ModuleSteps:
@@ -244,7 +246,7 @@ class ModuleSteps:
         self.sites = Sites()
         self.sited: dict[str, list[int]] = {}  # per depth-0 step name: each call's site, beside times[0]'s
         self.grads: dict[str, list[bool]] = {}  # per depth-0 step name: each call's grad mode, beside times[0]'s
-        self.windows = Windows(torch.Tensor)
+        self.windows = Windows(torch.Tensor, torch.is_grad_enabled)
         self.windowed: dict[str, list[bool]] = {}  # per depth-0 step name: each call's Windows.of, beside times[0]'s
         # once a loop range is the step (keep_work): the host start of each depth-0 call, not
         # timed — the work of the loop's iterations, which tells a fetch that fetched a batch
