@@ -447,9 +447,10 @@ def call_groups(host_start: Sequence[int], host_end: Sequence[int], tid: Sequenc
        classes;
     2. the runs of calls joined by short gaps have one size k, 2 to ``MAX_GROUP`` (more for
        windows of one input, below), for ``GROUP_SHARE`` of the calls and ``MIN_GROUPS``
-       runs at least: the period repeats inside the loop. A tight loop with nothing between calls (a benchmark's ``for _ in
-       range(n): model(x)``) is one long run per loop, more than ``MAX_GROUP`` calls, and
-       not a period; random gaps give runs of every size (most often 1);
+       runs at least: the period repeats inside the loop. A tight loop with nothing between
+       calls (a benchmark's ``for _ in range(n): model(x)``) is one long run per loop, more
+       than ``MAX_GROUP`` calls, and not a period; random gaps give runs of every size (most
+       often 1);
     3. the groups are then cut by that period, not gap by gap: the cut with the fewest
        disagreements with the two classes (a long gap inside a group, a short one between
        groups, each 1) where a group closed before its k-th call costs ``SHORT_GROUP_COST``
@@ -468,10 +469,10 @@ def call_groups(host_start: Sequence[int], host_end: Sequence[int], tid: Sequenc
 
     ``window`` (per call, where known): whether the call took another window of the previous
     call's input (a tensor of the same shape on the same storage at another place, grad
-    disabled: the light pass's :class:`~perfdoctor.record.bootstrap.steps.Windows`). Where runs of window-joined
-    calls have one size k and the input changes across the longer gaps
-    (:func:`_window_groups`), each run is a step, however many calls and whatever work
-    between them; that comes first. mmsegmentation's sliding-window inference calls its
+    disabled: the light pass's :class:`~perfdoctor.record.bootstrap.steps.Windows`). Where
+    runs of window-joined calls have one size k and the input changes across the longer
+    gaps (:func:`_window_groups`), each run is a step, up to ``MAX_WINDOWS`` calls and
+    whatever work between them; that comes first. mmsegmentation's sliding-window inference calls its
     model on 9 crops of each image, the stitching between them (adding each crop's padded
     logits into the image's: 33-90 us on this CPU, where it computes; 60-90 us of launches
     on the H100), the mask to the host between images (2-4 ms): one step per window read

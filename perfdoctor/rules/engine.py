@@ -176,8 +176,8 @@ PREDICATES: dict[str, tuple[Callable[[dict[str, Metric]], bool], str]] = {
                  f"(slow_step_period: at least {PERIODIC_SHARE} of the intervals between {PERIODIC_SLOW} or more slow steps one period)"),
     # each step is the model's calls on windows of one input (sliding-window inference): a
     # batch of them is one launch's work
-    "sliding-window": (_at_least("windows_per_step", 2), "each step calls the model on windows of one input, one after another (windows_per_step: "
-                 "the light pass's calls per step on views of one input's storage, perfdoctor.analysis.steps.call_groups)"),
+    "sliding-window": (_at_least("windows_per_step", 2), "each step calls the model on windows of one input, one after another "
+                       "(windows_per_step: the light pass's calls per step on views of one input's storage, perfdoctor.analysis.steps.call_groups)"),
     # "find what the slow steps wait for" is then answered already
     "checkpointing": (_at_least("slow_step_save_ratio", SAVES_EXPLAIN), f"checkpoint saves (torch.save, safetensors' save_file, DCP's save) inside the slow steps account for their time beyond the median "
                       f"(slow_step_save_ratio >= {SAVES_EXPLAIN})"),
@@ -206,9 +206,9 @@ def workload_values(analysis: Analysis) -> dict[str, Metric]:
 
 
 def light_values(analysis: Analysis) -> dict[str, Metric]:
-    """Inputs of the ``periodic``, ``sliding-window`` and ``checkpointing`` conditions, from the light
-    pass (none without one): ``slow_step_period``, the period in steps of the steady steps' slow ones
-    where they come on a schedule (:func:`perfdoctor.analysis.steady.slow_period`);
+    """Inputs of the ``periodic``, ``sliding-window`` and ``checkpointing`` conditions, from
+    the light pass (none without one): ``slow_step_period``, the period in steps of the steady
+    steps' slow ones where they come on a schedule (:func:`perfdoctor.analysis.steady.slow_period`);
     ``windows_per_step``, where each step is the model's calls on windows of one input; and, when
     a steady step saved a checkpoint, ``slow_step_save_ratio``, the share of the steady
     steps' time beyond the median that the program's checkpoint saves inside them account
