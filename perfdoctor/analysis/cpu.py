@@ -112,7 +112,18 @@ class CpuView:
     # cannot be "use workers"
     loader_workers: bool = False
     has_stacks: bool = False  # Python frames in the trace (with_stack=True): the module table names the lines
+    # per step, the time some operator runs on some thread, and how many threads ran one: an
+    # ensemble fanned out to a thread pool runs its models' operators at once, their self
+    # times adding up past the step (4 LSTMs: 247 % of it)
+    op_busy_ms: float = 0.0
+    op_threads: int = 1
     observations: list[Observation] = field(default_factory=list)
+
+    @property
+    def overlapping(self) -> bool:
+        """Operators ran on several threads at once: their self times add up past the time
+        any of them ran (by more than 5 %: a thread's op starting as another's ends)."""
+        return self.op_threads > 1 and self.op_self_ms > 1.05 * self.op_busy_ms
 
     @property
     def mean_ms(self) -> float:
@@ -247,6 +258,7 @@ def breakdown(profile: Profile, steps: pd.DataFrame, top: int = 10) -> CpuView |
     dl = r[r["source"] == DATA_LOADER_SOURCE]
     d0, d1 = dl["start_ns"].to_numpy(np.int64), dl["end_ns"].to_numpy(np.int64)
     dk = _step_of(d0, s0, s1)
+    busy = union_per_group(np.maximum(start[sel_op], s0[k[sel_op]]), np.minimum(end[sel_op], s1[k[sel_op]]), k[sel_op], n)
     a, b, g = (np.concatenate([start[sel_op], d0[dk >= 0]]), np.concatenate([end[sel_op], d1[dk >= 0]]),
                np.concatenate([k[sel_op], dk[dk >= 0]]))
     covered = union_per_group(np.maximum(a, s0[g]), np.minimum(b, s1[g]), g, n)
@@ -259,7 +271,8 @@ def breakdown(profile: Profile, steps: pd.DataFrame, top: int = 10) -> CpuView |
     workers = bool(dl["name"][dk >= 0].str.contains(MULTIPROCESS_ITER, regex=False, na=False).any())
     view = CpuView(steps=n, step_ms=step_ms, ops=op_table, modules=mod_table, op_self_ms=float(self_ns[sel_op].sum()) / 1e6 / n,
                    outside_ops_ms=outside, data_loading_ms=data_ms, waits_ms=float(np.mean(waited - covered)) / 1e6, loader_workers=workers,
-                   has_stacks=bool(equals(r["source"], PYTHON_SOURCE).any()))
+                   has_stacks=bool(equals(r["source"], PYTHON_SOURCE).any()), op_busy_ms=float(busy.mean()) / 1e6,
+                   op_threads=int(np.unique(tid[sel_op]).size))
     view.observations = observations(view)
     return view
 

@@ -21,8 +21,9 @@ NO_GPU = "GPU metrics and checks: absent, no GPU ran in this trace (no GPU activ
 def headline(view: CpuView) -> str:
     mean = view.mean_ms
     share = view.op_self_ms / mean if mean else 0.0
+    threads = f"; on {view.op_threads} threads at once, at least one running {value(view.op_busy_ms, 'ms')}" if view.overlapping else ""
     return (f"{value(mean, 'ms')} per step (traced step ranges, mean of {view.steps} steps): operators "
-            f"{value(view.op_self_ms, 'ms')} self time ({value(share, 'ratio')}), no operator running {value(view.outside_ops_ms, 'ms')}"
+            f"{value(view.op_self_ms, 'ms')} self time ({value(share, 'ratio')}{threads}), no operator running {value(view.outside_ops_ms, 'ms')}"
             + (f", waiting for other threads or processes {value(view.waits_ms, 'ms')}" if view.waits_ms else ""))
 
 

@@ -212,3 +212,27 @@ def test_the_step_threads_wait_is_its_own_part_not_time_in_no_operator() -> None
     bare = cpu.breakdown(plain, steps)
     assert bare.waits_ms == 0 and bare.outside_ops_ms == pytest.approx(60e-6)
     assert "waits" not in [o.kind for o in bare.observations]
+
+
+def test_operators_on_threads_at_once_are_said_to_overlap() -> None:
+    """One 100 ns step: an op at [10, 60) on thread 0 and one at [20, 70) on thread 1 (an
+    ensemble's models on a thread pool): 100 ns of self time, some op running [10, 70) =
+    60 ns. The self times add up past the time any ran, and the headline says why; ops on
+    two threads one after the other do not."""
+    from perfdoctor.profile import OP_COLUMNS, RANGE_COLUMNS, Profile, frame
+    from perfdoctor.reports.cpu import headline
+
+    steps = pd.DataFrame({"name": ["step"], "tid": [0], "host_start_ns": [0], "host_end_ns": [100]})
+    ranges = frame(RANGE_COLUMNS, {"name": ["step"], "start_ns": [0], "end_ns": [100], "tid": [0], "source": ["record_function"]})
+
+    def view(starts: list[int], ends: list[int]) -> cpu.CpuView:
+        ops = frame(OP_COLUMNS, {"name": ["aten::lstm", "aten::lstm"], "start_ns": starts, "end_ns": ends, "tid": [0, 1]})
+        return cpu.breakdown(Profile(ops=ops, ranges=ranges), steps)
+
+    at_once = view([10, 20], [60, 70])
+    assert at_once.op_self_ms == pytest.approx(100e-6) and at_once.op_busy_ms == pytest.approx(60e-6)
+    assert at_once.op_threads == 2 and at_once.overlapping
+    assert "on 2 threads at once, at least one running" in headline(at_once)
+    in_turn = view([10, 60], [50, 90])
+    assert in_turn.op_busy_ms == pytest.approx(70e-6) and not in_turn.overlapping
+    assert "threads" not in headline(in_turn)
