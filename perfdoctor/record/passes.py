@@ -47,6 +47,9 @@ class Plan:
     windowed: bool  # the window is known before the program runs
     use_nvml: bool
     nvml_ok: bool = False  # a pass sampled NVML without an error
+    # the program failed in the light pass before any step (a missing file, a bad argument, an
+    # import error): the traced passes would fail the same way, after the same start-up
+    failed: str | None = None
 
     def sampler(self, pass_name: str, gpm: bool = True) -> nvml.Sampler | None:
         if not self.use_nvml:
@@ -83,12 +86,13 @@ def run_passes(runner: Runner, selected: list[str], reasons: dict[str, str | Non
                 use_nvml="nvml" in selected and reasons["nvml"] is None)
     planned = [p for p in bundles.PASSES if (p == "light" and options.light) or (p in selected and reasons[p] is None)]
     for pass_name in planned:
-        if runner.interrupted or manifest.timed_out:
+        if runner.interrupted or manifest.timed_out or plan.failed:
             break
         PASSES[pass_name](plan)
     for name, entry in manifest.collectors.items():
         if Collector.from_json(entry).status == "pending" and name != "nvml":
-            why = f"the run was interrupted (signal {runner.interrupted})" if runner.interrupted else "an earlier pass timed out (--timeout)"
+            why = (f"the run was interrupted (signal {runner.interrupted})" if runner.interrupted else "an earlier pass timed out (--timeout)"
+                   if manifest.timed_out else f"the program failed in the light pass before any step: {plan.failed}")
             manifest.collectors[name] = Collector(status=f"failed: not run, {why}").to_json()
     if plan.use_nvml:
         files = sorted(str(p.relative_to(runner.bundle)) for p in runner.raw.glob("nvml-*.jsonl"))
@@ -108,12 +112,15 @@ def light_pass(plan: Plan) -> None:
     s = plan.sampler("light")
     result = runner.run_pass("light", [], replace(plan.base, windowed=plan.windowed), s)
     light = light_summary(result.results, options)
+    failure = program_failure(result, runner.interrupted)
     if light.step_name is None and result.results.pid is None:
         # the bootstrap writes what it saw at the program's exit: a program killed (SIGKILL,
         # a crash) never got there, and "no module call repeated" would be a wrong reason
         oom = " (SIGKILL: often the out-of-memory killer)" if result.exit_code == -signal.SIGKILL else ""
-        light.reason = (f"no step seen: {program_failure(result) or 'the program ended'}{oom} before the light pass could "
+        light.reason = (f"no step seen: {failure or 'the program ended'}{oom} before the light pass could "
                         "write what it saw, at its exit")
+    elif light.step_name is None and failure:
+        light.reason = f"no step seen: {failure} before any step"  # not "no module call repeated": it failed
     if options.ranks is not None:
         launch.rank_lights(manifest, result.ranks, lambda r, w: light_summary(r, replace(options, warmup=w)), light, raw, carries_series,
                            result.results)
@@ -130,6 +137,9 @@ def light_pass(plan: Plan) -> None:
         )
     elif light.reason:
         runner.say(f"light pass: {esc(light.reason)}")  # else the bundle's step is silently the trace's guess
+    if light.step_name is None and failure and options.ranks is None:
+        plan.failed = failure
+        runner.say("light pass: the traced passes are not run (they would fail the same way): fix the program or its arguments and run again")
     light.nvml_sampled = s is not None
     if s is not None:
         steps = steady_steps(result.results, light)

@@ -776,6 +776,26 @@ def test_a_pass_whose_program_failed_is_not_ok(tmp_path, program, code, status):
     m = manifest(only_bundle(tmp_path))
     assert m["exit_code"] == code and [p["exit_code"] for p in m["passes"]] == [code, code]
     assert m["collectors"]["torch"]["status"].startswith(status), m["collectors"]["torch"]
+    if program == "raises.py":  # the program's traceback as python prints it: none of perfdoctor's frames
+        trace = done.stderr[done.stderr.index("Traceback"):]
+        assert f'File "{PROGRAMS / program}", line 10' in trace and "RuntimeError: the program failed on purpose" in trace
+        assert "bootstrap" not in trace.split("RuntimeError")[0] and "runpy" not in trace, trace
+
+
+def test_a_program_that_fails_before_any_step_is_run_once(tmp_path):
+    # a missing model file, a bad argument, an import error: the traced passes would fail
+    # the same way after the same start-up (a model's load, minutes on a GPU). The program
+    # ran once; the bundle says why nothing else ran, and the exit status is the program's
+    (tmp_path / "loads.py").write_text("import torch\n\ntorch.load('no-such-checkpoint.pt')\n")
+    done = perfdoctor_run(str(tmp_path / "loads.py"), cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    m = manifest(only_bundle(tmp_path))
+    assert [p["name"] for p in m["passes"]] == ["light"] and m["status"] == "done"
+    assert m["light_pass"]["reason"].startswith("no step seen: the program exited 1 (FileNotFoundError")
+    assert m["collectors"]["torch"]["status"].startswith("failed: not run, the program failed in the light pass before any step: "
+                                                         "the program exited 1 (FileNotFoundError"), m["collectors"]["torch"]
+    assert "the traced passes are not run" in done.stderr
+    # a program that ran steps before it failed is traced: the steps are there to see (raises.py above)
 
 
 @pytest.mark.parametrize(

@@ -79,6 +79,16 @@ def prepare_target(target: list[str]) -> None:
         sys.path[0] = os.path.dirname(os.path.abspath(target[0]))
 
 
+def program_excepthook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
+    """An exception the program did not catch, printed as ``python SCRIPT`` prints it: the
+    frames of this bootstrap and of runpy, above the program's first, left out (a SyntaxError
+    in the script keeps none, as Python prints it). The program may set its own hook."""
+    ours = (os.path.dirname(os.path.abspath(__file__)), os.path.abspath(runpy.__file__), "<frozen runpy>")
+    while tb is not None and (tb.tb_frame.f_code.co_filename == ours[2] or os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(ours[:2])):
+        tb = tb.tb_next
+    sys.__excepthook__(kind, exc.with_traceback(tb), tb)  # Python prints the exception's own traceback
+
+
 def run_target(target: list[str]) -> None:
     """Run the program as ``__main__``."""
     if target[0] == "-m":
@@ -386,6 +396,7 @@ def main(argv: list[str]) -> None:
     if config.stdin_record:
         record_stdin(config.stdin_record)
     prepare_target(target)
+    sys.excepthook = program_excepthook
     if config.step_fn:
         main_module = target[1] if target[0] == "-m" else os.path.splitext(os.path.basename(target[0]))[0]
         install_step_fn(config.step_fn, main_module)
