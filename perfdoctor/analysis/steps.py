@@ -472,11 +472,11 @@ def call_groups(host_start: Sequence[int], host_end: Sequence[int], tid: Sequenc
     disabled: the light pass's :class:`~perfdoctor.record.bootstrap.steps.Windows`). Where
     runs of window-joined calls have one size k and the input changes across the longer
     gaps (:func:`_window_groups`), each run is a step, up to ``MAX_WINDOWS`` calls and
-    whatever work between them; that comes first. mmsegmentation's sliding-window inference calls its
-    model on 9 crops of each image, the stitching between them (adding each crop's padded
-    logits into the image's: 33-90 us on this CPU, where it computes; 60-90 us of launches
-    on the H100), the mask to the host between images (2-4 ms): one step per window read
-    270 steps of 0.26 ms for 30 images at 4.28 ms. A benchmark's block (timeit's
+    whatever work between them; that comes first. mmsegmentation's sliding-window inference
+    calls its model on 9 crops of each image, the stitching between them (adding each crop's
+    padded logits into the image's: 33-90 us on this CPU, where it computes; 60-90 us of
+    launches on the H100), the mask to the host between images (2-4 ms): one step per
+    window read 270 steps of 0.26 ms for 30 images at 4.28 ms. A benchmark's block (timeit's
     ``number``) calls on one tensor, a loop over slices of one preloaded tensor that logs
     every 10th batch never changes input between its runs: the gaps' rule, as before.
 

@@ -196,7 +196,8 @@ def convolution_layout_ratio(analysis: Analysis) -> Metric:
     a = analysis.attribution
     if share is None:
         return Metric(None, "ratio", "attribution", reason=a.reason or "the step has no GPU busy time")
-    note = (f"{value(a.step['convolution'], 'ms')} of convolutions and {value(conversion_ms(analysis), 'ms')} of NCHW<->NHWC "
+    conversions = share * a.busy_ms - a.step["convolution"]  # conversion_ms, as the share holds it
+    note = (f"{value(a.step['convolution'], 'ms')} of convolutions and {value(conversions, 'ms')} of NCHW<->NHWC "
             f"conversions per step of {value(a.busy_ms, 'ms')} of GPU busy time")
     return Metric(share, "ratio", f"attribution ({a.source})", note=note)
 

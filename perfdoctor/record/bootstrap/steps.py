@@ -140,9 +140,9 @@ class Sites:
 class Windows:
     """Whether each depth-0 call of a class takes as its first argument another window of
     the previous call's input: a tensor of the same shape on the same storage, at another
-    place (``data_ptr()``), with grad disabled. mmsegmentation's sliding-window inference calls its model on 9
-    crops of one image (``img[:, :, y1:y2, x1:x2]``), then on the next image's: the light
-    pass groups such calls one step per input (:func:`perfdoctor.analysis.steps.call_groups`),
+    place (``data_ptr()``), with grad disabled. mmsegmentation's sliding-window inference
+    calls its model on 9 crops of one image (``img[:, :, y1:y2, x1:x2]``), then on the next
+    image's: the light pass groups such calls one step per input (:func:`perfdoctor.analysis.steps.call_groups`),
     where a benchmark's calls on one tensor, or a loop's on slices of one preloaded batch
     tensor, never change input between their groups. The shape too: a decode loop that
     slices its token buffer (Meta's Llama ``generate``: ``tokens[:, prev_pos:cur_pos]``)
@@ -154,15 +154,16 @@ class Windows:
     The previous call's storage is held by a weak reference (torch keeps one Python object
     per live storage), so that a freed image whose memory the next one takes is no window
     of it; a new reference only when the storage changes. On the hot path ``of(name,
-    args)``: a tuple index, a type check, three C getters, a dict read and write, 0.2-0.3 us
-    on this 2-core CPU box: once per model call, not per submodule."""
+    args, grad)`` (``grad``: the grad mode the wrapper already read for the call): a tuple
+    index, a type check, three C getters, a dict read and write, 0.2-0.3 us on this 2-core
+    CPU box: once per model call, not per submodule."""
 
-    def __init__(self, tensor: type, grad_enabled: Any) -> None:
-        self.tensor, self.grad_enabled = tensor, grad_enabled
+    def __init__(self, tensor: type) -> None:
+        self.tensor = tensor
         # per step name: (weak ref to the previous input's storage, its shape, its data_ptr)
         self.last: dict[str, tuple[Any, Any, int]] = {}
 
-    def of(self, name: str, args: tuple[Any, ...]) -> bool:
+    def of(self, name: str, args: tuple[Any, ...], grad: bool) -> bool:
         x = args[0] if args else None
         if type(x) is not self.tensor:
             self.last.pop(name, None)
@@ -175,7 +176,7 @@ class Windows:
         last = self.last.get(name)
         same = last is not None and last[0]() is storage
         self.last[name] = (last[0] if same else weakref.ref(storage), shape, ptr)
-        return same and ptr != last[2] and shape == last[1] and not self.grad_enabled()
+        return same and ptr != last[2] and shape == last[1] and not grad
 
 
 class ModuleSteps:
@@ -246,7 +247,7 @@ class ModuleSteps:
         self.sites = Sites()
         self.sited: dict[str, list[int]] = {}  # per depth-0 step name: each call's site, beside times[0]'s
         self.grads: dict[str, list[bool]] = {}  # per depth-0 step name: each call's grad mode, beside times[0]'s
-        self.windows = Windows(torch.Tensor, torch.is_grad_enabled)
+        self.windows = Windows(torch.Tensor)
         self.windowed: dict[str, list[bool]] = {}  # per depth-0 step name: each call's Windows.of, beside times[0]'s
         # once a loop range is the step (keep_work): the host start of each depth-0 call, not
         # timed — the work of the loop's iterations, which tells a fetch that fetched a batch
@@ -292,7 +293,7 @@ class ModuleSteps:
                 called.setdefault(name, []).append(ordinals.get(id(module)) or add(module))
                 sited.setdefault(name, []).append(site(frame(1)))
                 grads.setdefault(name, []).append(grad_enabled())
-                windowed.setdefault(name, []).append(window(name, args))
+                windowed.setdefault(name, []).append(window(name, args, grads[name][-1]))
                 if this.work_only:  # a loop range is the step already (keep_work)
                     work.append(clock())
                     work_grad.append(grads[name][-1])
@@ -417,13 +418,13 @@ class ModuleSteps:
                 this.called.setdefault(step, []).append(ordinals.get(id(module)) or add(module))
                 this.sited.setdefault(step, []).append(site(frame(1)))
                 this.grads.setdefault(step, []).append(grad_enabled())
-                this.windowed.setdefault(step, []).append(window(step, args))
+                this.windowed.setdefault(step, []).append(window(step, args, this.grads[step][-1]))
                 start, end = series.lane(step)
             else:
                 called.append(ordinals.get(id(module)) or add(module))
                 sited.append(site(frame(1)))
                 graded.append(grad_enabled())
-                windowed.append(window(name, args))
+                windowed.append(window(name, args, graded[-1]))
                 start, end = fixed
             start()
             local.depth = 1  # a step class called inside this call is not a step
