@@ -133,6 +133,7 @@ class PassConfig(_Document):
     progress_pipe: list[int] | None = None  # that pipe's (device, inode), to recognise it
     rank: dict[str, Any] | None = None  # set inside a rank: {"rank", "local_rank", "world_size", "host"}
     stdin_record: str | None = None  # the first pass: keep what the program reads from a piped stdin here (record.stdin)
+    stop_after_window: bool | None = None  # --duration: end the program once its window is traced
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -171,6 +172,7 @@ class PassResults(_Document):
     program_error: str | None = None  # an exception the program did not catch
     exit_code: int | None = None
     terminated: bool | None = None  # SIGTERM ended it
+    stopped_after_window: bool | None = None  # the bootstrap sent that SIGTERM itself, its window traced (--duration)
     # the multiprocessing processes the program started, "module.function (start method)" ->
     # how many (DataLoader and compile workers left out), and the programs its own code started
     # ("python train.py (a program)", CHILD_PROGRAM): work perfdoctor does not see
@@ -345,6 +347,7 @@ class PassRun(_Entry):
     window_step: str | None = None  # PassResults.window_step
     program_error: str | None = None  # PassResults.program_error
     trace_scope: str | None = None  # PassResults.trace_scope
+    stopped: str | None = None  # why perfdoctor ended the program (--duration): "after its window", "at --duration 60 s"
     extra: dict[str, Any] = field(default_factory=dict)
 
 

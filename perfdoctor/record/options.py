@@ -32,6 +32,9 @@ class RunOptions:
     tokens_per_step: float | None = None
     ranks: launch.Launch | None = None  # a torchrun job: every rank under the bootstrap (perfdoctor.record.launch)
     timeout_s: float | None = None  # a pass still running after this long is stopped (a hung rank)
+    # a pass's program is stopped after this long, as planned (a server, a long training); the
+    # traced passes stop it once their window is traced
+    duration_s: float | None = None
 
 
 def parse_collect(text: str | None) -> list[str] | None:

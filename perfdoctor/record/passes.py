@@ -34,6 +34,7 @@ def pass_entry(result: PassResult) -> dict[str, Any]:
         window_step=result.results.window_step,
         program_error=result.results.program_error or None,
         trace_scope=result.results.trace_scope or None,
+        stopped=result.stopped,
     ).to_json()
 
 
@@ -82,6 +83,9 @@ def run_passes(runner: Runner, selected: list[str], reasons: dict[str, str | Non
         tokens_per_step=options.tokens_per_step,
         ranks=options.ranks is not None,  # each rank writes into raw/rank<k>/ (perfdoctor.record.launch)
     )
+    # --duration: a traced pass ends the program once its window is traced; not a rank, whose
+    # peers would wait for it in their next collective (the runner stops them all at once)
+    base = replace(base, stop_after_window=options.duration_s is not None and options.ranks is None or None)
     plan = Plan(runner, base, windowed=options.step is not None or options.step_fn is not None,
                 use_nvml="nvml" in selected and reasons["nvml"] is None)
     planned = [p for p in bundles.PASSES if (p == "light" and options.light) or (p in selected and reasons[p] is None)]
@@ -110,7 +114,7 @@ def light_pass(plan: Plan) -> None:
     # The light pass samples NVML (and GPM) in perfdoctor's own process: measured on
     # the H200, the program ran as fast with the sampler beside it as without.
     s = plan.sampler("light")
-    result = runner.run_pass("light", [], replace(plan.base, windowed=plan.windowed), s)
+    result = runner.run_pass("light", [], replace(plan.base, windowed=plan.windowed, stop_after_window=None), s)
     light = light_summary(result.results, options)
     failure = program_failure(result, runner.interrupted)
     if light.step_name is None and result.results.pid is None:
@@ -184,10 +188,13 @@ def torch_pass(plan: Plan) -> None:
 
 def program_failure(result: PassResult, interrupted: int | None = None) -> str | None:
     """Why a pass is not "ok" whatever its tool wrote: the program exited non-zero, died of a
-    signal, or raised; None when it ran to a clean end, or when it stopped because the user
-    stopped the run (``interrupted``: the signal perfdoctor run got and passed on)."""
+    signal, or raised; None when it ran to a clean end, when it stopped because the user
+    stopped the run (``interrupted``: the signal perfdoctor run got and passed on), or when
+    --duration stopped it."""
     code = result.exit_code
     error = result.results.program_error
+    if result.stopped:
+        return None  # --duration ended it, as asked
     if interrupted and code in (-interrupted, 128 + interrupted):
         return None
     if interrupted == signal.SIGINT and error and error.startswith("KeyboardInterrupt"):

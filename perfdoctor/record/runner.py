@@ -45,6 +45,7 @@ class PassResult:
     steps: int = 0
     stderr_tail: str = ""
     results: PassResults = field(default_factory=PassResults)  # rank 0's in a multi-rank run
+    stopped: str | None = None  # --duration ended the program: "after its window" or "at --duration N s"
     ranks: dict[int, PassResults | None] = field(default_factory=dict)  # every rank's results; None: it wrote none
 
 
@@ -190,8 +191,9 @@ class Runner:
         if log is not None and log.exists():
             result.stderr_tail = log.read_text(errors="replace")[-TAIL_CHARS:]
         self.read_results(result, results)
+        result.stopped = result.stopped or ("after its window" if result.results.stopped_after_window else None)
         code = result.exit_code
-        how = f"exit {code}" if code is None or code >= 0 else f"killed by signal {-code}"
+        how = f"stopped {result.stopped}" if result.stopped else f"exit {code}" if code is None or code >= 0 else f"killed by signal {-code}"
         counted = f"{result.steps} steps, " if result.steps else ""
         self.say(f"[bold]{name}[/] pass: {counted}{value(result.seconds, 's')}, {how}")
         if not (first or wrapper or self.interrupted) and code and code > 0 and PassRun.from_json(self.manifest.passes[0]).exit_code == 0:
@@ -226,7 +228,7 @@ class Runner:
             for fd in keep_fds:  # the program's now: its end-of-file must reach the other program
                 os.close(fd)
             keep_fds = ()
-            result.exit_code = self.wait(self.child, result.name)
+            result.exit_code = self.wait(self.child, result)
         finally:
             os.close(write_fd)
             for fd in keep_fds:
@@ -248,20 +250,28 @@ class Runner:
         for key, value in (result.results.environment or {}).items():
             self.manifest.environment.setdefault(key, value)
 
-    def wait(self, child: subprocess.Popen[bytes], name: str) -> int:
-        """The child's exit status; past ``--timeout`` it gets SIGTERM (a torchrun job: its
-        whole session, every rank at once, whose bootstraps then write their results), then
-        SIGKILL after :data:`TIMEOUT_GRACE_S` (a rank blocked inside a collective never
-        returns to Python to handle the SIGTERM)."""
+    def wait(self, child: subprocess.Popen[bytes], result: PassResult) -> int:
+        """The child's exit status; past ``--duration`` or ``--timeout``, whichever comes
+        first, it gets SIGTERM (a torchrun job: its whole session, every rank at once, whose
+        bootstraps then write their results), then SIGKILL after :data:`TIMEOUT_GRACE_S` (a
+        rank blocked inside a collective never returns to Python to handle the SIGTERM).
+        --duration's stop is planned (``result.stopped``), --timeout's a failure."""
+        name, duration, timeout = result.name, self.options.duration_s, self.options.timeout_s
+        limit = min((t for t in (duration, timeout) if t is not None), default=None)
+
         def stop(sig: int) -> None:
             with contextlib.suppress(OSError):
                 os.killpg(child.pid, sig) if self.options.ranks is not None else child.send_signal(sig)
 
         try:
-            return self._wait_watching_ranks(child, name) if self.options.ranks is not None else child.wait(timeout=self.options.timeout_s)
+            return self._wait_watching_ranks(child, name, limit) if self.options.ranks is not None else child.wait(timeout=limit)
         except subprocess.TimeoutExpired:
-            self.manifest.timed_out = TimedOut(pass_=name, after_s=self.options.timeout_s).to_json()
-            self.say(f"[yellow]{name} pass: still running after --timeout {setting(self.options.timeout_s)} s: stopping it[/]")
+            if duration is not None and limit == duration:
+                result.stopped = f"at --duration {setting(duration)} s"
+                self.say(f"{name} pass: --duration {setting(duration)} s reached: stopping the program")
+            else:
+                self.manifest.timed_out = TimedOut(pass_=name, after_s=timeout).to_json()
+                self.say(f"[yellow]{name} pass: still running after --timeout {setting(timeout)} s: stopping it[/]")
             stop(signal.SIGTERM)
             try:
                 return child.wait(timeout=TIMEOUT_GRACE_S)
@@ -269,17 +279,17 @@ class Runner:
                 stop(signal.SIGKILL)
                 return child.wait()
 
-    def _wait_watching_ranks(self, child: subprocess.Popen[bytes], name: str) -> int:
-        """``child.wait(timeout=--timeout)`` for a multi-rank job, saying once when a rank runs
+    def _wait_watching_ranks(self, child: subprocess.Popen[bytes], name: str, limit: float | None) -> int:
+        """``child.wait(timeout=limit)`` for a multi-rank job, saying once when a rank runs
         on :func:`perfdoctor.record.progress.straggler_s` after another rank's program ended
         (or the job after every rank's did): a rank blocked for good in a collective looks
         like a run that never ends."""
-        deadline = None if self.options.timeout_s is None else time.monotonic() + self.options.timeout_s
+        deadline = None if limit is None else time.monotonic() + limit
         first_end, said = None, False
         while True:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
-                raise subprocess.TimeoutExpired(child.args, self.options.timeout_s or 0)
+                raise subprocess.TimeoutExpired(child.args, limit or 0)
             try:
                 return child.wait(timeout=RANK_POLL_S if left is None else min(RANK_POLL_S, left))
             except subprocess.TimeoutExpired:

@@ -160,11 +160,12 @@ def overlap_line(finding: Finding) -> str | None:
 def run_failure(analysis: Analysis) -> str | None:
     """Why the recorded run is not a whole one, from its bundle's manifest: the program
     exited non-zero (or was killed, interrupted, timed out), or one of its passes crashed.
-    None for a trace file, or a run that ended cleanly."""
+    None for a trace file, or a run that ended cleanly or as --duration stopped it."""
     b = analysis.profile.origin.bundle
     if b is None:
         return None
-    crashed = [p for p in map(PassRun.from_json, b.passes) if p.exit_code not in (0, None)]
+    # a pass --duration stopped ended as asked, whatever its status (SIGTERM's)
+    crashed = [p for p in map(PassRun.from_json, b.passes) if p.exit_code not in (0, None) and not p.stopped]
     error = next((p.program_error for p in crashed if p.program_error), None)
     why = f" ({error})" if error else ""
     code = b.exit_code

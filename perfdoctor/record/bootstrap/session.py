@@ -102,6 +102,7 @@ class Session:
         self.program_error: str | None = None  # an exception the program did not catch
         self.exit_code: int | None = None  # the program's exit status, as far as it is known here
         self.terminated = False  # SIGTERM ended it (torchrun stopping the ranks, perfdoctor's timeout)
+        self.stopped = False  # that SIGTERM was stop_after_window's
         # A forked child of the program runs the program's code, not ours: it must leave
         # the parent's collection alone (its inherited profiler, the results file, the tick pipe).
         self.pid = os.getpid()
@@ -303,12 +304,15 @@ class Session:
             if self.mode == "ncu" and name == self.window_name and self.in_ncu_window(index):
                 sys.modules["torch"].cuda.nvtx.range_pop()
             last = self.warmup + self.steps
-            if self.window_state == "open" and name == self.window_name and self.steps and index + 1 >= last:
+            closed = self.window_state == "open" and name == self.window_name and self.steps and index + 1 >= last
+            if closed:
                 self.close_window()
         if step and self.trained and name.startswith(rangenames.DATA_LOADER_PREFIX):
             self.untallied = name  # ticked by its iteration's optimizer mark, if one comes
         elif step:
             self.tick()
+        if closed and self.config.stop_after_window:
+            self.stop_after_window()
 
     def tally_mark(self) -> None:
         """An optimizer's ``step`` or ``zero_grad`` begins: the fetch whose iteration it is in
@@ -367,6 +371,14 @@ class Session:
             # else: stopped and exported on the main thread when the program ends
         elif self.mode == "nsys" and self.config.capture_range:
             sys.modules["torch"].cuda.profiler.stop()
+
+    def stop_after_window(self) -> None:
+        """--duration: the window is traced (the torch trace exported, nsys's range closed),
+        so the rest of a long program is of no use to this pass: end it as perfdoctor's
+        timeout would, by SIGTERM (main.install_signals: an exception in the main thread,
+        whichever thread closed the window), so that its own ``finally`` blocks run."""
+        self.stopped = True
+        os.kill(self.pid, signal.SIGTERM)
 
     def mark_clock(self) -> None:
         """A tiny range whose start we also read on CLOCK_MONOTONIC: it lets the bundle put
@@ -568,6 +580,7 @@ class Session:
             program_error=self.program_error,
             exit_code=self.exit_code,
             terminated=self.terminated,
+            stopped_after_window=self.stopped or None,
             children=self.children or None,
             ended_at_ns=time.time_ns(),  # wall clock: which rank of a job failed first
         )

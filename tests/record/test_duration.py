@@ -1,0 +1,95 @@
+"""``perfdoctor run --duration``: a program that never ends on its own (a server's worker, a
+training of many epochs) is stopped in each pass, as planned, and the run reads right.
+
+Real processes, the real torch profiler, on tests/programs/endless.py, which logs each
+step's own time (its own timer) as it goes: the light pass's step time is held against it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli
+
+PROGRAMS = Path(__file__).parents[1] / "programs"
+DURATION = 6
+
+
+def endless_run(tmp: Path, *flags: str) -> tuple:
+    times = tmp / "times"
+    times.mkdir()
+    done = run_cli("run", "--out", tmp / "runs", "--duration", DURATION, "--collect", "torch", PROGRAMS / "endless.py", times,
+                   *flags, cwd=tmp, timeout=120)
+    (bundle,) = (tmp / "runs").iterdir()
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    light = json.loads((bundle / "raw" / "light.json").read_text())
+    own = [float(line) for line in (times / f"{light['pid']}.txt").read_text().split()]  # the light pass's process
+    return done, bundle, manifest, own
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    return endless_run(tmp_path_factory.mktemp("server"))
+
+
+@pytest.fixture(scope="module")
+def training(tmp_path_factory):
+    return endless_run(tmp_path_factory.mktemp("train"), "--train")
+
+
+@pytest.mark.parametrize("run", ["server", "training"])
+def test_a_program_that_never_ends_is_stopped_in_each_pass_and_the_run_is_done(run, request):
+    done, bundle, manifest, _ = request.getfixturevalue(run)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (manifest["status"], manifest["exit_code"]) == ("done", 0)
+    light, traced = manifest["passes"]
+    # the light pass ran for --duration, then was stopped (SIGTERM: the program's own finally blocks run)
+    assert light["stopped"] == f"at --duration {DURATION} s" and DURATION <= light["seconds"] < DURATION + 5
+    assert f"light pass: --duration {DURATION} s reached: stopping the program" in done.stderr
+    # the torch pass stopped the program itself once its steps were traced, well before --duration
+    assert traced["stopped"] == "after its window" and traced["seconds"] < DURATION
+    assert manifest["collectors"]["torch"]["status"] == "ok"
+    assert "torch pass:" in done.stderr and "stopped after its window" in done.stderr
+    report = run_cli("analyze", bundle, cwd=bundle.parent)
+    assert report.returncode == 0 and not report.stdout.startswith("CRASHED"), report.stdout[:500]
+
+
+@pytest.mark.parametrize("run", ["server", "training"])
+def test_the_stopped_light_pass_times_the_step_as_the_program_does(run, request):
+    _, bundle, manifest, own = request.getfixturevalue(run)
+    m = json.loads((bundle / "metrics.json").read_text())["metrics"]
+    steady = own[manifest["light_pass"]["steady_start"]:]
+    assert len(steady) > 100  # seconds of steps, whatever this machine's speed
+    p50 = m["step_latency_ms_p50"]["value"]
+    assert p50 == pytest.approx(statistics.median(steady), rel=0.10)
+    if run == "training":  # each iteration logged from the previous one's end: its rate is the program's
+        assert m["steps_per_s"]["value"] == pytest.approx(1e3 / statistics.mean(steady), rel=0.05)
+
+
+def test_the_training_loops_data_loader_workers_end_with_it(training):
+    _, bundle, _, _ = training
+    times = str(bundle.parents[1] / "times")
+    left = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if times in cmdline:
+            left.append(cmdline)
+    assert not left
+
+
+def test_a_program_that_fails_before_the_duration_still_fails(tmp_path):
+    done = run_cli("run", "--out", tmp_path / "runs", "--duration", 60, "--collect", "torch", PROGRAMS / "raises.py", cwd=tmp_path,
+                   timeout=120)
+    assert done.returncode == 1
+    (bundle,) = (tmp_path / "runs").iterdir()
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert [p.get("stopped") for p in manifest["passes"]] == [None, None]
+    assert manifest["collectors"]["torch"]["status"].startswith("failed: the program exited 1 (RuntimeError")
