@@ -125,6 +125,10 @@ def light_pass(plan: Plan) -> None:
                         "write what it saw, at its exit")
     elif light.step_name is None and failure:
         light.reason = f"no step seen: {failure} before any step"  # not "no module call repeated": it failed
+    elif light.step_name is None and result.stopped:
+        # no step in the time allowed: most often a start-up (a model's load) longer than it
+        light.reason = (f"no step seen before --duration stopped the program ({result.stopped}): a longer --duration lets "
+                        f"its start-up finish; {(light.reason or 'no step repeated').removeprefix('no step seen: ')}")
     if options.ranks is not None:
         launch.rank_lights(manifest, result.ranks, lambda r, w: light_summary(r, replace(options, warmup=w)), light, raw, carries_series,
                            result.results)

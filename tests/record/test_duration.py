@@ -93,3 +93,12 @@ def test_a_program_that_fails_before_the_duration_still_fails(tmp_path):
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert [p.get("stopped") for p in manifest["passes"]] == [None, None]
     assert manifest["collectors"]["torch"]["status"].startswith("failed: the program exited 1 (RuntimeError")
+
+
+def test_a_start_up_longer_than_the_duration_is_named(tmp_path):
+    program = tmp_path / "slow_start.py"
+    program.write_text("import time, torch\ntime.sleep(30)  # a model's load\nwhile True:\n    torch.randn(8, 8).sum().item()\n")
+    done = run_cli("run", "--out", tmp_path / "runs", "--duration", 3, "--collect", "torch", program, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0
+    assert ("light pass: no step seen before --duration stopped the program (at --duration 3 s): a longer --duration lets its "
+            "start-up finish; no record_function") in done.stderr
