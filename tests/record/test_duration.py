@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli
+from perfdoctor.record.tools import gpu_present
 
 PROGRAMS = Path(__file__).parents[1] / "programs"
 DURATION = 6
@@ -102,3 +103,22 @@ def test_a_start_up_longer_than_the_duration_is_named(tmp_path):
     assert done.returncode == 0
     assert ("light pass: no step seen before --duration stopped the program (at --duration 3 s): a longer --duration lets its "
             "start-up finish; no record_function") in done.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_present(), reason="needs a CUDA GPU (and the collectors it brings)")
+def test_every_collector_stops_an_endless_gpu_program_after_its_window(tmp_path):
+    """On the GPU machine: the nsys and ncu passes end the program through their wrappers,
+    each once its window is traced, and every collector's file is there."""
+    times = tmp_path / "times"
+    times.mkdir()
+    done = run_cli("run", "--out", tmp_path / "runs", "--duration", 60, PROGRAMS / "endless.py", times, "--train", "--cuda",
+                   cwd=tmp_path, timeout=500)
+    (bundle,) = (tmp_path / "runs").iterdir()
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    passes = {p["name"]: (p.get("stopped"), p["seconds"]) for p in manifest["passes"]}
+    assert done.returncode == 0, (passes, done.stderr[-3000:])
+    assert {k: v["status"] for k, v in manifest["collectors"].items()} == {"torch": "ok", "nvml": "ok", "nsys": "ok", "ncu": "ok"}
+    assert passes["light"][0] == "at --duration 60 s"
+    for name in ("torch", "nsys", "ncu"):
+        assert passes[name][0] == "after its window" and passes[name][1] < 60, passes
