@@ -17,6 +17,7 @@ kernels and is not mistaken for an idle GPU.
 from __future__ import annotations
 
 import fnmatch
+from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -226,7 +227,7 @@ def same_calls(calls: int) -> float:
     return max(SAME_CALLS * calls, PERIOD_CALLS)
 
 
-def iteration_instance(instances: Sequence[int], closing: bool = False) -> int | None:
+def iteration_instance(instances: Sequence[int], closing: bool = False, loops: Sequence[int | None] | None = None) -> int | None:
     """Which instance of one module class marks the loop iteration, from the instance of
     each of the class's depth-0 calls in call order (their ordinals,
     :class:`perfdoctor.record.bootstrap.steps.Instances`); None when none does, and then the
@@ -252,7 +253,14 @@ def iteration_instance(instances: Sequence[int], closing: bool = False) -> int |
     an outer loop, not the iteration, when it runs no more often than the other runs per
     gap between two of its calls (``mine.size ** 2 <= other.size``: 3 generations of 31
     decode calls), while an iteration's mark repeats more often than its few inner calls (a
-    speculative decode's 26 verifying forwards, 4 drafts each: 104)."""
+    speculative decode's 26 verifying forwards, 4 drafts each: 104).
+
+    ``loops`` (optimizers, the light pass's): the loop that called each step
+    (:class:`perfdoctor.record.bootstrap.steps.LoopSites`). An instance stepped more often
+    than the encloser in the encloser's own loop is stepped every iteration of it, and the
+    encloser every k-th (TD3's critics and its delayed actor, CleanRL's loop: one actor
+    step per 2 environment steps enclosed the critics' as a GAN's generator encloses its
+    critic's inner loop): the most stepped of those marks the iteration."""
     at = np.asarray(instances, dtype=np.int64)
     ordinals, counts = np.unique(at, return_counts=True)
     calls = {int(o): np.flatnonzero(at == o) for o, n in zip(ordinals, counts) if n >= 2}
@@ -276,6 +284,10 @@ def iteration_instance(instances: Sequence[int], closing: bool = False) -> int |
     # the most calls; a tie goes to the first called (ordinals are in order of first call),
     # or for optimizers to the last
     found = max(marks(encloses, ENCLOSES_STEPS if closing else ENCLOSES), key=lambda o: (calls[o].size, o if closing else -o), default=None)
+    if found is not None and loops is not None and len(loops) == at.size:
+        site = {o: Counter(loops[i] for i in mine).most_common(1)[0][0] for o, mine in calls.items()}
+        every = [o for o in calls if site[o] is not None and site[o] == site[found] and calls[o].size > calls[found].size]
+        found = max(every, key=lambda o: (calls[o].size, o), default=found)
     if found is None and closing:
         # a delayed rhythm: CleanRL's SAC steps its critics' Adam every environment step, and
         # every k-th step (policy_frequency, 2 by default) its actor's and its temperature's
@@ -284,8 +296,8 @@ def iteration_instance(instances: Sequence[int], closing: bool = False) -> int |
         # 399 iterations, or the actor's pairs as 2-step iterations, by the parity of the
         # run's length), those gaps at a fixed interval. Of those stepped about as often as
         # the most stepped, the first one stepped begins the iteration: the critics'. (TD3's
-        # actor, stepped once every 2nd step, encloses its critics' steps: two environment
-        # steps per iteration there)
+        # actor, stepped once every 2nd step, encloses its critics' steps, found above: two
+        # environment steps per iteration in a plain trace; the light pass's ``loops`` mend it)
         held = marks(delayed, DELAYED_SHARE, same_calls)
         most = max((calls[o].size for o in held), default=0)
         found = min((o for o in held if calls[o].size >= most - same_calls(most)), default=None)

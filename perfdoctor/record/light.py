@@ -342,7 +342,7 @@ def optimizer_instance(series: dict[str, dict[str, Any]]) -> dict[str, dict[str,
     ``Optimizer.step#SGD#new.step``."""
     for name, s in series.items():
         instances = s.get("instance") if name.startswith(rangenames.OPTIMIZER_STEP_PREFIX) else None
-        ordinal = steps.iteration_instance(instances, closing=True) if instances else None
+        ordinal = steps.iteration_instance(instances, closing=True, loops=s.get("loop")) if instances else None
         if ordinal is None and instances and steps.optimizer_lives(instances):
             ordinal = rangenames.NEW_OPTIMIZER  # a new optimizer per outer iteration: each one's first step marks it
         if ordinal is not None:

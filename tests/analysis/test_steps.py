@@ -112,9 +112,17 @@ def test_two_optimizers_of_one_class_told_apart_by_the_ops_inside_their_steps() 
     ordinals = optimizer_ordinals([first_c, first_g] + [critic, gen] * 29)
     assert ordinals.tolist() == [1, 2] * 30 and iteration_instance(ordinals, closing=True) == 2
     assert iteration_instance(ordinals) == 1
-    # TD3's policy delay (the critics every environment step, the actor every 2nd): the
-    # actor's steps hold the critics' in every gap, two environment steps per iteration
-    assert iteration_instance([1] + [1, 2, 1] * 20, closing=True) == 2
+    # TD3's policy delay (the critics every environment step, the actor every 2nd): by the
+    # order alone the actor's steps hold the critics' in every gap, as a generator's hold its
+    # critic's inner loop; with the loops that called them (the light pass's), both in one
+    # loop, the critics' steps mark its iteration, while a critic in an inner loop of its own
+    # leaves the generator's
+    td3 = [1] + [1, 2, 1] * 20
+    assert iteration_instance(td3, closing=True) == 2
+    assert iteration_instance(td3, closing=True, loops=[0] * len(td3)) == 1
+    wgan = ([1] * 5 + [2]) * 30
+    assert iteration_instance(wgan, closing=True, loops=[{1: 7, 2: 3}[o] for o in wgan]) == 2
+    assert iteration_instance(wgan, closing=True, loops=[0] * len(wgan)) == 1  # `if i % 5 == 4: generator step`
     # SAC's (the critics every step, the actor's and the temperature's Adams twice every 2nd
     # step: q | q a t a t): each holds the others in half of its gaps, give or take the one
     # that the run's length adds, those gaps at a fixed interval; the critics' steps mark

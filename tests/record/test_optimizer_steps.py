@@ -244,3 +244,40 @@ def test_a_profiler_stepped_inside_the_optimizers_steps_marks_no_iteration() -> 
                 **{f"ProfilerStep#{k}": _series([100 * k - 50], [100 * k + 50]) for k in range(1, n)}},
     )
     assert find_step(results, RunOptions(target=["x.py"]))[0] == "ProfilerStep#*"
+
+
+def test_loop_sites_name_the_innermost_loop_of_each_call() -> None:
+    # the loop a call sits in, from the bytecode: an inner loop apart from its outer one, a
+    # call under an `if` in the loop's own, a `continue` (a jump back from inside the body)
+    # still one loop, a helper without a loop seen through its caller's, none outside a loop
+    import sys
+    import threading
+
+    from perfdoctor.record.bootstrap.steps import LoopSites
+
+    sites, seen = LoopSites(), {}
+
+    def note(tag: str) -> None:
+        seen.setdefault(tag, set()).add(sites.of(sys._getframe(1)))
+
+    def helper(tag: str) -> None:
+        note(tag)
+
+    def program() -> None:
+        note("outside")
+        for i in range(4):
+            for _ in range(3):
+                note("inner")
+            if i == 1:
+                continue
+            note("outer")
+            if i % 2 == 0:
+                helper("outer, every 2nd, through a helper")
+
+    # on a thread of its own, as a program's main code: no caller's loop (pytest's) around it
+    thread = threading.Thread(target=program)
+    thread.start()
+    thread.join()
+    assert seen["outside"] == {None}
+    assert len(seen["inner"]) == len(seen["outer"]) == 1 and seen["inner"] != seen["outer"]
+    assert seen["outer, every 2nd, through a helper"] == seen["outer"]

@@ -1059,6 +1059,22 @@ def test_sac_in_a_plain_trace_steps_once_per_environment_step(tmp_path: Path) ->
     assert ms[2:-2].mean() == pytest.approx(np.mean(traced["ms_each"][203:-2]), rel=0.1)
 
 
+@pytest.mark.parametrize("timesteps", [600, 601])
+def test_td3_steps_once_per_environment_step_not_per_delayed_actor_update(tmp_path: Path, timesteps: int) -> None:
+    # CleanRL's TD3: two Adams, the critics' every environment step, the actor's once every
+    # 2nd (`if global_step % policy_frequency == 0`, not compensated as SAC's). By the order of
+    # the steps alone (C A C C A) the actor's encloses the critics' as a WGAN's generator
+    # encloses its critic's inner loop (C C G): before, one step per 2 environment steps. Both
+    # are stepped in one loop, which the light pass now sees (LoopSites): the critics' mark it
+    light, series, result = _run(tmp_path, "td3_train.py", "--device", "cpu", "--total-timesteps", str(timesteps),
+                                 "--learning-starts", "200", "--hidden", "32", "--batch-size", "32", env={"OMP_NUM_THREADS": "1"})
+    assert light["step_name"] == "Optimizer.step#Adam#1.step", light["how"]
+    assert abs(light["steps_seen"] - result["q_updates"]) <= 1 and result["q_updates"] == timesteps - 201
+    assert result["actor_updates"] == len(range(202, timesteps, 2))  # every even step after the learning starts
+    ms, own = _step_ms(series)[2:-2], np.array(result["ms_each"][203:-2])
+    assert ms.mean() == pytest.approx(own.mean(), rel=0.1)
+
+
 def test_lightning_fabric_steps_once_per_optimizer_step(tmp_path: Path) -> None:
     # litgpt's loop on Lightning Fabric: setup() wraps the model, optimizer and loader,
     # fabric.backward per micro-batch under no_backward_sync, clip_gradients, step, zero_grad

@@ -14,6 +14,7 @@ program did not mark itself.
 
 from __future__ import annotations
 
+import dis
 import functools
 import importlib.abc
 import importlib.machinery
@@ -871,6 +872,51 @@ def install_backward_calls(session: Session) -> BackwardCalls | None:
 # --- one optimizer's steps ----------------------------------------------------------------
 
 
+class LoopSites:
+    """The loop that calls each optimizer step: the innermost loop of the first frame, from
+    the step outward, that sits in a loop, past torch's and perfdoctor's frames (the
+    program's own loop, or a library's: Lightning's, HF Trainer's). Two optimizers stepped
+    in one loop, one every iteration and one every k-th (TD3's critics and its delayed
+    actor: ``if step % 2 == 0``), mark one iteration per step of the first; a critic stepped
+    k times in an inner loop of its own and a generator once after it (WGAN's
+    ``for _ in range(critic_iters)``) mark the generator's: the order of the steps alone
+    cannot tell these apart (C A C C A against C C G C C G), the loops can.
+
+    A loop is a backward jump in the frame's bytecode: its body runs from the jump's target
+    to the last jump back there (a ``continue`` jumps back too, from inside the body); the
+    innermost one holding the call is the one with the latest start. A site is (code object,
+    loop start), numbered by first use. Read once per optimizer step (a few frames), the
+    code's loops once per code object."""
+
+    SKIP = ("torch", "perfdoctor")
+
+    def __init__(self) -> None:
+        self.ids: dict[tuple[Any, int], int] = {}
+        self.loops: dict[Any, dict[int, int]] = {}  # code -> loop start -> the body's last offset
+
+    def of(self, frame: Any) -> int | None:
+        """The site of the call ``frame`` is in (walking outward), or None outside any loop."""
+        while frame is not None:
+            if frame.f_globals.get("__name__", "").partition(".")[0] not in self.SKIP:
+                code, at = frame.f_code, frame.f_lasti
+                loops = self.loops.get(code)
+                if loops is None:
+                    loops = self.loops[code] = self.code_loops(code)
+                start = max((a for a, b in loops.items() if a <= at <= b), default=None)
+                if start is not None:
+                    return self.ids.setdefault((code, start), len(self.ids))
+            frame = frame.f_back
+        return None
+
+    @staticmethod
+    def code_loops(code: Any) -> dict[int, int]:
+        loops: dict[int, int] = {}
+        for ins in dis.get_instructions(code):
+            if (ins.opcode in dis.hasjrel or ins.opcode in dis.hasjabs) and isinstance(ins.argval, int) and ins.argval <= ins.offset:
+                loops[ins.argval] = max(loops.get(ins.argval, 0), ins.offset)
+        return loops
+
+
 class OptimizerSteps:
     """Which optimizer made each ``Optimizer.step#Class.step`` range: torch names the range
     after the optimizer's class only, so a GAN's two Adams (the critic's, stepped k times
@@ -890,13 +936,18 @@ class OptimizerSteps:
     def __init__(self, session: Session, hooks: Any) -> None:
         self.instances = Instances()
         self.called: dict[str, list[int]] = {}  # per range name: each step's optimizer, by ordinal
+        self.sites = LoopSites()
+        self.loops: dict[str, list[int | None]] = {}  # per range name: each step's loop (LoopSites)
         self.local = threading.local()  # traced passes: the region the pre-hook opened
         mark = rangenames.parse_optimizer_instance(session.pattern or "")
         ordinals, add, called, local, region = self.instances.ordinals, self.instances.add, self.called, self.local, api.region
+        loops, site = self.loops, self.sites.of
 
         def noted(optimizer: Any, args: Any, kwargs: Any) -> None:
             if not session.disabled:
-                called.setdefault(optimizer_range(optimizer), []).append(ordinals.get(id(optimizer)) or add(optimizer))
+                name = optimizer_range(optimizer)
+                called.setdefault(name, []).append(ordinals.get(id(optimizer)) or add(optimizer))
+                loops.setdefault(name, []).append(site(sys._getframe(1)))
 
         def opened(optimizer: Any, args: Any, kwargs: Any) -> None:
             if session.disabled:
@@ -925,14 +976,16 @@ class OptimizerSteps:
 
     def annotate(self, series: dict[str, dict[str, Any]], times: StepTimes) -> None:
         """The light pass's ``series`` of each optimizer range stepped by two optimizers or
-        more that each stepped twice or more gets ``instance``: each kept step's optimizer
-        (a range timed without its hook's note, which never happens in torch, leaves the name
-        as it was)."""
+        more that each stepped twice or more gets ``instance``: each kept step's optimizer,
+        and ``loop``: the loop that called it (:class:`LoopSites`; None: none). A range timed
+        without its hook's note, which never happens in torch, leaves the name as it was."""
         for name, called in self.called.items():
             if name in series and len(called) == len(times.host.get(name, ())):
-                ordinals = [called[i] for i in times.kept(name)]
+                kept = times.kept(name)
+                ordinals = [called[i] for i in kept]
                 if sum(n >= 2 for n in Counter(ordinals).values()) >= 2:
                     series[name]["instance"] = ordinals
+                    series[name]["loop"] = [self.loops[name][i] for i in kept]
 
     def uninstall(self) -> None:
         for handle in self.handles:
