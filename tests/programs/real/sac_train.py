@@ -29,6 +29,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch.optim as optim
 
+from pendulum import PendulumEnv  # beside this script
+
 p = argparse.ArgumentParser(description="CleanRL's SAC on Pendulum")
 p.add_argument("--device", default="cuda")
 p.add_argument("--seed", type=int, default=1)
@@ -46,37 +48,6 @@ p.add_argument("--autotune", type=int, default=1)
 p.add_argument("--hidden", type=int, default=256)
 p.add_argument("--log-every", type=int, default=100)
 args = p.parse_args()
-
-
-class PendulumEnv:
-    """Pendulum-v1 (gym's dynamics), one environment, truncated at 200 steps."""
-
-    max_speed, max_torque, dt, g, m, l = 8.0, 2.0, 0.05, 10.0, 1.0, 1.0
-
-    def __init__(self, seed):
-        self.rng = np.random.default_rng(seed)
-
-    def _obs(self):
-        th, thdot = self.state
-        return np.array([[np.cos(th), np.sin(th), thdot]], dtype=np.float32)
-
-    def reset(self):
-        self.state, self.t = self.rng.uniform([-np.pi, -1.0], [np.pi, 1.0]), 0
-        return self._obs(), {}
-
-    def step(self, action):
-        th, thdot = self.state
-        u = float(np.clip(action[0, 0], -self.max_torque, self.max_torque))
-        cost = ((th + np.pi) % (2 * np.pi) - np.pi) ** 2 + 0.1 * thdot ** 2 + 0.001 * u ** 2
-        thdot = np.clip(thdot + (3 * self.g / (2 * self.l) * np.sin(th) + 3.0 / (self.m * self.l ** 2) * u) * self.dt,
-                        -self.max_speed, self.max_speed)
-        self.state, self.t = np.array([th + thdot * self.dt, thdot]), self.t + 1
-        truncated = self.t >= 200
-        obs = self._obs()
-        if truncated:
-            obs_next, _ = self.reset()
-            return obs_next, np.array([-cost], dtype=np.float32), np.array([False]), np.array([True]), {"final_observation": obs}
-        return obs, np.array([-cost], dtype=np.float32), np.array([False]), np.array([False]), {}
 
 
 class SoftQNetwork(nn.Module):
