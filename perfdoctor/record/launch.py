@@ -334,11 +334,12 @@ def torchrun_failures(raw: Path, pass_name: str) -> dict[int, dict[str, Any]]:
     return out
 
 
-def rank_status(results: PassResults | None, torchrun: dict[str, Any] | None = None) -> RankStatus:
+def rank_status(results: PassResults | None, torchrun: dict[str, Any] | None = None, stopped: str | None = None) -> RankStatus:
     """One rank's end in one pass, from its results: ``ok``, ``exited N``, ``raised ...``,
     ``terminated`` (SIGTERM: torchrun stopping it after another rank failed, or the
-    timeout) or ``no results`` (it died before the bootstrap could write: killed), with the
-    exit code torchrun saw (``torchrun``: :func:`torchrun_failures`' entry for the rank)."""
+    timeout), ``stopped ...`` (--duration ended the pass: ``stopped``, the pass's) or
+    ``no results`` (it died before the bootstrap could write: killed), with the exit code
+    torchrun saw (``torchrun``: :func:`torchrun_failures`' entry for the rank)."""
     if results is None:
         seen = torchrun or {}
         code = seen.get("exit_code")
@@ -347,7 +348,9 @@ def rank_status(results: PassResults | None, torchrun: dict[str, Any] | None = N
                           f"{NO_RESULTS} (the rank died before writing them: killed, or it never started)",
                           code, torchrun_time_s=seen.get("time_s"))
     code = results.exit_code
-    if results.terminated:
+    if stopped:  # every rank at once, its DataLoader workers too: one may raise as they go first
+        status = f"stopped {stopped}"
+    elif results.terminated:
         status = "terminated (SIGTERM: torchrun stopped it after another rank failed, or the run timed out)"
     elif results.program_error:
         status = f"raised {results.program_error}"
@@ -359,9 +362,10 @@ def rank_status(results: PassResults | None, torchrun: dict[str, Any] | None = N
 
 
 def record_pass(manifest: Manifest, pass_name: str, per_rank: dict[int, PassResults | None],
-                torchrun: dict[int, dict[str, Any]] | None = None) -> None:
+                torchrun: dict[int, dict[str, Any]] | None = None, stopped: str | None = None) -> None:
     """``manifest.ranks``: each rank's facts (from its first results) and its status in
-    ``pass_name`` (``torchrun``: :func:`torchrun_failures`, the code of a rank that wrote none)."""
+    ``pass_name`` (``torchrun``: :func:`torchrun_failures`, the code of a rank that wrote none;
+    ``stopped``: --duration ended the pass)."""
     torchrun = torchrun or {}
     if manifest.ranks is None:
         manifest.ranks = {}
@@ -373,7 +377,7 @@ def record_pass(manifest: Manifest, pass_name: str, per_rank: dict[int, PassResu
         entry = Rank.from_json({**((results and results.rank) or {}), **ranks.get(str(rank), Rank(rank).to_json())})
         if results and results.device and entry.device is None:
             entry.device = results.device
-        entry.passes[pass_name] = rank_status(results, torchrun.get(rank)).to_json()
+        entry.passes[pass_name] = rank_status(results, torchrun.get(rank), stopped).to_json()
         ranks[str(rank)] = entry.to_json()
     sizes = {size for size in (Rank.from_json(e).world_size for e in ranks.values()) if isinstance(size, int)}
     if len(sizes) == 1:
@@ -399,7 +403,7 @@ def failed_rank(manifest: Manifest, pass_name: str) -> tuple[int, int | None] | 
             seen = status.torchrun_time_s
             silent.append((code == -signal.SIGTERM, seen is None, seen or 0, int(key), code))
             continue
-        if isinstance(code, int) and code != 0 and not str(status.status).startswith("terminated"):
+        if isinstance(code, int) and code != 0 and not str(status.status).startswith(("terminated", "stopped")):
             failed.append((status.ended_at_ns or 0, int(key), code))
     if silent and len(silent) < len(manifest.ranks or {}):
         return min(silent)[3:]

@@ -183,7 +183,7 @@ def torch_pass(plan: Plan) -> None:
     if runner.options.ranks is not None:
         status, files = launch.trace_status(result.ranks, runner.raw, bundles.TORCH_TRACE, lambda r, t: torch_status(
             PassResult("torch", result.command, result.exit_code if r is None else r.exit_code, stderr_tail=result.stderr_tail,
-                       results=r or PassResults()), t,
+                       results=r or PassResults(), stopped=result.stopped), t,
             runner.interrupted))
         plan.record(result, "torch", status, files=files)
     else:

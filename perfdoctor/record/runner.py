@@ -240,7 +240,7 @@ class Runner:
         if self.options.ranks is not None:
             result.ranks = launch.gather(self.raw, result.name)
             result.results = result.ranks.get(0) or result.results
-            launch.record_pass(self.manifest, result.name, result.ranks, launch.torchrun_failures(self.raw, result.name))
+            launch.record_pass(self.manifest, result.name, result.ranks, launch.torchrun_failures(self.raw, result.name), result.stopped)
         if result.ranks.get(0) is None:
             try:
                 result.results = PassResults.from_json(json.loads(results.read_text()), str(results))

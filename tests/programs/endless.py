@@ -1,10 +1,11 @@
 """A program that never ends on its own, as a model server's worker or a training of many
 epochs: perfdoctor run --duration must stop it and still give each pass its steps.
 
-Usage: python endless.py TIMES_DIR [--train] [--cuda]
+Usage: python endless.py TIMES_DIR [--train [--ddp]] [--cuda]
   default: an inference loop, like a server's worker: a request (random input), the MLP's
            forward, the answer's .tolist(), then a 1 ms pause until the next request.
   --train: a training loop over a DataLoader with 2 worker processes, AdamW, forever.
+--ddp: the training as a rank of a torchrun job (gloo, DistributedDataParallel).
 --cuda: the model and its inputs on the GPU (a synchronize ends each step's own timer).
 Each step's own time (time.perf_counter around the step's work) is appended to
 TIMES_DIR/<pid>.txt as it ends, one number in ms per line, flushed: the program's own timer,
@@ -62,6 +63,9 @@ def main():
     torch.set_num_threads(1)
     device = torch.device("cuda" if "--cuda" in sys.argv else "cpu")
     model = nn.Sequential(nn.Linear(128, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)).to(device)
+    if "--ddp" in sys.argv:
+        torch.distributed.init_process_group("gloo")
+        model = nn.parallel.DistributedDataParallel(model)
     with open(os.path.join(sys.argv[1], f"{os.getpid()}.txt"), "w") as log:
         (train if "--train" in sys.argv else serve)(model, log, device)
 

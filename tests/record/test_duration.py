@@ -122,3 +122,20 @@ def test_every_collector_stops_an_endless_gpu_program_after_its_window(tmp_path)
     assert passes["light"][0] == "at --duration 30 s"
     for name in ("torch", "nsys", "ncu"):
         assert passes[name][0] == "after its window" and passes[name][1] < 30, passes
+
+
+def test_a_torchrun_job_that_never_ends_is_stopped_rank_by_rank_as_planned(tmp_path):
+    # the ranks are stopped together at --duration in every pass (one rank stopped after its
+    # window would leave the other waiting in its next all-reduce): each rank's status says
+    # so, none is blamed, and the run is done
+    times = tmp_path / "times"
+    times.mkdir()
+    done = run_cli("run", "--out", tmp_path / "runs", "--duration", 6, "--collect", "torch", "--nproc-per-node", 2,
+                   PROGRAMS / "endless.py", times, "--train", "--ddp", cwd=tmp_path, timeout=180)
+    (bundle,) = (tmp_path / "runs").iterdir()
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (manifest["status"], manifest["exit_code"], manifest.get("failed_rank")) == ("done", 0, None)
+    assert manifest["collectors"]["torch"]["status"] == "ok"
+    statuses = {(rank, name): p["status"] for rank, e in manifest["ranks"].items() for name, p in e["passes"].items()}
+    assert statuses == {(r, n): "stopped at --duration 6 s" for r in ("0", "1") for n in ("light", "torch")}
