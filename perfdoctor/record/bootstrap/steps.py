@@ -895,7 +895,14 @@ class LoopSites:
         self.loops: dict[Any, dict[int, int]] = {}  # code -> loop start -> the body's last offset
 
     def of(self, frame: Any) -> int | None:
-        """The site of the call ``frame`` is in (walking outward), or None outside any loop."""
+        """The site of the call ``frame`` is in (walking outward), or None outside any loop
+        (or where the bytecode cannot be read: the program's step must go on whatever)."""
+        try:
+            return self._of(frame)
+        except Exception:  # noqa: BLE001 - a frame or code object of an unforeseen kind
+            return None
+
+    def _of(self, frame: Any) -> int | None:
         while frame is not None:
             if frame.f_globals.get("__name__", "").partition(".")[0] not in self.SKIP:
                 code, at = frame.f_code, frame.f_lasti
