@@ -31,6 +31,7 @@ class Expected:
     steps: int
     step_s: float
     total_s: float
+    limit_s: float | None = None  # --duration: the pass ends by then whatever its steps
 
 
 PACE_WINDOW_S = 5.0  # the pace is that of the last few seconds of ticks: a stall (a tracer starting) passes
@@ -69,14 +70,17 @@ def time_left_s(ticks: Ticks, elapsed_s: float, expected: Expected | None) -> fl
     """Seconds left in a pass ``elapsed_s`` in: the steps left at the recent pace (a tracer
     slows every step alike); with a single batch of ticks, at the light pass's step time;
     before any tick, the light pass's whole time less the time gone. None without a light
-    pass to go by, or past its steps or its time."""
+    pass to go by, or past its steps or its time. Never past ``limit_s``."""
     if expected is None or expected.steps <= 0 or ticks.done >= expected.steps:
         return None
     if not ticks.recent:
         left = expected.total_s - elapsed_s
-        return left if left > 0 else None
-    pace = ticks.pace_s()
-    return (expected.steps - ticks.done) * (pace if pace is not None else expected.step_s)
+    else:
+        pace = ticks.pace_s()
+        left = (expected.steps - ticks.done) * (pace if pace is not None else expected.step_s)
+    if expected.limit_s is not None:
+        left = min(left, expected.limit_s - elapsed_s)
+    return left if left > 0 else None
 
 
 def line(name: str, ticks: Ticks, elapsed_s: float, expected: Expected | None) -> str:
@@ -124,9 +128,12 @@ def straggler_note(running: list[int], ended: list[int], after_s: float) -> str:
             f"rank that left its loop early). {stop}")
 
 
-def expected_of(light: LightPass | None, total_s: float | None) -> Expected | None:
+def expected_of(light: LightPass | None, total_s: float | None, until: int | None = None,
+                limit_s: float | None = None) -> Expected | None:
     """The light pass's summary in the manifest (``light_pass``) and its duration as what
-    later passes expect; None without them."""
+    later passes expect; None without them. --duration: a traced pass that stops the program
+    after its window runs ``until`` steps at most, and no pass runs past ``limit_s``."""
     ms = sorted((light and light.step_latency_ms) or [])
     steps = int((light and light.steps_seen) or 0)
-    return Expected(steps, ms[len(ms) // 2] / 1e3, total_s) if ms and steps and total_s else None
+    steps = min(steps, until) if until else steps
+    return Expected(steps, ms[len(ms) // 2] / 1e3, total_s, limit_s) if ms and steps and total_s else None

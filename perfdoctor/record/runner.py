@@ -100,16 +100,17 @@ class Runner:
             self.console.print(text, highlight=False)
 
     @contextlib.contextmanager
-    def live(self, name: str, first: bool, ticks: progress.Ticks, start: float) -> Iterator[None]:
+    def live(self, name: str, first: bool, ticks: progress.Ticks, start: float, until: int | None = None) -> Iterator[None]:
         """Progress while the pass runs (:mod:`perfdoctor.record.progress`): steps done,
         elapsed, time left, on stderr. A spinner on a terminal, for passes whose program
         output goes to a log; a line every period otherwise (a log, or the first pass, whose
-        program owns the terminal)."""
+        program owns the terminal). ``until``: the steps after which the pass stops the
+        program (--duration's traced passes)."""
         if self.options.quiet or not self.spinner:
             yield
             return
         light = next((run for run in map(PassRun.from_json, self.manifest.passes) if run.name == "light"), None)
-        expected = progress.expected_of(self.manifest.light_pass, light and light.seconds)
+        expected = progress.expected_of(self.manifest.light_pass, light and light.seconds, until, self.options.duration_s)
         stop = threading.Event()
 
         def text() -> str:
@@ -177,7 +178,8 @@ class Runner:
         if sampler is not None:
             sampler.start()
         try:
-            with open(log if log else os.devnull, "wb") as out, self.live(name, first, ticks, start):
+            until = (config.warmup + config.steps) // ticks.per if config.stop_after_window and config.steps else None
+            with open(log if log else os.devnull, "wb") as out, self.live(name, first, ticks, start, until):
                 redirect: dict[str, Any] = {"stdin": stdin, **({} if first else {"stdout": out, "stderr": subprocess.STDOUT})}
                 self.spawn(result, redirect, write_fd, ((write_fd,) if tick_fd is not None else ()) + keep_fds, keep_fds)
         finally:

@@ -1384,6 +1384,15 @@ def test_progress_line_and_time_left():
     assert grouped.done == 2 and line("torch", grouped, 5.0, None) == "torch pass: 2 steps, 5 s elapsed"
     assert expected_of(LightPass(steps_seen=3, step_latency_ms=[30.0, 10.0, 20.0]), 4.0) == Expected(3, 0.02, 4.0)
     assert expected_of(LightPass(steps_seen=0, step_latency_ms=[]), 4.0) is None and expected_of(None, None) is None
+    # --duration 60: a traced pass that stops the program after its window (12 steps of the
+    # light pass's 3,000) expects those; no pass is expected past the 60 s
+    stops = expected_of(LightPass(steps_seen=3000, step_latency_ms=[20.0] * 3), 60.0, until=12, limit_s=60.0)
+    assert stops == Expected(12, 0.02, 60.0, 60.0)
+    assert line("torch", Ticks(), 2.0, stops) == "torch pass: 0 of 12 steps, 2 s elapsed, about 58 s left"
+    slow = Ticks()
+    slow.add(1, at_s=10.0)
+    slow.add(2, at_s=14.0)  # 4 s a step: 10 steps left would be 40 s, 46 s after the 60
+    assert time_left_s(slow, 56.0, stops) == pytest.approx(4.0) and time_left_s(slow, 61.0, stops) is None
 
 
 def test_step_ticks_reach_only_the_pipe_perfdoctor_run_made():
