@@ -54,6 +54,7 @@ def test_a_program_that_never_ends_is_stopped_in_each_pass_and_the_run_is_done(r
     assert f"light pass: --duration {DURATION} s reached: stopping the program" in done.stderr
     # the torch pass stopped the program itself once its steps were traced, well before --duration
     assert traced["stopped"] == "after its window" and traced["seconds"] < DURATION
+    assert traced["exit_code"] == 0  # a normal end for a tool around it (ncu printed nothing for a SIGTERM death)
     assert manifest["collectors"]["torch"]["status"] == "ok"
     assert "torch pass:" in done.stderr and "stopped after its window" in done.stderr
     report = run_cli("analyze", bundle, cwd=bundle.parent)

@@ -430,6 +430,13 @@ def main(argv: list[str]) -> None:
             signal.signal(signal.SIGINT, on_int)
     if session.inherited_profiler and os.getpid() != session.pid:
         leave(0)
+    if terminated and session.stopped:
+        # --duration: the pass ended the program itself, its window traced (stop_after_window):
+        # a normal end for the tool around it (Nsight Compute printed no counters for a program
+        # that died of the SIGTERM, H100), without waiting for threads that never end (a server's)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     if terminated:
         # Die of SIGTERM like the program would have, so the exit status says so.
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
