@@ -311,7 +311,7 @@ class Session:
             self.untallied = name  # ticked by its iteration's optimizer mark, if one comes
         elif step:
             self.tick()
-        if closed and self.config.stop_after_window:
+        if closed and self.config.stop_after_window and not self.disabled and os.getpid() == self.pid:  # never from a fork
             self.stop_after_window()
 
     def tally_mark(self) -> None:
