@@ -857,6 +857,19 @@ def test_wgan_gp_two_optimizers_steps_per_iteration_not_per_optimizer_step(tmp_p
     assert 1e3 / rate.value == pytest.approx(result["ms_per_step"], rel=0.15)
 
 
+def test_a_generator_stepped_every_kth_batch_in_the_critics_loop_leaves_one_step_per_batch(tmp_path: Path) -> None:
+    # PyTorch-GAN's wgan.py rhythm: per batch one critic step, and `if i % n_critic == 0` a
+    # generator step in the same loop. By the order alone (C G C C C C C G) the generator's
+    # steps enclose the critic's, as with an inner critic loop: before, one step per 5
+    # batches (12 for 60). Both are stepped in one loop (LoopSites): the critic's mark it
+    iters, warmup = 60, 5
+    light, series, result = _run(tmp_path, "gan_train.py", "--device", "cpu", "--dim", "64", "--batch", "64", "--generator-every", "5",
+                                  "--iters", str(iters), "--warmup", str(warmup), env={"OMP_NUM_THREADS": "1"})
+    assert light["step_name"] == "Optimizer.step#Adam#1.step", light["how"]
+    assert abs(light["steps_seen"] - iters) <= 1
+    assert _step_ms(series)[warmup:-1].mean() == pytest.approx(result["ms_per_iter"], rel=0.1)
+
+
 @pytest.mark.parametrize("critic", [5, 1])
 def test_wgan_gp_traced_whole_steps_per_iteration_not_per_optimizer_step(tmp_path: Path, critic: int) -> None:
     # the same loop under a plain torch.profiler, read by analyze: both optimizers' steps are

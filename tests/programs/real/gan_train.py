@@ -5,7 +5,10 @@ optimizers, per iteration ``--critic-iters`` critic steps (each: a real batch fr
 generator, a fake one from G under ``no_grad``, the Wasserstein loss plus a gradient penalty
 from ``torch.autograd.grad(..., create_graph=True)`` on interpolates: two backward passes)
 then one generator step; ``--checkpoint``: the critic's blocks under
-``torch.utils.checkpoint`` (non-reentrant). ``D.zero_grad()`` / ``G.zero_grad()`` (the
+``torch.utils.checkpoint`` (non-reentrant); ``--generator-every K`` (K > 1): PyTorch-GAN's
+wgan.py instead, one critic step per iteration in the iteration's own loop and, ``if i %
+n_critic == 0``, a generator step (``--critic-iters`` unused).
+``D.zero_grad()`` / ``G.zero_grad()`` (the
 modules', not the optimizers'), a log line with the losses' ``.item()`` every
 ``--log-every`` iterations. The first ``--warmup`` iterations are left out of the timing.
 
@@ -81,6 +84,8 @@ def main():
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--lam", type=float, default=0.1)
     p.add_argument("--checkpoint", action="store_true")
+    p.add_argument("--generator-every", type=int, default=1,
+                   help="one critic step per iteration and the generator's only every K-th (PyTorch-GAN's wgan.py)")
     args = p.parse_args()
     torch.manual_seed(0)
     dev = args.device
@@ -91,6 +96,19 @@ def main():
     optG = torch.optim.Adam(G.parameters(), lr=1e-4, betas=(0.5, 0.9))
     data = inf_train_gen(args.batch, dev)
 
+    def critic_step():
+        real = next(data)
+        D.zero_grad()
+        d_real = D(real).mean()
+        with torch.no_grad():
+            fake = G(torch.randn(args.batch, args.noise, device=dev))
+        d_fake = D(fake).mean()
+        gp = gradient_penalty(D, real, fake, args.lam)
+        d_cost = d_fake - d_real + gp
+        d_cost.backward()
+        optD.step()
+        return d_cost, d_real, d_fake
+
     times = []
     for it in range(args.iters):
         sync(dev)
@@ -98,25 +116,20 @@ def main():
         # (1) critic
         for p_ in D.parameters():
             p_.requires_grad = True
-        for _ in range(args.critic_iters):
-            real = next(data)
-            D.zero_grad()
-            d_real = D(real).mean()
-            with torch.no_grad():
-                fake = G(torch.randn(args.batch, args.noise, device=dev))
-            d_fake = D(fake).mean()
-            gp = gradient_penalty(D, real, fake, args.lam)
-            d_cost = d_fake - d_real + gp
-            d_cost.backward()
-            optD.step()
+        if args.generator_every > 1:  # PyTorch-GAN's wgan.py: one critic step per batch, no loop of its own
+            d_cost, d_real, d_fake = critic_step()
+        else:
+            for _ in range(args.critic_iters):
+                d_cost, d_real, d_fake = critic_step()
         # (2) generator
-        for p_ in D.parameters():
-            p_.requires_grad = False
-        G.zero_grad()
-        fake = G(torch.randn(args.batch, args.noise, device=dev))
-        g_cost = -D(fake).mean()
-        g_cost.backward()
-        optG.step()
+        if it % args.generator_every == 0:
+            for p_ in D.parameters():
+                p_.requires_grad = False
+            G.zero_grad()
+            fake = G(torch.randn(args.batch, args.noise, device=dev))
+            g_cost = -D(fake).mean()
+            g_cost.backward()
+            optG.step()
         if it % args.log_every == 0:
             print(f"iter {it}: D {d_cost.item():.4f} G {g_cost.item():.4f} W {(d_real - d_fake).item():.4f}")
         sync(dev)
@@ -125,7 +138,7 @@ def main():
     timed = times[args.warmup:]
     ms = sum(timed) / len(timed) * 1e3
     print(f"{ms:.3f} ms/iter over {len(timed)} iterations")
-    print("RESULT " + json.dumps({"program": "gan_train", "step": "one iteration (critic steps + generator step)",
+    print("RESULT " + json.dumps({"program": "gan_train", "step": "one iteration (critic steps + generator step, every --generator-every-th)",
                                   "iters": args.iters, "warmup": args.warmup, "critic_iters": args.critic_iters,
                                   "ms_per_step": ms, "ms_per_iter": ms, "ms_each": [t * 1e3 for t in times]}))
 
