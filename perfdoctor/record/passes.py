@@ -82,10 +82,10 @@ def run_passes(runner: Runner, selected: list[str], reasons: dict[str, str | Non
         step_fn=options.step_fn,
         tokens_per_step=options.tokens_per_step,
         ranks=options.ranks is not None,  # each rank writes into raw/rank<k>/ (perfdoctor.record.launch)
+        # --duration: a traced pass ends the program once its window is traced; not a rank, whose
+        # peers would wait for it in their next collective (the runner stops them all at once)
+        stop_after_window=options.duration_s is not None and options.ranks is None or None,
     )
-    # --duration: a traced pass ends the program once its window is traced; not a rank, whose
-    # peers would wait for it in their next collective (the runner stops them all at once)
-    base = replace(base, stop_after_window=options.duration_s is not None and options.ranks is None or None)
     plan = Plan(runner, base, windowed=options.step is not None or options.step_fn is not None,
                 use_nvml="nvml" in selected and reasons["nvml"] is None)
     planned = [p for p in bundles.PASSES if (p == "light" and options.light) or (p in selected and reasons[p] is None)]

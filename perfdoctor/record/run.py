@@ -123,8 +123,8 @@ def execute(options: RunOptions, console: Console, stdin: ReplayedStdin | None =
             runner.stdin.close()
     passes = [PassRun.from_json(p) for p in manifest.passes]
     first = passes[0].exit_code if passes else None
-    stopped = bool(passes and passes[0].stopped)  # --duration: the program ran until perfdoctor stopped it
-    code = 128 + runner.interrupted if runner.interrupted and (first in (None, 0) or stopped) else 0 if stopped else shell_code(first)
+    ran = 0 if passes and passes[0].stopped else first  # --duration: the program ran until perfdoctor stopped it
+    code = 128 + runner.interrupted if runner.interrupted and ran in (None, 0) else shell_code(ran)
     if options.ranks is not None and runner.interrupted:
         code = 128 + runner.interrupted  # Ctrl-C on a job: every rank ends on the signal, none is to blame
     elif options.ranks is not None and passes:  # the job's code is that of the rank that failed first

@@ -22,10 +22,9 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.analysis import steady
-from perfdoctor.analysis.attribution import is_layout_conversion
 from perfdoctor.analysis.metrics import Analysis, Metric
-from perfdoctor.names.codes import equals, per_name
-from perfdoctor.rules.signals import attention_softmax, convolution_layout_share, model_bytes_per_step, step_activities
+from perfdoctor.names.codes import equals
+from perfdoctor.rules.signals import attention_softmax, convolution_layout_share, layout_conversions, model_bytes_per_step, step_activities
 
 
 class Need(enum.Enum):
@@ -530,10 +529,9 @@ def nchw_fed(analysis: Analysis, min_conv_share: float = 0.0) -> NchwFed | None:
     if min_conv_share > 0 and (convolution_layout_share(analysis) or 0.0) < min_conv_share:
         return None
     t = analysis.timeline
-    k = t.step_kernels
     n = max(analysis.steps.count, 1)
     conv = int(equals(t.step_kernel_families, "conv").sum())
-    conversions = int(per_name(k["name"], is_layout_conversion).to_numpy(dtype=bool).sum()) if conv else 0
+    conversions = int(layout_conversions(analysis).sum()) if conv else 0
     if conv == 0 or conversions < conv:
         return None
     return NchwFed(conversions / n, conv / n)

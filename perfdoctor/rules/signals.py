@@ -166,13 +166,19 @@ def _attribution_share(parts: tuple[str, ...], of: str, meaning: str) -> Callabl
     return read
 
 
+def layout_conversions(analysis: Analysis) -> np.ndarray:
+    """Which of the steps' kernels are NCHW<->NHWC conversions: cuDNN's, around each
+    convolution that runs in NHWC on NCHW tensors (the attribution's layout part holds them)."""
+    k = analysis.timeline.step_kernels
+    return per_name(k["name"], is_layout_conversion).to_numpy(dtype=bool) if not k.empty else np.zeros(0, dtype=bool)
+
+
 def conversion_ms(analysis: Analysis) -> float:
-    """The NCHW<->NHWC conversion kernels' time per step (ms): cuDNN's, around each
-    convolution that runs in NHWC on NCHW tensors, in the attribution's layout part."""
+    """The NCHW<->NHWC conversion kernels' time per step (ms), :func:`layout_conversions`."""
     k = analysis.timeline.step_kernels
     if k.empty:
         return 0.0
-    mine = per_name(k["name"], is_layout_conversion).to_numpy(dtype=bool)
+    mine = layout_conversions(analysis)
     ns = (k["end_ns"].to_numpy(dtype=float) - k["start_ns"].to_numpy(dtype=float))[mine].sum()
     return float(ns) / 1e6 / max(analysis.steps.count, 1)
 
