@@ -140,3 +140,11 @@ def test_a_torchrun_job_that_never_ends_is_stopped_rank_by_rank_as_planned(tmp_p
     assert manifest["collectors"]["torch"]["status"] == "ok"
     statuses = {(rank, name): p["status"] for rank, e in manifest["ranks"].items() for name, p in e["passes"].items()}
     assert statuses == {(r, n): "stopped at --duration 6 s" for r in ("0", "1") for n in ("light", "torch")}
+
+
+@pytest.mark.parametrize("given", ["0", "abc"])
+def test_a_duration_that_is_no_time_is_one_line_and_exit_2(tmp_path, given):
+    done = run_cli("run", "--out", tmp_path / "runs", "--duration", given, PROGRAMS / "raises.py", cwd=tmp_path, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: invalid value for '--duration'") and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (tmp_path / "runs").exists()  # nothing ran, no bundle
