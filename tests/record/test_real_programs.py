@@ -909,7 +909,12 @@ def test_seq2seq_tutorial_two_optimizers_one_step_per_pair_in_run_and_analyze(tm
     # each pair's train() call as the program times it: 2-12 ms with the sentences' lengths
     ms, own = _step_ms(series)[warmup:], np.array(result["ms_each"][warmup:])
     assert ms.sum() == pytest.approx(own.sum(), rel=0.1)
-    assert np.corrcoef(ms, own)[0, 1] > 0.8
+    # each step is its own pair: the pairs' times follow the sentences' random lengths, so the
+    # program's times match ours step for step and not one step off (a 2-core host under load
+    # takes the aligned correlation from ~0.95 to ~0.8; one step off reads ~0)
+    aligned = np.corrcoef(ms, own)[0, 1]
+    shifted = max(np.corrcoef(ms[1:], own[:-1])[0, 1], np.corrcoef(ms[:-1], own[1:])[0, 1])
+    assert aligned > 0.6 and aligned > shifted + 0.3, (aligned, shifted)
     steps, ms, traced = _traced(tmp_path, "seq2seq_train.py", *args)
     assert (steps.name, steps.count) == (name, iters), steps.how
     assert ms[warmup:].sum() == pytest.approx(sum(traced["ms_each"][warmup:]), rel=0.1)
