@@ -215,6 +215,39 @@ def test_a_torchscript_module_is_named_after_the_class_it_was_scripted_from() ->
     assert counts == {"Net.forward": 1, "RecursiveScriptModule.forward": ModuleSteps.SCOUT_CALLS + 3}
 
 
+def test_classes_made_in_functions_are_named_as_their_users_know_them() -> None:
+    # torch.export's ExportedProgram.module() (and fx.symbolic_trace) make a class per
+    # module inside GraphModule.__new__: the step read
+    # 'GraphModule.__new__.<locals>.GraphModuleImpl.forward'; a model class defined in the
+    # script's main() read 'main.<locals>.Net.forward'
+    def main_net() -> type:
+        class Net(torch.nn.Module):
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                return x * 2
+        return Net
+
+    def other_net() -> type:
+        class Net(torch.nn.Module):  # another class of that name: kept apart by its full name
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                return x * 3
+        return Net
+
+    exported = torch.export.export(Leaf(), (torch.zeros(2),)).module()
+    traced = torch.fx.symbolic_trace(Block())
+    first, second, x = main_net()(), other_net()(), torch.zeros(2)
+    steps = ModuleSteps(types.SimpleNamespace(timer=Timer()))
+    try:
+        for _ in range(ModuleSteps.SCOUT_CALLS + 3):
+            exported(x), traced(x), first(x), second(x)
+        counts = entries(steps)["0"]
+    finally:
+        steps.uninstall()
+    calls = ModuleSteps.SCOUT_CALLS + 3
+    assert counts == {"GraphModule.forward": 2 * calls, "Net.forward": calls,
+                      f"{type(second).__qualname__}.forward": calls}
+    assert "<locals>" in type(second).__qualname__
+
+
 def test_a_traced_pass_marks_only_the_first_call_of_each_group_the_light_pass_found() -> None:
     # the light pass read the model's calls two per iteration (classifier-free guidance), a
     # stray single call before the loop; a traced pass marks each group's first call, one

@@ -46,7 +46,25 @@ def module_step_name(cls: type, module: Any = None, classes: dict[str, str] | No
         name = f"{original}.forward"
         if original and (classes is None or classes.get(name, module_class_path(cls)) == module_class_path(cls)):
             return name
+    short = f"{class_name(cls)}.forward"
+    if classes is None or classes.get(short, module_class_path(cls)) == module_class_path(cls):
+        return short
     return f"{cls.__qualname__}.forward"
+
+
+def class_name(cls: type) -> str:
+    """The name a user knows a module class by: its qualified name, but a class made inside a
+    function by its own name (``main.<locals>.Net``: ``Net``) and the class torch.fx makes for
+    each GraphModule (torch.export's ``ExportedProgram.module()``, ``symbolic_trace``) by the
+    first public torch class it subclasses, ``GraphModule``, not
+    ``GraphModule.__new__.<locals>.GraphModuleImpl``.
+    (``module_step_name`` keeps the qualified name where another class has the short one.)"""
+    if "<locals>" not in cls.__qualname__:
+        return cls.__qualname__
+    if cls.__module__.startswith("torch."):
+        public = (c.__qualname__ for c in cls.__mro__[1:] if "<locals>" not in c.__qualname__ and not c.__name__.startswith("_"))
+        return next(public)  # torch.nn.Module at the latest
+    return cls.__qualname__.rsplit(".<locals>.", 1)[1]
 
 
 def scripted_as(module: Any, step_name: str) -> bool:
@@ -547,7 +565,7 @@ def install_compiled_steps(session: Session) -> None:
             # own wrapper, whose name differs between the passes.
             method = getattr(fn, "__name__", "forward")
             whole = method in MODULE_CALLS
-            name = rangenames.compiled_name(f"{type(owner).__qualname__}.{'forward' if whole else method}")
+            name = rangenames.compiled_name(f"{class_name(type(owner))}.{'forward' if whole else method}")
             if whole:
                 # its eager calls (generate's prefill) bypass the compiled one: the same
                 # forward, so the light pass keeps timing them (Session.stop_module_timing).
