@@ -201,7 +201,8 @@ def test_nvtx_package_ranges_reach_the_torch_trace(tmp_path):
     assert (ranges["name"] == "both").sum() == 5  # record_function + NVTX of one name: one range
 
 
-@pytest.mark.parametrize(("spec", "name"), [("__main__:decode", "decode"), ("plainlib:step_once", "step_once")])
+@pytest.mark.parametrize(("spec", "name"), [("__main__:decode", "decode"), ("plainlib:step_once", "step_once"),
+                                           ("plainpkg.ops:rescale", "rescale")])
 def test_step_fn(tmp_path, spec, name):
     done = perfdoctor_run("--no-light", "--step-fn", spec, str(PROGRAMS / "plain_fn.py"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr

@@ -22,6 +22,7 @@ import itertools
 import sys
 import threading
 import time
+import types
 import weakref
 from collections import Counter
 from typing import Any
@@ -1050,12 +1051,24 @@ def resolve_attr(obj: Any, dotted: str) -> tuple[Any, str] | None:
 
 
 def wrap_attr(owner: Any, attr: str) -> None:
+    """``owner.attr`` made a step function, and a module's function wherever an imported
+    module holds it too: a package re-exports its functions (``monai.inferers`` binds
+    ``monai.inferers.utils.sliding_window_inference``, as the program imports it), and
+    another module took it by ``from ... import``; wrapped in its own module only, every
+    call went through another name and --step-fn read "never called"."""
     fn = getattr(owner, attr)
     if getattr(fn, "__perfdoctor_step__", False):
         return
     wrapped = api.step_function(fn, attr)
     wrapped.__perfdoctor_step__ = True  # type: ignore[attr-defined]
     setattr(owner, attr, wrapped)
+    if not isinstance(owner, types.ModuleType):
+        return  # a method: its class is the one place
+    for module in list(sys.modules.values()):
+        names = getattr(module, "__dict__", None)
+        if isinstance(names, dict):
+            for name in [name for name, value in list(names.items()) if value is fn]:
+                names[name] = wrapped
 
 
 def install_step_fn(spec: str, main_module: str) -> None:
