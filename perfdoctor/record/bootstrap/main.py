@@ -54,8 +54,8 @@ from perfdoctor.record.bootstrap.clock import FullCollections, TimedCalls
 from perfdoctor.record.bootstrap.ranges import hook_ranges
 from perfdoctor.record.bootstrap.session import Session
 from perfdoctor.record.bootstrap.steps import (
-    ModuleSteps, install_aoti_steps, install_backward_calls, install_compiled_steps, install_graph_replays, install_optimizer_steps,
-    install_step_fn,
+    WINDOWING_FUNCTIONS, ModuleSteps, install_aoti_steps, install_backward_calls, install_compiled_steps, install_graph_replays,
+    install_optimizer_steps, install_step_fn, install_windowing,
 )
 from perfdoctor.record.bootstrap.waits import Waits
 from perfdoctor.record.launch import rank_config
@@ -393,6 +393,8 @@ def main(argv: list[str]) -> None:
         session.full_gcs = FullCollections()
         for module, names in CHECKPOINT_SAVES:
             when_imported(module, functools.partial(time_saves, session, module, names))
+        for module, name in WINDOWING_FUNCTIONS:
+            when_imported(module, functools.partial(install_windowing, session, module, name))
     if config.stdin_record:
         record_stdin(config.stdin_record)
     prepare_target(target)

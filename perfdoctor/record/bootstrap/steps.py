@@ -176,14 +176,47 @@ class Windows:
     of it; a new reference only when the storage changes. On the hot path ``of(name,
     args, grad)`` (``grad``: the grad mode the wrapper already read for the call): a tuple
     index, a type check, three C getters, a dict read and write, 0.2-0.3 us on this 2-core
-    CPU box: once per model call, not per submodule."""
+    CPU box: once per model call, not per submodule.
+
+    A library's sliding-window function (``WINDOWING_FUNCTIONS``) may batch its windows by
+    ``torch.cat`` (MONAI's ``sliding_window_inference``, ``sw_batch_size`` crops a call): each
+    call's input is then new storage. Wrapped by :meth:`over`, its calls of the model are
+    windows of one input, the function's (one volume: 84 steps of a window batch each read
+    for 12 volumes)."""
 
     def __init__(self, tensor: type) -> None:
         self.tensor = tensor
         # per step name: (weak ref to the previous input's storage, its shape, its data_ptr)
         self.last: dict[str, tuple[Any, Any, int]] = {}
+        self.local = threading.local()  # .call: the windowing function's call under way (a token), or None
+        self.calls: dict[str, object] = {}  # per step name: the windowing call of the previous input
+
+    def over(self, fn: Any) -> Any:
+        """``fn``, a windowing function, wrapped: each call a new input, whose windows its
+        model calls take."""
+        local = self.local
+
+        @functools.wraps(fn)
+        def windowing(*args: Any, **kwargs: Any) -> Any:
+            if getattr(local, "call", None) is not None:
+                return fn(*args, **kwargs)
+            local.call = object()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                local.call = None
+
+        return windowing
 
     def of(self, name: str, args: tuple[Any, ...], grad: bool) -> bool:
+        call = getattr(self.local, "call", None)
+        if call is not None:
+            self.last.pop(name, None)
+            same = self.calls.get(name) is call
+            self.calls[name] = call
+            return same and not grad
+        if self.calls:
+            self.calls.pop(name, None)
         x = args[0] if args else None
         if type(x) is not self.tensor:
             self.last.pop(name, None)
@@ -1051,16 +1084,22 @@ def resolve_attr(obj: Any, dotted: str) -> tuple[Any, str] | None:
 
 
 def wrap_attr(owner: Any, attr: str) -> None:
-    """``owner.attr`` made a step function, and a module's function wherever an imported
-    module holds it too: a package re-exports its functions (``monai.inferers`` binds
-    ``monai.inferers.utils.sliding_window_inference``, as the program imports it), and
-    another module took it by ``from ... import``; wrapped in its own module only, every
-    call went through another name and --step-fn read "never called"."""
+    """``owner.attr`` made a step function (:func:`rebind`)."""
     fn = getattr(owner, attr)
     if getattr(fn, "__perfdoctor_step__", False):
         return
     wrapped = api.step_function(fn, attr)
     wrapped.__perfdoctor_step__ = True  # type: ignore[attr-defined]
+    rebind(owner, attr, wrapped)
+
+
+def rebind(owner: Any, attr: str, wrapped: Any) -> None:
+    """``owner.attr`` replaced by ``wrapped``, and a module's function wherever an imported
+    module holds it too: a package re-exports its functions (``monai.inferers`` binds
+    ``monai.inferers.utils.sliding_window_inference``, as programs import it), and another
+    module took it by ``from ... import``; replaced in its own module only, every call went
+    through another name (--step-fn read "never called")."""
+    fn = getattr(owner, attr)
     setattr(owner, attr, wrapped)
     if not isinstance(owner, types.ModuleType):
         return  # a method: its class is the one place
@@ -1069,6 +1108,19 @@ def wrap_attr(owner: Any, attr: str) -> None:
         if isinstance(names, dict):
             for name in [name for name, value in list(names.items()) if value is fn]:
                 names[name] = wrapped
+
+
+# Library functions that call the model on windows of their input, one input per call
+# (:class:`Windows`): (module, function), wrapped once the module is imported
+WINDOWING_FUNCTIONS = (("monai.inferers.utils", "sliding_window_inference"),)
+
+
+def install_windowing(session: Session, module: str, attr: str) -> None:
+    """The light pass's module steps see ``module.attr``'s model calls as windows of its input."""
+    steps = session.modules
+    fn = getattr(sys.modules[module], attr, None)
+    if isinstance(steps, ModuleSteps) and callable(fn):
+        rebind(sys.modules[module], attr, steps.windows.over(fn))
 
 
 def install_step_fn(spec: str, main_module: str) -> None:
