@@ -38,7 +38,7 @@ from perfdoctor.analysis import steady
 from perfdoctor.analysis import workload as workloads
 from perfdoctor.names.codes import equals
 from perfdoctor.profile import LightSteps, Profile
-from perfdoctor.analysis.steps import Steps, find_steps, is_launch, is_sync, union_ns
+from perfdoctor.analysis.steps import Steps, find_steps, is_launch, is_sync, no_trace, union_ns
 from perfdoctor.analysis.timeline import Timeline, build
 from perfdoctor.analysis.timeline import union_per_group as timeline_union
 from perfdoctor.text import count, num, percent, times, value
@@ -361,6 +361,8 @@ def _light_series(light: LightSteps) -> steady.SteadySeries:
 
 
 def _steps(c: _Context) -> Metric:
+    if (untraced := no_trace(c.profile)) is not None:
+        return c.absent("steps", untraced)  # not 0: the light pass saw the program's steps
     return c.have("steps", c.steps.count)
 
 

@@ -1220,6 +1220,15 @@ def ran_no_gpu(profile: Profile) -> bool:
     return profile.activities.empty and profile.calls.empty and not profile.origin.unread_device_work
 
 
+def no_trace(profile: Profile) -> str | None:
+    """Why ``profile``, a run bundle's, has no traced steps where it has no trace at all (no
+    traced pass ran, or none left a trace: ``--collect nvml``), from its loader's reason."""
+    bundle = profile.origin.bundle
+    if bundle is None or bundle.activities_from is not None or not (profile.activities.empty and profile.calls.empty and profile.ranges.empty):
+        return None
+    return f"no trace: {bundle.reason or 'no trace in the bundle'}"
+
+
 def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | None, pd.DataFrame, str | None, str]:
     """The ranges that are steps: ``pattern`` (or the step a run bundle recorded), else
     :func:`choose_step` over the trace's ranges and CUDA/HIP graph replays, else the
@@ -1259,6 +1268,9 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
     # an evaluation loop's fetches, those that fetched a batch (a training loop's: trained), as run counts them
     fetched = {n: len(training_iterations(g, [], work)) for n, g in fetches.groupby("name", sort=False) if n not in trained}
     bundle = profile.origin.bundle
+    if (untraced := no_trace(profile)) is not None:
+        # no step to find, and no --step to name (the light pass's steps are the bundle's)
+        return None, ranges.iloc[0:0], untraced, ""
     recorded = bundle.step if bundle is not None else None
     how = f"ranges named {pattern!r} (--step)" if pattern else ""
     module_step = moded = False  # the run's automatic module step: timed as the loop iteration there; of one grad mode

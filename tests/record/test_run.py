@@ -126,6 +126,15 @@ def test_light_pass_latency_is_the_programs_own(tmp_path):
     assert light["step_name"] == "decode_step" and len(light["step_latency_ms"]) == len(own) == 10
     light_p50, own_p50 = sorted(light["step_latency_ms"])[5], sorted(own)[5]
     assert light_p50 >= 20 and abs(light_p50 / own_p50 - 1) < 0.05
+    # analyzed, the bundle has no trace to find steps in: its traced step count is absent,
+    # not 0 beside the light pass's 10, and no --step is asked for (before: "steps 0", "no
+    # step ranges found ... (use --step NAME)")
+    done = subprocess.run([sys.executable, "-m", "perfdoctor", "analyze", str(only_bundle(tmp_path)), "--json", "m.json"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    steps = json.loads((tmp_path / "m.json").read_text())["metrics"]["steps"]
+    assert steps["value"] is None and steps["reason"].startswith("no trace: "), steps
+    assert "Where the step went: not available — no trace: " in done.stdout and "--step" not in done.stdout
 
 
 def test_the_light_pass_leaves_torchs_import_to_the_program(tmp_path):
