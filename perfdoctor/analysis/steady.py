@@ -25,7 +25,7 @@ For step ``k`` with host start ``h[k]`` and the end of its GPU work ``g[k]``:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -1099,6 +1099,9 @@ class Cadence:
     compiles: int = 0
     compiled_ms: float = 0.0
     compiles_kept: int = 0
+    # the intervals counted, ms (their number over their sum is steps_per_s): the sample a
+    # diff tests steps_per_s's change on (perfdoctor.compare.samples)
+    intervals_ms: np.ndarray = field(default_factory=lambda: np.zeros(0), compare=False)
 
 
 def cadence(
@@ -1155,9 +1158,9 @@ def cadence(
     if kept.size == 0 or total <= 0:
         return Cadence(None, 0, paused, "no back-to-back steps with a positive interval")
     if not paused:
-        return Cadence(kept.size / (total / 1e9), int(kept.size), 0)
+        return Cadence(kept.size / (total / 1e9), int(kept.size), 0, intervals_ms=kept / 1e6)
     waited_ms, pass_end_ms = float(wait[waits].sum()) / 1e6, float(between[ends].sum()) / 1e6
-    return Cadence(kept.size / (total / 1e9), int(kept.size), paused,
+    return Cadence(kept.size / (total / 1e9), int(kept.size), paused, intervals_ms=kept / 1e6,
                    with_pauses_per_s=intervals.size / (int(intervals.sum()) / 1e9),
                    paused_ms=float(intervals[idle].sum()) / 1e6 + waited_ms + pass_end_ms, waits=int(waits.sum()), waited_ms=waited_ms,
                    pass_ends=int(ends.sum()), pass_end_ms=pass_end_ms, compiles=int(comp.sum()),

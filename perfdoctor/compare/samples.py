@@ -71,7 +71,8 @@ def step_samples(analysis: Analysis) -> dict[str, np.ndarray]:
     ``step_latency_ms``: the critical-path time (the contract's latency) — of the light
     pass's steady steps when the run has one, as the step latency metrics are, else traced;
     ``step_gpu_ms``: length of the step's GPU window; ``step_interval_ms``: time between
-    consecutive step completions (what ``steps_per_s`` averages); ``step_kernels``: the
+    consecutive step completions (what ``steps_per_s`` averages: the light pass's cadence
+    intervals, pauses left out, where it gave that metric); ``step_kernels``: the
     kernels each step launched (its own GPU work, by correlation) — not ``kernels_per_step``,
     which also counts the kernels launched between the steps' ranges (every kernel starting in
     the profiled span: 452 against 408 per step on the demo's eager bundle), so a sample of its
@@ -94,8 +95,13 @@ def step_samples(analysis: Analysis) -> dict[str, np.ndarray]:
     if analysis.light_series is not None:
         out[LIGHT_SAMPLE] = analysis.light_series.critical_path_ms
         # The step latency metrics come from the light pass (contract v2): test their
-        # change on the samples they are computed from, not on the traced steps.
+        # change on the samples they are computed from, not on the traced steps. So is
+        # steps_per_s where the light pass gave it: its cadence's intervals (before, a
+        # bundle without a trace read "inconclusive — need more steps" for 16 steps a side)
         out["step_latency_ms"] = out[LIGHT_SAMPLE]
+        rate = analysis.metrics.get("steps_per_s")
+        if rate is not None and rate.source == "light":
+            out["step_interval_ms"] = analysis.light_series.cadence.intervals_ms
     return out
 
 

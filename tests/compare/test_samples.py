@@ -39,6 +39,18 @@ def test_latency_samples_are_the_series_the_metrics_came_from(graph) -> None:
     assert graph.analysis.value("step_latency_ms_p50") == pytest.approx(float(np.percentile(s[LIGHT_SAMPLE], 50)))
 
 
+def test_the_rate_sample_is_the_series_the_rate_came_from(graph) -> None:
+    """steps_per_s from the light pass: its sample is the light pass's counted intervals,
+    whose count over their sum is the rate (before: the traced steps' completions, none in
+    a bundle without a trace: "inconclusive — need more steps" for 16 steps a side)."""
+    a = graph.analysis
+    s = step_samples(a)
+    assert a.metrics["steps_per_s"].source == "light"
+    intervals = s["step_interval_ms"]
+    assert intervals.size == a.light_series.cadence.intervals == len(a.light_series.critical_path_ms) - 1 - a.light_series.cadence.pauses
+    assert a.value("steps_per_s") == pytest.approx(intervals.size / (intervals.sum() / 1e3), rel=1e-9)
+
+
 def test_a_trace_without_a_light_pass_has_traced_samples() -> None:
     a = diagnose(EAGER5, step="decode_step", rules=None).analysis
     s = step_samples(a)
