@@ -126,6 +126,15 @@ def time_saves(session: Session, module: str, names: tuple[str, ...]) -> None:
                 session.saves.add(sys.modules[module], name)
 
 
+def watch_libraries(session: Session) -> None:
+    """The light pass's hooks into libraries, each once the program imports it: their
+    checkpoint saves (:func:`time_saves`) and sliding-window functions (:func:`install_windowing`)."""
+    for module, names in CHECKPOINT_SAVES:
+        when_imported(module, functools.partial(time_saves, session, module, names))
+    for module, name in WINDOWING_FUNCTIONS:
+        when_imported(module, functools.partial(install_windowing, session, module, name))
+
+
 def when_imported(name: str, then: Callable[[], None]) -> None:
     """Run ``then`` once the module ``name`` is imported, right after its body ran,
     before the importing statement goes on (so ``from torch.cuda.nvtx import range_push``
@@ -391,10 +400,7 @@ def main(argv: list[str]) -> None:
     collect_imports()
     if session.mode == "light":
         session.full_gcs = FullCollections()
-        for module, names in CHECKPOINT_SAVES:
-            when_imported(module, functools.partial(time_saves, session, module, names))
-        for module, name in WINDOWING_FUNCTIONS:
-            when_imported(module, functools.partial(install_windowing, session, module, name))
+        watch_libraries(session)
     if config.stdin_record:
         record_stdin(config.stdin_record)
     prepare_target(target)
