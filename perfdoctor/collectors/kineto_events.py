@@ -192,16 +192,23 @@ class Decoded:
     doc: Trace
     skipped: int = 0
     why: str = ""
+    nonstandard: int = 0  # NaN/Infinity values read as missing (:data:`_NONSTANDARD`)
 
 
 _OPENING = re.compile(rb"\s*(.)", re.S)
+# Python's json module writes NaN, Infinity and -Infinity for floats that are not finite (a
+# trace rewritten by a script: pandas' missing values are NaN), which no JSON parser reads.
+# Where one stands as a value (after ':', ',' or '[', before ',', ']' or '}'), it is null: a
+# field missing, as the events' own checks then treat it.
+_NONSTANDARD = re.compile(rb"([:,\[]\s*)-?(?:NaN|Infinity)(?=\s*[,\]}])")
 
 
 def decode_whole(raw: bytes | memoryview, path: Path) -> Decoded:
     """The document decoded at once: a ``{"traceEvents": [...]}`` object or the JSON-array
     form of the Chrome trace format (a top-level list of events). When some events do not
     validate (a field of an unexpected type), the events are validated one by one and the
-    bad ones skipped and counted; a document that is not a trace still fails whole."""
+    bad ones skipped and counted; a document that is not a trace still fails whole. One
+    that is not JSON only by Python's NaN/Infinity values is read with them as nulls."""
     first = _OPENING.match(memoryview(raw)[:4096])
     array = first is not None and first[1] == b"["
     try:
@@ -213,6 +220,11 @@ def decode_whole(raw: bytes | memoryview, path: Path) -> Decoded:
     except msgspec.ValidationError as exc:
         raise UsageError(f"{path}: not a Kineto trace ({exc})") from None
     except msgspec.DecodeError as exc:
+        standard, n = _NONSTANDARD.subn(rb"\1null", bytes(raw))
+        if n:
+            decoded = decode_whole(standard, path)
+            decoded.nonstandard = n
+            return decoded
         raise UsageError(f"{path}: not a JSON trace ({exc})") from None
     except RecursionError:
         raise UsageError(f"{path}: not a Kineto trace (JSON nested too deeply)") from None

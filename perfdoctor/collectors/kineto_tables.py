@@ -33,10 +33,11 @@ from perfdoctor.profile import ACTIVITY_COLUMNS, CALL_COLUMNS, OP_COLUMNS, RANGE
 from perfdoctor.text import clean
 
 
-def profile_of(path: Path, doc: Header, events: list[Events], invalid: tuple[int, str] = (0, "")) -> Profile:
+def profile_of(path: Path, doc: Header, events: list[Events], invalid: tuple[int, str] = (0, ""), nonstandard: int = 0) -> Profile:
     """The Profile of the trace at ``path``: ``doc`` (the document around its events), the
-    events each decoder kept, in the array's order, and ``invalid``: how many events were
-    skipped as not valid events, and why (:func:`.kineto_events.decode_whole`).
+    events each decoder kept, in the array's order, ``invalid``: how many events were
+    skipped as not valid events, and why, and ``nonstandard``: the NaN/Infinity values read
+    as missing (:func:`.kineto_events.decode_whole`).
 
     A few damaged events among many are skipped and counted (a warning the commands
     print); the trace is refused only when what is left cannot be analysed: no timed event
@@ -70,7 +71,8 @@ def profile_of(path: Path, doc: Header, events: list[Events], invalid: tuple[int
     versions = {
         k: getattr(doc, k) for k in ("cuda_driver_version", "cuda_runtime_version", "cupti_version") if getattr(doc, k) is not None
     }
-    warnings = _skipped(total, invalid) + ([f"not read: {unread_work} (device work perfdoctor does not read)"] if unread_work else [])
+    warnings = ([f"read {nonstandard} NaN/Infinity values as missing: not JSON (Python's json module writes them)"] if nonstandard else [])
+    warnings += _skipped(total, invalid) + ([f"not read: {unread_work} (device work perfdoctor does not read)"] if unread_work else [])
     origin = Origin(
         source="kineto", path=str(path), versions=versions, declared=parse_declarations(ranges),
         # what perfdoctor.analysis.workload reads: CPU op names (backward ops, Optimizer.step#...) and thread names

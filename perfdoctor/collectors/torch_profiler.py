@@ -64,11 +64,12 @@ class Loading:
         raw, path = self._raw, self.path
         decoded = self._sliced.finish(raw) if self._sliced is not None else None
         invalid: tuple[int, str] = (0, "")
+        nonstandard = 0
         if decoded is not None:
             doc, events = decoded
         else:  # not the simple shape, or damaged events: decode whole (skipping what is not an event), for the exact error
             whole_doc = decode_whole(raw, path)
-            doc, invalid = whole_doc.doc, (whole_doc.skipped, whole_doc.why)
+            doc, invalid, nonstandard = whole_doc.doc, (whole_doc.skipped, whole_doc.why), whole_doc.nonstandard
             if doc.traceEvents is None:
                 raise UsageError(f"{path}: {kineto_tables.not_kineto(raw)}")
             whole = Events(time_origin(raw))
@@ -77,7 +78,7 @@ class Loading:
             events = [whole]
         self._raw = self._sliced = None
         del raw, decoded
-        return kineto_tables.profile_of(path, doc, events, invalid)
+        return kineto_tables.profile_of(path, doc, events, invalid, nonstandard)
 
     def close(self) -> None:
         if self._sliced is not None:

@@ -127,6 +127,31 @@ def test_a_few_damaged_events_are_skipped_counted_and_said(tmp_path: Path, want:
     assert len(skipped) == 2 and all(line.startswith("warning: ") for line in skipped), done.stderr
 
 
+def test_python_nan_and_infinity_values_are_read_as_missing(tmp_path: Path, want: dict[str, float]) -> None:
+    # Python's json.dump writes NaN/Infinity (a script's rewrite of a trace, pandas' missing
+    # values), which no JSON parser reads: refused before as "not a JSON trace (JSON is
+    # malformed: invalid character)". As values they are nulls now, said in one warning; a
+    # NaN in a string stays the string
+    from perfdoctor.pipeline import load_trace
+
+    doc = original()
+    ops = complete(doc, "cpu_op")
+    for op in ops:
+        op.setdefault("args", {})["filler"] = float("nan")
+    ops[0]["args"]["spans"] = [float("inf"), -float("inf"), 1]
+    ops[1]["name"] = f"{ops[1]['name']}: NaN"
+    bad_time = copy.deepcopy(complete(doc, "kernel")[-1])
+    bad_time["dur"] = float("nan")
+    doc["traceEvents"].append(bad_time)
+    path = tmp_path / "nan.json"
+    path.write_text(json.dumps(doc))  # allow_nan, as Python writes by default
+    assert metrics(path) == want
+    p = load_trace(path)
+    assert p.origin.warnings[0] == f"read {len(ops) + 3} NaN/Infinity values as missing: not JSON (Python's json module writes them)"
+    assert p.origin.warnings[1].startswith("skipped 1 events (1 of them GPU activities): no valid 'ts' or 'dur'")
+    assert p.origin.op_counts[ops[1]["name"]] == 1  # "...: NaN", a name, kept whole
+
+
 def test_a_trace_with_no_usable_gpu_activity_left_is_refused(tmp_path: Path) -> None:
     doc = original()
     for e in complete(doc, "kernel", "gpu_memcpy", "gpu_memset"):
