@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from perfdoctor.analysis.metrics import Analysis
+from perfdoctor.analysis.steps import no_trace
 from perfdoctor.reports.common import fmt_metric
 from perfdoctor.text import clean, count, num, percent, times, value
 from perfdoctor.text import rich as esc  # untrusted text in rich markup (a table title)
@@ -231,7 +232,8 @@ def render_summary(analysis: Analysis, console: Console, gaps_shown_by: str | No
     # Text, not markup, and every untrusted string cleaned: names and paths come from traces.
     head = Text()
     head.append(clean(analysis.profile.origin.path or ""), style="bold")
-    head.append(f" — {clean(src)} trace, {clean(dev)}")
+    # a run bundle whose passes left no trace is no "bundle trace" (steps.reason says why)
+    head.append(f" — {'run bundle' if no_trace(analysis.profile) else clean(src) + ' trace'}, {clean(dev)}")
     if steps.name:
         head.append(f", {steps.count} steps of ")
         head.append(clean(steps.name), style="bold")

@@ -135,6 +135,7 @@ def test_light_pass_latency_is_the_programs_own(tmp_path):
     steps = json.loads((tmp_path / "m.json").read_text())["metrics"]["steps"]
     assert steps["value"] is None and steps["reason"].startswith("no trace: "), steps
     assert "Where the step went: not available — no trace: " in done.stdout and "--step" not in done.stdout
+    assert " — run bundle, " in done.stdout and "bundle trace" not in done.stdout
 
 
 def test_the_light_pass_leaves_torchs_import_to_the_program(tmp_path):
