@@ -2035,15 +2035,15 @@ def test_sliding_window_inference_steps_once_per_image(tmp_path: Path) -> None:
     assert ms.sum() == pytest.approx(own.sum(), rel=0.15)
 
 
-@pytest.mark.parametrize("inferer", [False, True])
-def test_monai_sliding_window_inference_steps_once_per_volume(tmp_path: Path, inferer: bool) -> None:
+@pytest.mark.parametrize("inferer", ["function", "sliding", "patch"])
+def test_monai_sliding_window_inference_steps_once_per_volume(tmp_path: Path, inferer: str) -> None:
     # MONAI's tutorials: sliding_window_inference(inputs, roi_size, sw_batch_size, model) per
-    # volume, or a SlidingWindowInferer. MONAI gathers sw_batch_size windows per model call by
-    # torch.cat: no call's input is a view of the volume, and 84 steps of one window batch
-    # each read for 12 volumes of 7 calls. Its function's calls are windows of one input now
+    # volume, or a SlidingWindowInferer, or a PatchInferer. MONAI gathers sw_batch_size windows
+    # per model call by torch.cat: no call's input is a view of the volume, and 84 steps of
+    # one window batch each read for 12 volumes of 7 calls. Their calls are windows of one input now
     pytest.importorskip("monai")
     light, series, result = _run(tmp_path, "monai_seg.py", "--device", "cpu", "--size", "64", "--roi", "32", "--volumes", "12",
-                                 "--channels", "8,16,32", *(("--inferer",) if inferer else ()), env={"OMP_NUM_THREADS": "1"})
+                                 "--channels", "8,16,32", "--inferer", inferer, env={"OMP_NUM_THREADS": "1"})
     assert result["calls"] == 7  # 27 windows of a 64^3 volume, 4 a call
     assert light["steps_seen"] == result["volumes"] and light["module"]["calls_per_step"] == 7, light["how"]
     assert light["step_name"] == "UNet.forward" and light["module"]["windows"] is True

@@ -1111,16 +1111,17 @@ def rebind(owner: Any, attr: str, wrapped: Any) -> None:
 
 
 # Library functions that call the model on windows of their input, one input per call
-# (:class:`Windows`): (module, function), wrapped once the module is imported
-WINDOWING_FUNCTIONS = (("monai.inferers.utils", "sliding_window_inference"),)
+# (:class:`Windows`): (module, function or Class.method), wrapped once the module is imported.
+# MONAI's sliding-window function (its SlidingWindowInferer calls it) and its PatchInferer
+# (a Splitter's patches, batched by torch.cat, then merged)
+WINDOWING_FUNCTIONS = (("monai.inferers.utils", "sliding_window_inference"), ("monai.inferers.inferer", "PatchInferer.__call__"))
 
 
 def install_windowing(session: Session, module: str, attr: str) -> None:
     """The light pass's module steps see ``module.attr``'s model calls as windows of its input."""
-    steps = session.modules
-    fn = getattr(sys.modules[module], attr, None)
-    if isinstance(steps, ModuleSteps) and callable(fn):
-        rebind(sys.modules[module], attr, steps.windows.over(fn))
+    steps, target = session.modules, resolve_attr(sys.modules[module], attr)
+    if isinstance(steps, ModuleSteps) and target is not None and callable(getattr(*target)):
+        rebind(*target, steps.windows.over(getattr(*target)))
 
 
 def install_step_fn(spec: str, main_module: str) -> None:

@@ -3,8 +3,10 @@
 notebook's validation): a ``monai.networks.nets.UNet``, per volume
 ``sliding_window_inference(inputs, roi_size, sw_batch_size, model)``, then the argmax mask to
 the host. MONAI gathers ``sw_batch_size`` windows per model call with ``torch.cat``, so no
-call's input is a view of the volume. ``--inferer``: the ``SlidingWindowInferer`` object
-(``inferer(inputs, model)``), the way MONAI's bundles and engines call it. Random volumes.
+call's input is a view of the volume. ``--inferer sliding``: the ``SlidingWindowInferer``
+object (``inferer(inputs, model)``), the way MONAI's bundles and engines call it; ``--inferer
+patch``: a ``PatchInferer`` (a ``SlidingWindowSplitter``'s patches, ``torch.cat`` into batches,
+an ``AvgMerger``), its newer API. Random volumes.
 
 Its own timer: ``time.perf_counter()`` per volume (its windows, MONAI's stitching, the mask
 on the host); RESULT's ``ms_each``, ``ms_per_step`` (their mean after ``--warmup``),
@@ -18,7 +20,7 @@ import json
 import time
 
 import torch
-from monai.inferers import SlidingWindowInferer, sliding_window_inference
+from monai.inferers import AvgMerger, PatchInferer, SlidingWindowInferer, SlidingWindowSplitter, sliding_window_inference
 from monai.networks.layers import Norm
 from monai.networks.nets import UNet
 
@@ -33,7 +35,8 @@ def main():
     p.add_argument("--channels", default="16,32,64,128,256")
     p.add_argument("--volumes", type=int, default=12)
     p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--inferer", action="store_true", help="SlidingWindowInferer instead of the function")
+    p.add_argument("--inferer", choices=["function", "sliding", "patch"], default="function",
+                   help="sliding_window_inference, a SlidingWindowInferer or a PatchInferer")
     args = p.parse_args()
     device = torch.device(args.device)
     torch.manual_seed(0)
@@ -43,7 +46,11 @@ def main():
     calls = []
     model.register_forward_pre_hook(lambda module, inputs: calls.append(1))
     roi = (args.roi,) * 3
-    inferer = SlidingWindowInferer(roi_size=roi, sw_batch_size=args.sw_batch, overlap=args.overlap)
+    if args.inferer == "patch":
+        inferer = PatchInferer(splitter=SlidingWindowSplitter(patch_size=roi, overlap=args.overlap), merger_cls=AvgMerger,
+                               batch_size=args.sw_batch)
+    else:
+        inferer = SlidingWindowInferer(roi_size=roi, sw_batch_size=args.sw_batch, overlap=args.overlap)
     volumes = [torch.randn(1, 1, args.size, args.size, args.size) for _ in range(args.volumes)]
     ms_each, calls_each = [], []
     with torch.no_grad():
@@ -51,7 +58,7 @@ def main():
             t0 = time.perf_counter()
             inputs = volume.to(device)
             before = len(calls)
-            if args.inferer:
+            if args.inferer != "function":
                 outputs = inferer(inputs, model)
             else:
                 outputs = sliding_window_inference(inputs, roi, args.sw_batch, model, overlap=args.overlap)
