@@ -38,7 +38,7 @@ def run_command(
     tokens_per_step: Optional[float] = options.tokens_per_step(declared="used when the program does not declare it (e.g. 1 for a Hugging Face generate step)"),
     nproc_per_node: Optional[int] = typer.Option(None, "--nproc-per-node", min=1, help="Run N ranks under torchrun (--standalone), each under perfdoctor: one bundle with raw/rank<k>/. For your own torchrun line: perfdoctor run [OPTIONS] -- torchrun ... SCRIPT ARGS."),
     timeout: Optional[float] = typer.Option(None, "--timeout", min=1, help="Stop a pass still running after this many seconds (a hung rank) and exit 124; the bundle keeps what every rank wrote."),
-    duration: Optional[float] = typer.Option(None, "--duration", min=1, metavar="SECONDS", help="For a program that runs long or never ends (a server, a training of many epochs): stop it after this many seconds in each pass and go on. The light pass times the steps run by then; the traced passes stop it as soon as their steps are traced. A stop is not a failure: the exit code is 0 unless the program failed first."),
+    duration: Optional[float] = typer.Option(None, "--duration", min=1, metavar="SECONDS", help="For a program that runs long or never ends (a server, a training of many epochs): stop it after this many seconds in each pass and go on. The light pass times the steps run by then; the traced passes stop it as soon as their steps are traced (a window under way at SECONDS is let finish, up to --timeout or SECONDS more). A stop is not a failure: the exit code is 0 unless the program failed first."),
     repeat: int = options.REPEAT,
 ) -> None:
     """Profile a program as it is: perfdoctor run [OPTIONS] SCRIPT [ARGS]... or -m MODULE [ARGS]...

@@ -66,6 +66,20 @@ class Ticks:
         return (t1 - t0) / (d1 - d0) if d1 > d0 else None
 
 
+@dataclass
+class Window:
+    """A traced pass's window in steps, ``opens`` to ``closes`` (the step after which the
+    pass stops the program), and the ticks of the steps done."""
+
+    ticks: Ticks
+    opens: int
+    closes: int
+
+    def under_way(self) -> bool:
+        """A step was seen, and the window is open and not yet closed."""
+        return self.ticks.marks > 0 and self.opens <= self.ticks.done < self.closes
+
+
 def time_left_s(ticks: Ticks, elapsed_s: float, expected: Expected | None) -> float | None:
     """Seconds left in a pass ``elapsed_s`` in: the steps left at the recent pace (a tracer
     slows every step alike); with a single batch of ticks, at the light pass's step time;

@@ -65,6 +65,7 @@ class Runner:
         self.raw = self.bundle / bundles.RAW
         self.manifest = Manifest()  # execute's, or the reopened bundle's
         self.spinner = True  # False while another runner's pass runs at the same time (lockstep)
+        self.window: progress.Window | None = None  # the running pass's traced window, where it stops after it
 
     @contextlib.contextmanager
     def forwarding_signals(self, *others: Runner) -> Iterator[None]:
@@ -179,11 +180,12 @@ class Runner:
             sampler.start()
         try:
             until = (config.warmup + config.steps) // ticks.per if config.stop_after_window and config.steps else None
+            self.window = progress.Window(ticks, config.warmup // ticks.per, until) if until else None
             with open(log if log else os.devnull, "wb") as out, self.live(name, first, ticks, start, until):
                 redirect: dict[str, Any] = {"stdin": stdin, **({} if first else {"stdout": out, "stderr": subprocess.STDOUT})}
                 self.spawn(result, redirect, write_fd, ((write_fd,) if tick_fd is not None else ()) + keep_fds, keep_fds)
         finally:
-            self.child = None
+            self.child, self.window = None, None
             if sampler is not None:
                 sampler.stop()
             reader.join(timeout=2)
@@ -257,7 +259,12 @@ class Runner:
         first, it gets SIGTERM (a torchrun job: its whole session, every rank at once, whose
         bootstraps then write their results), then SIGKILL after :data:`TIMEOUT_GRACE_S` (a
         rank blocked inside a collective never returns to Python to handle the SIGTERM).
-        --duration's stop is planned (``result.stopped``), --timeout's a failure."""
+        --duration's stop is planned (``result.stopped``), --timeout's a failure.
+
+        A traced pass that --duration reaches inside its window gets the time to finish it
+        (it then stops the program itself, :meth:`PassConfig.stop_after_window`): up to
+        --timeout, or as long again as --duration without one. Stopped inside it, the pass
+        kept a window cut short (the torch pass 4 of its 6 steps) or, under ncu, nothing."""
         name, duration, timeout = result.name, self.options.duration_s, self.options.timeout_s
         limit = min((t for t in (duration, timeout) if t is not None), default=None)
 
@@ -269,6 +276,12 @@ class Runner:
             return self._wait_watching_ranks(child, name, limit) if self.options.ranks is not None else child.wait(timeout=limit)
         except subprocess.TimeoutExpired:
             if duration is not None and limit == duration:
+                window, grace = self.window, (timeout - duration) if timeout is not None else duration
+                if window is not None and window.under_way() and grace > 0:
+                    self.say(f"{name} pass: --duration {setting(duration)} s reached inside its traced window ({window.ticks.done} "
+                             f"of {window.closes} steps): letting the window finish, {setting(grace)} s more at most")
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        return child.wait(timeout=grace)
                 result.stopped = f"at --duration {setting(duration)} s"
                 self.say(f"{name} pass: --duration {setting(duration)} s reached: stopping the program")
             else:

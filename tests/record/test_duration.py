@@ -7,6 +7,7 @@ step's own time (its own timer) as it goes: the light pass's step time is held a
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import statistics
@@ -95,6 +96,28 @@ def test_a_program_that_fails_before_the_duration_still_fails(tmp_path):
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert [p.get("stopped") for p in manifest["passes"]] == [None, None]
     assert manifest["collectors"]["torch"]["status"].startswith("failed: the program exited 1 (RuntimeError")
+
+
+def test_a_traced_window_under_way_at_the_duration_is_let_finish(tmp_path):
+    # steps of 0.6 s: the torch pass's 10 traced steps end some 6.6 s after its start-up, so
+    # --duration 5 s comes inside them. Before, it stopped the program there: a window cut
+    # short (4 of 6 steps traced in a first try), and under ncu nothing kept at all. Now the
+    # window finishes (within --duration s more, no --timeout given) and the pass stops the
+    # program itself after it, as when the window ends before --duration
+    program = tmp_path / "slow_steps.py"
+    program.write_text("import time, torch\nm = torch.nn.Linear(64, 64)\nx = torch.randn(8, 64)\nwith torch.inference_mode():\n"
+                       "    while True:\n        m(x).sum().item()\n        time.sleep(0.6)\n")
+    done = run_cli("run", "--out", tmp_path / "runs", "--duration", 5, "--steps", 10, "--collect", "torch", program, cwd=tmp_path,
+                   timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "torch pass: --duration 5 s reached inside its traced window (" in done.stderr, done.stderr
+    assert "letting the window finish, 5 s more at most" in done.stderr
+    (bundle,) = (tmp_path / "runs").iterdir()
+    light, traced = json.loads((bundle / "manifest.json").read_text())["passes"]
+    assert light["stopped"] == "at --duration 5 s" and traced["stopped"] == "after its window", traced
+    with gzip.open(bundle / "raw" / "torch-trace.json.gz", "rt") as f:
+        ranges = [e for e in json.load(f)["traceEvents"] if e.get("name") == "Linear.forward" and e.get("ph") == "X"]
+    assert len(ranges) == 10  # every traced step
 
 
 def test_a_start_up_longer_than_the_duration_is_named(tmp_path):
