@@ -1078,7 +1078,6 @@ class Cadence:
     """The completion rate of a step series, pauses left out."""
 
     steps_per_s: float | None
-    intervals: int  # completion-to-completion intervals counted
     pauses: int  # intervals left out as pauses
     reason: str | None = None  # why steps_per_s is None
     # the rate with the pauses in (every interval of the series): what a timer around the
@@ -1099,9 +1098,14 @@ class Cadence:
     compiles: int = 0
     compiled_ms: float = 0.0
     compiles_kept: int = 0
-    # the intervals counted, ms (their number over their sum is steps_per_s): the sample a
-    # diff tests steps_per_s's change on (perfdoctor.compare.samples)
+    # the completion-to-completion intervals counted, ms (their number over their sum is
+    # steps_per_s): the sample a diff tests steps_per_s's change on (perfdoctor.compare.samples)
     intervals_ms: np.ndarray = field(default_factory=lambda: np.zeros(0), compare=False)
+
+    @property
+    def intervals(self) -> int:
+        """How many intervals were counted."""
+        return int(self.intervals_ms.size)
 
 
 def cadence(
@@ -1140,7 +1144,7 @@ def cadence(
     step: its whole interval is left out (the compilation is no steady work of the program's)."""
     h, g = _ns(host_start), _ns(gpu_end)
     if h.size < 2:
-        return Cadence(None, 0, 0, "needs at least two steps")
+        return Cadence(None, 0, "needs at least two steps")
     intervals = np.diff(g)
     wait = np.zeros(intervals.size, dtype=np.int64) if waited is None else np.clip(_ns(waited)[1 : h.size], 0, intervals.clip(0))
     idle, waits, ends = (p[1:] for p in _pauses_and_waits(h, g, gpu_start, waited, pass_ended))
@@ -1156,11 +1160,11 @@ def cadence(
     total = int(kept.sum())
     paused = int(idle.sum() + waits.sum() + ends.sum())
     if kept.size == 0 or total <= 0:
-        return Cadence(None, 0, paused, "no back-to-back steps with a positive interval")
+        return Cadence(None, paused, "no back-to-back steps with a positive interval")
     if not paused:
-        return Cadence(kept.size / (total / 1e9), int(kept.size), 0, intervals_ms=kept / 1e6)
+        return Cadence(kept.size / (total / 1e9), 0, intervals_ms=kept / 1e6)
     waited_ms, pass_end_ms = float(wait[waits].sum()) / 1e6, float(between[ends].sum()) / 1e6
-    return Cadence(kept.size / (total / 1e9), int(kept.size), paused, intervals_ms=kept / 1e6,
+    return Cadence(kept.size / (total / 1e9), paused, intervals_ms=kept / 1e6,
                    with_pauses_per_s=intervals.size / (int(intervals.sum()) / 1e9),
                    paused_ms=float(intervals[idle].sum()) / 1e6 + waited_ms + pass_end_ms, waits=int(waits.sum()), waited_ms=waited_ms,
                    pass_ends=int(ends.sum()), pass_end_ms=pass_end_ms, compiles=int(comp.sum()),
