@@ -2,7 +2,7 @@
 """SAC as CleanRL's single-file ``sac_continuous_action.py`` writes it: one loop over
 ``global_step``, per step an action (random before ``--learning-starts``, else
 ``actor.get_action(torch.Tensor(obs).to(device))``), ``envs.step`` on the host, the
-transition into a numpy replay buffer; after the learning starts, every step a critic
+transition into a numpy replay buffer (``replay.py``, for stable-baselines3's); after the learning starts, every step a critic
 update (two Q-networks, the target from the target networks and the entropy term under
 ``no_grad``, ``q_optimizer.zero_grad()``, ``backward``, ``q_optimizer.step()``), and every
 ``--policy-frequency``-th step that many actor updates (TD3's delayed update, compensated),
@@ -30,6 +30,7 @@ import torch.nn.functional as F
 import torch.optim as optim
 
 from pendulum import PendulumEnv  # beside this script
+from replay import ReplayBuffer  # beside this script
 
 p = argparse.ArgumentParser(description="CleanRL's SAC on Pendulum")
 p.add_argument("--device", default="cuda")
@@ -121,10 +122,7 @@ if args.autotune:
 else:
     alpha = 0.2
 
-size = args.buffer_size
-buf = {"obs": np.zeros((size, obs_dim), np.float32), "next_obs": np.zeros((size, obs_dim), np.float32),
-       "actions": np.zeros((size, act_dim), np.float32), "rewards": np.zeros(size, np.float32), "dones": np.zeros(size, np.float32)}
-pos = filled = 0
+rb = ReplayBuffer(args.buffer_size, obs_dim, act_dim)
 start_time = time.time()
 obs, _ = env.reset()
 times, q_updates, actor_updates = [], 0, 0
@@ -137,14 +135,10 @@ for global_step in range(args.total_timesteps):
         actions = actions.detach().cpu().numpy()
     next_obs, rewards, terminations, truncations, infos = env.step(actions)
     real_next_obs = infos["final_observation"] if truncations[0] else next_obs
-    for key, value in (("obs", obs[0]), ("next_obs", real_next_obs[0]), ("actions", actions[0]), ("rewards", rewards[0]),
-                       ("dones", float(terminations[0]))):
-        buf[key][pos] = value
-    pos, filled = (pos + 1) % size, min(filled + 1, size)
+    rb.add(obs[0], real_next_obs[0], actions[0], rewards[0], float(terminations[0]))
     obs = next_obs
     if global_step > args.learning_starts:
-        idx = np.random.randint(0, filled, size=args.batch_size)
-        b_obs, b_next, b_act, b_rew, b_done = (torch.as_tensor(buf[k][idx]).to(device) for k in ("obs", "next_obs", "actions", "rewards", "dones"))
+        b_obs, b_next, b_act, b_rew, b_done = rb.sample(args.batch_size, device)
         with torch.no_grad():
             next_state_actions, next_state_log_pi, _ = actor.get_action(b_next)
             qf1_next_target = qf1_target(b_next, next_state_actions)
