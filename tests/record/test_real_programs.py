@@ -1031,6 +1031,20 @@ def test_dqn_steps_once_per_update_period(tmp_path: Path) -> None:
     assert ms[1:-1].sum() == pytest.approx(sum(traced["ms_update_periods"][1:]), rel=0.1)
 
 
+# CleanRL's off-policy programs (sac_train.py, td3_train.py) at their CPU size
+RL_TINY = ("--device", "cpu", "--learning-starts", "200", "--hidden", "32", "--batch-size", "32")
+
+
+def _critic_steps(tmp_path: Path, program: str, timesteps: int, *args: str) -> tuple[dict, dict, dict]:
+    """``_run`` of a CleanRL off-policy ``program`` at its CPU size for ``timesteps``
+    environment steps, the critics' Adam marking each: one step per critic update, give or
+    take the first and the last."""
+    light, series, result = _run(tmp_path, program, *RL_TINY, "--total-timesteps", str(timesteps), *args, env={"OMP_NUM_THREADS": "1"})
+    assert light["step_name"] == "Optimizer.step#Adam#1.step", light["how"]
+    assert abs(light["steps_seen"] - result["q_updates"]) <= 1
+    return light, series, result
+
+
 @pytest.mark.parametrize("timesteps", [600, 601])
 def test_sac_steps_once_per_environment_step_whatever_the_parity(tmp_path: Path, timesteps: int) -> None:
     # CleanRL's SAC: three Adams (the critics' every environment step, the actor's and the
@@ -1038,10 +1052,8 @@ def test_sac_steps_once_per_environment_step_whatever_the_parity(tmp_path: Path,
     # environment steps, or the actor's pairs as 2-step iterations, by the run's length's
     # parity. Now the critics' steps mark the environment step: one step per step trained,
     # give or take the first and the last, every other one holding the two actor updates
-    light, series, result = _run(tmp_path, "sac_train.py", "--device", "cpu", "--total-timesteps", str(timesteps),
-                                 "--learning-starts", "200", "--hidden", "32", "--batch-size", "32", env={"OMP_NUM_THREADS": "1"})
-    assert light["step_name"] == "Optimizer.step#Adam#1.step", light["how"]
-    assert abs(light["steps_seen"] - result["q_updates"]) <= 1 and result["q_updates"] == timesteps - 201
+    light, series, result = _critic_steps(tmp_path, "sac_train.py", timesteps)
+    assert result["q_updates"] == timesteps - 201
     ms, own = _step_ms(series)[2:-2], np.array(result["ms_each"][203:-2])
     assert ms.mean() == pytest.approx(own.mean(), rel=0.1)
     # every 2nd step holds the actor's updates: the steps alternate short and long
@@ -1057,10 +1069,7 @@ def test_sac_with_a_longer_policy_delay_names_its_slow_steps_as_scheduled(tmp_pa
     from perfdoctor.analysis.metrics import analyze
     from perfdoctor.rules.engine import evaluate, load_rules
 
-    light, series, result = _run(tmp_path, "sac_train.py", "--device", "cpu", "--total-timesteps", "600", "--learning-starts", "200",
-                                 "--hidden", "32", "--batch-size", "32", "--policy-frequency", "3", env={"OMP_NUM_THREADS": "1"})
-    assert light["step_name"] == "Optimizer.step#Adam#1.step", light["how"]
-    assert abs(light["steps_seen"] - result["q_updates"]) <= 1
+    _critic_steps(tmp_path, "sac_train.py", 600, "--policy-frequency", "3")
     (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     (finding,) = [f for f in evaluate(load_rules(()), analyze(load_trace(bundle))) if f.rule_id == "uneven-steps"]
     assert finding.status == "fail" and finding.title.startswith("Uneven steps: every k-th step is slow")
@@ -1070,8 +1079,7 @@ def test_sac_with_a_longer_policy_delay_names_its_slow_steps_as_scheduled(tmp_pa
 def test_sac_in_a_plain_trace_steps_once_per_environment_step(tmp_path: Path) -> None:
     # the same loop traced whole by torch.profiler: its three Adams told apart by the ops
     # inside their steps (optimizer_ordinals), the critics' marking the environment step
-    steps, ms, traced = _traced(tmp_path, "sac_train.py", "--device", "cpu", "--total-timesteps", "500", "--learning-starts", "200",
-                                "--hidden", "32", "--batch-size", "32")
+    steps, ms, traced = _traced(tmp_path, "sac_train.py", *RL_TINY, "--total-timesteps", "500")
     assert steps.name == "Optimizer.step#Adam#1.step", steps.how
     assert abs(steps.count - traced["q_updates"]) <= 1
     assert ms[2:-2].mean() == pytest.approx(np.mean(traced["ms_each"][203:-2]), rel=0.1)
@@ -1084,10 +1092,8 @@ def test_td3_steps_once_per_environment_step_not_per_delayed_actor_update(tmp_pa
     # the steps alone (C A C C A) the actor's encloses the critics' as a WGAN's generator
     # encloses its critic's inner loop (C C G): before, one step per 2 environment steps. Both
     # are stepped in one loop, which the light pass now sees (LoopSites): the critics' mark it
-    light, series, result = _run(tmp_path, "td3_train.py", "--device", "cpu", "--total-timesteps", str(timesteps),
-                                 "--learning-starts", "200", "--hidden", "32", "--batch-size", "32", env={"OMP_NUM_THREADS": "1"})
-    assert light["step_name"] == "Optimizer.step#Adam#1.step", light["how"]
-    assert abs(light["steps_seen"] - result["q_updates"]) <= 1 and result["q_updates"] == timesteps - 201
+    light, series, result = _critic_steps(tmp_path, "td3_train.py", timesteps)
+    assert result["q_updates"] == timesteps - 201
     assert result["actor_updates"] == len(range(202, timesteps, 2))  # every even step after the learning starts
     ms, own = _step_ms(series)[2:-2], np.array(result["ms_each"][203:-2])
     assert ms.mean() == pytest.approx(own.mean(), rel=0.1)
