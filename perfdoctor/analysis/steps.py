@@ -1239,6 +1239,9 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
     Returns (step name, ranges, reason when none, how they were found).
     """
     ranges = _candidate_ranges(profile)
+    if (untraced := no_trace(profile)) is not None:
+        # no step to find, and no --step to name (the light pass's steps are the bundle's)
+        return None, ranges, untraced, ""
     # as run's light pass names them; --step names a range as the trace has it
     instance, instance_how = optimizer_instances(ranges, profile.ops) if not pattern else (ranges.iloc[0:0], "")
     if not instance.empty:
@@ -1268,9 +1271,6 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
     # an evaluation loop's fetches, those that fetched a batch (a training loop's: trained), as run counts them
     fetched = {n: len(training_iterations(g, [], work)) for n, g in fetches.groupby("name", sort=False) if n not in trained}
     bundle = profile.origin.bundle
-    if (untraced := no_trace(profile)) is not None:
-        # no step to find, and no --step to name (the light pass's steps are the bundle's)
-        return None, ranges.iloc[0:0], untraced, ""
     recorded = bundle.step if bundle is not None else None
     how = f"ranges named {pattern!r} (--step)" if pattern else ""
     module_step = moded = False  # the run's automatic module step: timed as the loop iteration there; of one grad mode
