@@ -48,7 +48,7 @@ def main():
     roi = (args.roi,) * 3
     if args.inferer == "patch":
         inferer = PatchInferer(splitter=SlidingWindowSplitter(patch_size=roi, overlap=args.overlap), merger_cls=AvgMerger,
-                               batch_size=args.sw_batch)
+                               batch_size=args.sw_batch, device=device)  # the merger's buffers (AvgMerger's default: the CPU)
     else:
         inferer = SlidingWindowInferer(roi_size=roi, sw_batch_size=args.sw_batch, overlap=args.overlap)
     volumes = [torch.randn(1, 1, args.size, args.size, args.size) for _ in range(args.volumes)]
