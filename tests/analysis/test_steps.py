@@ -17,7 +17,7 @@ from conftest import FIXTURES
 from perfdoctor.pipeline import load_trace
 from perfdoctor.analysis.metrics import analyze
 from perfdoctor.analysis.steps import (AUTO_STEP, cuts_iterations, enclosed_marks, find_steps, grad_mode_steps, iteration_instance, iteration_site,
-                                      optimizer_ordinals, other_optimizers, repeating_region, site_groups)
+                                      optimizer_ordinals, other_optimizers, repeating_region, repeating_units, site_groups)
 from perfdoctor.names import ranges as rangenames
 from perfdoctor.profile import BundleFacts
 
@@ -66,6 +66,22 @@ def test_a_layer_is_not_a_step_the_outermost_repetition_is() -> None:
     period, lo, hi = repeating_region(seq)
     assert period == len(step) == 101
     assert (lo, hi) == (3, 3 + 5 * 101)
+
+
+def test_a_few_fits_of_a_waiting_loop_step_per_iteration_not_per_fit() -> None:
+    # kmeans_fit.py's sync-delimited units on the H100: per fit the start-up's unit (the
+    # centres drawn), then 40 iterations; per iteration the distances' unit (0), 32 clusters'
+    # nonzero (1) and the shift's .item() (2). The fit repeats 3 times and covers all; the
+    # iteration repeats 40 times within each fit; the cluster 32 times within an iteration.
+    iteration = [0] + [1] * 32 + [2]
+    fit = [5] + iteration * 40
+    period, lo, hi = repeating_units(np.asarray(fit * 3))
+    assert period == len(iteration) and hi - lo == 40 * len(iteration)
+    assert repeating_region(np.asarray(fit * 3))[0] == len(fit)  # what it read before
+    # one unit per iteration (kmeans' scatter style, a decode's token): the same
+    assert repeating_units(np.asarray(([5] + [0] * 40) * 3))[0] == 1
+    # a step of three waits repeated five times: no period repeats often, the outermost holds
+    assert repeating_units(np.asarray([7] + [0, 1, 2] * 5))[0] == 3
 
 
 def test_no_repetition_means_no_automatic_step() -> None:
