@@ -1328,6 +1328,36 @@ def test_the_traced_window_of_a_ppo_iteration_opens_at_the_mark_before_its_rollo
 # --- issue 32, item 9: a default run finishes in bounded time and says how long -----------------
 
 
+@pytest.mark.parametrize("name, inside", [
+    # a module call's range holds its kernels: the range is the call, steps 2 and 3
+    ("ResNet.forward", ["fetch 2", "work 2", "fetch 3", "work 3"]),
+    # the data loader's fetch holds none (H100: "no kernel profiled"): from the fetch of step 2
+    # to the fetch after step 3, the iterations' work included
+    ("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", ["fetch 2", "work 2", "fetch 3", "work 3"]),
+])
+def test_the_ncu_range_holds_the_steps_work_whatever_marks_the_step(monkeypatch, name, inside):
+    import torch
+    from perfdoctor.bundle.protocol import PassConfig
+    from perfdoctor.record.bootstrap.session import Session
+
+    log, depth = [], []
+    monkeypatch.setattr(torch.cuda.nvtx, "range_push", lambda msg: depth.append(msg))
+    monkeypatch.setattr(torch.cuda.nvtx, "range_pop", lambda: depth.pop())
+    session = Session(PassConfig(pass_="ncu", warmup=2, steps=4, ncu_steps=2, windowed=True))
+    loop = name.startswith("enumerate")
+    for i in range(6):
+        session.begin_step(name)
+        if depth:
+            log.append(f"fetch {i}")
+        if loop:  # the fetch's range ends before the iteration's work
+            session.end_step(name)
+        if depth:
+            log.append(f"work {i}")
+        if not loop:
+            session.end_step(name)
+    assert log == inside and depth == []
+
+
 def test_ncu_replays_each_distinct_launch_of_the_step_once():
     from perfdoctor.collectors import ncu
     from perfdoctor.pipeline import load_trace

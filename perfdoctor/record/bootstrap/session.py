@@ -288,9 +288,8 @@ class Session:
             if self.window_state == "before" and index == self.warmup:
                 self.window_name = name
                 self.open_window()
-            if self.mode == "ncu" and name == self.window_name and self.in_ncu_window(index):
-                # torch.cuda.nvtx: the default NVTX domain, which ncu's filter names.
-                sys.modules["torch"].cuda.nvtx.range_push(NCU_RANGE)
+            if self.mode == "ncu" and name == self.window_name:
+                self.ncu_range(index, begin=True)
         if self.mode == "light":
             self.start_timing(name)
 
@@ -301,8 +300,8 @@ class Session:
             self.end_timing(name)
         with self.lock:
             index = self.counts.get(name, 1) - 1
-            if self.mode == "ncu" and name == self.window_name and self.in_ncu_window(index):
-                sys.modules["torch"].cuda.nvtx.range_pop()
+            if self.mode == "ncu" and name == self.window_name:
+                self.ncu_range(index, begin=False)
             last = self.warmup + self.steps
             closed = self.window_state == "open" and name == self.window_name and self.steps and index + 1 >= last
             if closed:
@@ -336,8 +335,24 @@ class Session:
                 self.progress_fd = None
             self.unsent_ticks, self.last_tick_ns = 0, now
 
-    def in_ncu_window(self, index: int) -> bool:
-        return self.warmup <= index < self.warmup + int(self.config.ncu_steps or 1)
+    def ncu_range(self, index: int, begin: bool) -> None:
+        """The NVTX range ``perfdoctor_ncu`` around the ``ncu_steps`` steps after the warm-up,
+        the kernels ncu's filter keeps (torch.cuda.nvtx: the default domain, which the filter
+        names). A loop marker (the data loader's ``__next__``, an optimizer's ``zero_grad`` or
+        ``step``) only marks where an iteration starts, its range holding none of the
+        iteration's kernels (a DataLoader's fetch, H100: "no kernel profiled"): for those the
+        range runs from the first marked occurrence to the occurrence after the last step."""
+        first, stop = self.warmup, self.warmup + int(self.config.ncu_steps or 1)
+        nvtx = sys.modules["torch"].cuda.nvtx
+        if rangenames.kind(self.window_name) == rangenames.LOOP:
+            if begin and index == stop:
+                nvtx.range_pop()
+            if begin and index == first:
+                nvtx.range_push(NCU_RANGE)
+        elif first <= index < stop and begin:
+            nvtx.range_push(NCU_RANGE)
+        elif first <= index < stop:
+            nvtx.range_pop()
 
     # -- the window --
 
