@@ -691,8 +691,16 @@ def training_loop(
     end of pass. No marks (no training): no counts, and in a trace a fetch that raised is
     told apart by the work after it (:func:`training_iterations`). ``evaluating``: the
     fetches whose iteration trains nothing (``steady.evaluation_fetches``), counted as ends of
-    passes: no training batch, and none of a group."""
+    passes: no training batch, and none of a group.
+
+    A loop over a data loader that steps its own optimizer (d2l's ``sgd``, Keras' torch
+    backend, a hand-written ``p -= lr * p.grad``) has no optimizer range: its ``backward()``
+    calls (the light pass's :data:`~perfdoctor.names.ranges.BACKWARD_RANGE` series, in
+    ``hosts``) mark its training batches instead, so its evaluation loop's batches are none
+    (d2l_train.py --model module: 120 steps for 100 training batches and 20 test batches)."""
     marks = sorted(h for n, hs in hosts.items() if n.startswith(rangenames.LOOP_PREFIXES[1:]) for h in hs)
+    if not marks and any(n.startswith(rangenames.DATA_LOADER_PREFIX) for n in hosts):
+        marks = sorted(h for n, hs in hosts.items() if n == rangenames.BACKWARD_RANGE for h in hs)
     if not marks:
         return {}, []
     # the optimizer's steps group the batches and mark them (a zero_grad may open a group, not
@@ -835,6 +843,17 @@ def loop_work(profile: Profile) -> pd.DataFrame:
     launches = profile.calls[is_launch(profile.calls["name"])]
     work = pd.concat([t[["start_ns", "end_ns", "tid"]] for t in (ops, launches)], ignore_index=True)
     return work.assign(backward=in_backward(profile.ops, work))
+
+
+def first_backwards(fetch_ns: np.ndarray, work: pd.DataFrame) -> np.ndarray:
+    """Per data loader iteration (from a fetch's start to the next's) that runs a backward, the
+    start of its first backward work: in a trace, what the light pass's ``backward()`` series
+    is to :func:`training_loop` (the marks of a loop that steps its own optimizer)."""
+    back = np.sort(work.loc[work["backward"], "start_ns"].to_numpy(np.int64))
+    fetches = np.sort(fetch_ns)
+    at = np.searchsorted(back, fetches, side="left")
+    bound = np.searchsorted(back, np.append(fetches[1:], np.iinfo(np.int64).max), side="left")
+    return back[at[at < bound]]
 
 
 def in_backward(ops: pd.DataFrame, work: pd.DataFrame) -> np.ndarray:
@@ -1265,9 +1284,10 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
         evaluating[order] = steady.evaluation_fetches(starts[order], work["start_ns"], work.loc[work["backward"], "start_ns"])
         evaluating &= ~ends
     parted = ends | evaluating  # decided once: loop_ranges cuts an optimizer step's group at them too
-    trained, training = training_loop(
-        {n: g.to_numpy(np.int64) for n, g in loops.drop(index=ended.index).groupby("name", sort=False)["start_ns"]},
-        ended["start_ns"].to_numpy(np.int64), f.loc[evaluating, "start_ns"].to_numpy(np.int64))
+    hosts = {n: g.to_numpy(np.int64) for n, g in loops.drop(index=ended.index).groupby("name", sort=False)["start_ns"]}
+    if work is not None and not f.empty:
+        hosts[rangenames.BACKWARD_RANGE] = first_backwards(f["start_ns"].to_numpy(np.int64), work)
+    trained, training = training_loop(hosts, ended["start_ns"].to_numpy(np.int64), f.loc[evaluating, "start_ns"].to_numpy(np.int64))
     # an evaluation loop's fetches, those that fetched a batch (a training loop's: trained), as run counts them
     fetched = {n: len(training_iterations(g, [], work)) for n, g in fetches.groupby("name", sort=False) if n not in trained}
     bundle = profile.origin.bundle

@@ -188,7 +188,8 @@ def _range_counts(
     ends_of_passes = _loader_passes(results, work, work_grad)
     # the training fetches and marks: the same rule as analyze's on a trace
     trained, marks = steps.training_loop(
-        {n: s["host_start_ns"][: len(s["gpu_end_ns"])] for n, s in series.items() if n.startswith(rangenames.LOOP_PREFIXES)},
+        {n: s["host_start_ns"][: len(s["gpu_end_ns"])] for n, s in series.items()
+         if n.startswith(rangenames.LOOP_PREFIXES) or n == rangenames.BACKWARD_RANGE},
         ends_of_passes["host_start_ns"], _evaluation_fetches(series, ends_of_passes, work, work_grad))
     counts.update(trained)
     # an evaluation loop's fetches, those whose iteration held the loop's work: as analyze

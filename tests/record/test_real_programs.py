@@ -1231,6 +1231,23 @@ def test_truncated_bptt_lstm_without_optimizer_steps_per_training_batch(tmp_path
     assert 1e3 / rate.value == pytest.approx(result["ms_per_step"], rel=0.1)
 
 
+D2L = ("--train", "2560", "--test", "512", "--batch-size", "128", "--epochs", "2")
+
+
+@pytest.mark.parametrize("model", ["scratch", "module"])
+def test_d2l_train_ch3_own_sgd_steps_per_training_batch_not_the_test_batches_in_run_and_analyze(tmp_path: Path, model: str) -> None:
+    # d2l.ai's train_ch3: its own sgd (no torch.optim, no optimizer range), a training pass
+    # over one DataLoader, then evaluate_accuracy over the test DataLoader under no_grad,
+    # both fetches named alike. The backward() calls mark the training batches: before,
+    # --model module read 48 steps (the 8 test batches among them), and a plain trace 48 for both
+    light, series, result = _run(tmp_path / "run", "d2l_train.py", "--model", model, *D2L, env={"OMP_NUM_THREADS": "1"})
+    assert result["batches"] == 40 and result["test_batches"] == 8
+    assert light["step_name"].startswith("enumerate(DataLoader)#") and light["steps_seen"] == result["batches"]
+    assert np.median(_step_ms(series)[3:]) == pytest.approx(result["ms_per_step"], rel=0.15)
+    steps, _, traced = _traced(tmp_path, "d2l_train.py", "--model", model, *D2L)
+    assert steps.name.startswith("enumerate(DataLoader)#") and steps.count == traced["batches"]
+
+
 def test_truncated_bptt_lstm_traced_whole_the_step_before_an_evaluation_is_its_own_batch(tmp_path: Path) -> None:
     # the same program traced whole (--steps 0), read by analyze: the run marks the model's
     # calls with grad enabled alone, so the epoch's last training step ran from its call to
