@@ -62,7 +62,7 @@ from perfdoctor.analysis.steady import PERIODIC_SHARE, PERIODIC_SLOW, held_share
 from perfdoctor.rules.estimates import ESTIMATES, Estimate, Need, Unavailable
 from perfdoctor.rules.evidence import EVIDENCE, Evidence
 from perfdoctor.rules.reasons import Fallback, Lowered, Missing, OffWorkload, Reason, Suppressed
-from perfdoctor.rules.signals import KNOWN_INPUTS, inputs
+from perfdoctor.rules.signals import KNOWN_INPUTS, SYNC_LOOP_TURNS, inputs
 
 if TYPE_CHECKING:
     from perfdoctor.analysis.ranks import CrossRank
@@ -178,6 +178,9 @@ PREDICATES: dict[str, tuple[Callable[[dict[str, Metric]], bool], str]] = {
     # batch of them is one launch's work
     "sliding-window": (_at_least("windows_per_step", 2), "each step calls the model on windows of one input, one after another "
                        "(windows_per_step: the light pass's calls per step on views of one input's storage, perfdoctor.analysis.steps.call_groups)"),
+    # a loop that waits for the GPU at each turn: no CUDA graph captures it, batching its turns fixes it
+    "waiting-loop": (_at_least("sync_loop_turns", SYNC_LOOP_TURNS), "the step runs a loop that waits for the GPU at each turn "
+                     f"(sync_loop_turns >= {SYNC_LOOP_TURNS}: consecutive sync-delimited parts launching the same kernels)"),
     # "find what the slow steps wait for" is then answered already
     "checkpointing": (_at_least("slow_step_save_ratio", SAVES_EXPLAIN), f"checkpoint saves (torch.save, safetensors' save_file, DCP's save) inside the slow steps account for their time beyond the median "
                       f"(slow_step_save_ratio >= {SAVES_EXPLAIN})"),

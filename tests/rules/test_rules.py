@@ -127,7 +127,8 @@ def test_seed_citations_are_english_with_titles_and_sections_and_keep_the_origin
     assert bubbles.citation.startswith("Low-latency inference optimisation for large models: ")
     assert '§5.2 Key metrics to monitor ("the memory-bubble share should be kept below 15 %")' in bubbles.citation
     assert bubbles.cites[0].to_json()["original"] == "内存气泡占比：应控制在15%以下"
-    assert "(inference acceleration overview, §5.1 GPU kernel tuning parameters)" in bubbles.remediation.steps[0]
+    # the CUDA graph step (after the loop-that-waits step, each given where its condition holds)
+    assert "(inference acceleration overview, §5.1 GPU kernel tuning parameters)" in bubbles.remediation.steps[1]
 
 
 def test_a_pack_cites_its_own_sources_and_bad_references_name_the_field(tmp_path: Path) -> None:
@@ -507,3 +508,64 @@ def test_evidence_collected_when_read_is_the_evidence_collected_at_once(name: st
         assert f.evidence_kinds == kinds and f.evidence is f.evidence
     shared = [f.evidence[0] for f in findings if f.evidence_kinds[:1] == ("top_short_kernels",)]
     assert len({id(e) for e in shared}) == len(shared)  # never one table object for two findings
+
+
+def _looped_profile(turns: int, same: bool = True) -> Profile:
+    """CRAFTED EDGE CASE, not a real trace: 3 steps of kmeans_pytorch's shape, each the
+    distances' kernel and a sync, then ``turns`` turns of a loop (an eq and a nonzero kernel,
+    then the nonzero's sync), then the shift's reduce and its .item() sync. ``same``: every
+    turn launches the same kernels; else the turns alternate two kernels."""
+    us, t = 1000, 0
+    acts, calls, ranges = [], [], []
+
+    def launch(name: str) -> None:
+        nonlocal t
+        corr = len(acts) + 1
+        calls.append(("cudaLaunchKernel", t * us, (t + 1) * us, corr))
+        acts.append((name, (t + 2) * us, (t + 4) * us, corr))
+        t += 5
+
+    def sync() -> None:
+        nonlocal t
+        calls.append(("cudaStreamSynchronize", t * us, (t + 3) * us, -1))
+        t += 4
+
+    for _ in range(3):
+        start = t
+        launch("void cdist_kernel<float>()")
+        sync()
+        for i in range(turns):
+            launch("void elementwise_kernel<EqFunctor>()" if same or i % 2 == 0 else "void gemv2T_kernel<float>()")
+            launch("void DeviceSelectSweepKernel()")
+            sync()
+        launch("void reduce_kernel<SumOps>()")
+        sync()
+        ranges.append(("iteration", start * us, t * us))
+        t += 10
+    return Profile(
+        activities=frame(ACTIVITY_COLUMNS, {
+            "kind": ["kernel"] * len(acts), "name": [a[0] for a in acts], "start_ns": [a[1] for a in acts],
+            "end_ns": [a[2] for a in acts], "correlation": [a[3] for a in acts], "device": [0] * len(acts),
+            "stream": [7] * len(acts), "graph_id": [-1] * len(acts)}),
+        calls=frame(CALL_COLUMNS, {"name": [c[0] for c in calls], "start_ns": [c[1] for c in calls], "end_ns": [c[2] for c in calls],
+                                   "tid": [1] * len(calls), "correlation": [c[3] for c in calls]}),
+        ranges=frame(RANGE_COLUMNS, {"name": [r[0] for r in ranges], "start_ns": [r[1] for r in ranges], "end_ns": [r[2] for r in ranges],
+                                     "tid": [1] * len(ranges), "source": ["record_function"] * len(ranges)}),
+        origin=Origin(source="crafted"))
+
+
+def test_a_loop_that_waits_at_each_turn_is_counted_and_changes_the_advice() -> None:
+    from perfdoctor.rules.signals import sync_loop_turns
+
+    looped = analyze(_looped_profile(6), step="iteration")
+    assert looped.steps.count == 3 and sync_loop_turns(looped).value == 6  # the turns, not the 8 syncs per step
+    assert sync_loop_turns(analyze(_looped_profile(6, same=False), step="iteration")).value == 1  # no two alike in a row
+    assert sync_loop_turns(analyze(_looped_profile(2), step="iteration")).value == 2
+    # the advice: batch the loop's turns, not a CUDA graph (a sync and data-dependent shapes forbid one)
+    findings = {f.rule_id: f for f in evaluate(load_rules(), looped)}
+    bubbles = findings["memory-bubbles"].remediation.steps
+    assert "Python loop that waits for the GPU at every turn" in bubbles[0] and not any("CUDA graph (static shapes" in s for s in bubbles)
+    assert "turns of one loop" in findings["host-syncs"].remediation.steps[0]
+    few = {f.rule_id: f for f in evaluate(load_rules(), analyze(_looped_profile(2), step="iteration"))}
+    assert "Capture the step in a CUDA graph" in few["memory-bubbles"].remediation.steps[0]
+    assert not any("turns of one loop" in s for s in few["host-syncs"].remediation.steps)
