@@ -465,21 +465,22 @@ def test_acceptance_hf_generate_every_collector_in_three_minutes(tmp_path):
     assert 0 < m["collectors"]["ncu"]["kernels"] <= ks.launches, (m["collectors"]["ncu"], ks.launches)
 
 
-def _run_real_program(tmp_path: Path, test: str, collect: str, program: str, *args: str) -> tuple[float, dict, dict, dict]:
+def _run_real_program(tmp_path: Path, test: str, collect: str, program: str, *args: str) -> tuple[dict, dict, dict, dict]:
     """``perfdoctor run --collect COLLECT`` on tests/programs/real/PROGRAM ARGS: the program's own
-    ms per step (its RESULT line, the first printed: the light pass's process), the bundle's
+    RESULT (the first printed: the light pass's process; its ``ms_per_step``), the bundle's
     manifest and metrics.json, and the metrics the tests compare (recorded under ``test``)."""
     path = Path(__file__).parents[1] / "programs" / "real" / program
     done, bundle = run(tmp_path, "--collect", collect, str(path), *args, timeout=300)
     own = re.search(r"^RESULT (\{.*\})$", done.stdout, re.M)
     assert done.returncode == 0 and own, (done.stdout[-2000:], done.stderr[-3000:])
-    own_ms = json.loads(own.group(1))["ms_per_step"]
+    result = json.loads(own.group(1))
+    own_ms = result["ms_per_step"]
     m = manifest(bundle)
     metrics = json.loads((bundle / "metrics.json").read_text())
     got = {k: metric(metrics["metrics"], k) for k in ("step_latency_ms_p50", "steps_per_s", "steps", "gpu_idle_ratio")}
     record(test=test, own_ms=own_ms, **got, **light_numbers(m), trace_step=metrics["step_name"], trace_how=metrics["steps_how"],
            collectors=",".join(f"{k}:{v['status'][:40]}" for k, v in m["collectors"].items()))
-    return own_ms, m, metrics, got
+    return result, m, metrics, got
 
 
 def test_hand_captured_graph_replays_are_the_step(tmp_path):
@@ -489,15 +490,15 @@ def test_hand_captured_graph_replays_are_the_step(tmp_path):
     numbers are the program's own (its RESULT line printed inside the light pass, the first
     pass); the traced pass finds the same replays in its trace, one per step."""
     iters = 200
-    own_ms, m, metrics, got = _run_real_program(tmp_path, "graph-infer-b1", "torch,nvml", "graph_infer.py", "--batch", "1",
+    own, m, metrics, got = _run_real_program(tmp_path, "graph-infer-b1", "torch,nvml", "graph_infer.py", "--batch", "1",
                                                 "--warmup", "10", "--iters", str(iters))
     lp = m["light_pass"]
     # the program's first replayed graph (the capture replays nothing): not the warm-up forwards
     assert lp["step_name"] == "CUDAGraph.replay #1", (lp["step_name"], lp["how"])
     assert lp["how"].startswith(f"one CUDA/HIP graph replayed {lp['steps_seen']}x, timed as the loop iteration")
     assert iters - 1 <= lp["steps_seen"] <= iters
-    assert got["step_latency_ms_p50"] == pytest.approx(own_ms, rel=0.05)
-    assert 1e3 / got["steps_per_s"] == pytest.approx(own_ms, rel=0.05)
+    assert got["step_latency_ms_p50"] == pytest.approx(own["ms_per_step"], rel=0.05)
+    assert 1e3 / got["steps_per_s"] == pytest.approx(own["ms_per_step"], rel=0.05)
     # the trace: the run's step, recorded, each step one replay and the loop's work to the next
     assert m["collectors"]["torch"]["status"] == "ok"
     assert metrics["step_name"] == "CUDAGraph.replay #1"
@@ -517,11 +518,14 @@ def test_graphed_training_iterations_are_the_step(tmp_path, capture):
     step per training iteration, its time the program's own (its RESULT line printed in
     the light pass), never one step per replayed graph."""
     iters, warmup = 100, 10
-    own_ms, m, metrics, got = _run_real_program(tmp_path, f"graphed-train-{capture}", "torch", "graphed_train.py", "--capture", capture,
-                                                "--warmup", str(warmup), "--iters", str(iters))
+    own, m, metrics, got = _run_real_program(tmp_path, f"graphed-train-{capture}", "torch", "graphed_train.py", "--capture", capture,
+                                             "--warmup", str(warmup), "--iters", str(iters))
     lp = m["light_pass"]
     # one step per iteration (the warm-up's included, less the one the first step starts at)
     assert iters <= lp["steps_seen"] <= iters + warmup, (lp["step_name"], lp["how"], lp["steps_seen"])
-    assert got["step_latency_ms_p50"] == pytest.approx(own_ms, rel=0.05)
-    assert 1e3 / got["steps_per_s"] == pytest.approx(own_ms, rel=0.05)
+    # the median against the program's median, the rate against its mean: partial's
+    # iterations take one of two branches, so its median and mean differ (H100: p50 1.789 ms,
+    # the program's mean 1.914, its rate 1.92)
+    assert got["step_latency_ms_p50"] == pytest.approx(statistics.median(own["ms_each"]), rel=0.05)
+    assert 1e3 / got["steps_per_s"] == pytest.approx(own["ms_per_step"], rel=0.05)
     assert got["steps"] >= 2
