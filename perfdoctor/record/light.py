@@ -609,8 +609,9 @@ def _no_step(options: RunOptions, children: str | None = None, programs_only: bo
         return f"no step seen: {options.step_fn} was never called"
     return (
         "no step seen: no record_function/NVTX range, torch.compile-d function, CUDA graph replay, "
-        "AOTInductor model call, torch.nn.Module call or backward() call repeated; name it with --step-fn __main__:FUNCTION (the function the loop calls "
-        "once per step), --step RANGE, or perfdoctor.region in the code"
+        "AOTInductor model call, torch.nn.Module call or backward() call repeated; name it with --step-fn __main__:FUNCTION (a function whose "
+        "every call is one whole step: the call is what is timed), --step RANGE, or perfdoctor.region around the loop's body (a loop at the "
+        "top of a script has no function to name)"
     )
 
 
