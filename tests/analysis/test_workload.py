@@ -31,6 +31,8 @@ EXPECTED = {
     "h200-serve-graph": "inference",
     "h200-capture": "inference",
     "h200-host-preprocess": "inference",
+    "h100-kmeans-scatter": "inference",
+    "h100-kmeans-per-cluster": "inference",
 }
 FACTS = {
     "h200-train": "train.facts.json",
