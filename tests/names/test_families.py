@@ -40,6 +40,15 @@ FIXTURE_TRUTH = [
     ("reduce_cuda_kernel", "reduction"),
     ("lean_reduction", "reduction"),
     ("DeviceScan", "reduction"),
+    # k-means on the H100 (wild/h100-kmeans-*): cub's reduce and select (torch.nonzero's
+    # stream compaction) sum or scan; the compaction's tile-state init, and bincount's
+    # histogram (a scatter of counts), are none of the named families
+    ("DeviceReduce", "reduction"),
+    ("DeviceSelectSweep", "reduction"),
+    ("DeviceCompactInit", "other"),
+    ("kernelHistogram1D", "other"),
+    ("indexFuncLargeIndex", "reduction"),  # index_add_: a ReduceAdd by index
+    ("vectorized_gather_kernel", "elementwise"),  # an index gather, one element per output
     ("elementwise_kernel", "elementwise"),
     ("elementwise_grid_stride_kernel", "elementwise"),  # torch.randn fills (nsys spelling)
     ("indexSelect", "elementwise"),
