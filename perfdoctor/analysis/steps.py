@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -1541,12 +1541,25 @@ def repeating_region(seq: np.ndarray, min_repeats: int = 2) -> tuple[int, int, i
     covers the most elements (the smallest such period: 2 steps also repeat, with the same
     cover), with at least ``min_repeats`` repetitions.
     """
-    n = seq.size
-    best: tuple[int, int, int] | None = None
-    for p in range(1, n // min_repeats + 1):
+    return _widest(_stretches(seq, min_repeats))
+
+
+def _stretches(seq: np.ndarray, min_repeats: int) -> list[tuple[int, int, int]]:
+    """Per period ``p`` of ``seq`` whose longest stretch repeats ``min_repeats`` times or
+    more: (p, the stretch's start, the length of its run of ``seq[i] == seq[i + p]``)."""
+    out = []
+    for p in range(1, seq.size // min_repeats + 1):
         start, run = _longest_run(seq[:-p] == seq[p:])
-        if run < (min_repeats - 1) * p:
-            continue
+        if run >= (min_repeats - 1) * p:
+            out.append((p, start, run))
+    return out
+
+
+def _widest(stretches: Iterable[tuple[int, int, int]]) -> tuple[int, int, int] | None:
+    """(period, start, stop) of the stretch covering the most elements, the smallest period
+    winning a tie (they come in period order)."""
+    best: tuple[int, int, int] | None = None
+    for p, start, run in stretches:
         if best is None or run + p > best[2] - best[1]:  # strictly more: the smallest period wins a tie
             best = (p, start, start + run + p)
     return best
@@ -1570,8 +1583,9 @@ def repeating_units(signature: np.ndarray) -> tuple[int, int, int] | None:
     iterations). An inner loop that waits at each turn (kmeans_pytorch's ``nonzero`` per
     cluster) repeats often too, but its stretch ends within one iteration: among the periods
     that repeat often, the outermost is still the step."""
-    often = repeating_region(signature, min_repeats=LOOP_REPEATS)
-    return often if often is not None else repeating_region(signature)
+    stretches = _stretches(signature, 2)  # one scan: those that repeat often are among them
+    often = _widest(t for t in stretches if t[2] >= (LOOP_REPEATS - 1) * t[0])
+    return often if often is not None else _widest(stretches)
 
 
 def _loop_phase(unit_start: np.ndarray, previous_end: np.ndarray, period: int) -> int:
@@ -1625,6 +1639,42 @@ def _as_text(names: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     if not all(isinstance(u, str) for u in uniques):
         codes, uniques = factorize(names.astype(str))
     return uniques, codes
+
+
+def _family_codes(names: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """Per row of ``codes`` (each a position in ``names``, the distinct kernel names), a code
+    of its kernel's family, numbered by first appearance: units compared by families, not
+    exact names (a decode step's elementwise kernels switch between vectorized and unrolled
+    variants as the context length changes parity, seen in HF generate on the H200)."""
+    return pd.factorize(pd.Series([family(str(u)) for u in names], dtype=object))[0][codes]
+
+
+def waiting_turns(profile: Profile, table: pd.DataFrame) -> np.ndarray:
+    """Per step of ``table`` (host range and thread), the longest run of consecutive
+    sync-delimited parts (:func:`unit_signatures`, on the step's thread, each ending with its
+    sync; parts with no launch left out) that launch the same kernel families: the turns of a
+    loop that waits for the GPU at each. 1 where no two consecutive parts repeat, 0 where the
+    step never syncs."""
+    calls, acts = profile.calls.sort_values("start_ns", kind="stable"), profile.activities
+    launch, sync = is_launch(calls["name"]).to_numpy(), is_sync(calls["name"]).to_numpy()
+    calls, launch, sync = calls[launch | sync], launch[launch | sync], sync[launch | sync]
+    corrs, kernel_of = first_by_correlation(acts)
+    names, name_codes = _as_text(pd.Series(kernel_of, dtype=object))
+    family_of = _family_codes(names, name_codes)  # per correlation
+    corr, start, tid = calls["correlation"].to_numpy(np.int64), calls["start_ns"].to_numpy(np.int64), calls["tid"].to_numpy()
+    at = np.minimum(np.searchsorted(corrs, corr), max(corrs.size - 1, 0))
+    code = np.where(launch & (corrs[at] == corr), family_of[at], -1)  # -1: a sync, or a launch with no GPU activity
+    turns = np.zeros(len(table), dtype=np.int64)
+    for k, (lo_ns, hi_ns, step_tid) in enumerate(table[["host_start_ns", "host_end_ns", "tid"]].itertuples(index=False)):
+        lo, hi = np.searchsorted(start, [lo_ns, hi_ns])
+        mine = tid[lo:hi] == step_tid
+        c, s = code[lo:hi][mine], sync[lo:hi][mine]
+        ran = c >= 0
+        ends = np.cumsum(ran)[s]  # per sync, the launches before it: each part ends with its sync
+        sizes = np.diff(np.r_[0, ends])
+        parts = unit_signatures(c[ran], ends)[:-1][sizes > 0]  # the launches after the last sync are no part
+        turns[k] = 1 + _longest_run(np.diff(parts) == 0)[1] if parts.size else 0
+    return turns
 
 
 def first_by_correlation(acts: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -1704,8 +1754,7 @@ def automatic_ranges(profile: Profile) -> tuple[pd.DataFrame, str]:
             # names: a decode step's elementwise kernels switch between vectorized and
             # unrolled variants as the context length changes parity (seen in HF generate
             # on the H200), which would make every other token look different.
-            fam = pd.factorize(pd.Series([family(u) for u in kernel_names], dtype=object))[0][codes]
-            signature = unit_signatures(fam, cut)
+            signature = unit_signatures(_family_codes(kernel_names, codes), cut)
             offset = max(0, signature.size - MAX_SEQUENCE)
             region = repeating_units(signature[offset:])
             if region is not None:

@@ -376,39 +376,18 @@ SYNC_LOOP_TURNS = 4  # turns of a loop that waits at each: fewer are a step's ow
 
 
 def sync_loop_turns(analysis: Analysis) -> Metric:
-    """Per step, the longest run of consecutive sync-delimited parts that launch the same
-    kernels (by family, in order) on the step's thread: the turns of a Python loop over the
-    data that waits for the GPU at each (kmeans_pytorch's ``torch.nonzero`` per cluster, an
-    ``.item()`` per box); the median over steps. 1 where no two consecutive parts repeat, 0
-    where the steps sync nowhere. Such a step cannot be captured in a CUDA graph (a sync in
-    it, shapes that follow the data), and the fix is one batched op for all the turns."""
-    from perfdoctor.analysis.steps import first_by_correlation, is_launch, is_sync
+    """The median over steps of :func:`perfdoctor.analysis.steps.waiting_turns`: the turns of
+    a Python loop over the data that waits for the GPU at each (kmeans_pytorch's
+    ``torch.nonzero`` per cluster, an ``.item()`` per box), 1 where no two consecutive
+    sync-delimited parts repeat, 0 where the steps sync nowhere. Such a step cannot be
+    captured in a CUDA graph (a sync in it, shapes that follow the data), and the fix is one
+    batched op for all the turns."""
+    from perfdoctor.analysis.steps import waiting_turns
 
-    table, calls, acts = analysis.steps.table, analysis.profile.calls, analysis.profile.activities
+    table, acts = analysis.steps.table, analysis.profile.activities
     if table.empty or acts.empty:
         return Metric(None, "count", "kineto", reason="no steps with GPU work")
-    corrs, kernel_of = first_by_correlation(acts)
-    name_codes, names = pd.factorize(pd.Series(kernel_of, dtype=object))
-    codes = pd.factorize(pd.Series([family(str(n)) for n in names], dtype=object))[0][name_codes]  # a code per family
-    calls = calls.sort_values("start_ns", kind="stable")
-    launch, sync = is_launch(calls["name"]).to_numpy(), is_sync(calls["name"]).to_numpy()
-    calls, launch, sync = calls[launch | sync], launch[launch | sync], sync[launch | sync]
-    corr, start, tid = calls["correlation"].to_numpy(np.int64), calls["start_ns"].to_numpy(np.int64), calls["tid"].to_numpy()
-    at = np.minimum(np.searchsorted(corrs, corr), max(corrs.size - 1, 0))
-    code = np.where(launch & (corrs[at] == corr), codes[at], -1)  # -1: a sync, or a launch with no GPU activity
-    turns = []
-    for step in table.itertuples(index=False):
-        lo, hi = np.searchsorted(start, [step.host_start_ns, step.host_end_ns])
-        mine = tid[lo:hi] == step.tid
-        c, s = code[lo:hi][mine], sync[lo:hi][mine]
-        parts = [tuple(p[p >= 0]) for p in np.split(c, np.flatnonzero(s) + 1)[:-1]]  # each ends with its sync
-        parts = [p for p in parts if p]
-        run = best = min(len(parts), 1)
-        for a, b in zip(parts, parts[1:]):
-            run = run + 1 if a == b else 1
-            best = max(best, run)
-        turns.append(best)
-    return Metric(float(np.median(turns)), "count", "kineto")
+    return Metric(float(np.median(waiting_turns(analysis.profile, table))), "count", "kineto")
 
 
 SIGNALS: dict[str, tuple[str, Callable[[Analysis], Metric], str]] = {
