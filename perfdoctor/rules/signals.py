@@ -386,8 +386,8 @@ def sync_loop_turns(analysis: Analysis) -> Metric:
 
     table, acts = analysis.steps.table, analysis.profile.activities
     if table.empty or acts.empty:
-        return Metric(None, "count", "kineto", reason="no steps with GPU work")
-    return Metric(float(np.median(waiting_turns(analysis.profile, table))), "count", "kineto")
+        return Metric(None, "count", "trace", reason="no steps with GPU work")
+    return Metric(float(np.median(waiting_turns(analysis.profile, table))), "count", "trace")
 
 
 SIGNALS: dict[str, tuple[str, Callable[[Analysis], Metric], str]] = {
