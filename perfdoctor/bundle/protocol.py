@@ -134,6 +134,9 @@ class PassConfig(_Document):
     rank: dict[str, Any] | None = None  # set inside a rank: {"rank", "local_rank", "world_size", "host"}
     stdin_record: str | None = None  # the first pass: keep what the program reads from a piped stdin here (record.stdin)
     stop_after_window: bool | None = None  # --duration: end the program once its window is traced
+    # torch, a trace begun with the program (no step known): stop tracing once the process holds
+    # this many MB resident, the tracer's buffers over what the program itself needs (Session.watch_trace)
+    trace_rss_mb: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -167,6 +170,10 @@ class PassResults(_Document):
     whole_program: bool | None = None  # the trace covers the whole program
     trace_scope: str | None = None  # why the trace is not just the window, when it is not
     trace_error: str | None = None
+    # a trace begun with the program, stopped at PassConfig.trace_rss_mb: {"seconds" (since it
+    # began), "rss_mb" (the process's resident memory then)}
+    trace_cut: dict[str, float] | None = None
+    max_rss_mb: float | None = None  # the process's peak resident memory (its children left out)
     clock_sync: dict[str, int] | None = None  # {"monotonic_ns"} at the clock-sync range's start
     environment: dict[str, Any] | None = None  # torch, CUDA, the device, as the program saw them
     program_error: str | None = None  # an exception the program did not catch

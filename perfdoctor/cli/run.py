@@ -39,6 +39,7 @@ def run_command(
     nproc_per_node: Optional[int] = typer.Option(None, "--nproc-per-node", min=1, help="Run N ranks under torchrun (--standalone), each under perfdoctor: one bundle with raw/rank<k>/. For your own torchrun line: perfdoctor run [OPTIONS] -- torchrun ... SCRIPT ARGS."),
     timeout: Optional[float] = typer.Option(None, "--timeout", min=1, help="Stop a pass still running after this many seconds (a hung rank) and exit 124; the bundle keeps what every rank wrote."),
     duration: Optional[float] = typer.Option(None, "--duration", min=1, metavar="SECONDS", help="For a program that runs long or never ends (a server, a training of many epochs): stop it after this many seconds in each pass and go on. The light pass times the steps run by then; the traced passes stop it as soon as their steps are traced (a window under way at SECONDS is let finish, up to --timeout or SECONDS more). A stop is not a failure: the exit code is 0 unless the program failed first."),
+    trace_budget: int = typer.Option(512, "--trace-budget", min=0, metavar="MB", help="With no step found by the light pass, the torch pass traces from the program's start: it stops tracing once the process holds this much more memory than the light pass's peak (the tracer's events; ~700 B each) and lets the program run on untraced. 0: trace to the end."),
     repeat: int = options.REPEAT,
 ) -> None:
     """Profile a program as it is: perfdoctor run [OPTIONS] SCRIPT [ARGS]... or -m MODULE [ARGS]...
@@ -80,6 +81,7 @@ def run_command(
         ranks=ranks,
         timeout_s=timeout,
         duration_s=duration,
+        trace_budget_mb=trace_budget,
     )
     if repeat > 1 and not light:
         raise UsageError("--repeat repeats the light timing pass: it cannot go with --no-light")

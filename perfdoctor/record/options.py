@@ -10,6 +10,10 @@ from perfdoctor.record import launch
 
 COLLECTORS = ("torch", "nvml", "nsys", "ncu")
 DEFAULT_WARMUP = 1  # steps skipped before the traced window when no light pass found the steady state
+# What a torch trace begun with the program (no step known) may add to the process's peak
+# memory before it is stopped (bootstrap Session.watch_trace): ~700k events of a loop of small
+# CPU ops, 11 s to stop and export on the 2-CPU machine (the whole 2.1M: 48 s, 1.4 GB of JSON)
+DEFAULT_TRACE_BUDGET_MB = 512
 
 
 @dataclass
@@ -35,6 +39,7 @@ class RunOptions:
     # a pass's program is stopped after this long, as planned (a server, a long training); the
     # traced passes stop it once their window is traced
     duration_s: float | None = None
+    trace_budget_mb: int = DEFAULT_TRACE_BUDGET_MB  # 0: a trace begun with the program runs to its end
 
 
 def parse_collect(text: str | None) -> list[str] | None:

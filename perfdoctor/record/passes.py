@@ -161,6 +161,10 @@ def light_pass(plan: Plan) -> None:
     manifest.light_pass = light
     if s is not None and s.error:
         plan.nvml_error(f"light: {s.error}")
+    if light.step_name is None and result.results.max_rss_mb is not None and options.trace_budget_mb:
+        # no step to window on: the torch pass traces from the program's start, and stops
+        # where its buffers outgrow what the program held alone (Session.watch_trace)
+        plan.base = replace(plan.base, trace_rss_mb=result.results.max_rss_mb + options.trace_budget_mb)
     if light.step_name is not None:
         # The later passes window on the step the light pass found, inside its steady state.
         # --steps counts steps; the traced passes count the step range's occurrences
@@ -180,6 +184,11 @@ def torch_pass(plan: Plan) -> None:
     plan.nvml_ok = plan.nvml_ok or (s is not None and s.error is None)
     if s is not None and s.error:
         plan.nvml_error(f"torch: {s.error}")
+    if (cut := result.results.trace_cut) is not None:
+        runner.say(f"torch pass: no step was known, so the trace began with the program; it was stopped "
+                   f"{value(cut['seconds'], 's')} in, when its events had filled --trace-budget ({value(runner.options.trace_budget_mb, 'MB')} over what "
+                   "the program and the profiler hold alone), and the program ran on untraced. To trace steps "
+                   "instead, name one: --step-fn, --step, or perfdoctor.region around the loop's body")
     if runner.options.ranks is not None:
         status, files = launch.trace_status(result.ranks, runner.raw, bundles.TORCH_TRACE, lambda r, t: torch_status(
             PassResult("torch", result.command, result.exit_code if r is None else r.exit_code, stderr_tail=result.stderr_tail,

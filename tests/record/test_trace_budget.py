@@ -1,0 +1,74 @@
+"""``perfdoctor run`` on a program whose steps the light pass cannot see: the torch pass traces
+from the program's start, and stops tracing once the tracer's events fill ``--trace-budget``;
+the program runs on to its end untraced (record.bootstrap.session.Session.watch_trace).
+
+Real processes and the real torch profiler, on a real program of that shape
+(tests/programs/real/jacobi_solve.py: sweeps at the top of the script, no module, no range).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import textwrap
+from pathlib import Path
+
+from conftest import run_cli
+
+JACOBI = Path(__file__).parents[1] / "programs" / "real" / "jacobi_solve.py"
+SWEEPS = 8000  # each runs one aten::clone; ~0.4 s traced, 100-250 MB of events on the CPU
+
+
+def run_jacobi(tmp: Path, *flags: object, program: Path = JACOBI) -> tuple:
+    done = run_cli("run", "--out", tmp / "runs", "--collect", "torch", *flags, program, "--device", "cpu", "--n", 64,
+                   "--sweeps", SWEEPS, "--solves", 1, cwd=tmp, timeout=180)
+    (bundle,) = (tmp / "runs").iterdir()
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    results = json.loads((bundle / "raw" / "torch.json").read_text())
+    with gzip.open(bundle / "raw" / "torch-trace.json.gz", "rt") as f:
+        events = json.load(f)["traceEvents"]
+    clones = sum(e.get("name") == "aten::clone" and e.get("ph") == "X" for e in events)
+    return done, bundle, manifest, results, clones
+
+
+def test_a_program_with_no_step_is_traced_until_the_budget_then_runs_on(tmp_path):
+    budget = 64
+    done, bundle, manifest, results, clones = run_jacobi(tmp_path, "--trace-budget", budget)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert manifest["light_pass"]["step_name"] is None  # the case: no step seen
+    assert manifest["collectors"]["torch"]["status"] == "ok", manifest["collectors"]["torch"]
+    # the program ran to its end in the torch pass either way, its own last line printed
+    log = (bundle / "raw" / "torch.log").read_text()
+    assert f'"sweeps": {SWEEPS}' in log, log[-1000:]
+    cut = results["trace_cut"]
+    # stopped where the process held the budget over the light pass's peak and the profiler's share
+    light_peak = json.loads((bundle / "raw" / "light.json").read_text())["max_rss_mb"]
+    assert cut["rss_mb"] >= light_peak + budget
+    assert 0 < clones < SWEEPS, clones  # a part of the loop, exported whole (the file reads)
+    scope = manifest["passes"][1]["trace_scope"]
+    assert scope.startswith(f"the program's first {cut['seconds']:.1f} s: with no step known"), scope
+    assert "no step was known, so the trace began with the program; it was stopped" in done.stderr
+    assert "--trace-budget (64 MB over what the program and the profiler hold alone)" in done.stderr
+    # the cut trace reads like any other
+    analyzed = run_cli("analyze", bundle, cwd=tmp_path)
+    assert analyzed.returncode == 0, analyzed.stderr[-2000:]
+
+
+def test_a_program_that_takes_the_signal_slot_is_traced_whole(tmp_path):
+    """The watch asks the main thread through a signal slot's handler (SIGURG, never sent):
+    a program that installs its own handler there keeps it, is never called by perfdoctor,
+    and its trace runs to the end (as every trace did before the budget: every sweep's clone)."""
+    program = tmp_path / "own_urg.py"
+    program.write_text(textwrap.dedent(f"""
+        import runpy, signal, sys
+        calls = []
+        signal.signal(signal.SIGURG, lambda signum, frame: calls.append(signum))
+        sys.argv = [{str(JACOBI)!r}, *sys.argv[1:]]
+        runpy.run_path(sys.argv[0], run_name="__main__")
+        print("handler calls", len(calls))
+    """))
+    done, bundle, manifest, results, clones = run_jacobi(tmp_path, "--trace-budget", 64, program=program)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert results.get("trace_cut") is None and clones == SWEEPS
+    assert "it was stopped" not in done.stderr
+    assert "handler calls 0" in (bundle / "raw" / "torch.log").read_text()
