@@ -2127,3 +2127,27 @@ def test_a_cpu_servers_idle_waits_stay_idle_while_torchs_openmp_threads_spin(tmp
     own = np.array(result["ms_each"][result["warmup"]:])
     assert np.median(ms) == pytest.approx(np.median(own), rel=0.15, abs=0.1)
     assert np.percentile(ms, 90) < 3 * np.percentile(own, 90) + 0.5  # no idle wait of ~5 ms in the steps
+
+
+def test_yolo_predict_steps_per_frame_though_the_model_calls_its_own_forward_when_built(tmp_path: Path) -> None:
+    # Ultralytics: DetectionModel.__init__ runs self.forward(zeros) directly, so each of its
+    # layers is an outermost module call once before any frame (five Conv layers: five calls
+    # of one class), then per frame the predictor's AutoBackend wraps the model. The scout
+    # once narrowed to the layers there: 8 C2f calls per frame read as steps, and the torch
+    # pass, which finds C2f at depth 2, traced no step at all
+    r = run_cli("run", "--collect", "torch", "--out", tmp_path, REAL / "yolo_predict.py", "--device", "cpu", "--imgsz", "128",
+                "--frames", "30", "--warmup", "5", timeout=240)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    light, result = manifest["light_pass"], program_result(r.stdout)
+    assert light["step_name"] == "AutoBackend.forward"
+    assert light["steps_seen"] == result["warmup"] + result["frames"]
+    # each step from one frame's model call to the next: the frame's own time, phase-shifted
+    # by a preprocess (the last frame's step ends with its call)
+    series = json.loads((bundle / "raw" / "light.json").read_text())["series"][light["step_name"]]
+    ms, own = _step_ms(series)[result["warmup"]:-1], np.array(result["ms_each"][result["warmup"]:-1])
+    assert np.isclose(ms, own, rtol=0.1, atol=1.0).mean() >= 0.75, (ms, own)
+    # the traced pass marks the same calls and traces its window of them
+    assert manifest["collectors"]["torch"]["status"] == "ok", manifest["collectors"]["torch"]
+    assert manifest["passes"][1]["steps"] >= 10

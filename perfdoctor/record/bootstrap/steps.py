@@ -240,7 +240,7 @@ class ModuleSteps:
     keeps, per thread, the depth of nested module calls; calls at depth 0 and 1 are timed
     like steps (host start, CUDA events at start and end), keyed by the class
     (``LlamaForCausalLM.forward``); deeper calls (a transformer layer) only count the depth.
-    Once one depth-0 class has completed SCOUT_CALLS calls, depth 0 repeats, so the step is a
+    Once one depth-0 instance has completed SCOUT_CALLS calls, depth 0 repeats, so the step is a
     depth-0 class (the first rule of ``perfdoctor.record.light.choose_module``): ``narrow``
     gives torch back its own ``Module.__call__`` and gives each class seen at depth 0 (only
     those) a ``__call__`` of its own that times its outermost calls. Python looks the call
@@ -325,6 +325,14 @@ class ModuleSteps:
         windowed, window = self.windowed, self.windows.of
         deepest, scout = self.DEPTHS, self.SCOUT_CALLS
         work, work_grad, clock = self.work_ns, self.work_grad, time.perf_counter_ns
+        # depth-0 calls per instance, (step name, ordinal): the scout ends when one instance
+        # repeats, not one class. A model built by calling its own forward (Ultralytics'
+        # DetectionModel runs forward() on zeros in __init__ to find its strides) calls each
+        # of its layers at depth 0 once: five Conv layers were five calls of a class, and the
+        # scout narrowed to the layers before the predictor's model was ever called; each
+        # C2f block read as a step, 8 per frame, and the traced pass, which sees them at depth
+        # 2, traced nothing.
+        repeats: dict[tuple[str, int], int] = {}
         this = self
 
         def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
@@ -343,7 +351,9 @@ class ModuleSteps:
                 classes.setdefault(name, module_class_path(cls))
             if depth == 0:
                 tops.setdefault(cls, name)
-                called.setdefault(name, []).append(ordinals.get(id(module)) or add(module))
+                instance = (name, ordinals.get(id(module)) or add(module))
+                repeats[instance] = repeats.get(instance, 0) + 1
+                called.setdefault(name, []).append(instance[1])
                 sited.setdefault(name, []).append(site(frame(1)))
                 grads.setdefault(name, []).append(grad_enabled())
                 windowed.setdefault(name, []).append(window(name, args, grads[name][-1]))
@@ -358,7 +368,7 @@ class ModuleSteps:
             finally:
                 local.depth = depth
                 series.end(name)
-                if depth == 0 and this.scouting and series.count(name) >= scout:
+                if depth == 0 and this.scouting and repeats[instance] >= scout:
                     this.narrow()
 
         return __call__
