@@ -51,6 +51,15 @@ class Plan:
     # the program failed in the light pass before any step (a missing file, a bad argument, an
     # import error): the traced passes would fail the same way, after the same start-up
     failed: str | None = None
+    light_rss_mb: float | None = None  # the light pass's peak memory (PassResults.max_rss_mb)
+
+    def unwindowed(self) -> None:
+        """The traced passes from here on trace from the program's start, with no step: a
+        torch trace stops at the light pass's peak memory plus --trace-budget."""
+        budget = self.runner.options.trace_budget_mb
+        limit = self.light_rss_mb + budget if self.light_rss_mb is not None and budget else None
+        self.base = replace(self.base, step=None, module_step=None, step_thread=None, trains=None, trace_rss_mb=limit)
+        self.windowed = False
 
     def sampler(self, pass_name: str, gpm: bool = True) -> nvml.Sampler | None:
         if not self.use_nvml:
@@ -161,10 +170,11 @@ def light_pass(plan: Plan) -> None:
     manifest.light_pass = light
     if s is not None and s.error:
         plan.nvml_error(f"light: {s.error}")
-    if light.step_name is None and result.results.max_rss_mb is not None and options.trace_budget_mb:
+    plan.light_rss_mb = result.results.max_rss_mb
+    if light.step_name is None:
         # no step to window on: the torch pass traces from the program's start, and stops
         # where its buffers outgrow what the program held alone (Session.watch_trace)
-        plan.base = replace(plan.base, trace_rss_mb=result.results.max_rss_mb + options.trace_budget_mb)
+        plan.unwindowed()
     if light.step_name is not None:
         # The later passes window on the step the light pass found, inside its steady state.
         # --steps counts steps; the traced passes count the step range's occurrences
@@ -179,11 +189,22 @@ def light_pass(plan: Plan) -> None:
 def torch_pass(plan: Plan) -> None:
     runner = plan.runner
     trace = runner.raw / bundles.TORCH_TRACE
-    s = plan.sampler("torch")
-    result = runner.run_pass("torch", [], replace(plan.base, windowed=plan.windowed, trace=str(trace.resolve())), s)
-    plan.nvml_ok = plan.nvml_ok or (s is not None and s.error is None)
-    if s is not None and s.error:
-        plan.nvml_error(f"torch: {s.error}")
+    result = run_torch(plan, trace)
+    if (plan.windowed and runner.options.ranks is None and not (runner.interrupted or runner.manifest.timed_out or result.stopped)
+            and program_failure(result) is None and not trace.exists() and torch_status(result, trace).startswith(NO_WINDOW)):
+        # The light pass's step never reached its window here: the traced pass did not see
+        # the step as the light pass did (Ultralytics' model, before 7080319: a layer the
+        # light pass found outermost runs inside the predictor's module). No trace at all is
+        # the worst reading; trace the program from its start, as with no step, and keep the
+        # windowed run's files beside (raw/torch-window.*)
+        plan.record(result, None)
+        for old in runner.raw.glob("torch.*"):
+            old.rename(old.with_name(old.name.replace("torch.", "torch-window.", 1)))
+        runner.say(f"[yellow]torch pass: the light pass's step {esc(repr(plan.base.step))} never reached its window here "
+                   f"({esc(str(result.results.step_counts or 'not one seen'))}): tracing the program from its start instead, "
+                   "as with no step, and so do the later passes[/]")
+        plan.unwindowed()
+        result = run_torch(plan, trace)
     if (cut := result.results.trace_cut) is not None:
         runner.say(f"torch pass: no step was known, so the trace began with the program; it was stopped "
                    f"{value(cut['seconds'], 's')} in, when its events had filled --trace-budget ({value(runner.options.trace_budget_mb, 'MB')} over what "
@@ -197,6 +218,15 @@ def torch_pass(plan: Plan) -> None:
         plan.record(result, "torch", status, files=files)
     else:
         plan.record(result, "torch", torch_status(result, trace, runner.interrupted), files=[str(trace.relative_to(runner.bundle))])
+
+
+def run_torch(plan: Plan, trace: Path) -> PassResult:
+    s = plan.sampler("torch")
+    result = plan.runner.run_pass("torch", [], replace(plan.base, windowed=plan.windowed, trace=str(trace.resolve())), s)
+    plan.nvml_ok = plan.nvml_ok or (s is not None and s.error is None)
+    if s is not None and s.error:
+        plan.nvml_error(f"torch: {s.error}")
+    return result
 
 
 def program_failure(result: PassResult, interrupted: int | None = None) -> str | None:
@@ -221,6 +251,9 @@ def program_failure(result: PassResult, interrupted: int | None = None) -> str |
     return None
 
 
+NO_WINDOW = "failed: no step reached the window"
+
+
 def torch_status(result: PassResult, trace: Path, interrupted: int | None = None) -> str:
     r = result.results
     failure = program_failure(result, interrupted)
@@ -229,7 +262,7 @@ def torch_status(result: PassResult, trace: Path, interrupted: int | None = None
     if trace.exists():
         return f"failed: {failure} (a trace was written)" if failure else "ok"
     if r.window_state == "before" and not r.whole_program:
-        return f"failed: no step reached the window (warmup {r.window_step!r}: {r.step_counts})"
+        return f"{NO_WINDOW} (warmup {r.window_step!r}: {r.step_counts})"
     if failure:
         return f"failed: {failure}, no trace written; output: {result.stderr_tail[-500:]}"
     return f"failed: no trace written (exit {result.exit_code}); output: {result.stderr_tail[-500:]}"

@@ -1,6 +1,8 @@
-"""``perfdoctor run`` on a program whose steps the light pass cannot see: the torch pass traces
-from the program's start, and stops tracing once the tracer's events fill ``--trace-budget``;
-the program runs on to its end untraced (record.bootstrap.session.Session.watch_trace).
+"""Torch traces begun with the program. On a program whose steps the light pass cannot see,
+the torch pass traces from the program's start, and stops tracing once the tracer's events
+fill ``--trace-budget``; the program runs on to its end untraced
+(record.bootstrap.session.Session.watch_trace). And a step the traced run never reaches
+makes the torch pass run again so (record.passes.torch_pass).
 
 Real processes and the real torch profiler, on a real program of that shape
 (tests/programs/real/jacobi_solve.py: sweeps at the top of the script, no module, no range).
@@ -72,3 +74,39 @@ def test_a_program_that_takes_the_signal_slot_is_traced_whole(tmp_path):
     assert results.get("trace_cut") is None and clones == SWEEPS
     assert "it was stopped" not in done.stderr
     assert "handler calls 0" in (bundle / "raw" / "torch.log").read_text()
+
+
+def test_a_step_that_never_reaches_its_window_in_the_traced_run_falls_back_to_a_trace_from_the_start(tmp_path):
+    """The light pass found a step, but the torch pass ran fewer of them than the light
+    pass's warm-up (a benchmark bounded by time runs fewer steps under a tracer; a program
+    the traced pass sees otherwise, as Ultralytics' was before 7080319): no trace at all was
+    the reading. Now the torch pass runs again, traced from the program's start as with no
+    step. Here the program runs 3 steps where torch was imported before it (the traced
+    passes import it first), 40 in the light pass."""
+    program = tmp_path / "fewer.py"
+    program.write_text(textwrap.dedent("""
+        import sys
+        traced = "torch" in sys.modules
+        import torch
+        model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+        x = torch.randn(32, 64)
+        for _ in range(3 if traced else 40):
+            with torch.no_grad():
+                model(x).sum().item()
+    """))
+    done = run_cli("run", "--out", tmp_path / "runs", "--collect", "torch", program, cwd=tmp_path, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (bundle,) = (tmp_path / "runs").iterdir()
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert manifest["light_pass"]["step_name"] == "Sequential.forward" and manifest["light_pass"]["steps_seen"] == 40
+    assert [p["name"] for p in manifest["passes"]] == ["light", "torch", "torch"]
+    assert manifest["collectors"]["torch"]["status"] == "ok", manifest["collectors"]["torch"]
+    assert "never reached its window here" in done.stderr and "tracing the program from its start instead" in done.stderr
+    raw = bundle / "raw"
+    assert json.loads((raw / "torch-window.json").read_text())["window_state"] == "before"  # the windowed run, kept
+    assert json.loads((raw / "torch.json").read_text())["whole_program"] is True
+    with gzip.open(raw / "torch-trace.json.gz", "rt") as f:
+        events = json.load(f)["traceEvents"]
+    assert sum(e.get("name") == "aten::linear" and e.get("ph") == "X" for e in events) == 2 * 3  # every forward of the run
+    analyzed = run_cli("analyze", bundle, cwd=tmp_path)
+    assert analyzed.returncode == 0, analyzed.stderr[-2000:]
