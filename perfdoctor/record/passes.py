@@ -206,6 +206,9 @@ def torch_pass(plan: Plan) -> None:
         plan.unwindowed()
         result = run_torch(plan, trace)
     if (cut := result.results.trace_cut) is not None:
+        result.results.trace_scope = (f"the program's first {value(cut['seconds'], 's')}: with no step known the trace began with the "
+                                      f"program, and stopped when the process held {value(cut['rss_mb'], 'MB')}, mostly the tracer's "
+                                      "events; the program ran on untraced")
         runner.say(f"torch pass: no step was known, so the trace began with the program; it was stopped "
                    f"{value(cut['seconds'], 's')} in, when its events had filled --trace-budget ({value(runner.options.trace_budget_mb, 'MB')} over what "
                    "the program and the profiler hold alone), and the program ran on untraced. To trace steps "

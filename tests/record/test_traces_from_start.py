@@ -16,6 +16,7 @@ import textwrap
 from pathlib import Path
 
 from conftest import run_cli
+from perfdoctor.text import value
 
 JACOBI = Path(__file__).parents[1] / "programs" / "real" / "jacobi_solve.py"
 SWEEPS = 8000  # each runs one aten::clone; ~0.4 s traced, 100-250 MB of events on the CPU
@@ -48,7 +49,7 @@ def test_a_program_with_no_step_is_traced_until_the_budget_then_runs_on(tmp_path
     assert cut["rss_mb"] >= light_peak + budget
     assert 0 < clones < SWEEPS, clones  # a part of the loop, exported whole (the file reads)
     scope = manifest["passes"][1]["trace_scope"]
-    assert scope.startswith(f"the program's first {cut['seconds']:.1f} s: with no step known"), scope
+    assert scope.startswith(f"the program's first {value(cut['seconds'], 's')}: with no step known"), scope
     assert "no step was known, so the trace began with the program; it was stopped" in done.stderr
     assert "--trace-budget (64 MB over what the program and the profiler hold alone)" in done.stderr
     # the cut trace reads like any other

@@ -8,6 +8,8 @@ import asyncio
 import multiprocessing
 import queue
 import socket
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -246,3 +248,48 @@ def test_the_children_read_stay_bounded_and_the_exited_ones_are_dropped(waits: W
     live.join()
     waits.children_cpu_ns()
     assert waits.children == []
+
+
+FORK_WHILE_HELD = """
+import os, threading, time
+from perfdoctor.bundle.protocol import PassConfig
+from perfdoctor.record.bootstrap.session import Session
+from perfdoctor.record.bootstrap.steps import ModuleSteps
+from perfdoctor.record.bootstrap.waits import Waits
+
+session = Session(PassConfig(pass_="light", results=os.devnull))
+session.waits, session.modules = Waits(session), ModuleSteps(session)
+held, release = threading.Event(), threading.Event()
+
+def hold():  # another thread inside the hooks' critical sections at the fork
+    with session.waits.dropping, session.modules.narrowing, session.modules.instances.lock, session.lock:
+        held.set()
+        release.wait()
+
+threading.Thread(target=hold, daemon=True).start()
+held.wait()
+pid = os.fork()  # the child's at-fork handler (Session.forked) uninstalls every hook
+if pid == 0:
+    os.write(1, b"child past its fork handler\\n")
+    os._exit(0)
+release.set()
+deadline = time.monotonic() + 20
+while time.monotonic() < deadline:
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        print("child exit status", os.waitstatus_to_exitcode(status))
+        break
+    time.sleep(0.05)
+else:
+    os.kill(pid, 9)
+    print("child hung")
+"""
+
+
+def test_a_child_forked_while_another_thread_holds_a_hooks_lock_does_not_hang():
+    # fastai's training under perfdoctor hung in 5 runs of 12: a DataLoader worker forked
+    # while a queue's feeder thread, in a timed wait, held Waits.dropping; the worker's
+    # Session.forked then waited on that lock for ever (a child has no such thread)
+    done = subprocess.run([sys.executable, "-c", FORK_WHILE_HELD], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "child past its fork handler" in done.stdout and "child exit status 0" in done.stdout, done.stdout

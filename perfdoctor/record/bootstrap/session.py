@@ -160,6 +160,15 @@ class Session:
         # condition variable of the parent's Kineto thread). See leave().
         # Its threads outlive a stopped profiler, so any profiler start before the fork counts.
         self.inherited_profiler = self.profiler_used
+        # A lock that another thread of the parent held at the fork stays held in the child,
+        # where that thread does not exist: the uninstall below waited on it for ever (a
+        # DataLoader worker forked while a queue's feeder thread, in a timed wait, closed a
+        # gone worker's file under Waits.dropping: fastai's training hung in 5 runs of 12).
+        # The child has one thread: every lock it may take is made anew.
+        self.lock = threading.RLock()
+        for hooks in (self.modules, self.waits):
+            if hooks is not None:
+                hooks.renew_locks()
         self.uninstall_hooks()
 
     def uninstall_hooks(self) -> None:
@@ -604,10 +613,7 @@ class Session:
                 return  # the program's own profiler took over, or the program is ending
             self.trace_cut = {"seconds": round(time.monotonic() - began, 3), "rss_mb": round(max_rss_mb(), 1)}
             self.stop_profiler(export=True)
-            self.window_state = "closed"
-            self.trace_scope = (f"the program's first {self.trace_cut['seconds']:.1f} s: with no step known the trace began with "
-                                f"the program, and stopped when the process held {self.trace_cut['rss_mb']:.0f} MB, mostly the "
-                                "tracer's buffers; the program ran on untraced")
+            self.window_state = "closed"  # its scope is worded by the runner (record.passes.torch_pass)
             if self.config.stop_after_window:
                 self.stop_after_window()
 

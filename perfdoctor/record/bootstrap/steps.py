@@ -511,6 +511,11 @@ class ModuleSteps:
         if self.tops:
             self.narrow()
 
+    def renew_locks(self) -> None:
+        """A forked child's own locks (Session.forked)."""
+        self.narrowing = threading.Lock()
+        self.instances.lock = threading.Lock()
+
     def uninstall(self) -> None:
         self.active = False
         with self.narrowing:

@@ -247,6 +247,10 @@ class Waits:
         tid, start, end, busy = (list(column) for column in zip(*timed))
         return {"tid": tid, "start_ns": start, "end_ns": end, "worked": busy}
 
+    def renew_locks(self) -> None:
+        """A forked child's own lock (Session.forked)."""
+        self.dropping = threading.Lock()
+
     def uninstall(self) -> None:
         for fd in list(self.children):
             self.drop(fd)
