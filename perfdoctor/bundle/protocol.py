@@ -121,6 +121,9 @@ class PassConfig(_Document):
     ranks: bool | None = None  # each rank writes into raw/rank<k>/ (perfdoctor.record.launch)
     step_thread: str | None = None  # "main" or "worker": where the light pass saw the step run
     trains: bool | None = None  # the light pass saw the optimizer's marks: a fetch step ticks on its iteration's
+    # no optimizer range: the backward() calls mark a fetch step's training batches (the traced
+    # passes' ticks, as the light pass's steps: analysis.steps.training_loop)
+    backward_marks: bool | None = None
     module_step: dict[str, Any] | None = None  # the light pass's module step: {"name", "depth", "class", "span"; "instance"; "calls_per_step", "groups"}
     windowed: bool | None = None  # the window is known before the program runs
     trace: str | None = None  # torch: where to export the Kineto trace

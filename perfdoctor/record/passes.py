@@ -19,6 +19,7 @@ from perfdoctor.record.light import carries_series, light_summary, steady_counte
 from perfdoctor.record.options import DEFAULT_WARMUP
 from perfdoctor.record.runner import PassResult, Runner
 from perfdoctor.collectors.tools import find_tool
+from perfdoctor.names import ranges as rangenames
 from perfdoctor.text import rich as esc  # program arguments, paths and step names are untrusted
 from perfdoctor.text import value
 
@@ -58,7 +59,8 @@ class Plan:
         torch trace stops at the light pass's peak memory plus --trace-budget."""
         budget = self.runner.options.trace_budget_mb
         limit = self.light_rss_mb + budget if self.light_rss_mb is not None and budget else None
-        self.base = replace(self.base, step=None, module_step=None, step_thread=None, trains=None, trace_rss_mb=limit)
+        self.base = replace(self.base, step=None, module_step=None, step_thread=None, trains=None, backward_marks=None,
+                            trace_rss_mb=limit)
         self.windowed = False
 
     def sampler(self, pass_name: str, gpm: bool = True) -> nvml.Sampler | None:
@@ -181,6 +183,11 @@ def light_pass(plan: Plan) -> None:
         plan.base = replace(plan.base, step=light.step_name, warmup=window_warmup(result.results, light, plan.base.steps), step_thread=light.step_thread,
                             steps=plan.base.steps * (light.marks_per_step or 1),
                             module_step=light.module or None, trains=light.trains)
+        if (light.step_name.startswith(rangenames.DATA_LOADER_PREFIX) and not light.trains
+                and rangenames.BACKWARD_RANGE in (result.results.series or {})):
+            # the traced passes count the training batches as the light pass did (d2l's
+            # train_ch3, fastai's own Adam): each fetch ticks at its iteration's backward
+            plan.base = replace(plan.base, trains=True, backward_marks=True)
         plan.windowed = True
     runner.save()
     plan.record(result, None)

@@ -2151,3 +2151,18 @@ def test_yolo_predict_steps_per_frame_though_the_model_calls_its_own_forward_whe
     # the traced pass marks the same calls and traces its window of them
     assert manifest["collectors"]["torch"]["status"] == "ok", manifest["collectors"]["torch"]
     assert manifest["passes"][1]["steps"] >= 10
+
+
+def test_d2l_traced_pass_counts_the_training_batches_as_the_light_pass_does(tmp_path: Path) -> None:
+    # the traced passes' step ticks (the progress line, the pass's step count) counted every
+    # fetch of a loop with no optimizer range: 48 for 40 training batches and 8 test batches
+    # (fastai's own Adam: "293 of 248 steps"); each fetch now ticks at its iteration's backward
+    r = run_cli("run", "--collect", "torch", "--out", tmp_path, REAL / "d2l_train.py", "--model", "module", *D2L, timeout=240,
+                env={"OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    traced = program_result((bundle / "raw" / "torch.log").read_text())
+    assert manifest["light_pass"]["steps_seen"] == traced["batches"] == 40
+    assert manifest["passes"][1]["steps"] == 40  # the torch pass's ticks
+    assert manifest["collectors"]["torch"]["status"] == "ok"

@@ -880,8 +880,10 @@ class BackwardCalls:
     ``torch.func`` grad transform (``grad(lambda x: grad(f)(x).sum())``: the inner one's call
     comes first, while the outer's transform runs, with two Grad levels on functorch's
     stack). Light pass: timed like any range (one wrapper call per call, nothing per autograd
-    node). Traced passes: installed only when the light pass chose one, each call a
-    perfdoctor region. Inside a ``torch.compile``-d function the call is left to dynamo."""
+    node). Traced passes: installed when the light pass chose one, each call a perfdoctor
+    region; or when the calls mark a data loader step's training batches (no optimizer range:
+    ``PassConfig.backward_marks``), each outermost call then the mark its fetch's tick waits
+    for (a test batch has none). Inside a ``torch.compile``-d function the call is left to dynamo."""
 
     def __init__(self, session: Session, autograd: Any, compiling: Any) -> None:
         self.autograd = autograd
@@ -889,6 +891,7 @@ class BackwardCalls:
         self.wrappers: dict[str, Any] = {}
         self.depth = 0  # outer calls running: across threads, as the engine's own thread calls back
         light = session.mode == "light"
+        self.marks = not light and bool(session.config.backward_marks)  # each backward is a training mark (tally_mark)
         for attr, name, inner in (("backward", rangenames.BACKWARD_RANGE, _never), ("grad", rangenames.GRAD_RANGE, _inner_grad)):
             self.wrappers[attr] = self._wrapper(session, light, name, self.originals[attr], compiling, inner)
             setattr(autograd, attr, self.wrappers[attr])
@@ -898,6 +901,8 @@ class BackwardCalls:
         def call(*args: Any, **kwargs: Any) -> Any:
             if session.disabled or self.depth or compiling() or inner():
                 return original(*args, **kwargs)
+            if self.marks:
+                session.tally_mark()
             self.depth += 1
             try:
                 return ranged(session, light, name, original, *args, **kwargs)
@@ -930,7 +935,7 @@ def install_backward_calls(session: Session) -> BackwardCalls | None:
     """:class:`BackwardCalls` in the light pass, and in a traced pass whose step they are."""
     import torch
 
-    if session.mode != "light" and rangenames.kind(session.pattern or "") != rangenames.BACKWARD:
+    if session.mode != "light" and rangenames.kind(session.pattern or "") != rangenames.BACKWARD and not session.config.backward_marks:
         return None
     compiling = is_compiling(torch)
     return BackwardCalls(session, torch.autograd, compiling)
