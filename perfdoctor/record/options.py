@@ -11,8 +11,9 @@ from perfdoctor.record import launch
 COLLECTORS = ("torch", "nvml", "nsys", "ncu")
 DEFAULT_WARMUP = 1  # steps skipped before the traced window when no light pass found the steady state
 # What a torch trace begun with the program (no step known) may add to the process's peak
-# memory before it is stopped (bootstrap Session.watch_trace): ~700k events of a loop of small
-# CPU ops, 11 s to stop and export on the 2-CPU machine (the whole 2.1M: 48 s, 1.4 GB of JSON)
+# memory before it is stopped (bootstrap Session.watch_trace): on the 2-CPU machine a 2 s loop
+# of small CPU ops traced whole (2.1M events) took a 48 s torch pass and 1.4 GB of JSON; cut
+# there, after 1 s of it, 16 s
 DEFAULT_TRACE_BUDGET_MB = 512
 
 

@@ -177,7 +177,7 @@ def light_pass(plan: Plan) -> None:
         # no step to window on: the torch pass traces from the program's start, and stops
         # where its buffers outgrow what the program held alone (Session.watch_trace)
         plan.unwindowed()
-    if light.step_name is not None:
+    else:
         # The later passes window on the step the light pass found, inside its steady state.
         # --steps counts steps; the traced passes count the step range's occurrences
         plan.base = replace(plan.base, step=light.step_name, warmup=window_warmup(result.results, light, plan.base.steps), step_thread=light.step_thread,
@@ -213,10 +213,10 @@ def torch_pass(plan: Plan) -> None:
         plan.unwindowed()
         result = run_torch(plan, trace)
     if (cut := result.results.trace_cut) is not None:
-        result.results.trace_scope = (f"the program's first {value(cut['seconds'], 's')}: with no step known the trace began with the "
-                                      f"program, and stopped when the process held {value(cut['rss_mb'], 'MB')}, mostly the tracer's "
-                                      "events; the program ran on untraced")
-        runner.say(f"torch pass: no step was known, so the trace began with the program; it was stopped "
+        result.results.trace_scope = (f"the program's first {value(cut['seconds'], 's')}: with no step to window on the trace began with "
+                                      f"the program, and stopped when the process held {value(cut['rss_mb'], 'MB')}, mostly the "
+                                      "tracer's events; the program ran on untraced")
+        runner.say(f"torch pass: with no step to window on, the trace began with the program; it was stopped "
                    f"{value(cut['seconds'], 's')} in, when its events had filled --trace-budget ({value(runner.options.trace_budget_mb, 'MB')} over what "
                    "the program and the profiler hold alone), and the program ran on untraced. To trace steps "
                    "instead, name one: --step-fn, --step, or perfdoctor.region around the loop's body")

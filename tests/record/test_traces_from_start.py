@@ -49,8 +49,8 @@ def test_a_program_with_no_step_is_traced_until_the_budget_then_runs_on(tmp_path
     assert cut["rss_mb"] >= light_peak + budget
     assert 0 < clones < SWEEPS, clones  # a part of the loop, exported whole (the file reads)
     scope = manifest["passes"][1]["trace_scope"]
-    assert scope.startswith(f"the program's first {value(cut['seconds'], 's')}: with no step known"), scope
-    assert "no step was known, so the trace began with the program; it was stopped" in done.stderr
+    assert scope.startswith(f"the program's first {value(cut['seconds'], 's')}: with no step to window on"), scope
+    assert "with no step to window on, the trace began with the program; it was stopped" in done.stderr
     assert "--trace-budget (64 MB over what the program and the profiler hold alone)" in done.stderr
     # the cut trace reads like any other
     analyzed = run_cli("analyze", bundle, cwd=tmp_path)
