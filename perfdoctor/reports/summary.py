@@ -187,19 +187,27 @@ def uneven_steps_lines(analysis: Analysis) -> list[str]:
 # among 85-90 ms ones: 0.38), and paced_infer.py's frames, late after the profiler's 3.7 s
 # start, ran back to back without their sleeps (0.59).
 FASTER_TRACE = 0.7
+# The traced steps longer than this many times the untraced ones: more than a tracer adds (a
+# loop of ~2 us CPU ops, the tracer's worst case, reads ~4-5x), so the window ran in another
+# regime. diffusers' DDPMPipeline on the 2-CPU VM, its torch threads fighting another
+# process for the cores: the window's steps 988 ms, the light pass's steady ones 13.4 ms
+# (74x), and the CPU breakdown described the stall with no word of it.
+SLOWER_TRACE = 10.0
 
 
 def trace_window_lines(analysis: Analysis) -> list[str]:
-    """A warning when the traced steps ran much faster than the untraced ones: the
-    breakdowns below describe the window, which the light pass's steady state is not."""
+    """A warning when the traced steps ran much faster than the untraced ones, or far slower
+    than a tracer makes them: the breakdowns below describe the window, which the light
+    pass's steady state is not."""
     ratio = analysis.metrics.get("profiler_overhead_ratio")
-    if ratio is None or ratio.value is None or not 0 < ratio.value < FASTER_TRACE:
+    if ratio is None or ratio.value is None or FASTER_TRACE <= ratio.value <= SLOWER_TRACE or ratio.value <= 0:
         return []
     traced, light = analysis.value("traced_step_latency_ms_p50"), analysis.value("step_latency_ms_p50")
+    why = ("a producer had run ahead, a backlog drained, late work ran back to back" if ratio.value < FASTER_TRACE else
+           "more than a tracer adds: a slow stretch, another process's load, a warm-up the light pass had left behind")
     return [f"trace window: its steps took {times(ratio.value)} the untraced steps' time (p50 {value(traced, 'ms')} "
-            f"against {value(light, 'ms')}): the traced steps are not the steady state the light pass timed (a producer "
-            "had run ahead, a backlog drained, late work ran back to back), so the breakdowns describe the window; "
-            "perfdoctor run --warmup N traces later steps"]
+            f"against {value(light, 'ms')}): the traced steps are not the steady state the light pass timed ({why}), so "
+            "the breakdowns describe the window; perfdoctor run --warmup N traces later steps"]
 
 
 def header_lines(analysis: Analysis) -> list[str]:

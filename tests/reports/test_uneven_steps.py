@@ -10,7 +10,7 @@ import statistics
 from pathlib import Path
 
 from perfdoctor import pipeline
-from perfdoctor.reports.summary import FASTER_TRACE, UNEVEN, header_lines, trace_window_lines, uneven_steps_lines
+from perfdoctor.reports.summary import FASTER_TRACE, SLOWER_TRACE, UNEVEN, header_lines, trace_window_lines, uneven_steps_lines
 
 DATA = Path(pipeline.__file__).parent / "demo" / "data"  # the recorded H200 bundles
 
@@ -60,4 +60,19 @@ def test_a_trace_window_faster_than_the_untraced_steps_is_named():
     assert line.startswith("trace window: its steps took 0.38x") and f"p50 {0.38 * light:.3g} ms against {light:.3g} ms" in line
     assert line in header_lines(analysis)
     analysis.metrics["profiler_overhead_ratio"] = dataclasses.replace(ratio, value=FASTER_TRACE + 0.01)
+    assert trace_window_lines(analysis) == []
+
+
+def test_a_trace_window_far_slower_than_a_tracer_makes_it_is_named():
+    # diffusers' DDPMPipeline on the 2-CPU VM (2026-12-06): its traced window ran 988 ms steps
+    # while another process took the cores, the light pass's steady steps 13.4 ms
+    analysis = pipeline.diagnose(DATA / "eager").analysis
+    ratio, traced = analysis.metrics["profiler_overhead_ratio"], analysis.metrics["traced_step_latency_ms_p50"]
+    light = analysis.value("step_latency_ms_p50")
+    analysis.metrics["profiler_overhead_ratio"] = dataclasses.replace(ratio, value=988 / 13.4)
+    analysis.metrics["traced_step_latency_ms_p50"] = dataclasses.replace(traced, value=988 / 13.4 * light)
+    (line,) = trace_window_lines(analysis)
+    assert line.startswith("trace window: its steps took 73.7x") and "more than a tracer adds" in line
+    assert line in header_lines(analysis)
+    analysis.metrics["profiler_overhead_ratio"] = dataclasses.replace(ratio, value=SLOWER_TRACE - 0.01)  # a tracer's worst
     assert trace_window_lines(analysis) == []
