@@ -198,7 +198,7 @@ def torch_pass(plan: Plan) -> None:
     trace = runner.raw / bundles.TORCH_TRACE
     result = run_torch(plan, trace)
     if (plan.windowed and runner.options.ranks is None and not (runner.interrupted or runner.manifest.timed_out or result.stopped)
-            and program_failure(result) is None and not trace.exists() and torch_status(result, trace).startswith(NO_WINDOW)):
+            and program_failure(result) is None and never_windowed(result.results, trace)):
         # The light pass's step never reached its window here: the traced pass did not see
         # the step as the light pass did (Ultralytics' model, before 7080319: a layer the
         # light pass found outermost runs inside the predictor's module). No trace at all is
@@ -261,7 +261,9 @@ def program_failure(result: PassResult, interrupted: int | None = None) -> str |
     return None
 
 
-NO_WINDOW = "failed: no step reached the window"
+def never_windowed(r: PassResults, trace: Path) -> bool:
+    """The pass's window never opened, and it wrote no trace (nor kept the program's own)."""
+    return r.window_state == "before" and not r.whole_program and not r.trace_error and not trace.exists()
 
 
 def torch_status(result: PassResult, trace: Path, interrupted: int | None = None) -> str:
@@ -271,8 +273,8 @@ def torch_status(result: PassResult, trace: Path, interrupted: int | None = None
         return f"failed: {r.trace_error}"
     if trace.exists():
         return f"failed: {failure} (a trace was written)" if failure else "ok"
-    if r.window_state == "before" and not r.whole_program:
-        return f"{NO_WINDOW} (warmup {r.window_step!r}: {r.step_counts})"
+    if never_windowed(r, trace):
+        return f"failed: no step reached the window (warmup {r.window_step!r}: {r.step_counts})"
     if failure:
         return f"failed: {failure}, no trace written; output: {result.stderr_tail[-500:]}"
     return f"failed: no trace written (exit {result.exit_code}); output: {result.stderr_tail[-500:]}"

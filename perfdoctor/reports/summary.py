@@ -200,7 +200,7 @@ def trace_window_lines(analysis: Analysis) -> list[str]:
     than a tracer makes them: the breakdowns below describe the window, which the light
     pass's steady state is not."""
     ratio = analysis.metrics.get("profiler_overhead_ratio")
-    if ratio is None or ratio.value is None or FASTER_TRACE <= ratio.value <= SLOWER_TRACE or ratio.value <= 0:
+    if ratio is None or ratio.value is None or not (0 < ratio.value < FASTER_TRACE or ratio.value > SLOWER_TRACE):
         return []
     traced, light = analysis.value("traced_step_latency_ms_p50"), analysis.value("step_latency_ms_p50")
     why = ("a producer had run ahead, a backlog drained, late work ran back to back" if ratio.value < FASTER_TRACE else
