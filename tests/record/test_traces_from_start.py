@@ -15,6 +15,8 @@ import json
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from conftest import run_cli
 from perfdoctor.text import value
 
@@ -111,3 +113,11 @@ def test_a_step_that_never_reaches_its_window_in_the_traced_run_falls_back_to_a_
     assert sum(e.get("name") == "aten::linear" and e.get("ph") == "X" for e in events) == 2 * 3  # every forward of the run
     analyzed = run_cli("analyze", bundle, cwd=tmp_path)
     assert analyzed.returncode == 0, analyzed.stderr[-2000:]
+
+
+@pytest.mark.parametrize("given", ["-1", "lots"])
+def test_a_trace_budget_that_is_no_size_is_one_line_and_exit_2(tmp_path, given):
+    done = run_cli("run", "--out", tmp_path / "runs", "--trace-budget", given, JACOBI, cwd=tmp_path, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: invalid value for '--trace-budget'") and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (tmp_path / "runs").exists()  # nothing ran, no bundle
