@@ -95,3 +95,18 @@ def test_p99_is_not_judged_on_an_unknown_workload(tmp_path: Path, step: str):
     # the user can say what it is: --workload inference judges the p99 against its target
     told = diagnose(_bundle(tmp_path / "c", step), warnings=False, workload="inference")
     assert _p99(told).status == "fail"
+
+
+@pytest.mark.parametrize("step", [TRAIN_STEP, "Optimizer.zero_grad#Adam.zero_grad"])
+def test_uneven_steps_names_the_data_loader_only_where_one_feeds_the_loop(tmp_path: Path, step: str):
+    """The same slow steps, read from a DataLoader loop and from a loop with no loader at all (PyG's
+    full-batch GCN, whose step is zero_grad to zero_grad): only the first is told about
+    DataLoader workers (CPU probe of torch_geometric 2.8.1, 2026-12-06, was told both)."""
+    d = diagnose(_bundle(tmp_path / "b", step), warnings=False)
+    (f,) = [x for x in d.findings if x.rule_id == "uneven-steps"]
+    assert f.status == "fail"
+    loader = "DataLoader" in step
+    advice = " ".join(f.remediation.steps) + (f.remediation.snippet or "")
+    assert ("DataLoader" in advice) == loader
+    assert ("num_workers" in advice) == loader
+    assert "gc.freeze()" in advice  # the causes every loop can have stay
