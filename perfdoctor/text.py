@@ -225,8 +225,8 @@ def tick(v: float) -> str:
 
 
 def value(v: float | None, unit: str) -> str:
-    """A metric's value in its unit, for people: ratios as %, counts whole, bytes and rates
-    scaled, absent as ``—``."""
+    """A metric's value in its unit, for people: ratios as %, multiples (``x``) as ``1.1x``,
+    counts whole, bytes and rates scaled, absent as ``—``."""
     if v is None:
         return "—"
     v = float(v)
@@ -240,4 +240,6 @@ def value(v: float | None, unit: str) -> str:
         return count(v)
     if unit == "1/s":
         return f"{num(v)} /s"
+    if unit == "x":
+        return times(v)
     return f"{num(v)} {unit}".rstrip()

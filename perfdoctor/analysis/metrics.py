@@ -47,6 +47,19 @@ SCHEMA = "perfdoctor.metrics/2"
 # Above this traced/untraced step-time ratio the tracer visibly stretched host gaps: the
 # metrics made of them are corrected with the light pass or carry a note.
 OVERHEAD_NOTE_RATIO = 1.2
+# The traced steps shorter than this share of the untraced ones: the trace window is not the
+# steady state. A tracer adds time (profiler_overhead_ratio 1.03-2.32 for ten of twelve real
+# programs on the H200, 2026-12-05); the other two traced another regime: prefetch_train.py's
+# window took the batches its producer made during the first, slow iteration (9 ms steps
+# among 85-90 ms ones: 0.38), and paced_infer.py's frames, late after the profiler's 3.7 s
+# start, ran back to back without their sleeps (0.59).
+FASTER_TRACE = 0.7
+# The traced steps longer than this many times the untraced ones: more than a tracer adds (a
+# loop of ~2 us CPU ops, the tracer's worst case, reads ~4-5x), so the window ran in another
+# regime. diffusers' DDPMPipeline on the 2-CPU VM, its torch threads fighting another
+# process for the cores: the window's steps 988 ms, the light pass's steady ones 13.4 ms
+# (74x), and the CPU breakdown described the stall with no word of it.
+SLOWER_TRACE = 10.0
 # A counter source and the model differing by more than this (absolute, in utilisation)
 # are both shown: neither is dropped silently.
 BW_DISAGREE = 0.05
@@ -85,7 +98,7 @@ METRICS: dict[str, tuple[str, bool | None]] = {
     "l2_hit_rate": ("ratio", True),
     "warp_exec_efficiency": ("ratio", True),
     "peak_dram_bw_gbps": ("GB/s", None),
-    "profiler_overhead_ratio": ("ratio", False),
+    "profiler_overhead_ratio": ("x", False),  # traced / untraced step time: a multiple (1.10x), not a share
     "throttle_time_ratio": ("ratio", False),
     "comm_time_ratio": ("ratio", False),
     "comm_overlap_ratio": ("ratio", True),
@@ -504,9 +517,17 @@ def _slow_step_time_ratio(c: _Context, light: steady.SteadySeries | None) -> Met
 
 
 def _traced_step_latency_ms_p50(c: _Context) -> Metric:
+    key = "traced_step_latency_ms_p50"
+    if c.steps.count and c.profile.activities.empty:
+        # No device work at all (a CPU-only run): a step's critical path is its host range.
+        # Without this the tracer's cost on a CPU loop (1.1-3.7x on real libraries' loops,
+        # 2026-12-06) and a window in another regime (diffusers on a loaded CPU: 74x) went unsaid.
+        t = c.steps.table
+        host_ms = (t["host_end_ns"].to_numpy(np.float64) - t["host_start_ns"].to_numpy(np.float64)) / 1e6
+        return c.have(key, np.median(host_ms), note="no device work: the traced steps' host ranges")
     if c.no_steps:
-        return c.absent("traced_step_latency_ms_p50", c.no_steps)
-    return c.have("traced_step_latency_ms_p50", np.median(c.timeline.critical_path_ms()))
+        return c.absent(key, c.no_steps)
+    return c.have(key, np.median(c.timeline.critical_path_ms()))
 
 
 def _host_lead_ms_p50(c: _Context, light: steady.SteadySeries | None) -> Metric:

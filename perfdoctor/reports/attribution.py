@@ -45,7 +45,7 @@ def terminal(analysis, blank_after: bool = True) -> RenderableType:
     directly under it (they end the block)."""
     a = analysis.attribution
     if a.reason and analysis.cpu is not None:  # no GPU ran: the step went to CPU operators
-        return Text(f"{cpu.TITLE}: {cpu.headline(analysis.cpu)}", style="bold")
+        return Text(f"{cpu.TITLE}: {cpu.headline(analysis.cpu, cpu.tracer_cost(analysis))}", style="bold")
     if a.reason:
         return Group(Text(f"{TITLE}: not available — {a.reason}", style="dim"), Text(""))
     title = Text(f"{TITLE}: {headline(a)}", style="bold")  # a line of its own: a table title wraps at the table's width
@@ -65,7 +65,7 @@ def terminal(analysis, blank_after: bool = True) -> RenderableType:
 def markdown(analysis) -> list[str]:
     a = analysis.attribution
     if a.reason and analysis.cpu is not None:
-        return [f"### {cpu.TITLE}", "", md_cell(cpu.headline(analysis.cpu)), "", *cpu.markdown(analysis.cpu)]
+        return [f"### {cpu.TITLE}", "", md_cell(cpu.headline(analysis.cpu, cpu.tracer_cost(analysis))), "", *cpu.markdown(analysis.cpu)]
     if a.reason:
         return [f"**{TITLE}:** not available — {md_cell(a.reason)}", ""]
     out = [f"### {TITLE}", "", f"{md_cell(headline(a))}", "", "| part | ms/step | share |", "|---|---:|---:|"]
@@ -101,7 +101,7 @@ def html(analysis) -> str:
     the first screen) the table and one stacked bar per traced step, on one scale."""
     a = analysis.attribution
     if a.reason and analysis.cpu is not None:  # no GPU ran: the step went to CPU operators
-        return cpu.html(analysis.cpu)
+        return cpu.html(analysis.cpu, cpu.tracer_cost(analysis))
     if a.reason:
         return f'<p class="muted"><b>{TITLE}:</b> not available: {html_text(a.reason)}</p>'
     rows = "".join(f"<tr><td>{html_text(label)}</td><td>{num(ms)}</td><td>{value(share, 'ratio')}</td></tr>" for label, ms, share in _rows(a))

@@ -17,7 +17,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from perfdoctor.analysis.metrics import Analysis
+from perfdoctor.analysis.metrics import FASTER_TRACE, SLOWER_TRACE, Analysis
 from perfdoctor.analysis.steps import no_trace
 from perfdoctor.reports.common import fmt_metric
 from perfdoctor.text import clean, count, num, percent, times, value
@@ -180,19 +180,6 @@ def uneven_steps_lines(analysis: Analysis) -> list[str]:
             "a timer around the whole loop reads the mean"]
 
 
-# The traced steps shorter than this share of the untraced ones: the trace window is not the
-# steady state. A tracer adds time (profiler_overhead_ratio 1.03-2.32 for ten of twelve real
-# programs on the H200, 2026-12-05); the other two traced another regime: prefetch_train.py's
-# window took the batches its producer made during the first, slow iteration (9 ms steps
-# among 85-90 ms ones: 0.38), and paced_infer.py's frames, late after the profiler's 3.7 s
-# start, ran back to back without their sleeps (0.59).
-FASTER_TRACE = 0.7
-# The traced steps longer than this many times the untraced ones: more than a tracer adds (a
-# loop of ~2 us CPU ops, the tracer's worst case, reads ~4-5x), so the window ran in another
-# regime. diffusers' DDPMPipeline on the 2-CPU VM, its torch threads fighting another
-# process for the cores: the window's steps 988 ms, the light pass's steady ones 13.4 ms
-# (74x), and the CPU breakdown described the stall with no word of it.
-SLOWER_TRACE = 10.0
 
 
 def trace_window_lines(analysis: Analysis) -> list[str]:

@@ -4,11 +4,19 @@ row of "—" each."""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import re
+import shutil
+
+import numpy as np
+import pytest
 
 from conftest import FIXTURES, run_cli
+from perfdoctor.pipeline import diagnose
+from perfdoctor.reports import cpu
+from perfdoctor.reports.summary import header_lines
 from perfdoctor.text import num, value
 
 CPU_MLP = FIXTURES / "cpu-mlp-5steps.kineto.json.gz"
@@ -71,3 +79,44 @@ def test_the_html_report_of_a_cpu_trace_has_the_operator_table_and_the_step_late
     drawn = re.findall(r"<title>step \d+: ([^<]+)</title></circle>", html)
     assert len(want) == 5 and drawn == [value(v, "ms") for v in want]
     assert "5 steps" in html and "No latency series to draw" not in html
+
+
+LOADED = FIXTURES / "bundles" / "ddpm-cpu-loaded"  # diffusers' DDPMPipeline, traced while another process took the cores
+
+
+def _loaded(tmp_path):
+    b = tmp_path / "ddpm"
+    shutil.copytree(LOADED, b)  # analyze writes metrics.json into the bundle
+    return diagnose(b, warnings=False)
+
+
+def test_a_cpu_runs_traced_steps_are_timed_and_a_window_in_another_regime_is_said(tmp_path) -> None:
+    """A CPU-only run's traced step latency is its steps' host ranges, so the trace-window
+    check works there too: it had no traced latency, and diffusers' window at 74x the light
+    pass's steps went unsaid (2026-12-06)."""
+    doc = json.loads(gzip.decompress((LOADED / "raw" / "torch-trace.json.gz").read_bytes()))
+    starts = sorted(e["ts"] for e in doc["traceEvents"] if e.get("name") == "UNet2DModel.forward")
+    want = float(np.median(np.diff(starts))) / 1e3  # each call to the next (the step: a call and the host work after it)
+    d = _loaded(tmp_path)
+    a = d.analysis
+    assert a.value("traced_step_latency_ms_p50") == pytest.approx(want, rel=1e-6)
+    light = a.value("step_latency_ms_p50")
+    assert a.metrics["step_latency_ms_p50"].source == "light" and 10 < light < 20
+    assert a.value("profiler_overhead_ratio") == pytest.approx(want / light, rel=1e-6)
+    (line,) = [x for x in header_lines(a) if x.startswith("trace window:")]
+    assert f"p50 {value(want, 'ms')} against {value(light, 'ms')}" in line
+    assert f"not the steady state: untraced, the light pass's p50 is {value(light, 'ms')}" in cpu.headline(a.cpu, cpu.tracer_cost(a))
+
+
+@pytest.mark.parametrize("ratio, said", [(1.1, None), (3.7, "the tracer's own cost is in them"), (0.5, "not the steady state")])
+def test_the_cpu_headline_says_what_the_traced_milliseconds_hold(tmp_path, ratio, said) -> None:
+    """Pyro's SVI loop on the CPU: the breakdown's 7.3 ms per step against the light pass's 1.95
+    ms, with no word that the tracer's events are in them (2026-12-06)."""
+    a = _loaded(tmp_path).analysis
+    m = a.metrics["profiler_overhead_ratio"]
+    a.metrics["profiler_overhead_ratio"] = dataclasses.replace(m, value=ratio)
+    clause = cpu.tracer_cost(a)
+    if said is None:
+        assert clause == ""
+    else:
+        assert clause.startswith(f"; {said}") and clause.endswith(value(a.value("step_latency_ms_p50"), "ms"))

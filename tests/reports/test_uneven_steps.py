@@ -10,7 +10,8 @@ import statistics
 from pathlib import Path
 
 from perfdoctor import pipeline
-from perfdoctor.reports.summary import FASTER_TRACE, SLOWER_TRACE, UNEVEN, header_lines, trace_window_lines, uneven_steps_lines
+from perfdoctor.analysis.metrics import FASTER_TRACE, SLOWER_TRACE
+from perfdoctor.reports.summary import UNEVEN, header_lines, trace_window_lines, uneven_steps_lines
 
 DATA = Path(pipeline.__file__).parent / "demo" / "data"  # the recorded H200 bundles
 
