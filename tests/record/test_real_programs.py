@@ -11,6 +11,7 @@ median against the program's mean.
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 from pathlib import Path
@@ -488,6 +489,29 @@ def test_the_progress_count_of_a_fetch_named_by_step_is_the_training_iterations(
     assert ticked["torch"] == result["iters"]
     assert ticked["light"] == result["iters"] + sanity
     assert f"torch pass: {result['iters']} steps" in r.stderr
+
+
+def test_a_window_of_a_training_loops_fetches_holds_training_iterations_not_the_validation(tmp_path: Path) -> None:
+    # mmengine's Runner (0.10.7, CPU probe 2026-12-06): the light pass put the window at the
+    # epoch's last training batch, and the torch pass closed it after 10 fetches of any kind:
+    # 1 training iteration and 9 validation batches, described as the step. The window now
+    # counts the fetches whose iteration held an optimizer mark. Here: the window opens at
+    # the first epoch's last batch (fetch 7), then its loader's end and 6 validation batches.
+    epochs, batches, val, steps = 2, 8, 6, 5
+    args = ("--epochs", str(epochs), "--batches", str(batches), "--val-batches", str(val), "--width", "256")
+    r = run_cli("run", "--collect", "torch", "--no-light", "--step", FETCH, "--warmup", str(batches - 1), "--steps", str(steps),
+                "--out", tmp_path, REAL / "train_eval.py", *args, timeout=240)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    doc = json.loads(gzip.decompress((bundle / "raw" / "torch-trace.json.gz").read_bytes()))
+    names = [e.get("name", "") for e in doc["traceEvents"] if e.get("ph") == "X"]
+    fetches = sum(n == FETCH for n in names)
+    optimizer_steps = sum(n.startswith("Optimizer.step#") for n in names)
+    # the window's 5 fetches end 4 training iterations: 7, then the second epoch's first three
+    assert optimizer_steps == steps - 1, (optimizer_steps, fetches)
+    assert fetches == steps + 1 + val + 1  # the first loader's end and the validation's fetches in between
+    d = diagnose(bundle, warnings=False)
+    assert d.analysis.steps.count == steps - 1
 
 
 # Issue 29, "programs named nowhere": shapes perfdoctor was not written against. Each test

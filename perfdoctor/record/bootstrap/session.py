@@ -113,6 +113,10 @@ class Session:
         # mark (untallied: the fetch whose iteration holds none yet)
         self.trained = bool(config.trains)
         self.untallied: str | None = None
+        # the window's fetches whose iteration held a mark: a training run's window of a fetch
+        # step counts these, not every fetch (mmengine's Runner: a window of 10 fetches from
+        # the epoch's last training batch held 9 validation batches, 2026-12-06)
+        self.window_trained = 0
         # steps.ModuleSteps, when main installs one (typed Any: steps imports this module, not the reverse)
         self.modules: Any = None
         self.replays: Any = None  # steps.GraphReplays, likewise
@@ -339,8 +343,11 @@ class Session:
             index = self.counts.get(name, 1) - 1
             if self.mode == "ncu" and name == self.window_name:
                 self.ncu_range(index, begin=False)
-            last = self.warmup + self.steps
-            closed = self.window_state == "open" and name == self.window_name and self.steps and index + 1 >= last
+            if self.trained and name.startswith(rangenames.DATA_LOADER_PREFIX):
+                held = self.window_trained + 1  # this fetch ends the window's last training iteration
+            else:
+                held = index + 1 - self.warmup
+            closed = self.window_state == "open" and name == self.window_name and self.steps and held >= self.steps
             if closed:
                 self.close_window()
         if step and self.trained and name.startswith(rangenames.DATA_LOADER_PREFIX):
@@ -355,6 +362,7 @@ class Session:
         is a training step (one tick); from now on only such fetches tick."""
         self.trained = True
         if self.untallied is not None:
+            self.window_trained += self.window_state == "open" and self.untallied == self.window_name
             self.untallied = None
             self.tick()
 
