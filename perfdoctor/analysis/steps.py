@@ -1112,22 +1112,25 @@ def traced_waits(ranges: pd.DataFrame) -> pd.DataFrame:
     return waits.assign(worked=busy.astype(np.int64))
 
 
-def iteration_ranges(marks: pd.DataFrame, waits: pd.DataFrame | None = None) -> pd.DataFrame:
+def iteration_ranges(marks: pd.DataFrame, waits: pd.DataFrame | None = None, stop_at_pauses: bool = False) -> pd.DataFrame:
     """Step ranges from the ranges that mark a loop iteration: per thread, from the start of
     one to the start of the next (the last one's iteration has no known end: left out).
     Each ends 1 ns before the next begins, so a call at that instant belongs to one step —
-    or where its thread began to wait for another thread before the next (``waits``: the
+    or, with ``stop_at_pauses`` (a call, not a loop's marker: the light pass's rule,
+    ``steady.iteration_ends_ns``), at its own end where a pause follows it and no wait for
+    a producer holds the time (``steady.fed_between``), or where its thread began to wait for another thread before the next (``waits``: the
     :data:`perfdoctor.names.ranges.WAIT_RANGE` ranges of ``perfdoctor run``'s traced passes,
     by ``steady.waits_between``, the light pass's rule): a server's worker idle between
     requests, not serving (its own range kept whole); the next then begins where the wait
     ended (taking the request is its service)."""
     marks = _outermost(marks).sort_values(["tid", "start_ns"], kind="stable")
-    idle = resumed = None
+    idle = resumed = fed = None
     if waits is not None and not waits.empty:
         # one call over every thread's marks (each thread's steps are its own series there),
         # so that it judges whether one thread runs the steps (worked waits: steady.waits_between)
         w = {c: waits[c].to_numpy(np.int64) for c in ("tid", "start_ns", "end_ns", "worked") if c in waits}
         idle, _, resumed = steady.waits_between(marks["start_ns"].to_numpy(np.int64), marks["tid"].to_numpy(np.int64), w)
+        fed = steady.fed_between(marks["start_ns"].to_numpy(np.int64), marks["tid"].to_numpy(np.int64), w) if stop_at_pauses else None
     parts = []
     at = 0
     for _, m in marks.groupby("tid", sort=False):  # marks sorted by thread: each group's rows are contiguous
@@ -1136,6 +1139,15 @@ def iteration_ranges(marks: pd.DataFrame, waits: pd.DataFrame | None = None) -> 
             continue
         part = m.iloc[:-1].copy()
         end = m["start_ns"].to_numpy(np.int64)[1:] - 1
+        if stop_at_pauses:
+            # whisper's beam search traced one token step holding the next clip's encoder,
+            # 659 ms among 33 ms ones, where the light pass ended it at its call (CPU, 2026-12-06)
+            own = part["end_ns"].to_numpy(np.int64)
+            after = np.maximum(end + 1 - own, 0)
+            paused = steady.pauses(after, own - part["start_ns"].to_numpy(np.int64) + after)
+            if fed is not None:
+                paused &= ~fed[rows]
+            end = np.where(paused, np.minimum(own, end), end)
         if idle is not None:
             end = np.where(idle[rows] >= 0, np.maximum(part["end_ns"].to_numpy(np.int64), np.minimum(end, idle[rows] - 1)), end)
             part["start_ns"] = np.where(resumed[rows] >= 0, resumed[rows], part["start_ns"].to_numpy(np.int64))
@@ -1332,7 +1344,7 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
             loop = marker == rangenames.LOOP
             if marker == rangenames.COMPILED:
                 matched = _iteration_marks(matched, ranges)
-            timed = loop_ranges(matched, f, parted, training, work, loops) if loop else iteration_ranges(matched, waits)
+            timed = loop_ranges(matched, f, parted, training, work, loops) if loop else iteration_ranges(matched, waits, stop_at_pauses=True)
             if moded and not timed.empty:
                 timed = own_work_ends(timed, _outermost(matched), work if work is not None else loop_work(profile))
             if not timed.empty:
@@ -1386,7 +1398,7 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
             marks = loop_ranges(marks, f, parted, training, work, loops)  # not an evaluation loop's batches
             marks = ended_before_evaluations(marks, f["start_ns"], f.loc[evaluating, "start_ns"], loops)
         elif choice.iteration:
-            marks = iteration_ranges(_iteration_marks(marks, ranges) if choice.name != GRAPH_REPLAY else marks, waits)
+            marks = iteration_ranges(_iteration_marks(marks, ranges) if choice.name != GRAPH_REPLAY else marks, waits, stop_at_pauses=True)
         else:
             marks = _outermost(marks)
         if not marks.empty:

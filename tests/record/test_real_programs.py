@@ -629,6 +629,28 @@ def test_encoder_decoder_greedy_decode_steps_per_decoder_token(tmp_path: Path) -
     assert _step_ms(series)[-result["tokens"]:].mean() == pytest.approx(result["ms_per_step"], rel=0.05)
 
 
+def test_a_traced_token_step_before_the_next_utterances_encoder_ends_at_its_own_call(tmp_path: Path) -> None:
+    # openai-whisper's beam search (CPU probe, 2026-12-06): analyze timed each decoder call to
+    # the next, so the window's step before a new clip held that clip's encoder (659 ms among
+    # 33 ms steps); the light pass ends a call followed by a pause at its own end, and so does
+    # the trace now. The window (calls 12-21) crosses the second utterance's encoder (after 16).
+    r = run_cli("run", "--collect", "torch", "--warmup", "12", "--steps", "10", "--out", tmp_path,
+                REAL / "encdec_greedy.py", "--device", "cpu", "--dim", "64", "--heads", "4", "--enc-layers", "2", "--dec-layers", "2",
+                "--frames", "200", "--vocab", "512", "--tokens", "16", "--utterances", "2", env={"OMP_NUM_THREADS": "1"}, timeout=240)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    doc = json.loads(gzip.decompress((bundle / "raw" / "torch-trace.json.gz").read_bytes()))
+    events = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    calls = sorted((e["ts"], e["dur"]) for e in events if e["name"] == "TextDecoder.forward")
+    convs = [e["ts"] for e in events if e["name"] == "aten::conv1d"]  # the encoder's front end: no decoder op is one
+    encoder_after = [any(ts + dur <= c < nxt for c in convs) for (ts, dur), (nxt, _) in zip(calls, calls[1:])]
+    assert len(calls) == 10 and sum(encoder_after) == 1
+    want = [dur / 1e3 if enc else (nxt - ts) / 1e3 for (ts, dur), (nxt, _), enc in zip(calls, calls[1:], encoder_after)]
+    t = diagnose(bundle, warnings=False).analysis.steps.table
+    got = ((t["host_end_ns"] - t["host_start_ns"]).to_numpy() / 1e6).tolist()
+    assert got == pytest.approx(want, abs=0.002)  # the trace's microseconds, to the nanosecond step that ends before the next
+
+
 @pytest.mark.parametrize("extra", [(), ("--amp", "--checkpoint")])
 def test_lightning_style_training_steps_per_training_batch(tmp_path: Path, extra: tuple[str, ...]) -> None:
     # training_step/validation_step methods called by a hand-written fit; validation every 4
