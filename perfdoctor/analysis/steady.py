@@ -1266,6 +1266,9 @@ class SteadySeries:
     host_lead_ms: np.ndarray  # per steady step that has a predecessor
     cadence: Cadence
     steps: np.ndarray | None = None  # each critical path's step (its index in the whole series)
+    # per steady step: a pause came before it (paused_before: the program did something else
+    # between the loop's steps: a prefill or an encoder, an evaluation, the epoch's end)
+    paused: np.ndarray | None = None
 
 
 def steady_series(
@@ -1300,8 +1303,9 @@ def steady_series(
         h[k:], g[k:], None if gpu_start is None else _ns(gpu_start)[k:], None if waited is None else _ns(waited)[k:],
         None if pass_ended is None else np.asarray(pass_ended, dtype=bool)[k:], compiled)
     steps = np.arange(k, k + cp.size)
+    paused = paused_before(h, g, gpu_start, waited, pass_ended)[k:] if h.size > 1 else np.zeros(cp.size, dtype=bool)
     if compiled is not None:
-        cp, steps = cp[~compiled], steps[~compiled]
+        cp, steps, paused = cp[~compiled], steps[~compiled], paused[~compiled]
     elif kept_compiles:
         cad = replace(cad, compiles_kept=kept_compiles)
-    return SteadySeries(cp.astype(np.float64), lead.astype(np.float64), cad, steps)
+    return SteadySeries(cp.astype(np.float64), lead.astype(np.float64), cad, steps, paused)

@@ -87,7 +87,7 @@ RULE_FIELDS = {
     "citation", "cite", "reading", "evidence", "estimate", "collect", "remediation", "variant", "workload", "suppresses", "no_estimate",
 }
 WORKLOADS = ("training", "inference", "any", "serving", "diffusion", "llm-prefill", "llm-decode", "vision")
-VARIANT_FIELDS = {"when", "title", "remediation", "estimate", "severity"}
+VARIANT_FIELDS = {"when", "title", "remediation", "estimate", "severity", "no_estimate"}
 REMEDIATION_FIELDS = {"steps", "snippet"}
 STEP_FIELDS = {"text", "needs"}  # a step given only where a condition holds: { text = "...", needs = "KEY [OP NUMBER]" | "[not] CONDITION" }
 SNIPPET_FIELDS = {"code", "needs"}  # a snippet's part likewise: { code = "...", needs = "..." }
@@ -146,6 +146,10 @@ COMPILED_KERNELS = 0.2
 # Checkpointing: at least this share of the slow steps' time beyond the median is the
 # program's checkpoint saves inside them (slow_step_save_ratio)
 SAVES_EXPLAIN = 0.5
+# After pauses: at least this share of it is in the first steps after the program's pauses
+# (slow_step_after_pause_ratio): whisper's first decoder call per clip (its prompt and the
+# cross-attention keys over the audio), 52-54 % of the time beyond the median on a CPU
+PAUSES_EXPLAIN = 0.5
 
 
 def _at_least(key: str, floor: float) -> Callable[[dict[str, Metric]], bool]:
@@ -181,6 +185,10 @@ PREDICATES: dict[str, tuple[Callable[[dict[str, Metric]], bool], str]] = {
     # a loop that waits for the GPU at each turn: no CUDA graph captures it, batching its turns fixes it
     "waiting-loop": (_at_least("sync_loop_turns", SYNC_LOOP_TURNS), "the step runs a loop that waits for the GPU at each turn "
                      f"(sync_loop_turns >= {SYNC_LOOP_TURNS}: consecutive sync-delimited parts launching the same kernels)"),
+    # the slow steps are each loop's first, after the program's other work: that call's own work
+    "after-pauses": (_at_least("slow_step_after_pause_ratio", PAUSES_EXPLAIN), "the first steps after the program's pauses (a prefill or an encoder "
+                     "between decode loops, an evaluation or an epoch's end) account for the slow steps' time beyond the median "
+                     f"(slow_step_after_pause_ratio >= {PAUSES_EXPLAIN})"),
     # "find what the slow steps wait for" is then answered already
     "checkpointing": (_at_least("slow_step_save_ratio", SAVES_EXPLAIN), f"checkpoint saves (torch.save, safetensors' save_file, DCP's save) inside the slow steps account for their time beyond the median "
                       f"(slow_step_save_ratio >= {SAVES_EXPLAIN})"),
@@ -209,9 +217,11 @@ def workload_values(analysis: Analysis) -> dict[str, Metric]:
 
 
 def light_values(analysis: Analysis) -> dict[str, Metric]:
-    """Inputs of the ``periodic``, ``sliding-window`` and ``checkpointing`` conditions, from
-    the light pass (none without one): ``slow_step_period``, the period in steps of the steady
-    steps' slow ones where they come on a schedule (:func:`perfdoctor.analysis.steady.slow_period`);
+    """Inputs of the ``periodic``, ``after-pauses``, ``sliding-window`` and ``checkpointing``
+    conditions, from the light pass (none without one): ``slow_step_period``, the period in
+    steps of the steady steps' slow ones where they come on a schedule
+    (:func:`perfdoctor.analysis.steady.slow_period`); ``slow_step_after_pause_ratio``, the share
+    of the steady steps' time beyond the median in the steps that follow a pause;
     ``windows_per_step``, where each step is the model's calls on windows of one input; and, when
     a steady step saved a checkpoint, ``slow_step_save_ratio``, the share of the steady
     steps' time beyond the median that the program's checkpoint saves inside them account
@@ -222,6 +232,10 @@ def light_values(analysis: Analysis) -> dict[str, Metric]:
         return {}
     period = slow_period(series.critical_path_ms)
     out = {} if period is None else {"slow_step_period": Metric(float(period), "steps", "light")}
+    if series.paused is not None and series.paused.any():
+        after = held_share(series.critical_path_ms, np.where(series.paused, series.critical_path_ms, 0.0))
+        if after is not None:
+            out["slow_step_after_pause_ratio"] = Metric(after, "ratio", "light")
     if light.windows_per_step:
         out["windows_per_step"] = Metric(float(light.windows_per_step), "count", "light")
     if light.save_ns is None or series.steps is None:
@@ -324,6 +338,8 @@ class Variant:
     remediation: Remediation | None = None
     estimate: EstimateSpec | None = None
     severity: str | None = None  # the pack's severity where the condition holds (the stake may still lower it)
+    # where the condition holds, the rule's estimate does not apply: why nothing is estimated
+    no_estimate: str = ""
 
 
 @dataclass(frozen=True)
@@ -660,6 +676,8 @@ def _rule(raw: dict[str, Any], origin: str, threshold_origin: str, sources: dict
         _need(isinstance(when, str) and when in PREDICATES, "when", f"unknown condition {when!r}; known: {', '.join(PREDICATES)}")
         _need(isinstance(v.get("title", ""), str), "variant.title", "expected a string")
         _need(v.get("severity", "info") in SEVERITIES, "variant.severity", f"expected one of {', '.join(SEVERITIES)}")
+        _need(isinstance(v.get("no_estimate", ""), str), "variant.no_estimate", "expected a string")
+        _need(not ("estimate" in v and "no_estimate" in v), "variant.no_estimate", "a variant has an estimate or says why none, not both")
         variants.append(
             Variant(
                 when=when,
@@ -667,6 +685,7 @@ def _rule(raw: dict[str, Any], origin: str, threshold_origin: str, sources: dict
                 remediation=_remediation(v["remediation"], "remediation", sources) if "remediation" in v else None,
                 estimate=_estimate(v["estimate"], "estimate") if "estimate" in v else None,
                 severity=v.get("severity"),
+                no_estimate=clean(v.get("no_estimate", "").strip()),
             )
         )
     return Rule(
@@ -954,12 +973,15 @@ def evaluate_rule(rule: Rule, analysis: Analysis, values: dict[str, Metric], evi
     own copy)."""
     context = [name for name, (pred, _) in PREDICATES.items() if pred(values)]
     title, remediation, spec, severity = rule.title, rule.remediation, rule.estimate, rule.severity
+    no_estimate = rule.no_estimate
     for v in rule.variants:
         if v.when in context:
             title = v.title or title
             remediation = v.remediation or remediation
             spec = v.estimate or spec
             severity = v.severity or severity
+            if v.no_estimate:
+                spec, no_estimate = None, v.no_estimate
     if remediation is not None:
         remediation = remediation.for_values(values)  # the steps whose cause the trace shows
     shown = {k: values[k] for k in rule.metrics + rule.show if _usable(values.get(k))}
@@ -1010,7 +1032,7 @@ def evaluate_rule(rule: Rule, analysis: Analysis, values: dict[str, Metric], evi
             finding.estimate_reason = finding.estimate.how  # the estimator says what it needed
     elif finding.status == "fail":
         # A failing rule always says what fixing it wins back, or why it cannot (issue 20, item 11).
-        finding.estimate_reason = Unavailable(Need.FORMULA, rule.no_estimate or None)
+        finding.estimate_reason = Unavailable(Need.FORMULA, no_estimate or None)
     return finding
 
 

@@ -421,11 +421,14 @@ def slow_untraced_steps(analysis: Analysis) -> Evidence:
     Python's full garbage collections ran inside steps, how long in each (predict_dump.py's
     slow batches: 75-160 ms of collection each, the rest of them a median batch), and how long
     the program's checkpoint saves ran in each (``torch.save``, safetensors' ``save_file``,
-    torch.distributed.checkpoint's ``save``: a checkpoint saved every N steps)."""
+    torch.distributed.checkpoint's ``save``: a checkpoint saved every N steps), and, where the
+    run paused between its loops, whether a pause came before each (a loop's first step)."""
     light, series = analysis.light, analysis.light_series
     held = [(c, v) for c, v in (("full GC ms", light.gc_ns if light is not None else None),
                                 ("checkpoint save ms", light.save_ns if light is not None else None)) if v is not None]
-    ev = Evidence("slow_untraced_steps", ["step", "latency ms", "× median", "beyond the median ms", *(c for c, _ in held)])
+    paused = series.paused if series is not None and series.paused is not None and series.paused.any() else None
+    ev = Evidence("slow_untraced_steps", ["step", "latency ms", "× median", "beyond the median ms", *(c for c, _ in held),
+                                          *(("after a pause",) if paused is not None else ())])
     if light is None or series is None or not series.critical_path_ms.size:
         ev.note = Note.NO_LIGHT_PASS
         return ev
@@ -434,7 +437,7 @@ def slow_untraced_steps(analysis: Analysis) -> Evidence:
     for i in np.argsort(-cp, kind="stable")[:TOP]:
         step = int(series.steps[i])
         ev.rows.append([step, _r(cp[i]), _r(cp[i] / s.median_ms) if s.median_ms else "—", _r(max(0.0, cp[i] - s.median_ms)),
-                        *(_r(v[step] / 1e6) for _, v in held)])
+                        *(_r(v[step] / 1e6) for _, v in held), *(("yes" if paused[i] else "no",) if paused is not None else ())])
     ev.note = s
     return ev
 
