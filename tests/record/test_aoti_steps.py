@@ -1,7 +1,7 @@
 """The bootstrap's wrappers of calls no module call or range marks, on CPU: the AOTInductor
 hook (record.bootstrap.steps.install_aoti_steps) when the program imported the package's
 module before the bootstrap ran (wrapped at once, and once; the run through an import hook:
-tests/record/test_real_programs.py, aoti_infer.py), and the graph replays' wrapper, which
+tests/record/test_real_programs_more.py, aoti_infer.py), and the graph replays' wrapper, which
 shares its naming and its range with it, on a stand-in graph class (the real replays:
 tests/record/test_run_gpu.py)."""
 
