@@ -1125,7 +1125,8 @@ def iteration_ranges(marks: pd.DataFrame, waits: pd.DataFrame | None = None, sto
     Each ends 1 ns before the next begins, so a call at that instant belongs to one step —
     or, with ``stop_at_pauses`` (a call, not a loop's marker: the light pass's rule,
     ``steady.iteration_ends_ns``), at its own end where a pause follows it and no wait for
-    a producer holds the time (``steady.fed_between``), or where its thread began to wait for another thread before the next (``waits``: the
+    a producer holds the time (``steady.fed_between``), or where its thread began to wait
+    for another thread before the next (``waits``: the
     :data:`perfdoctor.names.ranges.WAIT_RANGE` ranges of ``perfdoctor run``'s traced passes,
     by ``steady.waits_between``, the light pass's rule): a server's worker idle between
     requests, not serving (its own range kept whole); the next then begins where the wait
