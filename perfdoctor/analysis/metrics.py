@@ -60,6 +60,7 @@ FASTER_TRACE = 0.7
 # process for the cores: the window's steps 988 ms, the light pass's steady ones 13.4 ms
 # (74x), and the CPU breakdown described the stall with no word of it.
 SLOWER_TRACE = 10.0
+
 # A counter source and the model differing by more than this (absolute, in utilisation)
 # are both shown: neither is dropped silently.
 BW_DISAGREE = 0.05
@@ -821,6 +822,12 @@ def _ncu_ratio(c: _Context, key: str, metric: str, scale: float) -> Metric:
     if ncu is None:
         return c.absent(key, f"needs Nsight Compute ({metric}): perfdoctor run --collect ncu")
     return c.have(key, ncu[0] / scale, source="ncu")
+
+
+def another_regime(overhead: float) -> bool:
+    """A traced/untraced step-time ratio (``profiler_overhead_ratio``) no tracer explains: the
+    trace window ran another regime than the light pass's steady state."""
+    return 0 < overhead < FASTER_TRACE or overhead > SLOWER_TRACE
 
 
 def _profiler_overhead_ratio(c: _Context, traced: Metric, light_p50: Metric) -> Metric:

@@ -1112,11 +1112,13 @@ def traced_waits(ranges: pd.DataFrame) -> pd.DataFrame:
     return waits.assign(worked=busy.astype(np.int64))
 
 
-# Markers whose iteration runs to the next one whatever the time between (no pause cuts it):
-# a backward call (the next forward is between two backwards: makemore by hand, a stall on a
-# loaded CPU read as a pause cut the next iteration's forward off one step) and a graph replay
-# (the copies around it), as a loop's markers (a fetch, an optimizer step) are.
-CALLS_TO_THE_NEXT = (rangenames.BACKWARD, rangenames.REPLAY)
+def stops_at_pauses(name: str) -> bool:
+    """Whether a call-marked step's iteration ends at its call where a pause follows (a model's
+    forward, a compiled function). A backward call's and a graph replay's run to the next one
+    whatever the time between, as a loop's markers (a fetch, an optimizer step) do: the next
+    forward runs between two backwards (makemore by hand: a stall on a loaded CPU read as a
+    pause cut the next iteration's forward off one step), the copies around a replay."""
+    return name != GRAPH_REPLAY and rangenames.kind(name) not in (rangenames.BACKWARD, rangenames.REPLAY)
 
 
 def iteration_ranges(marks: pd.DataFrame, waits: pd.DataFrame | None = None, stop_at_pauses: bool = False) -> pd.DataFrame:
@@ -1353,7 +1355,7 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
             if marker == rangenames.COMPILED:
                 matched = _iteration_marks(matched, ranges)
             timed = (loop_ranges(matched, f, parted, training, work, loops) if loop else
-                     iteration_ranges(matched, waits, stop_at_pauses=marker not in CALLS_TO_THE_NEXT))
+                     iteration_ranges(matched, waits, stop_at_pauses=stops_at_pauses(pattern)))
             if moded and not timed.empty:
                 timed = own_work_ends(timed, _outermost(matched), work if work is not None else loop_work(profile))
             if not timed.empty:
@@ -1407,8 +1409,8 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
             marks = loop_ranges(marks, f, parted, training, work, loops)  # not an evaluation loop's batches
             marks = ended_before_evaluations(marks, f["start_ns"], f.loc[evaluating, "start_ns"], loops)
         elif choice.iteration:
-            calls = choice.name != GRAPH_REPLAY and rangenames.kind(choice.name) not in CALLS_TO_THE_NEXT
-            marks = iteration_ranges(_iteration_marks(marks, ranges) if choice.name != GRAPH_REPLAY else marks, waits, stop_at_pauses=calls)
+            marks = iteration_ranges(_iteration_marks(marks, ranges) if choice.name != GRAPH_REPLAY else marks, waits,
+                                     stop_at_pauses=stops_at_pauses(choice.name))
         else:
             marks = _outermost(marks)
         if not marks.empty:

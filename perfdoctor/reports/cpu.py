@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from perfdoctor.analysis.cpu import CpuView
-from perfdoctor.analysis.metrics import FASTER_TRACE, OVERHEAD_NOTE_RATIO, SLOWER_TRACE
+from perfdoctor.analysis.metrics import OVERHEAD_NOTE_RATIO, another_regime
 from perfdoctor.reports.format import html as html_text, md_cell
 from perfdoctor.text import clean, count, num, value
 
@@ -25,11 +25,13 @@ def tracer_cost(analysis) -> str:
     CPU every operator is the tracer's event (Pyro's SVI loop: 7.3 ms traced against 1.95 ms
     untraced, 2026-12-06), and the breakdown's milliseconds are the traced ones."""
     ratio, light = analysis.value("profiler_overhead_ratio"), analysis.value("step_latency_ms_p50")
-    if not ratio or not light or FASTER_TRACE <= ratio <= OVERHEAD_NOTE_RATIO:
+    if not ratio or not light:
         return ""
-    if ratio < FASTER_TRACE or ratio > SLOWER_TRACE:  # the header's trace-window line says why
+    if another_regime(ratio):  # the header's trace-window line says why
         return f"; not the steady state: untraced, the light pass's p50 is {value(light, 'ms')}"
-    return f"; the tracer's own cost is in them: untraced, the light pass's p50 is {value(light, 'ms')}"
+    if ratio > OVERHEAD_NOTE_RATIO:
+        return f"; the tracer's own cost is in them: untraced, the light pass's p50 is {value(light, 'ms')}"
+    return ""
 
 
 def headline(view: CpuView, cost: str = "") -> str:

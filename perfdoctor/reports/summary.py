@@ -17,7 +17,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from perfdoctor.analysis.metrics import FASTER_TRACE, SLOWER_TRACE, Analysis
+from perfdoctor.analysis.metrics import FASTER_TRACE, Analysis, another_regime
 from perfdoctor.analysis.steps import no_trace
 from perfdoctor.reports.common import fmt_metric
 from perfdoctor.text import clean, count, num, percent, times, value
@@ -180,14 +180,12 @@ def uneven_steps_lines(analysis: Analysis) -> list[str]:
             "a timer around the whole loop reads the mean"]
 
 
-
-
 def trace_window_lines(analysis: Analysis) -> list[str]:
     """A warning when the traced steps ran much faster than the untraced ones, or far slower
     than a tracer makes them: the breakdowns below describe the window, which the light
     pass's steady state is not."""
     ratio = analysis.metrics.get("profiler_overhead_ratio")
-    if ratio is None or ratio.value is None or not (0 < ratio.value < FASTER_TRACE or ratio.value > SLOWER_TRACE):
+    if ratio is None or ratio.value is None or not another_regime(ratio.value):
         return []
     traced, light = analysis.value("traced_step_latency_ms_p50"), analysis.value("step_latency_ms_p50")
     why = ("a producer had run ahead, a backlog drained, late work ran back to back" if ratio.value < FASTER_TRACE else

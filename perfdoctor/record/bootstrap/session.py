@@ -339,18 +339,19 @@ class Session:
         ProfilerStep#N the profiler's exit closed: no tick for it)."""
         if self.mode == "light":
             self.end_timing(name)
+        training_fetch = self.trained and name.startswith(rangenames.DATA_LOADER_PREFIX)
         with self.lock:
             index = self.counts.get(name, 1) - 1
             if self.mode == "ncu" and name == self.window_name:
                 self.ncu_range(index, begin=False)
-            if self.trained and name.startswith(rangenames.DATA_LOADER_PREFIX):
+            if training_fetch:
                 held = self.window_trained + 1  # this fetch ends the window's last training iteration
             else:
                 held = index + 1 - self.warmup
             closed = self.window_state == "open" and name == self.window_name and self.steps and held >= self.steps
             if closed:
                 self.close_window()
-        if step and self.trained and name.startswith(rangenames.DATA_LOADER_PREFIX):
+        if step and training_fetch:
             self.untallied = name  # ticked by its iteration's optimizer mark, if one comes
         elif step:
             self.tick()
