@@ -281,6 +281,20 @@ def test_a_variant_severity_must_be_a_severity(tmp_path: Path):
         load_rules([pack])
 
 
+def test_a_variant_says_its_estimate_or_why_none_not_both(tmp_path: Path):
+    from perfdoctor.errors import UsageError
+    from perfdoctor.rules.engine import load_rules
+
+    pack = tmp_path / "p.toml"
+    pack.write_text('[[rule]]\nid = "uneven-steps"\n[[rule.variant]]\nwhen = "after-pauses"\nno_estimate = "why"\n'
+                    'estimate = { kind = "slow_step_time", saved = 1.0 }\n')
+    with pytest.raises(UsageError, match="no_estimate"):
+        load_rules([pack])
+    pack.write_text('[[rule]]\nid = "uneven-steps"\n[[rule.variant]]\nwhen = "after-pauses"\nno_estimate = 3\n')
+    with pytest.raises(UsageError, match="no_estimate"):
+        load_rules([pack])
+
+
 TRITON_EXAMPLE = SHARED / "hta" / "triton_example__triton_example.json.gz"  # a torch.compile'd model (HTA's example)
 COMPILE_ADVICE = re.compile(r"^torch\.compile the|with torch\.compile|torch\.compile the model")
 
