@@ -10,6 +10,7 @@ only through the ``ModuleSteps`` that main hands it as ``Session.modules``.
 from __future__ import annotations
 
 import _thread
+import contextlib
 import json
 import os
 import resource
@@ -18,6 +19,7 @@ import stat
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from perfdoctor import api
@@ -65,6 +67,33 @@ def gzip_into(path: str, trace: str) -> None:
         src.seek(0)
         with open(trace, "wb") if gz else gzip.open(trace, "wb", compresslevel=1) as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
+
+
+@contextlib.contextmanager
+def compiler_left_unloaded() -> Iterator[None]:
+    """torch.profiler's ``prepare_trace`` asks ``hasattr(torch, "_inductor")`` to learn whether
+    a compiled program may replay CUDA graphs, and torch's lazy module ``__getattr__`` answers
+    by importing torch._inductor, torch._dynamo and sympy (~890 modules, 126k objects): 1.7 s
+    of every traced process on the 2-CPU box, where the start itself takes 0.7 ms (torch 2.13),
+    and a program that never compiles left with a compiler loaded that it does not have untraced.
+    A program that compiled has imported it and the attribute is there; for any other, the
+    answer is no, given here without the import."""
+    torch = sys.modules["torch"]
+    lazy = torch.__dict__.get("__getattr__")
+    if lazy is None:  # a torch without lazy submodules: nothing is imported by asking
+        yield
+        return
+
+    def unloaded(name: str) -> Any:
+        if name == "_inductor":
+            raise AttributeError(name)
+        return lazy(name)
+
+    torch.__getattr__ = unloaded
+    try:
+        yield
+    finally:
+        torch.__getattr__ = lazy
 
 
 def on_main_thread() -> bool:
@@ -480,28 +509,28 @@ class Session:
         self.profiler_used = True
         self.own_tracer_call = True
         try:
-            self.profiler.start()
+            with compiler_left_unloaded():
+                self.profiler.start()
         finally:
             self.own_tracer_call = False
         self.mark_clock()
         self.redeclare()
 
     def warm_profiler(self) -> None:
-        """Start and stop a CPU-only torch profiler once, before the program (the torch pass).
-        A process's first profiler start imports what the profiler needs (torch._dynamo,
-        sympy, torch.distributed: ~890 modules, 126k objects) and loads Kineto: 1.7 s on this
-        2-CPU box, 2 s under load, where a later start takes 0.3 ms. Left to the window's
-        opening, that time fell inside the program's step: a loop paced to 30 fps held a 1 s
-        frame (3.7 s on the H200, CUDA's start included), and a producer ran ahead meanwhile (a ``Pool.imap`` made every batch, and the
-        window saw no wait for one). CPU activity only: CUDA's profiling interface would
-        initialise CUDA, which the program may still configure (``CUDA_VISIBLE_DEVICES`` set
-        in its own code)."""
+        """Start and stop a CPU-only torch profiler once, before the program (the torch pass):
+        a process's first start loads Kineto, paid here rather than inside a step of the
+        program's once the window opens. That first start took 1.7 s on this 2-CPU box (2 s
+        under load, 3.7 s on the H200): a loop paced to 30 fps held a 1 s frame, and a producer
+        ran ahead meanwhile (a ``Pool.imap`` made every batch, and the window saw no wait for
+        one). Most of it was torch importing its compiler (:func:`compiler_left_unloaded`); what
+        is left is 1 ms. CPU activity only: CUDA's profiling interface would initialise CUDA,
+        which the program may still configure (``CUDA_VISIBLE_DEVICES`` set in its own code)."""
         from torch.profiler import ProfilerActivity, profile
 
         self.torch_rss_mb = max_rss_mb()  # before the profiler's own share (watch_trace)
         self.own_tracer_call = True  # not the program's profiler (guard_program_profiler)
         try:
-            with profile(activities=[ProfilerActivity.CPU]):
+            with compiler_left_unloaded(), profile(activities=[ProfilerActivity.CPU]):
                 pass
         finally:
             self.own_tracer_call = False
@@ -598,7 +627,7 @@ class Session:
             self.whole_program = True
             self.start_profiler()
             if not self.config.windowed and self.config.trace_rss_mb is not None and self.profiler is not None:
-                # the profiler's own memory (its imports, ~120 MB; Kineto's start) is no event's
+                # the profiler's own memory (Kineto's start) is no event's
                 fixed = max_rss_mb() - self.torch_rss_mb if self.torch_rss_mb is not None else 0.0
                 self.watch_trace(self.config.trace_rss_mb + fixed)
         elif self.mode == "nsys" and not self.config.capture_range:
