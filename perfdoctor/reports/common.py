@@ -10,7 +10,7 @@ from typing import Sequence
 
 from perfdoctor.analysis.metrics import Analysis, Metric
 from perfdoctor.bundle.protocol import PassRun
-from perfdoctor.text import num, percent, setting, value
+from perfdoctor.text import count, num, percent, setting, value
 from perfdoctor.reports import evidence
 from perfdoctor.reports.estimates import needs
 from perfdoctor.rules.engine import Finding, Rule, verdict
@@ -214,6 +214,12 @@ def verdict_line(findings: Sequence[Finding], analysis: Analysis) -> str:
     if top is not None:
         est = estimate_line(top, analysis)
         parts.append(f"top: {top.rule_id}" + (f" ({est})" if est else ""))
+    seen = analysis.cpu.observations if analysis.cpu is not None else []
+    if seen:
+        # a CPU-only run's GPU checks cannot run: what its breakdown shows is its finding
+        # (pytorch-tabnet's fit read "0 of 34 checks fail" above "CPU 1. The step waits for its data")
+        parts.append(f"CPU: {count(len(seen))} observation{'s' if len(seen) > 1 else ''}, first: {seen[0].title} "
+                     f"(up to {value(seen[0].ms_per_step, 'ms')} per step)")
     return " — ".join(parts)
 
 

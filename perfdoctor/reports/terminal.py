@@ -129,6 +129,9 @@ def brief_renderable(findings: Sequence[Finding], analysis: Analysis, command: s
     parts.extend(finding_line(f, analysis, same) for f, same in groups[:BRIEF_TOP])
     if len(groups) > BRIEF_TOP:
         parts.append(Text(f"and {len(groups) - BRIEF_TOP} more causes: {clean(command)} (without --brief) shows all", style="dim"))
+    if analysis.cpu is not None:  # a CPU-only run: what its breakdown shows, one line each
+        parts.extend(Text.assemble((f"CPU {i}. {o.title}", "bold"), f" — {o.evidence}")
+                     for i, o in enumerate(analysis.cpu.observations[:BRIEF_TOP], start=1))
     return Group(*parts)
 
 

@@ -43,6 +43,22 @@ def test_analyze_of_a_cpu_trace_shows_the_operators_not_rows_of_dashes() -> None
         f"CPU {i}. {o['title']} — {o['evidence']}" for i, o in enumerate(doc["observations"], start=1)] and shown
     not_eval = next(line for line in out if line.startswith("Not evaluated: no GPU ran"))
     assert "memory-bubbles" in not_eval and "launch-rate" in not_eval
+    # the verdict names them: a CPU run's GPU checks cannot run, and "0 of 34 checks fail"
+    # alone read as nothing found (pytorch-tabnet's fit, 2026-12-06)
+    first = doc["observations"][0]
+    said = f" — CPU: {len(shown)} observations, first: {first['title']} (up to {value(first['ms_per_step'], 'ms')} per step)"
+    assert out[0].endswith(said)
+
+
+def test_the_brief_of_a_cpu_trace_lists_what_its_breakdown_shows() -> None:
+    from conftest import run_cli_inprocess
+
+    r = run_cli_inprocess("analyze", CPU_MLP, "--brief")
+    assert r.returncode == 0, r.stderr
+    doc = diagnose(CPU_MLP, warnings=False).analysis.cpu
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("NOT EVALUATED: ") and lines[1].startswith("Where the step went (CPU): ")
+    assert lines[2:] == [f"CPU {i}. {o.title} — {o.evidence}" for i, o in enumerate(doc.observations, start=1)] and len(lines) == 4
 
 
 def test_the_markdown_report_of_a_cpu_trace_has_the_operator_table() -> None:
