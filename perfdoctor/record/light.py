@@ -458,9 +458,13 @@ def loop_series(
     if name.startswith(rangenames.DATA_LOADER_PREFIX):
         return steady.loop_iterations(calls, exhausted, marks, work_ns)
     fetches = _fetches(series, exhausted)
-    if not fetches["host_start_ns"]:
-        # no data loader: one iteration per optimizer step, the first (or last) one the
-        # series' marks leave out included
+    ended = set(exhausted["host_start_ns"]) | set(_evaluation_fetches(series, exhausted, work_ns or [], work_grad or []))
+    if all(h in ended for h in fetches["host_start_ns"]):
+        # no data loader feeds the training (none, or an evaluation's alone: batches made in
+        # the loop, a DataLoader over the held-out set every N steps, where the optimizer's
+        # steps grouped behind the evaluations' fetches read 3 steps of 36 ms for 40 of 3.7,
+        # amp_train.py --val-every 10): one iteration per optimizer step, the first (or last)
+        # one the series' marks leave out included
         # "group" (marks per iteration) stays for light_summary: the traced passes count marks
         loop = loop if loop is not None else optimizer_loop(name, calls, series, work_ns)
         timed = {k: v for k, v in loop.items() if k != "mark"}
@@ -473,7 +477,6 @@ def loop_series(
                     timed["gpu_start_ns"] = np.where(moved, begins, np.asarray(timed["gpu_start_ns"], dtype=np.int64)).tolist()
                 timed["pass_ended"] = ended.tolist()
         return timed
-    ended = set(exhausted["host_start_ns"]) | set(_evaluation_fetches(series, exhausted, work_ns or [], work_grad or []))
     n = len(calls["gpu_end_ns"])
     at, first, after, pass_ended = steady.step_groups(
         calls["host_start_ns"][:n], fetches["host_start_ns"], [h in ended for h in fetches["host_start_ns"]])

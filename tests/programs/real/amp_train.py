@@ -9,7 +9,10 @@ checkpoint (``torch.save`` of the model's, the optimizer's and the scaler's stat
 N-th step, inside the loop, as pretraining scripts save one every N steps (``--save-format
 safetensors``: the model's weights alone with ``safetensors.torch.save_file``, as fine-tuning
 scripts save them; ``dcp``: the model's and the optimizer's state with
-``torch.distributed.checkpoint.save`` into a folder per step, as torchtitan saves them). ``for step in
+``torch.distributed.checkpoint.save`` into a folder per step, as torchtitan saves them);
+``--val-every N``: after every N-th step, a validation pass under ``torch.no_grad`` over a
+held-out set through a ``DataLoader`` (the training batches still made in the loop), as
+scripts with an ``eval_interval`` validate. ``for step in
 range(steps)``; the first ``--warmup`` steps are left out of the timing; each timed step's
 time is nanoGPT's ``dt``, from one iteration's top to the next's (the last to the final sync). A small
 transformer-ish MLP classifier on random features.
@@ -68,6 +71,8 @@ def main():
     p.add_argument("--save-format", default="torch", choices=["torch", "safetensors", "dcp"],
                    help="torch: torch.save of model, optimizer and scaler state; safetensors: save_file of the model's weights; "
                         "dcp: torch.distributed.checkpoint.save of model and optimizer state")
+    p.add_argument("--val-every", type=int, default=0, help="validate over a DataLoader after every N-th step (0: never)")
+    p.add_argument("--val-batches", type=int, default=4, help="the validation set's batches")
     p.add_argument("--out-dir", default=os.path.join(tempfile.gettempdir(), "amp-train-ckpt"))
     args = p.parse_args()
 
@@ -79,6 +84,10 @@ def main():
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * s / args.steps)))
     scaler = torch.amp.GradScaler(device_type, enabled=args.dtype == "float16")
     loss_fn = nn.CrossEntropyLoss()
+
+    held_out = torch.utils.data.TensorDataset(torch.randn(args.val_batches * args.batch, args.dim),
+                                              torch.randint(0, 100, (args.val_batches * args.batch,)))
+    val_loader = torch.utils.data.DataLoader(held_out, batch_size=args.batch)
 
     model.train()
     tops = []
@@ -105,6 +114,12 @@ def main():
             opt.zero_grad(set_to_none=True)
         if step % args.log_every == 0:
             print(f"step {step:5d} | loss {loss.item():.4f} | grad norm {grad_norm.item():.3f} | lr {sched.get_last_lr()[0]:.2e}")
+        if args.val_every and (step + 1) % args.val_every == 0:
+            model.eval()
+            with torch.no_grad(), torch.autocast(device_type=device_type, dtype=dtype):
+                val_loss = sum(loss_fn(model(xv.to(args.device)), yv.to(args.device)).item() for xv, yv in val_loader) / len(val_loader)
+            print(f"step {step:5d} | val loss {val_loss:.4f}")
+            model.train()
         if args.save_every and (step + 1) % args.save_every == 0:
             os.makedirs(args.out_dir, exist_ok=True)
             if args.save_format == "safetensors":
