@@ -520,6 +520,19 @@ def test_an_evaluation_before_an_iterations_training_is_left_out_of_its_step() -
     moded = [False] * 15 + [True] * 5
     begins, ended = steady.evaluation_passes(starts, rollout, moded)
     assert begins.tolist() == starts and not ended.any()
+    # a teacher's forward under no_grad before each step's training ones (kornia's augmentation
+    # alike), and step 2's evaluation before it: that step begins at its teacher's call
+    distil = [s + j for s in starts for j in (1, 10, 20, 30, 40)]
+    distil[10:15] = [235, 240, 250, 260, 270]  # step 2: its teacher's call and training after the evaluation's
+    distil += [205, 215, 225]
+    moded = [False, True, True, True, True] * 5 + [False] * 3
+    begins, ended = steady.evaluation_passes(starts, distil, moded)
+    assert begins.tolist() == [0, 100, 235, 300, 400] and ended.tolist() == [False, False, True, False, False]
+    # more calls with grad disabled in every other step (TD3's: the actor's delayed update opens
+    # every 2nd step with grad enabled): the loop's own, nothing moves
+    alternate = [s + j for s in starts for j in (1, 2, 10)]
+    begins, ended = steady.evaluation_passes(starts, alternate, [True, True, True, False, False, True] * 2 + [True] * 3)
+    assert begins.tolist() == starts and not ended.any()
 
 
 def _traced_iterations(forward_ops: dict[int, list[int]]) -> tuple[list[int], list[int], list[int], list[int]]:

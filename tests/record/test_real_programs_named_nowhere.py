@@ -266,16 +266,19 @@ def test_compile_default_mode_image_inference_steps_per_batch(tmp_path: Path) ->
     assert 1.0 < 1e3 / rate.value / steady.mean() < 1.3
 
 
-def test_training_batches_made_in_the_loop_with_a_validation_loader_step_per_iteration(tmp_path: Path) -> None:
+@pytest.mark.parametrize("distill", [False, True])
+def test_training_batches_made_in_the_loop_with_a_validation_loader_step_per_iteration(tmp_path: Path, distill: bool) -> None:
     # amp_train.py --val-every 10: each batch made in the loop, a DataLoader over the held-out
     # set every 10 steps under no_grad (kornia's training loop over pre-batched tensors read
     # so too, 2 steps of 939 ms for 60 of 44). The light pass grouped the optimizer's steps
     # behind the evaluations' fetches as if a loader fed them: 3 steps of 36 ms for 40 of 3.7.
-    # No loader feeds the training: one step per optimizer step, each validation a pass ended
+    # No loader feeds the training: one step per optimizer step, each validation a pass ended.
+    # --distill: a teacher called under no_grad in every step (kornia's augmentation under
+    # no_grad alike): the validations were no longer told from it and stayed inside two steps
     steps, every = 40, 10
     light, series, result = light_run(tmp_path, "amp_train.py", "--device", "cpu", "--dtype", "bfloat16", "--batch", "32", "--dim", "64",
                                        "--width", "128", "--depth", "2", "--steps", str(steps), "--warmup", "4", "--log-every", "100",
-                                       "--val-every", str(every), env={"OMP_NUM_THREADS": "1"})
+                                       "--val-every", str(every), *(("--distill",) if distill else ()), env={"OMP_NUM_THREADS": "1"})
     assert light["step_name"] == "Optimizer.zero_grad#AdamW.zero_grad"
     assert light["steps_seen"] == result["steps"] == steps
     # zero_grad ends the iteration: step k runs from zero_grad k - 1 on, and the validation

@@ -12,7 +12,9 @@ scripts save them; ``dcp``: the model's and the optimizer's state with
 ``torch.distributed.checkpoint.save`` into a folder per step, as torchtitan saves them);
 ``--val-every N``: after every N-th step, a validation pass under ``torch.no_grad`` over a
 held-out set through a ``DataLoader`` (the training batches still made in the loop), as
-scripts with an ``eval_interval`` validate. ``for step in
+scripts with an ``eval_interval`` validate; ``--distill``: a frozen teacher (a wider net)
+called under ``torch.no_grad`` on each batch before the student, the loss adding the KL
+divergence to its softened logits, as knowledge distillation trains. ``for step in
 range(steps)``; the first ``--warmup`` steps are left out of the timing; each timed step's
 time is nanoGPT's ``dt``, from one iteration's top to the next's (the last to the final sync). A small
 transformer-ish MLP classifier on random features.
@@ -72,6 +74,7 @@ def main():
                    help="torch: torch.save of model, optimizer and scaler state; safetensors: save_file of the model's weights; "
                         "dcp: torch.distributed.checkpoint.save of model and optimizer state")
     p.add_argument("--val-every", type=int, default=0, help="validate over a DataLoader after every N-th step (0: never)")
+    p.add_argument("--distill", action="store_true", help="distil from a frozen teacher called under no_grad every step")
     p.add_argument("--val-batches", type=int, default=4, help="the validation set's batches")
     p.add_argument("--out-dir", default=os.path.join(tempfile.gettempdir(), "amp-train-ckpt"))
     args = p.parse_args()
@@ -80,6 +83,7 @@ def main():
     device_type = "cuda" if args.device.startswith("cuda") else "cpu"
     dtype = getattr(torch, args.dtype)
     model = Net(args.dim, args.width, args.depth, 100).to(args.device)
+    teacher = Net(args.dim, 2 * args.width, args.depth, 100).to(args.device).eval() if args.distill else None
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * s / args.steps)))
     scaler = torch.amp.GradScaler(device_type, enabled=args.dtype == "float16")
@@ -102,8 +106,14 @@ def main():
             model.zero_grad()
         x = torch.randn(args.batch, args.dim, device=args.device)
         y = torch.randint(0, 100, (args.batch,), device=args.device)
+        if teacher is not None:
+            with torch.no_grad(), torch.autocast(device_type=device_type, dtype=dtype):
+                soft = teacher(x).float().div(2.0).softmax(-1)
         with torch.autocast(device_type=device_type, dtype=dtype):
-            loss = loss_fn(model(x), y)
+            logits = model(x)
+            loss = loss_fn(logits, y)
+        if teacher is not None:
+            loss = loss + nn.functional.kl_div(logits.float().div(2.0).log_softmax(-1), soft, reduction="batchmean")
         scaler.scale(loss).backward()
         scaler.unscale_(opt)
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
