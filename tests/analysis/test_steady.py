@@ -1286,3 +1286,13 @@ def test_slow_steps_on_a_schedule_have_a_period() -> None:
     assert steady.slow_period(np.array([1.0] * 20 + [3.0, 1.0, 3.0])) is None  # two slow steps
     assert steady.slow_period(np.full(30, 3.0)) is None  # none slower than the median
     assert "every" not in steady.slow_steps(np.ones(30)).summary
+    # a schedule riding on a drift (torchdiffeq's ode_demo: an evaluation every 20 iterations,
+    # 263-513 ms, while the adaptive solver's work grows over training and half the steps pass
+    # 1.25x the median): still every 20; the drift alone, none
+    drift = np.linspace(20.0, 45.0, 100)
+    cp = drift.copy()
+    cp[[19, 39, 59, 79]] = [263.0, 330.0, 420.0, 513.0]
+    assert steady.slow_period(cp) == 20 and "one every 20 steps" in steady.slow_steps(cp).summary
+    assert steady.slow_period(drift) is None
+    cp[59] = 30.0  # one of the schedule's steps not slow: no schedule
+    assert steady.slow_period(cp) is None
