@@ -172,18 +172,23 @@ def test_a_training_loop_without_a_data_loader_steps_per_optimizer_step(tmp_path
     assert held(r.loc[r["name"] == "Optimizer.step#AdamW.step", "start_ns"].to_numpy(np.int64)) == stepped
 
 
-def test_ppo_traced_whole_steps_per_iteration_and_its_how_says_so(tmp_path: Path) -> None:
+@pytest.mark.parametrize("zero_grad", ["before", "after"])
+def test_ppo_traced_whole_steps_per_iteration_and_its_how_says_so(tmp_path: Path, zero_grad: str) -> None:
     # CleanRL's PPO (ppo_train.py) traced whole, a rollout of 64 environment steps per
     # iteration: its 24 zero_grads come 4 per iteration (2 epochs x 2 minibatches), after
     # the rollout's ops (steady.mark_groups). The step is the iteration, and its how says what
     # it is: 4 optimizer steps per iteration, the program's 6 iterations (before: "(24x)" alone,
-    # the optimizer's count, read as one step each)
+    # the optimizer's count, read as one step each). zero_grad after the optimizer's step
+    # (torchrl's tutorial): each iteration began after its first minibatch's step, its rollout
+    # in the step before
     path = tmp_path / "ppo.json"
     result = trace_program(path, "ppo_train.py", "--device", "cpu", "--num-envs", "4", "--num-steps", "64", "--iterations", "6",
-                           "--update-epochs", "2", "--num-minibatches", "2")
+                           "--update-epochs", "2", "--num-minibatches", "2", "--zero-grad", zero_grad)
     s = find_steps(load_trace(path))
     assert s.name == "Optimizer.zero_grad#Adam.zero_grad"
     assert s.count == result["iterations"] == 6
+    ms = (s.table["host_end_ns"] - s.table["host_start_ns"]).to_numpy() / 1e6
+    assert ms == pytest.approx(result["ms_each"], rel=0.1)  # each iteration, from its rollout's first call
     per = count(result["optimizer_steps"] / result["iterations"])
     assert f"({result['optimizer_steps']}x), {per} per iteration" in s.how
     assert f"{count(result['iterations'])} iterations" in s.how

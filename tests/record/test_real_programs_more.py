@@ -425,15 +425,18 @@ def test_tqdm_wrapped_segmentation_validation_steps_per_batch(tmp_path: Path) ->
     assert 1e3 / rate.value == pytest.approx(result["ms_per_step"], rel=0.15)
 
 
-def test_ppo_steps_per_iteration_not_per_minibatch_update(tmp_path: Path) -> None:
+@pytest.mark.parametrize("zero_grad", ["before", "after"])
+def test_ppo_steps_per_iteration_not_per_minibatch_update(tmp_path: Path, zero_grad: str) -> None:
     # CleanRL's ppo.py: the Agent has no forward (get_action_and_value calls self.actor and
     # self.critic), the rollout under no_grad, the update's minibatches each an optimizer
     # step. The step is the PPO iteration (rollout and update), as CleanRL's loop counts
-    # iterations and the program times them (its SPS is env steps per iteration time)
+    # iterations and the program times them (its SPS is env steps per iteration time).
+    # zero_grad after the step (torchrl's PPO tutorial): each step began one minibatch into
+    # its update, the rollout in the step before; the last read 6.2 ms for the program's 17.8
     iters = 6
     light, series, result = light_run(tmp_path, "ppo_train.py", "--device", "cpu", "--num-envs", "4", "--num-steps", "16",
                                        "--iterations", str(iters), "--update-epochs", "2", "--num-minibatches", "2",
-                                       env={"OMP_NUM_THREADS": "1"})
+                                       "--zero-grad", zero_grad, env={"OMP_NUM_THREADS": "1"})
     assert result["optimizer_steps"] == 4 * iters
     assert light["steps_seen"] == result["iterations"] == iters
     # its how says what the step is: the optimizer's 4 steps per iteration, its 6 iterations
@@ -443,6 +446,7 @@ def test_ppo_steps_per_iteration_not_per_minibatch_update(tmp_path: Path) -> Non
     assert f"{count(result['iterations'])} iterations" in light["how"]
     assert light["marks_per_step"] == 4
     assert step_ms(series)[1:].mean() == pytest.approx(result["ms_per_iter"], rel=0.1)
+    assert step_ms(series) == pytest.approx(result["ms_each"], rel=0.1, abs=0.5)  # each iteration: its rollout and its update
     rate = steps_per_s(tmp_path)
     assert 1e3 / rate.value == pytest.approx(result["ms_per_step"], rel=0.15)
 

@@ -5,7 +5,8 @@ action, logprob, _, value = agent.get_action_and_value(next_obs)``, ``envs.step(
 .numpy())`` on the host), GAE advantages under ``no_grad`` (``agent.get_value``), then
 ``--update-epochs`` epochs of ``--num-minibatches`` shuffled minibatches, each
 ``optimizer.zero_grad()``, the clipped surrogate + value + entropy loss, ``backward()``,
-``clip_grad_norm_``, ``optimizer.step()``; the learning rate annealed per iteration. The
+``clip_grad_norm_``, ``optimizer.step()`` (``--zero-grad after``: ``zero_grad`` after the
+step, as torchrl's PPO tutorial orders them); the learning rate annealed per iteration. The
 ``Agent`` has no ``forward``: its methods call ``self.actor`` and ``self.critic``
 (``nn.Sequential``). gym is not installed here: the environments are CartPole-v1's
 equations, vectorised in numpy with auto-reset, as ``gym.vector.SyncVectorEnv`` steps them.
@@ -79,6 +80,7 @@ def main():
     p.add_argument("--max-grad-norm", type=float, default=0.5)
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--device", default="cuda")
+    p.add_argument("--zero-grad", default="before", choices=["before", "after"], help="zero_grad before the backward or after the step")
     args = p.parse_args()
     batch_size = args.num_envs * args.num_steps
     minibatch_size = batch_size // args.num_minibatches
@@ -192,10 +194,13 @@ def main():
                 entropy_loss = entropy.mean()
                 loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
 
-                optimizer.zero_grad()
+                if args.zero_grad == "before":
+                    optimizer.zero_grad()
                 loss.backward()
                 nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
                 optimizer.step()
+                if args.zero_grad == "after":
+                    optimizer.zero_grad()
 
         y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
         var_y = np.var(y_true)
