@@ -10,7 +10,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from perfdoctor.analysis.cpu import CpuView
+from perfdoctor.analysis.cpu import CpuView, Observation
 from perfdoctor.analysis.metrics import OVERHEAD_NOTE_RATIO, another_regime
 from perfdoctor.reports.format import html as html_text, md_cell
 from perfdoctor.text import clean, count, num, value
@@ -82,9 +82,14 @@ def terminal(view: CpuView) -> RenderableType:
     if view.data_loading_ms:
         parts.append(Text(f"DataLoader __next__: {value(view.data_loading_ms, 'ms')} per step", style="dim"))
     for i, o in enumerate(view.observations, start=1):
-        parts.append(Text.assemble((f"CPU {i}. {o.title}", "bold"), f" — {o.evidence}"))
+        parts.append(observation_line(i, o))
         parts.append(Text(f"   what to do: {o.advice}"))
     return Group(*parts, Text(""))
+
+
+def observation_line(rank: int, o: Observation) -> Text:
+    """An observation in one line, as analyze and --brief print it: rank, title, evidence."""
+    return Text.assemble((f"CPU {rank}. {o.title}", "bold"), f" — {o.evidence}")
 
 
 def _tables(view: CpuView) -> list[tuple[str, str, pd.DataFrame]]:

@@ -130,8 +130,9 @@ def brief_renderable(findings: Sequence[Finding], analysis: Analysis, command: s
     if len(groups) > BRIEF_TOP:
         parts.append(Text(f"and {len(groups) - BRIEF_TOP} more causes: {clean(command)} (without --brief) shows all", style="dim"))
     if analysis.cpu is not None:  # a CPU-only run: what its breakdown shows, one line each
-        parts.extend(Text.assemble((f"CPU {i}. {o.title}", "bold"), f" — {o.evidence}")
-                     for i, o in enumerate(analysis.cpu.observations[:BRIEF_TOP], start=1))
+        from perfdoctor.reports import cpu
+
+        parts.extend(cpu.observation_line(i, o) for i, o in enumerate(analysis.cpu.observations[:BRIEF_TOP], start=1))
     return Group(*parts)
 
 
