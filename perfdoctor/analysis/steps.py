@@ -920,7 +920,7 @@ def loop_ranges(
     to the next, one per optimizer step: :func:`optimizer_ranges`."""
     if str(marks["name"].iloc[0]).startswith(rangenames.DATA_LOADER_PREFIX):
         return training_iterations(marks, training, work)
-    if fetches.empty:
+    if fetches.empty or np.asarray(ends, dtype=bool).all():  # no loader feeds the training: the light pass's rule
         return optimizer_ranges(marks, others, work)
     m = _outermost(marks)
     starts = fetches["start_ns"].to_numpy(np.int64)
@@ -1050,7 +1050,23 @@ def pass_ends(fetches: pd.DataFrame, work: pd.DataFrame | None) -> np.ndarray:
         return ended
     held = _hold_work(timed, fetches.loc[timed.index, "end_ns"], work)
     ended[fetches.index.get_indexer(timed.index)] = ~held
-    return ended
+    return ended | fetched_nothing(fetches, work)
+
+
+def fetched_nothing(fetches: pd.DataFrame, work: pd.DataFrame) -> np.ndarray:
+    """Per data loader fetch (``fetches``), whether it ran no op of ``work`` on its thread
+    where its loader's fetches usually run some (the median, per range name: a single-process
+    loader's indexing and collation): the fetch that raised StopIteration, whatever follows it.
+    An evaluation's DataLoader every N steps of a loop whose batches are made in it is
+    followed by training: its end read as a training fetch, 3 steps of the whole trace for 40
+    (amp_train.py --val-every 10). A worker loader's fetches run none: nothing is told."""
+    ran = np.zeros(len(fetches), dtype=np.int64)
+    for tid, rows in fetches.groupby("tid", sort=False).indices.items():
+        at = np.sort(work.loc[work["tid"] == tid, "start_ns"].to_numpy(np.int64))
+        f = fetches.iloc[rows]
+        ran[rows] = np.searchsorted(at, f["end_ns"].to_numpy(np.int64), side="right") - np.searchsorted(at, f["start_ns"].to_numpy(np.int64))
+    usual = pd.Series(ran).groupby(fetches["name"].to_numpy()).transform("median").to_numpy()
+    return (ran == 0) & (usual > 0)
 
 
 def training_iterations(fetches: pd.DataFrame, marks: Sequence[int], work: pd.DataFrame | None) -> pd.DataFrame:

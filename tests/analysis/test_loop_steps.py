@@ -172,6 +172,23 @@ def test_a_training_loop_without_a_data_loader_steps_per_optimizer_step(tmp_path
     assert held(r.loc[r["name"] == "Optimizer.step#AdamW.step", "start_ns"].to_numpy(np.int64)) == stepped
 
 
+def test_a_loop_whose_only_data_loader_is_the_evaluations_traced_whole_steps_per_optimizer_step(tmp_path: Path) -> None:
+    # amp_train.py --val-every 10 traced whole: the batches made in the loop, a DataLoader over
+    # the held-out set every 10 steps. Each validation pass's last fetch (StopIteration) is
+    # followed by training, and read as a training fetch: 3 steps, the DataLoader's, for 40.
+    # It runs no op where the loader's other fetches index and collate (steps.fetched_nothing)
+    path = tmp_path / "amp.json"
+    result = trace_program(path, "amp_train.py", "--device", "cpu", "--dtype", "bfloat16", "--batch", "32", "--dim", "64", "--width", "128",
+                           "--depth", "2", "--steps", "40", "--warmup", "4", "--log-every", "100", "--val-every", "10")
+    s = find_steps(load_trace(path))
+    assert s.name == "Optimizer.zero_grad#AdamW.zero_grad"
+    assert s.count == result["steps"] == 40
+    ms = (s.table["host_end_ns"] - s.table["host_start_ns"]).to_numpy()[1:] / 1e6
+    own = np.array(result["ms_each"])
+    assert np.median(ms) == pytest.approx(np.median(own), rel=0.15)
+    assert ms.max() < 3 * np.median(own)  # no step holds a validation pass
+
+
 @pytest.mark.parametrize("zero_grad", ["before", "after"])
 def test_ppo_traced_whole_steps_per_iteration_and_its_how_says_so(tmp_path: Path, zero_grad: str) -> None:
     # CleanRL's PPO (ppo_train.py) traced whole, a rollout of 64 environment steps per
