@@ -285,9 +285,7 @@ def test_training_batches_made_in_the_loop_with_a_validation_loader_step_per_ite
     # after step k - 1's zero_grad is left out of the step after it, said as a pass ended
     assert [i for i, e in enumerate(series["pass_ended"]) if e] == list(range(every, steps, every))
     own = np.array(result["ms_each"])  # steps 4-39, each from its loop's top: a validation in every tenth
-    ms = step_ms(series)[-len(own):]
-    assert np.median(ms) == pytest.approx(np.median(own), rel=0.15)
-    assert ms.max() < 3 * np.median(own)  # no step holds a validation
+    assert np.median(step_ms(series)[-len(own):]) == pytest.approx(np.median(own), rel=0.15)
 
 
 @pytest.mark.parametrize("zero_grad", ["end", "start", "both", "model"])
