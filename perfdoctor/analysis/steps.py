@@ -1060,13 +1060,9 @@ def fetched_nothing(fetches: pd.DataFrame, work: pd.DataFrame) -> np.ndarray:
     An evaluation's DataLoader every N steps of a loop whose batches are made in it is
     followed by training: its end read as a training fetch, 3 steps of the whole trace for 40
     (amp_train.py --val-every 10). A worker loader's fetches run none: nothing is told."""
-    ran = np.zeros(len(fetches), dtype=np.int64)
-    for tid, rows in fetches.groupby("tid", sort=False).indices.items():
-        at = np.sort(work.loc[work["tid"] == tid, "start_ns"].to_numpy(np.int64))
-        f = fetches.iloc[rows]
-        ran[rows] = np.searchsorted(at, f["end_ns"].to_numpy(np.int64), side="right") - np.searchsorted(at, f["start_ns"].to_numpy(np.int64))
-    usual = pd.Series(ran).groupby(fetches["name"].to_numpy()).transform("median").to_numpy()
-    return (ran == 0) & (usual > 0)
+    ran = _holds_on_thread(fetches["start_ns"].to_numpy(np.int64) - 1, fetches["end_ns"].to_numpy(np.int64), fetches["tid"].to_numpy(), work)
+    usual = pd.Series(ran, dtype=np.float64).groupby(fetches["name"].to_numpy()).transform("median").to_numpy()
+    return ~ran & (usual > 0)
 
 
 def training_iterations(fetches: pd.DataFrame, marks: Sequence[int], work: pd.DataFrame | None) -> pd.DataFrame:
@@ -1095,12 +1091,17 @@ def _hold_work(timed: pd.DataFrame, fetch_end: pd.Series, work: pd.DataFrame) ->
     """Which iterations hold ``work`` on their thread between their fetch's end and their own
     end (``steady.holds_work``, the light pass's rule, per thread); all of them when fewer
     than two do (a trace without ops or launches says nothing)."""
-    held = np.zeros(len(timed), dtype=bool)
-    ends, tids = fetch_end.to_numpy(np.int64), timed["tid"].to_numpy()
+    held = _holds_on_thread(fetch_end.to_numpy(np.int64), timed["end_ns"].to_numpy(np.int64), timed["tid"].to_numpy(), work)
+    return held if np.count_nonzero(held) >= 2 else np.ones(len(timed), dtype=bool)
+
+
+def _holds_on_thread(after: np.ndarray, until: np.ndarray, tids: np.ndarray, work: pd.DataFrame) -> np.ndarray:
+    """``steady.holds_work`` per range (after ``after``, by ``until``), on the range's own thread."""
+    held = np.zeros(len(tids), dtype=bool)
     for tid in np.unique(tids):
         mine = tids == tid
-        held[mine] = steady.holds_work(ends[mine], timed["end_ns"].to_numpy(np.int64)[mine], work.loc[work["tid"] == tid, "start_ns"])
-    return held if np.count_nonzero(held) >= 2 else np.ones(len(timed), dtype=bool)
+        held[mine] = steady.holds_work(after[mine], until[mine], work.loc[work["tid"] == tid, "start_ns"])
+    return held
 
 
 def traced_waits(ranges: pd.DataFrame) -> pd.DataFrame:

@@ -458,8 +458,9 @@ def loop_series(
     if name.startswith(rangenames.DATA_LOADER_PREFIX):
         return steady.loop_iterations(calls, exhausted, marks, work_ns)
     fetches = _fetches(series, exhausted)
-    ended = set(exhausted["host_start_ns"]) | set(_evaluation_fetches(series, exhausted, work_ns or [], work_grad or []))
-    if all(h in ended for h in fetches["host_start_ns"]):
+    passes = set(exhausted["host_start_ns"]) | set(_evaluation_fetches(series, exhausted, work_ns or [], work_grad or []))
+    ends = [h in passes for h in fetches["host_start_ns"]]  # each fetch: it ended a pass or was an evaluation's
+    if all(ends):
         # no data loader feeds the training (none, or an evaluation's alone: batches made in
         # the loop, a DataLoader over the held-out set every N steps, where the optimizer's
         # steps grouped behind the evaluations' fetches read 3 steps of 36 ms for 40 of 3.7,
@@ -479,7 +480,7 @@ def loop_series(
         return timed
     n = len(calls["gpu_end_ns"])
     at, first, after, pass_ended = steady.step_groups(
-        calls["host_start_ns"][:n], fetches["host_start_ns"], [h in ended for h in fetches["host_start_ns"]])
+        calls["host_start_ns"][:n], fetches["host_start_ns"], ends)
     reached = fetches["gpu_start_ns"] or fetches["host_start_ns"]  # the stream reaching the next fetch: the iteration's end
     return {
         "host_start_ns": [fetches["host_start_ns"][i] for i in first],
