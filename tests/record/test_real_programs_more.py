@@ -203,6 +203,20 @@ def test_accelerate_launch_on_several_processes_runs_torchruns_ranks(tmp_path: P
     _check_ranks(tmp_path, r.stdout)
 
 
+def test_hf_trainer_without_evaluations_times_the_last_optimizer_step_too(tmp_path: Path) -> None:
+    # the Trainer's default, eval_strategy="no": accelerate's DataLoaderShard fetches a batch
+    # ahead, so the last batch trains after the fetch that raised StopIteration, and no fetch
+    # (no evaluation) follows it. Before, that step was in none: 15 steps for 16 (a Trainer
+    # fine-tuning: 119 for 120). Now it ends where its optimizer step ended, as the program's
+    # own callback times it
+    light, series, result = light_run(tmp_path, "hf_trainer.py", "--device", "cpu", "--layers", "2", "--dim", "64", "--heads", "4",
+                                      "--samples", "128", "--batch", "8", "--accum", "2", "--eval-steps", "0",
+                                      env={"OMP_NUM_THREADS": "1"})
+    assert result["optimizer_steps"] == 128 // 8 // 2 == len(result["ms_each"])
+    assert light["step_name"] == "Optimizer.step#AdamW.step" and light["steps_seen"] == result["optimizer_steps"]
+    assert step_ms(series)[-1] == pytest.approx(result["ms_each"][-1], rel=0.2)
+
+
 def test_hf_trainer_with_evaluations_steps_per_optimizer_step_in_run_and_analyze(tmp_path: Path) -> None:
     # transformers' own Trainer as its fine-tuning docs use it (no profiler): a BERT
     # classifier, DataCollatorWithPadding, gradient_accumulation_steps=2, an evaluation with

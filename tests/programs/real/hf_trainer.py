@@ -4,8 +4,8 @@
 reviews (a WordPiece ``BertTokenizer`` over a vocabulary written to a temporary file, no
 download), ``DataCollatorWithPadding``, ``TrainingArguments`` with
 ``gradient_accumulation_steps``, ``eval_strategy="steps"`` (an evaluation over its own
-dataset every ``--eval-steps`` optimizer steps) and ``compute_metrics``, then
-``trainer.train()``. No profiler, no perfdoctor. Needs ``accelerate`` (the Trainer does).
+dataset every ``--eval-steps`` optimizer steps; 0: none, the Trainer's default
+``eval_strategy="no"``) and ``compute_metrics``, then ``trainer.train()``. No profiler, no perfdoctor. Needs ``accelerate`` (the Trainer does).
 
 Its own timer, a ``TrainerCallback`` as users write one: each optimizer step from
 ``on_step_begin`` to ``on_step_end`` (its micro-batches: the fetch of the first is before
@@ -75,7 +75,7 @@ def main():
     p.add_argument("--batch", type=int, default=32, help="per_device_train_batch_size (and eval)")
     p.add_argument("--accum", type=int, default=2, help="gradient_accumulation_steps")
     p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--eval-steps", type=int, default=10)
+    p.add_argument("--eval-steps", type=int, default=10, help="0: no evaluation (eval_strategy='no')")
     p.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "hf-trainer-out"))
     args = p.parse_args()
     torch.manual_seed(0)
@@ -87,13 +87,15 @@ def main():
                                                      num_labels=2))
     targs = TrainingArguments(output_dir=args.out, use_cpu=cpu, bf16=not cpu, per_device_train_batch_size=args.batch,
                               per_device_eval_batch_size=args.batch, gradient_accumulation_steps=args.accum,
-                              num_train_epochs=args.epochs, learning_rate=2e-5, weight_decay=0.01, eval_strategy="steps",
-                              eval_steps=args.eval_steps, logging_steps=args.eval_steps, save_strategy="no", report_to=[],
+                              num_train_epochs=args.epochs, learning_rate=2e-5, weight_decay=0.01,
+                              eval_strategy="steps" if args.eval_steps else "no", eval_steps=args.eval_steps or None,
+                              logging_steps=args.eval_steps or 500, save_strategy="no", report_to=[],
                               disable_tqdm=True)
     timer = StepTimer()
     trainer = Trainer(model=model, args=targs, train_dataset=Reviews(tokenizer, args.samples, 0, args.max_words),
-                      eval_dataset=Reviews(tokenizer, args.eval_samples, 1, args.max_words),
-                      data_collator=DataCollatorWithPadding(tokenizer), compute_metrics=compute_metrics, callbacks=[timer])
+                      eval_dataset=Reviews(tokenizer, args.eval_samples, 1, args.max_words) if args.eval_steps else None,
+                      data_collator=DataCollatorWithPadding(tokenizer), compute_metrics=compute_metrics if args.eval_steps else None,
+                      callbacks=[timer])
     out = trainer.train()
     print(out.metrics)
     ms = timer.ms[1:]  # the first step's allocations left out
