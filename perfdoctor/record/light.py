@@ -280,9 +280,9 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
     if choice.kind == "loop":
         timed = loop_series(name, calls, series, ends_of_passes, marks, work, loops.get(name), work_grad)
     elif choice.iteration:
-        # one instance of several marking the iteration: its calls are one loop's, whatever
-        # thread runs them (an ensemble fanned out to a thread pool per batch)
-        timed = call_iterations(calls, joined, results.waits, results.full_gcs, one_loop=bool(module and "instance" in module))
+        # one instance of several marking the iteration: one loop's calls on any thread (an ensemble on a thread pool)
+        timed = call_iterations(calls, joined, results.waits, results.full_gcs, bool(module and "instance" in module),
+                                _loop_fetches(series, ends_of_passes, work, work_grad))
     if moded is not None:
         timed = {**{k: [v[i] for i in moded[0]] if isinstance(v, list) else v for k, v in timed.items()}, "pass_ended": moded[1]}
     if choice.iteration:
@@ -365,7 +365,8 @@ def compiled_iterations(calls: dict[str, Any], others: list[int]) -> tuple[dict[
 
 
 def call_iterations(calls: dict[str, Any], joined: list[bool] | None, waits: dict[str, list[int]] | None,
-                    full_gcs: dict[str, list[int]] | None = None, one_loop: bool = False) -> dict[str, Any]:
+                    full_gcs: dict[str, list[int]] | None = None, one_loop: bool = False,
+                    fetches: tuple[list[int], list[int]] = ([], [])) -> dict[str, Any]:
     """The loop iterations of a step found as a call: the call and the host work until the
     next one (on the H200 an HF generate spent ~0.5 ms per token between forward calls).
     Without CUDA (host clock) the next call's host start marks the iteration's end. A wait
@@ -382,7 +383,9 @@ def call_iterations(calls: dict[str, Any], joined: list[bool] | None, waits: dic
     its thread's next, p50 0.93 ms for the program's 2.3 ms per batch. The time another process took
     the CPU from the thread (``run_delay_ns``) never makes a pause of the program's, nor
     does a full garbage collection between two calls (``full_gcs``: the program's own
-    allocations' cost, which its own timer counts)."""
+    allocations' cost, which its own timer counts). Nor does the wait for a data loader's
+    next batch between calls made once per batch (``fetches``: every fetch's host start, and
+    those that ended a pass: :func:`perfdoctor.analysis.steady.fetched_between`)."""
     starts = calls["gpu_start_ns"] if calls.get("gpu_start_ns") is not None else calls["host_start_ns"]
     n = len(calls["gpu_end_ns"])
     tid = calls.get("tid")
@@ -405,7 +408,8 @@ def call_iterations(calls: dict[str, Any], joined: list[bool] | None, waits: dic
         ends = ends_ns.tolist()
     else:
         # a wait for the next input while its producer worked is the iteration's, never a pause
-        fed = steady.fed_between(calls["host_start_ns"], tid, waits)[: max(n - 1, 0)]
+        fed = (steady.fed_between(calls["host_start_ns"][:n], tid, waits)
+               | steady.fetched_between(calls["host_start_ns"][:n], *fetches))[: max(n - 1, 0)]
         joined = (np.asarray(joined[: fed.size], dtype=bool) | fed).tolist() if joined is not None else fed.tolist()
         ends = steady.iteration_ends_ns(starts, calls["gpu_end_ns"], joined=joined, idle_from=idle_from, run_delay=delay).tolist()
     began = np.where(resumed >= 0, resumed, np.asarray(calls["host_start_ns"], dtype=np.int64)).tolist()
@@ -501,6 +505,13 @@ def _evaluation_fetches(series: dict[str, dict[str, Any]], exhausted: dict[str, 
     flags = steady.evaluation_fetches(every, work, [w for w, g in zip(work, work_grad) if g])
     ended = set(exhausted["host_start_ns"])
     return [h for h, e in zip(every, flags) if e and h not in ended]
+
+
+def _loop_fetches(series: dict[str, dict[str, Any]], ends_of_passes: dict[str, Any], work: list[int], work_grad: list[bool]) -> tuple[list[int], list[int]]:
+    """(every data loader fetch's host start, those of the fetches that ended a pass or were an
+    evaluation's): where a call step's loop fetched its batches (:func:`call_iterations`)."""
+    ended = ends_of_passes["host_start_ns"] + _evaluation_fetches(series, ends_of_passes, work, work_grad)
+    return _fetches(series, ends_of_passes)["host_start_ns"], ended
 
 
 def _fetches(series: dict[str, dict[str, Any]], exhausted: dict[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -1296,3 +1297,17 @@ def test_slow_steps_on_a_schedule_have_a_period() -> None:
     assert steady.slow_period(drift) is None
     cp[59] = 30.0  # one of the schedule's steps not slow: no schedule
     assert steady.slow_period(cp) is None
+
+
+def test_a_series_fast_only_before_its_slow_stretches_keeps_every_step_and_warns_nothing() -> None:
+    # the traced steps (µs) of a ResNet-18 trained under torch.compile "reduce-overhead" on an
+    # H100 (train_loop.py, 4 workers): batches prefetched during the compile, then each waits
+    # for the workers. No settled run follows the slow stretches, so the start falls back to
+    # step 0; the median of the steps before it was taken over none, and analyze printed
+    # numpy's "Mean of empty slice" to the user
+    cp = np.array([19184, 10030, 10061, 10089, 10020, 9958, 9997, 78029, 52281, 22245, 22123, 71873, 53336, 22267, 22845,
+                   67952, 54400, 24614, 22051, 64804, 72823, 23251, 21584, 57979, 80130, 21124], dtype=np.int64) * 1000
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        found = steady.steady_start(cp)
+    assert found.start == 0

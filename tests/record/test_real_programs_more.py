@@ -422,6 +422,32 @@ def test_short_uneven_series_steady_state_is_not_their_last_steps(fixture: str) 
     assert 1e3 / rate == pytest.approx(d["own_ms_per_step"], rel=0.15)
 
 
+def test_a_compiled_training_loops_graph_replays_hold_their_waits_for_the_next_batch() -> None:
+    # train_loop.py --compile reduce-overhead on an H100 (the fixture: its raw/light.json as
+    # recorded, and its RESULT): the step is the backward graph's replay, once per batch. The
+    # batches its 4 workers prefetched during the compile came at once, then a replay waited
+    # up to 100 ms for the next batch, and those waits were left out as pauses: p50 9.8 ms,
+    # 115 steps/s ("10 pauses between steps left out") for the program's 42.7 ms per
+    # iteration. Each step now runs to the next replay (steady.fetched_between)
+    from perfdoctor.analysis import steady
+    from perfdoctor.bundle.protocol import PassResults
+    from perfdoctor.record.light import light_summary
+    from perfdoctor.record.options import RunOptions
+
+    d = json.loads((Path(__file__).parents[1] / "fixtures" / "light" / "train-r18-compiled-ro-h100.json").read_text())
+    raw, own, step = d["light"], d["result"], "CUDAGraph.replay #2"
+    calls = raw["call_series"][step]  # the replays as measured: the summary makes them iterations again
+    results = PassResults.from_json({**raw, "series": {**raw["series"], step: calls}})
+    light = light_summary(results, RunOptions(target=["train_loop.py"]))
+    assert light.step_name == step and light.steps_seen == len(calls["host_start_ns"]) == 27
+    s = results.series[step]
+    # each iteration ends where the stream reached the next replay (its wait for the batch in it), never earlier
+    assert s["gpu_end_ns"][:-1] == np.maximum(calls["gpu_end_ns"][:-1], calls["gpu_start_ns"][1:]).tolist()
+    assert np.mean(light.step_latency_ms[-own["iters"]:]) == pytest.approx(own["ms_per_iter"], rel=0.05)
+    cadence = steady.steady_series(s["host_start_ns"], s["gpu_end_ns"], light.warmup, s["gpu_start_ns"], None, None).cadence
+    assert cadence.pauses == 0
+
+
 def test_tqdm_wrapped_segmentation_validation_steps_per_batch(tmp_path: Path) -> None:
     # for images, masks in tqdm(val_loader) under inference_mode, three passes (a bar each):
     # the fetch through tqdm's generator marks the batch; each holds the forward, the
