@@ -275,6 +275,20 @@ def test_a_data_loader_fetch_named_by_step_is_timed_as_its_iteration_in_run_and_
     assert ms.mean() == pytest.approx(traced["ms_per_iter"], rel=0.05)
 
 
+def test_steps_n_traces_n_whole_training_iterations(tmp_path: Path) -> None:
+    # --steps 5 on a training loop stepped by its DataLoader's fetch: the window closed at the
+    # fifth fetch after the warm-up, which ends the fourth iteration and begins the fifth, so
+    # analyze read 4 steps (open_clip's fine-tuning on the CPU: --steps 10, 9 steps). It now
+    # closes at the fetch that ends the fifth
+    r = run_cli("run", "--collect", "torch", "--steps", "5", "--out", tmp_path, REAL / "train_eval.py", "--epochs", "1", "--batches", "16",
+                "--val-batches", "4", "--width", "256", timeout=240)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert json.loads((bundle / "manifest.json").read_text())["light_pass"]["step_name"] == FETCH
+    found = diagnose(bundle, warnings=False).analysis.steps
+    assert found.name == FETCH and found.count == 5
+
+
 @pytest.mark.parametrize("pool", [False, True])
 def test_threaded_server_steps_are_the_requests_service_not_the_workers_waits(tmp_path: Path, pool: bool) -> None:
     # a request queue, a worker thread (or a one-worker ThreadPoolExecutor) running the
@@ -478,8 +492,9 @@ def test_a_window_of_a_training_loops_fetches_holds_training_iterations_not_the_
     names = [e.get("name", "") for e in doc["traceEvents"] if e.get("ph") == "X"]
     fetches = sum(n == FETCH for n in names)
     optimizer_steps = sum(n.startswith("Optimizer.step#") for n in names)
-    # the window's 5 fetches end 4 training iterations: 7, then the second epoch's first three
-    assert optimizer_steps == steps - 1, (optimizer_steps, fetches)
-    assert fetches == steps + 1 + val + 1  # the first loader's end and the validation's fetches in between
+    # the window's 6 training fetches end 5 training iterations (--steps 5): 7, then the second
+    # epoch's first four (before: 4, the fifth fetch's iteration cut by the window's end)
+    assert optimizer_steps == steps, (optimizer_steps, fetches)
+    assert fetches == steps + 1 + 1 + val + 1  # the first loader's end and the validation's fetches in between
     d = diagnose(bundle, warnings=False)
-    assert d.analysis.steps.count == steps - 1
+    assert d.analysis.steps.count == steps

@@ -373,8 +373,13 @@ class Session:
             index = self.counts.get(name, 1) - 1
             if self.mode == "ncu" and name == self.window_name:
                 self.ncu_range(index, begin=False)
+            # the window's whole steps: a loop mark that opens its iteration (a fetch, a
+            # zero_grad at the top) ends the one before it, so --steps N holds N of them and the
+            # mark of the next (before: N - 1, the last range's iteration cut by the window's end)
             if training_fetch:
-                held = self.window_trained + 1  # this fetch ends the window's last training iteration
+                held = self.window_trained  # the training iterations; this fetch ended the last
+            elif rangenames.kind(name) == rangenames.LOOP and not rangenames.closes_iteration(name):
+                held = index - self.warmup
             else:
                 held = index + 1 - self.warmup
             closed = self.window_state == "open" and name == self.window_name and self.steps and held >= self.steps
