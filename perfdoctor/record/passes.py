@@ -6,6 +6,7 @@ status in the manifest."""
 from __future__ import annotations
 
 import signal
+import statistics
 import subprocess
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -148,8 +149,8 @@ def light_pass(plan: Plan) -> None:
         # joins the named steps, where readers look
         bundles.write_json_atomic(raw / "light.json", result.results.to_json())
     if light.step_name is not None:
-        ms = sorted(light.step_latency_ms or [])
-        p50 = f", p50 {value(ms[len(ms) // 2], 'ms')}" if ms else ""
+        ms = light.step_latency_ms or []
+        p50 = f", p50 {value(statistics.median(ms), 'ms')}" if ms else ""  # analyze's step_latency_ms_p50 (np.percentile's 50th)
         runner.say(
             f"light pass: step {esc(repr(light.step_name))} ({esc(light.how)}) seen {light.steps_seen} times, "
             f"steady from step {light.steady_start}{p50}"
