@@ -369,3 +369,14 @@ def test_a_compiled_denoiser_is_told_to_graph_it_not_to_compile_it():
     assert {"compiled", "diffusion"} <= set(f.context)
     assert f.remediation.steps[0].startswith("The denoiser is already compiled: capture its calls in CUDA graphs")
     assert not any(s.startswith("Compile the denoiser") for s in f.remediation.steps)
+
+
+def test_a_cpu_run_is_not_told_about_the_cuda_allocator():
+    # uneven-steps' random causes: a CPU-only run (a DDPM sampler on the shared 2-core box, no
+    # kernel in its trace) was told to read torch.cuda.memory_stats(); it is told of the other
+    # processes on its CPUs, and a GPU run (the demo's eager decode) keeps the allocator's line
+    for bundle, gpu in ((ROOT / "tests" / "fixtures" / "bundles" / "ddpm-cpu-loaded", False), (DEMO / "eager", True)):
+        f = next(f for f in diagnose(bundle, warnings=False).findings if f.rule_id == "uneven-steps")
+        advice = _advice(f)
+        assert ("torch.cuda.memory_stats()" in advice) == gpu, advice
+        assert "other processes taking the CPUs" in advice
