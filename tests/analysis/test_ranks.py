@@ -253,7 +253,7 @@ def test_a_rank_left_running_after_the_others_ended_is_named_while_the_run_waits
     # rank 1 sleeps on after its last step while rank 0's program ends: before, the run
     # waited on it with nothing said (the DDP tutorial on gloo under the profiler: forever,
     # ~1 run in 3). It is named once the wait passes the straggler time (2 s here)
-    done = perfdoctor("run", "--out", "runs", "--timeout", "20", "--nproc-per-node", "2", str(JOB), "--steps", "4",
+    done = perfdoctor("run", "--out", "runs", "--timeout", "12", "--nproc-per-node", "2", str(JOB), "--steps", "4",
                       "--linger-rank", "1", cwd=tmp_path, timeout=120, env={"PERFDOCTOR_STRAGGLER_S": "2"})
     assert done.returncode == 124, done.stderr[-2000:]
     said = [line for line in (done.stdout + done.stderr).splitlines() if "still running" in line and "ended" in line]

@@ -21,7 +21,7 @@ from conftest import run_cli
 from perfdoctor.text import value
 
 JACOBI = Path(__file__).parents[1] / "programs" / "real" / "jacobi_solve.py"
-SWEEPS = 8000  # each runs one aten::clone; ~0.4 s traced, 100-250 MB of events on the CPU
+SWEEPS = 3000  # each runs one aten::clone; ~0.15 s traced, 40-90 MB of events on the CPU
 
 
 def run_jacobi(tmp: Path, *flags: object, program: Path = JACOBI) -> tuple:
@@ -37,7 +37,7 @@ def run_jacobi(tmp: Path, *flags: object, program: Path = JACOBI) -> tuple:
 
 
 def test_a_program_with_no_step_is_traced_until_the_budget_then_runs_on(tmp_path):
-    budget = 64
+    budget = 16
     done, bundle, manifest, results, clones = run_jacobi(tmp_path, "--trace-budget", budget)
     assert done.returncode == 0, done.stderr[-2000:]
     assert manifest["light_pass"]["step_name"] is None  # the case: no step seen
@@ -53,7 +53,7 @@ def test_a_program_with_no_step_is_traced_until_the_budget_then_runs_on(tmp_path
     scope = manifest["passes"][1]["trace_scope"]
     assert scope.startswith(f"the program's first {value(cut['seconds'], 's')}: with no step to window on"), scope
     assert "with no step to window on, the trace began with the program; it was stopped" in done.stderr
-    assert "--trace-budget (64 MB over what the program and the profiler hold alone)" in done.stderr
+    assert "--trace-budget (16 MB over what the program and the profiler hold alone)" in done.stderr
     # the cut trace reads like any other
     analyzed = run_cli("analyze", bundle, cwd=tmp_path)
     assert analyzed.returncode == 0, analyzed.stderr[-2000:]
@@ -72,7 +72,7 @@ def test_a_program_that_takes_the_signal_slot_is_traced_whole(tmp_path):
         runpy.run_path(sys.argv[0], run_name="__main__")
         print("handler calls", len(calls))
     """))
-    done, bundle, manifest, results, clones = run_jacobi(tmp_path, "--trace-budget", 64, program=program)
+    done, bundle, manifest, results, clones = run_jacobi(tmp_path, "--trace-budget", 16, program=program)
     assert done.returncode == 0, done.stderr[-2000:]
     assert results.get("trace_cut") is None and clones == SWEEPS
     assert "it was stopped" not in done.stderr
