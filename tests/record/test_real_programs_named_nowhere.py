@@ -650,7 +650,7 @@ def test_sac_with_a_longer_policy_delay_names_its_slow_steps_as_scheduled(tmp_pa
 def test_sac_in_a_plain_trace_steps_once_per_environment_step(tmp_path: Path) -> None:
     # the same loop traced whole by torch.profiler: its three Adams told apart by the ops
     # inside their steps (optimizer_ordinals), the critics' marking the environment step
-    steps, ms, traced = traced_whole(tmp_path, "sac_train.py", *RL_TINY, "--total-timesteps", "500")
+    steps, ms, traced = traced_whole(tmp_path, "sac_train.py", *RL_TINY, "--total-timesteps", "350")
     assert steps.name == "Optimizer.step#Adam#1.step", steps.how
     assert abs(steps.count - traced["q_updates"]) <= 1
     assert ms[2:-2].mean() == pytest.approx(np.mean(traced["ms_each"][203:-2]), rel=0.1)
