@@ -96,6 +96,7 @@ class LightSteps:
     collections ran inside it (:class:`perfdoctor.record.bootstrap.clock.FullCollections`); None
     when none ran in a step or the run did not say. ``save_ns``: likewise the program's
     checkpoint saves (``torch.save``, safetensors' ``save_file``, DCP's ``save``) (:class:`perfdoctor.record.bootstrap.clock.TimedCalls`).
+    ``cpu_wait_ns``: likewise the step's thread waiting for a CPU (:func:`perfdoctor.analysis.steady.cpu_waits_inside`).
     ``windows_per_step``: where each step is one input's windows (the model called on windows
     of one input, :func:`perfdoctor.analysis.steps.call_groups`), how many; None otherwise.
     """
@@ -109,6 +110,7 @@ class LightSteps:
     compiled_ns: np.ndarray | None = None
     gc_ns: np.ndarray | None = None
     save_ns: np.ndarray | None = None
+    cpu_wait_ns: np.ndarray | None = None
     clock: str = "cuda-event"
     steady_start: int | None = None
     steady_reason: str = ""

@@ -854,6 +854,23 @@ def fetched_between(host_start: np.ndarray | list[int], fetch_ns: np.ndarray | l
     return np.r_[fetched & ~ended, False]
 
 
+def cpu_waits_inside(
+    begins: np.ndarray | list[int], ends: np.ndarray | list[int], at_ns: np.ndarray | list[int], delay_ns: np.ndarray | list[int]
+) -> np.ndarray:
+    """Per span ``[begins[k], ends[k]]``, how long one thread waited for a CPU inside it: its
+    run-queue delay counter (cumulative ns, :class:`perfdoctor.record.bootstrap.clock.RunQueue`:
+    ``delay_ns``, read at host times ``at_ns``) at both edges, interpolated between reads and
+    held flat beyond the first and the last. Another process on the program's CPUs shows
+    there, where nothing in the program's own timeline does."""
+    at, delay = _ns(at_ns), _ns(delay_ns)
+    if at.size == 0:
+        return np.zeros(len(begins), dtype=np.int64)
+    order = np.argsort(at, kind="stable")
+    at, delay = at[order], np.maximum.accumulate(delay[order])
+    waited = np.interp(_ns(ends), at, delay) - np.interp(_ns(begins), at, delay)
+    return np.clip(np.rint(waited), 0, None).astype(np.int64)
+
+
 def time_inside(
     begins: np.ndarray | list[int], ends: np.ndarray | list[int], ranges: dict | None
 ) -> np.ndarray:

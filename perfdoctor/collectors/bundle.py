@@ -123,7 +123,7 @@ def _bool_array(values: Any) -> np.ndarray | None:
 
 # the per-step ns a light-pass series may carry, each a LightSteps field of that name: a
 # call's wait for another thread, and what perfdoctor run notes (record.light.noted_steps)
-PER_STEP_NS = ("waited_ns", "compiled_ns", "gc_ns", "save_ns")
+PER_STEP_NS = ("waited_ns", "compiled_ns", "gc_ns", "save_ns", "cpu_wait_ns")
 
 
 def read_light(results: PassResults, light_pass: LightPass, warnings: list[str]) -> LightSteps | None:
@@ -138,7 +138,8 @@ def read_light(results: PassResults, light_pass: LightPass, warnings: list[str])
       range's iteration: a data loader's pass ended since the previous step), "compiled_ns": [...]
       (torch.compile compiled inside the step; only when one did), "gc_ns": [...] (Python's full
       garbage collections inside the step; only when one ran), "save_ns": [...] (the program's
-      checkpoint saves (torch.save, safetensors' save_file, DCP's save) inside the step; only when one saved)}}`` and ``"step_end_clock":
+      checkpoint saves (torch.save, safetensors' save_file, DCP's save) inside the step; only when one saved),
+      "cpu_wait_ns": [...] (the step's thread waiting for a CPU inside the step; only when it did)}}`` and ``"step_end_clock":
       "cuda-event" | "host"``;
     * perfdoctor 0.1: ``"spans_ns": {step: [[host_start, gpu_end], ...]}``.
 

@@ -670,7 +670,7 @@ def light_summary(results: PassResults, options: RunOptions) -> LightPass:
     else:
         s = results.series[name]  # type: ignore[index]
         summary.marks_per_step = s.pop("group", None)
-        noted_steps(s, results)
+        noted_steps(s, results, name)
         cp = steady.critical_path_ns(s["host_start_ns"], s["gpu_end_ns"])
         found = steady.series_steady_start(s["host_start_ns"], s["gpu_end_ns"], s.get("gpu_start_ns"), s.get("waited_ns"),
                                            s.get("pass_ended"))
@@ -703,7 +703,7 @@ def light_summary(results: PassResults, options: RunOptions) -> LightPass:
 
 
 # what noted_steps adds to the chosen series: perfdoctor run rewrites raw/light.json with them
-NOTED = ("compiled_ns", "gc_ns", "save_ns")
+NOTED = ("compiled_ns", "gc_ns", "save_ns", "cpu_wait_ns")
 
 
 def carries_series(light: LightPass, results: PassResults) -> bool:
@@ -713,12 +713,14 @@ def carries_series(light: LightPass, results: PassResults) -> bool:
     return bool(light.iteration) or bool(set(NOTED) & set((results.series or {}).get(light.step_name or "") or {}))
 
 
-def noted_steps(series: dict[str, Any], results: PassResults) -> None:
-    """Per step of the chosen ``series``, in place: how long torch.compile compiled inside it
-    (``compiled_ns``: the analysis leaves such steps out of the steady steps' rate and p50),
-    how long Python's full garbage collections ran inside it (``gc_ns``) and how long the
-    program's checkpoint saves ran (``torch.save``, safetensors' ``save_file``, DCP's ``save``: ``save_ns``) — what uneven-steps' evidence
-    names — each only when some step has any."""
+def noted_steps(series: dict[str, Any], results: PassResults, name: str) -> None:
+    """Per step of the chosen ``series`` (of step ``name``), in place: how long torch.compile
+    compiled inside it (``compiled_ns``: the analysis leaves such steps out of the steady
+    steps' rate and p50), how long Python's full garbage collections ran inside it
+    (``gc_ns``), how long the program's checkpoint saves ran (``torch.save``, safetensors'
+    ``save_file``, DCP's ``save``: ``save_ns``) and how long the step's thread waited for a CPU
+    (``cpu_wait_ns``: another process on its cores) — what uneven-steps' evidence names — each
+    only when some step has any."""
     compiled = steady.time_inside(series["host_start_ns"], series["gpu_end_ns"], results.compiles)
     if compiled.any():
         series["compiled_ns"] = compiled.tolist()
@@ -727,6 +729,26 @@ def noted_steps(series: dict[str, Any], results: PassResults) -> None:
             held = steady.time_inside(series["host_start_ns"][: len(series["gpu_end_ns"])], series["gpu_end_ns"], spans)
             if held.any():
                 series[key] = held.tolist()
+    at, delay = _run_queue_reads(results, name)
+    if at:
+        waited = steady.cpu_waits_inside(series["host_start_ns"][: len(series["gpu_end_ns"])], series["gpu_end_ns"], at, delay)
+        if waited.any():
+            series["cpu_wait_ns"] = waited.tolist()
+
+
+def _run_queue_reads(results: PassResults, name: str) -> tuple[list[int], list[int]]:
+    """(host times, run-queue delay counters) of the thread that runs step ``name``'s calls
+    (the most of them): every read the light pass made on it, at the start of any series'
+    call, the step's own as measured (``call_series``) included."""
+    every = [*(results.series or {}).values(), *(results.call_series or {}).values()]
+    own = (results.call_series or {}).get(name) or (results.series or {}).get(name) or {}
+    tids = own.get("tid") or []
+    if not tids:
+        return [], []
+    thread = max(set(tids), key=tids.count)
+    reads = {(h, d) for s in every if s.get("run_delay_ns") and s.get("tid")
+             for h, t, d in zip(s["host_start_ns"], s["tid"], s["run_delay_ns"]) if t == thread and d is not None}
+    return [h for h, _ in sorted(reads)], [d for _, d in sorted(reads)]
 
 
 # The traced window opens past a leading run of steady steps faster than this share of the

@@ -146,6 +146,9 @@ COMPILED_KERNELS = 0.2
 # Checkpointing: at least this share of the slow steps' time beyond the median is the
 # program's checkpoint saves inside them (slow_step_save_ratio)
 SAVES_EXPLAIN = 0.5
+# Contended: at least this share of it is the step's thread waiting for a CPU inside the slow
+# steps (slow_step_cpu_wait_ratio): another process on the program's cores
+CPU_WAITS_EXPLAIN = 0.5
 # After pauses: at least this share of it is in the first steps after the program's pauses
 # (slow_step_after_pause_ratio): whisper's first decoder call per clip (its prompt and the
 # cross-attention keys over the audio), 52-54 % of the time beyond the median on a CPU
@@ -192,6 +195,9 @@ PREDICATES: dict[str, tuple[Callable[[dict[str, Metric]], bool], str]] = {
     # "find what the slow steps wait for" is then answered already
     "checkpointing": (_at_least("slow_step_save_ratio", SAVES_EXPLAIN), f"checkpoint saves (torch.save, safetensors' save_file, DCP's save) inside the slow steps account for their time beyond the median "
                       f"(slow_step_save_ratio >= {SAVES_EXPLAIN})"),
+    # "find what the slow steps wait for" is answered: a CPU, which another process held
+    "contended": (_at_least("slow_step_cpu_wait_ratio", CPU_WAITS_EXPLAIN), "the step's thread waiting for a CPU inside the slow steps (another "
+                  f"process on its cores) accounts for their time beyond the median (slow_step_cpu_wait_ratio >= {CPU_WAITS_EXPLAIN})"),
     "training": (_workload_is("training"), "the trace is training (backward ops, an optimizer step or an autograd thread: perfdoctor.analysis.workload)"),
     "inference": (_workload_is("inference"), "the trace is inference (no backward op, no optimizer step)"),
     "unrecognised": (_workload_is("unrecognised"), "the trace is inference whose task was not recognised (Workload.task 'inference': "
@@ -225,8 +231,9 @@ def light_values(analysis: Analysis) -> dict[str, Metric]:
     ``windows_per_step``, where each step is the model's calls on windows of one input; and, when
     a steady step saved a checkpoint, ``slow_step_save_ratio``, the share of the steady
     steps' time beyond the median that the program's checkpoint saves inside them account
-    for (:func:`perfdoctor.analysis.steady.held_share`). Rule inputs, not metrics of the
-    contract: most runs have neither, and an absent metric for them would be noise."""
+    for (:func:`perfdoctor.analysis.steady.held_share`); likewise ``slow_step_cpu_wait_ratio``,
+    the step's thread waiting for a CPU. Rule inputs, not metrics of the contract: most runs
+    have neither, and an absent metric for them would be noise."""
     light, series = analysis.light, analysis.light_series
     if light is None or series is None:
         return {}
@@ -238,10 +245,11 @@ def light_values(analysis: Analysis) -> dict[str, Metric]:
             out["slow_step_after_pause_ratio"] = Metric(after, "ratio", "light")
     if light.windows_per_step:
         out["windows_per_step"] = Metric(float(light.windows_per_step), "count", "light")
-    if light.save_ns is None or series.steps is None:
-        return out
-    share = held_share(series.critical_path_ms, light.save_ns[series.steps] / 1e6)
-    return out if share is None else {**out, "slow_step_save_ratio": Metric(share, "ratio", "light")}
+    for key, held in (("slow_step_save_ratio", light.save_ns), ("slow_step_cpu_wait_ratio", light.cpu_wait_ns)):
+        share = held_share(series.critical_path_ms, held[series.steps] / 1e6) if held is not None and series.steps is not None else None
+        if share is not None:
+            out[key] = Metric(share, "ratio", "light")
+    return out
 
 
 # Severity follows the time at stake: a failure whose estimate wins back less than these

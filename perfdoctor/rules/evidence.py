@@ -425,7 +425,8 @@ def slow_untraced_steps(analysis: Analysis) -> Evidence:
     run paused between its loops, whether a pause came before each (a loop's first step)."""
     light, series = analysis.light, analysis.light_series
     held = [(c, v) for c, v in (("full GC ms", light.gc_ns if light is not None else None),
-                                ("checkpoint save ms", light.save_ns if light is not None else None)) if v is not None]
+                                ("checkpoint save ms", light.save_ns if light is not None else None),
+                                ("CPU wait ms", light.cpu_wait_ns if light is not None else None)) if v is not None]
     paused = series.paused if series is not None and series.paused is not None and series.paused.any() else None
     ev = Evidence("slow_untraced_steps", ["step", "latency ms", "× median", "beyond the median ms", *(c for c, _ in held),
                                           *(("after a pause",) if paused is not None else ())])
