@@ -558,7 +558,7 @@ def test_checkpoints_saved_inside_steps_are_named_as_what_makes_them_slow(tmp_pa
     from perfdoctor.rules.evidence import EVIDENCE
 
     light, series, result = light_run(tmp_path, "amp_train.py", "--device", "cpu", "--dtype", "bfloat16", "--batch", "32", "--dim", "64",
-                                       "--width", "512" if save_format == "torch" else "1024", "--depth", "4", "--steps", "40", "--warmup", "5",
+                                       "--width", "1024" if save_format == "safetensors" else "512", "--depth", "4", "--steps", "40", "--warmup", "5",
                                        "--log-every", "20", "--save-every", "10", "--save-format", save_format,
                                        "--out-dir", str(tmp_path_factory.mktemp("ckpt")), env={"OMP_NUM_THREADS": "1"})
     (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
