@@ -738,17 +738,21 @@ def noted_steps(series: dict[str, Any], results: PassResults, name: str) -> None
 
 def _run_queue_reads(results: PassResults, name: str) -> tuple[list[int], list[int]]:
     """(host times, run-queue delay counters) of the thread that runs step ``name``'s calls
-    (the most of them): every read the light pass made on it, at the start of any series'
-    call, the step's own as measured (``call_series``) included."""
-    every = [*(results.series or {}).values(), *(results.call_series or {}).values()]
-    own = (results.call_series or {}).get(name) or (results.series or {}).get(name) or {}
+    (the most of them): every read the light pass made on it, at the start of any call as
+    measured: the other series, the step's own calls (``call_series``) and the module calls.
+    The chosen series itself is left out: rewritten as the iteration, a step may begin where
+    its thread resumed, not where its call read the counter."""
+    series = results.series or {}
+    own = (results.call_series or {}).get(name) or series.get(name) or {}
     tids = own.get("tid") or []
     if not tids:
         return [], []
     thread = max(set(tids), key=tids.count)
-    reads = {(h, d) for s in every if s.get("run_delay_ns") and s.get("tid")
-             for h, t, d in zip(s["host_start_ns"], s["tid"], s["run_delay_ns"]) if t == thread and d is not None}
-    return [h for h, _ in sorted(reads)], [d for _, d in sorted(reads)]
+    measured = [*(s for n, s in series.items() if n != name), *(results.call_series or {}).values(),
+                *(s for depth in (results.modules or {}).values() for s in depth.values())]
+    reads = sorted({(h, d) for s in measured if s.get("run_delay_ns") and s.get("tid")
+                    for h, t, d in zip(s["host_start_ns"], s["tid"], s["run_delay_ns"]) if t == thread and d is not None})
+    return [h for h, _ in reads], [d for _, d in reads]
 
 
 # The traced window opens past a leading run of steady steps faster than this share of the
