@@ -908,7 +908,7 @@ def own_work_ends(timed: pd.DataFrame, marks: pd.DataFrame, work: pd.DataFrame) 
 
 def loop_ranges(
     marks: pd.DataFrame, fetches: pd.DataFrame, ends: np.ndarray, training: Sequence[int], work: pd.DataFrame | None,
-    others: pd.DataFrame | None = None,
+    others: pd.DataFrame | None = None, last_trained: int | None = None,
 ) -> pd.DataFrame:
     """Step ranges from torch's loop range ``marks`` (the one name chosen or named by
     ``--step``), each the loop iteration, by the light pass's rules
@@ -917,18 +917,41 @@ def loop_ranges(
     step (``steady.step_groups`` over ``fetches``, every data loader range, outermost, and
     ``ends``, those that fetched no batch, the ends of passes: :func:`pass_ends`), never
     across the evaluation loop or the epochs' gap before it; without fetches, from one step
-    to the next, one per optimizer step: :func:`optimizer_ranges`."""
+    to the next, one per optimizer step: :func:`optimizer_ranges`. ``last_trained``: where the
+    training after the trace's last fetch ended (:func:`trained_after_last`), which ends
+    that fetch's iteration as one more fetch would."""
     if str(marks["name"].iloc[0]).startswith(rangenames.DATA_LOADER_PREFIX):
+        if last_trained is not None and marks["start_ns"].max() == fetches["start_ns"].max():
+            # the iteration of that fetch ends where its training ended, as at one more fetch
+            last = marks.loc[[marks["start_ns"].idxmax()]]
+            marks = pd.concat([marks, last.assign(start_ns=last_trained + 1, end_ns=last_trained + 1)])  # left out: the last
         return training_iterations(marks, training, work)
     if fetches.empty or np.asarray(ends, dtype=bool).all():  # no loader feeds the training: the light pass's rule
         return optimizer_ranges(marks, others, work)
     m = _outermost(marks)
     starts = fetches["start_ns"].to_numpy(np.int64)
+    if last_trained is not None:
+        starts, ends = np.append(starts, last_trained + 1), np.append(np.asarray(ends, dtype=bool), True)
     at, first, after, _ = steady.step_groups(m["start_ns"].to_numpy(np.int64), starts, ends)  # a trace's rate counts every step
     timed = m.iloc[at].copy()
     timed["start_ns"] = starts[first]
     timed["end_ns"] = starts[after] - 1
     return timed.sort_values("start_ns", kind="stable")
+
+
+def trained_after_last(fetches: pd.DataFrame, others: pd.DataFrame, ops: pd.DataFrame) -> int | None:
+    """Where the training after the trace's last fetch ended (``steady.trained_after_last``,
+    the light pass's rule), its marks the optimizer ranges of ``others`` (the loop ranges),
+    when the program went on after it (an op of ``ops`` began later); else None. A whole
+    trace of HF's Trainer read 7 steps for its 8. A range the profiler's stop closed is cut
+    (Lightning's profiler stops inside the optimizer step: the last one read 19.8 ms among
+    2.5 ms ones, the trace's end its end)."""
+    if fetches.empty:
+        return None
+    opt = others[starts_with(others["name"], rangenames.LOOP_PREFIXES[1:])]
+    marks = {"host_start_ns": opt["start_ns"].tolist(), "host_end_ns": opt["end_ns"].tolist(), "gpu_end_ns": opt["end_ns"].tolist()}
+    found = steady.trained_after_last(fetches["start_ns"].to_numpy(np.int64), marks)["host_start_ns"]
+    return found[0] if found and (ops["start_ns"] > found[0]).any() else None
 
 
 def ended_before_evaluations(timed: pd.DataFrame, fetches: pd.Series, evaluating: pd.Series, loops: pd.DataFrame) -> pd.DataFrame:
@@ -1323,6 +1346,7 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
         evaluating[order] = steady.evaluation_fetches(starts[order], work["start_ns"], work.loc[work["backward"], "start_ns"])
         evaluating &= ~ends
     parted = ends | evaluating  # decided once: loop_ranges cuts an optimizer step's group at them too
+    last_trained = trained_after_last(f, loops, profile.ops)
     hosts = {n: g.to_numpy(np.int64) for n, g in loops.drop(index=ended.index).groupby("name", sort=False)["start_ns"]}
     if work is not None and not f.empty:
         hosts[rangenames.BACKWARD_RANGE] = first_backwards(f["start_ns"].to_numpy(np.int64), work)
@@ -1371,7 +1395,7 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
             loop = marker == rangenames.LOOP
             if marker == rangenames.COMPILED:
                 matched = _iteration_marks(matched, ranges)
-            timed = (loop_ranges(matched, f, parted, training, work, loops) if loop else
+            timed = (loop_ranges(matched, f, parted, training, work, loops, last_trained) if loop else
                      iteration_ranges(matched, waits, stop_at_pauses=stops_at_pauses(pattern)))
             if moded and not timed.empty:
                 timed = own_work_ends(timed, _outermost(matched), work if work is not None else loop_work(profile))
@@ -1423,7 +1447,7 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
             return AUTO_STEP, found, None, f"{auto_how}; one CUDA/HIP graph replay per step"
         marks = replays if choice.name == GRAPH_REPLAY else ranges[ranges["name"] == choice.name]
         if choice.kind == "loop":
-            marks = loop_ranges(marks, f, parted, training, work, loops)  # not an evaluation loop's batches
+            marks = loop_ranges(marks, f, parted, training, work, loops, last_trained)  # not an evaluation loop's batches
             marks = ended_before_evaluations(marks, f["start_ns"], f.loc[evaluating, "start_ns"], loops)
         elif choice.iteration:
             marks = iteration_ranges(_iteration_marks(marks, ranges) if choice.name != GRAPH_REPLAY else marks, waits,

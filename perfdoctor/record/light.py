@@ -534,26 +534,20 @@ def _loader_passes(results: PassResults, work: list[int], work_grad: list[bool])
     a loop that stopped at its loader's length (the fetch that yielded the pass's last batch)
     or a training pass that an evaluation loop's fetches follow (:func:`_evaluation_fetches`:
     Lightning's validation every N batches, whose set-up before its first fetch, 1.3 ms of a
-    15.2 ms optimizer step on the H200, is no training step's); and the run's last fetch when
-    it raised with training after it: a loader that fetches a batch ahead (accelerate's
-    ``DataLoaderShard``, under HF's Trainer too) trains its last batch after the fetch that
-    raised, and with no evaluation after the last epoch no fetch ended that iteration (a
-    Trainer fine-tuning read 119 steps for its 120)."""
+    15.2 ms optimizer step on the H200, is no training step's); and the run's last fetch with
+    training after it (``steady.trained_after_last``: HF's Trainer, a loop left by ``break``)."""
     ended = list((results.exhausted or {}).values())
     series = results.series or {}
     fetches = sorted(h for n, s in series.items() if n.startswith(rangenames.DATA_LOADER_PREFIX) for h in s["host_start_ns"])
     raised = sorted(h for s in ended for h in s["host_start_ns"])
     before = [h for hs in (results.last_batches or {}).values() for h in hs]
-    if raised and (not fetches or raised[-1] > fetches[-1]):
-        before.append(raised[-1])
     evaluating = set(_evaluation_fetches(series, merged_series(ended) if ended else _NO_PASSES, work, work_grad))
     before += [a for a, b in zip(fetches, fetches[1:]) if b in evaluating and a not in evaluating]
-    if before:
-        marks = [s for n, s in series.items() if n.startswith(rangenames.LOOP_PREFIXES[1:]) or rangenames.kind(n) == rangenames.BACKWARD]
-        ends = steady.training_ends(before, fetches, raised,
-                                    {k: [v for s in marks for v in s.get(k) or []] for k in ("host_start_ns", "host_end_ns", "gpu_end_ns")})
+    marked = [s for n, s in series.items() if n.startswith(rangenames.LOOP_PREFIXES[1:]) or rangenames.kind(n) == rangenames.BACKWARD]
+    marks = {k: [v for s in marked for v in s.get(k) or []] for k in ("host_start_ns", "host_end_ns", "gpu_end_ns")}
+    cuda = any(s.get("gpu_start_ns") is not None for s in series.values())
+    for ends in (steady.training_ends(before, fetches, raised, marks), steady.trained_after_last(fetches + raised, marks)):
         if ends["host_start_ns"]:
-            cuda = any(s.get("gpu_start_ns") is not None for s in series.values())
             ended.append(ends if cuda else {**ends, "gpu_start_ns": None})
     return merged_series(ended) if ended else _NO_PASSES
 

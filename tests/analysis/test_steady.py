@@ -1259,6 +1259,23 @@ def test_a_pass_that_ends_at_its_loaders_length_ends_where_its_last_batch_traine
     assert steady.training_ends([50], fetches, [], marks)["host_start_ns"] == [58]
 
 
+def test_the_runs_last_fetch_ends_where_its_one_iterations_training_ended() -> None:
+    # fetches at 0, 10, 20, each iteration's marks (an optimizer step +2..+8, a backward
+    # +3..+6) after its fetch: the last fetch's iteration ends at its step's end, 28, whether
+    # that fetch raised StopIteration (a loader fetching a batch ahead, HF's Trainer) or a
+    # `break` after the training left the loop
+    fetches = [0, 10, 20]
+    marks = {"host_start_ns": [2, 12, 22, 3, 13, 23], "host_end_ns": [8, 18, 28, 6, 16, 26], "gpu_end_ns": [9, 19, 29, 7, 17, 27]}
+    assert steady.trained_after_last(fetches, marks) == {"host_start_ns": [28], "gpu_start_ns": [29], "gpu_end_ns": [29], "last_ns": [20]}
+    # nothing trains after it (the fetch that raised in a plain for loop): no end
+    assert steady.trained_after_last([0, 10, 20, 30], marks)["host_start_ns"] == []
+    # more marks after it than any iteration between two fetches holds (two): a training with
+    # no loader after the loop's, no iteration of it
+    more = {k: v + [v[2] + 10, v[2] + 20] for k, v in marks.items()}
+    assert steady.trained_after_last(fetches, more)["host_start_ns"] == []
+    assert steady.trained_after_last([], marks)["host_start_ns"] == []
+
+
 def test_the_share_of_the_time_beyond_the_median_a_cause_holds() -> None:
     # steps 10, 10, 10, 30, 50 ms: median 10, beyond it (less 0.05 ms) 19.95 and 39.95 ms.
     # A save of 25 ms in the 30 ms step counts its 19.95 beyond the median, one of 30 in the
