@@ -544,7 +544,8 @@ def _loader_passes(results: PassResults, work: list[int], work_grad: list[bool])
     evaluating = set(_evaluation_fetches(series, merged_series(ended) if ended else _NO_PASSES, work, work_grad))
     before += [a for a, b in zip(fetches, fetches[1:]) if b in evaluating and a not in evaluating]
     marked = [s for n, s in series.items() if n.startswith(rangenames.LOOP_PREFIXES[1:]) or rangenames.kind(n) == rangenames.BACKWARD]
-    marks = {k: [v for s in marked for v in s.get(k) or []] for k in ("host_start_ns", "host_end_ns", "gpu_end_ns")}
+    # a series without host ends (a bundle's older light.json): its GPU ends, as where calls are grouped
+    marks = {k: [v for s in marked for v in s.get(k) or s["gpu_end_ns"]] for k in ("host_start_ns", "host_end_ns", "gpu_end_ns")}
     cuda = any(s.get("gpu_start_ns") is not None for s in series.values())
     for ends in (steady.training_ends(before, fetches, raised, marks), steady.trained_after_last(fetches + raised, marks)):
         if ends["host_start_ns"]:

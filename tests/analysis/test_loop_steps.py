@@ -235,3 +235,28 @@ def test_backward_calls_mark_the_iteration_only_when_nothing_else_does() -> None
     assert (choose_step({GRAD_RANGE: 60}).kind, choose_step({GRAD_RANGE: 60}).name) == ("backward", GRAD_RANGE)
     assert choose_step({GRAD_RANGE: 150, BACKWARD_RANGE: 30}).name == BACKWARD_RANGE
     assert choose_step({GRAD_RANGE: 60}, modules={"MLP.forward": 60}).kind == "module"
+
+
+WHOLE = Path(__file__).parents[1] / "fixtures" / "whole"
+
+
+@pytest.mark.parametrize("step", [None, "Optimizer.step#AdamW.step"])
+def test_a_trainer_traced_whole_without_evaluations_ends_its_last_step_at_its_optimizer_step(step: str | None) -> None:
+    # HF's Trainer with eval_strategy="no" (its default), traced whole: accelerate's
+    # DataLoaderShard fetches a batch ahead, so the last batch trains after the fetch that
+    # raised StopIteration and no fetch follows. Before, that step was in none: 3 of 4, by
+    # the fetches and by the optimizer's steps (--step). Now it ends where its optimizer step
+    # ended (steps.trained_after_last), timed as the program's TrainerCallback times it
+    facts = json.loads((WHOLE / "cpu-hf-trainer-no-eval.facts.json").read_text())
+    profile = load_trace(WHOLE / "cpu-hf-trainer-no-eval.kineto.json.gz")
+    found = find_steps(profile, step)
+    opt = profile.ranges[profile.ranges["name"] == "Optimizer.step#AdamW.step"].sort_values("start_ns")
+    assert found.count == facts["optimizer_steps"] == len(opt) == 4
+    assert found.name == (step or "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__")
+    t = found.table.sort_values("host_start_ns")
+    assert t["host_end_ns"].iloc[-1] == opt["end_ns"].iloc[-1]
+    # each step holds its own optimizer step, the last the last
+    held = np.searchsorted(opt["start_ns"].to_numpy(), t["host_end_ns"].to_numpy(), side="right") - np.searchsorted(opt["start_ns"].to_numpy(), t["host_start_ns"].to_numpy())
+    assert held.tolist() == [1] * 4
+    last_ms = (t["host_end_ns"].iloc[-1] - t["host_start_ns"].iloc[-1]) / 1e6
+    assert last_ms == pytest.approx(facts["ms_each"][-1], rel=0.1)

@@ -209,34 +209,14 @@ def test_hf_trainer_without_evaluations_times_the_last_optimizer_step_too(tmp_pa
     # the Trainer's default, eval_strategy="no": accelerate's DataLoaderShard fetches a batch
     # ahead, so the last batch trains after the fetch that raised StopIteration, and no fetch
     # (no evaluation) follows it. Before, that step was in none: 15 steps for 16 (a Trainer
-    # fine-tuning: 119 for 120), in the light pass and in the trace. Now it ends where its
-    # optimizer step ended, as the program's own callback times it
-    r = run_cli("run", "--collect", "torch", "--steps", "0", "--out", tmp_path, REAL / "hf_trainer.py", "--device", "cpu",
-                "--layers", "2", "--dim", "64", "--heads", "4", "--samples", "128", "--batch", "8", "--accum", "2",
-                "--eval-steps", "0", timeout=300, env={"OMP_NUM_THREADS": "1"})
-    assert r.returncode == 0, r.stderr[-2000:]
-    (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
-    light = json.loads((bundle / "manifest.json").read_text())["light_pass"]
-    series = json.loads((bundle / "raw" / "light.json").read_text())["series"][light["step_name"]]
-    result = program_result(r.stdout)
+    # fine-tuning: 119 for 120). Now it ends where its optimizer step ended, as the program's
+    # own callback times it (a whole trace of it: tests/analysis/test_loop_steps.py)
+    light, series, result = light_run(tmp_path, "hf_trainer.py", "--device", "cpu", "--layers", "2", "--dim", "64", "--heads", "4",
+                                      "--samples", "128", "--batch", "8", "--accum", "2", "--eval-steps", "0",
+                                      env={"OMP_NUM_THREADS": "1"})
     assert result["optimizer_steps"] == 128 // 8 // 2 == len(result["ms_each"])
     assert light["step_name"] == "Optimizer.step#AdamW.step" and light["steps_seen"] == result["optimizer_steps"]
     assert step_ms(series)[-1] == pytest.approx(result["ms_each"][-1], rel=0.2)
-    # the traced window (from the steady state to the end, --steps 0), by hand: one step per
-    # optimizer step whose group's fetches the window holds, each from a fetch of its group
-    # past its optimizer step, the last to that step's end
-    profile = load_trace(bundle)
-    found = find_steps(profile)
-    ranges = profile.ranges.sort_values("start_ns")
-    fetches = ranges.loc[ranges["name"].str.startswith("enumerate(DataLoader)#"), "start_ns"].to_numpy()
-    opt = ranges[ranges["name"] == light["step_name"]]
-    groups = [(b, s) for b, s in zip(np.r_[0, opt["end_ns"].to_numpy()[:-1]], opt["start_ns"]) if ((fetches > b) & (fetches < s)).any()]
-    assert len(groups) >= 3 and found.name == light["step_name"] and found.count == len(groups)
-    t = found.table
-    assert all(b < start < s and start in fetches for (b, s), start in zip(groups, t["host_start_ns"]))
-    stepped = opt["end_ns"].to_numpy()[-found.count:]  # each group's own optimizer step
-    assert (stepped[:-1] <= t["host_end_ns"].to_numpy()[:-1]).all() and (t["host_end_ns"].to_numpy()[:-1] < t["host_start_ns"].to_numpy()[1:]).all()
-    assert t["host_end_ns"].iloc[-1] == stepped[-1]
 
 
 def test_hf_trainer_with_evaluations_steps_per_optimizer_step_in_run_and_analyze(tmp_path: Path) -> None:
