@@ -377,7 +377,7 @@ MAX_GROUP = 4  # calls per step at most, but for windows of one input: classifie
 # pass over one preloaded tensor's hundreds of chunks is an inference loop (the cut costs calls x k)
 MAX_WINDOWS = 256
 BACK_TO_BACK_NS = 50_000  # a group's calls: only a Python statement between them (4-36 us seen on a loaded CPU)
-GROUP_SEPARATION = 8.0  # the loop's work between groups against the gaps inside them, medians
+GROUP_SEPARATION = 6.0  # the loop's work between groups against the gaps inside them, medians (7.6x seen under load)
 GROUP_SHARE = 0.75  # the calls that must fall in back-to-back runs of exactly k
 MIN_GROUPS = 3  # such runs, at least
 SHORT_GROUP_COST = 1.5  # a group closed before its k-th call, against one gap read against its class
