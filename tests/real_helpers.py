@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from conftest import REAL_PROGRAMS as REAL, program_result, run_cli, trace_program
+from conftest import REAL_PROGRAMS as REAL, program_result, run_cli_fds, trace_program
 from perfdoctor.analysis.steps import find_steps
 from perfdoctor.pipeline import load_trace
 
@@ -21,8 +21,8 @@ def light_run(tmp_path: Path, program: str, *args: str, step: str | None = None,
     """(light_pass of the manifest, the chosen step's series, the program's RESULT); ``step``:
     perfdoctor's --step; ``env``: the program's environment's additions; ``launcher``: the
     command line before the program (``accelerate launch ...``), after ``--``."""
-    r = run_cli("run", "--collect", "nvml", *(("--step", step) if step else ()), "--out", tmp_path, *(("--", *launcher) if launcher else ()),
-                REAL / program, *args, timeout=240, env=env)
+    r = run_cli_fds("run", "--collect", "nvml", "--timeout", "240", *(("--step", step) if step else ()), "--out", tmp_path,
+                    *(("--", *launcher) if launcher else ()), REAL / program, *args, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     light = json.loads((bundle / "manifest.json").read_text())["light_pass"]

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REAL_PROGRAMS as REAL, program_result, run_cli, trace_program
+from conftest import REAL_PROGRAMS as REAL, program_result, run_cli, run_cli_fds, trace_program
 from real_helpers import FETCH, light_run, step_ms
 from perfdoctor.analysis.steps import find_steps
 from perfdoctor.pipeline import diagnose, load_trace
@@ -136,8 +136,8 @@ def test_work_in_spawned_processes_is_named_not_missed_in_silence(tmp_path: Path
     # the DDP tutorial's mp.spawn(demo_basic, nprocs=2): the process perfdoctor starts trains
     # nothing. Before: "no step seen: no record_function/NVTX range, ... repeated" and, from
     # analyze, 33 rules not evaluated with no word of where the work went
-    r = run_cli("run", "--collect", "nvml", "--out", tmp_path, REAL / "spawn_ddp.py", "--device", "cpu", "--world-size", "2",
-                "--steps", "12", "--warmup", "2", timeout=240, env={"OMP_NUM_THREADS": "1"})  # the light pass alone: it says it
+    r = run_cli_fds("run", "--timeout", "240", "--collect", "nvml", "--out", tmp_path, REAL / "spawn_ddp.py", "--device", "cpu", "--world-size", "2",
+                "--steps", "12", "--warmup", "2", env={"OMP_NUM_THREADS": "1"})  # the light pass alone: it says it
     assert r.returncode == 0, r.stderr[-2000:]
     assert program_result(r.stdout)["world_size"] == 2  # the ranks trained
     (bundle,) = tmp_path.iterdir()
@@ -280,8 +280,8 @@ def test_steps_n_traces_n_whole_training_iterations(tmp_path: Path) -> None:
     # fifth fetch after the warm-up, which ends the fourth iteration and begins the fifth, so
     # analyze read 4 steps (open_clip's fine-tuning on the CPU: --steps 10, 9 steps). It now
     # closes at the fetch that ends the fifth
-    r = run_cli("run", "--collect", "torch", "--steps", "5", "--out", tmp_path, REAL / "train_eval.py", "--epochs", "1", "--batches", "16",
-                "--val-batches", "4", "--width", "256", timeout=240)
+    r = run_cli_fds("run", "--timeout", "240", "--collect", "torch", "--steps", "5", "--out", tmp_path, REAL / "train_eval.py", "--epochs", "1", "--batches", "16",
+                "--val-batches", "4", "--width", "256")
     assert r.returncode == 0, r.stderr[-2000:]
     (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert json.loads((bundle / "manifest.json").read_text())["light_pass"]["step_name"] == FETCH
@@ -297,7 +297,7 @@ def test_threaded_server_steps_are_the_requests_service_not_the_workers_waits(tm
     # next request's forward, through the time the worker sat blocked on its queue (a p50
     # of 3.7 ms for requests the program served in 0.93 ms); a wait for another thread ends it
     args = ("--device", "cpu", "--threads", "1", "--requests", "40", "--width", "512", "--rate", "200", *(("--pool",) if pool else ()))
-    r = run_cli("run", "--collect", "torch", "--out", tmp_path, REAL / "threaded_server.py", *args, timeout=240)
+    r = run_cli_fds("run", "--timeout", "240", "--collect", "torch", "--out", tmp_path, REAL / "threaded_server.py", *args)
     assert r.returncode == 0, r.stderr[-2000:]
     (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     light = json.loads((bundle / "manifest.json").read_text())["light_pass"]
@@ -338,7 +338,7 @@ def test_async_server_steps_are_the_requests_service_not_the_event_loops_idle(tm
     # (the other coroutines' work: the arrival, the reply) is out of the step
     args = ("--device", "cpu", "--threads", "1", "--requests", "40", "--width", "512", "--rate", "200",
             *(("--executor",) if executor else ()))
-    r = run_cli("run", "--collect", "torch", "--out", tmp_path, REAL / "async_server.py", *args, timeout=240)
+    r = run_cli_fds("run", "--timeout", "240", "--collect", "torch", "--out", tmp_path, REAL / "async_server.py", *args)
     assert r.returncode == 0, r.stderr[-2000:]
     (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     light = json.loads((bundle / "manifest.json").read_text())["light_pass"]
@@ -464,7 +464,7 @@ def test_the_progress_count_of_a_fetch_named_by_step_is_the_training_iterations(
     epochs, batches, val = 2, 8, 6
     args = ("--epochs", str(epochs), "--batches", str(batches), "--val-batches", str(val), "--width", "256",
             *(("--sanity-val", str(sanity)) if sanity else ()))
-    r = run_cli("run", "--collect", "torch", "--step", FETCH, "--out", tmp_path, REAL / "train_eval.py", *args, timeout=240)
+    r = run_cli_fds("run", "--timeout", "240", "--collect", "torch", "--step", FETCH, "--out", tmp_path, REAL / "train_eval.py", *args)
     assert r.returncode == 0, r.stderr[-2000:]
     (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     manifest = json.loads((bundle / "manifest.json").read_text())
@@ -484,8 +484,8 @@ def test_a_window_of_a_training_loops_fetches_holds_training_iterations_not_the_
     # the first epoch's last batch (fetch 7), then its loader's end and 6 validation batches.
     epochs, batches, val, steps = 2, 8, 6, 5
     args = ("--epochs", str(epochs), "--batches", str(batches), "--val-batches", str(val), "--width", "256")
-    r = run_cli("run", "--collect", "torch", "--no-light", "--step", FETCH, "--warmup", str(batches - 1), "--steps", str(steps),
-                "--out", tmp_path, REAL / "train_eval.py", *args, timeout=240)
+    r = run_cli_fds("run", "--timeout", "240", "--collect", "torch", "--no-light", "--step", FETCH, "--warmup", str(batches - 1), "--steps", str(steps),
+                "--out", tmp_path, REAL / "train_eval.py", *args)
     assert r.returncode == 0, r.stderr[-2000:]
     (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     doc = json.loads(gzip.decompress((bundle / "raw" / "torch-trace.json.gz").read_bytes()))

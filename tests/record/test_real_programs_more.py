@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REAL_PROGRAMS as REAL, program_result, program_results, run_cli, trace_program
+from conftest import REAL_PROGRAMS as REAL, program_result, program_results, run_cli_fds, trace_program
 from real_helpers import FETCH, light_run, step_ms, traced_whole, steps_per_s, held_in
 from perfdoctor.analysis.steps import find_steps
 from perfdoctor.pipeline import Diagnosis, diagnose, load_trace
@@ -74,7 +74,7 @@ def test_truncated_bptt_lstm_traced_whole_the_step_before_an_evaluation_is_its_o
     # the program's 3.8). Each step against the traced pass's own timer for its batch
     args = ("--device", "cpu", "--emsize", "64", "--nhid", "64", "--ntokens", "1000", "--train-tokens", "6000", "--val-tokens", "1000",
             "--batch-size", "8", "--bptt", "20", "--epochs", "2", "--log-interval", "10")
-    r = run_cli("run", "--collect", "torch", "--steps", "0", "--out", tmp_path, REAL / "lstm_lm.py", *args, timeout=240,
+    r = run_cli_fds("run", "--timeout", "240", "--collect", "torch", "--steps", "0", "--out", tmp_path, REAL / "lstm_lm.py", *args,
                 env={"OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
     (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
@@ -99,8 +99,8 @@ def test_makemore_by_hand_no_optimizer_module_or_loader_steps_per_backward_in_ru
     # no function to name with --step-fn (before: "no step seen", analyze none). One step per
     # backward call, from one to the next, against the program's own timer of each iteration
     steps, warmup = 200, 20
-    r = run_cli("run", "--collect", "torch", "--steps", "0", "--out", tmp_path, REAL / "scratch_mlp.py", "--device", "cpu",
-                "--steps", str(steps), "--warmup", str(warmup), "--names", "4000", timeout=240, env={"OMP_NUM_THREADS": "1"})
+    r = run_cli_fds("run", "--timeout", "240", "--collect", "torch", "--steps", "0", "--out", tmp_path, REAL / "scratch_mlp.py", "--device", "cpu",
+                "--steps", str(steps), "--warmup", str(warmup), "--names", "4000", env={"OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
     (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     light = json.loads((bundle / "manifest.json").read_text())["light_pass"]
@@ -189,8 +189,7 @@ def test_a_torchrun_job_on_the_cpu_times_each_ranks_iterations(tmp_path: Path) -
     # step: no step time for rank 0. (ddp_train.py is not the program here: torch 2.13's
     # gloo aborts 1 run in 8 at its exit, or under the profiler hangs there, when the DDP
     # tutorial's destroy_process_group() runs before the model is freed)
-    r = run_cli("run", "--collect", "torch", "--nproc-per-node", "2", "--out", tmp_path, REAL / "accel_train.py", *ACCEL_TINY,
-                timeout=300, env={"OMP_NUM_THREADS": "1"})
+    r = run_cli_fds("run", "--timeout", "300", "--collect", "torch", "--nproc-per-node", "2", "--out", tmp_path, REAL / "accel_train.py", *ACCEL_TINY, env={"OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
     _check_ranks(tmp_path, r.stdout)
 
@@ -199,8 +198,8 @@ def test_accelerate_launch_on_several_processes_runs_torchruns_ranks(tmp_path: P
     # `accelerate launch --multi_gpu --num_processes 2`: torchrun's two ranks with the
     # environment accelerate gives them (not run before: no machine with two GPUs). The
     # light pass alone: the ranks table over traced ranks is the torchrun test's above
-    r = run_cli("run", "--collect", "nvml", "--out", tmp_path, "--", "accelerate", "launch", "--multi_gpu", "--num_processes", "2",
-                REAL / "accel_train.py", *ACCEL_TINY, timeout=300, env={"OMP_NUM_THREADS": "1"})
+    r = run_cli_fds("run", "--timeout", "300", "--collect", "nvml", "--out", tmp_path, "--", "accelerate", "launch", "--multi_gpu", "--num_processes", "2",
+                REAL / "accel_train.py", *ACCEL_TINY, env={"OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
     _check_ranks(tmp_path, r.stdout, traced=False)
 
@@ -226,9 +225,9 @@ def test_hf_trainer_with_evaluations_steps_per_optimizer_step_in_run_and_analyze
     # optimizer step (its two micro-batches, their fetch included), not the evaluation after
     # it: each step against the program's TrainerCallback timer (on_step_begin to on_step_end)
     accum, every = 2, 4
-    r = run_cli("run", "--collect", "torch", "--out", tmp_path, REAL / "hf_trainer.py", "--device", "cpu", "--layers", "2",
+    r = run_cli_fds("run", "--timeout", "300", "--collect", "torch", "--out", tmp_path, REAL / "hf_trainer.py", "--device", "cpu", "--layers", "2",
                 "--dim", "64", "--heads", "4", "--samples", "256", "--batch", "8", "--accum", str(accum), "--eval-steps",
-                str(every), timeout=300, env={"OMP_NUM_THREADS": "1"})
+                str(every), env={"OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
     (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     light = json.loads((bundle / "manifest.json").read_text())["light_pass"]
@@ -272,9 +271,8 @@ def test_lightning_fit_with_validations_steps_per_training_batch_in_run_and_anal
     #   of 2 as of 4 too): a fetch whose iteration trains nothing is no group's
     batches = 32
     extra = ("--accum", "2", "--precision", "bf16-mixed") if accum == 2 else ()
-    r = run_cli("run", "--collect", "torch", "--out", tmp_path, REAL / "lightning_fit.py", "--accelerator", "cpu", "--width", "256",
-                "--features", "64", "--samples", "1024", "--val-samples", "128", "--batch", "64", "--val-every", str(every), *extra,
-                timeout=300, env={"OMP_NUM_THREADS": "1"})
+    r = run_cli_fds("run", "--timeout", "300", "--collect", "torch", "--out", tmp_path, REAL / "lightning_fit.py", "--accelerator", "cpu", "--width", "256",
+                "--features", "64", "--samples", "1024", "--val-samples", "128", "--batch", "64", "--val-every", str(every), *extra, env={"OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
     (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     light = json.loads((bundle / "manifest.json").read_text())["light_pass"]
@@ -328,9 +326,9 @@ def test_lightning_fit_with_its_defaults_ends_each_epochs_last_step_before_its_c
     # last batch ends its step where its training ended (the optimizer's step), and the
     # next epoch's first step says a pass ended before it
     per_epoch, epochs = 16, 3
-    r = run_cli("run", "--collect", "nvml", "--out", tmp_path, REAL / "lightning_fit.py", "--accelerator", "cpu", "--width", "256",
+    r = run_cli_fds("run", "--timeout", "300", "--collect", "nvml", "--out", tmp_path, REAL / "lightning_fit.py", "--accelerator", "cpu", "--width", "256",
                 "--features", "64", "--samples", str(64 * per_epoch), "--batch", "64", "--epochs", str(epochs), "--val-every", "0",
-                "--defaults", timeout=300, env={"OMP_NUM_THREADS": "1"})
+                "--defaults", env={"OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
     (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     light = json.loads((bundle / "manifest.json").read_text())["light_pass"]
@@ -498,7 +496,7 @@ def test_ppo_traced_pass_counts_iterations_not_optimizer_steps(tmp_path: Path) -
     # pass: 24 steps" for the light pass's 6, and --steps 2 traced 2 zero_grads, half an
     # iteration. Both now count iterations of 4 marks
     args = ("--device", "cpu", "--num-envs", "4", "--num-steps", "64", "--iterations", "6", "--update-epochs", "2", "--num-minibatches", "2")
-    r = run_cli("run", "--collect", "torch", "--steps", "2", "--out", tmp_path, REAL / "ppo_train.py", *args, timeout=240,
+    r = run_cli_fds("run", "--timeout", "240", "--collect", "torch", "--steps", "2", "--out", tmp_path, REAL / "ppo_train.py", *args,
                 env={"OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
     (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
@@ -799,8 +797,8 @@ def test_a_step_that_waits_for_a_process_pool_says_so(tmp_path: Path) -> None:
     # advised torch.compile; the traced pass marks the waits (Condition.wait), so the time
     # is the program's own wait for the pool, told apart from the Python between operators
     iterations = 16
-    r = run_cli("run", "--collect", "torch", "--out", tmp_path, REAL / "pool_train.py", "--device", "cpu", "--batch", "16",
-                "--workers", "2", "--iters", str(iterations), timeout=240, env={"OMP_NUM_THREADS": "1"})
+    r = run_cli_fds("run", "--timeout", "240", "--collect", "torch", "--out", tmp_path, REAL / "pool_train.py", "--device", "cpu", "--batch", "16",
+                "--workers", "2", "--iters", str(iterations), env={"OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
     traced = program_results(r.stdout)[-1]  # the torch pass's own timer
     (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
@@ -830,8 +828,8 @@ def test_a_loop_paced_to_a_frame_rate_steps_per_frame_not_per_period(tmp_path: P
     # fail p99 at the frame period and call the sleep host overhead). The sleep is a wait now
     # (record/bootstrap/waits.py): each step is a frame's work, and the rate says the rest
     frames = 60
-    r = run_cli("run", "--collect", "torch", "--out", tmp_path, REAL / "paced_infer.py", "--device", "cpu", "--size", "96",
-                "--frames", str(frames), timeout=240, env={"OMP_NUM_THREADS": "1"})
+    r = run_cli_fds("run", "--timeout", "240", "--collect", "torch", "--out", tmp_path, REAL / "paced_infer.py", "--device", "cpu", "--size", "96",
+                "--frames", str(frames), env={"OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
     result = program_result(r.stdout)
     (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
@@ -863,8 +861,7 @@ def _fed_loop(tmp_path: Path, program: str, step: str, batches: int, *args: str)
     after the fourth, the program's batch ms from the fifth (each step runs from one
     forward to the next: shifted by the part of an iteration before the forward), the
     diagnosis)."""
-    r = run_cli("run", "--collect", "torch", "--out", tmp_path, REAL / program, "--device", "cpu", "--batches", str(batches), *args,
-                timeout=240, env={"OMP_NUM_THREADS": "1"})
+    r = run_cli_fds("run", "--timeout", "240", "--collect", "torch", "--out", tmp_path, REAL / program, "--device", "cpu", "--batches", str(batches), *args, env={"OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
     result = program_result(r.stdout)
     (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
@@ -886,8 +883,7 @@ def test_an_ensemble_fanned_out_to_a_thread_pool_steps_once_per_batch(tmp_path: 
     # batch. Its calls are the loop's iterations whichever pool thread runs them. The traced
     # pass failed ("the steps ran on a worker thread and no trace was started on the main
     # thread"): the calls off the main thread were counted under the class's name
-    r = run_cli("run", "--collect", "torch", "--out", tmp_path, REAL / "ensemble_threads.py", "--device", "cpu", "--batches", "40",
-                timeout=240, env={"OMP_NUM_THREADS": "1"})
+    r = run_cli_fds("run", "--timeout", "240", "--collect", "torch", "--out", tmp_path, REAL / "ensemble_threads.py", "--device", "cpu", "--batches", "40", env={"OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
     result = program_result(r.stdout)
     (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
@@ -920,7 +916,7 @@ def test_sliding_window_inference_steps_once_per_image(tmp_path: Path) -> None:
     assert ms.sum() == pytest.approx(own.sum(), rel=0.15)
 
 
-@pytest.mark.parametrize("inferer", ["function", "sliding", "patch"])
+@pytest.mark.parametrize("inferer", ["sliding", "patch"])  # its function: what SlidingWindowInferer calls
 def test_monai_sliding_window_inference_steps_once_per_volume(tmp_path: Path, inferer: str) -> None:
     # MONAI's tutorials: sliding_window_inference(inputs, roi_size, sw_batch_size, model) per
     # volume, or a SlidingWindowInferer, or a PatchInferer. MONAI gathers sw_batch_size windows
@@ -997,8 +993,8 @@ def test_yolo_predict_steps_per_frame_though_the_model_calls_its_own_forward_whe
     # of one class), then per frame the predictor's AutoBackend wraps the model. The scout
     # once narrowed to the layers there: 8 C2f calls per frame read as steps, and the torch
     # pass, which finds C2f at depth 2, traced no step at all
-    r = run_cli("run", "--collect", "torch", "--out", tmp_path, REAL / "yolo_predict.py", "--device", "cpu", "--imgsz", "128",
-                "--frames", "30", "--warmup", "5", timeout=240)
+    r = run_cli_fds("run", "--timeout", "240", "--collect", "torch", "--out", tmp_path, REAL / "yolo_predict.py", "--device", "cpu", "--imgsz", "128",
+                "--frames", "30", "--warmup", "5")
     assert r.returncode == 0, r.stderr[-2000:]
     (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     manifest = json.loads((bundle / "manifest.json").read_text())
@@ -1019,7 +1015,7 @@ def test_d2l_traced_pass_counts_the_training_batches_as_the_light_pass_does(tmp_
     # the traced passes' step ticks (the progress line, the pass's step count) counted every
     # fetch of a loop with no optimizer range: 48 for 40 training batches and 8 test batches
     # (fastai's own Adam: "293 of 248 steps"); each fetch now ticks at its iteration's backward
-    r = run_cli("run", "--collect", "torch", "--out", tmp_path, REAL / "d2l_train.py", "--model", "module", *D2L, timeout=240,
+    r = run_cli_fds("run", "--timeout", "240", "--collect", "torch", "--out", tmp_path, REAL / "d2l_train.py", "--model", "module", *D2L,
                 env={"OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
     (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
