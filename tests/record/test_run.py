@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import program_result, program_results, run_cli, run_cli_inprocess
+from conftest import program_result, program_results, run_cli, run_cli_fds, run_cli_inprocess
 from perfdoctor import api
 from perfdoctor.collectors.bundle import load_bundle
 from perfdoctor.declare import DECLARE_PREFIX, declaration_name, parse_declaration
@@ -32,12 +32,9 @@ ROOT = Path(__file__).parents[2]
 no_gpu = pytest.mark.skipif(gpu_present(), reason="checks the CPU-only statuses")
 
 
-def perfdoctor_run(*args: str, cwd: Path, **kwargs) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run(
-        [sys.executable, "-m", "perfdoctor.record.run", "--out", str(cwd / "runs"), *args],
-        capture_output=True, text=True, cwd=cwd, env=env, **{"timeout": 120, **kwargs},
-    )
+def perfdoctor_run(*args: str, cwd: Path, timeout: int = 120) -> subprocess.CompletedProcess:
+    """``perfdoctor run --out CWD/runs ARGS`` in ``cwd``, in this process (:func:`run_cli_fds`)."""
+    return run_cli_fds("run", "--timeout", timeout, "--out", cwd / "runs", *args, cwd=cwd)
 
 
 def only_bundle(cwd: Path) -> Path:
