@@ -1754,3 +1754,21 @@ def test_a_traced_pass_stopped_by_what_the_first_pass_left_says_so(tmp_path: Pat
     said = " ".join(r.stderr.split())
     assert "torch pass: the program failed here (FileExistsError: [Errno 17] File exists:" in said
     assert "but ran to its end in the first pass: something an earlier pass left" in said
+
+
+def test_a_pass_s_peak_memory_is_its_programs_not_what_the_parent_held(tmp_path):
+    # Linux's ru_maxrss of a forked and exec'd program starts at the parent's resident memory
+    # at the fork: started by a process holding 1.5 GB, a pass of a small program read a peak
+    # of 1.5 GB. The peak is the program's own now (VmHWM): under what torch alone takes
+    parent = textwrap.dedent(f"""
+        import sys
+        held = bytearray(1536 * 1024 * 1024)
+        for i in range(0, len(held), 4096):
+            held[i] = 1
+        from perfdoctor.cli.commands import main
+        main(["run", "-q", "--collect", "nvml", "--out", {str(tmp_path / "runs")!r}, {str(PROGRAMS / "cpu_steps.py")!r}, "--steps", "5"])
+    """)
+    done = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    peak = json.loads((only_bundle(tmp_path) / "raw" / "light.json").read_text())["max_rss_mb"]
+    assert 50 < peak < 1000, peak
