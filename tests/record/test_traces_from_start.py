@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli, run_cli_fds
+from conftest import run_cli
 from perfdoctor.text import value
 
 JACOBI = Path(__file__).parents[1] / "programs" / "real" / "jacobi_solve.py"
@@ -25,8 +25,8 @@ SWEEPS = 3000  # each runs one aten::clone; ~0.15 s traced, 40-90 MB of events o
 
 
 def run_jacobi(tmp: Path, *flags: object, program: Path = JACOBI) -> tuple:
-    done = run_cli_fds("run", "--timeout", "180", "--out", tmp / "runs", "--collect", "torch", *flags, program, "--device", "cpu", "--n", 64,
-                   "--sweeps", SWEEPS, "--solves", 1, cwd=tmp)
+    done = run_cli("run", "--out", tmp / "runs", "--collect", "torch", *flags, program, "--device", "cpu", "--n", 64,
+                   "--sweeps", SWEEPS, "--solves", 1, cwd=tmp, timeout=180)
     (bundle,) = (tmp / "runs").iterdir()
     manifest = json.loads((bundle / "manifest.json").read_text())
     results = json.loads((bundle / "raw" / "torch.json").read_text())
@@ -97,7 +97,7 @@ def test_a_step_that_never_reaches_its_window_in_the_traced_run_falls_back_to_a_
             with torch.no_grad():
                 model(x).sum().item()
     """))
-    done = run_cli_fds("run", "--timeout", "180", "--out", tmp_path / "runs", "--collect", "torch", program, cwd=tmp_path)
+    done = run_cli("run", "--out", tmp_path / "runs", "--collect", "torch", program, cwd=tmp_path, timeout=180)
     assert done.returncode == 0, done.stderr[-2000:]
     (bundle,) = (tmp_path / "runs").iterdir()
     manifest = json.loads((bundle / "manifest.json").read_text())
@@ -117,7 +117,7 @@ def test_a_step_that_never_reaches_its_window_in_the_traced_run_falls_back_to_a_
 
 @pytest.mark.parametrize("given", ["-1", "lots"])
 def test_a_trace_budget_that_is_no_size_is_one_line_and_exit_2(tmp_path, given):
-    done = run_cli_fds("run", "--timeout", "60", "--out", tmp_path / "runs", "--trace-budget", given, JACOBI, cwd=tmp_path)
+    done = run_cli("run", "--out", tmp_path / "runs", "--trace-budget", given, JACOBI, cwd=tmp_path, timeout=60)
     assert done.returncode == 2
     assert done.stderr.startswith("error: invalid value for '--trace-budget'") and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert not (tmp_path / "runs").exists()  # nothing ran, no bundle
