@@ -75,36 +75,48 @@ def trace_program(out: Path, program: str, *args: str, timeout: float = 240) -> 
     return program_result(r.stdout)
 
 
+@contextlib.contextmanager
+def _cli_environ(env: dict | None):
+    """COLUMNS=200 and ``env`` in this process's environment while a command runs in it."""
+    env = {"COLUMNS": "200", **(env or {})}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _main(argv: list[str]) -> int:
+    """The real ``perfdoctor.cli.commands.main`` on ``argv``: its exit code."""
+    from perfdoctor.cli.commands import main
+
+    try:
+        main(argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    return 0
+
+
 def run_cli_inprocess(*args: object, env: dict | None = None, **_: object) -> subprocess.CompletedProcess:
     """``perfdoctor ARGS`` in this process, through the real ``perfdoctor.cli.commands.main`` (its exit
     code mapping and one-line errors included): the same result shape as :func:`run_cli`,
     without a new interpreter (about a second of imports per call). Tests about the process
     itself (a closed pipe, signals, the torch-free import path) keep :func:`run_cli`."""
-    import contextlib
     import io
-
-    from perfdoctor.cli.commands import main
 
     argv = [str(a) for a in args]
     out, err = io.StringIO(), io.StringIO()
-    env = {"COLUMNS": "200", **(env or {})}
-    old_env = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
     saved = sys.stdout
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                main(argv)
-                code = 0
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+        with _cli_environ(env), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = _main(argv)
     finally:
         sys.stdout = saved
-        for k, v in old_env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     return subprocess.CompletedProcess(["perfdoctor", *argv], code, out.getvalue(), err.getvalue())
 
 
@@ -114,34 +126,25 @@ def run_cli_fds(*args: object, env: dict | None = None, cwd: Path | None = None)
     are redirected to files here, which this process's own output goes to as well; ``cwd``:
     the directory it runs in. About 0.6 s less a run than a new interpreter's imports (every
     real-program test's light pass, 2026-12-06). ``perfdoctor run --timeout`` stands in for
-    the subprocess's timeout. Tests of the process itself (signals, stdin) keep a subprocess."""
-    import contextlib
+    the subprocess's timeout. Tests of the process itself (signals, stdin, a pass's memory
+    against the parent's) keep a subprocess."""
     import io
     import tempfile
 
-    from perfdoctor.cli.commands import main
-
     argv = [str(a) for a in args]
-    env = {"COLUMNS": "200", **(env or {})}
-    old_env = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
     sys.stdout.flush()
     sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
     here = os.getcwd()
-    if cwd is not None:
-        os.chdir(cwd)
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    with _cli_environ(env), tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        saved = os.dup(1), os.dup(2)
         os.dup2(out.fileno(), 1)
         os.dup2(err.fileno(), 2)
         texts = [io.TextIOWrapper(io.FileIO(os.dup(fd), "w"), write_through=True) for fd in (1, 2)]
         try:
+            if cwd is not None:
+                os.chdir(cwd)
             with contextlib.redirect_stdout(texts[0]), contextlib.redirect_stderr(texts[1]):
-                try:
-                    main(argv)
-                    code = 0
-                except SystemExit as exc:
-                    code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+                code = _main(argv)
         finally:
             for t in texts:
                 t.close()
@@ -150,16 +153,11 @@ def run_cli_fds(*args: object, env: dict | None = None, cwd: Path | None = None)
             for fd in saved:
                 os.close(fd)
             os.chdir(here)
-            for k, v in old_env.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-        texts = []
+        outputs = []
         for f in (out, err):
             f.seek(0)
-            texts.append(f.read().decode(errors="replace"))
-    return subprocess.CompletedProcess(["perfdoctor", *argv], code, *texts)
+            outputs.append(f.read().decode(errors="replace"))
+    return subprocess.CompletedProcess(["perfdoctor", *argv], code, *outputs)
 
 
 @pytest.fixture
