@@ -253,24 +253,22 @@ def training_ends(
     return {"host_start_ns": host_at, "gpu_start_ns": gpu_at, "gpu_end_ns": gpu_at, "last_ns": of}
 
 
-def trained_after_last(fetch_ns: np.ndarray | list[int], marks: dict) -> dict:
-    """:func:`training_ends` for the run's last fetch (``fetch_ns``: every fetch's host start,
-    those that raised StopIteration too), whose iteration no fetch ends: where the training
-    marks after it (``marks``, as there) ended, when they are no more than one iteration
+def last_fetch_trained(fetch_ns: np.ndarray | list[int], mark_ns: np.ndarray | list[int]) -> int | None:
+    """The run's last fetch (``fetch_ns``: every fetch's host start, those that raised
+    StopIteration too), whose iteration no fetch ends, when training marks (``mark_ns``,
+    host starts, as :func:`training_ends`'s) follow it, no more of them than one iteration
     holds (the most between two fetches; a training with no loader after the loop's is no
-    iteration of it). A loader that fetches a batch ahead (accelerate's ``DataLoaderShard``,
-    under HF's Trainer) trains its last batch after the fetch that raised, and with no
-    evaluation after the last epoch (the Trainer's default) no fetch follows: a Trainer
-    fine-tuning read 119 steps for its 120. So does a loop left by ``break`` after its last
-    batch's training."""
-    fetches, starts = np.sort(_ns(fetch_ns)), np.sort(_ns(marks.get("host_start_ns") or []))
+    iteration of it); else None. Its end is then :func:`training_ends`'s. A loader that
+    fetches a batch ahead (accelerate's ``DataLoaderShard``, under HF's Trainer) trains its
+    last batch after the fetch that raised, and with no evaluation after the last epoch
+    (the Trainer's default) no fetch follows: a Trainer fine-tuning read 119 steps for its
+    120. So does a loop left by ``break`` after its last batch's training."""
+    fetches, starts = np.sort(_ns(fetch_ns)), np.sort(_ns(mark_ns))
     if not fetches.size:
-        return training_ends([], [], [], marks)
+        return None
     after = starts.size - np.searchsorted(starts, fetches[-1])
     between = np.diff(np.searchsorted(starts, fetches))
-    if not after or after > (between.max() if between.size else 1):
-        return training_ends([], [], [], marks)
-    return training_ends(fetches[-1:], fetches, [], marks)
+    return int(fetches[-1]) if 0 < after <= (between.max() if between.size else 1) else None
 
 
 def optimizer_iterations(calls: dict, others: dict, work_ns: np.ndarray | list[int] | None = None, closing: bool = False) -> dict:

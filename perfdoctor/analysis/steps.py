@@ -940,7 +940,7 @@ def loop_ranges(
 
 
 def trained_after_last(fetches: pd.DataFrame, others: pd.DataFrame, ops: pd.DataFrame) -> int | None:
-    """Where the training after the trace's last fetch ended (``steady.trained_after_last``,
+    """Where the training after the trace's last fetch ended (``steady.last_fetch_trained``,
     the light pass's rule), its marks the optimizer ranges of ``others`` (the loop ranges),
     when the program went on after it (an op of ``ops`` began later); else None. A whole
     trace of HF's Trainer read 7 steps for its 8. A range the profiler's stop closed is cut
@@ -949,8 +949,12 @@ def trained_after_last(fetches: pd.DataFrame, others: pd.DataFrame, ops: pd.Data
     if fetches.empty:
         return None
     opt = others[starts_with(others["name"], rangenames.LOOP_PREFIXES[1:])]
+    at = fetches["start_ns"].to_numpy(np.int64)
+    last = steady.last_fetch_trained(at, opt["start_ns"])
+    if last is None:
+        return None
     marks = {"host_start_ns": opt["start_ns"].tolist(), "host_end_ns": opt["end_ns"].tolist(), "gpu_end_ns": opt["end_ns"].tolist()}
-    found = steady.trained_after_last(fetches["start_ns"].to_numpy(np.int64), marks)["host_start_ns"]
+    found = steady.training_ends([last], at, [], marks)["host_start_ns"]
     return found[0] if found and (ops["start_ns"] > found[0]).any() else None
 
 

@@ -535,7 +535,7 @@ def _loader_passes(results: PassResults, work: list[int], work_grad: list[bool])
     or a training pass that an evaluation loop's fetches follow (:func:`_evaluation_fetches`:
     Lightning's validation every N batches, whose set-up before its first fetch, 1.3 ms of a
     15.2 ms optimizer step on the H200, is no training step's); and the run's last fetch with
-    training after it (``steady.trained_after_last``: HF's Trainer, a loop left by ``break``)."""
+    training after it (``steady.last_fetch_trained``: HF's Trainer, a loop left by ``break``)."""
     ended = list((results.exhausted or {}).values())
     series = results.series or {}
     fetches = sorted(h for n, s in series.items() if n.startswith(rangenames.DATA_LOADER_PREFIX) for h in s["host_start_ns"])
@@ -546,9 +546,12 @@ def _loader_passes(results: PassResults, work: list[int], work_grad: list[bool])
     marked = [s for n, s in series.items() if n.startswith(rangenames.LOOP_PREFIXES[1:]) or rangenames.kind(n) == rangenames.BACKWARD]
     # a series without host ends (a bundle's older light.json): its GPU ends, as where calls are grouped
     marks = {k: [v for s in marked for v in s.get(k) or s["gpu_end_ns"]] for k in ("host_start_ns", "host_end_ns", "gpu_end_ns")}
-    cuda = any(s.get("gpu_start_ns") is not None for s in series.values())
-    for ends in (steady.training_ends(before, fetches, raised, marks), steady.trained_after_last(fetches + raised, marks)):
+    if (last := steady.last_fetch_trained(fetches + raised, marks["host_start_ns"])) is not None:
+        before.append(last)
+    if before:
+        ends = steady.training_ends(before, fetches, raised, marks)
         if ends["host_start_ns"]:
+            cuda = any(s.get("gpu_start_ns") is not None for s in series.values())
             ended.append(ends if cuda else {**ends, "gpu_start_ns": None})
     return merged_series(ended) if ended else _NO_PASSES
 

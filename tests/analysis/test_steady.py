@@ -1266,14 +1266,15 @@ def test_the_runs_last_fetch_ends_where_its_one_iterations_training_ended() -> N
     # `break` after the training left the loop
     fetches = [0, 10, 20]
     marks = {"host_start_ns": [2, 12, 22, 3, 13, 23], "host_end_ns": [8, 18, 28, 6, 16, 26], "gpu_end_ns": [9, 19, 29, 7, 17, 27]}
-    assert steady.trained_after_last(fetches, marks) == {"host_start_ns": [28], "gpu_start_ns": [29], "gpu_end_ns": [29], "last_ns": [20]}
+    assert steady.last_fetch_trained(fetches, marks["host_start_ns"]) == 20
+    assert steady.training_ends([20], fetches, [], marks) == {"host_start_ns": [28], "gpu_start_ns": [29], "gpu_end_ns": [29], "last_ns": [20]}
     # nothing trains after it (the fetch that raised in a plain for loop): no end
-    assert steady.trained_after_last([0, 10, 20, 30], marks)["host_start_ns"] == []
+    assert steady.last_fetch_trained([0, 10, 20, 30], marks["host_start_ns"]) is None
     # more marks after it than any iteration between two fetches holds (two): a training with
     # no loader after the loop's, no iteration of it
-    more = {k: v + [v[2] + 10, v[2] + 20] for k, v in marks.items()}
-    assert steady.trained_after_last(fetches, more)["host_start_ns"] == []
-    assert steady.trained_after_last([], marks)["host_start_ns"] == []
+    more = marks["host_start_ns"] + [32, 42]
+    assert steady.last_fetch_trained(fetches, more) is None
+    assert steady.last_fetch_trained([], marks["host_start_ns"]) is None
 
 
 def test_the_share_of_the_time_beyond_the_median_a_cause_holds() -> None:

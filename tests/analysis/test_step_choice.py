@@ -216,7 +216,7 @@ def test_training_iteration_from_torch_loop_ranges(name: str, marker: str, apart
     else:
         # the trace ends after the last fetch's training (a 577 ms wait for the loader's
         # workers, then the training and its step): that iteration ends where its optimizer
-        # step ended, as the light pass's does (steady.trained_after_last). Before: 29 of 30
+        # step ended, as the light pass's does (steady.last_fetch_trained). Before: 29 of 30
         iterations.append((starts[-1], _ranges(events, "Optimizer.step#SGD.step")[-1][1]))
     assert s.count == len(iterations) + first == len(marks)
     table = s.table.iloc[first:]
