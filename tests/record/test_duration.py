@@ -151,10 +151,12 @@ def test_every_collector_stops_an_endless_gpu_program_after_its_window(tmp_path)
 def test_a_torchrun_job_that_never_ends_is_stopped_rank_by_rank_as_planned(tmp_path):
     # the ranks are stopped together at --duration in every pass (one rank stopped after its
     # window would leave the other waiting in its next all-reduce): each rank's status says
-    # so, none is blamed, and the run is done
+    # so, none is blamed, and the run is done. --warmup 3: the window opens early, so the torch
+    # pass traces before the duration on a loaded machine too (CI: the light pass's steady
+    # start and 10 steps came after 33 fetches in 6 s, and no trace was written)
     times = tmp_path / "times"
     times.mkdir()
-    done = run_cli("run", "--out", tmp_path / "runs", "--duration", 6, "--collect", "torch", "--nproc-per-node", 2,
+    done = run_cli("run", "--out", tmp_path / "runs", "--duration", 6, "--collect", "torch", "--warmup", 3, "--nproc-per-node", 2,
                    PROGRAMS / "endless.py", times, "--train", "--ddp", cwd=tmp_path, timeout=180)
     (bundle,) = (tmp_path / "runs").iterdir()
     manifest = json.loads((bundle / "manifest.json").read_text())
