@@ -542,7 +542,7 @@ def test_full_garbage_collections_between_batches_are_the_programs_time_not_paus
 def test_checkpoints_saved_inside_steps_are_named_as_what_makes_them_slow(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory,
                                                                          save_format: str) -> None:
     # A pretraining-style loop saving a checkpoint (model, AdamW and scaler state) after every
-    # 10th step: those steps are 2-5x the median. uneven-steps said to look at the data
+    # 6th step: those steps are 2-5x the median. uneven-steps said to look at the data
     # loader, the garbage collector or swapping; now its evidence has each slow step's
     # save time (by hand below, from the recorded saves and the step's span) and its
     # checkpointing variant says to save less often or asynchronously. The same with the
@@ -556,12 +556,12 @@ def test_checkpoints_saved_inside_steps_are_named_as_what_makes_them_slow(tmp_pa
     from perfdoctor.rules.evidence import EVIDENCE
 
     light, series, result = light_run(tmp_path, "amp_train.py", "--device", "cpu", "--dtype", "bfloat16", "--batch", "32", "--dim", "64",
-                                       "--width", "1024" if save_format == "safetensors" else "512", "--depth", "4", "--steps", "40", "--warmup", "5",
-                                       "--log-every", "20", "--save-every", "10", "--save-format", save_format,
+                                       "--width", "1024" if save_format == "safetensors" else "512", "--depth", "4", "--steps", "24", "--warmup", "3",
+                                       "--log-every", "12", "--save-every", "6", "--save-format", save_format,
                                        "--out-dir", str(tmp_path_factory.mktemp("ckpt")), env={"OMP_NUM_THREADS": "1"})
     (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     saves = json.loads((bundle / "raw" / "light.json").read_text())["saves"]
-    assert len(saves["start_ns"]) == 4  # steps 9, 19, 29, 39, each once
+    assert len(saves["start_ns"]) == 4  # steps 5, 11, 17, 23, each once
     assert all(b <= a for a, b in zip(saves["start_ns"][1:], saves["end_ns"]))  # none inside another
     analysis = analyze(load_trace(bundle))
     values = light_values(analysis)
