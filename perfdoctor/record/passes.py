@@ -225,10 +225,10 @@ def torch_pass(plan: Plan) -> None:
         status, files = launch.trace_status(result.ranks, runner.raw, bundles.TORCH_TRACE, lambda r, t: torch_status(
             PassResult("torch", result.command, result.exit_code if r is None else r.exit_code, stderr_tail=result.stderr_tail,
                        results=r or PassResults(), stopped=result.stopped), t,
-            runner.interrupted))
+            runner.interrupted, plan.base))
         plan.record(result, "torch", status, files=files)
     else:
-        plan.record(result, "torch", torch_status(result, trace, runner.interrupted), files=[str(trace.relative_to(runner.bundle))])
+        plan.record(result, "torch", torch_status(result, trace, runner.interrupted, plan.base), files=[str(trace.relative_to(runner.bundle))])
 
 
 def run_torch(plan: Plan, trace: Path) -> PassResult:
@@ -267,7 +267,9 @@ def never_windowed(r: PassResults, trace: Path) -> bool:
     return r.window_state == "before" and not r.whole_program and not r.trace_error and not trace.exists()
 
 
-def torch_status(result: PassResult, trace: Path, interrupted: int | None = None) -> str:
+def torch_status(result: PassResult, trace: Path, interrupted: int | None = None, base: PassConfig | None = None) -> str:
+    """The torch collector's status; ``base``: the pass's config, whose step and warm-up say
+    where the window would have opened."""
     r = result.results
     failure = program_failure(result, interrupted)
     if r.trace_error:
@@ -275,7 +277,12 @@ def torch_status(result: PassResult, trace: Path, interrupted: int | None = None
     if trace.exists():
         return f"failed: {failure} (a trace was written)" if failure else "ok"
     if never_windowed(r, trace):
-        return f"failed: no step reached the window (warmup {r.window_step!r}: {r.step_counts})"
+        # what it waited for, what came, and, where --duration ended the program first, the fix
+        # (it printed "warmup None" here: the name of a window that never opened)
+        opens = f", which opens after {base.warmup} warm-up steps of {base.step!r}" if base is not None and base.step else ""
+        early = (f"; the program was stopped {result.stopped} first: a longer --duration lets it reach the window"
+                 if result.stopped and result.stopped.startswith("at ") else "")
+        return f"failed: no step reached the window{opens} (steps begun: {r.step_counts or 'none'}){early}"
     if failure:
         return f"failed: {failure}, no trace written; output: {result.stderr_tail[-500:]}"
     return f"failed: no trace written (exit {result.exit_code}); output: {result.stderr_tail[-500:]}"

@@ -1409,6 +1409,23 @@ def test_ncu_plan_says_what_the_pass_replays():
     assert ncu_plan(None, None, 2000).startswith("the first 2000 kernel launches of the step window (no torch or nsys trace")
 
 
+def test_a_torch_pass_whose_window_never_opened_says_what_it_waited_for(tmp_path):
+    # CI: a torchrun job stopped at --duration 6 s read "no step reached the window (warmup
+    # None: {...: 33})", None being the name of the window that never opened
+    from perfdoctor.bundle.protocol import PassConfig, PassResults
+    from perfdoctor.record.passes import torch_status
+    from perfdoctor.record.runner import PassResult
+
+    seen = PassResults(step_counts={"train_step": 33}, window_state="before", exit_code=0)
+    base = PassConfig(step="train_step", warmup=40, steps=10)
+    stopped = PassResult("torch", [], -15, results=seen, stopped="at --duration 6 s")
+    assert torch_status(stopped, tmp_path / "torch.json", None, base) == (
+        "failed: no step reached the window, which opens after 40 warm-up steps of 'train_step' (steps begun: "
+        "{'train_step': 33}); the program was stopped at --duration 6 s first: a longer --duration lets it reach the window")
+    ended = PassResult("torch", [], 0, results=PassResults(window_state="before", exit_code=0))
+    assert torch_status(ended, tmp_path / "torch.json") == "failed: no step reached the window (steps begun: none)"
+
+
 def test_progress_line_and_time_left():
     from perfdoctor.bundle.protocol import LightPass
     from perfdoctor.record.progress import Expected, Ticks, expected_of, line, time_left_s
