@@ -1205,6 +1205,14 @@ class Cadence:
     # the completion-to-completion intervals counted, ms (their number over their sum is
     # steps_per_s): the sample a diff tests steps_per_s's change on (perfdoctor.compare.samples)
     intervals_ms: np.ndarray = field(default_factory=lambda: np.zeros(0), compare=False)
+    # the program's own time between its steps, one entry per pause or pass end (the waits
+    # and compiles above left out: a server idle between requests, a warm-up's cost): the
+    # step after it (its index in the series), whether a pass ended there, and its time as
+    # paused_ms counts it (a pass end's, from the step before to the step after; a pause's,
+    # its interval). What time-between-steps weighs (perfdoctor.rules.signals.paused_time_ratio)
+    own_after: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64), compare=False)
+    own_pass_end: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool), compare=False)
+    own_ms: np.ndarray = field(default_factory=lambda: np.zeros(0), compare=False)
 
     @property
     def intervals(self) -> int:
@@ -1254,6 +1262,7 @@ def cadence(
     idle, waits, ends = (p[1:] for p in _pauses_and_waits(h, g, gpu_start, waited, pass_ended))
     comp = np.zeros(intervals.size, dtype=bool) if compiled is None else np.asarray(compiled, dtype=bool)[1 : h.size]
     comp &= ~idle  # a pause before it says it already
+    own_pause = idle.copy()
     idle, ends = idle | comp, ends & ~comp
     waits &= ~idle  # a pause of the program's own leaves the whole interval out
     between = np.zeros(intervals.size, dtype=np.int64)
@@ -1268,7 +1277,9 @@ def cadence(
     if not paused:
         return Cadence(kept.size / (total / 1e9), 0, intervals_ms=kept / 1e6)
     waited_ms, pass_end_ms = float(wait[waits].sum()) / 1e6, float(between[ends].sum()) / 1e6
+    own = np.flatnonzero(own_pause | ends)
     return Cadence(kept.size / (total / 1e9), paused, intervals_ms=kept / 1e6,
+                   own_after=own + 1, own_pass_end=ends[own], own_ms=np.where(ends, between, intervals)[own] / 1e6,
                    with_pauses_per_s=intervals.size / (int(intervals.sum()) / 1e9),
                    paused_ms=float(intervals[idle].sum()) / 1e6 + waited_ms + pass_end_ms, waits=int(waits.sum()), waited_ms=waited_ms,
                    pass_ends=int(ends.sum()), pass_end_ms=pass_end_ms, compiles=int(comp.sum()),
@@ -1440,4 +1451,5 @@ def steady_series(
         cp, steps, paused = cp[~compiled], steps[~compiled], paused[~compiled]
     elif kept_compiles:
         cad = replace(cad, compiles_kept=kept_compiles)
+    cad = replace(cad, own_after=cad.own_after + k)  # the cadence counted from the first steady step
     return SteadySeries(cp.astype(np.float64), lead.astype(np.float64), cad, steps, paused)

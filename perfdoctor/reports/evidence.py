@@ -26,6 +26,7 @@ TITLES = {
     "attention_kernels": "Attention and softmax kernels per step",
     "step_latencies": "Slowest steps (critical path)",
     "slow_untraced_steps": "Slowest untraced steps (light pass, steady state)",
+    "time_between_steps": "Longest times between the loop's steps (light pass, steady state)",
     "nvml_series": "Sampled GPU metrics during the run",
     "launch_summary": "Launch calls inside steps",
     "bandwidth_budget": "Bandwidth budget of one step",

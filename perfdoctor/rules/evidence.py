@@ -25,7 +25,7 @@ from perfdoctor.analysis.hostgaps import PYTHON_SOURCE, user_frames  # which Pyt
 from perfdoctor.analysis.metrics import SHORT_KERNEL_NS, Analysis
 from perfdoctor.names.codes import equals, factorize, tally
 from perfdoctor.names.kernels import family, gemm_precision, label, labels
-from perfdoctor.rules.signals import model_bytes_per_step, step_kernel_families, step_activities
+from perfdoctor.rules.signals import model_bytes_per_step, paused_time_ratio, step_kernel_families, step_activities
 from perfdoctor.analysis.steps import base_name, is_launch, is_sync
 from perfdoctor.analysis.timeline import kernel_table
 
@@ -443,6 +443,27 @@ def slow_untraced_steps(analysis: Analysis) -> Evidence:
     return ev
 
 
+def time_between_steps(analysis: Analysis) -> Evidence:
+    """The light pass's longest stretches between steady steps that were the program's own
+    (``time-between-steps``): each pass end (an evaluation pass, an epoch's end and whatever
+    the loop does there) and each pause (the program's work between steps: a prefill or an
+    encoder per generate, a checkpoint), with the step after it: where in the loop the time
+    goes, and how regularly. The note is the signal's: the kinds' totals and the whole
+    loop's time."""
+    ev = Evidence("time_between_steps", ["after step", "what", "ms", "share of the loop"])
+    series = analysis.light_series
+    if series is None or series.cadence.steps_per_s is None:
+        ev.note = Note.NO_LIGHT_PASS
+        return ev
+    cad = series.cadence
+    total = float(cad.intervals_ms.sum()) + cad.paused_ms
+    for i in np.argsort(-cad.own_ms, kind="stable")[:TOP]:
+        ev.rows.append([int(cad.own_after[i]), "pass end" if cad.own_pass_end[i] else "pause", _r(float(cad.own_ms[i])),
+                        Share(float(cad.own_ms[i]) / total)])
+    ev.note = paused_time_ratio(analysis).note
+    return ev
+
+
 def nvml_series(analysis: Analysis) -> Evidence:
     ev = Evidence("nvml_series", ["metric", "source", "samples", "min", "median", "max"])
     s = analysis.profile.samples
@@ -605,6 +626,7 @@ EVIDENCE: dict[str, Callable[[Analysis], Evidence]] = {
     "attention_kernels": attention_kernels,
     "step_latencies": step_latencies,
     "slow_untraced_steps": slow_untraced_steps,
+    "time_between_steps": time_between_steps,
     "nvml_series": nvml_series,
     "launch_summary": launch_summary,
     "bandwidth_budget": bandwidth_budget,

@@ -588,6 +588,37 @@ def test_checkpoints_saved_inside_steps_are_named_as_what_makes_them_slow(tmp_pa
         assert saved == pytest.approx(inside / 1e6, rel=0.01) and saved <= ms
 
 
+def test_an_iteration_based_loop_that_sleeps_at_each_epoch_change_is_told_where_its_time_went(tmp_path: Path) -> None:
+    # OpenMMLab's iteration-based loop: an endless iterator over a 20-batch DataLoader that
+    # sleeps at each pass's end (mmengine: 2 s; 0.15 s here) before starting it again. The light
+    # pass left those pass ends out of the rate (steps_per_s's note said so) and every check
+    # passed, though 96 % of the loop was the sleeps (0.3 s of them). Now time-between-steps fails on the
+    # loop's time between steps, each pass end in its evidence, checked against the program's
+    # own timer of each epoch change
+    from perfdoctor.rules.engine import evaluate, load_rules
+    from perfdoctor.rules.evidence import EVIDENCE
+    from perfdoctor.rules.signals import paused_time_ratio
+
+    light, series, result = light_run(tmp_path, "iter_train.py", "--device", "cpu", "--max-iters", "100", "--batches", "20",
+                                       "--pause", "0.15", env={"OMP_NUM_THREADS": "1"})
+    assert light["step_name"].startswith(FETCH) and light["steps_seen"] == result["steps"] == 100
+    assert result["epochs"] == 4
+    (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    analysis = diagnose(bundle, warnings=False).analysis
+    # by hand: the epoch changes' time over the loop's, both from the program's own timers
+    # (its iterations hold the changes: each iteration's fetch is in its time)
+    own = sum(result["restart_ms"]) / sum(result["ms_each"][light["warmup"]:])
+    ratio = paused_time_ratio(analysis)
+    assert ratio.value == pytest.approx(own, abs=0.03) and ratio.value > 0.8, (ratio, own)
+    (finding,) = [f for f in evaluate(load_rules(()), analysis) if f.rule_id == "time-between-steps"]
+    assert finding.status == "fail" and "OpenMMLab" in finding.remediation.steps[1]
+    ev = EVIDENCE["time_between_steps"](analysis)
+    # each pass end after a pass's 20th step, as long as the program's own epoch change
+    assert sorted(row[0] for row in ev.rows) == [20, 40, 60, 80] and {row[1] for row in ev.rows} == {"pass end"}
+    for row in ev.rows:
+        assert row[2] == pytest.approx(result["restart_ms"][row[0] // 20 - 1], abs=3.0), (ev.rows, result["restart_ms"])
+
+
 def test_ppo_traced_whole_reads_one_step_per_iteration(tmp_path: Path) -> None:
     # The same program traced whole on the CPU, read by analyze: its 16 rollout steps per 4
     # minibatch updates held 70 % of the trace's ops between two zero_grads, under the 75 %

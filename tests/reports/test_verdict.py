@@ -66,13 +66,15 @@ def test_a_crashed_program_is_crashed_in_every_format(crashed: Path, tmp_path: P
 
 def test_a_clean_run_with_most_checks_not_evaluated_is_inconclusive_not_pass(tmp_path: Path) -> None:
     bundle = record(tmp_path, crash=False)
-    # A CPU run: only the light pass's checks can be evaluated (the latency and the steps'
-    # evenness, each with a threshold it meets: 57 us CPU steps on a loaded machine can be
-    # uneven or slow): two passes among 34 checks, 32 not evaluated.
-    r = run_cli("analyze", bundle, "--threshold", "p99-latency=100000", "--threshold", "uneven-steps=1.01")
+    # A CPU run: only the light pass's checks can be evaluated (the latency, the steps'
+    # evenness and the time between them, each with a threshold it meets: 57 us CPU steps on
+    # a loaded machine can be uneven or slow, or preempted between): three passes among 35
+    # checks, 32 not evaluated.
+    met = ("--threshold", "p99-latency=100000", "--threshold", "uneven-steps=1.01", "--threshold", "time-between-steps=1.01")
+    r = run_cli("analyze", bundle, *met)
     assert r.returncode == 0, r.stderr
     first = r.stdout.splitlines()[0]
-    assert re.match(r"INCONCLUSIVE: too little evidence, 0 of (\d+) checks fail, 2 pass, (\d+) not evaluated", first), first
-    page = run_cli("report", bundle, "--threshold", "p99-latency=100000", "--threshold", "uneven-steps=1.01", "-f", "html").stdout
+    assert re.match(r"INCONCLUSIVE: too little evidence, 0 of (\d+) checks fail, 3 pass, (\d+) not evaluated", first), first
+    page = run_cli("report", bundle, *met, "-f", "html").stdout
     assert 'class="verdict inconclusive"' in page and 'class="verdict pass"' not in page
     assert "not a CPU-only run" not in r.stderr  # said only where the run had a GPU

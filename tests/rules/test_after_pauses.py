@@ -86,3 +86,31 @@ def test_slow_steps_inside_the_loops_keep_the_general_advice(tmp_path: Path) -> 
     assert any("gc.freeze" in s for s in f.remediation.steps)
     (ev,) = [e for e in f.evidence if e.kind == "slow_untraced_steps"]
     assert sorted(r[0] for r in ev.rows[:6]) == list(STALLS) and all(r[-1] == "no" for r in ev.rows[:6])
+
+
+def test_the_pauses_between_the_loops_are_the_loops_time_between_steps(tmp_path: Path) -> None:
+    # time-between-steps weighs the same pauses: each pause's interval (the pause and the
+    # loop's first step after it) over every interval from the first steady step on, by hand
+    from perfdoctor.rules.evidence import EVIDENCE
+    from perfdoctor.rules.signals import paused_time_ratio
+
+    d = diagnose(_bundle(tmp_path / "b", first_ms=10.0), warnings=False)
+    h, g, _, paused = _series(10.0)
+    g = np.asarray(g)
+    own = [g[k] - g[k - 1] for k in np.flatnonzero(paused)]
+    assert paused_time_ratio(d.analysis).value == pytest.approx(sum(own) / (g[-1] - g[1]), rel=1e-9)
+    f = next(f for f in d.findings if f.rule_id == "time-between-steps")
+    assert f.status == "fail" and f.severity == "warning" and f.estimate is None
+    ev = EVIDENCE["time_between_steps"](d.analysis)
+    assert [(r[0], r[1]) for r in ev.rows] == [(PER_LOOP * k, "pause") for k in (1, 2, 3)]
+    assert [r[2] for r in ev.rows] == pytest.approx([x / 1e6 for x in own], rel=1e-3)
+
+
+def test_a_decode_loop_s_prefill_between_generations_is_said_as_each_generation_s_own_work() -> None:
+    # the shipped megakernel recording (two generations): the second generation's prefill
+    # holds 32 % of its short loop; for a decode that is each request's own work, said at info
+    f = next(f for f in diagnose(Path(__file__).parents[2] / "perfdoctor" / "demo" / "data" / "megakernel", warnings=False).findings
+             if f.rule_id == "time-between-steps")
+    assert f.status == "fail" and f.severity == "info" and "llm-decode" in f.context
+    assert f.title == "Time between steps: each generation's prefill and set-up, between its decode loops"
+    assert "prefill" in f.remediation.steps[0] and not any("persistent_workers" in s for s in f.remediation.steps)

@@ -46,6 +46,8 @@ SEED_IDS = {
     # issue 29: uneven steps (a DataLoader behind every few iterations), from the light pass;
     # the host's work before each step's first launch that no DataLoader names (item 3)
     "uneven-steps", "host-before-launch",
+    # issue 29: the loop's time between its steps (an OpenMMLab runner's sleep at each epoch change)
+    "time-between-steps",
 }
 LAUNCH_RULES = {"memory-bubbles", "launch-rate", "launches-per-step", "short-kernels", "kernel-share"}
 # What telling someone "use CUDA graphs" looks like in a remediation.
