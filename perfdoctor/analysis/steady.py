@@ -1219,6 +1219,11 @@ class Cadence:
         """How many intervals were counted."""
         return int(self.intervals_ms.size)
 
+    @property
+    def loop_ms(self) -> float:
+        """Every interval's time, the pauses in: the loop from its first step's end to its last's."""
+        return float(self.intervals_ms.sum()) + self.paused_ms
+
 
 def cadence(
     host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int], gpu_start: np.ndarray | list[int] | None = None,

@@ -456,7 +456,7 @@ def time_between_steps(analysis: Analysis) -> Evidence:
         ev.note = Note.NO_LIGHT_PASS
         return ev
     cad = series.cadence
-    total = float(cad.intervals_ms.sum()) + cad.paused_ms
+    total = cad.loop_ms
     for i in np.argsort(-cad.own_ms, kind="stable")[:TOP]:
         ev.rows.append([int(cad.own_after[i]), "pass end" if cad.own_pass_end[i] else "pause", _r(float(cad.own_ms[i])),
                         Share(float(cad.own_ms[i]) / total)])

@@ -164,7 +164,7 @@ def paused_time_ratio(analysis: Analysis) -> Metric:
     cad = series.cadence
     if cad.steps_per_s is None:
         return Metric(None, "ratio", "light", reason=f"light pass: {cad.reason}")
-    total = float(cad.intervals_ms.sum()) + cad.paused_ms
+    total = cad.loop_ms
     own = float(cad.own_ms.sum())
     ends = int(cad.own_pass_end.sum())
     note = (f"{ends} pass end(s) {value(float(cad.own_ms[cad.own_pass_end].sum()), 'ms')} and {cad.own_ms.size - ends} pause(s) "
