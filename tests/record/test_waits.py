@@ -236,7 +236,10 @@ def test_the_children_read_stay_bounded_and_the_exited_ones_are_dropped(waits: W
     exited children are dropped to make room, the live ones kept."""
     monkeypatch.setattr(Waits, "MAX_CHILDREN", 2)
     ctx = multiprocessing.get_context("fork")
-    live = ctx.Process(target=time.sleep, args=(10 * NAP,))
+    # the live child runs until it is told to end (it slept 10 naps before, which the three
+    # short children's starts outlasted once on the loaded CI box: it had exited and was dropped)
+    release, told = ctx.Pipe()
+    live = ctx.Process(target=told.recv)
     live.start()
     waits.child_started(live.pid)
     for _ in range(3):  # each exits before the next starts
@@ -245,6 +248,7 @@ def test_the_children_read_stay_bounded_and_the_exited_ones_are_dropped(waits: W
         waits.child_started(done.pid)
         done.join()
     assert len(waits.children) == 2  # the live one and the last, its exit not yet read
+    release.send(None)
     live.join()
     waits.children_cpu_ns()
     assert waits.children == []
