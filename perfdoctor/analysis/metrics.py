@@ -580,9 +580,9 @@ def _steps_per_s(c: _Context, light: steady.SteadySeries | None) -> Metric:
             if cad.compiles:
                 said.append(f"{cad.compiles} step(s) compiled: {value(cad.compiled_ms, 'ms')} left out — torch.compile compiling "
                             "again inside the loop (a new input shape), no steady work of the program's")
-            if cad.pauses > cad.waits + cad.pass_ends + cad.compiles:
-                own = cad.paused_ms - cad.waited_ms - cad.pass_end_ms - cad.compiled_ms
-                said.append(f"{cad.pauses - cad.waits - cad.pass_ends - cad.compiles} pause(s) between steps left out: {value(own, 'ms')} "
+            own = cad.own_ms[~cad.own_pass_end]  # the program's own pauses (the pass ends, waits and compiles are said below)
+            if own.size:
+                said.append(f"{own.size} pause(s) between steps left out: {value(float(own.sum()), 'ms')} "
                             "of intervals, the program's work between its steps (an evaluation, a checkpoint, a prefill or an encoder per "
                             "generate, I/O)")
             if cad.pass_ends:

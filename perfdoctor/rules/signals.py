@@ -166,9 +166,9 @@ def paused_time_ratio(analysis: Analysis) -> Metric:
         return Metric(None, "ratio", "light", reason=f"light pass: {cad.reason}")
     total = cad.loop_ms
     own = float(cad.own_ms.sum())
-    ends = int(cad.own_pass_end.sum())
-    note = (f"{ends} pass end(s) {value(float(cad.own_ms[cad.own_pass_end].sum()), 'ms')} and {cad.own_ms.size - ends} pause(s) "
-            f"{value(float(cad.own_ms[~cad.own_pass_end].sum()), 'ms')}, of {value(total, 'ms')} from the first steady step to the last")
+    ends, pauses = cad.own_ms[cad.own_pass_end], cad.own_ms[~cad.own_pass_end]
+    note = (f"{ends.size} pass end(s) {value(float(ends.sum()), 'ms')} and {pauses.size} pause(s) {value(float(pauses.sum()), 'ms')}, "
+            f"of {value(total, 'ms')} from the first steady step to the last")
     return Metric(own / total if total > 0 else 0.0, "ratio", "light", note=note)
 
 
