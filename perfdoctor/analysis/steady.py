@@ -375,6 +375,12 @@ OUTER_CALLS = 4.0
 # a periodic evaluation less than the training between two (nanoGPT's shakespeare_char
 # config, 400 forwards every 250 iterations of one: 62 %, its sum)
 OUTER_SHARE = 0.75
+# The share of the calls between groups of marks that the gaps parting them again must hold:
+# the rollout against the advantages recomputed before each epoch (torchrl's PPO tutorial: 87
+# and 94 % in two traces; ppo_train.py --advantages per-epoch, 3 epochs: 71 %; 10 epochs would
+# read less). Also an evaluation 3x the rollout's work every 3rd iteration (67 %) would join 3
+# iterations: evaluations that long are rare (SB3's EvalCallback: about one rollout's steps)
+COARSE_SHARE = 0.5
 
 
 def mark_groups(mark_ns: np.ndarray | list[int], work_ns: np.ndarray | list[int]) -> np.ndarray | None:
@@ -385,24 +391,36 @@ def mark_groups(mark_ns: np.ndarray | list[int], work_ns: np.ndarray | list[int]
     iteration, after a rollout under ``no_grad`` (the model called once per environment
     step): every k-th gap between two marks holds the rollout, many times the work calls
     (``work_ns``: the light pass's module calls, a trace's ops) of the others. Read one step
-    per mark, ppo_train.py gave 24 steps for its 6 iterations. Grouped when the gaps holding
-    ``OUTER_CALLS`` times the usual work or more part the marks into groups of one size k >=
-    2 (the first and the last group no larger: a record may cut them) and hold more than
-    ``OUTER_SHARE`` of the work calls between the first mark and the last. Not by time:
-    those gaps held 52-63 % of it in ppo_train.py on this loaded box, the updates slowed
-    more than the rollout, while their calls are the program's own, the same every run.
-    Gradient accumulation and a plain loop have gaps alike (k = 1)."""
+    per mark, ppo_train.py gave 24 steps for its 6 iterations (:func:`_outer_begins` says
+    how the gaps part them). The groups are grouped again while their own gaps part them so:
+    torchrl's PPO tutorial computes GAE before each epoch, a gap of 4.5x the minibatches' ops
+    in a trace, and the rollout's 20x more again; the epochs alone read 4 steps per
+    iteration (39 for 10). Not by time: those gaps held 52-63 % of it in ppo_train.py on this
+    loaded box, the updates slowed more than the rollout, while their calls are the
+    program's own, the same every run. Gradient accumulation and a plain loop have gaps
+    alike (k = 1)."""
     h, w = _ns(mark_ns), np.sort(_ns(work_ns))
-    if h.size < 3:
-        return None
     calls = np.diff(np.searchsorted(w, h))
+    begins = _outer_begins(calls, OUTER_SHARE)
+    while begins is not None and (coarse := _outer_begins(calls[begins[1:] - 1], COARSE_SHARE)) is not None:
+        begins = begins[coarse]
+    return begins
+
+
+def _outer_begins(calls: np.ndarray, share: float) -> np.ndarray | None:
+    """Where groups begin (positions among ``calls.size + 1`` marks) when the gaps holding
+    ``OUTER_CALLS`` times the usual work calls (``calls``: each gap's) or more part the marks
+    into groups of one size k >= 2 (the first and the last group no larger: a record may cut
+    them) and hold more than ``share`` of the calls in all gaps; else None."""
+    if calls.size < 2:
+        return None
     outer = calls >= OUTER_CALLS * max(float(np.quantile(calls, 0.25)), 1.0)
     begins = np.r_[0, np.flatnonzero(outer) + 1]
-    sizes = np.diff(np.r_[begins, h.size])
+    sizes = np.diff(np.r_[begins, calls.size + 1])
     inner = sizes[1:-1]
     if inner.size == 0 or inner.min() < 2 or np.ptp(inner) or max(sizes[0], sizes[-1]) > inner[0]:
         return None
-    return begins if int(calls[outer].sum()) > OUTER_SHARE * int(calls.sum()) else None
+    return begins if int(calls[outer].sum()) > share * int(calls.sum()) else None
 
 
 def _groups_last_marks(h: np.ndarray, oh: np.ndarray, work: np.ndarray, begins: np.ndarray) -> np.ndarray:

@@ -192,18 +192,21 @@ def test_a_loop_whose_only_data_loader_is_the_evaluations_traced_whole_steps_per
     assert not held.any()  # every validation pass left out of the steps
 
 
-@pytest.mark.parametrize("zero_grad", ["before", "after"])
-def test_ppo_traced_whole_steps_per_iteration_and_its_how_says_so(tmp_path: Path, zero_grad: str) -> None:
+@pytest.mark.parametrize("torchrl", [False, True])
+def test_ppo_traced_whole_steps_per_iteration_and_its_how_says_so(tmp_path: Path, torchrl: bool) -> None:
     # CleanRL's PPO (ppo_train.py) traced whole, a rollout of 64 environment steps per
     # iteration: its 24 zero_grads come 4 per iteration (2 epochs x 2 minibatches), after
     # the rollout's ops (steady.mark_groups). The step is the iteration, and its how says what
     # it is: 4 optimizer steps per iteration, the program's 6 iterations (before: "(24x)" alone,
-    # the optimizer's count, read as one step each). zero_grad after the optimizer's step
-    # (torchrl's tutorial): each iteration began after its first minibatch's step, its rollout
-    # in the step before
+    # the optimizer's count, read as one step each). torchrl's PPO tutorial: zero_grad after
+    # the optimizer's step (each iteration began after its first minibatch's step, its rollout
+    # in the step before) and the advantages again before each of 3 epochs, 4x a minibatch's
+    # ops, the rollout's 6x more again (18 steps, one per epoch, before: torchrl's own trace
+    # read 39 for 10 iterations)
     path = tmp_path / "ppo.json"
+    shape = ("--update-epochs", "3", "--zero-grad", "after", "--advantages", "per-epoch") if torchrl else ("--update-epochs", "2")
     result = trace_program(path, "ppo_train.py", "--device", "cpu", "--num-envs", "4", "--num-steps", "64", "--iterations", "6",
-                           "--update-epochs", "2", "--num-minibatches", "2", "--zero-grad", zero_grad)
+                           "--num-minibatches", "2", *shape)
     s = find_steps(load_trace(path))
     assert s.name == "Optimizer.zero_grad#Adam.zero_grad"
     assert s.count == result["iterations"] == 6

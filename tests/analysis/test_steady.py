@@ -1235,6 +1235,28 @@ def test_an_iteration_of_several_optimizer_steps_after_a_rollout_is_one_step() -
     assert steady.mark_groups([t + 2 for t in train], sorted(train + list(range(40, 50)) + list(range(90, 100)))) is None
 
 
+def _marks_between(calls: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Marks with ``calls[i]`` work calls between mark i and mark i + 1 (one per ns)."""
+    h = np.r_[0, np.cumsum(calls)] * 2 + 1
+    return h, np.arange(0, h[-1], 2)
+
+
+def test_groups_of_groups_of_marks_are_one_iteration_when_the_outer_gaps_hold_most_calls() -> None:
+    # torchrl's PPO tutorial traced (its probe, 10 iterations): minibatch updates 1,132 ops
+    # apart, the advantages before each of 4 epochs 5,050, the rollout 104,132. Grouped by
+    # the epochs' gaps alone: 40 groups of 6 (39 steps); their own gaps part them again, 24
+    # marks per iteration, the rollout 87 % of the calls between groups
+    epoch = [1132] * 5
+    calls = ((epoch + [5050]) * 3 + epoch + [104132]) * 10
+    h, w = _marks_between(calls[:-1])
+    assert np.diff(steady.mark_groups(h, w)).tolist() == [24] * 9
+    # the same updates with an evaluation of 4x a rollout's calls after every 6th iteration:
+    # 44 %, a pause of the loop, not its iteration (each iteration is one step, as before)
+    calls = [(epoch + [5050]) * 3 + epoch + [4 * 104132 if (i + 1) % 6 == 0 else 104132] for i in range(18)]
+    h, w = _marks_between([c for it in calls for c in it][:-1])
+    assert np.diff(steady.mark_groups(h, w)).tolist() == [24] * 17
+
+
 def test_a_pass_that_ends_at_its_loaders_length_ends_where_its_last_batch_trained() -> None:
     # Lightning's loop: fetches at 0, 10, 20 (the pass's last batch), then a checkpoint, the
     # next pass's fetches at 40, 50; each iteration an optimizer step (start +2, end +8, its

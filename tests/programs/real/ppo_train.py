@@ -6,9 +6,10 @@ action, logprob, _, value = agent.get_action_and_value(next_obs)``, ``envs.step(
 ``--update-epochs`` epochs of ``--num-minibatches`` shuffled minibatches, each
 ``optimizer.zero_grad()``, the clipped surrogate + value + entropy loss, ``backward()``,
 ``clip_grad_norm_``, ``optimizer.step()`` (``--zero-grad after``: ``zero_grad`` after the
-step, as torchrl's PPO tutorial orders them); the learning rate annealed per iteration. The
-``Agent`` has no ``forward``: its methods call ``self.actor`` and ``self.critic``
-(``nn.Sequential``). gym is not installed here: the environments are CartPole-v1's
+step, as torchrl's PPO tutorial orders them; ``--advantages per-epoch``: GAE again before
+each epoch, as that tutorial calls its advantage module); the learning rate annealed per
+iteration. The ``Agent`` has no ``forward``: its methods call ``self.actor`` and
+``self.critic`` (``nn.Sequential``). gym is not installed here: the environments are CartPole-v1's
 equations, vectorised in numpy with auto-reset, as ``gym.vector.SyncVectorEnv`` steps them.
 
 Its own timer: CleanRL's ``SPS`` (global steps / elapsed) and ``time.perf_counter()`` per
@@ -81,6 +82,8 @@ def main():
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--device", default="cuda")
     p.add_argument("--zero-grad", default="before", choices=["before", "after"], help="zero_grad before the backward or after the step")
+    p.add_argument("--advantages", default="once", choices=["once", "per-epoch"],
+                   help="GAE once per rollout, or again before each epoch (torchrl's PPO tutorial)")
     args = p.parse_args()
     batch_size = args.num_envs * args.num_steps
     minibatch_size = batch_size // args.num_minibatches
@@ -138,34 +141,37 @@ def main():
             if "episode_return" in infos:
                 episodes.extend(infos["episode_return"].tolist())
 
-        # bootstrap value if not done
-        with torch.no_grad():
-            next_value = agent.get_value(next_obs).reshape(1, -1)
-            advantages = torch.zeros_like(rewards).to(device)
-            lastgaelam = 0
-            for t in reversed(range(args.num_steps)):
-                if t == args.num_steps - 1:
-                    nextnonterminal = 1.0 - next_done
-                    nextvalues = next_value
-                else:
-                    nextnonterminal = 1.0 - dones[t + 1]
-                    nextvalues = values[t + 1]
-                delta = rewards[t] + args.gamma * nextvalues * nextnonterminal - values[t]
-                advantages[t] = lastgaelam = delta + args.gamma * args.gae_lambda * nextnonterminal * lastgaelam
-            returns = advantages + values
+        def advantages_and_returns():
+            # bootstrap value if not done
+            with torch.no_grad():
+                next_value = agent.get_value(next_obs).reshape(1, -1)
+                advantages = torch.zeros_like(rewards).to(device)
+                lastgaelam = 0
+                for t in reversed(range(args.num_steps)):
+                    if t == args.num_steps - 1:
+                        nextnonterminal = 1.0 - next_done
+                        nextvalues = next_value
+                    else:
+                        nextnonterminal = 1.0 - dones[t + 1]
+                        nextvalues = values[t + 1]
+                    delta = rewards[t] + args.gamma * nextvalues * nextnonterminal - values[t]
+                    advantages[t] = lastgaelam = delta + args.gamma * args.gae_lambda * nextnonterminal * lastgaelam
+                returns = advantages + values
+            return advantages.reshape(-1), returns.reshape(-1)
 
         # flatten the batch
         b_obs = obs.reshape((-1,) + envs.single_observation_space_shape)
         b_logprobs = logprobs.reshape(-1)
         b_actions = actions.reshape(-1)
-        b_advantages = advantages.reshape(-1)
-        b_returns = returns.reshape(-1)
         b_values = values.reshape(-1)
+        b_advantages, b_returns = advantages_and_returns()
 
         # Optimizing the policy and value network
         b_inds = np.arange(batch_size)
         clipfracs = []
         for epoch in range(args.update_epochs):
+            if args.advantages == "per-epoch" and epoch:
+                b_advantages, b_returns = advantages_and_returns()
             np.random.shuffle(b_inds)
             for start in range(0, batch_size, minibatch_size):
                 end = start + minibatch_size
