@@ -172,6 +172,25 @@ def paused_time_ratio(analysis: Analysis) -> Metric:
     return Metric(own / total if total > 0 else 0.0, "ratio", "light", note=note)
 
 
+def loop_step_latency_ms_p99(analysis: Analysis) -> Metric:
+    """The p99 of the light pass's steady steps with each loop's first step after a pause left
+    out (:attr:`perfdoctor.analysis.steady.SteadySeries.paused`: the program did other work
+    before it, a generate's prefill, an encoder over a new input): the decode loop's own
+    tail. openai-whisper's first decoder call per clip (its prompt and the cross-attention
+    keys over the audio, 50-94 ms among 11 ms tokens) set the p99 of its run; the p99-latency
+    rule's ``tail-after-pauses`` variant compares the two."""
+    series = analysis.light_series
+    if series is None:
+        return Metric(None, "ms", "light", reason="needs the light pass's steady steps (perfdoctor run): a trace cannot tell a pause from a slow step")
+    if series.paused is None or not series.paused.any():
+        return Metric(None, "ms", "light", reason="no steady step follows a pause: every step is the loop's own")
+    rest = series.critical_path_ms[~series.paused]
+    if not rest.size:
+        return Metric(None, "ms", "light", reason="every steady step follows a pause")
+    after = int(series.paused.sum())
+    return Metric(float(np.percentile(rest, 99)), "ms", "light", note=f"{after} of {series.paused.size} steady steps follow a pause, left out")
+
+
 def _attribution_share(parts: tuple[str, ...], of: str, meaning: str) -> Callable[[Analysis], Metric]:
     """A share of the step attribution (:mod:`perfdoctor.analysis.attribution`): ``parts`` over
     the whole step (``of="step"``) or over the GPU busy time (``of="busy"``)."""
@@ -441,6 +460,8 @@ SIGNALS: dict[str, tuple[str, Callable[[Analysis], Metric], str]] = {
     "paused_time_ratio": ("ratio", paused_time_ratio, "share of the light pass's steady loop time between its steps: the program's pauses and pass ends "
                           "(an evaluation, an epoch's end, a prefill or an encoder per generate), its waits for other threads left out"),
     "eager_launches_per_step": ("count", eager_launches_per_step, "launches per step that are not graph replays, where steps replay graphs"),
+    "loop_step_latency_ms_p99": ("ms", loop_step_latency_ms_p99, "p99 of the light pass's steady steps, each loop's first step after a pause left out "
+                                 "(a prefill or an encoder per generate before it): the loop's own tail"),
 }
 
 # The job's numbers, measured across its ranks (perfdoctor.analysis.ranks.CrossRank.metrics): no

@@ -153,7 +153,7 @@ def main():
           f"{1e3 / ms:.1f} tokens/s ({t_total:.2f} s with the encoder)")
     print("RESULT " + json.dumps({"program": "encdec_greedy", "step": "decoder token", "ms_per_step": ms,
                                   "ms_per_token": ms, "tokens_per_s": 1e3 / ms, "tokens": len(token_times),
-                                  "warmup_tokens": args.tokens}))
+                                  "warmup_tokens": args.tokens, "ms_each": [round(1e3 * t, 4) for t in token_times]}))
 
 
 if __name__ == "__main__":
