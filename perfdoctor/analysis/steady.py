@@ -1246,7 +1246,7 @@ class Cadence:
 def cadence(
     host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int], gpu_start: np.ndarray | list[int] | None = None,
     waited: np.ndarray | list[int] | None = None, pass_ended: np.ndarray | list[bool] | None = None,
-    compiled: np.ndarray | list[bool] | None = None,
+    compiled: np.ndarray | list[bool] | None = None, first: int = 0,
 ) -> Cadence:
     """Steps per second: completion-to-completion intervals ``g[k] − g[k−1]`` summed over
     the steps the program issued back to back. An interval whose step started more than a
@@ -1276,7 +1276,10 @@ def cadence(
     after it is kept: with one step per epoch every interval follows an end of pass.
 
     ``compiled`` (per step, :func:`time_inside` of the compilations): torch.compile compiled inside the
-    step: its whole interval is left out (the compilation is no steady work of the program's)."""
+    step: its whole interval is left out (the compilation is no steady work of the program's).
+
+    ``first``: the index of the first step given in the whole series (the first steady
+    step), which ``own_after`` counts from."""
     h, g = _ns(host_start), _ns(gpu_end)
     if h.size < 2:
         return Cadence(None, 0, "needs at least two steps")
@@ -1302,7 +1305,7 @@ def cadence(
     waited_ms, pass_end_ms = float(wait[waits].sum()) / 1e6, float(between[ends].sum()) / 1e6
     own = np.flatnonzero(own_pause | ends)
     return Cadence(kept.size / (total / 1e9), paused, intervals_ms=kept / 1e6,
-                   own_after=own + 1, own_pass_end=ends[own], own_ms=np.where(ends, between, intervals)[own] / 1e6,
+                   own_after=own + 1 + first, own_pass_end=ends[own], own_ms=np.where(ends, between, intervals)[own] / 1e6,
                    with_pauses_per_s=intervals.size / (int(intervals.sum()) / 1e9),
                    paused_ms=float(intervals[idle].sum()) / 1e6 + waited_ms + pass_end_ms, waits=int(waits.sum()), waited_ms=waited_ms,
                    pass_ends=int(ends.sum()), pass_end_ms=pass_end_ms, compiles=int(comp.sum()),
@@ -1467,12 +1470,11 @@ def steady_series(
         kept_compiles, compiled = int(compiled.sum()), None
     cad = cadence(
         h[k:], g[k:], None if gpu_start is None else _ns(gpu_start)[k:], None if waited is None else _ns(waited)[k:],
-        None if pass_ended is None else np.asarray(pass_ended, dtype=bool)[k:], compiled)
+        None if pass_ended is None else np.asarray(pass_ended, dtype=bool)[k:], compiled, first=k)
     steps = np.arange(k, k + cp.size)
     paused = paused_before(h, g, gpu_start, waited, pass_ended)[k:] if h.size > 1 else np.zeros(cp.size, dtype=bool)
     if compiled is not None:
         cp, steps, paused = cp[~compiled], steps[~compiled], paused[~compiled]
     elif kept_compiles:
         cad = replace(cad, compiles_kept=kept_compiles)
-    cad = replace(cad, own_after=cad.own_after + k)  # the cadence counted from the first steady step
     return SteadySeries(cp.astype(np.float64), lead.astype(np.float64), cad, steps, paused)
