@@ -97,6 +97,9 @@ class LightSteps:
     when none ran in a step or the run did not say. ``save_ns``: likewise the program's
     checkpoint saves (``torch.save``, safetensors' ``save_file``, DCP's ``save``) (:class:`perfdoctor.record.bootstrap.clock.TimedCalls`).
     ``cpu_wait_ns``: likewise the step's thread waiting for a CPU (:func:`perfdoctor.analysis.steady.cpu_waits_inside`).
+    ``idle_before_ns``: per step, how long its thread waited (``time.sleep``, a queue, a socket:
+    :mod:`perfdoctor.record.bootstrap.waits`) between the previous step's end and its start;
+    None when it never did or the run did not say.
     ``windows_per_step``: where each step is one input's windows (the model called on windows
     of one input, :func:`perfdoctor.analysis.steps.call_groups`), how many; None otherwise.
     """
@@ -111,6 +114,7 @@ class LightSteps:
     gc_ns: np.ndarray | None = None
     save_ns: np.ndarray | None = None
     cpu_wait_ns: np.ndarray | None = None
+    idle_before_ns: np.ndarray | None = None
     clock: str = "cuda-event"
     steady_start: int | None = None
     steady_reason: str = ""

@@ -701,7 +701,7 @@ def light_summary(results: PassResults, options: RunOptions) -> LightPass:
 
 
 # what noted_steps adds to the chosen series: perfdoctor run rewrites raw/light.json with them
-NOTED = ("compiled_ns", "gc_ns", "save_ns", "cpu_wait_ns")
+NOTED = ("compiled_ns", "gc_ns", "save_ns", "cpu_wait_ns", "idle_before_ns")
 
 
 def carries_series(light: LightPass, results: PassResults) -> bool:
@@ -717,8 +717,11 @@ def noted_steps(series: dict[str, Any], results: PassResults, name: str) -> None
     steps' rate and p50), how long Python's full garbage collections ran inside it
     (``gc_ns``), how long the program's checkpoint saves ran (``torch.save``, safetensors'
     ``save_file``, DCP's ``save``: ``save_ns``) and how long the step's thread waited for a CPU
-    (``cpu_wait_ns``: another process on its cores) — what uneven-steps' evidence names — each
-    only when some step has any."""
+    (``cpu_wait_ns``: another process on its cores) — what uneven-steps' evidence names — and
+    how long its thread waited (``time.sleep``, a queue, a socket: the light pass's waits)
+    between the previous step's end and its start (``idle_before_ns``: what time-between-steps'
+    evidence says of each stretch, OpenMMLab's sleep at an epoch change all of it, an
+    evaluation none), each only when some step has any."""
     compiled = steady.time_inside(series["host_start_ns"], series["gpu_end_ns"], results.compiles)
     if compiled.any():
         series["compiled_ns"] = compiled.tolist()
@@ -727,25 +730,38 @@ def noted_steps(series: dict[str, Any], results: PassResults, name: str) -> None
             held = steady.time_inside(series["host_start_ns"][: len(series["gpu_end_ns"])], series["gpu_end_ns"], spans)
             if held.any():
                 series[key] = held.tolist()
-    at, delay = _run_queue_reads(results, name)
+    thread = _step_thread(results, name)
+    if thread is None:
+        return
+    at, delay = _run_queue_reads(results, name, thread)
     if at:
         waited = steady.cpu_waits_inside(series["host_start_ns"][: len(series["gpu_end_ns"])], series["gpu_end_ns"], at, delay)
         if waited.any():
             series["cpu_wait_ns"] = waited.tolist()
+    waits = results.waits or {}
+    mine = [i for i, t in enumerate(waits.get("tid") or []) if t == thread]
+    if mine and len(series["gpu_end_ns"]) > 1:
+        ends = series["gpu_end_ns"]
+        spans = {k: [waits[k][i] for i in mine] for k in ("start_ns", "end_ns")}
+        idle = np.r_[0, steady.time_inside(ends[:-1], series["host_start_ns"][1 : len(ends)], spans)]
+        if idle.any():
+            series["idle_before_ns"] = idle.tolist()
 
 
-def _run_queue_reads(results: PassResults, name: str) -> tuple[list[int], list[int]]:
-    """(host times, run-queue delay counters) of the thread that runs step ``name``'s calls
-    (the most of them): every read the light pass made on it, at the start of any call as
-    measured: the other series, the step's own calls (``call_series``) and the module calls.
-    The chosen series itself is left out: rewritten as the iteration, a step may begin where
-    its thread resumed, not where its call read the counter."""
-    series = results.series or {}
-    own = (results.call_series or {}).get(name) or series.get(name) or {}
+def _step_thread(results: PassResults, name: str) -> int | None:
+    """The thread that runs step ``name``'s calls (the most of them), None when unknown."""
+    own = (results.call_series or {}).get(name) or (results.series or {}).get(name) or {}
     tids = own.get("tid") or []
-    if not tids:
-        return [], []
-    thread = max(set(tids), key=tids.count)
+    return max(set(tids), key=tids.count) if tids else None
+
+
+def _run_queue_reads(results: PassResults, name: str, thread: int) -> tuple[list[int], list[int]]:
+    """(host times, run-queue delay counters) of ``thread``, which runs step ``name``'s calls:
+    every read the light pass made on it, at the start of any call as measured: the other
+    series, the step's own calls (``call_series``) and the module calls. The chosen series
+    itself is left out: rewritten as the iteration, a step may begin where its thread
+    resumed, not where its call read the counter."""
+    series = results.series or {}
     measured = [*(s for n, s in series.items() if n != name), *(results.call_series or {}).values(),
                 *(s for depth in (results.modules or {}).values() for s in depth.values())]
     reads = sorted({(h, d) for s in measured if s.get("run_delay_ns") and s.get("tid")

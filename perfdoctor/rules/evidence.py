@@ -448,9 +448,13 @@ def time_between_steps(analysis: Analysis) -> Evidence:
     (``time-between-steps``): each pass end (an evaluation pass, an epoch's end and whatever
     the loop does there) and each pause (the program's work between steps: a prefill or an
     encoder per generate, a checkpoint), with the step after it: where in the loop the time
-    goes, and how regularly. The note is the signal's: the kinds' totals and the whole
-    loop's time."""
-    ev = Evidence("time_between_steps", ["after step", "what", "ms", "share of the loop"])
+    goes, and how regularly. ``waiting ms`` (where the run noted any): how much of the stretch
+    before that step the loop's thread spent in ``time.sleep``, a queue or a socket (OpenMMLab's
+    sleep at each epoch change: all of it; an evaluation: none). The note is the signal's: the
+    kinds' totals and the whole loop's time."""
+    light = analysis.light
+    idle = light.idle_before_ns if light is not None else None
+    ev = Evidence("time_between_steps", ["after step", "what", "ms", "share of the loop", *(("waiting ms",) if idle is not None else ())])
     series = analysis.light_series
     if series is None or series.cadence.steps_per_s is None:
         ev.note = Note.NO_LIGHT_PASS
@@ -458,8 +462,9 @@ def time_between_steps(analysis: Analysis) -> Evidence:
     cad = series.cadence
     total = cad.loop_ms
     for i in np.argsort(-cad.own_ms, kind="stable")[:TOP]:
-        ev.rows.append([int(cad.own_after[i]), "pass end" if cad.own_pass_end[i] else "pause", _r(float(cad.own_ms[i])),
-                        Share(float(cad.own_ms[i]) / total)])
+        after = int(cad.own_after[i])
+        ev.rows.append([after, "pass end" if cad.own_pass_end[i] else "pause", _r(float(cad.own_ms[i])), Share(float(cad.own_ms[i]) / total),
+                        *((_r(idle[after] / 1e6),) if idle is not None else ())])
     ev.note = paused_time_ratio(analysis).note
     return ev
 

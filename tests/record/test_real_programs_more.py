@@ -617,6 +617,10 @@ def test_an_iteration_based_loop_that_sleeps_at_each_epoch_change_is_told_where_
     assert sorted(row[0] for row in ev.rows) == [20, 40, 60, 80] and {row[1] for row in ev.rows} == {"pass end"}
     for row in ev.rows:
         assert row[2] == pytest.approx(result["restart_ms"][row[0] // 20 - 1], abs=3.0), (ev.rows, result["restart_ms"])
+    # and each was the loader's 150 ms time.sleep, the loop's thread waiting, no work: the
+    # evidence's last column (the light pass's waits between the two steps, idle_before_ns)
+    assert ev.columns[-1] == "waiting ms"
+    assert all(row[-1] == pytest.approx(150.0, abs=2.0) and row[-1] <= row[2] for row in ev.rows), ev.rows
 
 
 def test_ppo_traced_whole_reads_one_step_per_iteration(tmp_path: Path) -> None:
