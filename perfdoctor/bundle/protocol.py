@@ -192,8 +192,8 @@ class PassResults(_Document):
     device: str | None = None  # that rank's device
     lockstep: dict[str, Any] | None = None  # perfdoctor.record.lockstep.Turns.summary()
     # the light pass: per step name, {"host_start_ns", "gpu_start_ns", "gpu_end_ns", "tid",
-    # "host_end_ns", "run_delay_ns"} (the last: the thread's time waiting for a CPU at each start,
-    # or None), and for a step timed as the loop iteration "waited_ns" (a call's) or
+    # "host_end_ns", "run_delay_ns", "run_delay_read"} (the thread's time waiting for a CPU at each
+    # start, or None; which starts read it, the others interpolated), and for a step timed as the loop iteration "waited_ns" (a call's) or
     # "pass_ended" (a loop range's); perfdoctor run adds "compiled_ns", "gc_ns" and "save_ns" to the step's
     # (perfdoctor.record.light.noted_steps)
     series: dict[str, dict[str, Any]] | None = None

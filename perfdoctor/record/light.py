@@ -174,7 +174,7 @@ def grouped_series(calls: dict[str, Any], groups: steps.CallGroups) -> dict[str,
 def series_rows(series: dict[str, Any], rows: Sequence[int]) -> dict[str, Any]:
     """The steps ``rows`` of ``series``, as a series (each step's thread too)."""
     return {k: [series[k][i] for i in rows] if series.get(k) is not None else None
-            for k in ("host_start_ns", "gpu_start_ns", "gpu_end_ns", "tid", "run_delay_ns")}
+            for k in ("host_start_ns", "gpu_start_ns", "gpu_end_ns", "tid", "run_delay_ns", "run_delay_read")}
 
 
 def _range_counts(
@@ -393,6 +393,7 @@ def call_iterations(calls: dict[str, Any], joined: list[bool] | None, waits: dic
         tid = None  # one loop's calls on the threads of a pool: no thread's waits are the loop's
     idle_from, waited, resumed = steady.waits_between(calls["host_start_ns"], tid, waits)
     delay = (calls.get("run_delay_ns") or [])[:n] or None  # each start's wait for a CPU (RunQueue): no pause
+    read = (calls.get("run_delay_read") or [])[:n] or None  # which of those were read, not interpolated
     if full_gcs and n:
         # the collections between each call's end and the next call's start, as a running total beside the waits
         collected = np.r_[0, np.cumsum(steady.time_inside(calls["gpu_end_ns"][: n - 1], calls["host_start_ns"][1:n], full_gcs))]
@@ -404,14 +405,16 @@ def call_iterations(calls: dict[str, Any], joined: list[bool] | None, waits: dic
             rows = np.flatnonzero(t == thread)
             # joined (known work between a call and the series' next) is the series', not a thread's
             ends_ns[rows] = steady.iteration_ends_ns([starts[i] for i in rows], ends_ns[rows], idle_from=idle_from[rows],
-                                                     run_delay=[delay[i] for i in rows] if delay else None)
+                                                     run_delay=[delay[i] for i in rows] if delay else None,
+                                                     run_delay_read=[read[i] for i in rows] if delay and read else None)
         ends = ends_ns.tolist()
     else:
         # a wait for the next input while its producer worked is the iteration's, never a pause
         fed = (steady.fed_between(calls["host_start_ns"][:n], tid, waits)
                | steady.fetched_between(calls["host_start_ns"][:n], *fetches))[: max(n - 1, 0)]
         joined = (np.asarray(joined[: fed.size], dtype=bool) | fed).tolist() if joined is not None else fed.tolist()
-        ends = steady.iteration_ends_ns(starts, calls["gpu_end_ns"], joined=joined, idle_from=idle_from, run_delay=delay).tolist()
+        ends = steady.iteration_ends_ns(starts, calls["gpu_end_ns"], joined=joined, idle_from=idle_from, run_delay=delay,
+                                        run_delay_read=read).tolist()
     began = np.where(resumed >= 0, resumed, np.asarray(calls["host_start_ns"], dtype=np.int64)).tolist()
     return {**calls, "host_start_ns": began, "gpu_end_ns": ends, "waited_ns": waited.tolist()}
 

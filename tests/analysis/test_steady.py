@@ -502,6 +502,20 @@ def test_time_another_process_took_between_two_calls_is_no_pause() -> None:
     assert delayed.tolist() == [100, 200, 300, 1000, 1100, 1140]
     # waited for a CPU only part of it, 100 of 660: still a pause of the program's own
     assert steady.iteration_ends_ns(starts, ends, run_delay=[0, 0, 0, 0, 100, 100]).tolist()[3] == 340
+    # litgpt's tokens on a shared CPU: 100 ns calls 5 apart, a neighbour's 600 in the gap
+    # after call 3. The light pass read the counter at call 0 and after the gap (call 4)
+    # only, the starts between interpolated in time: the gap kept 600 * 705 / 1020 = 415 of
+    # it, and read 605 - 415 = 190 ns, longer than a step: a pause of the program's (11 of
+    # litgpt's 1 ms tokens). Read as read, the gap may hold all 600: no pause
+    starts = [0, 105, 210, 315, 1020, 1125]
+    ends = [s + 100 for s in starts]
+    interpolated = [0, 62, 124, 185, 600, 600]
+    read = [True, False, False, False, True, True]
+    assert steady.iteration_ends_ns(starts, ends, run_delay=interpolated).tolist()[3] == 415
+    assert steady.iteration_ends_ns(starts, ends, run_delay=interpolated, run_delay_read=read).tolist() == [105, 210, 315, 1020, 1125, 1225]
+    assert steady.cpu_waits_after(interpolated, read).tolist() == [62, 62, 61, 600, 0]
+    # a pause of the program's own beside a neighbour's 100 ns stays one, however read
+    assert steady.iteration_ends_ns(starts, ends, run_delay=[0, 10, 21, 31, 100, 100], run_delay_read=read).tolist()[3] == 415
 
 
 def test_an_evaluation_before_an_iterations_training_is_left_out_of_its_step() -> None:

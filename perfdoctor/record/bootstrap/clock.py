@@ -526,9 +526,10 @@ class StepTimes:
 
     def series(self) -> tuple[dict[str, dict[str, Any]], str | None]:
         """Per name ``{"host_start_ns", "gpu_start_ns", "gpu_end_ns", "tid", "host_end_ns",
-        "run_delay_ns"}`` on the host clock (CLOCK_MONOTONIC), completed steps only;
+        "run_delay_ns", "run_delay_read"}`` on the host clock (CLOCK_MONOTONIC), completed steps only;
         ``gpu_start_ns`` is None when the program never used CUDA, ``run_delay_ns``
-        (:class:`RunQueue`, at each start) when the system does not say. Plus why some are
+        (:class:`RunQueue`, at each start; ``run_delay_read``: which starts read it, the
+        others interpolated) when the system does not say. Plus why some are
         missing (e.g. the program died of a CUDA error, so its events never complete)."""
         clock = self.timer.clock
         out: dict[str, dict[str, Any]] = {}
@@ -547,6 +548,7 @@ class StepTimes:
                     "host_end_ns": [self.host_end[name][i] for i in keep],
                     "run_delay_ns": run_delays_ns([self.delay[name][i] for i in keep], [host[i] for i in keep],
                                                   [self.tid[name][i] for i in keep]),
+                    "run_delay_read": [self.delay[name][i] is not None for i in keep],
                 }
         except Exception as exc:  # noqa: BLE001 - said in the manifest
             return out, f"{type(exc).__name__}: {exc}"
