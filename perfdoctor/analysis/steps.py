@@ -359,6 +359,26 @@ def others_between(mine: Sequence[int], others: Sequence[int]) -> list[bool]:
     return (np.searchsorted(other, at[1:]) > np.searchsorted(other, at[:-1])).tolist()
 
 
+def enclosed_tail_end(mine: Sequence[int], others: Sequence[tuple[int, int | None]]) -> int | None:
+    """Where the last iteration of the calls ``mine`` (host starts, in order) that enclose
+    ``others`` (the other classes' calls, (host start, end)) ends: the latest end of the other
+    calls after its last call, when no more of them come there than in some gap between two of
+    its calls; None when none does (the last call keeps its own end). A batch's
+    ``model.generate`` of a T5 runs its encoder once, then a decoder forward per token: the
+    last batch read 1.8 ms, its encoder alone, for the program's 57.9 (and the median of a
+    run of 48 steps fell 12 % with it)."""
+    at = np.asarray(mine, dtype=np.int64)
+    known = sorted((int(h), int(e)) for h, e in others if e is not None)
+    if at.size < 2 or not known:
+        return None
+    starts = np.asarray([h for h, _ in known], dtype=np.int64)
+    first = int(np.searchsorted(starts, at[-1]))
+    per_gap = np.diff(np.searchsorted(starts, at))
+    if first == starts.size or starts.size - first > int(per_gap.max()):
+        return None
+    return max(e for _, e in known[first:])
+
+
 def iteration_begins(mine: Sequence[int], others: Sequence[int]) -> np.ndarray:
     """Which calls ``mine`` (host starts, in order) of the function marking the iteration
     (:func:`iteration_call`) begin one: the first, and each after a call of ``others``. A

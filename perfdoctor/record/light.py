@@ -155,13 +155,18 @@ def _waited_between(calls: dict[str, Any], waits: dict[str, list[int]] | None) -
 def _call_step(name: str, rows: dict[str, Any], module: dict[str, Any], enclosed: dict[str, dict[str, Any]] | None) -> ModuleStep:
     """A module step of one step per call of the class. ``enclosed``: the classes at its depth,
     when its calls enclose theirs (:func:`choose_module`: a detector's classifier, called per
-    object found): their calls between two of its are the iteration's work, never a pause."""
+    object found): their calls between two of its are the iteration's work, never a pause,
+    and those after its last call the last iteration's (:func:`perfdoctor.analysis.steps.enclosed_tail_end`)."""
     cls = name.removesuffix(".forward")
     if enclosed is None:
         return ModuleStep(name, rows, module, f"module: {cls}", None, None)
-    others = [h for n, s in enclosed.items() if n != name for h in s["host_start_ns"]]
+    others = [(h, e) for n, s in enclosed.items() if n != name for h, e in zip(s["host_start_ns"], s["gpu_end_ns"])]
     how = f"module: {cls}, whose calls enclose the other repeating classes' at depth {module['depth']}: the loop iteration"
-    return ModuleStep(name, rows, module, how, steps.others_between(rows["host_start_ns"][: len(rows["gpu_end_ns"])], others), None)
+    starts, ends = rows["host_start_ns"][: len(rows["gpu_end_ns"])], rows["gpu_end_ns"]
+    tail = steps.enclosed_tail_end(starts, others)
+    if tail is not None and ends[-1] is not None and tail > ends[-1]:
+        rows = {**rows, "gpu_end_ns": [*ends[:-1], tail]}  # the last iteration: its enclosed calls after it are its own
+    return ModuleStep(name, rows, module, how, steps.others_between(starts, [h for h, _ in others]), None)
 
 
 def grouped_series(calls: dict[str, Any], groups: steps.CallGroups) -> dict[str, Any]:

@@ -20,7 +20,7 @@ import pytest
 
 from perfdoctor.analysis import serving
 from perfdoctor.analysis.metrics import analyze
-from perfdoctor.analysis.steps import choose_step, find_steps, iteration_begins, iteration_call
+from perfdoctor.analysis.steps import choose_step, enclosed_tail_end, find_steps, iteration_begins, iteration_call
 from perfdoctor.pipeline import load_trace
 from perfdoctor.profile import BundleFacts
 
@@ -357,3 +357,14 @@ def test_the_compiled_function_whose_calls_enclose_the_others_marks_the_iteratio
     assert iteration_call({"torch.compile: prefill": prefill, "torch.compile: decode_one_token": decode}) is None
     # every draft accepted: model_forward runs again at once (the draft's cache fill), the same iteration
     assert iteration_begins([5, 6, 15, 25, 26], [1, 2, 11, 12, 21, 22]).tolist() == [True, False, True, True, False]
+
+
+def test_the_last_iteration_of_enclosing_calls_holds_the_enclosed_calls_after_it() -> None:
+    # a T5's generate per batch: its encoder (the enclosing calls, at 0, 100, 200) then 3
+    # decoder forwards, each 10 long; the last batch's end at 235
+    decoder = [(t + 5 + 10 * k, t + 15 + 10 * k) for t in (0, 100, 200) for k in range(3)]
+    assert enclosed_tail_end([0, 100, 200], decoder) == 235
+    # none after the last call: it keeps its own end; more after it than any iteration holds
+    # (a phase of the other model's after the loop): not the iteration's
+    assert enclosed_tail_end([0, 100, 200], decoder[:6]) is None
+    assert enclosed_tail_end([0, 100, 200], decoder + [(300, 310)]) is None
