@@ -1383,6 +1383,38 @@ def _slow_at(cp: np.ndarray, median_ms: float) -> np.ndarray:
     return np.flatnonzero((cp > WARMUP_FACTOR * median_ms) & (cp > median_ms + RESOLUTION_MS))
 
 
+# A stretch of slow steps at a pace of its own: this share of its steps slow at least, and
+# its slow steps' p90 at most this many times their p10 (a T5's beam batches: 1.07; an H200
+# loop whose DataLoader fell behind for its second half: 7 of 12 slow, 48-187 ms, no pace)
+PACE_SHARE, PACE_SPREAD = 0.8, 1.5
+
+
+def slow_stretches(critical_path_ms: np.ndarray) -> np.ndarray:
+    """Which steps of a steady series (ms per step) lie in a stretch of slow ones at a pace
+    of their own (``slow_steps``' measure; a regime as :func:`steady_start` finds them, a
+    window of REGIME_WINDOW steps around each mostly slow; PACE_SHARE and PACE_SPREAD): the run
+    changed pace for a while. A T5's batches, generated greedy and then with 4 beams, ran the
+    beam half at 1.4x the median: uneven-steps blamed random stalls (the garbage collector,
+    swapping)."""
+    cp = np.asarray(critical_path_ms, dtype=np.float64)
+    inside = np.zeros(cp.size, dtype=bool)
+    if not cp.size:
+        return inside
+    slow = np.zeros(cp.size, dtype=bool)
+    slow[_slow_at(cp, float(np.median(cp)))] = True
+    for first, last in _slow_regimes(slow, REGIME_WINDOW):
+        # and the slow steps right before and after it: a centred window misses the run's
+        # first and last half window
+        while first > 0 and slow[first - 1]:
+            first -= 1
+        while last + 1 < cp.size and slow[last + 1]:
+            last += 1
+        level = cp[first : last + 1][slow[first : last + 1]]
+        if level.size >= PACE_SHARE * (last + 1 - first) and np.percentile(level, 90) <= PACE_SPREAD * np.percentile(level, 10):
+            inside[first : last + 1] = True
+    return inside
+
+
 # Slow steps that come on a schedule: at least this many, this share of the intervals
 # between them one period, which is at least 2 steps (every step slow is no schedule)
 PERIODIC_SLOW, PERIODIC_SHARE = 3, 0.8

@@ -58,7 +58,7 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, packaged as tomli
 from perfdoctor.errors import UsageError
 from perfdoctor.text import clean, clean_block
 from perfdoctor.analysis.metrics import Analysis, Metric
-from perfdoctor.analysis.steady import PERIODIC_SHARE, PERIODIC_SLOW, held_share, slow_period
+from perfdoctor.analysis.steady import PERIODIC_SHARE, PERIODIC_SLOW, REGIME_WINDOW, held_share, slow_period, slow_stretches
 from perfdoctor.rules.estimates import ESTIMATES, Estimate, Need, Unavailable
 from perfdoctor.rules.evidence import EVIDENCE, Evidence
 from perfdoctor.rules.reasons import Fallback, Lowered, Missing, OffWorkload, Reason, Suppressed
@@ -153,6 +153,9 @@ CPU_WAITS_EXPLAIN = 0.5
 # (slow_step_after_pause_ratio): whisper's first decoder call per clip (its prompt and the
 # cross-attention keys over the audio), 52-54 % of the time beyond the median on a CPU
 PAUSES_EXPLAIN = 0.5
+# Regimes: at least this share of it is in stretches of slow steps (slow_step_regime_ratio):
+# the run changed pace (a T5's batches generated greedy, then with 4 beams: the beam half)
+REGIMES_EXPLAIN = 0.5
 # Tail after pauses: leaving each loop's first step after a pause out lowers the p99 by at
 # least this share of its height above the median (loop_step_latency_ms_p99): those first
 # steps set the tail (whisper-shaped decode on a CPU: 12.9 ms with them, 4.0 without, p50 2.2)
@@ -199,6 +202,9 @@ PREDICATES: dict[str, tuple[Callable[[dict[str, Metric]], bool], str]] = {
     # a loop that waits for the GPU at each turn: no CUDA graph captures it, batching its turns fixes it
     "waiting-loop": (_at_least("sync_loop_turns", SYNC_LOOP_TURNS), "the step runs a loop that waits for the GPU at each turn "
                      f"(sync_loop_turns >= {SYNC_LOOP_TURNS}: consecutive sync-delimited parts launching the same kernels)"),
+    # the slow steps come in stretches: the run changed pace, not random stalls
+    "regimes": (_at_least("slow_step_regime_ratio", REGIMES_EXPLAIN), "stretches of slow steps (a window of "
+                f"{REGIME_WINDOW} steps around each mostly slow) hold the slow steps' time beyond the median (slow_step_regime_ratio >= {REGIMES_EXPLAIN})"),
     # the slow steps are each loop's first, after the program's other work: that call's own work
     "after-pauses": (_at_least("slow_step_after_pause_ratio", PAUSES_EXPLAIN), "the first steps after the program's pauses (a prefill or an encoder "
                      "between decode loops, an evaluation or an epoch's end) account for the slow steps' time beyond the median "
@@ -237,10 +243,12 @@ def workload_values(analysis: Analysis) -> dict[str, Metric]:
 
 
 def light_values(analysis: Analysis) -> dict[str, Metric]:
-    """Inputs of the ``periodic``, ``after-pauses``, ``sliding-window`` and ``checkpointing``
+    """Inputs of the ``periodic``, ``regimes``, ``after-pauses``, ``sliding-window`` and ``checkpointing``
     conditions, from the light pass (none without one): ``slow_step_period``, the period in
     steps of the steady steps' slow ones where they come on a schedule
-    (:func:`perfdoctor.analysis.steady.slow_period`); ``slow_step_after_pause_ratio``, the share
+    (:func:`perfdoctor.analysis.steady.slow_period`); ``slow_step_regime_ratio``, the share of
+    the steady steps' time beyond the median in stretches of slow steps
+    (:func:`perfdoctor.analysis.steady.slow_stretches`); ``slow_step_after_pause_ratio``, the share
     of the steady steps' time beyond the median in the steps that follow a pause;
     ``windows_per_step``, where each step is the model's calls on windows of one input; and, when
     a steady step saved a checkpoint, ``slow_step_save_ratio``, the share of the steady
@@ -257,6 +265,11 @@ def light_values(analysis: Analysis) -> dict[str, Metric]:
         after = held_share(series.critical_path_ms, np.where(series.paused, series.critical_path_ms, 0.0))
         if after is not None:
             out["slow_step_after_pause_ratio"] = Metric(after, "ratio", "light")
+    stretches = slow_stretches(series.critical_path_ms)
+    if stretches.any():
+        held = held_share(series.critical_path_ms, np.where(stretches, series.critical_path_ms, 0.0))
+        if held is not None:
+            out["slow_step_regime_ratio"] = Metric(held, "ratio", "light")
     if light.windows_per_step:
         out["windows_per_step"] = Metric(float(light.windows_per_step), "count", "light")
     for key, held in (("slow_step_save_ratio", light.save_ns), ("slow_step_cpu_wait_ratio", light.cpu_wait_ns)):

@@ -1,0 +1,67 @@
+"""Uneven steps whose slow ones come in one stretch: the run changed pace for a while.
+
+A T5's batches generated greedy and then with 4 beams (transformers' Seq2SeqTrainer probe,
+2026-12-07): the beam batches ran at 1.4x the median, one block, and uneven-steps blamed
+random stalls (the garbage collector, swapping: gc.freeze()). The light series here is
+that shape, written by hand: 60 steps at ~10 ms, then 30 at ~14 ms."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from perfdoctor.pipeline import diagnose
+from perfdoctor.rules.engine import light_values
+
+STEP = "T5Stack.forward"
+
+
+def _bundle(dst: Path, ms: np.ndarray) -> Path:
+    h, g, t = [], [], 1_000_000_000
+    for v in ms:
+        h.append(t)
+        g.append(t + int(round(v * 1e6)))
+        t = g[-1] + 30_000  # the loop's own 30 us between calls
+    raw = dst / "raw"
+    raw.mkdir(parents=True)
+    (raw / "light.json").write_text(json.dumps({"series": {STEP: {"host_start_ns": h, "gpu_start_ns": None, "gpu_end_ns": g}}}))
+    (dst / "manifest.json").write_text(json.dumps({
+        "schema": "perfdoctor.run/1", "status": "finished", "exit_code": 0, "step": STEP, "collectors": {},
+        "light_pass": {"step_name": STEP, "steady_start": 0, "steady_reason": "test"}}))
+    return dst
+
+
+def _uneven(d):
+    return next(f for f in d.findings if f.rule_id == "uneven-steps")
+
+
+def test_a_stretch_of_slower_steps_is_a_change_of_pace_with_no_time_promised(tmp_path: Path) -> None:
+    k = np.arange(90)
+    ms = np.where(k < 60, 10.0, 14.0) + 0.3 * np.sin(k)
+    d = diagnose(_bundle(tmp_path / "b", ms), warnings=False)
+    # by hand: the stretch's share of the time beyond the median (the light pass's 50 us
+    # resolution; the fast steps' noise above the median is the rest)
+    beyond = np.clip(ms - np.median(ms) - 0.05, 0, None)
+    share = light_values(d.analysis)["slow_step_regime_ratio"].value
+    assert share == pytest.approx(beyond[60:].sum() / beyond.sum(), rel=1e-6) and share > 0.99
+    f = _uneven(d)
+    assert f.status == "fail" and "regimes" in f.context
+    assert f.title == "Uneven steps: the run changed pace, a stretch of slower steps"
+    assert f.estimate is None and "two paces" in str(f.estimate_reason)
+    assert not any("gc.freeze" in s for s in f.remediation.steps) and "gc.freeze" not in f.remediation.snippet
+    (ev,) = [e for e in f.evidence if e.kind == "slow_untraced_steps"]
+    assert all(r[0] >= 60 for r in ev.rows)
+
+
+def test_the_same_slow_steps_scattered_keep_the_general_advice(tmp_path: Path) -> None:
+    # the same 30 slow steps, every third step: no stretch, a random stall's advice
+    k = np.arange(90)
+    ms = np.where(k % 3 == 2, 14.0, 10.0) + 0.3 * np.sin(k)
+    d = diagnose(_bundle(tmp_path / "b", ms), warnings=False)
+    assert "slow_step_regime_ratio" not in light_values(d.analysis)
+    f = _uneven(d)
+    assert f.status == "fail" and "regimes" not in f.context
+    assert f.title == "Uneven steps: the slow ones hold much of the run's time" or "periodic" in f.context
