@@ -142,6 +142,10 @@ class BundleFacts:
     passes: tuple[dict[str, Any], ...] = ()
     light_pass: dict[str, Any] | None = None  # a LightPass's: how the step was found; time is Profile.light
     rank: dict[str, Any] | None = None  # a multi-rank bundle: the manifest's entry of this rank
+    # the module classes the light pass saw called (raw/light.json's module_classes: their
+    # qualified names), which a trace whose step is no module call never names: what the
+    # task is read from beside the trace's names (perfdoctor.analysis.workload)
+    module_classes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

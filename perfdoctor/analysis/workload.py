@@ -181,7 +181,11 @@ def classify(
         confidence = "high" if ops_seen else "medium"
         seen = f"among {ops_seen} CPU ops" if ops_seen else f"(no CPU ops in the trace; {n_kernels} kernels checked)"
         evidence.append(f"no backward op, no optimizer step {seen}")
-    task, task_why = _task(kind, names, uniques, kernels_of)
+    # the module classes the light pass saw (a run bundle's): a step that is no module call
+    # (a DataLoader fetch) leaves the model's name out of the trace, and aten::embedding alone
+    # read a BERT classifier's Trainer.predict as LLM decode
+    classes = profile.origin.bundle.module_classes if profile.origin.bundle is not None else ()
+    task, task_why = _task(kind, {**names, **{c: 1 for c in classes if c not in names}}, uniques, kernels_of)
     return Workload(
         task=task,
         task_evidence=task_why,

@@ -302,9 +302,11 @@ def load_bundle(bundle: str | Path, rank: int | None = None, manifest: Manifest 
 
     # why there is no trace: the warnings so far (the light pass's are about its timing)
     reason = None if pass_name else "; ".join(warnings) or NO_TRACE
+    classes: tuple[str, ...] = ()
     if light_pass is not None:
         light = _pass_results(raw, "light", results)
         profile.light = read_light(light, light_pass, warnings)
+        classes = tuple(sorted(str(c) for c in (light.module_classes or {}).values()))
         if children := light.children_note():
             warnings.append(f"{children}: their work is in no pass of this bundle")
     origin = profile.origin
@@ -324,6 +326,7 @@ def load_bundle(bundle: str | Path, rank: int | None = None, manifest: Manifest 
             passes=tuple(p for p in manifest.passes or [] if isinstance(p, dict)),
             light_pass=light_pass.to_json() if light_pass is not None else None,
             rank=ranks[str(rank)] if rank is not None else None,
+            module_classes=classes,
         ),
     )
     return profile

@@ -123,3 +123,32 @@ def test_loader_keeps_ops_and_thread_names(fixture):
         assert w.backward_ops == evaluate > 0 and w.autograd_threads
     else:
         assert w.confidence == "high"
+
+
+def test_a_run_bundles_module_classes_name_the_task_its_trace_does_not(tmp_path):
+    # Trainer.predict over a BERT classifier (datasets probe, 2026-12-07): the step is the
+    # DataLoader's fetch, so the torch pass marks no module range, and aten::embedding alone
+    # read the task as LLM decode (and p99-latency failed as an error). The light pass saw
+    # the classes called: BertForSequenceClassification is an encoder
+    from dataclasses import replace
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from perfdoctor.profile import BundleFacts
+
+    model = torch.nn.Sequential(torch.nn.Embedding(64, 8), torch.nn.Linear(8, 2))
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with torch.inference_mode():
+            for _ in range(3):
+                model(torch.randint(0, 64, (4, 16)))
+    prof.export_chrome_trace(str(tmp_path / "t.json"))
+    p = load_trace(tmp_path / "t.json")
+    assert workload.classify(p).task == "llm-decode"  # the trace alone: aten::embedding
+    bert = "transformers.models.bert.modeling_bert.BertForSequenceClassification"
+    p.origin = replace(p.origin, bundle=BundleFacts(module_classes=(bert, "torch.nn.modules.linear.Linear")))
+    assert workload.classify(p).task == "inference"
+    llama = "transformers.models.llama.modeling_llama.LlamaForCausalLM"
+    p.origin = replace(p.origin, bundle=BundleFacts(module_classes=(llama,)))
+    w = workload.classify(p)
+    assert (w.task, w.task_evidence) == ("llm-decode", llama)
