@@ -72,3 +72,14 @@ def test_critical_is_never_lowered():
     f = _finding(0.01, "critical")
     _stake_severity(SimpleNamespace(value=lambda key: 37.6), f)
     assert f.severity == "critical"
+
+
+def test_p99_on_inference_whose_task_is_not_recognised_is_info_not_an_error():
+    # the 10 ms target is decode's and serving's: a trace whose task is not recognised (an
+    # H200 loop preprocessing each input on the host, 50 ms p99) still hears it, as
+    # launch-rate's ideal, at info (before: an error)
+    d = diagnose(Path(__file__).parents[1] / "fixtures" / "wild" / "h200-host-preprocess.kineto.json.gz")
+    assert (d.analysis.workload.kind, d.analysis.workload.task) == ("inference", "inference")
+    (f,) = [f for f in d.findings if f.rule_id == "p99-latency"]
+    assert f.status == "fail" and f.severity == "info" and "unrecognised" in f.context
+    assert f.title == "Step latency p99 above the 10 ms cited for decode and serving (this workload was not recognised as either)"
