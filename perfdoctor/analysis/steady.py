@@ -1209,11 +1209,25 @@ def _began(h: np.ndarray, gpu_start: np.ndarray | list[int] | None) -> np.ndarra
 def series_steady_start(
     host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int], gpu_start: np.ndarray | list[int] | None = None,
     waited: np.ndarray | list[int] | None = None, pass_ended: np.ndarray | list[bool] | None = None,
+    cpu_wait: np.ndarray | list[int] | None = None,
 ) -> Steady:
     """:func:`steady_start` of a light-pass series: its critical path, its pauses left out.
     Decided once, by ``perfdoctor run`` (:func:`perfdoctor.record.light.light_summary`), or by
-    the analysis for a perfdoctor 0.1 bundle, which did not store it."""
-    return steady_start(critical_path_ns(host_start, gpu_end), paused_before(host_start, gpu_end, gpu_start, waited, pass_ended))
+    the analysis for a perfdoctor 0.1 bundle, which did not store it. ``cpu_wait`` (ns per
+    step, :func:`cpu_waits_inside`): the step's thread waiting for a CPU, another process on
+    its cores, which is the machine's load, not the program's warm-up: the warm-up is judged
+    on the time without it (accelerate's loop on a shared CPU: neighbours slowed its first
+    34 of 48 steps, 40-336 ms of waits each, and they were left out as warm-up, the p50 0.72
+    of its own timer's)."""
+    cp = critical_path_ns(host_start, gpu_end)
+    wait = np.zeros(cp.size, dtype=np.int64)
+    if cpu_wait is not None:
+        got = _ns(cpu_wait)[: cp.size]
+        wait[: got.size] = got
+    found = steady_start(np.maximum(cp - wait, 0), paused_before(host_start, gpu_end, gpu_start, waited, pass_ended))
+    if not wait.any():
+        return found
+    return replace(found, reason=f"{found.reason} (each step's wait for a CPU left out, {value(float(wait.sum()) / 1e6, 'ms')} in all: another process's time, no warm-up)")
 
 @dataclass(frozen=True)
 class Cadence:

@@ -679,7 +679,7 @@ def light_summary(results: PassResults, options: RunOptions) -> LightPass:
         noted_steps(s, results, name)
         cp = steady.critical_path_ns(s["host_start_ns"], s["gpu_end_ns"])
         found = steady.series_steady_start(s["host_start_ns"], s["gpu_end_ns"], s.get("gpu_start_ns"), s.get("waited_ns"),
-                                           s.get("pass_ended"))
+                                           s.get("pass_ended"), s.get("cpu_wait_ns"))
         if options.warmup is not None:
             warmup, why = options.warmup, "--warmup"
         elif len(cp) >= SCOUT_MIN_STEPS:

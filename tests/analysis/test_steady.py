@@ -1365,3 +1365,19 @@ def test_a_series_fast_only_before_its_slow_stretches_keeps_every_step_and_warns
         warnings.simplefilter("error")
         found = steady.steady_start(cp)
     assert found.start == 0
+
+
+def test_steps_slowed_by_another_process_are_no_warm_up() -> None:
+    # accelerate's loop on a shared CPU (probe, 2026-12-07): neighbours slowed its first
+    # steps, each waiting 70 ms for a CPU (the light pass's cpu_wait_ns), and those were left
+    # out as warm-up. Here 20 steps of 220 ms (70 of them a CPU wait), then 28 of 150 ms
+    h, g, t = [], [], 0
+    for k in range(48):
+        h.append(t)
+        t += (220 if k < 20 else 150) * 1_000_000 + 1000 * (k % 3)
+        g.append(t)
+        t += 50_000
+    assert steady.series_steady_start(h, g).start == 20
+    wait = [70_000_000 if k < 20 else 0 for k in range(48)]
+    found = steady.series_steady_start(h, g, cpu_wait=wait)
+    assert found.start == 0 and "wait for a CPU left out, 1,400 ms" in found.reason, found.reason
