@@ -190,9 +190,29 @@ def trace_window_lines(analysis: Analysis) -> list[str]:
     traced, light = analysis.value("traced_step_latency_ms_p50"), analysis.value("step_latency_ms_p50")
     why = ("a producer had run ahead, a backlog drained, late work ran back to back" if ratio.value < FASTER_TRACE else
            "more than a tracer adds: a slow stretch, another process's load, a warm-up the light pass had left behind")
+    waited = _light_cpu_wait_ms(analysis)
+    if ratio.value < FASTER_TRACE and waited is not None and light and waited >= CONTENDED_SHARE * light:
+        # a datasets.map over a BERT on a shared CPU: 8.76 ms of its 25.4 ms steps waited, and
+        # the window (14.1 ms) ran with less load; no producer ran ahead
+        why = (f"the light pass's steps waited for a CPU, median {value(waited, 'ms')} of its {value(light, 'ms')}: another "
+               "process on its cores; the window ran with less load")
     return [f"trace window: its steps took {times(ratio.value)} the untraced steps' time (p50 {value(traced, 'ms')} "
             f"against {value(light, 'ms')}): the traced steps are not the steady state the light pass timed ({why}), so "
             "the breakdowns describe the window; perfdoctor run --warmup N traces later steps"]
+
+
+# The light pass's median wait for a CPU, against its p50, from which a traced window faster
+# than the untraced steps is said to have run with less load than the light pass
+CONTENDED_SHARE = 0.2
+
+
+def _light_cpu_wait_ms(analysis: Analysis) -> float | None:
+    """The median over the light pass's steady steps of their thread's wait for a CPU (ms),
+    None where the run noted none."""
+    light, series = analysis.light, analysis.light_series
+    if light is None or series is None or light.cpu_wait_ns is None or series.steps is None or not series.steps.size:
+        return None
+    return float(np.median(light.cpu_wait_ns[series.steps])) / 1e6
 
 
 def header_lines(analysis: Analysis) -> list[str]:

@@ -124,6 +124,21 @@ def test_a_cpu_runs_traced_steps_are_timed_and_a_window_in_another_regime_is_sai
     assert f"not the steady state: untraced, the light pass's p50 is {value(light, 'ms')}" in cpu.headline(a.cpu, cpu.tracer_cost(a))
 
 
+def test_a_window_faster_than_a_light_pass_that_waited_for_cpus_says_the_load_moved(tmp_path) -> None:
+    """datasets.map over a BERT on a shared CPU (2026-12-07): the light pass's steps waited a
+    median 8.76 ms of their 25.4 ms for a CPU and the window ran at 14.1 ms; the report said
+    "a producer had run ahead, a backlog drained", which no producer did."""
+    b = tmp_path / "embed"
+    shutil.copytree(FIXTURES / "bundles" / "embed-cpu-contended", b)
+    a = diagnose(b, warnings=False).analysis
+    waits = a.light.cpu_wait_ns[a.light_series.steps] / 1e6  # by hand: the steady steps' waits
+    light = a.value("step_latency_ms_p50")
+    assert float(np.median(waits)) >= 0.2 * light and a.value("profiler_overhead_ratio") < 0.8
+    (line,) = [x for x in header_lines(a) if x.startswith("trace window:")]
+    assert f"waited for a CPU, median {value(float(np.median(waits)), 'ms')} of its {value(light, 'ms')}" in line
+    assert "producer" not in line
+
+
 @pytest.mark.parametrize("ratio, said", [(1.1, None), (3.7, "the tracer's own cost is in them"), (0.5, "not the steady state")])
 def test_the_cpu_headline_says_what_the_traced_milliseconds_hold(tmp_path, ratio, said) -> None:
     """Pyro's SVI loop on the CPU: the breakdown's 7.3 ms per step against the light pass's 1.95
