@@ -1,4 +1,4 @@
-# 2026-12-07 (session 31) call 1, at c854652: issue 29's H200 acceptance shapes, unmodified
+# 2026-12-07 (session 31) call 1: issue 29's acceptance shapes (on an H200 if one comes, else an H100), unmodified
 # programs with their own timers: (a) compiled decode, (b) HF generate, (c) image inference
 # at batch 256 AMP and batch 1 (resnet50, vit_small), (d) training loops with a DataLoader.
 set -u
