@@ -8,12 +8,12 @@ shape, written by hand: 4 loops of 24 steps with a pause before each loop."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from light_bundles import light_only_bundle
 from perfdoctor.pipeline import diagnose
 from perfdoctor.rules.engine import light_values
 
@@ -44,13 +44,7 @@ def _series(first_ms: float, stall_ms: float = 10.0) -> tuple[list[int], list[in
 
 def _bundle(dst: Path, first_ms: float, stall_ms: float = 10.0) -> Path:
     h, g, _, _ = _series(first_ms, stall_ms)
-    raw = dst / "raw"
-    raw.mkdir(parents=True)
-    (raw / "light.json").write_text(json.dumps({"series": {STEP: {"host_start_ns": h, "gpu_start_ns": None, "gpu_end_ns": g}}}))
-    (dst / "manifest.json").write_text(json.dumps({
-        "schema": "perfdoctor.run/1", "status": "finished", "exit_code": 0, "step": STEP, "collectors": {},
-        "light_pass": {"step_name": STEP, "steady_start": 1, "steady_reason": "test"}}))
-    return dst
+    return light_only_bundle(dst, STEP, h, g, steady_start=1)
 
 
 def _uneven(d):

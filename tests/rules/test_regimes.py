@@ -7,12 +7,12 @@ that shape, written by hand: 60 steps at ~10 ms, then 30 at ~14 ms."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from light_bundles import light_only_bundle
 from perfdoctor.pipeline import diagnose
 from perfdoctor.rules.engine import light_values
 
@@ -25,13 +25,7 @@ def _bundle(dst: Path, ms: np.ndarray) -> Path:
         h.append(t)
         g.append(t + int(round(v * 1e6)))
         t = g[-1] + 30_000  # the loop's own 30 us between calls
-    raw = dst / "raw"
-    raw.mkdir(parents=True)
-    (raw / "light.json").write_text(json.dumps({"series": {STEP: {"host_start_ns": h, "gpu_start_ns": None, "gpu_end_ns": g}}}))
-    (dst / "manifest.json").write_text(json.dumps({
-        "schema": "perfdoctor.run/1", "status": "finished", "exit_code": 0, "step": STEP, "collectors": {},
-        "light_pass": {"step_name": STEP, "steady_start": 0, "steady_reason": "test"}}))
-    return dst
+    return light_only_bundle(dst, STEP, h, g, steady_start=0)
 
 
 def _uneven(d):
