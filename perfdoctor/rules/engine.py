@@ -211,7 +211,7 @@ PREDICATES: dict[str, tuple[Callable[[dict[str, Metric]], bool], str]] = {
                      f"(slow_step_after_pause_ratio >= {PAUSES_EXPLAIN})"),
     # the p99 is each loop's first step, not spikes: "check swapping" is then no advice
     "tail-after-pauses": (_tail_after_pauses, "leaving out each loop's first step after a pause (a prefill or an encoder per generate before it) "
-                          f"lowers the p99 by at least {TAIL_EXPLAIN:.0%} of its height above the p50 (loop_step_latency_ms_p99)"),
+                          f"lowers the p99 by at least {TAIL_EXPLAIN} of its height above the p50 (loop_step_latency_ms_p99)"),
     # "find what the slow steps wait for" is then answered already
     "checkpointing": (_at_least("slow_step_save_ratio", SAVES_EXPLAIN), f"checkpoint saves (torch.save, safetensors' save_file, DCP's save) inside the slow steps account for their time beyond the median "
                       f"(slow_step_save_ratio >= {SAVES_EXPLAIN})"),
