@@ -944,7 +944,7 @@ def loop_ranges(
         if last_trained is not None and marks["start_ns"].max() == fetches["start_ns"].max():
             # the iteration of that fetch ends where its training ended, as at one more fetch
             last = marks.loc[[marks["start_ns"].idxmax()]]
-            marks = pd.concat([marks, last.assign(start_ns=last_trained + 1, end_ns=last_trained + 1)])  # left out: the last
+            marks = pd.concat([marks, last.assign(start_ns=last_trained + 1, end_ns=last_trained + 1)], ignore_index=True)  # left out: the last
         return training_iterations(marks, training, work)
     if fetches.empty or np.asarray(ends, dtype=bool).all():  # no loader feeds the training: the light pass's rule
         return optimizer_ranges(marks, others, work)
@@ -959,23 +959,27 @@ def loop_ranges(
     return timed.sort_values("start_ns", kind="stable")
 
 
-def trained_after_last(fetches: pd.DataFrame, others: pd.DataFrame, ops: pd.DataFrame) -> int | None:
+def trained_after_last(fetches: pd.DataFrame, others: pd.DataFrame, ops: pd.DataFrame, work: pd.DataFrame | None = None) -> int | None:
     """Where the training after the trace's last fetch ended (``steady.last_fetch_trained``,
     the light pass's rule), its marks the optimizer ranges of ``others`` (the loop ranges),
     when the program went on after it (an op of ``ops`` began later); else None. A whole
     trace of HF's Trainer read 7 steps for its 8. A range the profiler's stop closed is cut
     (Lightning's profiler stops inside the optimizer step: the last one read 19.8 ms among
-    2.5 ms ones, the trace's end its end)."""
+    2.5 ms ones, the trace's end its end). With no optimizer (an evaluation loop), the loop's
+    ``work`` after the last fetch is its batch's, as the light pass's model calls are: a loop
+    stopped at its loader's length (Lightning's predict) read one batch short."""
     if fetches.empty:
         return None
     opt = others[starts_with(others["name"], rangenames.LOOP_PREFIXES[1:])]
+    spans = opt if not opt.empty or work is None else work
     at = fetches["start_ns"].to_numpy(np.int64)
-    last = steady.last_fetch_trained(at, opt["start_ns"])
+    last = steady.last_fetch_trained(at, spans["start_ns"])
     if last is None:
         return None
-    marks = {"host_start_ns": opt["start_ns"].tolist(), "host_end_ns": opt["end_ns"].tolist(), "gpu_end_ns": opt["end_ns"].tolist()}
+    marks = {"host_start_ns": spans["start_ns"].tolist(), "host_end_ns": spans["end_ns"].tolist(), "gpu_end_ns": spans["end_ns"].tolist()}
     found = steady.training_ends([last], at, [], marks)["host_start_ns"]
-    return found[0] if found and (ops["start_ns"] > found[0]).any() else None
+    # the ops' own ends: no range for the profiler's stop to cut
+    return found[0] if found and (spans is work or (ops["start_ns"] > found[0]).any()) else None
 
 
 def ended_before_evaluations(timed: pd.DataFrame, fetches: pd.Series, evaluating: pd.Series, loops: pd.DataFrame) -> pd.DataFrame:
@@ -1370,7 +1374,7 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
         evaluating[order] = steady.evaluation_fetches(starts[order], work["start_ns"], work.loc[work["backward"], "start_ns"])
         evaluating &= ~ends
     parted = ends | evaluating  # decided once: loop_ranges cuts an optimizer step's group at them too
-    last_trained = trained_after_last(f, loops, profile.ops)
+    last_trained = trained_after_last(f, loops, profile.ops, work)
     hosts = {n: g.to_numpy(np.int64) for n, g in loops.drop(index=ended.index).groupby("name", sort=False)["start_ns"]}
     if work is not None and not f.empty:
         hosts[rangenames.BACKWARD_RANGE] = first_backwards(f["start_ns"].to_numpy(np.int64), work)

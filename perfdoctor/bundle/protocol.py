@@ -205,6 +205,7 @@ class PassResults(_Document):
     # module call after, untimed — the work a loop's iteration holds
     module_work_ns: list[int] | None = None
     module_work_grad: list[bool] | None = None  # each of those calls: grad enabled
+    module_work_end_ns: list[int] | None = None  # each of those calls: its host end (0: it never returned)
     module_classes: dict[str, str] | None = None  # module step name -> module.Class
     timing_error: str | None = None  # why some steps are missing
     # the light pass: per data loader range name, its fetches that raised StopIteration (the

@@ -551,20 +551,40 @@ def _loader_passes(results: PassResults, work: list[int], work_grad: list[bool])
     before = [h for hs in (results.last_batches or {}).values() for h in hs]
     evaluating = set(_evaluation_fetches(series, merged_series(ended) if ended else _NO_PASSES, work, work_grad))
     before += [a for a, b in zip(fetches, fetches[1:]) if b in evaluating and a not in evaluating]
-    marked = [s for n, s in series.items() if n.startswith(rangenames.LOOP_PREFIXES[1:]) or rangenames.kind(n) == rangenames.BACKWARD]
-    # a series without host ends (a bundle's older light.json): its GPU ends, as where calls are grouped
-    marks = {k: [v for s in marked for v in s.get(k) or s["gpu_end_ns"]] for k in ("host_start_ns", "host_end_ns", "gpu_end_ns")}
-    if (last := steady.last_fetch_trained(fetches + raised, marks["host_start_ns"])) is not None:
-        before.append(last)
-    if before:
-        ends = steady.training_ends(before, fetches, raised, marks)
+    marks = _marks([s for n, s in series.items() if n.startswith(rangenames.LOOP_PREFIXES[1:]) or rangenames.kind(n) == rangenames.BACKWARD])
+    # no training: the run's last batch ends where its model call ended (Lightning's predict
+    # loop stops at its loader's length, accelerate's loader under Trainer.predict fetches a
+    # batch ahead: no fetch ends it, and it was dropped: 399 of 400); a pass's other ends stay
+    # where the next pass's first fetch is, its model's calls not the last of its iterations
+    last_marks = marks if marks["host_start_ns"] else _marks(_model_calls(results))
+    cuda = any(s.get("gpu_start_ns") is not None for s in series.values())
+    last = steady.last_fetch_trained(fetches + raised, last_marks["host_start_ns"])
+    for lasts, by in (([h for h in before if h != last], marks), ([] if last is None else [last], last_marks)):
+        ends = steady.training_ends(lasts, fetches, raised, by)
         if ends["host_start_ns"]:
-            cuda = any(s.get("gpu_start_ns") is not None for s in series.values())
             ended.append(ends if cuda else {**ends, "gpu_start_ns": None})
     return merged_series(ended) if ended else _NO_PASSES
 
 
+def _marks(marked: list[dict[str, Any]]) -> dict[str, list[int]]:
+    """Series of training marks as one (host starts, host ends, GPU ends); a series without
+    host ends (a bundle's older light.json) gives its GPU ends, as where calls are grouped."""
+    return {k: [v for s in marked for v in s.get(k) or s["gpu_end_ns"]] for k in ("host_start_ns", "host_end_ns", "gpu_end_ns")}
+
+
 _NO_PASSES = {"host_start_ns": [], "gpu_start_ns": None, "gpu_end_ns": []}
+
+
+def _model_calls(results: PassResults) -> list[dict[str, Any]]:
+    """The loop's model calls at depth 0 as series of (host start, host end): those timed
+    while the light pass scouted, and those noted after (their GPU ends unknown: the host's)."""
+    timed = [s for s in ((results.modules or {}).get("0") or {}).values() if s.get("host_start_ns")]
+    starts, ends = results.module_work_ns or [], results.module_work_end_ns or []
+    done = [(h, e) for h, e in zip(starts, ends) if e]
+    if done:
+        host, end = [h for h, _ in done], [e for _, e in done]
+        timed.append({"host_start_ns": host, "host_end_ns": end, "gpu_end_ns": end})
+    return timed
 
 
 def profiler_series(series: dict[str, dict[str, Any]], results: PassResults) -> dict[str, Any]:

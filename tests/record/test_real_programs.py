@@ -407,17 +407,21 @@ def test_one_optimizer_step_per_epoch_is_the_epochs_batches(tmp_path: Path, max_
     assert ms[1:].sum() == pytest.approx(own[1:].sum(), rel=0.05)
 
 
-@pytest.mark.parametrize("max_batches", [None, 4])
-def test_an_evaluation_loop_ended_by_break_steps_on_its_batches_in_run_and_analyze(tmp_path: Path, max_batches: int | None) -> None:
+@pytest.mark.parametrize("max_batches", [None, 4, "len"])
+def test_an_evaluation_loop_ended_by_break_steps_on_its_batches_in_run_and_analyze(tmp_path: Path, max_batches: int | str | None) -> None:
     # eval_loop.py's passes, each to its loader's end or ended by `if i == n: break` at the
     # top of the loop: that fetch returned a batch the loop never used. Before, run's light
     # pass counted it as a step (17 for 15 batches, the fetch's iteration running into the
     # next pass) while analyze did not: the light pass now sees the loop's work (its model's
-    # calls) as a trace sees its ops, and both keep the iterations holding work only
+    # calls) as a trace sees its ops, and both keep the iterations holding work only. "len":
+    # each pass stopped at its loader's length, as Lightning's predict loop does: no fetch
+    # ends the run's last batch, which the light pass dropped (17 for 18; Lightning's
+    # predict 399 for 400): its model call's end ends it now
     passes, batches = 3, 6
-    args = ("--passes", str(passes), "--batches", str(batches), "--width", "256", *(("--max-batches", str(max_batches)) if max_batches else ()))
+    limit = ("--stop-at-len",) if max_batches == "len" else ("--max-batches", str(max_batches)) if max_batches else ()
+    args = ("--passes", str(passes), "--batches", str(batches), "--width", "256", *limit)
     light, series, result = light_run(tmp_path / "run", "eval_loop.py", *args)
-    assert result["batches"] == passes * (max_batches or batches)
+    assert result["batches"] == passes * (max_batches if isinstance(max_batches, int) else batches)
     assert light["step_name"] == FETCH and f"({result['batches']}x)" in light["how"]
     assert light["steps_seen"] == result["batches"]
     assert step_ms(series).mean() == pytest.approx(result["ms_per_batch"], rel=0.05)

@@ -769,6 +769,7 @@ class Session:
                 results.worker_steps.update(self.modules.times[0].off_thread(self.main_ident))
                 results.module_work_ns = self.modules.work_ns or None
                 results.module_work_grad = self.modules.work_grad or None
+                results.module_work_end_ns = self.modules.work_end_ns or None
                 error = error or module_error
             results.waits = self.waits.series() if self.waits is not None else None
             results.compiles = self.compiles.series() if self.compiles is not None else None

@@ -308,6 +308,7 @@ class ModuleSteps:
         self.work_only = False
         self.work_ns: list[int] = []
         self.work_grad: list[bool] = []  # each one's grad mode: an evaluation's calls among the training's
+        self.work_end_ns: list[int] = []  # each one's host end (0 until it returns)
         # Under torch.compile (dynamo tracing a forward) the wrapper must be invisible: a
         # thread-local or a clock read there would break the graph. 0.15 us per call.
         self.compiling = is_compiling(torch)
@@ -324,7 +325,7 @@ class ModuleSteps:
         grads, grad_enabled = self.grads, self.grad_enabled
         windowed, window = self.windowed, self.windows.of
         deepest, scout = self.DEPTHS, self.SCOUT_CALLS
-        work, work_grad, clock = self.work_ns, self.work_grad, time.perf_counter_ns
+        work, work_grad, work_end, clock = self.work_ns, self.work_grad, self.work_end_ns, time.perf_counter_ns
         # depth-0 calls per instance, (step name, ordinal): the scout ends when one instance
         # repeats, not one class. A model built by calling its own forward (Ultralytics'
         # DetectionModel runs forward() on zeros in __init__ to find its strides) calls each
@@ -349,6 +350,7 @@ class ModuleSteps:
                 if not scripted(cls):  # a scripted module's name is its instance's: not cached by class
                     names[cls] = name
                 classes.setdefault(name, module_class_path(cls))
+            noted = -1
             if depth == 0:
                 tops.setdefault(cls, name)
                 instance = (name, ordinals.get(id(module)) or add(module))
@@ -360,6 +362,8 @@ class ModuleSteps:
                 if this.work_only:  # a loop range is the step already (keep_work)
                     work.append(clock())
                     work_grad.append(grads[name][-1])
+                    noted = len(work_end)
+                    work_end.append(0)
             series = times[depth]
             series.start(name)
             local.depth = depth + 1
@@ -368,6 +372,8 @@ class ModuleSteps:
             finally:
                 local.depth = depth
                 series.end(name)
+                if noted >= 0:
+                    work_end[noted] = clock()
                 if depth == 0 and this.scouting and repeats[instance] >= scout:
                     this.narrow()
 
@@ -458,7 +464,7 @@ class ModuleSteps:
         sited, site, frame = self.sited.setdefault(name, []), self.sites.of, sys._getframe
         graded, grad_enabled = self.grads.setdefault(name, []), self.grad_enabled
         windowed, window = self.windowed.setdefault(name, []), self.windows.of
-        work, work_grad, clock, this = self.work_ns, self.work_grad, time.perf_counter_ns, self
+        work, work_grad, work_end, clock, this = self.work_ns, self.work_grad, self.work_end_ns, time.perf_counter_ns, self
 
         by_instance = scripted(cls)  # TorchScript: each instance's name, its original_name
         # the step's own (start, end), held: no method and no dict between the call and its marks
@@ -470,11 +476,14 @@ class ModuleSteps:
             if this.work_only:
                 work.append(clock())
                 work_grad.append(grad_enabled())
+                noted = len(work_end)
+                work_end.append(0)
                 local.depth = 1
                 try:
                     return inner(module, *args, **kwargs)
                 finally:
                     local.depth = 0
+                    work_end[noted] = clock()
             if fixed is None:
                 step = module_step_name(cls, module, this.classes)
                 this.classes.setdefault(step, module_class_path(cls))
@@ -501,8 +510,9 @@ class ModuleSteps:
 
     def keep_work(self) -> None:
         """A loop range repeats (a data loader's fetch): it is the step, so module calls are
-        timed no more, but each depth-0 call's start is noted (``work_ns``): narrowed, one
-        wrapper and a list append per call of the loop's model. A range that repeats before
+        timed no more, but each depth-0 call's start and end are noted (``work_ns``,
+        ``work_end_ns``): narrowed, one wrapper, two clock reads and a few list appends per call
+        of the loop's model. A range that repeats before
         any module call (the seq2seq tutorial's ``encoder_optimizer.zero_grad()`` and
         ``decoder_optimizer.zero_grad()`` at the top of the first iteration) leaves the scout
         on, noting the work, until a class has its scouting calls: narrowed then, it would

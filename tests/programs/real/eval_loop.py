@@ -3,7 +3,8 @@
 ImageNet example (``model.eval()``, ``torch.no_grad()``, an ``AverageMeter`` of batch times,
 ``end = time.time()`` at each batch's end), run ``--passes`` times as a benchmark of a
 model's evaluation repeats it. No optimizer. An MLP on synthetic features, so it runs
-anywhere; each pass runs its loader to the end (StopIteration).
+anywhere; each pass runs its loader to the end (StopIteration), or with ``--stop-at-len`` to
+its length, as Lightning's loops do (no fetch raises).
 
     python eval_loop.py                           # 3 passes of 16 batches
     python eval_loop.py --passes 5 --device cuda
@@ -37,7 +38,8 @@ def validate(loader, model, args, batch_time):
     correct = seen = 0
     end = time.time()
     with torch.no_grad():
-        for i, (x, y) in enumerate(loader):
+        # Lightning's loops stop at the loader's length: no fetch raises StopIteration
+        for i, (x, y) in (zip(range(len(loader)), loader) if args.stop_at_len else enumerate(loader)):
             if i == args.max_batches:
                 break
             x, y = x.to(args.device, non_blocking=True), y.to(args.device, non_blocking=True)
@@ -53,6 +55,7 @@ def main():
     p.add_argument("--passes", type=int, default=3)
     p.add_argument("--batches", type=int, default=16, help="batches per pass")
     p.add_argument("--max-batches", type=int, default=-1, help="end each pass after this many batches")
+    p.add_argument("--stop-at-len", action="store_true", help="stop each pass at len(loader), never exhausting it (as Lightning does)")
     p.add_argument("--batch-size", "-b", type=int, default=64)
     p.add_argument("--width", type=int, default=1024)
     p.add_argument("--device", default="cpu")
