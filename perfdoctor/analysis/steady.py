@@ -1224,10 +1224,12 @@ def series_steady_start(
     if cpu_wait is not None:
         got = _ns(cpu_wait)[: cp.size]
         wait[: got.size] = got
-    found = steady_start(np.maximum(cp - wait, 0), paused_before(host_start, gpu_end, gpu_start, waited, pass_ended))
-    if not wait.any():
+    paused = paused_before(host_start, gpu_end, gpu_start, waited, pass_ended)
+    found = steady_start(cp, paused)
+    if not wait.any() or (judged := steady_start(np.maximum(cp - wait, 0), paused)).start == found.start:
         return found
-    return replace(found, reason=f"{found.reason} (each step's wait for a CPU left out, {value(float(wait.sum()) / 1e6, 'ms')} in all: another process's time, no warm-up)")
+    return replace(judged, reason=f"{judged.reason} (each step's wait for a CPU left out, {value(float(wait.sum()) / 1e6, 'ms')} in all: "
+                                  f"another process's time, no warm-up; with it, {found.start} steps)")
 
 @dataclass(frozen=True)
 class Cadence:
