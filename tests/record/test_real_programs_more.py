@@ -620,7 +620,8 @@ def test_an_iteration_based_loop_that_sleeps_at_each_epoch_change_is_told_where_
     # and each was the loader's 150 ms time.sleep, the loop's thread waiting, no work: the
     # evidence's last column (the light pass's waits between the two steps, idle_before_ns)
     assert ev.columns[-1] == "waiting ms"
-    assert all(row[-1] == pytest.approx(150.0, abs=2.0) and row[-1] <= row[2] for row in ev.rows), ev.rows
+    # (a sleep oversleeps on a loaded box: 154 ms seen, all of it waiting still)
+    assert all(150.0 <= row[-1] <= row[2] and row[-1] >= 0.95 * row[2] for row in ev.rows), ev.rows
 
 
 def test_ppo_traced_whole_reads_one_step_per_iteration(tmp_path: Path) -> None:

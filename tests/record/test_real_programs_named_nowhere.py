@@ -151,7 +151,8 @@ def test_a_traced_token_step_before_the_next_utterances_encoder_ends_at_its_own_
     tokens = 16
     r = run_cli_fds("run", "--timeout", "240", "--collect", "torch", "--warmup", "12", "--steps", "10", "--out", tmp_path,
                 REAL / "encdec_greedy.py", "--device", "cpu", "--dim", "256", "--heads", "4", "--enc-layers", "1", "--dec-layers", "2",
-                "--frames", "3000", "--vocab", "512", "--tokens", str(tokens), "--utterances", "2", env={"OMP_NUM_THREADS": "1"})
+                "--frames", "3000", "--vocab", "512", "--tokens", str(tokens), "--utterances", "2", "--prompt", "64",
+                env={"OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
     (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     doc = json.loads(gzip.decompress((bundle / "raw" / "torch-trace.json.gz").read_bytes()))
@@ -165,16 +166,18 @@ def test_a_traced_token_step_before_the_next_utterances_encoder_ends_at_its_own_
     t = d.analysis.steps.table
     got = ((t["host_end_ns"] - t["host_start_ns"]).to_numpy() / 1e6).tolist()
     assert got == pytest.approx(want, abs=0.002)  # the trace's microseconds, to the nanosecond step that ends before the next
-    # each utterance's first decoder call (its 4 prompt tokens, the cross-attention keys over
-    # 1,500 frames: ~13 ms among ~2.5 ms tokens on this box) sets the p99, and the p99 check
-    # says so (before: "the tail is spikes: check swapping, gc.disable()"); the loop's own p99
-    # leaves them out, as the program's own timer over its other tokens reads it
+    # each utterance's first decoder call (its 64 prompt tokens, the cross-attention keys over
+    # 1,500 frames: ~13x a ~2.5 ms token on this box) sets the p99, and the p99 check says so
+    # (before: "the tail is spikes: check swapping, gc.disable()"); the loop's own p99 leaves
+    # them out, as the program's own timer over its other tokens reads it (a loaded box's
+    # spikes: 8.8 ms among them seen)
     own = np.array(program_result(r.stdout)["ms_each"]).reshape(-1, tokens)
-    assert own[:, 0].min() > 2 * np.percentile(own[:, 1:], 99)
+    assert own[:, 0].min() > 4 * np.median(own[:, 1:])
     p99 = next(f for f in d.findings if f.rule_id == "p99-latency")
     assert "tail-after-pauses" in p99.context, (p99.context, p99.values)
     assert p99.title.endswith("each loop's first step, after the program's other work") and p99.severity == "warning"
-    assert p99.values["loop_step_latency_ms_p99"].value == pytest.approx(np.percentile(own[:, 1:], 99), rel=0.3)
+    loop = p99.values["loop_step_latency_ms_p99"].value
+    assert loop < own[:, 0].min() and loop == pytest.approx(np.percentile(own[:, 1:], 99), rel=0.5)
     # the slowest untraced steps are the two timed utterances' first (the warm-up's, step 0, is no steady step)
     (ev,) = [e for e in p99.evidence if e.kind == "slow_untraced_steps"]
     assert sorted(r[0] for r in ev.rows[:2]) == [tokens, 2 * tokens] and all(r[-1] == "yes" for r in ev.rows[:2])
