@@ -766,14 +766,11 @@ def noted_steps(series: dict[str, Any], results: PassResults, name: str) -> None
         waited = steady.cpu_waits_inside(series["host_start_ns"][: len(series["gpu_end_ns"])], series["gpu_end_ns"], at, delay)
         if waited.any():
             series["cpu_wait_ns"] = waited.tolist()
-    waits = results.waits or {}
-    mine = [i for i, t in enumerate(waits.get("tid") or []) if t == thread]
-    if mine and len(series["gpu_end_ns"]) > 1:
-        ends = series["gpu_end_ns"]
-        spans = {k: [waits[k][i] for i in mine] for k in ("start_ns", "end_ns")}
-        idle = np.r_[0, steady.time_inside(ends[:-1], series["host_start_ns"][1 : len(ends)], spans)]
-        if idle.any():
-            series["idle_before_ns"] = idle.tolist()
+    # the series' own ends (an iteration's, not its call's): the waits between two steps
+    ends = series["gpu_end_ns"]
+    idle = _waited_between({"host_start_ns": series["host_start_ns"], "gpu_end_ns": ends, "tid": [thread] * len(ends)}, results.waits)
+    if idle is not None and idle.any():
+        series["idle_before_ns"] = np.r_[0, idle].tolist()
 
 
 def _step_thread(results: PassResults, name: str) -> int | None:
