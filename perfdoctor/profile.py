@@ -146,6 +146,11 @@ class BundleFacts:
     # qualified names), which a trace whose step is no module call never names: what the
     # task is read from beside the trace's names (perfdoctor.analysis.workload)
     module_classes: tuple[str, ...] = ()
+    # whether the light pass saw the program train: True where it timed an optimizer step or a
+    # backward call, False where it saw the model's calls, every one with grad disabled, and
+    # neither (an evaluation loop), None where it cannot say (a custom update after
+    # torch.autograd.grad, an old bundle): a bundle without a trace reads its workload from it
+    light_training: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,13 @@ Evidence of training, strongest first:
 
 None of them → inference.
 
-No trace read (no GPU kernels and no CPU ops: the torch pass died, its file is damaged), the
-light pass's step can still say so: a step ``perfdoctor run`` chose as torch's training-loop
-range (``enumerate(DataLoader)#…__next__``, ``Optimizer.zero_grad#…``, ``Optimizer.step#…``)
-is a training loop's iteration → training, confidence ``low`` (nothing in a trace confirms
-it). Otherwise the kind is ``unknown``.
+No trace read (no GPU kernels and no CPU ops: the torch pass died, its file is damaged, the
+run collected none), the light pass can still say so, confidence ``low`` (nothing in a trace
+confirms it): it timed an optimizer step or a backward call → training; it saw the model's
+calls, every one without grad, and neither → inference (an evaluation loop over a DataLoader,
+whose fetch is the step); else a step ``perfdoctor run`` chose as torch's training-loop range
+(``enumerate(DataLoader)#…__next__``, ``Optimizer.zero_grad#…``, ``Optimizer.step#…``) is a
+training loop's iteration → training. Otherwise the kind is ``unknown``.
 
 Then the task (``Workload.task``), which decides the thresholds and fix texts that fit
 (a channels-last fix for a ResNet, a CUDA graph for a decode loop), from the same names:
@@ -170,6 +172,11 @@ def classify(
         kind, confidence = "training", "high"
     elif bw_kernels:
         kind, confidence = "training", "medium"
+    elif not n_kernels and not ops_seen and (light_training := _light_training(profile)) is not None:
+        kind, confidence = ("training" if light_training else "inference"), "low"
+        evidence.append(("the light pass timed an optimizer step or a backward call" if light_training else
+                         "the light pass saw the model's calls, every one without grad, and no optimizer step or backward call")
+                        + " (no GPU kernels and no CPU ops in the trace to confirm it)")
     elif not n_kernels and not ops_seen and (loop := _light_loop_step(profile)) is not None:
         kind, confidence = "training", "low"
         evidence.append(f"the light pass's step is torch's training-loop range {loop[:80]!r} (no GPU kernels and no CPU ops in the trace to confirm it)")
@@ -198,6 +205,12 @@ def classify(
         ops_seen=ops_seen,
         evidence=evidence,
     )
+
+
+def _light_training(profile: Profile) -> bool | None:
+    """Whether the light pass saw the program train (:attr:`perfdoctor.profile.BundleFacts.light_training`)."""
+    facts = profile.origin.bundle
+    return facts.light_training if facts is not None else None
 
 
 def _light_loop_step(profile: Profile) -> str | None:

@@ -41,6 +41,7 @@ from perfdoctor.bundle.layout import CLOCK_SYNC_RANGE, NCU_CSV, NSYS_SQLITE, RAW
 from perfdoctor.bundle.protocol import LightPass, Manifest, PassResults
 from perfdoctor.errors import UsageError
 from perfdoctor.io import read_capped, read_json, regular_file
+from perfdoctor.names import ranges as rangenames
 from perfdoctor.profile import BundleFacts, LightSteps, Profile
 
 
@@ -65,6 +66,16 @@ def _pass_results(raw: Path, name: str, results: dict[str, PassResults] | None) 
         return read
     path = raw / f"{name}.json"
     return PassResults.from_json(_read_json(path), str(path))
+
+
+def _light_training(light: PassResults) -> bool | None:
+    """BundleFacts.light_training from the light pass's results: its series hold the
+    optimizer steps and backward calls it timed, ``module_work_grad`` each model call's grad mode."""
+    names = (light.series or {}).keys()
+    if any(n.startswith(rangenames.LOOP_PREFIXES[1:]) or n == rangenames.BACKWARD_RANGE for n in names):
+        return True
+    grads = light.module_work_grad
+    return False if grads and not any(grads) else None
 
 
 def _present(path: Path) -> bool:
@@ -303,10 +314,12 @@ def load_bundle(bundle: str | Path, rank: int | None = None, manifest: Manifest 
     # why there is no trace: the warnings so far (the light pass's are about its timing)
     reason = None if pass_name else "; ".join(warnings) or NO_TRACE
     classes: tuple[str, ...] = ()
+    training: bool | None = None
     if light_pass is not None:
         light = _pass_results(raw, "light", results)
         profile.light = read_light(light, light_pass, warnings)
         classes = tuple(sorted(str(c) for c in (light.module_classes or {}).values()))
+        training = _light_training(light)
         if children := light.children_note():
             warnings.append(f"{children}: their work is in no pass of this bundle")
     origin = profile.origin
@@ -327,6 +340,7 @@ def load_bundle(bundle: str | Path, rank: int | None = None, manifest: Manifest 
             light_pass=light_pass.to_json() if light_pass is not None else None,
             rank=ranks[str(rank)] if rank is not None else None,
             module_classes=classes,
+            light_training=training,
         ),
     )
     return profile

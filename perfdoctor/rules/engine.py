@@ -187,6 +187,15 @@ def _workload_is(kind: str) -> Callable[[dict[str, Metric]], bool]:
     return pred
 
 
+def _both(*names: str) -> Callable[[dict[str, Metric]], bool]:
+    """A condition that holds where each named condition of PREDICATES holds."""
+
+    def pred(values: dict[str, Metric]) -> bool:
+        return all(PREDICATES[n][0](values) for n in names)
+
+    return pred
+
+
 PREDICATES: dict[str, tuple[Callable[[dict[str, Metric]], bool], str]] = {
     "graphed": (_graphed, "steps are CUDA-graph replays (steps_graphed: most steps own a recognised graph launch replaying ≥ 50 % of their kernels)"),
     "persistent": (_persistent, f"the step is one persistent kernel (1 <= step_kernels_p50 <= {PERSISTENT_KERNELS}, kernel_time_ratio >= {PERSISTENT_BUSY}, not a capture: a megakernel)"),
@@ -215,6 +224,10 @@ PREDICATES: dict[str, tuple[Callable[[dict[str, Metric]], bool], str]] = {
     # "find what the slow steps wait for" is then answered already
     "checkpointing": (_at_least("slow_step_save_ratio", SAVES_EXPLAIN), f"checkpoint saves (torch.save, safetensors' save_file, DCP's save) inside the slow steps account for their time beyond the median "
                       f"(slow_step_save_ratio >= {SAVES_EXPLAIN})"),
+    # the same saves in a run that trains nothing write its outputs (a prediction writer's
+    # files, an embedding job's shards), not a checkpoint: after "checkpointing" in the pack
+    "saving-outputs": (_both("checkpointing", "inference"), "the slow steps' saves (torch.save, safetensors' save_file) account for their time beyond the median "
+                       f"(slow_step_save_ratio >= {SAVES_EXPLAIN}) in a run that trains nothing: the job's outputs, not a checkpoint"),
     # "find what the slow steps wait for" is answered: a CPU, which another process held
     "contended": (_at_least("slow_step_cpu_wait_ratio", CPU_WAITS_EXPLAIN), "the step's thread waiting for a CPU inside the slow steps (another "
                   f"process on its cores) accounts for their time beyond the median (slow_step_cpu_wait_ratio >= {CPU_WAITS_EXPLAIN})"),

@@ -420,12 +420,14 @@ def slow_untraced_steps(analysis: Analysis) -> Evidence:
     iterations of at most 104 ms, while the untraced run had 5 of 22 at 59-202 ms). Where
     Python's full garbage collections ran inside steps, how long in each (predict_dump.py's
     slow batches: 75-160 ms of collection each, the rest of them a median batch), and how long
-    the program's checkpoint saves ran in each (``torch.save``, safetensors' ``save_file``,
-    torch.distributed.checkpoint's ``save``: a checkpoint saved every N steps), and, where the
+    the program's saves ran in each (``torch.save``, safetensors' ``save_file``,
+    torch.distributed.checkpoint's ``save``: a checkpoint saved every N steps, or an inference
+    job's outputs written every N batches: "save ms", not "checkpoint", which a prediction
+    writer's files are not), and, where the
     run paused between its loops, whether a pause came before each (a loop's first step)."""
     light, series = analysis.light, analysis.light_series
     held = [(c, v) for c, v in (("full GC ms", light.gc_ns if light is not None else None),
-                                ("checkpoint save ms", light.save_ns if light is not None else None),
+                                ("save ms", light.save_ns if light is not None else None),
                                 ("CPU wait ms", light.cpu_wait_ns if light is not None else None)) if v is not None]
     paused = series.paused if series is not None and series.paused is not None and series.paused.any() else None
     ev = Evidence("slow_untraced_steps", ["step", "latency ms", "× median", "beyond the median ms", *(c for c, _ in held),

@@ -30,8 +30,9 @@ TRAIN_MS = [50.657715, 67.201172, 55.009277, 46.999512, 48.021972, 46.809571, 46
             85.233399, 145.946777, 49.934082, 62.36377, 92.989746]
 
 
-def _bundle(dst: Path, step: str) -> Path:
-    """A bundle whose torch pass died (a truncated gzip) and whose light pass timed ``step``."""
+def _bundle(dst: Path, step: str, **light: object) -> Path:
+    """A bundle whose torch pass died (a truncated gzip) and whose light pass timed ``step``
+    (``light``: more of raw/light.json: other series, the model calls' grad modes)."""
     raw = dst / "raw"
     raw.mkdir(parents=True)
     (raw / "torch-trace.json.gz").write_bytes(gzip.compress(b'{"traceEvents": [' + b"{}, " * 2000)[:200])
@@ -40,8 +41,8 @@ def _bundle(dst: Path, step: str) -> Path:
         h.append(t)
         ge.append(t + round(ms * 1e6))
         t = ge[-1] + 20_000
-    (raw / "light.json").write_text(json.dumps({"series": {step: {"host_start_ns": h, "gpu_start_ns": None, "gpu_end_ns": ge}},
-                                                "step_end_clock": "cuda-event"}))
+    series = {step: {"host_start_ns": h, "gpu_start_ns": None, "gpu_end_ns": ge}, **light.pop("series", {})}
+    (raw / "light.json").write_text(json.dumps({"series": series, "step_end_clock": "cuda-event", **light}))
     manifest = {"schema": "perfdoctor.run/1", "status": "finished", "exit_code": 0, "step": step,
                 "gpu": {"name": "NVIDIA H200"}, "collectors": {"torch": {"status": "ok"}},
                 "light_pass": {"step_name": step, "steady_start": 0, "steady_reason": "test"}}
@@ -77,6 +78,22 @@ def test_a_dataloader_loop_without_a_trace_is_training_and_p99_does_not_fail(tmp
     assert [row[0] for row in ev.rows] == [start + int(i) for i in order]
     assert [row[1] for row in ev.rows] == pytest.approx([steady[i] for i in order], rel=5e-3)  # 3 significant digits
     assert ev.rows[0][1] == pytest.approx(max(TRAIN_MS[start:]), rel=5e-3)
+
+
+@pytest.mark.parametrize("seen", ["no grad", "grad", "backward", "optimizer"])
+def test_a_dataloader_loop_without_a_trace_is_read_by_what_its_light_pass_saw(tmp_path: Path, seen: str):
+    """The same DataLoader loop, where the light pass saw the model's calls all under no_grad and
+    no optimizer or backward (an evaluation loop: inference, not the training a DataLoader
+    fetch alone suggests), with grad (it cannot say: the fetch decides), and where it timed a
+    backward call or an optimizer step (training, whichever the step)."""
+    calls = {"module_work_ns": [5_000_000_000 + k for k in range(3)]}
+    light = {"no grad": {**calls, "module_work_grad": [False] * 3}, "grad": {**calls, "module_work_grad": [False, True, False]},
+             "backward": {"series": {"torch.autograd.backward": {"host_start_ns": [1], "gpu_start_ns": None, "gpu_end_ns": [2]}}},
+             "optimizer": {"series": {"Optimizer.step#Adam.step": {"host_start_ns": [1], "gpu_start_ns": None, "gpu_end_ns": [2]}}}}[seen]
+    w = diagnose(_bundle(tmp_path / "b", TRAIN_STEP, **light), warnings=False).analysis.workload
+    assert (w.kind, w.confidence) == ("inference" if seen == "no grad" else "training", "low")
+    said = {"no grad": "every one without grad", "grad": TRAIN_STEP, "backward": "a backward call", "optimizer": "an optimizer step"}[seen]
+    assert said in w.text
 
 
 @pytest.mark.parametrize("step", ["decode_step", "Optimizer.zero_grad#SGD.zero_grad"])

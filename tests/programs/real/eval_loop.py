@@ -4,13 +4,17 @@ ImageNet example (``model.eval()``, ``torch.no_grad()``, an ``AverageMeter`` of 
 ``end = time.time()`` at each batch's end), run ``--passes`` times as a benchmark of a
 model's evaluation repeats it. No optimizer. An MLP on synthetic features, so it runs
 anywhere; each pass runs its loader to the end (StopIteration), or with ``--stop-at-len`` to
-its length, as Lightning's loops do (no fetch raises).
+its length, as Lightning's loops do (no fetch raises). With ``--write-every K --out-dir D``
+it also keeps each batch's features (the last hidden layer, as an embedding job does) and
+writes them with ``torch.save`` every K batches, as Lightning's ``BasePredictionWriter``
+with ``write_interval="batch"`` or an offline feature-extraction script writes its shards.
 
     python eval_loop.py                           # 3 passes of 16 batches
     python eval_loop.py --passes 5 --device cuda
 """
 import argparse
 import json
+import os
 import time
 
 import torch
@@ -33,9 +37,10 @@ class AverageMeter:
         return self.sum / max(self.count, 1)
 
 
-def validate(loader, model, args, batch_time):
+def validate(loader, model, args, batch_time, pass_no=0):
     model.eval()
     correct = seen = 0
+    shard = []
     end = time.time()
     with torch.no_grad():
         # Lightning's loops stop at the loader's length: no fetch raises StopIteration
@@ -43,7 +48,16 @@ def validate(loader, model, args, batch_time):
             if i == args.max_batches:
                 break
             x, y = x.to(args.device, non_blocking=True), y.to(args.device, non_blocking=True)
-            correct += (model(x).argmax(1) == y).sum().item()
+            if args.write_every:
+                features = model[:-1](x)  # the embedding: the last hidden layer
+                shard.append(features.cpu())
+                logits = model[-1](features)
+                if (i + 1) % args.write_every == 0:
+                    torch.save(torch.cat(shard), os.path.join(args.out_dir, f"features_{pass_no}_{i}.pt"))
+                    shard = []
+            else:
+                logits = model(x)
+            correct += (logits.argmax(1) == y).sum().item()
             seen += len(y)
             batch_time.update(time.time() - end)
             end = time.time()
@@ -59,6 +73,8 @@ def main():
     p.add_argument("--batch-size", "-b", type=int, default=64)
     p.add_argument("--width", type=int, default=1024)
     p.add_argument("--device", default="cpu")
+    p.add_argument("--write-every", type=int, default=0, help="save the batches' features with torch.save every K batches (0: never)")
+    p.add_argument("--out-dir", default=".", help="where --write-every writes its files")
     args = p.parse_args()
 
     torch.manual_seed(0)
@@ -68,7 +84,7 @@ def main():
     loader = DataLoader(TensorDataset(torch.randn(n, 256), torch.randint(0, 10, (n,))), batch_size=args.batch_size)
     batch_time = AverageMeter()
     for i in range(args.passes):
-        print(f" * pass {i} Acc@1 {validate(loader, model, args, batch_time):.3f}")
+        print(f" * pass {i} Acc@1 {validate(loader, model, args, batch_time, i):.3f}")
     print(f"Eval: {batch_time.avg * 1e3:.3f} ms/batch over {batch_time.count} batches")
     after_first = (batch_time.sum - (batch_time.first or 0.0)) / max(batch_time.count - 1, 1) * 1e3
     print("RESULT " + json.dumps({"program": "eval_loop", "step": "evaluation batch", "batches": batch_time.count,
