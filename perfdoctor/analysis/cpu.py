@@ -26,7 +26,7 @@ from perfdoctor.analysis.steps import ran_no_gpu
 from perfdoctor.analysis.hostgaps import PYTHON_SOURCE
 from perfdoctor.analysis.timeline import union_per_group
 from perfdoctor.names.codes import equals
-from perfdoctor.names.ranges import WAIT_RANGE, WORKED_RANGE
+from perfdoctor.names.ranges import AOTI_PREFIX, COMPILED_FX, COMPILED_OPS, COMPILED_PREFIX, WAIT_RANGE, WORKED_RANGE
 from perfdoctor.schema import DATA_LOADER_SOURCE
 from perfdoctor.profile import Profile
 from perfdoctor.text import count, percent, value
@@ -117,6 +117,9 @@ class CpuView:
     # times adding up past the step (4 LSTMs: 247 % of it)
     op_busy_ms: float = 0.0
     op_threads: int = 1
+    # how the step's model is compiled already ("torch.compile", "AOTInductor", "TorchScript":
+    # :func:`compiled_as`), None where it runs eager: the advice cannot be "torch.compile"
+    compiled: str | None = None
     observations: list[Observation] = field(default_factory=list)
 
     @property
@@ -273,8 +276,27 @@ def breakdown(profile: Profile, steps: pd.DataFrame, top: int = 10) -> CpuView |
                    outside_ops_ms=outside, data_loading_ms=data_ms, waits_ms=float(np.mean(waited - covered)) / 1e6, loader_workers=workers,
                    has_stacks=bool(equals(r["source"], PYTHON_SOURCE).any()), op_busy_ms=float(busy.mean()) / 1e6,
                    op_threads=int(np.unique(tid[sel_op]).size))
+    inside_ranges = r["name"][_step_of(r["start_ns"].to_numpy(np.int64), s0, s1) >= 0]
+    view.compiled = compiled_as(pd.concat([st["name"], inside_ranges]), names[sel_op])
     view.observations = observations(view)
     return view
+
+
+def compiled_as(range_names: pd.Series, op_names: np.ndarray) -> str | None:
+    """How the steps' model is already compiled, from the names of the steps and the ranges
+    and operators inside them: torch.compile's calls (the light pass's ``torch.compile: fn``
+    step, inductor's ``## Call CompiledFxGraph`` range, the ``Torch-Compiled Region`` and
+    ``TorchDynamo Cache Lookup`` operators), an AOTInductor model's calls, or a TorchScript
+    method (an operator without a namespace, ``forward``: a scripted or traced module's
+    call, whose graph's own ops, once frozen, record no event); None: eager."""
+    ranges = range_names.astype(str)
+    if ranges.str.startswith(AOTI_PREFIX).any():
+        return "AOTInductor"
+    if ranges.str.startswith((COMPILED_PREFIX, COMPILED_FX)).any() or any(str(n).startswith(COMPILED_OPS) for n in op_names):
+        return "torch.compile"
+    if any(n == "forward" for n in op_names):
+        return "TorchScript"
+    return None
 
 
 def _waits(ranges: pd.DataFrame, step_tid: np.ndarray, s0: np.ndarray, s1: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -297,13 +319,25 @@ def observations(view: CpuView) -> list[Observation]:
     ops = view.ops[~view.ops["rest"]]
     if len(ops):
         lead = ops.iloc[0]
-        if lead["self_ms"] >= DOMINANT_SHARE * step_ms:
+        method = view.compiled == "TorchScript" and "::" not in str(lead["name"])
+        if lead["self_ms"] >= DOMINANT_SHARE * step_ms and method:
+            # a frozen / optimize_for_inference graph's ops (prim::mkldnn_convolution, fusion
+            # groups) emit no event: their time is the method's own
+            found.append(Observation(
+                "dominant-op", f"A TorchScript method's own time is most of the step: {lead['name']}",
+                f"{lead['name']}: {value(lead['self_ms'], 'ms')} self time per step ({percent(lead['self_share'])} of the "
+                f"{value(step_ms, 'ms')} step, mean), {count(lead['calls'])} calls, in no operator the profiler recorded: "
+                "the scripted graph's own ops (a frozen graph's convolutions, its fusion groups) record no event",
+                "profile the model before torch.jit.freeze / optimize_for_inference (or the eager model) to see which "
+                "operators these are; then fewer or smaller calls, a lower precision, or more intra-op threads (torch.set_num_threads)",
+                float(lead["self_ms"])))
+        elif lead["self_ms"] >= DOMINANT_SHARE * step_ms:
             found.append(Observation(
                 "dominant-op", f"One operator is most of the step: {lead['name']}",
                 f"{lead['name']}: {value(lead['self_ms'], 'ms')} self time per step ({percent(lead['self_share'])} of the "
                 f"{value(step_ms, 'ms')} step, mean), {count(lead['calls'])} calls",
                 "the step gets faster only if this operator does: fewer or smaller calls, a lower precision, "
-                "more intra-op threads (torch.set_num_threads), or torch.compile to fuse what surrounds it",
+                f"more intra-op threads (torch.set_num_threads){'' if view.compiled else ', or torch.compile to fuse what surrounds it'}",
                 float(lead["self_ms"])))
     if view.data_loading_ms >= DATA_LOADING_SHARE * step_ms:
         found.append(Observation(
@@ -326,6 +360,6 @@ def observations(view: CpuView) -> list[Observation]:
             f"{', not waiting' if view.waits_ms else ''} "
             f"({percent(view.outside_ops_ms / step_ms)} of the {value(step_ms, 'ms')} step, mean)",
             f"the operators are not what sets the step time: {STACKS_NAME_LINES if view.has_stacks else RECORD_STACKS}; "
-            "batch per-element Python work into fewer, larger tensor operations, or torch.compile the step",
+            f"batch per-element Python work into fewer, larger tensor operations{'' if view.compiled else ', or torch.compile the step'}",
             view.outside_ops_ms))
     return found

@@ -71,8 +71,10 @@ _LLM = re.compile(r"rms_?norm|rotary|\brope\b|kv_?cache|reshape_and_cache|paged_
 _LLM_WEAK = re.compile(r"embedding", re.I)
 _ENCODER = re.compile(r"encoder|bert", re.I)
 _PREFILL = re.compile(r"prefill|context_encoding|extend", re.I)
-# "fprop" is cuDNN's convolution forward, but not in its fused attention (sdpa_..._flash_fprop)
-_VISION = re.compile(r"conv(?:olution)?\d?d|cudnn_convolution|nchwToNhwc|nhwcToNchw|implicit_?gemm|(?<!flash_)fprop|max_pool|adaptive_avg_pool", re.I)
+# "fprop" is cuDNN's convolution forward, but not in its fused attention (sdpa_..._flash_fprop);
+# aten::convolution and mkldnn's are what a compiled CNN keeps on the CPU (inductor calls them
+# directly: no conv2d op, the pooling fused away)
+_VISION = re.compile(r"conv(?:olution)?\d?d|aten::_?convolution\b|mkldnn_convolution|cudnn_convolution|nchwToNhwc|nhwcToNchw|implicit_?gemm|(?<!flash_)fprop|max_pool|adaptive_avg_pool", re.I)
 
 _BACKWARD_OP = re.compile(rf"^{re.escape(rangenames.BACKWARD_OP_PREFIX)}|Backward\d*$")
 _OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")

@@ -99,6 +99,9 @@ COMPILED_PREFIX = "torch.compile: "
 # C++: no module call, no Python frame of the model), numbered by first call
 AOTI_PREFIX = "AOTInductor: model #"
 COMPILED_FX = "## Call CompiledFxGraph "
+# The operators a torch.compile-d function's call records in a trace (its guard check and
+# the compiled region around the graph's call), on the CPU as on a GPU
+COMPILED_OPS = ("Torch-Compiled Region", "TorchDynamo Cache Lookup")
 # How the light pass names the replays of a hand-captured CUDA graph (``g.replay()``): one
 # name per graph object, numbered by first replay, so one graph's replays can be counted
 # apart from another's (vLLM's piecewise graphs replay many graphs per iteration).

@@ -236,3 +236,42 @@ def test_operators_on_threads_at_once_are_said_to_overlap() -> None:
     in_turn = view([10, 60], [50, 90])
     assert in_turn.op_busy_ms == pytest.approx(70e-6) and not in_turn.overlapping
     assert "threads" not in headline(in_turn)
+
+
+def test_a_compiled_step_is_not_told_to_torch_compile(tmp_path: Path) -> None:
+    """A torch.compile-d model's steps, profiled on the CPU: its operators are torch.compile's
+    (TorchDynamo's guard check, the compiled region), so no observation says "torch.compile";
+    the same wording is kept for the eager model. (AOTInductor's and TorchScript's calls:
+    tests/record/test_real_programs_named_nowhere.py; the deployment probe, 2026-12-07, was told
+    "or torch.compile to fuse what surrounds it" on all three.)"""
+    import torch
+
+    said = {}
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 256))
+        run = torch.compile(model, backend="eager") if compiled else model
+        x = torch.randn(64, 256)
+        with torch.no_grad():
+            run(x)  # compiled here, before the trace
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+                for _ in range(5):
+                    with torch.profiler.record_function("step"):
+                        run(x)
+        path = tmp_path / f"compiled-{compiled}.json"
+        prof.export_chrome_trace(str(path))
+        view = diagnose(path, warnings=False).analysis.cpu
+        assert view.compiled == ("torch.compile" if compiled else None)
+        said[compiled] = " ".join(o.advice for o in view.observations)
+    assert "torch.compile" in said[False] and "torch.compile" not in said[True], said
+
+
+@pytest.mark.parametrize(("ranges", "ops", "how"), [
+    (["AOTInductor: model #1"], ["aten::mm"], "AOTInductor"),
+    (["torch.compile: decode_one_token"], [], "torch.compile"),
+    (["ResNet.forward", "## Call CompiledFxGraph f3x ##"], ["aten::addmm"], "torch.compile"),
+    (["DLRM.forward"], ["forward", "aten::embedding_bag"], "TorchScript"),
+    (["ResNet.forward"], ["aten::conv2d", "aten::addmm"], None),
+])
+def test_how_a_step_is_compiled_is_read_from_its_names(ranges: list[str], ops: list[str], how: str | None) -> None:
+    assert cpu.compiled_as(pd.Series(ranges), np.array(ops, dtype=object)) == how

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -425,6 +427,39 @@ def test_torchscript_recommendation_inference_steps_per_request_batch(tmp_path: 
     # over 12 batches read 1.69 against the program's 2.46 ms that way
     timed = result["ms_each"][result["warmup"]:]
     assert np.median(step_ms(series)[-result["batches"]:]) == pytest.approx(np.median(timed), rel=0.1)
+
+
+@pytest.mark.parametrize("optimize", [True, False])
+def test_a_torchscript_server_is_not_told_to_torch_compile(tmp_path: Path, optimize: bool) -> None:
+    # ts_serve.py: a deployment's server loads a traced ResNet-18's archive (no Python model
+    # class), freezes it and runs optimize_for_inference, then answers request batches. Frozen,
+    # the graph's convolutions (prim::mkldnn_convolution) record no event: 86-93 % of the step
+    # is the scripted method's own time, which read "One operator is most of the step: forward
+    # ... or torch.compile to fuse what surrounds it". Unfrozen, aten::mkldnn_convolution leads,
+    # with the same torch.compile advice to a compiled model (probe of PyTorch's deployment
+    # paths, 2026-12-07; AOTInductor and torch.compile's calls were told the same)
+    from perfdoctor.analysis.metrics import analyze
+
+    requests, warmup = 30, 5
+    # exported first, by its own process: the server never defines the model's class
+    subprocess.run([sys.executable, REAL / "ts_serve.py", "--archive", tmp_path / "resnet18.pt", "--img-size", "32", "--export-only"],
+                   check=True, timeout=120)
+    r = run_cli_fds("run", "--timeout", "240", "--out", tmp_path / "runs", REAL / "ts_serve.py", "--archive", tmp_path / "resnet18.pt",
+                    "--img-size", "32", "--batch", "8", "--requests", requests, "--warmup", warmup, *(() if optimize else ("--no-optimize",)),
+                    env={"OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    (bundle,) = (tmp_path / "runs").iterdir()
+    light = json.loads((bundle / "manifest.json").read_text())["light_pass"]
+    assert light["step_name"] == "ResNet.forward" and light["steps_seen"] == requests + warmup
+    analysis = analyze(load_trace(bundle))
+    assert analysis.cpu.compiled == "TorchScript"
+    assert analysis.workload.task == "vision"
+    said = [(o.title, o.advice) for o in analysis.cpu.observations]
+    assert said and not any("torch.compile" in advice for _, advice in said), said
+    if optimize:
+        title, advice = said[0]
+        assert title == "A TorchScript method's own time is most of the step: forward"
+        assert "before torch.jit.freeze" in advice
 
 
 # Issue 29, fifth probe: a GAN's two optimizers, a continuous-batching server loop, HF beam
