@@ -1381,3 +1381,13 @@ def test_steps_slowed_by_another_process_are_no_warm_up() -> None:
     wait = [70_000_000 if k < 20 else 0 for k in range(48)]
     found = steady.series_steady_start(h, g, cpu_wait=wait)
     assert found.start == 0 and "wait for a CPU left out, 1,400 ms" in found.reason, found.reason
+
+
+@pytest.mark.parametrize(("sizes", "most"), [
+    ([4] * 24 + [5] * 15 + [6], 5),  # Poisson-sampled logical batches in 4 or 5 physical ones; a rare 6 is not a size
+    ([4] * 36 + [4 + 3] * 4, 4),  # a fixed accumulation, a 3-batch validation's fetches in every 10th group
+    ([1] * 50 + [3], 1),  # one batch per step, a sanity check's 2 batches before the first
+    ([2, 3] * 10, 3),  # the upper median of two sizes is the larger
+])
+def test_a_group_holds_the_median_batches_or_a_size_above_that_enough_groups_hold(sizes: list[int], most: int) -> None:
+    assert steady.group_size(np.array(sizes)) == most

@@ -151,24 +151,28 @@ def _hook_record_function(mirror: _Mirror, torch_to_nvtx: bool) -> None:
             session.range_end(
                 self.name, exhausted=raised and exc[0] is StopIteration,
                 profiler_exit=getattr(mirror.local, "profiler_stop", False) and rangenames.kind(self.name) == rangenames.PROFILER_STEP,
-                last_batch=light and not raised and self.name.startswith(rangenames.DATA_LOADER_PREFIX) and _yielded_all(sys._getframe(1)),
+                last_batch=_yielded_all(sys._getframe(1)) if light and not raised and self.name.startswith(rangenames.DATA_LOADER_PREFIX) else None,
             )
         return result
 
     rf.__enter__, rf.__exit__ = enter, exit_
 
 
-def _yielded_all(frame: Any) -> bool:
+def _yielded_all(frame: Any) -> tuple[int, bool] | None:
     """Whether the data loader iterator whose ``__next__`` is ``frame`` (its fetch range closes
-    inside it, after counting the batch) has just yielded its pass's last batch: a loop that
-    stops at ``len(loader)`` (Lightning's) never calls it again to raise StopIteration, so
-    this is the only sign that its pass ended. False for a loader of no length (an iterable
-    dataset) or anything unexpected."""
+    inside it, after counting the batch) has yielded its pass's last batch: a loop that stops at
+    ``len(loader)`` (Lightning's) never calls it again to raise StopIteration, so this is the
+    only sign that its pass ended. (the iterator's id, True) where the fetch yielded batch
+    ``len(it)``; (its id, False) where it yielded more than ``len(it)``: the length was an
+    estimate (Opacus' BatchSplittingSampler under Poisson sampling: 80 for the 90 batches it
+    yields), so the batch marked last was none; None before the length, for a loader of no
+    length (an iterable dataset) or anything unexpected."""
     it = frame.f_locals.get("self") if frame is not None else None
     try:
-        return it._num_yielded >= len(it)  # type: ignore[union-attr]
+        yielded, size = it._num_yielded, len(it)  # type: ignore[union-attr]
     except Exception:  # noqa: BLE001 - not a sized torch data loader iterator
-        return False
+        return None
+    return (id(it), yielded == size) if isinstance(yielded, int) and yielded >= size else None
 
 
 def _hook_profiler_stop(mirror: _Mirror) -> None:

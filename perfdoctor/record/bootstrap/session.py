@@ -124,6 +124,8 @@ class Session:
         self.times = StepTimes(self.timer)
         self.exhausted = StepTimes(self.timer)  # data loader fetches that raised StopIteration
         self.last_batches: dict[str, list[int]] = {}  # host starts of the fetches that yielded a pass's last batch
+        # per data loader iterator (its id), its last batch's note: taken back where it yields more
+        self.last_batch_of: dict[int, tuple[str, int]] = {}
         self.profiler_exit = StepTimes(self.timer)  # ProfilerStep#N ranges torch.profiler's exit closed
         self.counts: dict[str, int] = {}
         self.serving_depth: dict[tuple[int | None, str | None], int] = {}  # open serving ranges per thread
@@ -286,13 +288,15 @@ class Session:
         elif self.mode == "light" and not name.startswith("perfdoctor."):
             self.start_timing(name)  # the light pass times every range: the step may be any
 
-    def range_end(self, name: str, exhausted: bool = False, profiler_exit: bool = False, last_batch: bool = False) -> None:
+    def range_end(self, name: str, exhausted: bool = False, profiler_exit: bool = False, last_batch: tuple[int, bool] | None = None) -> None:
         """A range closes. ``exhausted``: a data loader's fetch that raised StopIteration;
         ``profiler_exit``: a ProfilerStep#N that torch.profiler's exit closed. Neither is a
         step, the step named by ``--step`` or not: the light pass keeps each apart from
         ``series`` (a fetch named by --step: its pass's end, as when the step is chosen).
-        ``last_batch``: a data loader's fetch that yielded its pass's last batch; the light
-        pass notes its host start (``last_batches``)."""
+        ``last_batch``: a data loader's fetch that yielded its pass's last batch by its length,
+        (its iterator's id, True): the light pass notes its host start (``last_batches``); or
+        one past that length, (its id, False): the length was an estimate, and the note made
+        for that iterator is taken back (:func:`perfdoctor.record.bootstrap.ranges._yielded_all`)."""
         if self.disabled:
             return
         exhausted = exhausted and name.startswith(rangenames.DATA_LOADER_PREFIX)
@@ -309,8 +313,13 @@ class Session:
             self.end_timing(name)
             if apart is not None:
                 self.times.move_last(name, apart)
-        if last_batch and self.times.host.get(name):
-            self.last_batches.setdefault(name, []).append(self.times.host[name][-1])
+        if last_batch is not None and self.times.host.get(name):
+            iterator, last = last_batch
+            if last:
+                self.last_batches.setdefault(name, []).append(self.times.host[name][-1])
+                self.last_batch_of[iterator] = (name, self.times.host[name][-1])
+            elif (noted := self.last_batch_of.pop(iterator, None)) is not None:
+                self.last_batches[noted[0]].remove(noted[1])
 
     def start_timing(self, name: str) -> None:
         """The light pass: a step or range starts (after waiting for its lockstep turn, so
