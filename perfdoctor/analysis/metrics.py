@@ -503,6 +503,13 @@ def _latency(c: _Context, q: int, light: steady.SteadySeries | None) -> Metric:
     return c.have(key, np.percentile(c.timeline.critical_path_ms(), q))
 
 
+# Why a light-pass input is absent from a trace (slow_step_time_ratio here, the rules'
+# paused_time_ratio, cpu_wait_ratio, loop_step_latency_ms_p99): one reason, so a report's
+# not-evaluated table says it once for their rules
+NEEDS_LIGHT = ("needs the light pass's steady steps (perfdoctor run): a trace's few steps include its warm-up and are stretched by "
+               "the tracer, and it holds neither the pauses between them nor their waits for a CPU")
+
+
 def _slow_step_time_ratio(c: _Context, light: steady.SteadySeries | None) -> Metric:
     """The share of the untraced steps' time spent beyond the median step by more than the
     light pass's resolution (:func:`perfdoctor.analysis.steady.slow_steps`): what uneven steps
@@ -510,8 +517,7 @@ def _slow_step_time_ratio(c: _Context, light: steady.SteadySeries | None) -> Met
     warm-up and are stretched by its tracer."""
     key = "slow_step_time_ratio"
     if light is None or not light.critical_path_ms.size:
-        return c.absent(key, "needs the light pass's steady steps (perfdoctor run): a trace's few steps include "
-                             "its warm-up and are stretched by the tracer")
+        return c.absent(key, NEEDS_LIGHT)
     s = steady.slow_steps(light.critical_path_ms)
     if s.total_ms <= 0:
         return c.absent(key, "the steps' critical-path time is 0")

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from perfdoctor.analysis import steady
 from perfdoctor.rules.estimates import (
-    BandwidthGap, BoundsGap, Estimate, Floor, Formula, GapSum, Gaps, HiddenPart, HostBusy, LayoutTime, Median, NchwFed, Need,
-    NormElementwise, Of, PartTime, SlowStepTime, Unavailable,
+    BandwidthGap, BoundsGap, CpuWaitTime, Estimate, Floor, Formula, GapSum, Gaps, HiddenPart, HostBusy, LayoutTime, Median, NchwFed,
+    Need, NormElementwise, Of, PartTime, SlowStepTime, Unavailable,
 )
 from perfdoctor.text import count, duration_us, num, setting, value
 
@@ -129,6 +129,9 @@ def how(f: Formula) -> str:
         return _norm(f)
     if isinstance(f, SlowStepTime):
         return _slow(f)
+    if isinstance(f, CpuWaitTime):
+        return (f"the steady steps' waits for a CPU (run-queue delay), {_ms(f.waited_ms)} / {f.steps} steps = {_ms(f.per_step_ms)} "
+                f"per step (light pass) × {setting(f.saved)} that the fix removes")
     raise TypeError(f"no words for the formula {type(f).__name__}")
 
 

@@ -192,8 +192,20 @@ class SlowStepTime:
     saved: float
 
 
+@dataclass(frozen=True)
+class CpuWaitTime:
+    """The light pass's steady steps' waits for a CPU (``waited_ms`` over ``steps``), per
+    step, × ``saved``."""
+
+    waited_ms: float
+    steps: int
+    per_step_ms: float
+    saved: float
+
+
 # An estimate's formula with its numbers, worded by perfdoctor.reports.estimates.formula.
-Formula = Union[Unavailable, Median, GapSum, BandwidthGap, BoundsGap, HostBusy, PartTime, HiddenPart, LayoutTime, NormElementwise, SlowStepTime]
+Formula = Union[Unavailable, Median, GapSum, BandwidthGap, BoundsGap, HostBusy, PartTime, HiddenPart, LayoutTime, NormElementwise, SlowStepTime,
+                CpuWaitTime]
 
 
 @dataclass(frozen=True)
@@ -587,6 +599,19 @@ def slow_step_time(analysis: Analysis, threshold: float | None, params: dict[str
     return Estimate(per_step * saved, SlowStepTime(s, per_step, saved))
 
 
+def cpu_wait_time(analysis: Analysis, threshold: float | None, params: dict[str, Any], values: Mapping[str, Metric]) -> Estimate:
+    """The steady steps' waits for a CPU (the light pass's run-queue delay inside each step), per
+    step, × saved: what the steps win on cores of their own. Against the mean step, like
+    every estimate's steps/s."""
+    light, series = analysis.light, analysis.light_series
+    if light is None or series is None or series.steps is None or not series.critical_path_ms.size or light.cpu_wait_ns is None:
+        return Estimate(None, Unavailable(Need.LIGHT_STEPS))
+    waited = float(light.cpu_wait_ns[series.steps].sum()) / 1e6
+    saved = float(params.get("saved", 1.0))
+    per_step = waited / series.steps.size
+    return Estimate(per_step * saved, CpuWaitTime(waited, int(series.steps.size), per_step, saved))
+
+
 ESTIMATES: dict[str, tuple[Callable[[Analysis, float | None, dict[str, Any], Mapping[str, Metric]], Estimate], tuple[str, ...]]] = {
     # kind: (function, parameters it reads)
     "idle_between_kernels": (idle_between_kernels, ("residual_gap_us",)),
@@ -607,4 +632,5 @@ ESTIMATES: dict[str, tuple[Callable[[Analysis, float | None, dict[str, Any], Map
     "host_before_launch_time": (host_before_launch_time, ("saved",)),
     "straggler_delay": (straggler_delay, ()),
     "slow_step_time": (slow_step_time, ("saved",)),
+    "cpu_wait_time": (cpu_wait_time, ("saved",)),
 }

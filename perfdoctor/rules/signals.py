@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 import pandas as pd
 
-from perfdoctor.analysis.metrics import METRIC_UNITS, Analysis, Metric
+from perfdoctor.analysis.metrics import METRIC_UNITS, NEEDS_LIGHT, Analysis, Metric
 from perfdoctor.analysis.attribution import is_layout_conversion
 from perfdoctor.analysis.ownership import containing
 from perfdoctor.analysis.comms import NEEDS_RANKS
@@ -160,7 +160,7 @@ def paused_time_ratio(analysis: Analysis) -> Metric:
     counted: they are no time the loop could spend on steps."""
     series = analysis.light_series
     if series is None:
-        return Metric(None, "ratio", "light", reason="needs the light pass's steady steps (perfdoctor run): a trace cannot tell a pause from a slow step")
+        return Metric(None, "ratio", "light", reason=NEEDS_LIGHT)
     cad = series.cadence
     if cad.steps_per_s is None:
         return Metric(None, "ratio", "light", reason=f"light pass: {cad.reason}")
@@ -172,6 +172,25 @@ def paused_time_ratio(analysis: Analysis) -> Metric:
     return Metric(own / total if total > 0 else 0.0, "ratio", "light", note=note)
 
 
+def cpu_wait_ratio(analysis: Analysis) -> Metric:
+    """Share of the light pass's steady step time in which the step's thread was ready to run
+    and waited for a CPU (the kernel's run-queue delay, read by the light pass: each step's
+    ``cpu_wait_ns``): another process on the program's cores, or more runnable threads than
+    cores. uneven-steps' contended variant sees waits only in the slow steps; a run whose
+    every step waits alike has no slow ones (nanoGPT's train.py beside a neighbour: 172 ms of
+    each 344 ms iteration, every check passing)."""
+    light, series = analysis.light, analysis.light_series
+    if light is None or series is None or series.steps is None or not series.critical_path_ms.size:
+        return Metric(None, "ratio", "light", reason=NEEDS_LIGHT)
+    if light.cpu_wait_ns is None:
+        return Metric(None, "ratio", "light", reason="no step's thread waited for a CPU that the light pass read "
+                      "(its run-queue delay, /proc/<pid>/task/<tid>/schedstat: none waited, or the kernel does not say)")
+    waited = light.cpu_wait_ns[series.steps] / 1e6
+    total = float(series.critical_path_ms.sum())
+    note = f"{value(float(waited.sum()), 'ms')} of {value(total, 'ms')} over {series.steps.size} steady steps"
+    return Metric(float(waited.sum()) / total if total > 0 else 0.0, "ratio", "light", note=note)
+
+
 def loop_step_latency_ms_p99(analysis: Analysis) -> Metric:
     """The p99 of the light pass's steady steps with each loop's first step after a pause left
     out (:attr:`perfdoctor.analysis.steady.SteadySeries.paused`: the program did other work
@@ -181,7 +200,7 @@ def loop_step_latency_ms_p99(analysis: Analysis) -> Metric:
     rule's ``tail-after-pauses`` variant compares the two."""
     series = analysis.light_series
     if series is None:
-        return Metric(None, "ms", "light", reason="needs the light pass's steady steps (perfdoctor run): a trace cannot tell a pause from a slow step")
+        return Metric(None, "ms", "light", reason=NEEDS_LIGHT)
     if series.paused is None or not series.paused.any():
         return Metric(None, "ms", "light", reason="no steady step follows a pause: every step is the loop's own")
     rest = series.critical_path_ms[~series.paused]
@@ -459,6 +478,8 @@ SIGNALS: dict[str, tuple[str, Callable[[Analysis], Metric], str]] = {
                         "the turns of a loop that waits for the GPU at each (a nonzero or .item() per element)"),
     "paused_time_ratio": ("ratio", paused_time_ratio, "share of the light pass's steady loop time between its steps: the program's pauses and pass ends "
                           "(an evaluation, an epoch's end, a prefill or an encoder per generate), its waits for other threads left out"),
+    "cpu_wait_ratio": ("ratio", cpu_wait_ratio, "share of the light pass's steady step time the step's thread waited for a CPU (run-queue delay): "
+                       "another process on its cores, or more runnable threads than cores"),
     "eager_launches_per_step": ("count", eager_launches_per_step, "launches per step that are not graph replays, where steps replay graphs"),
     "loop_step_latency_ms_p99": ("ms", loop_step_latency_ms_p99, "p99 of the light pass's steady steps, each loop's first step after a pause left out "
                                  "(a prefill or an encoder per generate before it): the loop's own tail"),

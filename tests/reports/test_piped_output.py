@@ -71,7 +71,8 @@ def test_analyze_of_the_eager_fixture_reads_to_the_end() -> None:
     # not listed twice, rules missing their metrics for one reason are one row. 150 then; one
     # more since: issue 29's uneven-steps, which a trace cannot evaluate (a not-evaluated row),
     # and one for host-before-launch, which passes here (the passed checks' line wraps once more),
-    # and one for time-between-steps, which a trace cannot evaluate either.
+    # and one for time-between-steps, which a trace cannot evaluate either (since with
+    # cpu-contention and uneven-steps, one reason: one row for the three).
     assert len(lines) < 153, len(lines)
     latency = next(line for line in lines if line.lstrip().startswith("critical path ms"))
     assert "step_latency_ms_p99 = p99" in latency and not any(line.lstrip().startswith("step_latency_ms_p99 ") for line in lines)

@@ -68,13 +68,15 @@ def test_a_clean_run_with_most_checks_not_evaluated_is_inconclusive_not_pass(tmp
     bundle = record(tmp_path, crash=False)
     # A CPU run: only the light pass's checks can be evaluated (the latency, the steps'
     # evenness and the time between them, each with a threshold it meets: 57 us CPU steps on
-    # a loaded machine can be uneven or slow, or preempted between): three passes among 35
-    # checks, 32 not evaluated.
-    met = ("--threshold", "p99-latency=100000", "--threshold", "uneven-steps=1.01", "--threshold", "time-between-steps=1.01")
+    # a loaded machine can be uneven or slow, or preempted between), and their waits for a CPU
+    # where any step waited (cpu-contention, else not evaluated): three or four passes among
+    # 36 checks, the rest not evaluated.
+    met = ("--threshold", "p99-latency=100000", "--threshold", "uneven-steps=1.01", "--threshold", "time-between-steps=1.01",
+           "--threshold", "cpu-contention=1.01")
     r = run_cli("analyze", bundle, *met)
     assert r.returncode == 0, r.stderr
     first = r.stdout.splitlines()[0]
-    assert re.match(r"INCONCLUSIVE: too little evidence, 0 of (\d+) checks fail, 3 pass, (\d+) not evaluated", first), first
+    assert re.match(r"INCONCLUSIVE: too little evidence, 0 of (\d+) checks fail, [34] pass, (\d+) not evaluated", first), first
     page = run_cli("report", bundle, *met, "-f", "html").stdout
     assert 'class="verdict inconclusive"' in page and 'class="verdict pass"' not in page
     assert "not a CPU-only run" not in r.stderr  # said only where the run had a GPU

@@ -48,6 +48,8 @@ SEED_IDS = {
     "uneven-steps", "host-before-launch",
     # issue 29: the loop's time between its steps (an OpenMMLab runner's sleep at each epoch change)
     "time-between-steps",
+    # issue 29: the steps' waits for a CPU where every step waits alike (nanoGPT beside a neighbour)
+    "cpu-contention",
 }
 LAUNCH_RULES = {"memory-bubbles", "launch-rate", "launches-per-step", "short-kernels", "kernel-share"}
 # What telling someone "use CUDA graphs" looks like in a remediation.
