@@ -711,7 +711,8 @@ def holds_work(after_ns: np.ndarray | list[int], until_ns: np.ndarray | list[int
 
 
 def step_groups(
-    mark_host_ns: np.ndarray | list[int], fetch_host_ns: np.ndarray | list[int], pass_ends: np.ndarray | list[bool]
+    mark_host_ns: np.ndarray | list[int], fetch_host_ns: np.ndarray | list[int], pass_ends: np.ndarray | list[bool],
+    trained_ns: np.ndarray | list[int] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The iterations of a loop range that closes one rather than opening it: the
     optimizer's step, one per group of accumulated batches (``mark_host_ns``), over every
@@ -745,7 +746,11 @@ def step_groups(
     group (:func:`loop_iterations`' rule for a prefetcher): accelerate's ``DataLoaderShard``
     fetches one batch ahead, so the epoch's last group (synced at the loader's end) trains
     and steps after the fetch that raised; cut there, that step's group was empty and it was
-    left out (accel_train.py: 4 steps for its 6 optimizer steps)."""
+    left out (accel_train.py: 4 steps for its 6 optimizer steps). ``trained_ns``: the loop's
+    backward calls, which train such a batch too where the step comes later: a group that
+    spans two passes (an endless ``cycle()`` over the prefetching loader, denoising-diffusion-
+    pytorch's Trainer: 13 batches per epoch in groups of 2) trains the pass's last batch,
+    then fetches the next pass's first, before its step."""
     marks, fetches = _ns(mark_host_ns), _ns(fetch_host_ns)
     empty = np.zeros(0, dtype=np.int64)
     if marks.size == 0 or fetches.size == 0:
@@ -755,7 +760,7 @@ def step_groups(
     # an end of pass followed by a step before the next fetch trained that step's last batch
     # (a loader that fetches one ahead, accelerate's DataLoaderShard: the epoch's last step
     # comes after the fetch that raised): a fetch of its group, not its pass's end
-    trained = raised & holds_work(f, np.append(f[1:], np.iinfo(np.int64).max) - 1, marks)
+    trained = raised & holds_work(f, np.append(f[1:], np.iinfo(np.int64).max) - 1, marks if trained_ns is None else np.r_[marks, _ns(trained_ns)])
     ended = raised & ~trained
     after = np.searchsorted(f, marks[by_mark], side="right")  # each step's next fetch
     prev = np.r_[0, after[:-1]]  # the first fetch after the previous step
@@ -769,7 +774,11 @@ def step_groups(
     clean = (last < prev) & ~np.r_[raised, False][after] & (seen[after] == seen[prev])
     clean[0] = False  # nothing before the first step says where its group began
     group = max(group_size(span[clean] if clean.any() else span, upper=True), 1)
-    first = np.maximum(lo, after - group)
+    # a one-ahead loader's new pass fetches twice before its first batch trains: the group
+    # after a trained end of pass (which it holds, or the group before ended with) holds one
+    # fetch more than batches
+    ahead = (seen[after] - seen[np.maximum(prev - 1, 0)] > 0).astype(np.int64)
+    first = np.maximum(lo, after - group - ahead)
     keep = (after < f.size) & (after > first)
     keep[0] &= last[0] >= 0 or span[0] >= group
     # a fetch in no group between two steps is another loop's: a pass ended there too
@@ -781,7 +790,8 @@ def step_groups(
     return by_mark[keep], order[first[keep]], order[after[keep]], _ended_between(apart, after[keep], first[keep])
 
 
-def training_batches(fetch_host_ns: list[int], ends_of_passes_host_ns: list[int], training_marks: list[int]) -> int:
+def training_batches(fetch_host_ns: list[int], ends_of_passes_host_ns: list[int], training_marks: list[int],
+                     trained_ns: list[int] | None = None) -> int:
     """How many of a data loader range's fetches trained, for the batches-per-optimizer-step
     ratio and the count the step's how says. A fetch whose iteration (to the next fetch, or
     to its pass's end: a fetch that raised StopIteration) holds a training mark closes a
@@ -801,11 +811,14 @@ def training_batches(fetch_host_ns: list[int], ends_of_passes_host_ns: list[int]
     pass each group's batches are the fetches before the one its mark follows. Counted as a
     fetch, it read one batch more per pass than trained, unless the median group happened to
     cut the pass's first (its batch fetched ahead): accel_train.py, accumulation 4 counted
-    across epochs (groups 4, 4, 2 | 2, 4, 4), read 21 for its 20 micro-batches."""
+    across epochs (groups 4, 4, 2 | 2, 4, 4), read 21 for its 20 micro-batches. ``trained_ns``:
+    the loop's backward calls, which train that batch too where its group's mark comes after
+    the next pass's first fetch (:func:`step_groups`)."""
     fetches, ends, marks = np.sort(_ns(fetch_host_ns)), np.sort(_ns(ends_of_passes_host_ns)), np.sort(_ns(training_marks))
     every = np.sort(np.r_[fetches, ends])
     nxt = np.append(every[1:], np.iinfo(np.int64).max)[np.searchsorted(every, ends, side="right") - 1]
-    trains = np.searchsorted(marks, ends, side="left") < np.searchsorted(marks, nxt, side="left")
+    work = marks if trained_ns is None else np.sort(np.r_[marks, _ns(trained_ns)])
+    trains = np.searchsorted(work, ends, side="left") < np.searchsorted(work, nxt, side="left")
     batch = np.r_[np.ones(fetches.size, dtype=bool), np.zeros(int(trains.sum()), dtype=bool)]  # a fetch, not an end
     fetches = np.r_[fetches, ends[trains]]
     order = np.argsort(fetches, kind="stable")

@@ -728,7 +728,8 @@ def training_loop(
     stepped = sorted(h for n, hs in hosts.items() if n.startswith(rangenames.OPTIMIZER_STEP_PREFIX) for h in hs) or marks
     apart = set(evaluating)
     counts = {
-        n: steady.training_batches([h for h in hs if h not in apart], [*ends_of_passes, *(h for h in hs if h in apart)], stepped)
+        n: steady.training_batches([h for h in hs if h not in apart], [*ends_of_passes, *(h for h in hs if h in apart)], stepped,
+                                   hosts.get(rangenames.BACKWARD_RANGE))
         for n, hs in hosts.items() if n.startswith(rangenames.DATA_LOADER_PREFIX)
     }
     return counts, stepped

@@ -492,7 +492,7 @@ def loop_series(
         return timed
     n = len(calls["gpu_end_ns"])
     at, first, after, pass_ended = steady.step_groups(
-        calls["host_start_ns"][:n], fetches["host_start_ns"], ends)
+        calls["host_start_ns"][:n], fetches["host_start_ns"], ends, (series.get(rangenames.BACKWARD_RANGE) or {}).get("host_start_ns"))
     reached = fetches["gpu_start_ns"] or fetches["host_start_ns"]  # the stream reaching the next fetch: the iteration's end
     return {
         "host_start_ns": [fetches["host_start_ns"][i] for i in first],
