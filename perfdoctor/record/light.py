@@ -42,12 +42,15 @@ def choose_module(modules: dict[str, dict[str, Any]]) -> tuple[int, str, bool] |
     completed at least two calls, and of its repeating classes the one whose calls mark the
     loop iteration (:func:`perfdoctor.analysis.steps.iteration_call`: a two-stage pipeline's
     detector, once per frame, encloses its classifier's calls, one per object found; the
-    third item True), else the most frequent. Depth 1 wins only when no depth-0 call
-    repeats (a wrapper module whose one call runs the whole loop)."""
+    third item True), or, where the most frequent is a helper, the one whose calls enclose it
+    (:func:`perfdoctor.analysis.steps.helper_encloser`: a BO loop's outcome transform, once
+    per fit, around its input transform's calls), else the most frequent. Depth 1 wins only
+    when no depth-0 call repeats (a wrapper module whose one call runs the whole loop)."""
     for depth in sorted(modules, key=int):
         starts = {name: s["host_start_ns"][: len(s["gpu_end_ns"])] for name, s in modules[depth].items() if len(s["gpu_end_ns"]) >= 2}
         if starts:
-            marked = steps.iteration_call(starts)
+            marked = steps.iteration_call(starts) or steps.helper_encloser(
+                {name: (h, modules[depth][name]["gpu_end_ns"]) for name, h in starts.items()})
             return int(depth), marked or max(starts, key=lambda n: len(starts[n])), marked is not None  # ties: the first seen
     return None
 

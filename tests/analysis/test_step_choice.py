@@ -20,7 +20,7 @@ import pytest
 
 from perfdoctor.analysis import serving
 from perfdoctor.analysis.metrics import analyze
-from perfdoctor.analysis.steps import choose_step, enclosed_tail_end, find_steps, iteration_begins, iteration_call
+from perfdoctor.analysis.steps import choose_step, enclosed_tail_end, find_steps, helper_encloser, iteration_begins, iteration_call
 from perfdoctor.pipeline import load_trace
 from perfdoctor.profile import BundleFacts
 
@@ -368,3 +368,22 @@ def test_the_last_iteration_of_enclosing_calls_holds_the_enclosed_calls_after_it
     # (a phase of the other model's after the loop): not the iteration's
     assert enclosed_tail_end([0, 100, 200], decoder[:6]) is None
     assert enclosed_tail_end([0, 100, 200], decoder + [(300, 310)]) is None
+
+
+def test_a_helper_called_all_through_the_loop_gives_way_to_the_call_that_encloses_it() -> None:
+    # A BO loop: the outcome transform once per iteration (at its start), the objective once
+    # per iteration (at its end, and once before the loop), the input transform 50 times per
+    # iteration in between, each call 0.1 of the 10 per call it waits for scipy: a helper
+    # (its calls 1 % of its span): the least called encloser, the outcome transform
+    fit = [1000 * i for i in range(6)]
+    transform = [1000 * i + 10 + 10 * k for i in range(6) for k in range(50)]
+    objective = [-5] + [1000 * i + 900 for i in range(6)]
+    calls = {"Normalize.forward": (transform, [h + 1 for h in transform]), "Standardize.forward": (fit, [h + 1 for h in fit]),
+             "Hartmann6.forward": (objective, [h + 1 for h in objective])}
+    assert helper_encloser(calls) == "Standardize.forward"
+    # the same rhythm where the frequent calls are the loop's work (a decode's forwards, one
+    # after another, after each generation's prefill): no helper, the caller's choice stands
+    decode = (transform, [h + 9 for h in transform])
+    assert helper_encloser({**calls, "Normalize.forward": decode}) is None
+    # a helper that nothing encloses (an RL policy's small forwards between environment steps)
+    assert helper_encloser({"Policy.forward": calls["Normalize.forward"]}) is None
