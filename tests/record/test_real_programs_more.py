@@ -538,6 +538,18 @@ def test_full_garbage_collections_between_batches_are_the_programs_time_not_paus
         assert gc_ms == pytest.approx(inside / 1e6, rel=0.01) and gc_ms == pytest.approx(beyond, rel=0.2)
 
 
+def assert_saves_by_hand(ev, series: dict, saves: dict) -> None:
+    """The slow steps' "save ms" of uneven-steps' evidence ``ev``, each the recorded saves'
+    time inside its step (from its host start to its end in ``series``), by hand: two at least."""
+    col = ev.columns.index("save ms")
+    slow = [row for row in ev.rows if row[col]]
+    assert len(slow) >= 2
+    for step, ms, saved in ((row[0], row[1], row[col]) for row in slow):
+        start, end = series["host_start_ns"][step], series["gpu_end_ns"][step]
+        inside = sum(min(b, end) - max(a, start) for a, b in zip(saves["start_ns"], saves["end_ns"]) if a < end and b > start)
+        assert saved == pytest.approx(inside / 1e6, rel=0.01) and saved <= ms
+
+
 @pytest.mark.parametrize("save_format", ["torch", "safetensors", "dcp"])
 def test_checkpoints_saved_inside_steps_are_named_as_what_makes_them_slow(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory,
                                                                          save_format: str) -> None:
@@ -579,13 +591,7 @@ def test_checkpoints_saved_inside_steps_are_named_as_what_makes_them_slow(tmp_pa
     # the run (the weights alone, a third of torch.save's checkpoint; torch.save's on a loaded
     # box too), so uneven-steps (0.10) passed in loaded CI runs and collected no evidence
     ev = EVIDENCE["slow_untraced_steps"](analysis)
-    col = ev.columns.index("save ms")  # full GC ms and CPU wait ms columns too, where any ran or waited
-    slow = [row for row in ev.rows if row[col]]
-    assert len(slow) >= 2
-    for step, ms, saved in ((row[0], row[1], row[col]) for row in slow):
-        start, end = series["host_start_ns"][step], series["gpu_end_ns"][step]
-        inside = sum(min(b, end) - max(a, start) for a, b in zip(saves["start_ns"], saves["end_ns"]) if a < end and b > start)
-        assert saved == pytest.approx(inside / 1e6, rel=0.01) and saved <= ms
+    assert_saves_by_hand(ev, series, saves)  # full GC ms and CPU wait ms columns too, where any ran or waited
 
 
 def test_an_inference_job_that_writes_its_outputs_every_few_batches_is_not_told_about_checkpoints(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -611,13 +617,7 @@ def test_an_inference_job_that_writes_its_outputs_every_few_batches_is_not_told_
     assert PREDICATES["inference"][0](values) and not PREDICATES["training"][0](values)
     ev = EVIDENCE["slow_untraced_steps"](analysis)
     assert "checkpoint save ms" not in ev.columns
-    col = ev.columns.index("save ms")
-    slow = [row for row in ev.rows if row[col]]
-    assert len(slow) >= 2
-    for step, ms, saved in ((row[0], row[1], row[col]) for row in slow):
-        start, end = series["host_start_ns"][step], series["gpu_end_ns"][step]
-        inside = sum(min(b, end) - max(a, start) for a, b in zip(saves["start_ns"], saves["end_ns"]) if a < end and b > start)
-        assert saved == pytest.approx(inside / 1e6, rel=0.01) and saved <= ms
+    assert_saves_by_hand(ev, series, saves)
     # the variant where the saves explain the slow steps (on a loaded box they at times do not:
     # the CPU waits then do, and the contended variant speaks)
     if PREDICATES["checkpointing"][0](values):
