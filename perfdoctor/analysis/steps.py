@@ -380,7 +380,7 @@ def helper_encloser(calls: Mapping[str, tuple[Sequence[int], Sequence[int]]]) ->
     found = []
     for name, (mine, _) in calls.items():
         at = np.asarray(mine, dtype=np.int64)
-        if name != top and at.size >= OUTER_CALLS and np.mean(np.diff(np.searchsorted(starts, at)) > 0) > ENCLOSES:
+        if name != top and at.size >= OUTER_CALLS and np.mean(others_between(at, starts)) > ENCLOSES:
             found.append((at.size, int(at.min()), name))
     return min(found)[2] if found else None
 

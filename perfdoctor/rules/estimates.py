@@ -24,7 +24,9 @@ import pandas as pd
 from perfdoctor.analysis import steady
 from perfdoctor.analysis.metrics import Analysis, Metric
 from perfdoctor.names.codes import equals
-from perfdoctor.rules.signals import attention_softmax, convolution_layout_share, layout_conversions, model_bytes_per_step, step_activities
+from perfdoctor.rules.signals import (
+    attention_softmax, convolution_layout_share, layout_conversions, model_bytes_per_step, steady_cpu_waits_ms, step_activities,
+)
 
 
 class Need(enum.Enum):
@@ -603,13 +605,13 @@ def cpu_wait_time(analysis: Analysis, threshold: float | None, params: dict[str,
     """The steady steps' waits for a CPU (the light pass's run-queue delay inside each step), per
     step, × saved: what the steps win on cores of their own. Against the mean step, like
     every estimate's steps/s."""
-    light, series = analysis.light, analysis.light_series
-    if light is None or series is None or series.steps is None or not series.critical_path_ms.size or light.cpu_wait_ns is None:
+    waits = steady_cpu_waits_ms(analysis)
+    if waits is None:
         return Estimate(None, Unavailable(Need.LIGHT_STEPS))
-    waited = float(light.cpu_wait_ns[series.steps].sum()) / 1e6
+    waited = float(waits.sum())
     saved = float(params.get("saved", 1.0))
-    per_step = waited / series.steps.size
-    return Estimate(per_step * saved, CpuWaitTime(waited, int(series.steps.size), per_step, saved))
+    per_step = waited / waits.size
+    return Estimate(per_step * saved, CpuWaitTime(waited, int(waits.size), per_step, saved))
 
 
 ESTIMATES: dict[str, tuple[Callable[[Analysis, float | None, dict[str, Any], Mapping[str, Metric]], Estimate], tuple[str, ...]]] = {

@@ -172,6 +172,16 @@ def paused_time_ratio(analysis: Analysis) -> Metric:
     return Metric(own / total if total > 0 else 0.0, "ratio", "light", note=note)
 
 
+def steady_cpu_waits_ms(analysis: Analysis) -> np.ndarray | None:
+    """Each of the light pass's steady steps' waits for a CPU, ms (its ``cpu_wait_ns``); None
+    without steady steps or where no step waited: :func:`cpu_wait_ratio` and the
+    ``cpu_wait_time`` estimate read the same waits."""
+    light, series = analysis.light, analysis.light_series
+    if light is None or series is None or series.steps is None or not series.critical_path_ms.size or light.cpu_wait_ns is None:
+        return None
+    return light.cpu_wait_ns[series.steps] / 1e6
+
+
 def cpu_wait_ratio(analysis: Analysis) -> Metric:
     """Share of the light pass's steady step time in which the step's thread was ready to run
     and waited for a CPU (the kernel's run-queue delay, read by the light pass: each step's
@@ -179,13 +189,13 @@ def cpu_wait_ratio(analysis: Analysis) -> Metric:
     cores. uneven-steps' contended variant sees waits only in the slow steps; a run whose
     every step waits alike has no slow ones (nanoGPT's train.py beside a neighbour: 172 ms of
     each 344 ms iteration, every check passing)."""
-    light, series = analysis.light, analysis.light_series
-    if light is None or series is None or series.steps is None or not series.critical_path_ms.size:
+    series = analysis.light_series
+    if analysis.light is None or series is None or series.steps is None or not series.critical_path_ms.size:
         return Metric(None, "ratio", "light", reason=NEEDS_LIGHT)
-    if light.cpu_wait_ns is None:
+    waited = steady_cpu_waits_ms(analysis)
+    if waited is None:
         return Metric(None, "ratio", "light", reason="no step's thread waited for a CPU that the light pass read "
                       "(its run-queue delay, /proc/<pid>/task/<tid>/schedstat: none waited, or the kernel does not say)")
-    waited = light.cpu_wait_ns[series.steps] / 1e6
     total = float(series.critical_path_ms.sum())
     note = f"{value(float(waited.sum()), 'ms')} of {value(total, 'ms')} over {series.steps.size} steady steps"
     return Metric(float(waited.sum()) / total if total > 0 else 0.0, "ratio", "light", note=note)
