@@ -317,14 +317,9 @@ def report_renderable(a: Diagnosis, detailed: int = DETAILED, table: bool = True
     from perfdoctor.rules.engine import verdict
 
     v = verdict(a.findings)
-    c = v["counts"]
-    total = sum(c.values())
     head = {"fail": "FAIL", "pass": "PASS", "not_evaluated": "NOT EVALUATED"}[v["status"]]
     style = {"fail": "bold red", "pass": "bold green", "not_evaluated": "bold yellow"}[v["status"]]
-    parts: list[RenderableType] = [
-        latency_line(a),
-        Text(f"{head}: {c['fail']} of {total} checks fail, {c['pass']} pass, {c['not_evaluated']} not evaluated", style=style),
-    ]
+    parts: list[RenderableType] = [latency_line(a), Text(f"{head}: {common.counts_text(v['counts'])}", style=style)]
     fails = [f for f in a.findings if f.status == "fail"]
     for i, f in enumerate(fails):
         title = Text()
@@ -524,6 +519,7 @@ def live_cpu(console: Console, progress: Console, out: Path, steps: int, tokens:
     from perfdoctor.bundle.manifest import read_valid_manifest
     from perfdoctor.bundle.protocol import Collector
     from perfdoctor.record.options import RunOptions
+    from perfdoctor.reports import common
     from perfdoctor.record.run import execute
 
     args = ["--variant", "eager", "--config", "tiny", "--device", "cpu", "--tokens", str(tokens), "--ctx", "256"]
@@ -567,7 +563,7 @@ def live_cpu(console: Console, progress: Console, out: Path, steps: int, tokens:
     console.print(t)
     v = run_numbers(a)
     c = v["counts"]
-    console.print(Text(f"checks on this run: {c['fail']} fail, {c['pass']} pass, {c['not_evaluated']} not evaluated (they need GPU activity)", style="dim"))
+    console.print(Text(f"checks on this run: {common.counts_text(c)} (they need GPU activity)", style="dim"))
     console.print(Text(f"bundle: {bundle}\nnext: perfdoctor analyze {bundle}\n      perfdoctor doctor   (what this machine offers, and why)"))
     return 0
 

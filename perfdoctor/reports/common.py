@@ -13,7 +13,7 @@ from perfdoctor.bundle.protocol import PassRun
 from perfdoctor.text import count, num, percent, setting, value
 from perfdoctor.reports import evidence
 from perfdoctor.reports.estimates import needs
-from perfdoctor.rules.engine import Finding, Rule, verdict
+from perfdoctor.rules.engine import STATUS_ORDER, Finding, Rule, verdict
 from perfdoctor.rules.reasons import Fallback, Lowered, Missing, OffWorkload, Reason, Suppressed
 
 
@@ -185,12 +185,18 @@ def outcome(findings: Sequence[Finding], analysis: Analysis) -> str:
     evaluated: too little evidence for a pass), "pass", or "not_evaluated" (none could be)."""
     if run_failure(analysis) is not None:
         return "crashed"
-    c = verdict(findings)["counts"]
-    if c["fail"]:
-        return "fail"
-    if c["pass"] and c["pass"] < c["not_evaluated"]:
-        return "inconclusive"
-    return "pass" if c["pass"] else "not_evaluated"
+    v = verdict(findings)
+    c = v["counts"]
+    if v["status"] != "pass":
+        return v["status"]
+    return "inconclusive" if c["pass"] < c["not_evaluated"] else "pass"
+
+
+def counts_text(c: dict[str, int]) -> str:
+    """The checks counted: the failures at info are notes, not failing checks (``verdict``)."""
+    total = sum(c[s] for s in STATUS_ORDER)
+    text = f"{c['fail'] - c['note']} of {total} checks fail, {c['pass']} pass, {c['not_evaluated']} not evaluated"
+    return text + (f", {c['note']} note{'s' if c['note'] > 1 else ''} (info)" if c["note"] else "")
 
 
 HEADS = {"crashed": "CRASHED", "fail": "FAIL", "inconclusive": "INCONCLUSIVE", "pass": "PASS", "not_evaluated": "NOT EVALUATED"}
@@ -200,20 +206,20 @@ def verdict_line(findings: Sequence[Finding], analysis: Analysis) -> str:
     """One line: the outcome first (a crash before anything else), the counts, and the top
     finding with what fixing it would give."""
     v = verdict(findings)
-    c = v["counts"]
-    total = sum(c.values())
     status = outcome(findings, analysis)
-    counts = f"{c['fail']} of {total} checks fail, {c['pass']} pass, {c['not_evaluated']} not evaluated"
+    counts = counts_text(v["counts"])
     if status == "crashed":
         parts = [f"CRASHED: {run_failure(analysis)}", f"the checks cover what ran before it: {counts}"]
     elif status == "inconclusive":
         parts = [f"INCONCLUSIVE: too little evidence, {counts} (no failure, but most checks need data this run lacks)"]
     else:
         parts = [f"{HEADS[status]}: {counts}"]
-    top = next((f for f in findings if f.status == "fail"), None)
+    top = next((f for f in findings if f.rule_id == v["top"]), None)
     if top is not None:
         est = estimate_line(top, analysis)
         parts.append(f"top: {top.rule_id}" + (f" ({est})" if est else ""))
+    if v["notes"] and top is None:  # else the counts say how many; the findings list names them
+        parts.append(f"note{'s' if len(v['notes']) > 1 else ''}: {', '.join(v['notes'])}")
     seen = analysis.cpu.observations if analysis.cpu is not None else []
     if seen:
         # a CPU-only run's GPU checks cannot run: what its breakdown shows is its finding

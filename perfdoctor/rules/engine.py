@@ -1179,13 +1179,20 @@ def evaluate(rules: RuleSet, analysis: Analysis, cross_rank: CrossRank | None = 
 
 
 def verdict(findings: Sequence[Finding]) -> dict[str, Any]:
-    """The outcome: "fail" when any rule fails, "pass" when some pass and none fail, and
-    "not_evaluated" when no rule could be checked (a CPU-only trace is not a healthy one)."""
+    """The outcome: "fail" when a rule above info severity fails, "pass" when some pass and
+    none fails but at info, and "not_evaluated" when no rule could be checked (a CPU-only
+    trace is not a healthy one). ``counts["note"]``: the failures at info, counted in
+    "fail" too; a note alone is not a failing run (p99-latency on an offline pipeline
+    whose task is unknown, or launch-rate's decode ideal, read FAIL before: an HF
+    pipeline's every other check passed)."""
     counts = {s: sum(1 for f in findings if f.status == s) for s in STATUS_ORDER}
-    top = next((f for f in findings if f.status == "fail"), None)
-    status = "fail" if counts["fail"] else "pass" if counts["pass"] else "not_evaluated"
+    notes = [f for f in findings if f.status == "fail" and f.severity == "info"]
+    counts["note"] = len(notes)
+    top = next((f for f in findings if f.status == "fail" and f.severity != "info"), None)
+    status = "fail" if top is not None else "pass" if counts["pass"] or notes else "not_evaluated"
     return {
         "status": status,
         "counts": counts,
         "top": None if top is None else top.rule_id,
+        "notes": [f.rule_id for f in notes],
     }

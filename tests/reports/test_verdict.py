@@ -64,8 +64,13 @@ def test_a_crashed_program_is_crashed_in_every_format(crashed: Path, tmp_path: P
     assert "**CRASHED: the program exited with code 1" in md
 
 
-def test_a_clean_run_with_most_checks_not_evaluated_is_inconclusive_not_pass(tmp_path: Path) -> None:
-    bundle = record(tmp_path, crash=False)
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return record(tmp_path_factory.mktemp("clean"), crash=False)
+
+
+def test_a_clean_run_with_most_checks_not_evaluated_is_inconclusive_not_pass(clean: Path) -> None:
+    bundle = clean
     # A CPU run: only the light pass's checks can be evaluated (the latency, the steps'
     # evenness and the time between them, each with a threshold it meets: 57 us CPU steps on
     # a loaded machine can be uneven or slow, or preempted between), and their waits for a CPU
@@ -80,3 +85,21 @@ def test_a_clean_run_with_most_checks_not_evaluated_is_inconclusive_not_pass(tmp
     page = run_cli("report", bundle, *met, "-f", "html").stdout
     assert 'class="verdict inconclusive"' in page and 'class="verdict pass"' not in page
     assert "not a CPU-only run" not in r.stderr  # said only where the run had a GPU
+
+
+def test_a_failure_at_info_is_a_note_not_a_failing_run(clean: Path) -> None:
+    """p99-latency is info on inference of no known task (an offline pipeline has no
+    latency target): failing it alone read FAIL before, over checks that all passed."""
+    met = ("--threshold", "uneven-steps=1.01", "--threshold", "time-between-steps=1.01", "--threshold", "cpu-contention=1.01")
+    doc = json.loads(run_cli("report", clean, *met, "--threshold", "p99-latency=0.001", "-f", "json").stdout)
+    p99 = next(f for f in doc["findings"] if f["id"] == "p99-latency")
+    assert (p99["status"], p99["severity"]) == ("fail", "info")
+    v = doc["verdict"]
+    assert (v["status"], v["top"], v["notes"], v["counts"]["note"]) == ("pass", None, ["p99-latency"], 1)
+    assert v["outcome"] == "inconclusive" and re.match(r"INCONCLUSIVE: too little evidence, 0 of \d+ checks fail, [234] pass, \d+ not evaluated, 1 note \(info\)", v["line"]), v["line"]
+    assert " — note: p99-latency" in v["line"] and "top:" not in v["line"]
+    # A rule at a warning fails the run: time-between-steps with a threshold no run meets.
+    warned = ("--threshold", "uneven-steps=1.01", "--threshold", "time-between-steps=0", "--threshold", "cpu-contention=1.01")
+    doc = json.loads(run_cli("report", clean, *warned, "-f", "json").stdout)
+    v = doc["verdict"]
+    assert (v["status"], v["outcome"], v["top"]) == ("fail", "fail", "time-between-steps") and v["line"].startswith("FAIL: 1 of "), v
