@@ -99,7 +99,8 @@ class LightSteps:
     ``cpu_wait_ns``: likewise the step's thread waiting for a CPU (:func:`perfdoctor.analysis.steady.cpu_waits_inside`).
     ``idle_before_ns``: per step, how long its thread waited (``time.sleep``, a queue, a socket:
     :mod:`perfdoctor.record.bootstrap.waits`) between the previous step's end and its start;
-    None when it never did or the run did not say.
+    None when it never did or the run did not say. ``gc_before_ns``: likewise Python's full
+    garbage collections there (a library's ``gc.collect()`` at each epoch's end).
     ``windows_per_step``: where each step is one input's windows (the model called on windows
     of one input, :func:`perfdoctor.analysis.steps.call_groups`), how many; None otherwise.
     """
@@ -115,6 +116,7 @@ class LightSteps:
     save_ns: np.ndarray | None = None
     cpu_wait_ns: np.ndarray | None = None
     idle_before_ns: np.ndarray | None = None
+    gc_before_ns: np.ndarray | None = None
     clock: str = "cuda-event"
     steady_start: int | None = None
     steady_reason: str = ""

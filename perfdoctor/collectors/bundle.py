@@ -134,7 +134,7 @@ def _bool_array(values: Any) -> np.ndarray | None:
 
 # the per-step ns a light-pass series may carry, each a LightSteps field of that name: a
 # call's wait for another thread, and what perfdoctor run notes (record.light.noted_steps)
-PER_STEP_NS = ("waited_ns", "compiled_ns", "gc_ns", "save_ns", "cpu_wait_ns", "idle_before_ns")
+PER_STEP_NS = ("waited_ns", "compiled_ns", "gc_ns", "save_ns", "cpu_wait_ns", "idle_before_ns", "gc_before_ns")
 
 
 def read_light(results: PassResults, light_pass: LightPass, warnings: list[str]) -> LightSteps | None:
@@ -152,7 +152,7 @@ def read_light(results: PassResults, light_pass: LightPass, warnings: list[str])
       checkpoint saves (torch.save, safetensors' save_file, DCP's save) inside the step; only when one saved),
       "cpu_wait_ns": [...] (the step's thread waiting for a CPU inside the step; only when it did), "idle_before_ns": [...]
       (the step's thread waiting, in time.sleep, a queue or a socket, between the previous step's end and its start;
-      only when it did)}}`` and ``"step_end_clock":
+      only when it did), "gc_before_ns": [...] (Python's full garbage collections there; only when one ran)}}`` and ``"step_end_clock":
       "cuda-event" | "host"``;
     * perfdoctor 0.1: ``"spans_ns": {step: [[host_start, gpu_end], ...]}``.
 

@@ -732,7 +732,7 @@ def light_summary(results: PassResults, options: RunOptions) -> LightPass:
 
 
 # what noted_steps adds to the chosen series: perfdoctor run rewrites raw/light.json with them
-NOTED = ("compiled_ns", "gc_ns", "save_ns", "cpu_wait_ns", "idle_before_ns")
+NOTED = ("compiled_ns", "gc_ns", "save_ns", "cpu_wait_ns", "idle_before_ns", "gc_before_ns")
 
 
 def carries_series(light: LightPass, results: PassResults) -> bool:
@@ -752,7 +752,9 @@ def noted_steps(series: dict[str, Any], results: PassResults, name: str) -> None
     how long its thread waited (``time.sleep``, a queue, a socket: the light pass's waits)
     between the previous step's end and its start (``idle_before_ns``: what time-between-steps'
     evidence says of each stretch, OpenMMLab's sleep at an epoch change all of it, an
-    evaluation none), each only when some step has any."""
+    evaluation none) and how long full garbage collections ran there (``gc_before_ns``: a
+    library's own ``gc.collect()`` at each epoch's end, PyKEEN's training loop), each only
+    when some step has any."""
     compiled = steady.time_inside(series["host_start_ns"], series["gpu_end_ns"], results.compiles)
     if compiled.any():
         series["compiled_ns"] = compiled.tolist()
@@ -761,6 +763,11 @@ def noted_steps(series: dict[str, Any], results: PassResults, name: str) -> None
             held = steady.time_inside(series["host_start_ns"][: len(series["gpu_end_ns"])], series["gpu_end_ns"], spans)
             if held.any():
                 series[key] = held.tolist()
+    ends = series["gpu_end_ns"]
+    if results.full_gcs and len(ends) > 1:
+        between = steady.time_inside(ends[:-1], series["host_start_ns"][1: len(ends)], results.full_gcs)
+        if between.any():
+            series["gc_before_ns"] = np.r_[0, between].tolist()
     thread = _step_thread(results, name)
     if thread is None:
         return
@@ -770,7 +777,6 @@ def noted_steps(series: dict[str, Any], results: PassResults, name: str) -> None
         if waited.any():
             series["cpu_wait_ns"] = waited.tolist()
     # the series' own ends (an iteration's, not its call's): the waits between two steps
-    ends = series["gpu_end_ns"]
     idle = _waited_between({"host_start_ns": series["host_start_ns"], "gpu_end_ns": ends, "tid": [thread] * len(ends)}, results.waits)
     if idle is not None and idle.any():
         series["idle_before_ns"] = np.r_[0, idle].tolist()

@@ -153,6 +153,9 @@ CPU_WAITS_EXPLAIN = 0.5
 # (slow_step_after_pause_ratio): whisper's first decoder call per clip (its prompt and the
 # cross-attention keys over the audio), 52-54 % of the time beyond the median on a CPU
 PAUSES_EXPLAIN = 0.5
+# Collector pauses: at least this share of the time between steps is Python's full garbage
+# collections there (paused_gc_ratio): PyKEEN's gc.collect() at each epoch's end
+GC_PAUSES_EXPLAIN = 0.5
 # Regimes: at least this share of it is in stretches of slow steps (slow_step_regime_ratio):
 # the run changed pace (a T5's batches generated greedy, then with 4 beams: the beam half)
 REGIMES_EXPLAIN = 0.5
@@ -231,6 +234,9 @@ PREDICATES: dict[str, tuple[Callable[[dict[str, Metric]], bool], str]] = {
     # "find what the slow steps wait for" is answered: a CPU, which another process held
     "contended": (_at_least("slow_step_cpu_wait_ratio", CPU_WAITS_EXPLAIN), "the step's thread waiting for a CPU inside the slow steps (another "
                   f"process on its cores) accounts for their time beyond the median (slow_step_cpu_wait_ratio >= {CPU_WAITS_EXPLAIN})"),
+    # the time between steps is the collector's: "persistent workers, OpenMMLab's sleep" is then no advice
+    "collector-pauses": (_at_least("paused_gc_ratio", GC_PAUSES_EXPLAIN), "Python's full garbage collections between steps account for "
+                         f"the time between them (paused_gc_ratio >= {GC_PAUSES_EXPLAIN})"),
     "training": (_workload_is("training"), "the trace is training (backward ops, an optimizer step or an autograd thread: perfdoctor.analysis.workload)"),
     "inference": (_workload_is("inference"), "the trace is inference (no backward op, no optimizer step)"),
     "unrecognised": (_workload_is("unrecognised"), "the trace is inference whose task was not recognised (Workload.task 'inference': "
@@ -267,8 +273,11 @@ def light_values(analysis: Analysis) -> dict[str, Metric]:
     a steady step saved a checkpoint, ``slow_step_save_ratio``, the share of the steady
     steps' time beyond the median that the program's checkpoint saves inside them account
     for (:func:`perfdoctor.analysis.steady.held_share`); likewise ``slow_step_cpu_wait_ratio``,
-    the step's thread waiting for a CPU. Rule inputs, not metrics of the contract: most runs
-    have neither, and an absent metric for them would be noise."""
+    the step's thread waiting for a CPU; and, where a full garbage collection ran between two
+    steady steps, ``paused_gc_ratio``, the share of the time between steps
+    (``Cadence.own_ms``, what ``paused_time_ratio`` counts) those collections account for.
+    Rule inputs, not metrics of the contract: most runs have neither, and an absent metric
+    for them would be noise."""
     light, series = analysis.light, analysis.light_series
     if light is None or series is None:
         return {}
@@ -289,6 +298,10 @@ def light_values(analysis: Analysis) -> dict[str, Metric]:
         share = held_share(series.critical_path_ms, held[series.steps] / 1e6) if held is not None and series.steps is not None else None
         if share is not None:
             out[key] = Metric(share, "ratio", "light")
+    cad = series.cadence
+    if light.gc_before_ns is not None and cad.steps_per_s is not None and cad.own_ms.size and cad.own_ms.sum() > 0:
+        collected = light.gc_before_ns[cad.own_after].sum() / 1e6
+        out["paused_gc_ratio"] = Metric(min(float(collected / cad.own_ms.sum()), 1.0), "ratio", "light")
     return out
 
 

@@ -452,11 +452,13 @@ def time_between_steps(analysis: Analysis) -> Evidence:
     encoder per generate, a checkpoint), with the step after it: where in the loop the time
     goes, and how regularly. ``waiting ms`` (where the run noted any): how much of the stretch
     before that step the loop's thread spent in ``time.sleep``, a queue or a socket (OpenMMLab's
-    sleep at each epoch change: all of it; an evaluation: none). The note is the signal's: the
-    kinds' totals and the whole loop's time."""
+    sleep at each epoch change: all of it; an evaluation: none); ``full GC ms`` likewise
+    Python's full garbage collections (PyKEEN's ``gc.collect()`` at each epoch's end). The
+    note is the signal's: the kinds' totals and the whole loop's time."""
     light = analysis.light
-    idle = light.idle_before_ns if light is not None else None
-    ev = Evidence("time_between_steps", ["after step", "what", "ms", "share of the loop", *(("waiting ms",) if idle is not None else ())])
+    held = [(c, v) for c, v in (("waiting ms", light.idle_before_ns), ("full GC ms", light.gc_before_ns))
+            if v is not None] if light is not None else []
+    ev = Evidence("time_between_steps", ["after step", "what", "ms", "share of the loop", *(c for c, _ in held)])
     series = analysis.light_series
     if series is None or series.cadence.steps_per_s is None:
         ev.note = Note.NO_LIGHT_PASS
@@ -466,7 +468,7 @@ def time_between_steps(analysis: Analysis) -> Evidence:
     for i in np.argsort(-cad.own_ms, kind="stable")[:TOP]:
         after = int(cad.own_after[i])
         ev.rows.append([after, "pass end" if cad.own_pass_end[i] else "pause", _r(float(cad.own_ms[i])), Share(float(cad.own_ms[i]) / total),
-                        *((_r(idle[after] / 1e6),) if idle is not None else ())])
+                        *(_r(v[after] / 1e6) for _, v in held)])
     ev.note = paused_time_ratio(analysis).note
     return ev
 

@@ -664,6 +664,34 @@ def test_an_iteration_based_loop_that_sleeps_at_each_epoch_change_is_told_where_
     assert all(150.0 <= row[-1] <= row[2] and row[-1] >= 0.95 * row[2] for row in ev.rows), ev.rows
 
 
+def test_a_loop_that_collects_garbage_at_each_epoch_end_is_told_so(tmp_path: Path) -> None:
+    # PyKEEN's training loop calls gc.collect() at the end of every epoch: ~200 ms each over its
+    # triples factory's labels. time-between-steps measured those stretches right and named
+    # persistent workers, OpenMMLab's sleep and evaluations, none of which the program had,
+    # though the light pass had recorded each collection. Now the evidence has each stretch's
+    # full GC ms (checked against the program's own timer of each collection) and the advice
+    # names the collector
+    from perfdoctor.rules.engine import evaluate, light_values, load_rules
+    from perfdoctor.rules.evidence import EVIDENCE
+
+    light, series, result = light_run(tmp_path, "kge_train.py", "--epochs", "5", "--batches", "20", env={"OMP_NUM_THREADS": "1"})
+    assert light["steps_seen"] == result["steps"] == 100
+    (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    analysis = diagnose(bundle, warnings=False).analysis
+    ev = EVIDENCE["time_between_steps"](analysis)
+    assert ev.columns[-1] == "full GC ms", ev.columns
+    # the four epoch ends between steps (the fifth is after the last step), each mostly the
+    # program's gc.collect(), as long as the program timed it
+    ends = {row[0]: row for row in ev.rows if row[0] % 20 == 0}
+    assert sorted(ends) == [20, 40, 60, 80], ev.rows
+    for after, row in ends.items():
+        own = result["epoch_end_ms"][after // 20 - 1]
+        assert row[-1] == pytest.approx(own, rel=0.1, abs=2.0) and row[-1] >= 0.5 * row[2], (row, own)
+    assert light_values(analysis)["paused_gc_ratio"].value >= 0.5
+    (finding,) = [f for f in evaluate(load_rules(()), analysis) if f.rule_id == "time-between-steps"]
+    assert finding.status == "fail" and any("gc.freeze()" in step for step in finding.remediation.steps), finding.remediation.steps
+
+
 def test_ppo_traced_whole_reads_one_step_per_iteration(tmp_path: Path) -> None:
     # The same program traced whole on the CPU, read by analyze: its 16 rollout steps per 4
     # minibatch updates held 70 % of the trace's ops between two zero_grads, under the 75 %
