@@ -101,6 +101,9 @@ class LightSteps:
     :mod:`perfdoctor.record.bootstrap.waits`) between the previous step's end and its start;
     None when it never did or the run did not say. ``gc_before_ns``: likewise Python's full
     garbage collections there (a library's ``gc.collect()`` at each epoch's end).
+    ``work_calls``: per step, the model calls that began inside it (the light pass's
+    ``module_work_ns``, of the grad mode most ran in: ``perfdoctor.collectors.bundle``); None
+    where the run noted none.
     ``windows_per_step``: where each step is one input's windows (the model called on windows
     of one input, :func:`perfdoctor.analysis.steps.call_groups`), how many; None otherwise.
     """
@@ -117,6 +120,7 @@ class LightSteps:
     cpu_wait_ns: np.ndarray | None = None
     idle_before_ns: np.ndarray | None = None
     gc_before_ns: np.ndarray | None = None
+    work_calls: np.ndarray | None = None
     clock: str = "cuda-event"
     steady_start: int | None = None
     steady_reason: str = ""

@@ -1531,6 +1531,30 @@ def held_share(critical_path_ms: np.ndarray, held_ms: np.ndarray) -> float | Non
     return float(np.minimum(np.asarray(held_ms, dtype=np.float64), beyond).sum() / beyond.sum())
 
 
+# Work that varies: the steps' model calls (most / fewest over the steps that made any) at
+# least this spread apart (an RL episode's policy calls, 12 to 2,703 in REINFORCE's CartPole)
+WORK_SPREAD = 2.0
+
+
+def calls_vary(calls: np.ndarray) -> bool:
+    """Whether per-step model calls vary by :data:`WORK_SPREAD` or more over the steps that
+    made any (a step before the loop's first noted call has none: unknown), three at least."""
+    made = np.asarray(calls)[np.asarray(calls) > 0]
+    return made.size >= 3 and made.max() >= WORK_SPREAD * made.min()
+
+
+def work_share(critical_path_ms: np.ndarray, calls: np.ndarray) -> float | None:
+    """The share of a steady series' time beyond the median (:func:`held_share`) that the
+    steps' own work accounts for: each step's model calls at the median time per call,
+    beyond the median step. None where the calls do not vary (:func:`calls_vary`)."""
+    cp, calls = np.asarray(critical_path_ms, dtype=np.float64), np.asarray(calls, dtype=np.float64)
+    if not calls_vary(calls):
+        return None
+    made = calls > 0
+    expected = calls * float(np.median(cp[made] / calls[made]))
+    return held_share(cp, np.clip(expected - float(np.median(cp)), 0.0, None))
+
+
 @dataclass(frozen=True)
 class SteadySeries:
     """A step series over its steady state: what the metrics of a light pass are made of."""

@@ -215,12 +215,29 @@ def read_light(results: PassResults, light_pass: LightPass, warnings: list[str])
         gpu_start_ns=gpu_start,
         pass_ended=ended,
         **per_step,
+        work_calls=_work_calls(results, host, end),
         clock=clock,
         steady_start=start,
         steady_reason=reason,
         counters={k: v for k, v in counters.items() if isinstance(v, dict)},
         windows_per_step=int(windows) if isinstance(windows, int) and windows > 1 else None,
     )
+
+
+def _work_calls(results: PassResults, host: np.ndarray, end: np.ndarray) -> np.ndarray | None:
+    """Per step, the model calls (depth-0 module calls, ``module_work_ns``) that began inside
+    it, of the grad mode most of them ran in (a training loop's no-grad evaluation calls every
+    N steps are no more of its work); None where the light pass noted none (a step that is a
+    module call itself notes no work). An RL episode calls its policy once per environment
+    step: 12 to 2,703 calls a step in REINFORCE's CartPole, its time following them."""
+    starts = np.asarray(results.module_work_ns or [], dtype=np.int64)
+    if not starts.size or not host.size:
+        return None
+    grads = np.asarray(results.module_work_grad or [], dtype=bool)
+    if grads.size == starts.size:
+        starts = starts[grads == (2 * int(grads.sum()) >= grads.size)]
+    starts = np.sort(starts)
+    return (np.searchsorted(starts, end, side="left") - np.searchsorted(starts, host, side="left")).astype(np.int64)
 
 
 def _merge_run_declaration(

@@ -58,7 +58,7 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, packaged as tomli
 from perfdoctor.errors import UsageError
 from perfdoctor.text import clean, clean_block
 from perfdoctor.analysis.metrics import Analysis, Metric
-from perfdoctor.analysis.steady import PERIODIC_SHARE, PERIODIC_SLOW, REGIME_WINDOW, held_share, slow_period, slow_stretches
+from perfdoctor.analysis.steady import PERIODIC_SHARE, PERIODIC_SLOW, REGIME_WINDOW, WORK_SPREAD, held_share, slow_period, slow_stretches, work_share
 from perfdoctor.rules.estimates import ESTIMATES, Estimate, Need, Unavailable
 from perfdoctor.rules.evidence import EVIDENCE, Evidence
 from perfdoctor.rules.reasons import Fallback, Lowered, Missing, OffWorkload, Reason, Suppressed
@@ -153,6 +153,10 @@ CPU_WAITS_EXPLAIN = 0.5
 # (slow_step_after_pause_ratio): whisper's first decoder call per clip (its prompt and the
 # cross-attention keys over the audio), 52-54 % of the time beyond the median on a CPU
 PAUSES_EXPLAIN = 0.5
+# Varying work: the steady steps' model calls vary (steady.WORK_SPREAD), and each step's calls
+# at the median time per call account for at least this share of the slow steps' time beyond
+# the median (slow_step_work_ratio): an RL episode's length
+VARYING_EXPLAIN = 0.5
 # Collector pauses: at least this share of the time between steps is Python's full garbage
 # collections there (paused_gc_ratio): PyKEEN's gc.collect() at each epoch's end
 GC_PAUSES_EXPLAIN = 0.5
@@ -234,6 +238,10 @@ PREDICATES: dict[str, tuple[Callable[[dict[str, Metric]], bool], str]] = {
     # "find what the slow steps wait for" is answered: a CPU, which another process held
     "contended": (_at_least("slow_step_cpu_wait_ratio", CPU_WAITS_EXPLAIN), "the step's thread waiting for a CPU inside the slow steps (another "
                   f"process on its cores) accounts for their time beyond the median (slow_step_cpu_wait_ratio >= {CPU_WAITS_EXPLAIN})"),
+    # the slow steps are longer because they do more: their work, not a stall to remove
+    "varying-work": (_at_least("slow_step_work_ratio", VARYING_EXPLAIN), f"the steps' model calls vary ({WORK_SPREAD:g}x or more) and "
+                     "their count at the median time per call accounts for the slow steps' time beyond the median "
+                     f"(slow_step_work_ratio >= {VARYING_EXPLAIN})"),
     # the time between steps is the collector's: "persistent workers, OpenMMLab's sleep" is then no advice
     "collector-pauses": (_at_least("paused_gc_ratio", GC_PAUSES_EXPLAIN), "Python's full garbage collections between steps account for "
                          f"the time between them (paused_gc_ratio >= {GC_PAUSES_EXPLAIN})"),
@@ -273,7 +281,8 @@ def light_values(analysis: Analysis) -> dict[str, Metric]:
     a steady step saved a checkpoint, ``slow_step_save_ratio``, the share of the steady
     steps' time beyond the median that the program's checkpoint saves inside them account
     for (:func:`perfdoctor.analysis.steady.held_share`); likewise ``slow_step_cpu_wait_ratio``,
-    the step's thread waiting for a CPU; and, where a full garbage collection ran between two
+    the step's thread waiting for a CPU, and ``slow_step_work_ratio``, the steps' own model
+    calls (:func:`perfdoctor.analysis.steady.work_share`); and, where a full garbage collection ran between two
     steady steps, ``paused_gc_ratio``, the share of the time between steps
     (``Cadence.own_ms``, what ``paused_time_ratio`` counts) those collections account for.
     Rule inputs, not metrics of the contract: most runs have neither, and an absent metric
@@ -298,6 +307,9 @@ def light_values(analysis: Analysis) -> dict[str, Metric]:
         share = held_share(series.critical_path_ms, held[series.steps] / 1e6) if held is not None and series.steps is not None else None
         if share is not None:
             out[key] = Metric(share, "ratio", "light")
+    work = work_share(series.critical_path_ms, light.work_calls[series.steps]) if light.work_calls is not None and series.steps is not None else None
+    if work is not None:
+        out["slow_step_work_ratio"] = Metric(work, "ratio", "light")
     cad = series.cadence
     if light.gc_before_ns is not None and cad.steps_per_s is not None and cad.own_ms.size and cad.own_ms.sum() > 0:
         collected = light.gc_before_ns[cad.own_after].sum() / 1e6

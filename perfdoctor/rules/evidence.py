@@ -424,14 +424,18 @@ def slow_untraced_steps(analysis: Analysis) -> Evidence:
     torch.distributed.checkpoint's ``save``: a checkpoint saved every N steps, or an inference
     job's outputs written every N batches: "save ms", not "checkpoint", which a prediction
     writer's files are not), and, where the
-    run paused between its loops, whether a pause came before each (a loop's first step)."""
+    run paused between its loops, whether a pause came before each (a loop's first step);
+    where the steps' model calls vary (an RL episode's policy calls), how many each made."""
     light, series = analysis.light, analysis.light_series
     held = [(c, v) for c, v in (("full GC ms", light.gc_ns if light is not None else None),
                                 ("save ms", light.save_ns if light is not None else None),
                                 ("CPU wait ms", light.cpu_wait_ns if light is not None else None)) if v is not None]
+    calls = light.work_calls if light is not None and light.work_calls is not None and series is not None else None
+    if calls is None or series.steps is None or not steady.calls_vary(calls[series.steps]):
+        calls = None
     paused = series.paused if series is not None and series.paused is not None and series.paused.any() else None
     ev = Evidence("slow_untraced_steps", ["step", "latency ms", "× median", "beyond the median ms", *(c for c, _ in held),
-                                          *(("after a pause",) if paused is not None else ())])
+                                          *(("model calls",) if calls is not None else ()), *(("after a pause",) if paused is not None else ())])
     if light is None or series is None or not series.critical_path_ms.size:
         ev.note = Note.NO_LIGHT_PASS
         return ev
@@ -440,7 +444,8 @@ def slow_untraced_steps(analysis: Analysis) -> Evidence:
     for i in np.argsort(-cp, kind="stable")[:TOP]:
         step = int(series.steps[i])
         ev.rows.append([step, _r(cp[i]), _r(cp[i] / s.median_ms) if s.median_ms else "—", _r(max(0.0, cp[i] - s.median_ms)),
-                        *(_r(v[step] / 1e6) for _, v in held), *(("yes" if paused[i] else "no",) if paused is not None else ())])
+                        *(_r(v[step] / 1e6) for _, v in held), *((int(calls[step]),) if calls is not None else ()),
+                        *(("yes" if paused[i] else "no",) if paused is not None else ())])
     ev.note = s
     return ev
 

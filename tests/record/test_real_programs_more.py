@@ -692,6 +692,43 @@ def test_a_loop_that_collects_garbage_at_each_epoch_end_is_told_so(tmp_path: Pat
     assert finding.status == "fail" and any("gc.freeze()" in step for step in finding.remediation.steps), finding.remediation.steps
 
 
+def test_episodes_of_varying_length_are_their_own_work_not_a_stall(tmp_path: Path) -> None:
+    # pytorch/examples' REINFORCE: one Adam step per CartPole episode, 12 to 2,703 policy calls
+    # an episode as the pole stays up longer. uneven-steps read the long episodes as stalls
+    # ("~36 ms per step recoverable": gc.freeze, swapping, other processes). The light pass
+    # notes each policy call (a loop range, zero_grad, is the step): each step's calls, checked
+    # against the program's own episode lengths, explain its time, and the variant says so,
+    # at info, with no time to win back
+    from perfdoctor.analysis import steady
+    from perfdoctor.rules.engine import evaluate, light_values, load_rules
+    from perfdoctor.rules.evidence import EVIDENCE
+
+    light, series, result = light_run(tmp_path, "reinforce.py", "--episodes", "80", env={"OMP_NUM_THREADS": "1"})
+    # the first episode's rollout runs before the first zero_grad: 79 steps of 80 episodes
+    assert light["step_name"] == "Optimizer.zero_grad#Adam.zero_grad" and light["steps_seen"] == result["steps"] - 1 == 79
+    (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    analysis = diagnose(bundle, warnings=False).analysis
+    # step k: episode k's update, then episode k+1's rollout, one policy call per environment
+    # step (the light pass notes calls from the loop range's second start: none in the first)
+    calls = analysis.light.work_calls
+    assert calls[0] == 0 and calls[1:].tolist() == result["lengths"][2:], (calls.tolist(), result["lengths"])
+    steady_calls = calls[analysis.light_series.steps]
+    assert steady.calls_vary(steady_calls)
+    # by hand: each steady step's calls at the median ms per call (of the steps with calls
+    # noted), beyond the median step, over the steps' time beyond it (steady.held_share's measure)
+    cp = analysis.light_series.critical_path_ms
+    made = steady_calls > 0
+    beyond = np.clip(cp - np.median(cp) - steady.RESOLUTION_MS, 0, None)
+    expected = np.clip(steady_calls * np.median(cp[made] / steady_calls[made]) - np.median(cp), 0, None)
+    ratio = light_values(analysis)["slow_step_work_ratio"].value
+    assert ratio == pytest.approx(np.minimum(expected, beyond).sum() / beyond.sum()) and ratio >= 0.5, ratio
+    (finding,) = [f for f in evaluate(load_rules(()), analysis) if f.rule_id == "uneven-steps"]
+    assert finding.status == "fail" and finding.severity == "info" and finding.estimate is None
+    assert finding.title == "Uneven steps: the slow steps do more work (more model calls)"
+    ev = EVIDENCE["slow_untraced_steps"](analysis)
+    assert ev.columns[-1] == "model calls" and all(row[-1] == result["lengths"][row[0] + 1] for row in ev.rows), ev.rows
+
+
 def test_ppo_traced_whole_reads_one_step_per_iteration(tmp_path: Path) -> None:
     # The same program traced whole on the CPU, read by analyze: its 16 rollout steps per 4
     # minibatch updates held 70 % of the trace's ops between two zero_grads, under the 75 %
