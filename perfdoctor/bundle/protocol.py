@@ -232,6 +232,9 @@ class PassResults(_Document):
     # the light pass: the program's checkpoint saves, torch.save, safetensors' save_file, DCP's save ({"start_ns", "end_ns"}, host ns:
     # perfdoctor.record.bootstrap.clock.TimedCalls); None when it saved nothing
     saves: dict[str, list[int]] | None = None
+    # the light pass: [its start before the program ran, its end], host ns on the steps'
+    # clock: what share of the program's run its steps hold
+    program_ns: list[int] | None = None
     # the calls as measured, when series holds the iteration: added by perfdoctor run after
     # the bootstrap wrote the rest, so last on disk
     call_series: dict[str, dict[str, Any]] | None = None

@@ -338,7 +338,10 @@ def load_bundle(bundle: str | Path, rank: int | None = None, manifest: Manifest 
         classes = tuple(sorted(str(c) for c in (light.module_classes or {}).values()))
         training = _light_training(light)
         if children := light.children_note():
-            warnings.append(f"{children}: their work is in no pass of this bundle")
+            # the light pass's reason for no step says it whole, with what to do (mnist_hogwild:
+            # the main process's test loop is no step of the training in its children)
+            why = light_pass.reason if light_pass.step_name is None and children in (light_pass.reason or "") else None
+            warnings.append(why or f"{children}: their work is in no pass of this bundle")
     origin = profile.origin
     profile.origin = replace(
         origin,

@@ -18,6 +18,7 @@ from perfdoctor.bundle.protocol import LightPass, PassResults
 from perfdoctor.collectors import nvml
 from perfdoctor.names import ranges as rangenames
 from perfdoctor.record.options import DEFAULT_WARMUP, RunOptions
+from perfdoctor.text import count, percent
 
 # Below this many steps the scout does not move the window: the reference steady_start
 # compares against (the median of the second half) then rests on four steps or fewer, and a
@@ -642,15 +643,16 @@ def serving_series(series: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return merged_series([series[n] for n in names])
 
 
+# What to do where the program's work runs in processes it started
+CHILDREN_ADVICE = ("call that function in the main process (one GPU: as the child would run it, e.g. worker(0, ...) instead of "
+                   "mp.spawn(worker, ...)), or launch the ranks with torchrun: perfdoctor run -- torchrun --nproc-per-node N SCRIPT")
+
+
 def _no_step(options: RunOptions, children: str | None = None, programs_only: bool = False) -> str:
     if children and programs_only:
         return f"no step seen: {children}; run the program that does the work under perfdoctor itself: perfdoctor run SCRIPT ARGS"
     if children:
-        return (
-            f"no step seen: {children}; call that function in the main process (one GPU: as the child would "
-            "run it, e.g. worker(0, ...) instead of mp.spawn(worker, ...)), or launch the ranks with torchrun: "
-            "perfdoctor run -- torchrun --nproc-per-node N SCRIPT"
-        )
+        return f"no step seen: {children}; {CHILDREN_ADVICE}"
     if options.step is not None:
         return (
             f"no step seen: no range named {options.step!r} completed (a record_function, NVTX or "
@@ -666,6 +668,35 @@ def _no_step(options: RunOptions, children: str | None = None, programs_only: bo
     )
 
 
+# The steps found in the program's own process hold under this share of its run, while work
+# it started in processes of its own ran: mnist_hogwild's test loop, 1 % of the run, beside
+# the training in its two spawned processes
+CHILDREN_SHARE = 0.1
+
+
+def _children_work(results: PassResults, name: str, options: RunOptions) -> str | None:
+    """Why the steps found (``name``) are not the program's work, or None where they may be:
+    the program ran work in multiprocessing processes of its own (mnist_hogwild: ``train`` in
+    2 spawned processes on a shared model), nothing in its own process trained (no optimizer
+    step or backward call, no model call with grad), and its steps hold under
+    :data:`CHILDREN_SHARE` of the run: the parent's test loop read as the step, 32 batches
+    of 4.4 ms against the children's 400 training batches of 24 ms. A DataLoader's and a
+    pool's workers are no such processes (``process_work``), and a process feeding the
+    steps leaves them most of the run."""
+    series = results.series or {}
+    if not results.children or results.child_programs_only() or not results.program_ns or name not in series:
+        return None
+    if any(n.startswith(rangenames.LOOP_PREFIXES[1:]) for n in series) or any(results.module_work_grad or []):
+        return None
+    s = series[name]
+    run = results.program_ns[1] - results.program_ns[0]
+    if not s["host_start_ns"] or run <= 0 or s["gpu_end_ns"][-1] - s["host_start_ns"][0] >= CHILDREN_SHARE * run:
+        return None
+    span = (s["gpu_end_ns"][-1] - s["host_start_ns"][0]) / run
+    return (f"no step of the program's work seen: {results.children_note()}; the {count(len(s['host_start_ns']))} steps of {name!r} "
+            f"in its own process hold {percent(span)} of its run and train nothing; {CHILDREN_ADVICE}")
+
+
 def light_summary(results: PassResults, options: RunOptions) -> LightPass:
     """``manifest.light_pass`` from the light pass's results: the scout's report.
 
@@ -674,6 +705,9 @@ def light_summary(results: PassResults, options: RunOptions) -> LightPass:
     user's ``--warmup`` when given, else the steady state's start.
     """
     name, how, module, rewritten = find_step(results, options)
+    elsewhere = _children_work(results, name, options) if name is not None and options.step is None and options.step_fn is None else None
+    if elsewhere is not None:
+        name, how, module, rewritten = None, None, None, False
     clock = results.step_end_clock
     summary = LightPass(
         step_name=name,
@@ -693,7 +727,7 @@ def light_summary(results: PassResults, options: RunOptions) -> LightPass:
     if name is None:
         summary = replace(
             summary,
-            reason=_no_step(options, results.children_note(), results.child_programs_only()),
+            reason=elsewhere or _no_step(options, results.children_note(), results.child_programs_only()),
             steady_start=0, steady_reason="no step", warmup=options.warmup or 0, step_latency_ms=[],
         )
     else:

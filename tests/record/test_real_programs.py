@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -147,7 +148,33 @@ def test_work_in_spawned_processes_is_named_not_missed_in_silence(tmp_path: Path
     assert "torchrun" in light["reason"]
     a = run_cli("analyze", bundle, timeout=120)
     assert a.returncode == 0, a.stderr[-2000:]
-    assert "__main__.demo_basic (spawn) x2" in a.stderr and "their work is in no pass of this bundle" in a.stderr
+    # the light pass's reason, whole, with what to do
+    assert "__main__.demo_basic (spawn) x2" in a.stderr and "torchrun" in a.stderr
+
+
+def test_a_test_loop_beside_training_in_child_processes_is_not_the_step(tmp_path: Path) -> None:
+    # pytorch/examples' mnist_hogwild: two spawned processes train a shared model, then the
+    # main process tests it. The light pass chose the test loop's fetch (1-2 % of the run, no
+    # grad) as the step, and the report gave its p50 and DataLoader advice for it, the
+    # training nowhere. Now it says the work ran in the children, with what to do
+    r = run_cli_fds("run", "--timeout", "240", "--collect", "nvml", "--out", tmp_path, REAL / "hogwild.py", "--num-processes", "2",
+                    "--train-size", "1600", env={"OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    result = program_result(r.stdout)
+    assert [len(ms) for ms in result["train_ms"]] == [25, 25] and result["test_batches"] == 5  # the children trained
+    (bundle,) = tmp_path.iterdir()
+    light = json.loads((bundle / "manifest.json").read_text())["light_pass"]
+    assert light["step_name"] is None
+    reason = light["reason"]
+    assert reason.startswith("no step of the program's work seen: the program ran work in child processes (__main__.train (spawn) x2)")
+    # the test loop's 5 fetches, named with their share of the run, which the program's own
+    # timers bound: at most its test loop's share of main() (the run holds the imports too)
+    assert "the 5 steps of 'enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__'" in reason and "torchrun" in reason
+    share = float(re.search(r"hold ([0-9.]+) % of its run", reason).group(1)) / 100
+    assert 0 < share <= result["test_ms"] / result["main_ms"] + 0.001 and share < 0.1, (share, result)
+    a = run_cli("analyze", bundle, timeout=120)
+    assert a.returncode == 0, a.stderr[-2000:]
+    assert reason in a.stderr
 
 
 def test_compiled_train_loop_steps_per_iteration_not_per_compiled_call(tmp_path: Path) -> None:

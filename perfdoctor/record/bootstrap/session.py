@@ -122,6 +122,7 @@ class Session:
         self.pattern: str | None = config.step
         self.timer = Timer()
         self.times = StepTimes(self.timer)
+        self.started_ns = time.perf_counter_ns()  # the steps' clock, before the program runs
         self.exhausted = StepTimes(self.timer)  # data loader fetches that raised StopIteration
         self.last_batches: dict[str, list[int]] = {}  # host starts of the fetches that yielded a pass's last batch
         # per data loader iterator (its id), its last batch's note: taken back where it yields more
@@ -784,6 +785,7 @@ class Session:
             results.compiles = self.compiles.series() if self.compiles is not None else None
             results.full_gcs = self.full_gcs.series() if self.full_gcs is not None else None
             results.saves = self.saves.series() if self.saves is not None else None
+            results.program_ns = [self.started_ns, time.perf_counter_ns()]
             results.timing_error = error
         try:
             with open(self.config.results, "w") as f:
