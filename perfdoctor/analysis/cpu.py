@@ -26,7 +26,7 @@ from perfdoctor.analysis.steps import ran_no_gpu
 from perfdoctor.analysis.hostgaps import PYTHON_SOURCE
 from perfdoctor.analysis.timeline import union_per_group
 from perfdoctor.names.codes import equals
-from perfdoctor.names.ranges import AOTI_PREFIX, COMPILED_FX, COMPILED_OPS, COMPILED_PREFIX, WAIT_RANGE, WORKED_RANGE
+from perfdoctor.names.ranges import AOTI_PREFIX, COMPILED_FX, COMPILED_OPS, COMPILED_PREFIX, PROCESS_WAIT_RANGE, WAIT_RANGE, WORKED_RANGE
 from perfdoctor.schema import DATA_LOADER_SOURCE
 from perfdoctor.profile import Profile
 from perfdoctor.text import count, percent, value
@@ -60,6 +60,16 @@ WORKERS_ADVICE = ("the DataLoader already loads in worker processes and the step
                   "profile one worker, or move the per-sample work to batched tensor ops), or add workers (num_workers, "
                   "while CPU cores are free); prefetch_factor only absorbs bursts, persistent_workers=True saves the "
                   "workers' start at each epoch, pin_memory=True the copy to a GPU")
+# With workers, the fetch spent under this share of its time waiting for them (perfdoctor
+# run's traced passes mark the waits: loader_waits): their batches were ready, and the time is
+# this process taking each in. An HF pipeline with 2 workers: 0.38 of a 3.8 ms fetch waited,
+# the rest unpickled a batch of strings; "add workers" cannot win it back.
+READY_SHARE = 0.5
+RECEIVE_ADVICE = ("the workers had the batches ready: the fetch's time is this process taking each batch in, not waiting for "
+                  "them, so more workers do not help. What crosses from a worker is pickled whole unless it is a tensor (whose "
+                  "storage goes through shared memory): return tensors from the Dataset and collate_fn (tokenise or decode into "
+                  "tensors in the workers, not lists of strings, dicts or many small objects), fewer and larger tensors per batch; "
+                  "on a GPU, pin_memory=True takes the batches in on its own thread")
 # The step's thread blocked on another thread or process (perfdoctor run's traced passes
 # mark Condition.wait, a SimpleQueue's get, a blocking socket read, time.sleep: record/bootstrap/waits.py).
 # Another process's work is in no trace of this one; a thread's operators are, and count as
@@ -111,6 +121,9 @@ class CpuView:
     # the fetch's iterator runs worker processes (_MultiProcessingDataLoaderIter): the advice
     # cannot be "use workers"
     loader_workers: bool = False
+    # per step, the part of the DataLoader's __next__ its thread spent waiting for the workers
+    # (or for pin_memory's thread): loader_waits; None where the trace does not mark the waits
+    data_waiting_ms: float | None = None
     has_stacks: bool = False  # Python frames in the trace (with_stack=True): the module table names the lines
     # per step, the time some operator runs on some thread, and how many threads ran one: an
     # ensemble fanned out to a thread pool runs its models' operators at once, their self
@@ -270,16 +283,52 @@ def breakdown(profile: Profile, steps: pd.DataFrame, top: int = 10) -> CpuView |
     a, b, g = np.concatenate([a, w0]), np.concatenate([b, w1]), np.concatenate([g, wk])
     waited = union_per_group(np.maximum(a, s0[g]), np.minimum(b, s1[g]), g, n)
     outside = float(np.mean(np.maximum((s1 - s0) - waited, 0))) / 1e6
-    data_ms = float((d1 - d0)[dk >= 0].sum()) / 1e6 / n
+    data_ms = fetch_ms(r, s0, s1)
     workers = bool(dl["name"][dk >= 0].str.contains(MULTIPROCESS_ITER, regex=False, na=False).any())
     view = CpuView(steps=n, step_ms=step_ms, ops=op_table, modules=mod_table, op_self_ms=float(self_ns[sel_op].sum()) / 1e6 / n,
                    outside_ops_ms=outside, data_loading_ms=data_ms, waits_ms=float(np.mean(waited - covered)) / 1e6, loader_workers=workers,
+                   data_waiting_ms=loader_waits(r, s0, s1),
                    has_stacks=bool(equals(r["source"], PYTHON_SOURCE).any()), op_busy_ms=float(busy.mean()) / 1e6,
                    op_threads=int(np.unique(tid[sel_op]).size))
     inside_ranges = r["name"][_step_of(r["start_ns"].to_numpy(np.int64), s0, s1) >= 0]
     view.compiled = compiled_as(pd.concat([st["name"], inside_ranges]), names[sel_op])
     view.observations = observations(view)
     return view
+
+
+def fetch_ms(ranges: pd.DataFrame, s0: np.ndarray, s1: np.ndarray) -> float:
+    """Per step (``s0``/``s1``: the steps' host starts and ends), the ms of the DataLoader's
+    ``__next__`` ranges that start inside them."""
+    dl = ranges[ranges["source"] == DATA_LOADER_SOURCE]
+    d0, d1 = dl["start_ns"].to_numpy(np.int64), dl["end_ns"].to_numpy(np.int64)
+    return float((d1 - d0)[_step_of(d0, s0, s1) >= 0].sum()) / 1e6 / max(len(s0), 1)
+
+
+def loader_waits(ranges: pd.DataFrame, s0: np.ndarray, s1: np.ndarray) -> float | None:
+    """Per step (``s0``/``s1``: the steps' host starts and ends), the ms the DataLoader's
+    ``__next__`` ranges inside them spent waiting, on their own thread: for a worker's batch
+    (:data:`~perfdoctor.names.ranges.PROCESS_WAIT_RANGE`, a ``multiprocessing`` queue's poll)
+    or for pin_memory's thread (:data:`~perfdoctor.names.ranges.WAIT_RANGE`, its queue's
+    ``Condition.wait``); the rest of the fetch took the batch in. None where the trace marks
+    no wait for another process (not ``perfdoctor run``'s traced pass, or no worker process
+    ran): unknown, not zero."""
+    names = ranges["name"]
+    if not len(s0) or not equals(names, PROCESS_WAIT_RANGE).any():
+        return None
+    fetches = ranges[ranges["source"] == DATA_LOADER_SOURCE]
+    waits = ranges[equals(names, PROCESS_WAIT_RANGE) | equals(names, WAIT_RANGE)]
+    waited = 0
+    for tid, f in fetches.groupby("tid", sort=False):
+        f = f.sort_values("start_ns", kind="stable")
+        f0, f1 = f["start_ns"].to_numpy(np.int64), f["end_ns"].to_numpy(np.int64)
+        stepped = _step_of(f0, s0, s1) >= 0
+        w = waits[waits["tid"] == tid]
+        a, b = w["start_ns"].to_numpy(np.int64), w["end_ns"].to_numpy(np.int64)
+        k = np.searchsorted(f0, a, side="right") - 1  # the fetch each wait began in (a thread's fetches do not overlap)
+        ok = k >= 0
+        ok[ok] &= (a[ok] < f1[k[ok]]) & stepped[k[ok]]
+        waited += int((np.minimum(b[ok], f1[k[ok]]) - a[ok]).sum())
+    return waited / len(s0) / 1e6
 
 
 def compiled_as(range_names: pd.Series, op_names: np.ndarray) -> str | None:
@@ -340,12 +389,16 @@ def observations(view: CpuView) -> list[Observation]:
                 f"more intra-op threads (torch.set_num_threads){'' if view.compiled else ', or torch.compile to fuse what surrounds it'}",
                 float(lead["self_ms"])))
     if view.data_loading_ms >= DATA_LOADING_SHARE * step_ms:
+        waiting = view.data_waiting_ms
+        ready = view.loader_workers and waiting is not None and waiting < READY_SHARE * view.data_loading_ms
         found.append(Observation(
-            "data-loading", "The step waits for its data (DataLoader)",
+            "data-loading", "The step takes in its data (DataLoader): the workers' batches were ready" if ready
+            else "The step waits for its data (DataLoader)",
             f"DataLoader __next__{f' ({MULTIPROCESS_ITER}: worker processes)' if view.loader_workers else ''}: "
             f"{value(view.data_loading_ms, 'ms')} per step ({percent(view.data_loading_ms / step_ms)} "
-            f"of the {value(step_ms, 'ms')} step, mean)",
-            WORKERS_ADVICE if view.loader_workers else NO_WORKERS_ADVICE,
+            f"of the {value(step_ms, 'ms')} step, mean)"
+            + (f", of which {value(waiting, 'ms')} waiting for the workers" if view.loader_workers and waiting is not None else ""),
+            RECEIVE_ADVICE if ready else WORKERS_ADVICE if view.loader_workers else NO_WORKERS_ADVICE,
             view.data_loading_ms))
     if view.waits_ms >= WAITS_SHARE * step_ms:
         found.append(Observation(

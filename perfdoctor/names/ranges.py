@@ -51,7 +51,9 @@ not import pandas there). :func:`kind` puts every range name in one class:
 ``wait``
     :data:`WAIT_RANGE`: ``perfdoctor run``'s traced passes mark a thread's waits for another
     thread with it (:mod:`perfdoctor.record.bootstrap.waits`): never a step, it ends the
-    iteration of a call before it (:func:`perfdoctor.analysis.steps.iteration_ranges`).
+    iteration of a call before it (:func:`perfdoctor.analysis.steps.iteration_ranges`);
+    :data:`PROCESS_WAIT_RANGE` a wait for another process's message (a DataLoader's workers'
+    batch), never a step either, and no end of an iteration: a step waits for its data.
 ``range``
     anything else: a range the user (or the framework on the user's behalf) named.
 """
@@ -86,6 +88,11 @@ WAIT_RANGE = "perfdoctor.wait"
 # tracer that work filled half of some 0.2-1 ms waits: hence the 1 ms floor. The light pass
 # records the same verdict per wait (record/bootstrap/waits.py).
 WORKED_RANGE = "perfdoctor.wait: the process worked"
+# ... and a thread's wait for another process's message on a multiprocessing connection (a
+# DataLoader's fetch waiting for its workers' next batch; with pin_memory=True its pinning
+# thread waits so, and the fetch on that thread's queue: WAIT_RANGE): what the fetch's time
+# waited, the rest taking the batch in (perfdoctor.analysis.cpu.loader_waits)
+PROCESS_WAIT_RANGE = "perfdoctor.wait: another process"
 WORKED_SHARE = 0.3
 WORKED_MIN_NS = 1_000_000
 
@@ -239,7 +246,7 @@ def kind(name: str) -> str:
     """The class of a range name (see the module docstring)."""
     if not isinstance(name, str):
         return LIBRARY
-    if name in (WAIT_RANGE, WORKED_RANGE):
+    if name in (WAIT_RANGE, WORKED_RANGE, PROCESS_WAIT_RANGE):
         return WAIT
     if parse_serving(name) is not None:
         return SERVING

@@ -55,6 +55,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10: the same parser, packaged as tomli
     import tomli as tomllib  # type: ignore[no-redef]
 
+from perfdoctor.analysis.cpu import READY_SHARE
 from perfdoctor.errors import UsageError
 from perfdoctor.text import clean, clean_block
 from perfdoctor.analysis.metrics import Analysis, Metric
@@ -194,6 +195,21 @@ def _workload_is(kind: str) -> Callable[[dict[str, Metric]], bool]:
     return pred
 
 
+def _workers(behind: bool) -> Callable[[dict[str, Metric]], bool]:
+    """A DataLoader with workers (``loader_workers``) whose fetches waited for them (``behind``:
+    ``loader_wait_share`` at least :data:`perfdoctor.analysis.cpu.READY_SHARE`, or unknown),
+    or spent their time taking in the batches the workers had ready."""
+
+    def pred(values: dict[str, Metric]) -> bool:
+        workers, share = values.get("loader_workers"), values.get("loader_wait_share")
+        if workers is None or workers.value != 1.0:
+            return False
+        ready = share is not None and share.value is not None and share.value < READY_SHARE
+        return ready != behind
+
+    return pred
+
+
 def _both(*names: str) -> Callable[[dict[str, Metric]], bool]:
     """A condition that holds where each named condition of PREDICATES holds."""
 
@@ -242,6 +258,11 @@ PREDICATES: dict[str, tuple[Callable[[dict[str, Metric]], bool], str]] = {
     "varying-work": (_at_least("slow_step_work_ratio", VARYING_EXPLAIN), f"the steps' model calls vary ({WORK_SPREAD:g}x or more) and "
                      "their count at the median time per call accounts for the slow steps' time beyond the median "
                      f"(slow_step_work_ratio >= {VARYING_EXPLAIN})"),
+    # a DataLoader with workers: the fetch waited for them, or took in batches they had ready
+    "workers-behind": (_workers(behind=True), "the DataLoader has worker processes and its fetches waited for them most of "
+                       f"their time (loader_wait_share >= {READY_SHARE}), or the trace does not say"),
+    "batches-ready": (_workers(behind=False), "the DataLoader has worker processes and its fetches spent most of their time taking in "
+                      f"batches the workers had ready, not waiting (loader_wait_share < {READY_SHARE})"),
     # the time between steps is the collector's: "persistent workers, OpenMMLab's sleep" is then no advice
     "collector-pauses": (_at_least("paused_gc_ratio", GC_PAUSES_EXPLAIN), "Python's full garbage collections between steps account for "
                          f"the time between them (paused_gc_ratio >= {GC_PAUSES_EXPLAIN})"),

@@ -729,6 +729,39 @@ def test_episodes_of_varying_length_are_their_own_work_not_a_stall(tmp_path: Pat
     assert ev.columns[-1] == "model calls" and all(row[-1] == result["lengths"][row[0] + 1] for row in ev.rows), ev.rows
 
 
+@pytest.mark.parametrize("sample_ms", [0, 4])
+def test_a_fetch_that_takes_in_ready_batches_is_not_told_to_add_workers(tmp_path: Path, sample_ms: int) -> None:
+    # An HF pipeline with num_workers=2: the workers' queue held a batch at every fetch, and the
+    # fetch's time was this process unpickling it; the report said "the step waits for its
+    # data ... add workers". The traced pass now marks each wait for a worker's batch (a
+    # multiprocessing queue's poll) inside the fetch: with the workers ahead (sample_ms 0) the
+    # fetch is mostly taking batches in, and the advice is to send tensors; with slow samples
+    # (4 ms each, 32 ms a batch over 2 workers) it is mostly waiting, and the advice is the
+    # workers'. Both checked against the program's own timer of its polls
+    from perfdoctor.analysis.cpu import READY_SHARE, RECEIVE_ADVICE, WORKERS_ADVICE
+    from perfdoctor.rules.engine import PREDICATES
+    from perfdoctor.rules.signals import inputs
+
+    r = run_cli_fds("run", "--collect", "torch", "--timeout", "240", "--out", tmp_path, REAL / "text_batches.py", "--batches", "40",
+                    "--sample-ms", str(sample_ms), env={"OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    own = program_results(r.stdout)[-1]  # the torch pass's
+    own_share = sum(own["wait_ms"][5:]) / sum(own["fetch_ms"][5:])
+    (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    analysis = diagnose(bundle, warnings=False).analysis
+    view = analysis.cpu
+    assert view.loader_workers and view.data_waiting_ms is not None and 0 <= view.data_waiting_ms <= view.data_loading_ms
+    share = view.data_waiting_ms / view.data_loading_ms
+    values = inputs(analysis)
+    assert values["loader_wait_share"].value == pytest.approx(share, rel=1e-6)
+    (seen,) = [o for o in view.observations if o.kind == "data-loading"]
+    ready = sample_ms == 0
+    # the program's own poll timer agrees on which side of the line the fetches fall
+    assert (own_share < READY_SHARE) == ready and (share < READY_SHARE) == ready, (own_share, share)
+    assert PREDICATES["batches-ready"][0](values) == ready and PREDICATES["workers-behind"][0](values) != ready
+    assert seen.advice == (RECEIVE_ADVICE if ready else WORKERS_ADVICE) and "waiting for the workers" in seen.evidence
+
+
 def test_ppo_traced_whole_reads_one_step_per_iteration(tmp_path: Path) -> None:
     # The same program traced whole on the CPU, read by analyze: its 16 rollout steps per 4
     # minibatch updates held 70 % of the trace's ops between two zero_grads, under the 75 %

@@ -176,6 +176,35 @@ def test_uninstall_restores_everything_and_a_forked_child_times_nothing(waits: W
     assert asyncio.selector_events.BaseSelectorEventLoop.__init__.__module__ == "asyncio.selector_events"
 
 
+def test_a_traced_pass_marks_a_wait_for_another_processs_message_the_light_pass_not() -> None:
+    # a DataLoader's fetch polls its workers' queue with a timeout: the traced passes mark that
+    # wait (what part of a fetch waited and what part took the batch in); a poll that only looks
+    # (poll(), poll(0)) is no wait; the light pass leaves connections alone (a step waits for
+    # its data); uninstall gives the method back
+    import multiprocessing.connection as mp_connection
+
+    import torch
+
+    from perfdoctor.names.ranges import PROCESS_WAIT_RANGE
+
+    poll = mp_connection._ConnectionBase.poll
+    light = Waits(SimpleNamespace(mode="light", disabled=False))
+    assert mp_connection._ConnectionBase.poll is poll
+    light.uninstall()
+    traced = Waits(SimpleNamespace(mode="torch", disabled=False))
+    try:
+        reader, writer = multiprocessing.Pipe(duplex=False)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            assert not reader.poll() and not reader.poll(0)
+            _later(lambda: writer.send(1))
+            assert reader.poll(5) and reader.recv() == 1
+        marked = [e for e in prof.events() if e.name == PROCESS_WAIT_RANGE]
+        assert len(marked) == 1 and marked[0].time_range.elapsed_us() >= NAP * 1e6 * 0.5, marked
+    finally:
+        traced.uninstall()
+    assert mp_connection._ConnectionBase.poll is poll
+
+
 def test_a_wait_while_another_thread_works_is_marked_worked_one_while_it_sleeps_not(waits: Waits) -> None:
     """The consumer of a producer thread waits on its queue while the producer works (~1
     CPU): worked 1, the step's own wait for its input. A server's worker waits while the rest

@@ -36,6 +36,14 @@ zero timeout or a non-blocking call is a poll, not a wait: a ``ThreadPoolExecuto
   its step's. Bound by ``from time import sleep`` too, when that import runs after the
   bootstrap (the program's own); a library that took ``sleep`` before keeps the original.
 
+Traced passes also mark a wait for another process's message on a ``multiprocessing``
+connection (``Connection.poll`` with a timeout, which a ``multiprocessing.Queue``'s ``get``
+makes: a DataLoader's fetch waiting for its workers' batch) as
+:data:`~perfdoctor.names.ranges.PROCESS_WAIT_RANGE`: what part of a fetch waited for the
+workers and what part took the batch in (unpickled it), which ask for different fixes
+(:func:`perfdoctor.analysis.cpu.loader_waits`). Not the light pass: a step waits for its
+data, and the light pass's waits end iterations.
+
 A lock's ``acquire`` handed over between threads is not seen (``_thread.lock`` is C and
 cannot be wrapped without replacing every lock).
 """
@@ -43,6 +51,7 @@ cannot be wrapped without replacing every lock).
 from __future__ import annotations
 
 import asyncio.selector_events as selector_events
+import multiprocessing.connection as mp_connection
 import numbers
 import os
 import queue
@@ -142,6 +151,12 @@ class Waits:
             if selector is not None and not session.disabled:
                 selector.select = timed_select(selector.select)
 
+        self.connection_poll = poll = mp_connection._ConnectionBase.poll
+        if session.mode != "light":
+            # a poll with a timeout blocks; poll() and poll(0) only look
+            polls = lambda connection, timeout=0.0: not session.disabled and (timeout is None or timeout > 0)  # noqa: E731
+            marked = lambda: api.marks().push(rangenames.PROCESS_WAIT_RANGE)  # noqa: E731
+            mp_connection._ConnectionBase.poll = _timed(poll, polls, marked, lambda handle: api.marks().pop(handle))  # type: ignore[method-assign]
         time.sleep = _timed(sleep, sleeps, begin, finish)
         threading.Condition.wait = wait  # type: ignore[method-assign]
         queue.SimpleQueue = SimpleQueue  # type: ignore[misc]
@@ -255,6 +270,7 @@ class Waits:
         for fd in list(self.children):
             self.drop(fd)
         time.sleep = self.time_sleep
+        mp_connection._ConnectionBase.poll = self.connection_poll  # type: ignore[method-assign]
         threading.Condition.wait = self.condition_wait  # type: ignore[method-assign]
         queue.SimpleQueue = self.simple_queue  # type: ignore[misc]
         selector_events.BaseSelectorEventLoop.__init__ = self.loop_init  # type: ignore[method-assign]
