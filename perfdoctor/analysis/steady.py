@@ -311,7 +311,9 @@ def optimizer_iterations(calls: dict, others: dict, work_ns: np.ndarray | list[i
     the first mark has fewer than ``k`` before it, inside its own iteration (each new
     optimizer's first step, a zero_grad before it: Reptile), that many fewer. With
     ``k`` = 0 (only the optimizer's step, which always closes the iteration) only the first
-    is added. Without work known, neither: nothing says where the first began.
+    is added. Without work known, only the last: nothing says where the first began, and the
+    last one's optimizer step ends it whatever ran before (higher's MAML loop makes a new
+    module class per task, which the narrowed light pass does not note: 199 steps for 200).
 
     ``closing``: the marks are an optimizer's steps, which end their iterations
     (``rangenames.closes_iteration``). Before the first one there may be fewer than ``k``
@@ -350,17 +352,15 @@ def optimizer_iterations(calls: dict, others: dict, work_ns: np.ndarray | list[i
     if n >= 2 and m and np.mean(within(oh, h, _ns((calls.get("host_end_ns") or calls["gpu_end_ns"])[:n]))) > 0.5:
         return with_last(int(_ns(calls["gpu_end_ns"])[-1]))
     work = np.sort(_ns(work_ns if work_ns is not None else []))
-    if n < 2 or work.size == 0:
+    if n < 2:
         return out
-    begins = mark_groups(h, work)
+    begins = mark_groups(h, work) if work.size else None
     if begins is not None:
         return _group_iterations(h, _ns(calls["gpu_end_ns"][:n]), oh, oe, work, begins, gpu_start is not None)
     k = int(np.median(np.diff(np.searchsorted(oh, h))))
-    w = int(np.median(np.diff(np.searchsorted(work, h))))
-    if w < 1:
-        return out
+    w = int(np.median(np.diff(np.searchsorted(work, h)))) if work.size else 0
     o0, w0 = int(np.searchsorted(oh, h[0])), int(np.searchsorted(work, h[0]))
-    if w0 >= w and (o0 >= k or closing):
+    if w >= 1 and w0 >= w and (o0 >= k or closing):
         ahead = o0 < k  # an optimizer step's first iteration, with fewer marks before it
         if ahead:  # from its work, or the mark just before it (a zero_grad at the loop's top)
             j = int(np.searchsorted(oh, work[w0 - w]))

@@ -883,6 +883,10 @@ def test_a_loop_without_a_data_loader_has_one_iteration_per_optimizer_step() -> 
     assert len(out["host_start_ns"]) == 4
     # no work known: nothing says where the first iteration began, today's reading
     assert steady.optimizer_iterations(_series([8, 18, 28, 38]), opt, [])["host_start_ns"] == [8, 18, 28]
+    # ... but the last one's optimizer step ends it, from its zero_grad at the loop's top
+    # (higher's MAML loop, a new module class per task, notes no work: 199 steps for 200)
+    out = steady.optimizer_iterations(_series([0, 10, 20, 30]), opt, [])
+    assert out["host_start_ns"] == [0, 10, 20, 30] and out["gpu_end_ns"] == [10, 20, 30, 38]
 
 
 def test_an_optimizer_step_ends_its_iteration_though_fewer_marks_come_before_the_first() -> None:
