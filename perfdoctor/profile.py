@@ -103,7 +103,9 @@ class LightSteps:
     garbage collections there (a library's ``gc.collect()`` at each epoch's end).
     ``work_calls``: per step, the model calls that began inside it (the light pass's
     ``module_work_ns``, of the grad mode most ran in: ``perfdoctor.collectors.bundle``); None
-    where the run noted none.
+    where the run noted none. ``call_ns``: for a series timed as the loop iteration (a
+    DataLoader's fetch to the next), each step's mark's own call (the fetch alone), -1 where
+    none starts with it; None otherwise.
     ``windows_per_step``: where each step is one input's windows (the model called on windows
     of one input, :func:`perfdoctor.analysis.steps.call_groups`), how many; None otherwise.
     """
@@ -121,6 +123,7 @@ class LightSteps:
     idle_before_ns: np.ndarray | None = None
     gc_before_ns: np.ndarray | None = None
     work_calls: np.ndarray | None = None
+    call_ns: np.ndarray | None = None
     clock: str = "cuda-event"
     steady_start: int | None = None
     steady_reason: str = ""

@@ -216,12 +216,29 @@ def read_light(results: PassResults, light_pass: LightPass, warnings: list[str])
         pass_ended=ended,
         **per_step,
         work_calls=_work_calls(results, host, end),
+        call_ns=_call_ns(results, name, host),
         clock=clock,
         steady_start=start,
         steady_reason=reason,
         counters={k: v for k, v in counters.items() if isinstance(v, dict)},
         windows_per_step=int(windows) if isinstance(windows, int) and windows > 1 else None,
     )
+
+
+def _call_ns(results: PassResults, name: str, host: np.ndarray) -> np.ndarray | None:
+    """Per step of a series timed as the loop iteration (a DataLoader's fetch to the next),
+    the mark's own call as measured (``call_series``: the fetch's ``__next__`` alone), ns; -1
+    where no call starts with the step; None where the series is the calls themselves."""
+    calls = (results.call_series or {}).get(name)
+    starts = _int_array(calls.get("host_start_ns")) if isinstance(calls, dict) else None
+    ends = _int_array(calls.get("host_end_ns")) if isinstance(calls, dict) else None
+    if starts is None or ends is None or not starts.size or not host.size:
+        return None
+    n = min(starts.size, ends.size)
+    order = np.argsort(starts[:n], kind="stable")
+    starts, ends = starts[:n][order], ends[:n][order]
+    k = np.clip(np.searchsorted(starts, host), 0, n - 1)
+    return np.where(starts[k] == host, ends[k] - starts[k], -1).astype(np.int64)
 
 
 def _work_calls(results: PassResults, host: np.ndarray, end: np.ndarray) -> np.ndarray | None:

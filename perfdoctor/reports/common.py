@@ -187,8 +187,10 @@ def outcome(findings: Sequence[Finding], analysis: Analysis) -> str:
         return "crashed"
     v = verdict(findings)
     c = v["counts"]
-    if v["status"] != "pass":
-        return v["status"]
+    if v["top"] is not None:
+        return "fail"
+    if not (c["pass"] or c["note"]):
+        return "not_evaluated"
     return "inconclusive" if c["pass"] < c["not_evaluated"] else "pass"
 
 

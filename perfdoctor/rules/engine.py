@@ -57,7 +57,7 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, packaged as tomli
 
 from perfdoctor.analysis.cpu import READY_SHARE
 from perfdoctor.errors import UsageError
-from perfdoctor.text import clean, clean_block
+from perfdoctor.text import clean, clean_block, num
 from perfdoctor.analysis.metrics import Analysis, Metric
 from perfdoctor.analysis.steady import PERIODIC_SHARE, PERIODIC_SLOW, REGIME_WINDOW, WORK_SPREAD, held_share, slow_period, slow_stretches, work_share
 from perfdoctor.rules.estimates import ESTIMATES, Estimate, Need, Unavailable
@@ -210,6 +210,12 @@ def _workers(behind: bool) -> Callable[[dict[str, Metric]], bool]:
     return pred
 
 
+def _unscheduled_work(values: dict[str, Metric]) -> bool:
+    """The slow steps' own work explains them (``slow_step_work_ratio``), and they come on no
+    schedule (``periodic`` names a schedule's work more precisely)."""
+    return _at_least("slow_step_work_ratio", VARYING_EXPLAIN)(values) and not PREDICATES["periodic"][0](values)
+
+
 def _both(*names: str) -> Callable[[dict[str, Metric]], bool]:
     """A condition that holds where each named condition of PREDICATES holds."""
 
@@ -255,9 +261,10 @@ PREDICATES: dict[str, tuple[Callable[[dict[str, Metric]], bool], str]] = {
     "contended": (_at_least("slow_step_cpu_wait_ratio", CPU_WAITS_EXPLAIN), "the step's thread waiting for a CPU inside the slow steps (another "
                   f"process on its cores) accounts for their time beyond the median (slow_step_cpu_wait_ratio >= {CPU_WAITS_EXPLAIN})"),
     # the slow steps are longer because they do more: their work, not a stall to remove
-    "varying-work": (_at_least("slow_step_work_ratio", VARYING_EXPLAIN), f"the steps' model calls vary ({WORK_SPREAD:g}x or more) and "
+    # (not on a schedule: SAC's every 3rd step holds the actor's updates, and "periodic" names that)
+    "varying-work": (_unscheduled_work, f"the steps' model calls vary ({num(WORK_SPREAD)}x or more) and "
                      "their count at the median time per call accounts for the slow steps' time beyond the median "
-                     f"(slow_step_work_ratio >= {VARYING_EXPLAIN})"),
+                     f"(slow_step_work_ratio >= {VARYING_EXPLAIN}), and the slow steps come on no schedule (not periodic)"),
     # a DataLoader with workers: the fetch waited for them, or took in batches they had ready
     "workers-behind": (_workers(behind=True), "the DataLoader has worker processes and its fetches waited for them most of "
                        f"their time (loader_wait_share >= {READY_SHARE}), or the trace does not say"),

@@ -738,7 +738,9 @@ def test_a_fetch_that_takes_in_ready_batches_is_not_told_to_add_workers(tmp_path
     # fetch is mostly taking batches in, and the advice is to send tensors; with slow samples
     # (4 ms each, 32 ms a batch over 2 workers) it is mostly waiting, and the advice is the
     # workers'. Both checked against the program's own timer of its polls
-    from perfdoctor.analysis.cpu import READY_SHARE, RECEIVE_ADVICE, WORKERS_ADVICE
+    from dataclasses import replace
+
+    from perfdoctor.analysis.cpu import READY_SHARE, RECEIVE_ADVICE, WORKERS_ADVICE, observations
     from perfdoctor.rules.engine import PREDICATES
     from perfdoctor.rules.signals import inputs
 
@@ -760,6 +762,19 @@ def test_a_fetch_that_takes_in_ready_batches_is_not_told_to_add_workers(tmp_path
     assert (own_share < READY_SHARE) == ready and (share < READY_SHARE) == ready, (own_share, share)
     assert PREDICATES["batches-ready"][0](values) == ready and PREDICATES["workers-behind"][0](values) != ready
     assert seen.advice == (RECEIVE_ADVICE if ready else WORKERS_ADVICE) and "waiting for the workers" in seen.evidence
+    # the fetch's share is judged untraced where the light pass timed each fetch alone (its
+    # call_series): by hand, each steady step's fetch and step, their medians
+    calls = json.loads((bundle / "raw" / "light.json").read_text())["call_series"][analysis.profile.light.name]
+    alone = dict(zip(calls["host_start_ns"], np.array(calls["host_end_ns"]) - np.array(calls["host_start_ns"])))
+    light = analysis.profile.light
+    first = light.steady_start or 0
+    by_hand = [alone[h] for h in light.host_start_ns[first:].tolist()]
+    assert view.untraced_fetch == pytest.approx((np.median(by_hand) / 1e6, np.median(light.gpu_end_ns[first:] - light.host_start_ns[first:]) / 1e6))
+    assert f"untraced, the light pass's median fetch" in seen.evidence
+    # a fetch the tracer stretched past 5 % of the step, under it untraced (poutyne's fit on
+    # numpy arrays: 6.2 % traced, its samples indexed one by one), is no finding; over it, is
+    assert not [o for o in observations(replace(view, untraced_fetch=(0.04, 1.0))) if o.kind == "data-loading"]
+    assert [o for o in observations(replace(view, untraced_fetch=(0.06, 1.0))) if o.kind == "data-loading"]
 
 
 def test_ppo_traced_whole_reads_one_step_per_iteration(tmp_path: Path) -> None:
