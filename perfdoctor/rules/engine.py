@@ -57,7 +57,7 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, packaged as tomli
 
 from perfdoctor.analysis.cpu import READY_SHARE
 from perfdoctor.errors import UsageError
-from perfdoctor.text import clean, clean_block, num
+from perfdoctor.text import clean, clean_block
 from perfdoctor.analysis.metrics import Analysis, Metric
 from perfdoctor.analysis.steady import PERIODIC_SHARE, PERIODIC_SLOW, REGIME_WINDOW, WORK_SPREAD, held_share, slow_period, slow_stretches, work_share
 from perfdoctor.rules.estimates import ESTIMATES, Estimate, Need, Unavailable
@@ -262,7 +262,7 @@ PREDICATES: dict[str, tuple[Callable[[dict[str, Metric]], bool], str]] = {
                   f"process on its cores) accounts for their time beyond the median (slow_step_cpu_wait_ratio >= {CPU_WAITS_EXPLAIN})"),
     # the slow steps are longer because they do more: their work, not a stall to remove
     # (not on a schedule: SAC's every 3rd step holds the actor's updates, and "periodic" names that)
-    "varying-work": (_unscheduled_work, f"the steps' model calls vary ({num(WORK_SPREAD)}x or more) and "
+    "varying-work": (_unscheduled_work, f"the steps' model calls vary (most / fewest >= {WORK_SPREAD}) and "
                      "their count at the median time per call accounts for the slow steps' time beyond the median "
                      f"(slow_step_work_ratio >= {VARYING_EXPLAIN}), and the slow steps come on no schedule (not periodic)"),
     # a DataLoader with workers: the fetch waited for them, or took in batches they had ready
