@@ -117,7 +117,7 @@ def test_a_traced_window_under_way_at_the_duration_is_let_finish(tmp_path):
     assert light["stopped"] == "at --duration 5 s" and traced["stopped"] == "after its window", traced
     with gzip.open(bundle / "raw" / "torch-trace.json.gz", "rt") as f:
         ranges = [e for e in json.load(f)["traceEvents"] if e.get("name") == "Linear.forward" and e.get("ph") == "X"]
-    assert len(ranges) == 10  # every traced step
+    assert len(ranges) == 11  # every traced step, and the next one's call that ends the 10th
 
 
 def test_a_start_up_longer_than_the_duration_is_named(tmp_path):

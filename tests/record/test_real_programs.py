@@ -400,7 +400,7 @@ def test_async_server_steps_are_the_requests_service_not_the_event_loops_idle(tm
     steps = find_steps(profile)
     forwards = profile.ranges.loc[profile.ranges["name"] == "Sequential.forward", "tid"]
     assert steps.name == "Sequential.forward" and steps.count == len(forwards) - forwards.nunique()
-    assert len(forwards) == (result["requests"] if executor else 10)
+    assert len(forwards) == (result["requests"] if executor else 11)  # 10 iterations and the call that ends the 10th
     traced = (steps.table["host_end_ns"] - steps.table["host_start_ns"]).to_numpy() / 1e6
     assert np.median(traced) < 3 * np.median(own)  # the tracer slows a step, a wait would be ~5 ms
 

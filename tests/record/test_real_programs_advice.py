@@ -100,7 +100,7 @@ def test_a_fetch_that_takes_in_ready_batches_is_not_told_to_add_workers(tmp_path
     from perfdoctor.rules.engine import PREDICATES
     from perfdoctor.rules.signals import inputs
 
-    r = run_cli_fds("run", "--collect", "torch", "--timeout", "240", "--out", tmp_path, REAL / "text_batches.py", "--batches", "40",
+    r = run_cli_fds("run", "--collect", "torch", "--timeout", "240", "--out", tmp_path, REAL / "text_batches.py", "--batches", "30",
                     "--sample-ms", str(sample_ms), env={"OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
     own = program_results(r.stdout)[-1]  # the torch pass's

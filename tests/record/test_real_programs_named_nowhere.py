@@ -149,7 +149,8 @@ def test_a_traced_token_step_before_the_next_utterances_encoder_ends_at_its_own_
     # openai-whisper's beam search (CPU probe, 2026-12-06): analyze timed each decoder call to
     # the next, so the window's step before a new clip held that clip's encoder (659 ms among
     # 33 ms steps); the light pass ends a call followed by a pause at its own end, and so does
-    # the trace now. The window (calls 12-21) crosses the second utterance's encoder (after 16).
+    # the trace now. The window (calls 12-22: 10 iterations and the call that ends the 10th)
+    # crosses the second utterance's encoder (after 16).
     tokens = 16
     r = run_cli_fds("run", "--timeout", "240", "--collect", "torch", "--warmup", "12", "--steps", "10", "--out", tmp_path,
                 REAL / "encdec_greedy.py", "--device", "cpu", "--dim", "256", "--heads", "4", "--enc-layers", "1", "--dec-layers", "2",
@@ -162,7 +163,7 @@ def test_a_traced_token_step_before_the_next_utterances_encoder_ends_at_its_own_
     calls = sorted((e["ts"], e["dur"]) for e in events if e["name"] == "TextDecoder.forward")
     convs = [e["ts"] for e in events if e["name"] == "aten::conv1d"]  # the encoder's front end: no decoder op is one
     encoder_after = [any(ts + dur <= c < nxt for c in convs) for (ts, dur), (nxt, _) in zip(calls, calls[1:])]
-    assert len(calls) == 10 and sum(encoder_after) == 1
+    assert len(calls) == 11 and sum(encoder_after) == 1
     want = [dur / 1e3 if enc else (nxt - ts) / 1e3 for (ts, dur), (nxt, _), enc in zip(calls, calls[1:], encoder_after)]
     d = diagnose(bundle, warnings=False)
     t = d.analysis.steps.table

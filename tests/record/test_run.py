@@ -662,13 +662,14 @@ def test_hf_generate_step_is_the_model_forward(hf_run):
     light = json.loads((bundle / "raw" / "light.json").read_text())
     assert len(light["series"]["LlamaForCausalLM.forward"]["gpu_end_ns"]) == tokens
     # The torch pass marked those calls: the trace's step is the model forward, one range per
-    # call in the window: 10 (--steps' default) from the light pass's steady start, fewer when
-    # a loaded machine placed that start late in the 28 forwards.
+    # call in the window: 10 iterations (--steps' default) from the light pass's steady start
+    # and the next one's call that ends the 10th (11), fewer when a loaded machine placed that
+    # start late in the 28 forwards.
     m = manifest(bundle)
     assert m["step"] == "LlamaForCausalLM.forward" and m["collectors"]["torch"]["status"] == "ok"
     assert 0 <= lp["warmup"] < tokens
     profile = load_bundle(bundle)
-    assert (profile.ranges["name"] == "LlamaForCausalLM.forward").sum() == min(10, tokens - lp["warmup"])
+    assert (profile.ranges["name"] == "LlamaForCausalLM.forward").sum() == min(11, tokens - lp["warmup"])
     assert profile.origin.declared == {"LlamaForCausalLM.forward": {"tokens": 1.0}}
 
 

@@ -123,6 +123,8 @@ class Session:
         self.timer = Timer()
         self.times = StepTimes(self.timer)
         self.started_ns = time.perf_counter_ns()  # the steps' clock, before the program runs
+        # a traced pass's module step (its calls marked: ModuleSteps.mark_call), each timed as its loop iteration
+        self.module_step = (config.module_step or {}).get("name") if self.mode != "light" else None
         self.exhausted = StepTimes(self.timer)  # data loader fetches that raised StopIteration
         self.last_batches: dict[str, list[int]] = {}  # host starts of the fetches that yielded a pass's last batch
         # per data loader iterator (its id), its last batch's note: taken back where it yields more
@@ -396,10 +398,12 @@ class Session:
                 self.ncu_range(index, begin=False)
             # the window's whole steps: a loop mark that opens its iteration (a fetch, a
             # zero_grad at the top) ends the one before it, so --steps N holds N of them and the
-            # mark of the next (before: N - 1, the last range's iteration cut by the window's end)
+            # mark of the next (before: N - 1, the last range's iteration cut by the window's end);
+            # so does a module step's call, timed as the loop iteration too (word_language_model's
+            # forward: --steps 10 traced 9, the 10th call's backward and update after the window)
             if training_fetch:
                 held = self.window_trained  # the training iterations; this fetch ended the last
-            elif rangenames.kind(name) == rangenames.LOOP and not rangenames.closes_iteration(name):
+            elif (rangenames.kind(name) == rangenames.LOOP and not rangenames.closes_iteration(name)) or name == self.module_step:
                 held = index - self.warmup
             else:
                 held = index + 1 - self.warmup
