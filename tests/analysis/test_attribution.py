@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, SHARED_TRACES, run_cli
+from conftest import FIXTURES, SHARED_TRACES, run_cli_inprocess
 from perfdoctor.analysis.attribution import BUSY_PARTS, PARTS, WAIT_PARTS, kernel_part
 from perfdoctor.errors import UsageError
 from perfdoctor.pipeline import diagnose
@@ -358,21 +358,21 @@ def test_demo_fails_nothing_its_numbers_contradict(variant: str):
 def test_reports_show_the_attribution_first(tmp_path: Path):
     trace = FIXTURES / "h200-pageable-sync-10steps.kineto.json.gz"
     md = tmp_path / "r.md"
-    done = run_cli("report", str(trace), "--format", "md", "-o", str(md))
+    done = run_cli_inprocess("report", str(trace), "--format", "md", "-o", str(md))
     assert done.returncode == 0, done.stderr
     text = md.read_text()
     assert "### Where the step went" in text
     assert text.index("Where the step went") < text.index("### 1.")
     out = tmp_path / "r.html"
-    assert run_cli("report", str(trace), "--format", "html", "-o", str(out)).returncode == 0
+    assert run_cli_inprocess("report", str(trace), "--format", "html", "-o", str(out)).returncode == 0
     html = out.read_text()
     assert html.index("Where the step went") < html.index('class="finding')
     assert 'aria-label="Where the step went: one stacked bar per step"' in html
     js = tmp_path / "f.json"
-    assert run_cli("report", str(trace), "--format", "json", "-o", str(js)).returncode == 0
+    assert run_cli_inprocess("report", str(trace), "--format", "json", "-o", str(js)).returncode == 0
     doc = json.loads(js.read_text())
     assert sum(doc["attribution"]["parts"].values()) == pytest.approx(doc["attribution"]["step_ms"], rel=0.01)
     m = tmp_path / "m.json"
-    assert run_cli("analyze", str(trace), "--json", str(m)).returncode == 0
+    assert run_cli_inprocess("analyze", str(trace), "--json", str(m)).returncode == 0
     metrics = json.loads(m.read_text())
     assert metrics["attribution"]["unit"] == "ms" and len(metrics["attribution"]["steps"]) == 10

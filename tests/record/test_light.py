@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, run_cli
+from conftest import FIXTURES, run_cli_inprocess
 from perfdoctor.pipeline import load_trace
 from perfdoctor.reports.common import finding_reason
 from perfdoctor.reports.estimates import formula
@@ -188,7 +188,7 @@ def test_metrics_json_and_report_of_a_bundle_have_no_nan(tmp_path: Path) -> None
     light, lp = new_format(steady_start=1, counters=counters)
     bundle = make_bundle(tmp_path / "b", light=light, light_pass=lp)
     out = tmp_path / "metrics.json"
-    r = run_cli("analyze", bundle, "--json", out)
+    r = run_cli_inprocess("analyze", bundle, "--json", out)
     assert r.returncode == 0, r.stderr
     doc = strict_json(out.read_text())
     assert doc["schema"] == "perfdoctor.metrics/2"
@@ -234,7 +234,7 @@ def test_the_rule_engine_never_compares_a_nan() -> None:
 
 
 def test_analyze_prints_one_gap_table() -> None:
-    r = run_cli("analyze", LLAMA, "--step", "decode_step")
+    r = run_cli_inprocess("analyze", LLAMA, "--step", "decode_step")
     assert r.returncode == 0, r.stderr
     out = r.stdout
     title = "Largest gaps between GPU activities inside steps"

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REAL_PROGRAMS as REAL, program_result, run_cli, run_cli_fds, trace_program
+from conftest import REAL_PROGRAMS as REAL, program_result, run_cli_inprocess, run_cli_fds, trace_program
 from real_helpers import FETCH, light_run, step_ms
 from perfdoctor.analysis.steps import find_steps
 from perfdoctor.pipeline import diagnose, load_trace
@@ -146,7 +146,7 @@ def test_work_in_spawned_processes_is_named_not_missed_in_silence(tmp_path: Path
     assert light["step_name"] is None
     assert light["reason"].startswith("no step seen: the program ran work in child processes (__main__.demo_basic (spawn) x2)")
     assert "torchrun" in light["reason"]
-    a = run_cli("analyze", bundle, timeout=120)
+    a = run_cli_inprocess("analyze", bundle, timeout=120)
     assert a.returncode == 0, a.stderr[-2000:]
     # the light pass's reason, whole, with what to do
     assert "__main__.demo_basic (spawn) x2" in a.stderr and "torchrun" in a.stderr
@@ -172,7 +172,7 @@ def test_a_test_loop_beside_training_in_child_processes_is_not_the_step(tmp_path
     assert "the 5 steps of 'enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__'" in reason and "torchrun" in reason
     share = float(re.search(r"hold ([0-9.]+) % of its run", reason).group(1)) / 100
     assert 0 < share <= result["test_ms"] / result["main_ms"] + 0.001 and share < 0.1, (share, result)
-    a = run_cli("analyze", bundle, timeout=120)
+    a = run_cli_inprocess("analyze", bundle, timeout=120)
     assert a.returncode == 0, a.stderr[-2000:]
     assert reason in a.stderr
 

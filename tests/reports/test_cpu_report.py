@@ -13,7 +13,7 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, run_cli
+from conftest import FIXTURES, run_cli_inprocess
 from perfdoctor.pipeline import diagnose
 from perfdoctor.reports import cpu
 from perfdoctor.reports.summary import header_lines
@@ -24,7 +24,7 @@ NO_GPU = "GPU metrics and checks: absent, no GPU ran in this trace"
 
 
 def test_analyze_of_a_cpu_trace_shows_the_operators_not_rows_of_dashes() -> None:
-    r = run_cli("analyze", CPU_MLP, "--json", "-")
+    r = run_cli_inprocess("analyze", CPU_MLP, "--json", "-")
     assert r.returncode == 0, r.stderr
     out = r.stderr.splitlines()  # --json -: the JSON on stdout, the report on stderr
     assert out[1].startswith("Where the step went (CPU): ") and "traced step ranges, mean of 5 steps" in out[1]
@@ -62,7 +62,7 @@ def test_the_brief_of_a_cpu_trace_lists_what_its_breakdown_shows() -> None:
 
 
 def test_the_markdown_report_of_a_cpu_trace_has_the_operator_table() -> None:
-    r = run_cli("report", CPU_MLP, "--format", "md", "-o", "-")
+    r = run_cli_inprocess("report", CPU_MLP, "--format", "md", "-o", "-")
     assert r.returncode == 0, r.stderr
     md = r.stdout
     assert "### Where the step went (CPU)" in md and md.count(NO_GPU) == 1
@@ -72,17 +72,17 @@ def test_the_markdown_report_of_a_cpu_trace_has_the_operator_table() -> None:
 
 
 def test_the_terminal_report_of_a_cpu_trace_has_the_operator_table_once() -> None:
-    r = run_cli("report", CPU_MLP, "--format", "terminal", "-o", "-")
+    r = run_cli_inprocess("report", CPU_MLP, "--format", "terminal", "-o", "-")
     assert r.returncode == 0, r.stderr
     assert r.stdout.count("Operators per step, by self time") == 1 and r.stdout.count(NO_GPU) == 1
 
 
 def test_the_html_report_of_a_cpu_trace_has_the_operator_table_and_the_step_latency_plot(tmp_path) -> None:
     page = tmp_path / "report.html"
-    r = run_cli("report", CPU_MLP, "--format", "html", "-o", page)
+    r = run_cli_inprocess("report", CPU_MLP, "--format", "html", "-o", page)
     assert r.returncode == 0, r.stderr
     html = page.read_text()
-    md = run_cli("report", CPU_MLP, "--format", "md", "-o", "-").stdout
+    md = run_cli_inprocess("report", CPU_MLP, "--format", "md", "-o", "-").stdout
     top = next(line for line in md.splitlines() if line.startswith("| aten::"))  # the Markdown's top operator
     cells = [c.strip() for c in top.strip("|").split("|")]
     assert cells[:3] == ["aten::mm", "160", cells[2]] and float(cells[2]) > 0

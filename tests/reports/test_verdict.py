@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, run_cli_inprocess
 
 PROGRAM = textwrap.dedent(
     """
@@ -47,7 +47,7 @@ def crashed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_a_crashed_program_is_the_first_line_with_its_exit_code(crashed: Path) -> None:
-    r = run_cli("analyze", crashed)
+    r = run_cli_inprocess("analyze", crashed)
     assert r.returncode == 0, r.stderr
     first = r.stdout.splitlines()[0]
     assert first.startswith("CRASHED: the program exited with code 1 (RuntimeError: boom at step 12)"), first
@@ -55,12 +55,12 @@ def test_a_crashed_program_is_the_first_line_with_its_exit_code(crashed: Path) -
 
 
 def test_a_crashed_program_is_crashed_in_every_format(crashed: Path, tmp_path: Path) -> None:
-    doc = json.loads(run_cli("report", crashed, "-f", "json").stdout)
+    doc = json.loads(run_cli_inprocess("report", crashed, "-f", "json").stdout)
     assert doc["verdict"]["outcome"] == "crashed"
     assert doc["verdict"]["line"].startswith("CRASHED: the program exited with code 1")
-    page = run_cli("report", crashed, "-f", "html").stdout
+    page = run_cli_inprocess("report", crashed, "-f", "html").stdout
     assert 'class="verdict crashed"' in page and "CRASHED: the program exited with code 1" in page
-    md = run_cli("report", crashed, "-f", "md").stdout
+    md = run_cli_inprocess("report", crashed, "-f", "md").stdout
     assert "**CRASHED: the program exited with code 1" in md
 
 
@@ -78,11 +78,11 @@ def test_a_clean_run_with_most_checks_not_evaluated_is_inconclusive_not_pass(cle
     # 36 checks, the rest not evaluated.
     met = ("--threshold", "p99-latency=100000", "--threshold", "uneven-steps=1.01", "--threshold", "time-between-steps=1.01",
            "--threshold", "cpu-contention=1.01")
-    r = run_cli("analyze", bundle, *met)
+    r = run_cli_inprocess("analyze", bundle, *met)
     assert r.returncode == 0, r.stderr
     first = r.stdout.splitlines()[0]
     assert re.match(r"INCONCLUSIVE: too little evidence, 0 of (\d+) checks fail, [34] pass, (\d+) not evaluated", first), first
-    page = run_cli("report", bundle, *met, "-f", "html").stdout
+    page = run_cli_inprocess("report", bundle, *met, "-f", "html").stdout
     assert 'class="verdict inconclusive"' in page and 'class="verdict pass"' not in page
     assert "not a CPU-only run" not in r.stderr  # said only where the run had a GPU
 
@@ -91,7 +91,7 @@ def test_a_failure_at_info_is_a_note_not_a_failing_run(clean: Path) -> None:
     """p99-latency is info on inference of no known task (an offline pipeline has no
     latency target): failing it alone read FAIL before, over checks that all passed."""
     met = ("--threshold", "uneven-steps=1.01", "--threshold", "time-between-steps=1.01", "--threshold", "cpu-contention=1.01")
-    doc = json.loads(run_cli("report", clean, *met, "--threshold", "p99-latency=0.001", "-f", "json").stdout)
+    doc = json.loads(run_cli_inprocess("report", clean, *met, "--threshold", "p99-latency=0.001", "-f", "json").stdout)
     p99 = next(f for f in doc["findings"] if f["id"] == "p99-latency")
     assert (p99["status"], p99["severity"]) == ("fail", "info")
     v = doc["verdict"]
@@ -100,6 +100,6 @@ def test_a_failure_at_info_is_a_note_not_a_failing_run(clean: Path) -> None:
     assert " — note: p99-latency" in v["line"] and "top:" not in v["line"]
     # A rule at a warning fails the run: time-between-steps with a threshold no run meets.
     warned = ("--threshold", "uneven-steps=1.01", "--threshold", "time-between-steps=0", "--threshold", "cpu-contention=1.01")
-    doc = json.loads(run_cli("report", clean, *warned, "-f", "json").stdout)
+    doc = json.loads(run_cli_inprocess("report", clean, *warned, "-f", "json").stdout)
     v = doc["verdict"]
     assert (v["status"], v["outcome"], v["top"]) == ("fail", "fail", "time-between-steps") and v["line"].startswith("FAIL: 1 of "), v
