@@ -690,11 +690,13 @@ def _children_work(results: PassResults, name: str, options: RunOptions) -> str 
         return None
     s = series[name]
     run = results.program_ns[1] - results.program_ns[0]
-    if not s["host_start_ns"] or run <= 0 or s["gpu_end_ns"][-1] - s["host_start_ns"][0] >= CHILDREN_SHARE * run:
+    if not s["host_start_ns"] or run <= 0:
         return None
-    span = (s["gpu_end_ns"][-1] - s["host_start_ns"][0]) / run
+    share = (s["gpu_end_ns"][-1] - s["host_start_ns"][0]) / run
+    if share >= CHILDREN_SHARE:
+        return None
     return (f"no step of the program's work seen: {results.children_note()}; the {count(len(s['host_start_ns']))} steps of {name!r} "
-            f"in its own process hold {percent(span)} of its run and train nothing; {CHILDREN_ADVICE}")
+            f"in its own process hold {percent(share)} of its run and train nothing; {CHILDREN_ADVICE}")
 
 
 def light_summary(results: PassResults, options: RunOptions) -> LightPass:

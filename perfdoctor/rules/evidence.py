@@ -430,8 +430,8 @@ def slow_untraced_steps(analysis: Analysis) -> Evidence:
     held = [(c, v) for c, v in (("full GC ms", light.gc_ns if light is not None else None),
                                 ("save ms", light.save_ns if light is not None else None),
                                 ("CPU wait ms", light.cpu_wait_ns if light is not None else None)) if v is not None]
-    calls = light.work_calls if light is not None and light.work_calls is not None and series is not None else None
-    if calls is None or series.steps is None or not steady.calls_vary(calls[series.steps]):
+    calls = light.work_calls if light is not None and series is not None and series.steps is not None else None
+    if calls is not None and not steady.calls_vary(calls[series.steps]):
         calls = None
     paused = series.paused if series is not None and series.paused is not None and series.paused.any() else None
     ev = Evidence("slow_untraced_steps", ["step", "latency ms", "× median", "beyond the median ms", *(c for c, _ in held),
