@@ -106,6 +106,10 @@ class LightSteps:
     where the run noted none. ``call_ns``: for a series timed as the loop iteration (a
     DataLoader's fetch to the next), each step's mark's own call (the fetch alone), -1 where
     none starts with it; None otherwise.
+    ``threads``: each step's thread, where the steps ran on more than one (a thread pool's
+    requests, each calling the model: :func:`perfdoctor.analysis.steady.critical_path_ns`);
+    None where one thread ran them all. ``cpus``: the CPUs the program could run on (its
+    affinity), where the run said.
     ``windows_per_step``: where each step is one input's windows (the model called on windows
     of one input, :func:`perfdoctor.analysis.steps.call_groups`), how many; None otherwise.
     """
@@ -129,6 +133,8 @@ class LightSteps:
     steady_reason: str = ""
     counters: dict[str, dict[str, Any]] = field(default_factory=dict)
     windows_per_step: int | None = None
+    threads: np.ndarray | None = None
+    cpus: int | None = None
 
     @property
     def count(self) -> int:

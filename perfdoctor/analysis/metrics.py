@@ -365,14 +365,14 @@ def _usable_light(light: LightSteps | None, steps: Steps) -> tuple[LightSteps | 
         # a perfdoctor 0.1 bundle did not store where its steady state starts: the same rule
         # the run applies today, once, here
         found = steady.series_steady_start(light.host_start_ns, light.gpu_end_ns, light.gpu_start_ns, light.waited_ns, light.pass_ended,
-                                           light.cpu_wait_ns)
+                                           light.cpu_wait_ns, light.threads)
         light = dataclasses.replace(light, steady_start=min(found.start, light.count - 1), steady_reason=found.reason)
     return light, None
 
 
 def _light_series(light: LightSteps) -> steady.SteadySeries:
     return steady.steady_series(light.host_start_ns, light.gpu_end_ns, light.steady_start, light.gpu_start_ns, light.waited_ns,
-                                light.pass_ended, light.compiled_ns)
+                                light.pass_ended, light.compiled_ns, light.threads)
 
 
 def _steps(c: _Context) -> Metric:

@@ -49,12 +49,17 @@ def _ns(values: np.ndarray | list[int]) -> np.ndarray:
     return np.asarray(values, dtype=np.int64)
 
 
-def critical_path_ns(host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int]) -> np.ndarray:
-    """Per step, its critical-path time in ns (see the module docstring)."""
+def critical_path_ns(host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int],
+                     threads: np.ndarray | list[int] | None = None) -> np.ndarray:
+    """Per step, its critical-path time in ns (see the module docstring). ``threads``: each
+    step's thread, where steps run on several at once (a thread pool's requests, each calling
+    the model): a step then queues behind its own thread's previous step only. Queued behind
+    whichever step ended last, 8 threads' overlapping requests of ~12 ms read 0.2-7 ms
+    (``ThreadPoolExecutor.map(predict, ...)``: p50 0.59 of the program's own timer)."""
     h, g = _ns(host_start), _ns(gpu_end)
     if h.size == 0:
         return h
-    previous_end = np.concatenate(([np.iinfo(np.int64).min], g[:-1]))
+    previous_end = _previous_ends(g, threads)
     # A step that ended before the one before it ended ran beside it, not queued behind it
     # (a pool's workers, each its own loop: async_server.py --executor read -0.006 ms for a
     # request of 0.597 ms): its own span
@@ -74,11 +79,34 @@ def host_before_gpu_ns(host_start: np.ndarray | list[int], gpu_start: np.ndarray
     return np.maximum(0, s - np.maximum(h, previous_end))
 
 
-def host_lead_ns(host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int]) -> np.ndarray:
+def host_lead_ns(host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int],
+                 threads: np.ndarray | list[int] | None = None) -> np.ndarray:
     """Per step after the first, how long before the previous step's GPU end the host
-    started it (0 when the GPU was already idle, waiting for the host)."""
+    started it (0 when the GPU was already idle, waiting for the host); of its own thread's
+    previous step where ``threads`` gives each step's thread (:func:`critical_path_ns`)."""
     h, g = _ns(host_start), _ns(gpu_end)
-    return np.maximum(0, g[:-1] - h[1:])
+    previous = _previous_ends(g, threads)[1:]
+    return np.where(previous > h[1:], previous - h[1:], 0)  # a thread's first step has none (the int64 minimum)
+
+
+def in_flight(host_start: np.ndarray | list[int], end: np.ndarray | list[int]) -> np.ndarray:
+    """Per step, how many steps were under way at its start, itself included: 1 for a loop's
+    steps; more where several threads run them at once (a thread pool's requests)."""
+    h, g = _ns(host_start), _ns(end)
+    return np.searchsorted(np.sort(h), h, side="right") - np.searchsorted(np.sort(g), h, side="right")
+
+
+def _previous_ends(g: np.ndarray, threads: np.ndarray | list[int] | None) -> np.ndarray:
+    """Per step, the end of the step before it (the int64 minimum for the first): of its own
+    thread's where ``threads`` gives each step's thread (steps that run on several at once)."""
+    if threads is None or len(threads) < g.size:
+        return np.concatenate(([np.iinfo(np.int64).min], g[:-1]))
+    t = np.asarray(threads[: g.size], dtype=np.int64)
+    previous = np.full(g.size, np.iinfo(np.int64).min, dtype=np.int64)
+    for thread in np.unique(t):
+        rows = np.flatnonzero(t == thread)
+        previous[rows[1:]] = g[rows[:-1]]
+    return previous
 
 
 def iteration_ends_ns(
@@ -1245,7 +1273,7 @@ def _began(h: np.ndarray, gpu_start: np.ndarray | list[int] | None) -> np.ndarra
 def series_steady_start(
     host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int], gpu_start: np.ndarray | list[int] | None = None,
     waited: np.ndarray | list[int] | None = None, pass_ended: np.ndarray | list[bool] | None = None,
-    cpu_wait: np.ndarray | list[int] | None = None,
+    cpu_wait: np.ndarray | list[int] | None = None, threads: np.ndarray | list[int] | None = None,
 ) -> Steady:
     """:func:`steady_start` of a light-pass series: its critical path, its pauses left out.
     Decided once, by ``perfdoctor run`` (:func:`perfdoctor.record.light.light_summary`), or by
@@ -1255,7 +1283,7 @@ def series_steady_start(
     on the time without it (accelerate's loop on a shared CPU: neighbours slowed its first
     34 of 48 steps, 40-336 ms of waits each, and they were left out as warm-up, the p50 0.72
     of its own timer's)."""
-    cp = critical_path_ns(host_start, gpu_end)
+    cp = critical_path_ns(host_start, gpu_end, threads)
     wait = np.zeros(cp.size, dtype=np.int64)
     if cpu_wait is not None:
         got = _ns(cpu_wait)[: cp.size]
@@ -1576,6 +1604,7 @@ def steady_series(
     waited: np.ndarray | list[int] | None = None,
     pass_ended: np.ndarray | list[bool] | None = None,
     compiled_ns: np.ndarray | list[int] | None = None,
+    threads: np.ndarray | list[int] | None = None,
 ) -> SteadySeries:
     """The series from step ``start`` on. The critical path of the first steady step still
     uses the step before it (it may have been queued behind the last warm-up step), so it
@@ -1589,9 +1618,9 @@ def steady_series(
     compiled: recompiling is then the program's steady work, kept (``compiles_kept``)."""
     h, g = _ns(host_start), _ns(gpu_end)
     k = min(max(int(start), 0), max(h.size - 1, 0))
-    cp = critical_path_ns(h, g)[k:] / 1e6
+    cp = critical_path_ns(h, g, threads)[k:] / 1e6
     # host_lead_ns[i] belongs to step i + 1: the steady steps from k are entries k - 1 on.
-    lead = host_lead_ns(h, g)[max(k - 1, 0) :] / 1e6
+    lead = host_lead_ns(h, g, threads)[max(k - 1, 0) :] / 1e6
     compiled = None if compiled_ns is None else _ns(compiled_ns)[k : h.size] > 0
     kept_compiles = 0
     if compiled is not None and (not compiled.any() or compiled.sum() * 2 >= compiled.size):

@@ -222,7 +222,22 @@ def read_light(results: PassResults, light_pass: LightPass, warnings: list[str])
         steady_reason=reason,
         counters={k: v for k, v in counters.items() if isinstance(v, dict)},
         windows_per_step=int(windows) if isinstance(windows, int) and windows > 1 else None,
+        threads=_threads(series, n),
+        cpus=_cpus(results),
     )
+
+
+def _cpus(results: PassResults) -> int | None:
+    cpus = (results.environment or {}).get("cpus") if isinstance(results.environment, dict) else None
+    return int(cpus) if isinstance(cpus, int) and cpus > 0 else None
+
+
+def _threads(series: Any, n: int) -> np.ndarray | None:
+    """Each of the ``n`` steps' thread (the series' ``tid``), where they ran on more than one."""
+    tids = _int_array(series.get("tid")) if isinstance(series, dict) else None
+    if tids is None or tids.size < n or np.unique(tids[:n]).size < 2:
+        return None
+    return tids[:n]
 
 
 def _call_ns(results: PassResults, name: str, host: np.ndarray) -> np.ndarray | None:

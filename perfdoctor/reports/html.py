@@ -540,7 +540,7 @@ def step_latency_chart(analysis: Analysis) -> str | None:
     light = analysis.light
     p50, p99 = analysis.value("step_latency_ms_p50"), analysis.value("step_latency_ms_p99")
     if light is not None and light.count >= 2:
-        ms = steady.critical_path_ns(light.host_start_ns, light.gpu_end_ns).astype(np.float64) / 1e6
+        ms = steady.critical_path_ns(light.host_start_ns, light.gpu_end_ns, light.threads).astype(np.float64) / 1e6
         first_steady, where = light.steady_start, "light pass, no tracer"
     elif analysis.cpu is not None:
         ms, first_steady, where = analysis.cpu.step_ms, 0, "CPU trace: traced step ranges, every step used"

@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from perfdoctor.analysis.metrics import FASTER_TRACE, Analysis, another_regime
+from perfdoctor.analysis.steady import in_flight
 from perfdoctor.analysis.steps import no_trace
 from perfdoctor.reports.common import fmt_metric
 from perfdoctor.text import clean, count, num, percent, times, value
@@ -171,9 +172,18 @@ def uneven_steps_lines(analysis: Analysis) -> list[str]:
     for the light pass's steps: the program's timer runs untraced too (a trace's steps are
     stretched by its tracer, and few)."""
     p50, rate = analysis.value("step_latency_ms_p50"), analysis.value("steps_per_s")
-    if analysis.light is None or not p50 or not rate:
+    light, series = analysis.light, analysis.light_series
+    if light is None or not p50 or not rate:
         return []
     mean = 1e3 / rate
+    if light.threads is not None and series is not None and series.steps is not None:
+        at_once = float(np.median(in_flight(light.host_start_ns, light.gpu_end_ns)[series.steps]))
+        if at_once > 1:
+            # a pool's requests: each its own time, the rate all of them together
+            cpus = f" on {count(light.cpus)} CPUs" if light.cpus else ""
+            return [f"steps at once: {num(at_once)} (median, on {count(np.unique(light.threads).size)} threads{cpus}): "
+                    f"each step takes the median {value(p50, 'ms')}; 1 / steps_per_s ({value(mean, 'ms')}) is the interval "
+                    "between steps, no step's time"]
     if abs(mean / p50 - 1) <= UNEVEN:
         return []
     return [f"uneven steps: median {value(p50, 'ms')}, mean {value(mean, 'ms')} (1 / steps_per_s): "

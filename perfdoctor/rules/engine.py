@@ -59,7 +59,9 @@ from perfdoctor.analysis.cpu import READY_SHARE
 from perfdoctor.errors import UsageError
 from perfdoctor.text import clean, clean_block
 from perfdoctor.analysis.metrics import Analysis, Metric
-from perfdoctor.analysis.steady import PERIODIC_SHARE, PERIODIC_SLOW, REGIME_WINDOW, WORK_SPREAD, held_share, slow_period, slow_stretches, work_share
+from perfdoctor.analysis.steady import (
+    PERIODIC_SHARE, PERIODIC_SLOW, REGIME_WINDOW, WORK_SPREAD, held_share, in_flight, slow_period, slow_stretches, work_share,
+)
 from perfdoctor.rules.estimates import ESTIMATES, Estimate, Need, Unavailable
 from perfdoctor.rules.evidence import EVIDENCE, Evidence
 from perfdoctor.rules.reasons import Fallback, Lowered, Missing, OffWorkload, Reason, Suppressed
@@ -150,6 +152,10 @@ SAVES_EXPLAIN = 0.5
 # Contended: at least this share of it is the step's thread waiting for a CPU inside the slow
 # steps (slow_step_cpu_wait_ratio): another process on the program's cores
 CPU_WAITS_EXPLAIN = 0.5
+# Oversubscribed: the program itself runs at least this many steps at once per CPU it has
+# (steps_per_cpu: a thread pool's requests, each calling the model), so its steps wait for
+# each other's CPU time, not a neighbour's
+OVERSUBSCRIBED = 1.5
 # After pauses: at least this share of it is in the first steps after the program's pauses
 # (slow_step_after_pause_ratio): whisper's first decoder call per clip (its prompt and the
 # cross-attention keys over the audio), 52-54 % of the time beyond the median on a CPU
@@ -260,6 +266,10 @@ PREDICATES: dict[str, tuple[Callable[[dict[str, Metric]], bool], str]] = {
     # "find what the slow steps wait for" is answered: a CPU, which another process held
     "contended": (_at_least("slow_step_cpu_wait_ratio", CPU_WAITS_EXPLAIN), "the step's thread waiting for a CPU inside the slow steps (another "
                   f"process on its cores) accounts for their time beyond the median (slow_step_cpu_wait_ratio >= {CPU_WAITS_EXPLAIN})"),
+    # the CPU waits are the program's own: more of its steps at once than it has CPUs
+    "oversubscribed": (_at_least("steps_per_cpu", OVERSUBSCRIBED), "the program runs its steps on several threads at once, at least "
+                       f"{OVERSUBSCRIBED} per CPU it may run on (steps_per_cpu: the steady steps' median steps under way at a step's start, "
+                       "over the CPUs of the program's affinity): its steps wait for each other's CPU time"),
     # the slow steps are longer because they do more: their work, not a stall to remove
     # (not on a schedule: SAC's every 3rd step holds the actor's updates, and "periodic" names that)
     "varying-work": (_unscheduled_work, f"the steps' model calls vary (most / fewest >= {WORK_SPREAD}) and "
@@ -338,6 +348,9 @@ def light_values(analysis: Analysis) -> dict[str, Metric]:
     work = work_share(series.critical_path_ms, light.work_calls[series.steps]) if light.work_calls is not None and series.steps is not None else None
     if work is not None:
         out["slow_step_work_ratio"] = Metric(work, "ratio", "light")
+    if light.threads is not None and series.steps is not None and light.cpus:
+        at_once = float(np.median(in_flight(light.host_start_ns, light.gpu_end_ns)[series.steps]))
+        out["steps_per_cpu"] = Metric(at_once / light.cpus, "ratio", "light")
     cad = series.cadence
     if light.gc_before_ns is not None and cad.steps_per_s is not None and cad.own_ms.size and cad.own_ms.sum() > 0:
         collected = light.gc_before_ns[cad.own_after].sum() / 1e6

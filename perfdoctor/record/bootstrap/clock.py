@@ -434,6 +434,9 @@ class StepTimes:
         # the host time each step ended: what a loop's iteration holds after its fetch
         # (perfdoctor.analysis.steady.holds_work), whatever the GPU end
         self.host_end: dict[str, list[int]] = {}
+        # the thread of each end, in the order steps end: on several threads at once (a
+        # pool's requests) that is not the order they began (:meth:`ends`)
+        self.end_tid: dict[str, list[int]] = {}
         self.done: dict[str, list[int]] = {}  # per name: [gpu_start, gpu_end] settled up to
         # the thread's time waiting for a CPU when each step started (RunQueue's raw reading)
         self.delay: dict[str, list[bytes | None]] = {}
@@ -456,9 +459,9 @@ class StepTimes:
         found = self.lanes.get(name)
         if found is not None:
             return found
-        host, gpu_start, gpu_end, tid, host_end, delay = [], [], [], [], [], []  # type: ignore[var-annotated]
+        host, gpu_start, gpu_end, tid, host_end, end_tid, delay = [], [], [], [], [], [], []  # type: ignore[var-annotated]
         self.host[name], self.gpu_start[name], self.gpu_end[name], self.tid[name] = host, gpu_start, gpu_end, tid
-        self.host_end[name], self.delay[name], self.done[name] = host_end, delay, [0, 0]
+        self.host_end[name], self.end_tid[name], self.delay[name], self.done[name] = host_end, end_tid, delay, [0, 0]
         timer, queue = self.timer, self.timer.run_queue
         clock, ident_of, read = time.perf_counter_ns, threading.get_ident, queue.read
         every, gap, read_at = queue.EVERY_NS, queue.GAP_NS, {}  # read_at: per thread, when this lane last read it
@@ -480,6 +483,7 @@ class StepTimes:
             mark = timer.mark(now)
             host_end.append(now)
             gpu_end.append(mark)
+            end_tid.append(ident_of())
             if type(mark) is not int and type(mark) is not str:  # an event (CAPTURED is a str)
                 timer.ended()
 
@@ -504,7 +508,7 @@ class StepTimes:
             return  # nothing completed, or one still open (nested): leave the series whole
         to.lane(name)
         for mine, theirs in ((self.host, to.host), (self.gpu_start, to.gpu_start), (self.gpu_end, to.gpu_end), (self.tid, to.tid),
-                             (self.host_end, to.host_end), (self.delay, to.delay)):
+                             (self.host_end, to.host_end), (self.end_tid, to.end_tid), (self.delay, to.delay)):
             theirs[name].append(mine[name].pop())
         done = self.done[name]
         done[0], done[1] = min(done[0], len(self.gpu_start[name])), min(done[1], len(self.gpu_end[name]))
@@ -514,11 +518,30 @@ class StepTimes:
             done[0] = clock.settle(self.gpu_start[name], done[0])
             done[1] = clock.settle(self.gpu_end[name], done[1])
 
+    def ends(self, name: str) -> list[int]:
+        """Per start of ``name``'s steps, the position of its end (-1: not ended). Ends are
+        noted as steps end; a thread's steps end in the order they began, but on several
+        threads at once (a thread pool's requests) the i-th end is not the i-th start's: paired
+        by position, 8 threads' steps read one request's start to another's end."""
+        starts, ended = self.tid[name], self.end_tid.get(name, [])
+        if len(set(starts)) < 2:
+            return [i if i < len(ended) else -1 for i in range(len(starts))]
+        by_thread: dict[int, list[int]] = {}
+        for j, t in enumerate(ended):
+            by_thread.setdefault(t, []).append(j)
+        seen: dict[int, int] = {}
+        out = []
+        for t in starts:
+            k = seen[t] = seen.get(t, -1) + 1
+            mine = by_thread.get(t, ())
+            out.append(mine[k] if k < len(mine) else -1)
+        return out
+
     def kept(self, name: str) -> list[int]:
-        """The positions of ``name``'s steps that :meth:`series` keeps: completed, and not
-        inside a CUDA graph capture (such a step ran no work: it is not a step)."""
-        n = min(len(self.host[name]), len(self.gpu_end[name]))
-        return [i for i in range(n) if self.gpu_start[name][i] is not CAPTURED and self.gpu_end[name][i] is not CAPTURED]
+        """The positions of ``name``'s steps (their starts) that :meth:`series` keeps: completed,
+        and not inside a CUDA graph capture (such a step ran no work: it is not a step)."""
+        ends = self.ends(name)
+        return [i for i, j in enumerate(ends) if j >= 0 and self.gpu_start[name][i] is not CAPTURED and self.gpu_end[name][j] is not CAPTURED]
 
     def off_thread(self, ident: int | None) -> dict[str, int]:
         """Per name, its steps that ran on a thread other than ``ident`` (the main one)."""
@@ -539,13 +562,13 @@ class StepTimes:
 
         try:
             for name, host in self.host.items():
-                keep = self.kept(name)
+                keep, ends = self.kept(name), self.ends(name)
                 out[name] = {
                     "host_start_ns": [host[i] for i in keep],
                     "gpu_start_ns": [ns(self.gpu_start[name][i]) for i in keep] if clock is not None else None,
-                    "gpu_end_ns": [ns(self.gpu_end[name][i]) for i in keep],
+                    "gpu_end_ns": [ns(self.gpu_end[name][ends[i]]) for i in keep],
                     "tid": [self.tid[name][i] for i in keep],
-                    "host_end_ns": [self.host_end[name][i] for i in keep],
+                    "host_end_ns": [self.host_end[name][ends[i]] for i in keep],
                     "run_delay_ns": run_delays_ns([self.delay[name][i] for i in keep], [host[i] for i in keep],
                                                   [self.tid[name][i] for i in keep]),
                     "run_delay_read": [self.delay[name][i] is not None for i in keep],

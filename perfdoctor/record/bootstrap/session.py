@@ -151,6 +151,7 @@ class Session:
         self.progress_fd = progress_pipe(config.progress_fd, config.progress_pipe)
         self.unsent_ticks = 0
         self.last_tick_ns = 0
+        self.tick_lock = threading.Lock()
         # A data loader's fetch as the step of a run that trains: the report counts the
         # training iterations, not the validation's batches nor a fetch that ended a pass
         # (analysis.steps.training_loop), so once an optimizer mark was seen (a traced pass:
@@ -214,7 +215,7 @@ class Session:
         # DataLoader worker forked while a queue's feeder thread, in a timed wait, closed a
         # gone worker's file under Waits.dropping: fastai's training hung in 5 runs of 12).
         # The child has one thread: every lock it may take is made anew.
-        self.lock = threading.RLock()
+        self.lock, self.tick_lock = threading.RLock(), threading.Lock()
         for hooks in (self.modules, self.waits):
             if hooks is not None:
                 hooks.renew_locks()
@@ -434,11 +435,16 @@ class Session:
         self.unsent_ticks += not flush
         now = time.perf_counter_ns()
         if self.unsent_ticks and (flush or now - self.last_tick_ns >= 100_000_000):
+            # steps end on several threads at once (a pool's requests): one of them sends,
+            # where each sent the same count (2,978 dots for 2,000 steps)
+            with self.tick_lock:
+                if not flush and now - self.last_tick_ns < 100_000_000:
+                    return  # another thread sent them meanwhile
+                sent, self.unsent_ticks, self.last_tick_ns = self.unsent_ticks, 0, now
             try:
-                os.write(self.progress_fd, b"." * self.unsent_ticks)
+                os.write(self.progress_fd, b"." * sent)
             except OSError:
                 self.progress_fd = None
-            self.unsent_ticks, self.last_tick_ns = 0, now
 
     def ncu_range(self, index: int, begin: bool) -> None:
         """The NVTX range ``perfdoctor_ncu`` around the ``ncu_steps`` steps after the warm-up,
@@ -736,6 +742,8 @@ class Session:
             env = {"torch": torch.__version__, "cuda": torch.version.cuda, "cuda_available": torch.cuda.is_available()}
             if torch.cuda.is_available() and torch.cuda.is_initialized():
                 env["device_name"] = torch.cuda.get_device_name()
+        # the CPUs the program may run on: steps on more threads at once than these wait for each other
+        env["cpus"] = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         results = PassResults(
             pass_=self.mode,
             pid=self.pid,
