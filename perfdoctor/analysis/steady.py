@@ -1047,7 +1047,7 @@ def _slow_regimes(slow: np.ndarray, window: int) -> list[tuple[int, int]]:
     return list(zip(np.flatnonzero(edges == 1).tolist(), (np.flatnonzero(edges == -1) - 1).tolist()))
 
 
-def steady_start(critical_path: np.ndarray | list[int], paused: np.ndarray | None = None) -> Steady:
+def steady_start(critical_path: np.ndarray | list[int], paused: np.ndarray | None = None, fresh: np.ndarray | None = None) -> Steady:
     """The first step of the steady state of a series of critical-path times.
 
     The rule (docs/metrics.md, "Steady state"): the reference is the median of the second
@@ -1069,7 +1069,9 @@ def steady_start(critical_path: np.ndarray | list[int], paused: np.ndarray | Non
     past the middle of a loop that never paused is the program's own variation, kept with
     the rest: a host-paced ViT-small at batch 1 on the H200 ran steps 24-70 at 3.95 ms and
     the others at ~3.1 in one loop, its own timer over all of them (3.48 ms); the later
-    regime alone read 0.86 of it.
+    regime alone read 0.86 of it. Nor is one that a new configuration ends (``fresh[k]``: a
+    new optimizer steps first in step ``k``): an Optuna study's trial of a larger model,
+    whose next trial trains another, is that model's work.
     """
     cp = np.asarray(critical_path, dtype=np.float64)
     n = cp.size
@@ -1092,7 +1094,7 @@ def steady_start(critical_path: np.ndarray | list[int], paused: np.ndarray | Non
     late = next((r for r in found if r[1] >= n // 2 and not _ends_at_pause(r[1], paused)), None)
     regimes = [
         r for r in found
-        if (late is None or r[1] < late[0])
+        if (late is None or r[1] < late[0]) and not _ends_at_pause(r[1], fresh)
         and (_ends_at_pause(r[1], paused) or (r[1] < n // 2 and (late is None or _level(cp, r) > WARMUP_FACTOR * _level(cp, late))))
     ]
     after = regimes[-1][1] + 1 if regimes else 0
@@ -1274,6 +1276,7 @@ def series_steady_start(
     host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int], gpu_start: np.ndarray | list[int] | None = None,
     waited: np.ndarray | list[int] | None = None, pass_ended: np.ndarray | list[bool] | None = None,
     cpu_wait: np.ndarray | list[int] | None = None, threads: np.ndarray | list[int] | None = None,
+    fresh: np.ndarray | None = None,
 ) -> Steady:
     """:func:`steady_start` of a light-pass series: its critical path, its pauses left out.
     Decided once, by ``perfdoctor run`` (:func:`perfdoctor.record.light.light_summary`), or by
@@ -1289,8 +1292,8 @@ def series_steady_start(
         got = _ns(cpu_wait)[: cp.size]
         wait[: got.size] = got
     paused = paused_before(host_start, gpu_end, gpu_start, waited, pass_ended)
-    found = steady_start(cp, paused)
-    if not wait.any() or (judged := steady_start(np.maximum(cp - wait, 0), paused)).start == found.start:
+    found = steady_start(cp, paused, fresh)
+    if not wait.any() or (judged := steady_start(np.maximum(cp - wait, 0), paused, fresh)).start == found.start:
         return found
     return replace(judged, reason=f"{judged.reason} (each step's wait for a CPU left out, {value(float(wait.sum()) / 1e6, 'ms')} in all: "
                                   f"another process's time, no warm-up; with it, {found.start} steps)")
@@ -1489,10 +1492,33 @@ def slow_stretches(critical_path_ms: np.ndarray) -> np.ndarray:
             first -= 1
         while last + 1 < cp.size and slow[last + 1]:
             last += 1
-        level = cp[first : last + 1][slow[first : last + 1]]
-        if level.size >= PACE_SHARE * (last + 1 - first) and np.percentile(level, 90) <= PACE_SPREAD * np.percentile(level, 10):
-            inside[first : last + 1] = True
+        for a, b in _paces(cp, first, last):
+            level = cp[a : b + 1][slow[a : b + 1]]
+            if level.size >= PACE_SHARE * (b + 1 - a) and np.percentile(level, 90) <= PACE_SPREAD * np.percentile(level, 10):
+                inside[a : b + 1] = True
     return inside
+
+
+def _paces(cp: np.ndarray, first: int, last: int) -> list[tuple[int, int]]:
+    """The stretch ``first``..``last`` cut where its pace changes, while the REGIME_WINDOW
+    steps before and after a step differ in median by more than PACE_SPREAD (at the step
+    where they differ most, then each part alike): back-to-back stretches at paces of their
+    own are each a stretch. An Optuna study's trials, each a model of its own size (15 ms a
+    batch, then 4.8 ms), were one stretch with no pace: uneven-steps then blamed random
+    stalls, "~2.3 ms per step recoverable"."""
+    w = REGIME_WINDOW
+    seg = cp[first : last + 1]
+    if seg.size < 2 * w:
+        return [(first, last)]
+    med = np.median(np.lib.stride_tricks.sliding_window_view(seg, w), axis=1)  # med[j]: seg[j : j + w]'s
+    before, after = med[: seg.size - 2 * w + 1], med[w:]  # around a cut at first + w + j
+    lo, hi = np.minimum(before, after), np.maximum(before, after)
+    ratio = np.where(lo > 0, hi / np.where(lo > 0, lo, 1.0), 0.0)
+    j = int(np.argmax(ratio))
+    if ratio[j] <= PACE_SPREAD:
+        return [(first, last)]
+    cut = first + w + j
+    return _paces(cp, first, cut - 1) + _paces(cp, cut, last)
 
 
 # Slow steps that come on a schedule: at least this many, this share of the intervals

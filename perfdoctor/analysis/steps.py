@@ -84,6 +84,7 @@ def choose_step(
     replays: int = 0,
     compiled_starts: Mapping[str, Sequence[int]] | None = None,
     groups: Mapping[str, tuple[int, int]] | None = None,
+    loop_starts: Mapping[str, Sequence[int]] | None = None,
 ) -> Choice | None:
     """The step, by the order of evidence (docs/metrics.md, "Step"), the same for a trace
     (:func:`find_steps`) and for ``perfdoctor run``'s light pass (its scout,
@@ -108,7 +109,9 @@ def choose_step(
        each replay (``decode_step``) also holds the work that feeds it;
     7. the training (or evaluation) iteration, marked by torch's loop ranges (the data loader's
        ``__next__``, else ``Optimizer.zero_grad``, else ``Optimizer.step``), seen twice;
-       with gradient accumulation (``ACCUMULATION`` or more fetches per ``Optimizer.step``),
+       with gradient accumulation (``ACCUMULATION`` or more fetches per iteration that steps an
+       optimizer: :func:`stepped_fetches` over ``loop_starts``, the loop ranges' host starts;
+       without them, per step of the most frequent optimizer),
        or ``ZERO_GRADS`` or more ``zero_grad`` calls per step, the optimizer's step marks
        it; ``groups``: per optimizer range whose marks come several
        per iteration, the loop's own work between the groups (a loop with no data loader:
@@ -163,14 +166,18 @@ def choose_step(
         opt = max((n for n in loop if n.startswith(rangenames.OPTIMIZER_STEP_PREFIX)), key=lambda n: counts[n], default=None)
         if opt is not None and rangenames.loop_rank(name) == 1 and counts[name] >= ZERO_GRADS * counts[opt]:
             name = opt  # zero_grad twice per step: the step marks the iteration
-        if opt is not None and rangenames.loop_rank(name) == 0 and counts[name] >= ACCUMULATION * counts[opt]:
+        stepped = counts[opt] if opt is not None else 0
+        if opt is not None and loop_starts is not None and name in loop_starts:
+            stepped = stepped_fetches(loop_starts[name], [loop_starts[n] for n in loop if n.startswith(rangenames.OPTIMIZER_STEP_PREFIX)
+                                                          and n in loop_starts]) or stepped
+        if opt is not None and rangenames.loop_rank(name) == 0 and counts[name] >= ACCUMULATION * stepped:
             # gradient accumulation: the iteration is the optimizer's step over several
             # batches (what HF Trainer and nanoGPT count as a step and time); per batch,
             # every k-th step would carry the optimizer and read as "uneven". The counts
             # alone cannot tell it from loaders zipped (FixMatch's labeled and unlabeled
             # batches, one step per pair): the same step, so the text names both
             how = (f"the training iteration: torch's {opt!r} ({counts[opt]}x), one per "
-                   f"{count(counts[name] / counts[opt])} DataLoader batches (gradient accumulation, or several loaders read "
+                   f"{count(counts[name] / stepped)} DataLoader batches (gradient accumulation, or several loaders read "
                    f"per step), timed as {ITERATION}")
             return Choice("loop", opt, how, True)
         return Choice("loop", name, _loop_how(name, counts[name], (groups or {}).get(name)), True)
@@ -191,6 +198,21 @@ def choose_step(
                f"call marks it), timed as {ITERATION}")
         return Choice("backward", name, how, True)
     return None
+
+
+def stepped_fetches(fetches: Sequence[int], optimizers: Sequence[Sequence[int]]) -> int:
+    """How many of a loop's iterations, each from a fetch's host start (``fetches``) to the
+    next, hold an optimizer step (``optimizers``: each optimizer range's host starts), by any
+    optimizer. Not the most frequent optimizer's steps: an Optuna study trains a new model
+    per trial with the optimizer the trial draws (SGD 600, RMSprop 480 and Adam 240 steps of
+    1,320 batches), which read as 2.2 batches per SGD step, "gradient accumulation"; nor their
+    sum: a GAN's two optimizers step in one iteration."""
+    f = np.sort(np.asarray(fetches, dtype=np.int64))
+    starts = [np.asarray(o, dtype=np.int64) for o in optimizers if len(o)]
+    if not f.size or not starts:
+        return 0
+    k = np.searchsorted(f, np.concatenate(starts), side="right") - 1
+    return int(np.unique(k[k >= 0]).size)
 
 
 def _loop_how(name: str, seen: int, grouped: tuple[int, int] | None) -> str:
@@ -1493,6 +1515,7 @@ def choose_step_ranges(profile: Profile, pattern: str | None) -> tuple[str | Non
         counts, works=lambda n: cpu or _has_gpu_work(ranges[ranges["name"] == n], launch_calls, profile), totals=lengths,
         replays=len(replays), compiled_starts={n: g.to_numpy(np.int64) for n, g in compiled.groupby("name", sort=False)["start_ns"]},
         groups=optimizer_groups(loops, work, counts) if f.empty else None,
+        loop_starts={n: g.to_numpy(np.int64) for n, g in loops.groupby("name", sort=False)["start_ns"]},
     )
     if choice is not None and cpu and choice.kind == "range" and not choice.iteration:
         choice = Choice("range", choice.name, f"ranges named {choice.name!r}: the most frequent range, no GPU ran ({counts[choice.name]}x)", False)

@@ -67,7 +67,11 @@ _DIFFUSION = re.compile(r"diffusers|unet|transformer_blocks|scheduler\.step|deno
 # and a video or image transformer names its patch convolution so (TimesformerEmbeddings). It
 # makes a language model only where no encoder and no convolution is named (an unannotated
 # HF generate keeps no more than aten::embedding among its ops).
-_LLM = re.compile(r"rms_?norm|rotary|\brope\b|kv_?cache|reshape_and_cache|paged_attention|decode|generate|lm_head|llama|causallm", re.I)
+# ...ForConditionalGeneration, ...Seq2SeqLM: transformers' encoder-decoder generators (Whisper,
+# T5, BART), whose decoder layers sit below the depths the light pass notes: Whisper's audio
+# front end (Conv1d) read as vision, and its decode loop got an image model's advice
+_LLM = re.compile(r"rms_?norm|rotary|\brope\b|kv_?cache|reshape_and_cache|paged_attention|decode|generate|lm_head|llama|causallm"
+                  r"|ForConditionalGeneration|Seq2SeqLM|SpeechSeq2Seq", re.I)
 _LLM_WEAK = re.compile(r"embedding", re.I)
 _ENCODER = re.compile(r"encoder|bert", re.I)
 _PREFILL = re.compile(r"prefill|context_encoding|extend", re.I)

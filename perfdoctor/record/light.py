@@ -253,8 +253,9 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
     # step when that graph is (nearly) every replay, as a trace's graph launches are
     graph = steps.one_graph({n: c for n, c in counts.items() if rangenames.kind(n) == rangenames.REPLAY})
     compiled = {n: s["host_start_ns"][: len(s["gpu_end_ns"])] for n, s in series.items() if rangenames.kind(n) == rangenames.COMPILED}
+    starts = {n: s["host_start_ns"] for n, s in series.items() if rangenames.kind(n) == rangenames.LOOP}
     choice = steps.choose_step({n: c for n, c in counts.items() if n not in apart}, user=user, modules=modules,
-                               replays=counts[graph] if graph else 0, compiled_starts=compiled, groups=groups)
+                               replays=counts[graph] if graph else 0, compiled_starts=compiled, groups=groups, loop_starts=starts)
     if choice is None:
         return None, None, None, False
     name = graph if choice.name == steps.GRAPH_REPLAY else choice.name
@@ -738,7 +739,7 @@ def light_summary(results: PassResults, options: RunOptions) -> LightPass:
         noted_steps(s, results, name)
         cp = steady.critical_path_ns(s["host_start_ns"], s["gpu_end_ns"], s.get("tid"))
         found = steady.series_steady_start(s["host_start_ns"], s["gpu_end_ns"], s.get("gpu_start_ns"), s.get("waited_ns"),
-                                           s.get("pass_ended"), s.get("cpu_wait_ns"), s.get("tid"))
+                                           s.get("pass_ended"), s.get("cpu_wait_ns"), s.get("tid"), new_optimizers(results, s))
         if options.warmup is not None:
             warmup, why = options.warmup, "--warmup"
         elif len(cp) >= SCOUT_MIN_STEPS:
@@ -824,6 +825,30 @@ def noted_steps(series: dict[str, Any], results: PassResults, name: str) -> None
     idle = _waited_between({"host_start_ns": series["host_start_ns"], "gpu_end_ns": ends, "tid": [thread] * len(ends)}, results.waits)
     if idle is not None and idle.any():
         series["idle_before_ns"] = np.r_[0, idle].tolist()
+
+
+def new_optimizers(results: PassResults, series: dict[str, Any]) -> np.ndarray | None:
+    """Per step of ``series``, whether an optimizer steps for the first time in it (a class's,
+    or another instance's of one: each trial of an Optuna study trains a new model with a new
+    optimizer), past the run's first: a new configuration, whose pace is no warm-up
+    (:func:`perfdoctor.analysis.steady.steady_start`). None where no optimizer came later."""
+    firsts = []
+    for name, s in (results.series or {}).items():
+        if not name.startswith(rangenames.OPTIMIZER_STEP_PREFIX):
+            continue
+        starts, owners = s["host_start_ns"][: len(s["gpu_end_ns"])], s.get("instance") or [0] * len(s["gpu_end_ns"])
+        seen: set[int] = set()
+        for at, owner in zip(starts, owners):
+            if owner not in seen:
+                seen.add(owner)
+                firsts.append(at)
+    if len(firsts) < 2:
+        return None
+    h = np.asarray(series["host_start_ns"][: len(series["gpu_end_ns"])], dtype=np.int64)
+    k = np.searchsorted(h, sorted(firsts)[1:], side="right") - 1
+    fresh = np.zeros(h.size, dtype=bool)
+    fresh[k[k >= 0]] = True
+    return fresh if fresh.any() else None
 
 
 def _step_thread(results: PassResults, name: str) -> int | None:

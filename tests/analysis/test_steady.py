@@ -1395,3 +1395,24 @@ def test_steps_slowed_by_another_process_are_no_warm_up() -> None:
 ])
 def test_a_group_holds_the_median_batches_or_a_size_above_that_enough_groups_hold(sizes: list[int], most: int) -> None:
     assert steady.group_size(np.array(sizes)) == most
+
+
+def test_back_to_back_stretches_at_paces_of_their_own_are_each_a_stretch() -> None:
+    # an Optuna study's trials: 60 batches at 40 ms, 60 at 8 ms, then faster trials; the two
+    # slow trials read as one stretch with no pace of its own (p90/p10 5 > 1.5), so none
+    rng = np.random.default_rng(0)
+    cp = np.concatenate([40 + rng.normal(0, 1, 60), 8 + rng.normal(0, 0.2, 60), 3 + rng.normal(0, 0.1, 200)])
+    inside = steady.slow_stretches(cp)
+    assert inside[:120].all() and not inside[130:].any()
+    # one stretch at one pace stays whole, and a noisy one is no stretch
+    flat = np.concatenate([8 + rng.normal(0, 0.2, 60), 3 + rng.normal(0, 0.1, 100)])
+    assert steady.slow_stretches(flat)[:60].all()
+
+
+def test_a_slow_stretch_a_new_optimizer_ends_is_no_warmup() -> None:
+    # a search's first trial, the largest model, then the others: a new configuration, kept
+    cp = np.concatenate([np.full(60, 40.0), np.full(100, 3.0)])
+    assert steady.steady_start(cp).start >= 60
+    fresh = np.zeros(cp.size, dtype=bool)
+    fresh[60] = True
+    assert steady.steady_start(cp, fresh=fresh).start < 5

@@ -387,3 +387,22 @@ def test_a_helper_called_all_through_the_loop_gives_way_to_the_call_that_enclose
     assert helper_encloser({**calls, "Normalize.forward": decode}) is None
     # a helper that nothing encloses (an RL policy's small forwards between environment steps)
     assert helper_encloser({"Policy.forward": calls["Normalize.forward"]}) is None
+
+
+def test_the_fetches_per_optimizer_step_count_iterations_that_step_any_optimizer() -> None:
+    # an Optuna-shaped search: 12 batches, trials drew SGD (batches 0-5) and Adam (6-11): 6
+    # steps of the most frequent optimizer read as 2 batches per step, "gradient accumulation"
+    fetch = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    sgd, adam = "Optimizer.step#SGD.step", "Optimizer.step#Adam.step"
+    f = np.arange(12) * 10
+    starts = {fetch: f, sgd: f[:6] + 5, adam: f[6:] + 5}
+    counts = {fetch: 12, sgd: 6, adam: 6}
+    assert choose_step(counts).name == sgd  # by counts alone
+    assert choose_step(counts, loop_starts=starts).name == fetch
+    # a GAN's two optimizers step in each iteration: one iteration each, not two
+    gan = {fetch: f, sgd: f + 3, adam: f + 6}
+    assert choose_step({fetch: 12, sgd: 12, adam: 12}, loop_starts=gan).name == fetch
+    # accumulation over 3 batches, both optimizers in the iteration that steps
+    acc = {fetch: f, sgd: f[2::3] + 3, adam: f[2::3] + 6}
+    choice = choose_step({fetch: 12, sgd: 4, adam: 4}, loop_starts=acc)
+    assert choice.name in (sgd, adam) and "one per 3 DataLoader batches" in choice.how, choice.how

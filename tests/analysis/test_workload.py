@@ -152,3 +152,28 @@ def test_a_run_bundles_module_classes_name_the_task_its_trace_does_not(tmp_path)
     p.origin = replace(p.origin, bundle=BundleFacts(module_classes=(llama,)))
     w = workload.classify(p)
     assert (w.task, w.task_evidence) == ("llm-decode", llama)
+
+
+def test_an_encoder_decoder_generator_is_decode_though_its_front_end_convolves(tmp_path):
+    # Whisper's generate (session 34's probe): the light pass notes depths 0-1, so the
+    # decoder's layers are named nowhere, and the audio front end's Conv1d read the task as
+    # vision (time-between-steps then gave a DataLoader's advice to a decode loop)
+    from dataclasses import replace
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from perfdoctor.profile import BundleFacts
+
+    model = torch.nn.Sequential(torch.nn.Conv1d(8, 8, 3, padding=1), torch.nn.Linear(16, 4))
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with torch.inference_mode():
+            for _ in range(3):
+                model(torch.randn(1, 8, 16))
+    prof.export_chrome_trace(str(tmp_path / "t.json"))
+    p = load_trace(tmp_path / "t.json")
+    assert workload.classify(p).task == "vision"  # the trace alone: aten::conv1d
+    whisper = "transformers.models.whisper.modeling_whisper.WhisperForConditionalGeneration"
+    p.origin = replace(p.origin, bundle=BundleFacts(module_classes=(whisper, "torch.nn.modules.conv.Conv1d")))
+    w = workload.classify(p)
+    assert w.task == "llm-decode" and whisper.startswith(w.task_evidence), w.task_evidence  # cut at 60 characters
