@@ -90,10 +90,27 @@ def host_lead_ns(host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[
 
 
 def in_flight(host_start: np.ndarray | list[int], end: np.ndarray | list[int]) -> np.ndarray:
-    """Per step, how many steps were under way at its start, itself included: 1 for a loop's
-    steps; more where several threads run them at once (a thread pool's requests)."""
+    """Per step, how many steps were under way while it ran, itself included, on average over
+    its span: 1 for a loop's steps; more where several threads run them at once (a thread
+    pool's requests). Over the span, not at its start: requests arriving at random on a
+    4-thread executor found 2 under way as each began, and ran beside 3 or more for most of
+    their time."""
     h, g = _ns(host_start), _ns(end)
-    return np.searchsorted(np.sort(h), h, side="right") - np.searchsorted(np.sort(g), h, side="right")
+    if not h.size:
+        return np.zeros(0)
+    t = np.concatenate([h, g])
+    d = np.concatenate([np.ones(h.size, dtype=np.int64), -np.ones(g.size, dtype=np.int64)])
+    o = np.lexsort((d, t))  # by time; at one time an end before a start
+    t, d = t[o], d[o]
+    under_way = np.cumsum(d)  # after each event
+    area = np.concatenate([[0.0], np.cumsum(under_way[:-1] * np.diff(t).astype(np.float64))])
+
+    def integral(x: np.ndarray) -> np.ndarray:
+        i = np.searchsorted(t, x, side="right") - 1
+        return area[i] + under_way[i] * (x - t[i]).astype(np.float64)
+
+    span = (g - h).astype(np.float64)
+    return np.where(span > 0, (integral(g) - integral(h)) / np.where(span > 0, span, 1.0), 1.0)
 
 
 def _previous_ends(g: np.ndarray, threads: np.ndarray | list[int] | None) -> np.ndarray:
@@ -1349,7 +1366,7 @@ class Cadence:
 def cadence(
     host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int], gpu_start: np.ndarray | list[int] | None = None,
     waited: np.ndarray | list[int] | None = None, pass_ended: np.ndarray | list[bool] | None = None,
-    compiled: np.ndarray | list[bool] | None = None, first: int = 0,
+    compiled: np.ndarray | list[bool] | None = None, first: int = 0, threads: np.ndarray | list[int] | None = None,
 ) -> Cadence:
     """Steps per second: completion-to-completion intervals ``g[k] − g[k−1]`` summed over
     the steps the program issued back to back. An interval whose step started more than a
@@ -1386,6 +1403,8 @@ def cadence(
     h, g = _ns(host_start), _ns(gpu_end)
     if h.size < 2:
         return Cadence(None, 0, "needs at least two steps")
+    if threads is not None and len(threads) >= h.size and np.unique(np.asarray(threads[: h.size])).size > 1:
+        return _pool_cadence(h, g)
     intervals = np.diff(g)
     wait = np.zeros(intervals.size, dtype=np.int64) if waited is None else np.clip(_ns(waited)[1 : h.size], 0, intervals.clip(0))
     idle, waits, ends = (p[1:] for p in _pauses_and_waits(h, g, gpu_start, waited, pass_ended))
@@ -1413,6 +1432,32 @@ def cadence(
                    paused_ms=float(intervals[idle].sum()) / 1e6 + waited_ms + pass_end_ms, waits=int(waits.sum()), waited_ms=waited_ms,
                    pass_ends=int(ends.sum()), pass_end_ms=pass_end_ms, compiles=int(comp.sum()),
                    compiled_ms=float(intervals[comp].sum()) / 1e6)
+
+
+def _pool_cadence(h: np.ndarray, g: np.ndarray) -> Cadence:
+    """:func:`cadence` of steps that run on several threads at once (a pool's requests): the
+    completions in the order they came, the time in which no step was under way on any
+    thread left out (a server's wait for requests). In series order the intervals came out
+    negative, and each thread's own wait for work, while the others served, was left out:
+    an asyncio service's requests on 6 executor threads read 2,850 a second for the 1,397 it
+    served."""
+    ends = np.sort(g)
+    intervals = np.diff(ends)
+    o = np.argsort(h, kind="stable")
+    covered_to = np.maximum.accumulate(g[o])[:-1]  # the latest end of the steps begun so far
+    begins = h[o][1:]
+    gaps = begins > covered_to
+    idle = (time_inside(ends[:-1], ends[1:], {"start_ns": covered_to[gaps].tolist(), "end_ns": begins[gaps].tolist()})
+            if gaps.any() else np.zeros(intervals.size, dtype=np.int64))
+    busy = intervals - idle
+    if busy.sum() <= 0:
+        return Cadence(None, 0, "no step under way between the completions")
+    idled = idle > 0
+    rate = intervals.size / (float(busy.sum()) / 1e9)
+    if not idled.any():
+        return Cadence(rate, 0, intervals_ms=busy / 1e6)
+    return Cadence(rate, int(idled.sum()), with_pauses_per_s=intervals.size / (float(intervals.sum()) / 1e9),
+                   paused_ms=float(idle.sum()) / 1e6, waits=int(idled.sum()), waited_ms=float(idle.sum()) / 1e6, intervals_ms=busy / 1e6)
 
 
 @dataclass(frozen=True)
@@ -1653,7 +1698,8 @@ def steady_series(
         kept_compiles, compiled = int(compiled.sum()), None
     cad = cadence(
         h[k:], g[k:], None if gpu_start is None else _ns(gpu_start)[k:], None if waited is None else _ns(waited)[k:],
-        None if pass_ended is None else np.asarray(pass_ended, dtype=bool)[k:], compiled, first=k)
+        None if pass_ended is None else np.asarray(pass_ended, dtype=bool)[k:], compiled, first=k,
+        threads=None if threads is None else np.asarray(threads)[k:])
     steps = np.arange(k, k + cp.size)
     paused = paused_before(h, g, gpu_start, waited, pass_ended)[k:] if h.size > 1 else np.zeros(cp.size, dtype=bool)
     if compiled is not None:

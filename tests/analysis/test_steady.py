@@ -1416,3 +1416,23 @@ def test_a_slow_stretch_a_new_optimizer_ends_is_no_warmup() -> None:
     fresh = np.zeros(cp.size, dtype=bool)
     fresh[60] = True
     assert steady.steady_start(cp, fresh=fresh).start < 5
+
+
+def test_the_rate_of_steps_on_several_threads_counts_the_time_any_step_was_under_way() -> None:
+    # an asyncio service's requests on 4 executor threads, in waves of 4 every 10 ms, each
+    # 2-3 ms: in series (start) order the completion intervals came out negative, and each
+    # thread's own wait for work, while the others served, was left out
+    rng = np.random.default_rng(3)
+    waves = np.repeat(np.arange(30) * 10_000_000, 4)
+    h = waves + rng.integers(0, 300_000, waves.size)
+    g = h + rng.integers(2_000_000, 3_000_000, waves.size)
+    tids = np.tile([11, 12, 13, 14], 30)
+    cad = steady.cadence(h, g, threads=tids)
+    # by hand: the completions after the first, over the time between the first completion
+    # and the last in which some step was under way
+    first, last = np.sort(g)[0], np.sort(g)[-1]
+    t = np.arange(first, last, 10_000)  # a 10 us grid
+    busy = ((h[None, :] <= t[:, None]) & (g[None, :] > t[:, None])).any(axis=1).sum() * 10_000
+    assert cad.steps_per_s == pytest.approx((h.size - 1) / (busy / 1e9), rel=0.01)
+    assert cad.waits == 29  # the gaps between waves
+    assert steady.cadence(h, g).steps_per_s != pytest.approx(cad.steps_per_s, rel=0.1)  # in series order

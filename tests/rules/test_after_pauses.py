@@ -73,7 +73,8 @@ def test_slow_first_steps_after_pauses_are_said_as_such_with_no_time_promised(tm
 def test_slow_steps_inside_the_loops_keep_the_general_advice(tmp_path: Path) -> None:
     # the same loops with even first steps and six slow steps amid them: no pause explains those
     d = diagnose(_bundle(tmp_path / "b", first_ms=10.0, stall_ms=40.0), warnings=False)
-    assert light_values(d.analysis)["slow_step_after_pause_ratio"].value < 0.5
+    # the steps after the pauses are no slower than the others: no input, so no variant
+    assert "slow_step_after_pause_ratio" not in light_values(d.analysis)
     f = _uneven(d)
     assert f.status == "fail" and f.title == "Uneven steps: the slow ones hold much of the run's time"
     assert f.estimate is not None and f.estimate.ms_per_step > 0
