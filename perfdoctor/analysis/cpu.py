@@ -81,6 +81,21 @@ WAITS_ADVICE = ("the step's time is spent where that work runs: another thread o
                 "workers prefetches), or make it cheaper or wider (more workers while CPU cores are free); a deliberate "
                 "pause (a rate limit, Event.wait(timeout)) is no cost to remove")
 # Where the Python between operators is: a trace with stacks has the frames already.
+# Forward operators: composite ops a backward pass's own work never calls (a linear layer's
+# backward runs aten::mm, a layer norm's native_layer_norm_backward). One inside the autograd
+# engine's evaluate_function is the forward run again: activation checkpointing's recompute
+# (torch.utils.checkpoint, transformers' gradient_checkpointing_enable()), which a block stack
+# paid ~20 % of its step for (half of its forward's matmuls ran under the backward)
+FORWARD_OPS = ("aten::linear", "aten::matmul", "aten::layer_norm", "aten::group_norm", "aten::batch_norm", "aten::rms_norm",
+               "aten::scaled_dot_product_attention", "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::embedding",
+               "aten::gelu", "aten::softmax", "aten::dropout")
+BACKWARD_NODE = "autograd::engine::evaluate_function: "
+# the recompute's share of the step from which it is an observation
+RECOMPUTE_SHARE = 0.10
+RECOMPUTE_ADVICE = ("each checkpointed block runs its forward twice, once more in the backward: where memory allows, "
+                    "checkpoint fewer blocks (every other layer, or none), or save the costly outputs and recompute only the "
+                    "cheap ops (selective checkpointing: torch.utils.checkpoint's context_fn with "
+                    "torch.utils.checkpoint.create_selective_checkpoint_contexts)")
 RECORD_STACKS = "a trace with Python stacks (torch.profiler.profile(with_stack=True)) names the lines"
 STACKS_NAME_LINES = "the Python frames among the modules and ranges, by self time, name the lines"
 
@@ -89,7 +104,7 @@ STACKS_NAME_LINES = "the Python frames among the modules and ranges, by self tim
 class Observation:
     """One thing the breakdown shows, with the numbers that show it."""
 
-    kind: str  # "dominant-op" | "data-loading" | "waits" | "outside-ops"
+    kind: str  # "dominant-op" | "data-loading" | "waits" | "outside-ops" | "recompute"
     title: str
     evidence: str
     advice: str
@@ -136,6 +151,9 @@ class CpuView:
     # how the step's model is compiled already ("torch.compile", "AOTInductor", "TorchScript":
     # :func:`compiled_as`), None where it runs eager: the advice cannot be "torch.compile"
     compiled: str | None = None
+    # per step, the forward run again inside the backward (activation checkpointing's
+    # recompute: :func:`recomputed_ms`)
+    recompute_ms: float = 0.0
     observations: list[Observation] = field(default_factory=list)
 
     @property
@@ -313,10 +331,39 @@ def breakdown(profile: Profile, steps: pd.DataFrame, top: int = 10) -> CpuView |
                    data_waiting_ms=loader_waits(r, s0, s1), untraced_fetch=untraced_fetch(profile.light),
                    has_stacks=bool(equals(r["source"], PYTHON_SOURCE).any()), op_busy_ms=float(busy.mean()) / 1e6,
                    op_threads=int(np.unique(tid[sel_op]).size))
+    view.recompute_ms = recomputed_ms(ops, s0, s1, st_tid)
     inside_ranges = r["name"][_step_of(r["start_ns"].to_numpy(np.int64), s0, s1, r["tid"].to_numpy(np.int64), st_tid) >= 0]
     view.compiled = compiled_as(pd.concat([st["name"], inside_ranges]), names[sel_op])
     view.observations = observations(view)
     return view
+
+
+def recomputed_ms(ops: pd.DataFrame, s0: np.ndarray, s1: np.ndarray, step_tid: np.ndarray) -> float:
+    """Per step (``s0``/``s1``: the steps' host starts and ends), the time forward operators
+    (:data:`FORWARD_OPS`) ran inside the autograd engine's evaluate_function on the same
+    thread: the forward run again in the backward (activation checkpointing). The union of
+    their spans, nested ones counted once."""
+    names = ops["name"]
+    node = names.str.startswith(BACKWARD_NODE, na=False).to_numpy()
+    fwd = names.isin(FORWARD_OPS).to_numpy()
+    if not node.any() or not fwd.any() or not len(s0):
+        return 0.0
+    start, end, tid = (ops[c].to_numpy(np.int64) for c in ("start_ns", "end_ns", "tid"))
+    inside = np.zeros(len(ops), dtype=bool)
+    for thread in np.unique(tid[node]):
+        mine = node & (tid == thread)
+        order = np.argsort(start[mine], kind="stable")
+        a, b = start[mine][order], np.maximum.accumulate(end[mine][order])  # the nodes' spans, nested ones held by their outer
+        ask = np.flatnonzero(fwd & (tid == thread))
+        k = np.searchsorted(a, start[ask], side="right") - 1
+        inside[ask] = (k >= 0) & (end[ask] <= b[np.clip(k, 0, None)])
+    k = _step_of(start[inside], s0, s1, tid[inside], step_tid)
+    held = k >= 0
+    if not held.any():
+        return 0.0
+    k = k[held]
+    spans = union_per_group(np.maximum(start[inside][held], s0[k]), np.minimum(end[inside][held], s1[k]), k, len(s0))
+    return float(spans.sum()) / 1e6 / len(s0)
 
 
 def untraced_fetch(light: LightSteps | None) -> tuple[float, float] | None:
@@ -452,6 +499,12 @@ def observations(view: CpuView) -> list[Observation]:
             f"the step's thread blocked (perfdoctor.wait) while no operator ran on any thread: {value(view.waits_ms, 'ms')} "
             f"per step ({percent(view.waits_ms / step_ms)} of the {value(step_ms, 'ms')} step, mean)",
             WAITS_ADVICE, view.waits_ms))
+    if view.recompute_ms >= RECOMPUTE_SHARE * step_ms:
+        found.append(Observation(
+            "recompute", "The backward runs the forward again (activation checkpointing)",
+            f"forward operators ({', '.join(n.removeprefix('aten::') for n in FORWARD_OPS[:3])}, ...) inside the backward: "
+            f"{value(view.recompute_ms, 'ms')} per step ({percent(view.recompute_ms / step_ms)} of the {value(step_ms, 'ms')} step, mean)",
+            RECOMPUTE_ADVICE, view.recompute_ms))
     if view.outside_ops_ms >= OUTSIDE_OPS_SHARE * step_ms:
         found.append(Observation(
             "outside-ops", "Much of the step runs in no operator (Python between ops, or work the profiler does not record)",

@@ -275,3 +275,54 @@ def test_a_compiled_step_is_not_told_to_torch_compile(tmp_path: Path) -> None:
 ])
 def test_how_a_step_is_compiled_is_read_from_its_names(ranges: list[str], ops: list[str], how: str | None) -> None:
     assert cpu.compiled_as(pd.Series(ranges), np.array(ops, dtype=object)) == how
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_a_checkpointed_backward_runs_the_forward_again_and_says_so(tmp_path: Path, reentrant: bool) -> None:
+    """Activation checkpointing (session 34's probe: a block stack with torch.utils.checkpoint,
+    HF's gradient_checkpointing_enable()): each block's forward runs again in the backward,
+    ~20 % of the step, and nothing said so. The recompute is checked against the raw trace:
+    the forward operators inside the autograd engine's nodes, per step; the same model
+    without checkpointing has none."""
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    said = {}
+    for ckpt in (True, False):
+        torch.manual_seed(0)
+        blocks = torch.nn.ModuleList(torch.nn.Sequential(torch.nn.LayerNorm(256), torch.nn.Linear(256, 512), torch.nn.GELU(),
+                                                         torch.nn.Linear(512, 256)) for _ in range(4))
+        opt = torch.optim.SGD(blocks.parameters(), lr=0.01)
+        x = torch.randn(64, 256)
+
+        def forward(h):
+            for b in blocks:
+                h = h + (checkpoint(b, h, use_reentrant=reentrant) if ckpt else b(h))
+            return h
+
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            for _ in range(4):
+                with torch.profiler.record_function("step"):
+                    opt.zero_grad()
+                    forward(x.requires_grad_(reentrant)).square().mean().backward()
+                    opt.step()
+        path = tmp_path / f"ckpt-{ckpt}.json.gz"
+        prof.export_chrome_trace(str(path))
+        view = diagnose(path, warnings=False).analysis.cpu
+        said[ckpt] = view
+        steps, events, _ = _raw(path, "step")
+        nodes = [e for e in events if e["name"].startswith(cpu.BACKWARD_NODE)]
+        # by hand: each step's forward ops inside a node of their thread, nested ones once
+        total = 0.0
+        for s0, s1 in steps:
+            spans = sorted((e["ts"], e["end"]) for e in events if e["name"] in cpu.FORWARD_OPS and s0 <= e["ts"] < s1
+                           and any(n["tid"] == e["tid"] and n["ts"] <= e["ts"] and e["end"] <= n["end"] for n in nodes))
+            covered, reach = 0.0, -1.0
+            for a, b in spans:
+                covered += max(0.0, b - max(a, reach))
+                reach = max(reach, b)
+            total += covered
+        assert view.recompute_ms == pytest.approx(total / 1e3 / len(steps), rel=1e-6, abs=1e-9)
+    assert said[True].recompute_ms > 0 and said[False].recompute_ms == 0
+    assert "recompute" in [o.kind for o in said[True].observations]
+    assert "recompute" not in [o.kind for o in said[False].observations]
