@@ -249,8 +249,7 @@ def find_step(results: PassResults, options: RunOptions) -> tuple[str | None, st
         user = [n for n in api_counts if counts.get(n)]
     found = module_step(results.modules or {}, results.module_classes or {}, results.waits) if automatic else None
     modules = {found.name: len(found.moded[0] if found.moded else found.calls["gpu_end_ns"])} if found is not None else {}
-    # one series per CUDA graph replayed (the bootstrap's GraphReplays): its replays are the
-    # step when that graph is (nearly) every replay, as a trace's graph launches are
+    # one series per CUDA graph replayed (GraphReplays): the step when that graph is (nearly) every replay, as in a trace
     graph = steps.one_graph({n: c for n, c in counts.items() if rangenames.kind(n) == rangenames.REPLAY})
     compiled = {n: s["host_start_ns"][: len(s["gpu_end_ns"])] for n, s in series.items() if rangenames.kind(n) == rangenames.COMPILED}
     starts = {n: s["host_start_ns"] for n, s in series.items() if rangenames.kind(n) == rangenames.LOOP}
