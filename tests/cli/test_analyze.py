@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, run_cli, run_cli_inprocess
+from conftest import FIXTURES, run_cli_inprocess
 from perfdoctor.pipeline import load_trace
 from perfdoctor.errors import UsageError
 from perfdoctor.analysis.metrics import METRICS, analyze
@@ -53,7 +53,7 @@ def test_metrics_match_the_shared_fixture_values(fixture: str, step: str) -> Non
 
 def test_step_is_found_without_step_option_and_metrics_json_has_contract_schema(tmp_path: Path) -> None:
     out = tmp_path / "metrics.json"
-    r = run_cli("analyze", FIXTURES / "h200-llama1b-eager-5steps.kineto.json.gz", "--json", out)
+    r = run_cli_inprocess("analyze", FIXTURES / "h200-llama1b-eager-5steps.kineto.json.gz", "--json", out)
     assert r.returncode == 0, r.stderr
     assert "decode_step" in r.stdout and "Top kernels" in r.stdout
     doc = json.loads(out.read_text())
@@ -225,7 +225,7 @@ def cpu_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_cpu_only_trace_is_valid_input_with_gpu_metrics_absent(cpu_trace: Path, tmp_path: Path) -> None:
     out = tmp_path / "m.json"
-    r = run_cli("analyze", cpu_trace, "--step", "cpu_step", "--json", out)
+    r = run_cli_inprocess("analyze", cpu_trace, "--step", "cpu_step", "--json", out)
     assert r.returncode == 0, r.stderr
     metrics = json.loads(out.read_text())["metrics"]
     assert metrics["steps"]["value"] == 4
@@ -369,9 +369,9 @@ def test_a_load_begun_early_that_no_command_takes_is_dropped(tmp_path: Path) -> 
     pipeline.drop_early()
     assert not pipeline._early
     out = tmp_path / "m.json"
-    r = run_cli("analyze", "--top", "5", str(trace), "--json", str(out))
+    r = run_cli_inprocess("analyze", "--top", "5", str(trace), "--json", str(out))
     assert r.returncode == 0, r.stderr
-    r2 = run_cli("analyze", "--json", str(trace), str(trace))  # the output would overwrite the input
+    r2 = run_cli_inprocess("analyze", "--json", str(trace), str(trace))  # the output would overwrite the input
     assert r2.returncode == 2 and r2.stderr.count("\n") == 1, r2.stderr
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli_inprocess
 from perfdoctor.analysis.metrics import analyze
 from perfdoctor.analysis.ranks import nsys_processes
 from perfdoctor.collectors import nsys
@@ -163,7 +163,7 @@ def test_pinned_copies_fill_each_gpu(tmp_path):
 
 def test_analyze_shows_one_row_per_process(tmp_path):
     db = _two_processes(tmp_path / "two.sqlite")
-    done = run_cli("analyze", str(db))
+    done = run_cli_inprocess("analyze", str(db))
     assert done.returncode == 0, done.stderr
     assert "one timeline per process" in done.stdout
     assert "ranks by process id: rank 0 = pid 100, rank 1 = pid 200" in done.stdout + done.stderr

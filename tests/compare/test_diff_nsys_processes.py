@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli_inprocess
 
 ROOT = Path(__file__).resolve().parents[2]
 WILD = ROOT.parent / "shared" / "traces" / "wild"
@@ -34,8 +34,8 @@ def _kernel_pids(path: Path, tmp_path: Path) -> list[int]:
 @pytest.fixture(scope="module")
 def diffed(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("nsysdiff")
-    done = run_cli("diff", BEFORE, AFTER, "--no-rules", "--json", tmp / "diff.json")
-    analyzed = run_cli("analyze", BEFORE, "--json", tmp / "before.json")
+    done = run_cli_inprocess("diff", BEFORE, AFTER, "--no-rules", "--json", tmp / "diff.json")
+    analyzed = run_cli_inprocess("analyze", BEFORE, "--json", tmp / "before.json")
     return done, json.loads((tmp / "diff.json").read_text()), analyzed, json.loads((tmp / "before.json").read_text()), tmp
 
 
@@ -63,7 +63,7 @@ def test_diff_compares_each_process_with_its_like(diffed) -> None:
 def test_gate_checks_every_process(tmp_path: Path) -> None:
     # idle after/before: rank 0 0.070 -> 0.197 (+181 %), rank 1 0.099 -> 0.151 (+52 %):
     # a +100 % budget fails on rank 0 only, which a merged timeline could not say
-    done = run_cli("gate", AFTER, "--baseline", BEFORE, "--fail-on", "gpu_idle_ratio:+100%", "--json", tmp_path / "gate.json")
+    done = run_cli_inprocess("gate", AFTER, "--baseline", BEFORE, "--fail-on", "gpu_idle_ratio:+100%", "--json", tmp_path / "gate.json")
     assert done.returncode == 1, done.stdout + done.stderr
     checks = json.loads((tmp_path / "gate.json").read_text())["checks"]
     status = {c["name"]: c["status"] for c in checks}
@@ -74,7 +74,7 @@ def test_one_process_of_several_against_a_single_process_run_is_not_comparable(t
     # a Kineto trace of one process (world size 1) against the two-process export: its
     # rank 0 only, and said loudly, as for a multi-rank bundle against a single run
     single = ROOT / "tests" / "fixtures" / "h200-decode-eager-5steps.kineto.json.gz"
-    done = run_cli("diff", single, BEFORE, "--no-rules", "--json", tmp_path / "d.json")
+    done = run_cli_inprocess("diff", single, BEFORE, "--no-rules", "--json", tmp_path / "d.json")
     assert done.returncode == 0, done.stderr
     d = json.loads((tmp_path / "d.json").read_text())
     assert d["after"].endswith("(rank 0: pid 144)")

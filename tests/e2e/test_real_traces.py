@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SHARED_TRACES, run_cli, run_cli_inprocess
+from conftest import SHARED_TRACES, run_cli_inprocess
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = SHARED_TRACES
@@ -82,7 +82,7 @@ def _nsys_present() -> bool:
 def test_a_format_not_read_is_one_named_line_and_exit_2(trace: Path) -> None:
     if trace.suffix == ".nsys-rep" and _nsys_present():
         pytest.skip("nsys is installed here: the .nsys-rep is exported, not refused")
-    done = run_cli("analyze", trace, timeout=120)
+    done = run_cli_inprocess("analyze", trace)
     assert done.returncode == 2, done
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and NOT_READ[trace.name] in lines[0], done.stderr

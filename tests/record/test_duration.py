@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, run_cli_inprocess
 from perfdoctor.record.tools import gpu_present
 
 PROGRAMS = Path(__file__).parents[1] / "programs"
@@ -58,7 +58,7 @@ def test_a_program_that_never_ends_is_stopped_in_each_pass_and_the_run_is_done(r
     assert traced["exit_code"] == 0  # a normal end for a tool around it (ncu printed nothing for a SIGTERM death)
     assert manifest["collectors"]["torch"]["status"] == "ok"
     assert "torch pass:" in done.stderr and "stopped after its window" in done.stderr
-    report = run_cli("analyze", bundle, cwd=bundle.parent)
+    report = run_cli_inprocess("analyze", bundle)
     assert report.returncode == 0 and not report.stdout.startswith("CRASHED"), report.stdout[:500]
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, run_cli_inprocess
 from perfdoctor.text import value
 
 JACOBI = Path(__file__).parents[1] / "programs" / "real" / "jacobi_solve.py"
@@ -55,7 +55,7 @@ def test_a_program_with_no_step_is_traced_until_the_budget_then_runs_on(tmp_path
     assert "with no step to window on, the trace began with the program; it was stopped" in done.stderr
     assert "--trace-budget (16 MB over what the program and the profiler hold alone)" in done.stderr
     # the cut trace reads like any other
-    analyzed = run_cli("analyze", bundle, cwd=tmp_path)
+    analyzed = run_cli_inprocess("analyze", bundle)
     assert analyzed.returncode == 0, analyzed.stderr[-2000:]
 
 
@@ -111,7 +111,7 @@ def test_a_step_that_never_reaches_its_window_in_the_traced_run_falls_back_to_a_
     with gzip.open(raw / "torch-trace.json.gz", "rt") as f:
         events = json.load(f)["traceEvents"]
     assert sum(e.get("name") == "aten::linear" and e.get("ph") == "X" for e in events) == 2 * 3  # every forward of the run
-    analyzed = run_cli("analyze", bundle, cwd=tmp_path)
+    analyzed = run_cli_inprocess("analyze", bundle)
     assert analyzed.returncode == 0, analyzed.stderr[-2000:]
 
 
