@@ -80,7 +80,6 @@ WAITS_ADVICE = ("the step's time is spent where that work runs: another thread o
                 "overlap it with the step (submit the next batch's work before running this one, as a DataLoader with "
                 "workers prefetches), or make it cheaper or wider (more workers while CPU cores are free); a deliberate "
                 "pause (a rate limit, Event.wait(timeout)) is no cost to remove")
-# Where the Python between operators is: a trace with stacks has the frames already.
 # Forward operators: composite ops a backward pass's own work never calls (a linear layer's
 # backward runs aten::mm, a layer norm's native_layer_norm_backward). One inside the autograd
 # engine's evaluate_function is the forward run again: activation checkpointing's recompute
@@ -96,6 +95,7 @@ RECOMPUTE_ADVICE = ("each checkpointed block runs its forward twice, once more i
                     "checkpoint fewer blocks (every other layer, or none), or save the costly outputs and recompute only the "
                     "cheap ops (selective checkpointing: torch.utils.checkpoint's context_fn with "
                     "torch.utils.checkpoint.create_selective_checkpoint_contexts)")
+# Where the Python between operators is: a trace with stacks has the frames already.
 RECORD_STACKS = "a trace with Python stacks (torch.profiler.profile(with_stack=True)) names the lines"
 STACKS_NAME_LINES = "the Python frames among the modules and ranges, by self time, name the lines"
 

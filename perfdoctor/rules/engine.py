@@ -324,7 +324,10 @@ def light_values(analysis: Analysis) -> dict[str, Metric]:
     the step's thread waiting for a CPU, and ``slow_step_work_ratio``, the steps' own model
     calls (:func:`perfdoctor.analysis.steady.work_share`); and, where a full garbage collection ran between two
     steady steps, ``paused_gc_ratio``, the share of the time between steps
-    (``Cadence.own_ms``, what ``paused_time_ratio`` counts) those collections account for.
+    (``Cadence.own_ms``, what ``paused_time_ratio`` counts) those collections account for;
+    and, where the steps ran on several threads (``LightSteps.threads``), ``steps_per_cpu``,
+    the steps under way while each ran (:func:`perfdoctor.analysis.steady.in_flight`),
+    weighted by its wait for a CPU, per CPU of the program's affinity.
     Rule inputs, not metrics of the contract: most runs have neither, and an absent metric
     for them would be noise."""
     light, series = analysis.light, analysis.light_series
