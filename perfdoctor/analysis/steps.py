@@ -17,6 +17,7 @@ kernels and is not mistaken for an idle GPU.
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -108,7 +109,9 @@ def choose_step(
        each ``torch.cuda.CUDAGraph``), seen twice. After the user's ranges: a range around
        each replay (``decode_step``) also holds the work that feeds it;
     7. the training (or evaluation) iteration, marked by torch's loop ranges (the data loader's
-       ``__next__``, else ``Optimizer.zero_grad``, else ``Optimizer.step``), seen twice;
+       ``__next__``, else ``Optimizer.zero_grad``, else ``Optimizer.step``), seen twice — but
+       a generator's calls where an inference loop generates per fetch
+       (:func:`generates_per_fetch`: its tokens, the module step of 9);
        with gradient accumulation (``ACCUMULATION`` or more fetches per iteration that steps an
        optimizer: :func:`stepped_fetches` over ``loop_starts``, the loop ranges' host starts;
        without them, per step of the most frequent optimizer),
@@ -162,6 +165,9 @@ def choose_step(
     loop = sorted((n for n in by_kind.get(rangenames.LOOP, ()) if counts[n] >= 2), key=rangenames.loop_rank)
     if loop:
         name = loop[0]
+        generator = next((m for m, n in (modules or {}).items() if generates_per_fetch(name, counts, m, n)), None)
+        if generator is not None:  # an inference loop's generator: its tokens, not its batches
+            return Choice("module", generator, f"module: {generator.removesuffix('.forward')}", True)
         # the most frequent optimizer step
         opt = max((n for n in loop if n.startswith(rangenames.OPTIMIZER_STEP_PREFIX)), key=lambda n: counts[n], default=None)
         if opt is not None and rangenames.loop_rank(name) == 1 and counts[name] >= ZERO_GRADS * counts[opt]:
@@ -198,6 +204,24 @@ def choose_step(
                f"call marks it), timed as {ITERATION}")
         return Choice("backward", name, how, True)
     return None
+
+
+# A generator's class (transformers' ...ForCausalLM, ...LMHeadModel, ...ForConditionalGeneration,
+# ...Seq2SeqLM) and its calls per DataLoader fetch from which its tokens are the steps
+GENERATOR = re.compile(r"ForCausalLM|LMHeadModel|ForConditionalGeneration|Seq2SeqLM|SpeechSeq2Seq")
+GENERATE_CALLS = 4
+
+
+def generates_per_fetch(fetch: str, counts: Mapping[str, int], module: str, calls: int) -> bool:
+    """Whether an inference loop over a DataLoader (``fetch``; no backward or optimizer step
+    among ``counts``) generates per batch: its model step (``module``, ``calls`` calls) is a
+    generator's (:data:`GENERATOR`), called :data:`GENERATE_CALLS` times or more per fetch.
+    Its tokens are then the steps, not the fetch: transformers' pipelines (speech recognition,
+    text generation, translation) run generate() per batch of their own DataLoader, and a
+    Whisper pipeline read one step per clip of 32 tokens (the p50 54x a token's)."""
+    trained = any(rangenames.kind(n) == rangenames.BACKWARD or n.startswith(rangenames.OPTIMIZER_STEP_PREFIX) for n in counts)
+    return (not trained and rangenames.loop_rank(fetch) == 0 and bool(GENERATOR.search(module))
+            and calls >= GENERATE_CALLS * max(counts.get(fetch, 0), 1))
 
 
 def stepped_fetches(fetches: Sequence[int], optimizers: Sequence[Sequence[int]]) -> int:

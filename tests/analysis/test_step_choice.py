@@ -406,3 +406,14 @@ def test_the_fetches_per_optimizer_step_count_iterations_that_step_any_optimizer
     acc = {fetch: f, sgd: f[2::3] + 3, adam: f[2::3] + 6}
     choice = choose_step({fetch: 12, sgd: 4, adam: 4}, loop_starts=acc)
     assert choice.name in (sgd, adam) and "one per 3 DataLoader batches" in choice.how, choice.how
+
+
+def test_an_inference_loop_whose_generator_runs_per_token_steps_on_its_tokens() -> None:
+    # transformers' generation pipelines run generate() per batch of their own DataLoader
+    fetch = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    lm = "GPT2LMHeadModel.forward"
+    assert choose_step({fetch: 10}, modules={lm: 80}).name == lm
+    assert choose_step({fetch: 10}, modules={lm: 20}).name == fetch  # 2 calls a batch: no token loop
+    assert choose_step({fetch: 10}, modules={"BertForSequenceClassification.forward": 80}).name == fetch  # no generator
+    trains = {fetch: 10, "Optimizer.step#AdamW.step": 10}
+    assert choose_step(trains, modules={lm: 80}).name == fetch  # a training loop steps on its batches

@@ -858,6 +858,24 @@ def test_hf_pipeline_over_a_list_steps_per_batch(tmp_path: Path) -> None:
     assert 1e3 / rate.value == pytest.approx(result["ms_per_step"], rel=0.15)
 
 
+def test_a_generation_pipeline_steps_per_token_not_per_batch(tmp_path: Path) -> None:
+    # pipeline("text-generation")(texts, batch_size=1, max_new_tokens=8): its DataLoader's fetch
+    # marked the batch, 8 tokens one step (Whisper's speech-recognition pipeline: one step
+    # per clip of 32 tokens, its p50 54x a token's). An inference loop whose generator is
+    # called 4 times or more per fetch steps on its tokens
+    passes, texts, tokens = 2, 8, 8
+    light, series, result = light_run(tmp_path, "hf_pipeline.py", "--device", "cpu", "--layers", "2", "--dim", "64", "--heads", "4",
+                                       "--texts", str(texts), "--batch-size", "1", "--max-words", "20", "--passes", str(passes),
+                                       "--generate", str(tokens), env={"OMP_NUM_THREADS": "1"})
+    assert result["tokens"] == passes * texts * tokens
+    assert light["step_name"] == "GPT2LMHeadModel.forward"
+    # the warm-up pass's too; each text's prefill, called from its own place in generate(),
+    # joins the first decoding step after it (the light pass's steps by call site)
+    assert light["steps_seen"] == (passes + 1) * texts * (tokens - 1)
+    # each decoding step against the program's own per-token timer
+    assert np.median(light["step_latency_ms"]) == pytest.approx(np.median(result["token_ms"]), rel=0.2)
+
+
 @pytest.mark.parametrize("optimizer", ["lbfgs", "adam"])
 def test_pinn_with_a_closure_steps_per_optimizer_step_not_per_closure_call(tmp_path: Path, optimizer: str) -> None:
     # a PINN for Burgers' equation: the residual's derivatives by autograd.grad

@@ -365,9 +365,13 @@ class Session:
                 self.modules.narrow()
             elif rangenames.kind(name) == rangenames.LOOP:
                 # torch's loop ranges: the step is the loop iteration, and whether one holds
-                # the model's work tells a fetch that `break` left (no batch used) from others
+                # the model's work tells a fetch that `break` left (no batch used) from others;
+                # an iteration that trained nothing (no backward, no optimizer step) keeps its
+                # model's calls timed: a generator's tokens may be the steps
                 self.keep_modules = True
-                self.modules.keep_work()
+                trained = any(rangenames.kind(n) == rangenames.BACKWARD or n.startswith(rangenames.OPTIMIZER_STEP_PREFIX)
+                              for n in list(self.times.host))
+                self.modules.keep_work(timed=not trained)
             else:
                 self.modules.uninstall()
 

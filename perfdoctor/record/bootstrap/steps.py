@@ -312,6 +312,7 @@ class ModuleSteps:
         # timed — the work of the loop's iterations, which tells a fetch that fetched a batch
         # from one a `break` left (perfdoctor.analysis.steady.holds_work)
         self.work_only = False
+        self.work_timed = False  # keep_work(timed=True): the calls noted and timed
         self.work_ns: list[int] = []
         self.work_grad: list[bool] = []  # each one's grad mode: an evaluation's calls among the training's
         self.work_end_ns: list[int] = []  # each one's host end (0 until it returns)
@@ -479,17 +480,19 @@ class ModuleSteps:
         def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
             if local.depth or type(module) is not cls or compiling():
                 return inner(module, *args, **kwargs)
+            noted = -1
             if this.work_only:
                 work.append(clock())
                 work_grad.append(grad_enabled())
                 noted = len(work_end)
                 work_end.append(0)
-                local.depth = 1
-                try:
-                    return inner(module, *args, **kwargs)
-                finally:
-                    local.depth = 0
-                    work_end[noted] = clock()
+                if not this.work_timed:
+                    local.depth = 1
+                    try:
+                        return inner(module, *args, **kwargs)
+                    finally:
+                        local.depth = 0
+                        work_end[noted] = clock()
             if fixed is None:
                 step = module_step_name(cls, module, this.classes)
                 this.classes.setdefault(step, module_class_path(cls))
@@ -511,10 +514,12 @@ class ModuleSteps:
             finally:
                 local.depth = 0
                 end()
+                if noted >= 0:
+                    work_end[noted] = clock()
 
         return __call__
 
-    def keep_work(self) -> None:
+    def keep_work(self, timed: bool = False) -> None:
         """A loop range repeats (a data loader's fetch): it is the step, so module calls are
         timed no more, but each depth-0 call's start and end are noted (``work_ns``,
         ``work_end_ns``): narrowed, one wrapper, two clock reads and a few list appends per call
@@ -522,8 +527,11 @@ class ModuleSteps:
         any module call (the seq2seq tutorial's ``encoder_optimizer.zero_grad()`` and
         ``decoder_optimizer.zero_grad()`` at the top of the first iteration) leaves the scout
         on, noting the work, until a class has its scouting calls: narrowed then, it would
-        wrap no class, and the light pass saw no work at all."""
-        self.work_only = True
+        wrap no class, and the light pass saw no work at all. ``timed``: the calls stay timed
+        too (an inference loop: a generator called per token inside each fetch, HF's
+        pipelines' generate() per batch of their own DataLoader, whose tokens are the steps:
+        :func:`perfdoctor.analysis.steps.generates_per_fetch`)."""
+        self.work_only, self.work_timed = True, timed
         if self.tops:
             self.narrow()
 

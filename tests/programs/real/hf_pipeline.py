@@ -7,7 +7,10 @@ with random weights and the pure-Python ``BertTokenizer`` over a vocabulary writ
 temporary file (no download). The pipeline tokenises each string, batches them with its own
 DataLoader (padding collate), runs the model per batch and post-processes each item
 (softmax, label). One warm-up pass over the list, then ``--passes`` timed passes;
-``--feature-extraction``: ``pipeline("feature-extraction")`` over a ``BertModel`` instead.
+``--feature-extraction``: ``pipeline("feature-extraction")`` over a ``BertModel`` instead;
+``--generate N``: ``pipeline("text-generation")`` over a ``GPT2LMHeadModel``, N new tokens
+per text greedily (``max_new_tokens=N, do_sample=False``), timed per token too (a
+``LogitsProcessor`` noting each decoding step, RESULT's ``token_ms``).
 The program's own number: a pass's time over its batches.
 
     python hf_pipeline.py                                   # bert-base shape, cuda
@@ -22,7 +25,8 @@ import tempfile
 import time
 
 import torch
-from transformers import BertConfig, BertForSequenceClassification, BertModel, BertTokenizer, pipeline
+from transformers import (BertConfig, BertForSequenceClassification, BertModel, BertTokenizer, GPT2Config, GPT2LMHeadModel,
+                          LogitsProcessor, LogitsProcessorList, pipeline)
 
 WORDS = ("the movie was great terrible boring plot actor acting scene ending film story character director "
          "music beautiful awful slow fast funny sad long short best worst love hate watch again never").split()
@@ -48,13 +52,27 @@ def main():
     p.add_argument("--max-words", type=int, default=100)
     p.add_argument("--passes", type=int, default=3)
     p.add_argument("--feature-extraction", action="store_true")
+    p.add_argument("--generate", type=int, default=0, help="text generation: new tokens per text")
     args = p.parse_args()
     torch.manual_seed(0)
     rng = random.Random(0)
     tokenizer, vocab = make_tokenizer()
     config = BertConfig(vocab_size=vocab, hidden_size=args.dim, num_hidden_layers=args.layers, num_attention_heads=args.heads,
                         intermediate_size=4 * args.dim, num_labels=2)
-    if args.feature_extraction:
+    stamps: list[float] = []  # each decoding step's time (--generate)
+
+    class TokenTimer(LogitsProcessor):
+        def __call__(self, input_ids, scores):
+            stamps.append(time.perf_counter())
+            return scores
+
+    kwargs = {"truncation": True}
+    if args.generate:
+        model, task = GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_embd=args.dim, n_layer=args.layers, n_head=args.heads,
+                                                 pad_token_id=0, eos_token_id=3, bos_token_id=2)).eval(), "text-generation"
+        kwargs = {"max_new_tokens": args.generate, "do_sample": False, "min_new_tokens": args.generate,
+                  "logits_processor": LogitsProcessorList([TokenTimer()])}
+    elif args.feature_extraction:
         model, task = BertModel(config).eval(), "feature-extraction"
     else:
         model, task = BertForSequenceClassification(config).eval(), "text-classification"
@@ -64,13 +82,14 @@ def main():
 
     def one_pass():
         outs = []
-        for out in pipe(texts, batch_size=args.batch_size, truncation=True):
+        for out in pipe(texts, batch_size=args.batch_size, **kwargs):
             outs.append(out)
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
         return outs
 
     one_pass()  # warm-up
+    stamps.clear()
     times = []
     for i in range(args.passes):
         t0 = time.perf_counter()
@@ -82,7 +101,12 @@ def main():
     print(f"{ms:.3f} ms/batch")
     print("RESULT " + json.dumps({"program": "hf_pipeline", "task": task, "step": "one batch (tokenise, forward, post-process)",
                                   "batches_per_pass": batches, "passes": args.passes, "ms_per_step": ms, "ms_per_batch": ms,
-                                  "ms_each_pass": [t * 1e3 for t in times]}))
+                                  "ms_each_pass": [t * 1e3 for t in times],
+                                  # per generate call: the intervals between its decoding steps (its first, with the prefill, left out)
+                                  "token_ms": [(b - a) * 1e3 for g in range(len(stamps) // max(args.generate, 1))
+                                               for a, b in zip(stamps[g * args.generate:(g + 1) * args.generate][:-1],
+                                                               stamps[g * args.generate + 1:(g + 1) * args.generate])],
+                                  "tokens": len(stamps)}))
 
 
 if __name__ == "__main__":
