@@ -830,7 +830,8 @@ def new_optimizers(results: PassResults, series: dict[str, Any]) -> np.ndarray |
     """Per step of ``series``, whether an optimizer steps for the first time in it (a class's,
     or another instance's of one: each trial of an Optuna study trains a new model with a new
     optimizer), past the run's first: a new configuration, whose pace is no warm-up
-    (:func:`perfdoctor.analysis.steady.steady_start`). None where no optimizer came later."""
+    (:func:`perfdoctor.analysis.steady.steady_start`). None where no optimizer came later, or
+    one came every few steps (fewer than REGIME_WINDOW a configuration on average)."""
     firsts = []
     for name, s in (results.series or {}).items():
         if not name.startswith(rangenames.OPTIMIZER_STEP_PREFIX):
@@ -841,9 +842,9 @@ def new_optimizers(results: PassResults, series: dict[str, Any]) -> np.ndarray |
             if owner not in seen:
                 seen.add(owner)
                 firsts.append(at)
-    if len(firsts) < 2:
-        return None
     h = np.asarray(series["host_start_ns"][: len(series["gpu_end_ns"])], dtype=np.int64)
+    if len(firsts) < 2 or len(firsts) * steady.REGIME_WINDOW > h.size:
+        return None  # a new optimizer every few steps (Reptile's per outer iteration) begins no configuration
     k = np.searchsorted(h, sorted(firsts)[1:], side="right") - 1
     fresh = np.zeros(h.size, dtype=bool)
     fresh[k[k >= 0]] = True
