@@ -537,10 +537,11 @@ class StepTimes:
             out.append(mine[k] if k < len(mine) else -1)
         return out
 
-    def kept(self, name: str) -> list[int]:
+    def kept(self, name: str, ends: list[int] | None = None) -> list[int]:
         """The positions of ``name``'s steps (their starts) that :meth:`series` keeps: completed,
-        and not inside a CUDA graph capture (such a step ran no work: it is not a step)."""
-        ends = self.ends(name)
+        and not inside a CUDA graph capture (such a step ran no work: it is not a step).
+        ``ends``: :meth:`ends`, where the caller has it already."""
+        ends = self.ends(name) if ends is None else ends
         return [i for i, j in enumerate(ends) if j >= 0 and self.gpu_start[name][i] is not CAPTURED and self.gpu_end[name][j] is not CAPTURED]
 
     def off_thread(self, ident: int | None) -> dict[str, int]:
@@ -562,7 +563,8 @@ class StepTimes:
 
         try:
             for name, host in self.host.items():
-                keep, ends = self.kept(name), self.ends(name)
+                ends = self.ends(name)
+                keep = self.kept(name, ends)
                 out[name] = {
                     "host_start_ns": [host[i] for i in keep],
                     "gpu_start_ns": [ns(self.gpu_start[name][i]) for i in keep] if clock is not None else None,

@@ -571,24 +571,25 @@ class ModuleSteps:
         for depth, times in enumerate(self.times):
             out[str(depth)], err = times.series()
             error = error or err
+        kept_of = {name: self.times[0].kept(name) for name in out["0"]}  # once per name: each pairs ends with starts
         for name, called in self.called.items():
             if name in out["0"]:
-                ordinals = [called[i] for i in self.times[0].kept(name)]
+                ordinals = [called[i] for i in kept_of[name]]
                 if sum(n >= 2 for n in Counter(ordinals).values()) >= 2:
                     out["0"][name]["instance"] = ordinals
         for name, sited in self.sited.items():
             if name in out["0"]:
-                sites = [sited[i] for i in self.times[0].kept(name)]
+                sites = [sited[i] for i in kept_of[name]]
                 if len(set(sites)) >= 2:
                     out["0"][name]["site"] = sites
         for name, grads in self.grads.items():
             if name in out["0"]:
-                modes = [grads[i] for i in self.times[0].kept(name)]
+                modes = [grads[i] for i in kept_of[name]]
                 if len(set(modes)) == 2:
                     out["0"][name]["grad"] = modes
         for name, windowed in self.windowed.items():
             if name in out["0"]:
-                kept = [windowed[i] for i in self.times[0].kept(name)]
+                kept = [windowed[i] for i in kept_of[name]]
                 if any(kept):
                     out["0"][name]["window"] = kept
         return out, error
