@@ -219,8 +219,7 @@ def generates_per_fetch(fetch: str, counts: Mapping[str, int], module: str, call
     Its tokens are then the steps, not the fetch: transformers' pipelines (speech recognition,
     text generation, translation) run generate() per batch of their own DataLoader, and a
     Whisper pipeline read one step per clip of 32 tokens (the p50 54x a token's)."""
-    trained = any(rangenames.kind(n) == rangenames.BACKWARD or n.startswith(rangenames.OPTIMIZER_STEP_PREFIX) for n in counts)
-    return (not trained and rangenames.loop_rank(fetch) == 0 and bool(GENERATOR.search(module))
+    return (not rangenames.trains(counts) and rangenames.loop_rank(fetch) == 0 and bool(GENERATOR.search(module))
             and calls >= GENERATE_CALLS * max(counts.get(fetch, 0), 1))
 
 

@@ -63,6 +63,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from functools import lru_cache
+from typing import Iterable
 
 SERVING = "serving"
 COMPILED = "compiled"
@@ -267,6 +268,12 @@ def kind(name: str) -> str:
     if _WARMUP.search(name):
         return WARMUP
     return RANGE
+
+
+def trains(names: Iterable[str]) -> bool:
+    """Whether any of ``names`` is a backward call's or an optimizer step's range: the loop
+    they came from trained (the light pass's module timing, an inference loop's generator)."""
+    return any(kind(n) == BACKWARD or n.startswith(OPTIMIZER_STEP_PREFIX) for n in names)
 
 
 def loop_rank(name: str) -> int:

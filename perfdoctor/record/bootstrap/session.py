@@ -369,9 +369,7 @@ class Session:
                 # an iteration that trained nothing (no backward, no optimizer step) keeps its
                 # model's calls timed: a generator's tokens may be the steps
                 self.keep_modules = True
-                trained = any(rangenames.kind(n) == rangenames.BACKWARD or n.startswith(rangenames.OPTIMIZER_STEP_PREFIX)
-                              for n in list(self.times.host))
-                self.modules.keep_work(timed=not trained)
+                self.modules.keep_work(timed=not rangenames.trains(list(self.times.host)))
             else:
                 self.modules.uninstall()
 
