@@ -372,7 +372,7 @@ def _usable_light(light: LightSteps | None, steps: Steps) -> tuple[LightSteps | 
 
 def _light_series(light: LightSteps) -> steady.SteadySeries:
     return steady.steady_series(light.host_start_ns, light.gpu_end_ns, light.steady_start, light.gpu_start_ns, light.waited_ns,
-                                light.pass_ended, light.compiled_ns, light.threads)
+                                light.pass_ended, light.compiled_ns, light.threads, light.cpu_wait_ns)
 
 
 def _steps(c: _Context) -> Metric:
@@ -518,7 +518,7 @@ def _slow_step_time_ratio(c: _Context, light: steady.SteadySeries | None) -> Met
     key = "slow_step_time_ratio"
     if light is None or not light.critical_path_ms.size:
         return c.absent(key, NEEDS_LIGHT)
-    s = steady.slow_steps(light.critical_path_ms)
+    s = steady.slow_steps(light.critical_path_ms, light.cpu_wait_ms)
     if s.total_ms <= 0:
         return c.absent(key, "the steps' critical-path time is 0")
     return c.have(key, s.beyond_ms / s.total_ms, source="light", note=s.summary)

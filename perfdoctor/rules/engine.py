@@ -333,7 +333,7 @@ def light_values(analysis: Analysis) -> dict[str, Metric]:
     light, series = analysis.light, analysis.light_series
     if light is None or series is None:
         return {}
-    period = slow_period(series.critical_path_ms)
+    period = slow_period(series.critical_path_ms, series.cpu_wait_ms)
     out = {} if period is None else {"slow_step_period": Metric(float(period), "steps", "light")}
     cp, paused = series.critical_path_ms, series.paused
     # the steps after a pause slower than the others (by the warm-up's factor): a server's

@@ -595,7 +595,7 @@ def slow_step_time(analysis: Analysis, threshold: float | None, params: dict[str
     light = analysis.light_series
     if light is None or not light.critical_path_ms.size:
         return Estimate(None, Unavailable(Need.LIGHT_STEPS))
-    s = steady.slow_steps(light.critical_path_ms)
+    s = steady.slow_steps(light.critical_path_ms, light.cpu_wait_ms)
     saved = float(params.get("saved", 1.0))
     per_step = s.beyond_ms / s.steps
     return Estimate(per_step * saved, SlowStepTime(s, per_step, saved))

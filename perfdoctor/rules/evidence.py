@@ -440,7 +440,7 @@ def slow_untraced_steps(analysis: Analysis) -> Evidence:
         ev.note = Note.NO_LIGHT_PASS
         return ev
     cp = series.critical_path_ms
-    s = steady.slow_steps(cp)
+    s = steady.slow_steps(cp, series.cpu_wait_ms)
     for i in np.argsort(-cp, kind="stable")[:TOP]:
         step = int(series.steps[i])
         ev.rows.append([step, _r(cp[i]), _r(cp[i] / s.median_ms) if s.median_ms else "—", _r(max(0.0, cp[i] - s.median_ms)),

@@ -1357,6 +1357,23 @@ def test_slow_steps_on_a_schedule_have_a_period() -> None:
     assert steady.slow_period(cp) is None
 
 
+def test_a_schedule_hidden_by_a_neighbours_cpu_time_is_read_without_it() -> None:
+    # CleanRL's SAC on a loaded machine: every 3rd step's policy update (7.5 ms among 1.8 ms
+    # steps), and a neighbour's time (the step's thread waiting for a CPU) on random steps,
+    # slow enough that the gaps between slow steps are no longer mostly 3
+    rng = np.random.default_rng(1)
+    own = np.tile([1.8, 1.8, 7.5], 100)
+    wait = np.zeros(own.size)
+    wait[rng.choice(own.size, 80, replace=False)] = rng.uniform(4.0, 16.0, 80)
+    cp = own + wait
+    assert steady.slow_period(cp) is None
+    assert steady.slow_period(cp, wait) == 3 and "one every 3 steps" in steady.slow_steps(cp, wait).summary
+    # the waits do not make a schedule: random slow steps stay random without them
+    noisy = np.ones(300)
+    noisy[rng.choice(300, 40, replace=False)] = 4.0
+    assert steady.slow_period(noisy + wait, wait) is None
+
+
 def test_a_series_fast_only_before_its_slow_stretches_keeps_every_step_and_warns_nothing() -> None:
     # the traced steps (µs) of a ResNet-18 trained under torch.compile "reduce-overhead" on an
     # H100 (train_loop.py, 4 workers): batches prefetched during the compile, then each waits
