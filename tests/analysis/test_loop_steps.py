@@ -136,7 +136,7 @@ def test_gradient_accumulation_with_validation_steps_per_optimizer_step_never_ac
     assert later.mean() == pytest.approx(result["ms_per_optimizer_step"], rel=0.05)
 
 
-@pytest.mark.parametrize("zero_grad", ["end", "start", "model"])
+@pytest.mark.parametrize("zero_grad", ["end", pytest.param("start", marks=pytest.mark.extended), "model"])
 def test_a_training_loop_without_a_data_loader_steps_per_optimizer_step(tmp_path: Path, zero_grad: str) -> None:
     # amp_train.py, traced whole: for step in range(n), the batch made on the device,
     # zero_grad at the iteration's end (as written), at its start, or model.zero_grad() (no
@@ -192,7 +192,7 @@ def test_a_loop_whose_only_data_loader_is_the_evaluations_traced_whole_steps_per
     assert not held.any()  # every validation pass left out of the steps
 
 
-@pytest.mark.parametrize("torchrl", [False, True])
+@pytest.mark.parametrize("torchrl", [pytest.param(False, marks=pytest.mark.extended), True])
 def test_ppo_traced_whole_steps_per_iteration_and_its_how_says_so(tmp_path: Path, torchrl: bool) -> None:
     # CleanRL's PPO (ppo_train.py) traced whole, a rollout of 64 environment steps per
     # iteration: its 24 zero_grads come 4 per iteration (2 epochs x 2 minibatches), after

@@ -43,7 +43,7 @@ def median_ms(ns: list[int]) -> float:
     return statistics.median(ns) / 1e6
 
 
-@pytest.fixture(scope="module", params=[2, 4], ids=["2-ranks", "4-ranks"])
+@pytest.fixture(scope="module", params=[2, pytest.param(4, marks=pytest.mark.extended)], ids=["2-ranks", "4-ranks"])
 def job(request, tmp_path_factory):
     """A gloo job with one slow rank: 2 ranks launched by --nproc-per-node, 4 by the user's
     own torchrun line (python -m torch.distributed.run)."""

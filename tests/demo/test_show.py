@@ -334,6 +334,11 @@ def test_readme_first_command_in_a_fresh_venv(tmp_path: Path, request) -> None:
             shutil.copy2(src, repo / name)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", demo.DEMO_DATA_ENV)}
     env["COLUMNS"] = "200"
+    # pip byte-compiles what it installs, on one CPU: much of this test's time, which what it
+    # checks (the command installs, the demo runs) does not depend on (.ci/run skips it too).
+    # "0": pip stores the variable's boolean in --no-compile's destination, `compile`, so "1"
+    # compiles (pip 23.2: 65 __pycache__ folders for monai's wheel with "1", none with "0")
+    env["PIP_NO_COMPILE"] = "0"
     r = subprocess.run(["bash", "-c", command], cwd=repo, capture_output=True, text=True, timeout=1500, env=env)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     assert (repo / ".venv" / "bin" / "perfdoctor").exists()

@@ -47,7 +47,7 @@ dist.all_reduce(torch.ones(4))
 """
 
 
-@pytest.mark.parametrize("dead, code", [(1, 5), (0, 7)])
+@pytest.mark.parametrize("dead, code", [(1, 5), pytest.param(0, 7, marks=pytest.mark.extended)])
 def test_a_rank_that_dies_silently_is_named_with_its_own_code(tmp_path: Path, dead: int, code: int) -> None:
     (tmp_path / "dies.py").write_text(DIES)
     done = perfdoctor("run", "-q", "--collect", "nvml", "--out", "runs", "--nproc-per-node", "2", "dies.py", str(dead), str(code),

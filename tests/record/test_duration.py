@@ -148,6 +148,7 @@ def test_every_collector_stops_an_endless_gpu_program_after_its_window(tmp_path)
         assert passes[name][0] == "after its window" and passes[name][1] < 30, passes
 
 
+@pytest.mark.extended  # the duration's stop: the training and server programs above; a job's ranks stopped: test_ranks' hung rank
 def test_a_torchrun_job_that_never_ends_is_stopped_rank_by_rank_as_planned(tmp_path):
     # the ranks are stopped together at --duration in every pass (one rank stopped after its
     # window would leave the other waiting in its next all-reduce): each rank's status says

@@ -224,7 +224,7 @@ def test_graph_infer_cpu_smoke_mode_runs_the_same_loop_without_the_graph(tmp_pat
     assert light["steps_seen"] == iters + warmup
 
 
-@pytest.mark.parametrize(("max_iters", "sanity"), [(None, 0), (5, 0), (None, 2)])
+@pytest.mark.parametrize(("max_iters", "sanity"), [(None, 0), pytest.param(5, 0, marks=pytest.mark.extended), (None, 2)])
 def test_train_and_validate_each_epoch_steps_per_training_iteration_only(tmp_path: Path, max_iters: int | None, sanity: int) -> None:
     # PyTorch's ImageNet example: for epoch: train(); validate(). Both loaders' fetches carry
     # one range name; the evaluation batches and the time between epochs are not training
@@ -248,7 +248,7 @@ def test_train_and_validate_each_epoch_steps_per_training_iteration_only(tmp_pat
     assert step_ms(series).mean() == pytest.approx(result["ms_per_iter"], rel=0.05)
 
 
-@pytest.mark.parametrize(("max_iters", "step"), [(9, None), (None, None), (9, "Optimizer.step#SGD.step")])
+@pytest.mark.parametrize(("max_iters", "step"), [(9, None), pytest.param(None, None, marks=pytest.mark.extended), (9, "Optimizer.step#SGD.step")])
 def test_gradient_accumulation_with_validation_each_epoch_steps_per_optimizer_step(
     tmp_path: Path, max_iters: int | None, step: str | None
 ) -> None:
@@ -316,7 +316,7 @@ def test_steps_n_traces_n_whole_training_iterations(tmp_path: Path) -> None:
     assert found.name == FETCH and found.count == 5
 
 
-@pytest.mark.parametrize("pool", [False, True])
+@pytest.mark.parametrize("pool", [False, pytest.param(True, marks=pytest.mark.extended)])
 def test_threaded_server_steps_are_the_requests_service_not_the_workers_waits(tmp_path: Path, pool: bool) -> None:
     # a request queue, a worker thread (or a one-worker ThreadPoolExecutor) running the
     # model's forward per request, requests arriving at random from the main thread. The
@@ -355,7 +355,7 @@ def test_threaded_server_steps_are_the_requests_service_not_the_workers_waits(tm
     assert np.median(traced) < 3 * np.median(own)  # the tracer slows a step, a wait would be ~5 ms
 
 
-@pytest.mark.parametrize("executor", [False, True])
+@pytest.mark.parametrize("executor", [pytest.param(False, marks=pytest.mark.extended), True])
 def test_async_server_steps_are_the_requests_service_not_the_event_loops_idle(tmp_path: Path, executor: bool) -> None:
     # an asyncio.Queue of requests, one worker coroutine awaiting queue.get() and running
     # the model's forward on the loop's thread (or in the loop's default executor), requests
@@ -405,7 +405,7 @@ def test_async_server_steps_are_the_requests_service_not_the_event_loops_idle(tm
     assert np.median(traced) < 3 * np.median(own)  # the tracer slows a step, a wait would be ~5 ms
 
 
-@pytest.mark.parametrize("max_iters", [None, 4])
+@pytest.mark.parametrize("max_iters", [None, pytest.param(4, marks=pytest.mark.extended)])
 def test_one_optimizer_step_per_epoch_is_the_epochs_batches(tmp_path: Path, max_iters: int | None) -> None:
     # train(); validate() each epoch with the accumulation as long as the epoch: one optimizer
     # step per epoch. Each step's iteration is its epoch's batches; before, it ran from one
@@ -434,7 +434,7 @@ def test_one_optimizer_step_per_epoch_is_the_epochs_batches(tmp_path: Path, max_
     assert ms[1:].sum() == pytest.approx(own[1:].sum(), rel=0.05)
 
 
-@pytest.mark.parametrize("max_batches", [None, 4, "len"])
+@pytest.mark.parametrize("max_batches", [None, pytest.param(4, marks=pytest.mark.extended), "len"])
 def test_an_evaluation_loop_ended_by_break_steps_on_its_batches_in_run_and_analyze(tmp_path: Path, max_batches: int | str | None) -> None:
     # eval_loop.py's passes, each to its loader's end or ended by `if i == n: break` at the
     # top of the loop: that fetch returned a batch the loop never used. Before, run's light
@@ -484,7 +484,7 @@ def test_an_evaluation_loop_ended_by_break_steps_on_its_batches_with_the_fetch_n
     assert step_ms(series).mean() == pytest.approx(result["ms_per_batch"], rel=0.05)
 
 
-@pytest.mark.parametrize("sanity", [0, 2])
+@pytest.mark.parametrize("sanity", [0, pytest.param(2, marks=pytest.mark.extended)])
 def test_the_progress_count_of_a_fetch_named_by_step_is_the_training_iterations(tmp_path: Path, sanity: int) -> None:
     # --step names the fetch of a loop that validates each epoch (and, with --sanity-val, 2
     # validation batches before training): the passes' live count ("torch pass: 12 of 16

@@ -186,7 +186,7 @@ def test_a_traced_token_step_before_the_next_utterances_encoder_ends_at_its_own_
     assert sorted(r[0] for r in ev.rows[:2]) == [tokens, 2 * tokens] and all(r[-1] == "yes" for r in ev.rows[:2])
 
 
-@pytest.mark.parametrize("extra", [(), ("--amp", "--checkpoint")])
+@pytest.mark.parametrize("extra", [pytest.param((), marks=pytest.mark.extended), ("--amp", "--checkpoint")])
 def test_lightning_style_training_steps_per_training_batch(tmp_path: Path, extra: tuple[str, ...]) -> None:
     # training_step/validation_step methods called by a hand-written fit; validation every 4
     # batches over its own loader (not steps); autocast and gradient checkpointing (each
@@ -213,7 +213,7 @@ def test_bert_classification_with_host_tokenisation_steps_per_batch(tmp_path: Pa
     assert step_ms(series)[-result["batches"]:].mean() == pytest.approx(result["ms_per_step"], rel=0.15)
 
 
-@pytest.mark.parametrize("program", ["train_eval_epoch_step", "lit_train"])
+@pytest.mark.parametrize("program", [pytest.param("train_eval_epoch_step", marks=pytest.mark.extended), "lit_train"])
 def test_a_pass_between_two_steps_is_left_out_of_the_rate_however_short(tmp_path: Path, program: str) -> None:
     # A validation pass (or the epoch's end) between two steps, shorter than a median step,
     # was kept inside the interval by the pause rule: train_eval.py with one optimizer step
@@ -287,7 +287,7 @@ def test_compile_default_mode_image_inference_steps_per_batch(tmp_path: Path) ->
     assert 1.0 < 1e3 / rate.value / steady.mean() < 1.3
 
 
-@pytest.mark.parametrize("distill", [False, True])
+@pytest.mark.parametrize("distill", [False, pytest.param(True, marks=pytest.mark.extended)])
 def test_training_batches_made_in_the_loop_with_a_validation_loader_step_per_iteration(tmp_path: Path, distill: bool) -> None:
     # amp_train.py --val-every 10: each batch made in the loop, a DataLoader over the held-out
     # set every 10 steps under no_grad (kornia's training loop over pre-batched tensors read
@@ -309,7 +309,7 @@ def test_training_batches_made_in_the_loop_with_a_validation_loader_step_per_ite
     assert np.median(step_ms(series)[-len(own):]) == pytest.approx(np.median(own), rel=0.15)
 
 
-@pytest.mark.parametrize("zero_grad", ["end", "start", "both", "model"])
+@pytest.mark.parametrize("zero_grad", ["end", pytest.param("start", marks=pytest.mark.extended), "both", pytest.param("model", marks=pytest.mark.extended)])
 def test_amp_training_without_a_data_loader_steps_per_iteration_in_run_and_analyze(tmp_path: Path, zero_grad: str) -> None:
     # for step in range(n): random batch, autocast, GradScaler, clip_grad_norm_, scheduler,
     # .item() every 5 steps; zero_grad(set_to_none=True) at the iteration's end (as the
@@ -430,7 +430,7 @@ def test_torchscript_recommendation_inference_steps_per_request_batch(tmp_path: 
     assert np.median(step_ms(series)[-result["batches"]:]) == pytest.approx(np.median(timed), rel=0.1)
 
 
-@pytest.mark.parametrize("optimize", [True, False])
+@pytest.mark.parametrize("optimize", [pytest.param(True, marks=pytest.mark.extended), False])
 def test_a_torchscript_server_is_not_told_to_torch_compile(tmp_path: Path, optimize: bool) -> None:
     # ts_serve.py: a deployment's server loads a traced ResNet-18's archive (no Python model
     # class), freezes it and runs optimize_for_inference, then answers request batches. Frozen,
@@ -530,7 +530,7 @@ def test_a_bayesian_optimisation_loop_steps_per_iteration_not_per_input_transfor
 # search / top-k sampling over a left-padded batch, an HF pipeline over a list.
 
 
-@pytest.mark.parametrize("critic", [5, 1])
+@pytest.mark.parametrize("critic", [5, pytest.param(1, marks=pytest.mark.extended)])
 def test_wgan_gp_two_optimizers_steps_per_iteration_not_per_optimizer_step(tmp_path: Path, critic: int) -> None:
     # WGAN-GP toy loop, no DataLoader: per iteration 5 critic steps (each with a gradient
     # penalty from autograd.grad(create_graph=True): two backward passes) and one generator
@@ -558,7 +558,7 @@ def test_a_generator_stepped_every_kth_batch_in_the_critics_loop_leaves_one_step
     assert step_ms(series)[warmup:-1].mean() == pytest.approx(result["ms_per_iter"], rel=0.1)
 
 
-@pytest.mark.parametrize("critic", [5, 1])
+@pytest.mark.parametrize("critic", [5, pytest.param(1, marks=pytest.mark.extended)])
 def test_wgan_gp_traced_whole_steps_per_iteration_not_per_optimizer_step(tmp_path: Path, critic: int) -> None:
     # the same loop under a plain torch.profiler, read by analyze: both optimizers' steps are
     # Optimizer.step#Adam.step there (run tells them apart by torch's optimizer hooks), and
@@ -575,7 +575,7 @@ def test_wgan_gp_traced_whole_steps_per_iteration_not_per_optimizer_step(tmp_pat
     assert ms[warmup:].sum() == pytest.approx(sum(traced["ms_each"][warmup:]), rel=0.1)
 
 
-@pytest.mark.parametrize("decoder", ["sgd", "adam"])
+@pytest.mark.parametrize("decoder", [pytest.param("sgd", marks=pytest.mark.extended), "adam"])
 def test_seq2seq_tutorial_two_optimizers_one_step_per_pair_in_run_and_analyze(tmp_path: Path, decoder: str) -> None:
     # the seq2seq translation tutorial's trainIters: per sentence pair both optimizers'
     # zero_grad (before any module call), the encoder per input token, the decoder per output
@@ -681,7 +681,7 @@ FUNC_STYLES = {  # func_train.py's style: its tiny CPU arguments, the step the l
 }
 
 
-@pytest.mark.parametrize("style", list(FUNC_STYLES))
+@pytest.mark.parametrize("style", [pytest.param(s, marks=pytest.mark.extended) if s == "pure-penalty" else s for s in FUNC_STYLES])
 def test_torch_func_training_steps_once_per_iteration(tmp_path: Path, style: str) -> None:
     # Training written with torch.func: "pure", the JAX way (a model that is a function of a
     # parameter dict, grad_and_value, an update by tree_map: no module, optimizer, data loader
@@ -816,7 +816,7 @@ def test_continuous_batching_steps_per_scheduler_iteration_not_per_forward(tmp_p
     assert 1e3 / rate.value == pytest.approx(result["ms_per_step"], rel=0.15)
 
 
-@pytest.mark.parametrize("mode", ["beam", "sample"])
+@pytest.mark.parametrize("mode", ["beam", pytest.param("sample", marks=pytest.mark.extended)])
 def test_hf_beam_search_and_top_k_sampling_over_a_padded_batch_steps_per_forward(tmp_path: Path, mode: str) -> None:
     # generate(num_beams=4) or generate(do_sample=True, top_k=50) over 4 left-padded prompts
     # of different lengths: one model forward per generated position (the prefill included),
@@ -876,7 +876,7 @@ def test_a_generation_pipeline_steps_per_token_not_per_batch(tmp_path: Path) -> 
     assert np.median(light["step_latency_ms"]) == pytest.approx(np.median(result["token_ms"]), rel=0.2)
 
 
-@pytest.mark.parametrize("optimizer", ["lbfgs", "adam"])
+@pytest.mark.parametrize("optimizer", ["lbfgs", pytest.param("adam", marks=pytest.mark.extended)])
 def test_pinn_with_a_closure_steps_per_optimizer_step_not_per_closure_call(tmp_path: Path, optimizer: str) -> None:
     # a PINN for Burgers' equation: the residual's derivatives by autograd.grad
     # (create_graph=True, a second derivative through the first), no DataLoader, per outer
@@ -895,7 +895,7 @@ def test_pinn_with_a_closure_steps_per_optimizer_step_not_per_closure_call(tmp_p
     assert 1e3 / rate.value == pytest.approx(result["ms_per_step"], rel=0.15)
 
 
-@pytest.mark.parametrize("prefetcher", [False, True])
+@pytest.mark.parametrize("prefetcher", [False, pytest.param(True, marks=pytest.mark.extended)])
 def test_padded_text_training_steps_per_batch(tmp_path: Path, prefetcher: bool) -> None:
     # variable-length sequences, a collate_fn padding each batch, pin_memory (on CUDA),
     # non_blocking copies, a Transformer encoder classifier; --prefetcher: Apex's

@@ -296,7 +296,7 @@ def test_a_killed_program_s_light_pass_says_it_was_killed_not_that_nothing_repea
     assert manifest(only_bundle(tmp_path))["light_pass"]["reason"] == line.removeprefix("light pass: ")
 
 
-@pytest.mark.parametrize("mode", ["schedule", "exit", "top", "plain", "legacy"])
+@pytest.mark.parametrize("mode", ["schedule", pytest.param("exit", marks=pytest.mark.extended), pytest.param("top", marks=pytest.mark.extended), "plain", "legacy"])
 def test_a_program_that_runs_its_own_torch_profiler_keeps_it_and_its_trace_is_the_passs(tmp_path, mode):
     # Kineto traces once per process: with perfdoctor's profiler running, the program's own
     # (the profiler recipe's schedule + tensorboard_trace_handler) died of SIGSEGV. Now

@@ -966,7 +966,7 @@ print("RESULT " + json.dumps({"lines": len(lines), "first": lines[0].strip() if 
 """
 
 
-@pytest.mark.parametrize("given", ["pipe", "file"])
+@pytest.mark.parametrize("given", ["pipe", pytest.param("file", marks=pytest.mark.extended)])
 def test_every_pass_reads_the_stdin_the_first_one_read(tmp_path: Path, given: str):
     # `cat prompts.txt | perfdoctor run infer.py` (or `< prompts.txt`): the traced pass read an
     # empty stdin, ran no step and left no trace, silently. Now it reads the same lines
@@ -988,7 +988,7 @@ def test_every_pass_reads_the_stdin_the_first_one_read(tmp_path: Path, given: st
     assert not list(tmp.glob("perfdoctor-stdin-*"))  # the recorded input is deleted
 
 
-@pytest.mark.parametrize("command", ["run", "compare-programs"])
+@pytest.mark.parametrize("command", ["run", pytest.param("compare-programs", marks=pytest.mark.extended)])
 def test_every_process_of_a_repeated_run_reads_the_piped_stdin(tmp_path: Path, command: str):
     # `cat prompts.txt | perfdoctor run --repeat 3 infer.py`: the further processes read
     # nothing, ran no step and were left out ("its step was None"); compare-programs' B read

@@ -332,7 +332,7 @@ def png_pixels(path: Path) -> np.ndarray:
     return out.reshape(height, width, bpp)[:, :, :3]
 
 
-@pytest.mark.parametrize("case", ["eager", "evil", "nvml", "pageable", "bundle", "cpu"])
+@pytest.mark.parametrize("case", ["eager", "evil", pytest.param("nvml", marks=pytest.mark.extended), pytest.param("pageable", marks=pytest.mark.extended), "bundle", "cpu"])
 def test_html_renders_in_headless_chromium_with_plots(case: str, chromium: str, tmp_path: Path) -> None:
     if case == "eager":
         a, findings = eager()
