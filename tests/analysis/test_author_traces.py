@@ -102,7 +102,7 @@ SCHEDULED = {  # style: the step analyze must find in each file
 }
 
 
-@pytest.mark.parametrize("style", [pytest.param(s, marks=pytest.mark.extended) if s == "markers" else s for s in SCHEDULED])
+@pytest.mark.parametrize("style", [pytest.param(s, marks=pytest.mark.extended) if s in ("markers", "full") else s for s in SCHEDULED])
 def test_each_file_of_a_scheduled_profile(style, tmp_path):
     """``schedule(wait=1, warmup=1, active=3, repeat=2)``: two files, each holding the 3
     active iterations of its cycle as ProfilerStep#2..4 and #7..9; each file alone reads 3
@@ -130,6 +130,7 @@ def test_hf_trainer_profiler_callback(tmp_path):
         _check_window(m, text, "ProfilerStep#*", own, "training")
 
 
+@pytest.mark.extended  # windows in a folder: test_folder_of_two_processes_two_windows_each
 def test_folder_of_one_process_two_windows(tmp_path):
     res, out = _program(tmp_path, "prof_train.py", "schedule", "--iters", "10")
     assert res["traced_iterations"] == 6
@@ -159,7 +160,7 @@ def test_folder_of_two_processes_two_windows_each(tmp_path):
 # --- one marker per iteration, no prof.step(); an unscheduled export ---------------------------
 
 
-@pytest.mark.parametrize("style", ["marker", pytest.param("nested", marks=pytest.mark.extended), "legacy"])
+@pytest.mark.parametrize("style", ["marker", pytest.param("nested", marks=pytest.mark.extended), pytest.param("legacy", marks=pytest.mark.extended)])
 def test_train_step_marker_without_prof_step(style, tmp_path):
     """``with record_function("train_step")`` per iteration, ``profile()`` around the loop,
     ``export_chrome_trace``: the 12 markers are the steps (no GPU: the most frequent range);

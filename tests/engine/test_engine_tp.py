@@ -54,6 +54,7 @@ def test_tp2_logits_and_tokens_match_one_process(tmp_path):
     assert out["tp_tokens"] == out["tokens"]
 
 
+@pytest.mark.extended  # the same tokens: test_tp2_logits_and_tokens_match_one_process; the CLI's --tp 2: test_perfdoctor_run_on_the_tp_engine
 def test_engine_cli_tp2_decodes_the_same_tokens(tmp_path):
     one = run([sys.executable, *ENGINE], tmp_path)
     two = run([*TORCHRUN, *ENGINE, "--tp", "2"], tmp_path)

@@ -224,7 +224,7 @@ def test_graph_infer_cpu_smoke_mode_runs_the_same_loop_without_the_graph(tmp_pat
     assert light["steps_seen"] == iters + warmup
 
 
-@pytest.mark.parametrize(("max_iters", "sanity"), [(None, 0), pytest.param(5, 0, marks=pytest.mark.extended), (None, 2)])
+@pytest.mark.parametrize(("max_iters", "sanity"), [(None, 0), pytest.param(5, 0, marks=pytest.mark.extended), pytest.param(None, 2, marks=pytest.mark.extended)])
 def test_train_and_validate_each_epoch_steps_per_training_iteration_only(tmp_path: Path, max_iters: int | None, sanity: int) -> None:
     # PyTorch's ImageNet example: for epoch: train(); validate(). Both loaders' fetches carry
     # one range name; the evaluation batches and the time between epochs are not training
@@ -248,7 +248,7 @@ def test_train_and_validate_each_epoch_steps_per_training_iteration_only(tmp_pat
     assert step_ms(series).mean() == pytest.approx(result["ms_per_iter"], rel=0.05)
 
 
-@pytest.mark.parametrize(("max_iters", "step"), [(9, None), pytest.param(None, None, marks=pytest.mark.extended), (9, "Optimizer.step#SGD.step")])
+@pytest.mark.parametrize(("max_iters", "step"), [pytest.param(9, None, marks=pytest.mark.extended), pytest.param(None, None, marks=pytest.mark.extended), (9, "Optimizer.step#SGD.step")])
 def test_gradient_accumulation_with_validation_each_epoch_steps_per_optimizer_step(
     tmp_path: Path, max_iters: int | None, step: str | None
 ) -> None:

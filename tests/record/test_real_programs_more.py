@@ -128,6 +128,7 @@ def test_makemore_by_hand_no_optimizer_module_or_loader_steps_per_backward_in_ru
         assert (held == 1).all(), (what, np.unique(held, return_counts=True))
 
 
+@pytest.mark.extended  # accumulation by the optimizer's steps: Fabric's loop (named_nowhere) and train_loop.py's (test_real_programs)
 def test_accelerate_style_gradient_accumulation_steps_per_optimizer_step(tmp_path: Path) -> None:
     # run_glue_no_trainer's loop: `with accelerator.accumulate(model)`, accelerator.backward,
     # clip when sync_gradients, optimizer.step() / lr_scheduler.step() / zero_grad() on every
@@ -183,6 +184,7 @@ def _check_ranks(tmp_path: Path, stdout: str, traced: bool = True) -> None:
         assert entry["step_ms_p50"] == pytest.approx(np.median(results[0]["ms_each"]), rel=0.3), entry
 
 
+@pytest.mark.extended  # the same program's ranks, timed and checked alike: test_accelerate_launch_on_several_processes_runs_torchruns_ranks
 def test_a_torchrun_job_on_the_cpu_times_each_ranks_iterations(tmp_path: Path) -> None:
     # perfdoctor run --nproc-per-node 2 (torchrun's ranks; on a machine without GPUs the
     # Accelerator runs them with gloo). Before, each rank's light.json kept its step's ranges
@@ -207,6 +209,7 @@ def test_accelerate_launch_on_several_processes_runs_torchruns_ranks(tmp_path: P
     _check_ranks(tmp_path, r.stdout, traced=False)
 
 
+@pytest.mark.extended  # the Trainer's steps: test_hf_trainer_with_evaluations_...
 def test_hf_trainer_without_evaluations_times_the_last_optimizer_step_too(tmp_path: Path) -> None:
     # the Trainer's default, eval_strategy="no": accelerate's DataLoaderShard fetches a batch
     # ahead, so the last batch trains after the fetch that raised StopIteration, and no fetch
@@ -468,7 +471,7 @@ def test_tqdm_wrapped_segmentation_validation_steps_per_batch(tmp_path: Path) ->
     assert 1e3 / rate.value == pytest.approx(result["ms_per_step"], rel=0.15)
 
 
-@pytest.mark.parametrize("zero_grad", ["before", "after"])
+@pytest.mark.parametrize("zero_grad", ["before", pytest.param("after", marks=pytest.mark.extended)])
 def test_ppo_steps_per_iteration_not_per_minibatch_update(tmp_path: Path, zero_grad: str) -> None:
     # CleanRL's ppo.py: the Agent has no forward (get_action_and_value calls self.actor and
     # self.critic), the rollout under no_grad, the update's minibatches each an optimizer
@@ -553,7 +556,7 @@ def assert_saves_by_hand(ev, series: dict, saves: dict) -> None:
         assert saved == pytest.approx(inside / 1e6, rel=0.01) and saved <= ms
 
 
-@pytest.mark.parametrize("save_format", ["torch", pytest.param("safetensors", marks=pytest.mark.extended), "dcp"])
+@pytest.mark.parametrize("save_format", ["torch", pytest.param("safetensors", marks=pytest.mark.extended), pytest.param("dcp", marks=pytest.mark.extended)])
 def test_checkpoints_saved_inside_steps_are_named_as_what_makes_them_slow(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory,
                                                                          save_format: str) -> None:
     # A pretraining-style loop saving a checkpoint (model, AdamW and scaler state) after every
@@ -667,6 +670,7 @@ def test_an_iteration_based_loop_that_sleeps_at_each_epoch_change_is_told_where_
     assert all(150.0 <= row[-1] <= row[2] and row[-1] >= 0.95 * row[2] for row in ev.rows), ev.rows
 
 
+@pytest.mark.extended  # PPO traced whole: test_loop_steps' test_ppo_traced_whole_steps_per_iteration_and_its_how_says_so
 def test_ppo_traced_whole_reads_one_step_per_iteration(tmp_path: Path) -> None:
     # The same program traced whole on the CPU, read by analyze: its 16 rollout steps per 4
     # minibatch updates held 70 % of the trace's ops between two zero_grads, under the 75 %
@@ -754,6 +758,7 @@ def test_ddp_training_steps_per_batch_not_per_ddp_forward(tmp_path: Path) -> Non
     assert step_ms(series)[1:].sum() == pytest.approx(sum(result["ms_each"][1:]), rel=0.1)
 
 
+@pytest.mark.extended  # the DDP loop's steps: test_ddp_training_steps_per_batch_not_per_ddp_forward; traced whole: the other traced-whole programs
 def test_ddp_training_traced_whole_steps_per_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # the same script under a plain torch.profiler, read by analyze: the same choice
     monkeypatch.setenv("MASTER_PORT", _free_port())

@@ -58,6 +58,7 @@ def test_spec_decode_compiled_steps_per_verifying_call_not_per_draft_token(tmp_p
     assert ms.mean() == pytest.approx(result["ms_per_step"], rel=0.10)
 
 
+@pytest.mark.extended  # speculative decoding's steps: test_spec_decode_compiled_steps_per_verifying_call_not_per_draft_token
 def test_spec_decode_eager_steps_per_target_forward(tmp_path: Path) -> None:
     # eager: two Transformer instances at depth 0, the target's forward (prefill, then one
     # verify per iteration) encloses the draft's; the prefill is a step too (it makes the
@@ -733,7 +734,7 @@ def _critic_steps(tmp_path: Path, program: str, timesteps: int, *args: str) -> t
     return light, series, result
 
 
-@pytest.mark.parametrize("timesteps", [600, 601])
+@pytest.mark.parametrize("timesteps", [pytest.param(600, marks=pytest.mark.extended), 601])
 def test_sac_steps_once_per_environment_step_whatever_the_parity(tmp_path: Path, timesteps: int) -> None:
     # CleanRL's SAC: three Adams (the critics' every environment step, the actor's and the
     # temperature's twice every 2nd step). Before: 1195 steps of any of the three for 399

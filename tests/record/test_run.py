@@ -246,7 +246,7 @@ def test_nvtx_package_ranges_reach_the_torch_trace(tmp_path):
     assert (ranges["name"] == "both").sum() == 5  # record_function + NVTX of one name: one range
 
 
-@pytest.mark.parametrize(("spec", "name"), [("__main__:decode", "decode"), ("plainlib:step_once", "step_once"),
+@pytest.mark.parametrize(("spec", "name"), [("__main__:decode", "decode"), pytest.param("plainlib:step_once", "step_once", marks=pytest.mark.extended),
                                            ("plainpkg.ops:rescale", "rescale")])
 def test_step_fn(tmp_path, spec, name):
     done = perfdoctor_run("--no-light", "--step-fn", spec, str(PROGRAMS / "plain_fn.py"), cwd=tmp_path)
@@ -273,7 +273,7 @@ def test_a_light_pass_without_a_step_says_why_on_the_console(tmp_path, args, pro
     assert manifest(only_bundle(tmp_path))["light_pass"]["reason"] == line.removeprefix("light pass: ")
 
 
-@pytest.mark.parametrize("thread", [False, True], ids=["main", "thread"])
+@pytest.mark.parametrize("thread", [False, pytest.param(True, marks=pytest.mark.extended)], ids=["main", "thread"])
 def test_a_program_that_leaves_by_os_exit_keeps_both_passes(tmp_path, thread):
     # os._exit skips finally blocks and atexit: the light pass said "no step seen" and the
     # torch pass "no trace written"; its forked child (a DataLoader worker's way out) must
@@ -296,7 +296,7 @@ def test_a_killed_program_s_light_pass_says_it_was_killed_not_that_nothing_repea
     assert manifest(only_bundle(tmp_path))["light_pass"]["reason"] == line.removeprefix("light pass: ")
 
 
-@pytest.mark.parametrize("mode", ["schedule", pytest.param("exit", marks=pytest.mark.extended), pytest.param("top", marks=pytest.mark.extended), "plain", "legacy"])
+@pytest.mark.parametrize("mode", ["schedule", pytest.param("exit", marks=pytest.mark.extended), pytest.param("top", marks=pytest.mark.extended), "plain", pytest.param("legacy", marks=pytest.mark.extended)])
 def test_a_program_that_runs_its_own_torch_profiler_keeps_it_and_its_trace_is_the_passs(tmp_path, mode):
     # Kineto traces once per process: with perfdoctor's profiler running, the program's own
     # (the profiler recipe's schedule + tensorboard_trace_handler) died of SIGSEGV. Now
