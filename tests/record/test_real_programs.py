@@ -71,6 +71,7 @@ def test_hf_generate_with_the_docs_compile_recipe_steps_per_compiled_forward(tmp
     assert 0.5 * own < ms.sum() <= own
 
 
+@pytest.mark.extended  # HF generate compiled: test_hf_generate_with_the_docs_compile_recipe_steps_per_compiled_forward
 def test_hf_generate_compiling_its_own_decode_steps_per_forward_prefill_included(tmp_path: Path) -> None:
     tokens, generations = 16, 2
     light, series, result = light_run(

@@ -765,6 +765,7 @@ def test_sac_with_a_longer_policy_delay_names_its_slow_steps_as_scheduled(tmp_pa
     assert "one every 3 steps" in finding.values["slow_step_time_ratio"].note
 
 
+@pytest.mark.extended  # the Adams told apart in a plain trace: TD3's and the WGAN's traced-whole tests; SAC's steps: its light-pass tests
 def test_sac_in_a_plain_trace_steps_once_per_environment_step(tmp_path: Path) -> None:
     # the same loop traced whole by torch.profiler: its three Adams told apart by the ops
     # inside their steps (optimizer_ordinals), the critics' marking the environment step
