@@ -194,7 +194,7 @@ EXTENDED_ENV = "PERFDOCTOR_EXTENDED_TESTS"
 
 
 def pytest_collection_modifyitems(session, config, items) -> None:
-    if os.environ.get(EXTENDED_ENV) != "1" and "extended" not in (config.getoption("-m") or ""):
+    if not os.environ.get(EXTENDED_ENV) and "extended" not in (config.getoption("-m") or ""):  # as PERFDOCTOR_SLOW_TESTS
         left = [item for item in items if item.get_closest_marker("extended")]
         if left:
             config.hook.pytest_deselected(items=left)
