@@ -1289,6 +1289,16 @@ def _began(h: np.ndarray, gpu_start: np.ndarray | list[int] | None) -> np.ndarra
     return np.maximum(h, np.array([h[i] if v is None else int(v) for i, v in enumerate(list(gpu_start)[: h.size])], dtype=np.int64))
 
 
+def _per_step_ns(values: np.ndarray | list[int] | None, steps: int) -> np.ndarray:
+    """``values`` (ns per step, e.g. each step's wait for a CPU) over ``steps`` steps: 0 for
+    a step it has none for, or for every step where it is None."""
+    out = np.zeros(steps, dtype=np.int64)
+    if values is not None:
+        got = _ns(values)[:steps]
+        out[: got.size] = got
+    return out
+
+
 def series_steady_start(
     host_start: np.ndarray | list[int], gpu_end: np.ndarray | list[int], gpu_start: np.ndarray | list[int] | None = None,
     waited: np.ndarray | list[int] | None = None, pass_ended: np.ndarray | list[bool] | None = None,
@@ -1304,10 +1314,7 @@ def series_steady_start(
     34 of 48 steps, 40-336 ms of waits each, and they were left out as warm-up, the p50 0.72
     of its own timer's)."""
     cp = critical_path_ns(host_start, gpu_end, threads)
-    wait = np.zeros(cp.size, dtype=np.int64)
-    if cpu_wait is not None:
-        got = _ns(cpu_wait)[: cp.size]
-        wait[: got.size] = got
+    wait = _per_step_ns(cpu_wait, cp.size)
     paused = paused_before(host_start, gpu_end, gpu_start, waited, pass_ended)
     found = steady_start(cp, paused, fresh)
     if not wait.any() or (judged := steady_start(np.maximum(cp - wait, 0), paused, fresh)).start == found.start:
@@ -1720,9 +1727,5 @@ def steady_series(
         cp, steps, paused = cp[~compiled], steps[~compiled], paused[~compiled]
     elif kept_compiles:
         cad = replace(cad, compiles_kept=kept_compiles)
-    wait = None
-    if cpu_wait is not None:
-        got, wait = _ns(cpu_wait)[: h.size], np.zeros(h.size, dtype=np.float64)
-        wait[: got.size] = got / 1e6
-        wait = wait[steps]
+    wait = None if cpu_wait is None else _per_step_ns(cpu_wait, h.size)[steps] / 1e6
     return SteadySeries(cp.astype(np.float64), lead.astype(np.float64), cad, steps, paused, wait)

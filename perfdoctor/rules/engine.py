@@ -361,7 +361,7 @@ def light_values(analysis: Analysis) -> dict[str, Metric]:
         # where the waiting was: requests arriving at random on a 4-thread executor ran 1.5
         # at once at the median, and waited for a CPU in the steps that ran beside 3 or more
         at_once = in_flight(light.host_start_ns, light.gpu_end_ns)[series.steps]
-        waits = light.cpu_wait_ns[series.steps] if light.cpu_wait_ns is not None else None
+        waits = series.cpu_wait_ms
         level = float(np.average(at_once, weights=waits)) if waits is not None and waits.sum() > 0 else float(np.median(at_once))
         out["steps_per_cpu"] = Metric(level / light.cpus, "ratio", "light")
     cad = series.cadence
