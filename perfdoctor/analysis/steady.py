@@ -1579,6 +1579,13 @@ def _paces(cp: np.ndarray, first: int, last: int) -> list[tuple[int, int]]:
 PERIODIC_SLOW, PERIODIC_SHARE = 3, 0.8
 
 
+def without_waits(critical_path_ms: np.ndarray, cpu_wait_ms: np.ndarray | None) -> np.ndarray:
+    """Each step's time (ms) less its thread's wait for a CPU (``SteadySeries.cpu_wait_ms``):
+    the program's own time, a neighbour's left out; the time itself where no wait was read."""
+    cp = np.asarray(critical_path_ms, dtype=np.float64)
+    return cp if cpu_wait_ms is None else np.clip(cp - np.asarray(cpu_wait_ms, dtype=np.float64), 0, None)
+
+
 def slow_period(critical_path_ms: np.ndarray, cpu_wait_ms: np.ndarray | None = None) -> int | None:
     """The period, in steps, of a steady series' slow steps (``slow_steps``' measure) where
     they come on a schedule: the loop's own work every k-th step (``if step % k == 0``: a log
@@ -1591,8 +1598,7 @@ def slow_period(critical_path_ms: np.ndarray, cpu_wait_ms: np.ndarray | None = N
     cp = np.asarray(critical_path_ms, dtype=np.float64)
     if not cp.size:
         return None
-    views = [cp] if cpu_wait_ms is None else [cp, np.clip(cp - np.asarray(cpu_wait_ms, dtype=np.float64), 0, None)]
-    for times in views:
+    for times in [cp] if cpu_wait_ms is None else [cp, without_waits(cp, cpu_wait_ms)]:
         med = float(np.median(times))
         period = _schedule(times, med, _slow_at(times, med))
         if period is not None:

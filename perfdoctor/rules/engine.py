@@ -61,7 +61,7 @@ from perfdoctor.text import clean, clean_block
 from perfdoctor.analysis.metrics import Analysis, Metric
 from perfdoctor.analysis.steady import (
     PERIODIC_SHARE, PERIODIC_SLOW, REGIME_WINDOW, WARMUP_FACTOR, WORK_SPREAD, held_share, in_flight, slow_period, slow_stretches,
-    work_share,
+    without_waits, work_share,
 )
 from perfdoctor.rules.estimates import ESTIMATES, Estimate, Need, Unavailable
 from perfdoctor.rules.evidence import EVIDENCE, Evidence
@@ -343,7 +343,10 @@ def light_values(analysis: Analysis) -> dict[str, Metric]:
         after = held_share(cp, np.where(paused, cp, 0.0))
         if after is not None:
             out["slow_step_after_pause_ratio"] = Metric(after, "ratio", "light")
-    stretches = slow_stretches(series.critical_path_ms)
+    # stretches of the program's own pace: on the steps' time less their waits for a CPU, so
+    # a neighbour's stretch is "contended", not a pace (an Optuna study beside a busy loop:
+    # its trials' paces read "another process took the CPUs", the pace of each trial its own)
+    stretches = slow_stretches(without_waits(series.critical_path_ms, series.cpu_wait_ms))
     if stretches.any():
         held = held_share(series.critical_path_ms, np.where(stretches, series.critical_path_ms, 0.0))
         if held is not None:
