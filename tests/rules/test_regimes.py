@@ -59,3 +59,42 @@ def test_the_same_slow_steps_scattered_keep_the_general_advice(tmp_path: Path) -
     f = _uneven(d)
     assert f.status == "fail" and "regimes" not in f.context
     assert f.title == "Uneven steps: the slow ones hold much of the run's time" or "periodic" in f.context
+
+
+def _waited_bundle(dst: Path, own: np.ndarray, wait: np.ndarray) -> Path:
+    h, g, t = [], [], 1_000_000_000
+    for v in own + wait:
+        h.append(t)
+        g.append(t + int(round(v * 1e6)))
+        t = g[-1] + 30_000
+    return light_only_bundle(dst, STEP, h, g, steady_start=0, cpu_wait_ns=[int(round(w * 1e6)) for w in wait])
+
+
+def test_a_pace_of_the_programs_own_is_named_beside_a_neighbours_random_waits(tmp_path: Path) -> None:
+    # an Optuna study beside a busy loop (hpo_search.py, 2026-12-07): a trial's own slower
+    # pace for a stretch, and a neighbour's time on random steps, more than half of the time
+    # beyond the median. The stretch is what the program can change; the waits stay
+    # cpu-contention's finding
+    rng = np.random.default_rng(3)
+    k = np.arange(90)
+    own = np.where(k < 60, 10.0, 14.0) + 0.3 * np.sin(k)
+    wait = np.zeros(90)
+    wait[rng.choice(90, 20, replace=False)] = 8.0
+    d = diagnose(_waited_bundle(tmp_path / "b", own, wait), warnings=False)
+    values = light_values(d.analysis)
+    assert values["slow_step_cpu_wait_ratio"].value >= 0.5  # "contended" holds too
+    assert values["slow_step_regime_ratio"].value >= 0.5
+    f = _uneven(d)
+    assert "regimes" in f.context and f.title == "Uneven steps: the run changed pace, a stretch of slower steps"
+
+
+def test_a_neighbours_stretch_is_no_pace_of_the_programs(tmp_path: Path) -> None:
+    # the program's steps even; another process took the CPUs for a stretch of 30 steps
+    k = np.arange(90)
+    own = 10.0 + 0.3 * np.sin(k)
+    wait = np.where((k >= 40) & (k < 70), 4.0, 0.0)
+    d = diagnose(_waited_bundle(tmp_path / "b", own, wait), warnings=False)
+    assert "slow_step_regime_ratio" not in light_values(d.analysis)
+    f = _uneven(d)
+    assert "contended" in f.context and "regimes" not in f.context
+    assert f.title == "Uneven steps: another process took the CPUs in the slow steps"
