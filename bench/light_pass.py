@@ -41,7 +41,7 @@ operations: a record into a new event, into a pooled one, a settle. One process 
 processes (±25 % on the H200 for host-paced programs) cancels; the table gives ns per module
 step over plain (and as a share of plain), the median over rounds of each round's difference.
 `--alternate PAIRS`: the shipped light pass against plain forward by forward, in one process
-(``alternating_costs`` says why): the mean difference per step ± its standard error, which
+(``alternating_costs`` says why; `--block K`: K forwards each way, at a loop's cadence): the mean difference per step ± its standard error, which
 resolves tenths of a percent in a few thousand forwards where rounds seconds apart did not.
 `--edges STEPS`: where a synchronous loop's own timer and the light pass's span part
 (``edge_costs``): the timer's start to the span's start, the span's end to the timer's end.
@@ -235,7 +235,8 @@ ALTERNATE = (("events+sync", True, "events"), ("events", False, "events"), ("bus
              ("methods", False, "methods"))
 
 
-def alternating_costs(device: str, pairs: int, only: list[str], variants: list[str] | None = None) -> list[dict]:
+def alternating_costs(device: str, pairs: int, only: list[str], variants: list[str] | None = None,
+                      block: int = 1) -> list[dict]:
     """The light pass's cost per step, forward by forward: the shipped ModuleSteps scouts and
     narrows once per variant; then each pair of forwards runs one plain (the step class's own
     ``__call__`` taken away: torch's path) and one through the narrowed wrapper, in a random
@@ -255,7 +256,14 @@ def alternating_costs(device: str, pairs: int, only: list[str], variants: list[s
     with an event at the start too (the Timer before the idle-stream start), with an event at
     the end only, and with no events (the wrapper's bookkeeping alone); "no delay" and "host no
     delay" are the shipped Timer and the no-event one without the run-queue read; "methods"
-    the shipped edge through GpuClock's methods (the Timer before 2026-12-04)."""
+    the shipped edge through GpuClock's methods (the Timer before 2026-12-04).
+
+    ``block``: each side of a pair is K forwards in a row, timed as their mean. With K = 1 every
+    light forward follows a plain one, a gap the run-queue read counts as a pause
+    (RunQueue.GAP_NS), so each reads the thread's schedstat; a program's loop of back-to-back
+    forwards reads one every RunQueue.EVERY_NS (one ViT-small b1 forward of ~2.3 ms in three). K = 4
+    reads two forwards in four (the first after the gap), near the program's cadence; K = 1 bounds
+    the cost above."""
     import types
 
     import torch
@@ -292,11 +300,14 @@ def alternating_costs(device: str, pairs: int, only: list[str], variants: list[s
                 for _ in range(pairs):
                     for on in random.sample((False, True), 2):
                         light(on)
-                        t0 = time.perf_counter_ns()
-                        model(x)
-                        if sync_each:
-                            gpu_sync()
-                        times[on].append(time.perf_counter_ns() - t0)
+                        took = 0
+                        for _ in range(block):
+                            t0 = time.perf_counter_ns()
+                            model(x)
+                            if sync_each:
+                                gpu_sync()
+                            took += time.perf_counter_ns() - t0
+                        times[on].append(took // block)
                     if not sync_each:
                         gpu_sync()
                 light(False)
@@ -304,7 +315,7 @@ def alternating_costs(device: str, pairs: int, only: list[str], variants: list[s
                 diffs = [(a - b) / 1e3 for a, b in zip(times[True], times[False])]
                 plain = statistics.median(times[False]) / 1e3
                 mean, sd = statistics.fmean(diffs), statistics.stdev(diffs)
-                row = {"model": label, "variant": variant, "device": device, "pairs": pairs, "plain_us": plain,
+                row = {"model": label, "variant": variant, "device": device, "pairs": pairs, "block": block, "plain_us": plain,
                        "steps_timed": sum(steps.times[0].count(n) for n in steps.classes),
                        "mean_us": mean, "stderr_us": sd / len(diffs) ** 0.5, "median_us": statistics.median(diffs),
                        "mean_share": mean / plain, "stderr_share": sd / len(diffs) ** 0.5 / plain}
@@ -474,11 +485,11 @@ def module_main(args: argparse.Namespace) -> None:
                   f"timer start -> span start {k['before_us']:.1f}, span end -> timer end {k['after_us']:.1f}")
     if args.alternate:
         report["alternate"] = alternating_costs(args.device, args.alternate, args.trees.split(","),
-                                                args.variants.split(",") if args.variants else None)
-        print(f"\n{'model':11}{'variant':14}{'pairs':>7}{'plain us':>10}{'light - plain, mean us/step':>32}{'median':>9}")
+                                                args.variants.split(",") if args.variants else None, args.block)
+        print(f"\n{'model':11}{'variant':14}{'pairs':>7}{'block':>6}{'plain us':>10}{'light - plain, mean us/step':>32}{'median':>9}")
         for r in report["alternate"]:
             cost = f"{r['mean_us']:+.1f} ± {r['stderr_us']:.1f} ({r['mean_share']:+.2%} ± {r['stderr_share']:.2%})"
-            print(f"{r['model']:11}{r['variant']:14}{r['pairs']:>7}{r['plain_us']:>10.1f}{cost:>32}{r['median_us']:>+9.1f}")
+            print(f"{r['model']:11}{r['variant']:14}{r['pairs']:>7}{r['block']:>6}{r['plain_us']:>10.1f}{cost:>32}{r['median_us']:>+9.1f}")
     if args.program:
         with tempfile.TemporaryDirectory() as tmp:
             report["program"] = [program_pairs(args.device, args.pairs, m, Path(tmp)) for m in args.models.split(",")]
@@ -496,6 +507,8 @@ def main() -> None:
                    help="the light pass's cost per step, plain and narrowed forwards alternating (PAIRS pairs)")
     p.add_argument("--edges", type=int, default=0, metavar="STEPS",
                    help="a synchronous step's own timer against the light pass's span: where they part")
+    p.add_argument("--block", type=int, default=1, metavar="K",
+                   help="--alternate: K forwards in a row each way (the light pass's reads at a loop's cadence), timed as their mean")
     p.add_argument("--variants", default="", help=f"--alternate: which of {', '.join(v[0] for v in ALTERNATE)} (default: all)")
     p.add_argument("--program", action="store_true", help="image_infer.py at batch 1, alone vs light pass, in pairs")
     p.add_argument("--device", default="cuda", help="--calls / --program: cuda or cpu")
