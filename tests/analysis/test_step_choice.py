@@ -368,6 +368,12 @@ def test_the_last_iteration_of_enclosing_calls_holds_the_enclosed_calls_after_it
     # (a phase of the other model's after the loop): not the iteration's
     assert enclosed_tail_end([0, 100, 200], decoder[:6]) is None
     assert enclosed_tail_end([0, 100, 200], decoder + [(300, 310)]) is None
+    # iterations that vary (BoTorch's loop: its input transform called 244-708 times an
+    # iteration as scipy's optimizer takes more or fewer steps) may hold more in the last, up
+    # to their spread beyond the most: 3 and 5 calls, then 7 (5 + 2) at most
+    varied = [(t + 1 + k, t + 2 + k) for t, n in ((0, 3), (100, 5), (200, 7)) for k in range(n)]
+    assert enclosed_tail_end([0, 100, 200], varied) == 208
+    assert enclosed_tail_end([0, 100, 200], varied + [(250, 251)]) is None
 
 
 def test_a_helper_called_all_through_the_loop_gives_way_to_the_call_that_encloses_it() -> None:
