@@ -155,7 +155,7 @@ def test_a_traced_token_step_before_the_next_utterances_encoder_ends_at_its_own_
     tokens = 16
     r = run_cli_fds("run", "--timeout", "240", "--collect", "torch", "--warmup", "12", "--steps", "10", "--out", tmp_path,
                 REAL / "encdec_greedy.py", "--device", "cpu", "--dim", "256", "--heads", "4", "--enc-layers", "1", "--dec-layers", "2",
-                "--frames", "3000", "--vocab", "512", "--tokens", str(tokens), "--utterances", "2", "--prompt", "64",
+                "--frames", "3000", "--vocab", "512", "--tokens", str(tokens), "--utterances", "2", "--prompt", "384",
                 env={"OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
     (bundle,) = [p for p in tmp_path.iterdir() if p.is_dir()]
@@ -170,8 +170,10 @@ def test_a_traced_token_step_before_the_next_utterances_encoder_ends_at_its_own_
     t = d.analysis.steps.table
     got = ((t["host_end_ns"] - t["host_start_ns"]).to_numpy() / 1e6).tolist()
     assert got == pytest.approx(want, abs=0.002)  # the trace's microseconds, to the nanosecond step that ends before the next
-    # each utterance's first decoder call (its 64 prompt tokens, the cross-attention keys over
-    # 1,500 frames: ~13x a ~2.5 ms token on this box) sets the p99, and the p99 check says so
+    # each utterance's first decoder call (its 384 prompt tokens, the cross-attention keys over
+    # 1,500 frames: 24 ms against ~1.1 ms tokens on the VM of 2026-12-07; with 64 prompt tokens
+    # it read 8.2 ms there, under the 10 ms target, and the check passed) sets the p99, and the
+    # p99 check says so
     # (before: "the tail is spikes: check swapping, gc.disable()"); the loop's own p99 leaves
     # them out, as the program's own timer over its other tokens reads it (a loaded box's
     # spikes: 8.8 ms among them seen)
