@@ -300,12 +300,20 @@ def test_a_checkpointed_backward_runs_the_forward_again_and_says_so(tmp_path: Pa
                 h = h + (checkpoint(b, h, use_reentrant=reentrant) if ckpt else b(h))
             return h
 
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-            for _ in range(4):
-                with torch.profiler.record_function("step"):
-                    opt.zero_grad()
-                    forward(x.requires_grad_(reentrant)).square().mean().backward()
-                    opt.step()
+        # 12 steps on one intra-op thread: with 4 steps on two, beside the other CI worker, the
+        # recompute's share of the mean step read 0.06-0.23 (two threads spinning for a CPU
+        # stretched some steps 30x), under its 10 % line in a clean-clone run
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+                for _ in range(12):
+                    with torch.profiler.record_function("step"):
+                        opt.zero_grad()
+                        forward(x.requires_grad_(reentrant)).square().mean().backward()
+                        opt.step()
+        finally:
+            torch.set_num_threads(threads)
         path = tmp_path / f"ckpt-{ckpt}.json.gz"
         prof.export_chrome_trace(str(path))
         view = diagnose(path, warnings=False).analysis.cpu
