@@ -308,6 +308,7 @@ class LightPass(_Document):
     step_latency_ms: list[float] | None = None  # critical path of each step from the warm-up on
     step_thread: str | None = None  # "main" or "worker"
     trains: bool | None = None  # the program ran an optimizer's step or zero_grad (torch's loop ranges)
+    other_phase: str | None = None  # another optimizer's phase outside the steps, in words (light._other_phase)
     # a step of several of its range's occurrences (an optimizer's marks in groups, steady.mark_groups):
     # how many; the traced passes' window and progress count occurrences
     marks_per_step: int | None = None

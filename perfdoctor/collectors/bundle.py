@@ -374,6 +374,8 @@ def load_bundle(bundle: str | Path, rank: int | None = None, manifest: Manifest 
             # the main process's test loop is no step of the training in its children)
             why = light_pass.reason if light_pass.step_name is None and children in (light_pass.reason or "") else None
             warnings.append(why or f"{children}: their work is in no pass of this bundle")
+        if light_pass.other_phase:
+            warnings.append(light_pass.other_phase)
     origin = profile.origin
     profile.origin = replace(
         origin,

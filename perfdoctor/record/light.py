@@ -18,7 +18,7 @@ from perfdoctor.bundle.protocol import LightPass, PassResults
 from perfdoctor.collectors import nvml
 from perfdoctor.names import ranges as rangenames
 from perfdoctor.record.options import DEFAULT_WARMUP, RunOptions
-from perfdoctor.text import count, percent
+from perfdoctor.text import count, percent, value
 
 # Below this many steps the scout does not move the window: the reference steady_start
 # compares against (the median of the second half) then rests on four steps or fewer, and a
@@ -699,6 +699,43 @@ def _children_work(results: PassResults, name: str, options: RunOptions) -> str 
             f"in its own process hold {percent(share)} of its run and train nothing; {CHILDREN_ADVICE}")
 
 
+# Another optimizer's steps, all before or all after the chosen step's, holding this share of
+# the training (theirs and the step's span) or more: a phase the step does not describe
+PHASE_SHARE = 0.25
+
+
+def _other_phase(results: PassResults, name: str) -> str | None:
+    """Where the step (``name``) is one optimizer's iteration and another optimizer's steps
+    ran in a phase of their own, all before or all after it, holding :data:`PHASE_SHARE` of
+    the training (that phase and the steps' span) or more: which, how long, and how to
+    analyse it; else None. A PINN trained as its tutorials do, Adam for 150 iterations then
+    L-BFGS for 15 ``step(closure)`` calls of ~23 closures each: the step was Adam's iteration,
+    3.8 ms, and nothing said that L-BFGS ran 1.43 s against Adam's 0.58 (interleaved
+    optimizers, a GAN's two, are one loop's: no phase)."""
+    series = results.series or {}
+    if not name.startswith(rangenames.LOOP_PREFIXES[1:]) or name not in series:
+        return None
+    mine = name.split("#", 1)[1].split(".", 1)[0]  # the optimizer's class: Optimizer.zero_grad#Adam.zero_grad -> Adam
+    s = series[name]
+    first, last = s["host_start_ns"][0], s["gpu_end_ns"][-1]
+    found = []
+    for other, o in series.items():
+        if not other.startswith(rangenames.OPTIMIZER_STEP_PREFIX) or other.split("#", 1)[1].split(".", 1)[0] == mine:
+            continue
+        spans = list(zip(o["host_start_ns"], o["gpu_end_ns"]))
+        if len(spans) < 2 or not (all(e < first for _, e in spans) or all(h > last for h, _ in spans)):
+            continue  # interleaved with the step's, or a lone call
+        held = sum(e - h for h, e in spans)
+        if held >= PHASE_SHARE * (held + last - first):
+            found.append((held, other, len(spans)))
+    if not found:
+        return None
+    held, other, n = max(found)
+    return (f"another optimizer ran a phase of its own outside these steps: {count(n)} steps of {other!r}, "
+            f"{value(held / 1e6, 'ms')} against {value((last - first) / 1e6, 'ms')} from these steps' first to their last, "
+            f"in no number of this bundle; perfdoctor run --step {other!r} analyses that phase")
+
+
 def light_summary(results: PassResults, options: RunOptions) -> LightPass:
     """``manifest.light_pass`` from the light pass's results: the scout's report.
 
@@ -758,6 +795,7 @@ def light_summary(results: PassResults, options: RunOptions) -> LightPass:
             step_latency_ms=[round(v / 1e6, 6) for v in cp[warmup:].tolist()],
             step_thread="worker" if threads else "main",
             trains=any(n.startswith(rangenames.LOOP_PREFIXES[1:]) for n in results.series or {}) or None,
+            other_phase=_other_phase(results, name) if options.step is None else None,
         )
     if options.tokens_per_step is not None:
         summary.declared = {"tokens": options.tokens_per_step, "source": "--tokens-per-step"}

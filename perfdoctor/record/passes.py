@@ -155,6 +155,8 @@ def light_pass(plan: Plan) -> None:
             f"light pass: step {esc(repr(light.step_name))} ({esc(light.how)}) seen {light.steps_seen} times, "
             f"steady from step {light.steady_start}{p50}"
         )
+        if light.other_phase:
+            runner.say(f"light pass: {esc(light.other_phase)}")
     elif light.reason:
         runner.say(f"light pass: {esc(light.reason)}")  # else the bundle's step is silently the trace's guess
     if light.step_name is None and failure and options.ranks is None:
