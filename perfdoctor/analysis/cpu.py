@@ -341,22 +341,39 @@ def breakdown(profile: Profile, steps: pd.DataFrame, top: int = 10) -> CpuView |
 def recomputed_ms(ops: pd.DataFrame, s0: np.ndarray, s1: np.ndarray, step_tid: np.ndarray) -> float:
     """Per step (``s0``/``s1``: the steps' host starts and ends), the time forward operators
     (:data:`FORWARD_OPS`) ran inside the autograd engine's evaluate_function on the same
-    thread: the forward run again in the backward (activation checkpointing). The union of
-    their spans, nested ones counted once."""
+    thread, called there directly, not by another operator: the forward run again in the
+    backward (activation checkpointing). The union of their spans, nested ones counted once.
+
+    Why directly: a backward formula under ``torch.func.vmap`` runs its ``aten::mm`` through
+    the batching rule, which calls ``aten::matmul`` (``vmap(grad(...))``'s per-sample
+    gradients: 8 matmuls a step inside AddmmBackward0, read as a 13 % recompute of a program
+    that checkpoints nothing). A checkpointed block's forward is called from Python inside the
+    node (the saved tensors' unpack hook, or CheckpointFunctionBackward)."""
     names = ops["name"]
     node = names.str.startswith(BACKWARD_NODE, na=False).to_numpy()
     fwd = names.isin(FORWARD_OPS).to_numpy()
     if not node.any() or not fwd.any() or not len(s0):
         return 0.0
+    aten = names.str.startswith("aten::", na=False).to_numpy()  # operators (a node's own apply, AddmmBackward0, is none)
     start, end, tid = (ops[c].to_numpy(np.int64) for c in ("start_ns", "end_ns", "tid"))
     inside = np.zeros(len(ops), dtype=bool)
     for thread in np.unique(tid[node]):
         mine = node & (tid == thread)
         order = np.argsort(start[mine], kind="stable")
         a, b = start[mine][order], np.maximum.accumulate(end[mine][order])  # the nodes' spans, nested ones held by their outer
-        ask = np.flatnonzero(fwd & (tid == thread))
+        # every operator of the thread inside a node, in nesting order (start, then the longer first)
+        ask = np.flatnonzero(aten & (tid == thread))
         k = np.searchsorted(a, start[ask], side="right") - 1
-        inside[ask] = (k >= 0) & (end[ask] <= b[np.clip(k, 0, None)])
+        held = (k >= 0) & (end[ask] <= b[np.clip(k, 0, None)])
+        ask, k = ask[held], k[held]
+        order = np.lexsort((-end[ask], start[ask]))
+        ask, k = ask[order], k[order]
+        # an operator is called by another where one before it inside the same node ends at or after
+        # its end: the prefix maximum of the ends within each node (each node's ends lifted above
+        # the earlier nodes', so that one running maximum serves them all)
+        lifted = (end[ask] - a[0]) + k * (int(b[-1] - a[0]) + 1)
+        before = np.r_[np.iinfo(np.int64).min, np.maximum.accumulate(lifted)[:-1]] if ask.size else lifted
+        inside[ask[fwd[ask] & (before < lifted)]] = True
     k = _step_of(start[inside], s0, s1, tid[inside], step_tid)
     held = k >= 0
     if not held.any():

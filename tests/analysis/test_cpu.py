@@ -334,3 +334,36 @@ def test_a_checkpointed_backward_runs_the_forward_again_and_says_so(tmp_path: Pa
     assert said[True].recompute_ms > 0 and said[False].recompute_ms == 0
     assert "recompute" in [o.kind for o in said[True].observations]
     assert "recompute" not in [o.kind for o in said[False].observations]
+
+
+def test_per_sample_gradients_by_vmap_are_no_recompute(tmp_path: Path) -> None:
+    """torch.func's per-sample gradients (the tutorial's ``vmap(grad(compute_loss))`` over
+    ``functional_call``, a DP-SGD by hand; session 36's probe): inside AddmmBackward0 the
+    batching rule of ``aten::mm`` calls ``aten::matmul``, and that was read as the forward run
+    again, "activation checkpointing", 13 % of the step, in a program that checkpoints nothing."""
+    import torch
+    from torch.func import functional_call, grad, vmap
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    params = {k: v.detach() for k, v in model.named_parameters()}
+
+    def loss(p, x, y):
+        return torch.nn.functional.cross_entropy(functional_call(model, p, (x[None],)), y[None])
+
+    per_sample = vmap(grad(loss), in_dims=(None, 0, 0))
+    x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for _ in range(4):
+            with torch.profiler.record_function("step"):
+                grads = per_sample(params, x, y)
+                params = {k: v - 0.01 * grads[k].mean(0) for k, v in params.items()}
+    path = tmp_path / "vmap.json.gz"
+    prof.export_chrome_trace(str(path))
+    steps, events, _ = _raw(path, "step")
+    nodes = [e for e in events if e["name"].startswith(cpu.BACKWARD_NODE)]
+    called = [e for e in events if e["name"] == "aten::matmul"
+              and any(n["tid"] == e["tid"] and n["ts"] <= e["ts"] and e["end"] <= n["end"] for n in nodes)]
+    assert called  # the case: forward-named operators inside the backward's nodes
+    view = diagnose(path, warnings=False).analysis.cpu
+    assert view.recompute_ms == 0 and "recompute" not in [o.kind for o in view.observations]
