@@ -1493,10 +1493,12 @@ class SlowSteps:
 
     @property
     def summary(self) -> str:
-        """``5 of 22 steps slower than 1.25x the median 46.7 ms (58.8-202 ms)``, and
-        ``, one every 4 steps`` where they come on a schedule."""
+        """``5 of 22 steps slower than 1.25x the median 46.7 ms (58.8-202 ms)`` (one slow step:
+        ``(62.7 ms)``), and ``, one every 4 steps`` where they come on a schedule."""
         text = f"{self.slow} of {self.steps} steps slower than {setting(WARMUP_FACTOR)}x the median {value(self.median_ms, 'ms')}"
-        text += f" ({num(self.slow_min_ms)}-{value(self.slow_max_ms, 'ms')})" if self.slow else ""
+        if self.slow:
+            low = f"{num(self.slow_min_ms)}-" if num(self.slow_min_ms) != num(self.slow_max_ms) else ""
+            text += f" ({low}{value(self.slow_max_ms, 'ms')})"
         return text + (f", one every {self.period} steps" if self.period else "")
 
 

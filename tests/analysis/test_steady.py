@@ -1472,3 +1472,11 @@ def test_gaps_emptied_by_a_neighbours_spread_waits_leave_no_pause() -> None:
     # the fixture holds the case: three gaps of the program's own ~0.1 ms and a preemption of ~4 ms
     gaps = h[1:] - np.asarray(c["gpu_end_ns"][:-1], dtype=np.int64)
     assert np.count_nonzero(gaps > 4_000_000) == 3
+
+
+def test_one_slow_step_reads_as_one_time_not_a_range() -> None:
+    # torch.func's DP-SGD probe: one full collection's step among 148 read "(62.7-62.7 ms)"
+    one = steady.slow_steps(np.r_[np.full(40, 4.87), 62.7])
+    assert one.summary == "1 of 41 steps slower than 1.25x the median 4.87 ms (62.7 ms)"
+    two = steady.slow_steps(np.r_[np.full(40, 4.87), 58.8, 202.0])
+    assert two.summary.endswith("(58.8-202 ms)")
