@@ -109,6 +109,9 @@ def test_makemore_by_hand_no_optimizer_module_or_loader_steps_per_backward_in_ru
     light = json.loads((bundle / "manifest.json").read_text())["light_pass"]
     name = light["step_name"]
     assert name == "torch.autograd.backward"
+    # run's metrics.json reads the bundle as analyze does, on the step it recorded (no --step given:
+    # before, it said "ranges named 'torch.autograd.backward' (--step)")
+    assert json.loads((bundle / "metrics.json").read_text())["steps_how"].startswith("recorded by the run"), "steps_how"
     series = json.loads((bundle / "raw" / "light.json").read_text())["series"][name]
     result = program_result(r.stdout)
     assert light["steps_seen"] == steps
