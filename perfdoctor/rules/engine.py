@@ -345,9 +345,14 @@ def light_values(analysis: Analysis) -> dict[str, Metric]:
             out["slow_step_after_pause_ratio"] = Metric(after, "ratio", "light")
     # stretches of the program's own pace: on the steps' time less their waits for a CPU, so
     # a neighbour's stretch is "contended", not a pace (an Optuna study beside a busy loop:
-    # its trials' paces read "another process took the CPUs", the pace of each trial its own)
-    stretches = slow_stretches(without_waits(series.critical_path_ms, series.cpu_wait_ms))
-    if stretches.any():
+    # its trials' paces read "another process took the CPUs", the pace of each trial its own);
+    # and only where the stretch's own excess over the median is at least the waits inside it:
+    # a neighbour also slows the work it lets run (caches, switches), and two busy loops on a
+    # program's one CPU left its steps ~25 % slower less their waits, a "stretch" of 3x steps
+    # that were two thirds waiting
+    own = without_waits(cp, series.cpu_wait_ms)
+    stretches = slow_stretches(own)
+    if stretches.any() and np.clip(own - np.median(own), 0, None)[stretches].sum() >= (cp - own)[stretches].sum():
         held = held_share(series.critical_path_ms, np.where(stretches, series.critical_path_ms, 0.0))
         if held is not None:
             out["slow_step_regime_ratio"] = Metric(held, "ratio", "light")

@@ -98,3 +98,15 @@ def test_a_neighbours_stretch_is_no_pace_of_the_programs(tmp_path: Path) -> None
     f = _uneven(d)
     assert "contended" in f.context and "regimes" not in f.context
     assert f.title == "Uneven steps: another process took the CPUs in the slow steps"
+
+
+def test_a_neighbours_stretch_that_also_slowed_the_work_it_let_run_is_no_pace(tmp_path: Path) -> None:
+    # two busy loops on the program's one CPU for its last third (test_run_hard's shared_cpu.py
+    # under a loaded CI box): each step there ~3x, two thirds of it waiting for the CPU, and
+    # the rest ~35 % slower than before (caches, switches): less the waits still a stretch
+    k = np.arange(90)
+    own = np.where(k < 60, 10.0, 13.5) + 0.3 * np.sin(k)
+    wait = np.where(k >= 60, 20.0, 0.0)
+    d = diagnose(_waited_bundle(tmp_path / "b", own, wait), warnings=False)
+    assert "slow_step_regime_ratio" not in light_values(d.analysis)
+    assert _uneven(d).title == "Uneven steps: another process took the CPUs in the slow steps"
