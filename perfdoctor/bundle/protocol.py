@@ -561,6 +561,12 @@ class Manifest(_Document):
         doc = clean_deep(doc) if clean else doc
         return cls._build(doc, light_pass=None if light is None else LightPass.from_json(doc["light_pass"], where))
 
+    def asked_step(self) -> str | None:
+        """The step the user named (``perfdoctor run --step``), as the run's options keep it;
+        None when they named none (``step`` is then the one the run found)."""
+        asked = (self.options or {}).get("step")
+        return asked if isinstance(asked, str) else None
+
     def rank_light_pass(self, rank: str) -> LightPass | None:
         """The light pass of ``rank`` (a key of ``ranks``), checked as the run's own is."""
         doc = Rank.from_json((self.ranks or {})[rank]).light_pass

@@ -192,9 +192,8 @@ def write_metrics(runner: Runner, several: bool = False) -> None:
             # bundle's step (Origin.bundle.step), which load_bundle takes from manifest.step
             doc = run.own_json()
         else:  # a single-process run; the lowest rank without a trace (NoTrace says why); no view
-            # the user's --step, as the manifest keeps it (None: the step the run recorded, as analyze reads it)
-            asked = (runner.manifest.options or {}).get("step")
-            d = pipeline.diagnose(source, step=asked, rules=None, warnings=False, rank=rank, traced=True)
+            # the user's --step (None: the step the run recorded, as analyze reads the bundle)
+            d = pipeline.diagnose(source, step=runner.manifest.asked_step(), rules=None, warnings=False, rank=rank, traced=True)
             doc = d.analysis.to_json()
         bundles.write_json_atomic(runner.bundle / "metrics.json", doc)
     except pipeline.NoTrace as exc:
