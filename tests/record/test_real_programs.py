@@ -378,10 +378,12 @@ def test_async_server_steps_are_the_requests_service_not_the_event_loops_idle(tm
     # resumption (the loop's last callbacks before it) or, in the executor, its hand-back
     # (the future's result set, the loop woken: the GIL taken back from the loop's thread):
     # 0.03-0.04 ms of 0.9-1.1 ms alone, 0.07-0.10 ms of 0.5-0.8 ms with another test beside
-    # it on the 2 cores (15 % once): up to 0.1 ms a request beyond 15 % is that
+    # it on the 2 cores (15 % once), 0.12 ms of 0.65 in the executor in a clean-clone run
+    # (2026-12-07, twice): up to 0.1 ms a request beyond 15 % is that, 0.15 in the executor
+    # (the event loop's idle, the bug, is ~4 ms a request)
     ms = step_ms(series)[result["warmup"]:]
     own = np.array(result["ms_each"][result["warmup"]:])
-    assert np.median(ms) == pytest.approx(np.median(own), rel=0.15, abs=0.1)
+    assert np.median(ms) == pytest.approx(np.median(own), rel=0.15, abs=0.15 if executor else 0.1)
     # The mean holds every request's hand-back too. With the executor it waits for the GIL from
     # the loop's thread, and on the loaded 2-core CI box (2026-12-04, two of four runs) that came to
     # 0.28-0.30 ms a request in perfdoctor's step alone (means 1.70 / 1.61 against the program's
