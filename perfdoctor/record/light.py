@@ -722,7 +722,7 @@ def _other_phase(results: PassResults, name: str) -> str | None:
     for other, o in series.items():
         if not other.startswith(rangenames.OPTIMIZER_STEP_PREFIX) or other.split("#", 1)[1].split(".", 1)[0] == mine:
             continue
-        spans = list(zip(o["host_start_ns"], o["gpu_end_ns"]))
+        spans = [(h, e) for h, e in zip(o["host_start_ns"], o["gpu_end_ns"]) if e is not None]  # completed
         if len(spans) < 2 or not (all(e < first for _, e in spans) or all(h > last for h, _ in spans)):
             continue  # interleaved with the step's, or a lone call
         held = sum(e - h for h, e in spans)
