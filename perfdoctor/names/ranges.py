@@ -297,6 +297,12 @@ def optimizer_instance(name: str, ordinal: int) -> str:
     return f"{name.removesuffix('.step')}#{ordinal or 'new'}.step"
 
 
+def optimizer_class(name: str) -> str:
+    """The optimizer of an optimizer range: ``Optimizer.zero_grad#Adam.zero_grad`` and
+    ``Optimizer.step#Adam.step``: ``Adam`` (an :func:`optimizer_instance`'s: ``Adam#2``)."""
+    return name.split("#", 1)[1].split(".", 1)[0]
+
+
 def parse_optimizer_instance(name: str) -> tuple[str, int] | None:
     """(torch's range name, the ordinal) of an :func:`optimizer_instance` name, else None."""
     m = _OPTIMIZER_INSTANCE.match(name)

@@ -715,12 +715,12 @@ def _other_phase(results: PassResults, name: str) -> str | None:
     series = results.series or {}
     if not name.startswith(rangenames.LOOP_PREFIXES[1:]) or name not in series:
         return None
-    mine = name.split("#", 1)[1].split(".", 1)[0]  # the optimizer's class: Optimizer.zero_grad#Adam.zero_grad -> Adam
+    mine = rangenames.optimizer_class(name)
     s = series[name]
     first, last = s["host_start_ns"][0], s["gpu_end_ns"][-1]
     found = []
     for other, o in series.items():
-        if not other.startswith(rangenames.OPTIMIZER_STEP_PREFIX) or other.split("#", 1)[1].split(".", 1)[0] == mine:
+        if not other.startswith(rangenames.OPTIMIZER_STEP_PREFIX) or rangenames.optimizer_class(other) == mine:
             continue
         spans = [(h, e) for h, e in zip(o["host_start_ns"], o["gpu_end_ns"]) if e is not None]  # completed
         if len(spans) < 2 or not (all(e < first for _, e in spans) or all(h > last for h, _ in spans)):

@@ -19,13 +19,16 @@ from perfdoctor.rules.engine import light_values
 STEP = "T5Stack.forward"
 
 
-def _bundle(dst: Path, ms: np.ndarray) -> Path:
+def _bundle(dst: Path, ms: np.ndarray, wait: np.ndarray | None = None) -> Path:
+    """The light series of steps of ``ms`` (each step's own time) plus ``wait`` (its wait for
+    a CPU, noted as the step's cpu_wait_ns), 30 us apart."""
     h, g, t = [], [], 1_000_000_000
-    for v in ms:
+    for v in ms if wait is None else ms + wait:
         h.append(t)
         g.append(t + int(round(v * 1e6)))
         t = g[-1] + 30_000  # the loop's own 30 us between calls
-    return light_only_bundle(dst, STEP, h, g, steady_start=0)
+    waits = None if wait is None else [int(round(w * 1e6)) for w in wait]
+    return light_only_bundle(dst, STEP, h, g, steady_start=0, cpu_wait_ns=waits)
 
 
 def _uneven(d):
@@ -61,15 +64,6 @@ def test_the_same_slow_steps_scattered_keep_the_general_advice(tmp_path: Path) -
     assert f.title == "Uneven steps: the slow ones hold much of the run's time" or "periodic" in f.context
 
 
-def _waited_bundle(dst: Path, own: np.ndarray, wait: np.ndarray) -> Path:
-    h, g, t = [], [], 1_000_000_000
-    for v in own + wait:
-        h.append(t)
-        g.append(t + int(round(v * 1e6)))
-        t = g[-1] + 30_000
-    return light_only_bundle(dst, STEP, h, g, steady_start=0, cpu_wait_ns=[int(round(w * 1e6)) for w in wait])
-
-
 def test_a_pace_of_the_programs_own_is_named_beside_a_neighbours_random_waits(tmp_path: Path) -> None:
     # an Optuna study beside a busy loop (hpo_search.py, 2026-12-07): a trial's own slower
     # pace for a stretch, and a neighbour's time on random steps, more than half of the time
@@ -80,7 +74,7 @@ def test_a_pace_of_the_programs_own_is_named_beside_a_neighbours_random_waits(tm
     own = np.where(k < 60, 10.0, 14.0) + 0.3 * np.sin(k)
     wait = np.zeros(90)
     wait[rng.choice(90, 20, replace=False)] = 8.0
-    d = diagnose(_waited_bundle(tmp_path / "b", own, wait), warnings=False)
+    d = diagnose(_bundle(tmp_path / "b", own, wait), warnings=False)
     values = light_values(d.analysis)
     assert values["slow_step_cpu_wait_ratio"].value >= 0.5  # "contended" holds too
     assert values["slow_step_regime_ratio"].value >= 0.5
@@ -93,7 +87,7 @@ def test_a_neighbours_stretch_is_no_pace_of_the_programs(tmp_path: Path) -> None
     k = np.arange(90)
     own = 10.0 + 0.3 * np.sin(k)
     wait = np.where((k >= 40) & (k < 70), 4.0, 0.0)
-    d = diagnose(_waited_bundle(tmp_path / "b", own, wait), warnings=False)
+    d = diagnose(_bundle(tmp_path / "b", own, wait), warnings=False)
     assert "slow_step_regime_ratio" not in light_values(d.analysis)
     f = _uneven(d)
     assert "contended" in f.context and "regimes" not in f.context
@@ -107,6 +101,6 @@ def test_a_neighbours_stretch_that_also_slowed_the_work_it_let_run_is_no_pace(tm
     k = np.arange(90)
     own = np.where(k < 60, 10.0, 13.5) + 0.3 * np.sin(k)
     wait = np.where(k >= 60, 20.0, 0.0)
-    d = diagnose(_waited_bundle(tmp_path / "b", own, wait), warnings=False)
+    d = diagnose(_bundle(tmp_path / "b", own, wait), warnings=False)
     assert "slow_step_regime_ratio" not in light_values(d.analysis)
     assert _uneven(d).title == "Uneven steps: another process took the CPUs in the slow steps"
