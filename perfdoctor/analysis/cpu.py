@@ -25,7 +25,7 @@ from perfdoctor.declare import DECLARE_PREFIX
 from perfdoctor.analysis.steps import ran_no_gpu
 from perfdoctor.analysis.hostgaps import PYTHON_SOURCE
 from perfdoctor.analysis.timeline import union_per_group
-from perfdoctor.names.codes import equals
+from perfdoctor.names.codes import equals, starts_with
 from perfdoctor.names.ranges import AOTI_PREFIX, COMPILED_FX, COMPILED_OPS, COMPILED_PREFIX, DATA_LOADER_PREFIX, PROCESS_WAIT_RANGE, WAIT_RANGE, WORKED_RANGE
 from perfdoctor.schema import DATA_LOADER_SOURCE
 from perfdoctor.profile import LightSteps, Profile
@@ -350,11 +350,11 @@ def recomputed_ms(ops: pd.DataFrame, s0: np.ndarray, s1: np.ndarray, step_tid: n
     that checkpoints nothing). A checkpointed block's forward is called from Python inside the
     node (the saved tensors' unpack hook, or CheckpointFunctionBackward)."""
     names = ops["name"]
-    node = names.str.startswith(BACKWARD_NODE, na=False).to_numpy()
+    node = starts_with(names, BACKWARD_NODE)  # each distinct name tested once
     fwd = names.isin(FORWARD_OPS).to_numpy()
     if not node.any() or not fwd.any() or not len(s0):
         return 0.0
-    aten = names.str.startswith("aten::", na=False).to_numpy()  # operators (a node's own apply, AddmmBackward0, is none)
+    aten = starts_with(names, "aten::")  # operators (a node's own apply, AddmmBackward0, is none)
     start, end, tid = (ops[c].to_numpy(np.int64) for c in ("start_ns", "end_ns", "tid"))
     inside = np.zeros(len(ops), dtype=bool)
     for thread in np.unique(tid[node]):
