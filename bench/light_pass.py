@@ -143,7 +143,8 @@ def device_sync(device: str):
 
 def timer(kind: str):
     """A light-pass Timer: "events" (as shipped: a CUDA event at each step's start and end,
-    unless the stream is idle there), "busy end" (an event at every end: the Timer of
+    unless the stream is idle there, on one step in SPARSE_EVERY once the lags are steady),
+    "dense" (the same on every step: the Timer before 2026-12-07, session 37), "busy end" (an event at every end: the Timer of
     2026-12-02 21:30 UTC to 2026-12-03 09:30 UTC), "two events" (an event at both edges,
     always: the Timer before that), "end event" (the host time at the start, an event at the
     end), "host clock" (no events: what the bookkeeping costs alone), "methods" (the shipped
@@ -156,7 +157,8 @@ def timer(kind: str):
     kind = kind.removesuffix(" no delay")
 
     made = Timer()
-    if kind != "events":
+    made.sampling = kind != "dense"
+    if kind not in ("events", "dense"):
         def mark(host_ns: int):  # Timer.mark, the shipped edge included, replaced
             start = sys._getframe(1).f_code.co_name == "start"  # StepTimes.start or .end (~0.1 us)
             if kind == "host clock" or (kind == "end event" and start):
@@ -228,11 +230,19 @@ def module_call_costs(device: str, rounds: int, only: list[str]) -> list[dict]:
 EDGE_KINDS = ("events", "busy end", "two events", "end event", "host clock")
 
 # --alternate's variants: (label, a synchronize after each forward, the Timer's kind)
-ALTERNATE = (("events+sync", True, "events"), ("events", False, "events"), ("busy end", False, "busy end"),
+ALTERNATE = (("events+sync", True, "events"), ("events", False, "events"), ("dense", False, "dense"), ("busy end", False, "busy end"),
              ("two events", False, "two events"),
              ("end event", False, "end event"), ("host clock", False, "host clock"),
              ("no delay", False, "events no delay"), ("host no delay", False, "host clock no delay"),
              ("methods", False, "methods"))
+
+
+def measured_share(times) -> float | None:
+    """The share of ``times``' step ends whose GPU end was measured, not read between samples."""
+    from perfdoctor.record.bootstrap.clock import UNSAMPLED
+
+    ends = [m for marks in times.gpu_end.values() for m in marks]
+    return sum(m is not UNSAMPLED for m in ends) / len(ends) if ends else None
 
 
 def alternating_costs(device: str, pairs: int, only: list[str], variants: list[str] | None = None,
@@ -247,12 +257,13 @@ def alternating_costs(device: str, pairs: int, only: list[str], variants: list[s
     measurements seconds apart needed thousands of rounds to resolve 1 %. Two forwards a
     millisecond apart share the regime; the toggle (a class attribute set or deleted, the
     same in both directions) is outside the timed span. The mean difference counts the
-    settle every 128 steps.
+    settle every Timer.SETTLE_EVERY steps.
 
     Variants (ALTERNATE): "events+sync" times each forward to a synchronize after it, from an
     idle GPU (all of the step's cost shows, also what a program that runs ahead of the GPU
     hides: an upper bound); the others time the forward's host side as image_infer.py's loop
-    runs it (no synchronize inside; one after each pair, untimed), with the shipped Timer,
+    runs it (no synchronize inside; one after each pair, untimed), with the shipped Timer
+    (its share of step ends measured: ``ends_measured``), the same measuring every step ("dense"),
     with an event at the start too (the Timer before the idle-stream start), with an event at
     the end only, and with no events (the wrapper's bookkeeping alone); "no delay" and "host no
     delay" are the shipped Timer and the no-event one without the run-queue read; "methods"
@@ -317,6 +328,7 @@ def alternating_costs(device: str, pairs: int, only: list[str], variants: list[s
                 mean, sd = statistics.fmean(diffs), statistics.stdev(diffs)
                 row = {"model": label, "variant": variant, "device": device, "pairs": pairs, "block": block, "plain_us": plain,
                        "steps_timed": sum(steps.times[0].count(n) for n in steps.classes),
+                       "ends_measured": measured_share(steps.times[0]),
                        "mean_us": mean, "stderr_us": sd / len(diffs) ** 0.5, "median_us": statistics.median(diffs),
                        "mean_share": mean / plain, "stderr_share": sd / len(diffs) ** 0.5 / plain}
                 out.append(row)

@@ -246,6 +246,44 @@ def test_light_pass_takes_no_event_on_an_idle_stream():
     assert all(s >= e - 50_000 for s, e in zip(q["gpu_start_ns"][1:], q["gpu_end_ns"][:-1]))  # 50 us: the clock's resolution
 
 
+def test_light_pass_samples_a_steady_loop_and_reads_its_other_steps_as_measured():
+    """A host-paced loop of small kernels, no synchronize (a launch-bound forward's shape), timed
+    by two lanes at once: one as shipped, which goes sparse once its lags are steady
+    (StepTimes.settle), and one measuring every step (Timer.sampling off), its edges just inside
+    the other's. The sparse lane measures about one step in SPARSE_EVERY, and its GPU ends of
+    the steps between are the dense lane's within the spread the sampling allows; its step
+    times, on average, too."""
+    from perfdoctor.record.bootstrap import clock
+
+    x = torch.zeros(1024, device="cuda")
+    torch.cuda.synchronize()
+    shipped, every = clock.Timer(), clock.Timer()
+    every.sampling = False
+    sparse, dense = clock.StepTimes(shipped), clock.StepTimes(every)
+    for _ in range(600):
+        sparse.start("step")
+        dense.start("step")
+        for _ in range(40):
+            x.add_(1)
+        dense.end("step")
+        sparse.end("step")
+    torch.cuda.synchronize()
+    s, d = sparse.series()[0]["step"], dense.series()[0]["step"]
+    measured = s["gpu_measured"]
+    assert "gpu_measured" not in d and len(measured) == len(d["gpu_end_ns"]) == 600
+    share = sum(measured[200:]) / 400
+    period = statistics.median(b - a for a, b in zip(s["host_start_ns"], s["host_start_ns"][1:]))
+    errors = sorted(abs(a - b) for a, b, m in zip(s["gpu_end_ns"], d["gpu_end_ns"], measured) if not m)
+    sparse_ms = statistics.fmean(e - h for e, h in zip(s["gpu_end_ns"], s["host_start_ns"])) / 1e6
+    dense_ms = statistics.fmean(e - h for e, h in zip(d["gpu_end_ns"], s["host_start_ns"])) / 1e6
+    record(test="sparse-lane", measured_share=share, period_us=period / 1e3, error_p50_us=errors[len(errors) // 2] / 1e3,
+           error_p99_us=errors[int(0.99 * len(errors))] / 1e3, sparse_ms=sparse_ms, dense_ms=dense_ms)
+    assert 0.8 / clock.SPARSE_EVERY < share < 1.5 / clock.SPARSE_EVERY
+    # the spread steady_lags allows, plus the two lanes' edges' own distance (their host times)
+    assert errors[int(0.95 * len(errors))] < clock.STEADY_SHARE * period + 20_000
+    assert abs(sparse_ms - dense_ms) < 0.01 * dense_ms
+
+
 def test_light_pass_latency_matches_the_program_alone(tmp_path):
     """bench/light_pass.py, three trials per size, each a fresh process: the light pass's
     step latency against the program's own timer in the same process (the light pass's

@@ -14,10 +14,12 @@ from __future__ import annotations
 import functools
 import gc
 import os
+import random
+import statistics
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 
 class GpuClock:
@@ -57,6 +59,14 @@ class GpuClock:
         self.t0_ns = time.perf_counter_ns()
         self.record(self.ref)
         self.edge = self.edges()
+        capturing = self.capturing_now
+
+        def skip() -> str:
+            """What an edge left unmeasured records (:data:`UNSAMPLED`): no driver call but
+            the capture check, so a step inside a capture is still no step."""
+            return CAPTURED if capturing() else UNSAMPLED
+
+        self.skip = skip
 
     def capturing(self) -> bool:
         """The current stream is capturing a CUDA graph: an event recorded now would be a
@@ -177,6 +187,48 @@ def stream_ops(torch: Any) -> tuple[Any, Any, Any]:
 
 
 CAPTURED = "captured"  # a step mark taken while the stream was capturing a CUDA graph
+UNSAMPLED = "unsampled"  # an edge of a sparse lane's step left unmeasured (StepTimes.lane)
+
+
+# Once a lane's GPU lags are steady (steady_lags), one step in each SPARSE_EVERY has its GPU
+# edges measured, at a random place in the block (one fixed draw, SAMPLED), so that no period
+# of the program's lines up with the sampling and keeps its odd steps out of every sample.
+SPARSE_EVERY = 8
+
+
+def _sampled(blocks: int = 128) -> tuple[bool, ...]:
+    draw = random.Random(29)
+    places = [draw.randrange(SPARSE_EVERY) for _ in range(blocks)]
+    return tuple(i % SPARSE_EVERY == places[i // SPARSE_EVERY] for i in range(blocks * SPARSE_EVERY))
+
+
+SAMPLED = _sampled()
+# steady: the middle 90 % of the edges' lags behind their host times spans at most this share
+# of the loop's period, so a step's lag read between two samples is off by no more
+STEADY_SHARE = 0.02
+STEADY_SAMPLES = 16  # fewer measured edges in a settle's window: no judgement, the lane stays as it is
+
+
+def steady_lags(host: list[int], gpu: list[Any], tid: list[int], period_ns: float) -> bool | None:
+    """Whether the measured edges among ``gpu`` (host ns, resolved: ints) lag their host times
+    ``host`` steadily: one thread, and the 5th to 95th percentile of ``gpu - host`` within
+    :data:`STEADY_SHARE` of ``period_ns``. None with fewer than :data:`STEADY_SAMPLES` measured."""
+    lags = sorted(g - h for g, h in zip(gpu, host) if type(g) is int)
+    if len(lags) < STEADY_SAMPLES:
+        return None
+    if len(set(tid)) > 1 or period_ns <= 0:
+        return False
+    n = len(lags) - 1
+    return lags[round(0.95 * n)] - lags[round(0.05 * n)] <= STEADY_SHARE * period_ns
+
+
+def estimated(marks: list[Any], host_ns: list[int], tid: list[int], ns: Callable[[Any], int]) -> list[int]:
+    """Each edge's GPU time, host ns: ``ns(mark)`` where it was measured; where it was not
+    (:data:`UNSAMPLED`), its host time plus its thread's lag behind the host (GPU time less
+    host time) at that host time, linear between the measured edges around it (:func:`filled`;
+    none measured on its thread: the host time)."""
+    lags = [None if m is UNSAMPLED else ns(m) - h for m, h in zip(marks, host_ns)]
+    return [h + lag for h, lag in zip(host_ns, filled(lags, host_ns, tid, missing=0))]  # type: ignore[arg-type]
 
 
 class RunQueue:
@@ -332,9 +384,8 @@ class TimedCalls:
 
 def run_delays_ns(raw: list[bytes | None], at_ns: list[int] | None = None, tid: list[int] | None = None) -> list[int] | None:
     """:class:`RunQueue` readings as ns. A start not read (None: :attr:`RunQueue.EVERY_NS`)
-    gets its thread's (``tid``) reading at its host time ``at_ns``, linear between the
-    readings around it and held at the nearest one before the first or after the last (the
-    delay only grows). None when a thread has no reading, or one cannot be parsed."""
+    gets its thread's (``tid``) reading at its host time ``at_ns`` (:func:`filled`: the delay
+    only grows). None when a thread has no reading, or one cannot be parsed."""
     try:
         values = [None if r is None else int(r.split()[1]) for r in raw]
     except (AttributeError, IndexError, ValueError):
@@ -343,6 +394,15 @@ def run_delays_ns(raw: list[bytes | None], at_ns: list[int] | None = None, tid: 
         return values  # type: ignore[return-value]
     if at_ns is None:
         return None
+    return filled(values, at_ns, tid)
+
+
+def filled(values: list[int | None], at_ns: list[int], tid: list[int] | None = None,
+           missing: int | None = None) -> list[int] | None:
+    """``values`` with each None replaced by its thread's (``tid``) known values at its host
+    time ``at_ns``: linear between the known ones around it, held at the nearest one before the
+    first or after the last. A thread with no known value gets ``missing``; None when that is
+    None."""
     rows_of: dict[int, list[int]] = {}
     for i, thread in enumerate(tid if tid is not None else [0] * len(values)):
         rows_of.setdefault(thread, []).append(i)
@@ -350,8 +410,12 @@ def run_delays_ns(raw: list[bytes | None], at_ns: list[int] | None = None, tid: 
     for rows in rows_of.values():
         known = [i for i in rows if values[i] is not None]
         if not known:
-            return None
-        k = 0  # known[k]: the first row read at or after this one
+            if missing is None:
+                return None
+            for i in rows:
+                out[i] = missing
+            continue
+        k = 0  # known[k]: the first row known at or after this one
         for i in rows:
             while k < len(known) and known[k] < i:
                 k += 1
@@ -375,7 +439,13 @@ class Timer:
     program uses CUDA, CAPTURED when CUDA is up but a capture keeps the clock from being
     set up, then :meth:`GpuClock.edges`'s ``edge`` itself, called with no method in between."""
 
-    SETTLE_EVERY = 128  # step ends between settling the CUDA events of finished steps
+    # step ends with an event between settling the CUDA events of finished steps; each settle
+    # also judges whether a lane samples (StepTimes.settle): a 100-forward benchmark is judged
+    # after its first 32 steps, again after 64 (its warm-up's lags are no steady ones)
+    SETTLE_EVERY = 32
+    # whether settles may make a lane sparse: off, every step is measured (bench/light_pass.py's
+    # "dense", the GPU test comparing the two on one loop)
+    sampling = True
 
     def __init__(self) -> None:
         self.clock: GpuClock | None = None
@@ -441,6 +511,7 @@ class StepTimes:
         # the thread's time waiting for a CPU when each step started (RunQueue's raw reading)
         self.delay: dict[str, list[bytes | None]] = {}
         self.lanes: dict[str, tuple[Any, Any]] = {}  # per name: its lane()
+        self.sparse: dict[str, list[Any]] = {}  # per name: its lane's sampling (lane(), settle())
 
     def lane(self, name: str) -> tuple[Any, Any]:
         """``(start, end)``: functions of no argument that record one start and one end of
@@ -465,10 +536,13 @@ class StepTimes:
         timer, queue = self.timer, self.timer.run_queue
         clock, ident_of, read = time.perf_counter_ns, threading.get_ident, queue.read
         every, gap, read_at = queue.EVERY_NS, queue.GAP_NS, {}  # read_at: per thread, when this lane last read it
+        # [the clock's skip] once this lane's lags are steady (settle), [None] while each edge is measured
+        sparse, sampled, mask = self.sparse.setdefault(name, [None]), SAMPLED, len(SAMPLED) - 1
 
         def start() -> None:
             now = clock()
             ident = ident_of()
+            n = len(host)
             host.append(now)
             tid.append(ident)
             if queue.ok and (now - read_at.get(ident, now - every) >= every or (host_end and now - host_end[-1] >= gap)):
@@ -476,11 +550,13 @@ class StepTimes:
                 delay.append(read(ident))
             else:
                 delay.append(None)  # interpolated (run_delays_ns)
-            gpu_start.append(timer.mark(now))
+            skip = sparse[0]
+            gpu_start.append(timer.mark(now) if skip is None or sampled[n & mask] else skip())
 
         def end() -> None:
             now = clock()
-            mark = timer.mark(now)
+            skip = sparse[0]
+            mark = timer.mark(now) if skip is None or sampled[len(host_end) & mask] else skip()
             host_end.append(now)
             gpu_end.append(mark)
             end_tid.append(ident_of())
@@ -514,9 +590,28 @@ class StepTimes:
         done[0], done[1] = min(done[0], len(self.gpu_start[name])), min(done[1], len(self.gpu_end[name]))
 
     def settle(self, clock: GpuClock) -> None:
+        """Resolve the completed events of every name's steps, then judge from the edges just
+        resolved whether its lane measures one step in :data:`SPARSE_EVERY` from now on (its
+        lags steady: :func:`steady_lags`) or every step.
+
+        Why sample: in a host-paced program every host us of the light pass is the program's,
+        and the events are half of them (ViT-small b1 at a loop's cadence on an H100: +48 us a
+        2 ms forward with an event at each edge, +25 without: docs/performance.md, session 36).
+        Where the lags are steady, a step between two samples has its GPU edges at its host
+        times plus the lags read around it (:meth:`series`), off by less than the lags' spread;
+        a GPU-bound program whose lags wander keeps an event at every edge, where they cost it
+        nothing (its host runs ahead of the GPU)."""
         for name, done in list(self.done.items()):  # another thread may add a name meanwhile
+            first = done[0], done[1]
             done[0] = clock.settle(self.gpu_start[name], done[0])
             done[1] = clock.settle(self.gpu_end[name], done[1])
+            host = self.host[name][first[0]:done[0]]
+            period = statistics.median(b - a for a, b in zip(host, host[1:])) if len(host) > 2 else 0.0
+            verdicts = (steady_lags(host, self.gpu_start[name][first[0]:done[0]], self.tid[name][first[0]:done[0]], period),
+                        steady_lags(self.host_end[name][first[1]:done[1]], self.gpu_end[name][first[1]:done[1]],
+                                    self.end_tid[name][first[1]:done[1]], period))
+            if None not in verdicts:
+                self.sparse[name][0] = clock.skip if all(verdicts) and self.timer.sampling else None
 
     def ends(self, name: str) -> list[int]:
         """Per start of ``name``'s steps, the position of its end (-1: not ended). Ends are
@@ -554,7 +649,11 @@ class StepTimes:
         ``gpu_start_ns`` is None when the program never used CUDA, ``run_delay_ns``
         (:class:`RunQueue`, at each start; ``run_delay_read``: which starts read it, the
         others interpolated) when the system does not say. Plus why some are
-        missing (e.g. the program died of a CUDA error, so its events never complete)."""
+        missing (e.g. the program died of a CUDA error, so its events never complete).
+
+        A step a sparse lane left unmeasured (:meth:`settle`) has each GPU edge at its host
+        time plus the lag read around it (:func:`estimated`); then ``gpu_measured`` says, per
+        step, whether both of its GPU edges were measured."""
         clock = self.timer.clock
         out: dict[str, dict[str, Any]] = {}
 
@@ -565,16 +664,20 @@ class StepTimes:
             for name, host in self.host.items():
                 ends = self.ends(name)
                 keep = self.kept(name, ends)
+                starts_at, tid = [host[i] for i in keep], [self.tid[name][i] for i in keep]
+                ends_at = [self.host_end[name][ends[i]] for i in keep]
+                marks = [self.gpu_start[name][i] for i in keep], [self.gpu_end[name][ends[i]] for i in keep]
                 out[name] = {
-                    "host_start_ns": [host[i] for i in keep],
-                    "gpu_start_ns": [ns(self.gpu_start[name][i]) for i in keep] if clock is not None else None,
-                    "gpu_end_ns": [ns(self.gpu_end[name][ends[i]]) for i in keep],
-                    "tid": [self.tid[name][i] for i in keep],
-                    "host_end_ns": [self.host_end[name][ends[i]] for i in keep],
-                    "run_delay_ns": run_delays_ns([self.delay[name][i] for i in keep], [host[i] for i in keep],
-                                                  [self.tid[name][i] for i in keep]),
+                    "host_start_ns": starts_at,
+                    "gpu_start_ns": estimated(marks[0], starts_at, tid, ns) if clock is not None else None,
+                    "gpu_end_ns": estimated(marks[1], ends_at, tid, ns),
+                    "tid": tid,
+                    "host_end_ns": ends_at,
+                    "run_delay_ns": run_delays_ns([self.delay[name][i] for i in keep], starts_at, tid),
                     "run_delay_read": [self.delay[name][i] is not None for i in keep],
                 }
+                if any(m is UNSAMPLED for m in (*marks[0], *marks[1])):
+                    out[name]["gpu_measured"] = [a is not UNSAMPLED and b is not UNSAMPLED for a, b in zip(*marks)]
         except Exception as exc:  # noqa: BLE001 - said in the manifest
             return out, f"{type(exc).__name__}: {exc}"
         return out, None
