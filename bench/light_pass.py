@@ -245,6 +245,23 @@ def measured_share(times) -> float | None:
     return sum(m is not UNSAMPLED for m in ends) / len(ends) if ends else None
 
 
+def lag_spread(times) -> dict:
+    """The GPU edges' lags behind their host times over ``times``' measured steps, in us (5th,
+    50th and 95th percentile), and the median time between two host starts in a row: what
+    StepTimes.settle weighs (clock.steady_lags), for seeing why a lane did or did not sample."""
+    out = {}
+    for name, s in (times.series()[0] or {}).items():
+        measured = s.get("gpu_measured") or [True] * len(s["gpu_end_ns"])
+        for edge, gpu, host in (("end", s["gpu_end_ns"], s["host_end_ns"]), ("start", s["gpu_start_ns"] or [], s["host_start_ns"])):
+            lags = sorted((g - h) / 1e3 for g, h, m in zip(gpu, host, measured) if m)
+            if len(lags) > 1:
+                out[f"{edge}_lag_us"] = [round(lags[round(q * (len(lags) - 1))], 1) for q in (0.05, 0.5, 0.95)]
+        starts = s["host_start_ns"]
+        out["period_us"] = statistics.median(b - a for a, b in zip(starts, starts[1:])) / 1e3 if len(starts) > 2 else None
+        break  # the step class's series (one per model)
+    return out
+
+
 def alternating_costs(device: str, pairs: int, only: list[str], variants: list[str] | None = None,
                       block: int = 1) -> list[dict]:
     """The light pass's cost per step, forward by forward: the shipped ModuleSteps scouts and
@@ -328,7 +345,7 @@ def alternating_costs(device: str, pairs: int, only: list[str], variants: list[s
                 mean, sd = statistics.fmean(diffs), statistics.stdev(diffs)
                 row = {"model": label, "variant": variant, "device": device, "pairs": pairs, "block": block, "plain_us": plain,
                        "steps_timed": sum(steps.times[0].count(n) for n in steps.classes),
-                       "ends_measured": measured_share(steps.times[0]),
+                       "ends_measured": measured_share(steps.times[0]), **lag_spread(steps.times[0]),
                        "mean_us": mean, "stderr_us": sd / len(diffs) ** 0.5, "median_us": statistics.median(diffs),
                        "mean_share": mean / plain, "stderr_share": sd / len(diffs) ** 0.5 / plain}
                 out.append(row)
