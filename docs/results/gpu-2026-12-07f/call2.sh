@@ -1,20 +1,18 @@
-# 2026-12-07 (session 37) call 2: issue 29's acceptance shapes (c) and (d) on the code of call 1
-# (sparse lanes), each unmodified with its own timer: ResNet-50 at batch 256 with AMP, a
-# ResNet-50 training loop with a DataLoader (workers 0, and 4 with pinned memory); then the
-# light-pass latency test (bench/light_pass.py's three sizes against the program's own timer:
-# a synchronous loop, whose edges are on an idle stream: lag 0, steady, so sparse after 32 steps).
+# 2026-12-07 (session 37) call 2, what 300 s of device time allow: call 1's H100 host was slow
+# (ViT-small b1 4.0-4.2 ms a forward, 1.55 there on 12-07e): the GPU drained at every edge, so no
+# event was recorded and, lanes being judged only at settles counted on event ends, no lane
+# sampled (the GPU test failed: no gpu_measured). Now every end counts, and a judgement waits for
+# 16 measured edges (a sparse lane's settle holds ~4). Prediction: the test passes; "events"
+# samples (ends_measured ~0.13-0.2) and skips the stream queries there, ~2 a step.
 set -u
 W=$OUT/w; mkdir -p "$W"
 pip install -q --no-deps --no-build-isolation -e . >"$W/install.log" 2>&1
 export PYTHONPATH=$PWD
-DEVICE_LOG="$W/install.log" . scripts/device-env.sh
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$W/gpu.txt"
-RUN_TIMEOUT=150 OUT=/tmp/rp timeout 330 scripts/real-programs-check --no-default \
-  --only 'resnet50_b256_amp,train_r50_w0,train_r50_w4_pin' --pack "$W/pack" > "$W/real-console.log" 2>&1
-rm -f "$W/pack/real-runs.tgz"
-grep -E '^== |perfdoctor run:' "$W/real-console.log" | head -20
-tail -5 /tmp/rp/real/table.txt
-PERFDOCTOR_NUMBERS=$W/numbers.jsonl timeout 200 python -m pytest -q -p no:cacheprovider tests/record/test_run_gpu.py \
-  -k "latency_matches" > "$W/pytest.log" 2>&1
-tail -3 "$W/pytest.log"; cat "$W/numbers.jsonl"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+PERFDOCTOR_NUMBERS=$W/numbers.jsonl timeout 60 python -m pytest -q -p no:cacheprovider tests/record/test_run_gpu.py \
+  -k "samples_a_steady" > "$W/pytest.log" 2>&1
+tail -1 "$W/pytest.log"; grep -E "^E " "$W/pytest.log" | head -5; cat "$W/numbers.jsonl"
+timeout 90 python bench/light_pass.py --alternate 300 --block 4 --device cuda --trees vit_small \
+  --variants "events,dense" --json "$W/alt.json" > "$W/alt.log" 2>&1
+grep -o '"variant": "[a-z ]*", [^}]*' "$W/alt.log" | sed 's/"device.*block": 4, //; s/"steps_timed": [0-9]*, //'
 tar czf "$OUT/call2.tgz" -C "$OUT" w && rm -rf "$W"

@@ -439,7 +439,7 @@ class Timer:
     program uses CUDA, CAPTURED when CUDA is up but a capture keeps the clock from being
     set up, then :meth:`GpuClock.edges`'s ``edge`` itself, called with no method in between."""
 
-    # step ends with an event between settling the CUDA events of finished steps; each settle
+    # step ends between settling the CUDA events of finished steps; each settle
     # also judges whether a lane samples (StepTimes.settle): a 100-forward benchmark is judged
     # after its first 32 steps, again after 64 (its warm-up's lags are no steady ones)
     SETTLE_EVERY = 32
@@ -512,6 +512,7 @@ class StepTimes:
         self.delay: dict[str, list[bytes | None]] = {}
         self.lanes: dict[str, tuple[Any, Any]] = {}  # per name: its lane()
         self.sparse: dict[str, list[Any]] = {}  # per name: its lane's sampling (lane(), settle())
+        self.judged: dict[str, list[int]] = {}  # per name: [start, end] settled up to at its last judgement
 
     def lane(self, name: str) -> tuple[Any, Any]:
         """``(start, end)``: functions of no argument that record one start and one end of
@@ -560,8 +561,7 @@ class StepTimes:
             host_end.append(now)
             gpu_end.append(mark)
             end_tid.append(ident_of())
-            if type(mark) is not int and type(mark) is not str:  # an event (CAPTURED is a str)
-                timer.ended()
+            timer.ended()  # every end: a loop whose edges find the stream idle samples too (no queries)
 
         found = self.lanes[name] = (start, end)
         return found
@@ -602,16 +602,17 @@ class StepTimes:
         a GPU-bound program whose lags wander keeps an event at every edge, where they cost it
         nothing (its host runs ahead of the GPU)."""
         for name, done in list(self.done.items()):  # another thread may add a name meanwhile
-            first = done[0], done[1]
             done[0] = clock.settle(self.gpu_start[name], done[0])
             done[1] = clock.settle(self.gpu_end[name], done[1])
+            first = self.judged.setdefault(name, [0, 0])  # the edges since the last judgement
             host = self.host[name][first[0]:done[0]]
             period = statistics.median(b - a for a, b in zip(host, host[1:])) if len(host) > 2 else 0.0
             verdicts = (steady_lags(host, self.gpu_start[name][first[0]:done[0]], self.tid[name][first[0]:done[0]], period),
                         steady_lags(self.host_end[name][first[1]:done[1]], self.gpu_end[name][first[1]:done[1]],
                                     self.end_tid[name][first[1]:done[1]], period))
-            if None not in verdicts:
+            if None not in verdicts:  # else too few measured yet (a sparse lane's few): judged at a later settle
                 self.sparse[name][0] = clock.skip if all(verdicts) and self.timer.sampling else None
+                first[:] = done
 
     def ends(self, name: str) -> list[int]:
         """Per start of ``name``'s steps, the position of its end (-1: not ended). Ends are
