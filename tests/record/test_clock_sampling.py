@@ -47,9 +47,10 @@ def run_loop(lags, steps: int = 2000, period: int = 2_000_000, threads=None):
     now, edge = [0], ["start", 0]
     truth: dict[str, list[int]] = {"start": [], "end": []}
 
-    def mark(host_ns: int) -> Event:
+    def mark(host_ns: int) -> Event | int:
         fake.recorded += 1
-        return Event(host_ns + lags(edge[1], edge[0]))
+        lag = lags(edge[1], edge[0])
+        return host_ns if lag is None else Event(host_ns + lag)  # None: the stream idle there (GpuClock.edges)
 
     timer.mark = mark
     real_clock, real_ident = clock.time.perf_counter_ns, clock.threading.get_ident
@@ -60,11 +61,11 @@ def run_loop(lags, steps: int = 2000, period: int = 2_000_000, threads=None):
         for i in range(steps):
             edge[:] = ["start", i]
             now[0] = i * period
-            truth["start"].append(now[0] + lags(i, "start"))
+            truth["start"].append(now[0] + (lags(i, "start") or 0))
             start()
             edge[:] = ["end", i]
             now[0] = i * period + period // 2
-            truth["end"].append(now[0] + lags(i, "end"))
+            truth["end"].append(now[0] + (lags(i, "end") or 0))
             end()
     finally:
         clock.time.perf_counter_ns = real_clock
@@ -94,6 +95,15 @@ def test_a_steady_lane_measures_one_step_in_eight_and_reads_the_rest_within_the_
     lat = [e - s for e, s in zip(series["gpu_end_ns"], series["host_start_ns"])]
     true_lat = [e - s for e, s in zip(truth["end"], series["host_start_ns"])]
     assert abs(sum(lat) - sum(true_lat)) / sum(true_lat) < 0.002
+
+
+def test_a_lane_whose_edges_find_the_stream_idle_samples_too():
+    # a slow host's forward (the H100 of 2026-12-07f: ViT-small b1 at 4 ms) leaves the GPU idle
+    # at both edges: no event, but a stream query at each, which sampling skips as well
+    series, truth, recorded = run_loop(lambda i, e: None, steps=1000)
+    measured = series["gpu_measured"]
+    assert abs(sum(measured[100:]) / 900 - 1 / clock.SPARSE_EVERY) < 0.02 and recorded < 2 * (32 + 1000 / 8 + 20)
+    assert series["gpu_end_ns"] == truth["end"] == series["host_end_ns"] and series["gpu_start_ns"] == series["host_start_ns"]
 
 
 def test_lanes_whose_lags_wander_or_whose_odd_steps_lag_stay_measured():

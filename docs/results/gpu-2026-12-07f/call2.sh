@@ -1,9 +1,10 @@
-# 2026-12-07 (session 37) call 2, what 300 s of device time allow: call 1's H100 host was slow
-# (ViT-small b1 4.0-4.2 ms a forward, 1.55 there on 12-07e): the GPU drained at every edge, so no
-# event was recorded and, lanes being judged only at settles counted on event ends, no lane
-# sampled (the GPU test failed: no gpu_measured). Now every end counts, and a judgement waits for
-# 16 measured edges (a sparse lane's settle holds ~4). Prediction: the test passes; "events"
-# samples (ends_measured ~0.13-0.2) and skips the stream queries there, ~2 a step.
+# 2026-12-07 (session 37) call 2, not run (the session's device time ran out; the next session's
+# first call): call 1's H100 host was slow (ViT-small b1 4.0-4.2 ms a forward, 1.55 there on
+# 12-07e): the GPU drained at every edge, so no event was recorded and, lanes being judged only at
+# settles counted on event ends, no lane sampled (the GPU test failed: no gpu_measured). Now every
+# measured end counts (an idle stream's host time too), and a judgement waits for 16 measured
+# edges. Prediction: the test passes; "events" samples (ends_measured ~0.13-0.2) and skips the
+# stream queries (~2 a step) where it does not measure.
 set -u
 W=$OUT/w; mkdir -p "$W"
 pip install -q --no-deps --no-build-isolation -e . >"$W/install.log" 2>&1

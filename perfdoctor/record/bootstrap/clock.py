@@ -439,7 +439,7 @@ class Timer:
     program uses CUDA, CAPTURED when CUDA is up but a capture keeps the clock from being
     set up, then :meth:`GpuClock.edges`'s ``edge`` itself, called with no method in between."""
 
-    # step ends between settling the CUDA events of finished steps; each settle
+    # measured step ends between settling the CUDA events of finished steps; each settle
     # also judges whether a lane samples (StepTimes.settle): a 100-forward benchmark is judged
     # after its first 32 steps, again after 64 (its warm-up's lags are no steady ones)
     SETTLE_EVERY = 32
@@ -538,7 +538,7 @@ class StepTimes:
         clock, ident_of, read = time.perf_counter_ns, threading.get_ident, queue.read
         every, gap, read_at = queue.EVERY_NS, queue.GAP_NS, {}  # read_at: per thread, when this lane last read it
         # [the clock's skip] once this lane's lags are steady (settle), [None] while each edge is measured
-        sparse, sampled, mask = self.sparse.setdefault(name, [None]), SAMPLED, len(SAMPLED) - 1
+        sparse, sampled, mask, unsampled = self.sparse.setdefault(name, [None]), SAMPLED, len(SAMPLED) - 1, UNSAMPLED
 
         def start() -> None:
             now = clock()
@@ -561,7 +561,8 @@ class StepTimes:
             host_end.append(now)
             gpu_end.append(mark)
             end_tid.append(ident_of())
-            timer.ended()  # every end: a loop whose edges find the stream idle samples too (no queries)
+            if mark is not unsampled:  # every measured end, an idle stream's too (a lane with no event samples too)
+                timer.ended()
 
         found = self.lanes[name] = (start, end)
         return found
