@@ -27,6 +27,7 @@ class FakeClock:
     """GpuClock's settle and resolve on :class:`Event`; the skip it gives sparse lanes."""
 
     settle = clock.GpuClock.settle
+    t0_ns = 0  # when it was set up, host ns
 
     def __init__(self) -> None:
         self.skip = lambda: clock.UNSAMPLED
@@ -36,18 +37,21 @@ class FakeClock:
         return event.ns
 
 
-def run_loop(lags, steps: int = 2000, period: int = 2_000_000, threads=None):
+def run_loop(lags, steps: int = 2000, period: int = 2_000_000, threads=None, cuda_from: int = 0):
     """``steps`` steps of one lane, each ``period`` ns apart in host time, its end's GPU time
-    ``lags(i, "end")`` after its host end (the start's ``lags(i, "start")``). Returns the
-    series, the true GPU ends and starts, and how many edges recorded an event."""
+    ``lags(i, "end")`` after its host end (the start's ``lags(i, "start")``), from step
+    ``cuda_from`` on (before it, no GPU clock: host times). Returns the series, the true GPU
+    ends and starts, and how many edges recorded an event."""
     timer = clock.Timer()
     timer.run_queue.ok = False
-    fake = timer.clock = FakeClock()
+    fake = FakeClock()
     times = clock.StepTimes(timer)
     now, edge = [0], ["start", 0]
     truth: dict[str, list[int]] = {"start": [], "end": []}
 
     def mark(host_ns: int) -> Event | int:
+        if timer.clock is None:
+            return host_ns
         fake.recorded += 1
         lag = lags(edge[1], edge[0])
         return host_ns if lag is None else Event(host_ns + lag)  # None: the stream idle there (GpuClock.edges)
@@ -61,6 +65,8 @@ def run_loop(lags, steps: int = 2000, period: int = 2_000_000, threads=None):
         for i in range(steps):
             edge[:] = ["start", i]
             now[0] = i * period
+            if i == cuda_from:
+                timer.clock, fake.t0_ns = fake, now[0]
             truth["start"].append(now[0] + (lags(i, "start") or 0))
             start()
             edge[:] = ["end", i]
@@ -115,6 +121,9 @@ def test_lanes_whose_lags_wander_or_whose_odd_steps_lag_stay_measured():
     # every eighth step's GPU work runs 0.5 ms past its host end: regular sampling every eighth
     # step could miss all of them; one random place per block of eight cannot
     series, _, _ = run_loop(lambda i, e: 500_000 if e == "end" and i % 8 == 3 else 20_000, steps=1000)
+    assert "gpu_measured" not in series
+    # a program's steps before it used CUDA (host times, lag 0) are no evidence for its GPU steps
+    series, _, _ = run_loop(lambda i, e: table[i, e], steps=1000, cuda_from=300)
     assert "gpu_measured" not in series
     # steady lags, but on two threads (a pool's requests): no lags to read between
     series, _, _ = run_loop(lambda i, e: 20_000, steps=1000, threads=lambda i: 1 + i % 2)

@@ -11,6 +11,7 @@ it and initialised CUDA.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import gc
 import os
@@ -606,6 +607,9 @@ class StepTimes:
             done[0] = clock.settle(self.gpu_start[name], done[0])
             done[1] = clock.settle(self.gpu_end[name], done[1])
             first = self.judged.setdefault(name, [0, 0])  # the edges since the last judgement
+            # but none from before the GPU clock: host times, no GPU work yet, they say nothing of the lags to come
+            first[0] = bisect.bisect_left(self.host[name], clock.t0_ns, first[0], max(first[0], done[0]))
+            first[1] = bisect.bisect_left(self.host_end[name], clock.t0_ns, first[1], max(first[1], done[1]))
             host = self.host[name][first[0]:done[0]]
             period = statistics.median(b - a for a, b in zip(host, host[1:])) if len(host) > 2 else 0.0
             verdicts = (steady_lags(host, self.gpu_start[name][first[0]:done[0]], self.tid[name][first[0]:done[0]], period),
