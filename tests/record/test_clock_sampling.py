@@ -37,15 +37,17 @@ class FakeClock:
         return event.ns
 
 
-def run_loop(lags, steps: int = 2000, period: int = 2_000_000, threads=None, cuda_from: int = 0):
+def run_loop(lags, steps: int = 2000, period: int = 2_000_000, threads=None, cuda_from: int = 0, kept=None):
     """``steps`` steps of one lane, each ``period`` ns apart in host time, its end's GPU time
     ``lags(i, "end")`` after its host end (the start's ``lags(i, "start")``), from step
     ``cuda_from`` on (before it, no GPU clock: host times). Returns the series, the true GPU
-    ends and starts, and how many edges recorded an event."""
+    ends and starts, and how many edges recorded an event (the StepTimes appended to ``kept``)."""
     timer = clock.Timer()
     timer.run_queue.ok = False
     fake = FakeClock()
     times = clock.StepTimes(timer)
+    if kept is not None:
+        kept.append(times)
     now, edge = [0], ["start", 0]
     truth: dict[str, list[int]] = {"start": [], "end": []}
 
@@ -54,7 +56,13 @@ def run_loop(lags, steps: int = 2000, period: int = 2_000_000, threads=None, cud
             return host_ns
         fake.recorded += 1
         lag = lags(edge[1], edge[0])
+        if lag == clock.CAPTURED:
+            return lag
         return host_ns if lag is None else Event(host_ns + lag)  # None: the stream idle there (GpuClock.edges)
+
+    def lag_ns(i: int, e: str) -> int:
+        lag = lags(i, e)
+        return lag if type(lag) is int else 0  # an idle stream's or a capture's: the host time
 
     timer.mark = mark
     real_clock, real_ident = clock.time.perf_counter_ns, clock.threading.get_ident
@@ -67,11 +75,11 @@ def run_loop(lags, steps: int = 2000, period: int = 2_000_000, threads=None, cud
             now[0] = i * period
             if i == cuda_from:
                 timer.clock, fake.t0_ns = fake, now[0]
-            truth["start"].append(now[0] + (lags(i, "start") or 0))
+            truth["start"].append(now[0] + lag_ns(i, "start"))
             start()
             edge[:] = ["end", i]
             now[0] = i * period + period // 2
-            truth["end"].append(now[0] + (lags(i, "end") or 0))
+            truth["end"].append(now[0] + lag_ns(i, "end"))
             end()
     finally:
         clock.time.perf_counter_ns = real_clock
@@ -136,6 +144,17 @@ def test_a_lane_that_turns_unsteady_goes_back_to_measuring_every_step():
     measured = series["gpu_measured"]
     assert sum(measured[200:1000]) < 200  # sparse while steady
     assert all(measured[1600:])  # measured again within a settle or two of the change
+
+
+def test_a_judgement_weighs_the_latest_edges_only():
+    # every start inside a capture (never measured), every end measured: no judgement can be
+    # made, and the window it waits on keeps to JUDGED_MAX edges, not the whole run
+    kept: list = []
+    series, _, _ = run_loop(lambda i, e: clock.CAPTURED if e == "start" else 20_000, steps=5000, kept=kept)
+    assert series == {k: [] if v is not None else None for k, v in series.items()}  # no step outside a capture
+    (times,) = kept
+    assert 5000 - clock.JUDGED_MAX - clock.Timer.SETTLE_EVERY <= times.judged["step"][1] < 5000
+    assert times.sparse["step"] == [None]
 
 
 def test_estimated_edges_read_the_lag_between_their_threads_samples():

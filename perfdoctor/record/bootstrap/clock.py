@@ -208,6 +208,7 @@ SAMPLED = _sampled()
 # of the loop's period, so a step's lag read between two samples is off by no more
 STEADY_SHARE = 0.02
 STEADY_SAMPLES = 16  # fewer measured edges in a settle's window: no judgement, the lane stays as it is
+JUDGED_MAX = 1024  # the most edges a judgement weighs (the latest)
 
 
 def steady_lags(host: list[int], gpu: list[Any], tid: list[int], period_ns: float) -> bool | None:
@@ -607,9 +608,12 @@ class StepTimes:
             done[0] = clock.settle(self.gpu_start[name], done[0])
             done[1] = clock.settle(self.gpu_end[name], done[1])
             first = self.judged.setdefault(name, [0, 0])  # the edges since the last judgement
-            # but none from before the GPU clock: host times, no GPU work yet, they say nothing of the lags to come
-            first[0] = bisect.bisect_left(self.host[name], clock.t0_ns, first[0], max(first[0], done[0]))
-            first[1] = bisect.bisect_left(self.host_end[name], clock.t0_ns, first[1], max(first[1], done[1]))
+            # but none from before the GPU clock (host times, no GPU work yet: they say nothing of
+            # the lags to come), and no more than JUDGED_MAX: a lane whose edges are seldom
+            # measured (inside a capture) would otherwise slice an ever longer window at each settle
+            for k, times in ((0, self.host[name]), (1, self.host_end[name])):
+                lo = max(first[k], done[k] - JUDGED_MAX)
+                first[k] = bisect.bisect_left(times, clock.t0_ns, lo, max(lo, done[k]))
             host = self.host[name][first[0]:done[0]]
             period = statistics.median(b - a for a, b in zip(host, host[1:])) if len(host) > 2 else 0.0
             verdicts = (steady_lags(host, self.gpu_start[name][first[0]:done[0]], self.tid[name][first[0]:done[0]], period),
