@@ -193,7 +193,9 @@ class PassResults(_Document):
     lockstep: dict[str, Any] | None = None  # perfdoctor.record.lockstep.Turns.summary()
     # the light pass: per step name, {"host_start_ns", "gpu_start_ns", "gpu_end_ns", "tid",
     # "host_end_ns", "run_delay_ns", "run_delay_read"} (the thread's time waiting for a CPU at each
-    # start, or None; which starts read it, the others interpolated), and for a step timed as the loop iteration "waited_ns" (a call's) or
+    # start, or None; which starts read it, the others interpolated), "gpu_measured" where a sparse lane left some steps'
+    # GPU edges unmeasured (clock.StepTimes.settle: which were measured, the others read between), and for a step timed
+    # as the loop iteration "waited_ns" (a call's) or
     # "pass_ended" (a loop range's); perfdoctor run adds "compiled_ns", "gc_ns" and "save_ns" to the step's
     # (perfdoctor.record.light.noted_steps)
     series: dict[str, dict[str, Any]] | None = None
