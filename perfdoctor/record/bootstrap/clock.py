@@ -477,11 +477,12 @@ class Timer:
         return clock.edge(host_ns)
 
     def ended(self) -> None:
+        """A measured step end, the GPU clock up (StepTimes.lane): every SETTLE_EVERY, a settle."""
         self.unsettled += 1
-        if self.unsettled >= self.SETTLE_EVERY and self.clock is not None:
+        if self.unsettled >= self.SETTLE_EVERY:
             self.unsettled = 0
             for times in self.series:
-                times.settle(self.clock)
+                times.settle(self.clock)  # type: ignore[arg-type]
 
 
 class StepTimes:
@@ -563,7 +564,9 @@ class StepTimes:
             host_end.append(now)
             gpu_end.append(mark)
             end_tid.append(ident_of())
-            if mark is not unsampled:  # every measured end, an idle stream's too (a lane with no event samples too)
+            # every measured end once the GPU clock is up, an idle stream's too (a lane with no event
+            # samples too); none before it (a CPU program's steps: nothing to settle or judge)
+            if timer.clock is not None and mark is not unsampled:
                 timer.ended()
 
         found = self.lanes[name] = (start, end)
